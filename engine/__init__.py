@@ -1,0 +1,1 @@
+"""HybridServe's engine: operators, graphs, the hybrid frontend, the compiler and runtime."""

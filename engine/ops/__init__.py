@@ -1,0 +1,20 @@
+"""The operator registry and every operator definition.
+
+Importing this package registers all operators; `get_op` looks one up by MXNet name or alias.
+"""
+
+from engine.ops import (  # noqa: F401  (imported for their registrations)
+    activation,
+    conv,
+    dense,
+    elementwise,
+    misc,
+    norm,
+    pool,
+    reduce,
+    rnn,
+    shape_ops,
+)
+from engine.ops.registry import REQUIRED, Attrs, OpDef, Param, all_ops, get_op, has_op, register
+
+__all__ = ["REQUIRED", "Attrs", "OpDef", "Param", "all_ops", "get_op", "has_op", "register"]

@@ -1,0 +1,78 @@
+"""FullyConnected: ``y = x · Wᵀ + b`` with MXNet's ``flatten`` rule."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.errors import ShapeError
+from engine.ops.attrs import parse_bool, parse_int
+from engine.ops.registry import Attrs, MaybeShape, OpDef, Param, register
+from engine.ops.shapes import merge
+
+
+def _inputs(attrs: Attrs) -> tuple[str, ...]:
+    return ("data", "weight") if attrs.no_bias else ("data", "weight", "bias")
+
+
+def _infer_shape(attrs: Attrs, shapes: list[MaybeShape]) -> tuple[list[MaybeShape],
+                                                                   list[MaybeShape]]:
+    data = shapes[0]
+    in_units = 0
+    out: MaybeShape = None
+    if data is not None:
+        if attrs.flatten:
+            in_units = 1
+            for dim in data[1:]:
+                in_units *= dim
+            out = (data[0], attrs.num_hidden)
+        else:
+            in_units = data[-1]
+            out = (*data[:-1], attrs.num_hidden)
+    weight = merge(shapes[1], (attrs.num_hidden, in_units), "FullyConnected weight")
+    if data is not None and weight is not None and weight[1] and not in_units:
+        # The data width is only known through the weight (deferred data shape).
+        if not attrs.flatten:
+            data = (*data[:-1], weight[1])
+            out = (*data[:-1], attrs.num_hidden)
+    result: list[MaybeShape] = [data, weight]
+    if not attrs.no_bias:
+        result.append(merge(shapes[2], (attrs.num_hidden,), "FullyConnected bias"))
+    return result, [out]
+
+
+def _kernel(xp: Any, attrs: Attrs, data: Any, weight: Any, bias: Any = None,
+            out: Any = None) -> Any:
+    if attrs.flatten:
+        matrix = data.reshape(data.shape[0], -1)
+    else:
+        matrix = data.reshape(-1, data.shape[-1])
+    if matrix.shape[1] != weight.shape[1]:
+        raise ShapeError(f"data width {matrix.shape[1]} does not match weight {weight.shape}")
+    if out is None:
+        result = matrix @ weight.T
+        if bias is not None:
+            result += bias
+        shape = (data.shape[0], attrs.num_hidden) if attrs.flatten else (
+            *data.shape[:-1], attrs.num_hidden)
+        return result.reshape(shape)
+    target = out.reshape(matrix.shape[0], attrs.num_hidden)
+    xp.matmul(matrix, weight.T, out=target)
+    if bias is not None:
+        target += bias
+    return out
+
+
+FULLY_CONNECTED = register(OpDef(
+    name="FullyConnected",
+    aliases=("_npx_fully_connected",),
+    params=(
+        Param("num_hidden", parse_int),
+        Param("no_bias", parse_bool, False),
+        Param("flatten", parse_bool, True),
+    ),
+    inputs=_inputs,
+    infer_shape=_infer_shape,
+    kernel=_kernel,
+    writes_out=True,
+    doc="Affine layer: output = data · weightᵀ + bias; flatten=True folds trailing axes.",
+))

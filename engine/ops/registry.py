@@ -1,0 +1,242 @@
+"""The operator registry: every fact about an operator lives in its `OpDef`.
+
+`nd`, `sym`, shape and dtype inference, the JSON reader and writer, the compiler and the executor
+all read these records; no other module hard-codes operator names or defaults.
+
+A kernel is a plain function ``kernel(xp, attrs, *inputs)`` written against an array module
+``xp`` (numpy or cupy) that returns one array or a tuple of arrays (the visible outputs). Kernels
+that can write straight into preallocated outputs declare ``writes_out=True`` and accept
+``out=`` (an array, or a tuple for several outputs); others are adapted by `OpDef.compute`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from engine.errors import ModelFormatError, UnknownOperatorError
+from engine.ops.attrs import Parser
+
+Shape = tuple[int, ...]
+MaybeShape = Shape | None
+ShapeFn = Callable[["Attrs", list[MaybeShape]], tuple[list[MaybeShape], list[MaybeShape]]]
+DTypeFn = Callable[["Attrs", list["np.dtype | None"]], tuple[list["np.dtype | None"],
+                                                              list["np.dtype | None"]]]
+Names = tuple[str, ...] | Callable[["Attrs"], tuple[str, ...]]
+
+
+class _Required:
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED: Any = _Required()
+
+
+@dataclass(frozen=True)
+class Param:
+    """One operator attribute: its MXNet spelling, a parser and a default (or `REQUIRED`)."""
+
+    name: str
+    parse: Parser
+    default: Any = REQUIRED
+    doc: str = ""
+
+
+class Attrs(Mapping[str, Any]):
+    """Parsed, typed attribute values of one node; read as ``attrs.num_hidden`` or ``attrs[k]``."""
+
+    __slots__ = ("_values", "_hash")
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        self._values = dict(values)
+        self._hash: int | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash(tuple(sorted((k, repr(v)) for k, v in self._values.items())))
+        return self._hash
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={v!r}" for k, v in self._values.items())
+        return f"Attrs({inner})"
+
+
+def is_annotation(key: str) -> bool:
+    """Keys such as ``__shape__`` or ``__init__`` are annotations, not operator parameters."""
+    return len(key) > 4 and key.startswith("__") and key.endswith("__")
+
+
+def default_dtype(attrs: Attrs, dtypes: list[np.dtype | None]) -> tuple[list, list]:
+    """Every input and output shares the first known dtype (float32 when none is known)."""
+    known = next((dtype for dtype in dtypes if dtype is not None), None)
+    return [known if dtype is None else dtype for dtype in dtypes], [known]
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """Everything the engine knows about one operator.
+
+    Attributes:
+        name: MXNet's canonical operator name, as written in symbol JSON.
+        kernel: ``kernel(xp, attrs, *inputs[, out=])`` returning the visible outputs.
+        infer_shape: ``(attrs, input_shapes) -> (input_shapes, output_shapes)``; shapes may be
+            ``None`` (unknown) or contain 0 for an unknown dimension, and the function fills in
+            what it can (for example a FullyConnected weight from the data width).
+        params: the attribute schema, in MXNet's spelling, with defaults.
+        inputs: input names (or a function of the attrs, for variadic ops and optional bias).
+        aux: which input names are auxiliary states (BatchNorm's moving statistics).
+        outputs: visible output names (or a function of the attrs).
+        hidden_outputs: outputs MXNet counts in ``node_row_ptr`` but never exposes.
+        infer_dtype: ``(attrs, input_dtypes) -> (input_dtypes, output_dtypes)``.
+        aliases: other names that resolve to this op (NumPy-mode ``_npi_*`` names, ``split``...).
+        elementwise: for elementwise ops, a C expression over inputs ``a``, ``b`` (and attrs as
+            ``{name}``) that the fusion pass can inline into one generated kernel.
+        inplace: the output may share storage with input 0.
+        view: the output is a view of input 0 (reshape-like); memory planning keeps it alive.
+        writes_out: the kernel accepts ``out=`` and writes into it.
+    """
+
+    name: str
+    kernel: Callable[..., Any]
+    infer_shape: ShapeFn
+    params: tuple[Param, ...] = ()
+    inputs: Names = ("data",)
+    aux: tuple[str, ...] = ()
+    outputs: Names = ("output",)
+    hidden_outputs: int | Callable[[Attrs], int] = 0
+    infer_dtype: DTypeFn = default_dtype
+    aliases: tuple[str, ...] = ()
+    elementwise: str | None = None
+    inplace: bool = False
+    view: bool = False
+    writes_out: bool = False
+    doc: str = ""
+    _params_by_name: dict[str, Param] = field(default_factory=dict, init=False, repr=False,
+                                              compare=False)
+
+    def __post_init__(self) -> None:
+        self._params_by_name.update({param.name: param for param in self.params})
+
+    def parse_attrs(self, raw: Mapping[str, Any], where: str = "") -> Attrs:
+        """Typed attributes from MXNet strings or Python values; defaults filled in.
+
+        Raises:
+            ModelFormatError: an unknown attribute, a missing required one, or a bad value;
+                the message names ``where`` (the node), the op and the attribute.
+        """
+        prefix = f"{where} ({self.name})" if where else f"op {self.name}"
+        values: dict[str, Any] = {}
+        for key, value in raw.items():
+            if is_annotation(key):
+                continue
+            param = self._params_by_name.get(key)
+            if param is None:
+                known = ", ".join(sorted(self._params_by_name)) or "none"
+                raise ModelFormatError(
+                    f"{prefix}: unknown attribute {key!r}; this op takes: {known}")
+            try:
+                values[key] = param.parse(value)
+            except ValueError as error:
+                raise ModelFormatError(f"{prefix}: attribute {key!r}: {error}") from None
+        for param in self.params:
+            if param.name not in values:
+                if param.default is REQUIRED:
+                    raise ModelFormatError(
+                        f"{prefix}: required attribute {param.name!r} is missing")
+                values[param.name] = param.default
+        return Attrs(values)
+
+    def input_names(self, attrs: Attrs) -> tuple[str, ...]:
+        """Names of this node's inputs, in order."""
+        return self.inputs(attrs) if callable(self.inputs) else self.inputs
+
+    def output_names(self, attrs: Attrs) -> tuple[str, ...]:
+        """Names of the visible outputs, in order."""
+        return self.outputs(attrs) if callable(self.outputs) else self.outputs
+
+    def num_outputs(self, attrs: Attrs) -> int:
+        """Number of visible outputs."""
+        return len(self.output_names(attrs))
+
+    def num_total_outputs(self, attrs: Attrs) -> int:
+        """Visible plus hidden outputs, as counted by MXNet's ``node_row_ptr``."""
+        hidden = self.hidden_outputs(attrs) if callable(self.hidden_outputs) else self.hidden_outputs
+        return self.num_outputs(attrs) + hidden
+
+    def compute(self, xp: Any, attrs: Attrs, inputs: Sequence[Any],
+                out: Any = None) -> tuple[Any, ...]:
+        """Run the kernel; return the visible outputs as a tuple (written into ``out`` if given)."""
+        if out is not None and self.writes_out:
+            result = self.kernel(xp, attrs, *inputs, out=out)
+        else:
+            result = self.kernel(xp, attrs, *inputs)
+        results = result if isinstance(result, tuple) else (result,)
+        if out is None or self.writes_out:
+            return results
+        targets = out if isinstance(out, tuple) else (out,)
+        for target, value in zip(targets, results, strict=True):
+            if target is not value:
+                xp.copyto(target, value, casting="unsafe")
+        return targets
+
+
+_REGISTRY: dict[str, OpDef] = {}
+
+
+def register(op: OpDef) -> OpDef:
+    """Add an operator (and its aliases) to the registry; names must be new."""
+    for name in (op.name, *op.aliases):
+        if name in _REGISTRY:
+            raise ValueError(f"operator name {name!r} is registered twice")
+        _REGISTRY[name] = op
+    return op
+
+
+def get_op(name: str, where: str = "") -> OpDef:
+    """The operator registered under ``name`` (canonical or alias).
+
+    Raises:
+        UnknownOperatorError: naming the op and ``where`` (the node) when it is not registered.
+    """
+    _load_all()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        place = f"{where}: " if where else ""
+        raise UnknownOperatorError(f"{place}unknown operator {name!r}") from None
+
+
+def has_op(name: str) -> bool:
+    """Whether ``name`` is a registered operator or alias."""
+    _load_all()
+    return name in _REGISTRY
+
+
+def all_ops() -> dict[str, OpDef]:
+    """Every registered name (aliases included) mapped to its `OpDef`."""
+    _load_all()
+    return dict(_REGISTRY)
+
+
+def _load_all() -> None:
+    # Importing the package registers every op module exactly once.
+    import engine.ops  # noqa: F401

@@ -1,0 +1,75 @@
+"""Access to the MXNet 1.9.1 reference data in ``../shared/conformance`` and its tolerances."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFORMANCE = (ROOT.parent / "shared" / "conformance").resolve()
+MODELS = CONFORMANCE / "models"
+PARAMS = CONFORMANCE / "params"
+
+DEFAULT_TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
+FLOAT16_TOLERANCE = {"rtol": 1e-2, "atol": 1e-2}
+
+
+@cache
+def op_cases() -> list[dict[str, Any]]:
+    """Every operator case from ``ops/cases.json``."""
+    return json.loads((CONFORMANCE / "ops" / "cases.json").read_text())["cases"]
+
+
+@cache
+def op_arrays() -> dict[str, np.ndarray]:
+    """Inputs and expected outputs of every operator case, keyed ``<id>/in<k>``/``<id>/out<k>``."""
+    with np.load(CONFORMANCE / "ops" / "cases.npz") as data:
+        return {key: data[key] for key in data.files}
+
+
+def model_names() -> list[str]:
+    """Names of the exported conformance models."""
+    return sorted(path.name for path in MODELS.iterdir() if path.is_dir())
+
+
+def model_meta(name: str) -> dict[str, Any]:
+    """``meta.json`` of one conformance model."""
+    return json.loads((MODELS / name / "meta.json").read_text())
+
+
+def model_files(name: str) -> tuple[Path, Path]:
+    """(symbol file, params file) of one conformance model."""
+    meta = model_meta(name)
+    return MODELS / name / meta["symbol_file"], MODELS / name / meta["params_file"]
+
+
+def model_io_sets(name: str) -> list[tuple[dict[str, np.ndarray], list[np.ndarray]]]:
+    """Every (inputs, expected outputs) set of one model's ``io.npz``."""
+    meta = model_meta(name)
+    with np.load(MODELS / name / "io.npz") as data:
+        return [({input_name: data[key] for input_name, key in io_set["inputs"].items()},
+                 [data[key] for key in io_set["outputs"]]) for io_set in meta["io_sets"]]
+
+
+def tolerance_for(dtype: np.dtype, override: dict[str, float] | None = None) -> dict[str, float]:
+    """The README's tolerance for a dtype, or a case's own override."""
+    if override:
+        return {"rtol": override.get("rtol", 0.0), "atol": override.get("atol", 0.0)}
+    if np.dtype(dtype) == np.float16:
+        return FLOAT16_TOLERANCE
+    if np.issubdtype(dtype, np.floating):
+        return DEFAULT_TOLERANCE
+    return {"rtol": 0.0, "atol": 0.0}
+
+
+def assert_close(actual: Any, expected: np.ndarray, tolerance: dict[str, float],
+                 what: str = "") -> None:
+    """``|actual - expected| <= atol + rtol * |expected|`` elementwise, with matching shapes."""
+    actual = np.asarray(actual)
+    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
+    np.testing.assert_allclose(actual.astype(np.float64), expected.astype(np.float64),
+                               rtol=tolerance["rtol"], atol=tolerance["atol"], err_msg=what)
