@@ -79,11 +79,16 @@ def make_node(op: str, name: str, attrs: Mapping[str, Any] | None = None,
 
 @dataclass(frozen=True)
 class Graph:
-    """Nodes in topological order, the head entries (graph outputs), graph-level attributes."""
+    """Nodes in topological order, the head entries (graph outputs), graph-level attributes.
+
+    ``constants`` binds variable names to values known at load time (parameters, auxiliary
+    states, folded results); compiler passes read and rewrite it along with the nodes.
+    """
 
     nodes: tuple[Node, ...]
     heads: tuple[Entry, ...]
     attrs: Mapping[str, Any] = _EMPTY
+    constants: Mapping[str, Any] = _EMPTY
 
     def replace(self, **changes: Any) -> Graph:
         """A copy with some fields replaced (nodes are shared: they are frozen)."""

@@ -1,0 +1,126 @@
+"""Shape and dtype inference over a whole graph, with partially known shapes.
+
+Each op's ``infer_shape`` maps partially known input shapes to completed inputs and outputs. A
+graph pass runs them forward and writes what an op learns about its inputs back to the producing
+entries (that is how a FullyConnected weight learns its width from the data), repeating until
+nothing changes. Variable shapes start from the caller's ``known`` mapping, else from the
+variable's ``__shape__`` annotation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from engine.errors import ModelFormatError, ShapeError
+from engine.graph.ir import Graph, Node
+from engine.ops.attrs import parse_int_tuple
+from engine.ops.shapes import merge
+
+MaybeShape = tuple[int, ...] | None
+MaybeDType = np.dtype | None
+
+# MXNet's dtype codes, as written in ``__dtype__`` annotations.
+DTYPE_CODES = {0: "float32", 1: "float64", 2: "float16", 3: "uint8", 4: "int32", 5: "int8",
+               6: "int64", 7: "bool", 8: "int16", 9: "uint16", 10: "uint32", 11: "uint64"}
+_MAX_ROUNDS = 8
+
+
+def declared_shape(node: Node) -> MaybeShape:
+    """A variable's ``__shape__`` annotation (unknown dims as 0), or None."""
+    text = node.attrs.get("__shape__")
+    if text is None:
+        return None
+    try:
+        shape = parse_int_tuple(text)
+    except ValueError:
+        raise ModelFormatError(f"variable {node.name!r}: bad __shape__ {text!r}") from None
+    # NumPy-mode files write -1 for an unknown dimension; internally unknown is 0.
+    shape = tuple(max(dim, 0) for dim in shape)
+    return shape if shape else None
+
+
+def declared_dtype(node: Node) -> MaybeDType:
+    """A variable's ``__dtype__`` annotation as a numpy dtype, or None."""
+    text = node.attrs.get("__dtype__")
+    if text is None:
+        return None
+    try:
+        return np.dtype(DTYPE_CODES[int(text)])
+    except (KeyError, ValueError):
+        raise ModelFormatError(f"variable {node.name!r}: unknown __dtype__ {text!r}") from None
+
+
+def infer_shapes(graph: Graph, known: Mapping[str, tuple[int, ...]]) -> list[list[MaybeShape]]:
+    """Shapes of every node's visible outputs (variables: their own shape).
+
+    Raises:
+        ShapeError: an op finds its input shapes inconsistent; the message names the node.
+    """
+    start = {name: tuple(shape) for name, shape in known.items()}
+    return _propagate(graph, start, declared_shape, "infer_shape", _merge_shape)
+
+
+def infer_dtypes(graph: Graph, known: Mapping[str, Any]) -> list[list[MaybeDType]]:
+    """Dtypes of every node's visible outputs (variables: their own dtype)."""
+    start = {name: np.dtype(dtype) for name, dtype in known.items()}
+    return _propagate(graph, start, declared_dtype, "infer_dtype", _merge_dtype)
+
+
+def _merge_shape(first: Any, second: Any, what: str) -> Any:
+    return merge(first, second, what)
+
+
+def _merge_dtype(first: Any, second: Any, what: str) -> Any:
+    if first is None:
+        return second
+    if second is None or np.dtype(first) == np.dtype(second):
+        return first
+    raise ShapeError(f"{what} disagree: {np.dtype(first).name} vs {np.dtype(second).name}")
+
+
+def _propagate(graph: Graph, known: Mapping[str, Any], declared: Callable[[Node], Any],
+               method: str, unify: Callable[[Any, Any, str], Any]) -> list[list[Any]]:
+    values: list[list[Any]] = []
+    for node in graph.nodes:
+        if node.is_variable:
+            values.append([unify(known.get(node.name), declared(node),
+                                 f"variable {node.name!r}: given and declared")])
+        else:
+            values.append([None] * node.num_outputs())
+    for _ in range(_MAX_ROUNDS):
+        if not _one_round(graph, values, method, unify):
+            break
+    return values
+
+
+def _one_round(graph: Graph, values: list[list[Any]], method: str,
+               unify: Callable[[Any, Any, str], Any]) -> bool:
+    changed = False
+    for index, node in enumerate(graph.nodes):
+        if node.is_variable:
+            continue
+        current = [values[entry.node][entry.index] for entry in node.inputs]
+        try:
+            inputs, outputs = getattr(node.opdef, method)(node.params, list(current))
+            for entry, old, new in zip(node.inputs, current, inputs):
+                merged = unify(old, new, f"input {graph.nodes[entry.node].name!r}")
+                if merged != old:
+                    values[entry.node][entry.index] = merged
+                    changed = True
+            for slot, new in enumerate(outputs):
+                old = values[index][slot]
+                merged = unify(old, new, f"output {slot}")
+                if merged != old:
+                    values[index][slot] = merged
+                    changed = True
+        except ShapeError as error:
+            raise ShapeError(f"{node.describe()}: {error}") from None
+        except ModelFormatError:
+            raise
+        except (ValueError, TypeError, IndexError, ZeroDivisionError) as error:
+            raise ShapeError(f"{node.describe()}: cannot infer {method[6:]}s from inputs "
+                             f"{current}: {error}") from None
+    return changed

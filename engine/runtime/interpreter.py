@@ -1,0 +1,71 @@
+"""The reference interpreter: evaluates a graph node by node, with no optimisation at all.
+
+It is the baseline every optimisation is checked against (``optimize=False`` always selects it),
+so it stays deliberately plain: one pass in topological order, values freed after their last use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from engine.errors import EngineError, ExecutionError, InputError
+from engine.graph.ir import Graph, Node
+from engine.ops.registry import Attrs
+
+
+def last_uses(graph: Graph) -> list[list[int]]:
+    """For each node index, the nodes whose values can be dropped once it has run."""
+    last: dict[int, int] = {}
+    for index, node in enumerate(graph.nodes):
+        for entry in node.inputs:
+            last[entry.node] = index
+    for entry in graph.heads:
+        last[entry.node] = len(graph.nodes)
+    drops: list[list[int]] = [[] for _ in graph.nodes]
+    for producer, consumer in last.items():
+        if consumer < len(graph.nodes):
+            drops[consumer].append(producer)
+    return drops
+
+
+def specialize_sources(node: Node, shapes: Sequence[tuple[int, ...] | None]) -> Attrs:
+    """Attributes of a node, with a creation op's partially known ``shape`` made concrete.
+
+    Creation ops such as ``_zeros`` with ``shape=(1, 0, 32)`` (Gluon's RNN state) learn their
+    unknown dimensions from shape inference over the whole graph.
+    """
+    params = node.params
+    if node.inputs or "shape" not in params or shapes[0] is None:
+        return params
+    return Attrs({**params, "shape": tuple(shapes[0])})
+
+
+def evaluate(graph: Graph, feed: Mapping[str, Any], xp: Any,
+             shapes: list[list[tuple[int, ...] | None]] | None = None) -> list[Any]:
+    """Run ``graph`` on ``feed`` (variable name → array); return the head values in order.
+
+    Raises:
+        InputError: a variable has no value in ``feed``.
+        ExecutionError: a kernel failed; the message names the node and its op.
+    """
+    values: list[tuple[Any, ...] | None] = [None] * len(graph.nodes)
+    drops = last_uses(graph)
+    for index, node in enumerate(graph.nodes):
+        if node.is_variable:
+            if node.name not in feed:
+                raise InputError(f"no value for variable {node.name!r}")
+            values[index] = (feed[node.name],)
+            continue
+        args = [values[entry.node][entry.index] for entry in node.inputs]  # type: ignore[index]
+        params = specialize_sources(node, shapes[index]) if shapes else node.params
+        try:
+            values[index] = node.opdef.compute(xp, params, args)
+        except EngineError as error:
+            raise ExecutionError(f"while running {node.describe()}: {error}") from error
+        except Exception as error:  # a kernel bug or bad data: say where it happened
+            raise ExecutionError(f"while running {node.describe()}: "
+                                 f"{type(error).__name__}: {error}") from error
+        for producer in drops[index]:
+            values[producer] = None
+    return [values[entry.node][entry.index] for entry in graph.heads]  # type: ignore[index]

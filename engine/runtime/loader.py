@@ -1,0 +1,94 @@
+"""`load_model`: read a symbol and its parameters from paths, bytes or objects into a `Model`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.errors import ModelFormatError
+from engine.graph.ir import Graph
+from engine.graph.json_format import graph_from_json
+from engine.graph.params import load_params, split_arg_aux
+from engine.runtime.model import Model
+
+DEVICES = ("cpu", "gpu", "auto")
+
+
+def load_model(symbol: Any, params: Any = None, *, device: str = "cpu",
+               optimize: bool | list[str] = True) -> Model:
+    """Load an exported model.
+
+    Args:
+        symbol: a ``*-symbol.json`` path, its text or bytes, a parsed dict, a `Graph`, or a
+            `Symbol` (anything with ``to_graph()``).
+        params: a ``*.params`` path or bytes, a dict of arrays (``arg:``/``aux:`` prefixes
+            optional), or None for a graph without parameters.
+        device: ``"cpu"``, ``"gpu"`` or ``"auto"``.
+        optimize: True for every compiler pass, False for the reference interpreter, or a list
+            of pass names.
+
+    Returns:
+        A `Model` whose ``infer`` maps input names to arrays.
+
+    Raises:
+        ModelFormatError: the files are malformed, name unknown ops, or do not fit together.
+
+    Example:
+        >>> model = engine.load_model("my_mlp-symbol.json", "my_mlp-0000.params")
+        >>> model.input_names
+        ['data']
+    """
+    if device not in DEVICES:
+        raise ValueError(f"device must be one of {', '.join(DEVICES)}; got {device!r}")
+    return Model(read_graph(symbol), read_params(params), device=device, optimize=optimize)
+
+
+def read_graph(symbol: Any) -> Graph:
+    """A `Graph` from any of the forms `load_model` accepts for ``symbol``."""
+    if isinstance(symbol, Graph):
+        return symbol
+    if hasattr(symbol, "to_graph"):
+        return symbol.to_graph()
+    if isinstance(symbol, (bytes, bytearray, memoryview, dict)):
+        return graph_from_json(bytes(symbol) if isinstance(symbol, memoryview) else symbol)
+    if isinstance(symbol, str) and symbol.lstrip().startswith("{"):
+        return graph_from_json(symbol)
+    if isinstance(symbol, (str, os.PathLike)):
+        return graph_from_json(_read_file(symbol))
+    raise TypeError(f"symbol must be a path, JSON text/bytes, a dict, a Graph or a Symbol; "
+                    f"got {type(symbol).__name__}")
+
+
+def read_params(params: Any) -> dict[str, np.ndarray]:
+    """Parameter arrays by graph variable name (``arg:``/``aux:`` prefixes stripped)."""
+    if params is None:
+        return {}
+    if isinstance(params, Mapping):
+        arrays = {name: _as_numpy(value) for name, value in params.items()}
+    elif isinstance(params, (bytes, bytearray, memoryview)):
+        arrays = load_params(params).as_dict()
+    elif isinstance(params, (str, os.PathLike)):
+        arrays = load_params(_read_file(params)).as_dict()
+    else:
+        raise TypeError(f"params must be a path, bytes or a dict of arrays; "
+                        f"got {type(params).__name__}")
+    args, auxs = split_arg_aux(arrays)
+    overlap = sorted(set(args) & set(auxs))
+    if overlap:
+        raise ModelFormatError(f"parameter {overlap[0]!r} appears both as arg: and aux:")
+    return {**args, **auxs}
+
+
+def _read_file(path: str | os.PathLike) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as error:
+        raise ModelFormatError(f"cannot read {os.fspath(path)!r}: {error.strerror}") from None
+
+
+def _as_numpy(value: Any) -> np.ndarray:
+    return value.asnumpy() if hasattr(value, "asnumpy") else np.asarray(value)

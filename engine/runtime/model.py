@@ -1,0 +1,188 @@
+"""`Model`: an exported graph bound to its parameters, ready to run on named inputs."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from engine.errors import InputError, ModelFormatError, ShapeError
+from engine.graph.infer import declared_dtype, infer_dtypes, infer_shapes
+from engine.graph.ir import Graph
+from engine.runtime.interpreter import evaluate
+
+# Op input slots that only ever hold learned parameters or auxiliary states: a variable wired
+# only into these and absent from the params file is a missing parameter, not a model input.
+PARAMETER_SLOTS = frozenset({"weight", "bias", "gamma", "beta", "moving_mean", "moving_var",
+                             "parameters"})
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Name, shape (-1 where unknown, None when nothing is known) and dtype of an input/output."""
+
+    name: str
+    shape: tuple[int, ...] | None
+    dtype: np.dtype
+
+
+class Model:
+    """A graph with bound parameters; `infer` runs it on a dict of named numpy arrays.
+
+    Build one with `engine.load_model`. `infer` is thread-safe.
+
+    Example:
+        >>> model = engine.load_model("mlp-symbol.json", "mlp-0000.params")
+        >>> model.infer({"data": np.zeros((1, 512), np.float32)})["dense2_fwd_output"].shape
+        (1, 2)
+    """
+
+    def __init__(self, graph: Graph, params: Mapping[str, np.ndarray], *, device: str = "cpu",
+                 optimize: bool | list[str] = True) -> None:
+        self.graph = graph
+        self.device = device
+        self.optimize = optimize
+        self.params = _bind_params(graph, params)
+        self.input_names = [name for name in graph.variable_names() if name not in self.params]
+        self.output_names = _unique(graph.output_names())
+        self.param_bytes = sum(array.nbytes for array in self.params.values())
+        self._param_shapes = {name: array.shape for name, array in self.params.items()}
+        self._param_dtypes = {name: array.dtype for name, array in self.params.items()}
+        self._declared_dtypes = _declared_input_dtypes(graph, self.input_names)
+        self._shape_cache: dict[tuple, list] = {}
+        self._lock = threading.Lock()
+        self.inputs, self.outputs = self._describe()
+
+    def _describe(self) -> tuple[list[TensorSpec], list[TensorSpec]]:
+        try:
+            shapes = infer_shapes(self.graph, self._param_shapes)
+            dtypes = infer_dtypes(self.graph, {**self._param_dtypes, **self._declared_dtypes})
+        except ShapeError as error:
+            raise ModelFormatError(f"parameters do not fit the graph: {error}") from None
+        index = {self.graph.nodes[i].name: i for i in self.graph.variable_indices()}
+        inputs = [TensorSpec(name, _spec_shape(shapes[index[name]][0]),
+                             np.dtype(dtypes[index[name]][0] or np.float32))
+                  for name in self.input_names]
+        outputs = [TensorSpec(name, _spec_shape(shapes[entry.node][entry.index]),
+                              np.dtype(dtypes[entry.node][entry.index] or np.float32))
+                   for name, entry in zip(self.output_names, self.graph.heads)]
+        return inputs, outputs
+
+    def infer(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """Run the model; return outputs by name, in head order.
+
+        Raises:
+            InputError: unknown or missing input names, or shapes/dtypes the model cannot take.
+            ExecutionError: a kernel failed (names the node).
+        """
+        feed = self._check_inputs(inputs)
+        shapes = self._shapes_for(feed)
+        outputs = evaluate(self.graph, {**self.params, **feed}, np, shapes)
+        return {name: np.asarray(value) for name, value in zip(self.output_names, outputs)}
+
+    def _check_inputs(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        unknown = [name for name in inputs if name not in self.input_names]
+        if unknown:
+            raise InputError(f"unknown input {unknown[0]!r}; the model's inputs are: "
+                             f"{', '.join(self.input_names)}")
+        missing = [name for name in self.input_names if name not in inputs]
+        if missing:
+            raise InputError(f"missing input {missing[0]!r}; the model's inputs are: "
+                             f"{', '.join(self.input_names)}")
+        feed = {}
+        for spec in self.inputs:
+            array = np.asarray(inputs[spec.name])
+            feed[spec.name] = _coerce(spec, array, spec.name in self._declared_dtypes)
+        return feed
+
+    def _shapes_for(self, feed: Mapping[str, np.ndarray]) -> list:
+        signature = tuple((name, array.shape) for name, array in feed.items())
+        shapes = self._shape_cache.get(signature)
+        if shapes is None:
+            known = {**self._param_shapes, **{name: a.shape for name, a in feed.items()}}
+            try:
+                shapes = infer_shapes(self.graph, known)
+            except ShapeError as error:
+                given = ", ".join(f"{name} {shape}" for name, shape in signature)
+                raise InputError(f"input shapes ({given}) do not fit the model: {error}") from None
+            with self._lock:
+                self._shape_cache[signature] = shapes
+        return shapes
+
+
+def _coerce(spec: TensorSpec, array: np.ndarray, declared: bool) -> np.ndarray:
+    if array.dtype == spec.dtype:
+        return array
+    if array.dtype == object or not (np.issubdtype(array.dtype, np.number)
+                                     or array.dtype == np.bool_):
+        raise InputError(f"input {spec.name!r}: dtype {array.dtype} is not numeric; "
+                         f"expected {spec.dtype.name}")
+    if declared and not np.can_cast(array.dtype, spec.dtype, "same_kind"):
+        raise InputError(f"input {spec.name!r}: dtype {array.dtype.name} cannot be converted to "
+                         f"the declared {spec.dtype.name}")
+    if declared or array.dtype == np.float64:
+        return array.astype(spec.dtype)
+    return array
+
+
+def _declared_input_dtypes(graph: Graph, input_names: list[str]) -> dict[str, np.dtype]:
+    declared = {}
+    for index in graph.variable_indices():
+        node = graph.nodes[index]
+        dtype = declared_dtype(node)
+        if node.name in input_names and dtype is not None:
+            declared[node.name] = dtype
+    return declared
+
+
+def _spec_shape(shape: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    return None if shape is None else tuple(dim if dim > 0 else -1 for dim in shape)
+
+
+def _unique(names: list[str]) -> list[str]:
+    seen: dict[str, int] = {}
+    unique = []
+    for name in names:
+        count = seen.get(name, 0)
+        seen[name] = count + 1
+        unique.append(name if count == 0 else f"{name}{count}")
+    return unique
+
+
+def _bind_params(graph: Graph, params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Match parameter arrays to graph variables; refuse extra and missing parameters."""
+    variables = set(graph.variable_names())
+    extra = sorted(name for name in params if name not in variables)
+    if extra:
+        raise ModelFormatError(f"parameter {extra[0]!r} is not a variable of the graph "
+                               f"({len(extra)} unused parameter(s))")
+    for index in graph.variable_indices():
+        node = graph.nodes[index]
+        dtype = declared_dtype(node)
+        if node.name in params and dtype is not None and params[node.name].dtype != dtype:
+            raise ModelFormatError(f"parameter {node.name!r} has dtype "
+                                   f"{params[node.name].dtype.name}; the graph declares "
+                                   f"{dtype.name}")
+    if params:
+        for name, node, slot in _parameter_slots(graph):
+            if name not in params:
+                raise ModelFormatError(f"parameter {name!r} (input {slot!r} of "
+                                       f"{node.describe()}) is missing from the params file")
+    return dict(params)
+
+
+def _parameter_slots(graph: Graph) -> list[tuple[str, Any, str]]:
+    """Variables that feed only parameter slots: (variable name, consuming node, slot name)."""
+    feeds: dict[str, list[tuple[Any, str]]] = {}
+    for node in graph.nodes:
+        if node.is_variable:
+            continue
+        for slot, entry in zip(node.opdef.input_names(node.params), node.inputs):
+            source = graph.nodes[entry.node]
+            if source.is_variable:
+                feeds.setdefault(source.name, []).append((node, slot))
+    return [(name, uses[0][0], uses[0][1]) for name, uses in feeds.items()
+            if all(slot in PARAMETER_SLOTS for _, slot in uses)]
