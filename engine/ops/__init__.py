@@ -7,6 +7,7 @@ from engine.ops import (  # noqa: F401  (imported for their registrations)
     activation,
     conv,
     dense,
+    fused,
     elementwise,
     misc,
     norm,

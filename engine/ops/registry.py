@@ -179,7 +179,9 @@ class OpDef:
 
     def num_total_outputs(self, attrs: Attrs) -> int:
         """Visible plus hidden outputs, as counted by MXNet's ``node_row_ptr``."""
-        hidden = self.hidden_outputs(attrs) if callable(self.hidden_outputs) else self.hidden_outputs
+        hidden = self.hidden_outputs
+        if callable(hidden):
+            hidden = hidden(attrs)
         return self.num_outputs(attrs) + hidden
 
     def compute(self, xp: Any, attrs: Attrs, inputs: Sequence[Any],

@@ -9,10 +9,12 @@ from typing import Any
 
 import numpy as np
 
+from engine.compiler import optimize_graph, select_passes
 from engine.errors import InputError, ModelFormatError, ShapeError
 from engine.graph.infer import declared_dtype, infer_dtypes, infer_shapes
 from engine.graph.ir import Graph
 from engine.runtime.interpreter import evaluate
+from engine.runtime.plan import Plan
 
 # Op input slots that only ever hold learned parameters or auxiliary states: a variable wired
 # only into these and absent from the params file is a missing parameter, not a model input.
@@ -41,10 +43,12 @@ class Model:
     """
 
     def __init__(self, graph: Graph, params: Mapping[str, np.ndarray], *, device: str = "cpu",
-                 optimize: bool | list[str] = True) -> None:
+                 optimize: bool | list[str] = True,
+                 batch_buckets: tuple[int, ...] | None = None) -> None:
         self.graph = graph
         self.device = device
-        self.optimize = optimize
+        self.passes = select_passes(optimize)
+        self.batch_buckets = tuple(sorted(batch_buckets)) if batch_buckets else None
         self.params = _bind_params(graph, params)
         self.input_names = [name for name in graph.variable_names() if name not in self.params]
         self.output_names = _unique(graph.output_names())
@@ -55,6 +59,10 @@ class Model:
         self._shape_cache: dict[tuple, list] = {}
         self._lock = threading.Lock()
         self.inputs, self.outputs = self._describe()
+        self._input_dtypes = {spec.name: spec.dtype for spec in self.inputs}
+        self.optimized_graph = (optimize_graph(graph.replace(constants=self.params), self.passes)
+                                if optimize is not False else None)
+        self._plans: dict[tuple, Plan] = {}
 
     def _describe(self) -> tuple[list[TensorSpec], list[TensorSpec]]:
         try:
@@ -80,8 +88,65 @@ class Model:
         """
         feed = self._check_inputs(inputs)
         shapes = self._shapes_for(feed)
-        outputs = evaluate(self.graph, {**self.params, **feed}, np, shapes)
+        if self.optimized_graph is None:
+            outputs = evaluate(self.graph, {**self.params, **feed}, np, shapes)
+        else:
+            outputs = self._run_plan(feed)
         return {name: np.asarray(value) for name, value in zip(self.output_names, outputs)}
+
+    def plan_for(self, feed: Mapping[str, np.ndarray]) -> Plan:
+        """The compiled plan for these inputs' shapes and dtypes (compiled on first use)."""
+        signature = tuple((name, array.shape, array.dtype.str) for name, array in feed.items())
+        plan = self._plans.get(signature)
+        if plan is None:
+            with self._lock:
+                plan = self._plans.get(signature)
+                if plan is None:
+                    plan = Plan(self.optimized_graph, {n: a.shape for n, a in feed.items()},
+                                {n: a.dtype for n, a in feed.items()},
+                                reuse_memory="plan_memory" in self.passes)
+                    self._plans[signature] = plan
+        return plan
+
+    def _run_plan(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+        rows = _batch_rows(feed)
+        bucket = _bucket(self.batch_buckets, rows)
+        if bucket is None or bucket == rows:
+            return self.plan_for(feed).run(feed)
+        padded = {name: _pad_rows(array, bucket) for name, array in feed.items()}
+        outputs = self.plan_for(padded).run(padded, copy_outputs=False)
+        return [out[:rows].copy() if out.ndim and out.shape[0] == bucket else out.copy()
+                for out in outputs]
+
+    def stats(self) -> dict[str, Any]:
+        """Node and step counts before/after optimisation and memory of each cached plan."""
+        plans = [{"inputs": {name: list(shape) for name, shape, _ in signature},
+                  "steps": len(plan.steps),
+                  "planned_activation_bytes": plan.memory.planned_bytes,
+                  "naive_activation_bytes": plan.memory.naive_bytes}
+                 for signature, plan in list(self._plans.items())]
+        operator_nodes = sum(1 for node in self.graph.nodes if not node.is_variable)
+        optimized = self.optimized_graph
+        return {"passes": list(self.passes), "param_bytes": self.param_bytes,
+                "nodes": operator_nodes,
+                "optimized_nodes": operator_nodes if optimized is None else sum(
+                    1 for node in optimized.nodes if not node.is_variable),
+                "plans": plans}
+
+    def activation_bytes(self, input_shapes: Mapping[str, tuple[int, ...]]) -> int:
+        """Planned activation bytes for these input shapes (compiles the plan if needed)."""
+        feed = {spec.name: np.zeros(input_shapes[spec.name], spec.dtype) for spec in self.inputs}
+        if self.optimized_graph is None:
+            return 0
+        return self.plan_for(feed).memory.planned_bytes
+
+    def profile(self, inputs: Mapping[str, Any], repeat: int = 10) -> dict[str, float]:
+        """Mean seconds per op type for these inputs (needs ``optimize`` other than False)."""
+        if self.optimized_graph is None:
+            raise ValueError("profiling times plan steps; load the model with optimize=True")
+        feed = self._check_inputs(inputs)
+        self._shapes_for(feed)
+        return self.plan_for(feed).profile(feed, repeat)
 
     def _check_inputs(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         unknown = [name for name in inputs if name not in self.input_names]
@@ -111,6 +176,24 @@ class Model:
             with self._lock:
                 self._shape_cache[signature] = shapes
         return shapes
+
+
+def _batch_rows(feed: Mapping[str, np.ndarray]) -> int | None:
+    rows = {array.shape[0] if array.ndim else None for array in feed.values()}
+    return rows.pop() if len(rows) == 1 else None
+
+
+def _bucket(buckets: tuple[int, ...] | None, rows: int | None) -> int | None:
+    """The smallest configured batch bucket holding ``rows`` (None: run the exact shape)."""
+    if not buckets or rows is None:
+        return None
+    return next((size for size in buckets if size >= rows), None)
+
+
+def _pad_rows(array: np.ndarray, rows: int) -> np.ndarray:
+    padded = np.zeros((rows, *array.shape[1:]), array.dtype)
+    padded[:array.shape[0]] = array
+    return padded
 
 
 def _coerce(spec: TensorSpec, array: np.ndarray, declared: bool) -> np.ndarray:

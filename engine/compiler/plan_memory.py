@@ -1,0 +1,123 @@
+"""Memory planning: which storage buffer holds each intermediate value of a plan.
+
+Liveness decides reuse: once the last reader of a value has run, its buffer returns to a free
+pool and the next value of any dtype that fits takes it (best fit; the largest free buffer grows
+when none fits). An op marked ``inplace`` writes over its first input when that input dies at
+this op. Views (reshape-like ops) get no buffer: they share their source's, which then stays
+alive until the last reader of any view of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.graph.ir import Graph
+
+EntryKey = tuple[int, int]
+_FOREVER = 1 << 62
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Buffer sizes in bytes, each activation's buffer, and the bytes saved against naive."""
+
+    buffer_sizes: tuple[int, ...]
+    buffer_of: dict[EntryKey, int]
+    naive_bytes: int
+
+    @property
+    def planned_bytes(self) -> int:
+        """Bytes of all buffers together."""
+        return sum(self.buffer_sizes)
+
+
+def nbytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
+    """Bytes of an array of this shape and dtype."""
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+
+
+def plan_memory(graph: Graph, shapes: list[list[tuple[int, ...]]], dtypes: list[list[np.dtype]],
+                reuse: bool = True) -> MemoryPlan:
+    """Assign every non-view, non-variable output a buffer; reuse buffers when ``reuse``."""
+    root = _view_roots(graph)
+    last_use = _last_uses(graph, root)
+    sizes: list[int] = []
+    buffer_of: dict[EntryKey, int] = {}
+    owner: dict[int, EntryKey] = {}
+    free: list[int] = []
+    naive = 0
+    for index, node in enumerate(graph.nodes):
+        if node.is_variable or node.opdef.view:
+            continue
+        for slot in range(len(shapes[index])):
+            size = nbytes(shapes[index][slot], dtypes[index][slot])
+            naive += size
+            buffer = _inplace_buffer(graph, index, root, last_use, buffer_of, sizes, size) \
+                if reuse and slot == 0 else None
+            if buffer is None:
+                buffer = _take(free, sizes, size) if reuse else None
+            if buffer is None:
+                sizes.append(size)
+                buffer = len(sizes) - 1
+            buffer_of[(index, slot)] = buffer
+            owner[buffer] = (index, slot)
+        if reuse:
+            for buffer, key in list(owner.items()):
+                if last_use.get(key, index) == index:  # unread outputs die at once
+                    del owner[buffer]
+                    free.append(buffer)
+    return MemoryPlan(tuple(sizes), buffer_of, naive)
+
+
+def _view_roots(graph: Graph) -> dict[EntryKey, EntryKey]:
+    """Each view output's storage source (a non-view activation or a variable)."""
+    root: dict[EntryKey, EntryKey] = {}
+    for index, node in enumerate(graph.nodes):
+        if not node.is_variable and node.opdef.view:
+            source = node.inputs[0]
+            root[(index, 0)] = root.get((source.node, source.index), (source.node, source.index))
+    return root
+
+
+def _last_uses(graph: Graph, root: dict[EntryKey, EntryKey]) -> dict[EntryKey, int]:
+    """Index of the last node reading each storage root (heads live forever)."""
+    last: dict[EntryKey, int] = {}
+    for index, node in enumerate(graph.nodes):
+        for entry in node.inputs:
+            key = (entry.node, entry.index)
+            last[root.get(key, key)] = index
+    for entry in graph.heads:
+        key = (entry.node, entry.index)
+        last[root.get(key, key)] = _FOREVER
+    return last
+
+
+def _inplace_buffer(graph: Graph, index: int, root: dict, last_use: dict, buffer_of: dict,
+                    sizes: list[int], size: int) -> int | None:
+    node = graph.nodes[index]
+    if not node.opdef.inplace or not node.inputs:
+        return None
+    source = node.inputs[0]
+    key = root.get((source.node, source.index), (source.node, source.index))
+    buffer = buffer_of.get(key)
+    if buffer is None or last_use.get(key) != index or sizes[buffer] < size:
+        return None
+    if any((e.node, e.index) != (source.node, source.index)
+           and root.get((e.node, e.index), (e.node, e.index)) == key for e in node.inputs):
+        return None  # another input reads the same storage
+    return buffer
+
+
+def _take(free: list[int], sizes: list[int], size: int) -> int | None:
+    if not free:
+        return None
+    fitting = [buffer for buffer in free if sizes[buffer] >= size]
+    if fitting:
+        buffer = min(fitting, key=lambda b: sizes[b])
+    else:
+        buffer = max(free, key=lambda b: sizes[b])
+        sizes[buffer] = size
+    free.remove(buffer)
+    return buffer

@@ -1,0 +1,148 @@
+"""`Plan`: a graph compiled for one input signature into a flat list of steps.
+
+Compilation infers every shape and dtype, plans memory, allocates all buffers and binds each
+step to its input and output arrays, so `Plan.run` is a copy of the inputs, a plain loop of
+zero-argument calls and a copy of the outputs: no graph walking, look-ups or allocation.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from engine.compiler.plan_memory import MemoryPlan, plan_memory
+from engine.errors import EngineError, ExecutionError, ShapeError
+from engine.graph.infer import infer_dtypes, infer_shapes
+from engine.graph.ir import Graph, Node
+from engine.ops.shapes import is_known
+from engine.runtime.interpreter import specialize_sources
+
+
+@dataclass(frozen=True)
+class Step:
+    """One bound kernel call and the node it came from (for errors and profiles)."""
+
+    call: Callable[[], Any]
+    node: Node
+
+
+class Plan:
+    """A compiled, reusable execution of ``graph`` for fixed input shapes and dtypes.
+
+    Thread-safe: runs of one plan are serialised by a lock, since they share buffers.
+    """
+
+    def __init__(self, graph: Graph, input_shapes: Mapping[str, tuple[int, ...]],
+                 input_dtypes: Mapping[str, np.dtype], xp: Any = np,
+                 reuse_memory: bool = True) -> None:
+        self.xp = xp
+        self.graph = graph
+        shapes, dtypes = _infer(graph, input_shapes, input_dtypes)
+        self.memory: MemoryPlan = plan_memory(graph, shapes, dtypes, reuse_memory)
+        buffers = [xp.empty(size, np.uint8) for size in self.memory.buffer_sizes]
+        self._inputs = {name: xp.empty(input_shapes[name], input_dtypes[name])
+                        for name in input_shapes}
+        arrays: dict[tuple[int, int], Any] = {}
+        self.steps: list[Step] = []
+        for index, node in enumerate(graph.nodes):
+            if node.is_variable:
+                arrays[(index, 0)] = self._variable(node)
+                continue
+            args = [arrays[(entry.node, entry.index)] for entry in node.inputs]
+            params = specialize_sources(node, shapes[index])
+            if node.opdef.view and _bind_view(arrays, index, node, params, args, xp):
+                continue
+            outs = tuple(_buffer_view(buffers[self.memory.buffer_of[(index, slot)]], shape, dtype)
+                         for slot, (shape, dtype) in enumerate(zip(shapes[index], dtypes[index])))
+            for slot, out in enumerate(outs):
+                arrays[(index, slot)] = out
+            self.steps.append(Step(_bind(node, params, args, outs, xp), node))
+        self._heads = [arrays[(entry.node, entry.index)] for entry in graph.heads]
+        self._lock = threading.Lock()
+
+    def _variable(self, node: Node) -> Any:
+        if node.name in self._inputs:
+            return self._inputs[node.name]
+        return self.xp.asarray(self.graph.constants[node.name])
+
+    def run(self, feed: Mapping[str, Any], copy_outputs: bool = True) -> list[Any]:
+        """Copy ``feed`` in, run every step, return the outputs in head order.
+
+        With ``copy_outputs=False`` the plan's own output buffers are returned: no allocation
+        at all, but they are overwritten by the next run.
+        """
+        with self._lock:
+            for name, buffer in self._inputs.items():
+                self.xp.copyto(buffer, feed[name], casting="same_kind")
+            for step in self.steps:
+                try:
+                    step.call()
+                except EngineError as error:
+                    raise ExecutionError(f"while running {step.node.describe()}: {error}") \
+                        from error
+                except Exception as error:
+                    raise ExecutionError(f"while running {step.node.describe()}: "
+                                         f"{type(error).__name__}: {error}") from error
+            return [head.copy() for head in self._heads] if copy_outputs else list(self._heads)
+
+    def profile(self, feed: Mapping[str, Any], repeat: int = 10) -> dict[str, float]:
+        """Mean seconds per op type over ``repeat`` runs (steps timed one by one)."""
+        totals: dict[str, float] = {}
+        with self._lock:
+            for name, buffer in self._inputs.items():
+                self.xp.copyto(buffer, feed[name], casting="same_kind")
+            for _ in range(repeat):
+                for step in self.steps:
+                    start = time.perf_counter()
+                    step.call()
+                    label = _label(step.node)
+                    totals[label] = totals.get(label, 0.0) + time.perf_counter() - start
+        return {label: seconds / repeat for label, seconds in totals.items()}
+
+
+def _label(node: Node) -> str:
+    if node.op != "_fused_elementwise":
+        return node.op
+    steps = "+".join(step.op.name for step in node.params.steps)
+    return f"{node.params.head.op.name}+{steps}"
+
+
+def _infer(graph: Graph, input_shapes: Mapping, input_dtypes: Mapping) -> tuple[list, list]:
+    constant_shapes = {name: np.shape(value) for name, value in graph.constants.items()}
+    constant_dtypes = {name: np.asarray(value).dtype for name, value in graph.constants.items()}
+    shapes = infer_shapes(graph, {**constant_shapes, **input_shapes})
+    dtypes = infer_dtypes(graph, {**constant_dtypes, **input_dtypes})
+    for index, node in enumerate(graph.nodes):
+        for slot, (shape, dtype) in enumerate(zip(shapes[index], dtypes[index])):
+            if not is_known(shape):
+                raise ShapeError(f"{node.describe()}: shape of output {slot} is unknown ({shape})")
+            if dtype is None:
+                raise ShapeError(f"{node.describe()}: dtype of output {slot} is unknown")
+    return shapes, dtypes
+
+
+def _buffer_view(buffer: Any, shape: tuple[int, ...], dtype: np.dtype) -> Any:
+    count = int(np.prod(shape, dtype=np.int64))
+    return buffer[:count * np.dtype(dtype).itemsize].view(dtype).reshape(shape)
+
+
+def _bind_view(arrays: dict, index: int, node: Node, params: Any, args: list, xp: Any) -> bool:
+    """Bind a reshape-like output once, at compile time, when the kernel really returns a view."""
+    outputs = node.opdef.compute(xp, params, args)
+    if not xp.shares_memory(outputs[0], args[0]):
+        return False
+    arrays[(index, 0)] = outputs[0]
+    return True
+
+
+def _bind(node: Node, params: Any, args: list, outs: tuple, xp: Any) -> Callable[[], Any]:
+    out = outs[0] if len(outs) == 1 else outs
+    if node.opdef.writes_out:
+        return partial(node.opdef.kernel, xp, params, *args, out=out)
+    return partial(node.opdef.compute, xp, params, args, out)
