@@ -373,7 +373,8 @@ def _record_parts(array: np.ndarray, label: str, numpy_shape: bool) -> list[Any]
         supported = ", ".join(sorted({d.name for d in DTYPE_CODES}))
         raise ParamsFormatError(f"save_params: array {label} has dtype {array.dtype}, which "
                                 f".params files cannot store; supported: {supported}")
-    array = np.ascontiguousarray(array, dtype=dtype)
+    if array.dtype != dtype or not array.flags.c_contiguous:
+        array = np.array(array, dtype=dtype, order="C")  # (ascontiguousarray makes 0-d 1-d)
     magic = V3_MAGIC if numpy_shape or array.ndim == 0 or array.size == 0 else V2_MAGIC
     header = struct.pack(f"<Iii{array.ndim}qiii", magic, STORAGE_DENSE, array.ndim,
                          *array.shape, 1, 0, code)
