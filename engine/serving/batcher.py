@@ -1,0 +1,316 @@
+"""`DynamicBatcher`: queue concurrent requests, run them as batches off the event loop, split.
+
+Requests whose inputs have the same names, non-batch shapes and dtypes form a group; a group is
+dispatched when its rows reach `max_batch_size` or a preferred size, or when its oldest request
+has waited `max_queue_delay`. Each caller gets exactly its own rows back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from engine.errors import ExecutionError, InputError
+from engine.serving.config import ModelConfig
+from engine.serving.errors import ModelNotReady, Overloaded, TimedOut
+from engine.serving.stats import BatcherStats
+
+Arrays = dict[str, np.ndarray]
+InferFn = Callable[[Arrays], Mapping[str, np.ndarray]]
+
+
+@dataclass(frozen=True)
+class BatchingPolicy:
+    """Limits of one batcher; times in seconds (`from_config` converts config microseconds)."""
+
+    max_batch_size: int = 32
+    max_queue_delay_s: float = 0.001
+    preferred_batch_sizes: tuple[int, ...] = ()
+    max_queue_size: int = 1024
+    default_timeout_s: float | None = None
+    max_concurrent_batches: int = 1
+
+    @classmethod
+    def from_config(cls, config: ModelConfig, max_concurrent_batches: int = 1) -> BatchingPolicy:
+        """The policy written in a model's config."""
+        batching = config.dynamic_batching
+        timeout = batching.timeout_us
+        return cls(config.max_batch_size, batching.max_queue_delay_us / 1e6,
+                   batching.preferred_batch_sizes, batching.max_queue_size,
+                   None if timeout is None else timeout / 1e6, max_concurrent_batches)
+
+
+@dataclass(eq=False)
+class _Request:
+    inputs: Arrays
+    rows: int
+    key: Hashable
+    future: asyncio.Future[Arrays]
+    enqueued: float
+
+
+class DynamicBatcher:
+    """Combine concurrent requests to one model along the batch dimension (axis 0).
+
+    Args:
+        infer: the model's ``infer``; called from a worker thread with one batch.
+        policy: sizes, delays, queue bound and default deadline.
+        name: used in error messages (e.g. ``"mlp version 3"``).
+        executor: where batches run; by default a private pool of
+            ``policy.max_concurrent_batches`` threads, shut down by `close`.
+
+    Raises (from `submit`):
+        InputError: inputs are not arrays with one common batch size in 1..max_batch_size.
+        Overloaded: the queue holds `max_queue_size` requests already.
+        TimedOut: the deadline passed before the result was ready.
+        ModelNotReady: the batcher is closed.
+
+    Example:
+        >>> batcher = DynamicBatcher(model.infer, BatchingPolicy(max_batch_size=16))
+        >>> batcher.start()
+        >>> outputs = await batcher.submit({"data": x}, timeout_s=1.0)
+        >>> await batcher.close()
+    """
+
+    def __init__(self, infer: InferFn, policy: BatchingPolicy, *, name: str = "model",
+                 executor: Executor | None = None) -> None:
+        self.infer = infer
+        self.policy = policy
+        self.name = name
+        self.stats = BatcherStats()
+        self._preferred = frozenset(policy.preferred_batch_sizes)
+        self._own_executor = executor is None
+        self._executor = executor or ThreadPoolExecutor(
+            policy.max_concurrent_batches, thread_name_prefix=f"batcher-{name}")
+        self._groups: dict[Hashable, deque[_Request]] = {}
+        self._queued = 0
+        self._wake = asyncio.Event()
+        self._slots = asyncio.Semaphore(policy.max_concurrent_batches)
+        self._running: set[asyncio.Task[None]] = set()
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+        self.signatures: set[tuple[tuple[str, tuple[int, ...]], ...]] = set()
+
+    @property
+    def queue_depth(self) -> int:
+        """Requests waiting in the queue now."""
+        return self._queued
+
+    def start(self) -> None:
+        """Start the dispatch task on the running event loop."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._dispatch_loop())
+
+    async def close(self, *, drain: bool = True) -> None:
+        """Stop accepting requests; drain (or refuse) the queue; wait for running batches."""
+        self._closing = True
+        if not drain:
+            for group in self._groups.values():
+                for request in group:
+                    if not request.future.done():
+                        request.future.set_exception(ModelNotReady(f"{self.name} was unloaded"))
+            self._groups.clear()
+            self._queued = 0
+        self._wake.set()
+        if self._task is not None:
+            await self._task
+        elif self._queued:
+            await self._dispatch_loop()
+        if self._own_executor:
+            self._executor.shutdown(wait=False)
+
+    async def __aenter__(self) -> DynamicBatcher:
+        self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def submit(self, inputs: Mapping[str, Any], *, timeout_s: float | None = None) -> Arrays:
+        """Queue one request and wait for its own rows of the batch outputs."""
+        if self._closing:
+            raise ModelNotReady(f"{self.name} is unloading; retry to reach the current version")
+        request = self._make_request(inputs)
+        if self._queued >= self.policy.max_queue_size:
+            self.stats.rejected += 1
+            raise Overloaded(f"{self.name}: queue is full ({self._queued} requests waiting, "
+                             f"max_queue_size {self.policy.max_queue_size})", self._retry_after())
+        self._groups.setdefault(request.key, deque()).append(request)
+        self._queued += 1
+        self.stats.requests += 1
+        self.stats.rows += request.rows
+        self._wake.set()
+        timeout = self.policy.default_timeout_s if timeout_s is None else timeout_s
+        try:
+            if timeout is None:
+                return await request.future
+            return await asyncio.wait_for(request.future, timeout)
+        except TimeoutError:
+            self._remove(request)
+            self.stats.timed_out += 1
+            raise TimedOut(f"{self.name}: no result within {timeout:.3f} s "
+                           f"(queue depth {self._queued})") from None
+        except asyncio.CancelledError:
+            self._remove(request)
+            self.stats.cancelled += 1
+            raise
+
+    def _make_request(self, inputs: Mapping[str, Any]) -> _Request:
+        if not isinstance(inputs, Mapping) or not inputs:
+            raise InputError(f"{self.name}: inputs must be a non-empty mapping of name to array")
+        arrays = {name: np.asarray(value) for name, value in inputs.items()}
+        rows = {name: array.shape[0] if array.ndim else None for name, array in arrays.items()}
+        if None in rows.values():
+            scalar = next(name for name, count in rows.items() if count is None)
+            raise InputError(f"{self.name}: input {scalar!r} is a scalar; inputs need a batch "
+                             "dimension first")
+        sizes = set(rows.values())
+        if len(sizes) != 1:
+            raise InputError(f"{self.name}: inputs disagree on the batch size (first dimension): "
+                             + ", ".join(f"{name} {count}" for name, count in rows.items()))
+        size = sizes.pop()
+        if not 1 <= size <= self.policy.max_batch_size:
+            raise InputError(f"{self.name}: batch size {size} is outside 1..max_batch_size "
+                             f"{self.policy.max_batch_size}; split the request")
+        key = tuple(sorted((name, array.shape[1:], array.dtype.str)
+                           for name, array in arrays.items()))
+        future = asyncio.get_running_loop().create_future()
+        return _Request(arrays, size, key, future, time.monotonic())
+
+    def _remove(self, request: _Request) -> None:
+        group = self._groups.get(request.key)
+        if group is None:
+            return
+        try:
+            group.remove(request)
+        except ValueError:
+            return  # already taken into a batch; its result will be dropped
+        self._queued -= 1
+        if not group:
+            del self._groups[request.key]
+
+    def _retry_after(self) -> float:
+        batches_waiting = self._queued / self.policy.max_batch_size + 1
+        per_batch = self.stats.compute_time_s.mean or self.policy.max_queue_delay_s
+        return max(0.001, batches_waiting * per_batch / self.policy.max_concurrent_batches)
+
+    async def _dispatch_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._slots.acquire()
+            batch = await self._next_batch()
+            if batch is None:
+                self._slots.release()
+                break
+            task = loop.create_task(self._execute(batch))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+        if self._running:
+            await asyncio.gather(*self._running, return_exceptions=True)
+
+    async def _next_batch(self) -> list[_Request] | None:
+        """Wait until some group may be dispatched; pop and return its requests."""
+        while True:
+            now = time.monotonic()
+            ready: list[tuple[float, Hashable, int]] = []
+            wake_at = None
+            for key, group in self._groups.items():
+                count, full = self._plan(group)
+                due = group[0].enqueued + self.policy.max_queue_delay_s
+                if full or due <= now or self._closing:
+                    ready.append((group[0].enqueued, key, count))
+                elif wake_at is None or due < wake_at:
+                    wake_at = due
+            if ready:
+                _, key, count = min(ready, key=lambda item: item[0])
+                return self._pop(key, count)
+            if self._closing:
+                return None
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(),
+                                       None if wake_at is None else max(0.0, wake_at - now))
+            except TimeoutError:
+                pass
+
+    def _plan(self, group: deque[_Request]) -> tuple[int, bool]:
+        """How many requests (from the front) to take, and whether that batch is ready by size."""
+        limit = self.policy.max_batch_size
+        rows = count = preferred = 0
+        for request in group:
+            if rows + request.rows > limit:
+                return count, True
+            rows += request.rows
+            count += 1
+            if rows in self._preferred:
+                preferred = count
+        if rows == limit:
+            return count, True
+        return (preferred, True) if preferred else (count, False)
+
+    def _pop(self, key: Hashable, count: int) -> list[_Request]:
+        group = self._groups[key]
+        batch = [group.popleft() for _ in range(count)]
+        self._queued -= count
+        if not group:
+            del self._groups[key]
+        return batch
+
+    async def _execute(self, batch: Sequence[_Request]) -> None:
+        try:
+            live = [request for request in batch if not request.future.done()]
+            if live:
+                await self._run_batch(live)
+        finally:
+            self._slots.release()
+
+    async def _run_batch(self, batch: Sequence[_Request]) -> None:
+        started = time.monotonic()
+        for request in batch:
+            self.stats.queue_time_s.observe(started - request.enqueued)
+        inputs = batch[0].inputs if len(batch) == 1 else {
+            name: np.concatenate([request.inputs[name] for request in batch])
+            for name in batch[0].inputs}
+        rows = sum(request.rows for request in batch)
+        self.signatures.add(tuple(sorted((name, array.shape) for name, array in inputs.items())))
+        self.stats.batches += 1
+        self.stats.batch_rows.observe(rows)
+        self.stats.batch_requests.observe(len(batch))
+        try:
+            outputs = await asyncio.get_running_loop().run_in_executor(
+                self._executor, self.infer, inputs)
+            self._check_outputs(outputs, rows)
+        except Exception as error:  # noqa: BLE001 - reported to exactly this batch's callers
+            self.stats.compute_time_s.observe(time.monotonic() - started)
+            self._fail(batch, error)
+            return
+        self.stats.compute_time_s.observe(time.monotonic() - started)
+        start = 0
+        for request in batch:
+            stop = start + request.rows
+            if not request.future.done():
+                request.future.set_result({name: array[start:stop]
+                                           for name, array in outputs.items()})
+                self.stats.succeeded += 1
+            start = stop
+
+    def _check_outputs(self, outputs: Mapping[str, np.ndarray], rows: int) -> None:
+        for name, array in outputs.items():
+            length = array.shape[0] if getattr(array, "ndim", 0) else None
+            if length != rows:
+                raise ExecutionError(f"{self.name}: output {name!r} has batch dimension "
+                                     f"{length} for a batch of {rows} rows; outputs must keep "
+                                     "the batch dimension first")
+
+    def _fail(self, batch: Sequence[_Request], error: Exception) -> None:
+        for request in batch:
+            if not request.future.done():
+                request.future.set_exception(error)
+                self.stats.failed += 1

@@ -1,0 +1,215 @@
+"""`config.json` of a served model: tensors, batching policy, device and version policy.
+
+On disk it lives at ``REPO/<model>/config.json``; every field is optional, and the missing ones
+are completed from the loaded graph (see `engine.serving.validate`). Example::
+
+    {"max_batch_size": 32,
+     "inputs": [{"name": "data", "datatype": "FP32", "shape": [-1, 512]}],
+     "dynamic_batching": {"max_queue_delay_us": 2000, "preferred_batch_sizes": [8, 16]},
+     "version_policy": {"latest": {"num_versions": 1}}}
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from engine.serving.errors import InvalidModel
+
+CONFIG_NAME = "config.json"
+
+# Open Inference Protocol (KServe V2) datatype names and the numpy dtypes they stand for.
+DATATYPES: dict[str, np.dtype] = {
+    "BOOL": np.dtype(np.bool_), "UINT8": np.dtype(np.uint8), "UINT16": np.dtype(np.uint16),
+    "UINT32": np.dtype(np.uint32), "UINT64": np.dtype(np.uint64), "INT8": np.dtype(np.int8),
+    "INT16": np.dtype(np.int16), "INT32": np.dtype(np.int32), "INT64": np.dtype(np.int64),
+    "FP16": np.dtype(np.float16), "FP32": np.dtype(np.float32), "FP64": np.dtype(np.float64),
+}
+_BY_NUMPY = {dtype: name for name, dtype in DATATYPES.items()}
+
+
+def datatype_of(dtype: np.dtype | str) -> str:
+    """The V2 datatype name (``"FP32"``) of a numpy dtype; `ValueError` if there is none."""
+    try:
+        return _BY_NUMPY[np.dtype(dtype)]
+    except (KeyError, TypeError) as error:
+        raise ValueError(f"dtype {dtype!s} has no V2 datatype; expected one of "
+                         f"{', '.join(str(d) for d in _BY_NUMPY)}") from error
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TensorConfig(_Strict):
+    """One input or output: name, V2 datatype and shape (``-1``: batch or variable dimension)."""
+
+    name: str = Field(min_length=1, max_length=256)
+    datatype: str
+    shape: tuple[int, ...] = Field(min_length=1, max_length=32)
+
+    @field_validator("datatype", mode="before")
+    @classmethod
+    def _datatype(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.upper() in DATATYPES:
+            return value.upper()
+        if isinstance(value, str):
+            try:
+                return datatype_of(value)
+            except ValueError:
+                pass
+        raise ValueError(f"unknown datatype {value!r}; expected one of {', '.join(DATATYPES)}")
+
+    @field_validator("shape")
+    @classmethod
+    def _shape(cls, shape: tuple[int, ...]) -> tuple[int, ...]:
+        if shape[0] != -1:
+            raise ValueError(f"shape {list(shape)} must start with -1, the batch dimension")
+        if any(dim == 0 or dim < -1 for dim in shape):
+            raise ValueError(f"shape {list(shape)}: dimensions must be -1 (variable) or >= 1")
+        return shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The numpy dtype of `datatype`."""
+        return DATATYPES[self.datatype]
+
+
+class DynamicBatchingConfig(_Strict):
+    """How requests are queued and combined (see `engine.serving.batcher.DynamicBatcher`)."""
+
+    max_queue_delay_us: int = Field(1000, ge=0, le=60_000_000)
+    preferred_batch_sizes: tuple[int, ...] = ()
+    max_queue_size: int = Field(1024, ge=1, le=1_000_000)
+    timeout_us: int | None = Field(None, ge=1, le=3_600_000_000)
+
+    @field_validator("preferred_batch_sizes")
+    @classmethod
+    def _preferred(cls, sizes: tuple[int, ...]) -> tuple[int, ...]:
+        if any(size < 1 for size in sizes):
+            raise ValueError(f"preferred_batch_sizes {list(sizes)}: sizes must be >= 1")
+        return tuple(sorted(set(sizes)))
+
+
+class LatestVersions(_Strict):
+    """Serve the `num_versions` highest version numbers."""
+
+    num_versions: int = Field(1, ge=1, le=1000)
+
+
+class AllVersions(_Strict):
+    """Serve every version."""
+
+
+class SpecificVersions(_Strict):
+    """Serve exactly the listed versions (those present on disk)."""
+
+    versions: tuple[int, ...] = Field(min_length=1)
+
+    @field_validator("versions")
+    @classmethod
+    def _positive(cls, versions: tuple[int, ...]) -> tuple[int, ...]:
+        if any(version < 1 for version in versions):
+            raise ValueError(f"versions {list(versions)}: versions are positive integers")
+        return versions
+
+
+class VersionPolicy(_Strict):
+    """Which versions on disk are loaded: exactly one of `latest`, `all` or `specific`."""
+
+    latest: LatestVersions | None = None
+    all: AllVersions | None = None
+    specific: SpecificVersions | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> VersionPolicy:
+        chosen = [name for name in ("latest", "all", "specific") if getattr(self, name) is not None]
+        if len(chosen) > 1:
+            raise ValueError(f"give exactly one of latest, all, specific; got {', '.join(chosen)}")
+        return self
+
+    def select(self, available: Iterable[int]) -> list[int]:
+        """The versions to load, ascending, out of those `available` on disk."""
+        versions = sorted(set(available))
+        if self.all is not None:
+            return versions
+        if self.specific is not None:
+            return [version for version in versions if version in self.specific.versions]
+        count = self.latest.num_versions if self.latest is not None else 1
+        return versions[-count:]
+
+
+class ModelConfig(_Strict):
+    """A model's ``config.json``; `inputs`/`outputs` left out are inferred from the graph."""
+
+    name: str | None = None
+    inputs: tuple[TensorConfig, ...] | None = None
+    outputs: tuple[TensorConfig, ...] | None = None
+    max_batch_size: int = Field(32, ge=1, le=65536)
+    dynamic_batching: DynamicBatchingConfig = DynamicBatchingConfig()
+    device: Literal["cpu", "gpu", "auto"] | None = None
+    version_policy: VersionPolicy = VersionPolicy()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModelConfig:
+        for field in ("inputs", "outputs"):
+            tensors: Sequence[TensorConfig] = getattr(self, field) or ()
+            names = [tensor.name for tensor in tensors]
+            duplicates = sorted({name for name in names if names.count(name) > 1})
+            if duplicates:
+                raise ValueError(f"{field}: names must be unique; {duplicates} repeated")
+        too_big = [size for size in self.dynamic_batching.preferred_batch_sizes
+                   if size > self.max_batch_size]
+        if too_big:
+            raise ValueError(f"dynamic_batching.preferred_batch_sizes {too_big} exceed "
+                             f"max_batch_size {self.max_batch_size}")
+        return self
+
+    def to_json(self) -> str:
+        """The config as indented JSON, with defaults written out."""
+        return self.model_dump_json(indent=2)
+
+
+def parse_config(data: bytes | str | dict[str, Any], where: str) -> ModelConfig:
+    """Validate config data; `where` (a path or 'upload') prefixes every error message.
+
+    Raises:
+        InvalidModel: the JSON does not parse or a field is invalid; the message names the field.
+    """
+    try:
+        raw = data if isinstance(data, dict) else json.loads(data)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise InvalidModel(f"{where}: config is not valid JSON: {error}") from None
+    if not isinstance(raw, dict):
+        raise InvalidModel(f"{where}: config must be a JSON object, got {type(raw).__name__}")
+    try:
+        return ModelConfig.model_validate(raw)
+    except ValidationError as error:
+        raise InvalidModel(f"{where}: {describe_validation_error(error)}") from None
+
+
+def read_config(model_dir: Path) -> ModelConfig | None:
+    """The config in ``model_dir/config.json``, or None when the file does not exist."""
+    path = model_dir / CONFIG_NAME
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    return parse_config(data, str(path))
+
+
+def describe_validation_error(error: ValidationError) -> str:
+    """One line per problem, each naming the field as a dotted path (``inputs.0.shape``)."""
+    lines = []
+    for problem in error.errors():
+        where = ".".join(str(part) for part in problem["loc"]) or "config"
+        message = problem["msg"].removeprefix("Value error, ")
+        got = repr(problem.get("input"))
+        got = got if len(got) <= 120 else got[:117] + "..."
+        lines.append(f"{where}: {message} (got {got})")
+    return "; ".join(lines)

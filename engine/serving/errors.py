@@ -1,0 +1,49 @@
+"""Errors of the serving layer; the service maps each class to exactly one HTTP status."""
+
+from __future__ import annotations
+
+from engine.errors import EngineError, ModelFormatError
+
+
+class ServingError(EngineError):
+    """Base class of the errors raised by the model repository and the batcher."""
+
+
+class InvalidName(ServingError, ValueError):
+    """A model name or version number is not allowed (bad characters, '.', '..', version < 1)."""
+
+
+class ModelNotFound(ServingError, LookupError):
+    """No model of that name exists in the repository."""
+
+
+class VersionNotFound(ServingError, LookupError):
+    """The model exists, but not the requested version."""
+
+
+class ModelNotReady(ServingError):
+    """The model or version exists on disk but is not loaded (loading, unloading or failed)."""
+
+
+class Overloaded(ServingError):
+    """A batcher's queue is full; `retry_after` (seconds) hints when to try again."""
+
+    def __init__(self, message: str, retry_after: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class TimedOut(ServingError, TimeoutError):
+    """A request's deadline passed before its result was ready."""
+
+
+class Conflict(ServingError):
+    """The operation conflicts with the repository's state (e.g. the version already exists)."""
+
+
+class InvalidModel(ServingError, ModelFormatError):
+    """A model version or its config failed validation (parse, ops, params, shapes, test run)."""
+
+
+class MemoryBudgetExceeded(ServingError):
+    """Loading a version would take the repository past its configured memory budget."""

@@ -1,0 +1,303 @@
+"""DynamicBatcher: pure asyncio tests against a fake model."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Coroutine
+from typing import Any
+
+import numpy as np
+import pytest
+
+from engine.errors import ExecutionError, InputError
+from engine.serving.batcher import BatchingPolicy, DynamicBatcher
+from engine.serving.config import ModelConfig
+from engine.serving.errors import ModelNotReady, Overloaded, TimedOut
+from tests.engine.serving.fakes import FakeModel, expected
+
+
+def run(coroutine: Coroutine[Any, Any, Any], timeout: float = 30.0) -> Any:
+    """Run a coroutine on a fresh event loop, bounded in time."""
+    return asyncio.run(asyncio.wait_for(coroutine, timeout))
+
+
+def rows(count: int, width: int = 4, seed: int = 1) -> np.ndarray:
+    return np.random.default_rng(seed).normal(size=(count, width)).astype(np.float32)
+
+
+def assert_rows(result: dict[str, np.ndarray], model: FakeModel, data: np.ndarray) -> None:
+    want = expected(model, data)
+    assert set(result) == set(want)
+    for name in want:
+        assert result[name].shape == want[name].shape
+        np.testing.assert_allclose(result[name], want[name], rtol=1e-5, atol=1e-6)
+
+
+def test_500_concurrent_single_rows_get_their_own_rows() -> None:
+    model = FakeModel(delay_s=0.002)
+    data = rows(500)
+
+    async def main() -> list[dict[str, np.ndarray]]:
+        policy = BatchingPolicy(max_batch_size=32, max_queue_delay_s=0.005)
+        async with DynamicBatcher(model.infer, policy, name="fake") as batcher:
+            results = await asyncio.gather(*(batcher.submit({"data": data[i:i + 1]})
+                                             for i in range(500)))
+            assert batcher.stats.succeeded == 500
+            assert batcher.stats.batch_rows.count == len(model.batches)
+        return results
+
+    results = run(main())
+    for index, result in enumerate(results):
+        assert_rows(result, model, data[index:index + 1])
+    sizes = [shape[0] for shape, _ in model.batches]
+    assert sum(sizes) == 500
+    assert max(sizes) > 1 and max(sizes) <= 32
+    assert len(model.batches) < 100
+
+
+def test_requests_of_several_rows_are_split_back_exactly() -> None:
+    model = FakeModel()
+    counts = [1, 3, 2, 5, 1, 4, 7, 2]
+    datas = [rows(count, seed=index) for index, count in enumerate(counts)]
+
+    async def main() -> list[dict[str, np.ndarray]]:
+        policy = BatchingPolicy(max_batch_size=8, max_queue_delay_s=0.01)
+        async with DynamicBatcher(model.infer, policy) as batcher:
+            return await asyncio.gather(*(batcher.submit({"data": d}) for d in datas))
+
+    for result, data in zip(run(main()), datas):
+        assert_rows(result, model, data)
+    assert all(shape[0] <= 8 for shape, _ in model.batches)
+
+
+def test_lone_request_completes_within_queue_delay_plus_compute() -> None:
+    model = FakeModel(delay_s=0.01)
+    delay = 0.05
+
+    async def main() -> float:
+        policy = BatchingPolicy(max_batch_size=16, max_queue_delay_s=delay)
+        async with DynamicBatcher(model.infer, policy) as batcher:
+            started = time.monotonic()
+            await batcher.submit({"data": rows(1)})
+            return time.monotonic() - started
+
+    elapsed = run(main())
+    assert delay <= elapsed < delay + model.delay_s + 0.15
+
+
+def test_preferred_size_dispatches_without_waiting_for_the_delay() -> None:
+    model = FakeModel()
+
+    async def main() -> float:
+        policy = BatchingPolicy(max_batch_size=16, max_queue_delay_s=10.0,
+                                preferred_batch_sizes=(4,))
+        async with DynamicBatcher(model.infer, policy) as batcher:
+            started = time.monotonic()
+            await asyncio.gather(*(batcher.submit({"data": rows(1, seed=i)}) for i in range(4)))
+            return time.monotonic() - started
+
+    assert run(main()) < 1.0
+    assert [shape[0] for shape, _ in model.batches] == [4]
+
+
+def test_full_queue_raises_overloaded_with_retry_hint() -> None:
+    model = FakeModel()
+    model.gate.clear()
+
+    async def main() -> None:
+        policy = BatchingPolicy(max_batch_size=1, max_queue_delay_s=0.0, max_queue_size=2)
+        async with DynamicBatcher(model.infer, policy) as batcher:
+            first = asyncio.create_task(batcher.submit({"data": rows(1)}))
+            while not batcher.stats.batches:
+                await asyncio.sleep(0.001)  # the first request is running (blocked on the gate)
+            queued = [asyncio.create_task(batcher.submit({"data": rows(1, seed=i)}))
+                      for i in range(2)]
+            await asyncio.sleep(0.01)
+            assert batcher.queue_depth == 2
+            with pytest.raises(Overloaded) as caught:
+                await batcher.submit({"data": rows(1)})
+            assert caught.value.retry_after > 0
+            assert "max_queue_size 2" in str(caught.value)
+            model.gate.set()
+            await asyncio.gather(first, *queued)
+            assert batcher.stats.rejected == 1 and batcher.stats.succeeded == 3
+
+    run(main())
+
+
+def test_deadline_raises_timed_out_and_the_request_never_runs() -> None:
+    model = FakeModel()
+    model.gate.clear()
+
+    async def main() -> None:
+        policy = BatchingPolicy(max_batch_size=1, max_queue_delay_s=0.0, default_timeout_s=0.05)
+        async with DynamicBatcher(model.infer, policy) as batcher:
+            first = asyncio.create_task(batcher.submit({"data": rows(1)}, timeout_s=5.0))
+            while not batcher.stats.batches:
+                await asyncio.sleep(0.001)
+            started = time.monotonic()
+            with pytest.raises(TimedOut):
+                await batcher.submit({"data": np.full((1, 4), 7.0, np.float32)})
+            assert 0.05 <= time.monotonic() - started < 1.0
+            assert batcher.queue_depth == 0
+            model.gate.set()
+            await first
+            assert batcher.stats.timed_out == 1
+
+    run(main())
+    assert not any((seen == 7.0).all() for seen in model.rows_seen)
+
+
+def test_cancelled_request_is_removed_before_it_runs() -> None:
+    model = FakeModel()
+    model.gate.clear()
+
+    async def main() -> None:
+        policy = BatchingPolicy(max_batch_size=1, max_queue_delay_s=0.0)
+        async with DynamicBatcher(model.infer, policy) as batcher:
+            first = asyncio.create_task(batcher.submit({"data": rows(1)}))
+            while not batcher.stats.batches:
+                await asyncio.sleep(0.001)
+            doomed = asyncio.create_task(
+                batcher.submit({"data": np.full((1, 4), 9.0, np.float32)}))
+            await asyncio.sleep(0.01)
+            assert batcher.queue_depth == 1
+            doomed.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await doomed
+            assert batcher.queue_depth == 0
+            model.gate.set()
+            await first
+            assert batcher.stats.cancelled == 1
+
+    run(main())
+    assert len(model.batches) == 1
+    assert not any((seen == 9.0).all() for seen in model.rows_seen)
+
+
+def test_differing_shapes_and_dtypes_are_never_combined() -> None:
+    model = FakeModel()
+    kinds = [(4, np.float32), (6, np.float32), (4, np.float64)]
+    datas = [rows(1, width, seed=i).astype(dtype) for i, (width, dtype) in
+             enumerate(kinds * 20)]
+
+    async def main() -> list[dict[str, np.ndarray]]:
+        policy = BatchingPolicy(max_batch_size=64, max_queue_delay_s=0.02)
+        async with DynamicBatcher(model.infer, policy) as batcher:
+            return await asyncio.gather(*(batcher.submit({"data": d}) for d in datas))
+
+    for result, data in zip(run(main()), datas):
+        assert_rows(result, model, data)
+    assert {(shape[1:], dtype) for shape, dtype in model.batches} == {
+        ((4,), np.dtype(np.float32)), ((6,), np.dtype(np.float32)), ((4,), np.dtype(np.float64))}
+    assert len(model.batches) == 3
+
+
+def test_error_in_one_batch_reaches_only_its_callers() -> None:
+    model = FakeModel(fail_width=3)
+
+    async def main() -> list[Any]:
+        policy = BatchingPolicy(max_batch_size=16, max_queue_delay_s=0.01)
+        async with DynamicBatcher(model.infer, policy) as batcher:
+            calls = [batcher.submit({"data": rows(1, 3 if i % 2 else 4, seed=i)})
+                     for i in range(10)]
+            results = await asyncio.gather(*calls, return_exceptions=True)
+            assert batcher.stats.failed == 5 and batcher.stats.succeeded == 5
+            return results
+
+    for index, result in enumerate(run(main())):
+        if index % 2:
+            assert isinstance(result, ExecutionError) and "fails on purpose" in str(result)
+        else:
+            assert isinstance(result, dict)
+
+
+def test_outputs_that_lose_the_batch_dimension_fail_the_batch() -> None:
+    async def main() -> None:
+        def bad(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            return {"out": np.zeros((1, 2), np.float32)}
+
+        policy = BatchingPolicy(max_batch_size=8, max_queue_delay_s=0.01)
+        async with DynamicBatcher(bad, policy, name="bad") as batcher:
+            results = await asyncio.gather(*(batcher.submit({"data": rows(1)}) for _ in range(3)),
+                                           return_exceptions=True)
+        assert all(isinstance(result, ExecutionError) for result in results)
+        assert "batch dimension 1 for a batch of 3 rows" in str(results[0])
+
+    run(main())
+
+
+@pytest.mark.parametrize("inputs, message", [
+    ({"data": np.zeros((9, 4), np.float32)}, "outside 1..max_batch_size 8"),
+    ({"data": np.zeros((0, 4), np.float32)}, "outside 1..max_batch_size 8"),
+    ({"data": np.float32(1.0)}, "is a scalar"),
+    ({"a": np.zeros((2, 4)), "b": np.zeros((3, 4))}, "disagree on the batch size"),
+    ({}, "non-empty mapping"),
+])
+def test_bad_requests_raise_input_error(inputs: dict[str, Any], message: str) -> None:
+    async def main() -> None:
+        async with DynamicBatcher(FakeModel().infer, BatchingPolicy(max_batch_size=8)) as batcher:
+            with pytest.raises(InputError, match=message):
+                await batcher.submit(inputs)
+
+    run(main())
+
+
+def test_close_drains_queued_requests_then_refuses_new_ones() -> None:
+    model = FakeModel()
+
+    async def main() -> None:
+        policy = BatchingPolicy(max_batch_size=4, max_queue_delay_s=10.0)
+        batcher = DynamicBatcher(model.infer, policy)
+        batcher.start()
+        pending = [asyncio.create_task(batcher.submit({"data": rows(1, seed=i)}))
+                   for i in range(3)]
+        await asyncio.sleep(0.01)
+        await batcher.close()
+        assert all(task.done() and not task.exception() for task in pending)
+        with pytest.raises(ModelNotReady):
+            await batcher.submit({"data": rows(1)})
+
+    run(main())
+
+
+def test_close_without_drain_refuses_what_is_queued() -> None:
+    async def main() -> None:
+        batcher = DynamicBatcher(FakeModel().infer, BatchingPolicy(max_queue_delay_s=10.0))
+        batcher.start()
+        pending = asyncio.create_task(batcher.submit({"data": rows(1)}))
+        await asyncio.sleep(0.01)
+        await batcher.close(drain=False)
+        with pytest.raises(ModelNotReady):
+            await pending
+
+    run(main())
+
+
+def test_stats_record_queue_and_compute_time_and_batch_sizes() -> None:
+    model = FakeModel(delay_s=0.003)
+
+    async def main() -> None:
+        policy = BatchingPolicy(max_batch_size=8, max_queue_delay_s=0.002)
+        async with DynamicBatcher(model.infer, policy) as batcher:
+            await asyncio.gather(*(batcher.submit({"data": rows(1, seed=i)}) for i in range(40)))
+            stats = batcher.stats.snapshot()
+        assert stats.requests == stats.rows == stats.succeeded == 40
+        assert stats.queue_time_s.count == 40
+        assert stats.compute_time_s.count == stats.batches == len(model.batches)
+        assert stats.compute_time_s.total >= 0.003 * stats.batches
+        assert stats.batch_rows.total == 40
+        assert stats.batch_rows.cumulative()[-1] == (float("inf"), stats.batches)
+        assert batcher.signatures == {(("data", shape),) for shape, _ in model.batches}
+
+    run(main())
+
+
+def test_policy_from_config_converts_microseconds() -> None:
+    config = ModelConfig.model_validate({
+        "max_batch_size": 16,
+        "dynamic_batching": {"max_queue_delay_us": 2500, "preferred_batch_sizes": [8, 4],
+                             "max_queue_size": 10, "timeout_us": 1_000_000}})
+    policy = BatchingPolicy.from_config(config)
+    assert policy == BatchingPolicy(16, 0.0025, (4, 8), 10, 1.0, 1)
