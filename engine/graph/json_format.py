@@ -1,4 +1,4 @@
-"""MXNet symbol JSON: read (legacy layouts included) into a `Graph`, and write what MXNet 1.9.1 writes.
+"""MXNet symbol JSON: read it (legacy layouts too) into a `Graph`; write what MXNet 1.9.1 writes.
 
 Reading validates everything a file can get wrong (types, references, arities, sizes) and raises
 `ModelFormatError` naming the node by index and name. Files older than MXNet 1.9.1 get MXNet's
