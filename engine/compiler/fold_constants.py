@@ -5,10 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from engine.compiler.rewrite import Rewriter
-from engine.graph.infer import infer_shapes
+from engine.graph.infer import infer_shapes, specialize_sources
 from engine.graph.ir import Entry, Graph
 from engine.ops.shapes import is_known
-from engine.runtime.interpreter import specialize_sources
 
 
 def fold_constants(graph: Graph) -> Graph:
@@ -22,12 +21,15 @@ def fold_constants(graph: Graph) -> Graph:
         return graph
     shapes = infer_shapes(graph, {name: np.shape(value)
                                   for name, value in graph.constants.items()})
+    foldable = [constant[index] and not node.is_variable
+                and all(is_known(shape) for shape in shapes[index])
+                for index, node in enumerate(graph.nodes)]
+    if not any(foldable):
+        return graph
     values: dict[tuple[int, int], np.ndarray] = {}
     rewriter = Rewriter(graph)
     for index, node in enumerate(graph.nodes):
-        foldable = constant[index] and not node.is_variable and all(
-            is_known(shape) for shape in shapes[index])
-        if not foldable:
+        if not foldable[index]:
             if node.is_variable and node.name in graph.constants:
                 values[(index, 0)] = graph.constants[node.name]
             for entry in node.inputs:

@@ -9,7 +9,7 @@ variable's ``__shape__`` annotation.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -17,6 +17,7 @@ import numpy as np
 from engine.errors import ModelFormatError, ShapeError
 from engine.graph.ir import Graph, Node
 from engine.ops.attrs import parse_int_tuple
+from engine.ops.registry import Attrs
 from engine.ops.shapes import merge
 
 MaybeShape = tuple[int, ...] | None
@@ -124,3 +125,15 @@ def _one_round(graph: Graph, values: list[list[Any]], method: str,
             raise ShapeError(f"{node.describe()}: cannot infer {method[6:]}s from inputs "
                              f"{current}: {error}") from None
     return changed
+
+
+def specialize_sources(node: Node, shapes: Sequence[tuple[int, ...] | None]) -> Attrs:
+    """Attributes of a node, with a creation op's partially known ``shape`` made concrete.
+
+    Creation ops such as ``_zeros`` with ``shape=(1, 0, 32)`` (Gluon's RNN state) learn their
+    unknown dimensions from shape inference over the whole graph.
+    """
+    params = node.params
+    if node.inputs or "shape" not in params or shapes[0] is None:
+        return params
+    return Attrs({**params, "shape": tuple(shapes[0])})

@@ -38,7 +38,7 @@ class Node:
 
     op: str
     name: str
-    attrs: Mapping[str, str] = _EMPTY
+    attrs: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
     inputs: tuple[Entry, ...] = ()
     params: Attrs = field(default_factory=lambda: Attrs({}))
 
@@ -87,8 +87,8 @@ class Graph:
 
     nodes: tuple[Node, ...]
     heads: tuple[Entry, ...]
-    attrs: Mapping[str, Any] = _EMPTY
-    constants: Mapping[str, Any] = _EMPTY
+    attrs: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    constants: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
 
     def replace(self, **changes: Any) -> Graph:
         """A copy with some fields replaced (nodes are shared: they are frozen)."""

@@ -6,12 +6,12 @@ so it stays deliberately plain: one pass in topological order, values freed afte
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from engine.errors import EngineError, ExecutionError, InputError
-from engine.graph.ir import Graph, Node
-from engine.ops.registry import Attrs
+from engine.graph.infer import specialize_sources
+from engine.graph.ir import Graph
 
 
 def last_uses(graph: Graph) -> list[list[int]]:
@@ -27,18 +27,6 @@ def last_uses(graph: Graph) -> list[list[int]]:
         if consumer < len(graph.nodes):
             drops[consumer].append(producer)
     return drops
-
-
-def specialize_sources(node: Node, shapes: Sequence[tuple[int, ...] | None]) -> Attrs:
-    """Attributes of a node, with a creation op's partially known ``shape`` made concrete.
-
-    Creation ops such as ``_zeros`` with ``shape=(1, 0, 32)`` (Gluon's RNN state) learn their
-    unknown dimensions from shape inference over the whole graph.
-    """
-    params = node.params
-    if node.inputs or "shape" not in params or shapes[0] is None:
-        return params
-    return Attrs({**params, "shape": tuple(shapes[0])})
 
 
 def evaluate(graph: Graph, feed: Mapping[str, Any], xp: Any,

@@ -18,10 +18,9 @@ import numpy as np
 
 from engine.compiler.plan_memory import MemoryPlan, plan_memory
 from engine.errors import EngineError, ExecutionError, ShapeError
-from engine.graph.infer import infer_dtypes, infer_shapes
+from engine.graph.infer import infer_dtypes, infer_shapes, specialize_sources
 from engine.graph.ir import Graph, Node
 from engine.ops.shapes import is_known
-from engine.runtime.interpreter import specialize_sources
 
 
 @dataclass(frozen=True)
