@@ -1,7 +1,7 @@
 """Pooling (max/avg/sum/lp, 1-3 spatial axes, any layout) and _contrib_BilinearResize2D.
 
-Pooling reduces strided window views of the padded input, one kernel position at a time, into
-the output; channels-last layouts are handled as transposed views, never copies.
+Pooling reduces strided views of the padded input one spatial axis and one kernel offset at a
+time (the reductions are separable); channels-last layouts are transposed views, never copies.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from engine.ops.attrs import (
     parse_int,
     parse_int_tuple,
 )
-from engine.ops.im2col import Ints, kernel_offsets, pad_spatial, spatial_param, window
+from engine.ops.im2col import Ints, pad_spatial, spatial_param
 from engine.ops.registry import Attrs, MaybeShape, OpDef, Param, register
 
 ShapeResult = tuple[list[MaybeShape], list[MaybeShape]]
@@ -158,6 +158,7 @@ def _lp_root(xp: Any, target: Any, p: int) -> None:
 
 def _window_pool(xp: Any, attrs: Attrs, source: Any, geometry: tuple[Ints, Ints, Ints],
                  target: Any) -> None:
+    """Windowed pooling, one spatial axis at a time (max, sum and Lp sums are separable)."""
     kernel, stride, pad = geometry
     size = target.shape[2:]
     spatial = source.shape[2:]
@@ -166,22 +167,24 @@ def _window_pool(xp: Any, attrs: Attrs, source: Any, geometry: tuple[Ints, Ints,
                   for n, s, k, length, p in zip(size, stride, kernel, spatial, pad, strict=True))
     after = tuple(p + e for p, e in zip(pad, extra, strict=True))
     kind = attrs.pool_type
-    fill = _lowest(source.dtype) if kind == "max" else 0
-    padded = pad_spatial(xp, source, pad, after, fill)
-    views = (window(padded, offset, stride, size)
-             for offset in kernel_offsets(kernel, (1,) * len(kernel)))
+    current = pad_spatial(xp, source, pad, after, _lowest(source.dtype) if kind == "max" else 0)
     if kind == "lp":
-        scratch = xp.empty_like(target)
-        xp.copyto(target, _lp_power(xp, next(views), attrs.p_value, scratch))
-        for view in views:
-            target += _lp_power(xp, view, attrs.p_value, scratch)
-        _lp_root(xp, target, attrs.p_value)
-        return
-    xp.copyto(target, next(views))
+        current = _lp_power(xp, current, attrs.p_value)
     combine = xp.maximum if kind == "max" else xp.add
-    for view in views:
-        combine(target, view, out=target)
-    if kind == "avg":
+    last = len(kernel) - 1
+    for axis, (k, s, n) in enumerate(zip(kernel, stride, size, strict=True)):
+        shape = (*current.shape[:axis + 2], n, *current.shape[axis + 3:])
+        reduced = target if axis == last else xp.empty(shape, dtype=current.dtype)
+        for offset in range(k):
+            index = (slice(None),) * (axis + 2) + (slice(offset, offset + s * (n - 1) + 1, s),)
+            if offset == 0:
+                xp.copyto(reduced, current[index])
+            else:
+                combine(reduced, current[index], out=reduced)
+        current = reduced
+    if kind == "lp":
+        _lp_root(xp, target, attrs.p_value)
+    elif kind == "avg":
         xp.divide(target, _avg_divisor(xp, attrs, spatial, geometry, size, target.dtype),
                   out=target)
 
