@@ -79,6 +79,7 @@ def _apply_tokens(data: Shape, tokens: tuple[tuple, ...], reverse: bool) -> Shap
     if reverse:
         tokens = tuple(("split", t[2], t[1]) if t[0] == "split" else t for t in reversed(tokens))
     out: list[int] = []
+    copies: list[int] = []
     src = 0
     infer_at = -1
 
@@ -96,6 +97,7 @@ def _apply_tokens(data: Shape, tokens: tuple[tuple, ...], reverse: bool) -> Shap
             out.append(token[1])
             src += 1
         elif kind == "copy":
+            copies.append(len(out))
             out.append(read())
         elif kind == "infer":
             if infer_at >= 0:
@@ -104,6 +106,7 @@ def _apply_tokens(data: Shape, tokens: tuple[tuple, ...], reverse: bool) -> Shap
             out.append(1)
             src += 1
         elif kind == "rest":
+            copies.extend(range(len(out), len(out) + len(dims) - src))
             out.extend(dims[src:])
             src = len(dims)
         elif kind == "merge":
@@ -124,9 +127,11 @@ def _apply_tokens(data: Shape, tokens: tuple[tuple, ...], reverse: bool) -> Shap
                 raise ShapeError(f"cannot split dimension {whole} into {first} x {second}")
             out.extend((first, second))
     if infer_at >= 0:
-        rest = _prod(out)
-        total = _prod(data)
-        if not is_known(data) or rest == 0:
+        # Unknown (0) input dims copied straight to the output cancel out of the division.
+        copied = sum(1 for index in copies if out[index] == 0)
+        rest = _prod(dim for dim in out if dim)
+        total = _prod(dim for dim in data if dim)
+        if copied != sum(1 for dim in data if not dim) or copied != out.count(0):
             out[infer_at] = 0
         elif total % rest:
             raise ShapeError(f"cannot reshape {data} ({total} elements) with one inferred "
