@@ -221,7 +221,8 @@ def _valid_mask(xp: Any, data_shape: tuple[int, ...], axis: int, length: Any) ->
 
 def _softmax_core(xp: Any, attrs: Attrs, data: Any, length: Any, kind: str) -> Any:
     out_dtype = attrs.dtype if attrs.dtype is not None else data.dtype
-    compute = np.result_type(_floating(data).dtype, out_dtype)
+    # Half precision accumulates in float32, as MXNet's softmax kernels do.
+    compute = np.result_type(_floating(data).dtype, out_dtype, np.float32)
     x = data.astype(compute, copy=False)
     axis = normalize_axis(attrs.axis, x.ndim, "softmax axis")
     if kind == "softmin":
