@@ -67,7 +67,10 @@ def infer_shapes(graph: Graph, known: Mapping[str, tuple[int, ...]]) -> list[lis
 def infer_dtypes(graph: Graph, known: Mapping[str, Any]) -> list[list[MaybeDType]]:
     """Dtypes of every node's visible outputs (variables: their own dtype)."""
     start = {name: np.dtype(dtype) for name, dtype in known.items()}
-    return _propagate(graph, start, declared_dtype, "infer_dtype", _merge_dtype)
+    # MXNet does not enforce ``__dtype__`` (a model cast to float16 after export keeps "0"), so
+    # a declared dtype only fills in for variables whose dtype is not given.
+    return _propagate(graph, start, declared_dtype, "infer_dtype", _merge_dtype,
+                      given_wins=True)
 
 
 def _merge_shape(first: Any, second: Any, what: str) -> Any:
@@ -83,11 +86,16 @@ def _merge_dtype(first: Any, second: Any, what: str) -> Any:
 
 
 def _propagate(graph: Graph, known: Mapping[str, Any], declared: Callable[[Node], Any],
-               method: str, unify: Callable[[Any, Any, str], Any]) -> list[list[Any]]:
+               method: str, unify: Callable[[Any, Any, str], Any],
+               given_wins: bool = False) -> list[list[Any]]:
     values: list[list[Any]] = []
     for node in graph.nodes:
         if node.is_variable:
-            values.append([unify(known.get(node.name), declared(node),
+            given = known.get(node.name)
+            if given_wins and given is not None:
+                values.append([given])
+                continue
+            values.append([unify(given, declared(node),
                                  f"variable {node.name!r}: given and declared")])
         else:
             values.append([None] * node.num_outputs())
