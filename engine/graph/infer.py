@@ -73,6 +73,13 @@ def infer_dtypes(graph: Graph, known: Mapping[str, Any]) -> list[list[MaybeDType
                       given_wins=True)
 
 
+def _differs(new: Any, old: Any) -> bool:
+    # Not ``new != old``: numpy reads ``np.dtype('float64') == None`` as a float64 comparison.
+    if new is None or old is None:
+        return new is not old
+    return bool(new != old)
+
+
 def _merge_shape(first: Any, second: Any, what: str) -> Any:
     return merge(first, second, what)
 
@@ -116,13 +123,13 @@ def _one_round(graph: Graph, values: list[list[Any]], method: str,
             inputs, outputs = getattr(node.opdef, method)(node.params, list(current))
             for entry, old, new in zip(node.inputs, current, inputs):
                 merged = unify(old, new, f"input {graph.nodes[entry.node].name!r}")
-                if merged != old:
+                if _differs(merged, old):
                     values[entry.node][entry.index] = merged
                     changed = True
             for slot, new in enumerate(outputs):
                 old = values[index][slot]
                 merged = unify(old, new, f"output {slot}")
-                if merged != old:
+                if _differs(merged, old):
                     values[index][slot] = merged
                     changed = True
         except ShapeError as error:
