@@ -222,7 +222,7 @@ register(OpDef(
 def _fill_like(value: float | None) -> Any:
     def kernel(xp: Any, attrs: Attrs, data: Any, out: Any = None) -> Any:
         fill = attrs.fill_value if value is None else value
-        dtype = attrs.get("dtype") or data.dtype
+        dtype = data.dtype if attrs.get("dtype") is None else attrs.dtype
         if out is None:
             return xp.full(data.shape, fill, dtype=dtype)
         out.fill(fill)
@@ -232,7 +232,7 @@ def _fill_like(value: float | None) -> Any:
 
 
 def _like_dtype(attrs: Attrs, dtypes: list) -> Any:
-    return attrs.get("dtype") or dtypes[0]
+    return dtypes[0] if attrs.get("dtype") is None else attrs.dtype
 
 
 register(OpDef(
