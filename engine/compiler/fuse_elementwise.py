@@ -41,7 +41,7 @@ def _can_head(node: Node) -> bool:
 
 def _can_step(node: Node) -> bool:
     op = node.opdef
-    if op.elementwise is None or node.num_outputs() != 1:
+    if op.expression(node.params) is None or node.num_outputs() != 1:
         return False
     return len(node.inputs) == 1 or op.infer_shape is same_shape
 

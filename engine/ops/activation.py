@@ -94,8 +94,26 @@ def _same_shape(attrs: Attrs, shapes: list[MaybeShape]) -> ShapeResult:
     return shapes, [shapes[0]]
 
 
-def _activation_kernel(xp: Any, attrs: Attrs, data: Any) -> Any:
-    return _ACTIVATIONS[attrs.act_type](xp, _floating(data)).astype(data.dtype, copy=False)
+# C expressions of each act_type over the input ``a``, for fused GPU kernels.
+_ACTIVATION_EXPRESSIONS = {
+    "relu": "(a > 0 ? a : 0)",
+    "sigmoid": "1 / (1 + exp(-a))",
+    "log_sigmoid": "-log1p(exp(-a))",
+    "mish": "a * tanh(log1p(exp(a)))",
+    "tanh": "tanh(a)",
+    "softrelu": "log1p(exp(a))",
+    "softsign": "a / (1 + fabs(a))",
+}
+
+
+def _activation_kernel(xp: Any, attrs: Attrs, data: Any, out: Any = None) -> Any:
+    if attrs.act_type == "relu" and data.dtype.kind == "f":
+        return xp.maximum(data, 0, out=out)  # the common case, written straight into ``out``
+    result = _ACTIVATIONS[attrs.act_type](xp, _floating(data)).astype(data.dtype, copy=False)
+    if out is None:
+        return result
+    xp.copyto(out, result)
+    return out
 
 
 ACTIVATION = register(OpDef(
@@ -104,6 +122,9 @@ ACTIVATION = register(OpDef(
     params=(Param("act_type", choice(*_ACTIVATIONS)),),
     infer_shape=_same_shape,
     kernel=_activation_kernel,
+    elementwise=lambda attrs: _ACTIVATION_EXPRESSIONS[attrs.act_type],
+    inplace=True,
+    writes_out=True,
     doc="Elementwise activation chosen by act_type (relu, sigmoid, tanh, softrelu, softsign...).",
 ))
 

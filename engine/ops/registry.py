@@ -109,7 +109,8 @@ class OpDef:
         infer_dtype: ``(attrs, input_dtypes) -> (input_dtypes, output_dtypes)``.
         aliases: other names that resolve to this op (NumPy-mode ``_npi_*`` names, ``split``...).
         elementwise: for elementwise ops, a C expression over inputs ``a``, ``b`` (and attrs as
-            ``{name}``) that the fusion pass can inline into one generated kernel.
+            ``{name}``) that the fusion pass can inline into one generated kernel, or a function
+            of the attrs giving it (ops such as Activation whose formula depends on an attr).
         inplace: the output may share storage with input 0.
         view: the output is a view of input 0 (reshape-like); memory planning keeps it alive.
         writes_out: the kernel accepts ``out=`` and writes into it.
@@ -125,7 +126,7 @@ class OpDef:
     hidden_outputs: int | Callable[[Attrs], int] = 0
     infer_dtype: DTypeFn = default_dtype
     aliases: tuple[str, ...] = ()
-    elementwise: str | None = None
+    elementwise: str | Callable[[Attrs], str | None] | None = None
     inplace: bool = False
     view: bool = False
     writes_out: bool = False
@@ -183,6 +184,10 @@ class OpDef:
         if callable(hidden):
             hidden = hidden(attrs)
         return self.num_outputs(attrs) + hidden
+
+    def expression(self, attrs: Attrs) -> str | None:
+        """The elementwise C expression for these attrs, or None when the op is not elementwise."""
+        return self.elementwise(attrs) if callable(self.elementwise) else self.elementwise
 
     def compute(self, xp: Any, attrs: Attrs, inputs: Sequence[Any],
                 out: Any = None) -> tuple[Any, ...]:

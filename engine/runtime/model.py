@@ -88,10 +88,12 @@ class Model:
         """
         feed = self._check_inputs(inputs)
         shapes = self._shapes_for(feed)
-        if self.optimized_graph is None:
-            outputs = evaluate(self.graph, {**self.params, **feed}, np, shapes)
-        else:
-            outputs = self._run_plan(feed)
+        # log(0) = -inf and overflow to inf are results here, as in MXNet, not warnings.
+        with np.errstate(all="ignore"):
+            if self.optimized_graph is None:
+                outputs = evaluate(self.graph, {**self.params, **feed}, np, shapes)
+            else:
+                outputs = self._run_plan(feed)
         return {name: np.asarray(value) for name, value in zip(self.output_names, outputs)}
 
     def plan_for(self, feed: Mapping[str, np.ndarray]) -> Plan:
