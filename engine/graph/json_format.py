@@ -328,10 +328,6 @@ def _pair(value: tuple[str, Any]) -> str:
 def _scalar(value: Any) -> str:
     if isinstance(value, str):
         return _string(value)
-    if isinstance(value, bool):
-        return str(int(value))
-    if isinstance(value, (int, float)):
-        return repr(value)
     return json.dumps(value, separators=(", ", ": "))
 
 
