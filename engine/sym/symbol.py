@@ -29,10 +29,13 @@ NUMPY_PREFIXES = ("_npx_", "_npi_", "_np_")
 class Symbol:
     """One or more outputs of a symbolic graph; build with `var` and the op functions."""
 
-    __slots__ = ("_outputs",)
+    __slots__ = ("_outputs", "_graph_attrs")
 
-    def __init__(self, outputs: Sequence[tuple[SymNode, int]]) -> None:
+    def __init__(self, outputs: Sequence[tuple[SymNode, int]],
+                 graph_attrs: Mapping[str, Any] | None = None) -> None:
         self._outputs = tuple(outputs)
+        # Graph-level attributes of a loaded file (``is_np_shape``), written back by tojson.
+        self._graph_attrs = MappingProxyType(dict(graph_attrs or {}))
 
     # --- structure ---------------------------------------------------------------------------
     @property
@@ -137,12 +140,18 @@ class Symbol:
     # --- conversion --------------------------------------------------------------------------
     def to_graph(self) -> Graph:
         """The `Graph` of this symbol: nodes in topological order, shared subexpressions once."""
-        return to_graph(self._outputs)
+        attrs = dict(self._graph_attrs)
+        from engine.npx import is_np_shape
+
+        if is_np_shape():
+            attrs["is_np_shape"] = ("int", 1)
+        return to_graph(self._outputs, attrs)
 
     @staticmethod
     def from_graph(graph: Graph) -> Symbol:
-        """A Symbol whose outputs are ``graph``'s heads."""
-        return Symbol(from_graph(graph))
+        """A Symbol whose outputs are ``graph``'s heads (graph attributes kept)."""
+        attrs = {key: value for key, value in graph.attrs.items() if key != "mxnet_version"}
+        return Symbol(from_graph(graph), attrs)
 
     def tojson(self) -> str:
         """The symbol JSON MXNet 1.9.1 writes for this graph."""
