@@ -38,6 +38,7 @@ from engine.ops.shapes import merge
 
 ShapeResult = tuple[list[MaybeShape], list[MaybeShape]]
 
+PATCH_BYTES = 16 << 20  # the im2col patch array is built for this many bytes of samples at a time
 CHANNELS_FIRST = ("NCW", "NCHW", "NCDHW")
 CHANNELS_LAST = ("NWC", "NHWC", "NDHWC")
 
@@ -174,9 +175,14 @@ def _convolution(xp: Any, attrs: Attrs, data: Any, weight: Any, bias: Any = None
         strided = data if max(stride) == 1 else window(data, (0,) * len(kernel), stride, size)
         _grouped_matmul(xp, strided, weight, group, result)
     else:
-        padded = pad_spatial(xp, data, pad, pad)
-        _grouped_matmul(xp, im2col(xp, padded, kernel, stride, dilate, size), weight, group,
-                        result)
+        # Bound the patch array (and keep it nearer the cache) by taking samples in chunks.
+        per_sample = channels * math.prod(kernel) * math.prod(size) * data.itemsize
+        chunk = max(1, PATCH_BYTES // max(per_sample, 1))
+        for start in range(0, batch, chunk):
+            part = slice(start, start + chunk)
+            padded = pad_spatial(xp, data[part], pad, pad)
+            _grouped_matmul(xp, im2col(xp, padded, kernel, stride, dilate, size), weight, group,
+                            result[part])
     _add_bias(result, bias)
     return finish(xp, out, result)
 
