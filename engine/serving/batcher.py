@@ -103,6 +103,11 @@ class DynamicBatcher:
         """Requests waiting in the queue now."""
         return self._queued
 
+    @property
+    def closing(self) -> bool:
+        """True once `close` was called: new requests are refused."""
+        return self._closing
+
     def start(self) -> None:
         """Start the dispatch task on the running event loop."""
         if self._task is None:

@@ -1,0 +1,98 @@
+"""`LoadedVersion`: one model version in memory, with its batcher and memory accounting."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+
+from engine.serving.batcher import DynamicBatcher
+from engine.serving.config import ModelConfig
+from engine.serving.validate import ServableModel, input_shapes
+
+
+class VersionState(StrEnum):
+    """Where a version stands, as reported by the repository index."""
+
+    LOADING = "LOADING"
+    READY = "READY"
+    UNLOADING = "UNLOADING"
+    UNAVAILABLE = "UNAVAILABLE"
+
+
+@dataclass(frozen=True)
+class VersionStatus:
+    """One row of the repository index."""
+
+    name: str
+    version: int
+    state: VersionState
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class MemoryUsage:
+    """Bytes a loaded version holds: parameters, and planned activations over its cached plans."""
+
+    param_bytes: int
+    activation_bytes: int
+
+    @property
+    def total(self) -> int:
+        """Parameters plus activations."""
+        return self.param_bytes + self.activation_bytes
+
+
+class LoadedVersion:
+    """A validated model version that serves requests through its own `DynamicBatcher`."""
+
+    def __init__(self, name: str, version: int, model: ServableModel, config: ModelConfig,
+                 batcher: DynamicBatcher, *, manifest_digest: str | None,
+                 config_digest: str | None) -> None:
+        self.name = name
+        self.version = version
+        self.model = model
+        self.config = config
+        self.batcher = batcher
+        self.manifest_digest = manifest_digest
+        self.config_digest = config_digest
+        self._activation_cache: dict[Any, int] = {}
+        assert config.inputs is not None and config.outputs is not None  # completed on load
+        self.largest_plan = _signature(input_shapes(config.inputs, config.max_batch_size))
+
+    def renumber(self, version: int, config_digest: str | None) -> None:
+        """Set the version number and config digest once an upload has its place on disk."""
+        self.version = version
+        self.config_digest = config_digest
+        self.batcher.name = f"model {self.name!r} version {version}"
+
+    @property
+    def identity(self) -> tuple[str | None, str | None]:
+        """What must change on disk for this version to be reloaded."""
+        return self.manifest_digest, self.config_digest
+
+    async def infer(self, inputs: Mapping[str, Any], *,
+                    timeout_s: float | None = None) -> dict[str, np.ndarray]:
+        """Queue one request on this version's batcher and wait for its outputs."""
+        return await self.batcher.submit(inputs, timeout_s=timeout_s)
+
+    def memory(self) -> MemoryUsage:
+        """Parameter bytes plus activation bytes of every plan run so far and of the largest."""
+        signatures = {self.largest_plan, *self.batcher.signatures}
+        return MemoryUsage(int(self.model.param_bytes),
+                           sum(self._activation_bytes(signature) for signature in signatures))
+
+    def _activation_bytes(self, signature: tuple[tuple[str, tuple[int, ...]], ...]) -> int:
+        cached = self._activation_cache.get(signature)
+        if cached is None:
+            estimate = getattr(self.model, "activation_bytes", None)
+            cached = int(estimate(dict(signature))) if estimate is not None else 0
+            self._activation_cache[signature] = cached
+        return cached
+
+
+def _signature(shapes: Mapping[str, tuple[int, ...]]) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    return tuple(sorted(shapes.items()))
