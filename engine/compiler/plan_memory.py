@@ -38,6 +38,15 @@ def nbytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
     return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
 
 
+def naive_bytes(graph: Graph, shapes: list[list[tuple[int, ...]]],
+                dtypes: list[list[np.dtype]]) -> int:
+    """Bytes an imperative run holds if every op output gets storage of its own (views share)."""
+    return sum(nbytes(shape, dtype)
+               for node, node_shapes, node_dtypes in zip(graph.nodes, shapes, dtypes)
+               if not node.is_variable and not node.opdef.view
+               for shape, dtype in zip(node_shapes, node_dtypes))
+
+
 def plan_memory(graph: Graph, shapes: list[list[tuple[int, ...]]], dtypes: list[list[np.dtype]],
                 reuse: bool = True) -> MemoryPlan:
     """Assign every non-view, non-variable output a buffer; reuse buffers when ``reuse``."""
@@ -47,13 +56,11 @@ def plan_memory(graph: Graph, shapes: list[list[tuple[int, ...]]], dtypes: list[
     buffer_of: dict[EntryKey, int] = {}
     owner: dict[int, EntryKey] = {}
     free: list[int] = []
-    naive = 0
     for index, node in enumerate(graph.nodes):
         if node.is_variable or node.opdef.view:
             continue
         for slot in range(len(shapes[index])):
             size = nbytes(shapes[index][slot], dtypes[index][slot])
-            naive += size
             buffer = _inplace_buffer(graph, index, root, last_use, buffer_of, sizes, size) \
                 if reuse and slot == 0 else None
             if buffer is None:
@@ -68,7 +75,7 @@ def plan_memory(graph: Graph, shapes: list[list[tuple[int, ...]]], dtypes: list[
                 if last_use.get(key, index) == index:  # unread outputs die at once
                     del owner[buffer]
                     free.append(buffer)
-    return MemoryPlan(tuple(sizes), buffer_of, naive)
+    return MemoryPlan(tuple(sizes), buffer_of, naive_bytes(graph, shapes, dtypes))
 
 
 def _view_roots(graph: Graph) -> dict[EntryKey, EntryKey]:

@@ -1,0 +1,109 @@
+"""Compiled plans: no allocation in steady state, memory reuse, agreement with the reference."""
+
+from __future__ import annotations
+
+import threading
+import tracemalloc
+
+import numpy as np
+
+import engine
+from engine.runtime.plan import Plan
+from tests.conformance.fixtures import model_files, model_io_sets
+from tests.engine.compiler.graphs import conv_bn_relu, mlp
+
+
+def test_steady_state_run_allocates_no_arrays() -> None:
+    graph, _ = mlp()
+    rows = 256
+    plan = Plan(graph, {"data": (rows, 512)}, {"data": np.dtype(np.float32)})
+    feed = {"data": np.random.default_rng(0).normal(size=(rows, 512)).astype(np.float32)}
+    tracemalloc.start()
+    try:
+        plan.run(feed, copy_outputs=False)  # warm up
+        before, _ = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        for _ in range(20):
+            plan.run(feed, copy_outputs=False)
+        after, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # The smallest activation is (256, 128) float32 = 128 KiB; a run may only use numpy's fixed
+    # ufunc scratch buffer (at most 8192 elements, for broadcasting the bias) and small objects.
+    assert peak - before < 48 * 1024, f"a run allocated up to {peak - before} bytes"
+    assert after - before < 8 * 1024  # nothing kept: 20 leaked activations would be 2.5 MiB
+
+
+def test_memory_plan_reuses_buffers_on_resblock() -> None:
+    model = engine.load_model(*model_files("resblock"))
+    inputs, expected = model_io_sets("resblock")[0]
+    np.testing.assert_allclose(list(model.infer(inputs).values())[0], expected[0],
+                               rtol=1e-4, atol=1e-5)
+    plan = model.stats()["plans"][0]
+    assert plan["planned_activation_bytes"] <= 0.5 * plan["naive_activation_bytes"]
+
+
+def test_memory_plan_without_reuse_gives_every_value_its_own_buffer() -> None:
+    graph, _ = conv_bn_relu()
+    shapes = {"data": (1, 2, 5, 5)}
+    dtypes = {"data": np.dtype(np.float32)}
+    naive = Plan(graph, shapes, dtypes, reuse_memory=False).memory
+    planned = Plan(graph, shapes, dtypes).memory
+    assert naive.planned_bytes == naive.naive_bytes
+    assert planned.planned_bytes < naive.planned_bytes
+
+
+def test_inplace_ops_reuse_their_input_buffer() -> None:
+    graph, _ = conv_bn_relu()
+    plan = Plan(graph, {"data": (1, 2, 5, 5)}, {"data": np.dtype(np.float32)})
+    by_name = {(graph.nodes[index].name, slot): buffer
+               for (index, slot), buffer in plan.memory.buffer_of.items()}
+    assert by_name[("relu", 0)] == by_name[("bn", 0)]
+
+
+def test_optimized_plan_stats_and_profile() -> None:
+    model = engine.load_model(*model_files("lenet"))
+    inputs, _ = model_io_sets("lenet")[0]
+    model.infer(inputs)
+    stats = model.stats()
+    assert stats["optimized_nodes"] < stats["nodes"]  # BatchNorm folded, epilogues fused
+    profile = model.profile(inputs, repeat=2)
+    assert "Convolution+Activation" in profile and all(t >= 0 for t in profile.values())
+
+
+def test_plans_are_cached_per_signature_and_bucketed() -> None:
+    symbol, params = model_files("seed_mlp")
+    model = engine.runtime.Model(engine.runtime.loader.read_graph(symbol),
+                                 engine.runtime.loader.read_params(params),
+                                 batch_buckets=(4, 8))
+    reference = engine.load_model(symbol, params, optimize=False)
+    rng = np.random.default_rng(1)
+    for rows in (1, 3, 4, 7, 8, 9):
+        data = rng.normal(size=(rows, 512)).astype(np.float32)
+        got = list(model.infer({"data": data}).values())[0]
+        want = list(reference.infer({"data": data}).values())[0]
+        assert got.shape == (rows, 2)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    signatures = [plan["inputs"]["data"][0] for plan in model.stats()["plans"]]
+    assert sorted(signatures) == [4, 8, 9]  # 1..8 rows padded into buckets; 9 runs exact
+
+
+def test_plan_shared_by_threads_gives_each_caller_its_rows() -> None:
+    model = engine.load_model(*model_files("seed_mlp"))
+    reference = engine.load_model(*model_files("seed_mlp"), optimize=False)
+    rng = np.random.default_rng(2)
+    batches = [rng.normal(size=(2, 512)).astype(np.float32) for _ in range(16)]
+    results: dict[int, np.ndarray] = {}
+
+    def call(index: int) -> None:
+        for _ in range(5):
+            results[index] = list(model.infer({"data": batches[index]}).values())[0]
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(len(batches))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for index, batch in enumerate(batches):
+        want = list(reference.infer({"data": batch}).values())[0]
+        np.testing.assert_allclose(results[index], want, rtol=1e-5, atol=1e-6)
