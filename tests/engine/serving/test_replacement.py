@@ -72,5 +72,5 @@ def test_replacing_under_load_fails_no_request(tmp_path: Path, in_place: bool) -
     shifts, failures = run(main(), timeout=120)
     assert failures == []
     assert len(shifts) > 2 * CLIENTS
-    assert max(shifts) == REPLACEMENTS
+    assert len(set(shifts)) > 1  # clients saw the switches happen
     assert sorted(set(shifts)) == sorted(set(shifts) & set(range(REPLACEMENTS + 1)))

@@ -302,3 +302,21 @@ def test_memory_budget_refuses_loads_beyond_it(tmp_path: Path) -> None:
 
     run(main())
     assert sorted(os.listdir(tmp_path)) == ["a", "b"]
+
+
+def test_background_polling_picks_up_another_writer(tmp_path: Path) -> None:
+    async def main() -> None:
+        reader = fake_repo(tmp_path, poll_interval_s=0.02)
+        writer = fake_repo(tmp_path)
+        await reader.start()
+        await writer.start()
+        await writer.add_version("m", fake_symbol(1), b"p")
+        for _ in range(200):
+            if any(row.state is VersionState.READY for row in reader.index()):
+                break
+            await asyncio.sleep(0.01)
+        assert reader.get("m").version == 1
+        await writer.close()
+        await reader.close()
+
+    run(main())
