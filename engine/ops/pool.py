@@ -206,6 +206,13 @@ def _avg_divisor(xp: Any, attrs: Attrs, spatial: Ints, geometry: tuple[Ints, Int
     return xp.asarray(divisor.astype(dtype))
 
 
+def _pool_hidden_outputs(attrs: Attrs) -> int:
+    # MXNet 1.9.1's oneDNN build gives channel-first max pooling a workspace output, which
+    # node_row_ptr counts (checked against every Pooling case in the conformance fixtures).
+    channels_first = attrs.layout in (None, "NCW", "NCHW", "NCDHW")
+    return int(attrs.pool_type == "max" and len(attrs.kernel) in (1, 2, 3) and channels_first)
+
+
 POOLING = register(OpDef(
     name="Pooling",
     aliases=("_npx_pooling",),
@@ -222,6 +229,7 @@ POOLING = register(OpDef(
         Param("layout", optional(choice(*LAYOUTS)), None),
     ),
     infer_shape=_pool_infer_shape,
+    hidden_outputs=_pool_hidden_outputs,
     kernel=_pooling,
     writes_out=True,
     doc="Max/avg/sum/Lp pooling over 1-3 spatial axes; stride defaults to 1, not to the kernel.",
