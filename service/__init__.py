@@ -1,0 +1,1 @@
+"""HybridServe's HTTP service: FastAPI routers over the engine's model repository."""

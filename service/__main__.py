@@ -1,0 +1,72 @@
+"""``python -m service`` / ``hybridserve``: run the server with uvicorn (uvloop, httptools)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Iterator, Sequence
+
+import uvicorn
+
+from service.app import create_app
+from service.runtime import Runtime
+from service.settings import Settings, load_settings
+
+
+class _Server(uvicorn.Server):
+    """A uvicorn server whose signals are handled by `serve` (two servers share one loop)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """Leave signal handling to `serve`."""
+        yield
+
+
+def _config(app: object, settings: Settings, port: int) -> uvicorn.Config:
+    return uvicorn.Config(app, host=settings.host, port=port, loop="uvloop", http="httptools",
+                          lifespan="on", log_level=settings.log_level,
+                          access_log=settings.access_log, timeout_graceful_shutdown=10)
+
+
+async def serve(settings: Settings) -> None:
+    """Serve until SIGINT/SIGTERM: one port, or inference and management on two ports."""
+    runtime = Runtime.create(settings)
+    split = settings.admin_port is not None
+    servers = [_Server(_config(create_app(runtime, management=not split), settings,
+                               settings.port))]
+    if split:
+        assert settings.admin_port is not None
+        admin = create_app(runtime, inference=False, owns_runtime=False)
+        servers.append(_Server(_config(admin, settings, settings.admin_port)))
+    loop = asyncio.get_running_loop()
+
+    def stop() -> None:
+        for server in servers:
+            server.should_exit = True
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop)
+    tasks = [loop.create_task(server.serve()) for server in servers]
+    done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    stop()  # one server stopping (or failing to start) stops the other
+    await asyncio.gather(*tasks, return_exceptions=True)
+    for task in done:
+        task.result()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m service`` and the ``hybridserve`` script."""
+    settings = load_settings(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=settings.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    import uvloop
+
+    uvloop.run(serve(settings))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""The FastAPI applications: the inference API, the management API, or both on one port."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from service import routers
+from service.errors import install_handlers
+from service.limits import BodyLimit
+from service.openapi import install_openapi
+from service.runtime import Runtime
+
+VERSION = "0.1.0"
+
+
+def create_app(runtime: Runtime, *, inference: bool = True, management: bool = True,
+               owns_runtime: bool = True) -> FastAPI:
+    """An app serving the inference and/or management routes of `runtime`.
+
+    The app that owns the runtime starts and closes it in its lifespan.
+    """
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if owns_runtime:
+            await runtime.start()
+        try:
+            yield
+        finally:
+            if owns_runtime:
+                await runtime.close()
+
+    title = "HybridServe" + ("" if inference else " management")
+    app = FastAPI(title=title, version=VERSION, lifespan=lifespan,
+                  description="Serves MXNet-format models: Open Inference Protocol (V2), "
+                  "/predict, management and metrics.")
+    app.state.runtime = runtime
+    selected = (routers.INFERENCE if inference else routers.HEALTH) + (
+        routers.MANAGEMENT if management else ())
+    app.include_router(routers.gather(*selected))
+    install_handlers(app)
+    install_openapi(app)
+    app.add_middleware(BodyLimit, max_bytes=runtime.settings.max_request_bytes,
+                       max_upload_bytes=runtime.settings.max_upload_bytes)
+    return app

@@ -1,0 +1,289 @@
+"""Tensors on the wire: V2 JSON and binary tensors, and /predict's nested lists, to/from numpy.
+
+Only conversions live here (datatype names, byte layouts, element counts); checking tensors
+against a model's config is `service.inference`'s job.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+
+from engine.serving.config import DATATYPES, datatype_of
+from service.errors import BadRequest, PayloadTooLarge
+
+HEADER_LENGTH = "Inference-Header-Content-Length"
+MAX_DIMENSIONS = 32
+
+
+@dataclass
+class RequestedOutput:
+    """An entry of a V2 request's ``outputs``: which tensor, and whether as binary data."""
+
+    name: str
+    binary: bool | None = None
+
+
+@dataclass
+class V2Request:
+    """A decoded V2 inference request."""
+
+    inputs: dict[str, np.ndarray]
+    datatypes: dict[str, str]
+    id: str | None = None
+    outputs: list[RequestedOutput] | None = None
+    binary_output: bool = False
+    timeout_us: int | None = None
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class PredictRequest:
+    """A decoded ``POST /predict`` body; inputs are still JSON values (no dtype known yet)."""
+
+    model: str
+    version: str | None
+    inputs: dict[str, Any]
+
+
+def load_json(body: bytes, what: str = "request body") -> Any:
+    """Parse JSON bytes, answering 400 with the parser's message when they are not JSON."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as error:
+        raise BadRequest(f"{what} is not valid JSON: {error}") from None
+
+
+def _object(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise BadRequest(f"{what} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def dtype_of(datatype: Any, where: str) -> np.dtype:
+    """The numpy dtype of a V2 datatype name; 400 for BYTES and unknown names."""
+    if datatype == "BYTES":
+        raise BadRequest(f"{where}: datatype BYTES is not supported (models here take numeric "
+                         f"tensors); use one of {', '.join(DATATYPES)}")
+    if not isinstance(datatype, str) or datatype not in DATATYPES:
+        raise BadRequest(f"{where}: unknown datatype {datatype!r}; expected one of "
+                         f"{', '.join(DATATYPES)}")
+    return DATATYPES[datatype]
+
+
+def _shape(value: Any, where: str) -> tuple[int, ...]:
+    if (not isinstance(value, list) or len(value) > MAX_DIMENSIONS
+            or not all(type(dim) is int and dim >= 0 for dim in value)):
+        raise BadRequest(f"{where}: shape must be a list of at most {MAX_DIMENSIONS} "
+                         f"non-negative integers, got {value!r:.200}")
+    return tuple(value)
+
+
+def check_elements(count: int, limit: int, where: str) -> None:
+    """413 when a tensor holds more than `limit` elements."""
+    if count > limit:
+        raise PayloadTooLarge(f"{where}: {count} elements exceed the limit of {limit} elements "
+                              "per tensor (max_tensor_elements)")
+
+
+def array_from_json(data: Any, dtype: np.dtype, where: str) -> np.ndarray:
+    """A numpy array of `dtype` from a JSON value (a number or a nested or flat list)."""
+    if isinstance(data, (dict, str)) or data is None:
+        raise BadRequest(f"{where}: data must be a number or a (nested) list of numbers, got "
+                         f"{type(data).__name__}")
+    try:
+        return np.asarray(data, dtype=dtype)
+    except (ValueError, TypeError, OverflowError) as error:
+        raise BadRequest(f"{where}: data cannot be read as {datatype_of(dtype)}: "
+                         f"{error}") from None
+
+
+def header_length(value: str | None) -> int | None:
+    """The value of Inference-Header-Content-Length, or None when the header is absent."""
+    if value is None:
+        return None
+    if not value.isdigit():
+        raise BadRequest(f"{HEADER_LENGTH} must be a non-negative integer, got {value!r:.50}")
+    return int(value)
+
+
+def _split_body(body: bytes, header_length: int | None) -> tuple[bytes, memoryview]:
+    if header_length is None:
+        return body, memoryview(b"")
+    if not 0 < header_length <= len(body):
+        raise BadRequest(f"{HEADER_LENGTH} is {header_length}, but the body has {len(body)} "
+                         "bytes; it must give the length of the JSON header")
+    view = memoryview(body)
+    return bytes(view[:header_length]), view[header_length:]
+
+
+def _decode_input(entry: Any, index: int, binary: memoryview, offset: int,
+                  max_elements: int) -> tuple[str, str, np.ndarray, int]:
+    where = f"inputs[{index}]"
+    entry = _object(entry, where)
+    name = entry.get("name")
+    if not isinstance(name, str) or not name:
+        raise BadRequest(f"{where}: 'name' must be a non-empty string")
+    where = f"input {name!r}"
+    datatype = entry.get("datatype")
+    dtype = dtype_of(datatype, where)
+    shape = _shape(entry.get("shape"), where)
+    count = math.prod(shape)
+    check_elements(count, max_elements, where)
+    parameters = _object(entry.get("parameters") or {}, f"{where}: parameters")
+    size = parameters.get("binary_data_size")
+    if size is not None:
+        if "data" in entry:
+            raise BadRequest(f"{where}: give either 'data' or binary_data_size, not both")
+        expected = count * dtype.itemsize
+        if type(size) is not int or size != expected:
+            raise BadRequest(f"{where}: binary_data_size is {size!r}; shape {list(shape)} of "
+                             f"{datatype} needs {expected} bytes")
+        if offset + size > len(binary):
+            raise BadRequest(f"{where}: binary data ends after {len(binary) - offset} of "
+                             f"{size} bytes")
+        array = np.frombuffer(binary[offset:offset + size], dtype=dtype.newbyteorder("<"))
+        return name, datatype, array.reshape(shape), offset + size
+    if "data" not in entry:
+        raise BadRequest(f"{where}: no 'data' and no binary_data_size parameter")
+    array = array_from_json(entry["data"], dtype, where)
+    if array.size != count:
+        raise BadRequest(f"{where}: shape {list(shape)} needs {count} elements, but data has "
+                         f"{array.size}")
+    return name, datatype, array.reshape(shape), offset
+
+
+def _decode_outputs(value: Any) -> list[RequestedOutput] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise BadRequest(f"outputs must be a list, got {type(value).__name__}")
+    requested = []
+    for index, entry in enumerate(value):
+        entry = _object(entry, f"outputs[{index}]")
+        name = entry.get("name")
+        if not isinstance(name, str):
+            raise BadRequest(f"outputs[{index}]: 'name' must be a string")
+        parameters = _object(entry.get("parameters") or {}, f"output {name!r}: parameters")
+        binary = parameters.get("binary_data")
+        requested.append(RequestedOutput(name, None if binary is None else bool(binary)))
+    return requested
+
+
+def _timeout_us(parameters: Mapping[str, Any]) -> int | None:
+    timeout = parameters.get("timeout")
+    if timeout is None:
+        return None
+    if type(timeout) is not int or timeout <= 0:
+        raise BadRequest(f"parameters.timeout must be a positive integer (microseconds), got "
+                         f"{timeout!r}")
+    return timeout
+
+
+def decode_v2_request(body: bytes, header_length: int | None, max_elements: int) -> V2Request:
+    """Decode a V2 inference request, JSON or with the binary-tensor extension."""
+    header, binary = _split_body(body, header_length)
+    request = _object(load_json(header, "inference request header"), "inference request")
+    inputs = request.get("inputs")
+    if not isinstance(inputs, list) or not inputs:
+        raise BadRequest("inference request: 'inputs' must be a non-empty list of tensors")
+    parameters = _object(request.get("parameters") or {}, "parameters")
+    arrays: dict[str, np.ndarray] = {}
+    datatypes: dict[str, str] = {}
+    offset = 0
+    for index, entry in enumerate(inputs):
+        name, datatype, array, offset = _decode_input(entry, index, binary, offset, max_elements)
+        if name in arrays:
+            raise BadRequest(f"input {name!r} is given twice")
+        arrays[name], datatypes[name] = array, datatype
+    if offset != len(binary):
+        raise BadRequest(f"the body has {len(binary) - offset} bytes of binary data that no "
+                         "input claims (check binary_data_size)")
+    request_id = request.get("id")
+    if request_id is not None and not isinstance(request_id, str):
+        raise BadRequest(f"'id' must be a string, got {type(request_id).__name__}")
+    return V2Request(arrays, datatypes, request_id, _decode_outputs(request.get("outputs")),
+                     bool(parameters.get("binary_data_output", False)), _timeout_us(parameters),
+                     parameters)
+
+
+def _json_ready(array: np.ndarray) -> np.ndarray:
+    """A C-contiguous array orjson can write (it has no float16 writer for every version)."""
+    if array.dtype == np.float16:
+        array = array.astype(np.float32)
+    return np.ascontiguousarray(array)
+
+
+def encode_v2_response(model: str, version: int, outputs: Mapping[str, np.ndarray],
+                       binary: Mapping[str, bool], request_id: str | None
+                       ) -> tuple[bytes, int | None]:
+    """The response body, and the JSON header's length when some outputs are binary."""
+    tensors = []
+    chunks = []
+    for name, array in outputs.items():
+        tensor: dict[str, Any] = {"name": name, "datatype": datatype_of(array.dtype),
+                                  "shape": list(array.shape)}
+        if binary.get(name, False):
+            raw = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes()
+            tensor["parameters"] = {"binary_data_size": len(raw)}
+            chunks.append(raw)
+        else:
+            tensor["data"] = _json_ready(array).reshape(-1)
+        tensors.append(tensor)
+    response: dict[str, Any] = {"model_name": model, "model_version": str(version),
+                                "outputs": tensors}
+    if request_id is not None:
+        response["id"] = request_id
+    header = orjson.dumps(response, option=orjson.OPT_SERIALIZE_NUMPY)
+    if not chunks:
+        return header, None
+    return b"".join([header, *chunks]), len(header)
+
+
+def decode_predict(body: bytes) -> PredictRequest:
+    """Decode ``{"model": NAME, "version": optional, "inputs": {name: nested list}}``."""
+    request = _object(load_json(body), "predict request")
+    unknown = sorted(set(request) - {"model", "version", "inputs"})
+    if unknown:
+        raise BadRequest(f"predict request: unknown fields {unknown}; expected model, version, "
+                         "inputs")
+    model = request.get("model")
+    if not isinstance(model, str) or not model:
+        raise BadRequest("predict request: 'model' must be a non-empty string")
+    version = request.get("version")
+    if version is not None and (isinstance(version, bool)
+                                or not isinstance(version, (int, str))):
+        raise BadRequest(f"predict request: 'version' must be an integer or a string, got "
+                         f"{version!r:.50}")
+    inputs = _object(request.get("inputs"), "predict request: 'inputs'")
+    if not inputs:
+        raise BadRequest("predict request: 'inputs' must name at least one input")
+    return PredictRequest(model, None if version is None else str(version), inputs)
+
+
+def predict_arrays(inputs: Mapping[str, Any], dtypes: Mapping[str, np.dtype],
+                   max_elements: int) -> dict[str, np.ndarray]:
+    """Nested lists to arrays of each input's dtype (inputs not in `dtypes` are left to the
+    caller's name check, converted as float32)."""
+    arrays = {}
+    for name, value in inputs.items():
+        where = f"input {name!r}"
+        array = array_from_json(value, dtypes.get(name, np.dtype(np.float32)), where)
+        check_elements(array.size, max_elements, where)
+        arrays[name] = array
+    return arrays
+
+
+def predict_outputs(outputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Outputs ready for orjson to write as nested lists."""
+    return {name: _json_ready(array) for name, array in outputs.items()}
+
+
+def names(values: Sequence[str]) -> str:
+    """Names quoted for an error message."""
+    return ", ".join(repr(value) for value in values)

@@ -1,0 +1,60 @@
+"""Dependencies of the routers: the app's repository and services, and the admin token check."""
+
+from __future__ import annotations
+
+import hmac
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from engine.serving.repository import ModelRepository
+from service.errors import Forbidden, Unauthorized
+from service.inference import InferenceService
+from service.metrics import Metrics
+from service.runtime import Runtime
+from service.settings import ENV_PREFIX
+
+_bearer = HTTPBearer(auto_error=False, description="the server's admin token")
+
+
+def runtime(request: Request) -> Runtime:
+    """The runtime shared by the apps of this process."""
+    value: Runtime = request.app.state.runtime
+    return value
+
+
+def get_repository(request: Request) -> ModelRepository:
+    """The repository the app serves."""
+    return runtime(request).repository
+
+
+def get_inference(request: Request) -> InferenceService:
+    """The app's inference service."""
+    return runtime(request).inference
+
+
+def get_metrics(request: Request) -> Metrics:
+    """The app's metrics."""
+    return runtime(request).metrics
+
+
+def require_admin(request: Request, credentials: Annotated[
+        HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
+    """Allow the request only with ``Authorization: Bearer <the configured admin token>``."""
+    token: str | None = runtime(request).settings.token
+    if token is None:
+        raise Forbidden("management endpoints are disabled because no admin token is "
+                        f"configured; start the server with --admin-token or set "
+                        f"{ENV_PREFIX}ADMIN_TOKEN, then send 'Authorization: Bearer <token>'")
+    if credentials is None:
+        raise Unauthorized("this endpoint needs the header 'Authorization: Bearer <admin token>'",
+                           {"WWW-Authenticate": "Bearer"})
+    if not hmac.compare_digest(credentials.credentials.encode(), token.encode()):
+        raise Forbidden("the bearer token is not the server's admin token")
+
+
+Repository = Annotated[ModelRepository, Depends(get_repository)]
+Inference = Annotated[InferenceService, Depends(get_inference)]
+MetricsDep = Annotated[Metrics, Depends(get_metrics)]
+Admin = [Depends(require_admin)]

@@ -1,0 +1,84 @@
+"""Repository state as response schemas (metadata, index rows, model details)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from engine.serving.config import TensorConfig
+from engine.serving.errors import ModelNotFound, ServingError
+from engine.serving.loaded import LoadedVersion, VersionState
+from engine.serving.repository import ModelRepository
+from service import schemas
+
+PLATFORM = "mxnet_symbol"
+
+
+def tensors(specs: Sequence[TensorConfig] | None) -> list[schemas.TensorMetadata]:
+    """Tensor metadata from config entries."""
+    return [schemas.TensorMetadata(name=spec.name, datatype=spec.datatype, shape=list(spec.shape))
+            for spec in specs or ()]
+
+
+def versions(repository: ModelRepository, name: str) -> list[schemas.VersionInfo]:
+    """Every version of `name` with its state; 404 when the repository does not know it."""
+    rows = [schemas.VersionInfo(version=row.version, state=row.state.value, reason=row.reason)
+            for row in repository.index() if row.name == name]
+    if not rows:
+        repository.get(name)  # raises InvalidName, ModelNotFound or ModelNotReady
+        raise ModelNotFound(f"model {name!r} is not in the repository")
+    return rows
+
+
+def metadata(repository: ModelRepository, handle: LoadedVersion) -> schemas.ModelMetadata:
+    """V2 model metadata of a ready version."""
+    ready = [str(info.version) for info in versions(repository, handle.name)
+             if info.state == VersionState.READY]
+    return schemas.ModelMetadata(name=handle.name, versions=ready, platform=PLATFORM,
+                                 inputs=tensors(handle.config.inputs),
+                                 outputs=tensors(handle.config.outputs))
+
+
+def index(repository: ModelRepository, ready: bool | None) -> list[schemas.VersionStatus]:
+    """Rows of the V2 repository index, optionally only (not) ready ones."""
+    return [schemas.VersionStatus(name=row.name, version=str(row.version), state=row.state.value,
+                                  reason=row.reason)
+            for row in repository.index()
+            if ready is None or (row.state == VersionState.READY) == ready]
+
+
+def models(repository: ModelRepository) -> list[schemas.ModelSummary]:
+    """Every model with its versions."""
+    grouped: dict[str, list[schemas.VersionInfo]] = {}
+    for row in repository.index():
+        grouped.setdefault(row.name, []).append(
+            schemas.VersionInfo(version=row.version, state=row.state.value, reason=row.reason))
+    return [schemas.ModelSummary(name=name, versions=rows) for name, rows in grouped.items()]
+
+
+def model(repository: ModelRepository, name: str) -> schemas.ModelDetail:
+    """Versions of `name`, with the config and tensors of its newest ready version."""
+    rows = versions(repository, name)
+    try:
+        handle: LoadedVersion | None = repository.get(name)
+    except ServingError:
+        handle = None
+    return schemas.ModelDetail(
+        name=name, versions=rows, ready_version=None if handle is None else handle.version,
+        config=None if handle is None else handle.config.model_dump(mode="json"),
+        inputs=tensors(handle.config.inputs if handle else None),
+        outputs=tensors(handle.config.outputs if handle else None))
+
+
+def version(repository: ModelRepository, name: str, number: int) -> schemas.VersionDetail:
+    """One version's state, and its config and tensors when it is loaded."""
+    row = next((info for info in versions(repository, name) if info.version == number), None)
+    try:
+        handle: LoadedVersion | None = repository.get(name, number)
+    except ServingError:
+        handle = None
+    return schemas.VersionDetail(
+        name=name, version=number, state=row.state if row else VersionState.UNAVAILABLE.value,
+        reason=row.reason if row else "not on disk",
+        config=None if handle is None else handle.config.model_dump(mode="json"),
+        inputs=tensors(handle.config.inputs if handle else None),
+        outputs=tensors(handle.config.outputs if handle else None))

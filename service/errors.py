@@ -1,0 +1,174 @@
+"""HTTP errors: every failure becomes JSON ``{"error": message}`` with one status per class."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+from engine.errors import (
+    EngineError,
+    ExecutionError,
+    InputError,
+    ModelFormatError,
+    ShapeError,
+)
+from engine.serving.errors import (
+    Conflict,
+    InvalidModel,
+    InvalidName,
+    MemoryBudgetExceeded,
+    ModelNotFound,
+    ModelNotReady,
+    Overloaded,
+    TimedOut,
+    VersionNotFound,
+)
+from service.responses import json_response
+
+log = logging.getLogger(__name__)
+
+
+class ServiceError(Exception):
+    """An error found by the HTTP layer itself; `status` is its HTTP status."""
+
+    status = 500
+
+    def __init__(self, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.headers = headers or {}
+
+
+class BadRequest(ServiceError):
+    """The request is malformed: not JSON, a bad tensor, an unknown input or output."""
+
+    status = 400
+
+
+class Unauthorized(ServiceError):
+    """No bearer token, or not in the form ``Authorization: Bearer <token>``."""
+
+    status = 401
+
+
+class Forbidden(ServiceError):
+    """The token is wrong, or management is disabled because no token is configured."""
+
+    status = 403
+
+
+class NotFound(ServiceError):
+    """No such route or resource."""
+
+    status = 404
+
+
+class PayloadTooLarge(ServiceError):
+    """The body or one tensor is over its configured limit."""
+
+    status = 413
+
+
+class NotReady(ServiceError):
+    """The server is still starting or already stopping."""
+
+    status = 503
+
+
+# Engine and serving errors, most specific first; the first class in an error's MRO wins.
+STATUS: dict[type[Exception], int] = {
+    InvalidName: 400,
+    ModelNotFound: 404,
+    VersionNotFound: 404,
+    Conflict: 409,
+    MemoryBudgetExceeded: 409,
+    InvalidModel: 422,
+    ModelNotReady: 503,
+    Overloaded: 503,
+    TimedOut: 504,
+    InputError: 400,
+    ShapeError: 422,
+    ModelFormatError: 422,
+    ExecutionError: 500,
+    EngineError: 500,
+}
+
+
+def status_of(error: Exception) -> int:
+    """The HTTP status of an engine, serving or service error."""
+    if isinstance(error, ServiceError):
+        return error.status
+    for cls in type(error).__mro__:
+        if cls in STATUS:
+            return STATUS[cls]
+    return 500
+
+
+def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+    """The JSON error body every failure gets."""
+    return json_response({"error": message}, status=status, headers=headers)
+
+
+def _retry_after(error: Exception) -> dict[str, str]:
+    seconds = getattr(error, "retry_after", 1.0)
+    return {"Retry-After": str(max(1, math.ceil(seconds)))}
+
+
+def _count(request: Request, status: int) -> None:
+    runtime = getattr(request.app.state, "runtime", None)
+    if runtime is not None:
+        runtime.metrics.observe_error(status)
+
+
+async def handle_error(request: Request, error: Exception) -> Response:
+    """Map an engine, serving or service error to its status, keeping its message."""
+    status = status_of(error)
+    _count(request, status)
+    headers = dict(error.headers) if isinstance(error, ServiceError) else {}
+    if status == 503 and "Retry-After" not in headers:
+        headers.update(_retry_after(error))
+    if status >= 500 and status not in (503, 504):
+        log.error("%s %s failed", request.method, request.url.path, exc_info=error)
+    return error_response(status, str(error), headers)
+
+
+async def handle_http(request: Request, error: Exception) -> Response:
+    """Starlette's own errors (unknown route, wrong method) in the same JSON form."""
+    assert isinstance(error, StarletteHTTPException)
+    detail = error.detail if isinstance(error.detail, str) else str(error.detail)
+    if error.status_code == 404:
+        detail = f"no route {request.method} {request.url.path}"
+    elif error.status_code == 405:
+        detail = f"method {request.method} is not allowed on {request.url.path}"
+    return error_response(error.status_code, detail, dict(error.headers or {}))
+
+
+async def handle_validation(request: Request, error: Exception) -> Response:
+    """Request parameters or form fields that do not fit the schema: 400, naming each field."""
+    assert isinstance(error, RequestValidationError)
+    _count(request, 400)
+    problems = []
+    for problem in error.errors():
+        where = ".".join(str(part) for part in problem.get("loc", ()))
+        problems.append(f"{where}: {problem.get('msg', 'invalid')}")
+    return error_response(400, "invalid request: " + "; ".join(problems))
+
+
+async def handle_unexpected(request: Request, error: Exception) -> Response:
+    """Anything else: 500 without internals, logged with its traceback."""
+    log.error("%s %s failed unexpectedly", request.method, request.url.path, exc_info=error)
+    _count(request, 500)
+    return error_response(500, f"internal error ({type(error).__name__}); see the server log")
+
+
+def install_handlers(app: FastAPI) -> None:
+    """Register the handlers on `app`."""
+    app.add_exception_handler(ServiceError, handle_error)
+    app.add_exception_handler(EngineError, handle_error)
+    app.add_exception_handler(StarletteHTTPException, handle_http)
+    app.add_exception_handler(RequestValidationError, handle_validation)
+    app.add_exception_handler(Exception, handle_unexpected)

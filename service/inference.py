@@ -1,0 +1,125 @@
+"""Inference requests: resolve the model version, check tensors against its config, run, count."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.errors import InputError, ShapeError
+from engine.serving.config import TensorConfig
+from engine.serving.loaded import LoadedVersion
+from engine.serving.repository import ModelRepository
+from service import codecs
+from service.errors import BadRequest
+from service.metrics import Metrics
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A finished inference: which version ran, and its outputs."""
+
+    version: LoadedVersion
+    outputs: dict[str, np.ndarray]
+
+
+def _shape_fits(expected: tuple[int, ...], given: tuple[int, ...]) -> bool:
+    return len(expected) == len(given) and all(
+        want in (-1, got) for want, got in zip(expected, given))
+
+
+def check_inputs(handle: LoadedVersion, arrays: Mapping[str, np.ndarray],
+                 datatypes: Mapping[str, str] | None = None) -> None:
+    """400 unless `arrays` are exactly the config's inputs, with its datatypes and shapes."""
+    config = handle.config
+    assert config.inputs is not None  # completed when the version was loaded
+    where = f"model {handle.name!r} version {handle.version}"
+    specs: dict[str, TensorConfig] = {tensor.name: tensor for tensor in config.inputs}
+    unknown = [name for name in arrays if name not in specs]
+    if unknown:
+        raise BadRequest(f"{where} has no input {codecs.names(unknown)}; its inputs are "
+                         f"{codecs.names(list(specs))}")
+    missing = [name for name in specs if name not in arrays]
+    if missing:
+        spec = specs[missing[0]]
+        raise BadRequest(f"{where}: missing input {spec.name!r} ({spec.datatype} "
+                         f"{list(spec.shape)})")
+    for name, array in arrays.items():
+        spec = specs[name]
+        given = datatypes[name] if datatypes is not None else codecs.datatype_of(array.dtype)
+        if given != spec.datatype:
+            raise BadRequest(f"{where}: input {name!r} has datatype {given}; expected "
+                             f"{spec.datatype}")
+        if not _shape_fits(spec.shape, array.shape):
+            raise BadRequest(f"{where}: input {name!r} has shape {list(array.shape)}; expected "
+                             f"{list(spec.shape)} (-1: any size)")
+        if array.shape[0] > config.max_batch_size:
+            raise BadRequest(f"{where}: input {name!r} has {array.shape[0]} rows; "
+                             f"max_batch_size is {config.max_batch_size}, split the request")
+
+
+class InferenceService:
+    """Runs requests on a repository's models and records them in the metrics."""
+
+    def __init__(self, repository: ModelRepository, metrics: Metrics,
+                 max_tensor_elements: int) -> None:
+        self.repository = repository
+        self.metrics = metrics
+        self.max_tensor_elements = max_tensor_elements
+
+    async def run(self, handle: LoadedVersion, arrays: dict[str, np.ndarray],
+                  timeout_s: float | None = None) -> Answer:
+        """Run checked inputs on `handle`'s version; shape failures inside are the input's."""
+        started = time.perf_counter()
+        ok = False
+        try:
+            outputs = await self.repository.infer(handle.name, arrays, version=handle.version,
+                                                  timeout_s=timeout_s)
+            ok = True
+        except ShapeError as error:
+            raise InputError(str(error)) from error
+        finally:
+            self.metrics.observe_request(handle.name, handle.version, ok,
+                                         time.perf_counter() - started)
+        return Answer(handle, outputs)
+
+    async def predict(self, body: bytes) -> dict[str, object]:
+        """``POST /predict``: the response body."""
+        request = codecs.decode_predict(body)
+        handle = self.repository.get(request.model, request.version)
+        assert handle.config.inputs is not None
+        dtypes = {tensor.name: tensor.dtype for tensor in handle.config.inputs}
+        arrays = codecs.predict_arrays(request.inputs, dtypes, self.max_tensor_elements)
+        check_inputs(handle, arrays)
+        answer = await self.run(handle, arrays)
+        return {"model": handle.name, "version": handle.version,
+                "outputs": codecs.predict_outputs(answer.outputs)}
+
+    async def infer_v2(self, name: str, version: str | None, body: bytes,
+                       header_length: int | None) -> tuple[bytes, int | None]:
+        """``POST /v2/models/{name}[/versions/{v}]/infer``: body and binary header length."""
+        request = codecs.decode_v2_request(body, header_length, self.max_tensor_elements)
+        handle = self.repository.get(name, version or None)
+        check_inputs(handle, request.inputs, request.datatypes)
+        binary = self._binary_outputs(handle, request)
+        timeout = None if request.timeout_us is None else request.timeout_us / 1e6
+        answer = await self.run(handle, request.inputs, timeout)
+        outputs = {output: answer.outputs[output] for output in binary}
+        return codecs.encode_v2_response(handle.name, handle.version, outputs, binary,
+                                         request.id)
+
+    @staticmethod
+    def _binary_outputs(handle: LoadedVersion, request: codecs.V2Request) -> dict[str, bool]:
+        """Outputs to return, in order, and whether each goes as binary data."""
+        available = list(handle.model.output_names)
+        if request.outputs is None:
+            return {output: request.binary_output for output in available}
+        chosen = {}
+        for output in request.outputs:
+            if output.name not in available:
+                raise BadRequest(f"model {handle.name!r} version {handle.version} has no output "
+                                 f"{output.name!r}; its outputs are {codecs.names(available)}")
+            chosen[output.name] = request.binary_output if output.binary is None else output.binary
+        return chosen

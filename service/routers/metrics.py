@@ -1,0 +1,17 @@
+"""``GET /metrics`` in the Prometheus text format."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+
+from service.deps import MetricsDep
+from service.metrics import CONTENT_TYPE
+
+router = APIRouter(tags=["metrics"])
+
+
+@router.get("/metrics", response_class=Response,
+            responses={200: {"content": {CONTENT_TYPE: {}}, "description": "Prometheus text"}})
+async def metrics(metrics: MetricsDep) -> Response:
+    """Request counts and latency, queue and compute time, batch sizes, loaded models, memory."""
+    return Response(metrics.render(), media_type=CONTENT_TYPE)

@@ -1,0 +1,47 @@
+"""What the apps of one process share: settings, repository, services and readiness."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from engine.serving.repository import ModelRepository
+from service.inference import InferenceService
+from service.metrics import Metrics
+from service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Runtime:
+    """What the apps of one process share: settings, repository, services, readiness."""
+
+    settings: Settings
+    repository: ModelRepository
+    metrics: Metrics
+    inference: InferenceService
+    ready: bool = False
+
+    @classmethod
+    def create(cls, settings: Settings, repository: ModelRepository | None = None) -> Runtime:
+        """A runtime over `repository`, or over a new one configured by `settings`."""
+        repository = repository or ModelRepository(
+            settings.model_repository, device=settings.device,
+            memory_budget_bytes=settings.memory_budget_bytes,
+            poll_interval_s=settings.poll_interval, compute_threads=settings.compute_threads)
+        metrics = Metrics(repository)
+        return cls(settings, repository, metrics,
+                   InferenceService(repository, metrics, settings.max_tensor_elements))
+
+    async def start(self) -> None:
+        """Scan and load the repository, then report ready."""
+        await self.repository.start()
+        self.ready = True
+        log.info("model repository %s ready: %d version(s)", self.settings.model_repository,
+                 len(self.repository.index()))
+
+    async def close(self) -> None:
+        """Report not ready, then drain and unload every model."""
+        self.ready = False
+        await self.repository.close()

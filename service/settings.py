@@ -1,0 +1,88 @@
+"""Service settings: the one place options are read (command line, then HYBRIDSERVE_* variables)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, SecretStr, ValidationError, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ENV_PREFIX = "HYBRIDSERVE_"
+LogLevel = Literal["critical", "error", "warning", "info", "debug"]
+
+
+class Settings(BaseSettings):
+    """Every option of the server; each field is also the variable ``HYBRIDSERVE_<FIELD>``."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
+
+    model_repository: Path = Field(Path("models"), description="model repository directory")
+    host: str = Field("127.0.0.1", description="address to listen on")
+    port: int = Field(8000, ge=0, le=65535, description="port of the inference API")
+    admin_port: int | None = Field(
+        None, ge=0, le=65535,
+        description="serve the management API on this port only (default: on the main port)")
+    admin_token: SecretStr | None = Field(
+        None, description="bearer token for mutating endpoints; without one they are refused")
+    poll_interval: float | None = Field(
+        None, gt=0, description="re-scan the repository every this many seconds (default: never)")
+    device: Literal["cpu", "gpu", "auto"] = Field("cpu", description="device for models")
+    max_request_bytes: int = Field(64 << 20, ge=1024, description="largest request body")
+    max_upload_bytes: int = Field(1 << 30, ge=1024, description="largest model upload body")
+    max_tensor_elements: int = Field(1 << 24, ge=1, description="largest element count of a tensor")
+    memory_budget_bytes: int | None = Field(None, ge=1,
+                                            description="limit on loaded models' memory")
+    compute_threads: int = Field(2, ge=1, le=256, description="threads running batches")
+    log_level: LogLevel = Field("info", description="server log level")
+    access_log: bool = Field(False, description="log every request")
+
+    @model_validator(mode="after")
+    def _distinct_ports(self) -> Settings:
+        if self.admin_port is not None and self.admin_port == self.port and self.port != 0:
+            raise ValueError(f"admin_port {self.admin_port} equals port; pick another port or "
+                             "leave admin_port unset to serve management on the main port")
+        return self
+
+    @property
+    def token(self) -> str | None:
+        """The admin token as a string, or None when none is configured (or it is empty)."""
+        value = self.admin_token.get_secret_value() if self.admin_token is not None else ""
+        return value or None
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hybridserve", description="Serve MXNet-format models over HTTP. Every option can "
+        f"also be set with an environment variable {ENV_PREFIX}<OPTION> (e.g. "
+        f"{ENV_PREFIX}ADMIN_TOKEN); the command line wins.")
+    for name, field in Settings.model_fields.items():
+        flag = "--" + name.replace("_", "-")
+        help_text = f"{field.description} (env {ENV_PREFIX}{name.upper()})"
+        if field.annotation is bool:
+            parser.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction,
+                                default=None, help=help_text)
+        else:
+            parser.add_argument(flag, dest=name, default=None, help=help_text)
+    return parser
+
+
+def load_settings(argv: Sequence[str] | None = None) -> Settings:
+    """Settings from `argv` (default: none) over the environment.
+
+    Raises:
+        SystemExit: an option is invalid; the message names the option and the bad value.
+    """
+    parser = _parser()
+    given: dict[str, Any] = {key: value for key, value in vars(parser.parse_args(argv)).items()
+                             if value is not None}
+    try:
+        return Settings(**given)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in problem['loc']) or 'settings'}: "
+            f"{problem['msg']} (got {problem.get('input')!r})" for problem in error.errors())
+        parser.error(problems)
+    raise AssertionError("unreachable")
