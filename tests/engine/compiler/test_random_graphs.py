@@ -36,9 +36,9 @@ def random_graphs(draw: st.DrawFn) -> tuple[Graph, dict[str, np.ndarray]]:
             other, _ = draw(st.sampled_from(partners))
             node = make_node(draw(st.sampled_from(BINARY)), name, {}, (entry, other))
         elif kind == "reshape":
-            target = "(0, -1)" if len(shape) == 3 else str(SHAPE)
+            target = "(0, -1)" if len(shape) == 3 else "(0, 3, 4)"
             node = make_node("Reshape", name, {"shape": target}, (entry,))
-            shape = (shape[0], 12) if len(shape) == 3 else SHAPE
+            shape = (shape[0], 12) if len(shape) == 3 else (shape[0], 3, 4)
         else:
             partners = [value for value in values if value[1] == shape]
             other, _ = draw(st.sampled_from(partners))
