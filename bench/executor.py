@@ -1,0 +1,196 @@
+"""Benchmark: the compiled CPU executor against hand-written NumPy, the sgemm floor and PyTorch.
+
+Usage: ``python bench/executor.py [--quick]``. Prints, in one run:
+
+* the seed MLP (512 → 256 → 128 → 2) at batch 1 and 64: ``Model.infer``, the plan's own
+  ``run`` and a hand-written NumPy sequence of the same matmuls into preallocated outputs
+  (target: ``Model.infer`` ≤ 1.15× NumPy);
+* ResNet-18 v1 (batch 1 and 8) and MobileNet v2 1.0 (batch 1) at 224×224: ms per image for our
+  model, the floor (conv/FC FLOPs over NumPy's measured float32 matmul FLOP/s) and PyTorch on
+  the CPU with the same weights, plus the two outputs' max abs difference and our time per op
+  type (targets: ResNet-18 ≤ 1.5× the floor and faster than PyTorch; MobileNet v2 ≤ 2× PyTorch).
+
+PyTorch is not a project dependency; install it into the venv to run this:
+``.venv/bin/pip install torch==2.13.0``. It runs with as many threads as NumPy's BLAS.
+Times are medians over repeated runs (best in brackets), after a warm-up run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import nets  # noqa: E402 - the sibling module, found through the path set just above
+
+import engine  # noqa: E402
+from engine.graph.infer import infer_shapes  # noqa: E402
+from engine.runtime import Model  # noqa: E402
+
+MLP_CALLS = 200  # calls per timed round of the MLP (one call is microseconds)
+GEMM_SIZE = 2048
+
+
+def blas_threads() -> int:
+    """Threads NumPy's BLAS uses (threadpoolctl when present, else the CPU count)."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return os.cpu_count() or 1
+    counts = [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
+    return counts[0] if counts else os.cpu_count() or 1
+
+
+def timings(action: Callable[[], object], repeat: int, calls: int = 1) -> tuple[float, float]:
+    """(median, best) seconds per call over ``repeat`` rounds of ``calls`` calls, after warm-up."""
+    action()
+    rounds = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for _ in range(calls):
+            action()
+        rounds.append((time.perf_counter() - start) / calls)
+    return statistics.median(rounds), min(rounds)
+
+
+def sgemm_flops(repeat: int) -> float:
+    """Measured float32 FLOP/s of one large square NumPy matmul (best run)."""
+    rng = np.random.default_rng(0)
+    left, right = (rng.standard_normal((GEMM_SIZE, GEMM_SIZE), dtype=np.float32) for _ in "ab")
+    out = np.empty((GEMM_SIZE, GEMM_SIZE), np.float32)
+    _, best = timings(lambda: np.matmul(left, right, out=out), repeat)
+    return 2 * GEMM_SIZE**3 / best
+
+
+def graph_flops(model: Model, data_shape: tuple[int, ...]) -> int:
+    """2 × multiply-adds of every Convolution and FullyConnected, from the inferred shapes."""
+    graph = model.graph
+    shapes = infer_shapes(graph, {**{n: a.shape for n, a in model.params.items()},
+                                  "data": data_shape})
+    total = 0
+    for index, node in enumerate(graph.nodes):
+        if node.op in ("Convolution", "FullyConnected"):
+            weight = node.inputs[1]
+            per_output = int(np.prod(shapes[weight.node][weight.index][1:]))
+            total += 2 * int(np.prod(shapes[index][0])) * per_output
+    return total
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f}"
+
+
+def numpy_mlp(params: dict[str, np.ndarray], batch: int) -> Callable[[np.ndarray], np.ndarray]:
+    """The MLP by hand: matmuls into preallocated outputs, bias and ReLU in place."""
+    weights = [params[f"dense{i}_weight"].T for i in range(3)]
+    biases = [params[f"dense{i}_bias"] for i in range(3)]
+    outs = [np.empty((batch, w.shape[1]), np.float32) for w in weights]
+
+    def run(x: np.ndarray) -> np.ndarray:
+        for index, (weight, bias, out) in enumerate(zip(weights, biases, outs)):
+            np.matmul(x, weight, out=out)
+            out += bias
+            if index < 2:
+                np.maximum(out, 0, out=out)
+            x = out
+        return out
+
+    return run
+
+
+def bench_mlp(repeat: int) -> None:
+    """Model.infer, Plan.run and hand-written NumPy on the seed MLP."""
+    print("\nseed MLP 512-256(relu)-128(relu)-2, ms per call "
+          f"(median of {repeat} rounds of {MLP_CALLS} calls [best])")
+    print(f"{'batch':>5} {'Model.infer':>18} {'plan.run':>18} {'numpy':>18} "
+          f"{'infer/numpy':>11} {'max|diff|':>9}")
+    symbol = nets.mlp()
+    params = nets.random_params(symbol, (1, 512))
+    model = engine.load_model(symbol, params, optimize=True)
+    for batch in (1, 64):
+        mlp_row(model, params, batch, repeat)
+
+
+def mlp_row(model: Model, params: dict[str, np.ndarray], batch: int, repeat: int) -> None:
+    """One batch size of the MLP table."""
+    x = np.random.default_rng(batch).standard_normal((batch, 512), dtype=np.float32)
+    feed = {"data": x}
+    plan = model.plan_for(feed)
+    by_hand = numpy_mlp(params, batch)
+    diff = float(np.abs(model.infer(feed)["dense2_output"] - by_hand(x)).max())
+    infer = timings(lambda: model.infer(feed), repeat, MLP_CALLS)
+    run = timings(lambda: plan.run(feed), repeat, MLP_CALLS)
+    numpy = timings(lambda: by_hand(x), repeat, MLP_CALLS)
+    cells = [f"{ms(med)} [{ms(best)}]" for med, best in (infer, run, numpy)]
+    print(f"{batch:>5} {cells[0]:>18} {cells[1]:>18} {cells[2]:>18} "
+          f"{infer[0] / numpy[0]:>10.2f}× {diff:>9.1e}")
+
+
+def bench_cnn(name: str, symbol: Any, torch_module: Any, batch: int, repeat: int,
+              flops_per_second: float, threads: int) -> None:
+    """Our compiled model vs the FLOP floor vs PyTorch, per image, plus a per-op profile."""
+    import torch
+
+    shape = (batch, 3, 224, 224)
+    params = nets.random_params(symbol, (1, 3, 224, 224))
+    model = engine.load_model(symbol, params, optimize=True)
+    peer = torch_module(params)
+    x = np.random.default_rng(batch).standard_normal(shape, dtype=np.float32)
+    feed, tensor = {"data": x}, torch.from_numpy(x)
+    torch.set_num_threads(threads)
+    with torch.inference_mode():
+        ours_out = next(iter(model.infer(feed).values()))
+        peer_out = peer(tensor).numpy()
+        diff = float(np.abs(ours_out - peer_out).max())
+        scale = float(np.abs(peer_out).max())
+        ours = timings(lambda: model.infer(feed), repeat)
+        theirs = timings(lambda: peer(tensor), repeat)
+    flops = graph_flops(model, shape)
+    floor = flops / flops_per_second
+    print(f"{name:<16} {batch:>5} {flops / batch / 1e9:>7.2f} "
+          f"{ms(ours[0] / batch):>9} [{ms(ours[1] / batch)}] {ms(floor / batch):>8} "
+          f"{ms(theirs[0] / batch):>9} [{ms(theirs[1] / batch)}] "
+          f"{ours[0] / floor:>7.2f}× {ours[0] / theirs[0]:>7.2f}× {diff:>8.1e} (of {scale:.0f})")
+    profile = model.profile(feed, repeat=max(2, repeat // 2))
+    total = sum(profile.values())
+    top = sorted(profile.items(), key=lambda item: -item[1])[:6]
+    print("    per op type, ms per image: " + ", ".join(
+        f"{label} {ms(seconds / batch)} ({seconds / total:.0%})" for label, seconds in top))
+
+
+def main() -> None:
+    """Run every comparison and print the tables."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=7, help="timed rounds per measurement")
+    parser.add_argument("--quick", action="store_true", help="3 rounds, skip ResNet-18 batch 8")
+    options = parser.parse_args()
+    repeat = 3 if options.quick else options.repeat
+    threads = blas_threads()
+    flops_per_second = sgemm_flops(repeat)
+    print(f"numpy {np.__version__}, BLAS threads {threads} (torch.set_num_threads({threads})); "
+          f"sgemm {GEMM_SIZE}³ float32: {flops_per_second / 1e9:.1f} GFLOP/s")
+    bench_mlp(repeat)
+    print(f"\nCNNs at 224×224, ms per image (median of {repeat} [best]); floor = FLOPs / sgemm")
+    print(f"{'network':<16} {'batch':>5} {'GFLOP/im':>7} {'ours':>20} {'floor':>8} "
+          f"{'pytorch':>20} {'/floor':>8} {'/torch':>8} {'max|diff|':>8}")
+    cases = [("resnet18_v1", nets.resnet18_v1, nets.torch_resnet18_v1, 1),
+             ("resnet18_v1", nets.resnet18_v1, nets.torch_resnet18_v1, 8),
+             ("mobilenetv2_1.0", nets.mobilenet_v2, nets.torch_mobilenet_v2, 1)]
+    for name, build, torch_module, batch in cases:
+        if options.quick and batch > 1:
+            continue
+        nets_repeat = repeat if batch == 1 else max(3, repeat // 2)
+        bench_cnn(name, build(), torch_module, batch, nets_repeat, flops_per_second, threads)
+
+
+if __name__ == "__main__":
+    main()
