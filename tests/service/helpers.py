@@ -42,7 +42,7 @@ def first_io(name: str) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
 
 def settings_for(root: Path, **overrides: Any) -> Settings:
     """Settings over `root` with the test admin token."""
-    return Settings(model_repository=root, admin_token=TOKEN, **overrides)
+    return Settings(**{"model_repository": root, "admin_token": TOKEN, **overrides})
 
 
 @asynccontextmanager

@@ -1,0 +1,41 @@
+"""Settings: command line over HYBRIDSERVE_* variables, validated with messages naming options."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from service.settings import load_settings
+
+
+def test_environment_then_command_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("HYBRIDSERVE_MODEL_REPOSITORY", str(tmp_path))
+    monkeypatch.setenv("HYBRIDSERVE_PORT", "9001")
+    monkeypatch.setenv("HYBRIDSERVE_ADMIN_TOKEN", "from-env")
+    monkeypatch.setenv("HYBRIDSERVE_POLL_INTERVAL", "2.5")
+    settings = load_settings(["--port", "9002", "--access-log"])
+    assert settings.model_repository == tmp_path and settings.port == 9002
+    assert settings.token == "from-env" and settings.poll_interval == 2.5 and settings.access_log
+    assert "from-env" not in repr(settings)
+    assert load_settings(["--admin-token", "cli"]).token == "cli"
+
+
+def test_defaults_are_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("ADMIN_TOKEN", "HOST", "PORT", "ADMIN_PORT"):
+        monkeypatch.delenv(f"HYBRIDSERVE_{name}", raising=False)
+    settings = load_settings([])
+    assert settings.token is None and settings.host == "127.0.0.1" and settings.admin_port is None
+    assert load_settings(["--admin-token", ""]).token is None
+
+
+def test_invalid_options_name_the_option(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        load_settings(["--port", "99999"])
+    assert "port" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        load_settings(["--device", "tpu"])
+    assert "device" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        load_settings(["--port", "8000", "--admin-port", "8000"])
+    assert "admin_port 8000 equals port" in capsys.readouterr().err
