@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.device import Device
 from engine.errors import ModelFormatError
 from engine.graph.ir import Graph
 from engine.graph.json_format import graph_from_json
@@ -18,7 +19,7 @@ from engine.runtime.model import Model
 DEVICES = ("cpu", "gpu", "auto")
 
 
-def load_model(symbol: Any, params: Any = None, *, device: str = "cpu",
+def load_model(symbol: Any, params: Any = None, *, device: str | Device | Any = "cpu",
                optimize: bool | list[str] = True) -> Model:
     """Load an exported model.
 
@@ -27,7 +28,9 @@ def load_model(symbol: Any, params: Any = None, *, device: str = "cpu",
             `Symbol` (anything with ``to_graph()``).
         params: a ``*.params`` path or bytes, a dict of arrays (``arg:``/``aux:`` prefixes
             optional), or None for a graph without parameters.
-        device: ``"cpu"``, ``"gpu"`` or ``"auto"``.
+        device: ``"cpu"``, ``"gpu"``, ``"gpu:N"``, ``"auto"`` (the GPU when CuPy sees one), a
+            `Context` such as ``engine.gpu(0)``, or an `engine.device.Device` (which also carries
+            the TF32 and CUDA-graph switches).
         optimize: True for every compiler pass, False for the reference interpreter, or a list
             of pass names.
 
@@ -36,13 +39,14 @@ def load_model(symbol: Any, params: Any = None, *, device: str = "cpu",
 
     Raises:
         ModelFormatError: the files are malformed, name unknown ops, or do not fit together.
+        EngineError: ``device`` asks for a GPU that CuPy cannot see (the message says why).
 
     Example:
         >>> model = engine.load_model("my_mlp-symbol.json", "my_mlp-0000.params")
         >>> model.input_names
         ['data']
     """
-    if device not in DEVICES:
+    if isinstance(device, str) and device not in DEVICES and not device.startswith("gpu"):
         raise ValueError(f"device must be one of {', '.join(DEVICES)}; got {device!r}")
     return Model(read_graph(symbol), read_params(params), device=device, optimize=optimize)
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from engine.compiler import optimize_graph, select_passes
 from engine.compiler.plan_memory import naive_bytes
+from engine.device import Device, get_device
 from engine.errors import InputError, ModelFormatError, ShapeError
 from engine.graph.infer import declared_dtype, infer_dtypes, infer_shapes
 from engine.graph.ir import Graph
@@ -43,11 +44,12 @@ class Model:
         (1, 2)
     """
 
-    def __init__(self, graph: Graph, params: Mapping[str, np.ndarray], *, device: str = "cpu",
-                 optimize: bool | list[str] = True,
+    def __init__(self, graph: Graph, params: Mapping[str, np.ndarray], *,
+                 device: str | Device | Any = "cpu", optimize: bool | list[str] = True,
                  batch_buckets: tuple[int, ...] | None = None) -> None:
         self.graph = graph
-        self.device = device
+        self.backend: Device = get_device(device)
+        self.device = self.backend.kind  # "cpu" or "gpu": what "auto" resolved to
         self.passes = select_passes(optimize)
         self.batch_buckets = tuple(sorted(batch_buckets)) if batch_buckets else None
         self.params = _bind_params(graph, params)
@@ -64,6 +66,7 @@ class Model:
         self.optimized_graph = (optimize_graph(graph.replace(constants=self.params), self.passes)
                                 if optimize is not False else None)
         self._plans: dict[tuple, Plan] = {}
+        self._device_constants: dict[str, Any] = {}  # parameters on the GPU, shared by plans
 
     def _describe(self) -> tuple[list[TensorSpec], list[TensorSpec]]:
         try:
@@ -92,10 +95,26 @@ class Model:
         # log(0) = -inf and overflow to inf are results here, as in MXNet, not warnings.
         with np.errstate(all="ignore"):
             if self.optimized_graph is None:
-                outputs = evaluate(self.graph, {**self.params, **feed}, np, shapes)
+                outputs = self._evaluate(feed, shapes)
             else:
                 outputs = self._run_plan(feed)
         return {name: np.asarray(value) for name, value in zip(self.output_names, outputs)}
+
+    def _evaluate(self, feed: dict[str, np.ndarray], shapes: list) -> list[np.ndarray]:
+        """The reference interpreter, on this model's device."""
+        if not self.backend.is_gpu:
+            return evaluate(self.graph, {**self.params, **feed}, np, shapes)
+        with self.backend.activate():
+            values = {name: self._device_constant(name) for name in self.params}
+            values.update({name: self.backend.asarray(array) for name, array in feed.items()})
+            outputs = evaluate(self.graph, values, self.backend.xp, shapes)
+            return [self.backend.to_host(output) for output in outputs]
+
+    def _device_constant(self, name: str) -> Any:
+        array = self._device_constants.get(name)
+        if array is None:
+            array = self._device_constants[name] = self.backend.asarray(self.params[name])
+        return array
 
     def plan_for(self, feed: Mapping[str, np.ndarray]) -> Plan:
         """The compiled plan for these inputs' shapes and dtypes (compiled on first use)."""
@@ -107,7 +126,8 @@ class Model:
                 if plan is None:
                     plan = Plan(self.optimized_graph, {n: a.shape for n, a in feed.items()},
                                 {n: a.dtype for n, a in feed.items()},
-                                reuse_memory="plan_memory" in self.passes)
+                                reuse_memory="plan_memory" in self.passes,
+                                device=self.backend, constants=self._device_constants)
                     self._plans[signature] = plan
         return plan
 
@@ -127,11 +147,13 @@ class Model:
                   "steps": len(plan.steps),
                   "planned_activation_bytes": plan.memory.planned_bytes,
                   "optimized_graph_activation_bytes": plan.memory.naive_bytes,
-                  "naive_activation_bytes": self._naive_bytes(signature)}
+                  "naive_activation_bytes": self._naive_bytes(signature),
+                  **plan.execution_stats()}
                  for signature, plan in list(self._plans.items())]
         operator_nodes = sum(1 for node in self.graph.nodes if not node.is_variable)
         optimized = self.optimized_graph
         return {"passes": list(self.passes), "param_bytes": self.param_bytes,
+                "device": self.backend.name,
                 "nodes": operator_nodes,
                 "optimized_nodes": operator_nodes if optimized is None else sum(
                     1 for node in optimized.nodes if not node.is_variable),

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from engine.compiler.plan_memory import MemoryPlan, plan_memory
+from engine.device import CPU, Device
 from engine.errors import EngineError, ExecutionError, ShapeError
 from engine.graph.infer import infer_dtypes, infer_shapes, specialize_sources
 from engine.graph.ir import Graph, Node
@@ -35,15 +36,36 @@ class Plan:
     """A compiled, reusable execution of ``graph`` for fixed input shapes and dtypes.
 
     Thread-safe: runs of one plan are serialised by a lock, since they share buffers.
+    On a GPU ``device`` the buffers live in GPU memory, inputs and outputs move through pinned
+    host buffers on the plan's own stream, and the steps are replayed as a CUDA graph once warm;
+    ``run`` still takes and returns numpy arrays. ``constants`` (shared by a model's plans)
+    caches parameters already on the device.
     """
 
     def __init__(self, graph: Graph, input_shapes: Mapping[str, tuple[int, ...]],
                  input_dtypes: Mapping[str, np.dtype], xp: Any = np,
-                 reuse_memory: bool = True) -> None:
+                 reuse_memory: bool = True, device: Device | None = None,
+                 constants: dict[str, Any] | None = None) -> None:
+        self.device = device or CPU
+        xp = self.device.xp if device is not None else xp
         self.xp = xp
         self.graph = graph
+        self._constants = {} if constants is None else constants
         shapes, dtypes = _infer(graph, input_shapes, input_dtypes)
         self.memory: MemoryPlan = plan_memory(graph, shapes, dtypes, reuse_memory)
+        with self.device.activate():
+            self._compile(graph, input_shapes, input_dtypes, shapes, dtypes)
+        self._lock = threading.Lock()
+        self._gpu = None
+        if self.device.is_gpu:
+            from engine.gpu.executor import GpuExecutor
+
+            self.device.synchronize()  # parameters and views made at compile time are ready
+            self._gpu = GpuExecutor(self.device, self._inputs, self._heads, self._run_steps)
+
+    def _compile(self, graph: Graph, input_shapes: Mapping, input_dtypes: Mapping,
+                 shapes: list, dtypes: list) -> None:
+        xp = self.xp
         buffers = [xp.empty(size, np.uint8) for size in self.memory.buffer_sizes]
         self._inputs = {name: xp.empty(input_shapes[name], input_dtypes[name])
                         for name in input_shapes}
@@ -61,14 +83,26 @@ class Plan:
                          for slot, (shape, dtype) in enumerate(zip(shapes[index], dtypes[index])))
             for slot, out in enumerate(outs):
                 arrays[(index, slot)] = out
-            self.steps.append(Step(_bind(node, params, args, outs, xp), node))
+            self.steps.append(Step(self._bind(node, params, args, outs), node))
         self._heads = [arrays[(entry.node, entry.index)] for entry in graph.heads]
-        self._lock = threading.Lock()
+
+    def _bind(self, node: Node, params: Any, args: list, outs: tuple) -> Callable[[], Any]:
+        if self.device.is_gpu and node.op == "_fused_elementwise" and len(outs) == 1:
+            from engine.gpu.fused import bind_fused
+
+            return bind_fused(node, params, args, outs[0], self.xp)
+        return _bind(node, params, args, outs, self.xp)
 
     def _variable(self, node: Node) -> Any:
         if node.name in self._inputs:
             return self._inputs[node.name]
-        return self.xp.asarray(self.graph.constants[node.name])
+        if self.xp is np:
+            return np.asarray(self.graph.constants[node.name])
+        array = self._constants.get(node.name)
+        if array is None:
+            array = self.device.asarray(self.graph.constants[node.name])
+            self._constants[node.name] = array
+        return array
 
     def run(self, feed: Mapping[str, Any], copy_outputs: bool = True) -> list[Any]:
         """Copy ``feed`` in, run every step, return the outputs in head order.
@@ -77,29 +111,44 @@ class Plan:
         at all, but they are overwritten by the next run.
         """
         with self._lock:
+            if self._gpu is not None:
+                return self._gpu.run(feed, copy_outputs)
             for name, buffer in self._inputs.items():
                 self.xp.copyto(buffer, feed[name], casting="same_kind")
-            for step in self.steps:
-                try:
-                    step.call()
-                except EngineError as error:
-                    raise ExecutionError(f"while running {step.node.describe()}: {error}") \
-                        from error
-                except Exception as error:
-                    raise ExecutionError(f"while running {step.node.describe()}: "
-                                         f"{type(error).__name__}: {error}") from error
+            self._run_steps()
             return [head.copy() for head in self._heads] if copy_outputs else list(self._heads)
+
+    def _run_steps(self) -> None:
+        for step in self.steps:
+            try:
+                step.call()
+            except EngineError as error:
+                raise ExecutionError(f"while running {step.node.describe()}: {error}") \
+                    from error
+            except Exception as error:
+                raise ExecutionError(f"while running {step.node.describe()}: "
+                                     f"{type(error).__name__}: {error}") from error
+
+    def execution_stats(self) -> dict[str, Any]:
+        """Device, and on the GPU whether the plan replays as a CUDA graph (and if not, why)."""
+        if self._gpu is None:
+            return {"device": self.device.name, "cuda_graph": False, "cuda_graph_error": None}
+        return self._gpu.stats()
 
     def profile(self, feed: Mapping[str, Any], repeat: int = 10) -> dict[str, float]:
         """Mean seconds per op type over ``repeat`` runs (steps timed one by one)."""
         totals: dict[str, float] = {}
-        with self._lock:
-            for name, buffer in self._inputs.items():
-                self.xp.copyto(buffer, feed[name], casting="same_kind")
+        if self._gpu is not None:
+            self.run(feed, copy_outputs=False)  # inputs now sit in the device buffers
+        with self._lock, self.device.activate():
+            if self._gpu is None:
+                for name, buffer in self._inputs.items():
+                    self.xp.copyto(buffer, feed[name], casting="same_kind")
             for _ in range(repeat):
                 for step in self.steps:
                     start = time.perf_counter()
                     step.call()
+                    self.device.synchronize()
                     label = _label(step.node)
                     totals[label] = totals.get(label, 0.0) + time.perf_counter() - start
         return {label: seconds / repeat for label, seconds in totals.items()}
