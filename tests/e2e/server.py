@@ -1,0 +1,84 @@
+"""Start `python -m service` as a real process on a free loopback port, and always stop it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+TOKEN = "e2e-token"
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class Server:
+    """A running server: its URLs and repository."""
+
+    url: str
+    admin_url: str
+    repository: Path
+    process: subprocess.Popen[bytes]
+
+
+@contextmanager
+def running_server(repository: Path, extra: Sequence[str] = (), *, admin_port: bool = False,
+                   startup_s: float = 60.0) -> Iterator[Server]:
+    """Start the server, wait until /v2/health/ready answers, stop it (SIGTERM, then kill)."""
+    port = free_port()
+    args = [sys.executable, "-m", "service", "--model-repository", str(repository),
+            "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning", *extra]
+    admin = port
+    if admin_port:
+        admin = free_port()
+        args += ["--admin-port", str(admin)]
+    environment = {key: value for key, value in os.environ.items()
+                   if not key.startswith("HYBRIDSERVE_")}
+    environment["HYBRIDSERVE_ADMIN_TOKEN"] = TOKEN
+    log = (repository.parent / f"server-{port}.log").open("wb")
+    process = subprocess.Popen(args, cwd=ROOT, env=environment, stdout=log,
+                               stderr=subprocess.STDOUT)
+    try:
+        server = Server(f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin}", repository,
+                        process)
+        _wait_ready(server, startup_s, log.name)
+        yield server
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(5)
+        log.close()
+
+
+def _wait_ready(server: Server, timeout: float, log_path: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise RuntimeError(f"server exited with {server.process.returncode}: "
+                               f"{Path(log_path).read_text()[-3000:]}")
+        try:
+            if httpx.get(server.url + "/v2/health/ready", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"server not ready after {timeout} s: {Path(log_path).read_text()[-3000:]}")
