@@ -1,3 +1,4 @@
+# ruff: noqa: E402 - BLAS thread variables must be set before numpy is imported
 """Benchmark: dynamic batching vs none, in process (no HTTP), at 64 concurrent callers.
 
 Usage: ``python bench/batching.py [--callers 64] [--seconds 5] [--max-batch 64]
@@ -6,9 +7,18 @@ Usage: ``python bench/batching.py [--callers 64] [--seconds 5] [--max-batch 64]
 with batching (``max_batch_size`` = --max-batch) and without (``max_batch_size=1``), the mean
 batch size, the median and p99 latency, and the speed-up. Target: at least 5x on the seed MLP.
 The models are the conformance exports in ``../shared/conformance/models``.
+
+BLAS runs single-threaded unless ``OPENBLAS_NUM_THREADS``/``OMP_NUM_THREADS`` are set: batches
+already run on their own worker thread, and on a small shared machine a multi-threaded BLAS
+spends its time spinning (see docs/benchmarks.md).
 """
 
 from __future__ import annotations
+
+import os
+
+for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_variable, "1")  # before numpy is imported
 
 import argparse
 import asyncio
@@ -81,6 +91,8 @@ def main() -> None:
     parser.add_argument("--delay-us", type=int, default=2000)
     parser.add_argument("--models", default="seed_mlp,lenet")
     args = parser.parse_args()
+    print(f"OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']}, callers {args.callers}, "
+          f"{args.seconds:g} s per mode, max_queue_delay {args.delay_us} us\n")
     print("| model | mode | requests/s | mean batch | p50 latency | p99 latency |")
     print("| --- | --- | --- | --- | --- | --- |")
     for name in args.models.split(","):

@@ -188,6 +188,11 @@ class ModelRepository:
                                               self._reason(name, version)))
         return rows
 
+    def loaded(self) -> list[LoadedVersion]:
+        """Every ready version (for metrics: ``.batcher.stats``, ``.batcher.queue_depth``)."""
+        return [self._loaded[name][version] for name in sorted(self._loaded)
+                for version in sorted(self._loaded[name])]
+
     def memory_bytes(self) -> int:
         """Bytes held by loaded and draining versions (parameters plus planned activations)."""
         versions = [lv for lvs in self._loaded.values() for lv in lvs.values()]

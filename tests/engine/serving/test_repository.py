@@ -68,6 +68,12 @@ def test_upload_of_seed_mlp_serves_mxnet_outputs(tmp_path: Path) -> None:
         assert sorted(p.name for p in (tmp_path / "mlp" / "1").iterdir()) == [
             MANIFEST_NAME, PARAMS_NAME, SYMBOL_NAME]
         assert json.loads((tmp_path / "mlp" / "config.json").read_text())["max_batch_size"] == 32
+        usage = repo.get("mlp").memory()
+        direct = engine.load_model(symbol, params)
+        assert usage.param_bytes == direct.param_bytes == 657928
+        assert usage.activation_bytes >= direct.activation_bytes({"data": (32, 512)}) > 0
+        assert repo.memory_bytes() == usage.total
+        assert [(lv.name, lv.version) for lv in repo.loaded()] == [("mlp", 1)]
         await repo.close()
 
     run(main())
