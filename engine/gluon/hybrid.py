@@ -19,7 +19,7 @@ import numpy as np
 from engine import nd, sym
 from engine.errors import EngineError
 from engine.gluon.block import Block
-from engine.gluon.parameter import DeferredInitializationError, Parameter, parameter_epoch
+from engine.gluon.parameter import _EPOCH, DeferredInitializationError, Parameter, parameter_epoch
 from engine.gluon.trace import Traced, fill_deferred, input_names, rebuild, trace
 from engine.nd.ndarray import NDArray
 from engine.runtime.model import Model
@@ -53,13 +53,14 @@ class CachedGraph:
 
     def run(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
         """Outputs for ``feed`` through the compiled plan of its signature."""
-        model = self.model if self.epoch == parameter_epoch() else None
-        if model is None:
+        model = self.model
+        if model is None or self.epoch != _EPOCH[0]:
             model = self.refresh(feed)
         dtypes = model._input_dtypes
-        if all(array.dtype == dtypes[name] for name, array in feed.items()):
-            return model.plan_for(feed).run(feed)
-        return list(model.infer(feed).values())
+        for name, array in feed.items():
+            if array.dtype != dtypes[name]:
+                return list(model.infer(feed).values())  # converts (and checks) dtypes
+        return model.plan_for(feed).run(feed)
 
 
 def _param_array(param: Parameter) -> np.ndarray:
@@ -160,12 +161,13 @@ class HybridBlock(Block):
         cached = self._cached
         if cached is None or len(cached.traced.input_names) != len(args):
             cached = self._cached = self._build_cache(len(args))
-        feed = {name: _as_array(arg, name)
+        feed = {name: arg._data if type(arg) is NDArray else _as_array(arg, name)
                 for name, arg in zip(cached.traced.input_names, args)}
         outputs = cached.run(feed)
-        wrapped = [NDArray(output) for output in outputs]
         template = cached.traced.template
-        return wrapped[0] if isinstance(template, int) else rebuild(template, wrapped)
+        if type(template) is int:
+            return NDArray(outputs[0])
+        return rebuild(template, [NDArray(output) for output in outputs])
 
     def _build_cache(self, count: int) -> CachedGraph:
         traced = self._trace(count)
