@@ -1,0 +1,170 @@
+"""On a GPU: every conformance op and model through load_model gives the CPU's outputs.
+
+Marked ``gpu``: skipped (with the reason) where CuPy or a CUDA device is missing.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+
+import engine
+from engine.context import gpu
+from engine.device import get_device
+from tests.conformance.fixtures import (
+    assert_close,
+    model_files,
+    model_io_sets,
+    model_meta,
+    model_names,
+    op_arrays,
+    op_cases,
+    tolerance_for,
+)
+
+pytestmark = pytest.mark.gpu
+CASES = op_cases()
+MODELS = model_names()
+RNN_TOLERANCE = {"rtol": 1e-3, "atol": 1e-5}
+RUNS = 4  # enough for the warm-up runs, the capture and two replays
+
+
+def _case_feed(case: dict[str, Any]) -> dict[str, np.ndarray]:
+    arrays = op_arrays()
+    return {spec["name"]: arrays[f"{case['id']}/in{k}"] for k, spec in enumerate(case["inputs"])}
+
+
+@pytest.mark.parametrize("optimize", [False, True], ids=["reference", "optimized"])
+@pytest.mark.parametrize("case", CASES, ids=[case["id"] for case in CASES])
+def test_op_case_on_gpu_matches_cpu_and_mxnet(case: dict[str, Any], optimize: bool) -> None:
+    arrays = op_arrays()
+    feed = _case_feed(case)
+    on_gpu = engine.load_model(case["symbol"], device="gpu", optimize=optimize)
+    on_cpu = engine.load_model(case["symbol"], device="cpu", optimize=optimize)
+    assert on_gpu.device == "gpu"
+    expected_cpu = list(on_cpu.infer(feed).values())
+    for _ in range(RUNS if optimize else 1):
+        outputs = list(on_gpu.infer(feed).values())
+    for k, spec in enumerate(case["outputs"]):
+        assert outputs[k].shape == tuple(spec["shape"]) and isinstance(outputs[k], np.ndarray)
+        assert outputs[k].dtype == np.dtype(spec["dtype"])
+        if spec.get("unspecified"):
+            continue
+        expected = arrays[f"{case['id']}/out{k}"]
+        tolerance = tolerance_for(expected.dtype, case.get("tolerance"))
+        assert_close(outputs[k], expected, tolerance, f"{case['id']} output {k} vs MXNet")
+        assert_close(outputs[k], expected_cpu[k], tolerance, f"{case['id']} output {k} vs CPU")
+
+
+@pytest.mark.parametrize("cuda_graphs", [True, False], ids=["graphs", "eager"])
+@pytest.mark.parametrize("optimize", [False, True], ids=["reference", "optimized"])
+@pytest.mark.parametrize("name", MODELS)
+def test_model_on_gpu_matches_cpu(name: str, optimize: bool, cuda_graphs: bool) -> None:
+    device = get_device("gpu", cuda_graphs=cuda_graphs)
+    on_gpu = engine.load_model(*model_files(name), device=device, optimize=optimize)
+    on_cpu = engine.load_model(*model_files(name), device="cpu", optimize=optimize)
+    meta = model_meta(name)
+    tolerance = RNN_TOLERANCE if "RNN" in meta.get("ops", []) else meta["tolerance"]
+    for inputs, expected in model_io_sets(name):
+        cpu_outputs = list(on_cpu.infer(inputs).values())
+        for _ in range(RUNS):
+            outputs = list(on_gpu.infer(inputs).values())
+        for k, (actual, reference) in enumerate(zip(outputs, expected)):
+            assert actual.dtype == reference.dtype
+            assert_close(actual, reference, tolerance, f"{name} output {k} vs MXNet")
+            assert_close(actual, cpu_outputs[k], tolerance, f"{name} output {k} vs CPU")
+
+
+def test_cuda_graph_replay_reads_new_inputs_each_run() -> None:
+    model = engine.load_model(*model_files("seed_mlp"), device="gpu")
+    reference = engine.load_model(*model_files("seed_mlp"), device="cpu")
+    rng = np.random.default_rng(3)
+    for _ in range(6):
+        data = {"data": rng.normal(size=(1, 512)).astype(np.float32)}
+        assert_close(list(model.infer(data).values())[0], list(reference.infer(data).values())[0],
+                     {"rtol": 1e-4, "atol": 1e-5}, "seed_mlp replay")
+    plan = model.plan_for(data)
+    stats = plan.execution_stats()
+    assert stats["cuda_graph"] is True, stats["cuda_graph_error"]
+    assert model.stats()["plans"][0]["cuda_graph"] is True
+
+
+def test_without_graphs_the_plan_stays_eager() -> None:
+    model = engine.load_model(*model_files("seed_mlp"), device=get_device("gpu",
+                                                                           cuda_graphs=False))
+    inputs, _ = model_io_sets("seed_mlp")[0]
+    for _ in range(RUNS):
+        model.infer(inputs)
+    stats = model.plan_for(inputs).execution_stats()
+    assert stats == {"device": "gpu(0)", "cuda_graph": False, "cuda_graph_error": "disabled",
+                     "eager_runs": RUNS}
+
+
+def test_fused_chains_run_as_generated_kernels() -> None:
+    from engine.gpu import fused
+
+    model = engine.load_model(*model_files("resblock"), device="gpu")
+    inputs, expected = model_io_sets("resblock")[0]
+    plan = model.plan_for(inputs)
+    fused_steps = [step for step in plan.steps if step.node.op == "_fused_elementwise"]
+    assert fused_steps, "the resblock graph has conv+add+relu chains to fuse"
+    assert fused.cache_size() >= 1
+    assert_close(list(model.infer(inputs).values())[0], expected[0],
+                 {"rtol": 1e-4, "atol": 1e-5}, "resblock fused")
+
+
+def test_plans_share_parameters_and_allocate_from_the_pool() -> None:
+    import cupy
+
+    pool = cupy.get_default_memory_pool()
+    model = engine.load_model(*model_files("seed_mlp"), device="gpu")
+    before = pool.used_bytes()
+    for rows in (1, 8):
+        model.infer({"data": np.ones((rows, 512), np.float32)})
+    assert pool.used_bytes() > before
+    assert 0 < len(model._device_constants) <= len(model.optimized_graph.constants)
+    count = len(model._device_constants)
+    model.infer({"data": np.ones((3, 512), np.float32)})  # a third plan uploads nothing new
+    assert len(model._device_constants) == count
+
+
+def test_tf32_is_off_by_default_and_switchable() -> None:
+    from cupy._core import _routines_linalg as linalg
+
+    float32 = np.dtype(np.float32)
+    get_device("gpu")
+    assert linalg.get_compute_type(float32) != linalg.COMPUTE_TYPE_TF32
+    get_device("gpu", tf32=True)
+    assert linalg.get_compute_type(float32) == linalg.COMPUTE_TYPE_TF32
+    get_device("gpu", tf32=False)
+    assert linalg.get_compute_type(float32) != linalg.COMPUTE_TYPE_TF32
+
+
+def test_context_and_auto_select_the_gpu() -> None:
+    assert get_device(gpu(0)).name == "gpu(0)" and get_device("auto").kind == "gpu"
+    model = engine.load_model(*model_files("lenet"), device=gpu(0))
+    assert model.device == "gpu"
+
+
+def test_threads_share_one_gpu_plan() -> None:
+    model = engine.load_model(*model_files("seed_mlp"), device="gpu")
+    reference = engine.load_model(*model_files("seed_mlp"), device="cpu")
+    rng = np.random.default_rng(5)
+    feeds = [{"data": rng.normal(size=(2, 512)).astype(np.float32)} for _ in range(16)]
+    results: list[Any] = [None] * len(feeds)
+
+    def work(index: int) -> None:
+        for _ in range(5):
+            results[index] = list(model.infer(feeds[index]).values())[0]
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(len(feeds))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for feed, result in zip(feeds, results):
+        assert_close(result, list(reference.infer(feed).values())[0],
+                     {"rtol": 1e-4, "atol": 1e-5}, "threaded")
