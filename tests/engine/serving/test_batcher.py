@@ -83,7 +83,7 @@ def test_lone_request_completes_within_queue_delay_plus_compute() -> None:
             return time.monotonic() - started
 
     elapsed = run(main())
-    assert delay <= elapsed < delay + model.delay_s + 0.15
+    assert delay <= elapsed < delay + model.delay_s + 0.25  # slack for a loaded CI machine
 
 
 def test_preferred_size_dispatches_without_waiting_for_the_delay() -> None:
