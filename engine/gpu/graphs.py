@@ -63,3 +63,28 @@ def _abandon(stream: Any) -> None:
         stream.end_capture()
     except Exception:  # the capture was invalidated: ending it reports that, which we know
         pass
+
+
+def kernel_node_count(captured: CapturedGraph) -> int | None:
+    """Kernel launches recorded in ``captured`` (through the CUDA driver), or None if unknown."""
+    import ctypes
+
+    handle = getattr(captured.graph, "graph", None)
+    if not handle:
+        return None
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    count = ctypes.c_size_t(0)
+    if driver.cuGraphGetNodes(ctypes.c_void_p(handle), None, ctypes.byref(count)) != 0:
+        return None
+    nodes = (ctypes.c_void_p * count.value)()
+    if driver.cuGraphGetNodes(ctypes.c_void_p(handle), nodes, ctypes.byref(count)) != 0:
+        return None
+    kind = ctypes.c_int(-1)
+    kernels = 0
+    for node in nodes:
+        driver.cuGraphNodeGetType(ctypes.c_void_p(node), ctypes.byref(kind))
+        kernels += kind.value == 0  # CU_GRAPH_NODE_TYPE_KERNEL
+    return kernels
