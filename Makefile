@@ -22,7 +22,7 @@ serve: $(STAMP)
 	$(BIN)/python -m service --model-repository models --host $(HOST) --port $(PORT)
 
 test: $(STAMP)
-	$(BIN)/ruff check engine service tests bench examples models
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
 clean:
