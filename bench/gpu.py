@@ -191,10 +191,10 @@ class TorchGraph:
                 functional.adaptive_max_pool2d(x, 1)
         ceil = attrs.pooling_convention == "full"
         if attrs.pool_type == "max":
-            return functional.max_pool2d(x, tuple(attrs.kernel), tuple(attrs.stride),
-                                         tuple(attrs.pad), ceil_mode=ceil)
-        return functional.avg_pool2d(x, tuple(attrs.kernel), tuple(attrs.stride),
-                                     tuple(attrs.pad), ceil_mode=ceil,
+            return functional.max_pool2d(x, tuple(attrs.kernel), tuple(attrs.stride) or 1,
+                                         tuple(attrs.pad) or 0, ceil_mode=ceil)
+        return functional.avg_pool2d(x, tuple(attrs.kernel), tuple(attrs.stride) or 1,
+                                     tuple(attrs.pad) or 0, ceil_mode=ceil,
                                      count_include_pad=attrs.count_include_pad is not False)
 
 

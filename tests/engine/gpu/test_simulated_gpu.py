@@ -1,0 +1,134 @@
+"""The GPU execution path run on the CPU through a numpy stand-in for CuPy (no GPU needed).
+
+Checks what can go wrong in Python: device selection, plan binding, pinned staging, parameter
+sharing, generated fused kernels in real plans (executed by the C-expression evaluator), and the
+CUDA-graph capture/fallback logic. CUDA behaviour itself is covered by the ``gpu`` tests.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+import pytest
+
+import engine
+import engine.device as device_module
+import engine.gpu.executor as executor_module
+from engine.device import get_device
+from engine.gpu import fused
+from tests.conformance.fixtures import assert_close, model_files, model_io_sets, model_names
+from tests.engine.gpu import fake_cupy
+
+MODELS = model_names()
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> Any:
+    cupy, cupyx = fake_cupy.make()
+    monkeypatch.setattr(device_module, "_import_cupy", lambda: (cupy, None))
+    monkeypatch.setitem(sys.modules, "cupyx", cupyx)
+    monkeypatch.setattr(fused, "_KERNELS", {})
+    return cupy
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_models_through_the_gpu_path_match_mxnet(fake_gpu: Any, name: str) -> None:
+    model = engine.load_model(*model_files(name), device="gpu")
+    assert model.device == "gpu" and model.backend.xp is fake_gpu
+    tolerance = {"rtol": 1e-3, "atol": 1e-5}
+    for inputs, expected in model_io_sets(name):
+        for _ in range(3):
+            outputs = list(model.infer(inputs).values())
+        for k, (actual, reference) in enumerate(zip(outputs, expected)):
+            assert type(actual) is np.ndarray and actual.dtype == reference.dtype
+            assert_close(actual, reference, tolerance, f"{name} output {k}")
+
+
+def test_fused_chains_use_generated_kernels_cached_by_key(fake_gpu: Any) -> None:
+    launches = fake_cupy.ElementwiseKernel.launches
+    inputs, expected = model_io_sets("resblock")[0]
+    model = engine.load_model(*model_files("resblock"), device="auto")
+    assert model.device == "gpu"
+    plan = model.plan_for(inputs)
+    chains = [step for step in plan.steps if step.node.op == "_fused_elementwise"]
+    assert chains
+    assert_close(list(model.infer(inputs).values())[0], expected[0],
+                 {"rtol": 1e-4, "atol": 1e-5}, "resblock")
+    assert fake_cupy.ElementwiseKernel.launches - launches == len(chains)
+    assert 1 <= fused.cache_size() <= len(chains)
+    engine.load_model(*model_files("resblock"), device="gpu").infer(inputs)
+    assert fused.cache_size() <= len(chains)  # a second model reuses the same kernels
+
+
+def test_capture_failure_keeps_the_plan_eager_and_says_why(fake_gpu: Any) -> None:
+    model = engine.load_model(*model_files("seed_mlp"), device="gpu")
+    inputs, expected = model_io_sets("seed_mlp")[0]
+    for _ in range(4):
+        output = list(model.infer(inputs).values())[0]
+    assert_close(output, expected[0], {"rtol": 1e-4, "atol": 1e-5}, "seed_mlp")
+    stats = model.plan_for(inputs).execution_stats()
+    assert stats["cuda_graph"] is False and stats["eager_runs"] == 4
+    assert "stream capture is not simulated" in stats["cuda_graph_error"]
+
+
+def test_captured_graph_is_replayed_after_warmup(fake_gpu: Any,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    replays: list[int] = []
+
+    class Replay:
+        def __init__(self, run_steps: Any) -> None:
+            self.run_steps = run_steps
+
+        def replay(self) -> None:
+            replays.append(1)
+            self.run_steps()
+
+    monkeypatch.setattr(executor_module, "capture",
+                        lambda run_steps, stream, cupy: Replay(run_steps))
+    model = engine.load_model(*model_files("seed_mlp"), device="gpu")
+    reference = engine.load_model(*model_files("seed_mlp"), device="cpu")
+    rng = np.random.default_rng(4)
+    for _ in range(5):
+        feed = {"data": rng.normal(size=(1, 512)).astype(np.float32)}
+        assert_close(list(model.infer(feed).values())[0], list(reference.infer(feed).values())[0],
+                     {"rtol": 1e-4, "atol": 1e-5}, "replay")
+    stats = model.plan_for(feed).execution_stats()
+    assert stats["cuda_graph"] is True and stats["eager_runs"] == executor_module.WARMUP_RUNS
+    assert len(replays) == 5 - executor_module.WARMUP_RUNS
+
+
+def test_cuda_graphs_switch_off(fake_gpu: Any) -> None:
+    model = engine.load_model(*model_files("seed_mlp"),
+                              device=get_device("gpu", cuda_graphs=False))
+    inputs, _ = model_io_sets("seed_mlp")[0]
+    for _ in range(3):
+        model.infer(inputs)
+    assert model.plan_for(inputs).execution_stats()["cuda_graph_error"] == "disabled"
+
+
+def test_parameters_are_uploaded_once_per_model(fake_gpu: Any) -> None:
+    model = engine.load_model(*model_files("seed_mlp"), device="gpu")
+    for rows in (1, 4, 8):
+        model.infer({"data": np.ones((rows, 512), np.float32)})
+    uploaded = dict(model._device_constants)
+    model.infer({"data": np.ones((2, 512), np.float32)})
+    assert all(model._device_constants[name] is array for name, array in uploaded.items())
+    assert len(model.stats()["plans"]) == 4
+
+
+def test_reference_interpreter_and_buckets_on_the_gpu_path(fake_gpu: Any) -> None:
+    inputs, expected = model_io_sets("lenet")[0]
+    reference = engine.load_model(*model_files("lenet"), device="gpu", optimize=False)
+    assert_close(list(reference.infer(inputs).values())[0], expected[0],
+                 {"rtol": 1e-4, "atol": 1e-5}, "lenet reference")
+    from engine.runtime.loader import read_graph, read_params
+    from engine.runtime.model import Model
+
+    symbol, params = model_files("seed_mlp")
+    bucketed = Model(read_graph(symbol), read_params(params), device="gpu", batch_buckets=(4,))
+    data, out = model_io_sets("seed_mlp")[0]
+    result = list(bucketed.infer(data).values())[0]
+    assert result.shape == out[0].shape
+    assert_close(result, out[0], {"rtol": 1e-4, "atol": 1e-5}, "bucketed")
