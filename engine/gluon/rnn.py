@@ -106,9 +106,9 @@ class _RNNLayer(HybridBlock):
     def hybrid_forward(self, F: Any, inputs: Any, *states: Any, **params: Any) -> Any:  # noqa: N803
         if self._layout == "NTC":
             inputs = F.swapaxes(inputs, dim1=0, dim2=1)
-        order = [f"{direction}{layer}_{kind}" for kind in ("weight", "bias")
+        order = [f"{direction}{layer}_{gate}_{kind}" for kind in ("weight", "bias")
                  for layer in range(self._num_layers) for direction in "lr"[:self._dir]
-                 for kind in (f"i2h_{kind}", f"h2h_{kind}")]
+                 for gate in ("i2h", "h2h")]
         flat = [F.Reshape(params[name], shape=-1) for name in order]
         packed = F._rnn_param_concat(*flat, dim=0)
         rnn = F.RNN(inputs, packed, *states, state_size=self._hidden_size,
