@@ -52,14 +52,23 @@ def blas_threads() -> int:
 
 def timings(action: Callable[[], object], repeat: int, calls: int = 1) -> tuple[float, float]:
     """(median, best) seconds per call over ``repeat`` rounds of ``calls`` calls, after warm-up."""
-    action()
-    rounds = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(calls):
-            action()
-        rounds.append((time.perf_counter() - start) / calls)
-    return statistics.median(rounds), min(rounds)
+    return interleaved({"only": action}, repeat, calls)["only"]
+
+
+def interleaved(actions: dict[str, Callable[[], object]], repeat: int,
+                calls: int = 1) -> dict[str, tuple[float, float]]:
+    """`timings` of several actions, taking turns round by round so load hits them alike."""
+    for action in actions.values():
+        action()
+    rounds: dict[str, list[float]] = {name: [] for name in actions}
+    for turn in range(repeat):
+        order = list(actions.items())
+        for name, action in order if turn % 2 == 0 else order[::-1]:
+            start = time.perf_counter()
+            for _ in range(calls):
+                action()
+            rounds[name].append((time.perf_counter() - start) / calls)
+    return {name: (statistics.median(times), min(times)) for name, times in rounds.items()}
 
 
 def sgemm_flops(repeat: int) -> float:
@@ -112,7 +121,7 @@ def bench_mlp(repeat: int) -> None:
     print("\nseed MLP 512-256(relu)-128(relu)-2, ms per call "
           f"(median of {repeat} rounds of {MLP_CALLS} calls [best])")
     print(f"{'batch':>5} {'Model.infer':>18} {'plan.run':>18} {'numpy':>18} "
-          f"{'infer/numpy':>11} {'max|diff|':>9}")
+          f"{'infer/numpy':>13} {'max|diff|':>9}")
     symbol = nets.mlp()
     params = nets.random_params(symbol, (1, 512))
     model = engine.load_model(symbol, params, optimize=True)
@@ -127,12 +136,12 @@ def mlp_row(model: Model, params: dict[str, np.ndarray], batch: int, repeat: int
     plan = model.plan_for(feed)
     by_hand = numpy_mlp(params, batch)
     diff = float(np.abs(model.infer(feed)["dense2_output"] - by_hand(x)).max())
-    infer = timings(lambda: model.infer(feed), repeat, MLP_CALLS)
-    run = timings(lambda: plan.run(feed), repeat, MLP_CALLS)
-    numpy = timings(lambda: by_hand(x), repeat, MLP_CALLS)
+    times = interleaved({"infer": lambda: model.infer(feed), "run": lambda: plan.run(feed),
+                         "numpy": lambda: by_hand(x)}, repeat, MLP_CALLS)
+    infer, run, numpy = times["infer"], times["run"], times["numpy"]
     cells = [f"{ms(med)} [{ms(best)}]" for med, best in (infer, run, numpy)]
     print(f"{batch:>5} {cells[0]:>18} {cells[1]:>18} {cells[2]:>18} "
-          f"{infer[0] / numpy[0]:>10.2f}× {diff:>9.1e}")
+          f"{infer[0] / numpy[0]:>5.2f}× [{infer[1] / numpy[1]:.2f}×] {diff:>9.1e}")
 
 
 def bench_cnn(name: str, symbol: Any, torch_module: Any, batch: int, repeat: int,
@@ -152,19 +161,59 @@ def bench_cnn(name: str, symbol: Any, torch_module: Any, batch: int, repeat: int
         peer_out = peer(tensor).numpy()
         diff = float(np.abs(ours_out - peer_out).max())
         scale = float(np.abs(peer_out).max())
-        ours = timings(lambda: model.infer(feed), repeat)
-        theirs = timings(lambda: peer(tensor), repeat)
+        times = interleaved({"ours": lambda: model.infer(feed), "torch": lambda: peer(tensor)},
+                            repeat)
+    ours, theirs = times["ours"], times["torch"]
     flops = graph_flops(model, shape)
     floor = flops / flops_per_second
     print(f"{name:<16} {batch:>5} {flops / batch / 1e9:>7.2f} "
           f"{ms(ours[0] / batch):>9} [{ms(ours[1] / batch)}] {ms(floor / batch):>8} "
           f"{ms(theirs[0] / batch):>9} [{ms(theirs[1] / batch)}] "
-          f"{ours[0] / floor:>7.2f}× {ours[0] / theirs[0]:>7.2f}× {diff:>8.1e} (of {scale:.0f})")
+          f"{ours[0] / floor:>6.2f}× [{ours[1] / floor:.2f}×] "
+          f"{ours[0] / theirs[0]:>5.2f}× [{ours[1] / theirs[1]:.2f}×] {diff:.1e} (of {scale:.0f})")
     profile = model.profile(feed, repeat=max(2, repeat // 2))
     total = sum(profile.values())
     top = sorted(profile.items(), key=lambda item: -item[1])[:6]
-    print("    per op type, ms per image: " + ", ".join(
+    print(f"    model.profile, {ms(total / batch)} ms per image: " + ", ".join(
         f"{label} {ms(seconds / batch)} ({seconds / total:.0%})" for label, seconds in top))
+    kinds = step_kinds(model.plan_for(feed), feed, max(2, repeat // 2))
+    print("    by step kind, ms per image [GFLOP/s]: " + ", ".join(
+        f"{kind} {ms(seconds / batch)}" + (f" [{flop / seconds / 1e9:.0f}]" if flop else "")
+        for kind, (seconds, flop) in sorted(kinds.items(), key=lambda item: -item[1][0])))
+
+
+def step_kind(node: Any) -> str:
+    """A convolution's kind (kernel size, depthwise, 1x1), else the node's op type."""
+    head = node.params.head if node.op == "_fused_elementwise" else None
+    op, attrs = (head.op.name, head.attrs) if head else (node.op, node.params)
+    if op != "Convolution":
+        return op
+    size = "x".join(map(str, attrs.kernel))
+    return f"depthwise {size}" if attrs.num_group > 1 else f"conv {size}"
+
+
+def step_kinds(plan: Any, feed: dict[str, np.ndarray],
+               repeat: int) -> dict[str, tuple[float, int]]:
+    """Mean seconds and FLOPs per step kind, timing the plan's steps one by one in order."""
+    plan.run(feed, copy_outputs=False)  # every buffer holds this input's values
+    kinds: dict[str, list] = {}
+    for step in plan.steps:
+        kind = step_kind(step.node)
+        call = step.call
+        flop = 0
+        if kind.startswith(("conv", "depthwise", "FullyConnected")):
+            flop = 2 * call.keywords["out"].size * int(np.prod(call.args[3].shape[1:]))
+        best = min(_once(call) for _ in range(repeat))
+        entry = kinds.setdefault(kind, [0.0, 0])
+        entry[0] += best
+        entry[1] += flop
+    return {kind: (seconds, flop) for kind, (seconds, flop) in kinds.items()}
+
+
+def _once(call: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    call()
+    return time.perf_counter() - start
 
 
 def main() -> None:
@@ -177,11 +226,12 @@ def main() -> None:
     threads = blas_threads()
     flops_per_second = sgemm_flops(repeat)
     print(f"numpy {np.__version__}, BLAS threads {threads} (torch.set_num_threads({threads})); "
-          f"sgemm {GEMM_SIZE}³ float32: {flops_per_second / 1e9:.1f} GFLOP/s")
+          f"sgemm {GEMM_SIZE}³ float32: {flops_per_second / 1e9:.1f} GFLOP/s; "
+          f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     bench_mlp(repeat)
     print(f"\nCNNs at 224×224, ms per image (median of {repeat} [best]); floor = FLOPs / sgemm")
     print(f"{'network':<16} {'batch':>5} {'GFLOP/im':>7} {'ours':>20} {'floor':>8} "
-          f"{'pytorch':>20} {'/floor':>8} {'/torch':>8} {'max|diff|':>8}")
+          f"{'pytorch':>20} {'ours/floor':>15} {'ours/torch':>13} max|diff|")
     cases = [("resnet18_v1", nets.resnet18_v1, nets.torch_resnet18_v1, 1),
              ("resnet18_v1", nets.resnet18_v1, nets.torch_resnet18_v1, 8),
              ("mobilenetv2_1.0", nets.mobilenet_v2, nets.torch_mobilenet_v2, 1)]
@@ -189,7 +239,11 @@ def main() -> None:
         if options.quick and batch > 1:
             continue
         nets_repeat = repeat if batch == 1 else max(3, repeat // 2)
+        # The floor uses the best sgemm rate seen in the run (re-measured before each network).
+        flops_per_second = max(flops_per_second, sgemm_flops(repeat))
         bench_cnn(name, build(), torch_module, batch, nets_repeat, flops_per_second, threads)
+    print(f"\nsgemm best {flops_per_second / 1e9:.1f} GFLOP/s; "
+          f"load average at the end {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":
