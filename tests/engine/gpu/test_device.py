@@ -89,3 +89,9 @@ def test_cpu_context_and_plan_stats() -> None:
     assert plan.device is model.backend and plan.xp is np
     assert plan.execution_stats() == {"device": "cpu", "cuda_graph": False,
                                       "cuda_graph_error": None}
+
+
+def test_engine_gpu_stays_the_context_constructor_after_importing_the_package() -> None:
+    import engine.gpu.codegen  # noqa: F401  (binds engine.gpu to the package)
+
+    assert engine.gpu(0) == gpu(0) and engine.gpu(2) == gpu(2) and engine.gpu() == gpu(0)
