@@ -71,7 +71,8 @@ def bench_mlp(repeat: int) -> dict[str, Any]:
 def resnet50_v1() -> tuple[Any, dict[str, np.ndarray]]:
     """ResNet-50 v1 (Gluon's layout: stride on the first 1x1 of a bottleneck) and random weights.
 
-    Uses engine.gluon.model_zoo.vision when it exists, else builds the symbol with engine.sym.
+    Uses engine.gluon.model_zoo.vision (exported, then loaded) when it exists, else builds the
+    symbol with engine.sym.
     """
     try:
         from engine.gluon.model_zoo import vision  # type: ignore[attr-defined]
@@ -108,18 +109,18 @@ def resnet50_v1() -> tuple[Any, dict[str, np.ndarray]]:
 def _from_model_zoo(vision: Any) -> tuple[Any, dict[str, np.ndarray]]:
     import tempfile
 
-    net = vision.resnet50_v1()
+    net = vision.get_model("resnet50_v1")
     net.initialize()
     net.hybridize()
     from engine import nd
 
     net(nd.array(np.zeros((1, 3, 224, 224), np.float32)))
-    folder = tempfile.mkdtemp()
-    net.export(f"{folder}/resnet50_v1")
-    symbol = Path(f"{folder}/resnet50_v1-symbol.json")
     from engine.runtime.loader import read_params
 
-    return symbol.read_text(), read_params(Path(f"{folder}/resnet50_v1-0000.params"))
+    with tempfile.TemporaryDirectory() as folder:
+        net.export(f"{folder}/resnet50_v1")
+        symbol = Path(f"{folder}/resnet50_v1-symbol.json").read_text()
+        return symbol, read_params(Path(f"{folder}/resnet50_v1-0000.params"))
 
 
 def _random_params(net: Any) -> dict[str, np.ndarray]:
