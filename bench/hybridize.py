@@ -13,6 +13,7 @@ import platform
 import time
 
 from engine import nd
+from engine.compiler import PASSES
 from engine.gluon import nn
 
 
@@ -58,17 +59,21 @@ def main() -> None:
     parser.add_argument("--passes", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--no-fusion", action="store_true",
+                        help="compile without the fuse_elementwise pass")
     args = parser.parse_args()
     x = nd.random.normal(shape=(1, 512))
+    passes = [name for name in PASSES if name != "fuse_elementwise"] if args.no_fusion else True
     imperative, hybrid = float("inf"), float("inf")
     for _ in range(args.repeat):
         net = get_net()
         net(x)
         imperative = min(imperative, bench(net, x, args.passes))
-        net.hybridize()
+        net.hybridize(optimize=passes)
         net(x)
         hybrid = min(hybrid, bench(net, x, args.passes))
-    print(f"python {platform.python_version()}, {args.passes} passes, best of {args.repeat}")
+    print(f"python {platform.python_version()}, {args.passes} passes, best of {args.repeat}, "
+          f"passes: {'all' if passes is True else ', '.join(passes)}")
     print(f"before hybridizing: {imperative:.4f} sec")
     print(f"after hybridizing:  {hybrid:.4f} sec")
     print(f"speed-up: {imperative / hybrid:.2f}x")

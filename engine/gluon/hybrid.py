@@ -35,6 +35,7 @@ class CachedGraph:
     model: Model | None = None
     versions: tuple[int, ...] = ()
     epoch: int = -1
+    optimize: bool | list[str] = True
 
     def refresh(self, feed: dict[str, np.ndarray]) -> Model:
         """The Model for the current parameter values (rebuilt only if some value changed)."""
@@ -46,7 +47,7 @@ class CachedGraph:
         versions = tuple(param.version for param in self.params)
         if self.model is None or versions != self.versions:
             arrays = {param.name: _param_array(param) for param in self.params}
-            self.model = Model(graph, arrays, optimize=True)
+            self.model = Model(graph, arrays, optimize=self.optimize)
             self.versions = versions
         self.epoch = parameter_epoch()
         return self.model
@@ -105,7 +106,8 @@ class HybridBlock(Block):
         """Compile this block (and its children) at the next call; ``active=False`` undoes it.
 
         ``static_alloc``/``static_shape`` are accepted for MXNet compatibility: compiled plans
-        always preallocate their buffers and are cached per input signature.
+        always preallocate their buffers and are cached per input signature. ``optimize=``
+        (a keyword, default True) selects compiler passes as in `engine.load_model`.
         """
         self._active = active
         self._flags = {"static_alloc": static_alloc, "static_shape": static_shape, **kwargs}
@@ -173,7 +175,7 @@ class HybridBlock(Block):
         traced = self._trace(count)
         graph_vars = set(traced.symbol.list_inputs())
         params = [param for param in self.collect_params().values() if param.name in graph_vars]
-        return CachedGraph(traced, params)
+        return CachedGraph(traced, params, optimize=self._flags.get("optimize", True))
 
     def export(self, path: str | os.PathLike[str], epoch: int = 0,
                remove_amp_cast: bool = True) -> tuple[str, str]:
