@@ -5,15 +5,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 from collections.abc import Iterator, Sequence
 
 import uvicorn
 
-from service.app import create_app
-from service.runtime import Runtime
 from service.settings import Settings, load_settings
+
+BLAS_VARIABLES = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")
 
 
 class _Server(uvicorn.Server):
@@ -33,6 +34,9 @@ def _config(app: object, settings: Settings, port: int) -> uvicorn.Config:
 
 async def serve(settings: Settings) -> None:
     """Serve until SIGINT/SIGTERM: one port, or inference and management on two ports."""
+    from service.app import create_app  # imports numpy: after `limit_blas_threads`
+    from service.runtime import Runtime
+
     runtime = Runtime.create(settings)
     split = settings.admin_port is not None
     servers = [_Server(_config(create_app(runtime, management=not split), settings,
@@ -57,11 +61,23 @@ async def serve(settings: Settings) -> None:
         task.result()
 
 
+def limit_blas_threads(threads: int) -> None:
+    """Set the BLAS thread variables (read when numpy loads; an explicit variable wins)."""
+    if threads == 0:
+        return
+    if "numpy" in sys.modules:
+        logging.getLogger(__name__).warning("numpy is already imported; blas_threads ignored")
+    for variable in BLAS_VARIABLES:
+        os.environ.setdefault(variable, str(threads))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m service`` and the ``hybridserve`` script."""
     settings = load_settings(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=settings.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    limit_blas_threads(settings.blas_threads)
+    sys.setswitchinterval(settings.switch_interval)
     import uvloop
 
     uvloop.run(serve(settings))

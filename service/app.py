@@ -40,7 +40,8 @@ def create_app(runtime: Runtime, *, inference: bool = True, management: bool = T
     app.state.runtime = runtime
     selected = (routers.INFERENCE if inference else routers.HEALTH) + (
         routers.MANAGEMENT if management else ())
-    app.include_router(routers.gather(*selected))
+    for router in selected:
+        app.include_router(router)
     install_handlers(app)
     install_openapi(app)
     app.add_middleware(BodyLimit, max_bytes=runtime.settings.max_request_bytes,

@@ -24,22 +24,22 @@ def runtime(request: Request) -> Runtime:
     return value
 
 
-def get_repository(request: Request) -> ModelRepository:
+async def get_repository(request: Request) -> ModelRepository:
     """The repository the app serves."""
     return runtime(request).repository
 
 
-def get_inference(request: Request) -> InferenceService:
+async def get_inference(request: Request) -> InferenceService:
     """The app's inference service."""
     return runtime(request).inference
 
 
-def get_metrics(request: Request) -> Metrics:
+async def get_metrics(request: Request) -> Metrics:
     """The app's metrics."""
     return runtime(request).metrics
 
 
-def require_admin(request: Request, credentials: Annotated[
+async def require_admin(request: Request, credentials: Annotated[
         HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
     """Allow the request only with ``Authorization: Bearer <the configured admin token>``."""
     token: str | None = runtime(request).settings.token

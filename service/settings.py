@@ -36,6 +36,13 @@ class Settings(BaseSettings):
     memory_budget_bytes: int | None = Field(None, ge=1,
                                             description="limit on loaded models' memory")
     compute_threads: int = Field(2, ge=1, le=256, description="threads running batches")
+    blas_threads: int = Field(
+        1, ge=0, le=256, description="threads per BLAS call (OpenBLAS/MKL/OpenMP; 0: library "
+        "default); batches already run in parallel, and oversubscribed BLAS threads slow them "
+        "down many times")
+    switch_interval: float = Field(
+        0.0005, gt=0, le=0.1, description="seconds between GIL hand-offs (Python's default "
+        "0.005 makes the event loop and the compute threads wait on each other)")
     log_level: LogLevel = Field("info", description="server log level")
     access_log: bool = Field(False, description="log every request")
 

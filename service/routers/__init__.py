@@ -2,18 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
-
 from service.routers import health, metrics, models, predict, v2_models, v2_repository
 
 INFERENCE = (health.router, v2_models.router, predict.router, metrics.router)
 MANAGEMENT = (v2_repository.router, models.router)
 HEALTH = (health.router,)
 
-
-def gather(*routers: APIRouter) -> APIRouter:
-    """One router including `routers`."""
-    combined = APIRouter()
-    for router in routers:
-        combined.include_router(router)
-    return combined

@@ -1,0 +1,331 @@
+"""Serving over HTTP: requests/s and p50/p99 latency of `python -m service` under load.
+
+Three servers, each its own process, are measured in one run with the same load generator:
+
+- ``hybridserve``: the real server (dynamic batching, orjson, binary tensors);
+- ``minimal``: a minimal FastAPI app running the same model inline, one request at a time;
+- ``floor``: the real server's cheapest route, ``GET /v2/health/live`` (the HTTP floor).
+
+The load generator is a separate process speaking raw HTTP/1.1 over keep-alive connections
+(asyncio + uvloop, pre-encoded requests), so it costs the server's cores little. Models: the
+seed MLP (JSON, ``POST /predict``) and ResNet-18 v1 built with `engine.sym` (binary tensors,
+``POST /v2/models/resnet18/infer``; the minimal app gets the same raw float32 bytes).
+
+    .venv/bin/python bench/serve.py                 # ~2 minutes
+    .venv/bin/python bench/serve.py --seconds 2     # quicker, noisier
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from fastapi import FastAPI, Request
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT)] if str(ROOT) not in sys.path else []
+TOKEN = "bench-token"
+MLP_DIR = ROOT.parent / "shared" / "conformance" / "models" / "seed_mlp"
+CONCURRENCY = (1, 16, 64)
+
+
+# ----- load generator (runs in its own process) ---------------------------------------------
+
+async def _connection(host: str, port: int, request: bytes, stop_at: float, warm_until: float,
+                      latencies: list[float], failures: list[int]) -> None:
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        while True:
+            started = time.perf_counter()
+            if started >= stop_at:
+                return
+            writer.write(request)
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = 0
+            for line in head.split(b"\r\n")[1:]:
+                if line[:15].lower() == b"content-length:":
+                    length = int(line[15:])
+            await reader.readexactly(length)
+            finished = time.perf_counter()
+            if finished < warm_until:
+                continue
+            if head[9:12] != b"200":
+                failures.append(int(head[9:12]))
+            latencies.append(finished - started)
+    finally:
+        writer.close()
+
+
+async def _load(url: str, request: bytes, concurrency: int, seconds: float,
+                warmup: float) -> dict[str, Any]:
+    host, port = url.removeprefix("http://").split(":")
+    start = time.perf_counter()
+    warm_until, stop_at = start + warmup, start + warmup + seconds
+    latencies: list[float] = []
+    failures: list[int] = []
+    await asyncio.gather(*(_connection(host, int(port), request, stop_at, warm_until, latencies,
+                                       failures) for _ in range(concurrency)))
+    elapsed = time.perf_counter() - warm_until
+    values = np.array(latencies or [float("nan")])
+    return {"requests": len(latencies), "failures": len(failures),
+            "rps": len(latencies) / elapsed, "p50_ms": float(np.percentile(values, 50)) * 1e3,
+            "p99_ms": float(np.percentile(values, 99)) * 1e3,
+            "statuses": sorted(set(failures))}
+
+
+def _http_request(method: str, path: str, body: bytes = b"",
+                  headers: dict[str, str] | None = None) -> bytes:
+    lines = [f"{method} {path} HTTP/1.1", "Host: bench", f"Content-Length: {len(body)}",
+             *(f"{key}: {value}" for key, value in (headers or {}).items())]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+def run_load(url: str, request_file: Path, concurrency: int, seconds: float,
+             warmup: float) -> dict[str, Any]:
+    """Run the load generator in a separate process; its JSON result."""
+    output = subprocess.run(
+        [sys.executable, __file__, "--load", url, str(request_file), str(concurrency),
+         str(seconds), str(warmup)], check=True, capture_output=True, text=True, cwd=ROOT,
+        timeout=seconds + warmup + 120)
+    return json.loads(output.stdout)
+
+
+# ----- the minimal reference app (runs in its own process) ----------------------------------
+
+def minimal_app(model_dir: Path) -> Any:
+    """A minimal FastAPI app: the same models, inline, one request at a time."""
+    import engine
+
+    models = {name: engine.load_model(model_dir / name / "model-symbol.json",
+                                      model_dir / name / "model-0000.params")
+              for name in ("seed_mlp", "resnet18")}
+    app = FastAPI()
+
+    @app.post("/predict")
+    async def predict(body: dict[str, Any]) -> dict[str, Any]:
+        model = models[body["model"]]
+        inputs = {name: np.asarray(value, np.float32) for name, value in body["inputs"].items()}
+        outputs = model.infer(inputs)
+        return {"model": body["model"], "outputs": {name: value.tolist()
+                                                    for name, value in outputs.items()}}
+
+    @app.post("/raw/{name}")
+    async def raw(name: str, request: Request) -> dict[str, Any]:
+        shape = [int(dim) for dim in request.headers["x-shape"].split(",")]
+        data = np.frombuffer(await request.body(), np.float32).reshape(shape)
+        outputs = models[name].infer({"data": data})
+        return {name: value.tolist() for name, value in outputs.items()}
+
+    return app
+
+
+# ----- orchestration -------------------------------------------------------------------------
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _wait(url: str, path: str, process: subprocess.Popen[bytes]) -> None:
+    import httpx
+
+    for _ in range(600):
+        if process.poll() is not None:
+            raise RuntimeError(f"{url}: server exited with {process.returncode}")
+        try:
+            if httpx.get(url + path, timeout=1).status_code in (200, 404, 405):
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} did not start")
+
+
+def build_models(work: Path, image: int) -> dict[str, dict[str, Any]]:
+    """Write the seed MLP and ResNet-18 (random weights) as uploads and as plain files."""
+    from bench import nets
+    from engine.graph.params import save_params
+
+    symbol = nets.resnet18_v1()
+    params = nets.random_params(symbol, (1, 3, image, image))
+    aux = set(symbol.list_auxiliary_states())
+    files = {
+        "seed_mlp": ((MLP_DIR / "seed_mlp-symbol.json").read_bytes(),
+                     (MLP_DIR / "seed_mlp-0000.params").read_bytes(), [-1, 512]),
+        "resnet18": (symbol.tojson().encode(), save_params(None, {
+            f"{'aux' if name in aux else 'arg'}:{name}": value for name, value in params.items()
+            if name != "data"}), [-1, 3, image, image]),
+    }
+    models = {}
+    for name, (symbol_bytes, params_bytes, shape) in files.items():
+        (work / "plain" / name).mkdir(parents=True)
+        (work / "plain" / name / "model-symbol.json").write_bytes(symbol_bytes)
+        (work / "plain" / name / "model-0000.params").write_bytes(params_bytes)
+        config = {"inputs": [{"name": "data", "datatype": "FP32", "shape": shape}],
+                  "max_batch_size": 64 if name == "seed_mlp" else 16,
+                  "dynamic_batching": {"max_queue_delay_us": 500}}
+        models[name] = {"symbol": symbol_bytes, "params": params_bytes, "config": config}
+    return models
+
+
+def _start(args: list[str], work: Path, name: str) -> subprocess.Popen[bytes]:
+    log = (work / f"{name}.log").open("wb")
+    # Both servers get one BLAS thread per call (hybridserve sets it itself, the minimal app
+    # here), so the comparison is of serving, not of BLAS oversubscription on 2 cores.
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OPENBLAS_NUM_THREADS": "1",
+           "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    return subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+
+
+def requests_for(image: int) -> dict[str, bytes]:
+    """Pre-encoded HTTP requests for each (server, model) pair."""
+    with np.load(MLP_DIR / "io.npz") as data:
+        mlp = data["data"].astype(np.float32)
+    body = json.dumps({"model": "seed_mlp", "inputs": {"data": mlp.tolist()}}).encode()
+    json_headers = {"Content-Type": "application/json"}
+    image_data = np.random.default_rng(0).random((1, 3, image, image), np.float32)
+    header = json.dumps({"inputs": [{"name": "data", "datatype": "FP32",
+                                     "shape": list(image_data.shape),
+                                     "parameters": {"binary_data_size": image_data.nbytes}}],
+                         "parameters": {"binary_data_output": True}}).encode()
+    return {
+        "floor": _http_request("GET", "/v2/health/live"),
+        "hybridserve/seed_mlp": _http_request("POST", "/predict", body, json_headers),
+        "minimal/seed_mlp": _http_request("POST", "/predict", body, json_headers),
+        "hybridserve/resnet18": _http_request(
+            "POST", "/v2/models/resnet18/infer", header + image_data.tobytes(),
+            {"Inference-Header-Content-Length": str(len(header)),
+             "Content-Type": "application/octet-stream"}),
+        "minimal/resnet18": _http_request(
+            "POST", "/raw/resnet18", image_data.tobytes(),
+            {"x-shape": ",".join(str(dim) for dim in image_data.shape)}),
+    }
+
+
+def _upload(url: str, models: dict[str, dict[str, Any]]) -> None:
+    import httpx
+
+    for name, model in models.items():
+        response = httpx.post(f"{url}/models/{name}", headers={"Authorization": f"Bearer {TOKEN}"},
+                              files={"symbol": ("s", model["symbol"]),
+                                     "params": ("p", model["params"]),
+                                     "config": ("c", json.dumps(model["config"]).encode())},
+                              timeout=300)
+        response.raise_for_status()
+
+
+def measure(seconds: float, resnet_seconds: float, image: int) -> list[dict[str, Any]]:
+    """Start the servers, run every (target, concurrency), stop the servers."""
+    rows = []
+    with tempfile.TemporaryDirectory() as directory:
+        work = Path(directory)
+        models = build_models(work, image)
+        requests = {}
+        for key, request in requests_for(image).items():
+            requests[key] = work / (key.replace("/", "_") + ".http")
+            requests[key].write_bytes(request)
+        ports = {"hybridserve": _free_port(), "minimal": _free_port()}
+        urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
+        servers = [
+            _start([sys.executable, "-m", "service", "--model-repository", str(work / "repo"),
+                    "--port", str(ports["hybridserve"]), "--log-level", "warning",
+                    "--admin-token", TOKEN], work, "hybridserve"),
+            _start([sys.executable, __file__, "--minimal-app", str(work / "plain"),
+                    str(ports["minimal"])], work, "minimal"),
+        ]
+        try:
+            _wait(urls["hybridserve"], "/v2/health/ready", servers[0])
+            _wait(urls["minimal"], "/docs", servers[1])
+            _upload(urls["hybridserve"], models)
+            plan = [("floor", "hybridserve", "floor", seconds)]
+            for model, duration in (("seed_mlp", seconds), ("resnet18", resnet_seconds))[
+                    :1 if resnet_seconds <= 0 else 2]:
+                plan += [(f"{server}/{model}", server, f"{server}/{model}", duration)
+                         for server in ("hybridserve", "minimal")]
+            for label, server, key, duration in plan:
+                for concurrency in CONCURRENCY:
+                    result = run_load(urls[server], requests[key], concurrency, duration,
+                                      min(1.0, duration / 2))
+                    rows.append({"target": label, "concurrency": concurrency, **result})
+                    print(_row(rows[-1]), flush=True)
+        finally:
+            for process in servers:
+                _stop(process)
+    return rows
+
+
+def _row(row: dict[str, Any]) -> str:
+    return (f"| {row['target']:<22} | {row['concurrency']:>3} | {row['rps']:>9.1f} | "
+            f"{row['p50_ms']:>8.2f} | {row['p99_ms']:>8.2f} | {row['failures']:>4} |")
+
+
+def verdict(rows: list[dict[str, Any]]) -> list[str]:
+    """The targets at concurrency 64 on the seed MLP."""
+    at64 = {row["target"]: row for row in rows if row["concurrency"] == 64}
+    ours, minimal, floor = (at64["hybridserve/seed_mlp"], at64["minimal/seed_mlp"],
+                            at64["floor"])
+    speedup = ours["rps"] / minimal["rps"]
+    share = ours["rps"] / floor["rps"]
+    return [f"seed MLP at concurrency 64: {speedup:.2f}x the minimal app's requests/s "
+            f"(target >= 1.5x): {'met' if speedup >= 1.5 else 'NOT met'}",
+            f"p99 {ours['p99_ms']:.2f} ms vs minimal {minimal['p99_ms']:.2f} ms (target lower): "
+            f"{'met' if ours['p99_ms'] < minimal['p99_ms'] else 'NOT met'}",
+            f"{100 * share:.0f}% of the HTTP floor's requests/s (target >= 70%): "
+            f"{'met' if share >= 0.7 else 'NOT met'}"]
+
+
+def main() -> None:
+    """Parse options; run a role (load generator, minimal app) or the whole benchmark."""
+    if len(sys.argv) > 1 and sys.argv[1] == "--load":
+        url, request_file, concurrency, seconds, warmup = sys.argv[2:7]
+        import uvloop
+
+        result = uvloop.run(_load(url, Path(request_file).read_bytes(), int(concurrency),
+                                  float(seconds), float(warmup)))
+        print(json.dumps(result))
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "--minimal-app":
+        import uvicorn
+
+        uvicorn.run(minimal_app(Path(sys.argv[2])), host="127.0.0.1", port=int(sys.argv[3]),
+                    log_level="warning", access_log=False)
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds (MLP, floor)")
+    parser.add_argument("--resnet-seconds", type=float, default=8.0,
+                        help="measured seconds (0: skip ResNet-18)")
+    parser.add_argument("--image", type=int, default=64, help="ResNet-18 input height/width")
+    args = parser.parse_args()
+    print(f"machine: nproc {os.cpu_count()}, {platform.processor() or platform.machine()}, "
+          f"Python {platform.python_version()}, NumPy {np.__version__}")
+    print("| target                 |   c |     req/s |  p50 ms  |  p99 ms  | fail |")
+    print("|------------------------|-----|-----------|----------|----------|------|")
+    rows = measure(args.seconds, args.resnet_seconds, args.image)
+    print("\n".join(verdict(rows)))
+
+
+if __name__ == "__main__":
+    main()
