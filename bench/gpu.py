@@ -245,7 +245,7 @@ def bench_resnet(batches: tuple[int, ...], repeat: int) -> dict[str, Any]:
 
 def bench_launches() -> dict[str, Any]:
     """Plan steps and captured kernel launches per forward, without and with fusion."""
-    from engine.gpu.graphs import kernel_node_count
+    from engine.cuda.graphs import kernel_node_count
 
     files = (SEED_MLP / "seed_mlp-symbol.json", SEED_MLP / "seed_mlp-0000.params")
     net, params = resnet50_v1()

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["Model", "TensorSpec", "load_model"]
+from engine.context import Context, cpu, gpu
+
+__all__ = ["Context", "Model", "TensorSpec", "cpu", "gpu", "load_model"]
+_RUNTIME = ("Model", "TensorSpec", "load_model")
 
 
 def __getattr__(name: str) -> Any:
     # Loaded lazily so that `import engine.ops` does not pull in the runtime and its readers.
-    if name in __all__:
+    if name in _RUNTIME:
         import engine.runtime as runtime
 
         return getattr(runtime, name)

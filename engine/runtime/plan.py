@@ -58,7 +58,7 @@ class Plan:
         self._lock = threading.Lock()
         self._gpu = None
         if self.device.is_gpu:
-            from engine.gpu.executor import GpuExecutor
+            from engine.cuda.executor import GpuExecutor
 
             self.device.synchronize()  # parameters and views made at compile time are ready
             self._gpu = GpuExecutor(self.device, self._inputs, self._heads, self._run_steps)
@@ -88,7 +88,7 @@ class Plan:
 
     def _bind(self, node: Node, params: Any, args: list, outs: tuple) -> Callable[[], Any]:
         if self.device.is_gpu and node.op == "_fused_elementwise" and len(outs) == 1:
-            from engine.gpu.fused import bind_fused
+            from engine.cuda.fused import bind_fused
 
             return bind_fused(node, params, args, outs[0], self.xp)
         return _bind(node, params, args, outs, self.xp)

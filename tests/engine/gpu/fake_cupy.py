@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.gpu.codegen import FusedSource
+from engine.cuda.codegen import FusedSource
 
 
 class FakeArray(np.ndarray):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from engine.errors import EngineError, ModelFormatError
-from engine.gpu.codegen import (
+from engine.cuda.codegen import (
     DOUBLE_INF,
     FLOAT_INF,
     FLOAT_NAN,

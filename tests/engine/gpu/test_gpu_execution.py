@@ -104,7 +104,7 @@ def test_without_graphs_the_plan_stays_eager() -> None:
 
 
 def test_fused_chains_run_as_generated_kernels() -> None:
-    from engine.gpu import fused
+    from engine.cuda import fused
 
     model = engine.load_model(*model_files("resblock"), device="gpu")
     inputs, expected = model_io_sets("resblock")[0]

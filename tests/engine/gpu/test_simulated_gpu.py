@@ -15,9 +15,9 @@ import pytest
 
 import engine
 import engine.device as device_module
-import engine.gpu.executor as executor_module
+import engine.cuda.executor as executor_module
 from engine.device import get_device
-from engine.gpu import fused
+from engine.cuda import fused
 from tests.conformance.fixtures import assert_close, model_files, model_io_sets, model_names
 from tests.engine.gpu import fake_cupy
 

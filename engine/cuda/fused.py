@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from engine.gpu.codegen import FusedSource, fused_source
+from engine.cuda.codegen import FusedSource, fused_source
 from engine.graph.ir import Node
 from engine.ops.fused import FUSED_ELEMENTWISE
 
