@@ -138,7 +138,7 @@ def test_load_unload_and_repository_index(tmp_path: Path) -> None:
             response = await client.get(f"/v2/models/{MLP}/ready")
             assert response.status_code == 503 and "Retry-After" in response.headers
             index = (await client.post("/v2/repository/index", json={"ready": False})).json()
-            assert index[0]["state"] == "UNAVAILABLE"
+            assert index[0]["state"] in ("UNLOADING", "UNAVAILABLE")  # draining, then gone
             assert (await client.post(f"/models/{MLP}/load", headers=AUTH)).status_code == 200
             assert (await client.get(f"/v2/models/{MLP}/ready")).json()["ready"] is True
             response = await client.post(f"/models/{MLP}/unload", params={"version": "1"},
