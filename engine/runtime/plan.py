@@ -21,6 +21,7 @@ from engine.device import CPU, Device
 from engine.errors import EngineError, ExecutionError, ShapeError
 from engine.graph.infer import infer_dtypes, infer_shapes, specialize_sources
 from engine.graph.ir import Graph, Node
+from engine.ops.registry import OpDef
 from engine.ops.shapes import is_known
 
 
@@ -83,14 +84,15 @@ class Plan:
                          for slot, (shape, dtype) in enumerate(zip(shapes[index], dtypes[index])))
             for slot, out in enumerate(outs):
                 arrays[(index, slot)] = out
-            self.steps.append(Step(self._bind(node, params, args, outs), node))
+            self.steps.extend(Step(call, node) for call in self._bind(node, params, args, outs))
         self._heads = [arrays[(entry.node, entry.index)] for entry in graph.heads]
 
-    def _bind(self, node: Node, params: Any, args: list, outs: tuple) -> Callable[[], Any]:
+    def _bind(self, node: Node, params: Any, args: list,
+              outs: tuple) -> list[Callable[[], Any]]:
         if self.device.is_gpu and node.op == "_fused_elementwise" and len(outs) == 1:
             from engine.cuda.fused import bind_fused
 
-            return bind_fused(node, params, args, outs[0], self.xp)
+            return [bind_fused(node, params, args, outs[0], self.xp)]
         return _bind(node, params, args, outs, self.xp)
 
     def _variable(self, node: Node) -> Any:
@@ -189,8 +191,27 @@ def _bind_view(arrays: dict, index: int, node: Node, params: Any, args: list, xp
     return True
 
 
-def _bind(node: Node, params: Any, args: list, outs: tuple, xp: Any) -> Callable[[], Any]:
-    out = outs[0] if len(outs) == 1 else outs
-    if node.opdef.writes_out:
-        return partial(node.opdef.kernel, xp, params, *args, out=out)
-    return partial(node.opdef.compute, xp, params, args, out)
+def _bind(node: Node, params: Any, args: list, outs: tuple, xp: Any) -> list[Callable[[], Any]]:
+    """Zero-argument calls running ``node`` into ``outs`` (a fused chain: one call per op)."""
+    if node.op == "_fused_elementwise":
+        return _bind_fused(params, args, outs[0], xp)
+    return [_bind_op(node.opdef, params, args, outs[0] if len(outs) == 1 else outs, xp)]
+
+
+def _bind_op(op: OpDef, params: Any, args: list, out: Any, xp: Any) -> Callable[[], Any]:
+    if op.writes_out:
+        return partial(op.kernel, xp, params, *args, out=out)
+    return partial(op.compute, xp, params, args, out)
+
+
+def _bind_fused(params: Any, args: list, out: Any, xp: Any) -> list[Callable[[], Any]]:
+    """On the CPU a fused chain is its ops run one after another in place on ``out``."""
+    head = params.head
+    calls = [_bind_op(head.op, head.attrs, args[:head.arity], out, xp)]
+    offset = head.arity
+    for step in params.steps:
+        step_args = list(args[offset:offset + step.arity - 1])
+        step_args.insert(step.position, out)
+        calls.append(_bind_op(step.op, step.attrs, step_args, out, xp))
+        offset += step.arity - 1
+    return calls
