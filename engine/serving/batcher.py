@@ -36,6 +36,9 @@ class BatchingPolicy:
     max_queue_size: int = 1024
     default_timeout_s: float | None = None
     max_concurrent_batches: int = 1
+    # With nothing computing, waiting for company only adds latency: requests that arrive while
+    # a batch runs still queue up and form the next one.
+    dispatch_when_idle: bool = True
 
     @classmethod
     def from_config(cls, config: ModelConfig, max_concurrent_batches: int = 1) -> BatchingPolicy:
@@ -226,10 +229,11 @@ class DynamicBatcher:
             now = time.monotonic()
             ready: list[tuple[float, Hashable, int]] = []
             wake_at = None
+            idle = self.policy.dispatch_when_idle and not self._running
             for key, group in self._groups.items():
                 count, full = self._plan(group)
                 due = group[0].enqueued + self.policy.max_queue_delay_s
-                if full or due <= now or self._closing:
+                if full or due <= now or self._closing or idle:
                     ready.append((group[0].enqueued, key, count))
                 elif wake_at is None or due < wake_at:
                     wake_at = due

@@ -75,16 +75,18 @@ def test_lone_request_completes_within_queue_delay_plus_compute() -> None:
     model = FakeModel(delay_s=0.01)
     delay = 0.05
 
-    async def main() -> float:
-        policy = BatchingPolicy(max_batch_size=16, max_queue_delay_s=delay)
+    async def main(when_idle: bool) -> float:
+        policy = BatchingPolicy(max_batch_size=16, max_queue_delay_s=delay,
+                                dispatch_when_idle=when_idle)
         async with DynamicBatcher(model.infer, policy) as batcher:
             started = time.monotonic()
             await batcher.submit({"data": rows(1)})
             return time.monotonic() - started
 
-    elapsed = run(main())
-    assert delay <= elapsed < delay + model.delay_s + 0.25  # slack for a loaded CI machine
-
+    waited = run(main(when_idle=False))
+    assert delay <= waited < delay + model.delay_s + 0.25  # slack for a loaded CI machine
+    immediate = run(main(when_idle=True))  # nothing was computing: no reason to wait
+    assert model.delay_s <= immediate < delay
 
 def test_preferred_size_dispatches_without_waiting_for_the_delay() -> None:
     model = FakeModel()
@@ -264,7 +266,8 @@ def test_close_drains_queued_requests_then_refuses_new_ones() -> None:
 
 def test_close_without_drain_refuses_what_is_queued() -> None:
     async def main() -> None:
-        batcher = DynamicBatcher(FakeModel().infer, BatchingPolicy(max_queue_delay_s=10.0))
+        policy = BatchingPolicy(max_queue_delay_s=10.0, dispatch_when_idle=False)
+        batcher = DynamicBatcher(FakeModel().infer, policy)
         batcher.start()
         pending = asyncio.create_task(batcher.submit({"data": rows(1)}))
         await asyncio.sleep(0.01)
