@@ -2,7 +2,8 @@
 
 No container engine and no network: hadolint lints the Dockerfile, the compose file is validated
 against the Compose Specification's JSON schema, every Kubernetes manifest is parsed and checked
-for the fields its kind requires, and nginx (where installed) checks its configuration.
+for the fields its kind requires, and nginx (installed with apt where missing) checks its
+configuration.
 """
 
 from __future__ import annotations
@@ -31,12 +32,12 @@ from tests.deploy.helpers import (
     READY_PATH,
     ROOT,
     dockerignore_rules,
-    find_nginx,
     is_ignored,
     k8s_objects,
     nginx_test_config,
     nginx_version,
 )
+from tests.e2e.nginx import nginx_or_skip
 
 DOCKERFILE = ROOT / "Dockerfile"
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -228,10 +229,7 @@ def run_nginx_test(binary: str, config: str, prefix: Path) -> subprocess.Complet
 
 
 def test_nginx_config_passes_nginx_t(tmp_path: Path) -> None:
-    binary = find_nginx()
-    if binary is None:
-        pytest.skip("NGINX NOT INSTALLED: `nginx -t` was not run, so the syntax of "
-                    "deploy/nginx/nginx.conf is unchecked here (apt-get install nginx to run it)")
+    binary = nginx_or_skip("`nginx -t` OF deploy/nginx/nginx.conf")
     original = NGINX_CONF.read_text()
     variant = nginx_test_config(original, tmp_path, loopback_ports=[18001, 18002, 18003])
     result = run_nginx_test(binary, variant, tmp_path)
