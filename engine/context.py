@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from types import TracebackType
 
-from engine.errors import EngineError
-
 _DEVICE_TYPES = ("cpu", "gpu")
 
 
@@ -64,16 +62,27 @@ def current_context() -> Context:
     return _STACK[-1] if _STACK else _DEFAULT
 
 
-def check_host(ctx: Context | None) -> Context:
-    """The context arrays are made on; only CPU arrays exist for now.
+def resolve_context(ctx: Context | str | None) -> Context:
+    """``ctx`` as a `Context`; None means the current default (``with gpu(0):`` or ``cpu(0)``).
 
-    Raises:
-        EngineError: for a GPU context, saying what GPU arrays need.
+    Whether the device can be used is checked where arrays are placed (`engine.nd.placement`).
     """
-    ctx = current_context() if ctx is None else Context(ctx)
-    if ctx.device_type != "cpu":
-        raise EngineError(
-            f"cannot create an array on {ctx}: GPU arrays need CuPy and a GPU, and are not "
-            "supported by the imperative namespace yet; use ctx=cpu() (models run on the GPU "
-            "through engine.load_model(..., device='gpu'))")
-    return ctx
+    if ctx is None:
+        return current_context()
+    if type(ctx) is Context:
+        return ctx
+    if isinstance(ctx, str):
+        return _parse(ctx)
+    return Context(ctx)
+
+
+def _parse(text: str) -> Context:
+    """``"cpu(0)"``/``"gpu(1)"``/``"gpu"`` (MXNet's string form of a context) as a `Context`."""
+    name = text.strip().lower()
+    if name in _DEVICE_TYPES:
+        return Context(name, 0)
+    for device_type in _DEVICE_TYPES:
+        number = name[len(device_type) + 1:-1]
+        if name.startswith(device_type + "(") and name.endswith(")") and number.isdigit():
+            return Context(device_type, int(number))
+    raise ValueError(f"unknown context {text!r}; expected cpu(N) or gpu(N)")

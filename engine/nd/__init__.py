@@ -33,12 +33,14 @@ from engine.nd.io import load, save
 from engine.nd.namespace import NP_PREFIXES, NPX_PREFIXES, OpNamespace
 from engine.nd.ndarray import NDArray
 from engine.nd.numpy_api import FUNCTIONS as _NUMPY_FUNCTIONS
+from engine.nd.placement import synchronize_all
 from engine.nd.register import op_function, op_functions
 from engine.ops.registry import get_op, has_op
 
 
 def waitall() -> None:
-    """Wait for all pending computation (imperative calls are synchronous here)."""
+    """Wait for all pending computation: the queued work of every GPU holding NDArrays."""
+    synchronize_all()
 
 
 random_normal = random.normal

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from engine.context import Context, check_host
-from engine.nd.ndarray import NDArray, apply_op
+from engine.context import Context, resolve_context
+from engine.nd.ndarray import NDArray, apply_op, wrap
+from engine.nd.placement import device_for, place
 from engine.ops.registry import has_op
 
 DEFAULT_DTYPE = np.float32
@@ -22,6 +24,20 @@ def _dtype(dtype: Any) -> np.dtype:
     return np.dtype(DEFAULT_DTYPE if dtype is None else dtype)
 
 
+def build(ctx: Context | str | None, make: Callable[[Any], Any]) -> NDArray:
+    """An NDArray on ``ctx`` made by ``make(xp)`` with that context's array module.
+
+    Raises:
+        EngineError: ``ctx`` is a GPU and CuPy or the GPU is missing.
+    """
+    ctx = resolve_context(ctx)
+    if ctx.device_type == "cpu":
+        return wrap(np.asarray(make(np)), ctx)
+    device = device_for(ctx)
+    with device.activate():
+        return wrap(place(make(device.xp), ctx), ctx)
+
+
 def array(source_array: Any, ctx: Context | None = None, dtype: Any = None) -> NDArray:
     """An NDArray copied from an NDArray, NumPy array or nested list (float32 unless told).
 
@@ -30,17 +46,17 @@ def array(source_array: Any, ctx: Context | None = None, dtype: Any = None) -> N
     if isinstance(source_array, NDArray):
         dtype = source_array.dtype if dtype is None else dtype
         source_array = source_array.asnumpy()
-    return NDArray(np.array(source_array, dtype=_dtype(dtype)), check_host(ctx))
+    return NDArray(np.array(source_array, dtype=_dtype(dtype)), resolve_context(ctx))
 
 
 def zeros(shape: Shape, ctx: Context | None = None, dtype: Any = None, **kwargs: Any) -> NDArray:
     """An array of zeros."""
-    return NDArray(np.zeros(_shape(shape), _dtype(dtype)), check_host(ctx))
+    return build(ctx, lambda xp: xp.zeros(_shape(shape), _dtype(dtype)))
 
 
 def ones(shape: Shape, ctx: Context | None = None, dtype: Any = None, **kwargs: Any) -> NDArray:
     """An array of ones."""
-    return NDArray(np.ones(_shape(shape), _dtype(dtype)), check_host(ctx))
+    return build(ctx, lambda xp: xp.ones(_shape(shape), _dtype(dtype)))
 
 
 def full(shape: Shape, val: float, ctx: Context | None = None, dtype: Any = None,
@@ -49,7 +65,7 @@ def full(shape: Shape, val: float, ctx: Context | None = None, dtype: Any = None
     if out is not None:
         out[:] = val
         return out
-    return NDArray(np.full(_shape(shape), val, _dtype(dtype)), check_host(ctx))
+    return build(ctx, lambda xp: xp.full(_shape(shape), val, _dtype(dtype)))
 
 
 def empty(shape: Shape, ctx: Context | None = None, dtype: Any = None) -> NDArray:
@@ -65,17 +81,17 @@ def arange(start: float, stop: float | None = None, step: float = 1.0, repeat: i
     values = np.arange(start, stop, step, dtype=np.float64).astype(_dtype(dtype))
     if repeat != 1:
         values = np.repeat(values, repeat)
-    return NDArray(values, check_host(ctx))
+    return NDArray(values, resolve_context(ctx))
 
 
 def zeros_like(data: NDArray, **kwargs: Any) -> NDArray:
     """Zeros with the shape, dtype and context of ``data``."""
-    return NDArray(np.zeros_like(data.asnumpy()), data.context)
+    return build(data.context, lambda xp: xp.zeros(data.shape, data.dtype))
 
 
 def ones_like(data: NDArray, **kwargs: Any) -> NDArray:
     """Ones with the shape, dtype and context of ``data``."""
-    return NDArray(np.ones_like(data.asnumpy()), data.context)
+    return build(data.context, lambda xp: xp.ones(data.shape, data.dtype))
 
 
 def concat(*data: NDArray, dim: int = 1, out: NDArray | None = None, **kwargs: Any) -> NDArray:

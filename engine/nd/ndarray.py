@@ -1,8 +1,9 @@
-"""`NDArray`: MXNet's imperative array, a thin wrapper over a NumPy array on the CPU.
+"""`NDArray`: MXNet's imperative array, a thin wrapper over a NumPy (CPU) or CuPy (GPU) array.
 
-Operators run registry kernels right away. Following MXNet, ``a + b`` on two arrays uses the
-``broadcast_*`` ops and ``a + 2`` the scalar ops (``_plus_scalar``, ``_rminus_scalar``, ...);
-in-place forms (``a += b``) write the result back into ``a``.
+Operators run registry kernels right away, with the array module of the inputs' context as
+``xp``; all inputs of one op must be on the same context. Following MXNet, ``a + b`` on two
+arrays uses the ``broadcast_*`` ops and ``a + 2`` the scalar ops (``_plus_scalar``,
+``_rminus_scalar``, ...); in-place forms (``a += b``) write the result back into ``a``.
 """
 
 from __future__ import annotations
@@ -12,29 +13,41 @@ from typing import Any
 
 import numpy as np
 
-from engine.context import Context, check_host
-from engine.errors import ShapeError
+from engine.context import Context, resolve_context
+from engine.errors import EngineError, ShapeError
+from engine.nd.placement import device_for, host_copy, known_device, move, place, xp_of
 from engine.ops.registry import get_op
 
 _NUMBER = (int, float, np.integer, np.floating, np.bool_, bool)
 
 
 class NDArray:
-    """An n-dimensional array with MXNet's NDArray interface (``asnumpy``, ``shape``, ...)."""
+    """An n-dimensional array with MXNet's NDArray interface (``asnumpy``, ``shape``, ...).
+
+    ``NDArray(data, ctx)`` places ``data`` on ``ctx`` (the current context by default),
+    uploading host data to a GPU; the data is not copied when it is already there.
+
+    Raises:
+        EngineError: ``ctx`` is a GPU and CuPy or the GPU is missing.
+    """
 
     __slots__ = ("_data", "_ctx")
     __array_priority__ = 1000.0
 
-    def __init__(self, data: np.ndarray, ctx: Context | None = None) -> None:
-        self._data = data if isinstance(data, np.ndarray) else np.asarray(data)
-        self._ctx = check_host(ctx)
+    def __init__(self, data: Any, ctx: Context | None = None) -> None:
+        ctx = resolve_context(ctx)
+        self._data = place(data, ctx)
+        self._ctx = ctx
 
     # --- data access -------------------------------------------------------------------------
     def asnumpy(self) -> np.ndarray:
-        """A NumPy copy of the data."""
-        return self._data.copy()
+        """A NumPy copy of the data (downloaded from the GPU for a GPU array)."""
+        return host_copy(self._data, self._ctx)
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        if self._ctx.device_type != "cpu":
+            data = host_copy(self._data, self._ctx)
+            return data if dtype is None else data.astype(dtype, copy=False)
         data = self._data if dtype is None else self._data.astype(dtype, copy=False)
         return data.copy() if copy else data
 
@@ -78,32 +91,40 @@ class NDArray:
     @property
     def T(self) -> NDArray:  # noqa: N802 - MXNet's spelling
         """The transpose (axes reversed)."""
-        return NDArray(self._data.T.copy(), self._ctx)
+        return wrap(self._data.T.copy(), self._ctx)
 
     def wait_to_read(self) -> None:
-        """Block until the array is computed (computation is synchronous here)."""
+        """Block until the array is computed (waits for its GPU's queued work)."""
+        known_device(self._ctx).synchronize()
 
     def astype(self, dtype: Any, copy: bool = True) -> NDArray:
         """A copy converted to ``dtype`` (the same array if ``copy=False`` and dtype matches)."""
         if not copy and self._data.dtype == np.dtype(dtype):
             return self
-        return NDArray(self._data.astype(dtype), self._ctx)
+        return wrap(self._data.astype(dtype), self._ctx)
 
     def copy(self) -> NDArray:
-        """A deep copy."""
-        return NDArray(self._data.copy(), self._ctx)
+        """A deep copy (on the same context)."""
+        return wrap(self._data.copy(), self._ctx)
 
     def copyto(self, other: NDArray | Context) -> NDArray:
-        """Copy into another array (shapes must match) or onto a context."""
+        """Copy into another array (shapes must match, any context) or onto a context.
+
+        Raises:
+            EngineError: the target is a GPU and CuPy or the GPU is missing.
+        """
         if isinstance(other, Context):
-            return NDArray(self._data.copy(), other)
+            device_for(other)
+            return wrap(move(self._data, self._ctx, other), other)
         _check_same_shape(other.shape, self.shape, "copyto")
-        np.copyto(other._data, self._data, casting="unsafe")
+        source = self._data if other._ctx == self._ctx else move(self._data, self._ctx,
+                                                                other._ctx)
+        xp_of(other._ctx).copyto(other._data, source, casting="unsafe")
         return other
 
     def as_in_context(self, ctx: Context) -> NDArray:
         """This array on ``ctx`` (itself when it is already there)."""
-        return self if Context(ctx) == self._ctx else self.copyto(ctx)
+        return self if Context(ctx) == self._ctx else self.copyto(Context(ctx))
 
     def reshape(self, *shape: Any, reverse: bool = False, **kwargs: Any) -> NDArray:
         """Reshape with MXNet's codes (0 copy, -1 infer, -2 rest, -3 merge, -4 split)."""
@@ -115,7 +136,7 @@ class NDArray:
             shape = tuple(shape[0])
         if not reverse and all(dim > 0 or dim == -1 for dim in shape):
             try:
-                return NDArray(self._data.reshape(shape), self._ctx)
+                return wrap(self._data.reshape(shape), self._ctx)
             except ValueError as error:
                 raise ShapeError(
                     f"cannot reshape {self.shape} to {tuple(shape)}: {error}") from None
@@ -142,19 +163,24 @@ class NDArray:
 
     def __repr__(self) -> str:
         shape = "x".join(str(dim) for dim in self.shape)
-        return f"\n{self._data}\n<NDArray {shape} @{self._ctx}>"
+        return f"\n{self.asnumpy()}\n<NDArray {shape} @{self._ctx}>"
 
     def __getitem__(self, key: Any) -> NDArray:
-        result = self._data[_index(key)]
-        if not isinstance(result, np.ndarray) or result.ndim == 0:
+        result = self._data[_index(key, self._ctx)]
+        if getattr(result, "ndim", 0) == 0:
             # Legacy MXNet has no 0-d arrays: a single element comes back with shape (1,).
-            result = np.asarray(result).reshape(1)
-        return NDArray(result, self._ctx)
+            result = xp_of(self._ctx).asarray(result).reshape(1)
+        return wrap(result, self._ctx)
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        source = value._data if isinstance(value, NDArray) else np.asarray(value)
+        if isinstance(value, NDArray):
+            source = value._data if value._ctx == self._ctx else move(value._data, value._ctx,
+                                                                      self._ctx)
+        else:
+            source = np.asarray(value) if self._ctx.device_type == "cpu" else place(value,
+                                                                                    self._ctx)
         try:
-            self._data[_index(key)] = source
+            self._data[_index(key, self._ctx)] = source
         except ValueError as error:
             raise ShapeError(f"cannot assign a value of shape {np.shape(source)} to "
                              f"NDArray{list(self.shape)}[{key!r}]: {error}") from None
@@ -240,11 +266,20 @@ class NDArray:
         return _binary(self, other, "broadcast_power", "_power_scalar", out=self)
 
 
-def _index(key: Any) -> Any:
+def wrap(data: Any, ctx: Context) -> NDArray:
+    """An NDArray around ``data``, which must already be an array on ``ctx`` (not checked)."""
+    array = NDArray.__new__(NDArray)
+    array._data = data
+    array._ctx = ctx
+    return array
+
+
+def _index(key: Any, ctx: Context) -> Any:
     if isinstance(key, NDArray):
-        return key._data.astype(np.int64)
+        indices = key._data if key._ctx == ctx else move(key._data, key._ctx, ctx)
+        return indices.astype(np.int64)
     if isinstance(key, tuple):
-        return tuple(_index(part) for part in key)
+        return tuple(_index(part, ctx) for part in key)
     return key
 
 
@@ -278,25 +313,68 @@ def apply_op(op_name: str, inputs: Sequence[NDArray], attrs: dict[str, Any],
 
 
 def run_kernel(opdef: Any, attrs: Any, inputs: Sequence[NDArray],
-               out: NDArray | Sequence[NDArray] | None, called_as: str) -> Any:
-    """Compute an op on NDArrays with parsed attributes, optionally writing into ``out``."""
+               out: NDArray | Sequence[NDArray] | None, called_as: str,
+               ctx: Context | None = None) -> Any:
+    """Compute an op on NDArrays with parsed attributes, optionally writing into ``out``.
+
+    The kernel runs with the inputs' array module; ``ctx`` places an op without inputs (the
+    current context by default).
+
+    Raises:
+        EngineError: the inputs are on different contexts.
+    """
     arrays = [array._data for array in inputs]
-    ctx = inputs[0]._ctx if inputs else check_host(None)
-    results = opdef.compute(np, attrs, arrays)
+    if inputs:
+        ctx = _common_context(opdef, attrs, inputs, called_as)
+    else:
+        ctx = resolve_context(ctx)
+        device_for(ctx)
+    xp = np if ctx.device_type == "cpu" else known_device(ctx).xp
+    if xp is np:
+        results = opdef.compute(np, attrs, arrays)
+    else:
+        with known_device(ctx).activate():
+            results = opdef.compute(xp, attrs, arrays)
     wrapped = []
     for result in results:
-        result = np.asarray(result)
+        result = xp.asarray(result)
         if any(result is array for array in arrays):
             result = result.copy()  # identity kernels must not alias their input
         wrapped.append(result)
     if out is not None:
-        targets = [out] if isinstance(out, NDArray) else list(out)
-        if len(targets) != len(wrapped):
-            raise TypeError(f"{called_as}: out= has {len(targets)} arrays; the op has "
-                            f"{len(wrapped)} outputs")
-        for target, result in zip(targets, wrapped, strict=True):
-            _check_same_shape(target.shape, result.shape, f"{called_as} (out=)")
-            np.copyto(target._data, result, casting="unsafe")
+        _write_out(out, wrapped, ctx, called_as)
         return out
-    values = [NDArray(result, ctx) for result in wrapped]
+    values = [wrap(result, ctx) for result in wrapped]
     return values[0] if len(values) == 1 else values
+
+
+def _common_context(opdef: Any, attrs: Any, inputs: Sequence[NDArray],
+                    called_as: str) -> Context:
+    """The context shared by all inputs; an error naming the first input that differs."""
+    ctx = inputs[0]._ctx
+    for position, array in enumerate(inputs):
+        if array._ctx is not ctx and array._ctx != ctx:
+            try:
+                names = list(opdef.input_names(attrs))
+            except Exception:  # noqa: BLE001 - names only improve the message
+                names = []
+            first, other = (names[index] if index < len(names) else f"#{index}"
+                            for index in (0, position))
+            raise EngineError(
+                f"{called_as}: input {other!r} is on {array._ctx} but input {first!r} is on "
+                f"{ctx}; all inputs of one op must be on the same context (move them with "
+                f".as_in_context({ctx}))")
+    return ctx
+
+
+def _write_out(out: NDArray | Sequence[NDArray], results: list[Any], ctx: Context,
+               called_as: str) -> None:
+    targets = [out] if isinstance(out, NDArray) else list(out)
+    if len(targets) != len(results):
+        raise TypeError(f"{called_as}: out= has {len(targets)} arrays; the op has "
+                        f"{len(results)} outputs")
+    for target, result in zip(targets, results, strict=True):
+        _check_same_shape(target.shape, result.shape, f"{called_as} (out=)")
+        if target._ctx != ctx:
+            result = move(result, ctx, target._ctx)
+        xp_of(target._ctx).copyto(target._data, result, casting="unsafe")

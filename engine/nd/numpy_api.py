@@ -7,8 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from engine.context import Context, check_host
+from engine.context import Context, resolve_context
 from engine.nd import random as nd_random
+from engine.nd.creation import build
 from engine.nd.ndarray import NDArray
 
 DEFAULT_DTYPE = np.float32
@@ -24,23 +25,23 @@ def array(object: Any, dtype: Any = None, ctx: Context | None = None) -> NDArray
         object = object.asnumpy()
     if dtype is None and isinstance(object, np.ndarray):
         dtype = object.dtype
-    return NDArray(np.array(object, dtype=_dtype(dtype)), check_host(ctx))
+    return NDArray(np.array(object, dtype=_dtype(dtype)), resolve_context(ctx))
 
 
 def zeros(shape: Any, dtype: Any = None, order: str = "C", ctx: Context | None = None) -> NDArray:
     """An array of zeros (float32 by default)."""
-    return NDArray(np.zeros(shape, _dtype(dtype)), check_host(ctx))
+    return build(ctx, lambda xp: xp.zeros(shape, _dtype(dtype)))
 
 
 def ones(shape: Any, dtype: Any = None, order: str = "C", ctx: Context | None = None) -> NDArray:
     """An array of ones (float32 by default)."""
-    return NDArray(np.ones(shape, _dtype(dtype)), check_host(ctx))
+    return build(ctx, lambda xp: xp.ones(shape, _dtype(dtype)))
 
 
 def full(shape: Any, fill_value: float, dtype: Any = None, order: str = "C",
          ctx: Context | None = None) -> NDArray:
     """An array filled with ``fill_value``."""
-    return NDArray(np.full(shape, fill_value, _dtype(dtype)), check_host(ctx))
+    return build(ctx, lambda xp: xp.full(shape, fill_value, _dtype(dtype)))
 
 
 def empty(shape: Any, dtype: Any = None, order: str = "C", ctx: Context | None = None) -> NDArray:
@@ -53,7 +54,7 @@ def arange(start: float, stop: float | None = None, step: float = 1, dtype: Any 
     """Evenly spaced values in ``[start, stop)`` (float32 by default)."""
     if stop is None:
         start, stop = 0, start
-    return NDArray(np.arange(start, stop, step).astype(_dtype(dtype)), check_host(ctx))
+    return NDArray(np.arange(start, stop, step).astype(_dtype(dtype)), resolve_context(ctx))
 
 
 def _normal(loc: float = 0.0, scale: float = 1.0, size: Any = None, dtype: Any = None,

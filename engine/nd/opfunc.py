@@ -107,7 +107,9 @@ def make_signature(opdef: OpDef, controls: tuple[str, ...]) -> inspect.Signature
     for param in opdef.params:
         default = kind.empty if param.default is REQUIRED else param.default
         parameters.append(kind(param.name, kind.KEYWORD_ONLY, default=default))
-    parameters += [kind(name, kind.KEYWORD_ONLY, default=None) for name in controls]
+    taken = {parameter.name for parameter in parameters}
+    parameters += [kind(name, kind.KEYWORD_ONLY, default=None) for name in controls
+                   if name not in taken]
     return inspect.Signature(parameters)
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.context import Context, check_host
+from engine.context import Context, resolve_context
 from engine.nd.ndarray import NDArray
 
 _STATE = {"generator": np.random.default_rng()}
@@ -28,7 +28,11 @@ def _sample(draw: Any, first: Any, second: Any, shape: Any, dtype: Any, ctx: Con
         shape = out.shape
     shape = (1,) if shape is None or shape == () else (
         (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(shape))
+    if ctx is None and out is not None:
+        ctx = out.context
     if isinstance(first, NDArray) or isinstance(second, NDArray):
+        if ctx is None:
+            ctx = (first if isinstance(first, NDArray) else second).context
         # Parameter arrays: one sample block of `shape` per parameter element.
         first_values = np.asarray(first, np.float64)
         second_values = np.asarray(second, np.float64)
@@ -38,7 +42,9 @@ def _sample(draw: Any, first: Any, second: Any, shape: Any, dtype: Any, ctx: Con
         values = draw(first_values[expand], second_values[expand], full)
     else:
         values = draw(float(first), float(second), shape)
-    result = NDArray(np.asarray(values).astype(np.dtype(dtype or np.float32)), check_host(ctx))
+    # Drawn on the host from one seeded generator, so a seed gives the same values everywhere.
+    host = np.asarray(values).astype(np.dtype(dtype or np.float32))
+    result = NDArray(host, resolve_context(ctx))
     return result if out is None else result.copyto(out)
 
 
