@@ -34,8 +34,10 @@ import nets  # noqa: E402 - the sibling module, found through the path set just 
 
 import engine  # noqa: E402
 from engine.graph.infer import infer_shapes  # noqa: E402
+from engine.ops.registry import all_ops  # noqa: E402
 from engine.runtime import Model  # noqa: E402
 
+KERNEL_OPS = {op.kernel: op.name for op in all_ops().values()}
 MLP_CALLS = 200  # calls per timed round of the MLP (one call is microseconds)
 GEMM_SIZE = 2048
 
@@ -182,24 +184,24 @@ def bench_cnn(name: str, symbol: Any, torch_module: Any, batch: int, repeat: int
         for kind, (seconds, flop) in sorted(kinds.items(), key=lambda item: -item[1][0])))
 
 
-def step_kind(node: Any) -> str:
-    """A convolution's kind (kernel size, depthwise, 1x1), else the node's op type."""
-    head = node.params.head if node.op == "_fused_elementwise" else None
-    op, attrs = (head.op.name, head.attrs) if head else (node.op, node.params)
+def step_kind(call: Any) -> str:
+    """A convolution's kind (kernel size, depthwise), else the op type of a step's kernel."""
+    op = KERNEL_OPS.get(getattr(call, "func", None), "other")
     if op != "Convolution":
         return op
+    attrs = call.args[1]
     size = "x".join(map(str, attrs.kernel))
     return f"depthwise {size}" if attrs.num_group > 1 else f"conv {size}"
 
 
 def step_kinds(plan: Any, feed: dict[str, np.ndarray],
                repeat: int) -> dict[str, tuple[float, int]]:
-    """Mean seconds and FLOPs per step kind, timing the plan's steps one by one in order."""
+    """Seconds (best of ``repeat``) and FLOPs per step kind, steps timed one by one in order."""
     plan.run(feed, copy_outputs=False)  # every buffer holds this input's values
     kinds: dict[str, list] = {}
     for step in plan.steps:
-        kind = step_kind(step.node)
         call = step.call
+        kind = step_kind(call)
         flop = 0
         if kind.startswith(("conv", "depthwise", "FullyConnected")):
             flop = 2 * call.keywords["out"].size * int(np.prod(call.args[3].shape[1:]))
@@ -217,11 +219,23 @@ def _once(call: Callable[[], object]) -> float:
 
 
 def main() -> None:
-    """Run every comparison and print the tables."""
+    """Parse options, set the thread count, run every comparison and print the tables."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7, help="timed rounds per measurement")
     parser.add_argument("--quick", action="store_true", help="3 rounds, skip ResNet-18 batch 8")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="limit NumPy's BLAS (and torch) to this many threads (needs "
+                             "threadpoolctl); 0: leave BLAS as it is")
     options = parser.parse_args()
+    if options.threads:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(options.threads, user_api="blas")
+    run(options)
+
+
+def run(options: argparse.Namespace) -> None:
+    """Every comparison, with the BLAS thread count already set."""
     repeat = 3 if options.quick else options.repeat
     threads = blas_threads()
     flops_per_second = sgemm_flops(repeat)
