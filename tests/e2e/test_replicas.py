@@ -82,6 +82,12 @@ def replica_config(prefix: Path, listen: int, ports: list[int]) -> tuple[str, fl
 
 
 @pytest.fixture
+def nginx_binary() -> str:
+    """nginx, installed if missing (requested first, so a skip starts no replica)."""
+    return nginx_or_skip("THE MULTI-REPLICA END-TO-END TEST")
+
+
+@pytest.fixture
 def repository(tmp_path: Path) -> Path:
     """The repository directory every replica shares."""
     root = tmp_path / "repository"
@@ -100,9 +106,9 @@ def replicas(repository: Path) -> Iterator[tuple[list[Server], ExitStack]]:
 
 
 @pytest.fixture
-def nginx(tmp_path: Path, replicas: tuple[list[Server], ExitStack]) -> Iterator[Nginx]:
+def nginx(nginx_binary: str, tmp_path: Path, replicas: tuple[list[Server], ExitStack]
+          ) -> Iterator[Nginx]:
     """nginx in front of the replicas, stopped (its process group) at the end."""
-    binary = nginx_or_skip("THE MULTI-REPLICA END-TO-END TEST")
     prefix = tmp_path / "nginx"
     prefix.mkdir()
     ports = [int(server.url.rsplit(":", 1)[1]) for server in replicas[0]]
@@ -111,7 +117,7 @@ def nginx(tmp_path: Path, replicas: tuple[list[Server], ExitStack]) -> Iterator[
     (prefix / "nginx.conf").write_text(config)
     output = (prefix / "stdout.log").open("wb")
     process = subprocess.Popen(
-        [binary, "-p", str(prefix), "-c", str(prefix / "nginx.conf"), "-e", "stderr",
+        [nginx_binary, "-p", str(prefix), "-c", str(prefix / "nginx.conf"), "-e", "stderr",
          "-g", "daemon off;"], stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
     running = Nginx(f"http://127.0.0.1:{listen}", process, prefix / "access.log", fail_timeout)
     try:
@@ -227,8 +233,9 @@ class Load:
                         self.halfway.set()
 
 
-def test_replicas_behind_nginx(repository: Path, replicas: tuple[list[Server], ExitStack],
-                               nginx: Nginx, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_replicas_behind_nginx(nginx_binary: str, repository: Path,
+                               replicas: tuple[list[Server], ExitStack], nginx: Nginx,
+                               monkeypatch: pytest.MonkeyPatch) -> None:
     servers, stack = replicas
     (inputs, (expected,)), (batch, (batch_expected,)) = model_io_sets(MLP)[:2]
     client = stack.enter_context(httpx.Client(timeout=30))
