@@ -12,7 +12,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from engine.errors import EngineError, ModelFormatError
 from engine.cuda.codegen import (
     DOUBLE_INF,
     FLOAT_INF,
@@ -22,6 +21,7 @@ from engine.cuda.codegen import (
     compute_type,
     fused_source,
 )
+from engine.errors import EngineError, ModelFormatError
 from engine.ops.fused import FUSED_ELEMENTWISE, FusedStep
 from engine.ops.registry import Attrs, OpDef, all_ops, get_op
 from engine.ops.shapes import same_shape

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 import engine
-import engine.device as device_module
 import engine.cuda.executor as executor_module
-from engine.device import get_device
+import engine.device as device_module
 from engine.cuda import fused
+from engine.device import get_device
 from tests.conformance.fixtures import assert_close, model_files, model_io_sets, model_names
 from tests.engine.gpu import fake_cupy
 
