@@ -107,13 +107,24 @@ class Block:
 
     def initialize(self, init: Any = None, ctx: Any = None, verbose: bool = False,
                    force_reinit: bool = False) -> None:
-        """Initialize every parameter (``init`` defaults to ``Uniform(0.07)`` as in MXNet)."""
+        """Initialize every parameter (``init`` defaults to ``Uniform(0.07)`` as in MXNet).
+
+        ``ctx`` (a context or a list; the current context by default) is where the parameters
+        live: ``net.initialize(ctx=engine.gpu(0))`` puts them on the first GPU.
+
+        Raises:
+            EngineError: ``ctx`` names a GPU and CuPy or the GPU is missing.
+        """
         self.collect_params().initialize(init, ctx, verbose, force_reinit)
 
     def hybridize(self, active: bool = True, **kwargs: Any) -> None:
         """Hybridize every hybrid descendant (a plain Block itself stays imperative)."""
         for child in self._children.values():
             child.hybridize(active, **kwargs)
+
+    def reset_ctx(self, ctx: Any) -> None:
+        """Move every parameter of this block and its descendants to ``ctx``."""
+        self.collect_params().reset_ctx(ctx)
 
     def cast(self, dtype: Any) -> None:
         """Cast every parameter to ``dtype``."""
@@ -191,6 +202,9 @@ class Block:
             params = {name[len(self.prefix):] if name.startswith(self.prefix) else name: param
                       for name, param in full.items()}
         assign_arrays(params, loaded, source, allow_missing, ignore_extra)
+        if ctx is not None:  # otherwise each parameter keeps its contexts (cpu(0) if new)
+            for param in params.values():
+                param.reset_ctx(ctx)
 
     def save_params(self, filename: str | os.PathLike[str]) -> None:
         """Legacy: write full names with this block's prefix stripped (MXNet's ``save_params``)."""

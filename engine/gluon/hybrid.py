@@ -6,6 +6,10 @@ After ``hybridize()``, the first call traces ``hybrid_forward`` with Symbols, bu
 for their signature. All hybridize state is one value, ``self._cached`` (a `CachedGraph`); a
 changed parameter (``set_data``, ``initialize(force_reinit=True)``, loading) makes it rebuild the
 Model on the next call.
+
+Calls run on their inputs' context: parameters are read on it (they must have been initialized
+there), and the compiled Model runs on that context's device, so a net initialized with
+``ctx=engine.gpu(0)`` and called on GPU arrays compiles a GPU Model.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from engine import nd, sym
+from engine.context import Context, current_context
 from engine.errors import EngineError
 from engine.gluon.block import Block
 from engine.gluon.parameter import _EPOCH, DeferredInitializationError, Parameter, parameter_epoch
@@ -36,27 +41,29 @@ class CachedGraph:
     versions: tuple[int, ...] = ()
     epoch: int = -1
     optimize: bool | list[str] = True
+    ctx: Context | None = None
 
-    def refresh(self, feed: dict[str, np.ndarray]) -> Model:
-        """The Model for the current parameter values (rebuilt only if some value changed)."""
+    def refresh(self, feed: dict[str, np.ndarray], ctx: Context) -> Model:
+        """The Model for the current parameter values on ``ctx`` (rebuilt only on a change)."""
         epoch = parameter_epoch()
-        if self.model is not None and self.epoch == epoch:
+        if self.model is not None and self.epoch == epoch and self.ctx == ctx:
             return self.model
         graph = self.traced.graph()
         fill_deferred(self.traced, graph, {k: v.shape for k, v in feed.items()}, self.params)
         versions = tuple(param.version for param in self.params)
-        if self.model is None or versions != self.versions:
-            arrays = {param.name: _param_array(param) for param in self.params}
-            self.model = Model(graph, arrays, optimize=self.optimize)
+        if self.model is None or versions != self.versions or self.ctx != ctx:
+            arrays = {param.name: _param_array(param, ctx) for param in self.params}
+            self.model = Model(graph, arrays, optimize=self.optimize, device=ctx)
             self.versions = versions
+            self.ctx = ctx
         self.epoch = parameter_epoch()
         return self.model
 
-    def run(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
-        """Outputs for ``feed`` through the compiled plan of its signature."""
+    def run(self, feed: dict[str, np.ndarray], ctx: Context) -> list[np.ndarray]:
+        """Outputs for ``feed`` (host arrays) through the compiled plan of its signature."""
         model = self.model
-        if model is None or self.epoch != _EPOCH[0]:
-            model = self.refresh(feed)
+        if model is None or self.epoch != _EPOCH[0] or (ctx is not self.ctx and ctx != self.ctx):
+            model = self.refresh(feed, ctx)
         dtypes = model._input_dtypes
         for name, array in feed.items():
             if array.dtype != dtypes[name]:
@@ -64,10 +71,11 @@ class CachedGraph:
         return model.plan_for(feed).run(feed)
 
 
-def _param_array(param: Parameter) -> np.ndarray:
+def _param_array(param: Parameter, ctx: Context) -> np.ndarray:
+    """The host value of ``param``, checked to be initialized on ``ctx``."""
     array = param.array()
-    if array is None:
-        param.data()  # raises the error that says how to initialize it
+    if array is None or ctx not in param.list_ctx():
+        param.data(ctx)  # raises the error that says how to initialize it (and where)
     return array  # type: ignore[return-value]
 
 
@@ -137,11 +145,12 @@ class HybridBlock(Block):
             return self.hybrid_forward(sym, *args, **params)
 
     def _call_imperative(self, *args: Any) -> Any:
+        ctx = input_context(args, type(self).__name__)
         try:
-            params = {key: param.data() for key, param in self._reg_params.items()}
+            params = {key: param.data(ctx) for key, param in self._reg_params.items()}
         except DeferredInitializationError:
             self._infer_deferred(args)
-            params = {key: param.data() for key, param in self._reg_params.items()}
+            params = {key: param.data(ctx) for key, param in self._reg_params.items()}
         return self.hybrid_forward(nd, *args, **params)
 
     def _infer_deferred(self, args: tuple[Any, ...]) -> None:
@@ -163,13 +172,18 @@ class HybridBlock(Block):
         cached = self._cached
         if cached is None or len(cached.traced.input_names) != len(args):
             cached = self._cached = self._build_cache(len(args))
-        feed = {name: arg._data if type(arg) is NDArray else _as_array(arg, name)
-                for name, arg in zip(cached.traced.input_names, args)}
-        outputs = cached.run(feed)
+        ctx = input_context(args, type(self).__name__)
+        if ctx.device_type == "cpu":
+            feed = {name: arg._data if type(arg) is NDArray else _as_array(arg, name)
+                    for name, arg in zip(cached.traced.input_names, args)}
+        else:  # the Model's plans take host arrays and stage them onto the device themselves
+            feed = {name: arg.asnumpy() if isinstance(arg, NDArray) else _as_array(arg, name)
+                    for name, arg in zip(cached.traced.input_names, args)}
+        outputs = cached.run(feed, ctx)
         template = cached.traced.template
         if type(template) is int:
-            return NDArray(outputs[0])
-        return rebuild(template, [NDArray(output) for output in outputs])
+            return NDArray(outputs[0], ctx)
+        return rebuild(template, [NDArray(output, ctx) for output in outputs])
 
     def _build_cache(self, count: int) -> CachedGraph:
         traced = self._trace(count)
@@ -204,6 +218,24 @@ class HybridBlock(Block):
         symbol.save(symbol_file)
         save_params(params_file, arrays)
         return symbol_file, params_file
+
+
+def input_context(args: tuple[Any, ...], where: str) -> Context:
+    """The context of a call's NDArray inputs (the current context when there are none).
+
+    Raises:
+        EngineError: the inputs are on different contexts.
+    """
+    ctx = None
+    for position, arg in enumerate(args):
+        if isinstance(arg, NDArray):
+            if ctx is None:
+                ctx, first = arg.context, position
+            elif arg.context != ctx:
+                raise EngineError(f"{where}: input {position} is on {arg.context} but input "
+                                  f"{first} is on {ctx}; all inputs of a block must be on the "
+                                  f"same context (move them with .as_in_context({ctx}))")
+    return current_context() if ctx is None else ctx
 
 
 def _as_array(value: Any, name: str) -> np.ndarray:

@@ -4,6 +4,10 @@ A parameter's shape may hold 0 for dimensions learned at the first forward pass 
 learns its input width); ``initialize`` then records the initializer and the array is made once
 the shape is complete. Every change of value bumps a global epoch, so hybridized blocks can tell
 cheaply whether their compiled model is stale.
+
+A parameter lives on the contexts given to ``initialize(ctx=...)`` (the current context by
+default). The host (numpy) value is the master copy; ``data(gpu(0))`` uploads it once per change
+of value and returns that device copy (writes into it are not seen by the master copy).
 """
 
 from __future__ import annotations
@@ -17,9 +21,11 @@ from typing import Any
 
 import numpy as np
 
+from engine.context import Context, cpu, resolve_context
 from engine.errors import EngineError, ShapeError
 from engine.gluon import initializer as _init
 from engine.nd.ndarray import NDArray
+from engine.nd.placement import device_for
 
 _EPOCH = [0]
 
@@ -40,6 +46,20 @@ class DeferredInitializationError(EngineError, RuntimeError):
 
 def _known(shape: tuple[int, ...] | None) -> bool:
     return shape is not None and all(dim > 0 for dim in shape)
+
+
+def contexts(ctx: Any) -> list[Context]:
+    """``ctx`` (a context, a list of them, or None for the current one) as a checked list.
+
+    Raises:
+        EngineError: a GPU context where CuPy or the GPU is missing.
+    """
+    found = [resolve_context(one) for one in (ctx if isinstance(ctx, (list, tuple)) else [ctx])]
+    if not found:
+        raise ValueError("ctx must name at least one context; got an empty list")
+    for one in found:
+        device_for(one)
+    return list(dict.fromkeys(found))
 
 
 class Parameter:
@@ -70,6 +90,8 @@ class Parameter:
         self.allow_deferred_init = allow_deferred_init
         self.stype = stype
         self._data: np.ndarray | None = None
+        self._ctx: list[Context] = [cpu()]
+        self._copies: dict[Context, tuple[int, NDArray]] = {}  # device copies by version
         self._deferred_init: _init.Initializer | None = None
         self._var: Any = None
         self.version = 0
@@ -100,12 +122,17 @@ class Parameter:
         """Make the array now, or when the shape is complete (``allow_deferred_init``).
 
         The parameter's own ``init`` wins over ``init``, which wins over ``default_init``
-        (``Uniform(0.07)``, as in MXNet).
+        (``Uniform(0.07)``, as in MXNet). ``ctx`` is a context or a list of them (the current
+        context by default); the value is placed on each.
+
+        Raises:
+            EngineError: ``ctx`` names a GPU and CuPy or the GPU is missing.
         """
         if self._data is not None and not force_reinit:
             warnings.warn(f"parameter {self.name!r} is already initialized, ignoring; pass "
                           "force_reinit=True to initialize it again", stacklevel=3)
             return
+        self.reset_ctx(ctx)
         chosen = _init.create(self.init if self.init is not None else init)
         if chosen is None:
             chosen = _init.create(default_init) or _init.Uniform()
@@ -138,11 +165,14 @@ class Parameter:
 
     # --- data ----------------------------------------------------------------------------------
     def data(self, ctx: Any = None) -> NDArray:
-        """The value as an NDArray (sharing memory with the parameter).
+        """The value on ``ctx`` (its first context by default) as an NDArray.
+
+        On the CPU the NDArray shares memory with the parameter; on a GPU it is a device copy
+        made once per change of value.
 
         Raises:
             DeferredInitializationError: the shape is learned at the first forward pass.
-            EngineError: the parameter was never initialized.
+            EngineError: the parameter was never initialized, or not on ``ctx``.
         """
         if self._data is None:
             if self._deferred_init is not None:
@@ -152,11 +182,29 @@ class Parameter:
                     "on data (or give in_units/in_channels) before reading it")
             raise EngineError(f"parameter {self.name!r} has not been initialized; call "
                               "block.initialize() (or load_parameters) first")
-        return NDArray(self._data)
+        ctx = self._ctx[0] if ctx is None else self._check_ctx(resolve_context(ctx))
+        if ctx.device_type == "cpu":
+            return NDArray(self._data, ctx)
+        cached = self._copies.get(ctx)
+        if cached is None or cached[0] != self.version:
+            cached = self._copies[ctx] = (self.version, NDArray(self._data, ctx))
+        return cached[1]
+
+    def _check_ctx(self, ctx: Context) -> Context:
+        if ctx not in self._ctx:
+            raise EngineError(f"parameter {self.name!r} was not initialized on context {ctx}; "
+                              f"it lives on {self._ctx}; initialize the block with ctx={ctx}, "
+                              f"call reset_ctx({ctx}), or move the input with "
+                              f".as_in_context({self._ctx[0]})")
+        return ctx
 
     def list_data(self) -> list[NDArray]:
-        """The value on every context (one here)."""
-        return [self.data()]
+        """The value on every context of the parameter, in order."""
+        return [self.data(ctx) for ctx in self._ctx]
+
+    def list_ctx(self) -> list[Context]:
+        """The contexts the parameter lives on."""
+        return list(self._ctx)
 
     def array(self) -> np.ndarray | None:
         """The value as a numpy array (None when not initialized)."""
@@ -179,7 +227,13 @@ class Parameter:
             self._set(self._data.astype(self.dtype))
 
     def reset_ctx(self, ctx: Any) -> None:
-        """Move to another context (a no-op: parameters live on the host)."""
+        """Place the parameter on ``ctx`` (a context or a list; None: the current one).
+
+        Raises:
+            EngineError: ``ctx`` names a GPU and CuPy or the GPU is missing.
+        """
+        self._ctx = contexts(ctx)
+        self._copies.clear()
 
     def zero_grad(self) -> None:
         """Clear gradients (a no-op: this engine does inference only)."""
@@ -249,7 +303,12 @@ class ParameterDict(Mapping[str, Parameter]):
 
     def initialize(self, init: Any = None, ctx: Any = None, verbose: bool = False,
                    force_reinit: bool = False) -> None:
-        """Initialize every parameter (``init`` is the default for those without their own)."""
+        """Initialize every parameter (``init`` is the default for those without their own).
+
+        Raises:
+            EngineError: ``ctx`` names a GPU and CuPy or the GPU is missing.
+        """
+        ctx = contexts(ctx)
         for param in self._params.values():
             param.initialize(None, ctx, default_init=init, force_reinit=force_reinit)
 
@@ -259,7 +318,9 @@ class ParameterDict(Mapping[str, Parameter]):
             setattr(param, name, value)
 
     def reset_ctx(self, ctx: Any) -> None:
-        """Move every parameter to ``ctx`` (a no-op here)."""
+        """Place every parameter on ``ctx`` (a context or a list of them)."""
+        for param in self._params.values():
+            param.reset_ctx(ctx)
 
     def zero_grad(self) -> None:
         """Clear gradients (a no-op here)."""
@@ -286,6 +347,8 @@ class ParameterDict(Mapping[str, Parameter]):
         arrays = {restore_prefix + strip_arg_aux(name): value for name, value in loaded.items()}
         assign_arrays(dict(self._params), arrays, os.fspath(filename), allow_missing,
                       ignore_extra)
+        if ctx is not None:
+            self.reset_ctx(ctx)
 
 
 def strip_arg_aux(name: str) -> str:

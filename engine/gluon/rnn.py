@@ -78,7 +78,7 @@ class _RNNLayer(HybridBlock):
                                         name=f"{self.prefix}h0_{index}",
                                         __layout__=info["__layout__"]))
             else:
-                states.append(func(info["shape"], dtype=self._dtype))
+                states.append(func(info["shape"], dtype=self._dtype, **kwargs))
         return states
 
     def forward(self, inputs: Any, states: Any = None) -> Any:
@@ -96,7 +96,8 @@ class _RNNLayer(HybridBlock):
             if self._needs_width():
                 self._set_input_width(inputs.shape)
             if skip_states:
-                states = self.begin_state(inputs.shape[self._layout.index("N")], func=nd.zeros)
+                states = self.begin_state(inputs.shape[self._layout.index("N")], func=nd.zeros,
+                                          ctx=inputs.context)
             out = self._call_imperative(inputs, *_as_list(states))
         return out[0] if skip_states else (out[0], list(out[1:]))
 

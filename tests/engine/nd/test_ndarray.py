@@ -134,7 +134,7 @@ def test_copies() -> None:
     assert x.as_in_context(cpu()) is x
 
 
-def test_gpu_arrays_fail_clearly() -> None:
+def test_gpu_arrays_fail_clearly(no_cupy: str) -> None:
     with pytest.raises(EngineError, match="CuPy and a GPU"):
         nd.zeros((2,), ctx=gpu(0))
     with pytest.raises(EngineError, match="CuPy and a GPU"):

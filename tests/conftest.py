@@ -1,0 +1,73 @@
+"""Test-wide hooks: ``gpu``-marked tests skip with the reason where CuPy or a GPU is missing.
+
+Also the ``gpu_backend`` fixture: the GPU frontend tests run once on a numpy stand-in for CuPy
+(any machine) and once, marked ``gpu``, on the real device.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from engine.device import gpu_unavailable_reason
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    reason = gpu_unavailable_reason()
+    if reason is None:
+        return
+    skip = pytest.mark.skip(reason=f"needs an NVIDIA GPU with CuPy: {reason}")
+    for item in items:
+        if item.get_closest_marker("gpu") is not None:
+            item.add_marker(skip)
+
+
+@dataclass(frozen=True)
+class GpuBackend:
+    """What a GPU test runs on: the array module and the type of its device arrays."""
+
+    name: str
+    xp: Any
+    array_type: type
+    simulated: bool
+
+
+@pytest.fixture(params=["simulated", pytest.param("real", marks=pytest.mark.gpu)])
+def gpu_backend(request: pytest.FixtureRequest,
+                monkeypatch: pytest.MonkeyPatch) -> Iterator[GpuBackend]:
+    """``engine.gpu(0)`` backed by the numpy stand-in for CuPy, or by the real CuPy."""
+    import engine.device as device_module
+    import engine.nd.placement as placement
+
+    monkeypatch.setattr(placement, "_USED", {})
+    if request.param == "real":
+        import cupy
+
+        yield GpuBackend("real", cupy, cupy.ndarray, simulated=False)
+        cupy.cuda.Device(0).synchronize()
+        return
+    from engine.cuda import fused
+    from tests.engine.gpu import fake_cupy
+
+    cupy, cupyx = fake_cupy.make()
+    monkeypatch.setattr(device_module, "_import_cupy", lambda: (cupy, None))
+    monkeypatch.setitem(sys.modules, "cupyx", cupyx)
+    monkeypatch.setattr(fused, "_KERNELS", {})
+    yield GpuBackend("simulated", cupy, fake_cupy.FakeArray, simulated=True)
+
+
+@pytest.fixture
+def no_cupy(monkeypatch: pytest.MonkeyPatch) -> str:
+    """A machine without CuPy, whatever this one has; returns the reason the engine gives."""
+    import engine.device as device_module
+    import engine.nd.placement as placement
+
+    reason = ("CuPy is not installed (No module named 'cupy'); install it with "
+              "`pip install .[gpu]`")
+    monkeypatch.setattr(device_module, "_import_cupy", lambda: (None, reason))
+    monkeypatch.setattr(placement, "_USED", {})
+    return reason
