@@ -337,10 +337,10 @@ def run_kernel(opdef: Any, attrs: Any, inputs: Sequence[NDArray],
             results = opdef.compute(xp, attrs, arrays)
     wrapped = []
     for result in results:
+        # Identity kernels must not alias their input (checked before asarray, which may view).
+        aliased = any(result is array for array in arrays)
         result = xp.asarray(result)
-        if any(result is array for array in arrays):
-            result = result.copy()  # identity kernels must not alias their input
-        wrapped.append(result)
+        wrapped.append(result.copy() if aliased else result)
     if out is not None:
         _write_out(out, wrapped, ctx, called_as)
         return out
