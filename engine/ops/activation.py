@@ -7,6 +7,7 @@ and elu are evaluated in forms that never exponentiate a large positive number.
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -116,6 +117,13 @@ def _activation_kernel(xp: Any, attrs: Attrs, data: Any, out: Any = None) -> Any
     return out
 
 
+def _activation_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any) -> list:
+    data = inputs[0]
+    if attrs.act_type == "relu" and data.dtype.kind == "f":
+        return [partial(xp.maximum, data, data.dtype.type(0), out=out)]
+    return [partial(_activation_kernel, xp, attrs, data, out=out)]
+
+
 ACTIVATION = register(OpDef(
     name="Activation",
     aliases=("_npx_activation",),
@@ -125,6 +133,7 @@ ACTIVATION = register(OpDef(
     elementwise=lambda attrs: _ACTIVATION_EXPRESSIONS[attrs.act_type],
     inplace=True,
     writes_out=True,
+    bind=_activation_bind,
     doc="Elementwise activation chosen by act_type (relu, sigmoid, tanh, softrelu, softsign...).",
 ))
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from engine.errors import ShapeError
@@ -62,6 +64,19 @@ def _kernel(xp: Any, attrs: Attrs, data: Any, weight: Any, bias: Any = None,
     return out
 
 
+def _bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any) -> list[Callable[[], Any]]:
+    """matmul straight into the output buffer, then the bias added in place."""
+    data, weight = inputs[0], inputs[1]
+    matrix = data.reshape(data.shape[0], -1) if attrs.flatten else data.reshape(-1, data.shape[-1])
+    target = out.reshape(matrix.shape[0], attrs.num_hidden)
+    if matrix.shape[1] != weight.shape[1] or not xp.shares_memory(target, out):
+        return [partial(_kernel, xp, attrs, *inputs, out=out)]
+    calls = [partial(xp.matmul, matrix, weight.T, out=target)]
+    if not attrs.no_bias:
+        calls.append(partial(xp.add, target, inputs[2], out=target))
+    return calls
+
+
 FULLY_CONNECTED = register(OpDef(
     name="FullyConnected",
     aliases=("_npx_fully_connected",),
@@ -74,5 +89,6 @@ FULLY_CONNECTED = register(OpDef(
     infer_shape=_infer_shape,
     kernel=_kernel,
     writes_out=True,
+    bind=_bind,
     doc="Affine layer: output = data · weightᵀ + bias; flatten=True folds trailing axes.",
 ))

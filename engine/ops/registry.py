@@ -114,6 +114,9 @@ class OpDef:
         inplace: the output may share storage with input 0.
         view: the output is a view of input 0 (reshape-like); memory planning keeps it alive.
         writes_out: the kernel accepts ``out=`` and writes into it.
+        bind: optional ``bind(xp, attrs, inputs, out) -> [call, ...]`` giving zero-argument
+            calls that compute into ``out`` for arrays fixed at plan compile time: the hot path
+            of a plan, with views and checks done once (FullyConnected as matmul + bias add).
     """
 
     name: str
@@ -130,6 +133,7 @@ class OpDef:
     inplace: bool = False
     view: bool = False
     writes_out: bool = False
+    bind: Callable[..., list[Callable[[], Any]]] | None = None
     doc: str = ""
     _params_by_name: dict[str, Param] = field(default_factory=dict, init=False, repr=False,
                                               compare=False)

@@ -195,23 +195,25 @@ def _bind(node: Node, params: Any, args: list, outs: tuple, xp: Any) -> list[Cal
     """Zero-argument calls running ``node`` into ``outs`` (a fused chain: one call per op)."""
     if node.op == "_fused_elementwise":
         return _bind_fused(params, args, outs[0], xp)
-    return [_bind_op(node.opdef, params, args, outs[0] if len(outs) == 1 else outs, xp)]
+    return _bind_op(node.opdef, params, args, outs[0] if len(outs) == 1 else outs, xp)
 
 
-def _bind_op(op: OpDef, params: Any, args: list, out: Any, xp: Any) -> Callable[[], Any]:
+def _bind_op(op: OpDef, params: Any, args: list, out: Any, xp: Any) -> list[Callable[[], Any]]:
+    if op.bind is not None:
+        return op.bind(xp, params, args, out)
     if op.writes_out:
-        return partial(op.kernel, xp, params, *args, out=out)
-    return partial(op.compute, xp, params, args, out)
+        return [partial(op.kernel, xp, params, *args, out=out)]
+    return [partial(op.compute, xp, params, args, out)]
 
 
 def _bind_fused(params: Any, args: list, out: Any, xp: Any) -> list[Callable[[], Any]]:
     """On the CPU a fused chain is its ops run one after another in place on ``out``."""
     head = params.head
-    calls = [_bind_op(head.op, head.attrs, args[:head.arity], out, xp)]
+    calls = _bind_op(head.op, head.attrs, args[:head.arity], out, xp)
     offset = head.arity
     for step in params.steps:
         step_args = list(args[offset:offset + step.arity - 1])
         step_args.insert(step.position, out)
-        calls.append(_bind_op(step.op, step.attrs, step_args, out, xp))
+        calls += _bind_op(step.op, step.attrs, step_args, out, xp)
         offset += step.arity - 1
     return calls
