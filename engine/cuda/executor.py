@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from engine.device import Device
 from engine.cuda.graphs import CapturedGraph, capture
+from engine.device import Device
 
 # Eager runs before capture: the first compiles kernels and grows the pool, the second checks
 # that steady state allocates nothing new.
