@@ -166,6 +166,16 @@ class Model:
         return naive_bytes(self.graph, infer_shapes(self.graph, {**self._param_shapes, **shapes}),
                            infer_dtypes(self.graph, {**self._param_dtypes, **dtypes}))
 
+    def estimate_activation_bytes(self, input_shapes: Mapping[str, tuple[int, ...]]) -> int:
+        """An upper bound on activation bytes for these shapes, from shape inference alone.
+
+        Nothing is allocated or compiled, so a server can refuse a model whose shapes would need
+        more memory than it may use before trying. (The unoptimised graph's total, no reuse.)
+        """
+        signature = tuple((spec.name, tuple(input_shapes[spec.name]), spec.dtype.str)
+                          for spec in self.inputs)
+        return self._naive_bytes(signature)
+
     def activation_bytes(self, input_shapes: Mapping[str, tuple[int, ...]]) -> int:
         """Planned activation bytes for these input shapes (compiles the plan if needed)."""
         feed = {spec.name: np.zeros(input_shapes[spec.name], spec.dtype) for spec in self.inputs}

@@ -278,9 +278,9 @@ class ModelRepository:
             async with self._lock:
                 preloaded = self._wrap(name, number or 0, validated, (manifest.digest, None))
                 self._check_budget(preloaded.memory().total, where)
-                if parsed is not None:
-                    await self._thread(_write_config, self.root / name, parsed)
                 number = await self._thread(self._place, name, staging, number, replace)
+                if parsed is not None:  # only now: a refused upload must change nothing
+                    await self._thread(_write_config, self.root / name, parsed)
                 model = await self._rescan(name)
                 preloaded.renumber(number, model.config_digest)
                 self._unloaded.discard(name)
@@ -393,7 +393,8 @@ class ModelRepository:
             if manifest is not None:
                 verify_manifest(version_dir, manifest)
         return load_and_validate(version_dir, config, loader=self.loader,
-                                 device=config.device or self.device, where=where)
+                                 device=config.device or self.device, where=where,
+                                 memory_cap_bytes=self.memory_budget_bytes)
 
     def _wrap(self, name: str, version: int, validated: Validated,
               identity: Identity) -> LoadedVersion:

@@ -59,8 +59,11 @@ def default_loader(symbol: Any, params: Any, *, device: str = "cpu") -> Servable
 
 
 def load_and_validate(version_dir: Path, config: ModelConfig, *, loader: Loader,
-                      device: str, where: str) -> Validated:
+                      device: str, where: str, memory_cap_bytes: int | None = None) -> Validated:
     """Load ``version_dir``'s files, complete `config` and run one synthetic batch of 1 row.
+
+    With ``memory_cap_bytes``, a model whose parameters plus activations at ``max_batch_size``
+    would need more is refused from shape inference alone, before the test run allocates.
 
     Raises:
         InvalidModel: any failure; the message starts with `where` and names the cause.
@@ -72,6 +75,8 @@ def load_and_validate(version_dir: Path, config: ModelConfig, *, loader: Loader,
     except (EngineError, ValueError, TypeError, OSError) as error:
         raise InvalidModel(f"{where}: cannot load the model: {error}") from error
     inputs = complete_inputs(config.inputs, model, where)
+    if memory_cap_bytes is not None:
+        check_memory(model, inputs, config.max_batch_size, memory_cap_bytes, where)
     sample = synthetic_inputs(inputs)
     try:
         outputs = model.infer(sample)
@@ -83,6 +88,25 @@ def load_and_validate(version_dir: Path, config: ModelConfig, *, loader: Loader,
     full = ModelConfig.model_validate({**config.model_dump(), "inputs": inputs,
                                        "outputs": outputs_config})
     return Validated(model, full)
+
+
+def check_memory(model: ServableModel, inputs: Sequence[TensorConfig], max_batch_size: int,
+                 cap: int, where: str) -> None:
+    """Refuse a model whose estimated memory at ``max_batch_size`` is over ``cap`` bytes."""
+    estimate = getattr(model, "estimate_activation_bytes", None)
+    if estimate is None:
+        return
+    shapes = {tensor.name: (max_batch_size, *(max(dim, 1) for dim in tensor.shape[1:]))
+              for tensor in inputs}
+    try:
+        needed = model.param_bytes + estimate(shapes)
+    except EngineError as error:
+        raise InvalidModel(f"{where}: cannot infer shapes at max_batch_size "
+                           f"{max_batch_size}: {error}") from error
+    if needed > cap:
+        raise InvalidModel(f"{where}: the model would need about {needed} bytes of memory "
+                           f"(parameters and activations at max_batch_size {max_batch_size}); "
+                           f"the memory cap is {cap} bytes")
 
 
 def complete_inputs(given: Sequence[TensorConfig] | None, model: ServableModel,
