@@ -15,6 +15,7 @@ import uvicorn
 from service.settings import Settings, load_settings
 
 BLAS_VARIABLES = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")
+DRAIN_GRACE_S = 10.0
 
 
 class _Server(uvicorn.Server):
@@ -51,8 +52,18 @@ async def serve(settings: Settings) -> None:
         for server in servers:
             server.should_exit = True
 
+    async def drain_then_stop() -> None:
+        # Not ready at once (load balancers move away), new inference answers 503, requests in
+        # flight finish, and only then do the servers stop listening.
+        runtime.ready = False
+        await runtime.drain.drain(DRAIN_GRACE_S)
+        stop()
+
+    def on_signal() -> None:
+        loop.create_task(drain_then_stop())
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop)
+        loop.add_signal_handler(sig, on_signal)
     tasks = [loop.create_task(server.serve()) for server in servers]
     done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     stop()  # one server stopping (or failing to start) stops the other

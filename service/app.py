@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from service import routers
+from service.drain import Drain
 from service.errors import install_handlers
 from service.limits import BodyLimit
 from service.openapi import install_openapi
@@ -46,4 +47,5 @@ def create_app(runtime: Runtime, *, inference: bool = True, management: bool = T
     install_openapi(app)
     app.add_middleware(BodyLimit, max_bytes=runtime.settings.max_request_bytes,
                        max_upload_bytes=runtime.settings.max_upload_bytes)
+    app.add_middleware(Drain, state=runtime.drain)
     return app

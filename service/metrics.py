@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -92,6 +92,9 @@ class Metrics:
         self.http_errors = Counter("hybridserve_http_errors", "Error responses by status",
                                    ("status",), registry=self.registry)
         self.registry.register(RepositoryCollector(repository))
+        self.in_flight = Gauge("hybridserve_http_requests_in_flight",
+                               "HTTP requests inside the server (the /metrics scrape included)",
+                               registry=self.registry)
 
     def observe_request(self, model: str, version: int, ok: bool, seconds: float) -> None:
         """Count one inference request and record its latency."""

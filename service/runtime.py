@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from engine.serving.repository import ModelRepository
+from service.drain import DrainState
 from service.inference import InferenceService
 from service.metrics import Metrics
 from service.settings import Settings
@@ -22,6 +23,7 @@ class Runtime:
     metrics: Metrics
     inference: InferenceService
     ready: bool = False
+    drain: DrainState = field(default_factory=DrainState)
 
     @classmethod
     def create(cls, settings: Settings, repository: ModelRepository | None = None) -> Runtime:
@@ -31,8 +33,10 @@ class Runtime:
             memory_budget_bytes=settings.memory_budget_bytes,
             poll_interval_s=settings.poll_interval, compute_threads=settings.compute_threads)
         metrics = Metrics(repository)
+        drain = DrainState()
+        metrics.in_flight.set_function(lambda: drain.in_flight)
         return cls(settings, repository, metrics,
-                   InferenceService(repository, metrics, settings.max_tensor_elements))
+                   InferenceService(repository, metrics, settings.max_tensor_elements), drain=drain)
 
     async def start(self) -> None:
         """Scan and load the repository, then report ready."""

