@@ -19,6 +19,7 @@ import numpy as np
 
 from engine.errors import ShapeError
 from engine.ops.attrs import parse_bool, parse_float
+from engine.ops.mathfn import erf, sigmoid
 from engine.ops.registry import REQUIRED, Attrs, MaybeShape, OpDef, Param, default_dtype, register
 from engine.ops.shapes import broadcast, same_shape
 
@@ -171,41 +172,15 @@ def _as_dtype(xp: Any, array: Any, dtype: np.dtype) -> Any:
 # numerics that are not a single ufunc
 
 
-# erfc(z) = t·exp(-z² + P(t)), t = 1/(1 + z/2), for z >= 0 (Numerical Recipes' Chebyshev fit,
-# fractional error below 1.2e-7); below |x| = 1 the Maclaurin series of erf is used instead.
-_ERFC_POLY = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807,
-              -1.13520398, 1.48851587, -0.82215223, 0.17087277)
-_ERF_SERIES = tuple((-1) ** n / (float(np.prod(np.arange(1, n + 1, dtype=np.float64)))
-                                 * (2 * n + 1)) * 2.0 / np.sqrt(np.pi) for n in range(14))
-
-
 def _erf(xp: Any, x: Any) -> Any:
-    work = np.float64 if x.dtype == np.float64 else np.float32
-    x = x.astype(work, copy=False)
-    z = xp.abs(x)
-    t = 1 / (1 + 0.5 * z)
-    poly = xp.full_like(t, _ERFC_POLY[-1])
-    for coeff in reversed(_ERFC_POLY[:-1]):
-        poly = poly * t + coeff
-    tail = 1 - t * xp.exp(poly - z * z)
-    x2 = xp.minimum(x * x, 1)
-    series = xp.full_like(x, _ERF_SERIES[-1])
-    for coeff in reversed(_ERF_SERIES[:-1]):
-        series = series * x2 + coeff
-    near = series * xp.clip(x, -1, 1)
-    return xp.where(z < 1, near, xp.where(x < 0, -tail, tail))
+    # float16 is computed in float32: the fit's coefficients need more than 11 bits.
+    return erf(xp, x.astype(np.float64 if x.dtype == np.float64 else np.float32, copy=False))
 
 
 def _round(xp: Any, x: Any) -> Any:
     whole = xp.trunc(x)
     bump = xp.abs(x - whole) >= 0.5
     return xp.where(bump, whole + xp.sign(x), whole)
-
-
-def _sigmoid(xp: Any, x: Any) -> Any:
-    # exp(-|x|) never overflows; x >= 0: 1/(1+e), x < 0: e/(1+e).
-    e = xp.exp(-xp.abs(x))
-    return xp.where(x >= 0, 1, e) / (1 + e)
 
 
 def _softsign(xp: Any, x: Any) -> Any:
@@ -300,7 +275,7 @@ _unary("round", _via_temp(_round), "round(a)", writes_out=False,
        doc="Round to the nearest integer, halves away from zero.")
 _unary("rsqrt", _rsqrt, "(1 / sqrt(a))", doc="1 / sqrt(x).")
 _unary("erf", _via_temp(_erf), "erf(a)", writes_out=False, doc="The Gauss error function.")
-_unary("sigmoid", _via_temp(_sigmoid), "(1 / (1 + exp(-a)))", ("_npx_sigmoid",),
+_unary("sigmoid", _via_temp(sigmoid), "(1 / (1 + exp(-a)))", ("_npx_sigmoid",),
        writes_out=False, doc="1 / (1 + exp(-x)).")
 _unary("relu", _relu, "(a > 0 ? a : 0)", ("_npx_relu",), doc="max(x, 0).")
 _unary("softsign", _via_temp(_softsign), "(a / (1 + (a < 0 ? -a : a)))", writes_out=False,

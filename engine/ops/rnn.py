@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from engine.errors import ShapeError
-from engine.ops.activation import sigmoid
 from engine.ops.attrs import choice, optional, parse_bool, parse_float, parse_int
+from engine.ops.mathfn import sigmoid
 from engine.ops.registry import Attrs, MaybeShape, OpDef, Param, register
 from engine.ops.shapes import merge
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from engine.ops import get_op
-from engine.ops.activation import erf, sigmoid
+from engine.ops.mathfn import erf, sigmoid
 
 
 def run(op_name: str, raw: dict, inputs: list[np.ndarray]) -> tuple[np.ndarray, ...]:
