@@ -34,10 +34,8 @@ import nets  # noqa: E402 - the sibling module, found through the path set just 
 
 import engine  # noqa: E402
 from engine.graph.infer import infer_shapes  # noqa: E402
-from engine.ops.registry import all_ops  # noqa: E402
 from engine.runtime import Model  # noqa: E402
 
-KERNEL_OPS = {op.kernel: op.name for op in all_ops().values()}
 MLP_CALLS = 200  # calls per timed round of the MLP (one call is microseconds)
 GEMM_SIZE = 2048
 
@@ -184,31 +182,37 @@ def bench_cnn(name: str, symbol: Any, torch_module: Any, batch: int, repeat: int
         for kind, (seconds, flop) in sorted(kinds.items(), key=lambda item: -item[1][0])))
 
 
-def step_kind(call: Any) -> str:
-    """A convolution's kind (kernel size, depthwise), else the op type of a step's kernel."""
-    op = KERNEL_OPS.get(getattr(call, "func", None), "other")
+def step_kind(node: Any) -> tuple[str, Any]:
+    """A convolution's kind (kernel size, depthwise), else the op type; and the head attrs."""
+    op, attrs = node.op, node.params
+    if op == "_fused_elementwise":
+        op, attrs = node.params.head.op.name, node.params.head.attrs
     if op != "Convolution":
-        return op
-    attrs = call.args[1]
+        return op, attrs
     size = "x".join(map(str, attrs.kernel))
-    return f"depthwise {size}" if attrs.num_group > 1 else f"conv {size}"
+    return (f"depthwise {size}" if attrs.num_group > 1 else f"conv {size}"), attrs
 
 
 def step_kinds(plan: Any, feed: dict[str, np.ndarray],
                repeat: int) -> dict[str, tuple[float, int]]:
     """Seconds (best of ``repeat``) and FLOPs per step kind, steps timed one by one in order."""
     plan.run(feed, copy_outputs=False)  # every buffer holds this input's values
+    graph = plan.graph
+    shapes = infer_shapes(graph, {**{n: np.shape(v) for n, v in graph.constants.items()},
+                                  **{n: a.shape for n, a in feed.items()}})
+    index_of = {id(node): index for index, node in enumerate(graph.nodes)}
     kinds: dict[str, list] = {}
+    counted: set[int] = set()
     for step in plan.steps:
-        call = step.call
-        kind = step_kind(call)
-        flop = 0
-        if kind.startswith(("conv", "depthwise", "FullyConnected")):
-            flop = 2 * call.keywords["out"].size * int(np.prod(call.args[3].shape[1:]))
-        best = min(_once(call) for _ in range(repeat))
+        kind, _ = step_kind(step.node)
         entry = kinds.setdefault(kind, [0.0, 0])
-        entry[0] += best
-        entry[1] += flop
+        entry[0] += min(_once(step.call) for _ in range(repeat))
+        index = index_of[id(step.node)]
+        if kind.startswith(("conv", "depthwise", "FullyConnected")) and index not in counted:
+            counted.add(index)  # a node's FLOPs once, however many calls it was bound to
+            weight = step.node.inputs[1]
+            entry[1] += 2 * int(np.prod(shapes[index][0])) * int(
+                np.prod(shapes[weight.node][weight.index][1:]))
     return {kind: (seconds, flop) for kind, (seconds, flop) in kinds.items()}
 
 

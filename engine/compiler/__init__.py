@@ -13,12 +13,14 @@ from engine.compiler.eliminate_dead_nodes import eliminate_dead_nodes
 from engine.compiler.fold_batchnorm import fold_batchnorm
 from engine.compiler.fold_constants import fold_constants
 from engine.compiler.fuse_elementwise import fuse_elementwise
+from engine.compiler.layout_weights import layout_weights
 from engine.graph.ir import Graph, verify
 
 GRAPH_PASSES: dict[str, Callable[[Graph], Graph]] = {
     "fold_constants": fold_constants,
     "fold_batchnorm": fold_batchnorm,
     "eliminate_dead_nodes": eliminate_dead_nodes,
+    "layout_weights": layout_weights,  # before fusion: it looks for FullyConnected nodes
     "fuse_elementwise": fuse_elementwise,
 }
 PASSES = (*GRAPH_PASSES, "plan_memory")

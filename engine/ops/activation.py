@@ -75,10 +75,18 @@ def _activation_kernel(xp: Any, attrs: Attrs, data: Any, out: Any = None) -> Any
     return out
 
 
+# NumPy's float `clip` loop is vectorised and its `maximum`-with-a-scalar loop is not (a
+# 64×56×56 ReLU: 35 vs 82 µs), but `clip` costs ~3 µs more per call: it wins past this size.
+CLIP_RELU_MIN_SIZE = 4096
+
+
 def _activation_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any) -> list:
     data = inputs[0]
     if attrs.act_type == "relu" and data.dtype.kind == "f":
-        return [partial(xp.maximum, data, data.dtype.type(0), out=out)]
+        zero = data.dtype.type(0)
+        if data.size >= CLIP_RELU_MIN_SIZE:
+            return [partial(xp.clip, data, zero, data.dtype.type("inf"), out=out)]
+        return [partial(xp.maximum, data, zero, out=out)]
     return [partial(_activation_kernel, xp, attrs, data, out=out)]
 
 

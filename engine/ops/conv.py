@@ -8,11 +8,13 @@ Deconvolution is the transposed GEMM followed by a scatter-add (col2im) over ker
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from engine.errors import ShapeError
+from engine.ops import conv_bind
 from engine.ops.attrs import (
     choice,
     optional,
@@ -38,7 +40,7 @@ from engine.ops.shapes import merge
 
 ShapeResult = tuple[list[MaybeShape], list[MaybeShape]]
 
-PATCH_BYTES = 16 << 20  # the im2col patch array is built for this many bytes of samples at a time
+PATCH_BYTES = conv_bind.PATCH_BYTES  # the im2col patch array is built this many bytes at a time
 CHANNELS_FIRST = ("NCW", "NCHW", "NCDHW")
 CHANNELS_LAST = ("NWC", "NHWC", "NDHWC")
 
@@ -187,6 +189,30 @@ def _convolution(xp: Any, attrs: Attrs, data: Any, weight: Any, bias: Any = None
     return finish(xp, out, result)
 
 
+def _conv_scratch(attrs: Attrs, shapes: list[Ints], dtype: Any) -> int:
+    """Plan scratch bytes of the bound convolution: the patch array of one chunk of samples."""
+    if attrs.num_group != 1:
+        return 0
+    geometry = _geometry(attrs, "Convolution")
+    data = tuple(shapes[0])
+    size = conv_out_sizes(data[2:], *geometry)
+    return conv_bind.scratch_bytes(data, attrs.num_filter, size, geometry,
+                                   np.dtype(dtype).itemsize)
+
+
+def _conv_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
+               workspace: Any = None) -> list[Any]:
+    """Group-1 convolutions on the CPU run in the plan's workspace; others call the kernel."""
+    need = _conv_scratch(attrs, [inputs[0].shape], inputs[0].dtype)
+    usable = (xp is np and attrs.num_group == 1 and out.flags.c_contiguous
+              and workspace is not None and workspace.scratch.nbytes >= need)
+    if not usable:
+        return [partial(_convolution, xp, attrs, *inputs, out=out)]
+    bias = inputs[2] if len(inputs) > 2 else None
+    return conv_bind.bind(xp, inputs[0], inputs[1], bias, out, _geometry(attrs, "Convolution"),
+                          workspace)
+
+
 def _grouped_matmul(xp: Any, columns: Any, weight: Any, group: int, result: Any) -> None:
     """``result[n, g] = weight[g] @ columns[n, g]``: one GEMM per (sample, group), in BLAS."""
     batch, filters = result.shape[:2]
@@ -315,6 +341,8 @@ CONVOLUTION = register(OpDef(
     infer_shape=_conv_infer_shape,
     kernel=_convolution,
     writes_out=True,
+    bind=_conv_bind,
+    scratch=_conv_scratch,
     doc="N-D convolution (1-3 spatial axes, channels-first) with groups, dilation and padding.",
 ))
 

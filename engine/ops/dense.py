@@ -71,9 +71,10 @@ def _bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any) -> list[Callable[[
     target = out.reshape(matrix.shape[0], attrs.num_hidden)
     if matrix.shape[1] != weight.shape[1] or not xp.shares_memory(target, out):
         return [partial(_kernel, xp, attrs, *inputs, out=out)]
-    calls = [partial(xp.matmul, matrix, weight.T, out=target)]
+    # ``out`` passed by position: ufunc calls without keywords are ~0.2 µs cheaper at batch 1.
+    calls = [partial(xp.matmul, matrix, weight.T, target)]
     if not attrs.no_bias:
-        calls.append(partial(xp.add, target, inputs[2], out=target))
+        calls.append(partial(xp.add, target, inputs[2], target))
     return calls
 
 

@@ -117,6 +117,10 @@ class OpDef:
         bind: optional ``bind(xp, attrs, inputs, out) -> [call, ...]`` giving zero-argument
             calls that compute into ``out`` for arrays fixed at plan compile time: the hot path
             of a plan, with views and checks done once (FullyConnected as matmul + bias add).
+        scratch: optional ``scratch(attrs, input_shapes, dtype) -> bytes`` of working memory
+            the bound op needs; a plan sizes its `Workspace` scratch buffer (shared by all its
+            steps) to the largest need and passes it as ``bind(xp, attrs, inputs, out,
+            workspace)``.
     """
 
     name: str
@@ -134,6 +138,7 @@ class OpDef:
     view: bool = False
     writes_out: bool = False
     bind: Callable[..., list[Callable[[], Any]]] | None = None
+    scratch: Callable[[Attrs, list[Any], Any], int] | None = None
     doc: str = ""
     _params_by_name: dict[str, Param] = field(default_factory=dict, init=False, repr=False,
                                               compare=False)

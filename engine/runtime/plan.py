@@ -23,6 +23,8 @@ from engine.graph.infer import infer_dtypes, infer_shapes, specialize_sources
 from engine.graph.ir import Graph, Node
 from engine.ops.registry import OpDef
 from engine.ops.shapes import is_known
+from engine.ops.workspace import Workspace
+from engine.runtime.floats import quiet_floats, restore_floats
 
 
 @dataclass(frozen=True)
@@ -68,8 +70,10 @@ class Plan:
                  shapes: list, dtypes: list) -> None:
         xp = self.xp
         buffers = [xp.empty(size, np.uint8) for size in self.memory.buffer_sizes]
+        self.workspace = Workspace(xp, _scratch_bytes(graph, shapes, dtypes))
         self._inputs = {name: xp.empty(input_shapes[name], input_dtypes[name])
                         for name in input_shapes}
+        self._input_buffers = list(self._inputs.items())
         arrays: dict[tuple[int, int], Any] = {}
         self.steps: list[Step] = []
         for index, node in enumerate(graph.nodes):
@@ -84,16 +88,17 @@ class Plan:
                          for slot, (shape, dtype) in enumerate(zip(shapes[index], dtypes[index])))
             for slot, out in enumerate(outs):
                 arrays[(index, slot)] = out
-            self.steps.extend(Step(call, node) for call in self._bind(node, params, args, outs))
+            self.steps.extend(Step(call, node)
+                              for call in self._bind(node, params, args, outs, self.workspace))
         self._heads = [arrays[(entry.node, entry.index)] for entry in graph.heads]
 
-    def _bind(self, node: Node, params: Any, args: list,
-              outs: tuple) -> list[Callable[[], Any]]:
+    def _bind(self, node: Node, params: Any, args: list, outs: tuple,
+              workspace: Workspace) -> list[Callable[[], Any]]:
         if self.device.is_gpu and node.op == "_fused_elementwise" and len(outs) == 1:
             from engine.cuda.fused import bind_fused
 
             return [bind_fused(node, params, args, outs[0], self.xp)]
-        return _bind(node, params, args, outs, self.xp)
+        return _bind(node, params, args, outs, self.xp, workspace)
 
     def _variable(self, node: Node) -> Any:
         if node.name in self._inputs:
@@ -109,16 +114,23 @@ class Plan:
     def run(self, feed: Mapping[str, Any], copy_outputs: bool = True) -> list[Any]:
         """Copy ``feed`` in, run every step, return the outputs in head order.
 
+        ``feed`` holds arrays of the shapes and dtypes this plan was compiled for.
+
         With ``copy_outputs=False`` the plan's own output buffers are returned: no allocation
         at all, but they are overwritten by the next run.
         """
-        with self._lock:
-            if self._gpu is not None:
-                return self._gpu.run(feed, copy_outputs)
-            for name, buffer in self._inputs.items():
-                self.xp.copyto(buffer, feed[name], casting="same_kind")
-            self._run_steps()
-            return [head.copy() for head in self._heads] if copy_outputs else list(self._heads)
+        token = quiet_floats()  # inf and nan are results here, as in MXNet, not warnings
+        try:
+            with self._lock:
+                if self._gpu is not None:
+                    return self._gpu.run(feed, copy_outputs)
+                for name, buffer in self._input_buffers:
+                    buffer[...] = feed[name]
+                self._run_steps()
+                return [head.copy() for head in self._heads] if copy_outputs else \
+                    list(self._heads)
+        finally:
+            restore_floats(token)
 
     def _run_steps(self) -> None:
         for step in self.steps:
@@ -191,14 +203,36 @@ def _bind_view(arrays: dict, index: int, node: Node, params: Any, args: list, xp
     return True
 
 
-def _bind(node: Node, params: Any, args: list, outs: tuple, xp: Any) -> list[Callable[[], Any]]:
+def _scratch_bytes(graph: Graph, shapes: list, dtypes: list) -> int:
+    """The largest scratch any bound op of ``graph`` asks for (see `OpDef.scratch`)."""
+    need = 0
+    for node in graph.nodes:
+        if node.is_variable:
+            continue
+        op, attrs, inputs = node.opdef, node.params, node.inputs
+        if node.op == "_fused_elementwise":
+            head = node.params.head
+            op, attrs, inputs = head.op, head.attrs, inputs[:head.arity]
+        if op.scratch is not None:
+            entries = [(entry.node, entry.index) for entry in inputs]
+            need = max(need, op.scratch(attrs, [shapes[n][i] for n, i in entries],
+                                        dtypes[entries[0][0]][entries[0][1]]))
+    return need
+
+
+def _bind(node: Node, params: Any, args: list, outs: tuple, xp: Any,
+          workspace: Workspace | None = None) -> list[Callable[[], Any]]:
     """Zero-argument calls running ``node`` into ``outs`` (a fused chain: one call per op)."""
     if node.op == "_fused_elementwise":
-        return _bind_fused(params, args, outs[0], xp)
-    return _bind_op(node.opdef, params, args, outs[0] if len(outs) == 1 else outs, xp)
+        return _bind_fused(params, args, outs[0], xp, workspace)
+    return _bind_op(node.opdef, params, args, outs[0] if len(outs) == 1 else outs, xp,
+                    workspace)
 
 
-def _bind_op(op: OpDef, params: Any, args: list, out: Any, xp: Any) -> list[Callable[[], Any]]:
+def _bind_op(op: OpDef, params: Any, args: list, out: Any, xp: Any,
+             workspace: Workspace | None = None) -> list[Callable[[], Any]]:
+    if op.bind is not None and op.scratch is not None:
+        return op.bind(xp, params, args, out, workspace)
     if op.bind is not None:
         return op.bind(xp, params, args, out)
     if op.writes_out:
@@ -206,10 +240,11 @@ def _bind_op(op: OpDef, params: Any, args: list, out: Any, xp: Any) -> list[Call
     return [partial(op.compute, xp, params, args, out)]
 
 
-def _bind_fused(params: Any, args: list, out: Any, xp: Any) -> list[Callable[[], Any]]:
+def _bind_fused(params: Any, args: list, out: Any, xp: Any,
+                workspace: Workspace | None = None) -> list[Callable[[], Any]]:
     """On the CPU a fused chain is its ops run one after another in place on ``out``."""
     head = params.head
-    calls = _bind_op(head.op, head.attrs, args[:head.arity], out, xp)
+    calls = _bind_op(head.op, head.attrs, args[:head.arity], out, xp, workspace)
     offset = head.arity
     for step in params.steps:
         step_args = list(args[offset:offset + step.arity - 1])

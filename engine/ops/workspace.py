@@ -1,0 +1,38 @@
+"""`Workspace`: working memory a plan lends to the ops it binds (see `OpDef.scratch`).
+
+A plan runs one step at a time, so all steps share one ``scratch`` buffer, sized at compile time
+to the largest need. Padded copies of inputs are kept apart, one per (shape, padding, dtype):
+their borders are zeroed once and only the interior is written on each run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+class Workspace:
+    """A shared scratch buffer and zero-bordered buffers, all allocated at plan compile time."""
+
+    def __init__(self, xp: Any, scratch_bytes: int) -> None:
+        self.xp = xp
+        self.scratch = xp.empty(scratch_bytes, np.uint8)
+        self._zeroed: dict[tuple, Any] = {}
+
+    def zeroed(self, shape: tuple[int, ...], dtype: Any, tag: Any) -> Any:
+        """A zero-filled array kept for every caller asking with the same shape, dtype and tag.
+
+        Callers sharing one must only ever write the same cells (``tag`` says which: for a
+        padded input, the padding), so the cells they leave alone stay zero.
+        """
+        key = (tuple(shape), np.dtype(dtype).str, tag)
+        array = self._zeroed.get(key)
+        if array is None:
+            array = self._zeroed[key] = self.xp.zeros(shape, dtype)
+        return array
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held: the shared scratch plus every zero-bordered buffer."""
+        return int(self.scratch.nbytes) + sum(int(a.nbytes) for a in self._zeroed.values())
