@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import ShapeError
-from engine.ops import conv_bind
+from engine.ops import conv_bind, depthwise_bind
 from engine.ops.attrs import (
     choice,
     optional,
@@ -190,27 +190,32 @@ def _convolution(xp: Any, attrs: Attrs, data: Any, weight: Any, bias: Any = None
 
 
 def _conv_scratch(attrs: Attrs, shapes: list[Ints], dtype: Any) -> int:
-    """Plan scratch bytes of the bound convolution: the patch array of one chunk of samples."""
-    if attrs.num_group != 1:
-        return 0
+    """Plan scratch bytes of the bound convolution: patches of one chunk (or channel block)."""
     geometry = _geometry(attrs, "Convolution")
     data = tuple(shapes[0])
+    itemsize = np.dtype(dtype).itemsize
+    if depthwise_bind.applies(attrs.num_group, data[1], attrs.num_filter):
+        return depthwise_bind.scratch_bytes(data, geometry, itemsize)
+    if attrs.num_group != 1:
+        return 0
     size = conv_out_sizes(data[2:], *geometry)
-    return conv_bind.scratch_bytes(data, attrs.num_filter, size, geometry,
-                                   np.dtype(dtype).itemsize)
+    return conv_bind.scratch_bytes(data, attrs.num_filter, size, geometry, itemsize)
 
 
 def _conv_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
                workspace: Any = None) -> list[Any]:
-    """Group-1 convolutions on the CPU run in the plan's workspace; others call the kernel."""
-    need = _conv_scratch(attrs, [inputs[0].shape], inputs[0].dtype)
-    usable = (xp is np and attrs.num_group == 1 and out.flags.c_contiguous
+    """Group-1 and depthwise convolutions on the CPU run in the plan's workspace; others call
+    the kernel."""
+    data = inputs[0]
+    depthwise = depthwise_bind.applies(attrs.num_group, data.shape[1], attrs.num_filter)
+    need = _conv_scratch(attrs, [data.shape], data.dtype)
+    usable = (xp is np and (attrs.num_group == 1 or depthwise) and out.flags.c_contiguous
               and workspace is not None and workspace.scratch.nbytes >= need)
     if not usable:
         return [partial(_convolution, xp, attrs, *inputs, out=out)]
     bias = inputs[2] if len(inputs) > 2 else None
-    return conv_bind.bind(xp, inputs[0], inputs[1], bias, out, _geometry(attrs, "Convolution"),
-                          workspace)
+    bind = depthwise_bind.bind if depthwise else conv_bind.bind
+    return bind(xp, data, inputs[1], bias, out, _geometry(attrs, "Convolution"), workspace)
 
 
 def _grouped_matmul(xp: Any, columns: Any, weight: Any, group: int, result: Any) -> None:
