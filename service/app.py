@@ -10,6 +10,7 @@ from fastapi import FastAPI
 from service import routers
 from service.drain import Drain
 from service.errors import install_handlers
+from service.fast_lane import FastLane
 from service.limits import BodyLimit
 from service.openapi import install_openapi
 from service.runtime import Runtime
@@ -48,4 +49,6 @@ def create_app(runtime: Runtime, *, inference: bool = True, management: bool = T
     app.add_middleware(BodyLimit, max_bytes=runtime.settings.max_request_bytes,
                        max_upload_bytes=runtime.settings.max_upload_bytes)
     app.add_middleware(Drain, state=runtime.drain)
+    if inference:
+        app.add_middleware(FastLane, runtime=runtime)  # outermost: hot routes skip the rest
     return app

@@ -15,6 +15,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from service.errors import error_response
 
 HEALTH_PREFIX = "/v2/health/"
+SHUTTING_DOWN = "the server is shutting down; retry shortly (another replica may answer)"
 
 
 class DrainState:
@@ -45,8 +46,7 @@ class Drain:
             await self.app(scope, receive, send)
             return
         if self.state.draining and not scope["path"].startswith(HEALTH_PREFIX):
-            response = error_response(503, "the server is shutting down; retry shortly "
-                                           "(another replica may answer)", {"Retry-After": "1"})
+            response = error_response(503, SHUTTING_DOWN, {"Retry-After": "1"})
             await response(scope, receive, send)
             return
         self.state.in_flight += 1

@@ -124,16 +124,35 @@ def _count(request: Request, status: int) -> None:
         runtime.metrics.observe_error(status)
 
 
-async def handle_error(request: Request, error: Exception) -> Response:
-    """Map an engine, serving or service error to its status, keeping its message."""
+def known_error_reply(error: Exception, method: str, path: str) -> tuple[int, str, dict]:
+    """Status, message and headers for an engine, serving or service error (logs 5xx)."""
     status = status_of(error)
-    _count(request, status)
     headers = dict(error.headers) if isinstance(error, ServiceError) else {}
     if status == 503 and "Retry-After" not in headers:
         headers.update(_retry_after(error))
     if status >= 500 and status not in (503, 504):
-        log.error("%s %s failed", request.method, request.url.path, exc_info=error)
-    return error_response(status, str(error), headers)
+        log.error("%s %s failed", method, path, exc_info=error)
+    return status, str(error), headers
+
+
+def unexpected_error_reply(error: Exception, method: str, path: str) -> tuple[int, str, dict]:
+    """500 without internals for any other exception, logged with its traceback."""
+    log.error("%s %s failed unexpectedly", method, path, exc_info=error)
+    return 500, f"internal error ({type(error).__name__}); see the server log", {}
+
+
+def error_reply(error: Exception, method: str, path: str) -> tuple[int, str, dict]:
+    """The reply the exception handlers below give `error`, for code outside FastAPI."""
+    if isinstance(error, (ServiceError, EngineError)):
+        return known_error_reply(error, method, path)
+    return unexpected_error_reply(error, method, path)
+
+
+async def handle_error(request: Request, error: Exception) -> Response:
+    """Map an engine, serving or service error to its status, keeping its message."""
+    status, message, headers = known_error_reply(error, request.method, request.url.path)
+    _count(request, status)
+    return error_response(status, message, headers)
 
 
 async def handle_http(request: Request, error: Exception) -> Response:
@@ -160,9 +179,9 @@ async def handle_validation(request: Request, error: Exception) -> Response:
 
 async def handle_unexpected(request: Request, error: Exception) -> Response:
     """Anything else: 500 without internals, logged with its traceback."""
-    log.error("%s %s failed unexpectedly", request.method, request.url.path, exc_info=error)
-    _count(request, 500)
-    return error_response(500, f"internal error ({type(error).__name__}); see the server log")
+    status, message, headers = unexpected_error_reply(error, request.method, request.url.path)
+    _count(request, status)
+    return error_response(status, message, headers)
 
 
 def install_handlers(app: FastAPI) -> None:

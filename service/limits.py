@@ -7,6 +7,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from service.errors import PayloadTooLarge, error_response
 
 
+def too_large(limit: int, setting: str) -> str:
+    """The 413 message for a body over `limit` bytes, naming the setting that holds it."""
+    return f"request body exceeds the limit of {limit} bytes ({setting})"
+
+
 class BodyLimit:
     """ASGI middleware: refuse bodies over `max_bytes` (`max_upload_bytes` for model uploads)."""
 
@@ -28,7 +33,7 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         limit, setting = self.limit_for(scope)
-        message = f"request body exceeds the limit of {limit} bytes ({setting})"
+        message = too_large(limit, setting)
         for key, value in scope["headers"]:
             if key == b"content-length":
                 if value.isdigit() and int(value) > limit:
