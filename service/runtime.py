@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 from dataclasses import dataclass, field
 
@@ -41,6 +42,9 @@ class Runtime:
     async def start(self) -> None:
         """Scan and load the repository, then report ready."""
         await self.repository.start()
+        # What exists now (modules, models) lives as long as the process: keep it out of the
+        # collector's full passes, which otherwise scan it all and stall requests (tail latency).
+        gc.freeze()
         self.ready = True
         log.info("model repository %s ready: %d version(s)", self.settings.model_repository,
                  len(self.repository.index()))

@@ -88,6 +88,30 @@ def test_lone_request_completes_within_queue_delay_plus_compute() -> None:
     immediate = run(main(when_idle=True))  # nothing was computing: no reason to wait
     assert model.delay_s <= immediate < delay
 
+def test_idle_dispatch_waits_for_the_company_the_last_batch_had() -> None:
+    model = FakeModel(delay_s=0.005)
+    delay = 0.05
+
+    async def main() -> tuple[float, float]:
+        policy = BatchingPolicy(max_batch_size=16, max_queue_delay_s=delay)
+        async with DynamicBatcher(model.infer, policy) as batcher:
+            # Three callers queue before the dispatcher runs: one batch of 3. Three callers
+            # again: as many rows as the last batch, so they go at once; then one caller alone
+            # waits for the usual company.
+            await asyncio.gather(*(batcher.submit({"data": rows(1, seed=i)}) for i in range(3)))
+            started = time.monotonic()
+            await asyncio.gather(*(batcher.submit({"data": rows(1, seed=i)}) for i in range(3)))
+            three = time.monotonic() - started
+            started = time.monotonic()
+            await batcher.submit({"data": rows(1)})
+            return three, time.monotonic() - started
+
+    three, alone = run(main())
+    assert [shape[0] for shape, _ in model.batches] == [3, 3, 1]
+    assert three < delay
+    assert delay <= alone < delay + model.delay_s + 0.25  # slack for a loaded CI machine
+
+
 def test_preferred_size_dispatches_without_waiting_for_the_delay() -> None:
     model = FakeModel()
 
