@@ -20,12 +20,10 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-import numpy as np
-
 from engine.ops.im2col import Ints
+from engine.ops.workspace import aligned
 
 PATCH_BYTES = 16 << 20  # target size of one chunk's patch array
-ALIGN = 64  # byte alignment of each region in the scratch buffer
 
 Geometry = tuple[Ints, Ints, Ints, Ints]  # kernel, stride, dilate, pad
 
@@ -40,7 +38,7 @@ class _Layout:
 
     def offsets(self, itemsize: int) -> tuple[int, int, int]:
         """Byte offsets of the patch and wide regions, and the total bytes."""
-        patches = _aligned(_nbytes(self.patches, itemsize))
+        patches = aligned(_nbytes(self.patches, itemsize))
         return 0, patches, patches + _nbytes(self.wide, itemsize)
 
 
@@ -85,7 +83,6 @@ def _bind_chunk(xp: Any, data: Any, matrix: Any, out: Any, geometry: Geometry,
     kernel, stride, dilate, pad = geometry
     samples, channels = data.shape[:2]
     size = out.shape[2:]
-    scratch = workspace.scratch
     patches_at, wide_at, _ = layout.offsets(data.itemsize)
     calls: list[Callable[[], Any]] = []
     source = data
@@ -96,7 +93,7 @@ def _bind_chunk(xp: Any, data: Any, matrix: Any, out: Any, geometry: Geometry,
                                                  zip(pad, data.shape[2:])))
         calls.append(partial(xp.copyto, source[interior], data))
     patch_shape = (channels, *kernel, samples, *size)
-    patches = _region(scratch, patches_at, patch_shape, data.dtype)
+    patches = workspace.region(patches_at, patch_shape, data.dtype)
     calls.append(partial(xp.copyto, patches, _patch_view(xp, source, kernel, stride, dilate,
                                                           size)))
     columns = patches.reshape(matrix.shape[1], -1)
@@ -104,7 +101,8 @@ def _bind_chunk(xp: Any, data: Any, matrix: Any, out: Any, geometry: Geometry,
     if samples == 1:
         calls.append(partial(xp.matmul, matrix, columns, out.reshape(matrix.shape[0], -1)))
         return calls
-    wide = _region(scratch, wide_at, (matrix.shape[0], samples * positions), data.dtype)
+    wide = workspace.region(wide_at, (matrix.shape[0], samples * positions),
+                            data.dtype)
     calls.append(partial(xp.matmul, matrix, columns, wide))
     per_sample = wide.reshape(matrix.shape[0], samples, positions).transpose(1, 0, 2)
     calls.append(partial(xp.copyto, out.reshape(samples, matrix.shape[0], positions),
@@ -132,14 +130,5 @@ def _patch_view(xp: Any, padded: Any, kernel: Ints, stride: Ints, dilate: Ints,
     return xp.lib.stride_tricks.as_strided(padded, shape=shape, strides=strides)
 
 
-def _region(scratch: Any, offset: int, shape: Ints, dtype: Any) -> Any:
-    nbytes = _nbytes(shape, np.dtype(dtype).itemsize)
-    return scratch[offset:offset + nbytes].view(dtype).reshape(shape)
-
-
 def _nbytes(shape: Ints | None, itemsize: int) -> int:
     return 0 if shape is None else math.prod(shape) * itemsize
-
-
-def _aligned(nbytes: int) -> int:
-    return -(-nbytes // ALIGN) * ALIGN

@@ -29,8 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from engine.ops.conv_bind import ALIGN, Geometry
+from engine.ops.conv_bind import Geometry
 from engine.ops.im2col import Ints
+from engine.ops.workspace import aligned
 
 BLOCK_BYTES = 512 << 10  # patches + results of one channel block: measured best at ~half of L2
 
@@ -104,7 +105,7 @@ class _Layout:
 
     def offsets(self, itemsize: int) -> tuple[int, int, int]:
         """Byte offsets of the patch and result regions, and the total bytes."""
-        patches = _aligned(math.prod(self.patches) * itemsize)
+        patches = aligned(math.prod(self.patches) * itemsize)
         return 0, patches, patches + math.prod(self.results) * itemsize
 
 
@@ -166,9 +167,9 @@ def _bind_block(xp: Any, phases: Any, taps: Any, out: Any, bias: Any, axes: list
     patches_at, results_at, _ = layout.offsets(phases.itemsize)
     kernel = tuple(axis.kernel for axis in axes)
     length = layout.patches[3]
-    patches = _region(workspace.scratch, patches_at, (batch, channels, *kernel, length),
+    patches = workspace.region(patches_at, (batch, channels, *kernel, length),
                       phases.dtype)
-    results = _region(workspace.scratch, results_at, (batch, channels, 1, length), phases.dtype)
+    results = workspace.region(results_at, (batch, channels, 1, length), phases.dtype)
     calls = [partial(xp.copyto, target, source)
              for target, source in _phase_taps(xp, phases, patches, axes, length)]
     calls.append(partial(xp.matmul, taps, patches.reshape(batch, channels, -1, length), results))
@@ -205,12 +206,3 @@ def _phase_taps(xp: Any, phases: Any, patches: Any, axes: list[_Axis],
         rows = tuple(slice(f[0], None, f[1]) for f in found)
         pairs.append((patches[(slice(None), slice(None), *rows)], source))
     return pairs
-
-
-def _region(scratch: Any, offset: int, shape: Ints, dtype: Any) -> Any:
-    nbytes = math.prod(shape) * np.dtype(dtype).itemsize
-    return scratch[offset:offset + nbytes].view(dtype).reshape(shape)
-
-
-def _aligned(nbytes: int) -> int:
-    return -(-nbytes // ALIGN) * ALIGN

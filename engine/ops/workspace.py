@@ -7,9 +7,17 @@ their borders are zeroed once and only the interior is written on each run.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
+
+ALIGN = 64  # byte alignment of the regions ops lay out in the scratch buffer
+
+
+def aligned(nbytes: int) -> int:
+    """``nbytes`` rounded up to a multiple of `ALIGN`: where the next scratch region starts."""
+    return -(-nbytes // ALIGN) * ALIGN
 
 
 class Workspace:
@@ -19,6 +27,11 @@ class Workspace:
         self.xp = xp
         self.scratch = xp.empty(scratch_bytes, np.uint8)
         self._zeroed: dict[tuple, Any] = {}
+
+    def region(self, offset: int, shape: tuple[int, ...], dtype: Any) -> Any:
+        """The scratch bytes from ``offset`` viewed as a C-contiguous array."""
+        nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+        return self.scratch[offset:offset + nbytes].view(dtype).reshape(shape)
 
     def zeroed(self, shape: tuple[int, ...], dtype: Any, tag: Any) -> Any:
         """A zero-filled array kept for every caller asking with the same shape, dtype and tag.
