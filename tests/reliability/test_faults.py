@@ -139,7 +139,9 @@ def _swallow(function: Callable[..., Any], *args: Any) -> None:
 
 @pytest.fixture(scope="module")
 def heavy() -> tuple[bytes, bytes]:
-    return heavy_mlp(HEAVY_WIDTH, 3)
+    # Six 2048-wide layers: ~35 ms per 64-row request on one core, so 24 requests queue up
+    # (three layers stopped being enough once FullyConnected weights were laid out for BLAS).
+    return heavy_mlp(HEAVY_WIDTH, 6)
 
 
 def _heavy_expected(tmp_path: Path, files: tuple[bytes, bytes], rows: np.ndarray) -> np.ndarray:
