@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import tracemalloc
-
 import numpy as np
 import pytest
 
-import engine
 from engine import sym
 from engine.ops import conv_bind
+from tests.engine.runtime.helpers import load_pair, run_allocation
 
 RNG = np.random.default_rng(3)
 
@@ -36,14 +34,6 @@ def two_convs(kernel: tuple, stride: tuple, pad: tuple, dilate: tuple, no_bias: 
     return second
 
 
-def load_pair(symbol, data_shape: tuple) -> tuple:
-    args, _, _ = symbol.infer_shape(data=data_shape)
-    params = {name: RNG.normal(size=shape).astype(np.float32)
-              for name, shape in zip(symbol.list_arguments(), args) if name != "data"}
-    return (engine.load_model(symbol, params, optimize=True),
-            engine.load_model(symbol, params, optimize=False))
-
-
 @pytest.mark.parametrize("geometry", GEOMETRIES, ids=str)
 @pytest.mark.parametrize("batch", [1, 3])
 @pytest.mark.parametrize("no_bias", [False, True])
@@ -51,7 +41,7 @@ def test_bound_convolution_matches_reference(geometry: tuple, batch: int, no_bia
     kernel = geometry[0]
     spatial = {1: (11,), 2: (12, 10), 3: (7, 6, 5)}[len(kernel)]
     shape = (batch, 3, *spatial)
-    optimized, reference = load_pair(two_convs(*geometry, no_bias), shape)
+    optimized, reference = load_pair(two_convs(*geometry, no_bias), shape, RNG)
     for _ in range(2):  # a second run: the padding left in the workspace must still be zero
         x = RNG.normal(size=shape).astype(np.float32)
         got = optimized.infer({"data": x})["second_output"]
@@ -64,7 +54,7 @@ def test_samples_in_several_chunks_with_a_remainder(monkeypatch: pytest.MonkeyPa
     # a time, so a batch of 5 runs as chunks of 2, 2 and 1.
     monkeypatch.setattr(conv_bind, "PATCH_BYTES", 30_000)
     optimized, reference = load_pair(two_convs((3, 3), (1, 1), (1, 1), (1, 1), False),
-                                     (5, 3, 12, 10))
+                                     (5, 3, 12, 10), RNG)
     x = RNG.normal(size=(5, 3, 12, 10)).astype(np.float32)
     np.testing.assert_allclose(optimized.infer({"data": x})["second_output"],
                                reference.infer({"data": x})["second_output"],
@@ -74,20 +64,12 @@ def test_samples_in_several_chunks_with_a_remainder(monkeypatch: pytest.MonkeyPa
 
 
 def test_bound_convolutions_allocate_nothing_per_run() -> None:
-    optimized, _ = load_pair(two_convs((3, 3), (1, 1), (1, 1), (1, 1), False), (2, 3, 64, 64))
+    optimized, _ = load_pair(two_convs((3, 3), (1, 1), (1, 1), (1, 1), False), (2, 3, 64, 64),
+                             RNG)
     feed = {"data": RNG.normal(size=(2, 3, 64, 64)).astype(np.float32)}
     plan = optimized.plan_for(feed)
-    plan.run(feed, copy_outputs=False)
-    tracemalloc.start()
-    try:
-        before, _ = tracemalloc.get_traced_memory()
-        tracemalloc.reset_peak()
-        for _ in range(10):
-            plan.run(feed, copy_outputs=False)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    peak, _ = run_allocation(plan, feed, 10)
     # The smallest padded input is 2*3*66*66*4 = 105 KB and a patch array 2*45*4096*4 = 1.5 MB:
     # a run building either afresh would show here. What a run may use is numpy's bounded
     # ufunc buffer for the broadcast bias add (8192 elements) and small objects.
-    assert peak - before < 48 * 1024, f"a run allocated up to {peak - before} bytes"
+    assert peak < 48 * 1024, f"a run allocated up to {peak} bytes"

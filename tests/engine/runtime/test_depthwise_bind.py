@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import tracemalloc
-
 import numpy as np
 import pytest
 
-import engine
 from engine import sym
 from engine.ops import conv, depthwise_bind
+from tests.engine.runtime.helpers import load_pair, run_allocation
 
 RNG = np.random.default_rng(5)
 CHANNELS = 6
@@ -42,14 +40,6 @@ def depthwise_block(kernel: tuple, stride: tuple, pad: tuple, dilate: tuple, no_
     return sym.clip(second, a_min=0, a_max=6, name="relu6")
 
 
-def load_pair(symbol, data_shape: tuple) -> tuple:
-    args, _, _ = symbol.infer_shape(data=data_shape)
-    params = {name: RNG.normal(size=shape).astype(np.float32)
-              for name, shape in zip(symbol.list_arguments(), args) if name != "data"}
-    return (engine.load_model(symbol, params, optimize=True),
-            engine.load_model(symbol, params, optimize=False))
-
-
 def assert_same_runs(optimized, reference, shape: tuple) -> None:
     for _ in range(2):  # a second run: the padding left in the workspace must still be zero
         x = RNG.normal(scale=3, size=shape).astype(np.float32)
@@ -68,7 +58,7 @@ def calls_reference_kernel(plan) -> bool:
 def test_bound_depthwise_matches_reference(geometry: tuple, batch: int, no_bias: bool) -> None:
     spatial = {1: (13,), 2: (12, 11), 3: (7, 6, 5)}[len(geometry[0])]
     shape = (batch, CHANNELS, *spatial)
-    optimized, reference = load_pair(depthwise_block(*geometry, no_bias), shape)
+    optimized, reference = load_pair(depthwise_block(*geometry, no_bias), shape, RNG)
     assert not calls_reference_kernel(optimized.plan_for({"data": np.zeros(shape, np.float32)}))
     assert_same_runs(optimized, reference, shape)
 
@@ -78,35 +68,26 @@ def test_channels_in_several_blocks_with_even_sizes(monkeypatch: pytest.MonkeyPa
     # 11*13 + 11 = 154 floats, 6.2 KB: 6 KB takes one channel at a time, 14 KB two.
     for budget in (6_000, 14_000):
         monkeypatch.setattr(depthwise_bind, "BLOCK_BYTES", budget)
-        optimized, reference = load_pair(depthwise_block((3, 3), (1, 1), (1, 1), (1, 1), False),
-                                         (1, CHANNELS, 12, 11))
+        block = depthwise_block((3, 3), (1, 1), (1, 1), (1, 1), False)
+        optimized, reference = load_pair(block, (1, CHANNELS, 12, 11), RNG)
         assert_same_runs(optimized, reference, (1, CHANNELS, 12, 11))
 
 
 def test_channel_multiplier_falls_back_to_the_kernel() -> None:
     shape = (2, CHANNELS, 9, 8)
     optimized, reference = load_pair(
-        depthwise_block((3, 3), (1, 1), (1, 1), (1, 1), False, multiplier=2), shape)
+        depthwise_block((3, 3), (1, 1), (1, 1), (1, 1), False, multiplier=2), shape, RNG)
     assert calls_reference_kernel(optimized.plan_for({"data": np.zeros(shape, np.float32)}))
     assert_same_runs(optimized, reference, shape)
 
 
 def test_bound_depthwise_allocates_nothing_per_run() -> None:
     shape = (2, CHANNELS, 64, 64)
-    optimized, _ = load_pair(depthwise_block((3, 3), (2, 2), (1, 1), (1, 1), False), shape)
+    optimized, _ = load_pair(depthwise_block((3, 3), (2, 2), (1, 1), (1, 1), False), shape, RNG)
     feed = {"data": RNG.normal(size=shape).astype(np.float32)}
     plan = optimized.plan_for(feed)
-    plan.run(feed, copy_outputs=False)
-    tracemalloc.start()
-    try:
-        before, _ = tracemalloc.get_traced_memory()
-        tracemalloc.reset_peak()
-        for _ in range(10):
-            plan.run(feed, copy_outputs=False)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    peak, _ = run_allocation(plan, feed, 10)
     # The padded input is 2*6*66*66*4 = 209 KB and the reference kernel's per-tap temporary
     # 2*6*32*32*4 = 49 KB: a run building either afresh would show here. What a run may use is
     # numpy's bounded ufunc buffer for broadcasts (8192 elements) and small objects.
-    assert peak - before < 48 * 1024, f"a run allocated up to {peak - before} bytes"
+    assert peak < 48 * 1024, f"a run allocated up to {peak} bytes"

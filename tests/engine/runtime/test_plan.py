@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import tracemalloc
 
 import numpy as np
 
@@ -11,6 +10,7 @@ import engine
 from engine.runtime.plan import Plan
 from tests.conformance.fixtures import model_files, model_io_sets
 from tests.engine.compiler.graphs import conv_bn_relu, mlp
+from tests.engine.runtime.helpers import run_allocation
 
 
 def test_steady_state_run_allocates_no_arrays() -> None:
@@ -18,20 +18,11 @@ def test_steady_state_run_allocates_no_arrays() -> None:
     rows = 256
     plan = Plan(graph, {"data": (rows, 512)}, {"data": np.dtype(np.float32)})
     feed = {"data": np.random.default_rng(0).normal(size=(rows, 512)).astype(np.float32)}
-    tracemalloc.start()
-    try:
-        plan.run(feed, copy_outputs=False)  # warm up
-        before, _ = tracemalloc.get_traced_memory()
-        tracemalloc.reset_peak()
-        for _ in range(20):
-            plan.run(feed, copy_outputs=False)
-        after, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    peak, kept = run_allocation(plan, feed, 20)
     # The smallest activation is (256, 128) float32 = 128 KiB; a run may only use numpy's fixed
     # ufunc scratch buffer (at most 8192 elements, for broadcasting the bias) and small objects.
-    assert peak - before < 48 * 1024, f"a run allocated up to {peak - before} bytes"
-    assert after - before < 8 * 1024  # nothing kept: 20 leaked activations would be 2.5 MiB
+    assert peak < 48 * 1024, f"a run allocated up to {peak} bytes"
+    assert kept < 8 * 1024  # nothing kept: 20 leaked activations would be 2.5 MiB
 
 
 def test_memory_plan_reuses_buffers_on_resblock() -> None:

@@ -1,0 +1,34 @@
+"""Shared by the plan tests: model pairs built from a symbol, and per-run allocation."""
+
+from __future__ import annotations
+
+import tracemalloc
+from typing import Any
+
+import numpy as np
+
+import engine
+
+
+def load_pair(symbol: Any, data_shape: tuple, rng: np.random.Generator) -> tuple:
+    """(optimised, reference) models of ``symbol`` with the same random float32 parameters."""
+    args, _, _ = symbol.infer_shape(data=data_shape)
+    params = {name: rng.normal(size=shape).astype(np.float32)
+              for name, shape in zip(symbol.list_arguments(), args) if name != "data"}
+    return (engine.load_model(symbol, params, optimize=True),
+            engine.load_model(symbol, params, optimize=False))
+
+
+def run_allocation(plan: Any, feed: dict[str, np.ndarray], runs: int) -> tuple[int, int]:
+    """(peak, kept) bytes Python allocated over ``runs`` runs of a warm plan."""
+    plan.run(feed, copy_outputs=False)  # warm up
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        for _ in range(runs):
+            plan.run(feed, copy_outputs=False)
+        after, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return peak - before, after - before
