@@ -18,9 +18,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service import codecs
 from service.drain import SHUTTING_DOWN
-from service.errors import NotReady, PayloadTooLarge, error_reply
-from service.limits import too_large
+from service.errors import NotReady, PayloadTooLarge, error_reply, error_response
+from service.limits import declared_over, too_large
 from service.responses import dumps
+from service.routers.health import NOT_READY
 from service.runtime import Runtime
 
 Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
@@ -79,8 +80,7 @@ class FastLane:
         drain = self.runtime.drain
         probe = handler in (self._live, self._ready)
         if drain.draining and not probe:
-            await _reply(send, 503, dumps({"error": SHUTTING_DOWN}), JSON,
-                         [(b"retry-after", b"1")])
+            await error_response(503, SHUTTING_DOWN, {"Retry-After": "1"})(scope, receive, send)
             return
         drain.in_flight += 1
         try:
@@ -90,9 +90,7 @@ class FastLane:
         except Exception as error:  # noqa: BLE001 - every failure becomes a JSON error reply
             status, message, headers = error_reply(error, scope["method"], scope["path"])
             self.runtime.metrics.observe_error(status)
-            await _reply(send, status, dumps({"error": message}), JSON,
-                         [(key.lower().encode(), value.encode()) for key, value in
-                          headers.items()])
+            await error_response(status, message, headers)(scope, receive, send)
         finally:
             drain.in_flight -= 1
 
@@ -101,8 +99,7 @@ class FastLane:
 
     async def _ready(self, scope: Scope, receive: Receive, send: Send) -> None:
         if not self.runtime.ready:
-            raise NotReady("the server is starting or stopping; the model repository is not "
-                           "ready")
+            raise NotReady(NOT_READY)
         await _reply(send, 200, READY, JSON)
 
     async def _predict(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -123,8 +120,7 @@ class FastLane:
 
     async def _body(self, scope: Scope, receive: Receive) -> bytes:
         """The request body, refused with 413 as soon as it is known to exceed the limit."""
-        declared = _header(scope, b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+        if declared_over(scope, self.max_bytes):
             raise PayloadTooLarge(too_large(self.max_bytes, "max_request_bytes"))
         chunks = []
         size = 0

@@ -12,6 +12,14 @@ def too_large(limit: int, setting: str) -> str:
     return f"request body exceeds the limit of {limit} bytes ({setting})"
 
 
+def declared_over(scope: Scope, limit: int) -> bool:
+    """Whether the request's Content-Length header already says its body exceeds `limit`."""
+    for key, value in scope["headers"]:
+        if key == b"content-length":
+            return value.isdigit() and int(value) > limit
+    return False
+
+
 class BodyLimit:
     """ASGI middleware: refuse bodies over `max_bytes` (`max_upload_bytes` for model uploads)."""
 
@@ -34,12 +42,9 @@ class BodyLimit:
             return
         limit, setting = self.limit_for(scope)
         message = too_large(limit, setting)
-        for key, value in scope["headers"]:
-            if key == b"content-length":
-                if value.isdigit() and int(value) > limit:
-                    await error_response(413, message)(scope, receive, send)
-                    return
-                break
+        if declared_over(scope, limit):
+            await error_response(413, message)(scope, receive, send)
+            return
         received = 0
 
         async def counting_receive() -> Message:

@@ -10,6 +10,7 @@ from service.errors import NotReady
 router = APIRouter(tags=["health"])
 SERVER_NAME = "hybridserve"
 EXTENSIONS = ["binary_tensor_data", "model_repository"]
+NOT_READY = "the server is starting or stopping; the model repository is not ready"
 
 
 @router.get("/v2")
@@ -29,5 +30,5 @@ async def live() -> schemas.Live:
 async def ready(request: Request) -> schemas.Ready:
     """200 once the repository has been scanned and its models loaded; 503 before and after."""
     if not request.app.state.runtime.ready:
-        raise NotReady("the server is starting or stopping; the model repository is not ready")
+        raise NotReady(NOT_READY)
     return schemas.Ready(ready=True)
