@@ -5,13 +5,24 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import orjson
 import pytest
 
+from service.app import create_app
 from service.fast_lane import FastLane
 from service.runtime import Runtime
-from tests.service.helpers import MLP, first_io, run, serving, settings_for
+from tests.service.helpers import (
+    AUTH,
+    MLP,
+    config_for,
+    files_for,
+    first_io,
+    run,
+    serving,
+    settings_for,
+)
 
 
 class Inner:
@@ -155,3 +166,33 @@ def test_a_client_gone_before_its_body_gets_no_reply(tmp_path: Path) -> None:
         assert runtime.drain.in_flight == 0
 
     with_lane(tmp_path, scenario)
+
+
+def test_the_app_answers_hot_routes_before_any_fastapi_middleware(tmp_path: Path) -> None:
+    reached: list[str] = []
+
+    class Spy:
+        """A middleware in FastAPI's stack: records the paths that reach it."""
+
+        def __init__(self, app: Any) -> None:
+            self.app = app
+
+        async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+            reached.append(scope.get("path", scope["type"]))
+            await self.app(scope, receive, send)
+
+    async def scenario() -> None:
+        runtime = Runtime.create(settings_for(tmp_path))
+        app = create_app(runtime)
+        app.add_middleware(Spy)
+        async with app.router.lifespan_context(app):
+            symbol, params = files_for(MLP)
+            await runtime.repository.add_version(MLP, symbol, params, config=config_for(MLP))
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+                predicted = await client.post("/predict", content=predict_body())
+                listed = await client.get("/models", headers=AUTH)
+        assert predicted.status_code == 200 and listed.status_code == 200
+        assert reached == ["/models"]
+
+    run(scenario())
