@@ -2,12 +2,15 @@
 
 A plan runs one step at a time, so all steps share one ``scratch`` buffer, sized at compile time
 to the largest need. Padded copies of inputs are kept apart, one per (shape, padding, dtype):
-their borders are zeroed once and only the interior is written on each run.
+their borders are zeroed once and only the interior is written on each run. Values an op derives
+from a constant once (Winograd's transformed weights) are kept in a cache the plans of one model
+share, so each is computed and held once however many batch sizes are compiled.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -23,10 +26,11 @@ def aligned(nbytes: int) -> int:
 class Workspace:
     """A shared scratch buffer and zero-bordered buffers, all allocated at plan compile time."""
 
-    def __init__(self, xp: Any, scratch_bytes: int) -> None:
+    def __init__(self, xp: Any, scratch_bytes: int, derived: dict | None = None) -> None:
         self.xp = xp
         self.scratch = xp.empty(scratch_bytes, np.uint8)
         self._zeroed: dict[tuple, Any] = {}
+        self._derived = {} if derived is None else derived
 
     def region(self, offset: int, shape: tuple[int, ...], dtype: Any) -> Any:
         """The scratch bytes from ``offset`` viewed as a C-contiguous array."""
@@ -44,6 +48,19 @@ class Workspace:
         if array is None:
             array = self._zeroed[key] = self.xp.zeros(shape, dtype)
         return array
+
+    def derived(self, constant: Any, tag: Any, make: Callable[[Any], Any]) -> Any:
+        """``make(constant)``, computed once per constant and tag for every workspace sharing
+        this one's cache. ``constant`` must never change (plans hand out constants read-only).
+        """
+        interface = constant.__array_interface__
+        # The memory's address, not the array's id: each plan has its own view of a constant.
+        key = (tag, interface["data"][0], constant.shape, interface["strides"],
+               constant.dtype.str)
+        entry = self._derived.get(key)
+        if entry is None:  # the entry keeps the constant alive, so the address stays its own
+            entry = self._derived[key] = (constant, make(constant))
+        return entry[1]
 
     @property
     def nbytes(self) -> int:

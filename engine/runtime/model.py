@@ -71,6 +71,7 @@ class Model:
         # such inputs are already checked, so `infer` goes straight to the plan.
         self._checked_plans: dict[tuple, Plan] = {}
         self._device_constants: dict[str, Any] = {}  # parameters on the GPU, shared by plans
+        self._derived: dict = {}  # values ops derive from parameters (`Workspace.derived`)
 
     def _describe(self) -> tuple[list[TensorSpec], list[TensorSpec]]:
         try:
@@ -140,7 +141,8 @@ class Model:
                     plan = Plan(self.optimized_graph, {n: a.shape for n, a in feed.items()},
                                 {n: a.dtype for n, a in feed.items()},
                                 reuse_memory="plan_memory" in self.passes,
-                                device=self.backend, constants=self._device_constants)
+                                device=self.backend, constants=self._device_constants,
+                                derived=self._derived)
                     self._plans[signature] = plan
         return plan
 
@@ -164,17 +166,24 @@ class Model:
                   "steps": len(plan.steps),
                   "planned_activation_bytes": plan.memory.planned_bytes,
                   "optimized_graph_activation_bytes": plan.memory.naive_bytes,
+                  "workspace_bytes": plan.workspace.nbytes,
                   "naive_activation_bytes": self._naive_bytes(signature),
                   **plan.execution_stats()}
                  for signature, plan in list(self._plans.items())]
         operator_nodes = sum(1 for node in self.graph.nodes if not node.is_variable)
         optimized = self.optimized_graph
         return {"passes": list(self.passes), "param_bytes": self.param_bytes,
+                "derived_bytes": self.derived_bytes,
                 "device": self.backend.name,
                 "nodes": operator_nodes,
                 "optimized_nodes": operator_nodes if optimized is None else sum(
                     1 for node in optimized.nodes if not node.is_variable),
                 "plans": plans}
+
+    @property
+    def derived_bytes(self) -> int:
+        """Bytes of values derived from parameters when plans bind (Winograd's weights)."""
+        return sum(int(value.nbytes) for _, value in list(self._derived.values()))
 
     def _naive_bytes(self, signature: tuple) -> int:
         """Activation bytes of the unoptimised graph with no reuse: the imperative baseline."""
@@ -194,11 +203,13 @@ class Model:
         return self._naive_bytes(signature)
 
     def activation_bytes(self, input_shapes: Mapping[str, tuple[int, ...]]) -> int:
-        """Planned activation bytes for these input shapes (compiles the plan if needed)."""
+        """Planned activation bytes for these input shapes, with the plan's working memory
+        (compiles the plan if needed)."""
         feed = {spec.name: np.zeros(input_shapes[spec.name], spec.dtype) for spec in self.inputs}
         if self.optimized_graph is None:
             return 0
-        return self.plan_for(feed).memory.planned_bytes
+        plan = self.plan_for(feed)
+        return plan.memory.planned_bytes + plan.workspace.nbytes
 
     def profile(self, inputs: Mapping[str, Any], repeat: int = 10) -> dict[str, float]:
         """Mean seconds per op type for these inputs (needs ``optimize`` other than False)."""

@@ -42,13 +42,15 @@ class Plan:
     On a GPU ``device`` the buffers live in GPU memory, inputs and outputs move through pinned
     host buffers on the plan's own stream, and the steps are replayed as a CUDA graph once warm;
     ``run`` still takes and returns numpy arrays. ``constants`` (shared by a model's plans)
-    caches parameters already on the device.
+    caches parameters already on the device, and ``derived`` (shared likewise) values that ops
+    derive from parameters when they bind (see `Workspace.derived`).
     """
 
     def __init__(self, graph: Graph, input_shapes: Mapping[str, tuple[int, ...]],
                  input_dtypes: Mapping[str, np.dtype], xp: Any = np,
                  reuse_memory: bool = True, device: Device | None = None,
-                 constants: dict[str, Any] | None = None) -> None:
+                 constants: dict[str, Any] | None = None,
+                 derived: dict | None = None) -> None:
         self.device = device or CPU
         xp = self.device.xp if device is not None else xp
         self.xp = xp
@@ -57,7 +59,7 @@ class Plan:
         shapes, dtypes = _infer(graph, input_shapes, input_dtypes)
         self.memory: MemoryPlan = plan_memory(graph, shapes, dtypes, reuse_memory)
         with self.device.activate():
-            self._compile(graph, input_shapes, input_dtypes, shapes, dtypes)
+            self._compile(graph, input_shapes, input_dtypes, shapes, dtypes, derived)
         self._lock = threading.Lock()
         self._gpu = None
         if self.device.is_gpu:
@@ -67,10 +69,10 @@ class Plan:
             self._gpu = GpuExecutor(self.device, self._inputs, self._heads, self._run_steps)
 
     def _compile(self, graph: Graph, input_shapes: Mapping, input_dtypes: Mapping,
-                 shapes: list, dtypes: list) -> None:
+                 shapes: list, dtypes: list, derived: dict | None) -> None:
         xp = self.xp
         buffers = [xp.empty(size, np.uint8) for size in self.memory.buffer_sizes]
-        self.workspace = Workspace(xp, _scratch_bytes(graph, shapes, dtypes))
+        self.workspace = Workspace(xp, _scratch_bytes(graph, shapes, dtypes), derived)
         self._inputs = {name: xp.empty(input_shapes[name], input_dtypes[name])
                         for name in input_shapes}
         self._input_buffers = list(self._inputs.items())
@@ -104,7 +106,10 @@ class Plan:
         if node.name in self._inputs:
             return self._inputs[node.name]
         if self.xp is np:
-            return np.asarray(self.graph.constants[node.name])
+            # Read-only: bound ops may keep work derived from a constant (Winograd's weights).
+            view = np.asarray(self.graph.constants[node.name]).view()
+            view.flags.writeable = False
+            return view
         array = self._constants.get(node.name)
         if array is None:
             array = self.device.asarray(self.graph.constants[node.name])

@@ -35,7 +35,8 @@ class VersionStatus:
 
 @dataclass(frozen=True)
 class MemoryUsage:
-    """Bytes a loaded version holds: parameters, and planned activations over its cached plans."""
+    """Bytes a loaded version holds: parameters (with values derived from them, such as Winograd
+    weights), and planned activations and working memory over its cached plans."""
 
     param_bytes: int
     activation_bytes: int
@@ -82,8 +83,10 @@ class LoadedVersion:
     def memory(self) -> MemoryUsage:
         """Parameter bytes plus activation bytes of every plan run so far and of the largest."""
         signatures = {self.largest_plan, *self.batcher.signatures}
-        return MemoryUsage(int(self.model.param_bytes),
-                           sum(self._activation_bytes(signature) for signature in signatures))
+        activations = sum(self._activation_bytes(signature) for signature in signatures)
+        # After the plans are compiled: compiling is what derives values from parameters.
+        derived = int(getattr(self.model, "derived_bytes", 0))
+        return MemoryUsage(int(self.model.param_bytes) + derived, activations)
 
     def _activation_bytes(self, signature: tuple[tuple[str, tuple[int, ...]], ...]) -> int:
         cached = self._activation_cache.get(signature)
