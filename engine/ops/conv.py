@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import ShapeError
-from engine.ops import conv_bind, depthwise_bind
+from engine.ops import conv_bind, depthwise_bind, winograd_bind
 from engine.ops.attrs import (
     choice,
     optional,
@@ -190,7 +190,8 @@ def _convolution(xp: Any, attrs: Attrs, data: Any, weight: Any, bias: Any = None
 
 
 def _conv_scratch(attrs: Attrs, shapes: list[Ints], dtype: Any) -> int:
-    """Plan scratch bytes of the bound convolution: patches of one chunk (or channel block)."""
+    """Plan scratch bytes of the bound convolution: patches of one chunk (or channel block), or
+    Winograd's regions where it may apply (whether it does depends on the weight)."""
     geometry = _geometry(attrs, "Convolution")
     data = tuple(shapes[0])
     itemsize = np.dtype(dtype).itemsize
@@ -199,14 +200,17 @@ def _conv_scratch(attrs: Attrs, shapes: list[Ints], dtype: Any) -> int:
     if attrs.num_group != 1:
         return 0
     size = conv_out_sizes(data[2:], *geometry)
-    return conv_bind.scratch_bytes(data, attrs.num_filter, size, geometry, itemsize)
+    need = conv_bind.scratch_bytes(data, attrs.num_filter, size, geometry, itemsize)
+    if winograd_bind.fits(data, attrs.num_filter, geometry):
+        need = max(need, winograd_bind.scratch_bytes(data, attrs.num_filter, geometry, itemsize))
+    return need
 
 
 def _conv_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
                workspace: Any = None) -> list[Any]:
-    """Group-1 and depthwise convolutions on the CPU run in the plan's workspace; others call
-    the kernel."""
-    data = inputs[0]
+    """Group-1 and depthwise convolutions on the CPU run in the plan's workspace (stride-1 3×3
+    ones with constant weights as Winograd); others call the kernel."""
+    data, weight = inputs[:2]
     depthwise = depthwise_bind.applies(attrs.num_group, data.shape[1], attrs.num_filter)
     need = _conv_scratch(attrs, [data.shape], data.dtype)
     usable = (xp is np and (attrs.num_group == 1 or depthwise) and out.flags.c_contiguous
@@ -214,8 +218,14 @@ def _conv_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
     if not usable:
         return [partial(_convolution, xp, attrs, *inputs, out=out)]
     bias = inputs[2] if len(inputs) > 2 else None
-    bind = depthwise_bind.bind if depthwise else conv_bind.bind
-    return bind(xp, data, inputs[1], bias, out, _geometry(attrs, "Convolution"), workspace)
+    geometry = _geometry(attrs, "Convolution")
+    if depthwise:
+        bind = depthwise_bind.bind
+    elif data.dtype == weight.dtype and winograd_bind.applies(data.shape, weight, geometry):
+        bind = winograd_bind.bind
+    else:
+        bind = conv_bind.bind
+    return bind(xp, data, weight, bias, out, geometry, workspace)
 
 
 def _grouped_matmul(xp: Any, columns: Any, weight: Any, group: int, result: Any) -> None:

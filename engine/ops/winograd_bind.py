@@ -1,0 +1,182 @@
+"""Stride-1 3×3 convolution bound into a plan as Winograd F(2×2, 3×3).
+
+The im2col + sgemm path already runs 3×3 convolutions near the GEMM's own speed, so only fewer
+flops can make them faster. F(2×2, 3×3) computes each 2×2 output tile from a 4×4 input tile ``d``
+as ``Y = Aᵀ [(G g Gᵀ) ⊙ (Bᵀ d B)] A``: 16 multiplies per tile and (input, output) channel pair
+instead of 36. Summed over input channels, the 16 elementwise products become 16 GEMMs
+``M[ξ] = V[ξ] @ U[ξ]`` of the transformed tiles V (tiles, C) and transformed weights U (C, F).
+
+U is computed once, when the first plan binds the layer, and shared by the model's plans (see
+`Workspace.derived`); that is only valid for weights that never change: plans hand out their
+constants read-only, and only read-only weights qualify. The transforms are ufuncs over
+strided views (rows, then columns) into the plan's scratch, so a run allocates nothing. They run
+channels-last, after one transposing copy in and one out: channels-first, their innermost runs
+would be half a row of tiles (4 to 28 cells) and cost as much as the GEMMs save.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from engine.ops.conv_bind import Geometry
+from engine.ops.im2col import Ints
+from engine.ops.workspace import aligned
+
+G = np.array(  # the weight transform of F(2×2, 3×3) (Lavin and Gray, 2015)
+    [[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
+
+# Where Winograd measured faster (bench/winograd.py, one thread). The transforms cost per
+# channel and the GEMMs per channel pair: below 64 channels the saving hardly pays for them
+# (32: ≤ 1.12×, 16: 0.88×). With few tiles (GEMM rows) the GEMMs are bound by reading U,
+# 16/9 the size of the weights (512×7, 16 tiles a sample: 1.0× at batch 1 and 2, 1.2× at 3;
+# 256×7 at batch 1: 0.8×).
+MIN_CHANNELS = 64
+MIN_TILES = 48
+# Samples are taken enough at a time for this many tiles (GEMM rows): fewer re-read U (16/9 of
+# the weights) too often, more spill the cache; measured on ResNet-18's layers at batch 8.
+CHUNK_TILES = 128
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Scratch regions, channels-last, for a chunk of ``chunk`` samples (T = th·tw tiles each).
+
+    Three regions, each reused by the output side once the input side is done with it: row
+    combinations (4, n, th, Wp, C) then (2, 4, n, th, tw, F); tiles V (16, n, th, tw, C) then
+    the output Y (n, 2th, 2tw, F); products M (16, n, th, tw, F).
+    """
+
+    chunk: int
+    sizes: Ints  # elements of each region
+
+    def offsets(self, itemsize: int) -> tuple[int, int, int]:
+        """Byte offsets of the second and third regions, and the total bytes."""
+        second = aligned(self.sizes[0] * itemsize)
+        third = second + aligned(self.sizes[1] * itemsize)
+        return second, third, third + self.sizes[2] * itemsize
+
+
+def _tile_counts(data_shape: Ints, pad: Ints) -> Ints:
+    """(th, tw): 2×2 output tiles down and across, the last ones cropped for odd sizes."""
+    return tuple(-(-(size + 2 * p - 2) // 2) for size, p in zip(data_shape[2:], pad))
+
+
+def _layout(data_shape: Ints, filters: int, pad: Ints) -> _Layout:
+    batch, channels = data_shape[:2]
+    th, tw = _tile_counts(data_shape, pad)
+    tiles = th * tw
+    per_sample = (max(4 * th * (2 * tw + 2) * channels, 8 * tiles * filters),
+                  max(16 * tiles * channels, 4 * tiles * filters), 16 * tiles * filters)
+    chunk = max(1, min(batch, -(-CHUNK_TILES // tiles)))
+    return _Layout(chunk, tuple(chunk * size for size in per_sample))
+
+
+def fits(data_shape: Ints, filters: int, geometry: Geometry) -> bool:
+    """A stride-1, undilated 3×3 2-D convolution of a shape where Winograd measured faster."""
+    kernel, stride, dilate, pad = geometry
+    if kernel != (3, 3) or stride != (1, 1) or dilate != (1, 1):
+        return False
+    return (min(data_shape[1], filters) >= MIN_CHANNELS
+            and data_shape[0] * math.prod(_tile_counts(data_shape, pad)) >= MIN_TILES)
+
+
+def applies(data_shape: Ints, weight: Any, geometry: Geometry) -> bool:
+    """`fits`, with a float32 weight that is a read-only plan constant (U is computed once)."""
+    return (isinstance(weight, np.ndarray) and weight.dtype == np.float32
+            and not weight.flags.writeable and fits(data_shape, weight.shape[0], geometry))
+
+
+def scratch_bytes(data_shape: Ints, filters: int, geometry: Geometry, itemsize: int) -> int:
+    """Bytes of plan scratch the bound Winograd convolution needs."""
+    return _layout(data_shape, filters, geometry[3]).offsets(itemsize)[2]
+
+
+def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometry,
+         workspace: Any) -> list[Callable[[], Any]]:
+    """Calls computing ``out = conv(data, weight) + bias`` (3×3, stride 1, float32)."""
+    batch, channels, height, width = data.shape
+    filters = out.shape[1]
+    pad = geometry[3]
+    th, tw = _tile_counts(data.shape, pad)
+    # Tagged with the input size too: 7 and 8 rows padded by 1 both take 10 (whole tiles), and
+    # an 8-row input writes the row that a 7-row one needs zero.
+    padded = workspace.zeroed((batch, 2 * th + 2, 2 * tw + 2, channels), data.dtype,
+                              ("winograd", pad, (height, width)))
+    interior = padded[:, pad[0]:pad[0] + height, pad[1]:pad[1] + width]
+    calls: list[Callable[[], Any]] = [partial(xp.copyto, interior, data.transpose(0, 2, 3, 1))]
+    weights = workspace.derived(weight, "winograd", _transform_weight)
+    layout = _layout(data.shape, filters, pad)
+    for start in range(0, batch, layout.chunk):
+        samples = slice(start, min(start + layout.chunk, batch))
+        calls += _bind_chunk(xp, padded[samples], weights, bias, out[samples], layout,
+                             workspace)
+    return calls
+
+
+def _transform_weight(weight: Any) -> np.ndarray:
+    """U = G g Gᵀ for every (filter, channel) pair, as (16, C, F): computed in float64."""
+    filters, channels = weight.shape[:2]
+    transformed = np.einsum("ri,fcij,sj->rscf", G, weight.astype(np.float64), G)
+    return np.ascontiguousarray(transformed.reshape(16, channels, filters), dtype=weight.dtype)
+
+
+def _bind_chunk(xp: Any, padded: Any, weights: Any, bias: Any, out: Any, layout: _Layout,
+                workspace: Any) -> list[Callable[[], Any]]:
+    """Input transform, 16 GEMMs and output transform for the samples of one chunk."""
+    samples, rows, columns, channels = padded.shape
+    filters = out.shape[1]
+    th, tw = (rows - 2) // 2, (columns - 2) // 2
+    second, third, _ = layout.offsets(padded.itemsize)
+    region = partial(workspace.region, dtype=padded.dtype)
+    tiles = region(second, (16, samples, th, tw, channels))
+    calls = _bind_input(xp, padded, region(0, (4, samples, th, columns, channels)), tiles)
+    products = region(third, (16, samples, th, tw, filters))
+    calls.append(partial(xp.matmul, tiles.reshape(16, -1, channels), weights,
+                         products.reshape(16, -1, filters)))
+    if bias is not None:
+        # Aᵀ e₅ A is all ones (ξ = 5 is (1, 1)): the bias added to M[5] reaches every output of
+        # a tile, in a quarter of the cells.
+        calls.append(partial(xp.add, products[5], bias, products[5]))
+    result = region(second, (samples, 2 * th, 2 * tw, filters))
+    calls += _bind_output(xp, products, region(0, (2, 4, samples, th, tw, filters)), result)
+    height, width = out.shape[2:]
+    calls.append(partial(xp.copyto, out, result[:, :height, :width].transpose(0, 3, 1, 2)))
+    return calls
+
+
+def _bind_input(xp: Any, padded: Any, rows: Any, tiles: Any) -> list[Callable[[], Any]]:
+    """``V = Bᵀ d B`` for every tile: row combinations into ``rows``, then column ones."""
+    th, tw = tiles.shape[2:4]
+    calls = _b_transposed(xp, [padded[:, k:k + 2 * th:2] for k in range(4)], rows)
+    for r in range(4):
+        columns = [rows[r][:, :, k:k + 2 * tw:2] for k in range(4)]
+        calls += _b_transposed(xp, columns, tiles[4 * r:4 * r + 4])
+    return calls
+
+
+def _bind_output(xp: Any, products: Any, halves: Any, result: Any) -> list[Callable[[], Any]]:
+    """``Y = Aᵀ M A`` into ``result``'s interleaved 2×2 positions: rows, then columns."""
+    calls = []
+    for s in range(4):
+        calls += _a_transposed(xp, products[s::4], halves[:, s])
+    for a in range(2):
+        calls += _a_transposed(xp, halves[a], [result[:, a::2, b::2] for b in range(2)])
+    return calls
+
+
+def _b_transposed(xp: Any, d: Sequence[Any], out: Sequence[Any]) -> list[Callable[[], Any]]:
+    """Bᵀ along one axis: ``(d0 - d2, d1 + d2, d2 - d1, d1 - d3)``."""
+    return [partial(xp.subtract, d[0], d[2], out[0]), partial(xp.add, d[1], d[2], out[1]),
+            partial(xp.subtract, d[2], d[1], out[2]), partial(xp.subtract, d[1], d[3], out[3])]
+
+
+def _a_transposed(xp: Any, m: Sequence[Any], out: Sequence[Any]) -> list[Callable[[], Any]]:
+    """Aᵀ along one axis: ``(m0 + m1 + m2, m1 - m2 - m3)``."""
+    return [partial(xp.add, m[0], m[1], out[0]), partial(xp.add, out[0], m[2], out[0]),
+            partial(xp.subtract, m[1], m[2], out[1]), partial(xp.subtract, out[1], m[3], out[1])]
