@@ -29,7 +29,7 @@ class Workspace:
     def __init__(self, xp: Any, scratch_bytes: int, derived: dict | None = None) -> None:
         self.xp = xp
         self.scratch = xp.empty(scratch_bytes, np.uint8)
-        self._zeroed: dict[tuple, Any] = {}
+        self._filled: dict[tuple, Any] = {}
         self._derived = {} if derived is None else derived
 
     def region(self, offset: int, shape: tuple[int, ...], dtype: Any) -> Any:
@@ -43,10 +43,14 @@ class Workspace:
         Callers sharing one must only ever write the same cells (``tag`` says which: for a
         padded input, the padding), so the cells they leave alone stay zero.
         """
-        key = (tuple(shape), np.dtype(dtype).str, tag)
-        array = self._zeroed.get(key)
+        return self.filled(shape, dtype, tag, 0)
+
+    def filled(self, shape: tuple[int, ...], dtype: Any, tag: Any, fill: Any) -> Any:
+        """`zeroed`, filled with ``fill`` (the padding of a max pooling is the lowest value)."""
+        key = (tuple(shape), np.dtype(dtype).str, tag, fill)
+        array = self._filled.get(key)
         if array is None:
-            array = self._zeroed[key] = self.xp.zeros(shape, dtype)
+            array = self._filled[key] = self.xp.full(shape, fill, dtype)
         return array
 
     def derived(self, constant: Any, tag: Any, make: Callable[[Any], Any]) -> Any:
@@ -65,4 +69,4 @@ class Workspace:
     @property
     def nbytes(self) -> int:
         """Bytes held: the shared scratch plus every zero-bordered buffer."""
-        return int(self.scratch.nbytes) + sum(int(a.nbytes) for a in self._zeroed.values())
+        return int(self.scratch.nbytes) + sum(int(a.nbytes) for a in self._filled.values())
