@@ -40,7 +40,7 @@ from engine.ops.shapes import merge
 
 ShapeResult = tuple[list[MaybeShape], list[MaybeShape]]
 
-PATCH_BYTES = 16 << 20  # the im2col patch array is built this many bytes at a time
+PATCH_BYTES = conv_bind.PATCH_BYTES  # the im2col patch array is built this many bytes at a time
 CHANNELS_FIRST = ("NCW", "NCHW", "NCDHW")
 CHANNELS_LAST = ("NWC", "NHWC", "NDHWC")
 

@@ -4,24 +4,45 @@ The interpreter's kernel pads the input and builds the patch array afresh on eve
 fresh multi-megabyte arrays cost page faults on every run. A plan knows every shape in advance:
 here the patch array lives in the plan's shared scratch buffer and the padded input in a
 zero-bordered buffer of the plan's `Workspace`, the strided views over them are made once, and
-a run is a copy in, then a patch copy and one BLAS call per sample.
+a run is a few copies and one BLAS call per chunk of samples.
 
-Samples run one at a time, each as one GEMM ``(F, CK) @ (CK, P)`` straight into its output.
-Taking several samples as one wide GEMM was measured too: the copy of its result back into
-the (N, F, P) output cost more than the wider GEMM saved (ResNet-18 and MobileNet v2 at batch
-8: 4–7% slower; the stem and the stride-2 layers 15–20% slower, the others the same).
+Samples are taken together only while one sample's GEMM is narrow: a chunk of several is one
+wide GEMM ``(F, CK) @ (CK, chunk * P)``, whose result is then copied out per sample, since the
+output layout is (N, F, P). With a few positions per sample (a 64×64 image's late layers have
+4–16) one GEMM per sample is a matrix-vector product, and the wide one is much faster; with
+hundreds, the copy-out costs more than the width gains (ResNet-18's stem and stride-2 layers at
+batch 8: 15–20% slower wide). Hence ``WIDE_POSITIONS``.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 from engine.ops.im2col import Ints
+from engine.ops.workspace import aligned
+
+PATCH_BYTES = 16 << 20  # target size of one chunk's patch array
+WIDE_POSITIONS = 256  # samples are taken together until a chunk's GEMM has this many columns
 
 Geometry = tuple[Ints, Ints, Ints, Ints]  # kernel, stride, dilate, pad
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """How one convolution uses the scratch buffer: regions for a chunk of ``chunk`` samples."""
+
+    chunk: int
+    patches: Ints  # (C, *kernel, chunk, *output spatial)
+    wide: Ints | None  # (F, chunk * P), the GEMM result of a multi-sample chunk
+
+    def offsets(self, itemsize: int) -> tuple[int, int, int]:
+        """Byte offsets of the patch and wide regions, and the total bytes."""
+        patches = aligned(_nbytes(self.patches, itemsize))
+        return 0, patches, patches + _nbytes(self.wide, itemsize)
 
 
 def is_direct(data_shape: Ints, geometry: Geometry) -> bool:
@@ -32,10 +53,10 @@ def is_direct(data_shape: Ints, geometry: Geometry) -> bool:
 
 def scratch_bytes(data_shape: Ints, filters: int, size: Ints, geometry: Geometry,
                   itemsize: int) -> int:
-    """Bytes of plan scratch the bound convolution needs: one sample's patch array."""
+    """Bytes of plan scratch the bound convolution needs (0 for a direct one)."""
     if is_direct(data_shape, geometry):
         return 0
-    return math.prod(_patch_shape(data_shape, geometry[0], size)) * itemsize
+    return _layout(data_shape, filters, size, geometry, itemsize).offsets(itemsize)[2]
 
 
 def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometry,
@@ -48,42 +69,70 @@ def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometr
         calls = [partial(xp.matmul, matrix, data.reshape(batch, -1, positions),
                          out.reshape(batch, filters, positions))]
     else:
-        source = _padded(xp, data, geometry[3], workspace)
-        calls = [] if source is data else [partial(xp.copyto, _interior(source, geometry[3]),
-                                                   data)]
-        patches = workspace.region(0, _patch_shape(data.shape, geometry[0], size), data.dtype)
-        for sample in range(batch):
-            calls += [partial(xp.copyto, patches, _patch_view(xp, source[sample], geometry,
-                                                              size)),
-                      partial(xp.matmul, matrix, patches.reshape(matrix.shape[1], -1),
-                              out[sample].reshape(filters, positions))]
+        layout = _layout(data.shape, filters, size, geometry, data.itemsize)
+        calls = []
+        for start in range(0, batch, layout.chunk):
+            samples = slice(start, min(start + layout.chunk, batch))
+            calls += _bind_chunk(xp, data[samples], matrix, out[samples], geometry, layout,
+                                 workspace)
     if bias is not None:
         calls.append(partial(xp.add, out, bias.reshape(1, filters, *(1,) * len(size)), out))
     return calls
 
 
-def _padded(xp: Any, data: Any, pad: Ints, workspace: Any) -> Any:
-    """``data`` itself, or a zero-bordered buffer of its padded shape (interior copied in)."""
-    if not any(pad):
-        return data
-    shape = (*data.shape[:2], *(n + 2 * p for n, p in zip(data.shape[2:], pad)))
-    return workspace.zeroed(shape, data.dtype, ("padding", pad))
+def _bind_chunk(xp: Any, data: Any, matrix: Any, out: Any, geometry: Geometry,
+                layout: _Layout, workspace: Any) -> list[Callable[[], Any]]:
+    """Pad, im2col and GEMM for the samples of one chunk."""
+    kernel, stride, dilate, pad = geometry
+    samples, channels = data.shape[:2]
+    size = out.shape[2:]
+    patches_at, wide_at, _ = layout.offsets(data.itemsize)
+    calls: list[Callable[[], Any]] = []
+    source = data
+    if any(pad):
+        padded_shape = (samples, channels, *(n + 2 * p for n, p in zip(data.shape[2:], pad)))
+        source = workspace.zeroed(padded_shape, data.dtype, ("padding", pad))
+        interior = (slice(None), slice(None), *(slice(p, p + n) for p, n in
+                                                 zip(pad, data.shape[2:])))
+        calls.append(partial(xp.copyto, source[interior], data))
+    patch_shape = (channels, *kernel, samples, *size)
+    patches = workspace.region(patches_at, patch_shape, data.dtype)
+    calls.append(partial(xp.copyto, patches, _patch_view(xp, source, kernel, stride, dilate,
+                                                          size)))
+    columns = patches.reshape(matrix.shape[1], -1)
+    positions = math.prod(size)
+    if samples == 1:
+        calls.append(partial(xp.matmul, matrix, columns, out.reshape(matrix.shape[0], -1)))
+        return calls
+    wide = workspace.region(wide_at, (matrix.shape[0], samples * positions),
+                            data.dtype)
+    calls.append(partial(xp.matmul, matrix, columns, wide))
+    per_sample = wide.reshape(matrix.shape[0], samples, positions).transpose(1, 0, 2)
+    calls.append(partial(xp.copyto, out.reshape(samples, matrix.shape[0], positions),
+                         per_sample))
+    return calls
 
 
-def _interior(padded: Any, pad: Ints) -> Any:
-    return padded[(slice(None), slice(None),
-                   *(slice(p, n - p) for p, n in zip(pad, padded.shape[2:])))]
+def _layout(data_shape: Ints, filters: int, size: Ints, geometry: Geometry,
+            itemsize: int) -> _Layout:
+    kernel, _, _, pad = geometry
+    batch, channels = data_shape[:2]
+    per_sample = channels * math.prod(kernel) * math.prod(size) * itemsize
+    positions = math.prod(size)
+    chunk = max(1, min(batch, -(-WIDE_POSITIONS // positions), PATCH_BYTES // max(per_sample, 1)))
+    wide = (filters, chunk * positions) if chunk > 1 else None
+    return _Layout(chunk, (channels, *kernel, chunk, *size), wide)
 
 
-def _patch_shape(data_shape: Ints, kernel: Ints, size: Ints) -> Ints:
-    return (data_shape[1], *kernel, *size)
-
-
-def _patch_view(xp: Any, padded: Any, geometry: Geometry, size: Ints) -> Any:
-    """The strided view ``(C, *kernel, *size)`` over one padded sample (C, *spatial)."""
-    kernel, stride, dilate, _ = geometry
-    channel, *spatial = padded.strides
-    strides = (channel, *(s * d for s, d in zip(spatial, dilate)),
+def _patch_view(xp: Any, padded: Any, kernel: Ints, stride: Ints, dilate: Ints,
+                size: Ints) -> Any:
+    """The strided view ``(C, *kernel, N, *size)`` over ``padded`` (N, C, *spatial)."""
+    sample, channel, *spatial = padded.strides
+    strides = (channel, *(s * d for s, d in zip(spatial, dilate)), sample,
                *(s * t for s, t in zip(spatial, stride)))
-    shape = (padded.shape[0], *kernel, *size)
+    shape = (padded.shape[1], *kernel, padded.shape[0], *size)
     return xp.lib.stride_tricks.as_strided(padded, shape=shape, strides=strides)
+
+
+def _nbytes(shape: Ints | None, itemsize: int) -> int:
+    return 0 if shape is None else math.prod(shape) * itemsize
