@@ -34,10 +34,10 @@ G = np.array(  # the weight transform of F(2×2, 3×3) (Lavin and Gray, 2015)
 # Where Winograd measured faster (bench/winograd.py, one thread). The transforms cost per
 # channel and the GEMMs per channel pair: below 64 channels the saving hardly pays for them
 # (32: ≤ 1.12×, 16: 0.88×). With few tiles (GEMM rows) the GEMMs are bound by reading U,
-# 16/9 the size of the weights (512×7, 16 tiles a sample: 1.0× at batch 1 and 2, 1.2× at 3;
-# 256×7 at batch 1: 0.8×).
+# 16/9 the size of the weights. At 32 tiles: 256×4 1.34×, 128×8 1.22×, 256×7 1.05×, 512×7
+# 0.97×; at 16: 256×4 1.01×, 512×7 1.0×, 256×7 0.8× (ResNet-18 at 64×64, batch 8: +8%).
 MIN_CHANNELS = 64
-MIN_TILES = 48
+MIN_TILES = 32
 # Samples are taken enough at a time for this many tiles (GEMM rows): fewer re-read U (16/9 of
 # the weights) too often, more spill the cache; measured on ResNet-18's layers at batch 8.
 CHUNK_TILES = 128
