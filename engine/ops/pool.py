@@ -224,7 +224,7 @@ def _bound_shapes(attrs: Attrs, data_shape: Ints, itemsize: int
     after = _pad_after(data_shape[2:], size, geometry)
     padded = (*data_shape[:2], *(n + b + a for n, b, a in zip(data_shape[2:], pad, after)))
     per_sample = math.prod(padded[1:]) * itemsize
-    padded = (max(1, min(data_shape[0], CHUNK_BYTES // per_sample)), *padded[1:])
+    padded = (max(1, min(data_shape[0], CHUNK_BYTES // max(per_sample, 1))), *padded[1:])
     between = [(*padded[:2], *size[:axis + 1], *padded[axis + 3:])
                for axis in range(len(kernel) - 1)]
     return padded, between
