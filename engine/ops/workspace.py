@@ -24,7 +24,8 @@ def aligned(nbytes: int) -> int:
 
 
 class Workspace:
-    """A shared scratch buffer and zero-bordered buffers, all allocated at plan compile time."""
+    """A shared scratch buffer and bordered buffers, all allocated at plan compile time, and
+    the cache of derived values shared with the other plans of a model."""
 
     def __init__(self, xp: Any, scratch_bytes: int, derived: dict | None = None) -> None:
         self.xp = xp
@@ -68,5 +69,5 @@ class Workspace:
 
     @property
     def nbytes(self) -> int:
-        """Bytes held: the shared scratch plus every zero-bordered buffer."""
+        """Bytes held: the shared scratch plus every bordered buffer (not the shared cache)."""
         return int(self.scratch.nbytes) + sum(int(a.nbytes) for a in self._filled.values())

@@ -5,10 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import engine
 from engine import sym
 from engine.ops import pool
-from tests.engine.runtime.helpers import run_allocation
+from tests.engine.runtime.helpers import load_pair, run_allocation
 
 RNG = np.random.default_rng(11)
 
@@ -29,18 +28,13 @@ def negative_then_pool(**attrs):
     return sym.Pooling(sym.relu(sym.var("data")) * -1, name="pool", **attrs)
 
 
-def models(symbol):
-    return engine.load_model(symbol, {}, optimize=True), engine.load_model(symbol, {},
-                                                                         optimize=False)
-
-
 @pytest.mark.parametrize("attrs", CASES, ids=lambda attrs: "-".join(map(str, attrs.values())))
 @pytest.mark.parametrize("chunk_bytes", [pool.CHUNK_BYTES, 1], ids=["whole", "per-sample"])
 def test_bound_pooling_matches_reference(attrs: dict, chunk_bytes: int,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pool, "CHUNK_BYTES", chunk_bytes)  # 1: three samples, three chunks
     shape = (3, 3, *(7, 8, 9)[:len(attrs["kernel"])])
-    optimized, reference = models(negative_then_pool(**attrs))
+    optimized, reference = load_pair(negative_then_pool(**attrs), shape, RNG)
     for _ in range(2):  # a second run: the border must still hold its fill value
         x = RNG.normal(size=shape).astype(np.float32)
         np.testing.assert_allclose(optimized.infer({"data": x})["pool_output"],
@@ -57,7 +51,7 @@ def test_inputs_of_7_and_8_rows_keep_their_own_border() -> None:
     first = sym.Pooling(data, name="first", **window)
     shrink = sym.Pooling(data, kernel=(2, 2), stride=(1, 1), pool_type="max", name="shrink")
     second = sym.Pooling(shrink, name="second", **window)
-    optimized, reference = models(sym.Group([first, second]))
+    optimized, reference = load_pair(sym.Group([first, second]), (1, 2, 8, 8), RNG)
     for _ in range(3):
         x = RNG.normal(size=(1, 2, 8, 8)).astype(np.float32)
         for got, want in zip(optimized.infer({"data": x}).values(),
@@ -66,7 +60,7 @@ def test_inputs_of_7_and_8_rows_keep_their_own_border() -> None:
 
 
 def test_bound_pooling_allocates_nothing_per_run() -> None:
-    optimized, _ = models(negative_then_pool(**CASES[0]))
+    optimized, _ = load_pair(negative_then_pool(**CASES[0]), (4, 16, 64, 64), RNG)
     feed = {"data": RNG.normal(size=(4, 16, 64, 64)).astype(np.float32)}
     peak, _ = run_allocation(optimized.plan_for(feed), feed, 10)
     # The padded input is 4 × 16 × 66 × 66 floats (1.1 MB) and the result between the two axes
