@@ -2,7 +2,8 @@
 
 Requests whose inputs have the same names, non-batch shapes and dtypes form a group; a group is
 dispatched when its rows reach `max_batch_size` or a preferred size, or when its oldest request
-has waited `max_queue_delay`. Each caller gets exactly its own rows back.
+has waited `max_queue_delay` for company (counted from when a batch slot was free, not from
+while every slot was busy). Each caller gets exactly its own rows back.
 """
 
 from __future__ import annotations
@@ -103,6 +104,7 @@ class DynamicBatcher:
         self._task: asyncio.Task[None] | None = None
         self._closing = False
         self._last_rows = 1  # rows of the last batch dispatched: the load seen most recently
+        self._slot_freed = 0.0  # monotonic time a running batch last finished
         self.signatures: set[tuple[tuple[str, tuple[int, ...]], ...]] = set()
 
     @property
@@ -236,7 +238,11 @@ class DynamicBatcher:
             idle = self.policy.dispatch_when_idle and not self._running
             for key, group in self._groups.items():
                 count, rows, full = self._plan(group)
-                due = group[0].enqueued + self.policy.max_queue_delay_s
+                # Time spent waiting for a busy slot is not time spent waiting for company:
+                # counting it would dispatch whatever queued during a long batch the moment
+                # it ends, before the callers of that batch can come back, and a steady load
+                # would settle into alternating small and large batches.
+                due = max(group[0].enqueued, self._slot_freed) + self.policy.max_queue_delay_s
                 if full or due <= now or self._closing or (idle and rows >= self._last_rows):
                     ready.append((group[0].enqueued, key, count))
                 elif wake_at is None or due < wake_at:
@@ -284,6 +290,7 @@ class DynamicBatcher:
             if live:
                 await self._run_batch(live)
         finally:
+            self._slot_freed = time.monotonic()
             self._slots.release()
 
     async def _run_batch(self, batch: Sequence[_Request]) -> None:

@@ -112,6 +112,26 @@ def test_idle_dispatch_waits_for_the_company_the_last_batch_had() -> None:
     assert delay <= alone < delay + model.delay_s + 0.25  # slack for a loaded CI machine
 
 
+def test_waiting_for_a_busy_slot_does_not_use_up_the_queue_delay() -> None:
+    # A caller that queues behind a long batch still gets its window to be joined once the
+    # batch ends: the callers of that batch come back and run with it, not after it alone.
+    model = FakeModel(delay_s=0.1)
+    delay = 0.05
+
+    async def main() -> None:
+        policy = BatchingPolicy(max_batch_size=16, max_queue_delay_s=delay)
+        async with DynamicBatcher(model.infer, policy) as batcher:
+            first = asyncio.gather(*(batcher.submit({"data": rows(1, seed=i)}) for i in range(2)))
+            await asyncio.sleep(0.01)
+            behind = asyncio.ensure_future(batcher.submit({"data": rows(1, seed=2)}))
+            await first  # `behind` has waited 90 ms, beyond its delay, for the slot
+            await batcher.submit({"data": rows(1, seed=3)})
+            await behind
+
+    run(main())
+    assert [shape[0] for shape, _ in model.batches] == [2, 2]
+
+
 def test_preferred_size_dispatches_without_waiting_for_the_delay() -> None:
     model = FakeModel()
 
