@@ -12,9 +12,11 @@ The load generator is a separate process speaking raw HTTP/1.1 over keep-alive c
 seed MLP (JSON, ``POST /predict``) and ResNet-18 v1 built with `engine.sym` (binary tensors,
 ``POST /v2/models/resnet18/infer``; the minimal app gets the same raw float32 bytes), and
 ResNet-18's images/s through `Model.infer` in this process at batch 1 to 16, the reference
-for the served images/s at concurrency 8.
+for the served images/s at concurrency 8. That reference is measured just before and just
+after the served run and averaged: this machine's speed drifts by 10-20% over minutes.
 
-    .venv/bin/python bench/serve.py                 # ~2 minutes
+    .venv/bin/python bench/serve.py                 # ~4 minutes, ResNet-18 at 224x224
+    .venv/bin/python bench/serve.py --image 64      # small images: weight-bound layers
     .venv/bin/python bench/serve.py --seconds 2     # quicker, noisier
 """
 
@@ -180,9 +182,9 @@ def build_models(work: Path, image: int) -> dict[str, dict[str, Any]]:
         (work / "plain" / name / "model-0000.params").write_bytes(params_bytes)
         config = {"inputs": [{"name": "data", "datatype": "FP32", "shape": shape}],
                   "max_batch_size": 64 if name == "seed_mlp" else 16,
-                  # ResNet's callers come back ~1 ms after their batch ends (8 responses out,
-                  # 8 bodies of 48 KiB in): a 2 ms window lets them form one batch again,
-                  # short beside its ~35 ms of compute.
+                  # ResNet's callers come back 1-2 ms after their batch ends (8 responses out,
+                  # 8 image bodies in): a 2 ms window lets them form one batch again, short
+                  # beside its compute (35 ms at 64x64, 300 ms at 224x224, batch 8).
                   "dynamic_batching": {"max_queue_delay_us": 500 if name == "seed_mlp" else 2000}}
         models[name] = {"symbol": symbol_bytes, "params": params_bytes, "config": config}
     return models
@@ -274,19 +276,23 @@ def measure(seconds: float, resnet_seconds: float, image: int) -> list[dict[str,
                          for server in ("hybridserve", "minimal")]
             for label, server, key, duration in plan:
                 for concurrency in CONCURRENCY[label.rpartition("/")[2]]:
+                    reference = (label, concurrency) == ("hybridserve/resnet18", 8)
+                    before = executor_images(work / "plain" / "resnet18", image) \
+                        if reference else {}
                     result = run_load(urls[server], requests[key], concurrency, duration,
-                                      min(1.0, duration / 2))
+                                      min(2.0, duration / 2))
                     rows.append({"target": label, "concurrency": concurrency, **result})
                     print(_row(rows[-1]), flush=True)
+                    if reference:
+                        after = executor_images(work / "plain" / "resnet18", image)
+                        rows += executor_rows(before, after)
         finally:
             for process in servers:
                 _stop(process)
-        if resnet_seconds > 0:
-            rows += executor_rows(work / "plain" / "resnet18", image)
     return rows
 
 
-def executor_rows(model_dir: Path, image: int) -> list[dict[str, Any]]:
+def executor_images(model_dir: Path, image: int) -> dict[int, float]:
     """ResNet-18's images/s through `Model.infer` in this process, per batch size.
 
     One BLAS thread, as the server's compute thread has; the best batch size is the reference
@@ -297,21 +303,30 @@ def executor_rows(model_dir: Path, image: int) -> list[dict[str, Any]]:
     import engine
 
     model = engine.load_model(model_dir / "model-symbol.json", model_dir / "model-0000.params")
-    rows = []
+    images = {}
     with threadpool_limits(1, user_api="blas"):
         for batch in EXECUTOR_BATCHES:
             feed = {"data": np.random.default_rng(batch).random((batch, 3, image, image),
                                                                 np.float32)}
             model.infer(feed)
             runs, started = 0, time.perf_counter()
-            while time.perf_counter() - started < 2.0:
+            while runs < 2 or time.perf_counter() - started < 2.0:
                 model.infer(feed)
                 runs += 1
-            images = runs * batch / (time.perf_counter() - started)
-            rows.append({"target": f"executor/resnet18 b{batch}", "concurrency": 0,
-                         "rps": images, "p50_ms": 1e3 * batch / images, "p99_ms": float("nan"),
-                         "failures": 0})
-            print(_row(rows[-1]), flush=True)
+            images[batch] = runs * batch / (time.perf_counter() - started)
+    return images
+
+
+def executor_rows(before: dict[int, float], after: dict[int, float]) -> list[dict[str, Any]]:
+    """Table rows of the executor's images/s, the mean of the runs before and after."""
+    rows = []
+    for batch in EXECUTOR_BATCHES:
+        images = (before[batch] + after[batch]) / 2
+        rows.append({"target": f"executor/resnet18 b{batch}", "concurrency": 0,
+                     "rps": images, "p50_ms": 1e3 * batch / images, "p99_ms": float("nan"),
+                     "failures": 0, "before": before[batch], "after": after[batch]})
+        print(_row(rows[-1]) + f" before {before[batch]:.1f}, after {after[batch]:.1f}",
+              flush=True)
     return rows
 
 
@@ -369,7 +384,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds (MLP, floor)")
     parser.add_argument("--resnet-seconds", type=float, default=8.0,
                         help="measured seconds (0: skip ResNet-18)")
-    parser.add_argument("--image", type=int, default=64, help="ResNet-18 input height/width")
+    parser.add_argument("--image", type=int, default=224, help="ResNet-18 input height/width")
     args = parser.parse_args()
     print(f"machine: nproc {os.cpu_count()}, {platform.processor() or platform.machine()}, "
           f"Python {platform.python_version()}, NumPy {np.__version__}")
