@@ -4,7 +4,8 @@ Usage: ``python bench/executor.py [--quick]``. Prints, in one run:
 
 * the seed MLP (512 → 256 → 128 → 2) at batch 1 and 64: ``Model.infer``, the plan's own
   ``run`` and a hand-written NumPy sequence of the same matmuls into preallocated outputs
-  (target: ``Model.infer`` ≤ 1.15× NumPy);
+  (target: ``Model.infer`` ≤ 1.15× NumPy), written with ``np.matmul`` and again with
+  ``np.dot`` (the call the plan makes: at batch 1 it skips the ufunc machinery);
 * ResNet-18 v1 (batch 1 and 8) and MobileNet v2 1.0 (batch 1) at 224×224: ms per image for our
   model, the floor (conv/FC FLOPs over NumPy's measured float32 matmul FLOP/s) and PyTorch on
   the CPU with the same weights, plus the two outputs' max abs difference and our time per op
@@ -37,6 +38,7 @@ from engine.graph.infer import infer_shapes  # noqa: E402
 from engine.runtime import Model  # noqa: E402
 
 MLP_CALLS = 200  # calls per timed round of the MLP (one call is microseconds)
+MLP_ROUNDS = 31  # at least: a round takes milliseconds, so one burst of load can skew a few
 GEMM_SIZE = 2048
 
 
@@ -98,15 +100,16 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1e3:.3f}"
 
 
-def numpy_mlp(params: dict[str, np.ndarray], batch: int) -> Callable[[np.ndarray], np.ndarray]:
-    """The MLP by hand: matmuls into preallocated outputs, bias and ReLU in place."""
+def numpy_mlp(params: dict[str, np.ndarray], batch: int,
+              product: Callable[..., Any] = np.matmul) -> Callable[[np.ndarray], np.ndarray]:
+    """The MLP by hand: ``product`` into preallocated outputs, bias and ReLU in place."""
     weights = [params[f"dense{i}_weight"].T for i in range(3)]
     biases = [params[f"dense{i}_bias"] for i in range(3)]
     outs = [np.empty((batch, w.shape[1]), np.float32) for w in weights]
 
     def run(x: np.ndarray) -> np.ndarray:
         for index, (weight, bias, out) in enumerate(zip(weights, biases, outs)):
-            np.matmul(x, weight, out=out)
+            product(x, weight, out=out)
             out += bias
             if index < 2:
                 np.maximum(out, 0, out=out)
@@ -118,15 +121,16 @@ def numpy_mlp(params: dict[str, np.ndarray], batch: int) -> Callable[[np.ndarray
 
 def bench_mlp(repeat: int) -> None:
     """Model.infer, Plan.run and hand-written NumPy on the seed MLP."""
+    rounds = max(repeat, MLP_ROUNDS)
     print("\nseed MLP 512-256(relu)-128(relu)-2, ms per call "
-          f"(median of {repeat} rounds of {MLP_CALLS} calls [best])")
-    print(f"{'batch':>5} {'Model.infer':>18} {'plan.run':>18} {'numpy':>18} "
-          f"{'infer/numpy':>13} {'max|diff|':>9}")
+          f"(median of {rounds} rounds of {MLP_CALLS} calls [best])")
+    print(f"{'batch':>5} {'Model.infer':>18} {'plan.run':>18} {'numpy matmul':>18} "
+          f"{'numpy dot':>18} {'infer/matmul':>14} {'infer/dot':>14} {'max|diff|':>9}")
     symbol = nets.mlp()
     params = nets.random_params(symbol, (1, 512))
     model = engine.load_model(symbol, params, optimize=True)
     for batch in (1, 64):
-        mlp_row(model, params, batch, repeat)
+        mlp_row(model, params, batch, rounds)
 
 
 def mlp_row(model: Model, params: dict[str, np.ndarray], batch: int, repeat: int) -> None:
@@ -135,13 +139,17 @@ def mlp_row(model: Model, params: dict[str, np.ndarray], batch: int, repeat: int
     feed = {"data": x}
     plan = model.plan_for(feed)
     by_hand = numpy_mlp(params, batch)
+    by_dot = numpy_mlp(params, batch, np.dot)
     diff = float(np.abs(model.infer(feed)["dense2_output"] - by_hand(x)).max())
     times = interleaved({"infer": lambda: model.infer(feed), "run": lambda: plan.run(feed),
-                         "numpy": lambda: by_hand(x)}, repeat, MLP_CALLS)
-    infer, run, numpy = times["infer"], times["run"], times["numpy"]
-    cells = [f"{ms(med)} [{ms(best)}]" for med, best in (infer, run, numpy)]
-    print(f"{batch:>5} {cells[0]:>18} {cells[1]:>18} {cells[2]:>18} "
-          f"{infer[0] / numpy[0]:>5.2f}× [{infer[1] / numpy[1]:.2f}×] {diff:>9.1e}")
+                         "matmul": lambda: by_hand(x), "dot": lambda: by_dot(x)},
+                        repeat, MLP_CALLS)
+    infer = times["infer"]
+    cells = [f"{ms(med)} [{ms(best)}]" for med, best in times.values()]
+    ratios = [f"{infer[0] / times[name][0]:.2f}× [{infer[1] / times[name][1]:.2f}×]"
+              for name in ("matmul", "dot")]
+    print(f"{batch:>5} {cells[0]:>18} {cells[1]:>18} {cells[2]:>18} {cells[3]:>18} "
+          f"{ratios[0]:>14} {ratios[1]:>14} {diff:>9.1e}")
 
 
 def bench_cnn(name: str, symbol: Any, torch_module: Any, batch: int, repeat: int,

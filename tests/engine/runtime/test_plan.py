@@ -5,21 +5,23 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import pytest
 
 import engine
+from engine import sym
 from engine.runtime.plan import Plan
 from tests.conformance.fixtures import model_files, model_io_sets
 from tests.engine.compiler.graphs import conv_bn_relu, mlp
 from tests.engine.runtime.helpers import run_allocation
 
 
-def test_steady_state_run_allocates_no_arrays() -> None:
+@pytest.mark.parametrize("rows", [1, 256])
+def test_steady_state_run_allocates_no_arrays(rows: int) -> None:
     graph, _ = mlp()
-    rows = 256
     plan = Plan(graph, {"data": (rows, 512)}, {"data": np.dtype(np.float32)})
     feed = {"data": np.random.default_rng(0).normal(size=(rows, 512)).astype(np.float32)}
     peak, kept = run_allocation(plan, feed, 20)
-    # The smallest activation is (256, 128) float32 = 128 KiB; a run may only use numpy's fixed
+    # At 256 rows the smallest activation is 128 KiB; a run may only use numpy's fixed
     # ufunc scratch buffer (at most 8192 elements, for broadcasting the bias) and small objects.
     assert peak < 48 * 1024, f"a run allocated up to {peak} bytes"
     assert kept < 8 * 1024  # nothing kept: 20 leaked activations would be 2.5 MiB
@@ -98,3 +100,25 @@ def test_plan_shared_by_threads_gives_each_caller_its_rows() -> None:
     for index, batch in enumerate(batches):
         want = list(reference.infer({"data": batch}).values())[0]
         np.testing.assert_allclose(results[index], want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("flatten", [True, False])
+@pytest.mark.parametrize("dtype, tolerance", [(np.float16, 1e-2), (np.float32, 1e-5),
+                                              (np.float64, 1e-12)])
+def test_bound_fully_connected_agrees_with_the_reference(flatten: bool, dtype: type,
+                                                         tolerance: float) -> None:
+    # float32 and float64 products go through np.dot, which writes only exact-dtype C-order
+    # outputs; float16 falls back to np.matmul. Both must give the reference's numbers.
+    net = sym.Activation(sym.FullyConnected(sym.var("data"), num_hidden=7, flatten=flatten),
+                         act_type="relu")
+    rng = np.random.default_rng(3)
+    for shape in [(1, 3, 4), (5, 3, 4)]:
+        args, _, _ = net.infer_shape(data=shape)
+        params = {name: rng.normal(size=size).astype(dtype)
+                  for name, size in zip(net.list_arguments(), args) if name != "data"}
+        data = rng.normal(size=shape).astype(dtype)
+        got = list(engine.load_model(net, params).infer({"data": data}).values())[0]
+        want = list(engine.load_model(net, params, optimize=False).infer({"data": data})
+                    .values())[0]
+        assert got.dtype == dtype and got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=tolerance, atol=tolerance)
