@@ -33,31 +33,46 @@ def _shape_fits(expected: tuple[int, ...], given: tuple[int, ...]) -> bool:
 def check_inputs(handle: LoadedVersion, arrays: Mapping[str, np.ndarray],
                  datatypes: Mapping[str, str] | None = None) -> None:
     """400 unless `arrays` are exactly the config's inputs, with its datatypes and shapes."""
-    config = handle.config
-    assert config.inputs is not None  # completed when the version was loaded
-    where = f"model {handle.name!r} version {handle.version}"
-    specs: dict[str, TensorConfig] = {tensor.name: tensor for tensor in config.inputs}
-    unknown = [name for name in arrays if name not in specs]
-    if unknown:
-        raise BadRequest(f"{where} has no input {codecs.names(unknown)}; its inputs are "
-                         f"{codecs.names(list(specs))}")
-    missing = [name for name in specs if name not in arrays]
-    if missing:
-        spec = specs[missing[0]]
-        raise BadRequest(f"{where}: missing input {spec.name!r} ({spec.datatype} "
-                         f"{list(spec.shape)})")
+    specs = handle.input_specs
+    if arrays.keys() != specs.keys():
+        _refuse_names(handle, arrays)
+    max_rows = handle.config.max_batch_size
     for name, array in arrays.items():
         spec = specs[name]
         given = datatypes[name] if datatypes is not None else codecs.datatype_of(array.dtype)
-        if given != spec.datatype:
-            raise BadRequest(f"{where}: input {name!r} has datatype {given}; expected "
-                             f"{spec.datatype}")
-        if not _shape_fits(spec.shape, array.shape):
-            raise BadRequest(f"{where}: input {name!r} has shape {list(array.shape)}; expected "
-                             f"{list(spec.shape)} (-1: any size)")
-        if array.shape[0] > config.max_batch_size:
-            raise BadRequest(f"{where}: input {name!r} has {array.shape[0]} rows; "
-                             f"max_batch_size is {config.max_batch_size}, split the request")
+        if (given != spec.datatype or not _shape_fits(spec.shape, array.shape)
+                or array.shape[0] > max_rows):
+            _refuse_tensor(handle, spec, array, given)
+
+
+def _refuse_names(handle: LoadedVersion, arrays: Mapping[str, np.ndarray]) -> None:
+    """The 400 for inputs that are not the config's: unknown names first, then missing."""
+    specs = handle.input_specs
+    unknown = [name for name in arrays if name not in specs]
+    if unknown:
+        raise BadRequest(f"{_where(handle)} has no input {codecs.names(unknown)}; its inputs "
+                         f"are {codecs.names(list(specs))}")
+    spec = next(spec for name, spec in specs.items() if name not in arrays)
+    raise BadRequest(f"{_where(handle)}: missing input {spec.name!r} ({spec.datatype} "
+                     f"{list(spec.shape)})")
+
+
+def _refuse_tensor(handle: LoadedVersion, spec: TensorConfig, array: np.ndarray,
+                   given: str) -> None:
+    """The 400 for an input of the wrong datatype, shape or number of rows."""
+    where, name = _where(handle), spec.name
+    if given != spec.datatype:
+        raise BadRequest(f"{where}: input {name!r} has datatype {given}; expected "
+                         f"{spec.datatype}")
+    if not _shape_fits(spec.shape, array.shape):
+        raise BadRequest(f"{where}: input {name!r} has shape {list(array.shape)}; expected "
+                         f"{list(spec.shape)} (-1: any size)")
+    raise BadRequest(f"{where}: input {name!r} has {array.shape[0]} rows; max_batch_size is "
+                     f"{handle.config.max_batch_size}, split the request")
+
+
+def _where(handle: LoadedVersion) -> str:
+    return f"model {handle.name!r} version {handle.version}"
 
 
 class InferenceService:
@@ -89,9 +104,8 @@ class InferenceService:
         """``POST /predict``: the response body."""
         request = codecs.decode_predict(body)
         handle = self.repository.get(request.model, request.version)
-        assert handle.config.inputs is not None
-        dtypes = {tensor.name: tensor.dtype for tensor in handle.config.inputs}
-        arrays = codecs.predict_arrays(request.inputs, dtypes, self.max_tensor_elements)
+        arrays = codecs.predict_arrays(request.inputs, handle.input_dtypes,
+                                       self.max_tensor_elements)
         check_inputs(handle, arrays)
         answer = await self.run(handle, arrays)
         return {"model": handle.name, "version": handle.version,

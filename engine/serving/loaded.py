@@ -62,6 +62,9 @@ class LoadedVersion:
         self.config_digest = config_digest
         self._activation_cache: dict[Any, int] = {}
         assert config.inputs is not None and config.outputs is not None  # completed on load
+        # Looked up on every request: built once here, not from the config each time.
+        self.input_specs = {tensor.name: tensor for tensor in config.inputs}
+        self.input_dtypes = {tensor.name: tensor.dtype for tensor in config.inputs}
         self.largest_plan = _signature(input_shapes(config.inputs, config.max_batch_size))
 
     def renumber(self, version: int, config_digest: str | None) -> None:
