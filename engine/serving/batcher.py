@@ -2,8 +2,8 @@
 
 Requests whose inputs have the same names, non-batch shapes and dtypes form a group; a group is
 dispatched when its rows reach `max_batch_size` or a preferred size, or when its oldest request
-has waited `max_queue_delay` for company (counted from when a batch slot was free, not from
-while every slot was busy). Each caller gets exactly its own rows back.
+has waited `max_queue_delay` (a delay that ran out while every batch slot was busy starts again
+when one frees). Each caller gets exactly its own rows back.
 """
 
 from __future__ import annotations
@@ -238,11 +238,13 @@ class DynamicBatcher:
             idle = self.policy.dispatch_when_idle and not self._running
             for key, group in self._groups.items():
                 count, rows, full = self._plan(group)
-                # Time spent waiting for a busy slot is not time spent waiting for company:
-                # counting it would dispatch whatever queued during a long batch the moment
-                # it ends, before the callers of that batch can come back, and a steady load
-                # would settle into alternating small and large batches.
-                due = max(group[0].enqueued, self._slot_freed) + self.policy.max_queue_delay_s
+                due = group[0].enqueued + self.policy.max_queue_delay_s
+                if due < self._slot_freed:
+                    # Its delay ran out while every slot was busy: that was no wait for
+                    # company. Dispatching it the moment a long batch ends, before that batch's
+                    # callers can come back, would settle a steady load into alternating
+                    # small and large batches; it gets one delay from the free slot instead.
+                    due = self._slot_freed + self.policy.max_queue_delay_s
                 if full or due <= now or self._closing or (idle and rows >= self._last_rows):
                     ready.append((group[0].enqueued, key, count))
                 elif wake_at is None or due < wake_at:
