@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NoReturn
 
 import numpy as np
 
@@ -45,7 +46,7 @@ def check_inputs(handle: LoadedVersion, arrays: Mapping[str, np.ndarray],
             _refuse_tensor(handle, spec, array, given)
 
 
-def _refuse_names(handle: LoadedVersion, arrays: Mapping[str, np.ndarray]) -> None:
+def _refuse_names(handle: LoadedVersion, arrays: Mapping[str, np.ndarray]) -> NoReturn:
     """The 400 for inputs that are not the config's: unknown names first, then missing."""
     specs = handle.input_specs
     unknown = [name for name in arrays if name not in specs]
@@ -58,7 +59,7 @@ def _refuse_names(handle: LoadedVersion, arrays: Mapping[str, np.ndarray]) -> No
 
 
 def _refuse_tensor(handle: LoadedVersion, spec: TensorConfig, array: np.ndarray,
-                   given: str) -> None:
+                   given: str) -> NoReturn:
     """The 400 for an input of the wrong datatype, shape or number of rows."""
     where, name = _where(handle), spec.name
     if given != spec.datatype:
