@@ -110,11 +110,7 @@ def run_load(url: str, request_file: Path, concurrency: int, seconds: float,
 
 def minimal_app(model_dir: Path) -> Any:
     """A minimal FastAPI app: the same models, inline, one request at a time."""
-    import engine
-
-    models = {name: engine.load_model(model_dir / name / "model-symbol.json",
-                                      model_dir / name / "model-0000.params")
-              for name in ("seed_mlp", "resnet18")}
+    models = {name: load_plain(model_dir / name) for name in ("seed_mlp", "resnet18")}
     app = FastAPI()
 
     @app.post("/predict")
@@ -277,14 +273,15 @@ def measure(seconds: float, resnet_seconds: float, image: int) -> list[dict[str,
             for label, server, key, duration in plan:
                 for concurrency in CONCURRENCY[label.rpartition("/")[2]]:
                     reference = (label, concurrency) == ("hybridserve/resnet18", 8)
-                    before = executor_images(work / "plain" / "resnet18", image) \
-                        if reference else {}
+                    if reference:
+                        model = load_plain(work / "plain" / "resnet18")
+                        before = executor_images(model, image)
                     result = run_load(urls[server], requests[key], concurrency, duration,
                                       min(2.0, duration / 2))
                     rows.append({"target": label, "concurrency": concurrency, **result})
                     print(_row(rows[-1]), flush=True)
                     if reference:
-                        after = executor_images(work / "plain" / "resnet18", image)
+                        after = executor_images(model, image)
                         rows += executor_rows(before, after)
         finally:
             for process in servers:
@@ -292,7 +289,14 @@ def measure(seconds: float, resnet_seconds: float, image: int) -> list[dict[str,
     return rows
 
 
-def executor_images(model_dir: Path, image: int) -> dict[int, float]:
+def load_plain(model_dir: Path) -> Any:
+    """The model `build_models` wrote as plain files in ``model_dir``."""
+    import engine
+
+    return engine.load_model(model_dir / "model-symbol.json", model_dir / "model-0000.params")
+
+
+def executor_images(model: Any, image: int) -> dict[int, float]:
     """ResNet-18's images/s through `Model.infer` in this process, per batch size.
 
     One BLAS thread, as the server's compute thread has; the best batch size is the reference
@@ -300,9 +304,6 @@ def executor_images(model_dir: Path, image: int) -> dict[int, float]:
     """
     from threadpoolctl import threadpool_limits
 
-    import engine
-
-    model = engine.load_model(model_dir / "model-symbol.json", model_dir / "model-0000.params")
     images = {}
     with threadpool_limits(1, user_api="blas"):
         for batch in EXECUTOR_BATCHES:
