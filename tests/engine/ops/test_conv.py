@@ -3,29 +3,19 @@
 from __future__ import annotations
 
 import itertools
-from typing import Any
 
 import numpy as np
 import pytest
 
 from engine.errors import ModelFormatError, ShapeError
 from engine.ops import get_op
+from tests.engine.ops.helpers import run_op
 
 RNG = np.random.default_rng(7)
 
 
 def _random(*shape: int) -> np.ndarray:
     return RNG.standard_normal(shape).astype(np.float32)
-
-
-def _run(name: str, attrs: dict[str, Any], inputs: list[np.ndarray],
-         out: np.ndarray | None = None) -> np.ndarray:
-    op = get_op(name)
-    parsed = op.parse_attrs(attrs)
-    _, (shape,) = op.infer_shape(parsed, [tuple(array.shape) for array in inputs])
-    (result,) = op.compute(np, parsed, inputs, out=out)
-    assert result.shape == shape
-    return result
 
 
 def naive_conv(data: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, stride: tuple,
@@ -79,7 +69,7 @@ def test_convolution_matches_naive_reference(case: tuple) -> None:
              "pad": str(pad), "num_filter": str(filters), "num_group": str(group),
              "no_bias": str(no_bias)}
     inputs = [data, weight] + ([] if bias is None else [bias])
-    result = _run("Convolution", attrs, inputs)
+    result = run_op("Convolution", attrs, inputs)
     expected = naive_conv(data, weight, bias, stride, dilate, pad, group)
     np.testing.assert_allclose(result, expected, rtol=1e-4, atol=1e-4)
     assert result.dtype == np.float32
@@ -136,13 +126,13 @@ def test_convolution_writes_into_out(group: int) -> None:
     attrs = {"kernel": "(3, 3)", "pad": "(1, 1)", "num_filter": "8", "num_group": str(group)}
     expected = naive_conv(data, weight, bias, (1, 1), (1, 1), (1, 1), group)
     out = np.full((2, 8, 6, 6), np.nan, dtype=np.float32)
-    result = _run("Convolution", attrs, [data, weight, bias], out=out)
+    result = run_op("Convolution", attrs, [data, weight, bias], out=out)
     assert result is out
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
     # A non-contiguous destination (a transposed view) is filled too.
     backing = np.full((2, 6, 6, 8), np.nan, dtype=np.float32)
     view = backing.transpose(0, 3, 1, 2)
-    _run("Convolution", attrs, [data, weight, bias], out=view)
+    run_op("Convolution", attrs, [data, weight, bias], out=view)
     np.testing.assert_allclose(view, expected, rtol=1e-4, atol=1e-4)
 
 
@@ -167,7 +157,7 @@ def test_deconvolution_is_the_adjoint_of_convolution(case: tuple) -> None:
     attrs = {"kernel": str(kernel), "stride": str(stride), "dilate": str(dilate),
              "pad": str(pad), "adj": str(adj), "num_filter": str(shape[1]),
              "num_group": str(group)}
-    backward = _run("Deconvolution", attrs, [cotangent, weight])
+    backward = run_op("Deconvolution", attrs, [cotangent, weight])
     assert backward.shape == data.shape
     np.testing.assert_allclose(np.vdot(forward, cotangent), np.vdot(data, backward), rtol=1e-9)
 
@@ -195,12 +185,12 @@ def test_deconvolution_shapes_bias_and_out() -> None:
 
 def test_upsampling_nearest_concat_and_sum() -> None:
     first, second = _random(1, 2, 3, 4), _random(1, 3, 6, 8)
-    concat = _run("UpSampling", {"scale": "2", "sample_type": "nearest", "num_args": "2"},
+    concat = run_op("UpSampling", {"scale": "2", "sample_type": "nearest", "num_args": "2"},
                   [first, second])
     np.testing.assert_array_equal(concat[:, :2], first.repeat(2, axis=2).repeat(2, axis=3))
     np.testing.assert_array_equal(concat[:, 2:], second)
     other = _random(1, 2, 6, 8)
-    total = _run("UpSampling", {"scale": "2", "sample_type": "nearest", "num_args": "2",
+    total = run_op("UpSampling", {"scale": "2", "sample_type": "nearest", "num_args": "2",
                                 "multi_input_mode": "sum"}, [first, other])
     np.testing.assert_allclose(total, first.repeat(2, axis=2).repeat(2, axis=3) + other)
     op = get_op("UpSampling")
@@ -219,8 +209,8 @@ def test_upsampling_bilinear_infers_weight() -> None:
     inputs, (out,) = op.infer_shape(attrs, [(2, 4, 5, 6), None])
     assert inputs == [(2, 4, 5, 6), (4, 1, 5, 5)] and out == (2, 4, 15, 18)
     data, weight = _random(2, 4, 5, 6), _random(4, 1, 5, 5)
-    result = _run("UpSampling", {"scale": "3", "sample_type": "bilinear", "num_args": "2",
+    result = run_op("UpSampling", {"scale": "3", "sample_type": "bilinear", "num_args": "2",
                                  "num_filter": "4"}, [data, weight])
-    deconv = _run("Deconvolution", {"kernel": "(5, 5)", "stride": "(3, 3)", "pad": "(1, 1)",
+    deconv = run_op("Deconvolution", {"kernel": "(5, 5)", "stride": "(3, 3)", "pad": "(1, 1)",
                                     "num_filter": "4", "num_group": "4"}, [data, weight])
     np.testing.assert_allclose(result, deconv, rtol=1e-6)

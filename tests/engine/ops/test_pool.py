@@ -4,29 +4,19 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Any
 
 import numpy as np
 import pytest
 
 from engine.errors import ShapeError
 from engine.ops import get_op
+from tests.engine.ops.helpers import run_op
 
 RNG = np.random.default_rng(11)
 
 
 def _random(*shape: int) -> np.ndarray:
     return RNG.standard_normal(shape).astype(np.float32)
-
-
-def _run(name: str, attrs: dict[str, Any], inputs: list[np.ndarray],
-         out: np.ndarray | None = None) -> np.ndarray:
-    op = get_op(name)
-    parsed = op.parse_attrs(attrs)
-    _, (shape,) = op.infer_shape(parsed, [tuple(array.shape) for array in inputs])
-    (result,) = op.compute(np, parsed, inputs, out=out)
-    assert result.shape == shape
-    return result
 
 
 def naive_pool(data: np.ndarray, kind: str, kernel: tuple, stride: tuple, pad: tuple,
@@ -86,7 +76,7 @@ def test_pooling_matches_naive_reference(case: tuple) -> None:
     attrs = {"kernel": str(kernel), "stride": str(stride), "pad": str(pad), "pool_type": kind,
              "pooling_convention": "full" if full else "valid",
              "count_include_pad": str(include_pad), "p_value": "2"}
-    result = _run("Pooling", attrs, [data])
+    result = run_op("Pooling", attrs, [data])
     expected = naive_pool(data, kind, kernel, stride, pad, full, include_pad)
     np.testing.assert_allclose(result, expected, rtol=1e-5, atol=1e-5)
 
@@ -102,7 +92,7 @@ def test_pooling_stride_defaults_to_one() -> None:
 @pytest.mark.parametrize("kind", ["max", "avg", "sum", "lp"])
 def test_global_pooling_ignores_kernel_stride_pad(kind: str) -> None:
     data = _random(2, 3, 5, 6)
-    result = _run("_npx_pooling", {"global_pool": "True", "kernel": "(3, 3)", "pad": "(1, 1)",
+    result = run_op("_npx_pooling", {"global_pool": "True", "kernel": "(3, 3)", "pad": "(1, 1)",
                                    "stride": "(2, 2)", "pool_type": kind, "p_value": "3"},
                   [data])
     reduce = {"max": np.max, "avg": np.mean, "sum": np.sum,
@@ -116,9 +106,9 @@ def test_channels_last_pooling_matches_channels_first(layout: str) -> None:
     data = _random(2, 3, *(7,) * spatial)
     attrs = {"kernel": str((3,) * spatial), "stride": str((2,) * spatial),
              "pad": str((1,) * spatial), "pool_type": "avg"}
-    expected = _run("Pooling", attrs, [data])
+    expected = run_op("Pooling", attrs, [data])
     order = (0, *range(2, spatial + 2), 1)
-    last = _run("Pooling", {**attrs, "layout": layout}, [np.ascontiguousarray(
+    last = run_op("Pooling", {**attrs, "layout": layout}, [np.ascontiguousarray(
         data.transpose(order))])
     np.testing.assert_allclose(last, expected.transpose(order), rtol=1e-6)
 
@@ -128,11 +118,11 @@ def test_pooling_writes_into_out() -> None:
     attrs = {"kernel": "(2, 2)", "stride": "(2, 2)", "pool_type": "max"}
     expected = naive_pool(data, "max", (2, 2), (2, 2), (0, 0))
     out = np.full((1, 3, 4, 4), np.nan, dtype=np.float32)
-    assert _run("Pooling", attrs, [data], out=out) is out
+    assert run_op("Pooling", attrs, [data], out=out) is out
     np.testing.assert_array_equal(out, expected)
     backing = np.full((1, 4, 4, 3), np.nan, dtype=np.float32)
     view = backing.transpose(0, 3, 1, 2)
-    _run("Pooling", attrs, [data], out=view)
+    run_op("Pooling", attrs, [data], out=view)
     np.testing.assert_array_equal(view, expected)
 
 
@@ -177,7 +167,7 @@ def naive_resize(data: np.ndarray, height: int, width: int, align: bool) -> np.n
 @pytest.mark.parametrize("size", [(7, 5), (2, 3), (1, 1), (9, 12)])
 def test_bilinear_resize_matches_naive_reference(align: bool, size: tuple[int, int]) -> None:
     data = _random(2, 3, 4, 6)
-    result = _run("_contrib_BilinearResize2D", {"height": str(size[0]), "width": str(size[1]),
+    result = run_op("_contrib_BilinearResize2D", {"height": str(size[0]), "width": str(size[1]),
                                                 "align_corners": str(align)}, [data])
     np.testing.assert_allclose(result, naive_resize(data, *size, align), rtol=1e-5, atol=1e-5)
 
