@@ -133,6 +133,16 @@ class BatchNorm(HybridBlock):
         return F.BatchNorm(x, gamma, beta, running_mean, running_var, name="fwd", **self._kwargs)
 
 
+def _add_gamma_beta(block: HybridBlock, in_channels: int, gamma_initializer: Any,
+                    beta_initializer: Any, scale: bool, center: bool) -> None:
+    """A normalization layer's per-channel scale ``gamma`` and shift ``beta``."""
+    with block.name_scope():
+        block.gamma = block.params.get("gamma", shape=(in_channels,), init=gamma_initializer,
+                                       allow_deferred_init=True, differentiable=scale)
+        block.beta = block.params.get("beta", shape=(in_channels,), init=beta_initializer,
+                                      allow_deferred_init=True, differentiable=center)
+
+
 class LayerNorm(HybridBlock):
     """Layer normalization over ``axis``."""
 
@@ -141,11 +151,7 @@ class LayerNorm(HybridBlock):
                  gamma_initializer: Any = "ones", in_channels: int = 0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._axis, self._epsilon = axis, epsilon
-        with self.name_scope():
-            self.gamma = self.params.get("gamma", shape=(in_channels,), init=gamma_initializer,
-                                         allow_deferred_init=True, differentiable=scale)
-            self.beta = self.params.get("beta", shape=(in_channels,), init=beta_initializer,
-                                        allow_deferred_init=True, differentiable=center)
+        _add_gamma_beta(self, in_channels, gamma_initializer, beta_initializer, scale, center)
 
     def hybrid_forward(self, F: Any, data: Any, gamma: Any, beta: Any) -> Any:  # noqa: N803
         return F.LayerNorm(data, gamma=gamma, beta=beta, axis=self._axis, eps=self._epsilon)
@@ -159,11 +165,7 @@ class InstanceNorm(HybridBlock):
                  gamma_initializer: Any = "ones", in_channels: int = 0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._axis, self._epsilon = axis, epsilon
-        with self.name_scope():
-            self.gamma = self.params.get("gamma", shape=(in_channels,), init=gamma_initializer,
-                                         allow_deferred_init=True, differentiable=scale)
-            self.beta = self.params.get("beta", shape=(in_channels,), init=beta_initializer,
-                                        allow_deferred_init=True, differentiable=center)
+        _add_gamma_beta(self, in_channels, gamma_initializer, beta_initializer, scale, center)
 
     def hybrid_forward(self, F: Any, x: Any, gamma: Any, beta: Any) -> Any:  # noqa: N803
         if self._axis == 1:
