@@ -15,6 +15,7 @@ import numpy as np
 import orjson
 
 from engine.serving.config import DATATYPES, datatype_of
+from service import json_tensors
 from service.errors import BadRequest, PayloadTooLarge
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
@@ -44,11 +45,13 @@ class V2Request:
 
 @dataclass
 class PredictRequest:
-    """A decoded ``POST /predict`` body; inputs are still JSON values (no dtype known yet)."""
+    """A decoded ``POST /predict`` body; inputs are still JSON values (no dtype known yet):
+    Python scalars or `json_tensors` proxies."""
 
     model: str
     version: str | None
     inputs: dict[str, Any]
+    brackets: int  # how many "[" the body holds: see `json_tensors.read_floats`
 
 
 def load_json(body: bytes, what: str = "request body") -> Any:
@@ -247,7 +250,10 @@ def encode_v2_response(model: str, version: int, outputs: Mapping[str, np.ndarra
 
 def decode_predict(body: bytes) -> PredictRequest:
     """Decode ``{"model": NAME, "version": optional, "inputs": {name: nested list}}``."""
-    request = _object(load_json(body), "predict request")
+    document = json_tensors.parse(body)
+    if not isinstance(document, json_tensors.Object):
+        _object(json_tensors.plain(document), "predict request")
+    request = json_tensors.members(document)
     unknown = sorted(set(request) - {"model", "version", "inputs"})
     if unknown:
         raise BadRequest(f"predict request: unknown fields {unknown}; expected model, version, "
@@ -259,23 +265,28 @@ def decode_predict(body: bytes) -> PredictRequest:
     if version is not None and (isinstance(version, bool)
                                 or not isinstance(version, (int, str))):
         raise BadRequest(f"predict request: 'version' must be an integer or a string, got "
-                         f"{version!r:.50}")
-    inputs = _object(request.get("inputs"), "predict request: 'inputs'")
+                         f"{json_tensors.plain(version)!r:.50}")
+    inputs = request.get("inputs")
+    if not isinstance(inputs, json_tensors.Object):
+        _object(json_tensors.plain(inputs), "predict request: 'inputs'")
     if not inputs:
         raise BadRequest("predict request: 'inputs' must name at least one input")
-    return PredictRequest(model, None if version is None else str(version), inputs)
+    return PredictRequest(model, None if version is None else str(version),
+                          json_tensors.members(inputs), json_tensors.brackets(body))
 
 
-def predict_arrays(inputs: Mapping[str, Any], dtypes: Mapping[str, np.dtype],
+def predict_arrays(request: PredictRequest, dtypes: Mapping[str, np.dtype],
                    max_elements: int) -> dict[str, np.ndarray]:
-    """Nested lists to arrays of each input's dtype (inputs not in `dtypes` are left to the
+    """The inputs as arrays of each input's dtype (inputs not in `dtypes` are left to the
     caller's name check, converted as float32)."""
-    arrays = {}
-    for name, value in inputs.items():
-        where = f"input {name!r}"
-        array = array_from_json(value, dtypes.get(name, np.dtype(np.float32)), where)
-        check_elements(array.size, max_elements, where)
-        arrays[name] = array
+    arrays = json_tensors.read_floats(request.inputs, dtypes, request.brackets)
+    if arrays is None:
+        arrays = {name: array_from_json(json_tensors.plain(value),
+                                        dtypes.get(name, np.dtype(np.float32)),
+                                        f"input {name!r}")
+                  for name, value in request.inputs.items()}
+    for name, array in arrays.items():
+        check_elements(array.size, max_elements, f"input {name!r}")
     return arrays
 
 

@@ -101,13 +101,17 @@ class InferenceService:
                                          time.perf_counter() - started)
         return Answer(handle, outputs)
 
-    async def predict(self, body: bytes) -> dict[str, object]:
-        """``POST /predict``: the response body."""
+    def predict_inputs(self, body: bytes) -> tuple[LoadedVersion, dict[str, np.ndarray]]:
+        """A ``POST /predict`` body decoded and checked: the version to run, and its inputs."""
         request = codecs.decode_predict(body)
         handle = self.repository.get(request.model, request.version)
-        arrays = codecs.predict_arrays(request.inputs, handle.input_dtypes,
-                                       self.max_tensor_elements)
+        arrays = codecs.predict_arrays(request, handle.input_dtypes, self.max_tensor_elements)
         check_inputs(handle, arrays)
+        return handle, arrays
+
+    async def predict(self, body: bytes) -> dict[str, object]:
+        """``POST /predict``: the response body."""
+        handle, arrays = self.predict_inputs(body)
         answer = await self.run(handle, arrays)
         return {"model": handle.name, "version": handle.version,
                 "outputs": codecs.predict_outputs(answer.outputs)}

@@ -101,7 +101,7 @@ def test_encode_json_and_binary_outputs() -> None:
 def test_predict_body() -> None:
     request = codecs.decode_predict(b'{"model": "m", "version": 2, "inputs": {"x": [[1, 2]]}}')
     assert (request.model, request.version) == ("m", "2")
-    arrays = codecs.predict_arrays(request.inputs, {"x": np.dtype(np.float64)}, LIMIT)
+    arrays = codecs.predict_arrays(request, {"x": np.dtype(np.float64)}, LIMIT)
     assert arrays["x"].dtype == np.float64 and arrays["x"].shape == (1, 2)
     with pytest.raises(BadRequest, match="unknown fields \\['extra'\\]"):
         codecs.decode_predict(b'{"model": "m", "inputs": {"x": [1]}, "extra": 1}')

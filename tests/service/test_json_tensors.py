@@ -1,0 +1,163 @@
+"""/predict's inputs read from simdjson's tape agree with Python lists read by NumPy."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from service import codecs, json_tensors
+from service.errors import BadRequest
+
+LIMIT = 1 << 20
+FLOATS = [np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)]
+
+
+def _body(inputs: dict[str, object]) -> bytes:
+    return json.dumps({"model": "m", "inputs": inputs}).encode()
+
+
+def _reference(body: bytes, dtypes: dict[str, np.dtype]) -> dict[str, np.ndarray] | str:
+    """What NumPy makes of orjson's Python lists: the arrays, or the error message."""
+    try:
+        return {name: codecs.array_from_json(value, dtypes[name], f"input {name!r}")
+                for name, value in orjson.loads(body)["inputs"].items()}
+    except BadRequest as error:
+        return str(error)
+
+
+def _decoded(body: bytes, dtypes: dict[str, np.dtype]) -> dict[str, np.ndarray] | str:
+    try:
+        return codecs.predict_arrays(codecs.decode_predict(body), dtypes, LIMIT)
+    except BadRequest as error:
+        return str(error)
+
+
+def _fast(body: bytes, dtypes: dict[str, np.dtype]) -> dict[str, np.ndarray] | None:
+    request = codecs.decode_predict(body)
+    return json_tensors.read_floats(request.inputs, dtypes, request.brackets)
+
+
+def _assert_same(got: dict[str, np.ndarray] | str, want: dict[str, np.ndarray] | str) -> None:
+    if isinstance(want, str):
+        assert got == want
+        return
+    assert not isinstance(got, str), got
+    assert got.keys() == want.keys()
+    for name, array in want.items():
+        assert got[name].dtype == array.dtype and got[name].shape == array.shape
+        np.testing.assert_array_equal(got[name], array)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shape", [(512,), (1, 512), (2, 3, 4), (0,), (2, 0), (3, 1, 1)])
+def test_regular_float_tensors_are_read_from_the_tape(dtype: np.dtype, shape: tuple) -> None:
+    values = np.random.default_rng(0).normal(size=shape).astype(np.float32)
+    body = _body({"x": values.tolist()})
+    dtypes = {"x": dtype}
+    assert _fast(body, dtypes) is not None  # the fast read is taken...
+    _assert_same(_decoded(body, dtypes), _reference(body, dtypes))  # ...and agrees
+
+
+@pytest.mark.parametrize("data", [
+    [[1, 2], [3]],             # uneven rows: NumPy's error
+    [[1, [2]], [3, 4]],        # an array where a number belongs, same element count
+    [[1, []], [[2, 3], 4]],    # arrays of either size making up the count
+    [[2], 4],                  # an array and a number on one level
+    [[[2]], [3]],              # uneven depth
+    [1, None],                 # null among the numbers
+    [True, 1.5],               # NumPy reads booleans as numbers
+    [1, "2"],                  # NumPy reads numeric strings
+    [[1, 2], "ab"],
+    7.5,                       # a scalar
+    [],
+])
+def test_irregular_or_mixed_values_get_numpy_s_answer(data: object) -> None:
+    body = _body({"x": data})
+    dtypes = {"x": np.dtype(np.float32)}
+    _assert_same(_decoded(body, dtypes), _reference(body, dtypes))
+
+
+def test_a_hidden_array_is_refused_not_flattened() -> None:
+    body = _body({"x": [[1, [2]], [3, 4]]})
+    assert _fast(body, {"x": np.dtype(np.float32)}) is None
+    with pytest.raises(BadRequest, match="cannot be read as FP32"):
+        codecs.predict_arrays(codecs.decode_predict(body), {"x": np.dtype(np.float32)}, LIMIT)
+
+
+def test_integer_inputs_keep_every_digit() -> None:
+    big = 2**62 + 1  # not a float64
+    body = _body({"ids": [[big, -big]]})
+    arrays = codecs.predict_arrays(codecs.decode_predict(body), {"ids": np.dtype(np.int64)},
+                                   LIMIT)
+    assert arrays["ids"].tolist() == [[big, -big]]
+
+
+def test_brackets_in_names_only_cost_the_fast_read() -> None:
+    body = _body({"x[0]": [[0.5, 1.5]], "y": [[2.5]]})
+    dtypes = {"x[0]": np.dtype(np.float32), "y": np.dtype(np.float32)}
+    assert _fast(body, dtypes) is None
+    _assert_same(_decoded(body, dtypes), _reference(body, dtypes))
+
+
+def test_inputs_of_other_dtypes_or_unknown_names_use_numpy() -> None:
+    body = _body({"x": [[1.5, 2.5]], "mask": [[1, 0]]})
+    dtypes = {"x": np.dtype(np.float32), "mask": np.dtype(np.int32)}
+    assert _fast(body, dtypes) is None
+    _assert_same(_decoded(body, dtypes), _reference(body, dtypes))
+    unknown = codecs.predict_arrays(codecs.decode_predict(body), {}, LIMIT)
+    assert unknown["mask"].dtype == np.float32  # left to the caller's name check
+
+
+def test_element_limit_applies_to_the_fast_read() -> None:
+    body = _body({"x": [[0.0] * 100]})
+    with pytest.raises(codecs.PayloadTooLarge, match="100 elements exceed the limit of 10"):
+        codecs.predict_arrays(codecs.decode_predict(body), {"x": np.dtype(np.float32)}, 10)
+
+
+@pytest.mark.parametrize("body, message", [
+    (b"[1, 2", "not valid JSON"),
+    (b'{"model": "m", "inputs": {"x": [1e400]}}', "not valid JSON"),
+    (b'{"model": "m", "inputs": {"x": [123456789012345678901234567]}}', "not valid JSON"),
+    (b"\xff", "not valid JSON"),
+    (b"[1, 2]", "predict request must be a JSON object, got list"),
+    (b'{"model": "m", "inputs": [1]}', "'inputs' must be a JSON object, got list"),
+    (b'{"model": "m", "version": [1], "inputs": {"x": [1]}}', "got \\[1\\]"),
+])
+def test_bad_bodies_are_refused(body: bytes, message: str) -> None:
+    with pytest.raises(BadRequest, match=message):
+        codecs.decode_predict(body)
+
+
+def test_decoded_requests_stay_valid_after_later_parses() -> None:
+    first = codecs.decode_predict(_body({"x": [[1.0, 2.0]]}))
+    codecs.decode_predict(_body({"x": [[3.0, 4.0]]}))
+    arrays = codecs.predict_arrays(first, {"x": np.dtype(np.float32)}, LIMIT)
+    assert arrays["x"].tolist() == [[1.0, 2.0]]
+
+
+_leaf = st.one_of(st.floats(allow_nan=False, allow_infinity=False, width=32),
+                  st.integers(-2**31, 2**31), st.booleans(), st.none())
+_nested = st.recursive(st.lists(_leaf, max_size=4),
+                       lambda inner: st.lists(st.one_of(inner, _leaf), max_size=3), max_leaves=24)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.one_of(_nested, _leaf), dtype=st.sampled_from(FLOATS))
+def test_any_value_gets_the_same_answer_as_numpy(data: object, dtype: np.dtype) -> None:
+    body = _body({"x": data})
+    with np.errstate(over="ignore"):  # beyond float16's range: inf on both paths
+        _assert_same(_decoded(body, {"x": dtype}), _reference(body, {"x": dtype}))
+
+
+@settings(max_examples=150, deadline=None)
+@given(shape=st.lists(st.integers(0, 4), min_size=1, max_size=4), dtype=st.sampled_from(FLOATS))
+def test_any_regular_shape_is_read_fast(shape: list[int], dtype: np.dtype) -> None:
+    values = np.arange(int(np.prod(shape)), dtype=np.float64).reshape(shape) / 7
+    body = _body({"x": values.tolist()})
+    assert _fast(body, {"x": dtype}) is not None
+    _assert_same(_decoded(body, {"x": dtype}), _reference(body, {"x": dtype}))
