@@ -96,13 +96,19 @@ def _http_request(method: str, path: str, body: bytes = b"",
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
 
 
+def load_command(url: str, request_file: Path, concurrency: int, seconds: float,
+                 warmup: float) -> list[str]:
+    """The command running the load generator: it prints its result as JSON."""
+    return [sys.executable, __file__, "--load", url, str(request_file), str(concurrency),
+            str(seconds), str(warmup)]
+
+
 def run_load(url: str, request_file: Path, concurrency: int, seconds: float,
              warmup: float) -> dict[str, Any]:
     """Run the load generator in a separate process; its JSON result."""
-    output = subprocess.run(
-        [sys.executable, __file__, "--load", url, str(request_file), str(concurrency),
-         str(seconds), str(warmup)], check=True, capture_output=True, text=True, cwd=ROOT,
-        timeout=seconds + warmup + 120)
+    output = subprocess.run(load_command(url, request_file, concurrency, seconds, warmup),
+                            check=True, capture_output=True, text=True, cwd=ROOT,
+                            timeout=seconds + warmup + 120)
     return json.loads(output.stdout)
 
 
@@ -133,7 +139,7 @@ def minimal_app(model_dir: Path) -> Any:
 
 # ----- orchestration -------------------------------------------------------------------------
 
-def _free_port() -> int:
+def free_port() -> int:
     import socket
 
     with socket.socket() as probe:
@@ -141,7 +147,7 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _wait(url: str, path: str, process: subprocess.Popen[bytes]) -> None:
+def wait_until_up(url: str, path: str, process: subprocess.Popen[bytes]) -> None:
     import httpx
 
     for _ in range(600):
@@ -186,7 +192,13 @@ def build_models(work: Path, image: int) -> dict[str, dict[str, Any]]:
     return models
 
 
-def _start(args: list[str], work: Path, name: str) -> subprocess.Popen[bytes]:
+def service_args(work: Path, port: int) -> list[str]:
+    """Options of the served `python -m service`: a repository in `work`, filled by `upload`."""
+    return ["--model-repository", str(work / "repo"), "--port", str(port), "--log-level",
+            "warning", "--admin-token", TOKEN]
+
+
+def start_process(args: list[str], work: Path, name: str) -> subprocess.Popen[bytes]:
     log = (work / f"{name}.log").open("wb")
     # Both servers get one BLAS thread per call (hybridserve sets it itself, the minimal app
     # here), so the comparison is of serving, not of BLAS oversubscription on 2 cores.
@@ -195,7 +207,7 @@ def _start(args: list[str], work: Path, name: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
+def stop_process(process: subprocess.Popen[bytes]) -> None:
     if process.poll() is None:
         process.terminate()
         try:
@@ -230,7 +242,7 @@ def requests_for(image: int) -> dict[str, bytes]:
     }
 
 
-def _upload(url: str, models: dict[str, dict[str, Any]]) -> None:
+def upload(url: str, models: dict[str, dict[str, Any]]) -> None:
     import httpx
 
     for name, model in models.items():
@@ -252,19 +264,19 @@ def measure(seconds: float, resnet_seconds: float, image: int) -> list[dict[str,
         for key, request in requests_for(image).items():
             requests[key] = work / (key.replace("/", "_") + ".http")
             requests[key].write_bytes(request)
-        ports = {"hybridserve": _free_port(), "minimal": _free_port()}
+        ports = {"hybridserve": free_port(), "minimal": free_port()}
         urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
         servers = [
-            _start([sys.executable, "-m", "service", "--model-repository", str(work / "repo"),
-                    "--port", str(ports["hybridserve"]), "--log-level", "warning",
-                    "--admin-token", TOKEN], work, "hybridserve"),
-            _start([sys.executable, __file__, "--minimal-app", str(work / "plain"),
-                    str(ports["minimal"])], work, "minimal"),
+            start_process([sys.executable, "-m", "service", *service_args(work,
+                                                                          ports["hybridserve"])],
+                          work, "hybridserve"),
+            start_process([sys.executable, __file__, "--minimal-app", str(work / "plain"),
+                           str(ports["minimal"])], work, "minimal"),
         ]
         try:
-            _wait(urls["hybridserve"], "/v2/health/ready", servers[0])
-            _wait(urls["minimal"], "/docs", servers[1])
-            _upload(urls["hybridserve"], models)
+            wait_until_up(urls["hybridserve"], "/v2/health/ready", servers[0])
+            wait_until_up(urls["minimal"], "/docs", servers[1])
+            upload(urls["hybridserve"], models)
             plan = [("floor", "hybridserve", "floor", seconds)]
             for model, duration in (("seed_mlp", seconds), ("resnet18", resnet_seconds))[
                     :1 if resnet_seconds <= 0 else 2]:
@@ -285,7 +297,7 @@ def measure(seconds: float, resnet_seconds: float, image: int) -> list[dict[str,
                         rows += executor_rows(before, after)
         finally:
             for process in servers:
-                _stop(process)
+                stop_process(process)
     return rows
 
 
