@@ -89,7 +89,7 @@ async def _load(url: str, request: bytes, concurrency: int, seconds: float,
             "statuses": sorted(set(failures))}
 
 
-def _http_request(method: str, path: str, body: bytes = b"",
+def http_request(method: str, path: str, body: bytes = b"",
                   headers: dict[str, str] | None = None) -> bytes:
     lines = [f"{method} {path} HTTP/1.1", "Host: bench", f"Content-Length: {len(body)}",
              *(f"{key}: {value}" for key, value in (headers or {}).items())]
@@ -229,14 +229,14 @@ def requests_for(image: int) -> dict[str, bytes]:
                                      "parameters": {"binary_data_size": image_data.nbytes}}],
                          "parameters": {"binary_data_output": True}}).encode()
     return {
-        "floor": _http_request("GET", "/v2/health/live"),
-        "hybridserve/seed_mlp": _http_request("POST", "/predict", body, json_headers),
-        "minimal/seed_mlp": _http_request("POST", "/predict", body, json_headers),
-        "hybridserve/resnet18": _http_request(
+        "floor": http_request("GET", "/v2/health/live"),
+        "hybridserve/seed_mlp": http_request("POST", "/predict", body, json_headers),
+        "minimal/seed_mlp": http_request("POST", "/predict", body, json_headers),
+        "hybridserve/resnet18": http_request(
             "POST", "/v2/models/resnet18/infer", header + image_data.tobytes(),
             {"Inference-Header-Content-Length": str(len(header)),
              "Content-Type": "application/octet-stream"}),
-        "minimal/resnet18": _http_request(
+        "minimal/resnet18": http_request(
             "POST", "/raw/resnet18", image_data.tobytes(),
             {"x-shape": ",".join(str(dim) for dim in image_data.shape)}),
     }

@@ -6,10 +6,12 @@ Each does one more stage of `/predict`'s work on the same request, then answers 
 probe does:
 
 - ``floor``: ``GET /v2/health/live``;
-- ``body``: ``POST /breakdown/body`` reads the 10.6 KB JSON body;
-- ``json``: ... and parses it (`codecs.load_json`);
+- ``body``: ``POST /breakdown/body`` reads the JSON body (the seed MLP's: 10.6 KB);
+- ``parse``: ... and parses it (`json_tensors.parse`, simdjson);
 - ``inputs``: ... and decodes and checks it into arrays (`InferenceService.predict_inputs`);
-- ``predict``: ``POST /predict`` itself: the above, then batching, inference and the reply.
+- ``predict``: ``POST /predict`` itself: the above, then batching, inference and the reply;
+- ``lists``, for comparison: the body read and decoded as before `service.json_tensors`: orjson
+  makes Python lists, NumPy reads them (then the same checks).
 
 Every stage runs at concurrency 64 with `bench/serve.py`'s load generator, which keeps the
 event loop (the server's main thread) busy all along: its CPU time per request is the stage's
@@ -18,6 +20,7 @@ reported apart (they run beside the loop, sharing its GIL).
 
     .venv/bin/python bench/serve_breakdown.py                  # ~1 minute
     .venv/bin/python bench/serve_breakdown.py --rounds 3       # stages interleaved 3 times
+    .venv/bin/python bench/serve_breakdown.py --image 64       # a 250 KB JSON image instead
 """
 
 from __future__ import annotations
@@ -32,12 +35,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT)] if str(ROOT) not in sys.path else []
 
 from bench import serve  # noqa: E402 - after the path set-up above
 
-STAGES = ("floor", "body", "json", "inputs", "predict")
+STAGES = ("floor", "body", "parse", "inputs", "predict")
+REFERENCE = "lists"  # decoded the way `inputs` was before simdjson; compared with ``body``
+DIAGNOSTIC = ("body", "parse", "inputs", REFERENCE)  # answered by `Stages`
 CONCURRENCY = 64
 LIVE = b'{"live":true}'
 
@@ -54,7 +61,7 @@ class Stages:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         stage = scope.get("path", "").removeprefix("/breakdown/")
-        if scope["type"] != "http" or stage not in STAGES[1:4]:
+        if scope["type"] != "http" or stage not in DIAGNOSTIC:
             await self.app(scope, receive, send)
             return
         body = b""
@@ -63,12 +70,19 @@ class Stages:
             message = await receive()
             body += message.get("body", b"")
             more = message.get("more_body", False)
-        from service import codecs
+        from service import codecs, json_tensors
+        from service.inference import check_inputs
 
-        if stage == "json":
-            codecs.load_json(body)
+        if stage == "parse":
+            json_tensors.parse(body)
         elif stage == "inputs":
             self.runtime.inference.predict_inputs(body)
+        elif stage == REFERENCE:
+            request = codecs.load_json(body)
+            handle = self.runtime.repository.get(request["model"], request.get("version"))
+            check_inputs(handle, {name: codecs.array_from_json(value, handle.input_dtypes[name],
+                                                               name)
+                                  for name, value in request["inputs"].items()})
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"application/json"),
                                 (b"content-length", str(len(LIVE)).encode())]})
@@ -109,12 +123,18 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
     return main, others
 
 
-def stage_requests() -> dict[str, bytes]:
-    """The HTTP request of each stage: the seed MLP's `/predict` request, re-addressed."""
+def stage_requests(image: int | None) -> dict[str, bytes]:
+    """The HTTP request of each stage: a `/predict` request, re-addressed. The seed MLP's, or
+    with `image`, ResNet-18's with an ``image`` x ``image`` RGB image as nested lists."""
     requests = serve.requests_for(64)
     predict = requests["hybridserve/seed_mlp"]
+    if image is not None:
+        pixels = np.random.default_rng(0).random((1, 3, image, image), np.float32)
+        body = json.dumps({"model": "resnet18", "inputs": {"data": pixels.tolist()}}).encode()
+        predict = serve.http_request("POST", "/predict", body,
+                                     {"Content-Type": "application/json"})
     staged = {stage: predict.replace(b"POST /predict ", f"POST /breakdown/{stage} ".encode(), 1)
-              for stage in STAGES[1:4]}
+              for stage in DIAGNOSTIC}
     return {"floor": requests["floor"], **staged, "predict": predict}
 
 
@@ -138,14 +158,15 @@ def measure_stage(url: str, pid: int, request_file: Path, seconds: float) -> dic
             "others_us": (others_after - others_before) / elapsed / result["rps"] * 1e6}
 
 
-def measure(seconds: float, rounds: int) -> dict[str, list[dict[str, float]]]:
-    """Start the server, upload the seed MLP, measure every stage `rounds` times."""
-    results: dict[str, list[dict[str, float]]] = {stage: [] for stage in STAGES}
+def measure(seconds: float, rounds: int, image: int | None) -> dict[str, list[dict[str, float]]]:
+    """Start the server, upload the model, measure every stage `rounds` times."""
+    results: dict[str, list[dict[str, float]]] = {stage: [] for stage in (*STAGES, REFERENCE)}
     with tempfile.TemporaryDirectory() as directory:
         work = Path(directory)
-        models = {"seed_mlp": serve.build_models(work, 64)["seed_mlp"]}
+        name = "seed_mlp" if image is None else "resnet18"
+        models = {name: serve.build_models(work, image or 64)[name]}
         files = {}
-        for stage, request in stage_requests().items():
+        for stage, request in stage_requests(image).items():
             files[stage] = work / f"{stage}.http"
             files[stage].write_bytes(request)
         port = serve.free_port()
@@ -156,7 +177,7 @@ def measure(seconds: float, rounds: int) -> dict[str, list[dict[str, float]]]:
             serve.wait_until_up(url, "/v2/health/ready", server)
             serve.upload(url, models)
             for _ in range(rounds):
-                for stage in STAGES:
+                for stage in results:
                     results[stage].append(measure_stage(url, server.pid, files[stage], seconds))
         finally:
             serve.stop_process(server)
@@ -164,7 +185,8 @@ def measure(seconds: float, rounds: int) -> dict[str, list[dict[str, float]]]:
 
 
 def report(results: dict[str, list[dict[str, float]]]) -> list[str]:
-    """A table: per stage, the median over rounds; its share of the floor's requests/s."""
+    """A table: per stage, the median over rounds; its share of the floor's requests/s; what
+    it adds to the stage before (`REFERENCE`: to ``body``)."""
     def median(stage: str, key: str) -> float:
         values = sorted(row[key] for row in results[stage])
         return values[len(values) // 2]
@@ -174,14 +196,14 @@ def report(results: dict[str, list[dict[str, float]]]) -> list[str]:
              "| other threads µs/req |",
              "|---------|-----------|------------|-----------|-------------|----------"
              "|----------------------|"]
-    before = 0.0
-    for stage in STAGES:
+    previous = dict(zip(STAGES[1:], STAGES), **{REFERENCE: "body"})
+    for stage in results:
         cost = median(stage, "loop_us")
+        added = cost - (median(previous[stage], "loop_us") if stage in previous else 0.0)
         lines.append(f"| {stage:<7} | {median(stage, 'rps'):>9.0f} | "
                      f"{100 * median(stage, 'rps') / floor:>9.0f}% | "
                      f"{100 * median(stage, 'loop_share'):>8.0f}% | {cost:>11.1f} | "
-                     f"{cost - before:>8.1f} | {median(stage, 'others_us'):>20.1f} |")
-        before = cost
+                     f"{added:>8.1f} | {median(stage, 'others_us'):>20.1f} |")
     return lines
 
 
@@ -191,12 +213,16 @@ def main() -> None:
         sys.exit(run_server(sys.argv[2:]))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per stage")
+    parser.add_argument("--image", type=int, default=None,
+                        help="ResNet-18 with a JSON image of this height/width instead of the "
+                        "seed MLP's 512 numbers")
     parser.add_argument("--rounds", type=int, default=1,
                         help="times every stage is measured, interleaved (median reported)")
     args = parser.parse_args()
-    print(f"machine: nproc {os.cpu_count()}; seed MLP, concurrency {CONCURRENCY}, "
+    model = "seed MLP" if args.image is None else f"ResNet-18, {args.image}x{args.image} JSON"
+    print(f"machine: nproc {os.cpu_count()}; {model}, concurrency {CONCURRENCY}, "
           f"{args.rounds} round(s) of {args.seconds:g} s per stage")
-    print("\n".join(report(measure(args.seconds, args.rounds))))
+    print("\n".join(report(measure(args.seconds, args.rounds, args.image))))
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ double) refuses the whole body as not JSON.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,13 +29,25 @@ Array = simdjson.Array
 Object = simdjson.Object
 
 
+_reusable = threading.local()
+
+
 def parse(body: bytes, what: str = "request body") -> Any:
     """The document: a `simdjson` proxy for an object or array, else the Python value.
 
-    Each call has its own parser, so proxies stay valid for as long as they are referenced.
+    Each thread reuses one parser: a new one per body cost the event loop more than parsing the
+    seed MLP's body did (its buffers are allocated and freed each time). simdjson refuses to
+    reparse while proxies of its last document live (a traceback may hold some); that body gets
+    a parser of its own.
     """
+    parser = getattr(_reusable, "parser", None)
+    if parser is None:
+        parser = _reusable.parser = simdjson.Parser()
     try:
-        return simdjson.Parser().parse(body)
+        try:
+            return parser.parse(body)
+        except RuntimeError:  # the last document is still referenced, or a too-big integer
+            return simdjson.Parser().parse(body)
     except (ValueError, RuntimeError) as error:  # UnicodeDecodeError is a ValueError
         raise BadRequest(f"{what} is not valid JSON: {error}") from None
 

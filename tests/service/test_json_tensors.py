@@ -135,9 +135,12 @@ def test_bad_bodies_are_refused(body: bytes, message: str) -> None:
 
 def test_decoded_requests_stay_valid_after_later_parses() -> None:
     first = codecs.decode_predict(_body({"x": [[1.0, 2.0]]}))
-    codecs.decode_predict(_body({"x": [[3.0, 4.0]]}))
-    arrays = codecs.predict_arrays(first, {"x": np.dtype(np.float32)}, LIMIT)
-    assert arrays["x"].tolist() == [[1.0, 2.0]]
+    second = codecs.decode_predict(_body({"x": [[3.0, 4.0]]}))
+    del second  # frees the reusable parser again
+    third = codecs.decode_predict(_body({"x": [[5.0, 6.0]]}))
+    for request, want in ((first, [[1.0, 2.0]]), (third, [[5.0, 6.0]])):
+        arrays = codecs.predict_arrays(request, {"x": np.dtype(np.float32)}, LIMIT)
+        assert arrays["x"].tolist() == want
 
 
 _leaf = st.one_of(st.floats(allow_nan=False, allow_infinity=False, width=32),
@@ -161,3 +164,12 @@ def test_any_regular_shape_is_read_fast(shape: list[int], dtype: np.dtype) -> No
     body = _body({"x": values.tolist()})
     assert _fast(body, {"x": dtype}) is not None
     _assert_same(_decoded(body, {"x": dtype}), _reference(body, {"x": dtype}))
+
+
+def test_the_parser_is_reused_once_its_document_is_gone() -> None:
+    first = json_tensors.parse(b"[1]")
+    parser = first.parser
+    held = json_tensors.parse(b"[2]")  # `first` still lives: another parser
+    assert held.parser is not parser and held.as_list() == [2] and first.as_list() == [1]
+    del first, held
+    assert json_tensors.parse(b"[3]").parser is parser
