@@ -69,8 +69,12 @@ def brackets(body: bytes) -> int:
 
 def members(document: Object) -> dict[str, Any]:
     """An object's members, nested objects and arrays left as proxies (``items()`` would
-    convert them all)."""
-    return {key: document[key] for key in document}
+    convert them all). A key simdjson cannot look up (one holding an escaped NUL) makes them
+    all plain Python values."""
+    try:
+        return {key: document[key] for key in document}
+    except KeyError:
+        return document.as_dict()
 
 
 def regular_shape(array: Array) -> tuple[tuple[int, ...], int] | None:

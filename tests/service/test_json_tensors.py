@@ -89,6 +89,15 @@ def test_a_hidden_array_is_refused_not_flattened() -> None:
         codecs.predict_arrays(codecs.decode_predict(body), {"x": np.dtype(np.float32)}, LIMIT)
 
 
+def test_a_key_with_an_escaped_nul_is_read_like_any_other() -> None:
+    body = b'{"model": "m", "inputs": {"x\\u0000y": [[1.5]], "z": [[2.5]]}}'
+    dtypes = {"x\x00y": np.dtype(np.float32), "z": np.dtype(np.float32)}
+    _assert_same(_decoded(body, dtypes), _reference(body, dtypes))
+    bad = b'{"model": "m", "inputs": {"x": [1]}, "\\u0000": 1}'
+    with pytest.raises(BadRequest, match="unknown fields"):
+        codecs.decode_predict(bad)
+
+
 def test_integer_inputs_keep_every_digit() -> None:
     big = 2**62 + 1  # not a float64
     body = _body({"ids": [[big, -big]]})
@@ -173,3 +182,24 @@ def test_the_parser_is_reused_once_its_document_is_gone() -> None:
     assert held.parser is not parser and held.as_list() == [2] and first.as_list() == [1]
     del first, held
     assert json_tensors.parse(b"[3]").parser is parser
+
+
+_json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False,
+                                                                            allow_infinity=False)
+                     | st.text(max_size=5),
+                     lambda inner: st.lists(inner, max_size=4)
+                     | st.dictionaries(st.text(max_size=4), inner, max_size=4), max_leaves=20)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(model=_json, inputs=_json, extra=st.dictionaries(st.text(max_size=4), _json, max_size=2))
+def test_any_json_body_is_decoded_or_refused_with_a_400(model: object, inputs: object,
+                                                        extra: dict) -> None:
+    body = json.dumps({"model": model, "inputs": inputs, **extra}).encode()
+    try:
+        request = codecs.decode_predict(body)
+        with np.errstate(over="ignore"):
+            codecs.predict_arrays(request, {name: np.dtype(np.float32) for name in
+                                            request.inputs}, LIMIT)
+    except (BadRequest, codecs.PayloadTooLarge):
+        pass
