@@ -78,7 +78,7 @@ class Stages:
         elif stage == "inputs":
             self.runtime.inference.predict_inputs(body)
         elif stage == REFERENCE:
-            request = codecs.load_json(body)
+            request = json_tensors.load_json(body)
             handle = self.runtime.repository.get(request["model"], request.get("version"))
             check_inputs(handle, {name: codecs.array_from_json(value, handle.input_dtypes[name],
                                                                name)

@@ -54,14 +54,6 @@ class PredictRequest:
     brackets: int  # how many "[" the body holds: see `json_tensors.read_floats`
 
 
-def load_json(body: bytes, what: str = "request body") -> Any:
-    """Parse JSON bytes, answering 400 with the parser's message when they are not JSON."""
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError as error:
-        raise BadRequest(f"{what} is not valid JSON: {error}") from None
-
-
 def _object(value: Any, what: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise BadRequest(f"{what} must be a JSON object, got {type(value).__name__}")
@@ -125,8 +117,9 @@ def _split_body(body: bytes, header_length: int | None) -> tuple[bytes, memoryvi
     return bytes(view[:header_length]), view[header_length:]
 
 
-def _decode_input(entry: Any, index: int, binary: memoryview, offset: int,
-                  max_elements: int) -> tuple[str, str, np.ndarray, int]:
+def _decode_input(entry: Any, index: int, binary: memoryview, offset: int, max_elements: int,
+                  read: np.ndarray | None) -> tuple[str, str, np.ndarray, int]:
+    """One entry of ``inputs``; `read` is its ``data`` when `json_tensors` read it already."""
     where = f"inputs[{index}]"
     entry = _object(entry, where)
     name = entry.get("name")
@@ -154,7 +147,8 @@ def _decode_input(entry: Any, index: int, binary: memoryview, offset: int,
         return name, datatype, array.reshape(shape), offset + size
     if "data" not in entry:
         raise BadRequest(f"{where}: no 'data' and no binary_data_size parameter")
-    array = array_from_json(entry["data"], dtype, where)
+    array = read if read is not None else array_from_json(json_tensors.plain(entry["data"]),
+                                                          dtype, where)
     if array.size != count:
         raise BadRequest(f"{where}: shape {list(shape)} needs {count} elements, but data has "
                          f"{array.size}")
@@ -188,19 +182,41 @@ def _timeout_us(parameters: Mapping[str, Any]) -> int | None:
     return timeout
 
 
+def _read_json_data(request: dict[str, Any], inputs: list[Any],
+                    brackets: int) -> dict[int, np.ndarray]:
+    """The ``data`` of every JSON tensor, by input index, when all are floating-point arrays
+    `json_tensors.read_floats` can read; else nothing (each is read from Python lists)."""
+    values: dict[int, Any] = {}
+    dtypes: dict[int, np.dtype] = {}
+    for index, entry in enumerate(inputs):
+        if isinstance(entry, dict) and "data" in entry:
+            datatype = entry.get("datatype")
+            if not isinstance(datatype, str) or datatype not in DATATYPES:
+                return {}
+            values[index], dtypes[index] = entry["data"], DATATYPES[datatype]
+    if not values:
+        return {}
+    # The header's other arrays (inputs, shapes, outputs...) are Python lists by now.
+    return json_tensors.read_floats(values, dtypes,
+                                    brackets - json_tensors.count_arrays(request)) or {}
+
+
 def decode_v2_request(body: bytes, header_length: int | None, max_elements: int) -> V2Request:
     """Decode a V2 inference request, JSON or with the binary-tensor extension."""
     header, binary = _split_body(body, header_length)
-    request = _object(load_json(header, "inference request header"), "inference request")
+    request = _object(json_tensors.with_tensor_data(
+        json_tensors.parse(header, "inference request header")), "inference request")
     inputs = request.get("inputs")
     if not isinstance(inputs, list) or not inputs:
         raise BadRequest("inference request: 'inputs' must be a non-empty list of tensors")
     parameters = _object(request.get("parameters") or {}, "parameters")
+    read = _read_json_data(request, inputs, json_tensors.brackets(header))
     arrays: dict[str, np.ndarray] = {}
     datatypes: dict[str, str] = {}
     offset = 0
     for index, entry in enumerate(inputs):
-        name, datatype, array, offset = _decode_input(entry, index, binary, offset, max_elements)
+        name, datatype, array, offset = _decode_input(entry, index, binary, offset, max_elements,
+                                                      read.get(index))
         if name in arrays:
             raise BadRequest(f"input {name!r} is given twice")
         arrays[name], datatypes[name] = array, datatype

@@ -9,8 +9,8 @@ in the server (`bench/serve_breakdown.py`). simdjson parses into its own tape, a
 known to be regular: every array of a level has the length of the level's first array, and the
 request body holds no more ``[`` than these arrays account for, so no number is secretly an
 array. Where that cannot be shown, the value goes back to Python lists, which NumPy checks as
-it always did. A number simdjson cannot hold (an integer beyond 64 bits, or one overflowing a
-double) refuses the whole body as not JSON.
+it always did. A body simdjson refuses goes to orjson, which reads integers beyond 64 bits (as
+floats) and words the error for anything else.
 """
 
 from __future__ import annotations
@@ -18,15 +18,17 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
+import orjson
 import simdjson
 
 from service.errors import BadRequest
 
 Array = simdjson.Array
 Object = simdjson.Object
+K = TypeVar("K")
 
 
 _reusable = threading.local()
@@ -48,7 +50,17 @@ def parse(body: bytes, what: str = "request body") -> Any:
             return parser.parse(body)
         except RuntimeError:  # the last document is still referenced, or a too-big integer
             return simdjson.Parser().parse(body)
-    except (ValueError, RuntimeError) as error:  # UnicodeDecodeError is a ValueError
+    except (ValueError, RuntimeError):  # UnicodeDecodeError is a ValueError
+        # Not JSON, or numbers simdjson cannot hold that orjson reads (integers beyond 64
+        # bits, as floats): orjson decides, and words the error.
+        return load_json(body, what)
+
+
+def load_json(body: bytes, what: str = "request body") -> Any:
+    """The body as Python values (orjson), or a 400 with the parser's message."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as error:
         raise BadRequest(f"{what} is not valid JSON: {error}") from None
 
 
@@ -77,6 +89,36 @@ def members(document: Object) -> dict[str, Any]:
         return document.as_dict()
 
 
+def with_tensor_data(document: Any) -> Any:
+    """A V2 inference request as Python values, but for each input's ``data`` array: those
+    stay proxies, for `read_floats`."""
+    if not isinstance(document, Object):
+        return plain(document)
+    request = members(document)
+    for key, value in request.items():
+        if key == "inputs" and isinstance(value, Array):
+            request[key] = [_data_left(entry) for entry in value]
+        else:
+            request[key] = plain(value)
+    return request
+
+
+def _data_left(entry: Any) -> Any:
+    if not isinstance(entry, Object):
+        return plain(entry)
+    return {key: value if key == "data" else plain(value)
+            for key, value in members(entry).items()}
+
+
+def count_arrays(value: Any) -> int:
+    """How many lists a Python value holds, at any depth (proxies count none)."""
+    if isinstance(value, list):
+        return 1 + sum(count_arrays(item) for item in value)
+    if isinstance(value, dict):
+        return sum(count_arrays(item) for item in value.values())
+    return 0
+
+
 def regular_shape(array: Array) -> tuple[tuple[int, ...], int] | None:
     """The shape of a regular nested array and how many arrays it is made of; None when its
     levels are uneven or mix arrays with other values. The last level is not looked into:
@@ -101,8 +143,8 @@ def regular_shape(array: Array) -> tuple[tuple[int, ...], int] | None:
         level = below
 
 
-def read_floats(values: Mapping[str, Any], dtypes: Mapping[str, np.dtype],
-                brackets: int) -> dict[str, np.ndarray] | None:
+def read_floats(values: Mapping[K, Any], dtypes: Mapping[K, np.dtype],
+                brackets: int) -> dict[K, np.ndarray] | None:
     """All `values` as arrays of their floating `dtypes`, read straight from simdjson's tape;
     None unless every one of them can be, in a body holding `brackets` ``[``.
 
