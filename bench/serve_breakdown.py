@@ -1,4 +1,4 @@
-"""Where ``POST /predict`` spends the server's event loop: the seed MLP's request, stage by stage.
+"""Where ``POST /predict`` spends the server's event loop: one JSON request, stage by stage.
 
 `bench/serve.py` compares `/predict` with the HTTP floor (``GET /v2/health/live``); this splits
 the gap. The real server (`python -m service`) runs with diagnostic routes in front of its app.
