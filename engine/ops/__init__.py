@@ -6,15 +6,22 @@ Importing this package registers all operators; `get_op` looks one up by MXNet n
 from engine.ops import (  # noqa: F401  (imported for their registrations)
     activation,
     conv,
+    creation,
     dense,
     elementwise,
     fused,
-    misc,
+    indexing,
+    join,
     norm,
     pool,
+    products,
     reduce,
+    reshape,
     rnn,
-    shape_ops,
+    sequence,
+    slicing,
+    tile,
+    transpose,
 )
 from engine.ops.registry import REQUIRED, Attrs, OpDef, Param, all_ops, get_op, has_op, register
 

@@ -91,6 +91,28 @@ def default_dtype(attrs: Attrs, dtypes: list[np.dtype | None]) -> tuple[list, li
     return [known if dtype is None else dtype for dtype in dtypes], [known]
 
 
+def first_dtype(attrs: Attrs, dtypes: list) -> tuple[list, list]:
+    """Output takes input 0's dtype; other inputs keep theirs."""
+    return dtypes, [dtypes[0]]
+
+
+def keep_input_dtypes(out_dtype: Callable[[Attrs, list], Any]) -> DTypeFn:
+    """A dtype rule: inputs keep their dtypes, the output gets ``out_dtype(attrs, dtypes)``."""
+
+    def infer(attrs: Attrs, dtypes: list) -> tuple[list, list]:
+        return dtypes, [out_dtype(attrs, dtypes)]
+
+    return infer
+
+
+def emit(xp: Any, value: Any, out: Any) -> Any:
+    """A fresh C-ordered copy of ``value``, or ``value`` written into ``out``."""
+    if out is None:
+        return value.copy()
+    xp.copyto(out, value, casting="unsafe")
+    return out
+
+
 @dataclass(frozen=True)
 class OpDef:
     """Everything the engine knows about one operator.

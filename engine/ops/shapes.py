@@ -9,6 +9,8 @@ from __future__ import annotations
 from engine.errors import ShapeError
 from engine.ops.registry import Attrs, MaybeShape, Shape
 
+Inferred = tuple[list[MaybeShape], list[MaybeShape]]
+
 
 def is_known(shape: MaybeShape) -> bool:
     """A shape with every dimension known."""
@@ -31,7 +33,7 @@ def merge(first: MaybeShape, second: MaybeShape, what: str = "shapes") -> MaybeS
     return tuple(merged)
 
 
-def same_shape(attrs: Attrs, shapes: list[MaybeShape]) -> tuple[list[MaybeShape], list[MaybeShape]]:
+def same_shape(attrs: Attrs, shapes: list[MaybeShape]) -> Inferred:
     """Elementwise ops: every input and the output have one shape."""
     common: MaybeShape = None
     for shape in shapes:
