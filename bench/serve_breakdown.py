@@ -16,7 +16,8 @@ probe does:
 Every stage runs at concurrency 64 with `bench/serve.py`'s load generator, which keeps the
 event loop (the server's main thread) busy all along: its CPU time per request is the stage's
 cost, and the difference to the stage before is what that step adds. Compute threads are
-reported apart (they run beside the loop, sharing its GIL).
+reported apart (they run beside the loop, sharing its GIL), and so is the load generator's own
+CPU: on two cores, what all three spend per request bounds the requests/s any route can reach.
 
     .venv/bin/python bench/serve_breakdown.py                  # ~1 minute
     .venv/bin/python bench/serve_breakdown.py --rounds 3       # stages interleaved 3 times
@@ -145,17 +146,21 @@ def measure_stage(url: str, pid: int, request_file: Path, seconds: float) -> dic
     generator = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=ROOT)
     time.sleep(warmup + 0.3)
     main_before, others_before = cpu_seconds(pid)
+    load_before = sum(cpu_seconds(generator.pid))
     started = time.perf_counter()
     time.sleep(seconds - 0.6)
     main_after, others_after = cpu_seconds(pid)
+    load_after = sum(cpu_seconds(generator.pid))
     elapsed = time.perf_counter() - started
     result = json.loads(generator.communicate(timeout=seconds + 120)[0])
     if result["failures"]:
         raise RuntimeError(f"{request_file.name}: failed requests, statuses {result['statuses']}")
     loop_share = (main_after - main_before) / elapsed
+    per_request = 1e6 / elapsed / result["rps"]
     return {"rps": result["rps"], "loop_share": loop_share,
             "loop_us": loop_share / result["rps"] * 1e6,
-            "others_us": (others_after - others_before) / elapsed / result["rps"] * 1e6}
+            "others_us": (others_after - others_before) * per_request,
+            "load_us": (load_after - load_before) * per_request}
 
 
 def measure(seconds: float, rounds: int, image: int | None) -> dict[str, list[dict[str, float]]]:
@@ -193,9 +198,9 @@ def report(results: dict[str, list[dict[str, float]]]) -> list[str]:
 
     floor = median("floor", "rps")
     lines = ["| stage   |     req/s | % of floor | loop busy | loop µs/req | added µs "
-             "| other threads µs/req |",
+             "| other threads µs/req | load generator µs/req |",
              "|---------|-----------|------------|-----------|-------------|----------"
-             "|----------------------|"]
+             "|----------------------|-----------------------|"]
     previous = dict(zip(STAGES[1:], STAGES), **{REFERENCE: "body"})
     for stage in results:
         cost = median(stage, "loop_us")
@@ -203,7 +208,8 @@ def report(results: dict[str, list[dict[str, float]]]) -> list[str]:
         lines.append(f"| {stage:<7} | {median(stage, 'rps'):>9.0f} | "
                      f"{100 * median(stage, 'rps') / floor:>9.0f}% | "
                      f"{100 * median(stage, 'loop_share'):>8.0f}% | {cost:>11.1f} | "
-                     f"{added:>8.1f} | {median(stage, 'others_us'):>20.1f} |")
+                     f"{added:>8.1f} | {median(stage, 'others_us'):>20.1f} | "
+                     f"{median(stage, 'load_us'):>21.1f} |")
     return lines
 
 
