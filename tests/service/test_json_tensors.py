@@ -18,6 +18,13 @@ LIMIT = 1 << 20
 FLOATS = [np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)]
 
 
+@pytest.fixture(autouse=True)
+def _tape_for_every_body(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small bodies, read from the tape too (the service gives those under the threshold to
+    orjson, the reference these tests compare with)."""
+    monkeypatch.setattr(json_tensors, "TAPE_FROM_BYTES", 0)
+
+
 def _body(inputs: dict[str, object]) -> bytes:
     return json.dumps({"model": "m", "inputs": inputs}).encode()
 
@@ -179,6 +186,17 @@ def test_any_regular_shape_is_read_fast(shape: list[int], dtype: np.dtype) -> No
     body = _body({"x": values.tolist()})
     assert _fast(body, {"x": dtype}) is not None
     _assert_same(_decoded(body, {"x": dtype}), _reference(body, {"x": dtype}))
+
+
+def test_bodies_under_the_threshold_are_read_by_orjson(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(json_tensors, "TAPE_FROM_BYTES", 1024)
+    small = _body({"x": [[0.5] * 10]})
+    large = _body({"x": [[0.5] * 400]})
+    assert len(small) < 1024 <= len(large)
+    assert type(json_tensors.parse(small)) is dict
+    assert isinstance(json_tensors.parse(large), json_tensors.Object)
+    for body in (small, large):
+        _assert_same(_decoded(body, {"x": FLOATS[1]}), _reference(body, {"x": FLOATS[1]}))
 
 
 def test_the_parser_is_reused_once_its_document_is_gone() -> None:
