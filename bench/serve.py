@@ -217,25 +217,33 @@ def stop_process(process: subprocess.Popen[bytes]) -> None:
             process.wait(5)
 
 
+def seed_mlp_input() -> np.ndarray:
+    """The seed MLP's conformance input, (1, 512) float32."""
+    with np.load(MLP_DIR / "io.npz") as data:
+        return data["data"].astype(np.float32)
+
+
+def v2_binary_request(model: str, tensor: np.ndarray) -> bytes:
+    """A V2 infer request sending `tensor` as binary data and asking for binary outputs."""
+    header = json.dumps({"inputs": [{"name": "data", "datatype": "FP32",
+                                     "shape": list(tensor.shape),
+                                     "parameters": {"binary_data_size": tensor.nbytes}}],
+                         "parameters": {"binary_data_output": True}}).encode()
+    return http_request("POST", f"/v2/models/{model}/infer", header + tensor.tobytes(),
+                        {"Inference-Header-Content-Length": str(len(header)),
+                         "Content-Type": "application/octet-stream"})
+
+
 def requests_for(image: int) -> dict[str, bytes]:
     """Pre-encoded HTTP requests for each (server, model) pair."""
-    with np.load(MLP_DIR / "io.npz") as data:
-        mlp = data["data"].astype(np.float32)
-    body = json.dumps({"model": "seed_mlp", "inputs": {"data": mlp.tolist()}}).encode()
+    body = json.dumps({"model": "seed_mlp", "inputs": {"data": seed_mlp_input().tolist()}})
     json_headers = {"Content-Type": "application/json"}
     image_data = np.random.default_rng(0).random((1, 3, image, image), np.float32)
-    header = json.dumps({"inputs": [{"name": "data", "datatype": "FP32",
-                                     "shape": list(image_data.shape),
-                                     "parameters": {"binary_data_size": image_data.nbytes}}],
-                         "parameters": {"binary_data_output": True}}).encode()
     return {
         "floor": http_request("GET", "/v2/health/live"),
-        "hybridserve/seed_mlp": http_request("POST", "/predict", body, json_headers),
-        "minimal/seed_mlp": http_request("POST", "/predict", body, json_headers),
-        "hybridserve/resnet18": http_request(
-            "POST", "/v2/models/resnet18/infer", header + image_data.tobytes(),
-            {"Inference-Header-Content-Length": str(len(header)),
-             "Content-Type": "application/octet-stream"}),
+        "hybridserve/seed_mlp": http_request("POST", "/predict", body.encode(), json_headers),
+        "minimal/seed_mlp": http_request("POST", "/predict", body.encode(), json_headers),
+        "hybridserve/resnet18": v2_binary_request("resnet18", image_data),
         "minimal/resnet18": http_request(
             "POST", "/raw/resnet18", image_data.tobytes(),
             {"x-shape": ",".join(str(dim) for dim in image_data.shape)}),

@@ -11,7 +11,9 @@ probe does:
 - ``inputs``: ... and decodes and checks it into arrays (`InferenceService.predict_inputs`);
 - ``predict``: ``POST /predict`` itself: the above, then batching, inference and the reply;
 - ``lists``, for comparison: the body read and decoded as before `service.json_tensors`: orjson
-  makes Python lists, NumPy reads them (then the same checks).
+  makes Python lists, NumPy reads them (then the same checks);
+- ``v2_json`` and ``v2_binary``, for comparison: the same tensor through the V2 infer route, as
+  JSON ``data`` and as binary tensor data (a 155-byte JSON header for the seed MLP).
 
 Every stage runs at concurrency 64 with `bench/serve.py`'s load generator, which keeps the
 event loop (the server's main thread) busy all along: its CPU time per request is the stage's
@@ -46,6 +48,7 @@ from bench import serve  # noqa: E402 - after the path set-up above
 STAGES = ("floor", "body", "parse", "inputs", "predict")
 REFERENCE = "lists"  # decoded the way `inputs` was before simdjson; compared with ``body``
 DIAGNOSTIC = ("body", "parse", "inputs", REFERENCE)  # answered by `Stages`
+V2_ROUTES = ("v2_json", "v2_binary")  # the same tensor through V2 infer; compared with ``floor``
 CONCURRENCY = 64
 LIVE = b'{"live":true}'
 
@@ -128,15 +131,20 @@ def stage_requests(image: int | None) -> dict[str, bytes]:
     """The HTTP request of each stage: a `/predict` request, re-addressed. The seed MLP's, or
     with `image`, ResNet-18's with an ``image`` x ``image`` RGB image as nested lists."""
     requests = serve.requests_for(64)
-    predict = requests["hybridserve/seed_mlp"]
+    model, tensor = "seed_mlp", serve.seed_mlp_input()
     if image is not None:
-        pixels = np.random.default_rng(0).random((1, 3, image, image), np.float32)
-        body = json.dumps({"model": "resnet18", "inputs": {"data": pixels.tolist()}}).encode()
-        predict = serve.http_request("POST", "/predict", body,
-                                     {"Content-Type": "application/json"})
+        model = "resnet18"
+        tensor = np.random.default_rng(0).random((1, 3, image, image), np.float32)
+    body = json.dumps({"model": model, "inputs": {"data": tensor.tolist()}}).encode()
+    predict = serve.http_request("POST", "/predict", body, {"Content-Type": "application/json"})
     staged = {stage: predict.replace(b"POST /predict ", f"POST /breakdown/{stage} ".encode(), 1)
               for stage in DIAGNOSTIC}
-    return {"floor": requests["floor"], **staged, "predict": predict}
+    v2_json = json.dumps({"inputs": [{"name": "data", "datatype": "FP32",
+                                      "shape": list(tensor.shape), "data": tensor.tolist()}]})
+    return {"floor": requests["floor"], **staged, "predict": predict,
+            "v2_json": serve.http_request("POST", f"/v2/models/{model}/infer", v2_json.encode(),
+                                          {"Content-Type": "application/json"}),
+            "v2_binary": serve.v2_binary_request(model, tensor)}
 
 
 def measure_stage(url: str, pid: int, request_file: Path, seconds: float) -> dict[str, float]:
@@ -165,7 +173,8 @@ def measure_stage(url: str, pid: int, request_file: Path, seconds: float) -> dic
 
 def measure(seconds: float, rounds: int, image: int | None) -> dict[str, list[dict[str, float]]]:
     """Start the server, upload the model, measure every stage `rounds` times."""
-    results: dict[str, list[dict[str, float]]] = {stage: [] for stage in (*STAGES, REFERENCE)}
+    results: dict[str, list[dict[str, float]]] = {
+        stage: [] for stage in (*STAGES, REFERENCE, *V2_ROUTES)}
     with tempfile.TemporaryDirectory() as directory:
         work = Path(directory)
         name = "seed_mlp" if image is None else "resnet18"
@@ -191,21 +200,22 @@ def measure(seconds: float, rounds: int, image: int | None) -> dict[str, list[di
 
 def report(results: dict[str, list[dict[str, float]]]) -> list[str]:
     """A table: per stage, the median over rounds; its share of the floor's requests/s; what
-    it adds to the stage before (`REFERENCE`: to ``body``)."""
+    it adds to the stage before (`REFERENCE`: to ``body``; the V2 routes: to ``floor``)."""
     def median(stage: str, key: str) -> float:
         values = sorted(row[key] for row in results[stage])
         return values[len(values) // 2]
 
     floor = median("floor", "rps")
-    lines = ["| stage   |     req/s | % of floor | loop busy | loop µs/req | added µs "
+    lines = ["| stage     |     req/s | % of floor | loop busy | loop µs/req | added µs "
              "| other threads µs/req | load generator µs/req |",
-             "|---------|-----------|------------|-----------|-------------|----------"
+             "|-----------|-----------|------------|-----------|-------------|----------"
              "|----------------------|-----------------------|"]
-    previous = dict(zip(STAGES[1:], STAGES), **{REFERENCE: "body"})
+    previous = dict(zip(STAGES[1:], STAGES), **{REFERENCE: "body"},
+                    **dict.fromkeys(V2_ROUTES, "floor"))
     for stage in results:
         cost = median(stage, "loop_us")
         added = cost - (median(previous[stage], "loop_us") if stage in previous else 0.0)
-        lines.append(f"| {stage:<7} | {median(stage, 'rps'):>9.0f} | "
+        lines.append(f"| {stage:<9} | {median(stage, 'rps'):>9.0f} | "
                      f"{100 * median(stage, 'rps') / floor:>9.0f}% | "
                      f"{100 * median(stage, 'loop_share'):>8.0f}% | {cost:>11.1f} | "
                      f"{added:>8.1f} | {median(stage, 'others_us'):>20.1f} | "
