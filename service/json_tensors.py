@@ -33,9 +33,10 @@ Object = simdjson.Object
 K = TypeVar("K")
 
 
-# Decoding a V2 request or a /predict body of N float32 numbers (timeit, 2-core EPYC): orjson is
-# 1-5 µs faster up to N = 32 (700 B) and for a binary request's 155-byte header, the two are
-# even at N = 64 (1.3 KB), simdjson is 1.2-3x faster from N = 128 (2.6 KB) on.
+# Decoding a request of N float32 numbers (timeit, 2-core EPYC): up to N = 32 (700 B) orjson is
+# 2-5 µs faster for V2 requests, as for a binary request's 155-byte header, and within 3 µs
+# either way for /predict; at N = 64 (1.3 KB) the two are even; from N = 128 (2.6 KB) on,
+# simdjson is 1.2-3x faster.
 TAPE_FROM_BYTES = 1024
 
 _reusable = threading.local()
