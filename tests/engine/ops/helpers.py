@@ -18,3 +18,15 @@ def run_op(name: str, attrs: dict[str, Any], inputs: list[np.ndarray],
     (result,) = op.compute(np, parsed, inputs, out=out)
     assert result.shape == shape
     return result
+
+
+def infer(op_name: str, raw: dict[str, Any], shapes: list) -> tuple[list, list]:
+    """The op's shape inference for `shapes`, its attributes parsed from `raw`."""
+    op = get_op(op_name)
+    return op.infer_shape(op.parse_attrs(raw), shapes)
+
+
+def run(op_name: str, raw: dict[str, Any], *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The op's outputs for `inputs`, its attributes parsed from `raw`."""
+    op = get_op(op_name)
+    return op.compute(np, op.parse_attrs(raw), list(inputs))

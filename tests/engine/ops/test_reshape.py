@@ -1,26 +1,15 @@
-"""Shape ops: Reshape codes, partial shapes, views sharing storage, joins, splits and slices."""
+"""Reshape codes, partial shapes, and views sharing storage (other shape ops copy)."""
 
 from __future__ import annotations
-
-from typing import Any
 
 import numpy as np
 import pytest
 
 from engine.errors import ModelFormatError, ShapeError
 from engine.ops import get_op
+from tests.engine.ops.helpers import infer, run
 
 RNG = np.random.default_rng(7)
-
-
-def infer(op_name: str, raw: dict[str, Any], shapes: list) -> tuple[list, list]:
-    op = get_op(op_name)
-    return op.infer_shape(op.parse_attrs(raw), shapes)
-
-
-def run(op_name: str, raw: dict[str, Any], *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
-    op = get_op(op_name)
-    return op.compute(np, op.parse_attrs(raw), list(inputs))
 
 
 def reshaped(shape: tuple[int, ...], spec: str, reverse: bool = False) -> tuple[int, ...]:
@@ -142,105 +131,3 @@ def test_flatten_and_squeeze_shapes() -> None:
     assert infer("squeeze", {}, [(1, 1)])[1] == [(1,)]
     with pytest.raises(ShapeError, match="size 3"):
         infer("squeeze", {"axis": "0"}, [(3, 1)])
-
-
-def test_transpose_writes_into_out() -> None:
-    data = RNG.normal(size=(2, 3, 4)).astype(np.float32)
-    op = get_op("transpose")
-    attrs = op.parse_attrs({"axes": "(1, 2, 0)"})
-    target = np.empty((3, 4, 2), np.float32)
-    (out,) = op.compute(np, attrs, [data], out=target)
-    assert out is target
-    np.testing.assert_array_equal(target, data.transpose(1, 2, 0))
-    with pytest.raises(ShapeError, match="permutation"):
-        infer("transpose", {"axes": "(0, 0, 1)"}, [(2, 3, 4)])
-
-
-def test_slice_with_none_and_steps() -> None:
-    data = RNG.normal(size=(5, 6, 7)).astype(np.float32)
-    raw = {"begin": "(None, -4, 1)", "end": "(None, None, -1)", "step": "(-1, 2, None)"}
-    (out,) = run("slice", raw, data)
-    np.testing.assert_array_equal(out, data[::-1, -4::2, 1:-1])
-    assert infer("slice", raw, [(5, 6, 7)])[1] == [out.shape]
-    assert infer("slice", raw, [(0, 6, 7)])[1] == [(0, 2, 5)]
-    (out,) = run("slice_axis", {"axis": "-1", "begin": "-3", "end": "None"}, data)
-    np.testing.assert_array_equal(out, data[..., -3:])
-
-
-def test_slice_like() -> None:
-    data = RNG.normal(size=(4, 5, 6)).astype(np.float32)
-    like = np.zeros((2, 3), np.float32)
-    (out,) = run("slice_like", {}, data, like)
-    np.testing.assert_array_equal(out, data[:2, :3])
-    (out,) = run("slice_like", {"axes": "(1,)"}, data, like)
-    np.testing.assert_array_equal(out, data[:, :3])
-
-
-def test_concat_partial_shapes_and_input_names() -> None:
-    op = get_op("Concat")
-    attrs = op.parse_attrs({"num_args": "3"})
-    assert op.input_names(attrs) == ("arg0", "arg1", "arg2")
-    inputs, outputs = op.infer_shape(attrs, [(2, 3, 4), None, (0, 5, 0)])
-    assert inputs == [(2, 3, 4), (2, 0, 4), (2, 5, 4)]
-    assert outputs == [(2, 0, 4)]
-    inputs, outputs = op.infer_shape(attrs, [(2, 3, 4), (2, 1, 4), (0, 5, 0)])
-    assert outputs == [(2, 9, 4)]
-    with pytest.raises(ShapeError, match="Concat input shapes"):
-        op.infer_shape(attrs, [(2, 3, 4), (3, 1, 4), (2, 1, 4)])
-
-
-def test_concat_and_stack_write_into_out() -> None:
-    parts = [RNG.normal(size=(2, k)).astype(np.float32) for k in (1, 2, 3)]
-    op = get_op("concat")
-    target = np.empty((2, 6), np.float32)
-    op.compute(np, op.parse_attrs({"num_args": "3"}), parts, out=target)
-    np.testing.assert_array_equal(target, np.concatenate(parts, axis=1))
-    (out,) = run("stack", {"num_args": "2", "axis": "1"}, parts[1], parts[1] * 2)
-    np.testing.assert_array_equal(out, np.stack([parts[1], parts[1] * 2], axis=1))
-
-
-def test_slice_channel_outputs() -> None:
-    op = get_op("split")
-    attrs = op.parse_attrs({"num_outputs": "3", "axis": "1", "squeeze_axis": "True"})
-    assert op.output_names(attrs) == ("output0", "output1", "output2")
-    assert op.infer_dtype(attrs, [np.dtype(np.float16)])[1] == [np.dtype(np.float16)] * 3
-    data = RNG.normal(size=(2, 3, 4)).astype(np.float32)
-    outs = op.compute(np, attrs, [data])
-    for k, out in enumerate(outs):
-        np.testing.assert_array_equal(out, data[:, k])
-    with pytest.raises(ShapeError, match="equal parts"):
-        infer("SliceChannel", {"num_outputs": "2"}, [(2, 3)])
-
-
-def test_tile_repeat_broadcast() -> None:
-    data = RNG.normal(size=(2, 1, 3)).astype(np.float32)
-    (out,) = run("tile", {"reps": "(2, 1, 1, 2)"}, data)
-    np.testing.assert_array_equal(out, np.tile(data, (2, 1, 1, 2)))
-    assert infer("tile", {"reps": "(2, 1, 1, 2)"}, [data.shape])[1] == [out.shape]
-    (out,) = run("broadcast_to", {"shape": "(0, 4, 0)"}, data)
-    np.testing.assert_array_equal(out, np.broadcast_to(data, (2, 4, 3)))
-    (out,) = run("broadcast_axes", {"axis": "(1,)", "size": "(5,)"}, data)
-    assert out.shape == (2, 5, 3)
-    like = np.zeros((7, 9, 3), np.float32)
-    (out,) = run("broadcast_like", {"lhs_axes": "(1,)", "rhs_axes": "(0,)"}, data, like)
-    np.testing.assert_array_equal(out, np.broadcast_to(data, (2, 7, 3)))
-    with pytest.raises(ShapeError, match="cannot broadcast"):
-        infer("broadcast_to", {"shape": "(3, 4, 3)"}, [data.shape])
-
-
-def test_pad_reverse_and_depth_space() -> None:
-    data = RNG.normal(size=(1, 2, 3, 4)).astype(np.float32)
-    raw = {"mode": "reflect", "pad_width": "(0, 0, 0, 0, 1, 2, 2, 1)"}
-    (out,) = run("Pad", raw, data)
-    np.testing.assert_array_equal(out, np.pad(data, ((0, 0), (0, 0), (1, 2), (2, 1)), "reflect"))
-    assert infer("Pad", raw, [(0, 2, 3, 4)])[1] == [(0, 2, 6, 7)]
-    (out,) = run("flip", {"axis": "(1, 3)"}, data)
-    np.testing.assert_array_equal(out, data[:, ::-1, :, ::-1])
-    deep = RNG.normal(size=(2, 8, 3, 5)).astype(np.float32)
-    (spread,) = run("depth_to_space", {"block_size": "2"}, deep)
-    assert spread.shape == (2, 2, 6, 10)
-    # Output pixel (h*2+i, w*2+j) of channel c comes from input channel (i*2+j)*2+c.
-    np.testing.assert_array_equal(spread[:, 1, 2 * 1 + 1, 2 * 3 + 0], deep[:, (1 * 2 + 0) * 2 + 1,
-                                                                             1, 3])
-    (back,) = run("space_to_depth", {"block_size": "2"}, spread)
-    np.testing.assert_array_equal(back, deep)
