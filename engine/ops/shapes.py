@@ -9,6 +9,7 @@ from __future__ import annotations
 from engine.errors import ShapeError
 from engine.ops.registry import Attrs, MaybeShape, Shape
 
+# A shape rule's result: the input shapes (unknown ones filled in where it can), the outputs'.
 Inferred = tuple[list[MaybeShape], list[MaybeShape]]
 
 
