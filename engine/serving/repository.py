@@ -336,6 +336,21 @@ class ModelRepository:
         complete = {v for v, entry in model.versions.items() if entry.manifest_digest}
         wanted = ((set(config.version_policy.select(complete)) | self._pinned.get(name, set()))
                   & complete) - self._excluded.get(name, set())
+        first_error = await self._load_wanted(model, config, wanted, strict=strict,
+                                              preloaded=preloaded)
+        for version in list(loaded):
+            # A failed load keeps the previous versions serving.
+            if version not in model.versions or (version not in wanted and first_error is None):
+                self._retire(name, version)
+        self._explain_unloaded(model, wanted)
+        if strict and first_error is not None:
+            raise first_error
+
+    async def _load_wanted(self, model: disk.DiskModel, config: ModelConfig, wanted: set[int],
+                           *, strict: bool, preloaded: LoadedVersion | None) -> Exception | None:
+        """Load and publish each wanted version not already serving as it is on disk; the
+        first load error. Without `strict`, a version that failed as it is stays failed."""
+        name, loaded = model.name, self._loaded[model.name]
         first_error: Exception | None = None
         for version in sorted(wanted):
             identity = (model.versions[version].manifest_digest, model.config_digest)
@@ -356,18 +371,16 @@ class ModelRepository:
                 self._reasons[(name, version)] = str(error)
                 self._failed[(name, version)] = identity
                 first_error = first_error or error
-        for version in list(loaded):
-            # A failed load keeps the previous versions serving.
-            if version not in model.versions or (version not in wanted and first_error is None):
-                self._retire(name, version)
-        for version in model.versions.keys() - loaded.keys():
+        return first_error
+
+    def _explain_unloaded(self, model: disk.DiskModel, wanted: set[int]) -> None:
+        """Record why each version on disk but not loaded is not serving."""
+        for version in model.versions.keys() - self._loaded[model.name].keys():
             entry = model.versions[version]
             if entry.problem is not None:
-                self._reasons[(name, version)] = entry.problem
-            elif version not in wanted and (name, version) not in self._failed:
-                self._reasons[(name, version)] = "not selected by version_policy or unloaded"
-        if strict and first_error is not None:
-            raise first_error
+                self._reasons[(model.name, version)] = entry.problem
+            elif version not in wanted and (model.name, version) not in self._failed:
+                self._reasons[(model.name, version)] = "not selected by version_policy or unloaded"
 
     async def _load_version(self, name: str, version: int, config: ModelConfig,
                             identity: Identity) -> LoadedVersion:
