@@ -94,33 +94,42 @@ def _apply_tokens(data: Shape, tokens: tuple[tuple, ...], reverse: bool) -> Shap
             if read() not in (0, 1):
                 raise ShapeError(f"reshape code -3 skips only dimensions of size 1, in {data}")
         else:
-            whole, first, second = read(), token[1], token[2]
-            if first == -1 and second == -1:
-                raise ShapeError("a reshape split may infer only one of its two dimensions")
-            if first == -1:
-                first = whole // second if whole and second else 0
-            elif second == -1:
-                second = whole // first if whole and first else 0
-            if whole and first * second != whole:
-                raise ShapeError(f"cannot split dimension {whole} into {first} x {second}")
-            out.extend((first, second))
+            out.extend(_split(read(), token[1], token[2]))
     if infer_at >= 0:
-        # Unknown (0) input dims copied straight to the output cancel out of the division.
-        copied = sum(1 for index in copies if out[index] == 0)
-        rest = math.prod(dim for dim in out if dim)
-        total = math.prod(dim for dim in data if dim)
-        if copied != sum(1 for dim in data if not dim) or copied != out.count(0):
-            out[infer_at] = 0
-        elif total % rest:
-            raise ShapeError(f"cannot reshape {data} ({total} elements) with one inferred "
-                             f"dimension beside {tuple(out)}")
-        else:
-            out[infer_at] = total // rest
+        out[infer_at] = _inferred(data, out, copies)
     if is_known(data) and is_known(tuple(out)) and math.prod(out) != math.prod(data):
         shown = tuple(out[::-1]) if reverse else tuple(out)
         raise ShapeError(f"cannot reshape {data} ({math.prod(data)} elements) into {shown} "
                          f"({math.prod(out)} elements)")
     return tuple(out[::-1]) if reverse else tuple(out)
+
+
+def _split(whole: int, first: int, second: int) -> tuple[int, int]:
+    """A split (code -4 or -6) of dimension ``whole``; one of its two parts may be -1."""
+    if first == -1 and second == -1:
+        raise ShapeError("a reshape split may infer only one of its two dimensions")
+    if first == -1:
+        first = whole // second if whole and second else 0
+    elif second == -1:
+        second = whole // first if whole and first else 0
+    if whole and first * second != whole:
+        raise ShapeError(f"cannot split dimension {whole} into {first} x {second}")
+    return first, second
+
+
+def _inferred(data: Shape, out: list[int], copies: list[int]) -> int:
+    """The dimension a -1 stands for, beside the others of ``out`` (its own place holding 1);
+    0 (unknown) when unknown input dimensions do not all reach the output as copies."""
+    # Unknown (0) input dims copied straight to the output cancel out of the division.
+    copied = sum(1 for index in copies if out[index] == 0)
+    if copied != sum(1 for dim in data if not dim) or copied != out.count(0):
+        return 0
+    rest = math.prod(dim for dim in out if dim)
+    total = math.prod(dim for dim in data if dim)
+    if total % rest:
+        raise ShapeError(f"cannot reshape {data} ({total} elements) with one inferred "
+                         f"dimension beside {tuple(out)}")
+    return total // rest
 
 
 def _legacy_target(data: Shape, target: tuple[int, ...], keep_highest: bool) -> Shape:
