@@ -104,8 +104,7 @@ def _bind_chunk(xp: Any, data: Any, matrix: Any, out: Any, geometry: Geometry,
     if samples == 1:
         calls.append(partial(xp.matmul, matrix, columns, out.reshape(matrix.shape[0], -1)))
         return calls
-    wide = workspace.region(wide_at, (matrix.shape[0], samples * positions),
-                            data.dtype)
+    wide = workspace.region(wide_at, (matrix.shape[0], samples * positions), data.dtype)
     calls.append(partial(xp.matmul, matrix, columns, wide))
     per_sample = wide.reshape(matrix.shape[0], samples, positions).transpose(1, 0, 2)
     calls.append(partial(xp.copyto, out.reshape(samples, matrix.shape[0], positions),

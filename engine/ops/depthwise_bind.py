@@ -167,8 +167,7 @@ def _bind_block(xp: Any, phases: Any, taps: Any, out: Any, bias: Any, axes: list
     patches_at, results_at, _ = layout.offsets(phases.itemsize)
     kernel = tuple(axis.kernel for axis in axes)
     length = layout.patches[3]
-    patches = workspace.region(patches_at, (batch, channels, *kernel, length),
-                      phases.dtype)
+    patches = workspace.region(patches_at, (batch, channels, *kernel, length), phases.dtype)
     results = workspace.region(results_at, (batch, channels, 1, length), phases.dtype)
     calls = [partial(xp.copyto, target, source)
              for target, source in _phase_taps(xp, phases, patches, axes, length)]
