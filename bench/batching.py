@@ -6,7 +6,7 @@ Usage: ``python bench/batching.py [--callers 64] [--seconds 5] [--max-batch 64]
 `DynamicBatcher` over ``engine.load_model(...).infer``; the script prints requests per second
 with batching (``max_batch_size`` = --max-batch) and without (``max_batch_size=1``), the mean
 batch size, the median and p99 latency, and the speed-up. Target: at least 5x on the seed MLP.
-The models are the conformance exports in ``../shared/conformance/models``.
+The models are the conformance exports in ``tests/fixtures/mxnet/models``.
 
 BLAS runs single-threaded unless ``OPENBLAS_NUM_THREADS``/``OMP_NUM_THREADS`` are set: batches
 already run on their own worker thread, and on a small shared machine a multi-threaded BLAS
@@ -32,7 +32,7 @@ import numpy as np
 import engine
 from engine.serving.batcher import BatchingPolicy, DynamicBatcher
 
-MODELS = Path(__file__).resolve().parents[1].parent / "shared" / "conformance" / "models"
+MODELS = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "mxnet" / "models"
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ import engine  # noqa: E402
 from engine.device import get_device, gpu_unavailable_reason  # noqa: E402
 from engine.graph.ir import Graph  # noqa: E402
 
-SEED_MLP = ROOT.parent / "shared" / "conformance" / "models" / "seed_mlp"
+SEED_MLP = ROOT / "tests" / "fixtures" / "mxnet" / "models" / "seed_mlp"
 ALL_BUT_FUSION = ["fold_constants", "fold_batchnorm", "eliminate_dead_nodes", "plan_memory"]
 
 

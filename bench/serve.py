@@ -40,7 +40,7 @@ from fastapi import FastAPI, Request
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT)] if str(ROOT) not in sys.path else []
 TOKEN = "bench-token"
-MLP_DIR = ROOT.parent / "shared" / "conformance" / "models" / "seed_mlp"
+MLP_DIR = ROOT / "tests" / "fixtures" / "mxnet" / "models" / "seed_mlp"
 CONCURRENCY = {"floor": (1, 16, 64), "seed_mlp": (1, 16, 64), "resnet18": (1, 8, 16, 64)}
 EXECUTOR_BATCHES = (1, 2, 4, 8, 16)  # the executor's own images/s, for ResNet-18's target
 

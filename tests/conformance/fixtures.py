@@ -1,4 +1,4 @@
-"""Access to the MXNet 1.9.1 reference data in ``../shared/conformance`` and its tolerances."""
+"""Access to the MXNet 1.9.1 reference data in ``tests/fixtures/mxnet`` and its tolerances."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
-CONFORMANCE = (ROOT.parent / "shared" / "conformance").resolve()
+CONFORMANCE = ROOT / "tests" / "fixtures" / "mxnet"
 MODELS = CONFORMANCE / "models"
 PARAMS = CONFORMANCE / "params"
 
