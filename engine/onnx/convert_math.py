@@ -1,0 +1,189 @@
+"""Converters for elementwise, scalar, comparison, reduction and matrix-product ops."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from engine.onnx.context import NodeContext, converts, normalize_axis
+
+UNARY = {"relu": "Relu", "sigmoid": "Sigmoid", "tanh": "Tanh", "exp": "Exp", "log": "Log",
+         "sqrt": "Sqrt", "abs": "Abs", "negative": "Neg", "reciprocal": "Reciprocal",
+         "floor": "Floor", "ceil": "Ceil", "sign": "Sign", "erf": "Erf", "softsign": "Softsign",
+         "_copy": "Identity", "BlockGrad": "Identity", "LinearRegressionOutput": "Identity",
+         "LogisticRegressionOutput": "Sigmoid"}
+BINARY = {"elemwise_add": "Add", "elemwise_sub": "Sub", "elemwise_mul": "Mul",
+          "elemwise_div": "Div", "broadcast_add": "Add", "broadcast_sub": "Sub",
+          "broadcast_mul": "Mul", "broadcast_div": "Div", "broadcast_power": "Pow",
+          "_maximum": "Max", "_minimum": "Min", "broadcast_maximum": "Max",
+          "broadcast_minimum": "Min"}
+# Comparisons return 0/1 in the inputs' dtype in MXNet, booleans in ONNX.
+COMPARE = {"broadcast_equal": ("Equal", False), "broadcast_not_equal": ("Equal", True),
+           "broadcast_greater": ("Greater", False), "broadcast_lesser": ("Less", False),
+           "broadcast_greater_equal": ("GreaterOrEqual", False),
+           "broadcast_lesser_equal": ("LessOrEqual", False)}
+# name -> (ONNX op, scalar on the left)
+SCALAR = {"_plus_scalar": ("Add", False), "_minus_scalar": ("Sub", False),
+          "_rminus_scalar": ("Sub", True), "_mul_scalar": ("Mul", False),
+          "_div_scalar": ("Div", False), "_rdiv_scalar": ("Div", True),
+          "_power_scalar": ("Pow", False), "_rpower_scalar": ("Pow", True),
+          "_maximum_scalar": ("Max", False), "_minimum_scalar": ("Min", False)}
+SCALAR_COMPARE = {"_equal_scalar": ("Equal", False), "_not_equal_scalar": ("Equal", True),
+                  "_greater_scalar": ("Greater", False), "_lesser_scalar": ("Less", False),
+                  "_greater_equal_scalar": ("GreaterOrEqual", False),
+                  "_lesser_equal_scalar": ("LessOrEqual", False)}
+REDUCE = {"sum": "ReduceSum", "mean": "ReduceMean", "max": "ReduceMax", "min": "ReduceMin",
+          "prod": "ReduceProd"}
+
+
+@converts(*UNARY)
+def unary(ctx: NodeContext) -> str:
+    return ctx.op(UNARY[ctx.op_name], [ctx.inputs[0]])
+
+
+@converts("rsqrt")
+def rsqrt(ctx: NodeContext) -> str:
+    return ctx.op("Reciprocal", [ctx.op("Sqrt", [ctx.inputs[0]])])
+
+
+@converts("square")
+def square(ctx: NodeContext) -> str:
+    return ctx.op("Mul", [ctx.inputs[0], ctx.inputs[0]])
+
+
+@converts("round")
+def round_half_away(ctx: NodeContext) -> str:
+    # MXNet rounds halves away from zero; ONNX Round rounds them to even.
+    data = ctx.inputs[0]
+    magnitude = ctx.op("Floor", [ctx.op("Add", [ctx.op("Abs", [data]), ctx.scalar(0.5)])])
+    return ctx.op("Mul", [ctx.op("Sign", [data]), magnitude])
+
+
+@converts("hard_sigmoid")
+def hard_sigmoid(ctx: NodeContext) -> str:
+    return ctx.op("HardSigmoid", [ctx.inputs[0]], alpha=float(ctx.params.alpha),
+                  beta=float(ctx.params.beta))
+
+
+@converts("clip")
+def clip(ctx: NodeContext) -> str:
+    return ctx.op("Clip", [ctx.inputs[0], ctx.scalar(ctx.params.a_min),
+                           ctx.scalar(ctx.params.a_max)])
+
+
+@converts(*BINARY)
+def binary(ctx: NodeContext) -> str:
+    return ctx.op(BINARY[ctx.op_name], ctx.inputs[:2])
+
+
+@converts("add_n")
+def add_n(ctx: NodeContext) -> str:
+    return ctx.op("Sum", ctx.inputs)
+
+
+@converts(*COMPARE)
+def compare(ctx: NodeContext) -> str:
+    op_type, negate = COMPARE[ctx.op_name]
+    return _as_number(ctx, ctx.op(op_type, ctx.inputs[:2]), negate)
+
+
+@converts(*SCALAR)
+def scalar_op(ctx: NodeContext) -> str:
+    op_type, scalar_first = SCALAR[ctx.op_name]
+    scalar = ctx.scalar(ctx.params.scalar)
+    operands = [scalar, ctx.inputs[0]] if scalar_first else [ctx.inputs[0], scalar]
+    return ctx.op(op_type, operands)
+
+
+@converts(*SCALAR_COMPARE)
+def scalar_compare(ctx: NodeContext) -> str:
+    op_type, negate = SCALAR_COMPARE[ctx.op_name]
+    return _as_number(ctx, ctx.op(op_type, [ctx.inputs[0], ctx.scalar(ctx.params.scalar)]),
+                      negate)
+
+
+def _as_number(ctx: NodeContext, boolean: str, negate: bool) -> str:
+    if negate:
+        boolean = ctx.op("Not", [boolean])
+    return ctx.cast(boolean, ctx.out_dtypes[0])
+
+
+def reduce_axes(ctx: NodeContext) -> list[int] | None:
+    """The axes an MXNet reduction covers (None: all), with ``exclude`` applied."""
+    axis, rank = ctx.params.axis, ctx.rank()
+    if axis is None or axis == ():
+        return None
+    axes = sorted({normalize_axis(a, rank) for a in (axis if isinstance(axis, tuple) else
+                                                     (axis,))})
+    if ctx.params.get("exclude"):
+        axes = [a for a in range(rank) if a not in axes]
+    return axes
+
+
+@converts(*REDUCE)
+def reduce(ctx: NodeContext) -> str:
+    axes = reduce_axes(ctx)
+    if axes == []:
+        return ctx.op("Identity", [ctx.inputs[0]])
+    return ctx.reduce(REDUCE[ctx.op_name], ctx.inputs[0], axes, ctx.params.keepdims)
+
+
+@converts("norm")
+def norm(ctx: NodeContext) -> str:
+    orders = {1: "ReduceL1", 2: "ReduceL2"}
+    if ctx.params.ord not in orders:
+        raise ctx.fail(f"ord={ctx.params.ord} has no ONNX reduction; ord must be 1 or 2")
+    return ctx.reduce(orders[ctx.params.ord], ctx.inputs[0], reduce_axes(ctx),
+                      ctx.params.keepdims)
+
+
+@converts("argmax", "argmin")
+def arg_reduce(ctx: NodeContext) -> str:
+    data, axis = ctx.inputs[0], ctx.params.axis
+    if axis is None:  # over the flattened input
+        data, axis = ctx.op("Reshape", [data, ctx.ints([-1])]), 0
+    op_type = "ArgMax" if ctx.op_name == "argmax" else "ArgMin"
+    index = ctx.op(op_type, [data], axis=int(axis), keepdims=int(bool(ctx.params.keepdims)))
+    return ctx.cast(index, ctx.out_dtypes[0])  # MXNet returns indices as floats
+
+
+@converts("dot")
+def dot(ctx: NodeContext) -> str:
+    lhs, rhs = ctx.inputs[:2]
+    lhs_rank, rhs_rank = ctx.rank(0), ctx.rank(1)
+    if (ctx.params.transpose_a and lhs_rank != 2) or (ctx.params.transpose_b and rhs_rank != 2):
+        raise ctx.fail("transpose_a/transpose_b are supported for 2-D operands only")
+    if ctx.params.transpose_a:
+        lhs = ctx.op("Transpose", [lhs], perm=[1, 0])
+    if ctx.params.transpose_b:
+        rhs = ctx.op("Transpose", [rhs], perm=[1, 0])
+    if rhs_rank <= 2:  # MatMul contracts lhs's last axis with rhs's first, like dot
+        return ctx.op("MatMul", [lhs, rhs])
+    # dot contracts with rhs's first axis: flatten rhs to 2-D, multiply, restore the shape.
+    flat = ctx.op("Reshape", [rhs, ctx.ints([ctx.in_shapes[1][0], -1])])
+    return ctx.op("Reshape", [ctx.op("MatMul", [lhs, flat]), ctx.out_shape_tensor(0, True)])
+
+
+@converts("batch_dot")
+def batch_dot(ctx: NodeContext) -> str:
+    operands = []
+    for index, transposed in enumerate((ctx.params.transpose_a, ctx.params.transpose_b)):
+        operand = ctx.inputs[index]
+        if transposed:
+            perm = list(range(ctx.rank(index)))
+            perm[-2:] = perm[-1], perm[-2]
+            operand = ctx.op("Transpose", [operand], perm=perm)
+        operands.append(operand)
+    return ctx.op("MatMul", operands)
+
+
+@converts("where")
+def where(ctx: NodeContext) -> str:
+    condition = ctx.op("Cast", [ctx.inputs[0]], to=9)  # BOOL
+    if ctx.rank(0) == 1 and ctx.rank(1) > 1:  # MXNet: a 1-D condition picks whole rows
+        condition = ctx.unsqueeze(condition, list(range(1, ctx.rank(1))))
+    return ctx.op("Where", [condition, ctx.inputs[1], ctx.inputs[2]])
+
+
+def float_constant(ctx: NodeContext, value: float, dtype: np.dtype) -> str:
+    """A 0-D constant of ``dtype``."""
+    return ctx.builder.const(np.asarray(value, dtype=dtype), f"{ctx.hint}_value")

@@ -1,0 +1,234 @@
+"""Converters for layers: convolution, pooling, dense, normalisation, activations, softmax."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from engine.onnx.context import NodeContext, converts, normalize_axis
+
+CHANNEL_FIRST = (None, "NCW", "NCHW", "NCDHW")
+ACTIVATIONS = {"relu": "Relu", "sigmoid": "Sigmoid", "tanh": "Tanh", "softrelu": "Softplus",
+               "softsign": "Softsign"}
+SELU_ALPHA = 1.6732632423543772848170429916717
+SELU_LAMBDA = 1.0507009873554804934193349852946
+
+
+def _spatial(value: tuple, count: int, default: int) -> list[int]:
+    return [int(v) for v in value] if value else [default] * count
+
+
+def _channel_first(ctx: NodeContext) -> None:
+    if ctx.params.get("layout") not in CHANNEL_FIRST:
+        raise ctx.fail(f"layout {ctx.params.layout!r} is not supported; ONNX is channel-first "
+                       "(export the model with layout NCHW)")
+
+
+def _window(ctx: NodeContext, spatial: int) -> dict:
+    params = ctx.params
+    pad = _spatial(params.pad, spatial, 0)
+    return {"kernel_shape": [int(k) for k in params.kernel], "pads": pad + pad,
+            "strides": _spatial(params.stride, spatial, 1)}
+
+
+@converts("Convolution")
+def convolution(ctx: NodeContext) -> str:
+    _channel_first(ctx)
+    spatial = len(ctx.params.kernel)
+    inputs = ctx.inputs[:2] if ctx.params.no_bias else ctx.inputs[:3]
+    return ctx.op("Conv", inputs, group=int(ctx.params.num_group),
+                  dilations=_spatial(ctx.params.dilate, spatial, 1), **_window(ctx, spatial))
+
+
+@converts("Deconvolution")
+def deconvolution(ctx: NodeContext) -> str:
+    _channel_first(ctx)
+    if ctx.params.target_shape:
+        raise ctx.fail("target_shape is not supported; give pad and adj instead")
+    spatial = len(ctx.params.kernel)
+    inputs = ctx.inputs[:2] if ctx.params.no_bias else ctx.inputs[:3]
+    return ctx.op("ConvTranspose", inputs, group=int(ctx.params.num_group),
+                  dilations=_spatial(ctx.params.dilate, spatial, 1),
+                  output_padding=_spatial(ctx.params.adj, spatial, 0), **_window(ctx, spatial))
+
+
+@converts("Pooling")
+def pooling(ctx: NodeContext) -> str:
+    _channel_first(ctx)
+    params, data = ctx.params, ctx.inputs[0]
+    if params.pooling_convention == "same":
+        raise ctx.fail("pooling_convention='same' has no ONNX equivalent")
+    if params.global_pool:
+        return _global_pooling(ctx)
+    window = _window(ctx, ctx.rank() - 2)
+    ceil_mode = int(params.pooling_convention == "full")
+    if params.pool_type == "max":
+        return ctx.op("MaxPool", [data], ceil_mode=ceil_mode, **window)
+    if params.pool_type == "lp":
+        return ctx.op("LpPool", [data], p=int(params.p_value), ceil_mode=ceil_mode, **window)
+    include = params.count_include_pad is None or params.count_include_pad
+    if params.pool_type == "sum":  # a sum is the mean over the whole window times its size
+        mean = ctx.op("AveragePool", [data], ceil_mode=ceil_mode, count_include_pad=1, **window)
+        return ctx.op("Mul", [mean, ctx.scalar(math.prod(window["kernel_shape"]))])
+    return ctx.op("AveragePool", [data], ceil_mode=ceil_mode, count_include_pad=int(include),
+                  **window)
+
+
+def _global_pooling(ctx: NodeContext) -> str:
+    kind, data = ctx.params.pool_type, ctx.inputs[0]
+    if kind == "max":
+        return ctx.op("GlobalMaxPool", [data])
+    if kind == "lp":
+        return ctx.op("GlobalLpPool", [data], p=int(ctx.params.p_value))
+    mean = ctx.op("GlobalAveragePool", [data])
+    if kind == "avg":
+        return mean
+    return ctx.op("Mul", [mean, ctx.scalar(math.prod(ctx.in_shapes[0][2:]))])
+
+
+@converts("FullyConnected")
+def fully_connected(ctx: NodeContext) -> str:
+    data, weight = ctx.inputs[:2]
+    bias = [] if ctx.params.no_bias else [ctx.inputs[2]]
+    if ctx.params.flatten:
+        if ctx.rank() != 2:
+            data = ctx.op("Flatten", [data], axis=1)
+        return ctx.op("Gemm", [data, weight, *bias], transB=1)
+    if ctx.constants[1] is not None:
+        transposed = ctx.builder.const(ctx.constants[1].T, f"{ctx.hint}_weight_t")
+    else:
+        transposed = ctx.op("Transpose", [weight], perm=[1, 0])
+    product = ctx.op("MatMul", [data, transposed])
+    return ctx.op("Add", [product, *bias]) if bias else product
+
+
+def _along_axis(ctx: NodeContext, values: np.ndarray, axis: int, hint: str) -> str:
+    """A constant shaped to broadcast along ``axis`` of input 0."""
+    shape = [1] * ctx.rank()
+    shape[axis] = -1
+    return ctx.builder.const(values.reshape(shape).astype(ctx.in_dtypes[0]), f"{ctx.hint}_{hint}")
+
+
+@converts("BatchNorm")
+def batch_norm(ctx: NodeContext) -> str:
+    params = ctx.params
+    if params.output_mean_var:
+        raise ctx.fail("output_mean_var=True (training outputs) is not supported")
+    gamma, beta, mean, var = (ctx.constant(k, name).astype(np.float64) for k, name in
+                              enumerate(("gamma", "beta", "moving_mean", "moving_var"), 1))
+    if params.fix_gamma:
+        gamma = np.ones_like(gamma)
+    # Inference BatchNorm is one multiply-add per channel, on any axis.
+    scale = gamma / np.sqrt(var + params.eps)
+    axis = normalize_axis(params.axis, ctx.rank())
+    scaled = ctx.op("Mul", [ctx.inputs[0], _along_axis(ctx, scale, axis, "scale")])
+    return ctx.op("Add", [scaled, _along_axis(ctx, beta - mean * scale, axis, "shift")])
+
+
+@converts("InstanceNorm")
+def instance_norm(ctx: NodeContext) -> str:
+    return ctx.op("InstanceNormalization", ctx.inputs[:3], epsilon=float(ctx.params.eps))
+
+
+@converts("LayerNorm")
+def layer_norm(ctx: NodeContext) -> str:
+    params, rank = ctx.params, ctx.rank()
+    axis = normalize_axis(params.axis, rank)
+    if params.output_mean_var:
+        raise ctx.fail("output_mean_var=True is not supported")
+    if axis == rank - 1:
+        return ctx.op("LayerNormalization", ctx.inputs[:3], axis=-1,
+                      epsilon=float(params.eps))
+    data = ctx.inputs[0]
+    centred = ctx.op("Sub", [data, ctx.reduce("ReduceMean", data, [axis], True)])
+    variance = ctx.reduce("ReduceMean", ctx.op("Mul", [centred, centred]), [axis], True)
+    deviation = ctx.op("Sqrt", [ctx.op("Add", [variance, ctx.scalar(params.eps)])])
+    normalized = ctx.op("Div", [centred, deviation])
+    gamma, beta = (ctx.op("Reshape", [ctx.inputs[k], ctx.ints(
+        [-1 if d == axis else 1 for d in range(rank)])]) for k in (1, 2))
+    return ctx.op("Add", [ctx.op("Mul", [normalized, gamma]), beta])
+
+
+@converts("L2Normalization")
+def l2_normalization(ctx: NodeContext) -> str:
+    rank, data = ctx.rank(), ctx.inputs[0]
+    axes = {"instance": list(range(1, rank)), "channel": [1],
+            "spatial": list(range(2, rank))}[ctx.params.mode]
+    squares = ctx.reduce("ReduceSum", ctx.op("Mul", [data, data]), axes, True)
+    norm = ctx.op("Sqrt", [ctx.op("Add", [squares, ctx.scalar(ctx.params.eps)])])
+    return ctx.op("Div", [data, norm])
+
+
+@converts("LRN")
+def lrn(ctx: NodeContext) -> str:
+    params = ctx.params
+    return ctx.op("LRN", [ctx.inputs[0]], alpha=float(params.alpha), beta=float(params.beta),
+                  bias=float(params.knorm), size=int(params.nsize))
+
+
+@converts("Activation")
+def activation(ctx: NodeContext) -> str:
+    kind, data = ctx.params.act_type, ctx.inputs[0]
+    if kind in ACTIVATIONS:
+        return ctx.op(ACTIVATIONS[kind], [data])
+    softplus = ctx.op("Softplus", [ctx.op("Neg", [data])] if kind == "log_sigmoid" else [data])
+    if kind == "log_sigmoid":  # log(sigmoid(x)) = -softplus(-x)
+        return ctx.op("Neg", [softplus])
+    return ctx.op("Mul", [data, ctx.op("Tanh", [softplus])])  # mish
+
+
+@converts("LeakyReLU")
+def leaky_relu(ctx: NodeContext) -> str:
+    kind, data, slope = ctx.params.act_type, ctx.inputs[0], float(ctx.params.slope)
+    if kind == "leaky":
+        return ctx.op("LeakyRelu", [data], alpha=slope)
+    if kind == "elu":
+        return ctx.op("Elu", [data], alpha=slope)
+    if kind == "selu":
+        return ctx.op("Selu", [data], alpha=SELU_ALPHA, gamma=SELU_LAMBDA)
+    if kind == "gelu":  # the exact (erf) form, as MXNet computes it
+        halved = ctx.op("Mul", [data, ctx.scalar(0.5)])
+        erf = ctx.op("Erf", [ctx.op("Mul", [data, ctx.scalar(1 / math.sqrt(2.0))])])
+        return ctx.op("Mul", [halved, ctx.op("Add", [erf, ctx.scalar(1.0)])])
+    if kind == "prelu":
+        gamma = ctx.inputs[1]
+        if ctx.rank() >= 2 and math.prod(ctx.in_shapes[1]) > 1:
+            gamma = ctx.op("Reshape", [gamma, ctx.ints([-1] + [1] * (ctx.rank() - 2))])
+        return ctx.op("PRelu", [data, gamma])
+    raise ctx.fail("act_type 'rrelu' is not supported (its second output is a training mask)")
+
+
+def _tempered(ctx: NodeContext) -> str:
+    temperature = ctx.params.get("temperature")
+    if temperature is None or temperature == 1.0:
+        return ctx.inputs[0]
+    return ctx.op("Div", [ctx.inputs[0], ctx.scalar(temperature)])
+
+
+@converts("softmax", "log_softmax")
+def softmax(ctx: NodeContext) -> str:
+    if ctx.params.use_length:
+        raise ctx.fail("use_length=True is not supported")
+    op_type = "Softmax" if ctx.op_name == "softmax" else "LogSoftmax"
+    result = ctx.op(op_type, [_tempered(ctx)], axis=int(ctx.params.axis))
+    if ctx.params.dtype is not None and np.dtype(ctx.params.dtype) != ctx.in_dtypes[0]:
+        result = ctx.cast(result, ctx.params.dtype)
+    return result
+
+
+@converts("SoftmaxOutput", "SoftmaxActivation")
+def softmax_output(ctx: NodeContext) -> str:
+    params, data = ctx.params, ctx.inputs[0]
+    if ctx.op_name == "SoftmaxActivation":
+        per_channel = params.mode == "channel"
+        last = False
+    else:
+        per_channel, last = params.multi_output, params.preserve_shape
+    if last or ctx.rank() == 1:
+        return ctx.op("Softmax", [data], axis=-1)
+    if per_channel:
+        return ctx.op("Softmax", [data], axis=1)
+    # Over everything but the batch axis, then back to the input's shape.
+    flat = ctx.op("Softmax", [ctx.op("Flatten", [data], axis=1)], axis=1)
+    return flat if ctx.rank() == 2 else ctx.op("Reshape", [flat, ctx.out_shape_tensor(0, True)])
