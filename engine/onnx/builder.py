@@ -32,7 +32,18 @@ class OnnxBuilder:
         self.nodes: list[Any] = []
         self.initializers: dict[str, Any] = {}
         self._taken: set[str] = set()
-        self.batch: str | None = None  # a 1-D int64 tensor [batch], set by the exporter
+        self.batch_source: str | None = None  # a graph input whose axis 0 is the batch
+        self._batch: str | None = None
+
+    @property
+    def batch(self) -> str:
+        """A 1-D int64 tensor ``[batch]``, read from the batch source input on first use."""
+        if self._batch is None:
+            assert self.batch_source is not None  # only asked for when some dim follows it
+            shape = self.op("Shape", [self.batch_source], "batch_size")
+            self._batch = self.op("Slice", [shape, self.ints([0], "zero"),
+                                            self.ints([1], "one")], "batch_size")
+        return self._batch
 
     def unique(self, hint: str) -> str:
         """``hint``, or ``hint`` with the smallest numeric suffix that is still free."""
@@ -60,8 +71,8 @@ class OnnxBuilder:
         """An initializer holding ``value`` (converted to ``dtype`` when given)."""
         array = np.asarray(value, dtype=dtype)
         name = self.unique(hint)
-        self.initializers[name] = self._numpy_helper.from_array(np.ascontiguousarray(array),
-                                                                name)
+        # (np.ascontiguousarray would turn a 0-D array into a 1-D one)
+        self.initializers[name] = self._numpy_helper.from_array(array.copy(order="C"), name)
         return name
 
     def ints(self, values: Any, hint: str) -> str:
@@ -82,7 +93,7 @@ class OnnxBuilder:
         if infer_one and len(moving) == 1:
             return self.ints([-1 if k in moving else d for k, d in enumerate(shape)],
                              f"{hint}_shape")
-        assert self.batch is not None and other is not None  # moving dims need a batch input
+        assert other is not None
         pieces = []
         for k, dim in enumerate(shape):
             if k not in moving:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from engine.onnx.context import NodeContext, converts, normalize_axis
 
 UNARY = {"relu": "Relu", "sigmoid": "Sigmoid", "tanh": "Tanh", "exp": "Exp", "log": "Log",
@@ -124,7 +122,13 @@ def reduce(ctx: NodeContext) -> str:
     axes = reduce_axes(ctx)
     if axes == []:
         return ctx.op("Identity", [ctx.inputs[0]])
-    return ctx.reduce(REDUCE[ctx.op_name], ctx.inputs[0], axes, ctx.params.keepdims)
+    return _vector_if_scalar(ctx, ctx.reduce(REDUCE[ctx.op_name], ctx.inputs[0], axes,
+                                             ctx.params.keepdims))
+
+
+def _vector_if_scalar(ctx: NodeContext, result: str) -> str:
+    # MXNet's full reductions give shape (1,) where ONNX gives a scalar.
+    return ctx.op("Reshape", [result, ctx.ints([1])]) if ctx.out_shapes[0] == (1,) else result
 
 
 @converts("norm")
@@ -132,8 +136,8 @@ def norm(ctx: NodeContext) -> str:
     orders = {1: "ReduceL1", 2: "ReduceL2"}
     if ctx.params.ord not in orders:
         raise ctx.fail(f"ord={ctx.params.ord} has no ONNX reduction; ord must be 1 or 2")
-    return ctx.reduce(orders[ctx.params.ord], ctx.inputs[0], reduce_axes(ctx),
-                      ctx.params.keepdims)
+    return _vector_if_scalar(ctx, ctx.reduce(orders[ctx.params.ord], ctx.inputs[0],
+                                             reduce_axes(ctx), ctx.params.keepdims))
 
 
 @converts("argmax", "argmin")
@@ -157,7 +161,7 @@ def dot(ctx: NodeContext) -> str:
     if ctx.params.transpose_b:
         rhs = ctx.op("Transpose", [rhs], perm=[1, 0])
     if rhs_rank <= 2:  # MatMul contracts lhs's last axis with rhs's first, like dot
-        return ctx.op("MatMul", [lhs, rhs])
+        return _vector_if_scalar(ctx, ctx.op("MatMul", [lhs, rhs]))
     # dot contracts with rhs's first axis: flatten rhs to 2-D, multiply, restore the shape.
     flat = ctx.op("Reshape", [rhs, ctx.ints([ctx.in_shapes[1][0], -1])])
     return ctx.op("Reshape", [ctx.op("MatMul", [lhs, flat]), ctx.out_shape_tensor(0, True)])
@@ -182,8 +186,3 @@ def where(ctx: NodeContext) -> str:
     if ctx.rank(0) == 1 and ctx.rank(1) > 1:  # MXNet: a 1-D condition picks whole rows
         condition = ctx.unsqueeze(condition, list(range(1, ctx.rank(1))))
     return ctx.op("Where", [condition, ctx.inputs[1], ctx.inputs[2]])
-
-
-def float_constant(ctx: NodeContext, value: float, dtype: np.dtype) -> str:
-    """A 0-D constant of ``dtype``."""
-    return ctx.builder.const(np.asarray(value, dtype=dtype), f"{ctx.hint}_value")

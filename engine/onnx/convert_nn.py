@@ -66,7 +66,9 @@ def pooling(ctx: NodeContext) -> str:
     if params.pool_type == "max":
         return ctx.op("MaxPool", [data], ceil_mode=ceil_mode, **window)
     if params.pool_type == "lp":
-        return ctx.op("LpPool", [data], p=int(params.p_value), ceil_mode=ceil_mode, **window)
+        if ceil_mode:  # LpPool has ceil_mode from opset 18
+            window["ceil_mode"] = ceil_mode
+        return ctx.op("LpPool", [data], p=int(params.p_value), **window)
     include = params.count_include_pad is None or params.count_include_pad
     if params.pool_type == "sum":  # a sum is the mean over the whole window times its size
         mean = ctx.op("AveragePool", [data], ceil_mode=ceil_mode, count_include_pad=1, **window)

@@ -101,8 +101,14 @@ def stack(ctx: NodeContext) -> str:
 
 @converts("Embedding")
 def embedding(ctx: NodeContext) -> str:
-    indices = ctx.cast(ctx.inputs[0], np.int64)
+    indices = _clipped(ctx, ctx.cast(ctx.inputs[0], np.int64), ctx.in_shapes[1][0])
     return ctx.op("Gather", [ctx.inputs[1], indices], axis=0)
+
+
+def _clipped(ctx: NodeContext, indices: str, size: int) -> str:
+    # MXNet clips out-of-range indices; ONNX Gather would fail on them.
+    return ctx.op("Clip", [indices, ctx.builder.const(np.int64(0), "zero"),
+                           ctx.builder.const(np.int64(size - 1), "last")])
 
 
 @converts("take")
@@ -113,8 +119,7 @@ def take(ctx: NodeContext) -> str:
     if ctx.params.mode == "wrap":
         indices = ctx.op("Mod", [indices, ctx.ints([size])])
     else:  # clip (and raise, which cannot raise at inference)
-        indices = ctx.op("Clip", [indices, ctx.builder.const(np.int64(0), "zero"),
-                                  ctx.builder.const(np.int64(size - 1), "last")])
+        indices = _clipped(ctx, indices, size)
     return ctx.op("Gather", [ctx.inputs[0], indices], axis=axis)
 
 
@@ -238,11 +243,49 @@ def bilinear_resize(ctx: NodeContext) -> str:
 
 @converts("SequenceLast", "SequenceMask", "SequenceReverse")
 def sequence(ctx: NodeContext) -> str:
-    if ctx.params.use_sequence_length:
-        raise ctx.fail("use_sequence_length=True is not supported")
     data, axis = ctx.inputs[0], normalize_axis(ctx.params.axis, ctx.rank())
+    if ctx.params.use_sequence_length:
+        return SEQUENCE_WITH_LENGTHS[ctx.op_name](ctx, axis)
     if ctx.op_name == "SequenceMask":
         return ctx.op("Identity", [data])  # no lengths: nothing is masked
     if ctx.op_name == "SequenceReverse":
         return _slice(ctx, data, [-1], [-INT_MAX], [axis], [-1])
     return ctx.op("Gather", [data, ctx.builder.const(np.int64(-1), "last")], axis=axis)
+
+
+def _lengths(ctx: NodeContext, axis: int, minus_one: bool = False) -> str:
+    """The lengths as int64 shaped to broadcast against the data (batch is the other of 0, 1)."""
+    lengths = ctx.cast(ctx.inputs[1], np.int64)
+    if minus_one:
+        lengths = ctx.op("Sub", [lengths, ctx.ints([1])])
+    shape = [1] * ctx.rank()
+    shape[1 - axis] = -1
+    return ctx.op("Reshape", [lengths, ctx.ints(shape)])
+
+
+def _sequence_mask(ctx: NodeContext, axis: int) -> str:
+    steps = np.arange(ctx.in_shapes[0][axis], dtype=np.int64)
+    shape = [1] * ctx.rank()
+    shape[axis] = -1
+    steps_name = ctx.builder.const(steps.reshape(shape), f"{ctx.hint}_steps")
+    keep = ctx.op("Less", [steps_name, _lengths(ctx, axis)])
+    return ctx.op("Where", [keep, ctx.inputs[0], ctx.scalar(ctx.params.value)])
+
+
+def _sequence_last(ctx: NodeContext, axis: int) -> str:
+    shape, other = list(ctx.in_shapes[0]), ctx.in_other[0]
+    shape[axis] = 1
+    other = None if other is None else tuple(1 if k == axis else d for k, d in enumerate(other))
+    target = ctx.builder.shape_tensor(tuple(shape), other, ctx.hint)
+    index = ctx.op("Expand", [_lengths(ctx, axis, minus_one=True), target])
+    picked = ctx.op("GatherElements", [ctx.inputs[0], index], axis=axis)
+    return ctx.squeeze(picked, [axis])
+
+
+def _sequence_reverse(ctx: NodeContext, axis: int) -> str:
+    return ctx.op("ReverseSequence", [ctx.inputs[0], ctx.cast(ctx.inputs[1], np.int64)],
+                  batch_axis=1 - axis, time_axis=axis)
+
+
+SEQUENCE_WITH_LENGTHS = {"SequenceLast": _sequence_last, "SequenceMask": _sequence_mask,
+                         "SequenceReverse": _sequence_reverse}

@@ -196,15 +196,12 @@ class GraphConversion:
             from onnx import numpy_helper
 
             self.builder.initializers[node.name] = numpy_helper.from_array(
-                np.ascontiguousarray(value), node.name)
+                value.copy(order="C"), node.name)
             return
         value = self._value_info(node.name, Entry(index, 0), input_dims=True)
         self.inputs.append(value)
-        if self.dynamic and self.builder.batch is None:
-            shape = self.builder.op("Shape", [node.name], "batch_size")
-            self.builder.batch = self.builder.op(
-                "Slice", [shape, self.builder.ints([0], "zero"), self.builder.ints([1], "one")],
-                "batch_size")
+        if self.builder.batch_source is None:
+            self.builder.batch_source = node.name
 
     def _value_info(self, name: str, entry: Entry, input_dims: bool = False) -> Any:
         from onnx import helper
