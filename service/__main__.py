@@ -84,7 +84,12 @@ def limit_blas_threads(threads: int) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m service`` and the ``hybridserve`` script."""
-    settings = load_settings(sys.argv[1:] if argv is None else argv)
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["export-onnx"]:  # a tool, not the server: no settings, no uvloop
+        from engine.onnx.__main__ import main as export_onnx
+
+        return export_onnx(args[1:])
+    settings = load_settings(args)
     logging.basicConfig(level=settings.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     limit_blas_threads(settings.blas_threads)

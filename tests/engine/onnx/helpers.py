@@ -1,0 +1,36 @@
+"""Running exported ONNX files with ONNX Runtime, for the export tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+# ONNX Runtime's element types for the dtypes these tests feed.
+ORT_DTYPES = {"tensor(float)": np.float32, "tensor(double)": np.float64,
+              "tensor(float16)": np.float16, "tensor(int32)": np.int32,
+              "tensor(int64)": np.int64}
+
+
+def check(path: Path) -> onnx.ModelProto:
+    """The model at ``path`` after `onnx.checker` (full check, with shape inference)."""
+    onnx.checker.check_model(str(path), full_check=True)
+    return onnx.load(str(path))
+
+
+def run(path: Path, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """Outputs of the model, feeding each input it declares (cast to its declared type)."""
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    inputs = {spec.name: np.asarray(feed[spec.name]).astype(ORT_DTYPES[spec.type])
+              for spec in session.get_inputs()}
+    return session.run(None, inputs)
+
+
+def input_dims(model: onnx.ModelProto) -> dict[str, list[Any]]:
+    """Each graph input's dims: ints, or the symbolic name."""
+    return {value.name: [dim.dim_param or dim.dim_value
+                         for dim in value.type.tensor_type.shape.dim]
+            for value in model.graph.input}

@@ -1,0 +1,78 @@
+"""Every conformance model exported to ONNX reproduces MXNet's outputs under ONNX Runtime."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnxruntime")  # an optional dev dependency; installed by `make test`
+
+import engine  # noqa: E402
+from engine.gluon.model_zoo import vision  # noqa: E402
+from engine.onnx import export  # noqa: E402
+from tests.conformance.fixtures import (  # noqa: E402
+    DEFAULT_TOLERANCE,
+    assert_close,
+    model_files,
+    model_io_sets,
+    model_meta,
+    model_names,
+    tolerance_for,
+)
+from tests.engine.onnx.helpers import check, input_dims, run  # noqa: E402
+
+
+def _export(name: str, directory) -> object:
+    shapes = {spec["name"]: spec["shape"] for spec in model_meta(name)["inputs"]}
+    return export(model_files(name), directory / f"{name}.onnx", input_shapes=shapes)
+
+
+def _tolerance(name: str, expected: np.ndarray) -> dict[str, float]:
+    return model_meta(name).get("tolerance") or tolerance_for(expected.dtype)
+
+
+@pytest.mark.parametrize("name", model_names())
+def test_model_matches_mxnet(name: str, tmp_path) -> None:
+    path = _export(name, tmp_path)
+    model = check(path)
+    assert all(dims[0] == "batch" for dims in input_dims(model).values())
+    for feed, expected in model_io_sets(name):
+        outputs = run(path, feed)
+        assert len(outputs) == len(expected)
+        for k, (actual, want) in enumerate(zip(outputs, expected)):
+            assert_close(actual, want, _tolerance(name, want), f"{name} output {k}")
+
+
+@pytest.mark.parametrize("name", model_names())
+def test_model_takes_batch_one_and_a_larger_batch(name: str, tmp_path) -> None:
+    path = _export(name, tmp_path)
+    feed, expected = model_io_sets(name)[0]
+    single = run(path, {key: value[:1] for key, value in feed.items()})
+    grown = run(path, {key: np.concatenate([value, value[:1], value]) for key, value in
+                       feed.items()})
+    for k, want in enumerate(expected):
+        assert_close(single[k], want[:1], _tolerance(name, want), f"{name} batch 1")
+        assert_close(grown[k], np.concatenate([want, want[:1], want]), _tolerance(name, want),
+                     f"{name} batch {2 * len(want) + 1}")
+
+
+ZOO = [("resnet18_v1", (1, 3, 32, 32)), ("resnet50_v2", (1, 3, 32, 32)),
+       ("mobilenetv2_0.25", (1, 3, 32, 32))]
+
+
+@pytest.mark.parametrize(("name", "shape"), ZOO, ids=[name for name, _ in ZOO])
+def test_model_zoo_family_matches_the_engine(name: str, shape: tuple, tmp_path) -> None:
+    # No MXNet outputs exist for the zoo here: the reference is the engine's interpreter,
+    # which the conformance suite holds to MXNet's outputs op by op.
+    net = vision.get_model(name)
+    net.initialize()
+    net.hybridize()
+    net(engine.nd.zeros(shape))
+    net.export(str(tmp_path / name))
+    files = (tmp_path / f"{name}-symbol.json", tmp_path / f"{name}-0000.params")
+    path = export(files, tmp_path / f"{name}.onnx", input_shapes={"data": shape})
+    check(path)
+    reference = engine.load_model(*files, optimize=False)
+    data = np.random.default_rng(5).normal(size=(3, *shape[1:])).astype(np.float32)
+    expected = next(iter(reference.infer({"data": data}).values()))
+    assert_close(run(path, {"data": data})[0], expected, DEFAULT_TOLERANCE, name)
