@@ -1,0 +1,114 @@
+"""`engine.onnx.export` and its command line: options, errors and external data."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnxruntime")  # an optional dev dependency; installed by `make test`
+
+import engine  # noqa: E402
+from engine import sym  # noqa: E402
+from engine.onnx import OnnxExportError, export  # noqa: E402
+from engine.onnx.__main__ import main as export_onnx  # noqa: E402
+from service.__main__ import main as hybridserve  # noqa: E402
+from tests.conformance.fixtures import (  # noqa: E402
+    DEFAULT_TOLERANCE,
+    assert_close,
+    model_files,
+    model_io_sets,
+)
+from tests.engine.onnx.helpers import check, run  # noqa: E402
+
+LENET_SHAPE = {"data": (1, 1, 28, 28)}
+
+
+def _lenet_expected() -> tuple[dict, np.ndarray]:
+    feed, expected = model_io_sets("lenet")[0]
+    return feed, expected[0]
+
+
+@pytest.mark.parametrize("opset", [17, 18, 21])
+def test_each_supported_opset_gives_the_same_outputs(opset: int, tmp_path) -> None:
+    data = sym.var("data")
+    net = sym.mean(sym.softmax(sym.FullyConnected(data, num_hidden=4, name="fc"), axis=-1),
+                   axis=1, keepdims=True)
+    params = {"fc_weight": np.arange(12, dtype=np.float32).reshape(4, 3) / 10,
+              "fc_bias": np.ones(4, np.float32)}
+    path = export((net, params), tmp_path / "m.onnx", opset=opset, input_shapes={"data": (2, 3)})
+    assert check(path).opset_import[0].version == opset
+    x = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32)
+    expected = next(iter(engine.load_model(net, params).infer({"data": x}).values()))
+    assert_close(run(path, {"data": x})[0], expected, DEFAULT_TOLERANCE, f"opset {opset}")
+
+
+def test_unsupported_opset_is_refused(tmp_path) -> None:
+    with pytest.raises(OnnxExportError, match="opset 12 is not supported; choose 17 to 21"):
+        export(model_files("lenet"), tmp_path / "m.onnx", opset=12, input_shapes=LENET_SHAPE)
+
+
+def test_an_op_without_mapping_names_the_node_and_op(tmp_path) -> None:
+    net = sym.FullyConnected(sym.depth_to_space(sym.var("data"), block_size=2, name="d2s"),
+                             num_hidden=2, name="fc")
+    params = {"fc_weight": np.ones((2, 16), np.float32), "fc_bias": np.zeros(2, np.float32)}
+    with pytest.raises(OnnxExportError, match=r"node 'd2s' \(depth_to_space\): the op has no "
+                                              "ONNX mapping"):
+        export((net, params), tmp_path / "m.onnx", input_shapes={"data": (1, 4, 2, 2)})
+    assert not (tmp_path / "m.onnx").exists()
+
+
+def test_unknown_input_sizes_ask_for_an_example_shape(tmp_path) -> None:
+    with pytest.raises(OnnxExportError, match=r"input 'data' .*input_shapes=\{'data'"):
+        export(model_files("lenet"), tmp_path / "m.onnx")
+    with pytest.raises(OnnxExportError, match="input_shapes names 'image', which is not an "
+                                              "input; inputs are: data"):
+        export(model_files("lenet"), tmp_path / "m.onnx", input_shapes={"image": (1, 1, 28, 28)})
+
+
+def test_large_models_keep_their_weights_in_an_external_file(tmp_path) -> None:
+    path = export(model_files("lenet"), tmp_path / "lenet.onnx", input_shapes=LENET_SHAPE,
+                  external_data_threshold=1024)
+    data_file = tmp_path / "lenet.onnx.data"
+    assert data_file.stat().st_size > path.stat().st_size  # the weights moved out
+    check(path)
+    feed, expected = _lenet_expected()
+    assert_close(run(path, feed)[0], expected, DEFAULT_TOLERANCE, "external data")
+    small = export(model_files("lenet"), tmp_path / "inline.onnx", input_shapes=LENET_SHAPE)
+    assert small.stat().st_size > data_file.stat().st_size
+    assert not (tmp_path / "inline.onnx.data").exists()
+
+
+def test_static_batch_keeps_the_given_shape(tmp_path) -> None:
+    path = export(model_files("lenet"), tmp_path / "m.onnx", input_shapes={"data": (2, 1, 28, 28)},
+                  dynamic_batch=False)
+    dims = check(path).graph.input[0].type.tensor_type.shape.dim
+    assert [dim.dim_value for dim in dims] == [2, 1, 28, 28]
+
+
+def test_command_line_writes_a_working_file(tmp_path, capsys) -> None:
+    symbol, params = model_files("lenet")
+    out = tmp_path / "lenet.onnx"
+    status = export_onnx([str(symbol), str(params), str(out), "--opset", "18",
+                          "--input-shape", "data=1,1,28,28"])
+    assert status == 0
+    assert f"wrote {out}" in capsys.readouterr().out
+    feed, expected = _lenet_expected()
+    assert_close(run(out, feed)[0], expected, DEFAULT_TOLERANCE, "cli")
+
+
+def test_command_line_reports_bad_input_without_a_traceback(tmp_path, capsys) -> None:
+    symbol, params = model_files("lenet")
+    status = export_onnx([str(symbol), str(params), str(tmp_path / "m.onnx")])
+    assert status == 2
+    assert "export-onnx: input 'data'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        export_onnx([str(symbol), str(params), str(tmp_path / "m.onnx"), "--input-shape", "x"])
+    assert "expected NAME=D0,D1,..." in capsys.readouterr().err
+
+
+def test_hybridserve_dispatches_export_onnx(tmp_path) -> None:
+    symbol, params = model_files("lenet")
+    out = tmp_path / "lenet.onnx"
+    assert hybridserve(["export-onnx", str(symbol), str(params), str(out),
+                        "--input-shape", "data=1,1,28,28"]) == 0
+    check(out)
