@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+
 from engine.onnx.context import NodeContext, converts, normalize_axis
 
 INT_MAX = np.iinfo(np.int64).max
