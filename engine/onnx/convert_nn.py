@@ -44,23 +44,50 @@ def convolution(ctx: NodeContext) -> str:
 @converts("Deconvolution")
 def deconvolution(ctx: NodeContext) -> str:
     _channel_first(ctx)
-    if ctx.params.target_shape:
-        raise ctx.fail("target_shape is not supported; give pad and adj instead")
     spatial = len(ctx.params.kernel)
+    window = _window(ctx, spatial)
+    dilate = _spatial(ctx.params.dilate, spatial, 1)
+    adj = _spatial(ctx.params.adj, spatial, 0)
+    if ctx.params.target_shape and any(ctx.params.target_shape):
+        pads, adj = _target_pads(ctx, window, dilate, adj)
+        window["pads"] = pads + pads
     inputs = ctx.inputs[:2] if ctx.params.no_bias else ctx.inputs[:3]
-    return ctx.op("ConvTranspose", inputs, group=int(ctx.params.num_group),
-                  dilations=_spatial(ctx.params.dilate, spatial, 1),
-                  output_padding=_spatial(ctx.params.adj, spatial, 0), **_window(ctx, spatial))
+    return ctx.op("ConvTranspose", inputs, group=int(ctx.params.num_group), dilations=dilate,
+                  output_padding=adj, **window)
+
+
+def _target_pads(ctx: NodeContext, window: dict, dilate: list[int],
+                 adj: list[int]) -> tuple[list[int], list[int]]:
+    """MXNet's ``target_shape``: the padding (and extra row) that give exactly that size."""
+    pads, adj = list(window["pads"][:len(adj)]), list(adj)
+    sizes = ctx.in_shapes[0][2:]
+    for axis, want in enumerate(ctx.params.target_shape):
+        if want:
+            kernel, stride = window["kernel_shape"][axis], window["strides"][axis]
+            total = (sizes[axis] - 1) * stride + dilate[axis] * (kernel - 1) + 1 - want
+            pads[axis], adj[axis] = (total + 1) // 2, total % 2
+    return pads, adj
 
 
 @converts("Pooling")
 def pooling(ctx: NodeContext) -> str:
-    _channel_first(ctx)
-    params, data = ctx.params, ctx.inputs[0]
+    if ctx.params.layout in CHANNEL_FIRST:
+        return _pooling(ctx, ctx.inputs[0])
+    if ctx.params.layout not in ("NWC", "NHWC", "NDHWC"):
+        raise ctx.fail(f"layout {ctx.params.layout!r} is not supported")
+    # ONNX pools channel-first: move the channels to axis 1 and back.
+    rank = ctx.rank()
+    first = ctx.op("Transpose", [ctx.inputs[0]], perm=[0, rank - 1, *range(1, rank - 1)])
+    pooled = _pooling(ctx, first, channels_last=True)
+    return ctx.op("Transpose", [pooled], perm=[0, *range(2, rank), 1])
+
+
+def _pooling(ctx: NodeContext, data: str, channels_last: bool = False) -> str:
+    params = ctx.params
     if params.pooling_convention == "same":
         raise ctx.fail("pooling_convention='same' has no ONNX equivalent")
     if params.global_pool:
-        return _global_pooling(ctx)
+        return _global_pooling(ctx, data, channels_last)
     window = _window(ctx, ctx.rank() - 2)
     ceil_mode = int(params.pooling_convention == "full")
     if params.pool_type == "max":
@@ -77,8 +104,8 @@ def pooling(ctx: NodeContext) -> str:
                   **window)
 
 
-def _global_pooling(ctx: NodeContext) -> str:
-    kind, data = ctx.params.pool_type, ctx.inputs[0]
+def _global_pooling(ctx: NodeContext, data: str, channels_last: bool) -> str:
+    kind = ctx.params.pool_type
     if kind == "max":
         return ctx.op("GlobalMaxPool", [data])
     if kind == "lp":
@@ -86,7 +113,8 @@ def _global_pooling(ctx: NodeContext) -> str:
     mean = ctx.op("GlobalAveragePool", [data])
     if kind == "avg":
         return mean
-    return ctx.op("Mul", [mean, ctx.scalar(math.prod(ctx.in_shapes[0][2:]))])
+    spatial = ctx.in_shapes[0][1:-1] if channels_last else ctx.in_shapes[0][2:]
+    return ctx.op("Mul", [mean, ctx.scalar(math.prod(spatial))])
 
 
 @converts("FullyConnected")
@@ -113,10 +141,8 @@ def _along_axis(ctx: NodeContext, values: np.ndarray, axis: int, hint: str) -> s
 
 
 @converts("BatchNorm")
-def batch_norm(ctx: NodeContext) -> str:
+def batch_norm(ctx: NodeContext) -> str | list[str]:
     params = ctx.params
-    if params.output_mean_var:
-        raise ctx.fail("output_mean_var=True (training outputs) is not supported")
     gamma, beta, mean, var = (ctx.constant(k, name).astype(np.float64) for k, name in
                               enumerate(("gamma", "beta", "moving_mean", "moving_var"), 1))
     if params.fix_gamma:
@@ -125,7 +151,13 @@ def batch_norm(ctx: NodeContext) -> str:
     scale = gamma / np.sqrt(var + params.eps)
     axis = normalize_axis(params.axis, ctx.rank())
     scaled = ctx.op("Mul", [ctx.inputs[0], _along_axis(ctx, scale, axis, "scale")])
-    return ctx.op("Add", [scaled, _along_axis(ctx, beta - mean * scale, axis, "shift")])
+    output = ctx.op("Add", [scaled, _along_axis(ctx, beta - mean * scale, axis, "shift")])
+    if not params.output_mean_var:
+        return output
+    # At inference MXNet's extra outputs are the moving mean and 1 / sqrt(moving_var + eps).
+    dtype = ctx.in_dtypes[3]
+    return [output, ctx.builder.const(mean.astype(dtype), f"{ctx.hint}_mean"),
+            ctx.builder.const((1 / np.sqrt(var + params.eps)).astype(dtype), f"{ctx.hint}_var")]
 
 
 @converts("InstanceNorm")
@@ -134,22 +166,22 @@ def instance_norm(ctx: NodeContext) -> str:
 
 
 @converts("LayerNorm")
-def layer_norm(ctx: NodeContext) -> str:
+def layer_norm(ctx: NodeContext) -> str | list[str]:
     params, rank = ctx.params, ctx.rank()
     axis = normalize_axis(params.axis, rank)
-    if params.output_mean_var:
-        raise ctx.fail("output_mean_var=True is not supported")
-    if axis == rank - 1:
+    if axis == rank - 1 and not params.output_mean_var:
         return ctx.op("LayerNormalization", ctx.inputs[:3], axis=-1,
                       epsilon=float(params.eps))
     data = ctx.inputs[0]
-    centred = ctx.op("Sub", [data, ctx.reduce("ReduceMean", data, [axis], True)])
+    mean = ctx.reduce("ReduceMean", data, [axis], True)
+    centred = ctx.op("Sub", [data, mean])
     variance = ctx.reduce("ReduceMean", ctx.op("Mul", [centred, centred]), [axis], True)
     deviation = ctx.op("Sqrt", [ctx.op("Add", [variance, ctx.scalar(params.eps)])])
     normalized = ctx.op("Div", [centred, deviation])
     gamma, beta = (ctx.op("Reshape", [ctx.inputs[k], ctx.ints(
         [-1 if d == axis else 1 for d in range(rank)])]) for k in (1, 2))
-    return ctx.op("Add", [ctx.op("Mul", [normalized, gamma]), beta])
+    output = ctx.op("Add", [ctx.op("Mul", [normalized, gamma]), beta])
+    return [output, mean, deviation] if params.output_mean_var else output
 
 
 @converts("L2Normalization")
@@ -181,7 +213,7 @@ def activation(ctx: NodeContext) -> str:
 
 
 @converts("LeakyReLU")
-def leaky_relu(ctx: NodeContext) -> str:
+def leaky_relu(ctx: NodeContext) -> str | list[str]:
     kind, data, slope = ctx.params.act_type, ctx.inputs[0], float(ctx.params.slope)
     if kind == "leaky":
         return ctx.op("LeakyRelu", [data], alpha=slope)
@@ -198,7 +230,18 @@ def leaky_relu(ctx: NodeContext) -> str:
         if ctx.rank() >= 2 and math.prod(ctx.in_shapes[1]) > 1:
             gamma = ctx.op("Reshape", [gamma, ctx.ints([-1] + [1] * (ctx.rank() - 2))])
         return ctx.op("PRelu", [data, gamma])
-    raise ctx.fail("act_type 'rrelu' is not supported (its second output is a training mask)")
+    # rrelu at inference: the mean slope; the mask output (undefined in MXNet) holds the slope.
+    slope = (float(ctx.params.lower_bound) + float(ctx.params.upper_bound)) / 2
+    return [ctx.op("LeakyRelu", [data], alpha=slope), fill_like(ctx, data, slope)]
+
+
+def fill_like(ctx: NodeContext, data: str, value: float) -> str:
+    """A tensor of ``data``'s shape and dtype filled with ``value``."""
+    from onnx import helper
+
+    fill = helper.make_tensor("value", helper.np_dtype_to_tensor_dtype(ctx.in_dtypes[0]), [1],
+                              [value])
+    return ctx.op("ConstantOfShape", [ctx.op("Shape", [data])], value=fill)
 
 
 def _tempered(ctx: NodeContext) -> str:
@@ -210,13 +253,28 @@ def _tempered(ctx: NodeContext) -> str:
 
 @converts("softmax", "log_softmax")
 def softmax(ctx: NodeContext) -> str:
-    if ctx.params.use_length:
-        raise ctx.fail("use_length=True is not supported")
     op_type = "Softmax" if ctx.op_name == "softmax" else "LogSoftmax"
-    result = ctx.op(op_type, [_tempered(ctx)], axis=int(ctx.params.axis))
+    data = _tempered(ctx)
+    if ctx.params.use_length:
+        return _softmax_with_length(ctx, op_type, data)
+    result = ctx.op(op_type, [data], axis=int(ctx.params.axis))
     if ctx.params.dtype is not None and np.dtype(ctx.params.dtype) != ctx.in_dtypes[0]:
         result = ctx.cast(result, ctx.params.dtype)
     return result
+
+
+def _softmax_with_length(ctx: NodeContext, op_type: str, data: str) -> str:
+    """Softmax over the first ``length`` entries along the axis; the rest are 0 (MXNet)."""
+    axis = normalize_axis(ctx.params.axis, ctx.rank())
+    shape = [1] * ctx.rank()
+    shape[axis] = -1
+    steps = ctx.builder.const(np.arange(ctx.in_shapes[0][axis]).reshape(shape),
+                              f"{ctx.hint}_steps", np.int64)
+    length = ctx.unsqueeze(ctx.cast(ctx.inputs[1], np.int64), [axis])
+    keep = ctx.op("Less", [steps, length])
+    lowest = ctx.scalar(np.finfo(ctx.in_dtypes[0]).min)
+    result = ctx.op(op_type, [ctx.op("Where", [keep, data, lowest])], axis=axis)
+    return ctx.op("Where", [keep, result, ctx.scalar(0.0)])
 
 
 @converts("SoftmaxOutput", "SoftmaxActivation")

@@ -225,12 +225,27 @@ def creation(ctx: NodeContext) -> str:
 
 @converts("UpSampling")
 def upsampling(ctx: NodeContext) -> str:
-    if ctx.params.sample_type != "nearest" or len(ctx.inputs) != 1:
-        raise ctx.fail("only nearest UpSampling of a single input is supported")
-    scale = float(ctx.params.scale)
-    scales = ctx.builder.const(np.asarray([1, 1, scale, scale], np.float32), "scales")
-    return ctx.op("Resize", [ctx.inputs[0], "", scales], mode="nearest",
-                  nearest_mode="floor", coordinate_transformation_mode="asymmetric")
+    scale = int(ctx.params.scale)
+    if ctx.params.sample_type == "bilinear":
+        # MXNet's bilinear UpSampling is a depthwise deconvolution with the given weight.
+        size, pad = 2 * scale - scale % 2, scale // 2
+        return ctx.op("ConvTranspose", ctx.inputs[:2], group=ctx.in_shapes[0][1],
+                      kernel_shape=[size, size], strides=[scale, scale], pads=[pad] * 4)
+    height, width = ctx.out_shapes[0][2:]
+    scaled = [_nearest(ctx, name, height / shape[2], width / shape[3])
+              for name, shape in zip(ctx.inputs, ctx.in_shapes)]
+    if len(scaled) == 1:
+        return scaled[0]
+    if ctx.params.multi_input_mode == "sum":
+        return ctx.op("Sum", scaled)
+    return ctx.op("Concat", scaled, axis=1)
+
+
+def _nearest(ctx: NodeContext, data: str, height_scale: float, width_scale: float) -> str:
+    scales = ctx.builder.const(np.asarray([1, 1, height_scale, width_scale], np.float32),
+                               "scales")
+    return ctx.op("Resize", [data, "", scales], mode="nearest", nearest_mode="floor",
+                  coordinate_transformation_mode="asymmetric")
 
 
 @converts("_contrib_BilinearResize2D")
