@@ -184,6 +184,23 @@ def layer_norm(ctx: NodeContext) -> str | list[str]:
     return [output, mean, deviation] if params.output_mean_var else output
 
 
+@converts("GroupNorm")
+def group_norm(ctx: NodeContext) -> str:
+    params, rank, data = ctx.params, ctx.rank(), ctx.inputs[0]
+    if params.output_mean_var:
+        raise ctx.fail("output_mean_var=True is not supported")
+    # Normalise each (sample, group) over its channels and positions, then scale per channel.
+    grouped = ctx.op("Reshape", [data, ctx.ints([0, int(params.num_groups), -1])])
+    centred = ctx.op("Sub", [grouped, ctx.reduce("ReduceMean", grouped, [2], True)])
+    variance = ctx.reduce("ReduceMean", ctx.op("Mul", [centred, centred]), [2], True)
+    deviation = ctx.op("Sqrt", [ctx.op("Add", [variance, ctx.scalar(params.eps)])])
+    normalized = ctx.op("Reshape", [ctx.op("Div", [centred, deviation]),
+                                    ctx.op("Shape", [data])])
+    gamma, beta = (ctx.op("Reshape", [ctx.inputs[k], ctx.ints([-1] + [1] * (rank - 2))])
+                   for k in (1, 2))
+    return ctx.op("Add", [ctx.op("Mul", [normalized, gamma]), beta])
+
+
 @converts("L2Normalization")
 def l2_normalization(ctx: NodeContext) -> str:
     rank, data = ctx.rank(), ctx.inputs[0]
@@ -245,15 +262,18 @@ def fill_like(ctx: NodeContext, data: str, value: float) -> str:
 
 
 def _tempered(ctx: NodeContext) -> str:
+    data = ctx.inputs[0]
+    if ctx.op_name == "softmin":
+        data = ctx.op("Neg", [data])
     temperature = ctx.params.get("temperature")
     if temperature is None or temperature == 1.0:
-        return ctx.inputs[0]
-    return ctx.op("Div", [ctx.inputs[0], ctx.scalar(temperature)])
+        return data
+    return ctx.op("Div", [data, ctx.scalar(temperature)])
 
 
-@converts("softmax", "log_softmax")
+@converts("softmax", "log_softmax", "softmin")
 def softmax(ctx: NodeContext) -> str:
-    op_type = "Softmax" if ctx.op_name == "softmax" else "LogSoftmax"
+    op_type = "LogSoftmax" if ctx.op_name == "log_softmax" else "Softmax"
     data = _tempered(ctx)
     if ctx.params.use_length:
         return _softmax_with_length(ctx, op_type, data)

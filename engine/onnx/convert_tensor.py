@@ -305,3 +305,61 @@ def _sequence_reverse(ctx: NodeContext, axis: int) -> str:
 
 SEQUENCE_WITH_LENGTHS = {"SequenceLast": _sequence_last, "SequenceMask": _sequence_mask,
                          "SequenceReverse": _sequence_reverse}
+
+
+@converts("depth_to_space", "space_to_depth")
+def depth_space(ctx: NodeContext) -> str:
+    if ctx.op_name == "depth_to_space":  # MXNet's channel order is ONNX's DCR mode
+        return ctx.op("DepthToSpace", [ctx.inputs[0]], blocksize=int(ctx.params.block_size),
+                      mode="DCR")
+    return ctx.op("SpaceToDepth", [ctx.inputs[0]], blocksize=int(ctx.params.block_size))
+
+
+@converts("reverse")
+def reverse(ctx: NodeContext) -> str:
+    axis = ctx.params.axis
+    axes = [normalize_axis(a, ctx.rank()) for a in (axis if isinstance(axis, tuple) else (axis,))]
+    count = len(axes)
+    return _slice(ctx, ctx.inputs[0], [-1] * count, [-INT_MAX] * count, axes, [-1] * count)
+
+
+@converts("argsort")
+def argsort(ctx: NodeContext) -> str:
+    axis = normalize_axis(ctx.params.axis, ctx.rank())
+    _, indices = ctx.op("TopK", [ctx.inputs[0], ctx.ints([ctx.in_shapes[0][axis]])], outputs=2,
+                        axis=axis, largest=int(not ctx.params.is_ascend))
+    return ctx.cast(indices, ctx.params.dtype)
+
+
+@converts("pick")
+def pick(ctx: NodeContext) -> str:
+    params, rank = ctx.params, ctx.rank()
+    axis = normalize_axis(params.axis, rank)
+    index = ctx.cast(ctx.inputs[1], np.int64)
+    size = ctx.in_shapes[0][axis]
+    if params.mode == "wrap":
+        index = ctx.op("Mod", [index, ctx.ints([size])])
+    else:
+        index = _clipped(ctx, index, size)
+    if ctx.rank(1) < rank:  # the index lacks the picked axis
+        index = ctx.unsqueeze(index, [axis])
+    picked = ctx.op("GatherElements", [ctx.inputs[0], index], axis=axis)
+    return picked if params.keepdims else ctx.squeeze(picked, [axis])
+
+
+@converts("slice_like")
+def slice_like(ctx: NodeContext) -> str:
+    rank = ctx.rank()
+    ends = ctx.out_shape_tensor(0)
+    return ctx.op("Slice", [ctx.inputs[0], ctx.ints([0] * rank), ends,
+                            ctx.ints(list(range(rank)))])
+
+
+@converts("shape_array")
+def shape_array(ctx: NodeContext) -> str:
+    return ctx.op("Shape", [ctx.inputs[0]])
+
+
+@converts("size_array")
+def size_array(ctx: NodeContext) -> str:
+    return ctx.op("Reshape", [ctx.op("Size", [ctx.inputs[0]]), ctx.ints([1])])

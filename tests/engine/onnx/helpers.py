@@ -34,3 +34,14 @@ def input_dims(model: onnx.ModelProto) -> dict[str, list[Any]]:
     return {value.name: [dim.dim_param or dim.dim_value
                          for dim in value.type.tensor_type.shape.dim]
             for value in model.graph.input}
+
+
+def one_op_symbol(op: str, attrs: dict[str, str], inputs: list[str],
+                  name: str = "node") -> dict[str, Any]:
+    """The symbol JSON (as a dict) of one op node reading the named variables."""
+    nodes = [{"op": "null", "name": input_name, "inputs": []} for input_name in inputs]
+    nodes.append({"op": op, "name": name, "attrs": attrs,
+                  "inputs": [[k, 0, 0] for k in range(len(inputs))]})
+    return {"nodes": nodes, "arg_nodes": list(range(len(inputs))),
+            "node_row_ptr": list(range(len(nodes) + 1)), "heads": [[len(inputs), 0, 0]],
+            "attrs": {"mxnet_version": ["int", 10901]}}

@@ -18,7 +18,7 @@ from tests.conformance.fixtures import (  # noqa: E402
     model_files,
     model_io_sets,
 )
-from tests.engine.onnx.helpers import check, run  # noqa: E402
+from tests.engine.onnx.helpers import check, one_op_symbol, run  # noqa: E402
 
 LENET_SHAPE = {"data": (1, 1, 28, 28)}
 
@@ -48,12 +48,11 @@ def test_unsupported_opset_is_refused(tmp_path) -> None:
 
 
 def test_an_op_without_mapping_names_the_node_and_op(tmp_path) -> None:
-    net = sym.FullyConnected(sym.depth_to_space(sym.var("data"), block_size=2, name="d2s"),
-                             num_hidden=2, name="fc")
-    params = {"fc_weight": np.ones((2, 16), np.float32), "fc_bias": np.zeros(2, np.float32)}
-    with pytest.raises(OnnxExportError, match=r"node 'd2s' \(depth_to_space\): the op has no "
-                                              "ONNX mapping"):
-        export((net, params), tmp_path / "m.onnx", input_shapes={"data": (1, 4, 2, 2)})
+    # MXNet's mod takes the divisor's sign for floats; ONNX's float Mod takes the dividend's.
+    symbol = one_op_symbol("broadcast_mod", {}, ["x", "y"], name="remainder")
+    with pytest.raises(OnnxExportError, match=r"node 'remainder' \(broadcast_mod\): the op has "
+                                              "no ONNX mapping"):
+        export((symbol, None), tmp_path / "m.onnx", input_shapes={"x": (2, 3), "y": (2, 3)})
     assert not (tmp_path / "m.onnx").exists()
 
 
