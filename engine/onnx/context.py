@@ -84,6 +84,18 @@ class NodeContext:
         """Number of dimensions of input ``index``."""
         return len(self.in_shapes[index])
 
+    def static_dim(self, index: int, axis: int) -> int:
+        """Size of ``axis`` of input ``index``, which the conversion bakes in as a constant.
+
+        Raises:
+            OnnxExportError: the size follows the batch, so a constant would be wrong.
+        """
+        other = self.in_other[index]
+        if other is not None and other[axis] != self.in_shapes[index][axis]:
+            raise self.fail(f"needs the size of axis {axis} of input {index} at export time, but "
+                            "it follows the batch; export with dynamic_batch=False")
+        return self.in_shapes[index][axis]
+
     def out_shape_tensor(self, index: int = 0, infer_one: bool = False) -> str:
         """Output ``index``'s shape as a tensor that follows the batch size."""
         return self.builder.shape_tensor(self.out_shapes[index], self.out_other[index],

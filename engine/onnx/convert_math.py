@@ -234,7 +234,7 @@ def dot(ctx: NodeContext) -> str:
     if rhs_rank <= 2:  # MatMul contracts lhs's last axis with rhs's first, like dot
         return _vector_if_scalar(ctx, ctx.op("MatMul", [lhs, rhs]))
     # dot contracts with rhs's first axis: flatten rhs to 2-D, multiply, restore the shape.
-    flat = ctx.op("Reshape", [rhs, ctx.ints([ctx.in_shapes[1][0], -1])])
+    flat = ctx.op("Reshape", [rhs, ctx.ints([ctx.static_dim(1, 0), -1])])
     return ctx.op("Reshape", [ctx.op("MatMul", [lhs, flat]), ctx.out_shape_tensor(0, True)])
 
 

@@ -288,7 +288,7 @@ def _softmax_with_length(ctx: NodeContext, op_type: str, data: str) -> str:
     axis = normalize_axis(ctx.params.axis, ctx.rank())
     shape = [1] * ctx.rank()
     shape[axis] = -1
-    steps = ctx.builder.const(np.arange(ctx.in_shapes[0][axis]).reshape(shape),
+    steps = ctx.builder.const(np.arange(ctx.static_dim(0, axis)).reshape(shape),
                               f"{ctx.hint}_steps", np.int64)
     length = ctx.unsqueeze(ctx.cast(ctx.inputs[1], np.int64), [axis])
     keep = ctx.op("Less", [steps, length])

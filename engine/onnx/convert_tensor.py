@@ -81,7 +81,7 @@ def slice_channel(ctx: NodeContext) -> list[str]:
     params = ctx.params
     axis = normalize_axis(params.axis, ctx.rank())
     count = int(params.num_outputs)
-    sizes = ctx.ints([ctx.in_shapes[0][axis] // count] * count)
+    sizes = ctx.ints([ctx.static_dim(0, axis) // count] * count)
     parts = ctx.op("Split", [ctx.inputs[0], sizes], outputs=count, axis=axis)
     parts = parts if count > 1 else [parts]
     if params.squeeze_axis:
@@ -115,7 +115,7 @@ def _clipped(ctx: NodeContext, indices: str, size: int) -> str:
 @converts("take")
 def take(ctx: NodeContext) -> str:
     axis = normalize_axis(ctx.params.axis, ctx.rank())
-    size = ctx.in_shapes[0][axis]
+    size = ctx.static_dim(0, axis)
     indices = ctx.cast(ctx.inputs[1], np.int64)
     if ctx.params.mode == "wrap":
         indices = ctx.op("Mod", [indices, ctx.ints([size])])
@@ -149,7 +149,7 @@ def topk(ctx: NodeContext) -> str | list[str]:
 @converts("sort")
 def sort(ctx: NodeContext) -> str:
     axis = normalize_axis(ctx.params.axis, ctx.rank())
-    values, _ = ctx.op("TopK", [ctx.inputs[0], ctx.ints([ctx.in_shapes[0][axis]])], outputs=2,
+    values, _ = ctx.op("TopK", [ctx.inputs[0], ctx.ints([ctx.static_dim(0, axis)])], outputs=2,
                        axis=axis, largest=int(not ctx.params.is_ascend))
     return values
 
@@ -280,7 +280,7 @@ def _lengths(ctx: NodeContext, axis: int, minus_one: bool = False) -> str:
 
 
 def _sequence_mask(ctx: NodeContext, axis: int) -> str:
-    steps = np.arange(ctx.in_shapes[0][axis], dtype=np.int64)
+    steps = np.arange(ctx.static_dim(0, axis), dtype=np.int64)
     shape = [1] * ctx.rank()
     shape[axis] = -1
     steps_name = ctx.builder.const(steps.reshape(shape), f"{ctx.hint}_steps")
@@ -326,7 +326,7 @@ def reverse(ctx: NodeContext) -> str:
 @converts("argsort")
 def argsort(ctx: NodeContext) -> str:
     axis = normalize_axis(ctx.params.axis, ctx.rank())
-    _, indices = ctx.op("TopK", [ctx.inputs[0], ctx.ints([ctx.in_shapes[0][axis]])], outputs=2,
+    _, indices = ctx.op("TopK", [ctx.inputs[0], ctx.ints([ctx.static_dim(0, axis)])], outputs=2,
                         axis=axis, largest=int(not ctx.params.is_ascend))
     return ctx.cast(indices, ctx.params.dtype)
 
@@ -336,7 +336,7 @@ def pick(ctx: NodeContext) -> str:
     params, rank = ctx.params, ctx.rank()
     axis = normalize_axis(params.axis, rank)
     index = ctx.cast(ctx.inputs[1], np.int64)
-    size = ctx.in_shapes[0][axis]
+    size = ctx.static_dim(0, axis)
     if params.mode == "wrap":
         index = ctx.op("Mod", [index, ctx.ints([size])])
     else:

@@ -111,3 +111,14 @@ def test_hybridserve_dispatches_export_onnx(tmp_path) -> None:
     assert hybridserve(["export-onnx", str(symbol), str(params), str(out),
                         "--input-shape", "data=1,1,28,28"]) == 0
     check(out)
+
+
+def test_a_size_baked_in_from_the_batch_axis_is_refused(tmp_path) -> None:
+    symbol = one_op_symbol("sort", {"axis": "0"}, ["x"], name="by_batch")
+    with pytest.raises(OnnxExportError, match=r"node 'by_batch' \(sort\): needs the size of "
+                                              "axis 0 of input 0 at export time"):
+        export((symbol, None), tmp_path / "m.onnx", input_shapes={"x": (4, 3)})
+    path = export((symbol, None), tmp_path / "m.onnx", input_shapes={"x": (4, 3)},
+                  dynamic_batch=False)
+    x = np.random.default_rng(1).normal(size=(4, 3)).astype(np.float32)
+    np.testing.assert_array_equal(run(path, {"x": x})[0], np.sort(x, axis=0))
