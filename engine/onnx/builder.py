@@ -20,6 +20,16 @@ class OnnxExportError(EngineError, ValueError):
     """A graph cannot be written as ONNX; the message names the node, its op and why."""
 
 
+def require_onnx() -> Any:
+    """The ``onnx`` module, or an ImportError that says how to install it."""
+    try:
+        import onnx
+    except ImportError as error:
+        raise ImportError("exporting to ONNX needs the onnx package: "
+                          "pip install 'hybridserve[onnx]'") from error
+    return onnx
+
+
 class OnnxBuilder:
     """The ONNX nodes and initializers of one export, in emission (topological) order."""
 
@@ -33,6 +43,7 @@ class OnnxBuilder:
         self.initializers: dict[str, Any] = {}
         self._taken: set[str] = set()
         self.batch_source: str | None = None  # a graph input whose axis 0 is the batch
+        self.base_batch = 1  # the batch size shapes were inferred at
         self._batch: str | None = None
 
     @property
@@ -106,5 +117,3 @@ class OnnxBuilder:
             pieces.append(self.op("Add", [scaled, self.ints([offset], f"{hint}_offset{k}")],
                                   f"{hint}_dim{k}") if offset else scaled)
         return self.op("Concat", pieces, f"{hint}_shape", axis=0)
-
-    base_batch: int = 1

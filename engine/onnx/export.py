@@ -19,7 +19,7 @@ from engine.compiler import optimize_graph
 from engine.errors import ShapeError
 from engine.graph.infer import infer_dtypes, infer_shapes
 from engine.graph.ir import Entry, Graph
-from engine.onnx.builder import BATCH_DIM, OnnxBuilder, OnnxExportError
+from engine.onnx.builder import BATCH_DIM, OnnxBuilder, OnnxExportError, require_onnx
 from engine.onnx.context import CONVERTERS, NodeContext
 from engine.runtime.loader import load_model
 from engine.runtime.model import Model
@@ -62,8 +62,7 @@ def export(model_or_files: Model | Sequence[Any], path: str | os.PathLike, *,
         >>> engine.onnx.export(("lenet-symbol.json", "lenet-0000.params"), "lenet.onnx",
         ...                    input_shapes={"data": (1, 1, 28, 28)})
     """
-    import onnx
-
+    onnx = require_onnx()
     proto = to_onnx(_as_model(model_or_files), opset=opset, input_shapes=input_shapes,
                     input_dtypes=input_dtypes, dynamic_batch=dynamic_batch)
     target = Path(path)
@@ -92,8 +91,7 @@ def to_onnx(model: Model, *, opset: int = DEFAULT_OPSET,
             input_shapes: Mapping[str, Sequence[int]] | None = None,
             input_dtypes: Mapping[str, Any] | None = None, dynamic_batch: bool = True) -> Any:
     """The ONNX ``ModelProto`` of a model (see `export`)."""
-    from onnx import helper
-
+    helper = require_onnx().helper
     if opset not in SUPPORTED_OPSETS:
         raise OnnxExportError(f"opset {opset} is not supported; choose "
                               f"{SUPPORTED_OPSETS.start} to {SUPPORTED_OPSETS.stop - 1}")
@@ -165,7 +163,9 @@ class GraphConversion:
         """Convert every node; name the heads ``output_names``."""
         from onnx import helper
 
-        for name in output_names:
+        # Graph inputs, parameters and outputs keep their MXNet names; everything a converter
+        # makes is named around them.
+        for name in [*output_names, *self.graph.variable_names()]:
             self.builder.reserve(name)
         for index, node in enumerate(self.graph.nodes):
             if node.is_variable:
@@ -188,18 +188,19 @@ class GraphConversion:
         return self.names[(entry.node, entry.index)]
 
     def _variable(self, index: int) -> None:
+        from onnx import numpy_helper
+
         node = self.graph.nodes[index]
-        self.builder.reserve(node.name)
         self.names[(index, 0)] = node.name
+        if node.name in self.builder.initializers or any(
+                value.name == node.name for value in self.inputs):
+            return  # a second node of the same variable
         if node.name in self.graph.constants:
             value = np.asarray(self.graph.constants[node.name])
-            from onnx import numpy_helper
-
             self.builder.initializers[node.name] = numpy_helper.from_array(
                 value.copy(order="C"), node.name)
             return
-        value = self._value_info(node.name, Entry(index, 0), input_dims=True)
-        self.inputs.append(value)
+        self.inputs.append(self._value_info(node.name, Entry(index, 0), input_dims=True))
         if self.builder.batch_source is None:
             self.builder.batch_source = node.name
 
@@ -212,9 +213,14 @@ class GraphConversion:
         if input_dims and self.dynamic:
             dims[0] = BATCH_DIM
         elif other is not None:
-            dims = [dim if dim == later else None for dim, later in zip(shape, other)]
+            dims = [dim if dim == later else self._batch_name(dim, later)
+                    for dim, later in zip(shape, other)]
         dtype = self.dtypes[entry.node][entry.index] or np.dtype(np.float32)
         return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(dtype), dims)
+
+    def _batch_name(self, dim: int, later: int) -> str | None:
+        """``batch`` for a dimension equal to the batch, None (unnamed) for one derived from it."""
+        return BATCH_DIM if dim == self.builder.base_batch and later == dim + 1 else None
 
     def _operator(self, index: int) -> None:
         node = self.graph.nodes[index]

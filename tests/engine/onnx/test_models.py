@@ -76,3 +76,10 @@ def test_model_zoo_family_matches_the_engine(name: str, shape: tuple, tmp_path) 
     data = np.random.default_rng(5).normal(size=(3, *shape[1:])).astype(np.float32)
     expected = next(iter(reference.infer({"data": data}).values()))
     assert_close(run(path, {"data": data})[0], expected, DEFAULT_TOLERANCE, name)
+
+
+def test_outputs_that_follow_the_batch_are_named_batch(tmp_path) -> None:
+    model = check(_export("lenet", tmp_path))
+    dims = [[dim.dim_param or dim.dim_value for dim in value.type.tensor_type.shape.dim]
+            for value in model.graph.output]
+    assert dims == [["batch", 10]]
