@@ -33,3 +33,7 @@ class InputError(EngineError, ValueError):
 
 class ExecutionError(EngineError, RuntimeError):
     """A kernel failed while running a node; the message names the node and its op."""
+
+
+class OnnxExportError(EngineError, ValueError):
+    """A graph cannot be written as ONNX; the message names the node, its op and why."""

@@ -6,8 +6,8 @@ the ``ModelProto``.
 
 from __future__ import annotations
 
+from engine.errors import OnnxExportError
 from engine.onnx import convert_math, convert_nn, convert_rnn, convert_tensor  # noqa: F401
-from engine.onnx.builder import OnnxExportError
 from engine.onnx.context import CONVERTERS
 from engine.onnx.export import DEFAULT_OPSET, export, to_onnx
 

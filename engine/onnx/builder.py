@@ -10,14 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from engine.errors import EngineError
-
 INT64 = np.int64
 BATCH_DIM = "batch"
-
-
-class OnnxExportError(EngineError, ValueError):
-    """A graph cannot be written as ONNX; the message names the node, its op and why."""
 
 
 def require_onnx() -> Any:

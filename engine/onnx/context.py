@@ -8,8 +8,9 @@ from typing import Any
 
 import numpy as np
 
+from engine.errors import OnnxExportError
 from engine.graph.ir import Node
-from engine.onnx.builder import OnnxBuilder, OnnxExportError
+from engine.onnx.builder import OnnxBuilder
 from engine.ops.registry import Attrs
 
 Shape = tuple[int, ...]

@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 
 from engine.compiler import optimize_graph
-from engine.errors import ShapeError
+from engine.errors import OnnxExportError, ShapeError
 from engine.graph.infer import infer_dtypes, infer_shapes
 from engine.graph.ir import Entry, Graph
-from engine.onnx.builder import BATCH_DIM, OnnxBuilder, OnnxExportError, require_onnx
+from engine.onnx.builder import BATCH_DIM, OnnxBuilder, require_onnx
 from engine.onnx.context import CONVERTERS, NodeContext
 from engine.runtime.loader import load_model
 from engine.runtime.model import Model
