@@ -161,7 +161,7 @@ def start_message(access: AdminAccess, settings: Settings) -> str:
     if access.file is None:
         return (f"admin token: configured by --admin-token / {ENV_PREFIX}ADMIN_TOKEN; "
                 "send it as 'Authorization: Bearer <token>'")
-    how = "generated and stored" if access.created else "read from"
+    how = "generated and stored in" if access.created else "read from"
     host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(settings.host,
                                                                        settings.host)
     host = f"[{host}]" if ":" in host else host
