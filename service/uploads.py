@@ -17,7 +17,7 @@ from typing import BinaryIO
 from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
 from engine.serving.manifest import PARAMS_NAME, SYMBOL_NAME
 from service.errors import BadRequest, PayloadTooLarge, ServiceError
@@ -85,6 +85,9 @@ async def receive_upload(request: Request, staging: Path) -> UploadForm:
                 await run_in_threadpool(parser.feed, bytes(pending))
                 pending.clear()
         await run_in_threadpool(parser.feed, bytes(pending))
+    except ClientDisconnect:
+        # Nobody reads the answer; a 4xx keeps the log free of a 500's traceback.
+        raise BadRequest("the client disconnected before the upload was complete") from None
     finally:
         await run_in_threadpool(parser.close)
     return parser.form()

@@ -13,6 +13,8 @@ import pytest
 from engine.serving.disk import TMP_PREFIX
 from engine.serving.manifest import PARAMS_NAME, SYMBOL_NAME
 from service import uploads
+from service.app import create_app
+from service.runtime import Runtime
 from tests.service.helpers import AUTH, MLP, config_for, files_for, run, serving, settings_for
 
 
@@ -177,3 +179,32 @@ def test_the_token_is_checked_before_the_body_is_read(tmp_path: Path) -> None:
             assert list(tmp_path.iterdir()) == []
 
     run(scenario())
+
+
+def test_a_client_gone_mid_upload_leaves_nothing_and_no_server_error(tmp_path: Path) -> None:
+    headers, body = _encoded()
+    runtime = Runtime.create(settings_for(tmp_path))
+    app = create_app(runtime)
+    messages = iter([{"type": "http.request", "body": body[:len(body) // 2], "more_body": True},
+                     {"type": "http.disconnect"}])
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return next(messages)
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/models/hn", "raw_path": b"/models/hn",
+             "query_string": b"", "root_path": "", "scheme": "http", "http_version": "1.1",
+             "server": ("test", 80), "client": ("127.0.0.1", 1234),
+             "headers": [(key.lower().encode(), value.encode()) for key, value in headers.items()]}
+
+    async def scenario() -> None:
+        async with app.router.lifespan_context(app):
+            await app(scope, receive, send)  # type: ignore[arg-type]
+            assert runtime.uploads.active == 0
+
+    run(scenario())
+    assert sent[0]["status"] == 400 and b"disconnected" in sent[1]["body"]
+    assert list(tmp_path.iterdir()) == []
