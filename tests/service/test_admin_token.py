@@ -51,11 +51,15 @@ def test_explicit_token_wins_and_no_file_is_written(tmp_path: Path) -> None:
     assert not (tmp_path / "b").exists()
 
 
-def test_management_off_reads_and_writes_no_token(tmp_path: Path) -> None:
+def test_management_off_reads_and_writes_no_token(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     access = resolve(_settings(tmp_path, management=False, admin_token="ignored"))
     assert access.token is None and "switched off" in access.refusal
     assert list(tmp_path.iterdir()) == []
     assert load_settings(["--no-management"]).management is False
+    monkeypatch.setenv("HYBRIDSERVE_MANAGEMENT", "false")
+    assert load_settings([]).management is False
+    assert load_settings(["--management"]).management is True
     with pytest.raises(SystemExit):
         load_settings(["--no-management", "--admin-port", "9000"])
 
