@@ -35,10 +35,13 @@ def _config(app: object, settings: Settings, port: int) -> uvicorn.Config:
 
 async def serve(settings: Settings) -> None:
     """Serve until SIGINT/SIGTERM: one port, or inference and management on two ports."""
+    from service import admin_token
     from service.app import create_app  # imports numpy: after `limit_blas_threads`
     from service.runtime import Runtime
 
-    runtime = Runtime.create(settings)
+    admin = admin_token.resolve(settings)
+    print(admin_token.start_message(admin, settings), file=sys.stderr, flush=True)
+    runtime = Runtime.create(settings, admin=admin)
     split = settings.admin_port is not None
     servers = [_Server(_config(create_app(runtime, management=not split), settings,
                                settings.port))]
@@ -96,7 +99,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.setswitchinterval(settings.switch_interval)
     import uvloop
 
-    uvloop.run(serve(settings))
+    from service.admin_token import TokenFileError
+
+    try:
+        uvloop.run(serve(settings))
+    except TokenFileError as error:
+        print(f"hybridserve: {error}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -13,7 +13,7 @@ from service.errors import Forbidden, Unauthorized
 from service.inference import InferenceService
 from service.metrics import Metrics
 from service.runtime import Runtime
-from service.settings import ENV_PREFIX
+from service.uploads import UploadSlots
 
 _bearer = HTTPBearer(auto_error=False, description="the server's admin token")
 
@@ -34,6 +34,11 @@ async def get_inference(request: Request) -> InferenceService:
     return runtime(request).inference
 
 
+async def get_uploads(request: Request) -> UploadSlots:
+    """The bound on concurrent uploads, shared by the apps of this process."""
+    return runtime(request).uploads
+
+
 async def get_metrics(request: Request) -> Metrics:
     """The app's metrics."""
     return runtime(request).metrics
@@ -41,12 +46,11 @@ async def get_metrics(request: Request) -> Metrics:
 
 async def require_admin(request: Request, credentials: Annotated[
         HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
-    """Allow the request only with ``Authorization: Bearer <the configured admin token>``."""
-    token: str | None = runtime(request).settings.token
+    """Allow the request only with ``Authorization: Bearer <the server's admin token>``."""
+    access = runtime(request).admin
+    token = access.token
     if token is None:
-        raise Forbidden("management endpoints are disabled because no admin token is "
-                        f"configured; start the server with --admin-token or set "
-                        f"{ENV_PREFIX}ADMIN_TOKEN, then send 'Authorization: Bearer <token>'")
+        raise Forbidden(access.refusal)
     if credentials is None:
         raise Unauthorized("this endpoint needs the header 'Authorization: Bearer <admin token>'",
                            {"WWW-Authenticate": "Bearer"})
@@ -57,4 +61,5 @@ async def require_admin(request: Request, credentials: Annotated[
 Repository = Annotated[ModelRepository, Depends(get_repository)]
 Inference = Annotated[InferenceService, Depends(get_inference)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
+Uploads = Annotated[UploadSlots, Depends(get_uploads)]
 Admin = [Depends(require_admin)]

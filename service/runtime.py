@@ -7,10 +7,12 @@ import logging
 from dataclasses import dataclass, field
 
 from engine.serving.repository import ModelRepository
+from service.admin_token import AdminAccess
 from service.drain import DrainState
 from service.inference import InferenceService
 from service.metrics import Metrics
 from service.settings import Settings
+from service.uploads import UploadSlots
 
 log = logging.getLogger(__name__)
 
@@ -23,12 +25,18 @@ class Runtime:
     repository: ModelRepository
     metrics: Metrics
     inference: InferenceService
+    admin: AdminAccess
+    uploads: UploadSlots
     ready: bool = False
     drain: DrainState = field(default_factory=DrainState)
 
     @classmethod
-    def create(cls, settings: Settings, repository: ModelRepository | None = None) -> Runtime:
-        """A runtime over `repository`, or over a new one configured by `settings`."""
+    def create(cls, settings: Settings, repository: ModelRepository | None = None, *,
+               admin: AdminAccess | None = None) -> Runtime:
+        """A runtime over `repository`, or over a new one configured by `settings`.
+
+        `admin` defaults to what `settings` alone give (`AdminAccess.from_settings`).
+        """
         repository = repository or ModelRepository(
             settings.model_repository, device=settings.device,
             memory_budget_bytes=settings.memory_budget_bytes,
@@ -37,7 +45,9 @@ class Runtime:
         drain = DrainState()
         metrics.in_flight.set_function(lambda: drain.in_flight)
         return cls(settings, repository, metrics,
-                   InferenceService(repository, metrics, settings.max_tensor_elements), drain=drain)
+                   InferenceService(repository, metrics, settings.max_tensor_elements),
+                   admin or AdminAccess.from_settings(settings),
+                   UploadSlots(settings.max_concurrent_uploads), drain=drain)
 
     async def start(self) -> None:
         """Scan and load the repository, then report ready."""

@@ -26,7 +26,16 @@ class Settings(BaseSettings):
         None, ge=0, le=65535,
         description="serve the management API on this port only (default: on the main port)")
     admin_token: SecretStr | None = Field(
-        None, description="bearer token for mutating endpoints; without one they are refused")
+        None, description="bearer token for mutating endpoints (default: generated at first "
+        "start and kept in admin_token_file)")
+    admin_token_file: Path | None = Field(
+        None, description="where the generated admin token is kept, mode 0600 (default: "
+        "MODEL_REPOSITORY/.admin-token, so replicas sharing a repository share it)")
+    management: bool = Field(
+        True, description="serve the mutating management endpoints (--no-management: refuse "
+        "them all, and neither read nor generate a token)")
+    max_concurrent_uploads: int = Field(
+        2, ge=1, le=64, description="model uploads received at once; more are answered 503")
     poll_interval: float | None = Field(
         None, gt=0, description="re-scan the repository every this many seconds (default: never)")
     device: Literal["cpu", "gpu", "auto"] = Field("cpu", description="device for models")
@@ -51,6 +60,13 @@ class Settings(BaseSettings):
         if self.admin_port is not None and self.admin_port == self.port and self.port != 0:
             raise ValueError(f"admin_port {self.admin_port} equals port; pick another port or "
                              "leave admin_port unset to serve management on the main port")
+        return self
+
+    @model_validator(mode="after")
+    def _admin_port_needs_management(self) -> Settings:
+        if self.admin_port is not None and not self.management:
+            raise ValueError(f"admin_port {self.admin_port} is set, but management is switched "
+                             "off; leave admin_port unset or switch management on")
         return self
 
     @property

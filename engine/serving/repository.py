@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -255,7 +256,8 @@ class ModelRepository:
         """Validate a new version in a staging directory, move it into place, serve it.
 
         `symbol`/`params` are bytes or paths; `config`, when given, becomes the model's
-        ``config.json``. The version number defaults to one past the highest on disk.
+        ``config.json``. The version number defaults to one past the highest on disk. (To
+        write the files straight into the staging directory, use `staging` and `add_staged`.)
 
         Returns:
             The version number.
@@ -265,30 +267,55 @@ class ModelRepository:
             `replace` is False), MemoryBudgetExceeded.
         """
         check_model_name(name)
+        async with self.staging() as staging:
+            await self._thread(_stage, staging, symbol, params)
+            return await self.add_staged(name, staging, config=config, version=version,
+                                         replace=replace)
+
+    @contextlib.asynccontextmanager
+    async def staging(self) -> AsyncIterator[Path]:
+        """A fresh staging directory inside the repository, removed on exit whatever happened.
+
+        Write ``model-symbol.json`` and ``model-0000.params`` into it, then pass it to
+        `add_staged`, which moves it into place: nothing is left behind by a failed upload.
+
+        Example:
+            >>> async with repo.staging() as staging:
+            ...     (staging / "model-symbol.json").write_bytes(symbol_bytes)
+            ...     (staging / "model-0000.params").write_bytes(params_bytes)
+            ...     version = await repo.add_staged("mlp", staging)
+        """
+        path = await self._thread(disk.new_staging_dir, self.root)
+        try:
+            yield path
+        finally:
+            await self._thread(disk.remove_tree, path)
+
+    async def add_staged(self, name: str, staging: Path, *,
+                         config: ModelConfig | bytes | str | dict[str, Any] | None = None,
+                         version: int | str | None = None, replace: bool = False) -> int:
+        """Validate the model files written to `staging` (from `staging()`), move them into
+        place as a new version and serve it; arguments, result and errors as `add_version`."""
+        check_model_name(name)
         number = None if version is None else check_version(version)
         where = f"upload of model {name!r}" + ("" if number is None else f" version {number}")
         parsed = (config if isinstance(config, ModelConfig) or config is None
                   else parse_config(config, f"{where}: config"))
-        staging = await self._thread(disk.new_staging_dir, self.root)
-        try:
-            await self._thread(_stage, staging, symbol, params)
-            effective = parsed or await self._thread(_read_model_config, self.root / name)
-            validated = await self._thread(self._validate, staging, effective, where, False)
-            manifest = await self._thread(write_manifest, staging)
-            async with self._lock:
-                preloaded = self._wrap(name, number or 0, validated, (manifest.digest, None))
-                self._check_budget(preloaded.memory().total, where)
-                number = await self._thread(self._place, name, staging, number, replace)
-                if parsed is not None:  # only now: a refused upload must change nothing
-                    await self._thread(_write_config, self.root / name, parsed)
-                model = await self._rescan(name)
-                preloaded.renumber(number, model.config_digest)
-                self._unloaded.discard(name)
-                self._failed.pop((name, number), None)
-                await self._reconcile(name, preloaded=preloaded)
-            return number
-        finally:
-            await self._thread(disk.remove_tree, staging)
+        effective = parsed or await self._thread(_read_model_config, self.root / name)
+        validated = await self._thread(self._validate, staging, effective, where, False)
+        manifest = await self._thread(write_manifest, staging)
+        async with self._lock:
+            preloaded = self._wrap(name, number or 0, validated, (manifest.digest, None))
+            await self._check_budget(await self._measure(preloaded), where)
+            number = await self._thread(self._place, name, staging, number, replace)
+            if parsed is not None:  # only now: a refused upload must change nothing
+                await self._thread(_write_config, self.root / name, parsed)
+            model = await self._rescan(name)
+            preloaded.renumber(number, model.config_digest)
+            self._unloaded.discard(name)
+            self._failed.pop((name, number), None)
+            await self._reconcile(name, preloaded=preloaded)
+        return number
 
     # ----- internals -------------------------------------------------------------------------
 
@@ -387,14 +414,14 @@ class ModelRepository:
         version_dir = self.root / name / str(version)
         where = f"model {name!r} version {version}"
         params_size = await self._thread(lambda: (version_dir / PARAMS_NAME).stat().st_size)
-        self._check_budget(params_size, where)
+        await self._check_budget(params_size, where)
         self._loading.add((name, version))
         try:
             validated = await self._thread(self._validate, version_dir, config, where, True)
         finally:
             self._loading.discard((name, version))
         loaded = self._wrap(name, version, validated, identity)
-        self._check_budget(loaded.memory().total, where)
+        await self._check_budget(await self._measure(loaded), where)
         return loaded
 
     def _validate(self, version_dir: Path, config: ModelConfig, where: str,
@@ -417,11 +444,18 @@ class ModelRepository:
         return LoadedVersion(name, version, validated.model, validated.config, batcher,
                              manifest_digest=identity[0], config_digest=identity[1])
 
-    def _check_budget(self, needed: int, where: str) -> None:
+    async def _measure(self, version: LoadedVersion) -> int:
+        """Bytes `version` holds, measured off the event loop: measuring compiles the plan of
+        its largest batch (half a second for a ResNet-18 at batch 32)."""
+        return (await self._thread(version.memory)).total
+
+    async def _check_budget(self, needed: int, where: str) -> None:
         budget = self.memory_budget_bytes
         if budget is None:
             return
-        used = self.memory_bytes()
+        accounted = [*(lv for lvs in self._loaded.values() for lv in lvs.values()),
+                     *self._retiring]
+        used = await self._thread(lambda: sum(lv.memory().total for lv in accounted))
         if used + needed > budget:
             raise MemoryBudgetExceeded(
                 f"{where}: needs {needed} bytes, but {used} of the {budget}-byte memory budget "

@@ -2,15 +2,36 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Any
 
-from fastapi import APIRouter, File, Form, UploadFile, status
+from fastapi import APIRouter, Request, status
 
+from engine.serving.names import check_model_name
 from service import describe, schemas
-from service.deps import Admin, Repository
+from service.deps import Admin, Repository, Uploads
 from service.openapi import ERRORS
+from service.uploads import receive_upload
 
 router = APIRouter(prefix="/models", tags=["management"], responses=ERRORS)
+
+_FILE = {"type": "string", "format": "binary"}
+# The body is streamed to disk by `receive_upload`, so FastAPI cannot see it: declared here.
+UPLOAD_BODY: dict[str, Any] = {"requestBody": {"required": True, "content": {
+    "multipart/form-data": {"schema": {
+        "type": "object", "required": ["symbol", "params"],
+        "properties": {
+            "symbol": {**_FILE, "description": "NAME-symbol.json"},
+            "params": {**_FILE, "description": "NAME-0000.params"},
+            "config": {**_FILE, "description": "config.json"},
+            "version": {"type": "integer", "minimum": 1, "description": "default: next free"},
+            "replace": {"type": "boolean", "default": False,
+                        "description": "replace an existing version"}}}}}}}
+UPLOAD_ERRORS: dict[int | str, dict[str, Any]] = {
+    status_code: {"model": schemas.ErrorResponse, "description": description}
+    for status_code, description in ((401, "No bearer token"),
+                                     (403, "Wrong token, or management disabled"),
+                                     (409, "The version exists, or over the memory budget"),
+                                     (422, "The model failed validation"))}
 
 
 @router.get("")
@@ -25,18 +46,20 @@ async def describe_model(repository: Repository, name: str) -> schemas.ModelDeta
     return describe.model(repository, name)
 
 
-@router.post("/{name}", dependencies=Admin, status_code=status.HTTP_201_CREATED)
-async def upload(repository: Repository, name: str,
-                 symbol: Annotated[UploadFile, File(description="NAME-symbol.json")],
-                 params: Annotated[UploadFile, File(description="NAME-0000.params")],
-                 config: Annotated[UploadFile | None, File(description="config.json")] = None,
-                 version: Annotated[int | None, Form(description="default: next free")] = None,
-                 replace: Annotated[bool, Form(description="replace an existing version")] = False,
-                 ) -> schemas.VersionDetail:
-    """Validate and add a version; answers once it is loaded (admin token required)."""
-    number = await repository.add_version(
-        name, await symbol.read(), await params.read(), version=version, replace=replace,
-        config=None if config is None else await config.read())
+@router.post("/{name}", dependencies=Admin, status_code=status.HTTP_201_CREATED,
+             openapi_extra=UPLOAD_BODY, responses=UPLOAD_ERRORS)
+async def upload(request: Request, repository: Repository, slots: Uploads,
+                 name: str) -> schemas.VersionDetail:
+    """Validate and add a version; answers once it is loaded (admin token required).
+
+    The body is multipart: ``symbol``, ``params``, optional ``config``, ``version``, ``replace``.
+    """
+    check_model_name(name)  # before a byte of the body is read
+    with slots.hold():
+        async with repository.staging() as staging:
+            form = await receive_upload(request, staging)
+            number = await repository.add_staged(name, staging, config=form.config,
+                                                 version=form.version, replace=form.replace)
     return describe.version(repository, name, number)
 
 

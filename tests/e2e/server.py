@@ -34,12 +34,16 @@ class Server:
     admin_url: str
     repository: Path
     process: subprocess.Popen[bytes]
+    log: Path  # the server's stdout and stderr
 
 
 @contextmanager
 def running_server(repository: Path, extra: Sequence[str] = (), *, admin_port: bool = False,
-                   startup_s: float = 60.0) -> Iterator[Server]:
-    """Start the server, wait until /v2/health/ready answers, stop it (SIGTERM, then kill)."""
+                   startup_s: float = 60.0, token: str | None = TOKEN) -> Iterator[Server]:
+    """Start the server, wait until /v2/health/ready answers, stop it (SIGTERM, then kill).
+
+    `token` None starts it with no admin token configured (it then generates one).
+    """
     port = free_port()
     args = [sys.executable, "-m", "service", "--model-repository", str(repository),
             "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning", *extra]
@@ -49,13 +53,14 @@ def running_server(repository: Path, extra: Sequence[str] = (), *, admin_port: b
         args += ["--admin-port", str(admin)]
     environment = {key: value for key, value in os.environ.items()
                    if not key.startswith("HYBRIDSERVE_")}
-    environment["HYBRIDSERVE_ADMIN_TOKEN"] = TOKEN
+    if token is not None:
+        environment["HYBRIDSERVE_ADMIN_TOKEN"] = token
     log = (repository.parent / f"server-{port}.log").open("wb")
     process = subprocess.Popen(args, cwd=ROOT, env=environment, stdout=log,
                                stderr=subprocess.STDOUT)
     try:
         server = Server(f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin}", repository,
-                        process)
+                        process, Path(log.name))
         _wait_ready(server, startup_s, log.name)
         yield server
     finally:

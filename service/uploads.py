@@ -1,0 +1,203 @@
+"""Model uploads: the multipart body streamed into a staging directory, and a bound on how many.
+
+The model files go straight from the socket to ``REPO/.tmp-*/`` (the directory the repository
+then validates and renames into place), a megabyte at a time, parsed and written by a worker
+thread: no part is ever held whole in memory, and the event loop only hands bytes over.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from python_multipart.exceptions import MultipartParseError
+from python_multipart.multipart import MultipartParser, parse_options_header
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect, Request
+
+from engine.serving.manifest import PARAMS_NAME, SYMBOL_NAME
+from service.errors import BadRequest, PayloadTooLarge, ServiceError
+
+FILE_PARTS = {"symbol": SYMBOL_NAME, "params": PARAMS_NAME}
+FIELD_LIMITS = {"config": 1 << 20, "version": 64, "replace": 16}
+HANDOFF_BYTES = 1 << 20  # body bytes gathered on the event loop per hand-off to the parser
+RETRY_AFTER_S = 5
+TRUE_WORDS = ("true", "1", "yes", "on")
+FALSE_WORDS = ("false", "0", "no", "off", "")
+EXPECTED = "parts symbol and params (files), and optionally config (file), version, replace"
+
+
+class UploadsBusy(ServiceError):
+    """As many uploads as allowed are being received; retry after `RETRY_AFTER_S` seconds."""
+
+    status = 503
+
+
+class UploadSlots:
+    """At most `limit` uploads received and validated at once (each holds a staging directory,
+    a worker thread and, while validating, its model in memory)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.active = 0
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        """Take a slot for the block, or raise `UploadsBusy` (503 with Retry-After)."""
+        if self.active >= self.limit:
+            raise UploadsBusy(f"{self.active} model uploads are already in progress, the most "
+                              "this server takes at once (max_concurrent_uploads); retry later",
+                              {"Retry-After": str(RETRY_AFTER_S)})
+        self.active += 1
+        try:
+            yield
+        finally:
+            self.active -= 1
+
+
+@dataclass(frozen=True)
+class UploadForm:
+    """The small fields of an upload; its model files are already in the staging directory."""
+
+    config: bytes | None
+    version: str | None
+    replace: bool
+
+
+async def receive_upload(request: Request, staging: Path) -> UploadForm:
+    """Stream `request`'s multipart body into `staging`: ``symbol`` and ``params`` become its
+    model files, ``config``, ``version`` and ``replace`` are kept (they are small).
+
+    Raises:
+        BadRequest: not multipart, malformed, or a part missing, unknown or repeated.
+        PayloadTooLarge: a small field over its limit (the body's own limit is `BodyLimit`'s).
+    """
+    parser = _UploadParser(_boundary(request.headers.get("content-type", "")), staging)
+    pending = bytearray()
+    try:
+        async for chunk in request.stream():
+            pending += chunk
+            if len(pending) >= HANDOFF_BYTES:
+                await run_in_threadpool(parser.feed, bytes(pending))
+                pending.clear()
+        await run_in_threadpool(parser.feed, bytes(pending))
+    except ClientDisconnect:
+        # Nobody reads the answer; a 4xx keeps the log free of a 500's traceback.
+        raise BadRequest("the client disconnected before the upload was complete") from None
+    finally:
+        await run_in_threadpool(parser.close)
+    return parser.form()
+
+
+def _boundary(content_type: str) -> bytes:
+    kind, options = parse_options_header(content_type)
+    boundary = options.get(b"boundary")
+    if kind != b"multipart/form-data" or not boundary:
+        raise BadRequest(f"a model upload must be multipart/form-data with the {EXPECTED}; got "
+                         f"Content-Type {content_type or '(none)'!r}")
+    return boundary
+
+
+class _UploadParser:
+    """python-multipart's push parser, with callbacks writing file parts to `staging`."""
+
+    def __init__(self, boundary: bytes, staging: Path) -> None:
+        self.staging = staging
+        self.fields: dict[str, bytearray] = {}
+        self.seen: set[str] = set()
+        self.finished = False
+        self._header: list[bytearray] = [bytearray(), bytearray()]
+        self._disposition = b""
+        self._name = ""
+        self._file: BinaryIO | None = None
+        try:
+            self._parser = MultipartParser(boundary, {
+                "on_part_begin": self._part_begin, "on_header_field": self._header_field,
+                "on_header_value": self._header_value, "on_header_end": self._header_end,
+                "on_headers_finished": self._headers_finished, "on_part_data": self._part_data,
+                "on_part_end": self._part_end, "on_end": self._end})
+        except ValueError as error:
+            raise BadRequest(f"a model upload must be multipart/form-data: {error}") from None
+
+    def feed(self, data: bytes) -> None:
+        """Parse the next bytes of the body (on a worker thread: this writes files)."""
+        try:
+            self._parser.write(data)
+        except MultipartParseError as error:
+            raise BadRequest(f"malformed multipart body: {error}") from None
+
+    def close(self) -> None:
+        """Close the file being written, if the body stopped inside it."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def form(self) -> UploadForm:
+        """The fields, once the whole body is parsed and every required part was present."""
+        if not self.finished:
+            raise BadRequest("the multipart body ended before its closing boundary")
+        for name, file_name in FILE_PARTS.items():
+            if name not in self.seen:
+                raise BadRequest(f"missing part {name!r} ({file_name}); an upload has the "
+                                 f"{EXPECTED}")
+        text = {name: bytes(value).decode("utf-8", errors="replace").strip()
+                for name, value in self.fields.items() if name != "config"}
+        replace = text.get("replace", "").lower()
+        if replace not in TRUE_WORDS + FALSE_WORDS:
+            raise BadRequest(f"part 'replace' must be true or false, got {text['replace']!r}")
+        config = self.fields.get("config")
+        return UploadForm(None if config is None else bytes(config), text.get("version") or None,
+                          replace in TRUE_WORDS)
+
+    # ----- python-multipart callbacks ----------------------------------------------------------
+
+    def _part_begin(self) -> None:
+        self._disposition = b""
+
+    def _header_field(self, data: bytes, start: int, end: int) -> None:
+        self._header[0] += data[start:end]
+
+    def _header_value(self, data: bytes, start: int, end: int) -> None:
+        self._header[1] += data[start:end]
+
+    def _header_end(self) -> None:
+        if bytes(self._header[0]).lower() == b"content-disposition":
+            self._disposition = bytes(self._header[1])
+        self._header = [bytearray(), bytearray()]
+
+    def _headers_finished(self) -> None:
+        _, options = parse_options_header(self._disposition)
+        name = options.get(b"name", b"").decode("utf-8", errors="replace")
+        if name not in FILE_PARTS and name not in FIELD_LIMITS:
+            raise BadRequest(f"unknown part {name!r} in the upload; expected the {EXPECTED}")
+        if name in self.seen:
+            raise BadRequest(f"part {name!r} appears more than once in the upload")
+        self.seen.add(name)
+        self._name = name
+        if name in FILE_PARTS:
+            self._file = open(self.staging / FILE_PARTS[name], "xb")  # noqa: SIM115 - closed at part end
+        else:
+            self.fields[name] = bytearray()
+
+    def _part_data(self, data: bytes, start: int, end: int) -> None:
+        if self._file is not None:
+            self._file.write(memoryview(data)[start:end])
+            return
+        field = self.fields[self._name]
+        field += data[start:end]
+        if len(field) > FIELD_LIMITS[self._name]:
+            raise PayloadTooLarge(f"part {self._name!r} of the upload exceeds its limit of "
+                                  f"{FIELD_LIMITS[self._name]} bytes")
+
+    def _part_end(self) -> None:
+        if self._file is not None:
+            self._file.flush()
+            os.fsync(self._file.fileno())  # durable before the manifest names it
+            self.close()
+
+    def _end(self) -> None:
+        self.finished = True
