@@ -96,8 +96,8 @@ def _wrap(value: Any) -> Any:
         return value.view(FakeArray)
     if isinstance(value, np.generic):
         return np.asarray(value).view(FakeArray)
-    if isinstance(value, tuple):
-        return tuple(_wrap(item) for item in value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_wrap(item) for item in value)
     return value
 
 

@@ -17,7 +17,15 @@ import engine.cuda.executor as executor_module
 from engine.cuda import fused
 from engine.device import get_device
 from engine.runtime.plan import Step
-from tests.conformance.fixtures import assert_close, model_files, model_io_sets, model_names
+from tests.conformance.fixtures import (
+    assert_close,
+    model_files,
+    model_io_sets,
+    model_names,
+    op_arrays,
+    op_cases,
+    tolerance_for,
+)
 from tests.engine.gpu import fake_cupy
 
 MODELS = model_names()
@@ -155,3 +163,21 @@ def test_reference_interpreter_and_buckets_on_the_gpu_path(fake_gpu: Any) -> Non
     result = list(bucketed.infer(data).values())[0]
     assert result.shape == out[0].shape
     assert_close(result, out[0], {"rtol": 1e-4, "atol": 1e-5}, "bucketed")
+
+
+@pytest.mark.parametrize("case", op_cases(), ids=[case["id"] for case in op_cases()])
+def test_op_cases_through_the_gpu_path_capture_and_match_mxnet(fake_gpu: Any,
+                                                               case: dict[str, Any]) -> None:
+    arrays = op_arrays()
+    feed = {spec["name"]: arrays[f"{case['id']}/in{k}"] for k, spec in enumerate(case["inputs"])}
+    model = engine.load_model(case["symbol"], device="gpu")
+    for _ in range(executor_module.WARMUP_RUNS + 2):
+        outputs = list(model.infer(feed).values())
+    for k, spec in enumerate(case["outputs"]):
+        assert outputs[k].shape == tuple(spec["shape"])
+        if not spec.get("unspecified"):
+            expected = arrays[f"{case['id']}/out{k}"]
+            assert_close(outputs[k], expected, tolerance_for(expected.dtype, case.get("tolerance")),
+                         f"{case['id']} output {k}")
+    stats = model.plan_for(feed).execution_stats()
+    assert stats["cuda_graph"] is True, stats["cuda_graph_error"]
