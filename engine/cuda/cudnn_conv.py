@@ -77,16 +77,17 @@ def describe(cudnn: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: 
     result = graph.conv_fprop(image=tensors["data"], weight=tensors["weight"], padding=list(pad),
                               stride=list(stride), dilation=list(dilate), compute_data_type=compute,
                               name="convolution")
+    if list(result.get_dim()) != list(out.shape):
+        raise ValueError(f"cuDNN infers output {list(result.get_dim())}; the plan has "
+                         f"{list(out.shape)}")
     if bias is not None:
         shape = [1, out.shape[1]] + [1] * (out.ndim - 2)
         tensors["bias"] = graph.tensor(name="bias", dim=shape,
                                        stride=[out.shape[1]] + [1] * (out.ndim - 1),
                                        data_type=io_type)
         result = graph.bias(name="add_bias", input=result, bias=tensors["bias"])
-    result.set_output(True).set_data_type(io_type).set_stride(element_strides(out))
-    if list(result.get_dim()) != list(out.shape):
-        raise ValueError(f"cuDNN infers output {list(result.get_dim())}; the plan has "
-                         f"{list(out.shape)}")
+    result.set_output(True).set_data_type(io_type).set_dim(list(out.shape))
+    result.set_stride(element_strides(out))
     tensors["out"] = result
     if name == "float32" and not tf32:
         graph.deselect_numeric_notes([cudnn.numerical_note.TENSOR_CORE])
