@@ -7,6 +7,7 @@ CUDA-graph capture/fallback logic. CUDA behaviour itself is covered by the ``gpu
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,8 @@ from tests.conformance.fixtures import (
     tolerance_for,
 )
 from tests.engine.gpu import fake_cupy
+from tests.engine.gpu.test_gpu_execution import conv_case
+from tests.engine.runtime.test_conv_bind import GEOMETRIES
 
 MODELS = model_names()
 
@@ -181,3 +184,18 @@ def test_op_cases_through_the_gpu_path_capture_and_match_mxnet(fake_gpu: Any,
                          f"{case['id']} output {k}")
     stats = model.plan_for(feed).execution_stats()
     assert stats["cuda_graph"] is True, stats["cuda_graph_error"]
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES, ids=str)
+def test_convolution_geometries_through_the_gemm_path(fake_gpu: Any, geometry: tuple) -> None:
+    net, params, data = conv_case(geometry)
+    on_gpu = engine.load_model(net, params, device="gpu")
+    plan = on_gpu.plan_for(data)
+    unbound = [step for step in plan.steps if isinstance(step.call, partial)
+               and getattr(step.call.func, "__name__", "") == "_convolution"]
+    assert not unbound, "every convolution is bound (im2col and GEMM in the workspace)"
+    for _ in range(executor_module.WARMUP_RUNS + 2):
+        output = on_gpu.infer(data)["second_output"]
+    expected = engine.load_model(net, params, device="cpu").infer(data)["second_output"]
+    np.testing.assert_allclose(output, expected, rtol=1e-4, atol=1e-4)
+    assert plan.execution_stats()["cuda_graph"] is True
