@@ -30,21 +30,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     reason = gpu_unavailable_reason()
     if reason is None:
         return
-    message = f"needs an NVIDIA GPU with CuPy: {reason}"
+    if gpu_required():
+        return  # `pytest_runtest_setup` fails them instead
+    skip = pytest.mark.skip(reason=f"needs an NVIDIA GPU with CuPy: {reason}")
     for item in items:
-        if item.get_closest_marker("gpu") is None:
-            continue
-        if gpu_required():
-            item.add_marker(pytest.mark.usefixtures("_gpu_is_required"))
-        else:
-            item.add_marker(pytest.mark.skip(reason=message))
+        if item.get_closest_marker("gpu") is not None:
+            item.add_marker(skip)
 
 
-@pytest.fixture
-def _gpu_is_required() -> None:
-    """Fails the test: the run asked for a GPU (`REQUIRE_GPU`) and none can be used."""
-    pytest.fail(f"{REQUIRE_GPU} is set but the GPU cannot be used: {gpu_unavailable_reason()}",
-                pytrace=False)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    reason = gpu_unavailable_reason()
+    if reason is not None and gpu_required() and item.get_closest_marker("gpu") is not None:
+        pytest.fail(f"{REQUIRE_GPU} is set but the GPU cannot be used: {reason}", pytrace=False)
 
 
 @dataclass(frozen=True)
