@@ -117,19 +117,24 @@ class CudnnConvolutions:
         cudnn, reason = _import_cudnn()
         if reason or not supports(data, weight, out, geometry):
             return None
+        arrays = {"data": data, "weight": weight, "bias": bias, "out": out}
         try:
             graph, tensors = describe(cudnn, data, weight, bias, out, geometry, self.tf32,
                                       self._handle(cudnn))
             graph.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
             scratch = xp.empty(max(1, graph.get_workspace_size()), np.uint8)
+            pointers = {tensors[role]: int(arrays[role].data.ptr) for role in tensors}
+            call = _Execute(graph, pointers, scratch, self.handle)
+            # One trial launch while the plan compiles, so that a graph cuDNN cannot run falls
+            # back here rather than failing a request. It only writes ``out``, which no value
+            # occupies before the plan's first run.
+            call()
         except Exception as error:  # not supported, or a plan that fails to build: use GEMM
             self.declined.append(f"{list(data.shape)}x{list(weight.shape)}: "
                                  f"{type(error).__name__}: {error}")
             return None
-        arrays = {"data": data, "weight": weight, "bias": bias, "out": out}
-        pointers = {tensors[role]: int(arrays[role].data.ptr) for role in tensors}
         self.built += 1
-        return [_Execute(graph, pointers, scratch, self.handle)]
+        return [call]
 
     def _handle(self, cudnn: Any) -> Any:
         if self.handle is None:
