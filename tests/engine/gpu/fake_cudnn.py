@@ -98,12 +98,13 @@ class Graph:
         assert self.built
         return 256
 
-    def execute(self, pointers: dict[Tensor, int], workspace: int, handle: Any = None) -> None:
+    def execute(self, tensor_dict: dict[Tensor, int], workspace: int,
+                handle: Any = None) -> None:
         assert self.built and handle is self.handle and isinstance(workspace, int)
         if Graph.fail_execute:
             raise RuntimeError(Graph.fail_execute)
         Graph.executions += 1
-        views = {tensor.name: _view(pointer, tensor) for tensor, pointer in pointers.items()}
+        views = {tensor.name: _view(pointer, tensor) for tensor, pointer in tensor_dict.items()}
         with np.errstate(all="ignore"):  # a GPU raises no floating-point exceptions
             result = _convolve(views["data"], views["weight"], self.conv)
             if "bias" in views:

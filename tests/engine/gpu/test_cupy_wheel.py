@@ -156,3 +156,31 @@ def _include_dirs() -> list[Path]:
     if not any((path / "cuda_fp16.h").exists() for path in dirs):
         pytest.skip("cuda_fp16.h is missing; install nvidia-cuda-runtime")
     return dirs
+
+
+def test_the_cudnn_stand_in_uses_only_what_the_frontend_has() -> None:
+    import inspect
+
+    from tests.engine.gpu import fake_cudnn
+
+    cudnn = pytest.importorskip("cudnn", reason="nvidia-cudnn-frontend is not installed")
+    fake = fake_cudnn.make()
+    for name in ("pygraph", "create_handle", "set_stream", "backend_version",
+                 "cudnnGraphNotSupportedError"):
+        assert hasattr(cudnn, name), name
+    for space, members in (("data_type", ("FLOAT", "HALF")), ("numerical_note", ("TENSOR_CORE",)),
+                           ("heur_mode", ("A", "FALLBACK"))):
+        assert all(hasattr(getattr(cudnn, space), member) for member in members), space
+        assert all(hasattr(getattr(fake, space), member) for member in members), space
+    for method in ("tensor", "conv_fprop", "bias", "deselect_numeric_notes", "build",
+                   "get_workspace_size", "execute"):
+        real = inspect.signature(getattr(cudnn.pygraph, method)).parameters
+        stand_in = inspect.signature(getattr(fake_cudnn.Graph, method)).parameters
+        keywords = any(p.kind is p.VAR_KEYWORD for p in real.values())
+        assert keywords or set(stand_in) <= set(real), (method, list(real), list(stand_in))
+    tensor_methods = ("get_dim", "get_stride", "set_output", "set_data_type", "set_dim",
+                      "set_stride")
+    from cudnn.graph_types import Tensor
+
+    assert all(hasattr(Tensor, name) for name in tensor_methods)
+    assert list(inspect.signature(cudnn.set_stream).parameters) == ["handle", "stream"]
