@@ -59,6 +59,8 @@ def test_op_case_on_gpu_matches_cpu_and_mxnet(case: dict[str, Any], optimize: bo
         tolerance = tolerance_for(expected.dtype, case.get("tolerance"))
         assert_close(outputs[k], expected, tolerance, f"{case['id']} output {k} vs MXNet")
         assert_close(outputs[k], expected_cpu[k], tolerance, f"{case['id']} output {k} vs CPU")
+    stats = on_gpu.plan_for(feed).execution_stats()
+    assert stats["cuda_graph"] is optimize, stats["cuda_graph_error"]  # captured once warm
 
 
 @pytest.mark.parametrize("cuda_graphs", [True, False], ids=["graphs", "eager"])
