@@ -27,3 +27,14 @@ test: $(STAMP)
 
 clean:
 	rm -rf $(VENV)
+
+# The GPU path against the real CuPy, NVRTC and cuDNN frontend wheels, on a machine without a
+# GPU (about 1 GB in its own environment, so not part of `make test`; CI can run it as a
+# separate, cached job).
+CUPY_VENV := build/cupy-venv
+.PHONY: cupy-check
+cupy-check:
+	$(PYTHON) -m venv $(CUPY_VENV)
+	$(CUPY_VENV)/bin/python -m pip install --quiet -e '.[cupy-check]'
+	HYBRIDSERVE_REQUIRE_CUPY_WHEEL=1 $(CUPY_VENV)/bin/python -m pytest -q -p no:cacheprovider \
+		tests/engine/gpu/test_cupy_wheel.py

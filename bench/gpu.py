@@ -4,7 +4,8 @@ PyTorch eager CUDA on the same weights, and kernel launches per forward before/a
 Usage:
     python bench/gpu.py [--quick] [--output bench/results/gpu-<machine>.json]
 
-Needs an NVIDIA GPU with CuPy (``pip install .[gpu]``); exits with a message otherwise. The
+Needs an NVIDIA GPU with CuPy (``pip install .[gpu]``); exits with a message otherwise. See
+docs/gpu.md for running it on a GPU machine without network. The
 PyTorch comparison runs when ``torch`` with CUDA is importable, and is reported as skipped when
 not. Every time is end to end from a host numpy array to a host numpy array, for both engines.
 Targets: MLP batch-1 latency under 50 µs with graphs; ResNet-50 at batch 128 ≥ 0.8× PyTorch.
@@ -13,6 +14,7 @@ Targets: MLP batch-1 latency under 50 µs with graphs; ResNet-50 at batch 128 �
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import platform
 import statistics
@@ -213,9 +215,11 @@ def _torch() -> Any:
 
 
 def bench_resnet(batches: tuple[int, ...], repeat: int) -> dict[str, Any]:
-    """Images per second at each batch size, engine (CUDA graphs on) and PyTorch eager."""
+    """Images per second at each batch size: the engine with CUDA graphs, its convolutions
+    through cuDNN and through im2col + cuBLAS GEMM, and PyTorch eager."""
     net, params = resnet50_v1()
     model = engine.load_model(net, params, device="gpu")
+    gemm = engine.load_model(net, params, device=get_device("gpu", cudnn=False))
     torch = _torch()
     baseline = TorchGraph(model.graph, model.params, torch) if torch else None
     rng = np.random.default_rng(2)
@@ -223,9 +227,12 @@ def bench_resnet(batches: tuple[int, ...], repeat: int) -> dict[str, Any]:
     for batch in batches:
         data = rng.normal(size=(batch, 3, 224, 224)).astype(np.float32)
         ours = timings_us(lambda d=data: model.infer({"data": d}), repeat, warmup=3)
+        fallback = timings_us(lambda d=data: gemm.infer({"data": d}), repeat, warmup=3)
         row: dict[str, Any] = {"engine": ours,
                                "engine_images_per_s": round(batch / ours["median_us"] * 1e6, 1),
-                               "plan": model.plan_for({"data": data}).execution_stats()}
+                               "plan": model.plan_for({"data": data}).execution_stats(),
+                               "engine_gemm_images_per_s": round(
+                                   batch / fallback["median_us"] * 1e6, 1)}
         if baseline is not None:
             with torch.inference_mode():
                 def run_torch(d: np.ndarray = data) -> np.ndarray:
@@ -270,11 +277,15 @@ def machine() -> dict[str, Any]:
     """The GPU, CUDA and library versions the numbers were measured with."""
     import cupy
 
+    from engine.cuda import cudnn_conv
+
     properties = cupy.cuda.runtime.getDeviceProperties(0)
     name = properties["name"]
+    cudnn_reason = cudnn_conv.unavailable_reason()
     return {"gpu": name.decode() if isinstance(name, bytes) else name,
             "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion(),
             "cupy": cupy.__version__, "numpy": np.__version__,
+            "cudnn": cudnn_reason or importlib.import_module("cudnn").backend_version(),
             "python": platform.python_version(), "host": platform.node()}
 
 

@@ -70,12 +70,15 @@ class Device:
         tf32: allow TF32 tensor-core math in float32 GEMMs (off by default: it changes results
             in the fourth significant digit). CuPy's switch is process-wide.
         cuda_graphs: capture each plan as a CUDA graph after its first runs and replay it.
+        cudnn: run convolutions through cuDNN graphs where cuDNN and its frontend are
+            installed (otherwise, or when off, im2col and cuBLAS GEMM).
     """
 
     kind: str
     index: int = 0
     tf32: bool = False
     cuda_graphs: bool = True
+    cudnn: bool = True
 
     def __post_init__(self) -> None:
         if self.kind not in ("cpu", "gpu"):
@@ -170,7 +173,7 @@ def _is_cupy_array(value: Any) -> bool:
 
 
 def get_device(spec: Any = "cpu", *, tf32: bool | None = None,
-               cuda_graphs: bool | None = None) -> Device:
+               cuda_graphs: bool | None = None, cudnn: bool | None = None) -> Device:
     """Resolve ``spec`` to a `Device`.
 
     Args:
@@ -179,6 +182,7 @@ def get_device(spec: Any = "cpu", *, tf32: bool | None = None,
             (``"cpu"``).
         tf32: override the device's TF32 switch (GPU only).
         cuda_graphs: override whether plans are replayed as CUDA graphs (GPU only).
+        cudnn: override whether convolutions go through cuDNN (GPU only).
 
     Raises:
         ValueError: ``spec`` names no device.
@@ -195,8 +199,8 @@ def get_device(spec: Any = "cpu", *, tf32: bool | None = None,
             raise EngineError(f"cannot use {device.name}: {reason}; use device='cpu' or 'auto'")
         if device.index >= gpu_count():
             raise EngineError(f"cannot use {device.name}: CuPy sees {gpu_count()} GPU(s)")
-    changes = {key: value for key, value in (("tf32", tf32), ("cuda_graphs", cuda_graphs))
-               if value is not None}
+    changes = {key: value for key, value in (("tf32", tf32), ("cuda_graphs", cuda_graphs),
+                                              ("cudnn", cudnn)) if value is not None}
     if changes:
         device = Device(device.kind, device.index, **{**_fields(device), **changes})
     if device.is_gpu:
@@ -205,7 +209,7 @@ def get_device(spec: Any = "cpu", *, tf32: bool | None = None,
 
 
 def _fields(device: Device) -> dict[str, bool]:
-    return {"tf32": device.tf32, "cuda_graphs": device.cuda_graphs}
+    return {"tf32": device.tf32, "cuda_graphs": device.cuda_graphs, "cudnn": device.cudnn}
 
 
 def _parse(spec: Any) -> Device:

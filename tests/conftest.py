@@ -1,12 +1,15 @@
 """Test-wide hooks: ``gpu``-marked tests skip with the reason where CuPy or a GPU is missing.
 
+On a GPU machine set ``HYBRIDSERVE_REQUIRE_GPU=1``: a missing CuPy or GPU then fails every
+``gpu`` test (with the same reason) instead of skipping it, so a green run means they ran.
+
 Also the ``gpu_backend`` fixture: the GPU frontend tests run once on a numpy stand-in for CuPy
 (any machine) and once, marked ``gpu``, on the real device.
 """
 
 from __future__ import annotations
 
-import sys
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -15,15 +18,30 @@ import pytest
 
 from engine.device import gpu_unavailable_reason
 
+REQUIRE_GPU = "HYBRIDSERVE_REQUIRE_GPU"
+
+
+def gpu_required() -> bool:
+    """Whether this run must not skip ``gpu`` tests (``HYBRIDSERVE_REQUIRE_GPU=1``)."""
+    return os.environ.get(REQUIRE_GPU, "").strip() not in ("", "0")
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     reason = gpu_unavailable_reason()
     if reason is None:
         return
+    if gpu_required():
+        return  # `pytest_runtest_setup` fails them instead
     skip = pytest.mark.skip(reason=f"needs an NVIDIA GPU with CuPy: {reason}")
     for item in items:
         if item.get_closest_marker("gpu") is not None:
             item.add_marker(skip)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    reason = gpu_unavailable_reason()
+    if reason is not None and gpu_required() and item.get_closest_marker("gpu") is not None:
+        pytest.fail(f"{REQUIRE_GPU} is set but the GPU cannot be used: {reason}", pytrace=False)
 
 
 @dataclass(frozen=True)
@@ -40,7 +58,6 @@ class GpuBackend:
 def gpu_backend(request: pytest.FixtureRequest,
                 monkeypatch: pytest.MonkeyPatch) -> Iterator[GpuBackend]:
     """``engine.gpu(0)`` backed by the numpy stand-in for CuPy, or by the real CuPy."""
-    import engine.device as device_module
     import engine.nd.placement as placement
 
     monkeypatch.setattr(placement, "_USED", {})
@@ -50,13 +67,9 @@ def gpu_backend(request: pytest.FixtureRequest,
         yield GpuBackend("real", cupy, cupy.ndarray, simulated=False)
         cupy.cuda.Device(0).synchronize()
         return
-    from engine.cuda import fused
     from tests.engine.gpu import fake_cupy
 
-    cupy, cupyx = fake_cupy.make()
-    monkeypatch.setattr(device_module, "_import_cupy", lambda: (cupy, None))
-    monkeypatch.setitem(sys.modules, "cupyx", cupyx)
-    monkeypatch.setattr(fused, "_KERNELS", {})
+    cupy = fake_cupy.install(monkeypatch)
     yield GpuBackend("simulated", cupy, fake_cupy.FakeArray, simulated=True)
 
 

@@ -136,7 +136,9 @@ def fused_source(steps: Sequence[FusedStep], out_dtype: np.dtype,
     key = (tuple((step.expression, step.position, step.arity) for step in chain),
            out_dtype.str, tuple(np.dtype(dtype).str for dtype in extra_dtypes))
     digest = hashlib.sha1(repr(key).encode()).hexdigest()[:16]
-    in_params = ", ".join(f"X{k} e{k}" for k in range(len(extra_dtypes)))
+    # Extras by their concrete dtype: CuPy's type placeholders are single characters, too few
+    # for a long chain, and the key already fixes every dtype.
+    in_params = ", ".join(f"{np.dtype(dtype).name} e{k}" for k, dtype in enumerate(extra_dtypes))
     return FusedSource(f"hybridserve_fused_{digest}", in_params, "Y y", "\n".join(lines), key)
 
 

@@ -16,20 +16,22 @@ WARMUP_RUNS = 2
 
 
 class GpuExecutor:
-    """Moves a plan's inputs in and outputs out through pinned host buffers on its own stream.
+    """Moves a plan's inputs in and outputs out through pinned host buffers on the plan's stream.
 
     The plan's steps run eagerly for the first `WARMUP_RUNS` runs, then (when the device allows
     CUDA graphs) are captured once and replayed as one graph launch per run.
     """
 
     def __init__(self, device: Device, inputs: Mapping[str, Any], heads: list[Any],
-                 run_steps: Callable[[], None]) -> None:
+                 run_steps: Callable[[], None], stream: Any,
+                 convolutions: Any = None) -> None:
         self.device = device
         self._cupy = device.xp
         self._inputs = dict(inputs)
         self._heads = heads
         self._run_steps = run_steps
-        self.stream = device.new_stream()
+        self.stream = stream
+        self._convolutions = convolutions
         self._staged_inputs = {name: device.pinned_empty(array.shape, array.dtype)
                                for name, array in inputs.items()}
         self._staged_outputs = [device.pinned_empty(head.shape, head.dtype) for head in heads]
@@ -69,5 +71,8 @@ class GpuExecutor:
 
     def stats(self) -> dict[str, Any]:
         """Whether the plan replays as a CUDA graph, and why not when it does not."""
-        return {"device": self.device.name, "cuda_graph": self.graph is not None,
-                "cuda_graph_error": self.graph_error, "eager_runs": self.eager_runs}
+        stats = {"device": self.device.name, "cuda_graph": self.graph is not None,
+                 "cuda_graph_error": self.graph_error, "eager_runs": self.eager_runs}
+        if self._convolutions is not None:
+            stats.update(self._convolutions.stats())
+        return stats

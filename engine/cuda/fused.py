@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from engine.cuda.codegen import FusedSource, fused_source
@@ -42,18 +43,12 @@ def split_inputs(node: Node, args: list[Any]) -> tuple[list[Any], list[Any]]:
     return list(args[:head_count]), list(args[head_count:])
 
 
-def bind_fused(node: Node, params: Any, args: list[Any], out: Any,
-               cupy: Any) -> Callable[[], Any]:
-    """A zero-argument call running the fused node into ``out`` with one generated kernel."""
+def bind_fused(node: Node, params: Any, args: list[Any], out: Any, cupy: Any,
+               head_calls: list[Callable[[], Any]]) -> list[Callable[[], Any]]:
+    """Calls running the fused node into ``out``: the head op as the plan bound it (a cuDNN or
+    GEMM convolution, say), then one generated kernel for every step of the chain."""
     assert node.op == FUSED_ELEMENTWISE.name
-    head_args, extras = split_inputs(node, args)
+    _, extras = split_inputs(node, args)
     source = fused_source(params.steps, out.dtype, [extra.dtype for extra in extras])
     kernel = cached_kernel(source, cupy)
-    head = params.head
-
-    def call() -> Any:
-        head.op.compute(cupy, head.attrs, head_args, out)
-        kernel(*extras, out)
-        return out
-
-    return call
+    return [*head_calls, partial(kernel, *extras, out)]

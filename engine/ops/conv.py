@@ -210,6 +210,8 @@ def _conv_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
                workspace: Any = None) -> list[Any]:
     """Group-1 and depthwise convolutions on the CPU run in the plan's workspace (stride-1 3×3
     ones with constant weights as Winograd); others call the kernel."""
+    if xp is not np:
+        return _device_conv_bind(xp, attrs, inputs, out, workspace)
     data, weight = inputs[:2]
     depthwise = depthwise_bind.applies(attrs.num_group, data.shape[1], attrs.num_filter)
     need = _conv_scratch(attrs, [data.shape], data.dtype)
@@ -226,6 +228,27 @@ def _conv_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
     else:
         bind = conv_bind.bind
     return bind(xp, data, weight, bias, out, geometry, workspace)
+
+
+def _device_conv_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
+                      workspace: Any) -> list[Any]:
+    """On a GPU: a cuDNN graph where the plan has cuDNN and it accepts the convolution, else
+    (group 1) im2col and cuBLAS GEMM in the plan's workspace, else the kernel."""
+    data, weight = inputs[:2]
+    bias = inputs[2] if len(inputs) > 2 else None
+    geometry = _geometry(attrs, "Convolution")
+    convolutions = getattr(workspace, "convolutions", None)
+    if convolutions is not None:
+        calls = convolutions.bind(xp, data, weight, bias, out, geometry)
+        if calls is not None:
+            return calls
+    if attrs.num_group == 1 and workspace is not None and out.flags.c_contiguous:
+        size = out.shape[2:]
+        need = conv_bind.scratch_bytes(data.shape, attrs.num_filter, size, geometry,
+                                       data.itemsize)
+        if workspace.scratch.nbytes >= need:
+            return conv_bind.bind(xp, data, weight, bias, out, geometry, workspace)
+    return [partial(_convolution, xp, attrs, *inputs, out=out)]
 
 
 def _grouped_matmul(xp: Any, columns: Any, weight: Any, group: int, result: Any) -> None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from engine.ops.dense import matmul_into
 from engine.ops.im2col import Ints
 from engine.ops.workspace import aligned
 
@@ -66,8 +67,8 @@ def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometr
     matrix = weight.reshape(filters, -1)
     positions = math.prod(size)
     if is_direct(data.shape, geometry) and data.flags.c_contiguous:
-        calls = [partial(xp.matmul, matrix, data.reshape(batch, -1, positions),
-                         out.reshape(batch, filters, positions))]
+        calls = [matmul_into(xp, matrix, data.reshape(batch, -1, positions),
+                             out.reshape(batch, filters, positions))]
     else:
         layout = _layout(data.shape, filters, size, geometry, data.itemsize)
         calls = []
@@ -102,10 +103,10 @@ def _bind_chunk(xp: Any, data: Any, matrix: Any, out: Any, geometry: Geometry,
     columns = patches.reshape(matrix.shape[1], -1)
     positions = math.prod(size)
     if samples == 1:
-        calls.append(partial(xp.matmul, matrix, columns, out.reshape(matrix.shape[0], -1)))
+        calls.append(matmul_into(xp, matrix, columns, out.reshape(matrix.shape[0], -1)))
         return calls
     wide = workspace.region(wide_at, (matrix.shape[0], samples * positions), data.dtype)
-    calls.append(partial(xp.matmul, matrix, columns, wide))
+    calls.append(matmul_into(xp, matrix, columns, wide))
     per_sample = wide.reshape(matrix.shape[0], samples, positions).transpose(1, 0, 2)
     calls.append(partial(xp.copyto, out.reshape(samples, matrix.shape[0], positions),
                          per_sample))

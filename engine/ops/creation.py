@@ -17,6 +17,7 @@ from engine.ops.attrs import (
 )
 from engine.ops.registry import Attrs, MaybeShape, OpDef, Param, keep_input_dtypes, register
 from engine.ops.shapes import Inferred, same_shape
+from engine.ops.workspace import uploaded
 
 FLOAT32 = np.dtype("float32")
 INT64 = np.dtype("int64")
@@ -185,13 +186,14 @@ register(OpDef(
     infer_shape=lambda attrs, shapes: (
         shapes, [None if shapes[0] is None else (len(shapes[0]),)]),
     infer_dtype=lambda attrs, dtypes: (dtypes, [INT64]),
-    kernel=lambda xp, attrs, data: xp.asarray(data.shape, dtype=INT64),
+    kernel=lambda xp, attrs, data: uploaded(xp, ("shape_array", data.shape),
+                                            lambda: np.asarray(data.shape, INT64)).copy(),
     doc="The input's shape as a 1-D int64 array.",
 ))
 register(OpDef(
     name="size_array",
     infer_shape=lambda attrs, shapes: (shapes, [(1,)]),
     infer_dtype=lambda attrs, dtypes: (dtypes, [INT64]),
-    kernel=lambda xp, attrs, data: xp.asarray([data.size], dtype=INT64),
+    kernel=lambda xp, attrs, data: xp.full((1,), data.size, INT64),
     doc="The input's element count as a (1,) int64 array.",
 ))

@@ -107,8 +107,9 @@ register(OpDef(
 def _one_hot_kernel(xp: Any, attrs: Attrs, indices: Any) -> Any:
     index = indices.astype(INT64)[..., None]
     hot = index == xp.arange(attrs.depth, dtype=INT64)
-    on = xp.asarray(attrs.on_value, dtype=attrs.dtype)
-    off = xp.asarray(attrs.off_value, dtype=attrs.dtype)
+    # Filled on the device, not copied from the host (a copy would block graph capture).
+    on = xp.full((), attrs.on_value, dtype=attrs.dtype)
+    off = xp.full((), attrs.off_value, dtype=attrs.dtype)
     return xp.where(hot, on, off)
 
 

@@ -24,7 +24,7 @@ from engine.ops.attrs import (
 )
 from engine.ops.im2col import Ints, pad_spatial, spatial_param
 from engine.ops.registry import Attrs, MaybeShape, OpDef, Param, register
-from engine.ops.workspace import aligned
+from engine.ops.workspace import aligned, uploaded
 
 ShapeResult = tuple[list[MaybeShape], list[MaybeShape]]
 
@@ -250,7 +250,7 @@ def _pool_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
     """
     data = inputs[0]
     bound = _bound_shapes(attrs, data.shape, data.itemsize)
-    if xp is not np or workspace is None or bound is None:
+    if workspace is None or bound is None:
         return [partial(_pooling, xp, attrs, data, out=out)]
     padded_shape, between = bound
     kernel, stride, pad = _pool_geometry(attrs, data.ndim)
@@ -287,13 +287,21 @@ def _avg_divisor(xp: Any, attrs: Attrs, spatial: Ints, geometry: tuple[Ints, Int
     full = attrs.pooling_convention == "full"
     if include and not full:
         return math.prod(kernel)
+    key = ("avg_divisor", include, tuple(spatial), tuple(geometry), tuple(size),
+           np.dtype(dtype).str)
+    return uploaded(xp, key, partial(_host_divisor, include, spatial, geometry, size, dtype))
+
+
+def _host_divisor(include: bool, spatial: Ints, geometry: tuple[Ints, Ints, Ints], size: Ints,
+                  dtype: Any) -> np.ndarray:
+    kernel, stride, pad = geometry
     divisor = np.ones((), dtype=np.float64)
     for n, k, s, length, p in zip(size, kernel, stride, spatial, pad, strict=True):
         start = np.arange(n) * s
         low, high = (0, length + 2 * p) if include else (p, p + length)
         count = np.minimum(start + k, high) - np.maximum(start, low)
         divisor = divisor[..., None] * np.maximum(count, 1)
-    return xp.asarray(divisor.astype(dtype))
+    return divisor.astype(dtype)
 
 
 def _pool_hidden_outputs(attrs: Attrs) -> int:
@@ -381,6 +389,12 @@ def _resize_infer_shape(attrs: Attrs, shapes: list[MaybeShape]) -> ShapeResult:
 def _source_index(xp: Any, size: int, out_size: int, align_corners: bool,
                   dtype: Any) -> tuple[Any, Any, Any]:
     """(lower index, upper index, weight of upper) for each output position along one axis."""
+    key = ("bilinear", size, out_size, align_corners, np.dtype(dtype).str)
+    return uploaded(xp, key, partial(_host_source_index, size, out_size, align_corners, dtype))
+
+
+def _host_source_index(size: int, out_size: int, align_corners: bool,
+                       dtype: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     position = np.arange(out_size, dtype=np.float32)
     if align_corners:
         scale = np.float32((size - 1) / (out_size - 1)) if out_size > 1 else np.float32(0)
@@ -391,7 +405,7 @@ def _source_index(xp: Any, size: int, out_size: int, align_corners: bool,
     lower = np.minimum(source.astype(np.int64), size - 1)
     upper = np.where(lower < size - 1, lower + 1, lower)
     weight = (source - lower).astype(dtype)
-    return xp.asarray(lower), xp.asarray(upper), xp.asarray(weight)
+    return lower, upper, weight
 
 
 def _bilinear_resize(xp: Any, attrs: Attrs, data: Any, like: Any = None, out: Any = None) -> Any:

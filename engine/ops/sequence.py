@@ -76,7 +76,7 @@ def _sequence_mask(xp: Any, attrs: Attrs, data: Any, lengths: Any = None) -> Any
         return data.copy()
     steps = _time_major(xp, attrs, data)
     mask = _valid_steps(xp, steps, lengths).reshape(steps.shape[:2] + (1,) * (steps.ndim - 2))
-    masked = xp.where(mask, steps, xp.asarray(attrs.value, dtype=data.dtype))
+    masked = xp.where(mask, steps, xp.full((), attrs.value, dtype=data.dtype))
     return masked if attrs.axis % data.ndim == 0 else xp.swapaxes(masked, 0, 1).copy()
 
 

@@ -88,7 +88,8 @@ def fits(data_shape: Ints, filters: int, geometry: Geometry) -> bool:
 
 def applies(data_shape: Ints, weight: Any, geometry: Geometry) -> bool:
     """`fits`, with a float32 weight that is a read-only plan constant (U is computed once)."""
-    return (isinstance(weight, np.ndarray) and weight.dtype == np.float32
+    # Exactly numpy's array: a device array has no ``writeable`` flag (and no Winograd here).
+    return (type(weight) is np.ndarray and weight.dtype == np.float32
             and not weight.flags.writeable and fits(data_shape, weight.shape[0], geometry))
 
 

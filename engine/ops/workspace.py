@@ -23,12 +23,49 @@ def aligned(nbytes: int) -> int:
     return -(-nbytes // ALIGN) * ALIGN
 
 
+def address(array: Any) -> int:
+    """The address of ``array``'s first element: host memory for numpy, device for CuPy.
+
+    (CuPy arrays have no ``__array_interface__``; their memory is ``array.data.ptr``.)
+    """
+    if isinstance(array, np.ndarray):
+        return int(array.__array_interface__["data"][0])
+    return int(array.data.ptr)
+
+
+def uploaded(xp: Any, key: tuple, make: Callable[[], Any]) -> Any:
+    """``make()`` (a host array, or a tuple of them, that depends only on ``key``) on ``xp``.
+
+    NumPy gets ``make()`` itself. A device array module gets one upload per key, kept for the
+    process: a copy from the host inside a run would stop the run from being captured as a
+    CUDA graph, so a kernel's host-made constants are uploaded on its first (warm-up) run and
+    read from the device afterwards. Callers must not write into what they get. Entries are
+    never dropped: a captured graph may hold their addresses (they are a few KiB each, one per
+    distinct shape a model is run at).
+    """
+    if xp is np:
+        return make()
+    cache_key = (id(xp), xp.cuda.get_device_id(), *key)
+    array = _UPLOADED.get(cache_key)
+    if array is None:
+        made = make()
+        array = tuple(map(xp.asarray, made)) if isinstance(made, tuple) else xp.asarray(made)
+        array = _UPLOADED.setdefault(cache_key, array)
+    return array
+
+
+_UPLOADED: dict[tuple, Any] = {}
+
+
 class Workspace:
     """A shared scratch buffer and bordered buffers, all allocated at plan compile time, and
-    the cache of derived values shared with the other plans of a model."""
+    the cache of derived values shared with the other plans of a model. On a GPU with cuDNN,
+    ``convolutions`` is the plan's cuDNN context (`engine.cuda.cudnn_conv`)."""
 
-    def __init__(self, xp: Any, scratch_bytes: int, derived: dict | None = None) -> None:
+    def __init__(self, xp: Any, scratch_bytes: int, derived: dict | None = None,
+                 convolutions: Any = None) -> None:
         self.xp = xp
+        self.convolutions = convolutions
         self.scratch = xp.empty(scratch_bytes, np.uint8)
         self._filled: dict[tuple, Any] = {}
         self._derived = {} if derived is None else derived
@@ -58,10 +95,8 @@ class Workspace:
         """``make(constant)``, computed once per constant and tag for every workspace sharing
         this one's cache. ``constant`` must never change (plans hand out constants read-only).
         """
-        interface = constant.__array_interface__
         # The memory's address, not the array's id: each plan has its own view of a constant.
-        key = (tag, interface["data"][0], constant.shape, interface["strides"],
-               constant.dtype.str)
+        key = (tag, address(constant), constant.shape, constant.strides, constant.dtype.str)
         entry = self._derived.get(key)
         if entry is None:  # the entry keeps the constant alive, so the address stays its own
             entry = self._derived[key] = (constant, make(constant))

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from engine.compiler.plan_memory import MemoryPlan, plan_memory
-from engine.device import CPU, Device
+from engine.device import CPU, Device, on_stream
 from engine.errors import EngineError, ExecutionError, ShapeError
 from engine.graph.infer import infer_dtypes, infer_shapes, specialize_sources
 from engine.graph.ir import Graph, Node
@@ -58,21 +58,28 @@ class Plan:
         self._constants = {} if constants is None else constants
         shapes, dtypes = _infer(graph, input_shapes, input_dtypes)
         self.memory: MemoryPlan = plan_memory(graph, shapes, dtypes, reuse_memory)
-        with self.device.activate():
-            self._compile(graph, input_shapes, input_dtypes, shapes, dtypes, derived)
         self._lock = threading.Lock()
         self._gpu = None
+        # On a GPU everything compile time queues (uploads, zero fills, cuDNN plans) goes on the
+        # plan's own stream, and only that stream is waited for: a device-wide synchronise
+        # would break another thread's CUDA graph capture.
+        stream = self._stream = self.device.new_stream()
+        with self.device.activate(), on_stream(stream):
+            self._compile(graph, input_shapes, input_dtypes, shapes, dtypes, derived, stream)
         if self.device.is_gpu:
             from engine.cuda.executor import GpuExecutor
 
-            self.device.synchronize()  # parameters and views made at compile time are ready
-            self._gpu = GpuExecutor(self.device, self._inputs, self._heads, self._run_steps)
+            stream.synchronize()
+            self._gpu = GpuExecutor(self.device, self._inputs, self._heads, self._run_steps,
+                                    stream, self._convolutions)
 
     def _compile(self, graph: Graph, input_shapes: Mapping, input_dtypes: Mapping,
-                 shapes: list, dtypes: list, derived: dict | None) -> None:
+                 shapes: list, dtypes: list, derived: dict | None, stream: Any) -> None:
         xp = self.xp
         buffers = [xp.empty(size, np.uint8) for size in self.memory.buffer_sizes]
-        self.workspace = Workspace(xp, _scratch_bytes(graph, shapes, dtypes), derived)
+        self._convolutions = _device_convolutions(self.device, stream)
+        self.workspace = Workspace(xp, _scratch_bytes(graph, shapes, dtypes), derived,
+                                   self._convolutions)
         self._inputs = {name: xp.empty(input_shapes[name], input_dtypes[name])
                         for name in input_shapes}
         self._input_buffers = list(self._inputs.items())
@@ -99,7 +106,10 @@ class Plan:
         if self.device.is_gpu and node.op == "_fused_elementwise" and len(outs) == 1:
             from engine.cuda.fused import bind_fused
 
-            return [bind_fused(node, params, args, outs[0], self.xp)]
+            head = params.head
+            head_calls = _bind_op(head.op, head.attrs, args[:head.arity], outs[0], self.xp,
+                                  workspace)
+            return bind_fused(node, params, args, outs[0], self.xp, head_calls)
         return _bind(node, params, args, outs, self.xp, workspace)
 
     def _variable(self, node: Node) -> Any:
@@ -113,6 +123,8 @@ class Plan:
         array = self._constants.get(node.name)
         if array is None:
             array = self.device.asarray(self.graph.constants[node.name])
+            # Complete before other plans (other streams, other threads) may read it.
+            self.xp.cuda.get_current_stream().synchronize()
             self._constants[node.name] = array
         return array
 
@@ -159,7 +171,7 @@ class Plan:
         totals: dict[str, float] = {}
         if self._gpu is not None:
             self.run(feed, copy_outputs=False)  # inputs now sit in the device buffers
-        with self._lock, self.device.activate():
+        with self._lock, self.device.activate(), on_stream(self._stream):
             if self._gpu is None:
                 for name, buffer in self._inputs.items():
                     self.xp.copyto(buffer, feed[name], casting="same_kind")
@@ -167,10 +179,22 @@ class Plan:
                 for step in self.steps:
                     start = time.perf_counter()
                     step.call()
-                    self.device.synchronize()
+                    if self._stream is not None:
+                        self._stream.synchronize()
                     label = _label(step.node)
                     totals[label] = totals.get(label, 0.0) + time.perf_counter() - start
         return {label: seconds / repeat for label, seconds in totals.items()}
+
+
+def _device_convolutions(device: Device, stream: Any) -> Any:
+    """The plan's cuDNN context on a GPU where cuDNN can be used (None elsewhere)."""
+    if not device.is_gpu or not device.cudnn:
+        return None
+    from engine.cuda import cudnn_conv
+
+    if cudnn_conv.unavailable_reason() is not None:
+        return None
+    return cudnn_conv.CudnnConvolutions(int(stream.ptr), device.tf32)
 
 
 def _label(node: Node) -> str:

@@ -1,89 +1,364 @@
-"""A numpy stand-in for the slice of CuPy the GPU executor uses, to run its code on the CPU.
+"""A strict numpy stand-in for the slice of CuPy the GPU path uses, to run its code on the CPU.
 
-Arrays are numpy arrays with CuPy's ``set``/``get``; ``ElementwiseKernel`` executes the generated
-source with `test_codegen.run_generated`; streams, devices and pinned memory are no-ops. It checks
-the GPU path's Python (binding, staging, fused kernels, graph fallback), not CUDA itself.
+Strict where the real CuPy is: only names CuPy 14.2 has (``cupy_names.txt``, checked against
+the wheel by `test_cupy_wheel`); no ``__array_interface__`` and only CuPy's three ``flags``;
+host numpy arrays refused as arguments (CuPy raises ``TypeError``); ``matmul`` takes ``out``
+only by keyword; ``ElementwiseKernel`` parses its parameters with CuPy's grammar. Streams can
+"capture": while one does, a copy between host and device or a device-wide synchronisation
+raises, as CUDA refuses them inside stream capture. Kernels execute with numpy; the generated
+fused source runs through `test_codegen.run_generated`. It checks the GPU path's Python, not CUDA.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import keyword
 import types
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from engine.cuda.codegen import FusedSource
 
+CUPY_NAMES = frozenset(Path(__file__).with_name("cupy_names.txt").read_text().split())
+_UPLOADS = frozenset({"asarray", "array", "asanyarray"})
+
+
+class CaptureError(RuntimeError):
+    """What CUDA reports for an operation that stream capture does not allow."""
+
+
+class _Capture:
+    """Whether a stream is capturing (or a captured graph replaying), process-wide."""
+
+    active = False
+    captures = 0
+
+    @classmethod
+    def refuse(cls, what: str) -> None:
+        if cls.active:
+            raise CaptureError(f"cudaErrorStreamCaptureUnsupported: {what} during stream capture")
+
+
+class _Flags:
+    """CuPy's ``flags``: no ``writeable``, no ``aligned``."""
+
+    def __init__(self, array: np.ndarray) -> None:
+        base = np.ndarray.flags.__get__(array)
+        self.c_contiguous = base.c_contiguous
+        self.f_contiguous = base.f_contiguous
+        self.owndata = base.owndata
+
 
 class FakeArray(np.ndarray):
-    """A numpy array that also speaks CuPy's host-transfer methods."""
+    """A numpy array that speaks CuPy's transfer methods and hides what CuPy lacks."""
+
+    @property
+    def __array_interface__(self) -> Any:
+        raise AttributeError("'cupy.ndarray' object has no attribute '__array_interface__'")
+
+    @property
+    def flags(self) -> _Flags:  # type: ignore[override]
+        return _Flags(self)
+
+    @property
+    def data(self) -> Any:  # type: ignore[override]
+        address = np.ndarray.__array_interface__.__get__(self)["data"][0]
+        return types.SimpleNamespace(ptr=address)
 
     def set(self, host: np.ndarray, stream: Any = None) -> None:
-        np.copyto(self, host)
+        _Capture.refuse("a host-to-device copy")
+        np.copyto(_plain(self), host)
 
     def get(self, stream: Any = None, out: np.ndarray | None = None) -> np.ndarray:
+        _Capture.refuse("a device-to-host copy")
         if out is None:
-            return np.array(self)
-        np.copyto(out, self)
+            return np.array(_plain(self))
+        np.copyto(out, _plain(self))
         return out
 
 
-class _Block:
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.captures = 0
+def _plain(value: Any) -> Any:
+    """``value`` with every FakeArray (also inside lists and tuples) as a plain numpy view."""
+    if isinstance(value, FakeArray):
+        return value.view(np.ndarray)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(item) for item in value)
+    return value
 
-    def __enter__(self) -> _Block:
+
+def _wrap(value: Any) -> Any:
+    """numpy results as FakeArrays (CuPy returns 0-d arrays, not numpy scalars)."""
+    if isinstance(value, np.ndarray):
+        return value.view(FakeArray)
+    if isinstance(value, np.generic):
+        return np.asarray(value).view(FakeArray)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_wrap(item) for item in value)
+    return value
+
+
+def _refuse_host_arrays(name: str, values: Any) -> None:
+    for value in values:
+        if isinstance(value, (list, tuple)):
+            _refuse_host_arrays(name, value)
+        elif isinstance(value, np.ndarray) and not isinstance(value, FakeArray):
+            raise TypeError(f"cupy.{name}: Unsupported type <class 'numpy.ndarray'> "
+                            "(a host array where CuPy needs a device array)")
+
+
+def _device_function(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function`` taking and giving device arrays only, as CuPy's does."""
+
+    @functools.wraps(function)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if name in _UPLOADS:
+            if not all(isinstance(arg, FakeArray) for arg in args[:1]):
+                _Capture.refuse("a host-to-device copy")
+        else:
+            _refuse_host_arrays(name, args)
+            _refuse_host_arrays(name, kwargs.values())
+        return _wrap(function(*_plain(args), **{k: _plain(v) for k, v in kwargs.items()}))
+
+    return call
+
+
+def _matmul(x1: Any, x2: Any, /, *, out: Any = None, **kwargs: Any) -> Any:
+    """CuPy's matmul is a gufunc whose ``out`` is keyword-only."""
+    return _device_function("matmul", np.matmul)(x1, x2, out=out, **kwargs)
+
+
+class _Ufunc:
+    """A numpy ufunc behind CuPy's strictness (its methods too)."""
+
+    def __init__(self, ufunc: np.ufunc) -> None:
+        self._ufunc = ufunc
+        self.__name__ = ufunc.__name__
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return _device_function(self.__name__, self._ufunc)(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return _device_function(f"{self.__name__}.{name}", getattr(self._ufunc, name))
+
+
+class ElementwiseKernel:
+    """CuPy's parameter grammar and argument checks; runs the generated body with numpy."""
+
+    launches = 0
+
+    def __init__(self, in_params: str, out_params: str, operation: str, name: str) -> None:
+        self.in_params = parse_params(in_params)
+        self.out_params = parse_params(out_params)
+        names = [param[2] for param in self.in_params + self.out_params]
+        if len(set(names)) != len(names):
+            raise ValueError(f"Parameter names must be unique: {names}")
+        self.source = FusedSource(name, in_params, out_params, operation, ())
+
+    def __call__(self, *args: Any) -> Any:
+        from tests.engine.gpu.test_codegen import run_generated
+
+        expected = len(self.in_params) + len(self.out_params)
+        if len(args) != expected:
+            raise TypeError(f"Wrong number of arguments for {self.source.name!r}: "
+                            f"{len(args)} given, {expected} expected")
+        _check_kernel_arguments(self.in_params + self.out_params, args)
+        *extras, out = args
+        ElementwiseKernel.launches += 1
+        with np.errstate(all="ignore"):
+            out[...] = run_generated(self.source, _plain(out), [_plain(e) for e in extras])
+        return out
+
+
+def parse_params(text: str) -> tuple[tuple[bool, str, str], ...]:
+    """(raw, type, name) per parameter, by the rules of CuPy's ``ParameterInfo``."""
+    if not text.strip():
+        return ()
+    params = []
+    for param in text.strip().split(","):
+        words = param.split()
+        if len(words) < 2:
+            raise SyntaxError(f"Syntax error: {param}")
+        *keywords, ctype, name = words
+        if len(ctype) != 1:
+            try:
+                dtype = np.dtype(ctype)
+            except TypeError as error:
+                raise TypeError(f"data type {ctype!r} not understood") from error
+            if dtype.name != ctype:
+                raise ValueError(f"Wrong type {ctype}")
+        if not name.isidentifier() or keyword.iskeyword(name):
+            raise ValueError(f"Invalid parameter name {name!r}")
+        for word in keywords:
+            if word not in ("raw", "_non_const"):
+                raise SyntaxError(f'Unknown keyword "{word}"')
+        params.append(("raw" in keywords, ctype, name))
+    return tuple(params)
+
+
+def _check_kernel_arguments(params: tuple, args: tuple) -> None:
+    placeholders: dict[str, np.dtype] = {}
+    for (_, ctype, name), arg in zip(params, args):
+        if not isinstance(arg, FakeArray):
+            raise TypeError(f"argument {name!r}: Unsupported type {type(arg)}")
+        if len(ctype) == 1:
+            if placeholders.setdefault(ctype, arg.dtype) != arg.dtype:
+                raise TypeError(f"Type is mismatched. {name!r} {ctype} {arg.dtype}")
+        elif np.dtype(ctype) != arg.dtype:
+            raise TypeError(f"argument {name!r} is {arg.dtype}; the kernel declares {ctype}")
+
+
+class _Device:
+    def __init__(self, index: int = 0) -> None:
+        self.id = index
+
+    def __enter__(self) -> _Device:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         return None
 
     def synchronize(self) -> None:
-        return None
+        _Capture.refuse("cudaDeviceSynchronize")
 
-    def malloc(self, size: int) -> None:
-        raise MemoryError("the fake pool allocates nothing")
+
+class _Graph:
+    """A captured graph: replaying runs what was captured, still under capture's rules."""
+
+    def __init__(self, replay: Callable[[], None] | None) -> None:
+        self._replay = replay
+
+    def launch(self, stream: Any = None) -> None:
+        if self._replay is None:
+            raise RuntimeError("this fake graph was captured without a replay")
+        _Capture.active = True
+        try:
+            self._replay()
+        finally:
+            _Capture.active = False
+
+
+class _Stream:
+    """A stream whose capture only sets the capture flag (see `capture_with_replay`)."""
+
+    replay: Callable[[], None] | None = None
+    _current: list[_Stream] = []
+
+    def __init__(self, null: bool = False, non_blocking: bool = False) -> None:
+        self.ptr = id(self)
+        self.capturing = False
+
+    def __enter__(self) -> _Stream:
+        _Stream._current.append(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _Stream._current.pop()
+
+    def synchronize(self) -> None:
+        if self.capturing:
+            _Capture.refuse("cudaStreamSynchronize on the capturing stream")
 
     def begin_capture(self, mode: Any = None) -> None:
-        raise RuntimeError("stream capture is not simulated")
+        _Capture.active = self.capturing = True
 
-    def end_capture(self) -> None:
-        return None
+    def end_capture(self) -> _Graph:
+        _Capture.active = self.capturing = False
+        _Capture.captures += 1
+        return _Graph(_Stream.replay)
 
-
-class ElementwiseKernel:
-    """Runs the generated body with numpy, in place on the output."""
-
-    launches = 0
-
-    def __init__(self, in_params: str, out_params: str, operation: str, name: str) -> None:
-        self.source = FusedSource(name, in_params, out_params, operation, ())
-
-    def __call__(self, *args: Any) -> Any:
-        from tests.engine.gpu.test_codegen import run_generated
-
-        *extras, out = args
-        ElementwiseKernel.launches += 1
-        with np.errstate(all="ignore"):
-            out[...] = run_generated(self.source, np.asarray(out), [np.asarray(e) for e in extras])
-        return out
+    def is_capturing(self) -> bool:
+        return self.capturing
 
 
-def _wrap(array: Any) -> FakeArray:
-    return np.asarray(array).view(FakeArray)
+class _Pool:
+    def malloc(self, size: int) -> Any:
+        return types.SimpleNamespace(ptr=0, size=size)
+
+    def total_bytes(self) -> int:
+        return 0
+
+    def used_bytes(self) -> int:
+        return 0
+
+
+@contextlib.contextmanager
+def _using_allocator(allocator: Any = None) -> Iterator[None]:
+    yield
+
+
+def _cuda_namespace() -> types.SimpleNamespace:
+    null = _Stream(null=True)
+    return types.SimpleNamespace(
+        Device=_Device, Stream=_Stream, MemoryPool=_Pool, using_allocator=_using_allocator,
+        get_device_id=lambda: 0,
+        get_current_stream=lambda: _Stream._current[-1] if _Stream._current else null,
+        runtime=types.SimpleNamespace(getDeviceCount=lambda: 1, streamCaptureModeRelaxed=2))
+
+
+def _attribute(name: str) -> Any:
+    if name not in CUPY_NAMES:
+        raise AttributeError(f"module 'cupy' has no attribute {name!r}")
+    value = getattr(np, name)
+    if isinstance(value, np.ufunc):
+        return _Ufunc(value)
+    if callable(value) and not isinstance(value, type):
+        return _device_function(name, value)
+    return value
+
+
+def _as_strided(array: Any, shape: Any = None, strides: Any = None) -> Any:
+    _refuse_host_arrays("lib.stride_tricks.as_strided", (array,))
+    view = np.lib.stride_tricks.as_strided(_plain(array), shape=shape, strides=strides)
+    return view.view(FakeArray)
 
 
 def make() -> tuple[types.ModuleType, types.ModuleType]:
     """(fake cupy, fake cupyx)."""
     cupy = types.ModuleType("fake_cupy")
-    cupy.__getattr__ = lambda name: getattr(np, name)  # type: ignore[attr-defined]
-    cupy.empty = lambda shape, dtype=float: _wrap(np.empty(shape, dtype))
-    cupy.asarray = lambda value, dtype=None: _wrap(np.array(value, dtype=dtype))
-    cupy.ascontiguousarray = lambda value: _wrap(np.ascontiguousarray(value))
+    cupy.__getattr__ = _attribute  # type: ignore[attr-defined]
+    cupy.matmul = _matmul
     cupy.ElementwiseKernel = ElementwiseKernel
-    cupy.cuda = types.SimpleNamespace(
-        Device=_Block, Stream=_Block, MemoryPool=_Block, using_allocator=_Block,
-        runtime=types.SimpleNamespace(getDeviceCount=lambda: 1))
+    cupy.ndarray = FakeArray
+    cupy.cuda = _cuda_namespace()
+    cupy.get_default_memory_pool = _Pool
+    cupy.lib = types.SimpleNamespace(
+        stride_tricks=types.SimpleNamespace(as_strided=_as_strided))
+    cupy.random = types.SimpleNamespace(
+        random_sample=_device_function("random.random_sample", np.random.random_sample))
     cupyx = types.ModuleType("fake_cupyx")
     cupyx.empty_pinned = lambda shape, dtype=float: np.empty(shape, dtype)
     return cupy, cupyx
+
+
+def capture_with_replay(capture: Callable[..., Any]) -> Callable[..., Any]:
+    """``engine.cuda.graphs.capture`` whose graph replays the captured steps under capture's
+    rules (the fake stream records no kernels, so replay re-runs the steps)."""
+
+    def capture_steps(run_steps: Callable[[], None], stream: Any, cupy: Any) -> Any:
+        _Stream.replay = run_steps
+        try:
+            return capture(run_steps, stream, cupy)
+        finally:
+            _Stream.replay = None
+
+    return capture_steps
+
+
+def install(monkeypatch: Any) -> types.ModuleType:
+    """Make the engine see the fake CuPy (and its capture) for one test; returns fake cupy."""
+    import sys
+
+    import engine.cuda.executor as executor_module
+    import engine.device as device_module
+    from engine.cuda import fused, graphs
+
+    cupy, cupyx = make()
+    monkeypatch.setattr(device_module, "_import_cupy", lambda: (cupy, None))
+    monkeypatch.setitem(sys.modules, "cupyx", cupyx)
+    monkeypatch.setattr(fused, "_KERNELS", {})
+    monkeypatch.setattr(executor_module, "capture", capture_with_replay(graphs.capture))
+    return cupy

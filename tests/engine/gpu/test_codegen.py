@@ -176,7 +176,7 @@ def test_negative_literal_after_minus_stays_one_token() -> None:
 def test_source_shape_and_parameters() -> None:
     source = fused_source((step("elemwise_add", position=1), step("relu")), np.float32,
                           [np.dtype(np.float16)])
-    assert source.in_params == "X0 e0" and source.out_params == "Y y"
+    assert source.in_params == "float16 e0" and source.out_params == "Y y"
     assert source.operation.splitlines() == [
         "float v = (float)y;",
         "{ const float a = (float)e0; const float b = v; v = (float)(Y)((a + b)); }",

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import engine
+from engine import sym
 from engine.context import gpu
 from engine.device import get_device
 from tests.conformance.fixtures import (
@@ -24,6 +25,7 @@ from tests.conformance.fixtures import (
     op_cases,
     tolerance_for,
 )
+from tests.engine.runtime.test_conv_bind import GEOMETRIES, two_convs
 
 pytestmark = pytest.mark.gpu
 CASES = op_cases()
@@ -57,6 +59,8 @@ def test_op_case_on_gpu_matches_cpu_and_mxnet(case: dict[str, Any], optimize: bo
         tolerance = tolerance_for(expected.dtype, case.get("tolerance"))
         assert_close(outputs[k], expected, tolerance, f"{case['id']} output {k} vs MXNet")
         assert_close(outputs[k], expected_cpu[k], tolerance, f"{case['id']} output {k} vs CPU")
+    stats = on_gpu.plan_for(feed).execution_stats()
+    assert stats["cuda_graph"] is optimize, stats["cuda_graph_error"]  # captured once warm
 
 
 @pytest.mark.parametrize("cuda_graphs", [True, False], ids=["graphs", "eager"])
@@ -76,6 +80,9 @@ def test_model_on_gpu_matches_cpu(name: str, optimize: bool, cuda_graphs: bool) 
             assert actual.dtype == reference.dtype
             assert_close(actual, reference, tolerance, f"{name} output {k} vs MXNet")
             assert_close(actual, cpu_outputs[k], tolerance, f"{name} output {k} vs CPU")
+        stats = on_gpu.plan_for(inputs).execution_stats()
+        # A plan that quietly stays uncaptured is a failure, not a slower pass.
+        assert stats["cuda_graph"] is cuda_graphs, stats["cuda_graph_error"]
 
 
 def test_cuda_graph_replay_reads_new_inputs_each_run() -> None:
@@ -99,8 +106,10 @@ def test_without_graphs_the_plan_stays_eager() -> None:
     for _ in range(RUNS):
         model.infer(inputs)
     stats = model.plan_for(inputs).execution_stats()
-    assert stats == {"device": "gpu(0)", "cuda_graph": False, "cuda_graph_error": "disabled",
-                     "eager_runs": RUNS}
+    assert {key: stats[key] for key in ("device", "cuda_graph", "cuda_graph_error",
+                                        "eager_runs")} == {
+        "device": "gpu(0)", "cuda_graph": False, "cuda_graph_error": "disabled",
+        "eager_runs": RUNS}
 
 
 def test_fused_chains_run_as_generated_kernels() -> None:
@@ -168,3 +177,71 @@ def test_threads_share_one_gpu_plan() -> None:
     for feed, result in zip(feeds, results):
         assert_close(result, list(reference.infer(feed).values())[0],
                      {"rtol": 1e-4, "atol": 1e-5}, "threaded")
+
+
+def _conv_models() -> list[str]:
+    return [name for name in MODELS if "Convolution" in model_meta(name).get("ops", [])]
+
+
+@pytest.mark.parametrize("name", _conv_models())
+def test_convolutions_run_as_cudnn_graphs_and_match_the_gemm_path(name: str) -> None:
+    from engine.cuda import cudnn_conv
+
+    assert cudnn_conv.unavailable_reason() is None, cudnn_conv.unavailable_reason()
+    with_cudnn = engine.load_model(*model_files(name), device=get_device("gpu", cudnn=True))
+    with_gemm = engine.load_model(*model_files(name), device=get_device("gpu", cudnn=False))
+    tolerance = model_meta(name)["tolerance"]
+    for inputs, expected in model_io_sets(name):
+        for _ in range(RUNS):
+            outputs = list(with_cudnn.infer(inputs).values())
+            gemm_outputs = list(with_gemm.infer(inputs).values())
+        for k, (actual, reference) in enumerate(zip(outputs, expected)):
+            assert_close(actual, reference, tolerance, f"{name} output {k} cuDNN vs MXNet")
+            assert_close(gemm_outputs[k], reference, tolerance, f"{name} output {k} GEMM")
+        stats = with_cudnn.plan_for(inputs).execution_stats()
+        assert stats["cudnn_convolutions"] > 0 and stats["cuda_graph"], stats
+        assert "cudnn_convolutions" not in with_gemm.plan_for(inputs).execution_stats()
+
+
+def test_cudnn_float32_convolution_is_not_tf32_by_default() -> None:
+    """A float32 convolution with TF32 would differ from float64 by ~1e-3 relative; without,
+    by ~1e-6."""
+    rng = np.random.default_rng(8)
+    data = rng.normal(size=(2, 64, 16, 16)).astype(np.float32)
+    weight = rng.normal(size=(64, 64, 3, 3)).astype(np.float32)
+    net = sym.Convolution(sym.var("data"), sym.var("weight"), kernel=(3, 3), pad=(1, 1),
+                          num_filter=64, no_bias=True)
+    model = engine.load_model(net, {"weight": weight}, device="gpu")
+    for _ in range(RUNS):
+        output = list(model.infer({"data": data}).values())[0]
+    assert model.plan_for({"data": data}).execution_stats()["cudnn_convolutions"] == 1
+    exact = engine.load_model(net, {"weight": weight.astype(np.float64)}, device="cpu")
+    reference = list(exact.infer({"data": data.astype(np.float64)}).values())[0]
+    np.testing.assert_allclose(output, reference, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES, ids=str)
+@pytest.mark.parametrize("cudnn", [True, False], ids=["cudnn", "gemm"])
+def test_convolution_geometries_match_the_cpu(geometry: tuple, cudnn: bool) -> None:
+    net, params, data = conv_case(geometry)
+    on_gpu = engine.load_model(net, params, device=get_device("gpu", cudnn=cudnn))
+    on_cpu = engine.load_model(net, params, device="cpu")
+    for _ in range(RUNS):
+        output = on_gpu.infer(data)["second_output"]
+    np.testing.assert_allclose(output, on_cpu.infer(data)["second_output"], rtol=1e-4,
+                               atol=1e-4)
+    stats = on_gpu.plan_for(data).execution_stats()
+    assert stats["cuda_graph"] is True, stats["cuda_graph_error"]
+    if cudnn and len(geometry[0]) > 1:
+        assert stats["cudnn_convolutions"] == 2, stats["cudnn_declined"]
+
+
+def conv_case(geometry: tuple) -> tuple[Any, dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Two convolutions of ``geometry`` (see `two_convs`), random parameters and an input."""
+    shape = (3, 3, *{1: (11,), 2: (12, 10), 3: (7, 6, 5)}[len(geometry[0])])
+    net = two_convs(*geometry, no_bias=False)
+    rng = np.random.default_rng(9)
+    arguments, _, _ = net.infer_shape(data=shape)
+    params = {name: rng.normal(size=spec).astype(np.float32)
+              for name, spec in zip(net.list_arguments(), arguments) if name != "data"}
+    return net, params, {"data": rng.normal(size=shape).astype(np.float32)}

@@ -7,7 +7,7 @@ CUDA-graph capture/fallback logic. CUDA behaviour itself is covered by the ``gpu
 
 from __future__ import annotations
 
-import sys
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -15,22 +15,28 @@ import pytest
 
 import engine
 import engine.cuda.executor as executor_module
-import engine.device as device_module
 from engine.cuda import fused
 from engine.device import get_device
-from tests.conformance.fixtures import assert_close, model_files, model_io_sets, model_names
+from engine.runtime.plan import Step
+from tests.conformance.fixtures import (
+    assert_close,
+    model_files,
+    model_io_sets,
+    model_names,
+    op_arrays,
+    op_cases,
+    tolerance_for,
+)
 from tests.engine.gpu import fake_cupy
+from tests.engine.gpu.test_gpu_execution import conv_case
+from tests.engine.runtime.test_conv_bind import GEOMETRIES
 
 MODELS = model_names()
 
 
 @pytest.fixture
 def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> Any:
-    cupy, cupyx = fake_cupy.make()
-    monkeypatch.setattr(device_module, "_import_cupy", lambda: (cupy, None))
-    monkeypatch.setitem(sys.modules, "cupyx", cupyx)
-    monkeypatch.setattr(fused, "_KERNELS", {})
-    return cupy
+    return fake_cupy.install(monkeypatch)
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -39,11 +45,14 @@ def test_models_through_the_gpu_path_match_mxnet(fake_gpu: Any, name: str) -> No
     assert model.device == "gpu" and model.backend.xp is fake_gpu
     tolerance = {"rtol": 1e-3, "atol": 1e-5}
     for inputs, expected in model_io_sets(name):
-        for _ in range(3):
+        for _ in range(executor_module.WARMUP_RUNS + 2):  # warm-up, capture, replays
             outputs = list(model.infer(inputs).values())
         for k, (actual, reference) in enumerate(zip(outputs, expected)):
             assert type(actual) is np.ndarray and actual.dtype == reference.dtype
             assert_close(actual, reference, tolerance, f"{name} output {k}")
+        stats = model.plan_for(inputs).execution_stats()
+        # No step copies from the host or synchronises: the fake refuses both under capture.
+        assert stats["cuda_graph"] is True, stats["cuda_graph_error"]
 
 
 def test_fused_chains_use_generated_kernels_cached_by_key(fake_gpu: Any) -> None:
@@ -52,7 +61,8 @@ def test_fused_chains_use_generated_kernels_cached_by_key(fake_gpu: Any) -> None
     model = engine.load_model(*model_files("resblock"), device="auto")
     assert model.device == "gpu"
     plan = model.plan_for(inputs)
-    chains = [step for step in plan.steps if step.node.op == "_fused_elementwise"]
+    # One fused node is several steps (its head op as bound, then the generated kernel).
+    chains = {step.node.name for step in plan.steps if step.node.op == "_fused_elementwise"}
     assert chains
     assert_close(list(model.infer(inputs).values())[0], expected[0],
                  {"rtol": 1e-4, "atol": 1e-5}, "resblock")
@@ -65,12 +75,36 @@ def test_fused_chains_use_generated_kernels_cached_by_key(fake_gpu: Any) -> None
 def test_capture_failure_keeps_the_plan_eager_and_says_why(fake_gpu: Any) -> None:
     model = engine.load_model(*model_files("seed_mlp"), device="gpu")
     inputs, expected = model_io_sets("seed_mlp")[0]
+    plan = model.plan_for(inputs)
+    uploads = []
+    # A step that copies from the host on every run, as a kernel building a constant would.
+    plan.steps.append(Step(lambda: uploads.append(fake_gpu.asarray(np.ones(2))),
+                           plan.steps[-1].node))
     for _ in range(4):
         output = list(model.infer(inputs).values())[0]
     assert_close(output, expected[0], {"rtol": 1e-4, "atol": 1e-5}, "seed_mlp")
-    stats = model.plan_for(inputs).execution_stats()
+    stats = plan.execution_stats()
     assert stats["cuda_graph"] is False and stats["eager_runs"] == 4
-    assert "stream capture is not simulated" in stats["cuda_graph_error"]
+    assert "host-to-device copy during stream capture" in stats["cuda_graph_error"]
+    assert len(uploads) == 4 + 1  # four eager runs and the pre-capture run, none captured
+
+
+def test_fake_cupy_is_as_strict_as_cupy(fake_gpu: Any) -> None:
+    device_array = fake_gpu.ones((2, 2), np.float32)
+    with pytest.raises(TypeError, match="multiple values for argument 'out'|positional"):
+        fake_gpu.matmul(device_array, device_array, device_array)
+    with pytest.raises(TypeError, match="Unsupported type"):
+        fake_gpu.add(device_array, np.ones((2, 2), np.float32))
+    with pytest.raises(AttributeError, match="__array_interface__"):
+        _ = device_array.__array_interface__
+    with pytest.raises(AttributeError):
+        _ = device_array.flags.writeable
+    with pytest.raises(AttributeError, match="has no attribute 'ctypeslib'"):
+        _ = fake_gpu.ctypeslib
+    with pytest.raises(TypeError, match="data type 'X0' not understood"):
+        fake_gpu.ElementwiseKernel("X0 e0", "Y y", "y = e0", "k")
+    with pytest.raises(ValueError, match="Wrong type float"):
+        fake_gpu.ElementwiseKernel("float e0", "Y y", "y = e0", "k")
 
 
 def test_captured_graph_is_replayed_after_warmup(fake_gpu: Any,
@@ -132,3 +166,36 @@ def test_reference_interpreter_and_buckets_on_the_gpu_path(fake_gpu: Any) -> Non
     result = list(bucketed.infer(data).values())[0]
     assert result.shape == out[0].shape
     assert_close(result, out[0], {"rtol": 1e-4, "atol": 1e-5}, "bucketed")
+
+
+@pytest.mark.parametrize("case", op_cases(), ids=[case["id"] for case in op_cases()])
+def test_op_cases_through_the_gpu_path_capture_and_match_mxnet(fake_gpu: Any,
+                                                               case: dict[str, Any]) -> None:
+    arrays = op_arrays()
+    feed = {spec["name"]: arrays[f"{case['id']}/in{k}"] for k, spec in enumerate(case["inputs"])}
+    model = engine.load_model(case["symbol"], device="gpu")
+    for _ in range(executor_module.WARMUP_RUNS + 2):
+        outputs = list(model.infer(feed).values())
+    for k, spec in enumerate(case["outputs"]):
+        assert outputs[k].shape == tuple(spec["shape"])
+        if not spec.get("unspecified"):
+            expected = arrays[f"{case['id']}/out{k}"]
+            assert_close(outputs[k], expected, tolerance_for(expected.dtype, case.get("tolerance")),
+                         f"{case['id']} output {k}")
+    stats = model.plan_for(feed).execution_stats()
+    assert stats["cuda_graph"] is True, stats["cuda_graph_error"]
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES, ids=str)
+def test_convolution_geometries_through_the_gemm_path(fake_gpu: Any, geometry: tuple) -> None:
+    net, params, data = conv_case(geometry)
+    on_gpu = engine.load_model(net, params, device="gpu")
+    plan = on_gpu.plan_for(data)
+    unbound = [step for step in plan.steps if isinstance(step.call, partial)
+               and getattr(step.call.func, "__name__", "") == "_convolution"]
+    assert not unbound, "every convolution is bound (im2col and GEMM in the workspace)"
+    for _ in range(executor_module.WARMUP_RUNS + 2):
+        output = on_gpu.infer(data)["second_output"]
+    expected = engine.load_model(net, params, device="cpu").infer(data)["second_output"]
+    np.testing.assert_allclose(output, expected, rtol=1e-4, atol=1e-4)
+    assert plan.execution_stats()["cuda_graph"] is True
