@@ -20,7 +20,7 @@ from sklearn.datasets import load_digits
 from engine.serving.repository import ModelRepository
 from tests.conformance.fixtures import assert_close, model_io_sets
 from tests.container.compose import ROOT, Project
-from tests.container.load import PacedLoad
+from tests.container.load import LoadResult, PacedLoad
 from tests.deploy.helpers import NGINX_CONF
 from tests.service.helpers import MLP, config_for, files_for
 
@@ -162,37 +162,43 @@ def digits_load(nginx_url: str) -> PacedLoad:
     return PacedLoad(f"{nginx_url}/predict", body, correct, total=REQUESTS_PER_ROUND, pause_s=0.3)
 
 
+def disruption_round(project: Project, nginx_url: str, action: str, victim: str
+                     ) -> tuple[LoadResult, float]:
+    """A load run during which `docker ACTION victim` happens, then the victim started again.
+
+    Returns the load's result and how many seconds of it ran after the victim had gone.
+    """
+    gone_at: list[float] = []
+
+    def disrupt() -> None:
+        project.docker(action, victim, timeout=60)
+        assert not project.inspect(victim)["State"]["Running"], f"{victim} still runs"
+        gone_at.append(time.monotonic())
+
+    started = time.monotonic()
+    result = digits_load(nginx_url).run(DISRUPT_AFTER, disrupt)
+    return result, started + result.seconds - gone_at[0]
+
+
 @pytest.mark.parametrize("action", ["stop", "kill"])
 def test_losing_a_replica_under_load_loses_no_request(project: Project, nginx_url: str,
                                                       run_log: list[str], action: str) -> None:
     """`docker stop` (drain, then exit) or `docker kill` one replica while requests flow."""
     servers = project.containers("server")
     valid_s = resolver_valid_s()
-    summaries = []
+    lines, lost = [], []
     for round_number in range(ROUNDS):
         victim = servers[round_number % len(servers)]
-        gone_at: list[float] = []
-
-        def disrupt(victim: str = victim, gone_at: list[float] = gone_at) -> None:
-            project.docker(action, victim, timeout=60)
-            assert not project.inspect(victim)["State"]["Running"], f"{victim} still runs"
-            gone_at.append(time.monotonic())
-
-        load = digits_load(nginx_url)
-        started = time.monotonic()
-        result = load.run(DISRUPT_AFTER, disrupt)
-        after_s = started + result.seconds - gone_at[0]
+        result, after_s = disruption_round(project, nginx_url, action, victim)
         project.docker("start", victim)
         restart_s = project.wait_ready(victim, RESTART_LIMIT_S)
-        summary = (f"docker {action} #{round_number + 1} ({victim}): {result.lost_count} of "
-                   f"{result.sent} lost {dict(result.outcomes)}; load {result.seconds:.1f} s, "
-                   f"{after_s:.1f} s of it after the replica was gone; ready again "
-                   f"{restart_s:.1f} s after start")
-        run_log.append(summary)
-        summaries.append((result, after_s, summary))
+        lines.append(f"docker {action} #{round_number + 1} ({victim}): {result.lost_count} of "
+                     f"{result.sent} lost {dict(result.outcomes)}; load {result.seconds:.1f} s, "
+                     f"{after_s:.1f} s of it after the replica was gone; ready again "
+                     f"{restart_s:.1f} s after start")
+        run_log.append(lines[-1])
+        lost += result.lost
         assert after_s > valid_s, (
             f"the load ended {after_s:.1f} s after the replica went, before nginx's resolver "
             f"(valid={valid_s:.0f}s) had to drop it; lengthen the load")
-    report = "\n".join(summary for _, _, summary in summaries)
-    lost = [detail for result, _, _ in summaries for detail in result.lost]
-    assert all(result.lost_count == 0 for result, _, _ in summaries), f"{report}\n{lost}"
+    assert lost == [], "\n".join(lines + lost)
