@@ -22,6 +22,7 @@ UP_TIMEOUT_S = 240
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the `container` tests unless the make target asked for them."""
     if os.environ.get(ENABLE_VARIABLE) == "1":
         return
     chosen = [item for item in items if item.get_closest_marker("container") is None]
@@ -31,6 +32,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Print the measurements the container tests logged."""
     lines = terminalreporter.config.stash.get(RUN_LOG, [])
     if lines:
         terminalreporter.write_sep("-", "container test")
@@ -39,6 +41,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 
 def _free_port() -> int:
+    """A loopback port nobody listens on right now."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])

@@ -44,9 +44,9 @@ class PacedLoad:
     total: int
     workers: int = 4
     pause_s: float = 0.25
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    _result: LoadResult = field(default_factory=LoadResult)
-    _done: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _result: LoadResult = field(default_factory=LoadResult, init=False)
+    _done: int = field(default=0, init=False)
 
     def run(self, disrupt_after: int, disrupt: Callable[[], None]) -> LoadResult:
         """Send the load; call `disrupt()` once `disrupt_after` requests have completed."""
