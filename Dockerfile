@@ -5,7 +5,9 @@
 #
 # Both images run `python -m service` as an unprivileged user, read every option from the
 # HYBRIDSERVE_* environment variables below and serve the model repository mounted at /models.
-# See docs/deploy.md.
+# Build with BuildKit (Docker >= 23 uses it by default; older engines: DOCKER_BUILDKIT=1 and the
+# docker-buildx plugin): the legacy builder runs every stage, so even the CPU image would build
+# the GPU stages (downloading CPython, CuPy and the CUDA base). See docs/deploy.md.
 
 ARG PYTHON_IMAGE=python:3.11-slim
 ARG CUDA_IMAGE=nvidia/cuda:12.6.3-runtime-ubuntu24.04

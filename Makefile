@@ -6,7 +6,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 STAMP := $(VENV)/.installed
 
-.PHONY: serve test lint install clean
+.PHONY: serve test container-test lint install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,15 @@ serve: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
+
+# Not part of `test`: builds the image and runs the Compose deployment on a real Docker engine
+# (BuildKit and Compose >= 2.20), a few minutes. Results: docs/deploy.md.
+container-test: $(STAMP)
+	@command -v docker >/dev/null 2>&1 || { echo "make container-test needs Docker Engine with \
+	BuildKit (docker-buildx) and the Compose v2 plugin >= 2.20 (docker-compose-plugin); see \
+	docs/deploy.md" >&2; exit 1; }
+	HYBRIDSERVE_CONTAINER_TEST=1 $(BIN)/python -m pytest -q -p no:cacheprovider -m container \
+		tests/container
 
 clean:
 	rm -rf $(VENV)

@@ -218,6 +218,23 @@ def test_compose_nginx_fronts_the_replicas(compose: dict[str, Any]) -> None:
     assert version >= NGINX_RESOLVE_VERSION[:2], f"{image} lacks upstream `resolve`"
 
 
+def test_compose_publishes_nginx_on_loopback_by_default(compose: dict[str, Any]) -> None:
+    (port,) = compose["services"]["nginx"]["ports"]
+    address, host_port, container_port = re.split(r":(?![^{]*\})", port)
+    assert address == "${HYBRIDSERVE_HTTP_ADDRESS:-127.0.0.1}", port
+    assert host_port == "${HYBRIDSERVE_HTTP_PORT:-8080}" and container_port == "80", port
+
+
+def test_nginx_gives_up_a_vanished_replica_within_tens_of_milliseconds() -> None:
+    """A stopped replica's address times out; the retry must come before the resolver's update."""
+    config = NGINX_CONF.read_text()
+    timeouts = re.findall(r"^\s*proxy_connect_timeout (\d+)(ms|s);", config, flags=re.MULTILINE)
+    assert len(timeouts) == 1, "nginx.conf: expected one proxy_connect_timeout"
+    ((value, unit),) = timeouts
+    milliseconds = int(value) * (1 if unit == "ms" else 1000)
+    assert 10 <= milliseconds <= 100, f"proxy_connect_timeout {value}{unit}"
+
+
 # ---- nginx -t --------------------------------------------------------------------------------
 
 def run_nginx_test(binary: str, config: str, prefix: Path) -> subprocess.CompletedProcess[str]:
