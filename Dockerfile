@@ -47,7 +47,7 @@ RUN python -m pip install "uv==${UV_VERSION}" \
     && mv "$(dirname "$(dirname "${python_bin}")")" /opt/python \
     && /opt/python/bin/python3 -m venv /opt/venv \
     && wheel_file="$(echo /wheels/hybridserve-*.whl)" \
-    && /opt/venv/bin/python -m pip install "${wheel_file}[gpu]"
+    && /opt/venv/bin/python -m pip install "${wheel_file}[gpu-cuda12]"
 
 # ---- gpu: CUDA 12 runtime (cudart, NVRTC, cuBLAS, ...) + the CuPy environment ---------------
 FROM ${CUDA_IMAGE} AS gpu

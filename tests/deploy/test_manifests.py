@@ -95,7 +95,8 @@ def test_dockerfile_runtime_stages() -> None:
     assert re.search(r"^ARG PYTHON_IMAGE=python:3\.11-slim\b", text, flags=re.MULTILINE)
     assert re.search(r"^ARG CUDA_IMAGE=nvidia/cuda:12\.[\d.]+-runtime-", text, flags=re.MULTILINE)
     assert re.search(r"^FROM \$\{CUDA_IMAGE\} AS gpu$", text, flags=re.MULTILINE)
-    assert any("[gpu]" in line for line in stages["builder-gpu"]), "gpu extra not installed"
+    assert any("[gpu-cuda12]" in line for line in stages["builder-gpu"]), \
+        "the CUDA 12 image must install the gpu-cuda12 extra"
     for name in ("cpu", "gpu"):
         lines = stages[name]
         user = [line.split()[1] for line in lines if line.startswith("USER ")]
