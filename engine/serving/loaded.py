@@ -65,7 +65,7 @@ class LoadedVersion:
         # Looked up on every request: built once here, not from the config each time.
         self.input_specs = {tensor.name: tensor for tensor in config.inputs}
         self.input_dtypes = {tensor.name: tensor.dtype for tensor in config.inputs}
-        self.largest_plan = _signature(input_shapes(config.inputs, config.max_batch_size))
+        self.largest_plan = _signature(input_shapes(config.inputs, config.max_batch_size, model))
 
     def renumber(self, version: int, config_digest: str | None) -> None:
         """Set the version number and config digest once an upload has its place on disk."""
