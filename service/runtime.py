@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 from dataclasses import dataclass, field
 
 from engine.serving.repository import ModelRepository
+from engine.serving.validate import default_loader
 from service.drain import DrainState
 from service.inference import InferenceService
 from service.metrics import Metrics
@@ -29,8 +31,9 @@ class Runtime:
     @classmethod
     def create(cls, settings: Settings, repository: ModelRepository | None = None) -> Runtime:
         """A runtime over `repository`, or over a new one configured by `settings`."""
+        loader = functools.partial(default_loader, plan_cache_size=settings.plan_cache_size)
         repository = repository or ModelRepository(
-            settings.model_repository, device=settings.device,
+            settings.model_repository, loader=loader, device=settings.device,
             memory_budget_bytes=settings.memory_budget_bytes,
             poll_interval_s=settings.poll_interval, compute_threads=settings.compute_threads)
         metrics = Metrics(repository)

@@ -111,11 +111,14 @@ class Validated:
     config: ModelConfig
 
 
-def default_loader(symbol: Any, params: Any, *, device: str = "cpu") -> ServableModel:
-    """`engine.load_model`, imported on first use."""
+def default_loader(symbol: Any, params: Any, *, device: str = "cpu",
+                   plan_cache_size: int | None = None) -> ServableModel:
+    """`engine.load_model`, imported on first use (`plan_cache_size` None: its default)."""
     import engine
 
-    return engine.load_model(symbol, params, device=device)
+    if plan_cache_size is None:
+        return engine.load_model(symbol, params, device=device)
+    return engine.load_model(symbol, params, device=device, plan_cache_size=plan_cache_size)
 
 
 def load_and_validate(version_dir: Path, config: ModelConfig, *, loader: Loader,
