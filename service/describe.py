@@ -67,7 +67,16 @@ def model(repository: ModelRepository, name: str) -> schemas.ModelDetail:
         name=name, versions=rows, ready_version=None if handle is None else handle.version,
         config=None if handle is None else handle.config.model_dump(mode="json"),
         inputs=tensors(handle.config.inputs if handle else None),
-        outputs=tensors(handle.config.outputs if handle else None), checks=checks(handle))
+        outputs=tensors(handle.config.outputs if handle else None), checks=checks(handle),
+        caches=caches(handle))
+
+
+def caches(handle: LoadedVersion | None) -> dict[str, schemas.CacheStats] | None:
+    """Entries, capacity and evictions of the model's per-signature caches, when it has any."""
+    stats = None if handle is None else getattr(handle.model, "cache_stats", None)
+    if stats is None:
+        return None
+    return {name: schemas.CacheStats(**values) for name, values in stats().items()}
 
 
 def version(repository: ModelRepository, name: str, number: int) -> schemas.VersionDetail:

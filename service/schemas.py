@@ -196,6 +196,14 @@ class ValidationChecks(BaseModel):
     memory_estimate: MemoryCheck
 
 
+class CacheStats(BaseModel):
+    """One of a model's per-signature caches (plans, checked signatures, inferred shapes)."""
+
+    entries: int
+    capacity: int
+    evictions: int
+
+
 class ModelDetail(BaseModel):
     """``GET /models/{name}``: versions, and the config and tensors of the newest ready one."""
 
@@ -206,6 +214,9 @@ class ModelDetail(BaseModel):
     inputs: list[TensorMetadata]
     outputs: list[TensorMetadata]
     checks: ValidationChecks | None = None
+    caches: dict[str, CacheStats] | None = Field(
+        None, description="the ready version's per-signature caches, each bounded "
+        "(--plan-cache-size)")
 
 
 class VersionDetail(BaseModel):

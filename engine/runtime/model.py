@@ -191,6 +191,11 @@ class Model:
                     1 for node in optimized.nodes if not node.is_variable),
                 "plans": plans, "caches": self.cache_stats()}
 
+    def plan_signatures(self) -> list[tuple[tuple[str, tuple[int, ...]], ...]]:
+        """Input shapes of the plans cached now, each as sorted (name, shape) pairs."""
+        return [tuple(sorted((name, tuple(shape)) for name, shape, _ in signature))
+                for signature in self._plans.keys()]
+
     def cache_stats(self) -> dict[str, dict[str, int]]:
         """Entries, capacity and evictions of the plan, checked-signature and shape caches."""
         caches = {"plans": self._plans, "checked_signatures": self._checked_plans,

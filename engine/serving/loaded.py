@@ -85,7 +85,12 @@ class LoadedVersion:
 
     def memory(self) -> MemoryUsage:
         """Parameter bytes plus activation bytes of every plan run so far and of the largest."""
-        signatures = {self.largest_plan, *self.batcher.signatures}
+        # A model with a bounded plan cache says which plans it still holds; evicted ones are
+        # not memory any more (and recompiling them here would churn the cache).
+        cached = getattr(self.model, "plan_signatures", None)
+        signatures = {self.largest_plan, *(cached() if cached else self.batcher.signatures)}
+        for stale in self._activation_cache.keys() - signatures:
+            del self._activation_cache[stale]
         activations = sum(self._activation_bytes(signature) for signature in signatures)
         # After the plans are compiled: compiling is what derives values from parameters.
         derived = int(getattr(self.model, "derived_bytes", 0))
