@@ -64,11 +64,13 @@ class LRUCache(Generic[K, V]):
                 if self._on_evict is not None:
                     self._on_evict(old_key, old_value)
 
-    def discard_value(self, value: V) -> None:
-        """Drop every entry holding `value` (by identity)."""
-        with self._lock:
-            for key in [key for key, held in self._items.items() if held is value]:
-                del self._items[key]
+    def touch(self, key: K) -> bool:
+        """Mark `key` as just used; False when it is not (or no longer) cached."""
+        try:
+            self._items.move_to_end(key)
+        except KeyError:
+            return False
+        return True
 
     def keys(self) -> list[K]:
         """A snapshot of the keys, least recently used first."""
