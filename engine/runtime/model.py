@@ -246,9 +246,14 @@ class Model:
 
     def activation_bytes(self, input_shapes: Mapping[str, tuple[int, ...]]) -> int:
         """Planned activation bytes for these input shapes, with the plan's working memory
-        (compiles the plan if needed)."""
+        (compiles the plan if needed); 0 for shapes the model does not take, as no plan for
+        them can exist."""
         feed = {spec.name: np.zeros(input_shapes[spec.name], spec.dtype) for spec in self.inputs}
         if self.optimized_graph is None:
+            return 0
+        try:
+            self._shapes_for(feed)
+        except InputError:
             return 0
         plan = self.plan_for(feed)
         return plan.memory.planned_bytes + plan.workspace.nbytes

@@ -54,24 +54,26 @@ class Checks:
     graph's variables; shape inference from the parameters completed the inputs, and
     `variable_dims` lists the axes it left open (checked per request). `sample` is the shape
     the test inference ran at (None: skipped, `skipped` says why); `memory_bytes` is the
-    estimate at max_batch_size (None: no memory budget to check against).
+    estimate at max_batch_size (None: not estimated, `memory_skipped` says why).
     """
 
     variable_dims: dict[str, list[int]]
     sample: dict[str, tuple[int, ...]] | None
     skipped: str | None = None
     memory_bytes: int | None = None
+    memory_skipped: str | None = None
 
     @classmethod
     def of(cls, inputs: Sequence[TensorConfig], sample: Mapping[str, tuple[int, ...]] | None,
-           memory_bytes: int | None) -> Checks:
+           memory_bytes: int | None, memory_skipped: str | None) -> Checks:
         """The record of a validation that completed `inputs` and found `sample`."""
         variable = {tensor.name: [axis for axis, dim in enumerate(tensor.shape)
                                   if axis > 0 and dim < 0] for tensor in inputs}
         skipped = None if sample is not None else (
             "no small input shape tried fits the graph (see docs/models.md); give the "
             "variable dimensions in config.json to have it run")
-        return cls(variable, None if sample is None else dict(sample), skipped, memory_bytes)
+        return cls(variable, None if sample is None else dict(sample), skipped, memory_bytes,
+                   memory_skipped)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: each check with ``ran`` and what it found or why it was skipped."""
@@ -84,7 +86,7 @@ class Checks:
         if self.memory_bytes is not None:
             memory["estimated_bytes"] = self.memory_bytes
         else:
-            memory["reason"] = "no memory budget is set"
+            memory["reason"] = self.memory_skipped
         return {"parsed": True, "ops_known": True, "params_match": True,
                 "shape_inference": {"ran": True, "variable_dims": self.variable_dims},
                 "test_inference": test, "memory_estimate": memory}
@@ -143,16 +145,21 @@ def load_and_validate(version_dir: Path, config: ModelConfig, *, loader: Loader,
         raise InvalidModel(f"{where}: cannot load the model: {error}") from error
     inputs = complete_inputs(config.inputs, model, where)
     sample = find_sample_shapes(model, inputs)
-    memory = None
-    if memory_cap_bytes is not None:
+    memory, memory_skipped = None, None
+    if memory_cap_bytes is None:
+        memory_skipped = "no memory budget is set"
+    elif sample is None:
+        memory_skipped = "no input shape known to fit the graph to estimate at"
+    else:
         memory = check_memory(model, inputs, config.max_batch_size, memory_cap_bytes, where,
                               sample)
+        memory_skipped = None if memory is not None else "the model cannot estimate it"
     outputs = None if sample is None else synthetic_run(model, inputs, sample, where)
     exact = all(dim > 0 for tensor in inputs for dim in tensor.shape[1:])
     outputs_config = complete_outputs(config.outputs, model, outputs, where, exact)
     full = ModelConfig.model_validate({**config.model_dump(), "inputs": inputs,
                                        "outputs": outputs_config})
-    _CHECKS[model] = Checks.of(inputs, sample, memory)
+    _CHECKS[model] = Checks.of(inputs, sample, memory, memory_skipped)
     return Validated(model, full)
 
 
