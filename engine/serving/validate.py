@@ -1,8 +1,9 @@
 """Load a version directory and prove it serves: parse, bind, infer shapes, one synthetic run.
 
 The config is completed here: inputs and outputs left out of ``config.json`` are taken from the
-graph (and from the synthetic run for outputs); what cannot be inferred is an `InvalidModel`
-that names the field to write.
+graph, with -1 for each dimension it leaves open (and from the synthetic run for outputs); what
+cannot be inferred is an `InvalidModel` that names the field to write. What ran is recorded per
+model (`checks_of`) for the upload's answer. docs/models.md tells the whole story.
 """
 
 from __future__ import annotations
