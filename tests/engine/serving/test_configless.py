@@ -14,8 +14,17 @@ from engine.serving.config import ModelConfig, TensorConfig
 from engine.serving.errors import InvalidModel
 from engine.serving.loaded import LoadedVersion
 from engine.serving.probe import CANDIDATE_SIZES
+from engine.serving.repository import ModelRepository
 from engine.serving.validate import Validated, checks_of, default_loader, load_and_validate
-from tests.conformance.fixtures import model_files, model_io_sets, model_names
+from tests.conformance.fixtures import (
+    DEFAULT_TOLERANCE,
+    assert_close,
+    model_files,
+    model_io_sets,
+    model_names,
+)
+from tests.engine.serving.helpers import run
+from tests.engine.serving.test_repository import write_version
 
 RNG = np.random.default_rng(11)
 
@@ -148,3 +157,24 @@ def test_loaded_version_plans_its_largest_batch_at_the_sample_shape() -> None:
                             batcher=None,  # type: ignore[arg-type]
                             manifest_digest=None, config_digest=None)
     assert version.largest_plan == (("data", (32, 1, 28, 28)),)
+
+
+def test_repository_folder_without_config_json_serves_on_start(tmp_path: Path) -> None:
+    symbol, params = model_files("lenet")
+    write_version(tmp_path, "lenet", 1, symbol.read_bytes(), params.read_bytes())
+    inputs, expected = model_io_sets("lenet")[0]
+
+    async def main() -> None:
+        repo = ModelRepository(tmp_path)
+        await repo.start()
+        try:
+            handle = repo.get("lenet")
+            assert [t.shape for t in handle.config.inputs or ()] == [(-1, 1, -1, -1)]
+            assert checks_of(handle.model) is not None
+            outputs = await repo.infer("lenet", inputs)
+            assert_close(outputs["lenet_dense2_fwd_output"], expected[0], DEFAULT_TOLERANCE)
+        finally:
+            await repo.close()
+
+    run(main())
+    assert not (tmp_path / "lenet" / "config.json").exists()
