@@ -211,7 +211,8 @@ def complete_inputs(given: Sequence[TensorConfig] | None, model: ServableModel,
             raise InvalidModel(f"{where}: config inputs {names} do not match the model's inputs "
                                f"{list(specs)}")
         for index, tensor in enumerate(given):
-            _check_known_dims(f"inputs.{index}.shape", tensor.shape, specs[tensor.name], where)
+            _check_known_dims(f"inputs.{index}.shape", tensor.shape, specs[tensor.name], model,
+                              where)
         return tuple(given)
     return tuple(_infer_input(index, spec, where) for index, spec in enumerate(model.inputs))
 
@@ -301,13 +302,24 @@ def _infer_output(index: int, name: str, array: np.ndarray | None, spec: Spec | 
                         shape=(-1, *(dim if dim > 0 else -1 for dim in known[1:])))
 
 
-def _check_known_dims(field: str, shape: tuple[int, ...], spec: Spec, where: str) -> None:
+def _check_known_dims(field: str, shape: tuple[int, ...], spec: Spec, model: ServableModel,
+                      where: str) -> None:
     if spec.shape is None:
         return
     if len(spec.shape) != len(shape):
+        # The spec's rank may only be the smallest the graph accepts (nothing in an exported
+        # graph names the rank of a plain data variable): ask shape inference about this one.
+        accepts = getattr(model, "output_shapes", None)
+        try:
+            if accepts is not None:
+                accepts({spec.name: tuple(max(dim, 0) for dim in shape)})  # 0: unknown
+                return
+            problem = ""
+        except EngineError as error:
+            problem = f" ({error})"
         raise InvalidModel(f"{where}: {field} {list(shape)} has {len(shape)} dimensions; the "
                            f"graph gives input {spec.name!r} {len(spec.shape)}: "
-                           f"{list(spec.shape)}")
+                           f"{list(spec.shape)}{problem}")
     for axis, (dim, known) in enumerate(zip(shape, spec.shape)):
         if axis > 0 and dim > 0 and known > 0 and dim != known:
             raise InvalidModel(f"{where}: {field} {list(shape)} has {dim} at dimension {axis}; "

@@ -178,3 +178,16 @@ def test_repository_folder_without_config_json_serves_on_start(tmp_path: Path) -
 
     run(main())
     assert not (tmp_path / "lenet" / "config.json").exists()
+
+
+def test_config_may_choose_another_rank_the_graph_accepts() -> None:
+    # The seed MLP flattens its input: [-1, 16, 32] is as good as the inferred [-1, 512].
+    given = (TensorConfig(name="data", datatype="FP32", shape=(-1, 16, 32)),)
+    validated = _validate("seed_mlp", ModelConfig(inputs=given))
+    assert validated.config.inputs == given
+    checks = checks_of(validated.model)
+    assert checks is not None and checks.sample == {"data": (1, 16, 32)}
+    conv = (TensorConfig(name="data", datatype="FP32", shape=(-1, 1, 28)),)
+    with pytest.raises(InvalidModel, match=r"inputs\.0\.shape \[-1, 1, 28\] has 3 dimensions; "
+                                           r"the graph gives input 'data' 4: .*Convolution"):
+        _validate("lenet", ModelConfig(inputs=conv))
