@@ -50,8 +50,9 @@ class Model:
     def __init__(self, graph: Graph, params: Mapping[str, np.ndarray], *,
                  device: str | Device | Any = "cpu", optimize: bool | list[str] = True,
                  batch_buckets: tuple[int, ...] | None = None,
-                 plan_cache_size: int = DEFAULT_CAPACITY) -> None:
+                 plan_cache_size: int = DEFAULT_CAPACITY, keep_batch: bool = False) -> None:
         self.graph = graph
+        self.keep_batch = keep_batch
         self.backend: Device = get_device(device)
         self.device = self.backend.kind  # "cpu" or "gpu": what "auto" resolved to
         self.passes = select_passes(optimize)
@@ -291,8 +292,27 @@ class Model:
                 shapes = infer_shapes(self.graph, known)
             except ShapeError as error:
                 raise InputError(self._misfit(known, error, list(feed))) from None
+            if self.keep_batch:
+                self._check_batch(known, shapes, list(feed))
             self._shape_cache.put(signature, shapes)
         return shapes
+
+    def _check_batch(self, known: Mapping[str, tuple[int, ...]], shapes: list,
+                     inputs: list[str]) -> None:
+        """With `keep_batch`, refuse shapes that would give an output another number of rows
+        than the inputs have (a reshape folding features into the batch): a server splits
+        outputs by rows, so such a request cannot be answered."""
+        rows = {known[name][0] for name in inputs if known[name]}
+        if len(rows) != 1:
+            return
+        want = rows.pop()
+        for name, entry in zip(self.output_names, self.graph.heads):
+            shape = shapes[entry.node][entry.index]
+            if shape and shape[0] and shape[0] != want:
+                given = ", ".join(f"{key!r} shape {list(known[key])}" for key in inputs)
+                raise InputError(f"input(s) {given} would give output {name!r} shape "
+                                 f"{list(shape)}: {shape[0]} rows for {want}; outputs must keep "
+                                 "the inputs' batch dimension first")
 
     def _misfit(self, known: Mapping[str, tuple[int, ...]], error: ShapeError,
                 inputs: list[str]) -> str:

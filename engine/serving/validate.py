@@ -116,12 +116,14 @@ class Validated:
 
 def default_loader(symbol: Any, params: Any, *, device: str = "cpu",
                    plan_cache_size: int | None = None) -> ServableModel:
-    """`engine.load_model`, imported on first use (`plan_cache_size` None: its default)."""
+    """`engine.load_model` (imported on first use) for serving: outputs must keep the batch
+    dimension (``keep_batch``); `plan_cache_size` None: its default."""
     import engine
 
     if plan_cache_size is None:
-        return engine.load_model(symbol, params, device=device)
-    return engine.load_model(symbol, params, device=device, plan_cache_size=plan_cache_size)
+        return engine.load_model(symbol, params, device=device, keep_batch=True)
+    return engine.load_model(symbol, params, device=device, plan_cache_size=plan_cache_size,
+                             keep_batch=True)
 
 
 def load_and_validate(version_dir: Path, config: ModelConfig, *, loader: Loader,

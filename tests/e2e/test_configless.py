@@ -171,6 +171,16 @@ def test_misfitting_shape_is_a_400_naming_input_node_op_and_shapes(
     assert good.status_code == 200, good.text
 
 
+def test_shape_folding_features_into_rows_is_a_400(client: httpx.Client) -> None:
+    answer = _upload(client, "np_mlp")  # reshapes to (-1, 512): [-1, -1] in metadata
+    assert answer["inputs"][0]["shape"] == [-1, -1]
+    response = client.post("/predict", json={"model": "np_mlp", "inputs": {
+        "data": np.zeros((1, 1024)).tolist()}})
+    assert response.status_code == 400, response.text
+    assert "'data' shape [1, 1024] would give output 'np_mlp_add0_output' shape [2, 2]" in (
+        response.json()["error"])
+
+
 def _rss_bytes(server: Server) -> int:
     for line in Path(f"/proc/{server.process.pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):

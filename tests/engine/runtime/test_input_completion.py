@@ -94,6 +94,17 @@ def test_misfit_names_the_input_the_node_its_op_and_the_shapes() -> None:
         model.output_shapes({"data": (1, 5, 8)})
 
 
+def test_keep_batch_refuses_shapes_that_change_the_number_of_rows() -> None:
+    folding = engine.load_model(*model_files("np_mlp"), keep_batch=True)
+    with pytest.raises(InputError, match=r"2 rows for 1; outputs must keep"):
+        folding.infer({"data": np.zeros((1, 1024), np.float32)})
+    assert folding.infer({"data": np.zeros((3, 512), np.float32)})["np_mlp_add0_output"].shape == (
+        3, 2)
+    plain = engine.load_model(*model_files("np_mlp"))  # the engine alone allows it
+    assert plain.infer({"data": np.zeros((1, 1024), np.float32)})["np_mlp_add0_output"].shape == (
+        2, 2)
+
+
 def test_multi_input_misfit_names_only_the_input_behind_the_node() -> None:
     model = engine.load_model(*model_files("multi_io"))
     inputs = {"data0": np.zeros((1, 5), np.float32), "data1": np.zeros((1, 3, 6, 7), np.float32)}
