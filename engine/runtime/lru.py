@@ -28,8 +28,12 @@ class LRUCache(Generic[K, V]):
 
     Example:
         >>> cache = LRUCache(2)
-        >>> cache.put("a", 1); cache.put("b", 2); cache.get("a"); cache.put("c", 3)
-        >>> sorted(cache.keys())
+        >>> cache.put("a", 1)
+        >>> cache.put("b", 2)
+        >>> cache.get("a")
+        1
+        >>> cache.put("c", 3)
+        >>> cache.keys()
         ['a', 'c']
     """
 

@@ -77,6 +77,7 @@ def test_model_without_config_is_served_four_ways(server: Server, client: httpx.
 
     answer = _upload(client, name)
     _check_answer(name, answer)
+    assert client.get(f"/models/{name}").json()["checks"] == answer["checks"]
     output_names = [tensor["name"] for tensor in answer["outputs"]]
     sets = _served_sets(name, answer)
     assert sets, f"{name}: no io set in the served datatypes"
