@@ -90,7 +90,7 @@ class LoadedVersion:
         cached = getattr(self.model, "plan_signatures", None)
         signatures = {self.largest_plan, *(cached() if cached else self.batcher.signatures)}
         for stale in self._activation_cache.keys() - signatures:
-            del self._activation_cache[stale]
+            self._activation_cache.pop(stale, None)
         activations = sum(self._activation_bytes(signature) for signature in signatures)
         # After the plans are compiled: compiling is what derives values from parameters.
         derived = int(getattr(self.model, "derived_bytes", 0))
