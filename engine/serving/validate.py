@@ -148,15 +148,8 @@ def load_and_validate(version_dir: Path, config: ModelConfig, *, loader: Loader,
         raise InvalidModel(f"{where}: cannot load the model: {error}") from error
     inputs = complete_inputs(config.inputs, model, where)
     sample = find_sample_shapes(model, inputs)
-    memory, memory_skipped = None, None
-    if memory_cap_bytes is None:
-        memory_skipped = "no memory budget is set"
-    elif sample is None:
-        memory_skipped = "no input shape known to fit the graph to estimate at"
-    else:
-        memory = check_memory(model, inputs, config.max_batch_size, memory_cap_bytes, where,
-                              sample)
-        memory_skipped = None if memory is not None else "the model cannot estimate it"
+    memory, memory_skipped = _memory_check(model, inputs, config.max_batch_size,
+                                           memory_cap_bytes, where, sample)
     outputs = None if sample is None else synthetic_run(model, inputs, sample, where)
     exact = all(dim > 0 for tensor in inputs for dim in tensor.shape[1:])
     outputs_config = complete_outputs(config.outputs, model, outputs, where, exact)
@@ -166,8 +159,20 @@ def load_and_validate(version_dir: Path, config: ModelConfig, *, loader: Loader,
     return Validated(model, full)
 
 
+def _memory_check(model: ServableModel, inputs: Sequence[TensorConfig], max_batch_size: int,
+                  cap: int | None, where: str, sample: Mapping[str, tuple[int, ...]] | None
+                  ) -> tuple[int | None, str | None]:
+    """`check_memory` where it can run: (estimated bytes, None) or (None, why not)."""
+    if cap is None:
+        return None, "no memory budget is set"
+    if sample is None:
+        return None, "no input shape known to fit the graph to estimate at"
+    needed = check_memory(model, inputs, max_batch_size, cap, where, sample)
+    return needed, None if needed is not None else "the model cannot estimate it"
+
+
 def synthetic_run(model: ServableModel, inputs: Sequence[TensorConfig],
-             sample: Mapping[str, tuple[int, ...]], where: str) -> dict[str, np.ndarray]:
+                  sample: Mapping[str, tuple[int, ...]], where: str) -> dict[str, np.ndarray]:
     """Outputs of the model on zeros of the `sample` shapes; any failure refuses the model."""
     arrays = {tensor.name: np.zeros(sample[tensor.name], tensor.dtype) for tensor in inputs}
     try:
