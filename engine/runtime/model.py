@@ -202,7 +202,7 @@ class Model:
                 for signature in self._plans.keys()]
 
     def cache_stats(self) -> dict[str, dict[str, int]]:
-        """Entries, capacity and evictions of the plan, checked-signature and shape caches."""
+        """Entries, capacity and evictions of the plan and shape caches (each LRU-bounded)."""
         caches = {"plans": self._plans, "shapes": self._shape_cache}
         return {name: {"entries": len(cache), "capacity": cache.capacity,
                        "evictions": cache.evictions} for name, cache in caches.items()}
