@@ -8,6 +8,7 @@ from engine.serving.config import TensorConfig
 from engine.serving.errors import ModelNotFound, ServingError
 from engine.serving.loaded import LoadedVersion, VersionState
 from engine.serving.repository import ModelRepository
+from engine.serving.validate import checks_of
 from service import schemas
 
 PLATFORM = "mxnet_symbol"
@@ -66,7 +67,16 @@ def model(repository: ModelRepository, name: str) -> schemas.ModelDetail:
         name=name, versions=rows, ready_version=None if handle is None else handle.version,
         config=None if handle is None else handle.config.model_dump(mode="json"),
         inputs=tensors(handle.config.inputs if handle else None),
-        outputs=tensors(handle.config.outputs if handle else None))
+        outputs=tensors(handle.config.outputs if handle else None), checks=checks(handle),
+        caches=caches(handle))
+
+
+def caches(handle: LoadedVersion | None) -> dict[str, schemas.CacheStats] | None:
+    """Entries, capacity and evictions of the model's per-signature caches, when it has any."""
+    stats = None if handle is None else getattr(handle.model, "cache_stats", None)
+    if stats is None:
+        return None
+    return {name: schemas.CacheStats(**values) for name, values in stats().items()}
 
 
 def version(repository: ModelRepository, name: str, number: int) -> schemas.VersionDetail:
@@ -81,4 +91,10 @@ def version(repository: ModelRepository, name: str, number: int) -> schemas.Vers
         reason=row.reason if row else "not on disk",
         config=None if handle is None else handle.config.model_dump(mode="json"),
         inputs=tensors(handle.config.inputs if handle else None),
-        outputs=tensors(handle.config.outputs if handle else None))
+        outputs=tensors(handle.config.outputs if handle else None), checks=checks(handle))
+
+
+def checks(handle: LoadedVersion | None) -> schemas.ValidationChecks | None:
+    """What validation checked when `handle`'s version was loaded (None: not loaded here)."""
+    record = None if handle is None else checks_of(handle.model)
+    return None if record is None else schemas.ValidationChecks.model_validate(record.as_dict())

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 from dataclasses import dataclass, field
 
 from engine.serving.repository import ModelRepository
+from engine.serving.validate import default_loader
 from service.admin_token import AdminAccess
 from service.drain import DrainState
 from service.inference import InferenceService
@@ -37,8 +39,9 @@ class Runtime:
 
         `admin` defaults to what `settings` alone give (`AdminAccess.from_settings`).
         """
+        loader = functools.partial(default_loader, plan_cache_size=settings.plan_cache_size)
         repository = repository or ModelRepository(
-            settings.model_repository, device=settings.device,
+            settings.model_repository, loader=loader, device=settings.device,
             memory_budget_bytes=settings.memory_budget_bytes,
             poll_interval_s=settings.poll_interval, compute_threads=settings.compute_threads)
         metrics = Metrics(repository)

@@ -159,6 +159,51 @@ class ModelSummary(BaseModel):
     versions: list[VersionInfo]
 
 
+class CheckRan(BaseModel):
+    """One validation check: whether it ran, and why not when it did not."""
+
+    ran: bool
+    reason: str | None = None
+
+
+class ShapeInferenceCheck(CheckRan):
+    """Shape inference over the graph; the input axes it left open (checked per request)."""
+
+    variable_dims: dict[str, list[int]] = Field(default_factory=dict)
+
+
+class TestInferenceCheck(CheckRan):
+    """One synthetic run of the model; the input shapes it ran at."""
+
+    inputs: dict[str, list[int]] | None = None
+
+
+class MemoryCheck(CheckRan):
+    """The memory estimate at max_batch_size against the server's budget."""
+
+    estimated_bytes: int | None = None
+
+
+class ValidationChecks(BaseModel):
+    """What was checked when the version was loaded (loading fails at the first failed check)."""
+
+    parsed: bool = Field(description="the symbol JSON and the params file decoded")
+    ops_known: bool = Field(description="every op of the graph is implemented")
+    params_match: bool = Field(description="parameters and graph variables match in names "
+                               "and shapes")
+    shape_inference: ShapeInferenceCheck
+    test_inference: TestInferenceCheck
+    memory_estimate: MemoryCheck
+
+
+class CacheStats(BaseModel):
+    """One of a model's per-signature caches (plans, checked signatures, inferred shapes)."""
+
+    entries: int
+    capacity: int
+    evictions: int
+
+
 class ModelDetail(BaseModel):
     """``GET /models/{name}``: versions, and the config and tensors of the newest ready one."""
 
@@ -168,6 +213,10 @@ class ModelDetail(BaseModel):
     config: dict[str, Any] | None
     inputs: list[TensorMetadata]
     outputs: list[TensorMetadata]
+    checks: ValidationChecks | None = None
+    caches: dict[str, CacheStats] | None = Field(
+        None, description="the ready version's per-signature caches, each bounded "
+        "(--plan-cache-size)")
 
 
 class VersionDetail(BaseModel):
@@ -180,6 +229,7 @@ class VersionDetail(BaseModel):
     config: dict[str, Any] | None
     inputs: list[TensorMetadata]
     outputs: list[TensorMetadata]
+    checks: ValidationChecks | None = None
 
 
 class Done(BaseModel):

@@ -44,6 +44,9 @@ class Settings(BaseSettings):
     max_tensor_elements: int = Field(1 << 24, ge=1, description="largest element count of a tensor")
     memory_budget_bytes: int | None = Field(None, ge=1,
                                             description="limit on loaded models' memory")
+    plan_cache_size: int = Field(
+        64, ge=1, le=100_000, description="input signatures per model whose compiled plans and "
+        "inferred shapes are kept (least recently used evicted first)")
     compute_threads: int = Field(2, ge=1, le=256, description="threads running batches")
     blas_threads: int = Field(
         1, ge=0, le=256, description="threads per BLAS call (OpenBLAS/MKL/OpenMP; 0: library "

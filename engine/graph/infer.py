@@ -29,6 +29,27 @@ DTYPE_CODES = {0: "float32", 1: "float64", 2: "float16", 3: "uint8", 4: "int32",
 _MAX_ROUNDS = 8
 
 
+class NodeShapeError(ShapeError):
+    """A `ShapeError` found at one node; keeps the node's name, op and input shapes so that a
+    caller can say which of its own inputs led there."""
+
+    def __init__(self, node: Node, inputs: Sequence[Any], detail: str) -> None:
+        super().__init__(f"{node.describe()}: {detail}")
+        self.node_name = node.name
+        self.op = node.op
+        names = node.opdef.input_names(node.params)
+        # Internally an unknown dimension is 0; a reader expects "?" there.
+        self.input_shapes = ", ".join(f"{name} {_readable(shape)}"
+                                      for name, shape in zip(names, inputs))
+
+
+def _readable(value: Any) -> str:
+    if isinstance(value, tuple):
+        return "(" + ", ".join(str(dim) if dim else "?" for dim in value) + \
+            ("," if len(value) == 1 else "") + ")"
+    return "?" if value is None else str(np.dtype(value).name)
+
+
 def declared_shape(node: Node) -> MaybeShape:
     """A variable's ``__shape__`` annotation (unknown dims as 0), or None."""
     text = node.attrs.get("__shape__")
@@ -133,12 +154,12 @@ def _one_round(graph: Graph, values: list[list[Any]], method: str,
                     values[index][slot] = merged
                     changed = True
         except ShapeError as error:
-            raise ShapeError(f"{node.describe()}: {error}") from None
+            raise NodeShapeError(node, current, str(error)) from None
         except ModelFormatError:
             raise
         except (ValueError, TypeError, IndexError, ZeroDivisionError) as error:
-            raise ShapeError(f"{node.describe()}: cannot infer {method[6:]}s from inputs "
-                             f"{current}: {error}") from None
+            raise NodeShapeError(node, current, f"cannot infer {method[6:]}s from inputs "
+                                 f"{current}: {error}") from None
     return changed
 
 

@@ -38,10 +38,28 @@ def _infer_shape(attrs: Attrs, shapes: list[MaybeShape]) -> tuple[list[MaybeShap
         if not attrs.flatten:
             data = (*data[:-1], weight[1])
             out = (*data[:-1], attrs.num_hidden)
+        else:
+            data = _fill_flattened(data, weight[1])
     result: list[MaybeShape] = [data, weight]
     if not attrs.no_bias:
         result.append(merge(shapes[2], (attrs.num_hidden,), "FullyConnected bias"))
     return result, [out]
+
+
+def _fill_flattened(data: tuple[int, ...], in_units: int) -> tuple[int, ...]:
+    """With flatten=True the trailing axes multiply to the weight's width: one unknown trailing
+    axis (0) is that width over the known ones (an exported MLP's input learns its features)."""
+    unknown = [axis for axis in range(1, len(data)) if not data[axis]]
+    if len(unknown) != 1:
+        return data
+    known = 1
+    for axis, dim in enumerate(data):
+        if axis and dim:
+            known *= dim
+    if in_units % known:
+        raise ShapeError(f"FullyConnected: data {data} flattens to a multiple of {known} "
+                         f"features; the weight takes {in_units}")
+    return (*data[:unknown[0]], in_units // known, *data[unknown[0] + 1:])
 
 
 def _kernel(xp: Any, attrs: Attrs, data: Any, weight: Any, bias: Any = None,

@@ -14,13 +14,15 @@ from engine.errors import ModelFormatError
 from engine.graph.ir import Graph
 from engine.graph.json_format import graph_from_json
 from engine.graph.params import load_params, split_arg_aux
+from engine.runtime.lru import DEFAULT_CAPACITY
 from engine.runtime.model import Model
 
 DEVICES = ("cpu", "gpu", "auto")
 
 
 def load_model(symbol: Any, params: Any = None, *, device: str | Device | Any = "cpu",
-               optimize: bool | list[str] = True) -> Model:
+               optimize: bool | list[str] = True,
+               plan_cache_size: int = DEFAULT_CAPACITY, keep_batch: bool = False) -> Model:
     """Load an exported model.
 
     Args:
@@ -33,6 +35,11 @@ def load_model(symbol: Any, params: Any = None, *, device: str | Device | Any = 
             the TF32 and CUDA-graph switches).
         optimize: True for every compiler pass, False for the reference interpreter, or a list
             of pass names.
+        plan_cache_size: input signatures (names, shapes, dtypes) whose compiled plans and
+            inferred shapes are kept, least recently used evicted first; bounds the memory a
+            client sending ever new shapes can make the model hold.
+        keep_batch: refuse (`InputError`) input shapes for which shape inference gives an
+            output another number of rows than the inputs (what a server batching rows needs).
 
     Returns:
         A `Model` whose ``infer`` maps input names to arrays.
@@ -48,7 +55,8 @@ def load_model(symbol: Any, params: Any = None, *, device: str | Device | Any = 
     """
     if isinstance(device, str) and device not in DEVICES and not device.startswith("gpu"):
         raise ValueError(f"device must be one of {', '.join(DEVICES)}; got {device!r}")
-    return Model(read_graph(symbol), read_params(params), device=device, optimize=optimize)
+    return Model(read_graph(symbol), read_params(params), device=device, optimize=optimize,
+                 plan_cache_size=plan_cache_size, keep_batch=keep_batch)
 
 
 def read_graph(symbol: Any) -> Graph:

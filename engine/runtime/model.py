@@ -13,10 +13,12 @@ from engine.compiler import optimize_graph, select_passes
 from engine.compiler.plan_memory import naive_bytes
 from engine.device import Device, get_device
 from engine.errors import InputError, ModelFormatError, ShapeError
-from engine.graph.infer import declared_dtype, infer_dtypes, infer_shapes
+from engine.graph.complete import complete_input_shapes, upstream_inputs
+from engine.graph.infer import NodeShapeError, declared_dtype, infer_dtypes, infer_shapes
 from engine.graph.ir import Graph
 from engine.runtime.floats import quiet_floats, restore_floats
 from engine.runtime.interpreter import evaluate
+from engine.runtime.lru import DEFAULT_CAPACITY, LRUCache
 from engine.runtime.plan import Plan
 
 # Op input slots that only ever hold learned parameters or auxiliary states: a variable wired
@@ -47,8 +49,10 @@ class Model:
 
     def __init__(self, graph: Graph, params: Mapping[str, np.ndarray], *,
                  device: str | Device | Any = "cpu", optimize: bool | list[str] = True,
-                 batch_buckets: tuple[int, ...] | None = None) -> None:
+                 batch_buckets: tuple[int, ...] | None = None,
+                 plan_cache_size: int = DEFAULT_CAPACITY, keep_batch: bool = False) -> None:
         self.graph = graph
+        self.keep_batch = keep_batch
         self.backend: Device = get_device(device)
         self.device = self.backend.kind  # "cpu" or "gpu": what "auto" resolved to
         self.passes = select_passes(optimize)
@@ -60,22 +64,29 @@ class Model:
         self._param_shapes = {name: array.shape for name, array in self.params.items()}
         self._param_dtypes = {name: array.dtype for name, array in self.params.items()}
         self._declared_dtypes = _declared_input_dtypes(graph, self.input_names)
-        self._shape_cache: dict[tuple, list] = {}
+        # Shapes, plans and checked signatures are cached per input signature, each cache
+        # bounded (LRU) so that clients sending ever new shapes cannot exhaust memory.
+        self._shape_cache: LRUCache[tuple, list] = LRUCache(plan_cache_size)
         self._lock = threading.Lock()
         self.inputs, self.outputs = self._describe()
         self._input_dtypes = {spec.name: spec.dtype for spec in self.inputs}
         self.optimized_graph = (optimize_graph(graph.replace(constants=self.params), self.passes)
                                 if optimize is not False else None)
-        self._plans: dict[tuple, Plan] = {}
-        # Plans by the exact (name, shape, dtype) of arrays a previous call took unchanged:
-        # such inputs are already checked, so `infer` goes straight to the plan.
+        # Compiled plans by (name, shape, dtype) of their inputs, least recently used evicted.
+        self._plans: LRUCache[tuple, Plan] = LRUCache(
+            plan_cache_size, on_evict=lambda key, _: self._checked_plans.pop(key, None))
+        # The plans whose key is the exact (name, shape, dtype) of arrays a previous call took
+        # unchanged: such inputs are already checked, so `infer` goes straight to the plan.
+        # A subset of `_plans` under the same keys (an evicted plan leaves both), so a hit
+        # costs one dict lookup and one `touch` of the plan's recency.
         self._checked_plans: dict[tuple, Plan] = {}
         self._device_constants: dict[str, Any] = {}  # parameters on the GPU, shared by plans
         self._derived: dict = {}  # values ops derive from parameters (`Workspace.derived`)
 
     def _describe(self) -> tuple[list[TensorSpec], list[TensorSpec]]:
         try:
-            shapes = infer_shapes(self.graph, self._param_shapes)
+            inputs = complete_input_shapes(self.graph, self._param_shapes, self.input_names)
+            shapes = infer_shapes(self.graph, {**self._param_shapes, **inputs})
             dtypes = infer_dtypes(self.graph, {**self._param_dtypes, **self._declared_dtypes})
         except ShapeError as error:
             raise ModelFormatError(f"parameters do not fit the graph: {error}") from None
@@ -97,7 +108,7 @@ class Model:
         """
         signature = _array_signature(inputs)
         plan = self._checked_plans.get(signature)
-        if plan is not None:
+        if plan is not None and self._plans.touch(signature):
             outputs = plan.run(inputs)
             if len(outputs) == 1:  # a dict display: 0.3 µs less than dict(zip()) at batch 1
                 return {self.output_names[0]: outputs[0]}
@@ -135,7 +146,7 @@ class Model:
 
     def plan_for(self, feed: Mapping[str, np.ndarray]) -> Plan:
         """The compiled plan for these inputs' shapes and dtypes (compiled on first use)."""
-        signature = tuple((name, array.shape, array.dtype.str) for name, array in feed.items())
+        signature = tuple((name, array.shape, array.dtype) for name, array in feed.items())
         plan = self._plans.get(signature)
         if plan is None:
             with self._lock:
@@ -146,7 +157,7 @@ class Model:
                                 reuse_memory="plan_memory" in self.passes,
                                 device=self.backend, constants=self._device_constants,
                                 derived=self._derived)
-                    self._plans[signature] = plan
+                    self._plans.put(signature, plan)
         return plan
 
     def _run_plan(self, feed: dict[str, np.ndarray],
@@ -157,6 +168,8 @@ class Model:
             plan = self.plan_for(feed)
             if signature is not None and signature == _array_signature(feed):
                 self._checked_plans[signature] = plan
+                if signature not in self._plans:  # evicted meanwhile: keep the subset exact
+                    self._checked_plans.pop(signature, None)
             return plan.run(feed)
         padded = {name: _pad_rows(array, bucket) for name, array in feed.items()}
         outputs = self.plan_for(padded).run(padded, copy_outputs=False)
@@ -172,7 +185,7 @@ class Model:
                   "workspace_bytes": plan.workspace.nbytes,
                   "naive_activation_bytes": self._naive_bytes(signature),
                   **plan.execution_stats()}
-                 for signature, plan in list(self._plans.items())]
+                 for signature, plan in self._plans.items()]
         operator_nodes = sum(1 for node in self.graph.nodes if not node.is_variable)
         optimized = self.optimized_graph
         return {"passes": list(self.passes), "param_bytes": self.param_bytes,
@@ -181,7 +194,18 @@ class Model:
                 "nodes": operator_nodes,
                 "optimized_nodes": operator_nodes if optimized is None else sum(
                     1 for node in optimized.nodes if not node.is_variable),
-                "plans": plans}
+                "plans": plans, "caches": self.cache_stats()}
+
+    def plan_signatures(self) -> list[tuple[tuple[str, tuple[int, ...]], ...]]:
+        """Input shapes of the plans cached now, each as sorted (name, shape) pairs."""
+        return [tuple(sorted((name, tuple(shape)) for name, shape, _ in signature))
+                for signature in self._plans.keys()]
+
+    def cache_stats(self) -> dict[str, dict[str, int]]:
+        """Entries, capacity and evictions of the plan and shape caches (each LRU-bounded)."""
+        caches = {"plans": self._plans, "shapes": self._shape_cache}
+        return {name: {"entries": len(cache), "capacity": cache.capacity,
+                       "evictions": cache.evictions} for name, cache in caches.items()}
 
     @property
     def derived_bytes(self) -> int:
@@ -201,15 +225,36 @@ class Model:
         Nothing is allocated or compiled, so a server can refuse a model whose shapes would need
         more memory than it may use before trying. (The unoptimised graph's total, no reuse.)
         """
-        signature = tuple((spec.name, tuple(input_shapes[spec.name]), spec.dtype.str)
+        signature = tuple((spec.name, tuple(input_shapes[spec.name]), spec.dtype)
                           for spec in self.inputs)
         return self._naive_bytes(signature)
 
+    def output_shapes(self, input_shapes: Mapping[str, tuple[int, ...]]
+                      ) -> dict[str, tuple[int, ...] | None]:
+        """Output shapes for these input shapes, from shape inference alone (not cached).
+
+        Raises:
+            InputError: the shapes do not fit; names the inputs, the node, its op and shapes.
+        """
+        known = {**self._param_shapes, **{name: tuple(shape)
+                                          for name, shape in input_shapes.items()}}
+        try:
+            shapes = infer_shapes(self.graph, known)
+        except ShapeError as error:
+            raise InputError(self._misfit(known, error, list(input_shapes))) from None
+        return {name: shapes[entry.node][entry.index]
+                for name, entry in zip(self.output_names, self.graph.heads)}
+
     def activation_bytes(self, input_shapes: Mapping[str, tuple[int, ...]]) -> int:
         """Planned activation bytes for these input shapes, with the plan's working memory
-        (compiles the plan if needed)."""
+        (compiles the plan if needed); 0 for shapes the model does not take, as no plan for
+        them can exist."""
         feed = {spec.name: np.zeros(input_shapes[spec.name], spec.dtype) for spec in self.inputs}
         if self.optimized_graph is None:
+            return 0
+        try:
+            self._shapes_for(feed)
+        except InputError:
             return 0
         plan = self.plan_for(feed)
         return plan.memory.planned_bytes + plan.workspace.nbytes
@@ -238,6 +283,7 @@ class Model:
         return feed
 
     def _shapes_for(self, feed: Mapping[str, np.ndarray]) -> list:
+        """Shape inference for these inputs' shapes, once per signature (cached)."""
         signature = tuple((name, array.shape) for name, array in feed.items())
         shapes = self._shape_cache.get(signature)
         if shapes is None:
@@ -245,11 +291,43 @@ class Model:
             try:
                 shapes = infer_shapes(self.graph, known)
             except ShapeError as error:
-                given = ", ".join(f"{name} {shape}" for name, shape in signature)
-                raise InputError(f"input shapes ({given}) do not fit the model: {error}") from None
-            with self._lock:
-                self._shape_cache[signature] = shapes
+                raise InputError(self._misfit(known, error, list(feed))) from None
+            if self.keep_batch:
+                self._check_batch(known, shapes, list(feed))
+            self._shape_cache.put(signature, shapes)
         return shapes
+
+    def _check_batch(self, known: Mapping[str, tuple[int, ...]], shapes: list,
+                     inputs: list[str]) -> None:
+        """With `keep_batch`, refuse shapes that would give an output another number of rows
+        than the inputs have (a reshape folding features into the batch): a server splits
+        outputs by rows, so such a request cannot be answered."""
+        rows = {known[name][0] for name in inputs if known[name]}
+        if len(rows) != 1:
+            return
+        want = rows.pop()
+        for name, entry in zip(self.output_names, self.graph.heads):
+            shape = shapes[entry.node][entry.index]
+            if shape and shape[0] and shape[0] != want:
+                given = ", ".join(f"{key!r} shape {list(known[key])}" for key in inputs)
+                raise InputError(f"input(s) {given} would give output {name!r} shape "
+                                 f"{list(shape)}: {shape[0]} rows for {want}; outputs must keep "
+                                 "the inputs' batch dimension first")
+
+    def _misfit(self, known: Mapping[str, tuple[int, ...]], error: ShapeError,
+                inputs: list[str]) -> str:
+        """Why these input shapes do not fit: the inputs behind the failing node with their
+        shapes, the node and its op (in `error`), and the shapes the node was given."""
+        names = inputs
+        seen = ""
+        if isinstance(error, NodeShapeError):
+            names = [name for name in upstream_inputs(self.graph, error.node_name)
+                     if name in inputs] or inputs
+            seen = f" (its inputs there: {error.input_shapes})"
+        shapes = ", ".join(f"{name!r} shape {list(known[name])}" for name in names)
+        verb = "does" if len(names) == 1 else "do"
+        noun = "input" if len(names) == 1 else "inputs"
+        return f"{noun} {shapes} {verb} not fit the model: {error}{seen}"
 
 
 def _array_signature(inputs: Mapping[str, Any]) -> tuple | None:

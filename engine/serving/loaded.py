@@ -65,7 +65,7 @@ class LoadedVersion:
         # Looked up on every request: built once here, not from the config each time.
         self.input_specs = {tensor.name: tensor for tensor in config.inputs}
         self.input_dtypes = {tensor.name: tensor.dtype for tensor in config.inputs}
-        self.largest_plan = _signature(input_shapes(config.inputs, config.max_batch_size))
+        self.largest_plan = _signature(input_shapes(config.inputs, config.max_batch_size, model))
 
     def renumber(self, version: int, config_digest: str | None) -> None:
         """Set the version number and config digest once an upload has its place on disk."""
@@ -85,7 +85,12 @@ class LoadedVersion:
 
     def memory(self) -> MemoryUsage:
         """Parameter bytes plus activation bytes of every plan run so far and of the largest."""
-        signatures = {self.largest_plan, *self.batcher.signatures}
+        # A model with a bounded plan cache says which plans it still holds; evicted ones are
+        # not memory any more (and recompiling them here would churn the cache).
+        cached = getattr(self.model, "plan_signatures", None)
+        signatures = {self.largest_plan, *(cached() if cached else self.batcher.signatures)}
+        for stale in self._activation_cache.keys() - signatures:
+            self._activation_cache.pop(stale, None)
         activations = sum(self._activation_bytes(signature) for signature in signatures)
         # After the plans are compiled: compiling is what derives values from parameters.
         derived = int(getattr(self.model, "derived_bytes", 0))

@@ -1,12 +1,14 @@
 """Load a version directory and prove it serves: parse, bind, infer shapes, one synthetic run.
 
 The config is completed here: inputs and outputs left out of ``config.json`` are taken from the
-graph (and from the synthetic run for outputs); what cannot be inferred is an `InvalidModel`
-that names the field to write.
+graph, with -1 for each dimension it leaves open (and from the synthetic run for outputs); what
+cannot be inferred is an `InvalidModel` that names the field to write. What ran is recorded per
+model (`checks_of`) for the upload's answer. docs/models.md tells the whole story.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +20,7 @@ from engine.errors import EngineError
 from engine.serving.config import ModelConfig, TensorConfig, datatype_of
 from engine.serving.errors import InvalidModel, ServingError
 from engine.serving.manifest import PARAMS_NAME, SYMBOL_NAME
+from engine.serving.probe import find_sample_shapes
 
 
 class Spec(Protocol):
@@ -44,6 +47,66 @@ Loader = Callable[..., ServableModel]
 
 
 @dataclass(frozen=True)
+class Checks:
+    """What validation ran for a model, for the upload's answer (a refused model has none:
+    the first check that failed is the upload's error).
+
+    Loading succeeded, so the symbol parsed, every op is known and the parameters match the
+    graph's variables; shape inference from the parameters completed the inputs, and
+    `variable_dims` lists the axes it left open (checked per request). `sample` is the shape
+    the test inference ran at (None: skipped, `skipped` says why); `memory_bytes` is the
+    estimate at max_batch_size (None: not estimated, `memory_skipped` says why).
+    """
+
+    variable_dims: dict[str, list[int]]
+    sample: dict[str, tuple[int, ...]] | None
+    skipped: str | None = None
+    memory_bytes: int | None = None
+    memory_skipped: str | None = None
+
+    @classmethod
+    def of(cls, inputs: Sequence[TensorConfig], sample: Mapping[str, tuple[int, ...]] | None,
+           memory_bytes: int | None, memory_skipped: str | None) -> Checks:
+        """The record of a validation that completed `inputs` and found `sample`."""
+        variable = {tensor.name: [axis for axis, dim in enumerate(tensor.shape)
+                                  if axis > 0 and dim < 0] for tensor in inputs}
+        skipped = None if sample is not None else (
+            "no small input shape tried fits the graph (see docs/models.md); give the "
+            "variable dimensions in config.json to have it run")
+        return cls(variable, None if sample is None else dict(sample), skipped, memory_bytes,
+                   memory_skipped)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: each check with ``ran`` and what it found or why it was skipped."""
+        test: dict[str, Any] = {"ran": self.sample is not None}
+        if self.sample is not None:
+            test["inputs"] = {name: list(shape) for name, shape in self.sample.items()}
+        else:
+            test["reason"] = self.skipped
+        memory: dict[str, Any] = {"ran": self.memory_bytes is not None}
+        if self.memory_bytes is not None:
+            memory["estimated_bytes"] = self.memory_bytes
+        else:
+            memory["reason"] = self.memory_skipped
+        return {"parsed": True, "ops_known": True, "params_match": True,
+                "shape_inference": {"ran": True, "variable_dims": self.variable_dims},
+                "test_inference": test, "memory_estimate": memory}
+
+
+# The checks of each validated model, kept beside it rather than on it: the repository keeps
+# the model, and the record goes when the model does.
+_CHECKS: weakref.WeakKeyDictionary[Any, Checks] = weakref.WeakKeyDictionary()
+
+
+def checks_of(model: object) -> Checks | None:
+    """What `load_and_validate` checked for `model` (None for a model it did not validate)."""
+    try:
+        return _CHECKS.get(model)
+    except TypeError:  # not weakly referenceable: never validated here
+        return None
+
+
+@dataclass(frozen=True)
 class Validated:
     """A loaded model and its complete config (inputs and outputs filled in)."""
 
@@ -51,19 +114,28 @@ class Validated:
     config: ModelConfig
 
 
-def default_loader(symbol: Any, params: Any, *, device: str = "cpu") -> ServableModel:
-    """`engine.load_model`, imported on first use."""
+def default_loader(symbol: Any, params: Any, *, device: str = "cpu",
+                   plan_cache_size: int | None = None) -> ServableModel:
+    """`engine.load_model` (imported on first use) for serving: outputs must keep the batch
+    dimension (``keep_batch``); `plan_cache_size` None: its default."""
     import engine
 
-    return engine.load_model(symbol, params, device=device)
+    if plan_cache_size is None:
+        return engine.load_model(symbol, params, device=device, keep_batch=True)
+    return engine.load_model(symbol, params, device=device, plan_cache_size=plan_cache_size,
+                             keep_batch=True)
 
 
 def load_and_validate(version_dir: Path, config: ModelConfig, *, loader: Loader,
                       device: str, where: str, memory_cap_bytes: int | None = None) -> Validated:
     """Load ``version_dir``'s files, complete `config` and run one synthetic batch of 1 row.
 
-    With ``memory_cap_bytes``, a model whose parameters plus activations at ``max_batch_size``
+    Inputs missing from `config` come from the graph, with -1 for every dimension it leaves
+    open; the test run takes a small sample shape that shape inference accepts (see
+    `engine.serving.probe`), and is skipped, and said to be, when there is none. With
+    ``memory_cap_bytes``, a model whose parameters plus activations at ``max_batch_size``
     would need more is refused from shape inference alone, before the test run allocates.
+    What ran is recorded in a `Checks` (see `checks_of`).
 
     Raises:
         InvalidModel: any failure; the message starts with `where` and names the cause.
@@ -75,29 +147,55 @@ def load_and_validate(version_dir: Path, config: ModelConfig, *, loader: Loader,
     except (EngineError, ValueError, TypeError, OSError) as error:
         raise InvalidModel(f"{where}: cannot load the model: {error}") from error
     inputs = complete_inputs(config.inputs, model, where)
-    if memory_cap_bytes is not None:
-        check_memory(model, inputs, config.max_batch_size, memory_cap_bytes, where)
-    sample = synthetic_inputs(inputs)
-    try:
-        outputs = model.infer(sample)
-    except Exception as error:  # noqa: BLE001 - any failure of the test run refuses the model
-        given = ", ".join(f"{name} {array.shape} {array.dtype}" for name, array in sample.items())
-        raise InvalidModel(f"{where}: test inference on synthetic input ({given}) failed: "
-                           f"{error}") from error
-    outputs_config = complete_outputs(config.outputs, model, outputs, where)
+    sample = find_sample_shapes(model, inputs)
+    memory, memory_skipped = _memory_check(model, inputs, config.max_batch_size,
+                                           memory_cap_bytes, where, sample)
+    outputs = None if sample is None else synthetic_run(model, inputs, sample, where)
+    exact = all(dim > 0 for tensor in inputs for dim in tensor.shape[1:])
+    outputs_config = complete_outputs(config.outputs, model, outputs, where, exact)
     full = ModelConfig.model_validate({**config.model_dump(), "inputs": inputs,
                                        "outputs": outputs_config})
+    _CHECKS[model] = Checks.of(inputs, sample, memory, memory_skipped)
     return Validated(model, full)
 
 
+def _memory_check(model: ServableModel, inputs: Sequence[TensorConfig], max_batch_size: int,
+                  cap: int | None, where: str, sample: Mapping[str, tuple[int, ...]] | None
+                  ) -> tuple[int | None, str | None]:
+    """`check_memory` where it can run: (estimated bytes, None) or (None, why not)."""
+    if cap is None:
+        return None, "no memory budget is set"
+    if sample is None:
+        return None, "no input shape known to fit the graph to estimate at"
+    needed = check_memory(model, inputs, max_batch_size, cap, where, sample)
+    return needed, None if needed is not None else "the model cannot estimate it"
+
+
+def synthetic_run(model: ServableModel, inputs: Sequence[TensorConfig],
+                  sample: Mapping[str, tuple[int, ...]], where: str) -> dict[str, np.ndarray]:
+    """Outputs of the model on zeros of the `sample` shapes; any failure refuses the model."""
+    arrays = {tensor.name: np.zeros(sample[tensor.name], tensor.dtype) for tensor in inputs}
+    try:
+        return model.infer(arrays)
+    except Exception as error:  # noqa: BLE001 - any failure of the test run refuses the model
+        given = ", ".join(f"{name} {array.shape} {array.dtype}" for name, array in arrays.items())
+        raise InvalidModel(f"{where}: test inference on synthetic input ({given}) failed: "
+                           f"{error}") from error
+
+
 def check_memory(model: ServableModel, inputs: Sequence[TensorConfig], max_batch_size: int,
-                 cap: int, where: str) -> None:
-    """Refuse a model whose estimated memory at ``max_batch_size`` is over ``cap`` bytes."""
+                 cap: int, where: str,
+                 sample: Mapping[str, tuple[int, ...]] | None = None) -> int | None:
+    """Refuse a model whose estimated memory at ``max_batch_size`` is over ``cap`` bytes.
+
+    Variable dimensions take their size in `sample` (else 1). Returns the estimate, or None
+    when the model cannot estimate.
+    """
     estimate = getattr(model, "estimate_activation_bytes", None)
     if estimate is None:
-        return
-    shapes = {tensor.name: (max_batch_size, *(max(dim, 1) for dim in tensor.shape[1:]))
-              for tensor in inputs}
+        return None
+    shapes = {name: (max_batch_size, *shape[1:])
+              for name, shape in _sample_or_ones(inputs, sample).items()}
     try:
         needed = model.param_bytes + estimate(shapes)
     except EngineError as error:
@@ -107,6 +205,7 @@ def check_memory(model: ServableModel, inputs: Sequence[TensorConfig], max_batch
         raise InvalidModel(f"{where}: the model would need about {needed} bytes of memory "
                            f"(parameters and activations at max_batch_size {max_batch_size}); "
                            f"the memory cap is {cap} bytes")
+    return int(needed)
 
 
 def complete_inputs(given: Sequence[TensorConfig] | None, model: ServableModel,
@@ -119,34 +218,57 @@ def complete_inputs(given: Sequence[TensorConfig] | None, model: ServableModel,
             raise InvalidModel(f"{where}: config inputs {names} do not match the model's inputs "
                                f"{list(specs)}")
         for index, tensor in enumerate(given):
-            _check_known_dims(f"inputs.{index}.shape", tensor.shape, specs[tensor.name], where)
+            _check_known_dims(f"inputs.{index}.shape", tensor.shape, specs[tensor.name], model,
+                              where)
         return tuple(given)
     return tuple(_infer_input(index, spec, where) for index, spec in enumerate(model.inputs))
 
 
 def _infer_input(index: int, spec: Spec, where: str) -> TensorConfig:
-    field = f"inputs.{index}.shape"
-    hint = (f"write it in config.json, e.g. \"inputs\": [{{\"name\": \"{spec.name}\", "
-            f"\"datatype\": \"FP32\", \"shape\": [-1, ...]}}]")
+    """An input's config from the graph: its rank, the dimensions it fixes, -1 for the rest
+    (requests are then checked there by shape inference, once per signature)."""
     if spec.shape is None or len(spec.shape) == 0:
-        raise InvalidModel(f"{where}: no config.json, and {field} (input {spec.name!r}) cannot be "
-                           f"inferred from the graph; {hint}")
-    unknown = [axis for axis, dim in enumerate(spec.shape) if axis > 0 and dim <= 0]
-    if unknown:
-        raise InvalidModel(f"{where}: no config.json, and {field} (input {spec.name!r}) is only "
-                           f"partly known from the graph ({list(spec.shape)}, dimension "
-                           f"{unknown[0]} unknown); {hint}")
+        raise InvalidModel(
+            f"{where}: inputs.{index}.shape (input {spec.name!r}) cannot be inferred from the "
+            f"graph (shape inference accepts no rank for it); write it in config.json, e.g. "
+            f"\"inputs\": [{{\"name\": \"{spec.name}\", \"datatype\": \"FP32\", "
+            f"\"shape\": [-1, ...]}}]")
     try:
         datatype = datatype_of(spec.dtype)
     except ValueError as error:
         raise InvalidModel(f"{where}: inputs.{index}.datatype: {error}") from None
-    return TensorConfig(name=spec.name, datatype=datatype, shape=(-1, *spec.shape[1:]))
+    # The first dimension is the batch, whatever the graph says: the batcher stacks rows.
+    return TensorConfig(name=spec.name, datatype=datatype,
+                        shape=(-1, *(dim if dim > 0 else -1 for dim in spec.shape[1:])))
 
 
 def complete_outputs(given: Sequence[TensorConfig] | None, model: ServableModel,
-                     sample: Mapping[str, np.ndarray], where: str) -> tuple[TensorConfig, ...]:
-    """The config's outputs checked against one synthetic run, or inferred from it."""
+                     sample: Mapping[str, np.ndarray] | None, where: str,
+                     exact: bool = False) -> tuple[TensorConfig, ...]:
+    """The config's outputs checked against the test run, or inferred from shape inference and
+    the test run (`sample`: its outputs, None when it was skipped).
+
+    With `exact` (every input dimension was known), the test run's dimensions are the
+    outputs'; otherwise a dimension shape inference left open may follow the input's, so -1.
+    """
     names = list(model.output_names)
+    if sample is not None:
+        _check_sample(names, sample, where)
+    if given is None:
+        specs = {spec.name: spec for spec in model.outputs}
+        return tuple(_infer_output(index, name, None if sample is None else sample[name],
+                                   specs.get(name), exact, where)
+                     for index, name in enumerate(names))
+    given_names = [tensor.name for tensor in given]
+    if sorted(given_names) != sorted(names):
+        raise InvalidModel(f"{where}: config outputs {given_names} do not match the model's "
+                           f"outputs {names}")
+    for index, tensor in enumerate(given if sample is not None else ()):
+        _check_given_output(index, tensor, np.asarray(sample[tensor.name]), where)
+    return tuple(given)
+
+
+def _check_sample(names: list[str], sample: Mapping[str, np.ndarray], where: str) -> None:
     if list(sample) != names:
         raise InvalidModel(f"{where}: the test run returned outputs {list(sample)}; the graph "
                            f"names {names}")
@@ -154,59 +276,75 @@ def complete_outputs(given: Sequence[TensorConfig] | None, model: ServableModel,
         if np.ndim(array) == 0 or np.shape(array)[0] != 1:
             raise InvalidModel(f"{where}: output {name!r} has shape {np.shape(array)} for a "
                                "batch of 1 row; outputs must keep the batch dimension first")
-    if given is None:
-        specs = {spec.name: spec for spec in model.outputs}
-        return tuple(_infer_output(name, sample[name], specs.get(name), where) for name in names)
-    given_names = [tensor.name for tensor in given]
-    if sorted(given_names) != sorted(names):
-        raise InvalidModel(f"{where}: config outputs {given_names} do not match the model's "
-                           f"outputs {names}")
-    for index, tensor in enumerate(given):
-        array = np.asarray(sample[tensor.name])
-        if datatype_of(array.dtype) != tensor.datatype:
-            raise InvalidModel(f"{where}: outputs.{index}.datatype is {tensor.datatype}, but the "
-                               f"model returns {datatype_of(array.dtype)}")
-        if len(tensor.shape) != array.ndim or any(
-                dim not in (-1, got) for dim, got in zip(tensor.shape[1:], array.shape[1:])):
-            raise InvalidModel(f"{where}: outputs.{index}.shape {list(tensor.shape)} does not fit "
-                               f"the test run's output shape {list(array.shape)}")
-    return tuple(given)
 
 
-def _infer_output(name: str, array: np.ndarray, spec: Spec | None, where: str) -> TensorConfig:
-    array = np.asarray(array)
-    shape = [-1, *array.shape[1:]]
-    if spec is not None and spec.shape is not None and len(spec.shape) == array.ndim:
-        shape = [-1, *(got if dim > 0 else -1 for dim, got in zip(spec.shape[1:],
-                                                                  array.shape[1:]))]
+def _check_given_output(index: int, tensor: TensorConfig, array: np.ndarray,
+                        where: str) -> None:
+    if datatype_of(array.dtype) != tensor.datatype:
+        raise InvalidModel(f"{where}: outputs.{index}.datatype is {tensor.datatype}, but the "
+                           f"model returns {datatype_of(array.dtype)}")
+    if len(tensor.shape) != array.ndim or any(
+            dim not in (-1, got) for dim, got in zip(tensor.shape[1:], array.shape[1:])):
+        raise InvalidModel(f"{where}: outputs.{index}.shape {list(tensor.shape)} does not fit "
+                           f"the test run's output shape {list(array.shape)}")
+
+
+def _infer_output(index: int, name: str, array: np.ndarray | None, spec: Spec | None,
+                  exact: bool, where: str) -> TensorConfig:
+    known = None if spec is None else spec.shape
+    if array is not None:
+        array = np.asarray(array)
+        if exact or known is None or len(known) != array.ndim:
+            known = array.shape if exact else (-1,) * array.ndim
+    if not known:
+        raise InvalidModel(f"{where}: outputs.{index}.shape (output {name!r}) cannot be "
+                           "inferred: shape inference leaves its rank open and there was no "
+                           "test run; write the outputs in config.json")
+    dtype = array.dtype if array is not None else (spec.dtype if spec else np.dtype(np.float32))
     try:
-        datatype = datatype_of(array.dtype)
+        datatype = datatype_of(dtype)
     except ValueError as error:
         raise InvalidModel(f"{where}: output {name!r}: {error}") from None
-    return TensorConfig(name=name, datatype=datatype, shape=tuple(shape))
+    return TensorConfig(name=name, datatype=datatype,
+                        shape=(-1, *(dim if dim > 0 else -1 for dim in known[1:])))
 
 
-def _check_known_dims(field: str, shape: tuple[int, ...], spec: Spec, where: str) -> None:
+def _check_known_dims(field: str, shape: tuple[int, ...], spec: Spec, model: ServableModel,
+                      where: str) -> None:
     if spec.shape is None:
         return
     if len(spec.shape) != len(shape):
+        # The spec's rank may only be the smallest the graph accepts (nothing in an exported
+        # graph names the rank of a plain data variable): ask shape inference about this one.
+        accepts = getattr(model, "output_shapes", None)
+        try:
+            if accepts is not None:
+                accepts({spec.name: tuple(max(dim, 0) for dim in shape)})  # 0: unknown
+                return
+            problem = ""
+        except EngineError as error:
+            problem = f" ({error})"
         raise InvalidModel(f"{where}: {field} {list(shape)} has {len(shape)} dimensions; the "
                            f"graph gives input {spec.name!r} {len(spec.shape)}: "
-                           f"{list(spec.shape)}")
+                           f"{list(spec.shape)}{problem}")
     for axis, (dim, known) in enumerate(zip(shape, spec.shape)):
         if axis > 0 and dim > 0 and known > 0 and dim != known:
             raise InvalidModel(f"{where}: {field} {list(shape)} has {dim} at dimension {axis}; "
                                f"the graph gives input {spec.name!r} {list(spec.shape)}")
 
 
-def synthetic_inputs(inputs: Sequence[TensorConfig], rows: int = 1) -> dict[str, np.ndarray]:
-    """Zeros of each input's shape with `rows` rows (variable dimensions taken as 1)."""
-    return {tensor.name: np.zeros((rows, *(dim if dim > 0 else 1 for dim in tensor.shape[1:])),
-                                  tensor.dtype)
-            for tensor in inputs}
+def input_shapes(inputs: Sequence[TensorConfig], rows: int,
+                 model: object | None = None) -> dict[str, tuple[int, ...]]:
+    """Input shapes with `rows` rows for memory estimates: variable dimensions take the size the
+    upload's test run used for `model` (see `Checks.sample`), else 1."""
+    checks = None if model is None else checks_of(model)
+    sample = None if checks is None else checks.sample
+    return {name: (rows, *shape[1:]) for name, shape in _sample_or_ones(inputs, sample).items()}
 
 
-def input_shapes(inputs: Sequence[TensorConfig], rows: int) -> dict[str, tuple[int, ...]]:
-    """Shapes of `synthetic_inputs` (for memory estimates)."""
-    return {tensor.name: (rows, *(dim if dim > 0 else 1 for dim in tensor.shape[1:]))
+def _sample_or_ones(inputs: Sequence[TensorConfig],
+                    sample: Mapping[str, tuple[int, ...]] | None) -> dict[str, tuple[int, ...]]:
+    if sample is not None:
+        return {tensor.name: tuple(sample[tensor.name]) for tensor in inputs}
+    return {tensor.name: (1, *(dim if dim > 0 else 1 for dim in tensor.shape[1:]))
             for tensor in inputs}

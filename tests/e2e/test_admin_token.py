@@ -16,11 +16,10 @@ import pytest
 
 from service.admin_token import TOKEN_FILE_NAME
 from tests.e2e.server import ROOT, running_server
-from tests.service.helpers import config_for, files_for
+from tests.service.helpers import files_for
 
 pytestmark = pytest.mark.e2e
 README = ROOT / "README.md"
-MLP_CONFIG = {"inputs": [{"name": "data", "datatype": "FP32", "shape": [-1, 512]}]}
 
 
 def _block_after(marker: str) -> str:
@@ -56,10 +55,7 @@ def test_readme_tour_then_upload_work_as_printed(tmp_path: Path) -> None:
     environment = {**_clean_environment(), "PYTHONPATH": str(ROOT)}
     subprocess.run([sys.executable, "-c", _block_after("Define, hybridize and export")],
                    cwd=checkout, env=environment, check=True, timeout=120)
-    # Until uploads without config.json infer the input shape from the parameters (validate.py,
-    # being changed on another branch), the model directory holds the config the tour implies.
-    (checkout / "models" / "my_mlp").mkdir(parents=True)
-    (checkout / "models" / "my_mlp" / "config.json").write_text(json.dumps(MLP_CONFIG))
+    (checkout / "models").mkdir()  # the user's repository: no config for the upload to find
     with running_server(checkout / "models", token=None) as server:
         token_file = checkout / "models" / TOKEN_FILE_NAME
         assert f"admin token: generated and stored in {token_file}" in server.log.read_text()
@@ -78,8 +74,7 @@ def test_generated_token_is_private_kept_across_restarts_and_overridable(tmp_pat
     symbol, params = files_for("hybridnet")
     (tmp_path / "NAME-symbol.json").write_bytes(symbol)
     (tmp_path / "NAME-0000.params").write_bytes(params)
-    (repository / "NAME").mkdir(parents=True)
-    (repository / "NAME" / "config.json").write_text(json.dumps(config_for("hybridnet")))
+    repository.mkdir()
     token_file = repository / TOKEN_FILE_NAME
     with running_server(repository, token=None) as server:
         assert stat.S_IMODE(token_file.stat().st_mode) == 0o600

@@ -102,13 +102,16 @@ def test_500_concurrent_rows_on_seed_mlp_match_direct_infer(tmp_path: Path) -> N
                                    rtol=1e-5, atol=1e-6)
 
 
-def test_missing_config_is_inferred_or_names_the_field(tmp_path: Path) -> None:
+def test_missing_config_is_inferred_from_the_graph(tmp_path: Path) -> None:
     async def main() -> None:
         repo = ModelRepository(tmp_path)
         await repo.start()
         symbol, params = seed_mlp()
-        with pytest.raises(InvalidModel, match=r"inputs\.0\.shape .*'data'"):
-            await repo.add_version("mlp", symbol, params)
+        await repo.add_version("mlp", symbol, params)
+        config = repo.get("mlp").config
+        assert [(t.name, t.datatype, t.shape) for t in config.inputs or ()] == [
+            ("data", "FP32", (-1, 512))]
+        assert [t.shape for t in config.outputs or ()] == [(-1, 2)]
         await repo.close()
         fakes = fake_repo(tmp_path)
         await fakes.start()
@@ -121,7 +124,7 @@ def test_missing_config_is_inferred_or_names_the_field(tmp_path: Path) -> None:
         await fakes.close()
 
     run(main())
-    assert [p.name for p in tmp_path.iterdir()] == ["fake"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fake", "mlp"]
 
 
 def test_start_loads_hand_laid_versions_and_skips_incomplete_or_tampered(tmp_path: Path) -> None:
