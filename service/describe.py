@@ -10,7 +10,7 @@ from engine.serving.loaded import LoadedVersion, VersionState
 from engine.serving.repository import ModelRepository
 from service import schemas
 
-PLATFORM = "mxnet_symbol"
+PLATFORM = "mxnet_mxnet"  # the Open Inference Protocol's name for MXNet
 
 
 def tensors(specs: Sequence[TensorConfig] | None) -> list[schemas.TensorMetadata]:

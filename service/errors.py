@@ -67,10 +67,22 @@ class NotFound(ServiceError):
     status = 404
 
 
+class RequestTimeout(ServiceError):
+    """The request body did not arrive within ``body_timeout`` seconds."""
+
+    status = 408
+
+
 class PayloadTooLarge(ServiceError):
     """The body or one tensor is over its configured limit."""
 
     status = 413
+
+
+class UnsupportedMediaType(ServiceError):
+    """The body is compressed with a Content-Encoding this server does not read."""
+
+    status = 415
 
 
 class NotReady(ServiceError):
