@@ -60,6 +60,12 @@ def _object(value: Any, what: str) -> dict[str, Any]:
     return value
 
 
+def _parameters(entry: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """An entry's ``parameters`` object: ``{}`` when absent or null, else a JSON object."""
+    parameters = entry.get("parameters")
+    return {} if parameters is None else _object(parameters, f"{where}: parameters")
+
+
 def dtype_of(datatype: Any, where: str) -> np.dtype:
     """The numpy dtype of a V2 datatype name; 400 for BYTES and unknown names."""
     if datatype == "BYTES":
@@ -102,6 +108,10 @@ def array_from_json(data: Any, dtype: np.dtype, where: str,
         raise BadRequest(f"{where}: data must be a number or a (nested) list of numbers, got "
                          f"{type(data).__name__}")
     check_depth(data, max_depth, where)
+    stray = json_tensors.first_non_number(data, booleans=dtype == np.bool_)
+    if stray is not None:
+        raise BadRequest(f"{where}: data must hold only numbers, got {stray!r:.50} "
+                         f"({type(stray).__name__})")
     try:
         return np.asarray(data, dtype=dtype)
     except (ValueError, TypeError, OverflowError, RecursionError) as error:
@@ -142,7 +152,7 @@ def _decode_input(entry: Any, index: int, binary: memoryview, offset: int, max_e
     shape = _shape(entry.get("shape"), where)
     count = math.prod(shape)
     check_elements(count, max_elements, where)
-    parameters = _object(entry.get("parameters") or {}, f"{where}: parameters")
+    parameters = _parameters(entry, where)
     size = parameters.get("binary_data_size")
     if size is not None:
         if "data" in entry:
@@ -189,7 +199,7 @@ def _decode_outputs(value: Any) -> list[RequestedOutput] | None:
             raise BadRequest(f"outputs[{index}]: 'name' must be a string")
         if any(output.name == name for output in requested):
             raise BadRequest(f"output {name!r} is requested twice; name each output once")
-        parameters = _object(entry.get("parameters") or {}, f"output {name!r}: parameters")
+        parameters = _parameters(entry, f"output {name!r}")
         requested.append(RequestedOutput(name, flag(parameters, "binary_data",
                                                     f"output {name!r}: parameters.")))
     return requested
@@ -235,7 +245,7 @@ def decode_v2_request(body: bytes, header_length: int | None, max_elements: int)
     inputs = request.get("inputs")
     if not isinstance(inputs, list) or not inputs:
         raise BadRequest("inference request: 'inputs' must be a non-empty list of tensors")
-    parameters = _object(request.get("parameters") or {}, "parameters")
+    parameters = _parameters(request, "inference request")
     read = _read_json_data(request, inputs, json_tensors.brackets(header))
     arrays: dict[str, np.ndarray] = {}
     datatypes: dict[str, str] = {}

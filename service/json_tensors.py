@@ -141,6 +141,21 @@ def count_arrays(value: Any) -> int:
     return count
 
 
+def first_non_number(value: Any, booleans: bool = False) -> Any:
+    """A value in a nested list that is neither a number nor a list (a string, null, an
+    object; a boolean unless `booleans`), or None: NumPy would read ``true`` and ``"1.5"`` as
+    numbers."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, list):
+            pending.extend(item)
+        elif type(item) is not float and type(item) is not int and not (
+                booleans and type(item) is bool):
+            return item
+    return None
+
+
 def nesting_depth(value: Any, cap: int) -> int:
     """How many arrays deep `value`'s first number lies (a Python list or a proxy), counting
     no further than ``cap + 1``. Uneven nesting elsewhere is NumPy's to refuse."""
