@@ -13,7 +13,6 @@ the FastAPI app.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -24,11 +23,10 @@ from service.drain import SHUTTING_DOWN
 from service.errors import (
     NotReady,
     PayloadTooLarge,
-    RequestTimeout,
     error_reply,
     error_response,
 )
-from service.limits import CLOSE, BodyReader, compressed_reply, too_large, too_slow
+from service.limits import BodyDeadlines, BodyReader, compressed_reply, too_large
 from service.responses import dumps
 from service.routers.health import NOT_READY
 from service.runtime import Runtime
@@ -52,7 +50,7 @@ class FastLane:
         self.runtime = runtime
         self.inference = runtime.inference
         self.max_bytes = runtime.settings.max_request_bytes
-        self.body_timeout = runtime.settings.body_timeout
+        self.deadlines = BodyDeadlines(runtime.settings.body_timeout)
         self._exact: dict[tuple[str, str], Handler] = {
             ("GET", "/v2/health/live"): self._live,
             ("GET", "/v2/health/ready"): self._ready,
@@ -139,21 +137,26 @@ class FastLane:
         length = headers.get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
             raise PayloadTooLarge(too_large(self.max_bytes, "max_request_bytes"))
-        reader = BodyReader(self.max_bytes, "max_request_bytes",
-                            headers.get(b"content-encoding"))
+        deadline = self.deadlines.deadline()
+        message = await self.deadlines.receive(receive, deadline)
+        if message["type"] == "http.disconnect":
+            raise ClientGone
+        encoding = headers.get(b"content-encoding")
+        if encoding is None and not message.get("more_body", False):  # the usual request
+            body: bytes = message.get("body", b"")
+            if len(body) > self.max_bytes:
+                raise PayloadTooLarge(too_large(self.max_bytes, "max_request_bytes"))
+            return body
+        reader = BodyReader(self.max_bytes, "max_request_bytes", encoding)
         chunks = []
-        try:
-            async with asyncio.timeout(self.body_timeout):
-                while True:
-                    message = await receive()
-                    if message["type"] == "http.disconnect":
-                        raise ClientGone
-                    last = not message.get("more_body", False)
-                    chunks.append(reader.take(message.get("body", b""), last))
-                    if last:
-                        return b"".join(chunks)
-        except TimeoutError:
-            raise RequestTimeout(too_slow(self.body_timeout), CLOSE) from None
+        while True:
+            last = not message.get("more_body", False)
+            chunks.append(reader.take(message.get("body", b""), last))
+            if last:
+                return b"".join(chunks)
+            message = await self.deadlines.receive(receive, deadline)
+            if message["type"] == "http.disconnect":
+                raise ClientGone
 
 
 async def _reply(send: Send, status: int, body: bytes, content_type: bytes,

@@ -21,7 +21,8 @@ import pytest
 
 from service import codecs
 from service.app import create_app
-from service.errors import BadRequest
+from service.errors import BadRequest, RequestTimeout
+from service.limits import BodyDeadlines
 from service.runtime import Runtime
 from tests.service.helpers import AUTH, MLP, config_for, files_for, first_io, run, settings_for
 
@@ -354,3 +355,31 @@ def test_repository_bodies_name_the_wrong_field(tmp_path: Path, url: str, conten
             assert_error(response, status, fragment)
 
     scenario_on(tmp_path, body)
+
+
+def test_body_deadlines_cancel_only_reads_that_wait_past_them() -> None:
+    async def scenario() -> None:
+        deadlines = BodyDeadlines(0.2)
+        forever = asyncio.Event()
+
+        async def stalled() -> dict:
+            await forever.wait()
+            return {}
+
+        async def prompt() -> dict:
+            return {"type": "http.request", "body": b"x"}
+
+        async def slow_reader() -> None:
+            await deadlines.receive(stalled, deadlines.deadline())
+
+        async def slow_worker() -> str:
+            message = await deadlines.receive(prompt, deadlines.deadline())
+            await asyncio.sleep(0.5)  # past the deadline, but no longer reading the body
+            return message["body"].decode()
+
+        reader, worker = asyncio.create_task(slow_reader()), asyncio.create_task(slow_worker())
+        with pytest.raises(RequestTimeout, match="within 0.2 s"):
+            await reader
+        assert await worker == "x"
+
+    run(scenario(), timeout=10)
