@@ -68,7 +68,8 @@ def create_app(runtime: Runtime, *, inference: bool = True, management: bool = T
     install_handlers(app)
     install_openapi(app)
     app.add_middleware(BodyLimit, max_bytes=runtime.settings.max_request_bytes,
-                       max_upload_bytes=runtime.settings.max_upload_bytes)
+                       max_upload_bytes=runtime.settings.max_upload_bytes,
+                       body_timeout_s=runtime.settings.body_timeout)
     app.add_middleware(Drain, state=runtime.drain)
     if inference:
         app.lane = FastLane(app.without_lane, runtime=runtime)

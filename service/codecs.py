@@ -19,7 +19,7 @@ from service import json_tensors
 from service.errors import BadRequest, PayloadTooLarge
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
-MAX_DIMENSIONS = 32
+MAX_DIMENSIONS = json_tensors.MAX_DEPTH
 
 
 @dataclass
@@ -60,6 +60,12 @@ def _object(value: Any, what: str) -> dict[str, Any]:
     return value
 
 
+def _parameters(entry: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """An entry's ``parameters`` object: ``{}`` when absent or null, else a JSON object."""
+    parameters = entry.get("parameters")
+    return {} if parameters is None else _object(parameters, f"{where}: parameters")
+
+
 def dtype_of(datatype: Any, where: str) -> np.dtype:
     """The numpy dtype of a V2 datatype name; 400 for BYTES and unknown names."""
     if datatype == "BYTES":
@@ -86,14 +92,29 @@ def check_elements(count: int, limit: int, where: str) -> None:
                               "per tensor (max_tensor_elements)")
 
 
-def array_from_json(data: Any, dtype: np.dtype, where: str) -> np.ndarray:
-    """A numpy array of `dtype` from a JSON value (a number or a nested or flat list)."""
+def check_depth(data: Any, max_depth: int, where: str) -> None:
+    """400 when `data` nests arrays deeper than `max_depth` (the rank of the tensor's shape)."""
+    if json_tensors.nesting_depth(data, max_depth) > max_depth:
+        raise BadRequest(f"{where}: data is nested more than {max_depth} arrays deep; its "
+                         f"shape has {max_depth} dimension{'s' if max_depth > 1 else ''}, so "
+                         f"at most {max_depth} levels")
+
+
+def array_from_json(data: Any, dtype: np.dtype, where: str,
+                    max_depth: int = MAX_DIMENSIONS) -> np.ndarray:
+    """A numpy array of `dtype` from a JSON value (a number or a nested or flat list) nested
+    no deeper than `max_depth` arrays."""
     if isinstance(data, (dict, str)) or data is None:
         raise BadRequest(f"{where}: data must be a number or a (nested) list of numbers, got "
                          f"{type(data).__name__}")
+    check_depth(data, max_depth, where)
+    stray = json_tensors.first_non_number(data, booleans=dtype == np.bool_)
+    if stray is not None:
+        raise BadRequest(f"{where}: data must hold only numbers, got {stray!r:.50} "
+                         f"({type(stray).__name__})")
     try:
         return np.asarray(data, dtype=dtype)
-    except (ValueError, TypeError, OverflowError) as error:
+    except (ValueError, TypeError, OverflowError, RecursionError) as error:
         raise BadRequest(f"{where}: data cannot be read as {datatype_of(dtype)}: "
                          f"{error}") from None
 
@@ -131,7 +152,7 @@ def _decode_input(entry: Any, index: int, binary: memoryview, offset: int, max_e
     shape = _shape(entry.get("shape"), where)
     count = math.prod(shape)
     check_elements(count, max_elements, where)
-    parameters = _object(entry.get("parameters") or {}, f"{where}: parameters")
+    parameters = _parameters(entry, where)
     size = parameters.get("binary_data_size")
     if size is not None:
         if "data" in entry:
@@ -147,12 +168,22 @@ def _decode_input(entry: Any, index: int, binary: memoryview, offset: int, max_e
         return name, datatype, array.reshape(shape), offset + size
     if "data" not in entry:
         raise BadRequest(f"{where}: no 'data' and no binary_data_size parameter")
-    array = read if read is not None else array_from_json(json_tensors.plain(entry["data"]),
-                                                          dtype, where)
+    array = read if read is not None else array_from_json(
+        json_tensors.plain(entry["data"]), dtype, where, max(len(shape), 1))
     if array.size != count:
         raise BadRequest(f"{where}: shape {list(shape)} needs {count} elements, but data has "
                          f"{array.size}")
     return name, datatype, array.reshape(shape), offset
+
+
+def flag(parameters: Mapping[str, Any], key: str, where: str) -> bool | None:
+    """A boolean parameter (``binary_data``, ``binary_data_output``): None when absent, a 400
+    when it is not a JSON boolean (``"false"`` is a string, and would read as true)."""
+    value = parameters.get(key)
+    if value is not None and type(value) is not bool:
+        raise BadRequest(f"{where}{key} must be a JSON boolean (true or false), got "
+                         f"{value!r:.50}")
+    return value
 
 
 def _decode_outputs(value: Any) -> list[RequestedOutput] | None:
@@ -166,9 +197,11 @@ def _decode_outputs(value: Any) -> list[RequestedOutput] | None:
         name = entry.get("name")
         if not isinstance(name, str):
             raise BadRequest(f"outputs[{index}]: 'name' must be a string")
-        parameters = _object(entry.get("parameters") or {}, f"output {name!r}: parameters")
-        binary = parameters.get("binary_data")
-        requested.append(RequestedOutput(name, None if binary is None else bool(binary)))
+        if any(output.name == name for output in requested):
+            raise BadRequest(f"output {name!r} is requested twice; name each output once")
+        parameters = _parameters(entry, f"output {name!r}")
+        requested.append(RequestedOutput(name, flag(parameters, "binary_data",
+                                                    f"output {name!r}: parameters.")))
     return requested
 
 
@@ -188,17 +221,20 @@ def _read_json_data(request: dict[str, Any], inputs: list[Any],
     `json_tensors.read_floats` can read; else nothing (each is read from Python lists)."""
     values: dict[int, Any] = {}
     dtypes: dict[int, np.dtype] = {}
+    depths: dict[int, int] = {}
     for index, entry in enumerate(inputs):
         if isinstance(entry, dict) and "data" in entry:
-            datatype = entry.get("datatype")
-            if not isinstance(datatype, str) or datatype not in DATATYPES:
+            datatype, shape = entry.get("datatype"), entry.get("shape")
+            if (not isinstance(datatype, str) or datatype not in DATATYPES
+                    or not isinstance(shape, list)):
                 return {}
             values[index], dtypes[index] = entry["data"], DATATYPES[datatype]
+            depths[index] = max(min(len(shape), MAX_DIMENSIONS), 1)
     if not values:
         return {}
     # The header's other arrays (inputs, shapes, outputs...) are Python lists by now.
     return json_tensors.read_floats(values, dtypes,
-                                    brackets - json_tensors.count_arrays(request)) or {}
+                                    brackets - json_tensors.count_arrays(request), depths) or {}
 
 
 def decode_v2_request(body: bytes, header_length: int | None, max_elements: int) -> V2Request:
@@ -209,7 +245,7 @@ def decode_v2_request(body: bytes, header_length: int | None, max_elements: int)
     inputs = request.get("inputs")
     if not isinstance(inputs, list) or not inputs:
         raise BadRequest("inference request: 'inputs' must be a non-empty list of tensors")
-    parameters = _object(request.get("parameters") or {}, "parameters")
+    parameters = _parameters(request, "inference request")
     read = _read_json_data(request, inputs, json_tensors.brackets(header))
     arrays: dict[str, np.ndarray] = {}
     datatypes: dict[str, str] = {}
@@ -227,8 +263,45 @@ def decode_v2_request(body: bytes, header_length: int | None, max_elements: int)
     if request_id is not None and not isinstance(request_id, str):
         raise BadRequest(f"'id' must be a string, got {type(request_id).__name__}")
     return V2Request(arrays, datatypes, request_id, _decode_outputs(request.get("outputs")),
-                     bool(parameters.get("binary_data_output", False)), _timeout_us(parameters),
-                     parameters)
+                     bool(flag(parameters, "binary_data_output", "parameters.")),
+                     _timeout_us(parameters), parameters)
+
+
+def raw_shape(template: Sequence[int], size: int, itemsize: int, where: str
+              ) -> tuple[int, ...]:
+    """The shape of a raw binary request's tensor (Triton's binary-data extension: a body of
+    tensor bytes alone, Inference-Header-Content-Length 0): one row of the config's shape,
+    whose one variable dimension, if any, follows from the byte count."""
+    dims = list(template[1:])
+    variable = [axis for axis, dim in enumerate(dims) if dim == -1]
+    if len(variable) > 1:
+        raise BadRequest(f"{where}: a raw binary request (Inference-Header-Content-Length 0) "
+                         f"cannot give a shape, and {list(template)} has {len(variable)} "
+                         "variable dimensions besides the batch; send a JSON header with the "
+                         "shape")
+    row = math.prod(dim for dim in dims if dim != -1) * itemsize
+    if size == 0 or size % row:
+        raise BadRequest(f"{where}: a raw binary request of {size} bytes does not fill whole "
+                         f"tensors of shape {list(template)} ({row} bytes per "
+                         f"{'step' if variable else 'row'})")
+    if variable:
+        dims[variable[0]] = size // row
+    elif size != row:
+        raise BadRequest(f"{where}: a raw binary request is one row of {row} bytes (shape "
+                         f"{[1, *dims]}), got {size} bytes")
+    return (1, *dims)
+
+
+def decode_raw_request(body: bytes, name: str, datatype: str, template: Sequence[int],
+                       max_elements: int) -> V2Request:
+    """A raw binary request for the model's one input `name`; every output comes back as
+    binary data, as the extension says."""
+    where = f"input {name!r}"
+    dtype = dtype_of(datatype, where)
+    shape = raw_shape(template, len(body), dtype.itemsize, where)
+    check_elements(math.prod(shape), max_elements, where)
+    array = np.frombuffer(body, dtype=dtype.newbyteorder("<")).reshape(shape)
+    return V2Request({name: array}, {name: datatype}, binary_output=True)
 
 
 def _json_ready(array: np.ndarray) -> np.ndarray:
@@ -292,14 +365,16 @@ def decode_predict(body: bytes) -> PredictRequest:
 
 
 def predict_arrays(request: PredictRequest, dtypes: Mapping[str, np.dtype],
-                   max_elements: int) -> dict[str, np.ndarray]:
-    """The inputs as arrays of each input's dtype (inputs not in `dtypes` are left to the
-    caller's name check, converted as float32)."""
-    arrays = json_tensors.read_floats(request.inputs, dtypes, request.brackets)
+                   max_elements: int, ranks: Mapping[str, int] | None = None
+                   ) -> dict[str, np.ndarray]:
+    """The inputs as arrays of each input's dtype, nested no deeper than its rank in `ranks`
+    (inputs not in `dtypes` are left to the caller's name check, converted as float32)."""
+    depths = {name: (ranks or {}).get(name, MAX_DIMENSIONS) for name in request.inputs}
+    arrays = json_tensors.read_floats(request.inputs, dtypes, request.brackets, depths)
     if arrays is None:
         arrays = {name: array_from_json(json_tensors.plain(value),
                                         dtypes.get(name, np.dtype(np.float32)),
-                                        f"input {name!r}")
+                                        f"input {name!r}", depths[name])
                   for name, value in request.inputs.items()}
     for name, array in arrays.items():
         check_elements(array.size, max_elements, f"input {name!r}")

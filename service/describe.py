@@ -11,7 +11,7 @@ from engine.serving.repository import ModelRepository
 from engine.serving.validate import checks_of
 from service import schemas
 
-PLATFORM = "mxnet_symbol"
+PLATFORM = "mxnet_mxnet"  # the Open Inference Protocol's name for MXNet
 
 
 def tensors(specs: Sequence[TensorConfig] | None) -> list[schemas.TensorMetadata]:

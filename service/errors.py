@@ -67,10 +67,22 @@ class NotFound(ServiceError):
     status = 404
 
 
+class RequestTimeout(ServiceError):
+    """The request body did not arrive within ``body_timeout`` seconds."""
+
+    status = 408
+
+
 class PayloadTooLarge(ServiceError):
     """The body or one tensor is over its configured limit."""
 
     status = 413
+
+
+class UnsupportedMediaType(ServiceError):
+    """The body is compressed with a Content-Encoding this server does not read."""
+
+    status = 415
 
 
 class NotReady(ServiceError):
@@ -136,7 +148,11 @@ def known_error_reply(error: Exception, method: str, path: str) -> tuple[int, st
 
 
 def unexpected_error_reply(error: Exception, method: str, path: str) -> tuple[int, str, dict]:
-    """500 without internals for any other exception, logged with its traceback."""
+    """500 without internals for any other exception, logged with its traceback; 400 for a
+    RecursionError, which only a body nested past a parser's depth (a config.json a thousand
+    arrays deep, say) raises while a request is decoded."""
+    if isinstance(error, RecursionError):
+        return 400, f"the request nests values too deeply to be read: {error}", {}
     log.error("%s %s failed unexpectedly", method, path, exc_info=error)
     return 500, f"internal error ({type(error).__name__}); see the server log", {}
 
@@ -177,6 +193,14 @@ async def handle_validation(request: Request, error: Exception) -> Response:
     return error_response(400, "invalid request: " + "; ".join(problems))
 
 
+async def handle_too_deep(request: Request, error: Exception) -> Response:
+    """A RecursionError: a body nested deeper than a parser reads (see
+    `unexpected_error_reply`); registered of its own so that it is not a server error."""
+    status, message, headers = unexpected_error_reply(error, request.method, request.url.path)
+    _count(request, status)
+    return error_response(status, message, headers)
+
+
 async def handle_unexpected(request: Request, error: Exception) -> Response:
     """Anything else: 500 without internals, logged with its traceback."""
     status, message, headers = unexpected_error_reply(error, request.method, request.url.path)
@@ -190,4 +214,5 @@ def install_handlers(app: FastAPI) -> None:
     app.add_exception_handler(EngineError, handle_error)
     app.add_exception_handler(StarletteHTTPException, handle_http)
     app.add_exception_handler(RequestValidationError, handle_validation)
+    app.add_exception_handler(RecursionError, handle_too_deep)
     app.add_exception_handler(Exception, handle_unexpected)

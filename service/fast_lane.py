@@ -6,8 +6,9 @@ matching, dependency solving, response classes — and only a fifth in the handl
 routes a client calls per inference are therefore answered here, before that stack: ``POST
 /predict``, ``POST /v2/models/{name}[/versions/{v}]/infer``, and the two health probes (so the
 HTTP floor stays the server's cheapest route). They call the same `InferenceService` and give
-the same replies, errors, drain and body-limit behaviour as the FastAPI routes, which stay
-declared for the OpenAPI schema; every other request goes on to the FastAPI app.
+the same replies, errors, drain and body handling (size and time limits, content codings) as
+the FastAPI routes, which stay declared for the OpenAPI schema; every other request goes on to
+the FastAPI app.
 """
 
 from __future__ import annotations
@@ -17,9 +18,15 @@ from collections.abc import Awaitable, Callable
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service import codecs
+from service.content_coding import accepted_coding
 from service.drain import SHUTTING_DOWN
-from service.errors import NotReady, PayloadTooLarge, error_reply, error_response
-from service.limits import declared_over, too_large
+from service.errors import (
+    NotReady,
+    PayloadTooLarge,
+    error_reply,
+    error_response,
+)
+from service.limits import BodyDeadlines, BodyReader, compressed_reply, too_large
 from service.responses import dumps
 from service.routers.health import NOT_READY
 from service.runtime import Runtime
@@ -43,6 +50,7 @@ class FastLane:
         self.runtime = runtime
         self.inference = runtime.inference
         self.max_bytes = runtime.settings.max_request_bytes
+        self.deadlines = BodyDeadlines(runtime.settings.body_timeout)
         self._exact: dict[tuple[str, str], Handler] = {
             ("GET", "/v2/health/live"): self._live,
             ("GET", "/v2/health/ready"): self._ready,
@@ -103,50 +111,63 @@ class FastLane:
         await _reply(send, 200, READY, JSON)
 
     async def _predict(self, scope: Scope, receive: Receive, send: Send) -> None:
-        body = await self._body(scope, receive)
-        await _reply(send, 200, dumps(await self.inference.predict(body)), JSON)
+        headers = dict(scope["headers"])
+        body = await self._body(headers, receive)
+        reply = dumps(await self.inference.predict(body))
+        await _reply(send, 200, reply, JSON, headers.get(b"accept-encoding"))
 
     async def _infer(self, scope: Scope, receive: Receive, send: Send) -> None:
-        length = codecs.header_length(_header(scope, b"inference-header-content-length"))
-        body = await self._body(scope, receive)
+        headers = dict(scope["headers"])
+        length = headers.get(b"inference-header-content-length")
+        header_length = codecs.header_length(None if length is None else length.decode("latin-1"))
+        body = await self._body(headers, receive)
         params = scope["path_params"]
         reply, header = await self.inference.infer_v2(params["name"], params["version"], body,
-                                                      length)
+                                                      header_length)
+        accept = headers.get(b"accept-encoding")
         if header is None:
-            await _reply(send, 200, reply, JSON)
+            await _reply(send, 200, reply, JSON, accept)
         else:
-            await _reply(send, 200, reply, BINARY,
+            await _reply(send, 200, reply, BINARY, accept,
                          [(b"inference-header-content-length", str(header).encode())])
 
-    async def _body(self, scope: Scope, receive: Receive) -> bytes:
-        """The request body, refused with 413 as soon as it is known to exceed the limit."""
-        if declared_over(scope, self.max_bytes):
+    async def _body(self, headers: dict[bytes, bytes], receive: Receive) -> bytes:
+        """The request body, inflated when compressed; 413 as soon as it is known to exceed
+        the limit, 408 when it takes longer than ``body_timeout`` to arrive."""
+        length = headers.get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
             raise PayloadTooLarge(too_large(self.max_bytes, "max_request_bytes"))
+        deadline = self.deadlines.deadline()
+        message = await self.deadlines.receive(receive, deadline)
+        if message["type"] == "http.disconnect":
+            raise ClientGone
+        encoding = headers.get(b"content-encoding")
+        if encoding is None and not message.get("more_body", False):  # the usual request
+            body: bytes = message.get("body", b"")
+            if len(body) > self.max_bytes:
+                raise PayloadTooLarge(too_large(self.max_bytes, "max_request_bytes"))
+            return body
+        reader = BodyReader(self.max_bytes, "max_request_bytes", encoding)
         chunks = []
-        size = 0
         while True:
-            message = await receive()
+            last = not message.get("more_body", False)
+            chunks.append(reader.take(message.get("body", b""), last))
+            if last:
+                return b"".join(chunks)
+            message = await self.deadlines.receive(receive, deadline)
             if message["type"] == "http.disconnect":
                 raise ClientGone
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_bytes:
-                raise PayloadTooLarge(too_large(self.max_bytes, "max_request_bytes"))
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return b"".join(chunks)
-
-
-def _header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope["headers"]:
-        if key == name:
-            return value.decode("latin-1")
-    return None
 
 
 async def _reply(send: Send, status: int, body: bytes, content_type: bytes,
+                 accept_encoding: bytes | None = None,
                  headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    """A response; compressed when the client's Accept-Encoding asks and the body is large."""
+    extra = list(headers or ())
+    if accept_encoding is not None:
+        body, coding = compressed_reply(body, accepted_coding(accept_encoding))
+        extra += coding
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", content_type),
-                            (b"content-length", str(len(body)).encode()), *(headers or ())]})
+                            (b"content-length", str(len(body)).encode()), *extra]})
     await send({"type": "http.response.body", "body": body})

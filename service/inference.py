@@ -9,12 +9,12 @@ from typing import NoReturn
 
 import numpy as np
 
-from engine.errors import InputError, ShapeError
+from engine.errors import EngineError, InputError, ShapeError
 from engine.serving.config import TensorConfig
 from engine.serving.loaded import LoadedVersion
 from engine.serving.repository import ModelRepository
 from service import codecs
-from service.errors import BadRequest
+from service.errors import BadRequest, ServiceError
 from service.metrics import Metrics
 
 
@@ -76,6 +76,15 @@ def _where(handle: LoadedVersion) -> str:
     return f"model {handle.name!r} version {handle.version}"
 
 
+# What a body no check foresaw could still make NumPy or a parser raise; a 400, never a 500.
+UNFORESEEN = (ValueError, TypeError, LookupError, RecursionError, OverflowError)
+
+
+def undecodable(what: str, error: Exception) -> BadRequest:
+    """The 400 for a body that broke decoding in a way no check named."""
+    return BadRequest(f"{what} could not be decoded: {type(error).__name__}: {error}")
+
+
 class InferenceService:
     """Runs requests on a repository's models and records them in the metrics."""
 
@@ -103,9 +112,19 @@ class InferenceService:
 
     def predict_inputs(self, body: bytes) -> tuple[LoadedVersion, dict[str, np.ndarray]]:
         """A ``POST /predict`` body decoded and checked: the version to run, and its inputs."""
+        try:
+            return self._predict_inputs(body)
+        except (ServiceError, EngineError):
+            raise
+        except UNFORESEEN as error:
+            raise undecodable("predict request", error) from error
+
+    def _predict_inputs(self, body: bytes) -> tuple[LoadedVersion, dict[str, np.ndarray]]:
         request = codecs.decode_predict(body)
         handle = self.repository.get(request.model, request.version)
-        arrays = codecs.predict_arrays(request, handle.input_dtypes, self.max_tensor_elements)
+        ranks = {name: len(spec.shape) for name, spec in handle.input_specs.items()}
+        arrays = codecs.predict_arrays(request, handle.input_dtypes, self.max_tensor_elements,
+                                       ranks)
         check_inputs(handle, arrays)
         return handle, arrays
 
@@ -119,15 +138,42 @@ class InferenceService:
     async def infer_v2(self, name: str, version: str | None, body: bytes,
                        header_length: int | None) -> tuple[bytes, int | None]:
         """``POST /v2/models/{name}[/versions/{v}]/infer``: body and binary header length."""
-        request = codecs.decode_v2_request(body, header_length, self.max_tensor_elements)
-        handle = self.repository.get(name, version or None)
-        check_inputs(handle, request.inputs, request.datatypes)
+        try:
+            handle, request = self._v2_inputs(name, version, body, header_length)
+        except (ServiceError, EngineError):
+            raise
+        except UNFORESEEN as error:
+            raise undecodable("inference request", error) from error
         binary = self._binary_outputs(handle, request)
         timeout = None if request.timeout_us is None else request.timeout_us / 1e6
         answer = await self.run(handle, request.inputs, timeout)
         outputs = {output: answer.outputs[output] for output in binary}
         return codecs.encode_v2_response(handle.name, handle.version, outputs, binary,
                                          request.id)
+
+    def _v2_inputs(self, name: str, version: str | None, body: bytes,
+                   header_length: int | None) -> tuple[LoadedVersion, codecs.V2Request]:
+        """A V2 request decoded and checked against the version it names."""
+        if header_length == 0:
+            handle = self.repository.get(name, version or None)
+            request = self._raw_request(handle, body)
+        else:
+            request = codecs.decode_v2_request(body, header_length, self.max_tensor_elements)
+            handle = self.repository.get(name, version or None)
+        check_inputs(handle, request.inputs, request.datatypes)
+        return handle, request
+
+    def _raw_request(self, handle: LoadedVersion, body: bytes) -> codecs.V2Request:
+        """A raw binary request: the body is the tensor of the model's only input."""
+        specs = list(handle.input_specs.values())
+        if len(specs) != 1:
+            raise BadRequest(f"{_where(handle)} has {len(specs)} inputs "
+                             f"({codecs.names([spec.name for spec in specs])}); a raw binary "
+                             "request (Inference-Header-Content-Length 0) serves models of one "
+                             "input only, send a JSON header naming each input")
+        spec = specs[0]
+        return codecs.decode_raw_request(body, spec.name, spec.datatype, spec.shape,
+                                         self.max_tensor_elements)
 
     @staticmethod
     def _binary_outputs(handle: LoadedVersion, request: codecs.V2Request) -> dict[str, bool]:

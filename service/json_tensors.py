@@ -38,6 +38,9 @@ K = TypeVar("K")
 # either way for /predict; at N = 64 (1.3 KB) the two are even; from N = 128 (2.6 KB) on,
 # simdjson is 1.2-3x faster.
 TAPE_FROM_BYTES = 1024
+# No tensor has more dimensions than this, so no tensor's data is nested deeper (NumPy's own
+# limit is 64: past it, it raises an error of its own).
+MAX_DEPTH = 32
 
 _reusable = threading.local()
 
@@ -122,22 +125,57 @@ def _data_left(entry: Any) -> Any:
 
 
 def count_arrays(value: Any) -> int:
-    """How many lists a Python value holds, at any depth (proxies count none)."""
-    if isinstance(value, list):
-        return 1 + sum(count_arrays(item) for item in value)
-    if isinstance(value, dict):
-        return sum(count_arrays(item) for item in value.values())
-    return 0
+    """How many lists a Python value holds, at any depth (proxies count none).
+
+    A loop over a stack, not recursion: a body may nest its parameters a thousand levels deep.
+    """
+    count = 0
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, list):
+            count += 1
+            pending.extend(item)
+        elif isinstance(item, dict):
+            pending.extend(item.values())
+    return count
 
 
-def regular_shape(array: Array) -> tuple[tuple[int, ...], int] | None:
+def first_non_number(value: Any, booleans: bool = False) -> Any:
+    """A value in a nested list that is neither a number nor a list (a string, null, an
+    object; a boolean unless `booleans`), or None: NumPy would read ``true`` and ``"1.5"`` as
+    numbers."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, list):
+            pending.extend(item)
+        elif type(item) is not float and type(item) is not int and not (
+                booleans and type(item) is bool):
+            return item
+    return None
+
+
+def nesting_depth(value: Any, cap: int) -> int:
+    """How many arrays deep `value`'s first number lies (a Python list or a proxy), counting
+    no further than ``cap + 1``. Uneven nesting elsewhere is NumPy's to refuse."""
+    depth = 0
+    while isinstance(value, (list, Array)) and depth <= cap:
+        depth += 1
+        if not len(value):
+            break
+        value = value[0]
+    return depth
+
+
+def regular_shape(array: Array, max_depth: int) -> tuple[tuple[int, ...], int] | None:
     """The shape of a regular nested array and how many arrays it is made of; None when its
-    levels are uneven or mix arrays with other values. The last level is not looked into:
-    `read_floats` checks it."""
+    levels are uneven, mix arrays with other values or go deeper than `max_depth`. The last
+    level is not looked into: `read_floats` checks it."""
     shape: list[int] = []
     level = [array]
     arrays = 0
-    while True:
+    while len(shape) < max_depth:
         arrays += len(level)
         length = len(level[0])
         if any(len(member) != length for member in level):
@@ -152,12 +190,14 @@ def regular_shape(array: Array) -> tuple[tuple[int, ...], int] | None:
                     return None
                 below.append(item)
         level = below
+    return None
 
 
-def read_floats(values: Mapping[K, Any], dtypes: Mapping[K, np.dtype],
-                brackets: int) -> dict[K, np.ndarray] | None:
+def read_floats(values: Mapping[K, Any], dtypes: Mapping[K, np.dtype], brackets: int,
+                max_depths: Mapping[K, int] | None = None) -> dict[K, np.ndarray] | None:
     """All `values` as arrays of their floating `dtypes`, read straight from simdjson's tape;
-    None unless every one of them can be, in a body holding `brackets` ``[``.
+    None unless every one of them can be, in a body holding `brackets` ``[``, nested no deeper
+    than its `max_depths` entry (default: `MAX_DEPTH`).
 
     A count of arrays equal to ``brackets`` proves the body has no array but the ones
     `regular_shape` walked: none hides at a number's place on the last level.
@@ -168,7 +208,7 @@ def read_floats(values: Mapping[K, Any], dtypes: Mapping[K, np.dtype],
         dtype = dtypes.get(name)
         if dtype is None or dtype.kind != "f" or not isinstance(value, Array):
             return None
-        regular = regular_shape(value)
+        regular = regular_shape(value, MAX_DEPTH if max_depths is None else max_depths[name])
         if regular is None:
             return None
         found[name], count = regular

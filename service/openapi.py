@@ -13,10 +13,13 @@ REF = "#/components/schemas/{model}"
 ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": schemas.ErrorResponse, "description": description}
     for status, description in ((400, "Bad request or tensor"), (404, "Unknown model/version"),
+                                (408, "Body not received within body_timeout"),
                                 (413, "Body or tensor too large"),
+                                (415, "Unsupported Content-Encoding"),
                                 (503, "Overloaded or not ready (see Retry-After)"),
                                 (504, "Timed out"))}
-RAW_BODIES: list[type[BaseModel]] = [schemas.V2InferRequest, schemas.PredictRequest]
+RAW_BODIES: list[type[BaseModel]] = [schemas.V2InferRequest, schemas.PredictRequest,
+                                     schemas.IndexRequest]
 
 
 def body_of(model: type[BaseModel], *, binary: bool = False) -> dict[str, Any]:
@@ -29,6 +32,13 @@ def body_of(model: type[BaseModel], *, binary: bool = False) -> dict[str, Any]:
                                                "Inference-Header-Content-Length bytes, then "
                                                "the binary tensors in input order"}
     return {"requestBody": {"required": True, "content": content}}
+
+
+def optional_body_of(model: type[BaseModel]) -> dict[str, Any]:
+    """``openapi_extra`` declaring an optional JSON request body of schema `model`."""
+    extra = body_of(model)
+    extra["requestBody"]["required"] = False
+    return extra
 
 
 V2_INFER_BODY = body_of(schemas.V2InferRequest, binary=True)

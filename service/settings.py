@@ -42,6 +42,8 @@ class Settings(BaseSettings):
     max_request_bytes: int = Field(64 << 20, ge=1024, description="largest request body")
     max_upload_bytes: int = Field(1 << 30, ge=1024, description="largest model upload body")
     max_tensor_elements: int = Field(1 << 24, ge=1, description="largest element count of a tensor")
+    body_timeout: float = Field(30.0, gt=0, description="seconds a request body may take to "
+                                "arrive; a slower client gets 408")
     memory_budget_bytes: int | None = Field(None, ge=1,
                                             description="limit on loaded models' memory")
     plan_cache_size: int = Field(

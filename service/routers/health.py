@@ -14,6 +14,7 @@ NOT_READY = "the server is starting or stopping; the model repository is not rea
 
 
 @router.get("/v2")
+@router.get("/v2/", include_in_schema=False)  # the protocol's spelling; no redirect
 async def server_metadata(request: Request) -> schemas.ServerMetadata:
     """Server name, version and protocol extensions."""
     return schemas.ServerMetadata(name=SERVER_NAME, version=request.app.version,

@@ -1,36 +1,76 @@
-"""Model repository extension of the Open Inference Protocol (index, load, unload)."""
+"""Model repository extension of the Open Inference Protocol (index, load, unload).
+
+Bodies are read by hand rather than by a pydantic model, so that each wrong field gets a
+message naming it (FastAPI's own parsing answers some with a generic 400) and no string is
+quietly read as a boolean.
+"""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Any
 
-from fastapi import APIRouter, Body
+from fastapi import APIRouter, Request
 
-from service import schemas
+from service import codecs, json_tensors, schemas
 from service.deps import Admin, Repository
 from service.describe import index
-from service.openapi import ERRORS
+from service.errors import BadRequest
+from service.openapi import ERRORS, optional_body_of
 
 router = APIRouter(prefix="/v2/repository", tags=["repository"], responses=ERRORS)
 
 
-@router.post("/index")
+async def body_object(request: Request, what: str) -> dict[str, Any]:
+    """The request's JSON object body; ``{}`` for an empty body, 400 for anything else."""
+    body = await request.body()
+    if not body.strip():
+        return {}
+    document = json_tensors.load_json(body, what)
+    if not isinstance(document, dict):
+        raise BadRequest(f"{what} must be a JSON object, got {type(document).__name__}")
+    return document
+
+
+def parameters_of(document: dict[str, Any], what: str) -> dict[str, Any]:
+    """The body's ``parameters`` object (``{}`` when absent)."""
+    parameters = document.get("parameters")
+    if parameters is None:
+        return {}
+    if not isinstance(parameters, dict):
+        raise BadRequest(f"{what}: 'parameters' must be a JSON object, got "
+                         f"{type(parameters).__name__}")
+    return parameters
+
+
+@router.post("/index", openapi_extra=optional_body_of(schemas.IndexRequest))
 async def repository_index(repository: Repository,
-                           body: Annotated[schemas.IndexRequest | None, Body()] = None
-                           ) -> list[schemas.VersionStatus]:
+                           request: Request) -> list[schemas.VersionStatus]:
     """Every version known on disk or in memory with its state."""
-    return index(repository, body.ready if body is not None else None)
+    document = await body_object(request, "repository index request")
+    ready = codecs.flag(document, "ready", "repository index request: ")
+    return index(repository, ready)
 
 
 @router.post("/models/{name}/load", dependencies=Admin)
-async def load(repository: Repository, name: str) -> schemas.Done:
+async def load(repository: Repository, name: str, request: Request) -> schemas.Done:
     """Load a model by its version policy (admin token required)."""
+    what = "model load request"
+    for key in parameters_of(await body_object(request, what), what):
+        raise BadRequest(f"{what}: parameter {key!r} is not supported; versions load from the "
+                         "repository as they are (upload files with POST /models/{name})")
     await repository.load(name)
     return schemas.Done(name=name, action="loaded")
 
 
 @router.post("/models/{name}/unload", dependencies=Admin)
-async def unload(repository: Repository, name: str) -> schemas.Done:
+async def unload(repository: Repository, name: str, request: Request) -> schemas.Done:
     """Unload every version of a model (admin token required)."""
+    what = "model unload request"
+    parameters = parameters_of(await body_object(request, what), what)
+    codecs.flag(parameters, "unload_dependents", f"{what}: parameters.")  # none depend here
+    unknown = sorted(set(parameters) - {"unload_dependents"})
+    if unknown:
+        raise BadRequest(f"{what}: parameters {unknown} are not supported; only "
+                         "unload_dependents is")
     await repository.unload(name)
     return schemas.Done(name=name, action="unloaded")

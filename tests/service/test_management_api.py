@@ -136,7 +136,8 @@ def test_load_unload_and_repository_index(tmp_path: Path) -> None:
             response = await client.post(f"/v2/repository/models/{MLP}/unload", headers=AUTH)
             assert response.status_code == 200
             response = await client.get(f"/v2/models/{MLP}/ready")
-            assert response.status_code == 503 and "Retry-After" in response.headers
+            # Not ready is the protocol's 4xx, and Triton's 400.
+            assert response.status_code == 400 and "not ready" in response.json()["error"]
             index = (await client.post("/v2/repository/index", json={"ready": False})).json()
             assert index[0]["state"] in ("UNLOADING", "UNAVAILABLE")  # draining, then gone
             assert (await client.post(f"/models/{MLP}/load", headers=AUTH)).status_code == 200
