@@ -52,7 +52,7 @@ class ModelMetadata(BaseModel):
 
 
 class ModelReady(BaseModel):
-    """``GET /v2/models/{name}[/versions/{v}]/ready`` (not ready: 503)."""
+    """``GET /v2/models/{name}[/versions/{v}]/ready`` (not ready: 400, as Triton answers)."""
 
     name: str
     ready: bool

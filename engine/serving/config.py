@@ -17,7 +17,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from engine.serving.errors import InvalidModel
 
@@ -43,6 +51,7 @@ def datatype_of(dtype: np.dtype | str) -> str:
 
 
 class _Strict(BaseModel):
+    # Integers are StrictInt: JSON `true` or `8.0` where a count belongs is a mistake, not 1 or 8.
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
@@ -51,7 +60,7 @@ class TensorConfig(_Strict):
 
     name: str = Field(min_length=1, max_length=256)
     datatype: str
-    shape: tuple[int, ...] = Field(min_length=1, max_length=32)
+    shape: tuple[StrictInt, ...] = Field(min_length=1, max_length=32)
 
     @field_validator("datatype", mode="before")
     @classmethod
@@ -83,10 +92,10 @@ class TensorConfig(_Strict):
 class DynamicBatchingConfig(_Strict):
     """How requests are queued and combined (see `engine.serving.batcher.DynamicBatcher`)."""
 
-    max_queue_delay_us: int = Field(1000, ge=0, le=60_000_000)
-    preferred_batch_sizes: tuple[int, ...] = ()
-    max_queue_size: int = Field(1024, ge=1, le=1_000_000)
-    timeout_us: int | None = Field(None, ge=1, le=3_600_000_000)
+    max_queue_delay_us: StrictInt = Field(1000, ge=0, le=60_000_000)
+    preferred_batch_sizes: tuple[StrictInt, ...] = ()
+    max_queue_size: StrictInt = Field(1024, ge=1, le=1_000_000)
+    timeout_us: StrictInt | None = Field(None, ge=1, le=3_600_000_000)
 
     @field_validator("preferred_batch_sizes")
     @classmethod
@@ -99,7 +108,7 @@ class DynamicBatchingConfig(_Strict):
 class LatestVersions(_Strict):
     """Serve the `num_versions` highest version numbers."""
 
-    num_versions: int = Field(1, ge=1, le=1000)
+    num_versions: StrictInt = Field(1, ge=1, le=1000)
 
 
 class AllVersions(_Strict):
@@ -109,7 +118,7 @@ class AllVersions(_Strict):
 class SpecificVersions(_Strict):
     """Serve exactly the listed versions (those present on disk)."""
 
-    versions: tuple[int, ...] = Field(min_length=1)
+    versions: tuple[StrictInt, ...] = Field(min_length=1)
 
     @field_validator("versions")
     @classmethod
@@ -150,7 +159,7 @@ class ModelConfig(_Strict):
     name: str | None = None
     inputs: tuple[TensorConfig, ...] | None = None
     outputs: tuple[TensorConfig, ...] | None = None
-    max_batch_size: int = Field(32, ge=1, le=65536)
+    max_batch_size: StrictInt = Field(32, ge=1, le=65536)
     dynamic_batching: DynamicBatchingConfig = DynamicBatchingConfig()
     device: Literal["cpu", "gpu", "auto"] | None = None
     version_policy: VersionPolicy = VersionPolicy()

@@ -120,8 +120,7 @@ def broken_bodies(draw: st.DrawFn, route: str) -> tuple[bytes, dict[str, str]]:
             old = document
             for key in path:
                 old = old[key]
-            wrong = [value for value in WRONG_TYPES if category(value) != category(old)
-                     and not (route == "upload config" and value is True)]  # see the xfail
+            wrong = [value for value in WRONG_TYPES if category(value) != category(old)]
             document = replaced(document, path, lambda _: draw(st.sampled_from(wrong)))
     body = json.dumps(document).encode()
     headers = {}
@@ -176,9 +175,6 @@ def test_a_config_nested_past_the_json_parsers_depth_is_400(client: AppClient) -
     assert "nests values too deeply" in response.json()["error"]
 
 
-@pytest.mark.xfail(strict=True, reason="engine/serving/config.py (not this branch's to edit) "
-                   "reads JSON true as the integer 1: ModelConfig validates in pydantic's lax "
-                   "mode; the property test above leaves `true` out of upload configs for now")
 def test_a_config_with_true_for_a_number_is_refused(client: AppClient) -> None:
     config = json.dumps({**config_for(MLP), "max_batch_size": True}).encode()
     response = send(client, "upload config", config, {})

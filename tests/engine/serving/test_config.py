@@ -61,6 +61,9 @@ def test_empty_config_takes_defaults() -> None:
     ({"version_policy": {"latest": {}, "all": {}}}, "exactly one"),
     ({"version_policy": {"specific": {"versions": [0]}}}, "version_policy.specific.versions"),
     ({"batch": 3}, "batch: Extra inputs are not permitted"),
+    ({"max_batch_size": True}, "max_batch_size: Input should be a valid integer"),
+    ({"max_batch_size": 8.0}, "max_batch_size: Input should be a valid integer"),
+    ({"inputs": [{"name": "data", "datatype": "FP32", "shape": [-1, "512"]}]}, "inputs.0.shape.1"),
 ])
 def test_invalid_config_names_the_field(change: dict[str, Any], field: str) -> None:
     with pytest.raises(InvalidModel) as caught:
