@@ -1,4 +1,9 @@
-"""Access to the MXNet 1.9.1 reference data in ``tests/fixtures/mxnet`` and its tolerances."""
+"""Access to the MXNet 1.9.1 reference data and its tolerances.
+
+``tests/fixtures/mxnet`` holds the original reference exports; ``tests/fixtures/mxnet_extra`` holds
+the cases that ``tools/mxnet_fixtures`` generates. Both operator sets share one format and are read
+as one list of cases.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFORMANCE = ROOT / "tests" / "fixtures" / "mxnet"
 MODELS = CONFORMANCE / "models"
 PARAMS = CONFORMANCE / "params"
+EXTRA = ROOT / "tests" / "fixtures" / "mxnet_extra"
+OP_CASE_DIRS = (CONFORMANCE / "ops", EXTRA / "ops")
 
 DEFAULT_TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
 FLOAT16_TOLERANCE = {"rtol": 1e-2, "atol": 1e-2}
@@ -20,15 +27,24 @@ FLOAT16_TOLERANCE = {"rtol": 1e-2, "atol": 1e-2}
 
 @cache
 def op_cases() -> list[dict[str, Any]]:
-    """Every operator case from ``ops/cases.json``."""
-    return json.loads((CONFORMANCE / "ops" / "cases.json").read_text())["cases"]
+    """Every operator case of every set, in file order; case ids are unique across sets."""
+    cases = [case for folder in OP_CASE_DIRS
+             for case in json.loads((folder / "cases.json").read_text())["cases"]]
+    ids = [case["id"] for case in cases]
+    duplicates = sorted({case_id for case_id in ids if ids.count(case_id) > 1})
+    if duplicates:
+        raise ValueError(f"operator case ids appear in more than one set: {duplicates}")
+    return cases
 
 
 @cache
 def op_arrays() -> dict[str, np.ndarray]:
     """Inputs and expected outputs of every operator case, keyed ``<id>/in<k>``/``<id>/out<k>``."""
-    with np.load(CONFORMANCE / "ops" / "cases.npz") as data:
-        return {key: data[key] for key in data.files}
+    arrays: dict[str, np.ndarray] = {}
+    for folder in OP_CASE_DIRS:
+        with np.load(folder / "cases.npz") as data:
+            arrays.update({key: data[key] for key in data.files})
+    return arrays
 
 
 def model_names() -> list[str]:
