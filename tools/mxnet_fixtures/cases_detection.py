@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-
 from casefile import Case
 
 Rng = Callable[[str], np.random.Generator]

@@ -35,7 +35,8 @@ def rng_for(case_id: str) -> np.random.Generator:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True, help="fixture root; cases go to <out>/ops")
+    parser.add_argument("--out", type=Path, required=True,
+                        help="fixture root; cases go to <out>/ops")
     args = parser.parse_args()
     cases = [case for family in FAMILIES for case in family(rng_for)]
     write_cases(cases, args.out / "ops")
