@@ -31,4 +31,5 @@ def attention_cases(rng_for: Rng) -> list[Case]:
              {"keys_values": keys_values, "attention": cross_scores}, attrs),
         Case("selfatt_qk_one_head", "_contrib_interleaved_matmul_selfatt_qk",
              {"queries_keys_values": qkv[..., :3 * width]}, {"heads": "1"}),
+        Case("div_sqrt_dim", "_contrib_div_sqrt_dim", {"data": queries}),
     ]

@@ -86,6 +86,10 @@ def box_coding_cases(rng_for: Rng) -> list[Case]:
         Case("box_decode_center_anchors", "_contrib_box_decode",
              {"data": deltas, "anchors": center}, {"format": "center"}),
         Case("box_encode", "_contrib_box_encode", encode_inputs),
+        Case("box_iou_corner", "_contrib_box_iou",
+             {"lhs": corner_boxes(rng, 2, 3), "rhs": corner_boxes(rng, 4)}),
+        Case("box_iou_center", "_contrib_box_iou",
+             {"lhs": corner_boxes(rng, 5), "rhs": corner_boxes(rng, 3, 2)}, {"format": "center"}),
     ]
 
 
@@ -110,6 +114,8 @@ def roi_cases(rng_for: Rng) -> list[Case]:
         Case("roi_pooling", "ROIPooling", inputs, {"pooled_size": "(3, 2)", **scale}),
         Case("roi_pooling_scale1", "ROIPooling", {"data": data, "rois": rois / 3.0},
              {"pooled_size": "(4, 4)", "spatial_scale": "1.0"}),
+        Case("npx_roi_pooling", "_npx_roi_pooling", inputs,
+             {"pooled_size": "(2, 2)", "spatial_scale": "0.2"}),
     ]
 
 
@@ -139,6 +145,9 @@ def multibox_cases(rng_for: Rng) -> list[Case]:
              {"threshold": "0.3", "clip": "False", "variances": "(0.2, 0.2, 0.1, 0.1)"}),
         Case("multibox_detection_background2", op, inputs,
              {"background_id": "2", "nms_threshold": "0.45"}),
+        Case("npx_multibox_detection", "_npx_multibox_detection", inputs, {"nms_topk": "6"}),
+        Case("npx_multibox_prior", "_npx_multibox_prior", {"data": feature},
+             {"sizes": "(0.3, 0.6)", "ratios": "(1, 3)"}),
     ]
     return cases
 

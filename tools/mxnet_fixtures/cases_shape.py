@@ -24,6 +24,7 @@ def range_cases(rng_for: Rng) -> list[Case]:
         Case("arange_repeat", "_arange", {}, {"start": "0", "stop": "4", "repeat": "3"}),
         Case("arange_int32", "_arange", {}, {"start": "2", "stop": "11", "step": "3",
                                              "dtype": "int32"}),
+        Case("npi_arange", "_npi_arange", {}, {"start": "-2", "stop": "3", "step": "0.5"}),
     ]
     data = _normal(rng_for("arange_like"), 2, 3, 4)
     cases += [
@@ -32,6 +33,7 @@ def range_cases(rng_for: Rng) -> list[Case]:
              {"axis": "-1", "start": "2", "step": "0.5"}),
         Case("arange_like_repeat", "_contrib_arange_like", {"data": data},
              {"axis": "1", "repeat": "2", "start": "-1"}),
+        Case("npx_arange_like", "_npx_arange_like", {"data": data}, {"axis": "0", "step": "3"}),
     ]
     return cases
 
@@ -48,6 +50,8 @@ def reshape_like_cases(rng_for: Rng) -> list[Case]:
         Case("reshape_like_negative", "reshape_like",
              {"lhs": lhs, "rhs": np.zeros((3, 2), np.float32)},
              {"lhs_begin": "0", "lhs_end": "-1", "rhs_begin": "-2"}),
+        Case("npx_reshape_like", "_npx_reshape_like",
+             {"lhs": lhs, "rhs": np.zeros((4, 6), np.float32)}),
     ]
 
 
@@ -63,6 +67,8 @@ def gather_nd_cases(rng_for: Rng) -> list[Case]:
         Case("gather_nd_partial_float", "gather_nd", {"data": data, "indices": partial}),
         Case("gather_nd_negative", "gather_nd",
              {"data": data, "indices": np.array([[-1, 0, -3]], np.int64)}),
+        Case("npx_gather_nd", "_npx_gather_nd", {"data": data, "indices": full[:2]}),
+        Case("npi_gather_nd", "_npi_gather_nd", {"data": data, "indices": full[:1]}),
     ]
 
 
