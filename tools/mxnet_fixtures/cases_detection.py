@@ -100,6 +100,7 @@ def roi_cases(rng_for: Rng) -> list[Case]:
     boxes = corner_boxes(rng, 5) * np.array([36, 30, 36, 30], np.float32)
     rois = np.concatenate([np.array([[0], [1], [0], [1], [1]], np.float32), boxes], axis=1)
     rois[4, 1:] = [40.0, 2.0, 44.0, 50.0]  # partly outside the feature map
+    rois[2, 1:] = [9.0, 9.2, 9.3, 9.4]  # smaller than one feature-map cell
     inputs = {"data": data, "rois": rois}
     scale = {"spatial_scale": "0.25"}
     return [
@@ -111,6 +112,9 @@ def roi_cases(rng_for: Rng) -> list[Case]:
         Case("roi_align_sample_ratio1_aligned", "_contrib_ROIAlign", inputs,
              {"pooled_size": "(2, 2)", "sample_ratio": "1", "aligned": "True",
               "spatial_scale": "0.3"}),
+        Case("roi_align_position_sensitive", "_contrib_ROIAlign",
+             {"data": rng.standard_normal((2, 8, 6, 5)).astype(np.float32), "rois": rois},
+             {"pooled_size": "(2, 2)", "position_sensitive": "True", "spatial_scale": "0.2"}),
         Case("roi_pooling", "ROIPooling", inputs, {"pooled_size": "(3, 2)", **scale}),
         Case("roi_pooling_scale1", "ROIPooling", {"data": data, "rois": rois / 3.0},
              {"pooled_size": "(4, 4)", "spatial_scale": "1.0"}),
