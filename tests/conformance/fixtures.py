@@ -20,6 +20,7 @@ MODELS = CONFORMANCE / "models"
 PARAMS = CONFORMANCE / "params"
 EXTRA = ROOT / "tests" / "fixtures" / "mxnet_extra"
 OP_CASE_DIRS = (CONFORMANCE / "ops", EXTRA / "ops")
+MODEL_DIRS = (MODELS, EXTRA / "models")
 
 DEFAULT_TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
 FLOAT16_TOLERANCE = {"rtol": 1e-2, "atol": 1e-2}
@@ -48,25 +49,34 @@ def op_arrays() -> dict[str, np.ndarray]:
 
 
 def model_names() -> list[str]:
-    """Names of the exported conformance models."""
-    return sorted(path.name for path in MODELS.iterdir() if path.is_dir())
+    """Names of the exported conformance models of every set."""
+    return sorted(path.name for folder in MODEL_DIRS for path in folder.iterdir()
+                  if path.is_dir())
+
+
+def model_dir(name: str) -> Path:
+    """The folder holding one conformance model, whichever set it belongs to."""
+    for folder in MODEL_DIRS:
+        if (folder / name).is_dir():
+            return folder / name
+    raise KeyError(f"no conformance model named {name!r}")
 
 
 def model_meta(name: str) -> dict[str, Any]:
     """``meta.json`` of one conformance model."""
-    return json.loads((MODELS / name / "meta.json").read_text())
+    return json.loads((model_dir(name) / "meta.json").read_text())
 
 
 def model_files(name: str) -> tuple[Path, Path]:
     """(symbol file, params file) of one conformance model."""
     meta = model_meta(name)
-    return MODELS / name / meta["symbol_file"], MODELS / name / meta["params_file"]
+    return model_dir(name) / meta["symbol_file"], model_dir(name) / meta["params_file"]
 
 
 def model_io_sets(name: str) -> list[tuple[dict[str, np.ndarray], list[np.ndarray]]]:
     """Every (inputs, expected outputs) set of one model's ``io.npz``."""
     meta = model_meta(name)
-    with np.load(MODELS / name / "io.npz") as data:
+    with np.load(model_dir(name) / "io.npz") as data:
         return [({input_name: data[key] for input_name, key in io_set["inputs"].items()},
                  [data[key] for key in io_set["outputs"]]) for io_set in meta["io_sets"]]
 
