@@ -6,6 +6,7 @@ Importing this package registers all operators; `get_op` looks one up by MXNet n
 from engine.ops import (  # noqa: F401  (imported for their registrations)
     activation,
     adaptive,
+    aliases,
     attention,
     boxes,
     conv,

@@ -3,7 +3,8 @@
 Every name ``mx.operator.get_all_registered_operators()`` gives has a status: ``supported``
 (registered here), ``todo`` (a forward operator not implemented yet), ``unsupported`` (a forward
 operator refused on purpose, with the reason) or ``excluded`` (no inference export contains it:
-backward ops, optimizer updates... with the reason). ``tools/mxnet_fixtures/list_ops.py`` writes
+backward ops, optimizer updates... with the reason). Names MXNet registered as aliases carry
+``alias_of``, the op they resolve to. ``tools/mxnet_fixtures/list_ops.py`` writes
 the names; ``python -m engine.ops.coverage --write`` keeps ``supported`` in line with the registry.
 """
 
@@ -32,3 +33,15 @@ def unsupported_reason(name: str) -> str | None:
     if record is None or record["status"] != "unsupported":
         return None
     return record["reason"]
+
+
+def mxnet_saved_name(name: str) -> str | None:
+    """The name MXNet writes for op ``name`` (its alias target), or None when ``name`` is unknown.
+
+    MXNet resolves an alias to the op it was added to, so ``_npx_slice`` is saved as ``slice``;
+    NumPy-mode names registered as ops of their own (``_npi_add``) keep their name.
+    """
+    record = load_operators().get(name)
+    if record is None:
+        return None
+    return record.get("alias_of", name)

@@ -49,15 +49,23 @@ def coverage(operators: OperatorRecords) -> Coverage:
 
 
 def synced(operators: OperatorRecords) -> OperatorRecords:
-    """The records with every registered name ``supported`` and unregistered ``supported`` todo."""
+    """The records with every registered name ``supported`` and unregistered ``supported`` todo.
+
+    A record's ``alias_of`` (a fact about MXNet) survives the change of status.
+    """
     result = {}
     for name, record in operators.items():
         if has_op(name):
-            record = {"status": "supported"}
+            record = _with_status(record, "supported")
         elif record["status"] == "supported":
-            record = {"status": "todo"}
+            record = _with_status(record, "todo")
         result[name] = record
     return result
+
+
+def _with_status(record: dict[str, str], status: str) -> dict[str, str]:
+    kept = {"alias_of": record["alias_of"]} if "alias_of" in record else {}
+    return {"status": status, **kept}
 
 
 def report(operators: OperatorRecords) -> str:

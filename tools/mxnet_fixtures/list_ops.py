@@ -9,17 +9,21 @@ optimizer updates, random sampling, sparse storage, quantized or backend-subgrap
 internals, training-only losses, in-place assignment and image decoding. ``Custom`` is
 ``unsupported``: it runs user Python code. Every other name is a forward operator and starts as
 ``todo``; ``python -m engine.ops.coverage --write`` then marks those the engine registers as
-``supported``. Statuses already in the file (``supported``, ``unsupported``) are kept.
+``supported``. Statuses already in the file (``supported``, ``unsupported``) are kept. A name
+that MXNet registered as an alias of another op carries ``alias_of``: MXNet writes the other
+name when it saves a graph.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import re
 from pathlib import Path
 
 import mxnet as mx
+from mxnet.base import _LIB, OpHandle, c_str, check_call, py_str
 
 # (regular expression over the name, reason), first match wins.
 EXCLUDED = (
@@ -61,6 +65,19 @@ def classify(name: str) -> dict[str, str]:
     return {"status": "todo"}
 
 
+def canonical_name(name: str) -> str:
+    """The name MXNet writes for ``name``: an alias resolves to the op it was added to."""
+    handle = OpHandle()
+    check_call(_LIB.NNGetOpHandle(c_str(name), ctypes.byref(handle)))
+    real, text, kwargs, returns = (ctypes.c_char_p() for _ in range(4))
+    count = ctypes.c_uint()
+    names, types, docs = (ctypes.POINTER(ctypes.c_char_p)() for _ in range(3))
+    check_call(_LIB.MXSymbolGetAtomicSymbolInfo(
+        handle, ctypes.byref(real), ctypes.byref(text), ctypes.byref(count), ctypes.byref(names),
+        ctypes.byref(types), ctypes.byref(docs), ctypes.byref(kwargs), ctypes.byref(returns)))
+    return py_str(real.value)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -72,6 +89,9 @@ def main() -> None:
         kept = previous.get(name, {})
         if record["status"] == "todo" and kept.get("status") in ("supported", "unsupported"):
             record = kept
+        canonical = canonical_name(name)
+        if canonical != name:
+            record = {**record, "alias_of": canonical}
         operators[name] = record
     document = {"mxnet_version": mx.__version__,
                 "source": "mx.operator.get_all_registered_operators()",
