@@ -15,23 +15,40 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from engine.ops import (  # noqa: F401  (the targets must be registered first)
+from engine.ops import (  # noqa: F401  (every op module: targets are registered first)
     activation,
+    adaptive,
+    attention,
+    batchnorm_variants,
+    boxes,
+    conv,
     creation,
+    crop,
     dense,
     elementwise,
+    fused,
+    gather,
     indexing,
     join,
+    linalg,
+    mathextra,
+    multibox,
+    nms,
+    norm,
+    pool,
     products,
+    ranges,
     reduce,
     reshape,
     rnn,
+    roi,
     sequence,
     slicing,
+    spatial,
     tile,
     transpose,
 )
-from engine.ops.registry import register_alias
+from engine.ops.registry import has_op, register_alias
 
 ALIASES_FILE = Path(__file__).with_name("mxnet_aliases.json")
 
@@ -42,4 +59,7 @@ def load_aliases(path: Path = ALIASES_FILE) -> dict[str, str]:
 
 
 for _alias, _target in load_aliases().items():
+    if not has_op(_target):
+        raise ImportError(f"mxnet_aliases.json: {_alias!r} names {_target!r}, which no op module "
+                          "registers; import that module in engine/ops/aliases.py")
     register_alias(_alias, _target)

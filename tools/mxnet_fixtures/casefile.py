@@ -35,15 +35,24 @@ class Case:
 
 
 def one_node_symbol(case: Case) -> mx.sym.Symbol:
-    """MXNet's symbol for the case: a variable per input and one op node with every output."""
+    """MXNet's symbol for the case: a variable per input and one op node with every output.
+
+    Built twice: the second time the entries feeding auxiliary states carry version 1, as
+    MXNet's own composition writes them (the op mutates those variables).
+    """
+    first = _load(case, set())
+    return _load(case, set(first.list_auxiliary_states()))
+
+
+def _load(case: Case, aux: set[str]) -> mx.sym.Symbol:
     nodes = [{"op": "null", "name": name, "inputs": []} for name in case.inputs]
     nodes.append({"op": case.op, "name": OP_NODE, "attrs": case.attrs,
-                  "inputs": [[k, 0, 0] for k in range(len(case.inputs))]})
+                  "inputs": [[k, 0, int(name in aux)] for k, name in enumerate(case.inputs)]})
     document = {"nodes": nodes, "arg_nodes": list(range(len(case.inputs))),
                 "heads": [[len(nodes) - 1, 0, 0]],
                 "attrs": {"mxnet_version": ["int", MXNET_VERSION]}}
-    first = mx.sym.load_json(json.dumps(document))
-    internals = first.get_internals()
+    loaded = mx.sym.load_json(json.dumps(document))
+    internals = loaded.get_internals()
     prefix = OP_NODE + "_"
     outputs = [internals[name] for name in internals.list_outputs() if name.startswith(prefix)]
     return mx.sym.Group(outputs) if len(outputs) > 1 else outputs[0]
