@@ -16,7 +16,7 @@ from engine.ops.norm import BATCH_NORM
 from engine.ops.registry import Attrs, Param, register
 
 
-def _on_channel_axis(function: Callable[..., Any]) -> Callable[..., Any]:
+def on_channel_axis(function: Callable[..., Any]) -> Callable[..., Any]:
     """``function(attrs, ...)`` called with BatchNorm's attributes: axis 1 and the defaults."""
     defaults = {"axis": 1, "cudnn_off": False, "min_calib_range": None, "max_calib_range": None}
 
@@ -27,7 +27,7 @@ def _on_channel_axis(function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _sync_kernel(xp: Any, attrs: Attrs, *inputs: Any) -> Any:
-    return _on_channel_axis(lambda bn_attrs: BATCH_NORM.kernel(xp, bn_attrs, *inputs))(attrs)
+    return on_channel_axis(lambda bn_attrs: BATCH_NORM.kernel(xp, bn_attrs, *inputs))(attrs)
 
 
 def _visible(attrs: Attrs) -> int:
@@ -47,10 +47,10 @@ register(replace(
         Param("ndev", parse_int, 1),
         Param("key", parse_str),
     ),
-    outputs=_on_channel_axis(BATCH_NORM.outputs),
-    hidden_outputs=_on_channel_axis(BATCH_NORM.hidden_outputs),
-    infer_shape=_on_channel_axis(BATCH_NORM.infer_shape),
-    infer_dtype=_on_channel_axis(BATCH_NORM.infer_dtype),
+    outputs=on_channel_axis(BATCH_NORM.outputs),
+    hidden_outputs=on_channel_axis(BATCH_NORM.hidden_outputs),
+    infer_shape=on_channel_axis(BATCH_NORM.infer_shape),
+    infer_dtype=on_channel_axis(BATCH_NORM.infer_dtype),
     kernel=_sync_kernel,
     bind=None,
     doc="Cross-device BatchNorm; at inference, BatchNorm on axis 1 with the moving statistics.",

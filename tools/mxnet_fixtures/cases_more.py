@@ -28,6 +28,27 @@ def batchnorm_cases(rng_for: Rng) -> list[Case]:
     ]
 
 
+def legacy_v1_cases(rng_for: Rng) -> list[Case]:
+    """Convolution_v1, Pooling_v1 and BatchNorm_v1, as pre-1.0 exports contain them."""
+    rng = rng_for("legacy_v1")
+    data = _normal(rng, 2, 4, 7, 6)
+    conv = {"data": data, "weight": _normal(rng, 6, 2, 3, 3), "bias": _normal(rng, 6)}
+    bn = {"data": data, "gamma": rng.uniform(0.5, 1.5, 4).astype("f4"), "beta": _normal(rng, 4),
+          "moving_mean": _normal(rng, 4), "moving_var": rng.uniform(0.5, 2.0, 4).astype("f4")}
+    return [
+        Case("conv_v1", "Convolution_v1", conv,
+             {"kernel": "(3, 3)", "num_filter": "6", "num_group": "2", "pad": "(1, 0)",
+              "stride": "(2, 1)"}),
+        Case("pool_v1_max_full", "Pooling_v1", {"data": data},
+             {"kernel": "(3, 3)", "stride": "(2, 2)", "pooling_convention": "full"}),
+        Case("pool_v1_avg_pad", "Pooling_v1", {"data": data},
+             {"kernel": "(3, 2)", "pad": "(1, 1)", "pool_type": "avg"}),
+        Case("pool_v1_global_sum", "Pooling_v1", {"data": data},
+             {"kernel": "(1, 1)", "global_pool": "True", "pool_type": "sum"}),
+        Case("bn_v1", "BatchNorm_v1", bn, {"fix_gamma": "False", "eps": "1e-4"}),
+    ]
+
+
 def linalg_cases(rng_for: Rng) -> list[Case]:
     """gemm/gemm2 (transposes, alpha/beta, axis) and the small square-matrix ops."""
     rng = rng_for("linalg")
@@ -117,5 +138,5 @@ def spatial_cases(rng_for: Rng) -> list[Case]:
 
 def more_cases(rng_for: Rng) -> list[Case]:
     """Every case of this module."""
-    return (batchnorm_cases(rng_for) + linalg_cases(rng_for) + crop_and_math_cases(rng_for)
-            + spatial_cases(rng_for))
+    return (batchnorm_cases(rng_for) + legacy_v1_cases(rng_for) + linalg_cases(rng_for)
+            + crop_and_math_cases(rng_for) + spatial_cases(rng_for))
