@@ -25,6 +25,7 @@ from engine.ops import (  # noqa: F401  (imported for their registrations)
     multibox,
     nms,
     norm,
+    npextra,
     npmode,
     pool,
     products,
@@ -38,6 +39,7 @@ from engine.ops import (  # noqa: F401  (imported for their registrations)
     spatial,
     tile,
     transpose,
+    utilities,
 )
 from engine.ops.registry import REQUIRED, Attrs, OpDef, Param, all_ops, get_op, has_op, register
 

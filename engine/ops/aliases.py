@@ -36,6 +36,7 @@ from engine.ops import (  # noqa: F401  (every op module: targets are registered
     multibox,
     nms,
     norm,
+    npextra,
     npmode,
     pool,
     products,
@@ -49,6 +50,7 @@ from engine.ops import (  # noqa: F401  (every op module: targets are registered
     spatial,
     tile,
     transpose,
+    utilities,
 )
 from engine.ops.registry import has_op, register_alias
 

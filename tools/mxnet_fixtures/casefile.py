@@ -100,7 +100,10 @@ def write_cases(cases: list[Case], out_dir: Path) -> None:
         raise ValueError(f"duplicate case ids: {duplicates}")
     records, arrays = [], {}
     for case in cases:
-        record, case_arrays = run_case(case)
+        try:
+            record, case_arrays = run_case(case)
+        except mx.base.MXNetError as error:
+            raise RuntimeError(f"case {case.id!r} ({case.op}) failed in MXNet") from error
         records.append(record)
         arrays.update(case_arrays)
     out_dir.mkdir(parents=True, exist_ok=True)

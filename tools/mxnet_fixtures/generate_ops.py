@@ -23,13 +23,14 @@ from casefile import Case, write_cases  # noqa: E402
 from cases_aliases import alias_cases  # noqa: E402
 from cases_attention import attention_cases  # noqa: E402
 from cases_detection import detection_cases  # noqa: E402
+from cases_misc import misc_cases  # noqa: E402
 from cases_more import more_cases  # noqa: E402
 from cases_numpy import numpy_cases  # noqa: E402
 from cases_shape import shape_cases  # noqa: E402
 
 CaseFamily = Callable[[Callable[[str], np.random.Generator]], list[Case]]
 FAMILIES: tuple[CaseFamily, ...] = (shape_cases, detection_cases, attention_cases,
-                                     more_cases, numpy_cases, alias_cases)
+                                     more_cases, numpy_cases, misc_cases, alias_cases)
 
 
 def rng_for(case_id: str) -> np.random.Generator:

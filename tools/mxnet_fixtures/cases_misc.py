@@ -1,0 +1,91 @@
+"""Cases for small contrib utilities and further NumPy-mode operators."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from casefile import Case
+
+Rng = Callable[[str], np.random.Generator]
+
+
+def contrib_cases(rng_for: Rng) -> list[Case]:
+    """index_array, index_copy, allclose, quadratic, batch_take, khatri_rao, index (un)ravel."""
+    rng = rng_for("contrib_misc")
+    x = rng.standard_normal((2, 3, 4)).astype("f4")
+    old = rng.standard_normal((5, 3)).astype("f4")
+    return [
+        Case("index_array", "_contrib_index_array", {"data": x}),
+        Case("index_array_axes", "_contrib_index_array", {"data": x}, {"axes": "(2, 0)"}),
+        Case("index_copy", "_contrib_index_copy",
+             {"old_tensor": old, "index_vector": np.array([3, 0], "f4"),
+              "new_tensor": rng.standard_normal((2, 3)).astype("f4")}),
+        Case("allclose_true", "_contrib_allclose", {"a": x, "b": x + 1e-7}),
+        Case("allclose_false", "_contrib_allclose", {"a": x, "b": x + 1e-2},
+             {"rtol": "1e-3", "atol": "1e-4"}),
+        Case("quadratic", "_contrib_quadratic", {"data": x}, {"a": "0.5", "b": "-2", "c": "1"}),
+        Case("batch_take", "batch_take", {"a": x[0], "indices": np.array([3, 0, 2], "int32")}),
+        Case("khatri_rao", "khatri_rao", {"arg0": x[0, :, :2].copy(), "arg1": x[1, :2, :2].copy()},
+             {"num_args": "2"}),
+        Case("ravel_multi_index", "_ravel_multi_index",
+             {"data": np.array([[1, 0, 2], [3, 1, 0]], "f4")}, {"shape": "(3, 4)"}),
+        Case("unravel_index", "_unravel_index", {"data": np.array([7, 0, 11], "f4")},
+             {"shape": "(3, 4)"}),
+    ]
+
+
+def numpy_more_cases(rng_for: Rng) -> list[Case]:
+    """std/var, diff, rot90, stacks, windows, logspace, indices, bitwise, lcm, ldexp, dots."""
+    rng = rng_for("numpy_more")
+    x = rng.standard_normal((3, 4)).astype("f4")
+    ints = rng.integers(1, 20, (3, 4)).astype("int32")
+    other = rng.integers(1, 20, (3, 4)).astype("int32")
+    return [
+        Case("npi_std", "_npi_std", {"a": x}, {"axis": "1", "ddof": "1"}),
+        Case("npi_var_keepdims", "_npi_var", {"a": x}, {"axis": "0", "keepdims": "True"}),
+        Case("npi_var_all", "_npi_var", {"a": x}),
+        Case("npi_diff", "_npi_diff", {"a": x}, {"n": "2", "axis": "1"}),
+        Case("npi_rot90", "_npi_rot90", {"data": x}, {"k": "3", "axes": "(0, 1)"}),
+        Case("npi_column_stack", "_npi_column_stack", {"arg0": x[0].copy(), "arg1": x[1].copy()},
+             {"num_args": "2"}),
+        Case("npi_dstack", "_npi_dstack", {"arg0": x, "arg1": x * 2}, {"num_args": "2"}),
+        Case("npi_hanning", "_npi_hanning", {}, {"M": "6"}),
+        Case("npi_hamming", "_npi_hamming", {}, {"M": "5"}),
+        Case("npi_blackman", "_npi_blackman", {}, {"M": "7"}),
+        Case("npi_logspace", "_npi_logspace", {}, {"start": "0", "stop": "2", "num": "5",
+                                                   "base": "2"}),
+        Case("npi_logspace_open", "_npi_logspace", {}, {"start": "1", "stop": "3", "num": "4",
+                                                        "endpoint": "False"}),
+        Case("npi_indices", "_npi_indices", {}, {"dimensions": "(2, 3)"}),
+        Case("npi_bitwise_and", "_npi_bitwise_and", {"lhs": ints, "rhs": other}),
+        Case("npi_bitwise_or", "_npi_bitwise_or", {"lhs": ints, "rhs": other}),
+        Case("npi_bitwise_xor", "_npi_bitwise_xor", {"lhs": ints, "rhs": other}),
+        Case("npi_bitwise_and_scalar", "_npi_bitwise_and_scalar", {"data": ints}, {"scalar": "6"}),
+        Case("npi_bitwise_or_scalar", "_npi_bitwise_or_scalar", {"data": ints}, {"scalar": "6"}),
+        Case("npi_bitwise_xor_scalar", "_npi_bitwise_xor_scalar", {"data": ints}, {"scalar": "6"}),
+        Case("npi_bitwise_not", "_npi_bitwise_not", {"x": ints}),
+        Case("npi_lcm", "_npi_lcm", {"lhs": ints, "rhs": other}),
+        Case("npi_lcm_scalar", "_npi_lcm_scalar", {"data": ints}, {"scalar": "4"}),
+        Case("npi_ldexp", "_npi_ldexp", {"lhs": x, "rhs": ints.astype("f4") % 4}),
+        Case("npi_ldexp_scalar", "_npi_ldexp_scalar", {"data": x}, {"scalar": "3"}),
+        Case("npi_rldexp_scalar", "_npi_rldexp_scalar", {"data": np.abs(x).round()},
+             {"scalar": "1.5"}),
+        Case("npi_tensordot", "_npi_tensordot",
+             {"a": rng.standard_normal((2, 3, 4)).astype("f4"),
+              "b": rng.standard_normal((4, 3, 5)).astype("f4")},
+             {"a_axes_summed": "(1, 2)", "b_axes_summed": "(1, 0)"}),
+        Case("npi_tensordot_int", "_npi_tensordot_int_axes",
+             {"a": rng.standard_normal((2, 3, 4)).astype("f4"),
+              "b": rng.standard_normal((3, 4, 2)).astype("f4")}, {"axes": "2"}),
+        Case("npi_einsum", "_npi_einsum", {"arg0": rng.standard_normal((2, 3, 4)).astype("f4"),
+                                           "arg1": rng.standard_normal((2, 4, 5)).astype("f4")},
+             {"num_args": "2", "subscripts": "bij,bjk->bik"}),
+        Case("npi_einsum_trace", "_npi_einsum", {"arg0": rng.standard_normal((3, 3)).astype("f4")},
+             {"num_args": "1", "subscripts": "ii"}),
+    ]
+
+
+def misc_cases(rng_for: Rng) -> list[Case]:
+    """Every case of this module."""
+    return contrib_cases(rng_for) + numpy_more_cases(rng_for)
