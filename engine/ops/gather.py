@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import ShapeError
-from engine.ops.attrs import optional, parse_int
+from engine.ops.attrs import optional, parse_int, parse_int_tuple
 from engine.ops.registry import Attrs, MaybeShape, OpDef, Param, keep_input_dtypes, register
 from engine.ops.shapes import Inferred
 
@@ -41,6 +41,25 @@ register(OpDef(
     infer_dtype=keep_input_dtypes(lambda attrs, dtypes: dtypes[0]),
     kernel=_gather_nd_kernel,
     doc="Elements or slices of data at the coordinates along indices' first axis.",
+))
+
+
+def _scatter_nd_kernel(xp: Any, attrs: Attrs, data: Any, indices: Any) -> Any:
+    # Positions written twice keep one of the values, as in MXNet (which leaves it unspecified).
+    out = xp.zeros(attrs.shape, data.dtype)
+    index = indices.astype(INT64)
+    out[tuple(index[k] for k in range(index.shape[0]))] = data
+    return out
+
+
+register(OpDef(
+    name="scatter_nd",
+    params=(Param("shape", parse_int_tuple),),
+    inputs=("data", "indices"),
+    infer_shape=lambda attrs, shapes: (shapes, [tuple(attrs.shape)]),
+    infer_dtype=keep_input_dtypes(lambda attrs, dtypes: dtypes[0]),
+    kernel=_scatter_nd_kernel,
+    doc="A zero array of shape with data written at the coordinates along indices' first axis.",
 ))
 
 

@@ -7,8 +7,11 @@ factorisations (``det``, ``inverse``, ``slogdet``, Cholesky ``potrf``/``potri``)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from engine.errors import ShapeError
 from engine.ops.attrs import parse_bool, parse_float, parse_int
@@ -234,4 +237,69 @@ register(OpDef(
         *shapes[0][:-1], shapes[0][-1] + abs(attrs.offset), shapes[0][-1] + abs(attrs.offset))]),
     kernel=_makediag,
     doc="Square matrices with each vector on their offset-th diagonal.",
+))
+
+
+# --- triangles --------------------------------------------------------------------------------
+
+def _triangle_index(attrs: Attrs, size: int) -> tuple[Any, Any]:
+    """Row-major (rows, cols) of the band that offset/lower select in a size x size matrix."""
+    if attrs.lower:
+        return np.tril_indices(size, k=-abs(attrs.offset))
+    return np.triu_indices(size, k=abs(attrs.offset))
+
+
+def _maketrian_size(attrs: Attrs, count: int) -> int:
+    band = int((math.isqrt(8 * count + 1) - 1) // 2)  # band * (band + 1) / 2 == count
+    if band * (band + 1) // 2 != count:
+        raise ShapeError(f"linalg_maketrian: {count} values do not fill a triangle")
+    return band + abs(attrs.offset)
+
+
+def _extracttrian(xp: Any, attrs: Attrs, a: Any) -> Any:
+    rows, cols = _triangle_index(attrs, a.shape[-1])
+    return a[..., rows, cols]
+
+
+def _maketrian(xp: Any, attrs: Attrs, a: Any) -> Any:
+    size = _maketrian_size(attrs, a.shape[-1])
+    rows, cols = _triangle_index(attrs, size)
+    out = xp.zeros((*a.shape[:-1], size, size), a.dtype)
+    out[..., rows, cols] = a
+    return out
+
+
+_TRIANGLE_PARAMS = (Param("offset", parse_int, 0), Param("lower", parse_bool, True))
+register(OpDef(
+    name="_linalg_extracttrian",
+    params=_TRIANGLE_PARAMS,
+    inputs=("A",),
+    infer_shape=lambda attrs, shapes: (shapes, [None if shapes[0] is None else (
+        *shapes[0][:-2], len(_triangle_index(attrs, shapes[0][-1])[0]))]),
+    kernel=_extracttrian,
+    doc="The lower (or upper) triangle beyond offset of each matrix, row by row.",
+))
+register(OpDef(
+    name="_linalg_maketrian",
+    params=_TRIANGLE_PARAMS,
+    inputs=("A",),
+    infer_shape=lambda attrs, shapes: (shapes, [None if shapes[0] is None else (
+        *shapes[0][:-1], *(_maketrian_size(attrs, shapes[0][-1]),) * 2)]),
+    kernel=_maketrian,
+    doc="Triangular matrices filled row by row from vectors (inverse of extracttrian).",
+))
+register(OpDef(
+    name="_npi_cholesky",
+    inputs=("A",),
+    infer_shape=_same_square,
+    kernel=lambda xp, attrs, a: xp.linalg.cholesky(a),
+    doc="Lower Cholesky factor (NumPy mode).",
+))
+register(OpDef(
+    name="_npi_solve",
+    inputs=("A", "B"),
+    hidden_outputs=0,
+    infer_shape=lambda attrs, shapes: (shapes, [shapes[1]]),
+    kernel=lambda xp, attrs, a, b: xp.linalg.solve(a, b),
+    doc="X solving A X = B (NumPy mode).",
 ))

@@ -132,6 +132,44 @@ register(OpDef(
 ))
 
 
+def _np_diagonal(xp: Any, attrs: Attrs, data: Any) -> Any:
+    return xp.ascontiguousarray(xp.diagonal(data, attrs.offset, attrs.axis1, attrs.axis2))
+
+
+_DIAGONAL_PARAMS = (Param("offset", parse_int, 0), Param("axis1", parse_int, 0),
+                    Param("axis2", parse_int, 1))
+
+
+def _as_diag_attrs(attrs: Attrs) -> Attrs:
+    return Attrs({"k": attrs.offset, "axis1": attrs.axis1, "axis2": attrs.axis2})
+
+
+register(OpDef(
+    name="_np_diagonal",
+    params=_DIAGONAL_PARAMS,
+    infer_shape=lambda attrs, shapes: _diag_infer(_as_diag_attrs(attrs), shapes),
+    kernel=_np_diagonal,
+    doc="The offset-th diagonal of axes axis1/axis2, as the last axis.",
+))
+register(OpDef(
+    name="_np_trace",
+    params=_DIAGONAL_PARAMS,
+    infer_shape=lambda attrs, shapes: (shapes, [None if shapes[0] is None else _diag_infer(
+        _as_diag_attrs(attrs), shapes)[1][0][:-1]]),
+    kernel=lambda xp, attrs, data: xp.asarray(
+        xp.trace(data, attrs.offset, attrs.axis1, attrs.axis2), dtype=data.dtype),
+    doc="Sum of the offset-th diagonal of axes axis1/axis2.",
+))
+register(OpDef(
+    name="_np_diagflat",
+    params=(Param("k", parse_int, 0),),
+    infer_shape=lambda attrs, shapes: (shapes, [None if shapes[0] is None else (
+        (math.prod(shapes[0]) + abs(attrs.k),) * 2)]),
+    kernel=lambda xp, attrs, data: xp.diagflat(data, attrs.k),
+    doc="A square matrix with the flattened input on its k-th diagonal.",
+))
+
+
 # --- moments ----------------------------------------------------------------------------------
 
 def _moments_axes(attrs: Attrs, ndim: int) -> tuple[int, ...]:
