@@ -11,6 +11,7 @@ from engine.ops import (  # noqa: F401  (imported for their registrations)
     batchnorm_variants,
     boxes,
     conv,
+    correlation,
     creation,
     crop,
     dense,

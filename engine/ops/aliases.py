@@ -22,6 +22,7 @@ from engine.ops import (  # noqa: F401  (every op module: targets are registered
     batchnorm_variants,
     boxes,
     conv,
+    correlation,
     creation,
     crop,
     dense,

@@ -172,3 +172,33 @@ _add("_npi_einsum", _arguments,
       Param("optimize", parse_int, 0)),
      lambda xp, attrs, *arrays: xp.asarray(xp.einsum(attrs.subscripts, *arrays)),
      "Einstein summation over the operands, as subscripts spells it.")
+
+
+# --- atleast_nd, polyval ----------------------------------------------------------------------
+
+def _atleast(ndim: int) -> None:
+    function = {1: "atleast_1d", 2: "atleast_2d", 3: "atleast_3d"}[ndim]
+
+    def kernel(xp: Any, attrs: Attrs, *arrays: Any) -> tuple[Any, ...]:
+        return tuple(xp.ascontiguousarray(getattr(xp, function)(array)) for array in arrays)
+
+    def infer(attrs: Attrs, shapes: list[MaybeShape]) -> Inferred:
+        return shapes, [None if shape is None else
+                        getattr(np, function)(np.empty(shape, np.bool_)).shape
+                        for shape in shapes]
+
+    register(OpDef(
+        name=f"_np_{function}", params=(Param("num_args", parse_int),), inputs=_arguments,
+        outputs=lambda attrs: tuple(f"output{k}" for k in range(attrs.num_args)),
+        infer_shape=infer, infer_dtype=lambda attrs, dtypes: (dtypes, list(dtypes)),
+        kernel=kernel, doc=f"Every input viewed with at least {ndim} dimensions."))
+
+
+for _ndim in (1, 2, 3):
+    _atleast(_ndim)
+
+_add("_npi_polyval", ("p", "x"), (),
+     lambda xp, attrs, p, x: xp.polyval(p, x).astype(x.dtype),
+     "The polynomial with coefficients p (highest power first) at x.",
+     infer=lambda attrs, shapes: (shapes, [shapes[1]]),
+     dtype=lambda attrs, dtypes: (dtypes, [dtypes[1]]))

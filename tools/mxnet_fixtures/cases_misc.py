@@ -88,7 +88,8 @@ def numpy_more_cases(rng_for: Rng) -> list[Case]:
 
 def misc_cases(rng_for: Rng) -> list[Case]:
     """Every case of this module."""
-    return contrib_cases(rng_for) + numpy_more_cases(rng_for) + image_and_split_cases(rng_for)
+    return (contrib_cases(rng_for) + numpy_more_cases(rng_for) + image_and_split_cases(rng_for)
+            + last_cases(rng_for))
 
 
 def image_and_split_cases(rng_for: Rng) -> list[Case]:
@@ -134,4 +135,26 @@ def image_and_split_cases(rng_for: Rng) -> list[Case]:
         Case("scatter_nd", "scatter_nd", {"data": np.array([2.0, 3.0, 4.0], "f4"),
                                           "indices": np.array([[0, 1, 1], [2, 0, 3]], "f4")},
              {"shape": "(2, 4)"}),
+    ]
+
+
+def last_cases(rng_for: Rng) -> list[Case]:
+    """np.split, atleast_nd, polyval and FlowNet's Correlation."""
+    rng = rng_for("last_batch")
+    x = rng.standard_normal((4, 6)).astype("f4")
+    first = rng.standard_normal((1, 3, 7, 8)).astype("f4")
+    second = rng.standard_normal((1, 3, 7, 8)).astype("f4")
+    return [
+        Case("npi_split", "_npi_split", {"data": x}, {"indices": "(0, 1, 3)", "axis": "0"}),
+        Case("np_atleast_1d", "_np_atleast_1d", {"arg0": x[0, 0:1].reshape(()).copy(),
+                                                 "arg1": x}, {"num_args": "2"}),
+        Case("np_atleast_2d", "_np_atleast_2d", {"arg0": x[0].copy()}, {"num_args": "1"}),
+        Case("np_atleast_3d", "_np_atleast_3d", {"arg0": x[0].copy(), "arg1": x},
+             {"num_args": "2"}),
+        Case("npi_polyval", "_npi_polyval", {"p": np.array([2.0, -1.0, 0.5], "f4"), "x": x}),
+        Case("correlation", "Correlation", {"data1": first, "data2": second},
+             {"kernel_size": "1", "max_displacement": "2", "pad_size": "2"}),
+        Case("correlation_kernel3_strides", "Correlation", {"data1": first, "data2": second},
+             {"kernel_size": "3", "max_displacement": "2", "stride1": "2", "stride2": "2",
+              "pad_size": "3", "is_multiply": "False"}),
     ]

@@ -82,3 +82,24 @@ def test_legacy_and_sync_batchnorm_count_mxnets_outputs() -> None:
         op = get_op(name)
         assert op.num_total_outputs(op.parse_attrs(attrs)) == total, name
     assert infer("BatchNorm_v1", {}, [(2, 3, 4), None, None, None, None])[0][1] == (3,)
+
+
+def test_correlation_centre_channel_is_the_mean_product() -> None:
+    first = RNG.normal(size=(1, 2, 5, 6)).astype(np.float32)
+    second = RNG.normal(size=(1, 2, 5, 6)).astype(np.float32)
+    attrs = {"kernel_size": "1", "max_displacement": "1", "pad_size": "1"}
+    (out,) = run("Correlation", attrs, first, second)
+    assert out.shape == (1, 9, 5, 6)
+    np.testing.assert_allclose(out[0, 4], (first * second).mean(axis=1)[0], rtol=1e-5)
+    with pytest.raises(ShapeError, match="too small for max_displacement 4"):
+        infer("Correlation", {"max_displacement": "4"}, [(1, 2, 5, 6), None])
+
+
+def test_split_shapes_and_uneven_sections() -> None:
+    attrs = {"indices": "(0, 2)", "axis": "1"}
+    assert infer("_split_v2", attrs, [(3, 5)])[1] == [(3, 2), (3, 3)]
+    assert infer("_split_v2", attrs, [(0, 5)])[1] == [None, None]
+    with pytest.raises(ShapeError, match="an axis of 5 does not split into 2 equal sections"):
+        infer("_split_v2", {"indices": "()", "sections": "2", "axis": "1"}, [(3, 5)])
+    pieces = run("_npi_hsplit", {"indices": "()", "sections": "2"}, np.arange(4.0))
+    assert [piece.tolist() for piece in pieces] == [[0.0, 1.0], [2.0, 3.0]]
