@@ -17,9 +17,10 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
-from engine.errors import ModelFormatError
+from engine.errors import ModelFormatError, UnknownOperatorError
 from engine.graph.ir import VARIABLE, Entry, Graph, Node, make_node, verify
 from engine.ops.attrs import format_attr
+from engine.ops.catalog import unsupported_reason
 from engine.ops.registry import is_annotation
 
 MXNET_VERSION = 10901
@@ -164,6 +165,7 @@ class _Reader:
     def _op_node(self, index: int, where: str, op: str, name: str, attrs: dict[str, str],
                  inputs: tuple[Entry, ...], hidden: dict[str, str]) -> Node:
         _check_counts(attrs, where, op, self.max_nodes)
+        _refuse_unsupported(op, attrs, where)
         attrs.update({f"__{key}__": value for key, value in hidden.items() if key in HIDDEN_KEYS})
         try:
             node = make_node(op, name, attrs, inputs)
@@ -236,6 +238,15 @@ class _Reader:
             raise ModelFormatError(f"{where} reads output {output} of node #{node} "
                                    f"{source.describe()}, which has {available} outputs")
         return Entry(self.position[node], output, version)
+
+
+def _refuse_unsupported(op: str, attrs: Mapping[str, str], where: str) -> None:
+    """Refuse operators declared unsupported (``Custom``), naming a Custom node's ``op_type``."""
+    reason = unsupported_reason(op)
+    if reason is None:
+        return
+    op_type = f" with op_type {attrs['op_type']!r}" if "op_type" in attrs else ""
+    raise UnknownOperatorError(f"{where}: operator {op!r}{op_type} is not supported: {reason}")
 
 
 def _node_attrs(raw: Mapping[str, Any], where: str) -> dict[str, str]:

@@ -249,6 +249,19 @@ def register(op: OpDef) -> OpDef:
     return op
 
 
+def register_alias(alias: str, target: str) -> OpDef:
+    """Make ``alias`` resolve to the op registered as ``target``; ``alias`` must be new.
+
+    For MXNet names that run the same op as an existing record (see `engine.ops.aliases`),
+    found after the record was written.
+    """
+    op = _REGISTRY[target]
+    if alias in _REGISTRY:
+        raise ValueError(f"operator name {alias!r} is registered twice")
+    _REGISTRY[alias] = op
+    return op
+
+
 def get_op(name: str, where: str = "") -> OpDef:
     """The operator registered under ``name`` (canonical or alias).
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from engine.graph.ir import Graph
 from engine.ops.attrs import format_attr
+from engine.ops.catalog import mxnet_saved_name
 from engine.ops.registry import get_op
 from engine.sym import messages
 from engine.sym.naming import node_name
@@ -301,8 +302,12 @@ def _binary(symbol: Symbol, other: Any, symbol_op: str, scalar_op: str,
 
 
 def stored_op_name(called_as: str, canonical: str) -> str:
-    """The op name a node records: the canonical name, except that NumPy-mode names
-    (``_npx_relu``, ``_npi_add``) are kept as called, since MXNet writes them so."""
+    """The op name a node records: the name MXNet 1.9.1 saves (an alias's target), else the
+    canonical name, except that NumPy-mode names (``_npx_relu``, ``_npi_add``) are kept as
+    called, since MXNet writes them so."""
+    saved = mxnet_saved_name(called_as)
+    if saved is not None:
+        return saved
     return called_as if called_as.startswith(NUMPY_PREFIXES) else canonical
 
 

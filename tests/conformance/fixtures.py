@@ -1,4 +1,9 @@
-"""Access to the MXNet 1.9.1 reference data in ``tests/fixtures/mxnet`` and its tolerances."""
+"""Access to the MXNet 1.9.1 reference data and its tolerances.
+
+``tests/fixtures/mxnet`` holds the original reference exports; ``tests/fixtures/mxnet_extra`` holds
+the cases that ``tools/mxnet_fixtures`` generates. Both operator sets share one format and are read
+as one list of cases.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,9 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFORMANCE = ROOT / "tests" / "fixtures" / "mxnet"
 MODELS = CONFORMANCE / "models"
 PARAMS = CONFORMANCE / "params"
+EXTRA = ROOT / "tests" / "fixtures" / "mxnet_extra"
+OP_CASE_DIRS = (CONFORMANCE / "ops", EXTRA / "ops")
+MODEL_DIRS = (MODELS, EXTRA / "models")
 
 DEFAULT_TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
 FLOAT16_TOLERANCE = {"rtol": 1e-2, "atol": 1e-2}
@@ -20,37 +28,55 @@ FLOAT16_TOLERANCE = {"rtol": 1e-2, "atol": 1e-2}
 
 @cache
 def op_cases() -> list[dict[str, Any]]:
-    """Every operator case from ``ops/cases.json``."""
-    return json.loads((CONFORMANCE / "ops" / "cases.json").read_text())["cases"]
+    """Every operator case of every set, in file order; case ids are unique across sets."""
+    cases = [case for folder in OP_CASE_DIRS
+             for case in json.loads((folder / "cases.json").read_text())["cases"]]
+    ids = [case["id"] for case in cases]
+    duplicates = sorted({case_id for case_id in ids if ids.count(case_id) > 1})
+    if duplicates:
+        raise ValueError(f"operator case ids appear in more than one set: {duplicates}")
+    return cases
 
 
 @cache
 def op_arrays() -> dict[str, np.ndarray]:
     """Inputs and expected outputs of every operator case, keyed ``<id>/in<k>``/``<id>/out<k>``."""
-    with np.load(CONFORMANCE / "ops" / "cases.npz") as data:
-        return {key: data[key] for key in data.files}
+    arrays: dict[str, np.ndarray] = {}
+    for folder in OP_CASE_DIRS:
+        with np.load(folder / "cases.npz") as data:
+            arrays.update({key: data[key] for key in data.files})
+    return arrays
 
 
 def model_names() -> list[str]:
-    """Names of the exported conformance models."""
-    return sorted(path.name for path in MODELS.iterdir() if path.is_dir())
+    """Names of the exported conformance models of every set."""
+    return sorted(path.name for folder in MODEL_DIRS for path in folder.iterdir()
+                  if path.is_dir())
+
+
+def model_dir(name: str) -> Path:
+    """The folder holding one conformance model, whichever set it belongs to."""
+    for folder in MODEL_DIRS:
+        if (folder / name).is_dir():
+            return folder / name
+    raise KeyError(f"no conformance model named {name!r}")
 
 
 def model_meta(name: str) -> dict[str, Any]:
     """``meta.json`` of one conformance model."""
-    return json.loads((MODELS / name / "meta.json").read_text())
+    return json.loads((model_dir(name) / "meta.json").read_text())
 
 
 def model_files(name: str) -> tuple[Path, Path]:
     """(symbol file, params file) of one conformance model."""
     meta = model_meta(name)
-    return MODELS / name / meta["symbol_file"], MODELS / name / meta["params_file"]
+    return model_dir(name) / meta["symbol_file"], model_dir(name) / meta["params_file"]
 
 
 def model_io_sets(name: str) -> list[tuple[dict[str, np.ndarray], list[np.ndarray]]]:
     """Every (inputs, expected outputs) set of one model's ``io.npz``."""
     meta = model_meta(name)
-    with np.load(MODELS / name / "io.npz") as data:
+    with np.load(model_dir(name) / "io.npz") as data:
         return [({input_name: data[key] for input_name, key in io_set["inputs"].items()},
                  [data[key] for key in io_set["outputs"]]) for io_set in meta["io_sets"]]
 

@@ -9,10 +9,12 @@ from hypothesis import strategies as st
 from engine.graph.ir import Entry, Graph, make_node
 from engine.runtime.model import Model
 
-UNARY = ["relu", "tanh", "sigmoid", "abs", "negative", "square", "_copy", "BlockGrad"]
+UNARY = ["relu", "tanh", "sigmoid", "abs", "negative", "square", "_copy", "BlockGrad",
+         "_contrib_div_sqrt_dim", "_contrib_arange_like"]
 SCALAR = [("_mul_scalar", "0.5"), ("_plus_scalar", "1"), ("_rminus_scalar", "2"),
           ("_maximum_scalar", "0")]
-BINARY = ["elemwise_add", "elemwise_mul", "elemwise_sub", "_maximum", "broadcast_add"]
+BINARY = ["elemwise_add", "elemwise_mul", "elemwise_sub", "_maximum", "broadcast_add",
+          "reshape_like"]  # reshape_like of equal shapes: a view op between real ones
 SHAPE = (2, 3, 4)
 
 

@@ -1,0 +1,174 @@
+"""Small contrib and legacy utilities: ``index_array``, ``index_copy``, ``allclose``,
+``quadratic``, ``batch_take``, ``khatri_rao`` and multi-index ravel/unravel."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from engine.errors import ShapeError
+from engine.ops.attrs import optional, parse_bool, parse_float, parse_int, parse_int_tuple
+from engine.ops.registry import Attrs, MaybeShape, OpDef, Param, register
+from engine.ops.shapes import Inferred, normalize_axis, same_shape
+
+INT64 = np.dtype(np.int64)
+UINT8 = np.dtype(np.uint8)
+
+
+def _keep_first(attrs: Attrs, dtypes: list) -> tuple[list, list]:
+    return dtypes, [dtypes[0]]
+
+
+# --- index_array ------------------------------------------------------------------------------
+
+def _index_axes(attrs: Attrs, ndim: int) -> tuple[int, ...]:
+    if attrs.axes is None:
+        return tuple(range(ndim))
+    return tuple(normalize_axis(axis, ndim, "index_array axes") for axis in attrs.axes)
+
+
+def _index_array(xp: Any, attrs: Attrs, data: Any) -> Any:
+    grids = xp.indices(data.shape, dtype=INT64)
+    return xp.stack([grids[axis] for axis in _index_axes(attrs, data.ndim)], axis=-1)
+
+
+register(OpDef(
+    name="_contrib_index_array",
+    params=(Param("axes", optional(parse_int_tuple), None),),
+    infer_shape=lambda attrs, shapes: (shapes, [None if shapes[0] is None else (
+        *shapes[0], len(_index_axes(attrs, len(shapes[0]))))]),
+    infer_dtype=lambda attrs, dtypes: (dtypes, [INT64]),
+    kernel=_index_array,
+    doc="Every element's index (along axes, all by default) as the last axis, int64.",
+))
+
+
+# --- index_copy, batch_take -------------------------------------------------------------------
+
+def _index_copy(xp: Any, attrs: Attrs, old: Any, index: Any, new: Any) -> Any:
+    result = old.copy()
+    result[index.astype(INT64)] = new
+    return result
+
+
+register(OpDef(
+    name="_contrib_index_copy",
+    inputs=("old_tensor", "index_vector", "new_tensor"),
+    infer_shape=lambda attrs, shapes: (shapes, [shapes[0]]),
+    infer_dtype=_keep_first,
+    kernel=_index_copy,
+    doc="old_tensor with the rows at index_vector replaced by new_tensor's rows.",
+))
+
+
+def _batch_take_infer(attrs: Attrs, shapes: list[MaybeShape]) -> Inferred:
+    a, indices = shapes
+    if a is not None and len(a) != 2:
+        raise ShapeError(f"batch_take: a must be 2-D; got {a}")
+    return shapes, [indices if indices is not None else (None if a is None else a[:1])]
+
+
+def _batch_take(xp: Any, attrs: Attrs, a: Any, indices: Any) -> Any:
+    column = xp.clip(indices.astype(INT64), 0, a.shape[1] - 1)
+    return a[xp.arange(a.shape[0]), column.reshape(-1)].reshape(indices.shape)
+
+
+register(OpDef(
+    name="batch_take",
+    inputs=("a", "indices"),
+    infer_shape=_batch_take_infer,
+    infer_dtype=_keep_first,
+    kernel=_batch_take,
+    doc="a[i, indices[i]] for every row i (indices clipped to the row).",
+))
+
+
+# --- allclose, quadratic ----------------------------------------------------------------------
+
+def _allclose(xp: Any, attrs: Attrs, a: Any, b: Any) -> Any:
+    close = xp.isclose(a, b, rtol=attrs.rtol, atol=attrs.atol, equal_nan=attrs.equal_nan)
+    return xp.asarray(close.all(), dtype=UINT8)
+
+
+register(OpDef(
+    name="_contrib_allclose",
+    params=(Param("rtol", parse_float, 1e-5), Param("atol", parse_float, 1e-8),
+            Param("equal_nan", parse_bool, True)),
+    inputs=("a", "b"),
+    infer_shape=lambda attrs, shapes: (shapes, [()]),
+    infer_dtype=lambda attrs, dtypes: (dtypes, [UINT8]),
+    kernel=_allclose,
+    doc="1 (uint8, 0-d) when |a - b| <= atol + rtol * |b| everywhere, else 0.",
+))
+register(OpDef(
+    name="_contrib_quadratic",
+    params=(Param("a", parse_float, 0.0), Param("b", parse_float, 0.0),
+            Param("c", parse_float, 0.0)),
+    infer_shape=same_shape,
+    kernel=lambda xp, attrs, x: (x * x * x.dtype.type(attrs.a) + x * x.dtype.type(attrs.b)
+                                 + x.dtype.type(attrs.c)),
+    elementwise="({a} * a * a + {b} * a + {c})",
+    inplace=True,
+    doc="a * x^2 + b * x + c.",
+))
+
+
+# --- khatri_rao -------------------------------------------------------------------------------
+
+def _khatri_rao_infer(attrs: Attrs, shapes: list[MaybeShape]) -> Inferred:
+    if any(shape is None for shape in shapes):
+        return shapes, [None]
+    return shapes, [(math.prod(shape[0] for shape in shapes), shapes[0][1])]
+
+
+def _khatri_rao(xp: Any, attrs: Attrs, *matrices: Any) -> Any:
+    result = matrices[0]
+    for matrix in matrices[1:]:
+        result = (result[:, None, :] * matrix[None, :, :]).reshape(-1, result.shape[1])
+    return result
+
+
+register(OpDef(
+    name="khatri_rao",
+    params=(Param("num_args", parse_int),),
+    inputs=lambda attrs: tuple(f"arg{index}" for index in range(attrs.num_args)),
+    infer_shape=_khatri_rao_infer,
+    kernel=_khatri_rao,
+    doc="Column-wise Kronecker product of matrices with equal column counts.",
+))
+
+
+# --- ravel / unravel --------------------------------------------------------------------------
+
+def _ravel(xp: Any, attrs: Attrs, data: Any) -> Any:
+    strides = np.cumprod((*attrs.shape[1:], 1)[::-1])[::-1]
+    weights = xp.asarray(strides, dtype=data.dtype).reshape(-1, *([1] * (data.ndim - 1)))
+    return (data * weights).sum(axis=0).astype(data.dtype)
+
+
+def _unravel(xp: Any, attrs: Attrs, data: Any) -> Any:
+    flat = data.astype(INT64)
+    coordinates = []
+    for size in reversed(attrs.shape):
+        coordinates.append(flat % size)
+        flat = flat // size
+    return xp.stack(coordinates[::-1]).astype(data.dtype)
+
+
+register(OpDef(
+    name="_ravel_multi_index",
+    params=(Param("shape", parse_int_tuple),),
+    infer_shape=lambda attrs, shapes: (shapes, [None if shapes[0] is None else shapes[0][1:]]),
+    kernel=_ravel,
+    doc="Flat indices into shape from coordinates along the first axis.",
+))
+register(OpDef(
+    name="_unravel_index",
+    params=(Param("shape", parse_int_tuple),),
+    infer_shape=lambda attrs, shapes: (shapes, [None if shapes[0] is None else (
+        len(attrs.shape), *shapes[0])]),
+    kernel=_unravel,
+    doc="Coordinates in shape (along a new first axis) of flat indices.",
+))

@@ -1,0 +1,171 @@
+"""Write small whole-model exports built with GluonCV and GluonNLP, with MXNet's outputs.
+
+Usage (inside the fixture venv, see README.md)::
+
+    python tools/mxnet_fixtures/generate_models.py --out tests/fixtures/mxnet_extra
+
+Each model lands in ``<out>/models/<name>/`` in the layout of ``tests/fixtures/mxnet/models``:
+``<name>-symbol.json``, ``<name>-0000.params``, ``io.npz`` and ``meta.json``. Models are tiny,
+randomly initialised with fixed seeds (no pretrained downloads), and every BatchNorm gets random
+running statistics so that inference-mode normalisation is really exercised.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import gluonnlp as nlp
+import mxnet as mx
+import numpy as np
+from gluoncv.model_zoo.ssd import SSD
+from mxnet.gluon import nn
+
+TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
+
+
+@dataclass
+class ModelSpec:
+    """A model to export: how to build it, its input batches, and a line describing it."""
+
+    name: str
+    built_with: str
+    seed: int
+    build: Callable[[], mx.gluon.HybridBlock]
+    batches: Callable[[np.random.Generator], list[dict[str, np.ndarray]]]
+
+
+class TinyBackbone(mx.gluon.HybridBlock):
+    """Two feature maps (strides 4 and 8) from three conv-BN-ReLU layers."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.stage1 = nn.HybridSequential()
+            for _ in range(2):
+                self.stage1.add(nn.Conv2D(8, 3, strides=2, padding=1), nn.BatchNorm(),
+                                nn.Activation("relu"))
+            self.stage2 = nn.HybridSequential()
+            self.stage2.add(nn.Conv2D(16, 3, strides=2, padding=1), nn.BatchNorm(),
+                            nn.Activation("relu"))
+
+    def hybrid_forward(self, F, x):  # noqa: N803 (Gluon's signature)
+        first = self.stage1(x)
+        return [first, self.stage2(first)]
+
+
+def build_ssd() -> mx.gluon.HybridBlock:
+    """GluonCV's SSD head (anchors, box decoder, per-class NMS) on a tiny backbone."""
+    return SSD(None, 64, lambda **kwargs: TinyBackbone(), num_filters=[], sizes=[10, 30, 64],
+               ratios=[[1, 2, 0.5]] * 2, steps=[4, 8], classes=["a", "b", "c"],
+               nms_thresh=0.45, nms_topk=50, post_nms=20, anchor_alloc_size=32)
+
+
+def build_bert() -> mx.gluon.HybridBlock:
+    """GluonNLP's BERT (interleaved attention matmuls, arange_like positions), 2 tiny layers."""
+    encoder = nlp.model.BERTEncoder(num_layers=2, units=16, hidden_size=32, max_length=32,
+                                    num_heads=2, dropout=0.0, output_attention=False,
+                                    output_all_encodings=False)
+    return nlp.model.BERTModel(encoder, vocab_size=50, token_type_vocab_size=2, units=16,
+                               embed_size=16, use_pooler=True, use_decoder=False,
+                               use_classifier=False)
+
+
+def ssd_batches(rng: np.random.Generator) -> list[dict[str, np.ndarray]]:
+    return [{"data": rng.uniform(-1, 1, (size, 3, 64, 64)).astype(np.float32)}
+            for size in (1, 2)]
+
+
+def bert_batches(rng: np.random.Generator) -> list[dict[str, np.ndarray]]:
+    batches = []
+    for size, length in ((2, 7), (3, 7)):  # servers fix every axis but the batch
+        batches.append({
+            "data0": rng.integers(0, 50, (size, length)).astype(np.float32),
+            "data1": rng.integers(0, 2, (size, length)).astype(np.float32),
+            "data2": rng.integers(1, length + 1, (size,)).astype(np.float32),
+        })
+    return batches
+
+
+MODELS = (
+    ModelSpec("gluoncv_ssd_tiny", "gluoncv.model_zoo.ssd.SSD on a 3-layer conv-BN backbone, "
+              "64x64 input, 3 classes", 21, build_ssd, ssd_batches),
+    ModelSpec("gluonnlp_bert_tiny", "gluonnlp.model.BERTModel: 2 layers, 16 units, 2 heads, "
+              "vocab 50, with pooler", 22, build_bert, bert_batches),
+)
+
+
+def randomise_batchnorm(block: mx.gluon.HybridBlock, rng: np.random.Generator) -> None:
+    """Give every BatchNorm non-trivial running statistics, gamma and beta."""
+    for name, param in block.collect_params().items():
+        shape = param.shape
+        if name.endswith("running_mean") or name.endswith("beta"):
+            param.set_data(mx.nd.array(rng.normal(0, 0.3, shape)))
+        elif name.endswith("running_var") or name.endswith("gamma"):
+            param.set_data(mx.nd.array(rng.uniform(0.5, 1.5, shape)))
+
+
+def export(spec: ModelSpec, out_dir: Path) -> None:
+    """Build, run and export one model with its reference inputs and outputs."""
+    mx.random.seed(spec.seed)
+    rng = np.random.default_rng(spec.seed)
+    block = spec.build()
+    block.initialize(mx.init.Xavier(magnitude=3))
+    batches = spec.batches(rng)
+    block(*[mx.nd.array(value) for value in batches[0].values()])  # finish deferred shapes
+    randomise_batchnorm(block, rng)
+    block.hybridize(static_alloc=True)
+    folder = out_dir / "models" / spec.name
+    folder.mkdir(parents=True, exist_ok=True)
+    arrays, io_sets = {}, []
+    for number, batch in enumerate(batches):
+        outputs = block(*[mx.nd.array(value) for value in batch.values()])
+        outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+        prefix = "" if number == 0 else f"batch{number}/"
+        io_sets.append({"inputs": {name: prefix + name for name in batch},
+                        "outputs": [f"{prefix}out{k}" for k in range(len(outputs))]})
+        arrays.update({prefix + name: value for name, value in batch.items()})
+        arrays.update({f"{prefix}out{k}": value.asnumpy() for k, value in enumerate(outputs)})
+    block.export(str(folder / spec.name))
+    np.savez_compressed(folder / "io.npz", **arrays)
+    write_meta(spec, folder, batches[0], arrays, io_sets)
+
+
+def write_meta(spec: ModelSpec, folder: Path, first: dict[str, np.ndarray],
+               arrays: dict[str, np.ndarray], io_sets: list[dict]) -> None:
+    """``meta.json`` in the conformance models' format."""
+    symbol = json.loads((folder / f"{spec.name}-symbol.json").read_text())
+    meta = {
+        "name": spec.name,
+        "built_with": spec.built_with,
+        "symbol_file": f"{spec.name}-symbol.json",
+        "params_file": f"{spec.name}-0000.params",
+        "inputs": [{"name": name, "shape": list(value.shape), "dtype": value.dtype.name}
+                   for name, value in first.items()],
+        "outputs": [{"key": key, "shape": list(arrays[key].shape),
+                     "dtype": arrays[key].dtype.name} for key in io_sets[0]["outputs"]],
+        "io_sets": io_sets,
+        "ops": sorted({node["op"] for node in symbol["nodes"]} - {"null"}),
+        "np_shape_mode": False,
+        "seed": spec.seed,
+        "produced_by": f"MXNet {mx.__version__}, CPU, inference mode",
+        "tolerance": TOLERANCE,
+    }
+    (folder / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True,
+                        help="fixture root; models go to <out>/models/<name>")
+    args = parser.parse_args()
+    for spec in MODELS:
+        export(spec, args.out)
+        print(f"exported {spec.name}")
+
+
+if __name__ == "__main__":
+    main()
