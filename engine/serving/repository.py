@@ -171,7 +171,7 @@ class ModelRepository:
         for name in sorted(set(self._disk) | set(self._records)):
             on_disk = self._disk[name].versions if name in self._disk else {}
             for version in sorted(set(on_disk) | set(self._serving(name))):
-                rows.append(self._record(name, version).status())
+                rows.append(self._peek(name, version).status())
         return rows
 
     def records(self, name: str) -> dict[int, VersionRecord]:
@@ -314,6 +314,10 @@ class ModelRepository:
         if version not in versions:
             versions[version] = VersionRecord(name, version)
         return versions[version]
+
+    def _peek(self, name: str, version: int) -> VersionRecord:
+        """The record of a version, or a blank one (not stored) when there is none yet."""
+        return self._records.get(name, {}).get(version) or VersionRecord(name, version)
 
     def _all_records(self) -> Iterator[VersionRecord]:
         return (record for versions in list(self._records.values())
@@ -523,12 +527,12 @@ class ModelRepository:
         raise Conflict(f"model {name!r}: could not pick a free version number")
 
     def _why(self, name: str) -> str:
-        reasons = [f"version {v}: {self._record(name, v).reason}"
+        reasons = [f"version {v}: {self._peek(name, v).reason}"
                    for v in sorted(self._disk[name].versions)] if name in self._disk else []
         return "; ".join(reasons) or "no complete version on disk"
 
     def _reason(self, name: str, version: int) -> str:
-        return self._record(name, version).reason
+        return self._peek(name, version).reason
 
 
 def _stage(staging: Path, symbol: Source, params: Source) -> None:

@@ -1,16 +1,17 @@
 """`VersionRecord`: everything the repository knows about one model version, in one place.
 
-A record moves through these phases (the repository calls the methods named on the arrows):
+Transitions (the method the repository calls, from which phases, to which):
 
-    UNAVAILABLE --begin_load--> LOADING --publish--> READY --retire--> UNLOADING
-                                   |                  | ^                 |
-                                 fail      begin_load,| |publish       drained (last copy)
-                                   v       fail (keep | |(replace:          v
-                                 FAILED     serving)  +-+ old drains)   UNAVAILABLE
+    begin_load    UNAVAILABLE, FAILED, UNLOADING -> LOADING      (READY stays READY: the old
+                                                                   copy serves meanwhile)
+    publish       any -> READY                  (a copy it replaces starts draining)
+    fail          LOADING -> FAILED              (READY stays READY: a failed replacement)
+    abandon_load  LOADING -> UNAVAILABLE, or UNLOADING while a copy drains (a cancelled load)
+    retire        READY -> UNLOADING             (the serving copy starts draining)
+    drained       UNLOADING -> UNAVAILABLE       (once the last draining copy has finished)
 
-A READY version that loads a replacement stays READY (its old copy serves meanwhile); a failed
-replacement leaves it READY. Copies taken out of service drain in the background and stay
-in `draining` (and in the memory accounting) until their last request has finished.
+Copies taken out of service stay in `draining`, and in the memory accounting, until their last
+request has finished.
 """
 
 from __future__ import annotations
