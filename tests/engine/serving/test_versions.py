@@ -357,3 +357,27 @@ def test_upload_is_built_under_the_number_it_gets_even_when_another_writer_races
             await repo.close()
 
     run(main())
+
+
+def test_cancelled_load_goes_back_to_unavailable(tmp_path: Path) -> None:
+    loader = GatedLoader()
+    write_version(tmp_path, "m", 1, fake_symbol(1), b"p")
+
+    async def main() -> None:
+        repo = ModelRepository(tmp_path, loader=loader)
+        try:
+            loader.gate.clear()
+            polling = asyncio.create_task(repo.poll())  # as `close` cancels background polling
+            await until(loader.entered.is_set, "the load to start")
+            polling.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await polling
+            assert record(repo, "m", 1).phase is Phase.UNAVAILABLE
+            assert state(repo, "m", 1) == (VersionState.UNAVAILABLE, "not loaded")
+            loader.gate.set()
+            await repo.poll()
+            assert record(repo, "m", 1).phase is Phase.READY
+        finally:
+            await repo.close()
+
+    run(main())
