@@ -24,6 +24,11 @@ import numpy as np
 from engine.cuda.codegen import FusedSource
 
 CUPY_NAMES = frozenset(Path(__file__).with_name("cupy_names.txt").read_text().split())
+# ``cupy.linalg``'s public functions (CuPy 14.2); like every CuPy function they return device
+# arrays, so numpy's must not leak out of the stand-in as host arrays.
+LINALG_NAMES = frozenset((
+    "cholesky", "det", "eigh", "eigvalsh", "inv", "lstsq", "matrix_power", "matrix_rank", "norm",
+    "pinv", "qr", "slogdet", "solve", "svd", "tensorinv", "tensorsolve"))
 _UPLOADS = frozenset({"asarray", "array", "asanyarray"})
 
 
@@ -96,8 +101,10 @@ def _wrap(value: Any) -> Any:
         return value.view(FakeArray)
     if isinstance(value, np.generic):
         return np.asarray(value).view(FakeArray)
-    if isinstance(value, (list, tuple)):
-        return type(value)(_wrap(item) for item in value)
+    if isinstance(value, tuple):  # numpy's named results (slogdet's) are plain tuples in CuPy
+        return tuple(_wrap(item) for item in value)
+    if isinstance(value, list):
+        return [_wrap(item) for item in value]
     return value
 
 
@@ -299,6 +306,12 @@ def _cuda_namespace() -> types.SimpleNamespace:
         runtime=types.SimpleNamespace(getDeviceCount=lambda: 1, streamCaptureModeRelaxed=2))
 
 
+def _linalg_attribute(name: str) -> Any:
+    if name not in LINALG_NAMES:
+        raise AttributeError(f"module 'cupy.linalg' has no attribute {name!r}")
+    return _device_function(f"linalg.{name}", getattr(np.linalg, name))
+
+
 def _attribute(name: str) -> Any:
     if name not in CUPY_NAMES:
         raise AttributeError(f"module 'cupy' has no attribute {name!r}")
@@ -322,6 +335,8 @@ def make() -> tuple[types.ModuleType, types.ModuleType]:
     cupy.__getattr__ = _attribute  # type: ignore[attr-defined]
     cupy.matmul = _matmul
     cupy.ElementwiseKernel = ElementwiseKernel
+    cupy.linalg = types.ModuleType("fake_cupy.linalg")
+    cupy.linalg.__getattr__ = _linalg_attribute  # type: ignore[attr-defined]
     cupy.ndarray = FakeArray
     cupy.cuda = _cuda_namespace()
     cupy.get_default_memory_pool = _Pool
