@@ -11,6 +11,7 @@ in anchor order, marked -1.
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ from engine.ops.attrs import parse_bool, parse_float, parse_float_tuple, parse_i
 from engine.ops.boxes import greedy_keep, host
 from engine.ops.registry import Attrs, MaybeShape, OpDef, Param, register
 from engine.ops.shapes import Inferred
+from engine.ops.workspace import uploaded
 
 FLOAT32 = np.dtype("float32")
 
@@ -48,7 +50,14 @@ def _prior_infer(attrs: Attrs, shapes: list[MaybeShape]) -> Inferred:
 
 
 def _prior_kernel(xp: Any, attrs: Attrs, data: Any) -> Any:
+    # Anchors depend on the feature map's size only: a device gets them uploaded once.
     height, width = data.shape[2], data.shape[3]
+    return uploaded(xp, ("multibox_prior", attrs, height, width),
+                    partial(_anchors, attrs, height, width))
+
+
+def _anchors(attrs: Attrs, height: int, width: int) -> np.ndarray:
+    """``(1, height * width * anchors, 4)`` float32 corner anchors (see `_prior_kernel`)."""
     step_y = attrs.steps[0] if attrs.steps[0] > 0 else 1.0 / height
     step_x = attrs.steps[1] if attrs.steps[1] > 0 else 1.0 / width
     center_y = (np.arange(height) + attrs.offsets[0]) * step_y
@@ -59,7 +68,7 @@ def _prior_kernel(xp: Any, attrs: Attrs, data: Any) -> Any:
     boxes = np.concatenate([centers - half, centers + half], axis=-1).reshape(1, -1, 4)
     if attrs.clip:
         boxes = np.clip(boxes, 0.0, 1.0)
-    return xp.asarray(boxes.astype(FLOAT32))
+    return boxes.astype(FLOAT32)
 
 
 register(OpDef(
