@@ -85,6 +85,28 @@ class FakeArray(np.ndarray):
         np.copyto(out, _plain(self))
         return out
 
+    # A device value read as a Python number (``int(rois[0])``, ``if mask.any():``) is a
+    # device-to-host copy in CuPy too, however small.
+    def __int__(self) -> int:
+        _Capture.refuse("a device-to-host copy (int())")
+        return np.ndarray.__int__(self)
+
+    def __float__(self) -> float:
+        _Capture.refuse("a device-to-host copy (float())")
+        return np.ndarray.__float__(self)
+
+    def __bool__(self) -> bool:
+        _Capture.refuse("a device-to-host copy (bool())")
+        return np.ndarray.__bool__(self)
+
+    def item(self, *args: Any) -> Any:
+        _Capture.refuse("a device-to-host copy (item())")
+        return np.ndarray.item(self, *args)
+
+    def tolist(self) -> Any:
+        _Capture.refuse("a device-to-host copy (tolist())")
+        return np.ndarray.tolist(self)
+
 
 def _plain(value: Any) -> Any:
     """``value`` with every FakeArray (also inside lists and tuples) as a plain numpy view."""
