@@ -2,11 +2,13 @@
 
 Strict where the real CuPy is: only names CuPy 14.2 has (``cupy_names.txt``, checked against
 the wheel by `test_cupy_wheel`); no ``__array_interface__`` and only CuPy's three ``flags``;
-host numpy arrays refused as arguments (CuPy raises ``TypeError``); ``matmul`` takes ``out``
-only by keyword; ``ElementwiseKernel`` parses its parameters with CuPy's grammar. Streams can
-"capture": while one does, a copy between host and device or a device-wide synchronisation
-raises, as CUDA refuses them inside stream capture. Kernels execute with numpy; the generated
-fused source runs through `test_codegen.run_generated`. It checks the GPU path's Python, not CUDA.
+host numpy arrays refused as arguments (CuPy raises ``TypeError``); elements, reductions and
+``linalg`` results are device arrays, never numpy values; ``matmul`` takes ``out`` only by
+keyword; ``ElementwiseKernel`` parses its parameters with CuPy's grammar. Streams can "capture":
+while one does, a copy between host and device (``int(x)`` and ``x.item()`` included) or a
+device-wide synchronisation raises, as CUDA refuses them inside stream capture. Kernels
+execute with numpy; the generated fused source runs through `test_codegen.run_generated`. It
+checks the GPU path's Python, not CUDA.
 """
 
 from __future__ import annotations
@@ -84,6 +86,14 @@ class FakeArray(np.ndarray):
             return np.array(_plain(self))
         np.copyto(out, _plain(self))
         return out
+
+    # CuPy never gives numpy scalars: an element, or a full reduction, is a 0-d device array.
+    def __getitem__(self, key: Any) -> Any:
+        return _wrap(np.ndarray.__getitem__(self, key))
+
+    def __array_wrap__(self, array: np.ndarray, context: Any = None,
+                       return_scalar: bool = False) -> Any:
+        return array.view(FakeArray)
 
     # A device value read as a Python number (``int(rois[0])``, ``if mask.any():``) is a
     # device-to-host copy in CuPy too, however small.
