@@ -35,6 +35,7 @@ class Server:
     repository: Path
     process: subprocess.Popen[bytes]
     log: Path  # the server's stdout and stderr
+    grpc: str = ""  # host:port of its gRPC server ("" when switched off by `extra`)
 
 
 @contextmanager
@@ -47,6 +48,10 @@ def running_server(repository: Path, extra: Sequence[str] = (), *, admin_port: b
     port = free_port()
     args = [sys.executable, "-m", "service", "--model-repository", str(repository),
             "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning", *extra]
+    grpc = ""
+    if "--grpc-port" not in extra:  # never the default 8001: servers run side by side
+        grpc = f"127.0.0.1:{free_port()}"
+        args += ["--grpc-port", grpc.rsplit(":", 1)[1]]
     admin = port
     if admin_port:
         admin = free_port()
@@ -60,7 +65,7 @@ def running_server(repository: Path, extra: Sequence[str] = (), *, admin_port: b
                                stderr=subprocess.STDOUT)
     try:
         server = Server(f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin}", repository,
-                        process, Path(log.name))
+                        process, Path(log.name), grpc)
         _wait_ready(server, startup_s, log.name)
         yield server
     finally:
