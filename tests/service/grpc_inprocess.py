@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -28,13 +28,20 @@ class GrpcClient:
         self.stub = stub
         self.channel = channel
 
-    def run(self, call: Awaitable[T]) -> T:
-        """Await `call` on the app's loop."""
-        return self.app.loop.run_until_complete(asyncio.wait_for(call, 60))
+    def run(self, start: Callable[[], Awaitable[T]]) -> T:
+        """Start a call on the app's loop (a gRPC call belongs to the loop it starts on) and
+        await it."""
+        async def started() -> T:
+            return await asyncio.wait_for(start(), 60)
+
+        return self.app.loop.run_until_complete(started())
 
     def call(self, method: str, request: Any, **kwargs: Any) -> Any:
-        """One unary call by its RPC name."""
-        return self.run(getattr(self.stub, method)(request, **kwargs))
+        """One unary call by its RPC name (`request` a message, or bytes for a raw call)."""
+        if isinstance(request, bytes):
+            raw = self.channel.unary_unary(f"/inference.GRPCInferenceService/{method}")
+            return self.run(lambda: raw(request, **kwargs))
+        return self.run(lambda: getattr(self.stub, method)(request, **kwargs))
 
     def code(self, method: str, request: Any, **kwargs: Any) -> tuple[grpc.StatusCode, str]:
         """The status code and details a call ends with (OK and "" when it succeeds)."""
