@@ -21,6 +21,10 @@ TOKEN = "e2e-token"
 
 def free_port() -> int:
     """A loopback port nobody listens on right now."""
+    return _unused_port()
+
+
+def _unused_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
@@ -50,7 +54,8 @@ def running_server(repository: Path, extra: Sequence[str] = (), *, admin_port: b
             "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning", *extra]
     grpc = ""
     if "--grpc-port" not in extra:  # never the default 8001: servers run side by side
-        grpc = f"127.0.0.1:{free_port()}"
+        # Not `free_port`: a test pins that one to restart a replica on its old HTTP port.
+        grpc = f"127.0.0.1:{_unused_port()}"
         args += ["--grpc-port", grpc.rsplit(":", 1)[1]]
     admin = port
     if admin_port:
