@@ -8,7 +8,8 @@ Three servers, each its own process, are measured in one run with the same load 
   answered by the same fast lane (`service.fast_lane`) as the inference routes.
 
 The real server is also driven over gRPC (``grpc/...`` rows: ``ModelInfer`` with raw tensor
-contents, one HTTP/2 channel, pre-serialized requests), beside its REST rows in the same run.
+contents, one HTTP/2 channel, pre-serialized requests), beside its REST rows in the same run;
+``grpc/floor`` is its cheapest call, ``ServerLive`` (the gRPC floor).
 
 The load generator is a separate process speaking raw HTTP/1.1 over keep-alive connections
 (asyncio + uvloop, pre-encoded requests), so it costs the server's cores little. Models: the
@@ -45,8 +46,8 @@ sys.path[:0] = [str(ROOT)] if str(ROOT) not in sys.path else []
 TOKEN = "bench-token"
 MLP_DIR = ROOT / "tests" / "fixtures" / "mxnet" / "models" / "seed_mlp"
 CONCURRENCY = {"floor": (1, 16, 64), "seed_mlp": (1, 16, 64), "resnet18": (1, 8, 16, 64)}
-GRPC_CONCURRENCY = {"seed_mlp": (1, 16, 64), "resnet18": (8,)}
-MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
+GRPC_CONCURRENCY = {"floor": (1, 16, 64), "seed_mlp": (1, 16, 64), "resnet18": (8,)}
+GRPC_SERVICE = "/inference.GRPCInferenceService/"
 EXECUTOR_BATCHES = (1, 2, 4, 8, 16)  # the executor's own images/s, for ResNet-18's target
 
 
@@ -90,8 +91,8 @@ async def _load(url: str, request: bytes, concurrency: int, seconds: float,
 
 
 async def _grpc_load(address: str, request: bytes, concurrency: int, seconds: float,
-                     warmup: float) -> dict[str, Any]:
-    """`concurrency` callers of ModelInfer sharing one channel, each waiting for its answer."""
+                     warmup: float, method: str = "ModelInfer") -> dict[str, Any]:
+    """`concurrency` callers of `method` sharing one channel, each waiting for its answer."""
     import grpc
 
     start = time.perf_counter()
@@ -100,7 +101,8 @@ async def _grpc_load(address: str, request: bytes, concurrency: int, seconds: fl
     failures: list[int] = []
     async with grpc.aio.insecure_channel(
             address, options=[("grpc.max_receive_message_length", -1)]) as channel:
-        call = channel.unary_unary(MODEL_INFER)  # bytes in, bytes out: no client-side parsing
+        # Bytes in, bytes out: the client parses nothing.
+        call = channel.unary_unary(GRPC_SERVICE + method)
 
         async def caller() -> None:
             while (started := time.perf_counter()) < stop_at:
@@ -136,7 +138,10 @@ def http_request(method: str, path: str, body: bytes = b"",
 
 def load_command(url: str, request_file: Path, concurrency: int, seconds: float,
                  warmup: float) -> list[str]:
-    """The command running the load generator: it prints its result as JSON."""
+    """The command running the load generator: it prints its result as JSON.
+
+    `url` is ``http://HOST:PORT`` for HTTP, ``HOST:PORT/METHOD`` for a gRPC method.
+    """
     role = "--grpc-load" if not url.startswith("http://") else "--load"
     return [sys.executable, __file__, role, url, str(request_file), str(concurrency),
             str(seconds), str(warmup)]
@@ -296,6 +301,7 @@ def requests_for(image: int) -> dict[str, bytes]:
         "minimal/resnet18": http_request(
             "POST", "/raw/resnet18", image_data.tobytes(),
             {"x-shape": ",".join(str(dim) for dim in image_data.shape)}),
+        "grpc/floor": b"",  # an empty ServerLiveRequest
         "grpc/seed_mlp": grpc_request("seed_mlp", seed_mlp_input()),
         "grpc/resnet18": grpc_request("resnet18", image_data),
     }
@@ -338,7 +344,8 @@ def measure(seconds: float, resnet_seconds: float, image: int) -> list[dict[str,
             wait_until_up(urls["hybridserve"], "/v2/health/ready", servers[0])
             wait_until_up(urls["minimal"], "/docs", servers[1])
             upload(urls["hybridserve"], models)
-            plan = [("floor", "hybridserve", "floor", seconds)]
+            plan = [("floor", "hybridserve", "floor", seconds),
+                    ("grpc/floor", "grpc", "grpc/floor", seconds)]
             for model, duration in (("seed_mlp", seconds), ("resnet18", resnet_seconds))[
                     :1 if resnet_seconds <= 0 else 2]:
                 plan += [(f"{server}/{model}", server, f"{server}/{model}", duration)
@@ -350,7 +357,10 @@ def measure(seconds: float, resnet_seconds: float, image: int) -> list[dict[str,
                     if reference:
                         model = load_plain(work / "plain" / "resnet18")
                         before = executor_images(model, image)
-                    result = run_load(urls[server], requests[key], concurrency, duration,
+                    url = urls[server]
+                    if server == "grpc":
+                        url += "/ServerLive" if label == "grpc/floor" else "/ModelInfer"
+                    result = run_load(url, requests[key], concurrency, duration,
                                       min(2.0, duration / 2))
                     rows.append({"target": label, "concurrency": concurrency, **result})
                     print(_row(rows[-1]), flush=True)
@@ -411,18 +421,24 @@ def _row(row: dict[str, Any]) -> str:
 
 
 def grpc_ratios(rows: list[dict[str, Any]]) -> list[str]:
-    """gRPC's requests/s over REST's, at each concurrency both were run at."""
-    rest = {(row["target"].split("/")[1], row["concurrency"]): row for row in rows
-            if row["target"].startswith("hybridserve/")}
+    """gRPC's requests/s over REST's at each concurrency both were run at, and the seed MLP's
+    share of the gRPC floor."""
+    rest = {(row["target"].rpartition("/")[2], row["concurrency"]): row for row in rows
+            if row["target"].startswith("hybridserve/") or row["target"] == "floor"}
+    floor = {row["concurrency"]: row for row in rows if row["target"] == "grpc/floor"}
     lines = []
     for row in rows:
         if row["target"].startswith("grpc/"):
-            model = row["target"].split("/")[1]
-            other = rest.get((model, row["concurrency"]))
+            model, concurrency = row["target"].split("/")[1], row["concurrency"]
+            other = rest.get((model, concurrency))
             if other is not None:
-                lines.append(f"{model} c={row['concurrency']}: gRPC {row['rps']:.1f} req/s, "
+                lines.append(f"{model} c={concurrency}: gRPC {row['rps']:.1f} req/s, "
                              f"REST {other['rps']:.1f} req/s ({row['rps'] / other['rps']:.2f}x); "
                              f"p99 {row['p99_ms']:.2f} vs {other['p99_ms']:.2f} ms")
+            if model == "seed_mlp" and concurrency in floor:
+                share = row["rps"] / floor[concurrency]["rps"]
+                lines.append(f"  seed_mlp over gRPC: {100 * share:.0f}% of the gRPC floor "
+                             f"(ServerLive) at c={concurrency}")
     return lines
 
 
@@ -461,9 +477,14 @@ def main() -> None:
         url, request_file, concurrency, seconds, warmup = sys.argv[2:7]
         import uvloop
 
-        generator = _load if sys.argv[1] == "--load" else _grpc_load
-        result = uvloop.run(generator(url, Path(request_file).read_bytes(), int(concurrency),
-                                      float(seconds), float(warmup)))
+        request = Path(request_file).read_bytes()
+        if sys.argv[1] == "--load":
+            load = _load(url, request, int(concurrency), float(seconds), float(warmup))
+        else:
+            address, method = url.split("/", 1)
+            load = _grpc_load(address, request, int(concurrency), float(seconds),
+                              float(warmup), method)
+        result = uvloop.run(load)
         print(json.dumps(result))
         return
     if len(sys.argv) > 1 and sys.argv[1] == "--minimal-app":
