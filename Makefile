@@ -47,3 +47,10 @@ cupy-check:
 	$(CUPY_VENV)/bin/python -m pip install --quiet -e '.[cupy-check]'
 	HYBRIDSERVE_REQUIRE_CUPY_WHEEL=1 $(CUPY_VENV)/bin/python -m pytest -q -p no:cacheprovider \
 		tests/engine/gpu/test_cupy_wheel.py
+
+# The gRPC messages and service stubs from service/grpc/inference.proto (generated files are
+# checked in; grpcio-tools is pinned in the dev extra, so the output is reproducible).
+.PHONY: grpc-codegen
+grpc-codegen: $(STAMP)
+	$(BIN)/python -m grpc_tools.protoc -I . --python_out=. --pyi_out=. --grpc_python_out=. \
+		service/grpc/inference.proto

@@ -7,6 +7,10 @@ Three servers, each its own process, are measured in one run with the same load 
 - ``floor``: the real server's cheapest route, ``GET /v2/health/live`` (the HTTP floor),
   answered by the same fast lane (`service.fast_lane`) as the inference routes.
 
+The real server is also driven over gRPC (``grpc/...`` rows: ``ModelInfer`` with raw tensor
+contents, one HTTP/2 channel, pre-serialized requests), beside its REST rows in the same run;
+``grpc/floor`` is its cheapest call, ``ServerLive`` (the gRPC floor).
+
 The load generator is a separate process speaking raw HTTP/1.1 over keep-alive connections
 (asyncio + uvloop, pre-encoded requests), so it costs the server's cores little. Models: the
 seed MLP (JSON, ``POST /predict``) and ResNet-18 v1 built with `engine.sym` (binary tensors,
@@ -42,6 +46,8 @@ sys.path[:0] = [str(ROOT)] if str(ROOT) not in sys.path else []
 TOKEN = "bench-token"
 MLP_DIR = ROOT / "tests" / "fixtures" / "mxnet" / "models" / "seed_mlp"
 CONCURRENCY = {"floor": (1, 16, 64), "seed_mlp": (1, 16, 64), "resnet18": (1, 8, 16, 64)}
+GRPC_CONCURRENCY = {"floor": (1, 16, 64), "seed_mlp": (1, 16, 64), "resnet18": (8,)}
+GRPC_SERVICE = "/inference.GRPCInferenceService/"
 EXECUTOR_BATCHES = (1, 2, 4, 8, 16)  # the executor's own images/s, for ResNet-18's target
 
 
@@ -81,7 +87,41 @@ async def _load(url: str, request: bytes, concurrency: int, seconds: float,
     failures: list[int] = []
     await asyncio.gather(*(_connection(host, int(port), request, stop_at, warm_until, latencies,
                                        failures) for _ in range(concurrency)))
-    elapsed = time.perf_counter() - warm_until
+    return _summary(latencies, failures, time.perf_counter() - warm_until)
+
+
+async def _grpc_load(address: str, request: bytes, concurrency: int, seconds: float,
+                     warmup: float, method: str = "ModelInfer") -> dict[str, Any]:
+    """`concurrency` callers of `method` sharing one channel, each waiting for its answer."""
+    import grpc
+
+    start = time.perf_counter()
+    warm_until, stop_at = start + warmup, start + warmup + seconds
+    latencies: list[float] = []
+    failures: list[int] = []
+    async with grpc.aio.insecure_channel(
+            address, options=[("grpc.max_receive_message_length", -1)]) as channel:
+        # Bytes in, bytes out: the client parses nothing.
+        call = channel.unary_unary(GRPC_SERVICE + method)
+
+        async def caller() -> None:
+            while (started := time.perf_counter()) < stop_at:
+                code = 0
+                try:
+                    await call(request)
+                except grpc.aio.AioRpcError as error:
+                    code = error.code().value[0]
+                finished = time.perf_counter()
+                if finished >= warm_until:
+                    latencies.append(finished - started)
+                    if code:
+                        failures.append(code)
+
+        await asyncio.gather(*(caller() for _ in range(concurrency)))
+    return _summary(latencies, failures, time.perf_counter() - warm_until)
+
+
+def _summary(latencies: list[float], failures: list[int], elapsed: float) -> dict[str, Any]:
     values = np.array(latencies or [float("nan")])
     return {"requests": len(latencies), "failures": len(failures),
             "rps": len(latencies) / elapsed, "p50_ms": float(np.percentile(values, 50)) * 1e3,
@@ -98,8 +138,12 @@ def http_request(method: str, path: str, body: bytes = b"",
 
 def load_command(url: str, request_file: Path, concurrency: int, seconds: float,
                  warmup: float) -> list[str]:
-    """The command running the load generator: it prints its result as JSON."""
-    return [sys.executable, __file__, "--load", url, str(request_file), str(concurrency),
+    """The command running the load generator: it prints its result as JSON.
+
+    `url` is ``http://HOST:PORT`` for HTTP, ``HOST:PORT/METHOD`` for a gRPC method.
+    """
+    role = "--grpc-load" if not url.startswith("http://") else "--load"
+    return [sys.executable, __file__, role, url, str(request_file), str(concurrency),
             str(seconds), str(warmup)]
 
 
@@ -192,10 +236,11 @@ def build_models(work: Path, image: int) -> dict[str, dict[str, Any]]:
     return models
 
 
-def service_args(work: Path, port: int) -> list[str]:
-    """Options of the served `python -m service`: a repository in `work`, filled by `upload`."""
-    return ["--model-repository", str(work / "repo"), "--port", str(port), "--log-level",
-            "warning", "--admin-token", TOKEN]
+def service_args(work: Path, port: int, grpc_port: int = 0) -> list[str]:
+    """Options of the served `python -m service`: a repository in `work`, filled by `upload`
+    (`grpc_port` 0: no gRPC server)."""
+    return ["--model-repository", str(work / "repo"), "--port", str(port), "--grpc-port",
+            str(grpc_port), "--log-level", "warning", "--admin-token", TOKEN]
 
 
 def start_process(args: list[str], work: Path, name: str) -> subprocess.Popen[bytes]:
@@ -234,6 +279,15 @@ def v2_binary_request(model: str, tensor: np.ndarray) -> bytes:
                          "Content-Type": "application/octet-stream"})
 
 
+def grpc_request(model: str, tensor: np.ndarray) -> bytes:
+    """A serialized ModelInferRequest sending `tensor` as raw contents."""
+    from service.grpc import inference_pb2 as pb
+
+    request = pb.ModelInferRequest(model_name=model, raw_input_contents=[tensor.tobytes()])
+    request.inputs.add(name="data", datatype="FP32", shape=tensor.shape)
+    return request.SerializeToString()
+
+
 def requests_for(image: int) -> dict[str, bytes]:
     """Pre-encoded HTTP requests for each (server, model) pair."""
     body = json.dumps({"model": "seed_mlp", "inputs": {"data": seed_mlp_input().tolist()}})
@@ -247,6 +301,9 @@ def requests_for(image: int) -> dict[str, bytes]:
         "minimal/resnet18": http_request(
             "POST", "/raw/resnet18", image_data.tobytes(),
             {"x-shape": ",".join(str(dim) for dim in image_data.shape)}),
+        "grpc/floor": b"",  # an empty ServerLiveRequest
+        "grpc/seed_mlp": grpc_request("seed_mlp", seed_mlp_input()),
+        "grpc/resnet18": grpc_request("resnet18", image_data),
     }
 
 
@@ -274,9 +331,11 @@ def measure(seconds: float, resnet_seconds: float, image: int) -> list[dict[str,
             requests[key].write_bytes(request)
         ports = {"hybridserve": free_port(), "minimal": free_port()}
         urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
+        grpc_port = free_port()
+        urls["grpc"] = f"127.0.0.1:{grpc_port}"
         servers = [
-            start_process([sys.executable, "-m", "service", *service_args(work,
-                                                                          ports["hybridserve"])],
+            start_process([sys.executable, "-m", "service",
+                           *service_args(work, ports["hybridserve"], grpc_port)],
                           work, "hybridserve"),
             start_process([sys.executable, __file__, "--minimal-app", str(work / "plain"),
                            str(ports["minimal"])], work, "minimal"),
@@ -285,18 +344,23 @@ def measure(seconds: float, resnet_seconds: float, image: int) -> list[dict[str,
             wait_until_up(urls["hybridserve"], "/v2/health/ready", servers[0])
             wait_until_up(urls["minimal"], "/docs", servers[1])
             upload(urls["hybridserve"], models)
-            plan = [("floor", "hybridserve", "floor", seconds)]
+            plan = [("floor", "hybridserve", "floor", seconds),
+                    ("grpc/floor", "grpc", "grpc/floor", seconds)]
             for model, duration in (("seed_mlp", seconds), ("resnet18", resnet_seconds))[
                     :1 if resnet_seconds <= 0 else 2]:
                 plan += [(f"{server}/{model}", server, f"{server}/{model}", duration)
-                         for server in ("hybridserve", "minimal")]
+                         for server in ("hybridserve", "grpc", "minimal")]
             for label, server, key, duration in plan:
-                for concurrency in CONCURRENCY[label.rpartition("/")[2]]:
+                table = GRPC_CONCURRENCY if server == "grpc" else CONCURRENCY
+                for concurrency in table[label.rpartition("/")[2]]:
                     reference = (label, concurrency) == ("hybridserve/resnet18", 8)
                     if reference:
                         model = load_plain(work / "plain" / "resnet18")
                         before = executor_images(model, image)
-                    result = run_load(urls[server], requests[key], concurrency, duration,
+                    url = urls[server]
+                    if server == "grpc":
+                        url += "/ServerLive" if label == "grpc/floor" else "/ModelInfer"
+                    result = run_load(url, requests[key], concurrency, duration,
                                       min(2.0, duration / 2))
                     rows.append({"target": label, "concurrency": concurrency, **result})
                     print(_row(rows[-1]), flush=True)
@@ -356,6 +420,28 @@ def _row(row: dict[str, Any]) -> str:
             f"{row['p50_ms']:>8.2f} | {row['p99_ms']:>8.2f} | {row['failures']:>4} |")
 
 
+def grpc_ratios(rows: list[dict[str, Any]]) -> list[str]:
+    """gRPC's requests/s over REST's at each concurrency both were run at, and the seed MLP's
+    share of the gRPC floor."""
+    rest = {(row["target"].rpartition("/")[2], row["concurrency"]): row for row in rows
+            if row["target"].startswith("hybridserve/") or row["target"] == "floor"}
+    floor = {row["concurrency"]: row for row in rows if row["target"] == "grpc/floor"}
+    lines = []
+    for row in rows:
+        if row["target"].startswith("grpc/"):
+            model, concurrency = row["target"].split("/")[1], row["concurrency"]
+            other = rest.get((model, concurrency))
+            if other is not None:
+                lines.append(f"{model} c={concurrency}: gRPC {row['rps']:.1f} req/s, "
+                             f"REST {other['rps']:.1f} req/s ({row['rps'] / other['rps']:.2f}x); "
+                             f"p99 {row['p99_ms']:.2f} vs {other['p99_ms']:.2f} ms")
+            if model == "seed_mlp" and concurrency in floor:
+                share = row["rps"] / floor[concurrency]["rps"]
+                lines.append(f"  seed_mlp over gRPC: {100 * share:.0f}% of the gRPC floor "
+                             f"(ServerLive) at c={concurrency}")
+    return lines
+
+
 def verdict(rows: list[dict[str, Any]]) -> list[str]:
     """The targets: the seed MLP at concurrency 64, ResNet-18 at concurrency 8."""
     at64 = {row["target"]: row for row in rows if row["concurrency"] == 64}
@@ -387,12 +473,18 @@ def _met(condition: bool) -> str:
 
 def main() -> None:
     """Parse options; run a role (load generator, minimal app) or the whole benchmark."""
-    if len(sys.argv) > 1 and sys.argv[1] == "--load":
+    if len(sys.argv) > 1 and sys.argv[1] in ("--load", "--grpc-load"):
         url, request_file, concurrency, seconds, warmup = sys.argv[2:7]
         import uvloop
 
-        result = uvloop.run(_load(url, Path(request_file).read_bytes(), int(concurrency),
-                                  float(seconds), float(warmup)))
+        request = Path(request_file).read_bytes()
+        if sys.argv[1] == "--load":
+            load = _load(url, request, int(concurrency), float(seconds), float(warmup))
+        else:
+            address, method = url.split("/", 1)
+            load = _grpc_load(address, request, int(concurrency), float(seconds),
+                              float(warmup), method)
+        result = uvloop.run(load)
         print(json.dumps(result))
         return
     if len(sys.argv) > 1 and sys.argv[1] == "--minimal-app":
@@ -412,7 +504,7 @@ def main() -> None:
     print("| target                 |   c |     req/s |  p50 ms  |  p99 ms  | fail |")
     print("|------------------------|-----|-----------|----------|----------|------|")
     rows = measure(args.seconds, args.resnet_seconds, args.image)
-    print("\n".join(verdict(rows)))
+    print("\n".join(verdict(rows) + grpc_ratios(rows)))
 
 
 if __name__ == "__main__":

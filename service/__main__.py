@@ -9,10 +9,16 @@ import os
 import signal
 import sys
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import uvicorn
 
 from service.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    import grpc
+
+    from service.runtime import Runtime
 
 BLAS_VARIABLES = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")
 DRAIN_GRACE_S = 10.0
@@ -42,6 +48,7 @@ async def serve(settings: Settings) -> None:
     admin = admin_token.resolve(settings)
     print(admin_token.start_message(admin, settings), file=sys.stderr, flush=True)
     runtime = Runtime.create(settings, admin=admin)
+    grpc_server = await _start_grpc(runtime)
     split = settings.admin_port is not None
     servers = [_Server(_config(create_app(runtime, management=not split), settings,
                                settings.port))]
@@ -71,8 +78,19 @@ async def serve(settings: Settings) -> None:
     done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     stop()  # one server stopping (or failing to start) stops the other
     await asyncio.gather(*tasks, return_exceptions=True)
+    if grpc_server is not None:
+        await grpc_server.stop(DRAIN_GRACE_S)
     for task in done:
         task.result()
+
+
+async def _start_grpc(runtime: Runtime) -> grpc.aio.Server | None:
+    """The gRPC server on the same loop and runtime as the HTTP apps, unless switched off."""
+    if runtime.settings.grpc_port == 0:
+        return None
+    from service.grpc.server import start_grpc
+
+    return await start_grpc(runtime)
 
 
 def limit_blas_threads(threads: int) -> None:
@@ -100,10 +118,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     import uvloop
 
     from service.admin_token import TokenFileError
+    from service.grpc.server import GrpcPortError
 
     try:
         uvloop.run(serve(settings))
-    except TokenFileError as error:
+    except (TokenFileError, GrpcPortError) as error:
         print(f"hybridserve: {error}", file=sys.stderr)
         return 2
     return 0

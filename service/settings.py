@@ -25,6 +25,9 @@ class Settings(BaseSettings):
     admin_port: int | None = Field(
         None, ge=0, le=65535,
         description="serve the management API on this port only (default: on the main port)")
+    grpc_port: int = Field(
+        8001, ge=0, le=65535, description="port of the Open Inference Protocol over gRPC (0: no "
+        "gRPC server)")
     admin_token: SecretStr | None = Field(
         None, description="bearer token for mutating endpoints (default: generated at first "
         "start and kept in admin_token_file)")

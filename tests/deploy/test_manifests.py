@@ -188,6 +188,10 @@ def test_compose_replicas_share_one_repository_volume(compose: dict[str, Any]) -
         "service_completed_successfully")
     for name in ("server", "server-gpu", "nginx"):
         assert services[name]["healthcheck"]["test"], f"service {name} has no healthcheck"
+    for name in ("server", "server-gpu"):
+        environment = {**compose["x-server-environment"], **services[name]["environment"]}
+        ports = [environment["HYBRIDSERVE_PORT"], environment["HYBRIDSERVE_GRPC_PORT"]]
+        assert services[name]["expose"] == ports, f"service {name}"
 
 
 def test_compose_gpu_profile_reserves_nvidia_devices(compose: dict[str, Any]) -> None:
@@ -354,6 +358,11 @@ def test_service_hpa_pvc_and_secret(objects: dict[str, dict[str, Any]]) -> None:
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     names = {p.get("name") for p in container["ports"]}
     assert all(port["targetPort"] in names for port in service["ports"])
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"http": int(env["HYBRIDSERVE_PORT"]),
+                     "grpc": int(env["HYBRIDSERVE_GRPC_PORT"])}
+    assert {port["name"] for port in service["ports"]} == {"http", "grpc"}
     hpa = objects["HorizontalPodAutoscaler"]["spec"]
     assert hpa["scaleTargetRef"]["kind"] == "Deployment"
     assert hpa["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
@@ -366,13 +375,14 @@ def test_service_hpa_pvc_and_secret(objects: dict[str, dict[str, Any]]) -> None:
 def test_kserve_runtime_and_inference_service(objects: dict[str, dict[str, Any]]) -> None:
     runtime = objects["ServingRuntime"]
     spec = runtime["spec"]
-    assert spec["protocolVersions"] == ["v2"]
+    assert spec["protocolVersions"] == ["v2", "grpc-v2"]
     assert [f["name"] for f in spec["supportedModelFormats"]] == ["mxnet"]
     (container,) = spec["containers"]
     assert container["image"].startswith("hybridserve:")
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["HYBRIDSERVE_MODEL_REPOSITORY"] == "/mnt/models"
     assert [p["containerPort"] for p in container["ports"]] == [int(env["HYBRIDSERVE_PORT"])]
+    assert int(env["HYBRIDSERVE_GRPC_PORT"]) not in (0, int(env["HYBRIDSERVE_PORT"]))
     assert set(container_probe_paths(container).values()) <= HEALTH_PATHS
     model = objects["InferenceService"]["spec"]["predictor"]["model"]
     assert model["runtime"] == runtime["metadata"]["name"]

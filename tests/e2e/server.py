@@ -21,6 +21,10 @@ TOKEN = "e2e-token"
 
 def free_port() -> int:
     """A loopback port nobody listens on right now."""
+    return _unused_port()
+
+
+def _unused_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
@@ -35,6 +39,7 @@ class Server:
     repository: Path
     process: subprocess.Popen[bytes]
     log: Path  # the server's stdout and stderr
+    grpc: str = ""  # host:port of its gRPC server ("" when switched off by `extra`)
 
 
 @contextmanager
@@ -47,6 +52,11 @@ def running_server(repository: Path, extra: Sequence[str] = (), *, admin_port: b
     port = free_port()
     args = [sys.executable, "-m", "service", "--model-repository", str(repository),
             "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning", *extra]
+    grpc = ""
+    if "--grpc-port" not in extra:  # never the default 8001: servers run side by side
+        # Not `free_port`: a test pins that one to restart a replica on its old HTTP port.
+        grpc = f"127.0.0.1:{_unused_port()}"
+        args += ["--grpc-port", grpc.rsplit(":", 1)[1]]
     admin = port
     if admin_port:
         admin = free_port()
@@ -60,7 +70,7 @@ def running_server(repository: Path, extra: Sequence[str] = (), *, admin_port: b
                                stderr=subprocess.STDOUT)
     try:
         server = Server(f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin}", repository,
-                        process, Path(log.name))
+                        process, Path(log.name), grpc)
         _wait_ready(server, startup_s, log.name)
         yield server
     finally:

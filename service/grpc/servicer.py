@@ -1,0 +1,187 @@
+"""`InferenceServicer`: the RPCs of ``inference.GRPCInferenceService`` over the shared runtime.
+
+Each RPC calls what the matching REST route calls (the repository, `describe`, the
+`InferenceService`), so a request is refused for the same reason with the same message; the
+HTTP status of that refusal becomes a gRPC code (`service.grpc.status`).
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import grpc
+
+from engine.serving.errors import ModelNotReady
+from engine.serving.loaded import LoadedVersion
+from service import codecs, describe
+from service.app import VERSION
+from service.drain import SHUTTING_DOWN
+from service.errors import BadRequest, Forbidden, Unauthorized
+from service.grpc import inference_pb2 as pb
+from service.grpc import inference_pb2_grpc as pb_grpc
+from service.grpc import status, tensors
+from service.inference import check_inputs
+from service.routers.health import EXTENSIONS, SERVER_NAME
+from service.runtime import Runtime
+
+Reply = TypeVar("Reply")
+SPLIT_MANAGEMENT = ("management is served on the admin port only (--admin-port); load and "
+                    "unload models there")
+
+
+class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
+    """The gRPC face of one process's runtime."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.inference = runtime.inference
+        self.repository = runtime.repository
+
+    async def _answer(self, context: grpc.aio.ServicerContext, method: str,
+                      work: Callable[[], Awaitable[Reply]]) -> Reply:
+        """Run `work` as one request in flight; any failure aborts the call with its code."""
+        drain = self.runtime.drain
+        if drain.draining:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
+        drain.in_flight += 1
+        try:
+            return await work()
+        except Exception as error:  # noqa: BLE001 - every failure becomes a status code
+            http_status, code, message = status.refusal(error, method)
+            self.runtime.metrics.observe_error(http_status)
+        finally:
+            drain.in_flight -= 1
+        await context.abort(code, message)
+        raise AssertionError("abort raises")
+
+    async def ServerLive(self, request: pb.ServerLiveRequest,
+                         context: grpc.aio.ServicerContext) -> pb.ServerLiveResponse:
+        """Live while the process answers."""
+        return pb.ServerLiveResponse(live=True)
+
+    async def ServerReady(self, request: pb.ServerReadyRequest,
+                          context: grpc.aio.ServicerContext) -> pb.ServerReadyResponse:
+        """Ready once the repository is loaded, until shutdown begins."""
+        return pb.ServerReadyResponse(ready=self.runtime.ready)
+
+    async def ModelReady(self, request: pb.ModelReadyRequest,
+                         context: grpc.aio.ServicerContext) -> pb.ModelReadyResponse:
+        """Ready or not for a known model; NOT_FOUND for an unknown one, as REST's 404."""
+        async def work() -> pb.ModelReadyResponse:
+            try:
+                self.repository.get(request.name, request.version or None)
+            except ModelNotReady:
+                return pb.ModelReadyResponse(ready=False)
+            return pb.ModelReadyResponse(ready=True)
+        return await self._answer(context, "ModelReady", work)
+
+    async def ServerMetadata(self, request: pb.ServerMetadataRequest,
+                             context: grpc.aio.ServicerContext) -> pb.ServerMetadataResponse:
+        """Server name, version and protocol extensions (those of REST's ``GET /v2``)."""
+        return pb.ServerMetadataResponse(name=SERVER_NAME, version=VERSION,
+                                         extensions=EXTENSIONS)
+
+    async def ModelMetadata(self, request: pb.ModelMetadataRequest,
+                            context: grpc.aio.ServicerContext) -> pb.ModelMetadataResponse:
+        """Inputs, outputs and ready versions of a model version."""
+        async def work() -> pb.ModelMetadataResponse:
+            handle = self.repository.get(request.name, request.version or None)
+            found = describe.metadata(self.repository, handle)
+            response = pb.ModelMetadataResponse(name=found.name, versions=found.versions,
+                                                platform=found.platform)
+            for tensor in found.inputs:
+                response.inputs.add(name=tensor.name, datatype=tensor.datatype,
+                                    shape=tensor.shape)
+            for tensor in found.outputs:
+                response.outputs.add(name=tensor.name, datatype=tensor.datatype,
+                                     shape=tensor.shape)
+            return response
+        return await self._answer(context, "ModelMetadata", work)
+
+    async def ModelInfer(self, request: pb.ModelInferRequest,
+                         context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:
+        """One inference through the shared `InferenceService` (its batcher and metrics)."""
+        return await self._answer(context, "ModelInfer", lambda: self._infer(request, context))
+
+    async def _infer(self, request: pb.ModelInferRequest,
+                     context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:
+        decoded = tensors.decode_inputs(request, self.inference.max_tensor_elements)
+        handle = self.repository.get(request.model_name, request.model_version or None)
+        check_inputs(handle, decoded.arrays, decoded.datatypes)
+        chosen = _chosen_outputs(handle, request)
+        timeout = _earliest(tensors.timeout_s(request.parameters), context.time_remaining())
+        answer = await self.inference.run(handle, decoded.arrays, timeout)
+        response = pb.ModelInferResponse(model_name=handle.name,
+                                         model_version=str(handle.version), id=request.id)
+        tensors.encode_outputs(response, {name: answer.outputs[name] for name in chosen})
+        return response
+
+    async def RepositoryIndex(self, request: pb.RepositoryIndexRequest,
+                              context: grpc.aio.ServicerContext) -> pb.RepositoryIndexResponse:
+        """Every version known on disk or in memory (only ready ones when `ready` is set)."""
+        async def work() -> pb.RepositoryIndexResponse:
+            rows = describe.index(self.repository, True if request.ready else None)
+            return pb.RepositoryIndexResponse(models=[
+                pb.RepositoryIndexResponse.ModelIndex(name=row.name, version=row.version,
+                                                      state=row.state, reason=row.reason or "")
+                for row in rows])
+        return await self._answer(context, "RepositoryIndex", work)
+
+    async def RepositoryModelLoad(
+            self, request: pb.RepositoryModelLoadRequest,
+            context: grpc.aio.ServicerContext) -> pb.RepositoryModelLoadResponse:
+        """Load a model by its version policy (admin token required)."""
+        async def work() -> pb.RepositoryModelLoadResponse:
+            self._require_admin(context, request.parameters)
+            await self.repository.load(request.model_name)
+            return pb.RepositoryModelLoadResponse()
+        return await self._answer(context, "RepositoryModelLoad", work)
+
+    async def RepositoryModelUnload(
+            self, request: pb.RepositoryModelUnloadRequest,
+            context: grpc.aio.ServicerContext) -> pb.RepositoryModelUnloadResponse:
+        """Unload every version of a model (admin token required)."""
+        async def work() -> pb.RepositoryModelUnloadResponse:
+            self._require_admin(context, request.parameters)
+            await self.repository.unload(request.model_name)
+            return pb.RepositoryModelUnloadResponse()
+        return await self._answer(context, "RepositoryModelUnload", work)
+
+    def _require_admin(self, context: grpc.aio.ServicerContext, parameters: object) -> None:
+        """REST's bearer-token check, on the call's ``authorization`` metadata."""
+        if self.runtime.settings.admin_port is not None:
+            raise Forbidden(SPLIT_MANAGEMENT)
+        access = self.runtime.admin
+        if access.token is None:
+            raise Forbidden(access.refusal)
+        given = dict(context.invocation_metadata() or ()).get("authorization")
+        if not isinstance(given, str) or not given.startswith("Bearer "):
+            raise Unauthorized("this call needs the metadata 'authorization: Bearer <admin "
+                               "token>'")
+        if not hmac.compare_digest(given.removeprefix("Bearer ").encode(),
+                                   access.token.encode()):
+            raise Forbidden("the bearer token is not the server's admin token")
+        if parameters:
+            raise BadRequest("repository parameters are not supported: a model is loaded from "
+                             "its files in the repository")
+
+
+def _chosen_outputs(handle: LoadedVersion, request: pb.ModelInferRequest) -> list[str]:
+    """The outputs to return, in order: the requested ones, or every output of the model."""
+    available = list(handle.model.output_names)
+    if not request.outputs:
+        return available
+    for output in request.outputs:
+        if output.name not in available:
+            raise BadRequest(f"model {handle.name!r} version {handle.version} has no output "
+                             f"{output.name!r}; its outputs are {codecs.names(available)}")
+    return [output.name for output in request.outputs]
+
+
+def _earliest(*timeouts: float | None) -> float | None:
+    """The shortest of the given timeouts in seconds, or None when there is none."""
+    given = [timeout for timeout in timeouts if timeout is not None]
+    return min(given) if given else None
+
