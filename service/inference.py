@@ -13,7 +13,7 @@ from engine.errors import EngineError, InputError, ShapeError
 from engine.serving.config import TensorConfig
 from engine.serving.loaded import LoadedVersion
 from engine.serving.repository import ModelRepository
-from service import codecs
+from service import classification, codecs
 from service.errors import BadRequest, ServiceError
 from service.metrics import Metrics
 
@@ -144,10 +144,14 @@ class InferenceService:
             raise
         except UNFORESEEN as error:
             raise undecodable("inference request", error) from error
-        binary = self._binary_outputs(handle, request)
+        binary, classes = self._requested_outputs(handle, request)
         timeout = None if request.timeout_us is None else request.timeout_us / 1e6
         answer = await self.run(handle, request.inputs, timeout)
         outputs = {output: answer.outputs[output] for output in binary}
+        for output, count in classes.items():
+            outputs[output] = classification.classify(
+                outputs[output], count, handle.labels.get(output),
+                f"{_where(handle)}: output {output!r}")
         return codecs.encode_v2_response(handle.name, handle.version, outputs, binary,
                                          request.id)
 
@@ -176,15 +180,19 @@ class InferenceService:
                                          self.max_tensor_elements)
 
     @staticmethod
-    def _binary_outputs(handle: LoadedVersion, request: codecs.V2Request) -> dict[str, bool]:
-        """Outputs to return, in order, and whether each goes as binary data."""
-        available = list(handle.model.output_names)
+    def _requested_outputs(handle: LoadedVersion, request: codecs.V2Request
+                           ) -> tuple[dict[str, bool], dict[str, int]]:
+        """Outputs to return, in order, with whether each goes as binary data; and the class
+        count of those asked for as classifications."""
+        available = handle.output_names
         if request.outputs is None:
-            return {output: request.binary_output for output in available}
-        chosen = {}
+            return {output: request.binary_output for output in available}, {}
+        chosen, classes = {}, {}
         for output in request.outputs:
             if output.name not in available:
-                raise BadRequest(f"model {handle.name!r} version {handle.version} has no output "
-                                 f"{output.name!r}; its outputs are {codecs.names(available)}")
+                raise BadRequest(f"{_where(handle)} has no output {output.name!r}; its outputs "
+                                 f"are {codecs.names(available)}")
             chosen[output.name] = request.binary_output if output.binary is None else output.binary
-        return chosen
+            if output.classification is not None:
+                classes[output.name] = output.classification
+        return chosen, classes
