@@ -76,6 +76,17 @@ def _where(handle: LoadedVersion) -> str:
     return f"model {handle.name!r} version {handle.version}"
 
 
+def classify_outputs(handle: LoadedVersion, outputs: dict[str, np.ndarray],
+                     classes: Mapping[str, int]) -> dict[str, np.ndarray]:
+    """`outputs` with each output named in `classes` replaced by its top classes (Triton's
+    classification extension), labelled when the version has labels for it."""
+    for output, count in classes.items():
+        outputs[output] = classification.classify(outputs[output], count,
+                                                  handle.labels.get(output),
+                                                  f"{_where(handle)}: output {output!r}")
+    return outputs
+
+
 # What a body no check foresaw could still make NumPy or a parser raise; a 400, never a 500.
 UNFORESEEN = (ValueError, TypeError, LookupError, RecursionError, OverflowError)
 
@@ -147,11 +158,8 @@ class InferenceService:
         binary, classes = self._requested_outputs(handle, request)
         timeout = None if request.timeout_us is None else request.timeout_us / 1e6
         answer = await self.run(handle, request.inputs, timeout)
-        outputs = {output: answer.outputs[output] for output in binary}
-        for output, count in classes.items():
-            outputs[output] = classification.classify(
-                outputs[output], count, handle.labels.get(output),
-                f"{_where(handle)}: output {output!r}")
+        outputs = classify_outputs(handle, {output: answer.outputs[output] for output in binary},
+                                   classes)
         return codecs.encode_v2_response(handle.name, handle.version, outputs, binary,
                                          request.id)
 
