@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -52,7 +52,8 @@ def _refuse_names(handle: LoadedVersion, arrays: Mapping[str, np.ndarray]) -> No
     unknown = [name for name in arrays if name not in specs]
     if unknown:
         raise BadRequest(f"{_where(handle)} has no input {codecs.names(unknown)}; its inputs "
-                         f"are {codecs.names(list(specs))}")
+                         f"are {codecs.names(list(specs))}"
+                         f"{_renamed(handle.config.inputs, unknown[0], 'input')}")
     spec = next(spec for name, spec in specs.items() if name not in arrays)
     raise BadRequest(f"{_where(handle)}: missing input {spec.name!r} ({spec.datatype} "
                      f"{list(spec.shape)})")
@@ -70,6 +71,13 @@ def _refuse_tensor(handle: LoadedVersion, spec: TensorConfig, array: np.ndarray,
                          f"{list(spec.shape)} (-1: any size)")
     raise BadRequest(f"{where}: input {name!r} has {array.shape[0]} rows; max_batch_size is "
                      f"{handle.config.max_batch_size}, split the request")
+
+
+def _renamed(tensors: Sequence[TensorConfig] | None, name: str, kind: str) -> str:
+    """For an error: that `name` is the graph's name of a renamed tensor, if it is."""
+    renamed = next((tensor.name for tensor in tensors or () if tensor.source == name), None)
+    return "" if renamed is None else (f" ({name!r} is the graph's name of {kind} {renamed!r}, "
+                                       "which config.json renames)")
 
 
 def _where(handle: LoadedVersion) -> str:
@@ -199,7 +207,8 @@ class InferenceService:
         for output in request.outputs:
             if output.name not in available:
                 raise BadRequest(f"{_where(handle)} has no output {output.name!r}; its outputs "
-                                 f"are {codecs.names(available)}")
+                                 f"are {codecs.names(available)}"
+                                 f"{_renamed(handle.config.outputs, output.name, 'output')}")
             chosen[output.name] = request.binary_output if output.binary is None else output.binary
             if output.classification is not None:
                 classes[output.name] = output.classification

@@ -142,13 +142,15 @@ def test_requests_naming_the_graph_names_are_refused_with_the_new_ones(
     answer = client.post("/predict", json={"model": "renamed", "inputs": {
         "data0": inputs["vector"].tolist(), "image": inputs["image"].tolist()}})
     assert answer.status_code == 400
-    assert "has no input 'data0'; its inputs are 'vector', 'image'" in answer.json()["error"]
+    assert ("has no input 'data0'; its inputs are 'vector', 'image' ('data0' is the graph's "
+            "name of input 'vector', which config.json renames)") in answer.json()["error"]
     tensors = [{"name": name, "datatype": "FP32", "shape": list(array.shape),
                 "data": array.ravel().tolist()} for name, array in inputs.items()]
     answer = client.post("/v2/models/renamed/infer", json={"inputs": tensors, "outputs": [
         {"name": SOFTMAX}]})
     assert answer.status_code == 400
-    assert f"has no output '{SOFTMAX}'; its outputs are 'probabilities', 'features'" in (
+    assert (f"has no output '{SOFTMAX}'; its outputs are 'probabilities', 'features' "
+            f"('{SOFTMAX}' is the graph's name of output 'probabilities'") in (
         answer.json()["error"])
     answer = client.post("/v2/models/renamed/infer", json={"inputs": tensors, "outputs": [
         {"name": "features", "parameters": {"classification": -1}}]})
