@@ -24,9 +24,11 @@ def _body(parts: list[tuple[str, str | None, bytes]]) -> bytes:
 
 def _parse(staging: Path, *labels: tuple[str | None, bytes]) -> _UploadParser:
     parser = _UploadParser(BOUNDARY, staging)
-    parser.feed(_body([("symbol", "s.json", b"{}"), ("params", "p.params", b"\0"),
-                       *(("labels", filename, data) for filename, data in labels)]))
-    parser.close()
+    try:
+        parser.feed(_body([("symbol", "s.json", b"{}"), ("params", "p.params", b"\0"),
+                           *(("labels", filename, data) for filename, data in labels)]))
+    finally:
+        parser.close()  # as `receive_upload` does, whatever happened
     parser.form()
     return parser
 
