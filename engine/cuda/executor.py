@@ -19,12 +19,13 @@ class GpuExecutor:
     """Moves a plan's inputs in and outputs out through pinned host buffers on the plan's stream.
 
     The plan's steps run eagerly for the first `WARMUP_RUNS` runs, then (when the device allows
-    CUDA graphs) are captured once and replayed as one graph launch per run.
+    CUDA graphs and ``capture_blocker`` names no op that synchronises with the host) are
+    captured once and replayed as one graph launch per run.
     """
 
     def __init__(self, device: Device, inputs: Mapping[str, Any], heads: list[Any],
                  run_steps: Callable[[], None], stream: Any,
-                 convolutions: Any = None) -> None:
+                 convolutions: Any = None, capture_blocker: str | None = None) -> None:
         self.device = device
         self._cupy = device.xp
         self._inputs = dict(inputs)
@@ -36,7 +37,8 @@ class GpuExecutor:
                                for name, array in inputs.items()}
         self._staged_outputs = [device.pinned_empty(head.shape, head.dtype) for head in heads]
         self.graph: CapturedGraph | None = None
-        self.graph_error: str | None = None if device.cuda_graphs else "disabled"
+        # A plan with an op that reads its inputs on the host is never captured (not even tried).
+        self.graph_error = capture_blocker if device.cuda_graphs else "disabled"
         self.eager_runs = 0
 
     def run(self, feed: Mapping[str, np.ndarray], copy_outputs: bool) -> list[np.ndarray]:

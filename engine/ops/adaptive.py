@@ -3,11 +3,12 @@
 Output cell ``i`` of an axis of length ``n`` pooled to ``m`` averages input rows
 ``[floor(i * n / m), ceil((i + 1) * n / m))``, so neighbouring cells may overlap. The kernel
 writes that as two small averaging matrices, ``rows @ data @ cols.T``, which runs unchanged on
-numpy and cupy.
+numpy and cupy; the matrices depend on the shape only, so a device gets them uploaded once.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,7 @@ from engine.errors import ShapeError
 from engine.ops.attrs import parse_int_tuple
 from engine.ops.registry import Attrs, MaybeShape, OpDef, Param, register
 from engine.ops.shapes import Inferred
+from engine.ops.workspace import uploaded
 
 
 def output_size(attrs: Attrs) -> tuple[int, int]:
@@ -31,14 +33,14 @@ def output_size(attrs: Attrs) -> tuple[int, int]:
                      "value or two")
 
 
-def averaging_matrix(length: int, cells: int) -> np.ndarray:
+def averaging_matrix(length: int, cells: int, dtype: Any = np.float64) -> np.ndarray:
     """``(cells, length)`` weights: row i averages its input span uniformly."""
     weights = np.zeros((cells, length), np.float64)
     for cell in range(cells):
         begin = (cell * length) // cells
         end = -((-(cell + 1) * length) // cells)  # ceil division
         weights[cell, begin:end] = 1.0 / (end - begin)
-    return weights
+    return weights.astype(dtype, copy=False)
 
 
 def _infer(attrs: Attrs, shapes: list[MaybeShape]) -> Inferred:
@@ -50,10 +52,15 @@ def _infer(attrs: Attrs, shapes: list[MaybeShape]) -> Inferred:
     return shapes, [(data[0], data[1], *output_size(attrs))]
 
 
+def _matrix(xp: Any, length: int, cells: int, dtype: Any) -> Any:
+    key = ("adaptive_avg", length, cells, np.dtype(dtype).str)
+    return uploaded(xp, key, partial(averaging_matrix, length, cells, dtype))
+
+
 def _kernel(xp: Any, attrs: Attrs, data: Any) -> Any:
     height, width = output_size(attrs)
-    rows = xp.asarray(averaging_matrix(data.shape[2], height), dtype=data.dtype)
-    cols = xp.asarray(averaging_matrix(data.shape[3], width), dtype=data.dtype)
+    rows = _matrix(xp, data.shape[2], height, data.dtype)
+    cols = _matrix(xp, data.shape[3], width, data.dtype)
     return xp.matmul(xp.matmul(rows, data), cols.T)
 
 

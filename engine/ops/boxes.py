@@ -37,13 +37,14 @@ def as_corner(xp: Any, boxes: Any, box_format: str) -> Any:
 
 
 def pairwise_iou(xp: Any, lhs: Any, rhs: Any) -> Any:
-    """``(n, m)`` intersection over union of corner boxes ``lhs (n, 4)`` and ``rhs (m, 4)``."""
-    low = xp.maximum(lhs[:, None, 0:2], rhs[None, :, 0:2])
-    high = xp.minimum(lhs[:, None, 2:4], rhs[None, :, 2:4])
+    """``(..., n, m)`` intersection over union of corner boxes ``lhs (..., n, 4)`` and
+    ``rhs (..., m, 4)`` (leading axes broadcast: a batch of box sets)."""
+    low = xp.maximum(lhs[..., :, None, 0:2], rhs[..., None, :, 0:2])
+    high = xp.minimum(lhs[..., :, None, 2:4], rhs[..., None, :, 2:4])
     overlap = xp.clip(high - low, 0, None).prod(axis=-1)
-    area_lhs = xp.clip(lhs[:, 2:4] - lhs[:, 0:2], 0, None).prod(axis=-1)
-    area_rhs = xp.clip(rhs[:, 2:4] - rhs[:, 0:2], 0, None).prod(axis=-1)
-    union = area_lhs[:, None] + area_rhs[None, :] - overlap
+    area_lhs = xp.clip(lhs[..., 2:4] - lhs[..., 0:2], 0, None).prod(axis=-1)
+    area_rhs = xp.clip(rhs[..., 2:4] - rhs[..., 0:2], 0, None).prod(axis=-1)
+    union = area_lhs[..., :, None] + area_rhs[..., None, :] - overlap
     return xp.where(union > 0, overlap / xp.where(union > 0, union, 1), 0).astype(lhs.dtype)
 
 
@@ -151,8 +152,8 @@ register(OpDef(
 
 
 def host(array: Any) -> np.ndarray:
-    """A numpy array with ``array``'s contents: the greedy suppression loops run on the host."""
-    return array if isinstance(array, np.ndarray) else array.get()
+    """A numpy array with ``array``'s contents (a device array is copied to the host)."""
+    return array.get() if hasattr(array, "get") else array
 
 
 def greedy_keep(corners: np.ndarray, classes: np.ndarray | None, threshold: float,
@@ -171,4 +172,21 @@ def greedy_keep(corners: np.ndarray, classes: np.ndarray | None, threshold: floa
     for index in range(len(corners)):
         if alive[index]:
             alive[index + 1:] &= ~suppresses[index, index + 1:]
+    return alive
+
+
+def greedy_keep_batched(xp: Any, corners: Any, classes: Any | None, threshold: float,
+                        inclusive: bool, alive: Any) -> Any:
+    """`greedy_keep` for a batch ``(B, K, 4)`` of score-ordered boxes, with array ops only.
+
+    No value is read on the host, so a GPU runs it inside a CUDA graph: the loop is over
+    positions (K small steps, each masking what the box there suppresses if it is alive), not
+    over data-dependent survivors. ``alive`` (B, K) is updated in place and returned.
+    """
+    overlaps = pairwise_iou(xp, corners, corners)
+    suppresses = overlaps >= threshold if inclusive else overlaps > threshold
+    if classes is not None:
+        suppresses &= classes[:, :, None] == classes[:, None, :]
+    for index in range(corners.shape[1] - 1):
+        alive[:, index + 1:] &= ~(alive[:, index, None] & suppresses[:, index, index + 1:])
     return alive

@@ -11,8 +11,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
-
 from engine.errors import ShapeError
 from engine.ops.attrs import parse_bool, parse_int
 from engine.ops.registry import Attrs, MaybeShape, OpDef, Param, register
@@ -48,17 +46,21 @@ def _kernel(xp: Any, attrs: Attrs, data1: Any, data2: Any) -> Any:
     pad = ((0, 0), (0, 0), (attrs.pad_size,) * 2, (attrs.pad_size,) * 2)
     first, second = xp.pad(data1, pad), xp.pad(data2, pad)
     radius, out_h, out_w = _geometry(attrs, data1.shape[2], data1.shape[3])
-    rows = xp.asarray(np.arange(out_h) * attrs.stride1 + attrs.max_displacement)[:, None]
-    cols = xp.asarray(np.arange(out_w) * attrs.stride1 + attrs.max_displacement)[None, :]
-    size = attrs.kernel_size
+
+    def window(padded: Any, row: int, col: int) -> Any:
+        # The output grid from (row, col) on: strided slices, so no index table is needed.
+        return padded[:, :, row:row + (out_h - 1) * attrs.stride1 + 1:attrs.stride1,
+                      col:col + (out_w - 1) * attrs.stride1 + 1:attrs.stride1]
+
+    size, start, step = attrs.kernel_size, attrs.max_displacement, attrs.stride2
     channels = []
     for dy in range(-radius, radius + 1):
         for dx in range(-radius, radius + 1):
             total = 0
             for h in range(size):
                 for w in range(size):
-                    a = first[:, :, rows + h, cols + w]
-                    b = second[:, :, rows + h + dy * attrs.stride2, cols + w + dx * attrs.stride2]
+                    a = window(first, start + h, start + w)
+                    b = window(second, start + h + dy * step, start + w + dx * step)
                     total = total + (a * b if attrs.is_multiply else xp.abs(a - b)).sum(axis=1)
             channels.append(total / (size * size * data1.shape[1]))
     return xp.stack(channels, axis=1).astype(data1.dtype)

@@ -14,6 +14,7 @@ from engine.errors import ShapeError
 from engine.ops.attrs import parse_float_tuple, parse_int
 from engine.ops.registry import Attrs, MaybeShape, OpDef, Param, register
 from engine.ops.shapes import Inferred, same_shape
+from engine.ops.workspace import uploaded
 
 FLOAT32 = np.dtype(np.float32)
 # AlexNet's PCA lighting: eigenvectors of the RGB covariance scaled by their eigenvalues.
@@ -50,8 +51,10 @@ register(OpDef(
 
 
 def _per_channel(xp: Any, values: tuple[float, ...], channels: int, like: Any) -> Any:
+    """``values`` as a ``(channels, 1, 1)`` array (uploaded once on a device)."""
     picked = values[:channels] if len(values) > 1 else values * channels
-    return xp.asarray(picked, dtype=like.dtype).reshape(channels, 1, 1)
+    return uploaded(xp, ("image_per_channel", picked, like.dtype.str),
+                    lambda: np.asarray(picked, dtype=like.dtype).reshape(channels, 1, 1))
 
 
 def _normalize(xp: Any, attrs: Attrs, data: Any) -> Any:
@@ -101,8 +104,9 @@ register(OpDef(
 
 
 def _adjust_lighting(xp: Any, attrs: Attrs, data: Any) -> Any:
-    shift = LIGHTING @ np.asarray(attrs.alpha, np.float64)
-    return (data + xp.asarray(shift, dtype=data.dtype)).astype(data.dtype)
+    shift = uploaded(xp, ("image_lighting", attrs.alpha, data.dtype.str),
+                     lambda: (LIGHTING @ np.asarray(attrs.alpha, np.float64)).astype(data.dtype))
+    return (data + shift).astype(data.dtype)
 
 
 register(OpDef(

@@ -5,21 +5,24 @@ valid detections come first by descending score, suppressed ones keep their row 
 and anchors under the score threshold leave all-(-1) rows at the end. Like MXNet 1.9, class 0
 is always the background (``background_id`` is accepted but does not change the result), and
 with ``nms_topk`` only the best ``nms_topk`` rows are reordered; the rest of the valid rows stay
-in anchor order, marked -1.
+in anchor order, marked -1. On a GPU the same result comes from array ops alone
+(`detect_batches`), so nothing is read on the host and the plan can be captured.
 """
 
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from engine.errors import ShapeError
 from engine.ops.attrs import parse_bool, parse_float, parse_float_tuple, parse_int
-from engine.ops.boxes import greedy_keep, host
+from engine.ops.boxes import greedy_keep, greedy_keep_batched
 from engine.ops.registry import Attrs, MaybeShape, OpDef, Param, register
 from engine.ops.shapes import Inferred
+from engine.ops.workspace import uploaded
 
 FLOAT32 = np.dtype("float32")
 
@@ -48,7 +51,14 @@ def _prior_infer(attrs: Attrs, shapes: list[MaybeShape]) -> Inferred:
 
 
 def _prior_kernel(xp: Any, attrs: Attrs, data: Any) -> Any:
+    # Anchors depend on the feature map's size only: a device gets them uploaded once.
     height, width = data.shape[2], data.shape[3]
+    return uploaded(xp, ("multibox_prior", attrs, height, width),
+                    partial(_anchors, attrs, height, width))
+
+
+def _anchors(attrs: Attrs, height: int, width: int) -> np.ndarray:
+    """``(1, height * width * anchors, 4)`` float32 corner anchors (see `_prior_kernel`)."""
     step_y = attrs.steps[0] if attrs.steps[0] > 0 else 1.0 / height
     step_x = attrs.steps[1] if attrs.steps[1] > 0 else 1.0 / width
     center_y = (np.arange(height) + attrs.offsets[0]) * step_y
@@ -59,7 +69,7 @@ def _prior_kernel(xp: Any, attrs: Attrs, data: Any) -> Any:
     boxes = np.concatenate([centers - half, centers + half], axis=-1).reshape(1, -1, 4)
     if attrs.clip:
         boxes = np.clip(boxes, 0.0, 1.0)
-    return xp.asarray(boxes.astype(FLOAT32))
+    return boxes.astype(FLOAT32)
 
 
 register(OpDef(
@@ -139,10 +149,60 @@ def _detection_infer(attrs: Attrs, shapes: list[MaybeShape]) -> Inferred:
 
 
 def _detection_kernel(xp: Any, attrs: Attrs, cls_prob: Any, loc_pred: Any, anchor: Any) -> Any:
-    probs, loc, anchors = host(cls_prob), host(loc_pred), host(anchor).reshape(-1, 4)
-    result = np.stack([_detect_one(probs[b], loc[b], anchors, attrs)
-                       for b in range(probs.shape[0])])
-    return xp.asarray(result)
+    anchors = anchor.reshape(-1, 4)
+    if xp is not np:
+        return detect_batches(xp, cls_prob, loc_pred, anchors, attrs)
+    return np.stack([_detect_one(cls_prob[b], loc_pred[b], anchors, attrs)
+                     for b in range(cls_prob.shape[0])])
+
+
+def _decode_batches(xp: Any, loc: Any, anchors: Any, attrs: Attrs) -> Any:
+    """`decode_ssd` of ``(B, n, 4)`` offsets against ``(n, 4)`` anchors, with array ops only."""
+    size = anchors[:, 2:4] - anchors[:, 0:2]
+    center = (anchors[:, 0:2] + anchors[:, 2:4]) / 2
+    variance = uploaded(xp, ("ssd_variances", attrs.variances, loc.dtype.str),
+                        lambda: np.asarray(attrs.variances, loc.dtype))
+    new_center = loc[..., 0:2] * variance[0:2] * size + center
+    half = xp.exp(loc[..., 2:4] * variance[2:4]) * size / 2
+    boxes = xp.concatenate([new_center - half, new_center + half], axis=-1)
+    return xp.clip(boxes, 0.0, 1.0) if attrs.clip else boxes
+
+
+def _valid_rows(xp: Any, probs: Any, loc: Any, anchors: Any, attrs: Attrs) -> tuple[Any, Any]:
+    """``(B, n, 6)`` rows of the anchors over the threshold, in anchor order and first (the
+    others after them), and how many there are per image ``(B, 1)``."""
+    foreground = probs[:, 1:]
+    classes = xp.argmax(foreground, axis=1)
+    scores = xp.take_along_axis(foreground, classes[:, None], axis=1)[:, 0]
+    boxes = _decode_batches(xp, loc.reshape(*scores.shape, 4), anchors, attrs)
+    rows = xp.concatenate([classes[..., None].astype(probs.dtype), scores[..., None],
+                           boxes.astype(probs.dtype)], axis=-1)
+    valid = scores >= attrs.threshold
+    order = xp.argsort((~valid).astype(np.int8), axis=1, kind="stable")
+    return xp.take_along_axis(rows, order[..., None], axis=1), valid.sum(axis=1, keepdims=True)
+
+
+def detect_batches(xp: Any, probs: Any, loc: Any, anchors: Any, attrs: Attrs) -> Any:
+    """`_detect_one` for every image at once with array ops only: nothing is read on the host,
+    so a GPU plan holding the op can be captured as a CUDA graph."""
+    rows, count = _valid_rows(xp, probs, loc, anchors, attrs)
+    position = xp.arange(rows.shape[1])[None, :]
+    minus_one = probs.dtype.type(-1)
+    if not 0 < attrs.nms_threshold <= 1:
+        return xp.where((position < count)[..., None], rows, minus_one)
+    key = xp.where(position < count, -rows[..., 1], xp.inf)
+    ranked = xp.take_along_axis(rows, xp.argsort(key, axis=1, kind="stable")[..., None], axis=1)
+    keep = count if attrs.nms_topk <= 0 else xp.minimum(count, attrs.nms_topk)
+    alive = position < keep
+    # The best ``keep`` rows sorted; the other valid rows stay in anchor order, class -1.
+    result = xp.where(alive[..., None], ranked, rows)
+    result = xp.where((position < count)[..., None], result, minus_one)
+    limit = rows.shape[1] if attrs.nms_topk <= 0 else min(attrs.nms_topk, rows.shape[1])
+    classes = None if attrs.force_suppress else result[:, :limit, 0]
+    greedy_keep_batched(xp, result[:, :limit, 2:6], classes, attrs.nms_threshold, True,
+                        alive[:, :limit])
+    result[..., 0] = xp.where(alive, result[..., 0], minus_one)
+    return result
 
 
 register(OpDef(

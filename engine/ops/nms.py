@@ -2,8 +2,9 @@
 
 MXNet keeps the input's shape: per batch row, the surviving records come first in descending
 score order and every other row is filled with -1. A plan therefore sees no data-dependent shape.
-The suppression loop is inherently sequential and tiny, so it runs on the host (numpy) and the
-result is moved back to the input's array module.
+On the CPU the sequential suppression loop runs over the survivors only. On a GPU the same result
+is computed with array ops alone (sorts, an IoU matrix, a loop over candidate positions), so
+nothing is read on the host and the plan can still be captured as a CUDA graph.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import numpy as np
 
 from engine.errors import ShapeError
 from engine.ops.attrs import parse_bool, parse_float, parse_int
-from engine.ops.boxes import BOX_FORMAT, greedy_keep, host, to_center, to_corner
+from engine.ops.boxes import BOX_FORMAT, greedy_keep, greedy_keep_batched, to_center, to_corner
 from engine.ops.registry import Attrs, MaybeShape, OpDef, Param, register
 from engine.ops.shapes import Inferred
 
@@ -64,10 +65,52 @@ def suppress_rows(rows: np.ndarray, attrs: Attrs) -> np.ndarray:
 
 
 def _kernel(xp: Any, attrs: Attrs, data: Any) -> Any:
-    records = host(data)
-    batches = records.reshape(-1, *records.shape[-2:])
-    result = np.stack([suppress_rows(rows, attrs) for rows in batches])
-    return xp.asarray(result.reshape(records.shape))
+    batches = data.reshape(-1, *data.shape[-2:])
+    if xp is np:
+        result = np.stack([suppress_rows(rows, attrs) for rows in batches])
+    else:
+        result = suppress_batches(xp, batches, attrs)
+    return result.reshape(data.shape)
+
+
+def ranked_candidates(xp: Any, batches: Any, attrs: Attrs) -> tuple[Any, Any]:
+    """Every batch row's records sorted as `_candidates` orders them (the others after, in
+    index order), and which of the sorted records are candidates."""
+    scores = batches[:, :, attrs.score_index]
+    valid = scores > attrs.valid_thresh
+    if attrs.id_index >= 0 and attrs.background_id >= 0:
+        valid &= batches[:, :, attrs.id_index] != attrs.background_id
+    # Stable sorts, as on the host: equal scores keep their index order.
+    order = xp.argsort(xp.where(valid, -scores, xp.inf), axis=1, kind="stable")
+    ranked = xp.take_along_axis(batches, order[:, :, None], axis=1)
+    candidate = xp.take_along_axis(valid, order, axis=1)
+    if attrs.topk > 0:
+        candidate[:, attrs.topk:] = False
+    return ranked, candidate
+
+
+def suppress_batches(xp: Any, batches: Any, attrs: Attrs) -> Any:
+    """`suppress_rows` for every ``(boxes, record)`` row of ``batches`` at once, with array ops
+    only (see the module docstring)."""
+    ranked, alive = ranked_candidates(xp, batches, attrs)
+    count = batches.shape[1]
+    limit = min(attrs.topk, count) if attrs.topk > 0 else count  # no candidate lies beyond
+    coords = slice(attrs.coord_start, attrs.coord_start + 4)
+    corners = ranked[:, :limit, coords]
+    if attrs.in_format == "center":
+        corners = to_corner(xp, corners)
+    classes = None
+    if attrs.id_index >= 0 and not attrs.force_suppress:
+        classes = ranked[:, :limit, attrs.id_index]
+    greedy_keep_batched(xp, corners, classes, attrs.overlap_thresh, False, alive[:, :limit])
+    # Survivors to the front, still by score: a stable sort on "suppressed".
+    order = xp.argsort((~alive).astype(np.int8), axis=1, kind="stable")
+    survivors = xp.take_along_axis(ranked, order[:, :, None], axis=1)
+    if attrs.in_format != attrs.out_format:
+        convert = to_center if attrs.out_format == "center" else to_corner
+        survivors[:, :, coords] = convert(xp, survivors[:, :, coords])
+    filled = xp.arange(count)[None, :] < alive.sum(axis=1, keepdims=True)
+    return xp.where(filled[:, :, None], survivors, batches.dtype.type(-1))
 
 
 register(OpDef(

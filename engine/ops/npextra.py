@@ -128,7 +128,8 @@ _SCALAR = (Param("scalar", parse_float, 1.0), Param("is_int", parse_bool, True))
 
 
 def _int_scalar(xp: Any, attrs: Attrs, like: Any) -> Any:
-    return xp.asarray(int(attrs.scalar), dtype=like.dtype)
+    """The scalar in ``like``'s dtype as a numpy scalar, which CuPy takes without a host copy."""
+    return np.asarray(int(attrs.scalar), dtype=like.dtype)[()]
 
 
 for _name, _fn in (("bitwise_and", "bitwise_and"), ("bitwise_or", "bitwise_or"),

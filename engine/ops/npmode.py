@@ -204,7 +204,8 @@ def _where_dtype(position: int | None) -> Any:
 
 
 def _scalar(xp: Any, value: float, like: Any) -> Any:
-    return xp.asarray(value, dtype=like.dtype)
+    """``value`` in ``like``'s dtype as a numpy scalar, which CuPy takes without a host copy."""
+    return np.asarray(value, dtype=like.dtype)[()]
 
 
 _simple("_npi_where", ("condition", "x", "y"), (),

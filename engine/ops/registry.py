@@ -143,6 +143,10 @@ class OpDef:
             the bound op needs; a plan sizes its `Workspace` scratch buffer (shared by all its
             steps) to the largest need and passes it as ``bind(xp, attrs, inputs, out,
             workspace)``.
+        capturable: False for a kernel that must read its inputs on the host on every run (a
+            data-dependent loop, such as ROIAlign's per-ROI sampling grids). A GPU plan with
+            such a node is never captured as a CUDA graph: it runs its steps one by one and its
+            stats name the node (see `engine.runtime.plan.capture_blocker`).
     """
 
     name: str
@@ -161,6 +165,7 @@ class OpDef:
     writes_out: bool = False
     bind: Callable[..., list[Callable[[], Any]]] | None = None
     scratch: Callable[[Attrs, list[Any], Any], int] | None = None
+    capturable: bool = True
     doc: str = ""
     _params_by_name: dict[str, Param] = field(default_factory=dict, init=False, repr=False,
                                               compare=False)

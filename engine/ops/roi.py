@@ -6,6 +6,7 @@
 ROIAlign's bilinear sampling is separable: every sample row ``y`` reads two feature rows with
 weights that depend on ``y`` only, and likewise for columns. Each ROI therefore becomes two small
 weight matrices and ``rows @ feature @ cols.T``, built on the host and multiplied with ``xp``.
+Both ops read ``rois`` on the host, so a GPU plan holding one is not captured as a CUDA graph.
 """
 
 from __future__ import annotations
@@ -142,6 +143,7 @@ register(OpDef(
     infer_shape=_roi_infer(True),
     infer_dtype=lambda attrs, dtypes: (dtypes, [dtypes[0]]),
     kernel=_align_kernel,
+    capturable=False,  # each ROI's sampling grid (its size too) is read from rois on the host
     doc="Average of bilinear samples in each of pooled_size bins per ROI (sample_ratio "
         "samples per bin side, or adaptive; aligned shifts by half a pixel).",
 ))
@@ -198,6 +200,7 @@ register(OpDef(
     infer_shape=_roi_infer(False),
     infer_dtype=lambda attrs, dtypes: (dtypes, [dtypes[0]]),
     kernel=_pool_kernel,
+    capturable=False,  # each ROI's bins are read from rois on the host
     doc="Max over each of pooled_size bins per ROI, with ROI corners rounded to the feature "
         "map grid; empty bins give 0.",
 ))

@@ -6,6 +6,7 @@ in channel 0 and y in channel 1. Samples outside the image read zeros.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -14,13 +15,27 @@ from engine.errors import ShapeError
 from engine.ops.attrs import choice, optional, parse_bool, parse_int_tuple
 from engine.ops.registry import Attrs, MaybeShape, OpDef, Param, register
 from engine.ops.shapes import Inferred
+from engine.ops.workspace import uploaded
+
+
+def _target_grid(height: int, width: int, dtype: Any) -> np.ndarray:
+    """``(3, H*W)`` homogeneous normalised (x, y, 1) of every output pixel."""
+    ys, xs = np.meshgrid(np.linspace(-1, 1, height), np.linspace(-1, 1, width), indexing="ij")
+    return np.stack([xs.ravel(), ys.ravel(), np.ones(xs.size)]).astype(dtype)
+
+
+def _pixel_grid(height: int, width: int, dtype: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``(2, H, W)`` pixel (x, y) positions and the ``(2, 1, 1)`` scale that normalises them."""
+    ys, xs = np.meshgrid(np.arange(height), np.arange(width), indexing="ij")
+    scale = np.array([(width - 1) / 2, (height - 1) / 2]).reshape(2, 1, 1)
+    return np.stack([xs, ys]).astype(dtype), scale.astype(dtype)
 
 
 def affine_grid(xp: Any, theta: Any, height: int, width: int) -> Any:
     """``(N, 2, height, width)`` source coordinates of an affine ``(N, 6)`` transform."""
-    ys, xs = np.meshgrid(np.linspace(-1, 1, height), np.linspace(-1, 1, width), indexing="ij")
-    target = np.stack([xs.ravel(), ys.ravel(), np.ones(xs.size)])  # (3, H*W)
-    target = xp.asarray(target, dtype=theta.dtype)
+    # The grids depend on the shape only: a device gets them uploaded once, before capture.
+    key = ("affine_grid", height, width, theta.dtype.str)
+    target = uploaded(xp, key, partial(_target_grid, height, width, theta.dtype))
     source = xp.matmul(theta.reshape(-1, 2, 3), target)
     return source.reshape(-1, 2, height, width)
 
@@ -28,10 +43,8 @@ def affine_grid(xp: Any, theta: Any, height: int, width: int) -> Any:
 def warp_grid(xp: Any, flow: Any) -> Any:
     """Pixel positions moved by ``flow`` (N, 2, H, W), normalised to [-1, 1]."""
     _, _, height, width = flow.shape
-    ys, xs = np.meshgrid(np.arange(height), np.arange(width), indexing="ij")
-    base = xp.asarray(np.stack([xs, ys]), dtype=flow.dtype)
-    scale = xp.asarray(np.array([(width - 1) / 2, (height - 1) / 2]).reshape(2, 1, 1),
-                       dtype=flow.dtype)
+    key = ("warp_grid", height, width, flow.dtype.str)
+    base, scale = uploaded(xp, key, partial(_pixel_grid, height, width, flow.dtype))
     return (base + flow) / scale - 1
 
 

@@ -12,6 +12,7 @@ from engine.errors import ShapeError
 from engine.ops.attrs import optional, parse_bool, parse_float, parse_int, parse_int_tuple
 from engine.ops.registry import Attrs, MaybeShape, OpDef, Param, register
 from engine.ops.shapes import Inferred, normalize_axis, same_shape
+from engine.ops.workspace import uploaded
 
 INT64 = np.dtype(np.int64)
 UINT8 = np.dtype(np.uint8)
@@ -142,9 +143,15 @@ register(OpDef(
 
 # --- ravel / unravel --------------------------------------------------------------------------
 
+def _ravel_strides(shape: tuple[int, ...], ndim: int, dtype: Any) -> np.ndarray:
+    """Row-major strides of ``shape``, shaped to broadcast along the coordinates' first axis."""
+    strides = np.cumprod((*shape[1:], 1)[::-1])[::-1]
+    return strides.astype(dtype).reshape(-1, *([1] * (ndim - 1)))
+
+
 def _ravel(xp: Any, attrs: Attrs, data: Any) -> Any:
-    strides = np.cumprod((*attrs.shape[1:], 1)[::-1])[::-1]
-    weights = xp.asarray(strides, dtype=data.dtype).reshape(-1, *([1] * (data.ndim - 1)))
+    weights = uploaded(xp, ("ravel_strides", attrs.shape, data.ndim, data.dtype.str),
+                       lambda: _ravel_strides(attrs.shape, data.ndim, data.dtype))
     return (data * weights).sum(axis=0).astype(data.dtype)
 
 

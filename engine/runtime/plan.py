@@ -71,7 +71,7 @@ class Plan:
 
             stream.synchronize()
             self._gpu = GpuExecutor(self.device, self._inputs, self._heads, self._run_steps,
-                                    stream, self._convolutions)
+                                    stream, self._convolutions, capture_blocker(graph))
 
     def _compile(self, graph: Graph, input_shapes: Mapping, input_dtypes: Mapping,
                  shapes: list, dtypes: list, derived: dict | None, stream: Any) -> None:
@@ -184,6 +184,22 @@ class Plan:
                     label = _label(step.node)
                     totals[label] = totals.get(label, 0.0) + time.perf_counter() - start
         return {label: seconds / repeat for label, seconds in totals.items()}
+
+
+def capture_blocker(graph: Graph) -> str | None:
+    """Why ``graph`` cannot be captured as a CUDA graph (its first node whose op synchronises
+    with the host, see `OpDef.capturable`), or None when every op can be."""
+    for node in graph.nodes:
+        if node.is_variable:
+            continue
+        ops = [node.opdef]
+        if node.op == "_fused_elementwise":
+            ops = [node.params.head.op, *(step.op for step in node.params.steps)]
+        blocking = next((op for op in ops if not op.capturable), None)
+        if blocking is not None:
+            return f"{node.describe()} synchronises with the host ({blocking.name} reads its " \
+                   "inputs there), so the plan runs uncaptured"
+    return None
 
 
 def _device_convolutions(device: Device, stream: Any) -> Any:

@@ -2,11 +2,13 @@
 
 Strict where the real CuPy is: only names CuPy 14.2 has (``cupy_names.txt``, checked against
 the wheel by `test_cupy_wheel`); no ``__array_interface__`` and only CuPy's three ``flags``;
-host numpy arrays refused as arguments (CuPy raises ``TypeError``); ``matmul`` takes ``out``
-only by keyword; ``ElementwiseKernel`` parses its parameters with CuPy's grammar. Streams can
-"capture": while one does, a copy between host and device or a device-wide synchronisation
-raises, as CUDA refuses them inside stream capture. Kernels execute with numpy; the generated
-fused source runs through `test_codegen.run_generated`. It checks the GPU path's Python, not CUDA.
+host numpy arrays refused as arguments (CuPy raises ``TypeError``); elements, reductions and
+``linalg`` results are device arrays, never numpy values; ``matmul`` takes ``out`` only by
+keyword; ``ElementwiseKernel`` parses its parameters with CuPy's grammar. Streams can "capture":
+while one does, a copy between host and device (``int(x)`` and ``x.item()`` included) or a
+device-wide synchronisation raises, as CUDA refuses them inside stream capture. Kernels
+execute with numpy; the generated fused source runs through `test_codegen.run_generated`. It
+checks the GPU path's Python, not CUDA.
 """
 
 from __future__ import annotations
@@ -24,6 +26,11 @@ import numpy as np
 from engine.cuda.codegen import FusedSource
 
 CUPY_NAMES = frozenset(Path(__file__).with_name("cupy_names.txt").read_text().split())
+# ``cupy.linalg``'s public functions (CuPy 14.2); like every CuPy function they return device
+# arrays, so numpy's must not leak out of the stand-in as host arrays.
+LINALG_NAMES = frozenset((
+    "cholesky", "det", "eigh", "eigvalsh", "inv", "lstsq", "matrix_power", "matrix_rank", "norm",
+    "pinv", "qr", "slogdet", "solve", "svd", "tensorinv", "tensorsolve"))
 _UPLOADS = frozenset({"asarray", "array", "asanyarray"})
 
 
@@ -80,6 +87,36 @@ class FakeArray(np.ndarray):
         np.copyto(out, _plain(self))
         return out
 
+    # CuPy never gives numpy scalars: an element, or a full reduction, is a 0-d device array.
+    def __getitem__(self, key: Any) -> Any:
+        return _wrap(np.ndarray.__getitem__(self, key))
+
+    def __array_wrap__(self, array: np.ndarray, context: Any = None,
+                       return_scalar: bool = False) -> Any:
+        return array.view(FakeArray)
+
+    # A device value read as a Python number (``int(rois[0])``, ``if mask.any():``) is a
+    # device-to-host copy in CuPy too, however small.
+    def __int__(self) -> int:
+        _Capture.refuse("a device-to-host copy (int())")
+        return np.ndarray.__int__(self)
+
+    def __float__(self) -> float:
+        _Capture.refuse("a device-to-host copy (float())")
+        return np.ndarray.__float__(self)
+
+    def __bool__(self) -> bool:
+        _Capture.refuse("a device-to-host copy (bool())")
+        return np.ndarray.__bool__(self)
+
+    def item(self, *args: Any) -> Any:
+        _Capture.refuse("a device-to-host copy (item())")
+        return np.ndarray.item(self, *args)
+
+    def tolist(self) -> Any:
+        _Capture.refuse("a device-to-host copy (tolist())")
+        return np.ndarray.tolist(self)
+
 
 def _plain(value: Any) -> Any:
     """``value`` with every FakeArray (also inside lists and tuples) as a plain numpy view."""
@@ -96,8 +133,10 @@ def _wrap(value: Any) -> Any:
         return value.view(FakeArray)
     if isinstance(value, np.generic):
         return np.asarray(value).view(FakeArray)
-    if isinstance(value, (list, tuple)):
-        return type(value)(_wrap(item) for item in value)
+    if isinstance(value, tuple):  # numpy's named results (slogdet's) are plain tuples in CuPy
+        return tuple(_wrap(item) for item in value)
+    if isinstance(value, list):
+        return [_wrap(item) for item in value]
     return value
 
 
@@ -299,6 +338,12 @@ def _cuda_namespace() -> types.SimpleNamespace:
         runtime=types.SimpleNamespace(getDeviceCount=lambda: 1, streamCaptureModeRelaxed=2))
 
 
+def _linalg_attribute(name: str) -> Any:
+    if name not in LINALG_NAMES:
+        raise AttributeError(f"module 'cupy.linalg' has no attribute {name!r}")
+    return _device_function(f"linalg.{name}", getattr(np.linalg, name))
+
+
 def _attribute(name: str) -> Any:
     if name not in CUPY_NAMES:
         raise AttributeError(f"module 'cupy' has no attribute {name!r}")
@@ -322,6 +367,8 @@ def make() -> tuple[types.ModuleType, types.ModuleType]:
     cupy.__getattr__ = _attribute  # type: ignore[attr-defined]
     cupy.matmul = _matmul
     cupy.ElementwiseKernel = ElementwiseKernel
+    cupy.linalg = types.ModuleType("fake_cupy.linalg")
+    cupy.linalg.__getattr__ = _linalg_attribute  # type: ignore[attr-defined]
     cupy.ndarray = FakeArray
     cupy.cuda = _cuda_namespace()
     cupy.get_default_memory_pool = _Pool

@@ -1,0 +1,93 @@
+"""Ops that read their inputs on the host (`OpDef.capturable` False) keep a GPU plan uncaptured,
+openly: the plan never tries, and its stats name the node. Checked through the CuPy stand-in."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import engine
+import engine.cuda.executor as executor_module
+from engine.ops.registry import all_ops
+from engine.runtime.plan import capture_blocker
+from tests.conformance.fixtures import (
+    assert_close,
+    model_files,
+    model_io_sets,
+    op_arrays,
+    op_cases,
+    tolerance_for,
+)
+from tests.engine.gpu import fake_cupy
+
+
+def _case(case_id: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    case = next(case for case in op_cases() if case["id"] == case_id)
+    arrays = op_arrays()
+    feed = {spec["name"]: arrays[f"{case_id}/in{k}"] for k, spec in enumerate(case["inputs"])}
+    return case, feed
+
+
+def test_only_ops_that_read_inputs_on_the_host_are_uncapturable() -> None:
+    # A new entry here is a GPU plan that silently loses its CUDA graph: it needs a reason.
+    blocking = {op.name for op in all_ops().values() if not op.capturable}
+    assert blocking == {"_contrib_ROIAlign", "ROIPooling"}
+
+
+def test_capture_blocker_names_the_node_and_its_op() -> None:
+    case, feed = _case("roi_align_default")
+    graph = engine.load_model(case["symbol"], device="cpu").plan_for(feed).graph
+    assert capture_blocker(graph) == (
+        "node 'op' (_contrib_ROIAlign) synchronises with the host (_contrib_ROIAlign reads its "
+        "inputs there), so the plan runs uncaptured")
+    inputs, _ = model_io_sets("gluoncv_ssd_tiny")[0]
+    ssd = engine.load_model(*model_files("gluoncv_ssd_tiny"), device="cpu")
+    assert capture_blocker(ssd.plan_for(inputs).graph) is None  # box_nms runs on the device
+
+
+@pytest.mark.parametrize("case_id", ["roi_align_default", "roi_pooling"])
+def test_a_plan_with_a_host_bound_op_never_tries_capture(monkeypatch: pytest.MonkeyPatch,
+                                                         case_id: str) -> None:
+    fake_cupy.install(monkeypatch)
+    attempts: list[int] = []
+    monkeypatch.setattr(executor_module, "capture",
+                        lambda *args: attempts.append(1) or pytest.fail("capture attempted"))
+    case, feed = _case(case_id)
+    model = engine.load_model(case["symbol"], device="gpu")
+    runs = executor_module.WARMUP_RUNS + 3
+    for _ in range(runs):
+        output = list(model.infer(feed).values())[0]
+    expected = op_arrays()[f"{case_id}/out0"]
+    assert_close(output, expected, tolerance_for(expected.dtype, case.get("tolerance")), case_id)
+    stats = model.plan_for(feed).execution_stats()
+    assert not attempts
+    assert stats["cuda_graph"] is False and stats["eager_runs"] == runs
+    assert stats["cuda_graph_error"].startswith("node 'op' (") and "host" in \
+        stats["cuda_graph_error"]
+
+
+def test_stand_in_refuses_reading_device_values_as_numbers_during_capture(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    cupy = fake_cupy.install(monkeypatch)
+    value = cupy.ones((1,), np.float32)
+    assert int(value[0]) == 1 and bool(value[0])  # outside capture: allowed, as in CuPy
+    stream = cupy.cuda.Stream()
+    stream.begin_capture()
+    try:
+        for read in (int, float, bool, lambda v: v.item(), lambda v: v.tolist()):
+            with pytest.raises(fake_cupy.CaptureError, match="device-to-host copy"):
+                read(value[0])
+    finally:
+        stream.end_capture()
+
+
+def test_stand_in_linalg_gives_device_arrays(monkeypatch: pytest.MonkeyPatch) -> None:
+    cupy = fake_cupy.install(monkeypatch)
+    matrices = cupy.asarray(np.eye(3, dtype=np.float32)[None].repeat(2, axis=0))
+    assert isinstance(cupy.linalg.det(matrices), fake_cupy.FakeArray)
+    sign, logdet = cupy.linalg.slogdet(matrices)
+    assert isinstance(sign, fake_cupy.FakeArray) and isinstance(logdet, fake_cupy.FakeArray)
+    with pytest.raises(AttributeError, match="cupy.linalg"):
+        _ = cupy.linalg.matrix_exp
