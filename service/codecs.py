@@ -15,7 +15,7 @@ import numpy as np
 import orjson
 
 from engine.serving.config import DATATYPES, datatype_of
-from service import json_tensors
+from service import classification, json_tensors
 from service.errors import BadRequest, PayloadTooLarge
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
@@ -24,10 +24,12 @@ MAX_DIMENSIONS = json_tensors.MAX_DEPTH
 
 @dataclass
 class RequestedOutput:
-    """An entry of a V2 request's ``outputs``: which tensor, and whether as binary data."""
+    """An entry of a V2 request's ``outputs``: which tensor, whether as binary data, and how
+    many top classes to return instead of its values (classification extension)."""
 
     name: str
     binary: bool | None = None
+    classification: int | None = None
 
 
 @dataclass
@@ -200,8 +202,9 @@ def _decode_outputs(value: Any) -> list[RequestedOutput] | None:
         if any(output.name == name for output in requested):
             raise BadRequest(f"output {name!r} is requested twice; name each output once")
         parameters = _parameters(entry, f"output {name!r}")
-        requested.append(RequestedOutput(name, flag(parameters, "binary_data",
-                                                    f"output {name!r}: parameters.")))
+        requested.append(RequestedOutput(
+            name, flag(parameters, "binary_data", f"output {name!r}: parameters."),
+            classification.count_of(parameters.get("classification"), f"output {name!r}")))
     return requested
 
 
@@ -314,16 +317,22 @@ def _json_ready(array: np.ndarray) -> np.ndarray:
 def encode_v2_response(model: str, version: int, outputs: Mapping[str, np.ndarray],
                        binary: Mapping[str, bool], request_id: str | None
                        ) -> tuple[bytes, int | None]:
-    """The response body, and the JSON header's length when some outputs are binary."""
+    """The response body, and the JSON header's length when some outputs are binary. An
+    object array of byte strings is a BYTES tensor (a classification result)."""
     tensors = []
     chunks = []
     for name, array in outputs.items():
-        tensor: dict[str, Any] = {"name": name, "datatype": datatype_of(array.dtype),
+        strings = array.dtype == object
+        tensor: dict[str, Any] = {"name": name,
+                                  "datatype": "BYTES" if strings else datatype_of(array.dtype),
                                   "shape": list(array.shape)}
         if binary.get(name, False):
-            raw = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes()
+            raw = bytes_tensor(array) if strings else np.ascontiguousarray(
+                array, dtype=array.dtype.newbyteorder("<")).tobytes()
             tensor["parameters"] = {"binary_data_size": len(raw)}
             chunks.append(raw)
+        elif strings:
+            tensor["data"] = [element.decode("utf-8") for element in array.reshape(-1)]
         else:
             tensor["data"] = _json_ready(array).reshape(-1)
         tensors.append(tensor)
@@ -335,6 +344,13 @@ def encode_v2_response(model: str, version: int, outputs: Mapping[str, np.ndarra
     if not chunks:
         return header, None
     return b"".join([header, *chunks]), len(header)
+
+
+def bytes_tensor(array: np.ndarray) -> bytes:
+    """A BYTES tensor's binary data: each element, row-major, as a 4-byte little-endian length
+    and then its bytes."""
+    return b"".join(len(element).to_bytes(4, "little") + element
+                    for element in array.reshape(-1))
 
 
 def decode_predict(body: bytes) -> PredictRequest:

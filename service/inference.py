@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -13,7 +13,7 @@ from engine.errors import EngineError, InputError, ShapeError
 from engine.serving.config import TensorConfig
 from engine.serving.loaded import LoadedVersion
 from engine.serving.repository import ModelRepository
-from service import codecs
+from service import classification, codecs
 from service.errors import BadRequest, ServiceError
 from service.metrics import Metrics
 
@@ -52,7 +52,8 @@ def _refuse_names(handle: LoadedVersion, arrays: Mapping[str, np.ndarray]) -> No
     unknown = [name for name in arrays if name not in specs]
     if unknown:
         raise BadRequest(f"{_where(handle)} has no input {codecs.names(unknown)}; its inputs "
-                         f"are {codecs.names(list(specs))}")
+                         f"are {codecs.names(list(specs))}"
+                         f"{_renamed(handle.config.inputs, unknown[0], 'input')}")
     spec = next(spec for name, spec in specs.items() if name not in arrays)
     raise BadRequest(f"{_where(handle)}: missing input {spec.name!r} ({spec.datatype} "
                      f"{list(spec.shape)})")
@@ -72,8 +73,26 @@ def _refuse_tensor(handle: LoadedVersion, spec: TensorConfig, array: np.ndarray,
                      f"{handle.config.max_batch_size}, split the request")
 
 
+def _renamed(tensors: Sequence[TensorConfig] | None, name: str, kind: str) -> str:
+    """For an error: that `name` is the graph's name of a renamed tensor, if it is."""
+    renamed = next((tensor.name for tensor in tensors or () if tensor.source == name), None)
+    return "" if renamed is None else (f" ({name!r} is the graph's name of {kind} {renamed!r}, "
+                                       "which config.json renames)")
+
+
 def _where(handle: LoadedVersion) -> str:
     return f"model {handle.name!r} version {handle.version}"
+
+
+def classify_outputs(handle: LoadedVersion, outputs: dict[str, np.ndarray],
+                     classes: Mapping[str, int]) -> dict[str, np.ndarray]:
+    """`outputs` with each output named in `classes` replaced by its top classes (Triton's
+    classification extension), labelled when the version has labels for it."""
+    for output, count in classes.items():
+        outputs[output] = classification.classify(outputs[output], count,
+                                                  handle.labels.get(output),
+                                                  f"{_where(handle)}: output {output!r}")
+    return outputs
 
 
 # What a body no check foresaw could still make NumPy or a parser raise; a 400, never a 500.
@@ -144,10 +163,11 @@ class InferenceService:
             raise
         except UNFORESEEN as error:
             raise undecodable("inference request", error) from error
-        binary = self._binary_outputs(handle, request)
+        binary, classes = self._requested_outputs(handle, request)
         timeout = None if request.timeout_us is None else request.timeout_us / 1e6
         answer = await self.run(handle, request.inputs, timeout)
-        outputs = {output: answer.outputs[output] for output in binary}
+        outputs = classify_outputs(handle, {output: answer.outputs[output] for output in binary},
+                                   classes)
         return codecs.encode_v2_response(handle.name, handle.version, outputs, binary,
                                          request.id)
 
@@ -176,15 +196,20 @@ class InferenceService:
                                          self.max_tensor_elements)
 
     @staticmethod
-    def _binary_outputs(handle: LoadedVersion, request: codecs.V2Request) -> dict[str, bool]:
-        """Outputs to return, in order, and whether each goes as binary data."""
-        available = list(handle.model.output_names)
+    def _requested_outputs(handle: LoadedVersion, request: codecs.V2Request
+                           ) -> tuple[dict[str, bool], dict[str, int]]:
+        """Outputs to return, in order, with whether each goes as binary data; and the class
+        count of those asked for as classifications."""
+        available = handle.output_names
         if request.outputs is None:
-            return {output: request.binary_output for output in available}
-        chosen = {}
+            return {output: request.binary_output for output in available}, {}
+        chosen, classes = {}, {}
         for output in request.outputs:
             if output.name not in available:
-                raise BadRequest(f"model {handle.name!r} version {handle.version} has no output "
-                                 f"{output.name!r}; its outputs are {codecs.names(available)}")
+                raise BadRequest(f"{_where(handle)} has no output {output.name!r}; its outputs "
+                                 f"are {codecs.names(available)}"
+                                 f"{_renamed(handle.config.outputs, output.name, 'output')}")
             chosen[output.name] = request.binary_output if output.binary is None else output.binary
-        return chosen
+            if output.classification is not None:
+                classes[output.name] = output.classification
+        return chosen, classes

@@ -66,6 +66,9 @@ class V2Parameters(BaseModel):
     binary_data: bool | None = Field(None, description="return this output as binary data")
     binary_data_output: bool | None = Field(None, description="return all outputs as binary")
     timeout: int | None = Field(None, description="request deadline in microseconds")
+    classification: int | None = Field(None, description="return this output as its top N "
+                                       "classes, BYTES \"<value>:<index>[:<label>]\" "
+                                       "(classification extension)")
 
 
 class V2InputTensor(BaseModel):
@@ -98,7 +101,7 @@ class V2OutputTensor(BaseModel):
     """An output tensor: flat row-major `data`, or binary_data_size bytes after the header."""
 
     name: str
-    datatype: str
+    datatype: str = Field(description="the output's datatype, or BYTES for a classification")
     shape: list[int]
     parameters: V2Parameters | None = None
     data: list[Any] | None = None

@@ -1,10 +1,12 @@
 """`config.json` of a served model: tensors, batching policy, device and version policy.
 
 On disk it lives at ``REPO/<model>/config.json``; every field is optional, and the missing ones
-are completed from the loaded graph (see `engine.serving.validate`). Example::
+are completed from the loaded graph (see `engine.serving.validate`). An entry of `inputs` or
+`outputs` may rename the graph's tensor (``source``) for clients. Example::
 
     {"max_batch_size": 32,
      "inputs": [{"name": "data", "datatype": "FP32", "shape": [-1, 512]}],
+     "outputs": [{"name": "probabilities", "source": "dense0_fwd_output"}],
      "dynamic_batching": {"max_queue_delay_us": 2000, "preferred_batch_sizes": [8, 16]},
      "version_policy": {"latest": {"num_versions": 1}}}
 """
@@ -12,6 +14,7 @@ are completed from the loaded graph (see `engine.serving.validate`). Example::
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
@@ -27,8 +30,13 @@ from pydantic import (
 )
 
 from engine.serving.errors import InvalidModel
+from engine.serving.manifest import MANIFEST_NAME, PARAMS_NAME, SYMBOL_NAME
 
 CONFIG_NAME = "config.json"
+# A labels file sits in a version's folder or beside config.json: a plain name, never a path,
+# and never the name of a file the repository itself writes there.
+LABELS_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+RESERVED_FILES = frozenset({CONFIG_NAME, MANIFEST_NAME, SYMBOL_NAME, PARAMS_NAME})
 
 # Open Inference Protocol (KServe V2) datatype names and the numpy dtypes they stand for.
 DATATYPES: dict[str, np.dtype] = {
@@ -55,15 +63,27 @@ class _Strict(BaseModel):
 
 
 class TensorConfig(_Strict):
-    """One input or output: name, V2 datatype and shape (``-1``: batch or variable dimension)."""
+    """One input or output: the name clients use, and what is completed from the graph.
+
+    `source` is the graph's name for the tensor when `name` renames it (MXNet calls an output
+    ``<node>_output``); left out, the name is the graph's. `datatype` and `shape` (``-1``: batch
+    or variable dimension) left out are completed from the graph on load, so a rename alone,
+    ``{"name": "probabilities", "source": "dense0_fwd_output"}``, is a whole entry. `labels`
+    (outputs only) names a file of class labels, one a line, for Triton's classification
+    extension.
+    """
 
     name: str = Field(min_length=1, max_length=256)
-    datatype: str
-    shape: tuple[StrictInt, ...] = Field(min_length=1, max_length=32)
+    source: str | None = Field(None, min_length=1, max_length=256)
+    datatype: str | None = None
+    shape: tuple[StrictInt, ...] | None = Field(None, min_length=1, max_length=32)
+    labels: str | None = None
 
     @field_validator("datatype", mode="before")
     @classmethod
     def _datatype(cls, value: Any) -> Any:
+        if value is None:
+            return None
         if isinstance(value, str) and value.upper() in DATATYPES:
             return value.upper()
         if isinstance(value, str):
@@ -75,16 +95,33 @@ class TensorConfig(_Strict):
 
     @field_validator("shape")
     @classmethod
-    def _shape(cls, shape: tuple[int, ...]) -> tuple[int, ...]:
+    def _shape(cls, shape: tuple[int, ...] | None) -> tuple[int, ...] | None:
+        if shape is None:
+            return None
         if shape[0] != -1:
             raise ValueError(f"shape {list(shape)} must start with -1, the batch dimension")
         if any(dim == 0 or dim < -1 for dim in shape):
             raise ValueError(f"shape {list(shape)}: dimensions must be -1 (variable) or >= 1")
         return shape
 
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, labels: str | None) -> str | None:
+        if labels is not None and (not LABELS_FILE.fullmatch(labels)
+                                   or labels in RESERVED_FILES):
+            raise ValueError(f"labels {labels!r} must be a plain file name (letters, digits, "
+                             f"'.', '_', '-'; no folders), not one of {sorted(RESERVED_FILES)}")
+        return labels
+
+    @property
+    def graph_name(self) -> str:
+        """The tensor's name in the graph: `source`, else `name`."""
+        return self.source or self.name
+
     @property
     def dtype(self) -> np.dtype:
-        """The numpy dtype of `datatype`."""
+        """The numpy dtype of `datatype` (set once the config is completed)."""
+        assert self.datatype is not None, f"{self.name!r}: datatype completed on load"
         return DATATYPES[self.datatype]
 
 
@@ -167,10 +204,11 @@ class ModelConfig(_Strict):
     def _consistent(self) -> ModelConfig:
         for field in ("inputs", "outputs"):
             tensors: Sequence[TensorConfig] = getattr(self, field) or ()
-            names = [tensor.name for tensor in tensors]
-            duplicates = sorted({name for name in names if names.count(name) > 1})
-            if duplicates:
-                raise ValueError(f"{field}: names must be unique; {duplicates} repeated")
+            _unique(field, "names", [tensor.name for tensor in tensors])
+            _unique(field, "sources (graph names)", [tensor.graph_name for tensor in tensors])
+        labelled = [tensor.name for tensor in self.inputs or () if tensor.labels is not None]
+        if labelled:
+            raise ValueError(f"inputs {labelled}: labels belong to outputs (classification)")
         too_big = [size for size in self.dynamic_batching.preferred_batch_sizes
                    if size > self.max_batch_size]
         if too_big:
@@ -181,6 +219,12 @@ class ModelConfig(_Strict):
     def to_json(self) -> str:
         """The config as indented JSON, with defaults written out."""
         return self.model_dump_json(indent=2)
+
+
+def _unique(field: str, what: str, values: Sequence[str]) -> None:
+    duplicates = sorted({value for value in values if values.count(value) > 1})
+    if duplicates:
+        raise ValueError(f"{field}: {what} must be unique; {duplicates} repeated")
 
 
 def parse_config(data: bytes | str | dict[str, Any], where: str) -> ModelConfig:

@@ -11,7 +11,7 @@ import numpy as np
 
 from engine.serving.batcher import DynamicBatcher
 from engine.serving.config import ModelConfig
-from engine.serving.validate import ServableModel, input_shapes
+from engine.serving.validate import ServableModel, input_shapes, labels_of
 
 
 class VersionState(StrEnum):
@@ -62,9 +62,16 @@ class LoadedVersion:
         self.config_digest = config_digest
         self._activation_cache: dict[Any, int] = {}
         assert config.inputs is not None and config.outputs is not None  # completed on load
-        # Looked up on every request: built once here, not from the config each time.
+        # Looked up on every request: built once here, not from the config each time. Clients
+        # see the config's names; the graph's differ where an entry renames (`source`).
         self.input_specs = {tensor.name: tensor for tensor in config.inputs}
         self.input_dtypes = {tensor.name: tensor.dtype for tensor in config.inputs}
+        renamed = {tensor.graph_name: tensor.name for tensor in config.outputs}
+        self.output_names = [renamed[name] for name in model.output_names]
+        self._to_graph = {tensor.name: tensor.source for tensor in config.inputs
+                          if tensor.source not in (None, tensor.name)}
+        self._from_graph = {source: name for source, name in renamed.items() if source != name}
+        self.labels = labels_of(model)
         self.largest_plan = _signature(input_shapes(config.inputs, config.max_batch_size, model))
 
     @property
@@ -74,8 +81,14 @@ class LoadedVersion:
 
     async def infer(self, inputs: Mapping[str, Any], *,
                     timeout_s: float | None = None) -> dict[str, np.ndarray]:
-        """Queue one request on this version's batcher and wait for its outputs."""
-        return await self.batcher.submit(inputs, timeout_s=timeout_s)
+        """Queue one request on this version's batcher and wait for its outputs; inputs and
+        outputs go by the config's names, the graph's stay inside (the one place they map)."""
+        if self._to_graph:
+            inputs = {self._to_graph.get(name, name): array for name, array in inputs.items()}
+        outputs = await self.batcher.submit(inputs, timeout_s=timeout_s)
+        if self._from_graph:
+            return {self._from_graph.get(name, name): array for name, array in outputs.items()}
+        return outputs
 
     def memory(self) -> MemoryUsage:
         """Parameter bytes plus activation bytes of the largest plan and of every plan the model

@@ -19,6 +19,7 @@ import numpy as np
 from engine.errors import EngineError
 from engine.serving.config import ModelConfig, TensorConfig, datatype_of
 from engine.serving.errors import InvalidModel, ServingError
+from engine.serving.labels import read_labels
 from engine.serving.manifest import PARAMS_NAME, SYMBOL_NAME
 from engine.serving.probe import find_sample_shapes
 
@@ -67,9 +68,12 @@ class Checks:
     @classmethod
     def of(cls, inputs: Sequence[TensorConfig], sample: Mapping[str, tuple[int, ...]] | None,
            memory_bytes: int | None, memory_skipped: str | None) -> Checks:
-        """The record of a validation that completed `inputs` and found `sample`."""
+        """The record of a validation that completed `inputs` and found `sample` (keyed by
+        graph names; recorded under the names clients use)."""
         variable = {tensor.name: [axis for axis, dim in enumerate(tensor.shape)
                                   if axis > 0 and dim < 0] for tensor in inputs}
+        if sample is not None:
+            sample = {tensor.name: sample[tensor.graph_name] for tensor in inputs}
         skipped = None if sample is not None else (
             "no small input shape tried fits the graph (see docs/models.md); give the "
             "variable dimensions in config.json to have it run")
@@ -93,9 +97,10 @@ class Checks:
                 "test_inference": test, "memory_estimate": memory}
 
 
-# The checks of each validated model, kept beside it rather than on it: the repository keeps
-# the model, and the record goes when the model does.
+# The checks (and class labels) of each validated model, kept beside it rather than on it: the
+# repository keeps the model, and the record goes when the model does.
 _CHECKS: weakref.WeakKeyDictionary[Any, Checks] = weakref.WeakKeyDictionary()
+_LABELS: weakref.WeakKeyDictionary[Any, dict[str, tuple[str, ...]]] = weakref.WeakKeyDictionary()
 
 
 def checks_of(model: object) -> Checks | None:
@@ -104,6 +109,14 @@ def checks_of(model: object) -> Checks | None:
         return _CHECKS.get(model)
     except TypeError:  # not weakly referenceable: never validated here
         return None
+
+
+def labels_of(model: object) -> dict[str, tuple[str, ...]]:
+    """The class labels `load_and_validate` read for `model`, by output name ({}: none)."""
+    try:
+        return _LABELS.get(model, {})
+    except TypeError:  # not weakly referenceable: never validated here
+        return {}
 
 
 @dataclass(frozen=True)
@@ -147,16 +160,27 @@ def load_and_validate(version_dir: Path, config: ModelConfig, *, loader: Loader,
     except (EngineError, ValueError, TypeError, OSError) as error:
         raise InvalidModel(f"{where}: cannot load the model: {error}") from error
     inputs = complete_inputs(config.inputs, model, where)
-    sample = find_sample_shapes(model, inputs)
-    memory, memory_skipped = _memory_check(model, inputs, config.max_batch_size,
+    graph_inputs = as_graph(inputs)
+    sample = find_sample_shapes(model, graph_inputs)
+    memory, memory_skipped = _memory_check(model, graph_inputs, config.max_batch_size,
                                            memory_cap_bytes, where, sample)
-    outputs = None if sample is None else synthetic_run(model, inputs, sample, where)
+    outputs = None if sample is None else synthetic_run(model, graph_inputs, sample, where)
     exact = all(dim > 0 for tensor in inputs for dim in tensor.shape[1:])
     outputs_config = complete_outputs(config.outputs, model, outputs, where, exact)
+    labels = read_labels(version_dir, outputs_config, where)
     full = ModelConfig.model_validate({**config.model_dump(), "inputs": inputs,
                                        "outputs": outputs_config})
     _CHECKS[model] = Checks.of(inputs, sample, memory, memory_skipped)
+    if labels:
+        _LABELS[model] = labels
     return Validated(model, full)
+
+
+def as_graph(tensors: Sequence[TensorConfig]) -> tuple[TensorConfig, ...]:
+    """`tensors` under their graph names, for what talks to the model itself."""
+    return tuple(tensor if tensor.source is None
+                 else tensor.model_copy(update={"name": tensor.source, "source": None})
+                 for tensor in tensors)
 
 
 def _memory_check(model: ServableModel, inputs: Sequence[TensorConfig], max_batch_size: int,
@@ -210,24 +234,53 @@ def check_memory(model: ServableModel, inputs: Sequence[TensorConfig], max_batch
 
 def complete_inputs(given: Sequence[TensorConfig] | None, model: ServableModel,
                     where: str) -> tuple[TensorConfig, ...]:
-    """The config's inputs, checked against the model, or inferred from its input specs."""
+    """The config's inputs, checked against the model and completed from its input specs
+    (datatype and shape an entry leaves out), or inferred from them when the config has none."""
+    if given is None:
+        return tuple(_infer_input(index, spec, where) for index, spec in enumerate(model.inputs))
     specs = {spec.name: spec for spec in model.inputs}
-    if given is not None:
-        names = [tensor.name for tensor in given]
-        if sorted(names) != sorted(specs):
-            raise InvalidModel(f"{where}: config inputs {names} do not match the model's inputs "
-                               f"{list(specs)}")
-        for index, tensor in enumerate(given):
-            _check_known_dims(f"inputs.{index}.shape", tensor.shape, specs[tensor.name], model,
-                              where)
-        return tuple(given)
-    return tuple(_infer_input(index, spec, where) for index, spec in enumerate(model.inputs))
+    check_sources("inputs", given, list(specs), where)
+    completed = []
+    for index, tensor in enumerate(given):
+        spec = specs[tensor.graph_name]
+        if tensor.shape is not None:
+            _check_known_dims(f"inputs.{index}.shape", tensor.shape, spec, model, where)
+        if tensor.datatype is None or tensor.shape is None:
+            tensor = _filled(tensor, _infer_input(index, spec, where, tensor.shape))
+        completed.append(tensor)
+    return tuple(completed)
 
 
-def _infer_input(index: int, spec: Spec, where: str) -> TensorConfig:
+def check_sources(field: str, given: Sequence[TensorConfig], graph_names: list[str],
+                  where: str) -> None:
+    """Refuse `given` unless its entries name each of the graph's tensors exactly once."""
+    for index, tensor in enumerate(given):
+        if tensor.graph_name not in graph_names:
+            named = (f"{tensor.name!r}" if tensor.source is None
+                     else f"{tensor.name!r} (source {tensor.source!r})")
+            raise InvalidModel(f"{where}: {field}.{index} {named} is not one of the model's "
+                               f"{field} {graph_names}; to rename one, write "
+                               f"{{\"name\": \"{tensor.name}\", \"source\": \"<graph name>\"}}")
+    missing = [name for name in graph_names
+               if name not in {tensor.graph_name for tensor in given}]
+    if missing:
+        raise InvalidModel(f"{where}: config {field} {[tensor.name for tensor in given]} leave "
+                           f"out the model's {field} {missing}; list every one (an entry of "
+                           f"just {{\"name\": \"{missing[0]}\"}} is enough)")
+
+
+def _filled(tensor: TensorConfig, inferred: TensorConfig) -> TensorConfig:
+    """`tensor` with the datatype and shape it leaves out taken from `inferred`."""
+    return tensor.model_copy(update={"datatype": tensor.datatype or inferred.datatype,
+                                     "shape": tensor.shape or inferred.shape})
+
+
+def _infer_input(index: int, spec: Spec, where: str,
+                 shape: tuple[int, ...] | None = None) -> TensorConfig:
     """An input's config from the graph: its rank, the dimensions it fixes, -1 for the rest
-    (requests are then checked there by shape inference, once per signature)."""
-    if spec.shape is None or len(spec.shape) == 0:
+    (requests are then checked there by shape inference, once per signature); `shape`, when
+    the config gives it, is kept."""
+    if shape is None and (spec.shape is None or len(spec.shape) == 0):
         raise InvalidModel(
             f"{where}: inputs.{index}.shape (input {spec.name!r}) cannot be inferred from the "
             f"graph (shape inference accepts no rank for it); write it in config.json, e.g. "
@@ -237,9 +290,11 @@ def _infer_input(index: int, spec: Spec, where: str) -> TensorConfig:
         datatype = datatype_of(spec.dtype)
     except ValueError as error:
         raise InvalidModel(f"{where}: inputs.{index}.datatype: {error}") from None
-    # The first dimension is the batch, whatever the graph says: the batcher stacks rows.
-    return TensorConfig(name=spec.name, datatype=datatype,
-                        shape=(-1, *(dim if dim > 0 else -1 for dim in spec.shape[1:])))
+    if shape is None:
+        assert spec.shape is not None  # checked above
+        # The first dimension is the batch, whatever the graph says: the batcher stacks rows.
+        shape = (-1, *(dim if dim > 0 else -1 for dim in spec.shape[1:]))
+    return TensorConfig(name=spec.name, datatype=datatype, shape=shape)
 
 
 def complete_outputs(given: Sequence[TensorConfig] | None, model: ServableModel,
@@ -254,18 +309,23 @@ def complete_outputs(given: Sequence[TensorConfig] | None, model: ServableModel,
     names = list(model.output_names)
     if sample is not None:
         _check_sample(names, sample, where)
+    specs = {spec.name: spec for spec in model.outputs}
+
+    def inferred(index: int, name: str) -> TensorConfig:
+        return _infer_output(index, name, None if sample is None else sample[name],
+                             specs.get(name), exact, where)
+
     if given is None:
-        specs = {spec.name: spec for spec in model.outputs}
-        return tuple(_infer_output(index, name, None if sample is None else sample[name],
-                                   specs.get(name), exact, where)
-                     for index, name in enumerate(names))
-    given_names = [tensor.name for tensor in given]
-    if sorted(given_names) != sorted(names):
-        raise InvalidModel(f"{where}: config outputs {given_names} do not match the model's "
-                           f"outputs {names}")
-    for index, tensor in enumerate(given if sample is not None else ()):
-        _check_given_output(index, tensor, np.asarray(sample[tensor.name]), where)
-    return tuple(given)
+        return tuple(inferred(index, name) for index, name in enumerate(names))
+    check_sources("outputs", given, names, where)
+    completed = []
+    for index, tensor in enumerate(given):
+        if sample is not None:
+            _check_given_output(index, tensor, np.asarray(sample[tensor.graph_name]), where)
+        if tensor.datatype is None or tensor.shape is None:
+            tensor = _filled(tensor, inferred(index, tensor.graph_name))
+        completed.append(tensor)
+    return tuple(completed)
 
 
 def _check_sample(names: list[str], sample: Mapping[str, np.ndarray], where: str) -> None:
@@ -280,11 +340,12 @@ def _check_sample(names: list[str], sample: Mapping[str, np.ndarray], where: str
 
 def _check_given_output(index: int, tensor: TensorConfig, array: np.ndarray,
                         where: str) -> None:
-    if datatype_of(array.dtype) != tensor.datatype:
+    """The datatype and shape `tensor` gives (either may be left out) against the test run's."""
+    if tensor.datatype is not None and datatype_of(array.dtype) != tensor.datatype:
         raise InvalidModel(f"{where}: outputs.{index}.datatype is {tensor.datatype}, but the "
                            f"model returns {datatype_of(array.dtype)}")
-    if len(tensor.shape) != array.ndim or any(
-            dim not in (-1, got) for dim, got in zip(tensor.shape[1:], array.shape[1:])):
+    if tensor.shape is not None and (len(tensor.shape) != array.ndim or any(
+            dim not in (-1, got) for dim, got in zip(tensor.shape[1:], array.shape[1:]))):
         raise InvalidModel(f"{where}: outputs.{index}.shape {list(tensor.shape)} does not fit "
                            f"the test run's output shape {list(array.shape)}")
 
@@ -335,11 +396,13 @@ def _check_known_dims(field: str, shape: tuple[int, ...], spec: Spec, model: Ser
 
 def input_shapes(inputs: Sequence[TensorConfig], rows: int,
                  model: object | None = None) -> dict[str, tuple[int, ...]]:
-    """Input shapes with `rows` rows for memory estimates: variable dimensions take the size the
-    upload's test run used for `model` (see `Checks.sample`), else 1."""
+    """Input shapes with `rows` rows for memory estimates, by graph name: variable dimensions
+    take the size the upload's test run used for `model` (see `Checks.sample`), else 1."""
     checks = None if model is None else checks_of(model)
-    sample = None if checks is None else checks.sample
-    return {name: (rows, *shape[1:]) for name, shape in _sample_or_ones(inputs, sample).items()}
+    sample = None if checks is None or checks.sample is None else {
+        tensor.graph_name: checks.sample[tensor.name] for tensor in inputs}
+    return {name: (rows, *shape[1:])
+            for name, shape in _sample_or_ones(as_graph(inputs), sample).items()}
 
 
 def _sample_or_ones(inputs: Sequence[TensorConfig],

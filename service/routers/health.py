@@ -9,7 +9,7 @@ from service.errors import NotReady
 
 router = APIRouter(tags=["health"])
 SERVER_NAME = "hybridserve"
-EXTENSIONS = ["binary_tensor_data", "model_repository"]
+EXTENSIONS = ["binary_tensor_data", "classification", "model_repository"]
 NOT_READY = "the server is starting or stopping; the model repository is not ready"
 
 

@@ -23,6 +23,9 @@ UPLOAD_BODY: dict[str, Any] = {"requestBody": {"required": True, "content": {
             "symbol": {**_FILE, "description": "NAME-symbol.json"},
             "params": {**_FILE, "description": "NAME-0000.params"},
             "config": {**_FILE, "description": "config.json"},
+            "labels": {"type": "array", "items": _FILE,
+                       "description": "class labels, one a line; the file name is the one "
+                                      "config.json gives an output's labels"},
             "version": {"type": "integer", "minimum": 1, "description": "default: next free"},
             "replace": {"type": "boolean", "default": False,
                         "description": "replace an existing version"}}}}}}}
@@ -52,7 +55,8 @@ async def upload(request: Request, repository: Repository, slots: Uploads,
                  name: str) -> schemas.VersionDetail:
     """Validate and add a version; answers once it is loaded (admin token required).
 
-    The body is multipart: ``symbol``, ``params``, optional ``config``, ``version``, ``replace``.
+    The body is multipart: ``symbol``, ``params``, optional ``config``, ``labels`` (repeatable),
+    ``version``, ``replace``.
     """
     check_model_name(name)  # before a byte of the body is read
     with slots.hold():
