@@ -22,7 +22,7 @@ from service.errors import BadRequest, Forbidden, Unauthorized
 from service.grpc import inference_pb2 as pb
 from service.grpc import inference_pb2_grpc as pb_grpc
 from service.grpc import status, tensors
-from service.inference import check_inputs
+from service.inference import check_inputs, classify_outputs
 from service.routers.health import EXTENSIONS, SERVER_NAME
 from service.runtime import Runtime
 
@@ -112,10 +112,13 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         check_inputs(handle, decoded.arrays, decoded.datatypes)
         chosen = _chosen_outputs(handle, request)
         timeout = _earliest(tensors.timeout_s(request.parameters), context.time_remaining())
+        counts = tensors.classification_counts(request)
         answer = await self.inference.run(handle, decoded.arrays, timeout)
+        outputs = classify_outputs(handle, {name: answer.outputs[name] for name in chosen},
+                                   counts)
         response = pb.ModelInferResponse(model_name=handle.name,
                                          model_version=str(handle.version), id=request.id)
-        tensors.encode_outputs(response, {name: answer.outputs[name] for name in chosen})
+        tensors.encode_outputs(response, outputs)
         return response
 
     async def RepositoryIndex(self, request: pb.RepositoryIndexRequest,
@@ -170,7 +173,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
 def _chosen_outputs(handle: LoadedVersion, request: pb.ModelInferRequest) -> list[str]:
     """The outputs to return, in order: the requested ones, or every output of the model."""
-    available = list(handle.model.output_names)
+    available = list(handle.output_names)
     if not request.outputs:
         return available
     for output in request.outputs:

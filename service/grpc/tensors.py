@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.serving.config import datatype_of
-from service import codecs
+from service import classification, codecs
 from service.errors import BadRequest
 from service.grpc import inference_pb2 as pb
 
@@ -117,12 +117,32 @@ def timeout_s(parameters: Mapping[str, pb.InferParameter]) -> float | None:
     return value / 1e6
 
 
+def classification_counts(request: pb.ModelInferRequest) -> dict[str, int]:
+    """Requested outputs whose ``classification`` parameter asks for their top classes."""
+    counts = {}
+    for output in request.outputs:
+        if "classification" not in output.parameters:
+            continue
+        parameter = output.parameters["classification"]
+        kind = parameter.WhichOneof("parameter_choice")
+        value = getattr(parameter, kind) if kind else None  # count_of refuses non-integers
+        count = classification.count_of(value, f"output {output.name!r}")
+        if count is not None:
+            counts[output.name] = count
+    return counts
+
+
 def encode_outputs(response: pb.ModelInferResponse, outputs: Mapping[str, np.ndarray]) -> None:
-    """Add `outputs` to `response` as raw little-endian bytes, in order."""
+    """Add `outputs` to `response` as raw little-endian bytes, in order; an object array of
+    byte strings (a classification result) as BYTES, each element length-prefixed."""
     for name, array in outputs.items():
         tensor = response.outputs.add()
         tensor.name = name
-        tensor.datatype = datatype_of(array.dtype)
         tensor.shape.extend(array.shape)
+        if array.dtype == object:
+            tensor.datatype = "BYTES"
+            response.raw_output_contents.append(codecs.bytes_tensor(array))
+            continue
+        tensor.datatype = datatype_of(array.dtype)
         little = array.astype(array.dtype.newbyteorder("<"), order="C", copy=False)
         response.raw_output_contents.append(little.tobytes())

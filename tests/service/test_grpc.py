@@ -219,3 +219,40 @@ def test_grpc_port_setting() -> None:
     assert load_settings(["--grpc-port", "0"]).grpc_port == 0
     with pytest.raises(SystemExit):
         load_settings(["--grpc-port", "70000"])
+
+
+def _strings(raw: bytes) -> list[str]:
+    """The elements of a BYTES tensor's raw contents: each a 4-byte little-endian length, then
+    the bytes."""
+    elements, offset = [], 0
+    while offset < len(raw):
+        size = int.from_bytes(raw[offset:offset + 4], "little")
+        elements.append(raw[offset + 4:offset + 4 + size].decode())
+        offset += 4 + size
+    return elements
+
+
+def test_classification_gives_rest_s_class_strings_as_bytes(client: GrpcClient) -> None:
+    inputs, expected = first_io("seed_mlp")
+    name = client.call("ModelMetadata", pb.ModelMetadataRequest(name="seed_mlp")).outputs[0].name
+    request = _request("seed_mlp", inputs, raw=True)
+    request.outputs.add(name=name, parameters={"classification": pb.InferParameter(int64_param=1)})
+    response = client.call("ModelInfer", request)
+    (tensor,) = response.outputs
+    rows = expected[0].reshape(len(expected[0]), -1)
+    assert (tensor.datatype, list(tensor.shape)) == ("BYTES", [len(rows), 1])
+    elements = _strings(response.raw_output_contents[0])
+    assert [int(element.split(":")[1]) for element in elements] == rows.argmax(axis=1).tolist()
+    np.testing.assert_allclose([float(element.split(":")[0]) for element in elements],
+                               rows.max(axis=1), rtol=1e-4, atol=1e-5)
+
+
+def test_classification_that_is_not_an_integer_is_invalid_argument(client: GrpcClient) -> None:
+    inputs, _ = first_io("seed_mlp")
+    name = client.call("ModelMetadata", pb.ModelMetadataRequest(name="seed_mlp")).outputs[0].name
+    request = _request("seed_mlp", inputs, raw=True)
+    request.outputs.add(name=name,
+                        parameters={"classification": pb.InferParameter(string_param="3")})
+    code, details = client.code("ModelInfer", request)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "parameters.classification must be a non-negative integer" in details
