@@ -15,6 +15,7 @@ from engine.onnx import (  # noqa: F401
     convert_nn,
     convert_rnn,
     convert_tensor,
+    convert_vision,
 )
 from engine.onnx.context import CONVERTERS
 from engine.onnx.export import DEFAULT_OPSET, export, to_onnx

@@ -104,7 +104,7 @@ def to_onnx(model: Model, *, opset: int = DEFAULT_OPSET,
                                   **{name: np.dtype(dtype) for name, dtype in
                                      (input_dtypes or {}).items()}})
     builder = OnnxBuilder(opset)
-    builder.base_batch = next(iter(shapes.values()))[0] if shapes else 1
+    builder.base_batch = next((shape[0] for shape in shapes.values() if shape), 1)
     converted = GraphConversion(graph, builder, base, other, dtypes, dynamic_batch)
     onnx_graph = converted.run(model.output_names)
     return helper.make_model(onnx_graph, opset_imports=[helper.make_opsetid("", opset)],
