@@ -175,12 +175,16 @@ def variance(ctx: NodeContext) -> str:
     if ctx.params.dtype is not None and np.dtype(ctx.params.dtype) != ctx.in_dtypes[0]:
         raise ctx.fail("dtype= different from the input's is not supported")
     axes = reduce_axes(ctx) or list(range(ctx.rank()))
-    count = math.prod(ctx.static_dim(0, axis) for axis in axes) - int(ctx.params.ddof)
     data = ctx.inputs[0]
-    centred = ctx.op("Sub", [data, ctx.reduce("ReduceMean", data, axes, True)])
+    mean = ctx.reduce("ReduceMean", data, axes, True)
+    centred = ctx.op("Sub", [data, mean])
     total = ctx.reduce("ReduceSum", ctx.op("Mul", [centred, centred]), axes,
                        bool(ctx.params.keepdims))
-    result = ctx.op("Div", [total, ctx.scalar(count)])
+    # The count of reduced entries, at run time (the batch axis may be among them).
+    count = ctx.cast(ctx.op("Div", [ctx.op("Size", [data]), ctx.op("Size", [mean])]),
+                     ctx.in_dtypes[0])
+    divisor = ctx.op("Sub", [count, ctx.scalar(float(ctx.params.ddof))])
+    result = ctx.op("Div", [total, divisor])
     return ctx.op("Sqrt", [result]) if ctx.op_name == "_npi_std" else result
 
 
