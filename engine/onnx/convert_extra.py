@@ -378,3 +378,58 @@ def unravel_index(ctx: NodeContext) -> str:
     digits = ctx.op("Mod", [quotient, ctx.builder.const(np.asarray(shape, np.int64).reshape(
         -1, 1), "sizes")])
     return ctx.cast(digits, ctx.out_dtypes[0])
+
+
+BITWISE = {"_npi_bitwise_and": "BitwiseAnd", "_npi_bitwise_or": "BitwiseOr",
+           "_npi_bitwise_xor": "BitwiseXor", "_npi_bitwise_and_scalar": "BitwiseAnd",
+           "_npi_bitwise_or_scalar": "BitwiseOr", "_npi_bitwise_xor_scalar": "BitwiseXor"}
+
+
+def _needs_opset(ctx: NodeContext, opset: int) -> None:
+    if ctx.builder.opset < opset:
+        raise ctx.fail(f"needs ONNX opset {opset} or later (exporting at "
+                       f"{ctx.builder.opset}); export with opset={opset}")
+
+
+@converts(*BITWISE)
+def bitwise(ctx: NodeContext) -> str:
+    _needs_opset(ctx, 18)
+    if ctx.op_name.endswith("_scalar"):
+        other = ctx.builder.const(np.asarray(int(ctx.params.scalar), ctx.in_dtypes[0]),
+                                  f"{ctx.hint}_scalar")
+        return ctx.op(BITWISE[ctx.op_name], [ctx.inputs[0], other])
+    return ctx.op(BITWISE[ctx.op_name], ctx.inputs[:2])
+
+
+@converts("_npi_bitwise_not")
+def bitwise_not(ctx: NodeContext) -> str:
+    _needs_opset(ctx, 18)
+    return ctx.op("BitwiseNot", [ctx.inputs[0]])
+
+
+@converts("scatter_nd")
+def scatter_nd(ctx: NodeContext) -> str:
+    from engine.onnx.convert_tensor import _fill
+
+    rank = ctx.rank(1)
+    indices = ctx.op("Transpose", [ctx.cast(ctx.inputs[1], np.int64)],
+                     perm=[*range(1, rank), 0])
+    zeros = _fill(ctx, ctx.ints(ctx.out_shapes[0]), 0.0, ctx.out_dtypes[0])
+    return ctx.op("ScatterND", [zeros, indices, ctx.inputs[0]])
+
+
+@converts("_contrib_index_array")
+def index_array(ctx: NodeContext) -> str:
+    rank, data = ctx.rank(), ctx.inputs[0]
+    axes = [normalize_axis(a, rank) for a in (ctx.params.axes or range(rank))]
+    shape = ctx.op("Shape", [data])
+    columns = []
+    for axis in axes:
+        size = ctx.op("Shape", [data], start=axis, end=axis + 1)
+        positions = ctx.op("Range", [ctx.builder.const(np.int64(0), "zero"),
+                                     ctx.squeeze(size, [0]),
+                                     ctx.builder.const(np.int64(1), "one")])
+        along = ctx.op("Reshape", [positions, ctx.ints([-1 if k == axis else 1
+                                                        for k in range(rank)])])
+        columns.append(ctx.unsqueeze(ctx.op("Expand", [along, shape]), [rank]))
+    return ctx.op("Concat", columns, axis=rank)

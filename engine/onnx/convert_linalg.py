@@ -51,7 +51,7 @@ def _by_basis(ctx: NodeContext, size: int) -> str:
 @converts("diag")
 def diag(ctx: NodeContext) -> str:
     if ctx.rank() == 1:
-        return _by_basis(ctx, ctx.static_dim(0, 0))
+        return _vector_on_diagonal(ctx, ctx.inputs[0], int(ctx.params.k))
     return _diagonal(ctx, int(ctx.params.k), ctx.params.axis1, ctx.params.axis2)
 
 
@@ -66,13 +66,17 @@ def np_diagonal(ctx: NodeContext) -> str:
 
 @converts("_np_diagflat")
 def np_diagflat(ctx: NodeContext) -> str:
-    size = int(np.prod(ctx.in_shapes[0]))
     flat = ctx.op("Reshape", [ctx.inputs[0], ctx.ints([-1])])
-    # diagflat puts the flattened input on a diagonal: np.diag of each basis vector.
-    matrices = np.stack([np.diag(row, int(ctx.params.k)) for row in np.eye(size)])
-    matrix = ctx.builder.const(matrices.reshape(size, -1).astype(ctx.in_dtypes[0]),
+    return _vector_on_diagonal(ctx, flat, int(ctx.params.k))
+
+
+def _vector_on_diagonal(ctx: NodeContext, vector: str, offset: int) -> str:
+    """A 1-D vector placed on diagonal ``offset`` of a zero matrix (one MatMul with 0/1)."""
+    size = int(np.prod(ctx.in_shapes[0]))
+    basis = np.stack([np.diag(row, offset) for row in np.eye(size)])
+    matrix = ctx.builder.const(basis.reshape(size, -1).astype(ctx.in_dtypes[0]),
                                f"{ctx.hint}_basis")
-    return ctx.op("Reshape", [ctx.op("MatMul", [flat, matrix]), ctx.ints(ctx.out_shapes[0])])
+    return ctx.op("Reshape", [ctx.op("MatMul", [vector, matrix]), ctx.ints(ctx.out_shapes[0])])
 
 
 @converts("_linalg_extractdiag")

@@ -1,0 +1,39 @@
+"""Ops the exporter refuses on purpose, each with the reason ONNX cannot express it faithfully.
+
+`export` names the node, the op and this reason instead of writing a model whose outputs
+would differ from MXNet's. docs/onnx.md lists the same table.
+"""
+
+from __future__ import annotations
+
+_MOD = ("MXNet's float mod takes the divisor's sign, ONNX's float Mod the dividend's")
+_NO_FACTORISATION = "ONNX has no matrix inverse, factorisation or triangular-solve op"
+_SIGN = ("copysign copies the sign of -0.0 and NaN, which no ONNX op can observe")
+_ATAN2 = ("ONNX has no Atan2; a composed Atan form loses MXNet's quadrant and signed-zero "
+          "results")
+_CBRT = "ONNX has no cube root; Pow(x, 1/3) is NaN for negative x"
+_PRECISION = ("ONNX has no such op, and a composed form would lose MXNet's precision or NaN "
+              "handling")
+
+REFUSED: dict[str, str] = {
+    **dict.fromkeys(("_mod", "broadcast_mod", "_mod_scalar", "_rmod_scalar",
+                     "_npi_mod_scalar", "_npi_rmod_scalar"), _MOD),
+    **dict.fromkeys(("_hypot", "_hypot_scalar", "log1p", "expm1", "nansum", "nanprod"),
+                    _PRECISION),
+    **dict.fromkeys(("cbrt", "rcbrt"), _CBRT),
+    **dict.fromkeys(("_logical_and_scalar", "_logical_or_scalar", "_logical_xor_scalar"),
+                    "a logical op with a scalar operand is not mapped"),
+    **dict.fromkeys(("_linalg_inverse", "_linalg_potrf", "_linalg_potri", "_linalg_trsm",
+                     "_npi_cholesky", "_npi_solve"), _NO_FACTORISATION),
+    "_linalg_slogdet": ("ONNX Det over- and underflows where MXNet's LU-based log-determinant "
+                        "does not"),
+    **dict.fromkeys(("_npi_copysign", "_npi_copysign_scalar", "_npi_rcopysign_scalar"), _SIGN),
+    **dict.fromkeys(("_npi_arctan2", "_npi_arctan2_scalar", "_npi_rarctan2_scalar"), _ATAN2),
+    **dict.fromkeys(("_npi_lcm", "_npi_lcm_scalar"),
+                    "the least common multiple needs a gcd loop; ONNX has no integer gcd"),
+    "_fused_elementwise": "made by this engine's fusion pass, which export does not run",
+    "Correlation": "ONNX has no correlation op (not mapped yet: one Conv per displacement)",
+    "_contrib_MultiBoxDetection": ("not mapped yet: per-class decoding plus the greedy "
+                                   "suppression that box_nms uses"),
+    "_contrib_box_encode": "not mapped yet: matched-reference gather plus the encoding",
+}
