@@ -10,9 +10,9 @@ pytest.importorskip("onnxruntime")  # an optional dev dependency; installed by `
 import engine  # noqa: E402
 from engine import sym  # noqa: E402
 from engine.onnx import OnnxExportError, export, supported_ops  # noqa: E402
+from engine.onnx.__main__ import main as export_onnx  # noqa: E402
 from engine.onnx.refused import REFUSED  # noqa: E402
 from engine.ops import registry  # noqa: E402
-from engine.onnx.__main__ import main as export_onnx  # noqa: E402
 from service.__main__ import main as hybridserve  # noqa: E402
 from tests.conformance.fixtures import (  # noqa: E402
     DEFAULT_TOLERANCE,
