@@ -164,3 +164,23 @@ def _survivors_first(ctx: NodeContext, rows: str, kept: str, picked: int) -> str
     ordered = ctx.op("GatherND", [rows, ctx.unsqueeze(order, [-1])], batch_dims=1)
     survives = ctx.unsqueeze(ctx.op("GatherElements", [kept, order], axis=1), [-1])
     return ctx.op("Where", [survives, ordered, ctx.scalar(-1.0)])
+
+
+@converts("_contrib_box_encode")
+def box_encode(ctx: NodeContext) -> list[str]:
+    samples, matches, anchors, refs, means, stds = ctx.inputs[:6]
+    shape = ctx.out_shape_tensor(0)  # (batch, anchors, 4)
+    index = ctx.op("Expand", [ctx.unsqueeze(ctx.cast(matches, np.int64), [-1]), shape])
+    matched = _to_center(ctx, ctx.op("GatherElements", [refs, index], axis=1))
+    anchor = _to_center(ctx, anchors)
+    sizes = _part(ctx, anchor, 2, 4)
+    offsets = ctx.op("Div", [ctx.op("Sub", [_part(ctx, matched, 0, 2), _part(ctx, anchor, 0, 2)]),
+                             sizes])
+    scales = ctx.op("Log", [ctx.op("Div", [_part(ctx, matched, 2, 4), sizes])])
+    targets = ctx.op("Div", [ctx.op("Sub", [ctx.op("Concat", [offsets, scales], axis=-1), means]),
+                             stds])
+    positive = ctx.unsqueeze(ctx.op("Greater", [samples, ctx.scalar(0.5)]), [-1])
+    dtype = ctx.out_dtypes[0]
+    zero = ctx.builder.const(np.asarray(0, dtype), f"{ctx.hint}_zero")
+    masks = ctx.cast(ctx.op("Expand", [positive, shape]), dtype)
+    return [ctx.op("Where", [positive, targets, zero]), masks]

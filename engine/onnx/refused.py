@@ -37,5 +37,4 @@ REFUSED: dict[str, str] = {
     "Correlation": "ONNX has no correlation op (not mapped yet: one Conv per displacement)",
     "_contrib_MultiBoxDetection": ("not mapped yet: per-class decoding plus the greedy "
                                    "suppression that box_nms uses"),
-    "_contrib_box_encode": "not mapped yet: matched-reference gather plus the encoding",
 }
