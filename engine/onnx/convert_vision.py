@@ -178,3 +178,40 @@ def adjust_lighting(ctx: NodeContext) -> str:
     channels = ctx.in_shapes[0][-1]
     shift = _by_kernel(ctx, np.zeros((1, 1, channels), ctx.in_dtypes[0])).reshape(channels)
     return ctx.op("Add", [ctx.inputs[0], ctx.builder.const(shift, f"{ctx.hint}_shift")])
+
+
+@converts("Correlation")
+def correlation(ctx: NodeContext) -> str:
+    # One channel per displacement (row-major over the grid): the window mean, over kernel
+    # positions and channels, of data1 times (or minus) data2 shifted by that displacement.
+    params = ctx.params
+    reach, kernel, pad = (int(params.max_displacement), int(params.kernel_size),
+                          int(params.pad_size))
+    pads = ctx.ints([0, 0, pad, pad, 0, 0, pad, pad])
+    first, second = (ctx.op("Pad", [name, pads]) for name in ctx.inputs[:2])
+    height, width = (size + 2 * pad for size in ctx.in_shapes[0][2:])
+    centre = _window_crop(ctx, first, reach, reach, height, width, reach)
+    radius = reach // int(params.stride2)
+    shifts = [k * int(params.stride2) for k in range(-radius, radius + 1)]
+    channels = [_displaced(ctx, centre, _window_crop(ctx, second, reach + dy, reach + dx,
+                                                     height, width, reach), kernel)
+                for dy in shifts for dx in shifts]
+    return ctx.op("Concat", channels, axis=1)
+
+
+def _window_crop(ctx: NodeContext, data: str, top: int, left: int, height: int, width: int,
+                 reach: int) -> str:
+    """The ``(height - 2 reach, width - 2 reach)`` region of ``data`` from (top, left)."""
+    ends = [top + height - 2 * reach, left + width - 2 * reach]
+    return ctx.op("Slice", [data, ctx.ints([top, left]), ctx.ints(ends), ctx.ints([2, 3])])
+
+
+def _displaced(ctx: NodeContext, centre: str, shifted: str, kernel: int) -> str:
+    if ctx.params.is_multiply:
+        paired = ctx.op("Mul", [centre, shifted])
+    else:
+        paired = ctx.op("Abs", [ctx.op("Sub", [centre, shifted])])
+    stride = int(ctx.params.stride1)
+    pooled = ctx.op("AveragePool", [paired], kernel_shape=[kernel, kernel],
+                    strides=[stride, stride])
+    return ctx.reduce("ReduceMean", pooled, [1], True)
