@@ -10,6 +10,7 @@ from engine.errors import OnnxExportError
 from engine.onnx import (  # noqa: F401
     convert_attention,
     convert_boxes,
+    convert_detection,
     convert_extra,
     convert_linalg,
     convert_math,

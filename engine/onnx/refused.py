@@ -34,6 +34,4 @@ REFUSED: dict[str, str] = {
     **dict.fromkeys(("_npi_lcm", "_npi_lcm_scalar"),
                     "the least common multiple needs a gcd loop; ONNX has no integer gcd"),
     "_fused_elementwise": "made by this engine's fusion pass, which export does not run",
-    "_contrib_MultiBoxDetection": ("not mapped yet: per-class decoding plus the greedy "
-                                   "suppression that box_nms uses"),
 }
