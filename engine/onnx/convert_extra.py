@@ -433,3 +433,25 @@ def index_array(ctx: NodeContext) -> str:
                                                         for k in range(rank)])])
         columns.append(ctx.unsqueeze(ctx.op("Expand", [along, shape]), [rank]))
     return ctx.op("Concat", columns, axis=rank)
+
+
+LOGICAL_SCALAR = {"_logical_and_scalar": "And", "_logical_or_scalar": "Or",
+                  "_logical_xor_scalar": "Xor", "_npi_logical_and_scalar": "And",
+                  "_npi_logical_or_scalar": "Or", "_npi_logical_xor_scalar": "Xor"}
+
+
+@converts(*LOGICAL_SCALAR)
+def logical_scalar(ctx: NodeContext) -> str:
+    scalar = ctx.builder.const(np.asarray(bool(ctx.params.scalar)), f"{ctx.hint}_scalar")
+    truth = ctx.op(LOGICAL_SCALAR[ctx.op_name], [ctx.cast(ctx.inputs[0], np.bool_), scalar])
+    return ctx.cast(truth, ctx.out_dtypes[0])
+
+
+@converts("nansum", "nanprod")
+def nan_reduce(ctx: NodeContext) -> str:
+    # NaN counts as the reduction's identity (0 for a sum, 1 for a product).
+    identity, op_type = (0.0, "ReduceSum") if ctx.op_name == "nansum" else (1.0, "ReduceProd")
+    data = ctx.inputs[0]
+    cleaned = ctx.op("Where", [ctx.op("IsNaN", [data]), ctx.scalar(identity), data])
+    result = ctx.reduce(op_type, cleaned, reduce_axes(ctx), bool(ctx.params.keepdims))
+    return ctx.op("Reshape", [result, ctx.out_shape_tensor(0, infer_one=True)])
