@@ -7,7 +7,18 @@ the ``ModelProto``.
 from __future__ import annotations
 
 from engine.errors import OnnxExportError
-from engine.onnx import convert_math, convert_nn, convert_rnn, convert_tensor  # noqa: F401
+from engine.onnx import (  # noqa: F401
+    convert_attention,
+    convert_boxes,
+    convert_detection,
+    convert_extra,
+    convert_linalg,
+    convert_math,
+    convert_nn,
+    convert_rnn,
+    convert_tensor,
+    convert_vision,
+)
 from engine.onnx.context import CONVERTERS
 from engine.onnx.export import DEFAULT_OPSET, export, to_onnx
 

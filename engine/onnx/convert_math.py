@@ -184,12 +184,13 @@ def reduce_axes(ctx: NodeContext) -> list[int] | None:
 def reduce(ctx: NodeContext) -> str:
     if ctx.params.get("initial") is not None:
         raise ctx.fail("initial= is not supported")
+    data = ctx.inputs[0]
     if ctx.params.get("dtype") is not None and np.dtype(ctx.params.dtype) != ctx.in_dtypes[0]:
-        raise ctx.fail("dtype= different from the input's is not supported")
+        data = ctx.cast(data, ctx.params.dtype)  # NumPy accumulates in the requested dtype
     axes = reduce_axes(ctx)
     if axes == []:
-        return ctx.op("Identity", [ctx.inputs[0]])
-    return _vector_if_scalar(ctx, ctx.reduce(REDUCE[ctx.op_name], ctx.inputs[0], axes,
+        return ctx.op("Identity", [data])
+    return _vector_if_scalar(ctx, ctx.reduce(REDUCE[ctx.op_name], data, axes,
                                              ctx.params.keepdims))
 
 

@@ -149,7 +149,7 @@ def batch_norm(ctx: NodeContext) -> str | list[str]:
         gamma = np.ones_like(gamma)
     # Inference BatchNorm is one multiply-add per channel, on any axis.
     scale = gamma / np.sqrt(var + params.eps)
-    axis = normalize_axis(params.axis, ctx.rank())
+    axis = normalize_axis(params.get("axis", 1), ctx.rank())  # v1/Sync variants: channels
     scaled = ctx.op("Mul", [ctx.inputs[0], _along_axis(ctx, scale, axis, "scale")])
     output = ctx.op("Add", [scaled, _along_axis(ctx, beta - mean * scale, axis, "shift")])
     if not params.output_mean_var:

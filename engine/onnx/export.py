@@ -18,9 +18,10 @@ import numpy as np
 from engine.compiler import optimize_graph
 from engine.errors import OnnxExportError, ShapeError
 from engine.graph.infer import infer_dtypes, infer_shapes
-from engine.graph.ir import Entry, Graph
+from engine.graph.ir import Entry, Graph, Node
 from engine.onnx.builder import BATCH_DIM, OnnxBuilder, require_onnx
 from engine.onnx.context import CONVERTERS, NodeContext
+from engine.onnx.refused import REFUSED
 from engine.runtime.loader import load_model
 from engine.runtime.model import Model
 
@@ -96,6 +97,9 @@ def to_onnx(model: Model, *, opset: int = DEFAULT_OPSET,
         raise OnnxExportError(f"opset {opset} is not supported; choose "
                               f"{SUPPORTED_OPSETS.start} to {SUPPORTED_OPSETS.stop - 1}")
     graph = optimize_graph(model.graph.replace(constants=model.params), FOLDING_PASSES)
+    for node in graph.nodes:  # refuse before shape inference, whose errors would be less clear
+        if not node.is_variable:
+            refuse_unmapped(node)
     shapes = example_shapes(model, input_shapes)
     base, other = _shapes_at_two_batches(graph, shapes, dynamic_batch)
     dtypes = infer_dtypes(graph, {**{name: np.asarray(value).dtype for name, value in
@@ -104,7 +108,7 @@ def to_onnx(model: Model, *, opset: int = DEFAULT_OPSET,
                                   **{name: np.dtype(dtype) for name, dtype in
                                      (input_dtypes or {}).items()}})
     builder = OnnxBuilder(opset)
-    builder.base_batch = next(iter(shapes.values()))[0] if shapes else 1
+    builder.base_batch = next((shape[0] for shape in shapes.values() if shape), 1)
     converted = GraphConversion(graph, builder, base, other, dtypes, dynamic_batch)
     onnx_graph = converted.run(model.output_names)
     return helper.make_model(onnx_graph, opset_imports=[helper.make_opsetid("", opset)],
@@ -147,6 +151,16 @@ def _shapes_at_two_batches(graph: Graph, shapes: dict[str, tuple], dynamic: bool
     except ShapeError as error:
         raise OnnxExportError(f"the graph does not take a batch on axis 0 of every input "
                               f"({error}); export with dynamic_batch=False") from None
+
+
+def refuse_unmapped(node: Node) -> None:
+    """Raise `OnnxExportError` naming the node and op when the op has no ONNX mapping."""
+    if node.opdef.name in REFUSED:
+        raise OnnxExportError(f"node {node.name!r} ({node.op}): the op has no ONNX mapping: "
+                              f"{REFUSED[node.opdef.name]}")
+    if node.opdef.name not in CONVERTERS:
+        raise OnnxExportError(f"node {node.name!r} ({node.op}): the op has no ONNX mapping; "
+                              "see docs/onnx.md for the supported ops")
 
 
 class GraphConversion:
@@ -224,10 +238,8 @@ class GraphConversion:
 
     def _operator(self, index: int) -> None:
         node = self.graph.nodes[index]
-        converter = CONVERTERS.get(node.opdef.name)
-        if converter is None:
-            raise OnnxExportError(f"node {node.name!r} ({node.op}): the op has no ONNX mapping; "
-                                  "see docs/onnx.md for the supported ops")
+        refuse_unmapped(node)
+        converter = CONVERTERS[node.opdef.name]
         ctx = self._context(index)
         outputs = converter(ctx)
         outputs = outputs if isinstance(outputs, list) else [outputs]

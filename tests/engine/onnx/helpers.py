@@ -12,7 +12,8 @@ import onnxruntime as ort
 # ONNX Runtime's element types for the dtypes these tests feed.
 ORT_DTYPES = {"tensor(float)": np.float32, "tensor(double)": np.float64,
               "tensor(float16)": np.float16, "tensor(int32)": np.int32,
-              "tensor(int64)": np.int64}
+              "tensor(int64)": np.int64, "tensor(uint8)": np.uint8, "tensor(int8)": np.int8,
+              "tensor(bool)": np.bool_}
 
 
 def check(path: Path) -> onnx.ModelProto:

@@ -9,8 +9,10 @@ pytest.importorskip("onnxruntime")  # an optional dev dependency; installed by `
 
 import engine  # noqa: E402
 from engine import sym  # noqa: E402
-from engine.onnx import OnnxExportError, export  # noqa: E402
+from engine.onnx import OnnxExportError, export, supported_ops  # noqa: E402
 from engine.onnx.__main__ import main as export_onnx  # noqa: E402
+from engine.onnx.refused import REFUSED  # noqa: E402
+from engine.ops import registry  # noqa: E402
 from service.__main__ import main as hybridserve  # noqa: E402
 from tests.conformance.fixtures import (  # noqa: E402
     DEFAULT_TOLERANCE,
@@ -51,7 +53,8 @@ def test_an_op_without_mapping_names_the_node_and_op(tmp_path) -> None:
     # MXNet's mod takes the divisor's sign for floats; ONNX's float Mod takes the dividend's.
     symbol = one_op_symbol("broadcast_mod", {}, ["x", "y"], name="remainder")
     with pytest.raises(OnnxExportError, match=r"node 'remainder' \(broadcast_mod\): the op has "
-                                              "no ONNX mapping"):
+                                              "no ONNX mapping: MXNet's float mod takes the "
+                                              "divisor's sign"):
         export((symbol, None), tmp_path / "m.onnx", input_shapes={"x": (2, 3), "y": (2, 3)})
     assert not (tmp_path / "m.onnx").exists()
 
@@ -122,3 +125,25 @@ def test_a_size_baked_in_from_the_batch_axis_is_refused(tmp_path) -> None:
                   dynamic_batch=False)
     x = np.random.default_rng(1).normal(size=(4, 3)).astype(np.float32)
     np.testing.assert_array_equal(run(path, {"x": x})[0], np.sort(x, axis=0))
+
+
+def test_every_registered_op_is_mapped_refused_or_folded() -> None:
+    # Ops without inputs (_arange, _eye, windows) are always folded into constants first.
+    unmapped = sorted(name for name, opdef in registry._REGISTRY.items()
+                      if name == opdef.name and opdef.inputs != ()
+                      and name not in supported_ops() and name not in REFUSED)
+    assert unmapped == []
+    assert not set(REFUSED) & set(supported_ops())
+    assert all(reason for reason in REFUSED.values())
+
+
+def test_an_op_needing_a_later_opset_says_which(tmp_path) -> None:
+    symbol = one_op_symbol("_npi_bitwise_and", {}, ["x", "y"], name="masked")
+    shapes = {"input_shapes": {"x": (2, 3), "y": (2, 3)},
+              "input_dtypes": {"x": np.int32, "y": np.int32}}
+    with pytest.raises(OnnxExportError, match=r"node 'masked' \(_npi_bitwise_and\): needs ONNX "
+                                              "opset 18 or later .*export with opset=18"):
+        export((symbol, None), tmp_path / "m.onnx", dynamic_batch=False, **shapes)
+    path = export((symbol, None), tmp_path / "m.onnx", opset=18, dynamic_batch=False, **shapes)
+    x, y = (np.arange(6, dtype=np.int32).reshape(2, 3) * k for k in (3, 5))
+    np.testing.assert_array_equal(run(path, {"x": x, "y": y})[0], x & y)

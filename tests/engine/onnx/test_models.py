@@ -22,9 +22,10 @@ from tests.conformance.fixtures import (  # noqa: E402
 from tests.engine.onnx.helpers import check, input_dims, run  # noqa: E402
 
 
-def _export(name: str, directory) -> object:
+def _export(name: str, directory, opset: int = 17) -> object:
     shapes = {spec["name"]: spec["shape"] for spec in model_meta(name)["inputs"]}
-    return export(model_files(name), directory / f"{name}.onnx", input_shapes=shapes)
+    return export(model_files(name), directory / f"{name}.onnx", input_shapes=shapes,
+                  opset=opset)
 
 
 def _tolerance(name: str, expected: np.ndarray) -> dict[str, float]:
@@ -54,6 +55,16 @@ def test_model_takes_batch_one_and_a_larger_batch(name: str, tmp_path) -> None:
         assert_close(single[k], want[:1], _tolerance(name, want), f"{name} batch 1")
         assert_close(grown[k], np.concatenate([want, want[:1], want]), _tolerance(name, want),
                      f"{name} batch {2 * len(want) + 1}")
+
+
+@pytest.mark.parametrize("name", ["gluoncv_ssd_tiny", "gluonnlp_bert_tiny"])
+def test_detection_and_attention_models_at_the_latest_opset(name: str, tmp_path) -> None:
+    # box_nms's Loop, GatherND with batch_dims and the attention reshapes at opset 21.
+    path = _export(name, tmp_path, opset=21)
+    assert check(path).opset_import[0].version == 21
+    feed, expected = model_io_sets(name)[0]
+    for k, (actual, want) in enumerate(zip(run(path, feed), expected)):
+        assert_close(actual, want, _tolerance(name, want), f"{name} opset 21 output {k}")
 
 
 ZOO = [("resnet18_v1", (1, 3, 32, 32)), ("resnet50_v2", (1, 3, 32, 32)),

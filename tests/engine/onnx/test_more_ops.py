@@ -30,6 +30,10 @@ def _values(kind: str, shape: tuple[int, ...]) -> np.ndarray:
         return RNG.integers(0, 2, shape).astype(np.float32)
     if kind == "index":
         return RNG.integers(0, 4, shape).astype(np.float32)
+    if kind == "with_nan":
+        values = RNG.normal(size=shape).astype(np.float32)
+        values.flat[::3] = np.nan
+        return values
     if kind == "int":
         return RNG.integers(1, 9, shape).astype(np.int32)
     return RNG.normal(size=shape).astype(np.float32)
@@ -56,6 +60,12 @@ CASES: list[tuple[str, dict, list]] = [
     *[(op, {}, [("x", (3, 4), "binary"), ("y", (3, 4), "binary")])
       for op in ("_logical_and", "_logical_or", "_logical_xor", "broadcast_logical_and")],
     ("logical_not", {}, [("x", (3, 4), "binary")]),
+    *[(op, {"scalar": scalar}, [("x", (3, 4), "binary")])
+      for op in ("_logical_and_scalar", "_logical_or_scalar", "_npi_logical_xor_scalar")
+      for scalar in ("0", "1")],
+    ("nansum", {"axis": "1"}, [("x", (3, 4), "with_nan")]),
+    ("nansum", {}, [("x", (3, 4), "with_nan")]),
+    ("nanprod", {"axis": "0", "keepdims": "True"}, [("x", (3, 4), "with_nan")]),
     ("_npi_logical_not", {}, [("x", (3, 4), "binary")]),
     *[(op, {"scalar": "0.5"}, [X]) for op in (
         "_not_equal_scalar", "_lesser_scalar", "_greater_equal_scalar", "_lesser_equal_scalar",
@@ -107,3 +117,32 @@ def test_op_matches_the_interpreter(op: str, attrs: dict, inputs: list, tmp_path
     assert actual.dtype == expected.dtype
     assert_close(actual, expected, DEFAULT_TOLERANCE if expected.dtype != np.float16 else
                  {"rtol": 1e-3, "atol": 1e-3}, op)
+
+
+def _tied_records(batch: int) -> np.ndarray:
+    """Detection records ``[class, score, x1, y1, x2, y2]`` with tied scores and overlaps."""
+    corners = RNG.uniform(0, 0.5, (batch, 8, 2))
+    boxes = np.concatenate([corners, corners + RNG.uniform(0.2, 0.5, (batch, 8, 2))], axis=-1)
+    scores = RNG.choice([0.3, 0.6, 0.9], (batch, 8, 1))  # many ties
+    classes = RNG.integers(0, 2, (batch, 8, 1))
+    return np.concatenate([classes, scores, boxes], axis=-1).astype(np.float32)
+
+
+@pytest.mark.parametrize("attrs", [
+    {"topk": "5", "id_index": "0", "overlap_thresh": "0.3"},
+    {"force_suppress": "True", "overlap_thresh": "0.2", "valid_thresh": "0.5"},
+    {"id_index": "0", "background_id": "1", "out_format": "center"},
+], ids=["class_aware_topk", "force_suppress", "background_center"])
+def test_box_nms_keeps_mxnets_order_under_ties_at_any_batch(attrs: dict, tmp_path) -> None:
+    # TopK breaks ties by the lower index, as MXNet's stable sort does, so the rows match
+    # in order, not only as a set.
+    symbol = one_op_symbol("_contrib_box_nms", attrs, ["data"])
+    model = engine.load_model(symbol, None, optimize=False)
+    path = export(model, tmp_path / "nms.onnx", input_shapes={"data": (1, 8, 6)})
+    check(path)
+    for batch in (1, 4):
+        records = _tied_records(batch)
+        expected = next(iter(model.infer({"data": records}).values()))
+        assert (expected[:, :, 0] == -1).any()  # something was suppressed or left out
+        assert_close(run(path, {"data": records})[0], expected, DEFAULT_TOLERANCE,
+                     f"box_nms batch {batch}")
