@@ -16,6 +16,7 @@ from gluoncv.model_zoo.deeplabv3 import _ASPP
 from gluoncv.model_zoo.fastscnn import FastSCNN
 from gluoncv.model_zoo.fcn import _FCNHead
 from gluoncv.model_zoo.mobilenetv3 import _MobileNetV3
+from gluoncv.model_zoo.rcnn.faster_rcnn import FasterRCNN
 from gluoncv.model_zoo.resnest import Bottleneck as SplatBottleneck
 from gluoncv.model_zoo.resnetv1b import BasicBlockV1b, BottleneckV1b
 from gluoncv.model_zoo.resnext import Block as ResNextBlock
@@ -194,3 +195,21 @@ def build_simple_pose() -> mx.gluon.HybridBlock:
     tiny.add(conv_bn_relu(8, 2), conv_bn_relu(16, 2), conv_bn_relu(16, 2))
     net.resnet = tiny
     return net
+
+
+def build_faster_rcnn() -> mx.gluon.HybridBlock:
+    """GluonCV's FasterRCNN (RPN proposals, ROIAlign, per-class NMS), stride-16 tiny backbone.
+
+    Its graph fixes the batch size (``per_device_batch_size``) to 1, as GluonCV's exports do.
+    """
+    features = nn.HybridSequential(prefix="")
+    features.add(conv_bn_relu(8, 2), conv_bn_relu(8, 2), conv_bn_relu(16, 2),
+                 conv_bn_relu(16, 2))
+    top = nn.HybridSequential(prefix="")
+    top.add(conv_bn_relu(16))
+    return FasterRCNN(features, top, classes=["a", "b", "c"], short=64, max_size=64,
+                      roi_mode="align", roi_size=(4, 4), strides=16, clip=None, rpn_channel=16,
+                      base_size=16, scales=(1, 2), ratios=(0.5, 1, 2), alloc_size=(8, 8),
+                      rpn_nms_thresh=0.7, rpn_test_pre_nms=40, rpn_test_post_nms=12,
+                      rpn_min_size=1, nms_thresh=0.5, nms_topk=40, post_nms=10,
+                      per_device_batch_size=1, minimal_opset=True)
