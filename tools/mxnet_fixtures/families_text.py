@@ -18,6 +18,8 @@ class Translator(mx.gluon.HybridBlock):
     NMTModel itself is not hybridizable, so this wires the same parts the way it does:
     the encoder reads the source under its valid length, the decoder attends causally to the
     target and to the memory under the source mask, and a Dense projects to the vocabulary.
+    Positions come from the token arrays themselves, which also fixes their rank for servers
+    that read input ranks off the graph (an Embedding alone accepts any rank).
     """
 
     def __init__(self, **kwargs: object) -> None:
@@ -34,10 +36,13 @@ class Translator(mx.gluon.HybridBlock):
 
     def hybrid_forward(self, F, src, src_length, tgt, tgt_length):  # noqa: N803
         memory, _ = self.encoder(self.src_embed(src), valid_length=src_length)
-        positions = F.contrib.arange_like(memory, axis=1)
+        positions = F.contrib.arange_like(src, axis=1)  # token positions, (batch, length) in
         memory_mask = F.broadcast_lesser(positions.reshape((1, -1)), src_length.reshape((-1, 1)))
         decoded, _, _ = self.decoder(self.tgt_embed(tgt), [memory, memory_mask], tgt_length)
-        return self.project(decoded)
+        steps = F.contrib.arange_like(tgt, axis=1)
+        target_mask = F.broadcast_lesser(steps.reshape((1, -1)), tgt_length.reshape((-1, 1)))
+        # padded steps give zero logits rather than the projection's bias
+        return F.broadcast_mul(self.project(decoded), F.expand_dims(target_mask, -1))
 
 
 def build_transformer() -> mx.gluon.HybridBlock:
@@ -56,19 +61,38 @@ def translator_batches(rng: np.random.Generator) -> Batches:
     return batches
 
 
+class BatchFirstLM(mx.gluon.HybridBlock):
+    """GluonNLP's StandardRNN (time-major, TNC) behind the batch-first interface servers expect.
+
+    Tokens come in as (batch, steps); logits go out as (batch, steps, vocab) and every final
+    state as (batch, layers, units), so that each output keeps the batch dimension first.
+    """
+
+    def __init__(self, mode: str, layers: int, tie_weights: bool, **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.model = nlp.model.StandardRNN(mode, VOCAB, 16, 16, layers, dropout=0.0,
+                                               tie_weights=tie_weights)
+
+    def hybrid_forward(self, F, tokens):  # noqa: N803 (Gluon's signature)
+        logits, states = self.model(F.transpose(tokens))
+        return [F.transpose(logits, axes=(1, 0, 2))] + [F.swapaxes(state, 0, 1)
+                                                        for state in states]
+
+
 def build_lstm_lm() -> mx.gluon.HybridBlock:
-    """GluonNLP's StandardRNN LM: 2 LSTM layers of 16 units, decoder tied to the embedding."""
-    return nlp.model.StandardRNN("lstm", VOCAB, 16, 16, 2, dropout=0.0, tie_weights=True)
+    """2 LSTM layers of 16 units, the decoder tied to the embedding."""
+    return BatchFirstLM("lstm", 2, tie_weights=True)
 
 
 def build_gru_lm() -> mx.gluon.HybridBlock:
-    """GluonNLP's StandardRNN language model with a GRU."""
-    return nlp.model.StandardRNN("gru", VOCAB, 16, 16, 1, dropout=0.0, tie_weights=False)
+    """1 GRU layer of 16 units."""
+    return BatchFirstLM("gru", 1, tie_weights=False)
 
 
 def token_batches(rng: np.random.Generator) -> Batches:
-    """Time-major tokens (TNC, as StandardRNN reads them): 5 steps, batch 1 and 2."""
-    return [{"data": rng.integers(0, VOCAB, (5, size)).astype(np.float32)} for size in (1, 2)]
+    """Tokens, batch first: 5 steps, batch 1 and 2."""
+    return [{"data": rng.integers(0, VOCAB, (size, 5)).astype(np.float32)} for size in (1, 2)]
 
 
 class ArcFaceNet(mx.gluon.HybridBlock):

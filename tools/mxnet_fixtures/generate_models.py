@@ -27,6 +27,7 @@ from gluoncv.model_zoo.ssd import SSD
 from mxnet.gluon import nn
 
 TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
+RAW_BEFORE = ("_contrib_box_nms", "topk")  # ops whose input is a detector's raw head output
 
 
 @dataclass
@@ -123,10 +124,10 @@ MODELS = (
               "4 joints, 64x64", 41, cv.build_simple_pose, cv.image_batches(64)),
     ModelSpec("gluonnlp_transformer_tiny", "gluonnlp Transformer encoder-decoder, 1 layer each, "
               "16 units, valid lengths", 42, text.build_transformer, text.translator_batches),
-    ModelSpec("gluonnlp_lstm_lm_tiny", "gluonnlp StandardRNN LSTM LM, 2 layers, 16 units",
-              43, text.build_lstm_lm, text.token_batches),
-    ModelSpec("gluonnlp_gru_lm_tiny", "gluonnlp StandardRNN GRU LM, 1 layer, 16 units",
-              44, text.build_gru_lm, text.token_batches),
+    ModelSpec("gluonnlp_lstm_lm_tiny", "gluonnlp StandardRNN LSTM LM, 2 layers, 16 units, "
+              "batch-first wrapper", 43, text.build_lstm_lm, text.token_batches),
+    ModelSpec("gluonnlp_gru_lm_tiny", "gluonnlp StandardRNN GRU LM, 1 layer, 16 units, "
+              "batch-first wrapper", 44, text.build_gru_lm, text.token_batches),
     ModelSpec("arcface_tiny", "ArcFace-style: conv-BN-PReLU, fix_gamma BatchNorm embedding, "
               "cosine logits, 32x32", 45, text.build_arcface, cv.image_batches(32)),
 )
@@ -180,8 +181,42 @@ def export(spec: ModelSpec, out_dir: Path) -> None:
         arrays.update({prefix + name: value for name, value in batch.items()})
         arrays.update({f"{prefix}out{k}": value.asnumpy() for k, value in enumerate(outputs)})
     block.export(str(folder / spec.name))
+    raw = raw_heads(folder, spec.name, batches[0])
+    arrays.update({entry["key"]: value for entry, value in raw})
     np.savez_compressed(folder / "io.npz", **arrays)
     write_meta(spec, folder, batches[0], arrays, io_sets)
+    if raw:
+        meta = json.loads((folder / "meta.json").read_text())
+        meta["raw_outputs"] = [entry for entry, _ in raw]
+        (folder / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+
+
+def raw_heads(folder: Path, name: str,
+              batch: dict[str, np.ndarray]) -> list[tuple[dict, np.ndarray]]:
+    """What a detector feeds its NMS or top-k, computed by MXNet from the exported files.
+
+    Post-NMS rows are compared as sets; these raw head outputs are compared position by position.
+    Returns ({"node", "index", "key"}, value) pairs for the first io set.
+    """
+    symbol_json = json.loads((folder / f"{name}-symbol.json").read_text())
+    nodes = symbol_json["nodes"]
+    entries = [nodes[node["inputs"][0][0]]["name"] for node in nodes if node["op"] in RAW_BEFORE]
+    if not entries:
+        return []
+    indexes = [node["inputs"][0][1] for node in nodes if node["op"] in RAW_BEFORE]
+    internals = mx.sym.load(str(folder / f"{name}-symbol.json")).get_internals()
+    outputs = internals.list_outputs()
+    group = mx.sym.Group([internals[[out for out in outputs if out.startswith(entry + "_")][index]]
+                          for entry, index in zip(entries, indexes)])
+    saved = mx.nd.load(str(folder / f"{name}-0000.params"))
+    values = {key.split(":", 1)[1]: value for key, value in saved.items()}
+    values.update({key: mx.nd.array(value) for key, value in batch.items()})
+    executor = group.bind(mx.cpu(), {key: values[key] for key in group.list_arguments()},
+                          aux_states={key: values[key] for key in group.list_auxiliary_states()},
+                          grad_req="null")
+    results = executor.forward(is_train=False)
+    return [({"node": entry, "index": index, "key": f"raw/out{k}"}, result.asnumpy())
+            for k, (entry, index, result) in enumerate(zip(entries, indexes, results))]
 
 
 def write_meta(spec: ModelSpec, folder: Path, first: dict[str, np.ndarray],
