@@ -16,6 +16,7 @@ from engine.errors import ShapeError
 from engine.ops.attrs import parse_int_tuple
 from engine.ops.registry import Attrs, MaybeShape, OpDef, Param, register
 from engine.ops.shapes import Inferred
+from engine.ops.workspace import uploaded
 
 
 def output_size(attrs: Attrs) -> tuple[int, int]:
@@ -52,8 +53,12 @@ def _infer(attrs: Attrs, shapes: list[MaybeShape]) -> Inferred:
 
 def _kernel(xp: Any, attrs: Attrs, data: Any) -> Any:
     height, width = output_size(attrs)
-    rows = xp.asarray(averaging_matrix(data.shape[2], height), dtype=data.dtype)
-    cols = xp.asarray(averaging_matrix(data.shape[3], width), dtype=data.dtype)
+    dtype = np.dtype(data.dtype)
+    # uploaded once per shape: a copy from the host inside a run would prevent graph capture
+    rows = uploaded(xp, ("adaptive_avg", data.shape[2], height, dtype.str),
+                    lambda: averaging_matrix(data.shape[2], height).astype(dtype))
+    cols = uploaded(xp, ("adaptive_avg", data.shape[3], width, dtype.str),
+                    lambda: averaging_matrix(data.shape[3], width).astype(dtype))
     return xp.matmul(xp.matmul(rows, data), cols.T)
 
 

@@ -13,6 +13,8 @@ FAMILIES = {
                        "gluoncv_mobilenet_v3_tiny"),
     "detection": ("gluoncv_ssd_tiny", "gluoncv_yolo3_tiny", "gluoncv_faster_rcnn_tiny",
                   "gluoncv_center_net_tiny"),
+    # MXNet's example/rcnn: Proposal and ROIPooling; its ROI rows keep MXNet's order (no ties)
+    "detection_rpn": ("mxnet_rcnn_tiny",),
     "segmentation": ("gluoncv_fcn_tiny", "gluoncv_deeplabv3_tiny", "gluoncv_fast_scnn_tiny"),
     "pose": ("gluoncv_simple_pose_tiny",),
     "text": ("gluonnlp_bert_tiny", "gluonnlp_transformer_tiny", "gluonnlp_lstm_lm_tiny",

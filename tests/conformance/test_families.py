@@ -41,6 +41,7 @@ SIGNATURES = {
     "gluoncv_yolo3_tiny": [("_contrib_box_nms", {}), ("repeat", {"repeats": "2"}),
                            ("LeakyReLU", {"act_type": "leaky"})],
     "gluoncv_faster_rcnn_tiny": [("_contrib_ROIAlign", {}), ("_contrib_box_nms", {})],
+    "mxnet_rcnn_tiny": [("_contrib_Proposal", {"feature_stride": "8"}), ("ROIPooling", {})],
     "gluoncv_center_net_tiny": [("topk", {}), ("Pooling", {"pool_type": "max"})],
     "gluoncv_fcn_tiny": [("_contrib_BilinearResize2D", {})],
     "gluoncv_deeplabv3_tiny": [("Convolution", {"dilate": "(6, 6)"}),

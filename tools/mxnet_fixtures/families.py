@@ -213,3 +213,49 @@ def build_faster_rcnn() -> mx.gluon.HybridBlock:
                       rpn_nms_thresh=0.7, rpn_test_pre_nms=40, rpn_test_post_nms=12,
                       rpn_min_size=1, nms_thresh=0.5, nms_topk=40, post_nms=10,
                       per_device_batch_size=1, minimal_opset=True)
+
+
+class ClassicRCNN(mx.gluon.HybridBlock):
+    """Faster R-CNN as MXNet's own example builds it (``example/rcnn``): an RPN whose
+    ``contrib.Proposal`` turns anchor scores and deltas into ROIs, ``ROIPooling``, and class and
+    box heads. Inputs: the image and ``im_info`` (height, width, scale); one image per batch.
+    The example's outputs are (rois, ...); here they get a leading batch axis of 1."""
+
+    def __init__(self, classes: int = 4, anchors: int = 6, **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        self.anchors = anchors
+        with self.name_scope():
+            self.features = nn.HybridSequential(prefix="")
+            self.features.add(conv_bn_relu(8, 2), conv_bn_relu(16, 2), conv_bn_relu(16, 2))
+            self.rpn = nn.Conv2D(16, 3, padding=1, activation="relu")
+            self.rpn_score = nn.Conv2D(2 * anchors, 1)
+            self.rpn_deltas = nn.Conv2D(4 * anchors, 1)
+            self.hidden = nn.Dense(16, activation="relu")
+            self.class_score = nn.Dense(classes)
+            self.box_deltas = nn.Dense(4 * classes)
+
+    def hybrid_forward(self, F, data, im_info):  # noqa: N803 (Gluon's signature)
+        feature = self.features(data)
+        rpn = self.rpn(feature)
+        score = F.reshape(self.rpn_score(rpn), (0, 2, -1, 0))
+        probability = F.reshape(F.softmax(score, axis=1), (0, 2 * self.anchors, -1, 0))
+        rois = F.contrib.Proposal(probability, self.rpn_deltas(rpn), im_info, feature_stride=8,
+                                  scales=(2, 4), ratios=(0.5, 1, 2), rpn_pre_nms_top_n=60,
+                                  rpn_post_nms_top_n=8, threshold=0.7, rpn_min_size=4)
+        pooled = F.ROIPooling(feature, rois, pooled_size=(3, 3), spatial_scale=0.125)
+        hidden = self.hidden(pooled)
+        # (1, rois, ...): servers batch along the first axis, and the batch is one image
+        return [F.expand_dims(value, 0) for value in (
+            rois, F.softmax(self.class_score(hidden)), self.box_deltas(hidden))]
+
+
+def build_classic_rcnn() -> mx.gluon.HybridBlock:
+    return ClassicRCNN()
+
+
+def rcnn_batches(rng: np.random.Generator) -> Batches:
+    """Two single-image batches of 48x48 images (data0), the second cropped to 40x44 by
+    im_info (data1); Gluon's export names the inputs data0, data1."""
+    return [{"data0": rng.uniform(-1, 1, (1, 3, 48, 48)).astype(np.float32),
+             "data1": np.array([info], np.float32)}
+            for info in ([48, 48, 1.0], [40, 44, 1.0])]

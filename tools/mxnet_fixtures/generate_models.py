@@ -112,6 +112,8 @@ MODELS = (
               36, cv.build_yolo3, cv.image_batches(64)),
     ModelSpec("gluoncv_faster_rcnn_tiny", "gluoncv FasterRCNN, stride-16 backbone, ROIAlign 4x4, "
               "64x64, batch 1", 46, cv.build_faster_rcnn, cv.image_batches(64, (1, 1))),
+    ModelSpec("mxnet_rcnn_tiny", "MXNet example/rcnn style: RPN, contrib.Proposal, ROIPooling, "
+              "48x48, batch 1", 47, cv.build_classic_rcnn, cv.rcnn_batches),
     ModelSpec("gluoncv_center_net_tiny", "gluoncv CenterNet, stride-4 backbone, 64x64, top 10",
               37, cv.build_center_net, cv.image_batches(64)),
     ModelSpec("gluoncv_fcn_tiny", "gluoncv _FCNHead on a 3-layer backbone, 32x32, 4 classes",
