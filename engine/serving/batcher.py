@@ -105,7 +105,6 @@ class DynamicBatcher:
         self._closing = False
         self._last_rows = 1  # rows of the last batch dispatched: the load seen most recently
         self._slot_freed = 0.0  # monotonic time a running batch last finished
-        self.signatures: set[tuple[tuple[str, tuple[int, ...]], ...]] = set()
 
     @property
     def queue_depth(self) -> int:
@@ -303,7 +302,6 @@ class DynamicBatcher:
             name: np.concatenate([request.inputs[name] for request in batch])
             for name in batch[0].inputs}
         rows = sum(request.rows for request in batch)
-        self.signatures.add(tuple(sorted((name, array.shape) for name, array in inputs.items())))
         self.stats.batches += 1
         self.stats.batch_rows.observe(rows)
         self.stats.batch_requests.observe(len(batch))

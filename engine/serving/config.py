@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -200,16 +199,6 @@ def parse_config(data: bytes | str | dict[str, Any], where: str) -> ModelConfig:
         return ModelConfig.model_validate(raw)
     except ValidationError as error:
         raise InvalidModel(f"{where}: {describe_validation_error(error)}") from None
-
-
-def read_config(model_dir: Path) -> ModelConfig | None:
-    """The config in ``model_dir/config.json``, or None when the file does not exist."""
-    path = model_dir / CONFIG_NAME
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    return parse_config(data, str(path))
 
 
 def describe_validation_error(error: ValidationError) -> str:

@@ -49,7 +49,20 @@ class DiskModel:
     @property
     def config_digest(self) -> str | None:
         """sha256 of ``config.json`` (None when there is none)."""
-        return None if self.config_bytes is None else hashlib.sha256(self.config_bytes).hexdigest()
+        return config_digest(self.config_bytes)
+
+
+def config_digest(config_bytes: bytes | None) -> str | None:
+    """sha256 of a ``config.json``'s bytes (None for no config): part of a version's identity."""
+    return None if config_bytes is None else hashlib.sha256(config_bytes).hexdigest()
+
+
+def read_config_bytes(model_dir: Path) -> bytes | None:
+    """The bytes of ``model_dir/config.json``, or None when there is no such file."""
+    try:
+        return (model_dir / CONFIG_NAME).read_bytes()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
 
 
 def scan(root: Path, *, require_manifest: bool = True) -> dict[str, DiskModel]:
@@ -67,15 +80,18 @@ def scan(root: Path, *, require_manifest: bool = True) -> dict[str, DiskModel]:
 
 def scan_model(model_dir: Path, *, require_manifest: bool = True) -> DiskModel:
     """One model directory (see `scan`)."""
-    try:
-        config_bytes: bytes | None = (model_dir / CONFIG_NAME).read_bytes()
-    except (FileNotFoundError, NotADirectoryError):
-        config_bytes = None
     versions = {}
     for entry in _entries(model_dir):
         if entry.is_dir() and is_version_dir_name(entry.name):
             versions[int(entry.name)] = _scan_version(entry, require_manifest)
-    return DiskModel(model_dir.name, config_bytes, versions)
+    return DiskModel(model_dir.name, read_config_bytes(model_dir), versions)
+
+
+def next_version(model_dir: Path) -> int:
+    """One past the highest version directory of a model, complete or not (1 for none)."""
+    numbers = [int(entry.name) for entry in _entries(model_dir)
+               if entry.is_dir() and is_version_dir_name(entry.name)]
+    return max(numbers, default=0) + 1
 
 
 def _scan_version(version_dir: Path, require_manifest: bool) -> DiskVersion:
@@ -129,6 +145,15 @@ def move_into_place(staging: Path, target: Path) -> None:
             raise FileExistsError(str(target)) from error
         raise
     fsync_dir(target.parent)
+
+
+def place_version(root: Path, staging: Path, target: Path, *, replace: bool) -> None:
+    """Move a staged version to `target`; an existing `target` is swapped out when `replace`
+    is set, else `FileExistsError` (another writer took that number)."""
+    if replace and target.exists():
+        replace_dir(root, staging, target)
+    else:
+        move_into_place(staging, target)
 
 
 def remove_atomically(root: Path, path: Path) -> None:

@@ -67,12 +67,6 @@ class LoadedVersion:
         self.input_dtypes = {tensor.name: tensor.dtype for tensor in config.inputs}
         self.largest_plan = _signature(input_shapes(config.inputs, config.max_batch_size, model))
 
-    def renumber(self, version: int, config_digest: str | None) -> None:
-        """Set the version number and config digest once an upload has its place on disk."""
-        self.version = version
-        self.config_digest = config_digest
-        self.batcher.name = f"model {self.name!r} version {version}"
-
     @property
     def identity(self) -> tuple[str | None, str | None]:
         """What must change on disk for this version to be reloaded."""
@@ -84,11 +78,11 @@ class LoadedVersion:
         return await self.batcher.submit(inputs, timeout_s=timeout_s)
 
     def memory(self) -> MemoryUsage:
-        """Parameter bytes plus activation bytes of every plan run so far and of the largest."""
-        # A model with a bounded plan cache says which plans it still holds; evicted ones are
-        # not memory any more (and recompiling them here would churn the cache).
+        """Parameter bytes plus activation bytes of the largest plan and of every plan the model
+        still caches (a model that reports no plan cache holds only the largest)."""
+        # Evicted plans are not memory any more (and recompiling them here would churn the cache).
         cached = getattr(self.model, "plan_signatures", None)
-        signatures = {self.largest_plan, *(cached() if cached else self.batcher.signatures)}
+        signatures = {self.largest_plan, *(cached() if cached else ())}
         for stale in self._activation_cache.keys() - signatures:
             self._activation_cache.pop(stale, None)
         activations = sum(self._activation_bytes(signature) for signature in signatures)

@@ -7,7 +7,7 @@ import contextlib
 import functools
 import logging
 import os
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -26,7 +26,7 @@ from engine.serving.errors import (
     ModelNotReady,
     VersionNotFound,
 )
-from engine.serving.loaded import LoadedVersion, VersionState, VersionStatus
+from engine.serving.loaded import LoadedVersion, VersionStatus
 from engine.serving.manifest import (
     MODEL_FILES,
     PARAMS_NAME,
@@ -37,11 +37,11 @@ from engine.serving.manifest import (
 )
 from engine.serving.names import check_model_name, check_version
 from engine.serving.validate import Loader, Validated, default_loader, load_and_validate
+from engine.serving.versions import Identity, VersionRecord, wanted_versions
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 Source = bytes | str | os.PathLike[str]
-Identity = tuple[str | None, str | None]
 
 
 class ModelRepository:
@@ -79,16 +79,9 @@ class ModelRepository:
         self._compute = ThreadPoolExecutor(compute_threads, thread_name_prefix="serving-compute")
         self._io = ThreadPoolExecutor(1, thread_name_prefix="serving-load")
         self._lock = asyncio.Lock()
-        self._disk: dict[str, disk.DiskModel] = {}
-        self._loaded: dict[str, dict[int, LoadedVersion]] = {}
-        self._reasons: dict[tuple[str, int], str] = {}
-        self._failed: dict[tuple[str, int], Identity] = {}
-        self._loading: set[tuple[str, int]] = set()
-        self._retiring: set[LoadedVersion] = set()
-        self._drains: set[asyncio.Task[None]] = set()
-        self._unloaded: set[str] = set()
-        self._pinned: dict[str, set[int]] = {}
-        self._excluded: dict[str, set[int]] = {}
+        self._disk: dict[str, disk.DiskModel] = {}  # the directory as last scanned
+        self._records: dict[str, dict[int, VersionRecord]] = {}  # everything else per version
+        self._unloaded: set[str] = set()  # models unloaded by request: polling leaves them be
         self._poll_task: asyncio.Task[None] | None = None
 
     # ----- lifecycle -------------------------------------------------------------------------
@@ -108,10 +101,11 @@ class ModelRepository:
             await asyncio.gather(self._poll_task, return_exceptions=True)
             self._poll_task = None
         async with self._lock:
-            for name in list(self._loaded):
-                for version in list(self._loaded[name]):
-                    self._retire(name, version)
-        await asyncio.gather(*self._drains, return_exceptions=True)
+            for record in self._all_records():
+                if record.serving is not None:
+                    self._retire(record)
+        drains = [task for record in self._all_records() for task in record.draining.values()]
+        await asyncio.gather(*drains, return_exceptions=True)
         self._compute.shutdown(wait=False)
         self._io.shutdown(wait=False)
 
@@ -129,7 +123,7 @@ class ModelRepository:
         async with self._lock:
             self._disk = await self._thread(disk.scan, self.root,
                                             require_manifest=self.require_manifest)
-            for name in sorted(set(self._disk) | set(self._loaded)):
+            for name in sorted(set(self._disk) | set(self._records)):
                 await self._reconcile(name)
 
     # ----- reading -----------------------------------------------------------------------------
@@ -141,7 +135,7 @@ class ModelRepository:
             InvalidName, ModelNotFound, VersionNotFound, ModelNotReady.
         """
         check_model_name(name)
-        versions = self._loaded.get(name)
+        versions = self._serving(name)
         if name not in self._disk and not versions:
             raise ModelNotFound(f"model {name!r} is not in the repository")
         if version is None:
@@ -174,30 +168,19 @@ class ModelRepository:
     def index(self) -> list[VersionStatus]:
         """State of every version known on disk or in memory, sorted by name and version."""
         rows = []
-        for name in sorted(set(self._disk) | set(self._loaded)):
-            loaded = self._loaded.get(name, {})
+        for name in sorted(set(self._disk) | set(self._records)):
             on_disk = self._disk[name].versions if name in self._disk else {}
-            for version in sorted(set(loaded) | set(on_disk)):
-                if version in loaded:
-                    rows.append(VersionStatus(name, version, VersionState.READY))
-                elif (name, version) in self._loading:
-                    rows.append(VersionStatus(name, version, VersionState.LOADING))
-                elif any(r.name == name and r.version == version for r in self._retiring):
-                    rows.append(VersionStatus(name, version, VersionState.UNLOADING))
-                else:
-                    rows.append(VersionStatus(name, version, VersionState.UNAVAILABLE,
-                                              self._reason(name, version)))
+            for version in sorted(set(on_disk) | set(self._serving(name))):
+                rows.append(self._peek(name, version).status())
         return rows
 
-    def loaded(self) -> list[LoadedVersion]:
-        """Every ready version (for metrics: ``.batcher.stats``, ``.batcher.queue_depth``)."""
-        return [self._loaded[name][version] for name in sorted(self._loaded)
-                for version in sorted(self._loaded[name])]
+    def records(self, name: str) -> dict[int, VersionRecord]:
+        """The records of a model's versions by number (read them; the repository writes them)."""
+        return dict(self._records.get(name, {}))
 
     def memory_bytes(self) -> int:
         """Bytes held by loaded and draining versions (parameters plus planned activations)."""
-        versions = [lv for lvs in self._loaded.values() for lv in lvs.values()]
-        return sum(lv.memory().total for lv in [*versions, *self._retiring])
+        return sum(version.memory().total for version in self._in_memory())
 
     # ----- explicit control ------------------------------------------------------------------
 
@@ -208,11 +191,11 @@ class ModelRepository:
             model = await self._rescan(name)
             self._unloaded.discard(name)
             if version is None:
-                self._excluded.pop(name, None)
+                for record in self._records.get(name, {}).values():
+                    record.excluded = False
             else:
-                number = self._existing_version(model, version)
-                self._pinned.setdefault(name, set()).add(number)
-                self._excluded.get(name, set()).discard(number)
+                record = self._record(name, self._existing_version(model, version))
+                record.pinned, record.excluded = True, False
             await self._reconcile(name, strict=True)
 
     async def unload(self, name: str, version: int | str | None = None) -> None:
@@ -222,11 +205,11 @@ class ModelRepository:
             model = await self._rescan(name)
             if version is None:
                 self._unloaded.add(name)
-                self._pinned.pop(name, None)
+                for record in self._records.get(name, {}).values():
+                    record.pinned = False
             else:
-                number = self._existing_version(model, version)
-                self._excluded.setdefault(name, set()).add(number)
-                self._pinned.get(name, set()).discard(number)
+                record = self._record(name, self._existing_version(model, version))
+                record.pinned, record.excluded = False, True
             await self._reconcile(name)
 
     async def delete_model(self, name: str) -> None:
@@ -237,8 +220,8 @@ class ModelRepository:
             await self._thread(disk.remove_atomically, self.root, self.root / name)
             self._disk.pop(name, None)
             self._unloaded.discard(name)
-            self._pinned.pop(name, None)
-            self._excluded.pop(name, None)
+            for record in self._records.get(name, {}).values():
+                record.pinned = record.excluded = False
             await self._reconcile(name)
 
     async def delete_version(self, name: str, version: int | str) -> None:
@@ -305,23 +288,59 @@ class ModelRepository:
         validated = await self._thread(self._validate, staging, effective, where, False)
         manifest = await self._thread(write_manifest, staging)
         async with self._lock:
-            preloaded = self._wrap(name, number or 0, validated, (manifest.digest, None))
-            await self._check_budget(await self._measure(preloaded), where)
-            number = await self._thread(self._place, name, staging, number, replace)
+            config_bytes = (_config_bytes(parsed) if parsed is not None else
+                            await self._thread(disk.read_config_bytes, self.root / name))
+            identity = (manifest.digest, disk.config_digest(config_bytes))
+            uploaded = await self._place(name, staging, validated, identity, number, replace,
+                                         where)
             if parsed is not None:  # only now: a refused upload must change nothing
-                await self._thread(_write_config, self.root / name, parsed)
-            model = await self._rescan(name)
-            preloaded.renumber(number, model.config_digest)
+                await self._thread(write_bytes_durably, self.root / name / CONFIG_NAME,
+                                   config_bytes)
+            await self._rescan(name)
             self._unloaded.discard(name)
-            self._failed.pop((name, number), None)
-            await self._reconcile(name, preloaded=preloaded)
-        return number
+            self._record(name, uploaded.version).failed = None  # new files: worth a load
+            await self._reconcile(name, preloaded=uploaded)
+        return uploaded.version
 
     # ----- internals -------------------------------------------------------------------------
 
     async def _thread(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._io, functools.partial(function, *args, **kwargs))
+
+    def _record(self, name: str, version: int) -> VersionRecord:
+        """The record of a version, created (UNAVAILABLE, "not loaded") on first use."""
+        versions = self._records.setdefault(name, {})
+        if version not in versions:
+            versions[version] = VersionRecord(name, version)
+        return versions[version]
+
+    def _peek(self, name: str, version: int) -> VersionRecord:
+        """The record of a version, or a blank one (not stored) when there is none yet."""
+        return self._records.get(name, {}).get(version) or VersionRecord(name, version)
+
+    def _all_records(self) -> Iterator[VersionRecord]:
+        return (record for versions in list(self._records.values())
+                for record in list(versions.values()))
+
+    def _serving(self, name: str) -> dict[int, LoadedVersion]:
+        """The ready copies of a model's versions, by version number."""
+        return {version: record.serving for version, record in self._records.get(name, {}).items()
+                if record.serving is not None}
+
+    def _in_memory(self) -> list[LoadedVersion]:
+        """Every copy holding memory: those serving and those still draining."""
+        return [copy for record in self._all_records()
+                for copy in ([record.serving] if record.serving else []) + list(record.draining)]
+
+    def _forget_idle(self, name: str) -> None:
+        """Drop the records of versions gone from disk that hold nothing any more."""
+        on_disk = self._disk[name].versions if name in self._disk else {}
+        versions = self._records.get(name, {})
+        for version in [v for v, record in versions.items() if record.idle and v not in on_disk]:
+            del versions[version]
+        if not versions:
+            self._records.pop(name, None)
 
     async def _rescan(self, name: str) -> disk.DiskModel:
         model_dir = self.root / name
@@ -335,7 +354,7 @@ class ModelRepository:
 
     def _existing_version(self, model: disk.DiskModel, version: int | str) -> int:
         number = check_version(version)
-        if number not in model.versions and number not in self._loaded.get(model.name, {}):
+        if number not in model.versions and number not in self._serving(model.name):
             raise VersionNotFound(f"model {model.name!r} has no version {number}; versions on "
                                   f"disk: {sorted(model.versions)}")
         return number
@@ -343,33 +362,37 @@ class ModelRepository:
     async def _reconcile(self, name: str, *, strict: bool = False,
                          preloaded: LoadedVersion | None = None) -> None:
         """Make the loaded versions of `name` match disk, the version policy and requests."""
-        loaded = self._loaded.setdefault(name, {})
         model = self._disk.get(name)
+        serving = [self._record(name, version) for version in self._serving(name)]
         if model is None or name in self._unloaded:
-            for version in list(loaded):
-                self._retire(name, version)
-            if model is None:
-                del self._loaded[name]
+            for record in serving:
+                self._retire(record)
+            self._forget_idle(name)
             return
         try:
             config = (ModelConfig() if model.config_bytes is None else
                       parse_config(model.config_bytes, str(self.root / name / CONFIG_NAME)))
         except InvalidModel as error:
             for version in model.versions:
-                self._reasons[(name, version)] = str(error)
+                self._record(name, version).reason = str(error)
             if strict:
                 raise
             return
-        complete = {v for v, entry in model.versions.items() if entry.manifest_digest}
-        wanted = ((set(config.version_policy.select(complete)) | self._pinned.get(name, set()))
-                  & complete) - self._excluded.get(name, set())
+        records = self._records.get(name, {})
+        wanted = wanted_versions(
+            config.version_policy,
+            {version for version, entry in model.versions.items() if entry.manifest_digest},
+            pinned={version for version, record in records.items() if record.pinned},
+            excluded={version for version, record in records.items() if record.excluded})
         first_error = await self._load_wanted(model, config, wanted, strict=strict,
                                               preloaded=preloaded)
-        for version in list(loaded):
+        for record in serving:
             # A failed load keeps the previous versions serving.
-            if version not in model.versions or (version not in wanted and first_error is None):
-                self._retire(name, version)
+            gone = record.version not in model.versions
+            if record.serving and (gone or (record.version not in wanted and first_error is None)):
+                self._retire(record)
         self._explain_unloaded(model, wanted)
+        self._forget_idle(name)
         if strict and first_error is not None:
             raise first_error
 
@@ -377,52 +400,54 @@ class ModelRepository:
                            *, strict: bool, preloaded: LoadedVersion | None) -> Exception | None:
         """Load and publish each wanted version not already serving as it is on disk; the
         first load error. Without `strict`, a version that failed as it is stays failed."""
-        name, loaded = model.name, self._loaded[model.name]
         first_error: Exception | None = None
         for version in sorted(wanted):
+            record = self._record(model.name, version)
             identity = (model.versions[version].manifest_digest, model.config_digest)
-            current = loaded.get(version)
-            if current is not None and current.identity == identity:
+            if record.identity == identity:
                 continue
             if preloaded is not None and (preloaded.version, preloaded.identity) == (version,
                                                                                      identity):
-                self._publish(preloaded)
+                self._publish(record, preloaded)
                 continue
-            if not strict and self._failed.get((name, version)) == identity:
-                first_error = first_error or InvalidModel(self._reason(name, version))
+            if not strict and record.failed == identity:
+                first_error = first_error or InvalidModel(record.reason)
                 continue
-            try:
-                self._publish(await self._load_version(name, version, config, identity))
-            except (EngineError, OSError) as error:
-                log.warning("model %r version %d: load failed: %s", name, version, error)
-                self._reasons[(name, version)] = str(error)
-                self._failed[(name, version)] = identity
-                first_error = first_error or error
+            error = await self._load(record, config, identity)
+            first_error = first_error or error
         return first_error
 
     def _explain_unloaded(self, model: disk.DiskModel, wanted: set[int]) -> None:
         """Record why each version on disk but not loaded is not serving."""
-        for version in model.versions.keys() - self._loaded[model.name].keys():
-            entry = model.versions[version]
+        for version in model.versions.keys() - self._serving(model.name).keys():
+            record, entry = self._record(model.name, version), model.versions[version]
             if entry.problem is not None:
-                self._reasons[(model.name, version)] = entry.problem
-            elif version not in wanted and (model.name, version) not in self._failed:
-                self._reasons[(model.name, version)] = "not selected by version_policy or unloaded"
+                record.reason = entry.problem
+            elif version not in wanted and record.failed is None:
+                record.reason = "not selected by version_policy or unloaded"
 
-    async def _load_version(self, name: str, version: int, config: ModelConfig,
-                            identity: Identity) -> LoadedVersion:
+    async def _load(self, record: VersionRecord, config: ModelConfig,
+                    identity: Identity) -> Exception | None:
+        """Load the version's files and publish them; the error when that failed."""
+        name, version = record.name, record.version
         version_dir = self.root / name / str(version)
         where = f"model {name!r} version {version}"
-        params_size = await self._thread(lambda: (version_dir / PARAMS_NAME).stat().st_size)
-        await self._check_budget(params_size, where)
-        self._loading.add((name, version))
+        record.begin_load()
         try:
+            params_size = await self._thread(lambda: (version_dir / PARAMS_NAME).stat().st_size)
+            await self._check_budget(params_size, where)
             validated = await self._thread(self._validate, version_dir, config, where, True)
-        finally:
-            self._loading.discard((name, version))
-        loaded = self._wrap(name, version, validated, identity)
-        await self._check_budget(await self._measure(loaded), where)
-        return loaded
+            loaded = self._wrap(name, version, validated, identity)
+            await self._check_budget(await self._measure(loaded), where)
+        except (EngineError, OSError) as error:
+            log.warning("model %r version %d: load failed: %s", name, version, error)
+            record.fail(identity, str(error))
+            return error
+        except BaseException:
+            record.abandon_load()
+            raise
+        self._publish(record, loaded)
+        return None
 
     def _validate(self, version_dir: Path, config: ModelConfig, where: str,
                   verify: bool) -> Validated:
@@ -453,74 +478,61 @@ class ModelRepository:
         budget = self.memory_budget_bytes
         if budget is None:
             return
-        accounted = [*(lv for lvs in self._loaded.values() for lv in lvs.values()),
-                     *self._retiring]
+        accounted = self._in_memory()
         used = await self._thread(lambda: sum(lv.memory().total for lv in accounted))
         if used + needed > budget:
             raise MemoryBudgetExceeded(
                 f"{where}: needs {needed} bytes, but {used} of the {budget}-byte memory budget "
                 "are in use; unload a model or raise the budget")
 
-    def _publish(self, new: LoadedVersion) -> None:
-        """Make `new` the serving copy of its version (one dict assignment), retire the old."""
-        loaded = self._loaded.setdefault(new.name, {})
-        old = loaded.get(new.version)
+    def _publish(self, record: VersionRecord, new: LoadedVersion) -> None:
+        """Make `new` the serving copy of its version (one assignment), drain the old one."""
         new.batcher.start()
-        loaded[new.version] = new
-        self._reasons.pop((new.name, new.version), None)
-        self._failed.pop((new.name, new.version), None)
+        old = record.publish(new)
         if old is not None:
-            self._drain(old)
+            self._drain(record, old)
 
-    def _retire(self, name: str, version: int) -> None:
-        self._drain(self._loaded[name].pop(version))
-        self._reasons[(name, version)] = "unloaded"
+    def _retire(self, record: VersionRecord) -> None:
+        self._drain(record, record.retire())
 
-    def _drain(self, old: LoadedVersion) -> None:
+    def _drain(self, record: VersionRecord, old: LoadedVersion) -> None:
         """Let in-flight requests on `old` finish in the background, then drop it."""
-        self._retiring.add(old)
 
         async def drain() -> None:
             try:
                 await old.batcher.close()
             finally:
-                self._retiring.discard(old)
+                record.drained(old)
 
-        task = asyncio.get_running_loop().create_task(drain())
-        self._drains.add(task)
-        task.add_done_callback(self._drains.discard)
+        record.draining[old] = asyncio.get_running_loop().create_task(drain())
 
-    def _place(self, name: str, staging: Path, number: int | None, replace: bool) -> int:
-        model_dir = self.root / name
-        model_dir.mkdir(exist_ok=True)
-        if number is None:
-            for _ in range(100):
-                existing = disk.scan_model(model_dir, require_manifest=False).versions
-                candidate = max(existing, default=0) + 1
-                try:
-                    disk.move_into_place(staging, model_dir / str(candidate))
-                    return candidate
-                except FileExistsError:
-                    continue  # another writer took that number first
-            raise Conflict(f"model {name!r}: could not pick a free version number")
-        target = model_dir / str(number)
-        if target.exists() and replace:
-            disk.replace_dir(self.root, staging, target)
-            return number
-        try:
-            disk.move_into_place(staging, target)
-        except FileExistsError:
-            raise Conflict(f"model {name!r} version {number} already exists; delete it first "
-                           "or ask to replace it") from None
-        return number
+    async def _place(self, name: str, staging: Path, validated: Validated, identity: Identity,
+                     number: int | None, replace: bool, where: str) -> LoadedVersion:
+        """Check the upload against the memory budget, then move `staging` into place as
+        version `number` (None: one past the highest); the upload, wrapped under that number."""
+        for _ in range(100):
+            target = (number if number is not None else
+                      await self._thread(disk.next_version, self.root / name))
+            uploaded = self._wrap(name, target, validated, identity)
+            await self._check_budget(await self._measure(uploaded), where)
+            try:
+                await self._thread(disk.place_version, self.root, staging,
+                                   self.root / name / str(target), replace=replace)
+                return uploaded
+            except FileExistsError:
+                if number is not None:
+                    raise Conflict(f"model {name!r} version {number} already exists; delete it "
+                                   "first or ask to replace it") from None
+                # Another writer took that number between the look and the move: the next.
+        raise Conflict(f"model {name!r}: could not pick a free version number")
 
     def _why(self, name: str) -> str:
-        reasons = [f"version {v}: {self._reason(name, v)}"
+        reasons = [f"version {v}: {self._peek(name, v).reason}"
                    for v in sorted(self._disk[name].versions)] if name in self._disk else []
         return "; ".join(reasons) or "no complete version on disk"
 
     def _reason(self, name: str, version: int) -> str:
-        return self._reasons.get((name, version), "not loaded")
+        return self._peek(name, version).reason
 
 
 def _stage(staging: Path, symbol: Source, params: Source) -> None:
@@ -530,14 +542,10 @@ def _stage(staging: Path, symbol: Source, params: Source) -> None:
 
 
 def _read_model_config(model_dir: Path) -> ModelConfig:
-    try:
-        data = (model_dir / CONFIG_NAME).read_bytes()
-    except (FileNotFoundError, NotADirectoryError):
-        return ModelConfig()
-    return parse_config(data, str(model_dir / CONFIG_NAME))
+    data = disk.read_config_bytes(model_dir)
+    return ModelConfig() if data is None else parse_config(data, str(model_dir / CONFIG_NAME))
 
 
-def _write_config(model_dir: Path, config: ModelConfig) -> None:
-    model_dir.mkdir(exist_ok=True)
-    data = config.model_dump_json(indent=2, exclude_none=True).encode() + b"\n"
-    write_bytes_durably(model_dir / CONFIG_NAME, data)
+def _config_bytes(config: ModelConfig) -> bytes:
+    """What ``config.json`` holds for `config`."""
+    return config.model_dump_json(indent=2, exclude_none=True).encode() + b"\n"

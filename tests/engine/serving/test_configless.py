@@ -23,6 +23,7 @@ from tests.conformance.fixtures import (
     model_io_sets,
     model_names,
 )
+from tests.engine.runtime.test_input_completion import output_metadata
 from tests.engine.serving.helpers import run
 from tests.engine.serving.test_repository import write_version
 
@@ -63,7 +64,7 @@ def test_every_fixture_is_completed_and_its_test_inference_runs(name: str) -> No
         assert len(tensor.shape) == len(given) and tensor.shape[0] == -1
         assert all(dim in (-1, got) for dim, got in zip(tensor.shape, given)), (tensor, given)
     assert [tensor.shape for tensor in config.outputs] == [
-        (-1, *reference.shape[1:]) for reference in expected]
+        output_metadata(name, index, reference.shape) for index, reference in enumerate(expected)]
     checks = checks_of(validated.model)
     assert checks is not None and checks.sample is not None and checks.skipped is None
     for tensor in config.inputs:

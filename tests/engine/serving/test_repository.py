@@ -73,7 +73,8 @@ def test_upload_of_seed_mlp_serves_mxnet_outputs(tmp_path: Path) -> None:
         assert usage.param_bytes == direct.param_bytes == 657928
         assert usage.activation_bytes >= direct.activation_bytes({"data": (32, 512)}) > 0
         assert repo.memory_bytes() == usage.total
-        assert [(lv.name, lv.version) for lv in repo.loaded()] == [("mlp", 1)]
+        assert [(row.name, row.version, row.state) for row in repo.index()] == [
+            ("mlp", 1, VersionState.READY)]
         await repo.close()
 
     run(main())
