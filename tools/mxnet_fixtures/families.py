@@ -215,11 +215,14 @@ def build_faster_rcnn() -> mx.gluon.HybridBlock:
                       per_device_batch_size=1, minimal_opset=True)
 
 
+ROIS = 8  # proposals kept per image
+
+
 class ClassicRCNN(mx.gluon.HybridBlock):
     """Faster R-CNN as MXNet's own example builds it (``example/rcnn``): an RPN whose
     ``contrib.Proposal`` turns anchor scores and deltas into ROIs, ``ROIPooling``, and class and
-    box heads. Inputs: the image and ``im_info`` (height, width, scale); one image per batch.
-    The example's outputs are (rois, ...); here they get a leading batch axis of 1."""
+    box heads. Inputs: images and ``im_info`` (height, width, scale) per image. MultiProposal
+    (Proposal's batched form) writes ROIS rows per image; the outputs are split per image."""
 
     def __init__(self, classes: int = 4, anchors: int = 6, **kwargs: object) -> None:
         super().__init__(**kwargs)
@@ -239,13 +242,14 @@ class ClassicRCNN(mx.gluon.HybridBlock):
         rpn = self.rpn(feature)
         score = F.reshape(self.rpn_score(rpn), (0, 2, -1, 0))
         probability = F.reshape(F.softmax(score, axis=1), (0, 2 * self.anchors, -1, 0))
-        rois = F.contrib.Proposal(probability, self.rpn_deltas(rpn), im_info, feature_stride=8,
-                                  scales=(2, 4), ratios=(0.5, 1, 2), rpn_pre_nms_top_n=60,
-                                  rpn_post_nms_top_n=8, threshold=0.7, rpn_min_size=4)
+        rois = F.contrib.MultiProposal(probability, self.rpn_deltas(rpn), im_info,
+                                       feature_stride=8, scales=(2, 4), ratios=(0.5, 1, 2),
+                                       rpn_pre_nms_top_n=60, rpn_post_nms_top_n=ROIS,
+                                       threshold=0.7, rpn_min_size=4)
         pooled = F.ROIPooling(feature, rois, pooled_size=(3, 3), spatial_scale=0.125)
         hidden = self.hidden(pooled)
-        # (1, rois, ...): servers batch along the first axis, and the batch is one image
-        return [F.expand_dims(value, 0) for value in (
+        # rows are image after image: (images, ROIS, ...), batch first as servers need
+        return [F.reshape(value, (-4, -1, ROIS, -2)) for value in (
             rois, F.softmax(self.class_score(hidden)), self.box_deltas(hidden))]
 
 
@@ -254,8 +258,8 @@ def build_classic_rcnn() -> mx.gluon.HybridBlock:
 
 
 def rcnn_batches(rng: np.random.Generator) -> Batches:
-    """Two single-image batches of 48x48 images (data0), the second cropped to 40x44 by
-    im_info (data1); Gluon's export names the inputs data0, data1."""
-    return [{"data0": rng.uniform(-1, 1, (1, 3, 48, 48)).astype(np.float32),
-             "data1": np.array([info], np.float32)}
-            for info in ([48, 48, 1.0], [40, 44, 1.0])]
+    """48x48 images (data0) and their im_info (data1; Gluon's export names the inputs so),
+    a batch of one and a batch of two whose second image is cropped to 40x44."""
+    return [{"data0": rng.uniform(-1, 1, (len(infos), 3, 48, 48)).astype(np.float32),
+             "data1": np.array(infos, np.float32)}
+            for infos in ([[48, 48, 1.0]], [[48, 48, 1.0], [40, 44, 1.0]])]

@@ -39,6 +39,7 @@ class ModelSpec:
     seed: int
     build: Callable[[], mx.gluon.HybridBlock]
     batches: Callable[[np.random.Generator], list[dict[str, np.ndarray]]]
+    fixed_batch: bool = False  # the graph itself fixes the batch size (see meta.json)
 
 
 class TinyBackbone(mx.gluon.HybridBlock):
@@ -111,9 +112,10 @@ MODELS = (
     ModelSpec("gluoncv_yolo3_tiny", "gluoncv YOLOV3 on 3 conv-BN stages, 64x64, 3 classes",
               36, cv.build_yolo3, cv.image_batches(64)),
     ModelSpec("gluoncv_faster_rcnn_tiny", "gluoncv FasterRCNN, stride-16 backbone, ROIAlign 4x4, "
-              "64x64, batch 1", 46, cv.build_faster_rcnn, cv.image_batches(64, (1, 1))),
-    ModelSpec("mxnet_rcnn_tiny", "MXNet example/rcnn style: RPN, contrib.Proposal, ROIPooling, "
-              "48x48, batch 1", 47, cv.build_classic_rcnn, cv.rcnn_batches),
+              "64x64, batch 1", 46, cv.build_faster_rcnn, cv.image_batches(64, (1, 1)),
+              fixed_batch=True),
+    ModelSpec("mxnet_rcnn_tiny", "MXNet example/rcnn style: RPN, contrib.MultiProposal, "
+              "ROIPooling, 48x48", 47, cv.build_classic_rcnn, cv.rcnn_batches),
     ModelSpec("gluoncv_center_net_tiny", "gluoncv CenterNet, stride-4 backbone, 64x64, top 10",
               37, cv.build_center_net, cv.image_batches(64)),
     ModelSpec("gluoncv_fcn_tiny", "gluoncv _FCNHead on a 3-layer backbone, 32x32, 4 classes",
@@ -237,6 +239,7 @@ def write_meta(spec: ModelSpec, folder: Path, first: dict[str, np.ndarray],
         "io_sets": io_sets,
         "ops": sorted({node["op"] for node in symbol["nodes"]} - {"null"}),
         "np_shape_mode": False,
+        "fixed_batch": spec.fixed_batch,
         "seed": spec.seed,
         "produced_by": f"MXNet {mx.__version__}, CPU, inference mode",
         "tolerance": TOLERANCE,
