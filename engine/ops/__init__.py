@@ -31,6 +31,7 @@ from engine.ops import (  # noqa: F401  (imported for their registrations)
     npmode,
     pool,
     products,
+    proposal,
     ranges,
     reduce,
     reshape,

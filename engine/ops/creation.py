@@ -71,7 +71,7 @@ register(OpDef(
 def _fill_like(value: float | None) -> Any:
     def kernel(xp: Any, attrs: Attrs, data: Any, out: Any = None) -> Any:
         fill = attrs.fill_value if value is None else value
-        dtype = data.dtype if attrs.get("dtype") is None else attrs.dtype
+        dtype = data.dtype if value is not None or attrs.dtype is None else attrs.dtype
         if out is None:
             return xp.full(data.shape, fill, dtype=dtype)
         out.fill(fill)
@@ -84,9 +84,14 @@ def _like_dtype(attrs: Attrs, dtypes: list) -> Any:
     return dtypes[0] if attrs.get("dtype") is None else attrs.dtype
 
 
+# MXNet parses no attributes for zeros_like/ones_like: a `dtype` (GluonCV's CenterNet decoder
+# writes one) stays in the JSON and is ignored, the input's dtype wins.
+IGNORED_DTYPE = (Param("dtype", parse_str, ""),)
+
 register(OpDef(
     name="zeros_like",
     aliases=("_np_zeros_like",),
+    params=IGNORED_DTYPE,
     infer_shape=same_shape,
     kernel=_fill_like(0.0),
     writes_out=True,
@@ -95,6 +100,7 @@ register(OpDef(
 register(OpDef(
     name="ones_like",
     aliases=("_np_ones_like",),
+    params=IGNORED_DTYPE,
     infer_shape=same_shape,
     kernel=_fill_like(1.0),
     writes_out=True,

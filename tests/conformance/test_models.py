@@ -15,7 +15,7 @@ from tests.conformance.fixtures import (
     model_names,
 )
 
-MODELS = model_names()
+MODELS = model_names(fixed_batch=True)
 RNN_TOLERANCE = {"rtol": 1e-3, "atol": 1e-5}
 
 

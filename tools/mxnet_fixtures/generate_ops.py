@@ -26,11 +26,13 @@ from cases_detection import detection_cases  # noqa: E402
 from cases_misc import misc_cases  # noqa: E402
 from cases_more import more_cases  # noqa: E402
 from cases_numpy import numpy_cases  # noqa: E402
+from cases_proposal import proposal_cases  # noqa: E402
 from cases_shape import shape_cases  # noqa: E402
 
 CaseFamily = Callable[[Callable[[str], np.random.Generator]], list[Case]]
-FAMILIES: tuple[CaseFamily, ...] = (shape_cases, detection_cases, attention_cases,
-                                     more_cases, numpy_cases, misc_cases, alias_cases)
+FAMILIES: tuple[CaseFamily, ...] = (shape_cases, detection_cases, proposal_cases,
+                                     attention_cases, more_cases, numpy_cases, misc_cases,
+                                     alias_cases)
 
 
 def rng_for(case_id: str) -> np.random.Generator:
