@@ -33,7 +33,8 @@ def _case(case_id: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
 def test_only_ops_that_read_inputs_on_the_host_are_uncapturable() -> None:
     # A new entry here is a GPU plan that silently loses its CUDA graph: it needs a reason.
     blocking = {op.name for op in all_ops().values() if not op.capturable}
-    assert blocking == {"_contrib_ROIAlign", "ROIPooling"}
+    assert blocking == {"_contrib_ROIAlign", "ROIPooling", "_contrib_Proposal",
+                        "_contrib_MultiProposal"}
 
 
 def test_capture_blocker_names_the_node_and_its_op() -> None:
