@@ -29,10 +29,12 @@ from typing import Any
 
 import numpy as np
 
+from engine.ops import depthwise_kernel
 from engine.ops.conv_bind import Geometry
 from engine.ops.im2col import Ints
 from engine.ops.workspace import aligned
 
+COMPILED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 BLOCK_BYTES = 512 << 10  # patches + results of one channel block: measured best at ~half of L2
 
 
@@ -138,6 +140,8 @@ def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometr
     phases = workspace.zeroed((batch, channels, *strides, *(axis.phase for axis in axes)),
                               data.dtype, ("depthwise phases", geometry[3]))
     calls = _fill_phases(xp, data, phases, axes)
+    if _compiled_applies(xp, data, weight, axes):
+        return calls + [_compiled_call(data, weight, bias, out, phases, axes)]
     layout = _layout(data.shape, geometry, data.itemsize)
     taps = weight.reshape(channels, 1, -1)
     for start in range(0, channels, layout.block):
@@ -145,6 +149,33 @@ def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometr
         calls += _bind_block(xp, phases[:, block], taps[block], out[:, block],
                              None if bias is None else bias[block], axes, layout, workspace)
     return calls
+
+
+def _compiled_applies(xp: Any, data: Any, weight: Any, axes: list[_Axis]) -> bool:
+    """Whether the compiled kernel runs this one: 2-D, float32/64, numba installed, and a
+    weight it can read in place (so a weight fed as an input is read afresh on every run)."""
+    return (xp is np and len(axes) == 2 and data.dtype in COMPILED_DTYPES
+            and weight.dtype == data.dtype and weight.flags.c_contiguous
+            and depthwise_kernel.available())
+
+
+def _compiled_call(data: Any, weight: Any, bias: Any, out: Any, phases: Any,
+                   axes: list[_Axis]) -> Callable[[], Any]:
+    """The compiled kernel over the phases, writing ``out`` directly (bias included)."""
+    batch, channels = data.shape[:2]
+    grid = _flat_strides(axes)
+    cells = math.prod(axis.phase for axis in axes)
+    offsets = []
+    for taps in np.ndindex(*(axis.kernel for axis in axes)):
+        reach = [axis.dilate * k for axis, k in zip(axes, taps)]
+        phase = np.ravel_multi_index([r % axis.stride for r, axis in zip(reach, axes)],
+                                     [axis.stride for axis in axes])
+        within = sum(r // axis.stride * step for r, axis, step in zip(reach, axes, grid))
+        offsets.append(int(phase) * cells + within)
+    bias = np.zeros(channels, data.dtype) if bias is None else bias.astype(data.dtype, copy=False)
+    return partial(depthwise_kernel.depthwise_rows, phases.reshape(batch * channels, -1),
+                   np.array(offsets, np.int64), weight.reshape(channels, -1), bias,
+                   out.reshape(batch * channels, *out.shape[2:]), grid[0])
 
 
 def _fill_phases(xp: Any, data: Any, phases: Any, axes: list[_Axis]) -> list[Callable[[], Any]]:

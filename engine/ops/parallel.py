@@ -8,8 +8,13 @@ threads at once. `split` does that at bind time for calls that are ``partial``s 
 ``np.copyto``, an elementwise ufunc, or a stacked ``np.matmul`` (cut along a stacking axis);
 anything else, and anything too small to repay the hand-off (`MIN_BYTES`), is left whole.
 
-The thread count is `threads()`: every core this process may run on, unless `set_threads` says
-otherwise. It is read when a plan binds, so it applies to plans compiled after it is set.
+The thread count is `threads()`: 1 unless `set_threads` says otherwise (BLAS, on its own, already
+runs every GEMM on every core). It is read when a plan binds, so it applies to plans compiled
+after it is set. Why not every core by default: on the shared 2-core benchmark machine (load
+average 4-7 from other processes) a 4.8 MB bias add took 145 µs whole and 216 µs in two slabs
+(medians of 200), and MobileNet v2 at batch 1 ran no faster split (34.0 vs 34.0 ms median, best
+15.5 whole vs 21.9 split): a slab handed to a thread the scheduler has parked costs more than
+the core it was meant to use. On an idle machine `set_threads(os.cpu_count())` is worth timing.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ MIN_BYTES = 512 << 10
 _settings: dict[str, Any] = {"threads": None, "pool": None}
 
 
-def default_threads() -> int:
+def cores() -> int:
     """Cores this process may run on."""
     try:
         return len(os.sched_getaffinity(0))
@@ -38,12 +43,12 @@ def default_threads() -> int:
 
 
 def threads() -> int:
-    """Threads a bound step may use (`set_threads`, else every core)."""
-    return _settings["threads"] or default_threads()
+    """Threads a bound step may use (`set_threads`, else 1)."""
+    return _settings["threads"] or 1
 
 
 def set_threads(count: int | None) -> None:
-    """Use ``count`` threads for plans bound from now on (None: every core again)."""
+    """Use ``count`` threads for plans bound from now on (None: back to 1)."""
     if count is not None and count < 1:
         raise ValueError(f"threads must be at least 1; got {count}")
     _settings["threads"] = count
@@ -152,4 +157,4 @@ def _slab(call: partial, inputs: list[Any], out: np.ndarray, axis: int,
     cut_out = _cut(out, out.ndim, axis, part)
     if call.func is np.copyto:
         return partial(np.copyto, cut_out, cut_inputs[0])
-    return partial(call.func, *cut_inputs, cut_out)
+    return partial(call.func, *cut_inputs, out=cut_out)
