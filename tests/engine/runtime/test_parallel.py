@@ -60,7 +60,7 @@ def test_stacked_matmul_cut_only_on_stacking_axes() -> None:
     out = np.empty((1, 12, 1, 50), np.float32)
     whole, split = run_both(lambda: partial(np.matmul, left, right, out), out, 2)
     assert isinstance(split, parallel.SplitCall)
-    assert split.slabs[0].args[2].shape == (1, 6, 1, 50)
+    assert split.slabs[0].keywords["out"].shape == (1, 6, 1, 50)
     np.testing.assert_allclose(out, whole, rtol=1e-6)
     matrix = RNG.normal(size=(64, 64)).astype(np.float32)
     square = np.empty((64, 64), np.float32)
