@@ -175,7 +175,8 @@ def _compiled_call(data: Any, weight: Any, bias: Any, out: Any, phases: Any,
     bias = np.zeros(channels, data.dtype) if bias is None else bias.astype(data.dtype, copy=False)
     return partial(depthwise_kernel.depthwise_rows, phases.reshape(batch * channels, -1),
                    np.array(offsets, np.int64), weight.reshape(channels, -1), bias,
-                   out.reshape(batch * channels, *out.shape[2:]), grid[0])
+                   out.reshape(batch * channels, *out.shape[2:]), grid[0],
+                   data.dtype.type("-inf"), data.dtype.type("inf"))
 
 
 def _fill_phases(xp: Any, data: Any, phases: Any, axes: list[_Axis]) -> list[Callable[[], Any]]:

@@ -36,16 +36,18 @@ def available() -> bool:
 
 
 def depthwise_rows(flat: Any, offsets: Any, weights: Any, bias: Any, out: Any,
-                   grid_width: int) -> None:
+                   grid_width: int, low: Any, high: Any) -> None:
     """``out[p, y, x] = bias[c] + Σₖ weights[c, k] · flat[p, offsets[k] + y·grid_width + x]``
-    for every plane ``p`` (sample-major, ``c = p % channels``).
+    for every plane ``p`` (sample-major, ``c = p % channels``), clamped to [low, high] as
+    ``clip`` does (NaN stays NaN); ±inf bounds leave it as it is.
 
     ``flat`` (planes, cells) holds each plane's input on the phase grid; ``weights``
-    (channels, taps) and ``bias`` (channels,) have the data's dtype; ``out`` is (planes, H, W).
+    (channels, taps), ``bias`` (channels,) and the bounds have the data's dtype; ``out`` is
+    (planes, H, W).
     """
     if not _kernel:
         _kernel.append(_compile())
-    _kernel[0](flat, offsets, weights, bias, out, grid_width)
+    _kernel[0](flat, offsets, weights, bias, out, grid_width, low, high)
 
 
 def _compile() -> Any:
@@ -54,8 +56,8 @@ def _compile() -> Any:
     return njit(cache=True, nogil=True, fastmath={"contract"})(_rows)
 
 
-def _rows(flat: Any, offsets: Any, weights: Any, bias: Any, out: Any,
-          grid_width: int) -> None:  # pragma: no cover - runs compiled
+def _rows(flat: Any, offsets: Any, weights: Any, bias: Any, out: Any, grid_width: int,
+          low: Any, high: Any) -> None:  # pragma: no cover - runs compiled
     planes, height, width = out.shape
     channels = weights.shape[0]
     length = (height - 1) * grid_width + width
@@ -74,4 +76,6 @@ def _rows(flat: Any, offsets: Any, weights: Any, bias: Any, out: Any,
         for y in range(height):
             line = row[y * grid_width:]
             for x in range(width):
-                target[y, x] = line[x]
+                value = line[x]
+                value = low if value < low else value  # not min/max: NaN stays NaN
+                target[y, x] = high if value > high else value

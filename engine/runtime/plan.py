@@ -21,7 +21,7 @@ from engine.device import CPU, Device, on_stream
 from engine.errors import EngineError, ExecutionError, ShapeError
 from engine.graph.infer import infer_dtypes, infer_shapes, specialize_sources
 from engine.graph.ir import Graph, Node
-from engine.ops import parallel
+from engine.ops import epilogue, parallel
 from engine.ops.registry import OpDef
 from engine.ops.shapes import is_known
 from engine.ops.workspace import Workspace
@@ -278,8 +278,11 @@ def _bind_fused(params: Any, args: list, out: Any, xp: Any,
     """On the CPU a fused chain is its ops run one after another in place on ``out``."""
     head = params.head
     calls = _bind_op(head.op, head.attrs, args[:head.arity], out, xp, workspace)
+    steps = params.steps
+    if xp is np:  # a clamp the head's kernel applies as it writes (unary: no args to skip)
+        calls, steps = epilogue.absorb(calls, steps, out)
     offset = head.arity
-    for step in params.steps:
+    for step in steps:
         step_args = list(args[offset:offset + step.arity - 1])
         step_args.insert(step.position, out)
         calls += _bind_op(step.op, step.attrs, step_args, out, xp)

@@ -105,3 +105,21 @@ def test_bound_depthwise_allocates_nothing_per_run() -> None:
     # 2*6*32*32*4 = 49 KB: a run building either afresh would show here. What a run may use is
     # numpy's bounded ufunc buffer for broadcasts (8192 elements) and small objects.
     assert peak < 48 * 1024, f"a run allocated up to {peak} bytes"
+
+
+def test_compiled_kernel_absorbs_the_clip_and_keeps_nan() -> None:
+    shape = (2, CHANNELS, 10, 9)
+    optimized, reference = load_pair(depthwise_block((3, 3), (2, 2), (1, 1), (1, 1), False),
+                                     shape, RNG)
+    plan = optimized.plan_for({"data": np.zeros(shape, np.float32)})
+    assert calls_compiled_kernel(plan)
+    # Both ReLU6 steps run inside the kernel: no clip call is left in the plan.
+    assert not any(getattr(step.call, "func", None) is np.clip for step in plan.steps)
+    assert not any("clip" in getattr(getattr(step.call, "func", None), "__name__", "")
+                   for step in plan.steps)
+    x = RNG.normal(scale=3, size=shape).astype(np.float32)
+    x[0, 1, 4, 4] = np.nan
+    got = optimized.infer({"data": x})["relu6_output"]
+    want = reference.infer({"data": x})["relu6_output"]
+    assert np.isnan(want).any()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)  # NaN where the reference has
