@@ -34,7 +34,6 @@ from engine.ops.conv_bind import Geometry
 from engine.ops.im2col import Ints
 from engine.ops.workspace import aligned
 
-COMPILED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 BLOCK_BYTES = 512 << 10  # patches + results of one channel block: measured best at ~half of L2
 
 
@@ -154,7 +153,7 @@ def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometr
 def _compiled_applies(xp: Any, data: Any, weight: Any, axes: list[_Axis]) -> bool:
     """Whether the compiled kernel runs this one: 2-D, float32/64, numba installed, and a
     weight it can read in place (so a weight fed as an input is read afresh on every run)."""
-    return (xp is np and len(axes) == 2 and data.dtype in COMPILED_DTYPES
+    return (xp is np and len(axes) == 2 and data.dtype in depthwise_kernel.COMPILED_DTYPES
             and weight.dtype == data.dtype and weight.flags.c_contiguous
             and depthwise_kernel.available())
 

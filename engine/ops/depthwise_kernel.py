@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+COMPILED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))  # numba has no float16
 _kernel: list[Any] = []  # the compiled function, once made
 
 

@@ -45,7 +45,8 @@ def absorb(calls: list[Callable[[], Any]], steps: Sequence[Any],
                           min(last.args[7], high))
         return [*calls[:-1], clamped], steps[1:]
     bias = _bias_added(last, out)
-    if bias is None or not depthwise_kernel.available():
+    if (bias is None or out.dtype not in depthwise_kernel.COMPILED_DTYPES
+            or not depthwise_kernel.available()):
         return calls, steps
     planes = out.reshape(out.shape[0], out.shape[1], -1)
     return [*calls[:-1], partial(bias_clamp, planes, bias, low, high)], steps[1:]
