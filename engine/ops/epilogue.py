@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from engine.ops import depthwise_kernel
+from engine.ops.workspace import address
 
 
 def clamp_bounds(step: Any) -> tuple[float, float] | None:
@@ -44,48 +45,62 @@ def absorb(calls: list[Callable[[], Any]], steps: Sequence[Any],
         clamped = partial(last.func, *last.args[:6], max(last.args[6], low),
                           min(last.args[7], high))
         return [*calls[:-1], clamped], steps[1:]
-    bias = _bias_added(last, out)
-    if (bias is None or out.dtype not in depthwise_kernel.COMPILED_DTYPES
+    found = _bias_added(last, out)
+    if (found is None or out.dtype not in depthwise_kernel.COMPILED_DTYPES
             or not depthwise_kernel.available()):
         return calls, steps
-    planes = out.reshape(out.shape[0], out.shape[1], -1)
-    return [*calls[:-1], partial(bias_clamp, planes, bias, low, high)], steps[1:]
+    target, bias = found
+    return [*calls[:-1], partial(bias_clamp, target, bias, low, high)], steps[1:]
 
 
-def _bias_added(call: Any, out: Any) -> Any:
-    """The per-channel bias of an in-place ``np.add(out, bias, out)`` over a contiguous
-    channels-first ``out`` (conv_bind's last call), else None."""
+def _bias_added(call: Any, out: Any) -> tuple[Any, Any] | None:
+    """(target, bias) of an in-place ``np.add(target, bias, target)`` over the contiguous
+    output: a channels-first convolution's per-channel bias (conv_bind), target viewed as
+    (N, C, cells), or a FullyConnected's (dense), target (rows, units); else None."""
     if not isinstance(call, partial) or call.func is not np.add or call.keywords:
         return None
-    if len(call.args) != 3 or call.args[0] is not out or call.args[2] is not out:
+    if len(call.args) != 3 or call.args[0] is not call.args[2] or not out.flags.c_contiguous:
         return None
-    bias = call.args[1]
-    channels = out.shape[1] if out.ndim > 1 else 0
-    if (not out.flags.c_contiguous or bias.dtype != out.dtype or bias.size != channels
-            or bias.shape != (1, channels, *(1,) * (out.ndim - 2))):
+    target, bias = call.args[0], call.args[1]
+    if (not isinstance(bias, np.ndarray) or bias.dtype != out.dtype or target.size != out.size
+            or not target.flags.c_contiguous or address(target) != address(out)):
         return None
-    return bias.reshape(channels)
+    if target.ndim == 2 and bias.shape == target.shape[1:]:
+        return target[:, None, :], bias.reshape(1, -1)  # units along the last axis
+    channels = out.shape[1] if out.ndim > 2 else 0
+    if target is out and bias.shape == (1, channels, *(1,) * (out.ndim - 2)):
+        return out.reshape(out.shape[0], channels, -1), bias.reshape(channels, 1)
+    return None
 
 
 _kernel: list[Any] = []
 
 
-def bias_clamp(planes: Any, bias: Any, low: Any, high: Any) -> None:
-    """``planes[n, c] = clip(planes[n, c] + bias[c], low, high)`` in one compiled pass."""
+def bias_clamp(target: Any, bias: Any, low: Any, high: Any) -> None:
+    """``target = clip(target + bias, low, high)`` in one compiled pass, for ``target``
+    (outer, middle, inner) and ``bias`` (middle, inner) broadcast over the outer axis (either
+    of bias's axes may be 1)."""
     if not _kernel:
         from numba import njit
 
         _kernel.append(njit(cache=True, nogil=True)(_bias_clamp))
-    _kernel[0](planes, bias, low, high)
+    _kernel[0](target, bias, low, high)
 
 
-def _bias_clamp(planes: Any, bias: Any, low: Any, high: Any) -> None:  # pragma: no cover
-    samples, channels, cells = planes.shape
-    for sample in range(samples):
-        for channel in range(channels):
-            shift = bias[channel]
-            row = planes[sample, channel]
-            for cell in range(cells):
-                value = row[cell] + shift
-                value = low if value < low else value  # not min/max: NaN stays NaN
-                row[cell] = high if value > high else value
+def _bias_clamp(target: Any, bias: Any, low: Any, high: Any) -> None:  # pragma: no cover
+    outer, middle, inner = target.shape
+    for first in range(outer):
+        for second in range(middle):
+            row = target[first, second]
+            shifts = bias[second if bias.shape[0] != 1 else 0]
+            if shifts.shape[0] != 1:  # one bias per cell (a dense row), else one per row
+                for cell in range(inner):
+                    value = row[cell] + shifts[cell]
+                    value = low if value < low else value  # not min/max: NaN stays NaN
+                    row[cell] = high if value > high else value
+            else:
+                shift = shifts[0]
+                for cell in range(inner):
+                    value = row[cell] + shift
+                    value = low if value < low else value
+                    row[cell] = high if value > high else value
