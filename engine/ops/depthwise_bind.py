@@ -139,7 +139,7 @@ def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometr
     phases = workspace.zeroed((batch, channels, *strides, *(axis.phase for axis in axes)),
                               data.dtype, ("depthwise phases", geometry[3]))
     calls = _fill_phases(xp, data, phases, axes)
-    if _compiled_applies(xp, data, weight, axes):
+    if _compiled_applies(xp, data, weight, bias, axes):
         return calls + [_compiled_call(data, weight, bias, out, phases, axes)]
     layout = _layout(data.shape, geometry, data.itemsize)
     taps = weight.reshape(channels, 1, -1)
@@ -150,12 +150,12 @@ def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometr
     return calls
 
 
-def _compiled_applies(xp: Any, data: Any, weight: Any, axes: list[_Axis]) -> bool:
+def _compiled_applies(xp: Any, data: Any, weight: Any, bias: Any, axes: list[_Axis]) -> bool:
     """Whether the compiled kernel runs this one: 2-D, float32/64, numba installed, and a
-    weight it can read in place (so a weight fed as an input is read afresh on every run)."""
+    weight and bias it can read in place (so ones fed as inputs are read afresh every run)."""
     return (xp is np and len(axes) == 2 and data.dtype in depthwise_kernel.COMPILED_DTYPES
             and weight.dtype == data.dtype and weight.flags.c_contiguous
-            and depthwise_kernel.available())
+            and (bias is None or bias.dtype == data.dtype) and depthwise_kernel.available())
 
 
 def _compiled_call(data: Any, weight: Any, bias: Any, out: Any, phases: Any,
@@ -171,7 +171,7 @@ def _compiled_call(data: Any, weight: Any, bias: Any, out: Any, phases: Any,
                                      [axis.stride for axis in axes])
         within = sum(r // axis.stride * step for r, axis, step in zip(reach, axes, grid))
         offsets.append(int(phase) * cells + within)
-    bias = np.zeros(channels, data.dtype) if bias is None else bias.astype(data.dtype, copy=False)
+    bias = np.zeros(channels, data.dtype) if bias is None else bias
     return partial(depthwise_kernel.depthwise_rows, phases.reshape(batch * channels, -1),
                    np.array(offsets, np.int64), weight.reshape(channels, -1), bias,
                    out.reshape(batch * channels, *out.shape[2:]), grid[0],

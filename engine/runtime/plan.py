@@ -100,7 +100,7 @@ class Plan:
             for slot, out in enumerate(outs):
                 arrays[(index, slot)] = out
             calls = self._bind(node, params, args, outs, self.workspace)
-            if xp is np:  # large copies and elementwise calls run on every core
+            if xp is np:  # large copies and ufuncs cut over parallel.threads() (default 1)
                 calls = [parallel.split(call, spread) for call in calls]
             self.steps.extend(Step(call, node) for call in calls)
         self._heads = [arrays[(entry.node, entry.index)] for entry in graph.heads]
