@@ -339,10 +339,15 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true",
                         help="3 rounds, only batch 1 of the CNNs")
     parser.add_argument("--threads", type=int, default=None,
-                        help="compare at this thread count only (0: each runtime's default); "
-                             "by default at every core and again at one thread each")
+                        help="compare at this thread count only, and limit BLAS to it for the "
+                             "NumPy table (0: each runtime's default); by default at every "
+                             "core and again at one thread each")
     options = parser.parse_args()
     repeat = 3 if options.quick else options.repeat
+    if options.threads:  # the hand-written NumPy table too
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(options.threads, user_api="blas")
     print(f"numpy {np.__version__}, {os.cpu_count()} CPUs, load average "
           f"{os.getloadavg()[0]:.2f}; our default thread count {parallel.threads()}")
     bench_mlp(repeat)
