@@ -52,9 +52,18 @@ def depthwise_rows(flat: Any, offsets: Any, weights: Any, bias: Any, out: Any,
 
 
 def _compile() -> Any:
+    return compile_kernel(_rows, fastmath={"contract"})
+
+
+def compile_kernel(function: Any, **options: Any) -> Any:
+    """``function`` compiled by numba without the GIL, cached on disk where numba finds a
+    writable place (beside the module, else the user's cache); else compiled per process."""
     from numba import njit
 
-    return njit(cache=True, nogil=True, fastmath={"contract"})(_rows)
+    try:
+        return njit(cache=True, nogil=True, **options)(function)
+    except RuntimeError:  # "cannot cache ... no locator available": a read-only install
+        return njit(nogil=True, **options)(function)
 
 
 def _rows(flat: Any, offsets: Any, weights: Any, bias: Any, out: Any, grid_width: int,

@@ -81,9 +81,7 @@ def bias_clamp(target: Any, bias: Any, low: Any, high: Any) -> None:
     (outer, middle, inner) and ``bias`` (middle, inner) broadcast over the outer axis (either
     of bias's axes may be 1)."""
     if not _kernel:
-        from numba import njit
-
-        _kernel.append(njit(cache=True, nogil=True)(_bias_clamp))
+        _kernel.append(depthwise_kernel.compile_kernel(_bias_clamp))
     _kernel[0](target, bias, low, high)
 
 
