@@ -54,17 +54,13 @@ def test_a_clamp_after_another_step_is_left_alone() -> None:
                                reference.infer({"data": x})["out_output"], rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("batch", [1, 5])
-def test_dense_bias_and_relu_in_one_pass(batch: int) -> None:
+def test_dense_layers_keep_the_numpy_passes() -> None:
+    # The seed MLP's first run must not wait for numba (see `_bias_added`).
     data = sym.var("data")
-    net = sym.FullyConnected(data, num_hidden=7, name="dense")
-    net = sym.Activation(net, act_type="relu", name="out")
-    optimized, reference = load_pair(net, (batch, 6), RNG)
-    x = RNG.normal(size=(batch, 6)).astype(np.float32)
-    x[-1, 2] = np.nan if batch > 1 else 0  # a NaN row besides rows with zeros
-    assert epilogue.bias_clamp in funcs(optimized.plan_for({"data": x}))
-    for _ in range(2):
-        want = reference.infer({"data": x})["out_output"]
-        assert np.isnan(want).any() == (batch > 1)
-        np.testing.assert_allclose(optimized.infer({"data": x})["out_output"], want,
-                                   rtol=1e-5, atol=1e-5)
+    net = sym.Activation(sym.FullyConnected(data, num_hidden=7, name="dense"),
+                         act_type="relu", name="out")
+    optimized, reference = load_pair(net, (3, 6), RNG)
+    x = RNG.normal(size=(3, 6)).astype(np.float32)
+    assert epilogue.bias_clamp not in funcs(optimized.plan_for({"data": x}))
+    np.testing.assert_allclose(optimized.infer({"data": x})["out_output"],
+                               reference.infer({"data": x})["out_output"], rtol=1e-5, atol=1e-5)
