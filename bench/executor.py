@@ -1,19 +1,20 @@
-"""Benchmark: the compiled CPU executor against hand-written NumPy, the sgemm floor and PyTorch.
+"""Benchmark: the compiled CPU executor against hand-written NumPy, ONNX Runtime and the floor.
 
-Usage: ``python bench/executor.py [--quick]``. Prints, in one run:
+Usage: ``python bench/executor.py [--quick] [--threads N]``. Prints, in one run:
 
 * the seed MLP (512 → 256 → 128 → 2) at batch 1 and 64: ``Model.infer``, the plan's own
-  ``run`` and a hand-written NumPy sequence of the same matmuls into preallocated outputs
-  (target: ``Model.infer`` ≤ 1.15× NumPy), written with ``np.matmul`` and again with
-  ``np.dot`` (the call the plan makes: at batch 1 it skips the ufunc machinery);
-* ResNet-18 v1 (batch 1 and 8) and MobileNet v2 1.0 (batch 1) at 224×224: ms per image for our
-  model, the floor (conv/FC FLOPs over NumPy's measured float32 matmul FLOP/s) and PyTorch on
-  the CPU with the same weights, plus the two outputs' max abs difference and our time per op
-  type (targets: ResNet-18 ≤ 1.5× the floor and faster than PyTorch; MobileNet v2 ≤ 2× PyTorch).
+  ``run`` and a hand-written NumPy sequence of the same matmuls into preallocated outputs,
+  written with ``np.matmul`` and again with ``np.dot`` (the call the plan makes);
+* the peer table, at every core (each runtime's default) and again at one thread each: the
+  seed MLP (batch 1, 64), ResNet-18 v1 (batch 1, 4) and MobileNet v2 1.0 (batch 1) at 224×224
+  through ``Model.infer`` and through ONNX Runtime on the same weights (exported by
+  `engine.onnx.export`; graph optimisations at their default, all). Each runtime runs in its own
+  process and they take turns round by round; the columns give ours ÷ ORT against the issue's
+  target, and each runtime's distance from the GEMM floor (conv/FC FLOPs over the float32
+  2048³ matmul rate measured at the same thread count), plus our steps grouped by kind.
 
-PyTorch is not a project dependency; install it into the venv to run this:
-``.venv/bin/pip install torch==2.13.0``. It runs with as many threads as NumPy's BLAS.
-Times are medians over repeated runs (best in brackets), after a warm-up run.
+ONNX Runtime and onnx are dev dependencies (``pip install -e .[dev]``), not runtime ones.
+Times are medians over interleaved rounds (best in brackets), after a warm-up run.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import nets  # noqa: E402 - the sibling module, found through the path set just 
 
 import engine  # noqa: E402
 from engine.graph.infer import infer_shapes  # noqa: E402
+from engine.ops import parallel  # noqa: E402
 from engine.runtime import Model  # noqa: E402
 
 MLP_CALLS = 200  # calls per timed round of the MLP (one call is microseconds)
@@ -43,13 +45,13 @@ GEMM_SIZE = 2048
 
 
 def blas_threads() -> int:
-    """Threads NumPy's BLAS uses (threadpoolctl when present, else the CPU count)."""
+    """Most threads any loaded BLAS uses (threadpoolctl when present, else the CPU count)."""
     try:
         from threadpoolctl import threadpool_info
     except ImportError:
         return os.cpu_count() or 1
     counts = [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
-    return counts[0] if counts else os.cpu_count() or 1
+    return max(counts) if counts else os.cpu_count() or 1
 
 
 def timings(action: Callable[[], object], repeat: int, calls: int = 1) -> tuple[float, float]:
@@ -152,43 +154,143 @@ def mlp_row(model: Model, params: dict[str, np.ndarray], batch: int, repeat: int
           f"{ratios[0]:>14} {ratios[1]:>14} {diff:>9.1e}")
 
 
-def bench_cnn(name: str, symbol: Any, torch_module: Any, batch: int, repeat: int,
-              flops_per_second: float, threads: int) -> None:
-    """Our compiled model vs the FLOP floor vs PyTorch, per image, plus a per-op profile."""
-    import torch
+# -- ONNX Runtime as the peer, each runtime in its own process -----------------------------------
 
-    shape = (batch, 3, 224, 224)
-    params = nets.random_params(symbol, (1, 3, 224, 224))
+# (network, batch) cases and the largest ours/ORT ratio the issue asks for.
+PEER_CASES = (("mlp", 1), ("mlp", 64), ("resnet18_v1", 1), ("resnet18_v1", 4),
+              ("mobilenetv2_1.0", 1))
+PEER_TARGETS = {"mlp": 1.0, "resnet18_v1": 1.0, "mobilenetv2_1.0": 1.5}
+NETWORKS: dict[str, tuple[Callable[[], Any], tuple[int, ...]]] = {
+    "mlp": (nets.mlp, (512,)),
+    "resnet18_v1": (nets.resnet18_v1, (3, 224, 224)),
+    "mobilenetv2_1.0": (nets.mobilenet_v2, (3, 224, 224)),
+}
+
+
+def case_inputs(name: str, batch: int) -> tuple[Any, dict[str, np.ndarray], np.ndarray]:
+    """The symbol, its weights (seeded: every process builds the same) and the input."""
+    build, shape = NETWORKS[name]
+    symbol = build()
+    params = nets.random_params(symbol, (1, *shape))
+    data = np.random.default_rng(batch).standard_normal((batch, *shape), dtype=np.float32)
+    return symbol, params, data
+
+
+def ours_runner(name: str, batch: int, threads: int) -> tuple[Callable[[], Any], dict]:
+    """`Model.infer` on the case, and its FLOPs and the sgemm rate at this thread count."""
+    if threads:
+        parallel.set_threads(threads)
+    symbol, params, data = case_inputs(name, batch)
     model = engine.load_model(symbol, params, optimize=True)
-    peer = torch_module(params)
-    x = np.random.default_rng(batch).standard_normal(shape, dtype=np.float32)
-    feed, tensor = {"data": x}, torch.from_numpy(x)
-    torch.set_num_threads(threads)
-    with torch.inference_mode():
-        ours_out = next(iter(model.infer(feed).values()))
-        peer_out = peer(tensor).numpy()
-        diff = float(np.abs(ours_out - peer_out).max())
-        scale = float(np.abs(peer_out).max())
-        times = interleaved({"ours": lambda: model.infer(feed), "torch": lambda: peer(tensor)},
-                            repeat)
-    ours, theirs = times["ours"], times["torch"]
-    flops = graph_flops(model, shape)
-    floor = flops / flops_per_second
-    print(f"{name:<16} {batch:>5} {flops / batch / 1e9:>7.2f} "
-          f"{ms(ours[0] / batch):>9} [{ms(ours[1] / batch)}] {ms(floor / batch):>8} "
-          f"{ms(theirs[0] / batch):>9} [{ms(theirs[1] / batch)}] "
-          f"{ours[0] / floor:>6.2f}× [{ours[1] / floor:.2f}×] "
-          f"{ours[0] / theirs[0]:>5.2f}× [{ours[1] / theirs[1]:.2f}×] {diff:.1e} (of {scale:.0f})")
-    profile = model.profile(feed, repeat=max(2, repeat // 2))
-    total = sum(profile.values())
-    top = sorted(profile.items(), key=lambda item: -item[1])[:6]
-    print(f"    model.profile, {ms(total / batch)} ms per image: " + ", ".join(
-        f"{label} {ms(seconds / batch)} ({seconds / total:.0%})" for label, seconds in top))
-    kinds = step_kinds(model.plan_for(feed), feed, max(2, repeat // 2))
-    print("    by step kind, ms per image [GFLOP/s]: " + ", ".join(
-        f"{kind} {ms(seconds / batch)}" + (f" [{flop / seconds / 1e9:.0f}]" if flop else "")
-        for kind, (seconds, flop) in sorted(kinds.items(), key=lambda item: -item[1][0])))
+    feed = {"data": data}
+    model.infer(feed)  # first: loading may bring in another BLAS (SciPy's), limited here too
+    if threads:
+        from threadpoolctl import threadpool_limits
 
+        threadpool_limits(threads, user_api="blas")
+    info = {"output": next(iter(model.infer(feed).values())),
+            "flops": graph_flops(model, data.shape), "sgemm": sgemm_flops(3),
+            "threads": f"BLAS {blas_threads()}, steps {parallel.threads()}"}
+    if name != "mlp":
+        kinds = step_kinds(model.plan_for(feed), feed, 3)
+        info["kinds"] = ", ".join(
+            f"{kind} {ms(seconds / batch)}" + (f" [{flop / seconds / 1e9:.0f}]" if flop else "")
+            for kind, (seconds, flop) in sorted(kinds.items(), key=lambda item: -item[1][0]))
+    return lambda: model.infer(feed), info
+
+
+def ort_runner(name: str, batch: int, threads: int) -> tuple[Callable[[], Any], dict]:
+    """An ONNX Runtime session (graph optimisations at their default, all) on the same weights,
+    exported by `engine.onnx.export`; ``threads`` 0 leaves its thread pool at its default."""
+    import tempfile
+
+    import onnxruntime
+
+    from engine.onnx import export
+
+    symbol, params, data = case_inputs(name, batch)
+    with tempfile.TemporaryDirectory() as folder:
+        path = export((symbol, params), Path(folder) / f"{name}.onnx",
+                      input_shapes={"data": (1, *data.shape[1:])})
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads
+        session = onnxruntime.InferenceSession(str(path), options,
+                                               providers=["CPUExecutionProvider"])
+    feed = {session.get_inputs()[0].name: data}
+    info = {"output": session.run(None, feed)[0], "threads": f"intra-op {threads or 'default'}",
+            "version": onnxruntime.__version__}
+    return lambda: session.run(None, feed), info
+
+
+def peer_worker(connection: Any, runtime: str, name: str, batch: int, threads: int) -> None:
+    """A process serving timed rounds of one runtime: receives a call count, sends back the
+    seconds per call; None ends it."""
+    runner = ours_runner if runtime == "ours" else ort_runner
+    action, info = runner(name, batch, threads)
+    action()
+    connection.send(info)
+    while (calls := connection.recv()) is not None:
+        start = time.perf_counter()
+        for _ in range(calls):
+            action()
+        connection.send((time.perf_counter() - start) / calls)
+
+
+def compare_peer(name: str, batch: int, threads: int, repeat: int) -> dict[str, Any]:
+    """Ours and ONNX Runtime, each in its own process, taking turns round by round."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    workers = {}
+    for runtime in ("ours", "ort"):
+        mine, theirs = context.Pipe()
+        process = context.Process(target=peer_worker, args=(theirs, runtime, name, batch,
+                                                            threads))
+        process.start()
+        workers[runtime] = (mine, process)
+    infos = {runtime: mine.recv() for runtime, (mine, _) in workers.items()}
+    calls = MLP_CALLS if name == "mlp" else 1
+    rounds: dict[str, list[float]] = {runtime: [] for runtime in workers}
+    for turn in range(max(repeat, MLP_ROUNDS) if name == "mlp" else repeat):
+        order = list(workers.items())
+        for runtime, (mine, _) in order if turn % 2 == 0 else order[::-1]:
+            mine.send(calls)
+            rounds[runtime].append(mine.recv())
+    for mine, process in workers.values():
+        mine.send(None)
+        process.join()
+    outputs = [infos[runtime].pop("output") for runtime in workers]
+    return {"infos": infos, "diff": float(np.abs(outputs[0] - outputs[1]).max()),
+            "scale": float(np.abs(outputs[1]).max()),
+            **{runtime: (statistics.median(times), min(times))
+               for runtime, times in rounds.items()}}
+
+
+def bench_peer(threads: int, repeat: int, quick: bool) -> None:
+    """The ONNX Runtime table at one thread setting (0: each runtime at its default)."""
+    label = "every core (each runtime's default)" if not threads else f"{threads} thread(s) each"
+    print(f"\nours vs ONNX Runtime, {label}; ms per call, median of interleaved rounds [best]; "
+          "floor = FLOPs / sgemm at this thread count")
+    print(f"{'network':<16} {'batch':>5} {'ours':>18} {'ONNX Runtime':>18} {'ours/ORT':>14} "
+          f"{'target':>6} {'floor':>8} {'ours/floor':>10} {'ORT/floor':>9}  max|diff|")
+    for name, batch in PEER_CASES:
+        if quick and batch > 1 and name != "mlp":
+            continue
+        result = compare_peer(name, batch, threads, repeat)
+        ours, theirs, info = result["ours"], result["ort"], result["infos"]["ours"]
+        floor = info["flops"] / info["sgemm"]
+        ratio = ours[0] / theirs[0]
+        verdict = "met" if ratio <= PEER_TARGETS[name] else "MISSED"
+        print(f"{name:<16} {batch:>5} {ms(ours[0]):>9} [{ms(ours[1])}] "
+              f"{ms(theirs[0]):>9} [{ms(theirs[1])}] {ratio:>5.2f}× [{ours[1] / theirs[1]:.2f}×] "
+              f"{'≤' + str(PEER_TARGETS[name]):>6} {ms(floor):>8} {ours[0] / floor:>9.2f}× "
+              f"{theirs[0] / floor:>8.2f}×  {result['diff']:.1e} (of {result['scale']:.0f}) "
+              f"{verdict}")
+        if "kinds" in info:
+            print(f"    ours by step kind, ms per image [GFLOP/s]: {info['kinds']}")
+    print(f"    ours: {info['threads']}, sgemm {info['sgemm'] / 1e9:.1f} GFLOP/s; ONNX Runtime "
+          f"{result['infos']['ort']['version']}, {result['infos']['ort']['threads']}; "
+          f"load average now {os.getloadavg()[0]:.2f}")
 
 def step_kind(node: Any) -> tuple[str, Any]:
     """A convolution's kind (kernel size, depthwise), else the op type; and the head attrs."""
@@ -231,45 +333,28 @@ def _once(call: Callable[[], object]) -> float:
 
 
 def main() -> None:
-    """Parse options, set the thread count, run every comparison and print the tables."""
+    """Parse options and run every comparison."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7, help="timed rounds per measurement")
-    parser.add_argument("--quick", action="store_true", help="3 rounds, skip ResNet-18 batch 8")
-    parser.add_argument("--threads", type=int, default=0,
-                        help="limit NumPy's BLAS (and torch) to this many threads (needs "
-                             "threadpoolctl); 0: leave BLAS as it is")
+    parser.add_argument("--quick", action="store_true",
+                        help="3 rounds, only batch 1 of the CNNs")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="compare at this thread count only, and limit BLAS to it for the "
+                             "NumPy table (0: each runtime's default); by default at every "
+                             "core and again at one thread each")
     options = parser.parse_args()
-    if options.threads:
+    repeat = 3 if options.quick else options.repeat
+    if options.threads:  # the hand-written NumPy table too
         from threadpoolctl import threadpool_limits
 
         threadpool_limits(options.threads, user_api="blas")
-    run(options)
-
-
-def run(options: argparse.Namespace) -> None:
-    """Every comparison, with the BLAS thread count already set."""
-    repeat = 3 if options.quick else options.repeat
-    threads = blas_threads()
-    flops_per_second = sgemm_flops(repeat)
-    print(f"numpy {np.__version__}, BLAS threads {threads} (torch.set_num_threads({threads})); "
-          f"sgemm {GEMM_SIZE}³ float32: {flops_per_second / 1e9:.1f} GFLOP/s; "
-          f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+    print(f"numpy {np.__version__}, {os.cpu_count()} CPUs, load average "
+          f"{os.getloadavg()[0]:.2f}; our default thread count {parallel.threads()}")
     bench_mlp(repeat)
-    print(f"\nCNNs at 224×224, ms per image (median of {repeat} [best]); floor = FLOPs / sgemm")
-    print(f"{'network':<16} {'batch':>5} {'GFLOP/im':>7} {'ours':>20} {'floor':>8} "
-          f"{'pytorch':>20} {'ours/floor':>15} {'ours/torch':>13} max|diff|")
-    cases = [("resnet18_v1", nets.resnet18_v1, nets.torch_resnet18_v1, 1),
-             ("resnet18_v1", nets.resnet18_v1, nets.torch_resnet18_v1, 8),
-             ("mobilenetv2_1.0", nets.mobilenet_v2, nets.torch_mobilenet_v2, 1)]
-    for name, build, torch_module, batch in cases:
-        if options.quick and batch > 1:
-            continue
-        nets_repeat = repeat if batch == 1 else max(3, repeat // 2)
-        # The floor uses the best sgemm rate seen in the run (re-measured before each network).
-        flops_per_second = max(flops_per_second, sgemm_flops(repeat))
-        bench_cnn(name, build(), torch_module, batch, nets_repeat, flops_per_second, threads)
-    print(f"\nsgemm best {flops_per_second / 1e9:.1f} GFLOP/s; "
-          f"load average at the end {os.getloadavg()[0]:.2f}")
+    settings = (0, 1) if options.threads is None else (options.threads,)
+    for threads in settings:
+        bench_peer(threads, repeat, options.quick)
+    print(f"\nload average at the end {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.ops import depthwise_kernel
 from engine.ops.conv_bind import Geometry
 from engine.ops.im2col import Ints
 from engine.ops.workspace import aligned
@@ -138,6 +139,8 @@ def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometr
     phases = workspace.zeroed((batch, channels, *strides, *(axis.phase for axis in axes)),
                               data.dtype, ("depthwise phases", geometry[3]))
     calls = _fill_phases(xp, data, phases, axes)
+    if _compiled_applies(xp, data, weight, bias, axes):
+        return calls + [_compiled_call(data, weight, bias, out, phases, axes)]
     layout = _layout(data.shape, geometry, data.itemsize)
     taps = weight.reshape(channels, 1, -1)
     for start in range(0, channels, layout.block):
@@ -145,6 +148,34 @@ def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometr
         calls += _bind_block(xp, phases[:, block], taps[block], out[:, block],
                              None if bias is None else bias[block], axes, layout, workspace)
     return calls
+
+
+def _compiled_applies(xp: Any, data: Any, weight: Any, bias: Any, axes: list[_Axis]) -> bool:
+    """Whether the compiled kernel runs this one: 2-D, float32/64, numba installed, and a
+    weight and bias it can read in place (so ones fed as inputs are read afresh every run)."""
+    return (xp is np and len(axes) == 2 and data.dtype in depthwise_kernel.COMPILED_DTYPES
+            and weight.dtype == data.dtype and weight.flags.c_contiguous
+            and (bias is None or bias.dtype == data.dtype) and depthwise_kernel.available())
+
+
+def _compiled_call(data: Any, weight: Any, bias: Any, out: Any, phases: Any,
+                   axes: list[_Axis]) -> Callable[[], Any]:
+    """The compiled kernel over the phases, writing ``out`` directly (bias included)."""
+    batch, channels = data.shape[:2]
+    grid = _flat_strides(axes)
+    cells = math.prod(axis.phase for axis in axes)
+    offsets = []
+    for taps in np.ndindex(*(axis.kernel for axis in axes)):
+        reach = [axis.dilate * k for axis, k in zip(axes, taps)]
+        phase = np.ravel_multi_index([r % axis.stride for r, axis in zip(reach, axes)],
+                                     [axis.stride for axis in axes])
+        within = sum(r // axis.stride * step for r, axis, step in zip(reach, axes, grid))
+        offsets.append(int(phase) * cells + within)
+    bias = np.zeros(channels, data.dtype) if bias is None else bias
+    return partial(depthwise_kernel.depthwise_rows, phases.reshape(batch * channels, -1),
+                   np.array(offsets, np.int64), weight.reshape(channels, -1), bias,
+                   out.reshape(batch * channels, *out.shape[2:]), grid[0],
+                   data.dtype.type("-inf"), data.dtype.type("inf"))
 
 
 def _fill_phases(xp: Any, data: Any, phases: Any, axes: list[_Axis]) -> list[Callable[[], Any]]:

@@ -21,6 +21,7 @@ from engine.device import CPU, Device, on_stream
 from engine.errors import EngineError, ExecutionError, ShapeError
 from engine.graph.infer import infer_dtypes, infer_shapes, specialize_sources
 from engine.graph.ir import Graph, Node
+from engine.ops import epilogue, parallel
 from engine.ops.registry import OpDef
 from engine.ops.shapes import is_known
 from engine.ops.workspace import Workspace
@@ -85,6 +86,7 @@ class Plan:
         self._input_buffers = list(self._inputs.items())
         arrays: dict[tuple[int, int], Any] = {}
         self.steps: list[Step] = []
+        spread = parallel.threads()
         for index, node in enumerate(graph.nodes):
             if node.is_variable:
                 arrays[(index, 0)] = self._variable(node)
@@ -97,8 +99,10 @@ class Plan:
                          for slot, (shape, dtype) in enumerate(zip(shapes[index], dtypes[index])))
             for slot, out in enumerate(outs):
                 arrays[(index, slot)] = out
-            self.steps.extend(Step(call, node)
-                              for call in self._bind(node, params, args, outs, self.workspace))
+            calls = self._bind(node, params, args, outs, self.workspace)
+            if xp is np:  # large copies and ufuncs cut over parallel.threads() (default 1)
+                calls = [parallel.split(call, spread) for call in calls]
+            self.steps.extend(Step(call, node) for call in calls)
         self._heads = [arrays[(entry.node, entry.index)] for entry in graph.heads]
 
     def _bind(self, node: Node, params: Any, args: list, outs: tuple,
@@ -290,8 +294,11 @@ def _bind_fused(params: Any, args: list, out: Any, xp: Any,
     """On the CPU a fused chain is its ops run one after another in place on ``out``."""
     head = params.head
     calls = _bind_op(head.op, head.attrs, args[:head.arity], out, xp, workspace)
+    steps = params.steps
+    if xp is np:  # a clamp the head's kernel applies as it writes (unary: no args to skip)
+        calls, steps = epilogue.absorb(calls, steps, out)
     offset = head.arity
-    for step in params.steps:
+    for step in steps:
         step_args = list(args[offset:offset + step.arity - 1])
         step_args.insert(step.position, out)
         calls += _bind_op(step.op, step.attrs, step_args, out, xp)

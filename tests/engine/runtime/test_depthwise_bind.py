@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from engine import sym
-from engine.ops import conv, depthwise_bind
+from engine.ops import conv, depthwise_bind, depthwise_kernel
 from tests.engine.runtime.helpers import load_pair, run_allocation
 
 RNG = np.random.default_rng(5)
@@ -52,20 +52,34 @@ def calls_reference_kernel(plan) -> bool:
     return any(getattr(step.call, "func", None) is conv._convolution for step in plan.steps)
 
 
+def calls_compiled_kernel(plan) -> bool:
+    return any(getattr(step.call, "func", None) is depthwise_kernel.depthwise_rows
+               for step in plan.steps)
+
+
 @pytest.mark.parametrize("geometry", GEOMETRIES, ids=str)
 @pytest.mark.parametrize("batch", [1, 3])
 @pytest.mark.parametrize("no_bias", [False, True])
-def test_bound_depthwise_matches_reference(geometry: tuple, batch: int, no_bias: bool) -> None:
+@pytest.mark.parametrize("compiled", [True, False], ids=["numba", "numpy"])
+def test_bound_depthwise_matches_reference(geometry: tuple, batch: int, no_bias: bool,
+                                           compiled: bool,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    if not compiled:
+        monkeypatch.setattr(depthwise_kernel, "available", lambda: False)
     spatial = {1: (13,), 2: (12, 11), 3: (7, 6, 5)}[len(geometry[0])]
     shape = (batch, CHANNELS, *spatial)
     optimized, reference = load_pair(depthwise_block(*geometry, no_bias), shape, RNG)
-    assert not calls_reference_kernel(optimized.plan_for({"data": np.zeros(shape, np.float32)}))
+    plan = optimized.plan_for({"data": np.zeros(shape, np.float32)})
+    assert not calls_reference_kernel(plan)
+    # The compiled kernel takes the 2-D ones (numba is a dependency); 1-D and 3-D stay NumPy.
+    assert calls_compiled_kernel(plan) == (compiled and len(geometry[0]) == 2)
     assert_same_runs(optimized, reference, shape)
 
 
 def test_channels_in_several_blocks_with_even_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
     # One channel of a 12x11 map, 3x3 stride 1 pad 1, needs (9 taps + 1 result) rows of
     # 11*13 + 11 = 154 floats, 6.2 KB: 6 KB takes one channel at a time, 14 KB two.
+    monkeypatch.setattr(depthwise_kernel, "available", lambda: False)  # blocks are NumPy's
     for budget in (6_000, 14_000):
         monkeypatch.setattr(depthwise_bind, "BLOCK_BYTES", budget)
         block = depthwise_block((3, 3), (1, 1), (1, 1), (1, 1), False)
@@ -91,3 +105,21 @@ def test_bound_depthwise_allocates_nothing_per_run() -> None:
     # 2*6*32*32*4 = 49 KB: a run building either afresh would show here. What a run may use is
     # numpy's bounded ufunc buffer for broadcasts (8192 elements) and small objects.
     assert peak < 48 * 1024, f"a run allocated up to {peak} bytes"
+
+
+def test_compiled_kernel_absorbs_the_clip_and_keeps_nan() -> None:
+    shape = (2, CHANNELS, 10, 9)
+    optimized, reference = load_pair(depthwise_block((3, 3), (2, 2), (1, 1), (1, 1), False),
+                                     shape, RNG)
+    plan = optimized.plan_for({"data": np.zeros(shape, np.float32)})
+    assert calls_compiled_kernel(plan)
+    # Both ReLU6 steps run inside the kernel: no clip call is left in the plan.
+    assert not any(getattr(step.call, "func", None) is np.clip for step in plan.steps)
+    assert not any("clip" in getattr(getattr(step.call, "func", None), "__name__", "")
+                   for step in plan.steps)
+    x = RNG.normal(scale=3, size=shape).astype(np.float32)
+    x[0, 1, 4, 4] = np.nan
+    got = optimized.infer({"data": x})["relu6_output"]
+    want = reference.infer({"data": x})["relu6_output"]
+    assert np.isnan(want).any()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)  # NaN where the reference has

@@ -1,0 +1,101 @@
+"""Epilogues: a clamp that follows a bound op, applied while the op's result is in cache.
+
+A fused elementwise chain on the CPU runs its steps one after another over the whole output
+(`engine.runtime.plan`): after a convolution, MobileNet v2's ReLU6 (``clip(0, 6)``) is one more
+pass over memory, after the bias add's. `absorb` drops the step where the head's last call can
+clamp instead: the compiled depthwise kernel clamps as it writes, and a GEMM convolution's
+in-place bias add becomes one compiled pass adding the bias and clamping (`bias_clamp`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from engine.ops import depthwise_kernel
+
+
+def clamp_bounds(step: Any) -> tuple[float, float] | None:
+    """(low, high) of a unary step that is a clamp of the running value, else None."""
+    if step.arity != 1 or step.position != 0:
+        return None
+    if step.op.name == "clip":
+        return float(step.attrs.a_min), float(step.attrs.a_max)
+    if step.op.name == "Activation" and step.attrs.act_type == "relu":
+        return 0.0, float("inf")
+    return None
+
+
+def absorb(calls: list[Callable[[], Any]], steps: Sequence[Any],
+           out: Any) -> tuple[list[Callable[[], Any]], Sequence[Any]]:
+    """``calls`` with the first of ``steps`` folded into the last call where it can be, and
+    the steps left to run; else both unchanged. Only a float output is clamped here."""
+    if not calls or not steps or out.dtype.kind != "f":
+        return calls, steps
+    bounds = clamp_bounds(steps[0])
+    last = calls[-1]
+    if bounds is None:
+        return calls, steps
+    low, high = (out.dtype.type(bound) for bound in bounds)
+    if getattr(last, "func", None) is depthwise_kernel.depthwise_rows:
+        clamped = partial(last.func, *last.args[:6], max(last.args[6], low),
+                          min(last.args[7], high))
+        return [*calls[:-1], clamped], steps[1:]
+    found = _bias_added(last, out)
+    if (found is None or out.dtype not in depthwise_kernel.COMPILED_DTYPES
+            or not depthwise_kernel.available()):
+        return calls, steps
+    target, bias = found
+    return [*calls[:-1], partial(bias_clamp, target, bias, low, high)], steps[1:]
+
+
+def _bias_added(call: Any, out: Any) -> tuple[Any, Any] | None:
+    """(target, bias) of an in-place ``np.add(out, bias, out)`` over a contiguous
+    channels-first output (conv_bind's per-channel bias), target viewed as (N, C, cells);
+    else None. Not a FullyConnected's: it would save ~1 µs per layer, and importing numba
+    and loading the kernel costs 0.5-1 s at a model's first run (the seed MLP's load time)."""
+    if not isinstance(call, partial) or call.func is not np.add or call.keywords:
+        return None
+    if len(call.args) != 3 or call.args[0] is not out or call.args[2] is not out:
+        return None
+    bias = call.args[1]
+    channels = out.shape[1] if out.ndim > 2 else 0
+    if (not isinstance(bias, np.ndarray) or bias.dtype != out.dtype
+            or not out.flags.c_contiguous
+            or bias.shape != (1, channels, *(1,) * (out.ndim - 2))):
+        return None
+    return out.reshape(out.shape[0], channels, -1), bias.reshape(channels, 1)
+
+
+_kernel: list[Any] = []
+
+
+def bias_clamp(target: Any, bias: Any, low: Any, high: Any) -> None:
+    """``target = clip(target + bias, low, high)`` in one compiled pass, for ``target``
+    (outer, middle, inner) and ``bias`` (middle, inner) broadcast over the outer axis (either
+    of bias's axes may be 1)."""
+    if not _kernel:
+        _kernel.append(depthwise_kernel.compile_kernel(_bias_clamp))
+    _kernel[0](target, bias, low, high)
+
+
+def _bias_clamp(target: Any, bias: Any, low: Any, high: Any) -> None:  # pragma: no cover
+    outer, middle, inner = target.shape
+    for first in range(outer):
+        for second in range(middle):
+            row = target[first, second]
+            shifts = bias[second if bias.shape[0] != 1 else 0]
+            if shifts.shape[0] != 1:  # one bias per cell (a dense row), else one per row
+                for cell in range(inner):
+                    value = row[cell] + shifts[cell]
+                    value = low if value < low else value  # not min/max: NaN stays NaN
+                    row[cell] = high if value > high else value
+            else:
+                shift = shifts[0]
+                for cell in range(inner):
+                    value = row[cell] + shift
+                    value = low if value < low else value
+                    row[cell] = high if value > high else value

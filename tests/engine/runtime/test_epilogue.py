@@ -1,0 +1,66 @@
+"""A clip or ReLU after a bound convolution runs inside its last pass (`engine.ops.epilogue`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine import sym
+from engine.ops import epilogue
+from tests.engine.runtime.helpers import load_pair
+
+RNG = np.random.default_rng(23)
+
+
+def funcs(plan) -> list:
+    return [getattr(step.call, "func", None) for step in plan.steps]
+
+
+@pytest.mark.parametrize(("kernel", "stride", "pad"), [((1, 1), (1, 1), (0, 0)),
+                                                       ((3, 3), (2, 2), (1, 1))], ids=str)
+@pytest.mark.parametrize("activation", ["clip", "relu"])
+def test_bias_and_clamp_in_one_pass(kernel: tuple, stride: tuple, pad: tuple,
+                                    activation: str) -> None:
+    data = sym.var("data")
+    net = sym.Convolution(data, kernel=kernel, stride=stride, pad=pad, num_filter=5,
+                          name="conv")
+    if activation == "clip":
+        net = sym.clip(net, a_min=-0.5, a_max=1.5, name="out")
+    else:
+        net = sym.Activation(net, act_type="relu", name="out")
+    shape = (2, 3, 9, 8)
+    optimized, reference = load_pair(net, shape, RNG)
+    x = RNG.normal(size=shape).astype(np.float32)
+    x[1, 2, 3, 3] = np.nan
+    plan = optimized.plan_for({"data": x})
+    assert epilogue.bias_clamp in funcs(plan)
+    assert np.add not in funcs(plan) and np.clip not in funcs(plan)
+    for _ in range(2):
+        want = reference.infer({"data": x})["out_output"]
+        assert np.isnan(want).any()
+        np.testing.assert_allclose(optimized.infer({"data": x})["out_output"], want,
+                                   rtol=1e-5, atol=1e-5)
+
+
+def test_a_clamp_after_another_step_is_left_alone() -> None:
+    data = sym.var("data")
+    conv = sym.Convolution(data, kernel=(1, 1), num_filter=4, name="conv")
+    net = sym.clip(sym.elemwise_add(conv, data), a_min=0, a_max=6, name="out")
+    shape = (1, 4, 6, 6)
+    optimized, reference = load_pair(net, shape, RNG)
+    x = RNG.normal(size=shape).astype(np.float32)
+    assert epilogue.bias_clamp not in funcs(optimized.plan_for({"data": x}))
+    np.testing.assert_allclose(optimized.infer({"data": x})["out_output"],
+                               reference.infer({"data": x})["out_output"], rtol=1e-5, atol=1e-5)
+
+
+def test_dense_layers_keep_the_numpy_passes() -> None:
+    # The seed MLP's first run must not wait for numba (see `_bias_added`).
+    data = sym.var("data")
+    net = sym.Activation(sym.FullyConnected(data, num_hidden=7, name="dense"),
+                         act_type="relu", name="out")
+    optimized, reference = load_pair(net, (3, 6), RNG)
+    x = RNG.normal(size=(3, 6)).astype(np.float32)
+    assert epilogue.bias_clamp not in funcs(optimized.plan_for({"data": x}))
+    np.testing.assert_allclose(optimized.infer({"data": x})["out_output"],
+                               reference.infer({"data": x})["out_output"], rtol=1e-5, atol=1e-5)
