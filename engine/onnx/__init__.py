@@ -14,6 +14,7 @@ from engine.onnx import (  # noqa: F401
     convert_extra,
     convert_linalg,
     convert_math,
+    convert_mod,
     convert_nn,
     convert_rnn,
     convert_tensor,

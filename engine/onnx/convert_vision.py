@@ -7,6 +7,7 @@ import numpy as np
 from engine.onnx.context import NodeContext, converts
 from engine.onnx.convert_nn import batch_norm, convolution, pooling
 from engine.onnx.convert_tensor import INT_MAX
+from engine.ops.adaptive import averaging_matrix
 
 
 @converts("Convolution_v1")
@@ -32,13 +33,17 @@ def batch_norm_relu(ctx: NodeContext) -> str:
 
 @converts("_contrib_AdaptiveAvgPooling2D")
 def adaptive_avg_pooling(ctx: NodeContext) -> str:
-    height, width = ctx.in_shapes[0][2:]
+    # Both paths bake the input's height and width in, so they must not follow the batch.
+    height, width = ctx.static_dim(0, 2), ctx.static_dim(0, 3)
     out_height, out_width = ctx.out_shapes[0][2:]
-    if height % out_height or width % out_width:
-        raise ctx.fail(f"output size ({out_height}, {out_width}) does not divide the input "
-                       f"({height}, {width}); MXNet's uneven windows have no ONNX pooling")
-    kernel = [height // out_height, width // out_width]
-    return ctx.op("AveragePool", [ctx.inputs[0]], kernel_shape=kernel, strides=kernel)
+    if height % out_height == 0 and width % out_width == 0:
+        kernel = [height // out_height, width // out_width]
+        return ctx.op("AveragePool", [ctx.inputs[0]], kernel_shape=kernel, strides=kernel)
+    # Uneven, overlapping bins: rows @ data @ cols.T, the engine kernel's own formulation.
+    dtype = ctx.in_dtypes[0]
+    rows = ctx.builder.const(averaging_matrix(height, out_height, dtype), f"{ctx.hint}_rows")
+    cols = ctx.builder.const(averaging_matrix(width, out_width, dtype).T, f"{ctx.hint}_cols")
+    return ctx.op("MatMul", [ctx.op("MatMul", [rows, ctx.inputs[0]]), cols])
 
 
 @converts("_contrib_ROIAlign")

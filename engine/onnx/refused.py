@@ -6,7 +6,6 @@ would differ from MXNet's. docs/onnx.md lists the same table.
 
 from __future__ import annotations
 
-_MOD = ("MXNet's float mod takes the divisor's sign, ONNX's float Mod the dividend's")
 _NO_FACTORISATION = "ONNX has no matrix inverse, factorisation or triangular-solve op"
 _SIGN = "copysign copies the sign bit of a NaN, which no ONNX op can read"
 _ATAN2 = ("ONNX has no Atan2; a composed Atan form loses MXNet's quadrant and signed-zero "
@@ -16,8 +15,6 @@ _PRECISION = ("ONNX has no such op, and a composed form would lose MXNet's preci
               "(overflow in hypot, cancellation near 0 in log1p and expm1)")
 
 REFUSED: dict[str, str] = {
-    **dict.fromkeys(("_mod", "broadcast_mod", "_mod_scalar", "_rmod_scalar",
-                     "_npi_mod_scalar", "_npi_rmod_scalar"), _MOD),
     **dict.fromkeys(("_hypot", "_hypot_scalar", "broadcast_hypot", "_npi_hypot_scalar", "log1p",
                      "expm1"), _PRECISION),
     **dict.fromkeys(("cbrt", "rcbrt"), _CBRT),

@@ -50,12 +50,11 @@ def test_unsupported_opset_is_refused(tmp_path) -> None:
 
 
 def test_an_op_without_mapping_names_the_node_and_op(tmp_path) -> None:
-    # MXNet's mod takes the divisor's sign for floats; ONNX's float Mod takes the dividend's.
-    symbol = one_op_symbol("broadcast_mod", {}, ["x", "y"], name="remainder")
-    with pytest.raises(OnnxExportError, match=r"node 'remainder' \(broadcast_mod\): the op has "
-                                              "no ONNX mapping: MXNet's float mod takes the "
-                                              "divisor's sign"):
-        export((symbol, None), tmp_path / "m.onnx", input_shapes={"x": (2, 3), "y": (2, 3)})
+    # ONNX has no cube root, and Pow(x, 1/3) is NaN for negative x.
+    symbol = one_op_symbol("cbrt", {}, ["x"], name="root")
+    with pytest.raises(OnnxExportError, match=r"node 'root' \(cbrt\): the op has no ONNX "
+                                              "mapping: ONNX has no cube root"):
+        export((symbol, None), tmp_path / "m.onnx", input_shapes={"x": (2, 3)})
     assert not (tmp_path / "m.onnx").exists()
 
 
@@ -125,6 +124,19 @@ def test_a_size_baked_in_from_the_batch_axis_is_refused(tmp_path) -> None:
                   dynamic_batch=False)
     x = np.random.default_rng(1).normal(size=(4, 3)).astype(np.float32)
     np.testing.assert_array_equal(run(path, {"x": x})[0], np.sort(x, axis=0))
+
+
+def test_adaptive_pooling_over_a_height_that_follows_the_batch_is_refused(tmp_path) -> None:
+    # The batch folded into the height: the averaging matrices would be built for one batch size.
+    symbol = one_op_symbol("Reshape", {"shape": "(1, 3, -1, 5)"}, ["x"], name="fold")
+    symbol["nodes"].append({"op": "_contrib_AdaptiveAvgPooling2D", "name": "pool",
+                            "attrs": {"output_size": "(3, 2)"}, "inputs": [[1, 0, 0]]})
+    symbol["node_row_ptr"].append(3)
+    symbol["heads"] = [[2, 0, 0]]
+    with pytest.raises(OnnxExportError, match=r"node 'pool' \(_contrib_AdaptiveAvgPooling2D\): "
+                                              "needs the size of axis 2 of input 0 at export"):
+        export((symbol, None), tmp_path / "m.onnx", input_shapes={"x": (2, 3, 4, 5)})
+    assert not (tmp_path / "m.onnx").exists()
 
 
 def test_every_registered_op_is_mapped_refused_or_folded() -> None:

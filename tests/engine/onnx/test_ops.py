@@ -29,9 +29,6 @@ NO_BATCH_AXIS = {"reshape_plain", "reshape_minus1_then_minus2", "slicechannel_ax
                  "npi_einsum_trace"}
 # Cases refused for an attribute value of an otherwise mapped op: the message expected.
 REFUSED_CASES = {
-    "adaptive_avg_square": r"output size \(3, 3\) does not divide the input \(7, 10\)",
-    "adaptive_avg_uneven": r"output size \(4, 6\) does not divide the input \(7, 10\)",
-    "adaptive_avg_upsample": r"output size \(5, 4\) does not divide the input \(3, 2\)",
     "roi_align_position_sensitive": "position_sensitive=True has no ONNX RoiAlign equivalent",
 }
 # Ops whose ONNX form needs a later opset than the default.
