@@ -47,4 +47,6 @@ from engine.ops import (  # noqa: F401  (imported for their registrations)
 )
 from engine.ops.registry import REQUIRED, Attrs, OpDef, Param, all_ops, get_op, has_op, register
 
+aliases.register_aliases()  # after every module above: aliases resolve to their records
+
 __all__ = ["REQUIRED", "Attrs", "OpDef", "Param", "all_ops", "get_op", "has_op", "register"]

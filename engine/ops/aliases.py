@@ -15,46 +15,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from engine.ops import (  # noqa: F401  (every op module: targets are registered first)
-    activation,
-    adaptive,
-    attention,
-    batchnorm_variants,
-    boxes,
-    conv,
-    correlation,
-    creation,
-    crop,
-    dense,
-    elementwise,
-    fused,
-    gather,
-    image,
-    indexing,
-    join,
-    legacy_v1,
-    linalg,
-    mathextra,
-    multibox,
-    nms,
-    norm,
-    npextra,
-    npmode,
-    pool,
-    products,
-    ranges,
-    reduce,
-    reshape,
-    rnn,
-    roi,
-    sequence,
-    slicing,
-    spatial,
-    splits,
-    tile,
-    transpose,
-    utilities,
-)
 from engine.ops.registry import has_op, register_alias
 
 ALIASES_FILE = Path(__file__).with_name("mxnet_aliases.json")
@@ -69,8 +29,10 @@ def load_aliases(path: Path = ALIASES_FILE) -> dict[str, str]:
     return {**ENGINE_SPELLINGS, **json.loads(path.read_text())["aliases"]}
 
 
-for _alias, _target in load_aliases().items():
-    if not has_op(_target):
-        raise ImportError(f"mxnet_aliases.json: {_alias!r} names {_target!r}, which no op module "
-                          "registers; import that module in engine/ops/aliases.py")
-    register_alias(_alias, _target)
+def register_aliases() -> None:
+    """Register every alias; `engine.ops` calls it once all op modules have registered."""
+    for alias, target in load_aliases().items():
+        if not has_op(target):
+            raise ImportError(f"mxnet_aliases.json: {alias!r} names {target!r}, which no op "
+                              "module registers; import that module in engine/ops/__init__.py")
+        register_alias(alias, target)

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from engine.ops.attrs import parse_bool, parse_float, parse_int, parse_str
-from engine.ops.norm import BATCH_NORM
+from engine.ops.attrs import parse_int, parse_str
+from engine.ops.norm import BATCH_NORM, BATCH_NORM_STATISTICS
 from engine.ops.registry import Attrs, Param, register
 
 
@@ -39,11 +39,7 @@ register(replace(
     name="_contrib_SyncBatchNorm",
     aliases=(),
     params=(
-        Param("eps", parse_float, 1e-3),
-        Param("momentum", parse_float, 0.9),
-        Param("fix_gamma", parse_bool, True),
-        Param("use_global_stats", parse_bool, False),
-        Param("output_mean_var", parse_bool, False),
+        *BATCH_NORM_STATISTICS,
         Param("ndev", parse_int, 1),
         Param("key", parse_str),
     ),

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from engine.ops.attrs import parse_bool, parse_float
 from engine.ops.batchnorm_variants import on_channel_axis
 from engine.ops.conv import CONVOLUTION
-from engine.ops.norm import BATCH_NORM
+from engine.ops.norm import BATCH_NORM, BATCH_NORM_STATISTICS
 from engine.ops.pool import POOLING
-from engine.ops.registry import Param, register
+from engine.ops.registry import register
 
 register(replace(CONVOLUTION, name="Convolution_v1", aliases=(),
                  doc="Pre-1.0 Convolution: " + CONVOLUTION.doc))
@@ -27,13 +26,7 @@ register(replace(
     BATCH_NORM,
     name="BatchNorm_v1",
     aliases=(),
-    params=(
-        Param("eps", parse_float, 1e-3),
-        Param("momentum", parse_float, 0.9),
-        Param("fix_gamma", parse_bool, True),
-        Param("use_global_stats", parse_bool, False),
-        Param("output_mean_var", parse_bool, False),
-    ),
+    params=BATCH_NORM_STATISTICS,
     outputs=on_channel_axis(BATCH_NORM.outputs),
     hidden_outputs=on_channel_axis(BATCH_NORM.hidden_outputs),
     infer_shape=on_channel_axis(BATCH_NORM.infer_shape),

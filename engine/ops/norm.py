@@ -94,15 +94,20 @@ def _bn_kernel(xp: Any, attrs: Attrs, data: Any, gamma: Any, beta: Any, moving_m
     return output
 
 
+# What BatchNorm shares with its legacy and synchronised variants (batchnorm_variants, legacy_v1).
+BATCH_NORM_STATISTICS = (
+    Param("eps", parse_float, 1e-3),
+    Param("momentum", parse_float, 0.9),
+    Param("fix_gamma", parse_bool, True),
+    Param("use_global_stats", parse_bool, False),
+    Param("output_mean_var", parse_bool, False),
+)
+
 BATCH_NORM = register(OpDef(
     name="BatchNorm",
     aliases=("_npx_batch_norm",),
     params=(
-        Param("eps", parse_float, 1e-3),
-        Param("momentum", parse_float, 0.9),
-        Param("fix_gamma", parse_bool, True),
-        Param("use_global_stats", parse_bool, False),
-        Param("output_mean_var", parse_bool, False),
+        *BATCH_NORM_STATISTICS,
         Param("axis", parse_int, 1),
         Param("cudnn_off", parse_bool, False),
         Param("min_calib_range", optional(parse_float), None),
