@@ -129,10 +129,12 @@ def example_shapes(model: Model, given: Mapping[str, Sequence[int]] | None) -> d
             continue
         shape = spec.shape
         if shape is None or any(dim < 0 for dim in shape[1:]):
+            example = (1, *(dim if dim > 0 else 224 for dim in shape[1:])) if shape else (1, 224)
             raise OnnxExportError(
-                f"input {spec.name!r} has shape {shape} in the files; give its full shape, "
-                f"for example input_shapes={{{spec.name!r}: (1, 3, 224, 224)}} "
-                "(--input-shape on the command line)")
+                f"input {spec.name!r} has shape {shape} in the files (-1: not fixed by the "
+                f"graph); give its full shape, for example input_shapes={{{spec.name!r}: "
+                f"{example}}} (--input-shape {spec.name}={','.join(map(str, example))} on the "
+                "command line)")
         shapes[spec.name] = (max(shape[0], 1), *shape[1:]) if shape else ()
     return shapes
 
