@@ -9,7 +9,7 @@ first, and keeps the first that the whole graph accepts with one row in, one row
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from engine.errors import EngineError
@@ -49,3 +49,20 @@ def find_sample_shapes(model: Any, inputs: Sequence[TensorConfig]
 def _shapes_at(inputs: Sequence[TensorConfig], size: int) -> dict[str, tuple[int, ...]]:
     return {tensor.name: (1, *(dim if dim > 0 else size for dim in tensor.shape[1:]))
             for tensor in inputs}
+
+
+def takes_batches(model: Any, sample: Mapping[str, tuple[int, ...]]) -> bool:
+    """Whether the graph takes two rows where `sample` has one, with two rows out.
+
+    GluonCV's Faster R-CNN bakes its batch size into reshapes: it accepts one row and nothing
+    else, so the batcher must never combine its requests.
+    """
+    check = getattr(model, "output_shapes", None)
+    if check is None:
+        return True
+    try:
+        outputs = check({name: (2, *shape[1:]) for name, shape in sample.items()})
+    except EngineError:
+        return False
+    return all(shape is None or (len(shape) > 0 and shape[0] in (0, 2))
+               for shape in outputs.values())

@@ -21,7 +21,7 @@ from engine.serving.config import ModelConfig, TensorConfig, datatype_of
 from engine.serving.errors import InvalidModel, ServingError
 from engine.serving.labels import read_labels
 from engine.serving.manifest import PARAMS_NAME, SYMBOL_NAME
-from engine.serving.probe import find_sample_shapes
+from engine.serving.probe import find_sample_shapes, takes_batches
 
 
 class Spec(Protocol):
@@ -162,6 +162,7 @@ def load_and_validate(version_dir: Path, config: ModelConfig, *, loader: Loader,
     inputs = complete_inputs(config.inputs, model, where)
     graph_inputs = as_graph(inputs)
     sample = find_sample_shapes(model, graph_inputs)
+    config = _limit_batch(config, model, sample, where)
     memory, memory_skipped = _memory_check(model, graph_inputs, config.max_batch_size,
                                            memory_cap_bytes, where, sample)
     outputs = None if sample is None else synthetic_run(model, graph_inputs, sample, where)
@@ -174,6 +175,22 @@ def load_and_validate(version_dir: Path, config: ModelConfig, *, loader: Loader,
     if labels:
         _LABELS[model] = labels
     return Validated(model, full)
+
+
+def _limit_batch(config: ModelConfig, model: ServableModel,
+                 sample: Mapping[str, tuple[int, ...]] | None, where: str) -> ModelConfig:
+    """`config` with ``max_batch_size`` 1 for a graph that takes one row only; a config that
+    asks for more is refused (batching its requests would fail them all)."""
+    if sample is None or takes_batches(model, sample):
+        return config
+    given = "max_batch_size" in config.model_fields_set and config.max_batch_size > 1
+    if given or config.dynamic_batching.preferred_batch_sizes not in ((), (1,)):
+        raise InvalidModel(f"{where}: the graph takes one row per request only (it refuses 2 "
+                           f"rows of {dict(sample)}; e.g. GluonCV's Faster R-CNN fixes its "
+                           f"batch), so config.json must not ask for max_batch_size "
+                           f"{config.max_batch_size} or preferred_batch_sizes "
+                           f"{list(config.dynamic_batching.preferred_batch_sizes)}")
+    return config.model_copy(update={"max_batch_size": 1})
 
 
 def as_graph(tensors: Sequence[TensorConfig]) -> tuple[TensorConfig, ...]:

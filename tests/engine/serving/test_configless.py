@@ -192,3 +192,17 @@ def test_config_may_choose_another_rank_the_graph_accepts() -> None:
     with pytest.raises(InvalidModel, match=r"inputs\.0\.shape \[-1, 1, 28\] has 3 dimensions; "
                                            r"the graph gives input 'data' 4: .*Convolution"):
         _validate("lenet", ModelConfig(inputs=conv))
+
+
+def test_a_graph_that_fixes_its_batch_is_served_one_row_at_a_time() -> None:
+    validated = _validate("gluoncv_faster_rcnn_tiny")
+    assert validated.config.max_batch_size == 1
+    for name in model_names():  # every other fixture keeps the default and batches
+        assert _validate(name).config.max_batch_size == 32, name
+
+
+def test_a_config_asking_a_fixed_batch_graph_for_batches_is_refused() -> None:
+    with pytest.raises(InvalidModel, match="takes one row per request only .* max_batch_size 4"):
+        _validate("gluoncv_faster_rcnn_tiny", ModelConfig(max_batch_size=4))
+    assert _validate("gluoncv_faster_rcnn_tiny",
+                     ModelConfig(max_batch_size=1)).config.max_batch_size == 1
