@@ -16,6 +16,7 @@ from engine.onnx import (  # noqa: F401
     convert_math,
     convert_mod,
     convert_nn,
+    convert_proposal,
     convert_rnn,
     convert_tensor,
     convert_vision,

@@ -27,7 +27,4 @@ REFUSED: dict[str, str] = {
     **dict.fromkeys(("_npi_lcm", "_npi_lcm_scalar"),
                     "ONNX has no integer gcd; not mapped (it would need a Euclid Loop)"),
     "_fused_elementwise": "made by this engine's fusion pass, which export does not run",
-    **dict.fromkeys(("_contrib_Proposal", "_contrib_MultiProposal"),
-                    "not mapped yet: MXNet's RPN (anchors, size filter, top-k and greedy NMS per "
-                    "image) would need box_nms's suppression Loop per batch row"),
 }
