@@ -15,12 +15,12 @@ import numpy as np
 
 from engine.onnx.context import NodeContext, converts
 from engine.onnx.convert_boxes import _greedy, _part
-from engine.ops.proposal import _shifted_anchors
+from engine.ops.proposal import shifted_anchors
 
 
 def _decode(ctx: NodeContext, deltas: str, height: int, width: int) -> str:
     """``(N, H, W, A, 4)`` anchors moved by their deltas (unclipped)."""
-    boxes = _shifted_anchors(ctx.params, height, width)
+    boxes = shifted_anchors(ctx.params, height, width)
     if ctx.params.iou_loss:  # deltas move the corners directly
         return ctx.op("Add", [deltas, ctx.builder.const(boxes, f"{ctx.hint}_anchors")])
     size = boxes[..., 2:4] - boxes[..., 0:2] + np.float32(1)

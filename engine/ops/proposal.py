@@ -38,7 +38,7 @@ def anchors(attrs: Attrs) -> np.ndarray:
     return np.array(rows, np.float32)
 
 
-def _shifted_anchors(attrs: Attrs, height: int, width: int) -> np.ndarray:
+def shifted_anchors(attrs: Attrs, height: int, width: int) -> np.ndarray:
     """``(H, W, A, 4)`` anchors of every cell."""
     stride = attrs.feature_stride
     shift_x = np.arange(width, dtype=np.float32) * stride
@@ -67,7 +67,7 @@ def _scored_boxes(attrs: Attrs, scores: np.ndarray, deltas: np.ndarray,
                   info: np.ndarray) -> np.ndarray:
     """``(H*W*A, 5)`` rows ``(x1, y1, x2, y2, score)`` of one image, cell-major as MXNet."""
     count, height, width = scores.shape[0] // 2, scores.shape[1], scores.shape[2]
-    boxes = _shifted_anchors(attrs, height, width)
+    boxes = shifted_anchors(attrs, height, width)
     moved = _decode(attrs, boxes, deltas.reshape(count, 4, height, width).transpose(2, 3, 0, 1),
                     info)
     score = scores[count:].transpose(1, 2, 0).copy()
