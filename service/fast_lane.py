@@ -26,7 +26,13 @@ from service.errors import (
     error_reply,
     error_response,
 )
-from service.limits import BodyDeadlines, BodyReader, compressed_reply, too_large
+from service.limits import (
+    BodyDeadlines,
+    BodyReader,
+    compressed_reply,
+    declared_over,
+    too_large,
+)
 from service.responses import dumps
 from service.routers.health import NOT_READY
 from service.runtime import Runtime
@@ -134,8 +140,7 @@ class FastLane:
     async def _body(self, headers: dict[bytes, bytes], receive: Receive) -> bytes:
         """The request body, inflated when compressed; 413 as soon as it is known to exceed
         the limit, 408 when it takes longer than ``body_timeout`` to arrive."""
-        length = headers.get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+        if declared_over(headers, self.max_bytes):
             raise PayloadTooLarge(too_large(self.max_bytes, "max_request_bytes"))
         deadline = self.deadlines.deadline()
         message = await self.deadlines.receive(receive, deadline)

@@ -31,12 +31,10 @@ def too_slow(seconds: float) -> str:
             "faster or in full")
 
 
-def declared_over(scope: Scope, limit: int) -> bool:
+def declared_over(headers: dict[bytes, bytes], limit: int) -> bool:
     """Whether the request's Content-Length header already says its body exceeds `limit`."""
-    for key, value in scope["headers"]:
-        if key == b"content-length":
-            return value.isdigit() and int(value) > limit
-    return False
+    length = headers.get(b"content-length")
+    return length is not None and length.isdigit() and int(length) > limit
 
 
 class BodyDeadlines:
@@ -148,7 +146,7 @@ class BodyLimit:
         limit, setting = self.limit_for(scope)
         headers = dict(scope["headers"])
         try:
-            if declared_over(scope, limit):
+            if declared_over(headers, limit):
                 raise PayloadTooLarge(too_large(limit, setting))
             reader = BodyReader(limit, setting, headers.get(b"content-encoding"))
         except ServiceError as error:
@@ -220,17 +218,16 @@ async def _answer(send: Send, error: ServiceError) -> None:
 async def _compressed(send: Send, start: Message, body: Message, coding: str) -> None:
     """Send a response start and its first body message, compressed when that is the whole
     body, at least `MIN_COMPRESS_BYTES` long and not already encoded."""
-    content = body.get("body", b"")
     headers = list(start.get("headers", ()))
-    if (body.get("more_body", False) or len(content) < content_coding.MIN_COMPRESS_BYTES
-            or any(key == b"content-encoding" for key, _ in headers)):
+    content, coding_headers = body.get("body", b""), []
+    if not body.get("more_body", False) and all(key != b"content-encoding" for key, _ in headers):
+        content, coding_headers = compressed_reply(content, coding)
+    if not coding_headers:
         await send(start)
         await send(body)
         return
-    content = content_coding.compress(content, coding)
     headers = [(key, value) for key, value in headers if key != b"content-length"]
-    headers += [(b"content-encoding", coding.encode()), (b"vary", b"Accept-Encoding"),
-                (b"content-length", str(len(content)).encode())]
+    headers += [*coding_headers, (b"content-length", str(len(content)).encode())]
     await send({**start, "headers": headers})
     await send({**body, "body": content})
 
