@@ -12,9 +12,10 @@ import numpy as np
 import orjson
 import pytest
 
-from engine.serving.config import DATATYPES, datatype_of
+from engine.serving.config import datatype_of
 from tests.conformance.fixtures import assert_close, model_io_sets, model_names
 from tests.e2e.server import TOKEN, Server, running_server
+from tests.e2e.test_server import check_binary
 from tests.service.helpers import files_for
 
 pytestmark = pytest.mark.e2e
@@ -101,27 +102,9 @@ def test_model_without_config_is_served_four_ways(server: Server, client: httpx.
             for tensor, reference in zip(body.json()["outputs"], expected):
                 assert_close(np.array(tensor["data"]).reshape(tensor["shape"]), reference,
                              TOLERANCE, f"{name} v2 json")
-            _check_binary(client, url, inputs, expected, name)
+            check_binary(client, url, inputs, expected, name)
             _check_tritonclient(tclient, name, inputs, expected, output_names)
 
-
-def _check_binary(client: httpx.Client, url: str, inputs: dict[str, np.ndarray],
-                  expected: list[np.ndarray], name: str) -> None:
-    header = orjson.dumps({"inputs": [
-        {"name": key, "datatype": datatype_of(array.dtype), "shape": list(array.shape),
-         "parameters": {"binary_data_size": array.nbytes}} for key, array in inputs.items()],
-        "parameters": {"binary_data_output": True}})
-    body = header + b"".join(np.ascontiguousarray(array).tobytes() for array in inputs.values())
-    response = client.post(url, content=body,
-                           headers={"Inference-Header-Content-Length": str(len(header))})
-    assert response.status_code == 200, response.text
-    offset = length = int(response.headers["Inference-Header-Content-Length"])
-    for tensor, reference in zip(orjson.loads(response.content[:length])["outputs"], expected):
-        size = tensor["parameters"]["binary_data_size"]
-        values = np.frombuffer(response.content[offset:offset + size],
-                               DATATYPES[tensor["datatype"]])
-        assert_close(values.reshape(tensor["shape"]), reference, TOLERANCE, f"{name} binary")
-        offset += size
 
 
 def _check_tritonclient(tclient: object, name: str, inputs: dict[str, np.ndarray],

@@ -11,7 +11,7 @@ import numpy as np
 import orjson
 import pytest
 
-from engine.serving.config import datatype_of
+from engine.serving.config import DATATYPES, datatype_of
 from tests.conformance.fixtures import assert_close, model_io_sets, model_meta, model_names
 from tests.e2e.server import TOKEN, Server, running_server
 from tests.service.helpers import config_for, files_for
@@ -80,7 +80,7 @@ def test_conformance_model_served_four_ways(server: Server, client: httpx.Client
                 assert_close(np.array(tensor["data"]).reshape(tensor["shape"]), reference,
                              TOLERANCE, f"{name} v2 json")
 
-            _check_binary(client, url, inputs, expected, name)
+            check_binary(client, url, inputs, expected, name)
             for binary in (False, True):
                 triton_inputs = []
                 for key, array in inputs.items():
@@ -96,8 +96,10 @@ def test_conformance_model_served_four_ways(server: Server, client: httpx.Client
                                  f"{name} tritonclient binary={binary}")
 
 
-def _check_binary(client: httpx.Client, url: str, inputs: dict[str, np.ndarray],
-                  expected: list[np.ndarray], name: str) -> None:
+def check_binary(client: httpx.Client, url: str, inputs: dict[str, np.ndarray],
+                 expected: list[np.ndarray], name: str) -> None:
+    """Inputs and outputs as the binary-tensor extension carries them; outputs read by the
+    datatype the response declares."""
     header = orjson.dumps({"inputs": [
         {"name": key, "datatype": datatype_of(array.dtype), "shape": list(array.shape),
          "parameters": {"binary_data_size": array.nbytes}} for key, array in inputs.items()],
@@ -106,11 +108,11 @@ def _check_binary(client: httpx.Client, url: str, inputs: dict[str, np.ndarray],
     response = client.post(url, content=body,
                            headers={"Inference-Header-Content-Length": str(len(header))})
     assert response.status_code == 200, response.text
-    length = int(response.headers["Inference-Header-Content-Length"])
-    offset = length
+    offset = length = int(response.headers["Inference-Header-Content-Length"])
     for tensor, reference in zip(orjson.loads(response.content[:length])["outputs"], expected):
         size = tensor["parameters"]["binary_data_size"]
-        values = np.frombuffer(response.content[offset:offset + size], reference.dtype)
+        values = np.frombuffer(response.content[offset:offset + size],
+                               DATATYPES[tensor["datatype"]])
         assert_close(values.reshape(tensor["shape"]), reference, TOLERANCE, f"{name} binary")
         offset += size
 
