@@ -247,7 +247,8 @@ def start_process(args: list[str], work: Path, name: str) -> subprocess.Popen[by
     log = (work / f"{name}.log").open("wb")
     # Both servers get one BLAS thread per call (hybridserve sets it itself, the minimal app
     # here), so the comparison is of serving, not of BLAS oversubscription on 2 cores.
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OPENBLAS_NUM_THREADS": "1",
+    path = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
+    env = {**os.environ, "PYTHONPATH": path, "OPENBLAS_NUM_THREADS": "1",
            "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     return subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
 

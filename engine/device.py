@@ -103,8 +103,12 @@ class Device:
 
     @property
     def xp(self) -> Any:
-        """The array module: numpy or cupy."""
-        return _cupy() if self.is_gpu else np
+        """The array module: numpy, or cupy with capturable matrix products."""
+        if not self.is_gpu:
+            return np
+        from engine.cuda.array_module import capturable  # engine.cuda imports this module
+
+        return capturable(_cupy())
 
     def activate(self) -> contextlib.AbstractContextManager[Any]:
         """A ``with`` block in which this GPU is CuPy's current device (no-op on the CPU)."""

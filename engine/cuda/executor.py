@@ -18,9 +18,13 @@ WARMUP_RUNS = 2
 class GpuExecutor:
     """Moves a plan's inputs in and outputs out through pinned host buffers on the plan's stream.
 
-    The plan's steps run eagerly for the first `WARMUP_RUNS` runs, then (when the device allows
-    CUDA graphs and ``capture_blocker`` names no op that synchronises with the host) are
-    captured once and replayed as one graph launch per run.
+    The copies and the plan's steps run eagerly for the first `WARMUP_RUNS` runs, then (when the
+    device allows CUDA graphs and ``capture_blocker`` names no op that cannot run inside
+    capture) are captured once and replayed as one graph launch per run: the copies from and to
+    the pinned buffers are nodes of the graph too, so a warm run is one host copy into the
+    pinned inputs, one launch and one synchronisation. The copies go through
+    ``cudaMemcpyAsync`` itself, since CuPy's ``set``/``get`` refuse to run while a stream
+    captures.
     """
 
     def __init__(self, device: Device, inputs: Mapping[str, Any], heads: list[Any],
@@ -44,17 +48,9 @@ class GpuExecutor:
     def run(self, feed: Mapping[str, np.ndarray], copy_outputs: bool) -> list[np.ndarray]:
         """Upload ``feed``, compute, download the outputs; returns host arrays."""
         with self.device.activate(), self.stream:
-            for name, buffer in self._inputs.items():
-                staged = self._staged_inputs[name]
+            for name, staged in self._staged_inputs.items():
                 np.copyto(staged, feed[name], casting="same_kind")
-                if buffer.size:
-                    buffer.set(staged, stream=self.stream)
             self._compute()
-            for head, host in zip(self._heads, self._staged_outputs):
-                if head.size:
-                    source = head if head.flags.c_contiguous else self._cupy.ascontiguousarray(
-                        head)
-                    source.get(stream=self.stream, out=host)
             self.stream.synchronize()
         outputs = self._staged_outputs
         return [output.copy() for output in outputs] if copy_outputs else list(outputs)
@@ -63,13 +59,27 @@ class GpuExecutor:
         if self.graph is not None:
             self.graph.replay()
             return
-        self._run_steps()
+        self._copies_and_steps()
         self.eager_runs += 1
         if self.graph_error is None and self.eager_runs >= WARMUP_RUNS:
             try:
-                self.graph = capture(self._run_steps, self.stream, self._cupy)
+                self.graph = capture(self._copies_and_steps, self.stream, self._cupy)
             except Exception as error:  # a step cannot be captured: stay eager, say why
                 self.graph_error = f"{type(error).__name__}: {error}"
+
+    def _copies_and_steps(self) -> None:
+        """Pinned inputs to the device, the plan's steps, the outputs to pinned memory."""
+        runtime = self._cupy.cuda.runtime
+        for name, buffer in self._inputs.items():
+            if buffer.size:
+                runtime.memcpyAsync(buffer.data.ptr, self._staged_inputs[name].ctypes.data,
+                                    buffer.nbytes, runtime.memcpyHostToDevice, self.stream.ptr)
+        self._run_steps()
+        for head, host in zip(self._heads, self._staged_outputs):
+            if head.size:
+                source = head if head.flags.c_contiguous else self._cupy.ascontiguousarray(head)
+                runtime.memcpyAsync(host.ctypes.data, source.data.ptr, host.nbytes,
+                                    runtime.memcpyDeviceToHost, self.stream.ptr)
 
     def stats(self) -> dict[str, Any]:
         """Whether the plan replays as a CUDA graph, and why not when it does not."""

@@ -42,9 +42,19 @@ def _infer(attrs: Attrs, shapes: list[MaybeShape]) -> Inferred:
     return [data, data], [(data[0], (2 * radius + 1) ** 2, out_h, out_w)]
 
 
+def _padded(xp: Any, data: Any, pad: int) -> Any:
+    """``data`` zero-padded on both spatial axes (CuPy's ``pad`` copies from the host, which a
+    CUDA graph capture refuses)."""
+    if not pad:
+        return data
+    batch, channels, height, width = data.shape
+    padded = xp.zeros((batch, channels, height + 2 * pad, width + 2 * pad), data.dtype)
+    padded[:, :, pad:pad + height, pad:pad + width] = data
+    return padded
+
+
 def _kernel(xp: Any, attrs: Attrs, data1: Any, data2: Any) -> Any:
-    pad = ((0, 0), (0, 0), (attrs.pad_size,) * 2, (attrs.pad_size,) * 2)
-    first, second = xp.pad(data1, pad), xp.pad(data2, pad)
+    first, second = _padded(xp, data1, attrs.pad_size), _padded(xp, data2, attrs.pad_size)
     radius, out_h, out_w = _geometry(attrs, data1.shape[2], data1.shape[3])
 
     def window(padded: Any, row: int, col: int) -> Any:
@@ -53,7 +63,10 @@ def _kernel(xp: Any, attrs: Attrs, data1: Any, data2: Any) -> Any:
                       col:col + (out_w - 1) * attrs.stride1 + 1:attrs.stride1]
 
     size, start, step = attrs.kernel_size, attrs.max_displacement, attrs.stride2
-    channels = []
+    # Written channel by channel: CuPy's stack of this many arrays uploads a pointer table from
+    # the host, which a CUDA graph capture refuses.
+    result = xp.empty((data1.shape[0], (2 * radius + 1) ** 2, out_h, out_w), data1.dtype)
+    channel = 0
     for dy in range(-radius, radius + 1):
         for dx in range(-radius, radius + 1):
             total = 0
@@ -62,8 +75,9 @@ def _kernel(xp: Any, attrs: Attrs, data1: Any, data2: Any) -> Any:
                     a = window(first, start + h, start + w)
                     b = window(second, start + h + dy * step, start + w + dx * step)
                     total = total + (a * b if attrs.is_multiply else xp.abs(a - b)).sum(axis=1)
-            channels.append(total / (size * size * data1.shape[1]))
-    return xp.stack(channels, axis=1).astype(data1.dtype)
+            result[:, channel] = total / (size * size * data1.shape[1])
+            channel += 1
+    return result
 
 
 register(OpDef(

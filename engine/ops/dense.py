@@ -71,7 +71,7 @@ def _kernel(xp: Any, attrs: Attrs, data: Any, weight: Any, bias: Any = None,
     if matrix.shape[1] != weight.shape[1]:
         raise ShapeError(f"data width {matrix.shape[1]} does not match weight {weight.shape}")
     if out is None:
-        result = matrix @ weight.T
+        result = xp.matmul(matrix, weight.T)  # not `@`, which bypasses xp (see engine.cuda.blas)
         if bias is not None:
             result += bias
         shape = (data.shape[0], attrs.num_hidden) if attrs.flatten else (

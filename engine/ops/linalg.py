@@ -17,6 +17,7 @@ from engine.errors import ShapeError
 from engine.ops.attrs import parse_bool, parse_float, parse_int
 from engine.ops.registry import Attrs, MaybeShape, OpDef, Param, register
 from engine.ops.shapes import Inferred
+from engine.ops.workspace import uploaded
 
 
 def _square(shape: MaybeShape, what: str) -> None:
@@ -108,6 +109,9 @@ def _trsm(xp: Any, attrs: Attrs, a: Any, b: Any) -> Any:
     return xp.linalg.solve(op_a, scaled)
 
 
+# cupy.linalg calls cuSOLVER (and cuBLAS) through CuPy, which refuses them during stream capture.
+CUPY_LINALG = "calls cupy.linalg, whose cuSOLVER and cuBLAS calls CuPy refuses during capture"
+
 _TRIANGULAR_PARAMS = (Param("transpose", parse_bool, False), Param("rightside", parse_bool, False),
                       Param("lower", parse_bool, True), Param("alpha", parse_float, 1.0))
 for _name, _kernel, _doc in (
@@ -116,7 +120,7 @@ for _name, _kernel, _doc in (
 ):
     register(OpDef(name=_name, params=_TRIANGULAR_PARAMS, inputs=("A", "B"),
                    infer_shape=lambda attrs, shapes: (shapes, [shapes[1]]), kernel=_kernel,
-                   doc=_doc))
+                   uncapturable=CUPY_LINALG if _kernel is _trsm else "", doc=_doc))
 
 
 def _syrk_infer(attrs: Attrs, shapes: list[MaybeShape]) -> Inferred:
@@ -179,7 +183,8 @@ _SQUARE: tuple[tuple[str, Callable[..., Any], Any, int, str], ...] = (
 )
 for _name, _kernel, _infer, _hidden, _doc in _SQUARE:
     register(OpDef(name=_name, inputs=("A",), infer_shape=_infer, kernel=_kernel,
-                   hidden_outputs=_hidden, doc=_doc))
+                   hidden_outputs=_hidden, doc=_doc,
+                   uncapturable="" if _name == "_linalg_sumlogdiag" else CUPY_LINALG))
 
 
 def _slogdet_infer(attrs: Attrs, shapes: list[MaybeShape]) -> Inferred:
@@ -195,6 +200,7 @@ register(OpDef(
     infer_shape=_slogdet_infer,
     infer_dtype=lambda attrs, dtypes: (dtypes, [dtypes[0], dtypes[0]]),
     kernel=_slogdet,
+    uncapturable=CUPY_LINALG,
     doc="Sign and log-absolute value of each matrix's determinant.",
 ))
 
@@ -256,14 +262,20 @@ def _maketrian_size(attrs: Attrs, count: int) -> int:
     return band + abs(attrs.offset)
 
 
+def _device_triangle_index(xp: Any, attrs: Attrs, size: int) -> tuple[Any, Any]:
+    """`_triangle_index` on ``xp``'s device, uploaded once per band (see `uploaded`)."""
+    return uploaded(xp, ("triangle", attrs.lower, attrs.offset, size),
+                    lambda: _triangle_index(attrs, size))
+
+
 def _extracttrian(xp: Any, attrs: Attrs, a: Any) -> Any:
-    rows, cols = _triangle_index(attrs, a.shape[-1])
+    rows, cols = _device_triangle_index(xp, attrs, a.shape[-1])
     return a[..., rows, cols]
 
 
 def _maketrian(xp: Any, attrs: Attrs, a: Any) -> Any:
     size = _maketrian_size(attrs, a.shape[-1])
-    rows, cols = _triangle_index(attrs, size)
+    rows, cols = _device_triangle_index(xp, attrs, size)
     out = xp.zeros((*a.shape[:-1], size, size), a.dtype)
     out[..., rows, cols] = a
     return out
@@ -293,6 +305,7 @@ register(OpDef(
     inputs=("A",),
     infer_shape=_same_square,
     kernel=lambda xp, attrs, a: xp.linalg.cholesky(a),
+    uncapturable=CUPY_LINALG,
     doc="Lower Cholesky factor (NumPy mode).",
 ))
 register(OpDef(
@@ -301,5 +314,6 @@ register(OpDef(
     hidden_outputs=0,
     infer_shape=lambda attrs, shapes: (shapes, [shapes[1]]),
     kernel=lambda xp, attrs, a, b: xp.linalg.solve(a, b),
+    uncapturable=CUPY_LINALG,
     doc="X solving A X = B (NumPy mode).",
 ))

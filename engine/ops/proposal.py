@@ -178,7 +178,7 @@ for _name, _single in (("_contrib_Proposal", True), ("_contrib_MultiProposal", F
         infer_dtype=lambda attrs, dtypes: (
             dtypes, [dtypes[0]] * (2 if attrs.output_score else 1)),
         kernel=_kernel,
-        capturable=False,  # scores, deltas and image sizes are read on the host every run
+        uncapturable="reads scores, deltas and image sizes on the host every run",
         doc="Faster R-CNN region proposals: anchors moved by their deltas, clipped, filtered "
             "by size, top-k by score, greedy NMS; rows (batch index, x1, y1, x2, y2).",
     ))

@@ -90,7 +90,9 @@ def _reduce_kernel(fn_name: str, numpy_mode: bool,
         if fn_name in ("sum", "mean", "prod", "nansum", "nanprod"):
             # Accumulate float16 in float32 (as MXNet does); ints keep their dtype.
             extra["dtype"] = np.float32 if dtype == np.float16 else dtype
-        if out is not None and out.flags.c_contiguous and out.dtype == dtype:
+        # CuPy 14.2's min raises a TypeError when given `out` (seen on an H100): not there.
+        writes_out = xp is np or fn_name != "min"
+        if out is not None and writes_out and out.flags.c_contiguous and out.dtype == dtype:
             fn(data, axis=axes, keepdims=True, out=out.reshape(kept), **extra)
             return out
         result = fn(data, axis=axes, keepdims=True, **extra)

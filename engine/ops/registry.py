@@ -143,10 +143,12 @@ class OpDef:
             the bound op needs; a plan sizes its `Workspace` scratch buffer (shared by all its
             steps) to the largest need and passes it as ``bind(xp, attrs, inputs, out,
             workspace)``.
-        capturable: False for a kernel that must read its inputs on the host on every run (a
-            data-dependent loop, such as ROIAlign's per-ROI sampling grids). A GPU plan with
-            such a node is never captured as a CUDA graph: it runs its steps one by one and its
-            stats name the node (see `engine.runtime.plan.capture_blocker`).
+        uncapturable: why the kernel cannot run inside CUDA stream capture, for one that must
+            read its inputs on the host on every run (a data-dependent loop, such as ROIAlign's
+            per-ROI sampling grids) or calls a CuPy routine CuPy refuses during capture
+            (``cupy.linalg``'s cuSOLVER). A GPU plan with such a node is never captured as a
+            CUDA graph: it runs its steps one by one and its stats name the node and the reason
+            (see `engine.runtime.plan.capture_blocker`). Empty for every other op.
     """
 
     name: str
@@ -165,11 +167,16 @@ class OpDef:
     writes_out: bool = False
     bind: Callable[..., list[Callable[[], Any]]] | None = None
     scratch: Callable[[Attrs, list[Any], Any], int] | None = None
-    capturable: bool = True
+    uncapturable: str = ""
     doc: str = ""
     _params_by_name: dict[str, Param] = field(default_factory=dict, init=False, repr=False,
                                               compare=False)
 
+
+    @property
+    def capturable(self) -> bool:
+        """Whether the kernel can run inside CUDA stream capture (see ``uncapturable``)."""
+        return not self.uncapturable
     def __post_init__(self) -> None:
         self._params_by_name.update({param.name: param for param in self.params})
 

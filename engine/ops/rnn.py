@@ -169,12 +169,13 @@ def _run_direction(xp: Any, attrs: Attrs, cell: _Cell, x: Any, h: Any, c: Any,
                    reverse: bool, lengths: Any) -> tuple[Any, Any, Any]:
     """Run one direction of one layer over all steps; return (outputs, final h, final c)."""
     seq_len = x.shape[0]
-    projected = (x.reshape(-1, x.shape[2]) @ cell.w_i2h.T + cell.b_i2h).reshape(
+    # xp.matmul, not `@`: CuPy's operator would bypass the capturable GEMM (engine.cuda.blas).
+    projected = (xp.matmul(x.reshape(-1, x.shape[2]), cell.w_i2h.T) + cell.b_i2h).reshape(
         seq_len, x.shape[1], -1)
     outputs = xp.zeros((seq_len, x.shape[1], attrs.state_size), dtype=x.dtype)
     steps = range(seq_len - 1, -1, -1) if reverse else range(seq_len)
     for t in steps:
-        new_h, new_c = _step(xp, attrs, projected[t], h @ cell.w_h2h.T + cell.b_h2h, h, c)
+        new_h, new_c = _step(xp, attrs, projected[t], xp.matmul(h, cell.w_h2h.T) + cell.b_h2h, h, c)
         if lengths is None:
             h, c = new_h, new_c
             outputs[t] = h

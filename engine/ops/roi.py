@@ -143,7 +143,7 @@ register(OpDef(
     infer_shape=_roi_infer(True),
     infer_dtype=lambda attrs, dtypes: (dtypes, [dtypes[0]]),
     kernel=_align_kernel,
-    capturable=False,  # each ROI's sampling grid (its size too) is read from rois on the host
+    uncapturable="reads each ROI's sampling grid (its size too) from rois on the host",
     doc="Average of bilinear samples in each of pooled_size bins per ROI (sample_ratio "
         "samples per bin side, or adaptive; aligned shifts by half a pixel).",
 ))
@@ -200,7 +200,7 @@ register(OpDef(
     infer_shape=_roi_infer(False),
     infer_dtype=lambda attrs, dtypes: (dtypes, [dtypes[0]]),
     kernel=_pool_kernel,
-    capturable=False,  # each ROI's bins are read from rois on the host
+    uncapturable="reads each ROI's bins from rois on the host",
     doc="Max over each of pooled_size bins per ROI, with ROI corners rounded to the feature "
         "map grid; empty bins give 0.",
 ))

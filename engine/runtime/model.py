@@ -146,6 +146,9 @@ class Model:
 
     def plan_for(self, feed: Mapping[str, np.ndarray]) -> Plan:
         """The compiled plan for these inputs' shapes and dtypes (compiled on first use)."""
+        if self.optimized_graph is None:
+            raise ValueError("a model loaded with optimize=False runs the reference "
+                             "interpreter and has no plans")
         signature = tuple((name, array.shape, array.dtype) for name, array in feed.items())
         plan = self._plans.get(signature)
         if plan is None:

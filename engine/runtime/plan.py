@@ -191,8 +191,8 @@ class Plan:
 
 
 def capture_blocker(graph: Graph) -> str | None:
-    """Why ``graph`` cannot be captured as a CUDA graph (its first node whose op synchronises
-    with the host, see `OpDef.capturable`), or None when every op can be."""
+    """Why ``graph`` cannot be captured as a CUDA graph (its first node whose op cannot run
+    inside stream capture, see `OpDef.uncapturable`), or None when every op can be."""
     for node in graph.nodes:
         if node.is_variable:
             continue
@@ -201,8 +201,8 @@ def capture_blocker(graph: Graph) -> str | None:
             ops = [node.params.head.op, *(step.op for step in node.params.steps)]
         blocking = next((op for op in ops if not op.capturable), None)
         if blocking is not None:
-            return f"{node.describe()} synchronises with the host ({blocking.name} reads its " \
-                   "inputs there), so the plan runs uncaptured"
+            return (f"{node.describe()} cannot run inside a CUDA graph ({blocking.name} "
+                    f"{blocking.uncapturable}), so the plan runs uncaptured")
     return None
 
 

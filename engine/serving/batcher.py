@@ -298,16 +298,13 @@ class DynamicBatcher:
         started = time.monotonic()
         for request in batch:
             self.stats.queue_time_s.observe(started - request.enqueued)
-        inputs = batch[0].inputs if len(batch) == 1 else {
-            name: np.concatenate([request.inputs[name] for request in batch])
-            for name in batch[0].inputs}
         rows = sum(request.rows for request in batch)
         self.stats.batches += 1
         self.stats.batch_rows.observe(rows)
         self.stats.batch_requests.observe(len(batch))
         try:
             outputs = await asyncio.get_running_loop().run_in_executor(
-                self._executor, self.infer, inputs)
+                self._executor, self._join_and_infer, [request.inputs for request in batch])
             self._check_outputs(outputs, rows)
         except Exception as error:  # noqa: BLE001 - reported to exactly this batch's callers
             self.stats.compute_time_s.observe(time.monotonic() - started)
@@ -322,6 +319,14 @@ class DynamicBatcher:
                                            for name, array in outputs.items()})
                 self.stats.succeeded += 1
             start = stop
+
+    def _join_and_infer(self, inputs: Sequence[Mapping[str, np.ndarray]]
+                        ) -> Mapping[str, np.ndarray]:
+        """The requests' rows joined into one batch and run, on a compute thread: a batch of
+        images is tens of MB to copy, which would stall the event loop."""
+        joined = inputs[0] if len(inputs) == 1 else {
+            name: np.concatenate([request[name] for request in inputs]) for name in inputs[0]}
+        return self.infer(joined)
 
     def _check_outputs(self, outputs: Mapping[str, np.ndarray], rows: int) -> None:
         for name, array in outputs.items():

@@ -197,6 +197,10 @@ class ModelConfig(_Strict):
     outputs: tuple[TensorConfig, ...] | None = None
     max_batch_size: StrictInt = Field(32, ge=1, le=65536)
     dynamic_batching: DynamicBatchingConfig = DynamicBatchingConfig()
+    # Rows a batch is padded up to, so that a few plans serve every batch size (None: on a GPU
+    # powers of two up to max_batch_size, since each new size there compiles a plan, builds its
+    # cuDNN graphs and captures a CUDA graph; on the CPU exact sizes).
+    batch_buckets: tuple[StrictInt, ...] | None = None
     device: Literal["cpu", "gpu", "auto"] | None = None
     version_policy: VersionPolicy = VersionPolicy()
 
@@ -213,6 +217,11 @@ class ModelConfig(_Strict):
                    if size > self.max_batch_size]
         if too_big:
             raise ValueError(f"dynamic_batching.preferred_batch_sizes {too_big} exceed "
+                             f"max_batch_size {self.max_batch_size}")
+        buckets = self.batch_buckets or ()
+        if any(size < 1 or size > self.max_batch_size for size in buckets) or list(
+                buckets) != sorted(set(buckets)):
+            raise ValueError(f"batch_buckets {list(buckets)}: increasing sizes from 1 to "
                              f"max_batch_size {self.max_batch_size}")
         return self
 

@@ -163,6 +163,9 @@ def load_and_validate(version_dir: Path, config: ModelConfig, *, loader: Loader,
     graph_inputs = as_graph(inputs)
     sample = find_sample_shapes(model, graph_inputs)
     config = _limit_batch(config, model, sample, where)
+    buckets = config.batch_buckets or default_batch_buckets(config.max_batch_size, model)
+    if hasattr(model, "batch_buckets"):  # before the test run, which then compiles a bucket
+        model.batch_buckets = buckets
     memory, memory_skipped = _memory_check(model, graph_inputs, config.max_batch_size,
                                            memory_cap_bytes, where, sample)
     outputs = None if sample is None else synthetic_run(model, graph_inputs, sample, where)
@@ -170,11 +173,19 @@ def load_and_validate(version_dir: Path, config: ModelConfig, *, loader: Loader,
     outputs_config = complete_outputs(config.outputs, model, outputs, where, exact)
     labels = read_labels(version_dir, outputs_config, where)
     full = ModelConfig.model_validate({**config.model_dump(), "inputs": inputs,
-                                       "outputs": outputs_config})
+                                       "outputs": outputs_config, "batch_buckets": buckets})
     _CHECKS[model] = Checks.of(inputs, sample, memory, memory_skipped)
     if labels:
         _LABELS[model] = labels
     return Validated(model, full)
+
+
+def default_batch_buckets(max_batch_size: int, model: Any) -> tuple[int, ...] | None:
+    """Powers of two up to ``max_batch_size`` (and it) for a model on a GPU, None elsewhere."""
+    if not getattr(getattr(model, "backend", None), "is_gpu", False):
+        return None
+    sizes = {1 << k for k in range(max_batch_size.bit_length()) if 1 << k <= max_batch_size}
+    return tuple(sorted(sizes | {max_batch_size}))
 
 
 def _limit_batch(config: ModelConfig, model: ServableModel,

@@ -167,7 +167,85 @@ def _device_function(name: str, function: Callable[..., Any]) -> Callable[..., A
 
 def _matmul(x1: Any, x2: Any, /, *, out: Any = None, **kwargs: Any) -> Any:
     """CuPy's matmul is a gufunc whose ``out`` is keyword-only."""
+    _refuse_cublas_in_capture(x1, x2)
     return _device_function("matmul", np.matmul)(x1, x2, out=out, **kwargs)
+
+
+# CuPy's products that call cuBLAS for floating-point operands.
+_CUBLAS_FUNCTIONS = frozenset({"dot", "tensordot", "einsum", "inner", "outer", "vdot", "kron"})
+
+
+def _refuse_cublas_in_capture(*arrays: Any) -> None:
+    """CuPy's ``cublas.setStream`` raises while the stream captures (integers use no cuBLAS)."""
+    if _Capture.active and any(getattr(a, "dtype", np.dtype(int)).kind in "fc" for a in arrays):
+        raise NotImplementedError(
+            "calling cuBLAS API during stream capture is currently unsupported")
+
+
+class FakeCublas:
+    """cuBLAS's calls `engine.cuda.blas` makes, on raw addresses of FakeArray memory.
+
+    Reads and writes memory exactly where the pointers, leading dimensions and batch strides
+    say (column-major, as cuBLAS does), so a wrong layout computes a wrong product here too.
+    """
+
+    _DTYPES = {0: np.float32, 1: np.float64, 2: np.float16}
+
+    def __init__(self) -> None:
+        self.gemms = 0
+        self.streams: dict[int, Any] = {}
+
+    def cublasCreate_v2(self, handle: Any) -> int:
+        handle._obj.value = 1000 + len(self.streams)
+        self.streams[handle._obj.value] = None
+        return 0
+
+    def cublasSetStream_v2(self, handle: Any, stream: Any) -> int:
+        self.streams[handle.value] = _value(stream)
+        return 0
+
+    def cublasSetWorkspace_v2(self, handle: Any, pointer: Any, size: Any) -> int:
+        return 0 if _value(pointer) and _value(size) > 0 else 7  # CUBLAS_STATUS_INVALID_VALUE
+
+    def cublasGemmStridedBatchedEx(self, handle: Any, transa: int, transb: int, m: int, n: int,
+                                   k: int, alpha: Any, a: Any, a_type: int, lda: int,
+                                   stride_a: Any, b: Any, b_type: int, ldb: int, stride_b: Any,
+                                   beta: Any, c: Any, c_type: int, ldc: int, stride_c: Any,
+                                   batch: int, compute: int, algo: int) -> int:
+        dtype = np.dtype(self._DTYPES[c_type])
+        rows_a, cols_a = (m, k) if transa == 0 else (k, m)
+        rows_b, cols_b = (k, n) if transb == 0 else (n, k)
+        op_a = _column_major(a, dtype, rows_a, cols_a, lda, _value(stride_a), batch)
+        op_b = _column_major(b, dtype, rows_b, cols_b, ldb, _value(stride_b), batch)
+        out = _column_major(c, dtype, m, n, ldc, _value(stride_c), batch)
+        if transa:
+            op_a = op_a.transpose(0, 2, 1)
+        if transb:
+            op_b = op_b.transpose(0, 2, 1)
+        product = np.matmul(op_a.astype(np.float64), op_b.astype(np.float64))
+        beta_value = _value(beta)  # cuBLAS never reads C when beta is 0 (it may hold NaN)
+        out[...] = _value(alpha) * product + (beta_value * out if beta_value else 0)
+        self.gemms += 1
+        return 0
+
+
+def _value(argument: Any) -> Any:
+    """A ctypes argument (value, pointer object or ``byref``) as a Python number."""
+    argument = getattr(argument, "_obj", argument)
+    return getattr(argument, "value", argument)
+
+
+def _column_major(pointer: Any, dtype: np.dtype, rows: int, cols: int, ld: int, stride: int,
+                  batch: int) -> np.ndarray:
+    """The (batch, rows, cols) column-major matrices at ``pointer``, as a writable view."""
+    import ctypes
+
+    span = ((batch - 1) * stride + (cols - 1) * ld + rows) * dtype.itemsize
+    memory = (ctypes.c_char * span).from_address(_value(pointer))
+    flat = np.frombuffer(memory, dtype)
+    return np.lib.stride_tricks.as_strided(
+        flat, (batch, rows, cols), (stride * dtype.itemsize, dtype.itemsize,
+                                    ld * dtype.itemsize))
 
 
 class _Ufunc:
@@ -265,7 +343,8 @@ class _Device:
 
 
 class _Graph:
-    """A captured graph: replaying runs what was captured, still under capture's rules."""
+    """A captured graph: replaying runs what was captured, still under capture's rules (and
+    with its stream saying it captures, so code that asks takes the path it recorded)."""
 
     def __init__(self, replay: Callable[[], None] | None) -> None:
         self._replay = replay
@@ -274,10 +353,14 @@ class _Graph:
         if self._replay is None:
             raise RuntimeError("this fake graph was captured without a replay")
         _Capture.active = True
+        if stream is not None:
+            stream.capturing = True
         try:
             self._replay()
         finally:
             _Capture.active = False
+            if stream is not None:
+                stream.capturing = False
 
 
 class _Stream:
@@ -324,6 +407,25 @@ class _Pool:
         return 0
 
 
+_PINNED: dict[int, np.ndarray] = {}  # start address -> pinned host array (kept alive)
+
+
+def _empty_pinned(shape: Any, dtype: Any = float) -> np.ndarray:
+    array = np.empty(shape, dtype)
+    _PINNED[array.ctypes.data] = array
+    return array
+
+
+def _memcpy_async(dst: int, src: int, size: int, kind: int, stream: int) -> None:
+    """``cudaMemcpyAsync``: legal in capture only from and to pinned host memory, as in CUDA."""
+    import ctypes
+
+    host = src if kind == 1 else dst
+    if host not in _PINNED:
+        _Capture.refuse("cudaMemcpyAsync with pageable host memory")
+    ctypes.memmove(dst, src, size)
+
+
 @contextlib.contextmanager
 def _using_allocator(allocator: Any = None) -> Iterator[None]:
     yield
@@ -335,7 +437,9 @@ def _cuda_namespace() -> types.SimpleNamespace:
         Device=_Device, Stream=_Stream, MemoryPool=_Pool, using_allocator=_using_allocator,
         get_device_id=lambda: 0,
         get_current_stream=lambda: _Stream._current[-1] if _Stream._current else null,
-        runtime=types.SimpleNamespace(getDeviceCount=lambda: 1, streamCaptureModeRelaxed=2))
+        runtime=types.SimpleNamespace(getDeviceCount=lambda: 1, streamCaptureModeRelaxed=2,
+                                      memcpyHostToDevice=1, memcpyDeviceToHost=2,
+                                      memcpyAsync=_memcpy_async))
 
 
 def _linalg_attribute(name: str) -> Any:
@@ -351,7 +455,16 @@ def _attribute(name: str) -> Any:
     if isinstance(value, np.ufunc):
         return _Ufunc(value)
     if callable(value) and not isinstance(value, type):
-        return _device_function(name, value)
+        function = _device_function(name, value)
+        if name not in _CUBLAS_FUNCTIONS:
+            return function
+
+        @functools.wraps(function)
+        def product(*args: Any, **kwargs: Any) -> Any:
+            _refuse_cublas_in_capture(*args)
+            return function(*args, **kwargs)
+
+        return product
     return value
 
 
@@ -377,7 +490,7 @@ def make() -> tuple[types.ModuleType, types.ModuleType]:
     cupy.random = types.SimpleNamespace(
         random_sample=_device_function("random.random_sample", np.random.random_sample))
     cupyx = types.ModuleType("fake_cupyx")
-    cupyx.empty_pinned = lambda shape, dtype=float: np.empty(shape, dtype)
+    cupyx.empty_pinned = _empty_pinned
     return cupy, cupyx
 
 
@@ -401,11 +514,13 @@ def install(monkeypatch: Any) -> types.ModuleType:
 
     import engine.cuda.executor as executor_module
     import engine.device as device_module
-    from engine.cuda import fused, graphs
+    from engine.cuda import blas, fused, graphs
 
     cupy, cupyx = make()
     monkeypatch.setattr(device_module, "_import_cupy", lambda: (cupy, None))
     monkeypatch.setitem(sys.modules, "cupyx", cupyx)
     monkeypatch.setattr(fused, "_KERNELS", {})
     monkeypatch.setattr(executor_module, "capture", capture_with_replay(graphs.capture))
+    monkeypatch.setattr(blas, "_libraries", {id(cupy): FakeCublas()})
+    monkeypatch.setattr(blas, "_handles", blas._Handles())
     return cupy

@@ -1,5 +1,6 @@
-"""Ops that read their inputs on the host (`OpDef.capturable` False) keep a GPU plan uncaptured,
-openly: the plan never tries, and its stats name the node. Checked through the CuPy stand-in."""
+"""Ops that cannot run inside stream capture (`OpDef.uncapturable` says why) keep a GPU plan
+uncaptured, openly: the plan never tries, and its stats name the node and the reason. Checked
+through the CuPy stand-in."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 import engine
 import engine.cuda.executor as executor_module
+from engine.ops.linalg import CUPY_LINALG
 from engine.ops.registry import all_ops
 from engine.runtime.plan import capture_blocker
 from tests.conformance.fixtures import (
@@ -30,19 +32,26 @@ def _case(case_id: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     return case, feed
 
 
-def test_only_ops_that_read_inputs_on_the_host_are_uncapturable() -> None:
+def test_only_host_bound_and_cupy_linalg_ops_are_uncapturable() -> None:
     # A new entry here is a GPU plan that silently loses its CUDA graph: it needs a reason.
-    blocking = {op.name for op in all_ops().values() if not op.capturable}
-    assert blocking == {"_contrib_ROIAlign", "ROIPooling", "_contrib_Proposal",
-                        "_contrib_MultiProposal"}
+    blocking = {op.name: op.uncapturable for op in all_ops().values() if not op.capturable}
+    host_bound = {name for name, reason in blocking.items() if "on the host" in reason}
+    assert host_bound == {"_contrib_ROIAlign", "ROIPooling", "_contrib_Proposal",
+                          "_contrib_MultiProposal"}
+    assert {name for name, reason in blocking.items() if reason == CUPY_LINALG} == {
+        "_linalg_det", "_linalg_inverse", "_linalg_potrf", "_linalg_potri", "_linalg_slogdet",
+        "_linalg_trsm", "_npi_cholesky", "_npi_solve"}
+    assert set(blocking) == host_bound | {
+        name for name, reason in blocking.items() if reason == CUPY_LINALG}
 
 
 def test_capture_blocker_names_the_node_and_its_op() -> None:
     case, feed = _case("roi_align_default")
     graph = engine.load_model(case["symbol"], device="cpu").plan_for(feed).graph
     assert capture_blocker(graph) == (
-        "node 'op' (_contrib_ROIAlign) synchronises with the host (_contrib_ROIAlign reads its "
-        "inputs there), so the plan runs uncaptured")
+        "node 'op' (_contrib_ROIAlign) cannot run inside a CUDA graph (_contrib_ROIAlign reads "
+        "each ROI's sampling grid (its size too) from rois on the host), so the plan runs "
+        "uncaptured")
     inputs, _ = model_io_sets("gluoncv_ssd_tiny")[0]
     ssd = engine.load_model(*model_files("gluoncv_ssd_tiny"), device="cpu")
     assert capture_blocker(ssd.plan_for(inputs).graph) is None  # box_nms runs on the device

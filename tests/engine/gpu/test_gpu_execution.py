@@ -5,6 +5,7 @@ Marked ``gpu``: skipped (with the reason) where CuPy or a CUDA device is missing
 
 from __future__ import annotations
 
+import gc
 import threading
 from typing import Any
 
@@ -59,8 +60,8 @@ def test_op_case_on_gpu_matches_cpu_and_mxnet(case: dict[str, Any], optimize: bo
         tolerance = tolerance_for(expected.dtype, case.get("tolerance"))
         assert_close(outputs[k], expected, tolerance, f"{case['id']} output {k} vs MXNet")
         assert_close(outputs[k], expected_cpu[k], tolerance, f"{case['id']} output {k} vs CPU")
-    stats = on_gpu.plan_for(feed).execution_stats()
-    assert stats["cuda_graph"] is optimize, stats["cuda_graph_error"]  # captured once warm
+    if optimize:  # the reference interpreter runs no plan
+        _assert_captured_unless_blocked(on_gpu.plan_for(feed), cuda_graphs=True)
 
 
 @pytest.mark.parametrize("cuda_graphs", [True, False], ids=["graphs", "eager"])
@@ -80,9 +81,17 @@ def test_model_on_gpu_matches_cpu(name: str, optimize: bool, cuda_graphs: bool) 
             assert actual.dtype == reference.dtype
             assert_close(actual, reference, tolerance, f"{name} output {k} vs MXNet")
             assert_close(actual, cpu_outputs[k], tolerance, f"{name} output {k} vs CPU")
-        stats = on_gpu.plan_for(inputs).execution_stats()
-        # A plan that quietly stays uncaptured is a failure, not a slower pass.
-        assert stats["cuda_graph"] is cuda_graphs, stats["cuda_graph_error"]
+        if optimize:  # the reference interpreter runs no plan
+            _assert_captured_unless_blocked(on_gpu.plan_for(inputs), cuda_graphs)
+
+
+def _assert_captured_unless_blocked(plan: Any, cuda_graphs: bool) -> None:
+    """A warm plan replays as a CUDA graph unless graphs are off or an op reads its inputs on
+    the host: a plan that quietly stays uncaptured is a failure, not a slower pass."""
+    stats = plan.execution_stats()
+    blocked = any(not node.is_variable and not node.opdef.capturable
+                  for node in plan.graph.nodes)
+    assert stats["cuda_graph"] is (cuda_graphs and not blocked), stats["cuda_graph_error"]
 
 
 def test_cuda_graph_replay_reads_new_inputs_each_run() -> None:
@@ -130,6 +139,7 @@ def test_plans_share_parameters_and_allocate_from_the_pool() -> None:
 
     pool = cupy.get_default_memory_pool()
     model = engine.load_model(*model_files("seed_mlp"), device="gpu")
+    gc.collect()  # earlier tests' arrays, freed mid-test, would hide this test's allocations
     before = pool.used_bytes()
     for rows in (1, 8):
         model.infer({"data": np.ones((rows, 512), np.float32)})
@@ -199,7 +209,8 @@ def test_convolutions_run_as_cudnn_graphs_and_match_the_gemm_path(name: str) -> 
             assert_close(actual, reference, tolerance, f"{name} output {k} cuDNN vs MXNet")
             assert_close(gemm_outputs[k], reference, tolerance, f"{name} output {k} GEMM")
         stats = with_cudnn.plan_for(inputs).execution_stats()
-        assert stats["cudnn_convolutions"] > 0 and stats["cuda_graph"], stats
+        assert stats["cudnn_convolutions"] > 0, stats
+        _assert_captured_unless_blocked(with_cudnn.plan_for(inputs), cuda_graphs=True)
         assert "cudnn_convolutions" not in with_gemm.plan_for(inputs).execution_stats()
 
 

@@ -15,7 +15,13 @@ from engine.serving.errors import InvalidModel
 from engine.serving.loaded import LoadedVersion
 from engine.serving.probe import CANDIDATE_SIZES
 from engine.serving.repository import ModelRepository
-from engine.serving.validate import Validated, checks_of, default_loader, load_and_validate
+from engine.serving.validate import (
+    Validated,
+    checks_of,
+    default_batch_buckets,
+    default_loader,
+    load_and_validate,
+)
 from tests.conformance.fixtures import (
     DEFAULT_TOLERANCE,
     assert_close,
@@ -206,3 +212,32 @@ def test_a_config_asking_a_fixed_batch_graph_for_batches_is_refused() -> None:
         _validate("gluoncv_faster_rcnn_tiny", ModelConfig(max_batch_size=4))
     assert _validate("gluoncv_faster_rcnn_tiny",
                      ModelConfig(max_batch_size=1)).config.max_batch_size == 1
+
+
+def test_batch_buckets_from_the_config_pad_batches_to_few_plans() -> None:
+    validated = _validate("seed_mlp", ModelConfig(max_batch_size=8, batch_buckets=(2, 8)))
+    model = validated.model
+    assert model.batch_buckets == (2, 8) and validated.config.batch_buckets == (2, 8)
+    inputs, expected = model_io_sets("seed_mlp")[0]
+    rows = np.repeat(inputs["data"], 3, axis=0)
+    outputs = model.infer({"data": rows})  # 3 rows run in the plan for 8
+    np.testing.assert_allclose(next(iter(outputs.values())), np.repeat(expected[0], 3, axis=0),
+                               rtol=1e-5, atol=1e-6)
+    assert [dict(signature)["data"][0] for signature in model.plan_signatures()] == [2, 8]
+
+
+def test_batch_buckets_default_to_powers_of_two_on_a_gpu_only() -> None:
+    class OnGpu:
+        backend = engine.device.Device("gpu")
+
+    assert default_batch_buckets(32, OnGpu()) == (1, 2, 4, 8, 16, 32)
+    assert default_batch_buckets(24, OnGpu()) == (1, 2, 4, 8, 16, 24)
+    assert default_batch_buckets(1, OnGpu()) == (1,)
+    assert _validate("seed_mlp").config.batch_buckets is None  # the CPU runs exact sizes
+
+
+@pytest.mark.parametrize("buckets", [(0, 4), (4, 2), (2, 2), (64,)])
+def test_batch_buckets_outside_one_to_max_batch_size_or_unordered_are_refused(
+        buckets: tuple[int, ...]) -> None:
+    with pytest.raises(ValueError, match="batch_buckets"):
+        ModelConfig(max_batch_size=32, batch_buckets=buckets)
