@@ -225,13 +225,14 @@ def _handle(cupy: Any, library: Any) -> ctypes.c_void_p:
     if entry is None:
         handle = ctypes.c_void_p()
         _check(library.cublasCreate_v2(ctypes.byref(handle)), "cublasCreate_v2")
-        workspace = cupy.empty(WORKSPACE_BYTES, np.uint8)
+        # From the default pool even inside a capture's private pool: the handle outlives it.
+        workspace = cupy.get_default_memory_pool().malloc(WORKSPACE_BYTES)
         entry = _handles.by_device[device] = [handle, None, workspace]
     handle, stream, workspace = entry
     current = cupy.cuda.get_current_stream().ptr
     if current != stream:
         _check(library.cublasSetStream_v2(handle, ctypes.c_void_p(current)), "cublasSetStream_v2")
-        _check(library.cublasSetWorkspace_v2(handle, ctypes.c_void_p(int(workspace.data.ptr)),
+        _check(library.cublasSetWorkspace_v2(handle, ctypes.c_void_p(int(workspace.ptr)),
                                              ctypes.c_size_t(WORKSPACE_BYTES)),
                "cublasSetWorkspace_v2")
         entry[1] = current

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.buffers import fill_rows
 from engine.cuda.graphs import CapturedGraph, capture
 from engine.device import Device
 
@@ -49,7 +50,7 @@ class GpuExecutor:
         """Upload ``feed``, compute, download the outputs; returns host arrays."""
         with self.device.activate(), self.stream:
             for name, staged in self._staged_inputs.items():
-                np.copyto(staged, feed[name], casting="same_kind")
+                fill_rows(staged, feed[name], _copy_same_kind)
             self._compute()
             self.stream.synchronize()
         outputs = self._staged_outputs
@@ -88,3 +89,7 @@ class GpuExecutor:
         if self._convolutions is not None:
             stats.update(self._convolutions.stats())
         return stats
+
+
+def _copy_same_kind(target: np.ndarray, source: np.ndarray) -> None:
+    np.copyto(target, source, casting="same_kind")

@@ -80,6 +80,11 @@ class Model:
         # A subset of `_plans` under the same keys (an evicted plan leaves both), so a hit
         # costs one dict lookup and one `touch` of the plan's recency.
         self._checked_plans: dict[tuple, Plan] = {}
+        # A second plan per signature for a call that finds the first one running on another
+        # thread, when `concurrent_runs` is 2: on a GPU one batch's host copies and the next
+        # batch's arrival then overlap the other's kernels. Bounded like `_plans`.
+        self.concurrent_runs = 1
+        self._spares: LRUCache[tuple, Plan] = LRUCache(plan_cache_size)
         self._device_constants: dict[str, Any] = {}  # parameters on the GPU, shared by plans
         self._derived: dict = {}  # values ops derive from parameters (`Workspace.derived`)
 
@@ -109,7 +114,7 @@ class Model:
         signature = _array_signature(inputs)
         plan = self._checked_plans.get(signature)
         if plan is not None and self._plans.touch(signature):
-            outputs = plan.run(inputs)
+            outputs = self._free(plan).run(inputs)
             if len(outputs) == 1:  # a dict display: 0.3 µs less than dict(zip()) at batch 1
                 return {self.output_names[0]: outputs[0]}
             return dict(zip(self.output_names, outputs))
@@ -149,19 +154,59 @@ class Model:
         if self.optimized_graph is None:
             raise ValueError("a model loaded with optimize=False runs the reference "
                              "interpreter and has no plans")
-        signature = tuple((name, array.shape, array.dtype) for name, array in feed.items())
+        return self._plan(tuple((name, array.shape, array.dtype)
+                                for name, array in feed.items()))
+
+    def _plan(self, signature: tuple) -> Plan:
         plan = self._plans.get(signature)
         if plan is None:
             with self._lock:
                 plan = self._plans.get(signature)
                 if plan is None:
-                    plan = Plan(self.optimized_graph, {n: a.shape for n, a in feed.items()},
-                                {n: a.dtype for n, a in feed.items()},
-                                reuse_memory="plan_memory" in self.passes,
-                                device=self.backend, constants=self._device_constants,
-                                derived=self._derived)
+                    plan = self._compile(signature)
                     self._plans.put(signature, plan)
         return plan
+
+    def warm(self, inputs: Mapping[str, Any], runs: int = 1) -> None:
+        """Compile, and run ``runs`` times, every plan a call with these inputs may use (the
+        spare too when `concurrent_runs` is 2), so that the first requests of this shape wait
+        for no compilation (on a GPU: cuDNN graphs and, after the warm-up runs, CUDA graph
+        capture)."""
+        for _ in range(runs):
+            self.infer(inputs)
+        if self.concurrent_runs < 2 or self.optimized_graph is None:
+            return
+        feed = self._check_inputs(inputs)
+        rows = _batch_rows(feed)
+        bucket = _bucket(self.batch_buckets, rows) or rows
+        spare = self._spare(tuple(
+            (name, (bucket, *array.shape[1:]) if array.ndim else array.shape, array.dtype)
+            for name, array in feed.items()))
+        for _ in range(runs):
+            spare.run(feed, copy_outputs=False)
+
+    def _free(self, plan: Plan) -> Plan:
+        """``plan``, or its spare when another thread runs it and `concurrent_runs` allows."""
+        if self.concurrent_runs < 2 or not plan.busy:
+            return plan
+        return self._spare(plan.signature)
+
+    def _spare(self, signature: tuple) -> Plan:
+        spare = self._spares.get(signature)
+        if spare is None:
+            with self._lock:
+                spare = self._spares.get(signature)
+                if spare is None:
+                    spare = self._compile(signature)
+                    self._spares.put(signature, spare)
+        return spare
+
+    def _compile(self, signature: tuple) -> Plan:
+        assert self.optimized_graph is not None
+        return Plan(self.optimized_graph, {name: shape for name, shape, _ in signature},
+                    {name: dtype for name, _, dtype in signature},
+                    reuse_memory="plan_memory" in self.passes, device=self.backend,
+                    constants=self._device_constants, derived=self._derived)
 
     def _run_plan(self, feed: dict[str, np.ndarray],
                   signature: tuple | None) -> list[np.ndarray]:
@@ -173,9 +218,11 @@ class Model:
                 self._checked_plans[signature] = plan
                 if signature not in self._plans:  # evicted meanwhile: keep the subset exact
                     self._checked_plans.pop(signature, None)
-            return plan.run(feed)
-        padded = {name: _pad_rows(array, bucket) for name, array in feed.items()}
-        outputs = self.plan_for(padded).run(padded, copy_outputs=False)
+            return self._free(plan).run(feed)
+        # The plan for the bucket takes the rows as they are and zeroes the rest of its buffers.
+        plan = self._plan(tuple((name, (bucket, *array.shape[1:]), array.dtype)
+                                for name, array in feed.items()))
+        outputs = self._free(plan).run(feed, copy_outputs=False)
         return [out[:rows].copy() if out.ndim and out.shape[0] == bucket else out.copy()
                 for out in outputs]
 
@@ -351,11 +398,6 @@ def _bucket(buckets: tuple[int, ...] | None, rows: int | None) -> int | None:
         return None
     return next((size for size in buckets if size >= rows), None)
 
-
-def _pad_rows(array: np.ndarray, rows: int) -> np.ndarray:
-    padded = np.zeros((rows, *array.shape[1:]), array.dtype)
-    padded[:array.shape[0]] = array
-    return padded
 
 
 def _coerce(spec: TensorSpec, array: np.ndarray, declared: bool) -> np.ndarray:

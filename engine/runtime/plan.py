@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.buffers import fill_rows
 from engine.compiler.plan_memory import MemoryPlan, plan_memory
 from engine.device import CPU, Device, on_stream
 from engine.errors import EngineError, ExecutionError, ShapeError
@@ -60,6 +61,8 @@ class Plan:
         shapes, dtypes = _infer(graph, input_shapes, input_dtypes)
         self.memory: MemoryPlan = plan_memory(graph, shapes, dtypes, reuse_memory)
         self._lock = threading.Lock()
+        self.signature = tuple((name, tuple(input_shapes[name]), np.dtype(input_dtypes[name]))
+                               for name in input_shapes)
         self._gpu = None
         # On a GPU everything compile time queues (uploads, zero fills, cuDNN plans) goes on the
         # plan's own stream, and only that stream is waited for: a device-wide synchronise
@@ -132,10 +135,17 @@ class Plan:
             self._constants[node.name] = array
         return array
 
+    @property
+    def busy(self) -> bool:
+        """Whether a thread is running this plan now (a caller may pick another replica)."""
+        return self._lock.locked()
+
     def run(self, feed: Mapping[str, Any], copy_outputs: bool = True) -> list[Any]:
         """Copy ``feed`` in, run every step, return the outputs in head order.
 
-        ``feed`` holds arrays of the shapes and dtypes this plan was compiled for.
+        ``feed`` holds arrays of the shapes and dtypes this plan was compiled for, or with
+        fewer rows (a batch padded up to this plan's bucket): those fill the first rows of the
+        input buffers and the rest are zeroed, with no padded copy made.
 
         With ``copy_outputs=False`` the plan's own output buffers are returned: no allocation
         at all, but they are overwritten by the next run.
@@ -146,7 +156,7 @@ class Plan:
                 if self._gpu is not None:
                     return self._gpu.run(feed, copy_outputs)
                 for name, buffer in self._input_buffers:
-                    buffer[...] = feed[name]
+                    fill_rows(buffer, feed[name])
                 self._run_steps()
                 return [head.copy() for head in self._heads] if copy_outputs else \
                     list(self._heads)

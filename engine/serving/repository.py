@@ -36,7 +36,13 @@ from engine.serving.manifest import (
     write_manifest,
 )
 from engine.serving.names import check_model_name, check_version
-from engine.serving.validate import Loader, Validated, default_loader, load_and_validate
+from engine.serving.validate import (
+    Loader,
+    Validated,
+    concurrent_batches,
+    default_loader,
+    load_and_validate,
+)
 from engine.serving.versions import Identity, VersionRecord, wanted_versions
 
 log = logging.getLogger(__name__)
@@ -463,7 +469,8 @@ class ModelRepository:
 
     def _wrap(self, name: str, version: int, validated: Validated,
               identity: Identity) -> LoadedVersion:
-        policy = BatchingPolicy.from_config(validated.config)
+        policy = BatchingPolicy.from_config(validated.config,
+                                            concurrent_batches(validated.model))
         batcher = DynamicBatcher(validated.model.infer, policy, executor=self._compute,
                                  name=f"model {name!r} version {version}")
         return LoadedVersion(name, version, validated.model, validated.config, batcher,

@@ -398,7 +398,8 @@ class _Stream:
 
 class _Pool:
     def malloc(self, size: int) -> Any:
-        return types.SimpleNamespace(ptr=0, size=size)
+        memory = np.empty(size, np.uint8)  # kept by the pointer, like CuPy's MemoryPointer
+        return types.SimpleNamespace(ptr=memory.ctypes.data, size=size, memory=memory)
 
     def total_bytes(self) -> int:
         return 0

@@ -213,3 +213,29 @@ def test_convolution_geometries_through_the_gemm_path(fake_gpu: Any, geometry: t
     expected = engine.load_model(net, params, device="cpu").infer(data)["second_output"]
     np.testing.assert_allclose(output, expected, rtol=1e-4, atol=1e-4)
     assert plan.execution_stats()["cuda_graph"] is True
+
+
+def test_a_served_gpu_model_is_bucketed_and_warmed_at_load(fake_gpu: Any) -> None:
+    from pathlib import Path
+
+    from engine.serving.config import ModelConfig
+    from engine.serving.validate import default_loader, load_and_validate
+
+    symbol, params = model_files("seed_mlp")
+    validated = load_and_validate(
+        Path("unused"), ModelConfig(max_batch_size=8),
+        loader=lambda _s, _p, *, device: default_loader(symbol, params, device=device),
+        device="gpu", where="upload")
+    model = validated.model
+    assert validated.config.batch_buckets == (1, 2, 4, 8) == model.batch_buckets
+    assert model.concurrent_runs == 2
+    compiled = sorted(dict(signature)["data"][0] for signature in model.plan_signatures())
+    assert compiled == [1, 2, 4, 8]  # every bucket compiled at load, not on first request
+    for rows in compiled:
+        key = (("data", (rows, 512), np.dtype(np.float32)),)
+        plans = [model._plans.get(key), model._spares.get(key)]
+        assert all(plan is not None and plan.execution_stats()["cuda_graph"] for plan in plans)
+    inputs, expected = model_io_sets("seed_mlp")[0]
+    rows = np.repeat(inputs["data"], 3, axis=0)  # 3 rows run in the plan for 4
+    assert_close(list(model.infer({"data": rows}).values())[0],
+                 np.repeat(expected[0], 3, axis=0), {"rtol": 1e-4, "atol": 1e-5}, "3 rows")

@@ -81,6 +81,19 @@ def test_plans_are_cached_per_signature_and_bucketed() -> None:
     assert sorted(signatures) == [4, 8, 9]  # 1..8 rows padded into buckets; 9 runs exact
 
 
+def test_a_busy_plan_hands_the_call_to_its_spare_when_runs_may_overlap() -> None:
+    model = engine.load_model(*model_files("seed_mlp"))
+    inputs, expected = model_io_sets("seed_mlp")[0]
+    model.infer(inputs)
+    plan = model.plan_for(inputs)
+    model.concurrent_runs = 2
+    with plan._lock:  # another thread is running this plan
+        result = list(model.infer(inputs).values())[0]
+    np.testing.assert_allclose(result, expected[0], rtol=1e-5, atol=1e-6)
+    assert model._spares.get(plan.signature) is not None
+    assert model._spares.get(plan.signature) is not plan
+
+
 def test_plan_shared_by_threads_gives_each_caller_its_rows() -> None:
     model = engine.load_model(*model_files("seed_mlp"))
     reference = engine.load_model(*model_files("seed_mlp"), optimize=False)
@@ -122,3 +135,15 @@ def test_bound_fully_connected_agrees_with_the_reference(flatten: bool, dtype: t
                     .values())[0]
         assert got.dtype == dtype and got.shape == want.shape
         np.testing.assert_allclose(got, want, rtol=tolerance, atol=tolerance)
+
+
+def test_warm_compiles_the_bucket_plan_and_its_spare() -> None:
+    symbol, params = model_files("seed_mlp")
+    model = engine.runtime.Model(engine.runtime.loader.read_graph(symbol),
+                                 engine.runtime.loader.read_params(params), batch_buckets=(4,))
+    model.concurrent_runs = 2
+    model.warm({"data": np.zeros((3, 512), np.float32)}, runs=2)
+    assert [plan["inputs"]["data"][0] for plan in model.stats()["plans"]] == [4]
+    spare = model._spares.get((("data", (4, 512), np.dtype(np.float32)),))
+    assert spare is not None and spare is not model.plan_for({"data": np.zeros((4, 512),
+                                                                              np.float32)})
