@@ -1,4 +1,7 @@
-"""Run a `_fused_elementwise` node on the GPU: the head op, then one generated kernel.
+"""The GPU half of a `_fused_elementwise` node: its chain of steps as one generated kernel.
+
+The op's bind (`engine.ops.fused`) binds the head op as usual and, when its array module is
+CuPy, adds the call `bind_chain` makes here.
 
 Kernels are cached by their source key (the chain's expressions and the dtypes), so every plan
 and model with the same chain shares one compiled kernel.
@@ -7,13 +10,12 @@ and model with the same chain shares one compiled kernel.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
 from engine.cuda.codegen import FusedSource, fused_source
-from engine.graph.ir import Node
-from engine.ops.fused import FUSED_ELEMENTWISE
+from engine.ops.fused import FusedStep
 
 _KERNELS: dict[tuple, Any] = {}
 _LOCK = threading.Lock()
@@ -37,18 +39,11 @@ def cache_size() -> int:
     return len(_KERNELS)
 
 
-def split_inputs(node: Node, args: list[Any]) -> tuple[list[Any], list[Any]]:
-    """(the head op's inputs, the steps' extra operands in chain order)."""
-    head_count = node.params.head.arity
-    return list(args[:head_count]), list(args[head_count:])
-
-
-def bind_fused(node: Node, params: Any, args: list[Any], out: Any, cupy: Any,
-               head_calls: list[Callable[[], Any]]) -> list[Callable[[], Any]]:
-    """Calls running the fused node into ``out``: the head op as the plan bound it (a cuDNN or
-    GEMM convolution, say), then one generated kernel for every step of the chain."""
-    assert node.op == FUSED_ELEMENTWISE.name
-    _, extras = split_inputs(node, args)
-    source = fused_source(params.steps, out.dtype, [extra.dtype for extra in extras])
+def bind_chain(steps: Sequence[FusedStep], operands: list[Any], out: Any,
+               cupy: Any) -> list[Callable[[], Any]]:
+    """The call applying a fused node's ``steps`` in place to ``out`` (the head op has already
+    written it) as one generated kernel; ``operands`` are the steps' extra inputs in chain
+    order."""
+    source = fused_source(steps, out.dtype, [operand.dtype for operand in operands])
     kernel = cached_kernel(source, cupy)
-    return [*head_calls, partial(kernel, *extras, out)]
+    return [partial(kernel, *operands, out)]

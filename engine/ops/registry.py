@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -149,6 +150,9 @@ class OpDef:
             (``cupy.linalg``'s cuSOLVER). A GPU plan with such a node is never captured as a
             CUDA graph: it runs its steps one by one and its stats name the node and the reason
             (see `engine.runtime.plan.capture_blocker`). Empty for every other op.
+        parts: for a composite op (a fused chain), ``parts(attrs) -> (OpDef, ...)``: the ops
+            one of its nodes runs, in order. Capture checks read these rather than the
+            composite's own ``uncapturable``, and profiles label the node by their names.
     """
 
     name: str
@@ -168,15 +172,20 @@ class OpDef:
     bind: Callable[..., list[Callable[[], Any]]] | None = None
     scratch: Callable[[Attrs, list[Any], Any], int] | None = None
     uncapturable: str = ""
+    parts: Callable[[Attrs], tuple[OpDef, ...]] | None = None
     doc: str = ""
     _params_by_name: dict[str, Param] = field(default_factory=dict, init=False, repr=False,
                                               compare=False)
-
 
     @property
     def capturable(self) -> bool:
         """Whether the kernel can run inside CUDA stream capture (see ``uncapturable``)."""
         return not self.uncapturable
+
+    def components(self, attrs: Attrs) -> tuple[OpDef, ...]:
+        """The ops a node of this op with ``attrs`` runs: its ``parts``, or just itself."""
+        return (self,) if self.parts is None else self.parts(attrs)
+
     def __post_init__(self) -> None:
         self._params_by_name.update({param.name: param for param in self.params})
 
@@ -231,6 +240,19 @@ class OpDef:
     def expression(self, attrs: Attrs) -> str | None:
         """The elementwise C expression for these attrs, or None when the op is not elementwise."""
         return self.elementwise(attrs) if callable(self.elementwise) else self.elementwise
+
+    def bind_calls(self, xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
+                   workspace: Any = None) -> list[Callable[[], Any]]:
+        """Zero-argument calls computing into ``out`` for arrays fixed at plan compile time:
+        ``bind`` where the op has one (given ``workspace`` when it declares ``scratch``),
+        else the kernel."""
+        if self.bind is not None and self.scratch is not None:
+            return self.bind(xp, attrs, inputs, out, workspace)
+        if self.bind is not None:
+            return self.bind(xp, attrs, inputs, out)
+        if self.writes_out:
+            return [partial(self.kernel, xp, attrs, *inputs, out=out)]
+        return [partial(self.compute, xp, attrs, inputs, out)]
 
     def compute(self, xp: Any, attrs: Attrs, inputs: Sequence[Any],
                 out: Any = None) -> tuple[Any, ...]:

@@ -11,7 +11,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -22,8 +21,7 @@ from engine.device import CPU, Device, on_stream
 from engine.errors import EngineError, ExecutionError, ShapeError
 from engine.graph.infer import infer_dtypes, infer_shapes, specialize_sources
 from engine.graph.ir import Graph, Node
-from engine.ops import epilogue, parallel
-from engine.ops.registry import OpDef
+from engine.ops import parallel
 from engine.ops.shapes import is_known
 from engine.ops.workspace import Workspace
 from engine.runtime.floats import quiet_floats, restore_floats
@@ -49,13 +47,12 @@ class Plan:
     """
 
     def __init__(self, graph: Graph, input_shapes: Mapping[str, tuple[int, ...]],
-                 input_dtypes: Mapping[str, np.dtype], xp: Any = np,
+                 input_dtypes: Mapping[str, np.dtype],
                  reuse_memory: bool = True, device: Device | None = None,
                  constants: dict[str, Any] | None = None,
                  derived: dict | None = None) -> None:
         self.device = device or CPU
-        xp = self.device.xp if device is not None else xp
-        self.xp = xp
+        self.xp = self.device.xp
         self.graph = graph
         self._constants = {} if constants is None else constants
         shapes, dtypes = _infer(graph, input_shapes, input_dtypes)
@@ -102,22 +99,12 @@ class Plan:
                          for slot, (shape, dtype) in enumerate(zip(shapes[index], dtypes[index])))
             for slot, out in enumerate(outs):
                 arrays[(index, slot)] = out
-            calls = self._bind(node, params, args, outs, self.workspace)
+            out = outs[0] if len(outs) == 1 else outs
+            calls = node.opdef.bind_calls(xp, params, args, out, self.workspace)
             if xp is np:  # large copies and ufuncs cut over parallel.threads() (default 1)
                 calls = [parallel.split(call, spread) for call in calls]
             self.steps.extend(Step(call, node) for call in calls)
         self._heads = [arrays[(entry.node, entry.index)] for entry in graph.heads]
-
-    def _bind(self, node: Node, params: Any, args: list, outs: tuple,
-              workspace: Workspace) -> list[Callable[[], Any]]:
-        if self.device.is_gpu and node.op == "_fused_elementwise" and len(outs) == 1:
-            from engine.cuda.fused import bind_fused
-
-            head = params.head
-            head_calls = _bind_op(head.op, head.attrs, args[:head.arity], outs[0], self.xp,
-                                  workspace)
-            return bind_fused(node, params, args, outs[0], self.xp, head_calls)
-        return _bind(node, params, args, outs, self.xp, workspace)
 
     def _variable(self, node: Node) -> Any:
         if node.name in self._inputs:
@@ -206,9 +193,7 @@ def capture_blocker(graph: Graph) -> str | None:
     for node in graph.nodes:
         if node.is_variable:
             continue
-        ops = [node.opdef]
-        if node.op == "_fused_elementwise":
-            ops = [node.params.head.op, *(step.op for step in node.params.steps)]
+        ops = node.opdef.components(node.params)
         blocking = next((op for op in ops if not op.capturable), None)
         if blocking is not None:
             return (f"{node.describe()} cannot run inside a CUDA graph ({blocking.name} "
@@ -228,10 +213,10 @@ def _device_convolutions(device: Device, stream: Any) -> Any:
 
 
 def _label(node: Node) -> str:
-    if node.op != "_fused_elementwise":
+    """The node's op, or for a composite (a fused chain) its parts' names: "Convolution+relu"."""
+    if node.opdef.parts is None:
         return node.op
-    steps = "+".join(step.op.name for step in node.params.steps)
-    return f"{node.params.head.op.name}+{steps}"
+    return "+".join(op.name for op in node.opdef.parts(node.params))
 
 
 def _infer(graph: Graph, input_shapes: Mapping, input_dtypes: Mapping) -> tuple[list, list]:
@@ -268,49 +253,9 @@ def _scratch_bytes(graph: Graph, shapes: list, dtypes: list) -> int:
     for node in graph.nodes:
         if node.is_variable:
             continue
-        op, attrs, inputs = node.opdef, node.params, node.inputs
-        if node.op == "_fused_elementwise":
-            head = node.params.head
-            op, attrs, inputs = head.op, head.attrs, inputs[:head.arity]
+        op = node.opdef
         if op.scratch is not None:
-            entries = [(entry.node, entry.index) for entry in inputs]
-            need = max(need, op.scratch(attrs, [shapes[n][i] for n, i in entries],
+            entries = [(entry.node, entry.index) for entry in node.inputs]
+            need = max(need, op.scratch(node.params, [shapes[n][i] for n, i in entries],
                                         dtypes[entries[0][0]][entries[0][1]]))
     return need
-
-
-def _bind(node: Node, params: Any, args: list, outs: tuple, xp: Any,
-          workspace: Workspace | None = None) -> list[Callable[[], Any]]:
-    """Zero-argument calls running ``node`` into ``outs`` (a fused chain: one call per op)."""
-    if node.op == "_fused_elementwise":
-        return _bind_fused(params, args, outs[0], xp, workspace)
-    return _bind_op(node.opdef, params, args, outs[0] if len(outs) == 1 else outs, xp,
-                    workspace)
-
-
-def _bind_op(op: OpDef, params: Any, args: list, out: Any, xp: Any,
-             workspace: Workspace | None = None) -> list[Callable[[], Any]]:
-    if op.bind is not None and op.scratch is not None:
-        return op.bind(xp, params, args, out, workspace)
-    if op.bind is not None:
-        return op.bind(xp, params, args, out)
-    if op.writes_out:
-        return [partial(op.kernel, xp, params, *args, out=out)]
-    return [partial(op.compute, xp, params, args, out)]
-
-
-def _bind_fused(params: Any, args: list, out: Any, xp: Any,
-                workspace: Workspace | None = None) -> list[Callable[[], Any]]:
-    """On the CPU a fused chain is its ops run one after another in place on ``out``."""
-    head = params.head
-    calls = _bind_op(head.op, head.attrs, args[:head.arity], out, xp, workspace)
-    steps = params.steps
-    if xp is np:  # a clamp the head's kernel applies as it writes (unary: no args to skip)
-        calls, steps = epilogue.absorb(calls, steps, out)
-    offset = head.arity
-    for step in steps:
-        step_args = list(args[offset:offset + step.arity - 1])
-        step_args.insert(step.position, out)
-        calls += _bind_op(step.op, step.attrs, step_args, out, xp)
-        offset += step.arity - 1
-    return calls
