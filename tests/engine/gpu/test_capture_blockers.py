@@ -11,6 +11,8 @@ import pytest
 
 import engine
 import engine.cuda.executor as executor_module
+from engine.compiler.fuse_elementwise import fuse_elementwise
+from engine.graph.ir import Entry, Graph, make_node
 from engine.ops.linalg import CUPY_LINALG
 from engine.ops.registry import all_ops
 from engine.runtime.plan import capture_blocker
@@ -55,6 +57,22 @@ def test_capture_blocker_names_the_node_and_its_op() -> None:
     inputs, _ = model_io_sets("gluoncv_ssd_tiny")[0]
     ssd = engine.load_model(*model_files("gluoncv_ssd_tiny"), device="cpu")
     assert capture_blocker(ssd.plan_for(inputs).graph) is None  # box_nms runs on the device
+
+
+def test_an_uncapturable_head_of_a_fused_chain_still_blocks_capture() -> None:
+    nodes = (make_node("null", "data"), make_node("null", "rois"),
+             make_node("_contrib_ROIAlign", "align",
+                       {"pooled_size": "(3, 3)", "spatial_scale": "0.25"},
+                       (Entry(0), Entry(1))),
+             make_node("relu", "relu", {}, (Entry(2),)))
+    graph = fuse_elementwise(Graph(nodes, (Entry(3),)))
+    fused = graph.nodes[-1]
+    assert [op.name for op in fused.opdef.components(fused.params)] == [
+        "_contrib_ROIAlign", "relu"]
+    assert capture_blocker(graph) == (
+        f"{fused.describe()} cannot run inside a CUDA graph (_contrib_ROIAlign reads each "
+        "ROI's sampling grid (its size too) from rois on the host), so the plan runs "
+        "uncaptured")
 
 
 @pytest.mark.parametrize("case_id", ["roi_align_default", "roi_pooling"])
