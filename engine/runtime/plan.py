@@ -39,9 +39,10 @@ class Plan:
     """A compiled, reusable execution of ``graph`` for fixed input shapes and dtypes.
 
     Thread-safe: runs of one plan are serialised by a lock, since they share buffers.
-    On a GPU ``device`` the buffers live in GPU memory, inputs and outputs move through pinned
-    host buffers on the plan's own stream, and the steps are replayed as a CUDA graph once warm;
-    ``run`` still takes and returns numpy arrays. ``constants`` (shared by a model's plans)
+    ``device`` (the CPU when None) decides the array module the steps are bound with. On a
+    GPU the buffers live in GPU memory, inputs and outputs move through pinned host buffers on
+    the plan's own stream, and the steps are replayed as a CUDA graph once warm; ``run`` still
+    takes and returns numpy arrays. ``constants`` (shared by a model's plans)
     caches parameters already on the device, and ``derived`` (shared likewise) values that ops
     derive from parameters when they bind (see `Workspace.derived`).
     """
