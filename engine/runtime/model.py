@@ -50,7 +50,7 @@ class Model:
 
     def __init__(self, graph: Graph, params: Mapping[str, np.ndarray], *,
                  device: str | Device | Any = "cpu", optimize: bool | list[str] = True,
-                 batch_buckets: tuple[int, ...] | None = None,
+                 batch_buckets: Iterable[int] | None = None,
                  plan_cache_size: int = DEFAULT_CAPACITY, keep_batch: bool = False) -> None:
         self.graph = graph
         self.keep_batch = keep_batch
