@@ -13,7 +13,7 @@ from tests.conformance.fixtures import model_files, model_io_sets
 def test_signatures_built_three_ways_are_one_key() -> None:
     feed = {"data": np.zeros((2, 3), np.float32), "mask": np.ones((2,), np.int32)}
     from_feed = Signature.of(feed)
-    from_plain = Signature.of_plain_arrays(feed)
+    from_plain = Signature.lookup_key(feed)
     from_specs = Signature.from_specs({"data": [2, 3], "mask": (np.int64(2),)},
                                       {"data": "float32", "mask": np.int32})
     assert from_feed == from_plain == from_specs
@@ -27,12 +27,15 @@ def test_signatures_built_three_ways_are_one_key() -> None:
     assert Signature.of({**feed, "data": np.zeros((2, 4), np.float32)}) != from_feed
 
 
-def test_only_plain_arrays_give_a_fast_path_signature() -> None:
-    assert Signature.of_plain_arrays({"data": [[1.0, 2.0]]}) is None
+def test_only_plain_arrays_give_a_lookup_key() -> None:
+    assert Signature.lookup_key({"data": [[1.0, 2.0]]}) is None
     subclass = np.zeros((1, 2)).view(type("Subclass", (np.ndarray,), {}))
-    assert Signature.of_plain_arrays({"data": subclass}) is None
-    assert Signature.of_plain_arrays({"a": np.zeros(2), "b": [1.0]}) is None
-    assert Signature.of_plain_arrays({}) == Signature.of({})
+    assert Signature.lookup_key({"data": subclass}) is None
+    assert Signature.lookup_key({"a": np.zeros(2), "b": [1.0]}) is None
+    assert Signature.lookup_key({}) == Signature.of({})
+    feed = {"data": np.zeros((2, 3), np.float32)}
+    cache = {Signature.of(feed): "plan"}
+    assert cache.get(Signature.lookup_key(feed)) == "plan"  # found by the plain tuple
 
 
 def test_with_rows_sets_the_batch_of_every_input_but_scalars() -> None:
