@@ -37,11 +37,10 @@ class Block:
     """
 
     def __init__(self, prefix: str | None = None, params: ParameterDict | None = None) -> None:
-        self._empty_prefix = prefix == ""
         self._prefix = make_prefix(prefix, self._alias())
         self._name = self._prefix[:-1] if self._prefix.endswith("_") else self._prefix
         self._params = ParameterDict(self._prefix, params)
-        self._scope = BlockScope(self)
+        self._scope = BlockScope(self._prefix, transparent=prefix == "")
         self._children: OrderedDict[str, Block] = OrderedDict()
         self._reg_params: OrderedDict[str, Parameter] = OrderedDict()
         self._forward_hooks: list[Callable[..., Any]] = []

@@ -42,6 +42,10 @@ class CachedGraph:
     epoch: int = -1
     optimize: bool | list[str] = True
     ctx: Context | None = None
+    # The Model's input names when they differ from the traced ones (the graph reads its
+    # inputs in another order, or not all of them), else None: the feed is reordered to match,
+    # so that its signature is the one the Model's checked fast path knows.
+    order: tuple[str, ...] | None = None
 
     def refresh(self, feed: dict[str, np.ndarray], ctx: Context) -> Model:
         """The Model for the current parameter values on ``ctx`` (rebuilt only on a change)."""
@@ -54,6 +58,8 @@ class CachedGraph:
         if self.model is None or versions != self.versions or self.ctx != ctx:
             arrays = {param.name: _param_array(param, ctx) for param in self.params}
             self.model = Model(graph, arrays, optimize=self.optimize, device=ctx)
+            order = tuple(self.model.input_names)
+            self.order = None if order == tuple(self.traced.input_names) else order
             self.versions = versions
             self.ctx = ctx
         self.epoch = parameter_epoch()
@@ -64,11 +70,9 @@ class CachedGraph:
         model = self.model
         if model is None or self.epoch != _EPOCH[0] or (ctx is not self.ctx and ctx != self.ctx):
             model = self.refresh(feed, ctx)
-        dtypes = model._input_dtypes
-        for name, array in feed.items():
-            if array.dtype != dtypes[name]:
-                return list(model.infer(feed).values())  # converts (and checks) dtypes
-        return model.plan_for(feed).run(feed)
+        if self.order is not None:
+            feed = {name: feed[name] for name in self.order}
+        return model.run(feed)
 
 
 def _param_array(param: Parameter, ctx: Context) -> np.ndarray:

@@ -9,12 +9,8 @@ from __future__ import annotations
 
 import threading
 from types import TracebackType
-from typing import TYPE_CHECKING
 
 from engine.sym.naming import NameManager, Prefix
-
-if TYPE_CHECKING:
-    from engine.gluon.block import Block
 
 _STATE = threading.local()
 
@@ -33,31 +29,36 @@ def make_prefix(prefix: str | None, hint: str) -> str:
         count = scope.counter.get(hint, 0)
         scope.counter[hint] = count + 1
         prefix = f"{hint}{count}_"
-    return scope.block.prefix + prefix
+    return scope.prefix + prefix
 
 
 class BlockScope:
-    """``with block.name_scope():`` — children and symbol nodes get the block's prefix."""
+    """``with block.name_scope():`` — children and symbol nodes get the block's prefix.
 
-    def __init__(self, block: Block) -> None:
-        self.block = block
+    It knows the block only by its prefix, so that blocks depend on scopes and not back.
+    A ``transparent`` scope (a block created with ``prefix=""``) changes nothing when entered.
+    """
+
+    def __init__(self, prefix: str, *, transparent: bool = False) -> None:
+        self.prefix = prefix
+        self.transparent = transparent
         self.counter: dict[str, int] = {}
         self._previous: list[BlockScope | None] = []
         self._names: list[Prefix] = []
 
     def __enter__(self) -> BlockScope:
-        if self.block._empty_prefix:
+        if self.transparent:
             return self
         self._previous.append(current_scope())
         _STATE.value = self
-        names = Prefix(self.block.prefix)
+        names = Prefix(self.prefix)
         names.__enter__()
         self._names.append(names)
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: TracebackType | None) -> None:
-        if self.block._empty_prefix:
+        if self.transparent:
             return
         self._names.pop().__exit__(kind, error, trace)
         _STATE.value = self._previous.pop()

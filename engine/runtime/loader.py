@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +17,9 @@ from engine.graph.params import load_params, split_arg_aux
 from engine.runtime.lru import DEFAULT_CAPACITY
 from engine.runtime.model import Model
 
-DEVICES = ("cpu", "gpu", "auto")
-
 
 def load_model(symbol: Any, params: Any = None, *, device: str | Device | Any = "cpu",
-               optimize: bool | list[str] = True,
+               optimize: bool | list[str] = True, batch_buckets: Iterable[int] | None = None,
                plan_cache_size: int = DEFAULT_CAPACITY, keep_batch: bool = False) -> Model:
     """Load an exported model.
 
@@ -35,6 +33,11 @@ def load_model(symbol: Any, params: Any = None, *, device: str | Device | Any = 
             the TF32 and CUDA-graph switches).
         optimize: True for every compiler pass, False for the reference interpreter, or a list
             of pass names.
+        batch_buckets: batch sizes (positive integers) to pad a batch up to: a batch runs in
+            the plan of the smallest bucket holding its rows, so a few plans serve every batch
+            size up to the largest bucket (larger batches run their exact size). None (the
+            default) compiles one plan per batch size. A served model's ``config.json`` sets
+            the same thing (``batch_buckets``).
         plan_cache_size: input signatures (names, shapes, dtypes) whose compiled plans and
             inferred shapes are kept, least recently used evicted first; bounds the memory a
             client sending ever new shapes can make the model hold.
@@ -46,6 +49,8 @@ def load_model(symbol: Any, params: Any = None, *, device: str | Device | Any = 
 
     Raises:
         ModelFormatError: the files are malformed, name unknown ops, or do not fit together.
+        ValueError: ``device`` names no device, or ``batch_buckets`` holds other than positive
+            integers.
         EngineError: ``device`` asks for a GPU that CuPy cannot see (the message says why).
 
     Example:
@@ -53,10 +58,9 @@ def load_model(symbol: Any, params: Any = None, *, device: str | Device | Any = 
         >>> model.input_names
         ['data']
     """
-    if isinstance(device, str) and device not in DEVICES and not device.startswith("gpu"):
-        raise ValueError(f"device must be one of {', '.join(DEVICES)}; got {device!r}")
     return Model(read_graph(symbol), read_params(params), device=device, optimize=optimize,
-                 plan_cache_size=plan_cache_size, keep_batch=keep_batch)
+                 batch_buckets=batch_buckets, plan_cache_size=plan_cache_size,
+                 keep_batch=keep_batch)
 
 
 def read_graph(symbol: Any) -> Graph:

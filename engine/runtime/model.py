@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +20,7 @@ from engine.runtime.floats import quiet_floats, restore_floats
 from engine.runtime.interpreter import evaluate
 from engine.runtime.lru import DEFAULT_CAPACITY, LRUCache
 from engine.runtime.plan import Plan
+from engine.runtime.signature import Signature
 
 # Op input slots that only ever hold learned parameters or auxiliary states: a variable wired
 # only into these and absent from the params file is a missing parameter, not a model input.
@@ -49,14 +50,14 @@ class Model:
 
     def __init__(self, graph: Graph, params: Mapping[str, np.ndarray], *,
                  device: str | Device | Any = "cpu", optimize: bool | list[str] = True,
-                 batch_buckets: tuple[int, ...] | None = None,
+                 batch_buckets: Iterable[int] | None = None,
                  plan_cache_size: int = DEFAULT_CAPACITY, keep_batch: bool = False) -> None:
         self.graph = graph
         self.keep_batch = keep_batch
         self.backend: Device = get_device(device)
         self.device = self.backend.kind  # "cpu" or "gpu": what "auto" resolved to
         self.passes = select_passes(optimize)
-        self.batch_buckets = tuple(sorted(batch_buckets)) if batch_buckets else None
+        self._batch_buckets = _checked_buckets(batch_buckets)
         self.params = _bind_params(graph, params)
         self.input_names = [name for name in graph.variable_names() if name not in self.params]
         self.output_names = _unique(graph.output_names())
@@ -64,29 +65,32 @@ class Model:
         self._param_shapes = {name: array.shape for name, array in self.params.items()}
         self._param_dtypes = {name: array.dtype for name, array in self.params.items()}
         self._declared_dtypes = _declared_input_dtypes(graph, self.input_names)
-        # Shapes, plans and checked signatures are cached per input signature, each cache
+        # Inferred shapes and compiled plans are cached per input `Signature`, each cache
         # bounded (LRU) so that clients sending ever new shapes cannot exhaust memory.
-        self._shape_cache: LRUCache[tuple, list] = LRUCache(plan_cache_size)
+        self._shape_cache: LRUCache[Signature, list] = LRUCache(plan_cache_size)
+        self._plans: LRUCache[Signature, _SignaturePlans] = LRUCache(plan_cache_size)
         self._lock = threading.Lock()
         self.inputs, self.outputs = self._describe()
-        self._input_dtypes = {spec.name: spec.dtype for spec in self.inputs}
         self.optimized_graph = (optimize_graph(graph.replace(constants=self.params), self.passes)
                                 if optimize is not False else None)
-        # Compiled plans by (name, shape, dtype) of their inputs, least recently used evicted.
-        self._plans: LRUCache[tuple, Plan] = LRUCache(
-            plan_cache_size, on_evict=lambda key, _: self._checked_plans.pop(key, None))
-        # The plans whose key is the exact (name, shape, dtype) of arrays a previous call took
-        # unchanged: such inputs are already checked, so `infer` goes straight to the plan.
-        # A subset of `_plans` under the same keys (an evicted plan leaves both), so a hit
-        # costs one dict lookup and one `touch` of the plan's recency.
-        self._checked_plans: dict[tuple, Plan] = {}
-        # A second plan per signature for a call that finds the first one running on another
-        # thread, when `concurrent_runs` is 2: on a GPU one batch's host copies and the next
-        # batch's arrival then overlap the other's kernels. Bounded like `_plans`.
+        # With 2, a call finding its signature's plan running on another thread runs a spare
+        # plan instead: on a GPU one batch's host copies and the next batch's arrival then
+        # overlap the other's kernels.
         self.concurrent_runs = 1
-        self._spares: LRUCache[tuple, Plan] = LRUCache(plan_cache_size)
         self._device_constants: dict[str, Any] = {}  # parameters on the GPU, shared by plans
         self._derived: dict = {}  # values ops derive from parameters (`Workspace.derived`)
+
+    @property
+    def batch_buckets(self) -> tuple[int, ...] | None:
+        """Batch sizes a batch is padded up to (the smallest that holds its rows), so that few
+        plans serve every batch size; None runs each batch size exactly."""
+        return self._batch_buckets
+
+    @batch_buckets.setter
+    def batch_buckets(self, buckets: Iterable[int] | None) -> None:
+        self._batch_buckets = _checked_buckets(buckets)
+        for _, entry in self._plans.items():  # the exact plans of bucketed sizes now go unused
+            entry.checked = False
 
     def _describe(self) -> tuple[list[TensorSpec], list[TensorSpec]]:
         try:
@@ -111,20 +115,38 @@ class Model:
             InputError: unknown or missing input names, or shapes/dtypes the model cannot take.
             ExecutionError: a kernel failed (names the node).
         """
-        signature = _array_signature(inputs)
-        plan = self._checked_plans.get(signature)
-        if plan is not None and self._plans.touch(signature):
-            outputs = self._free(plan).run(inputs)
-            if len(outputs) == 1:  # a dict display: 0.3 µs less than dict(zip()) at batch 1
-                return {self.output_names[0]: outputs[0]}
-            return dict(zip(self.output_names, outputs))
+        # Inputs with the exact signature of a previous call's unconverted, checked arrays
+        # need no checks: one lookup finds the plan. (`run` without the names, inlined: this
+        # is the batch-1 path.)
+        key = Signature.lookup_key(inputs)
+        entry = self._plans.get(key)  # type: ignore[arg-type]
+        if entry is not None and entry.checked:
+            outputs = self._free(entry).run(inputs)
+        else:
+            outputs = self._run_checked(inputs, key)
+        if len(outputs) == 1:  # a dict display: 0.3 µs less than dict(zip()) at batch 1
+            return {self.output_names[0]: outputs[0]}
+        return dict(zip(self.output_names, outputs))
+
+    def run(self, inputs: Mapping[str, Any]) -> list[np.ndarray]:
+        """`infer`'s outputs as a list in head order (`output_names`), for callers that know
+        the order (a hybridized block); the same checks, conversions and cached plans."""
+        key = Signature.lookup_key(inputs)
+        entry = self._plans.get(key)  # type: ignore[arg-type]
+        if entry is not None and entry.checked:
+            return self._free(entry).run(inputs)
+        return self._run_checked(inputs, key)
+
+    def _run_checked(self, inputs: Mapping[str, Any], key: tuple | None) -> list[np.ndarray]:
+        """Check and convert ``inputs`` (whose `Signature.lookup_key` is ``key``), then run
+        them through the interpreter or their plan."""
         feed = self._check_inputs(inputs)
         shapes = self._shapes_for(feed)
         if self.optimized_graph is None:
             outputs = self._evaluate(feed, shapes)
         else:
-            outputs = self._run_plan(feed, signature)
-        return {name: np.asarray(value) for name, value in zip(self.output_names, outputs)}
+            outputs = self._run_plan(feed, key)
+        return [np.asarray(value) for value in outputs]
 
     def _evaluate(self, feed: dict[str, np.ndarray], shapes: list) -> list[np.ndarray]:
         """The reference interpreter, on this model's device."""
@@ -154,18 +176,18 @@ class Model:
         if self.optimized_graph is None:
             raise ValueError("a model loaded with optimize=False runs the reference "
                              "interpreter and has no plans")
-        return self._plan(tuple((name, array.shape, array.dtype)
-                                for name, array in feed.items()))
+        return self._entry(Signature.of(feed)).plan
 
-    def _plan(self, signature: tuple) -> Plan:
-        plan = self._plans.get(signature)
-        if plan is None:
+    def _entry(self, signature: Signature) -> _SignaturePlans:
+        """The cached plans of ``signature``, compiling its plan on first use."""
+        entry = self._plans.get(signature)
+        if entry is None:
             with self._lock:
-                plan = self._plans.get(signature)
-                if plan is None:
-                    plan = self._compile(signature)
-                    self._plans.put(signature, plan)
-        return plan
+                entry = self._plans.get(signature)
+                if entry is None:
+                    entry = _SignaturePlans(signature, self._compile(signature))
+                    self._plans.put(signature, entry)
+        return entry
 
     def warm(self, inputs: Mapping[str, Any], runs: int = 1) -> None:
         """Compile, and run ``runs`` times, every plan a call with these inputs may use (the
@@ -177,65 +199,57 @@ class Model:
         if self.concurrent_runs < 2 or self.optimized_graph is None:
             return
         feed = self._check_inputs(inputs)
-        rows = _batch_rows(feed)
-        bucket = _bucket(self.batch_buckets, rows) or rows
-        spare = self._spare(tuple(
-            (name, (bucket, *array.shape[1:]) if array.ndim else array.shape, array.dtype)
-            for name, array in feed.items()))
+        spare = self._spare(self._entry(self._bucketed(Signature.of(feed))))
         for _ in range(runs):
             spare.run(feed, copy_outputs=False)
 
-    def _free(self, plan: Plan) -> Plan:
-        """``plan``, or its spare when another thread runs it and `concurrent_runs` allows."""
-        if self.concurrent_runs < 2 or not plan.busy:
-            return plan
-        return self._spare(plan.signature)
+    def _bucketed(self, signature: Signature) -> Signature:
+        """The signature of the plan that runs inputs of ``signature``: padded to the
+        smallest batch bucket holding their rows, or the signature itself."""
+        bucket = _bucket(self._batch_buckets, signature.rows())
+        return signature if bucket is None else signature.with_rows(bucket)
 
-    def _spare(self, signature: tuple) -> Plan:
-        spare = self._spares.get(signature)
-        if spare is None:
+    def _free(self, entry: _SignaturePlans) -> Plan:
+        """The entry's plan, or its spare when another thread runs it and `concurrent_runs`
+        allows."""
+        if self.concurrent_runs < 2 or not entry.plan.busy:
+            return entry.plan
+        return self._spare(entry)
+
+    def _spare(self, entry: _SignaturePlans) -> Plan:
+        if entry.spare is None:
             with self._lock:
-                spare = self._spares.get(signature)
-                if spare is None:
-                    spare = self._compile(signature)
-                    self._spares.put(signature, spare)
-        return spare
+                if entry.spare is None:
+                    entry.spare = self._compile(entry.signature)
+        return entry.spare
 
-    def _compile(self, signature: tuple) -> Plan:
+    def _compile(self, signature: Signature) -> Plan:
         assert self.optimized_graph is not None
-        return Plan(self.optimized_graph, {name: shape for name, shape, _ in signature},
-                    {name: dtype for name, _, dtype in signature},
+        return Plan(self.optimized_graph, signature.shapes(), signature.dtypes(),
                     reuse_memory="plan_memory" in self.passes, device=self.backend,
                     constants=self._device_constants, derived=self._derived)
 
-    def _run_plan(self, feed: dict[str, np.ndarray],
-                  signature: tuple | None) -> list[np.ndarray]:
-        rows = _batch_rows(feed)
-        bucket = _bucket(self.batch_buckets, rows)
-        if bucket is None or bucket == rows:
-            plan = self.plan_for(feed)
-            if signature is not None and signature == _array_signature(feed):
-                self._checked_plans[signature] = plan
-                if signature not in self._plans:  # evicted meanwhile: keep the subset exact
-                    self._checked_plans.pop(signature, None)
-            return self._free(plan).run(feed)
+    def _run_plan(self, feed: dict[str, np.ndarray], key: tuple | None) -> list[np.ndarray]:
+        """Run ``feed`` (checked inputs) through its plan. ``key`` is the lookup key of the
+        arrays the caller passed: when it is ``feed``'s signature (nothing was converted) and
+        the plan is for exactly these shapes, later calls with that key skip the checks."""
+        exact = Signature.of(feed)
+        signature = self._bucketed(exact)
+        entry = self._entry(signature)
+        if signature == exact:
+            if key == exact:
+                entry.checked = True
+            return self._free(entry).run(feed)
         # The plan for the bucket takes the rows as they are and zeroes the rest of its buffers.
-        plan = self._plan(tuple((name, (bucket, *array.shape[1:]), array.dtype)
-                                for name, array in feed.items()))
-        outputs = self._free(plan).run(feed, copy_outputs=False)
+        rows, bucket = exact.rows(), signature.rows()
+        outputs = self._free(entry).run(feed, copy_outputs=False)
         return [out[:rows].copy() if out.ndim and out.shape[0] == bucket else out.copy()
                 for out in outputs]
 
     def stats(self) -> dict[str, Any]:
         """Node and step counts before/after optimisation and memory of each cached plan."""
-        plans = [{"inputs": {name: list(shape) for name, shape, _ in signature},
-                  "steps": len(plan.steps),
-                  "planned_activation_bytes": plan.memory.planned_bytes,
-                  "optimized_graph_activation_bytes": plan.memory.naive_bytes,
-                  "workspace_bytes": plan.workspace.nbytes,
-                  "naive_activation_bytes": self._naive_bytes(signature),
-                  **plan.execution_stats()}
-                 for signature, plan in self._plans.items()]
+        plans = [self._plan_stats(signature, entry.plan)
+                 for signature, entry in self._plans.items()]
         operator_nodes = sum(1 for node in self.graph.nodes if not node.is_variable)
         optimized = self.optimized_graph
         return {"passes": list(self.passes), "param_bytes": self.param_bytes,
@@ -246,10 +260,18 @@ class Model:
                     1 for node in optimized.nodes if not node.is_variable),
                 "plans": plans, "caches": self.cache_stats()}
 
+    def _plan_stats(self, signature: Signature, plan: Plan) -> dict[str, Any]:
+        return {"inputs": {name: list(shape) for name, shape in signature.shapes().items()},
+                "steps": len(plan.steps),
+                "planned_activation_bytes": plan.memory.planned_bytes,
+                "optimized_graph_activation_bytes": plan.memory.naive_bytes,
+                "workspace_bytes": plan.workspace.nbytes,
+                "naive_activation_bytes": self._naive_bytes(signature),
+                **plan.execution_stats()}
+
     def plan_signatures(self) -> list[tuple[tuple[str, tuple[int, ...]], ...]]:
         """Input shapes of the plans cached now, each as sorted (name, shape) pairs."""
-        return [tuple(sorted((name, tuple(shape)) for name, shape, _ in signature))
-                for signature in self._plans.keys()]
+        return [tuple(sorted(signature.shapes().items())) for signature in self._plans.keys()]
 
     def cache_stats(self) -> dict[str, dict[str, int]]:
         """Entries, capacity and evictions of the plan and shape caches (each LRU-bounded)."""
@@ -262,10 +284,9 @@ class Model:
         """Bytes of values derived from parameters when plans bind (Winograd's weights)."""
         return sum(int(value.nbytes) for _, value in list(self._derived.values()))
 
-    def _naive_bytes(self, signature: tuple) -> int:
+    def _naive_bytes(self, signature: Signature) -> int:
         """Activation bytes of the unoptimised graph with no reuse: the imperative baseline."""
-        shapes = {name: shape for name, shape, _ in signature}
-        dtypes = {name: np.dtype(dtype) for name, _, dtype in signature}
+        shapes, dtypes = signature.shapes(), signature.dtypes()
         return naive_bytes(self.graph, infer_shapes(self.graph, {**self._param_shapes, **shapes}),
                            infer_dtypes(self.graph, {**self._param_dtypes, **dtypes}))
 
@@ -275,9 +296,9 @@ class Model:
         Nothing is allocated or compiled, so a server can refuse a model whose shapes would need
         more memory than it may use before trying. (The unoptimised graph's total, no reuse.)
         """
-        signature = tuple((spec.name, tuple(input_shapes[spec.name]), spec.dtype)
-                          for spec in self.inputs)
-        return self._naive_bytes(signature)
+        return self._naive_bytes(Signature.from_specs(
+            {spec.name: input_shapes[spec.name] for spec in self.inputs},
+            {spec.name: spec.dtype for spec in self.inputs}))
 
     def output_shapes(self, input_shapes: Mapping[str, tuple[int, ...]]
                       ) -> dict[str, tuple[int, ...] | None]:
@@ -334,7 +355,7 @@ class Model:
 
     def _shapes_for(self, feed: Mapping[str, np.ndarray]) -> list:
         """Shape inference for these inputs' shapes, once per signature (cached)."""
-        signature = tuple((name, array.shape) for name, array in feed.items())
+        signature = Signature.of(feed)
         shapes = self._shape_cache.get(signature)
         if shapes is None:
             known = {**self._param_shapes, **{name: a.shape for name, a in feed.items()}}
@@ -380,24 +401,38 @@ class Model:
         return f"{noun} {shapes} {verb} not fit the model: {error}{seen}"
 
 
-def _array_signature(inputs: Mapping[str, Any]) -> tuple | None:
-    """(name, shape, dtype) of each input, or None unless every input is a plain ndarray."""
-    signature = tuple([(name, value.shape, value.dtype) for name, value in inputs.items()
-                       if type(value) is np.ndarray])
-    return signature if len(signature) == len(inputs) else None
-
-
-def _batch_rows(feed: Mapping[str, np.ndarray]) -> int | None:
-    rows = {array.shape[0] if array.ndim else None for array in feed.values()}
-    return rows.pop() if len(rows) == 1 else None
-
-
 def _bucket(buckets: tuple[int, ...] | None, rows: int | None) -> int | None:
     """The smallest configured batch bucket holding ``rows`` (None: run the exact shape)."""
     if not buckets or rows is None:
         return None
     return next((size for size in buckets if size >= rows), None)
 
+
+def _checked_buckets(buckets: Iterable[int] | None) -> tuple[int, ...] | None:
+    """``buckets`` sorted, refused unless they are positive integers; None for none."""
+    if buckets is None:
+        return None
+    sizes = tuple(buckets)
+    wrong = [size for size in sizes
+             if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1]
+    if wrong:
+        raise ValueError(f"batch_buckets must be positive integers; got {wrong[0]!r} in "
+                         f"{list(sizes)}")
+    return tuple(sorted({int(size) for size in sizes})) or None
+
+
+class _SignaturePlans:
+    """What a model keeps for one input signature: its plan, a spare plan compiled when a call
+    finds the plan busy and `Model.concurrent_runs` allows two runs, and whether inputs with
+    exactly this signature were checked once (later ones then skip the checks)."""
+
+    __slots__ = ("signature", "plan", "spare", "checked")
+
+    def __init__(self, signature: Signature, plan: Plan) -> None:
+        self.signature = signature
+        self.plan = plan
+        self.spare: Plan | None = None
+        self.checked = False
 
 
 def _coerce(spec: TensorSpec, array: np.ndarray, declared: bool) -> np.ndarray:

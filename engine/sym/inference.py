@@ -1,29 +1,33 @@
-"""``Symbol.infer_shape``/``infer_type``: MXNet's (arguments, outputs, auxiliary) triples."""
+"""``Symbol.infer_shape``/``infer_type``: MXNet's (arguments, outputs, auxiliary) triples.
+
+Works on a symbol's output entries and graph, not on `Symbol` itself, so that `symbol` imports
+this module and not the other way round.
+"""
 
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from engine.errors import InputError
 from engine.graph.infer import infer_dtypes, infer_shapes
-from engine.sym.node import aux_nodes, topological
-
-if TYPE_CHECKING:
-    from engine.sym.symbol import Symbol
+from engine.graph.ir import Graph
+from engine.sym.node import SymNode, aux_nodes, topological
 
 
-def infer(symbol: Symbol, kind: str, args: tuple[Any, ...], kwargs: dict[str, Any],
-          partial: bool) -> tuple[Any, Any, Any]:
-    """Run graph inference for ``kind`` ('shape' or 'dtype') and arrange MXNet's triple."""
-    arguments = symbol.list_arguments()
-    known = _known(arguments, symbol.list_inputs(), args, kwargs, kind)
-    graph = symbol.to_graph()
-    values = (infer_shapes if kind == "shape" else infer_dtypes)(graph, known)
-    nodes = topological([node for node, _ in symbol._outputs])
+def infer(outputs: Sequence[tuple[SymNode, int]], graph: Graph, kind: str,
+          args: tuple[Any, ...], kwargs: dict[str, Any], partial: bool) -> tuple[Any, Any, Any]:
+    """Run graph inference for ``kind`` ('shape' or 'dtype') over ``graph`` (the graph of the
+    symbol whose output entries are ``outputs``) and arrange MXNet's triple."""
+    nodes = topological([node for node, _ in outputs])  # the graph's node order
     aux = aux_nodes(nodes)
+    arguments = [node.name for node in nodes if node.is_variable and id(node) not in aux]
+    inputs = [node.name for node in nodes if node.is_variable]
+    known = _known(arguments, inputs, args, kwargs, kind)
+    values = (infer_shapes if kind == "shape" else infer_dtypes)(graph, known)
     arg_values = [values[i][0] for i, node in enumerate(nodes)
                   if node.is_variable and id(node) not in aux]
     aux_values = [values[i][0] for i, node in enumerate(nodes)

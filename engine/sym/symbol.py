@@ -20,6 +20,7 @@ from engine.ops.attrs import format_attr
 from engine.ops.catalog import mxnet_saved_name
 from engine.ops.registry import get_op
 from engine.sym import messages
+from engine.sym.inference import infer
 from engine.sym.naming import node_name
 from engine.sym.node import SymNode, aux_nodes, from_graph, to_graph, topological
 
@@ -169,27 +170,19 @@ class Symbol:
     def infer_shape(self, *args: Any, **kwargs: Any) -> tuple[Any, Any, Any]:
         """(argument shapes, output shapes, auxiliary shapes); all None (and a warning) if
         some shape cannot be decided. Known shapes are given by position or by name."""
-        from engine.sym.inference import infer
-
-        return infer(self, "shape", args, kwargs, partial=False)
+        return infer(self._outputs, self.to_graph(), "shape", args, kwargs, partial=False)
 
     def infer_shape_partial(self, *args: Any, **kwargs: Any) -> tuple[Any, Any, Any]:
         """Like `infer_shape`, with unknown shapes as ``()`` and unknown dims as 0."""
-        from engine.sym.inference import infer
-
-        return infer(self, "shape", args, kwargs, partial=True)
+        return infer(self._outputs, self.to_graph(), "shape", args, kwargs, partial=True)
 
     def infer_type(self, *args: Any, **kwargs: Any) -> tuple[Any, Any, Any]:
         """(argument dtypes, output dtypes, auxiliary dtypes) as NumPy types; None if unknown."""
-        from engine.sym.inference import infer
-
-        return infer(self, "dtype", args, kwargs, partial=False)
+        return infer(self._outputs, self.to_graph(), "dtype", args, kwargs, partial=False)
 
     def infer_type_partial(self, *args: Any, **kwargs: Any) -> tuple[Any, Any, Any]:
         """Like `infer_type`, with None for dtypes that cannot be decided."""
-        from engine.sym.inference import infer
-
-        return infer(self, "dtype", args, kwargs, partial=True)
+        return infer(self._outputs, self.to_graph(), "dtype", args, kwargs, partial=True)
 
     # --- what only data has ------------------------------------------------------------------
     @property

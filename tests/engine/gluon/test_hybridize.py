@@ -99,6 +99,33 @@ def test_new_input_shape_replans_without_retracing() -> None:
     np.testing.assert_allclose(net(big).asnumpy(), batch, rtol=1e-5, atol=1e-6)
 
 
+class Reversed(HybridBlock):
+    """Reads its second input first and ignores its third: the graph's inputs are ``data1``,
+    ``data0``, while the block is called with ``data0``, ``data1``, ``data2``."""
+
+    def hybrid_forward(self, F: Any, x: Any, y: Any, unused: Any) -> Any:  # noqa: N803
+        return F.relu(y) * 2 - x
+
+
+@pytest.mark.parametrize("optimize", [True, False])
+def test_inputs_in_another_order_than_the_graphs_reach_the_checked_path(optimize: bool) -> None:
+    net = Reversed()
+    net.hybridize(optimize=optimize)
+    x = nd.array([[1.0, -2.0, 3.0]])
+    y = nd.array([[-1.0, 0.5, 2.0]])
+    want = np.maximum(y.asnumpy(), 0) * 2 - x.asnumpy()
+    for _ in range(3):
+        np.testing.assert_allclose(net(x, y, x).asnumpy(), want, rtol=1e-6, atol=1e-6)
+    model = net._cached.model
+    assert model.input_names == ["data1", "data0"]
+    if optimize:  # the first call checked the inputs, later ones took the fast path
+        assert [entry.checked for _, entry in model._plans.items()] == [True]
+    else:  # the reference interpreter: no plans to cache
+        assert len(model._plans) == 0
+    x64 = nd.array([[1.0, -2.0, 3.0]], dtype="float64")  # converted to the graph's float32
+    np.testing.assert_allclose(net(x64, y, x).asnumpy(), want, rtol=1e-6, atol=1e-6)
+
+
 def test_set_data_and_force_reinit_invalidate_the_compiled_model() -> None:
     net = _mlp()
     x = nd.random.normal(shape=(1, 512))

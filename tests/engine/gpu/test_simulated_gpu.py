@@ -19,6 +19,7 @@ from engine.cuda import fused
 from engine.cuda.array_module import capturable
 from engine.device import get_device
 from engine.runtime.plan import Plan, Step
+from engine.runtime.signature import Signature
 from tests.conformance.fixtures import (
     assert_close,
     model_files,
@@ -232,8 +233,8 @@ def test_a_served_gpu_model_is_bucketed_and_warmed_at_load(fake_gpu: Any) -> Non
     compiled = sorted(dict(signature)["data"][0] for signature in model.plan_signatures())
     assert compiled == [1, 2, 4, 8]  # every bucket compiled at load, not on first request
     for rows in compiled:
-        key = (("data", (rows, 512), np.dtype(np.float32)),)
-        plans = [model._plans.get(key), model._spares.get(key)]
+        entry = model._plans.get(Signature.of({"data": np.zeros((rows, 512), np.float32)}))
+        plans = [entry.plan, entry.spare]
         assert all(plan is not None and plan.execution_stats()["cuda_graph"] for plan in plans)
     inputs, expected = model_io_sets("seed_mlp")[0]
     rows = np.repeat(inputs["data"], 3, axis=0)  # 3 rows run in the plan for 4

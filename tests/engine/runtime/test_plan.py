@@ -10,6 +10,7 @@ import pytest
 import engine
 from engine import sym
 from engine.runtime.plan import Plan
+from engine.runtime.signature import Signature
 from tests.conformance.fixtures import model_files, model_io_sets
 from tests.engine.compiler.graphs import conv_bn_relu, mlp
 from tests.engine.runtime.helpers import run_allocation
@@ -90,8 +91,8 @@ def test_a_busy_plan_hands_the_call_to_its_spare_when_runs_may_overlap() -> None
     with plan._lock:  # another thread is running this plan
         result = list(model.infer(inputs).values())[0]
     np.testing.assert_allclose(result, expected[0], rtol=1e-5, atol=1e-6)
-    assert model._spares.get(plan.signature) is not None
-    assert model._spares.get(plan.signature) is not plan
+    spare = model._plans.get(Signature.of(inputs)).spare
+    assert spare is not None and spare is not plan
 
 
 def test_plan_shared_by_threads_gives_each_caller_its_rows() -> None:
@@ -144,6 +145,6 @@ def test_warm_compiles_the_bucket_plan_and_its_spare() -> None:
     model.concurrent_runs = 2
     model.warm({"data": np.zeros((3, 512), np.float32)}, runs=2)
     assert [plan["inputs"]["data"][0] for plan in model.stats()["plans"]] == [4]
-    spare = model._spares.get((("data", (4, 512), np.dtype(np.float32)),))
+    spare = model._plans.get(Signature.of({"data": np.zeros((4, 512), np.float32)})).spare
     assert spare is not None and spare is not model.plan_for({"data": np.zeros((4, 512),
                                                                               np.float32)})
