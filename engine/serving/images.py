@@ -9,10 +9,11 @@ here fetches a URL: the input is bytes. Every refusal is an `ImageError` naming 
 from __future__ import annotations
 
 import io
+import struct
 from collections.abc import Callable
 
 import numpy as np
-from PIL import ExifTags, Image, ImageOps, UnidentifiedImageError
+from PIL import Image, UnidentifiedImageError
 
 from engine.errors import InputError
 from engine.serving.preprocess_config import DEFAULT_MAX_PIXELS
@@ -22,6 +23,13 @@ ACCEPTED = ("JPEG", "PNG", "WEBP")
 # A JPEG's EXIF segment is at most 64 KiB; PNG and WebP chunks can be far larger, and parsing
 # one is work done before the pixels: anything past this is not a camera's EXIF.
 MAX_EXIF_BYTES = 1 << 20
+
+_ORIENTATION_TAG = 0x0112
+# What turns a stored image upright, by EXIF orientation (as `ImageOps.exif_transpose` does).
+_TRANSPOSES = {2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180,
+               4: Image.Transpose.FLIP_TOP_BOTTOM, 5: Image.Transpose.TRANSPOSE,
+               6: Image.Transpose.ROTATE_270, 7: Image.Transpose.TRANSVERSE,
+               8: Image.Transpose.ROTATE_90}
 
 # Formats a client may send by mistake, named in the refusal (the first bytes that mark them).
 _OTHER_FORMATS: tuple[tuple[bytes, str], ...] = (
@@ -93,17 +101,14 @@ def decode_image(data: bytes, *, max_pixels: int = DEFAULT_MAX_PIXELS,
             image.draft(None, target)
     try:
         image.load()
-        _check_exif(image)
-        # Orientations 5 to 8 turn the image a quarter: the displayed width is the stored height.
-        swapped = image.getexif().get(ExifTags.Base.Orientation, 1) in (5, 6, 7, 8)
-        transposed = ImageOps.exif_transpose(image)
-        image = transposed if transposed is not None else image
-    except ImageError:
-        raise
-    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as error:
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError, Warning) as error:
         raise ImageError(f"{kind} image cannot be decoded (corrupt or truncated): "
                          f"{error}") from None
-    original = (stored[1], stored[0]) if swapped else stored
+    orientation = exif_orientation(image.info.get("exif", b""))
+    if orientation in _TRANSPOSES:
+        image = image.transpose(_TRANSPOSES[orientation])
+    # Orientations 5 to 8 turn the image a quarter: the displayed width is the stored height.
+    original = (stored[1], stored[0]) if orientation in (5, 6, 7, 8) else stored
     return to_rgb(image), original
 
 
@@ -115,7 +120,9 @@ def _open(data: bytes, kind: str, max_pixels: int) -> Image.Image:
         # Pillow's own guard, past ~89 million pixels (a warning turned into an error too).
         raise ImageError(f"{kind} image has too many pixels ({error}); the limit is "
                          f"{max_pixels} pixels") from None
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as error:
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, Warning) as error:
+        # Pillow warns about malformed metadata (EXIF tags past the end); where warnings are
+        # errors that is a refusal too, elsewhere the warning is logged and decoding goes on.
         raise ImageError(f"{kind} image header cannot be read (corrupt or truncated): "
                          f"{error}") from None
     width, height = image.size
@@ -127,11 +134,31 @@ def _open(data: bytes, kind: str, max_pixels: int) -> Image.Image:
     return image
 
 
-def _check_exif(image: Image.Image) -> None:
-    exif = image.info.get("exif", b"")
+def exif_orientation(exif: bytes) -> int:
+    """The Orientation tag (1 to 8) of an EXIF block, 1 when absent or unreadable.
+
+    Read directly rather than through Pillow's full EXIF parser, which warns on every
+    malformed tag of a hostile block: only the first directory's entries are looked at.
+
+    Raises:
+        ImageError: the block is larger than `MAX_EXIF_BYTES`.
+    """
     if len(exif) > MAX_EXIF_BYTES:
         raise ImageError(f"image EXIF block is {len(exif)} bytes; at most {MAX_EXIF_BYTES} "
                          "are read")
+    tiff = exif.removeprefix(b"Exif\x00\x00")
+    order = {b"II": "<", b"MM": ">"}.get(tiff[:2])
+    if order is None or len(tiff) < 8:
+        return 1
+    (first,) = struct.unpack_from(order + "I", tiff, 4)
+    if first + 2 > len(tiff):
+        return 1
+    (count,) = struct.unpack_from(order + "H", tiff, first)
+    for entry in range(first + 2, min(first + 2 + 12 * count, len(tiff) - 11), 12):
+        tag, kind, _, value = struct.unpack_from(order + "HHIH", tiff, entry)
+        if tag == _ORIENTATION_TAG and kind == 3:  # SHORT
+            return value if 1 <= value <= 8 else 1
+    return 1
 
 
 def to_rgb(image: Image.Image) -> Image.Image:
