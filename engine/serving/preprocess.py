@@ -70,14 +70,14 @@ def resize_and_crop(image: Image.Image, original: tuple[int, int],
     before any reduced-scale decode, which sizes come from so that drafting changes none."""
     geometry = Geometry(original, (image.height / original[0], image.width / original[1]))
     if options.resize is not None:
-        image, geometry = _resize(image, original, options.resize)
+        image, geometry = _resize(image, original, options.resize, options.max_pixels)
     if options.center_crop is not None:
         image, geometry = _center_crop(image, geometry, options.center_crop)
     return image, geometry
 
 
-def _resize(image: Image.Image, original: tuple[int, int],
-            resize: ResizeConfig) -> tuple[Image.Image, Geometry]:
+def _resize(image: Image.Image, original: tuple[int, int], resize: ResizeConfig,
+            max_pixels: int) -> tuple[Image.Image, Geometry]:
     height, width = original
     resample = _FILTERS[resize.interpolation]
     if resize.letterbox is not None:
@@ -86,6 +86,11 @@ def _resize(image: Image.Image, original: tuple[int, int],
         new_height, new_width = resize.exact
     else:
         new_height, new_width = shorter_side_size(original, resize.shorter_side or 0)
+        if new_height * new_width > max_pixels:  # a 1x100000 strip would become 256x25.6M
+            raise ImageError(f"image is {width}x{height} (width x height): resizing its "
+                             f"shorter side to {resize.shorter_side} would make it "
+                             f"{new_width}x{new_height}, over the limit of {max_pixels} "
+                             "pixels; its aspect ratio is too extreme")
     resized = image.resize((new_width, new_height), resample)
     return resized, Geometry(original, (new_height / height, new_width / width))
 
