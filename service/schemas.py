@@ -187,6 +187,14 @@ class MemoryCheck(CheckRan):
     estimated_bytes: int | None = None
 
 
+class PreprocessCheck(CheckRan):
+    """The inputs' preprocess pipelines: checked against the graph, dry-run on a synthetic image
+    (row shapes by input), and warnings (e.g. a graph that already normalises its input)."""
+
+    inputs: dict[str, list[int]] = Field(default_factory=dict)
+    warnings: list[str] = Field(default_factory=list)
+
+
 class ValidationChecks(BaseModel):
     """What was checked when the version was loaded (loading fails at the first failed check)."""
 
@@ -197,6 +205,7 @@ class ValidationChecks(BaseModel):
     shape_inference: ShapeInferenceCheck
     test_inference: TestInferenceCheck
     memory_estimate: MemoryCheck
+    preprocess: PreprocessCheck | None = None
 
 
 class CacheStats(BaseModel):

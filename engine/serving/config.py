@@ -31,6 +31,7 @@ from pydantic import (
 
 from engine.serving.errors import InvalidModel
 from engine.serving.manifest import MANIFEST_NAME, PARAMS_NAME, SYMBOL_NAME
+from engine.serving.preprocess_config import PreprocessField
 
 CONFIG_NAME = "config.json"
 # A labels file sits in a version's folder or beside config.json: a plain name, never a path,
@@ -70,7 +71,8 @@ class TensorConfig(_Strict):
     or variable dimension) left out are completed from the graph on load, so a rename alone,
     ``{"name": "probabilities", "source": "dense0_fwd_output"}``, is a whole entry. `labels`
     (outputs only) names a file of class labels, one a line, for Triton's classification
-    extension.
+    extension. `preprocess` (inputs only) turns an encoded image into the tensor (a preset's
+    name or a pipeline; see `engine.serving.preprocess_config`).
     """
 
     name: str = Field(min_length=1, max_length=256)
@@ -78,6 +80,7 @@ class TensorConfig(_Strict):
     datatype: str | None = None
     shape: tuple[StrictInt, ...] | None = Field(None, min_length=1, max_length=32)
     labels: str | None = None
+    preprocess: PreprocessField | None = None
 
     @field_validator("datatype", mode="before")
     @classmethod
@@ -213,6 +216,9 @@ class ModelConfig(_Strict):
         labelled = [tensor.name for tensor in self.inputs or () if tensor.labels is not None]
         if labelled:
             raise ValueError(f"inputs {labelled}: labels belong to outputs (classification)")
+        processed = [tensor.name for tensor in self.outputs or () if tensor.preprocess]
+        if processed:
+            raise ValueError(f"outputs {processed}: preprocess belongs to inputs")
         too_big = [size for size in self.dynamic_batching.preferred_batch_sizes
                    if size > self.max_batch_size]
         if too_big:

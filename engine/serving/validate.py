@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -21,6 +21,7 @@ from engine.serving.config import ModelConfig, TensorConfig, datatype_of
 from engine.serving.errors import InvalidModel, ServingError
 from engine.serving.labels import read_labels
 from engine.serving.manifest import PARAMS_NAME, SYMBOL_NAME
+from engine.serving.preprocess_check import check_preprocess
 from engine.serving.probe import find_sample_shapes, takes_batches
 
 
@@ -64,6 +65,7 @@ class Checks:
     skipped: str | None = None
     memory_bytes: int | None = None
     memory_skipped: str | None = None
+    preprocess: dict[str, Any] | None = None  # `check_preprocess`'s record; None: no pipeline
 
     @classmethod
     def of(cls, inputs: Sequence[TensorConfig], sample: Mapping[str, tuple[int, ...]] | None,
@@ -92,9 +94,10 @@ class Checks:
             memory["estimated_bytes"] = self.memory_bytes
         else:
             memory["reason"] = self.memory_skipped
-        return {"parsed": True, "ops_known": True, "params_match": True,
-                "shape_inference": {"ran": True, "variable_dims": self.variable_dims},
-                "test_inference": test, "memory_estimate": memory}
+        checks = {"parsed": True, "ops_known": True, "params_match": True,
+                  "shape_inference": {"ran": True, "variable_dims": self.variable_dims},
+                  "test_inference": test, "memory_estimate": memory}
+        return checks if self.preprocess is None else {**checks, "preprocess": self.preprocess}
 
 
 # The checks (and class labels) of each validated model, kept beside it rather than on it: the
@@ -176,9 +179,11 @@ def load_and_validate(version_dir: Path, config: ModelConfig, *, loader: Loader,
     exact = all(dim > 0 for tensor in inputs for dim in tensor.shape[1:])
     outputs_config = complete_outputs(config.outputs, model, outputs, where, exact)
     labels = read_labels(version_dir, outputs_config, where)
+    preprocess = check_preprocess(model, inputs, sample, where)
     full = ModelConfig.model_validate({**config.model_dump(), "inputs": inputs,
                                        "outputs": outputs_config, "batch_buckets": buckets})
-    _CHECKS[model] = Checks.of(inputs, sample, memory, memory_skipped)
+    _CHECKS[model] = replace(Checks.of(inputs, sample, memory, memory_skipped),
+                             preprocess=preprocess)
     if labels:
         _LABELS[model] = labels
     return Validated(model, full)
