@@ -162,8 +162,13 @@ def flatten(outputs: object) -> list[mx.nd.NDArray]:
     return [outputs]
 
 
-def export(spec: ModelSpec, out_dir: Path) -> None:
-    """Build, run and export one model with its reference inputs and outputs."""
+def export(spec: ModelSpec, out_dir: Path, group: str = "models",
+           finish: Callable[[list[mx.nd.NDArray]], list[mx.nd.NDArray]] | None = None) -> None:
+    """Build, run and export one model with its reference inputs and outputs.
+
+    The model lands in ``<out_dir>/<group>/<name>``; ``finish`` may rewrite a batch's outputs
+    before they are saved (control flow zeroes what MXNet leaves uninitialised).
+    """
     mx.random.seed(spec.seed)
     rng = np.random.default_rng(spec.seed)
     with mx.name.NameManager():  # fresh name counters: names do not depend on the run's order
@@ -174,11 +179,12 @@ def export(spec: ModelSpec, out_dir: Path) -> None:
     randomise_batchnorm(block, rng)
     widen_tiny_weights(block, rng)
     block.hybridize(static_alloc=True)
-    folder = out_dir / "models" / spec.name
+    folder = out_dir / group / spec.name
     folder.mkdir(parents=True, exist_ok=True)
     arrays, io_sets = {}, []
     for number, batch in enumerate(batches):
         outputs = flatten(block(*[mx.nd.array(value) for value in batch.values()]))
+        outputs = finish(outputs) if finish else outputs
         prefix = "" if number == 0 else f"batch{number}/"
         io_sets.append({"inputs": {name: prefix + name for name in batch},
                         "outputs": [f"{prefix}out{k}" for k in range(len(outputs))]})
