@@ -48,6 +48,15 @@ class Node:
         return self.op == VARIABLE
 
     @property
+    def subgraphs(self) -> tuple[Graph, ...]:
+        """The graphs a control-flow node runs (``_foreach``'s body...); empty for other ops.
+
+        They live in ``params`` (key ``subgraphs``) so that kernels, which see only the parsed
+        attributes, can run them, and so that passes copying ``params`` keep them.
+        """
+        return self.params.get("subgraphs", ())
+
+    @property
     def opdef(self) -> OpDef:
         """The registry record of this node's op (variables have none)."""
         return get_op(self.op, f"node {self.name!r}")
@@ -62,8 +71,8 @@ class Node:
 
 
 def make_node(op: str, name: str, attrs: Mapping[str, Any] | None = None,
-              inputs: tuple[Entry, ...] = ()) -> Node:
-    """A node with its attributes parsed by the registry.
+              inputs: tuple[Entry, ...] = (), subgraphs: tuple[Graph, ...] = ()) -> Node:
+    """A node with its attributes parsed by the registry (``subgraphs`` added to its params).
 
     Raises:
         UnknownOperatorError: ``op`` is not registered.
@@ -74,6 +83,8 @@ def make_node(op: str, name: str, attrs: Mapping[str, Any] | None = None,
         return Node(op, name, MappingProxyType(raw), tuple(inputs))
     opdef = get_op(op, f"node {name!r}")
     params = opdef.parse_attrs(raw, f"node {name!r}")
+    if subgraphs:
+        params = Attrs({**params, "subgraphs": tuple(subgraphs)})
     return Node(op, name, MappingProxyType(raw), tuple(inputs), params)
 
 

@@ -33,6 +33,7 @@ _FIX_PARSING_BEFORE = MXNET_VERSION
 _ADD_MISSING_INPUTS_BEFORE = 900
 _LEGACY_VERSION = 800
 _COUNT_ATTRS = ("num_args", "num_outputs")
+MAX_SUBGRAPH_DEPTH = 8  # control flow nested deeper than this is refused, not recursed into
 
 
 def graph_from_json(source: str | bytes | bytearray | memoryview | Mapping[str, Any], *,
@@ -50,24 +51,31 @@ def graph_from_json(source: str | bytes | bytearray | memoryview | Mapping[str, 
         UnknownOperatorError: a node names an operator the registry does not have.
     """
     document = _decode(source, max_bytes)
+    return _read_graph(document, max_nodes, "symbol JSON", None, 0)
+
+
+def _read_graph(document: Any, max_nodes: int, where: str, version: int | None,
+                depth: int) -> Graph:
+    """One graph document; a subgraph (``version`` given) inherits its parent's version."""
     if not isinstance(document, Mapping):
-        raise ModelFormatError(f"symbol JSON: expected an object at the top level; "
+        raise ModelFormatError(f"{where}: expected an object at the top level; "
                                f"got {type(document).__name__}")
-    raw_nodes = _require(document, "nodes", list, "symbol JSON")
+    raw_nodes = _require(document, "nodes", list, where)
     if len(raw_nodes) > max_nodes:
-        raise ModelFormatError(f"symbol JSON: {len(raw_nodes)} nodes is more than the limit of "
+        raise ModelFormatError(f"{where}: {len(raw_nodes)} nodes is more than the limit of "
                                f"{max_nodes} (max_nodes)")
     graph_attrs = _graph_attrs(document.get("attrs", {}))
-    version = graph_attrs.get("mxnet_version", ("int", _LEGACY_VERSION))[1]
-    reader = _Reader(version, max_nodes, len(raw_nodes))
+    if version is None:
+        version = graph_attrs.get("mxnet_version", ("int", _LEGACY_VERSION))[1]
+        graph_attrs["mxnet_version"] = ("int", MXNET_VERSION)
+    reader = _Reader(version, max_nodes, len(raw_nodes), depth)
     for index, raw in enumerate(raw_nodes):
         reader.add(index, raw)
-    raw_heads = _require(document, "heads", list, "symbol JSON")
+    raw_heads = _require(document, "heads", list, where)
     if not raw_heads:
-        raise ModelFormatError("symbol JSON: 'heads' is empty; a graph needs at least one output")
-    heads = tuple(reader.entry(raw, f"head #{position}", len(raw_nodes))
+        raise ModelFormatError(f"{where}: 'heads' is empty; a graph needs at least one output")
+    heads = tuple(reader.entry(raw, f"{where} head #{position}", len(raw_nodes))
                   for position, raw in enumerate(raw_heads))
-    graph_attrs["mxnet_version"] = ("int", MXNET_VERSION)
     graph = Graph(tuple(reader.nodes), heads, MappingProxyType(graph_attrs))
     return verify(graph)
 
@@ -125,8 +133,9 @@ def _graph_attrs(raw: Any) -> dict[str, Any]:
 class _Reader:
     """Builds nodes one by one, applying MXNet's legacy upgrades as it goes."""
 
-    def __init__(self, version: int, max_nodes: int, total: int) -> None:
+    def __init__(self, version: int, max_nodes: int, total: int, depth: int = 0) -> None:
         self.version = version
+        self.depth = depth
         self.total = total
         self.max_nodes = max_nodes
         self.nodes: list[Node] = []
@@ -141,10 +150,7 @@ class _Reader:
         name = _require(raw, "name", str, where)
         where = f"symbol JSON: node #{index} {name!r}"
         raw_inputs = _require(raw, "inputs", list, where)
-        subgraphs = raw.get("subgraphs", [])
-        if subgraphs != []:
-            raise ModelFormatError(f"{where} ({op}): subgraphs (control-flow ops) are not "
-                                   "supported")
+        subgraphs = self._subgraphs(raw, where, op)
         attrs = _node_attrs(raw, where)
         hidden = _split_hidden(attrs) if self.version < _FIX_PARSING_BEFORE else {}
         inputs = tuple(self.entry(item, f"{where} input #{slot}", index)
@@ -158,17 +164,18 @@ class _Reader:
                           for key, value in hidden.items()})
             node = make_node(VARIABLE, name, attrs)
         else:
-            node = self._op_node(index, where, op, name, attrs, inputs, hidden)
+            node = self._op_node(index, where, op, name, attrs, inputs, hidden, subgraphs)
         self.position.append(len(self.nodes))
         self.nodes.append(node)
 
     def _op_node(self, index: int, where: str, op: str, name: str, attrs: dict[str, str],
-                 inputs: tuple[Entry, ...], hidden: dict[str, str]) -> Node:
+                 inputs: tuple[Entry, ...], hidden: dict[str, str],
+                 subgraphs: tuple[Graph, ...]) -> Node:
         _check_counts(attrs, where, op, self.max_nodes)
         _refuse_unsupported(op, attrs, where)
         attrs.update({f"__{key}__": value for key, value in hidden.items() if key in HIDDEN_KEYS})
         try:
-            node = make_node(op, name, attrs, inputs)
+            node = make_node(op, name, attrs, inputs, subgraphs)
             expected = node.opdef.input_names(node.params)
         except ModelFormatError as error:
             raise type(error)(f"symbol JSON: node #{index}: {error}") from None
@@ -182,6 +189,19 @@ class _Reader:
                 f"({', '.join(expected)})")
         leftover = {key: value for key, value in hidden.items() if key not in HIDDEN_KEYS}
         return self._move_prefixed(node, expected, leftover) if leftover else node
+
+    def _subgraphs(self, raw: Mapping[str, Any], where: str, op: str) -> tuple[Graph, ...]:
+        """The graphs a control-flow node carries (``_foreach``'s body...), read recursively."""
+        documents = raw.get("subgraphs", [])
+        if not isinstance(documents, list):
+            raise ModelFormatError(f"{where} ({op}): 'subgraphs' must be a list; "
+                                   f"got {type(documents).__name__} {_short(documents)}")
+        if documents and self.depth >= MAX_SUBGRAPH_DEPTH:
+            raise ModelFormatError(f"{where} ({op}): subgraphs nested more than "
+                                   f"{MAX_SUBGRAPH_DEPTH} deep")
+        return tuple(_read_graph(document, self.max_nodes, f"{where} ({op}) subgraph #{number}",
+                                 self.version, self.depth + 1)
+                     for number, document in enumerate(documents))
 
     def _missing_inputs(self, node: Node, expected: tuple[str, ...]) -> tuple[Entry, ...]:
         # Files before MXNet 0.9 did not list auxiliary states: MXNet adds `<node>_<input>`.
@@ -295,29 +315,40 @@ def _check_counts(attrs: Mapping[str, str], where: str, op: str, limit: int) -> 
 
 def graph_to_json(graph: Graph) -> str:
     """The symbol JSON MXNet 1.9.1 writes for ``graph`` (``mxnet_version`` set to 10901)."""
+    graph_attrs = {key: _attr_pair(value) for key, value in graph.attrs.items()}
+    graph_attrs["mxnet_version"] = ("int", MXNET_VERSION)
+    return _graph_text(graph, graph_attrs, 0)
+
+
+def _graph_text(graph: Graph, graph_attrs: dict[str, Any] | None, level: int) -> str:
+    # A subgraph is written without graph attributes, as MXNet writes it.
     row_ptr = [0]
     for node in graph.nodes:
         total = 1 if node.is_variable else node.opdef.num_total_outputs(node.params)
         row_ptr.append(row_ptr[-1] + total)
-    graph_attrs = {key: _attr_pair(value) for key, value in graph.attrs.items()}
-    graph_attrs["mxnet_version"] = ("int", MXNET_VERSION)
-    nodes = [_node_fields(node) for node in graph.nodes]
+    nodes = [_node_fields(node, level + 2) for node in graph.nodes]
     top = [
-        ("nodes", _array([_object(fields, True, 2) for fields in nodes], True, 1)),
-        ("arg_nodes", _int_array(graph.variable_indices(), 1)),
-        ("node_row_ptr", _int_array(row_ptr, 1)),
-        ("heads", _entries(graph.heads, 1)),
-        ("attrs", _string_map({key: _pair(value) for key, value in graph_attrs.items()}, 1)),
+        ("nodes", _array([_object(fields, True, level + 2) for fields in nodes], True,
+                         level + 1)),
+        ("arg_nodes", _int_array(graph.variable_indices(), level + 1)),
+        ("node_row_ptr", _int_array(row_ptr, level + 1)),
+        ("heads", _entries(graph.heads, level + 1)),
     ]
-    return _object(top, True, 0)
+    if graph_attrs is not None:
+        top.append(("attrs", _string_map({key: _pair(value)
+                                          for key, value in graph_attrs.items()}, level + 1)))
+    return _object(top, True, level)
 
 
-def _node_fields(node: Node) -> list[tuple[str, str]]:
+def _node_fields(node: Node, level: int = 2) -> list[tuple[str, str]]:
     fields = [("op", _string(node.op)), ("name", _string(node.name))]
     if node.attrs:
         attrs = {key: _string(format_attr(value)) for key, value in node.attrs.items()}
-        fields.append(("attrs", _string_map(attrs, 3)))
-    fields.append(("inputs", _entries(node.inputs, 3)))
+        fields.append(("attrs", _string_map(attrs, level + 1)))
+    fields.append(("inputs", _entries(node.inputs, level + 1)))
+    if not node.is_variable and node.subgraphs:
+        subgraphs = [_graph_text(subgraph, None, level + 2) for subgraph in node.subgraphs]
+        fields.append(("subgraphs", _array(subgraphs, True, level + 1)))
     return fields
 
 

@@ -26,5 +26,8 @@ REFUSED: dict[str, str] = {
     **dict.fromkeys(("_npi_arctan2", "_npi_arctan2_scalar", "_npi_rarctan2_scalar"), _ATAN2),
     **dict.fromkeys(("_npi_lcm", "_npi_lcm_scalar"),
                     "ONNX has no integer gcd; not mapped (it would need a Euclid Loop)"),
+    **dict.fromkeys(("_foreach", "_while_loop", "_cond"),
+                    "control flow with subgraphs; converting it to ONNX Loop/If is not "
+                    "implemented"),
     "_fused_elementwise": "made by this engine's fusion pass, which export does not run",
 }

@@ -10,6 +10,7 @@ from engine.ops import (  # noqa: F401  (imported for their registrations)
     attention,
     batchnorm_variants,
     boxes,
+    control_flow,
     conv,
     correlation,
     creation,
