@@ -21,6 +21,7 @@ from engine.errors import ModelFormatError, UnknownOperatorError
 from engine.graph.ir import VARIABLE, Entry, Graph, Node, make_node, verify
 from engine.ops.attrs import format_attr
 from engine.ops.catalog import unsupported_reason
+from engine.ops.control_flow import subgraph_count
 from engine.ops.registry import is_annotation
 
 MXNET_VERSION = 10901
@@ -68,7 +69,7 @@ def _read_graph(document: Any, max_nodes: int, where: str, version: int | None,
     if version is None:
         version = graph_attrs.get("mxnet_version", ("int", _LEGACY_VERSION))[1]
         graph_attrs["mxnet_version"] = ("int", MXNET_VERSION)
-    reader = _Reader(version, max_nodes, len(raw_nodes), depth)
+    reader = _Reader(version, max_nodes, len(raw_nodes), depth, where)
     for index, raw in enumerate(raw_nodes):
         reader.add(index, raw)
     raw_heads = _require(document, "heads", list, where)
@@ -133,9 +134,11 @@ def _graph_attrs(raw: Any) -> dict[str, Any]:
 class _Reader:
     """Builds nodes one by one, applying MXNet's legacy upgrades as it goes."""
 
-    def __init__(self, version: int, max_nodes: int, total: int, depth: int = 0) -> None:
+    def __init__(self, version: int, max_nodes: int, total: int, depth: int = 0,
+                 where: str = "symbol JSON") -> None:
         self.version = version
         self.depth = depth
+        self.where = where  # "symbol JSON", or the path to a subgraph
         self.total = total
         self.max_nodes = max_nodes
         self.nodes: list[Node] = []
@@ -143,12 +146,12 @@ class _Reader:
 
     def add(self, index: int, raw: Any) -> None:
         if not isinstance(raw, Mapping):
-            raise ModelFormatError(f"symbol JSON: node #{index} must be an object; "
+            raise ModelFormatError(f"{self.where}: node #{index} must be an object; "
                                    f"got {type(raw).__name__} {_short(raw)}")
-        where = f"symbol JSON: node #{index}"
+        where = f"{self.where}: node #{index}"
         op = _require(raw, "op", str, where)
         name = _require(raw, "name", str, where)
-        where = f"symbol JSON: node #{index} {name!r}"
+        where = f"{self.where}: node #{index} {name!r}"
         raw_inputs = _require(raw, "inputs", list, where)
         subgraphs = self._subgraphs(raw, where, op)
         attrs = _node_attrs(raw, where)
@@ -178,7 +181,7 @@ class _Reader:
             node = make_node(op, name, attrs, inputs, subgraphs)
             expected = node.opdef.input_names(node.params)
         except ModelFormatError as error:
-            raise type(error)(f"symbol JSON: node #{index}: {error}") from None
+            raise type(error)(f"{self.where}: node #{index}: {error}") from None
         except Exception as error:  # a parser in the registry failed unexpectedly
             raise ModelFormatError(f"{where} ({op}): cannot read attributes: {error}") from error
         if len(inputs) < len(expected) and self.version < _ADD_MISSING_INPUTS_BEFORE:
@@ -196,6 +199,10 @@ class _Reader:
         if not isinstance(documents, list):
             raise ModelFormatError(f"{where} ({op}): 'subgraphs' must be a list; "
                                    f"got {type(documents).__name__} {_short(documents)}")
+        expected = subgraph_count(op)
+        if len(documents) != expected:
+            raise ModelFormatError(f"{where} ({op}): has {len(documents)} subgraphs; this op "
+                                   f"takes {expected}")
         if documents and self.depth >= MAX_SUBGRAPH_DEPTH:
             raise ModelFormatError(f"{where} ({op}): subgraphs nested more than "
                                    f"{MAX_SUBGRAPH_DEPTH} deep")

@@ -25,6 +25,13 @@ from engine.ops.registry import Attrs, OpDef, Param, register
 from engine.ops.shapes import merge
 
 _LOCS = "node input positions feeding the subgraph's inputs, in its input order"
+# How many subgraphs a node of each op carries: the loader checks every node against this.
+SUBGRAPH_COUNTS = {"_foreach": 1, "_while_loop": 2, "_cond": 3}
+
+
+def subgraph_count(op: str) -> int:
+    """Subgraphs a node of ``op`` must carry (0 for every op but control flow)."""
+    return SUBGRAPH_COUNTS.get(op, 0)
 
 
 def _outputs(attrs: Attrs) -> tuple[str, ...]:
@@ -32,8 +39,8 @@ def _outputs(attrs: Attrs) -> tuple[str, ...]:
     return ("output",) if count == 1 else tuple(f"output{k}" for k in range(count))
 
 
-def _subgraphs(attrs: Attrs, count: int, op: str) -> tuple[Any, ...]:
-    graphs = attrs.get("subgraphs", ())
+def _subgraphs(attrs: Attrs, op: str) -> tuple[Any, ...]:
+    graphs, count = attrs.get("subgraphs", ()), SUBGRAPH_COUNTS[op]
     if len(graphs) != count:
         raise ShapeError(f"{op} needs {count} subgraphs; the node has {len(graphs)}")
     return graphs
@@ -110,7 +117,7 @@ def _body_order(attrs: Attrs, data: Sequence[Any], states: Sequence[Any],
 
 
 def _foreach_kernel(xp: Any, attrs: Attrs, *inputs: Any) -> tuple[Any, ...]:
-    (body,) = _subgraphs(attrs, 1, "_foreach")
+    (body,) = _subgraphs(attrs, "_foreach")
     count, state_count, _ = _foreach_counts(attrs)
     data, states = inputs[:count], list(inputs[count:count + state_count])
     remain = inputs[count + state_count:]
@@ -127,7 +134,7 @@ def _foreach_kernel(xp: Any, attrs: Attrs, *inputs: Any) -> tuple[Any, ...]:
 
 
 def _foreach_shape(attrs: Attrs, shapes: list[Any]) -> tuple[list[Any], list[Any]]:
-    (body,) = _subgraphs(attrs, 1, "_foreach")
+    (body,) = _subgraphs(attrs, "_foreach")
     count, state_count, _ = _foreach_counts(attrs)
     data = [None if shape is None else tuple(shape[1:]) for shape in shapes[:count]]
     heads = _head_shapes(body, _body_order(attrs, data, shapes[count:count + state_count],
@@ -142,7 +149,7 @@ def _foreach_shape(attrs: Attrs, shapes: list[Any]) -> tuple[list[Any], list[Any
 
 
 def _foreach_dtype(attrs: Attrs, dtypes: list[Any]) -> tuple[list[Any], list[Any]]:
-    (body,) = _subgraphs(attrs, 1, "_foreach")
+    (body,) = _subgraphs(attrs, "_foreach")
     count, state_count, _ = _foreach_counts(attrs)
     heads = _head_dtypes(body, _body_order(attrs, dtypes[:count],
                                            dtypes[count:count + state_count],
@@ -164,7 +171,7 @@ def _loop_var_slots(attrs: Attrs) -> list[int]:
 
 
 def _while_kernel(xp: Any, attrs: Attrs, *inputs: Any) -> tuple[Any, ...]:
-    cond, func = _subgraphs(attrs, 2, "_while_loop")
+    cond, func = _subgraphs(attrs, "_while_loop")
     values, slots = list(inputs), _loop_var_slots(attrs)
     steps: list[list[Any]] = [[] for _ in range(attrs.num_out_data)]
     for _ in range(attrs.max_iterations):
@@ -198,7 +205,7 @@ def _padded(xp: Any, attrs: Attrs, func: Any, inputs: Sequence[Any],
 
 
 def _while_shape(attrs: Attrs, shapes: list[Any]) -> tuple[list[Any], list[Any]]:
-    _, func = _subgraphs(attrs, 2, "_while_loop")
+    _, func = _subgraphs(attrs, "_while_loop")
     heads = _head_shapes(func, _pick(shapes, attrs.func_input_locs))
     outputs = [None if head is None else (attrs.max_iterations, *head)
                for head in heads[:attrs.num_out_data]]
@@ -209,7 +216,7 @@ def _while_shape(attrs: Attrs, shapes: list[Any]) -> tuple[list[Any], list[Any]]
 
 
 def _while_dtype(attrs: Attrs, dtypes: list[Any]) -> tuple[list[Any], list[Any]]:
-    _, func = _subgraphs(attrs, 2, "_while_loop")
+    _, func = _subgraphs(attrs, "_while_loop")
     heads = _head_dtypes(func, _pick(dtypes, attrs.func_input_locs))
     return dtypes, heads[:attrs.num_out_data] + _pick(dtypes, _loop_var_slots(attrs))
 
@@ -223,7 +230,7 @@ def _cond_inputs(attrs: Attrs) -> tuple[str, ...]:
 
 
 def _cond_kernel(xp: Any, attrs: Attrs, *inputs: Any) -> tuple[Any, ...]:
-    predicate, then_graph, else_graph = _subgraphs(attrs, 3, "_cond")
+    predicate, then_graph, else_graph = _subgraphs(attrs, "_cond")
     value = _run(predicate, _pick(inputs, attrs.cond_input_locs), xp)[0]
     if _truth(value, "the _cond predicate"):
         return tuple(_run(then_graph, _pick(inputs, attrs.then_input_locs), xp))
@@ -231,7 +238,7 @@ def _cond_kernel(xp: Any, attrs: Attrs, *inputs: Any) -> tuple[Any, ...]:
 
 
 def _cond_shape(attrs: Attrs, shapes: list[Any]) -> tuple[list[Any], list[Any]]:
-    _, then_graph, else_graph = _subgraphs(attrs, 3, "_cond")
+    _, then_graph, else_graph = _subgraphs(attrs, "_cond")
     then_heads = _head_shapes(then_graph, _pick(shapes, attrs.then_input_locs))
     else_heads = _head_shapes(else_graph, _pick(shapes, attrs.else_input_locs))
     return shapes, [merge(first, second, f"branch output {slot}") for slot, (first, second)
@@ -239,7 +246,7 @@ def _cond_shape(attrs: Attrs, shapes: list[Any]) -> tuple[list[Any], list[Any]]:
 
 
 def _cond_dtype(attrs: Attrs, dtypes: list[Any]) -> tuple[list[Any], list[Any]]:
-    _, then_graph, else_graph = _subgraphs(attrs, 3, "_cond")
+    _, then_graph, else_graph = _subgraphs(attrs, "_cond")
     then_heads = _head_dtypes(then_graph, _pick(dtypes, attrs.then_input_locs))
     else_heads = _head_dtypes(else_graph, _pick(dtypes, attrs.else_input_locs))
     for slot, (first, second) in enumerate(zip(then_heads, else_heads)):

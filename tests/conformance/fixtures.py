@@ -21,6 +21,11 @@ PARAMS = CONFORMANCE / "params"
 EXTRA = ROOT / "tests" / "fixtures" / "mxnet_extra"
 OP_CASE_DIRS = (CONFORMANCE / "ops", EXTRA / "ops")
 MODEL_DIRS = (MODELS, EXTRA / "models")
+# Control-flow exports (tools/mxnet_fixtures/generate_control_flow.py) are kept out of
+# `model_names`: a `_cond` predicate or `_while_loop` stop condition reduces over the whole
+# batch, so the tests that batch or split rows, and ONNX export (which refuses these ops),
+# cannot take them. `tests/conformance/test_control_flow.py` runs them.
+CONTROL_FLOW = EXTRA / "control_flow"
 
 DEFAULT_TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
 FLOAT16_TOLERANCE = {"rtol": 1e-2, "atol": 1e-2}
@@ -60,9 +65,14 @@ def model_names(*, fixed_batch: bool = False) -> list[str]:
     return [name for name in names if fixed_batch or not model_meta(name).get("fixed_batch")]
 
 
+def control_flow_names() -> list[str]:
+    """Names of the control-flow exports (``_foreach``, ``_while_loop``, ``_cond``)."""
+    return sorted(path.name for path in CONTROL_FLOW.iterdir() if path.is_dir())
+
+
 def model_dir(name: str) -> Path:
     """The folder holding one conformance model, whichever set it belongs to."""
-    for folder in MODEL_DIRS:
+    for folder in (*MODEL_DIRS, CONTROL_FLOW):
         if (folder / name).is_dir():
             return folder / name
     raise KeyError(f"no conformance model named {name!r}")
