@@ -72,3 +72,15 @@ def test_control_flow_through_the_gpu_path_matches_mxnet(fake_gpu: Any, name: st
         plan = model.plan_for(inputs)
         assert_captured_unless_blocked(plan)
         assert plan.execution_stats()["cuda_graph"] is False  # every one of them blocks capture
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_onnx_export_refuses_control_flow_naming_the_node_and_reason(name: str,
+                                                                     tmp_path: Any) -> None:
+    from engine.errors import OnnxExportError
+    from engine.onnx import export
+
+    shapes = {spec["name"]: spec["shape"] for spec in model_meta(name)["inputs"]}
+    with pytest.raises(OnnxExportError, match=rf"\({OPS[name]}\).*Loop/If is not implemented"):
+        export(model_files(name), tmp_path / f"{name}.onnx", input_shapes=shapes)
+    assert not (tmp_path / f"{name}.onnx").exists()
