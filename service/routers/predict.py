@@ -15,5 +15,8 @@ router = APIRouter(tags=["inference"], responses=ERRORS)
 @router.post("/predict", openapi_extra=body_of(schemas.PredictRequest),
              response_class=OrjsonResponse, responses={200: {"model": schemas.PredictResponse}})
 async def predict(request: Request, inference: Inference) -> OrjsonResponse:
-    """Run `inputs` on `model` (newest ready version unless `version` is given)."""
-    return json_response(await inference.predict(await request.body()))
+    """Run `inputs` on `model` (newest ready version unless `version` is given); or images
+    (a raw ``image/*`` body or multipart files) on ``?model=NAME[&version=N]``."""
+    return json_response(await inference.predict(await request.body(),
+                                                 request.headers.get("content-type"),
+                                                 request.url.query))
