@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import grpc
 import httpx
 import numpy as np
 import orjson
 
+from service.grpc import inference_pb2 as pb
 from service.runtime import Runtime
 from tests.service import image_model
+from tests.service.grpc_inprocess import grpc_client
 from tests.service.helpers import run, serving, settings_for
 from tests.service.image_model import NAME, encode, photo, reference_scores
 
@@ -177,3 +181,30 @@ def test_a_bad_image_fails_only_its_own_request(tmp_path: Path) -> None:
             assert "batch row 0: JPEG image" in answers[-1].json()["error"]
 
     run(scenario())
+
+
+def test_grpc_takes_images_as_raw_or_bytes_contents(tmp_path: Path) -> None:
+    symbol, params = image_model.model_files()
+    expected = reference_scores(symbol, params, [JPEG, PNG])
+    with grpc_client(tmp_path, models=()) as client:
+        upload = client.app.upload(NAME, symbol, params, json.dumps(image_model.CONFIG).encode())
+        assert upload.status_code == 201, upload.text
+        metadata = client.call("ModelMetadata", pb.ModelMetadataRequest(name=NAME))
+        assert [(tensor.datatype, list(tensor.shape)) for tensor in metadata.inputs] == [
+            ("BYTES", [-1])]
+        raw = pb.ModelInferRequest(model_name=NAME, raw_input_contents=[
+            b"".join(len(image).to_bytes(4, "little") + image for image in (JPEG, PNG))])
+        raw.inputs.add(name="data", datatype="BYTES", shape=[2])
+        typed = pb.ModelInferRequest(model_name=NAME)
+        typed.inputs.add(name="data", datatype="BYTES", shape=[2, 1],
+                         contents=pb.InferTensorContents(bytes_contents=[JPEG, PNG]))
+        for request in (raw, typed):
+            response = client.call("ModelInfer", request)
+            scores = np.frombuffer(response.raw_output_contents[0], np.float32).reshape(2, 5)
+            np.testing.assert_allclose(scores, expected, **TOLERANCE)
+        bad = pb.ModelInferRequest(model_name=NAME)
+        bad.inputs.add(name="data", datatype="BYTES", shape=[2],
+                       contents=pb.InferTensorContents(bytes_contents=[JPEG, b"%PDF-1.4"]))
+        code, details = client.code("ModelInfer", bad)
+        assert code == grpc.StatusCode.INVALID_ARGUMENT
+        assert "input 'data', batch row 1: image format PDF is not accepted" in details
