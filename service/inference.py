@@ -36,23 +36,23 @@ def _shape_fits(expected: tuple[int, ...], given: tuple[int, ...]) -> bool:
 
 def check_inputs(handle: LoadedVersion, arrays: Mapping[str, np.ndarray],
                  datatypes: Mapping[str, str] | None = None) -> None:
-    """400 unless `arrays` are exactly the config's inputs, with its datatypes and shapes."""
+    """400 unless `arrays` are exactly the config's inputs, with its datatypes and shapes
+    (BYTES for an input with a preprocess pipeline: images). `datatypes` must be given for
+    BYTES tensors (object arrays)."""
     specs = handle.input_specs
     if arrays.keys() != specs.keys():
         _refuse_names(handle, arrays)
     max_rows = handle.config.max_batch_size
     for name, array in arrays.items():
         spec = specs[name]
-        given = datatypes[name] if datatypes is not None else _datatype(array)
-        if given == BYTES and name in handle.pipelines:
-            _check_images(handle, spec, array)
-        elif (given != spec.datatype or not _shape_fits(spec.shape, array.shape)
+        given = datatypes[name] if datatypes is not None else codecs.datatype_of(array.dtype)
+        if (given != spec.datatype or not _shape_fits(spec.shape, array.shape)
                 or array.shape[0] > max_rows):
-            _refuse_tensor(handle, spec, array, given)
-
-
-def _datatype(array: np.ndarray) -> str:
-    return BYTES if array.dtype == object else codecs.datatype_of(array.dtype)
+            # Images for a pipeline input are checked here, off the plain tensors' path.
+            if given == BYTES and name in handle.pipelines:
+                _check_images(handle, spec, array)
+            else:
+                _refuse_tensor(handle, spec, array, given)
 
 
 def _check_images(handle: LoadedVersion, spec: TensorConfig, array: np.ndarray) -> None:
