@@ -44,8 +44,7 @@ def is_image_body(content_type: str | None) -> bool:
 def read_query(query: str) -> tuple[str, str | None]:
     """``model`` (required) and ``version`` from the query string of an image ``/predict``."""
     try:
-        values = parse_qs(query, keep_blank_values=True, strict_parsing=bool(query),
-                          max_num_fields=8)
+        values = parse_qs(query, keep_blank_values=True, max_num_fields=8)
     except ValueError as error:
         raise BadRequest(f"predict query string {query!r:.100} cannot be read: {error}") from None
     unknown = sorted(set(values) - set(QUERY_KEYS))
