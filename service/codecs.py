@@ -15,7 +15,7 @@ import numpy as np
 import orjson
 
 from engine.serving.config import DATATYPES, datatype_of
-from service import classification, json_tensors
+from service import bytes_tensors, classification, json_tensors
 from service.errors import BadRequest, PayloadTooLarge
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
@@ -71,8 +71,8 @@ def _parameters(entry: Mapping[str, Any], where: str) -> dict[str, Any]:
 def dtype_of(datatype: Any, where: str) -> np.dtype:
     """The numpy dtype of a V2 datatype name; 400 for BYTES and unknown names."""
     if datatype == "BYTES":
-        raise BadRequest(f"{where}: datatype BYTES is not supported (models here take numeric "
-                         f"tensors); use one of {', '.join(DATATYPES)}")
+        raise BadRequest(f"{where}: datatype BYTES is only for inputs with a preprocess "
+                         f"pipeline (encoded images); use one of {', '.join(DATATYPES)}")
     if not isinstance(datatype, str) or datatype not in DATATYPES:
         raise BadRequest(f"{where}: unknown datatype {datatype!r}; expected one of "
                          f"{', '.join(DATATYPES)}")
@@ -150,15 +150,14 @@ def _decode_input(entry: Any, index: int, binary: memoryview, offset: int, max_e
         raise BadRequest(f"{where}: 'name' must be a non-empty string")
     where = f"input {name!r}"
     datatype = entry.get("datatype")
+    if datatype == "BYTES":
+        return _decode_bytes_input(entry, name, binary, offset, max_elements)
     dtype = dtype_of(datatype, where)
     shape = _shape(entry.get("shape"), where)
     count = math.prod(shape)
     check_elements(count, max_elements, where)
-    parameters = _parameters(entry, where)
-    size = parameters.get("binary_data_size")
+    size = _binary_size(entry, where)
     if size is not None:
-        if "data" in entry:
-            raise BadRequest(f"{where}: give either 'data' or binary_data_size, not both")
         expected = count * dtype.itemsize
         if type(size) is not int or size != expected:
             raise BadRequest(f"{where}: binary_data_size is {size!r}; shape {list(shape)} of "
@@ -176,6 +175,36 @@ def _decode_input(entry: Any, index: int, binary: memoryview, offset: int, max_e
         raise BadRequest(f"{where}: shape {list(shape)} needs {count} elements, but data has "
                          f"{array.size}")
     return name, datatype, array.reshape(shape), offset
+
+
+def _binary_size(entry: Mapping[str, Any], where: str) -> Any:
+    """The entry's ``binary_data_size`` parameter (None: its data is JSON)."""
+    size = _parameters(entry, where).get("binary_data_size")
+    if size is not None and "data" in entry:
+        raise BadRequest(f"{where}: give either 'data' or binary_data_size, not both")
+    return size
+
+
+def _decode_bytes_input(entry: Mapping[str, Any], name: str, binary: memoryview, offset: int,
+                        max_elements: int) -> tuple[str, str, np.ndarray, int]:
+    """A BYTES entry (encoded images): strings in JSON, or length-prefixed binary data."""
+    where = f"input {name!r}"
+    shape = _shape(entry.get("shape"), where)
+    check_elements(math.prod(shape), max_elements, where)
+    size = _binary_size(entry, where)
+    if size is not None:
+        if type(size) is not int or size < 0:
+            raise BadRequest(f"{where}: binary_data_size must be a non-negative integer, got "
+                             f"{size!r:.50}")
+        if offset + size > len(binary):
+            raise BadRequest(f"{where}: binary data ends after {len(binary) - offset} of "
+                             f"{size} bytes")
+        array = bytes_tensors.from_binary(binary[offset:offset + size], shape, where)
+        return name, "BYTES", array, offset + size
+    if "data" not in entry:
+        raise BadRequest(f"{where}: no 'data' and no binary_data_size parameter")
+    return name, "BYTES", bytes_tensors.from_json(json_tensors.plain(entry["data"]), shape,
+                                                  where), offset
 
 
 def flag(parameters: Mapping[str, Any], key: str, where: str) -> bool | None:

@@ -15,8 +15,11 @@ PLATFORM = "mxnet_mxnet"  # the Open Inference Protocol's name for MXNet
 
 
 def tensors(specs: Sequence[TensorConfig] | None) -> list[schemas.TensorMetadata]:
-    """Tensor metadata from config entries."""
-    return [schemas.TensorMetadata(name=spec.name, datatype=spec.datatype, shape=list(spec.shape))
+    """Tensor metadata from config entries. An input with a preprocess pipeline is shown as
+    clients send it, BYTES ``[-1]`` (one encoded image a row); the model takes its rows."""
+    return [schemas.TensorMetadata(name=spec.name, datatype="BYTES", shape=[-1])
+            if spec.preprocess is not None else
+            schemas.TensorMetadata(name=spec.name, datatype=spec.datatype, shape=list(spec.shape))
             for spec in specs or ()]
 
 

@@ -119,7 +119,10 @@ class FastLane:
     async def _predict(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = dict(scope["headers"])
         body = await self._body(headers, receive)
-        reply = dumps(await self.inference.predict(body))
+        content_type = headers.get(b"content-type")
+        reply = dumps(await self.inference.predict(
+            body, None if content_type is None else content_type.decode("latin-1"),
+            scope.get("query_string", b"").decode("latin-1")))
         await _reply(send, 200, reply, JSON, headers.get(b"accept-encoding"))
 
     async def _infer(self, scope: Scope, receive: Receive, send: Send) -> None:

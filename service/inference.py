@@ -13,9 +13,12 @@ from engine.errors import EngineError, InputError, ShapeError
 from engine.serving.config import TensorConfig
 from engine.serving.loaded import LoadedVersion
 from engine.serving.repository import ModelRepository
-from service import classification, codecs
+from service import classification, codecs, image_forms
 from service.errors import BadRequest, ServiceError
+from service.image_inputs import ImageInputs
 from service.metrics import Metrics
+
+BYTES = "BYTES"
 
 
 @dataclass(frozen=True)
@@ -33,7 +36,9 @@ def _shape_fits(expected: tuple[int, ...], given: tuple[int, ...]) -> bool:
 
 def check_inputs(handle: LoadedVersion, arrays: Mapping[str, np.ndarray],
                  datatypes: Mapping[str, str] | None = None) -> None:
-    """400 unless `arrays` are exactly the config's inputs, with its datatypes and shapes."""
+    """400 unless `arrays` are exactly the config's inputs, with its datatypes and shapes
+    (BYTES for an input with a preprocess pipeline: images). `datatypes` must be given for
+    BYTES tensors (object arrays)."""
     specs = handle.input_specs
     if arrays.keys() != specs.keys():
         _refuse_names(handle, arrays)
@@ -43,7 +48,23 @@ def check_inputs(handle: LoadedVersion, arrays: Mapping[str, np.ndarray],
         given = datatypes[name] if datatypes is not None else codecs.datatype_of(array.dtype)
         if (given != spec.datatype or not _shape_fits(spec.shape, array.shape)
                 or array.shape[0] > max_rows):
-            _refuse_tensor(handle, spec, array, given)
+            # Images for a pipeline input are checked here, off the plain tensors' path.
+            if given == BYTES and name in handle.pipelines:
+                _check_images(handle, spec, array)
+            else:
+                _refuse_tensor(handle, spec, array, given)
+
+
+def _check_images(handle: LoadedVersion, spec: TensorConfig, array: np.ndarray) -> None:
+    """400 unless a pipeline input's BYTES tensor is 1 to max_batch_size images, one a row:
+    shape ``[N]`` or ``[N, 1]``."""
+    where, rows = _where(handle), array.shape[0] if array.ndim else 0
+    if array.ndim not in (1, 2) or array.ndim == 2 and array.shape[1] != 1 or rows == 0:
+        raise BadRequest(f"{where}: input {spec.name!r} has BYTES shape {list(array.shape)}; "
+                         "expected [N] or [N, 1], one encoded image per batch row, N >= 1")
+    if rows > handle.config.max_batch_size:
+        raise BadRequest(f"{where}: input {spec.name!r} has {rows} images; max_batch_size is "
+                         f"{handle.config.max_batch_size}, split the request")
 
 
 def _refuse_names(handle: LoadedVersion, arrays: Mapping[str, np.ndarray]) -> NoReturn:
@@ -55,8 +76,9 @@ def _refuse_names(handle: LoadedVersion, arrays: Mapping[str, np.ndarray]) -> No
                          f"are {codecs.names(list(specs))}"
                          f"{_renamed(handle.config.inputs, unknown[0], 'input')}")
     spec = next(spec for name, spec in specs.items() if name not in arrays)
-    raise BadRequest(f"{_where(handle)}: missing input {spec.name!r} ({spec.datatype} "
-                     f"{list(spec.shape)})")
+    wire = "BYTES [-1]: encoded images" if spec.name in handle.pipelines else (
+        f"{spec.datatype} {list(spec.shape)}")
+    raise BadRequest(f"{_where(handle)}: missing input {spec.name!r} ({wire})")
 
 
 def _refuse_tensor(handle: LoadedVersion, spec: TensorConfig, array: np.ndarray,
@@ -64,8 +86,12 @@ def _refuse_tensor(handle: LoadedVersion, spec: TensorConfig, array: np.ndarray,
     """The 400 for an input of the wrong datatype, shape or number of rows."""
     where, name = _where(handle), spec.name
     if given != spec.datatype:
+        images = (f"BYTES (encoded images, one a row) or {spec.datatype} {list(spec.shape)}"
+                  if name in handle.pipelines else spec.datatype)
+        hint = "" if given != BYTES or name in handle.pipelines else (
+            " (BYTES is for inputs with a preprocess pipeline: encoded images)")
         raise BadRequest(f"{where}: input {name!r} has datatype {given}; expected "
-                         f"{spec.datatype}")
+                         f"{images}{hint}")
     if not _shape_fits(spec.shape, array.shape):
         raise BadRequest(f"{where}: input {name!r} has shape {list(array.shape)}; expected "
                          f"{list(spec.shape)} (-1: any size)")
@@ -108,10 +134,15 @@ class InferenceService:
     """Runs requests on a repository's models and records them in the metrics."""
 
     def __init__(self, repository: ModelRepository, metrics: Metrics,
-                 max_tensor_elements: int) -> None:
+                 max_tensor_elements: int, image_threads: int = 2) -> None:
         self.repository = repository
         self.metrics = metrics
         self.max_tensor_elements = max_tensor_elements
+        self.images = ImageInputs(image_threads)
+
+    def close(self) -> None:
+        """Stop the image pool's threads."""
+        self.images.close()
 
     async def run(self, handle: LoadedVersion, arrays: dict[str, np.ndarray],
                   timeout_s: float | None = None) -> Answer:
@@ -147,9 +178,34 @@ class InferenceService:
         check_inputs(handle, arrays)
         return handle, arrays
 
-    async def predict(self, body: bytes) -> dict[str, object]:
-        """``POST /predict``: the response body."""
-        handle, arrays = self.predict_inputs(body)
+    def predict_images(self, body: bytes, content_type: str, query: str
+                       ) -> tuple[LoadedVersion, dict[str, np.ndarray]]:
+        """A ``POST /predict`` body of images (raw ``image/*`` or multipart) as BYTES tensors,
+        checked: the version to run, and its inputs."""
+        request = image_forms.read_image_request(body, content_type, query)
+        handle = self.repository.get(request.model, request.version)
+        if request.images is None:
+            if len(handle.pipelines) != 1:
+                raise BadRequest(f"{_where(handle)} has {len(handle.pipelines)} inputs with a "
+                                 "preprocess pipeline; a raw image body serves models with "
+                                 "exactly one (send multipart files named after the inputs, "
+                                 "or JSON)")
+            images = {next(iter(handle.pipelines)): [request.raw]}
+        else:
+            images = request.images
+        arrays = image_forms.as_tensors(images)
+        check_inputs(handle, arrays, {name: BYTES for name in arrays})
+        return handle, arrays
+
+    async def predict(self, body: bytes, content_type: str | None = None,
+                      query: str = "") -> dict[str, object]:
+        """``POST /predict``: the response body. JSON, or images when `content_type` says so."""
+        if content_type is not None and image_forms.is_image_body(content_type):
+            handle, arrays = self.predict_images(body, content_type, query)
+        else:
+            handle, arrays = self.predict_inputs(body)
+        if handle.pipelines:
+            arrays = await self.images.tensors(handle, arrays)
         answer = await self.run(handle, arrays)
         return {"model": handle.name, "version": handle.version,
                 "outputs": codecs.predict_outputs(answer.outputs)}
@@ -165,7 +221,10 @@ class InferenceService:
             raise undecodable("inference request", error) from error
         binary, classes = self._requested_outputs(handle, request)
         timeout = None if request.timeout_us is None else request.timeout_us / 1e6
-        answer = await self.run(handle, request.inputs, timeout)
+        inputs = request.inputs
+        if handle.pipelines:
+            inputs = await self.images.tensors(handle, inputs)
+        answer = await self.run(handle, inputs, timeout)
         outputs = classify_outputs(handle, {output: answer.outputs[output] for output in binary},
                                    classes)
         return codecs.encode_v2_response(handle.name, handle.version, outputs, binary,

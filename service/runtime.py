@@ -48,7 +48,8 @@ class Runtime:
         drain = DrainState()
         metrics.in_flight.set_function(lambda: drain.in_flight)
         return cls(settings, repository, metrics,
-                   InferenceService(repository, metrics, settings.max_tensor_elements),
+                   InferenceService(repository, metrics, settings.max_tensor_elements,
+                                    settings.image_threads),
                    admin or AdminAccess.from_settings(settings),
                    UploadSlots(settings.max_concurrent_uploads), drain=drain)
 
@@ -66,3 +67,4 @@ class Runtime:
         """Report not ready, then drain and unload every model."""
         self.ready = False
         await self.repository.close()
+        self.inference.close()

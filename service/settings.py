@@ -53,6 +53,9 @@ class Settings(BaseSettings):
         64, ge=1, le=100_000, description="input signatures per model whose compiled plans and "
         "inferred shapes are kept (least recently used evicted first)")
     compute_threads: int = Field(2, ge=1, le=256, description="threads running batches")
+    image_threads: int = Field(
+        2, ge=1, le=256, description="threads decoding and preprocessing images sent to inputs "
+        "with a preprocess pipeline (Pillow releases the GIL)")
     blas_threads: int = Field(
         1, ge=0, le=256, description="threads per BLAS call (OpenBLAS/MKL/OpenMP; 0: library "
         "default); batches already run in parallel, and oversubscribed BLAS threads slow them "

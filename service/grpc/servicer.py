@@ -113,7 +113,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         chosen = _chosen_outputs(handle, request)
         timeout = _earliest(tensors.timeout_s(request.parameters), context.time_remaining())
         counts = tensors.classification_counts(request)
-        answer = await self.inference.run(handle, decoded.arrays, timeout)
+        arrays = decoded.arrays
+        if handle.pipelines:
+            arrays = await self.inference.images.tensors(handle, arrays)
+        answer = await self.inference.run(handle, arrays, timeout)
         outputs = classify_outputs(handle, {name: answer.outputs[name] for name in chosen},
                                    counts)
         response = pb.ModelInferResponse(model_name=handle.name,

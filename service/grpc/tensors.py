@@ -14,10 +14,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.serving.config import datatype_of
-from service import classification, codecs
+from service import bytes_tensors, classification, codecs
 from service.errors import BadRequest
 from service.grpc import inference_pb2 as pb
 
+BYTES = "BYTES"
 # The `InferTensorContents` field that carries each datatype (FP16 has none: raw bytes only).
 CONTENTS_FIELD = {
     "BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents",
@@ -70,6 +71,23 @@ def array_from_contents(contents: pb.InferTensorContents, datatype: str,
     return array.reshape(shape)
 
 
+def _bytes_contents(contents: pb.InferTensorContents, shape: Sequence[int],
+                    where: str) -> np.ndarray:
+    """A BYTES tensor (encoded images) from ``contents.bytes_contents``."""
+    others = [descriptor.name for descriptor, _ in contents.ListFields()
+              if descriptor.name != "bytes_contents"]
+    if others:
+        raise BadRequest(f"{where}: datatype BYTES is carried in contents.bytes_contents, but "
+                         f"the request fills contents.{others[0]}")
+    count = math.prod(shape)
+    if len(contents.bytes_contents) != count:
+        raise BadRequest(f"{where}: shape {list(shape)} needs {count} elements, but data has "
+                         f"{len(contents.bytes_contents)}")
+    array = np.empty(count, dtype=object)
+    array[:] = list(contents.bytes_contents)
+    return array.reshape(shape)
+
+
 def _shape(dims: Sequence[int], where: str) -> tuple[int, ...]:
     if len(dims) > codecs.MAX_DIMENSIONS or any(dim < 0 for dim in dims):
         raise BadRequest(f"{where}: shape must be a list of at most {codecs.MAX_DIMENSIONS} "
@@ -90,13 +108,18 @@ def decode_inputs(request: pb.ModelInferRequest, max_elements: int) -> GrpcInput
         if not tensor.name:
             raise BadRequest(f"inputs[{index}]: 'name' must be a non-empty string")
         where = f"input {tensor.name!r}"
-        codecs.dtype_of(tensor.datatype, where)
+        if tensor.datatype != BYTES:
+            codecs.dtype_of(tensor.datatype, where)
         shape = _shape(tensor.shape, where)
         codecs.check_elements(math.prod(shape), max_elements, where)
         if raw and tensor.HasField("contents"):
             raise BadRequest(f"{where}: give either contents or raw_input_contents, not both")
-        array = (array_from_raw(raw[index], tensor.datatype, shape, where) if raw
-                 else array_from_contents(tensor.contents, tensor.datatype, shape, where))
+        if tensor.datatype == BYTES:
+            array = (bytes_tensors.from_binary(memoryview(raw[index]), shape, where) if raw
+                     else _bytes_contents(tensor.contents, shape, where))
+        else:
+            array = (array_from_raw(raw[index], tensor.datatype, shape, where) if raw
+                     else array_from_contents(tensor.contents, tensor.datatype, shape, where))
         if tensor.name in decoded.arrays:
             raise BadRequest(f"input {tensor.name!r} is given twice")
         decoded.arrays[tensor.name] = array

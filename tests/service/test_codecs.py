@@ -45,7 +45,8 @@ def test_binary_tensors_follow_the_json_header_in_input_order() -> None:
 
 
 @pytest.mark.parametrize(("entry", "message"), [
-    ({"name": "x", "datatype": "BYTES", "shape": [1], "data": ["a"]}, "BYTES is not supported"),
+    ({"name": "x", "datatype": "BYTES", "shape": [1], "data": [1]},
+     "a BYTES tensor's data must hold strings"),
     ({"name": "x", "datatype": "FP8", "shape": [1], "data": [1]}, "unknown datatype 'FP8'"),
     ({"name": "x", "datatype": "FP32", "shape": [2, 2], "data": [1, 2, 3]},
      "shape [2, 2] needs 4 elements, but data has 3"),

@@ -135,7 +135,7 @@ def test_errors_are_json_with_the_app_statuses(tmp_path: Path) -> None:
         garbage = await call(lane, "POST", "/predict", [b"not json"])
         assert garbage["status"] == 400 and "JSON" in orjson.loads(garbage["body"])["error"]
 
-        async def broken(body: bytes) -> dict:
+        async def broken(*request: object) -> dict:
             raise RuntimeError("a bug")
 
         runtime.inference.predict = broken  # an unexpected failure: 500 without internals

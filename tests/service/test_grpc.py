@@ -93,7 +93,7 @@ def test_contents_refusals_name_the_input_and_the_fix() -> None:
         (lambda: tensors.array_from_raw(b"\x00" * 7, "FP32", [2], "input 'x'"),
          "raw_input_contents holds 7 bytes; shape [2] of FP32 needs 8 bytes"),
         (lambda: tensors.array_from_raw(b"", "BYTES", [0], "input 'x'"),
-         "datatype BYTES is not supported"),
+         "datatype BYTES is only for inputs with a preprocess pipeline"),
     ]
     for refuse, message in refusals:
         with pytest.raises(BadRequest) as caught:

@@ -91,7 +91,7 @@ BAD_REQUESTS = [
     ("missing input", {"inputs": [{"name": "other", "datatype": "FP32", "shape": [1],
                                    "data": [0.0]}]}, 400, "no input 'other'"),
     ("BYTES", {"inputs": [{"name": "data", "datatype": "BYTES", "shape": [1], "data": ["x"]}]},
-     400, "BYTES is not supported"),
+     400, "datatype BYTES; expected FP32 (BYTES is for inputs with a preprocess pipeline"),
     ("too many rows", {"inputs": [{"name": "data", "datatype": "FP32", "shape": [33, 512],
                                    "data": [0.0] * 33 * 512}]}, 400, "max_batch_size is 32"),
     ("timeout", {**_v2_json(np.zeros((1, 512), np.float32)), "parameters": {"timeout": 1}},

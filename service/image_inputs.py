@@ -1,0 +1,97 @@
+"""Encoded images in, the model's float rows out: run each input's preprocess pipeline.
+
+An input with a ``preprocess`` pipeline takes a ``BYTES`` tensor, one encoded image per batch
+row (`bytes` from binary data or multipart parts; `str` from JSON, read as base64). Each row is
+decoded and preprocessed on a small bounded pool of threads, off the event loop (Pillow and
+NumPy release the GIL while they work), and the rows are stacked into the tensor the model
+takes; the request then goes to the batcher like any other. A bad image refuses its own request
+only, naming the input and the row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from engine.errors import InputError
+from engine.serving.loaded import LoadedVersion
+from engine.serving.preprocess import preprocess_image
+from engine.serving.preprocess_config import ImagePreprocess
+
+
+def image_bytes(element: object) -> bytes:
+    """One row's encoded image: binary data as it is, a JSON string as base64 (whitespace
+    such as a line-wrapped encoder's newlines ignored).
+
+    Raises:
+        InputError: the string is not base64.
+    """
+    if isinstance(element, bytes):
+        return element
+    assert isinstance(element, str)  # `bytes_tensors` gives only these
+    try:
+        return base64.b64decode("".join(element.split()), validate=True)
+    except (binascii.Error, ValueError) as error:
+        raise InputError(f"the string is not base64 ({error}); in JSON, send each image as "
+                         "its base64 text, or send binary data") from None
+
+
+def image_row(element: object, options: ImagePreprocess) -> np.ndarray:
+    """One batch row from one BYTES element."""
+    row, _ = preprocess_image(image_bytes(element), options)
+    return row
+
+
+class ImageInputs:
+    """Turns the BYTES tensors of a request into its model's input tensors, on a pool of
+    `threads` threads (started on first use)."""
+
+    def __init__(self, threads: int) -> None:
+        self.threads = threads
+        self._pool: ThreadPoolExecutor | None = None
+
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="images")
+        return self._pool
+
+    def close(self) -> None:
+        """Stop the pool's threads (queued rows still finish)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
+
+    async def tensors(self, handle: LoadedVersion, arrays: Mapping[str, np.ndarray]
+                      ) -> dict[str, np.ndarray]:
+        """`arrays` with each BYTES tensor of a pipeline input replaced by its stacked rows;
+        other tensors (including floats sent to a pipeline input) as they are.
+
+        Raises:
+            InputError: an image is refused; the message names the input and the row.
+        """
+        converted = dict(arrays)
+        for name, options in handle.pipelines.items():
+            array = arrays.get(name)
+            if array is not None and array.dtype == object:
+                where = f"model {handle.name!r} version {handle.version}: input {name!r}"
+                converted[name] = await self._rows(array.reshape(-1), options, where)
+        return converted
+
+    async def _rows(self, elements: np.ndarray, options: ImagePreprocess,
+                    where: str) -> np.ndarray:
+        loop = asyncio.get_running_loop()
+        pool = self._executor()
+        jobs = [loop.run_in_executor(pool, image_row, element, options) for element in elements]
+        # Every row finishes before the answer: no thread keeps working for a refused request.
+        rows = await asyncio.gather(*jobs, return_exceptions=True)
+        for index, row in enumerate(rows):
+            if isinstance(row, InputError):
+                raise InputError(f"{where}, batch row {index}: {row}") from row
+            if isinstance(row, BaseException):
+                raise row
+        return np.stack(rows)
