@@ -18,6 +18,7 @@ from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
 from service.errors import BadRequest
+from service.multipart_parts import PartHeaders
 
 MULTIPART = "multipart/form-data"
 QUERY_KEYS = ("model", "version")
@@ -81,14 +82,13 @@ def as_tensors(images: Mapping[str, list[bytes]]) -> dict[str, np.ndarray]:
     return tensors
 
 
-class _FormParts:
+class _FormParts(PartHeaders):
     """python-multipart's push parser, collecting each part's bytes under its field name."""
 
     def __init__(self, boundary: bytes) -> None:
+        super().__init__()
         self.parts: dict[str, list[bytes]] = {}
         self.finished = False
-        self._header = [bytearray(), bytearray()]
-        self._name = ""
         self._data = bytearray()
         try:
             self._parser = MultipartParser(boundary, {
@@ -112,27 +112,16 @@ class _FormParts:
                              "named after its input")
         return self.parts
 
-    def _header_field(self, data: bytes, start: int, end: int) -> None:
-        self._header[0] += data[start:end]
-
-    def _header_value(self, data: bytes, start: int, end: int) -> None:
-        self._header[1] += data[start:end]
-
-    def _header_end(self) -> None:
-        if bytes(self._header[0]).lower() == b"content-disposition":
-            _, options = parse_options_header(bytes(self._header[1]))
-            self._name = options.get(b"name", b"").decode("utf-8", errors="replace")
-        self._header = [bytearray(), bytearray()]
-
     def _part_data(self, data: bytes, start: int, end: int) -> None:
         self._data += data[start:end]
 
     def _part_end(self) -> None:
-        if not self._name:
+        name, _ = self.part_name()
+        if not name:
             raise BadRequest("a multipart part has no name; name each image part after its "
                              "input (Content-Disposition: form-data; name=\"INPUT\")")
-        self.parts.setdefault(self._name, []).append(bytes(self._data))
-        self._name, self._data = "", bytearray()
+        self.parts.setdefault(name, []).append(bytes(self._data))
+        self.disposition, self._data = b"", bytearray()
 
     def _end(self) -> None:
         self.finished = True

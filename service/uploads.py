@@ -23,6 +23,7 @@ from engine.serving.config import LABELS_FILE, RESERVED_FILES
 from engine.serving.labels import MAX_LABELS_BYTES
 from engine.serving.manifest import PARAMS_NAME, SYMBOL_NAME
 from service.errors import BadRequest, PayloadTooLarge, ServiceError
+from service.multipart_parts import PartHeaders
 
 FILE_PARTS = {"symbol": SYMBOL_NAME, "params": PARAMS_NAME}
 LABELS_PART = "labels"  # may repeat: one per labels file config.json names
@@ -109,16 +110,15 @@ def _boundary(content_type: str) -> bytes:
     return boundary
 
 
-class _UploadParser:
+class _UploadParser(PartHeaders):
     """python-multipart's push parser, with callbacks writing file parts to `staging`."""
 
     def __init__(self, boundary: bytes, staging: Path) -> None:
+        super().__init__()
         self.staging = staging
         self.fields: dict[str, bytearray] = {}
         self.seen: set[str] = set()
         self.finished = False
-        self._header: list[bytearray] = [bytearray(), bytearray()]
-        self._disposition = b""
         self._name = ""
         self._file: BinaryIO | None = None
         self._file_bytes = 0
@@ -165,22 +165,10 @@ class _UploadParser:
     # ----- python-multipart callbacks ----------------------------------------------------------
 
     def _part_begin(self) -> None:
-        self._disposition = b""
-
-    def _header_field(self, data: bytes, start: int, end: int) -> None:
-        self._header[0] += data[start:end]
-
-    def _header_value(self, data: bytes, start: int, end: int) -> None:
-        self._header[1] += data[start:end]
-
-    def _header_end(self) -> None:
-        if bytes(self._header[0]).lower() == b"content-disposition":
-            self._disposition = bytes(self._header[1])
-        self._header = [bytearray(), bytearray()]
+        self.disposition = b""
 
     def _headers_finished(self) -> None:
-        _, options = parse_options_header(self._disposition)
-        name = options.get(b"name", b"").decode("utf-8", errors="replace")
+        name, options = self.part_name()
         self._file_bytes = 0
         if name == LABELS_PART:
             self._name = name
