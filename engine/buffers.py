@@ -11,10 +11,11 @@ def fill_rows(buffer: Any, array: Any, copy: Callable[[Any, Any], Any] | None = 
     the first rows, with the others zeroed. ``copy(target, source)`` defaults to assignment."""
     if copy is None:
         copy = _assign
-    rows = array.shape[0] if getattr(array, "ndim", 0) else None
-    if rows is None or rows == buffer.shape[0] or array.shape[1:] != buffer.shape[1:]:
-        copy(buffer, array)
+    if array.shape == buffer.shape or not getattr(array, "ndim", 0) \
+            or array.shape[1:] != buffer.shape[1:]:
+        copy(buffer, array)  # the usual case first: one tuple comparison on the batch-1 path
         return
+    rows = array.shape[0]
     copy(buffer[:rows], array)
     buffer[rows:] = 0
 

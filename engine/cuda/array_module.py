@@ -3,7 +3,9 @@
 Kernels are written once against ``xp`` (numpy or this). Everything but `matmul`, `dot`,
 `tensordot` and `einsum` is CuPy's own object; the first three go through `engine.cuda.blas`,
 whose cuBLAS calls a CUDA graph can capture where CuPy's refuse to run during capture, and
-`einsum` is CuPy's except while the stream captures (`engine.cuda.einsum` then).
+`einsum` is CuPy's except while the stream captures (`engine.cuda.einsum` then). It also
+carries what ops bind differently on a GPU without importing `engine.cuda` themselves:
+`bind_elementwise_chain`, a fused chain's steps as one generated kernel.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 
 from engine.cuda import blas
 from engine.cuda.einsum import einsum as capturable_einsum
+from engine.cuda.fused import bind_chain
 
 
 class CapturableCupy(types.ModuleType):
@@ -25,6 +28,7 @@ class CapturableCupy(types.ModuleType):
         self.matmul = partial(blas.matmul, cupy)
         self.dot = partial(blas.dot, cupy)
         self.tensordot = partial(blas.tensordot, cupy)
+        self.bind_elementwise_chain = partial(bind_chain, cupy=self)
 
     def einsum(self, subscripts: str, *operands: Any, **options: Any) -> Any:
         """CuPy's einsum, or the cuBLAS-free one while the current stream captures."""

@@ -81,11 +81,9 @@ def _bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
     (``xp`` is CuPy) one generated kernel for the whole chain."""
     head_inputs, extras = split_inputs(attrs, inputs)
     calls = attrs.head.op.bind_calls(xp, attrs.head.attrs, head_inputs, out, workspace)
-    if xp is not np:
-        from engine.cuda.fused import bind_chain  # engine.cuda.codegen imports this module
-
+    if xp is not np:  # the GPU's array module (`engine.cuda.array_module`) binds the chain
         operands = [value for extra in extras for value in extra]
-        return [*calls, *bind_chain(attrs.steps, operands, out, xp)]
+        return [*calls, *xp.bind_elementwise_chain(attrs.steps, operands, out)]
     calls, remaining = epilogue.absorb(calls, attrs.steps, out)
     skipped = len(attrs.steps) - len(remaining)
     for step, extra in zip(remaining, extras[skipped:]):

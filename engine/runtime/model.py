@@ -189,11 +189,18 @@ class Model:
                     self._plans.put(signature, entry)
         return entry
 
-    def warm(self, inputs: Mapping[str, Any], runs: int = 1) -> None:
+    def warm(self, inputs: Mapping[str, Any], runs: int | None = None) -> None:
         """Compile, and run ``runs`` times, every plan a call with these inputs may use (the
         spare too when `concurrent_runs` is 2), so that the first requests of this shape wait
         for no compilation (on a GPU: cuDNN graphs and, after the warm-up runs, CUDA graph
-        capture)."""
+        capture). ``runs`` None: as many as make a plan ready, once on the CPU, on a GPU its
+        warm-up runs and the one that captures."""
+        if runs is None:
+            runs = 1
+            if self.backend.is_gpu:
+                from engine.cuda.executor import WARMUP_RUNS
+
+                runs = WARMUP_RUNS + 1
         for _ in range(runs):
             self.infer(inputs)
         if self.concurrent_runs < 2 or self.optimized_graph is None:

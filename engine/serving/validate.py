@@ -205,10 +205,7 @@ def warm_buckets(model: ServableModel, inputs: Sequence[TensorConfig],
                  where: str) -> None:
     """Compile (and on a GPU capture) the plans of every batch bucket now, at load, rather
     than on the first requests of each size: for ResNet-50 on a GPU each is hundreds of ms."""
-    from engine.cuda.executor import WARMUP_RUNS
-
     warm = getattr(model, "warm", None)
-    runs = WARMUP_RUNS + 1 if _on_gpu(model) else 1
     for rows in buckets:
         shapes = {name: (rows, *shape[1:]) for name, shape in sample.items()}
         if warm is None:
@@ -216,7 +213,7 @@ def warm_buckets(model: ServableModel, inputs: Sequence[TensorConfig],
             continue
         arrays = {tensor.name: np.zeros(shapes[tensor.name], tensor.dtype) for tensor in inputs}
         try:
-            warm(arrays, runs)
+            warm(arrays)
         except Exception as error:  # noqa: BLE001 - like the test run: refuse the model
             raise InvalidModel(f"{where}: warming the plans for batch {rows} failed: "
                                f"{error}") from error

@@ -17,6 +17,7 @@ import contextlib
 import functools
 import keyword
 import types
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -408,7 +409,8 @@ class _Pool:
         return 0
 
 
-_PINNED: dict[int, np.ndarray] = {}  # start address -> pinned host array (kept alive)
+# Start address -> pinned host array, while its owner keeps it alive.
+_PINNED: weakref.WeakValueDictionary[int, np.ndarray] = weakref.WeakValueDictionary()
 
 
 def _empty_pinned(shape: Any, dtype: Any = float) -> np.ndarray:
