@@ -19,7 +19,9 @@ CONFORMANCE = ROOT / "tests" / "fixtures" / "mxnet"
 MODELS = CONFORMANCE / "models"
 PARAMS = CONFORMANCE / "params"
 EXTRA = ROOT / "tests" / "fixtures" / "mxnet_extra"
-OP_CASE_DIRS = (CONFORMANCE / "ops", EXTRA / "ops")
+# `ops` holds the generator's main set; each `ops_<topic>` folder a set written on its own
+# (`generate_ops.py --only`), so sets can be regenerated without touching each other.
+OP_CASE_DIRS = (CONFORMANCE / "ops", EXTRA / "ops", *sorted(EXTRA.glob("ops_*")))
 MODEL_DIRS = (MODELS, EXTRA / "models")
 # Control-flow exports (tools/mxnet_fixtures/generate_control_flow.py) are kept out of
 # `model_names`: a `_cond` predicate or `_while_loop` stop condition reduces over the whole

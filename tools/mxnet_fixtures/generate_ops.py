@@ -10,6 +10,7 @@ Every case has its own seed (derived from its id), so re-running gives the same 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import zlib
 from collections.abc import Callable
@@ -44,10 +45,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True,
                         help="fixture root; cases go to <out>/ops")
+    parser.add_argument("--only", metavar="TOPIC",
+                        help="write only the family in cases_TOPIC.py (function TOPIC_cases) "
+                             "to <out>/ops_TOPIC, a set of its own")
     args = parser.parse_args()
-    cases = [case for family in FAMILIES for case in family(rng_for)]
-    write_cases(cases, args.out / "ops")
-    print(f"wrote {len(cases)} cases to {args.out}")
+    if args.only:
+        family = getattr(importlib.import_module(f"cases_{args.only}"), f"{args.only}_cases")
+        cases, folder = family(rng_for), args.out / f"ops_{args.only}"
+    else:
+        cases = [case for family in FAMILIES for case in family(rng_for)]
+        folder = args.out / "ops"
+    write_cases(cases, folder)
+    print(f"wrote {len(cases)} cases to {folder}")
 
 
 if __name__ == "__main__":
