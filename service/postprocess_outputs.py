@@ -11,11 +11,13 @@ output, answers it in place of its postprocess.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from engine.serving.config import TensorConfig
 from engine.serving.loaded import LoadedVersion
 from engine.serving.postprocess import (
     DetectionRows,
@@ -205,3 +207,37 @@ def _segment_object(classes: np.ndarray, labels: Sequence[str] | None) -> dict[s
     return {"class_map": classes.tolist(),
             "classes": [_with_label({"index": index, "pixels": count}, index, labels)
                         for index, count in zip(present.tolist(), pixels.tolist())]}
+
+
+def metadata(outputs: Sequence[TensorConfig]) -> list[tuple[str, str, list[int]]]:
+    """(name, datatype, shape) of each tensor the outputs answer with on V2, as model metadata
+    shows them: what a postprocess gives, not what the graph does."""
+    parts = {}
+    for tensor in outputs:
+        detection = tensor.postprocess.detection if tensor.postprocess else None
+        if detection is not None:
+            parts.update({detection.scores: "FP32", detection.boxes: "FP32"})
+    shown = []
+    for tensor in outputs:
+        assert tensor.shape is not None and tensor.datatype is not None  # completed
+        post, labelled = tensor.postprocess, tensor.labels is not None
+        if tensor.name in parts:
+            boxes = tensor.shape[-1] == 4 and len(tensor.shape) == 3
+            shown.append((tensor.name, "FP32", [-1, -1, 4] if boxes else [-1, -1]))
+        elif post is None or post.segmentation is not None:
+            datatype = tensor.datatype if post is None else "INT32"
+            shown.append((tensor.name, datatype, list(tensor.shape if post is None
+                                                       else (-1, *tensor.shape[2:]))))
+        elif post.topk is not None:
+            classes = math.prod(tensor.shape[1:])
+            width = min(post.topk.k, classes) if classes > 0 else -1
+            datatype = "FP32" if post.topk.softmax else tensor.datatype
+            shown += [(tensor.name, datatype, [-1, width]),
+                      (tensor.name + INDEX_SUFFIX, "INT32", [-1, width])]
+            shown += [(tensor.name + LABEL_SUFFIX, "BYTES", [-1, width])] if labelled else []
+        elif post.detection is not None:
+            shown.append((tensor.name, "INT32", [-1, -1]))
+            shown += [(tensor.name + LABEL_SUFFIX, "BYTES", [-1, -1])] if labelled else []
+        else:  # softmax, embedding: the same shape in FP32
+            shown.append((tensor.name, "FP32", list(tensor.shape)))
+    return shown
