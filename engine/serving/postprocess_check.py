@@ -92,9 +92,8 @@ def resolve_detection(field: str, tensor: TensorConfig, inputs: Sequence[TensorC
               if other.name != tensor.name and other.postprocess is None}
     boxes = _pick(field, "boxes", detection.boxes, others,
                   lambda other: _boxes_rows(other) is not None)
-    scores = _pick(field, "scores", detection.scores,
-                   {name: other for name, other in others.items() if name != boxes},
-                   lambda other: _rows_shape(other) is not None)
+    scores = _pick(field, "scores", detection.scores, others,
+                   lambda other: other.name != boxes and _rows_shape(other) is not None)
     rows = {ids_shape, _rows_shape(others[scores]), _boxes_rows(others[boxes])} - {-1}
     if None in rows or len(rows) > 1:
         raise InvalidModel(f"{field}: ids {list(tensor.shape or ())}, scores "
