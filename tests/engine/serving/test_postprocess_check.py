@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from engine.serving.config import parse_config
+from engine.serving.config import TensorConfig, parse_config
 from engine.serving.errors import InvalidModel
-from engine.serving.postprocess_config import Detection, Softmax, TopK
+from engine.serving.postprocess_check import resolve_detection
+from engine.serving.postprocess_config import Detection, Postprocess, Softmax, TopK
 from engine.serving.validate import checks_of, default_loader, load_and_validate
 from tests.conformance.fixtures import model_files
 
@@ -170,3 +171,36 @@ def test_kinds_that_do_not_fit_their_output_are_refused() -> None:
 def test_a_model_without_postprocess_records_none() -> None:
     validated = _validate("gluoncv_fcn_tiny", {})
     assert "postprocess" not in checks_of(validated.model).as_dict()
+
+
+def test_centernet_s_two_dimensional_ids_and_scores_are_found_by_shape() -> None:
+    names = ("centernet0_centernetdecoder0_cast1_output",
+             "centernet0_centernetdecoder0_topk0_value",
+             "centernet0_centernetdecoder0__mulscalar0_output")
+    config = {"outputs": [
+        {"name": "ids", "source": names[0], "postprocess": {"detection": {
+            "coordinates": "input"}}},
+        {"name": "scores", "source": names[1]}, {"name": "boxes", "source": names[2]}]}
+    validated = _validate("gluoncv_center_net_tiny", config)
+    detection = validated.config.outputs[0].postprocess.detection
+    assert (detection.scores, detection.boxes, detection.input) == ("scores", "boxes", None)
+
+
+def _tensor(name: str, shape: list[int], **fields: Any) -> TensorConfig:
+    return TensorConfig(name=name, datatype="FP32", shape=tuple(shape), **fields)
+
+
+def test_an_ambiguous_or_inconsistent_detector_is_refused_asking_for_names() -> None:
+    ids = _tensor("ids", [-1, 20, 1], postprocess={"detection": {"coordinates": "input"}})
+    two = [ids, _tensor("a", [-1, 20, 1]), _tensor("b", [-1, 20, 1]),
+           _tensor("boxes", [-1, 20, 4])]
+    with pytest.raises(InvalidModel, match=r"f: cannot tell which output is the detection's "
+                                           r"scores: 2 of the other outputs .* fit; name it "
+                                           r"\(\"scores\": \"<output name>\"\)"):
+        resolve_detection("f", ids, [], two)
+    named = ids.model_copy(update={"postprocess": Postprocess(detection=Detection(
+        scores="b", coordinates="input"))})
+    assert resolve_detection("f", named, [], two).scores == "b"
+    uneven = [ids, _tensor("a", [-1, 20, 1]), _tensor("boxes", [-1, 10, 4])]
+    with pytest.raises(InvalidModel, match=r"must have one row count R"):
+        resolve_detection("f", ids, [], uneven)
