@@ -1,7 +1,7 @@
 """End to end, on a real uvicorn process: GluonCV-style exports uploaded with a preprocess and a
 postprocess answer photos with detection rows in the original image's pixels, class maps and
-unit embeddings, on /predict (JSON objects) and V2 (typed tensors: JSON, binary, tritonclient
-over HTTP and gRPC), equal to a reference written here with NumPy + Pillow feeding the same
+unit embeddings, on /predict (JSON objects) and V2 (typed tensors: JSON, binary, tritonclient,
+gRPC), equal to a reference written here with NumPy + Pillow feeding the same
 model through `engine.load_model`."""
 
 from __future__ import annotations
@@ -225,21 +225,39 @@ def test_v2_gives_typed_detection_tensors_in_json_and_binary(
 
 
 def test_grpc_gives_the_same_detection_tensors(served: tuple[Server, Reference]) -> None:
-    import tritonclient.grpc as triton
+    # The server's own stubs: tritonclient.grpc cannot share a process with them (see
+    # tests/e2e/grpc_clients.py); the wire is the same.
+    import grpc
+
+    from service.grpc import inference_pb2 as pb
+    from service.grpc import inference_pb2_grpc as pb_grpc
 
     server, reference = served
-    with triton.InferenceServerClient(server.grpc) as client:
-        images = triton.InferInput("data", [2], "BYTES")
-        images.set_data_from_numpy(np.array(PHOTOS, dtype=object))
-        asked = [triton.InferRequestedOutput(name) for name in ("boxes", "ids")]
-        result = client.infer("gluoncv_ssd_tiny", [images], outputs=asked)
-    names = [output.name for output in result.get_response().outputs]
-    assert names == ["boxes", "ids", "ids_label"]
+    request = pb.ModelInferRequest(model_name="gluoncv_ssd_tiny")
+    request.inputs.add(name="data", datatype="BYTES", shape=[2])
+    request.raw_input_contents.append(b"".join(len(data).to_bytes(4, "little") + data
+                                               for data in PHOTOS))
+    request.outputs.add(name="boxes")
+    request.outputs.add(name="ids")
+    with grpc.insecure_channel(server.grpc) as channel:
+        response = pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=30)
+    count = max(len(found) for found in reference.detections)
+    assert [(tensor.name, tensor.datatype, list(tensor.shape)) for tensor in response.outputs] \
+        == [("boxes", "FP32", [2, count, 4]), ("ids", "INT32", [2, count]),
+            ("ids_label", "BYTES", [2, count])]
+    boxes = np.frombuffer(response.raw_output_contents[0], "<f4").reshape(2, count, 4)
+    ids = np.frombuffer(response.raw_output_contents[1], "<i4").reshape(2, count)
+    labels, raw = [], response.raw_output_contents[2]
+    while raw:  # each element: a 4-byte little-endian length, then its bytes
+        size = int.from_bytes(raw[:4], "little")
+        labels.append(raw[4:4 + size].decode())
+        raw = raw[4 + size:]
     for row, expected in enumerate(reference.detections):
-        np.testing.assert_allclose(result.as_numpy("boxes")[row, :len(expected)],
-                                   [box for _, _, box in expected], rtol=1e-4, atol=1e-3)
-        assert result.as_numpy("ids")[row, :len(expected)].tolist() == [
-            class_id for class_id, _, _ in expected]
+        np.testing.assert_allclose(boxes[row, :len(expected)], [box for _, _, box in expected],
+                                   rtol=1e-4, atol=1e-3)
+        assert ids[row, :len(expected)].tolist() == [class_id for class_id, _, _ in expected]
+        assert labels[row * count:row * count + len(expected)] == [
+            DETECTOR_LABELS[class_id] for class_id, _, _ in expected]
 
 
 def test_segmentation_answers_the_class_map_with_label_names(
