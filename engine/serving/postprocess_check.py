@@ -47,9 +47,8 @@ def check_postprocess(inputs: Sequence[TensorConfig], outputs: Sequence[TensorCo
         kinds[tensor.name] = tensor.postprocess.kind
         if tensor.postprocess.detection is not None:
             detection = resolve_detection(field, tensor, inputs, outputs)
-            completed[index] = tensor.model_copy(update={"postprocess": tensor.postprocess.
-                                                         model_copy(update={"detection":
-                                                                            detection})})
+            post = tensor.postprocess.model_copy(update={"detection": detection})
+            completed[index] = tensor.model_copy(update={"postprocess": post})
         else:
             check_fits(field, tensor)
     record: dict[str, Any] = {"ran": sample is not None, "outputs": kinds}
