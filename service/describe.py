@@ -9,14 +9,18 @@ from engine.serving.errors import ModelNotFound, ServingError
 from engine.serving.loaded import LoadedVersion, VersionState
 from engine.serving.repository import ModelRepository
 from engine.serving.validate import checks_of
-from service import schemas
+from service import postprocess_outputs, schemas
 
 PLATFORM = "mxnet_mxnet"  # the Open Inference Protocol's name for MXNet
 
 
 def tensors(specs: Sequence[TensorConfig] | None) -> list[schemas.TensorMetadata]:
     """Tensor metadata from config entries. An input with a preprocess pipeline is shown as
-    clients send it, BYTES ``[-1]`` (one encoded image a row); the model takes its rows."""
+    clients send it, BYTES ``[-1]`` (one encoded image a row); the model takes its rows.
+    Outputs with a postprocess are shown as it answers them."""
+    if any(spec.postprocess is not None for spec in specs or ()):
+        return [schemas.TensorMetadata(name=name, datatype=datatype, shape=shape)
+                for name, datatype, shape in postprocess_outputs.metadata(specs or ())]
     return [schemas.TensorMetadata(name=spec.name, datatype="BYTES", shape=[-1])
             if spec.preprocess is not None else
             schemas.TensorMetadata(name=spec.name, datatype=spec.datatype, shape=list(spec.shape))

@@ -20,7 +20,7 @@ import numpy as np
 
 from engine.errors import InputError
 from engine.serving.loaded import LoadedVersion
-from engine.serving.preprocess import preprocess_image
+from engine.serving.preprocess import Geometry, preprocess_image
 from engine.serving.preprocess_config import ImagePreprocess
 
 
@@ -41,10 +41,9 @@ def image_bytes(element: object) -> bytes:
                          "its base64 text, or send binary data") from None
 
 
-def image_row(element: object, options: ImagePreprocess) -> np.ndarray:
-    """One batch row from one BYTES element."""
-    row, _ = preprocess_image(image_bytes(element), options)
-    return row
+def image_row(element: object, options: ImagePreprocess) -> tuple[np.ndarray, Geometry]:
+    """One batch row from one BYTES element, and where the image's pixels landed in it."""
+    return preprocess_image(image_bytes(element), options)
 
 
 class ImageInputs:
@@ -74,16 +73,22 @@ class ImageInputs:
         Raises:
             InputError: an image is refused; the message names the input and the row.
         """
-        converted = dict(arrays)
+        return (await self.prepare(handle, arrays))[0]
+
+    async def prepare(self, handle: LoadedVersion, arrays: Mapping[str, np.ndarray]
+                      ) -> tuple[dict[str, np.ndarray], dict[str, list[Geometry]]]:
+        """`tensors`, and each image input's geometries (one per row) for postprocessing."""
+        converted, geometries = dict(arrays), {}
         for name, options in handle.pipelines.items():
             array = arrays.get(name)
             if array is not None and array.dtype == object:
                 where = f"model {handle.name!r} version {handle.version}: input {name!r}"
-                converted[name] = await self._rows(array.reshape(-1), options, where)
-        return converted
+                converted[name], geometries[name] = await self._rows(array.reshape(-1), options,
+                                                                     where)
+        return converted, geometries
 
     async def _rows(self, elements: np.ndarray, options: ImagePreprocess,
-                    where: str) -> np.ndarray:
+                    where: str) -> tuple[np.ndarray, list[Geometry]]:
         loop = asyncio.get_running_loop()
         pool = self._executor()
         jobs = [loop.run_in_executor(pool, image_row, element, options) for element in elements]
@@ -94,4 +99,4 @@ class ImageInputs:
                 raise InputError(f"{where}, batch row {index}: {row}") from row
             if isinstance(row, BaseException):
                 raise row
-        return np.stack(rows)
+        return np.stack([row for row, _ in rows]), [geometry for _, geometry in rows]

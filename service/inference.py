@@ -13,7 +13,7 @@ from engine.errors import EngineError, InputError, ShapeError
 from engine.serving.config import TensorConfig
 from engine.serving.loaded import LoadedVersion
 from engine.serving.repository import ModelRepository
-from service import classification, codecs, image_forms
+from service import codecs, image_forms, postprocess_outputs
 from service.errors import BadRequest, ServiceError
 from service.image_inputs import ImageInputs
 from service.metrics import Metrics
@@ -110,17 +110,6 @@ def _where(handle: LoadedVersion) -> str:
     return f"model {handle.name!r} version {handle.version}"
 
 
-def classify_outputs(handle: LoadedVersion, outputs: dict[str, np.ndarray],
-                     classes: Mapping[str, int]) -> dict[str, np.ndarray]:
-    """`outputs` with each output named in `classes` replaced by its top classes (Triton's
-    classification extension), labelled when the version has labels for it."""
-    for output, count in classes.items():
-        outputs[output] = classification.classify(outputs[output], count,
-                                                  handle.labels.get(output),
-                                                  f"{_where(handle)}: output {output!r}")
-    return outputs
-
-
 # What a body no check foresaw could still make NumPy or a parser raise; a 400, never a 500.
 UNFORESEEN = (ValueError, TypeError, LookupError, RecursionError, OverflowError)
 
@@ -204,11 +193,13 @@ class InferenceService:
             handle, arrays = self.predict_images(body, content_type, query)
         else:
             handle, arrays = self.predict_inputs(body)
+        geometries = None
         if handle.pipelines:
-            arrays = await self.images.tensors(handle, arrays)
+            arrays, geometries = await self.images.prepare(handle, arrays)
         answer = await self.run(handle, arrays)
         return {"model": handle.name, "version": handle.version,
-                "outputs": codecs.predict_outputs(answer.outputs)}
+                "outputs": postprocess_outputs.predict_outputs(handle, answer.outputs,
+                                                               geometries)}
 
     async def infer_v2(self, name: str, version: str | None, body: bytes,
                        header_length: int | None) -> tuple[bytes, int | None]:
@@ -221,12 +212,12 @@ class InferenceService:
             raise undecodable("inference request", error) from error
         binary, classes = self._requested_outputs(handle, request)
         timeout = None if request.timeout_us is None else request.timeout_us / 1e6
-        inputs = request.inputs
+        inputs, geometries = request.inputs, None
         if handle.pipelines:
-            inputs = await self.images.tensors(handle, inputs)
+            inputs, geometries = await self.images.prepare(handle, inputs)
         answer = await self.run(handle, inputs, timeout)
-        outputs = classify_outputs(handle, {output: answer.outputs[output] for output in binary},
-                                   classes)
+        outputs, binary = postprocess_outputs.v2_outputs(handle, answer.outputs, binary, classes,
+                                                         geometries)
         return codecs.encode_v2_response(handle.name, handle.version, outputs, binary,
                                          request.id)
 

@@ -195,6 +195,13 @@ class PreprocessCheck(CheckRan):
     warnings: list[str] = Field(default_factory=list)
 
 
+class PostprocessCheck(CheckRan):
+    """The outputs' postprocesses: checked against the graph and run on the test inference's
+    outputs (each output's kind, by name)."""
+
+    outputs: dict[str, str] = Field(default_factory=dict)
+
+
 class ValidationChecks(BaseModel):
     """What was checked when the version was loaded (loading fails at the first failed check)."""
 
@@ -206,6 +213,7 @@ class ValidationChecks(BaseModel):
     test_inference: TestInferenceCheck
     memory_estimate: MemoryCheck
     preprocess: PreprocessCheck | None = None
+    postprocess: PostprocessCheck | None = None
 
 
 class CacheStats(BaseModel):

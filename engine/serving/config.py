@@ -31,6 +31,7 @@ from pydantic import (
 
 from engine.serving.errors import InvalidModel
 from engine.serving.manifest import MANIFEST_NAME, PARAMS_NAME, SYMBOL_NAME
+from engine.serving.postprocess_config import PostprocessField, check_outputs
 from engine.serving.preprocess_config import PreprocessField
 
 CONFIG_NAME = "config.json"
@@ -72,7 +73,9 @@ class TensorConfig(_Strict):
     ``{"name": "probabilities", "source": "dense0_fwd_output"}``, is a whole entry. `labels`
     (outputs only) names a file of class labels, one a line, for Triton's classification
     extension. `preprocess` (inputs only) turns an encoded image into the tensor (a preset's
-    name or a pipeline; see `engine.serving.preprocess_config`).
+    name or a pipeline; see `engine.serving.preprocess_config`). `postprocess` (outputs only):
+    softmax, top-k, detection rows, segmentation or embedding (see
+    `engine.serving.postprocess_config`).
     """
 
     name: str = Field(min_length=1, max_length=256)
@@ -81,6 +84,7 @@ class TensorConfig(_Strict):
     shape: tuple[StrictInt, ...] | None = Field(None, min_length=1, max_length=32)
     labels: str | None = None
     preprocess: PreprocessField | None = None
+    postprocess: PostprocessField | None = None
 
     @field_validator("datatype", mode="before")
     @classmethod
@@ -219,6 +223,10 @@ class ModelConfig(_Strict):
         processed = [tensor.name for tensor in self.outputs or () if tensor.preprocess]
         if processed:
             raise ValueError(f"outputs {processed}: preprocess belongs to inputs")
+        processed = [tensor.name for tensor in self.inputs or () if tensor.postprocess]
+        if processed:
+            raise ValueError(f"inputs {processed}: postprocess belongs to outputs")
+        check_outputs(self.outputs or ())
         too_big = [size for size in self.dynamic_batching.preferred_batch_sizes
                    if size > self.max_batch_size]
         if too_big:

@@ -68,6 +68,11 @@ def _read_lines(path: Path, where: str) -> tuple[str, ...]:
 def _check_count(index: int, tensor: TensorConfig, count: int, where: str) -> None:
     assert tensor.shape is not None  # the config is completed before labels are read
     dims = tensor.shape[1:]
+    post = tensor.postprocess
+    if post is not None and post.detection is not None:
+        return  # class ids are the values, not a dimension: no shape bounds the count
+    if post is not None and post.segmentation is not None:
+        dims = tensor.shape[1:2]  # [N, C, H, W]: one label per class C
     if any(dim < 0 for dim in dims):
         raise InvalidModel(f"{where}: outputs.{index}.labels: output {tensor.name!r} has shape "
                            f"{list(tensor.shape)}, so its class count is not fixed; give its "

@@ -21,6 +21,7 @@ from engine.serving.config import ModelConfig, TensorConfig, datatype_of
 from engine.serving.errors import InvalidModel, ServingError
 from engine.serving.labels import read_labels
 from engine.serving.manifest import PARAMS_NAME, SYMBOL_NAME
+from engine.serving.postprocess_check import check_postprocess
 from engine.serving.preprocess_check import check_preprocess
 from engine.serving.probe import find_sample_shapes, takes_batches
 
@@ -66,6 +67,7 @@ class Checks:
     memory_bytes: int | None = None
     memory_skipped: str | None = None
     preprocess: dict[str, Any] | None = None  # `check_preprocess`'s record; None: no pipeline
+    postprocess: dict[str, Any] | None = None  # `check_postprocess`'s; None: no postprocess
 
     @classmethod
     def of(cls, inputs: Sequence[TensorConfig], sample: Mapping[str, tuple[int, ...]] | None,
@@ -97,6 +99,8 @@ class Checks:
         checks = {"parsed": True, "ops_known": True, "params_match": True,
                   "shape_inference": {"ran": True, "variable_dims": self.variable_dims},
                   "test_inference": test, "memory_estimate": memory}
+        if self.postprocess is not None:
+            checks["postprocess"] = self.postprocess
         return checks if self.preprocess is None else {**checks, "preprocess": self.preprocess}
 
 
@@ -178,12 +182,13 @@ def load_and_validate(version_dir: Path, config: ModelConfig, *, loader: Loader,
         warm_buckets(model, graph_inputs, sample, buckets, where)
     exact = all(dim > 0 for tensor in inputs for dim in tensor.shape[1:])
     outputs_config = complete_outputs(config.outputs, model, outputs, where, exact)
+    outputs_config, postprocess = check_postprocess(inputs, outputs_config, outputs, where)
     labels = read_labels(version_dir, outputs_config, where)
     preprocess = check_preprocess(model, inputs, sample, where)
     full = ModelConfig.model_validate({**config.model_dump(), "inputs": inputs,
                                        "outputs": outputs_config, "batch_buckets": buckets})
     _CHECKS[model] = replace(Checks.of(inputs, sample, memory, memory_skipped),
-                             preprocess=preprocess)
+                             preprocess=preprocess, postprocess=postprocess)
     if labels:
         _LABELS[model] = labels
     return Validated(model, full)

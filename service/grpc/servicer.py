@@ -22,7 +22,8 @@ from service.errors import BadRequest, Forbidden, Unauthorized
 from service.grpc import inference_pb2 as pb
 from service.grpc import inference_pb2_grpc as pb_grpc
 from service.grpc import status, tensors
-from service.inference import check_inputs, classify_outputs
+from service.inference import check_inputs
+from service.postprocess_outputs import v2_outputs
 from service.routers.health import EXTENSIONS, SERVER_NAME
 from service.runtime import Runtime
 
@@ -113,12 +114,12 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         chosen = _chosen_outputs(handle, request)
         timeout = _earliest(tensors.timeout_s(request.parameters), context.time_remaining())
         counts = tensors.classification_counts(request)
-        arrays = decoded.arrays
+        arrays, geometries = decoded.arrays, None
         if handle.pipelines:
-            arrays = await self.inference.images.tensors(handle, arrays)
+            arrays, geometries = await self.inference.images.prepare(handle, arrays)
         answer = await self.inference.run(handle, arrays, timeout)
-        outputs = classify_outputs(handle, {name: answer.outputs[name] for name in chosen},
-                                   counts)
+        outputs, _ = v2_outputs(handle, answer.outputs, dict.fromkeys(chosen, False), counts,
+                                geometries)
         response = pb.ModelInferResponse(model_name=handle.name,
                                          model_version=str(handle.version), id=request.id)
         tensors.encode_outputs(response, outputs)
