@@ -1,5 +1,6 @@
 """Cases for operators whose output shape depends on the data: boolean_mask, nonzero, unique,
-bincount and delete (tensor indices and the static int/slice forms).
+bincount and delete (tensor indices and the static int/slice forms), and box_nms with ``topk``
+-1, whose shape does not.
 
 Edge cases come from MXNet 1.9.1's own behaviour: an all-zero mask or input (an empty result),
 a 0-d input to nonzero, float masks and indices, negative or out-of-range tensor indices (which
@@ -12,6 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 from casefile import Case
+from cases_detection import nms_records
 
 Rng = Callable[[str], np.random.Generator]
 
@@ -19,7 +21,20 @@ Rng = Callable[[str], np.random.Generator]
 def dynamic_cases(rng_for: Rng) -> list[Case]:
     """Every family of this topic."""
     return [*mask_cases(rng_for), *nonzero_cases(rng_for), *unique_cases(rng_for),
-            *bincount_cases(rng_for), *delete_cases(rng_for)]
+            *bincount_cases(rng_for), *delete_cases(rng_for), *nms_cases(rng_for)]
+
+
+def nms_cases(rng_for: Rng) -> list[Case]:
+    """box_nms with ``topk`` -1 (every box) keeps its input's shape: suppressed rows become -1
+    rather than going away, so it needs no staged plan (checked by the engine's tests)."""
+    records = nms_records(rng_for("dynamic_nms"), 2, 10, 3)
+    return [
+        Case("box_nms_topk_all", "_contrib_box_nms", {"data": records},
+             {"topk": "-1", "overlap_thresh": "0.3", "valid_thresh": "0.2", "id_index": "0"}),
+        Case("box_nms_topk_all_force", "_contrib_box_nms", {"data": records},
+             {"topk": "-1", "overlap_thresh": "0.3", "force_suppress": "True",
+              "id_index": "0"}),
+    ]
 
 
 def mask_cases(rng_for: Rng) -> list[Case]:
