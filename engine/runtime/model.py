@@ -246,7 +246,8 @@ class Model:
         """A plan of ``graph`` for ``signature``: staged when some of its shapes depend on the
         data (each stage compiled here again, with the same options)."""
         if dynamic_nodes(graph):
-            return StagedPlan(graph, signature, self._compile_graph, self._plan_cache_size)
+            return StagedPlan(graph, signature, self._compile_graph, self._plan_cache_size,
+                              self.backend.name)
         return Plan(graph, signature.shapes(), signature.dtypes(),
                     reuse_memory="plan_memory" in self.passes, device=self.backend,
                     constants=self._device_constants, derived=self._derived)

@@ -144,13 +144,16 @@ class StagedPlan:
 
     ``compile_stage(graph, signature)`` compiles each stage (a `Plan`, or a `StagedPlan` for a
     stage with further data-dependent nodes) with the model's device and memory options; rests
-    are cached per signature of their inputs, at most ``cache_size`` of them. Thread-safe: a
-    run holds the plan's lock, as a `Plan`'s does. ``run`` takes and returns numpy arrays.
+    are cached per signature of their inputs, at most ``cache_size`` of them. ``device_name``
+    is what the stats report (the stages run there; the data-dependent nodes on the host).
+    Thread-safe: a run holds the plan's lock, as a `Plan`'s does. ``run`` takes and returns
+    numpy arrays.
     """
 
     def __init__(self, graph: Graph, signature: Signature, compile_stage: StageCompiler,
-                 cache_size: int = DEFAULT_CAPACITY) -> None:
+                 cache_size: int = DEFAULT_CAPACITY, device_name: str = "cpu") -> None:
         self.graph = graph
+        self.device_name = device_name
         self.signature = signature
         self.cut = cut_graph(graph)
         self._compile_stage = compile_stage
@@ -245,8 +248,7 @@ class StagedPlan:
     def execution_stats(self) -> dict[str, Any]:
         """Device and stages; never a CUDA graph as a whole, since the host runs the
         data-dependent nodes between stages (the stages themselves may be captured)."""
-        device = "cpu" if self.static is None else self.static.execution_stats()["device"]
-        return {"device": device, "cuda_graph": False,
+        return {"device": self.device_name, "cuda_graph": False,
                 "cuda_graph_error": capture_blocker(self.graph), "eager_runs": self.runs,
                 "staged": shape_blocker(self.graph),
                 "stages": [stage.execution_stats() for stage in self.stages()]}
