@@ -236,6 +236,7 @@ def _limit_batch(config: ModelConfig, model: ServableModel,
     if data_dependent is None and (sample is None or takes_batches(model, sample)):
         return config
     if data_dependent is not None:
+        _refuse_data_dependent_rows(model, sample, data_dependent, where)
         why = (f"its output shapes depend on the data ({data_dependent}), so rows of different "
                "requests must not share a batch")
     else:
@@ -247,6 +248,23 @@ def _limit_batch(config: ModelConfig, model: ServableModel,
                            f"{config.max_batch_size} or preferred_batch_sizes "
                            f"{list(config.dynamic_batching.preferred_batch_sizes)}")
     return config.model_copy(update={"max_batch_size": 1})
+
+
+def _refuse_data_dependent_rows(model: ServableModel,
+                                sample: Mapping[str, tuple[int, ...]] | None,
+                                data_dependent: str, where: str) -> None:
+    """Refuse a graph whose outputs' row counts are set by the data (a bare ``nonzero``): a
+    server answers a request with one row per input row, which such an output cannot keep."""
+    check = getattr(model, "output_shapes", None)
+    if sample is None or check is None:
+        return
+    shapes = check(sample)
+    unsized = [name for name, shape in shapes.items() if shape and not shape[0]]
+    if unsized:
+        raise InvalidModel(f"{where}: output {unsized[0]!r} has a row count set by the data "
+                           f"({data_dependent}); a server answers each request with one row "
+                           "per input row, so it cannot serve this graph (engine.load_model "
+                           "runs it)")
 
 
 def as_graph(tensors: Sequence[TensorConfig]) -> tuple[TensorConfig, ...]:

@@ -3,13 +3,19 @@ completion gives ``max_batch_size`` 1 and says why when a config asks for batche
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 import pytest
+
+import engine
 
 from engine.serving.batcher import BatchingPolicy, DynamicBatcher
 from engine.serving.config import ModelConfig
 from engine.serving.errors import InvalidModel
-from tests.conformance.fixtures import assert_close, model_io_sets
+from engine.serving.validate import load_and_validate
+from tests.conformance.fixtures import assert_close, model_io_sets, op_cases
 from tests.engine.serving.helpers import run
 from tests.engine.serving.test_configless import _validate
 
@@ -32,6 +38,19 @@ def test_a_config_asking_a_data_dependent_model_for_batches_is_refused_with_the_
                                            r"batch, so config.json must not ask for "
                                            r"max_batch_size 4"):
         _validate(NAME, ModelConfig(max_batch_size=4))
+
+
+def test_a_graph_whose_output_rows_are_set_by_the_data_is_refused_at_load() -> None:
+    case = next(case for case in op_cases() if case["id"] == "npi_unique_counts")
+
+    def loader(_symbol: Path, _params: Path, *, device: str) -> Any:
+        return engine.load_model(case["symbol"], device=device, keep_batch=True)
+
+    with pytest.raises(InvalidModel, match=r"upload: output 'op_output0' has a row count set by "
+                                           r"the data \(node 'op' \(_npi_unique\) returns one "
+                                           r"entry per distinct value.*cannot serve this graph"):
+        load_and_validate(Path("unused"), ModelConfig(), loader=loader, device="cpu",
+                          where="upload")
 
 
 def test_concurrent_requests_each_get_their_own_answer() -> None:
