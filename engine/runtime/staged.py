@@ -208,8 +208,10 @@ class StagedPlan:
     def _run_rest(self, feed: dict[str, Any], copy_outputs: bool) -> list[Any]:
         assert self.cut.rest is not None
         if any(0 in np.shape(value) for value in feed.values()):
-            # An empty dimension reads as unknown to shape inference: no plan fits it.
-            return evaluate(self.cut.rest, {**self.graph.constants, **feed}, np)
+            # An empty dimension reads as unknown to shape inference: no plan fits it. (Its
+            # outputs may be the static stage's buffers, passed through: copied like a plan's.)
+            outputs = evaluate(self.cut.rest, {**self.graph.constants, **feed}, np)
+            return [np.array(output) for output in outputs] if copy_outputs else outputs
         return self.rest_for(feed).run(feed, copy_outputs)
 
     def rest_for(self, feed: Mapping[str, Any]) -> Any:

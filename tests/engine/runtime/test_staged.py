@@ -61,6 +61,15 @@ def test_staged_plan_matches_the_interpreter_and_numpy(mask: list[int]) -> None:
     assert isinstance(optimized.plan_for(feed), StagedPlan)
 
 
+def test_outputs_passed_through_an_empty_rest_are_not_overwritten_by_the_next_run() -> None:
+    optimized, _ = _models()
+    first = _feed([0, 0, 0])
+    hidden = optimized.run(first)[2]  # relu(fc(x)), a head the empty rest passes through
+    kept = hidden.copy()
+    optimized.run(_feed([0, 0, 0]))
+    np.testing.assert_array_equal(hidden, kept)
+
+
 def test_rests_are_compiled_once_per_shape_and_nest_for_a_second_cut() -> None:
     optimized, _ = _models()
     first = _feed([1, 0, 1, 0])

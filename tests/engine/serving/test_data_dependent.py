@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 import engine
-
 from engine.serving.batcher import BatchingPolicy, DynamicBatcher
 from engine.serving.config import ModelConfig
 from engine.serving.errors import InvalidModel
