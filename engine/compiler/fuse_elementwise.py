@@ -35,8 +35,11 @@ def fuse_elementwise(graph: Graph) -> Graph:
 
 
 def _can_head(node: Node) -> bool:
+    # An op whose output shape depends on the data stays a node of its own: a staged plan cuts
+    # the graph right after it (`engine.runtime.staged`).
     return not node.is_variable and node.num_outputs() == 1 and not node.opdef.view \
-        and node.op != FUSED_ELEMENTWISE.name
+        and node.op != FUSED_ELEMENTWISE.name \
+        and not node.opdef.shape_depends_on_data(node.params)
 
 
 def _can_step(node: Node) -> bool:

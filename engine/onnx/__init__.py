@@ -11,6 +11,7 @@ from engine.onnx import (  # noqa: F401
     convert_attention,
     convert_boxes,
     convert_detection,
+    convert_dynamic,
     convert_extra,
     convert_linalg,
     convert_math,

@@ -225,11 +225,12 @@ class GraphConversion:
 
         shape = self.base[entry.node][entry.index]
         other = self.other[entry.node][entry.index] if self.other else None
-        dims: list[Any] = list(shape)
+        # A 0 dimension is one shape inference leaves unknown: sized by the data at run time.
+        dims: list[Any] = [dim or None for dim in shape]
         if input_dims and self.dynamic:
             dims[0] = BATCH_DIM
         elif other is not None:
-            dims = [dim if dim == later else self._batch_name(dim, later)
+            dims = [dim if dim == later and dim else self._batch_name(dim, later)
                     for dim, later in zip(shape, other)]
         dtype = self.dtypes[entry.node][entry.index] or np.dtype(np.float32)
         return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(dtype), dims)

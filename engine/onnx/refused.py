@@ -30,4 +30,7 @@ REFUSED: dict[str, str] = {
                     "control flow with subgraphs; converting it to ONNX Loop/If is not "
                     "implemented"),
     "_fused_elementwise": "made by this engine's fusion pass, which export does not run",
+    "_npi_bincount": ("ONNX has no bincount; a scatter-add needs the bin count (the data's "
+                      "largest value) as a shape, known only at run time"),
+    "_npi_delete": "not mapped (a Compress over a mask scattered from obj is not implemented)",
 }

@@ -16,6 +16,7 @@ from engine.ops import (  # noqa: F401  (imported for their registrations)
     creation,
     crop,
     dense,
+    dynamic,
     elementwise,
     fused,
     gather,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -64,8 +65,8 @@ def _fill_flattened(data: tuple[int, ...], in_units: int) -> tuple[int, ...]:
 
 def _kernel(xp: Any, attrs: Attrs, data: Any, weight: Any, bias: Any = None,
             out: Any = None) -> Any:
-    if attrs.flatten:
-        matrix = data.reshape(data.shape[0], -1)
+    if attrs.flatten:  # the width spelt out: -1 cannot be resolved for zero rows
+        matrix = data.reshape(data.shape[0], math.prod(data.shape[1:]))
     else:
         matrix = data.reshape(-1, data.shape[-1])
     if matrix.shape[1] != weight.shape[1]:

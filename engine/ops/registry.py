@@ -150,6 +150,12 @@ class OpDef:
             (``cupy.linalg``'s cuSOLVER). A GPU plan with such a node is never captured as a
             CUDA graph: it runs its steps one by one and its stats name the node and the reason
             (see `engine.runtime.plan.capture_blocker`). Empty for every other op.
+        dynamic_shape: why an output's shape depends on the input values, not only on their
+            shapes (``_contrib_boolean_mask`` keeps the rows its mask selects), or a function of
+            the attrs giving it (empty when the shape does not: ``_npi_delete`` with a static
+            index). Shape inference leaves such dimensions unknown (0); a compiled model then
+            runs in stages cut after these nodes (see `engine.runtime.staged`), and a server
+            never batches its requests together. Empty for every other op.
         parts: for a composite op (a fused chain), ``parts(attrs) -> (OpDef, ...)``: the ops
             one of its nodes runs, in order. Capture checks read these rather than the
             composite's own ``uncapturable``, and profiles label the node by their names.
@@ -172,6 +178,7 @@ class OpDef:
     bind: Callable[..., list[Callable[[], Any]]] | None = None
     scratch: Callable[[Attrs, list[Any], Any], int] | None = None
     uncapturable: str = ""
+    dynamic_shape: str | Callable[[Attrs], str] = ""
     parts: Callable[[Attrs], tuple[OpDef, ...]] | None = None
     doc: str = ""
     _params_by_name: dict[str, Param] = field(default_factory=dict, init=False, repr=False,
@@ -181,6 +188,10 @@ class OpDef:
     def capturable(self) -> bool:
         """Whether the kernel can run inside CUDA stream capture (see ``uncapturable``)."""
         return not self.uncapturable
+
+    def shape_depends_on_data(self, attrs: Attrs) -> str:
+        """Why a node with ``attrs`` has an output shape set by its input values ("" if not)."""
+        return self.dynamic_shape(attrs) if callable(self.dynamic_shape) else self.dynamic_shape
 
     def components(self, attrs: Attrs) -> tuple[OpDef, ...]:
         """The ops a node of this op with ``attrs`` runs: its ``parts``, or just itself."""

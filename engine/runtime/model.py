@@ -21,6 +21,7 @@ from engine.runtime.interpreter import evaluate
 from engine.runtime.lru import DEFAULT_CAPACITY, LRUCache
 from engine.runtime.plan import Plan
 from engine.runtime.signature import Signature
+from engine.runtime.staged import StagedPlan, dynamic_nodes, shape_blocker
 
 # Op input slots that only ever hold learned parameters or auxiliary states: a variable wired
 # only into these and absent from the params file is a missing parameter, not a model input.
@@ -73,6 +74,11 @@ class Model:
         self.inputs, self.outputs = self._describe()
         self.optimized_graph = (optimize_graph(graph.replace(constants=self.params), self.passes)
                                 if optimize is not False else None)
+        # Why some output shapes depend on the input values (None: the input shapes fix them
+        # all). Such a model compiles `StagedPlan`s, never pads a batch up to a bucket (padded
+        # rows would change its results) and is not batched across requests by a server.
+        self.data_dependent: str | None = shape_blocker(graph)
+        self._plan_cache_size = plan_cache_size
         # With 2, a call finding its signature's plan running on another thread runs a spare
         # plan instead: on a GPU one batch's host copies and the next batch's arrival then
         # overlap the other's kernels.
@@ -171,7 +177,7 @@ class Model:
             array = self._device_constants[name] = self.backend.asarray(self.params[name])
         return array
 
-    def plan_for(self, feed: Mapping[str, np.ndarray]) -> Plan:
+    def plan_for(self, feed: Mapping[str, np.ndarray]) -> Plan | StagedPlan:
         """The compiled plan for these inputs' shapes and dtypes (compiled on first use)."""
         if self.optimized_graph is None:
             raise ValueError("a model loaded with optimize=False runs the reference "
@@ -213,26 +219,36 @@ class Model:
     def _bucketed(self, signature: Signature) -> Signature:
         """The signature of the plan that runs inputs of ``signature``: padded to the
         smallest batch bucket holding their rows, or the signature itself."""
+        if self.data_dependent is not None:
+            return signature
         bucket = _bucket(self._batch_buckets, signature.rows())
         return signature if bucket is None else signature.with_rows(bucket)
 
-    def _free(self, entry: _SignaturePlans) -> Plan:
+    def _free(self, entry: _SignaturePlans) -> Plan | StagedPlan:
         """The entry's plan, or its spare when another thread runs it and `concurrent_runs`
         allows."""
         if self.concurrent_runs < 2 or not entry.plan.busy:
             return entry.plan
         return self._spare(entry)
 
-    def _spare(self, entry: _SignaturePlans) -> Plan:
+    def _spare(self, entry: _SignaturePlans) -> Plan | StagedPlan:
         if entry.spare is None:
             with self._lock:
                 if entry.spare is None:
                     entry.spare = self._compile(entry.signature)
         return entry.spare
 
-    def _compile(self, signature: Signature) -> Plan:
+    def _compile(self, signature: Signature) -> Plan | StagedPlan:
         assert self.optimized_graph is not None
-        return Plan(self.optimized_graph, signature.shapes(), signature.dtypes(),
+        return self._compile_graph(self.optimized_graph, signature)
+
+    def _compile_graph(self, graph: Graph, signature: Signature) -> Plan | StagedPlan:
+        """A plan of ``graph`` for ``signature``: staged when some of its shapes depend on the
+        data (each stage compiled here again, with the same options)."""
+        if dynamic_nodes(graph):
+            return StagedPlan(graph, signature, self._compile_graph, self._plan_cache_size,
+                              self.backend.name)
+        return Plan(graph, signature.shapes(), signature.dtypes(),
                     reuse_memory="plan_memory" in self.passes, device=self.backend,
                     constants=self._device_constants, derived=self._derived)
 
@@ -267,7 +283,7 @@ class Model:
                     1 for node in optimized.nodes if not node.is_variable),
                 "plans": plans, "caches": self.cache_stats()}
 
-    def _plan_stats(self, signature: Signature, plan: Plan) -> dict[str, Any]:
+    def _plan_stats(self, signature: Signature, plan: Plan | StagedPlan) -> dict[str, Any]:
         return {"inputs": {name: list(shape) for name, shape in signature.shapes().items()},
                 "steps": len(plan.steps),
                 "planned_activation_bytes": plan.memory.planned_bytes,
@@ -435,10 +451,10 @@ class _SignaturePlans:
 
     __slots__ = ("signature", "plan", "spare", "checked")
 
-    def __init__(self, signature: Signature, plan: Plan) -> None:
+    def __init__(self, signature: Signature, plan: Plan | StagedPlan) -> None:
         self.signature = signature
         self.plan = plan
-        self.spare: Plan | None = None
+        self.spare: Plan | StagedPlan | None = None
         self.checked = False
 
 

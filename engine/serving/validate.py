@@ -234,18 +234,42 @@ def default_batch_buckets(max_batch_size: int, model: Any) -> tuple[int, ...] | 
 
 def _limit_batch(config: ModelConfig, model: ServableModel,
                  sample: Mapping[str, tuple[int, ...]] | None, where: str) -> ModelConfig:
-    """`config` with ``max_batch_size`` 1 for a graph that takes one row only; a config that
-    asks for more is refused (batching its requests would fail them all)."""
-    if sample is None or takes_batches(model, sample):
+    """`config` with ``max_batch_size`` 1 for a graph that takes one row only, or whose output
+    shapes depend on the data (`Model.data_dependent`: a mask or unique over the batch would
+    mix the rows of different requests); a config that asks for more is refused."""
+    data_dependent = getattr(model, "data_dependent", None)
+    if data_dependent is None and (sample is None or takes_batches(model, sample)):
         return config
+    if data_dependent is not None:
+        _refuse_data_dependent_rows(model, sample, data_dependent, where)
+        why = (f"its output shapes depend on the data ({data_dependent}), so rows of different "
+               "requests must not share a batch")
+    else:
+        why = (f"the graph takes one row per request only (it refuses 2 rows of {dict(sample)}; "
+               "e.g. GluonCV's Faster R-CNN fixes its batch)")
     given = "max_batch_size" in config.model_fields_set and config.max_batch_size > 1
     if given or config.dynamic_batching.preferred_batch_sizes not in ((), (1,)):
-        raise InvalidModel(f"{where}: the graph takes one row per request only (it refuses 2 "
-                           f"rows of {dict(sample)}; e.g. GluonCV's Faster R-CNN fixes its "
-                           f"batch), so config.json must not ask for max_batch_size "
+        raise InvalidModel(f"{where}: {why}, so config.json must not ask for max_batch_size "
                            f"{config.max_batch_size} or preferred_batch_sizes "
                            f"{list(config.dynamic_batching.preferred_batch_sizes)}")
     return config.model_copy(update={"max_batch_size": 1})
+
+
+def _refuse_data_dependent_rows(model: ServableModel,
+                                sample: Mapping[str, tuple[int, ...]] | None,
+                                data_dependent: str, where: str) -> None:
+    """Refuse a graph whose outputs' row counts are set by the data (a bare ``nonzero``): a
+    server answers a request with one row per input row, which such an output cannot keep."""
+    check = getattr(model, "output_shapes", None)
+    if sample is None or check is None:
+        return
+    shapes = check(sample)
+    unsized = [name for name, shape in shapes.items() if shape and not shape[0]]
+    if unsized:
+        raise InvalidModel(f"{where}: output {unsized[0]!r} has a row count set by the data "
+                           f"({data_dependent}); a server answers each request with one row "
+                           "per input row, so it cannot serve this graph (engine.load_model "
+                           "runs it)")
 
 
 def as_graph(tensors: Sequence[TensorConfig]) -> tuple[TensorConfig, ...]:

@@ -28,6 +28,9 @@ MODEL_DIRS = (MODELS, EXTRA / "models")
 # batch, so the tests that batch or split rows, and ONNX export (which refuses these ops),
 # cannot take them. `tests/conformance/test_control_flow.py` runs them.
 CONTROL_FLOW = EXTRA / "control_flow"
+# Exports with a data-dependent shape (tools/mxnet_fixtures/generate_dynamic.py), kept apart for
+# the same reason: their masks select among the rows of the whole batch.
+DYNAMIC = EXTRA / "dynamic"
 
 DEFAULT_TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
 FLOAT16_TOLERANCE = {"rtol": 1e-2, "atol": 1e-2}
@@ -74,7 +77,7 @@ def control_flow_names() -> list[str]:
 
 def model_dir(name: str) -> Path:
     """The folder holding one conformance model, whichever set it belongs to."""
-    for folder in (*MODEL_DIRS, CONTROL_FLOW):
+    for folder in (*MODEL_DIRS, CONTROL_FLOW, DYNAMIC):
         if (folder / name).is_dir():
             return folder / name
     raise KeyError(f"no conformance model named {name!r}")
