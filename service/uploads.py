@@ -29,10 +29,9 @@ from service.multipart_parts import PartHeaders
 FILE_PARTS = {"symbol": SYMBOL_NAME, "params": PARAMS_NAME}
 LABELS_PART = "labels"  # may repeat: one per labels file config.json names
 DEFAULT_LABELS_NAME = "labels.txt"
-# Parts kept as files under their own file names (each may repeat): the name a part without one
-# gets, and its size limit.
-NAMED_FILE_PARTS = {LABELS_PART: (DEFAULT_LABELS_NAME, MAX_LABELS_BYTES),
-                    "vocab": ("vocab.txt", MAX_VOCAB_BYTES)}
+VOCAB_PART = "vocab"  # may repeat: one per vocabulary file config.json names
+# Parts kept as files under their own file names, and the name a part without one gets.
+NAMED_FILE_PARTS = {LABELS_PART: DEFAULT_LABELS_NAME, VOCAB_PART: "vocab.txt"}
 FIELD_LIMITS = {"config": 1 << 20, "version": 64, "replace": 16}
 HANDOFF_BYTES = 1 << 20  # body bytes gathered on the event loop per hand-off to the parser
 RETRY_AFTER_S = 5
@@ -196,7 +195,7 @@ class _UploadParser(PartHeaders):
         raw = options.get(b"filename")
         # Browsers and curl send a file's name; some clients send its path.
         name = (raw.decode("utf-8", errors="replace").replace("\\", "/").rsplit("/", 1)[-1]
-                if raw else NAMED_FILE_PARTS[part][0])
+                if raw else NAMED_FILE_PARTS[part])
         if not LABELS_FILE.fullmatch(name) or name in RESERVED_FILES:
             names = "output's labels" if part == LABELS_PART else "text pipeline's vocab"
             raise BadRequest(f"part {part!r} has file name {name!r}; it must be the plain file "
@@ -210,7 +209,7 @@ class _UploadParser(PartHeaders):
     def _part_data(self, data: bytes, start: int, end: int) -> None:
         if self._file is not None:
             self._file_bytes += end - start
-            limit = NAMED_FILE_PARTS.get(self._name, (None, None))[1]
+            limit = {LABELS_PART: MAX_LABELS_BYTES, VOCAB_PART: MAX_VOCAB_BYTES}.get(self._name)
             if limit is not None and self._file_bytes > limit:
                 raise PayloadTooLarge(f"part {self._name!r} ({self.named_files[-1]}) exceeds its "
                                       f"limit of {limit} bytes")
