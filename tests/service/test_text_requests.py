@@ -12,6 +12,8 @@ import httpx
 import numpy as np
 import orjson
 
+from service.grpc import inference_pb2 as pb
+from tests.service.grpc_inprocess import grpc_client
 from tests.service.helpers import AUTH, run, serving, settings_for
 from tests.service.text_model import NAME, reference, singles_and_pairs, upload_files
 
@@ -115,3 +117,21 @@ def test_bad_texts_are_refused_naming_the_input_and_row(tmp_path: Path) -> None:
             assert mixed.status_code == 400 and "mixes single texts and pairs" in mixed.text
 
     run(scenario())
+
+
+def test_grpc_takes_texts_as_bytes_contents_and_raw(tmp_path: Path) -> None:
+    with grpc_client(tmp_path, models=()) as client:
+        upload = client.app.request("POST", f"/models/{NAME}", files=upload_files(), headers=AUTH)
+        assert upload.status_code == 201, upload.text
+        texts = [text.encode() for case in PAIRS for text in case["texts"]]
+        typed = pb.ModelInferRequest(model_name=NAME)
+        typed.inputs.add(name="text", datatype="BYTES", shape=[len(PAIRS), 2],
+                         contents=pb.InferTensorContents(bytes_contents=texts))
+        raw = pb.ModelInferRequest(model_name=NAME, raw_input_contents=[
+            b"".join(len(text).to_bytes(4, "little") + text for text in texts)])
+        raw.inputs.add(name="text", datatype="BYTES", shape=[len(PAIRS), 2])
+        for request in (typed, raw):
+            response = client.call("ModelInfer", request)
+            outputs = {tensor.name: np.frombuffer(data, np.float32).reshape(tensor.shape)
+                       for tensor, data in zip(response.outputs, response.raw_output_contents)}
+            _assert_reference(outputs, PAIRS)
