@@ -14,6 +14,7 @@ replacement once, so a request's text is scanned in C.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -23,6 +24,8 @@ MAX_WORD_CHARS = 200  # as Google's BERT and GluonNLP: longer words are [UNK] wh
 SPECIAL_TOKENS = ("[CLS]", "[SEP]", "[UNK]", "[PAD]")
 MAX_VOCAB_BYTES = 16 << 20
 _CACHE_WORDS = 1 << 16  # words remembered per tokeniser (their pieces' ids)
+_PREFIX_CHARS = 1 << 14  # the first cut of a long text when only its first words are needed
+_WHITESPACE = re.compile(r"[ \t\n\r]")
 _CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
                (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
 
@@ -137,20 +140,39 @@ class WordPieceTokenizer:
         self._unknown = (vocab.id_of("[UNK]"),)
         self._words: dict[str, tuple[int, ...]] = {}
 
-    def words(self, text: str) -> list[str]:
-        """Basic tokenisation: the words of `text`, before word pieces."""
+    def words(self, text: str, limit: int | None = None) -> list[str]:
+        """Basic tokenisation: the words of `text` (at most its first `limit`), before word
+        pieces."""
+        if limit is not None:
+            # A long text needs only its beginning. Cut at whitespace, every step of which
+            # (case, NFD, splitting) ends there: the cut's words begin the whole text's words.
+            size = _PREFIX_CHARS
+            while size < len(text):
+                cut = _WHITESPACE.search(text, size)
+                if cut is None:
+                    break
+                words = self._basic(text[:cut.start()]).split(None, limit)
+                if len(words) >= limit:
+                    return words[:limit]
+                size *= 4
+            return self._basic(text).split(None, limit)[:limit]
+        return self._basic(text).split()
+
+    def _basic(self, text: str) -> str:
+        """`text` cleaned, cased and split by spaces around punctuation and CJK ideographs."""
         text = text.translate(self._clean)
         if self.lower_case:
             text = text.lower()
         if self.strip_accents and not text.isascii():
             text = unicodedata.normalize("NFD", text)
-        return text.translate(self._split).split()
+        return text.translate(self._split)
 
     def ids(self, text: str, limit: int | None = None) -> list[int]:
         """The token ids of `text` (no [CLS] or [SEP]); with `limit`, at most its first `limit`
         (the rest of the text is not split into pieces)."""
         ids: list[int] = []
-        for word in self.words(text):
+        # Every word gives at least one piece: words past the first `limit` are never needed.
+        for word in self.words(text, limit):
             pieces = self._words.get(word)
             if pieces is None:
                 pieces = self._word_ids(word)

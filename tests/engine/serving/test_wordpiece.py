@@ -106,3 +106,17 @@ def test_options_are_validated_when_parsed() -> None:
         TextPreprocess(max_length=2)
     with pytest.raises(ValueError, match="max_length"):
         TextPreprocess.model_validate({})
+
+
+@pytest.mark.parametrize("lower_case", [True, False])
+def test_the_first_words_of_a_long_text_are_those_of_the_whole_text(lower_case: bool) -> None:
+    rng = np.random.default_rng(5)
+    pieces = ["the", "ΟΔΟΣ", "Σ.", "cafe\u0301", "中国", "un-believable", "\u200b", "!!",
+              "\x00", "x" * 250, "ὈΔΥΣΣΕΎΣ", "\u00a0", "\t", "\r\n", " ", "  "]
+    text = "".join(rng.choice(pieces, 40_000))
+    tokenizer = WordPieceTokenizer(VOCAB, lower_case=lower_case)
+    everything = tokenizer.words(text)
+    assert len(text) > 100_000 and len(everything) > 5000
+    for limit in (1, 7, 3000, 5000, len(everything) + 10):
+        assert tokenizer.words(text, limit) == everything[:limit]
+        assert tokenizer.ids(text, limit) == tokenizer.ids(text)[:limit]
