@@ -18,12 +18,12 @@ from typing import Any
 
 import numpy as np
 
+from engine.serving.config import CONFIG_NAME
 from engine.serving.errors import InvalidModel
 from engine.serving.text import TextPipeline
 from engine.serving.text_config import TextPreprocess
 from engine.serving.wordpiece import Vocabulary, VocabularyError
 
-CONFIG_NAME = "config.json"  # engine.serving.config's; imported from there it would be a cycle
 # A sample long enough to be truncated at any max_length: the dry run's rows are the longest.
 _DRY_TEXTS = ("the quick brown fox jumps over the lazy dog, " * 400,
               "and then it sleeps! " * 400)
