@@ -113,10 +113,17 @@ def test_the_first_words_of_a_long_text_are_those_of_the_whole_text(lower_case: 
     rng = np.random.default_rng(5)
     pieces = ["the", "ΟΔΟΣ", "Σ.", "cafe\u0301", "中国", "un-believable", "\u200b", "!!",
               "\x00", "x" * 250, "ὈΔΥΣΣΕΎΣ", "\u00a0", "\t", "\r\n", " ", "  "]
-    text = "".join(rng.choice(pieces, 40_000))
+    text = "".join(rng.choice(pieces, 12_000))
     tokenizer = WordPieceTokenizer(VOCAB, lower_case=lower_case)
-    everything = tokenizer.words(text)
-    assert len(text) > 100_000 and len(everything) > 5000
+    everything, ids = tokenizer.words(text), tokenizer.ids(text)
+    assert len(text) > 100_000 and len(everything) > 5000, (len(text), len(everything))
     for limit in (1, 7, 3000, 5000, len(everything) + 10):
         assert tokenizer.words(text, limit) == everything[:limit]
-        assert tokenizer.ids(text, limit) == tokenizer.ids(text)[:limit]
+        assert tokenizer.ids(text, limit) == ids[:limit]
+
+
+def test_a_long_text_is_never_cut_inside_a_word() -> None:
+    tokenizer = WordPieceTokenizer(VOCAB)
+    text = "a " * 8191 + "unbelievable" + " dog" * 10  # the first cut, 16384, is inside it
+    assert tokenizer.words(text, 8192)[-1] == "unbelievable"
+    assert tokenizer.ids(text, 8194)[-3:] == tokenizer.ids("unbelievable")
