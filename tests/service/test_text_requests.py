@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -135,3 +136,23 @@ def test_grpc_takes_texts_as_bytes_contents_and_raw(tmp_path: Path) -> None:
             outputs = {tensor.name: np.frombuffer(data, np.float32).reshape(tensor.shape)
                        for tensor, data in zip(response.outputs, response.raw_output_contents)}
             _assert_reference(outputs, PAIRS)
+
+
+def test_concurrent_requests_are_answered_and_a_bad_text_fails_alone(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with text_app(tmp_path) as client:
+            requests = []
+            for case in SINGLES[:7]:
+                content, headers = _binary([case["texts"][0].encode()], [1])
+                requests.append(client.post(URL, content=content, headers=headers))
+            content, headers = _binary([b"\xc3\x28"], [1])
+            requests.insert(3, client.post(URL, content=content, headers=headers))
+            responses = await asyncio.gather(*requests)
+            assert responses[3].status_code == 400
+            assert "input 'text', batch row 0: the text is not UTF-8" in responses[3].text
+            good = [response for index, response in enumerate(responses) if index != 3]
+            outputs = [_outputs(response) for response in good]
+            _assert_reference({name: np.concatenate([output[name] for output in outputs])
+                               for name in ("sequence", "pooled")}, SINGLES[:7])
+
+    run(scenario())
