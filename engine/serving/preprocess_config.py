@@ -20,9 +20,11 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     StrictBool,
     StrictInt,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -184,6 +186,11 @@ class Preprocess(_Strict):
         if (self.image is None) == (self.text is None):
             raise ValueError("give exactly one of image, text")
         return self
+
+    @model_serializer(mode="wrap")
+    def _its_kind_only(self, write: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """The completed config shows the kind given, not the other as null."""
+        return {kind: value for kind, value in write(self).items() if value is not None}
 
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
