@@ -22,6 +22,8 @@ from engine.errors import InputError
 from engine.serving.loaded import LoadedVersion
 from engine.serving.preprocess import Geometry, preprocess_image
 from engine.serving.preprocess_config import ImagePreprocess
+from engine.serving.text import TextPipeline
+from service.text_inputs import text_tensors
 
 
 def image_bytes(element: object) -> bytes:
@@ -83,6 +85,10 @@ class ImageInputs:
             array = arrays.get(name)
             if array is not None and array.dtype == object:
                 where = f"model {handle.name!r} version {handle.version}: input {name!r}"
+                if isinstance(options, TextPipeline):  # one job: tokenising holds the GIL
+                    converted.update(await asyncio.get_running_loop().run_in_executor(
+                        self._executor(), text_tensors, options, array, where))
+                    continue
                 converted[name], geometries[name] = await self._rows(array.reshape(-1), options,
                                                                      where)
         return converted, geometries

@@ -13,7 +13,7 @@ from engine.errors import EngineError, InputError, ShapeError
 from engine.serving.config import TensorConfig
 from engine.serving.loaded import LoadedVersion
 from engine.serving.repository import ModelRepository
-from service import codecs, image_forms, postprocess_outputs
+from service import codecs, image_forms, postprocess_outputs, text_inputs
 from service.errors import BadRequest, ServiceError
 from service.image_inputs import ImageInputs
 from service.metrics import Metrics
@@ -39,7 +39,7 @@ def check_inputs(handle: LoadedVersion, arrays: Mapping[str, np.ndarray],
     """400 unless `arrays` are exactly the config's inputs, with its datatypes and shapes
     (BYTES for an input with a preprocess pipeline: images). `datatypes` must be given for
     BYTES tensors (object arrays)."""
-    specs = handle.input_specs
+    specs = text_inputs.request_specs(handle, arrays)
     if arrays.keys() != specs.keys():
         _refuse_names(handle, arrays)
     max_rows = handle.config.max_batch_size
@@ -162,9 +162,11 @@ class InferenceService:
         request = codecs.decode_predict(body)
         handle = self.repository.get(request.model, request.version)
         ranks = {name: len(spec.shape) for name, spec in handle.input_specs.items()}
+        texts = text_inputs.predict_texts(handle, request.inputs) if handle.pipelines else {}
         arrays = codecs.predict_arrays(request, handle.input_dtypes, self.max_tensor_elements,
                                        ranks)
-        check_inputs(handle, arrays)
+        arrays.update(texts)
+        check_inputs(handle, arrays, text_inputs.datatypes_of(arrays) if texts else None)
         return handle, arrays
 
     def predict_images(self, body: bytes, content_type: str, query: str

@@ -22,19 +22,23 @@ from starlette.requests import ClientDisconnect, Request
 from engine.serving.config import LABELS_FILE, RESERVED_FILES
 from engine.serving.labels import MAX_LABELS_BYTES
 from engine.serving.manifest import PARAMS_NAME, SYMBOL_NAME
+from engine.serving.wordpiece import MAX_VOCAB_BYTES
 from service.errors import BadRequest, PayloadTooLarge, ServiceError
 from service.multipart_parts import PartHeaders
 
 FILE_PARTS = {"symbol": SYMBOL_NAME, "params": PARAMS_NAME}
 LABELS_PART = "labels"  # may repeat: one per labels file config.json names
 DEFAULT_LABELS_NAME = "labels.txt"
+VOCAB_PART = "vocab"  # may repeat: one per vocabulary file config.json names
+# Parts kept as files under their own file names, and the name a part without one gets.
+NAMED_FILE_PARTS = {LABELS_PART: DEFAULT_LABELS_NAME, VOCAB_PART: "vocab.txt"}
 FIELD_LIMITS = {"config": 1 << 20, "version": 64, "replace": 16}
 HANDOFF_BYTES = 1 << 20  # body bytes gathered on the event loop per hand-off to the parser
 RETRY_AFTER_S = 5
 TRUE_WORDS = ("true", "1", "yes", "on")
 FALSE_WORDS = ("false", "0", "no", "off", "")
-EXPECTED = ("parts symbol and params (files), and optionally config (file), labels (files), "
-            "version, replace")
+EXPECTED = ("parts symbol and params (files), and optionally config (file), labels and vocab "
+            "(files), version, replace")
 
 
 class UploadsBusy(ServiceError):
@@ -76,9 +80,9 @@ class UploadForm:
 
 async def receive_upload(request: Request, staging: Path) -> UploadForm:
     """Stream `request`'s multipart body into `staging`: ``symbol`` and ``params`` become its
-    model files, each ``labels`` part a labels file under the part's file name (which config.json
-    names; ``labels.txt`` when the part has none); ``config``, ``version`` and ``replace`` are
-    kept (they are small).
+    model files, each ``labels`` or ``vocab`` part a file under the part's file name (which
+    config.json names; ``labels.txt`` or ``vocab.txt`` when the part has none); ``config``,
+    ``version`` and ``replace`` are kept (they are small).
 
     Raises:
         BadRequest: not multipart, malformed, or a part missing, unknown or repeated.
@@ -122,7 +126,7 @@ class _UploadParser(PartHeaders):
         self._name = ""
         self._file: BinaryIO | None = None
         self._file_bytes = 0
-        self.labels: list[str] = []
+        self.named_files: list[str] = []  # the labels and vocab files kept
         try:
             self._parser = MultipartParser(boundary, {
                 "on_part_begin": self._part_begin, "on_header_field": self._header_field,
@@ -170,9 +174,9 @@ class _UploadParser(PartHeaders):
     def _headers_finished(self) -> None:
         name, options = self.part_name()
         self._file_bytes = 0
-        if name == LABELS_PART:
+        if name in NAMED_FILE_PARTS:
             self._name = name
-            self._file = open(self.staging / self._labels_name(options), "xb")  # noqa: SIM115
+            self._file = open(self.staging / self._file_name(name, options), "xb")  # noqa: SIM115
             return
         if name not in FILE_PARTS and name not in FIELD_LIMITS:
             raise BadRequest(f"unknown part {name!r} in the upload; expected the {EXPECTED}")
@@ -185,29 +189,30 @@ class _UploadParser(PartHeaders):
         else:
             self.fields[name] = bytearray()
 
-    def _labels_name(self, options: dict[bytes, bytes]) -> str:
-        """The file name a ``labels`` part is kept under: its own, checked to be a plain name
-        that no other part of the upload took."""
+    def _file_name(self, part: str, options: dict[bytes, bytes]) -> str:
+        """The file name a ``labels`` or ``vocab`` part is kept under: its own, checked to be a
+        plain name that no other part of the upload took."""
         raw = options.get(b"filename")
         # Browsers and curl send a file's name; some clients send its path.
         name = (raw.decode("utf-8", errors="replace").replace("\\", "/").rsplit("/", 1)[-1]
-                if raw else DEFAULT_LABELS_NAME)
+                if raw else NAMED_FILE_PARTS[part])
         if not LABELS_FILE.fullmatch(name) or name in RESERVED_FILES:
-            raise BadRequest(f"part 'labels' has file name {name!r}; it must be the plain file "
-                             "name config.json gives as the output's labels (letters, digits, "
+            names = "output's labels" if part == LABELS_PART else "text pipeline's vocab"
+            raise BadRequest(f"part {part!r} has file name {name!r}; it must be the plain file "
+                             f"name config.json gives as the {names} (letters, digits, "
                              f"'.', '_', '-'), not one of {sorted(RESERVED_FILES)}")
-        if name in self.labels:
-            raise BadRequest(f"two 'labels' parts are named {name!r}; give each labels file "
-                             "once")
-        self.labels.append(name)
+        if name in self.named_files:
+            raise BadRequest(f"two {part!r} parts are named {name!r}; give each file once")
+        self.named_files.append(name)
         return name
 
     def _part_data(self, data: bytes, start: int, end: int) -> None:
         if self._file is not None:
             self._file_bytes += end - start
-            if self._name == LABELS_PART and self._file_bytes > MAX_LABELS_BYTES:
-                raise PayloadTooLarge(f"part 'labels' ({self.labels[-1]}) exceeds its limit "
-                                      f"of {MAX_LABELS_BYTES} bytes")
+            limit = {LABELS_PART: MAX_LABELS_BYTES, VOCAB_PART: MAX_VOCAB_BYTES}.get(self._name)
+            if limit is not None and self._file_bytes > limit:
+                raise PayloadTooLarge(f"part {self._name!r} ({self.named_files[-1]}) exceeds its "
+                                      f"limit of {limit} bytes")
             self._file.write(memoryview(data)[start:end])
             return
         field = self.fields[self._name]

@@ -12,6 +12,8 @@ import numpy as np
 from engine.serving.batcher import DynamicBatcher
 from engine.serving.config import ModelConfig
 from engine.serving.preprocess_config import ImagePreprocess
+from engine.serving.text import TextPipeline
+from engine.serving.text_check import pipelines_of
 from engine.serving.validate import ServableModel, input_shapes, labels_of
 
 
@@ -67,11 +69,12 @@ class LoadedVersion:
         # see the config's names; the graph's differ where an entry renames (`source`).
         self.input_specs = {tensor.name: tensor for tensor in config.inputs}
         self.input_dtypes = {tensor.name: tensor.dtype for tensor in config.inputs}
-        # Inputs that also take encoded images (BYTES, one a row); empty for most models, so
-        # requests to them skip the image path with one truth test.
-        self.pipelines: dict[str, ImagePreprocess] = {
+        # Inputs that also take encoded images or texts (BYTES, one a row); empty for most
+        # models, so requests to them skip the preprocessing path with one truth test.
+        self.pipelines: dict[str, ImagePreprocess | TextPipeline] = {
             tensor.name: tensor.preprocess.image for tensor in config.inputs
-            if tensor.preprocess is not None}
+            if tensor.preprocess is not None and tensor.preprocess.image is not None}
+        self.pipelines.update(pipelines_of(model))
         renamed = {tensor.graph_name: tensor.name for tensor in config.outputs}
         self.output_names = [renamed[name] for name in model.output_names]
         self._to_graph = {tensor.name: tensor.source for tensor in config.inputs

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,7 @@ from engine.serving.config import TensorConfig
 from engine.serving.errors import InvalidModel
 from engine.serving.preprocess import preprocess_image
 from engine.serving.preprocess_config import ImagePreprocess
+from engine.serving.text_check import check_text
 
 # Canonical op names that scale or shift a tensor: a graph starting with one on its data input
 # usually normalises the image itself (GluonCV exports, models converted from Caffe).
@@ -31,7 +33,7 @@ NORMALISING_OPS = frozenset({
 
 def check_preprocess(model: Any, inputs: Sequence[TensorConfig],
                      sample: Mapping[str, tuple[int, ...]] | None,
-                     where: str) -> dict[str, Any] | None:
+                     where: str, version_dir: Path | None = None) -> dict[str, Any] | None:
     """Check every input's pipeline against the completed `inputs` (graph names as `source`)
     and dry-run it; None when no input has one.
 
@@ -41,13 +43,15 @@ def check_preprocess(model: Any, inputs: Sequence[TensorConfig],
     Raises:
         InvalidModel: a pipeline does not fit its input, or the dry run fails.
     """
-    pipelines = {index: tensor for index, tensor in enumerate(inputs) if tensor.preprocess}
-    if not pipelines:
+    pipelines = {index: tensor for index, tensor in enumerate(inputs)
+                 if tensor.preprocess and tensor.preprocess.image}
+    rows = check_text(model, inputs, version_dir, where)  # text: engine.serving.text_check
+    if not pipelines and not rows:
         return None
     for index, tensor in pipelines.items():
         check_fits(index, tensor, where)
-    rows = {tensor.name: _dry_pipeline(index, tensor, where)
-            for index, tensor in pipelines.items()}
+    rows.update({tensor.name: _dry_pipeline(index, tensor, where)
+                 for index, tensor in pipelines.items()})
     record: dict[str, Any] = {"ran": True,
                               "inputs": {name: list(row.shape) for name, row in rows.items()}}
     reason = _dry_model_run(model, inputs, rows, sample, where)

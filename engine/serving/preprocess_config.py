@@ -20,11 +20,15 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     StrictBool,
     StrictInt,
     field_validator,
+    model_serializer,
     model_validator,
 )
+
+from engine.serving.text_config import TextPreprocess
 
 # Pillow's own bomb check warns past about 89.5 million pixels (`Image.MAX_IMAGE_PIXELS`); a
 # cap at or under it means that warning only ever fires for images refused anyway.
@@ -172,9 +176,21 @@ class ImagePreprocess(_Strict):
 
 
 class Preprocess(_Strict):
-    """An input's pipeline; ``image`` is the one kind so far (text follows)."""
+    """An input's pipeline: exactly one of ``image`` and ``text``."""
 
-    image: ImagePreprocess
+    image: ImagePreprocess | None = None
+    text: TextPreprocess | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Preprocess:
+        if (self.image is None) == (self.text is None):
+            raise ValueError("give exactly one of image, text")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _its_kind_only(self, write: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """The completed config shows the kind given, not the other as null."""
+        return {kind: value for kind, value in write(self).items() if value is not None}
 
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -193,7 +209,8 @@ def _preset(value: Any) -> Any:
     if isinstance(value, str):
         if value not in PRESETS:
             raise ValueError(f"unknown preprocess preset {value!r}; presets are "
-                             f"{sorted(PRESETS)}, or give an object {{\"image\": {{...}}}}")
+                             f"{sorted(PRESETS)}, or give an object {{\"image\": {{...}}}} or "
+                             "{\"text\": {...}}")
         return PRESETS[value]
     return value
 

@@ -184,7 +184,7 @@ def load_and_validate(version_dir: Path, config: ModelConfig, *, loader: Loader,
     outputs_config = complete_outputs(config.outputs, model, outputs, where, exact)
     outputs_config, postprocess = check_postprocess(inputs, outputs_config, outputs, where)
     labels = read_labels(version_dir, outputs_config, where)
-    preprocess = check_preprocess(model, inputs, sample, where)
+    preprocess = check_preprocess(model, inputs, sample, where, version_dir)
     full = ModelConfig.model_validate({**config.model_dump(), "inputs": inputs,
                                        "outputs": outputs_config, "batch_buckets": buckets})
     _CHECKS[model] = replace(Checks.of(inputs, sample, memory, memory_skipped),

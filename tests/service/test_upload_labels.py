@@ -36,7 +36,7 @@ def _parse(staging: Path, *labels: tuple[str | None, bytes]) -> _UploadParser:
 def test_each_labels_part_is_kept_under_its_file_name(tmp_path: Path) -> None:
     parser = _parse(tmp_path, ("classes.txt", b"cat\ndog\n"), (r"C:\data\more.txt", b"a\n"),
                     (None, b"x\n"))
-    assert parser.labels == ["classes.txt", "more.txt", "labels.txt"]
+    assert parser.named_files == ["classes.txt", "more.txt", "labels.txt"]
     assert (tmp_path / "classes.txt").read_bytes() == b"cat\ndog\n"
     assert (tmp_path / "more.txt").read_bytes() == b"a\n"
     assert (tmp_path / "labels.txt").read_bytes() == b"x\n"
