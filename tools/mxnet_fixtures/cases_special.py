@@ -1,0 +1,138 @@
+"""Cases for special functions, densities, MXNet's internal helpers and the vision contrib ops.
+
+Written on their own with ``generate_ops.py --only special`` (``ops_special/``). Some of these
+ops have no CPU kernel in MXNet 1.9.1 (``_contrib_fft``, ``_contrib_ifft``,
+``_contrib_count_sketch``), run only on row-sparse storage (``_square_sum``) or only
+imperatively (``_onehot_encode``, ``fill_element_0index``); ``tests/engine/ops`` checks those
+against NumPy references instead.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import numpy as np
+from casefile import Case
+
+# MXNet 1.9.1's oneDNN build refuses amp_multicast on anything but float32 ("unknown type for
+# MKLDNN"); its plain CPU kernel runs them. Read when the first op runs, so setting it here works.
+os.environ["MXNET_MKLDNN_ENABLED"] = "0"
+
+Rng = Callable[[str], np.random.Generator]
+
+# Poles, signed zeros, infinities, nan and both sides of the overflow edges of gamma.
+GAMMA_EDGES = np.array([-np.inf, -171.5, -30.5, -3.0, -2.5, -1.0, -0.5, -1e-30, -0.0, 0.0,
+                        1e-30, 0.5, 1.0, 2.0, 3.5, 34.5, 35.5, 171.5, 172.0, np.inf, np.nan])
+ERFINV_EDGES = np.array([-1.5, -1.0, -0.999999, -0.97, -0.5, -1e-8, 0.0, 1e-8, 0.3, 0.97576,
+                         0.9999, 0.99999994, 1.0, 2.0, np.nan])
+
+
+def special_function_cases(rng_for: Rng) -> list[Case]:
+    """gamma, gammaln and erfinv over their domains, edges included.
+
+    No float64 cases: a loaded model reads float64 feeds as float32 unless the graph declares
+    the input's dtype, and MXNet writes no ``__dtype__`` here. The engine's tests check float64
+    against Python's own ``math.lgamma``/``math.gamma`` instead.
+    """
+    rng = rng_for("special_functions")
+    wide = rng.uniform(-8, 40, 120)
+    unit = rng.uniform(-1, 1, 60)
+    cases = []
+    for name in ("gamma", "gammaln"):
+        data = np.concatenate([GAMMA_EDGES, wide]).astype("f4")
+        cases.append(Case(f"{name}_float32", name, {"data": data}))
+        cases.append(Case(f"{name}_float16", name,
+                          {"data": rng.uniform(-4, 8, (3, 5)).astype("float16")}))
+        cases.append(Case(f"npx_{name}", f"_npx_{name}", {"data": wide[:12].astype("f4")}))
+        cases.append(Case(f"{name}_int32", name,
+                          {"data": np.array([1, 2, 3, 5, 7, 10], "int32")}))
+    cases.append(Case("erfinv_float32", "erfinv",
+                      {"data": np.concatenate([ERFINV_EDGES, unit]).astype("f4")}))
+    cases.append(Case("erfinv_float16", "erfinv",
+                      {"data": rng.uniform(-0.99, 0.99, (2, 6)).astype("float16")},
+                      tolerance={"rtol": 1e-2, "atol": 2e-3}))
+    cases.append(Case("npx_erfinv", "_npx_erfinv", {"data": unit[:10].astype("f4")}))
+    return cases
+
+
+def _pdf_inputs(rng: np.random.Generator, distribution: str) -> dict[str, np.ndarray]:
+    """Samples (2, 3, 4) in the support, and parameters (2, 3) (or (2,) for the 1-D case)."""
+    positive = lambda low, high: rng.uniform(low, high, (2, 3)).astype("f4")  # noqa: E731
+    shape = (2, 3, 4)
+    if distribution == "uniform":
+        low = positive(-2, 0)
+        return {"sample": rng.uniform(0, 1, shape).astype("f4"), "low": low,
+                "high": low + positive(0.5, 3)}
+    if distribution == "normal":
+        return {"sample": rng.normal(0, 2, shape).astype("f4"), "mu": positive(-1, 1),
+                "sigma": positive(0.5, 2)}
+    if distribution == "gamma":
+        return {"sample": rng.uniform(0.1, 5, shape).astype("f4"), "alpha": positive(0.5, 4),
+                "beta": positive(0.5, 2)}
+    counts = rng.integers(0, 8, shape).astype("f4")
+    if distribution == "exponential":
+        return {"sample": rng.uniform(0, 4, shape).astype("f4"), "lam": positive(0.2, 3)}
+    if distribution == "poisson":
+        return {"sample": counts, "lam": positive(0.5, 6)}
+    if distribution == "negative_binomial":
+        return {"sample": counts, "k": positive(1, 6), "p": positive(0.2, 0.8)}
+    return {"sample": counts, "mu": positive(0.5, 5), "alpha": positive(0.2, 2)}
+
+
+PDFS = ("uniform", "normal", "gamma", "exponential", "poisson", "negative_binomial",
+        "generalized_negative_binomial")
+
+
+def pdf_cases(rng_for: Rng) -> list[Case]:
+    """Every density with and without is_log, under both names; a 1-D dirichlet sample."""
+    cases = []
+    for distribution in PDFS:
+        inputs = _pdf_inputs(rng_for(f"pdf_{distribution}"), distribution)
+        for is_log in ("False", "True"):
+            cases.append(Case(f"pdf_{distribution}_log{is_log}", f"_random_pdf_{distribution}",
+                              inputs, {"is_log": is_log}))
+        cases.append(Case(f"pdf_{distribution}_alias", f"random_pdf_{distribution}", inputs))
+    rng = rng_for("pdf_dirichlet")
+    alpha = rng.uniform(0.5, 3, (2, 4))
+    sample = rng.dirichlet(np.ones(4), (2, 5))
+    cases += [
+        Case("pdf_dirichlet", "_random_pdf_dirichlet",
+             {"sample": sample.astype("f4"), "alpha": alpha.astype("f4")}),
+        Case("pdf_dirichlet_log", "_random_pdf_dirichlet",
+             {"sample": sample.astype("f4"), "alpha": alpha.astype("f4")}, {"is_log": "True"}),
+        Case("pdf_dirichlet_vector", "random_pdf_dirichlet",
+             {"sample": sample[0, 0].astype("f4"), "alpha": alpha[0].astype("f4")}),
+    ]
+    return cases
+
+
+def internal_cases(rng_for: Rng) -> list[Case]:
+    """_zeros_without_dtype, amp_multicast's dtype rules and _npx_constraint_check.
+
+    The legacy NDArray functions ``_onehot_encode`` and ``fill_element_0index`` have no
+    FCompute: MXNet runs them imperatively only (a graph holding one crashes it).
+    """
+    wide = np.array([1.2345678, 70000.0, -3.5], "f4")
+    return [
+        Case("zeros_without_dtype", "_zeros_without_dtype", {},
+             {"shape": "(2, 3)", "dtype": "1"}),
+        Case("zeros_without_dtype_int", "_zeros_without_dtype", {},
+             {"shape": "(4,)", "dtype": "4"}),
+        Case("amp_multicast_widest", "amp_multicast",
+             {"data_0": wide.astype("f2"), "data_1": wide, "data_2": np.array([1, 2, 3], "int32")},
+             {"num_outputs": "3"}),
+        Case("amp_multicast_narrow", "amp_multicast",
+             {"data_0": wide, "data_1": wide.astype("f2")},
+             {"num_outputs": "2", "cast_narrow": "True"}),
+        Case("amp_multicast_first_wins", "amp_multicast",
+             {"data_0": np.array([3, -2], "int32"), "data_1": np.array([1.5, 2.5], "f2")},
+             {"num_outputs": "2"}),
+        Case("npx_constraint_check", "_npx_constraint_check",
+             {"input": np.ones((2, 3), bool)}, {"msg": "all good"}),
+    ]
+
+
+def special_cases(rng_for: Rng) -> list[Case]:
+    """Every family of this set."""
+    return [*special_function_cases(rng_for), *pdf_cases(rng_for), *internal_cases(rng_for)]
