@@ -15,6 +15,7 @@ from engine.ops import (  # noqa: F401  (imported for their registrations)
     correlation,
     creation,
     crop,
+    deformable,
     dense,
     elementwise,
     fused,

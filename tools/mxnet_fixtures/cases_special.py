@@ -133,6 +133,45 @@ def internal_cases(rng_for: Rng) -> list[Case]:
     ]
 
 
+def deformable_cases(rng_for: Rng) -> list[Case]:
+    """DCN v1 and v2: offsets reaching past every border, groups, deformable groups, stride,
+    dilation, no bias."""
+    rng = rng_for("deformable")
+    data = rng.standard_normal((2, 4, 7, 6)).astype("f4")
+
+    def inputs(out_hw: tuple[int, int], groups: int, filters: int, channels: int,
+               kernel: tuple[int, int], modulated: bool, bias: bool = True,
+               num_group: int = 1) -> dict:
+        taps = kernel[0] * kernel[1]
+        found = {"data": data[:, :channels],
+                 "offset": rng.uniform(-2.5, 2.5, (2, 2 * groups * taps, *out_hw)).astype("f4")}
+        if modulated:
+            found["mask"] = rng.uniform(0, 1, (2, groups * taps, *out_hw)).astype("f4")
+        found["weight"] = rng.standard_normal((filters, channels // num_group, *kernel)).astype(
+            "f4")
+        if bias:
+            found["bias"] = rng.standard_normal(filters).astype("f4")
+        return found
+
+    cases = []
+    for modulated, op in ((False, "_contrib_DeformableConvolution"),
+                          (True, "_contrib_ModulatedDeformableConvolution")):
+        tag = "mdconv" if modulated else "dconv"
+        cases += [
+            Case(f"{tag}_3x3", op, inputs((7, 6), 1, 3, 4, (3, 3), modulated),
+                 {"kernel": "(3, 3)", "pad": "(1, 1)", "num_filter": "3"}),
+            Case(f"{tag}_groups_stride", op, inputs((4, 3), 2, 4, 4, (3, 2), modulated, num_group=2),
+                 {"kernel": "(3, 2)", "stride": "(2, 2)", "pad": "(1, 0)", "num_filter": "4",
+                  "num_group": "2", "num_deformable_group": "2"}),
+            Case(f"{tag}_dilate_no_bias", op,
+                 inputs((5, 3), 4, 4, 4, (2, 2), modulated, bias=False),
+                 {"kernel": "(2, 2)", "dilate": "(2, 3)", "num_filter": "4", "no_bias": "True",
+                  "num_deformable_group": "4"}),
+        ]
+    return cases
+
+
 def special_cases(rng_for: Rng) -> list[Case]:
     """Every family of this set."""
-    return [*special_function_cases(rng_for), *pdf_cases(rng_for), *internal_cases(rng_for)]
+    return [*special_function_cases(rng_for), *pdf_cases(rng_for), *internal_cases(rng_for),
+            *deformable_cases(rng_for)]
