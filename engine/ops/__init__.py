@@ -36,6 +36,7 @@ from engine.ops import (  # noqa: F401  (imported for their registrations)
     pool,
     products,
     proposal,
+    psroi,
     ranges,
     reduce,
     reshape,

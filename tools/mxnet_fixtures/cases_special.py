@@ -160,7 +160,8 @@ def deformable_cases(rng_for: Rng) -> list[Case]:
         cases += [
             Case(f"{tag}_3x3", op, inputs((7, 6), 1, 3, 4, (3, 3), modulated),
                  {"kernel": "(3, 3)", "pad": "(1, 1)", "num_filter": "3"}),
-            Case(f"{tag}_groups_stride", op, inputs((4, 3), 2, 4, 4, (3, 2), modulated, num_group=2),
+            Case(f"{tag}_groups_stride", op,
+                 inputs((4, 3), 2, 4, 4, (3, 2), modulated, num_group=2),
                  {"kernel": "(3, 2)", "stride": "(2, 2)", "pad": "(1, 0)", "num_filter": "4",
                   "num_group": "2", "num_deformable_group": "2"}),
             Case(f"{tag}_dilate_no_bias", op,
@@ -171,7 +172,33 @@ def deformable_cases(rng_for: Rng) -> list[Case]:
     return cases
 
 
+def psroi_cases(rng_for: Rng) -> list[Case]:
+    """PSROIPooling and its deformable variant: ROIs over and past the map, half-pixel corners,
+    group and part sizes, several samples per part, with and without trans."""
+    rng = rng_for("psroi")
+    data = rng.standard_normal((2, 18, 9, 8)).astype("f4")
+    rois = np.array([[0, 1, 1, 10, 12], [1, 0, 2.5, 15, 14], [0, -4, -3, 30, 25],
+                     [1, 6, 7, 7.5, 8]], "f4")
+    trans = rng.uniform(-1, 1, (4, 4, 3, 3)).astype("f4")
+    common = {"spatial_scale": "0.5", "output_dim": "2", "pooled_size": "3"}
+    deformable = "_contrib_DeformablePSROIPooling"
+    return [
+        Case("psroi_pooling", "_contrib_PSROIPooling", {"data": data, "rois": rois}, common),
+        Case("psroi_pooling_groups", "_contrib_PSROIPooling",
+             {"data": data[:, :8], "rois": rois},
+             {"spatial_scale": "0.625", "output_dim": "2", "pooled_size": "4",
+              "group_size": "2"}),
+        Case("dpsroi_no_trans", deformable, {"data": data, "rois": rois},
+             {**common, "group_size": "3", "no_trans": "True", "sample_per_part": "2"}),
+        Case("dpsroi_trans", deformable, {"data": data, "rois": rois, "trans": trans},
+             {**common, "group_size": "3", "trans_std": "0.1", "sample_per_part": "2"}),
+        Case("dpsroi_trans_parts", deformable,
+             {"data": data, "rois": rois, "trans": trans[:, :2, :2, :2].copy()},
+             {**common, "group_size": "3", "part_size": "2", "trans_std": "0.3"}),
+    ]
+
+
 def special_cases(rng_for: Rng) -> list[Case]:
     """Every family of this set."""
     return [*special_function_cases(rng_for), *pdf_cases(rng_for), *internal_cases(rng_for),
-            *deformable_cases(rng_for)]
+            *deformable_cases(rng_for), *psroi_cases(rng_for)]
