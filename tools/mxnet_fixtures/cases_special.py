@@ -198,7 +198,39 @@ def psroi_cases(rng_for: Rng) -> list[Case]:
     ]
 
 
+def image_cases(rng_for: Rng) -> list[Case]:
+    """im2col/col2im geometries; _image_resize up and down, nearest and bilinear, HWC and
+    NHWC, keep_ratio, uint8 (OpenCV's fixed-point rounding: one grey level)."""
+    rng = rng_for("image")
+    data = rng.standard_normal((2, 3, 7, 6)).astype("f4")
+    image = rng.integers(0, 256, (5, 7, 3)).astype("uint8")
+    floats = rng.uniform(0, 1, (2, 6, 5, 2)).astype("f4")
+    grey = {"rtol": 0.0, "atol": 1.0}
+    return [
+        Case("im2col_3x3", "im2col", {"data": data}, {"kernel": "(3, 3)", "pad": "(1, 1)"}),
+        Case("im2col_strided", "im2col", {"data": data},
+             {"kernel": "(2, 3)", "stride": "(2, 1)", "dilate": "(2, 1)", "pad": "(0, 1)"}),
+        Case("col2im_3x3", "col2im", {"data": rng.standard_normal((2, 27, 42)).astype("f4")},
+             {"output_size": "(7, 6)", "kernel": "(3, 3)", "pad": "(1, 1)"}),
+        Case("col2im_strided", "col2im", {"data": rng.standard_normal((2, 18, 18)).astype("f4")},
+             {"output_size": "(7, 6)", "kernel": "(2, 3)", "stride": "(2, 1)",
+              "dilate": "(2, 1)", "pad": "(0, 1)"}),
+        Case("image_resize_up", "_image_resize", {"data": floats[0]}, {"size": "(8, 9)"}),
+        Case("image_resize_down_batch", "_image_resize", {"data": floats},
+             {"size": "(3, 4)"}),
+        Case("image_resize_nearest", "_image_resize", {"data": floats[1]},
+             {"size": "(7, 4)", "interp": "0"}),
+        Case("image_resize_keep_ratio", "_npx__image_resize", {"data": floats[0]},
+             {"size": "4", "keep_ratio": "True"}),
+        Case("image_resize_square", "_image_resize", {"data": floats[1]}, {"size": "3"}),
+        Case("image_resize_uint8", "_image_resize", {"data": image}, {"size": "(10, 4)"},
+             tolerance=grey),
+        Case("image_resize_uint8_nearest", "_image_resize", {"data": image},
+             {"size": "(4, 8)", "interp": "0"}),
+    ]
+
+
 def special_cases(rng_for: Rng) -> list[Case]:
     """Every family of this set."""
     return [*special_function_cases(rng_for), *pdf_cases(rng_for), *internal_cases(rng_for),
-            *deformable_cases(rng_for), *psroi_cases(rng_for)]
+            *deformable_cases(rng_for), *psroi_cases(rng_for), *image_cases(rng_for)]
