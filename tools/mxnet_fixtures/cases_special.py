@@ -230,7 +230,31 @@ def image_cases(rng_for: Rng) -> list[Case]:
     ]
 
 
+def matching_cases(rng_for: Rng) -> list[Case]:
+    """bipartite_matching both ways, thresholds that stop early, topk (MXNet takes one more
+    pair than topk), a leading batch axis; RROIAlign with angles, adaptive and fixed grids."""
+    rng = rng_for("matching")
+    scores = rng.permutation(60).reshape(2, 5, 6).astype("f4") / 60  # no ties
+    data = rng.standard_normal((2, 3, 9, 10)).astype("f4")
+    rois = np.array([[0, 8, 9, 10, 6, 30], [1, 12, 6, 7.5, 14, -60], [0, 2, 3, 40, 3, 95],
+                     [1, 30, 30, 12, 12, 180], [0, 10, 10, 0.5, 0.2, 10]], "f4")
+    matching = "_contrib_bipartite_matching"
+    return [
+        Case("bipartite_matching", matching, {"data": scores}, {"threshold": "0.1"}),
+        Case("bipartite_matching_stops", matching, {"data": scores}, {"threshold": "0.7"}),
+        Case("bipartite_matching_ascend", matching, {"data": scores[0]},
+             {"threshold": "0.5", "is_ascend": "True"}),
+        Case("bipartite_matching_topk", matching, {"data": scores.reshape(2, 1, 5, 6)},
+             {"threshold": "0.05", "topk": "2"}),
+        Case("rroi_align", "_contrib_RROIAlign", {"data": data, "rois": rois},
+             {"pooled_size": "(2, 3)", "spatial_scale": "0.5"}),
+        Case("rroi_align_ratio", "_contrib_RROIAlign", {"data": data, "rois": rois},
+             {"pooled_size": "(3, 3)", "spatial_scale": "0.25", "sampling_ratio": "2"}),
+    ]
+
+
 def special_cases(rng_for: Rng) -> list[Case]:
     """Every family of this set."""
     return [*special_function_cases(rng_for), *pdf_cases(rng_for), *internal_cases(rng_for),
-            *deformable_cases(rng_for), *psroi_cases(rng_for), *image_cases(rng_for)]
+            *deformable_cases(rng_for), *psroi_cases(rng_for), *image_cases(rng_for),
+            *matching_cases(rng_for)]
