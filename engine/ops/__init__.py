@@ -50,6 +50,7 @@ from engine.ops import (  # noqa: F401  (imported for their registrations)
     slicing,
     spatial,
     special,
+    spectral,
     splits,
     tile,
     transpose,
