@@ -137,17 +137,15 @@ def sample_columns(xp: Any, attrs: Attrs, data: Any, offset: Any, mask: Any,
 
 def _kernel(modulated: bool) -> Any:
     def kernel(xp: Any, attrs: Attrs, data: Any, offset: Any, *rest: Any) -> Any:
-        mask = rest[0] if modulated else None
-        weight, bias = rest[1 if modulated else 0], (rest[2 if modulated else 1]
-                                                     if not attrs.no_bias else None)
+        mask, (weight, *bias) = (rest[0], rest[1:]) if modulated else (None, rest)
         columns = sample_columns(xp, attrs, data, offset, mask, modulated)
         groups, filters = attrs.num_group, attrs.num_filter
         batch, rows, positions = columns.shape
         grouped = columns.reshape(batch, groups, rows // groups, positions)
         weights = weight.reshape(groups, filters // groups, -1)
         out = xp.matmul(weights[None], grouped).reshape(batch, filters, *offset.shape[2:])
-        if bias is not None:
-            out += bias.reshape(1, filters, 1, 1)
+        if bias:
+            out += bias[0].reshape(1, filters, 1, 1)
         return out
 
     return kernel

@@ -30,7 +30,7 @@ LogDensity = Callable[..., Any]  # (xp, sample, *params) -> float64 log-density
 
 
 def _uniform(xp: Any, x: Any, low: Any, high: Any) -> Any:
-    return -xp.log(high - low) + 0 * x  # no support check, as in MXNet
+    return -xp.log(high - low) + xp.zeros_like(x)  # no support check, as in MXNet
 
 
 def _normal(xp: Any, x: Any, mu: Any, sigma: Any) -> Any:
