@@ -199,12 +199,14 @@ def psroi_cases(rng_for: Rng) -> list[Case]:
 
 
 def image_cases(rng_for: Rng) -> list[Case]:
-    """im2col/col2im geometries; _image_resize up and down, nearest and bilinear, HWC and
-    NHWC, keep_ratio, uint8 (OpenCV's fixed-point rounding: one grey level)."""
+    """im2col/col2im geometries; _image_resize up, down (by fractions and by halves) and
+    mixed, every OpenCV method, HWC and NHWC, keep_ratio, uint8 (OpenCV's fixed-point
+    rounding: one grey level)."""
     rng = rng_for("image")
     data = rng.standard_normal((2, 3, 7, 6)).astype("f4")
     image = rng.integers(0, 256, (5, 7, 3)).astype("uint8")
     floats = rng.uniform(0, 1, (2, 6, 5, 2)).astype("f4")
+    wide = rng.uniform(0, 1, (8, 10, 3)).astype("f4")
     grey = {"rtol": 0.0, "atol": 1.0}
     return [
         Case("im2col_3x3", "im2col", {"data": data}, {"kernel": "(3, 3)", "pad": "(1, 1)"}),
@@ -227,6 +229,15 @@ def image_cases(rng_for: Rng) -> list[Case]:
              tolerance=grey),
         Case("image_resize_uint8_nearest", "_image_resize", {"data": image},
              {"size": "(4, 8)", "interp": "0"}),
+        *(Case(f"image_resize_{name}_{way}", "_image_resize", {"data": source},
+               {"size": size, "interp": interp})
+          for interp, name in (("2", "cubic"), ("3", "area"), ("4", "lanczos"))
+          for way, source, size in (("up", floats[0], "(8, 9)"), ("down", wide, "(4, 3)"),
+                                    ("halve", wide, "(5, 4)"), ("mixed", floats[1], "(3, 9)"))),
+        Case("image_resize_uint8_cubic", "_image_resize", {"data": image},
+             {"size": "(10, 4)", "interp": "2"}, tolerance=grey),
+        Case("image_resize_uint8_area", "_image_resize", {"data": image},
+             {"size": "(3, 2)", "interp": "3"}, tolerance=grey),
     ]
 
 
