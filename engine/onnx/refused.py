@@ -33,4 +33,22 @@ REFUSED: dict[str, str] = {
     "_npi_bincount": ("ONNX has no bincount; a scatter-add needs the bin count (the data's "
                       "largest value) as a shape, known only at run time"),
     "_npi_delete": "not mapped (a Compress over a mask scattered from obj is not implemented)",
+    **dict.fromkeys(("gamma", "gammaln", "erfinv"),
+                    "ONNX has no gamma, log-gamma or inverse error function"),
+    **dict.fromkeys([f"_random_pdf_{name}" for name in (
+        "dirichlet", "exponential", "gamma", "generalized_negative_binomial",
+        "negative_binomial", "normal", "poisson", "uniform")],
+        "the densities are not mapped (most need log-gamma, which ONNX lacks)"),
+    **dict.fromkeys(("_contrib_PSROIPooling", "_contrib_DeformablePSROIPooling",
+                     "_contrib_RROIAlign", "_contrib_DeformableConvolution",
+                     "_contrib_ModulatedDeformableConvolution"),
+                    "ONNX (opset 17) has no position-sensitive, rotated or deformable ROI and "
+                    "convolution ops"),
+    **dict.fromkeys(("im2col", "col2im", "_contrib_fft", "_contrib_ifft",
+                     "_contrib_count_sketch", "_image_resize", "amp_multicast", "_square_sum",
+                     "_onehot_encode", "fill_element_0index"),
+                    "not mapped to ONNX yet"),
+    "_contrib_bipartite_matching": "a greedy matching step by step; an ONNX Loop for it is not "
+                                   "implemented",
+    "_npx_constraint_check": "raises an error that depends on the data; ONNX has no assertion",
 }

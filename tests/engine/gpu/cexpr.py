@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -20,6 +21,30 @@ _TOKEN = re.compile(r"\s*(0x[0-9a-fA-F]+(?:LL)?|\d+\.\d*(?:e[+-]?\d+)?f?|\d+e[+-
 _BINARY = {"||": 1, "&&": 2, "==": 3, "!=": 3, "<": 4, ">": 4, "<=": 4, ">=": 4,
            "+": 5, "-": 5, "*": 6, "/": 6}
 _ERF = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _lgamma(x: float) -> float:
+    return math.inf if x <= 0 and x == math.floor(x) else math.lgamma(x)
+
+
+def _tgamma(x: float) -> float:
+    try:
+        return math.gamma(x)
+    except OverflowError:
+        return math.inf
+    except ValueError:  # a pole: C gives +-inf at +-0 and nan at the negative integers
+        return math.copysign(math.inf, x) if x == 0 else math.nan
+
+
+def _erfinv(y: float) -> float:
+    if abs(y) >= 1:
+        return math.copysign(math.inf, y) if abs(y) == 1 else math.nan
+    return statistics.NormalDist().inv_cdf((1 + y) / 2) * math.sqrt(0.5)
+
+
+def _float_result(function: Callable[[float], float]) -> Callable[[Any], Any]:
+    vectorized = np.vectorize(function, otypes=[np.float64])
+    return lambda x: vectorized(x).astype(np.result_type(x, np.float32))
 
 
 def _round(x: Any) -> Any:
@@ -34,6 +59,8 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "atanh": np.arctanh, "fabs": np.abs, "ceil": np.ceil, "floor": np.floor,
     "trunc": np.trunc, "round": _round, "fmod": np.fmod, "pow": np.power, "hypot": np.hypot,
     "erf": lambda x: _ERF(x).astype(np.result_type(x, np.float32)),
+    "tgamma": _float_result(_tgamma), "lgamma": _float_result(_lgamma),
+    "erfinv": _float_result(_erfinv),
     "__int_as_float": lambda bits: np.array(bits, np.uint32).view(np.float32)[()],
     "__longlong_as_double": lambda bits: np.array(bits, np.uint64).view(np.float64)[()],
 }

@@ -492,6 +492,8 @@ def make() -> tuple[types.ModuleType, types.ModuleType]:
         stride_tricks=types.SimpleNamespace(as_strided=_as_strided))
     cupy.random = types.SimpleNamespace(
         random_sample=_device_function("random.random_sample", np.random.random_sample))
+    cupy.fft = types.SimpleNamespace(fft=_device_function("fft.fft", np.fft.fft),
+                                     ifft=_device_function("fft.ifft", np.fft.ifft))
     cupyx = types.ModuleType("fake_cupyx")
     cupyx.empty_pinned = _empty_pinned
     return cupy, cupyx
