@@ -29,6 +29,8 @@ def norm_axes(attrs: Attrs, ndim: int) -> tuple[int, ...] | None:
         return (ndim - 2, ndim - 1) if ndim >= 2 else (max(ndim - 1, 0),)
     if len(attrs.axis) > 2:
         raise ShapeError(f"_npi_norm: axis {attrs.axis} has more than two axes")
+    if any(not -ndim <= axis < max(ndim, 1) for axis in attrs.axis):
+        raise ShapeError(f"_npi_norm: axis {attrs.axis} is out of range for {ndim} dimensions")
     axes = tuple(axis % ndim if ndim else 0 for axis in attrs.axis)
     if len(axes) == 2 and axes[0] == axes[1]:
         raise ShapeError(f"_npi_norm: axis {attrs.axis} names one axis twice")
