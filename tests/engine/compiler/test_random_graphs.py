@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.errors import ExecutionError
-from engine.graph.ir import Entry, Graph, make_node
+from engine.graph.ir import Entry, Graph, Node, make_node
 from engine.ops.registry import REQUIRED, OpDef, all_ops
 from engine.runtime.model import Model
 
@@ -132,8 +132,11 @@ def registry_ops() -> tuple[dict[str, Drawable], dict[str, str]]:
     return drawable, reasons
 
 
-def _names(predicate: Any) -> list[str]:
-    return sorted(name for name, op in registry_ops()[0].items() if predicate(op))
+@cache
+def _elementwise(arity: int) -> list[str]:
+    """Drawable elementwise ops with ``arity`` inputs (fusion can chain them)."""
+    return sorted(name for name, op in registry_ops()[0].items()
+                  if op.elementwise and op.arity == arity)
 
 
 Value = tuple[Entry, tuple[int, ...], np.dtype]
@@ -143,45 +146,55 @@ Value = tuple[Entry, tuple[int, ...], np.dtype]
 def random_graphs(draw: st.DrawFn) -> tuple[Graph, dict[str, np.ndarray]]:
     """Registry ops on `SHAPE` values, elementwise chains on any float value, reshapes, concats
     and constant subgraphs; every output of a multi-output node becomes a value."""
-    ops = registry_ops()[0]
-    unary = _names(lambda op: op.elementwise and op.arity == 1)
-    binary = _names(lambda op: op.elementwise and op.arity == 2)
     nodes = [make_node("null", "data"), make_node("null", "weight")]
     values: list[Value] = [(Entry(0), SHAPE, FLOAT32), (Entry(1), SHAPE, FLOAT32)]
     for step in range(draw(st.integers(1, 10))):
         kind = draw(st.sampled_from(["registry", "registry", "unary", "binary", "reshape",
                                      "concat"]))
         floats = [value for value in values if value[2] == FLOAT32 and value[1]]
-        entry, shape, _ = draw(st.sampled_from(floats))
-        same = [value for value in floats if value[1] == shape]
-        name = f"n{step}"
         if kind == "registry":
-            op = ops[draw(st.sampled_from(sorted(ops)))]
-            full = [value for value in floats if value[1] == SHAPE]
-            inputs = tuple(draw(st.sampled_from(full))[0] for _ in range(op.arity))
-            nodes.append(make_node(op.name, name, op.attrs, inputs))
-            values += [(Entry(len(nodes) - 1, k), out_shape, dtype)
-                       for k, (out_shape, dtype) in enumerate(op.outputs)]
-            continue
-        dtype = FLOAT32
-        if kind in ("unary", "binary"):
-            op = ops[draw(st.sampled_from(unary if kind == "unary" else binary))]
-            operands = (entry,) if kind == "unary" else (entry, draw(st.sampled_from(same))[0])
-            node = make_node(op.name, name, op.attrs, operands)
-            dtype = op.outputs[0][1]  # comparisons give bool in NumPy mode
-        elif kind == "reshape":
-            node = make_node("Reshape", name, {"shape": "(-1,)"}, (entry,))
-            shape = (int(np.prod(shape)),)
+            node, outputs = _registry_node(draw, f"n{step}", floats)
         else:
-            other = draw(st.sampled_from(same))[0]
-            node = make_node("Concat", name, {"num_args": "2", "dim": "0"}, (entry, other))
-            shape = (shape[0] * 2, *shape[1:])
+            node, outputs = _chain_node(draw, f"n{step}", kind, floats)
         nodes.append(node)
-        values.append((Entry(len(nodes) - 1), shape, dtype))
+        values += [(Entry(len(nodes) - 1, k), shape, dtype)
+                   for k, (shape, dtype) in enumerate(outputs)]
     heads = draw(st.lists(st.sampled_from(values[2:] or values), min_size=1, max_size=3))
     graph = Graph(tuple(nodes), tuple(entry for entry, _, _ in heads))
     rng = np.random.default_rng(draw(st.integers(0, 2**16)))
     return graph, {"weight": rng.normal(size=SHAPE).astype(np.float32)}
+
+
+Outputs = tuple[tuple[tuple[int, ...], np.dtype], ...]
+
+
+def _registry_node(draw: st.DrawFn, name: str, floats: list[Value]) -> tuple[Node, Outputs]:
+    """Any drawable op, its inputs float32 values of `SHAPE` (``data`` and ``weight`` are)."""
+    ops = registry_ops()[0]
+    op = ops[draw(st.sampled_from(sorted(ops)))]
+    full = [value for value in floats if value[1] == SHAPE]
+    inputs = tuple(draw(st.sampled_from(full))[0] for _ in range(op.arity))
+    return make_node(op.name, name, op.attrs, inputs), op.outputs
+
+
+def _chain_node(draw: st.DrawFn, name: str, kind: str, floats: list[Value]
+                ) -> tuple[Node, Outputs]:
+    """An elementwise op (fusion's material), a flattening reshape (a view) or a concat, on
+    a float value of any shape."""
+    entry, shape, _ = draw(st.sampled_from(floats))
+    same = [value[0] for value in floats if value[1] == shape]
+    if kind == "reshape":
+        return (make_node("Reshape", name, {"shape": "(-1,)"}, (entry,)),
+                (((int(np.prod(shape)),), FLOAT32),))
+    if kind == "concat":
+        node = make_node("Concat", name, {"num_args": "2", "dim": "0"},
+                         (entry, draw(st.sampled_from(same))))
+        return node, (((shape[0] * 2, *shape[1:]), FLOAT32),)
+    arity = 1 if kind == "unary" else 2
+    op = registry_ops()[0][draw(st.sampled_from(_elementwise(arity)))]
+    operands = (entry,) if arity == 1 else (entry, draw(st.sampled_from(same)))
+    # Comparisons give bool in NumPy mode: the probe's dtype, at any shape.
+    return make_node(op.name, name, op.attrs, operands), ((shape, op.outputs[0][1]),)
 
 
 def assert_optimisations_agree(graph: Graph, params: dict[str, np.ndarray],
