@@ -20,7 +20,7 @@ from engine.errors import ShapeError
 from engine.ops.attrs import choice, parse_bool, parse_float, parse_int, parse_int_tuple
 from engine.ops.linalg import CUPY_LINALG
 from engine.ops.registry import Attrs, MaybeShape, OpDef, Param, register
-from engine.ops.shapes import Inferred
+from engine.ops.shapes import Inferred, broadcast
 
 FLOAT32 = np.dtype(np.float32)
 
@@ -222,6 +222,12 @@ def _pinv_infer(attrs: Attrs, shapes: list[MaybeShape]) -> Inferred:
     a = shapes[0]
     if a is None or len(a) < 2:
         return shapes, [None]
+    rcond = shapes[1] if len(shapes) > 1 else ()
+    if rcond is not None and all(rcond) and all(a) and len(rcond) > len(a) - 2:
+        raise ShapeError(f"_npi_pinv: rcond of shape {rcond} must broadcast to A's batch "
+                         f"shape {a[:-2]}")
+    if rcond is not None and all(rcond) and all(a):
+        broadcast(a[:-2], rcond)
     return shapes, [(*a[:-2], a[-1], a[-2])]
 
 

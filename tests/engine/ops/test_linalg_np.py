@@ -136,3 +136,11 @@ def test_powerd_samples_the_power_distribution() -> None:
     (per_row,) = run("_npi_powerd", {"size": "(2, 5000)"}, exponents)
     np.testing.assert_allclose(per_row.mean(axis=1), [1 / 3, 8 / 9], atol=0.02)
     assert infer("_npi_powerd", {}, [(2, 3)])[1] == [(2, 3)]
+
+
+def test_pinv_rcond_must_fit_the_batch() -> None:
+    with pytest.raises(ShapeError, match="rcond"):
+        infer("_npi_pinv", {}, [(2, 3, 4), (2, 3, 4)])
+    with pytest.raises(ShapeError, match="do not broadcast"):
+        infer("_npi_pinv", {}, [(2, 3, 4), (3,)])
+    assert infer("_npi_pinv", {}, [(5, 2, 3, 4), (2,)])[1] == [(5, 2, 4, 3)]
