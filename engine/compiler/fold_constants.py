@@ -6,7 +6,7 @@ import numpy as np
 
 from engine.compiler.rewrite import Rewriter
 from engine.graph.infer import infer_shapes, specialize_sources
-from engine.graph.ir import Entry, Graph
+from engine.graph.ir import Entry, Graph, Node
 from engine.ops.shapes import is_known
 
 
@@ -29,20 +29,32 @@ def fold_constants(graph: Graph) -> Graph:
     values: dict[tuple[int, int], np.ndarray] = {}
     rewriter = Rewriter(graph)
     for index, node in enumerate(graph.nodes):
-        if not foldable[index]:
+        outputs = _evaluate(node, shapes[index], values) if foldable[index] else None
+        if outputs is None:
             if node.is_variable and node.name in graph.constants:
                 values[(index, 0)] = graph.constants[node.name]
             for entry in node.inputs:
                 _materialize(rewriter, graph, values, entry)
             rewriter.keep(index)
             continue
-        args = [values[(entry.node, entry.index)] for entry in node.inputs]
-        outputs = node.opdef.compute(np, specialize_sources(node, shapes[index]), args)
         for slot, output in enumerate(outputs):
             values[(index, slot)] = np.asarray(output)
     for entry in graph.heads:
         _materialize(rewriter, graph, values, entry)
     return rewriter.finish()
+
+
+def _evaluate(node: Node, shapes: list, values: dict) -> tuple | None:
+    """The node's outputs from its folded inputs, or None to keep it in the graph: when an input
+    stayed unfolded, or when its kernel fails (an SVD of NaNs), so that the failure surfaces
+    when the model runs, naming the node, as it would without folding."""
+    if any((entry.node, entry.index) not in values for entry in node.inputs):
+        return None
+    args = [values[(entry.node, entry.index)] for entry in node.inputs]
+    try:
+        return node.opdef.compute(np, specialize_sources(node, shapes), args)
+    except Exception:  # noqa: BLE001 (any kernel error: the plan reports it with the node)
+        return None
 
 
 def _constant_nodes(graph: Graph) -> list[bool]:

@@ -4,10 +4,12 @@
 `_fused_elementwise` node: one step in a plan, no intermediate buffers, and on the GPU one kernel.
 A consumer joins a chain only when it is elementwise, keeps the running value's shape (unary and
 same-shape binary ops; broadcasting ops could grow it), reads the running value exactly once,
-and is its only reader.
+and is its only reader; it must also keep the dtype it reads (see `_keeps_dtype`).
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from engine.compiler.rewrite import Rewriter, consumers, head_entries
 from engine.graph.ir import Entry, Graph, Node
@@ -46,7 +48,16 @@ def _can_step(node: Node) -> bool:
     op = node.opdef
     if op.expression(node.params) is None or node.num_outputs() != 1:
         return False
-    return len(node.inputs) == 1 or op.infer_shape is same_shape
+    return (len(node.inputs) == 1 or op.infer_shape is same_shape) and _keeps_dtype(node)
+
+
+def _keeps_dtype(node: Node) -> bool:
+    """Whether the op gives the dtype it reads: a step runs in place on the buffer of the
+    chain's output, whose dtype is the last step's (a NumPy-mode comparison's bool buffer
+    would hold the head's values as booleans before the comparison reads them)."""
+    probe = np.dtype(np.float32)
+    _, outputs = node.opdef.infer_dtype(node.params, [probe] * len(node.inputs))
+    return outputs[0] is None or np.dtype(outputs[0]) == probe
 
 
 def _find_chains(graph: Graph) -> list[list[int]]:

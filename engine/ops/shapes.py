@@ -60,10 +60,26 @@ def broadcast_shapes(attrs: Attrs,
     """``broadcast_*`` ops: the output has the broadcast shape of all inputs."""
     if any(shape is None for shape in shapes):
         return shapes, [None]
+    if not all(all(shape) for shape in shapes):  # type: ignore[arg-type]
+        return shapes, [_broadcast_unknown(shapes)]  # type: ignore[arg-type]
     result: Shape = ()
     for shape in shapes:
         result = broadcast(result, shape)  # type: ignore[arg-type]
     return shapes, [result]
+
+
+def _broadcast_unknown(shapes: list[Shape]) -> Shape:
+    """The broadcast shape where some dimensions are unknown (0): a known size above 1 wins,
+    an unknown one stays unknown unless every other size is 1 or unknown."""
+    length = max(len(shape) for shape in shapes)
+    padded = [(1,) * (length - len(shape)) + tuple(shape) for shape in shapes]
+    result = []
+    for sizes in zip(*padded):
+        known = {size for size in sizes if size > 1}
+        if len(known) > 1:
+            raise ShapeError(f"shapes {', '.join(map(str, shapes))} do not broadcast")
+        result.append(known.pop() if known else 0 if 0 in sizes else 1)
+    return tuple(result)
 
 
 def normalize_axis(axis: int, ndim: int, what: str = "axis") -> int:

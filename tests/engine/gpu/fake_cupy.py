@@ -30,8 +30,8 @@ CUPY_NAMES = frozenset(Path(__file__).with_name("cupy_names.txt").read_text().sp
 # ``cupy.linalg``'s public functions (CuPy 14.2); like every CuPy function they return device
 # arrays, so numpy's must not leak out of the stand-in as host arrays.
 LINALG_NAMES = frozenset((
-    "cholesky", "det", "eigh", "eigvalsh", "inv", "lstsq", "matrix_power", "matrix_rank", "norm",
-    "pinv", "qr", "slogdet", "solve", "svd", "tensorinv", "tensorsolve"))
+    "cholesky", "det", "eig", "eigh", "eigvals", "eigvalsh", "inv", "lstsq", "matrix_power",
+    "matrix_rank", "norm", "pinv", "qr", "slogdet", "solve", "svd", "tensorinv", "tensorsolve"))
 _UPLOADS = frozenset({"asarray", "array", "asanyarray"})
 
 

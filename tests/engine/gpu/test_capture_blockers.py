@@ -46,7 +46,9 @@ def test_only_host_bound_and_cupy_linalg_ops_are_uncapturable() -> None:
                           "_npi_bincount", "_npi_delete"}
     assert {name for name, reason in blocking.items() if reason == CUPY_LINALG} == {
         "_linalg_det", "_linalg_inverse", "_linalg_potrf", "_linalg_potri", "_linalg_slogdet",
-        "_linalg_trsm", "_npi_cholesky", "_npi_solve"}
+        "_linalg_trsm", "_npi_cholesky", "_npi_solve", "_linalg_gelqf", "_linalg_syevd",
+        "_npi_eig", "_npi_eigh", "_npi_eigvals", "_npi_eigvalsh", "_npi_svd", "_npi_pinv",
+        "_npi_pinv_scalar_rcond", "_npi_tensorinv", "_npi_tensorsolve", "_npi_norm"}
     # _foreach allocates each step's values as it runs its body through the interpreter.
     assert "allocating" in blocking["_foreach"]
     assert set(blocking) == host_bound | {"_foreach"} | {
