@@ -134,16 +134,19 @@ def _center_crop(image: Image.Image, geometry: Geometry,
 
 def to_array(image: Image.Image, options: ImagePreprocess) -> np.ndarray:
     """The RGB image as the model's row: colour order, normalisation, layout, dtype."""
-    pixels = np.asarray(image)
+    if options.color == "L":  # ITU-R 601 luma, as Pillow's convert("L")
+        pixels = np.asarray(image.convert("L"))[:, :, None]
+    else:
+        pixels = np.asarray(image)
     if options.color == "BGR":
         pixels = pixels[:, :, ::-1]
     if options.dtype == "UINT8":
         array = pixels
     else:
         # (p * scale - mean) / std as one multiply-add per element.
-        std = np.asarray(options.std, np.float32)
+        std = np.asarray(options.std[:options.channels], np.float32)
         gain = np.float32(options.scale) / std
-        bias = -np.asarray(options.mean, np.float32) / std
+        bias = -np.asarray(options.mean[:options.channels], np.float32) / std
         array = pixels.astype(np.float32)
         array *= gain
         array += bias
