@@ -15,7 +15,8 @@ The machine's speed drifts over minutes (other processes share its two cores), s
 tensors, images, images, tensors, which cancels a steady drift, and each kind's images/s is the
 mean of its two runs. The target (issue #25): images reach at least 85% of tensors' images/s.
 Beside it, the server process's CPU time per image (all its threads, read from /proc during
-the measured seconds), which other processes' load changes far less than the rate.
+the measured seconds), which other processes' load changes far less than the rate, and the
+mean rows per batch (from ``/metrics``, warm-up included).
 
     .venv/bin/python bench/serve_images.py               # ~2.5 minutes
     .venv/bin/python bench/serve_images.py --seconds 10 --image-threads 1
@@ -124,6 +125,19 @@ def run_load(url: str, files: list[Path], concurrency: int, seconds: float,
     return json.loads(output.stdout)
 
 
+def batch_totals(url: str) -> tuple[float, float]:
+    """ResNet-18's batches run and rows batched so far, from ``GET /metrics``."""
+    import httpx
+
+    totals = {}
+    for line in httpx.get(f"{url}/metrics", timeout=30).text.splitlines():
+        name, _, value = line.rpartition(" ")
+        if f'model="{MODEL}"' in name and name.startswith(("hybridserve_batch_size_sum",
+                                                            "hybridserve_batch_size_count")):
+            totals[name.split("{")[0]] = float(value)
+    return totals["hybridserve_batch_size_count"], totals["hybridserve_batch_size_sum"]
+
+
 def upload(url: str, files: dict[str, bytes]) -> None:
     import httpx
 
@@ -163,9 +177,12 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
             serve.wait_until_up(url, "/v2/health/ready", server)
             upload(url, resnet18_upload())
             for kind in ("tensors", "images", "images", "tensors"):
+                batches, batched = batch_totals(url)
                 result = run_load(url, files[kind], args.concurrency, args.seconds,
                                   args.warmup, server.pid)
-                rows.append({"kind": kind, **result})
+                after = batch_totals(url)
+                mean_batch = (after[1] - batched) / max(1.0, after[0] - batches)
+                rows.append({"kind": kind, **result, "mean_batch": mean_batch})
                 print(_row(rows[-1]), flush=True)
         finally:
             serve.stop_process(server)
@@ -175,7 +192,7 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
 def _row(row: dict[str, Any]) -> str:
     return (f"| {row['kind']:<7} | {row['requests']:>5} | {row['rps']:>7.1f} | "
             f"{row['p50_ms']:>8.1f} | {row['p99_ms']:>8.1f} | {row['server_cpu_ms']:>10.1f} | "
-            f"{row['failures']:>4} |")
+            f"{row['mean_batch']:>5.1f} | {row['failures']:>4} |")
 
 
 def verdict(rows: list[dict[str, Any]]) -> str:
@@ -211,8 +228,8 @@ def main() -> None:
     print(f"machine: nproc {os.cpu_count()}, {platform.processor() or platform.machine()}, "
           f"Python {platform.python_version()}, NumPy {np.__version__}; concurrency "
           f"{args.concurrency}, image threads {args.image_threads}")
-    print("| kind    | reqs  | img/s   | p50 ms   | p99 ms   | CPU ms/img | fail |")
-    print("|---------|-------|---------|----------|----------|------------|------|")
+    print("| kind    | reqs  | img/s   | p50 ms   | p99 ms   | CPU ms/img | batch | fail |")
+    print("|---------|-------|---------|----------|----------|------------|-------|------|")
     print(verdict(measure(args)))
 
 
