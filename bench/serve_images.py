@@ -12,13 +12,15 @@ both kinds of request (docs/preprocessing.md, "Tensors still work"):
 
 Both at the same concurrency (16), with `bench/serve.py`'s load generator in its own process.
 The machine's speed drifts over minutes (other processes share its two cores), so the runs go
-tensors, images, images, tensors, which cancels a steady drift, and each kind's images/s is the
-mean of its two runs. The target (issue #25): images reach at least 85% of tensors' images/s.
+tensors, images, images, tensors (``--rounds N``: that N times), which cancels a steady drift,
+and each kind's images/s is the mean of its runs. The target (issue #25): images reach at
+least 85% of tensors' images/s.
 Beside it, the server process's CPU time per image (all its threads, read from /proc during
 the measured seconds), which other processes' load changes far less than the rate, and the
 mean rows per batch (from ``/metrics``, warm-up included).
 
     .venv/bin/python bench/serve_images.py               # ~2.5 minutes
+    .venv/bin/python bench/serve_images.py --rounds 3 --seconds 10 --warmup 3
     .venv/bin/python bench/serve_images.py --seconds 10 --image-threads 1
 """
 
@@ -176,7 +178,7 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
         try:
             serve.wait_until_up(url, "/v2/health/ready", server)
             upload(url, resnet18_upload())
-            for kind in ("tensors", "images", "images", "tensors"):
+            for kind in ("tensors", "images", "images", "tensors") * args.rounds:
                 batches, batched = batch_totals(url)
                 result = run_load(url, files[kind], args.concurrency, args.seconds,
                                   args.warmup, server.pid)
@@ -222,6 +224,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=25.0, help="measured seconds a run")
     parser.add_argument("--warmup", type=float, default=5.0, help="unmeasured seconds first")
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="times the tensors, images, images, tensors sequence runs")
     parser.add_argument("--image-threads", type=int, default=2,
                         help="the server's --image-threads (HYBRIDSERVE_IMAGE_THREADS)")
     args = parser.parse_args()
