@@ -4,6 +4,9 @@ Only JPEG, PNG and WebP are opened, recognised by their first bytes (never by a 
 content type the client gives); the pixel count is read from the header and refused past a cap
 before any pixel is decoded; EXIF orientation is applied; every mode ends as 8-bit RGB. Nothing
 here fetches a URL: the input is bytes. Every refusal is an `ImageError` naming what is wrong.
+
+Pillow decodes: simplejpeg and PyTurboJPEG were measured and decode a JPEG faster, but the
+pipeline around the decode barely changes (docs/preprocessing.md, "The decoder").
 """
 
 from __future__ import annotations

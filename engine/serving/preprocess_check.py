@@ -78,10 +78,11 @@ def check_fits(index: int, tensor: TensorConfig, where: str) -> None:
                            f"({options.layout}), so the input must have 4 dimensions")
     channel_axis = 1 if options.layout == "NCHW" else 3
     channels = tensor.shape[channel_axis]
-    if channels > 0 and channels != 3:
+    if channels > 0 and channels != options.channels:
         raise InvalidModel(f"{field}: input {tensor.name!r} has shape {list(tensor.shape)}: "
                            f"{channels} channel(s) at dimension {channel_axis}; the pipeline "
-                           f"gives 3 (RGB) there in {options.layout}")
+                           f"gives {options.channels} ({options.color}) there in "
+                           f"{options.layout}")
     for axis, (dim, made) in enumerate(zip(tensor.shape, given)):
         if axis not in (0, channel_axis) and dim > 0 and dim != made:
             raise InvalidModel(f"{field}: input {tensor.name!r} has shape "

@@ -95,9 +95,9 @@ class ResizeConfig(_Strict):
 
 class ImagePreprocess(_Strict):
     """Decode, resize, crop, normalise and lay out one image: ``(pixel * scale - mean) / std``
-    per channel, channels in `color` order."""
+    per channel, channels in `color` order (``L``: one grey channel)."""
 
-    color: Literal["RGB", "BGR"] = "RGB"
+    color: Literal["RGB", "BGR", "L"] = "RGB"
     resize: ResizeConfig | None = None
     center_crop: Size | None = None
     scale: Number = 1.0
@@ -128,6 +128,14 @@ class ImagePreprocess(_Strict):
     def _dtype_upper(cls, value: Any) -> Any:
         return value.upper() if isinstance(value, str) else value
 
+    @field_validator("mean", "std", mode="before")
+    @classmethod
+    def _one_for_all(cls, value: Any) -> Any:
+        """One number stands for the same value on every channel."""
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return [value] * 3
+        return value
+
     @field_validator("std")
     @classmethod
     def _nonzero(cls, std: tuple[float, float, float]) -> tuple[float, float, float]:
@@ -150,6 +158,11 @@ class ImagePreprocess(_Strict):
         if crop is not None and short is not None and max(crop) > short:
             raise ValueError(f"center_crop {list(crop)} is larger than the shorter side "
                              f"{short} after resize")
+        for name in ("mean", "std"):
+            values = getattr(self, name)
+            if self.color == "L" and len(set(values)) > 1:
+                raise ValueError(f"color L has one channel: {name} {list(values)} must be one "
+                                 "number")
         if self.dtype == "UINT8" and not self.is_identity:
             raise ValueError("dtype UINT8 keeps the pixels as they are: scale, mean and std "
                              "must be left out")
@@ -163,11 +176,17 @@ class ImagePreprocess(_Strict):
         return None if self.resize is None else self.resize.fixed_size
 
     @property
+    def channels(self) -> int:
+        """Channels of a row: 1 for ``L`` (grey), else 3."""
+        return 1 if self.color == "L" else 3
+
+    @property
     def output_shape(self) -> tuple[int, int, int]:
-        """One row's shape: ``(3, H, W)`` for NCHW, ``(H, W, 3)`` for NHWC."""
+        """One row's shape: ``(C, H, W)`` for NCHW, ``(H, W, C)`` for NHWC; C is `channels`."""
         assert self.output_size is not None  # checked on validation
         height, width = self.output_size
-        return (3, height, width) if self.layout == "NCHW" else (height, width, 3)
+        channels = self.channels
+        return (channels, height, width) if self.layout == "NCHW" else (height, width, channels)
 
     @property
     def is_identity(self) -> bool:
