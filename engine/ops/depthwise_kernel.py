@@ -24,11 +24,11 @@ from typing import Any
 import numpy as np
 
 COMPILED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))  # numba has no float16
-_kernel: list[Any] = []  # the compiled function, once made
+_kernels: dict[str, Any] = {}  # the compiled functions, once made
 
 
 def available() -> bool:
-    """Whether numba can be imported (the kernel is compiled on its first call)."""
+    """Whether numba can be imported (the kernels are compiled on their first call)."""
     try:
         import numba  # noqa: F401
     except ImportError:
@@ -46,13 +46,28 @@ def depthwise_rows(flat: Any, offsets: Any, weights: Any, bias: Any, out: Any,
     (channels, taps), ``bias`` (channels,) and the bounds have the data's dtype; ``out`` is
     (planes, H, W).
     """
-    if not _kernel:
-        _kernel.append(_compile())
-    _kernel[0](flat, offsets, weights, bias, out, grid_width, low, high)
+    _compiled()["rows"](flat, offsets, weights, bias, out, grid_width, low, high)
 
 
-def _compile() -> Any:
-    return compile_kernel(_rows, fastmath={"contract"})
+def depthwise_planes(data: Any, grid: Any, offsets: Any, weights: Any, bias: Any, out: Any,
+                     pad_y: int, pad_x: int, low: Any, high: Any) -> None:
+    """`depthwise_rows`, reading the input ``data`` (planes, H, W) itself: each plane is first
+    copied into ``grid`` (sy, sx, QH, QW), one plane's phase grid, zero outside the cells the
+    input fills (the caller zeroes it once; only those cells are written), while it is in cache.
+    """
+    _compiled()["planes"](data, grid, offsets, weights, bias, out, pad_y, pad_x, low, high)
+
+
+def _compiled() -> dict[str, Any]:
+    """The kernels, compiled on first use. The helpers are compiled first and put in this
+    module's namespace, where numba resolves the kernels' calls to them (and inlines them)."""
+    if not _kernels:
+        for helper in (_fill_phases, _sum_taps, _write_clamped):
+            globals()[helper.__name__] = compile_kernel(helper, fastmath={"contract"},
+                                                        inline="always")
+        _kernels["rows"] = compile_kernel(_rows, fastmath={"contract"})
+        _kernels["planes"] = compile_kernel(_planes, fastmath={"contract"})
+    return _kernels
 
 
 def compile_kernel(function: Any, **options: Any) -> Any:
@@ -74,18 +89,84 @@ def _rows(flat: Any, offsets: Any, weights: Any, bias: Any, out: Any, grid_width
     row = np.empty(length, dtype=flat.dtype)
     for plane in range(planes):
         channel = plane % channels
-        start = bias[channel]
-        for j in range(length):
-            row[j] = start
-        for tap in range(offsets.shape[0]):
-            weight = weights[channel, tap]
-            source = flat[plane, offsets[tap]:]  # a slice: the loop index stays non-negative
-            for j in range(length):
-                row[j] += weight * source[j]
-        target = out[plane]
-        for y in range(height):
-            line = row[y * grid_width:]
+        _sum_taps(flat[plane], offsets, weights[channel], bias[channel], row)
+        _write_clamped(row, out[plane], grid_width, low, high)
+
+
+def _planes(data: Any, grid: Any, offsets: Any, weights: Any, bias: Any, out: Any,
+            pad_y: int, pad_x: int, low: Any, high: Any) -> None:  # pragma: no cover - runs compiled
+    planes = data.shape[0]
+    channels = weights.shape[0]
+    grid_width = grid.shape[3]
+    length = (out.shape[1] - 1) * grid_width + out.shape[2]
+    row = np.empty(length, dtype=data.dtype)
+    flat = grid.reshape(-1)
+    for plane in range(planes):
+        channel = plane % channels
+        _fill_phases(data[plane], grid, pad_y, pad_x)
+        _sum_taps(flat, offsets, weights[channel], bias[channel], row)
+        _write_clamped(row, out[plane], grid_width, low, high)
+
+
+def _fill_phases(source: Any, grid: Any, pad_y: int, pad_x: int) -> None:  # pragma: no cover
+    """Input rows ``source`` (H, W) into the interior of the phase grid (sy, sx, QH, QW). Each
+    stride across gets a loop LLVM vectorises: a plain copy, or both phases of 2 at once (an
+    interleaved access); other strides take the general one, phase by phase."""
+    stride_y, stride_x = grid.shape[0], grid.shape[1]
+    width = source.shape[1]
+    for y in range(source.shape[0]):
+        line = source[y]
+        # Indexed in one go, not through a (sx, QW) view: numba knows these rows contiguous.
+        phase_y, cell_y = (y + pad_y) % stride_y, (y + pad_y) // stride_y
+        if stride_x == 1:
+            inside = grid[phase_y, 0, cell_y, pad_x:]
             for x in range(width):
-                value = line[x]
-                value = low if value < low else value  # not min/max: NaN stays NaN
-                target[y, x] = high if value > high else value
+                inside[x] = line[x]
+        elif stride_x == 2:
+            even = grid[phase_y, pad_x % 2, cell_y, pad_x // 2:]  # input columns 0, 2, 4…
+            odd = grid[phase_y, 1 - pad_x % 2, cell_y, (pad_x + 1) // 2:]
+            for x in range(width // 2):
+                even[x] = line[2 * x]
+                odd[x] = line[2 * x + 1]
+            if width % 2:
+                even[width // 2] = line[width - 1]
+        else:
+            for phase in range(stride_x):
+                first = (phase - pad_x) % stride_x  # the first input column in this phase
+                inside = grid[phase_y, phase, cell_y, (first + pad_x) // stride_x:]
+                for x in range((width - first + stride_x - 1) // stride_x):
+                    inside[x] = line[first + x * stride_x]
+
+
+def _sum_taps(flat: Any, offsets: Any, weights: Any, shift: Any,
+              row: Any) -> None:  # pragma: no cover - runs compiled
+    """``row[j] = shift + Σₖ weights[k] · flat[offsets[k] + j]``. With 3×3's nine taps each
+    output is summed in a register (one store per output, not one per tap): 1.3–1.6× faster."""
+    if offsets.shape[0] == 9:
+        w0, w1, w2, w3, w4, w5, w6, w7, w8 = weights[0], weights[1], weights[2], weights[3], \
+            weights[4], weights[5], weights[6], weights[7], weights[8]
+        # Slices: their loop index stays non-negative, so no wrap-around test per element.
+        f0, f1, f2 = flat[offsets[0]:], flat[offsets[1]:], flat[offsets[2]:]
+        f3, f4, f5 = flat[offsets[3]:], flat[offsets[4]:], flat[offsets[5]:]
+        f6, f7, f8 = flat[offsets[6]:], flat[offsets[7]:], flat[offsets[8]:]
+        for j in range(row.shape[0]):
+            row[j] = (shift + w0 * f0[j] + w1 * f1[j] + w2 * f2[j] + w3 * f3[j] + w4 * f4[j]
+                      + w5 * f5[j] + w6 * f6[j] + w7 * f7[j] + w8 * f8[j])
+        return
+    row[:] = shift
+    for tap in range(offsets.shape[0]):
+        weight = weights[tap]
+        source = flat[offsets[tap]:]
+        for j in range(row.shape[0]):
+            row[j] += weight * source[j]
+
+
+def _write_clamped(row: Any, target: Any, grid_width: int, low: Any,
+                   high: Any) -> None:  # pragma: no cover - runs compiled
+    """The valid outputs of ``row`` (every ``grid_width``-th run) into ``target`` (H, W)."""
+    for y in range(target.shape[0]):
+        line = row[y * grid_width:]
+        for x in range(target.shape[1]):
+            value = line[x]
+            value = low if value < low else value  # not min/max: NaN stays NaN
+            target[y, x] = high if value > high else value

@@ -17,6 +17,8 @@ import numpy as np
 
 from engine.ops import depthwise_kernel
 
+CLAMPING_KERNELS = (depthwise_kernel.depthwise_rows, depthwise_kernel.depthwise_planes)
+
 
 def clamp_bounds(step: Any) -> tuple[float, float] | None:
     """(low, high) of a unary step that is a clamp of the running value, else None."""
@@ -40,9 +42,9 @@ def absorb(calls: list[Callable[[], Any]], steps: Sequence[Any],
     if bounds is None:
         return calls, steps
     low, high = (out.dtype.type(bound) for bound in bounds)
-    if getattr(last, "func", None) is depthwise_kernel.depthwise_rows:
-        clamped = partial(last.func, *last.args[:6], max(last.args[6], low),
-                          min(last.args[7], high))
+    if getattr(last, "func", None) in CLAMPING_KERNELS:  # their last two: the clamp bounds
+        clamped = partial(last.func, *last.args[:-2], max(last.args[-2], low),
+                          min(last.args[-1], high))
         return [*calls[:-1], clamped], steps[1:]
     found = _bias_added(last, out)
     if (found is None or out.dtype not in depthwise_kernel.COMPILED_DTYPES

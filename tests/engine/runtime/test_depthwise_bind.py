@@ -21,6 +21,8 @@ GEOMETRIES = [
     ((3, 3), (1, 1), (2, 2), (2, 2)),
     ((3, 3), (2, 2), (2, 2), (2, 2)),
     ((2, 4), (3, 2), (0, 0), (1, 1)),
+    ((3, 3), (2, 1), (1, 1), (1, 1)),
+    ((3, 3), (1, 3), (1, 2), (1, 2)),
     ((3,), (2,), (1,), (1,)),
     ((3, 3, 3), (1, 2, 1), (1, 1, 1), (1, 1, 1)),
 ]
@@ -53,7 +55,13 @@ def calls_reference_kernel(plan) -> bool:
 
 
 def calls_compiled_kernel(plan) -> bool:
-    return any(getattr(step.call, "func", None) is depthwise_kernel.depthwise_rows
+    return any(getattr(step.call, "func", None) in (depthwise_kernel.depthwise_rows,
+                                                    depthwise_kernel.depthwise_planes)
+               for step in plan.steps)
+
+
+def calls_planes_kernel(plan) -> bool:
+    return any(getattr(step.call, "func", None) is depthwise_kernel.depthwise_planes
                for step in plan.steps)
 
 
@@ -73,6 +81,29 @@ def test_bound_depthwise_matches_reference(geometry: tuple, batch: int, no_bias:
     assert not calls_reference_kernel(plan)
     # The compiled kernel takes the 2-D ones (numba is a dependency); 1-D and 3-D stay NumPy.
     assert calls_compiled_kernel(plan) == (compiled and len(geometry[0]) == 2)
+    assert_same_runs(optimized, reference, shape)
+
+
+@pytest.mark.parametrize("geometry", [g for g in GEOMETRIES if len(g[0]) == 2], ids=str)
+@pytest.mark.parametrize("spatial", [(12, 11), (9, 14)])
+def test_kernel_reading_the_input_matches_reference(geometry: tuple, spatial: tuple,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every size takes the per-plane kernel here (it only takes large strided planes by
+    # default): each stride across (1, 2, 3) has its own copy loop, odd and even widths.
+    monkeypatch.setattr(depthwise_bind, "PLANE_CELLS", 0)
+    shape = (2, CHANNELS, *spatial)
+    optimized, reference = load_pair(depthwise_block(*geometry, False), shape, RNG)
+    plan = optimized.plan_for({"data": np.zeros(shape, np.float32)})
+    # The first convolution is strided where the geometry is; the second never is.
+    assert calls_planes_kernel(plan) == (max(geometry[1]) > 1)
+    assert_same_runs(optimized, reference, shape)
+
+
+def test_large_strided_planes_take_the_kernel_reading_the_input() -> None:
+    shape = (1, CHANNELS, 112, 112)
+    block = depthwise_block((3, 3), (2, 2), (1, 1), (1, 1), False)
+    optimized, reference = load_pair(block, shape, RNG)
+    assert calls_planes_kernel(optimized.plan_for({"data": np.zeros(shape, np.float32)}))
     assert_same_runs(optimized, reference, shape)
 
 
