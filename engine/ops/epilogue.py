@@ -17,7 +17,8 @@ import numpy as np
 
 from engine.ops import depthwise_kernel
 
-CLAMPING_KERNELS = (depthwise_kernel.depthwise_rows, depthwise_kernel.depthwise_planes)
+CLAMPING_KERNELS = (depthwise_kernel.depthwise_rows, depthwise_kernel.depthwise_planes,
+                    depthwise_kernel.depthwise_same_3x3)
 
 
 def clamp_bounds(step: Any) -> tuple[float, float] | None:

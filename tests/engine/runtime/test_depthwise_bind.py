@@ -60,6 +60,11 @@ def calls_compiled_kernel(plan) -> bool:
                for step in plan.steps)
 
 
+def calls_same_kernel(plan) -> bool:
+    return any(getattr(step.call, "func", None) is depthwise_kernel.depthwise_same_3x3
+               for step in plan.steps)
+
+
 def calls_planes_kernel(plan) -> bool:
     return any(getattr(step.call, "func", None) is depthwise_kernel.depthwise_planes
                for step in plan.steps)
@@ -96,6 +101,33 @@ def test_kernel_reading_the_input_matches_reference(geometry: tuple, spatial: tu
     plan = optimized.plan_for({"data": np.zeros(shape, np.float32)})
     # The first convolution is strided where the geometry is; the second never is.
     assert calls_planes_kernel(plan) == (max(geometry[1]) > 1)
+    assert_same_runs(optimized, reference, shape)
+
+
+@pytest.mark.parametrize("spatial", [(12, 11), (3, 3), (2, 5), (1, 4), (6, 1), (4, 3)])
+def test_same_3x3_kernel_matches_reference(spatial: tuple,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every size takes the 3x3 stride-1 kernel here (by default only 56x56 and larger): its
+    # inside run, its top/bottom rows and edge columns, and planes too small to have an inside.
+    monkeypatch.setattr(depthwise_bind, "SAME_CELLS", 0)
+    shape = (2, CHANNELS, *spatial)
+    optimized, reference = load_pair(depthwise_block((3, 3), (1, 1), (1, 1), (1, 1), False),
+                                     shape, RNG)
+    assert calls_same_kernel(optimized.plan_for({"data": np.zeros(shape, np.float32)}))
+    assert_same_runs(optimized, reference, shape)
+    x = RNG.normal(scale=3, size=shape).astype(np.float32)
+    x[1, 2, 0, 0] = np.nan  # a corner: it reaches the top row, the first column and the inside
+    got = optimized.infer({"data": x})["relu6_output"]
+    want = reference.infer({"data": x})["relu6_output"]
+    assert np.isnan(want).any()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_large_planes_take_the_kernels_reading_the_input() -> None:
+    shape = (1, CHANNELS, 56, 56)
+    block = depthwise_block((3, 3), (1, 1), (1, 1), (1, 1), False)
+    optimized, reference = load_pair(block, shape, RNG)
+    assert calls_same_kernel(optimized.plan_for({"data": np.zeros(shape, np.float32)}))
     assert_same_runs(optimized, reference, shape)
 
 
