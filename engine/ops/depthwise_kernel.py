@@ -103,7 +103,7 @@ def _rows(flat: Any, offsets: Any, weights: Any, bias: Any, out: Any, grid_width
 
 
 def _planes(data: Any, grid: Any, offsets: Any, weights: Any, bias: Any, out: Any,
-            pad_y: int, pad_x: int, low: Any, high: Any) -> None:  # pragma: no cover - runs compiled
+            pad_y: int, pad_x: int, low: Any, high: Any) -> None:  # pragma: no cover
     planes = data.shape[0]
     channels = weights.shape[0]
     grid_width = grid.shape[3]
