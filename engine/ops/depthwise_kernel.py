@@ -251,3 +251,41 @@ def _bounded_sum(plane: Any, weights: Any, shift: Any, y: int,
             if 0 <= row < plane.shape[0] and 0 <= column < plane.shape[1]:
                 value += weights[3 * ky + kx] * plane[row, column]
     return value
+
+
+# Where each kernel's operands sit in its bound call: the (planes, …) arrays, the per-channel
+# arrays, and the phase grid a call writes (None: it has none).
+_OPERANDS = {"depthwise_rows": ((0, 4), (2, 3), None),
+             "depthwise_planes": ((0, 5), (3, 4), 1),
+             "depthwise_same_3x3": ((0, 4), (2, 3), None)}
+
+
+def is_kernel_call(call: Any) -> bool:
+    """Whether ``call`` is a bound call of one of this module's kernels (see `slab`)."""
+    func = getattr(call, "func", None)
+    return getattr(func, "__module__", None) == __name__ and func.__name__ in _OPERANDS
+
+
+def extent(call: Any) -> tuple[int, int, int]:
+    """(planes, channels, bytes of the planar arrays: input and output) of a kernel call."""
+    planar, per_channel, _ = _OPERANDS[call.func.__name__]
+    arrays = [call.args[index] for index in planar]
+    return (arrays[0].shape[0], call.args[per_channel[0]].shape[0],
+            sum(array.nbytes for array in arrays))
+
+
+def slab(call: Any, start: int, stop: int) -> Any:
+    """``call`` restricted to planes [start, stop), which must be whole samples or lie within
+    one sample: a call of its own, with its own phase grid, that can run beside the others."""
+    planar, per_channel, grid = _OPERANDS[call.func.__name__]
+    args = list(call.args)
+    channels = args[per_channel[0]].shape[0]
+    for index in planar:
+        args[index] = args[index][start:stop]
+    if (stop - start) % channels or start % channels:  # within one sample: its channels
+        first = start % channels
+        for index in per_channel:
+            args[index] = args[index][first:first + stop - start]
+    if grid is not None:
+        args[grid] = np.zeros_like(args[grid])
+    return type(call)(call.func, *args)
