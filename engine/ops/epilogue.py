@@ -47,6 +47,9 @@ def absorb(calls: list[Callable[[], Any]], steps: Sequence[Any],
         clamped = partial(last.func, *last.args[:-2], max(last.args[-2], low),
                           min(last.args[-1], high))
         return [*calls[:-1], clamped], steps[1:]
+    dense = _dense_bias_added(last, out)
+    if dense is not None:
+        return [*calls[:-1], *_dense_bias_clamp(*dense, low, high)], steps[1:]
     found = _bias_added(last, out)
     if (found is None or out.dtype not in depthwise_kernel.COMPILED_DTYPES
             or not depthwise_kernel.available()):
@@ -71,6 +74,41 @@ def _bias_added(call: Any, out: Any) -> tuple[Any, Any] | None:
             or bias.shape != (1, channels, *(1,) * (out.ndim - 2))):
         return None
     return out.reshape(out.shape[0], channels, -1), bias.reshape(channels, 1)
+
+
+# From this many rows a FullyConnected's bias add and clamp run on operands of the output's own
+# shape, made once at bind time: NumPy's loops over two contiguous arrays are vectorised where
+# a broadcast bias row and a scalar bound are not. Seed MLP, 64 × 256 (one thread, best of
+# 3000): bias add 3.1 → 2.3 µs, ReLU (`clip`) 4.3 → 2.3 µs. One row keeps the plain calls.
+DENSE_ROWS = 2
+
+
+def _dense_bias_added(call: Any, out: Any) -> tuple[Any, Any] | None:
+    """(target, bias) of FullyConnected's in-place ``np.add(target, bias, target)`` over a
+    2-D view of ``out`` with `DENSE_ROWS` or more rows and a read-only (constant) bias row;
+    else None. A bias fed as an input changes between runs, so it is never copied."""
+    if not isinstance(call, partial) or call.func is not np.add or call.keywords:
+        return None
+    if len(call.args) != 3 or call.args[0] is not call.args[2]:
+        return None
+    target, bias = call.args[0], call.args[1]
+    if (not isinstance(bias, np.ndarray) or bias.flags.writeable or bias.dtype != out.dtype
+            or target.ndim != 2 or target.shape[0] < DENSE_ROWS
+            or bias.shape != target.shape[1:] or not np.shares_memory(target, out)):
+        return None
+    return target, bias
+
+
+def _dense_bias_clamp(target: Any, bias: Any, low: Any, high: Any) -> list[Callable[[], Any]]:
+    """The bias add and the clamp as passes over whole-shape operands (NaN stays NaN:
+    ``maximum`` and ``minimum`` propagate it, as ``clip`` does)."""
+    shape, dtype = target.shape, target.dtype
+    calls = [partial(np.add, target, np.ascontiguousarray(np.broadcast_to(bias, shape)), target)]
+    if low > -np.inf:
+        calls.append(partial(np.maximum, target, np.full(shape, low, dtype), out=target))
+    if high < np.inf:
+        calls.append(partial(np.minimum, target, np.full(shape, high, dtype), out=target))
+    return calls
 
 
 _kernel: list[Any] = []

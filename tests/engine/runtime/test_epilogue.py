@@ -64,3 +64,29 @@ def test_dense_layers_keep_the_numpy_passes() -> None:
     assert epilogue.bias_clamp not in funcs(optimized.plan_for({"data": x}))
     np.testing.assert_allclose(optimized.infer({"data": x})["out_output"],
                                reference.infer({"data": x})["out_output"], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("rows", [1, 5])
+@pytest.mark.parametrize("clamp", ["relu", "clip"])
+def test_dense_bias_and_clamp_on_whole_shape_operands(rows: int, clamp: str) -> None:
+    data = sym.var("data")
+    net = sym.FullyConnected(data, num_hidden=7, name="dense")
+    net = (sym.Activation(net, act_type="relu", name="out") if clamp == "relu"
+           else sym.clip(net, a_min=-0.5, a_max=0.5, name="out"))
+    optimized, reference = load_pair(net, (rows, 6), RNG)
+    x = RNG.normal(size=(rows, 6)).astype(np.float32)
+    x[0, 0] = np.nan  # the whole first row of the output is NaN, and stays NaN
+    steps = optimized.plan_for({"data": x}).steps
+    # Several rows: the bias and the clamp's bounds become operands of the output's shape, the
+    # clamp folded into the FullyConnected's calls; one row keeps the plain calls.
+    whole = [step.call for step in steps
+             if any(getattr(arg, "shape", None) == (rows, 7) for arg in step.call.args[1:2])]
+    assert len(whole) == ((3 if clamp == "clip" else 2) if rows > 1 else 0)
+    assert epilogue.bias_clamp not in funcs(optimized.plan_for({"data": x}))
+    got = optimized.infer({"data": x})["out_output"]
+    want = reference.infer({"data": x})["out_output"]
+    assert np.isnan(want[0]).all()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    x2 = RNG.normal(size=(rows, 6)).astype(np.float32)  # a second run: nothing left stale
+    np.testing.assert_allclose(optimized.infer({"data": x2})["out_output"],
+                               reference.infer({"data": x2})["out_output"], rtol=1e-5, atol=1e-5)
