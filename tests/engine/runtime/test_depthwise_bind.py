@@ -107,7 +107,7 @@ def test_kernel_reading_the_input_matches_reference(geometry: tuple, spatial: tu
 @pytest.mark.parametrize("spatial", [(12, 11), (3, 3), (2, 5), (1, 4), (6, 1), (4, 3)])
 def test_same_3x3_kernel_matches_reference(spatial: tuple,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    # Every size takes the 3x3 stride-1 kernel here (by default only 56x56 and larger): its
+    # Every size takes the 3x3 stride-1 kernel here (by default only 112x112 and larger): its
     # inside run, its top/bottom rows and edge columns, and planes too small to have an inside.
     monkeypatch.setattr(depthwise_bind, "SAME_CELLS", 0)
     shape = (2, CHANNELS, *spatial)
@@ -124,7 +124,7 @@ def test_same_3x3_kernel_matches_reference(spatial: tuple,
 
 
 def test_large_planes_take_the_kernels_reading_the_input() -> None:
-    shape = (1, CHANNELS, 56, 56)
+    shape = (1, CHANNELS, 112, 112)
     block = depthwise_block((3, 3), (1, 1), (1, 1), (1, 1), False)
     optimized, reference = load_pair(block, shape, RNG)
     assert calls_same_kernel(optimized.plan_for({"data": np.zeros(shape, np.float32)}))
