@@ -12,8 +12,10 @@ the valid outputs written straight from that run, clamped where a ReLU6 follows.
   first and last as one flat run, then the outputs that touch the padding with bounds.
 
 Measured on MobileNet v2's 17 depthwise layers at batch 1, one thread, each interleaved with the
-kernel before (best of 40, NumPy's phase fill included): 32 × 112² 0.38 → 0.19 ms, 96 × 112²
-stride 2 0.64 → 0.39, 144 × 56² 0.34 → 0.25, 960 × 7² 0.12 → 0.13; all 17 layers 3.1 → 2.6 ms.
+binding before (one kernel adding tap by tap; best of 40, NumPy's phase fill and ReLU6
+included): 32 × 112² 0.38 → 0.20 ms, 96 × 112² stride 2 0.66 → 0.44, 144 × 56² 0.35 → 0.25,
+384 × 14² 0.105 → 0.082, 960 × 7² 0.115 → 0.097; all 17 layers 3.15 → 2.35 ms (medians 3.78 →
+2.69; load average 9 on 2 cores).
 
 numba is imported on first use; `available()` is False where it is not installed, and the
 NumPy binding runs instead. Compiled code is cached on disk beside this module when writable.
