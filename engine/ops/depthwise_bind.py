@@ -38,12 +38,12 @@ BLOCK_BYTES = 512 << 10  # patches + results of one channel block: measured best
 # A strided convolution with this many input cells per plane fills each plane's phases in the
 # compiled kernel, in cache, instead of NumPy filling the whole layer's first: NumPy's strided
 # copies into the phases are the slow part there. Measured on MobileNet v2's layers (one thread,
-# best of 40 interleaved): 96 × 112² stride 2 0.39 ms against 0.57; at 56² and below, and at
-# stride 1, the per-plane loops over short rows lose 5–30% to NumPy's whole-layer copy.
-PLANE_CELLS = 112 * 112
+# best of 40 interleaved): 96 × 112² stride 2 0.43 ms against 0.58, 144 × 56² 0.23 against
+# 0.24 (medians 0.24, 0.28); at 28² and below the per-plane loops over short rows lose 30–40%.
+PLANE_CELLS = 56 * 56
 # Kernel, stride, dilation, padding of the commonest depthwise layer, which the compiled kernel
 # runs straight off the input from SAME_CELLS input cells per plane: no phase grid, the outputs
-# touching the padding summed with bounds. Measured as above: 32 × 112² 0.19 ms against 0.21;
+# touching the padding summed with bounds. Measured likewise: 32 × 112² 0.19 ms against 0.21;
 # at 56² 0.27 against 0.26, and below, the edges' scalar sums cost more than NumPy's copy saves
 # (960 × 7²: 0.29 against 0.10).
 SAME_3X3 = ((3, 3), (1, 1), (1, 1), (1, 1))

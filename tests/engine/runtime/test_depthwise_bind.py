@@ -131,11 +131,14 @@ def test_large_planes_take_the_kernels_reading_the_input() -> None:
     assert_same_runs(optimized, reference, shape)
 
 
-def test_large_strided_planes_take_the_kernel_reading_the_input() -> None:
-    shape = (1, CHANNELS, 112, 112)
+@pytest.mark.parametrize(("size", "planes"), [(56, True), (55, False)])
+def test_large_strided_planes_take_the_kernel_reading_the_input(size: int, planes: bool) -> None:
+    shape = (1, CHANNELS, size, size)
     block = depthwise_block((3, 3), (2, 2), (1, 1), (1, 1), False)
     optimized, reference = load_pair(block, shape, RNG)
-    assert calls_planes_kernel(optimized.plan_for({"data": np.zeros(shape, np.float32)}))
+    plan = optimized.plan_for({"data": np.zeros(shape, np.float32)})
+    assert calls_planes_kernel(plan) == planes
+    assert calls_compiled_kernel(plan)
     assert_same_runs(optimized, reference, shape)
 
 
