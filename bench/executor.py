@@ -54,6 +54,16 @@ def blas_threads() -> int:
     return max(counts) if counts else os.cpu_count() or 1
 
 
+def cpu_model() -> str:
+    """The CPU's model name as the kernel reports it (lscpu's "Model name"), where it does."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            return next((line.split(":", 1)[1].strip() for line in info
+                         if line.startswith("model name")), "unknown CPU")
+    except OSError:
+        return "unknown CPU"
+
+
 def timings(action: Callable[[], object], repeat: int, calls: int = 1) -> tuple[float, float]:
     """(median, best) seconds per call over ``repeat`` rounds of ``calls`` calls, after warm-up."""
     return interleaved({"only": action}, repeat, calls)["only"]
@@ -348,7 +358,8 @@ def main() -> None:
         from threadpoolctl import threadpool_limits
 
         threadpool_limits(options.threads, user_api="blas")
-    print(f"numpy {np.__version__}, {os.cpu_count()} CPUs, load average "
+    print(f"{cpu_model()}, {os.cpu_count()} CPUs; numpy {np.__version__}; "
+          f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}; load average "
           f"{os.getloadavg()[0]:.2f}; our default thread count {parallel.threads()}")
     bench_mlp(repeat)
     settings = (0, 1) if options.threads is None else (options.threads,)
