@@ -15,6 +15,10 @@ Two layouts keep every copy a long contiguous run:
 - Phases: a strided convolution first splits the padded input into ``prod(stride)`` phases
   (space-to-depth); within a phase every tap is a stride-1 tap, so the flat runs apply there too.
 
+Where numba is installed, `depthwise_kernel`'s compiled kernels replace the patches and the
+matmul (2-D, float32/64): over the NumPy-filled phases, or reading the input themselves for
+large strided planes (`PLANE_CELLS`) and large 3×3 stride-1 ones (`SAME_CELLS`).
+
 The phases live in a zero-bordered `Workspace` buffer (only input cells are written per run), the
 patches and matmul results in the plan's shared scratch, and all views are made at bind time.
 """
@@ -148,12 +152,12 @@ def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometr
     """Calls computing ``out = depthwise_conv(data, weight) + bias`` (channel multiplier 1)."""
     batch, channels = data.shape[:2]
     axes = _axes(data.shape, geometry)
-    compiled = _compiled_applies(xp, data, weight, bias, axes) and data.flags.c_contiguous
-    if (compiled and tuple(map(tuple, geometry)) == SAME_3X3
+    compiled = _compiled_applies(xp, data, weight, bias, axes)
+    direct = compiled and data.flags.c_contiguous  # the kernels reading the input view it flat
+    if (direct and tuple(map(tuple, geometry)) == SAME_3X3
             and math.prod(data.shape[2:]) >= SAME_CELLS):
         return [_same_call(data, weight, bias, out)]
-    if (compiled and max(geometry[1]) > 1
-            and math.prod(data.shape[2:]) >= PLANE_CELLS):
+    if direct and max(geometry[1]) > 1 and math.prod(data.shape[2:]) >= PLANE_CELLS:
         return [_planes_call(data, weight, bias, out, axes, workspace)]
     strides = tuple(axis.stride for axis in axes)
     phases = workspace.zeroed((batch, channels, *strides, *(axis.phase for axis in axes)),
