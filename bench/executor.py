@@ -30,7 +30,9 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# This checkout's engine, not the one the environment has installed (an editable install
+# points at whichever checkout made it), and the sibling modules.
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
 
 import nets  # noqa: E402 - the sibling module, found through the path set just above
 
@@ -52,6 +54,16 @@ def blas_threads() -> int:
         return os.cpu_count() or 1
     counts = [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
     return max(counts) if counts else os.cpu_count() or 1
+
+
+def cpu_model() -> str:
+    """The CPU's model name as the kernel reports it (lscpu's "Model name"), where it does."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            return next((line.split(":", 1)[1].strip() for line in info
+                         if line.startswith("model name")), "unknown CPU")
+    except OSError:
+        return "unknown CPU"
 
 
 def timings(action: Callable[[], object], repeat: int, calls: int = 1) -> tuple[float, float]:
@@ -190,7 +202,8 @@ def ours_runner(name: str, batch: int, threads: int) -> tuple[Callable[[], Any],
         threadpool_limits(threads, user_api="blas")
     info = {"output": next(iter(model.infer(feed).values())),
             "flops": graph_flops(model, data.shape), "sgemm": sgemm_flops(3),
-            "threads": f"BLAS {blas_threads()}, steps {parallel.threads()}"}
+            "threads": f"BLAS {blas_threads()}, steps {parallel.threads()}, engine from "
+                       f"{Path(engine.__file__).parent}"}
     if name != "mlp":
         kinds = step_kinds(model.plan_for(feed), feed, 3)
         info["kinds"] = ", ".join(
@@ -348,7 +361,9 @@ def main() -> None:
         from threadpoolctl import threadpool_limits
 
         threadpool_limits(options.threads, user_api="blas")
-    print(f"numpy {np.__version__}, {os.cpu_count()} CPUs, load average "
+    print(f"engine from {Path(engine.__file__).parent}")
+    print(f"{cpu_model()}, {os.cpu_count()} CPUs; numpy {np.__version__}; "
+          f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}; load average "
           f"{os.getloadavg()[0]:.2f}; our default thread count {parallel.threads()}")
     bench_mlp(repeat)
     settings = (0, 1) if options.threads is None else (options.threads,)

@@ -84,7 +84,7 @@ def _bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
     if xp is not np:  # the GPU's array module (`engine.cuda.array_module`) binds the chain
         operands = [value for extra in extras for value in extra]
         return [*calls, *xp.bind_elementwise_chain(attrs.steps, operands, out)]
-    calls, remaining = epilogue.absorb(calls, attrs.steps, out)
+    calls, remaining = epilogue.absorb(calls, attrs.steps, out, extras)
     skipped = len(attrs.steps) - len(remaining)
     for step, extra in zip(remaining, extras[skipped:]):
         args = list(extra)

@@ -21,6 +21,8 @@ GEOMETRIES = [
     ((3, 3), (1, 1), (2, 2), (2, 2)),
     ((3, 3), (2, 2), (2, 2), (2, 2)),
     ((2, 4), (3, 2), (0, 0), (1, 1)),
+    ((3, 3), (2, 1), (1, 1), (1, 1)),
+    ((3, 3), (1, 3), (1, 2), (1, 2)),
     ((3,), (2,), (1,), (1,)),
     ((3, 3, 3), (1, 2, 1), (1, 1, 1), (1, 1, 1)),
 ]
@@ -53,7 +55,18 @@ def calls_reference_kernel(plan) -> bool:
 
 
 def calls_compiled_kernel(plan) -> bool:
-    return any(getattr(step.call, "func", None) is depthwise_kernel.depthwise_rows
+    return any(getattr(step.call, "func", None) in (depthwise_kernel.depthwise_rows,
+                                                    depthwise_kernel.depthwise_planes)
+               for step in plan.steps)
+
+
+def calls_same_kernel(plan) -> bool:
+    return any(getattr(step.call, "func", None) is depthwise_kernel.depthwise_same_3x3
+               for step in plan.steps)
+
+
+def calls_planes_kernel(plan) -> bool:
+    return any(getattr(step.call, "func", None) is depthwise_kernel.depthwise_planes
                for step in plan.steps)
 
 
@@ -73,6 +86,59 @@ def test_bound_depthwise_matches_reference(geometry: tuple, batch: int, no_bias:
     assert not calls_reference_kernel(plan)
     # The compiled kernel takes the 2-D ones (numba is a dependency); 1-D and 3-D stay NumPy.
     assert calls_compiled_kernel(plan) == (compiled and len(geometry[0]) == 2)
+    assert_same_runs(optimized, reference, shape)
+
+
+@pytest.mark.parametrize("geometry", [g for g in GEOMETRIES if len(g[0]) == 2], ids=str)
+@pytest.mark.parametrize("spatial", [(12, 11), (9, 14)])
+def test_kernel_reading_the_input_matches_reference(geometry: tuple, spatial: tuple,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every size takes the per-plane kernel here (it only takes large strided planes by
+    # default): each stride across (1, 2, 3) has its own copy loop, odd and even widths.
+    monkeypatch.setattr(depthwise_bind, "PLANE_CELLS", 0)
+    shape = (2, CHANNELS, *spatial)
+    optimized, reference = load_pair(depthwise_block(*geometry, False), shape, RNG)
+    plan = optimized.plan_for({"data": np.zeros(shape, np.float32)})
+    # The first convolution is strided where the geometry is; the second never is.
+    assert calls_planes_kernel(plan) == (max(geometry[1]) > 1)
+    assert_same_runs(optimized, reference, shape)
+
+
+@pytest.mark.parametrize("spatial", [(12, 11), (3, 3), (2, 5), (1, 4), (6, 1), (4, 3)])
+def test_same_3x3_kernel_matches_reference(spatial: tuple,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every size takes the 3x3 stride-1 kernel here (by default only 112x112 and larger): its
+    # inside run, its top/bottom rows and edge columns, and planes too small to have an inside.
+    monkeypatch.setattr(depthwise_bind, "SAME_CELLS", 0)
+    shape = (2, CHANNELS, *spatial)
+    optimized, reference = load_pair(depthwise_block((3, 3), (1, 1), (1, 1), (1, 1), False),
+                                     shape, RNG)
+    assert calls_same_kernel(optimized.plan_for({"data": np.zeros(shape, np.float32)}))
+    assert_same_runs(optimized, reference, shape)
+    x = RNG.normal(scale=3, size=shape).astype(np.float32)
+    x[1, 2, 0, 0] = np.nan  # a corner: it reaches the top row, the first column and the inside
+    got = optimized.infer({"data": x})["relu6_output"]
+    want = reference.infer({"data": x})["relu6_output"]
+    assert np.isnan(want).any()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_large_planes_take_the_kernels_reading_the_input() -> None:
+    shape = (1, CHANNELS, 112, 112)
+    block = depthwise_block((3, 3), (1, 1), (1, 1), (1, 1), False)
+    optimized, reference = load_pair(block, shape, RNG)
+    assert calls_same_kernel(optimized.plan_for({"data": np.zeros(shape, np.float32)}))
+    assert_same_runs(optimized, reference, shape)
+
+
+@pytest.mark.parametrize(("size", "planes"), [(56, True), (55, False)])
+def test_large_strided_planes_take_the_kernel_reading_the_input(size: int, planes: bool) -> None:
+    shape = (1, CHANNELS, size, size)
+    block = depthwise_block((3, 3), (2, 2), (1, 1), (1, 1), False)
+    optimized, reference = load_pair(block, shape, RNG)
+    plan = optimized.plan_for({"data": np.zeros(shape, np.float32)})
+    assert calls_planes_kernel(plan) == planes
+    assert calls_compiled_kernel(plan)
     assert_same_runs(optimized, reference, shape)
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from engine import sym
-from engine.ops import parallel
+from engine.ops import depthwise_bind, depthwise_kernel, parallel
 from tests.engine.runtime.helpers import load_pair
 
 RNG = np.random.default_rng(11)
@@ -98,4 +98,33 @@ def test_plan_with_split_steps_matches_reference() -> None:
     for _ in range(2):
         np.testing.assert_allclose(optimized.infer({"data": x})["out_output"],
                                    reference.infer({"data": x})["out_output"],
+                                   rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("batch", [1, 2, 5])
+@pytest.mark.parametrize("geometry", [((3, 3), (1, 1), (1, 1)), ((3, 3), (2, 2), (1, 1)),
+                                      ((5, 5), (1, 1), (2, 2))], ids=str)
+def test_depthwise_kernels_cut_into_planes(batch: int, geometry: tuple,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every 2-D kernel: the 3x3 one reading the input, the per-plane phase grids (each slab
+    # needs a grid of its own), the whole-layer phases; whole samples or one sample's channels.
+    monkeypatch.setattr(depthwise_bind, "SAME_CELLS", 0)
+    monkeypatch.setattr(depthwise_bind, "PLANE_CELLS", 0)
+    monkeypatch.setattr(parallel, "KERNEL_MIN_BYTES", 0)
+    kernel, stride, pad = geometry
+    data = sym.var("data")
+    net = sym.Convolution(data, kernel=kernel, stride=stride, pad=pad, num_filter=7,
+                          num_group=7, name="dw")
+    net = sym.clip(net, a_min=0, a_max=6, name="relu6")
+    shape = (batch, 7, 12, 11)
+    parallel.set_threads(3)
+    optimized, reference = load_pair(net, shape, RNG)
+    plan = optimized.plan_for({"data": np.zeros(shape, np.float32)})
+    split = [step.call for step in plan.steps if isinstance(step.call, parallel.SplitCall)
+             and depthwise_kernel.is_kernel_call(step.call.whole)]
+    assert len(split) == 1 and len(split[0].slabs) == (min(3, batch) if batch > 1 else 3)
+    for _ in range(2):
+        x = RNG.normal(scale=3, size=shape).astype(np.float32)
+        np.testing.assert_allclose(optimized.infer({"data": x})["relu6_output"],
+                                   reference.infer({"data": x})["relu6_output"],
                                    rtol=1e-4, atol=1e-4)
