@@ -40,7 +40,7 @@ def declared_over(headers: dict[bytes, bytes], limit: int) -> bool:
 class BodyDeadlines:
     """Time limits on reading request bodies, kept by one watcher task for all requests.
 
-    A timer per request (``asyncio.timeout``) cost the fast lane 9 µs a request, eight times
+    A timer per request (``asyncio.timeout``) cost a hot route 9 µs a request, eight times
     its whole body read; a dictionary entry while a request waits for body bytes costs a
     fraction of one. The watcher wakes every `period` seconds while any request waits and
     cancels those past their deadline, so a limit is kept within `period`.
