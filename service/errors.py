@@ -11,7 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from engine.errors import (
     EngineError,
@@ -230,8 +230,10 @@ class ErrorReplies:
     registers them.
 
     It stands where Starlette's ``ExceptionMiddleware`` would, at a fraction of its cost per
-    request (no ``Request`` object and no closures unless something failed), and hands the same
-    handlers to FastAPI's routes, which answer their own errors with them.
+    request (no ``Request`` object and no wrapped ``send`` unless something failed), and hands
+    the same handlers to FastAPI's routes, which answer their own errors with them. Routes fail
+    before their reply begins (FastAPI's answer their errors themselves, the ASGI routes send
+    last); should one fail after, the server refuses the second reply and logs both errors.
     """
 
     def __init__(self, app: ASGIApp, *, handlers: Mapping[Any, Handler]) -> None:
@@ -242,34 +244,17 @@ class ErrorReplies:
         self.scope_handlers = (self.handlers, {})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Run the app; answer what it raises, unless its reply had already begun."""
+        """Run the app; answer what it raises."""
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         scope["starlette.exception_handlers"] = self.scope_handlers
-        tracked = _StartedSend(send)
         try:
-            await self.app(scope, receive, tracked.send)
+            await self.app(scope, receive, send)
         except Exception as error:
             handler = next((self.handlers[cls] for cls in type(error).__mro__
                             if cls in self.handlers), None)
-            if handler is None or tracked.started:
+            if handler is None:
                 raise
             response = await handler(Request(scope, receive), error)
             await response(scope, receive, send)
-
-
-class _StartedSend:
-    """A request's ``send``, noting whether the response has started."""
-
-    __slots__ = ("_send", "started")
-
-    def __init__(self, send: Send) -> None:
-        self._send = send
-        self.started = False
-
-    async def send(self, message: Message) -> None:
-        """Send `message`."""
-        if message["type"] == "http.response.start":
-            self.started = True
-        await self._send(message)

@@ -78,7 +78,7 @@ def header(scope: Scope, name: bytes) -> str | None:
     """A request header's value (`name` in lower case), or None."""
     for key, value in scope["headers"]:
         if key == name:
-            return str(value.decode("latin-1"))
+            return value.decode("latin-1")
     return None
 
 
