@@ -24,8 +24,10 @@ class HybridServeApp(FastAPI):
 
     FastAPI's own stack adds layers this server does not use (its telemetry, which reads the
     environment on each request; a body limit of its own beside `BodyLimit`; a server-error
-    layer that re-raises after answering) and, with Starlette's exception layer, cost the health
-    probe three times its handler. The ASGI routes (`service.routes`) run inside just these.
+    layer that re-raises after answering; a file stack only its routes need, which they now
+    open themselves). Measured in process, the health probe took 39 µs through that stack and
+    Starlette's exception layer, 6 µs through this one. The ASGI routes (`service.routes`) run
+    inside just these layers.
     """
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

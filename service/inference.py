@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import NamedTuple, NoReturn
 
 import numpy as np
 
@@ -21,8 +21,7 @@ from service.metrics import Metrics
 BYTES = "BYTES"
 
 
-@dataclass(frozen=True, slots=True)
-class Checked:
+class Checked(NamedTuple):
     """A request's inputs as `check_inputs` passed them: the version they were checked against
     (looked up once, and the one that runs them), the arrays, and their batch size."""
 

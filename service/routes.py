@@ -47,7 +47,8 @@ class AsgiRoute(Route):
         """Starlette's match; a path without parameters by plain comparison, no pattern."""
         if self.param_convertors or scope["type"] != "http":
             return super().matches(scope)
-        if get_route_path(scope) != self.path:
+        path = get_route_path(scope) if scope.get("root_path") else scope["path"]
+        if path != self.path:
             return Match.NONE, {}
         child = {"endpoint": self.endpoint, "path_params": {}}
         return (Match.FULL if scope["method"] in self.methods else Match.PARTIAL), child

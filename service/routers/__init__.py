@@ -11,6 +11,7 @@ from service.routers import health, metrics, models, predict, v2_models, v2_repo
 INFERENCE = (health.router, v2_models.router, metrics.router)
 MANAGEMENT = (v2_repository.router, models.router)
 HEALTH = (health.router,)
-# ASGI routes, matched before the FastAPI routes, fixed paths (a string comparison) first.
-INFERENCE_ASGI = (*health.ROUTES, *predict.ROUTES, *v2_models.ROUTES)
+# ASGI routes, matched before the FastAPI routes: fixed paths (a string comparison) before
+# patterns, the busiest first.
+INFERENCE_ASGI = (*predict.ROUTES, *health.ROUTES, *v2_models.ROUTES)
 HEALTH_ASGI = tuple(health.ROUTES)
