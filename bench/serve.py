@@ -4,8 +4,8 @@ Three servers, each its own process, are measured in one run with the same load 
 
 - ``hybridserve``: the real server (dynamic batching, orjson, binary tensors);
 - ``minimal``: a minimal FastAPI app running the same model inline, one request at a time;
-- ``floor``: the real server's cheapest route, ``GET /v2/health/live`` (the HTTP floor),
-  answered by the same fast lane (`service.fast_lane`) as the inference routes.
+- ``floor``: the real server's cheapest route, ``GET /v2/health/live`` (the HTTP floor), an
+  ASGI route (`service.routes.AsgiRoute`) as the inference routes are.
 
 The real server is also driven over gRPC (``grpc/...`` rows: ``ModelInfer`` with raw tensor
 contents, one HTTP/2 channel, pre-serialized requests), beside its REST rows in the same run;
@@ -22,6 +22,15 @@ after the served run and averaged: this machine's speed drifts by 10-20% over mi
     .venv/bin/python bench/serve.py                 # ~4 minutes, ResNet-18 at 224x224
     .venv/bin/python bench/serve.py --image 64      # small images: weight-bound layers
     .venv/bin/python bench/serve.py --seconds 2     # quicker, noisier
+
+Two commits side by side: ``--against DIR`` serves a checkout of another commit (a ``git
+worktree``) and this one in turn, ``--rounds`` times (the order alternating, so that the
+machine's drift falls on both), through the same load generator, and prints each target's
+median requests/s and p50/p99 over the rounds with the ratio new/old. Only our server runs
+(REST and gRPC), not the minimal app:
+
+    git worktree add /tmp/old-x COMMIT
+    .venv/bin/python bench/serve.py --against /tmp/old-x --rounds 3 --seconds 2 --image 64
 """
 
 from __future__ import annotations
@@ -243,14 +252,16 @@ def service_args(work: Path, port: int, grpc_port: int = 0) -> list[str]:
             str(grpc_port), "--log-level", "warning", "--admin-token", TOKEN]
 
 
-def start_process(args: list[str], work: Path, name: str) -> subprocess.Popen[bytes]:
+def start_process(args: list[str], work: Path, name: str,
+                  root: Path = ROOT) -> subprocess.Popen[bytes]:
+    """Start a server process running the code of the checkout at `root`."""
     log = (work / f"{name}.log").open("wb")
     # Both servers get one BLAS thread per call (hybridserve sets it itself, the minimal app
     # here), so the comparison is of serving, not of BLAS oversubscription on 2 cores.
-    path = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
+    path = os.pathsep.join(filter(None, (str(root), os.environ.get("PYTHONPATH"))))
     env = {**os.environ, "PYTHONPATH": path, "OPENBLAS_NUM_THREADS": "1",
            "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    return subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
+    return subprocess.Popen(args, cwd=root, stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
 def stop_process(process: subprocess.Popen[bytes]) -> None:
@@ -320,8 +331,13 @@ def upload(url: str, models: dict[str, dict[str, Any]]) -> None:
         response.raise_for_status()
 
 
-def measure(seconds: float, resnet_seconds: float, image: int) -> list[dict[str, Any]]:
-    """Start the servers, run every (target, concurrency), stop the servers."""
+def measure(seconds: float, resnet_seconds: float, image: int, root: Path = ROOT,
+            compared: bool = False) -> list[dict[str, Any]]:
+    """Start the servers, run every (target, concurrency), stop the servers.
+
+    `root`: the checkout whose server is measured; `compared`: our server only (no minimal
+    app, no executor reference, no gRPC floor), for `compare`.
+    """
     rows = []
     with tempfile.TemporaryDirectory() as directory:
         work = Path(directory)
@@ -334,27 +350,31 @@ def measure(seconds: float, resnet_seconds: float, image: int) -> list[dict[str,
         urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
         grpc_port = free_port()
         urls["grpc"] = f"127.0.0.1:{grpc_port}"
-        servers = [
-            start_process([sys.executable, "-m", "service",
-                           *service_args(work, ports["hybridserve"], grpc_port)],
-                          work, "hybridserve"),
-            start_process([sys.executable, __file__, "--minimal-app", str(work / "plain"),
-                           str(ports["minimal"])], work, "minimal"),
-        ]
+        servers = [start_process([sys.executable, "-m", "service",
+                                  *service_args(work, ports["hybridserve"], grpc_port)],
+                                 work, "hybridserve", root)]
+        if not compared:
+            servers.append(start_process([sys.executable, __file__, "--minimal-app",
+                                          str(work / "plain"), str(ports["minimal"])],
+                                         work, "minimal"))
         try:
             wait_until_up(urls["hybridserve"], "/v2/health/ready", servers[0])
-            wait_until_up(urls["minimal"], "/docs", servers[1])
+            if not compared:
+                wait_until_up(urls["minimal"], "/docs", servers[1])
             upload(urls["hybridserve"], models)
-            plan = [("floor", "hybridserve", "floor", seconds),
-                    ("grpc/floor", "grpc", "grpc/floor", seconds)]
+            plan = [("floor", "hybridserve", "floor", seconds)]
+            if not compared:
+                plan.append(("grpc/floor", "grpc", "grpc/floor", seconds))
+            ours = ("hybridserve", "grpc") if compared else ("hybridserve", "grpc", "minimal")
             for model, duration in (("seed_mlp", seconds), ("resnet18", resnet_seconds))[
                     :1 if resnet_seconds <= 0 else 2]:
                 plan += [(f"{server}/{model}", server, f"{server}/{model}", duration)
-                         for server in ("hybridserve", "grpc", "minimal")]
+                         for server in ours]
             for label, server, key, duration in plan:
                 table = GRPC_CONCURRENCY if server == "grpc" else CONCURRENCY
                 for concurrency in table[label.rpartition("/")[2]]:
-                    reference = (label, concurrency) == ("hybridserve/resnet18", 8)
+                    reference = not compared and (label, concurrency) == (
+                        "hybridserve/resnet18", 8)
                     if reference:
                         model = load_plain(work / "plain" / "resnet18")
                         before = executor_images(model, image)
@@ -372,6 +392,36 @@ def measure(seconds: float, resnet_seconds: float, image: int) -> list[dict[str,
             for process in servers:
                 stop_process(process)
     return rows
+
+
+def compare(against: Path, rounds: int, seconds: float, resnet_seconds: float,
+            image: int) -> None:
+    """Serve the checkout `against` ("old") and this one ("new") in turn, `rounds` times;
+    print each run's rows, then each target's medians over the rounds and new/old."""
+    runs: dict[str, list[list[dict[str, Any]]]] = {"old": [], "new": []}
+    trees = [("old", against.resolve()), ("new", ROOT)]
+    for round_index in range(rounds):
+        for label, root in trees if round_index % 2 == 0 else trees[::-1]:
+            print(f"round {round_index + 1}, {label} ({root}), load average "
+                  f"{os.getloadavg()[0]:.2f}", flush=True)
+            runs[label].append(measure(seconds, resnet_seconds, image, root, compared=True))
+    print("\nmedians over the rounds (old = --against, new = this checkout):")
+    print("| target                 |   c | old req/s | new req/s | new/old | old p50 | new p50 "
+          "| old p99 | new p99 |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for row in runs["new"][0]:
+        key = (row["target"], row["concurrency"])
+        old, new = (_medians(runs[label], key) for label in ("old", "new"))
+        print(f"| {key[0]:<22} | {key[1]:>3} | {old['rps']:>9.1f} | {new['rps']:>9.1f} | "
+              f"{new['rps'] / old['rps']:>7.3f} | {old['p50_ms']:>7.2f} | {new['p50_ms']:>7.2f} "
+              f"| {old['p99_ms']:>7.2f} | {new['p99_ms']:>7.2f} |")
+
+
+def _medians(runs: list[list[dict[str, Any]]], key: tuple[str, int]) -> dict[str, float]:
+    """Median requests/s, p50 and p99 of one (target, concurrency) over several runs."""
+    rows = [row for run in runs for row in run if (row["target"], row["concurrency"]) == key]
+    return {figure: float(np.median([row[figure] for row in rows]))
+            for figure in ("rps", "p50_ms", "p99_ms")}
 
 
 def load_plain(model_dir: Path) -> Any:
@@ -499,11 +549,17 @@ def main() -> None:
     parser.add_argument("--resnet-seconds", type=float, default=8.0,
                         help="measured seconds (0: skip ResNet-18)")
     parser.add_argument("--image", type=int, default=224, help="ResNet-18 input height/width")
+    parser.add_argument("--against", type=Path, help="a checkout of another commit to serve "
+                        "side by side with this one")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of --against")
     args = parser.parse_args()
     print(f"machine: nproc {os.cpu_count()}, {platform.processor() or platform.machine()}, "
           f"Python {platform.python_version()}, NumPy {np.__version__}")
     print("| target                 |   c |     req/s |  p50 ms  |  p99 ms  | fail |")
     print("|------------------------|-----|-----------|----------|----------|------|")
+    if args.against is not None:
+        compare(args.against, args.rounds, args.seconds, args.resnet_seconds, args.image)
+        return
     rows = measure(args.seconds, args.resnet_seconds, args.image)
     print("\n".join(verdict(rows) + grpc_ratios(rows)))
 

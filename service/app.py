@@ -6,12 +6,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service import routers
 from service.drain import Drain
-from service.errors import install_handlers
-from service.fast_lane import FastLane
+from service.errors import ErrorReplies, install_handlers
 from service.limits import BodyLimit
 from service.openapi import install_openapi
 from service.runtime import Runtime
@@ -20,23 +19,33 @@ VERSION = "0.1.0"
 
 
 class HybridServeApp(FastAPI):
-    """FastAPI with the hot routes answered by a `FastLane` before any of FastAPI's machinery.
+    """FastAPI with one lean stack of layers around its one router, for every route:
+    `Drain`, `BodyLimit`, `ErrorReplies`, the router.
 
-    A lane added with ``add_middleware`` still runs inside FastAPI's own layers (its telemetry
-    check, server-error and body-limit middleware: 7% of the event loop per ``/predict``).
+    FastAPI's own stack adds layers this server does not use (its telemetry, which reads the
+    environment on each request; a body limit of its own beside `BodyLimit`; a server-error
+    layer that re-raises after answering; a file stack only its routes need, which they now
+    open themselves). Measured in process, the health probe took 39 µs through that stack and
+    Starlette's exception layer, 6 µs through this one. The ASGI routes (`service.routes`) run
+    inside just these layers.
     """
 
-    lane: FastLane | None = None
-
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.lane is None:
+        if scope["type"] != "http":  # the lifespan, as FastAPI runs it
             await super().__call__(scope, receive, send)
-        else:
-            await self.lane(scope, receive, send)
+            return
+        scope["app"] = self
+        if self.middleware_stack is None:
+            self.middleware_stack = self.build_middleware_stack()
+        await self.middleware_stack(scope, receive, send)
 
-    async def without_lane(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """The app as FastAPI serves it: where the lane sends what it does not answer."""
-        await super().__call__(scope, receive, send)
+    def build_middleware_stack(self) -> ASGIApp:
+        """The app's middleware (outermost first), the error replies, the router (whose
+        FastAPI routes open their own file stack: `service.routes.FileStackRoute`)."""
+        app: ASGIApp = ErrorReplies(self.router, handlers=self.exception_handlers)
+        for middleware in reversed(self.user_middleware):
+            app = middleware.cls(app, *middleware.args, **middleware.kwargs)
+        return app
 
 
 def create_app(runtime: Runtime, *, inference: bool = True, management: bool = True,
@@ -58,9 +67,11 @@ def create_app(runtime: Runtime, *, inference: bool = True, management: bool = T
 
     title = "HybridServe" + ("" if inference else " management")
     app = HybridServeApp(title=title, version=VERSION, lifespan=lifespan,
-                         description="Serves MXNet-format models: Open Inference Protocol (V2), "
-                         "/predict, management and metrics.")
+                         description="Serves MXNet-format models: Open Inference Protocol "
+                         "(V2), /predict, management and metrics.")
     app.state.runtime = runtime
+    # The ASGI routes first in the one router: the hot routes are matched before any other.
+    app.router.routes[:0] = routers.INFERENCE_ASGI if inference else routers.HEALTH_ASGI
     selected = (routers.INFERENCE if inference else routers.HEALTH) + (
         routers.MANAGEMENT if management else ())
     for router in selected:
@@ -71,6 +82,4 @@ def create_app(runtime: Runtime, *, inference: bool = True, management: bool = T
                        max_upload_bytes=runtime.settings.max_upload_bytes,
                        body_timeout_s=runtime.settings.body_timeout)
     app.add_middleware(Drain, state=runtime.drain)
-    if inference:
-        app.lane = FastLane(app.without_lane, runtime=runtime)
     return app

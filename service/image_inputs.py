@@ -67,19 +67,16 @@ class ImageInputs:
             self._pool.shutdown(wait=False)
             self._pool = None
 
-    async def tensors(self, handle: LoadedVersion, arrays: Mapping[str, np.ndarray]
-                      ) -> dict[str, np.ndarray]:
-        """`arrays` with each BYTES tensor of a pipeline input replaced by its stacked rows;
-        other tensors (including floats sent to a pipeline input) as they are.
-
-        Raises:
-            InputError: an image is refused; the message names the input and the row.
-        """
-        return (await self.prepare(handle, arrays))[0]
-
     async def prepare(self, handle: LoadedVersion, arrays: Mapping[str, np.ndarray]
                       ) -> tuple[dict[str, np.ndarray], dict[str, list[Geometry]]]:
-        """`tensors`, and each image input's geometries (one per row) for postprocessing."""
+        """`arrays` with each BYTES tensor of a pipeline input replaced by its tensors (an
+        image input's stacked rows; a text input's token ids, types and valid lengths), other
+        tensors (including floats sent to a pipeline input) as they are; and each image
+        input's geometries (one per row) for postprocessing.
+
+        Raises:
+            InputError: an image or text is refused; the message names the input and the row.
+        """
         converted, geometries = dict(arrays), {}
         for name, options in handle.pipelines.items():
             array = arrays.get(name)

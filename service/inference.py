@@ -5,13 +5,14 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import NamedTuple, NoReturn
 
 import numpy as np
 
 from engine.errors import EngineError, InputError, ShapeError
 from engine.serving.config import TensorConfig
 from engine.serving.loaded import LoadedVersion
+from engine.serving.preprocess import Geometry
 from engine.serving.repository import ModelRepository
 from service import codecs, image_forms, postprocess_outputs, text_inputs
 from service.errors import BadRequest, ServiceError
@@ -21,12 +22,23 @@ from service.metrics import Metrics
 BYTES = "BYTES"
 
 
+class Checked(NamedTuple):
+    """A request's inputs as `check_inputs` passed them: the version they were checked against
+    (looked up once, and the one that runs them), the arrays, and their batch size."""
+
+    handle: LoadedVersion
+    arrays: dict[str, np.ndarray]
+    rows: int
+
+
 @dataclass(frozen=True)
 class Answer:
-    """A finished inference: which version ran, and its outputs."""
+    """A finished inference: which version ran, its outputs, and each image input's
+    geometries (one per row; None without images) for postprocessing."""
 
     version: LoadedVersion
     outputs: dict[str, np.ndarray]
+    geometries: dict[str, list[Geometry]] | None = None
 
 
 def _shape_fits(expected: tuple[int, ...], given: tuple[int, ...]) -> bool:
@@ -35,10 +47,15 @@ def _shape_fits(expected: tuple[int, ...], given: tuple[int, ...]) -> bool:
 
 
 def check_inputs(handle: LoadedVersion, arrays: Mapping[str, np.ndarray],
-                 datatypes: Mapping[str, str] | None = None) -> None:
+                 datatypes: Mapping[str, str] | None = None) -> int:
     """400 unless `arrays` are exactly the config's inputs, with its datatypes and shapes
-    (BYTES for an input with a preprocess pipeline: images). `datatypes` must be given for
-    BYTES tensors (object arrays)."""
+    (BYTES for an input with a preprocess pipeline: images or texts), agreeing on a batch size
+    in 1..max_batch_size; that batch size. `datatypes` must be given for BYTES tensors (object
+    arrays).
+
+    The one check of a request's inputs: the batcher takes them as they are (its ``rows``),
+    and the model checks each new shape once, when it compiles its plan.
+    """
     specs = text_inputs.request_specs(handle, arrays)
     if arrays.keys() != specs.keys():
         _refuse_names(handle, arrays)
@@ -53,6 +70,22 @@ def check_inputs(handle: LoadedVersion, arrays: Mapping[str, np.ndarray],
                 _check_images(handle, spec, array)
             else:
                 _refuse_tensor(handle, spec, array, given)
+    sizes = {array.shape[0] for array in arrays.values()}  # ranks >= 1: config shapes are
+    if len(sizes) != 1 or 0 in sizes:                       # [-1, ...]
+        _refuse_rows(handle, arrays)
+    return sizes.pop()
+
+
+def _refuse_rows(handle: LoadedVersion, arrays: Mapping[str, np.ndarray]) -> NoReturn:
+    """The 400 for inputs of no rows, or disagreeing on their number (as the batcher words
+    it for its own callers)."""
+    where = _where(handle)
+    if len(arrays) > 1 and len({array.shape[0] for array in arrays.values()}) > 1:
+        raise BadRequest(f"{where}: inputs disagree on the batch size (first dimension): "
+                         + ", ".join(f"{name} {array.shape[0]}"
+                                     for name, array in arrays.items()))
+    raise BadRequest(f"{where}: batch size 0 is outside 1..max_batch_size "
+                     f"{handle.config.max_batch_size}; send at least one row")
 
 
 def _check_images(handle: LoadedVersion, spec: TensorConfig, array: np.ndarray) -> None:
@@ -133,24 +166,28 @@ class InferenceService:
         """Stop the image pool's threads."""
         self.images.close()
 
-    async def run(self, handle: LoadedVersion, arrays: dict[str, np.ndarray],
-                  timeout_s: float | None = None) -> Answer:
-        """Run checked inputs on `handle`'s version; shape failures inside are the input's."""
+    async def run(self, checked: Checked, timeout_s: float | None = None) -> Answer:
+        """Run checked inputs on the version they were checked against, images and texts
+        preprocessed first; shape failures inside are the input's."""
+        handle, arrays, geometries = checked.handle, checked.arrays, None
+        if handle.pipelines:
+            arrays, geometries = await self.images.prepare(handle, arrays)
         started = time.perf_counter()
         ok = False
         try:
             outputs = await self.repository.infer(handle.name, arrays, version=handle.version,
-                                                  timeout_s=timeout_s)
+                                                  timeout_s=timeout_s, handle=handle,
+                                                  rows=checked.rows)
             ok = True
         except ShapeError as error:
             raise InputError(str(error)) from error
         finally:
             self.metrics.observe_request(handle.name, handle.version, ok,
                                          time.perf_counter() - started)
-        return Answer(handle, outputs)
+        return Answer(handle, outputs, geometries)
 
-    def predict_inputs(self, body: bytes) -> tuple[LoadedVersion, dict[str, np.ndarray]]:
-        """A ``POST /predict`` body decoded and checked: the version to run, and its inputs."""
+    def predict_inputs(self, body: bytes) -> Checked:
+        """A ``POST /predict`` body decoded and checked."""
         try:
             return self._predict_inputs(body)
         except (ServiceError, EngineError):
@@ -158,7 +195,7 @@ class InferenceService:
         except UNFORESEEN as error:
             raise undecodable("predict request", error) from error
 
-    def _predict_inputs(self, body: bytes) -> tuple[LoadedVersion, dict[str, np.ndarray]]:
+    def _predict_inputs(self, body: bytes) -> Checked:
         request = codecs.decode_predict(body)
         handle = self.repository.get(request.model, request.version)
         ranks = {name: len(spec.shape) for name, spec in handle.input_specs.items()}
@@ -166,13 +203,12 @@ class InferenceService:
         arrays = codecs.predict_arrays(request, handle.input_dtypes, self.max_tensor_elements,
                                        ranks)
         arrays.update(texts)
-        check_inputs(handle, arrays, text_inputs.datatypes_of(arrays) if texts else None)
-        return handle, arrays
+        datatypes = text_inputs.datatypes_of(arrays) if texts else None
+        return Checked(handle, arrays, check_inputs(handle, arrays, datatypes))
 
-    def predict_images(self, body: bytes, content_type: str, query: str
-                       ) -> tuple[LoadedVersion, dict[str, np.ndarray]]:
+    def predict_images(self, body: bytes, content_type: str, query: str) -> Checked:
         """A ``POST /predict`` body of images (raw ``image/*`` or multipart) as BYTES tensors,
-        checked: the version to run, and its inputs."""
+        checked."""
         request = image_forms.read_image_request(body, content_type, query)
         handle = self.repository.get(request.model, request.version)
         if request.images is None:
@@ -185,55 +221,50 @@ class InferenceService:
         else:
             images = request.images
         arrays = image_forms.as_tensors(images)
-        check_inputs(handle, arrays, {name: BYTES for name in arrays})
-        return handle, arrays
+        return Checked(handle, arrays, check_inputs(handle, arrays,
+                                                    {name: BYTES for name in arrays}))
 
     async def predict(self, body: bytes, content_type: str | None = None,
                       query: str = "") -> dict[str, object]:
         """``POST /predict``: the response body. JSON, or images when `content_type` says so."""
         if content_type is not None and image_forms.is_image_body(content_type):
-            handle, arrays = self.predict_images(body, content_type, query)
+            checked = self.predict_images(body, content_type, query)
         else:
-            handle, arrays = self.predict_inputs(body)
-        geometries = None
-        if handle.pipelines:
-            arrays, geometries = await self.images.prepare(handle, arrays)
-        answer = await self.run(handle, arrays)
-        return {"model": handle.name, "version": handle.version,
-                "outputs": postprocess_outputs.predict_outputs(handle, answer.outputs,
-                                                               geometries)}
+            checked = self.predict_inputs(body)
+        answer = await self.run(checked)
+        return {"model": answer.version.name, "version": answer.version.version,
+                "outputs": postprocess_outputs.predict_outputs(answer.version, answer.outputs,
+                                                               answer.geometries)}
 
     async def infer_v2(self, name: str, version: str | None, body: bytes,
                        header_length: int | None) -> tuple[bytes, int | None]:
         """``POST /v2/models/{name}[/versions/{v}]/infer``: body and binary header length."""
         try:
-            handle, request = self._v2_inputs(name, version, body, header_length)
+            checked, request = self._v2_inputs(name, version, body, header_length)
         except (ServiceError, EngineError):
             raise
         except UNFORESEEN as error:
             raise undecodable("inference request", error) from error
+        handle = checked.handle
         binary, classes = self._requested_outputs(handle, request)
         timeout = None if request.timeout_us is None else request.timeout_us / 1e6
-        inputs, geometries = request.inputs, None
-        if handle.pipelines:
-            inputs, geometries = await self.images.prepare(handle, inputs)
-        answer = await self.run(handle, inputs, timeout)
+        answer = await self.run(checked, timeout)
         outputs, binary = postprocess_outputs.v2_outputs(handle, answer.outputs, binary, classes,
-                                                         geometries)
+                                                         answer.geometries)
         return codecs.encode_v2_response(handle.name, handle.version, outputs, binary,
                                          request.id)
 
     def _v2_inputs(self, name: str, version: str | None, body: bytes,
-                   header_length: int | None) -> tuple[LoadedVersion, codecs.V2Request]:
-        """A V2 request decoded and checked against the version it names."""
+                   header_length: int | None) -> tuple[Checked, codecs.V2Request]:
+        """A V2 request decoded, and its inputs checked against the version it names."""
         if header_length == 0:
             handle = self.repository.get(name, version or None)
             request = self._raw_request(handle, body)
         else:
             request = codecs.decode_v2_request(body, header_length, self.max_tensor_elements)
             handle = self.repository.get(name, version or None)
-        check_inputs(handle, request.inputs, request.datatypes)
-        return handle, request
+        rows = check_inputs(handle, request.inputs, request.datatypes)
+        return Checked(handle, request.inputs, rows), request
 
     def _raw_request(self, handle: LoadedVersion, body: bytes) -> codecs.V2Request:
         """A raw binary request: the body is the tensor of the model's only input."""

@@ -1,13 +1,17 @@
-"""OpenAPI details FastAPI cannot see: bodies read raw (for speed and binary tensors), errors."""
+"""OpenAPI details FastAPI cannot see: bodies read raw (for speed and binary tensors), errors,
+and the operations of the routes answered in plain ASGI (`service.routes`)."""
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI
 from pydantic import BaseModel
 
 from service import schemas
+from service.routes import AsgiRoute
 
 REF = "#/components/schemas/{model}"
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -20,6 +24,9 @@ ERRORS: dict[int | str, dict[str, Any]] = {
                                 (504, "Timed out"))}
 RAW_BODIES: list[type[BaseModel]] = [schemas.V2InferRequest, schemas.PredictRequest,
                                      schemas.IndexRequest]
+# The replies of the ASGI routes, which FastAPI does not know either.
+ASGI_REPLIES: list[type[BaseModel]] = [schemas.PredictResponse, schemas.V2InferResponse,
+                                       schemas.Live, schemas.Ready, schemas.ErrorResponse]
 
 
 def body_of(model: type[BaseModel], *, binary: bool = False) -> dict[str, Any]:
@@ -44,17 +51,51 @@ def optional_body_of(model: type[BaseModel]) -> dict[str, Any]:
 V2_INFER_BODY = body_of(schemas.V2InferRequest, binary=True)
 
 
+def _json_reply(model: type[BaseModel], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": {
+        "$ref": REF.format(model=model.__name__)}}}}
+
+
+def operation(endpoint: Callable[..., Any], tag: str, reply: type[BaseModel], *,
+              errors: dict[int | str, dict[str, Any]] | None = None,
+              **extra: Any) -> dict[str, Any]:
+    """The OpenAPI operation of an ASGI route (`AsgiRoute` adds its id), as FastAPI would
+    write it for a route declared with these replies: summary from the endpoint's name,
+    description from its docstring.
+
+    Args:
+        endpoint: the route's endpoint.
+        tag: the OpenAPI tag (the resource).
+        reply: the schema of the 200 reply.
+        errors: error statuses and their descriptions (``ERRORS`` form).
+        extra: more fields of the operation (``requestBody``, ``parameters``).
+    """
+    name = endpoint.__name__
+    responses = {"200": _json_reply(reply, "Successful Response")}
+    for status, error in (errors or {}).items():
+        responses[str(status)] = _json_reply(error["model"], error["description"])
+    return {"tags": [tag], "summary": name.replace("_", " ").title(),
+            "description": inspect.cleandoc(endpoint.__doc__ or ""), **extra,
+            "responses": responses}
+
+
 def install_openapi(app: FastAPI) -> None:
-    """Add the schemas of raw-read bodies to the components of `app`'s OpenAPI document."""
+    """Add the ASGI routes' operations, and the schemas of raw-read bodies and of those
+    routes' replies, to `app`'s OpenAPI document."""
     build = app.openapi
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is not None:
             return app.openapi_schema
         document = build()
+        paths = document.setdefault("paths", {})
+        for route in app.routes:
+            if isinstance(route, AsgiRoute):
+                paths.setdefault(route.path, {})[route.method.lower()] = route.operation
         components = document.setdefault("components", {}).setdefault("schemas", {})
-        for model in RAW_BODIES:
-            schema = model.model_json_schema(ref_template=REF)
+        for model in RAW_BODIES + ASGI_REPLIES:
+            mode = "validation" if model in RAW_BODIES else "serialization"
+            schema = model.model_json_schema(ref_template=REF, mode=mode)
             for name, definition in schema.pop("$defs", {}).items():
                 components.setdefault(name, definition)
             components.setdefault(model.__name__, schema)

@@ -56,7 +56,7 @@ class BatchingPolicy:
 
 @dataclass(eq=False)
 class _Request:
-    inputs: Arrays
+    inputs: Mapping[str, np.ndarray]
     rows: int
     key: Hashable
     future: asyncio.Future[Arrays]
@@ -146,11 +146,19 @@ class DynamicBatcher:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
-    async def submit(self, inputs: Mapping[str, Any], *, timeout_s: float | None = None) -> Arrays:
-        """Queue one request and wait for its own rows of the batch outputs."""
+    async def submit(self, inputs: Mapping[str, Any], *, timeout_s: float | None = None,
+                     rows: int | None = None) -> Arrays:
+        """Queue one request and wait for its own rows of the batch outputs.
+
+        ``rows`` is for a caller that has checked ``inputs`` itself (a server checks each
+        request against the model's config): numpy arrays that agree on their batch size
+        ``rows``, within 1..max_batch_size. The batcher then takes them as they are; without
+        it, it checks them (see Raises above).
+        """
         if self._closing:
             raise ModelNotReady(f"{self.name} is unloading; retry to reach the current version")
-        request = self._make_request(inputs)
+        request = self._make_request(inputs) if rows is None else self._checked_request(
+            inputs, rows)
         if self._queued >= self.policy.max_queue_size:
             self.stats.rejected += 1
             raise Overloaded(f"{self.name}: queue is full ({self._queued} requests waiting, "
@@ -192,10 +200,15 @@ class DynamicBatcher:
         if not 1 <= size <= self.policy.max_batch_size:
             raise InputError(f"{self.name}: batch size {size} is outside 1..max_batch_size "
                              f"{self.policy.max_batch_size}; split the request")
+        return self._checked_request(arrays, size)
+
+    @staticmethod
+    def _checked_request(arrays: Mapping[str, np.ndarray], rows: int) -> _Request:
+        """The queue entry of checked inputs; requests with equal keys can be joined."""
         key = tuple(sorted((name, array.shape[1:], array.dtype.str)
                            for name, array in arrays.items()))
         future = asyncio.get_running_loop().create_future()
-        return _Request(arrays, size, key, future, time.monotonic())
+        return _Request(arrays, rows, key, future, time.monotonic())
 
     def _remove(self, request: _Request) -> None:
         group = self._groups.get(request.key)

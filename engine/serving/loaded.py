@@ -88,13 +88,14 @@ class LoadedVersion:
         """What must change on disk for this version to be reloaded."""
         return self.manifest_digest, self.config_digest
 
-    async def infer(self, inputs: Mapping[str, Any], *,
-                    timeout_s: float | None = None) -> dict[str, np.ndarray]:
+    async def infer(self, inputs: Mapping[str, Any], *, timeout_s: float | None = None,
+                    rows: int | None = None) -> dict[str, np.ndarray]:
         """Queue one request on this version's batcher and wait for its outputs; inputs and
-        outputs go by the config's names, the graph's stay inside (the one place they map)."""
+        outputs go by the config's names, the graph's stay inside (the one place they map).
+        ``rows``: see `DynamicBatcher.submit`."""
         if self._to_graph:
             inputs = {self._to_graph.get(name, name): array for name, array in inputs.items()}
-        outputs = await self.batcher.submit(inputs, timeout_s=timeout_s)
+        outputs = await self.batcher.submit(inputs, timeout_s=timeout_s, rows=rows)
         if self._from_graph:
             return {self._from_graph.get(name, name): array for name, array in outputs.items()}
         return outputs

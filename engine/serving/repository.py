@@ -158,17 +158,24 @@ class ModelRepository:
                               f"{sorted(self._disk[name].versions) if name in self._disk else []}")
 
     async def infer(self, name: str, inputs: Mapping[str, Any], *,
-                    version: int | str | None = None,
-                    timeout_s: float | None = None) -> dict[str, np.ndarray]:
-        """Run one request on the named model (see `DynamicBatcher.submit` for its errors)."""
+                    version: int | str | None = None, timeout_s: float | None = None,
+                    handle: LoadedVersion | None = None,
+                    rows: int | None = None) -> dict[str, np.ndarray]:
+        """Run one request on the named model (see `DynamicBatcher.submit` for its errors).
+
+        ``handle``: what ``get(name, version)`` returned to a caller that looked the version up
+        already (to check the inputs against its config); ``rows``: see `DynamicBatcher.submit`.
+        """
         for attempt in range(3):
-            handle = self.get(name, version)
+            handle = handle or self.get(name, version)
             try:
-                return await handle.infer(inputs, timeout_s=timeout_s)
+                return await handle.infer(inputs, timeout_s=timeout_s, rows=rows)
             except ModelNotReady:
-                # The version was swapped out between look-up and queueing: use its successor.
+                # The version was swapped out between look-up and queueing: use its successor,
+                # whose batcher checks the inputs again.
                 if attempt == 2 or not handle.batcher.closing:
                     raise
+                handle, rows = None, None
         raise AssertionError("unreachable")
 
     def index(self) -> list[VersionStatus]:

@@ -22,7 +22,7 @@ from service.errors import BadRequest, Forbidden, Unauthorized
 from service.grpc import inference_pb2 as pb
 from service.grpc import inference_pb2_grpc as pb_grpc
 from service.grpc import status, tensors
-from service.inference import check_inputs
+from service.inference import Checked, check_inputs
 from service.postprocess_outputs import v2_outputs
 from service.routers.health import EXTENSIONS, SERVER_NAME
 from service.runtime import Runtime
@@ -110,16 +110,14 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                      context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:
         decoded = tensors.decode_inputs(request, self.inference.max_tensor_elements)
         handle = self.repository.get(request.model_name, request.model_version or None)
-        check_inputs(handle, decoded.arrays, decoded.datatypes)
+        checked = Checked(handle, decoded.arrays,
+                          check_inputs(handle, decoded.arrays, decoded.datatypes))
         chosen = _chosen_outputs(handle, request)
         timeout = _earliest(tensors.timeout_s(request.parameters), context.time_remaining())
         counts = tensors.classification_counts(request)
-        arrays, geometries = decoded.arrays, None
-        if handle.pipelines:
-            arrays, geometries = await self.inference.images.prepare(handle, arrays)
-        answer = await self.inference.run(handle, arrays, timeout)
+        answer = await self.inference.run(checked, timeout)
         outputs, _ = v2_outputs(handle, answer.outputs, dict.fromkeys(chosen, False), counts,
-                                geometries)
+                                answer.geometries)
         response = pb.ModelInferResponse(model_name=handle.name,
                                          model_version=str(handle.version), id=request.id)
         tensors.encode_outputs(response, outputs)

@@ -6,8 +6,9 @@ from fastapi import APIRouter, Response
 
 from service.deps import MetricsDep
 from service.metrics import CONTENT_TYPE
+from service.routes import FileStackRoute
 
-router = APIRouter(tags=["metrics"])
+router = APIRouter(tags=["metrics"], route_class=FileStackRoute)
 
 
 @router.get("/metrics", response_class=Response,

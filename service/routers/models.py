@@ -10,9 +10,11 @@ from engine.serving.names import check_model_name
 from service import describe, schemas
 from service.deps import Admin, Repository, Uploads
 from service.openapi import ERRORS
+from service.routes import FileStackRoute
 from service.uploads import receive_upload
 
-router = APIRouter(prefix="/models", tags=["management"], responses=ERRORS)
+router = APIRouter(prefix="/models", tags=["management"], responses=ERRORS,
+                   route_class=FileStackRoute)
 
 _FILE = {"type": "string", "format": "binary"}
 # The body is streamed to disk by `receive_upload`, so FastAPI cannot see it: declared here.

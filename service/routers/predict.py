@@ -1,17 +1,26 @@
-"""The simple form: ``POST /predict`` with nested lists in and out."""
+"""The simple form: ``POST /predict`` with nested lists in and out (or images)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from starlette.types import Receive, Scope, Send
 
 from service import schemas
-from service.deps import Inference
-from service.openapi import ERRORS, body_of
-from service.responses import OrjsonResponse, json_response
+from service.openapi import ERRORS, body_of, operation
+from service.responses import dumps
+from service.routes import AsgiRoute, header, read_body, reply, runtime_of
 
-router = APIRouter(tags=["inference"], responses=ERRORS)
+
+async def predict(scope: Scope, receive: Receive, send: Send) -> None:
+    """Run `inputs` on `model` (newest ready version unless `version` is given); or images
+    (a raw ``image/*`` body or multipart files) on ``?model=NAME[&version=N]``."""
+    body = await read_body(receive)
+    if body is None:
+        return  # the client is gone: nobody to answer
+    answer = await runtime_of(scope).inference.predict(
+        body, header(scope, b"content-type"), scope.get("query_string", b"").decode("latin-1"))
+    await reply(send, dumps(answer))
 
 
 def _predict_body() -> dict[str, Any]:
@@ -32,11 +41,5 @@ def _predict_body() -> dict[str, Any]:
     return extra
 
 
-@router.post("/predict", openapi_extra=_predict_body(),
-             response_class=OrjsonResponse, responses={200: {"model": schemas.PredictResponse}})
-async def predict(request: Request, inference: Inference) -> OrjsonResponse:
-    """Run `inputs` on `model` (newest ready version unless `version` is given); or images
-    (a raw ``image/*`` body or multipart files) on ``?model=NAME[&version=N]``."""
-    return json_response(await inference.predict(await request.body(),
-                                                 request.headers.get("content-type"),
-                                                 request.url.query))
+ROUTES = [AsgiRoute("/predict", predict, method="POST", operation=operation(
+    predict, "inference", schemas.PredictResponse, errors=ERRORS, **_predict_body()))]

@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter
+from starlette.types import Receive, Scope, Send
 
 from engine.serving.errors import ModelNotReady
 from service import codecs, schemas
-from service.deps import Inference, Repository
+from service.deps import Repository
 from service.describe import metadata
 from service.errors import BadRequest
-from service.openapi import ERRORS, V2_INFER_BODY
+from service.openapi import ERRORS, V2_INFER_BODY, operation
+from service.routes import (
+    BINARY,
+    AsgiRoute,
+    FileStackRoute,
+    header,
+    read_body,
+    reply,
+    runtime_of,
+)
 
-router = APIRouter(prefix="/v2/models/{name}", tags=["inference"], responses=ERRORS)
-BINARY_TYPE = "application/octet-stream"
+PREFIX = "/v2/models/{name}"
+router = APIRouter(prefix=PREFIX, tags=["inference"], responses=ERRORS, route_class=FileStackRoute)
+HEADER_LENGTH = codecs.HEADER_LENGTH.lower().encode()
 NOT_READY = {400: {"model": schemas.ErrorResponse, "description": "Not ready"}}
 
 
@@ -37,15 +48,28 @@ async def model_ready(repository: Repository, name: str, version: str | None = N
     return schemas.ModelReady(name=handle.name, ready=True)
 
 
-@router.post("/infer", openapi_extra=V2_INFER_BODY,
-             responses={200: {"model": schemas.V2InferResponse}})
-@router.post("/versions/{version}/infer", openapi_extra=V2_INFER_BODY,
-             responses={200: {"model": schemas.V2InferResponse}})
-async def infer(request: Request, inference: Inference, name: str,
-                version: str | None = None) -> Response:
+async def infer(scope: Scope, receive: Receive, send: Send) -> None:
     """Run one request; with Inference-Header-Content-Length the body is JSON then binary."""
-    length = codecs.header_length(request.headers.get(codecs.HEADER_LENGTH))
-    body, header = await inference.infer_v2(name, version, await request.body(), length)
-    if header is None:
-        return Response(body, media_type="application/json")
-    return Response(body, media_type=BINARY_TYPE, headers={codecs.HEADER_LENGTH: str(header)})
+    length = codecs.header_length(header(scope, HEADER_LENGTH))
+    body = await read_body(receive)
+    if body is None:
+        return  # the client is gone: nobody to answer
+    params = scope["path_params"]
+    reply_body, binary_header = await runtime_of(scope).inference.infer_v2(
+        params["name"], params.get("version"), body, length)
+    if binary_header is None:
+        await reply(send, reply_body)
+    else:
+        await reply(send, reply_body, BINARY,
+                    ((HEADER_LENGTH, str(binary_header).encode()),))
+
+
+def _path_parameters(*names: str) -> list[dict[str, object]]:
+    return [{"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+            for name in names]
+
+
+ROUTES = [AsgiRoute(PREFIX + path, infer, method="POST", operation=operation(
+    infer, "inference", schemas.V2InferResponse, errors=ERRORS,
+    parameters=_path_parameters(*names), **V2_INFER_BODY))
+    for path, names in (("/infer", ("name",)), ("/versions/{version}/infer", ("name", "version")))]

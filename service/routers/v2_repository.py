@@ -16,8 +16,10 @@ from service.deps import Admin, Repository
 from service.describe import index
 from service.errors import BadRequest
 from service.openapi import ERRORS, optional_body_of
+from service.routes import FileStackRoute
 
-router = APIRouter(prefix="/v2/repository", tags=["repository"], responses=ERRORS)
+router = APIRouter(prefix="/v2/repository", tags=["repository"], responses=ERRORS,
+                   route_class=FileStackRoute)
 
 
 async def body_object(request: Request, what: str) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """The Open Inference Protocol as written (#17 point 4) and hostile request bodies (#26).
 
-Every request goes through the fast lane and through the FastAPI app behind it (``path``
-parameter): both answer the hot routes and must give the same answers.
+Every request goes through the whole app (the ``path`` parameter once named a second front end
+for the hot routes; there is one now).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from service.limits import BodyDeadlines
 from service.runtime import Runtime
 from tests.service.helpers import AUTH, MLP, config_for, files_for, first_io, run, settings_for
 
-PATHS = ("lane", "fastapi")
+PATHS = ("app",)
 MULTI = "multi_io"
 PLAIN = {"Accept-Encoding": "identity"}
 
@@ -34,7 +34,7 @@ PLAIN = {"Accept-Encoding": "identity"}
 @asynccontextmanager
 async def clients(tmp_path: Path, models: tuple[str, ...] = (MLP,), **settings: Any
                   ) -> AsyncIterator[dict[str, httpx.AsyncClient]]:
-    """Clients of the whole app ("lane") and of the FastAPI app behind the lane ("fastapi")."""
+    """A client of the whole app, under the key "app"."""
     runtime = Runtime.create(settings_for(tmp_path, **settings))
     app = create_app(runtime)
     async with app.router.lifespan_context(app):
@@ -42,10 +42,8 @@ async def clients(tmp_path: Path, models: tuple[str, ...] = (MLP,), **settings: 
             symbol, params = files_for(name)
             await runtime.repository.add_version(name, symbol, params, config=config_for(name))
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                     base_url="http://test") as lane, \
-                httpx.AsyncClient(transport=httpx.ASGITransport(app=app.without_lane),
-                                  base_url="http://test") as fastapi:
-            yield {"lane": lane, "fastapi": fastapi}
+                                     base_url="http://test") as client:
+            yield {"app": client}
 
 
 def scenario_on(tmp_path: Path, body: Any, models: tuple[str, ...] = (MLP,),
@@ -92,7 +90,7 @@ def assert_error(response: httpx.Response, status: int, *fragments: str) -> str:
 
 def test_model_metadata_names_the_platform_mxnet_mxnet(tmp_path: Path) -> None:
     async def body(both: dict[str, httpx.AsyncClient]) -> None:
-        response = await both["lane"].get(f"/v2/models/{MLP}")
+        response = await both["app"].get(f"/v2/models/{MLP}")
         assert response.status_code == 200 and response.json()["platform"] == "mxnet_mxnet"
 
     scenario_on(tmp_path, body)
@@ -101,7 +99,7 @@ def test_model_metadata_names_the_platform_mxnet_mxnet(tmp_path: Path) -> None:
 def test_server_metadata_at_the_protocols_literal_path(tmp_path: Path) -> None:
     async def body(both: dict[str, httpx.AsyncClient]) -> None:
         for path in ("/v2/", "/v2"):
-            response = await both["lane"].get(path)
+            response = await both["app"].get(path)
             assert response.status_code == 200, (path, response.status_code)
             assert response.json()["name"] == "hybridserve"
             assert "binary_tensor_data" in response.json()["extensions"]
@@ -111,7 +109,7 @@ def test_server_metadata_at_the_protocols_literal_path(tmp_path: Path) -> None:
 
 def test_an_unloaded_model_is_not_ready_with_400(tmp_path: Path) -> None:
     async def body(both: dict[str, httpx.AsyncClient]) -> None:
-        client = both["lane"]
+        client = both["app"]
         assert (await client.get(f"/v2/models/{MLP}/ready")).status_code == 200
         unloaded = await client.post(f"/v2/repository/models/{MLP}/unload", headers=AUTH)
         assert unloaded.status_code == 200
@@ -143,7 +141,7 @@ def test_raw_binary_request_is_one_row_of_the_only_input(tmp_path: Path, path: s
 
 def test_raw_binary_request_to_a_model_of_two_inputs_is_400(tmp_path: Path) -> None:
     async def body(both: dict[str, httpx.AsyncClient]) -> None:
-        response = await both["lane"].post(f"/v2/models/{MULTI}/infer", content=b"\0" * 80,
+        response = await both["app"].post(f"/v2/models/{MULTI}/infer", content=b"\0" * 80,
                                            headers={codecs.HEADER_LENGTH: "0"})
         assert_error(response, 400, "has 2 inputs", "'data0'", "one input only")
 
@@ -181,7 +179,7 @@ def test_the_same_input_twice_is_400(tmp_path: Path) -> None:
     async def body(both: dict[str, httpx.AsyncClient]) -> None:
         request = v2_json(mlp_input().tolist())
         request["inputs"] *= 2
-        response = await both["lane"].post(f"/v2/models/{MLP}/infer", json=request)
+        response = await both["app"].post(f"/v2/models/{MLP}/infer", json=request)
         assert_error(response, 400, "input 'data' is given twice")
 
     scenario_on(tmp_path, body)
@@ -214,9 +212,9 @@ def test_deeply_nested_header_fields_are_400(tmp_path: Path) -> None:
     async def body(both: dict[str, httpx.AsyncClient]) -> None:
         request = orjson.dumps(v2_json(mlp_input().tolist()))[:-1] + b', "outputs": ' + nested(
             900) + b"}"
-        response = await both["lane"].post(f"/v2/models/{MLP}/infer", content=request)
+        response = await both["app"].post(f"/v2/models/{MLP}/infer", content=request)
         assert_error(response, 400, "outputs[0] must be a JSON object")
-        too_deep = await both["lane"].post("/predict", content=b'{"model": ' + nested(1100)
+        too_deep = await both["app"].post("/predict", content=b'{"model": ' + nested(1100)
                                            + b"}" + b" " * 1100)
         assert_error(too_deep, 400, "not valid JSON")
 
@@ -308,9 +306,8 @@ def test_large_responses_are_compressed_when_asked(tmp_path: Path, path: str,
 
 # ----- #17 point 5: slow bodies -------------------------------------------------------------
 
-@pytest.mark.parametrize(("path", "url"), [("lane", f"/v2/models/{MLP}/infer"),
-                                           ("fastapi", f"/v2/models/{MLP}/infer"),
-                                           ("fastapi", "/v2/repository/index")])
+@pytest.mark.parametrize(("path", "url"), [("app", f"/v2/models/{MLP}/infer"),
+                                           ("app", "/v2/repository/index")])
 def test_a_body_slower_than_body_timeout_is_408(tmp_path: Path, path: str, url: str) -> None:
     async def body(both: dict[str, httpx.AsyncClient]) -> None:
         async def trickle() -> AsyncIterator[bytes]:
@@ -348,7 +345,7 @@ def test_a_body_slower_than_body_timeout_is_408(tmp_path: Path, path: str, url: 
 def test_repository_bodies_name_the_wrong_field(tmp_path: Path, url: str, content: bytes,
                                                 status: int, fragment: str) -> None:
     async def body(both: dict[str, httpx.AsyncClient]) -> None:
-        response = await both["lane"].post(url, content=content, headers=AUTH)
+        response = await both["app"].post(url, content=content, headers=AUTH)
         if status == 200:
             assert response.status_code == 200, response.text
         else:

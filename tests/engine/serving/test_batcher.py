@@ -290,6 +290,33 @@ def test_bad_requests_raise_input_error(inputs: dict[str, Any], message: str) ->
     run(main())
 
 
+def test_inputs_a_caller_checked_are_taken_as_they_are() -> None:
+    """With ``rows`` the caller vouches for its inputs (a server checked them against the
+    config): the batcher neither checks nor copies them, and still batches and splits."""
+    seen: list[Any] = []
+    model = FakeModel()
+
+    def infer(joined: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        seen.append(joined)
+        return model.infer(joined)
+
+    async def main() -> None:
+        policy = BatchingPolicy(max_batch_size=8, max_queue_delay_s=10.0,
+                                preferred_batch_sizes=(5,), dispatch_when_idle=False)
+        async with DynamicBatcher(infer, policy) as batcher:
+            first, second = {"data": rows(2, seed=2)}, {"data": rows(3, seed=3)}
+            results = await asyncio.gather(batcher.submit(first, rows=2),
+                                           batcher.submit(second, rows=3))
+            assert_rows(results[0], model, first["data"])
+            assert_rows(results[1], model, second["data"])
+            assert seen[0]["data"].shape == (5, 4)
+            single = {"data": rows(5, seed=4)}
+            await batcher.submit(single, rows=5)
+            assert seen[1] is single  # one request: its own mapping, not a checked copy
+
+    run(main())
+
+
 def test_close_drains_queued_requests_then_refuses_new_ones() -> None:
     model = FakeModel()
 

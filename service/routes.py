@@ -1,0 +1,110 @@
+"""The two kinds of route in the app's one router: `AsgiRoute` for the hot routes, whose
+endpoints speak ASGI, and `FileStackRoute`, FastAPI's route, for every other.
+
+Profiling the server under load (seed MLP through ``/predict``, 64 connections) put half of the
+event loop's time in FastAPI's per-route machinery — dependency solving, the ``Request`` object,
+response classes — and only a fifth in the handler itself. The routes a client calls per
+inference (``/predict``, V2 infer) and the health probes are therefore plain ASGI endpoints,
+registered in the same Starlette router as every other route and so behind the same drain,
+body-limit and error layers (`service.app.HybridServeApp.build_middleware_stack`). FastAPI
+cannot see into them: each carries its OpenAPI operation, which `service.openapi` adds to the
+document.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from typing import Any
+
+from fastapi.routing import APIRoute
+from starlette._utils import get_route_path
+from starlette.routing import Match, Route
+from starlette.types import Receive, Scope, Send
+
+from service.runtime import Runtime
+
+Endpoint = Callable[[Scope, Receive, Send], Awaitable[None]]
+JSON = b"application/json"
+BINARY = b"application/octet-stream"
+
+
+class AsgiRoute(Route):
+    """A route answered by ``endpoint(scope, receive, send)``, with its OpenAPI operation."""
+
+    def __init__(self, path: str, endpoint: Endpoint, *, method: str,
+                 operation: dict[str, Any]) -> None:
+        super().__init__(path, endpoint, methods=[method], include_in_schema=False)
+        self.app = endpoint  # called as it is: no request/response adapter around it
+        self.methods = {method}  # as FastAPI's routes: no implicit HEAD beside a GET
+        self.method = method
+        # FastAPI's id for a route of this name, path and method: unique per route.
+        operation_id = re.sub(r"\W", "_", f"{self.name}{self.path_format}")
+        self.operation = {**operation, "operationId": f"{operation_id}_{method.lower()}"}
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        """Starlette's match; a path without parameters by plain comparison, no pattern."""
+        if self.param_convertors or scope["type"] != "http":
+            return super().matches(scope)
+        path = get_route_path(scope) if scope.get("root_path") else scope["path"]
+        if path != self.path:
+            return Match.NONE, {}
+        child = {"endpoint": self.endpoint, "path_params": {}}
+        return (Match.FULL if scope["method"] in self.methods else Match.PARTIAL), child
+
+
+class FileStackRoute(APIRoute):
+    """FastAPI's route, opening the stack its handlers close uploaded files on.
+
+    FastAPI opens that stack in a layer around its whole router (``AsyncExitStackMiddleware``),
+    which would cost every request, the hot routes' too, 3 µs; the routes that use it open it
+    themselves. Every ``APIRouter`` of the app is made with ``route_class=FileStackRoute``.
+    """
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Run the route with its file stack in the scope, closed once it has answered."""
+        async with AsyncExitStack() as stack:
+            scope["fastapi_middleware_astack"] = stack
+            await super().handle(scope, receive, send)
+
+
+def runtime_of(scope: Scope) -> Runtime:
+    """The runtime of the app serving this request."""
+    runtime: Runtime = scope["app"].state.runtime
+    return runtime
+
+
+def header(scope: Scope, name: bytes) -> str | None:
+    """A request header's value (`name` in lower case), or None."""
+    for key, value in scope["headers"]:
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
+async def read_body(receive: Receive) -> bytes | None:
+    """The request body, as `service.limits.BodyLimit` passes it on (inflated, within its size
+    and time limits); None when the client went away before sending it all."""
+    message = await receive()
+    if message["type"] == "http.disconnect":
+        return None
+    body: bytes = message.get("body", b"")
+    if not message.get("more_body", False):  # the usual request: one message
+        return body
+    chunks = [body]
+    while message.get("more_body", False):
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunks.append(message.get("body", b""))
+    return b"".join(chunks)
+
+
+async def reply(send: Send, body: bytes, content_type: bytes = JSON,
+                headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+    """A 200 response with `body` (compressed on the way out by `BodyLimit` when asked)."""
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", content_type),
+                            (b"content-length", str(len(body)).encode()), *headers]})
+    await send({"type": "http.response.body", "body": body})
