@@ -8,10 +8,12 @@ weights, taking ``(N, 3, 224, 224)``. The reference preprocesses with NumPy and 
 from __future__ import annotations
 
 import io
+import struct
+import zlib
 from typing import Any
 
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageOps
 
 import engine
 from engine import sym
@@ -51,7 +53,7 @@ def reference_scores(symbol: bytes, params: bytes, images: list[bytes]) -> np.nd
 
 def reference_row(data: bytes) -> np.ndarray:
     """The ImageNet evaluation transform in NumPy, Pillow decoding and resizing only."""
-    rgb = Image.open(io.BytesIO(data)).convert("RGB")
+    rgb = ImageOps.exif_transpose(Image.open(io.BytesIO(data))).convert("RGB")
     width, height = rgb.size
     size = ((int(256 * width / height), 256) if height <= width
             else (256, int(256 * height / width)))
@@ -77,3 +79,13 @@ def encode(pixels: np.ndarray, kind: str) -> bytes:
     buffer = io.BytesIO()
     Image.fromarray(pixels).save(buffer, kind, **({"quality": 90} if kind == "JPEG" else {}))
     return buffer.getvalue()
+
+
+def png_header_only(width: int, height: int) -> bytes:
+    """A PNG that declares `width` x `height` palette pixels but holds almost no data."""
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return (struct.pack(">I", len(body)) + kind + body
+                + struct.pack(">I", zlib.crc32(kind + body)))
+    header = struct.pack(">IIBBBBB", width, height, 8, 3, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"PLTE", b"\x00" * 3)
+            + chunk(b"IDAT", zlib.compress(b"\x00" * 1024)) + chunk(b"IEND", b""))

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import io
-import struct
 import tracemalloc
 import warnings
-import zlib
 
 import numpy as np
 import pytest
@@ -20,6 +18,7 @@ from engine.serving.images import (
     exif_orientation,
     sniff_format,
 )
+from tests.service.image_model import png_header_only
 
 RNG = np.random.default_rng(25)
 ORIENTATION = 0x0112
@@ -33,16 +32,6 @@ def encode(image: Image.Image, kind: str, **options: object) -> bytes:
 
 def noise(width: int, height: int) -> Image.Image:
     return Image.fromarray(RNG.integers(0, 256, (height, width, 3), dtype=np.uint8), "RGB")
-
-
-def png_header_only(width: int, height: int) -> bytes:
-    """A PNG that declares `width` x `height` palette pixels but holds almost no data."""
-    def chunk(kind: bytes, body: bytes) -> bytes:
-        return (struct.pack(">I", len(body)) + kind + body
-                + struct.pack(">I", zlib.crc32(kind + body)))
-    header = struct.pack(">IIBBBBB", width, height, 8, 3, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"PLTE", b"\x00" * 3)
-            + chunk(b"IDAT", zlib.compress(b"\x00" * 1024)) + chunk(b"IEND", b""))
 
 
 @pytest.mark.parametrize("kind", ["JPEG", "PNG", "WEBP"])
