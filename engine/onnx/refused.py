@@ -6,6 +6,8 @@ would differ from MXNet's. docs/onnx.md lists the same table.
 
 from __future__ import annotations
 
+from engine.ops.fused import FUSED_ELEMENTWISE
+
 _NO_FACTORISATION = "ONNX has no matrix inverse, factorisation or triangular-solve op"
 _SIGN = "copysign copies the sign bit of a NaN, which no ONNX op can read"
 _ATAN2 = ("ONNX has no Atan2; a composed Atan form loses MXNet's quadrant and signed-zero "
@@ -38,7 +40,7 @@ REFUSED: dict[str, str] = {
     **dict.fromkeys(("_foreach", "_while_loop", "_cond"),
                     "control flow with subgraphs; converting it to ONNX Loop/If is not "
                     "implemented"),
-    "_fused_elementwise": "made by this engine's fusion pass, which export does not run",
+    FUSED_ELEMENTWISE.name: "made by this engine's fusion pass, which export does not run",
     "_npi_bincount": ("ONNX has no bincount; a scatter-add needs the bin count (the data's "
                       "largest value) as a shape, known only at run time"),
     "_npi_delete": "not mapped (a Compress over a mask scattered from obj is not implemented)",
