@@ -37,8 +37,11 @@ G = np.array(  # the weight transform of F(2×2, 3×3) (Lavin and Gray, 2015)
 # (32: ≤ 1.12×, 16: 0.88×). With few tiles (GEMM rows) the GEMMs are bound by reading U,
 # 16/9 the size of the weights. At 32 tiles: 256×4 1.34×, 128×8 1.22×, 256×7 1.05×, 512×7
 # 0.97×; at 16: 256×4 1.01×, 512×7 1.0×, 256×7 0.8× (ResNet-18 at 64×64, batch 8: +8%).
+# Measured again inside a network (weights evicted from the cache between calls, as a run
+# leaves them; Zen 4, one thread, 2026-11-25), 16 tiles pay: 512×7 1.17×, 256×8 1.18×,
+# 128×7 1.14×, 256×7 1.02×; ResNet-18 at 224², batch 1, 36.8 → 36.0 ms (its three 512×7).
 MIN_CHANNELS = 64
-MIN_TILES = 32
+MIN_TILES = 16
 # Samples are taken enough at a time for this many tiles (GEMM rows): fewer re-read U (16/9 of
 # the weights) too often, more spill the cache; measured on ResNet-18's layers at batch 8.
 CHUNK_TILES = 128
