@@ -62,7 +62,7 @@ def convolve(data: Any, pad_y: int, pad_x: int, rows: Any, tiles: Any, weights: 
 
 
 def _compiled() -> dict[str, Any]:
-    if not _kernels:
+    if "input" not in _kernels:
         _kernels["input"] = compile_kernel(_input_transform)
         _kernels["output"] = compile_kernel(_output_transform)
     return _kernels
@@ -154,4 +154,5 @@ def _output_transform(products: Any, bias: Any, other: Any, out: Any, low: Any,
                             value = source[x]
                             value = low if value < low else value
                             target[x] = high if value > high else value
+
 
