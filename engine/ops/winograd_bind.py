@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.ops import depthwise_kernel, winograd_kernel
 from engine.ops.conv_bind import Geometry
 from engine.ops.im2col import Ints
 from engine.ops.workspace import aligned
@@ -36,11 +37,17 @@ G = np.array(  # the weight transform of F(2×2, 3×3) (Lavin and Gray, 2015)
 # (32: ≤ 1.12×, 16: 0.88×). With few tiles (GEMM rows) the GEMMs are bound by reading U,
 # 16/9 the size of the weights. At 32 tiles: 256×4 1.34×, 128×8 1.22×, 256×7 1.05×, 512×7
 # 0.97×; at 16: 256×4 1.01×, 512×7 1.0×, 256×7 0.8× (ResNet-18 at 64×64, batch 8: +8%).
+# Measured again inside a network (weights evicted from the cache between calls, as a run
+# leaves them; Zen 4, one thread, 2026-11-25), 16 tiles pay: 512×7 1.17×, 256×8 1.18×,
+# 128×7 1.14×, 256×7 1.02×; ResNet-18 at 224², batch 1, 36.8 → 36.0 ms (its three 512×7).
 MIN_CHANNELS = 64
-MIN_TILES = 32
+MIN_TILES = 16
 # Samples are taken enough at a time for this many tiles (GEMM rows): fewer re-read U (16/9 of
 # the weights) too often, more spill the cache; measured on ResNet-18's layers at batch 8.
 CHUNK_TILES = 128
+# The compiled transforms (`winograd_kernel`) from this many tiles across: they run a tile row
+# at a time, and below it the NumPy ones, channels-last, run longer loops.
+COMPILED_MIN_COLUMNS = 14
 
 
 @dataclass(frozen=True)
@@ -94,13 +101,18 @@ def applies(data_shape: Ints, weight: Any, geometry: Geometry) -> bool:
 
 
 def scratch_bytes(data_shape: Ints, filters: int, geometry: Geometry, itemsize: int) -> int:
-    """Bytes of plan scratch the bound Winograd convolution needs."""
-    return _layout(data_shape, filters, geometry[3]).offsets(itemsize)[2]
+    """Bytes of plan scratch the bound Winograd convolution needs (either binding)."""
+    pad = geometry[3]
+    return max(_layout(data_shape, filters, pad).offsets(itemsize)[2],
+               _compiled_bytes(data_shape, filters, pad, itemsize))
 
 
 def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometry,
          workspace: Any) -> list[Callable[[], Any]]:
     """Calls computing ``out = conv(data, weight) + bias`` (3×3, stride 1, float32)."""
+    if (_tile_counts(data.shape, geometry[3])[1] >= COMPILED_MIN_COLUMNS
+            and depthwise_kernel.available()):
+        return [_bind_compiled(data, weight, bias, out, geometry, workspace)]
     batch, channels, height, width = data.shape
     filters = out.shape[1]
     pad = geometry[3]
@@ -118,6 +130,42 @@ def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometr
         calls += _bind_chunk(xp, padded[samples], weights, bias, out[samples], layout,
                              workspace)
     return calls
+
+
+def _bind_compiled(data: Any, weight: Any, bias: Any, out: Any, geometry: Geometry,
+                   workspace: Any) -> Callable[[], Any]:
+    """One call to `winograd_kernel.convolve`: the transforms compiled, channels-first."""
+    filters = out.shape[1]
+    pad = geometry[3]
+    tw = _tile_counts(data.shape, pad)[1]
+    chunk, tiles_cells, products_cells = _compiled_layout(data.shape, filters, pad)
+    tiles = workspace.region(0, (16, tiles_cells), data.dtype)
+    products = workspace.region(aligned(tiles.nbytes), (16, products_cells), data.dtype)
+    # The input transform's own scratch (it zeroes it), one per row width.
+    rows = workspace.zeroed((8, 2 * tw + 2), data.dtype, ("winograd rows",))
+    weights = workspace.derived(weight, "winograd, filters first", _transform_weight_rows)
+    shifts = np.zeros(filters, data.dtype) if bias is None else bias.reshape(filters)
+    no_residual = np.empty((0, *out.shape[1:]), out.dtype)
+    bounds = (out.dtype.type(-np.inf), out.dtype.type(np.inf))
+    return partial(winograd_kernel.convolve, data, pad[0], pad[1], rows, tiles, weights,
+                   products, shifts, no_residual, out, chunk, *bounds)
+
+
+def _compiled_layout(data_shape: Ints, filters: int, pad: Ints) -> tuple[int, int, int]:
+    """(samples per chunk, cells per ξ row of the tiles, of the products) when compiled."""
+    chunk = _layout(data_shape, filters, pad).chunk
+    cells = chunk * math.prod(_tile_counts(data_shape, pad))
+    return chunk, cells * data_shape[1], cells * filters + winograd_kernel.PRODUCTS_PAD
+
+
+def _compiled_bytes(data_shape: Ints, filters: int, pad: Ints, itemsize: int) -> int:
+    _, tiles, products = _compiled_layout(data_shape, filters, pad)
+    return aligned(16 * tiles * itemsize) + 16 * products * itemsize
+
+
+def _transform_weight_rows(weight: Any) -> np.ndarray:
+    """U as (16, F, C), the left operand of the channels-first GEMMs."""
+    return np.ascontiguousarray(_transform_weight(weight).transpose(0, 2, 1))
 
 
 def _transform_weight(weight: Any) -> np.ndarray:

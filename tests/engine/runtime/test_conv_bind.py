@@ -73,3 +73,37 @@ def test_bound_convolutions_allocate_nothing_per_run() -> None:
     # a run building either afresh would show here. What a run may use is numpy's bounded
     # ufunc buffer for the broadcast bias add (8192 elements) and small objects.
     assert peak < 48 * 1024, f"a run allocated up to {peak} bytes"
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES, ids=str)
+@pytest.mark.parametrize("batch", [1, 2])
+def test_one_sample_in_bands_of_output_rows(monkeypatch: pytest.MonkeyPatch, geometry: tuple,
+                                            batch: int) -> None:
+    # Patches over 2 × 200 bytes go in bands of ~200 bytes' worth of output rows (the last
+    # band shorter); each sample of a batch chunked one at a time is banded the same way.
+    monkeypatch.setattr(conv_bind, "BAND_BYTES", 200)
+    monkeypatch.setattr(conv_bind, "WIDE_POSITIONS", 1)
+    kernel, stride, pad, _ = geometry
+    spatial = {1: (23,), 2: (13, 10), 3: (7, 6, 5)}[len(kernel)]
+    shape = (batch, 3, *spatial)
+    optimized, reference = load_pair(two_convs(*geometry, False), shape, RNG)
+    plan = optimized.plan_for({"data": np.zeros(shape, np.float32)})
+    products = [step for step in plan.steps if getattr(step.call, "func", None) is np.matmul]
+    if not conv_bind.is_direct(shape, (kernel, stride, (1,) * len(kernel), pad)):
+        assert len(products) > 2 * batch  # more than one band per sample and layer
+    for _ in range(2):
+        x = RNG.normal(size=shape).astype(np.float32)
+        np.testing.assert_allclose(optimized.infer({"data": x})["second_output"],
+                                   reference.infer({"data": x})["second_output"],
+                                   rtol=1e-4, atol=1e-4)
+
+
+def test_band_rows() -> None:
+    # ResNet-18's stem at 224²: 3 × 7 × 7 × 112 × 112 floats (7.4 MB), in bands of ~1 MB.
+    stem = np.lib.stride_tricks.as_strided(np.zeros(1, np.float32), (3, 7, 7, 1, 112, 112),
+                                           (0,) * 6)
+    rows = conv_bind._band_rows(stem)
+    assert 1 < rows < 112
+    assert rows * 147 * 112 * 4 <= conv_bind.BAND_BYTES < (rows + 1) * 147 * 112 * 4
+    small = np.zeros((3, 3, 3, 1, 28, 28), np.float32)  # 85 KB: one band
+    assert conv_bind._band_rows(small) == 28

@@ -103,11 +103,12 @@ def test_dense_bias_and_clamp_on_whole_shape_operands(rows: int, clamp: str) -> 
     x = RNG.normal(size=(rows, 6)).astype(np.float32)
     x[0, 0] = np.nan  # the whole first row of the output is NaN, and stays NaN
     steps = optimized.plan_for({"data": x}).steps
-    # Several rows: the bias and the clamp's bounds become operands of the output's shape, the
-    # clamp folded into the FullyConnected's calls; one row keeps the plain calls.
+    # The bias and the clamp's bounds become operands of the output's shape, the clamp folded
+    # into the FullyConnected's calls (one row included: a row of zeros beats a scalar there).
     whole = [step.call for step in steps
              if any(getattr(arg, "shape", None) == (rows, 7) for arg in step.call.args[1:2])]
-    assert len(whole) == ((3 if clamp == "clip" else 2) if rows > 1 else 0)
+    assert len(whole) == (3 if clamp == "clip" else 2)
+    assert len(steps) == len(whole) + 1  # and the GEMM: no clamp step of its own
     assert epilogue.bias_clamp not in funcs(optimized.plan_for({"data": x}))
     got = optimized.infer({"data": x})["out_output"]
     want = reference.infer({"data": x})["out_output"]

@@ -1,0 +1,158 @@
+"""Compiled (numba) input and output transforms of Winograd F(2×2, 3×3), channels-first.
+
+`winograd_bind`'s NumPy transforms are 44 ufunc passes over strided views per layer, plus a
+transposing copy in and one out (ResNet-18 at batch 1: 3.7 ms of add/subtract passes and 2.2 ms
+of copies against 22.8 ms of GEMMs). Here each transform is one pass, a tile row at a time:
+
+- the input transform reads the input (N, C, H, W) itself, padding included, and writes the
+  transformed tiles ``V[ξ]`` as rows (C, tiles): each tile row's four input rows combined once
+  (``Bᵀ`` down), then the four columns of every tile (``B`` across);
+- the output transform reads the GEMM's products ``M[ξ]`` as rows (F, tiles) and writes
+  ``Y = Aᵀ M A`` straight into the output (N, F, H, W), adding the bias, a residual operand and
+  clamping as it writes (the epilogue of a fused chain, see `epilogue.absorb`).
+
+Channels-first, the GEMM is ``M[ξ] = U[ξ] (F, C) @ V[ξ] (C, tiles)``; OpenBLAS runs it as fast
+as the channels-last ``V @ U`` (ResNet-18's shapes, one thread: within 3% either way).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from engine.ops.depthwise_kernel import compile_kernel
+
+_kernels: dict[str, Any] = {}
+OTHER, OUT = 8, 9  # positions of the residual operand and the output in `convolve`'s arguments
+
+# Cells between consecutive ξ rows of the products beyond their own. Unpadded, a 56×56
+# layer's rows are 64 · 784 floats apart, a multiple of 4 KiB: the 16 rows the output
+# transform reads side by side fall into one set of the L1 cache and evict each other (64 ×
+# 56², one thread: 0.65 ms unpadded, 0.25 padded; the GEMMs do not notice). The tiles are
+# left unpadded: the input transform measured 0.40 ms unpadded and 0.47 padded.
+PRODUCTS_PAD = 16
+
+
+def convolve(data: Any, pad_y: int, pad_x: int, rows: Any, tiles: Any, weights: Any,
+             products: Any, bias: Any, other: Any, out: Any, chunk: int, low: Any,
+             high: Any) -> None:
+    """``out = clip(conv3x3(data) + bias + other, low, high)`` for a stride-1 3×3 convolution
+    padded by (pad_y, pad_x): per ``chunk`` samples, the input transform into ``tiles``, the
+    16 GEMMs ``weights[ξ] (F, C) @ V[ξ]`` into ``products`` in BLAS, and the output transform.
+
+    ``tiles`` and ``products`` are (16, pitch) scratch, row ξ holding V[ξ] (C, chunk·T) and
+    M[ξ] (F, chunk·T) from its start; ``rows`` (8, 2·tw + 2) is the input transform's own
+    scratch; ``bias`` (F,). ``other`` has out's shape, or no samples at all (no residual). NaN
+    stays NaN, as ``clip`` keeps it. One call per layer, so that an epilogue folds into it
+    whatever the batch: its last two arguments are the bounds (``epilogue.absorb`` narrows
+    them), and `OTHER` and `OUT` say where the residual and the output are.
+    """
+    kernels = _compiled()
+    channels, filters = data.shape[1], out.shape[1]
+    per_sample = (rows.shape[1] - 2) // 2 * ((out.shape[2] + 1) // 2)
+    for start in range(0, data.shape[0], chunk):
+        stop = min(start + chunk, data.shape[0])
+        used = (stop - start) * per_sample
+        kernels["input"](data[start:stop], pad_y, pad_x, rows, tiles)
+        np.matmul(weights, tiles[:, :channels * used].reshape(16, channels, used),
+                  products[:, :filters * used].reshape(16, filters, used))
+        residual = other[start:stop] if other.shape[0] else other
+        kernels["output"](products, bias, residual, out[start:stop], low, high)
+
+
+def _compiled() -> dict[str, Any]:
+    if "input" not in _kernels:
+        _kernels["input"] = compile_kernel(_input_transform)
+        _kernels["output"] = compile_kernel(_output_transform)
+    return _kernels
+
+
+def _input_transform(data: Any, pad_y: int, pad_x: int, rows: Any,
+                     tiles: Any) -> None:  # pragma: no cover - runs compiled
+    # Written out in one function: around a call, LLVM may not vectorise a loop (see
+    # depthwise_kernel), so the helpers are loops in place, not functions.
+    samples, channels, height, width = data.shape
+    columns = rows.shape[1]
+    tw = (columns - 2) // 2
+    th = (height + 2 * pad_y - 1) // 2
+    per_channel = samples * th * tw
+    stop = min(width, columns - pad_x)
+    rows[:] = 0  # rows 4..7: the four input rows, zero where the padding is
+    d0, d1, d2, d3 = rows[4], rows[5], rows[6], rows[7]
+    r0, r1, r2, r3 = rows[0], rows[1], rows[2], rows[3]
+    for c in range(channels):
+        for n in range(samples):
+            plane = data[n, c]
+            for i in range(th):
+                for k in range(4):
+                    y, line = 2 * i - pad_y + k, rows[4 + k]
+                    if 0 <= y < height:
+                        source = plane[y]
+                        for x in range(stop):
+                            line[pad_x + x] = source[x]
+                    else:
+                        line[:] = 0
+                for x in range(columns):  # Bᵀ down the four rows
+                    r0[x] = d0[x] - d2[x]
+                    r1[x] = d1[x] + d2[x]
+                    r2[x] = d2[x] - d1[x]
+                    r3[x] = d1[x] - d3[x]
+                first = c * per_channel + (n * th + i) * tw
+                for r in range(4):  # B across each tile's four columns
+                    combined = rows[r]
+                    v0 = tiles[4 * r, first:first + tw]
+                    v1 = tiles[4 * r + 1, first:first + tw]
+                    v2 = tiles[4 * r + 2, first:first + tw]
+                    v3 = tiles[4 * r + 3, first:first + tw]
+                    for j in range(tw):
+                        a, b = combined[2 * j], combined[2 * j + 1]
+                        e, g = combined[2 * j + 2], combined[2 * j + 3]
+                        v0[j] = a - e
+                        v1[j] = b + e
+                        v2[j] = e - b
+                        v3[j] = b - g
+
+
+def _output_transform(products: Any, bias: Any, other: Any, out: Any, low: Any,
+                      high: Any) -> None:  # pragma: no cover - runs compiled
+    samples, filters, height, width = out.shape
+    tw, th = (width + 1) // 2, (height + 1) // 2
+    per_filter = samples * th * tw
+    residual = other.shape[0] != 0
+    pair = np.empty((2, 2 * tw), dtype=out.dtype)  # a tile row's two output rows, uncropped
+    top, bottom = pair[0], pair[1]
+    for f in range(filters):
+        shift = bias[f]
+        for n in range(samples):
+            for i in range(th):
+                first = f * per_filter + (n * th + i) * tw
+                m = products[:, first:first + tw]
+                for j in range(tw):  # Aᵀ down (u: first row, l: second), then A across
+                    u0 = m[0, j] + m[4, j] + m[8, j]
+                    u1 = m[1, j] + m[5, j] + m[9, j]
+                    u2 = m[2, j] + m[6, j] + m[10, j]
+                    u3 = m[3, j] + m[7, j] + m[11, j]
+                    l0 = m[4, j] - m[8, j] - m[12, j]
+                    l1 = m[5, j] - m[9, j] - m[13, j]
+                    l2 = m[6, j] - m[10, j] - m[14, j]
+                    l3 = m[7, j] - m[11, j] - m[15, j]
+                    top[2 * j] = u0 + u1 + u2 + shift
+                    top[2 * j + 1] = u1 - u2 - u3 + shift
+                    bottom[2 * j] = l0 + l1 + l2 + shift
+                    bottom[2 * j + 1] = l1 - l2 - l3 + shift
+                for a in range(min(2, height - 2 * i)):
+                    source, target = pair[a], out[n, f, 2 * i + a]
+                    if residual:
+                        added = other[n, f, 2 * i + a]
+                        for x in range(width):
+                            value = source[x] + added[x]
+                            value = low if value < low else value  # not min/max: NaN stays
+                            target[x] = high if value > high else value
+                    else:
+                        for x in range(width):
+                            value = source[x]
+                            value = low if value < low else value
+                            target[x] = high if value > high else value
+
+
