@@ -100,6 +100,23 @@ def test_global_pooling_ignores_kernel_stride_pad(kind: str) -> None:
     np.testing.assert_allclose(result, reduce(data, axis=(2, 3), keepdims=True), rtol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_global_average_into_contiguous_and_strided_outputs(dtype: type) -> None:
+    # Contiguous float32/float64 run as a matrix-vector product, the rest through np.mean.
+    data = _random(2, 5, 7, 7).astype(dtype)
+    expected = data.astype(np.float64).mean(axis=(2, 3), keepdims=True)
+    attrs = {"global_pool": "True", "kernel": "(1, 1)", "pool_type": "avg"}
+    tolerance = 1e-2 if dtype == np.float16 else 1e-6
+    result = run_op("Pooling", attrs, [data])
+    assert result.dtype == dtype
+    np.testing.assert_allclose(result, expected, rtol=tolerance, atol=tolerance)
+    backing = np.full((2, 1, 1, 5), np.nan, dtype=dtype)
+    run_op("Pooling", attrs, [data], out=backing.transpose(0, 3, 1, 2))
+    np.testing.assert_allclose(backing.transpose(0, 3, 1, 2), expected, rtol=tolerance,
+                               atol=tolerance)
+    assert run_op("Pooling", attrs, [data[:0]]).shape == (0, 5, 1, 1)
+
+
 @pytest.mark.parametrize("layout", ["NHWC", "NWC", "NDHWC"])
 def test_channels_last_pooling_matches_channels_first(layout: str) -> None:
     spatial = len(layout) - 2
