@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, NoReturn
 
@@ -141,6 +141,31 @@ def _renamed(tensors: Sequence[TensorConfig] | None, name: str, kind: str) -> st
 
 def _where(handle: LoadedVersion) -> str:
     return f"model {handle.name!r} version {handle.version}"
+
+
+def answerable(handle: LoadedVersion) -> Sequence[str]:
+    """The tensors a V2 request may name in its outputs, as model metadata lists them: the
+    outputs, and the extra tensors of their postprocesses (``NAME_index``, ``NAME_label``)."""
+    if not postprocess_outputs.postprocessed(handle):
+        return handle.output_names
+    return list(postprocess_outputs.tensor_owners(handle))
+
+
+def check_requested(handle: LoadedVersion, names: Sequence[str],
+                    classified: Collection[str]) -> None:
+    """400 unless every requested name is a tensor model metadata lists, and every one asked
+    for as a classification is an output (not a postprocess's extra tensor)."""
+    available = answerable(handle)
+    for name in names:
+        if name not in available:
+            raise BadRequest(f"{_where(handle)} has no output {name!r}; its outputs are "
+                             f"{codecs.names(list(available))}"
+                             f"{_renamed(handle.config.outputs, name, 'output')}")
+    extras = [name for name in classified if name not in handle.output_names]
+    if extras:
+        raise BadRequest(f"{_where(handle)}: output {extras[0]!r} is computed by a "
+                         "postprocess; the classification extension applies to the model's "
+                         f"outputs {codecs.names(handle.output_names)}")
 
 
 # What a body no check foresaw could still make NumPy or a parser raise; a 400, never a 500.
@@ -281,18 +306,13 @@ class InferenceService:
     @staticmethod
     def _requested_outputs(handle: LoadedVersion, request: codecs.V2Request
                            ) -> tuple[dict[str, bool], dict[str, int]]:
-        """Outputs to return, in order, with whether each goes as binary data; and the class
-        count of those asked for as classifications."""
-        available = handle.output_names
+        """Tensors to return, in order, with whether each goes as binary data (every tensor
+        model metadata lists when the request names none, else exactly those it names); and
+        the class count of the outputs asked for as classifications."""
         if request.outputs is None:
-            return {output: request.binary_output for output in available}, {}
-        chosen, classes = {}, {}
-        for output in request.outputs:
-            if output.name not in available:
-                raise BadRequest(f"{_where(handle)} has no output {output.name!r}; its outputs "
-                                 f"are {codecs.names(available)}"
-                                 f"{_renamed(handle.config.outputs, output.name, 'output')}")
-            chosen[output.name] = request.binary_output if output.binary is None else output.binary
-            if output.classification is not None:
-                classes[output.name] = output.classification
-        return chosen, classes
+            return dict.fromkeys(answerable(handle), request.binary_output), {}
+        classes = {output.name: output.classification for output in request.outputs
+                   if output.classification is not None}
+        check_requested(handle, [output.name for output in request.outputs], classes)
+        return {output.name: request.binary_output if output.binary is None else output.binary
+                for output in request.outputs}, classes

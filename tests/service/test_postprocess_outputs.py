@@ -53,7 +53,7 @@ def test_a_detector_fed_tensors_answers_rows_in_input_pixels(tmp_path: Path) -> 
             assert upload.status_code == 201, upload.text
             body = {"inputs": [{"name": "data", "datatype": "FP32", "shape": [1, 3, 64, 64],
                                 "data": inputs["data"].reshape(-1).tolist()}],
-                    "outputs": [{"name": "scores"}, {"name": "ids"}]}
+                    "outputs": [{"name": "scores"}, {"name": "ids"}, {"name": "ids_label"}]}
             answer = (await client.post("/v2/models/ssd/infer", json=body)).json()
             tensors = {tensor["name"]: tensor for tensor in answer["outputs"]}
             assert list(tensors) == ["scores", "ids", "ids_label"]

@@ -131,7 +131,7 @@ def test_mapping_boxes_needs_an_image_preprocess_on_the_input() -> None:
     kept = _ssd({"postprocess": {"detection": {"coordinates": "input"}}}, preprocess=None)
     assert _validate("gluoncv_ssd_tiny", kept).config.outputs[0].postprocess.detection.boxes \
         == "boxes"
-    with pytest.raises(InvalidModel, match=r"detection input 'image' is not an input with an "
+    with pytest.raises(InvalidModel, match=r"input 'image' is not an input with an "
                                            r"image preprocess \(those are \['data'\]\)"):
         _validate("gluoncv_ssd_tiny", _ssd({"postprocess": {"detection": {"input": "image"}}}))
 
