@@ -14,6 +14,7 @@ from engine.serving.config import TensorConfig
 from engine.serving.loaded import LoadedVersion
 from engine.serving.preprocess import Geometry
 from engine.serving.repository import ModelRepository
+from engine.serving.text import TextPipeline
 from service import codecs, image_forms, postprocess_outputs, text_inputs
 from service.errors import BadRequest, ServiceError
 from service.image_inputs import ImageInputs
@@ -109,9 +110,29 @@ def _refuse_names(handle: LoadedVersion, arrays: Mapping[str, np.ndarray]) -> No
                          f"are {codecs.names(list(specs))}"
                          f"{_renamed(handle.config.inputs, unknown[0], 'input')}")
     spec = next(spec for name, spec in specs.items() if name not in arrays)
-    wire = "BYTES [-1]: encoded images" if spec.name in handle.pipelines else (
-        f"{spec.datatype} {list(spec.shape)}")
-    raise BadRequest(f"{_where(handle)}: missing input {spec.name!r} ({wire})")
+    raise BadRequest(f"{_where(handle)}: missing input {spec.name!r}, which takes "
+                     f"{_wire(handle, spec)}{_filled_by(handle, spec.name)}")
+
+
+def _wire(handle: LoadedVersion, spec: TensorConfig) -> str:
+    """What an input takes, for an error: its tensor, or for a pipeline input the BYTES it
+    takes too."""
+    tensor = f"{spec.datatype} {list(spec.shape)}"
+    pipeline = handle.pipelines.get(spec.name)
+    if pipeline is None:
+        return tensor
+    if isinstance(pipeline, TextPipeline):
+        return f"BYTES (texts: one a row, or [N, 2] for pairs) or {tensor} (token ids)"
+    return f"BYTES (encoded images, one a row) or {tensor}"
+
+
+def _filled_by(handle: LoadedVersion, name: str) -> str:
+    """For an error about input `name`: the text input whose texts would fill it, if any."""
+    filler = next((text for text, pipeline in handle.pipelines.items()
+                   if isinstance(pipeline, TextPipeline) and name in pipeline.options.filled),
+                  None)
+    return "" if filler is None else (f"; it is filled when input {filler!r} is sent as texts "
+                                      "(BYTES), else send it as a tensor")
 
 
 def _refuse_tensor(handle: LoadedVersion, spec: TensorConfig, array: np.ndarray,
@@ -119,12 +140,11 @@ def _refuse_tensor(handle: LoadedVersion, spec: TensorConfig, array: np.ndarray,
     """The 400 for an input of the wrong datatype, shape or number of rows."""
     where, name = _where(handle), spec.name
     if given != spec.datatype:
-        images = (f"BYTES (encoded images, one a row) or {spec.datatype} {list(spec.shape)}"
-                  if name in handle.pipelines else spec.datatype)
+        wanted = _wire(handle, spec) if name in handle.pipelines else spec.datatype
         hint = "" if given != BYTES or name in handle.pipelines else (
-            " (BYTES is for inputs with a preprocess pipeline: encoded images)")
+            " (BYTES is for inputs with a preprocess pipeline: encoded images or texts)")
         raise BadRequest(f"{where}: input {name!r} has datatype {given}; expected "
-                         f"{images}{hint}")
+                         f"{wanted}{hint}")
     if not _shape_fits(spec.shape, array.shape):
         raise BadRequest(f"{where}: input {name!r} has shape {list(array.shape)}; expected "
                          f"{list(spec.shape)} (-1: any size)")
