@@ -15,16 +15,26 @@ PLATFORM = "mxnet_mxnet"  # the Open Inference Protocol's name for MXNet
 
 
 def tensors(specs: Sequence[TensorConfig] | None) -> list[schemas.TensorMetadata]:
-    """Tensor metadata from config entries. An input with a preprocess pipeline is shown as
-    clients send it, BYTES ``[-1]`` (one encoded image a row); the model takes its rows.
-    Outputs with a postprocess are shown as it answers them."""
+    """Tensor metadata from config entries, as clients send and receive them. An input with a
+    preprocess pipeline takes BYTES: ``[-1]`` (one encoded image or text a row) or ``[-1, 2]``
+    (a text pipeline of pairs); the inputs a text pipeline fills are left out (the completed
+    config keeps them, for clients that tokenise themselves). Outputs with a postprocess are
+    shown as it answers them."""
     if any(spec.postprocess is not None for spec in specs or ()):
         return [schemas.TensorMetadata(name=name, datatype=datatype, shape=shape)
                 for name, datatype, shape in postprocess_outputs.metadata(specs or ())]
-    return [schemas.TensorMetadata(name=spec.name, datatype="BYTES", shape=[-1])
-            if spec.preprocess is not None else
-            schemas.TensorMetadata(name=spec.name, datatype=spec.datatype, shape=list(spec.shape))
-            for spec in specs or ()]
+    filled = {name for spec in specs or () if spec.preprocess is not None
+              and spec.preprocess.text is not None for name in spec.preprocess.text.filled}
+    return [_input_metadata(spec) for spec in specs or () if spec.name not in filled]
+
+
+def _input_metadata(spec: TensorConfig) -> schemas.TensorMetadata:
+    if spec.preprocess is None:
+        return schemas.TensorMetadata(name=spec.name, datatype=spec.datatype,
+                                      shape=list(spec.shape))
+    text = spec.preprocess.text
+    return schemas.TensorMetadata(name=spec.name, datatype="BYTES",
+                                  shape=[-1] if text is None else text.wire_shape)
 
 
 def versions(repository: ModelRepository, name: str) -> list[schemas.VersionInfo]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, NoReturn
 
@@ -14,6 +14,7 @@ from engine.serving.config import TensorConfig
 from engine.serving.loaded import LoadedVersion
 from engine.serving.preprocess import Geometry
 from engine.serving.repository import ModelRepository
+from engine.serving.text import TextPipeline
 from service import codecs, image_forms, postprocess_outputs, text_inputs
 from service.errors import BadRequest, ServiceError
 from service.image_inputs import ImageInputs
@@ -109,9 +110,29 @@ def _refuse_names(handle: LoadedVersion, arrays: Mapping[str, np.ndarray]) -> No
                          f"are {codecs.names(list(specs))}"
                          f"{_renamed(handle.config.inputs, unknown[0], 'input')}")
     spec = next(spec for name, spec in specs.items() if name not in arrays)
-    wire = "BYTES [-1]: encoded images" if spec.name in handle.pipelines else (
-        f"{spec.datatype} {list(spec.shape)}")
-    raise BadRequest(f"{_where(handle)}: missing input {spec.name!r} ({wire})")
+    raise BadRequest(f"{_where(handle)}: missing input {spec.name!r}, which takes "
+                     f"{_wire(handle, spec)}{_filled_by(handle, spec.name)}")
+
+
+def _wire(handle: LoadedVersion, spec: TensorConfig) -> str:
+    """What an input takes, for an error: its tensor, or for a pipeline input the BYTES it
+    takes too."""
+    tensor = f"{spec.datatype} {list(spec.shape)}"
+    pipeline = handle.pipelines.get(spec.name)
+    if pipeline is None:
+        return tensor
+    if isinstance(pipeline, TextPipeline):
+        return f"BYTES (texts: one a row, or [N, 2] for pairs) or {tensor} (token ids)"
+    return f"BYTES (encoded images, one a row) or {tensor}"
+
+
+def _filled_by(handle: LoadedVersion, name: str) -> str:
+    """For an error about input `name`: the text input whose texts would fill it, if any."""
+    filler = next((text for text, pipeline in handle.pipelines.items()
+                   if isinstance(pipeline, TextPipeline) and name in pipeline.options.filled),
+                  None)
+    return "" if filler is None else (f"; it is filled when input {filler!r} is sent as texts "
+                                      "(BYTES), else send it as a tensor")
 
 
 def _refuse_tensor(handle: LoadedVersion, spec: TensorConfig, array: np.ndarray,
@@ -119,12 +140,11 @@ def _refuse_tensor(handle: LoadedVersion, spec: TensorConfig, array: np.ndarray,
     """The 400 for an input of the wrong datatype, shape or number of rows."""
     where, name = _where(handle), spec.name
     if given != spec.datatype:
-        images = (f"BYTES (encoded images, one a row) or {spec.datatype} {list(spec.shape)}"
-                  if name in handle.pipelines else spec.datatype)
+        wanted = _wire(handle, spec) if name in handle.pipelines else spec.datatype
         hint = "" if given != BYTES or name in handle.pipelines else (
-            " (BYTES is for inputs with a preprocess pipeline: encoded images)")
+            " (BYTES is for inputs with a preprocess pipeline: encoded images or texts)")
         raise BadRequest(f"{where}: input {name!r} has datatype {given}; expected "
-                         f"{images}{hint}")
+                         f"{wanted}{hint}")
     if not _shape_fits(spec.shape, array.shape):
         raise BadRequest(f"{where}: input {name!r} has shape {list(array.shape)}; expected "
                          f"{list(spec.shape)} (-1: any size)")
@@ -141,6 +161,31 @@ def _renamed(tensors: Sequence[TensorConfig] | None, name: str, kind: str) -> st
 
 def _where(handle: LoadedVersion) -> str:
     return f"model {handle.name!r} version {handle.version}"
+
+
+def answerable(handle: LoadedVersion) -> Sequence[str]:
+    """The tensors a V2 request may name in its outputs, as model metadata lists them: the
+    outputs, and the extra tensors of their postprocesses (``NAME_index``, ``NAME_label``)."""
+    if not postprocess_outputs.postprocessed(handle):
+        return handle.output_names
+    return list(postprocess_outputs.tensor_owners(handle))
+
+
+def check_requested(handle: LoadedVersion, names: Sequence[str],
+                    classified: Collection[str]) -> None:
+    """400 unless every requested name is a tensor model metadata lists, and every one asked
+    for as a classification is an output (not a postprocess's extra tensor)."""
+    available = answerable(handle)
+    for name in names:
+        if name not in available:
+            raise BadRequest(f"{_where(handle)} has no output {name!r}; its outputs are "
+                             f"{codecs.names(list(available))}"
+                             f"{_renamed(handle.config.outputs, name, 'output')}")
+    extras = [name for name in classified if name not in handle.output_names]
+    if extras:
+        raise BadRequest(f"{_where(handle)}: output {extras[0]!r} is computed by a "
+                         "postprocess; the classification extension applies to the model's "
+                         f"outputs {codecs.names(handle.output_names)}")
 
 
 # What a body no check foresaw could still make NumPy or a parser raise; a 400, never a 500.
@@ -281,18 +326,13 @@ class InferenceService:
     @staticmethod
     def _requested_outputs(handle: LoadedVersion, request: codecs.V2Request
                            ) -> tuple[dict[str, bool], dict[str, int]]:
-        """Outputs to return, in order, with whether each goes as binary data; and the class
-        count of those asked for as classifications."""
-        available = handle.output_names
+        """Tensors to return, in order, with whether each goes as binary data (every tensor
+        model metadata lists when the request names none, else exactly those it names); and
+        the class count of the outputs asked for as classifications."""
         if request.outputs is None:
-            return {output: request.binary_output for output in available}, {}
-        chosen, classes = {}, {}
-        for output in request.outputs:
-            if output.name not in available:
-                raise BadRequest(f"{_where(handle)} has no output {output.name!r}; its outputs "
-                                 f"are {codecs.names(available)}"
-                                 f"{_renamed(handle.config.outputs, output.name, 'output')}")
-            chosen[output.name] = request.binary_output if output.binary is None else output.binary
-            if output.classification is not None:
-                classes[output.name] = output.classification
-        return chosen, classes
+            return dict.fromkeys(answerable(handle), request.binary_output), {}
+        classes = {output.name: output.classification for output in request.outputs
+                   if output.classification is not None}
+        check_requested(handle, [output.name for output in request.outputs], classes)
+        return {output.name: request.binary_output if output.binary is None else output.binary
+                for output in request.outputs}, classes

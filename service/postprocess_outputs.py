@@ -22,14 +22,22 @@ from engine.serving.loaded import LoadedVersion
 from engine.serving.postprocess import (
     DetectionRows,
     class_map,
+    class_map_to_original,
     detection_rows,
     l2_normalise,
     padded,
+    padded_maps,
     softmax,
     top_k,
 )
-from engine.serving.postprocess_config import INDEX_SUFFIX, LABEL_SUFFIX, Postprocess
+from engine.serving.postprocess_config import (
+    INDEX_SUFFIX,
+    LABEL_SUFFIX,
+    Postprocess,
+    extra_names,
+)
 from engine.serving.preprocess import Geometry
+from engine.serving.preprocess_config import ImagePreprocess
 from service import classification, codecs
 
 Geometries = Mapping[str, Sequence[Geometry]]  # by input name, one per image row
@@ -41,30 +49,47 @@ def postprocessed(handle: LoadedVersion) -> dict[str, Postprocess]:
             if tensor.postprocess is not None}
 
 
+def tensor_owners(handle: LoadedVersion) -> dict[str, str]:
+    """Every tensor V2 answers with, in model metadata's order, mapped to the output that
+    computes it: each output itself, and a postprocess's extra tensors (``NAME_index``,
+    ``NAME_label``) after their output."""
+    owners = {}
+    for tensor in handle.config.outputs or ():
+        owners[tensor.name] = tensor.name
+        if tensor.postprocess is not None:
+            extras = extra_names(tensor.name, tensor.postprocess, tensor.labels is not None)
+            owners.update(dict.fromkeys(extras, tensor.name))
+    return owners
+
+
 def v2_outputs(handle: LoadedVersion, outputs: Mapping[str, np.ndarray],
                binary: Mapping[str, bool], classes: Mapping[str, int],
                geometries: Geometries | None = None
                ) -> tuple[dict[str, np.ndarray], dict[str, bool]]:
-    """The tensors answering the chosen outputs (`binary`'s keys, in order), and whether each
-    goes as binary data (a postprocess's extra tensors go as their output does)."""
+    """Exactly the tensors named by `binary`'s keys (outputs or a postprocess's extra tensors,
+    in order), and whether each goes as binary data; an output in `classes` is answered as
+    Triton's classification extension answers it."""
     posts = postprocessed(handle)
     if not posts and not classes:  # most models: the outputs as they are
         return {name: outputs[name] for name in binary}, dict(binary)
     where = f"model {handle.name!r} version {handle.version}"
-    tensors: dict[str, np.ndarray] = {}
-    sent: dict[str, bool] = {}
+    owners = tensor_owners(handle)
     detections = _Detections(handle, outputs, posts, geometries or {})
-    for name, as_binary in binary.items():
+    computed: dict[str, dict[str, np.ndarray]] = {}  # by output: its tensors, computed once
+    tensors: dict[str, np.ndarray] = {}
+    for name in binary:
         if name in classes:
             values = _elementwise(outputs[name], posts.get(name))
-            answer = {name: classification.classify(values, classes[name],
+            tensors[name] = classification.classify(values, classes[name],
                                                     handle.labels.get(name),
-                                                    f"{where}: output {name!r}")}
-        else:
-            answer = _tensors(handle, name, outputs, posts.get(name), detections)
-        tensors.update(answer)
-        sent.update({tensor: as_binary for tensor in answer})
-    return tensors, sent
+                                                    f"{where}: output {name!r}")
+            continue
+        owner = owners[name]
+        if owner not in computed:
+            computed[owner] = _tensors(handle, owner, outputs, posts.get(owner), detections,
+                                       geometries or {})
+        tensors[name] = computed[owner][name]
+    return tensors, dict(binary)
 
 
 def _elementwise(array: np.ndarray, post: Postprocess | None) -> np.ndarray:
@@ -77,7 +102,8 @@ def _elementwise(array: np.ndarray, post: Postprocess | None) -> np.ndarray:
 
 
 def _tensors(handle: LoadedVersion, name: str, outputs: Mapping[str, np.ndarray],
-             post: Postprocess | None, detections: _Detections) -> dict[str, np.ndarray]:
+             post: Postprocess | None, detections: _Detections, geometries: Geometries
+             ) -> dict[str, np.ndarray]:
     """One output's V2 tensors."""
     labels = handle.labels.get(name)
     if post is not None and post.topk is not None:
@@ -87,11 +113,29 @@ def _tensors(handle: LoadedVersion, name: str, outputs: Mapping[str, np.ndarray]
             answer[name + LABEL_SUFFIX] = _label_bytes(indices, labels)
         return answer
     if post is not None and post.segmentation is not None:
-        return {name: class_map(outputs[name])}
+        maps = _class_maps(handle, post, outputs[name], geometries)
+        return {name: maps if isinstance(maps, np.ndarray) else padded_maps(maps)}
     part = detections.part(name)
     if part is not None:
         return part
     return {name: _elementwise(outputs[name], post)}
+
+
+def _class_maps(handle: LoadedVersion, post: Postprocess, array: np.ndarray,
+                geometries: Geometries) -> np.ndarray | list[np.ndarray]:
+    """A segmentation's class maps: ``[N, h, w]`` at the model's output resolution, or one map
+    a row at its original image's size when the postprocess asks for it and the request sent
+    images (a request of tensors has no original image)."""
+    options = post.segmentation
+    assert options is not None
+    maps = class_map(array)
+    rows = geometries.get(options.input or "")
+    if options.coordinates != "original" or not rows:
+        return maps
+    pipeline = handle.pipelines[options.input or ""]
+    assert isinstance(pipeline, ImagePreprocess) and pipeline.output_size is not None
+    return [class_map_to_original(found, geometry, pipeline.output_size)
+            for found, geometry in zip(maps, rows)]
 
 
 def _top(array: np.ndarray, post: Postprocess) -> tuple[np.ndarray, np.ndarray]:
@@ -175,7 +219,8 @@ def predict_outputs(handle: LoadedVersion, outputs: Mapping[str, np.ndarray],
         elif post is not None and post.topk is not None:
             answer[name] = _top_objects(*_top(array, post), labels)
         elif post is not None and post.segmentation is not None:
-            answer[name] = [_segment_object(row, labels) for row in class_map(array)]
+            maps = _class_maps(handle, post, array, geometries or {})
+            answer[name] = [_segment_object(row, labels) for row in maps]
         else:
             answer[name] = codecs.predict_outputs({name: _elementwise(array, post)})[name]
     return answer
@@ -203,7 +248,7 @@ def _detection_objects(found: DetectionRows, labels: Sequence[str] | None
 
 
 def _segment_object(classes: np.ndarray, labels: Sequence[str] | None) -> dict[str, Any]:
-    present, pixels = np.unique(classes, return_counts=True)
+    present, pixels = np.unique(classes[classes >= 0], return_counts=True)  # -1: unseen
     return {"class_map": classes.tolist(),
             "classes": [_with_label({"index": index, "pixels": count}, index, labels)
                         for index, count in zip(present.tolist(), pixels.tolist())]}
@@ -224,10 +269,12 @@ def metadata(outputs: Sequence[TensorConfig]) -> list[tuple[str, str, list[int]]
         if tensor.name in parts:
             boxes = tensor.shape[-1] == 4 and len(tensor.shape) == 3
             shown.append((tensor.name, "FP32", [-1, -1, 4] if boxes else [-1, -1]))
-        elif post is None or post.segmentation is not None:
-            datatype = tensor.datatype if post is None else "INT32"
-            shown.append((tensor.name, datatype, list(tensor.shape if post is None
-                                                       else (-1, *tensor.shape[2:]))))
+        elif post is None:
+            shown.append((tensor.name, tensor.datatype, list(tensor.shape)))
+        elif post.segmentation is not None:  # original: each request's own image sizes
+            original = post.segmentation.coordinates == "original"
+            shown.append((tensor.name, "INT32", [-1, -1, -1] if original
+                          else [-1, *tensor.shape[2:]]))
         elif post.topk is not None:
             classes = math.prod(tensor.shape[1:])
             width = min(post.topk.k, classes) if classes > 0 else -1

@@ -45,6 +45,43 @@ def class_map(array: np.ndarray) -> np.ndarray:
     return np.asarray(array).argmax(axis=1).astype(np.int32)
 
 
+def class_map_to_original(classes: np.ndarray, geometry: Geometry,
+                          input_size: tuple[int, int]) -> np.ndarray:
+    """One ``[h, w]`` class map at the model's output resolution resized to the original image
+    (``geometry.original``), nearest neighbour, INT32: each original pixel's centre goes
+    through the preprocess's resize, letterbox and crop into the model's input (`input_size`,
+    ``(height, width)``, which the output covers evenly) and takes the class there. Pixels the
+    model never saw (cut off by a centre crop) are -1."""
+    rows = _source_indices(geometry.original[0], geometry.scale[0], geometry.offset[0],
+                           classes.shape[0], input_size[0])
+    columns = _source_indices(geometry.original[1], geometry.scale[1], geometry.offset[1],
+                              classes.shape[1], input_size[1])
+    found = np.asarray(classes, np.int32)[np.ix_(np.maximum(rows, 0), np.maximum(columns, 0))]
+    found[rows < 0, :] = PAD
+    found[:, columns < 0] = PAD
+    return found
+
+
+def _source_indices(size: int, scale: float, offset: float, extent: int, input_extent: int
+                    ) -> np.ndarray:
+    """Along one axis, for each of the original image's `size` pixels, the output pixel (of
+    `extent`, covering `input_extent` input pixels) whose area holds its centre; -1 outside."""
+    centres = ((np.arange(size) + 0.5) * scale + offset) * (extent / input_extent)
+    inside = (centres >= 0) & (centres < extent)
+    return np.where(inside, np.floor(centres), PAD).astype(np.int64)
+
+
+def padded_maps(maps: Sequence[np.ndarray]) -> np.ndarray:
+    """Class maps of different sizes as one ``[N, H, W]`` INT32 tensor (H, W: the largest of
+    each), padded with -1 at the bottom and right."""
+    height = max(found.shape[0] for found in maps)
+    width = max(found.shape[1] for found in maps)
+    batch = np.full((len(maps), height, width), PAD, np.int32)
+    for row, found in enumerate(maps):
+        batch[row, :found.shape[0], :found.shape[1]] = found
+    return batch
+
+
 def l2_normalise(array: np.ndarray) -> np.ndarray:
     """Each row (every element after the batch) divided by its L2 norm, FP32; an all-zero row
     stays zero."""

@@ -19,6 +19,10 @@ from engine.serving.errors import InvalidModel
 from engine.serving.postprocess import class_map, detection_rows, l2_normalise, softmax, top_k
 from engine.serving.postprocess_config import Detection
 
+# Without an image input, the other `coordinates`, which needs none.
+_KEEP = {"boxes": "set \"coordinates\": \"input\" to keep boxes in the model's input pixels",
+         "class maps": "set \"coordinates\": \"output\" to answer class maps at the model's "
+                       "output resolution"}
 FLOATS = frozenset({"FP16", "FP32", "FP64"})
 NUMBERS = FLOATS | {"UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64"}
 
@@ -51,6 +55,12 @@ def check_postprocess(inputs: Sequence[TensorConfig], outputs: Sequence[TensorCo
             completed[index] = tensor.model_copy(update={"postprocess": post})
         else:
             check_fits(field, tensor)
+        segmentation = tensor.postprocess.segmentation
+        if segmentation is not None and segmentation.coordinates == "original":
+            chosen = _image_input(field, "class maps", segmentation.input, inputs)
+            post = tensor.postprocess.model_copy(update={
+                "segmentation": segmentation.model_copy(update={"input": chosen})})
+            completed[index] = tensor.model_copy(update={"postprocess": post})
     record: dict[str, Any] = {"ran": sample is not None, "outputs": kinds}
     if sample is not None:
         _dry_run(completed, sample, where)
@@ -99,7 +109,8 @@ def resolve_detection(field: str, tensor: TensorConfig, inputs: Sequence[TensorC
                            f"{list(others[scores].shape or ())} and boxes "
                            f"{list(others[boxes].shape or ())} must have one row count R: "
                            "[N, R(, 1)], [N, R(, 1)] and [N, R, 4]")
-    chosen = _image_input(field, detection, inputs)
+    chosen = (detection.input if detection.coordinates == "input"
+              else _image_input(field, "boxes", detection.input, inputs))
     return detection.model_copy(update={"scores": scores, "boxes": boxes, "input": chosen})
 
 
@@ -136,23 +147,23 @@ def _pick(field: str, role: str, named: str | None, others: Mapping[str, TensorC
     return candidates[0]
 
 
-def _image_input(field: str, detection: Detection, inputs: Sequence[TensorConfig]) -> str | None:
-    """The input whose preprocess geometry maps the boxes (None: boxes stay in input pixels)."""
-    if detection.coordinates == "input":
-        return detection.input
-    images = [tensor.name for tensor in inputs if tensor.preprocess is not None]
-    if detection.input is not None:
-        if detection.input not in images:
-            raise InvalidModel(f"{field}: detection input {detection.input!r} is not an input "
-                               f"with an image preprocess (those are {images}); boxes are "
-                               "mapped back through its resize and crop")
-        return detection.input
+def _image_input(field: str, what: str, named: str | None, inputs: Sequence[TensorConfig]
+                 ) -> str:
+    """The input whose preprocess geometry maps `what` (``"boxes"``, ``"class maps"``) to
+    the original image."""
+    images = [tensor.name for tensor in inputs
+              if tensor.preprocess is not None and tensor.preprocess.image is not None]
+    if named is not None:
+        if named not in images:
+            raise InvalidModel(f"{field}: input {named!r} is not an input with an image "
+                               f"preprocess (those are {images}); {what} are mapped back "
+                               "through its resize and crop")
+        return named
     if len(images) != 1:
-        raise InvalidModel(f"{field}: boxes are mapped to the original image through an "
+        raise InvalidModel(f"{field}: {what} are mapped to the original image through an "
                            f"input's image preprocess, and the model has {len(images)} such "
                            f"inputs {images}: add a preprocess to the image input (name it "
-                           "with \"input\" when there are several), or set \"coordinates\": "
-                           "\"input\" to keep boxes in the model's input pixels")
+                           f"with \"input\" when there are several), or {_KEEP[what]}")
     return images[0]
 
 

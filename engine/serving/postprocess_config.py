@@ -68,7 +68,12 @@ class Detection(_Strict):
 
 
 class Segmentation(_Strict):
-    """The class of each pixel: argmax over the class axis of ``[N, C, H, W]``."""
+    """The class of each pixel: argmax over the class axis of ``[N, C, H, W]``, at the model's
+    output resolution (``coordinates: "output"``) or resized, nearest neighbour, to the
+    original image through `input`'s preprocess (``"original"``)."""
+
+    coordinates: Literal["output", "original"] = "output"
+    input: str | None = Field(None, min_length=1, max_length=256)
 
 
 class Embedding(_Strict):

@@ -6,7 +6,9 @@ A text pipeline sits on the token ids input and fills the inputs its `token_type
 upload's ``vocab`` part is kept, or beside config.json), and checked: BERT's special tokens
 present, no more tokens than the embedding that reads the ids has rows. The inputs must exist
 with the ranks BERT takes (ids and types ``[-1, L]``, lengths ``[-1]``), agree on a fixed `L`,
-and hold every id exactly. The pipelines built here are kept beside the model (`pipelines_of`).
+and hold every id exactly; padded rows must not reach past the model's position table
+(`engine.serving.text_positions`). The pipelines built here are kept beside the model
+(`pipelines_of`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from engine.serving.config import CONFIG_NAME
 from engine.serving.errors import InvalidModel
 from engine.serving.text import TextPipeline
 from engine.serving.text_config import TextPreprocess
+from engine.serving.text_positions import check_positions
 from engine.serving.wordpiece import Vocabulary, VocabularyError
 
 # A sample long enough to be truncated at any max_length: the dry run's rows are the longest.
@@ -64,6 +67,9 @@ def check_text(model: Any, inputs: Sequence[Any], version_dir: Path | None,
         _check_exact(dtypes[tensor.name], len(vocab), tensor.name, field)
         pipeline = TextPipeline.build(options, vocab, tensor.name, dtypes, fixed)
         encoded = pipeline.encode([_DRY_TEXTS])
+        check_positions(model, {by_name[name][1].graph_name: array
+                                for name, array in encoded.items()},
+                        encoded[tensor.name].shape[1], field)
         rows.update({name: array[0] for name, array in encoded.items()})
         pipelines[tensor.name] = pipeline
     if pipelines:

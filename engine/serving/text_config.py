@@ -3,11 +3,12 @@
 Pure data, validated when the config is parsed (unknown keys are errors)::
 
     {"name": "text", "source": "data0", "preprocess": {"text": {
-        "vocab": "vocab.txt", "lower_case": true, "max_length": 128,
+        "vocab": "vocab.txt", "lower_case": true, "max_length": 128, "pairs": true,
         "token_types": "data1", "valid_length": "data2"}}}
 
 The input it sits on takes the token ids; `token_types` and `valid_length` name the config's
-other inputs that it fills (clients send only the text). `engine.serving.text` runs it;
+other inputs that it fills (clients send only the text); `pairs` says that a row is two texts,
+for model metadata (single texts are taken all the same). `engine.serving.text` runs it;
 docs/preprocessing.md describes every key.
 """
 
@@ -34,6 +35,7 @@ class TextPreprocess(BaseModel):
     strip_accents: StrictBool | None = None  # None: as lower_case (BERT's rule)
     max_length: StrictInt = Field(ge=3, le=MAX_LENGTH)
     padding: Literal["max_length", "longest"] = "max_length"
+    pairs: StrictBool = False  # what model metadata shows: rows of two texts, [-1, 2]
     token_types: str | None = Field(None, min_length=1, max_length=256)
     valid_length: str | None = Field(None, min_length=1, max_length=256)
 
@@ -46,6 +48,11 @@ class TextPreprocess(BaseModel):
             raise ValueError(f"token_types and valid_length both name input "
                              f"{self.token_types!r}; they fill two different inputs")
         return self
+
+    @property
+    def wire_shape(self) -> list[int]:
+        """The shape model metadata shows for the texts: ``[-1]``, or ``[-1, 2]`` for pairs."""
+        return [-1, 2] if self.pairs else [-1]
 
     @property
     def filled(self) -> tuple[str, ...]:

@@ -8,21 +8,21 @@ HTTP status of that refusal becomes a gRPC code (`service.grpc.status`).
 from __future__ import annotations
 
 import hmac
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import TypeVar
 
 import grpc
 
 from engine.serving.errors import ModelNotReady
 from engine.serving.loaded import LoadedVersion
-from service import codecs, describe
+from service import describe
 from service.app import VERSION
 from service.drain import SHUTTING_DOWN
 from service.errors import BadRequest, Forbidden, Unauthorized
 from service.grpc import inference_pb2 as pb
 from service.grpc import inference_pb2_grpc as pb_grpc
 from service.grpc import status, tensors
-from service.inference import Checked, check_inputs
+from service.inference import Checked, answerable, check_inputs, check_requested
 from service.postprocess_outputs import v2_outputs
 from service.routers.health import EXTENSIONS, SERVER_NAME
 from service.runtime import Runtime
@@ -112,9 +112,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         handle = self.repository.get(request.model_name, request.model_version or None)
         checked = Checked(handle, decoded.arrays,
                           check_inputs(handle, decoded.arrays, decoded.datatypes))
-        chosen = _chosen_outputs(handle, request)
-        timeout = _earliest(tensors.timeout_s(request.parameters), context.time_remaining())
         counts = tensors.classification_counts(request)
+        chosen = _chosen_outputs(handle, request, counts)
+        timeout = _earliest(tensors.timeout_s(request.parameters), context.time_remaining())
         answer = await self.inference.run(checked, timeout)
         outputs, _ = v2_outputs(handle, answer.outputs, dict.fromkeys(chosen, False), counts,
                                 answer.geometries)
@@ -173,16 +173,15 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                              "its files in the repository")
 
 
-def _chosen_outputs(handle: LoadedVersion, request: pb.ModelInferRequest) -> list[str]:
-    """The outputs to return, in order: the requested ones, or every output of the model."""
-    available = list(handle.output_names)
+def _chosen_outputs(handle: LoadedVersion, request: pb.ModelInferRequest,
+                    classified: Collection[str]) -> list[str]:
+    """The tensors to return, in order: exactly the requested ones, or every tensor model
+    metadata lists (REST's rule, `check_requested`)."""
     if not request.outputs:
-        return available
-    for output in request.outputs:
-        if output.name not in available:
-            raise BadRequest(f"model {handle.name!r} version {handle.version} has no output "
-                             f"{output.name!r}; its outputs are {codecs.names(available)}")
-    return [output.name for output in request.outputs]
+        return list(answerable(handle))
+    names = [output.name for output in request.outputs]
+    check_requested(handle, names, classified)
+    return names
 
 
 def _earliest(*timeouts: float | None) -> float | None:

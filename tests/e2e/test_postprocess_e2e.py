@@ -31,6 +31,7 @@ SEGMENT_LABELS = ["sky", "road", "car", "tree"]
 ARCFACE = ("arcfacenet0_batchnorm3_fwd_output", "arcfacenet0_fullyconnected0_output")
 FACE_LABELS = ["ann", "bob", "cy", "dan", "eve", "fay"]
 PAD = 114
+FILES = {"fcn_original": "gluoncv_fcn_tiny"}  # a second upload of the segmenter
 # A landscape and a portrait photo: each letterboxes differently into 64x64.
 PHOTOS = [encode(photo(90, 160, seed=1), "JPEG"), encode(photo(120, 70, seed=2), "JPEG")]
 
@@ -108,7 +109,7 @@ def _reference() -> Reference:
 
 
 def _upload(server: Server, name: str, config: dict, labels: tuple[str, list[str]]) -> dict:
-    symbol, params = model_files(name)
+    symbol, params = model_files(FILES.get(name, name))
     files = [("symbol", ("s.json", symbol.read_bytes())),
              ("params", ("p.params", params.read_bytes())),
              ("config", ("config.json", json.dumps(config).encode())),
@@ -132,6 +133,10 @@ def _configs(threshold: float) -> dict[str, dict]:
                              "outputs": [{"name": "mask", "source": SEGMENTER,
                                           "labels": "classes.txt",
                                           "postprocess": "segmentation"}]},
+        "fcn_original": {"inputs": [{"name": "data", "preprocess": square}],
+                         "outputs": [{"name": "mask", "source": SEGMENTER,
+                                      "labels": "classes.txt", "postprocess": {
+                                          "segmentation": {"coordinates": "original"}}}]},
         "arcface_tiny": {"inputs": [{"name": "data", "preprocess": square}],
                          "outputs": [{"name": "embedding", "source": ARCFACE[0],
                                       "postprocess": "embedding"},
@@ -146,7 +151,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, R
     """The server with the detector, segmenter and face model uploaded, and the reference."""
     reference = _reference()
     labels = {"gluoncv_ssd_tiny": DETECTOR_LABELS, "gluoncv_fcn_tiny": SEGMENT_LABELS,
-              "arcface_tiny": FACE_LABELS}
+              "fcn_original": SEGMENT_LABELS, "arcface_tiny": FACE_LABELS}
     root = tmp_path_factory.mktemp("postprocess") / "repository"
     with running_server(root) as server:
         for name, config in _configs(reference.threshold).items():
@@ -239,6 +244,7 @@ def test_grpc_gives_the_same_detection_tensors(served: tuple[Server, Reference])
                                                for data in PHOTOS))
     request.outputs.add(name="boxes")
     request.outputs.add(name="ids")
+    request.outputs.add(name="ids_label")  # answered only when asked for, as Triton answers
     with grpc.insecure_channel(server.grpc) as channel:
         response = pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=30)
     count = max(len(found) for found in reference.detections)
@@ -311,3 +317,66 @@ def test_embedding_is_unit_length_and_topk_gives_labelled_probabilities(
         FACE_LABELS[index] for index in top[1]]
     np.testing.assert_allclose(np.linalg.norm(answer["outputs"]["embedding"][0]), 1.0,
                                rtol=1e-5)
+
+
+def test_v2_answers_a_postprocess_s_extra_tensor_asked_for_alone(
+        served: tuple[Server, Reference]) -> None:
+    import tritonclient.http as triton
+
+    server, reference = served
+    count = max(len(found) for found in reference.detections)
+    body = {"inputs": [{"name": "data", "datatype": "BYTES", "shape": [2],
+                        "data": [base64.b64encode(data).decode() for data in PHOTOS]}],
+            "outputs": [{"name": "ids_label"}]}
+    answer = httpx.post(f"{server.url}/v2/models/gluoncv_ssd_tiny/infer", json=body, timeout=30)
+    assert answer.status_code == 200, answer.text
+    [labels] = answer.json()["outputs"]
+    assert (labels["name"], labels["datatype"], labels["shape"]) == (
+        "ids_label", "BYTES", [2, count])
+    expected = [[DETECTOR_LABELS[class_id] for class_id, _, _ in found]
+                + [""] * (count - len(found)) for found in reference.detections]
+    assert np.reshape(labels["data"], (2, count)).tolist() == expected
+    with triton.InferenceServerClient(server.url.removeprefix("http://")) as client:
+        images = triton.InferInput("data", [2], "BYTES")
+        images.set_data_from_numpy(np.array(PHOTOS, dtype=object), binary_data=True)
+        result = client.infer("gluoncv_ssd_tiny", [images], outputs=[
+            triton.InferRequestedOutput("ids_label"), triton.InferRequestedOutput("scores")])
+    assert [output["name"] for output in result.get_response()["outputs"]] == [
+        "ids_label", "scores"]
+    assert result.as_numpy("ids_label").astype(str).tolist() == expected
+
+
+def _nearest_to_original(class_map: np.ndarray, height: int, width: int) -> np.ndarray:
+    """The reference: a class map over the 32x32 input of an exact resize, read at the
+    centre of each of the original image's pixels."""
+    rows = np.floor((np.arange(height) + 0.5) * 32 / height).astype(int)
+    columns = np.floor((np.arange(width) + 0.5) * 32 / width).astype(int)
+    return class_map[rows][:, columns]
+
+
+def test_segmentation_answers_class_maps_at_the_original_image_s_size(
+        served: tuple[Server, Reference]) -> None:
+    server, reference = served
+    sizes = [_pixels(data).size[::-1] for data in PHOTOS]  # (height, width): (90, 160), ...
+    expected = [_nearest_to_original(found, *size)
+                for found, size in zip(reference.class_maps, sizes)]
+    answer = httpx.post(f"{server.url}/predict?model=fcn_original", content=PHOTOS[1],
+                        headers={"Content-Type": "image/jpeg"}, timeout=30)
+    assert answer.status_code == 200, answer.text
+    [row] = answer.json()["outputs"]["mask"]
+    np.testing.assert_array_equal(row["class_map"], expected[1])
+    present, pixels = np.unique(expected[1], return_counts=True)
+    assert [(entry["index"], entry["pixels"]) for entry in row["classes"]] == list(
+        zip(present.tolist(), pixels.tolist()))
+    body = {"inputs": [{"name": "data", "datatype": "BYTES", "shape": [2],
+                        "data": [base64.b64encode(data).decode() for data in PHOTOS]}]}
+    v2 = httpx.post(f"{server.url}/v2/models/fcn_original/infer", json=body, timeout=30)
+    [mask] = v2.json()["outputs"]
+    height, width = max(size[0] for size in sizes), max(size[1] for size in sizes)
+    assert (mask["datatype"], mask["shape"]) == ("INT32", [2, height, width])
+    maps = np.reshape(mask["data"], (2, height, width))
+    for found, want in zip(maps, expected):  # each padded with -1 to the larger sizes
+        np.testing.assert_array_equal(found[:want.shape[0], :want.shape[1]], want)
+        assert (found[want.shape[0]:] == -1).all() and (found[:, want.shape[1]:] == -1).all()
+    metadata = httpx.get(f"{server.url}/v2/models/fcn_original").json()["outputs"]
+    assert metadata == [{"name": "mask", "datatype": "INT32", "shape": [-1, -1, -1]}]

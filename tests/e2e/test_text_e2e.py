@@ -5,6 +5,7 @@ UTF-8 is a 400 naming the input and the row, and the server keeps serving."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,7 +15,7 @@ import orjson
 import pytest
 
 from tests.e2e.server import TOKEN, Server, running_server
-from tests.service.text_model import NAME, reference, singles_and_pairs, upload_files
+from tests.service.text_model import CONFIG, NAME, reference, singles_and_pairs, upload_files
 
 pytestmark = pytest.mark.e2e
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -84,3 +85,37 @@ def test_a_text_that_is_not_utf8_fails_alone(server: Server) -> None:
     body = {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [1],
                         "data": [SINGLES[0]["texts"][0]]}]}
     _check(_v2_outputs(httpx.post(server.url + INFER, json=body, timeout=30)), SINGLES[:1])
+
+
+def test_metadata_lists_only_the_text_input_over_rest_and_grpc(server: Server) -> None:
+    import grpc
+
+    from service.grpc import inference_pb2 as pb
+    from service.grpc import inference_pb2_grpc as pb_grpc
+
+    metadata = httpx.get(f"{server.url}/v2/models/{NAME}", timeout=30).json()
+    assert metadata["inputs"] == [{"name": "text", "datatype": "BYTES", "shape": [-1]}]
+    with grpc.insecure_channel(server.grpc) as channel:
+        found = pb_grpc.GRPCInferenceServiceStub(channel).ModelMetadata(
+            pb.ModelMetadataRequest(name=NAME), timeout=30)
+    assert [(tensor.name, tensor.datatype, list(tensor.shape)) for tensor in found.inputs] == [
+        ("text", "BYTES", [-1])]
+    missing = httpx.post(server.url + INFER, timeout=30, json={"inputs": [
+        {"name": "data1", "datatype": "FP32", "shape": [1, 16], "data": [0.0] * 16}]})
+    assert missing.status_code == 400
+    assert "missing input 'text', which takes BYTES (texts: one a row" in missing.json()["error"]
+
+
+def test_a_max_length_past_the_position_table_is_refused_at_upload(server: Server) -> None:
+    config = copy.deepcopy(CONFIG)
+    config["inputs"][0]["preprocess"]["text"]["max_length"] = 64
+    files = {**upload_files(), "config": ("config.json", orjson.dumps(config))}
+    answer = httpx.post(f"{server.admin_url}/models/too_long", files=files, headers=AUTH,
+                        timeout=60)
+    assert answer.status_code == 422, answer.text
+    error = answer.json()["error"]
+    assert ("inputs.0.preprocess.text.max_length: rows of 64 tokens take positions up to 63, "
+            "but node 'bertencoder0_embedding0' (Embedding) looks positions up in a table of "
+            "32 rows" in error)
+    assert "set max_length to at most 32" in error
+    assert httpx.get(f"{server.url}/v2/models/too_long", timeout=30).status_code == 404

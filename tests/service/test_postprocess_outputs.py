@@ -8,8 +8,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+import grpc
 import numpy as np
 
+from service.grpc import inference_pb2 as pb
+from tests.service.grpc_inprocess import grpc_client
 from tests.service.helpers import AUTH, files_for, first_io, run, serving, settings_for
 
 SSD = ("ssd0_slice_axis7_output", "ssd0_slice_axis8_output", "ssd0_slice_axis9_output")
@@ -53,7 +56,7 @@ def test_a_detector_fed_tensors_answers_rows_in_input_pixels(tmp_path: Path) -> 
             assert upload.status_code == 201, upload.text
             body = {"inputs": [{"name": "data", "datatype": "FP32", "shape": [1, 3, 64, 64],
                                 "data": inputs["data"].reshape(-1).tolist()}],
-                    "outputs": [{"name": "scores"}, {"name": "ids"}]}
+                    "outputs": [{"name": "scores"}, {"name": "ids"}, {"name": "ids_label"}]}
             answer = (await client.post("/v2/models/ssd/infer", json=body)).json()
             tensors = {tensor["name"]: tensor for tensor in answer["outputs"]}
             assert list(tensors) == ["scores", "ids", "ids_label"]
@@ -104,3 +107,87 @@ def test_softmax_embedding_and_classification_on_probabilities(tmp_path: Path) -
                                        for index in top]
 
     run(scenario())
+
+
+TOPK = {"outputs": [
+    {"name": "embedding", "source": ARCFACE[0]},
+    {"name": "who", "source": ARCFACE[1], "labels": "names.txt",
+     "postprocess": {"topk": {"k": 3, "softmax": True}}}]}
+
+
+def _faces_request(inputs: dict[str, np.ndarray], *names: str,
+                   classified: str | None = None) -> dict[str, Any]:
+    outputs = [{"name": name} for name in names]
+    if classified is not None:
+        outputs.append({"name": classified, "parameters": {"classification": 2}})
+    return {"inputs": [{"name": "data", "datatype": "FP32", "shape": [1, 3, 32, 32],
+                        "data": inputs["data"].reshape(-1).tolist()}], "outputs": outputs}
+
+
+def test_v2_answers_exactly_the_tensors_requested_extra_ones_included(tmp_path: Path) -> None:
+    inputs, outputs = first_io("arcface_tiny")
+    top = np.argsort(-outputs[1][0], kind="stable")[:3]
+    where = "model 'face' version 1"
+
+    async def scenario() -> None:
+        async with serving(settings_for(tmp_path), models=()) as (client, _):
+            upload = await client.post("/models/face", headers=AUTH, files=_files(
+                "arcface_tiny", TOPK, "\n".join("abcdef").encode()))
+            assert upload.status_code == 201, upload.text
+            listed = [tensor["name"] for tensor in
+                      (await client.get("/v2/models/face")).json()["outputs"]]
+            assert listed == ["embedding", "who", "who_index", "who_label"]
+
+            async def answered(body: dict[str, Any]) -> dict[str, Any]:
+                response = await client.post("/v2/models/face/infer", json=body)
+                assert response.status_code == 200, response.text
+                return {tensor["name"]: tensor for tensor in response.json()["outputs"]}
+
+            every = await answered({"inputs": _faces_request(inputs)["inputs"]})
+            assert list(every) == listed  # none named: everything metadata lists
+            label = await answered(_faces_request(inputs, "who_label"))
+            assert list(label) == ["who_label"]
+            assert (label["who_label"]["datatype"], label["who_label"]["shape"]) == (
+                "BYTES", [1, 3])
+            assert label["who_label"]["data"] == ["abcdef"[index] for index in top]
+            picked = await answered(_faces_request(inputs, "who_index", "who"))
+            assert list(picked) == ["who_index", "who"]  # the request's order, nothing more
+            assert picked["who_index"]["data"] == top.tolist()
+            both = await answered(_faces_request(inputs, "who_label", classified="who"))
+            assert list(both) == ["who_label", "who"]
+            assert both["who"]["datatype"] == "BYTES" and both["who"]["shape"] == [1, 2]
+            for body, message in [
+                    (_faces_request(inputs, "who_labels"), f"{where} has no output "
+                     "'who_labels'; its outputs are 'embedding', 'who', 'who_index', "
+                     "'who_label'"),
+                    (_faces_request(inputs, classified="who_index"), f"{where}: output "
+                     "'who_index' is computed by a postprocess; the classification extension "
+                     "applies to the model's outputs 'embedding', 'who'")]:
+                refused = await client.post("/v2/models/face/infer", json=body)
+                assert refused.status_code == 400 and refused.json()["error"] == message
+
+    run(scenario())
+
+
+def test_grpc_answers_a_postprocess_s_extra_tensor_alone(tmp_path: Path) -> None:
+    inputs, outputs = first_io("arcface_tiny")
+    top = np.argsort(-outputs[1][0], kind="stable")[:3]
+    with grpc_client(tmp_path, models=()) as client:
+        upload = client.app.request("POST", "/models/face", headers=AUTH, files=_files(
+            "arcface_tiny", TOPK, "\n".join("abcdef").encode()))
+        assert upload.status_code == 201, upload.text
+        request = pb.ModelInferRequest(model_name="face", raw_input_contents=[
+            inputs["data"].astype("<f4").tobytes()])
+        request.inputs.add(name="data", datatype="FP32", shape=[1, 3, 32, 32])
+        request.outputs.add(name="who_index")
+        response = client.call("ModelInfer", request)
+        assert [(tensor.name, tensor.datatype, list(tensor.shape))
+                for tensor in response.outputs] == [("who_index", "INT32", [1, 3])]
+        assert np.frombuffer(response.raw_output_contents[0], "<i4").tolist() == top.tolist()
+        unknown = pb.ModelInferRequest(model_name="face", raw_input_contents=[
+            inputs["data"].astype("<f4").tobytes()])
+        unknown.inputs.add(name="data", datatype="FP32", shape=[1, 3, 32, 32])
+        unknown.outputs.add(name="who_labels")
+        code, details = client.code("ModelInfer", unknown)
+        assert code == grpc.StatusCode.INVALID_ARGUMENT
+        assert "has no output 'who_labels'; its outputs are 'embedding', 'who'" in details

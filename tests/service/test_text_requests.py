@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -16,7 +17,7 @@ import orjson
 from service.grpc import inference_pb2 as pb
 from tests.service.grpc_inprocess import grpc_client
 from tests.service.helpers import AUTH, run, serving, settings_for
-from tests.service.text_model import NAME, reference, singles_and_pairs, upload_files
+from tests.service.text_model import CONFIG, NAME, reference, singles_and_pairs, upload_files
 
 URL = f"/v2/models/{NAME}/infer"
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
@@ -154,5 +155,68 @@ def test_concurrent_requests_are_answered_and_a_bad_text_fails_alone(tmp_path: P
             outputs = [_outputs(response) for response in good]
             _assert_reference({name: np.concatenate([output[name] for output in outputs])
                                for name in ("sequence", "pooled")}, SINGLES[:7])
+
+    run(scenario())
+
+
+def _pairs_files() -> dict[str, tuple[str, bytes]]:
+    """The upload of `upload_files`, its text pipeline marked as taking pairs."""
+    config = json.loads(json.dumps(CONFIG))
+    config["inputs"][0]["preprocess"]["text"]["pairs"] = True
+    return {**upload_files(), "config": ("config.json", json.dumps(config).encode())}
+
+
+def test_metadata_shows_the_texts_a_client_sends_not_the_filled_inputs(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with text_app(tmp_path) as client:
+            metadata = (await client.get(f"/v2/models/{NAME}")).json()
+            assert metadata["inputs"] == [{"name": "text", "datatype": "BYTES", "shape": [-1]}]
+            # The completed config keeps the three tensors, for clients that tokenise.
+            detail = (await client.get(f"/models/{NAME}")).json()
+            assert detail["inputs"] == metadata["inputs"]
+            assert [(tensor["name"], tensor["datatype"], tensor["shape"])
+                    for tensor in detail["config"]["inputs"]] == [
+                ("text", "FP32", [-1, -1]), ("data1", "FP32", [-1, -1]), ("data2", "FP32", [-1])]
+            upload = await client.post("/models/pairs", files=_pairs_files(), headers=AUTH)
+            assert upload.status_code == 201, upload.text
+            metadata = (await client.get("/v2/models/pairs")).json()
+            assert metadata["inputs"] == [{"name": "text", "datatype": "BYTES",
+                                           "shape": [-1, 2]}]
+            # Single texts are still taken by a model marked for pairs.
+            body = {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [1],
+                                "data": [SINGLES[0]["texts"][0]]}]}
+            _assert_reference(_outputs(await client.post("/v2/models/pairs/infer", json=body)),
+                              SINGLES[:1])
+
+    run(scenario())
+
+
+def test_a_missing_text_input_is_described_as_texts(tmp_path: Path) -> None:
+    where = f"model '{NAME}' version 1"
+    ids = [[0.0] * 16]
+
+    async def scenario() -> None:
+        async with text_app(tmp_path) as client:
+            tensors = {"inputs": [
+                {"name": "data1", "datatype": "FP32", "shape": [1, 16], "data": ids},
+                {"name": "data2", "datatype": "FP32", "shape": [1], "data": [3.0]}]}
+            refusal = await _refused(client, json=tensors)
+            assert refusal == (f"{where}: missing input 'text', which takes BYTES (texts: one "
+                               "a row, or [N, 2] for pairs) or FP32 [-1, -1] (token ids)")
+            assert "image" not in refusal
+            token_ids = {"inputs": [
+                {"name": "text", "datatype": "FP32", "shape": [1, 16], "data": ids}]}
+            assert (f"{where}: missing input 'data1', which takes FP32 [-1, -1]; it is filled "
+                    "when input 'text' is sent as texts (BYTES)"
+                    in await _refused(client, json=token_ids))
+            wrong = {"inputs": [{"name": "text", "datatype": "INT32", "shape": [1, 16],
+                                 "data": [[0] * 16]},
+                                {"name": "data1", "datatype": "FP32", "shape": [1, 16],
+                                 "data": ids},
+                                {"name": "data2", "datatype": "FP32", "shape": [1],
+                                 "data": [3.0]}]}
+            assert (f"{where}: input 'text' has datatype INT32; expected BYTES (texts: one a "
+                    "row, or [N, 2] for pairs) or FP32 [-1, -1] (token ids)"
+                    in await _refused(client, json=wrong))
 
     run(scenario())

@@ -7,14 +7,18 @@ import pytest
 
 from engine.serving.postprocess import (
     class_map,
+    class_map_to_original,
     detection_rows,
     l2_normalise,
     padded,
+    padded_maps,
     softmax,
     top_k,
 )
 from engine.serving.postprocess_config import Detection
-from engine.serving.preprocess import Geometry
+from engine.serving.preprocess import Geometry, preprocess_image
+from engine.serving.preprocess_config import ImagePreprocess
+from tests.service.image_model import encode
 
 RNG = np.random.default_rng(11)
 
@@ -126,3 +130,52 @@ def test_padded_fills_missing_rows_with_minus_one() -> None:
     empty = padded(detection_rows(ids, scores, boxes, Detection(score_threshold=0.99),
                                   [None, None]))
     assert [array.shape for array in empty] == [(2, 0), (2, 0), (2, 0, 4)]
+
+
+def test_a_class_map_resized_exactly_takes_the_class_under_each_pixel_s_centre() -> None:
+    classes = np.arange(24, dtype=np.int32).reshape(4, 6)
+    # A 2x3 original resized to the 4x6 input: original pixel (y, x) covers input pixels
+    # 2y..2y+1, 2x..2x+1; its centre falls in input (and output) pixel (2y + 1, 2x + 1).
+    resized = class_map_to_original(classes, Geometry((2, 3), (2.0, 2.0)), (4, 6))
+    assert resized.tolist() == [[7, 9, 11], [19, 21, 23]]
+    # An output at half the input's resolution (4x6 input, 2x3 output) covers it evenly.
+    coarse = class_map_to_original(classes[:2, :3], Geometry((4, 6)), (4, 6))
+    assert coarse.tolist() == [[0, 0, 1, 1, 2, 2]] * 2 + [[6, 6, 7, 7, 8, 8]] * 2
+    assert resized.dtype == np.int32
+
+
+def test_letterbox_padding_is_skipped_and_cropped_pixels_are_minus_one() -> None:
+    classes = np.arange(16, dtype=np.int32).reshape(4, 4)
+    # A 2x4 original letterboxed into 4x4: one row of padding above, one below.
+    boxed = class_map_to_original(classes, Geometry((2, 4), (1.0, 1.0), (1.0, 0.0)), (4, 4))
+    assert boxed.tolist() == [[4, 5, 6, 7], [8, 9, 10, 11]]
+    # A 4x8 original centre-cropped to 4x4: two columns cut off on each side.
+    cropped = class_map_to_original(classes, Geometry((4, 8), (1.0, 1.0), (0.0, -2.0)), (4, 4))
+    assert cropped[:, :2].tolist() == [[-1, -1]] * 4 and (cropped[:, 6:] == -1).all()
+    assert cropped[:, 2:6].tolist() == classes.tolist()
+
+
+def test_a_photo_s_class_map_goes_back_through_its_real_letterbox() -> None:
+    # A 90x160 photo, dark left of column 100, bright right of it, letterboxed to 64x64; the
+    # "model" classes each pixel of its input by brightness at a quarter of the resolution.
+    pixels = np.zeros((90, 160, 3), np.uint8)
+    pixels[:, 100:] = 255
+    options = ImagePreprocess(resize={"letterbox": [64, 64], "pad_value": 128})
+    row, geometry = preprocess_image(encode(pixels, "PNG"), options)
+    grey = row.mean(axis=0).reshape(16, 4, 16, 4).mean(axis=(1, 3))
+    # 0 dark, 1 bright, 3 padding only (128), 2 mixed (the letterbox's and the step's edges).
+    classes = np.select([grey < 32, grey > 224, grey == 128], [0, 1, 3], 2).astype(np.int32)
+    resized = class_map_to_original(classes, geometry, (64, 64))
+    assert resized.shape == (90, 160)
+    # Rows 5 to 84 land in input rows 16 to 47, wholly image: away from the step (one output
+    # pixel is 4 input pixels, 10 original ones) each pixel has its own class.
+    assert (resized[5:85, :90] == 0).all() and (resized[5:85, 110:] == 1).all()
+    assert (resized[:5] == 2).all() and (resized[85:] == 2).all()
+    assert 3 not in resized  # the padding is never read
+
+
+def test_padded_maps_pads_smaller_maps_with_minus_one() -> None:
+    batch = padded_maps([np.zeros((2, 3), np.int32), np.ones((3, 1), np.int32)])
+    assert batch.shape == (2, 3, 3)
+    assert batch[0].tolist() == [[0, 0, 0], [0, 0, 0], [-1, -1, -1]]
+    assert batch[1].tolist() == [[1, -1, -1]] * 3

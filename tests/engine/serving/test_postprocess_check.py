@@ -131,7 +131,7 @@ def test_mapping_boxes_needs_an_image_preprocess_on_the_input() -> None:
     kept = _ssd({"postprocess": {"detection": {"coordinates": "input"}}}, preprocess=None)
     assert _validate("gluoncv_ssd_tiny", kept).config.outputs[0].postprocess.detection.boxes \
         == "boxes"
-    with pytest.raises(InvalidModel, match=r"detection input 'image' is not an input with an "
+    with pytest.raises(InvalidModel, match=r"input 'image' is not an input with an "
                                            r"image preprocess \(those are \['data'\]\)"):
         _validate("gluoncv_ssd_tiny", _ssd({"postprocess": {"detection": {"input": "image"}}}))
 
@@ -204,3 +204,27 @@ def test_an_ambiguous_or_inconsistent_detector_is_refused_asking_for_names() -> 
     uneven = [ids, _tensor("a", [-1, 20, 1]), _tensor("boxes", [-1, 10, 4])]
     with pytest.raises(InvalidModel, match=r"must have one row count R"):
         resolve_detection("f", ids, [], uneven)
+
+
+def _segmenter(segmentation: dict[str, Any], *, preprocess: Any = LETTERBOX) -> dict[str, Any]:
+    inputs = [{"name": "data", **({"preprocess": preprocess} if preprocess else {})}]
+    return {"inputs": inputs, "outputs": [{"name": "mask", "source": SEGMENTER,
+                                           "postprocess": {"segmentation": segmentation}}]}
+
+
+def test_class_maps_in_original_pixels_need_an_image_input_which_is_recorded() -> None:
+    square = {"image": {"resize": [32, 32]}}
+    validated = _validate("gluoncv_fcn_tiny", _segmenter({"coordinates": "original"},
+                                                         preprocess=square))
+    segmentation = validated.config.outputs[0].postprocess.segmentation
+    assert (segmentation.coordinates, segmentation.input) == ("original", "data")
+    default = _validate("gluoncv_fcn_tiny", _segmenter({}, preprocess=None))
+    assert default.config.outputs[0].postprocess.segmentation.coordinates == "output"
+    with pytest.raises(InvalidModel, match=r"outputs.0.postprocess: class maps are mapped to "
+                                           r"the original image through an input's image "
+                                           r"preprocess, and the model has 0 such inputs \[\]: "
+                                           r".*or set \"coordinates\": \"output\""):
+        _validate("gluoncv_fcn_tiny", _segmenter({"coordinates": "original"}, preprocess=None))
+    with pytest.raises(InvalidModel, match=r"outputs.0.postprocess.segmentation.coordinates: "
+                                           r"Input should be 'output' or 'original'"):
+        parse_config(_segmenter({"coordinates": "input"}), "upload")

@@ -68,6 +68,10 @@ def test_the_upload_answers_the_check_and_serves_the_completed_pipeline(tmp_path
     ({"token_types": "data2", "valid_length": "data1"}, VOCAB,
      "input 'data2' has shape [-1] (FP32); the token types need a numeric [-1, L]"),
     ({"padding": "fixed"}, VOCAB, "inputs.0.preprocess.text.padding"),
+    ({"max_length": 33}, VOCAB, "inputs.0.preprocess.text.max_length: rows of 33 tokens take "
+     "positions up to 32, but node 'bertencoder0_embedding0' (Embedding) looks positions up in "
+     "a table of 32 rows"),
+    ({"max_length": 40, "padding": "longest"}, VOCAB, "set max_length to at most 32"),
 ])
 def test_pipelines_that_cannot_serve_are_refused(tmp_path: Path, change: dict[str, Any],
                                                  vocab: bytes | None, message: str) -> None:
