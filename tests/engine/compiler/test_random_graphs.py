@@ -108,6 +108,9 @@ def probe(op: OpDef, raw: dict[str, str]) -> Drawable | str:
         return f"{type(error).__name__}: {error}"
     if any(tuple(shape or ()) != SHAPE for shape in completed):
         return f"wants inputs of shapes {completed} (a label or index input)"
+    completing = _completes_otherwise(op, attrs, arity)
+    if completing:
+        return completing
     computed = [(value.shape, value.dtype) for value in first]
     if computed != [(tuple(shape or ()), np.dtype(dtype)) for shape, dtype in
                     zip(shapes, dtypes)]:
@@ -115,6 +118,24 @@ def probe(op: OpDef, raw: dict[str, str]) -> Drawable | str:
     if not all(np.array_equal(a, b, equal_nan=True) for a, b in zip(first, second)):
         return "nondeterministic (two runs differ)"
     return Drawable(op.name, raw, arity, tuple(computed), op.expression(attrs) is not None)
+
+
+def _completes_otherwise(op: OpDef, attrs: Any, arity: int) -> str | None:
+    """Why the op would give an input of unknown shape a shape other than `SHAPE` (a label
+    input: SoftmaxOutput drops its last axis), or None. A graph drawn with ``data`` in that
+    place would have the model infer ``data``'s shape from it and refuse the (2, 3, 4) input."""
+    for position in range(arity):
+        partial: list[tuple[int, ...] | None] = [SHAPE] * arity
+        partial[position] = None
+        try:
+            completed, _ = op.infer_shape(attrs, partial)
+        except Exception:  # cannot complete it: the model waits for the input's shape
+            continue
+        shape = completed[position]  # 0: a dimension still unknown, which any size fits
+        if shape and (len(shape) != len(SHAPE)
+                      or any(size and size != want for size, want in zip(shape, SHAPE))):
+            return f"completes input {position} of unknown shape as {tuple(shape)}"
+    return None
 
 
 @cache
