@@ -391,7 +391,7 @@ class _Stream:
     def end_capture(self) -> _Graph:
         _Capture.active = self.capturing = False
         _Capture.captures += 1
-        return _Graph(_Stream.replay)
+        return _Graph(self.replay)
 
     def is_capturing(self) -> bool:
         return self.capturing
@@ -504,11 +504,11 @@ def capture_with_replay(capture: Callable[..., Any]) -> Callable[..., Any]:
     rules (the fake stream records no kernels, so replay re-runs the steps)."""
 
     def capture_steps(run_steps: Callable[[], None], stream: Any, cupy: Any) -> Any:
-        _Stream.replay = run_steps
+        stream.replay = run_steps  # per stream: two threads may capture two plans at once
         try:
             return capture(run_steps, stream, cupy)
         finally:
-            _Stream.replay = None
+            stream.replay = None
 
     return capture_steps
 
