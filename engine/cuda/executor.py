@@ -43,7 +43,7 @@ class GpuExecutor:
         self._convolutions = convolutions
         self.pinned_inputs = {name: device.pinned_empty(array.shape, array.dtype)
                               for name, array in inputs.items()}
-        self._pinned = list(self.pinned_inputs.items())
+        self._pinned = [(name, array, _rows(array)) for name, array in self.pinned_inputs.items()]
         # Per input, the first row from which its pinned buffer is known to hold zeros (its
         # row count: nothing known), so a short batch zeroes only rows a longer one wrote.
         self._zero_from = {name: _rows(array) for name, array in self.pinned_inputs.items()}
@@ -62,17 +62,17 @@ class GpuExecutor:
         An input with fewer rows than the plan's (a batch padded up to a bucket) fills the
         first rows of its pinned buffer; the rest are zeroed.
         """
-        for name, pinned in self._pinned:
+        for name, pinned, rows in self._pinned:
             source = feed[name]
             if source.shape == pinned.shape:  # the usual case first: the batch-1 path
                 np.copyto(pinned, source, casting="same_kind")
-                self._zero_from[name] = _rows(pinned)
+                self._zero_from[name] = rows
             elif source.ndim and source.shape[1:] == pinned.shape[1:]:
                 np.copyto(pinned[:source.shape[0]], source, casting="same_kind")
                 self._clear_tail(name, pinned, source.shape[0])
             else:  # a broadcastable value, or a misfit that numpy names
                 np.copyto(pinned, source, casting="same_kind")
-                self._zero_from[name] = _rows(pinned)
+                self._zero_from[name] = rows
         self._launch_and_wait()
         outputs = self._staged_outputs
         return [output.copy() for output in outputs] if copy_outputs else list(outputs)
@@ -80,7 +80,7 @@ class GpuExecutor:
     def run_pinned(self, rows: int) -> list[np.ndarray]:
         """Compute with the first ``rows`` rows of every pinned input as the caller wrote them
         (the rest zeroed here); returns the pinned output buffers themselves."""
-        for name, pinned in self._pinned:
+        for name, pinned, _ in self._pinned:
             if pinned.ndim:
                 self._clear_tail(name, pinned, rows)
         self._launch_and_wait()

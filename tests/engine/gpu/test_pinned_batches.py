@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,8 +22,10 @@ from engine.errors import InputError
 from engine.runtime.model import Model
 from engine.runtime.signature import Signature
 from engine.serving.batcher import BatchingPolicy, DynamicBatcher
+from engine.serving.repository import ModelRepository
 from tests.conformance.fixtures import model_files
 from tests.engine.gpu import fake_cupy
+from tests.engine.serving.helpers import SEED_MLP_CONFIG, seed_mlp
 
 TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
 BUCKETS = (1, 2, 4, 8)
@@ -214,3 +217,35 @@ def test_the_cpu_path_joins_into_fresh_arrays_run_by_infer(cpu_model: Model) -> 
     np.testing.assert_array_equal(next(iter(run_joined(cpu_model, requests).values())),
                                   next(iter(cpu_model.infer({"data": joined}).values())))
 
+
+
+def test_a_served_gpu_model_joins_requests_into_pinned_buffers(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, cpu_model: Model) -> None:
+    fake_cupy.install(monkeypatch)
+    joined: list[int] = []
+    run_plan_batch = PlanBatch.run
+
+    def recording(batch: PlanBatch) -> dict[str, np.ndarray]:
+        joined.append(batch._rows)
+        return run_plan_batch(batch)
+
+    monkeypatch.setattr(PlanBatch, "run", recording)
+    requests = requests_of([1, 2, 1, 3, 1] * 4, seed=11)
+
+    async def serve() -> list[dict[str, np.ndarray]]:
+        repository = ModelRepository(tmp_path, device="gpu")
+        await repository.start()
+        try:
+            await repository.add_version("mlp", *seed_mlp(), config={
+                **SEED_MLP_CONFIG, "max_batch_size": 8,
+                "dynamic_batching": {"max_queue_delay_us": 20000}})
+            return await asyncio.gather(*(repository.infer("mlp", request)
+                                          for request in requests))
+        finally:
+            await repository.close()
+
+    results = asyncio.run(serve())
+    assert joined and all(rows > 1 for rows in joined)
+    for request, result in zip(requests, results):
+        np.testing.assert_allclose(next(iter(result.values())), expected(cpu_model, [request]),
+                                   **TOLERANCE)
