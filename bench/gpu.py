@@ -1,5 +1,7 @@
 """GPU benchmarks: seed MLP latency with/without CUDA graphs, ResNet-50 v1 throughput against
 PyTorch eager CUDA on the same weights, and kernel launches per forward before/after fusion.
+Also a batch of 32 one-image requests joined into pinned memory directly against joined by
+``np.concatenate`` first, and the seed MLP's graph launch and wait alone (the device's share).
 
 Usage:
     python bench/gpu.py [--quick] [--output bench/results/gpu-<machine>.json]
@@ -67,8 +69,35 @@ def bench_mlp(repeat: int) -> dict[str, Any]:
             "plan_run": timings_us(lambda p=plan: p.run(feed, copy_outputs=False), repeat),
             "plan": plan.execution_stats(),
         }
+        graph = plan._gpu.graph
+        if graph is not None:  # the device's share: one launch and its wait, nothing of ours
+            results[label]["graph_launch_and_sync"] = timings_us(
+                lambda g=graph: (g.replay(), g.stream.synchronize()), repeat)
     results["target"] = "plan_run median under 30 us with CUDA graphs"
     return results
+
+
+def bench_join(model: Any, batch: int, repeat: int) -> dict[str, Any]:
+    """A batch of ``batch`` one-image requests, as the server's batcher runs it: joined with
+    ``np.concatenate`` then copied into the plan's pinned inputs (before #20's follow-up),
+    against joined straight into the pinned inputs (`Model.batch_buffers`)."""
+    from engine.buffers import join_rows
+
+    rng = np.random.default_rng(3)
+    requests = [rng.normal(size=(1, 3, 224, 224)).astype(np.float32) for _ in range(batch)]
+
+    def concatenated() -> Any:
+        return model.infer({"data": np.concatenate(requests)})
+
+    def pinned() -> Any:
+        with model.batch_buffers({"data": requests[0]}, batch) as joined:
+            join_rows(joined.buffers["data"], requests)
+            return joined.run()
+
+    np.testing.assert_allclose(next(iter(pinned().values())),
+                               next(iter(concatenated().values())), rtol=1e-4, atol=1e-4)
+    return {"requests": batch, "concatenate_then_infer": timings_us(concatenated, repeat, 3),
+            "joined_into_pinned": timings_us(pinned, repeat, 3)}
 
 
 def resnet50_v1() -> tuple[Any, dict[str, np.ndarray]]:
@@ -247,6 +276,8 @@ def bench_resnet(batches: tuple[int, ...], repeat: int) -> dict[str, Any]:
             row["ratio_vs_pytorch"] = round(theirs["median_us"] / ours["median_us"], 3)
             row["max_abs_diff_vs_pytorch"] = float(np.max(np.abs(actual - reference)))
         results[f"batch{batch}"] = row
+    if 32 in batches:
+        results["join_32_requests"] = bench_join(model, 32, repeat)
     results["target"] = "ratio_vs_pytorch >= 1.0 at batch 128, >= 1.5 at batch 1"
     return results
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.buffers import BatchBuffers, HostBatch, PlanBatch
 from engine.compiler import optimize_graph, select_passes
 from engine.compiler.plan_memory import naive_bytes
 from engine.device import Device, get_device
@@ -215,6 +216,39 @@ class Model:
         spare = self._spare(self._entry(self._bucketed(Signature.of(feed))))
         for _ in range(runs):
             spare.run(feed, copy_outputs=False)
+
+    def batch_buffers(self, example: Mapping[str, np.ndarray], rows: int) -> BatchBuffers:
+        """Where to join a batch of ``rows`` rows of requests shaped like ``example`` (one of
+        them), and the run of it: on a GPU the first rows of a free plan's pinned input
+        buffers, held until the `BatchBuffers` is left (so the rows are copied once, straight
+        to where the device reads them); elsewhere fresh host arrays run by `infer`.
+
+        Raises:
+            InputError: names, dtypes or shapes the model cannot take (as `infer` would).
+        """
+        held = self._reserve_plan(example, rows) if self.backend.is_gpu else None
+        if held is None:
+            return HostBatch(example, rows, self.infer)
+        return PlanBatch(held, rows, self.output_names)
+
+    def _reserve_plan(self, example: Mapping[str, np.ndarray], rows: int) -> Any:
+        """A free plan (or its spare) for ``rows`` rows like ``example``, held; None where the
+        model has no plan with pinned buffers to hold (interpreter, data-dependent shapes)."""
+        if self.optimized_graph is None or self.data_dependent is not None \
+                or any(not np.ndim(array) for array in example.values()):
+            return None
+        # Check names and dtypes on empty views (nothing converted), shapes at the batch's size.
+        feed = self._check_inputs({name: np.asarray(array)[:0] for name, array in example.items()})
+        joined = {name: np.broadcast_to(np.zeros((), array.dtype), (rows, *array.shape[1:]))
+                  for name, array in feed.items()}
+        self._shapes_for(joined)
+        entry = self._entry(self._bucketed(Signature.of(joined)))
+        if not isinstance(entry.plan, Plan):
+            return None
+        held = entry.plan.reserve(blocking=False)
+        if held is None and self.concurrent_runs > 1:
+            held = self._spare(entry).reserve(blocking=False)
+        return held or entry.plan.reserve()
 
     def _bucketed(self, signature: Signature) -> Signature:
         """The signature of the plan that runs inputs of ``signature``: padded to the

@@ -128,6 +128,16 @@ class Plan:
         """Whether a thread is running this plan now (a caller may pick another replica)."""
         return self._lock.locked()
 
+    def reserve(self, blocking: bool = True) -> Any:
+        """On a GPU, this plan held for one run whose inputs the caller writes straight into
+        its pinned buffers (an `engine.cuda.executor.PinnedRun`; release it when done). None
+        on the CPU, or when ``blocking`` is False and another thread holds the plan."""
+        if self._gpu is None or not self._lock.acquire(blocking):
+            return None
+        from engine.cuda.executor import PinnedRun
+
+        return PinnedRun(self._gpu, self._lock)
+
     def run(self, feed: Mapping[str, Any], copy_outputs: bool = True) -> list[Any]:
         """Copy ``feed`` in, run every step, return the outputs in head order.
 

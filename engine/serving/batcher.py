@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.buffers import BatchBuffers, HostBatch, join_rows
 from engine.errors import ExecutionError, InputError
 from engine.serving.config import ModelConfig
 from engine.serving.errors import ModelNotReady, Overloaded, TimedOut
@@ -25,6 +26,8 @@ from engine.serving.stats import BatcherStats
 
 Arrays = dict[str, np.ndarray]
 InferFn = Callable[[Arrays], Mapping[str, np.ndarray]]
+# (one request's inputs, the batch's rows) -> where to join the batch, and its run.
+BatchBuffersFn = Callable[[Mapping[str, np.ndarray], int], BatchBuffers]
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,9 @@ class DynamicBatcher:
         name: used in error messages (e.g. ``"mlp version 3"``).
         executor: where batches run; by default a private pool of
             ``policy.max_concurrent_batches`` threads, shut down by `close`.
+        batch_buffers: where a batch of several requests is joined and how it runs (the
+            model's `batch_buffers`: on a GPU, straight into a plan's pinned inputs); by
+            default fresh arrays run by ``infer``.
 
     Raises (from `submit`):
         InputError: inputs are not arrays with one common batch size in 1..max_batch_size.
@@ -87,8 +93,10 @@ class DynamicBatcher:
     """
 
     def __init__(self, infer: InferFn, policy: BatchingPolicy, *, name: str = "model",
-                 executor: Executor | None = None) -> None:
+                 executor: Executor | None = None,
+                 batch_buffers: BatchBuffersFn | None = None) -> None:
         self.infer = infer
+        self._batch_buffers = batch_buffers or self._host_batch
         self.policy = policy
         self.name = name
         self.stats = BatcherStats()
@@ -317,7 +325,8 @@ class DynamicBatcher:
         self.stats.batch_requests.observe(len(batch))
         try:
             outputs = await asyncio.get_running_loop().run_in_executor(
-                self._executor, self._join_and_infer, [request.inputs for request in batch])
+                self._executor, self._join_and_infer, [request.inputs for request in batch],
+                rows)
             self._check_outputs(outputs, rows)
         except Exception as error:  # noqa: BLE001 - reported to exactly this batch's callers
             self.stats.compute_time_s.observe(time.monotonic() - started)
@@ -333,13 +342,20 @@ class DynamicBatcher:
                 self.stats.succeeded += 1
             start = stop
 
-    def _join_and_infer(self, inputs: Sequence[Mapping[str, np.ndarray]]
-                        ) -> Mapping[str, np.ndarray]:
+    def _join_and_infer(self, inputs: Sequence[Mapping[str, np.ndarray]],
+                        rows: int) -> Mapping[str, np.ndarray]:
         """The requests' rows joined into one batch and run, on a compute thread: a batch of
-        images is tens of MB to copy, which would stall the event loop."""
-        joined = inputs[0] if len(inputs) == 1 else {
-            name: np.concatenate([request[name] for request in inputs]) for name in inputs[0]}
-        return self.infer(joined)
+        images is tens of MB to copy, which would stall the event loop. A lone request runs
+        as it is; several are joined where `batch_buffers` says (one copy of each)."""
+        if len(inputs) == 1:
+            return self.infer(inputs[0])
+        with self._batch_buffers(inputs[0], rows) as batch:
+            for name, buffer in batch.buffers.items():
+                join_rows(buffer, [request[name] for request in inputs])
+            return batch.run()
+
+    def _host_batch(self, example: Mapping[str, np.ndarray], rows: int) -> BatchBuffers:
+        return HostBatch(example, rows, self.infer)
 
     def _check_outputs(self, outputs: Mapping[str, np.ndarray], rows: int) -> None:
         for name, array in outputs.items():

@@ -479,7 +479,8 @@ class ModelRepository:
         policy = BatchingPolicy.from_config(validated.config,
                                             concurrent_batches(validated.model))
         batcher = DynamicBatcher(validated.model.infer, policy, executor=self._compute,
-                                 name=f"model {name!r} version {version}")
+                                 name=f"model {name!r} version {version}",
+                                 batch_buffers=getattr(validated.model, "batch_buffers", None))
         return LoadedVersion(name, version, validated.model, validated.config, batcher,
                              manifest_digest=identity[0], config_digest=identity[1])
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import keyword
+import threading
 import types
 import weakref
 from collections.abc import Callable, Iterator
@@ -354,32 +355,41 @@ class _Graph:
         if self._replay is None:
             raise RuntimeError("this fake graph was captured without a replay")
         _Capture.active = True
-        if stream is not None:
+        if stream is not None:  # current and capturing, as when the steps were recorded
             stream.capturing = True
+            _Stream.current().append(stream)
         try:
             self._replay()
         finally:
             _Capture.active = False
             if stream is not None:
                 stream.capturing = False
+                _Stream.current().pop()
 
 
 class _Stream:
     """A stream whose capture only sets the capture flag (see `capture_with_replay`)."""
 
     replay: Callable[[], None] | None = None
-    _current: list[_Stream] = []
+    _threads = threading.local()  # each thread's stack of current streams, as in CuPy
+
+    @classmethod
+    def current(cls) -> list[_Stream]:
+        stack = getattr(cls._threads, "stack", None)
+        if stack is None:
+            stack = cls._threads.stack = []
+        return stack
 
     def __init__(self, null: bool = False, non_blocking: bool = False) -> None:
         self.ptr = id(self)
         self.capturing = False
 
     def __enter__(self) -> _Stream:
-        _Stream._current.append(self)
+        _Stream.current().append(self)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        _Stream._current.pop()
+        _Stream.current().pop()
 
     def synchronize(self) -> None:
         if self.capturing:
@@ -391,7 +401,7 @@ class _Stream:
     def end_capture(self) -> _Graph:
         _Capture.active = self.capturing = False
         _Capture.captures += 1
-        return _Graph(_Stream.replay)
+        return _Graph(self.replay)
 
     def is_capturing(self) -> bool:
         return self.capturing
@@ -439,7 +449,7 @@ def _cuda_namespace() -> types.SimpleNamespace:
     return types.SimpleNamespace(
         Device=_Device, Stream=_Stream, MemoryPool=_Pool, using_allocator=_using_allocator,
         get_device_id=lambda: 0,
-        get_current_stream=lambda: _Stream._current[-1] if _Stream._current else null,
+        get_current_stream=lambda: (_Stream.current() or [null])[-1],
         runtime=types.SimpleNamespace(getDeviceCount=lambda: 1, streamCaptureModeRelaxed=2,
                                       memcpyHostToDevice=1, memcpyDeviceToHost=2,
                                       memcpyAsync=_memcpy_async))
@@ -504,11 +514,11 @@ def capture_with_replay(capture: Callable[..., Any]) -> Callable[..., Any]:
     rules (the fake stream records no kernels, so replay re-runs the steps)."""
 
     def capture_steps(run_steps: Callable[[], None], stream: Any, cupy: Any) -> Any:
-        _Stream.replay = run_steps
+        stream.replay = run_steps  # per stream: two threads may capture two plans at once
         try:
             return capture(run_steps, stream, cupy)
         finally:
-            _Stream.replay = None
+            stream.replay = None
 
     return capture_steps
 

@@ -374,3 +374,68 @@ def test_policy_from_config_converts_microseconds() -> None:
                              "max_queue_size": 10, "timeout_us": 1_000_000}})
     policy = BatchingPolicy.from_config(config)
     assert policy == BatchingPolicy(16, 0.0025, (4, 8), 10, 1.0, 1)
+
+
+class RecordingBuffers:
+    """`BatchBuffers` that records what it was asked for and joins into its own arrays."""
+
+    def __init__(self, model: FakeModel, log: list[Any], fail: bool = False) -> None:
+        self.model, self.log, self.fail = model, log, fail
+        self.released = 0
+
+    def __call__(self, example: dict[str, np.ndarray], rows: int) -> RecordingBuffers:
+        if self.fail:
+            raise InputError("recording buffers: refused on purpose")
+        self.log.append((example, rows))
+        self.buffers = {name: np.full((rows, *array.shape[1:]), np.nan, array.dtype)
+                        for name, array in example.items()}
+        return self
+
+    def run(self) -> dict[str, np.ndarray]:
+        return self.model.infer(self.buffers)
+
+    def __enter__(self) -> RecordingBuffers:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.released += 1
+
+
+def test_several_requests_are_joined_where_batch_buffers_says_and_a_lone_one_is_not() -> None:
+    model = FakeModel()
+    log: list[Any] = []
+    buffers = RecordingBuffers(model, log)
+
+    async def main() -> None:
+        policy = BatchingPolicy(max_batch_size=8, max_queue_delay_s=10.0,
+                                preferred_batch_sizes=(6,), dispatch_when_idle=False)
+        async with DynamicBatcher(model.infer, policy, batch_buffers=buffers) as batcher:
+            datas = [rows(count, seed=count) for count in (1, 3, 2)]
+            results = await asyncio.gather(*(batcher.submit({"data": data}) for data in datas))
+            for result, data in zip(results, datas):
+                assert_rows(result, model, data)
+            lone = rows(6, seed=9)
+            assert_rows(await batcher.submit({"data": lone}), model, lone)
+
+    run(main())
+    assert len(log) == 1 and log[0][1] == 6 and log[0][0]["data"].shape == (1, 4)
+    assert buffers.released == 1
+    assert not np.isnan(model.rows_seen[0]).any()  # every row of the buffers was written
+    assert [data.shape[0] for data in model.rows_seen] == [6, 6]
+
+
+def test_batch_buffers_that_refuse_fail_only_that_batch() -> None:
+    model = FakeModel()
+
+    async def main() -> list[Any]:
+        policy = BatchingPolicy(max_batch_size=8, max_queue_delay_s=10.0,
+                                preferred_batch_sizes=(2,), dispatch_when_idle=False)
+        async with DynamicBatcher(model.infer, policy,
+                                  batch_buffers=RecordingBuffers(model, [], fail=True)) as batcher:
+            return await asyncio.gather(*(batcher.submit({"data": rows(1, seed=i)})
+                                          for i in range(2)), return_exceptions=True)
+
+    results = run(main())
+    assert all(isinstance(result, InputError) and "on purpose" in str(result)
+               for result in results)
+    assert not model.batches
