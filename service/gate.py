@@ -34,7 +34,7 @@ class Gate:
             await self.app(scope, receive, send)
             return
         drain = self.drain
-        if refuses(drain, scope):
+        if drain.draining and refuses(drain, scope):
             await refuse(scope, receive, send)
             return
         drain.in_flight += 1
