@@ -1,12 +1,13 @@
 """The two kinds of route in the app's one router: `AsgiRoute` for the hot routes, whose
-endpoints speak ASGI, and `FileStackRoute`, FastAPI's route, for every other.
+endpoints speak ASGI, and `FileStackRoute`, FastAPI's route, for every other; and `Router`,
+the router as requests reach it.
 
 Profiling the server under load (seed MLP through ``/predict``, 64 connections) put half of the
 event loop's time in FastAPI's per-route machinery — dependency solving, the ``Request`` object,
 response classes — and only a fifth in the handler itself. The routes a client calls per
 inference (``/predict``, V2 infer) and the health probes are therefore plain ASGI endpoints,
 registered in the same Starlette router as every other route and so behind the same drain,
-body-limit and error layers (`service.app.HybridServeApp.build_middleware_stack`). FastAPI
+body limit and error replies (`service.gate.Gate`). FastAPI
 cannot see into them: each carries its OpenAPI operation, which `service.openapi` adds to the
 document.
 """
