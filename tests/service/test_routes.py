@@ -278,3 +278,25 @@ def test_a_root_path_is_left_to_the_scan(tmp_path: Path) -> None:
         assert sent[0]["status"] == 200 and orjson.loads(sent[1]["body"]) == {"live": True}
 
     on_app(tmp_path, scenario)
+
+
+def test_a_request_inside_is_counted_and_finishes_when_draining_begins(tmp_path: Path) -> None:
+    """The gate counts a request from before its body is read until its reply is sent; draining
+    that begins meanwhile refuses only requests that arrive after it."""
+    async def scenario(app: HybridServeApp, runtime: Runtime) -> None:
+        real = runtime.inference.predict
+        seen: list[int] = []
+
+        async def predict(*request: object) -> dict:
+            seen.append(runtime.drain.in_flight)
+            runtime.drain.draining = True  # SIGTERM while this request runs
+            refused = await call(app, "POST", "/predict", [predict_body()])
+            assert refused["status"] == 503
+            return await real(*request)
+
+        runtime.inference.predict = predict  # type: ignore[method-assign]
+        reply = await call(app, "POST", "/predict", [predict_body()])
+        assert reply["status"] == 200 and seen == [1]
+        assert runtime.drain.in_flight == 0
+
+    on_app(tmp_path, scenario)
