@@ -31,6 +31,9 @@ median requests/s and p50/p99 over the rounds with the ratio new/old. Only our s
 
     git worktree add /tmp/old-x COMMIT
     .venv/bin/python bench/serve.py --against /tmp/old-x --rounds 3 --seconds 2 --image 64
+
+``--no-grpc`` leaves the gRPC rows out and ``--resnet-seconds 0`` ResNet-18: the seed MLP and
+the floor alone, in a third of the time.
 """
 
 from __future__ import annotations
@@ -332,11 +335,11 @@ def upload(url: str, models: dict[str, dict[str, Any]]) -> None:
 
 
 def measure(seconds: float, resnet_seconds: float, image: int, root: Path = ROOT,
-            compared: bool = False) -> list[dict[str, Any]]:
+            compared: bool = False, grpc: bool = True) -> list[dict[str, Any]]:
     """Start the servers, run every (target, concurrency), stop the servers.
 
     `root`: the checkout whose server is measured; `compared`: our server only (no minimal
-    app, no executor reference, no gRPC floor), for `compare`.
+    app, no executor reference, no gRPC floor), for `compare`; `grpc`: the gRPC rows too.
     """
     rows = []
     with tempfile.TemporaryDirectory() as directory:
@@ -363,9 +366,10 @@ def measure(seconds: float, resnet_seconds: float, image: int, root: Path = ROOT
                 wait_until_up(urls["minimal"], "/docs", servers[1])
             upload(urls["hybridserve"], models)
             plan = [("floor", "hybridserve", "floor", seconds)]
-            if not compared:
+            if not compared and grpc:
                 plan.append(("grpc/floor", "grpc", "grpc/floor", seconds))
             ours = ("hybridserve", "grpc") if compared else ("hybridserve", "grpc", "minimal")
+            ours = ours if grpc else tuple(server for server in ours if server != "grpc")
             for model, duration in (("seed_mlp", seconds), ("resnet18", resnet_seconds))[
                     :1 if resnet_seconds <= 0 else 2]:
                 plan += [(f"{server}/{model}", server, f"{server}/{model}", duration)
@@ -395,7 +399,7 @@ def measure(seconds: float, resnet_seconds: float, image: int, root: Path = ROOT
 
 
 def compare(against: Path, rounds: int, seconds: float, resnet_seconds: float,
-            image: int) -> None:
+            image: int, grpc: bool = True) -> None:
     """Serve the checkout `against` ("old") and this one ("new") in turn, `rounds` times;
     print each run's rows, then each target's medians over the rounds and new/old."""
     runs: dict[str, list[list[dict[str, Any]]]] = {"old": [], "new": []}
@@ -404,7 +408,8 @@ def compare(against: Path, rounds: int, seconds: float, resnet_seconds: float,
         for label, root in trees if round_index % 2 == 0 else trees[::-1]:
             print(f"round {round_index + 1}, {label} ({root}), load average "
                   f"{os.getloadavg()[0]:.2f}", flush=True)
-            runs[label].append(measure(seconds, resnet_seconds, image, root, compared=True))
+            runs[label].append(measure(seconds, resnet_seconds, image, root, compared=True,
+                                       grpc=grpc))
     print("\nmedians over the rounds (old = --against, new = this checkout):")
     print("| target                 |   c | old req/s | new req/s | new/old | old p50 | new p50 "
           "| old p99 | new p99 |")
@@ -552,15 +557,17 @@ def main() -> None:
     parser.add_argument("--against", type=Path, help="a checkout of another commit to serve "
                         "side by side with this one")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of --against")
+    parser.add_argument("--no-grpc", action="store_true", help="REST rows only")
     args = parser.parse_args()
     print(f"machine: nproc {os.cpu_count()}, {platform.processor() or platform.machine()}, "
           f"Python {platform.python_version()}, NumPy {np.__version__}")
     print("| target                 |   c |     req/s |  p50 ms  |  p99 ms  | fail |")
     print("|------------------------|-----|-----------|----------|----------|------|")
     if args.against is not None:
-        compare(args.against, args.rounds, args.seconds, args.resnet_seconds, args.image)
+        compare(args.against, args.rounds, args.seconds, args.resnet_seconds, args.image,
+                not args.no_grpc)
         return
-    rows = measure(args.seconds, args.resnet_seconds, args.image)
+    rows = measure(args.seconds, args.resnet_seconds, args.image, grpc=not args.no_grpc)
     print("\n".join(verdict(rows) + grpc_ratios(rows)))
 
 

@@ -1,8 +1,9 @@
 """Graceful shutdown: requests already in the server finish, later ones get 503.
 
-On SIGTERM the server turns not-ready, `Drain` answers every request that arrives from then on
-with 503 and ``Retry-After`` (health routes excepted, so probes see the state), and the process
-waits for the requests already inside to finish before it stops listening.
+On SIGTERM the server turns not-ready, every request that arrives from then on is answered
+503 with ``Retry-After`` (health routes excepted, so probes see the state), and the process
+waits for the requests already inside to finish before it stops listening. The count and the
+refusal happen in the layer every request passes, `service.gate.Gate`.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from service.errors import error_response
 
@@ -33,24 +34,12 @@ class DrainState:
             await asyncio.sleep(0.01)
 
 
-class Drain:
-    """ASGI middleware counting requests in flight and refusing new ones while draining."""
+def refuses(state: DrainState, scope: Scope) -> bool:
+    """Whether a request arriving now is refused: the process drains and it is no probe."""
+    return state.draining and not scope["path"].startswith(HEALTH_PREFIX)
 
-    def __init__(self, app: ASGIApp, *, state: DrainState) -> None:
-        self.app = app
-        self.state = state
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Pass the request on, or answer 503 when it arrives after draining began."""
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        if self.state.draining and not scope["path"].startswith(HEALTH_PREFIX):
-            response = error_response(503, SHUTTING_DOWN, {"Retry-After": "1"})
-            await response(scope, receive, send)
-            return
-        self.state.in_flight += 1
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            self.state.in_flight -= 1
+async def refuse(scope: Scope, receive: Receive, send: Send) -> None:
+    """The 503 a request gets once draining began (``Retry-After``: another replica may
+    answer)."""
+    await error_response(503, SHUTTING_DOWN, {"Retry-After": "1"})(scope, receive, send)

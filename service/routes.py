@@ -1,12 +1,13 @@
 """The two kinds of route in the app's one router: `AsgiRoute` for the hot routes, whose
-endpoints speak ASGI, and `FileStackRoute`, FastAPI's route, for every other.
+endpoints speak ASGI, and `FileStackRoute`, FastAPI's route, for every other; and `Router`,
+the router as requests reach it.
 
 Profiling the server under load (seed MLP through ``/predict``, 64 connections) put half of the
 event loop's time in FastAPI's per-route machinery — dependency solving, the ``Request`` object,
 response classes — and only a fifth in the handler itself. The routes a client calls per
 inference (``/predict``, V2 infer) and the health probes are therefore plain ASGI endpoints,
 registered in the same Starlette router as every other route and so behind the same drain,
-body-limit and error layers (`service.app.HybridServeApp.build_middleware_stack`). FastAPI
+body limit and error replies (`service.gate.Gate`). FastAPI
 cannot see into them: each carries its OpenAPI operation, which `service.openapi` adds to the
 document.
 """
@@ -18,8 +19,9 @@ from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from typing import Any
 
-from fastapi.routing import APIRoute
+from fastapi.routing import APIRoute, APIRouter
 from starlette._utils import get_route_path
+from starlette.convertors import StringConvertor
 from starlette.routing import Match, Route
 from starlette.types import Receive, Scope, Send
 
@@ -54,6 +56,58 @@ class AsgiRoute(Route):
         return (Match.FULL if scope["method"] in self.methods else Match.PARTIAL), child
 
 
+class Router:
+    """The app's one router as requests reach it: its ASGI routes looked up first, a fixed
+    path in a dictionary and a path with parameters by its pattern alone, then, for every other
+    request, the router's own scan of all its routes (FastAPI's routes, 404 and 405).
+
+    A lookup finds what the scan would: the ASGI routes come first in the router, and a
+    request the lookup does not answer (another method, a root path) goes to the scan. It
+    saves the hot routes the scan's per-route calls and FastAPI's per-request hooks (form
+    limits, telemetry), which serve only its own routes. Built from the router's routes when
+    the app's stack is built, on its first request, as Starlette builds its stack.
+    """
+
+    def __init__(self, router: APIRouter) -> None:
+        self.scan = router.app
+        # By method, then path: no tuple made per request.
+        self.fixed: dict[str, dict[str, AsgiRoute]] = {}
+        self.patterned: dict[str, list[AsgiRoute]] = {}
+        for route in router.routes:
+            if not isinstance(route, AsgiRoute) or not all(
+                    isinstance(convertor, StringConvertor)
+                    for convertor in route.param_convertors.values()):
+                break  # the scan finds this route and those after it
+            patterns = self.patterned.setdefault(route.method, [])
+            if route.param_convertors:
+                patterns.append(route)
+            elif not any(earlier.path_regex.match(route.path) for earlier in patterns):
+                self.fixed.setdefault(route.method, {}).setdefault(route.path, route)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Call the ASGI route for this request, or scan the router."""
+        route = None if scope["type"] != "http" or scope.get("root_path") else self.find(scope)
+        if route is None:
+            await self.scan(scope, receive, send)
+            return
+        scope["route"] = route
+        await route.app(scope, receive, send)
+
+    def find(self, scope: Scope) -> AsgiRoute | None:
+        """The ASGI route of this method and path, with ``path_params`` set in `scope`."""
+        method, path = scope["method"], scope["path"]
+        route = self.fixed.get(method, {}).get(path)
+        if route is not None:
+            scope["path_params"] = {}
+            return route
+        for route in self.patterned.get(method, ()):
+            match = route.path_regex.match(path)
+            if match is not None:
+                scope["path_params"] = match.groupdict()
+                return route
+        return None
+
+
 class FileStackRoute(APIRoute):
     """FastAPI's route, opening the stack its handlers close uploaded files on.
 
@@ -70,8 +124,8 @@ class FileStackRoute(APIRoute):
 
 
 def runtime_of(scope: Scope) -> Runtime:
-    """The runtime of the app serving this request."""
-    runtime: Runtime = scope["app"].state.runtime
+    """The runtime of the app serving this request (`service.app.HybridServeApp.runtime`)."""
+    runtime: Runtime = scope["app"].runtime
     return runtime
 
 

@@ -11,10 +11,11 @@ import numpy as np
 import orjson
 import pytest
 from fastapi.routing import APIRoute
+from starlette.routing import Match
 
 from service import routers
 from service.app import HybridServeApp, create_app
-from service.routes import AsgiRoute
+from service.routes import AsgiRoute, Router
 from service.runtime import Runtime
 from tests.service.helpers import MLP, config_for, files_for, first_io, run, settings_for
 
@@ -224,5 +225,78 @@ def test_replies_are_compressed_on_request(tmp_path: Path) -> None:
         assert int(reply["headers"][b"content-length"]) == len(reply["body"])
         answer = orjson.loads(gzip.decompress(reply["body"]))
         assert len(next(iter(answer["outputs"].values()))) == 128
+
+    on_app(tmp_path, scenario)
+
+
+def scanned(app: HybridServeApp, scope: dict) -> tuple[Any, dict]:
+    """The route Starlette's scan of the router picks for `scope` (first full match), and its
+    path parameters."""
+    for route in app.router.routes:
+        match, child = route.matches(scope)
+        if match is Match.FULL:
+            return route, child.get("path_params", {})
+    return None, {}
+
+
+@pytest.mark.parametrize(("method", "path"), [
+    ("POST", "/predict"), ("GET", "/predict"), ("GET", "/v2/health/live"),
+    ("HEAD", "/v2/health/live"), ("GET", "/v2/health/ready"), ("POST", "/v2/health/ready"),
+    ("POST", "/v2/models/m/infer"), ("POST", "/v2/models/m/versions/3/infer"),
+    ("POST", "/v2/models//infer"), ("POST", "/v2/models/a/b/infer"),
+    ("POST", "/v2/models/m/versions//infer"), ("GET", "/v2/models/m/infer"),
+    ("GET", "/v2/models/m"), ("GET", "/v2/models/m/ready"), ("GET", "/v2"),
+    ("POST", "/v2/repository/index"), ("GET", "/metrics"), ("POST", "/models/m"),
+    ("GET", "/nowhere")])
+def test_the_lookup_finds_what_the_scan_finds(tmp_path: Path, method: str, path: str) -> None:
+    """`Router` answers from its table only what the scan would give an ASGI route, with the
+    same path parameters; everything else (other routes, 404, 405) is the scan's."""
+    app = create_app(Runtime.create(settings_for(tmp_path)))
+    scope = {"type": "http", "method": method, "path": path, "root_path": "", "headers": []}
+    expected, parameters = scanned(app, dict(scope))
+    found = Router(app.router).find(scope)
+    if isinstance(expected, AsgiRoute):
+        assert found is expected and scope["path_params"] == parameters
+    else:
+        assert found is None
+
+
+def test_a_root_path_is_left_to_the_scan(tmp_path: Path) -> None:
+    """Behind a proxy's prefix (uvicorn --root-path) the paths carry it: the scan strips it."""
+    async def scenario(app: HybridServeApp, runtime: Runtime) -> None:
+        sent: list[dict] = []
+
+        async def receive() -> dict:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message: dict) -> None:
+            sent.append(message)
+
+        scope = {"type": "http", "method": "GET", "path": "/api/v2/health/live",
+                 "root_path": "/api", "query_string": b"", "headers": []}
+        await app(scope, receive, send)
+        assert sent[0]["status"] == 200 and orjson.loads(sent[1]["body"]) == {"live": True}
+
+    on_app(tmp_path, scenario)
+
+
+def test_a_request_inside_is_counted_and_finishes_when_draining_begins(tmp_path: Path) -> None:
+    """The gate counts a request from before its body is read until its reply is sent; draining
+    that begins meanwhile refuses only requests that arrive after it."""
+    async def scenario(app: HybridServeApp, runtime: Runtime) -> None:
+        real = runtime.inference.predict
+        seen: list[int] = []
+
+        async def predict(*request: object) -> dict:
+            seen.append(runtime.drain.in_flight)
+            runtime.drain.draining = True  # SIGTERM while this request runs
+            refused = await call(app, "POST", "/predict", [predict_body()])
+            assert refused["status"] == 503
+            return await real(*request)
+
+        runtime.inference.predict = predict  # type: ignore[method-assign]
+        reply = await call(app, "POST", "/predict", [predict_body()])
+        assert reply["status"] == 200 and seen == [1]
+        assert runtime.drain.in_flight == 0
 
     on_app(tmp_path, scenario)
