@@ -1,7 +1,7 @@
 """Pass: merge an op and the chain of elementwise ops that consumes it into one node.
 
 ``relu(fc(x) + bias)``-style epilogues and plain elementwise chains become one
-`_fused_elementwise` node: one step in a plan, no intermediate buffers, and on the GPU one kernel.
+`FUSED_ELEMENTWISE` node: one step in a plan, no intermediate buffers, and on the GPU one kernel.
 A consumer joins a chain only when it is elementwise, keeps the running value's shape (unary and
 same-shape binary ops; broadcasting ops could grow it), reads the running value exactly once,
 and is its only reader; it must also keep the dtype it reads (see `_keeps_dtype`).

@@ -1,6 +1,6 @@
 """C source for one fused elementwise chain: the body of a single CuPy ``ElementwiseKernel``.
 
-The head op of a `_fused_elementwise` node runs as usual into the output ``y``; the generated
+The head op of a fused elementwise node runs as usual into the output ``y``; the generated
 kernel then applies every step to ``y`` in place, reading each step's extra operand from inputs
 ``e0, e1, ...``. Each step's result is cast to ``y``'s dtype, as on the CPU where every step
 writes into the output buffer. Pure Python: no CuPy needed to build or test the source.

@@ -1,4 +1,4 @@
-"""The GPU half of a `_fused_elementwise` node: its chain of steps as one generated kernel.
+"""The GPU half of a fused elementwise node: its chain of steps as one generated kernel.
 
 The op's bind (`engine.ops.fused`) binds the head op as usual and, when its array module is
 CuPy, adds the call `bind_chain` makes here.
