@@ -166,9 +166,9 @@ def _where(handle: LoadedVersion) -> str:
 def answerable(handle: LoadedVersion) -> Sequence[str]:
     """The tensors a V2 request may name in its outputs, as model metadata lists them: the
     outputs, and the extra tensors of their postprocesses (``NAME_index``, ``NAME_label``)."""
-    if not postprocess_outputs.postprocessed(handle):
+    if not handle.postprocesses:
         return handle.output_names
-    return list(postprocess_outputs.tensor_owners(handle))
+    return list(handle.tensor_owners)
 
 
 def check_requested(handle: LoadedVersion, names: Sequence[str],

@@ -34,32 +34,12 @@ from engine.serving.postprocess_config import (
     INDEX_SUFFIX,
     LABEL_SUFFIX,
     Postprocess,
-    extra_names,
 )
 from engine.serving.preprocess import Geometry
 from engine.serving.preprocess_config import ImagePreprocess
 from service import classification, codecs
 
 Geometries = Mapping[str, Sequence[Geometry]]  # by input name, one per image row
-
-
-def postprocessed(handle: LoadedVersion) -> dict[str, Postprocess]:
-    """The outputs of `handle` that have a postprocess, by name ({} for most models)."""
-    return {tensor.name: tensor.postprocess for tensor in handle.config.outputs or ()
-            if tensor.postprocess is not None}
-
-
-def tensor_owners(handle: LoadedVersion) -> dict[str, str]:
-    """Every tensor V2 answers with, in model metadata's order, mapped to the output that
-    computes it: each output itself, and a postprocess's extra tensors (``NAME_index``,
-    ``NAME_label``) after their output."""
-    owners = {}
-    for tensor in handle.config.outputs or ():
-        owners[tensor.name] = tensor.name
-        if tensor.postprocess is not None:
-            extras = extra_names(tensor.name, tensor.postprocess, tensor.labels is not None)
-            owners.update(dict.fromkeys(extras, tensor.name))
-    return owners
 
 
 def v2_outputs(handle: LoadedVersion, outputs: Mapping[str, np.ndarray],
@@ -69,11 +49,11 @@ def v2_outputs(handle: LoadedVersion, outputs: Mapping[str, np.ndarray],
     """Exactly the tensors named by `binary`'s keys (outputs or a postprocess's extra tensors,
     in order), and whether each goes as binary data; an output in `classes` is answered as
     Triton's classification extension answers it."""
-    posts = postprocessed(handle)
+    posts = handle.postprocesses
     if not posts and not classes:  # most models: the outputs as they are
         return {name: outputs[name] for name in binary}, dict(binary)
     where = f"model {handle.name!r} version {handle.version}"
-    owners = tensor_owners(handle)
+    owners = handle.tensor_owners
     detections = _Detections(handle, outputs, posts, geometries or {})
     computed: dict[str, dict[str, np.ndarray]] = {}  # by output: its tensors, computed once
     tensors: dict[str, np.ndarray] = {}
@@ -205,7 +185,7 @@ def predict_outputs(handle: LoadedVersion, outputs: Mapping[str, np.ndarray],
                     geometries: Geometries | None = None) -> dict[str, Any]:
     """``/predict``'s ``outputs``: nested lists, and for a top-k, detector or segmentation a
     list with one entry per image (a detector's scores and boxes outputs are in its rows)."""
-    posts = postprocessed(handle)
+    posts = handle.postprocesses
     if not posts:
         return codecs.predict_outputs(outputs)
     detections = _Detections(handle, outputs, posts, geometries or {})

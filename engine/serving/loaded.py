@@ -11,6 +11,7 @@ import numpy as np
 
 from engine.serving.batcher import DynamicBatcher
 from engine.serving.config import ModelConfig
+from engine.serving.postprocess_config import Postprocess, tensor_owners
 from engine.serving.preprocess_config import ImagePreprocess
 from engine.serving.text import TextPipeline
 from engine.serving.text_check import pipelines_of
@@ -81,6 +82,12 @@ class LoadedVersion:
                           if tensor.source not in (None, tensor.name)}
         self._from_graph = {source: name for source, name in renamed.items() if source != name}
         self.labels = labels_of(model)
+        # Outputs with a postprocess ({} for most models), and every tensor V2 may answer
+        # with mapped to the output computing it.
+        self.postprocesses: dict[str, Postprocess] = {
+            tensor.name: tensor.postprocess for tensor in config.outputs
+            if tensor.postprocess is not None}
+        self.tensor_owners = tensor_owners(config.outputs)
         self.largest_plan = _signature(input_shapes(config.inputs, config.max_batch_size, model))
 
     @property

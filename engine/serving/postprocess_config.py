@@ -125,6 +125,19 @@ def extra_names(name: str, postprocess: Postprocess, labelled: bool) -> list[str
     return []
 
 
+def tensor_owners(outputs: Any) -> dict[str, str]:
+    """Every tensor V2 answers with, in model metadata's order, mapped to the (completed
+    config's) output that computes it: each output itself, and a postprocess's extra tensors
+    (``NAME_index``, ``NAME_label``) after their output."""
+    owners = {}
+    for tensor in outputs:
+        owners[tensor.name] = tensor.name
+        if tensor.postprocess is not None:
+            extras = extra_names(tensor.name, tensor.postprocess, tensor.labels is not None)
+            owners.update(dict.fromkeys(extras, tensor.name))
+    return owners
+
+
 def check_outputs(outputs: Any) -> None:
     """Consistency of the outputs' postprocesses within one config (the graph is checked at
     upload): labels on an embedding, a detector naming itself or an output that has its own
