@@ -43,6 +43,11 @@ from engine.runtime import Model  # noqa: E402
 
 MLP_CALLS = 200  # calls per timed round of the MLP (one call is microseconds)
 MLP_ROUNDS = 31  # at least: a round takes milliseconds, so one burst of load can skew a few
+# A pause before each runtime's turn. After a run, ONNX Runtime's pool threads spin about 40 ms
+# (measured: 40 ms of process CPU in the 50 ms after `session.run`) and OpenBLAS's for a while
+# too: without it the other runtime's turn starts on a core the last one still burns, which
+# halved ORT's all-core rate against ours (ResNet-18, batch 1: 58 vs 17.7 ms median).
+SETTLE_SECONDS = 0.1
 GEMM_SIZE = 2048
 
 
@@ -267,6 +272,7 @@ def compare_peer(name: str, batch: int, threads: int, repeat: int) -> dict[str, 
     for turn in range(max(repeat, MLP_ROUNDS) if name == "mlp" else repeat):
         order = list(workers.items())
         for runtime, (mine, _) in order if turn % 2 == 0 else order[::-1]:
+            time.sleep(SETTLE_SECONDS)
             mine.send(calls)
             rounds[runtime].append(mine.recv())
     for mine, process in workers.values():
