@@ -23,6 +23,7 @@ from functools import partial
 from typing import Any
 
 from engine.ops.dense import matmul_into
+from engine.ops.gemm_bind import weight_product
 from engine.ops.im2col import Ints
 from engine.ops.workspace import aligned
 
@@ -68,8 +69,8 @@ def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometr
     matrix = weight.reshape(filters, -1)
     positions = math.prod(size)
     if is_direct(data.shape, geometry) and data.flags.c_contiguous:
-        calls = [matmul_into(xp, matrix, data.reshape(batch, -1, positions),
-                             out.reshape(batch, filters, positions))]
+        calls = _bind_direct(xp, matrix, data.reshape(batch, -1, positions),
+                             out.reshape(batch, filters, positions), workspace)
     else:
         layout = _layout(data.shape, filters, size, geometry, data.itemsize)
         calls = []
@@ -80,6 +81,24 @@ def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometr
     if bias is not None:
         calls.append(partial(xp.add, out, bias.reshape(1, filters, *(1,) * len(size)), out))
     return calls
+
+
+def _bind_direct(xp: Any, matrix: Any, data: Any, out: Any,
+                 workspace: Any) -> list[Callable[[], Any]]:
+    """A 1×1 convolution's GEMMs, (F, C) @ (C, P) per sample: our kernel one sample at a
+    time where it applies, else one stacked matmul."""
+    calls = [weight_product(xp, matrix, data[sample], out[sample], workspace)
+             for sample in range(data.shape[0])]
+    if calls and all(call is not None for call in calls):
+        return calls
+    return [matmul_into(xp, matrix, data, out)]
+
+
+def _product(xp: Any, matrix: Any, columns: Any, out: Any,
+             workspace: Any) -> Callable[[], Any]:
+    """``out = matrix @ columns``: our kernel with the weights packed, else BLAS."""
+    return (weight_product(xp, matrix, columns, out, workspace)
+            or matmul_into(xp, matrix, columns, out))
 
 
 def _bind_chunk(xp: Any, data: Any, matrix: Any, out: Any, geometry: Geometry,
@@ -105,7 +124,7 @@ def _bind_chunk(xp: Any, data: Any, matrix: Any, out: Any, geometry: Geometry,
     columns = patches.reshape(matrix.shape[1], -1)
     positions = math.prod(size)
     wide = workspace.region(wide_at, (matrix.shape[0], samples * positions), data.dtype)
-    calls.append(matmul_into(xp, matrix, columns, wide))
+    calls.append(_product(xp, matrix, columns, wide, workspace))
     per_sample = wide.reshape(matrix.shape[0], samples, positions).transpose(1, 0, 2)
     calls.append(partial(xp.copyto, out.reshape(samples, matrix.shape[0], positions),
                          per_sample))
@@ -141,7 +160,8 @@ def _bind_bands(xp: Any, view: Any, matrix: Any, out: Any, workspace: Any,
         patches = workspace.region(patches_at, band.shape, view.dtype)
         calls.append(partial(xp.copyto, patches, band))
         target = targets[:, first:last].reshape(matrix.shape[0], -1)
-        calls.append(matmul_into(xp, matrix, patches.reshape(matrix.shape[1], -1), target))
+        calls.append(_product(xp, matrix, patches.reshape(matrix.shape[1], -1), target,
+                              workspace))
     return calls
 
 

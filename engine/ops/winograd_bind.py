@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.ops import depthwise_kernel, winograd_kernel
+from engine.ops import depthwise_kernel, gemm_bind, winograd_kernel
 from engine.ops.conv_bind import Geometry
 from engine.ops.im2col import Ints
 from engine.ops.workspace import aligned
@@ -186,8 +186,8 @@ def _bind_chunk(xp: Any, padded: Any, weights: Any, bias: Any, out: Any, layout:
     tiles = region(second, (16, samples, th, tw, channels))
     calls = _bind_input(xp, padded, region(0, (4, samples, th, columns, channels)), tiles)
     products = region(third, (16, samples, th, tw, filters))
-    calls.append(partial(xp.matmul, tiles.reshape(16, -1, channels), weights,
-                         products.reshape(16, -1, filters)))
+    calls += _products(xp, tiles.reshape(16, -1, channels), weights,
+                       products.reshape(16, -1, filters), workspace)
     if bias is not None:
         # Aᵀ e₅ A is all ones (ξ = 5 is (1, 1)): the bias added to M[5] reaches every output of
         # a tile, in a quarter of the cells.
@@ -197,6 +197,18 @@ def _bind_chunk(xp: Any, padded: Any, weights: Any, bias: Any, out: Any, layout:
     height, width = out.shape[2:]
     calls.append(partial(xp.copyto, out, result[:, :height, :width].transpose(0, 3, 1, 2)))
     return calls
+
+
+def _products(xp: Any, tiles: Any, weights: Any, products: Any,
+              workspace: Any) -> list[Callable[[], Any]]:
+    """The 16 GEMMs ``M[ξ] = V[ξ] @ U[ξ]``: by our kernel one ξ at a time where it applies,
+    U[ξ] in column panels (512 channels at 7×7, 16 tiles, weights cold: 1.6 against 2.6 ms
+    for the 16), else one stacked matmul."""
+    calls = [gemm_bind.product_with_weight(xp, tiles[xi], weights[xi], products[xi], workspace)
+             for xi in range(16)]
+    if all(call is not None for call in calls):
+        return calls
+    return [partial(xp.matmul, tiles, weights, products)]
 
 
 def _bind_input(xp: Any, padded: Any, rows: Any, tiles: Any) -> list[Callable[[], Any]]:

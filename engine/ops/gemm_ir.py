@@ -1,0 +1,170 @@
+"""The LLVM IR of `gemm_kernel`'s register-tile micro-kernels, built with `llvmlite.ir`.
+
+One function computes one tile of ``C = A @ B``::
+
+    tile(K, a, lda, acs, b, ldb, c, ldc[, rows, columns])
+
+``a`` points at the tile's first row of A (element (i, k) at ``a + i·lda + k·acs``), ``b`` at
+its first column of B (row k at ``b + k·ldb``, contiguous floats), ``c`` at its corner of C
+(row i at ``c + i·ldc``); strides count floats. The K loop carries the tile as SSA values (phi
+nodes), which LLVM keeps in vector registers: per step, one vector load of B per vector of a
+row, one scalar load of A per row, broadcast, and a fused multiply-add per row and vector
+(``llvm.fmuladd``: one instruction where the CPU has FMA).
+
+``tile_full`` computes a whole ``MR × NR`` tile. ``tile_edge`` serves the last row and column
+blocks: one loop per row count (1 to MR) and per vector count (1 or all), so that a thin edge
+does only its own rows' work, B read and C written through lane masks (``llvm.masked.*``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import llvmlite.ir as ir
+
+F32 = ir.FloatType()
+I64 = ir.IntType(64)
+I32 = ir.IntType(32)
+I1 = ir.IntType(1)
+
+
+class TileKernel:
+    """A module holding the tile functions for one register tile (`gemm_kernel.Tile`)."""
+
+    def __init__(self, shape: Any) -> None:
+        self.shape = shape
+        self.module = ir.Module(name="hybridserve_gemm")
+        width = shape.width
+        self.vector = ir.VectorType(F32, width)
+        self.zero = ir.Constant(self.vector, [0.0] * width)
+        vector, pointer = self.vector, self.vector.as_pointer()
+        mask = ir.VectorType(I1, width)
+        self.fmuladd = ir.Function(self.module, ir.FunctionType(vector, [vector] * 3),
+                                   name=f"llvm.fmuladd.v{width}f32")
+        self.masked_load = ir.Function(
+            self.module, ir.FunctionType(vector, [pointer, I32, mask, vector]),
+            name=f"llvm.masked.load.v{width}f32.p0")
+        self.masked_store = ir.Function(
+            self.module, ir.FunctionType(ir.VoidType(), [vector, pointer, I32, mask]),
+            name=f"llvm.masked.store.v{width}f32.p0")
+
+    def define_full(self, name: str) -> None:
+        """``name``: one whole tile, no masks."""
+        function, builder = self._function(name, edge=False)
+        self._tile(function, builder, self.shape.rows, self.shape.vectors, None)
+        builder.ret_void()
+
+    def define_edge(self, name: str) -> None:
+        """``name``: the first ``rows`` rows and ``columns`` columns of a tile."""
+        function, builder = self._function(name, edge=True)
+        rows, columns = function.args[-2:]
+        finish = function.append_basic_block("finish")
+        cases = builder.switch(rows, finish)
+        for count in range(1, self.shape.rows + 1):
+            block = function.append_basic_block(f"rows{count}")
+            cases.add_case(I64(count), block)
+            builder.position_at_end(block)
+            narrow = function.append_basic_block(f"rows{count}_narrow")
+            wide = function.append_basic_block(f"rows{count}_wide")
+            builder.cbranch(builder.icmp_signed("<=", columns, I64(self.shape.width)),
+                            narrow, wide)
+            for target, vectors in ((narrow, 1), (wide, self.shape.vectors)):
+                builder.position_at_end(target)
+                self._tile(function, builder, count, vectors, self._masks(builder, columns,
+                                                                          vectors))
+                builder.branch(finish)
+        builder.position_at_end(finish)
+        builder.ret_void()
+
+    def _function(self, name: str, edge: bool) -> tuple[ir.Function, ir.IRBuilder]:
+        pointer = F32.as_pointer()
+        arguments = [I64, pointer, I64, I64, pointer, I64, pointer, I64]
+        if edge:
+            arguments += [I64, I64]
+        function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), arguments), name=name)
+        return function, ir.IRBuilder(function.append_basic_block("entry"))
+
+    def _tile(self, function: ir.Function, builder: ir.IRBuilder, rows: int, vectors: int,
+              masks: list[Any] | None) -> None:
+        """The K loop of a ``rows × vectors`` tile from the builder's block, then its stores;
+        the builder ends in a block after them."""
+        k_count, a, lda, acs, b, ldb, c, ldc = function.args[:8]
+        start = builder.block
+        loop = function.append_basic_block("loop")
+        done = function.append_basic_block("done")
+        row_offsets = [builder.mul(I64(i), lda) for i in range(rows)]
+        builder.cbranch(builder.icmp_signed(">", k_count, I64(0)), loop, done)
+
+        builder.position_at_end(loop)
+        k = builder.phi(I64)
+        tile = [[builder.phi(self.vector) for _ in range(vectors)] for _ in range(rows)]
+        b_row = builder.gep(b, [builder.mul(k, ldb)])
+        b_values = [self._load(builder, b_row, j, masks) for j in range(vectors)]
+        a_column = builder.mul(k, acs)
+        stepped = []
+        for i in range(rows):
+            scalar = builder.load(builder.gep(a, [builder.add(row_offsets[i], a_column)]),
+                                  align=4)
+            broadcast = self._splat(builder, scalar)
+            stepped.append([builder.call(self.fmuladd, [broadcast, b_values[j], tile[i][j]])
+                            for j in range(vectors)])
+        k_next = builder.add(k, I64(1))
+        builder.cbranch(builder.icmp_signed("<", k_next, k_count), loop, done)
+        k.add_incoming(I64(0), start)
+        k.add_incoming(k_next, loop)
+        for i in range(rows):
+            for j in range(vectors):
+                tile[i][j].add_incoming(self.zero, start)
+                tile[i][j].add_incoming(stepped[i][j], loop)
+
+        builder.position_at_end(done)
+        results = []
+        for i in range(rows):
+            row = []
+            for j in range(vectors):
+                value = builder.phi(self.vector)
+                value.add_incoming(self.zero, start)
+                value.add_incoming(stepped[i][j], loop)
+                row.append(value)
+            results.append(row)
+        for i, values in enumerate(results):
+            c_row = builder.gep(c, [builder.mul(I64(i), ldc)])
+            for j, value in enumerate(values):
+                self._store(builder, value, c_row, j, masks)
+
+    def _masks(self, builder: ir.IRBuilder, columns: Any, vectors: int) -> list[Any]:
+        """Per vector of a row, the lanes below ``columns``."""
+        width = self.shape.width
+        lanes = ir.VectorType(I64, width)
+        limit = builder.insert_element(ir.Constant(lanes, ir.Undefined), columns, I32(0))
+        limit = builder.shuffle_vector(limit, ir.Constant(lanes, ir.Undefined),
+                                       ir.Constant(ir.VectorType(I32, width), [0] * width))
+        return [builder.icmp_signed("<", ir.Constant(lanes, list(range(j * width,
+                                                                        (j + 1) * width))),
+                                    limit)
+                for j in range(vectors)]
+
+    def _splat(self, builder: ir.IRBuilder, scalar: Any) -> Any:
+        undefined = ir.Constant(self.vector, ir.Undefined)
+        single = builder.insert_element(undefined, scalar, I32(0))
+        return builder.shuffle_vector(single, undefined,
+                                      ir.Constant(ir.VectorType(I32, self.shape.width),
+                                                  [0] * self.shape.width))
+
+    def _address(self, builder: ir.IRBuilder, row: Any, j: int) -> Any:
+        element = builder.gep(row, [I64(j * self.shape.width)])
+        return builder.bitcast(element, self.vector.as_pointer())
+
+    def _load(self, builder: ir.IRBuilder, row: Any, j: int, masks: list[Any] | None) -> Any:
+        address = self._address(builder, row, j)
+        if masks is None:
+            return builder.load(address, align=4)
+        return builder.call(self.masked_load, [address, I32(4), masks[j], self.zero])
+
+    def _store(self, builder: ir.IRBuilder, value: Any, row: Any, j: int,
+               masks: list[Any] | None) -> None:
+        address = self._address(builder, row, j)
+        if masks is None:
+            builder.store(value, address, align=4)
+        else:
+            builder.call(self.masked_store, [value, address, I32(4), masks[j]])

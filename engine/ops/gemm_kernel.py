@@ -1,0 +1,219 @@
+"""A float32 GEMM of our own: register-tile micro-kernels in LLVM IR, driven by numba.
+
+Why not OpenBLAS for everything: at a network's shapes at small batches (few columns, weights
+read once per call) numpy's OpenBLAS packs both operands on every call, and its kernels run
+below ONNX Runtime's MLAS at the same shapes (one thread, Zen 4, warm: 64×512×256 1.11× MLAS's
+time, 784×576×128 1.10×, 49×4608×512 1.29×; `bench/gemm.py`). Here the weights are packed once,
+when a plan binds, into the order the micro-kernel reads them (`pack`), and the activations are
+read where they lie: the micro-kernel keeps an ``MR × NR`` tile of C in vector registers for
+the whole K loop, reading ``MR`` scalars of A (broadcast) and ``NR`` contiguous floats of B per
+step. numba cannot be made to keep such a tile in registers (it spills it to memory, 7 GFLOP/s
+against OpenBLAS's 100), so the kernels are LLVM IR (`gemm_ir`) compiled with `llvmlite`,
+numba's own dependency, for the host CPU once per process; `_drive`, compiled by numba without
+the GIL, walks the tiles.
+
+Tiles by vector ISA (registers: accumulators + a row of B + the broadcast):
+AVX-512 12 × 32 (24 + 2 + 1 of 32 zmm), AVX2 with FMA 6 × 16 (12 + 2 + 1 of 16 ymm), 64-bit
+ARM's NEON 6 × 16 (24 + 4 + 1 of 32), else 4 × 8.
+
+`available()` is False where llvmlite or numba cannot be imported or the JIT fails: callers
+then keep NumPy's matmul.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import platform
+from typing import Any, NamedTuple
+
+import numpy as np
+
+_state: dict[str, Any] = {}
+
+
+class Tile(NamedTuple):
+    """The register tile: ``rows`` of A by ``vectors`` SIMD vectors of ``width`` floats."""
+
+    rows: int
+    width: int
+    vectors: int
+
+    @property
+    def columns(self) -> int:
+        return self.width * self.vectors
+
+
+def available() -> bool:
+    """Whether the kernels compiled for this CPU (compiled on the first call)."""
+    return _compiled() is not None
+
+
+def tile() -> Tile:
+    """The tile the kernels were compiled for."""
+    kernels = _compiled()
+    if kernels is None:
+        raise RuntimeError("the GEMM kernels are not available on this machine")
+    return kernels["tile"]
+
+
+def pack(a: Any) -> np.ndarray:
+    """``a`` (M, K) float32 as the micro-kernel reads A: blocks of MR rows, each (K, MR)
+    (row block-major, then k, then row), the last block padded with zero rows."""
+    rows = tile().rows
+    m, k = a.shape
+    blocks = -(-m // rows)
+    packed = np.zeros((blocks * rows, k), np.float32)
+    packed[:m] = a
+    return np.ascontiguousarray(packed.reshape(blocks, rows, k).transpose(0, 2, 1))
+
+
+def pack_columns(b: Any) -> np.ndarray:
+    """``b`` (K, N) float32 as the micro-kernel reads B: panels of NR columns, each (K, NR)
+    contiguous, the last padded with zero columns. A panel streams from memory in order, where
+    an unpacked one is NR floats from each of K rows far apart (Winograd's 512×512 weights at
+    7×7, read cold inside a network: 5.5 ms a layer unpacked against ...)."""
+    columns = tile().columns
+    k, n = b.shape
+    panels = -(-n // columns)
+    packed = np.zeros((k, panels * columns), np.float32)
+    packed[:, :n] = b
+    return np.ascontiguousarray(packed.reshape(k, panels, columns).transpose(1, 0, 2))
+
+
+def applies(a: Any, b: Any, c: Any) -> bool:
+    """Whether `multiply` takes these operands: float32 NumPy matrices of matching shapes,
+    B and C with contiguous rows, C overlapping neither, and the kernels compiled."""
+    if not all(type(x) is np.ndarray and x.dtype == np.float32 and x.ndim == 2
+               for x in (a, b, c)):
+        return False
+    if a.shape[1] != b.shape[0] or c.shape != (a.shape[0], b.shape[1]) or not a.shape[1]:
+        return False
+    if (b.strides[1] != 4 and b.shape[1] > 1) or (c.strides[1] != 4 and c.shape[1] > 1):
+        return False
+    if np.may_share_memory(c, a) or np.may_share_memory(c, b):
+        return False
+    return available()
+
+
+def multiply(a: Any, b: Any, c: Any) -> None:
+    """``c = a @ b``: ``a`` (M, K) with any strides (see `applies`)."""
+    item = 4
+    _run(a.ctypes.data, a.strides[0] // item, a.strides[0] // item, a.strides[1] // item,
+         b.ctypes.data, 1, b.strides[0] // item, c, a.shape[1], False)
+
+
+def multiply_packed(packed: Any, b: Any, c: Any) -> None:
+    """``c = a @ b`` with ``packed = pack(a)``: row blocks outside (each block of A, read
+    once, meets every column of B in cache)."""
+    k = packed.shape[1]
+    _run(packed.ctypes.data, k, 1, packed.shape[2], b.ctypes.data, 1, b.strides[0] // 4, c, k,
+         False)
+
+
+def multiply_packed_columns(a: Any, packed: Any, c: Any) -> None:
+    """``c = a @ b`` with ``packed = pack_columns(b)`` (``c`` has b's true width): column
+    panels outside (each panel of B, read once, meets every row of A in cache)."""
+    item = 4
+    k = packed.shape[1]
+    _run(a.ctypes.data, a.strides[0] // item, a.strides[0] // item, a.strides[1] // item,
+         packed.ctypes.data, k, packed.shape[2], c, k, True)
+
+
+def _run(a: int, row_step: int, lda: int, acs: int, b: int, column_step: int, ldb: int,
+         c: Any, k: int, columns_outside: bool) -> None:
+    kernels = _compiled()
+    kernels["drive"](kernels["full"], kernels["edge"], kernels["tile"].rows,
+                     kernels["tile"].columns, a, row_step, lda, acs, b, column_step, ldb,
+                     c.ctypes.data, c.strides[0] // 4, c.shape[0], c.shape[1], k,
+                     columns_outside)
+
+
+def _compiled() -> dict[str, Any] | None:
+    if "kernels" not in _state:
+        _state["kernels"] = _compile()
+    return _state["kernels"]
+
+
+def _compile() -> dict[str, Any] | None:
+    try:
+        import llvmlite.binding as llvm
+        from numba import njit
+
+        from engine.ops.gemm_ir import TileKernel
+    except ImportError:
+        return None
+    try:
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        features = llvm.get_host_cpu_features()
+        shape = _tile_for(features)
+        machine = llvm.Target.from_default_triple().create_target_machine(
+            cpu=llvm.get_host_cpu_name(), features=features.flatten(), opt=3)
+        kernel = TileKernel(shape)
+        kernel.define_full("tile_full")
+        kernel.define_edge("tile_edge")
+        module = llvm.parse_assembly(str(kernel.module))
+        module.verify()
+        builder = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(3))
+        builder.getModulePassManager().run(module, builder)
+        engine = llvm.create_mcjit_compiler(module, machine)
+        engine.finalize_object()
+    except (RuntimeError, OSError):  # no JIT for this target
+        return None
+    pointer = ctypes.c_void_p
+    signature = [ctypes.c_int64, pointer, ctypes.c_int64, ctypes.c_int64, pointer,
+                 ctypes.c_int64, pointer, ctypes.c_int64]
+    full = ctypes.CFUNCTYPE(None, *signature)(engine.get_function_address("tile_full"))
+    edge = ctypes.CFUNCTYPE(None, *signature, ctypes.c_int64, ctypes.c_int64)(
+        engine.get_function_address("tile_edge"))
+    # The execution engine owns the machine code: it lives as long as the functions.
+    return {"tile": shape, "full": full, "edge": edge, "engine": engine,
+            "drive": _driver(njit)}
+
+
+def _tile_for(features: Any) -> Tile:
+    """The register tile for the host's widest float SIMD (see the module docstring)."""
+    if features.get("avx512f"):
+        return Tile(12, 16, 2)
+    if features.get("avx2") and features.get("fma"):
+        return Tile(6, 8, 2)
+    if platform.machine().lower() in ("arm64", "aarch64"):
+        return Tile(6, 4, 4)
+    return Tile(4, 4, 2)
+
+
+def _driver(njit: Any) -> Any:
+    """`_drive` compiled by numba without the GIL, calling `_tile` compiled likewise."""
+    tile = njit(nogil=True, inline="always")(_tile)
+
+    def drive(full: Any, edge: Any, mr: int, nr: int, a: int, row_step: int, lda: int,
+              acs: int, b: int, column_step: int, ldb: int, c: int, ldc: int, m: int, n: int,
+              k: int, columns_outside: bool) -> None:  # pragma: no cover - runs compiled
+        # Addresses in bytes, strides in floats. Row r of A starts at a + r·row_step
+        # (unpacked: its row stride; packed: K, a block of MR rows being K·MR floats),
+        # column j of B at b + j·column_step (unpacked: 1; packed: K, likewise).
+        if columns_outside:
+            for column in range(0, n, nr):
+                for row in range(0, m, mr):
+                    tile(full, edge, mr, nr, a, row_step, lda, acs, b, column_step, ldb, c,
+                         ldc, m, n, k, row, column)
+        else:
+            for row in range(0, m, mr):
+                for column in range(0, n, nr):
+                    tile(full, edge, mr, nr, a, row_step, lda, acs, b, column_step, ldb, c,
+                         ldc, m, n, k, row, column)
+
+    return njit(nogil=True)(drive)
+
+
+def _tile(full: Any, edge: Any, mr: int, nr: int, a: int, row_step: int, lda: int, acs: int,
+          b: int, column_step: int, ldb: int, c: int, ldc: int, m: int, n: int, k: int,
+          row: int, column: int) -> None:  # pragma: no cover - runs compiled
+    """One tile at (row, column) of C: the whole-tile kernel, or the edge kernel."""
+    a_row, b_column = a + row * row_step * 4, b + column * column_step * 4
+    c_corner = c + (row * ldc + column) * 4
+    rows, columns = min(mr, m - row), min(nr, n - column)
+    if rows == mr and columns == nr:
+        full(k, a_row, lda, acs, b_column, ldb, c_corner, ldc)
+    else:
+        edge(k, a_row, lda, acs, b_column, ldb, c_corner, ldc, rows, columns)
