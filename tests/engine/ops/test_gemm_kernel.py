@@ -1,0 +1,148 @@
+"""Our GEMM (`engine.ops.gemm_kernel`) against float64 products, and where plans bind it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import engine
+from engine import sym
+from engine.ops import gemm_bind, gemm_kernel
+
+pytestmark = pytest.mark.skipif(not gemm_kernel.available(),
+                                reason="llvmlite cannot compile for this CPU")
+
+RNG = np.random.default_rng(7)
+
+
+def random(*shape: int) -> np.ndarray:
+    return RNG.standard_normal(shape, dtype=np.float32)
+
+
+def expected(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return a.astype(np.float64) @ b.astype(np.float64)
+
+
+def assert_product(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
+    # float32 sums of K terms, in another order than float64's
+    np.testing.assert_allclose(c, expected(a, b), rtol=1e-4, atol=1e-5 * np.sqrt(a.shape[1]))
+
+
+# Rows and columns around the tile's edges (12 × 32 with AVX-512, 6 × 16 with AVX2, ...).
+EDGES = (1, 5, 6, 11, 12, 13, 25, 64)
+COLUMNS = (1, 7, 8, 15, 16, 17, 31, 32, 33, 49, 100)
+
+
+@pytest.mark.parametrize("rows", EDGES)
+@pytest.mark.parametrize("columns", COLUMNS)
+def test_every_edge_of_the_tile(rows: int, columns: int) -> None:
+    for depth in (1, 3, 70):
+        a, b = random(rows, depth), random(depth, columns)
+        for run in ("plain", "packed", "panels"):
+            c = np.full((rows, columns), np.nan, np.float32)
+            if run == "plain":
+                gemm_kernel.multiply(a, b, c)
+            elif run == "packed":
+                gemm_kernel.multiply_packed(gemm_kernel.pack(a), b, c)
+            else:
+                gemm_kernel.multiply_packed_columns(a, gemm_kernel.pack_columns(b), c)
+            assert_product(c, a, b)
+
+
+def test_strided_operands_and_an_output_inside_a_larger_array() -> None:
+    a = np.asfortranarray(random(40, 90))  # column-major A
+    b = random(90, 200)[:, 30:130]  # rows 200 floats apart
+    frame = np.zeros((60, 150), np.float32)
+    c = frame[10:50, 20:120]
+    gemm_kernel.multiply(a, b, c)
+    assert_product(c, a, b)
+    outside = frame.copy()
+    outside[10:50, 20:120] = 0
+    assert not outside.any()  # not a cell written beyond C
+    transposed = random(90, 40).T  # A as a transposed view: unit row step
+    gemm_kernel.multiply(transposed, b, c)
+    assert_product(c, transposed, b)
+
+
+def test_nan_and_inf_reach_the_output_as_in_numpy() -> None:
+    a, b = random(30, 20), random(20, 40)
+    a[3, 5] = np.nan
+    b[7, 9] = np.inf
+    c = np.empty((30, 40), np.float32)
+    gemm_kernel.multiply(a, b, c)
+    reference = expected(a, b)
+    np.testing.assert_array_equal(np.isnan(c), np.isnan(reference))
+    np.testing.assert_array_equal(np.isinf(c), np.isinf(reference))
+
+
+def test_operands_it_does_not_take() -> None:
+    a, b, c = random(20, 10), random(10, 30), np.empty((20, 30), np.float32)
+    assert gemm_kernel.applies(a, b, c)
+    assert not gemm_kernel.applies(a.astype(np.float64), b, c)
+    assert not gemm_kernel.applies(a, np.asfortranarray(b), c)  # B's rows not contiguous
+    assert not gemm_kernel.applies(a, b, np.empty((20, 30), np.float32, order="F"))
+    assert not gemm_kernel.applies(a, b, c[:, :29])  # shapes do not match
+    square = random(20, 20)
+    assert not gemm_kernel.applies(square, square, square)  # C overwrites an operand
+    assert not gemm_kernel.applies(random(20, 0), random(0, 30), c)
+
+
+def test_worthwhile_leaves_thin_products_to_blas() -> None:
+    tile = gemm_kernel.tile()
+    assert gemm_bind.worthwhile(tile.rows, 4 * tile.width)
+    assert not gemm_bind.worthwhile(tile.rows - 1, 4 * tile.width)  # fewer rows than a tile
+    assert not gemm_bind.worthwhile(64, 3 * tile.width + 1)  # a vector nearly empty
+    assert not gemm_bind.worthwhile(1, 256)  # a matrix-vector product
+
+
+def test_large_products_go_to_blas_while_it_has_threads(monkeypatch) -> None:
+    a, b = random(128, 256), random(256, 512)  # 16M multiply-adds
+    out = np.empty((128, 512), np.float32)
+    call = gemm_bind._unless_threaded(lambda: out.fill(-1), a, b, out)
+    monkeypatch.setattr(gemm_bind, "blas_threads", lambda: 2)
+    call()
+    assert_product(out, a, b)  # BLAS ran it
+    monkeypatch.setattr(gemm_bind, "blas_threads", lambda: 1)
+    call()
+    assert (out == -1).all()  # ours ran it
+    small = gemm_bind._unless_threaded(print, a[:16, :16], b[:16, :16], out[:16, :16])
+    assert small is print  # too small to hand to BLAS's threads: always ours
+
+
+def test_blas_threads_reads_numpy_openblas() -> None:
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    with threadpoolctl.threadpool_limits(1, user_api="blas"):
+        assert gemm_bind.blas_threads() == 1
+
+
+def _network() -> tuple[object, dict[str, np.ndarray]]:
+    """1×1, 3×3 (Winograd at 8×8 with 64 channels), strided im2col and dense layers."""
+    data = sym.var("data")
+    x = sym.Convolution(data, kernel=(1, 1), num_filter=64, name="pointwise")
+    x = sym.Activation(x, act_type="relu")
+    x = sym.Convolution(x, kernel=(3, 3), pad=(1, 1), num_filter=64, name="winograd")
+    x = sym.Convolution(x, kernel=(3, 3), stride=(2, 2), pad=(1, 1), num_filter=48,
+                        name="strided")
+    x = sym.FullyConnected(x, num_hidden=64, name="dense")
+    rng = np.random.default_rng(3)
+    shapes = {"pointwise_weight": (64, 16, 1, 1), "winograd_weight": (64, 64, 3, 3),
+              "strided_weight": (48, 64, 3, 3), "dense_weight": (64, 48 * 4 * 4)}
+    params = {name: rng.standard_normal(shape).astype(np.float32) * 0.1
+              for name, shape in shapes.items()}
+    for name, (filters, *_) in shapes.items():
+        params[name.replace("weight", "bias")] = rng.standard_normal(filters).astype(np.float32)
+    return x, params
+
+
+def test_plans_bind_it_and_agree_with_the_reference_interpreter() -> None:
+    symbol, params = _network()
+    feed = {"data": np.random.default_rng(4).standard_normal((13, 16, 8, 8), np.float32)}
+    optimised = engine.load_model(symbol, params, optimize=True)
+    reference = engine.load_model(symbol, params, optimize=False)
+    got = optimised.infer(feed)
+    want = reference.infer(feed)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-3)
+    kernels = {getattr(step.call, "func", None) for step in optimised.plan_for(feed).steps}
+    assert kernels & {gemm_kernel.multiply_packed, gemm_kernel.multiply_packed_columns,
+                      gemm_bind._ours_or_blas}
