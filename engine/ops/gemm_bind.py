@@ -1,18 +1,19 @@
 """Bound matrix products: `gemm_kernel` where it measured faster than BLAS, else NumPy.
 
-Our kernel runs on one thread. Where BLAS may use more (`blas_threads`, read at every call:
-the server sets one, `threadpoolctl` may change it, a library caller gets every core), BLAS
-runs the products of `THREADED_MACS` or more multiply-adds, which it spreads over its threads:
-two threads against ours on one (Zen 4, 2 cores): 128×576×784 0.70× ours' time, 256×576×196
-0.57×, 960×160×64 0.59×, 64×512×256 0.88×; below that it mostly loses (64×256×128 1.10×,
-16×512×512 1.15×, 64×384×196 1.02×).
-
 Where ours wins (one thread, Zen 4 with AVX-512, best of 200, against numpy's OpenBLAS):
 many rows and whole vectors of columns, e.g. 64×512×256 152 against 174 µs, 128×576×784
 1.01 against 1.11 ms, 512×512×16 81 against 103 µs, 24×144×3136 204 against 251 µs. Where
 it loses: fewer rows than a tile (4×512×256 17 against 10 µs; one row, a matrix-vector product,
 16 against 6.5 µs), and columns that leave most of a vector empty (49 columns are computed
 as 64: 960×160×49 181 against 164 µs, where 48 columns take 136). `worthwhile` encodes that.
+
+The kernel runs on the calling thread. Where BLAS may use several (`blas_threads`, asked at
+every call: the server sets one, `threadpoolctl` may change it, a library caller has every
+core), a large product runs on as many (`Threaded`): from `SPLIT_MACS` multiply-adds ours
+cut in one part per thread (a hand-off to the engine's pool costs 25–55 µs here), from
+`THREADED_MACS` BLAS with its threads where rows and depth are both `THREADED_SIDE` or more;
+two BLAS threads against ours on one (Zen 4, 2 cores): 64×512×256 0.88× ours' time, 960×160×64
+0.59×, but 16×512×512 1.15×, 144×24×3136 1.10×, 64×256×128 1.10×.
 """
 
 from __future__ import annotations
@@ -26,11 +27,13 @@ from typing import Any
 
 import numpy as np
 
-from engine.ops import gemm_kernel
+from engine.ops import gemm_kernel, parallel
 
 # Below this share of computed lanes doing useful work, BLAS runs the product (49 of 64: no).
 MIN_LANE_USE = 0.9
-THREADED_MACS = 4 << 20  # from here BLAS runs the product whenever it has several threads
+SPLIT_MACS = 16 << 20
+THREADED_MACS = 4 << 20
+THREADED_SIDE = 64
 
 _blas: dict[str, Any] = {}
 
@@ -77,8 +80,10 @@ def weight_product(xp: Any, weight: Any, right: Any, out: Any,
     if (xp is np and not weight.flags.writeable and gemm_kernel.applies(weight, right, out)
             and worthwhile(*out.shape)):
         packed = workspace.derived(weight, "gemm packed", gemm_kernel.pack)
-        return _unless_threaded(partial(gemm_kernel.multiply_packed, packed, right, out),
-                                weight, right, out)
+        rows = gemm_kernel.tile().rows
+        return _threaded(weight, right, out, lambda first, last: partial(
+            gemm_kernel.multiply_packed, packed[first // rows:-(-last // rows)], right,
+            out[first:last]), rows, out.shape[0])
     return None
 
 
@@ -89,22 +94,57 @@ def product_with_weight(xp: Any, left: Any, weight: Any, out: Any,
     shared by the model's plans; None where BLAS should run it."""
     if xp is np and gemm_kernel.applies(left, weight, out) and worthwhile(*out.shape):
         panels = workspace.derived(weight, "gemm panels", gemm_kernel.pack_columns)
-        return _unless_threaded(partial(gemm_kernel.multiply_packed_columns, left, panels, out),
-                                left, weight, out)
+        columns = gemm_kernel.tile().columns
+        return _threaded(left, weight, out, lambda first, last: partial(
+            gemm_kernel.multiply_packed_columns, left,
+            panels[first // columns:-(-last // columns)], out[:, first:last]),
+            columns, out.shape[1])
     return None
 
 
-def _unless_threaded(ours: Callable[[], Any], left: Any, right: Any,
-                     out: Any) -> Callable[[], Any]:
-    """``ours``, or for a product of `THREADED_MACS` or more, a call choosing at every run
-    between ours and BLAS by the threads BLAS has then."""
-    if left.shape[0] * left.shape[1] * right.shape[1] < THREADED_MACS:
-        return ours
-    return partial(_ours_or_blas, ours, partial(np.matmul, left, right, out))
+def _threaded(left: Any, right: Any, out: Any, ours: Callable[[int, int], Any], step: int,
+              size: int) -> Callable[[], Any]:
+    """Ours on the whole product (``ours(0, size)``), or for a large one a `Threaded` call.
+    ``ours(first, last)`` computes the part from ``first`` to ``last`` along the axis the
+    kernel walks outside (rows or columns, cut at multiples of ``step``)."""
+    whole = ours(0, size)
+    rows, depth, columns = left.shape[0], left.shape[1], right.shape[1]
+    macs = rows * depth * columns
+    if macs < THREADED_MACS:
+        return whole
+    blas = None
+    if macs < SPLIT_MACS:
+        if min(rows, depth) < THREADED_SIDE:
+            return whole
+        blas = partial(np.matmul, left, right, out)
+    return Threaded(whole, blas, ours, step, size)
 
 
-def _ours_or_blas(ours: Callable[[], Any], blas: Callable[[], Any]) -> None:
-    if blas_threads() > 1:
-        blas()
-    else:
-        ours()
+class Threaded:
+    """A product that runs, at each call, on as many threads as BLAS has then: BLAS itself
+    (``blas``), or ours cut into that many parts on the engine's pool, else ours whole."""
+
+    def __init__(self, whole: Callable[[], Any], blas: Callable[[], Any] | None,
+                 part: Callable[[int, int], Any], step: int, size: int) -> None:
+        self.whole, self.blas = whole, blas
+        self._part, self._step, self._size = part, step, size
+        self._parts: dict[int, list[Callable[[], Any]]] = {}
+
+    def __call__(self) -> None:
+        threads = blas_threads()
+        if threads < 2:
+            self.whole()
+        elif self.blas is not None:
+            self.blas()
+        else:
+            parts = self.parts(threads)
+            parallel.run_slabs(parts) if len(parts) > 1 else self.whole()
+
+    def parts(self, count: int) -> list[Callable[[], Any]]:
+        """The product cut into up to ``count`` parts of whole tiles (made once per count)."""
+        if count not in self._parts:
+            blocks = -(-self._size // self._step)
+            per_part = -(-blocks // min(count, blocks)) * self._step
+            self._parts[count] = [self._part(first, min(first + per_part, self._size))
+                                  for first in range(0, self._size, per_part)]
+        return self._parts[count]

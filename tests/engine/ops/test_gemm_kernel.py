@@ -95,18 +95,53 @@ def test_worthwhile_leaves_thin_products_to_blas() -> None:
     assert not gemm_bind.worthwhile(1, 256)  # a matrix-vector product
 
 
-def test_large_products_go_to_blas_while_it_has_threads(monkeypatch) -> None:
-    a, b = random(128, 256), random(256, 512)  # 16M multiply-adds
-    out = np.empty((128, 512), np.float32)
-    call = gemm_bind._unless_threaded(lambda: out.fill(-1), a, b, out)
+class FakeWorkspace:
+    """`Workspace.derived` without a plan: computed once per weight and tag."""
+
+    def __init__(self) -> None:
+        self.made: dict = {}
+
+    def derived(self, constant, tag, make):
+        key = (id(constant), tag)
+        if key not in self.made:
+            self.made[key] = make(constant)
+        return self.made[key]
+
+
+def read_only(array: np.ndarray) -> np.ndarray:
+    array.flags.writeable = False
+    return array
+
+
+def test_products_follow_the_threads_blas_has_at_each_call(monkeypatch) -> None:
+    workspace = FakeWorkspace()
+    # 16M multiply-adds and more: ours, cut in one part per BLAS thread
+    weight, data = read_only(random(256, 512)), random(512, 256)
+    out = np.empty((256, 256), np.float32)
+    call = gemm_bind.weight_product(np, weight, data, out, workspace)
+    assert isinstance(call, gemm_bind.Threaded) and call.blas is None
+    for threads in (1, 2, 3):
+        monkeypatch.setattr(gemm_bind, "blas_threads", lambda count=threads: count)
+        out[:] = np.nan
+        call()
+        assert_product(out, weight, data)
+    assert [len(call.parts(count)) for count in (2, 3)] == [2, 3]
+    # From 4M with 64 rows and depth: BLAS with its threads, ours on one
+    left, panel = random(64, 512), read_only(random(512, 256))
+    out = np.empty((64, 256), np.float32)
+    call = gemm_bind.product_with_weight(np, left, panel, out, workspace)
+    assert isinstance(call, gemm_bind.Threaded) and call.blas is not None
+    monkeypatch.setattr(call, "whole", lambda: out.fill(-1))
     monkeypatch.setattr(gemm_bind, "blas_threads", lambda: 2)
     call()
-    assert_product(out, a, b)  # BLAS ran it
+    assert_product(out, left, panel)  # BLAS ran it
     monkeypatch.setattr(gemm_bind, "blas_threads", lambda: 1)
     call()
     assert (out == -1).all()  # ours ran it
-    small = gemm_bind._unless_threaded(print, a[:16, :16], b[:16, :16], out[:16, :16])
-    assert small is print  # too small to hand to BLAS's threads: always ours
+    # Small, or thin: ours whatever BLAS has
+    small = gemm_bind.product_with_weight(np, random(16, 512), read_only(random(512, 512)),
+                                          np.empty((16, 512), np.float32), workspace)
+    assert not isinstance(small, gemm_bind.Threaded)
 
 
 def test_blas_threads_reads_numpy_openblas() -> None:
@@ -144,5 +179,4 @@ def test_plans_bind_it_and_agree_with_the_reference_interpreter() -> None:
     for name in want:
         np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-3)
     kernels = {getattr(step.call, "func", None) for step in optimised.plan_for(feed).steps}
-    assert kernels & {gemm_kernel.multiply_packed, gemm_kernel.multiply_packed_columns,
-                      gemm_bind._ours_or_blas}
+    assert {gemm_kernel.multiply_packed, gemm_kernel.multiply_packed_columns} <= kernels
