@@ -144,6 +144,25 @@ def test_products_follow_the_threads_blas_has_at_each_call(monkeypatch) -> None:
     assert not isinstance(small, gemm_bind.Threaded)
 
 
+class ScratchWorkspace(FakeWorkspace):
+    def zeroed(self, shape, dtype, tag):
+        return np.zeros(shape, dtype)
+
+
+def test_few_columns_run_transposed_and_land_in_place() -> None:
+    weight, data = read_only(random(64, 40)), random(40, 49)  # 49 columns: lanes left empty
+    frame = np.zeros((70, 49), np.float32)
+    out = frame[3:67]
+    call = gemm_bind.weight_product(np, weight, data, out, ScratchWorkspace())
+    assert call is not None and call.func is gemm_bind._then_copy
+    call()
+    assert_product(out, weight, data)
+    assert not frame[:3].any() and not frame[67:].any()
+    thin = gemm_bind.weight_product(np, read_only(random(8, 40)), data,
+                                    np.empty((8, 49), np.float32), ScratchWorkspace())
+    assert thin is None  # 8 filters fill no vector either way: BLAS
+
+
 def test_blas_threads_reads_numpy_openblas() -> None:
     threadpoolctl = pytest.importorskip("threadpoolctl")
     with threadpoolctl.threadpool_limits(1, user_api="blas"):
