@@ -32,6 +32,10 @@ from engine.ops import gemm_kernel, parallel
 
 # Below this share of computed lanes doing useful work, BLAS runs the product (49 of 64: no).
 MIN_LANE_USE = 0.9
+# A packed copy of a weight is memory beside the weight itself (`Workspace.derived`, counted in
+# a model's memory): past this size, where a product streams its weight from memory anyway,
+# BLAS runs it (VGG-16's 400 MB of dense weights are not doubled).
+PACK_LIMIT_BYTES = 64 << 20
 SPLIT_MACS = 16 << 20
 THREADED_MACS = 4 << 20
 THREADED_SIDE = 64
@@ -78,7 +82,8 @@ def weight_product(xp: Any, weight: Any, right: Any, out: Any,
     """``out = weight @ right`` by our kernel as one call, where ``weight`` is a read-only
     plan constant (packed once and shared by the model's plans, `Workspace.derived`); None
     where BLAS should run it."""
-    if xp is not np or weight.flags.writeable or not gemm_kernel.applies(weight, right, out):
+    if (xp is not np or weight.flags.writeable or weight.nbytes > PACK_LIMIT_BYTES
+            or not gemm_kernel.applies(weight, right, out)):
         return None
     if worthwhile(*out.shape):
         packed = workspace.derived(weight, "gemm packed", gemm_kernel.pack)
@@ -119,7 +124,8 @@ def product_with_weight(xp: Any, left: Any, weight: Any, out: Any,
     """``out = left @ weight`` by our kernel as one call, where ``weight`` never changes (a
     read-only plan constant, or a value derived from one): packed into column panels once and
     shared by the model's plans; None where BLAS should run it."""
-    if xp is np and gemm_kernel.applies(left, weight, out) and worthwhile(*out.shape):
+    if (xp is np and weight.nbytes <= PACK_LIMIT_BYTES and gemm_kernel.applies(left, weight, out)
+            and worthwhile(*out.shape)):
         panels = workspace.derived(weight, "gemm panels", gemm_kernel.pack_columns)
         columns = gemm_kernel.tile().columns
         return _threaded(left, weight, out, lambda first, last: partial(
