@@ -88,9 +88,12 @@ def weight_product(xp: Any, weight: Any, right: Any, out: Any,
     if worthwhile(*out.shape):
         packed = workspace.derived(weight, "gemm packed", gemm_kernel.pack)
         rows = gemm_kernel.tile().rows
-        return _threaded(weight, right, out, lambda first, last: partial(
-            gemm_kernel.multiply_packed, packed[first // rows:-(-last // rows)], right,
-            out[first:last]), rows, out.shape[0])
+
+        def part(first: int, last: int) -> Callable[[], Any]:  # rows first..last
+            blocks = packed[first // rows:-(-last // rows)]
+            return gemm_kernel.bind_packed(blocks, right, out[first:last])
+
+        return _threaded(weight, right, out, part, rows, out.shape[0])
     if worthwhile(*out.shape[::-1]):
         return _transposed(weight, right, out, workspace)
     return None
@@ -106,11 +109,7 @@ def _transposed(weight: Any, right: Any, out: Any, workspace: Any) -> Callable[[
     panels = workspace.derived(weight, "gemm panels of the transpose",
                                lambda constant: gemm_kernel.pack_columns(constant.T))
     scratch = workspace.zeroed(out.shape[::-1], out.dtype, ("gemm transposed",))
-    columns = gemm_kernel.tile().columns
-    product = _threaded(right.T, weight.T, scratch, lambda first, last: partial(
-        gemm_kernel.multiply_packed_columns, right.T,
-        panels[first // columns:-(-last // columns)], scratch[:, first:last]),
-        columns, scratch.shape[1])
+    product = _by_panels(right.T, weight.T, panels, scratch)
     return partial(_then_copy, product, out, scratch.T)
 
 
@@ -127,12 +126,19 @@ def product_with_weight(xp: Any, left: Any, weight: Any, out: Any,
     if (xp is np and weight.nbytes <= PACK_LIMIT_BYTES and gemm_kernel.applies(left, weight, out)
             and worthwhile(*out.shape)):
         panels = workspace.derived(weight, "gemm panels", gemm_kernel.pack_columns)
-        columns = gemm_kernel.tile().columns
-        return _threaded(left, weight, out, lambda first, last: partial(
-            gemm_kernel.multiply_packed_columns, left,
-            panels[first // columns:-(-last // columns)], out[:, first:last]),
-            columns, out.shape[1])
+        return _by_panels(left, weight, panels, out)
     return None
+
+
+def _by_panels(left: Any, right: Any, panels: Any, out: Any) -> Callable[[], Any]:
+    """``out = left @ right`` with ``panels = pack_columns(right)``."""
+    columns = gemm_kernel.tile().columns
+
+    def part(first: int, last: int) -> Callable[[], Any]:  # columns first..last
+        chosen = panels[first // columns:-(-last // columns)]
+        return gemm_kernel.bind_packed_columns(left, chosen, out[:, first:last])
+
+    return _threaded(left, right, out, part, columns, out.shape[1])
 
 
 def _threaded(left: Any, right: Any, out: Any, ours: Callable[[int, int], Any], step: int,

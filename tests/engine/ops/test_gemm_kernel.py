@@ -43,9 +43,9 @@ def test_every_edge_of_the_tile(rows: int, columns: int) -> None:
             if run == "plain":
                 gemm_kernel.multiply(a, b, c)
             elif run == "packed":
-                gemm_kernel.multiply_packed(gemm_kernel.pack(a), b, c)
+                gemm_kernel.bind_packed(gemm_kernel.pack(a), b, c)()
             else:
-                gemm_kernel.multiply_packed_columns(a, gemm_kernel.pack_columns(b), c)
+                gemm_kernel.bind_packed_columns(a, gemm_kernel.pack_columns(b), c)()
             assert_product(c, a, b)
 
 
@@ -197,5 +197,10 @@ def test_plans_bind_it_and_agree_with_the_reference_interpreter() -> None:
     want = reference.infer(feed)
     for name in want:
         np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-3)
-    kernels = {getattr(step.call, "func", None) for step in optimised.plan_for(feed).steps}
-    assert {gemm_kernel.multiply_packed, gemm_kernel.multiply_packed_columns} <= kernels
+    steps = optimised.plan_for(feed).steps
+    products = [step.call for step in steps if isinstance(step.call, gemm_kernel.Product)]
+    # the 1×1 layer (A packed), the Winograd and dense layers (B in panels); the strided
+    # one's product is `Threaded` or transposed depending on the tile
+    assert {product.args[-1] for product in products} == {False, True}
+    by_ours = {step.node.name for step in steps if step.call in products}
+    assert {"winograd", "dense"} <= by_ours and len(by_ours) >= 3  # and the 1×1 + ReLU
