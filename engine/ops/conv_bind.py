@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from engine.ops import gemm_bind
 from engine.ops.dense import matmul_into
-from engine.ops.gemm_bind import weight_product
 from engine.ops.im2col import Ints
 from engine.ops.workspace import aligned
 
@@ -78,6 +78,8 @@ def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometr
             samples = slice(start, min(start + layout.chunk, batch))
             calls += _bind_chunk(xp, data[samples], matrix, out[samples], geometry, layout,
                                  workspace)
+    if bias is not None and gemm_bind.takes_bias(calls, bias):
+        return gemm_bind.with_bias(calls, bias_rows=bias)
     if bias is not None:
         calls.append(partial(xp.add, out, bias.reshape(1, filters, *(1,) * len(size)), out))
     return calls
@@ -87,7 +89,7 @@ def _bind_direct(xp: Any, matrix: Any, data: Any, out: Any,
                  workspace: Any) -> list[Callable[[], Any]]:
     """A 1×1 convolution's GEMMs, (F, C) @ (C, P) per sample: our kernel one sample at a
     time where it applies, else one stacked matmul."""
-    calls = [weight_product(xp, matrix, data[sample], out[sample], workspace)
+    calls = [gemm_bind.weight_product(xp, matrix, data[sample], out[sample], workspace)
              for sample in range(data.shape[0])]
     if calls and all(call is not None for call in calls):
         return calls
@@ -97,7 +99,7 @@ def _bind_direct(xp: Any, matrix: Any, data: Any, out: Any,
 def _product(xp: Any, matrix: Any, columns: Any, out: Any,
              workspace: Any) -> Callable[[], Any]:
     """``out = matrix @ columns``: our kernel with the weights packed, else BLAS."""
-    return (weight_product(xp, matrix, columns, out, workspace)
+    return (gemm_bind.weight_product(xp, matrix, columns, out, workspace)
             or matmul_into(xp, matrix, columns, out))
 
 

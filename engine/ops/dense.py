@@ -98,6 +98,8 @@ def _bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
     if xp is np and workspace is not None and not weight.flags.writeable:  # a constant
         ours = gemm_bind.product_with_weight(xp, matrix, weight.T, target, workspace)
     calls = [ours or _product(xp, matrix, weight.T, target)]
+    if not attrs.no_bias and gemm_bind.takes_bias(calls, inputs[2]):
+        return gemm_bind.with_bias(calls, bias_columns=inputs[2])
     if not attrs.no_bias:
         # The bias as a row, of the target's own ndim: NumPy broadcasts a (N,) bias over a
         # (1, N) target through its general loop (0.74 µs at N = 256) and a (1, N) one through

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.ops import depthwise_kernel, winograd_kernel
+from engine.ops import depthwise_kernel, gemm_bind, winograd_kernel
 
 CLAMPING_KERNELS = (depthwise_kernel.depthwise_rows, depthwise_kernel.depthwise_planes,
                     depthwise_kernel.depthwise_same_3x3, winograd_kernel.convolve)
@@ -48,6 +48,9 @@ def absorb(calls: list[Callable[[], Any]], steps: Sequence[Any], out: Any,
     if bounds is None:
         return calls, steps
     low, high = (out.dtype.type(bound) for bound in bounds)
+    products = gemm_bind.clamped(calls, low, high)
+    if products is not None:  # our GEMM clamps as it stores (its bias already added)
+        return products, steps[1:]
     if getattr(last, "func", None) in CLAMPING_KERNELS:  # their last two: the clamp bounds
         clamped = partial(last.func, *last.args[:-2], max(last.args[-2], low),
                           min(last.args[-1], high))

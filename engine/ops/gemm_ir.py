@@ -2,11 +2,14 @@
 
 One function computes one tile of ``C = A @ B``::
 
-    tile(K, a, lda, acs, b, ldb, c, ldc[, rows, columns])
+    tile(K, a, lda, acs, b, ldb, c, ldc, bias_rows, bias_columns, low, high[, rows, columns])
 
 ``a`` points at the tile's first row of A (element (i, k) at ``a + i·lda + k·acs``), ``b`` at
 its first column of B (row k at ``b + k·ldb``, contiguous floats), ``c`` at its corner of C
-(row i at ``c + i·ldc``); strides count floats. The K loop carries the tile as SSA values (phi
+(row i at ``c + i·ldc``); strides count floats. Each result is stored as
+``clip(sum + bias_rows[i] + bias_columns[j], low, high)`` (NaN stays NaN, as ``clip`` keeps
+it): a convolution's bias per filter row, a dense layer's per column, their ReLU or ReLU6
+(callers pass zeros and ±inf for none). The K loop carries the tile as SSA values (phi
 nodes), which LLVM keeps in vector registers: per step, one vector load of B per vector of a
 row, one scalar load of A per row, broadcast, and a fused multiply-add per row and vector
 (``llvm.fmuladd``: one instruction where the CPU has FMA).
@@ -78,7 +81,7 @@ class TileKernel:
 
     def _function(self, name: str, edge: bool) -> tuple[ir.Function, ir.IRBuilder]:
         pointer = F32.as_pointer()
-        arguments = [I64, pointer, I64, I64, pointer, I64, pointer, I64]
+        arguments = [I64, pointer, I64, I64, pointer, I64, pointer, I64, pointer, pointer, F32, F32]
         if edge:
             arguments += [I64, I64]
         function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), arguments), name=name)
@@ -88,7 +91,8 @@ class TileKernel:
               masks: list[Any] | None) -> None:
         """The K loop of a ``rows × vectors`` tile from the builder's block, then its stores;
         the builder ends in a block after them."""
-        k_count, a, lda, acs, b, ldb, c, ldc = function.args[:8]
+        k_count, a, lda, acs, b, ldb, c, ldc, bias_rows, bias_columns, low, high = \
+            function.args[:12]
         start = builder.block
         loop = function.append_basic_block("loop")
         done = function.append_basic_block("done")
@@ -127,9 +131,16 @@ class TileKernel:
                 value.add_incoming(stepped[i][j], loop)
                 row.append(value)
             results.append(row)
+        shifts = [self._load(builder, bias_columns, j, masks) for j in range(vectors)]
+        low, high = self._splat(builder, low), self._splat(builder, high)
         for i, values in enumerate(results):
             c_row = builder.gep(c, [builder.mul(I64(i), ldc)])
+            row_shift = self._splat(builder, builder.load(builder.gep(bias_rows, [I64(i)]),
+                                                           align=4))
             for j, value in enumerate(values):
+                value = builder.fadd(builder.fadd(value, row_shift), shifts[j])
+                value = builder.select(builder.fcmp_ordered("<", value, low), low, value)
+                value = builder.select(builder.fcmp_ordered(">", value, high), high, value)
                 self._store(builder, value, c_row, j, masks)
 
     def _masks(self, builder: ir.IRBuilder, columns: Any, vectors: int) -> list[Any]:

@@ -75,6 +75,26 @@ def test_nan_and_inf_reach_the_output_as_in_numpy() -> None:
     np.testing.assert_array_equal(np.isinf(c), np.isinf(reference))
 
 
+def test_bias_per_row_and_column_and_the_clamp_as_results_are_stored() -> None:
+    a, b = random(30, 20), random(20, 40)
+    rows, columns = random(30), random(40)
+    c = np.empty((30, 40), np.float32)
+    product = gemm_kernel.bind(a, b, c)  # A read where it lies (not a packed copy)
+    product.with_epilogue(bias_rows=rows, low=0.0, high=6.0)()
+    want = expected(a, b) + rows[:, None]
+    np.testing.assert_allclose(c, np.clip(want, 0, 6), rtol=1e-4, atol=1e-4)
+    fused = product.with_epilogue(bias_columns=columns).with_epilogue(high=1.0)
+    columns[:] = random(40)  # read at every run, where it lies
+    fused()
+    np.testing.assert_allclose(c, np.minimum(expected(a, b) + columns, 1.0), rtol=1e-4,
+                               atol=1e-4)
+    a[2, 3] = np.nan
+    product.with_epilogue(low=0.0, high=6.0)()  # the clamp keeps NaN, as clip does
+    np.testing.assert_array_equal(np.isnan(c), np.isnan(expected(a, b)))
+    with pytest.raises(ValueError, match="float32 and contiguous"):
+        product.with_epilogue(bias_rows=random(60)[::2])
+
+
 def test_operands_it_does_not_take() -> None:
     a, b, c = random(20, 10), random(10, 30), np.empty((20, 30), np.float32)
     assert gemm_kernel.applies(a, b, c)
