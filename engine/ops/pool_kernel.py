@@ -42,29 +42,39 @@ def max_pool(data: Any, out: Any, kernel_y: int, kernel_x: int, stride_y: int, s
     """``out[p, oy, ox]`` = the largest of ``data[p]`` (planes, H, W) over the window at
     (oy·stride_y - pad_y, ox·stride_x - pad_x) of kernel_y × kernel_x cells, cells outside
     ``data`` left out (-inf where none is inside); NaN wins, as in ``np.maximum``."""
-    _compiled()["max"](data, out, kernel_y, kernel_x, stride_y, stride_x, pad_y, pad_x)
+    kernel = "max pairs" if _pairs(data, kernel_x, stride_x) else "max"
+    _compiled()[kernel](data, out, kernel_y, kernel_x, stride_y, stride_x, pad_y, pad_x)
 
 
 def sum_pool(data: Any, out: Any, divisor: Any, kernel_y: int, kernel_x: int, stride_y: int,
              stride_x: int, pad_y: int, pad_x: int) -> None:
     """`max_pool`'s windows summed (0 where none is inside), each divided by
     ``divisor[oy, ox]`` when ``divisor`` is (OH, OW), left as sums when it is empty."""
-    _compiled()["sum"](data, out, divisor, kernel_y, kernel_x, stride_y, stride_x, pad_y, pad_x)
+    kernel = "sum pairs" if _pairs(data, kernel_x, stride_x) else "sum"
+    _compiled()[kernel](data, out, divisor, kernel_y, kernel_x, stride_y, stride_x, pad_y,
+                        pad_x)
+
+
+def _pairs(data: Any, kernel_x: int, stride_x: int) -> bool:
+    """Whether the kernel for 3-wide windows, stride 2 across, over even rows runs this."""
+    return kernel_x == 3 and stride_x == 2 and data.shape[2] % 2 == 0
 
 
 def _compiled() -> dict[str, Any]:
     """The kernels, compiled on first use. Their helpers are compiled first, into this
-    module's namespace, where numba resolves the kernels' calls to them. The hot loops are
-    written in the kernels themselves: LLVM vectorised them worse beside helpers inlined in
-    numba's IR (and does not vectorise a loop around a call, see depthwise_kernel), so the
-    rows the common path does not take are handed to called helpers."""
+    module's namespace, where numba resolves the kernels' calls to them; most are inlined in
+    numba's IR. The pairs kernels keep their hot loops in themselves and call `_max_down`
+    and `_sum_down` (not inlined) for the rows those loops do not take: beside inlined
+    helpers LLVM vectorised them 20% worse."""
     if not _kernels:
-        for helper in (_row_buffers, _taps):
+        for helper in (_row_buffers, _taps, _spread, _max_rows, _max_across, _sum_rows,
+                       _sum_across):
             globals()[helper.__name__] = compile_kernel(helper, inline="always")
-        for helper in (_spread, _max_down, _max_across, _sum_down, _sum_across):
+        for helper in (_max_down, _sum_down):
             globals()[helper.__name__] = compile_kernel(helper)
-        _kernels["max"] = compile_kernel(_max_pool)
-        _kernels["sum"] = compile_kernel(_sum_pool)
+        for name, kernel in (("max", _max_pool), ("max pairs", _max_pool_pairs),
+                             ("sum", _sum_pool), ("sum pairs", _sum_pool_pairs)):
+            _kernels[name] = compile_kernel(kernel)
     return _kernels
 
 
@@ -105,15 +115,32 @@ def _max_pool(data: Any, out: Any, kernel_y: int, kernel_x: int, stride_y: int, 
     planes, height, width = data.shape
     evens, odds, column = _row_buffers(width, out.shape[2], kernel_x, stride_x, pad_x, -np.inf,
                                        data.dtype)
-    l0, l1, l2 = _taps(evens, odds, stride_x, pad_x)
+    l0, l1, l2 = _taps(evens, odds, stride_x, pad_x)  # unpacked once: per row, 5% slower
     even_cells, odd_cells = evens[pad_x // 2:], odds[(pad_x + 1) // 2:]  # input cells, stride 2
     for plane in range(planes):
         source, target = data[plane], out[plane]
         for oy in range(out.shape[1]):
             top = oy * stride_y - pad_y
+            _max_rows(source, max(top, 0), min(top + kernel_y, height), column)
+            if stride_x == 2:
+                _spread(column, even_cells, odd_cells)
+            _max_across(l0, l1, l2, evens, target, oy, kernel_x, stride_x)
+
+
+def _max_pool_pairs(data: Any, out: Any, kernel_y: int, kernel_x: int, stride_y: int,
+                    stride_x: int, pad_y: int, pad_x: int) -> None:  # pragma: no cover
+    # `_max_pool` for 3-wide windows, stride 2 across, even rows: ResNet's. The rows of a
+    # 3-row window are combined and split in one pass.
+    planes, height, width = data.shape
+    evens, odds, column = _row_buffers(width, out.shape[2], 3, 2, pad_x, -np.inf, data.dtype)
+    l0, l1, l2 = _taps(evens, odds, 2, pad_x)
+    even_cells, odd_cells = evens[pad_x // 2:], odds[(pad_x + 1) // 2:]
+    for plane in range(planes):
+        source, target = data[plane], out[plane]
+        for oy in range(out.shape[1]):
+            top = oy * stride_y - pad_y
             first, stop = max(top, 0), min(top + kernel_y, height)
-            if stop - first == 3 and stride_x == 2 and width % 2 == 0:
-                # ResNet's: down and split in one pass.
+            if stop - first == 3:
                 for k in range(width // 2):
                     a, b, c = source[first, 2 * k], source[first + 1, 2 * k], \
                         source[first + 2, 2 * k]
@@ -124,53 +151,70 @@ def _max_pool(data: Any, out: Any, kernel_y: int, kernel_x: int, stride_y: int, 
                     a = b if (b > a) | (b != b) else a
                     odd_cells[k] = c if (c > a) | (c != c) else a
             else:
-                _max_down(source, first, stop, column, even_cells, odd_cells, stride_x)
-            if kernel_x == 3 and stride_x <= 2:
-                for ox in range(out.shape[2]):
-                    a, b, c = l0[ox], l1[ox], l2[ox]
-                    a = b if (b > a) | (b != b) else a
-                    target[oy, ox] = c if (c > a) | (c != c) else a
-            else:
-                _max_across(l0, l1, evens, target[oy], kernel_x, stride_x)
+                _max_down(source, first, stop, column, even_cells, odd_cells)
+            for ox in range(out.shape[2]):
+                a, b, c = l0[ox], l1[ox], l2[ox]
+                a = b if (b > a) | (b != b) else a
+                target[oy, ox] = c if (c > a) | (c != c) else a
 
 
-def _max_down(source: Any, first: int, stop: int, column: Any, even_cells: Any, odd_cells: Any,
-              stride_x: int) -> None:  # pragma: no cover - runs compiled
-    """The largest of rows [first, stop) of ``source``, column by column, into ``column``
-    (-inf where there are none: the window lies in the padding); split by parity for stride 2.
-    """
+def _max_down(source: Any, first: int, stop: int, column: Any, even_cells: Any,
+              odd_cells: Any) -> None:  # pragma: no cover - runs compiled
+    """`_max_rows`, then split by parity (`_spread`)."""
+    _max_rows(source, first, stop, column)
+    _spread(column, even_cells, odd_cells)
+
+
+def _max_rows(source: Any, first: int, stop: int,
+              column: Any) -> None:  # pragma: no cover - runs compiled
+    """The largest of rows [first, stop) of ``source``, column by column, into ``column``;
+    -inf where there are none (the window lies in the padding)."""
     if stop - first == 3:
         for x in range(column.shape[0]):
             a, b, c = source[first, x], source[first + 1, x], source[first + 2, x]
             a = b if (b > a) | (b != b) else a
             column[x] = c if (c > a) | (c != c) else a
-    else:
-        column[:] = -np.inf
-        for y in range(first, stop):
-            for x in range(column.shape[0]):
-                a, b = column[x], source[y, x]
-                column[x] = b if (b > a) | (b != b) else a
-    if stride_x == 2:
-        _spread(column, even_cells, odd_cells)
+        return
+    if stop - first == 2:
+        for x in range(column.shape[0]):
+            a, b = source[first, x], source[first + 1, x]
+            column[x] = b if (b > a) | (b != b) else a
+        return
+    column[:] = -np.inf
+    for y in range(first, stop):
+        for x in range(column.shape[0]):
+            a, b = column[x], source[y, x]
+            column[x] = b if (b > a) | (b != b) else a
 
 
-def _max_across(l0: Any, l1: Any, padded: Any, target: Any, kernel_x: int,
+def _max_across(l0: Any, l1: Any, l2: Any, padded: Any, target: Any, oy: int, kernel_x: int,
                 stride_x: int) -> None:  # pragma: no cover - runs compiled
-    """``target[ox]`` = the largest of the padded row's cells ``ox·stride_x + [0, kernel_x)``:
+    """``target[oy, ox]`` = the largest of the padded row's cells ``ox·stride_x + [0, kernel_x)``:
     for strides 1 and 2, offset ``k`` reads run ``l0`` or ``l1`` (`_taps`, by ``k % stride_x``)
     from cell ``k // stride_x``; other strides read ``padded`` itself."""
-    target[:] = -np.inf
+    if kernel_x == 3 and stride_x <= 2:
+        for ox in range(target.shape[1]):
+            a, b, c = l0[ox], l1[ox], l2[ox]
+            a = b if (b > a) | (b != b) else a
+            target[oy, ox] = c if (c > a) | (c != c) else a
+        return
+    if kernel_x == 2 and stride_x <= 2:  # VGG's, DenseNet's: one pass too
+        for ox in range(target.shape[1]):
+            a, b = l0[ox], l1[ox]
+            target[oy, ox] = b if (b > a) | (b != b) else a
+        return
+    target[oy] = -np.inf
     for offset in range(kernel_x):
         if stride_x <= 2:  # a contiguous run, as a slice: its index stays non-negative
             run = (l0 if offset % stride_x == 0 else l1)[offset // stride_x:]
-            for ox in range(target.shape[0]):
-                a, b = target[ox], run[ox]
-                target[ox] = b if (b > a) | (b != b) else a
+            for ox in range(target.shape[1]):
+                a, b = target[oy, ox], run[ox]
+                target[oy, ox] = b if (b > a) | (b != b) else a
         else:
             run = padded[offset:]
-            for ox in range(target.shape[0]):
-                a, b = target[ox], run[ox * stride_x]
-                target[ox] = b if (b > a) | (b != b) else a
+            for ox in range(target.shape[1]):
+                a, b = target[oy, ox], run[ox * stride_x]
+                target[oy, ox] = b if (b > a) | (b != b) else a
 
 
 def _sum_pool(data: Any, out: Any, divisor: Any, kernel_y: int, kernel_x: int, stride_y: int,
@@ -185,52 +229,86 @@ def _sum_pool(data: Any, out: Any, divisor: Any, kernel_y: int, kernel_x: int, s
         source, target = data[plane], out[plane]
         for oy in range(out.shape[1]):
             top = oy * stride_y - pad_y
+            _sum_rows(source, max(top, 0), min(top + kernel_y, height), column)
+            if stride_x == 2:
+                _spread(column, even_cells, odd_cells)
+            _sum_across(l0, l1, l2, evens, target, oy, kernel_x, stride_x)
+            if divisor.size:
+                for ox in range(out.shape[2]):
+                    target[oy, ox] /= divisor[oy, ox]
+
+
+def _sum_pool_pairs(data: Any, out: Any, divisor: Any, kernel_y: int, kernel_x: int,
+                    stride_y: int, stride_x: int, pad_y: int,
+                    pad_x: int) -> None:  # pragma: no cover - runs compiled
+    # `_max_pool_pairs` with sums, then each window divided by its count.
+    planes, height, width = data.shape
+    evens, odds, column = _row_buffers(width, out.shape[2], 3, 2, pad_x, 0, data.dtype)
+    l0, l1, l2 = _taps(evens, odds, 2, pad_x)
+    even_cells, odd_cells = evens[pad_x // 2:], odds[(pad_x + 1) // 2:]
+    for plane in range(planes):
+        source, target = data[plane], out[plane]
+        for oy in range(out.shape[1]):
+            top = oy * stride_y - pad_y
             first, stop = max(top, 0), min(top + kernel_y, height)
-            if stop - first == 3 and stride_x == 2 and width % 2 == 0:
+            if stop - first == 3:
                 for k in range(width // 2):
                     even_cells[k] = (source[first, 2 * k] + source[first + 1, 2 * k]
                                      + source[first + 2, 2 * k])
                     odd_cells[k] = (source[first, 2 * k + 1] + source[first + 1, 2 * k + 1]
                                     + source[first + 2, 2 * k + 1])
             else:
-                _sum_down(source, first, stop, column, even_cells, odd_cells, stride_x)
-            if kernel_x == 3 and stride_x <= 2:
-                for ox in range(out.shape[2]):
-                    target[oy, ox] = l0[ox] + l1[ox] + l2[ox]
-            else:
-                _sum_across(l0, l1, evens, target[oy], kernel_x, stride_x)
+                _sum_down(source, first, stop, column, even_cells, odd_cells)
+            for ox in range(out.shape[2]):
+                target[oy, ox] = l0[ox] + l1[ox] + l2[ox]
             if divisor.size:
                 for ox in range(out.shape[2]):
                     target[oy, ox] /= divisor[oy, ox]
 
 
-def _sum_down(source: Any, first: int, stop: int, column: Any, even_cells: Any, odd_cells: Any,
-              stride_x: int) -> None:  # pragma: no cover - runs compiled
-    """Rows [first, stop) of ``source`` summed into ``column`` (0 where there are none); split
-    by parity for stride 2."""
+def _sum_down(source: Any, first: int, stop: int, column: Any, even_cells: Any,
+              odd_cells: Any) -> None:  # pragma: no cover - runs compiled
+    """`_sum_rows`, then split by parity (`_spread`)."""
+    _sum_rows(source, first, stop, column)
+    _spread(column, even_cells, odd_cells)
+
+
+def _sum_rows(source: Any, first: int, stop: int,
+              column: Any) -> None:  # pragma: no cover - runs compiled
+    """Rows [first, stop) of ``source`` summed into ``column`` (0 where there are none)."""
     if stop - first == 3:
         for x in range(column.shape[0]):
             column[x] = source[first, x] + source[first + 1, x] + source[first + 2, x]
-    else:
-        column[:] = 0
-        for y in range(first, stop):
-            for x in range(column.shape[0]):
-                column[x] += source[y, x]
-    if stride_x == 2:
-        _spread(column, even_cells, odd_cells)
+        return
+    if stop - first == 2:
+        for x in range(column.shape[0]):
+            column[x] = source[first, x] + source[first + 1, x]
+        return
+    column[:] = 0
+    for y in range(first, stop):
+        for x in range(column.shape[0]):
+            column[x] += source[y, x]
 
 
-def _sum_across(l0: Any, l1: Any, padded: Any, target: Any, kernel_x: int,
+def _sum_across(l0: Any, l1: Any, l2: Any, padded: Any, target: Any, oy: int, kernel_x: int,
                 stride_x: int) -> None:  # pragma: no cover - runs compiled
-    """``target[ox]`` = the sum of the padded row's cells ``ox·stride_x + [0, kernel_x)``
+    """``target[oy, ox]`` = the sum of the padded row's cells ``ox·stride_x + [0, kernel_x)``
     (read as `_max_across` reads them)."""
-    target[:] = 0
+    if kernel_x == 3 and stride_x <= 2:
+        for ox in range(target.shape[1]):
+            target[oy, ox] = l0[ox] + l1[ox] + l2[ox]
+        return
+    if kernel_x == 2 and stride_x <= 2:
+        for ox in range(target.shape[1]):
+            target[oy, ox] = l0[ox] + l1[ox]
+        return
+    target[oy] = 0
     for offset in range(kernel_x):
         if stride_x <= 2:
             run = (l0 if offset % stride_x == 0 else l1)[offset // stride_x:]
-            for ox in range(target.shape[0]):
-                target[ox] += run[ox]
+            for ox in range(target.shape[1]):
+                target[oy, ox] += run[ox]
         else:
             run = padded[offset:]
-            for ox in range(target.shape[0]):
-                target[ox] += run[ox * stride_x]
+            for ox in range(target.shape[1]):
+                target[oy, ox] += run[ox * stride_x]

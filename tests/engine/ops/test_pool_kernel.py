@@ -11,12 +11,20 @@ import pytest
 
 import engine
 from engine import sym
-from engine.ops import depthwise_kernel, pool_kernel
+from engine.ops import depthwise_kernel, pool, pool_kernel
 
 RNG = np.random.default_rng(23)
 KERNELS = (pool_kernel.max_pool, pool_kernel.sum_pool)
 
 pytestmark = pytest.mark.skipif(not depthwise_kernel.available(), reason="numba not installed")
+MEASURED_LIMITS = (pool.COMPILED_MIN_KERNEL, pool.COMPILED_MIN_OUT_WIDTH)
+
+
+@pytest.fixture(autouse=True)
+def compiled_at_every_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compiled kernel for the small shapes of these tests, which it would leave to NumPy."""
+    monkeypatch.setattr(pool, "COMPILED_MIN_KERNEL", 1)
+    monkeypatch.setattr(pool, "COMPILED_MIN_OUT_WIDTH", 1)
 
 # (data shape, kernel, stride, pad): kernels 2/3/5 and mixed, strides 1/2/3, pads 0/1/2, odd and
 # even sizes, batches above 1, a window reaching past the input, and windows all padding.
@@ -179,7 +187,27 @@ def test_numpy_binding_where_the_kernel_does_not_apply(case: str,
                                    {"data": data})["pool_output"], rtol=1e-3)
 
 
-def test_resnet_stem_pooling_binds_to_the_kernel() -> None:
+@pytest.mark.parametrize("shape, kernel, compiled", [
+    ((1, 8, 28, 28), (3, 3), True),  # 3 wide, output rows of 14
+    ((1, 8, 12, 12), (3, 3), False),  # output rows of 6: short rows, NumPy's
+    ((1, 8, 28, 28), (2, 2), False),  # 2 wide over a small plane: NumPy's few passes win
+    ((1, 2, 112, 112), (2, 2), True),  # ... but not over a large one
+])
+def test_kernel_only_at_sizes_where_it_wins(shape: tuple, kernel: tuple, compiled: bool,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pool, "COMPILED_MIN_KERNEL", MEASURED_LIMITS[0])
+    monkeypatch.setattr(pool, "COMPILED_MIN_OUT_WIDTH", MEASURED_LIMITS[1])
+    model = engine.load_model(pooling("max", kernel, (2, 2), (1, 1), None), optimize=True)
+    data = RNG.normal(size=shape).astype(np.float32)
+    assert (pool_kernel.max_pool in step_funcs(model, data)) == compiled
+    np.testing.assert_array_equal(model.infer({"data": data})["pool_output"], engine.load_model(
+        pooling("max", kernel, (2, 2), (1, 1), None), optimize=False).infer(
+            {"data": data})["pool_output"])
+
+
+def test_resnet_stem_pooling_binds_to_the_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pool, "COMPILED_MIN_KERNEL", MEASURED_LIMITS[0])
+    monkeypatch.setattr(pool, "COMPILED_MIN_OUT_WIDTH", MEASURED_LIMITS[1])
     # ResNet v1's stem: 7×7 stride-2 convolution, ReLU, then the 3×3 stride-2 pad-1 max pooling.
     data = sym.var("data")
     stem = sym.Convolution(data, kernel=(7, 7), stride=(2, 2), pad=(3, 3), num_filter=8,
