@@ -26,6 +26,7 @@ def compiled_at_every_size(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pool, "COMPILED_MIN_KERNEL", 1)
     monkeypatch.setattr(pool, "COMPILED_MIN_OUT_WIDTH", 1)
 
+
 # (data shape, kernel, stride, pad): kernels 2/3/5 and mixed, strides 1/2/3, pads 0/1/2, odd and
 # even sizes, batches above 1, a window reaching past the input, and windows all padding.
 GEOMETRIES = [
@@ -39,6 +40,7 @@ GEOMETRIES = [
     ((2, 2, 9, 12), (3, 2), (1, 3), (0, 1)),
     ((1, 2, 6, 7), (3, 5), (2, 1), (2, 2)),
     ((2, 2, 5, 6), (2, 2), (3, 3), (2, 2)),  # pad as large as the kernel: windows in padding
+    ((2, 2, 9, 12), (5, 3), (1, 2), (2, 1)),  # 3 wide, stride 2, windows of 3 to 5 rows
     ((1, 3, 3, 4), (3, 3), (2, 2), (1, 1)),
     ((1, 2, 1, 1), (3, 3), (1, 1), (1, 1)),
 ]
@@ -46,13 +48,11 @@ KINDS = [("max", None), ("avg", True), ("avg", False), ("sum", None)]
 
 
 def pooling(kind: str, kernel: tuple, stride: tuple, pad: tuple, include: bool | None,
-            convention: str = "valid", layout: str | None = None):
+            convention: str = "valid"):
     attrs = {"kernel": kernel, "stride": stride, "pad": pad, "pool_type": kind,
              "pooling_convention": convention}
     if include is not None:
         attrs["count_include_pad"] = include
-    if layout is not None:
-        attrs["layout"] = layout
     return sym.Pooling(sym.var("data"), name="pool", **attrs)
 
 
@@ -162,29 +162,32 @@ def test_second_run_reads_fresh_input(monkeypatch: pytest.MonkeyPatch) -> None:
                                       reference.infer({"data": data})["pool_output"])
 
 
-@pytest.mark.parametrize("case", ["float16", "1-D", "3-D", "NHWC", "lp", "no numba"])
+# (data shape, dtype, Pooling attributes) the compiled kernel leaves to the NumPy binding.
+NOT_COMPILED = {
+    "float16": ((2, 3, 9, 8), np.float16, {}),
+    "1-D": ((2, 3, 9), np.float32, {"kernel": (3,), "stride": (2,), "pad": (1,)}),
+    "3-D": ((2, 3, 9, 8, 7), np.float32,
+            {"kernel": (3, 3, 3), "stride": (2, 2, 2), "pad": (1, 1, 1)}),
+    "NHWC": ((2, 9, 8, 3), np.float32, {"layout": "NHWC"}),
+    "lp": ((2, 3, 9, 8), np.float32, {"pool_type": "lp", "p_value": 2}),
+    "no numba": ((2, 3, 9, 8), np.float32, {}),
+}
+
+
+@pytest.mark.parametrize("case", list(NOT_COMPILED))
 def test_numpy_binding_where_the_kernel_does_not_apply(case: str,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    window = {"1-D": ((3,), (2,), (1,)), "3-D": ((3, 3, 3), (2, 2, 2), (1, 1, 1))}.get(
-        case, ((3, 3), (2, 2), (1, 1)))
-    spatial = (9, 8, 7)[:len(window[0])]
-    shape = (2, 3, *spatial)
-    symbol = pooling("lp" if case == "lp" else "max", *window, None,
-                     layout="NHWC" if case == "NHWC" else None)
-    if case == "lp":
-        symbol = sym.Pooling(sym.var("data"), name="pool", kernel=window[0], stride=window[1],
-                             pad=window[2], pool_type="lp", p_value=2)
-    if case == "NHWC":
-        shape = (2, *spatial, 3)
+    shape, dtype, attrs = NOT_COMPILED[case]
+    attrs = {"kernel": (3, 3), "stride": (2, 2), "pad": (1, 1), "pool_type": "max", **attrs}
+    symbol = sym.Pooling(sym.var("data"), name="pool", **attrs)
     if case == "no numba":
         monkeypatch.setattr(depthwise_kernel, "available", lambda: False)
-    dtype = np.float16 if case == "float16" else np.float32
     data = RNG.normal(size=shape).astype(dtype)
     optimized = engine.load_model(symbol, optimize=True)
     assert not set(KERNELS) & set(step_funcs(optimized, data))
+    reference = engine.load_model(symbol, optimize=False)
     np.testing.assert_allclose(optimized.infer({"data": data})["pool_output"],
-                               engine.load_model(symbol, optimize=False).infer(
-                                   {"data": data})["pool_output"], rtol=1e-3)
+                               reference.infer({"data": data})["pool_output"], rtol=1e-3)
 
 
 @pytest.mark.parametrize("shape, kernel, compiled", [
