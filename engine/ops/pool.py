@@ -3,7 +3,8 @@
 Pooling reduces strided views of the padded input one spatial axis and one kernel offset at a
 time (the reductions are separable); channels-last layouts are transposed views, never copies.
 Bound into a plan, 2-D float32/64 max, avg and sum pooling runs `pool_kernel`'s compiled
-kernels instead where numba is installed (ResNet-18's first pooling: 0.54 → ~0.2 ms).
+kernels instead where numba is installed and they win (`COMPILED_MIN_KERNEL`; ResNet-18's first
+pooling at batch 1: 0.56 → 0.15 ms).
 """
 
 from __future__ import annotations
@@ -33,13 +34,14 @@ ShapeResult = tuple[list[MaybeShape], list[MaybeShape]]
 
 LAYOUTS = ("NCW", "NWC", "NCHW", "NHWC", "NCDHW", "NDHWC")
 CHUNK_BYTES = 1 << 20  # a bound pooling pads and reduces about this much input at a time
-# Where `pool_kernel` beats the NumPy binding, measured one thread, best of 60 interleaved: over
-# windows at least COMPILED_MIN_KERNEL wide and output rows of COMPILED_MIN_OUT_WIDTH or more
-# (3×3 stride 2: 64 × 112² 0.15 ms against 0.57, 512 × 14² 0.078 against 0.16; 3×3 stride 1
-# 832 × 7² 0.154 against 0.156), narrower windows only from COMPILED_NARROW_CELLS input cells
-# per plane, where NumPy's passes stream out of cache (2×2 stride 2: 128 × 112² 0.48 against
-# 0.63; at 56² 0.21 against 0.17, at 14² 0.12 against 0.06, its short rows cost more than
-# NumPy's few passes without a padded copy). A 7×7 window over 7² loses too (0.10 against 0.05).
+# Where `pool_kernel` beats the NumPy binding, measured one thread, best of 60 interleaved
+# (docs/benchmarks.md): windows at least COMPILED_MIN_KERNEL wide over output rows of
+# COMPILED_MIN_OUT_WIDTH or more (3×3 stride 2: 64 × 112² 0.14 ms against 0.56, 512 × 14²
+# 0.077 against 0.17; 3×3 stride 1: 192 × 28² 0.16 against 0.24, 832 × 7² a tie), narrower
+# windows only from COMPILED_NARROW_CELLS input cells per plane, where NumPy's passes stream
+# out of cache (2×2 stride 2: 128 × 112² 0.51 against 0.66; at 56² 0.21 against 0.16, at 14²
+# 0.12 against 0.06: short rows cost more than NumPy's few passes with no padded copy). A 7×7
+# window over 7² (one output per row) loses too: 0.10 against 0.055.
 COMPILED_MIN_KERNEL = 3
 COMPILED_MIN_OUT_WIDTH = 7
 COMPILED_NARROW_CELLS = 112 * 112
