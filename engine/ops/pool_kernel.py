@@ -80,8 +80,9 @@ def _compiled() -> dict[str, Any]:
 
 def _row_buffers(width: int, out_width: int, kernel_x: int, stride_x: int, pad_x: int,
                  fill: Any, dtype: Any) -> tuple[Any, Any, Any]:  # pragma: no cover - compiled
-    """(evens, odds, column): stride 2's two phases of the padded row and a column buffer;
-    other strides, the padded row, an unused cell, and the row's inside as the column."""
+    """(evens, odds, column). Stride 2: the input's even and odd columns, each behind its
+    share of the padding (between them the padded row's two phases, see `_taps`), and a
+    column buffer. Other strides: the padded row, an unused cell, and the row's inside."""
     if stride_x == 2:
         cells = max(out_width + (kernel_x - 1) // 2, (width - 1 + pad_x) // 2 + 1)
         return np.full(cells, fill, dtype), np.full(cells, fill, dtype), np.empty(width, dtype)
