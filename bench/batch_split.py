@@ -1,0 +1,107 @@
+"""Benchmark: one CPU `Model.infer` batch cut into runs of rows (`engine.runtime.batch_split`).
+
+Usage: ``python bench/batch_split.py [--rounds N] [--calls N]``. For ResNet-18 v1 at batch 4
+(224×224) and the seed MLP at batch 64, ``Model.infer`` three ways, taking turns call block by
+call block so that a noisy machine's drift hits each alike:
+
+* ``one thread``: not split, BLAS on one thread;
+* ``BLAS all cores``: not split, BLAS on every core (numpy's default, the code before #21);
+* ``split``: the batch cut into one run of rows per core (`engine.runtime.batch_split`'s
+  default), each run with one BLAS thread; ``split, no gate`` the same with the minimum work
+  per run (`MIN_PART_WORK`) set to 0, to see what the gate keeps whole.
+
+Prints each way's median and best milliseconds per call over every call timed, and whether
+its outputs match the one-thread outputs. threadpoolctl (a dev dependency) sets the BLAS
+threads of the unsplit ways.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
+
+import nets  # noqa: E402 - the sibling module, found through the path set just above
+from threadpoolctl import threadpool_limits  # noqa: E402
+
+import engine  # noqa: E402
+from engine.ops import parallel  # noqa: E402
+from engine.runtime import batch_split  # noqa: E402
+
+CASES = {"ResNet-18 v1, batch 4": (nets.resnet18_v1, (4, 3, 224, 224)),
+         "seed MLP, batch 64": (nets.mlp, (64, 512))}
+
+
+def ways(cores: int) -> dict[str, tuple[int | None, int, int]]:
+    """Each way: (split threads, BLAS threads, minimum work per run)."""
+    return {"one thread": (1, 1, batch_split.MIN_PART_WORK),
+            "BLAS all cores": (1, cores, batch_split.MIN_PART_WORK),
+            "split": (None, cores, batch_split.MIN_PART_WORK),
+            "split, no gate": (None, cores, 0)}
+
+
+def time_way(model: engine.Model, feed: dict, way: tuple, calls: int) -> list[float]:
+    """Seconds of each of ``calls`` infer calls run the given way."""
+    split_threads, blas_threads, min_work = way
+    batch_split.set_threads(split_threads)
+    batch_split.MIN_PART_WORK = min_work
+    times = []
+    with threadpool_limits(blas_threads, user_api="blas"):
+        model.infer(feed)  # the first call of a way may compile its plans
+        for _ in range(calls):
+            start = time.perf_counter()
+            model.infer(feed)
+            times.append(time.perf_counter() - start)
+    return times
+
+
+def bench_case(name: str, rounds: int, calls: int) -> None:
+    builder, shape = CASES[name]
+    net = builder()
+    model = engine.load_model(net, nets.random_params(net, shape), optimize=True)
+    feed = {"data": np.random.default_rng(1).standard_normal(shape).astype(np.float32)}
+    all_ways = ways(parallel.cores())
+    batch_split.set_threads(1)
+    with threadpool_limits(1, user_api="blas"):
+        reference = model.infer(feed)
+    samples: dict[str, list[float]] = {way: [] for way in all_ways}
+    for _ in range(rounds):
+        for way, setting in all_ways.items():
+            samples[way] += time_way(model, feed, setting, calls)
+    matches = {}
+    for way, setting in all_ways.items():
+        batch_split.set_threads(setting[0])
+        batch_split.MIN_PART_WORK = setting[2]
+        got = model.infer(feed)
+        matches[way] = all(np.allclose(got[key], reference[key], rtol=1e-4, atol=1e-5)
+                           for key in reference)
+    print(f"\n{name} ({rounds} rounds × {calls} calls per way)")
+    for way, times in samples.items():
+        print(f"  {way:15s} median {statistics.median(times) * 1e3:8.2f} ms   "
+              f"best {min(times) * 1e3:8.2f} ms   matches one thread: {matches[way]}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--calls", type=int, default=5)
+    parser.add_argument("--case", choices=list(CASES), action="append")
+    args = parser.parse_args()
+    gate = batch_split.MIN_PART_WORK
+    print(f"cores {parallel.cores()}, load average {os.getloadavg()[0]:.2f}, "
+          f"MIN_PART_WORK {gate:,}")
+    for name in args.case or list(CASES):
+        bench_case(name, args.rounds, args.calls)
+        batch_split.MIN_PART_WORK = gate
+    print(f"\nload average at the end {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
