@@ -35,10 +35,12 @@ import numpy as np
 from engine.graph.ir import Graph
 from engine.ops import parallel
 
-# Multiply-adds (an estimate, `work`) a part must have for a split to pay. Measured on the
-# 2-core benchmark machine (docs/benchmarks.md, "#21 batch split"): the seed MLP at batch 64
-# (10.5 M per batch) is no faster split, ResNet-18 (1.8 G per row) is.
-MIN_PART_WORK = 20_000_000
+# Work (`work`: multiply-adds outside dense GEMMs, estimated) a run of rows must have for a
+# split to pay for its hand-off (tens of µs on the busy 2-core benchmark machine). Measured
+# there (docs/benchmarks.md, "#21: one infer batch split over the cores"): ResNet-18 (1.8 G
+# per row) gains from batch 2, a 3-layer CNN on 32×32 images (1.7 M per row) at batch 2 is a
+# toss-up and wins from batch 4; the seed MLP, all dense GEMMs, never gains.
+MIN_PART_WORK = 2_000_000
 # Attributes naming an axis an op works along (softmax, cumsum, sort, the sequence ops): on
 # the batch axis such an op mixes rows without changing any shape.
 AXIS_ATTRIBUTES = ("axis", "dim")
@@ -61,7 +63,8 @@ def set_threads(count: int | None) -> None:
     Applies to calls made from now on, by every model of the process. A server that runs its
     own workers sets 1.
     """
-    if count is not None and (isinstance(count, bool) or count < 1):
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int)
+                              or count < 1):
         raise ValueError(f"threads must be a positive integer or None; got {count!r}")
     _settings["threads"] = count
     for watcher in list(_watchers):
@@ -235,8 +238,11 @@ def _works_along_batch(node: Any, shapes: list) -> bool:
 
 
 def work(graph: Graph, dependent: list[bool], shapes: list) -> int:
-    """Multiply-adds of one run, estimated: each value carrying the batch costs its elements
-    times the fan-in of the node's ``weight`` (a convolution's or dense layer's), or once."""
+    """The work of one run that BLAS does not already spread over the cores, estimated: each
+    value carrying the batch costs its elements, times the kernel's fan-in where its node has
+    a convolution's ``weight`` (rank 3 or more: im2col and Winograd copies, compiled depthwise
+    kernels, and GEMMs too small to thread well). A dense layer's GEMM (a rank-2 weight) is
+    left out: BLAS runs it on every core already, which is why the seed MLP never splits."""
     total = 0
     for index, node in enumerate(graph.nodes):
         if not dependent[index] or node.is_variable:
@@ -244,7 +250,7 @@ def work(graph: Graph, dependent: list[bool], shapes: list) -> int:
         fan_in = 1
         for slot, entry in zip(node.opdef.input_names(node.params), node.inputs):
             weight = shapes[entry.node][entry.index]
-            if slot == "weight" and weight:
+            if slot == "weight" and weight and len(weight) >= 3:
                 fan_in = max(1, int(np.prod(weight[1:])))
         total += fan_in * sum(int(np.prod(shape)) for shape in shapes[index] if shape)
     return total
