@@ -1,8 +1,9 @@
 """Benchmark: one CPU `Model.infer` batch cut into runs of rows (`engine.runtime.batch_split`).
 
-Usage: ``python bench/batch_split.py [--rounds N] [--calls N]``. For ResNet-18 v1 at batch 4
-(224×224) and the seed MLP at batch 64, ``Model.infer`` three ways, taking turns call block by
-call block so that a noisy machine's drift hits each alike:
+Usage: ``python bench/batch_split.py [--rounds N] [--calls N] [--case NAME ...]``. For
+ResNet-18 v1 at batch 4 (224×224) and the seed MLP at batch 64 (``--case`` also takes the MLP
+at batch 1024 and a small CNN at batch 2 and 8), ``Model.infer`` each way below, the ways
+taking turns block of calls by block so that a noisy machine's drift hits each alike:
 
 * ``one thread``: not split, BLAS on one thread;
 * ``BLAS all cores``: not split, BLAS on every core (numpy's default, the code before #21);
@@ -32,11 +33,35 @@ import nets  # noqa: E402 - the sibling module, found through the path set just 
 from threadpoolctl import threadpool_limits  # noqa: E402
 
 import engine  # noqa: E402
+from engine import sym  # noqa: E402
 from engine.ops import parallel  # noqa: E402
 from engine.runtime import batch_split  # noqa: E402
 
+# After a GEMM on several threads OpenBLAS's workers spin for about 0.1 s (measured: 0.105 s
+# of CPU time over a 0.2 s sleep), holding a core a split call would use: each way's block
+# starts after this long.
+SETTLE_S = 0.25
+
+
+def small_cnn() -> sym.Symbol:
+    """Two 3×3 convolutions (16, 32 channels) with max and global pooling and a dense layer
+    over 32×32 images: little work per row, to place the gate (`MIN_PART_WORK`)."""
+    net = sym.var("data")
+    for index, channels in enumerate((16, 32)):
+        net = sym.Convolution(net, num_filter=channels, kernel=(3, 3), pad=(1, 1),
+                              name=f"conv{index}")
+        net = sym.Activation(net, act_type="relu")
+        net = sym.Pooling(net, kernel=(2, 2), stride=(2, 2), pool_type="max",
+                          global_pool=index == 1)
+    return sym.FullyConnected(sym.Flatten(net), num_hidden=10, name="fc")
+
+
 CASES = {"ResNet-18 v1, batch 4": (nets.resnet18_v1, (4, 3, 224, 224)),
-         "seed MLP, batch 64": (nets.mlp, (64, 512))}
+         "seed MLP, batch 64": (nets.mlp, (64, 512)),
+         "seed MLP, batch 1024": (nets.mlp, (1024, 512)),
+         "small CNN, batch 2": (small_cnn, (2, 3, 32, 32)),
+         "small CNN, batch 8": (small_cnn, (8, 3, 32, 32))}
+DEFAULT_CASES = ["ResNet-18 v1, batch 4", "seed MLP, batch 64"]
 
 
 def ways(cores: int) -> dict[str, tuple[int | None, int, int]]:
@@ -54,6 +79,7 @@ def time_way(model: engine.Model, feed: dict, way: tuple, calls: int) -> list[fl
     batch_split.MIN_PART_WORK = min_work
     times = []
     with threadpool_limits(blas_threads, user_api="blas"):
+        time.sleep(SETTLE_S)
         model.infer(feed)  # the first call of a way may compile its plans
         for _ in range(calls):
             start = time.perf_counter()
@@ -97,7 +123,7 @@ def main() -> None:
     gate = batch_split.MIN_PART_WORK
     print(f"cores {parallel.cores()}, load average {os.getloadavg()[0]:.2f}, "
           f"MIN_PART_WORK {gate:,}")
-    for name in args.case or list(CASES):
+    for name in args.case or DEFAULT_CASES:
         bench_case(name, args.rounds, args.calls)
         batch_split.MIN_PART_WORK = gate
     print(f"\nload average at the end {os.getloadavg()[0]:.2f}")

@@ -53,12 +53,19 @@ _pool_lock = threading.Lock()
 
 
 def threads() -> int:
-    """Parts a CPU batch may be cut into (`set_threads`; by default every core)."""
-    return _settings["threads"] or parallel.cores()
+    """Cores one CPU `Model.infer` may use: `set_threads`'s count, else BLAS's own thread
+    count (numpy's OpenBLAS: every core, unless ``OPENBLAS_NUM_THREADS`` or threadpoolctl
+    set fewer), so that a process told to run BLAS on one thread does not split either."""
+    configured = _settings["threads"]
+    if configured is not None:
+        return configured
+    blas = _blas()
+    return 1 if blas is None else blas.count()
 
 
 def set_threads(count: int | None) -> None:
-    """Let one CPU `Model.infer` use up to ``count`` cores (None: every core; 1: never split).
+    """Let one CPU `Model.infer` use up to ``count`` cores (1: never split; None: as many as
+    BLAS's thread count, every core by default).
 
     Applies to calls made from now on, by every model of the process. A server that runs its
     own workers sets 1.
@@ -74,7 +81,7 @@ def set_threads(count: int | None) -> None:
 def parts(rows: int) -> int:
     """How many runs a batch of ``rows`` rows may be cut into: at most one per row, per core
     and per `threads()`; 1 where BLAS's threads cannot be set (see the module docstring)."""
-    if rows < 2 or not blas_controllable():
+    if rows < 2 or _blas() is None:
         return 1
     return min(rows, threads(), parallel.cores())
 
@@ -123,26 +130,28 @@ class _OpenBlasThreads:
     runs: the first call in saves it and sets 1, the last one out restores it."""
 
     def __init__(self, library: ctypes.CDLL, prefix: str) -> None:
-        self._set = getattr(library, f"{prefix}set_num_threads64_")
-        self._set.argtypes = [ctypes.c_int]
-        self._get = getattr(library, f"{prefix}get_num_threads64_")
-        self._get.restype = ctypes.c_int
+        self.set = getattr(library, f"{prefix}set_num_threads64_")
+        self.set.argtypes = [ctypes.c_int]
+        self.count = getattr(library, f"{prefix}get_num_threads64_")
+        self.count.restype = ctypes.c_int
         self._lock = threading.Lock()
         self._active = 0
         self._saved = 1
 
     def enter(self) -> None:
+        """One thread from now on (the count saved when no split call runs yet)."""
         with self._lock:
             if self._active == 0:
-                self._saved = self._get()
-                self._set(1)
+                self._saved = self.count()
+                self.set(1)
             self._active += 1
 
     def leave(self) -> None:
+        """The saved count back when the last split call leaves."""
         with self._lock:
             self._active -= 1
             if self._active == 0:
-                self._set(self._saved)
+                self.set(self._saved)
 
 
 def _find_blas() -> _OpenBlasThreads | None:
@@ -159,17 +168,22 @@ def _find_blas() -> _OpenBlasThreads | None:
 _BLAS: list[_OpenBlasThreads | None] = []
 
 
-def blas_controllable() -> bool:
-    """Whether BLAS's thread count can be set here (else nothing is split)."""
+def _blas() -> _OpenBlasThreads | None:
+    """numpy's OpenBLAS thread count, found on first use (None: another BLAS)."""
     if not _BLAS:
         _BLAS.append(_find_blas())
-    return _BLAS[0] is not None
+    return _BLAS[0]
+
+
+def blas_controllable() -> bool:
+    """Whether BLAS's thread count can be read and set here (else nothing is split)."""
+    return _blas() is not None
 
 
 @contextmanager
 def one_thread_blas() -> Iterator[None]:
     """BLAS on one thread, process-wide, until the last split call inside this ends."""
-    blas = _BLAS[0] if blas_controllable() else None
+    blas = _blas()
     if blas is None:
         yield
         return

@@ -18,12 +18,17 @@ RNG = np.random.default_rng(21)
 
 
 @pytest.fixture(autouse=True)
-def three_cores(monkeypatch: pytest.MonkeyPatch):
-    """Three cores whatever the machine, no minimum work, and the default setting after."""
-    assert batch_split.blas_controllable(), "numpy's OpenBLAS thread count must be settable"
+def blas(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Three cores and three BLAS threads whatever the machine, no minimum work; BLAS's count
+    and the default setting put back after. Yields numpy's OpenBLAS thread control."""
+    blas = batch_split._blas()
+    assert blas is not None, "numpy's OpenBLAS thread count must be settable"
     monkeypatch.setattr(parallel, "cores", lambda: 3)
     monkeypatch.setattr(batch_split, "MIN_PART_WORK", 0)
-    yield
+    before = blas.count()
+    blas.set(3)
+    yield blas
+    blas.set(before)
     batch_split.set_threads(None)
 
 
@@ -118,7 +123,7 @@ def test_one_row_is_never_split(split_sizes: list[list[int]]) -> None:
     assert split_sizes == []
 
 
-def test_the_setting_is_honoured(split_sizes: list[list[int]]) -> None:
+def test_the_setting_is_honoured(blas: Any, split_sizes: list[list[int]]) -> None:
     model = load(seed_mlp(), (1, 6))
     feed = {"data": RNG.normal(size=(6, 6)).astype(np.float32)}
     batch_split.set_threads(1)
@@ -126,12 +131,24 @@ def test_the_setting_is_honoured(split_sizes: list[list[int]]) -> None:
     model.infer(feed)  # its checks now skipped: the setting must still be read
     batch_split.set_threads(2)
     model.infer(feed)
-    batch_split.set_threads(None)  # every core: three here
+    batch_split.set_threads(None)  # as many as BLAS's threads: three here
     model.infer(feed)
     batch_split.set_threads(8)  # never more runs than cores
     model.infer(feed)
     assert split_sizes == [[3, 3], [2, 2, 2], [2, 2, 2]]
     assert batch_split.threads() == 8
+
+
+def test_by_default_blas_on_one_thread_means_no_split(blas: Any,
+                                                      split_sizes: list[list[int]]) -> None:
+    model = load(seed_mlp(), (1, 6))
+    feed = {"data": RNG.normal(size=(6, 6)).astype(np.float32)}
+    blas.set(1)  # as OPENBLAS_NUM_THREADS=1 or threadpoolctl's limit would
+    model.infer(feed)
+    assert batch_split.threads() == 1
+    blas.set(2)
+    model.infer(feed)
+    assert split_sizes == [[3, 3]]
 
 
 @pytest.mark.parametrize("count", [0, -1, True, 1.5])
@@ -185,21 +202,20 @@ def test_concurrent_callers_get_their_own_rows() -> None:
     assert errors == []
 
 
-def test_blas_runs_one_thread_per_part_and_is_restored(monkeypatch: pytest.MonkeyPatch) -> None:
-    blas = batch_split._BLAS[0]
+def test_blas_runs_one_thread_per_part_and_is_restored(blas: Any,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     model = load(seed_mlp(), (1, 6))
     seen: list[int] = []
     run_part = model._run_part
 
     def spy(feed: dict, replica: int) -> list:
-        seen.append(blas._get())
+        seen.append(blas.count())
         return run_part(feed, replica)
 
     monkeypatch.setattr(model, "_run_part", spy)
-    before = blas._get()
     model.infer({"data": RNG.normal(size=(6, 6)).astype(np.float32)})
     assert seen == [1, 1, 1]
-    assert blas._get() == before
+    assert blas.count() == 3
 
 
 def test_a_failing_run_raises_after_every_run_ended() -> None:
