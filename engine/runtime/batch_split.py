@@ -86,6 +86,13 @@ def parts(rows: int) -> int:
     return min(rows, threads(), parallel.cores())
 
 
+def fixed(rows: int) -> bool:
+    """Whether `parts` for ``rows`` rows changes only through `set_threads`: not where it
+    follows BLAS's thread count, which threadpoolctl may change at any time."""
+    return rows < 2 or _settings["threads"] is not None or _blas() is None \
+        or parallel.cores() < 2
+
+
 def watch(owner: Any) -> None:
     """Call ``owner.threads_changed()`` on every `set_threads` (a model's skipped checks may
     have decided not to split); held weakly."""

@@ -161,9 +161,11 @@ class Model:
         if self.optimized_graph is None:
             outputs = self._evaluate(feed, shapes)
         else:
-            bounds = self._row_runs(feed)
-            outputs = self._run_plan(feed, key) if bounds is None else \
-                self._run_rows(feed, bounds)
+            bounds, settled = self._row_runs(feed)
+            if bounds is not None:
+                outputs = self._run_rows(feed, bounds)
+            else:  # no key, no skipped checks next time, where the answer may change
+                outputs = self._run_plan(feed, key if settled else None)
         return [np.asarray(value) for value in outputs]
 
     def _evaluate(self, feed: dict[str, np.ndarray], shapes: list) -> list[np.ndarray]:
@@ -315,22 +317,25 @@ class Model:
             entry.checked = True
         return _run_bucketed(self._free(entry), feed, exact, signature)
 
-    def _row_runs(self, feed: dict[str, np.ndarray]) -> list[tuple[int, int]] | None:
+    def _row_runs(self, feed: dict[str, np.ndarray]) -> tuple[list[tuple[int, int]] | None,
+                                                              bool]:
         """The runs of rows to cut this CPU batch into (`batch_split`), or None to run it
-        whole: rows independent, several cores allowed, and enough work for each run."""
+        whole (rows not independent, one core allowed, too little work for each run); and
+        whether a whole run stays whole until `batch_split.set_threads` is called (which
+        makes a model check again), so that later calls may skip the checks."""
         if self.split_blocker is not None:
-            return None
+            return None, True
         signature = Signature.of(feed)
-        rows = signature.rows()
-        count = batch_split.parts(rows or 0)
+        rows = signature.rows() or 0
+        count = batch_split.parts(rows)
         if count < 2:
-            return None
+            return None, batch_split.fixed(rows)
         work = self._batch_work.get(signature)
         if work is None:
-            work = self._estimate_work(signature, rows or 0)
+            work = self._estimate_work(signature, rows)
             self._batch_work.put(signature, work)
         count = min(count, work // max(1, batch_split.MIN_PART_WORK))
-        return batch_split.part_bounds(rows or 0, count) if count >= 2 else None
+        return (batch_split.part_bounds(rows, count) if count >= 2 else None), True
 
     def _estimate_work(self, signature: Signature, rows: int) -> int:
         """Multiply-adds of a batch of ``signature`` (`batch_split.work`); 0 when its rows
