@@ -14,14 +14,21 @@ taking turns block of calls by block so that a noisy machine's drift hits each a
 Prints each way's median and best milliseconds per call over every call timed, and whether
 its outputs match the one-thread outputs. threadpoolctl (a dev dependency) sets the BLAS
 threads of the unsplit ways.
+
+``--blas-check`` instead answers whether numpy's OpenBLAS ``openblas_set_num_threads_local``
+limits only the thread calling it: 1024² float32 GEMMs on the main thread (wall and process
+CPU seconds, BLAS's thread count) before and after another thread called it with 1, and two
+threads' GEMMs at once after it.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -114,12 +121,54 @@ def bench_case(name: str, rounds: int, calls: int) -> None:
               f"best {min(times) * 1e3:8.2f} ms   matches one thread: {matches[way]}")
 
 
+def blas_check(reps: int = 20) -> None:
+    """Print what `openblas_set_num_threads_local` called on another thread does to this one."""
+    blas = batch_split._blas()
+    assert blas is not None, "not numpy's bundled OpenBLAS"
+    matrix = np.random.default_rng(0).standard_normal((1024, 1024)).astype(np.float32)
+
+    def gemms(report: dict, key: str) -> None:
+        start, cpu = time.perf_counter(), time.thread_time()
+        for _ in range(reps):
+            matrix @ matrix
+        report[key] = (time.perf_counter() - start, time.thread_time() - cpu)
+
+    def timed(label: str, keys: tuple[str, ...]) -> None:
+        report: dict = {}
+        cpu, start = time.process_time(), time.perf_counter()
+        workers = [threading.Thread(target=gemms, args=(report, key)) for key in keys[1:]]
+        for worker in workers:
+            worker.start()
+        gemms(report, keys[0])
+        for worker in workers:
+            worker.join()
+        wall = time.perf_counter() - start
+        each = ", ".join(f"{key} {report[key][0]:.3f} s" for key in keys)
+        print(f"{label}: {each}; wall {wall:.3f} s, process CPU {time.process_time() - cpu:.3f}"
+              f" s; BLAS threads {blas.count()}")
+
+    local = getattr(blas.library, "openblas_set_num_threads_local", None)
+    assert local is not None, "this OpenBLAS has no openblas_set_num_threads_local"
+    local.argtypes, local.restype = [ctypes.c_int], ctypes.c_int
+    matrix @ matrix
+    timed(f"{reps} GEMMs, main thread, before", ("main",))
+    caller = threading.Thread(target=local, args=(1,))
+    caller.start()
+    caller.join()
+    timed(f"{reps} GEMMs, main thread, after another thread's local(1)", ("main",))
+    timed(f"{reps} GEMMs on each of two threads at once, after it", ("main", "other"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--calls", type=int, default=5)
     parser.add_argument("--case", choices=list(CASES), action="append")
+    parser.add_argument("--blas-check", action="store_true")
     args = parser.parse_args()
+    if args.blas_check:
+        blas_check()
+        return
     gate = batch_split.MIN_PART_WORK
     print(f"cores {parallel.cores()}, load average {os.getloadavg()[0]:.2f}, "
           f"MIN_PART_WORK {gate:,}")

@@ -137,6 +137,7 @@ class _OpenBlasThreads:
     runs: the first call in saves it and sets 1, the last one out restores it."""
 
     def __init__(self, library: ctypes.CDLL, prefix: str) -> None:
+        self.library = library
         self.set = getattr(library, f"{prefix}set_num_threads64_")
         self.set.argtypes = [ctypes.c_int]
         self.count = getattr(library, f"{prefix}get_num_threads64_")
