@@ -4,7 +4,8 @@ A CPU plan gets more than one core only inside BLAS's GEMMs; its copies, transfo
 kernels and epilogues run on the calling thread. A batch of n rows whose rows are computed
 independently can instead run as k contiguous parts (k = min(n, `threads()`, cores)), each
 through its own compiled plan, on a small persistent pool: plans release the GIL inside BLAS,
-the nogil numba kernels and NumPy's loops, so every step of every part runs in parallel.
+the nogil numba kernels and NumPy's loops, so the parts' steps run in parallel, all but the
+Python between them.
 
 Each part calls BLAS with one thread. OpenBLAS's ``openblas_set_num_threads_local`` would say
 that per thread, but in numpy's pthreads build it sets the process-wide count (measured: after
@@ -37,9 +38,10 @@ from engine.ops import parallel
 
 # Work (`work`: multiply-adds outside dense GEMMs, estimated) a run of rows must have for a
 # split to pay for its hand-off (tens of µs on the busy 2-core benchmark machine). Measured
-# there (docs/benchmarks.md, "#21: one infer batch split over the cores"): ResNet-18 (1.8 G
-# per row) gains from batch 2, a 3-layer CNN on 32×32 images (1.7 M per row) at batch 2 is a
-# toss-up and wins from batch 4; the seed MLP, all dense GEMMs, never gains.
+# there against the batch left whole with BLAS on every core (docs/benchmarks.md, "#21: one
+# infer batch split over the cores"): ResNet-18 (1.8 G per row) gains at batch 4; a small CNN
+# on 32×32 images (1.7 M per row) loses at batch 2 (runs of one row) and gains at batch 8
+# (6.6 M per run); the seed MLP, all dense GEMMs, gains at no batch size.
 MIN_PART_WORK = 2_000_000
 # Attributes naming an axis an op works along (softmax, cumsum, sort, the sequence ops): on
 # the batch axis such an op mixes rows without changing any shape.
@@ -233,7 +235,10 @@ def rows_follow(graph: Graph, dependent: list[bool], whole: list, rows: int, par
     """Whether every value carrying the batch has it on axis 0 with the same other axes at
     ``rows`` (shapes ``whole``) and ``part_rows`` (shapes ``part``), and no node works along
     that axis: a reduction over the batch, a reshape folding it, a concatenation along it or
-    a softmax across it would all make a row's result depend on the other rows."""
+    a softmax across it would all make a row's result depend on the other rows. Every output
+    must carry the batch too: one computed from the parameters alone has no rows to join."""
+    if not all(dependent[entry.node] for entry in graph.heads):
+        return False
     for index, node in enumerate(graph.nodes):
         if not dependent[index]:
             continue

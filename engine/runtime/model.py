@@ -338,8 +338,8 @@ class Model:
         return (batch_split.part_bounds(rows, count) if count >= 2 else None), True
 
     def _estimate_work(self, signature: Signature, rows: int) -> int:
-        """Multiply-adds of a batch of ``signature`` (`batch_split.work`); 0 when its rows
-        do not split (shapes at one row do not follow the batch, see `rows_follow`)."""
+        """The work of a batch of ``signature`` that a split spreads (`batch_split.work`); 0
+        when its rows do not split (shapes at one row do not follow the batch: `rows_follow`)."""
         whole = self._signature_shapes(signature)
         try:
             single = self._signature_shapes(signature.with_rows(1))
@@ -353,19 +353,21 @@ class Model:
                   bounds: list[tuple[int, int]]) -> list[np.ndarray]:
         """Each run of rows through a plan of its own, all at once with one BLAS thread each;
         the outputs joined in row order."""
-        sizes = [stop - start for start, stop in bounds]
-        calls = [partial(self._run_part, {name: array[start:stop] for name, array in feed.items()},
-                         sizes[:index].count(sizes[index]))
-                 for index, (start, stop) in enumerate(bounds)]
+        feeds = [{name: array[start:stop] for name, array in feed.items()}
+                 for start, stop in bounds]
+        exact = [Signature.of(part) for part in feeds]
+        planned = [self._bucketed(signature) for signature in exact]
+        # Runs whose plans have one signature each take another copy of that plan.
+        calls = [partial(self._run_part, part, signature, plan, planned[:index].count(plan))
+                 for index, (part, signature, plan) in enumerate(zip(feeds, exact, planned))]
         with batch_split.one_thread_blas():
             results = batch_split.run_parts(calls)
         return [np.concatenate(column) for column in zip(*results)]
 
-    def _run_part(self, feed: dict[str, np.ndarray], replica: int) -> list[np.ndarray]:
-        """``feed`` (a run of rows) through replica ``replica`` of its signature's plan, so
-        that runs of one size in one batch never wait on one plan."""
-        exact = Signature.of(feed)
-        signature = self._bucketed(exact)
+    def _run_part(self, feed: dict[str, np.ndarray], exact: Signature, signature: Signature,
+                  replica: int) -> list[np.ndarray]:
+        """``feed`` (a run of rows, of signature ``exact``) through copy ``replica`` of the
+        plan for ``signature`` (``exact`` or its batch bucket)."""
         return _run_bucketed(self._replica(self._entry(signature), replica), feed, exact,
                              signature)
 
