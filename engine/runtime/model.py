@@ -44,7 +44,8 @@ class TensorSpec:
 class Model:
     """A graph with bound parameters; `infer` runs it on a dict of named numpy arrays.
 
-    Build one with `engine.load_model`. `infer` is thread-safe.
+    Build one with `engine.load_model`. `infer` is thread-safe. On the CPU a batch whose rows
+    are independent runs over several cores (`engine.runtime.batch_split`, docs/threads.md).
 
     Example:
         >>> model = engine.load_model("mlp-symbol.json", "mlp-0000.params")
