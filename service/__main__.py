@@ -114,6 +114,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=settings.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     limit_blas_threads(settings.blas_threads)
+    from engine.runtime import batch_split  # imports numpy: after `limit_blas_threads`
+
+    # The compute threads already share the cores, a batch each: one infer must not also
+    # spread its rows over them (the library default).
+    batch_split.set_threads(1)
     sys.setswitchinterval(settings.switch_interval)
     import uvloop
 

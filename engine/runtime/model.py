@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,7 @@ from engine.errors import InputError, ModelFormatError, ShapeError
 from engine.graph.complete import complete_input_shapes, upstream_inputs
 from engine.graph.infer import NodeShapeError, declared_dtype, infer_dtypes, infer_shapes
 from engine.graph.ir import Graph
+from engine.runtime import batch_split
 from engine.runtime.floats import quiet_floats, restore_floats
 from engine.runtime.interpreter import evaluate
 from engine.runtime.lru import DEFAULT_CAPACITY, LRUCache
@@ -42,7 +44,8 @@ class TensorSpec:
 class Model:
     """A graph with bound parameters; `infer` runs it on a dict of named numpy arrays.
 
-    Build one with `engine.load_model`. `infer` is thread-safe.
+    Build one with `engine.load_model`. `infer` is thread-safe. On the CPU a batch whose rows
+    are independent runs over several cores (`engine.runtime.batch_split`, docs/threads.md).
 
     Example:
         >>> model = engine.load_model("mlp-symbol.json", "mlp-0000.params")
@@ -86,6 +89,13 @@ class Model:
         self.concurrent_runs = 1
         self._device_constants: dict[str, Any] = {}  # parameters on the GPU, shared by plans
         self._derived: dict = {}  # values ops derive from parameters (`Workspace.derived`)
+        # A CPU batch may run as runs of rows on several cores (`batch_split`): the nodes
+        # carrying the batch, why this model never splits (None: it may), and per signature
+        # the batch's estimated work, 0 where its rows do not split.
+        self._batch_nodes = batch_split.input_dependent(graph, set(self.input_names))
+        self.split_blocker: str | None = self._find_split_blocker()
+        self._batch_work: LRUCache[Signature, int] = LRUCache(plan_cache_size)
+        batch_split.watch(self)
 
     @property
     def batch_buckets(self) -> tuple[int, ...] | None:
@@ -152,7 +162,11 @@ class Model:
         if self.optimized_graph is None:
             outputs = self._evaluate(feed, shapes)
         else:
-            outputs = self._run_plan(feed, key)
+            bounds, settled = self._row_runs(feed)
+            if bounds is not None:
+                outputs = self._run_rows(feed, bounds)
+            else:  # no key, no skipped checks next time, where the answer may change
+                outputs = self._run_plan(feed, key if settled else None)
         return [np.asarray(value) for value in outputs]
 
     def _evaluate(self, feed: dict[str, np.ndarray], shapes: list) -> list[np.ndarray]:
@@ -266,11 +280,18 @@ class Model:
         return self._spare(entry)
 
     def _spare(self, entry: _SignaturePlans) -> Plan | StagedPlan:
-        if entry.spare is None:
+        return self._replica(entry, 1)
+
+    def _replica(self, entry: _SignaturePlans, index: int) -> Plan | StagedPlan:
+        """The entry's plan (0), its spare (1) or a further copy, compiled on first use: runs
+        of rows of one size in a split batch each take their own."""
+        if index == 0:
+            return entry.plan
+        if len(entry.spares) < index:
             with self._lock:
-                if entry.spare is None:
-                    entry.spare = self._compile(entry.signature)
-        return entry.spare
+                while len(entry.spares) < index:
+                    entry.spares.append(self._compile(entry.signature))
+        return entry.spares[index - 1]
 
     def _compile(self, signature: Signature) -> Plan | StagedPlan:
         assert self.optimized_graph is not None
@@ -293,15 +314,80 @@ class Model:
         exact = Signature.of(feed)
         signature = self._bucketed(exact)
         entry = self._entry(signature)
-        if signature == exact:
-            if key == exact:
-                entry.checked = True
-            return self._free(entry).run(feed)
-        # The plan for the bucket takes the rows as they are and zeroes the rest of its buffers.
-        rows, bucket = exact.rows(), signature.rows()
-        outputs = self._free(entry).run(feed, copy_outputs=False)
-        return [out[:rows].copy() if out.ndim and out.shape[0] == bucket else out.copy()
-                for out in outputs]
+        if signature == exact and key == exact:
+            entry.checked = True
+        return _run_bucketed(self._free(entry), feed, exact, signature)
+
+    def _row_runs(self, feed: dict[str, np.ndarray]) -> tuple[list[tuple[int, int]] | None,
+                                                              bool]:
+        """The runs of rows to cut this CPU batch into (`batch_split`), or None to run it
+        whole (rows not independent, one core allowed, too little work for each run); and
+        whether a whole run stays whole until `batch_split.set_threads` is called (which
+        makes a model check again), so that later calls may skip the checks."""
+        if self.split_blocker is not None:
+            return None, True
+        signature = Signature.of(feed)
+        rows = signature.rows() or 0
+        count = batch_split.parts(rows)
+        if count < 2:
+            return None, batch_split.fixed(rows)
+        work = self._batch_work.get(signature)
+        if work is None:
+            work = self._estimate_work(signature, rows)
+            self._batch_work.put(signature, work)
+        count = min(count, work // max(1, batch_split.MIN_PART_WORK))
+        return (batch_split.part_bounds(rows, count) if count >= 2 else None), True
+
+    def _estimate_work(self, signature: Signature, rows: int) -> int:
+        """The work of a batch of ``signature`` that a split spreads (`batch_split.work`); 0
+        when its rows do not split (shapes at one row do not follow the batch: `rows_follow`)."""
+        whole = self._signature_shapes(signature)
+        try:
+            single = self._signature_shapes(signature.with_rows(1))
+        except InputError:
+            return 0
+        if not batch_split.rows_follow(self.graph, self._batch_nodes, whole, rows, single, 1):
+            return 0
+        return batch_split.work(self.graph, self._batch_nodes, whole)
+
+    def _run_rows(self, feed: dict[str, np.ndarray],
+                  bounds: list[tuple[int, int]]) -> list[np.ndarray]:
+        """Each run of rows through a plan of its own, all at once with one BLAS thread each;
+        the outputs joined in row order."""
+        feeds = [{name: array[start:stop] for name, array in feed.items()}
+                 for start, stop in bounds]
+        exact = [Signature.of(part) for part in feeds]
+        planned = [self._bucketed(signature) for signature in exact]
+        # Runs whose plans have one signature each take another copy of that plan.
+        calls = [partial(self._run_part, part, signature, plan, planned[:index].count(plan))
+                 for index, (part, signature, plan) in enumerate(zip(feeds, exact, planned))]
+        with batch_split.one_thread_blas():
+            results = batch_split.run_parts(calls)
+        return [np.concatenate(column) for column in zip(*results)]
+
+    def _run_part(self, feed: dict[str, np.ndarray], exact: Signature, signature: Signature,
+                  replica: int) -> list[np.ndarray]:
+        """``feed`` (a run of rows, of signature ``exact``) through copy ``replica`` of the
+        plan for ``signature`` (``exact`` or its batch bucket)."""
+        return _run_bucketed(self._replica(self._entry(signature), replica), feed, exact,
+                             signature)
+
+    def _find_split_blocker(self) -> str | None:
+        """Why this model never runs a batch as runs of rows (see `batch_split`), or None."""
+        if self.backend.is_gpu:
+            return "it runs on a GPU"
+        if self.optimized_graph is None:
+            return "it runs the reference interpreter (optimize=False)"
+        if self.data_dependent is not None:
+            return f"its shapes depend on the data: {self.data_dependent}"
+        return batch_split.split_blocker(self.graph, self._batch_nodes)
+
+    def threads_changed(self) -> None:
+        """`batch_split.set_threads` was called: batches of two rows or more go through the
+        checks again, where whether they split is decided."""
+        for signature, entry in self._plans.items():
+            if (signature.rows() or 0) >= 2:
+                entry.checked = False
 
     def stats(self) -> dict[str, Any]:
         """Node and step counts before/after optimisation and memory of each cached plan."""
@@ -412,16 +498,18 @@ class Model:
 
     def _shapes_for(self, feed: Mapping[str, np.ndarray]) -> list:
         """Shape inference for these inputs' shapes, once per signature (cached)."""
-        signature = Signature.of(feed)
+        return self._signature_shapes(Signature.of(feed))
+
+    def _signature_shapes(self, signature: Signature) -> list:
         shapes = self._shape_cache.get(signature)
         if shapes is None:
-            known = {**self._param_shapes, **{name: a.shape for name, a in feed.items()}}
+            known = {**self._param_shapes, **signature.shapes()}
             try:
                 shapes = infer_shapes(self.graph, known)
             except ShapeError as error:
-                raise InputError(self._misfit(known, error, list(feed))) from None
+                raise InputError(self._misfit(known, error, signature.names())) from None
             if self.keep_batch:
-                self._check_batch(known, shapes, list(feed))
+                self._check_batch(known, shapes, signature.names())
             self._shape_cache.put(signature, shapes)
         return shapes
 
@@ -479,17 +567,36 @@ def _checked_buckets(buckets: Iterable[int] | None) -> tuple[int, ...] | None:
 
 
 class _SignaturePlans:
-    """What a model keeps for one input signature: its plan, a spare plan compiled when a call
-    finds the plan busy and `Model.concurrent_runs` allows two runs, and whether inputs with
-    exactly this signature were checked once (later ones then skip the checks)."""
+    """What a model keeps for one input signature: its plan, spare plans (the first compiled
+    when a call finds the plan busy and `Model.concurrent_runs` allows two runs, more for the
+    runs of rows of one size in a split batch), and whether inputs with exactly this signature
+    were checked once (later ones then skip the checks)."""
 
-    __slots__ = ("signature", "plan", "spare", "checked")
+    __slots__ = ("signature", "plan", "spares", "checked")
 
     def __init__(self, signature: Signature, plan: Plan | StagedPlan) -> None:
         self.signature = signature
         self.plan = plan
-        self.spare: Plan | StagedPlan | None = None
+        self.spares: list[Plan | StagedPlan] = []
         self.checked = False
+
+    @property
+    def spare(self) -> Plan | StagedPlan | None:
+        """The first spare plan, or None before one is compiled."""
+        return self.spares[0] if self.spares else None
+
+
+def _run_bucketed(plan: Plan | StagedPlan, feed: Mapping[str, np.ndarray], exact: Signature,
+                  signature: Signature) -> list[np.ndarray]:
+    """``feed`` (of signature ``exact``) through ``plan``, compiled for ``signature``: the
+    same, or padded to a batch bucket, whose rows past the feed's are dropped."""
+    if signature == exact:
+        return plan.run(feed)
+    # The plan for the bucket takes the rows as they are and zeroes the rest of its buffers.
+    rows, bucket = exact.rows(), signature.rows()
+    outputs = plan.run(feed, copy_outputs=False)
+    return [out[:rows].copy() if out.ndim and out.shape[0] == bucket else out.copy()
+            for out in outputs]
 
 
 def _coerce(spec: TensorSpec, array: np.ndarray, declared: bool) -> np.ndarray:
