@@ -19,9 +19,6 @@ two BLAS threads against ours on one (Zen 4, 2 cores): 64×512×256 0.88× ours'
 
 from __future__ import annotations
 
-import ctypes
-import glob
-import os
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -29,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from engine.ops import gemm_kernel, parallel
+from engine.ops.blas_threads import threads as blas_threads_now
 
 # Below this share of computed lanes doing useful work, BLAS runs the product (49 of 64: no).
 MIN_LANE_USE = 0.9
@@ -40,32 +38,9 @@ SPLIT_MACS = 16 << 20
 THREADED_MACS = 4 << 20
 THREADED_SIDE = 64
 
-_blas: dict[str, Any] = {}
-
-
 def blas_threads() -> int:
-    """The threads numpy's bundled OpenBLAS uses now (0.2 µs: asked at every call); where
-    numpy has no OpenBLAS of its own (macOS's Accelerate, a custom build), 1."""
-    if "threads" not in _blas:
-        _blas["threads"] = _openblas_threads_function()
-    function = _blas["threads"]
-    return function() if function is not None else 1
-
-
-def _openblas_threads_function() -> Any:
-    folder = os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs")
-    for path in sorted(glob.glob(os.path.join(folder, "*openblas*"))):
-        try:
-            library = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for name in ("scipy_openblas_get_num_threads64_", "openblas_get_num_threads64_",
-                     "openblas_get_num_threads"):
-            function = getattr(library, name, None)
-            if function is not None:
-                function.restype = ctypes.c_int
-                return function
-    return None
+    """The threads numpy's OpenBLAS uses now (asked at every call: 0.2 µs)."""
+    return blas_threads_now()
 
 
 def worthwhile(rows: int, columns: int) -> bool:

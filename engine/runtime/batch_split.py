@@ -21,9 +21,6 @@ when each part has enough work to repay the hand-off (`MIN_PART_WORK`).
 
 from __future__ import annotations
 
-import ctypes
-import glob
-import os
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -34,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from engine.graph.ir import Graph
-from engine.ops import parallel
+from engine.ops import blas_threads, parallel
 
 # Work (`work`: multiply-adds outside dense GEMMs, estimated) a run of rows must have for a
 # split to pay for its hand-off (tens of µs on the busy 2-core benchmark machine). Measured
@@ -135,25 +132,24 @@ def _pool(workers: int) -> ThreadPoolExecutor:
 
 
 class _OpenBlasThreads:
-    """numpy's bundled OpenBLAS thread count, set for the whole process while any split call
-    runs: the first call in saves it and sets 1, the last one out restores it."""
+    """numpy's OpenBLAS thread count, set for the whole process while any split call runs:
+    the first call in saves it and sets 1, the last one out restores it."""
 
-    def __init__(self, library: ctypes.CDLL, prefix: str) -> None:
-        self.library = library
-        self.set = getattr(library, f"{prefix}set_num_threads64_")
-        self.set.argtypes = [ctypes.c_int]
-        self.count = getattr(library, f"{prefix}get_num_threads64_")
-        self.count.restype = ctypes.c_int
+    def __init__(self, blas: blas_threads.OpenBlas) -> None:
+        self.blas = blas
         self._lock = threading.Lock()
         self._active = 0
         self._saved = 1
+
+    def count(self) -> int:
+        return self.blas.count()
 
     def enter(self) -> None:
         """One thread from now on (the count saved when no split call runs yet)."""
         with self._lock:
             if self._active == 0:
-                self._saved = self.count()
-                self.set(1)
+                self._saved = self.blas.count()
+                self.blas.set(1)
             self._active += 1
 
     def leave(self) -> None:
@@ -161,18 +157,13 @@ class _OpenBlasThreads:
         with self._lock:
             self._active -= 1
             if self._active == 0:
-                self.set(self._saved)
+                self.blas.set(self._saved)
 
 
 def _find_blas() -> _OpenBlasThreads | None:
-    """numpy's own OpenBLAS (scipy-openblas, in ``numpy.libs``), or None for any other BLAS."""
-    folder = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
-    for path in sorted(glob.glob(os.path.join(folder, "libscipy_openblas64_*.so"))):
-        try:
-            return _OpenBlasThreads(ctypes.CDLL(path), "scipy_openblas_")
-        except (OSError, AttributeError):
-            continue
-    return None
+    """numpy's own OpenBLAS, or None for any other BLAS."""
+    blas = blas_threads.numpy_openblas()
+    return None if blas is None else _OpenBlasThreads(blas)
 
 
 _BLAS: list[_OpenBlasThreads | None] = []

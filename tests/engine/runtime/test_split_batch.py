@@ -11,7 +11,7 @@ import pytest
 
 import engine
 from engine import sym
-from engine.ops import parallel
+from engine.ops import blas_threads, parallel
 from engine.runtime import batch_split
 
 RNG = np.random.default_rng(21)
@@ -21,8 +21,9 @@ RNG = np.random.default_rng(21)
 def blas(monkeypatch: pytest.MonkeyPatch) -> Any:
     """Three cores and three BLAS threads whatever the machine, no minimum work; BLAS's count
     and the default setting put back after. Yields numpy's OpenBLAS thread control."""
-    blas = batch_split._blas()
-    assert blas is not None, "numpy's OpenBLAS thread count must be settable"
+    blas = blas_threads.numpy_openblas()
+    assert blas is not None and batch_split.blas_controllable(), \
+        "numpy's OpenBLAS thread count must be settable"
     monkeypatch.setattr(parallel, "cores", lambda: 3)
     monkeypatch.setattr(batch_split, "MIN_PART_WORK", 0)
     before = blas.count()

@@ -1,0 +1,61 @@
+"""numpy's bundled OpenBLAS thread count, read and set through its own C functions.
+
+numpy's wheels ship OpenBLAS as ``numpy.libs/libscipy_openblas64_*.so``, whose functions carry
+a ``scipy_openblas_`` prefix and a ``64_`` suffix. Reading the count costs 0.2 µs, so callers
+may ask at every call; threadpoolctl, ``OPENBLAS_NUM_THREADS`` and the server's
+``--blas-threads`` all act on the same count. Another BLAS (a custom numpy build, macOS's
+Accelerate) is not found: `numpy_openblas` is None there.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+from typing import Any
+
+import numpy as np
+
+_found: list[Any] = []
+
+
+class OpenBlas:
+    """The thread count of one loaded OpenBLAS."""
+
+    def __init__(self, library: ctypes.CDLL, prefix: str, suffix: str) -> None:
+        self.library = library
+        self._set = getattr(library, f"{prefix}set_num_threads{suffix}")
+        self._set.argtypes = [ctypes.c_int]
+        self._count = getattr(library, f"{prefix}get_num_threads{suffix}")
+        self._count.restype = ctypes.c_int
+
+    def count(self) -> int:
+        """Threads it uses now."""
+        return self._count()
+
+    def set(self, threads: int) -> None:
+        """Use ``threads`` threads from now on, process-wide."""
+        self._set(threads)
+
+
+def numpy_openblas() -> OpenBlas | None:
+    """numpy's own OpenBLAS, found on first use; None where numpy uses another BLAS."""
+    if not _found:
+        _found.append(_find())
+    return _found[0]
+
+
+def threads() -> int:
+    """Threads numpy's BLAS uses now (1 where it is not numpy's OpenBLAS: unknown)."""
+    blas = numpy_openblas()
+    return 1 if blas is None else blas.count()
+
+
+def _find() -> OpenBlas | None:
+    folder = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
+    for path in sorted(glob.glob(os.path.join(folder, "libscipy_openblas64_*.so"))):
+        try:
+            return OpenBlas(ctypes.CDLL(path), "scipy_openblas_", "64_")
+        except (OSError, AttributeError):
+            continue
+    return None
