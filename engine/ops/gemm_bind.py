@@ -10,11 +10,12 @@ such a product runs transposed where its rows fill the lanes instead (`_transpos
 
 The kernel runs on the calling thread. Where BLAS may use several (`blas_threads`, asked at
 every call: the server sets one, `threadpoolctl` may change it, a library caller has every
-core), a large product runs on as many (`Threaded`): from `SPLIT_MACS` multiply-adds ours
-cut in one part per thread (a hand-off to the engine's pool costs 25–55 µs here), from
-`THREADED_MACS` BLAS with its threads where rows and depth are both `THREADED_SIDE` or more;
-two BLAS threads against ours on one (Zen 4, 2 cores): 64×512×256 0.88× ours' time, 960×160×64
-0.59×, but 16×512×512 1.15×, 144×24×3136 1.10×, 64×256×128 1.10×.
+core), BLAS runs the products it spreads well (`Threaded`): `THREADED_MACS` multiply-adds or
+more, rows and depth both `THREADED_SIDE` or more. Two BLAS threads against ours on one (Zen
+4, 2 cores): 128×576×784 0.70× ours' time, 960×160×64 0.59×, 64×512×256 0.88×; but 16×512×512
+1.15×, 144×24×3136 1.10×, 64×256×128 1.10×. Cutting ours into parts on the engine's pool
+instead measured no better inside ResNet-18 (a hand-off costs 25–55 µs here, and OpenBLAS's
+idle threads spin on the cores for a while after each call).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.ops import gemm_kernel, parallel
+from engine.ops import gemm_kernel
 from engine.ops.blas_threads import threads as blas_threads_now
 
 # Below this share of computed lanes doing useful work, BLAS runs the product (49 of 64: no).
@@ -34,7 +35,6 @@ MIN_LANE_USE = 0.9
 # a model's memory): past this size, where a product streams its weight from memory anyway,
 # BLAS runs it (VGG-16's 400 MB of dense weights are not doubled).
 PACK_LIMIT_BYTES = 64 << 20
-SPLIT_MACS = 16 << 20
 THREADED_MACS = 4 << 20
 THREADED_SIDE = 64
 
@@ -62,13 +62,7 @@ def weight_product(xp: Any, weight: Any, right: Any, out: Any,
         return None
     if worthwhile(*out.shape):
         packed = workspace.derived(weight, "gemm packed", gemm_kernel.pack)
-        rows = gemm_kernel.tile().rows
-
-        def part(first: int, last: int) -> Callable[[], Any]:  # rows first..last
-            blocks = packed[first // rows:-(-last // rows)]
-            return gemm_kernel.bind_packed(blocks, right, out[first:last])
-
-        return _threaded(weight, right, out, part, rows, out.shape[0], axis=0)
+        return _threaded(weight, right, out, gemm_kernel.bind_packed(packed, right, out))
     if worthwhile(*out.shape[::-1]):
         return _transposed(weight, right, out, workspace)
     return None
@@ -145,70 +139,42 @@ def product_with_weight(xp: Any, left: Any, weight: Any, out: Any,
     return None
 
 
-def _by_panels(left: Any, right: Any, panels: Any, out: Any) -> Callable[[], Any]:
+def _by_panels(left: Any, right: Any, panels: Any, out: Any) -> Any:
     """``out = left @ right`` with ``panels = pack_columns(right)``."""
-    columns = gemm_kernel.tile().columns
-
-    def part(first: int, last: int) -> Callable[[], Any]:  # columns first..last
-        chosen = panels[first // columns:-(-last // columns)]
-        return gemm_kernel.bind_packed_columns(left, chosen, out[:, first:last])
-
-    return _threaded(left, right, out, part, columns, out.shape[1], axis=1)
+    return _threaded(left, right, out, gemm_kernel.bind_packed_columns(left, panels, out))
 
 
-def _threaded(left: Any, right: Any, out: Any, ours: Callable[[int, int], Any], step: int,
-              size: int, axis: int) -> Any:
-    """Ours on the whole product (``ours(0, size)``), or for a large one a `Threaded` call.
-    ``ours(first, last)`` computes the part from ``first`` to ``last`` along ``axis`` of the
-    output (0, rows; 1, columns), the one the kernel walks outside, cut at multiples of
-    ``step``."""
-    whole = ours(0, size)
+def _threaded(left: Any, right: Any, out: Any, whole: Any) -> Any:
+    """``whole`` (ours), or for a product BLAS spreads well over several threads (see the
+    module docstring), a `Threaded` choosing at each call."""
     rows, depth, columns = left.shape[0], left.shape[1], right.shape[1]
-    macs = rows * depth * columns
-    if macs < THREADED_MACS:
+    if rows * depth * columns < THREADED_MACS or min(rows, depth) < THREADED_SIDE:
         return whole
-    blas = None
-    if macs < SPLIT_MACS:
-        if min(rows, depth) < THREADED_SIDE:
-            return whole
-        blas = partial(np.matmul, left, right, out)
-    return Threaded(whole, blas, ours, (step, size, axis), out)
+    return Threaded(whole, partial(np.matmul, left, right, out), out)
 
 
 class Threaded:
-    """A product that runs, at each call, on as many threads as BLAS has then: BLAS itself
-    (``blas``), or ours cut into that many parts on the engine's pool, else ours whole. Like
-    a `gemm_kernel.Product` it takes an epilogue (`with_epilogue`), which BLAS's runs apply
-    in NumPy passes after it."""
+    """A product that runs, at each call, on BLAS when BLAS has several threads then, else
+    on ours (`gemm_kernel.Product`). Like a Product it takes an epilogue (`with_epilogue`),
+    which BLAS's runs apply in NumPy passes after it."""
 
-    def __init__(self, whole: Any, blas: Callable[[], Any] | None,
-                 part: Callable[[int, int], Any], cuts: tuple[int, int, int], out: Any,
+    def __init__(self, ours: Any, blas: Callable[[], Any], out: Any,
                  epilogue: tuple[Any, Any, float, float] = (None, None, -np.inf, np.inf)
                  ) -> None:
-        self.whole, self.blas, self.out = whole, blas, out
-        self._part, self._cuts, self._epilogue = part, cuts, epilogue
-        self._parts: dict[int, list[Callable[[], Any]]] = {}
+        self.ours, self.blas, self.out, self._epilogue = ours, blas, out, epilogue
 
     def __call__(self) -> None:
-        threads = blas_threads()
-        if threads < 2:
-            self.whole()
-        elif self.blas is not None:
-            self.blas()
-            self._apply_epilogue()
-        else:
-            parts = self.parts(threads)
-            parallel.run_slabs(parts) if len(parts) > 1 else self.whole()
-
-    def parts(self, count: int) -> list[Callable[[], Any]]:
-        """The product cut into up to ``count`` parts of whole tiles (made once per count)."""
-        if count not in self._parts:
-            step, size, _ = self._cuts
-            blocks = -(-size // step)
-            per_part = -(-blocks // min(count, blocks)) * step
-            self._parts[count] = [self._cut(first, min(first + per_part, size))
-                                  for first in range(0, size, per_part)]
-        return self._parts[count]
+        if blas_threads() < 2:
+            self.ours()
+            return
+        self.blas()
+        rows, columns, low, high = self._epilogue
+        if rows is not None:
+            np.add(self.out, rows.reshape(-1, 1), self.out)
+        if columns is not None:
+            np.add(self.out, columns.reshape(1, -1), self.out)
+        if low > -np.inf or high < np.inf:
+            np.clip(self.out, low, high, out=self.out)
 
     def with_epilogue(self, bias_rows: Any = None, bias_columns: Any = None,
                       low: float = -np.inf, high: float = np.inf) -> Threaded:
@@ -217,23 +183,5 @@ class Threaded:
         epilogue = (rows if bias_rows is None else bias_rows,
                     columns if bias_columns is None else bias_columns,
                     max(old_low, low), min(old_high, high))
-        whole = self.whole.with_epilogue(bias_rows, bias_columns, low, high)
-        return Threaded(whole, self.blas, self._part, self._cuts, self.out, epilogue)
-
-    def _cut(self, first: int, last: int) -> Any:
-        """Part ``first:last`` with its share of the epilogue."""
-        rows, columns, low, high = self._epilogue
-        if self._cuts[2] == 0 and rows is not None:
-            rows = rows[first:last]
-        elif self._cuts[2] == 1 and columns is not None:
-            columns = columns[first:last]
-        return self._part(first, last).with_epilogue(rows, columns, low, high)
-
-    def _apply_epilogue(self) -> None:
-        rows, columns, low, high = self._epilogue
-        if rows is not None:
-            np.add(self.out, rows.reshape(-1, 1), self.out)
-        if columns is not None:
-            np.add(self.out, columns.reshape(1, -1), self.out)
-        if low > -np.inf or high < np.inf:
-            np.clip(self.out, low, high, out=self.out)
+        ours = self.ours.with_epilogue(bias_rows, bias_columns, low, high)
+        return Threaded(ours, self.blas, self.out, epilogue)

@@ -135,33 +135,30 @@ def read_only(array: np.ndarray) -> np.ndarray:
 
 def test_products_follow_the_threads_blas_has_at_each_call(monkeypatch) -> None:
     workspace = FakeWorkspace()
-    # 16M multiply-adds and more: ours, cut in one part per BLAS thread
-    weight, data = read_only(random(256, 512)), random(512, 256)
-    out = np.empty((256, 256), np.float32)
-    call = gemm_bind.weight_product(np, weight, data, out, workspace)
-    assert isinstance(call, gemm_bind.Threaded) and call.blas is None
-    for threads in (1, 2, 3):
-        monkeypatch.setattr(gemm_bind, "blas_threads", lambda count=threads: count)
-        out[:] = np.nan
-        call()
-        assert_product(out, weight, data)
-    assert [len(call.parts(count)) for count in (2, 3)] == [2, 3]
-    # From 4M with 64 rows and depth: BLAS with its threads, ours on one
+    # 4M multiply-adds and more, with 64 rows and depth: BLAS with its threads, ours on one
     left, panel = random(64, 512), read_only(random(512, 256))
+    bias = random(256)
     out = np.empty((64, 256), np.float32)
     call = gemm_bind.product_with_weight(np, left, panel, out, workspace)
-    assert isinstance(call, gemm_bind.Threaded) and call.blas is not None
-    monkeypatch.setattr(call, "whole", lambda: out.fill(-1))
+    assert isinstance(call, gemm_bind.Threaded)
+    call = call.with_epilogue(bias_columns=bias).with_epilogue(low=0.0)
+    want = np.maximum(expected(left, panel) + bias, 0)
     monkeypatch.setattr(gemm_bind, "blas_threads", lambda: 2)
-    call()
-    assert_product(out, left, panel)  # BLAS ran it
+    with monkeypatch.context() as patched:  # ours would leave a mark: BLAS must run it
+        patched.setattr(gemm_kernel.Product, "__call__", lambda self: out.fill(-1))
+        out[:] = np.nan
+        call()
+        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
     monkeypatch.setattr(gemm_bind, "blas_threads", lambda: 1)
+    monkeypatch.setattr(call, "blas", lambda: out.fill(-1))  # and now ours must run it
+    out[:] = np.nan
     call()
-    assert (out == -1).all()  # ours ran it
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+    monkeypatch.undo()
     # Small, or thin: ours whatever BLAS has
     small = gemm_bind.product_with_weight(np, random(16, 512), read_only(random(512, 512)),
                                           np.empty((16, 512), np.float32), workspace)
-    assert not isinstance(small, gemm_bind.Threaded)
+    assert isinstance(small, gemm_kernel.Product)
 
 
 class ScratchWorkspace(FakeWorkspace):
