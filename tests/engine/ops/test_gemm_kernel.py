@@ -49,6 +49,29 @@ def test_every_edge_of_the_tile(rows: int, columns: int) -> None:
             assert_product(c, a, b)
 
 
+@pytest.mark.parametrize("cpu, features, rows", [
+    ("haswell", "+avx,+avx2,+fma,+sse4.2", 6),  # the EPYC machines without AVX-512
+    ("x86-64", "+sse2", 4),  # neither: 128-bit vectors, no FMA
+])
+def test_the_tiles_of_other_x86_machines(cpu: str, features: str, rows: int) -> None:
+    import llvmlite.binding as llvm
+
+    host = llvm.get_host_cpu_features()
+    if not all(host.get(name[1:]) for name in features.split(",")):
+        pytest.skip(f"this CPU cannot run {cpu}'s code")
+    kernels = gemm_kernel._compile(cpu, features)
+    assert kernels is not None and kernels["tile"].rows == rows
+    shape = kernels["tile"]
+    for m, n, k in ((shape.rows, shape.columns, 9), (2 * shape.rows + 1, 37, 50), (1, 3, 1)):
+        a, b = random(m, k), random(k, n)
+        c = np.full((m, n), np.nan, np.float32)
+        zeros = np.zeros(max(m, n) + 64, np.float32)
+        kernels["drive"](shape.rows, shape.columns, a.ctypes.data, k, k, 1, b.ctypes.data, 1,
+                         n, c.ctypes.data, n, zeros.ctypes.data, zeros.ctypes.data, -np.inf,
+                         np.inf, m, n, k, False)
+        assert_product(c, a, b)
+
+
 def test_strided_operands_and_an_output_inside_a_larger_array() -> None:
     a = np.asfortranarray(random(40, 90))  # column-major A
     b = random(90, 200)[:, 30:130]  # rows 200 floats apart
