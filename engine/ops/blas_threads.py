@@ -12,11 +12,16 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
 _found: list[Any] = []
+_held = {"count": 0, "saved": 1}
+_holding = threading.Lock()
 
 
 class OpenBlas:
@@ -59,3 +64,27 @@ def _find() -> OpenBlas | None:
         except (OSError, AttributeError):
             continue
     return None
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """numpy's OpenBLAS on one thread, process-wide, until the last caller inside this leaves
+    (the count saved by the first one in is put back then). OpenBLAS has no per-thread count
+    in numpy's pthreads build (``openblas_set_num_threads_local`` sets the process's, see
+    docs/threads.md), so a BLAS call on another thread meanwhile also runs on one."""
+    blas = numpy_openblas()
+    if blas is None:
+        yield
+        return
+    with _holding:
+        if _held["count"] == 0:
+            _held["saved"] = blas.count()
+            blas.set(1)
+        _held["count"] += 1
+    try:
+        yield
+    finally:
+        with _holding:
+            _held["count"] -= 1
+            if _held["count"] == 0:
+                blas.set(_held["saved"])

@@ -23,6 +23,8 @@ NumPy binding runs instead. Compiled code is cached on disk beside this module w
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -72,13 +74,29 @@ def depthwise_same_3x3(data: Any, offsets: Any, weights: Any, bias: Any, out: An
 def _compiled() -> dict[str, Any]:
     """The kernels, compiled on first use. The helpers (`_rows` among them) are compiled first
     and put in this module's namespace, where numba resolves the kernels' calls to them."""
-    if not _kernels:
-        for helper in (_fill_phases, _sum_taps, _bounded_sum, _clamped, _edges, _rows):
-            globals()[helper.__name__] = compile_kernel(helper, fastmath={"contract"})
-        _kernels["rows"] = globals()["_rows"]
-        _kernels["planes"] = compile_kernel(_planes, fastmath={"contract"})
-        _kernels["same_3x3"] = compile_kernel(_same_3x3, fastmath={"contract"})
-    return _kernels
+    return compiled_once(_kernels, _compile)
+
+
+def _compile() -> dict[str, Any]:
+    for helper in (_fill_phases, _sum_taps, _bounded_sum, _clamped, _edges, _rows):
+        globals()[helper.__name__] = compile_kernel(helper, fastmath={"contract"})
+    return {"rows": globals()["_rows"],
+            "planes": compile_kernel(_planes, fastmath={"contract"}),
+            "same_3x3": compile_kernel(_same_3x3, fastmath={"contract"})}
+
+
+_compiling = threading.Lock()
+
+
+def compiled_once(kernels: dict[str, Any], build: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``kernels``, filled with what ``build`` returns on first use, all at once and under
+    one lock for every module's kernels: plans run on several threads (a split batch's runs),
+    and a helper put in a module's namespace twice would be jitted twice (numba refuses)."""
+    if not kernels:
+        with _compiling:
+            if not kernels:
+                kernels.update(build())
+    return kernels
 
 
 def compile_kernel(function: Any, **options: Any) -> Any:

@@ -171,17 +171,20 @@ def _dense_bias_clamp(target: Any, bias: Any, low: Any, high: Any) -> list[Calla
     return calls
 
 
-_kernel: list[Any] = []
-_residual_kernel: list[Any] = []
+_kernels: dict[str, Any] = {}  # the two compiled passes below, once made
+
+
+def _passes() -> dict[str, Any]:
+    return depthwise_kernel.compiled_once(_kernels, lambda: {
+        "bias_add_clamp": depthwise_kernel.compile_kernel(_bias_add_clamp),
+        "bias_clamp": depthwise_kernel.compile_kernel(_bias_clamp)})
 
 
 def bias_add_clamp(target: Any, bias: Any, other: Any, low: Any, high: Any) -> None:
     """``target = clip(target + bias + other, low, high)`` in one compiled pass, for ``target``
     and ``other`` (outer, middle, inner) and ``bias`` (middle, 1); added in that order, as the
     unfused steps add."""
-    if not _residual_kernel:
-        _residual_kernel.append(depthwise_kernel.compile_kernel(_bias_add_clamp))
-    _residual_kernel[0](target, bias, other, low, high)
+    _passes()["bias_add_clamp"](target, bias, other, low, high)
 
 
 def _bias_add_clamp(target: Any, bias: Any, other: Any, low: Any,
@@ -200,9 +203,7 @@ def bias_clamp(target: Any, bias: Any, low: Any, high: Any) -> None:
     """``target = clip(target + bias, low, high)`` in one compiled pass, for ``target``
     (outer, middle, inner) and ``bias`` (middle, inner) broadcast over the outer axis (either
     of bias's axes may be 1)."""
-    if not _kernel:
-        _kernel.append(depthwise_kernel.compile_kernel(_bias_clamp))
-    _kernel[0](target, bias, low, high)
+    _passes()["bias_clamp"](target, bias, low, high)
 
 
 def _bias_clamp(target: Any, bias: Any, low: Any, high: Any) -> None:  # pragma: no cover

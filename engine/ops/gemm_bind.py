@@ -14,8 +14,8 @@ core), BLAS runs the products it spreads well (`Threaded`): `THREADED_MACS` mult
 more, rows and depth both `THREADED_SIDE` or more. Two BLAS threads against ours on one (Zen
 4, 2 cores): 128×576×784 0.70× ours' time, 960×160×64 0.59×, 64×512×256 0.88×; but 16×512×512
 1.15×, 144×24×3136 1.10×, 64×256×128 1.10×. Cutting ours into parts on the engine's pool
-instead measured no better inside ResNet-18 (a hand-off costs 25–55 µs here, and OpenBLAS's
-idle threads spin on the cores for a while after each call).
+instead measured no better inside ResNet-18, nor did numba's threading layer (docs/threads.md,
+"Our GEMM kernel's threads").
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ MIN_LANE_USE = 0.9
 PACK_LIMIT_BYTES = 64 << 20
 THREADED_MACS = 4 << 20
 THREADED_SIDE = 64
+
 
 def blas_threads() -> int:
     """The threads numpy's OpenBLAS uses now (asked at every call: 0.2 µs)."""
@@ -68,18 +69,16 @@ def weight_product(xp: Any, weight: Any, right: Any, out: Any,
     return None
 
 
-def _transposed(weight: Any, right: Any, out: Any, workspace: Any) -> Callable[[], Any]:
-    """``out = weight @ right`` computed as ``outᵀ = rightᵀ @ weightᵀ`` into scratch, then
-    copied out transposed: for few columns (positions) and many rows (filters), where the
-    columns would leave vector lanes empty (49 columns are computed as 64 the other way).
-    One thread, Zen 4, weights evicted between calls (medians of 30): ResNet-18's 512×2304×49
-    1.30 ms against BLAS's 1.52, MobileNet v2's 160×960×49 216 against 230 µs and 1280×320×49
-    541 against 597 µs; warm, 512×4608×49 2.20 against 2.61 ms."""
-    panels = workspace.derived(weight, "gemm panels of the transpose",
-                               lambda constant: gemm_kernel.pack_columns(constant.T))
-    scratch = workspace.zeroed(out.shape[::-1], out.dtype, ("gemm transposed",))
-    product = _by_panels(right.T, weight.T, panels, scratch)
-    return partial(_then_copy, product, out, scratch.T)
+def product_with_weight(xp: Any, left: Any, weight: Any, out: Any,
+                        workspace: Any) -> Callable[[], Any] | None:
+    """``out = left @ weight`` by our kernel as one call, where ``weight`` never changes (a
+    read-only plan constant, or a value derived from one): packed into column panels once and
+    shared by the model's plans; None where BLAS should run it."""
+    if (xp is np and weight.nbytes <= PACK_LIMIT_BYTES and gemm_kernel.applies(left, weight, out)
+            and worthwhile(*out.shape)):
+        panels = workspace.derived(weight, "gemm panels", gemm_kernel.pack_columns)
+        return _by_panels(left, weight, panels, out)
+    return None
 
 
 def takes_bias(calls: list[Callable[[], Any]], bias: Any) -> bool:
@@ -109,34 +108,18 @@ def clamped(calls: list[Callable[[], Any]], low: Any,
             for call in calls]
 
 
-def _ours_and_copies(calls: list[Callable[[], Any]]) -> bool:
-    return (any(_is_ours(call) for call in calls)
-            and all(_is_ours(call) or _is_copy(call) for call in calls))
-
-
-def _is_ours(call: Any) -> bool:
-    return isinstance(call, (gemm_kernel.Product, Threaded))
-
-
-def _is_copy(call: Any) -> bool:
-    return isinstance(call, partial) and call.func is np.copyto
-
-
-def _then_copy(product: Callable[[], Any], out: Any, source: Any) -> None:
-    product()
-    np.copyto(out, source)
-
-
-def product_with_weight(xp: Any, left: Any, weight: Any, out: Any,
-                        workspace: Any) -> Callable[[], Any] | None:
-    """``out = left @ weight`` by our kernel as one call, where ``weight`` never changes (a
-    read-only plan constant, or a value derived from one): packed into column panels once and
-    shared by the model's plans; None where BLAS should run it."""
-    if (xp is np and weight.nbytes <= PACK_LIMIT_BYTES and gemm_kernel.applies(left, weight, out)
-            and worthwhile(*out.shape)):
-        panels = workspace.derived(weight, "gemm panels", gemm_kernel.pack_columns)
-        return _by_panels(left, weight, panels, out)
-    return None
+def _transposed(weight: Any, right: Any, out: Any, workspace: Any) -> Callable[[], Any]:
+    """``out = weight @ right`` computed as ``outᵀ = rightᵀ @ weightᵀ`` into scratch, then
+    copied out transposed: for few columns (positions) and many rows (filters), where the
+    columns would leave vector lanes empty (49 columns are computed as 64 the other way).
+    One thread, Zen 4, weights evicted between calls (medians of 30): ResNet-18's 512×2304×49
+    1.30 ms against BLAS's 1.52, MobileNet v2's 160×960×49 216 against 230 µs and 1280×320×49
+    541 against 597 µs; warm, 512×4608×49 2.20 against 2.61 ms."""
+    panels = workspace.derived(weight, "gemm panels of the transpose",
+                               lambda constant: gemm_kernel.pack_columns(constant.T))
+    scratch = workspace.zeroed(out.shape[::-1], out.dtype, ("gemm transposed",))
+    product = _by_panels(right.T, weight.T, panels, scratch)
+    return partial(_then_copy, product, out, scratch.T)
 
 
 def _by_panels(left: Any, right: Any, panels: Any, out: Any) -> Any:
@@ -185,3 +168,21 @@ class Threaded:
                     max(old_low, low), min(old_high, high))
         ours = self.ours.with_epilogue(bias_rows, bias_columns, low, high)
         return Threaded(ours, self.blas, self.out, epilogue)
+
+
+def _then_copy(product: Callable[[], Any], out: Any, source: Any) -> None:
+    product()
+    np.copyto(out, source)
+
+
+def _ours_and_copies(calls: list[Callable[[], Any]]) -> bool:
+    return (any(_is_ours(call) for call in calls)
+            and all(_is_ours(call) or _is_copy(call) for call in calls))
+
+
+def _is_ours(call: Any) -> bool:
+    return isinstance(call, (gemm_kernel.Product, Threaded))
+
+
+def _is_copy(call: Any) -> bool:
+    return isinstance(call, partial) and call.func is np.copyto

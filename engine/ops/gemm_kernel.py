@@ -74,8 +74,8 @@ def pack(a: Any) -> np.ndarray:
 def pack_columns(b: Any) -> np.ndarray:
     """``b`` (K, N) float32 as the micro-kernel reads B: panels of NR columns, each (K, NR)
     contiguous, the last padded with zero columns. A panel streams from memory in order, where
-    an unpacked one is NR floats from each of K rows far apart (Winograd's 512×512 weights at
-    7×7, read cold inside a network: 5.5 ms a layer unpacked against ...)."""
+    an unpacked one is NR floats from each of K rows far apart (the 16 products of ResNet-18's
+    512-channel Winograd layer, weights cold: 3.67 ms unpacked, 1.60 packed, BLAS 2.62)."""
     columns = tile().columns
     k, n = b.shape
     panels = -(-n // columns)
@@ -113,10 +113,12 @@ class Product(partial):
         run (it may be an input's buffer): float32 and contiguous (`takes_bias`)."""
         args = list(self.args)
         kept = list(self.operands)
-        for position, bias in ((_ROWS_BIAS, bias_rows), (_COLUMNS_BIAS, bias_columns)):
+        for position, bias, size in ((_ROWS_BIAS, bias_rows, args[_M]),
+                                     (_COLUMNS_BIAS, bias_columns, args[_N])):
             if bias is not None:
-                if not takes_bias(bias):
-                    raise ValueError("a fused bias must be float32 and contiguous")
+                if not takes_bias(bias) or bias.size < size:
+                    raise ValueError(f"a fused bias must be float32, contiguous and hold "
+                                     f"{size} values")
                 args[position] = bias.ctypes.data
                 kept.append(bias)
         args[_LOW] = max(args[_LOW], float(low))
@@ -133,7 +135,7 @@ def takes_bias(bias: Any) -> bool:
 
 
 # Positions in a Product's arguments (see `_driver`).
-_ROWS_BIAS, _COLUMNS_BIAS, _LOW, _HIGH = 11, 12, 13, 14
+_ROWS_BIAS, _COLUMNS_BIAS, _LOW, _HIGH, _M, _N = 11, 12, 13, 14, 15, 16
 
 
 def bind(a: Any, b: Any, c: Any) -> Product:

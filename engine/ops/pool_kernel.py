@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.ops.depthwise_kernel import compile_kernel
+from engine.ops.depthwise_kernel import compile_kernel, compiled_once
 
 _kernels: dict[str, Any] = {}
 
@@ -66,16 +66,18 @@ def _compiled() -> dict[str, Any]:
     numba's IR. The pairs kernels keep their hot loops in themselves and call `_max_down`
     and `_sum_down` (not inlined) for the rows those loops do not take: beside inlined
     helpers LLVM vectorised them 20% worse."""
-    if not _kernels:
-        for helper in (_row_buffers, _taps, _spread, _max_rows, _max_across, _sum_rows,
-                       _sum_across):
-            globals()[helper.__name__] = compile_kernel(helper, inline="always")
-        for helper in (_max_down, _sum_down):
-            globals()[helper.__name__] = compile_kernel(helper)
-        for name, kernel in (("max", _max_pool), ("max pairs", _max_pool_pairs),
-                             ("sum", _sum_pool), ("sum pairs", _sum_pool_pairs)):
-            _kernels[name] = compile_kernel(kernel)
-    return _kernels
+    return compiled_once(_kernels, _compile)
+
+
+def _compile() -> dict[str, Any]:
+    for helper in (_row_buffers, _taps, _spread, _max_rows, _max_across, _sum_rows,
+                   _sum_across):
+        globals()[helper.__name__] = compile_kernel(helper, inline="always")
+    for helper in (_max_down, _sum_down):
+        globals()[helper.__name__] = compile_kernel(helper)
+    return {name: compile_kernel(kernel)
+            for name, kernel in (("max", _max_pool), ("max pairs", _max_pool_pairs),
+                                 ("sum", _sum_pool), ("sum pairs", _sum_pool_pairs))}
 
 
 def _row_buffers(width: int, out_width: int, kernel_x: int, stride_x: int, pad_x: int,

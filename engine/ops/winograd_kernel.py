@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.ops.depthwise_kernel import compile_kernel
+from engine.ops.depthwise_kernel import compile_kernel, compiled_once
 
 _kernels: dict[str, Any] = {}
 OTHER, OUT = 8, 9  # positions of the residual operand and the output in `convolve`'s arguments
@@ -62,10 +62,8 @@ def convolve(data: Any, pad_y: int, pad_x: int, rows: Any, tiles: Any, weights: 
 
 
 def _compiled() -> dict[str, Any]:
-    if "input" not in _kernels:
-        _kernels["input"] = compile_kernel(_input_transform)
-        _kernels["output"] = compile_kernel(_output_transform)
-    return _kernels
+    return compiled_once(_kernels, lambda: {"input": compile_kernel(_input_transform),
+                                            "output": compile_kernel(_output_transform)})
 
 
 def _input_transform(data: Any, pad_y: int, pad_x: int, rows: Any,

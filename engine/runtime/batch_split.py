@@ -23,9 +23,8 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -131,49 +130,9 @@ def _pool(workers: int) -> ThreadPoolExecutor:
     return pool
 
 
-class _OpenBlasThreads:
-    """numpy's OpenBLAS thread count, set for the whole process while any split call runs:
-    the first call in saves it and sets 1, the last one out restores it."""
-
-    def __init__(self, blas: blas_threads.OpenBlas) -> None:
-        self.blas = blas
-        self._lock = threading.Lock()
-        self._active = 0
-        self._saved = 1
-
-    def count(self) -> int:
-        return self.blas.count()
-
-    def enter(self) -> None:
-        """One thread from now on (the count saved when no split call runs yet)."""
-        with self._lock:
-            if self._active == 0:
-                self._saved = self.blas.count()
-                self.blas.set(1)
-            self._active += 1
-
-    def leave(self) -> None:
-        """The saved count back when the last split call leaves."""
-        with self._lock:
-            self._active -= 1
-            if self._active == 0:
-                self.blas.set(self._saved)
-
-
-def _find_blas() -> _OpenBlasThreads | None:
-    """numpy's own OpenBLAS, or None for any other BLAS."""
-    blas = blas_threads.numpy_openblas()
-    return None if blas is None else _OpenBlasThreads(blas)
-
-
-_BLAS: list[_OpenBlasThreads | None] = []
-
-
-def _blas() -> _OpenBlasThreads | None:
-    """numpy's OpenBLAS thread count, found on first use (None: another BLAS)."""
-    if not _BLAS:
-        _BLAS.append(_find_blas())
-    return _BLAS[0]
+def _blas() -> blas_threads.OpenBlas | None:
+    """numpy's OpenBLAS (None: another BLAS, whose threads cannot be set here)."""
+    return blas_threads.numpy_openblas()
 
 
 def blas_controllable() -> bool:
@@ -181,18 +140,7 @@ def blas_controllable() -> bool:
     return _blas() is not None
 
 
-@contextmanager
-def one_thread_blas() -> Iterator[None]:
-    """BLAS on one thread, process-wide, until the last split call inside this ends."""
-    blas = _blas()
-    if blas is None:
-        yield
-        return
-    blas.enter()
-    try:
-        yield
-    finally:
-        blas.leave()
+one_thread_blas = blas_threads.one_thread
 
 
 def input_dependent(graph: Graph, inputs: set[str]) -> list[bool]:

@@ -114,8 +114,10 @@ def test_bias_per_row_and_column_and_the_clamp_as_results_are_stored() -> None:
     a[2, 3] = np.nan
     product.with_epilogue(low=0.0, high=6.0)()  # the clamp keeps NaN, as clip does
     np.testing.assert_array_equal(np.isnan(c), np.isnan(expected(a, b)))
-    with pytest.raises(ValueError, match="float32 and contiguous"):
+    with pytest.raises(ValueError, match="float32, contiguous"):
         product.with_epilogue(bias_rows=random(60)[::2])
+    with pytest.raises(ValueError, match="hold 40 values"):
+        product.with_epilogue(bias_columns=random(39))  # would be read past its end
 
 
 def test_operands_it_does_not_take() -> None:
