@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.ops import depthwise_kernel, gemm_bind, winograd_kernel
+from engine.ops import depthwise_kernel, gemm_bind, gemm_kernel, winograd_kernel
 from engine.ops.conv_bind import Geometry
 from engine.ops.im2col import Ints
 from engine.ops.workspace import aligned
@@ -123,11 +123,10 @@ def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometr
                               ("winograd", pad, (height, width)))
     interior = padded[:, pad[0]:pad[0] + height, pad[1]:pad[1] + width]
     calls: list[Callable[[], Any]] = [partial(xp.copyto, interior, data.transpose(0, 2, 3, 1))]
-    weights = workspace.derived(weight, "winograd", _transform_weight)
     layout = _layout(data.shape, filters, pad)
     for start in range(0, batch, layout.chunk):
         samples = slice(start, min(start + layout.chunk, batch))
-        calls += _bind_chunk(xp, padded[samples], weights, bias, out[samples], layout,
+        calls += _bind_chunk(xp, padded[samples], weight, bias, out[samples], layout,
                              workspace)
     return calls
 
@@ -175,7 +174,7 @@ def _transform_weight(weight: Any) -> np.ndarray:
     return np.ascontiguousarray(transformed.reshape(16, channels, filters), dtype=weight.dtype)
 
 
-def _bind_chunk(xp: Any, padded: Any, weights: Any, bias: Any, out: Any, layout: _Layout,
+def _bind_chunk(xp: Any, padded: Any, weight: Any, bias: Any, out: Any, layout: _Layout,
                 workspace: Any) -> list[Callable[[], Any]]:
     """Input transform, 16 GEMMs and output transform for the samples of one chunk."""
     samples, rows, columns, channels = padded.shape
@@ -186,7 +185,7 @@ def _bind_chunk(xp: Any, padded: Any, weights: Any, bias: Any, out: Any, layout:
     tiles = region(second, (16, samples, th, tw, channels))
     calls = _bind_input(xp, padded, region(0, (4, samples, th, columns, channels)), tiles)
     products = region(third, (16, samples, th, tw, filters))
-    calls += _products(xp, tiles.reshape(16, -1, channels), weights,
+    calls += _products(xp, tiles.reshape(16, -1, channels), weight,
                        products.reshape(16, -1, filters), workspace)
     if bias is not None:
         # Aᵀ e₅ A is all ones (ξ = 5 is (1, 1)): the bias added to M[5] reaches every output of
@@ -199,16 +198,23 @@ def _bind_chunk(xp: Any, padded: Any, weights: Any, bias: Any, out: Any, layout:
     return calls
 
 
-def _products(xp: Any, tiles: Any, weights: Any, products: Any,
+def _products(xp: Any, tiles: Any, weight: Any, products: Any,
               workspace: Any) -> list[Callable[[], Any]]:
-    """The 16 GEMMs ``M[ξ] = V[ξ] @ U[ξ]``: by our kernel one ξ at a time where it applies,
-    U[ξ] in column panels (512 channels at 7×7, 16 tiles, weights cold: 1.6 against 2.6 ms
-    for the 16), else one stacked matmul."""
-    calls = [gemm_bind.product_with_weight(xp, tiles[xi], weights[xi], products[xi], workspace)
-             for xi in range(16)]
-    if all(call is not None for call in calls):
-        return calls
+    """The 16 GEMMs ``M[ξ] = V[ξ] @ U[ξ]``: by our kernel one ξ at a time where it beats BLAS,
+    U made straight into its column panels (512 channels at 7×7, 16 tiles, weights cold: 1.6
+    against 2.6 ms for the 16), else one stacked matmul on U (computed once, either way)."""
+    if (xp is np and gemm_bind.worthwhile(tiles.shape[1], products.shape[2])
+            and weight.nbytes <= gemm_bind.PACK_LIMIT_BYTES):
+        panels = workspace.derived(weight, "winograd panels", _transformed_panels)
+        return [gemm_kernel.bind_packed_columns(tiles[xi], panels[xi], products[xi])
+                for xi in range(16)]
+    weights = workspace.derived(weight, "winograd", _transform_weight)
     return [partial(xp.matmul, tiles, weights, products)]
+
+
+def _transformed_panels(weight: Any) -> np.ndarray:
+    """U[ξ] for every ξ as `gemm_kernel.pack_columns` lays it out (U itself is not kept)."""
+    return np.stack([gemm_kernel.pack_columns(u) for u in _transform_weight(weight)])
 
 
 def _bind_input(xp: Any, padded: Any, rows: Any, tiles: Any) -> list[Callable[[], Any]]:
