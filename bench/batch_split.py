@@ -41,7 +41,7 @@ from threadpoolctl import threadpool_limits  # noqa: E402
 
 import engine  # noqa: E402
 from engine import sym  # noqa: E402
-from engine.ops import parallel  # noqa: E402
+from engine.ops import blas_threads, parallel  # noqa: E402
 from engine.runtime import batch_split  # noqa: E402
 
 # After a GEMM on several threads OpenBLAS's workers spin for about 0.1 s (measured: 0.105 s
@@ -123,7 +123,7 @@ def bench_case(name: str, rounds: int, calls: int) -> None:
 
 def blas_check(reps: int = 20) -> None:
     """Print what `openblas_set_num_threads_local` called on another thread does to this one."""
-    blas = batch_split._blas()
+    blas = blas_threads.numpy_openblas()
     assert blas is not None, "not numpy's bundled OpenBLAS"
     matrix = np.random.default_rng(0).standard_normal((1024, 1024)).astype(np.float32)
 

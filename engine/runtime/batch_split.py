@@ -11,7 +11,8 @@ Each part calls BLAS with one thread. OpenBLAS's ``openblas_set_num_threads_loca
 that per thread, but in numpy's pthreads build it sets the process-wide count (measured: after
 a worker thread called it with 1, the main thread's 1024² GEMMs ran on one core), so while any
 split call runs, BLAS is set to one thread for the whole process and restored when the last
-one ends (`one_thread_blas`): an unsplit call on another thread meanwhile gets one BLAS thread.
+one ends (`engine.ops.blas_threads.one_thread`): an unsplit call on another thread meanwhile
+gets one BLAS thread.
 Where that BLAS cannot be found (not numpy's OpenBLAS) nothing is split, since parts with
 multi-threaded GEMMs would oversubscribe the cores.
 
@@ -55,10 +56,7 @@ def threads() -> int:
     count (numpy's OpenBLAS: every core, unless ``OPENBLAS_NUM_THREADS`` or threadpoolctl
     set fewer), so that a process told to run BLAS on one thread does not split either."""
     configured = _settings["threads"]
-    if configured is not None:
-        return configured
-    blas = _blas()
-    return 1 if blas is None else blas.count()
+    return blas_threads.threads() if configured is None else configured
 
 
 def set_threads(count: int | None) -> None:
@@ -79,7 +77,7 @@ def set_threads(count: int | None) -> None:
 def parts(rows: int) -> int:
     """How many runs a batch of ``rows`` rows may be cut into: at most one per row, per core
     and per `threads()`; 1 where BLAS's threads cannot be set (see the module docstring)."""
-    if rows < 2 or _blas() is None:
+    if rows < 2 or not blas_controllable():
         return 1
     return min(rows, threads(), parallel.cores())
 
@@ -87,7 +85,7 @@ def parts(rows: int) -> int:
 def fixed(rows: int) -> bool:
     """Whether `parts` for ``rows`` rows changes only through `set_threads`: not where it
     follows BLAS's thread count, which threadpoolctl may change at any time."""
-    return rows < 2 or _settings["threads"] is not None or _blas() is None \
+    return rows < 2 or _settings["threads"] is not None or not blas_controllable() \
         or parallel.cores() < 2
 
 
@@ -130,17 +128,9 @@ def _pool(workers: int) -> ThreadPoolExecutor:
     return pool
 
 
-def _blas() -> blas_threads.OpenBlas | None:
-    """numpy's OpenBLAS (None: another BLAS, whose threads cannot be set here)."""
-    return blas_threads.numpy_openblas()
-
-
 def blas_controllable() -> bool:
     """Whether BLAS's thread count can be read and set here (else nothing is split)."""
-    return _blas() is not None
-
-
-one_thread_blas = blas_threads.one_thread
+    return blas_threads.numpy_openblas() is not None
 
 
 def input_dependent(graph: Graph, inputs: set[str]) -> list[bool]:

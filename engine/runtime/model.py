@@ -18,6 +18,7 @@ from engine.errors import InputError, ModelFormatError, ShapeError
 from engine.graph.complete import complete_input_shapes, upstream_inputs
 from engine.graph.infer import NodeShapeError, declared_dtype, infer_dtypes, infer_shapes
 from engine.graph.ir import Graph
+from engine.ops import blas_threads
 from engine.runtime import batch_split
 from engine.runtime.floats import quiet_floats, restore_floats
 from engine.runtime.interpreter import evaluate
@@ -361,7 +362,7 @@ class Model:
         # Runs whose plans have one signature each take another copy of that plan.
         calls = [partial(self._run_part, part, signature, plan, planned[:index].count(plan))
                  for index, (part, signature, plan) in enumerate(zip(feeds, exact, planned))]
-        with batch_split.one_thread_blas():
+        with blas_threads.one_thread():
             results = batch_split.run_parts(calls)
         return [np.concatenate(column) for column in zip(*results)]
 
