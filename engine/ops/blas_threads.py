@@ -72,19 +72,32 @@ def one_thread() -> Iterator[None]:
     (the count saved by the first one in is put back then). OpenBLAS has no per-thread count
     in numpy's pthreads build (``openblas_set_num_threads_local`` sets the process's, see
     docs/threads.md), so a BLAS call on another thread meanwhile also runs on one."""
+    hold_one()
+    try:
+        yield
+    finally:
+        release_one()
+
+
+def hold_one() -> None:
+    """`one_thread`'s entry, for callers that cannot use a ``with`` block: each `hold_one`
+    needs one `release_one`."""
     blas = numpy_openblas()
     if blas is None:
-        yield
         return
     with _holding:
         if _held["count"] == 0:
             _held["saved"] = blas.count()
             blas.set(1)
         _held["count"] += 1
-    try:
-        yield
-    finally:
-        with _holding:
-            _held["count"] -= 1
-            if _held["count"] == 0:
-                blas.set(_held["saved"])
+
+
+def release_one() -> None:
+    """`one_thread`'s exit: the saved count is put back when the last holder releases."""
+    blas = numpy_openblas()
+    if blas is None:
+        return
+    with _holding:
+        _held["count"] -= 1
+        if _held["count"] == 0:
+            blas.set(_held["saved"])

@@ -52,7 +52,8 @@ def depthwise_rows(flat: Any, offsets: Any, weights: Any, bias: Any, out: Any,
     (channels, taps), ``bias`` (channels,) and the bounds have the data's dtype; ``out`` is
     (planes, H, W).
     """
-    _compiled()["rows"](flat, offsets, weights, bias, out, grid_width, low, high)
+    _compiled()["rows"](flat, offsets, weights, bias, out, grid_width, low, high, 0,
+                        out.shape[0])
 
 
 def depthwise_planes(data: Any, grid: Any, offsets: Any, weights: Any, bias: Any, out: Any,
@@ -61,14 +62,20 @@ def depthwise_planes(data: Any, grid: Any, offsets: Any, weights: Any, bias: Any
     copied into ``grid`` (sy, sx, QH, QW), one plane's phase grid, zero outside the cells the
     input fills (the caller zeroes it once; only those cells are written), while it is in cache.
     """
-    _compiled()["planes"](data, grid, offsets, weights, bias, out, pad_y, pad_x, low, high)
+    _compiled()["planes"](data, grid, offsets, weights, bias, out, pad_y, pad_x, low, high, 0,
+                          data.shape[0])
 
 
 def depthwise_same_3x3(data: Any, offsets: Any, weights: Any, bias: Any, out: Any, low: Any,
                        high: Any) -> None:
     """`depthwise_rows` for a 3×3, stride-1, pad-1 convolution, reading ``data`` (planes, H, W)
     itself: no phase grid at all. ``offsets`` are ``ky·W + kx`` for the nine taps."""
-    _compiled()["same_3x3"](data, offsets, weights, bias, out, low, high)
+    _compiled()["same_3x3"](data, offsets, weights, bias, out, low, high, 0, data.shape[0])
+
+
+def compiled_kernels() -> dict[str, Any]:
+    """The kernels by name (`kernel_jobs` runs them as jobs), compiled on first use."""
+    return _compiled()
 
 
 def _compiled() -> dict[str, Any]:
@@ -111,12 +118,12 @@ def compile_kernel(function: Any, **options: Any) -> Any:
 
 
 def _rows(flat: Any, offsets: Any, weights: Any, bias: Any, out: Any, grid_width: int,
-          low: Any, high: Any) -> None:  # pragma: no cover - runs compiled
+          low: Any, high: Any, first: int, last: int) -> None:  # pragma: no cover - runs compiled
     planes, height, width = out.shape
     channels = weights.shape[0]
     length = (height - 1) * grid_width + width
     row = np.empty(length, dtype=flat.dtype)
-    for plane in range(planes):
+    for plane in range(first, last):  # the kernels' last two arguments: planes [first, last)
         channel = plane % channels
         if offsets.shape[0] == 9:
             # 3×3: each output summed in a register, one store per output instead of one per
@@ -144,15 +151,16 @@ def _rows(flat: Any, offsets: Any, weights: Any, bias: Any, out: Any, grid_width
 
 
 def _planes(data: Any, grid: Any, offsets: Any, weights: Any, bias: Any, out: Any,
-            pad_y: int, pad_x: int, low: Any, high: Any) -> None:  # pragma: no cover
+            pad_y: int, pad_x: int, low: Any, high: Any, first: int,
+            last: int) -> None:  # pragma: no cover
     channels = weights.shape[0]
     flat = grid.reshape(1, -1)
-    for plane in range(data.shape[0]):
+    for plane in range(first, last):
         channel = plane % channels
         _fill_phases(data[plane], grid, pad_y, pad_x)
         # One plane at a time through `_rows` (a call per plane; its loops stay vectorised).
         _rows(flat, offsets, weights[channel:channel + 1], bias[channel:channel + 1],
-              out[plane:plane + 1], grid.shape[3], low, high)
+              out[plane:plane + 1], grid.shape[3], low, high, 0, 1)
 
 
 def _fill_phases(source: Any, grid: Any, pad_y: int, pad_x: int) -> None:  # pragma: no cover
@@ -198,11 +206,11 @@ def _sum_taps(flat: Any, offsets: Any, weights: Any, shift: Any,
 
 
 def _same_3x3(data: Any, offsets: Any, weights: Any, bias: Any, out: Any, low: Any,
-              high: Any) -> None:  # pragma: no cover - runs compiled
+              high: Any, first: int, last: int) -> None:  # pragma: no cover - runs compiled
     planes, height, width = data.shape
     channels = weights.shape[0]
     start, stop = width + 1, (height - 1) * width - 1
-    for plane in range(planes):
+    for plane in range(first, last):
         channel = plane % channels
         target = out[plane].reshape(-1)
         # Rows 1 to H-2 as one run over the flat plane, each tap a shifted slice of it
@@ -210,7 +218,8 @@ def _same_3x3(data: Any, offsets: Any, weights: Any, bias: Any, out: Any, low: A
         # columns read across a row's end: they are redone below, with the top and bottom rows.
         if stop > start:  # through `_rows`, as one row as long as the run
             _rows(data[plane].reshape(1, -1), offsets, weights[channel:channel + 1],
-                  bias[channel:channel + 1], target[start:stop].reshape(1, 1, -1), 0, low, high)
+                  bias[channel:channel + 1], target[start:stop].reshape(1, 1, -1), 0, low, high,
+                  0, 1)
         _edges(data[plane], weights[channel], bias[channel], out[plane], low, high)
 
 
@@ -301,3 +310,20 @@ def slab(call: Any, start: int, stop: int) -> Any:
     if grid is not None:
         args[grid] = np.zeros_like(args[grid])
     return type(call)(call.func, *args)
+
+
+def job(call: Any) -> Any:
+    """A bound kernel call (`is_kernel_call`) as a `spin_pool` job over its planes, each part
+    with its own phase grid; None where the kernels are not compiled for its arguments."""
+    from engine.ops import kernel_jobs
+
+    planar, _, grid = _OPERANDS[call.func.__name__]
+    planes = call.args[planar[0]].shape[0]
+    elements = sum(call.args[index].size for index in planar)
+    parts = kernel_jobs.parts_for(planes, elements)
+    args = list(call.args)
+    if grid is not None:
+        args[grid] = np.zeros((parts, *args[grid].shape), args[grid].dtype)
+    kernel = (__name__, call.func.__name__.removeprefix("depthwise_"))
+    return kernel_jobs.bind(kernel, tuple(args), planes, parts,
+                            frozenset() if grid is None else frozenset({grid}))

@@ -8,14 +8,14 @@ it loses: fewer rows than a tile (4×512×256 17 against 10 µs; one row, a matr
 as 64: 960×160×49 181 against 164 µs, where 48 columns take 136). `worthwhile` encodes that;
 such a product runs transposed where its rows fill the lanes instead (`_transposed`).
 
-The kernel runs on the calling thread. Where BLAS may use several (`blas_threads`, asked at
-every call: the server sets one, `threadpoolctl` may change it, a library caller has every
-core), BLAS runs the products it spreads well (`Threaded`): `THREADED_MACS` multiply-adds or
-more, rows and depth both `THREADED_SIDE` or more. Two BLAS threads against ours on one (Zen
-4, 2 cores): 128×576×784 0.70× ours' time, 960×160×64 0.59×, 64×512×256 0.88×; but 16×512×512
-1.15×, 144×24×3136 1.10×, 64×256×128 1.10×. Cutting ours into parts on the engine's pool
-instead measured no better inside ResNet-18, nor did numba's threading layer (docs/threads.md,
-"Our GEMM kernel's threads").
+A product of ours is a `spin_pool` job: inside a plan run armed over several threads (a
+library caller's, docs/threads.md "One infer on every core"), its tiles run on every core, and
+BLAS is held to one thread. Outside one, where BLAS may use several (`blas_threads`, asked at
+every call: a caller running a plan's steps itself, or after `threadpoolctl` changes it), BLAS
+runs the products it spreads well (`Threaded`): `THREADED_MACS` multiply-adds or more, rows and
+depth both `THREADED_SIDE` or more. Two BLAS threads against ours on one (Zen 4, 2 cores):
+128×576×784 0.70× ours' time, 960×160×64 0.59×, 64×512×256 0.88×; but 16×512×512 1.15×,
+144×24×3136 1.10×, 64×256×128 1.10×.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.ops import gemm_kernel
+from engine.ops import gemm_kernel, strided_kernel
 from engine.ops.blas_threads import threads as blas_threads_now
 
 # Below this share of computed lanes doing useful work, BLAS runs the product (49 of 64: no).
@@ -119,7 +119,7 @@ def _transposed(weight: Any, right: Any, out: Any, workspace: Any) -> Callable[[
                                lambda constant: gemm_kernel.pack_columns(constant.T))
     scratch = workspace.zeroed(out.shape[::-1], out.dtype, ("gemm transposed",))
     product = _by_panels(right.T, weight.T, panels, scratch)
-    return partial(_then_copy, product, out, scratch.T)
+    return partial(_then_copy, product, strided_kernel.copy_when_armed(out, scratch.T))
 
 
 def _by_panels(left: Any, right: Any, panels: Any, out: Any) -> Any:
@@ -170,9 +170,9 @@ class Threaded:
         return Threaded(ours, self.blas, self.out, epilogue)
 
 
-def _then_copy(product: Callable[[], Any], out: Any, source: Any) -> None:
+def _then_copy(product: Callable[[], Any], copy: Callable[[], Any]) -> None:
     product()
-    np.copyto(out, source)
+    copy()
 
 
 def _ours_and_copies(calls: list[Callable[[], Any]]) -> bool:

@@ -51,13 +51,14 @@ class TileKernel:
             self.module, ir.FunctionType(ir.VoidType(), [vector, pointer, I32, mask]),
             name=f"llvm.masked.store.v{width}f32.p0")
 
-    def define_full(self, name: str) -> None:
+    def define_full(self, name: str) -> ir.Function:
         """``name``: one whole tile, no masks."""
         function, builder = self._function(name, edge=False)
         self._tile(function, builder, self.shape.rows, self.shape.vectors, None)
         builder.ret_void()
+        return function
 
-    def define_edge(self, name: str) -> None:
+    def define_edge(self, name: str) -> ir.Function:
         """``name``: the first ``rows`` rows and ``columns`` columns of a tile."""
         function, builder = self._function(name, edge=True)
         rows, columns = function.args[-2:]
@@ -77,6 +78,91 @@ class TileKernel:
                                                                           vectors))
                 builder.branch(finish)
         builder.position_at_end(finish)
+        builder.ret_void()
+        return function
+
+    def define_part(self, name: str, full: ir.Function, edge: ir.Function,
+                    fields: dict[str, int]) -> None:
+        """``name(context, part, parts)``: a `spin_pool` job's part over the tiles of C, a
+        run of tile numbers in the order of the outer loop (row blocks or column panels),
+        each product of a batch in turn. ``context`` is the int64 array `gemm_kernel`
+        fills; ``fields`` names its positions (the bounds are float64s)."""
+        function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [I64] * 3),
+                               name=name)
+        context, part, parts = function.args
+        builder = ir.IRBuilder(function.append_basic_block("entry"))
+        words = builder.inttoptr(context, I64.as_pointer())
+
+        def field(name: str) -> ir.Value:
+            return builder.load(builder.gep(words, [I64(fields[name])]), align=8)
+
+        def bound(name: str) -> ir.Value:
+            return builder.fptrunc(builder.bitcast(field(name), ir.DoubleType()), F32)
+
+        mr, nr, m, n = field("mr"), field("nr"), field("m"), field("n")
+        row_blocks = builder.sdiv(builder.add(m, builder.sub(mr, I64(1))), mr)
+        panels = builder.sdiv(builder.add(n, builder.sub(nr, I64(1))), nr)
+        each = builder.mul(row_blocks, panels)
+        total = builder.mul(field("batch"), each)
+        first = builder.sdiv(builder.mul(part, total), parts)
+        last = builder.sdiv(builder.mul(builder.add(part, I64(1)), total), parts)
+        constant = {name: field(name) for name in (
+            "a", "row_step", "lda", "acs", "b", "column_step", "ldb", "c", "ldc",
+            "rows_bias", "columns_bias", "k", "columns_outside", "a_batch", "b_batch",
+            "c_batch")}
+        low, high = bound("low"), bound("high")
+        outside = builder.icmp_signed("!=", constant["columns_outside"], I64(0))
+        start = builder.block
+        loop = function.append_basic_block("loop")
+        done = function.append_basic_block("done")
+        builder.cbranch(builder.icmp_signed("<", first, last), loop, done)
+
+        builder.position_at_end(loop)
+        number = builder.phi(I64)
+        product, within = builder.sdiv(number, each), builder.srem(number, each)
+        row = builder.mul(builder.select(outside, builder.srem(within, row_blocks),
+                                         builder.sdiv(within, panels)), mr)
+        column = builder.mul(builder.select(outside, builder.sdiv(within, row_blocks),
+                                            builder.srem(within, panels)), nr)
+
+        def address(base: str, batch: str, floats: ir.Value) -> ir.Value:
+            offset = builder.add(builder.mul(product, constant[batch]),
+                                 builder.mul(floats, I64(4)))
+            return builder.inttoptr(builder.add(constant[base], offset), F32.as_pointer())
+
+        def at(base: str, floats: ir.Value) -> ir.Value:
+            return builder.inttoptr(builder.add(constant[base], builder.mul(floats, I64(4))),
+                                    F32.as_pointer())
+
+        arguments = [
+            constant["k"], address("a", "a_batch", builder.mul(row, constant["row_step"])),
+            constant["lda"], constant["acs"],
+            address("b", "b_batch", builder.mul(column, constant["column_step"])),
+            constant["ldb"],
+            address("c", "c_batch", builder.add(builder.mul(row, constant["ldc"]), column)),
+            constant["ldc"], at("rows_bias", row), at("columns_bias", column), low, high]
+        rows = builder.select(builder.icmp_signed("<", builder.sub(m, row), mr),
+                              builder.sub(m, row), mr)
+        columns = builder.select(builder.icmp_signed("<", builder.sub(n, column), nr),
+                                 builder.sub(n, column), nr)
+        whole = builder.and_(builder.icmp_signed("==", rows, mr),
+                             builder.icmp_signed("==", columns, nr))
+        whole_block = function.append_basic_block("whole")
+        edge_block = function.append_basic_block("edge")
+        next_block = function.append_basic_block("next")
+        builder.cbranch(whole, whole_block, edge_block)
+        builder.position_at_end(whole_block)
+        builder.call(full, arguments)
+        builder.branch(next_block)
+        builder.position_at_end(edge_block)
+        builder.call(edge, [*arguments, rows, columns])
+        builder.branch(next_block)
+        builder.position_at_end(next_block)
+        following = builder.add(number, I64(1))
+        number.add_incoming(first, start)
+        number.add_incoming(following, next_block)
+        builder.cbranch(builder.icmp_signed("<", following, last), loop, done)
+        builder.position_at_end(done)
         builder.ret_void()
 
     def _function(self, name: str, edge: bool) -> tuple[ir.Function, ir.IRBuilder]:

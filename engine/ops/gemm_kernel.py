@@ -1,4 +1,4 @@
-"""A float32 GEMM of our own: register-tile micro-kernels in LLVM IR, driven by numba.
+"""A float32 GEMM of our own: register-tile micro-kernels in LLVM IR, run as `spin_pool` jobs.
 
 Why not OpenBLAS for everything: at a network's shapes at small batches (few columns, weights
 read once per call) numpy's OpenBLAS packs both operands on every call, and its kernels run
@@ -9,21 +9,21 @@ read where they lie: the micro-kernel keeps an ``MR × NR`` tile of C in vector 
 the whole K loop, reading ``MR`` scalars of A (broadcast) and ``NR`` contiguous floats of B per
 step. numba cannot be made to keep such a tile in registers (it spills it to memory, 7 GFLOP/s
 against OpenBLAS's 100), so the kernels are LLVM IR (`gemm_ir`) compiled with `llvmlite`,
-numba's own dependency, for the host CPU once per process; a driver compiled by numba without
-the GIL walks the tiles (`_driver`). Measured at the benchmark networks' products
+numba's own dependency, for the host CPU once per process (about 0.1 s), with the loop that
+walks a part of the tiles (``part``): a product is a `spin_pool` job whose parts are runs of
+tiles, on every core while a run is armed. Measured at the benchmark networks' products
 (`bench/gemm.py`, one thread, Zen 4, warm): ours 1.00–1.05× MLAS's time, OpenBLAS 1.00–1.39×.
 
 Tiles by vector ISA (registers: accumulators + a row of B + the broadcast):
 AVX-512 12 × 32 (24 + 2 + 1 of 32 zmm), AVX2 with FMA 6 × 16 (12 + 2 + 1 of 16 ymm), 64-bit
 ARM's NEON 6 × 16 (24 + 4 + 1 of 32), else 4 × 8.
 
-`available()` is False where llvmlite or numba cannot be imported or the JIT fails: callers
-then keep NumPy's matmul.
+`available()` is False where llvmlite cannot be imported or the JIT fails: callers then keep
+NumPy's matmul.
 """
 
 from __future__ import annotations
 
-import ctypes
 import platform
 import threading
 from functools import partial
@@ -58,6 +58,11 @@ def tile() -> Tile:
     if kernels is None:
         raise RuntimeError("the GEMM kernels are not available on this machine")
     return kernels["tile"]
+
+
+def pack_each(a: Any) -> np.ndarray:
+    """`pack` of each matrix of ``a`` (batch, M, K), as one array (batch, blocks, K, MR)."""
+    return np.stack([pack(matrix) for matrix in a])
 
 
 def pack(a: Any) -> np.ndarray:
@@ -100,32 +105,37 @@ def applies(a: Any, b: Any, c: Any) -> bool:
 
 
 class Product(partial):
-    """``c = clip(a @ b + bias, low, high)`` bound once: the compiled driver with the operands'
-    addresses and strides worked out (a call costs 0.5 µs, against 7 µs reading them from the
-    arrays each time). ``operands`` keeps the arrays, and so the addresses, alive."""
+    """``c = clip(a @ b + bias, low, high)`` bound once: a `spin_pool.Job` over the tiles of C,
+    its context (the operands' addresses, strides and sizes, `_context`) worked out here (a
+    call costs under a microsecond, against 7 µs reading them from the arrays each time).
+    ``operands`` keeps the arrays, and so the addresses, alive."""
 
     operands: tuple[Any, ...]
+    context: np.ndarray
+
+    @property
+    def columns_outside(self) -> bool:
+        """Whether column panels are the outer loop (B packed), else row blocks."""
+        return bool(self.context[_COLUMNS_OUTSIDE])
 
     def with_epilogue(self, bias_rows: Any = None, bias_columns: Any = None,
                       low: float = -np.inf, high: float = np.inf) -> Product:
         """This product adding a bias per row of C and/or per column, and clamped to
         [low, high] (narrowing the bounds it has). A bias is read where it lies at every
         run (it may be an input's buffer): float32 and contiguous (`takes_bias`)."""
-        args = list(self.args)
+        context = self.context.copy()
         kept = list(self.operands)
-        for position, bias, size in ((_ROWS_BIAS, bias_rows, args[_M]),
-                                     (_COLUMNS_BIAS, bias_columns, args[_N])):
+        for position, bias, size in ((_ROWS_BIAS, bias_rows, context[_M]),
+                                     (_COLUMNS_BIAS, bias_columns, context[_N])):
             if bias is not None:
                 if not takes_bias(bias) or bias.size < size:
                     raise ValueError(f"a fused bias must be float32, contiguous and hold "
                                      f"{size} values")
-                args[position] = bias.ctypes.data
+                context[position] = bias.ctypes.data
                 kept.append(bias)
-        args[_LOW] = max(args[_LOW], float(low))
-        args[_HIGH] = min(args[_HIGH], float(high))
-        product = Product(self.func, *args)
-        product.operands = tuple(kept)
-        return product
+        bounds = context[_BOUNDS].view(np.float64)
+        bounds[:] = max(bounds[0], float(low)), min(bounds[1], float(high))
+        return _as_product(context, tuple(kept))
 
 
 def takes_bias(bias: Any) -> bool:
@@ -134,8 +144,22 @@ def takes_bias(bias: Any) -> bool:
             and bias.flags.c_contiguous)
 
 
-# Positions in a Product's arguments (see `_driver`).
-_ROWS_BIAS, _COLUMNS_BIAS, _LOW, _HIGH, _M, _N = 11, 12, 13, 14, 15, 16
+# A product's context, the int64s the compiled ``part`` reads (addresses in bytes, strides in
+# floats): the tile, A (start, step from one row to the next, row stride, column stride), B
+# (start, step between columns, row stride), C (start, row stride), the biases' starts, the
+# bounds (two float64s), m, n, k, whether column panels are the outer loop, and for a batch of
+# products (Winograd's 16) their count and the bytes from one's A, B and C to the next's.
+_FIELDS = {name: index for index, name in enumerate((
+    "mr", "nr", "a", "row_step", "lda", "acs", "b", "column_step", "ldb", "c", "ldc",
+    "rows_bias", "columns_bias", "low", "high", "m", "n", "k", "columns_outside", "batch",
+    "a_batch", "b_batch", "c_batch"))}
+(_MR, _NR, _A, _ROW_STEP, _LDA, _ACS, _B, _COLUMN_STEP, _LDB, _C, _LDC, _ROWS_BIAS,
+ _COLUMNS_BIAS, _LOW, _HIGH, _M, _N, _K, _COLUMNS_OUTSIDE, _BATCH, _A_BATCH, _B_BATCH,
+ _C_BATCH) = _FIELDS.values()
+_BOUNDS = slice(_LOW, _HIGH + 1)
+# Multiply-adds per part of a job at least (about 2 µs at 50 GMAC/s: the hand-off costs well
+# under 1 µs).
+PART_MACS = 1 << 17
 
 
 def bind(a: Any, b: Any, c: Any) -> Product:
@@ -163,23 +187,58 @@ def bind_packed_columns(a: Any, packed: Any, c: Any) -> Product:
                     a.strides[1] // item, packed.ctypes.data, k, packed.shape[2], c, k, True)
 
 
+def bind_packed_batch(packed: Any, b: Any, c: Any) -> Product:
+    """``c[i] = a[i] @ b[i]`` for each i, one job over every product's tiles, with
+    ``packed[i] = pack(a[i])`` (one contiguous array); ``b`` and ``c`` (batch, rows, columns)
+    with contiguous rows and any step from one product to the next."""
+    k = packed.shape[2]
+    product = _product((packed, b, c), packed.ctypes.data, k, 1, packed.shape[3],
+                       b.ctypes.data, 1, b.strides[1] // 4, c[0], k, False, len(c))
+    context = product.context
+    context[_A_BATCH], context[_B_BATCH], context[_C_BATCH] = (
+        packed.strides[0], b.strides[0], c.strides[0])
+    return product
+
+
 def multiply(a: Any, b: Any, c: Any) -> None:
     """`bind` and run once."""
     bind(a, b, c)()
 
 
 def _product(operands: tuple[Any, ...], a: int, row_step: int, lda: int, acs: int, b: int,
-             column_step: int, ldb: int, c: Any, k: int, columns_outside: bool) -> Product:
-    kernels = _compiled()
-    shape = kernels["tile"]
+             column_step: int, ldb: int, c: Any, k: int, columns_outside: bool,
+             batch: int = 1) -> Product:
+    shape = _compiled()["tile"]
     # No bias yet: zeros enough for C's rows and columns, rounded up to whole tiles.
     zeros = np.zeros(max(-(-c.shape[0] // shape.rows) * shape.rows,
                          -(-c.shape[1] // shape.columns) * shape.columns), np.float32)
-    product = Product(kernels["drive"], shape.rows, shape.columns, a, row_step, lda, acs, b,
-                      column_step, ldb, c.ctypes.data, c.strides[0] // 4, zeros.ctypes.data,
-                      zeros.ctypes.data, -np.inf, np.inf, c.shape[0], c.shape[1], k,
-                      columns_outside)
-    product.operands = (*operands, zeros)
+    context = _context(shape, a, row_step, lda, acs, b, column_step, ldb, c, k,
+                       columns_outside, zeros.ctypes.data)
+    context[_BATCH] = batch
+    return _as_product(context, (*operands, zeros))
+
+
+def _context(shape: Tile, a: int, row_step: int, lda: int, acs: int, b: int,
+             column_step: int, ldb: int, c: Any, k: int, columns_outside: bool,
+             zeros: int) -> np.ndarray:
+    """A product's context (the fields above), no bias (``zeros``: the address of enough zeros)."""
+    context = np.array([shape.rows, shape.columns, a, row_step, lda, acs, b, column_step, ldb,
+                        c.ctypes.data, c.strides[0] // 4, zeros, zeros, 0, 0, c.shape[0],
+                        c.shape[1], k, columns_outside, 1, 0, 0, 0], np.int64)
+    context[_BOUNDS].view(np.float64)[:] = -np.inf, np.inf
+    return context
+
+
+def _as_product(context: np.ndarray, operands: tuple[Any, ...]) -> Product:
+    from engine.ops import spin_pool
+
+    m, n, k, batch = (int(context[i]) for i in (_M, _N, _K, _BATCH))
+    tiles = batch * -(-m // int(context[_MR])) * -(-n // int(context[_NR]))
+    parts = min(tiles, max(1, batch * m * n * k // PART_MACS),
+                spin_pool.PARTS_PER_CORE * spin_pool.cores())
+    job = spin_pool.job(_compiled()["part"], context, parts)
+    product = Product(job.func, *job.args)
+    product.context, product.operands = context, (*operands, *job.keep)
     return product
 
 
@@ -196,7 +255,6 @@ def _compile(cpu: str | None = None, features: str | None = None) -> dict[str, A
     compiles the AVX2 and SSE tiles on a host that runs them)."""
     try:
         import llvmlite.binding as llvm
-        from numba import njit
 
         from engine.ops.gemm_ir import TileKernel
     except ImportError:
@@ -213,8 +271,8 @@ def _compile(cpu: str | None = None, features: str | None = None) -> dict[str, A
         machine = llvm.Target.from_default_triple().create_target_machine(
             cpu=cpu, features=features, opt=3)
         kernel = TileKernel(shape)
-        kernel.define_full("tile_full")
-        kernel.define_edge("tile_edge")
+        kernel.define_part("part", kernel.define_full("tile_full"),
+                           kernel.define_edge("tile_edge"), _FIELDS)
         module = llvm.parse_assembly(str(kernel.module))
         module.verify()
         builder = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(3))
@@ -223,16 +281,8 @@ def _compile(cpu: str | None = None, features: str | None = None) -> dict[str, A
         engine.finalize_object()
     except (RuntimeError, OSError):  # no JIT for this target
         return None
-    pointer = ctypes.c_void_p
-    signature = [ctypes.c_int64, pointer, ctypes.c_int64, ctypes.c_int64, pointer,
-                 ctypes.c_int64, pointer, ctypes.c_int64, pointer, pointer, ctypes.c_float,
-                 ctypes.c_float]
-    full = ctypes.CFUNCTYPE(None, *signature)(engine.get_function_address("tile_full"))
-    edge = ctypes.CFUNCTYPE(None, *signature, ctypes.c_int64, ctypes.c_int64)(
-        engine.get_function_address("tile_edge"))
-    # The execution engine owns the machine code: it lives as long as the functions.
-    return {"tile": shape, "full": full, "edge": edge, "engine": engine,
-            "drive": _driver(njit, full, edge)}
+    # The execution engine owns the machine code: it lives as long as the kernels.
+    return {"tile": shape, "engine": engine, "part": engine.get_function_address("part")}
 
 
 def _tile_for(features: Any) -> Tile:
@@ -244,46 +294,3 @@ def _tile_for(features: Any) -> Tile:
     if platform.machine().lower() in ("arm64", "aarch64"):
         return Tile(6, 4, 4)
     return Tile(4, 4, 2)
-
-
-def _driver(njit: Any, full: Any, edge: Any) -> Any:
-    """`_tile`'s loops compiled by numba without the GIL, the tile kernels bound in (a
-    ctypes function passed as an argument costs microseconds to unbox at every call)."""
-    tile = njit(nogil=True, inline="always")(_tile)
-
-    def drive(mr: int, nr: int, a: int, row_step: int, lda: int, acs: int, b: int,
-              column_step: int, ldb: int, c: int, ldc: int, bias_rows: int, bias_columns: int,
-              low: float, high: float, m: int, n: int, k: int,
-              columns_outside: bool) -> None:  # pragma: no cover - runs compiled
-        # Addresses in bytes, strides in floats. Row r of A starts at a + r·row_step
-        # (unpacked: its row stride; packed: K, a block of MR rows being K·MR floats),
-        # column j of B at b + j·column_step (unpacked: 1; packed: K, likewise).
-        if columns_outside:
-            for column in range(0, n, nr):
-                for row in range(0, m, mr):
-                    tile(full, edge, mr, nr, a, row_step, lda, acs, b, column_step, ldb, c,
-                         ldc, bias_rows, bias_columns, low, high, m, n, k, row, column)
-        else:
-            for row in range(0, m, mr):
-                for column in range(0, n, nr):
-                    tile(full, edge, mr, nr, a, row_step, lda, acs, b, column_step, ldb, c,
-                         ldc, bias_rows, bias_columns, low, high, m, n, k, row, column)
-
-    return njit(nogil=True)(drive)
-
-
-def _tile(full: Any, edge: Any, mr: int, nr: int, a: int, row_step: int, lda: int, acs: int,
-          b: int, column_step: int, ldb: int, c: int, ldc: int, bias_rows: int,
-          bias_columns: int, low: float, high: float, m: int, n: int, k: int, row: int,
-          column: int) -> None:  # pragma: no cover - runs compiled
-    """One tile at (row, column) of C: the whole-tile kernel, or the edge kernel."""
-    a_row, b_column = a + row * row_step * 4, b + column * column_step * 4
-    c_corner = c + (row * ldc + column) * 4
-    rows_bias, columns_bias = bias_rows + row * 4, bias_columns + column * 4
-    rows, columns = min(mr, m - row), min(nr, n - column)
-    if rows == mr and columns == nr:
-        full(k, a_row, lda, acs, b_column, ldb, c_corner, ldc, rows_bias, columns_bias, low,
-             high)
-    else:
-        edge(k, a_row, lda, acs, b_column, ldb, c_corner, ldc, rows_bias, columns_bias, low,
-             high, rows, columns)

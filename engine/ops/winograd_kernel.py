@@ -17,6 +17,7 @@ as the channels-last ``V @ U`` (ResNet-18's shapes, one thread: within 3% either
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -54,11 +55,55 @@ def convolve(data: Any, pad_y: int, pad_x: int, rows: Any, tiles: Any, weights: 
     for start in range(0, data.shape[0], chunk):
         stop = min(start + chunk, data.shape[0])
         used = (stop - start) * per_sample
-        kernels["input"](data[start:stop], pad_y, pad_x, rows, tiles)
+        kernels["input"](data[start:stop], pad_y, pad_x, rows.shape[1], tiles, 0, channels)
         np.matmul(weights, tiles[:, :channels * used].reshape(16, channels, used),
                   products[:, :filters * used].reshape(16, filters, used))
         residual = other[start:stop] if other.shape[0] else other
-        kernels["output"](products, bias, residual, out[start:stop], low, high)
+        kernels["output"](products, bias, residual, out[start:stop], low, high, 0, filters)
+
+
+def job(call: Any, workspace: Any) -> Any:
+    """A bound `convolve` as the same steps, each a `spin_pool` job: per chunk, the input
+    transform by channels, the 16 products as one job of our GEMM (weights packed once per
+    model), the output transform by filters. None where the arrays cannot be passed so."""
+    from engine.ops import gemm_kernel, kernel_jobs
+
+    (data, pad_y, pad_x, rows, tiles, weights, products, bias, other, out, chunk, low,
+     high) = call.args
+    if not gemm_kernel.available() or weights.dtype != np.float32:
+        return None
+    channels, filters = data.shape[1], out.shape[1]
+    per_sample = (rows.shape[1] - 2) // 2 * ((out.shape[2] + 1) // 2)
+    packed = workspace.derived(weights, "gemm packed, each", gemm_kernel.pack_each)
+    steps = []
+    for start in range(0, data.shape[0], chunk):
+        stop = min(start + chunk, data.shape[0])
+        used = (stop - start) * per_sample
+        source = data[start:stop]
+        residual = other[start:stop] if other.shape[0] else other
+        transforms = (
+            kernel_jobs.bind((__name__, "input"), (source, pad_y, pad_x, rows.shape[1], tiles),
+                             channels, kernel_jobs.parts_for(channels, source.size)),
+            kernel_jobs.bind((__name__, "output"), (products, bias, residual, out[start:stop],
+                                                 low, high),
+                             filters, kernel_jobs.parts_for(filters, out[start:stop].size)))
+        if None in transforms:
+            return None
+        product = gemm_kernel.bind_packed_batch(
+            packed, tiles[:, :channels * used].reshape(16, channels, used),
+            products[:, :filters * used].reshape(16, filters, used))
+        steps += [transforms[0], product, transforms[1]]
+    return partial(_in_turn, tuple(steps))
+
+
+def _in_turn(steps: tuple[Any, ...]) -> None:
+    for step in steps:
+        step()
+
+
+def compiled_kernels() -> dict[str, Any]:
+    """The transforms by name (`kernel_jobs` runs them as jobs), compiled on first use."""
+    return _compiled()
 
 
 def _compiled() -> dict[str, Any]:
@@ -66,20 +111,20 @@ def _compiled() -> dict[str, Any]:
                                             "output": compile_kernel(_output_transform)})
 
 
-def _input_transform(data: Any, pad_y: int, pad_x: int, rows: Any,
-                     tiles: Any) -> None:  # pragma: no cover - runs compiled
-    # Written out in one function: around a call, LLVM may not vectorise a loop (see
-    # depthwise_kernel), so the helpers are loops in place, not functions.
+def _input_transform(data: Any, pad_y: int, pad_x: int, columns: int, tiles: Any, first: int,
+                     last: int) -> None:  # pragma: no cover - runs compiled
+    # Channels [first, last), in rows of ``columns`` cells (2·tiles across + 2). Written out
+    # in one function: around a call, LLVM may not vectorise a loop (see depthwise_kernel), so
+    # the helpers are loops in place, not functions.
     samples, channels, height, width = data.shape
-    columns = rows.shape[1]
     tw = (columns - 2) // 2
     th = (height + 2 * pad_y - 1) // 2
     per_channel = samples * th * tw
     stop = min(width, columns - pad_x)
-    rows[:] = 0  # rows 4..7: the four input rows, zero where the padding is
+    rows = np.zeros((8, columns), data.dtype)  # 4..7: the four input rows, zero in the padding
     d0, d1, d2, d3 = rows[4], rows[5], rows[6], rows[7]
     r0, r1, r2, r3 = rows[0], rows[1], rows[2], rows[3]
-    for c in range(channels):
+    for c in range(first, last):
         for n in range(samples):
             plane = data[n, c]
             for i in range(th):
@@ -112,15 +157,16 @@ def _input_transform(data: Any, pad_y: int, pad_x: int, rows: Any,
                         v3[j] = b - g
 
 
-def _output_transform(products: Any, bias: Any, other: Any, out: Any, low: Any,
-                      high: Any) -> None:  # pragma: no cover - runs compiled
+def _output_transform(products: Any, bias: Any, other: Any, out: Any, low: Any, high: Any,
+                      first: int, last: int) -> None:  # pragma: no cover - runs compiled
+    # Filters [first, last).
     samples, filters, height, width = out.shape
     tw, th = (width + 1) // 2, (height + 1) // 2
     per_filter = samples * th * tw
     residual = other.shape[0] != 0
     pair = np.empty((2, 2 * tw), dtype=out.dtype)  # a tile row's two output rows, uncropped
     top, bottom = pair[0], pair[1]
-    for f in range(filters):
+    for f in range(first, last):
         shift = bias[f]
         for n in range(samples):
             for i in range(th):

@@ -21,7 +21,7 @@ from engine.device import CPU, Device, on_stream
 from engine.errors import EngineError, ExecutionError, ShapeError
 from engine.graph.infer import infer_dtypes, infer_shapes, specialize_sources
 from engine.graph.ir import Graph, Node
-from engine.ops import parallel
+from engine.ops import kernel_jobs, parallel, spin_pool
 from engine.ops.shapes import is_known
 from engine.ops.workspace import Workspace
 from engine.runtime.floats import quiet_floats, restore_floats
@@ -66,8 +66,10 @@ class Plan:
         # plan's own stream, and only that stream is waited for: a device-wide synchronise
         # would break another thread's CUDA graph capture.
         stream = self._stream = self.device.new_stream()
-        with self.device.activate(), on_stream(stream):
+        with self.device.activate(), on_stream(stream), spin_pool.watching() as split_jobs:
             self._compile(graph, input_shapes, input_dtypes, shapes, dtypes, derived, stream)
+        # Steps handing parts to the spin pool: its workers spin through each run.
+        self._spins = bool(split_jobs)
         if self.device.is_gpu:
             from engine.cuda.executor import GpuExecutor
 
@@ -103,7 +105,8 @@ class Plan:
             out = outs[0] if len(outs) == 1 else outs
             calls = node.opdef.bind_calls(xp, params, args, out, self.workspace)
             if xp is np:  # large copies and ufuncs cut over parallel.threads() (default 1)
-                calls = [parallel.split(call, spread) for call in calls]
+                calls = [kernel_jobs.pooled(parallel.split(call, spread), self.workspace)
+                         for call in calls]
             self.steps.extend(Step(call, node) for call in calls)
         self._heads = [arrays[(entry.node, entry.index)] for entry in graph.heads]
 
@@ -155,7 +158,11 @@ class Plan:
                     return self._gpu.run(feed, copy_outputs)
                 for name, buffer in self._input_buffers:
                     fill_rows(buffer, feed[name])
-                self._run_steps()
+                if self._spins:
+                    with spin_pool.armed():
+                        self._run_steps()
+                else:
+                    self._run_steps()
                 return [head.copy() for head in self._heads] if copy_outputs else \
                     list(self._heads)
         finally:

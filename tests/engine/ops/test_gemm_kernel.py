@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 import pytest
 
@@ -66,9 +68,12 @@ def test_the_tiles_of_other_x86_machines(cpu: str, features: str, rows: int) -> 
         a, b = random(m, k), random(k, n)
         c = np.full((m, n), np.nan, np.float32)
         zeros = np.zeros(max(m, n) + 64, np.float32)
-        kernels["drive"](shape.rows, shape.columns, a.ctypes.data, k, k, 1, b.ctypes.data, 1,
-                         n, c.ctypes.data, n, zeros.ctypes.data, zeros.ctypes.data, -np.inf,
-                         np.inf, m, n, k, False)
+        context = gemm_kernel._context(shape, a.ctypes.data, k, k, 1, b.ctypes.data, 1, n, c,
+                                       k, False, zeros.ctypes.data)
+        part = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(
+            kernels["part"])
+        for index in range(3):  # a job of three parts, run here in turn
+            part(context.ctypes.data, index, 3)
         assert_product(c, a, b)
 
 
@@ -243,6 +248,6 @@ def test_plans_bind_it_and_agree_with_the_reference_interpreter() -> None:
     products = [step.call for step in steps if isinstance(step.call, gemm_kernel.Product)]
     # the 1×1 layer (A packed), the Winograd and dense layers (B in panels); the strided
     # one's product is `Threaded` or transposed depending on the tile
-    assert {product.args[-1] for product in products} == {False, True}
+    assert {product.columns_outside for product in products} == {False, True}
     by_ours = {step.node.name for step in steps if step.call in products}
     assert {"winograd", "dense"} <= by_ours and len(by_ours) >= 3  # and the 1×1 + ReLU

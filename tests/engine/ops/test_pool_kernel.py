@@ -12,6 +12,7 @@ import pytest
 import engine
 from engine import sym
 from engine.ops import depthwise_kernel, pool, pool_kernel
+from tests.engine.runtime.helpers import step_funcs as plan_funcs
 
 RNG = np.random.default_rng(23)
 KERNELS = (pool_kernel.max_pool, pool_kernel.sum_pool)
@@ -63,7 +64,7 @@ def three_models(symbol) -> tuple:
 
 
 def step_funcs(model, data: np.ndarray) -> list:
-    return [getattr(step.call, "func", None) for step in model.plan_for({"data": data}).steps]
+    return plan_funcs(model.plan_for({"data": data}))
 
 
 def three_outputs(models: tuple, data: np.ndarray, monkeypatch: pytest.MonkeyPatch) -> list:

@@ -7,13 +7,13 @@ import pytest
 
 from engine import sym
 from engine.ops import epilogue
-from tests.engine.runtime.helpers import load_pair
+from tests.engine.runtime.helpers import load_pair, step_funcs
 
 RNG = np.random.default_rng(23)
 
 
 def funcs(plan) -> list:
-    return [getattr(step.call, "func", None) for step in plan.steps]
+    return step_funcs(plan)
 
 
 @pytest.mark.parametrize(("kernel", "stride", "pad"), [((1, 1), (1, 1), (0, 0)),

@@ -9,7 +9,7 @@ import pytest
 from engine import sym
 from engine.ops import depthwise_kernel, winograd_bind, winograd_kernel
 from engine.ops.workspace import Workspace
-from tests.engine.runtime.helpers import load_pair, run_allocation
+from tests.engine.runtime.helpers import load_pair, run_allocation, step_funcs
 
 RNG = np.random.default_rng(11)
 CHANNELS = 4
@@ -27,7 +27,7 @@ def small_shapes(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def funcs(model, shape: tuple) -> list:
     plan = model.plan_for({"data": np.zeros(shape, np.float32)})
-    return [getattr(step.call, "func", None) for step in plan.steps]
+    return step_funcs(plan)
 
 
 def assert_agrees(optimized, reference, shape: tuple, name: str, nan: bool = False) -> None:

@@ -1,0 +1,199 @@
+"""The LLVM IR of `spin_pool`'s two native functions, built with `llvmlite.ir`.
+
+A job is ``task(context, part, parts)`` called once for each ``part`` in ``range(parts)``, on
+whichever threads claim it. The pool's state is an array of int64 (`spin_pool` owns it; each
+field on its own cache line, so that spinning readers do not slow the writers of the others):
+
+* ``claims``: the job now posted, ``generation << 32 | parts << 16 | next part``. A part is
+  claimed by a compare-and-swap that advances ``next``. A thread reads the job's task and
+  context after it reads ``claims``, and keeps its claim only where ``claims`` is unchanged,
+  so a late reader can never run a part of a job with another job's task: ``next`` (and so
+  ``claims``) has moved on before a job finishes and its task is replaced.
+* ``task``, ``context``: the job's function and its argument.
+* ``finished``: parts finished, counted up to ``parts``.
+* ``busy``: 1 while a caller has a job posted (a second caller at once runs its job alone).
+* ``armed``: callers that want the workers spinning (a plan run holds it while it runs).
+* ``patience``: empty polls a worker makes after ``armed`` drops to 0 before it returns.
+
+``pool_work(state)`` is a worker's loop: it claims and runs parts while there are any, spins
+(a CPU pause per poll) while none, and returns once ``armed`` is 0 and ``patience`` polls went
+by empty. ``pool_run(state, task, context, parts)`` posts a job, runs parts itself until none
+is left, then waits for the parts the workers took: it never waits on a worker that has not
+started a part, so a sleeping or late worker costs parallelism, never progress.
+"""
+
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+I64 = ir.IntType(64)
+I32 = ir.IntType(32)
+VOID = ir.VoidType()
+
+# Fields of the state, in int64s: 16 apart (128 bytes, a cache-line pair on x86 prefetchers).
+CLAIMS, TASK, CONTEXT, FINISHED, BUSY, ARMED, PATIENCE = (16 * i for i in range(7))
+STATE_SIZE = 16 * 7
+TASK_TYPE = ir.FunctionType(VOID, [I64, I64, I64])
+
+
+def module(triple: str) -> ir.Module:
+    """The IR of ``pool_work`` and ``pool_run`` for a target ``triple`` (its CPU pause)."""
+    built = ir.Module(name="hybridserve_spin_pool")
+    built.triple = triple
+    pause = _pause(built, triple)
+    _define_work(built, pause)
+    _define_run(built, pause)
+    return built
+
+
+def _pause(built: ir.Module, triple: str):
+    """A function emitting the CPU's spin-wait hint (x86 ``pause``, ARM ``yield``)."""
+    if triple.startswith(("x86_64", "i686", "i386")):
+        intrinsic = ir.Function(built, ir.FunctionType(VOID, []), name="llvm.x86.sse2.pause")
+        return lambda builder: builder.call(intrinsic, [])
+    if triple.startswith(("aarch64", "arm64")):
+        hint = ir.Function(built, ir.FunctionType(VOID, [I32]), name="llvm.aarch64.hint")
+        return lambda builder: builder.call(hint, [ir.Constant(I32, 1)])
+    return lambda builder: None
+
+
+def _field(builder: ir.IRBuilder, state: ir.Value, index: int) -> ir.Value:
+    return builder.gep(state, [ir.Constant(I64, index)])
+
+
+def _load(builder: ir.IRBuilder, state: ir.Value, index: int) -> ir.Value:
+    return builder.load_atomic(_field(builder, state, index), "acquire", 8)
+
+
+def _claim_and_run(builder: ir.IRBuilder, state: ir.Value, claims: ir.Value,
+                   part: ir.Value, parts: ir.Value, claimed: ir.Block,
+                   lost: ir.Block) -> None:
+    """Read the job, try to claim ``part``; in ``claimed`` run it and count it finished."""
+    task = builder.load_atomic(_field(builder, state, TASK), "monotonic", 8)
+    context = builder.load_atomic(_field(builder, state, CONTEXT), "monotonic", 8)
+    swapped = builder.cmpxchg(_field(builder, state, CLAIMS), claims,
+                              builder.add(claims, ir.Constant(I64, 1)), "acq_rel", "acquire")
+    builder.cbranch(builder.extract_value(swapped, 1), claimed, lost)
+    builder.position_at_end(claimed)
+    builder.call(builder.inttoptr(task, TASK_TYPE.as_pointer()), [context, part, parts])
+    builder.atomic_rmw("add", _field(builder, state, FINISHED), ir.Constant(I64, 1), "release")
+
+
+def _decode(builder: ir.IRBuilder, claims: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """(next part, parts) of a ``claims`` word."""
+    mask = ir.Constant(I64, 0xFFFF)
+    return (builder.and_(claims, mask),
+            builder.and_(builder.lshr(claims, ir.Constant(I64, 16)), mask))
+
+
+def _define_work(built: ir.Module, pause) -> None:
+    function = ir.Function(built, ir.FunctionType(VOID, [I64.as_pointer()]), name="pool_work")
+    state, = function.args
+    entry, poll, take, claimed, idle, patient, rest, done = (
+        function.append_basic_block(name) for name in
+        ("entry", "poll", "take", "claimed", "idle", "patient", "rest", "done"))
+    builder = ir.IRBuilder(entry)
+    builder.branch(poll)
+
+    builder.position_at_end(poll)
+    empty_polls = builder.phi(I64, "empty_polls")
+    claims = _load(builder, state, CLAIMS)
+    part, parts = _decode(builder, claims)
+    builder.cbranch(builder.icmp_unsigned("<", part, parts), take, idle)
+
+    builder.position_at_end(take)
+    _claim_and_run(builder, state, claims, part, parts, claimed, poll)
+    builder.branch(poll)
+
+    builder.position_at_end(idle)
+    waited = builder.add(empty_polls, ir.Constant(I64, 1))
+    builder.cbranch(builder.icmp_unsigned(">", waited, _load(builder, state, PATIENCE)),
+                    patient, rest)
+
+    builder.position_at_end(patient)  # out of patience: leave unless a caller is armed
+    armed = _load(builder, state, ARMED)
+    builder.cbranch(builder.icmp_signed(">", armed, ir.Constant(I64, 0)), rest, done)
+
+    builder.position_at_end(rest)
+    polls = builder.phi(I64, "polls")
+    polls.add_incoming(waited, idle)
+    polls.add_incoming(ir.Constant(I64, 0), patient)
+    pause(builder)
+    builder.branch(poll)
+
+    zero = ir.Constant(I64, 0)
+    empty_polls.add_incoming(zero, entry)
+    empty_polls.add_incoming(zero, take)  # a claim (won or lost): work is about
+    empty_polls.add_incoming(zero, claimed)
+    empty_polls.add_incoming(polls, rest)
+    builder.position_at_end(done)
+    builder.ret_void()
+
+
+def _define_run(built: ir.Module, pause) -> None:
+    function = ir.Function(built, ir.FunctionType(VOID, [I64.as_pointer(), I64, I64, I64]),
+                           name="pool_run")
+    state, task, context, parts = function.args
+    entry, alone, posted, poll, take, claimed, wait, done = (
+        function.append_basic_block(name) for name in
+        ("entry", "alone", "posted", "poll", "take", "claimed", "wait", "done"))
+    builder = ir.IRBuilder(entry)
+    zero, one = ir.Constant(I64, 0), ir.Constant(I64, 1)
+    # Alone where no worker is meant to spin, for one part, or while another caller's job
+    # is posted.
+    armed = _load(builder, state, ARMED)
+    wanted = builder.and_(builder.icmp_signed(">", armed, zero),
+                          builder.icmp_signed(">", parts, one))
+    check_busy = function.append_basic_block("check_busy")
+    builder.cbranch(wanted, check_busy, alone)
+
+    builder.position_at_end(check_busy)
+    taken = builder.cmpxchg(_field(builder, state, BUSY), zero, one, "acquire", "monotonic")
+    builder.cbranch(builder.extract_value(taken, 1), posted, alone)
+
+    builder.position_at_end(alone)  # every part on this thread, in order
+    loop, body = (function.append_basic_block(name) for name in ("alone_loop", "alone_body"))
+    builder.branch(loop)
+    builder.position_at_end(loop)
+    index = builder.phi(I64, "index")
+    count = builder.select(builder.icmp_signed(">", parts, zero), parts, zero)
+    builder.cbranch(builder.icmp_signed("<", index, count), body, done)
+    builder.position_at_end(body)
+    builder.call(builder.inttoptr(task, TASK_TYPE.as_pointer()), [context, index, count])
+    index.add_incoming(zero, alone)
+    index.add_incoming(builder.add(index, one), body)
+    builder.branch(loop)
+
+    builder.position_at_end(posted)  # the job out: next generation, parts, none claimed
+    previous = _load(builder, state, CLAIMS)
+    generation = builder.add(builder.lshr(previous, ir.Constant(I64, 32)), one)
+    builder.store_atomic(task, _field(builder, state, TASK), "monotonic", 8)
+    builder.store_atomic(context, _field(builder, state, CONTEXT), "monotonic", 8)
+    builder.store_atomic(zero, _field(builder, state, FINISHED), "monotonic", 8)
+    word = builder.or_(builder.shl(generation, ir.Constant(I64, 32)),
+                       builder.shl(parts, ir.Constant(I64, 16)))
+    builder.store_atomic(word, _field(builder, state, CLAIMS), "release", 8)
+    builder.branch(poll)
+
+    builder.position_at_end(poll)  # claim parts like a worker while any is left
+    claims = _load(builder, state, CLAIMS)
+    part, _ = _decode(builder, claims)
+    builder.cbranch(builder.icmp_unsigned("<", part, parts), take, wait)
+    builder.position_at_end(take)
+    _claim_and_run(builder, state, claims, part, parts, claimed, poll)
+    builder.branch(poll)
+
+    builder.position_at_end(wait)  # every part claimed: wait for the workers' to finish
+    finished = _load(builder, state, FINISHED)
+    waiting = function.append_basic_block("waiting")
+    release = function.append_basic_block("release")
+    builder.cbranch(builder.icmp_unsigned("<", finished, parts), waiting, release)
+    builder.position_at_end(waiting)
+    pause(builder)
+    builder.branch(wait)
+    builder.position_at_end(release)
+    builder.store_atomic(zero, _field(builder, state, BUSY), "release", 8)
+    builder.branch(done)
+
+    builder.position_at_end(done)
+    builder.ret_void()

@@ -1,0 +1,252 @@
+"""The spin pool (`engine.ops.spin_pool`) and the jobs made of kernels (`kernel_jobs`,
+`strided_kernel`): every part runs once, on several threads while armed, and the results equal
+the calls they replace."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import engine
+from engine import sym
+from engine.ops import blas_threads, gemm_kernel, kernel_jobs, spin_pool, strided_kernel
+
+pytestmark = [
+    pytest.mark.skipif(not spin_pool.available() or not gemm_kernel.available(),
+                       reason="llvmlite or numba cannot compile for this CPU"),
+    # The recording kernel calls pthread_self through ctypes: its task cannot be cached.
+    pytest.mark.filterwarnings("ignore:Cannot cache compiled function"),
+]
+
+RNG = np.random.default_rng(11)
+_pthread_self = ctypes.CDLL(None).pthread_self
+_pthread_self.restype = ctypes.c_uint64
+_pthread_self.argtypes = []
+_thread_id = _pthread_self  # numba calls a ctypes function natively
+
+
+def _record(threads, counts, work, first, last):  # pragma: no cover - runs compiled
+    """For each index of the range, the native thread that ran it and how many times it ran;
+    with ``work`` iterations of busy work per index."""
+    for index in range(first, last):
+        total = 0.0
+        for step in range(work):
+            total += np.sqrt(step + index)
+        threads[index] = _thread_id()
+        counts[index] += 1 + 0 * int(total > -1)
+
+
+def _fill(scratch, out, first, last):  # pragma: no cover - runs compiled
+    scratch[:] = first  # this part's own slice
+    for index in range(first, last):
+        out[index] = scratch[0]
+
+
+_compiled: dict = {}
+
+
+def compiled_kernels() -> dict:
+    """This module's kernels, as `kernel_jobs` finds them by name."""
+    if not _compiled:
+        from numba import njit
+
+        _compiled.update(record=njit(nogil=True)(_record), fill=njit(nogil=True)(_fill))
+    return _compiled
+
+
+RECORD = (__name__, "record")
+
+
+def record_job(size: int, parts: int, work: int = 0) -> tuple:
+    threads = np.zeros(size, np.uint64)
+    counts = np.zeros(size, np.int64)
+    job = kernel_jobs.bind(RECORD, (threads, counts, work), size, parts)
+    assert job is not None
+    return job, threads, counts
+
+
+def test_a_job_runs_every_part_once_alone_and_armed() -> None:
+    job, threads, counts = record_job(1000, 7)
+    job()
+    assert (counts == 1).all()
+    assert set(threads) == {_pthread_self()}  # not armed: all on the calling thread
+    with spin_pool.armed(2) as count:
+        assert count == 2
+        for _ in range(50):
+            job()
+    assert (counts == 51).all()
+
+
+def test_armed_jobs_run_on_several_threads() -> None:
+    job, threads, counts = record_job(64, 16, work=2000)
+    seen: set[int] = set()
+    with spin_pool.armed(2):
+        for _ in range(200):
+            job()
+            seen |= set(threads.tolist())
+            if len(seen) > 1:
+                break
+    assert len(seen) >= 2, "no part ran on a worker while armed"
+    assert counts.min() == counts.max()
+
+
+def test_jobs_from_several_threads_at_once_each_run_whole() -> None:
+    """Callers on several threads share one pool: a job posted while another's is runs alone
+    on its caller, and every part of every job runs exactly once."""
+    jobs = [record_job(int(RNG.integers(1, 300)), int(RNG.integers(1, 9))) for _ in range(4)]
+    errors: list[BaseException] = []
+
+    def call(job) -> None:
+        try:
+            with spin_pool.armed(2):
+                for _ in range(300):
+                    job()
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    callers = [threading.Thread(target=call, args=(job,)) for job, _, _ in jobs]
+    for caller in callers:
+        caller.start()
+    for caller in callers:
+        caller.join()
+    assert not errors
+    for _, _, counts in jobs:
+        assert (counts == 300).all()
+
+
+def test_armed_holds_blas_to_one_thread_and_gives_it_back() -> None:
+    if blas_threads.numpy_openblas() is None:
+        pytest.skip("numpy's BLAS is not its bundled OpenBLAS")
+    before = blas_threads.threads()
+    with spin_pool.armed(2) as count:
+        assert count == min(2, spin_pool.cores())
+        if count == 2:
+            assert blas_threads.threads() == 1
+    assert blas_threads.threads() == before
+
+
+def test_idle_workers_park_off_the_cpu() -> None:
+    job, _, _ = record_job(100, 4)
+    with spin_pool.armed(2):
+        job()
+    time.sleep(spin_pool.GRACE_SECONDS * 20)  # past the grace: the workers park
+    pool = spin_pool._pool()
+    assert pool.parked == len(pool.workers)
+    start = time.process_time()
+    time.sleep(0.2)
+    assert time.process_time() - start < 0.05  # nothing spins
+
+
+def test_parts_are_capped_and_a_lone_part_runs_inline() -> None:
+    job, _, counts = record_job(10, spin_pool.MAX_PARTS + 5)
+    assert job.args[-1] == spin_pool.MAX_PARTS
+    with spin_pool.armed(2):
+        job()
+    assert (counts == 1).all()
+    single, _, counts = record_job(10, 1)
+    with spin_pool.armed(2):
+        single()
+    assert (counts == 1).all()
+
+
+def test_kernel_jobs_refuse_what_they_cannot_pass() -> None:
+    threads = np.zeros(20, np.uint64)[::2]  # not contiguous
+    assert kernel_jobs.bind(RECORD, (threads, np.zeros(10, np.int64), 0), 10, 2) is None
+    assert kernel_jobs.bind(RECORD, (np.zeros(10, np.uint64), np.zeros(10, np.int64), "x"),
+                            10, 2) is None
+
+
+def test_per_part_scratch_is_one_slice_per_part() -> None:
+    parts = 5
+    scratch, out = np.zeros((parts, 3), np.int64), np.full(23, -1, np.int64)
+    job = kernel_jobs.bind((__name__, "fill"), (scratch, out), 23, parts,
+                           per_part=frozenset({0}))
+    with spin_pool.armed(2):
+        job()
+    bounds = [part * 23 // parts for part in range(parts + 1)]
+    for start, stop in zip(bounds[:-1], bounds[1:], strict=True):
+        assert (out[start:stop] == start).all()
+
+
+def strided_pairs() -> list:
+    base = RNG.standard_normal((3, 40, 50)).astype(np.float32)
+    padded = np.zeros((3, 44, 54), np.float32)
+    return [
+        (np.empty((50, 40), np.float32), base[0].T),  # a transpose
+        (np.empty((3, 20, 25), np.float32), base[:, ::2, ::2]),  # stride 2 (im2col)
+        (padded[:, 2:42, 2:52], base),  # into an interior
+        (np.empty(6000, np.float32), base.reshape(-1)[:6000]),  # 1-D
+        (np.empty((2, 3, 5, 1, 7, 40), np.float64),
+         RNG.standard_normal((40, 7, 1, 5, 3, 2)).transpose(5, 4, 3, 2, 1, 0)),  # 6-D
+    ]
+
+
+@pytest.mark.parametrize("armed", [False, True])
+def test_strided_copies_equal_numpy(armed: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(strided_kernel, "MIN_ELEMENTS", 1)
+    for target, source in strided_pairs():
+        job = strided_kernel.job(0, target, source, source)
+        assert job is not None, (target.shape, source.strides)
+        target[...] = np.nan
+        with spin_pool.armed(2 if armed else 1):
+            job()
+        np.testing.assert_array_equal(target, source)
+
+
+def test_copies_not_taken() -> None:
+    data = np.arange(40000, dtype=np.float32)
+    def copy(target, source):
+        return strided_kernel.job(0, target, source, source)
+
+    assert copy(data[1:], data[:-1]) is None  # overlapping
+    assert copy(np.empty(39999, np.float32), data[::-1][1:]) is None  # negative
+    assert copy(np.empty(100, np.float32), data[:100]) is None  # too small
+    assert copy(np.empty(40000, np.float64), data) is None  # a cast
+
+
+def test_a_batch_of_products_is_one_job() -> None:
+    a = RNG.standard_normal((16, 40, 30)).astype(np.float32)
+    b = RNG.standard_normal((16, 30, 70)).astype(np.float32)
+    frame = np.full((16, 41, 70), np.nan, np.float32)
+    c = frame[:, :40]  # a step between products larger than one's size
+    product = gemm_kernel.bind_packed_batch(gemm_kernel.pack_each(a), b, c)
+    with spin_pool.armed(2):
+        product()
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+    assert np.isnan(frame[:, 40]).all()  # nothing written past each product
+
+
+def resnet_block() -> sym.Symbol:
+    data = sym.var("data")
+    stem = sym.Activation(sym.Convolution(data, num_filter=64, kernel=(3, 3), pad=(1, 1),
+                                          name="stem"), act_type="relu")
+    body = sym.Convolution(stem, num_filter=64, kernel=(3, 3), pad=(1, 1), name="body")
+    wide = sym.Convolution(stem, num_filter=64, kernel=(3, 3), stride=(2, 2), pad=(1, 1),
+                           name="strided")
+    depthwise = sym.clip(sym.Convolution(wide, num_filter=64, num_group=64, kernel=(3, 3),
+                                         pad=(1, 1), name="depthwise"), a_min=0, a_max=6)
+    pooled = sym.Pooling(sym.Activation(body + stem, act_type="relu"), kernel=(2, 2),
+                         stride=(2, 2), pool_type="max")
+    return sym.FullyConnected(sym.flatten(pooled + depthwise), num_hidden=10, name="dense")
+
+
+def test_a_plan_spinning_over_two_threads_equals_the_reference() -> None:
+    symbol = resnet_block()
+    args, _, _ = symbol.infer_shape(data=(1, 64, 28, 28))
+    params = {name: (RNG.standard_normal(shape) * 0.1).astype(np.float32)
+              for name, shape in zip(symbol.list_arguments(), args) if name != "data"}
+    optimised = engine.load_model(symbol, params, optimize=True)
+    reference = engine.load_model(symbol, params, optimize=False)
+    feed = {"data": RNG.standard_normal((1, 64, 28, 28)).astype(np.float32)}
+    want = reference.infer(feed)
+    plan = optimised.plan_for(feed)
+    assert plan._spins  # it has jobs of several parts
+    for threads in (1, 2):
+        with spin_pool.armed(threads):
+            got = optimised.infer(feed)
+        for name in want:
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-3)
