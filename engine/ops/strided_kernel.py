@@ -88,10 +88,6 @@ def compiled_kernels() -> dict[str, Any]:
 
 
 def _compile() -> dict[str, Any]:
-    """The kernel, its row helpers compiled first into this module's namespace, where numba
-    resolves its calls to them."""
-    for helper in (_unit_row, _strided_row):
-        globals()[helper.__name__] = compile_kernel(helper)
     return {"blocks": compile_kernel(_blocks)}
 
 
@@ -123,12 +119,15 @@ def _blocks(operation: int, target: Any, left: Any, right: Any, shape: Any, targ
             last: int) -> None:  # pragma: no cover - runs compiled
     """Blocks [first, last) (the index over every axis but the last two, in C order) of
     ``target = left ∘ right`` over arrays of 2-D or more: each argument is its array's span
-    (`_span`), steps count elements. Rows of unit steps get loops of their own, which LLVM
-    vectorises (and a copy's stride-2 rows, an im2col's)."""
+    (`_span`), steps count elements. Rows of unit steps (and a copy's stride-2 rows, an
+    im2col's) get loops of their own, which LLVM vectorises. Written out in one function:
+    around a call, LLVM may not vectorise a loop (see depthwise_kernel)."""
     ndim = shape.shape[0]
     height, width = shape[ndim - 2], shape[ndim - 1]
-    unit = target_steps[ndim - 1] == 1 and left_steps[ndim - 1] == 1 \
-        and right_steps[ndim - 1] == 1
+    down, left_down, right_down = (target_steps[ndim - 2], left_steps[ndim - 2],
+                                   right_steps[ndim - 2])
+    into, step, other = target_steps[ndim - 1], left_steps[ndim - 1], right_steps[ndim - 1]
+    unit = into == 1 and step == 1 and other == 1
     for block in range(first, last):
         rest, at, a, b = block, 0, 0, 0
         for axis in range(ndim - 3, -1, -1):
@@ -138,43 +137,33 @@ def _blocks(operation: int, target: Any, left: Any, right: Any, shape: Any, targ
             a += index * left_steps[axis]
             b += index * right_steps[axis]
         for y in range(height):
-            out = target[at + y * target_steps[ndim - 2]:]
-            x = left[a + y * left_steps[ndim - 2]:]
-            z = right[b + y * right_steps[ndim - 2]:]
-            if unit:
-                _unit_row(operation, out, x, z, width)
-            elif operation == 0 and target_steps[ndim - 1] == 1 and left_steps[ndim - 1] == 2:
+            # Each row a slice from its start: the index stays non-negative, so numba tests
+            # no wrap-around per element and LLVM vectorises the loop.
+            out = target[at + y * down:]
+            x = left[a + y * left_down:]
+            z = right[b + y * right_down:]
+            if unit and operation == 0:
+                for j in range(width):
+                    out[j] = x[j]
+            elif unit and operation == 1:
+                for j in range(width):
+                    out[j] = x[j] + z[j]
+            elif unit and operation == 2:
+                for j in range(width):
+                    out[j] = x[j] - z[j]
+            elif unit and operation == 3:
+                for j in range(width):
+                    out[j] = x[j] * z[j]
+            elif operation == 0 and into == 1 and step == 2:
                 for j in range(width):
                     out[j] = x[2 * j]
             else:
-                _strided_row(operation, out, x, z, width, target_steps[ndim - 1],
-                             left_steps[ndim - 1], right_steps[ndim - 1])
-
-
-def _unit_row(operation: int, out: Any, x: Any, z: Any,
-              width: int) -> None:  # pragma: no cover - runs compiled
-    if operation == 0:
-        for j in range(width):
-            out[j] = x[j]
-    elif operation == 1:
-        for j in range(width):
-            out[j] = x[j] + z[j]
-    elif operation == 2:
-        for j in range(width):
-            out[j] = x[j] - z[j]
-    else:
-        for j in range(width):
-            out[j] = x[j] * z[j]
-
-
-def _strided_row(operation: int, out: Any, x: Any, z: Any, width: int, into: int, step: int,
-                 other: int) -> None:  # pragma: no cover - runs compiled
-    for j in range(width):
-        value = x[j * step]
-        if operation == 1:
-            value = value + z[j * other]
-        elif operation == 2:
-            value = value - z[j * other]
-        elif operation == 3:
-            value = value * z[j * other]
-        out[j * into] = value
+                for j in range(width):
+                    value = x[j * step]
+                    if operation == 1:
+                        value = value + z[j * other]
+                    elif operation == 2:
+                        value = value - z[j * other]
+                    elif operation == 3:
+                        value = value * z[j * other]
+                    out[j * into] = value
