@@ -2,11 +2,14 @@
 
 Where ours wins (one thread, Zen 4 with AVX-512, best of 200, against numpy's OpenBLAS):
 many rows and whole vectors of columns, e.g. 64×512×256 152 against 174 µs, 128×576×784
-1.01 against 1.11 ms, 512×512×16 81 against 103 µs, 24×144×3136 204 against 251 µs. Where
-it loses: fewer rows than a tile (4×512×256 17 against 10 µs; one row, a matrix-vector product,
-16 against 6.5 µs), and columns that leave most of a vector empty (49 columns are computed
-as 64: 960×160×49 181 against 164 µs, where 48 columns take 136). `worthwhile` encodes that;
-such a product runs transposed where its rows fill the lanes instead (`_transposed`).
+1.01 against 1.11 ms, 512×512×16 81 against 103 µs, 24×144×3136 204 against 251 µs. With
+weights packed into column panels, fewer rows than a tile run about as fast as BLAS (1×512×256
+5.9 against 6.1 µs, 4×512×256 11.0 against 9.7, 8×512×256 19.8 against 25.3, 1×1280×1000 57
+against 54), and on two cores, armed, in half the time (3.0–3.8 µs, 6.0, 10.8, 31): a batch-1
+FullyConnected layer is ours too. Where it loses: columns that leave most of a vector
+empty (49 columns are computed as 64: 960×160×49 181 against 164 µs, where 48 columns take
+136). `worthwhile` encodes that; such a product runs transposed where its rows fill the lanes
+instead (`_transposed`).
 
 A product of ours is a `spin_pool` job: inside a plan run armed over several threads (a
 library caller's, docs/threads.md "One infer on every core"), its tiles run on every core, and
@@ -45,12 +48,15 @@ def blas_threads() -> int:
 
 
 def worthwhile(rows: int, columns: int) -> bool:
-    """Whether our kernel beats BLAS on a product of this many output rows and columns."""
+    """Whether our kernel runs a product of this many output rows and columns at least about
+    as fast as BLAS: columns that fill its vector lanes (any rows: fewer than a tile's have
+    loops of their own, and with weights packed one row matches BLAS's matrix-vector product,
+    see the module docstring)."""
     if not gemm_kernel.available():
         return False
     shape = gemm_kernel.tile()
     lanes = -(-columns // shape.width) * shape.width
-    return rows >= shape.rows and columns / lanes >= MIN_LANE_USE
+    return rows >= 1 and columns / lanes >= MIN_LANE_USE
 
 
 def weight_product(xp: Any, weight: Any, right: Any, out: Any,

@@ -233,8 +233,11 @@ def _as_product(context: np.ndarray, operands: tuple[Any, ...]) -> Product:
     from engine.ops import spin_pool
 
     m, n, k, batch = (int(context[i]) for i in (_M, _N, _K, _BATCH))
-    tiles = batch * -(-m // int(context[_MR])) * -(-n // int(context[_NR]))
-    parts = min(tiles, max(1, batch * m * n * k // PART_MACS),
+    rows = -(-m // int(context[_MR])) * int(context[_MR])
+    tiles = batch * rows // int(context[_MR]) * -(-n // int(context[_NR]))
+    # Work counted over whole tiles: a tile of one row takes about as long as a full one (its
+    # multiply-adds wait on each other), so a batch-1 product is cut as finely.
+    parts = min(tiles, max(1, batch * rows * n * k // PART_MACS),
                 spin_pool.PARTS_PER_CORE * spin_pool.cores())
     job = spin_pool.job(_compiled()["part"], context, parts)
     product = Product(job.func, *job.args)

@@ -13,13 +13,17 @@ field on its own cache line, so that spinning readers do not slow the writers of
 * ``finished``: parts finished, counted up to ``parts``.
 * ``busy``: 1 while a caller has a job posted (a second caller at once runs its job alone).
 * ``armed``: callers that want the workers spinning (a plan run holds it while it runs).
-* ``patience``: empty polls a worker makes after ``armed`` drops to 0 before it returns.
+* ``patience``: empty polls a worker spins through after ``armed`` drops to 0;
+* ``dozes``: then polls each after a sleep of `DOZE_MICROSECONDS` (off the CPU, and a job
+  posted meanwhile is found within that sleep, no Python thread to wake), before it returns
+  (0 where the platform has no ``usleep``).
 
 ``pool_work(state)`` is a worker's loop: it claims and runs parts while there are any, spins
-(a CPU pause per poll) while none, and returns once ``armed`` is 0 and ``patience`` polls went
-by empty. ``pool_run(state, task, context, parts)`` posts a job, runs parts itself until none
-is left, then waits for the parts the workers took: it never waits on a worker that has not
-started a part, so a sleeping or late worker costs parallelism, never progress.
+(a CPU pause per poll) while none, and once ``armed`` is 0 and ``patience`` polls went by
+empty, dozes, then returns. ``pool_run(state, task, context, parts)`` posts a job, runs parts
+itself until none is left, then waits for the parts the workers took: it never waits on a
+worker that has not started a part, so a sleeping or late worker costs parallelism, never
+progress.
 """
 
 from __future__ import annotations
@@ -31,8 +35,9 @@ I32 = ir.IntType(32)
 VOID = ir.VoidType()
 
 # Fields of the state, in int64s: 16 apart (128 bytes, a cache-line pair on x86 prefetchers).
-CLAIMS, TASK, CONTEXT, FINISHED, BUSY, ARMED, PATIENCE = (16 * i for i in range(7))
-STATE_SIZE = 16 * 7
+CLAIMS, TASK, CONTEXT, FINISHED, BUSY, ARMED, PATIENCE, DOZES = (16 * i for i in range(8))
+STATE_SIZE = 16 * 8
+DOZE_MICROSECONDS = 100
 TASK_TYPE = ir.FunctionType(VOID, [I64, I64, I64])
 
 
@@ -41,7 +46,7 @@ def module(triple: str) -> ir.Module:
     built = ir.Module(name="hybridserve_spin_pool")
     built.triple = triple
     pause = _pause(built, triple)
-    _define_work(built, pause)
+    _define_work(built, pause, _doze(built, triple))
     _define_run(built, pause)
     return built
 
@@ -55,6 +60,14 @@ def _pause(built: ir.Module, triple: str):
         hint = ir.Function(built, ir.FunctionType(VOID, [I32]), name="llvm.aarch64.hint")
         return lambda builder: builder.call(hint, [ir.Constant(I32, 1)])
     return lambda builder: None
+
+
+def _doze(built: ir.Module, triple: str):
+    """A function emitting one sleep of `DOZE_MICROSECONDS` (``usleep``), None on Windows."""
+    if "windows" in triple or "msvc" in triple:
+        return None
+    usleep = ir.Function(built, ir.FunctionType(I32, [I32]), name="usleep")
+    return lambda builder: builder.call(usleep, [ir.Constant(I32, DOZE_MICROSECONDS)])
 
 
 def _field(builder: ir.IRBuilder, state: ir.Value, index: int) -> ir.Value:
@@ -86,46 +99,62 @@ def _decode(builder: ir.IRBuilder, claims: ir.Value) -> tuple[ir.Value, ir.Value
             builder.and_(builder.lshr(claims, ir.Constant(I64, 16)), mask))
 
 
-def _define_work(built: ir.Module, pause) -> None:
+def _define_work(built: ir.Module, pause, doze) -> None:
     function = ir.Function(built, ir.FunctionType(VOID, [I64.as_pointer()]), name="pool_work")
     state, = function.args
-    entry, poll, take, claimed, idle, patient, rest, done = (
+    entry, poll, take, claimed, idle, patient, dozing, rest, done = (
         function.append_basic_block(name) for name in
-        ("entry", "poll", "take", "claimed", "idle", "patient", "rest", "done"))
+        ("entry", "poll", "take", "claimed", "idle", "patient", "dozing", "rest", "done"))
     builder = ir.IRBuilder(entry)
+    zero, one = ir.Constant(I64, 0), ir.Constant(I64, 1)
+    empty_polls, dozes = builder.alloca(I64), builder.alloca(I64)
+    builder.store(zero, empty_polls)
+    builder.store(zero, dozes)
     builder.branch(poll)
 
     builder.position_at_end(poll)
-    empty_polls = builder.phi(I64, "empty_polls")
     claims = _load(builder, state, CLAIMS)
     part, parts = _decode(builder, claims)
     builder.cbranch(builder.icmp_unsigned("<", part, parts), take, idle)
 
-    builder.position_at_end(take)
+    builder.position_at_end(take)  # a claim (won or lost): work is about
+    builder.store(zero, empty_polls)
+    builder.store(zero, dozes)
     _claim_and_run(builder, state, claims, part, parts, claimed, poll)
     builder.branch(poll)
 
     builder.position_at_end(idle)
-    waited = builder.add(empty_polls, ir.Constant(I64, 1))
+    waited = builder.add(builder.load(empty_polls), one)
+    builder.store(waited, empty_polls)
     builder.cbranch(builder.icmp_unsigned(">", waited, _load(builder, state, PATIENCE)),
                     patient, rest)
 
-    builder.position_at_end(patient)  # out of patience: leave unless a caller is armed
+    builder.position_at_end(patient)  # out of patience: doze unless a caller is armed
     armed = _load(builder, state, ARMED)
-    builder.cbranch(builder.icmp_signed(">", armed, ir.Constant(I64, 0)), rest, done)
+    spin_again = function.append_basic_block("spin_again")
+    builder.cbranch(builder.icmp_signed(">", armed, zero), spin_again, dozing)
+    builder.position_at_end(spin_again)
+    builder.store(zero, empty_polls)
+    builder.store(zero, dozes)
+    builder.branch(rest)
+
+    builder.position_at_end(dozing)
+    slept = builder.load(dozes)
+    if doze is None:
+        builder.branch(done)
+    else:
+        sleep = function.append_basic_block("sleep")
+        builder.cbranch(builder.icmp_unsigned("<", slept, _load(builder, state, DOZES)),
+                        sleep, done)
+        builder.position_at_end(sleep)
+        doze(builder)
+        builder.store(builder.add(slept, one), dozes)
+        builder.branch(poll)
 
     builder.position_at_end(rest)
-    polls = builder.phi(I64, "polls")
-    polls.add_incoming(waited, idle)
-    polls.add_incoming(ir.Constant(I64, 0), patient)
     pause(builder)
     builder.branch(poll)
 
-    zero = ir.Constant(I64, 0)
-    empty_polls.add_incoming(zero, entry)
-    empty_polls.add_incoming(zero, take)  # a claim (won or lost): work is about
-    empty_polls.add_incoming(zero, claimed)
-    empty_polls.add_incoming(polls, rest)
     builder.position_at_end(done)
     builder.ret_void()
 

@@ -137,12 +137,13 @@ def test_operands_it_does_not_take() -> None:
     assert not gemm_kernel.applies(random(20, 0), random(0, 30), c)
 
 
-def test_worthwhile_leaves_thin_products_to_blas() -> None:
+def test_worthwhile_wants_whole_vectors_of_columns() -> None:
     tile = gemm_kernel.tile()
     assert gemm_bind.worthwhile(tile.rows, 4 * tile.width)
-    assert not gemm_bind.worthwhile(tile.rows - 1, 4 * tile.width)  # fewer rows than a tile
+    assert gemm_bind.worthwhile(tile.rows - 1, 4 * tile.width)  # fewer rows than a tile
+    assert gemm_bind.worthwhile(1, 256)  # a matrix-vector product (weights packed)
     assert not gemm_bind.worthwhile(64, 3 * tile.width + 1)  # a vector nearly empty
-    assert not gemm_bind.worthwhile(1, 256)  # a matrix-vector product
+    assert not gemm_bind.worthwhile(1, 2)  # the seed MLP's last layer: BLAS
 
 
 class FakeWorkspace:

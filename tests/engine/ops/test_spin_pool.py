@@ -129,16 +129,21 @@ def test_armed_holds_blas_to_one_thread_and_gives_it_back() -> None:
     assert blas_threads.threads() == before
 
 
-def test_idle_workers_park_off_the_cpu() -> None:
+def test_idle_workers_doze_then_park_off_the_cpu() -> None:
     job, _, _ = record_job(100, 4)
     with spin_pool.armed(2):
         job()
-    time.sleep(spin_pool.GRACE_SECONDS * 20)  # past the grace: the workers park
-    pool = spin_pool._pool()
-    assert pool.parked == len(pool.workers)
+    time.sleep(spin_pool.GRACE_SECONDS * 5)  # past the spinning: dozing, nearly off the CPU
     start = time.process_time()
     time.sleep(0.2)
-    assert time.process_time() - start < 0.05  # nothing spins
+    assert time.process_time() - start < 0.05
+    with spin_pool.armed(2):  # a run while they doze finds them
+        job()
+    pool = spin_pool._pool()
+    deadline = time.monotonic() + 4 * spin_pool.DOZE_SECONDS  # a sleep overruns its 100 µs
+    while pool.parked < len(pool.workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pool.parked == len(pool.workers)  # on the condition, off the CPU
 
 
 def test_parts_are_capped_and_a_lone_part_runs_inline() -> None:
@@ -250,3 +255,24 @@ def test_a_plan_spinning_over_two_threads_equals_the_reference() -> None:
             got = optimised.infer(feed)
         for name in want:
             np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-3)
+
+
+def test_a_batch_1_dense_layer_is_our_product_on_every_core() -> None:
+    data = sym.var("data")
+    symbol = sym.Activation(sym.FullyConnected(data, num_hidden=256, name="dense"),
+                            act_type="relu")
+    params = {"dense_weight": RNG.standard_normal((256, 512)).astype(np.float32),
+              "dense_bias": RNG.standard_normal(256).astype(np.float32)}
+    optimised = engine.load_model(symbol, params, optimize=True)
+    reference = engine.load_model(symbol, params, optimize=False)
+    feed = {"data": RNG.standard_normal((1, 512)).astype(np.float32)}
+    want = reference.infer(feed)
+    plan = optimised.plan_for(feed)
+    products = [step.call for step in plan.steps if isinstance(step.call, gemm_kernel.Product)]
+    assert len(products) == len(plan.steps) == 1  # bias and ReLU applied as it stores
+    assert products[0].args[-1] > 1  # cut into parts: one row, but many tiles
+    for threads in (1, 2):
+        with spin_pool.armed(threads):
+            got = optimised.infer(feed)
+        for name in want:
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4)

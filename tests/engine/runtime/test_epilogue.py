@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from engine import sym
-from engine.ops import epilogue
+from engine.ops import epilogue, gemm_kernel
 from tests.engine.runtime.helpers import load_pair, step_funcs
 
 RNG = np.random.default_rng(23)
@@ -33,7 +33,9 @@ def test_bias_and_clamp_in_one_pass(kernel: tuple, stride: tuple, pad: tuple,
     x = RNG.normal(size=shape).astype(np.float32)
     x[1, 2, 3, 3] = np.nan
     plan = optimized.plan_for({"data": x})
-    assert epilogue.bias_clamp in funcs(plan)
+    ours = any(isinstance(step.call, gemm_kernel.Product) for step in plan.steps)
+    # One compiled pass, or none where our GEMM adds and clamps as it stores.
+    assert epilogue.bias_clamp in funcs(plan) or ours
     assert np.add not in funcs(plan) and np.clip not in funcs(plan)
     for _ in range(2):
         want = reference.infer({"data": x})["out_output"]
