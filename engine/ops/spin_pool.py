@@ -180,6 +180,46 @@ class armed:  # noqa: N801 - used as a context manager, like a function's result
             self._pool = None
 
 
+class Choice:
+    """Whether a plan's runs go faster armed or on one thread, measured as it runs.
+
+    Armed should win wherever the cores are the process's own; but on a shared machine the
+    other vCPU may give little (on the 2-core VM these numbers come from, for seconds at a
+    time, ResNet-18 at batch 1 ran 30 ms armed against 29 on one thread, where it usually
+    runs 17), and then the spinning costs more than it brings. So each plan times its runs
+    both ways: the median of the last `SAMPLES` runs each way decides, and every `EXPLORE`
+    runs one goes the other way, to notice when the machine changes."""
+
+    SAMPLES = 3
+    EXPLORE = 16
+
+    __slots__ = ("_times", "_runs")
+
+    def __init__(self) -> None:
+        self._times: tuple[list[float], list[float]] = ([], [])  # armed, one thread
+        self._runs = 0
+
+    def armed(self) -> bool:
+        """Whether the next run should be armed."""
+        self._runs += 1
+        armed, alone = self._times
+        if len(armed) < 2 or len(alone) < 2:  # the first run of each way is a warm-up
+            return len(armed) <= len(alone)
+        faster = _median(armed) <= _median(alone)
+        return faster != (self._runs % self.EXPLORE == 0)
+
+    def record(self, armed: bool, seconds: float) -> None:
+        """A run's wall time, armed or on one thread."""
+        times = self._times[0 if armed else 1]
+        times.append(seconds)
+        if len(times) > self.SAMPLES:
+            del times[0]
+
+
+def _median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
+
+
 class _Pool:
     """The native functions, the state they share and the worker threads."""
 

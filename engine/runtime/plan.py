@@ -21,7 +21,7 @@ from engine.device import CPU, Device, on_stream
 from engine.errors import EngineError, ExecutionError, ShapeError
 from engine.graph.infer import infer_dtypes, infer_shapes, specialize_sources
 from engine.graph.ir import Graph, Node
-from engine.ops import kernel_jobs, parallel, spin_pool
+from engine.ops import blas_threads, kernel_jobs, parallel, spin_pool
 from engine.ops.shapes import is_known
 from engine.ops.workspace import Workspace
 from engine.runtime.floats import quiet_floats, restore_floats
@@ -68,8 +68,10 @@ class Plan:
         stream = self._stream = self.device.new_stream()
         with self.device.activate(), on_stream(stream), spin_pool.watching() as split_jobs:
             self._compile(graph, input_shapes, input_dtypes, shapes, dtypes, derived, stream)
-        # Steps handing parts to the spin pool: its workers spin through each run.
+        # Steps handing parts to the spin pool: its workers spin through each run, where
+        # that measures faster than one thread (`spin_pool.Choice`).
         self._spins = bool(split_jobs)
+        self._spin_choice = spin_pool.Choice()
         if self.device.is_gpu:
             from engine.cuda.executor import GpuExecutor
 
@@ -158,15 +160,24 @@ class Plan:
                     return self._gpu.run(feed, copy_outputs)
                 for name, buffer in self._input_buffers:
                     fill_rows(buffer, feed[name])
-                if self._spins:
-                    with spin_pool.armed():
-                        self._run_steps()
+                if self._spins and spin_pool.threads() > 1:
+                    self._run_spinning()
                 else:
                     self._run_steps()
                 return [head.copy() for head in self._heads] if copy_outputs else \
                     list(self._heads)
         finally:
             restore_floats(token)
+
+    def _run_spinning(self) -> None:
+        """The steps armed over every core BLAS may use, or on one thread, whichever this
+        plan's runs measured faster (BLAS on one thread either way: its own spinning threads
+        would be the other's noise)."""
+        armed = self._spin_choice.armed()
+        start = time.perf_counter()
+        with spin_pool.armed() if armed else blas_threads.one_thread():
+            self._run_steps()
+        self._spin_choice.record(armed, time.perf_counter() - start)
 
     def _run_steps(self) -> None:
         for step in self.steps:

@@ -276,3 +276,25 @@ def test_a_batch_1_dense_layer_is_our_product_on_every_core() -> None:
             got = optimised.infer(feed)
         for name in want:
             np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4)
+
+
+def test_a_plan_keeps_the_faster_way_and_notices_a_change() -> None:
+    choice = spin_pool.Choice()
+
+    def run(armed_seconds: float, alone_seconds: float, runs: int) -> float:
+        """Share of ``runs`` the choice ran armed, each way taking the given time."""
+        armed_runs = 0
+        for _ in range(runs):
+            armed = choice.armed()
+            armed_runs += armed
+            choice.record(armed, armed_seconds if armed else alone_seconds)
+        return armed_runs / runs
+
+    assert run(0.017, 0.029, 200) > 0.9  # two cores that work: armed
+    # The second core gone (a shared machine's neighbour): within a few explorations the
+    # runs stay on one thread, trying the other way now and then.
+    run(0.030, 0.029, 4 * spin_pool.Choice.EXPLORE * spin_pool.Choice.SAMPLES)
+    share = run(0.030, 0.029, 200)
+    assert 0 < share < 0.1
+    run(0.017, 0.029, 4 * spin_pool.Choice.EXPLORE * spin_pool.Choice.SAMPLES)
+    assert run(0.017, 0.029, 200) > 0.9  # and back
