@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.ops import gemm_kernel, strided_kernel
+from engine.ops import gemm_kernel, spin_pool, strided_kernel
 from engine.ops.blas_threads import threads as blas_threads_now
 
 # Below this share of computed lanes doing useful work, BLAS runs the product (49 of 64: no).
@@ -143,9 +143,10 @@ def _threaded(left: Any, right: Any, out: Any, whole: Any) -> Any:
 
 
 class Threaded:
-    """A product that runs, at each call, on BLAS when BLAS has several threads then, else
-    on ours (`gemm_kernel.Product`). Like a Product it takes an epilogue (`with_epilogue`),
-    which BLAS's runs apply in NumPy passes after it."""
+    """A product that runs, at each call, on BLAS when BLAS has several threads then and the
+    spin pool is not armed, else on ours (`gemm_kernel.Product`, on the pool's threads). Like
+    a Product it takes an epilogue (`with_epilogue`), which BLAS's runs apply in NumPy passes
+    after it."""
 
     def __init__(self, ours: Any, blas: Callable[[], Any], out: Any,
                  epilogue: tuple[Any, Any, float, float] = (None, None, -np.inf, np.inf)
@@ -153,7 +154,7 @@ class Threaded:
         self.ours, self.blas, self.out, self._epilogue = ours, blas, out, epilogue
 
     def __call__(self) -> None:
-        if blas_threads() < 2:
+        if spin_pool.spinning() or blas_threads() < 2:
             self.ours()
             return
         self.blas()

@@ -13,6 +13,8 @@ field on its own cache line, so that spinning readers do not slow the writers of
 * ``finished``: parts finished, counted up to ``parts``.
 * ``busy``: 1 while a caller has a job posted (a second caller at once runs its job alone).
 * ``armed``: callers that want the workers spinning (a plan run holds it while it runs).
+* ``sticky``: 1 where a caller wants them spinning until they run out of patience, which
+  clears it (a plan too short for arming and disarming around each run to pay).
 * ``patience``: empty polls a worker spins through after ``armed`` drops to 0;
 * ``dozes``: then polls each after a sleep of `DOZE_MICROSECONDS` (off the CPU, and a job
   posted meanwhile is found within that sleep, no Python thread to wake), before it returns
@@ -35,8 +37,9 @@ I32 = ir.IntType(32)
 VOID = ir.VoidType()
 
 # Fields of the state, in int64s: 16 apart (128 bytes, a cache-line pair on x86 prefetchers).
-CLAIMS, TASK, CONTEXT, FINISHED, BUSY, ARMED, PATIENCE, DOZES = (16 * i for i in range(8))
-STATE_SIZE = 16 * 8
+CLAIMS, TASK, CONTEXT, FINISHED, BUSY, ARMED, PATIENCE, DOZES, STICKY = (
+    16 * i for i in range(9))
+STATE_SIZE = 16 * 9
 DOZE_MICROSECONDS = 100
 TASK_TYPE = ir.FunctionType(VOID, [I64, I64, I64])
 
@@ -132,7 +135,11 @@ def _define_work(built: ir.Module, pause, doze) -> None:
     builder.position_at_end(patient)  # out of patience: doze unless a caller is armed
     armed = _load(builder, state, ARMED)
     spin_again = function.append_basic_block("spin_again")
-    builder.cbranch(builder.icmp_signed(">", armed, zero), spin_again, dozing)
+    unstick = function.append_basic_block("unstick")
+    builder.cbranch(builder.icmp_signed(">", armed, zero), spin_again, unstick)
+    builder.position_at_end(unstick)  # a sticky arm lapses here: the next run sets it again
+    builder.store_atomic(zero, _field(builder, state, STICKY), "release", 8)
+    builder.branch(dozing)
     builder.position_at_end(spin_again)
     builder.store(zero, empty_polls)
     builder.store(zero, dozes)
@@ -170,7 +177,7 @@ def _define_run(built: ir.Module, pause) -> None:
     zero, one = ir.Constant(I64, 0), ir.Constant(I64, 1)
     # Alone where no worker is meant to spin, for one part, or while another caller's job
     # is posted.
-    armed = _load(builder, state, ARMED)
+    armed = builder.or_(_load(builder, state, ARMED), _load(builder, state, STICKY))
     wanted = builder.and_(builder.icmp_signed(">", armed, zero),
                           builder.icmp_signed(">", parts, one))
     check_busy = function.append_basic_block("check_busy")

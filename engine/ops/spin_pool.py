@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from engine.ops import blas_threads
-from engine.ops.spin_ir import ARMED, DOZE_MICROSECONDS, DOZES, PATIENCE, STATE_SIZE
+from engine.ops.spin_ir import ARMED, DOZE_MICROSECONDS, DOZES, PATIENCE, STATE_SIZE, STICKY
 
 GRACE_SECONDS = 0.002  # workers keep spinning this long after the last run ends,
 DOZE_SECONDS = 0.5  # then poll between short sleeps this long, then park on a condition
@@ -152,31 +152,78 @@ def _alone(task: int, context: int, parts: int) -> None:
         function(context, part, parts)
 
 
+def spinning() -> bool:
+    """Whether a run is armed now (on any thread): jobs take the workers."""
+    pool = _state.get("pool")
+    return pool is not None and bool(pool.armed_count)
+
+
+def quiet_for_blas(call: Any) -> bool:
+    """Whether ``call`` never has BLAS spread work over its threads: a step of our own (a
+    product, a job), a NumPy ufunc or copy, or a BLAS product too small for OpenBLAS to
+    thread (under `QUIET_MACS` multiply-adds). A plan of such steps needs no BLAS held to one
+    thread, and keeps the workers spinning across its runs (`stick`)."""
+    from engine.ops import gemm_kernel
+
+    # Not `gemm_bind.Threaded`: where BLAS has several threads and no run is armed, it runs
+    # on them.
+    if isinstance(call, (Job, WhenArmed, gemm_kernel.Product)):
+        return True
+    func = getattr(call, "func", None)
+    if func is np.copyto or isinstance(func, np.ufunc) and func is not np.matmul:
+        return True
+    if func in (np.dot, np.matmul) and len(call.args) == 3:
+        left, right, out = call.args
+        return (isinstance(left, np.ndarray) and isinstance(out, np.ndarray)
+                and out.size * left.shape[-1] < QUIET_MACS)
+    return False
+
+
+QUIET_MACS = 1 << 16
+
+
+def stick(threads: int) -> None:
+    """Workers spinning from now until they go `GRACE_SECONDS` without a part to run: for a
+    plan run too short for `armed` around it to pay (the seed MLP at batch 1 runs in 11 µs
+    this way, 15 armed run by run), whose steps leave BLAS alone (`quiet_for_blas`). While
+    the workers spin, ``threads`` is taken as given."""
+    pool = _state.get("pool")
+    if pool is None or threads < 2:
+        return
+    state = pool.state
+    if not state[STICKY]:
+        state[STICKY] = 1
+        if pool.parked or len(pool.workers) < threads - 1:
+            pool.wake_for(threads - 1)
+
+
 class armed:  # noqa: N801 - used as a context manager, like a function's result
     """``with armed() as threads:``: workers spinning for the jobs run inside, with BLAS on one
-    thread; ``threads`` is how many threads the jobs run on (1: nothing armed, jobs run
-    alone). ``threads`` defaults to `threads()`. A class, not a generator: a plan run enters
-    it every time (2 µs against 11).
+    thread (unless ``hold_blas`` is False: the caller runs nothing BLAS spreads, see
+    `quiet_for_blas`); ``threads`` is how many threads the jobs run on (1: nothing armed, jobs
+    run alone). ``threads`` defaults to `threads()`. A class, not a generator: a plan run
+    enters it every time (2 µs against 11).
     """
 
-    __slots__ = ("_requested", "_pool")
+    __slots__ = ("_requested", "_pool", "_hold_blas")
 
-    def __init__(self, threads: int | None = None) -> None:
+    def __init__(self, threads: int | None = None, hold_blas: bool = True) -> None:
         self._requested = threads
         self._pool: _Pool | None = None
+        self._hold_blas = hold_blas
 
     def __enter__(self) -> int:
         count = threads() if self._requested is None else min(self._requested, cores())
         pool = _pool()
         if pool is None or count < 2:
             return 1
-        pool.arm(count - 1)
+        pool.arm(count - 1, self._hold_blas)
         self._pool = pool
         return count
 
     def __exit__(self, *exception: object) -> None:
         if self._pool is not None:
-            self._pool.disarm()
+            self._pool.disarm(self._hold_blas)
             self._pool = None
 
 
@@ -244,38 +291,50 @@ class _Pool:
         self.parked = 0  # workers waiting on `wake`
         self.workers: list[threading.Thread] = []
 
-    def arm(self, workers: int) -> None:
-        """A run wants ``workers`` workers spinning: the first one in holds BLAS to one thread
-        (while it is one thread, `threads()` is 1: later runs arm nothing, but their jobs
-        still take the workers whenever no other job is posted)."""
+    def arm(self, workers: int, hold_blas: bool) -> None:
+        """A run wants ``workers`` workers spinning, and maybe BLAS held to one thread (while
+        it is one thread, `threads()` is 1: later runs arm nothing, but their jobs still take
+        the workers whenever no other job is posted)."""
+        if hold_blas:
+            blas_threads.hold_one()
         with self.wake:
             self.armed_count += 1
-            if self.armed_count == 1:
-                blas_threads.hold_one()
-                self.state[ARMED] = 1
-            if workers > self.wanted:
-                self.wanted = workers
-                while len(self.workers) < workers:
-                    worker = threading.Thread(target=self._serve, args=(len(self.workers),),
-                                              name=f"engine-spin-{len(self.workers)}",
-                                              daemon=True)
-                    self.workers.append(worker)
-                    worker.start()
+            self.state[ARMED] = 1
+            self._start(workers)
             if self.parked:
                 self.wake.notify_all()
 
-    def disarm(self) -> None:
+    def wake_for(self, workers: int) -> None:
+        """``workers`` workers started and out of the condition (a sticky run's)."""
+        with self.wake:
+            self._start(workers)
+            if self.parked:
+                self.wake.notify_all()
+
+    def disarm(self, held_blas: bool) -> None:
         with self.wake:
             self.armed_count -= 1
             if not self.armed_count:
                 self.state[ARMED] = 0
                 self.wanted = 0
-                blas_threads.release_one()
+        if held_blas:
+            blas_threads.release_one()
+
+    def _start(self, workers: int) -> None:
+        """At least ``workers`` wanted, and started (under `wake`)."""
+        if workers > self.wanted:
+            self.wanted = workers
+            while len(self.workers) < workers:
+                worker = threading.Thread(target=self._serve, args=(len(self.workers),),
+                                          name=f"engine-spin-{len(self.workers)}",
+                                          daemon=True)
+                self.workers.append(worker)
+                worker.start()
 
     def _serve(self, index: int) -> None:
         while True:
             with self.wake:
-                while not (self.armed_count and index < self.wanted):
+                while not ((self.armed_count or self.state[STICKY]) and index < self.wanted):
                     self.parked += 1
                     self.wake.wait()
                     self.parked -= 1

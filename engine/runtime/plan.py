@@ -72,6 +72,7 @@ class Plan:
         # that measures faster than one thread (`spin_pool.Choice`).
         self._spins = bool(split_jobs)
         self._spin_choice = spin_pool.Choice()
+        self._hold_blas = not all(spin_pool.quiet_for_blas(step.call) for step in self.steps)
         if self.device.is_gpu:
             from engine.cuda.executor import GpuExecutor
 
@@ -160,7 +161,11 @@ class Plan:
                     return self._gpu.run(feed, copy_outputs)
                 for name, buffer in self._input_buffers:
                     fill_rows(buffer, feed[name])
-                if self._spins and spin_pool.threads() > 1:
+                threads = spin_pool.threads() if self._spins else 1
+                if threads > 1 and not self._hold_blas:
+                    spin_pool.stick(threads)
+                    self._run_steps()
+                elif threads > 1:
                     self._run_spinning()
                 else:
                     self._run_steps()
@@ -175,7 +180,8 @@ class Plan:
         would be the other's noise)."""
         armed = self._spin_choice.armed()
         start = time.perf_counter()
-        with spin_pool.armed() if armed else blas_threads.one_thread():
+        with (spin_pool.armed(hold_blas=self._hold_blas) if armed
+              else blas_threads.one_thread()):
             self._run_steps()
         self._spin_choice.record(armed, time.perf_counter() - start)
 

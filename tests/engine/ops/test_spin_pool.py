@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
+from functools import partial
 
 import numpy as np
 import pytest
@@ -298,3 +299,37 @@ def test_a_plan_keeps_the_faster_way_and_notices_a_change() -> None:
     assert 0 < share < 0.1
     run(0.017, 0.029, 4 * spin_pool.Choice.EXPLORE * spin_pool.Choice.SAMPLES)
     assert run(0.017, 0.029, 200) > 0.9  # and back
+
+
+def test_a_plan_that_leaves_blas_alone_keeps_the_workers_spinning_between_runs() -> None:
+    data = sym.var("data")
+    symbol = sym.FullyConnected(data, num_hidden=256, name="dense")
+    params = {"dense_weight": RNG.standard_normal((256, 512)).astype(np.float32),
+              "dense_bias": RNG.standard_normal(256).astype(np.float32)}
+    model = engine.load_model(symbol, params, optimize=True)
+    feed = {"data": RNG.standard_normal((1, 512)).astype(np.float32)}
+    model.infer(feed)
+    plan = model.plan_for(feed)
+    assert not plan._hold_blas  # our product only: BLAS never spreads work here
+    if spin_pool.threads() < 2:
+        pytest.skip("one core or one BLAS thread: nothing spins")
+    got = model.infer(feed)["dense_output"]
+    state = spin_pool._pool().state
+    assert state[spin_pool.STICKY] == 1  # spinning on, without a run armed
+    np.testing.assert_allclose(got, feed["data"] @ params["dense_weight"].T
+                               + params["dense_bias"], rtol=1e-4, atol=1e-4)
+    deadline = time.monotonic() + 20 * spin_pool.GRACE_SECONDS + 1
+    while state[spin_pool.STICKY] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert state[spin_pool.STICKY] == 0  # lapsed once the workers ran out of patience
+
+
+def test_quiet_for_blas_tells_apart_what_blas_may_spread() -> None:
+    small = partial(np.dot, np.ones((1, 128), np.float32), np.ones((128, 2), np.float32),
+                    np.empty((1, 2), np.float32))
+    large = partial(np.dot, np.ones((64, 512), np.float32), np.ones((512, 256), np.float32),
+                    np.empty((64, 256), np.float32))
+    assert spin_pool.quiet_for_blas(small)
+    assert not spin_pool.quiet_for_blas(large)
+    assert spin_pool.quiet_for_blas(partial(np.add, np.ones(3), np.ones(3), np.empty(3)))
+    assert not spin_pool.quiet_for_blas(partial(np.linalg.inv, np.eye(3)))  # unknown: held
