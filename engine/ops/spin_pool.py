@@ -41,7 +41,7 @@ from engine.ops.spin_ir import ARMED, DOZE_MICROSECONDS, DOZES, PATIENCE, STATE_
 
 GRACE_SECONDS = 0.002  # workers keep spinning this long after the last run ends,
 DOZE_SECONDS = 0.5  # then poll between short sleeps this long, then park on a condition
-MAX_PARTS = 0xFFFF  # parts of one job (16 bits of the claims word)
+MAX_PARTS = 0x3FF  # parts of one job (10 bits of the claims word)
 # Parts of a job per core at most: a late worker leaves only a small part to wait for.
 PARTS_PER_CORE = 4
 
