@@ -260,28 +260,21 @@ def _compile(cpu: str | None = None, features: str | None = None) -> dict[str, A
         import llvmlite.binding as llvm
 
         from engine.ops.gemm_ir import TileKernel
+        from engine.ops.llvm_jit import compile_ir
     except ImportError:
         return None
     try:
         llvm.initialize_native_target()
-        llvm.initialize_native_asmprinter()
         if cpu is None:
             cpu, host = llvm.get_host_cpu_name(), llvm.get_host_cpu_features()
             shape, features = _tile_for(host), host.flatten()
         else:
             shape = _tile_for({name[1:]: True for name in features.split(",")
                                if name.startswith("+")})
-        machine = llvm.Target.from_default_triple().create_target_machine(
-            cpu=cpu, features=features, opt=3)
         kernel = TileKernel(shape)
         kernel.define_part("part", kernel.define_full("tile_full"),
                            kernel.define_edge("tile_edge"), _FIELDS)
-        module = llvm.parse_assembly(str(kernel.module))
-        module.verify()
-        builder = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(3))
-        builder.getModulePassManager().run(module, builder)
-        engine = llvm.create_mcjit_compiler(module, machine)
-        engine.finalize_object()
+        engine = compile_ir(str(kernel.module), cpu, features, level=3, optimise=True)
     except (RuntimeError, OSError):  # no JIT for this target
         return None
     # The execution engine owns the machine code: it lives as long as the kernels.

@@ -15,9 +15,11 @@ milliseconds after (`GRACE_SECONDS`); then they doze, polling between sleeps of 
 native code (`DOZE_SECONDS`), and then park on a condition: an idle process costs nothing, a
 run within the grace finds them spinning, and one while they doze finds them within 100 µs
 without waking a Python thread (which needs the GIL from the caller running the plan: a
-first run after a park took 0.3–4 ms). While armed, numpy's
-OpenBLAS is held to one thread (`blas_threads.one_thread`), so that BLAS's spinning threads
-and ours never share the cores (measured: 8 ms against 0.65 for a product after a switch).
+first run after a park took 0.3–4 ms). While armed, numpy's OpenBLAS is held to one thread
+(`blas_threads.one_thread`), so that BLAS's spinning threads and ours never share the cores
+(measured: 8 ms against 0.65 for a product after a switch). A plan whose steps leave BLAS
+alone keeps the workers spinning instead (`stick`), and each plan keeps to one thread where
+its armed runs measure slower (`Choice`).
 
 The pool is compiled on first use; `available()` is False where llvmlite cannot JIT for the
 host, and jobs then run every part on the calling thread.
@@ -120,7 +122,8 @@ def _note_split_job() -> None:
 
 
 class WhenArmed:
-    """A step with two ways to run: as a `Job` while the pool is armed, else as ``alone``,
+    """A step with two ways to run: as a `Job` while the pool is armed (or its workers kept
+    spinning, `stick`), else as ``alone``,
     where the job alone on one thread runs slower than the call it replaces (a strided copy:
     numba's loop 99 µs against NumPy's 72 on one core, 51 on two). The job is made by
     ``make_job`` at the first armed run (None: ``alone`` always), so that plans never armed
@@ -138,7 +141,8 @@ class WhenArmed:
         self._state = None if pool is None else pool.state
 
     def __call__(self) -> None:
-        if self._state is None or not self._state[ARMED]:
+        state = self._state
+        if state is None or not (state[ARMED] or state[STICKY]):
             self.alone()
             return
         if self._job is None:
@@ -185,8 +189,8 @@ QUIET_MACS = 1 << 16
 def stick(threads: int) -> None:
     """Workers spinning from now until they go `GRACE_SECONDS` without a part to run: for a
     plan run too short for `armed` around it to pay (the seed MLP at batch 1 runs in 11 µs
-    this way, 15 armed run by run), whose steps leave BLAS alone (`quiet_for_blas`). While
-    the workers spin, ``threads`` is taken as given."""
+    this way, 15 armed run by run), whose steps leave BLAS alone (`quiet_for_blas`).
+    ``threads`` counts the caller: ``threads - 1`` workers are woken where parked."""
     pool = _state.get("pool")
     if pool is None or threads < 2:
         return
@@ -363,18 +367,12 @@ def _compile() -> dict[str, Any] | None:
     try:
         import llvmlite.binding as llvm
 
+        from engine.ops.llvm_jit import compile_ir
         from engine.ops.spin_ir import module
     except ImportError:
         return None
     try:
-        llvm.initialize_native_target()
-        llvm.initialize_native_asmprinter()
-        target = llvm.Target.from_default_triple()
-        machine = target.create_target_machine(opt=2)
-        built = llvm.parse_assembly(str(module(llvm.get_default_triple())))
-        built.verify()
-        engine = llvm.create_mcjit_compiler(built, machine)
-        engine.finalize_object()
+        engine = compile_ir(str(module(llvm.get_default_triple())))
     except (RuntimeError, OSError):
         return None
     int64 = ctypes.c_int64

@@ -1,0 +1,33 @@
+"""LLVM IR built with `llvmlite.ir`, compiled to machine code in this process (MCJIT).
+
+The GEMM kernels (`gemm_kernel`) and the spin pool's loops (`spin_pool`) are written as IR
+because numba cannot be made to emit them (a register tile, atomics); llvmlite is numba's own
+compiler, so this adds no dependency.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def compile_ir(text: str, cpu: str = "", features: str = "", level: int = 2,
+               optimise: bool = False) -> Any:
+    """An execution engine holding ``text`` compiled for ``cpu`` with ``features`` (the host's
+    defaults where empty) at optimisation ``level``; with ``optimise``, the module's passes run
+    first (the IR's own loops unrolled and vectorised). The engine owns the machine code: keep
+    it as long as its functions. Raises RuntimeError or OSError where there is no JIT for this
+    target, ImportError without llvmlite."""
+    import llvmlite.binding as llvm
+
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    machine = llvm.Target.from_default_triple().create_target_machine(
+        cpu=cpu, features=features, opt=level)
+    module = llvm.parse_assembly(text)
+    module.verify()
+    if optimise:
+        builder = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(level))
+        builder.getModulePassManager().run(module, builder)
+    engine = llvm.create_mcjit_compiler(module, machine)
+    engine.finalize_object()
+    return engine
