@@ -235,9 +235,10 @@ class Choice:
     """Whether a plan's runs go faster armed or on one thread, measured as it runs.
 
     Armed should win wherever the cores are the process's own; but on a shared machine the
-    other vCPU may give little (on the 2-core VM these numbers come from, for seconds at a
+    second vCPU may help little (on the 2-core VM these numbers come from, for seconds at a
     time, ResNet-18 at batch 1 ran 30 ms armed against 29 on one thread, where it usually
-    runs 17), and then the spinning costs more than it brings. So each plan times its runs
+    runs 17: the steps that read what the other thread wrote ran 2–3× slower), and then the
+    spinning costs more than it brings. So each plan times its runs
     both ways: the median of the last `SAMPLES` runs each way decides (the first run each way
     left out: it makes the jobs of `WhenArmed` steps), and every `EXPLORE` runs one goes the
     other way, to notice when the machine changes (on ResNet-18 where armed wins, that run
