@@ -29,7 +29,7 @@ field on its own cache line, so that spinning readers do not slow the writers of
 empty, dozes, then returns. ``pool_run(state, task, context, parts)`` posts a job, runs parts
 itself until none is left, then waits for the parts the workers took: it never waits on a
 worker that has not started a part, so a sleeping or late worker costs parallelism, never
-progress.
+progress. Where nothing is armed it runs the job itself as one part (part 0 of 1).
 """
 
 from __future__ import annotations
@@ -198,18 +198,15 @@ def _define_run(built: ir.Module, pause) -> None:
     taken = builder.cmpxchg(_field(builder, state, BUSY), zero, one, "acquire", "monotonic")
     builder.cbranch(builder.extract_value(taken, 1), posted, alone)
 
-    builder.position_at_end(alone)  # every part on this thread, in order
-    loop, body = (function.append_basic_block(name) for name in ("alone_loop", "alone_body"))
-    builder.branch(loop)
-    builder.position_at_end(loop)
-    index = builder.phi(I64, "index")
-    count = builder.select(builder.icmp_signed(">", parts, zero), parts, zero)
-    builder.cbranch(builder.icmp_signed("<", index, count), body, done)
+    # Alone, the whole job as one part: a task splits its range by ``parts``, so part 0 of 1
+    # is all of it, without each part's setup (a batch-1 dense layer cut in 8 for two
+    # threads: 6.5 µs run part by part on one, 5.9 as one).
+    builder.position_at_end(alone)
+    body = function.append_basic_block("alone_body")
+    builder.cbranch(builder.icmp_signed(">", parts, zero), body, done)
     builder.position_at_end(body)
-    builder.call(builder.inttoptr(task, TASK_TYPE.as_pointer()), [context, index, count])
-    index.add_incoming(zero, alone)
-    index.add_incoming(builder.add(index, one), body)
-    builder.branch(loop)
+    builder.call(builder.inttoptr(task, TASK_TYPE.as_pointer()), [context, zero, one])
+    builder.branch(done)
 
     builder.position_at_end(posted)  # the job out: next generation, parts, none claimed
     previous = _load(builder, state, CLAIMS)

@@ -151,9 +151,8 @@ class WhenArmed:
 
 
 def _alone(task: int, context: int, parts: int) -> None:
-    function = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)(task)
-    for part in range(parts):
-        function(context, part, parts)
+    """A job without the pool: all of it as one part, as `pool_run` runs it unarmed."""
+    ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)(task)(context, 0, 1)
 
 
 def spinning() -> bool:
