@@ -31,6 +31,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from engine.ops import spin_pool
+
 _state: dict[str, Any] = {}
 _compiling = threading.Lock()
 
@@ -192,12 +194,9 @@ def bind_packed_batch(packed: Any, b: Any, c: Any) -> Product:
     ``packed[i] = pack(a[i])`` (one contiguous array); ``b`` and ``c`` (batch, rows, columns)
     with contiguous rows and any step from one product to the next."""
     k = packed.shape[2]
-    product = _product((packed, b, c), packed.ctypes.data, k, 1, packed.shape[3],
-                       b.ctypes.data, 1, b.strides[1] // 4, c[0], k, False, len(c))
-    context = product.context
-    context[_A_BATCH], context[_B_BATCH], context[_C_BATCH] = (
-        packed.strides[0], b.strides[0], c.strides[0])
-    return product
+    return _product((packed, b, c), packed.ctypes.data, k, 1, packed.shape[3], b.ctypes.data,
+                    1, b.strides[1] // 4, c[0], k, False,
+                    (len(c), packed.strides[0], b.strides[0], c.strides[0]))
 
 
 def multiply(a: Any, b: Any, c: Any) -> None:
@@ -207,14 +206,16 @@ def multiply(a: Any, b: Any, c: Any) -> None:
 
 def _product(operands: tuple[Any, ...], a: int, row_step: int, lda: int, acs: int, b: int,
              column_step: int, ldb: int, c: Any, k: int, columns_outside: bool,
-             batch: int = 1) -> Product:
+             batch: tuple[int, int, int, int] = (1, 0, 0, 0)) -> Product:
+    """A Product of one matrix ``c``, or of a ``batch`` of them (count, then the bytes from
+    one's A, B and C to the next's)."""
     shape = _compiled()["tile"]
     # No bias yet: zeros enough for C's rows and columns, rounded up to whole tiles.
     zeros = np.zeros(max(-(-c.shape[0] // shape.rows) * shape.rows,
                          -(-c.shape[1] // shape.columns) * shape.columns), np.float32)
     context = _context(shape, a, row_step, lda, acs, b, column_step, ldb, c, k,
                        columns_outside, zeros.ctypes.data)
-    context[_BATCH] = batch
+    context[_BATCH:_C_BATCH + 1] = batch
     return _as_product(context, (*operands, zeros))
 
 
@@ -230,8 +231,6 @@ def _context(shape: Tile, a: int, row_step: int, lda: int, acs: int, b: int,
 
 
 def _as_product(context: np.ndarray, operands: tuple[Any, ...]) -> Product:
-    from engine.ops import spin_pool
-
     m, n, k, batch = (int(context[i]) for i in (_M, _N, _K, _BATCH))
     rows = -(-m // int(context[_MR])) * int(context[_MR])
     tiles = batch * rows // int(context[_MR]) * -(-n // int(context[_NR]))

@@ -100,7 +100,8 @@ def _claim_and_run(builder: ir.IRBuilder, state: ir.Value, claims: ir.Value,
     builder.atomic_rmw("add", _field(builder, state, FINISHED), ir.Constant(I64, 1), "release")
 
 
-PART_BITS = 11  # front and back; parts take the 10 bits above them
+PART_BITS = 11  # front and back each; parts take the bits above them, below the generation
+MAX_PARTS = (1 << (32 - 2 * PART_BITS)) - 1
 
 
 def _decode(builder: ir.IRBuilder, claims: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
@@ -109,7 +110,7 @@ def _decode(builder: ir.IRBuilder, claims: ir.Value) -> tuple[ir.Value, ir.Value
     return (builder.and_(builder.lshr(claims, ir.Constant(I64, PART_BITS)), mask),
             builder.and_(claims, mask),
             builder.and_(builder.lshr(claims, ir.Constant(I64, 2 * PART_BITS)),
-                         ir.Constant(I64, 0x3FF)))
+                         ir.Constant(I64, MAX_PARTS)))
 
 
 def _define_work(built: ir.Module, pause, doze) -> None:

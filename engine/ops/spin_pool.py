@@ -39,11 +39,18 @@ from typing import Any
 import numpy as np
 
 from engine.ops import blas_threads
-from engine.ops.spin_ir import ARMED, DOZE_MICROSECONDS, DOZES, PATIENCE, STATE_SIZE, STICKY
+from engine.ops.spin_ir import (
+    ARMED,
+    DOZE_MICROSECONDS,
+    DOZES,
+    MAX_PARTS,
+    PATIENCE,
+    STATE_SIZE,
+    STICKY,
+)
 
 GRACE_SECONDS = 0.002  # workers keep spinning this long after the last run ends,
 DOZE_SECONDS = 0.5  # then poll between short sleeps this long, then park on a condition
-MAX_PARTS = 0x3FF  # parts of one job (10 bits of the claims word)
 # Parts of a job per core at most: a late worker leaves only a small part to wait for.
 PARTS_PER_CORE = 4
 
@@ -123,9 +130,9 @@ def _note_split_job() -> None:
 
 class WhenArmed:
     """A step with two ways to run: as a `Job` while the pool is armed (or its workers kept
-    spinning, `stick`), else as ``alone``,
-    where the job alone on one thread runs slower than the call it replaces (a strided copy:
-    numba's loop 99 µs against NumPy's 72 on one core, 51 on two). The job is made by
+    spinning, `stick`), else as ``alone``, where the job alone on one thread runs slower than
+    the call it replaces (a strided copy: numba's loop 99 µs against NumPy's 72 on one core,
+    51 on two). The job is made by
     ``make_job`` at the first armed run (None: ``alone`` always), so that plans never armed
     (a server's, on one thread) make none: a ResNet-18 plan at batch 32 has 3,900 such
     steps, and making their jobs up front stalled the process's other threads for up to 90 ms
@@ -202,31 +209,30 @@ def stick(threads: int) -> None:
 
 class armed:  # noqa: N801 - used as a context manager, like a function's result
     """``with armed() as threads:``: workers spinning for the jobs run inside, with BLAS on one
-    thread (unless ``hold_blas`` is False: the caller runs nothing BLAS spreads, see
-    `quiet_for_blas`); ``threads`` is how many threads the jobs run on (1: nothing armed, jobs
-    run alone). ``threads`` defaults to `threads()`. A class, not a generator: a plan run
-    enters it every time (2 µs against 11).
+    thread; ``threads`` is how many threads the jobs run on (1: nothing armed, jobs run
+    alone). ``threads`` defaults to `threads()`. A class, not a generator: a plan run enters
+    it every time (2 µs against 11). (A plan whose steps leave BLAS alone keeps the workers
+    spinning with `stick` instead.)
     """
 
-    __slots__ = ("_requested", "_pool", "_hold_blas")
+    __slots__ = ("_requested", "_pool")
 
-    def __init__(self, threads: int | None = None, hold_blas: bool = True) -> None:
+    def __init__(self, threads: int | None = None) -> None:
         self._requested = threads
         self._pool: _Pool | None = None
-        self._hold_blas = hold_blas
 
     def __enter__(self) -> int:
         count = threads() if self._requested is None else min(self._requested, cores())
         pool = _pool()
         if pool is None or count < 2:
             return 1
-        pool.arm(count - 1, self._hold_blas)
+        pool.arm(count - 1)
         self._pool = pool
         return count
 
     def __exit__(self, *exception: object) -> None:
         if self._pool is not None:
-            self._pool.disarm(self._hold_blas)
+            self._pool.disarm()
             self._pool = None
 
 
@@ -295,37 +301,32 @@ class _Pool:
         self.parked = 0  # workers waiting on `wake`
         self.workers: list[threading.Thread] = []
 
-    def arm(self, workers: int, hold_blas: bool) -> None:
-        """A run wants ``workers`` workers spinning, and maybe BLAS held to one thread (while
-        it is one thread, `threads()` is 1: later runs arm nothing, but their jobs still take
-        the workers whenever no other job is posted)."""
-        if hold_blas:
-            blas_threads.hold_one()
+    def arm(self, workers: int) -> None:
+        """A run wants ``workers`` workers spinning and BLAS held to one thread (while it is
+        one thread, `threads()` is 1: later runs arm nothing, but their jobs still take the
+        workers whenever no other job is posted)."""
+        blas_threads.hold_one()
         with self.wake:
             self.armed_count += 1
             self.state[ARMED] = 1
-            self._start(workers)
-            if self.parked:
-                self.wake.notify_all()
+            self._release(workers)
 
     def wake_for(self, workers: int) -> None:
         """``workers`` workers started and out of the condition (a sticky run's)."""
         with self.wake:
-            self._start(workers)
-            if self.parked:
-                self.wake.notify_all()
+            self._release(workers)
 
-    def disarm(self, held_blas: bool) -> None:
+    def disarm(self) -> None:
         with self.wake:
             self.armed_count -= 1
             if not self.armed_count:
                 self.state[ARMED] = 0
                 self.wanted = 0
-        if held_blas:
-            blas_threads.release_one()
+        blas_threads.release_one()
 
-    def _start(self, workers: int) -> None:
-        """At least ``workers`` wanted, and started (under `wake`)."""
+    def _release(self, workers: int) -> None:
+        """At least ``workers`` wanted, started, and none left on the condition (under
+        `wake`)."""
         if workers > self.wanted:
             self.wanted = workers
             while len(self.workers) < workers:
@@ -334,6 +335,8 @@ class _Pool:
                                           daemon=True)
                 self.workers.append(worker)
                 worker.start()
+        if self.parked:
+            self.wake.notify_all()
 
     def _serve(self, index: int) -> None:
         while True:

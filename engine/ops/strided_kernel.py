@@ -18,6 +18,7 @@ import numpy as np
 
 from engine.ops import kernel_jobs, spin_pool
 from engine.ops.depthwise_kernel import compile_kernel, compiled_once
+from engine.ops.workspace import address
 
 MIN_ELEMENTS = 8192  # smaller ones take a few microseconds: left to NumPy
 MIN_BLOCKS = 64  # fewer blocks than this (a 2-D array has one): one row per block
@@ -30,7 +31,7 @@ def when_armed(call: Any) -> Any:
     """``call`` (a bound copy or sum, see `operands`) run as a job while the spin pool is
     armed; ``call`` itself where it is none of those or no job can run it."""
     found = operands(call)
-    if found is None or not _takes(*found):
+    if found is None or not _takes(*found[1:]):
         return call
     return spin_pool.WhenArmed(partial(job, *found), call)
 
@@ -64,7 +65,7 @@ def job(operation: int, target: Any, left: Any, right: Any) -> spin_pool.Job | N
     """``target = left ∘ right`` (or a copy of ``left``) as a job, for arrays of one shape
     and dtype (no broadcasting, no casting), strides non-negative, at least `MIN_ELEMENTS`,
     a source either apart from the target or exactly it (in place); else None."""
-    if not _takes(operation, target, left, right):
+    if not _takes(target, left, right):
         return None
     arrays = (target, left, right)
     if target.ndim < 2:
@@ -84,14 +85,10 @@ def job(operation: int, target: Any, left: Any, right: Any) -> spin_pool.Job | N
 
 def compiled_kernels() -> dict[str, Any]:
     """The kernel by name (`kernel_jobs` runs it as jobs), compiled on first use."""
-    return compiled_once(_kernels, _compile)
+    return compiled_once(_kernels, lambda: {"blocks": compile_kernel(_blocks)})
 
 
-def _compile() -> dict[str, Any]:
-    return {"blocks": compile_kernel(_blocks)}
-
-
-def _takes(operation: int, target: Any, left: Any, right: Any) -> bool:
+def _takes(target: Any, left: Any, right: Any) -> bool:
     arrays = (target, left, right)
     return (all(isinstance(array, np.ndarray) for array in arrays)
             and left.shape == right.shape == target.shape
@@ -102,8 +99,7 @@ def _takes(operation: int, target: Any, left: Any, right: Any) -> bool:
 
 def _apart_or_same(target: np.ndarray, source: np.ndarray) -> bool:
     return not np.may_share_memory(target, source) or (
-        target.__array_interface__["data"][0] == source.__array_interface__["data"][0]
-        and target.strides == source.strides)
+        address(target) == address(source) and target.strides == source.strides)
 
 
 def _span(array: np.ndarray) -> np.ndarray:

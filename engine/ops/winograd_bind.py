@@ -140,13 +140,11 @@ def _bind_compiled(data: Any, weight: Any, bias: Any, out: Any, geometry: Geomet
     chunk, tiles_cells, products_cells = _compiled_layout(data.shape, filters, pad)
     tiles = workspace.region(0, (16, tiles_cells), data.dtype)
     products = workspace.region(aligned(tiles.nbytes), (16, products_cells), data.dtype)
-    # The input transform's own scratch (it zeroes it), one per row width.
-    rows = workspace.zeroed((8, 2 * tw + 2), data.dtype, ("winograd rows",))
     weights = workspace.derived(weight, "winograd, filters first", _transform_weight_rows)
     shifts = np.zeros(filters, data.dtype) if bias is None else bias.reshape(filters)
     no_residual = np.empty((0, *out.shape[1:]), out.dtype)
     bounds = (out.dtype.type(-np.inf), out.dtype.type(np.inf))
-    return partial(winograd_kernel.convolve, data, pad[0], pad[1], rows, tiles, weights,
+    return partial(winograd_kernel.convolve, data, pad[0], pad[1], 2 * tw + 2, tiles, weights,
                    products, shifts, no_residual, out, chunk, *bounds)
 
 

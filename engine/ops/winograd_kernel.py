@@ -35,7 +35,7 @@ OTHER, OUT = 8, 9  # positions of the residual operand and the output in `convol
 PRODUCTS_PAD = 16
 
 
-def convolve(data: Any, pad_y: int, pad_x: int, rows: Any, tiles: Any, weights: Any,
+def convolve(data: Any, pad_y: int, pad_x: int, columns: int, tiles: Any, weights: Any,
              products: Any, bias: Any, other: Any, out: Any, chunk: int, low: Any,
              high: Any) -> None:
     """``out = clip(conv3x3(data) + bias + other, low, high)`` for a stride-1 3×3 convolution
@@ -43,19 +43,20 @@ def convolve(data: Any, pad_y: int, pad_x: int, rows: Any, tiles: Any, weights: 
     16 GEMMs ``weights[ξ] (F, C) @ V[ξ]`` into ``products`` in BLAS, and the output transform.
 
     ``tiles`` and ``products`` are (16, pitch) scratch, row ξ holding V[ξ] (C, chunk·T) and
-    M[ξ] (F, chunk·T) from its start; ``rows`` (8, 2·tw + 2) is the input transform's own
-    scratch; ``bias`` (F,). ``other`` has out's shape, or no samples at all (no residual). NaN
-    stays NaN, as ``clip`` keeps it. One call per layer, so that an epilogue folds into it
-    whatever the batch: its last two arguments are the bounds (``epilogue.absorb`` narrows
-    them), and `OTHER` and `OUT` say where the residual and the output are.
+    M[ξ] (F, chunk·T) from its start; ``columns`` (2·tw + 2) is the width of the input
+    transform's rows (it keeps them itself); ``bias`` (F,). ``other`` has out's shape, or no
+    samples at all (no residual). NaN stays NaN, as ``clip`` keeps it. One call per layer, so
+    that an epilogue folds into it whatever the batch: its last two arguments are the bounds
+    (``epilogue.absorb`` narrows them), and `OTHER` and `OUT` say where the residual and the
+    output are.
     """
     kernels = _compiled()
     channels, filters = data.shape[1], out.shape[1]
-    per_sample = (rows.shape[1] - 2) // 2 * ((out.shape[2] + 1) // 2)
+    per_sample = (columns - 2) // 2 * ((out.shape[2] + 1) // 2)
     for start in range(0, data.shape[0], chunk):
         stop = min(start + chunk, data.shape[0])
         used = (stop - start) * per_sample
-        kernels["input"](data[start:stop], pad_y, pad_x, rows.shape[1], tiles, 0, channels)
+        kernels["input"](data[start:stop], pad_y, pad_x, columns, tiles, 0, channels)
         np.matmul(weights, tiles[:, :channels * used].reshape(16, channels, used),
                   products[:, :filters * used].reshape(16, filters, used))
         residual = other[start:stop] if other.shape[0] else other
@@ -68,12 +69,12 @@ def job(call: Any, workspace: Any) -> Any:
     model), the output transform by filters. None where the arrays cannot be passed so."""
     from engine.ops import gemm_kernel, kernel_jobs
 
-    (data, pad_y, pad_x, rows, tiles, weights, products, bias, other, out, chunk, low,
+    (data, pad_y, pad_x, columns, tiles, weights, products, bias, other, out, chunk, low,
      high) = call.args
     if not gemm_kernel.available() or weights.dtype != np.float32:
         return None
     channels, filters = data.shape[1], out.shape[1]
-    per_sample = (rows.shape[1] - 2) // 2 * ((out.shape[2] + 1) // 2)
+    per_sample = (columns - 2) // 2 * ((out.shape[2] + 1) // 2)
     packed = workspace.derived(weights, "gemm packed, each", gemm_kernel.pack_each)
     steps = []
     for start in range(0, data.shape[0], chunk):
@@ -82,7 +83,7 @@ def job(call: Any, workspace: Any) -> Any:
         source = data[start:stop]
         residual = other[start:stop] if other.shape[0] else other
         transforms = (
-            kernel_jobs.bind((__name__, "input"), (source, pad_y, pad_x, rows.shape[1], tiles),
+            kernel_jobs.bind((__name__, "input"), (source, pad_y, pad_x, columns, tiles),
                              channels, kernel_jobs.parts_for(channels, source.size)),
             kernel_jobs.bind((__name__, "output"), (products, bias, residual, out[start:stop],
                                                  low, high),

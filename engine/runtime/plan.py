@@ -177,11 +177,11 @@ class Plan:
     def _run_spinning(self) -> None:
         """The steps armed over every core BLAS may use, or on one thread, whichever this
         plan's runs measured faster (BLAS on one thread either way: its own spinning threads
-        would be the other's noise)."""
+        would be the other's noise). For plans with steps BLAS may spread; the others
+        `stick`."""
         armed = self._spin_choice.armed()
         start = time.perf_counter()
-        with (spin_pool.armed(hold_blas=self._hold_blas) if armed
-              else blas_threads.one_thread()):
+        with spin_pool.armed() if armed else blas_threads.one_thread():
             self._run_steps()
         self._spin_choice.record(armed, time.perf_counter() - start)
 

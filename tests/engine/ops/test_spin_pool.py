@@ -245,17 +245,23 @@ def test_a_plan_spinning_over_two_threads_equals_the_reference() -> None:
     args, _, _ = symbol.infer_shape(data=(1, 64, 28, 28))
     params = {name: (RNG.standard_normal(shape) * 0.1).astype(np.float32)
               for name, shape in zip(symbol.list_arguments(), args) if name != "data"}
+    plan = assert_agrees_armed_and_not(symbol, params, (1, 64, 28, 28), atol=1e-3)
+    assert plan._spins  # it has jobs of several parts
+
+
+def assert_agrees_armed_and_not(symbol, params: dict, shape: tuple, atol: float):
+    """The optimised plan for ``shape`` (returned) agrees with the reference interpreter run
+    on one thread and armed over two."""
     optimised = engine.load_model(symbol, params, optimize=True)
     reference = engine.load_model(symbol, params, optimize=False)
-    feed = {"data": RNG.standard_normal((1, 64, 28, 28)).astype(np.float32)}
+    feed = {"data": RNG.standard_normal(shape).astype(np.float32)}
     want = reference.infer(feed)
-    plan = optimised.plan_for(feed)
-    assert plan._spins  # it has jobs of several parts
     for threads in (1, 2):
         with spin_pool.armed(threads):
             got = optimised.infer(feed)
         for name in want:
-            np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-3)
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=atol)
+    return optimised.plan_for(feed)
 
 
 def test_a_batch_1_dense_layer_is_our_product_on_every_core() -> None:
@@ -264,19 +270,10 @@ def test_a_batch_1_dense_layer_is_our_product_on_every_core() -> None:
                             act_type="relu")
     params = {"dense_weight": RNG.standard_normal((256, 512)).astype(np.float32),
               "dense_bias": RNG.standard_normal(256).astype(np.float32)}
-    optimised = engine.load_model(symbol, params, optimize=True)
-    reference = engine.load_model(symbol, params, optimize=False)
-    feed = {"data": RNG.standard_normal((1, 512)).astype(np.float32)}
-    want = reference.infer(feed)
-    plan = optimised.plan_for(feed)
+    plan = assert_agrees_armed_and_not(symbol, params, (1, 512), atol=1e-4)
     products = [step.call for step in plan.steps if isinstance(step.call, gemm_kernel.Product)]
     assert len(products) == len(plan.steps) == 1  # bias and ReLU applied as it stores
     assert products[0].args[-1] > 1  # cut into parts: one row, but many tiles
-    for threads in (1, 2):
-        with spin_pool.armed(threads):
-            got = optimised.infer(feed)
-        for name in want:
-            np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4)
 
 
 def test_a_plan_keeps_the_faster_way_and_notices_a_change() -> None:
