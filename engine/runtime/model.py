@@ -138,7 +138,7 @@ class Model:
         # is the batch-1 path.)
         key = Signature.lookup_key(inputs)
         entry = self._plans.get(key)  # type: ignore[arg-type]
-        if entry is not None and entry.checked:
+        if entry is not None and entry.checked and entry.still_whole():
             outputs = self._free(entry).run(inputs)
         else:
             outputs = self._run_checked(inputs, key)
@@ -151,7 +151,7 @@ class Model:
         the order (a hybridized block); the same checks, conversions and cached plans."""
         key = Signature.lookup_key(inputs)
         entry = self._plans.get(key)  # type: ignore[arg-type]
-        if entry is not None and entry.checked:
+        if entry is not None and entry.checked and entry.still_whole():
             return self._free(entry).run(inputs)
         return self._run_checked(inputs, key)
 
@@ -163,11 +163,11 @@ class Model:
         if self.optimized_graph is None:
             outputs = self._evaluate(feed, shapes)
         else:
-            bounds, settled = self._row_runs(feed)
+            bounds, whole_while_blas_alone = self._row_runs(feed)
             if bounds is not None:
                 outputs = self._run_rows(feed, bounds)
-            else:  # no key, no skipped checks next time, where the answer may change
-                outputs = self._run_plan(feed, key if settled else None)
+            else:
+                outputs = self._run_plan(feed, key, whole_while_blas_alone)
         return [np.asarray(value) for value in outputs]
 
     def _evaluate(self, feed: dict[str, np.ndarray], shapes: list) -> list[np.ndarray]:
@@ -308,36 +308,41 @@ class Model:
                     reuse_memory="plan_memory" in self.passes, device=self.backend,
                     constants=self._device_constants, derived=self._derived)
 
-    def _run_plan(self, feed: dict[str, np.ndarray], key: tuple | None) -> list[np.ndarray]:
+    def _run_plan(self, feed: dict[str, np.ndarray], key: tuple | None,
+                  whole_while_blas_alone: bool = False) -> list[np.ndarray]:
         """Run ``feed`` (checked inputs) through its plan. ``key`` is the lookup key of the
         arrays the caller passed: when it is ``feed``'s signature (nothing was converted) and
-        the plan is for exactly these shapes, later calls with that key skip the checks."""
+        the plan is for exactly these shapes, later calls with that key skip the checks (with
+        ``whole_while_blas_alone``, only while BLAS keeps to one thread, as the batch would
+        split on more)."""
         exact = Signature.of(feed)
         signature = self._bucketed(exact)
         entry = self._entry(signature)
         if signature == exact and key == exact:
             entry.checked = True
+            entry.whole_while_blas_alone = whole_while_blas_alone
         return _run_bucketed(self._free(entry), feed, exact, signature)
 
     def _row_runs(self, feed: dict[str, np.ndarray]) -> tuple[list[tuple[int, int]] | None,
                                                               bool]:
         """The runs of rows to cut this CPU batch into (`batch_split`), or None to run it
         whole (rows not independent, one core allowed, too little work for each run); and
-        whether a whole run stays whole until `batch_split.set_threads` is called (which
-        makes a model check again), so that later calls may skip the checks."""
+        whether a whole run stays whole only while BLAS keeps to one thread. Otherwise it
+        stays whole until `batch_split.set_threads` is called (which makes a model check
+        again), so later calls may skip the checks."""
         if self.split_blocker is not None:
-            return None, True
+            return None, False
         signature = Signature.of(feed)
         rows = signature.rows() or 0
         count = batch_split.parts(rows)
-        if count < 2:
-            return None, batch_split.fixed(rows)
+        if count < 2:  # where the count is not fixed, it follows BLAS's, now one
+            return None, not batch_split.fixed(rows)
         work = self._batch_work.get(signature)
         if work is None:
             work = self._estimate_work(signature, rows)
             self._batch_work.put(signature, work)
         count = min(count, work // max(1, batch_split.MIN_PART_WORK))
-        return (batch_split.part_bounds(rows, count) if count >= 2 else None), True
+        return (batch_split.part_bounds(rows, count) if count >= 2 else None), False
 
     def _estimate_work(self, signature: Signature, rows: int) -> int:
         """The work of a batch of ``signature`` that a split spreads (`batch_split.work`); 0
@@ -571,15 +576,23 @@ class _SignaturePlans:
     """What a model keeps for one input signature: its plan, spare plans (the first compiled
     when a call finds the plan busy and `Model.concurrent_runs` allows two runs, more for the
     runs of rows of one size in a split batch), and whether inputs with exactly this signature
-    were checked once (later ones then skip the checks)."""
+    were checked once (later ones then skip the checks, some only while BLAS keeps to one
+    thread: `still_whole`)."""
 
-    __slots__ = ("signature", "plan", "spares", "checked")
+    __slots__ = ("signature", "plan", "spares", "checked", "whole_while_blas_alone")
 
     def __init__(self, signature: Signature, plan: Plan | StagedPlan) -> None:
         self.signature = signature
         self.plan = plan
         self.spares: list[Plan | StagedPlan] = []
         self.checked = False
+        self.whole_while_blas_alone = False
+
+    def still_whole(self) -> bool:
+        """Whether a checked batch still runs whole: always, or for a batch that would be
+        cut into runs of rows on more BLAS threads, while BLAS keeps to one (0.2 µs to read;
+        threadpoolctl may change it at any time)."""
+        return not self.whole_while_blas_alone or blas_threads.threads() == 1
 
     @property
     def spare(self) -> Plan | StagedPlan | None:

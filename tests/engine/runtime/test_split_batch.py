@@ -146,6 +146,8 @@ def test_by_default_blas_on_one_thread_means_no_split(blas: Any,
     feed = {"data": RNG.normal(size=(6, 6)).astype(np.float32)}
     blas.set(1)  # as OPENBLAS_NUM_THREADS=1 or threadpoolctl's limit would
     model.infer(feed)
+    model.infer(feed)  # its checks now skipped, but only while BLAS keeps to one thread
+    assert [entry.checked for _, entry in model._plans.items()] == [True]
     assert batch_split.threads() == 1
     blas.set(2)
     model.infer(feed)
