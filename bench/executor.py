@@ -11,10 +11,13 @@ Usage: ``python bench/executor.py [--quick] [--threads N]``. Prints, in one run:
   `engine.onnx.export`; graph optimisations at their default, all). Each runtime runs in its own
   process and they take turns round by round; the columns give ours ÷ ORT against the issue's
   target, and each runtime's distance from the GEMM floor (conv/FC FLOPs over the float32
-  2048³ matmul rate measured at the same thread count), plus our steps grouped by kind.
+  2048³ matmul rate measured at the same thread count), plus our steps grouped by kind, and
+  at every core how much slower the vCPUs read each other's data than their own just before
+  and after the case (`bench/vcpus.py`: on a VM whose vCPUs at times share no cache).
 
 ONNX Runtime and onnx are dev dependencies (``pip install -e .[dev]``), not runtime ones.
-Times are medians over interleaved rounds (best in brackets), after a warm-up run.
+Times are medians over interleaved rounds (best in brackets), after a warm-up run; a round
+is 200 calls of the MLP, or calls of a CNN for about `ROUND_SECONDS`.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ import numpy as np
 # points at whichever checkout made it), and the sibling modules.
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
 
-import nets  # noqa: E402 - the sibling module, found through the path set just above
+import nets  # noqa: E402 - the sibling modules, found through the path set just above
+import vcpus  # noqa: E402
 
 import engine  # noqa: E402
 from engine.graph.infer import infer_shapes  # noqa: E402
@@ -48,6 +52,10 @@ MLP_ROUNDS = 31  # at least: a round takes milliseconds, so one burst of load ca
 # too: without it the other runtime's turn starts on a core the last one still burns, which
 # halved ORT's all-core rate against ours (ResNet-18, batch 1: 58 vs 17.7 ms median).
 SETTLE_SECONDS = 0.1
+# A round of a CNN case runs calls enough for about this long (each runtime the same count):
+# single calls of a ResNet-18 (30 ms) gave medians of 7 rounds 25% above the best on a busy
+# machine, where rounds of several calls average over its bursts.
+ROUND_SECONDS = 0.15
 GEMM_SIZE = 2048
 
 
@@ -246,6 +254,7 @@ def peer_worker(connection: Any, runtime: str, name: str, batch: int, threads: i
     runner = ours_runner if runtime == "ours" else ort_runner
     action, info = runner(name, batch, threads)
     action()
+    info["call_seconds"] = min(_once(action) for _ in range(3))
     connection.send(info)
     while (calls := connection.recv()) is not None:
         start = time.perf_counter()
@@ -267,7 +276,8 @@ def compare_peer(name: str, batch: int, threads: int, repeat: int) -> dict[str, 
         process.start()
         workers[runtime] = (mine, process)
     infos = {runtime: mine.recv() for runtime, (mine, _) in workers.items()}
-    calls = MLP_CALLS if name == "mlp" else 1
+    slowest = max(info.pop("call_seconds") for info in infos.values())
+    calls = MLP_CALLS if name == "mlp" else max(1, round(ROUND_SECONDS / slowest))
     rounds: dict[str, list[float]] = {runtime: [] for runtime in workers}
     for turn in range(max(repeat, MLP_ROUNDS) if name == "mlp" else repeat):
         order = list(workers.items())
@@ -295,7 +305,9 @@ def bench_peer(threads: int, repeat: int, quick: bool) -> None:
     for name, batch in PEER_CASES:
         if quick and batch > 1 and name != "mlp":
             continue
+        before = vcpus.cross_read_ratio() if not threads else None
         result = compare_peer(name, batch, threads, repeat)
+        after = vcpus.cross_read_ratio() if not threads else None
         ours, theirs, info = result["ours"], result["ort"], result["infos"]["ours"]
         floor = info["flops"] / info["sgemm"]
         ratio = ours[0] / theirs[0]
@@ -307,6 +319,9 @@ def bench_peer(threads: int, repeat: int, quick: bool) -> None:
               f"{verdict}")
         if "kinds" in info:
             print(f"    ours by step kind, ms per image [GFLOP/s]: {info['kinds']}")
+        if before is not None and after is not None:
+            print(f"    the other vCPU's data read ×{before:.2f} before, ×{after:.2f} after "
+                  "(bench/vcpus.py; from about ×1.3 the vCPUs share no cache)")
     print(f"    ours: {info['threads']}, sgemm {info['sgemm'] / 1e9:.1f} GFLOP/s; ONNX Runtime "
           f"{result['infos']['ort']['version']}, {result['infos']['ort']['threads']}; "
           f"load average now {os.getloadavg()[0]:.2f}")
