@@ -17,6 +17,7 @@ as the channels-last ``V @ U`` (ResNet-18's shapes, one thread: within 3% either
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
@@ -52,15 +53,22 @@ def convolve(data: Any, pad_y: int, pad_x: int, columns: int, tiles: Any, weight
     """
     kernels = _compiled()
     channels, filters = data.shape[1], out.shape[1]
-    per_sample = (columns - 2) // 2 * ((out.shape[2] + 1) // 2)
-    for start in range(0, data.shape[0], chunk):
-        stop = min(start + chunk, data.shape[0])
-        used = (stop - start) * per_sample
-        kernels["input"](data[start:stop], pad_y, pad_x, columns, tiles, 0, channels)
+    for samples, used, residual in _chunks(columns, other, out, chunk):
+        kernels["input"](data[samples], pad_y, pad_x, columns, tiles, 0, channels)
         np.matmul(weights, tiles[:, :channels * used].reshape(16, channels, used),
                   products[:, :filters * used].reshape(16, filters, used))
-        residual = other[start:stop] if other.shape[0] else other
-        kernels["output"](products, bias, residual, out[start:stop], low, high, 0, filters)
+        kernels["output"](products, bias, residual, out[samples], low, high, 0, filters)
+
+
+def _chunks(columns: int, other: Any, out: Any, chunk: int) -> Iterator[tuple[slice, int, Any]]:
+    """For each chunk of ``chunk`` samples: their slice, their tiles (``columns`` being
+    `convolve`'s row width), and their residual operand (``other`` itself where it has no
+    samples)."""
+    per_sample = (columns - 2) // 2 * ((out.shape[2] + 1) // 2)
+    for start in range(0, out.shape[0], chunk):
+        samples = slice(start, min(start + chunk, out.shape[0]))
+        yield (samples, (samples.stop - start) * per_sample,
+               other[samples] if other.shape[0] else other)
 
 
 def job(call: Any, workspace: Any) -> Any:
@@ -74,20 +82,16 @@ def job(call: Any, workspace: Any) -> Any:
     if not gemm_kernel.available() or weights.dtype != np.float32:
         return None
     channels, filters = data.shape[1], out.shape[1]
-    per_sample = (columns - 2) // 2 * ((out.shape[2] + 1) // 2)
     packed = workspace.derived(weights, "gemm packed, each", gemm_kernel.pack_each)
     steps = []
-    for start in range(0, data.shape[0], chunk):
-        stop = min(start + chunk, data.shape[0])
-        used = (stop - start) * per_sample
-        source = data[start:stop]
-        residual = other[start:stop] if other.shape[0] else other
+    for samples, used, residual in _chunks(columns, other, out, chunk):
+        source, target = data[samples], out[samples]
         transforms = (
             kernel_jobs.bind((__name__, "input"), (source, pad_y, pad_x, columns, tiles),
                              channels, kernel_jobs.parts_for(channels, source.size)),
-            kernel_jobs.bind((__name__, "output"), (products, bias, residual, out[start:stop],
-                                                 low, high),
-                             filters, kernel_jobs.parts_for(filters, out[start:stop].size)))
+            kernel_jobs.bind((__name__, "output"), (products, bias, residual, target, low,
+                                                 high),
+                             filters, kernel_jobs.parts_for(filters, target.size)))
         if None in transforms:
             return None
         product = gemm_kernel.bind_packed_batch(

@@ -162,12 +162,11 @@ class Plan:
                 for name, buffer in self._input_buffers:
                     fill_rows(buffer, feed[name])
                 threads = spin_pool.threads() if self._spins else 1
-                if threads > 1 and not self._hold_blas:
-                    spin_pool.stick(threads)
-                    self._run_steps()
-                elif threads > 1:
+                if threads > 1 and self._hold_blas:
                     self._run_spinning()
                 else:
+                    if threads > 1:
+                        spin_pool.stick(threads)
                     self._run_steps()
                 return [head.copy() for head in self._heads] if copy_outputs else \
                     list(self._heads)
