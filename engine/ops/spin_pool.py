@@ -247,26 +247,31 @@ class Choice:
     both ways: the median of the last `SAMPLES` runs each way decides (the first run each way
     left out: it makes the jobs of `WhenArmed` steps), and every `EXPLORE` runs one goes the
     other way, to notice when the machine changes (on ResNet-18 where armed wins, that run
-    costs 12 ms in 32 runs of 17: 2%)."""
+    costs 12 ms in 32 runs of 17: 2%). An exploring run that beats the way taken explores
+    again at once, so a burst that left the other way's samples slow is forgotten within
+    `SAMPLES` runs, not `SAMPLES` explorations (MobileNet v2 on two cores ran a bench round's
+    median at its one-thread 10 ms where armed runs took 6)."""
 
     SAMPLES = 3
     EXPLORE = 32
 
-    __slots__ = ("_times", "_runs", "_warm")
+    __slots__ = ("_times", "_runs", "_warm", "_again")
 
     def __init__(self) -> None:
         self._times: tuple[list[float], list[float]] = ([], [])  # armed, one thread
         self._runs = 0
         self._warm = [False, False]  # the first run each way makes jobs (`WhenArmed`): unkept
+        self._again = False  # the last exploring run won: explore the next one too
 
     def armed(self) -> bool:
         """Whether the next run should be armed."""
         self._runs += 1
-        armed, alone = self._times
-        if len(armed) < self.SAMPLES or len(alone) < self.SAMPLES:  # each way, in turn
+        faster = self._faster()
+        if faster is None:  # each way, in turn
+            armed, alone = self._times
             return len(armed) <= len(alone)
-        faster = _median(armed) <= _median(alone)
-        return faster != (self._runs % self.EXPLORE == 0)
+        explore, self._again = self._again or self._runs % self.EXPLORE == 0, False
+        return faster != explore
 
     def record(self, armed: bool, seconds: float) -> None:
         """A run's wall time, armed or on one thread."""
@@ -274,10 +279,20 @@ class Choice:
         if not self._warm[way]:
             self._warm[way] = True
             return
+        faster = self._faster()
+        if faster is not None and armed != faster:
+            self._again = seconds < _median(self._times[1 - way])
         times = self._times[way]
         times.append(seconds)
         if len(times) > self.SAMPLES:
             del times[0]
+
+    def _faster(self) -> bool | None:
+        """Whether armed runs are the faster way now; None until both ways have samples."""
+        armed, alone = self._times
+        if len(armed) < self.SAMPLES or len(alone) < self.SAMPLES:
+            return None
+        return _median(armed) <= _median(alone)
 
 
 def _median(values: list[float]) -> float:

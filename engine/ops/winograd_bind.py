@@ -1,4 +1,4 @@
-"""Stride-1 3×3 convolution bound into a plan as Winograd F(2×2, 3×3).
+"""Stride-1 3×3 convolution bound into a plan as Winograd F(2×2, 3×3), or F(4×4, 3×3) compiled.
 
 The im2col + sgemm path already runs 3×3 convolutions near the GEMM's own speed, so only fewer
 flops can make them faster. F(2×2, 3×3) computes each 2×2 output tile from a 4×4 input tile ``d``
@@ -12,6 +12,13 @@ constants read-only, and only read-only weights qualify. The transforms are ufun
 strided views (rows, then columns) into the plan's scratch, so a run allocates nothing. They run
 channels-last, after one transposing copy in and one out: channels-first, their innermost runs
 would be half a row of tiles (4 to 28 cells) and cost as much as the GEMMs save.
+
+Where numba is installed and the layer has tiles enough (`F4_MIN_TILES`), `winograd_kernel`'s
+compiled F(4×4, 3×3) runs instead: 36 products per 4×4 output tile from 6×6 input tiles, U =
+G₄ g G₄ᵀ. Its larger coefficients (up to 8) did not cost float32 accuracy that shows (ResNet-18
+at 224² against the reference interpreter: max |diff| 4.6e-4 of outputs up to 688, F(2×2)
+5.8e-4; MXNet's own BasicBlockV1 export within its tolerance). A NaN input reaches every output
+of the 4×4 tiles whose 6×6 input tiles hold it, not only its 3×3 neighbours.
 """
 
 from __future__ import annotations
@@ -31,6 +38,9 @@ from engine.ops.workspace import aligned
 
 G = np.array(  # the weight transform of F(2×2, 3×3) (Lavin and Gray, 2015)
     [[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
+G_4 = np.array(  # and of F(4×4, 3×3), interpolating at 0, ±1, ±2 (ibid.)
+    [[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
+     [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]])
 
 # Where Winograd measured faster (bench/winograd.py, one thread). The transforms cost per
 # channel and the GEMMs per channel pair: below 64 channels the saving hardly pays for them
@@ -48,6 +58,13 @@ CHUNK_TILES = 128
 # The compiled transforms (`winograd_kernel`) from this many tiles across: they run a tile row
 # at a time, and below it the NumPy ones, channels-last, run longer loops.
 COMPILED_MIN_COLUMNS = 14
+# The compiled transforms run F(4×4, 3×3) from this many 4×4 tiles (over the batch): 36
+# products per tile of 16 outputs against F(2×2)'s 16 per 4, 1.8× fewer multiply-adds and
+# intermediates, though U is 36/9 of the weights and read for fewer tiles. ResNet-18, whole
+# networks A/B in one process (Zen 4): batch 1 one thread 28.8 → 26.2 ms, two 16.6 → 15.4; batch
+# 4 one thread 110 → 101, two 58.7 → 52.4 (from 49 tiles); from 16 (adds 256 × 14² at batch 1,
+# 512 × 7² at 4) 2–5% more; from 4 (512 × 7² at batch 1, U 38 MB) 17% slower.
+F4_MIN_TILES = 16
 
 
 @dataclass(frozen=True)
@@ -69,9 +86,10 @@ class _Layout:
         return second, third, third + self.sizes[2] * itemsize
 
 
-def _tile_counts(data_shape: Ints, pad: Ints) -> Ints:
-    """(th, tw): 2×2 output tiles down and across, the last ones cropped for odd sizes."""
-    return tuple(-(-(size + 2 * p - 2) // 2) for size, p in zip(data_shape[2:], pad))
+def _tile_counts(data_shape: Ints, pad: Ints, m: int = 2) -> Ints:
+    """(th, tw): m×m output tiles down and across, the last ones cropped where m does not
+    divide the output."""
+    return tuple(-(-(size + 2 * p - 2) // m) for size, p in zip(data_shape[2:], pad))
 
 
 def _layout(data_shape: Ints, filters: int, pad: Ints) -> _Layout:
@@ -110,8 +128,9 @@ def scratch_bytes(data_shape: Ints, filters: int, geometry: Geometry, itemsize: 
 def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometry,
          workspace: Any) -> list[Callable[[], Any]]:
     """Calls computing ``out = conv(data, weight) + bias`` (3×3, stride 1, float32)."""
-    if (_tile_counts(data.shape, geometry[3])[1] >= COMPILED_MIN_COLUMNS
-            and depthwise_kernel.available()):
+    if depthwise_kernel.available() and (
+            _tile_counts(data.shape, geometry[3])[1] >= COMPILED_MIN_COLUMNS
+            or compiled_tile(data.shape, out.shape[1], geometry[3]) == 4):
         return [_bind_compiled(data, weight, bias, out, geometry, workspace)]
     batch, channels, height, width = data.shape
     filters = out.shape[1]
@@ -136,40 +155,54 @@ def _bind_compiled(data: Any, weight: Any, bias: Any, out: Any, geometry: Geomet
     """One call to `winograd_kernel.convolve`: the transforms compiled, channels-first."""
     filters = out.shape[1]
     pad = geometry[3]
-    tw = _tile_counts(data.shape, pad)[1]
-    chunk, tiles_cells, products_cells = _compiled_layout(data.shape, filters, pad)
-    tiles = workspace.region(0, (16, tiles_cells), data.dtype)
-    products = workspace.region(aligned(tiles.nbytes), (16, products_cells), data.dtype)
-    weights = workspace.derived(weight, "winograd, filters first", _transform_weight_rows)
+    m = compiled_tile(data.shape, filters, pad)
+    tw = _tile_counts(data.shape, pad, m)[1]
+    chunk, tiles_cells, products_cells = _compiled_layout(data.shape, filters, pad, m)
+    xis = (m + 2) ** 2
+    tiles = workspace.region(0, (xis, tiles_cells), data.dtype)
+    products = workspace.region(aligned(tiles.nbytes), (xis, products_cells), data.dtype)
+    weights = workspace.derived(weight, f"winograd F({m}×{m}), filters first",
+                                partial(_transform_weight_rows, m=m))
     shifts = np.zeros(filters, data.dtype) if bias is None else bias.reshape(filters)
     no_residual = np.empty((0, *out.shape[1:]), out.dtype)
     bounds = (out.dtype.type(-np.inf), out.dtype.type(np.inf))
-    return partial(winograd_kernel.convolve, data, pad[0], pad[1], 2 * tw + 2, tiles, weights,
+    return partial(winograd_kernel.convolve, data, pad[0], pad[1], m * tw + 2, tiles, weights,
                    products, shifts, no_residual, out, chunk, *bounds)
 
 
-def _compiled_layout(data_shape: Ints, filters: int, pad: Ints) -> tuple[int, int, int]:
+def compiled_tile(data_shape: Ints, filters: int, pad: Ints) -> int:
+    """m of the compiled F(m×m, 3×3) for this layer: 4 where it has tiles enough (4 × 4
+    outputs each) by `F4_MIN_TILES`, else 2."""
+    return 4 if data_shape[0] * math.prod(_tile_counts(data_shape, pad, 4)) >= F4_MIN_TILES else 2
+
+
+def _compiled_layout(data_shape: Ints, filters: int, pad: Ints,
+                     m: int) -> tuple[int, int, int]:
     """(samples per chunk, cells per ξ row of the tiles, of the products) when compiled."""
     chunk = _layout(data_shape, filters, pad).chunk
-    cells = chunk * math.prod(_tile_counts(data_shape, pad))
+    cells = chunk * math.prod(_tile_counts(data_shape, pad, m))
     return chunk, cells * data_shape[1], cells * filters + winograd_kernel.PRODUCTS_PAD
 
 
 def _compiled_bytes(data_shape: Ints, filters: int, pad: Ints, itemsize: int) -> int:
-    _, tiles, products = _compiled_layout(data_shape, filters, pad)
-    return aligned(16 * tiles * itemsize) + 16 * products * itemsize
+    m = compiled_tile(data_shape, filters, pad)
+    _, tiles, products = _compiled_layout(data_shape, filters, pad, m)
+    xis = (m + 2) ** 2
+    return aligned(xis * tiles * itemsize) + xis * products * itemsize
 
 
-def _transform_weight_rows(weight: Any) -> np.ndarray:
-    """U as (16, F, C), the left operand of the channels-first GEMMs."""
-    return np.ascontiguousarray(_transform_weight(weight).transpose(0, 2, 1))
+def _transform_weight_rows(weight: Any, m: int = 2) -> np.ndarray:
+    """U as (α², F, C), the left operand of the channels-first GEMMs of F(m×m, 3×3)."""
+    return np.ascontiguousarray(_transform_weight(weight, m).transpose(0, 2, 1))
 
 
-def _transform_weight(weight: Any) -> np.ndarray:
-    """U = G g Gᵀ for every (filter, channel) pair, as (16, C, F): computed in float64."""
+def _transform_weight(weight: Any, m: int = 2) -> np.ndarray:
+    """U = G g Gᵀ for every (filter, channel) pair, as (α², C, F): computed in float64."""
     filters, channels = weight.shape[:2]
-    transformed = np.einsum("ri,fcij,sj->rscf", G, weight.astype(np.float64), G)
-    return np.ascontiguousarray(transformed.reshape(16, channels, filters), dtype=weight.dtype)
+    g = G if m == 2 else G_4
+    transformed = np.einsum("ri,fcij,sj->rscf", g, weight.astype(np.float64), g)
+    return np.ascontiguousarray(transformed.reshape(len(g) ** 2, channels, filters),
+                                dtype=weight.dtype)
 
 
 def _bind_chunk(xp: Any, padded: Any, weight: Any, bias: Any, out: Any, layout: _Layout,

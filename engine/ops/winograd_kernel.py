@@ -1,4 +1,5 @@
-"""Compiled (numba) input and output transforms of Winograd F(2×2, 3×3), channels-first.
+"""Compiled (numba) input and output transforms of Winograd F(2×2, 3×3) and F(4×4, 3×3),
+channels-first.
 
 `winograd_bind`'s NumPy transforms are 44 ufunc passes over strided views per layer, plus a
 transposing copy in and one out (ResNet-18 at batch 1: 3.7 ms of add/subtract passes and 2.2 ms
@@ -11,12 +12,16 @@ of copies against 22.8 ms of GEMMs). Here each transform is one pass, a tile row
   ``Y = Aᵀ M A`` straight into the output (N, F, H, W), adding the bias, a residual operand and
   clamping as it writes (the epilogue of a fused chain, see `epilogue.absorb`).
 
+F(4×4, 3×3) (`_input_transform_4`, `_output_transform_4`) does the same with six rows and
+columns in, four out, and 36 products.
+
 Channels-first, the GEMM is ``M[ξ] = U[ξ] (F, C) @ V[ξ] (C, tiles)``; OpenBLAS runs it as fast
 as the channels-last ``V @ U`` (ResNet-18's shapes, one thread: within 3% either way).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from functools import partial
 from typing import Any
@@ -34,6 +39,8 @@ OTHER, OUT = 8, 9  # positions of the residual operand and the output in `convol
 # 56², one thread: 0.65 ms unpadded, 0.25 padded; the GEMMs do not notice). The tiles are
 # left unpadded: the input transform measured 0.40 ms unpadded and 0.47 padded.
 PRODUCTS_PAD = 16
+# The compiled transforms of each variant by its products' count: F(2×2, 3×3), F(4×4, 3×3).
+TRANSFORMS = {16: ("input", "output"), 36: ("input_4", "output_4")}
 
 
 def convolve(data: Any, pad_y: int, pad_x: int, columns: int, tiles: Any, weights: Any,
@@ -41,30 +48,38 @@ def convolve(data: Any, pad_y: int, pad_x: int, columns: int, tiles: Any, weight
              high: Any) -> None:
     """``out = clip(conv3x3(data) + bias + other, low, high)`` for a stride-1 3×3 convolution
     padded by (pad_y, pad_x): per ``chunk`` samples, the input transform into ``tiles``, the
-    16 GEMMs ``weights[ξ] (F, C) @ V[ξ]`` into ``products`` in BLAS, and the output transform.
+    α² GEMMs ``weights[ξ] (F, C) @ V[ξ]`` into ``products`` in BLAS, and the output transform.
 
-    ``tiles`` and ``products`` are (16, pitch) scratch, row ξ holding V[ξ] (C, chunk·T) and
-    M[ξ] (F, chunk·T) from its start; ``columns`` (2·tw + 2) is the width of the input
-    transform's rows (it keeps them itself); ``bias`` (F,). ``other`` has out's shape, or no
-    samples at all (no residual). NaN stays NaN, as ``clip`` keeps it. One call per layer, so
-    that an epilogue folds into it whatever the batch: its last two arguments are the bounds
-    (``epilogue.absorb`` narrows them), and `OTHER` and `OUT` say where the residual and the
-    output are.
+    ``tiles`` and ``products`` are (α², pitch) scratch, row ξ holding V[ξ] (C, chunk·T) and
+    M[ξ] (F, chunk·T) from its start: 16 rows for F(2×2, 3×3), 36 for F(4×4, 3×3) (`tile`).
+    ``columns`` (m·tw + 2) is the width of the input transform's rows (it keeps them itself);
+    ``bias`` (F,). ``other`` has out's shape, or no samples at all (no residual). NaN stays NaN,
+    as ``clip`` keeps it. One call per layer, so that an epilogue folds into it whatever the
+    batch: its last two arguments are the bounds (``epilogue.absorb`` narrows them), and
+    `OTHER` and `OUT` say where the residual and the output are.
     """
     kernels = _compiled()
-    channels, filters = data.shape[1], out.shape[1]
-    for samples, used, residual in _chunks(columns, other, out, chunk):
-        kernels["input"](data[samples], pad_y, pad_x, columns, tiles, 0, channels)
-        np.matmul(weights, tiles[:, :channels * used].reshape(16, channels, used),
-                  products[:, :filters * used].reshape(16, filters, used))
-        kernels["output"](products, bias, residual, out[samples], low, high, 0, filters)
+    names = TRANSFORMS[len(tiles)]
+    channels, filters, xis = data.shape[1], out.shape[1], len(tiles)
+    for samples, used, residual in _chunks(columns, xis, other, out, chunk):
+        kernels[names[0]](data[samples], pad_y, pad_x, columns, tiles, 0, channels)
+        np.matmul(weights, tiles[:, :channels * used].reshape(xis, channels, used),
+                  products[:, :filters * used].reshape(xis, filters, used))
+        kernels[names[1]](products, bias, residual, out[samples], low, high, 0, filters)
 
 
-def _chunks(columns: int, other: Any, out: Any, chunk: int) -> Iterator[tuple[slice, int, Any]]:
+def tile(xis: int) -> int:
+    """m, the output tile's side, of the variant with ``xis`` (α² = (m + 2)²) products."""
+    return math.isqrt(xis) - 2
+
+
+def _chunks(columns: int, xis: int, other: Any, out: Any,
+            chunk: int) -> Iterator[tuple[slice, int, Any]]:
     """For each chunk of ``chunk`` samples: their slice, their tiles (``columns`` being
-    `convolve`'s row width), and their residual operand (``other`` itself where it has no
-    samples)."""
-    per_sample = (columns - 2) // 2 * ((out.shape[2] + 1) // 2)
+    `convolve`'s row width, ``xis`` its products), and their residual operand (``other``
+    itself where it has no samples)."""
+    m = tile(xis)
+    per_sample = (columns - 2) // m * -(-out.shape[2] // m)
     for start in range(0, out.shape[0], chunk):
         samples = slice(start, min(start + chunk, out.shape[0]))
         yield (samples, (samples.stop - start) * per_sample,
@@ -73,7 +88,7 @@ def _chunks(columns: int, other: Any, out: Any, chunk: int) -> Iterator[tuple[sl
 
 def job(call: Any, workspace: Any) -> Any:
     """A bound `convolve` as the same steps, each a `spin_pool` job: per chunk, the input
-    transform by channels, the 16 products as one job of our GEMM (weights packed once per
+    transform by channels, the α² products as one job of our GEMM (weights packed once per
     model), the output transform by filters. None where the arrays cannot be passed so."""
     from engine.ops import gemm_kernel, kernel_jobs
 
@@ -81,22 +96,23 @@ def job(call: Any, workspace: Any) -> Any:
      high) = call.args
     if not gemm_kernel.available() or weights.dtype != np.float32:
         return None
-    channels, filters = data.shape[1], out.shape[1]
+    channels, filters, xis = data.shape[1], out.shape[1], len(tiles)
+    names = TRANSFORMS[xis]
     packed = workspace.derived(weights, "gemm packed, each", gemm_kernel.pack_each)
     steps = []
-    for samples, used, residual in _chunks(columns, other, out, chunk):
+    for samples, used, residual in _chunks(columns, xis, other, out, chunk):
         source, target = data[samples], out[samples]
         transforms = (
-            kernel_jobs.bind((__name__, "input"), (source, pad_y, pad_x, columns, tiles),
+            kernel_jobs.bind((__name__, names[0]), (source, pad_y, pad_x, columns, tiles),
                              channels, kernel_jobs.parts_for(channels, source.size)),
-            kernel_jobs.bind((__name__, "output"), (products, bias, residual, target, low,
-                                                 high),
+            kernel_jobs.bind((__name__, names[1]), (products, bias, residual, target, low,
+                                                     high),
                              filters, kernel_jobs.parts_for(filters, target.size)))
         if None in transforms:
             return None
         product = gemm_kernel.bind_packed_batch(
-            packed, tiles[:, :channels * used].reshape(16, channels, used),
-            products[:, :filters * used].reshape(16, filters, used))
+            packed, tiles[:, :channels * used].reshape(xis, channels, used),
+            products[:, :filters * used].reshape(xis, filters, used))
         steps += [transforms[0], product, transforms[1]]
     return partial(_in_turn, tuple(steps))
 
@@ -112,8 +128,10 @@ def compiled_kernels() -> dict[str, Any]:
 
 
 def _compiled() -> dict[str, Any]:
-    return compiled_once(_kernels, lambda: {"input": compile_kernel(_input_transform),
-                                            "output": compile_kernel(_output_transform)})
+    return compiled_once(_kernels, lambda: {
+        "input": compile_kernel(_input_transform), "output": compile_kernel(_output_transform),
+        "input_4": compile_kernel(_input_transform_4),
+        "output_4": compile_kernel(_output_transform_4)})
 
 
 def _input_transform(data: Any, pad_y: int, pad_x: int, columns: int, tiles: Any, first: int,
@@ -205,3 +223,119 @@ def _output_transform(products: Any, bias: Any, other: Any, out: Any, low: Any, 
                             target[x] = high if value > high else value
 
 
+
+
+def _input_transform_4(data: Any, pad_y: int, pad_x: int, columns: int, tiles: Any, first: int,
+                       last: int) -> None:  # pragma: no cover - runs compiled
+    # `_input_transform` for F(4×4, 3×3): 6×6 input tiles 4 apart, V = Bᵀ d B with Bᵀ's rows
+    # (4 0 -5 0 1 0), (0 -4 -4 1 1 0), (0 4 -4 -1 1 0), (0 -2 -1 2 1 0), (0 2 -1 -2 1 0),
+    # (0 4 0 -5 0 1). The six input rows are kept split by column modulo 4 (``lines[k, q, j]``
+    # holds column 4j + q), so that both passes read contiguous runs: a tile's six columns are
+    # then cell j of phases 0-3 and cell j + 1 of phases 0-1. Interleaved, the pass across read
+    # every fourth cell (64 × 56², one thread: 0.56 ms against 0.32).
+    samples, channels, height, width = data.shape
+    tw = (columns - 2) // 4
+    th = (height + 2 * pad_y + 1) // 4
+    per_channel = samples * th * tw
+    lines = np.zeros((6, 4, tw + 1), data.dtype)  # zero where the padding is: never written
+    combined = np.zeros((6, 4, tw + 1), data.dtype)
+    flat_lines, flat_combined = lines.reshape(6, -1), combined.reshape(6, -1)
+    d0, d1, d2, d3, d4, d5 = (flat_lines[0], flat_lines[1], flat_lines[2], flat_lines[3],
+                              flat_lines[4], flat_lines[5])
+    r0, r1, r2, r3, r4, r5 = (flat_combined[0], flat_combined[1], flat_combined[2],
+                              flat_combined[3], flat_combined[4], flat_combined[5])
+    factors = np.array([2, 4, 5], data.dtype)  # typed as the data: no float64 arithmetic
+    two, four, five = factors[0], factors[1], factors[2]
+    for c in range(first, last):
+        for n in range(samples):
+            plane = data[n, c]
+            for i in range(th):
+                for k in range(6):
+                    y, line = 4 * i - pad_y + k, lines[k]
+                    if 0 <= y < height:
+                        source = plane[y]
+                        for x in range(width):
+                            cell = x + pad_x
+                            line[cell & 3, cell >> 2] = source[x]
+                    else:
+                        line[:] = 0
+                for x in range(d0.size):  # Bᵀ down the six rows, every phase at once
+                    r0[x] = four * d0[x] - five * d2[x] + d4[x]
+                    r1[x] = d3[x] + d4[x] - four * (d1[x] + d2[x])
+                    r2[x] = d4[x] - d3[x] + four * (d1[x] - d2[x])
+                    r3[x] = d4[x] - d2[x] + two * (d3[x] - d1[x])
+                    r4[x] = d4[x] - d2[x] + two * (d1[x] - d3[x])
+                    r5[x] = four * d1[x] - five * d3[x] + d5[x]
+                start = c * per_channel + (n * th + i) * tw
+                for r in range(6):  # B across each tile's six columns
+                    p0, p1, p2, p3 = combined[r, 0], combined[r, 1], combined[r, 2], combined[r, 3]
+                    v0 = tiles[6 * r, start:start + tw]
+                    v1 = tiles[6 * r + 1, start:start + tw]
+                    v2 = tiles[6 * r + 2, start:start + tw]
+                    v3 = tiles[6 * r + 3, start:start + tw]
+                    v4 = tiles[6 * r + 4, start:start + tw]
+                    v5 = tiles[6 * r + 5, start:start + tw]
+                    for j in range(tw):
+                        a0, a1, a2, a3, a4, a5 = p0[j], p1[j], p2[j], p3[j], p0[j + 1], p1[j + 1]
+                        v0[j] = four * a0 - five * a2 + a4
+                        v1[j] = a3 + a4 - four * (a1 + a2)
+                        v2[j] = a4 - a3 + four * (a1 - a2)
+                        v3[j] = a4 - a2 + two * (a3 - a1)
+                        v4[j] = a4 - a2 + two * (a1 - a3)
+                        v5[j] = four * a1 - five * a3 + a5
+
+
+def _output_transform_4(products: Any, bias: Any, other: Any, out: Any, low: Any, high: Any,
+                        first: int, last: int) -> None:  # pragma: no cover - runs compiled
+    # `_output_transform` for F(4×4, 3×3): Y = Aᵀ M A with Aᵀ's rows (1 1 1 1 1 0),
+    # (0 1 -1 2 -2 0), (0 1 1 4 4 0), (0 1 -1 8 -8 1); down a tile row's 36 product rows
+    # into 24 (four output rows × six columns), then across into the four output rows.
+    samples, filters, height, width = out.shape
+    tw, th = (width + 3) // 4, (height + 3) // 4
+    per_filter = samples * th * tw
+    residual = other.shape[0] != 0
+    half = np.empty((24, tw), dtype=out.dtype)
+    quad = np.empty((4, 4 * tw), dtype=out.dtype)  # a tile row's four output rows, uncropped
+    factors = np.array([2, 4, 8], out.dtype)
+    two, four, eight = factors[0], factors[1], factors[2]
+    for f in range(first, last):
+        shift = bias[f]
+        for n in range(samples):
+            for i in range(th):
+                start = f * per_filter + (n * th + i) * tw
+                m = products[:, start:start + tw]
+                for s in range(6):  # Aᵀ down column s of every tile
+                    m0, m1, m2, m3, m4, m5 = m[s], m[6 + s], m[12 + s], m[18 + s], m[24 + s], \
+                        m[30 + s]
+                    h0, h1, h2, h3 = half[s], half[6 + s], half[12 + s], half[18 + s]
+                    for j in range(tw):
+                        p, q = m1[j] + m2[j], m1[j] - m2[j]
+                        r, t = m3[j] + m4[j], m3[j] - m4[j]
+                        h0[j] = m0[j] + p + r
+                        h1[j] = q + two * t
+                        h2[j] = p + four * r
+                        h3[j] = q + eight * t + m5[j]
+                for a in range(4):  # A across, the bias added
+                    t0, t1, t2 = half[6 * a], half[6 * a + 1], half[6 * a + 2]
+                    t3, t4, t5 = half[6 * a + 3], half[6 * a + 4], half[6 * a + 5]
+                    line = quad[a]
+                    for j in range(tw):
+                        p, q = t1[j] + t2[j], t1[j] - t2[j]
+                        r, t = t3[j] + t4[j], t3[j] - t4[j]
+                        line[4 * j] = t0[j] + p + r + shift
+                        line[4 * j + 1] = q + two * t + shift
+                        line[4 * j + 2] = p + four * r + shift
+                        line[4 * j + 3] = q + eight * t + t5[j] + shift
+                for a in range(min(4, height - 4 * i)):
+                    source, target = quad[a], out[n, f, 4 * i + a]
+                    if residual:
+                        added = other[n, f, 4 * i + a]
+                        for x in range(width):
+                            value = source[x] + added[x]
+                            value = low if value < low else value  # not min/max: NaN stays
+                            target[x] = high if value > high else value
+                    else:
+                        for x in range(width):
+                            value = source[x]
+                            value = low if value < low else value
+                            target[x] = high if value > high else value

@@ -23,6 +23,7 @@ from gluoncv.model_zoo.resnext import Block as ResNextBlock
 from gluoncv.model_zoo.simple_pose.simple_pose_resnet import SimplePoseResNet
 from gluoncv.model_zoo.yolo.yolo3 import YOLOV3
 from mxnet.gluon import nn
+from mxnet.gluon.model_zoo.vision.resnet import BasicBlockV1
 
 Batches = list[dict[str, np.ndarray]]
 
@@ -70,6 +71,14 @@ def build_resnet_v1b() -> mx.gluon.HybridBlock:
     return Classifier(conv_bn_relu(8, strides=2), [
         BasicBlockV1b(8, **norm),
         BottleneckV1b(4, strides=2, downsample=downsample(16, 2, False), **norm)])
+
+
+def build_resnet_v1_wide() -> mx.gluon.HybridBlock:
+    """MXNet's model zoo BasicBlockV1 at ResNet-18's first width (64 channels), 32x32 and 16x16:
+    the widths from which the engine runs 3x3 convolutions as Winograd."""
+    return Classifier(conv_bn_relu(64), [
+        BasicBlockV1(64, 1, in_channels=64),
+        BasicBlockV1(64, 2, downsample=True, in_channels=64)])
 
 
 def build_resnet_v1d() -> mx.gluon.HybridBlock:

@@ -101,6 +101,8 @@ MODELS = (
               "vocab 50, with pooler", 22, build_bert, bert_batches),
     ModelSpec("gluoncv_resnet_v1b_tiny", "gluoncv BasicBlockV1b + BottleneckV1b, 32x32, 5 classes",
               31, cv.build_resnet_v1b, cv.image_batches(32)),
+    ModelSpec("mxnet_resnet_v1_wide", "mxnet model_zoo BasicBlockV1 at 64 channels, 32x32 and "
+              "16x16, 5 classes", 39, cv.build_resnet_v1_wide, cv.image_batches(32, (1, 3))),
     ModelSpec("gluoncv_resnet_v1d_tiny", "gluoncv V1b blocks, deep stem, avg_down, 32x32",
               32, cv.build_resnet_v1d, cv.image_batches(32)),
     ModelSpec("gluoncv_se_resnext_tiny", "gluoncv ResNext Block use_se, cardinality 4, 32x32",

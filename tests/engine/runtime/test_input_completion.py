@@ -22,13 +22,15 @@ VARIABLE_AXES = {
     "gluoncv_ssd_tiny": {"data": [2, 3]},
     # token ids and token types: any sequence length; valid_length: one number per row
     "gluonnlp_bert_tiny": {"data0": [1], "data1": [1], "data2": []},
-    # the model families (tests/conformance/families.py); images: any height and width, even
-    # where a Dense after Flatten fixes only their product (ArcFace)
+    # the model families (tests/conformance/families.py) and MXNet's own 64-channel ResNet
+    # blocks; images: any height and width, even where a Dense after Flatten fixes only their
+    # product (ArcFace)
     **{name: {"data": [2, 3]} for name in (
         "arcface_tiny", "gluoncv_center_net_tiny", "gluoncv_deeplabv3_tiny",
         "gluoncv_fast_scnn_tiny", "gluoncv_fcn_tiny", "gluoncv_mobilenet_v3_tiny",
         "gluoncv_resnest_tiny", "gluoncv_resnet_v1b_tiny", "gluoncv_resnet_v1d_tiny",
-        "gluoncv_se_resnext_tiny", "gluoncv_simple_pose_tiny", "gluoncv_yolo3_tiny")},
+        "gluoncv_se_resnext_tiny", "gluoncv_simple_pose_tiny", "gluoncv_yolo3_tiny",
+        "mxnet_resnet_v1_wide")},
     "mxnet_rcnn_tiny": {"data0": [2, 3], "data1": []},  # images, (height, width, scale) each
     "gluonnlp_lstm_lm_tiny": {"data": [1]}, "gluonnlp_gru_lm_tiny": {"data": [1]},
     # source tokens, source lengths, target tokens, target lengths
