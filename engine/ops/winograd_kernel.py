@@ -59,8 +59,8 @@ def convolve(data: Any, pad_y: int, pad_x: int, columns: int, tiles: Any, weight
     `OTHER` and `OUT` say where the residual and the output are.
     """
     kernels = _compiled()
-    names = TRANSFORMS[len(tiles)]
     channels, filters, xis = data.shape[1], out.shape[1], len(tiles)
+    names = TRANSFORMS[xis]
     for samples, used, residual in _chunks(columns, xis, other, out, chunk):
         kernels[names[0]](data[samples], pad_y, pad_x, columns, tiles, 0, channels)
         np.matmul(weights, tiles[:, :channels * used].reshape(xis, channels, used),
@@ -218,8 +218,6 @@ def _output_transform(products: Any, bias: Any, other: Any, out: Any, low: Any, 
                     bottom[2 * j + 1] = l1 - l2 - l3 + shift
                 for a in range(min(2, height - 2 * i)):
                     _store(pair[a], other, out, n, f, 2 * i + a, residual, low, high)
-
-
 
 
 def _input_transform_4(data: Any, pad_y: int, pad_x: int, columns: int, tiles: Any, first: int,
