@@ -9,6 +9,7 @@ Parsers raise ``ValueError`` with a short description; the registry adds the op 
 from __future__ import annotations
 
 import ast
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -17,9 +18,17 @@ import numpy as np
 Parser = Callable[[Any], Any]
 
 
-def _literal(text: str) -> Any:
+# CPython 3.11 keeps the AST builder's recursion depth in interpreter-wide state: two threads
+# parsing at once (two models loading) can fail with "AST constructor recursion depth mismatch"
+# (python/cpython#106905). Parses are microseconds, so one lock costs nothing.
+_PARSE_LOCK = threading.Lock()
+
+
+def parse_literal(text: str) -> Any:
+    """A Python literal written as MXNet writes attributes; ``ValueError`` when it is not one."""
     try:
-        return ast.literal_eval(text.strip())
+        with _PARSE_LOCK:
+            return ast.literal_eval(text.strip())
     except (ValueError, SyntaxError, MemoryError, RecursionError):
         raise ValueError(f"cannot read {text!r} as a value") from None
 
@@ -69,7 +78,7 @@ def parse_str(value: Any) -> str:
 
 def _sequence(value: Any) -> Sequence[Any]:
     if isinstance(value, str):
-        value = _literal(value) if value.strip() not in ("", "()", "[]") else ()
+        value = parse_literal(value) if value.strip() not in ("", "()", "[]") else ()
     if isinstance(value, (int, np.integer, float, np.floating)) or value is None:
         return (value,)
     if isinstance(value, (tuple, list)):

@@ -4,7 +4,6 @@ and the power-distribution sampler ``powerd``.
 
 from __future__ import annotations
 
-import ast
 from typing import Any
 
 import numpy as np
@@ -18,6 +17,7 @@ from engine.ops.attrs import (
     parse_float,
     parse_int,
     parse_int_tuple,
+    parse_literal,
     parse_str,
 )
 from engine.ops.registry import Attrs, MaybeShape, OpDef, Param, register
@@ -160,8 +160,8 @@ def parse_pairs(value: Any) -> tuple[tuple[int, ...], ...]:
     """``"((1, 2), (0, 1))"`` (or the Python value): a tuple of int tuples."""
     if isinstance(value, str):
         try:
-            value = ast.literal_eval(value.strip())
-        except (ValueError, SyntaxError):
+            value = parse_literal(value)
+        except ValueError:
             raise ValueError(f"expected a tuple of (before, after) pairs, got {value!r}") from None
     if not isinstance(value, (tuple, list)):
         raise ValueError(f"expected a tuple of (before, after) pairs, got {value!r}")

@@ -8,6 +8,7 @@ as one list of cases.
 from __future__ import annotations
 
 import json
+import threading
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -94,10 +95,15 @@ def model_files(name: str) -> tuple[Path, Path]:
     return model_dir(name) / meta["symbol_file"], model_dir(name) / meta["params_file"]
 
 
+# np.load parses each array's header with ast.literal_eval, which CPython 3.11 cannot run in two
+# threads at once (python/cpython#106905); load tests read io sets from several threads.
+_NPZ_LOCK = threading.Lock()
+
+
 def model_io_sets(name: str) -> list[tuple[dict[str, np.ndarray], list[np.ndarray]]]:
     """Every (inputs, expected outputs) set of one model's ``io.npz``."""
     meta = model_meta(name)
-    with np.load(model_dir(name) / "io.npz") as data:
+    with _NPZ_LOCK, np.load(model_dir(name) / "io.npz") as data:
         return [({input_name: data[key] for input_name, key in io_set["inputs"].items()},
                  [data[key] for key in io_set["outputs"]]) for io_set in meta["io_sets"]]
 
