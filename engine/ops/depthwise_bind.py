@@ -17,7 +17,7 @@ Two layouts keep every copy a long contiguous run:
 
 Where numba is installed, `depthwise_kernel`'s compiled kernels replace the patches and the
 matmul (2-D, float32/64): over the NumPy-filled phases, or reading the input themselves for
-large strided planes (`PLANE_CELLS`) and large 3×3 stride-1 ones (`SAME_CELLS`).
+large strided planes (`PLANE_CELLS`) and every 3×3 stride-1 pad-1 one (`SAME_3X3`).
 
 The phases live in a zero-bordered `Workspace` buffer (only input cells are written per run), the
 patches and matmul results in the plan's shared scratch, and all views are made at bind time.
@@ -46,12 +46,11 @@ BLOCK_BYTES = 512 << 10  # patches + results of one channel block: measured best
 # 0.24 (medians 0.24, 0.28); at 28² and below the per-plane loops over short rows lose 30–40%.
 PLANE_CELLS = 56 * 56
 # Kernel, stride, dilation, padding of the commonest depthwise layer, which the compiled kernel
-# runs straight off the input from SAME_CELLS input cells per plane: no phase grid, the outputs
-# touching the padding summed with bounds. Measured likewise: 32 × 112² 0.19 ms against 0.21;
-# at 56² 0.27 against 0.26, and below, the edges' scalar sums cost more than NumPy's copy saves
-# (960 × 7²: 0.29 against 0.10).
+# runs straight off the input at every size: no phase grid to fill (`depthwise_same_3x3`).
+# MobileNet v2's layers, one thread, medians, against NumPy's fill and `depthwise_rows`:
+# 32 × 112² 0.143 ms against 0.209, 144 × 56² 0.166 / 0.241, 192 × 28² 0.065 / 0.105,
+# 384 × 14² 0.047 / 0.086, 960 × 7² 0.072 / 0.099; the whole network 10.3–10.5 → 9.5–9.9 ms.
 SAME_3X3 = ((3, 3), (1, 1), (1, 1), (1, 1))
-SAME_CELLS = 112 * 112
 
 
 @dataclass(frozen=True)
@@ -154,8 +153,7 @@ def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometr
     axes = _axes(data.shape, geometry)
     compiled = _compiled_applies(xp, data, weight, bias, axes)
     direct = compiled and data.flags.c_contiguous  # the kernels reading the input view it flat
-    if (direct and tuple(map(tuple, geometry)) == SAME_3X3
-            and math.prod(data.shape[2:]) >= SAME_CELLS):
+    if direct and tuple(map(tuple, geometry)) == SAME_3X3:
         return [_same_call(data, weight, bias, out)]
     if direct and max(geometry[1]) > 1 and math.prod(data.shape[2:]) >= PLANE_CELLS:
         return [_planes_call(data, weight, bias, out, axes, workspace)]
@@ -209,11 +207,11 @@ def _compiled_call(data: Any, weight: Any, bias: Any, out: Any, phases: Any,
 
 def _same_call(data: Any, weight: Any, bias: Any, out: Any) -> Callable[[], Any]:
     """The compiled 3×3 stride-1 pad-1 kernel, reading ``data`` itself."""
-    batch, channels, _, width = data.shape
+    batch, channels, height, width = data.shape
     bias = np.zeros(channels, data.dtype) if bias is None else bias
-    offsets = np.array([ky * width + kx for ky in range(3) for kx in range(3)], np.int64)
     return partial(depthwise_kernel.depthwise_same_3x3,
-                   data.reshape(batch * channels, *data.shape[2:]), offsets,
+                   data.reshape(batch * channels, *data.shape[2:]),
+                   depthwise_kernel.inner_columns(height, width),
                    weight.reshape(channels, -1), bias,
                    out.reshape(batch * channels, *out.shape[2:]),
                    data.dtype.type("-inf"), data.dtype.type("inf"))

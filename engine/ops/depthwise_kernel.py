@@ -9,7 +9,9 @@ the valid outputs written straight from that run, clamped where a ReLU6 follows.
 - `depthwise_planes` fills one plane's phase grid itself, in cache, then sums (large strided
   layers, whose NumPy fill is four strided copies);
 - `depthwise_same_3x3` reads the input itself (3×3, stride 1, pad 1): the rows between the
-  first and last as one flat run, then the outputs that touch the padding with bounds.
+  first and last as one flat run whose first and last columns leave out the taps across a
+  row's end (selected per cell), the first and last rows as runs of six taps, the corners
+  with bounds.
 
 Measured on MobileNet v2's 17 depthwise layers at batch 1, one thread, each interleaved with the
 binding before (one kernel adding tap by tap; best of 40, NumPy's phase fill and ReLU6
@@ -66,11 +68,18 @@ def depthwise_planes(data: Any, grid: Any, offsets: Any, weights: Any, bias: Any
                           data.shape[0])
 
 
-def depthwise_same_3x3(data: Any, offsets: Any, weights: Any, bias: Any, out: Any, low: Any,
+def depthwise_same_3x3(data: Any, inner: Any, weights: Any, bias: Any, out: Any, low: Any,
                        high: Any) -> None:
     """`depthwise_rows` for a 3×3, stride-1, pad-1 convolution, reading ``data`` (planes, H, W)
-    itself: no phase grid at all. ``offsets`` are ``ky·W + kx`` for the nine taps."""
-    _compiled()["same_3x3"](data, offsets, weights, bias, out, low, high, 0, data.shape[0])
+    itself: no phase grid at all. ``inner`` (`inner_columns`) marks each cell of a plane that
+    is not in the first column (bit 0) and not in the last (bit 1)."""
+    _compiled()["same_3x3"](data, inner, weights, bias, out, low, high, 0, data.shape[0])
+
+
+def inner_columns(height: int, width: int) -> np.ndarray:
+    """`depthwise_same_3x3`'s ``inner`` for planes of ``height`` × ``width``."""
+    column = np.arange(height * width) % width
+    return ((column != 0) | (column != width - 1) << 1).astype(np.uint8)
 
 
 def compiled_kernels() -> dict[str, Any]:
@@ -85,7 +94,7 @@ def _compiled() -> dict[str, Any]:
 
 
 def _compile() -> dict[str, Any]:
-    for helper in (_fill_phases, _sum_taps, _bounded_sum, _clamped, _edges, _rows):
+    for helper in (_fill_phases, _sum_taps, _bounded_sum, _clamped, _rows):
         globals()[helper.__name__] = compile_kernel(helper, fastmath={"contract"})
     return {"rows": globals()["_rows"],
             "planes": compile_kernel(_planes, fastmath={"contract"}),
@@ -205,55 +214,66 @@ def _sum_taps(flat: Any, offsets: Any, weights: Any, shift: Any,
             row[j] += weight * source[j]
 
 
-def _same_3x3(data: Any, offsets: Any, weights: Any, bias: Any, out: Any, low: Any,
+def _same_3x3(data: Any, inner: Any, weights: Any, bias: Any, out: Any, low: Any,
               high: Any, first: int, last: int) -> None:  # pragma: no cover - runs compiled
     planes, height, width = data.shape
     channels = weights.shape[0]
-    start, stop = width + 1, (height - 1) * width - 1
+    size = height * width
     for plane in range(first, last):
         channel = plane % channels
-        target = out[plane].reshape(-1)
-        # Rows 1 to H-2 as one run over the flat plane, each tap a shifted slice of it
-        # (offsets[k] = ky·W + kx from the run's start less W + 1). The run's first and last
-        # columns read across a row's end: they are redone below, with the top and bottom rows.
-        if stop > start:  # through `_rows`, as one row as long as the run
-            _rows(data[plane].reshape(1, -1), offsets, weights[channel:channel + 1],
-                  bias[channel:channel + 1], target[start:stop].reshape(1, 1, -1), 0, low, high,
-                  0, 1)
-        _edges(data[plane], weights[channel], bias[channel], out[plane], low, high)
-
-
-def _edges(plane: Any, weights: Any, shift: Any, target: Any, low: Any,
-           high: Any) -> None:  # pragma: no cover - runs compiled
-    """The outputs of a 3×3 pad-1 convolution that touch the padding: top and bottom rows
-    (vectorised runs of three taps per input row) and the first and last columns."""
-    height, width = plane.shape
-    if height < 3 or width < 3:  # too small to have an inside: every output bounded
-        for y in range(height):
-            for x in range(width):
-                target[y, x] = _clamped(_bounded_sum(plane, weights, shift, y, x), low, high)
-        return
-    for y in (0, height - 1):
-        line = target[y, 1:width - 1]
-        line[:] = shift
-        for row in range(max(y - 1, 0), min(y + 2, height)):
-            tap = 3 * (row - y + 1)
-            w0, w1, w2 = weights[tap], weights[tap + 1], weights[tap + 2]
-            left, middle, right = plane[row, 0:], plane[row, 1:], plane[row, 2:]
+        source, target = data[plane].reshape(-1), out[plane].reshape(-1)
+        taps, shift = weights[channel], bias[channel]
+        if height < 3 or width < 3:  # too small to have an inside: every output bounded
+            for cell in range(size):
+                target[cell] = _clamped(_bounded_sum(data[plane], taps, shift, cell // width,
+                                                     cell % width), low, high)
+            continue
+        # From (1, 1) to (H-2, W-2) as one flat run: tap (ky, kx) of the output at `start + j`
+        # is source[j + ky·W + kx]. In the first and last columns the left and right taps
+        # would read across a row's end: `inner` (bit 0: not the first column, bit 1: not the
+        # last) leaves them out by selection, not by a multiply (NaN · 0 is NaN).
+        w0, w1, w2, w3, w4 = taps[0], taps[1], taps[2], taps[3], taps[4]
+        w5, w6, w7, w8 = taps[5], taps[6], taps[7], taps[8]
+        start, stop = width + 1, size - width - 1
+        a0, a1, a2 = source[0:], source[1:], source[2:]
+        b0, b1, b2 = source[width:], source[width + 1:], source[width + 2:]
+        c0, c1, c2 = source[2 * width:], source[2 * width + 1:], source[2 * width + 2:]
+        run, keep = target[start:], inner[start:]
+        for j in range(stop - start):
+            left = w0 * a0[j] + w3 * b0[j] + w6 * c0[j]
+            right = w2 * a2[j] + w5 * b2[j] + w8 * c2[j]
+            value = shift + w1 * a1[j] + w4 * b1[j] + w7 * c1[j]
+            value = value + left if keep[j] & 1 else value  # no 0.0: it would make float32
+            value = value + right if keep[j] & 2 else value  # sums float64 ones
+            value = low if value < low else value  # not min/max: NaN stays NaN
+            run[j] = high if value > high else value
+        # The first and last rows between their corners: two input rows each (taps 3-8 for
+        # the top row, 0-5 for the bottom one).
+        for row, above, tap in ((0, 0, 3), (height - 1, height - 2, 0)):
+            line = target[row * width + 1:]
+            u0, u1, u2 = taps[tap], taps[tap + 1], taps[tap + 2]
+            v0, v1, v2 = taps[tap + 3], taps[tap + 4], taps[tap + 5]
+            p0, p1, p2 = source[above * width:], source[above * width + 1:], \
+                source[above * width + 2:]
+            q0, q1, q2 = source[(above + 1) * width:], source[(above + 1) * width + 1:], \
+                source[(above + 1) * width + 2:]
             for x in range(width - 2):
-                line[x] += w0 * left[x] + w1 * middle[x] + w2 * right[x]
-        for x in range(width - 2):
-            value = line[x]
-            value = low if value < low else value
-            line[x] = high if value > high else value
-    for y in range(height):
-        first, last = shift, shift
-        for row in range(max(y - 1, 0), min(y + 2, height)):
-            tap = 3 * (row - y + 1)
-            first += weights[tap + 1] * plane[row, 0] + weights[tap + 2] * plane[row, 1]
-            last += weights[tap] * plane[row, width - 2] + weights[tap + 1] * plane[row, width - 1]
-        target[y, 0] = _clamped(first, low, high)
-        target[y, width - 1] = _clamped(last, low, high)
+                value = (shift + u0 * p0[x] + u1 * p1[x] + u2 * p2[x]
+                         + v0 * q0[x] + v1 * q1[x] + v2 * q2[x])
+                value = low if value < low else value
+                line[x] = high if value > high else value
+        # The four corners (2 × 2 taps), and the run's two ends (3 × 2), which it leaves out
+        # because their taps across a row's end would read a cell outside the plane.
+        below, end = (height - 2) * width, (height - 3) * width + width - 2
+        for first, rows, tap, cell in ((0, 2, 4, 0), (width - 2, 2, 3, width - 1),
+                                       (below, 2, 1, below + width),
+                                       (below + width - 2, 2, 0, size - 1),
+                                       (0, 3, 1, width), (end, 3, 0, stop)):
+            value = shift
+            for row in range(rows):
+                at = first + row * width
+                value += taps[tap + 3 * row] * source[at] + taps[tap + 3 * row + 1] * source[at + 1]
+            target[cell] = _clamped(value, low, high)
 
 
 def _clamped(value: Any, low: Any, high: Any) -> Any:  # pragma: no cover - runs compiled

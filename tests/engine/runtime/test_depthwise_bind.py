@@ -56,7 +56,9 @@ def calls_reference_kernel(plan) -> bool:
 
 def calls_compiled_kernel(plan) -> bool:
     funcs = step_funcs(plan)
-    return depthwise_kernel.depthwise_rows in funcs or depthwise_kernel.depthwise_planes in funcs
+    return any(kernel in funcs for kernel in (depthwise_kernel.depthwise_rows,
+                                              depthwise_kernel.depthwise_planes,
+                                              depthwise_kernel.depthwise_same_3x3))
 
 
 def calls_same_kernel(plan) -> bool:
@@ -101,23 +103,26 @@ def test_kernel_reading_the_input_matches_reference(geometry: tuple, spatial: tu
     assert_same_runs(optimized, reference, shape)
 
 
-@pytest.mark.parametrize("spatial", [(12, 11), (3, 3), (2, 5), (1, 4), (6, 1), (4, 3)])
-def test_same_3x3_kernel_matches_reference(spatial: tuple,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    # Every size takes the 3x3 stride-1 kernel here (by default only 112x112 and larger): its
-    # inside run, its top/bottom rows and edge columns, and planes too small to have an inside.
-    monkeypatch.setattr(depthwise_bind, "SAME_CELLS", 0)
+@pytest.mark.parametrize("spatial", [(12, 11), (7, 7), (3, 3), (2, 5), (1, 4), (6, 1), (4, 3),
+                                     (5, 2)])
+def test_same_3x3_kernel_matches_reference(spatial: tuple) -> None:
+    # Every size takes the 3x3 stride-1 kernel: its inside run, its top/bottom rows and
+    # corners, and planes too small to have an inside.
     shape = (2, CHANNELS, *spatial)
     optimized, reference = load_pair(depthwise_block((3, 3), (1, 1), (1, 1), (1, 1), False),
                                      shape, RNG)
     assert calls_same_kernel(optimized.plan_for({"data": np.zeros(shape, np.float32)}))
     assert_same_runs(optimized, reference, shape)
-    x = RNG.normal(scale=3, size=shape).astype(np.float32)
-    x[1, 2, 0, 0] = np.nan  # a corner: it reaches the top row, the first column and the inside
-    got = optimized.infer({"data": x})["relu6_output"]
-    want = reference.infer({"data": x})["relu6_output"]
-    assert np.isnan(want).any()
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    height, width = spatial
+    # A corner reaches the top row, the first column and the inside; NaNs in the first and
+    # last columns of an inside row must not reach across the row's end to the row beside.
+    for y, x in ((0, 0), (height // 2, 0), (height // 2, width - 1)):
+        data = RNG.normal(scale=3, size=shape).astype(np.float32)
+        data[1, 2, y, x] = np.nan
+        got = optimized.infer({"data": data})["relu6_output"]
+        want = reference.infer({"data": data})["relu6_output"]
+        assert np.isnan(want).any()
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 def test_large_planes_take_the_kernels_reading_the_input() -> None:

@@ -108,7 +108,6 @@ def test_depthwise_kernels_cut_into_planes(batch: int, geometry: tuple,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     # Every 2-D kernel: the 3x3 one reading the input, the per-plane phase grids (each slab
     # needs a grid of its own), the whole-layer phases; whole samples or one sample's channels.
-    monkeypatch.setattr(depthwise_bind, "SAME_CELLS", 0)
     monkeypatch.setattr(depthwise_bind, "PLANE_CELLS", 0)
     monkeypatch.setattr(parallel, "KERNEL_MIN_BYTES", 0)
     kernel, stride, pad = geometry
