@@ -18,9 +18,10 @@ import numpy as np
 Parser = Callable[[Any], Any]
 
 
-# CPython 3.11 keeps the AST builder's recursion depth in interpreter-wide state: two threads
-# parsing at once (two models loading) can fail with "AST constructor recursion depth mismatch"
-# (python/cpython#106905). Parses are microseconds, so one lock costs nothing.
+# CPython 3.11's AST builder counts its recursion depth in state its threads share: two threads
+# parsing at once (two models loading), one of them switched out mid-parse by a finalizer, fail
+# with "AST constructor recursion depth mismatch" (reproduced on 3.11.7; python/cpython#106905).
+# A parse takes microseconds, so one lock costs nothing.
 _PARSE_LOCK = threading.Lock()
 
 
