@@ -85,12 +85,13 @@ def test_a_job_runs_every_part_once_alone_and_armed() -> None:
 def test_armed_jobs_run_on_several_threads() -> None:
     job, threads, counts = record_job(64, 16, work=2000)
     seen: set[int] = set()
+    # Until a worker takes a part, for seconds if need be: on a machine whose cores are busy
+    # with other work, the woken worker may wait that long for one.
+    deadline = time.monotonic() + 10
     with spin_pool.armed(2):
-        for _ in range(200):
+        while len(seen) < 2 and time.monotonic() < deadline:
             job()
             seen |= set(threads.tolist())
-            if len(seen) > 1:
-                break
     assert len(seen) >= 2, "no part ran on a worker while armed"
     assert counts.min() == counts.max()
 
@@ -313,9 +314,16 @@ def test_a_plan_that_leaves_blas_alone_keeps_the_workers_spinning_between_runs()
     assert not plan._hold_blas  # our product only: BLAS never spreads work here
     if spin_pool.threads() < 2:
         pytest.skip("one core or one BLAS thread: nothing spins")
-    got = model.infer(feed)["dense_output"]
     state = spin_pool._pool().state
-    assert state[spin_pool.STICKY] == 1  # spinning on, without a run armed
+    patience = int(state[spin_pool.PATIENCE])
+    # The workers give up 2 ms after the run; this thread, descheduled on a busy machine, may
+    # look later than that (it failed CI once): no giving up until it has looked.
+    state[spin_pool.PATIENCE] = 1 << 62
+    try:
+        got = model.infer(feed)["dense_output"]
+        assert state[spin_pool.STICKY] == 1  # spinning on, without a run armed
+    finally:
+        state[spin_pool.PATIENCE] = patience
     np.testing.assert_allclose(got, feed["data"] @ params["dense_weight"].T
                                + params["dense_bias"], rtol=1e-4, atol=1e-4)
     deadline = time.monotonic() + 20 * spin_pool.GRACE_SECONDS + 1
