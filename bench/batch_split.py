@@ -41,7 +41,7 @@ from threadpoolctl import threadpool_limits  # noqa: E402
 
 import engine  # noqa: E402
 from engine import sym  # noqa: E402
-from engine.ops import blas_threads, parallel  # noqa: E402
+from engine.cpu import blas_threads, parallel  # noqa: E402
 from engine.runtime import batch_split  # noqa: E402
 
 # After a GEMM on several threads OpenBLAS's workers spin for about 0.1 s (measured: 0.105 s

@@ -41,8 +41,8 @@ import nets  # noqa: E402 - the sibling modules, found through the path set just
 import vcpus  # noqa: E402
 
 import engine  # noqa: E402
+from engine.cpu import parallel  # noqa: E402
 from engine.graph.infer import infer_shapes  # noqa: E402
-from engine.ops import parallel  # noqa: E402
 from engine.runtime import Model  # noqa: E402
 
 MLP_CALLS = 200  # calls per timed round of the MLP (one call is microseconds)

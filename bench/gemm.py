@@ -26,7 +26,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's engine
 
 from engine import sym  # noqa: E402
-from engine.ops import gemm_kernel  # noqa: E402
+from engine.kernels import gemm_kernel  # noqa: E402
 
 # (M, K, N, where it comes from)
 SHAPES = (

@@ -81,7 +81,7 @@ def bench_join(model: Any, batch: int, repeat: int) -> dict[str, Any]:
     """A batch of ``batch`` one-image requests, as the server's batcher runs it: joined with
     ``np.concatenate`` then copied into the plan's pinned inputs (before #20's follow-up),
     against joined straight into the pinned inputs (`Model.batch_buffers`)."""
-    from engine.buffers import join_rows
+    from engine.runtime.buffers import join_rows
 
     rng = np.random.default_rng(3)
     requests = [rng.normal(size=(1, 3, 224, 224)).astype(np.float32) for _ in range(batch)]

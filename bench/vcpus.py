@@ -22,7 +22,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.ops import spin_pool  # noqa: E402 - this checkout's engine, found just above
+from engine.cpu import spin_pool  # noqa: E402 - this checkout's engine, found just above
 
 REGION_FLOATS = 1 << 18  # 1 MB per thread: each one's own L2 holds about as much
 _jobs: dict[str, Any] = {}

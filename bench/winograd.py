@@ -1,8 +1,8 @@
 """Benchmark: stride-1 3×3 convolutions bound as Winograd F(2×2, 3×3) against im2col + GEMM.
 
 Usage: ``python bench/winograd.py [--threads 1] [--repeat 9]``. For ResNet-18's stride-1 3×3
-layer shapes (pad 1) at batch 1 and 8 it binds both `engine.ops.conv_bind` and
-`engine.ops.winograd_bind` (whatever `winograd_bind.applies` says) into their own workspaces and
+layer shapes (pad 1) at batch 1 and 8 it binds both `engine.kernels.conv_bind` and
+`engine.kernels.winograd_bind` (whatever `winograd_bind.applies` says) into their own workspaces and
 prints per layer: ms per call of each (median of interleaved rounds), their ratio and the
 outputs' max abs difference, and whether `winograd_bind.applies` picks Winograd there. Its
 thresholds (`MIN_CHANNELS`, `MIN_TILES`) come from this table and from other shapes run the
@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from executor import interleaved  # noqa: E402 - the sibling module, found through the path
 
-from engine.ops import conv_bind, winograd_bind  # noqa: E402
-from engine.ops.workspace import Workspace  # noqa: E402
+from engine.kernels import conv_bind, winograd_bind  # noqa: E402
+from engine.kernels.workspace import Workspace  # noqa: E402
 
 LAYERS = [(64, 56), (128, 28), (256, 14), (512, 7)]  # (channels = filters, height = width)
 GEOMETRY = ((3, 3), (1, 1), (1, 1), (1, 1))

@@ -13,7 +13,7 @@ import numpy as np
 
 from engine.compiler.rewrite import Rewriter, consumers, head_entries
 from engine.graph.ir import Entry, Graph, Node
-from engine.ops.fused import FUSED_ELEMENTWISE, FusedStep
+from engine.ops.internal.fused import FUSED_ELEMENTWISE, FusedStep
 from engine.ops.registry import Attrs
 from engine.ops.shapes import same_shape
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.errors import EngineError
-from engine.ops.fused import FusedStep
+from engine.ops.internal.fused import FusedStep
 
 # C type used for the arithmetic of each output dtype (half is computed in float, as CUDA does).
 _COMPUTE_TYPES = {

@@ -5,7 +5,7 @@ Convolution node (convolution, then the bias when there is one), asks cuDNN's he
 plans, keeps the first that builds, and sizes its workspace. A run is then one ``execute`` with
 raw device pointers on a handle bound to the plan's stream: no allocation, no host copy, so the
 plan can still be captured as a CUDA graph. Where cuDNN or its frontend is missing, or declines
-a graph, the caller falls back to im2col and cuBLAS GEMM (`engine.ops.conv_bind`).
+a graph, the caller falls back to im2col and cuBLAS GEMM (`engine.kernels.conv_bind`).
 
 TF32 tensor-core engines are excluded for float32 unless the device allows TF32, as for GEMMs.
 """

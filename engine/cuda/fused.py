@@ -1,6 +1,6 @@
 """The GPU half of a fused elementwise node: its chain of steps as one generated kernel.
 
-The op's bind (`engine.ops.fused`) binds the head op as usual and, when its array module is
+The op's bind (`engine.ops.internal.fused`) binds the head op as usual and, when its array module is
 CuPy, adds the call `bind_chain` makes here.
 
 Kernels are cached by their source key (the chain's expressions and the dtypes), so every plan
@@ -15,7 +15,7 @@ from functools import partial
 from typing import Any
 
 from engine.cuda.codegen import FusedSource, fused_source
-from engine.ops.fused import FusedStep
+from engine.ops.internal.fused import FusedStep
 
 _KERNELS: dict[tuple, Any] = {}
 _LOCK = threading.Lock()

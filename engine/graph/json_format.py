@@ -21,7 +21,7 @@ from engine.errors import ModelFormatError, UnknownOperatorError
 from engine.graph.ir import VARIABLE, Entry, Graph, Node, make_node, verify
 from engine.ops.attrs import format_attr
 from engine.ops.catalog import unsupported_reason
-from engine.ops.control_flow import subgraph_count
+from engine.ops.control.flow import subgraph_count
 from engine.ops.registry import is_annotation
 
 MXNET_VERSION = 10901

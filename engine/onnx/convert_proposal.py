@@ -1,7 +1,7 @@
 """``_contrib_Proposal`` and ``_contrib_MultiProposal``: Faster R-CNN region proposals.
 
 Written batched, every image at once, in the arithmetic order of the engine's kernel
-(engine/ops/proposal.py): the anchors of the (export-time) feature map are constants; deltas
+(engine/ops/vision/proposal.py): the anchors of the (export-time) feature map are constants; deltas
 move them, boxes are clipped to ``im_info`` and the too-small ones grow and lose their score;
 TopK (ties: lower index first, as a stable sort) keeps the best ``rpn_pre_nms_top_n``; their
 "+1"-area IoU feeds `box_nms`'s suppression Loop; the survivors, in score order and repeated
@@ -15,7 +15,7 @@ import numpy as np
 
 from engine.onnx.context import NodeContext, converts
 from engine.onnx.convert_boxes import _greedy, _part
-from engine.ops.proposal import shifted_anchors
+from engine.ops.vision.proposal import shifted_anchors
 
 
 def _decode(ctx: NodeContext, deltas: str, height: int, width: int) -> str:

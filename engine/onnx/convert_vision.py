@@ -7,7 +7,7 @@ import numpy as np
 from engine.onnx.context import NodeContext, converts
 from engine.onnx.convert_nn import batch_norm, convolution, pooling
 from engine.onnx.convert_tensor import INT_MAX
-from engine.ops.adaptive import averaging_matrix
+from engine.ops.nn.adaptive_pool import averaging_matrix
 
 
 @converts("Convolution_v1")

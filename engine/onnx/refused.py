@@ -6,7 +6,7 @@ would differ from MXNet's. docs/onnx.md lists the same table.
 
 from __future__ import annotations
 
-from engine.ops.fused import FUSED_ELEMENTWISE
+from engine.ops.internal.fused import FUSED_ELEMENTWISE
 
 _NO_FACTORISATION = "ONNX has no matrix inverse, factorisation or triangular-solve op"
 _SIGN = "copysign copies the sign bit of a NaN, which no ONNX op can read"

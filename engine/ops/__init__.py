@@ -1,69 +1,25 @@
-"""The operator registry and every operator definition.
+"""The operator registry and every operator definition, one subpackage per family.
 
 Importing this package registers all operators; `get_op` looks one up by MXNet name or alias.
+The families: `nn` (layers), `math`, `tensor` (arrays as data), `vision` (detection and
+images), `numpy` (NumPy-mode names), `control` (subgraph ops) and `internal` (MXNet's own and
+the compiler's fused chains). Beside them sit what every family uses: the registry, attribute
+parsing (`attrs`), shape helpers (`shapes`), dtypes (`dtypes`), MXNet's names (`catalog`,
+`aliases`) and the coverage report.
 """
 
 from engine.ops import (  # noqa: F401  (imported for their registrations)
-    activation,
-    adaptive,
     aliases,
-    attention,
-    batchnorm_variants,
-    boxes,
-    control_flow,
-    conv,
-    correlation,
-    creation,
-    crop,
-    deformable,
-    dense,
-    dynamic,
-    elementwise,
-    fused,
-    gather,
-    image,
-    indexing,
-    internals,
-    join,
-    legacy_v1,
-    linalg,
-    linalg_np,
-    matching,
-    mathextra,
-    multibox,
-    nms,
-    norm,
-    npextra,
-    npinsert,
-    npmode,
-    npnorm,
-    npsequences,
-    npstats,
-    patches,
-    pdf,
-    pool,
-    products,
-    proposal,
-    psroi,
-    ranges,
-    reduce,
-    reshape,
-    resize,
-    rnn,
-    roi,
-    rroi,
-    sequence,
-    slicing,
-    spatial,
-    special,
-    spectral,
-    splits,
-    tile,
-    transpose,
-    utilities,
+    control,
+    internal,
+    math,
+    nn,
+    numpy,
+    tensor,
+    vision,
 )
 from engine.ops.registry import REQUIRED, Attrs, OpDef, Param, all_ops, get_op, has_op, register
 
-aliases.register_aliases()  # after every module above: aliases resolve to their records
+aliases.register_aliases()  # after every family above: aliases resolve to their records
 
 __all__ = ["REQUIRED", "Attrs", "OpDef", "Param", "all_ops", "get_op", "has_op", "register"]

@@ -11,7 +11,7 @@ Each part calls BLAS with one thread. OpenBLAS's ``openblas_set_num_threads_loca
 that per thread, but in numpy's pthreads build it sets the process-wide count (measured: after
 a worker thread called it with 1, the main thread's 1024² GEMMs ran on one core), so while any
 split call runs, BLAS is set to one thread for the whole process and restored when the last
-one ends (`engine.ops.blas_threads.one_thread`): an unsplit call on another thread meanwhile
+one ends (`engine.cpu.blas_threads.one_thread`): an unsplit call on another thread meanwhile
 gets one BLAS thread.
 Where that BLAS cannot be found (not numpy's OpenBLAS) nothing is split, since parts with
 multi-threaded GEMMs would oversubscribe the cores.
@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from engine.cpu import blas_threads, parallel
 from engine.graph.ir import Graph
-from engine.ops import blas_threads, parallel
 
 # Work (`work`: multiply-adds outside dense GEMMs, estimated) a run of rows must have for a
 # split to pay for its hand-off (tens of µs on the busy 2-core benchmark machine). Measured

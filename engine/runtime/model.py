@@ -10,16 +10,16 @@ from typing import Any
 
 import numpy as np
 
-from engine.buffers import BatchBuffers, HostBatch, PlanBatch
 from engine.compiler import optimize_graph, select_passes
 from engine.compiler.plan_memory import naive_bytes
+from engine.cpu import blas_threads
 from engine.device import Device, get_device
 from engine.errors import InputError, ModelFormatError, ShapeError
 from engine.graph.complete import complete_input_shapes, upstream_inputs
 from engine.graph.infer import NodeShapeError, declared_dtype, infer_dtypes, infer_shapes
 from engine.graph.ir import Graph
-from engine.ops import blas_threads
 from engine.runtime import batch_split
+from engine.runtime.buffers import BatchBuffers, HostBatch, PlanBatch
 from engine.runtime.floats import quiet_floats, restore_floats
 from engine.runtime.interpreter import evaluate
 from engine.runtime.lru import DEFAULT_CAPACITY, LRUCache

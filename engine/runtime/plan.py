@@ -15,15 +15,15 @@ from typing import Any
 
 import numpy as np
 
-from engine.buffers import fill_rows
 from engine.compiler.plan_memory import MemoryPlan, plan_memory
+from engine.cpu import blas_threads, kernel_jobs, parallel, spin_pool
 from engine.device import CPU, Device, on_stream
 from engine.errors import EngineError, ExecutionError, ShapeError
 from engine.graph.infer import infer_dtypes, infer_shapes, specialize_sources
 from engine.graph.ir import Graph, Node
-from engine.ops import blas_threads, kernel_jobs, parallel, spin_pool
+from engine.kernels.workspace import Workspace
 from engine.ops.shapes import is_known
-from engine.ops.workspace import Workspace
+from engine.runtime.buffers import fill_rows
 from engine.runtime.floats import quiet_floats, restore_floats
 
 

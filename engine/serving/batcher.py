@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from engine.buffers import BatchBuffers, HostBatch, join_rows
 from engine.errors import ExecutionError, InputError
+from engine.runtime.buffers import BatchBuffers, HostBatch, join_rows
 from engine.serving.config import ModelConfig
 from engine.serving.errors import ModelNotReady, Overloaded, TimedOut
 from engine.serving.stats import BatcherStats

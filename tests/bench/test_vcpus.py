@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from bench import vcpus
-from engine.ops import spin_pool
+from engine.cpu import spin_pool
 
 
 def test_the_probe_reads_what_the_other_thread_wrote() -> None:

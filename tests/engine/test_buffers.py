@@ -1,10 +1,10 @@
-"""`engine.buffers.fill_rows`: a short batch fills the first rows and zeroes the rest."""
+"""`engine.runtime.buffers.fill_rows`: a short batch fills the first rows and zeroes the rest."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from engine.buffers import fill_rows
+from engine.runtime.buffers import fill_rows
 
 
 def test_a_short_batch_fills_the_first_rows_and_zeroes_the_rest() -> None:

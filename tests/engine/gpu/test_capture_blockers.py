@@ -13,7 +13,7 @@ import engine
 import engine.cuda.executor as executor_module
 from engine.compiler.fuse_elementwise import fuse_elementwise
 from engine.graph.ir import Entry, Graph, make_node
-from engine.ops.linalg import CUPY_LINALG
+from engine.ops.math.linalg import CUPY_LINALG
 from engine.ops.registry import all_ops
 from engine.runtime.plan import capture_blocker
 from tests.conformance.fixtures import (

@@ -22,7 +22,7 @@ from engine.cuda.codegen import (
     fused_source,
 )
 from engine.errors import EngineError, ModelFormatError
-from engine.ops.fused import FUSED_ELEMENTWISE, FusedStep
+from engine.ops.internal.fused import FUSED_ELEMENTWISE, FusedStep
 from engine.ops.registry import Attrs, OpDef, all_ops, get_op
 from engine.ops.shapes import same_shape
 from tests.engine.gpu.cexpr import evaluate

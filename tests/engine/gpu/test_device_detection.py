@@ -11,9 +11,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.ops.multibox import _detect_one, detect_batches
-from engine.ops.nms import suppress_batches, suppress_rows
 from engine.ops.registry import get_op
+from engine.ops.vision.multibox import _detect_one, detect_batches
+from engine.ops.vision.nms import suppress_batches, suppress_rows
 
 
 def _boxes(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:

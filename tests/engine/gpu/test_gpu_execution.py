@@ -26,7 +26,7 @@ from tests.conformance.fixtures import (
     op_cases,
     tolerance_for,
 )
-from tests.engine.runtime.test_conv_bind import GEOMETRIES, two_convs
+from tests.engine.kernels.test_conv_bind import GEOMETRIES, two_convs
 
 pytestmark = pytest.mark.gpu
 CASES = op_cases()

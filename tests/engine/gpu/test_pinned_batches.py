@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 import engine
-from engine.buffers import HostBatch, PlanBatch, join_rows
 from engine.cuda.executor import WARMUP_RUNS
 from engine.errors import InputError
+from engine.runtime.buffers import HostBatch, PlanBatch, join_rows
 from engine.runtime.model import Model
 from engine.runtime.signature import Signature
 from engine.serving.batcher import BatchingPolicy, DynamicBatcher

@@ -18,7 +18,7 @@ from engine.device import get_device
 from tests.conformance.fixtures import assert_close, model_files, model_io_sets
 from tests.engine.gpu import fake_cudnn, fake_cupy
 from tests.engine.gpu.test_gpu_execution import conv_case
-from tests.engine.runtime.test_conv_bind import GEOMETRIES
+from tests.engine.kernels.test_conv_bind import GEOMETRIES
 
 RUNS = executor_module.WARMUP_RUNS + 2
 

@@ -31,7 +31,7 @@ from tests.conformance.fixtures import (
 )
 from tests.engine.gpu import fake_cupy
 from tests.engine.gpu.test_gpu_execution import conv_case
-from tests.engine.runtime.test_conv_bind import GEOMETRIES
+from tests.engine.kernels.test_conv_bind import GEOMETRIES
 
 MODELS = model_names()
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from engine.errors import ShapeError
-from engine.ops.adaptive import averaging_matrix
+from engine.ops.nn.adaptive_pool import averaging_matrix
 from tests.engine.ops.helpers import infer, run
 
 RNG = np.random.default_rng(9)

@@ -37,6 +37,6 @@ def run_allocation(plan: Any, feed: dict[str, np.ndarray], runs: int) -> tuple[i
 def step_funcs(plan: Any) -> list[Any]:
     """The function each step of ``plan`` binds (a job made of a kernel call: the kernel
     call's, see `kernel_jobs.source`), None for a step that is no bound function."""
-    from engine.ops import kernel_jobs
+    from engine.cpu import kernel_jobs
 
     return [getattr(kernel_jobs.source(step.call), "func", None) for step in plan.steps]

@@ -11,7 +11,7 @@ import pytest
 
 import engine
 from engine import sym
-from engine.ops import blas_threads, parallel
+from engine.cpu import blas_threads, parallel
 from engine.runtime import batch_split
 
 RNG = np.random.default_rng(21)

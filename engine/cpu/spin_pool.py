@@ -1,0 +1,401 @@
+"""One process-wide pool of threads that spin between the steps of a run and take parts of them.
+
+Why: a batch-1 plan is a chain of steps each too short for an ordinary thread pool to pay (a
+hand-off through Python's queues cost 25–55 µs, docs/threads.md), and BLAS's own threads reach
+only the products BLAS runs. Here the workers poll a word of shared memory in native code
+(`spin_ir`), so a step handed out costs well under a microsecond, and every step that is
+written as a job of parts (our GEMM's tiles, the compiled kernels' channels) uses every core.
+
+A job is a native ``task(context, part, parts)``: a numba ``cfunc`` or LLVM function whose
+address, with its context's, is given to `run` (or bound once: `Job`). The caller runs parts
+itself too, so a job finishes whether or not any worker is awake.
+
+Workers spin only while a run is `armed` (a plan run holds it around its steps) and a few
+milliseconds after (`GRACE_SECONDS`); then they doze, polling between sleeps of 100 µs in
+native code (`DOZE_SECONDS`), and then park on a condition: an idle process costs nothing, a
+run within the grace finds them spinning, and one while they doze finds them within 100 µs
+without waking a Python thread (which needs the GIL from the caller running the plan: a
+first run after a park took 0.3–4 ms). While armed, numpy's OpenBLAS is held to one thread
+(`blas_threads.one_thread`), so that BLAS's spinning threads and ours never share the cores
+(measured: 8 ms against 0.65 for a product after a switch). A plan whose steps leave BLAS
+alone keeps the workers spinning instead (`stick`), and each plan keeps to one thread where
+its armed runs measure slower (`Choice`).
+
+The pool is compiled on first use; `available()` is False where llvmlite cannot JIT for the
+host, and jobs then run every part on the calling thread.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from engine.cpu import blas_threads
+from engine.cpu.spin_ir import (
+    ARMED,
+    DOZE_MICROSECONDS,
+    DOZES,
+    MAX_PARTS,
+    PATIENCE,
+    STATE_SIZE,
+    STICKY,
+)
+
+GRACE_SECONDS = 0.002  # workers keep spinning this long after the last run ends,
+DOZE_SECONDS = 0.5  # then poll between short sleeps this long, then park on a condition
+# Parts of a job per core at most: a late worker leaves only a small part to wait for.
+PARTS_PER_CORE = 4
+
+_state: dict[str, Any] = {}
+_lock = threading.Lock()
+
+
+def available() -> bool:
+    """Whether the pool's native code compiled for this machine (compiled on first call)."""
+    return _pool() is not None
+
+
+def cores() -> int:
+    """CPUs this process may run on (asked once)."""
+    if "cores" not in _state:
+        try:
+            _state["cores"] = len(os.sched_getaffinity(0))
+        except AttributeError:  # macOS, Windows
+            _state["cores"] = os.cpu_count() or 1
+    return _state["cores"]
+
+
+def threads() -> int:
+    """Threads a run armed now would use, the caller's included: BLAS's thread count (the
+    process's one setting for how many cores a call may use, see docs/threads.md), at most the
+    cores; 1 where the pool is unavailable."""
+    if _pool() is None:
+        return 1
+    return max(1, min(blas_threads.threads(), cores()))
+
+
+class Job(partial):
+    """``task(context, part, parts)`` for each part, bound once: calling it runs the job
+    through the pool (`run`). ``keep`` holds what the context's addresses point into."""
+
+    keep: tuple[Any, ...]
+
+
+def job(task: int, context: Any, parts: int, keep: tuple[Any, ...] = ()) -> Job:
+    """A `Job` of ``parts`` parts (at most `MAX_PARTS`) of ``task`` (a native function's
+    address) over ``context`` (an int64 array its parts read)."""
+    pool = _pool()
+    parts = max(1, min(int(parts), MAX_PARTS))
+    if parts > 1:
+        _note_split_job()
+    if pool is None:
+        bound = Job(_alone, task, context.ctypes.data, parts)
+    else:
+        bound = Job(pool.run, pool.address, task, context.ctypes.data, parts)
+    bound.keep = (context, *keep)
+    return bound
+
+
+@contextmanager
+def watching() -> Iterator[list[bool]]:
+    """A list that holds True once a job of several parts is made on this thread inside (a
+    plan compiling: worth arming for its runs, see `armed`)."""
+    seen: list[bool] = []
+    outer = getattr(_watchers, "seen", None)
+    _watchers.seen = seen
+    try:
+        yield seen
+    finally:
+        _watchers.seen = outer
+        if outer is not None and seen:
+            outer.append(True)
+
+
+_watchers = threading.local()
+
+
+def _note_split_job() -> None:
+    seen = getattr(_watchers, "seen", None)
+    if seen is not None and not seen:
+        seen.append(True)
+
+
+class WhenArmed:
+    """A step with two ways to run: as a `Job` while the pool is armed (or its workers kept
+    spinning, `stick`), else as ``alone``, where the job alone on one thread runs slower than
+    the call it replaces (a strided copy: numba's loop 99 µs against NumPy's 72 on one core,
+    51 on two). The job is made by
+    ``make_job`` at the first armed run (None: ``alone`` always), so that plans never armed
+    (a server's, on one thread) make none: a ResNet-18 plan at batch 32 has 3,900 such
+    steps, and making their jobs up front stalled the process's other threads for up to 90 ms
+    of garbage collection while it compiled."""
+
+    __slots__ = ("make_job", "alone", "source", "_job", "_state")
+
+    def __init__(self, make_job: Any, alone: Any) -> None:
+        self.make_job, self.alone = make_job, alone
+        self._job: Any = None
+        _note_split_job()  # a plan holding one is worth arming
+        pool = _pool()
+        self._state = None if pool is None else pool.state
+
+    def __call__(self) -> None:
+        state = self._state
+        if state is None or not (state[ARMED] or state[STICKY]):
+            self.alone()
+            return
+        if self._job is None:
+            self._job = self.make_job() or self.alone
+        self._job()
+
+
+def _alone(task: int, context: int, parts: int) -> None:
+    """A job without the pool: all of it as one part, as `pool_run` runs it unarmed."""
+    ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)(task)(context, 0, 1)
+
+
+def spinning() -> bool:
+    """Whether a run is armed now (on any thread): jobs take the workers."""
+    pool = _state.get("pool")
+    return pool is not None and bool(pool.armed_count)
+
+
+def quiet_for_blas(call: Any) -> bool:
+    """Whether ``call`` never has BLAS spread work over its threads: a step of our own (a
+    product, a job), a NumPy ufunc or copy, or a BLAS product too small for OpenBLAS to
+    thread (under `QUIET_MACS` multiply-adds). A plan of such steps needs no BLAS held to one
+    thread, and keeps the workers spinning across its runs (`stick`)."""
+    from engine.kernels import gemm_kernel
+
+    # Not `gemm_bind.Threaded`: where BLAS has several threads and no run is armed, it runs
+    # on them.
+    if isinstance(call, (Job, WhenArmed, gemm_kernel.Product)):
+        return True
+    func = getattr(call, "func", None)
+    if func is np.copyto or isinstance(func, np.ufunc) and func is not np.matmul:
+        return True
+    if func in (np.dot, np.matmul) and len(call.args) == 3:
+        left, right, out = call.args
+        return (isinstance(left, np.ndarray) and isinstance(out, np.ndarray)
+                and out.size * left.shape[-1] < QUIET_MACS)
+    return False
+
+
+QUIET_MACS = 1 << 16
+
+
+def stick(threads: int) -> None:
+    """Workers spinning from now until they go `GRACE_SECONDS` without a part to run: for a
+    plan run too short for `armed` around it to pay (the seed MLP at batch 1 runs in 11 µs
+    this way, 15 armed run by run), whose steps leave BLAS alone (`quiet_for_blas`).
+    ``threads`` counts the caller: ``threads - 1`` workers are woken where parked."""
+    pool = _state.get("pool")
+    if pool is None or threads < 2:
+        return
+    state = pool.state
+    if not state[STICKY]:
+        state[STICKY] = 1
+        if pool.parked or len(pool.workers) < threads - 1:
+            pool.wake_for(threads - 1)
+
+
+class armed:  # noqa: N801 - used as a context manager, like a function's result
+    """``with armed() as threads:``: workers spinning for the jobs run inside, with BLAS on one
+    thread; ``threads`` is how many threads the jobs run on (1: nothing armed, jobs run
+    alone). ``threads`` defaults to `threads()`. A class, not a generator: a plan run enters
+    it every time (2 µs against 11). (A plan whose steps leave BLAS alone keeps the workers
+    spinning with `stick` instead.)
+    """
+
+    __slots__ = ("_requested", "_pool")
+
+    def __init__(self, threads: int | None = None) -> None:
+        self._requested = threads
+        self._pool: _Pool | None = None
+
+    def __enter__(self) -> int:
+        count = threads() if self._requested is None else min(self._requested, cores())
+        pool = _pool()
+        if pool is None or count < 2:
+            return 1
+        pool.arm(count - 1)
+        self._pool = pool
+        return count
+
+    def __exit__(self, *exception: object) -> None:
+        if self._pool is not None:
+            self._pool.disarm()
+            self._pool = None
+
+
+class Choice:
+    """Whether a plan's runs go faster armed or on one thread, measured as it runs.
+
+    Armed should win wherever the cores are the process's own; but on a shared machine the
+    second vCPU may help little (on the 2-core VM these numbers come from, for seconds at a
+    time, ResNet-18 at batch 1 ran 30 ms armed against 29 on one thread, where it usually
+    runs 17: the steps that read what the other thread wrote ran 2–3× slower), and then the
+    spinning costs more than it brings. So each plan times its runs
+    both ways: the median of the last `SAMPLES` runs each way decides (the first run each way
+    left out: it makes the jobs of `WhenArmed` steps), and every `EXPLORE` runs one goes the
+    other way, to notice when the machine changes (on ResNet-18 where armed wins, that run
+    costs 12 ms in 32 runs of 17: 2%). An exploring run that beats the way taken explores
+    again at once, so a burst that left the other way's samples slow is forgotten within
+    `SAMPLES` runs, not `SAMPLES` explorations (MobileNet v2 on two cores ran a bench round's
+    median at its one-thread 10 ms where armed runs took 6)."""
+
+    SAMPLES = 3
+    EXPLORE = 32
+
+    __slots__ = ("_times", "_runs", "_warm", "_again")
+
+    def __init__(self) -> None:
+        self._times: tuple[list[float], list[float]] = ([], [])  # armed, one thread
+        self._runs = 0
+        self._warm = [False, False]  # the first run each way makes jobs (`WhenArmed`): unkept
+        self._again = False  # the last exploring run won: explore the next one too
+
+    def armed(self) -> bool:
+        """Whether the next run should be armed."""
+        self._runs += 1
+        faster = self._faster()
+        if faster is None:  # each way, in turn
+            armed, alone = self._times
+            return len(armed) <= len(alone)
+        explore, self._again = self._again or self._runs % self.EXPLORE == 0, False
+        return faster != explore
+
+    def record(self, armed: bool, seconds: float) -> None:
+        """A run's wall time, armed or on one thread."""
+        way = 0 if armed else 1
+        if not self._warm[way]:
+            self._warm[way] = True
+            return
+        faster = self._faster()
+        if faster is not None and armed != faster:
+            self._again = seconds < _median(self._times[1 - way])
+        times = self._times[way]
+        times.append(seconds)
+        if len(times) > self.SAMPLES:
+            del times[0]
+
+    def _faster(self) -> bool | None:
+        """Whether armed runs are the faster way now; None until both ways have samples."""
+        armed, alone = self._times
+        if len(armed) < self.SAMPLES or len(alone) < self.SAMPLES:
+            return None
+        return _median(armed) <= _median(alone)
+
+
+def _median(values: list[float]) -> float:
+    """The middle value (of two, the smaller)."""
+    return sorted(values)[(len(values) - 1) // 2]
+
+
+class _Pool:
+    """The native functions, the state they share and the worker threads."""
+
+    def __init__(self, functions: dict[str, Any]) -> None:
+        self.functions = functions
+        self.work, self.run = functions["work"], functions["run"]
+        self.state = np.zeros(STATE_SIZE, np.int64)
+        self.address = self.state.ctypes.data
+        self.state[PATIENCE] = self._polls(GRACE_SECONDS)
+        self.state[DOZES] = int(DOZE_SECONDS * 1e6 / DOZE_MICROSECONDS)
+        self.wake = threading.Condition(threading.Lock())
+        self.armed_count = 0  # runs armed now, on any thread
+        self.wanted = 0  # workers those runs want spinning
+        self.parked = 0  # workers waiting on `wake`
+        self.workers: list[threading.Thread] = []
+
+    def arm(self, workers: int) -> None:
+        """A run wants ``workers`` workers spinning and BLAS held to one thread (while it is
+        one thread, `threads()` is 1: later runs arm nothing, but their jobs still take the
+        workers whenever no other job is posted)."""
+        blas_threads.hold_one()
+        with self.wake:
+            self.armed_count += 1
+            self.state[ARMED] = 1
+            self._release(workers)
+
+    def wake_for(self, workers: int) -> None:
+        """``workers`` workers started and out of the condition (a sticky run's)."""
+        with self.wake:
+            self._release(workers)
+
+    def disarm(self) -> None:
+        with self.wake:
+            self.armed_count -= 1
+            if not self.armed_count:
+                self.state[ARMED] = 0
+                self.wanted = 0
+        blas_threads.release_one()
+
+    def _release(self, workers: int) -> None:
+        """At least ``workers`` wanted, started, and none left on the condition (under
+        `wake`)."""
+        if workers > self.wanted:
+            self.wanted = workers
+            while len(self.workers) < workers:
+                worker = threading.Thread(target=self._serve, args=(len(self.workers),),
+                                          name=f"engine-spin-{len(self.workers)}",
+                                          daemon=True)
+                self.workers.append(worker)
+                worker.start()
+        if self.parked:
+            self.wake.notify_all()
+
+    def _serve(self, index: int) -> None:
+        while True:
+            with self.wake:
+                while not ((self.armed_count or self.state[STICKY]) and index < self.wanted):
+                    self.parked += 1
+                    self.wake.wait()
+                    self.parked -= 1
+            self.work(self.address)  # spins without the GIL until disarmed and patient
+
+    def _polls(self, seconds: float) -> int:
+        """Empty polls that take about ``seconds`` on this CPU (timed once, unarmed)."""
+        trial = np.zeros(STATE_SIZE, np.int64)
+        trial[PATIENCE] = 20_000
+        start = time.perf_counter()
+        self.work(trial.ctypes.data)
+        per_poll = max((time.perf_counter() - start) / 20_000, 1e-9)
+        return max(1000, int(seconds / per_poll))
+
+
+def _pool() -> _Pool | None:
+    if "pool" not in _state:
+        with _lock:
+            if "pool" not in _state:
+                functions = _compile()
+                _state["pool"] = None if functions is None else _Pool(functions)
+    return _state["pool"]
+
+
+def _compile() -> dict[str, Any] | None:
+    try:
+        import llvmlite.binding as llvm
+
+        from engine.cpu.llvm_jit import compile_ir
+        from engine.cpu.spin_ir import module
+    except ImportError:
+        return None
+    try:
+        engine = compile_ir(str(module(llvm.get_default_triple())))
+    except (RuntimeError, OSError):
+        return None
+    int64 = ctypes.c_int64
+    work = ctypes.CFUNCTYPE(None, int64)(engine.get_function_address("pool_work"))
+    run = ctypes.CFUNCTYPE(None, int64, int64, int64, int64)(
+        engine.get_function_address("pool_run"))
+    # The execution engine owns the machine code: it lives as long as the functions.
+    return {"work": work, "run": run, "engine": engine}

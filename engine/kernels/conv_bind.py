@@ -1,0 +1,192 @@
+"""Convolution bound into a plan: im2col and GEMM over memory fixed at compile time.
+
+The interpreter's kernel pads the input and builds the patch array afresh on every call, and
+fresh multi-megabyte arrays cost page faults on every run. A plan knows every shape in advance:
+here the patch array lives in the plan's shared scratch buffer and the padded input in a
+zero-bordered buffer of the plan's `Workspace`, the strided views over them are made once, and
+a run is a few copies and one BLAS call per chunk of samples.
+
+Samples are taken together only while one sample's GEMM is narrow: a chunk of several is one
+wide GEMM ``(F, CK) @ (CK, chunk * P)``, whose result is then copied out per sample, since the
+output layout is (N, F, P). With a few positions per sample (a 64×64 image's late layers have
+4–16) one GEMM per sample is a matrix-vector product, and the wide one is much faster; with
+hundreds, the copy-out costs more than the width gains (ResNet-18's stem and stride-2 layers at
+batch 8: 15–20% slower wide). Hence ``WIDE_POSITIONS``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from engine.kernels import gemm_bind
+from engine.kernels.im2col import Ints
+from engine.kernels.workspace import aligned
+from engine.ops.nn.dense import matmul_into
+
+PATCH_BYTES = 16 << 20  # target size of one chunk's patch array
+WIDE_POSITIONS = 256  # samples are taken together until a chunk's GEMM has this many columns
+BAND_BYTES = 1 << 20  # one sample's patches past twice this go in bands of output rows
+
+Geometry = tuple[Ints, Ints, Ints, Ints]  # kernel, stride, dilate, pad
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """How one convolution uses the scratch buffer: regions for a chunk of ``chunk`` samples."""
+
+    chunk: int
+    patches: Ints  # (C, *kernel, chunk, *output spatial)
+    wide: Ints | None  # (F, chunk * P), the GEMM result of a multi-sample chunk
+
+    def offsets(self, itemsize: int) -> tuple[int, int, int]:
+        """Byte offsets of the patch and wide regions, and the total bytes."""
+        patches = aligned(_nbytes(self.patches, itemsize))
+        return 0, patches, patches + _nbytes(self.wide, itemsize)
+
+
+def is_direct(data_shape: Ints, geometry: Geometry) -> bool:
+    """A 1×1, stride-1, unpadded convolution: a plain GEMM on the input, no patch array."""
+    kernel, stride, _, pad = geometry
+    return max(kernel) == 1 and max(stride) == 1 and not any(pad)
+
+
+def scratch_bytes(data_shape: Ints, filters: int, size: Ints, geometry: Geometry,
+                  itemsize: int) -> int:
+    """Bytes of plan scratch the bound convolution needs (0 for a direct one)."""
+    if is_direct(data_shape, geometry):
+        return 0
+    return _layout(data_shape, filters, size, geometry, itemsize).offsets(itemsize)[2]
+
+
+def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometry,
+         workspace: Any) -> list[Callable[[], Any]]:
+    """Calls computing ``out = conv(data, weight) + bias`` (group 1, channels-first)."""
+    batch, filters, size = out.shape[0], out.shape[1], out.shape[2:]
+    matrix = weight.reshape(filters, -1)
+    positions = math.prod(size)
+    if is_direct(data.shape, geometry) and data.flags.c_contiguous:
+        calls = _bind_direct(xp, matrix, data.reshape(batch, -1, positions),
+                             out.reshape(batch, filters, positions), workspace)
+    else:
+        layout = _layout(data.shape, filters, size, geometry, data.itemsize)
+        calls = []
+        for start in range(0, batch, layout.chunk):
+            samples = slice(start, min(start + layout.chunk, batch))
+            calls += _bind_chunk(xp, data[samples], matrix, out[samples], geometry, layout,
+                                 workspace)
+    if bias is not None and gemm_bind.takes_bias(calls, bias):
+        return gemm_bind.with_bias(calls, bias_rows=bias)
+    if bias is not None:
+        calls.append(partial(xp.add, out, bias.reshape(1, filters, *(1,) * len(size)), out))
+    return calls
+
+
+def _bind_direct(xp: Any, matrix: Any, data: Any, out: Any,
+                 workspace: Any) -> list[Callable[[], Any]]:
+    """A 1×1 convolution's GEMMs, (F, C) @ (C, P) per sample: our kernel one sample at a
+    time where it applies, else one stacked matmul."""
+    calls = [gemm_bind.weight_product(xp, matrix, data[sample], out[sample], workspace)
+             for sample in range(data.shape[0])]
+    if calls and all(call is not None for call in calls):
+        return calls
+    return [matmul_into(xp, matrix, data, out)]
+
+
+def _product(xp: Any, matrix: Any, columns: Any, out: Any,
+             workspace: Any) -> Callable[[], Any]:
+    """``out = matrix @ columns``: our kernel with the weights packed, else BLAS."""
+    return (gemm_bind.weight_product(xp, matrix, columns, out, workspace)
+            or matmul_into(xp, matrix, columns, out))
+
+
+def _bind_chunk(xp: Any, data: Any, matrix: Any, out: Any, geometry: Geometry,
+                layout: _Layout, workspace: Any) -> list[Callable[[], Any]]:
+    """Pad, im2col and GEMM for the samples of one chunk."""
+    kernel, stride, dilate, pad = geometry
+    samples, channels = data.shape[:2]
+    size = out.shape[2:]
+    patches_at, wide_at, _ = layout.offsets(data.itemsize)
+    calls: list[Callable[[], Any]] = []
+    source = data
+    if any(pad):
+        padded_shape = (samples, channels, *(n + 2 * p for n, p in zip(data.shape[2:], pad)))
+        source = workspace.zeroed(padded_shape, data.dtype, ("padding", pad))
+        interior = (slice(None), slice(None), *(slice(p, p + n) for p, n in
+                                                 zip(pad, data.shape[2:])))
+        calls.append(partial(xp.copyto, source[interior], data))
+    view = _patch_view(xp, source, kernel, stride, dilate, size)
+    if samples == 1:
+        return calls + _bind_bands(xp, view, matrix, out, workspace, patches_at)
+    patches = workspace.region(patches_at, view.shape, data.dtype)
+    calls.append(partial(xp.copyto, patches, view))
+    columns = patches.reshape(matrix.shape[1], -1)
+    positions = math.prod(size)
+    wide = workspace.region(wide_at, (matrix.shape[0], samples * positions), data.dtype)
+    calls.append(_product(xp, matrix, columns, wide, workspace))
+    per_sample = wide.reshape(matrix.shape[0], samples, positions).transpose(1, 0, 2)
+    calls.append(partial(xp.copyto, out.reshape(samples, matrix.shape[0], positions),
+                         per_sample))
+    return calls
+
+
+def _band_rows(view: Any) -> int:
+    """Output rows per band of a one-sample patch array (C, *kernel, 1, *size): all of them
+    up to twice `BAND_BYTES`, else bands of about `BAND_BYTES`."""
+    total = view.shape[_rows_axis(view)]
+    nbytes = view.size * view.itemsize
+    return total if nbytes <= 2 * BAND_BYTES else max(1, BAND_BYTES * total // nbytes)
+
+
+def _rows_axis(view: Any) -> int:
+    """The axis of a patch array (C, *kernel, N, *size) holding the first output dimension."""
+    return view.ndim // 2 + 1
+
+
+def _bind_bands(xp: Any, view: Any, matrix: Any, out: Any, workspace: Any,
+                patches_at: int) -> list[Callable[[], Any]]:
+    """im2col and GEMM of one sample, a band of output rows at a time (one band where its
+    patches are small): each band's patches are read back while they are in L2. ResNet-18's
+    stem, 7.4 MB of patches whole, in bands of 16 rows (1 MB): 3.85 → 3.48 ms best, 4.23 →
+    3.56 ms median (one thread, input and weights evicted between calls)."""
+    axis = _rows_axis(view)
+    total, rows = view.shape[axis], _band_rows(view)
+    targets = out.reshape(matrix.shape[0], total, -1)
+    calls: list[Callable[[], Any]] = []
+    for first in range(0, total, rows):
+        last = min(first + rows, total)
+        band = view[(slice(None),) * axis + (slice(first, last),)]
+        patches = workspace.region(patches_at, band.shape, view.dtype)
+        calls.append(partial(xp.copyto, patches, band))
+        target = targets[:, first:last].reshape(matrix.shape[0], -1)
+        calls.append(_product(xp, matrix, patches.reshape(matrix.shape[1], -1), target,
+                              workspace))
+    return calls
+
+
+def _layout(data_shape: Ints, filters: int, size: Ints, geometry: Geometry,
+            itemsize: int) -> _Layout:
+    kernel, _, _, pad = geometry
+    batch, channels = data_shape[:2]
+    per_sample = channels * math.prod(kernel) * math.prod(size) * itemsize
+    positions = math.prod(size)
+    chunk = max(1, min(batch, -(-WIDE_POSITIONS // positions), PATCH_BYTES // max(per_sample, 1)))
+    wide = (filters, chunk * positions) if chunk > 1 else None
+    return _Layout(chunk, (channels, *kernel, chunk, *size), wide)
+
+
+def _patch_view(xp: Any, padded: Any, kernel: Ints, stride: Ints, dilate: Ints,
+                size: Ints) -> Any:
+    """The strided view ``(C, *kernel, N, *size)`` over ``padded`` (N, C, *spatial)."""
+    sample, channel, *spatial = padded.strides
+    strides = (channel, *(s * d for s, d in zip(spatial, dilate)), sample,
+               *(s * t for s, t in zip(spatial, stride)))
+    shape = (padded.shape[1], *kernel, padded.shape[0], *size)
+    return xp.lib.stride_tricks.as_strided(padded, shape=shape, strides=strides)
+
+
+def _nbytes(shape: Ints | None, itemsize: int) -> int:
+    return 0 if shape is None else math.prod(shape) * itemsize

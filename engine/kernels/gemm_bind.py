@@ -1,0 +1,196 @@
+"""Bound matrix products: `gemm_kernel` where it measured faster than BLAS, else NumPy.
+
+Where ours wins (one thread, Zen 4 with AVX-512, best of 200, against numpy's OpenBLAS):
+many rows and whole vectors of columns, e.g. 64×512×256 152 against 174 µs, 128×576×784
+1.01 against 1.11 ms, 512×512×16 81 against 103 µs, 24×144×3136 204 against 251 µs. With
+weights packed into column panels, fewer rows than a tile run about as fast as BLAS (1×512×256
+5.9 against 6.1 µs, 4×512×256 11.0 against 9.7, 8×512×256 19.8 against 25.3, 1×1280×1000 57
+against 54), and on two cores, armed, in half the time (3.0–3.8 µs, 6.0, 10.8, 31): a batch-1
+FullyConnected layer is ours too. Where it loses: columns that leave most of a vector
+empty (49 columns are computed as 64: 960×160×49 181 against 164 µs, where 48 columns take
+136). `worthwhile` encodes that; such a product runs transposed where its rows fill the lanes
+instead (`_transposed`).
+
+A product of ours is a `spin_pool` job: inside a plan run armed over several threads (a
+library caller's, docs/threads.md "One infer on every core"), its tiles run on every core, and
+BLAS is held to one thread. Outside one, where BLAS may use several (`blas_threads`, asked at
+every call: a caller running a plan's steps itself, or after `threadpoolctl` changes it), BLAS
+runs the products it spreads well (`Threaded`): `THREADED_MACS` multiply-adds or more, rows and
+depth both `THREADED_SIDE` or more. Two BLAS threads against ours on one (Zen 4, 2 cores):
+128×576×784 0.70× ours' time, 960×160×64 0.59×, 64×512×256 0.88×; but 16×512×512 1.15×,
+144×24×3136 1.10×, 64×256×128 1.10×.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from engine.cpu import spin_pool
+from engine.cpu.blas_threads import threads as blas_threads_now
+from engine.kernels import gemm_kernel, strided_kernel
+
+# Below this share of computed lanes doing useful work, BLAS runs the product (49 of 64: no).
+MIN_LANE_USE = 0.9
+# A packed copy of a weight is memory beside the weight itself (`Workspace.derived`, counted in
+# a model's memory): past this size, where a product streams its weight from memory anyway,
+# BLAS runs it (VGG-16's 400 MB of dense weights are not doubled).
+PACK_LIMIT_BYTES = 64 << 20
+THREADED_MACS = 4 << 20
+THREADED_SIDE = 64
+
+
+def blas_threads() -> int:
+    """The threads numpy's OpenBLAS uses now (asked at every call: 0.2 µs)."""
+    return blas_threads_now()
+
+
+def worthwhile(rows: int, columns: int) -> bool:
+    """Whether our kernel runs a product of this many output rows and columns at least about
+    as fast as BLAS: columns that fill its vector lanes (any rows: fewer than a tile's have
+    loops of their own, and with weights packed one row matches BLAS's matrix-vector product,
+    see the module docstring)."""
+    if not gemm_kernel.available():
+        return False
+    shape = gemm_kernel.tile()
+    lanes = -(-columns // shape.width) * shape.width
+    return rows >= 1 and columns / lanes >= MIN_LANE_USE
+
+
+def weight_product(xp: Any, weight: Any, right: Any, out: Any,
+                   workspace: Any) -> Callable[[], Any] | None:
+    """``out = weight @ right`` by our kernel as one call, where ``weight`` is a read-only
+    plan constant (packed once and shared by the model's plans, `Workspace.derived`); None
+    where BLAS should run it."""
+    if (xp is not np or weight.flags.writeable or weight.nbytes > PACK_LIMIT_BYTES
+            or not gemm_kernel.applies(weight, right, out)):
+        return None
+    if worthwhile(*out.shape):
+        packed = workspace.derived(weight, "gemm packed", gemm_kernel.pack)
+        return _threaded(weight, right, out, gemm_kernel.bind_packed(packed, right, out))
+    if worthwhile(*out.shape[::-1]):
+        return _transposed(weight, right, out, workspace)
+    return None
+
+
+def product_with_weight(xp: Any, left: Any, weight: Any, out: Any,
+                        workspace: Any) -> Callable[[], Any] | None:
+    """``out = left @ weight`` by our kernel as one call, where ``weight`` never changes (a
+    read-only plan constant, or a value derived from one): packed into column panels once and
+    shared by the model's plans; None where BLAS should run it."""
+    if (xp is np and weight.nbytes <= PACK_LIMIT_BYTES and gemm_kernel.applies(left, weight, out)
+            and worthwhile(*out.shape)):
+        panels = workspace.derived(weight, "gemm panels", gemm_kernel.pack_columns)
+        return _by_panels(left, weight, panels, out)
+    return None
+
+
+def takes_bias(calls: list[Callable[[], Any]], bias: Any) -> bool:
+    """Whether a layer's calls can take its bias into our products: each is a product of
+    ours (each writing its own part of the output) or a copy, and the bias is read where it
+    lies."""
+    return (gemm_kernel.takes_bias(bias.reshape(-1)) and _ours_and_copies(calls))
+
+
+def with_bias(calls: list[Callable[[], Any]], bias_rows: Any = None,
+              bias_columns: Any = None) -> list[Callable[[], Any]]:
+    """``calls`` with the bias added by each product of ours as it stores its results (where
+    `takes_bias`): per row of the product (a convolution's filters) or per column (a dense
+    layer's units). The seed MLP at 64 rows: two passes fewer per layer, 1-2 µs each."""
+    rows = None if bias_rows is None else bias_rows.reshape(-1)
+    columns = None if bias_columns is None else bias_columns.reshape(-1)
+    return [call.with_epilogue(rows, columns) if _is_ours(call) else call for call in calls]
+
+
+def clamped(calls: list[Callable[[], Any]], low: Any,
+            high: Any) -> list[Callable[[], Any]] | None:
+    """``calls`` with each product of ours clamping its results to [low, high], where the
+    calls are such products and copies only (a copy moves clamped values); else None."""
+    if not _ours_and_copies(calls):
+        return None
+    return [call.with_epilogue(low=low, high=high) if _is_ours(call) else call
+            for call in calls]
+
+
+def _transposed(weight: Any, right: Any, out: Any, workspace: Any) -> Callable[[], Any]:
+    """``out = weight @ right`` computed as ``outᵀ = rightᵀ @ weightᵀ`` into scratch, then
+    copied out transposed: for few columns (positions) and many rows (filters), where the
+    columns would leave vector lanes empty (49 columns are computed as 64 the other way).
+    One thread, Zen 4, weights evicted between calls (medians of 30): ResNet-18's 512×2304×49
+    1.30 ms against BLAS's 1.52, MobileNet v2's 160×960×49 216 against 230 µs and 1280×320×49
+    541 against 597 µs; warm, 512×4608×49 2.20 against 2.61 ms."""
+    panels = workspace.derived(weight, "gemm panels of the transpose",
+                               lambda constant: gemm_kernel.pack_columns(constant.T))
+    scratch = workspace.zeroed(out.shape[::-1], out.dtype, ("gemm transposed",))
+    product = _by_panels(right.T, weight.T, panels, scratch)
+    return partial(_then_copy, product, strided_kernel.copy_when_armed(out, scratch.T))
+
+
+def _by_panels(left: Any, right: Any, panels: Any, out: Any) -> Any:
+    """``out = left @ right`` with ``panels = pack_columns(right)``."""
+    return _threaded(left, right, out, gemm_kernel.bind_packed_columns(left, panels, out))
+
+
+def _threaded(left: Any, right: Any, out: Any, whole: Any) -> Any:
+    """``whole`` (ours), or for a product BLAS spreads well over several threads (see the
+    module docstring), a `Threaded` choosing at each call."""
+    rows, depth, columns = left.shape[0], left.shape[1], right.shape[1]
+    if rows * depth * columns < THREADED_MACS or min(rows, depth) < THREADED_SIDE:
+        return whole
+    return Threaded(whole, partial(np.matmul, left, right, out), out)
+
+
+class Threaded:
+    """A product that runs, at each call, on BLAS when BLAS has several threads then and the
+    spin pool is not armed, else on ours (`gemm_kernel.Product`, on the pool's threads). Like
+    a Product it takes an epilogue (`with_epilogue`), which BLAS's runs apply in NumPy passes
+    after it."""
+
+    def __init__(self, ours: Any, blas: Callable[[], Any], out: Any,
+                 epilogue: tuple[Any, Any, float, float] = (None, None, -np.inf, np.inf)
+                 ) -> None:
+        self.ours, self.blas, self.out, self._epilogue = ours, blas, out, epilogue
+
+    def __call__(self) -> None:
+        if spin_pool.spinning() or blas_threads() < 2:
+            self.ours()
+            return
+        self.blas()
+        rows, columns, low, high = self._epilogue
+        if rows is not None:
+            np.add(self.out, rows.reshape(-1, 1), self.out)
+        if columns is not None:
+            np.add(self.out, columns.reshape(1, -1), self.out)
+        if low > -np.inf or high < np.inf:
+            np.clip(self.out, low, high, out=self.out)
+
+    def with_epilogue(self, bias_rows: Any = None, bias_columns: Any = None,
+                      low: float = -np.inf, high: float = np.inf) -> Threaded:
+        """This product adding a bias per row and/or column, clamped to [low, high]."""
+        rows, columns, old_low, old_high = self._epilogue
+        epilogue = (rows if bias_rows is None else bias_rows,
+                    columns if bias_columns is None else bias_columns,
+                    max(old_low, low), min(old_high, high))
+        ours = self.ours.with_epilogue(bias_rows, bias_columns, low, high)
+        return Threaded(ours, self.blas, self.out, epilogue)
+
+
+def _then_copy(product: Callable[[], Any], copy: Callable[[], Any]) -> None:
+    product()
+    copy()
+
+
+def _ours_and_copies(calls: list[Callable[[], Any]]) -> bool:
+    return (any(_is_ours(call) for call in calls)
+            and all(_is_ours(call) or _is_copy(call) for call in calls))
+
+
+def _is_ours(call: Any) -> bool:
+    return isinstance(call, (gemm_kernel.Product, Threaded))
+
+
+def _is_copy(call: Any) -> bool:
+    return isinstance(call, partial) and call.func is np.copyto

@@ -1,0 +1,291 @@
+"""A float32 GEMM of our own: register-tile micro-kernels in LLVM IR, run as `spin_pool` jobs.
+
+Why not OpenBLAS for everything: at a network's shapes at small batches (few columns, weights
+read once per call) numpy's OpenBLAS packs both operands on every call, and its kernels run
+below ONNX Runtime's MLAS at the same shapes (one thread, Zen 4, warm: 64×512×256 1.11× MLAS's
+time, 784×576×128 1.10×, 49×4608×512 1.29×; `bench/gemm.py`). Here the weights are packed once,
+when a plan binds, into the order the micro-kernel reads them (`pack`), and the activations are
+read where they lie: the micro-kernel keeps an ``MR × NR`` tile of C in vector registers for
+the whole K loop, reading ``MR`` scalars of A (broadcast) and ``NR`` contiguous floats of B per
+step. numba cannot be made to keep such a tile in registers (it spills it to memory, 7 GFLOP/s
+against OpenBLAS's 100), so the kernels are LLVM IR (`gemm_ir`) compiled with `llvmlite`,
+numba's own dependency, for the host CPU once per process (about 0.1 s), with the loop that
+walks a part of the tiles (``part``): a product is a `spin_pool` job whose parts are runs of
+tiles, on every core while a run is armed. Measured at the benchmark networks' products
+(`bench/gemm.py`, one thread, Zen 4, warm): ours 1.00–1.05× MLAS's time, OpenBLAS 1.00–1.39×.
+
+Tiles by vector ISA (registers: accumulators + a row of B + the broadcast):
+AVX-512 12 × 32 (24 + 2 + 1 of 32 zmm), AVX2 with FMA 6 × 16 (12 + 2 + 1 of 16 ymm), 64-bit
+ARM's NEON 6 × 16 (24 + 4 + 1 of 32), else 4 × 8.
+
+`available()` is False where llvmlite cannot be imported or the JIT fails: callers then keep
+NumPy's matmul.
+"""
+
+from __future__ import annotations
+
+import platform
+import threading
+from functools import partial
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from engine.cpu import spin_pool
+
+_state: dict[str, Any] = {}
+_compiling = threading.Lock()
+
+
+class Tile(NamedTuple):
+    """The register tile: ``rows`` of A by ``vectors`` SIMD vectors of ``width`` floats."""
+
+    rows: int
+    width: int
+    vectors: int
+
+    @property
+    def columns(self) -> int:
+        return self.width * self.vectors
+
+
+def available() -> bool:
+    """Whether the kernels compiled for this CPU (compiled on the first call)."""
+    return _compiled() is not None
+
+
+def tile() -> Tile:
+    """The tile the kernels were compiled for."""
+    kernels = _compiled()
+    if kernels is None:
+        raise RuntimeError("the GEMM kernels are not available on this machine")
+    return kernels["tile"]
+
+
+def pack_each(a: Any) -> np.ndarray:
+    """`pack` of each matrix of ``a`` (batch, M, K), as one array (batch, blocks, K, MR)."""
+    return np.stack([pack(matrix) for matrix in a])
+
+
+def pack(a: Any) -> np.ndarray:
+    """``a`` (M, K) float32 as the micro-kernel reads A: blocks of MR rows, each (K, MR)
+    (row block-major, then k, then row), the last block padded with zero rows."""
+    rows = tile().rows
+    m, k = a.shape
+    blocks = -(-m // rows)
+    packed = np.zeros((blocks * rows, k), np.float32)
+    packed[:m] = a
+    return np.ascontiguousarray(packed.reshape(blocks, rows, k).transpose(0, 2, 1))
+
+
+def pack_columns(b: Any) -> np.ndarray:
+    """``b`` (K, N) float32 as the micro-kernel reads B: panels of NR columns, each (K, NR)
+    contiguous, the last padded with zero columns. A panel streams from memory in order, where
+    an unpacked one is NR floats from each of K rows far apart (the 16 products of ResNet-18's
+    512-channel Winograd layer, weights cold: 3.67 ms unpacked, 1.60 packed, BLAS 2.62)."""
+    columns = tile().columns
+    k, n = b.shape
+    panels = -(-n // columns)
+    packed = np.zeros((k, panels * columns), np.float32)
+    packed[:, :n] = b
+    return np.ascontiguousarray(packed.reshape(k, panels, columns).transpose(1, 0, 2))
+
+
+def applies(a: Any, b: Any, c: Any) -> bool:
+    """Whether `multiply` takes these operands: float32 NumPy matrices of matching shapes,
+    B and C with contiguous rows, C overlapping neither, and the kernels compiled."""
+    if not all(type(x) is np.ndarray and x.dtype == np.float32 and x.ndim == 2
+               for x in (a, b, c)):
+        return False
+    if a.shape[1] != b.shape[0] or c.shape != (a.shape[0], b.shape[1]) or not a.shape[1]:
+        return False
+    if (b.strides[1] != 4 and b.shape[1] > 1) or (c.strides[1] != 4 and c.shape[1] > 1):
+        return False
+    if np.may_share_memory(c, a) or np.may_share_memory(c, b):
+        return False
+    return available()
+
+
+class Product(partial):
+    """``c = clip(a @ b + bias, low, high)`` bound once: a `spin_pool.Job` over the tiles of C,
+    its context (the operands' addresses, strides and sizes, `_context`) worked out here (a
+    call costs under a microsecond, against 7 µs reading them from the arrays each time).
+    ``operands`` keeps the arrays, and so the addresses, alive."""
+
+    operands: tuple[Any, ...]
+    context: np.ndarray
+
+    @property
+    def columns_outside(self) -> bool:
+        """Whether column panels are the outer loop (B packed), else row blocks."""
+        return bool(self.context[_COLUMNS_OUTSIDE])
+
+    def with_epilogue(self, bias_rows: Any = None, bias_columns: Any = None,
+                      low: float = -np.inf, high: float = np.inf) -> Product:
+        """This product adding a bias per row of C and/or per column, and clamped to
+        [low, high] (narrowing the bounds it has). A bias is read where it lies at every
+        run (it may be an input's buffer): float32 and contiguous (`takes_bias`)."""
+        context = self.context.copy()
+        kept = list(self.operands)
+        for position, bias, size in ((_ROWS_BIAS, bias_rows, context[_M]),
+                                     (_COLUMNS_BIAS, bias_columns, context[_N])):
+            if bias is not None:
+                if not takes_bias(bias) or bias.size < size:
+                    raise ValueError(f"a fused bias must be float32, contiguous and hold "
+                                     f"{size} values")
+                context[position] = bias.ctypes.data
+                kept.append(bias)
+        bounds = context[_BOUNDS].view(np.float64)
+        bounds[:] = max(bounds[0], float(low)), min(bounds[1], float(high))
+        return _as_product(context, tuple(kept))
+
+
+def takes_bias(bias: Any) -> bool:
+    """Whether `Product.with_epilogue` can read this bias where it lies."""
+    return (type(bias) is np.ndarray and bias.dtype == np.float32
+            and bias.flags.c_contiguous)
+
+
+# A product's context, the int64s the compiled ``part`` reads (addresses in bytes, strides in
+# floats): the tile, A (start, step from one row to the next, row stride, column stride), B
+# (start, step between columns, row stride), C (start, row stride), the biases' starts, the
+# bounds (two float64s), m, n, k, whether column panels are the outer loop, and for a batch of
+# products (Winograd's 16) their count and the bytes from one's A, B and C to the next's.
+_FIELDS = {name: index for index, name in enumerate((
+    "mr", "nr", "a", "row_step", "lda", "acs", "b", "column_step", "ldb", "c", "ldc",
+    "rows_bias", "columns_bias", "low", "high", "m", "n", "k", "columns_outside", "batch",
+    "a_batch", "b_batch", "c_batch"))}
+(_MR, _NR, _A, _ROW_STEP, _LDA, _ACS, _B, _COLUMN_STEP, _LDB, _C, _LDC, _ROWS_BIAS,
+ _COLUMNS_BIAS, _LOW, _HIGH, _M, _N, _K, _COLUMNS_OUTSIDE, _BATCH, _A_BATCH, _B_BATCH,
+ _C_BATCH) = _FIELDS.values()
+_BOUNDS = slice(_LOW, _HIGH + 1)
+# Multiply-adds per part of a job at least (about 2 µs at 50 GMAC/s: the hand-off costs well
+# under 1 µs).
+PART_MACS = 1 << 17
+
+
+def bind(a: Any, b: Any, c: Any) -> Product:
+    """``c = a @ b``: ``a`` (M, K) with any strides (see `applies`)."""
+    item = 4
+    return _product((a, b, c), a.ctypes.data, a.strides[0] // item, a.strides[0] // item,
+                    a.strides[1] // item, b.ctypes.data, 1, b.strides[0] // item, c,
+                    a.shape[1], False)
+
+
+def bind_packed(packed: Any, b: Any, c: Any) -> Product:
+    """``c = a @ b`` with ``packed = pack(a)``: row blocks outside (each block of A, read
+    once, meets every column of B in cache)."""
+    k = packed.shape[1]
+    return _product((packed, b, c), packed.ctypes.data, k, 1, packed.shape[2], b.ctypes.data,
+                    1, b.strides[0] // 4, c, k, False)
+
+
+def bind_packed_columns(a: Any, packed: Any, c: Any) -> Product:
+    """``c = a @ b`` with ``packed = pack_columns(b)`` (``c`` has b's true width): column
+    panels outside (each panel of B, read once, meets every row of A in cache)."""
+    item = 4
+    k = packed.shape[1]
+    return _product((a, packed, c), a.ctypes.data, a.strides[0] // item, a.strides[0] // item,
+                    a.strides[1] // item, packed.ctypes.data, k, packed.shape[2], c, k, True)
+
+
+def bind_packed_batch(packed: Any, b: Any, c: Any) -> Product:
+    """``c[i] = a[i] @ b[i]`` for each i, one job over every product's tiles, with
+    ``packed[i] = pack(a[i])`` (one contiguous array); ``b`` and ``c`` (batch, rows, columns)
+    with contiguous rows and any step from one product to the next."""
+    k = packed.shape[2]
+    return _product((packed, b, c), packed.ctypes.data, k, 1, packed.shape[3], b.ctypes.data,
+                    1, b.strides[1] // 4, c[0], k, False,
+                    (len(c), packed.strides[0], b.strides[0], c.strides[0]))
+
+
+def multiply(a: Any, b: Any, c: Any) -> None:
+    """`bind` and run once."""
+    bind(a, b, c)()
+
+
+def _product(operands: tuple[Any, ...], a: int, row_step: int, lda: int, acs: int, b: int,
+             column_step: int, ldb: int, c: Any, k: int, columns_outside: bool,
+             batch: tuple[int, int, int, int] = (1, 0, 0, 0)) -> Product:
+    """A Product of one matrix ``c``, or of a ``batch`` of them (count, then the bytes from
+    one's A, B and C to the next's)."""
+    shape = _compiled()["tile"]
+    # No bias yet: zeros enough for C's rows and columns, rounded up to whole tiles.
+    zeros = np.zeros(max(-(-c.shape[0] // shape.rows) * shape.rows,
+                         -(-c.shape[1] // shape.columns) * shape.columns), np.float32)
+    context = _context(shape, a, row_step, lda, acs, b, column_step, ldb, c, k,
+                       columns_outside, zeros.ctypes.data)
+    context[_BATCH:_C_BATCH + 1] = batch
+    return _as_product(context, (*operands, zeros))
+
+
+def _context(shape: Tile, a: int, row_step: int, lda: int, acs: int, b: int,
+             column_step: int, ldb: int, c: Any, k: int, columns_outside: bool,
+             zeros: int) -> np.ndarray:
+    """A product's context (the fields above), no bias (``zeros``: the address of enough zeros)."""
+    context = np.array([shape.rows, shape.columns, a, row_step, lda, acs, b, column_step, ldb,
+                        c.ctypes.data, c.strides[0] // 4, zeros, zeros, 0, 0, c.shape[0],
+                        c.shape[1], k, columns_outside, 1, 0, 0, 0], np.int64)
+    context[_BOUNDS].view(np.float64)[:] = -np.inf, np.inf
+    return context
+
+
+def _as_product(context: np.ndarray, operands: tuple[Any, ...]) -> Product:
+    m, n, k, batch = (int(context[i]) for i in (_M, _N, _K, _BATCH))
+    rows = -(-m // int(context[_MR])) * int(context[_MR])
+    tiles = batch * rows // int(context[_MR]) * -(-n // int(context[_NR]))
+    # Work counted over whole tiles: a tile of one row takes about as long as a full one (its
+    # multiply-adds wait on each other), so a batch-1 product is cut as finely.
+    parts = min(tiles, max(1, batch * rows * n * k // PART_MACS),
+                spin_pool.PARTS_PER_CORE * spin_pool.cores())
+    job = spin_pool.job(_compiled()["part"], context, parts)
+    product = Product(job.func, *job.args)
+    product.context, product.operands = context, (*operands, *job.keep)
+    return product
+
+
+def _compiled() -> dict[str, Any] | None:
+    if "kernels" not in _state:
+        with _compiling:  # plans may bind on several threads at once: compile once
+            if "kernels" not in _state:
+                _state["kernels"] = _compile()
+    return _state["kernels"]
+
+
+def _compile(cpu: str | None = None, features: str | None = None) -> dict[str, Any] | None:
+    """The kernels for the host CPU, or for ``cpu`` with ``features`` (LLVM's names: a test
+    compiles the AVX2 and SSE tiles on a host that runs them)."""
+    try:
+        import llvmlite.binding as llvm
+
+        from engine.cpu.llvm_jit import compile_ir
+        from engine.kernels.gemm_ir import TileKernel
+    except ImportError:
+        return None
+    try:
+        llvm.initialize_native_target()
+        if cpu is None:
+            cpu, host = llvm.get_host_cpu_name(), llvm.get_host_cpu_features()
+            shape, features = _tile_for(host), host.flatten()
+        else:
+            shape = _tile_for({name[1:]: True for name in features.split(",")
+                               if name.startswith("+")})
+        kernel = TileKernel(shape)
+        kernel.define_part("part", kernel.define_full("tile_full"),
+                           kernel.define_edge("tile_edge"), _FIELDS)
+        engine = compile_ir(str(kernel.module), cpu, features, level=3, optimise=True)
+    except (RuntimeError, OSError):  # no JIT for this target
+        return None
+    # The execution engine owns the machine code: it lives as long as the kernels.
+    return {"tile": shape, "engine": engine, "part": engine.get_function_address("part")}
+
+
+def _tile_for(features: Any) -> Tile:
+    """The register tile for the host's widest float SIMD (see the module docstring)."""
+    if features.get("avx512f"):
+        return Tile(12, 16, 2)
+    if features.get("avx2") and features.get("fma"):
+        return Tile(6, 8, 2)
+    if platform.machine().lower() in ("arm64", "aarch64"):
+        return Tile(6, 4, 4)
+    return Tile(4, 4, 2)

@@ -1,0 +1,21 @@
+"""Neural-network layers: convolution, dense, pooling, normalisation, activation, recurrent
+and attention operators, and MXNet's pre-1.0 layer names.
+
+Importing this package registers its operators.
+"""
+
+from engine.ops.nn import (  # noqa: F401  (imported for their registrations)
+    activation,
+    adaptive_pool,
+    attention,
+    batchnorm_variants,
+    conv,
+    deformable,
+    dense,
+    legacy_v1,
+    norm,
+    patches,
+    pool,
+    rnn,
+    sequence,
+)

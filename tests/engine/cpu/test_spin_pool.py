@@ -1,0 +1,344 @@
+"""The spin pool (`engine.cpu.spin_pool`) and the jobs made of kernels (`kernel_jobs`,
+`strided_kernel`): every part runs once, on several threads while armed, and the results equal
+the calls they replace."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+from functools import partial
+
+import numpy as np
+import pytest
+
+import engine
+from engine import sym
+from engine.cpu import blas_threads, kernel_jobs, spin_pool
+from engine.kernels import gemm_kernel, strided_kernel
+
+pytestmark = [
+    pytest.mark.skipif(not spin_pool.available() or not gemm_kernel.available(),
+                       reason="llvmlite or numba cannot compile for this CPU"),
+    # The recording kernel calls pthread_self through ctypes: its task cannot be cached.
+    pytest.mark.filterwarnings("ignore:Cannot cache compiled function"),
+]
+
+RNG = np.random.default_rng(11)
+_pthread_self = ctypes.CDLL(None).pthread_self
+_pthread_self.restype = ctypes.c_uint64
+_pthread_self.argtypes = []
+_thread_id = _pthread_self  # numba calls a ctypes function natively
+
+
+def _record(threads, counts, work, first, last):  # pragma: no cover - runs compiled
+    """For each index of the range, the native thread that ran it and how many times it ran;
+    with ``work`` iterations of busy work per index."""
+    for index in range(first, last):
+        total = 0.0
+        for step in range(work):
+            total += np.sqrt(step + index)
+        threads[index] = _thread_id()
+        counts[index] += 1 + 0 * int(total > -1)
+
+
+def _fill(scratch, out, first, last):  # pragma: no cover - runs compiled
+    scratch[:] = first  # this part's own slice
+    for index in range(first, last):
+        out[index] = scratch[0]
+
+
+_compiled: dict = {}
+
+
+def compiled_kernels() -> dict:
+    """This module's kernels, as `kernel_jobs` finds them by name."""
+    if not _compiled:
+        from numba import njit
+
+        _compiled.update(record=njit(nogil=True)(_record), fill=njit(nogil=True)(_fill))
+    return _compiled
+
+
+RECORD = (__name__, "record")
+
+
+def record_job(size: int, parts: int, work: int = 0) -> tuple:
+    threads = np.zeros(size, np.uint64)
+    counts = np.zeros(size, np.int64)
+    job = kernel_jobs.bind(RECORD, (threads, counts, work), size, parts)
+    assert job is not None
+    return job, threads, counts
+
+
+def test_a_job_runs_every_part_once_alone_and_armed() -> None:
+    job, threads, counts = record_job(1000, 7)
+    job()
+    assert (counts == 1).all()
+    assert set(threads) == {_pthread_self()}  # not armed: all on the calling thread
+    with spin_pool.armed(2) as count:
+        assert count == 2
+        for _ in range(50):
+            job()
+    assert (counts == 51).all()
+
+
+def test_armed_jobs_run_on_several_threads() -> None:
+    job, threads, counts = record_job(64, 16, work=2000)
+    seen: set[int] = set()
+    # Until a worker takes a part, for seconds if need be: on a machine whose cores are busy
+    # with other work, the woken worker may wait that long for one.
+    deadline = time.monotonic() + 10
+    with spin_pool.armed(2):
+        while len(seen) < 2 and time.monotonic() < deadline:
+            job()
+            seen |= set(threads.tolist())
+    assert len(seen) >= 2, "no part ran on a worker while armed"
+    assert counts.min() == counts.max()
+
+
+def test_jobs_from_several_threads_at_once_each_run_whole() -> None:
+    """Callers on several threads share one pool: a job posted while another's is runs alone
+    on its caller, and every part of every job runs exactly once."""
+    jobs = [record_job(int(RNG.integers(1, 300)), int(RNG.integers(1, 9))) for _ in range(4)]
+    errors: list[BaseException] = []
+
+    def call(job) -> None:
+        try:
+            with spin_pool.armed(2):
+                for _ in range(300):
+                    job()
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    callers = [threading.Thread(target=call, args=(job,)) for job, _, _ in jobs]
+    for caller in callers:
+        caller.start()
+    for caller in callers:
+        caller.join()
+    assert not errors
+    for _, _, counts in jobs:
+        assert (counts == 300).all()
+
+
+def test_armed_holds_blas_to_one_thread_and_gives_it_back() -> None:
+    if blas_threads.numpy_openblas() is None:
+        pytest.skip("numpy's BLAS is not its bundled OpenBLAS")
+    before = blas_threads.threads()
+    with spin_pool.armed(2) as count:
+        assert count == min(2, spin_pool.cores())
+        if count == 2:
+            assert blas_threads.threads() == 1
+    assert blas_threads.threads() == before
+
+
+def test_idle_workers_doze_then_park_off_the_cpu() -> None:
+    job, _, _ = record_job(100, 4)
+    with spin_pool.armed(2):
+        job()
+    time.sleep(spin_pool.GRACE_SECONDS * 5)  # past the spinning: dozing, nearly off the CPU
+    start = time.process_time()
+    time.sleep(0.2)
+    assert time.process_time() - start < 0.05
+    with spin_pool.armed(2):  # a run while they doze finds them
+        job()
+    pool = spin_pool._pool()
+    deadline = time.monotonic() + 4 * spin_pool.DOZE_SECONDS  # a sleep overruns its 100 µs
+    while pool.parked < len(pool.workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pool.parked == len(pool.workers)  # on the condition, off the CPU
+
+
+def test_parts_are_capped_and_a_lone_part_runs_inline() -> None:
+    job, _, counts = record_job(10, spin_pool.MAX_PARTS + 5)
+    assert job.args[-1] == spin_pool.MAX_PARTS
+    with spin_pool.armed(2):
+        job()
+    assert (counts == 1).all()
+    single, _, counts = record_job(10, 1)
+    with spin_pool.armed(2):
+        single()
+    assert (counts == 1).all()
+
+
+def test_kernel_jobs_refuse_what_they_cannot_pass() -> None:
+    threads = np.zeros(20, np.uint64)[::2]  # not contiguous
+    assert kernel_jobs.bind(RECORD, (threads, np.zeros(10, np.int64), 0), 10, 2) is None
+    assert kernel_jobs.bind(RECORD, (np.zeros(10, np.uint64), np.zeros(10, np.int64), "x"),
+                            10, 2) is None
+
+
+def test_per_part_scratch_is_one_slice_per_part() -> None:
+    parts = 5
+    scratch, out = np.zeros((parts, 3), np.int64), np.full(23, -1, np.int64)
+    job = kernel_jobs.bind((__name__, "fill"), (scratch, out), 23, parts,
+                           per_part=frozenset({0}))
+    with spin_pool.armed(2):
+        job()
+    bounds = [part * 23 // parts for part in range(parts + 1)]
+    for start, stop in zip(bounds[:-1], bounds[1:], strict=True):
+        assert (out[start:stop] == start).all()
+
+
+def strided_pairs() -> list:
+    base = RNG.standard_normal((3, 40, 50)).astype(np.float32)
+    padded = np.zeros((3, 44, 54), np.float32)
+    return [
+        (np.empty((50, 40), np.float32), base[0].T),  # a transpose
+        (np.empty((3, 20, 25), np.float32), base[:, ::2, ::2]),  # stride 2 (im2col)
+        (padded[:, 2:42, 2:52], base),  # into an interior
+        (np.empty(6000, np.float32), base.reshape(-1)[:6000]),  # 1-D
+        (np.empty((2, 3, 5, 1, 7, 40), np.float64),
+         RNG.standard_normal((40, 7, 1, 5, 3, 2)).transpose(5, 4, 3, 2, 1, 0)),  # 6-D
+    ]
+
+
+@pytest.mark.parametrize("armed", [False, True])
+def test_strided_copies_equal_numpy(armed: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(strided_kernel, "MIN_ELEMENTS", 1)
+    for target, source in strided_pairs():
+        job = strided_kernel.job(0, target, source, source)
+        assert job is not None, (target.shape, source.strides)
+        target[...] = np.nan
+        with spin_pool.armed(2 if armed else 1):
+            job()
+        np.testing.assert_array_equal(target, source)
+
+
+def test_copies_not_taken() -> None:
+    data = np.arange(40000, dtype=np.float32)
+    def copy(target, source):
+        return strided_kernel.job(0, target, source, source)
+
+    assert copy(data[1:], data[:-1]) is None  # overlapping
+    assert copy(np.empty(39999, np.float32), data[::-1][1:]) is None  # negative
+    assert copy(np.empty(100, np.float32), data[:100]) is None  # too small
+    assert copy(np.empty(40000, np.float64), data) is None  # a cast
+
+
+def test_a_batch_of_products_is_one_job() -> None:
+    a = RNG.standard_normal((16, 40, 30)).astype(np.float32)
+    b = RNG.standard_normal((16, 30, 70)).astype(np.float32)
+    frame = np.full((16, 41, 70), np.nan, np.float32)
+    c = frame[:, :40]  # a step between products larger than one's size
+    product = gemm_kernel.bind_packed_batch(gemm_kernel.pack_each(a), b, c)
+    with spin_pool.armed(2):
+        product()
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+    assert np.isnan(frame[:, 40]).all()  # nothing written past each product
+
+
+def resnet_block() -> sym.Symbol:
+    data = sym.var("data")
+    stem = sym.Activation(sym.Convolution(data, num_filter=64, kernel=(3, 3), pad=(1, 1),
+                                          name="stem"), act_type="relu")
+    body = sym.Convolution(stem, num_filter=64, kernel=(3, 3), pad=(1, 1), name="body")
+    wide = sym.Convolution(stem, num_filter=64, kernel=(3, 3), stride=(2, 2), pad=(1, 1),
+                           name="strided")
+    depthwise = sym.clip(sym.Convolution(wide, num_filter=64, num_group=64, kernel=(3, 3),
+                                         pad=(1, 1), name="depthwise"), a_min=0, a_max=6)
+    pooled = sym.Pooling(sym.Activation(body + stem, act_type="relu"), kernel=(2, 2),
+                         stride=(2, 2), pool_type="max")
+    return sym.FullyConnected(sym.flatten(pooled + depthwise), num_hidden=10, name="dense")
+
+
+def test_a_plan_spinning_over_two_threads_equals_the_reference() -> None:
+    symbol = resnet_block()
+    args, _, _ = symbol.infer_shape(data=(1, 64, 28, 28))
+    params = {name: (RNG.standard_normal(shape) * 0.1).astype(np.float32)
+              for name, shape in zip(symbol.list_arguments(), args) if name != "data"}
+    plan = assert_agrees_armed_and_not(symbol, params, (1, 64, 28, 28), atol=1e-3)
+    assert plan._spins  # it has jobs of several parts
+
+
+def assert_agrees_armed_and_not(symbol, params: dict, shape: tuple, atol: float):
+    """The optimised plan for ``shape`` (returned) agrees with the reference interpreter run
+    on one thread and armed over two."""
+    optimised = engine.load_model(symbol, params, optimize=True)
+    reference = engine.load_model(symbol, params, optimize=False)
+    feed = {"data": RNG.standard_normal(shape).astype(np.float32)}
+    want = reference.infer(feed)
+    for threads in (1, 2):
+        with spin_pool.armed(threads):
+            got = optimised.infer(feed)
+        for name in want:
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=atol)
+    return optimised.plan_for(feed)
+
+
+def test_a_batch_1_dense_layer_is_our_product_on_every_core() -> None:
+    data = sym.var("data")
+    symbol = sym.Activation(sym.FullyConnected(data, num_hidden=256, name="dense"),
+                            act_type="relu")
+    params = {"dense_weight": RNG.standard_normal((256, 512)).astype(np.float32),
+              "dense_bias": RNG.standard_normal(256).astype(np.float32)}
+    plan = assert_agrees_armed_and_not(symbol, params, (1, 512), atol=1e-4)
+    products = [step.call for step in plan.steps if isinstance(step.call, gemm_kernel.Product)]
+    assert len(products) == len(plan.steps) == 1  # bias and ReLU applied as it stores
+    assert products[0].args[-1] > 1  # cut into parts: one row, but many tiles
+
+
+def test_a_plan_keeps_the_faster_way_and_notices_a_change() -> None:
+    choice = spin_pool.Choice()
+
+    def run(armed_seconds: float, alone_seconds: float, runs: int) -> float:
+        """Share of ``runs`` the choice ran armed, each way taking the given time."""
+        armed_runs = 0
+        for _ in range(runs):
+            armed = choice.armed()
+            armed_runs += armed
+            choice.record(armed, armed_seconds if armed else alone_seconds)
+        return armed_runs / runs
+
+    assert run(0.017, 0.029, 200) > 0.9  # two cores that work: armed
+    # The second core gone (a shared machine's neighbour): within a few explorations the
+    # runs stay on one thread, trying the other way now and then.
+    run(0.030, 0.029, 4 * spin_pool.Choice.EXPLORE * spin_pool.Choice.SAMPLES)
+    share = run(0.030, 0.029, 200)
+    assert 0 < share < 0.1
+    # And back: the first exploring run that wins is followed by more at once, so armed is
+    # the way again within one exploration's wait and `SAMPLES` runs.
+    wait = spin_pool.Choice.EXPLORE + spin_pool.Choice.SAMPLES
+    run(0.017, 0.029, wait)
+    assert run(0.017, 0.029, 200) > 0.95  # (one run in `EXPLORE` on one thread)
+
+
+def test_a_plan_that_leaves_blas_alone_keeps_the_workers_spinning_between_runs() -> None:
+    data = sym.var("data")
+    symbol = sym.FullyConnected(data, num_hidden=256, name="dense")
+    params = {"dense_weight": RNG.standard_normal((256, 512)).astype(np.float32),
+              "dense_bias": RNG.standard_normal(256).astype(np.float32)}
+    model = engine.load_model(symbol, params, optimize=True)
+    feed = {"data": RNG.standard_normal((1, 512)).astype(np.float32)}
+    model.infer(feed)
+    plan = model.plan_for(feed)
+    assert not plan._hold_blas  # our product only: BLAS never spreads work here
+    if spin_pool.threads() < 2:
+        pytest.skip("one core or one BLAS thread: nothing spins")
+    state = spin_pool._pool().state
+    patience = int(state[spin_pool.PATIENCE])
+    # The workers give up 2 ms after the run; this thread, descheduled on a busy machine, may
+    # look later than that (it failed CI once): no giving up until it has looked.
+    state[spin_pool.PATIENCE] = 1 << 62
+    try:
+        got = model.infer(feed)["dense_output"]
+        assert state[spin_pool.STICKY] == 1  # spinning on, without a run armed
+    finally:
+        state[spin_pool.PATIENCE] = patience
+    np.testing.assert_allclose(got, feed["data"] @ params["dense_weight"].T
+                               + params["dense_bias"], rtol=1e-4, atol=1e-4)
+    deadline = time.monotonic() + 20 * spin_pool.GRACE_SECONDS + 1
+    while state[spin_pool.STICKY] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert state[spin_pool.STICKY] == 0  # lapsed once the workers ran out of patience
+
+
+def test_quiet_for_blas_tells_apart_what_blas_may_spread() -> None:
+    small = partial(np.dot, np.ones((1, 128), np.float32), np.ones((128, 2), np.float32),
+                    np.empty((1, 2), np.float32))
+    large = partial(np.dot, np.ones((64, 512), np.float32), np.ones((512, 256), np.float32),
+                    np.empty((64, 256), np.float32))
+    assert spin_pool.quiet_for_blas(small)
+    assert not spin_pool.quiet_for_blas(large)
+    assert spin_pool.quiet_for_blas(partial(np.add, np.ones(3), np.ones(3), np.empty(3)))
+    assert not spin_pool.quiet_for_blas(partial(np.linalg.inv, np.eye(3)))  # unknown: held

@@ -1,0 +1,258 @@
+"""Our GEMM (`engine.kernels.gemm_kernel`) against float64 products, and where plans bind it."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+
+import engine
+from engine import sym
+from engine.kernels import gemm_bind, gemm_kernel, winograd_bind
+
+pytestmark = pytest.mark.skipif(not gemm_kernel.available(),
+                                reason="llvmlite cannot compile for this CPU")
+
+RNG = np.random.default_rng(7)
+
+
+def random(*shape: int) -> np.ndarray:
+    return RNG.standard_normal(shape, dtype=np.float32)
+
+
+def expected(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return a.astype(np.float64) @ b.astype(np.float64)
+
+
+def assert_product(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
+    # float32 sums of K terms, in another order than float64's
+    np.testing.assert_allclose(c, expected(a, b), rtol=1e-4, atol=1e-5 * np.sqrt(a.shape[1]))
+
+
+# Rows and columns around the tile's edges (12 × 32 with AVX-512, 6 × 16 with AVX2, ...).
+EDGES = (1, 5, 6, 11, 12, 13, 25, 64)
+COLUMNS = (1, 7, 8, 15, 16, 17, 31, 32, 33, 49, 100)
+
+
+@pytest.mark.parametrize("rows", EDGES)
+@pytest.mark.parametrize("columns", COLUMNS)
+def test_every_edge_of_the_tile(rows: int, columns: int) -> None:
+    for depth in (1, 3, 70):
+        a, b = random(rows, depth), random(depth, columns)
+        for run in ("plain", "packed", "panels"):
+            c = np.full((rows, columns), np.nan, np.float32)
+            if run == "plain":
+                gemm_kernel.multiply(a, b, c)
+            elif run == "packed":
+                gemm_kernel.bind_packed(gemm_kernel.pack(a), b, c)()
+            else:
+                gemm_kernel.bind_packed_columns(a, gemm_kernel.pack_columns(b), c)()
+            assert_product(c, a, b)
+
+
+@pytest.mark.parametrize("cpu, features, rows", [
+    ("haswell", "+avx,+avx2,+fma,+sse4.2", 6),  # the EPYC machines without AVX-512
+    ("x86-64", "+sse2", 4),  # neither: 128-bit vectors, no FMA
+])
+def test_the_tiles_of_other_x86_machines(cpu: str, features: str, rows: int) -> None:
+    import llvmlite.binding as llvm
+
+    host = llvm.get_host_cpu_features()
+    if not all(host.get(name[1:]) for name in features.split(",")):
+        pytest.skip(f"this CPU cannot run {cpu}'s code")
+    kernels = gemm_kernel._compile(cpu, features)
+    assert kernels is not None and kernels["tile"].rows == rows
+    shape = kernels["tile"]
+    for m, n, k in ((shape.rows, shape.columns, 9), (2 * shape.rows + 1, 37, 50), (1, 3, 1)):
+        a, b = random(m, k), random(k, n)
+        c = np.full((m, n), np.nan, np.float32)
+        zeros = np.zeros(max(m, n) + 64, np.float32)
+        context = gemm_kernel._context(shape, a.ctypes.data, k, k, 1, b.ctypes.data, 1, n, c,
+                                       k, False, zeros.ctypes.data)
+        part = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(
+            kernels["part"])
+        for index in range(3):  # a job of three parts, run here in turn
+            part(context.ctypes.data, index, 3)
+        assert_product(c, a, b)
+
+
+def test_strided_operands_and_an_output_inside_a_larger_array() -> None:
+    a = np.asfortranarray(random(40, 90))  # column-major A
+    b = random(90, 200)[:, 30:130]  # rows 200 floats apart
+    frame = np.zeros((60, 150), np.float32)
+    c = frame[10:50, 20:120]
+    gemm_kernel.multiply(a, b, c)
+    assert_product(c, a, b)
+    outside = frame.copy()
+    outside[10:50, 20:120] = 0
+    assert not outside.any()  # not a cell written beyond C
+    transposed = random(90, 40).T  # A as a transposed view: unit row step
+    gemm_kernel.multiply(transposed, b, c)
+    assert_product(c, transposed, b)
+
+
+def test_nan_and_inf_reach_the_output_as_in_numpy() -> None:
+    a, b = random(30, 20), random(20, 40)
+    a[3, 5] = np.nan
+    b[7, 9] = np.inf
+    c = np.empty((30, 40), np.float32)
+    gemm_kernel.multiply(a, b, c)
+    reference = expected(a, b)
+    np.testing.assert_array_equal(np.isnan(c), np.isnan(reference))
+    np.testing.assert_array_equal(np.isinf(c), np.isinf(reference))
+
+
+def test_bias_per_row_and_column_and_the_clamp_as_results_are_stored() -> None:
+    a, b = random(30, 20), random(20, 40)
+    rows, columns = random(30), random(40)
+    c = np.empty((30, 40), np.float32)
+    product = gemm_kernel.bind(a, b, c)  # A read where it lies (not a packed copy)
+    product.with_epilogue(bias_rows=rows, low=0.0, high=6.0)()
+    want = expected(a, b) + rows[:, None]
+    np.testing.assert_allclose(c, np.clip(want, 0, 6), rtol=1e-4, atol=1e-4)
+    fused = product.with_epilogue(bias_columns=columns).with_epilogue(high=1.0)
+    columns[:] = random(40)  # read at every run, where it lies
+    fused()
+    np.testing.assert_allclose(c, np.minimum(expected(a, b) + columns, 1.0), rtol=1e-4,
+                               atol=1e-4)
+    a[2, 3] = np.nan
+    product.with_epilogue(low=0.0, high=6.0)()  # the clamp keeps NaN, as clip does
+    np.testing.assert_array_equal(np.isnan(c), np.isnan(expected(a, b)))
+    with pytest.raises(ValueError, match="float32, contiguous"):
+        product.with_epilogue(bias_rows=random(60)[::2])
+    with pytest.raises(ValueError, match="hold 40 values"):
+        product.with_epilogue(bias_columns=random(39))  # would be read past its end
+
+
+def test_operands_it_does_not_take() -> None:
+    a, b, c = random(20, 10), random(10, 30), np.empty((20, 30), np.float32)
+    assert gemm_kernel.applies(a, b, c)
+    assert not gemm_kernel.applies(a.astype(np.float64), b, c)
+    assert not gemm_kernel.applies(a, np.asfortranarray(b), c)  # B's rows not contiguous
+    assert not gemm_kernel.applies(a, b, np.empty((20, 30), np.float32, order="F"))
+    assert not gemm_kernel.applies(a, b, c[:, :29])  # shapes do not match
+    square = random(20, 20)
+    assert not gemm_kernel.applies(square, square, square)  # C overwrites an operand
+    assert not gemm_kernel.applies(random(20, 0), random(0, 30), c)
+
+
+def test_worthwhile_wants_whole_vectors_of_columns() -> None:
+    tile = gemm_kernel.tile()
+    assert gemm_bind.worthwhile(tile.rows, 4 * tile.width)
+    assert gemm_bind.worthwhile(tile.rows - 1, 4 * tile.width)  # fewer rows than a tile
+    assert gemm_bind.worthwhile(1, 256)  # a matrix-vector product (weights packed)
+    assert not gemm_bind.worthwhile(64, 3 * tile.width + 1)  # a vector nearly empty
+    assert not gemm_bind.worthwhile(1, 2)  # the seed MLP's last layer: BLAS
+
+
+class FakeWorkspace:
+    """`Workspace.derived` without a plan: computed once per weight and tag."""
+
+    def __init__(self) -> None:
+        self.made: dict = {}
+
+    def derived(self, constant, tag, make):
+        key = (id(constant), tag)
+        if key not in self.made:
+            self.made[key] = make(constant)
+        return self.made[key]
+
+
+def read_only(array: np.ndarray) -> np.ndarray:
+    array.flags.writeable = False
+    return array
+
+
+def test_products_follow_the_threads_blas_has_at_each_call(monkeypatch) -> None:
+    workspace = FakeWorkspace()
+    # 4M multiply-adds and more, with 64 rows and depth: BLAS with its threads, ours on one
+    left, panel = random(64, 512), read_only(random(512, 256))
+    bias = random(256)
+    out = np.empty((64, 256), np.float32)
+    call = gemm_bind.product_with_weight(np, left, panel, out, workspace)
+    assert isinstance(call, gemm_bind.Threaded)
+    call = call.with_epilogue(bias_columns=bias).with_epilogue(low=0.0)
+    want = np.maximum(expected(left, panel) + bias, 0)
+    monkeypatch.setattr(gemm_bind, "blas_threads", lambda: 2)
+    with monkeypatch.context() as patched:  # ours would leave a mark: BLAS must run it
+        patched.setattr(gemm_kernel.Product, "__call__", lambda self: out.fill(-1))
+        out[:] = np.nan
+        call()
+        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+    monkeypatch.setattr(gemm_bind, "blas_threads", lambda: 1)
+    monkeypatch.setattr(call, "blas", lambda: out.fill(-1))  # and now ours must run it
+    out[:] = np.nan
+    call()
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+    monkeypatch.undo()
+    # Small, or thin: ours whatever BLAS has
+    small = gemm_bind.product_with_weight(np, random(16, 512), read_only(random(512, 512)),
+                                          np.empty((16, 512), np.float32), workspace)
+    assert isinstance(small, gemm_kernel.Product)
+
+
+class ScratchWorkspace(FakeWorkspace):
+    def zeroed(self, shape, dtype, tag):
+        return np.zeros(shape, dtype)
+
+
+def test_few_columns_run_transposed_and_land_in_place() -> None:
+    weight, data = read_only(random(64, 40)), random(40, 49)  # 49 columns: lanes left empty
+    frame = np.zeros((70, 49), np.float32)
+    out = frame[3:67]
+    call = gemm_bind.weight_product(np, weight, data, out, ScratchWorkspace())
+    assert call is not None and call.func is gemm_bind._then_copy
+    call()
+    assert_product(out, weight, data)
+    assert not frame[:3].any() and not frame[67:].any()
+    thin = gemm_bind.weight_product(np, read_only(random(8, 40)), data,
+                                    np.empty((8, 49), np.float32), ScratchWorkspace())
+    assert thin is None  # 8 filters fill no vector either way: BLAS
+
+
+def test_blas_threads_reads_numpy_openblas() -> None:
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    with threadpoolctl.threadpool_limits(1, user_api="blas"):
+        assert gemm_bind.blas_threads() == 1
+
+
+def _network() -> tuple[object, dict[str, np.ndarray]]:
+    """1×1, 3×3 (Winograd at 8×8 with 64 channels), strided im2col and dense layers."""
+    data = sym.var("data")
+    x = sym.Convolution(data, kernel=(1, 1), num_filter=64, name="pointwise")
+    x = sym.Activation(x, act_type="relu")
+    x = sym.Convolution(x, kernel=(3, 3), pad=(1, 1), num_filter=64, name="winograd")
+    x = sym.Convolution(x, kernel=(3, 3), stride=(2, 2), pad=(1, 1), num_filter=48,
+                        name="strided")
+    x = sym.FullyConnected(x, num_hidden=64, name="dense")
+    rng = np.random.default_rng(3)
+    shapes = {"pointwise_weight": (64, 16, 1, 1), "winograd_weight": (64, 64, 3, 3),
+              "strided_weight": (48, 64, 3, 3), "dense_weight": (64, 48 * 4 * 4)}
+    params = {name: rng.standard_normal(shape).astype(np.float32) * 0.1
+              for name, shape in shapes.items()}
+    for name, (filters, *_) in shapes.items():
+        params[name.replace("weight", "bias")] = rng.standard_normal(filters).astype(np.float32)
+    return x, params
+
+
+def test_plans_bind_it_and_agree_with_the_reference_interpreter(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # F(2×2) with NumPy's transforms at 8×8, whose 16 products are ours (F(4×4) would run
+    # the whole layer as one compiled call).
+    monkeypatch.setattr(winograd_bind, "F4_MIN_TILES", 1 << 30)
+    symbol, params = _network()
+    feed = {"data": np.random.default_rng(4).standard_normal((13, 16, 8, 8), np.float32)}
+    optimised = engine.load_model(symbol, params, optimize=True)
+    reference = engine.load_model(symbol, params, optimize=False)
+    got = optimised.infer(feed)
+    want = reference.infer(feed)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-3)
+    steps = optimised.plan_for(feed).steps
+    products = [step.call for step in steps if isinstance(step.call, gemm_kernel.Product)]
+    # the 1×1 layer (A packed), the Winograd and dense layers (B in panels); the strided
+    # one's product is `Threaded` or transposed depending on the tile
+    assert {product.columns_outside for product in products} == {False, True}
+    by_ours = {step.node.name for step in steps if step.call in products}
+    assert {"winograd", "dense"} <= by_ours and len(by_ours) >= 3  # and the 1×1 + ReLU
