@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -26,6 +26,14 @@ from engine.context import Context
 from engine.errors import EngineError
 
 DEVICE_NAMES = ("cpu", "gpu", "auto")
+# What the GPU backend gives this module when it is imported (`use_gpu_array_module`).
+_gpu_backend: dict[str, Callable[[Any], Any]] = {}
+
+
+def use_gpu_array_module(wrap: Callable[[Any], Any]) -> None:
+    """``wrap(cupy)`` is the array module GPU plans compute with: `engine.cuda` registers its
+    capturable CuPy here when imported, so that this module never imports it."""
+    _gpu_backend["array_module"] = wrap
 
 
 @cache
@@ -106,9 +114,11 @@ class Device:
         """The array module: numpy, or cupy with capturable matrix products."""
         if not self.is_gpu:
             return np
-        from engine.cuda.array_module import capturable  # engine.cuda imports this module
-
-        return capturable(_cupy())
+        wrap = _gpu_backend.get("array_module")
+        if wrap is None:
+            raise EngineError("the GPU backend is not loaded: import engine.cuda (engine.runtime "
+                              "and engine.nd do) before running on a GPU")
+        return wrap(_cupy())
 
     def activate(self) -> contextlib.AbstractContextManager[Any]:
         """A ``with`` block in which this GPU is CuPy's current device (no-op on the CPU)."""

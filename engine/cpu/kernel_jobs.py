@@ -19,37 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from engine.cpu import spin_pool
+from engine.cpu import cache, spin_pool
 
 # Elements (of the arrays a kernel reads and writes) per part at least: about 2 µs of a pass.
 PART_ELEMENTS = 4096
 
 _tasks: dict[tuple[Any, ...], int] = {}
 _compiling = threading.Lock()
-
-
-def pooled(call: Any, workspace: Any) -> Any:
-    """``call`` as jobs of parts where it is a compiled kernel's call that has them (a
-    depthwise or compiled Winograd convolution's, a large strided copy or sum), else ``call``
-    itself. What replaces a call keeps it as ``source`` (see `source`)."""
-    from engine.kernels import depthwise_kernel, strided_kernel, winograd_kernel
-
-    replacement = None
-    if depthwise_kernel.is_kernel_call(call):
-        replacement = depthwise_kernel.job(call)
-    elif getattr(call, "func", None) is winograd_kernel.convolve:
-        replacement = winograd_kernel.job(call, workspace)
-    else:
-        replacement = strided_kernel.when_armed(call)
-    if replacement is None or replacement is call:
-        return call
-    replacement.source = call
-    return replacement
-
-
-def source(call: Any) -> Any:
-    """The bound call that `pooled` replaced with ``call``, else ``call`` itself."""
-    return getattr(call, "source", call)
 
 
 def parts_for(total: int, elements: int) -> int:
@@ -114,14 +90,14 @@ def _compile(kernel: tuple[str, str], kinds: tuple[Any, ...]) -> int:
     written to a file (`_source_file`) and compiled with numba's disk cache: the next process
     loads it. The file's name is the hash of its text, which carries the hash of the kernel's
     module too, so an edited kernel gets a new file (numba's cache alone would keep serving a
-    task with the old kernel inlined). Where no folder is writable, it is compiled each
-    process."""
+    task with the old kernel inlined). Where the cache directory cannot be written, it is
+    compiled in each process."""
     import importlib.util
 
-    path = _source_file(_source(kernel, kinds, cache=True))
+    path = _source_file(_source(kernel, kinds, on_disk=True))
     if path is None:
         namespace: dict[str, Any] = {}
-        exec(compile(_source(kernel, kinds, cache=False), f"<kernel job for {kernel}>",
+        exec(compile(_source(kernel, kinds, on_disk=False), f"<kernel job for {kernel}>",
                      "exec"), namespace)
         return namespace["task"].address
     name = "engine_kernel_" + os.path.basename(path)[:-3]
@@ -139,7 +115,7 @@ def _compile(kernel: tuple[str, str], kinds: tuple[Any, ...]) -> int:
     return module.task.address
 
 
-def _source(kernel: tuple[str, str], kinds: tuple[Any, ...], cache: bool) -> str:
+def _source(kernel: tuple[str, str], kinds: tuple[Any, ...], on_disk: bool) -> str:
     module_name, kernel_name = kernel
     lines, names, slot = [], [], 0
     for index, kind in enumerate(kinds):
@@ -179,7 +155,7 @@ def _source(kernel: tuple[str, str], kinds: tuple[Any, ...], cache: bool) -> str
         "",
         "",
         "@cfunc(types.void(types.CPointer(types.int64), types.int64, types.int64),",
-        f"       cache={cache})",
+        f"       cache={on_disk})",
         "def task(context, part, parts):",
         f"    v = carray(context, {slot + 1})",
         "    floats = v.view(np.float64)",
@@ -199,23 +175,20 @@ def _module_hash(module_name: str) -> str:
 
 
 def _source_file(source: str) -> str | None:
-    """The path of a file holding ``source`` with numba's cache on, in the first writable
-    folder of: beside this module (``__pycache__/kernel_jobs``), the user's cache; None where
-    neither is writable."""
+    """The path of a file holding ``source`` with numba's cache on, under the cache directory
+    (`cache.folder`); None where it cannot be written."""
+    folder = cache.folder("kernel_jobs")
+    if folder is None or not cache.point_numba_here():
+        return None
     digest = hashlib.sha1(source.encode()).hexdigest()[:20]
-    for folder in (os.path.join(os.path.dirname(__file__), "__pycache__", "kernel_jobs"),
-                   os.path.join(os.path.expanduser("~"), ".cache", "hybridserve",
-                                "kernel_jobs")):
-        path = os.path.join(folder, f"job_{digest}.py")
-        if os.path.exists(path):
-            return path
-        try:
-            os.makedirs(folder, exist_ok=True)
-            partial_path = f"{path}.{os.getpid()}.{threading.get_ident()}"
-            with open(partial_path, "w", encoding="utf-8") as file:
-                file.write(source)
-            os.replace(partial_path, path)  # whole or absent, for processes racing here
-            return path
-        except OSError:
-            continue
-    return None
+    path = os.path.join(folder, f"job_{digest}.py")
+    if os.path.exists(path):
+        return path
+    try:
+        partial_path = f"{path}.{os.getpid()}.{threading.get_ident()}"
+        with open(partial_path, "w", encoding="utf-8") as file:
+            file.write(source)
+        os.replace(partial_path, path)  # whole or absent, for processes racing here
+    except OSError:
+        return None
+    return path

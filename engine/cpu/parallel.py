@@ -27,14 +27,11 @@ from typing import Any
 
 import numpy as np
 
-from engine.kernels import depthwise_kernel
+from engine.cpu import parts
 
 # Below this many bytes read and written, handing a slab to another thread (~10-20 µs with a
 # busy machine's wake-ups) costs more than it saves.
 MIN_BYTES = 512 << 10
-# The same for the compiled depthwise kernels, which do ~9 multiply-adds per output: MobileNet
-# v2's smallest layer (960 × 7², 0.38 MB in and out) takes ~0.13 ms on one thread.
-KERNEL_MIN_BYTES = 64 << 10
 
 _settings: dict[str, Any] = {"threads": None, "pool": None}
 
@@ -89,12 +86,14 @@ class SplitCall:
 
 def split(call: Callable[[], Any], count: int | None = None) -> Callable[[], Any]:
     """``call`` cut into ``count`` (default `threads()`) slabs when it is a large elementwise
-    copy or ufunc, or a stacked matmul; else ``call`` itself."""
+    copy or ufunc, or a stacked matmul, or a kernel's call that cuts itself (`parts.slabs`);
+    else ``call`` itself."""
     count = threads() if count is None else count
     if count < 2 or not isinstance(call, partial):
         return call
-    if depthwise_kernel.is_kernel_call(call):
-        return _split_planes(call, count)
+    if hasattr(call, "slabs"):
+        pieces = parts.slabs(call, count)
+        return call if pieces is None else SplitCall(call, pieces)
     found = _operands(call)
     if found is None:
         return call
@@ -106,24 +105,6 @@ def split(call: Callable[[], Any], count: int | None = None) -> Callable[[], Any
         return call
     bounds = np.linspace(0, out.shape[axis], count + 1).astype(int)
     slabs = [_slab(call, inputs, out, axis, slice(lo, hi))
-             for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
-    return SplitCall(call, slabs)
-
-
-def _split_planes(call: partial, count: int) -> Callable[[], Any]:
-    """A compiled depthwise call cut into runs of planes: whole samples where there are
-    several (at most ``count`` slabs), else the channels of the single sample."""
-    planes, channels, nbytes = depthwise_kernel.extent(call)
-    if nbytes < KERNEL_MIN_BYTES:
-        return call
-    samples = planes // channels
-    if samples > 1:
-        bounds = np.linspace(0, samples, min(count, samples) + 1).astype(int) * channels
-    elif channels >= count:
-        bounds = np.linspace(0, channels, count + 1).astype(int)
-    else:
-        return call
-    slabs = [depthwise_kernel.slab(call, int(lo), int(hi))
              for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
     return SplitCall(call, slabs)
 

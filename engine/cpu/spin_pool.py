@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.cpu import blas_threads
+from engine.cpu import blas_threads, parts
 from engine.cpu.spin_ir import (
     ARMED,
     DOZE_MICROSECONDS,
@@ -87,6 +87,7 @@ class Job(partial):
     through the pool (`run`). ``keep`` holds what the context's addresses point into."""
 
     keep: tuple[Any, ...]
+    leaves_blas_alone = True  # native parts; see `parts.PartedCall`
 
 
 def job(task: int, context: Any, parts: int, keep: tuple[Any, ...] = ()) -> Job:
@@ -139,6 +140,7 @@ class WhenArmed:
     of garbage collection while it compiled."""
 
     __slots__ = ("make_job", "alone", "source", "_job", "_state")
+    leaves_blas_alone = True
 
     def __init__(self, make_job: Any, alone: Any) -> None:
         self.make_job, self.alone = make_job, alone
@@ -169,15 +171,12 @@ def spinning() -> bool:
 
 
 def quiet_for_blas(call: Any) -> bool:
-    """Whether ``call`` never has BLAS spread work over its threads: a step of our own (a
-    product, a job), a NumPy ufunc or copy, or a BLAS product too small for OpenBLAS to
-    thread (under `QUIET_MACS` multiply-adds). A plan of such steps needs no BLAS held to one
-    thread, and keeps the workers spinning across its runs (`stick`)."""
-    from engine.kernels import gemm_kernel
-
-    # Not `gemm_bind.Threaded`: where BLAS has several threads and no run is armed, it runs
-    # on them.
-    if isinstance(call, (Job, WhenArmed, gemm_kernel.Product)):
+    """Whether ``call`` never has BLAS spread work over its threads: a step that says so (a
+    job, our GEMM's product: `parts.leaves_blas_alone`), a NumPy ufunc or copy, or a BLAS
+    product too small for OpenBLAS to thread (under `QUIET_MACS` multiply-adds). A plan of
+    such steps needs no BLAS held to one thread, and keeps the workers spinning across its
+    runs (`stick`)."""
+    if parts.leaves_blas_alone(call):
         return True
     func = getattr(call, "func", None)
     if func is np.copyto or isinstance(func, np.ufunc) and func is not np.matmul:

@@ -17,6 +17,7 @@ import numpy as np
 from engine.errors import ModelFormatError, ShapeError
 from engine.graph.ir import Graph, Node
 from engine.ops.attrs import parse_int_tuple
+from engine.ops.control import subgraphs
 from engine.ops.registry import Attrs
 from engine.ops.shapes import merge
 
@@ -173,3 +174,7 @@ def specialize_sources(node: Node, shapes: Sequence[tuple[int, ...] | None]) -> 
     if node.inputs or "shape" not in params or shapes[0] is None:
         return params
     return Attrs({**params, "shape": tuple(shapes[0])})
+
+
+# Control-flow operators infer their subgraphs' shapes and dtypes through these.
+subgraphs.provide_inference(infer_shapes, infer_dtypes)

@@ -23,9 +23,9 @@ from functools import partial
 from typing import Any
 
 from engine.kernels import gemm_bind
+from engine.kernels.gemm_bind import matmul_into
 from engine.kernels.im2col import Ints
 from engine.kernels.workspace import aligned
-from engine.ops.nn.dense import matmul_into
 
 PATCH_BYTES = 16 << 20  # target size of one chunk's patch array
 WIDE_POSITIONS = 256  # samples are taken together until a chunk's GEMM has this many columns

@@ -33,8 +33,10 @@ from typing import Any
 
 import numpy as np
 
+from engine.cpu import compiled
 from engine.kernels import depthwise_kernel
 from engine.kernels.conv_bind import Geometry
+from engine.kernels.depthwise_kernel import DepthwiseCall
 from engine.kernels.im2col import Ints
 from engine.kernels.workspace import aligned
 
@@ -175,9 +177,9 @@ def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometr
 def _compiled_applies(xp: Any, data: Any, weight: Any, bias: Any, axes: list[_Axis]) -> bool:
     """Whether the compiled kernel runs this one: 2-D, float32/64, numba installed, and a
     weight and bias it can read in place (so ones fed as inputs are read afresh every run)."""
-    return (xp is np and len(axes) == 2 and data.dtype in depthwise_kernel.COMPILED_DTYPES
+    return (xp is np and len(axes) == 2 and data.dtype in compiled.COMPILED_DTYPES
             and weight.dtype == data.dtype and weight.flags.c_contiguous
-            and (bias is None or bias.dtype == data.dtype) and depthwise_kernel.available())
+            and (bias is None or bias.dtype == data.dtype) and compiled.available())
 
 
 def _tap_offsets(axes: list[_Axis]) -> np.ndarray:
@@ -199,22 +201,22 @@ def _compiled_call(data: Any, weight: Any, bias: Any, out: Any, phases: Any,
     """The compiled kernel over the phases, writing ``out`` directly (bias included)."""
     batch, channels = data.shape[:2]
     bias = np.zeros(channels, data.dtype) if bias is None else bias
-    return partial(depthwise_kernel.depthwise_rows, phases.reshape(batch * channels, -1),
-                   _tap_offsets(axes), weight.reshape(channels, -1), bias,
-                   out.reshape(batch * channels, *out.shape[2:]), _flat_strides(axes)[0],
-                   data.dtype.type("-inf"), data.dtype.type("inf"))
+    return DepthwiseCall(depthwise_kernel.depthwise_rows, phases.reshape(batch * channels, -1),
+                         _tap_offsets(axes), weight.reshape(channels, -1), bias,
+                         out.reshape(batch * channels, *out.shape[2:]), _flat_strides(axes)[0],
+                         data.dtype.type("-inf"), data.dtype.type("inf"))
 
 
 def _same_call(data: Any, weight: Any, bias: Any, out: Any) -> Callable[[], Any]:
     """The compiled 3×3 stride-1 pad-1 kernel, reading ``data`` itself."""
     batch, channels, height, width = data.shape
     bias = np.zeros(channels, data.dtype) if bias is None else bias
-    return partial(depthwise_kernel.depthwise_same_3x3,
-                   data.reshape(batch * channels, *data.shape[2:]),
-                   depthwise_kernel.inner_columns(height, width),
-                   weight.reshape(channels, -1), bias,
-                   out.reshape(batch * channels, *out.shape[2:]),
-                   data.dtype.type("-inf"), data.dtype.type("inf"))
+    return DepthwiseCall(depthwise_kernel.depthwise_same_3x3,
+                         data.reshape(batch * channels, *data.shape[2:]),
+                         depthwise_kernel.inner_columns(height, width),
+                         weight.reshape(channels, -1), bias,
+                         out.reshape(batch * channels, *out.shape[2:]),
+                         data.dtype.type("-inf"), data.dtype.type("inf"))
 
 
 def _planes_call(data: Any, weight: Any, bias: Any, out: Any, axes: list[_Axis],
@@ -225,11 +227,11 @@ def _planes_call(data: Any, weight: Any, bias: Any, out: Any, axes: list[_Axis],
                             data.dtype, ("depthwise plane", tuple(axis.pad for axis in axes),
                                          data.shape[2:]))
     bias = np.zeros(channels, data.dtype) if bias is None else bias
-    return partial(depthwise_kernel.depthwise_planes,
-                   data.reshape(batch * channels, *data.shape[2:]), grid, _tap_offsets(axes),
-                   weight.reshape(channels, -1), bias,
-                   out.reshape(batch * channels, *out.shape[2:]), axes[0].pad, axes[1].pad,
-                   data.dtype.type("-inf"), data.dtype.type("inf"))
+    return DepthwiseCall(depthwise_kernel.depthwise_planes,
+                         data.reshape(batch * channels, *data.shape[2:]), grid, _tap_offsets(axes),
+                         weight.reshape(channels, -1), bias,
+                         out.reshape(batch * channels, *out.shape[2:]), axes[0].pad, axes[1].pad,
+                         data.dtype.type("-inf"), data.dtype.type("inf"))
 
 
 def _fill_phases(xp: Any, data: Any, phases: Any, axes: list[_Axis]) -> list[Callable[[], Any]]:

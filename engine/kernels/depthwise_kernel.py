@@ -19,29 +19,21 @@ included): 32 × 112² 0.38 → 0.20 ms, 96 × 112² stride 2 0.66 → 0.44, 144
 384 × 14² 0.105 → 0.082, 960 × 7² 0.115 → 0.097; all 17 layers 3.15 → 2.35 ms (medians 3.78 →
 2.69; load average 9 on 2 cores).
 
-numba is imported on first use; `available()` is False where it is not installed, and the
-NumPy binding runs instead. Compiled code is cached on disk beside this module when writable.
+numba is imported on first use (`engine.cpu.compiled`); where it is not installed, the NumPy
+binding runs instead. A bound call of these kernels is a `DepthwiseCall`.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-COMPILED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))  # numba has no float16
+from engine.cpu import kernel_jobs
+from engine.cpu.compiled import compile_kernel, compiled_once
+from engine.cpu.parts import PartedCall
+
 _kernels: dict[str, Any] = {}  # the compiled functions, once made
-
-
-def available() -> bool:
-    """Whether numba can be imported (the kernels are compiled on their first call)."""
-    try:
-        import numba  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def depthwise_rows(flat: Any, offsets: Any, weights: Any, bias: Any, out: Any,
@@ -83,7 +75,8 @@ def inner_columns(height: int, width: int) -> np.ndarray:
 
 
 def compiled_kernels() -> dict[str, Any]:
-    """The kernels by name (`kernel_jobs` runs them as jobs), compiled on first use."""
+    """The kernels by name (`engine.cpu.kernel_jobs` runs them as jobs), compiled on first
+    use."""
     return _compiled()
 
 
@@ -99,31 +92,6 @@ def _compile() -> dict[str, Any]:
     return {"rows": globals()["_rows"],
             "planes": compile_kernel(_planes, fastmath={"contract"}),
             "same_3x3": compile_kernel(_same_3x3, fastmath={"contract"})}
-
-
-_compiling = threading.Lock()
-
-
-def compiled_once(kernels: dict[str, Any], build: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    """``kernels``, filled with what ``build`` returns on first use, all at once and under
-    one lock for every module's kernels: plans run on several threads (a split batch's runs),
-    and a helper put in a module's namespace twice would be jitted twice (numba refuses)."""
-    if not kernels:
-        with _compiling:
-            if not kernels:
-                kernels.update(build())
-    return kernels
-
-
-def compile_kernel(function: Any, **options: Any) -> Any:
-    """``function`` compiled by numba without the GIL, cached on disk where numba finds a
-    writable place (beside the module, else the user's cache); else compiled per process."""
-    from numba import njit
-
-    try:
-        return njit(cache=True, nogil=True, **options)(function)
-    except RuntimeError:  # "cannot cache ... no locator available": a read-only install
-        return njit(nogil=True, **options)(function)
 
 
 def _rows(flat: Any, offsets: Any, weights: Any, bias: Any, out: Any, grid_width: int,
@@ -299,51 +267,72 @@ def _bounded_sum(plane: Any, weights: Any, shift: Any, y: int,
 _OPERANDS = {"depthwise_rows": ((0, 4), (2, 3), None),
              "depthwise_planes": ((0, 5), (3, 4), 1),
              "depthwise_same_3x3": ((0, 4), (2, 3), None)}
+# Below this many bytes of input and output, handing planes to other threads costs more than
+# it saves: the kernels do ~9 multiply-adds per output, and MobileNet v2's smallest layer
+# (960 × 7², 0.38 MB in and out) takes ~0.13 ms on one thread.
+SLAB_MIN_BYTES = 64 << 10
 
 
-def is_kernel_call(call: Any) -> bool:
-    """Whether ``call`` is a bound call of one of this module's kernels (see `slab`)."""
-    func = getattr(call, "func", None)
-    return getattr(func, "__module__", None) == __name__ and func.__name__ in _OPERANDS
+class DepthwiseCall(PartedCall):
+    """A bound call of one of this module's kernels, ``DepthwiseCall(kernel, *args)``: cut by
+    planes into jobs of parts or slabs of threads, and clamped by narrowing its last two
+    arguments (`engine.kernels.epilogue`)."""
 
+    def extent(self) -> tuple[int, int, int]:
+        """(planes, channels, bytes of the planar arrays: input and output)."""
+        planar, per_channel, _ = _OPERANDS[self.func.__name__]
+        arrays = [self.args[index] for index in planar]
+        return (arrays[0].shape[0], self.args[per_channel[0]].shape[0],
+                sum(array.nbytes for array in arrays))
 
-def extent(call: Any) -> tuple[int, int, int]:
-    """(planes, channels, bytes of the planar arrays: input and output) of a kernel call."""
-    planar, per_channel, _ = _OPERANDS[call.func.__name__]
-    arrays = [call.args[index] for index in planar]
-    return (arrays[0].shape[0], call.args[per_channel[0]].shape[0],
-            sum(array.nbytes for array in arrays))
+    def slab(self, start: int, stop: int) -> DepthwiseCall:
+        """This call restricted to planes [start, stop), which must be whole samples or lie
+        within one sample: a call of its own, with its own phase grid, that can run beside
+        the others."""
+        planar, per_channel, grid = _OPERANDS[self.func.__name__]
+        args = list(self.args)
+        channels = args[per_channel[0]].shape[0]
+        for index in planar:
+            args[index] = args[index][start:stop]
+        if (stop - start) % channels or start % channels:  # within one sample: its channels
+            first = start % channels
+            for index in per_channel:
+                args[index] = args[index][first:first + stop - start]
+        if grid is not None:
+            args[grid] = np.zeros_like(args[grid])
+        return type(self)(self.func, *args)
 
+    def slabs(self, count: int) -> list[DepthwiseCall] | None:
+        """Runs of planes for ``count`` threads: whole samples where there are several (at
+        most ``count`` slabs), else the channels of the single sample."""
+        planes, channels, nbytes = self.extent()
+        if nbytes < SLAB_MIN_BYTES:
+            return None
+        samples = planes // channels
+        if samples > 1:
+            bounds = np.linspace(0, samples, min(count, samples) + 1).astype(int) * channels
+        elif channels >= count:
+            bounds = np.linspace(0, channels, count + 1).astype(int)
+        else:
+            return None
+        return [self.slab(int(low), int(high))
+                for low, high in zip(bounds[:-1], bounds[1:], strict=True)]
 
-def slab(call: Any, start: int, stop: int) -> Any:
-    """``call`` restricted to planes [start, stop), which must be whole samples or lie within
-    one sample: a call of its own, with its own phase grid, that can run beside the others."""
-    planar, per_channel, grid = _OPERANDS[call.func.__name__]
-    args = list(call.args)
-    channels = args[per_channel[0]].shape[0]
-    for index in planar:
-        args[index] = args[index][start:stop]
-    if (stop - start) % channels or start % channels:  # within one sample: its channels
-        first = start % channels
-        for index in per_channel:
-            args[index] = args[index][first:first + stop - start]
-    if grid is not None:
-        args[grid] = np.zeros_like(args[grid])
-    return type(call)(call.func, *args)
+    def as_job(self, workspace: Any) -> Any:
+        """A `spin_pool` job over the planes, each part with its own phase grid; None where the
+        kernels are not compiled for these arguments."""
+        planar, _, grid = _OPERANDS[self.func.__name__]
+        planes = self.args[planar[0]].shape[0]
+        elements = sum(self.args[index].size for index in planar)
+        parts = kernel_jobs.parts_for(planes, elements)
+        args = list(self.args)
+        if grid is not None:
+            args[grid] = np.zeros((parts, *args[grid].shape), args[grid].dtype)
+        kernel = (__name__, self.func.__name__.removeprefix("depthwise_"))
+        return kernel_jobs.bind(kernel, tuple(args), planes, parts,
+                                frozenset() if grid is None else frozenset({grid}))
 
-
-def job(call: Any) -> Any:
-    """A bound kernel call (`is_kernel_call`) as a `spin_pool` job over its planes, each part
-    with its own phase grid; None where the kernels are not compiled for its arguments."""
-    from engine.cpu import kernel_jobs
-
-    planar, _, grid = _OPERANDS[call.func.__name__]
-    planes = call.args[planar[0]].shape[0]
-    elements = sum(call.args[index].size for index in planar)
-    parts = kernel_jobs.parts_for(planes, elements)
-    args = list(call.args)
-    if grid is not None:
-        args[grid] = np.zeros((parts, *args[grid].shape), args[grid].dtype)
-    kernel = (__name__, call.func.__name__.removeprefix("depthwise_"))
-    return kernel_jobs.bind(kernel, tuple(args), planes, parts,
-                            frozenset() if grid is None else frozenset({grid}))
+    def clamped(self, low: Any, high: Any) -> DepthwiseCall:
+        """This call clamping its output to [low, high] too: its last two arguments."""
+        return type(self)(self.func, *self.args[:-2], max(self.args[-2], low),
+                          min(self.args[-1], high))

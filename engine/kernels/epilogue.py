@@ -5,7 +5,9 @@ A fused elementwise chain on the CPU runs its steps one after another over the w
 pass over memory, after the bias add's. `absorb` drops the step where the head's last call can
 clamp instead: the compiled depthwise kernel clamps as it writes, and a GEMM convolution's
 in-place bias add becomes one compiled pass adding the bias and clamping (`bias_clamp`), and a
-compiled Winograd convolution adds a residual and clamps in its output transform.
+compiled Winograd convolution adds a residual and clamps in its output transform. A kernel's
+call says what it can take: ``clamped(low, high)``, ``adds_residual_to(out)`` and
+``with_residual(other, bounds)`` (`DepthwiseCall`, `WinogradCall`), so no kernel is named here.
 """
 
 from __future__ import annotations
@@ -16,10 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from engine.kernels import depthwise_kernel, gemm_bind, winograd_kernel
-
-CLAMPING_KERNELS = (depthwise_kernel.depthwise_rows, depthwise_kernel.depthwise_planes,
-                    depthwise_kernel.depthwise_same_3x3, winograd_kernel.convolve)
+from engine.cpu import compiled
+from engine.kernels import gemm_bind
 
 
 def clamp_bounds(step: Any) -> tuple[float, float] | None:
@@ -51,16 +51,15 @@ def absorb(calls: list[Callable[[], Any]], steps: Sequence[Any], out: Any,
     products = gemm_bind.clamped(calls, low, high)
     if products is not None:  # our GEMM clamps as it stores (its bias already added)
         return products, steps[1:]
-    if getattr(last, "func", None) in CLAMPING_KERNELS:  # their last two: the clamp bounds
-        clamped = partial(last.func, *last.args[:-2], max(last.args[-2], low),
-                          min(last.args[-1], high))
-        return [*calls[:-1], clamped], steps[1:]
+    clamp = getattr(last, "clamped", None)  # a compiled kernel that clamps as it writes
+    if clamp is not None:
+        return [*calls[:-1], clamp(low, high)], steps[1:]
     dense = _dense_bias_added(last, out)
     if dense is not None:
         return [*calls[:-1], *_dense_bias_clamp(*dense, low, high)], steps[1:]
     found = _bias_added(last, out)
-    if (found is None or out.dtype not in depthwise_kernel.COMPILED_DTYPES
-            or not depthwise_kernel.available()):
+    if (found is None or out.dtype not in compiled.COMPILED_DTYPES
+            or not compiled.available()):
         return calls, steps
     target, bias = found
     return [*calls[:-1], partial(bias_clamp, target, bias, low, high)], steps[1:]
@@ -77,16 +76,17 @@ def _residual(calls: list[Callable[[], Any]], steps: Sequence[Any], out: Any,
     step = steps[0]
     if (step.op.name not in RESIDUAL_ADDS or step.arity != 2 or len(extras) < 1
             or out.ndim < 3 or not out.flags.c_contiguous
-            or out.dtype not in depthwise_kernel.COMPILED_DTYPES):
+            or out.dtype not in compiled.COMPILED_DTYPES):
         return None
     other = extras[0][0]
     if (not isinstance(other, np.ndarray) or other.shape != out.shape
             or other.dtype != out.dtype or not other.flags.c_contiguous
-            or np.may_share_memory(other, out) or not depthwise_kernel.available()):
+            or np.may_share_memory(other, out) or not compiled.available()):
         return None
     bounds = clamp_bounds(steps[1]) if len(steps) > 1 else None
-    if _winograd_writes(calls[-1], out):
-        return [*calls[:-1], _winograd_with(calls[-1], other, bounds)], \
+    adds_residual = getattr(calls[-1], "adds_residual_to", None)
+    if adds_residual is not None and adds_residual(out):  # a compiled Winograd convolution
+        return [*calls[:-1], calls[-1].with_residual(other, bounds)], \
             steps[1 + (bounds is not None):]
     found = _bias_added(calls[-1], out)
     if found is None and bounds is None:  # a lone add: one NumPy pass already
@@ -97,23 +97,6 @@ def _residual(calls: list[Callable[[], Any]], steps: Sequence[Any], out: Any,
     head = calls[:-1] if found is not None else calls
     fused = partial(bias_add_clamp, target, bias, other.reshape(target.shape), low, high)
     return [*head, fused], steps[1 + (bounds is not None):]
-
-
-def _winograd_writes(call: Any, out: Any) -> bool:
-    """Whether ``call`` is a compiled Winograd convolution writing ``out``, no residual yet."""
-    if getattr(call, "func", None) is not winograd_kernel.convolve:
-        return False
-    return call.args[winograd_kernel.OUT] is out and call.args[winograd_kernel.OTHER].shape[0] == 0
-
-
-def _winograd_with(call: Any, other: Any, bounds: tuple[float, float] | None) -> Any:
-    """``call`` adding ``other`` as its output transform writes, clamped to ``bounds``."""
-    args = list(call.args)
-    args[winograd_kernel.OTHER] = other
-    if bounds is not None:
-        low, high = (other.dtype.type(bound) for bound in bounds)
-        args[-2], args[-1] = max(args[-2], low), min(args[-1], high)
-    return partial(call.func, *args)
 
 
 def _bias_added(call: Any, out: Any) -> tuple[Any, Any] | None:
@@ -175,9 +158,9 @@ _kernels: dict[str, Any] = {}  # the two compiled passes below, once made
 
 
 def _passes() -> dict[str, Any]:
-    return depthwise_kernel.compiled_once(_kernels, lambda: {
-        "bias_add_clamp": depthwise_kernel.compile_kernel(_bias_add_clamp),
-        "bias_clamp": depthwise_kernel.compile_kernel(_bias_clamp)})
+    return compiled.compiled_once(_kernels, lambda: {
+        "bias_add_clamp": compiled.compile_kernel(_bias_add_clamp),
+        "bias_clamp": compiled.compile_kernel(_bias_clamp)})
 
 
 def bias_add_clamp(target: Any, bias: Any, other: Any, low: Any, high: Any) -> None:

@@ -143,11 +143,25 @@ def _threaded(left: Any, right: Any, out: Any, whole: Any) -> Any:
     return Threaded(whole, partial(np.matmul, left, right, out), out)
 
 
+
+def matmul_into(xp: Any, left: Any, right: Any, out: Any) -> Callable[[], Any]:
+    """``xp.matmul(left, right)`` into ``out``, as one zero-argument call.
+
+    NumPy's ``out`` goes by position: ufunc calls without keywords are ~0.2 µs cheaper at
+    batch 1. CuPy's matmul takes ``out`` only as a keyword (by position it is a TypeError).
+    """
+    if xp is np:
+        return partial(np.matmul, left, right, out)
+    return partial(xp.matmul, left, right, out=out)
+
+
 class Threaded:
     """A product that runs, at each call, on BLAS when BLAS has several threads then and the
     spin pool is not armed, else on ours (`gemm_kernel.Product`, on the pool's threads). Like
     a Product it takes an epilogue (`with_epilogue`), which BLAS's runs apply in NumPy passes
     after it."""
+
+    leaves_blas_alone = False  # BLAS runs it on its threads where it has several
 
     def __init__(self, ours: Any, blas: Callable[[], Any], out: Any,
                  epilogue: tuple[Any, Any, float, float] = (None, None, -np.inf, np.inf)

@@ -114,6 +114,7 @@ class Product(partial):
 
     operands: tuple[Any, ...]
     context: np.ndarray
+    leaves_blas_alone = True  # its tiles run on the spin pool, never in BLAS (`cpu.parts`)
 
     @property
     def columns_outside(self) -> bool:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from engine.cpu import kernel_jobs, spin_pool
-from engine.kernels.depthwise_kernel import compile_kernel, compiled_once
+from engine.cpu.compiled import compile_kernel, compiled_once
 from engine.kernels.workspace import address
 
 MIN_ELEMENTS = 8192  # smaller ones take a few microseconds: left to NumPy

@@ -31,7 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from engine.kernels import depthwise_kernel, gemm_bind, gemm_kernel, winograd_kernel
+from engine.cpu import compiled
+from engine.kernels import gemm_bind, gemm_kernel, winograd_kernel
 from engine.kernels.conv_bind import Geometry
 from engine.kernels.im2col import Ints
 from engine.kernels.workspace import aligned
@@ -128,7 +129,7 @@ def scratch_bytes(data_shape: Ints, filters: int, geometry: Geometry, itemsize: 
 def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometry,
          workspace: Any) -> list[Callable[[], Any]]:
     """Calls computing ``out = conv(data, weight) + bias`` (3×3, stride 1, float32)."""
-    if depthwise_kernel.available() and (
+    if compiled.available() and (
             _tile_counts(data.shape, geometry[3])[1] >= COMPILED_MIN_COLUMNS
             or compiled_tile(data.shape, out.shape[1], geometry[3]) == 4):
         return [_bind_compiled(data, weight, bias, out, geometry, workspace)]
@@ -166,8 +167,9 @@ def _bind_compiled(data: Any, weight: Any, bias: Any, out: Any, geometry: Geomet
     shifts = np.zeros(filters, data.dtype) if bias is None else bias.reshape(filters)
     no_residual = np.empty((0, *out.shape[1:]), out.dtype)
     bounds = (out.dtype.type(-np.inf), out.dtype.type(np.inf))
-    return partial(winograd_kernel.convolve, data, pad[0], pad[1], m * tw + 2, tiles, weights,
-                   products, shifts, no_residual, out, chunk, *bounds)
+    return winograd_kernel.WinogradCall(
+        winograd_kernel.convolve, data, pad[0], pad[1], m * tw + 2, tiles, weights, products,
+        shifts, no_residual, out, chunk, *bounds)
 
 
 def compiled_tile(data_shape: Ints, filters: int, pad: Ints) -> int:

@@ -28,7 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from engine.kernels.depthwise_kernel import compile_kernel, compiled_once
+from engine.cpu import kernel_jobs
+from engine.cpu.compiled import compile_kernel, compiled_once
+from engine.cpu.parts import PartedCall
+from engine.kernels import gemm_kernel
 
 _kernels: dict[str, Any] = {}
 OTHER, OUT = 8, 9  # positions of the residual operand and the output in `convolve`'s arguments
@@ -86,36 +89,56 @@ def _chunks(columns: int, xis: int, other: Any, out: Any,
                other[samples] if other.shape[0] else other)
 
 
-def job(call: Any, workspace: Any) -> Any:
-    """A bound `convolve` as the same steps, each a `spin_pool` job: per chunk, the input
-    transform by channels, the α² products as one job of our GEMM (weights packed once per
-    model), the output transform by filters. None where the arrays cannot be passed so."""
-    from engine.cpu import kernel_jobs
-    from engine.kernels import gemm_kernel
+class WinogradCall(PartedCall):
+    """A bound `convolve`, ``WinogradCall(convolve, *args)``: run as jobs of parts, clamped by
+    narrowing its last two arguments, and given a residual operand to add as its output
+    transform writes (`engine.kernels.epilogue`)."""
 
-    (data, pad_y, pad_x, columns, tiles, weights, products, bias, other, out, chunk, low,
-     high) = call.args
-    if not gemm_kernel.available() or weights.dtype != np.float32:
-        return None
-    channels, filters, xis = data.shape[1], out.shape[1], len(tiles)
-    names = TRANSFORMS[xis]
-    packed = workspace.derived(weights, "gemm packed, each", gemm_kernel.pack_each)
-    steps = []
-    for samples, used, residual in _chunks(columns, xis, other, out, chunk):
-        source, target = data[samples], out[samples]
-        transforms = (
-            kernel_jobs.bind((__name__, names[0]), (source, pad_y, pad_x, columns, tiles),
-                             channels, kernel_jobs.parts_for(channels, source.size)),
-            kernel_jobs.bind((__name__, names[1]), (products, bias, residual, target, low,
-                                                     high),
-                             filters, kernel_jobs.parts_for(filters, target.size)))
-        if None in transforms:
+    def as_job(self, workspace: Any) -> Any:
+        """The same steps, each a `spin_pool` job: per chunk, the input transform by channels,
+        the α² products as one job of our GEMM (weights packed once per model), the output
+        transform by filters. None where the arrays cannot be passed so."""
+        (data, pad_y, pad_x, columns, tiles, weights, products, bias, other, out, chunk, low,
+         high) = self.args
+        if not gemm_kernel.available() or weights.dtype != np.float32:
             return None
-        product = gemm_kernel.bind_packed_batch(
-            packed, tiles[:, :channels * used].reshape(xis, channels, used),
-            products[:, :filters * used].reshape(xis, filters, used))
-        steps += [transforms[0], product, transforms[1]]
-    return partial(_in_turn, tuple(steps))
+        channels, filters, xis = data.shape[1], out.shape[1], len(tiles)
+        names = TRANSFORMS[xis]
+        packed = workspace.derived(weights, "gemm packed, each", gemm_kernel.pack_each)
+        steps = []
+        for samples, used, residual in _chunks(columns, xis, other, out, chunk):
+            source, target = data[samples], out[samples]
+            transforms = (
+                kernel_jobs.bind((__name__, names[0]), (source, pad_y, pad_x, columns, tiles),
+                                 channels, kernel_jobs.parts_for(channels, source.size)),
+                kernel_jobs.bind((__name__, names[1]), (products, bias, residual, target, low,
+                                                         high),
+                                 filters, kernel_jobs.parts_for(filters, target.size)))
+            if None in transforms:
+                return None
+            product = gemm_kernel.bind_packed_batch(
+                packed, tiles[:, :channels * used].reshape(xis, channels, used),
+                products[:, :filters * used].reshape(xis, filters, used))
+            steps += [transforms[0], product, transforms[1]]
+        return partial(_in_turn, tuple(steps))
+
+    def clamped(self, low: Any, high: Any) -> WinogradCall:
+        """This call clamping its output to [low, high] too: its last two arguments."""
+        return type(self)(self.func, *self.args[:-2], max(self.args[-2], low),
+                          min(self.args[-1], high))
+
+    def adds_residual_to(self, out: Any) -> bool:
+        """Whether this call writes ``out`` and adds no residual operand yet."""
+        return self.args[OUT] is out and self.args[OTHER].shape[0] == 0
+
+    def with_residual(self, other: Any, bounds: tuple[float, float] | None) -> WinogradCall:
+        """This call adding ``other`` as its output transform writes, clamped to ``bounds``."""
+        args = list(self.args)
+        args[OTHER] = other
+        if bounds is not None:
+            low, high = (other.dtype.type(bound) for bound in bounds)
+            args[-2], args[-1] = max(args[-2], low), min(args[-1], high)
+        return type(self)(self.func, *args)
 
 
 def _in_turn(steps: tuple[Any, ...]) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+import engine.cuda  # noqa: F401  (registers the GPU backend with engine.device)
 from engine.context import Context
 from engine.device import CPU, Device, gpu_count, gpu_unavailable_reason
 from engine.errors import EngineError

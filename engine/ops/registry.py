@@ -7,6 +7,9 @@ A kernel is a plain function ``kernel(xp, attrs, *inputs)`` written against an a
 ``xp`` (numpy or cupy) that returns one array or a tuple of arrays (the visible outputs). Kernels
 that can write straight into preallocated outputs declare ``writes_out=True`` and accept
 ``out=`` (an array, or a tuple for several outputs); others are adapted by `OpDef.compute`.
+
+Importing this module runs ``engine/ops/__init__.py`` first, which imports every family and so
+registers every operator: the lookups below always see the whole table.
 """
 
 from __future__ import annotations
@@ -313,7 +316,6 @@ def get_op(name: str, where: str = "") -> OpDef:
     Raises:
         UnknownOperatorError: naming the op and ``where`` (the node) when it is not registered.
     """
-    _load_all()
     try:
         return _REGISTRY[name]
     except KeyError:
@@ -323,16 +325,9 @@ def get_op(name: str, where: str = "") -> OpDef:
 
 def has_op(name: str) -> bool:
     """Whether ``name`` is a registered operator or alias."""
-    _load_all()
     return name in _REGISTRY
 
 
 def all_ops() -> dict[str, OpDef]:
     """Every registered name (aliases included) mapped to its `OpDef`."""
-    _load_all()
     return dict(_REGISTRY)
-
-
-def _load_all() -> None:
-    # Importing the package registers every op module exactly once.
-    import engine.ops  # noqa: F401

@@ -1,5 +1,6 @@
 """Running graphs: the reference interpreter, `Model` and `load_model`."""
 
+import engine.cuda  # noqa: F401  (registers the GPU backend with engine.device)
 from engine.runtime.loader import load_model
 from engine.runtime.model import Model, TensorSpec
 

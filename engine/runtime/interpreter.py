@@ -12,6 +12,7 @@ from typing import Any
 from engine.errors import EngineError, ExecutionError, InputError
 from engine.graph.infer import specialize_sources
 from engine.graph.ir import Graph
+from engine.ops.control import subgraphs
 
 
 def last_uses(graph: Graph) -> list[list[int]]:
@@ -57,3 +58,6 @@ def evaluate(graph: Graph, feed: Mapping[str, Any], xp: Any,
         for producer in drops[index]:
             values[producer] = None
     return [values[entry.node][entry.index] for entry in graph.heads]  # type: ignore[index]
+
+
+subgraphs.provide_evaluation(evaluate)  # control-flow operators run their bodies here

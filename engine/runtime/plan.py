@@ -16,11 +16,12 @@ from typing import Any
 import numpy as np
 
 from engine.compiler.plan_memory import MemoryPlan, plan_memory
-from engine.cpu import blas_threads, kernel_jobs, parallel, spin_pool
+from engine.cpu import blas_threads, parallel, spin_pool
 from engine.device import CPU, Device, on_stream
 from engine.errors import EngineError, ExecutionError, ShapeError
 from engine.graph.infer import infer_dtypes, infer_shapes, specialize_sources
 from engine.graph.ir import Graph, Node
+from engine.kernels import jobs
 from engine.kernels.workspace import Workspace
 from engine.ops.shapes import is_known
 from engine.runtime.buffers import fill_rows
@@ -108,7 +109,7 @@ class Plan:
             out = outs[0] if len(outs) == 1 else outs
             calls = node.opdef.bind_calls(xp, params, args, out, self.workspace)
             if xp is np:  # large copies and ufuncs cut over parallel.threads() (default 1)
-                calls = [kernel_jobs.pooled(parallel.split(call, spread), self.workspace)
+                calls = [jobs.pooled(parallel.split(call, spread), self.workspace)
                          for call in calls]
             self.steps.extend(Step(call, node) for call in calls)
         self._heads = [arrays[(entry.node, entry.index)] for entry in graph.heads]

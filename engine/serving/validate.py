@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from engine.errors import EngineError
+from engine.runtime.loader import load_model
 from engine.serving.config import ModelConfig, TensorConfig, datatype_of
 from engine.serving.errors import InvalidModel, ServingError
 from engine.serving.labels import read_labels
@@ -136,14 +137,12 @@ class Validated:
 
 def default_loader(symbol: Any, params: Any, *, device: str = "cpu",
                    plan_cache_size: int | None = None) -> ServableModel:
-    """`engine.load_model` (imported on first use) for serving: outputs must keep the batch
-    dimension (``keep_batch``); `plan_cache_size` None: its default."""
-    import engine
-
+    """`engine.load_model` for serving: outputs must keep the batch dimension
+    (``keep_batch``); `plan_cache_size` None: its default."""
     if plan_cache_size is None:
-        return engine.load_model(symbol, params, device=device, keep_batch=True)
-    return engine.load_model(symbol, params, device=device, plan_cache_size=plan_cache_size,
-                             keep_batch=True)
+        return load_model(symbol, params, device=device, keep_batch=True)
+    return load_model(symbol, params, device=device, plan_cache_size=plan_cache_size,
+                      keep_batch=True)
 
 
 def load_and_validate(version_dir: Path, config: ModelConfig, *, loader: Loader,

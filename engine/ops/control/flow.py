@@ -2,9 +2,10 @@
 
 Each node carries its subgraphs (``Node.subgraphs``, stored in the parsed attributes under
 ``subgraphs`` so that kernels see them). The kernels run a subgraph with the reference
-interpreter, once per step or branch: correctness first, and the body is small in the exports
-that use these ops. The ``*_locs`` attributes say which node input feeds which subgraph input;
-a subgraph's inputs are its variables in node order (MXNet's ``list_inputs``).
+interpreter (`subgraphs.evaluate`, which the runtime provides), once per step or branch:
+correctness first, and the body is small in the exports that use these ops. The ``*_locs``
+attributes say which node input feeds which subgraph input; a subgraph's inputs are its
+variables in node order (MXNet's ``list_inputs``).
 
 ``_while_loop`` pads its stacked outputs to ``max_iterations`` rows; MXNet leaves the rows after
 the last iteration uninitialised, this engine writes zeros there. ``_while_loop`` and ``_cond``
@@ -21,6 +22,7 @@ import numpy as np
 
 from engine.errors import ShapeError
 from engine.ops.attrs import parse_int, parse_int_tuple
+from engine.ops.control import subgraphs
 from engine.ops.registry import Attrs, OpDef, Param, register
 from engine.ops.shapes import merge
 
@@ -52,13 +54,11 @@ def _input_names(graph: Any) -> list[str]:
 
 def _run(graph: Any, values: Sequence[Any], xp: Any) -> list[Any]:
     """Run a subgraph on its inputs, given in its input order."""
-    from engine.runtime.interpreter import evaluate
-
     names = _input_names(graph)
     if len(names) != len(values):
         raise ShapeError(f"a subgraph takes {len(names)} inputs; the locations give "
                          f"{len(values)}")
-    return evaluate(graph, dict(zip(names, values)), xp)
+    return subgraphs.evaluate(graph, dict(zip(names, values)), xp)
 
 
 def _truth(value: Any, what: str) -> bool:
@@ -70,21 +70,17 @@ def _truth(value: Any, what: str) -> bool:
 
 def _head_shapes(graph: Any, shapes: Sequence[Any]) -> list[Any]:
     """Shapes of a subgraph's outputs from its input shapes (None where unknown)."""
-    from engine.graph.infer import infer_shapes
-
     known = {name: shape for name, shape in zip(_input_names(graph), shapes)
              if shape is not None}
-    values = infer_shapes(graph, known)
+    values = subgraphs.infer_shapes(graph, known)
     return [values[entry.node][entry.index] for entry in graph.heads]
 
 
 def _head_dtypes(graph: Any, dtypes: Sequence[Any]) -> list[Any]:
     """Dtypes of a subgraph's outputs from its input dtypes."""
-    from engine.graph.infer import infer_dtypes
-
     known = {name: dtype for name, dtype in zip(_input_names(graph), dtypes)
              if dtype is not None}
-    values = infer_dtypes(graph, known)
+    values = subgraphs.infer_dtypes(graph, known)
     return [values[entry.node][entry.index] for entry in graph.heads]
 
 

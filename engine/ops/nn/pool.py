@@ -3,7 +3,7 @@
 Pooling reduces strided views of the padded input one spatial axis and one kernel offset at a
 time (the reductions are separable); channels-last layouts are transposed views, never copies.
 Bound into a plan, 2-D float32/64 max, avg and sum pooling runs `pool_kernel`'s compiled
-kernels instead where numba is installed and they win (`COMPILED_MIN_KERNEL`; ResNet-18's first
+kernels instead where numba is installed and they win (`pool_kernel.applies`; ResNet-18's first
 pooling at batch 1: 0.56 → 0.15 ms).
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import ShapeError
-from engine.kernels import depthwise_kernel, pool_kernel
+from engine.kernels import pool_kernel
 from engine.kernels.im2col import Ints, pad_spatial, spatial_param
 from engine.kernels.workspace import aligned, uploaded
 from engine.ops.attrs import (
@@ -34,17 +34,6 @@ ShapeResult = tuple[list[MaybeShape], list[MaybeShape]]
 
 LAYOUTS = ("NCW", "NWC", "NCHW", "NHWC", "NCDHW", "NDHWC")
 CHUNK_BYTES = 1 << 20  # a bound pooling pads and reduces about this much input at a time
-# Where `pool_kernel` beats the NumPy binding, measured one thread, best of 60 interleaved
-# (docs/benchmarks.md): windows at least COMPILED_MIN_KERNEL wide over output rows of
-# COMPILED_MIN_OUT_WIDTH or more (3×3 stride 2: 64 × 112² 0.14 ms against 0.56, 512 × 14²
-# 0.077 against 0.17; 3×3 stride 1: 192 × 28² 0.16 against 0.24, 832 × 7² a tie), narrower
-# windows only from COMPILED_NARROW_CELLS input cells per plane, where NumPy's passes stream
-# out of cache (2×2 stride 2: 128 × 112² 0.51 against 0.66; at 56² 0.21 against 0.16, at 14²
-# 0.12 against 0.06: short rows cost more than NumPy's few passes with no padded copy). A 7×7
-# window over 7² (one output per row) loses too: 0.10 against 0.055.
-COMPILED_MIN_KERNEL = 3
-COMPILED_MIN_OUT_WIDTH = 7
-COMPILED_NARROW_CELLS = 112 * 112
 
 
 def _channels_first(layout: str | None, ndim: int) -> tuple[int, ...] | None:
@@ -289,7 +278,7 @@ def _pool_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
     bound = _bound_shapes(attrs, data.shape, data.itemsize)
     if workspace is None or bound is None:
         return [partial(_pooling, xp, attrs, data, out=out)]
-    if _compiled_applies(xp, attrs, data, out):
+    if xp is np and pool_kernel.applies(data, out, attrs.kernel):
         return [_compiled_call(attrs, data, out)]
     padded_shape, between = bound
     kernel, stride, pad = _pool_geometry(attrs, data.ndim)
@@ -316,19 +305,6 @@ def _pool_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
                                out.dtype)
         calls.append(partial(xp.divide, out, divisor, out=out))
     return calls
-
-
-def _compiled_applies(xp: Any, attrs: Attrs, data: Any, out: Any) -> bool:
-    """Whether `pool_kernel` runs a bound windowed pooling (channels-first, as `_bound_shapes`
-    checked): 2-D, float32/64, contiguous, not empty, numba installed, and a size where it
-    wins (`COMPILED_MIN_KERNEL`)."""
-    if not (xp is np and data.ndim == 4 and data.size > 0 and out.size > 0
-            and data.dtype in depthwise_kernel.COMPILED_DTYPES and out.dtype == data.dtype
-            and data.flags.c_contiguous and out.flags.c_contiguous
-            and depthwise_kernel.available()):
-        return False
-    wide = attrs.kernel[1] >= COMPILED_MIN_KERNEL and out.shape[3] >= COMPILED_MIN_OUT_WIDTH
-    return wide or data.shape[2] * data.shape[3] >= COMPILED_NARROW_CELLS
 
 
 def _compiled_call(attrs: Attrs, data: Any, out: Any) -> Callable[[], Any]:

@@ -1,11 +1,11 @@
-"""`depthwise_kernel.compiled_once`: kernels compiled once, whatever threads ask at once."""
+"""`compiled.compiled_once`: kernels compiled once, whatever threads ask at once."""
 
 from __future__ import annotations
 
 import threading
 import time
 
-from engine.kernels.depthwise_kernel import compiled_once
+from engine.cpu.compiled import compiled_once
 
 
 def test_threads_asking_at_once_compile_once_and_all_see_every_kernel() -> None:

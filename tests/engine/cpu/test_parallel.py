@@ -110,7 +110,7 @@ def test_depthwise_kernels_cut_into_planes(batch: int, geometry: tuple,
     # Every 2-D kernel: the 3x3 one reading the input, the per-plane phase grids (each slab
     # needs a grid of its own), the whole-layer phases; whole samples or one sample's channels.
     monkeypatch.setattr(depthwise_bind, "PLANE_CELLS", 0)
-    monkeypatch.setattr(parallel, "KERNEL_MIN_BYTES", 0)
+    monkeypatch.setattr(depthwise_kernel, "SLAB_MIN_BYTES", 0)
     kernel, stride, pad = geometry
     data = sym.var("data")
     net = sym.Convolution(data, kernel=kernel, stride=stride, pad=pad, num_filter=7,
@@ -121,7 +121,7 @@ def test_depthwise_kernels_cut_into_planes(batch: int, geometry: tuple,
     optimized, reference = load_pair(net, shape, RNG)
     plan = optimized.plan_for({"data": np.zeros(shape, np.float32)})
     split = [step.call for step in plan.steps if isinstance(step.call, parallel.SplitCall)
-             and depthwise_kernel.is_kernel_call(step.call.whole)]
+             and isinstance(step.call.whole, depthwise_kernel.DepthwiseCall)]
     assert len(split) == 1 and len(split[0].slabs) == (min(3, batch) if batch > 1 else 3)
     for _ in range(2):
         x = RNG.normal(scale=3, size=shape).astype(np.float32)

@@ -21,8 +21,8 @@ import pytest
 
 from engine.cuda import cudnn_conv
 from engine.cuda.codegen import fused_source
+from engine.kernels.gemm_bind import matmul_into
 from engine.kernels.im2col import conv_out_sizes
-from engine.ops.nn.dense import matmul_into
 from tests.engine.gpu import fake_cupy
 from tests.engine.gpu.test_codegen import FUSABLE, step
 

@@ -79,7 +79,7 @@ def test_bound_depthwise_matches_reference(geometry: tuple, batch: int, no_bias:
                                            compiled: bool,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     if not compiled:
-        monkeypatch.setattr(depthwise_kernel, "available", lambda: False)
+        monkeypatch.setattr("engine.cpu.compiled.available", lambda: False)
     spatial = {1: (13,), 2: (12, 11), 3: (7, 6, 5)}[len(geometry[0])]
     shape = (batch, CHANNELS, *spatial)
     optimized, reference = load_pair(depthwise_block(*geometry, no_bias), shape, RNG)
@@ -149,7 +149,7 @@ def test_large_strided_planes_take_the_kernel_reading_the_input(size: int, plane
 def test_channels_in_several_blocks_with_even_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
     # One channel of a 12x11 map, 3x3 stride 1 pad 1, needs (9 taps + 1 result) rows of
     # 11*13 + 11 = 154 floats, 6.2 KB: 6 KB takes one channel at a time, 14 KB two.
-    monkeypatch.setattr(depthwise_kernel, "available", lambda: False)  # blocks are NumPy's
+    monkeypatch.setattr("engine.cpu.compiled.available", lambda: False)  # blocks are NumPy's
     for budget in (6_000, 14_000):
         monkeypatch.setattr(depthwise_bind, "BLOCK_BYTES", budget)
         block = depthwise_block((3, 3), (1, 1), (1, 1), (1, 1), False)

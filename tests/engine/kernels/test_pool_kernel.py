@@ -11,22 +11,22 @@ import pytest
 
 import engine
 from engine import sym
-from engine.kernels import depthwise_kernel, pool_kernel
-from engine.ops.nn import pool
+from engine.cpu import compiled
+from engine.kernels import pool_kernel
 from tests.engine.runtime.helpers import step_funcs as plan_funcs
 
 RNG = np.random.default_rng(23)
 KERNELS = (pool_kernel.max_pool, pool_kernel.sum_pool)
 
-pytestmark = pytest.mark.skipif(not depthwise_kernel.available(), reason="numba not installed")
-MEASURED_LIMITS = (pool.COMPILED_MIN_KERNEL, pool.COMPILED_MIN_OUT_WIDTH)
+pytestmark = pytest.mark.skipif(not compiled.available(), reason="numba not installed")
+MEASURED_LIMITS = (pool_kernel.COMPILED_MIN_KERNEL, pool_kernel.COMPILED_MIN_OUT_WIDTH)
 
 
 @pytest.fixture(autouse=True)
 def compiled_at_every_size(monkeypatch: pytest.MonkeyPatch) -> None:
     """The compiled kernel for the small shapes of these tests, which it would leave to NumPy."""
-    monkeypatch.setattr(pool, "COMPILED_MIN_KERNEL", 1)
-    monkeypatch.setattr(pool, "COMPILED_MIN_OUT_WIDTH", 1)
+    monkeypatch.setattr(pool_kernel, "COMPILED_MIN_KERNEL", 1)
+    monkeypatch.setattr(pool_kernel, "COMPILED_MIN_OUT_WIDTH", 1)
 
 
 # (data shape, kernel, stride, pad): kernels 2/3/5 and mixed, strides 1/2/3, pads 0/1/2, odd and
@@ -73,7 +73,7 @@ def three_outputs(models: tuple, data: np.ndarray, monkeypatch: pytest.MonkeyPat
     compiled, numpy_bound, reference = models
     assert set(KERNELS) & set(step_funcs(compiled, data))
     with monkeypatch.context() as patch:
-        patch.setattr(depthwise_kernel, "available", lambda: False)
+        patch.setattr("engine.cpu.compiled.available", lambda: False)
         assert not set(KERNELS) & set(step_funcs(numpy_bound, data))
         numpy_output = numpy_bound.infer({"data": data})["pool_output"]
     return [compiled.infer({"data": data})["pool_output"], numpy_output,
@@ -183,7 +183,7 @@ def test_numpy_binding_where_the_kernel_does_not_apply(case: str,
     attrs = {"kernel": (3, 3), "stride": (2, 2), "pad": (1, 1), "pool_type": "max", **attrs}
     symbol = sym.Pooling(sym.var("data"), name="pool", **attrs)
     if case == "no numba":
-        monkeypatch.setattr(depthwise_kernel, "available", lambda: False)
+        monkeypatch.setattr("engine.cpu.compiled.available", lambda: False)
     data = RNG.normal(size=shape).astype(dtype)
     optimized = engine.load_model(symbol, optimize=True)
     assert not set(KERNELS) & set(step_funcs(optimized, data))
@@ -200,8 +200,8 @@ def test_numpy_binding_where_the_kernel_does_not_apply(case: str,
 ])
 def test_kernel_only_at_sizes_where_it_wins(shape: tuple, kernel: tuple, compiled: bool,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pool, "COMPILED_MIN_KERNEL", MEASURED_LIMITS[0])
-    monkeypatch.setattr(pool, "COMPILED_MIN_OUT_WIDTH", MEASURED_LIMITS[1])
+    monkeypatch.setattr(pool_kernel, "COMPILED_MIN_KERNEL", MEASURED_LIMITS[0])
+    monkeypatch.setattr(pool_kernel, "COMPILED_MIN_OUT_WIDTH", MEASURED_LIMITS[1])
     model = engine.load_model(pooling("max", kernel, (2, 2), (1, 1), None), optimize=True)
     data = RNG.normal(size=shape).astype(np.float32)
     assert (pool_kernel.max_pool in step_funcs(model, data)) == compiled
@@ -211,8 +211,8 @@ def test_kernel_only_at_sizes_where_it_wins(shape: tuple, kernel: tuple, compile
 
 
 def test_resnet_stem_pooling_binds_to_the_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pool, "COMPILED_MIN_KERNEL", MEASURED_LIMITS[0])
-    monkeypatch.setattr(pool, "COMPILED_MIN_OUT_WIDTH", MEASURED_LIMITS[1])
+    monkeypatch.setattr(pool_kernel, "COMPILED_MIN_KERNEL", MEASURED_LIMITS[0])
+    monkeypatch.setattr(pool_kernel, "COMPILED_MIN_OUT_WIDTH", MEASURED_LIMITS[1])
     # ResNet v1's stem: 7×7 stride-2 convolution, ReLU, then the 3×3 stride-2 pad-1 max pooling.
     data = sym.var("data")
     stem = sym.Convolution(data, kernel=(7, 7), stride=(2, 2), pad=(3, 3), num_filter=8,

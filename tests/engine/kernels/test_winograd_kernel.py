@@ -8,8 +8,8 @@ import pytest
 
 import engine
 from engine import sym
-from engine.cpu import kernel_jobs, spin_pool
-from engine.kernels import depthwise_kernel, winograd_bind, winograd_kernel
+from engine.cpu import compiled, spin_pool
+from engine.kernels import jobs, winograd_bind, winograd_kernel
 from engine.kernels.workspace import Workspace
 from tests.conformance.fixtures import assert_close, model_files, model_io_sets, model_meta
 from tests.engine.runtime.helpers import load_pair, run_allocation, step_funcs
@@ -17,7 +17,7 @@ from tests.engine.runtime.helpers import load_pair, run_allocation, step_funcs
 RNG = np.random.default_rng(11)
 CHANNELS = 4
 
-pytestmark = pytest.mark.skipif(not depthwise_kernel.available(), reason="numba not installed")
+pytestmark = pytest.mark.skipif(not compiled.available(), reason="numba not installed")
 
 
 @pytest.fixture(autouse=True, params=[2, 4], ids=["F2", "F4"])
@@ -146,7 +146,7 @@ def test_narrow_layers_keep_the_numpy_transforms(monkeypatch: pytest.MonkeyPatch
 
 
 def test_without_numba_the_numpy_transforms_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(winograd_bind.depthwise_kernel, "available", lambda: False)
+    monkeypatch.setattr(winograd_bind.compiled, "available", lambda: False)
     net = conv(sym.var("data"), CHANNELS, 1, "conv")
     shape = (2, CHANNELS, 10, 10)
     optimized, reference = load_pair(net, shape, RNG)
@@ -187,7 +187,7 @@ def test_mxnets_own_resnet_block_export_matches_mxnet(tile: int, threads: int) -
         with spin_pool.armed(threads):
             actual = next(iter(model.infer(inputs).values()))
         assert_close(actual, expected[0], model_meta(name)["tolerance"], name)
-        calls = [kernel_jobs.source(step.call) for step in model.plan_for(inputs).steps]
+        calls = [jobs.source(step.call) for step in model.plan_for(inputs).steps]
         products = {len(call.args[4]) for call in calls
                     if getattr(call, "func", None) is winograd_kernel.convolve}
         assert products == {(tile + 2) ** 2}  # the two blocks' four 3×3 layers, one variant

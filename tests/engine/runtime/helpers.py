@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 import engine
+from engine.kernels import jobs
 
 
 def load_pair(symbol: Any, data_shape: tuple, rng: np.random.Generator) -> tuple:
@@ -36,7 +37,6 @@ def run_allocation(plan: Any, feed: dict[str, np.ndarray], runs: int) -> tuple[i
 
 def step_funcs(plan: Any) -> list[Any]:
     """The function each step of ``plan`` binds (a job made of a kernel call: the kernel
-    call's, see `kernel_jobs.source`), None for a step that is no bound function."""
-    from engine.cpu import kernel_jobs
+    call's, see `jobs.source`), None for a step that is no bound function."""
 
-    return [getattr(kernel_jobs.source(step.call), "func", None) for step in plan.steps]
+    return [getattr(jobs.source(step.call), "func", None) for step in plan.steps]

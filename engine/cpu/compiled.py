@@ -1,0 +1,52 @@
+"""numba for the CPU kernels: whether it is there, compiling without the GIL, and compiling a
+module's kernels once.
+
+numba is imported on first use; `available()` is False where it is not installed, and callers
+keep their NumPy binding then. Compiled code is cached under `cache.cache_dir`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from engine.cpu import cache
+
+COMPILED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))  # numba has no float16
+_compiling = threading.Lock()
+
+
+def available() -> bool:
+    """Whether numba can be imported (kernels are compiled on their first call)."""
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def compiled_once(kernels: dict[str, Any], build: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``kernels``, filled with what ``build`` returns on first use, all at once and under
+    one lock for every module's kernels: plans run on several threads (a split batch's runs),
+    and a helper put in a module's namespace twice would be jitted twice (numba refuses)."""
+    if not kernels:
+        with _compiling:
+            if not kernels:
+                kernels.update(build())
+    return kernels
+
+
+def compile_kernel(function: Any, **options: Any) -> Any:
+    """``function`` compiled by numba without the GIL, cached on disk under the cache directory
+    where it can be written; else compiled in each process."""
+    from numba import njit
+
+    if cache.point_numba_here():
+        try:
+            return njit(cache=True, nogil=True, **options)(function)
+        except RuntimeError:  # "cannot cache ... no locator available"
+            pass
+    return njit(nogil=True, **options)(function)
