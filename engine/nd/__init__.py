@@ -13,8 +13,6 @@ import are resolved on first access.
 
 from __future__ import annotations
 
-from typing import Any
-
 from engine.context import Context, cpu, current_context, gpu
 from engine.nd import random
 from engine.nd.creation import (
@@ -30,12 +28,11 @@ from engine.nd.creation import (
     zeros_like,
 )
 from engine.nd.io import load, save
-from engine.nd.namespace import NP_PREFIXES, NPX_PREFIXES, OpNamespace
+from engine.nd.namespace import NP_PREFIXES, NPX_PREFIXES, OpNamespace, fill_module
 from engine.nd.ndarray import NDArray
 from engine.nd.numpy_api import FUNCTIONS as _NUMPY_FUNCTIONS
 from engine.nd.placement import synchronize_all
-from engine.nd.register import op_function, op_functions
-from engine.ops.registry import get_op, has_op
+from engine.nd.register import op_function
 
 
 def waitall() -> None:
@@ -49,27 +46,10 @@ random_uniform = random.uniform
 _HANDWRITTEN = {"arange", "array", "concat", "empty", "full", "ones", "ones_like", "stack",
                 "zeros", "zeros_like", "random", "load", "save", "waitall"}
 
-for _name, _function in op_functions().items():
-    if _name not in _HANDWRITTEN and _name.isidentifier():
-        globals()[_name] = _function
-
-
-def _make(name: str) -> Any:
-    return globals()[name] if name in globals() and name not in _HANDWRITTEN else op_function(
-        name, get_op(name))
-
+_make, __getattr__ = fill_module(globals(), "engine.nd", op_function, _HANDWRITTEN)
 
 npx = OpNamespace("engine.nd.npx", NPX_PREFIXES, _make, {"waitall": waitall})
 np = OpNamespace("engine.nd.np", NP_PREFIXES, _make, _NUMPY_FUNCTIONS)
-
-
-def __getattr__(name: str) -> Any:
-    if not name.startswith("__") and has_op(name):
-        function = op_function(name, get_op(name))
-        globals()[name] = function
-        return function
-    raise AttributeError(f"module 'engine.nd' has no attribute {name!r} (and no registry op "
-                         "of that name)")
 
 
 __all__ = ["Context", "NDArray", "arange", "array", "concat", "cpu", "current_context", "empty",

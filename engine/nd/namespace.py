@@ -1,8 +1,11 @@
-"""NumPy-mode sub-namespaces (``F.npx``, ``F.np``) resolving names to registry ops.
+"""The front ends' namespaces: every registry op as a module function, and the NumPy-mode
+sub-namespaces (``F.npx``, ``F.np``) resolving names to registry ops.
 
-``F.npx.relu`` looks for ``_npx_relu`` and then ``relu``; ``F.np.add`` for ``_np_add``,
-``_npi_add`` and then ``add``. The same class serves `nd` (imperative functions) and `sym`
-(symbolic ones): it only needs a way to make the function for a registered name.
+`fill_module` fills `engine.nd` or `engine.sym` with one function per op and gives it the
+module ``__getattr__`` that makes the rest on first use. ``F.npx.relu`` looks for ``_npx_relu``
+and then ``relu``; ``F.np.add`` for ``_np_add``, ``_npi_add`` and then ``add``. The same code
+serves `nd` (imperative functions) and `sym` (symbolic ones): it only needs a way to make the
+function for a registered name.
 """
 
 from __future__ import annotations
@@ -10,10 +13,37 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from engine.ops.registry import all_ops, has_op
+from engine.ops.registry import OpDef, all_ops, get_op, has_op
 
 NPX_PREFIXES = ("_npx_", "")
 NP_PREFIXES = ("_np_", "_npi_", "")
+
+OpFunction = Callable[[str, OpDef], Callable[..., Any]]
+
+
+def fill_module(namespace: dict[str, Any], module: str, op_function: OpFunction,
+                handwritten: set[str]) -> tuple[Callable[[str], Any], Callable[[str], Any]]:
+    """Put a function for every registered op in ``namespace`` (a front end's globals), except
+    the ``handwritten`` names it defines itself. Returns ``(make, module_getattr)``: the
+    function for a registered name (the module's own where it has one), and the module's
+    ``__getattr__``, which makes a function for a name registered later."""
+    for name, opdef in all_ops().items():
+        if name not in handwritten and name.isidentifier():
+            namespace[name] = op_function(name, opdef)
+
+    def make(name: str) -> Callable[..., Any]:
+        if name in namespace and name not in handwritten:
+            return namespace[name]
+        return op_function(name, get_op(name))
+
+    def module_getattr(name: str) -> Any:
+        if not name.startswith("__") and has_op(name):
+            namespace[name] = function = op_function(name, get_op(name))
+            return function
+        raise AttributeError(f"module {module!r} has no attribute {name!r} (and no registry op "
+                             "of that name)")
+
+    return make, module_getattr
 
 
 class OpNamespace:

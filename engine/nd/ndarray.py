@@ -15,6 +15,7 @@ import numpy as np
 
 from engine.context import Context, resolve_context
 from engine.errors import EngineError, ShapeError
+from engine.nd import operators
 from engine.nd.placement import device_for, host_copy, known_device, move, place, xp_of
 from engine.ops.registry import get_op
 
@@ -185,41 +186,7 @@ class NDArray:
             raise ShapeError(f"cannot assign a value of shape {np.shape(source)} to "
                              f"NDArray{list(self.shape)}[{key!r}]: {error}") from None
 
-    # --- arithmetic --------------------------------------------------------------------------
-    def __add__(self, other: Any) -> NDArray:
-        return _binary(self, other, "broadcast_add", "_plus_scalar")
-
-    __radd__ = __add__
-
-    def __sub__(self, other: Any) -> NDArray:
-        return _binary(self, other, "broadcast_sub", "_minus_scalar")
-
-    def __rsub__(self, other: Any) -> NDArray:
-        return _binary(self, other, "broadcast_sub", "_rminus_scalar", reflected=True)
-
-    def __mul__(self, other: Any) -> NDArray:
-        return _binary(self, other, "broadcast_mul", "_mul_scalar")
-
-    __rmul__ = __mul__
-
-    def __truediv__(self, other: Any) -> NDArray:
-        return _binary(self, other, "broadcast_div", "_div_scalar")
-
-    def __rtruediv__(self, other: Any) -> NDArray:
-        return _binary(self, other, "broadcast_div", "_rdiv_scalar", reflected=True)
-
-    def __mod__(self, other: Any) -> NDArray:
-        return _binary(self, other, "broadcast_mod", "_mod_scalar")
-
-    def __rmod__(self, other: Any) -> NDArray:
-        return _binary(self, other, "broadcast_mod", "_rmod_scalar", reflected=True)
-
-    def __pow__(self, other: Any) -> NDArray:
-        return _binary(self, other, "broadcast_power", "_power_scalar")
-
-    def __rpow__(self, other: Any) -> NDArray:
-        return _binary(self, other, "broadcast_power", "_rpower_scalar", reflected=True)
-
+    # --- arithmetic (the binary and in-place operators: `operators.add_operators` below) ----
     def __neg__(self) -> NDArray:
         return apply_op("_mul_scalar", [self], {"scalar": -1.0})
 
@@ -228,42 +195,6 @@ class NDArray:
 
     def __abs__(self) -> NDArray:
         return apply_op("abs", [self], {})
-
-    def __eq__(self, other: Any) -> NDArray:  # type: ignore[override]
-        return _binary(self, other, "broadcast_equal", "_equal_scalar")
-
-    def __ne__(self, other: Any) -> NDArray:  # type: ignore[override]
-        return _binary(self, other, "broadcast_not_equal", "_not_equal_scalar")
-
-    def __gt__(self, other: Any) -> NDArray:
-        return _binary(self, other, "broadcast_greater", "_greater_scalar")
-
-    def __ge__(self, other: Any) -> NDArray:
-        return _binary(self, other, "broadcast_greater_equal", "_greater_equal_scalar")
-
-    def __lt__(self, other: Any) -> NDArray:
-        return _binary(self, other, "broadcast_lesser", "_lesser_scalar")
-
-    def __le__(self, other: Any) -> NDArray:
-        return _binary(self, other, "broadcast_lesser_equal", "_lesser_equal_scalar")
-
-    def __iadd__(self, other: Any) -> NDArray:
-        return _binary(self, other, "broadcast_add", "_plus_scalar", out=self)
-
-    def __isub__(self, other: Any) -> NDArray:
-        return _binary(self, other, "broadcast_sub", "_minus_scalar", out=self)
-
-    def __imul__(self, other: Any) -> NDArray:
-        return _binary(self, other, "broadcast_mul", "_mul_scalar", out=self)
-
-    def __itruediv__(self, other: Any) -> NDArray:
-        return _binary(self, other, "broadcast_div", "_div_scalar", out=self)
-
-    def __imod__(self, other: Any) -> NDArray:
-        return _binary(self, other, "broadcast_mod", "_mod_scalar", out=self)
-
-    def __ipow__(self, other: Any) -> NDArray:
-        return _binary(self, other, "broadcast_power", "_power_scalar", out=self)
 
 
 def wrap(data: Any, ctx: Context) -> NDArray:
@@ -301,6 +232,38 @@ def _binary(array: NDArray, other: Any, array_op: str, scalar_op: str,
     if isinstance(other, _NUMBER):
         return apply_op(scalar_op, [array], {"scalar": other}, out)
     return NotImplemented
+
+
+# MXNet's NDArray operators broadcast: ``a + b`` is ``broadcast_add``.
+_OPS = {
+    "add": ("broadcast_add", "_plus_scalar", "_plus_scalar"),
+    "sub": ("broadcast_sub", "_minus_scalar", "_rminus_scalar"),
+    "mul": ("broadcast_mul", "_mul_scalar", "_mul_scalar"),
+    "div": ("broadcast_div", "_div_scalar", "_rdiv_scalar"),
+    "mod": ("broadcast_mod", "_mod_scalar", "_rmod_scalar"),
+    "pow": ("broadcast_power", "_power_scalar", "_rpower_scalar"),
+    "equal": ("broadcast_equal", "_equal_scalar", "_equal_scalar"),
+    "not_equal": ("broadcast_not_equal", "_not_equal_scalar", "_not_equal_scalar"),
+    "greater": ("broadcast_greater", "_greater_scalar", "_greater_scalar"),
+    "greater_equal": ("broadcast_greater_equal", "_greater_equal_scalar",
+                      "_greater_equal_scalar"),
+    "lesser": ("broadcast_lesser", "_lesser_scalar", "_lesser_scalar"),
+    "lesser_equal": ("broadcast_lesser_equal", "_lesser_equal_scalar", "_lesser_equal_scalar"),
+}
+
+
+def _in_place(method: str, operation: str, spelling: str) -> Any:
+    """``a op= b`` writes the result into ``a``."""
+    array_op, scalar_op, _ = _OPS[operation]
+
+    def update(self: NDArray, other: Any) -> NDArray:
+        return _binary(self, other, array_op, scalar_op, out=self)
+
+    update.__name__ = update.__qualname__ = method
+    return update
+
+
+operators.add_operators(NDArray, _OPS, _binary, _in_place)
 
 
 def apply_op(op_name: str, inputs: Sequence[NDArray], attrs: dict[str, Any],

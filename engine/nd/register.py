@@ -10,7 +10,7 @@ import numpy as np
 from engine.context import Context, resolve_context
 from engine.nd.ndarray import NDArray, run_kernel
 from engine.nd.opfunc import bind_call, make_function
-from engine.ops.registry import OpDef, all_ops
+from engine.ops.registry import OpDef
 
 NAMESPACE = "engine.nd"
 CONTROLS = ("name", "out", "ctx")
@@ -54,8 +54,3 @@ def _as_ndarray(value: Any, where: str, name: str, ctx: Context | None) -> NDArr
 def op_function(name: str, opdef: OpDef) -> Callable[..., Any]:
     """The ``nd.<name>`` function for one registered name (canonical or alias)."""
     return make_function(opdef, name, NAMESPACE, invoke, CONTROLS)
-
-
-def op_functions() -> dict[str, Callable[..., Any]]:
-    """A function for every registered op name, aliases included."""
-    return {name: op_function(name, opdef) for name, opdef in all_ops().items()}

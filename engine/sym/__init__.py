@@ -17,10 +17,9 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from engine.nd.namespace import NP_PREFIXES, NPX_PREFIXES, OpNamespace
-from engine.ops.registry import get_op, has_op
+from engine.nd.namespace import NP_PREFIXES, NPX_PREFIXES, OpNamespace, fill_module
 from engine.sym.naming import NameManager, Prefix
-from engine.sym.register import op_function, op_functions
+from engine.sym.register import op_function
 from engine.sym.symbol import Symbol, Variable, make_op_node, var
 
 
@@ -78,27 +77,10 @@ def _filled(op: str, shape: Any, dtype: Any, name: str | None, attrs: dict[str, 
 _HANDWRITTEN = {"Group", "fromjson", "load_json", "load", "zeros", "ones", "full", "var",
                 "Variable"}
 
-for _name, _function in op_functions().items():
-    if _name not in _HANDWRITTEN and _name.isidentifier():
-        globals()[_name] = _function
-
-
-def _make(name: str) -> Any:
-    return globals()[name] if name in globals() and name not in _HANDWRITTEN else op_function(
-        name, get_op(name))
-
+_make, __getattr__ = fill_module(globals(), "engine.sym", op_function, _HANDWRITTEN)
 
 npx = OpNamespace("engine.sym.npx", NPX_PREFIXES, _make)
 np = OpNamespace("engine.sym.np", NP_PREFIXES, _make)
-
-
-def __getattr__(name: str) -> Any:
-    if not name.startswith("__") and has_op(name):
-        function = op_function(name, get_op(name))
-        globals()[name] = function
-        return function
-    raise AttributeError(f"module 'engine.sym' has no attribute {name!r} (and no registry op "
-                         "of that name)")
 
 
 __all__ = ["Group", "NameManager", "Prefix", "Symbol", "Variable", "fromjson", "full", "load",

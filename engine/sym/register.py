@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from engine.nd.opfunc import bind_call, make_function
-from engine.ops.registry import OpDef, all_ops
+from engine.ops.registry import OpDef
 from engine.sym.symbol import Symbol, make_op_node
 
 NAMESPACE = "engine.sym"
@@ -26,8 +26,3 @@ def invoke(opdef: OpDef, called_as: str, args: tuple[Any, ...],
 def op_function(name: str, opdef: OpDef) -> Callable[..., Any]:
     """The ``sym.<name>`` function for one registered name (canonical or alias)."""
     return make_function(opdef, name, NAMESPACE, invoke, CONTROLS)
-
-
-def op_functions() -> dict[str, Callable[..., Any]]:
-    """A function for every registered op name, aliases included."""
-    return {name: op_function(name, opdef) for name, opdef in all_ops().items()}

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from engine.graph.ir import Graph
+from engine.nd import operators
 from engine.ops.attrs import format_attr
 from engine.ops.catalog import mxnet_saved_name
 from engine.ops.registry import get_op
@@ -207,82 +208,12 @@ class Symbol:
         """Not available on a Symbol (raises AttributeError naming the alternatives)."""
         raise AttributeError(messages.ASNUMPY)
 
-    # --- operators ---------------------------------------------------------------------------
-    def __add__(self, other: Any) -> Symbol:
-        return _binary(self, other, "_Plus", "_PlusScalar")
-
-    __radd__ = __add__
-
-    def __sub__(self, other: Any) -> Symbol:
-        return _binary(self, other, "_Minus", "_MinusScalar")
-
-    def __rsub__(self, other: Any) -> Symbol:
-        return _binary(self, other, "_Minus", "_RMinusScalar", reflected=True)
-
-    def __mul__(self, other: Any) -> Symbol:
-        return _binary(self, other, "_Mul", "_MulScalar")
-
-    __rmul__ = __mul__
-
-    def __truediv__(self, other: Any) -> Symbol:
-        return _binary(self, other, "_Div", "_DivScalar")
-
-    def __rtruediv__(self, other: Any) -> Symbol:
-        return _binary(self, other, "_Div", "_RDivScalar", reflected=True)
-
-    def __mod__(self, other: Any) -> Symbol:
-        return _binary(self, other, "_Mod", "_ModScalar")
-
-    def __rmod__(self, other: Any) -> Symbol:
-        return _binary(self, other, "_Mod", "_RModScalar", reflected=True)
-
-    def __pow__(self, other: Any) -> Symbol:
-        return _binary(self, other, "_Power", "_PowerScalar")
-
-    def __rpow__(self, other: Any) -> Symbol:
-        return _binary(self, other, "_Power", "_RPowerScalar", reflected=True)
-
+    # --- operators (the binary and in-place ones: `operators.add_operators` below) --------
     def __neg__(self) -> Symbol:
         return self.__mul__(-1.0)
 
     def __abs__(self) -> Symbol:
         return apply_op("abs", [self], {})
-
-    def __eq__(self, other: Any) -> Symbol:  # type: ignore[override]
-        return _binary(self, other, "_equal", "_equal_scalar")
-
-    def __ne__(self, other: Any) -> Symbol:  # type: ignore[override]
-        return _binary(self, other, "_not_equal", "_not_equal_scalar")
-
-    def __gt__(self, other: Any) -> Symbol:
-        return _binary(self, other, "_greater", "_greater_scalar")
-
-    def __ge__(self, other: Any) -> Symbol:
-        return _binary(self, other, "_greater_equal", "_greater_equal_scalar")
-
-    def __lt__(self, other: Any) -> Symbol:
-        return _binary(self, other, "_lesser", "_lesser_scalar")
-
-    def __le__(self, other: Any) -> Symbol:
-        return _binary(self, other, "_lesser_equal", "_lesser_equal_scalar")
-
-    def __iadd__(self, other: Any) -> Symbol:
-        raise TypeError(messages.INPLACE.format(op="+=", plain="+"))
-
-    def __isub__(self, other: Any) -> Symbol:
-        raise TypeError(messages.INPLACE.format(op="-=", plain="-"))
-
-    def __imul__(self, other: Any) -> Symbol:
-        raise TypeError(messages.INPLACE.format(op="*=", plain="*"))
-
-    def __itruediv__(self, other: Any) -> Symbol:
-        raise TypeError(messages.INPLACE.format(op="/=", plain="/"))
-
-    def __imod__(self, other: Any) -> Symbol:
-        raise TypeError(messages.INPLACE.format(op="%=", plain="%"))
-
-    def __ipow__(self, other: Any) -> Symbol:
-        raise TypeError(messages.INPLACE.format(op="**=", plain="**"))
 
 
 def _binary(symbol: Symbol, other: Any, symbol_op: str, scalar_op: str,
@@ -292,6 +223,35 @@ def _binary(symbol: Symbol, other: Any, symbol_op: str, scalar_op: str,
     if isinstance(other, _NUMBER):
         return apply_op(scalar_op, [symbol], {"scalar": other})
     return NotImplemented
+
+
+# A Symbol's ``a + b`` is MXNet's elementwise ``_Plus``, as the symbolic API writes it.
+_OPS = {
+    "add": ("_Plus", "_PlusScalar", "_PlusScalar"),
+    "sub": ("_Minus", "_MinusScalar", "_RMinusScalar"),
+    "mul": ("_Mul", "_MulScalar", "_MulScalar"),
+    "div": ("_Div", "_DivScalar", "_RDivScalar"),
+    "mod": ("_Mod", "_ModScalar", "_RModScalar"),
+    "pow": ("_Power", "_PowerScalar", "_RPowerScalar"),
+    "equal": ("_equal", "_equal_scalar", "_equal_scalar"),
+    "not_equal": ("_not_equal", "_not_equal_scalar", "_not_equal_scalar"),
+    "greater": ("_greater", "_greater_scalar", "_greater_scalar"),
+    "greater_equal": ("_greater_equal", "_greater_equal_scalar", "_greater_equal_scalar"),
+    "lesser": ("_lesser", "_lesser_scalar", "_lesser_scalar"),
+    "lesser_equal": ("_lesser_equal", "_lesser_equal_scalar", "_lesser_equal_scalar"),
+}
+
+
+def _refuse_in_place(method: str, operation: str, spelling: str) -> Any:
+    """``a op= b`` on a Symbol: refused, naming the plain operator to use instead."""
+    def refuse(self: Symbol, other: Any) -> Symbol:
+        raise TypeError(messages.INPLACE.format(op=f"{spelling}=", plain=spelling))
+
+    refuse.__name__ = refuse.__qualname__ = method
+    return refuse
+
+
+operators.add_operators(Symbol, _OPS, _binary, _refuse_in_place)
 
 
 def stored_op_name(called_as: str, canonical: str) -> str:

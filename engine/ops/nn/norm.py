@@ -69,8 +69,14 @@ def _bn_outputs(attrs: Attrs) -> tuple[str, ...]:
     return ("output", "mean", "var") if attrs.output_mean_var else ("output",)
 
 
-def _bn_hidden(attrs: Attrs) -> int:
+def _stats_hidden(attrs: Attrs) -> int:
+    """Outputs MXNet keeps hidden: the two statistics, unless ``output_mean_var`` shows them."""
     return 0 if attrs.output_mean_var else 2
+
+
+def _stats_visible(attrs: Attrs) -> int:
+    """Visible outputs: the result, and the two statistics with ``output_mean_var``."""
+    return 3 if attrs.output_mean_var else 1
 
 
 def _bn_shape(attrs: Attrs, shapes: list[MaybeShape]) -> ShapeResult:
@@ -116,9 +122,9 @@ BATCH_NORM = register(OpDef(
     inputs=("data", "gamma", "beta", "moving_mean", "moving_var"),
     aux=("moving_mean", "moving_var"),
     outputs=_bn_outputs,
-    hidden_outputs=_bn_hidden,
+    hidden_outputs=_stats_hidden,
     infer_shape=_bn_shape,
-    infer_dtype=_norm_dtype(lambda attrs: 3 if attrs.output_mean_var else 1),
+    infer_dtype=_norm_dtype(_stats_visible),
     kernel=_bn_kernel,
     doc="Batch normalisation with the moving statistics (inference); fix_gamma ignores gamma.",
 ))
@@ -128,10 +134,6 @@ BATCH_NORM = register(OpDef(
 
 def _mean_var_outputs(attrs: Attrs) -> tuple[str, ...]:
     return ("output", "mean", "std") if attrs.output_mean_var else ("output",)
-
-
-def _mean_var_hidden(attrs: Attrs) -> int:
-    return 0 if attrs.output_mean_var else 2
 
 
 def _ln_shape(attrs: Attrs, shapes: list[MaybeShape]) -> ShapeResult:
@@ -166,9 +168,9 @@ LAYER_NORM = register(OpDef(
     ),
     inputs=("data", "gamma", "beta"),
     outputs=_mean_var_outputs,
-    hidden_outputs=_mean_var_hidden,
+    hidden_outputs=_stats_hidden,
     infer_shape=_ln_shape,
-    infer_dtype=_norm_dtype(lambda attrs: 3 if attrs.output_mean_var else 1),
+    infer_dtype=_norm_dtype(_stats_visible),
     kernel=_ln_kernel,
     doc="Layer normalisation over one axis; output_mean_var adds the mean and sqrt(var + eps).",
 ))
@@ -241,9 +243,9 @@ GROUP_NORM = register(OpDef(
     ),
     inputs=("data", "gamma", "beta"),
     outputs=_mean_var_outputs,
-    hidden_outputs=_mean_var_hidden,
+    hidden_outputs=_stats_hidden,
     infer_shape=_group_shape,
-    infer_dtype=_norm_dtype(lambda attrs: 3 if attrs.output_mean_var else 1),
+    infer_dtype=_norm_dtype(_stats_visible),
     kernel=_group_kernel,
     doc="Group normalisation: channels split into num_groups, each normalised per sample.",
 ))
