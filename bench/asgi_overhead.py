@@ -16,7 +16,7 @@ Another commit's app is measured by pointing ``--root`` at its checkout (a ``git
 the script itself only needs `create_app(runtime)` and ``InferenceService.predict/infer_v2``:
 
     .venv/bin/python bench/asgi_overhead.py                        # this checkout
-    .venv/bin/python bench/asgi_overhead.py --root /tmp/old-x      # another commit
+    .venv/bin/python bench/asgi_overhead.py --root ../hybridserve-old  # another commit's worktree
     .venv/bin/python bench/asgi_overhead.py --profile front-predict # cProfile, top 25
 """
 
@@ -155,7 +155,8 @@ async def measure(args: argparse.Namespace, directory: Path
 
 
 def _rebind_lane(app: Any, runtime: Any) -> None:
-    """Commits before #18 kept the inference service on their fast lane: swap it there too."""
+    """Commits whose app answered inference on a fast lane in front of FastAPI kept the
+    inference service there too: swap it there as well."""
     lane = getattr(app, "lane", None)
     if lane is not None:
         lane.inference = runtime.inference

@@ -6,7 +6,7 @@ at batch 1024 and a small CNN at batch 2 and 8), ``Model.infer`` each way below,
 taking turns block of calls by block so that a noisy machine's drift hits each alike:
 
 * ``one thread``: not split, BLAS on one thread;
-* ``BLAS all cores``: not split, BLAS on every core (numpy's default, the code before #21);
+* ``BLAS all cores``: not split, BLAS on every core (numpy's default, an engine without the split);
 * ``split``: the batch cut into one run of rows per core (`engine.runtime.batch_split`'s
   default), each run with one BLAS thread; ``split, no gate`` the same with the minimum work
   per run (`MIN_PART_WORK`) set to 0, to see what the gate keeps whole.

@@ -78,9 +78,9 @@ def bench_mlp(repeat: int) -> dict[str, Any]:
 
 
 def bench_join(model: Any, batch: int, repeat: int) -> dict[str, Any]:
-    """A batch of ``batch`` one-image requests, as the server's batcher runs it: joined with
-    ``np.concatenate`` then copied into the plan's pinned inputs (before #20's follow-up),
-    against joined straight into the pinned inputs (`Model.batch_buffers`)."""
+    """A batch of ``batch`` one-image requests joined two ways: with ``np.concatenate``, then
+    copied into the plan's pinned inputs by `Model.infer`, against straight into the pinned
+    inputs (`Model.batch_buffers`, as the server's batcher joins them)."""
     from engine.runtime.buffers import join_rows
 
     rng = np.random.default_rng(3)

@@ -29,8 +29,8 @@ machine's drift falls on both), through the same load generator, and prints each
 median requests/s and p50/p99 over the rounds with the ratio new/old. Only our server runs
 (REST and gRPC), not the minimal app:
 
-    git worktree add /tmp/old-x COMMIT
-    .venv/bin/python bench/serve.py --against /tmp/old-x --rounds 3 --seconds 2 --image 64
+    git worktree add ../hybridserve-old COMMIT
+    .venv/bin/python bench/serve.py --against ../hybridserve-old --rounds 3 --seconds 2 --image 64
 
 ``--no-grpc`` leaves the gRPC rows out and ``--resnet-seconds 0`` ResNet-18: the seed MLP and
 the floor alone, in a third of the time.

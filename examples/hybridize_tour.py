@@ -1,9 +1,19 @@
-"""A walk through the hybridize seed texts (../shared/seeds/*.txt), in order, on HybridServe.
+"""A walk through the code of Gluon's hybridize tutorials, in order, on HybridServe.
 
-Each seed's code runs with ``from engine import nd, sym`` / ``from engine.gluon import nn`` /
-``from engine import np, npx`` in place of the mxnet imports and prints what the seed prints,
-including the "before/after hybridizing" timing of 1000 forward passes. Exported files go to a
-temporary directory. Run: ``python examples/hybridize_tour.py [--passes 1000]``.
+The tutorials (their code is reproduced here; nothing is read from outside this file):
+
+- ``000``: Dive into Deep Learning (MXNet edition), "A Hybrid of Imperative and Symbolic
+  Programming", with the NDArray API (the Chinese edition's chapter has the same code);
+- ``001``: The Straight Dope, "Fast, portable neural networks with Gluon HybridBlocks";
+- ``002``: Dive into Deep Learning, "Compilers and Interpreters", with the NumPy API
+  (``np``/``npx``);
+- ``003``: Apache MXNet's guide "Hybridize", its "Key differences and limitations of
+  hybridization".
+
+Each tutorial's code runs with ``from engine import nd, sym`` / ``from engine.gluon import nn`` /
+``from engine import np, npx`` in place of the mxnet imports and prints what the tutorial
+prints, including the "before/after hybridizing" timing of 1000 forward passes. Exported files
+go to a temporary directory. Run: ``python examples/hybridize_tour.py [--passes 1000]``.
 """
 
 from __future__ import annotations
@@ -23,7 +33,7 @@ def section(title: str) -> None:
     print(f"\n===== {title} =====")
 
 
-# --- seeds 000/003/004: imperative versus symbolic programs ------------------------------------
+# --- 000 and 003: imperative versus symbolic programs --------------------------------------------
 def imperative_and_symbolic() -> int:
     """``fancy_func`` run directly, then as a program text compiled and executed."""
     def add(a: int, b: int) -> int:
@@ -49,12 +59,12 @@ def imperative_and_symbolic() -> int:
     prog = evoke_str()
     print(prog)
     y = compile(prog, "", "exec")
-    exec(y, {})  # noqa: S102 - the seed's own demonstration of compiling a program text
+    exec(y, {})  # noqa: S102 - the tutorial's own demonstration of compiling a program text
     return fancy_func(1, 2, 3, 4)
 
 
 def get_net() -> nn.HybridSequential:
-    """The seeds' MLP."""
+    """The tutorials' MLP."""
     net = nn.HybridSequential()  # Here we use the class HybridSequential
     net.add(nn.Dense(256, activation="relu"), nn.Dense(128, activation="relu"), nn.Dense(2))
     net.initialize()
@@ -62,7 +72,7 @@ def get_net() -> nn.HybridSequential:
 
 
 def benchmark(net: Any, x: Any, passes: int = 1000) -> float:
-    """Seconds for ``passes`` forward passes (the seeds' ``benchmark``)."""
+    """Seconds for ``passes`` forward passes (the tutorials' ``benchmark``)."""
     start = time.time()
     for _ in range(passes):
         _ = net(x)
@@ -71,7 +81,7 @@ def benchmark(net: Any, x: Any, passes: int = 1000) -> float:
 
 
 class HybridNet(nn.HybridBlock):
-    """The seeds' HybridNet: prints F, x and the hidden layer while running."""
+    """The tutorials' HybridNet: prints F, x and the hidden layer while running."""
 
     def __init__(self, hidden: int = 10, relu: str = "relu", **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -88,8 +98,8 @@ class HybridNet(nn.HybridBlock):
 
 
 def d2l_nd(workdir: str, passes: int) -> dict[str, Any]:
-    """Seed 000 (and 004, 003's first half): HybridSequential, timing, export, HybridNet."""
-    section("seed 000: HybridSequential")
+    """Tutorial 000 (and 003's first half): HybridSequential, timing, export, HybridNet."""
+    section("d2l, NDArray: HybridSequential")
     x = nd.random.normal(shape=(1, 512))
     net = get_net()
     before = net(x)
@@ -97,17 +107,17 @@ def d2l_nd(workdir: str, passes: int) -> dict[str, Any]:
     net.hybridize()
     after = net(x)
     print(after)
-    section("seed 000: computing performance")
+    section("d2l, NDArray: computing performance")
     net = get_net()
     print(f"before hybridizing: {benchmark(net, x, passes):.4f} sec")
     net.hybridize()
     print(f"after hybridizing: {benchmark(net, x, passes):.4f} sec")
-    section("seed 000: export")
+    section("d2l, NDArray: export")
     paths = net.export(os.path.join(workdir, "my_mlp"))
     print("wrote", ", ".join(os.path.basename(path) for path in paths))
     symbolic = net(sym.var("data"))
     print(symbolic)
-    section("seed 000: HybridNet")
+    section("d2l, NDArray: HybridNet")
     hybrid = HybridNet()
     hybrid.initialize()
     small = nd.random.normal(shape=(1, 4))
@@ -121,9 +131,9 @@ def d2l_nd(workdir: str, passes: int) -> dict[str, Any]:
             "mlp": net, "x": x}
 
 
-# --- seed 001: the straight dope ---------------------------------------------------------------
+# --- 001: The Straight Dope ----------------------------------------------------------------------
 class Net(HybridBlock):
-    """Seed 001's Net: prints the input type and F's name."""
+    """The Straight Dope's Net: prints the input type and F's name."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -141,7 +151,7 @@ class Net(HybridBlock):
 
 
 def straight_dope(workdir: str, passes: int) -> dict[str, Any]:
-    """Seed 001: name_scope, collect_params().initialize(), tojson, save, hybrid_forward calls."""
+    """Tutorial 001: name_scope, collect_params().initialize(), tojson, save, hybrid_forward."""
     def get_scoped_net() -> nn.HybridSequential:
         net = nn.HybridSequential()
         with net.name_scope():
@@ -151,19 +161,19 @@ def straight_dope(workdir: str, passes: int) -> dict[str, Any]:
         net.collect_params().initialize()
         return net
 
-    section("seed 001: HybridSequential")
+    section("The Straight Dope: HybridSequential")
     x = nd.random_normal(shape=(1, 512))
     net = get_scoped_net()
     print(f"=== net(x) ==={net(x)}")
     net.hybridize()
     print(f"=== net(x) ==={net(x)}")
-    section("seed 001: performance")
+    section("The Straight Dope: performance")
     net = get_scoped_net()
     nd.waitall()
     print(f"Before hybridizing: {benchmark(net, x, passes):.4f} sec")
     net.hybridize()
     print(f"After hybridizing: {benchmark(net, x, passes):.4f} sec")
-    section("seed 001: the symbolic program")
+    section("The Straight Dope: the symbolic program")
     data = sym.var("data")
     print("=== input data holder ===")
     print(data)
@@ -175,7 +185,7 @@ def straight_dope(workdir: str, passes: int) -> dict[str, Any]:
     print(y_json)
     y.save(os.path.join(workdir, "model.json"))
     net.save_params(os.path.join(workdir, "model.params"))
-    section("seed 001: HybridBlock")
+    section("The Straight Dope: HybridBlock")
     hybrid = Net()
     hybrid.collect_params().initialize()
     x = nd.random_normal(shape=(1, 512))
@@ -191,9 +201,9 @@ def straight_dope(workdir: str, passes: int) -> dict[str, Any]:
     return {"json": y_json, "net": net, "x": x}
 
 
-# --- seed 002: d2l with np/npx ----------------------------------------------------------------
+# --- 002: d2l with np/npx ------------------------------------------------------------------------
 class Benchmark:
-    """Seed 002's ``benchmark`` context manager (d2l.Timer replaced by time.perf_counter)."""
+    """Tutorial 002's ``benchmark`` context manager (d2l.Timer replaced by time.perf_counter)."""
 
     def __init__(self, description: str = "Done in %.4f sec") -> None:
         self.description = description
@@ -207,9 +217,9 @@ class Benchmark:
 
 
 def d2l_np(workdir: str, passes: int) -> dict[str, Any]:
-    """Seed 002: the same MLP in NumPy mode, export and a look at the files, HybridNet."""
+    """Tutorial 002: the same MLP in NumPy mode, export and a look at the files, HybridNet."""
     npx.set_np()
-    section("seed 002: HybridSequential (np/npx)")
+    section("d2l, np/npx: HybridSequential")
     x = np.random.normal(size=(1, 512))
     net = get_net()
     print(net(x))
@@ -225,7 +235,7 @@ def d2l_np(workdir: str, passes: int) -> dict[str, Any]:
         for _ in range(passes):
             net(x)
         npx.waitall()
-    section("seed 002: serialization")
+    section("d2l, np/npx: serialization")
     base = os.path.join(workdir, "np_mlp")
     net.export(base)
     for path in sorted(os.listdir(workdir)):
@@ -233,7 +243,7 @@ def d2l_np(workdir: str, passes: int) -> dict[str, Any]:
             print(f"{os.path.getsize(os.path.join(workdir, path)):>8}  {path}")
     with open(base + "-symbol.json", encoding="utf-8") as handle:  # !head my_mlp-symbol.json
         print("".join(handle.readlines()[:10]))
-    section("seed 002: HybridNet (F.npx.relu)")
+    section("d2l, np/npx: HybridNet (F.npx.relu)")
     hybrid = HybridNet(hidden=4, relu="npx")
     hybrid.initialize()
     small = np.random.normal(size=(1, 3))
@@ -245,7 +255,7 @@ def d2l_np(workdir: str, passes: int) -> dict[str, Any]:
     return {"net": net}
 
 
-# --- seed 003: limitations ---------------------------------------------------------------------
+# --- 003: limitations ----------------------------------------------------------------------------
 class Limited(HybridBlock):
     """A block whose hybrid_forward does one thing a Symbol cannot."""
 
@@ -280,8 +290,8 @@ LIMITATIONS: dict[str, Any] = {
 
 
 def limitations() -> dict[str, Exception]:
-    """Seed 003: each limitation works imperatively and raises a clear error once hybridized."""
-    section("seed 003: limitations of hybridization")
+    """Tutorial 003: each limitation works imperatively and raises a clear error once hybridized."""
+    section("MXNet's Hybridize guide: limitations of hybridization")
     errors = {}
     x = nd.array([[1.0, 2.0, 3.0]])
     for title, body in LIMITATIONS.items():
@@ -300,9 +310,9 @@ def limitations() -> dict[str, Exception]:
 
 
 def tour(passes: int = 1000) -> dict[str, Any]:
-    """Run every seed in order; return what each produced (for tests)."""
+    """Run every tutorial in order; return what each produced, by its key above (for tests)."""
     with tempfile.TemporaryDirectory() as workdir:
-        print("seed 000/004/003:")
+        print("imperative and symbolic programs:")
         results = {"fancy": imperative_and_symbolic(), "000": d2l_nd(workdir, passes)}
         results["001"] = straight_dope(workdir, passes)
         results["002"] = d2l_np(workdir, passes)
