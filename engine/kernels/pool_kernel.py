@@ -38,8 +38,8 @@ from engine.cpu.compiled import compile_kernel, compiled_once
 _kernels: dict[str, Any] = {}
 
 
-# Where these kernels beat the NumPy binding, measured one thread, best of 60 interleaved
-# (docs/benchmarks.md): windows at least COMPILED_MIN_KERNEL wide over output rows of
+# Where these kernels beat the NumPy binding, measured one thread, best of 60 interleaved:
+# windows at least COMPILED_MIN_KERNEL wide over output rows of
 # COMPILED_MIN_OUT_WIDTH or more (3×3 stride 2: 64 × 112² 0.14 ms against 0.56, 512 × 14²
 # 0.077 against 0.17; 3×3 stride 1: 192 × 28² 0.16 against 0.24, 832 × 7² a tie), narrower
 # windows only from COMPILED_NARROW_CELLS input cells per plane, where NumPy's passes stream

@@ -35,8 +35,8 @@ from engine.graph.ir import Graph
 
 # Work (`work`: multiply-adds outside dense GEMMs, estimated) a run of rows must have for a
 # split to pay for its hand-off (tens of µs on the busy 2-core benchmark machine). Measured
-# there against the batch left whole with BLAS on every core (docs/benchmarks.md, "#21: one
-# infer batch split over the cores"): ResNet-18 (1.8 G per row) gains at batch 4; a small CNN
+# there against the batch left whole with BLAS on every core (docs/benchmarks.md, "One infer
+# batch over the cores"): ResNet-18 (1.8 G per row) gains at batch 4; a small CNN
 # on 32×32 images (1.7 M per row) loses at batch 2 (runs of one row) and gains at batch 8
 # (6.6 M per run); the seed MLP, all dense GEMMs, gains at no batch size.
 MIN_PART_WORK = 2_000_000
