@@ -1,6 +1,7 @@
 """Running graphs: the reference interpreter, `Model` and `load_model`."""
 
+from engine.runtime.binding import TensorSpec
 from engine.runtime.loader import load_model
-from engine.runtime.model import Model, TensorSpec
+from engine.runtime.model import Model
 
 __all__ = ["Model", "TensorSpec", "load_model"]
