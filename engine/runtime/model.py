@@ -2,8 +2,8 @@
 
 The facade over the parts that each do one job: `Binding` (parameters, inputs, outputs),
 `InputChecker` (names, dtypes, shapes per signature), `PlanCache` (plans per signature, batch
-buckets, spares), `RowSplitter` (CPU batches over cores) and `ModelStats` (memory and counts).
-`Model` runs calls through them.
+buckets, spares), `RowSplitter` (CPU batches over cores), `ModelStats` (memory and counts) and
+the compile step (`engine.runtime.compile`). `Model` runs calls through them.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from engine.compiler import optimize_graph, select_passes
 from engine.device import Device, get_device
 from engine.graph.ir import Graph
 from engine.runtime.binding import Binding, TensorSpec
+from engine.runtime.compile import CompileReport, CompileTarget, PlanCompiler
 from engine.runtime.floats import quiet_floats, restore_floats
 from engine.runtime.inputs import InputChecker
 from engine.runtime.interpreter import evaluate
@@ -199,6 +200,17 @@ class Model:
                              "interpreter and has no plans")
         return self._entry(Signature.of(feed)).plan
 
+    def compile(self, targets: Iterable[CompileTarget]) -> CompileReport:
+        """Compile now the plans each target needs (see `CompileTarget`), each once, and
+        report them with their purposes, seconds and bytes (`engine.runtime.compile`).
+
+        Raises:
+            CompileFailed: names the target whose shapes do not fit or whose plan failed.
+        """
+        splitter = self._splitter
+        return PlanCompiler(self._checker, self._cache, splitter.row_runs,
+                            splitter.part_plans).compile(targets)
+
     def warm(self, inputs: Mapping[str, Any], runs: int | None = None) -> None:
         """Compile, and run ``runs`` times, every plan a call with these inputs may use (the
         spare too when `concurrent_runs` is 2), so that the first requests of this shape wait
@@ -291,8 +303,8 @@ class Model:
 
     def activation_bytes(self, input_shapes: Mapping[str, tuple[int, ...]]) -> int:
         """Planned activation bytes for these input shapes, with the plan's working memory
-        (compiles the plan if needed); 0 for shapes the model does not take, as no plan for
-        them can exist."""
+        (compiles the plan if needed; `compile` it first to measure without compiling); 0 for
+        shapes the model does not take, as no plan for them can exist."""
         return self._stats.activation_bytes(input_shapes)
 
     def profile(self, inputs: Mapping[str, Any], repeat: int = 10) -> dict[str, float]:

@@ -1,7 +1,8 @@
 """`ModelStats`: what a model's plans and caches hold, and what shapes would need.
 
-Memory accounting reads the plans (compiling one it is asked about first); estimates from
-shape inference alone allocate and compile nothing, so that a server can refuse a model before
+Memory accounting reads the plans (compiling one it is asked about first: a server's compile
+step compiles the plans it measures at load, `engine.runtime.compile`); estimates from shape
+inference alone allocate and compile nothing, so that a server can refuse a model before
 trying.
 """
 
