@@ -78,8 +78,11 @@ class Model:
         self.split_blocker: str | None = self._splitter.blocker
         self._stats = ModelStats(binding, self._checker, self._cache, self.passes,
                                  self.optimized_graph)
-        # What the per-call paths use, bound here once: each is one attribute of the model,
-        # as it was before the parts were split out (`infer` at batch 1 is microseconds).
+        self._bind_call_paths()
+
+    def _bind_call_paths(self) -> None:
+        """What the per-call paths use, bound once: each is one attribute of the model, as it
+        was before the parts were split out (`infer` at batch 1 takes microseconds)."""
         self._plans = self._cache.plans
         self._device_constants = self._cache.device_constants
         self._free = self._cache.free
