@@ -146,9 +146,9 @@ class PlanCompiler:
                 skipped.append((target.purpose, str(error)))
                 continue
             for signature, index in copies:
-                record = records.get(signature) or records.setdefault(
-                    signature, _Record(signature))
-                self._compile_copy(target, record, index)
+                if signature not in records:
+                    records[signature] = _Record(signature)
+                self._compile_copy(target, records[signature], index)
         plans = tuple(record.done(self._cache.buckets) for record in records.values())
         return CompileReport(plans, tuple(skipped), time.perf_counter() - start)
 
