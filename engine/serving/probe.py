@@ -66,3 +66,13 @@ def takes_batches(model: Any, sample: Mapping[str, tuple[int, ...]]) -> bool:
         return False
     return all(shape is None or (len(shape) > 0 and shape[0] in (0, 2))
                for shape in outputs.values())
+
+
+def sample_or_ones(inputs: Sequence[TensorConfig],
+                   sample: Mapping[str, tuple[int, ...]] | None) -> dict[str, tuple[int, ...]]:
+    """`sample`'s shapes for `inputs`, or where there is none one row with every open
+    dimension 1 (what memory is estimated and measured at)."""
+    if sample is not None:
+        return {tensor.name: tuple(sample[tensor.name]) for tensor in inputs}
+    return {tensor.name: (1, *(dim if dim > 0 else 1 for dim in tensor.shape[1:]))
+            for tensor in inputs}

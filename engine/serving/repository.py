@@ -485,8 +485,10 @@ class ModelRepository:
                              manifest_digest=identity[0], config_digest=identity[1])
 
     async def _measure(self, version: LoadedVersion) -> int:
-        """Bytes `version` holds, measured off the event loop: measuring compiles the plan of
-        its largest batch (half a second for a ResNet-18 at batch 32)."""
+        """Bytes `version` holds, measured off the event loop. The plans it reads (its largest
+        batch's among them) were compiled by the load's compile step (`compile_at_load`), so
+        measuring compiles nothing; a model without that step compiles its largest batch's
+        plan here (half a second for a ResNet-18 at batch 32)."""
         return (await self._thread(version.memory)).total
 
     async def _check_budget(self, needed: int, where: str) -> None:

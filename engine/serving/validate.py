@@ -1,4 +1,4 @@
-"""Load a version directory and prove it serves: parse, bind, infer shapes, one synthetic run.
+"""Load a version directory and prove it serves: parse, bind, infer shapes, compile, one test run.
 
 The config is completed here: inputs and outputs left out of ``config.json`` are taken from the
 graph, with -1 for each dimension it leaves open (and from the synthetic run for outputs); what
@@ -18,13 +18,14 @@ import numpy as np
 
 from engine.errors import EngineError
 from engine.runtime.loader import load_model
+from engine.serving.compile_step import compile_at_load
 from engine.serving.config import ModelConfig, TensorConfig, datatype_of
 from engine.serving.errors import InvalidModel, ServingError
 from engine.serving.labels import read_labels
 from engine.serving.manifest import PARAMS_NAME, SYMBOL_NAME
 from engine.serving.postprocess_check import check_postprocess
 from engine.serving.preprocess_check import check_preprocess
-from engine.serving.probe import find_sample_shapes, takes_batches
+from engine.serving.probe import find_sample_shapes, sample_or_ones, takes_batches
 
 
 class Spec(Protocol):
@@ -59,7 +60,9 @@ class Checks:
     graph's variables; shape inference from the parameters completed the inputs, and
     `variable_dims` lists the axes it left open (checked per request). `sample` is the shape
     the test inference ran at (None: skipped, `skipped` says why); `memory_bytes` is the
-    estimate at max_batch_size (None: not estimated, `memory_skipped` says why).
+    estimate at max_batch_size (None: not estimated, `memory_skipped` says why); `compile` is
+    the compile step's record (`compile_record`: each plan compiled at load, what for, seconds
+    and bytes; None: the model has no compile step).
     """
 
     variable_dims: dict[str, list[int]]
@@ -69,6 +72,7 @@ class Checks:
     memory_skipped: str | None = None
     preprocess: dict[str, Any] | None = None  # `check_preprocess`'s record; None: no pipeline
     postprocess: dict[str, Any] | None = None  # `check_postprocess`'s; None: no postprocess
+    compile: dict[str, Any] | None = None  # `compile_at_load`'s record; None: no compile step
 
     @classmethod
     def of(cls, inputs: Sequence[TensorConfig], sample: Mapping[str, tuple[int, ...]] | None,
@@ -97,9 +101,12 @@ class Checks:
             memory["estimated_bytes"] = self.memory_bytes
         else:
             memory["reason"] = self.memory_skipped
+        compiled = ({"ran": True, **self.compile} if self.compile is not None else
+                    {"ran": False, "reason": "the model has no compile step: its plans, if "
+                     "any, compile when first run"})
         checks = {"parsed": True, "ops_known": True, "params_match": True,
                   "shape_inference": {"ran": True, "variable_dims": self.variable_dims},
-                  "test_inference": test, "memory_estimate": memory}
+                  "test_inference": test, "memory_estimate": memory, "compile": compiled}
         if self.postprocess is not None:
             checks["postprocess"] = self.postprocess
         return checks if self.preprocess is None else {**checks, "preprocess": self.preprocess}
@@ -147,14 +154,18 @@ def default_loader(symbol: Any, params: Any, *, device: str = "cpu",
 
 def load_and_validate(version_dir: Path, config: ModelConfig, *, loader: Loader,
                       device: str, where: str, memory_cap_bytes: int | None = None) -> Validated:
-    """Load ``version_dir``'s files, complete `config` and run one synthetic batch of 1 row.
+    """Load ``version_dir``'s files, complete `config`, compile the plans it serves with and
+    run one synthetic batch of 1 row.
 
     Inputs missing from `config` come from the graph, with -1 for every dimension it leaves
     open; the test run takes a small sample shape that shape inference accepts (see
     `engine.serving.probe`), and is skipped, and said to be, when there is none. With
     ``memory_cap_bytes``, a model whose parameters plus activations at ``max_batch_size``
-    would need more is refused from shape inference alone, before the test run allocates.
-    What ran is recorded in a `Checks` (see `checks_of`).
+    would need more is refused from shape inference alone, before anything is compiled. The
+    compile step (`compile_at_load`) then compiles, by name and timed, the plans of the test
+    run, of each batch bucket and of ``max_batch_size`` (the memory measured later), so the
+    runs after it and the measurement compile nothing. What ran is recorded in a `Checks`
+    (see `checks_of`).
 
     Raises:
         InvalidModel: any failure; the message starts with `where` and names the cause.
@@ -170,12 +181,14 @@ def load_and_validate(version_dir: Path, config: ModelConfig, *, loader: Loader,
     sample = find_sample_shapes(model, graph_inputs)
     config = _limit_batch(config, model, sample, where)
     buckets = config.batch_buckets or default_batch_buckets(config.max_batch_size, model)
-    if hasattr(model, "batch_buckets"):  # before the test run, which then compiles a bucket
+    if hasattr(model, "batch_buckets"):  # before the compile step, which pads to them
         model.batch_buckets = buckets
     if hasattr(model, "concurrent_runs"):
         model.concurrent_runs = concurrent_batches(model)
     memory, memory_skipped = _memory_check(model, graph_inputs, config.max_batch_size,
                                            memory_cap_bytes, where, sample)
+    compiled = compile_at_load(model, graph_inputs, sample, buckets, config.max_batch_size,
+                               where, {tensor.graph_name: tensor.name for tensor in inputs})
     outputs = None if sample is None else synthetic_run(model, graph_inputs, sample, where)
     if sample is not None and buckets:
         warm_buckets(model, graph_inputs, sample, buckets, where)
@@ -187,7 +200,7 @@ def load_and_validate(version_dir: Path, config: ModelConfig, *, loader: Loader,
     full = ModelConfig.model_validate({**config.model_dump(), "inputs": inputs,
                                        "outputs": outputs_config, "batch_buckets": buckets})
     _CHECKS[model] = replace(Checks.of(inputs, sample, memory, memory_skipped),
-                             preprocess=preprocess, postprocess=postprocess)
+                             preprocess=preprocess, postprocess=postprocess, compile=compiled)
     if labels:
         _LABELS[model] = labels
     return Validated(model, full)
@@ -207,8 +220,10 @@ def concurrent_batches(model: Any) -> int:
 def warm_buckets(model: ServableModel, inputs: Sequence[TensorConfig],
                  sample: Mapping[str, tuple[int, ...]], buckets: Sequence[int],
                  where: str) -> None:
-    """Compile (and on a GPU capture) the plans of every batch bucket now, at load, rather
-    than on the first requests of each size: for ResNet-50 on a GPU each is hundreds of ms."""
+    """Run the plans of every batch bucket (and their spares) now, at load, rather than on
+    the first requests of each size: on a GPU the warm-up runs and the CUDA graph capture,
+    which with cuDNN's graphs take hundreds of ms each for ResNet-50. The compile step
+    (`compile_at_load`) compiled them before; a model without one compiles them here."""
     warm = getattr(model, "warm", None)
     for rows in buckets:
         shapes = {name: (rows, *shape[1:]) for name, shape in sample.items()}
@@ -292,7 +307,8 @@ def _memory_check(model: ServableModel, inputs: Sequence[TensorConfig], max_batc
 
 def synthetic_run(model: ServableModel, inputs: Sequence[TensorConfig],
                   sample: Mapping[str, tuple[int, ...]], where: str) -> dict[str, np.ndarray]:
-    """Outputs of the model on zeros of the `sample` shapes; any failure refuses the model."""
+    """Outputs of the model on zeros of the `sample` shapes (its plan compiled already by the
+    compile step, where the model has one); any failure refuses the model."""
     arrays = {tensor.name: np.zeros(sample[tensor.name], tensor.dtype) for tensor in inputs}
     try:
         return model.infer(arrays)
@@ -314,7 +330,7 @@ def check_memory(model: ServableModel, inputs: Sequence[TensorConfig], max_batch
     if estimate is None:
         return None
     shapes = {name: (max_batch_size, *shape[1:])
-              for name, shape in _sample_or_ones(inputs, sample).items()}
+              for name, shape in sample_or_ones(inputs, sample).items()}
     try:
         needed = model.param_bytes + estimate(shapes)
     except EngineError as error:
@@ -497,12 +513,4 @@ def input_shapes(inputs: Sequence[TensorConfig], rows: int,
     sample = None if checks is None or checks.sample is None else {
         tensor.graph_name: checks.sample[tensor.name] for tensor in inputs}
     return {name: (rows, *shape[1:])
-            for name, shape in _sample_or_ones(as_graph(inputs), sample).items()}
-
-
-def _sample_or_ones(inputs: Sequence[TensorConfig],
-                    sample: Mapping[str, tuple[int, ...]] | None) -> dict[str, tuple[int, ...]]:
-    if sample is not None:
-        return {tensor.name: tuple(sample[tensor.name]) for tensor in inputs}
-    return {tensor.name: (1, *(dim if dim > 0 else 1 for dim in tensor.shape[1:]))
-            for tensor in inputs}
+            for name, shape in sample_or_ones(as_graph(inputs), sample).items()}

@@ -164,9 +164,10 @@ def test_too_little_work_runs_whole(monkeypatch: pytest.MonkeyPatch,
                                     split_sizes: list[list[int]]) -> None:
     model = load(small_cnn(), (1, 3, 8, 8))
     feed = {"data": RNG.normal(size=(4, 3, 8, 8)).astype(np.float32)}
-    per_row = batch_split.work(model.graph, model._batch_nodes,
-                               model._signature_shapes(engine.runtime.signature.Signature.of(
-                                   {"data": feed["data"][:1]})))
+    per_row = batch_split.work(model.graph, model._splitter.batch_nodes,
+                               model._checker.signature_shapes(
+                                   engine.runtime.signature.Signature.of(
+                                       {"data": feed["data"][:1]})))
     monkeypatch.setattr(batch_split, "MIN_PART_WORK", 2 * per_row)  # two runs of two rows
     model.infer(feed)
     monkeypatch.setattr(batch_split, "MIN_PART_WORK", 5 * per_row)
@@ -176,11 +177,12 @@ def test_too_little_work_runs_whole(monkeypatch: pytest.MonkeyPatch,
 
 def test_dense_layers_do_not_count_as_work() -> None:
     model = load(seed_mlp(), (1, 6))
-    shapes = model._signature_shapes(engine.runtime.signature.Signature.of(
+    shapes = model._checker.signature_shapes(engine.runtime.signature.Signature.of(
         {"data": np.zeros((4, 6), np.float32)}))
     # Each computed value carrying the batch counts its elements once (BLAS threads the dense
     # GEMMs already): fc0 and its relu, fc1 and its relu, out.
-    assert batch_split.work(model.graph, model._batch_nodes, shapes) == 4 * (16 * 2 + 8 * 2 + 2)
+    assert batch_split.work(model.graph, model._splitter.batch_nodes,
+                            shapes) == 4 * (16 * 2 + 8 * 2 + 2)
 
 
 def test_concurrent_callers_get_their_own_rows() -> None:
@@ -209,13 +211,13 @@ def test_blas_runs_one_thread_per_part_and_is_restored(blas: Any,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     model = load(seed_mlp(), (1, 6))
     seen: list[int] = []
-    run_part = model._run_part
+    run_part = model._splitter._run_part
 
     def spy(*args: Any) -> list:
         seen.append(blas.count())
         return run_part(*args)
 
-    monkeypatch.setattr(model, "_run_part", spy)
+    monkeypatch.setattr(model._splitter, "_run_part", spy)
     model.infer({"data": RNG.normal(size=(6, 6)).astype(np.float32)})
     assert seen == [1, 1, 1]
     assert blas.count() == 3
