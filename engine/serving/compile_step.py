@@ -18,6 +18,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from engine.runtime.compile import CompileFailed
 from engine.serving.config import TensorConfig
 from engine.serving.errors import InvalidModel
 from engine.serving.probe import sample_or_ones
@@ -44,8 +45,6 @@ def compile_at_load(model: Any, inputs: Sequence[TensorConfig],
     compile_plans = getattr(model, "compile", None)
     if compile_plans is None:
         return None
-    from engine.runtime.compile import CompileFailed  # the engine's, loaded with the model
-
     try:
         report = compile_plans(load_targets(inputs, sample, buckets, max_batch_size))
     except CompileFailed as failure:
