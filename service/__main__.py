@@ -1,4 +1,5 @@
-"""``python -m service`` / ``hybridserve``: run the server with uvicorn (uvloop, httptools)."""
+"""``python -m service`` / ``hybridserve``: run the server, REST on uvicorn (uvloop, httptools) and
+gRPC beside it, on one event loop over one `service.runtime.Runtime`."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def _config(app: object, settings: Settings, port: int) -> uvicorn.Config:
 async def serve(settings: Settings) -> None:
     """Serve until SIGINT/SIGTERM: one port, or inference and management on two ports."""
     from service import admin_token
-    from service.app import create_app  # imports numpy: after `limit_blas_threads`
+    from service.rest.app import create_app  # imports numpy: after `limit_blas_threads`
     from service.runtime import Runtime
 
     admin = admin_token.resolve(settings)

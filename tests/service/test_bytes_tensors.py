@@ -6,9 +6,9 @@ import orjson
 import pytest
 
 from engine.errors import InputError
-from service import codecs
 from service.errors import BadRequest
-from service.image_inputs import image_bytes
+from service.tensors import v2 as codecs
+from service.tensors.images import image_bytes
 
 LIMIT = 1 << 20
 

@@ -6,9 +6,10 @@ import numpy as np
 import orjson
 import pytest
 
-from service.classification import classify, count_of
-from service.codecs import bytes_tensor, decode_v2_request, encode_v2_response
 from service.errors import BadRequest
+from service.tensors.binary import bytes_tensor
+from service.tensors.classification import classify, count_of
+from service.tensors.v2 import decode_v2_request, encode_v2_response
 
 
 def _strings(array: np.ndarray, count: int, labels: list[str] | None = None) -> list[list[str]]:

@@ -1,4 +1,4 @@
-"""V2 JSON and binary tensors, and /predict bodies, to and from numpy."""
+"""V2 JSON and binary tensors to and from numpy."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import orjson
 import pytest
 
 from engine.serving.config import DATATYPES
-from service import codecs
 from service.errors import BadRequest, PayloadTooLarge
+from service.tensors import v2 as codecs
 
 LIMIT = 1 << 20
 
@@ -100,14 +100,3 @@ def test_encode_json_and_binary_outputs() -> None:
     np.testing.assert_array_equal(np.frombuffer(body[header:], np.int32), [1, 2])
     body, header = codecs.encode_v2_response("m", 1, outputs, {"y": False, "z": False}, None)
     assert header is None and "id" not in orjson.loads(body)
-
-
-def test_predict_body() -> None:
-    request = codecs.decode_predict(b'{"model": "m", "version": 2, "inputs": {"x": [[1, 2]]}}')
-    assert (request.model, request.version) == ("m", "2")
-    arrays = codecs.predict_arrays(request, {"x": np.dtype(np.float64)}, LIMIT)
-    assert arrays["x"].dtype == np.float64 and arrays["x"].shape == (1, 2)
-    with pytest.raises(BadRequest, match="unknown fields \\['extra'\\]"):
-        codecs.decode_predict(b'{"model": "m", "inputs": {"x": [1]}, "extra": 1}')
-    with pytest.raises(BadRequest, match="'model' must be a non-empty string"):
-        codecs.decode_predict(b'{"inputs": {"x": [1]}}')

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from engine.serving.config import DATATYPES
-from service.drain import SHUTTING_DOWN
+from service.dataplane.drain import SHUTTING_DOWN
 from service.errors import STATUS, BadRequest
 from service.grpc import inference_pb2 as pb
 from service.grpc import tensors

@@ -11,8 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service import codecs, json_tensors
-from service.errors import BadRequest
+from engine.serving.config import DATATYPES
+from service.errors import BadRequest, PayloadTooLarge
+from service.tensors import json as json_tensors
+from service.tensors import predict as codecs
+from service.tensors import v2
 
 LIMIT = 1 << 20
 FLOATS = [np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)]
@@ -32,7 +35,7 @@ def _body(inputs: dict[str, object]) -> bytes:
 def _reference(body: bytes, dtypes: dict[str, np.dtype]) -> dict[str, np.ndarray] | str:
     """What NumPy makes of orjson's Python lists: the arrays, or the error message."""
     try:
-        return {name: codecs.array_from_json(value, dtypes[name], f"input {name!r}")
+        return {name: json_tensors.array_from_json(value, dtypes[name], f"input {name!r}")
                 for name, value in orjson.loads(body)["inputs"].items()}
     except BadRequest as error:
         return str(error)
@@ -138,7 +141,7 @@ def test_inputs_of_other_dtypes_or_unknown_names_use_numpy() -> None:
 
 def test_element_limit_applies_to_the_fast_read() -> None:
     body = _body({"x": [[0.0] * 100]})
-    with pytest.raises(codecs.PayloadTooLarge, match="100 elements exceed the limit of 10"):
+    with pytest.raises(PayloadTooLarge, match="100 elements exceed the limit of 10"):
         codecs.predict_arrays(codecs.decode_predict(body), {"x": np.dtype(np.float32)}, 10)
 
 
@@ -229,7 +232,7 @@ def test_any_json_body_is_decoded_or_refused_with_a_400(model: object, inputs: o
         with np.errstate(over="ignore"):
             codecs.predict_arrays(request, {name: np.dtype(np.float32) for name in
                                             request.inputs}, LIMIT)
-    except (BadRequest, codecs.PayloadTooLarge):
+    except (BadRequest, PayloadTooLarge):
         pass
 
 
@@ -246,7 +249,7 @@ def _v2_reference(body: bytes) -> dict[str, np.ndarray] | str:
         arrays = {}
         for entry in orjson.loads(body)["inputs"]:
             where = f"input {entry['name']!r}"
-            array = codecs.array_from_json(entry["data"], codecs.DATATYPES[entry["datatype"]],
+            array = json_tensors.array_from_json(entry["data"], DATATYPES[entry["datatype"]],
                                            where, max(len(entry["shape"]), 1))
             if array.size != int(np.prod(entry["shape"])):
                 raise BadRequest(f"{where}: shape {entry['shape']} needs "
@@ -260,7 +263,7 @@ def _v2_reference(body: bytes) -> dict[str, np.ndarray] | str:
 
 def _v2_decoded(body: bytes) -> dict[str, np.ndarray] | str:
     try:
-        return codecs.decode_v2_request(body, None, LIMIT).inputs
+        return v2.decode_v2_request(body, None, LIMIT).inputs
     except BadRequest as error:
         return str(error)
 
@@ -316,7 +319,7 @@ _v2_extras = st.fixed_dictionaries({}, optional={
 def test_v2_data_of_the_wrong_size_is_refused(fast_reads: list) -> None:
     body = _v2([{"name": "x", "datatype": "FP32", "shape": [2], "data": [1, 2, 3]}])
     with pytest.raises(BadRequest, match="shape \\[2\\] needs 2 elements, but data has 3"):
-        codecs.decode_v2_request(body, None, LIMIT)
+        v2.decode_v2_request(body, None, LIMIT)
     assert fast_reads[0] is not None
 
 

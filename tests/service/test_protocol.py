@@ -19,11 +19,11 @@ import numpy as np
 import orjson
 import pytest
 
-from service import codecs
-from service.app import create_app
 from service.errors import BadRequest, RequestTimeout
-from service.limits import BodyDeadlines
+from service.rest.app import create_app
+from service.rest.limits import BodyDeadlines
 from service.runtime import Runtime
+from service.tensors import binary as codecs
 from tests.service.helpers import AUTH, MLP, config_for, files_for, first_io, run, settings_for
 
 PATHS = ("app",)

@@ -13,9 +13,9 @@ import pytest
 from fastapi.routing import APIRoute
 from starlette.routing import Match
 
-from service import routers
-from service.app import HybridServeApp, create_app
-from service.routes import AsgiRoute, Router
+from service.rest import routers
+from service.rest.app import HybridServeApp, create_app
+from service.rest.routes import AsgiRoute, Router
 from service.runtime import Runtime
 from tests.service.helpers import MLP, config_for, files_for, first_io, run, settings_for
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from service.errors import BadRequest, PayloadTooLarge
-from service.uploads import _UploadParser
+from service.rest.uploads import _UploadParser
 
 BOUNDARY = b"xyzzy"
 
@@ -54,6 +54,6 @@ def test_labels_parts_that_would_clash_are_a_400(tmp_path: Path, labels: tuple,
 
 
 def test_a_labels_part_has_a_size_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("service.uploads.MAX_LABELS_BYTES", 8)
+    monkeypatch.setattr("service.rest.uploads.MAX_LABELS_BYTES", 8)
     with pytest.raises(PayloadTooLarge, match="part 'labels' \\(big.txt\\) exceeds its limit"):
         _parse(tmp_path, ("big.txt", b"0123456789"))

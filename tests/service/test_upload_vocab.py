@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from service.errors import BadRequest, PayloadTooLarge
-from service.uploads import _UploadParser
+from service.rest.uploads import _UploadParser
 from tests.service.test_upload_labels import BOUNDARY, _body
 
 
@@ -42,6 +42,6 @@ def test_bad_vocab_parts_are_refused(tmp_path: Path, parts: tuple, message: str)
 
 
 def test_a_vocab_part_has_a_size_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("service.uploads.MAX_VOCAB_BYTES", 8)
+    monkeypatch.setattr("service.rest.uploads.MAX_VOCAB_BYTES", 8)
     with pytest.raises(PayloadTooLarge, match="part 'vocab' \\(big.txt\\) exceeds its limit"):
         _parse(tmp_path, ("vocab", "big.txt", b"0123456789"))

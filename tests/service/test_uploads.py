@@ -12,8 +12,8 @@ import pytest
 
 from engine.serving.disk import TMP_PREFIX
 from engine.serving.manifest import PARAMS_NAME, SYMBOL_NAME
-from service import uploads
-from service.app import create_app
+from service.rest import uploads
+from service.rest.app import create_app
 from service.runtime import Runtime
 from tests.service.helpers import AUTH, MLP, config_for, files_for, run, serving, settings_for
 
