@@ -8,7 +8,7 @@ import pytest
 
 from service.errors import BadRequest, PayloadTooLarge
 from service.rest.uploads import _UploadParser
-from tests.service.test_upload_labels import BOUNDARY, _body
+from tests.service.rest.test_upload_labels import BOUNDARY, _body
 
 
 def _parse(staging: Path, *parts: tuple[str, str | None, bytes]) -> _UploadParser:
