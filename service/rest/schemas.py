@@ -42,14 +42,20 @@ class V2Parameters(BaseModel):
                                        "(classification extension)")
 
 
-class V2InputTensor(BaseModel):
-    """An input tensor; `data` is nested or flat row-major, or absent with binary_data_size."""
+class _V2Tensor(BaseModel):
+    """A tensor of a V2 request or response (its two kinds below describe it)."""
 
     name: str
-    datatype: str = Field(description="BOOL, UINT8..UINT64, INT8..INT64, FP16, FP32 or FP64")
+    datatype: str
     shape: list[int]
     parameters: V2Parameters | None = None
     data: list[Any] | None = None
+
+
+class V2InputTensor(_V2Tensor):
+    """An input tensor; `data` is nested or flat row-major, or absent with binary_data_size."""
+
+    datatype: str = Field(description="BOOL, UINT8..UINT64, INT8..INT64, FP16, FP32 or FP64")
 
 
 class V2RequestedOutput(BaseModel):
@@ -68,14 +74,10 @@ class V2InferRequest(BaseModel):
     outputs: list[V2RequestedOutput] | None = None
 
 
-class V2OutputTensor(BaseModel):
+class V2OutputTensor(_V2Tensor):
     """An output tensor: flat row-major `data`, or binary_data_size bytes after the header."""
 
-    name: str
     datatype: str = Field(description="the output's datatype, or BYTES for a classification")
-    shape: list[int]
-    parameters: V2Parameters | None = None
-    data: list[Any] | None = None
 
 
 class V2InferResponse(BaseModel):
