@@ -1,4 +1,9 @@
-"""Prometheus metrics: request counts and latency here, batcher and memory figures read live."""
+"""Prometheus metrics: request counts and latency here, batcher and memory figures read live.
+
+One `Metrics` per process (`service.runtime.Runtime.metrics`): `InferenceService.run` counts the
+requests of REST and gRPC alike, both count their error replies, and REST's ``GET /metrics``
+renders it.
+"""
 
 from __future__ import annotations
 
@@ -80,7 +85,8 @@ class RepositoryCollector(Collector):
 
 
 class Metrics:
-    """The registry of one app: request counters and latency plus the repository's figures."""
+    """The registry of one process: request counters and latency plus the repository's
+    figures."""
 
     def __init__(self, repository: ModelRepository) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
