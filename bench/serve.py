@@ -5,7 +5,7 @@ Three servers, each its own process, are measured in one run with the same load 
 - ``hybridserve``: the real server (dynamic batching, orjson, binary tensors);
 - ``minimal``: a minimal FastAPI app running the same model inline, one request at a time;
 - ``floor``: the real server's cheapest route, ``GET /v2/health/live`` (the HTTP floor), an
-  ASGI route (`service.routes.AsgiRoute`) as the inference routes are.
+  ASGI route (`service.rest.routes.AsgiRoute`) as the inference routes are.
 
 The real server is also driven over gRPC (``grpc/...`` rows: ``ModelInfer`` with raw tensor
 contents, one HTTP/2 channel, pre-serialized requests), beside its REST rows in the same run;

@@ -7,11 +7,11 @@ probe does:
 
 - ``floor``: ``GET /v2/health/live``;
 - ``body``: ``POST /breakdown/body`` reads the JSON body (the seed MLP's: 10.6 KB);
-- ``parse``: ... and parses it (`json_tensors.parse`, simdjson);
+- ``parse``: ... and parses it (`service.tensors.json.parse`, simdjson);
 - ``inputs``: ... and decodes and checks it into arrays (`InferenceService.predict_inputs`);
 - ``predict``: ``POST /predict`` itself: the above, then batching, inference and the reply;
-- ``lists``, for comparison: the body read and decoded as before `service.json_tensors`: orjson
-  makes Python lists, NumPy reads them (then the same checks);
+- ``lists``, for comparison: the body read and decoded as before simdjson
+  (`service.tensors.json`): orjson makes Python lists, NumPy reads them (then the same checks);
 - ``v2_json`` and ``v2_binary``, for comparison: the same tensor through the V2 infer route, as
   JSON ``data`` and as binary tensor data (a 155-byte JSON header for the seed MLP).
 
@@ -74,8 +74,8 @@ class Stages:
             message = await receive()
             body += message.get("body", b"")
             more = message.get("more_body", False)
-        from service import codecs, json_tensors
-        from service.inference import check_inputs
+        from service.dataplane.checks import check_inputs
+        from service.tensors import json as json_tensors
 
         if stage == "parse":
             json_tensors.parse(body)
@@ -84,9 +84,9 @@ class Stages:
         elif stage == REFERENCE:
             request = json_tensors.load_json(body)
             handle = self.runtime.repository.get(request["model"], request.get("version"))
-            check_inputs(handle, {name: codecs.array_from_json(value, handle.input_dtypes[name],
-                                                               name)
-                                  for name, value in request["inputs"].items()})
+            check_inputs(handle, {
+                name: json_tensors.array_from_json(value, handle.input_dtypes[name], name)
+                for name, value in request["inputs"].items()})
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"application/json"),
                                 (b"content-length", str(len(LIVE)).encode())]})
@@ -95,8 +95,8 @@ class Stages:
 
 def run_server(argv: list[str]) -> int:
     """`python -m service` with `argv`, its apps wrapped in `Stages`."""
-    from service import app as app_module
     from service.__main__ import main
+    from service.rest import app as app_module
 
     create_app = app_module.create_app
 

@@ -1,4 +1,5 @@
-"""``python -m service`` / ``hybridserve``: run the server with uvicorn (uvloop, httptools)."""
+"""``python -m service`` / ``hybridserve``: run the server, REST on uvicorn (uvloop, httptools) and
+gRPC beside it, on one event loop over one `service.runtime.Runtime`."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def _config(app: object, settings: Settings, port: int) -> uvicorn.Config:
 async def serve(settings: Settings) -> None:
     """Serve until SIGINT/SIGTERM: one port, or inference and management on two ports."""
     from service import admin_token
-    from service.app import create_app  # imports numpy: after `limit_blas_threads`
+    from service.rest.app import create_app  # imports numpy: after `limit_blas_threads`
     from service.runtime import Runtime
 
     admin = admin_token.resolve(settings)
@@ -114,11 +115,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=settings.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     limit_blas_threads(settings.blas_threads)
+    from engine.cpu import cache
     from engine.runtime import batch_split  # imports numpy: after `limit_blas_threads`
 
     # The compute threads already share the cores, a batch each: one infer must not also
     # spread its rows over them (the library default).
     batch_split.set_threads(1)
+    if settings.cache_dir is not None:
+        cache.set_cache_dir(settings.cache_dir)
     sys.setswitchinterval(settings.switch_interval)
     import uvloop
 

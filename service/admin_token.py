@@ -5,10 +5,14 @@ With no token configured, the first start writes a random one to ``MODEL_REPOSIT
 repository, reads the same file. The repository's scanner ignores it: names starting with ``.``
 are never models. An explicit ``--admin-token`` wins; ``--no-management`` refuses management
 without reading or writing any token.
+
+REST (a bearer token in the ``Authorization`` header) and gRPC (the same in the call's
+``authorization`` metadata) check a management request alike: `AdminAccess.check`.
 """
 
 from __future__ import annotations
 
+import hmac
 import logging
 import os
 import secrets
@@ -18,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.serving.manifest import fsync_dir
+from service.errors import Forbidden, Unauthorized
 from service.settings import ENV_PREFIX, Settings
 
 log = logging.getLogger(__name__)
@@ -50,6 +55,16 @@ class AdminAccess:
         if not settings.management:
             return cls(None, SWITCHED_OFF)
         return cls(settings.token, "" if settings.token else NO_TOKEN)
+
+    def check(self, given: str | None, missing: Unauthorized) -> None:
+        """Allow a management request bearing the token `given` (None: it bears none, and is
+        refused with `missing`); 403 when management is refused or the token is another."""
+        if self.token is None:
+            raise Forbidden(self.refusal)
+        if given is None:
+            raise missing
+        if not hmac.compare_digest(given.encode(), self.token.encode()):
+            raise Forbidden("the bearer token is not the server's admin token")
 
 
 def token_file(settings: Settings) -> Path:

@@ -1,4 +1,5 @@
-"""What the apps of one process share: settings, repository, services and readiness."""
+"""What one process shares, under REST and gRPC alike: settings, the repository, the data plane's
+services (inference, metrics, upload slots, drain), readiness and the admin access."""
 
 from __future__ import annotations
 
@@ -10,18 +11,19 @@ from dataclasses import dataclass, field
 from engine.serving.repository import ModelRepository
 from engine.serving.validate import default_loader
 from service.admin_token import AdminAccess
-from service.drain import DrainState
-from service.inference import InferenceService
-from service.metrics import Metrics
+from service.dataplane.drain import DrainState
+from service.dataplane.inference import InferenceService
+from service.dataplane.metrics import Metrics
+from service.dataplane.repository import UploadSlots
 from service.settings import Settings
-from service.uploads import UploadSlots
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class Runtime:
-    """What the apps of one process share: settings, repository, services, readiness."""
+    """What the apps and the gRPC server of one process share: settings, repository, the data
+    plane's services, readiness."""
 
     settings: Settings
     repository: ModelRepository

@@ -63,6 +63,9 @@ class Settings(BaseSettings):
     switch_interval: float = Field(
         0.0005, gt=0, le=0.1, description="seconds between GIL hand-offs (Python's default "
         "0.005 makes the event loop and the compute threads wait on each other)")
+    cache_dir: Path | None = Field(
+        None, description="where generated kernel code and numba's compile caches are kept "
+        "(default: the user's cache, $XDG_CACHE_HOME/hybridserve or ~/.cache/hybridserve)")
     log_level: LogLevel = Field("info", description="server log level")
     access_log: bool = Field(False, description="log every request")
 

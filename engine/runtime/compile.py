@@ -65,7 +65,7 @@ class CompiledPlan:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready, shapes as lists."""
-        return {"for": list(self.purposes),
+        return {"purposes": list(self.purposes),
                 "inputs": {name: list(shape) for name, shape in self.inputs.items()},
                 "dtypes": dict(self.dtypes), "bucket": self.bucket, "copies": self.copies,
                 "seconds": round(self.seconds, 6), "planned_bytes": self.planned_bytes,
@@ -85,7 +85,7 @@ class CompileReport:
         """JSON-ready: total seconds, the plans and the skipped targets."""
         return {"seconds": round(self.seconds, 6),
                 "plans": [plan.as_dict() for plan in self.plans],
-                "skipped": [{"for": purpose, "reason": why} for purpose, why in self.skipped]}
+                "skipped": [{"purpose": purpose, "reason": why} for purpose, why in self.skipped]}
 
     def summary(self) -> str:
         """One line for a log: the plans compiled and the step's seconds, then each plan's

@@ -1,31 +1,31 @@
 """`InferenceServicer`: the RPCs of ``inference.GRPCInferenceService`` over the shared runtime.
 
-Each RPC calls what the matching REST route calls (the repository, `describe`, the
-`InferenceService`), so a request is refused for the same reason with the same message; the
-HTTP status of that refusal becomes a gRPC code (`service.grpc.status`).
+Each RPC calls what the matching REST route calls, the data plane (`service.dataplane`: the
+`InferenceService`, `metadata`, the repository operations), so a request is refused for the same
+reason with the same message; the HTTP status of that refusal becomes a gRPC code
+(`service.grpc.status`). It knows nothing of the REST app: the two are siblings over one
+`service.runtime.Runtime`.
 """
 
 from __future__ import annotations
 
-import hmac
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import grpc
 
 from engine.serving.errors import ModelNotReady
-from engine.serving.loaded import LoadedVersion
-from service import describe
-from service.app import VERSION
-from service.drain import SHUTTING_DOWN
+from engine.serving.repository import ModelRepository
+from service.dataplane import metadata
+from service.dataplane import repository as operations
+from service.dataplane.drain import SHUTTING_DOWN
 from service.errors import BadRequest, Forbidden, Unauthorized
 from service.grpc import inference_pb2 as pb
 from service.grpc import inference_pb2_grpc as pb_grpc
 from service.grpc import status, tensors
-from service.inference import Checked, answerable, check_inputs, check_requested
-from service.postprocess_outputs import v2_outputs
-from service.routers.health import EXTENSIONS, SERVER_NAME
 from service.runtime import Runtime
+from service.tensors.postprocess import v2_outputs
+from service.tensors.v2 import RequestedOutput
 
 Reply = TypeVar("Reply")
 SPLIT_MANAGEMENT = ("management is served on the admin port only (--admin-port); load and "
@@ -72,7 +72,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         """Ready or not for a known model; NOT_FOUND for an unknown one, as REST's 404."""
         async def work() -> pb.ModelReadyResponse:
             try:
-                self.repository.get(request.name, request.version or None)
+                metadata.model_ready(self.repository, request.name, request.version)
             except ModelNotReady:
                 return pb.ModelReadyResponse(ready=False)
             return pb.ModelReadyResponse(ready=True)
@@ -81,15 +81,15 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ServerMetadata(self, request: pb.ServerMetadataRequest,
                              context: grpc.aio.ServicerContext) -> pb.ServerMetadataResponse:
         """Server name, version and protocol extensions (those of REST's ``GET /v2``)."""
-        return pb.ServerMetadataResponse(name=SERVER_NAME, version=VERSION,
-                                         extensions=EXTENSIONS)
+        found = metadata.server()
+        return pb.ServerMetadataResponse(name=found.name, version=found.version,
+                                         extensions=found.extensions)
 
     async def ModelMetadata(self, request: pb.ModelMetadataRequest,
                             context: grpc.aio.ServicerContext) -> pb.ModelMetadataResponse:
         """Inputs, outputs and ready versions of a model version."""
         async def work() -> pb.ModelMetadataResponse:
-            handle = self.repository.get(request.name, request.version or None)
-            found = describe.metadata(self.repository, handle)
+            found = metadata.model_metadata(self.repository, request.name, request.version)
             response = pb.ModelMetadataResponse(name=found.name, versions=found.versions,
                                                 platform=found.platform)
             for tensor in found.inputs:
@@ -109,15 +109,17 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def _infer(self, request: pb.ModelInferRequest,
                      context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:
         decoded = tensors.decode_inputs(request, self.inference.max_tensor_elements)
-        handle = self.repository.get(request.model_name, request.model_version or None)
-        checked = Checked(handle, decoded.arrays,
-                          check_inputs(handle, decoded.arrays, decoded.datatypes))
+        checked = self.inference.check(request.model_name, request.model_version,
+                                       decoded.arrays, decoded.datatypes)
+        handle = checked.handle
         counts = tensors.classification_counts(request)
-        chosen = _chosen_outputs(handle, request, counts)
+        # Every tensor model metadata lists when the request names none, as REST answers.
+        requested = [RequestedOutput(output.name, False, counts.get(output.name))
+                     for output in request.outputs] or None
+        binary, classes = self.inference.requested_outputs(handle, requested, False)
         timeout = _earliest(tensors.timeout_s(request.parameters), context.time_remaining())
         answer = await self.inference.run(checked, timeout)
-        outputs, _ = v2_outputs(handle, answer.outputs, dict.fromkeys(chosen, False), counts,
-                                answer.geometries)
+        outputs, _ = v2_outputs(handle, answer.outputs, binary, classes, answer.geometries)
         response = pb.ModelInferResponse(model_name=handle.name,
                                          model_version=str(handle.version), id=request.id)
         tensors.encode_outputs(response, outputs)
@@ -127,7 +129,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                               context: grpc.aio.ServicerContext) -> pb.RepositoryIndexResponse:
         """Every version known on disk or in memory (only ready ones when `ready` is set)."""
         async def work() -> pb.RepositoryIndexResponse:
-            rows = describe.index(self.repository, True if request.ready else None)
+            rows = operations.index(self.repository, True if request.ready else None)
             return pb.RepositoryIndexResponse(models=[
                 pb.RepositoryIndexResponse.ModelIndex(name=row.name, version=row.version,
                                                       state=row.state, reason=row.reason or "")
@@ -138,50 +140,40 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             self, request: pb.RepositoryModelLoadRequest,
             context: grpc.aio.ServicerContext) -> pb.RepositoryModelLoadResponse:
         """Load a model by its version policy (admin token required)."""
-        async def work() -> pb.RepositoryModelLoadResponse:
-            self._require_admin(context, request.parameters)
-            await self.repository.load(request.model_name)
-            return pb.RepositoryModelLoadResponse()
-        return await self._answer(context, "RepositoryModelLoad", work)
+        return await self._manage(context, "RepositoryModelLoad", request, operations.load,
+                                  pb.RepositoryModelLoadResponse)
 
     async def RepositoryModelUnload(
             self, request: pb.RepositoryModelUnloadRequest,
             context: grpc.aio.ServicerContext) -> pb.RepositoryModelUnloadResponse:
         """Unload every version of a model (admin token required)."""
-        async def work() -> pb.RepositoryModelUnloadResponse:
+        return await self._manage(context, "RepositoryModelUnload", request, operations.unload,
+                                  pb.RepositoryModelUnloadResponse)
+
+    async def _manage(self, context: grpc.aio.ServicerContext, method: str,
+                      request: pb.RepositoryModelLoadRequest | pb.RepositoryModelUnloadRequest,
+                      operation: Callable[[ModelRepository, str], Awaitable[object]],
+                      reply: Callable[[], Reply]) -> Reply:
+        """Run a repository `operation` on the request's model, once the admin token and the
+        request's parameters pass; answer with an empty `reply`."""
+        async def work() -> Reply:
             self._require_admin(context, request.parameters)
-            await self.repository.unload(request.model_name)
-            return pb.RepositoryModelUnloadResponse()
-        return await self._answer(context, "RepositoryModelUnload", work)
+            await operation(self.repository, request.model_name)
+            return reply()
+        return await self._answer(context, method, work)
 
     def _require_admin(self, context: grpc.aio.ServicerContext, parameters: object) -> None:
         """REST's bearer-token check, on the call's ``authorization`` metadata."""
         if self.runtime.settings.admin_port is not None:
             raise Forbidden(SPLIT_MANAGEMENT)
-        access = self.runtime.admin
-        if access.token is None:
-            raise Forbidden(access.refusal)
         given = dict(context.invocation_metadata() or ()).get("authorization")
-        if not isinstance(given, str) or not given.startswith("Bearer "):
-            raise Unauthorized("this call needs the metadata 'authorization: Bearer <admin "
-                               "token>'")
-        if not hmac.compare_digest(given.removeprefix("Bearer ").encode(),
-                                   access.token.encode()):
-            raise Forbidden("the bearer token is not the server's admin token")
+        bearer = isinstance(given, str) and given.startswith("Bearer ")
+        self.runtime.admin.check(
+            given.removeprefix("Bearer ") if bearer else None,
+            Unauthorized("this call needs the metadata 'authorization: Bearer <admin token>'"))
         if parameters:
             raise BadRequest("repository parameters are not supported: a model is loaded from "
                              "its files in the repository")
-
-
-def _chosen_outputs(handle: LoadedVersion, request: pb.ModelInferRequest,
-                    classified: Collection[str]) -> list[str]:
-    """The tensors to return, in order: exactly the requested ones, or every tensor model
-    metadata lists (REST's rule, `check_requested`)."""
-    if not request.outputs:
-        return list(answerable(handle))
-    names = [output.name for output in request.outputs]
-    check_requested(handle, names, classified)
-    return names
 
 
 def _earliest(*timeouts: float | None) -> float | None:

@@ -1,8 +1,11 @@
 """Tensors in gRPC messages to and from numpy: raw little-endian bytes, or typed contents.
 
-The REST side's `service.codecs` reads JSON and the binary extension; this module reads the
-protobuf form and reuses its datatype and size checks, so both refuse the same inputs with the
-same messages.
+The protobuf form of the tensor layer (`service.tensors`, which reads REST's JSON and binary
+extension): a tensor's datatype, shape and element count are read through
+`service.tensors.datatypes`, and raw contents in the binary extension's layout
+(`service.tensors.binary`), so both protocols refuse the same inputs with the same messages.
+It stays beside the gRPC server because it reads the generated messages (`inference_pb2`),
+which belong to this package.
 """
 
 from __future__ import annotations
@@ -14,11 +17,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.serving.config import datatype_of
-from service import bytes_tensors, classification, codecs
 from service.errors import BadRequest
 from service.grpc import inference_pb2 as pb
+from service.tensors import binary, classification
+from service.tensors.datatypes import (
+    BYTES,
+    check_elements,
+    dtype_of,
+    object_array,
+    read_shape,
+    wrong_count,
+)
 
-BYTES = "BYTES"
 # The `InferTensorContents` field that carries each datatype (FP16 has none: raw bytes only).
 CONTENTS_FIELD = {
     "BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents",
@@ -38,18 +48,18 @@ class GrpcInputs:
 
 def array_from_raw(raw: bytes, datatype: str, shape: Sequence[int], where: str) -> np.ndarray:
     """A read-only array viewing `raw`: little-endian, row-major elements of `datatype`."""
-    dtype = codecs.dtype_of(datatype, where)
+    dtype = dtype_of(datatype, where)
     expected = math.prod(shape) * dtype.itemsize
     if len(raw) != expected:
         raise BadRequest(f"{where}: raw_input_contents holds {len(raw)} bytes; shape "
                          f"{list(shape)} of {datatype} needs {expected} bytes")
-    return np.frombuffer(raw, dtype=dtype.newbyteorder("<")).reshape(shape)
+    return binary.array_from_bytes(raw, dtype, shape)
 
 
 def array_from_contents(contents: pb.InferTensorContents, datatype: str,
                         shape: Sequence[int], where: str) -> np.ndarray:
     """An array of `datatype` from the typed field of `contents` that carries it."""
-    dtype = codecs.dtype_of(datatype, where)
+    dtype = dtype_of(datatype, where)
     field = CONTENTS_FIELD.get(datatype)
     if field is None:
         raise BadRequest(f"{where}: datatype {datatype} has no typed contents field; send it "
@@ -60,10 +70,8 @@ def array_from_contents(contents: pb.InferTensorContents, datatype: str,
         raise BadRequest(f"{where}: datatype {datatype} is carried in contents.{field}, but "
                          f"the request fills contents.{others[0]}")
     values = getattr(contents, field)
-    count = math.prod(shape)
-    if len(values) != count:
-        raise BadRequest(f"{where}: shape {list(shape)} needs {count} elements, but data has "
-                         f"{len(values)}")
+    if len(values) != math.prod(shape):
+        raise wrong_count(shape, len(values), where)
     try:
         array = np.array(values, dtype=dtype)
     except OverflowError as error:
@@ -79,20 +87,9 @@ def _bytes_contents(contents: pb.InferTensorContents, shape: Sequence[int],
     if others:
         raise BadRequest(f"{where}: datatype BYTES is carried in contents.bytes_contents, but "
                          f"the request fills contents.{others[0]}")
-    count = math.prod(shape)
-    if len(contents.bytes_contents) != count:
-        raise BadRequest(f"{where}: shape {list(shape)} needs {count} elements, but data has "
-                         f"{len(contents.bytes_contents)}")
-    array = np.empty(count, dtype=object)
-    array[:] = list(contents.bytes_contents)
-    return array.reshape(shape)
-
-
-def _shape(dims: Sequence[int], where: str) -> tuple[int, ...]:
-    if len(dims) > codecs.MAX_DIMENSIONS or any(dim < 0 for dim in dims):
-        raise BadRequest(f"{where}: shape must be a list of at most {codecs.MAX_DIMENSIONS} "
-                         f"non-negative integers, got {list(dims)!r:.200}")
-    return tuple(dims)
+    if len(contents.bytes_contents) != math.prod(shape):
+        raise wrong_count(shape, len(contents.bytes_contents), where)
+    return object_array(list(contents.bytes_contents), shape)
 
 
 def decode_inputs(request: pb.ModelInferRequest, max_elements: int) -> GrpcInputs:
@@ -109,13 +106,13 @@ def decode_inputs(request: pb.ModelInferRequest, max_elements: int) -> GrpcInput
             raise BadRequest(f"inputs[{index}]: 'name' must be a non-empty string")
         where = f"input {tensor.name!r}"
         if tensor.datatype != BYTES:
-            codecs.dtype_of(tensor.datatype, where)
-        shape = _shape(tensor.shape, where)
-        codecs.check_elements(math.prod(shape), max_elements, where)
+            dtype_of(tensor.datatype, where)
+        shape = read_shape(list(tensor.shape), where)
+        check_elements(math.prod(shape), max_elements, where)
         if raw and tensor.HasField("contents"):
             raise BadRequest(f"{where}: give either contents or raw_input_contents, not both")
         if tensor.datatype == BYTES:
-            array = (bytes_tensors.from_binary(memoryview(raw[index]), shape, where) if raw
+            array = (binary.bytes_from_binary(memoryview(raw[index]), shape, where) if raw
                      else _bytes_contents(tensor.contents, shape, where))
         else:
             array = (array_from_raw(raw[index], tensor.datatype, shape, where) if raw
@@ -162,10 +159,5 @@ def encode_outputs(response: pb.ModelInferResponse, outputs: Mapping[str, np.nda
         tensor = response.outputs.add()
         tensor.name = name
         tensor.shape.extend(array.shape)
-        if array.dtype == object:
-            tensor.datatype = "BYTES"
-            response.raw_output_contents.append(codecs.bytes_tensor(array))
-            continue
-        tensor.datatype = datatype_of(array.dtype)
-        little = array.astype(array.dtype.newbyteorder("<"), order="C", copy=False)
-        response.raw_output_contents.append(little.tobytes())
+        tensor.datatype = BYTES if array.dtype == object else datatype_of(array.dtype)
+        response.raw_output_contents.append(binary.tensor_bytes(array))

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 from fastapi import FastAPI
 
-from service.app import create_app
+from service.rest.app import create_app
 from service.runtime import Runtime
 from tests.service.helpers import AUTH, config_for, files_for, settings_for
 

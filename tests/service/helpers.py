@@ -12,7 +12,7 @@ import httpx
 import numpy as np
 
 from engine.serving.config import datatype_of
-from service.app import create_app
+from service.rest.app import create_app
 from service.runtime import Runtime
 from service.settings import Settings
 from tests.conformance.fixtures import model_files, model_io_sets, model_meta

@@ -39,3 +39,26 @@ def test_invalid_options_name_the_option(capsys: pytest.CaptureFixture[str]) -> 
     with pytest.raises(SystemExit):
         load_settings(["--port", "8000", "--admin-port", "8000"])
     assert "admin_port 8000 equals port" in capsys.readouterr().err
+
+
+def test_the_cache_directory_reaches_the_engine(monkeypatch: pytest.MonkeyPatch,
+                                                tmp_path: Path) -> None:
+    import sys
+
+    import uvloop
+    from numba.core import config
+
+    from engine.cpu import cache
+    from engine.runtime import batch_split
+    from service import __main__ as entry
+
+    # `main` up to the server's start, without changing what other tests see.
+    served = []
+    monkeypatch.setattr(uvloop, "run", lambda coroutine: served.append(coroutine.close()))
+    monkeypatch.setattr(batch_split, "set_threads", lambda count: None)
+    monkeypatch.setattr(sys, "setswitchinterval", lambda interval: None)
+    monkeypatch.setattr(cache, "_settings", {"directory": None})
+    monkeypatch.setattr(config, "CACHE_DIR", config.CACHE_DIR)
+    assert entry.main(["--cache-dir", str(tmp_path), "--model-repository", str(tmp_path),
+                       "--blas-threads", "0"]) == 0
+    assert served and cache.cache_dir() == tmp_path

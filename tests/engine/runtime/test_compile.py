@@ -61,7 +61,7 @@ def test_compiles_exactly_the_named_plans_and_reports_each(compiles: list[int]) 
         assert plan.planned_bytes == stats[rows]["planned_activation_bytes"] > 0
         assert plan.workspace_bytes == stats[rows]["workspace_bytes"]
     record = report.as_dict()
-    assert record["plans"][0]["for"] == ["sample"] and record["plans"][0]["inputs"] == {
+    assert record["plans"][0]["purposes"] == ["sample"] and record["plans"][0]["inputs"] == {
         "data": [4, 512]}
     assert "compiled 4 plan(s)" in report.summary() and "bucket 8 (data [8, 512]): 2" in \
         report.summary()

@@ -58,7 +58,7 @@ def test_a_cpu_load_compiles_the_test_run_and_the_largest_batch(compiles: list[i
     validated = validate("seed_mlp", ModelConfig(max_batch_size=16))
     compiled = record(validated)
     assert compiled["ran"] is True and compiled["skipped"] == []
-    assert [(plan["for"], plan["bucket"], plan["copies"]) for plan in compiled["plans"]] == [
+    assert [(plan["purposes"], plan["bucket"], plan["copies"]) for plan in compiled["plans"]] == [
         (["test inference"], None, 1), (["max_batch_size 16"], None, 1)]
     assert rows_of(compiled["plans"]) == [1, 16]
     assert all(plan["seconds"] > 0 and plan["planned_bytes"] > 0 for plan in compiled["plans"])
@@ -84,7 +84,7 @@ def test_buckets_compile_at_load_with_the_failing_bucket_named(
         compiles: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
     config = ModelConfig(max_batch_size=8, batch_buckets=(2, 8))
     compiled = record(validate("seed_mlp", config))
-    assert [(plan["for"], plan["bucket"]) for plan in compiled["plans"]] == [
+    assert [(plan["purposes"], plan["bucket"]) for plan in compiled["plans"]] == [
         (["test inference", "batch bucket 2"], 2),
         (["batch bucket 8", "max_batch_size 8"], 8)]
     assert sorted(compiles) == [2, 8]
@@ -138,7 +138,7 @@ def test_a_largest_batch_the_model_cannot_take_is_skipped_not_refused() -> None:
     compiled = record(validated)
     assert validated.config.max_batch_size == 1  # it takes one row only
     assert rows_of(compiled["plans"]) == [1]
-    assert compiled["plans"][0]["for"] == ["test inference", "max_batch_size 1"]
+    assert compiled["plans"][0]["purposes"] == ["test inference", "max_batch_size 1"]
 
 
 def test_a_model_without_a_compile_step_says_so() -> None:
@@ -153,7 +153,7 @@ def test_a_gpu_load_compiles_every_bucket_with_its_spare(
     fake_cupy.install(monkeypatch)
     validated = validate("seed_mlp", ModelConfig(max_batch_size=4), device="gpu")
     compiled = record(validated)
-    assert [(plan["for"], plan["bucket"], plan["copies"]) for plan in compiled["plans"]] == [
+    assert [(plan["purposes"], plan["bucket"], plan["copies"]) for plan in compiled["plans"]] == [
         (["test inference", "batch bucket 1"], 1, 2), (["batch bucket 2"], 2, 2),
         (["batch bucket 4", "max_batch_size 4"], 4, 2)]
     # The test run and the warm-up runs (CUDA graph capture) compiled nothing more.

@@ -1,0 +1,197 @@
+"""Inference requests: resolve the model version, check tensors against its config, run, count.
+
+`InferenceService` is what REST's routes (`/predict`, V2 infer) and gRPC's ``ModelInfer`` call.
+REST hands it the body (`predict`, `infer_v2` decode it with `service.tensors`); gRPC decodes
+its protobuf itself (`service.grpc.tensors`) and calls the same steps: look the version up once
+and check the inputs once (`check`, `service.dataplane.checks`), pick the outputs to answer
+(`requested_outputs`), run (`run`: images and texts preprocessed, the repository's batcher,
+the request counted in the metrics), then postprocess the outputs
+(`service.tensors.postprocess.v2_outputs`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.errors import EngineError, InputError, ShapeError
+from engine.serving.loaded import LoadedVersion
+from engine.serving.preprocess import Geometry
+from engine.serving.repository import ModelRepository
+from service.dataplane.checks import (
+    UNFORESEEN,
+    Checked,
+    answerable,
+    check_inputs,
+    check_requested,
+    names,
+    undecodable,
+    where,
+)
+from service.dataplane.metrics import Metrics
+from service.errors import BadRequest, ServiceError
+from service.tensors import images, postprocess, predict, text, v2
+from service.tensors.datatypes import BYTES
+from service.tensors.images import ImageInputs
+from service.tensors.v2 import RequestedOutput
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A finished inference: which version ran, its outputs, and each image input's
+    geometries (one per row; None without images) for postprocessing."""
+
+    version: LoadedVersion
+    outputs: dict[str, np.ndarray]
+    geometries: dict[str, list[Geometry]] | None = None
+
+
+class InferenceService:
+    """Runs requests on a repository's models and records them in the metrics."""
+
+    def __init__(self, repository: ModelRepository, metrics: Metrics,
+                 max_tensor_elements: int, image_threads: int = 2) -> None:
+        self.repository = repository
+        self.metrics = metrics
+        self.max_tensor_elements = max_tensor_elements
+        self.images = ImageInputs(image_threads)
+
+    def close(self) -> None:
+        """Stop the image pool's threads."""
+        self.images.close()
+
+    def check(self, name: str, version: str | None, arrays: dict[str, np.ndarray],
+              datatypes: Mapping[str, str] | None) -> Checked:
+        """Decoded inputs checked against the version they name (the newest ready one when
+        `version` is None or empty), looked up once."""
+        handle = self.repository.get(name, version or None)
+        return Checked(handle, arrays, check_inputs(handle, arrays, datatypes))
+
+    async def run(self, checked: Checked, timeout_s: float | None = None) -> Answer:
+        """Run checked inputs on the version they were checked against, images and texts
+        preprocessed first; shape failures inside are the input's."""
+        handle, arrays, geometries = checked.handle, checked.arrays, None
+        if handle.pipelines:
+            arrays, geometries = await self.images.prepare(handle, arrays)
+        started = time.perf_counter()
+        ok = False
+        try:
+            outputs = await self.repository.infer(handle.name, arrays, version=handle.version,
+                                                  timeout_s=timeout_s, handle=handle,
+                                                  rows=checked.rows)
+            ok = True
+        except ShapeError as error:
+            raise InputError(str(error)) from error
+        finally:
+            self.metrics.observe_request(handle.name, handle.version, ok,
+                                         time.perf_counter() - started)
+        return Answer(handle, outputs, geometries)
+
+    def predict_inputs(self, body: bytes) -> Checked:
+        """A ``POST /predict`` body decoded and checked."""
+        try:
+            return self._predict_inputs(body)
+        except (ServiceError, EngineError):
+            raise
+        except UNFORESEEN as error:
+            raise undecodable("predict request", error) from error
+
+    def _predict_inputs(self, body: bytes) -> Checked:
+        request = predict.decode_predict(body)
+        handle = self.repository.get(request.model, request.version)
+        ranks = {name: len(spec.shape) for name, spec in handle.input_specs.items()}
+        texts = text.predict_texts(handle, request.inputs) if handle.pipelines else {}
+        arrays = predict.predict_arrays(request, handle.input_dtypes, self.max_tensor_elements,
+                                        ranks)
+        arrays.update(texts)
+        datatypes = text.datatypes_of(arrays) if texts else None
+        return Checked(handle, arrays, check_inputs(handle, arrays, datatypes))
+
+    def predict_images(self, body: bytes, content_type: str, query: str) -> Checked:
+        """A ``POST /predict`` body of images (raw ``image/*`` or multipart) as BYTES tensors,
+        checked."""
+        request = images.read_image_request(body, content_type, query)
+        handle = self.repository.get(request.model, request.version)
+        if request.images is None:
+            if len(handle.pipelines) != 1:
+                raise BadRequest(f"{where(handle)} has {len(handle.pipelines)} inputs with a "
+                                 "preprocess pipeline; a raw image body serves models with "
+                                 "exactly one (send multipart files named after the inputs, "
+                                 "or JSON)")
+            sent = {next(iter(handle.pipelines)): [request.raw]}
+        else:
+            sent = request.images
+        arrays = images.as_tensors(sent)
+        return Checked(handle, arrays, check_inputs(handle, arrays,
+                                                    {name: BYTES for name in arrays}))
+
+    async def predict(self, body: bytes, content_type: str | None = None,
+                      query: str = "") -> dict[str, object]:
+        """``POST /predict``: the response body. JSON, or images when `content_type` says so."""
+        if content_type is not None and images.is_image_body(content_type):
+            checked = self.predict_images(body, content_type, query)
+        else:
+            checked = self.predict_inputs(body)
+        answer = await self.run(checked)
+        return {"model": answer.version.name, "version": answer.version.version,
+                "outputs": postprocess.predict_outputs(answer.version, answer.outputs,
+                                                       answer.geometries)}
+
+    async def infer_v2(self, name: str, version: str | None, body: bytes,
+                       header_length: int | None) -> tuple[bytes, int | None]:
+        """``POST /v2/models/{name}[/versions/{v}]/infer``: body and binary header length."""
+        try:
+            checked, request = self._v2_inputs(name, version, body, header_length)
+        except (ServiceError, EngineError):
+            raise
+        except UNFORESEEN as error:
+            raise undecodable("inference request", error) from error
+        handle = checked.handle
+        binary, classes = self.requested_outputs(handle, request.outputs,
+                                                 request.binary_output)
+        timeout = None if request.timeout_us is None else request.timeout_us / 1e6
+        answer = await self.run(checked, timeout)
+        outputs, binary = postprocess.v2_outputs(handle, answer.outputs, binary, classes,
+                                                 answer.geometries)
+        return v2.encode_v2_response(handle.name, handle.version, outputs, binary, request.id)
+
+    def _v2_inputs(self, name: str, version: str | None, body: bytes,
+                   header_length: int | None) -> tuple[Checked, v2.V2Request]:
+        """A V2 request decoded, and its inputs checked against the version it names."""
+        if header_length == 0:
+            handle = self.repository.get(name, version or None)
+            request = self._raw_request(handle, body)
+            return Checked(handle, request.inputs,
+                           check_inputs(handle, request.inputs, request.datatypes)), request
+        request = v2.decode_v2_request(body, header_length, self.max_tensor_elements)
+        return self.check(name, version, request.inputs, request.datatypes), request
+
+    def _raw_request(self, handle: LoadedVersion, body: bytes) -> v2.V2Request:
+        """A raw binary request: the body is the tensor of the model's only input."""
+        specs = list(handle.input_specs.values())
+        if len(specs) != 1:
+            raise BadRequest(f"{where(handle)} has {len(specs)} inputs "
+                             f"({names([spec.name for spec in specs])}); a raw binary "
+                             "request (Inference-Header-Content-Length 0) serves models of one "
+                             "input only, send a JSON header naming each input")
+        spec = specs[0]
+        return v2.decode_raw_request(body, spec.name, spec.datatype, spec.shape,
+                                     self.max_tensor_elements)
+
+    @staticmethod
+    def requested_outputs(handle: LoadedVersion, outputs: list[RequestedOutput] | None,
+                          binary_output: bool) -> tuple[dict[str, bool], dict[str, int]]:
+        """Tensors to return, in order, with whether each goes as binary data (every tensor
+        model metadata lists when the request names none, else exactly those it names, each
+        as binary as it asks or else as `binary_output` says); and the class count of the
+        outputs asked for as classifications."""
+        if outputs is None:
+            return dict.fromkeys(answerable(handle), binary_output), {}
+        classes = {output.name: output.classification for output in outputs
+                   if output.classification is not None}
+        check_requested(handle, [output.name for output in outputs], classes)
+        return {output.name: binary_output if output.binary is None else output.binary
+                for output in outputs}, classes

@@ -1,0 +1,198 @@
+"""What the data plane answers: server and model metadata, repository rows and details.
+
+Pydantic models, so that REST returns them as they are (they are part of its OpenAPI document,
+beside the HTTP bodies of `service.rest.schemas`) and gRPC copies them into its messages.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class ServerMetadata(BaseModel):
+    """``GET /v2``."""
+
+    name: str
+    version: str
+    extensions: list[str]
+
+
+class TensorMetadata(BaseModel):
+    """A model input or output: name, V2 datatype, shape (-1: any size)."""
+
+    name: str
+    datatype: str
+    shape: list[int]
+
+
+class ModelMetadata(BaseModel):
+    """``GET /v2/models/{name}[/versions/{v}]``."""
+
+    name: str
+    versions: list[str]
+    platform: str
+    inputs: list[TensorMetadata]
+    outputs: list[TensorMetadata]
+
+
+class ModelReady(BaseModel):
+    """``GET /v2/models/{name}[/versions/{v}]/ready`` (not ready: 400, as Triton answers)."""
+
+    name: str
+    ready: bool
+
+
+class VersionStatus(BaseModel):
+    """A version's state: READY, LOADING, UNLOADING or UNAVAILABLE (with the reason)."""
+
+    name: str
+    version: str
+    state: str
+    reason: str = ""
+
+
+class VersionInfo(BaseModel):
+    """A model version in the management API."""
+
+    version: int
+    state: str
+    reason: str = ""
+
+
+class ModelSummary(BaseModel):
+    """An entry of ``GET /models``."""
+
+    name: str
+    versions: list[VersionInfo]
+
+
+class CheckRan(BaseModel):
+    """One validation check: whether it ran, and why not when it did not."""
+
+    ran: bool
+    reason: str | None = None
+
+
+class ShapeInferenceCheck(CheckRan):
+    """Shape inference over the graph; the input axes it left open (checked per request)."""
+
+    variable_dims: dict[str, list[int]] = Field(default_factory=dict)
+
+
+class TestInferenceCheck(CheckRan):
+    """One synthetic run of the model; the input shapes it ran at."""
+
+    inputs: dict[str, list[int]] | None = None
+
+
+class MemoryCheck(CheckRan):
+    """The memory estimate at max_batch_size against the server's budget."""
+
+    estimated_bytes: int | None = None
+
+
+class CompiledPlan(BaseModel):
+    """One plan the load compiled: what it is for, its inputs, its batch bucket, how many
+    copies were compiled, how long that took and the bytes it holds."""
+
+    purposes: list[str] = Field(description="what needs it: the test inference, a batch "
+                                "bucket, the max_batch_size memory measurement")
+    inputs: dict[str, list[int]]
+    dtypes: dict[str, str]
+    bucket: int | None = None
+    copies: int = Field(description="copies compiled now (a spare for a second batch "
+                        "included); 0 where another target compiled them")
+    seconds: float
+    planned_bytes: int
+    workspace_bytes: int
+
+
+class SkippedTarget(BaseModel):
+    """A plan the load did not compile, and why."""
+
+    purpose: str
+    reason: str
+
+
+class CompileCheck(CheckRan):
+    """The load's compile step: every plan compiled before the first request, and its time."""
+
+    seconds: float | None = None
+    plans: list[CompiledPlan] = Field(default_factory=list)
+    skipped: list[SkippedTarget] = Field(default_factory=list)
+
+
+class PreprocessCheck(CheckRan):
+    """The inputs' preprocess pipelines: checked against the graph, dry-run on a synthetic image
+    (row shapes by input), and warnings (e.g. a graph that already normalises its input)."""
+
+    inputs: dict[str, list[int]] = Field(default_factory=dict)
+    warnings: list[str] = Field(default_factory=list)
+
+
+class PostprocessCheck(CheckRan):
+    """The outputs' postprocesses: checked against the graph and run on the test inference's
+    outputs (each output's kind, by name)."""
+
+    outputs: dict[str, str] = Field(default_factory=dict)
+
+
+class ValidationChecks(BaseModel):
+    """What was checked when the version was loaded (loading fails at the first failed check)."""
+
+    parsed: bool = Field(description="the symbol JSON and the params file decoded")
+    ops_known: bool = Field(description="every op of the graph is implemented")
+    params_match: bool = Field(description="parameters and graph variables match in names "
+                               "and shapes")
+    shape_inference: ShapeInferenceCheck
+    test_inference: TestInferenceCheck
+    memory_estimate: MemoryCheck
+    compile: CompileCheck | None = None
+    preprocess: PreprocessCheck | None = None
+    postprocess: PostprocessCheck | None = None
+
+
+class CacheStats(BaseModel):
+    """One of a model's per-signature caches (plans, checked signatures, inferred shapes)."""
+
+    entries: int
+    capacity: int
+    evictions: int
+
+
+class ModelDetail(BaseModel):
+    """``GET /models/{name}``: versions, and the config and tensors of the newest ready one."""
+
+    name: str
+    versions: list[VersionInfo]
+    ready_version: int | None
+    config: dict[str, Any] | None
+    inputs: list[TensorMetadata]
+    outputs: list[TensorMetadata]
+    checks: ValidationChecks | None = None
+    caches: dict[str, CacheStats] | None = Field(
+        None, description="the ready version's per-signature caches, each bounded "
+        "(--plan-cache-size)")
+
+
+class VersionDetail(BaseModel):
+    """A single version: its state, config and tensors (answer of an upload)."""
+
+    name: str
+    version: int
+    state: str
+    reason: str = ""
+    config: dict[str, Any] | None
+    inputs: list[TensorMetadata]
+    outputs: list[TensorMetadata]
+    checks: ValidationChecks | None = None
+
+
+class Done(BaseModel):
+    """A management action finished."""
+
+    name: str
+    version: str | None = None
+    action: str
