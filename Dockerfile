@@ -64,6 +64,7 @@ ENV PATH=/opt/venv/bin:${PATH} \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     CUPY_CACHE_DIR=/tmp/cupy-kernel-cache \
+    HYBRIDSERVE_CACHE_DIR=/tmp/hybridserve-cache \
     HYBRIDSERVE_MODEL_REPOSITORY=/models \
     HYBRIDSERVE_HOST=0.0.0.0 \
     HYBRIDSERVE_PORT=8000 \
@@ -89,6 +90,7 @@ COPY deploy/healthcheck.py deploy/seed_models.py /opt/hybridserve/
 ENV PATH=/opt/venv/bin:${PATH} \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
+    HYBRIDSERVE_CACHE_DIR=/tmp/hybridserve-cache \
     HYBRIDSERVE_MODEL_REPOSITORY=/models \
     HYBRIDSERVE_HOST=0.0.0.0 \
     HYBRIDSERVE_PORT=8000 \
