@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from engine.cpu import spin_pool
+from engine.kernels.workspace import empty_aligned
 
 _state: dict[str, Any] = {}
 _compiling = threading.Lock()
@@ -64,7 +65,10 @@ def tile() -> Tile:
 
 def pack_each(a: Any) -> np.ndarray:
     """`pack` of each matrix of ``a`` (batch, M, K), as one array (batch, blocks, K, MR)."""
-    return np.stack([pack(matrix) for matrix in a])
+    packed = [pack(matrix) for matrix in a]
+    batch = empty_aligned(np, (len(packed), *packed[0].shape), np.float32)
+    np.stack(packed, out=batch)
+    return batch
 
 
 def pack(a: Any) -> np.ndarray:
@@ -75,7 +79,7 @@ def pack(a: Any) -> np.ndarray:
     blocks = -(-m // rows)
     packed = np.zeros((blocks * rows, k), np.float32)
     packed[:m] = a
-    return np.ascontiguousarray(packed.reshape(blocks, rows, k).transpose(0, 2, 1))
+    return _aligned_copy(packed.reshape(blocks, rows, k).transpose(0, 2, 1))
 
 
 def pack_columns(b: Any) -> np.ndarray:
@@ -88,7 +92,15 @@ def pack_columns(b: Any) -> np.ndarray:
     panels = -(-n // columns)
     packed = np.zeros((k, panels * columns), np.float32)
     packed[:, :n] = b
-    return np.ascontiguousarray(packed.reshape(k, panels, columns).transpose(1, 0, 2))
+    return _aligned_copy(packed.reshape(k, panels, columns).transpose(1, 0, 2))
+
+
+def _aligned_copy(array: np.ndarray) -> np.ndarray:
+    """``array`` copied C-contiguous from a cache line's start (`empty_aligned`): the kernels
+    stream packed panels, and a panel straddling lines costs a line more per pass."""
+    copy = empty_aligned(np, array.shape, array.dtype)
+    copy[...] = array
+    return copy
 
 
 def applies(a: Any, b: Any, c: Any) -> bool:

@@ -23,6 +23,24 @@ def aligned(nbytes: int) -> int:
     return -(-nbytes // ALIGN) * ALIGN
 
 
+def empty_aligned(xp: Any, shape: int | tuple[int, ...], dtype: Any) -> Any:
+    """An uninitialised C-contiguous array whose first byte sits on an `ALIGN`-byte boundary.
+
+    NumPy's allocator promises 16 bytes, so without this where a plan's buffers start within a
+    cache line is left to malloc, and a plan's speed with it: the seed MLP at batch 1 ran 8%
+    slower in one build than in another whose only difference was what had been allocated
+    before. CuPy's pool aligns to 256 bytes already.
+    """
+    if xp is not np:
+        return xp.empty(shape, dtype)
+    dtype = np.dtype(dtype)
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    nbytes = math.prod(shape) * dtype.itemsize
+    raw = np.empty(nbytes + ALIGN, np.uint8)
+    start = -raw.ctypes.data % ALIGN
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
 def address(array: Any) -> int:
     """The address of ``array``'s first element: host memory for numpy, device for CuPy.
 
@@ -66,7 +84,7 @@ class Workspace:
                  convolutions: Any = None) -> None:
         self.xp = xp
         self.convolutions = convolutions
-        self.scratch = xp.empty(scratch_bytes, np.uint8)
+        self.scratch = empty_aligned(xp, scratch_bytes, np.uint8)
         self._filled: dict[tuple, Any] = {}
         self._derived = {} if derived is None else derived
 
@@ -88,7 +106,8 @@ class Workspace:
         key = (tuple(shape), np.dtype(dtype).str, tag, fill)
         array = self._filled.get(key)
         if array is None:
-            array = self._filled[key] = self.xp.full(shape, fill, dtype)
+            array = self._filled[key] = empty_aligned(self.xp, shape, dtype)
+            array[...] = fill
         return array
 
     def derived(self, constant: Any, tag: Any, make: Callable[[Any], Any]) -> Any:

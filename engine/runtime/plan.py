@@ -22,7 +22,7 @@ from engine.errors import EngineError, ExecutionError, ShapeError
 from engine.graph.infer import infer_dtypes, infer_shapes, specialize_sources
 from engine.graph.ir import Graph, Node
 from engine.kernels import jobs
-from engine.kernels.workspace import Workspace
+from engine.kernels.workspace import Workspace, empty_aligned
 from engine.ops.shapes import is_known
 from engine.runtime.buffers import fill_rows
 from engine.runtime.floats import quiet_floats, restore_floats
@@ -84,11 +84,11 @@ class Plan:
     def _compile(self, graph: Graph, input_shapes: Mapping, input_dtypes: Mapping,
                  shapes: list, dtypes: list, derived: dict | None, stream: Any) -> None:
         xp = self.xp
-        buffers = [xp.empty(size, np.uint8) for size in self.memory.buffer_sizes]
+        buffers = [empty_aligned(xp, size, np.uint8) for size in self.memory.buffer_sizes]
         self._convolutions = _device_convolutions(self.device, stream)
         self.workspace = Workspace(xp, _scratch_bytes(graph, shapes, dtypes), derived,
                                    self._convolutions)
-        self._inputs = {name: xp.empty(input_shapes[name], input_dtypes[name])
+        self._inputs = {name: empty_aligned(xp, input_shapes[name], input_dtypes[name])
                         for name in input_shapes}
         self._input_buffers = list(self._inputs.items())
         arrays: dict[tuple[int, int], Any] = {}
