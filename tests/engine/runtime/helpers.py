@@ -40,3 +40,19 @@ def step_funcs(plan: Any) -> list[Any]:
     call's, see `jobs.source`), None for a step that is no bound function."""
 
     return [getattr(jobs.source(step.call), "func", None) for step in plan.steps]
+
+
+def compiled_rows(monkeypatch: Any) -> list[int]:
+    """The rows of every plan any model compiles from now on (spares and replicas too),
+    recorded by a spy on `PlanCache.compile` that ``monkeypatch`` takes away afterwards."""
+    from engine.runtime.plan_cache import PlanCache
+
+    rows: list[int] = []
+    compile_plan = PlanCache.compile
+
+    def spy(cache: PlanCache, signature: Any) -> Any:
+        rows.append(signature.rows())
+        return compile_plan(cache, signature)
+
+    monkeypatch.setattr(PlanCache, "compile", spy)
+    return rows

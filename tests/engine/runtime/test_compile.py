@@ -15,20 +15,13 @@ from engine.runtime.compile import INTERPRETER, CompileFailed, CompileTarget
 from engine.runtime.plan_cache import PlanCache
 from engine.runtime.signature import Signature
 from tests.conformance.fixtures import model_files
+from tests.engine.runtime.helpers import compiled_rows
 
 
 @pytest.fixture
 def compiles(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The rows of every plan any model compiles from now on (spares and replicas too)."""
-    rows: list[int] = []
-    compile_plan = PlanCache.compile
-
-    def spy(cache: PlanCache, signature: Signature) -> Any:
-        rows.append(signature.rows())
-        return compile_plan(cache, signature)
-
-    monkeypatch.setattr(PlanCache, "compile", spy)
-    return rows
+    return compiled_rows(monkeypatch)
 
 
 def seed_mlp(**options: Any) -> engine.Model:

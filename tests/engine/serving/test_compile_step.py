@@ -19,6 +19,7 @@ from engine.serving.repository import ModelRepository
 from engine.serving.validate import Validated, checks_of, default_loader, load_and_validate
 from tests.conformance.fixtures import model_files
 from tests.engine.gpu import fake_cupy
+from tests.engine.runtime.helpers import compiled_rows
 from tests.engine.serving.fakes import FakeModel
 from tests.engine.serving.helpers import SEED_MLP_CONFIG, run, seed_mlp
 
@@ -26,15 +27,7 @@ from tests.engine.serving.helpers import SEED_MLP_CONFIG, run, seed_mlp
 @pytest.fixture
 def compiles(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The rows of every plan compiled from now on (spares and replicas too)."""
-    rows: list[int] = []
-    compile_plan = PlanCache.compile
-
-    def spy(cache: PlanCache, signature: Signature) -> Any:
-        rows.append(signature.rows())
-        return compile_plan(cache, signature)
-
-    monkeypatch.setattr(PlanCache, "compile", spy)
-    return rows
+    return compiled_rows(monkeypatch)
 
 
 def validate(name: str, config: ModelConfig, device: str = "cpu") -> Validated:
