@@ -27,8 +27,6 @@ from typing import Any
 
 import numpy as np
 
-from engine.cpu import parts
-
 # Below this many bytes read and written, handing a slab to another thread (~10-20 µs with a
 # busy machine's wake-ups) costs more than it saves.
 MIN_BYTES = 512 << 10
@@ -86,13 +84,14 @@ class SplitCall:
 
 def split(call: Callable[[], Any], count: int | None = None) -> Callable[[], Any]:
     """``call`` cut into ``count`` (default `threads()`) slabs when it is a large elementwise
-    copy or ufunc, or a stacked matmul, or a kernel's call that cuts itself (`parts.slabs`);
+    copy or ufunc, or a stacked matmul, or a kernel's call that cuts itself;
     else ``call`` itself."""
     count = threads() if count is None else count
     if count < 2 or not isinstance(call, partial):
         return call
-    if hasattr(call, "slabs"):
-        pieces = parts.slabs(call, count)
+    cut = getattr(call, "slabs", None)
+    if cut is not None:  # a kernel's call that cuts itself (`parts.PartedCall.slabs`)
+        pieces = cut(count)
         return call if pieces is None else SplitCall(call, pieces)
     found = _operands(call)
     if found is None:

@@ -42,12 +42,6 @@ def as_job(call: Any, workspace: Any) -> Callable[[], Any] | None:
     return None if make is None else make(workspace)
 
 
-def slabs(call: Any, count: int) -> list[Callable[[], Any]] | None:
-    """``call.slabs(count)`` where ``call`` offers it, else None."""
-    cut = getattr(call, "slabs", None)
-    return None if cut is None else cut(count)
-
-
 def leaves_blas_alone(call: Any) -> bool:
     """Whether ``call`` says it never spreads BLAS over threads."""
     return getattr(call, "leaves_blas_alone", False)

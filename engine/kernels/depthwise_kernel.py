@@ -31,7 +31,7 @@ import numpy as np
 
 from engine.cpu import kernel_jobs
 from engine.cpu.compiled import compile_kernel, compiled_once
-from engine.cpu.parts import PartedCall
+from engine.kernels.epilogue import ClampingCall
 
 _kernels: dict[str, Any] = {}  # the compiled functions, once made
 
@@ -273,10 +273,9 @@ _OPERANDS = {"depthwise_rows": ((0, 4), (2, 3), None),
 SLAB_MIN_BYTES = 64 << 10
 
 
-class DepthwiseCall(PartedCall):
+class DepthwiseCall(ClampingCall):
     """A bound call of one of this module's kernels, ``DepthwiseCall(kernel, *args)``: cut by
-    planes into jobs of parts or slabs of threads, and clamped by narrowing its last two
-    arguments (`engine.kernels.epilogue`)."""
+    planes into jobs of parts or slabs of threads; its last two arguments are its clamp."""
 
     def extent(self) -> tuple[int, int, int]:
         """(planes, channels, bytes of the planar arrays: input and output)."""
@@ -331,8 +330,3 @@ class DepthwiseCall(PartedCall):
         kernel = (__name__, self.func.__name__.removeprefix("depthwise_"))
         return kernel_jobs.bind(kernel, tuple(args), planes, parts,
                                 frozenset() if grid is None else frozenset({grid}))
-
-    def clamped(self, low: Any, high: Any) -> DepthwiseCall:
-        """This call clamping its output to [low, high] too: its last two arguments."""
-        return type(self)(self.func, *self.args[:-2], max(self.args[-2], low),
-                          min(self.args[-1], high))

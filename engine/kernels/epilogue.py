@@ -6,8 +6,8 @@ pass over memory, after the bias add's. `absorb` drops the step where the head's
 clamp instead: the compiled depthwise kernel clamps as it writes, and a GEMM convolution's
 in-place bias add becomes one compiled pass adding the bias and clamping (`bias_clamp`), and a
 compiled Winograd convolution adds a residual and clamps in its output transform. A kernel's
-call says what it can take: ``clamped(low, high)``, ``adds_residual_to(out)`` and
-``with_residual(other, bounds)`` (`DepthwiseCall`, `WinogradCall`), so no kernel is named here.
+call says what it can take: ``clamped(low, high)`` (a `ClampingCall`), ``adds_residual_to(out)``
+and ``with_residual(other, bounds)`` (`WinogradCall`), so no kernel is named here.
 """
 
 from __future__ import annotations
@@ -19,7 +19,18 @@ from typing import Any
 import numpy as np
 
 from engine.cpu import compiled
+from engine.cpu.parts import PartedCall
 from engine.kernels import gemm_bind
+
+
+class ClampingCall(PartedCall):
+    """A compiled kernel's call whose last two arguments are the bounds it clamps its output
+    to as it writes (±inf: no clamp), so that a clamp after it folds into it."""
+
+    def clamped(self, low: Any, high: Any) -> ClampingCall:
+        """This call clamping its output to [low, high] too."""
+        return type(self)(self.func, *self.args[:-2], max(self.args[-2], low),
+                          min(self.args[-1], high))
 
 
 def clamp_bounds(step: Any) -> tuple[float, float] | None:

@@ -39,13 +39,13 @@ _kernels: dict[str, Any] = {}
 
 
 # Where these kernels beat the NumPy binding, measured one thread, best of 60 interleaved:
-# windows at least COMPILED_MIN_KERNEL wide over output rows of
-# COMPILED_MIN_OUT_WIDTH or more (3×3 stride 2: 64 × 112² 0.14 ms against 0.56, 512 × 14²
-# 0.077 against 0.17; 3×3 stride 1: 192 × 28² 0.16 against 0.24, 832 × 7² a tie), narrower
-# windows only from COMPILED_NARROW_CELLS input cells per plane, where NumPy's passes stream
-# out of cache (2×2 stride 2: 128 × 112² 0.51 against 0.66; at 56² 0.21 against 0.16, at 14²
-# 0.12 against 0.06: short rows cost more than NumPy's few passes with no padded copy). A 7×7
-# window over 7² (one output per row) loses too: 0.10 against 0.055.
+# windows at least COMPILED_MIN_KERNEL wide over output rows of COMPILED_MIN_OUT_WIDTH or more
+# (3×3 stride 2: 64 × 112² 0.14 ms against 0.56, 512 × 14² 0.077 against 0.17; 3×3 stride 1:
+# 192 × 28² 0.16 against 0.24, 832 × 7² a tie), narrower windows only from
+# COMPILED_NARROW_CELLS input cells per plane, where NumPy's passes stream out of cache (2×2
+# stride 2: 128 × 112² 0.51 against 0.66; at 56² 0.21 against 0.16, at 14² 0.12 against 0.06:
+# short rows cost more than NumPy's few passes with no padded copy). A 7×7 window over 7² (one
+# output per row) loses too: 0.10 against 0.055.
 COMPILED_MIN_KERNEL = 3
 COMPILED_MIN_OUT_WIDTH = 7
 COMPILED_NARROW_CELLS = 112 * 112
@@ -53,8 +53,8 @@ COMPILED_NARROW_CELLS = 112 * 112
 
 def applies(data: Any, out: Any, window: tuple[int, ...]) -> bool:
     """Whether these kernels run a bound channels-first pooling of ``data`` into ``out``
-    over ``window`` (its kernel's size): 2-D, float32/64, contiguous, not empty, numba installed,
-    and a size where they win (`COMPILED_MIN_KERNEL`)."""
+    over ``window`` (its kernel's size): 2-D, float32/64, contiguous, not empty, numba
+    installed, and a size where they win (`COMPILED_MIN_KERNEL`)."""
     if not (data.ndim == 4 and data.size > 0 and out.size > 0
             and data.dtype in compiled.COMPILED_DTYPES and out.dtype == data.dtype
             and data.flags.c_contiguous and out.flags.c_contiguous and compiled.available()):

@@ -30,8 +30,8 @@ import numpy as np
 
 from engine.cpu import kernel_jobs
 from engine.cpu.compiled import compile_kernel, compiled_once
-from engine.cpu.parts import PartedCall
 from engine.kernels import gemm_kernel
+from engine.kernels.epilogue import ClampingCall
 
 _kernels: dict[str, Any] = {}
 OTHER, OUT = 8, 9  # positions of the residual operand and the output in `convolve`'s arguments
@@ -89,7 +89,7 @@ def _chunks(columns: int, xis: int, other: Any, out: Any,
                other[samples] if other.shape[0] else other)
 
 
-class WinogradCall(PartedCall):
+class WinogradCall(ClampingCall):
     """A bound `convolve`, ``WinogradCall(convolve, *args)``: run as jobs of parts, clamped by
     narrowing its last two arguments, and given a residual operand to add as its output
     transform writes (`engine.kernels.epilogue`)."""
@@ -122,11 +122,6 @@ class WinogradCall(PartedCall):
             steps += [transforms[0], product, transforms[1]]
         return partial(_in_turn, tuple(steps))
 
-    def clamped(self, low: Any, high: Any) -> WinogradCall:
-        """This call clamping its output to [low, high] too: its last two arguments."""
-        return type(self)(self.func, *self.args[:-2], max(self.args[-2], low),
-                          min(self.args[-1], high))
-
     def adds_residual_to(self, out: Any) -> bool:
         """Whether this call writes ``out`` and adds no residual operand yet."""
         return self.args[OUT] is out and self.args[OTHER].shape[0] == 0
@@ -135,10 +130,10 @@ class WinogradCall(PartedCall):
         """This call adding ``other`` as its output transform writes, clamped to ``bounds``."""
         args = list(self.args)
         args[OTHER] = other
-        if bounds is not None:
-            low, high = (other.dtype.type(bound) for bound in bounds)
-            args[-2], args[-1] = max(args[-2], low), min(args[-1], high)
-        return type(self)(self.func, *args)
+        adding = type(self)(self.func, *args)
+        if bounds is None:
+            return adding
+        return adding.clamped(*(other.dtype.type(bound) for bound in bounds))
 
 
 def _in_turn(steps: tuple[Any, ...]) -> None:
