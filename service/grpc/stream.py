@@ -13,6 +13,10 @@ from typing import TypeVar
 
 Request = TypeVar("Request")
 Answer = TypeVar("Answer")
+# Requests of one stream started and not yet answered out. A client that sends without reading
+# would otherwise have every answer held here; at the bound the stream is read no further until
+# answers go out, and gRPC's flow control holds the client back.
+MAX_OUTSTANDING = 1024
 
 
 class _Ended:
@@ -23,13 +27,16 @@ class _Ended:
 
 
 async def as_completed(requests: AsyncIterable[Request],
-                       answer: Callable[[Request], Awaitable[Answer]]) -> AsyncIterator[Answer]:
+                       answer: Callable[[Request], Awaitable[Answer]], *,
+                       max_outstanding: int = MAX_OUTSTANDING) -> AsyncIterator[Answer]:
     """Yield ``answer(request)`` for every request, in the order the answers complete; end once
     the client has closed its side and every answer is out. `answer` turns its own failures
-    into an answer (a stream goes on after one request fails). Closing the generator (the
-    client hung up) cancels the requests still running."""
+    into an answer (a stream goes on after one request fails). At most `max_outstanding`
+    requests are started and not yet answered out. Closing the generator (the client hung up)
+    cancels the requests still running."""
     done: asyncio.Queue[Answer | _Ended] = asyncio.Queue()
     running: set[asyncio.Task[None]] = set()
+    slots = asyncio.Semaphore(max_outstanding)
     # Counted here when a request starts and by the consumer when its answer is taken: a
     # running task's done-callback may not have run yet when its answer is read.
     outstanding = 0
@@ -46,6 +53,7 @@ async def as_completed(requests: AsyncIterable[Request],
         nonlocal outstanding
         try:
             async for request in requests:
+                await slots.acquire()
                 outstanding += 1
                 task = asyncio.create_task(settle(request))
                 running.add(task)
@@ -66,6 +74,7 @@ async def as_completed(requests: AsyncIterable[Request],
                 reading = False
                 continue
             outstanding -= 1
+            slots.release()
             yield item
     finally:
         reader.cancel()

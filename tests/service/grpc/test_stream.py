@@ -93,3 +93,27 @@ def test_a_failure_reading_the_requests_ends_the_stream_with_it() -> None:
 
     with pytest.raises(ConnectionError, match="stream broke"):
         run(scenario())
+
+
+def test_a_client_that_does_not_read_is_read_no_further_at_the_bound() -> None:
+    async def scenario() -> list[str]:
+        started: list[str] = []
+        two_started, release = asyncio.Event(), asyncio.Event()
+
+        async def answer(request: str) -> str:
+            started.append(request)
+            if len(started) == 2:
+                two_started.set()
+            await release.wait()
+            return request
+
+        answers = as_completed(_sent("a", "b", "c"), answer, max_outstanding=2)
+        first = asyncio.ensure_future(anext(answers))
+        await asyncio.wait_for(two_started.wait(), WAIT_S)
+        for _ in range(100):  # the loop's turns, not time: the reader had every chance
+            await asyncio.sleep(0)
+        assert started == ["a", "b"]
+        release.set()
+        return [await asyncio.wait_for(first, WAIT_S), *[item async for item in answers]]
+
+    assert sorted(run(scenario())) == ["a", "b", "c"]
