@@ -196,3 +196,64 @@ class Done(BaseModel):
     name: str
     version: str | None = None
     action: str
+
+
+class TritonReshape(BaseModel):
+    """The shape a tensor has inside the model where it differs from `dims`."""
+
+    shape: list[int]
+
+
+class TritonTensor(BaseModel):
+    """An input or output of Triton's model configuration: its element type (``TYPE_FP32``;
+    V2's BYTES is ``TYPE_STRING``) and its shape without the batch dimension."""
+
+    name: str
+    data_type: str
+    dims: list[int]
+    reshape: TritonReshape | None = None
+    label_filename: str | None = Field(None, description="outputs only: the class labels of "
+                                       "the classification extension")
+
+
+class TritonQueuePolicy(BaseModel):
+    """How long a request may wait and how many may queue (0: unbounded)."""
+
+    timeout_action: str = "REJECT"
+    default_timeout_microseconds: int = 0
+    allow_timeout_override: bool = True
+    max_queue_size: int
+
+
+class TritonDynamicBatching(BaseModel):
+    """The batching policy, in Triton's names."""
+
+    preferred_batch_size: list[int]
+    max_queue_delay_microseconds: int
+    preserve_ordering: bool = False
+    default_queue_policy: TritonQueuePolicy
+
+
+class TritonInstanceGroup(BaseModel):
+    """Where the model runs (``KIND_CPU`` or ``KIND_GPU``) and how many batches at once."""
+
+    name: str
+    kind: str
+    count: int
+
+
+class TritonModelConfig(BaseModel):
+    """``GET /v2/models/{name}[/versions/{v}]/config`` and gRPC's ``ModelConfig``: a version's
+    completed config in the form of Triton's model configuration, as Triton's clients and tools
+    (perf_analyzer, model analyzer) read it. HybridServe's own form, with what Triton has no
+    field for (batch buckets, pipelines, graph names), is ``config`` of ``GET /models/{name}``."""
+
+    name: str
+    platform: str
+    version_policy: dict[str, dict[str, Any]] = Field(
+        description="exactly one of latest (num_versions), all, specific (versions)")
+    max_batch_size: int
+    input: list[TritonTensor]
+    output: list[TritonTensor]
+    dynamic_batching: TritonDynamicBatching
+    instance_group: list[TritonInstanceGroup]

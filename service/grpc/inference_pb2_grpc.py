@@ -64,6 +64,16 @@ class GRPCInferenceServiceStub:
                 request_serializer=service_dot_grpc_dot_inference__pb2.ModelInferRequest.SerializeToString,
                 response_deserializer=service_dot_grpc_dot_inference__pb2.ModelInferResponse.FromString,
                 _registered_method=True)
+        self.ModelStreamInfer = channel.stream_stream(
+                '/inference.GRPCInferenceService/ModelStreamInfer',
+                request_serializer=service_dot_grpc_dot_inference__pb2.ModelInferRequest.SerializeToString,
+                response_deserializer=service_dot_grpc_dot_inference__pb2.ModelStreamInferResponse.FromString,
+                _registered_method=True)
+        self.ModelConfig = channel.unary_unary(
+                '/inference.GRPCInferenceService/ModelConfig',
+                request_serializer=service_dot_grpc_dot_inference__pb2.ModelConfigRequest.SerializeToString,
+                response_deserializer=service_dot_grpc_dot_inference__pb2.ModelConfigResponse.FromString,
+                _registered_method=True)
         self.RepositoryIndex = channel.unary_unary(
                 '/inference.GRPCInferenceService/RepositoryIndex',
                 request_serializer=service_dot_grpc_dot_inference__pb2.RepositoryIndexRequest.SerializeToString,
@@ -126,6 +136,21 @@ class GRPCInferenceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ModelStreamInfer(self, request_iterator, context):
+        """Inference requests on one bidirectional stream, each answered on it once it completes
+        (not necessarily in the order sent); an answer carries its request's id.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ModelConfig(self, request, context):
+        """A model version's configuration, in Triton's ModelConfig form.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def RepositoryIndex(self, request, context):
         """Every model version the repository knows, with its state.
         """
@@ -179,6 +204,16 @@ def add_GRPCInferenceServiceServicer_to_server(servicer, server):
                     servicer.ModelInfer,
                     request_deserializer=service_dot_grpc_dot_inference__pb2.ModelInferRequest.FromString,
                     response_serializer=service_dot_grpc_dot_inference__pb2.ModelInferResponse.SerializeToString,
+            ),
+            'ModelStreamInfer': grpc.stream_stream_rpc_method_handler(
+                    servicer.ModelStreamInfer,
+                    request_deserializer=service_dot_grpc_dot_inference__pb2.ModelInferRequest.FromString,
+                    response_serializer=service_dot_grpc_dot_inference__pb2.ModelStreamInferResponse.SerializeToString,
+            ),
+            'ModelConfig': grpc.unary_unary_rpc_method_handler(
+                    servicer.ModelConfig,
+                    request_deserializer=service_dot_grpc_dot_inference__pb2.ModelConfigRequest.FromString,
+                    response_serializer=service_dot_grpc_dot_inference__pb2.ModelConfigResponse.SerializeToString,
             ),
             'RepositoryIndex': grpc.unary_unary_rpc_method_handler(
                     servicer.RepositoryIndex,
@@ -358,6 +393,60 @@ class GRPCInferenceService:
             '/inference.GRPCInferenceService/ModelInfer',
             service_dot_grpc_dot_inference__pb2.ModelInferRequest.SerializeToString,
             service_dot_grpc_dot_inference__pb2.ModelInferResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ModelStreamInfer(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/inference.GRPCInferenceService/ModelStreamInfer',
+            service_dot_grpc_dot_inference__pb2.ModelInferRequest.SerializeToString,
+            service_dot_grpc_dot_inference__pb2.ModelStreamInferResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ModelConfig(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/ModelConfig',
+            service_dot_grpc_dot_inference__pb2.ModelConfigRequest.SerializeToString,
+            service_dot_grpc_dot_inference__pb2.ModelConfigResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -55,11 +55,17 @@ async def start_grpc(runtime: Runtime) -> grpc.aio.Server:
 
 
 def handlers(servicer: InferenceServicer) -> grpc.GenericRpcHandler:
-    """Every RPC of the service, each parsing its own request (see `_parsing`)."""
+    """Every RPC of the service, each parsing its own request (see `_parsing`); a streaming
+    RPC gets its messages as bytes and parses each itself, so that one bad message fails
+    that request alone, not the stream."""
     methods = {}
     for method in SERVICE.methods:
         request_type = getattr(pb, method.input_type.name)
         response_type = getattr(pb, method.output_type.name)
+        if method.client_streaming:
+            methods[method.name] = grpc.stream_stream_rpc_method_handler(
+                getattr(servicer, method.name), response_serializer=response_type.SerializeToString)
+            continue
         methods[method.name] = grpc.unary_unary_rpc_method_handler(
             _parsing(getattr(servicer, method.name), request_type, servicer),
             response_serializer=response_type.SerializeToString)

@@ -9,20 +9,24 @@ reason with the same message; the HTTP status of that refusal becomes a gRPC cod
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
+from dataclasses import dataclass
 from typing import TypeVar
 
 import grpc
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
 
 from engine.serving.errors import ModelNotReady
 from engine.serving.repository import ModelRepository
-from service.dataplane import metadata
+from service.dataplane import metadata, triton_config
 from service.dataplane import repository as operations
 from service.dataplane.drain import SHUTTING_DOWN
 from service.errors import BadRequest, Forbidden, Unauthorized
 from service.grpc import inference_pb2 as pb
 from service.grpc import inference_pb2_grpc as pb_grpc
-from service.grpc import status, tensors
+from service.grpc import status, stream, tensors
 from service.runtime import Runtime
 from service.tensors.postprocess import v2_outputs
 from service.tensors.v2 import RequestedOutput
@@ -30,6 +34,14 @@ from service.tensors.v2 import RequestedOutput
 Reply = TypeVar("Reply")
 SPLIT_MANAGEMENT = ("management is served on the admin port only (--admin-port); load and "
                     "unload models there")
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a request failed: its gRPC code and message."""
+
+    code: grpc.StatusCode
+    message: str
 
 
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
@@ -43,19 +55,28 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def _answer(self, context: grpc.aio.ServicerContext, method: str,
                       work: Callable[[], Awaitable[Reply]]) -> Reply:
         """Run `work` as one request in flight; any failure aborts the call with its code."""
+        outcome = await self._attempt(method, work)
+        if isinstance(outcome, Refusal):
+            await context.abort(outcome.code, outcome.message)
+            raise AssertionError("abort raises")
+        return outcome
+
+    async def _attempt(self, method: str, work: Callable[[], Awaitable[Reply]]
+                       ) -> Reply | Refusal:
+        """Run `work` as one request in flight (refused while the drain runs); a failure is
+        counted and becomes the `Refusal` of its status."""
         drain = self.runtime.drain
         if drain.draining:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
+            return Refusal(grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
         drain.in_flight += 1
         try:
             return await work()
         except Exception as error:  # noqa: BLE001 - every failure becomes a status code
             http_status, code, message = status.refusal(error, method)
             self.runtime.metrics.observe_error(http_status)
+            return Refusal(code, message)
         finally:
             drain.in_flight -= 1
-        await context.abort(code, message)
-        raise AssertionError("abort raises")
 
     async def ServerLive(self, request: pb.ServerLiveRequest,
                          context: grpc.aio.ServicerContext) -> pb.ServerLiveResponse:
@@ -105,6 +126,46 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                          context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:
         """One inference through the shared `InferenceService` (its batcher and metrics)."""
         return await self._answer(context, "ModelInfer", lambda: self._infer(request, context))
+
+    async def ModelStreamInfer(self, messages: AsyncIterable[bytes],
+                               context: grpc.aio.ServicerContext
+                               ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        """Inference requests on one stream, answered as each completes. The messages come
+        unparsed (see `service.grpc.server`): one that is no ModelInferRequest, like one that
+        fails, is answered with its error_message and the stream goes on. (An async generator
+        itself: gRPC streams the answers of a handler only when it is one.)"""
+        answers = stream.as_completed(messages, lambda data: self._stream_answer(data, context))
+        async with aclosing(answers):
+            async for answer in answers:
+                yield answer
+
+    async def _stream_answer(self, data: bytes, context: grpc.aio.ServicerContext
+                             ) -> pb.ModelStreamInferResponse:
+        try:
+            request = pb.ModelInferRequest.FromString(data)
+        except DecodeError as error:
+            self.runtime.metrics.observe_error(400)
+            return pb.ModelStreamInferResponse(
+                error_message=f"the request is not a valid inference.ModelInferRequest "
+                              f"message: {error}")
+        outcome = await self._attempt("ModelStreamInfer", lambda: self._infer(request, context))
+        if isinstance(outcome, Refusal):
+            # The id travels with the error too, so that a client matches it to its request.
+            return pb.ModelStreamInferResponse(
+                error_message=outcome.message, infer_response=pb.ModelInferResponse(
+                    model_name=request.model_name, model_version=request.model_version,
+                    id=request.id))
+        return pb.ModelStreamInferResponse(infer_response=outcome)
+
+    async def ModelConfig(self, request: pb.ModelConfigRequest,
+                          context: grpc.aio.ServicerContext) -> pb.ModelConfigResponse:
+        """A model version's configuration in Triton's form (that of REST's ``/config``)."""
+        async def work() -> pb.ModelConfigResponse:
+            found = triton_config.model_config(self.repository, request.name, request.version)
+            config = json_format.ParseDict(found.model_dump(mode="json", exclude_none=True),
+                                           pb.ModelConfig())
+            return pb.ModelConfigResponse(config=config)
+        return await self._answer(context, "ModelConfig", work)
 
     async def _infer(self, request: pb.ModelInferRequest,
                      context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:

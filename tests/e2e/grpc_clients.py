@@ -4,7 +4,7 @@ Both clients register their own copy of the ``inference.*`` protobuf messages, a
 `service.grpc`, and one process cannot hold two (protobuf refuses duplicate symbols). So each
 client runs here, in its own process:
 
-    python -m tests.e2e.grpc_clients {triton,kserve} HOST:PORT OUT_DIR MODEL...
+    python -m tests.e2e.grpc_clients {triton,triton-stream,kserve} HOST:PORT OUT_DIR MODEL...
 
 It writes what the client got, and nothing it checked itself: ``OUT_DIR/answers.json`` (health
 and metadata) and ``OUT_DIR/outputs.npz`` (``MODEL/SET/MODE/OUTPUT`` arrays); the tests compare
@@ -61,6 +61,48 @@ def run_triton(url: str, models: list[str]) -> tuple[dict[str, Any], dict[str, n
     return answers, arrays
 
 
+def run_triton_stream(url: str, models: list[str]) -> tuple[dict[str, Any],
+                                                            dict[str, np.ndarray]]:
+    """Model configs, then every model's io sets (and one request naming no such input) on
+    one stream of tritonclient.grpc's ``start_stream``, all sent before the first answer is
+    read; each answer is kept under the id its request carried."""
+    import queue
+
+    import tritonclient.grpc as triton
+
+    answers: dict[str, Any] = {"stream/ids": [], "stream/errors": []}
+    arrays: dict[str, np.ndarray] = {}
+    arrived: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    with triton.InferenceServerClient(url) as client:
+        for name in models:
+            answers[f"{name}/config"] = client.get_model_config(name, as_json=True)["config"]
+        client.start_stream(callback=lambda result, error: arrived.put((result, error)))
+        sent = 0
+        for name in models:
+            for index, (inputs, _) in enumerate(matching_sets(name)):
+                tensors = []
+                for key, array in inputs.items():
+                    tensor = triton.InferInput(key, list(array.shape), datatype_of(array.dtype))
+                    tensor.set_data_from_numpy(array)
+                    tensors.append(tensor)
+                client.async_stream_infer(name, tensors, request_id=f"{name}/{index}")
+                sent += 1
+        wrong = triton.InferInput("no_such_input", [1, 1], "FP32")
+        wrong.set_data_from_numpy(np.zeros((1, 1), np.float32))
+        client.async_stream_infer(models[0], [wrong], request_id="wrong")
+        for _ in range(sent + 1):
+            result, error = arrived.get(timeout=120)
+            if error is not None:
+                answers["stream/errors"].append(str(error))
+                continue
+            response = result.get_response()
+            answers["stream/ids"].append(response.id)
+            for output in response.outputs:
+                arrays[f"{response.id}/{output.name}"] = result.as_numpy(output.name)
+        client.stop_stream()
+    return answers, arrays
+
+
 async def _kserve(url: str, models: list[str]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     from kserve import InferenceGRPCClient, InferInput, InferRequest
 
@@ -91,8 +133,8 @@ async def _kserve(url: str, models: list[str]) -> tuple[dict[str, Any], dict[str
 def main(argv: list[str]) -> int:
     """Run one client against ``argv[1]`` and write its answers into ``argv[2]``."""
     client, url, out, *models = argv
-    runner = run_triton if client == "triton" else (
-        lambda url, models: asyncio.run(_kserve(url, models)))
+    runner = {"triton": run_triton, "triton-stream": run_triton_stream}.get(
+        client, lambda url, models: asyncio.run(_kserve(url, models)))
     answers, arrays = runner(url, models)
     Path(out, "answers.json").write_text(json.dumps(answers))
     np.savez(Path(out, "outputs.npz"), **arrays)

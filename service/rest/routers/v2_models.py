@@ -6,7 +6,7 @@ from fastapi import APIRouter
 from starlette.types import Receive, Scope, Send
 
 from engine.serving.errors import ModelNotReady
-from service.dataplane import metadata, types
+from service.dataplane import metadata, triton_config, types
 from service.errors import BadRequest
 from service.rest import schemas
 from service.rest.deps import Repository
@@ -34,6 +34,15 @@ async def model_metadata(repository: Repository, name: str,
                          version: str | None = None) -> types.ModelMetadata:
     """Inputs, outputs and ready versions (the given version, or the newest ready one)."""
     return metadata.model_metadata(repository, name, version)
+
+
+@router.get("/config", response_model_exclude_none=True)
+@router.get("/versions/{version}/config", response_model_exclude_none=True)
+async def model_config(repository: Repository, name: str,
+                       version: str | None = None) -> types.TritonModelConfig:
+    """The version's config in the form of Triton's model configuration (the given version, or
+    the newest ready one), as Triton's clients and perf_analyzer read it."""
+    return triton_config.model_config(repository, name, version)
 
 
 @router.get("/ready", responses=NOT_READY)

@@ -1,0 +1,71 @@
+"""A model version's config in the form of Triton's model configuration (``model_config.proto``).
+
+Triton's clients and tools ask for it before their first request: perf_analyzer reads the batch
+size and the tensors from it, model analyzer the batching and instances. REST answers it as JSON
+(``GET /v2/models/{name}/config``) and gRPC as the ``ModelConfig`` message, both from here. The
+tensors are those model metadata shows (`metadata.tensors`: what clients send and receive), so
+the two answers never disagree.
+"""
+
+from __future__ import annotations
+
+from engine.serving.config import LatestVersions, VersionPolicy
+from engine.serving.loaded import LoadedVersion
+from engine.serving.repository import ModelRepository
+from service.dataplane import metadata, types
+from service.tensors.datatypes import BYTES
+
+
+def model_config(repository: ModelRepository, name: str,
+                 version: str | None) -> types.TritonModelConfig:
+    """The configuration of a ready version (the newest when `version` is None or empty)."""
+    handle = repository.get(name, version or None)
+    config = handle.config
+    batching = config.dynamic_batching
+    labels = {spec.name: spec.labels for spec in config.outputs or () if spec.labels}
+    return types.TritonModelConfig(
+        name=handle.name, platform=metadata.PLATFORM,
+        version_policy=_version_policy(config.version_policy),
+        max_batch_size=config.max_batch_size,
+        input=[_tensor(tensor) for tensor in metadata.tensors(config.inputs)],
+        output=[_tensor(tensor, labels.get(tensor.name))
+                for tensor in metadata.tensors(config.outputs)],
+        dynamic_batching=types.TritonDynamicBatching(
+            preferred_batch_size=list(batching.preferred_batch_sizes),
+            max_queue_delay_microseconds=batching.max_queue_delay_us,
+            # A request's own "timeout" parameter shortens the wait, as Triton's override does.
+            default_queue_policy=types.TritonQueuePolicy(
+                default_timeout_microseconds=batching.timeout_us or 0,
+                max_queue_size=batching.max_queue_size)),
+        instance_group=[_instances(handle)])
+
+
+def data_type(datatype: str) -> str:
+    """Triton's configuration name of a V2 datatype: ``FP32`` is ``TYPE_FP32``, ``BYTES`` is
+    ``TYPE_STRING``."""
+    return "TYPE_STRING" if datatype == BYTES else f"TYPE_{datatype}"
+
+
+def _tensor(tensor: types.TensorMetadata, labels: str | None = None) -> types.TritonTensor:
+    """Every HybridServe tensor has the batch dimension first, and Triton's `dims` leave it out
+    (max_batch_size is at least 1). A tensor of the batch dimension alone (one image a row) is
+    Triton's ``dims: [1]`` with an empty reshape."""
+    dims = tensor.shape[1:]
+    return types.TritonTensor(name=tensor.name, data_type=data_type(tensor.datatype),
+                              dims=dims or [1],
+                              reshape=None if dims else types.TritonReshape(shape=[]),
+                              label_filename=labels)
+
+
+def _version_policy(policy: VersionPolicy) -> dict[str, dict[str, object]]:
+    """The policy with its default written out (no choice: the newest version)."""
+    if policy.latest is None and policy.all is None and policy.specific is None:
+        policy = VersionPolicy(latest=LatestVersions())
+    return policy.model_dump(mode="json", exclude_none=True)
+
+
+def _instances(handle: LoadedVersion) -> types.TritonInstanceGroup:
+    """One group: the device the version runs on, and how many of its batches run at once."""
+    gpu = getattr(handle.model, "device", "cpu") == "gpu"
+    return types.TritonInstanceGroup(name=handle.name, kind="KIND_GPU" if gpu else "KIND_CPU",
+                                     count=handle.batcher.policy.max_concurrent_batches)

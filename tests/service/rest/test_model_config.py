@@ -1,0 +1,84 @@
+"""``GET /v2/models/{name}[/versions/{v}]/config``: a version's config in Triton's form."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from tests.service.helpers import MLP, config_for, files_for, run, serving, settings_for
+
+MODELS = Path(__file__).resolve().parents[3] / "models"
+
+
+def test_the_seed_mlp_config_in_triton_form(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with serving(settings_for(tmp_path)) as (client, _):
+            newest = await client.get(f"/v2/models/{MLP}/config")
+            versioned = await client.get(f"/v2/models/{MLP}/versions/1/config")
+        assert newest.status_code == 200, newest.text
+        assert versioned.json() == newest.json()
+        assert newest.json() == {
+            "name": MLP, "platform": "mxnet_mxnet",
+            "version_policy": {"latest": {"num_versions": 1}},
+            "max_batch_size": 32,
+            "input": [{"name": "data", "data_type": "TYPE_FP32", "dims": [512]}],
+            "output": [{"name": "seed_mlp_dense2_fwd_output", "data_type": "TYPE_FP32",
+                        "dims": [2]}],
+            "dynamic_batching": {
+                "preferred_batch_size": [], "max_queue_delay_microseconds": 1000,
+                "preserve_ordering": False,
+                "default_queue_policy": {"timeout_action": "REJECT",
+                                         "default_timeout_microseconds": 0,
+                                         "allow_timeout_override": True,
+                                         "max_queue_size": 1024}},
+            "instance_group": [{"name": MLP, "kind": "KIND_CPU", "count": 1}]}
+    run(scenario())
+
+
+def test_batching_and_version_policy_are_carried_over(tmp_path: Path) -> None:
+    config = {**config_for(MLP), "max_batch_size": 8, "version_policy": {"all": {}},
+              "dynamic_batching": {"max_queue_delay_us": 250, "preferred_batch_sizes": [4, 2],
+                                   "max_queue_size": 7, "timeout_us": 90_000}}
+
+    async def scenario() -> None:
+        async with serving(settings_for(tmp_path), models=()) as (client, runtime):
+            symbol, params = files_for(MLP)
+            await runtime.repository.add_version(MLP, symbol, params, config=config)
+            answer = (await client.get(f"/v2/models/{MLP}/config")).json()
+        assert answer["max_batch_size"] == 8
+        assert answer["version_policy"] == {"all": {}}
+        assert answer["dynamic_batching"] == {
+            "preferred_batch_size": [2, 4], "max_queue_delay_microseconds": 250,
+            "preserve_ordering": False,
+            "default_queue_policy": {"timeout_action": "REJECT",
+                                     "default_timeout_microseconds": 90_000,
+                                     "allow_timeout_override": True, "max_queue_size": 7}}
+    run(scenario())
+
+
+def test_an_image_input_and_labelled_output_as_clients_see_them(tmp_path: Path) -> None:
+    """The input with a pipeline takes one encoded image a row (BYTES: Triton's TYPE_STRING,
+    a batch dimension alone: dims [1] reshaped to []), as model metadata shows it; the
+    labelled output names its labels file."""
+    shutil.copytree(MODELS / "digits_image", tmp_path / "digits_image")
+
+    async def scenario() -> None:
+        async with serving(settings_for(tmp_path), models=()) as (client, _):
+            answer = (await client.get("/v2/models/digits_image/config")).json()
+            metadata = (await client.get("/v2/models/digits_image")).json()
+        assert answer["input"] == [{"name": "image", "data_type": "TYPE_STRING", "dims": [1],
+                                    "reshape": {"shape": []}}]
+        assert metadata["inputs"] == [{"name": "image", "datatype": "BYTES", "shape": [-1]}]
+        assert answer["output"] == [{"name": "scores", "data_type": "TYPE_FP32", "dims": [10],
+                                     "label_filename": "labels.txt"}]
+    run(scenario())
+
+
+def test_unknown_models_and_versions_are_404(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with serving(settings_for(tmp_path)) as (client, _):
+            missing = await client.get("/v2/models/nothing/config")
+            version = await client.get(f"/v2/models/{MLP}/versions/9/config")
+        assert missing.status_code == 404 and "nothing" in missing.text
+        assert version.status_code == 404 and "9" in version.text
+    run(scenario())
