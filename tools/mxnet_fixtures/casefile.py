@@ -63,7 +63,7 @@ def _load(case: Case, aux: set[str]) -> mx.sym.Symbol:
 
 def _after_copy(symbol: mx.sym.Symbol) -> mx.sym.Symbol:
     """The one-node graph with its first input read through ``_copy``: an intermediate array,
-    which MXNet's planner lets the op write in place, as it does inside a hybridized block."""
+    which MXNet's planner lets the op write in place."""
     document = json.loads(symbol.tojson())
     nodes = document["nodes"]
     op_index = document["heads"][0][0]

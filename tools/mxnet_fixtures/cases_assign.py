@@ -1,4 +1,4 @@
-"""Cases for the assignment ops that item assignment leaves in hybridized graphs:
+"""Cases for the assignment ops (NDArray item assignment, or graph nodes built with the ops):
 _slice_assign and _slice_assign_scalar (and their _crop_assign / _npi_ names), _scatter_set_nd
 and NumPy-mode boolean-mask assignment.
 

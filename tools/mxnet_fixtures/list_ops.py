@@ -8,8 +8,8 @@ A name is ``excluded`` (with the reason) when no inference export can contain it
 optimizer updates, random sampling, sparse storage, quantized or backend-subgraph ops, MXNet's
 internals, training-only ops (KL sparsity regularisation, MultiBoxTarget, the Hawkes process
 log-likelihood), ``_set_value`` (NDArray's ``x[:] = v``) and image decoding. Loss heads with a
-forward (SVMOutput, MakeLoss, CTCLoss...) and the assignment ops that item assignment leaves in
-hybridized graphs (``_slice_assign``, ``_npi_boolean_mask_assign_*``...) are forward operators.
+forward (SVMOutput, MakeLoss, CTCLoss...) and the assignment ops a symbol graph can hold
+(``_slice_assign``, ``_npi_boolean_mask_assign_*``...) are forward operators.
 ``Custom`` is ``unsupported``: it runs user Python code. Every other name is a forward operator
 and starts as ``todo``; ``python -m engine.ops.coverage --write`` then marks those the engine
 registers as ``supported``. Statuses already in the file (``supported``, ``unsupported``) are

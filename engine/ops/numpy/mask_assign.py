@@ -2,8 +2,9 @@
 (``x[mask] = 2.5``) and ``_npi_boolean_mask_assign_tensor`` (``x[mask] = values``).
 
 The mask covers the data's axes from ``start_axis`` on (``x[:, mask]`` has ``start_axis`` 1).
-MXNet runs these in place; as graph nodes they give the data with the masked elements
-replaced, and the data itself is left as it was. The output has the data's shape, so the
+MXNet runs these in place (NDArray item assignment); as nodes of a graph built with the
+operators themselves they give the data with the masked elements replaced, and the data itself
+is left as it was. The output has the data's shape, so the
 number of true mask elements never sets a shape: the k-th true element takes the k-th row of
 the values (along the axis at ``start_axis``), found from a running count of the mask rather
 than by selecting the masked elements, which keeps the kernel free of host reads.

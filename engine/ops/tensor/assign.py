@@ -1,10 +1,10 @@
 """Assignment into a region: ``_slice_assign``, ``_slice_assign_scalar`` and ``_scatter_set_nd``
 (with their ``_crop_assign*`` and ``_npi_*`` names).
 
-MXNet runs these in place on an NDArray (``x[1:3] = y``); a graph that item assignment leaves
-behind (a hybridized NumPy-mode block) holds them as nodes with an output of their own, and that
-is their meaning here: the output is the input with the region replaced, and the input is left
-as it was.
+MXNet runs these in place on an NDArray (``x[1:3] = y``). A symbol graph holds them when it is
+built with the operators themselves (``mx.sym._internal._slice_assign``...; MXNet 1.9.1's
+symbols have no item assignment), and there each node has an output of its own: that is their
+meaning here, the input with the region replaced, and the input left as it was.
 """
 
 from __future__ import annotations
