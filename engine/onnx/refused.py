@@ -64,9 +64,6 @@ REFUSED: dict[str, str] = {
     "_npx_constraint_check": "raises an error that depends on the data; ONNX has no assertion",
     "CTCLoss": ("its alpha recursion runs over the time frames; an ONNX Loop for it is not "
                 "implemented"),
-    **dict.fromkeys(("_slice_assign", "_slice_assign_scalar"),
-                    "not mapped (a ScatterND over the region's coordinates, which follow the "
-                    "batch size, is not implemented)"),
     "_npi_boolean_mask_assign_tensor": ("not mapped (the running count of the mask that picks "
                                         "each element's value row is not implemented)"),
 }
