@@ -11,6 +11,8 @@ the first symbol, -1 when it is the last); without ``data_lengths`` every sequen
 frames. A label that needs more frames than its sequence has (its length plus its repeated
 neighbours) gets a loss of 0, as MXNet returns. Lengths past the arrays' extent are read as the
 extent, and a label symbol outside the alphabet gives NaN: MXNet reads past its buffers there.
+An empty label scores the path of blanks only (MXNet 1.9.1 returns uninitialised memory when
+every label of a batch is empty).
 """
 
 from __future__ import annotations
@@ -70,6 +72,8 @@ def _label_lengths(xp: Any, label: Any, given: Any, padding: int) -> Any:
     width = label.shape[1]
     if given is not None:
         return xp.clip(given.astype(INT64), 0, width)
+    if width == 0:
+        return xp.zeros((label.shape[0],), dtype=INT64)
     is_padding = label == padding
     first = xp.argmax(is_padding, axis=1)
     return xp.where(is_padding.any(axis=1), first, width)
@@ -77,6 +81,7 @@ def _label_lengths(xp: Any, label: Any, given: Any, padding: int) -> Any:
 
 def _shifted(xp: Any, alpha: Any, by: int) -> Any:
     """alpha moved ``by`` states to the right along the label, -inf flowing in."""
+    by = min(by, alpha.shape[1])
     filler = xp.full((alpha.shape[0], by), -xp.inf, dtype=alpha.dtype)
     return xp.concatenate([filler, alpha[:, :-by]], axis=1)
 

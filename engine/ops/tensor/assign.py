@@ -20,17 +20,11 @@ from engine.ops.registry import (
     OpDef,
     Param,
     default_dtype,
+    emit,
     register,
 )
 from engine.ops.shapes import Inferred, merge
 from engine.ops.tensor.slicing import slice_shape, slices
-
-
-def _copy_of(xp: Any, data: Any, out: Any) -> Any:
-    if out is None:
-        return data.copy()
-    xp.copyto(out, data, casting="unsafe")
-    return out
 
 
 def _region_params() -> tuple[Param, ...]:
@@ -54,7 +48,7 @@ def _slice_assign_shape(attrs: Attrs, shapes: list[MaybeShape]) -> Inferred:
 
 
 def _slice_assign_kernel(xp: Any, attrs: Attrs, lhs: Any, rhs: Any, out: Any = None) -> Any:
-    result = _copy_of(xp, lhs, out)
+    result = emit(xp, lhs, out)
     result[slices(attrs, lhs.ndim)] = rhs
     return result
 
@@ -73,7 +67,7 @@ register(OpDef(
 
 
 def _slice_assign_scalar_kernel(xp: Any, attrs: Attrs, data: Any, out: Any = None) -> Any:
-    result = _copy_of(xp, data, out)
+    result = emit(xp, data, out)
     # An integer array takes the scalar truncated, as MXNet casts it.
     result[slices(attrs, data.ndim)] = attrs.scalar
     return result
@@ -121,7 +115,7 @@ def _scatter_set_dtype(attrs: Attrs, dtypes: list) -> tuple[list, list]:
 
 def _scatter_set_kernel(xp: Any, attrs: Attrs, lhs: Any, rhs: Any, indices: Any,
                         out: Any = None) -> Any:
-    result = _copy_of(xp, lhs, out)
+    result = emit(xp, lhs, out)
     # Positions written twice keep one of the values: MXNet leaves which one unspecified.
     index = indices.astype(INT64)
     result[tuple(index[k] for k in range(index.shape[0]))] = rhs

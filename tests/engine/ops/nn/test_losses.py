@@ -133,3 +133,13 @@ def test_svm_output_infers_its_label_and_make_loss_refuses_integers() -> None:
     op = get_op("MakeLoss")
     with pytest.raises(ShapeError, match="MakeLoss takes floating-point data only.*int32"):
         op.infer_dtype(op.parse_attrs({}), [np.dtype(np.int32)])
+
+
+def test_ctc_loss_of_an_empty_label_is_the_all_blank_path() -> None:
+    data = RNG.normal(size=(3, 2, 4)).astype(np.float32)
+    (loss,) = run("CTCLoss", {"use_label_lengths": "True"}, data,
+                  np.array([[1, 2], [3, 3]], np.float32), np.array([0, 0], np.float32))
+    log_blank = np.log(_softmax(data.astype(np.float64), -1)[:, :, 0]).sum(axis=0)
+    np.testing.assert_allclose(loss, -log_blank, rtol=1e-5)
+    (empty,) = run("CTCLoss", {}, data, np.zeros((2, 0), np.float32))
+    np.testing.assert_allclose(empty, -log_blank, rtol=1e-5)
