@@ -141,6 +141,7 @@ register(OpDef(
     ),
     inputs=_inputs,
     hidden_outputs=1,
+    batch_positions="reads axis 0 as time (its data is time, batch, alphabet)",
     infer_shape=_shape,
     infer_dtype=_dtype,
     kernel=_ctc_kernel,

@@ -67,6 +67,12 @@ def _dtype(attrs: Attrs, dtypes: DTypes) -> tuple[DTypes, DTypes]:
     return [data, *(data if dtype is None else dtype for dtype in rest)], [data]
 
 
+def _mask_on_batch(attrs: Attrs) -> str:
+    # From start_axis 0 the mask (and the tensor form's k-th value row) is read per position
+    # of axis 0.
+    return "assigns through a mask over axis 0" if attrs.start_axis == 0 else ""
+
+
 def _mask_over_data(mask: Any, start: int, ndim: int) -> Any:
     """The mask as a boolean array that broadcasts against the data."""
     trailing = ndim - start - mask.ndim
@@ -114,6 +120,7 @@ register(OpDef(
     infer_shape=_shape,
     infer_dtype=_dtype,
     kernel=_scalar_kernel,
+    batch_positions=_mask_on_batch,
     doc="data with value written where the mask (over the axes from start_axis) is true.",
 ))
 
@@ -124,6 +131,7 @@ register(OpDef(
     infer_shape=_shape,
     infer_dtype=_dtype,
     kernel=_tensor_kernel,
+    batch_positions=_mask_on_batch,
     doc="data with the k-th true mask element set to the k-th row of value (one value "
         "broadcasts to all).",
 ))

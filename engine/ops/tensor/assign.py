@@ -35,6 +35,13 @@ def _region_params() -> tuple[Param, ...]:
     )
 
 
+def _region_on_batch(attrs: Attrs) -> str:
+    begin, end, step = attrs.begin, attrs.end, attrs.step
+    whole = not begin or (begin[0] in (None, 0) and end[0] is None
+                          and (not step or step[0] in (None, 1)))
+    return "" if whole else "assigns a fixed region of axis 0"
+
+
 # --- _slice_assign ----------------------------------------------------------------------------
 
 def _slice_assign_shape(attrs: Attrs, shapes: list[MaybeShape]) -> Inferred:
@@ -62,6 +69,7 @@ register(OpDef(
     infer_dtype=default_dtype,
     kernel=_slice_assign_kernel,
     writes_out=True,
+    batch_positions=_region_on_batch,
     doc="lhs with the slice begin:end:step replaced by rhs (which has the slice's shape).",
 ))
 
@@ -86,6 +94,7 @@ register(OpDef(
     infer_shape=_slice_assign_scalar_shape,
     kernel=_slice_assign_scalar_kernel,
     writes_out=True,
+    batch_positions=_region_on_batch,
     doc="data with every element of the slice begin:end:step set to scalar.",
 ))
 
@@ -131,6 +140,7 @@ register(OpDef(
     infer_dtype=_scatter_set_dtype,
     kernel=_scatter_set_kernel,
     writes_out=True,
+    batch_positions="writes at the positions its indices name along axis 0",
     doc="lhs with rhs written at the coordinates along indices' first axis (scatter_nd onto "
         "lhs rather than zeros).",
 ))
