@@ -13,6 +13,7 @@ from engine.onnx import (  # noqa: F401
     convert_detection,
     convert_dynamic,
     convert_extra,
+    convert_heads,
     convert_linalg,
     convert_math,
     convert_mod,

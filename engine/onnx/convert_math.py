@@ -15,7 +15,10 @@ UNARY = {"relu": "Relu", "sigmoid": "Sigmoid", "tanh": "Tanh", "exp": "Exp", "lo
          "LogisticRegressionOutput": "Sigmoid", "MAERegressionOutput": "Identity",
          "sin": "Sin", "cos": "Cos", "tan": "Tan", "arcsin": "Asin", "arccos": "Acos",
          "arctan": "Atan", "sinh": "Sinh", "cosh": "Cosh", "arcsinh": "Asinh",
-         "arccosh": "Acosh", "arctanh": "Atanh", "_identity_with_attr_like_rhs": "Identity"}
+         "arccosh": "Acosh", "arctanh": "Atanh", "_identity_with_attr_like_rhs": "Identity",
+         # Loss heads and gradient markers whose forward passes the data through.
+         "SVMOutput": "Identity", "MakeLoss": "Identity", "make_loss": "Identity",
+         "_contrib_gradientmultiplier": "Identity"}
 LOG_BASES = {"log2": 2.0, "log10": 10.0}
 BINARY = {"elemwise_add": "Add", "elemwise_sub": "Sub", "elemwise_mul": "Mul",
           "elemwise_div": "Div", "broadcast_add": "Add", "broadcast_sub": "Sub",

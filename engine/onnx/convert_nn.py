@@ -297,17 +297,20 @@ def _softmax_with_length(ctx: NodeContext, op_type: str, data: str) -> str:
     return ctx.op("Where", [keep, result, ctx.scalar(0.0)])
 
 
-@converts("SoftmaxOutput", "SoftmaxActivation")
+@converts("SoftmaxActivation")
+def softmax_activation(ctx: NodeContext) -> str:
+    # Instance mode is a softmax over the last axis at any rank (MXNet's FlatTo2D keeps the
+    # last axis as the row); channel mode over axis 1.
+    axis = 1 if ctx.params.mode == "channel" else -1
+    return ctx.op("Softmax", [ctx.inputs[0]], axis=axis)
+
+
+@converts("SoftmaxOutput")
 def softmax_output(ctx: NodeContext) -> str:
     params, data = ctx.params, ctx.inputs[0]
-    if ctx.op_name == "SoftmaxActivation":
-        per_channel = params.mode == "channel"
-        last = False
-    else:
-        per_channel, last = params.multi_output, params.preserve_shape
-    if last or ctx.rank() == 1:
+    if params.preserve_shape or ctx.rank() == 1:
         return ctx.op("Softmax", [data], axis=-1)
-    if per_channel:
+    if params.multi_output:
         return ctx.op("Softmax", [data], axis=1)
     # Over everything but the batch axis, then back to the input's shape.
     flat = ctx.op("Softmax", [ctx.op("Flatten", [data], axis=1)], axis=1)

@@ -62,4 +62,8 @@ REFUSED: dict[str, str] = {
     "_contrib_bipartite_matching": "a greedy matching step by step; an ONNX Loop for it is not "
                                    "implemented",
     "_npx_constraint_check": "raises an error that depends on the data; ONNX has no assertion",
+    "CTCLoss": ("its alpha recursion runs over the time frames; an ONNX Loop for it is not "
+                "implemented"),
+    "_npi_boolean_mask_assign_tensor": ("not mapped (the running count of the mask that picks "
+                                        "each element's value row is not implemented)"),
 }

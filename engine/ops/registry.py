@@ -159,6 +159,12 @@ class OpDef:
             index). Shape inference leaves such dimensions unknown (0); a compiled model then
             runs in stages cut after these nodes (see `engine.runtime.staged`), and a server
             never batches its requests together. Empty for every other op.
+        batch_positions: why a row's result depends on where the row sits along axis 0 while
+            every shape stays the same (``_slice_assign_scalar`` writing rows 1 to 3), or a
+            function of the attrs giving it (empty when the attrs keep axis 0 whole). A batch
+            cut into runs of rows would apply those positions within each run, so such a node
+            keeps the batch whole (see `engine.runtime.batch_split.split_blocker`). Empty for
+            every other op.
         parts: for a composite op (a fused chain), ``parts(attrs) -> (OpDef, ...)``: the ops
             one of its nodes runs, in order. Capture checks read these rather than the
             composite's own ``uncapturable``, and profiles label the node by their names.
@@ -182,6 +188,7 @@ class OpDef:
     scratch: Callable[[Attrs, list[Any], Any], int] | None = None
     uncapturable: str = ""
     dynamic_shape: str | Callable[[Attrs], str] = ""
+    batch_positions: str | Callable[[Attrs], str] = ""
     parts: Callable[[Attrs], tuple[OpDef, ...]] | None = None
     doc: str = ""
     _params_by_name: dict[str, Param] = field(default_factory=dict, init=False, repr=False,
@@ -195,6 +202,11 @@ class OpDef:
     def shape_depends_on_data(self, attrs: Attrs) -> str:
         """Why a node with ``attrs`` has an output shape set by its input values ("" if not)."""
         return self.dynamic_shape(attrs) if callable(self.dynamic_shape) else self.dynamic_shape
+
+    def reads_batch_positions(self, attrs: Attrs) -> str:
+        """Why a node with ``attrs`` works at fixed positions of axis 0 ("" if it does not)."""
+        positions = self.batch_positions
+        return positions(attrs) if callable(positions) else positions
 
     def components(self, attrs: Attrs) -> tuple[OpDef, ...]:
         """The ops a node of this op with ``attrs`` runs: its ``parts``, or just itself."""

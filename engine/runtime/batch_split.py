@@ -147,7 +147,8 @@ def input_dependent(graph: Graph, inputs: set[str]) -> list[bool]:
 
 def split_blocker(graph: Graph, dependent: list[bool]) -> str | None:
     """Why rows of ``graph``'s batch may depend on one another whatever the shapes (a
-    time-major RNN, a loop, an op reading values on the host), or None. Axis attributes and
+    time-major RNN, a loop, an op reading values on the host, one writing fixed positions of
+    axis 0), or None. Axis attributes and
     shapes are checked per signature, by `rows_follow`."""
     for index, node in enumerate(graph.nodes):
         if not dependent[index] or node.is_variable:
@@ -156,6 +157,8 @@ def split_blocker(graph: Graph, dependent: list[bool]) -> str | None:
             return f"{node.describe()} reads axis 0 as time"
         if any(not op.capturable for op in node.opdef.components(node.params)):
             return f"{node.describe()} loops or reads values on the host"
+        if positions := node.opdef.reads_batch_positions(node.params):
+            return f"{node.describe()} {positions}"
     return None
 
 

@@ -32,6 +32,9 @@ class Case:
     attrs: dict[str, str] = field(default_factory=dict)
     tolerance: dict[str, float] | None = None
     unspecified: tuple[int, ...] = ()  # outputs whose values MXNet leaves undefined
+    # MXNet runs the op only in place (_scatter_set_nd, _npi_boolean_mask_assign_*): it refuses
+    # a graph variable as the array written, so the run copies input 0 first (see run_case).
+    in_place: bool = False
 
 
 def one_node_symbol(case: Case) -> mx.sym.Symbol:
@@ -58,6 +61,21 @@ def _load(case: Case, aux: set[str]) -> mx.sym.Symbol:
     return mx.sym.Group(outputs) if len(outputs) > 1 else outputs[0]
 
 
+def _after_copy(symbol: mx.sym.Symbol) -> mx.sym.Symbol:
+    """The one-node graph with its first input read through ``_copy``: an intermediate array,
+    which MXNet's planner lets the op write in place."""
+    document = json.loads(symbol.tojson())
+    nodes = document["nodes"]
+    op_index = document["heads"][0][0]
+    copied = nodes[op_index]["inputs"][0]
+    nodes.insert(op_index, {"op": "_copy", "name": "in_place_copy", "inputs": [copied]})
+    op_node = nodes[op_index + 1]
+    op_node["inputs"] = [[op_index, 0, 0], *op_node["inputs"][1:]]
+    document["heads"] = [[op_index + 1, k, 0] for _, k, _ in document["heads"]]
+    document.pop("node_row_ptr", None)
+    return mx.sym.load_json(json.dumps(document))
+
+
 def run_case(case: Case) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """The case's JSON record and arrays, with outputs computed by MXNet (CPU, inference)."""
     symbol = one_node_symbol(case)
@@ -66,7 +84,8 @@ def run_case(case: Case) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             if name not in aux_names}
     aux = {name: mx.nd.array(value, dtype=value.dtype) for name, value in case.inputs.items()
            if name in aux_names}
-    executor = symbol.bind(mx.cpu(), args=args, aux_states=aux, grad_req="null")
+    runnable = _after_copy(symbol) if case.in_place else symbol
+    executor = runnable.bind(mx.cpu(), args=args, aux_states=aux, grad_req="null")
     outputs = [output.asnumpy() for output in executor.forward(is_train=False)]
     arrays = {f"{case.id}/in{k}": value for k, value in enumerate(case.inputs.values())}
     arrays.update({f"{case.id}/out{k}": value for k, value in enumerate(outputs)})

@@ -1,5 +1,5 @@
 """Neural-network layers: convolution, dense, pooling, normalisation, activation, recurrent
-and attention operators, and MXNet's pre-1.0 layer names.
+and attention operators, loss heads (CTC among them), and MXNet's pre-1.0 layer names.
 
 Importing this package registers its operators.
 """
@@ -10,9 +10,11 @@ from engine.ops.nn import (  # noqa: F401  (imported for their registrations)
     attention,
     batchnorm_variants,
     conv,
+    ctc,
     deformable,
     dense,
     legacy_v1,
+    losses,
     norm,
     patches,
     pool,

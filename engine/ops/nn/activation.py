@@ -276,20 +276,29 @@ def _plain_softmax(xp: Any, x: Any, axis: int) -> Any:
     return exps / exps.sum(axis=axis, keepdims=True)
 
 
+def _softmax_activation_shape(attrs: Attrs, shapes: list[MaybeShape]) -> ShapeResult:
+    data = shapes[0]
+    if attrs.mode == "channel" and data is not None and len(data) < 3:
+        raise ShapeError(f"SoftmaxActivation mode='channel' needs data with at least 3 axes "
+                         f"(batch, channel, positions...); got shape {data}")
+    return shapes, [data]
+
+
 def _softmax_activation_kernel(xp: Any, attrs: Attrs, data: Any) -> Any:
+    # MXNet views the data as a matrix of (everything but the last axis, the last axis) in
+    # instance mode (its FlatTo2D), so each row of the last axis is one softmax, whatever the
+    # rank; channel mode softmaxes over axis 1 at every position.
     x = _floating(data)
-    if attrs.mode == "channel":
-        return _plain_softmax(xp, x, 1).astype(data.dtype, copy=False)
-    flat = x.reshape(x.shape[0], -1)
-    return _plain_softmax(xp, flat, 1).reshape(x.shape).astype(data.dtype, copy=False)
+    axis = 1 if attrs.mode == "channel" else x.ndim - 1
+    return _plain_softmax(xp, x, axis).astype(data.dtype, copy=False)
 
 
 SOFTMAX_ACTIVATION = register(OpDef(
     name="SoftmaxActivation",
     params=(Param("mode", choice("instance", "channel"), "instance"),),
-    infer_shape=_same_shape,
+    infer_shape=_softmax_activation_shape,
     kernel=_softmax_activation_kernel,
-    doc="Softmax over each instance (all axes but 0) or over channels (axis 1).",
+    doc="Softmax over the last axis (instance) or over channels, axis 1 (channel).",
 ))
 
 

@@ -7,6 +7,7 @@ from engine.ops.numpy import (  # noqa: F401  (imported for their registrations)
     arrays,
     functions,
     insert,
+    mask_assign,
     norm,
     sequences,
     statistics,

@@ -1,10 +1,11 @@
 """Arrays as data: creation, ranges, reshaping, transposing, slicing, indexing, joining,
-splitting, tiling, and the ops whose output shape depends on values.
+splitting, tiling, assignment into a region, and the ops whose output shape depends on values.
 
 Importing this package registers its operators.
 """
 
 from engine.ops.tensor import (  # noqa: F401  (imported for their registrations)
+    assign,
     creation,
     dynamic,
     gather,

@@ -57,6 +57,7 @@ register(OpDef(
     infer_shape=lambda attrs, shapes: (shapes, [shapes[0]]),
     infer_dtype=_keep_first,
     kernel=_index_copy,
+    batch_positions="copies rows to the positions its index names along axis 0",
     doc="old_tensor with the rows at index_vector replaced by new_tensor's rows.",
 ))
 

@@ -19,7 +19,8 @@ def _slice_length(dim: int, index: slice) -> int:
     return len(range(*index.indices(dim)))
 
 
-def _slices(attrs: Attrs, ndim: int) -> tuple[slice, ...]:
+def slices(attrs: Attrs, ndim: int) -> tuple[slice, ...]:
+    """The Python slices of ``begin``, ``end`` and ``step`` (also read by the assign ops)."""
     begin, end, step = attrs.begin, attrs.end, attrs.step
     if len(begin) != len(end) or (step and len(step) != len(begin)):
         raise ShapeError(f"slice begin {begin}, end {end} and step {step} differ in length")
@@ -34,14 +35,18 @@ def _slices(attrs: Attrs, ndim: int) -> tuple[slice, ...]:
     return tuple(result)
 
 
+def slice_shape(attrs: Attrs, data: Shape) -> Shape:
+    """The shape of the slice of ``data`` (unknown dimensions, 0, stay unknown)."""
+    index = slices(attrs, len(data))
+    return tuple((_slice_length(dim, index[axis]) if dim else 0) if axis < len(index) else dim
+                 for axis, dim in enumerate(data))
+
+
 def _slice_infer(attrs: Attrs, shapes: list[MaybeShape]) -> Inferred:
     data = shapes[0]
     if data is None:
         return [None], [None]
-    slices = _slices(attrs, len(data))
-    out = [(_slice_length(dim, slices[axis]) if dim else 0) if axis < len(slices) else dim
-           for axis, dim in enumerate(data)]
-    return [data], [tuple(out)]
+    return [data], [slice_shape(attrs, data)]
 
 
 register(OpDef(
@@ -53,7 +58,7 @@ register(OpDef(
         Param("step", parse_optional_int_tuple, ()),
     ),
     infer_shape=_slice_infer,
-    kernel=lambda xp, attrs, data, out=None: emit(xp, data[_slices(attrs, data.ndim)], out),
+    kernel=lambda xp, attrs, data, out=None: emit(xp, data[slices(attrs, data.ndim)], out),
     writes_out=True,
     doc="Python-style slicing per axis; None takes the default end, step may be negative.",
 ))

@@ -159,3 +159,28 @@ def test_an_op_needing_a_later_opset_says_which(tmp_path) -> None:
     path = export((symbol, None), tmp_path / "m.onnx", opset=18, dynamic_batch=False, **shapes)
     x, y = (np.arange(6, dtype=np.int32).reshape(2, 3) * k for k in (3, 5))
     np.testing.assert_array_equal(run(path, {"x": x, "y": y})[0], x & y)
+
+
+def test_slice_assignment_keeps_a_whole_batch_axis_dynamic(tmp_path) -> None:
+    symbol = one_op_symbol("_slice_assign_scalar",
+                           {"scalar": "-1", "begin": "(None, 3)", "end": "(None, 0)",
+                            "step": "(None, -2)"}, ["x"])
+    path = export((symbol, None), tmp_path / "m.onnx", input_shapes={"x": (2, 5)})
+    x = np.random.default_rng(3).normal(size=(6, 5)).astype(np.float32)  # another batch size
+    expected = x.copy()
+    expected[:, 3:0:-2] = -1
+    check(path)
+    np.testing.assert_array_equal(run(path, {"x": x})[0], expected)
+
+
+def test_slice_assignment_on_the_batch_axis_asks_for_a_static_export(tmp_path) -> None:
+    symbol = one_op_symbol("_slice_assign_scalar", {"begin": "(1,)", "end": "(2,)"}, ["x"],
+                           name="assign")
+    with pytest.raises(OnnxExportError, match=r"node 'assign' \(_slice_assign_scalar\): needs "
+                                              "the size of axis 0 .* dynamic_batch=False"):
+        export((symbol, None), tmp_path / "m.onnx", input_shapes={"x": (3, 4)})
+    path = export((symbol, None), tmp_path / "m.onnx", input_shapes={"x": (3, 4)},
+                  dynamic_batch=False)
+    x = np.ones((3, 4), np.float32)
+    check(path)
+    assert run(path, {"x": x})[0].tolist() == [[1] * 4, [0] * 4, [1] * 4]

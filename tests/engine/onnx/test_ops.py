@@ -27,7 +27,10 @@ PARAMETER_NAMES = ("weight", "bias", "gamma", "beta", "moving_mean", "moving_var
 NO_BATCH_AXIS = {"reshape_plain", "reshape_minus1_then_minus2", "slicechannel_axis0",
                  "npi_broadcast_to", "split_v2_sections", "diag_matrix", "diag_vector",
                  "npi_einsum_trace", "npx_nonzero_scalar", "npx_nonzero_scalar_zero",
-                 "npi_unique_scalar"}
+                 "npi_unique_scalar",
+                 # a fixed region of axis 0 assigned: the export needs that axis's size
+                 "slice_assign_scalar", "slice_assign_scalar_default", "crop_assign_scalar",
+                 "npi_slice_assign_scalar"}
 # Cases refused for an attribute value of an otherwise mapped op: the message expected.
 REFUSED_CASES = {
     "roi_align_position_sensitive": "position_sensitive=True has no ONNX RoiAlign equivalent",

@@ -303,3 +303,51 @@ def test_batch_buckets_pad_each_run(split_sizes: list[list[int]]) -> None:
     # All three runs pad to 4 rows: each ran its own copy of that plan.
     entry = model._plans.get(engine.runtime.signature.Signature.of({"data": feed["data"][:4]}))
     assert len(entry.spares) == 2
+
+
+@pytest.mark.parametrize("op, attrs", [
+    ("_slice_assign_scalar", {"scalar": -1.0, "begin": (1,), "end": (3,)}),
+    ("_slice_assign_scalar", {"scalar": -1.0, "begin": (None,), "end": (None,), "step": (-2,)}),
+    ("_npi_boolean_mask_assign_scalar", {"value": -1.0}),
+])
+def test_assignment_at_fixed_rows_never_splits(op: str, attrs: dict,
+                                               split_sizes: list[list[int]]) -> None:
+    # A run of rows would write its own rows 1 and 2; a mask over axis 0 keeps the batch
+    # whole too (the tensor form's k-th value row counts true elements over all rows).
+    hidden = sym.FullyConnected(sym.var("data"), num_hidden=4, name="fc")
+    inputs = [hidden]
+    if op.startswith("_npi_boolean_mask"):
+        inputs.append(sym.var("mask"))
+    model = engine.load_model(getattr(sym, op)(*inputs, **attrs, name="assign"),
+                              {"fc_weight": RNG.normal(size=(4, 5)).astype(np.float32),
+                               "fc_bias": np.zeros(4, np.float32)})
+    feed = {"data": RNG.normal(size=(6, 5)).astype(np.float32)}
+    if "mask" in model.input_names:
+        feed["mask"] = np.array([0, 1, 1, 0, 0, 1], np.float32)
+    got = model.infer(feed)
+    assert_same(got, whole(model, feed))
+    assert (got["assign_output"] == -1).all(axis=1).sum() in (2, 3)
+    assert model.split_blocker is not None and "axis 0" in model.split_blocker
+    assert split_sizes == []
+
+
+def test_assignment_that_leaves_the_batch_axis_whole_still_splits(
+        split_sizes: list[list[int]]) -> None:
+    hidden = sym.FullyConnected(sym.var("data"), num_hidden=4, name="fc")
+    net = sym._slice_assign_scalar(hidden, scalar=-1.0, begin=(None, 1), end=(None, 3))
+    model = load(net, (1, 5))
+    feed = {"data": RNG.normal(size=(6, 5)).astype(np.float32)}
+    assert_same(model.infer(feed), whole(model, feed))
+    assert split_sizes == [[2, 2, 2]]
+
+
+def test_rows_copied_to_fixed_positions_never_split(split_sizes: list[list[int]]) -> None:
+    net = sym._contrib_index_copy(sym.var("data"), sym.var("index"), sym.var("rows"),
+                                  name="copy")
+    model = engine.load_model(net, {"index": np.array([1, 3], np.float32),
+                                    "rows": np.full((2, 5), -1, np.float32)})
+    feed = {"data": RNG.normal(size=(6, 5)).astype(np.float32)}
+    got = model.infer(feed)["copy_output"]
+    assert np.flatnonzero((got == -1).all(axis=1)).tolist() == [1, 3]
+    assert model.split_blocker is not None and "axis 0" in model.split_blocker
+    assert split_sizes == []
