@@ -195,7 +195,7 @@ def encode_v2_response(model: str, version: int, outputs: Mapping[str, np.ndarra
         elif strings:
             tensor["data"] = [element.decode("utf-8") for element in array.reshape(-1)]
         else:
-            tensor["data"] = json.json_ready(array).reshape(-1)
+            tensor["data"] = json.json_ready(array.reshape(-1))
         tensors.append(tensor)
     response: dict[str, Any] = {"model_name": model, "model_version": str(version),
                                 "outputs": tensors}

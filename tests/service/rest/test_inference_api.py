@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -156,5 +157,34 @@ def test_overloaded_queue_answers_503_with_retry_after(tmp_path: Path) -> None:
             assert response.status_code == 503
             assert int(response.headers["Retry-After"]) >= 1
             assert "queue is full" in response.json()["error"]
+
+    run(scenario())
+
+
+def test_null_is_refused_and_nan_literals_are_read_and_written(tmp_path: Path) -> None:
+    data: list[list[float | None]] = [[0.5] * 512]
+
+    async def scenario() -> None:
+        async with serving(settings_for(tmp_path)) as (client, _):
+            data[0][7] = None
+            for path, body in (("/predict", {"model": MLP, "inputs": {"data": data}}),
+                               (URL, {"inputs": [{"name": "data", "datatype": "FP32",
+                                                  "shape": [1, 512], "data": data}]})):
+                response = await client.post(path, json=body)
+                assert response.status_code == 400, response.text
+                assert ("input 'data': data must hold only numbers, got null at element 7 "
+                        "(data[0][7])") in response.json()["error"]
+            data[0][7] = float("nan")  # json.dumps writes the bare literal NaN
+            for path, body in (("/predict", {"model": MLP, "inputs": {"data": data}}),
+                               (URL, {"inputs": [{"name": "data", "datatype": "FP32",
+                                                  "shape": [1, 512], "data": data}]})):
+                response = await client.post(path, content=json.dumps(body),
+                                             headers={"Content-Type": "application/json"})
+                assert response.status_code == 200, response.text
+                assert b"null" not in response.content and b"NaN" in response.content
+                answer = json.loads(response.content)  # Python reads the literals back
+                values = (answer["outputs"][OUTPUT] if path == "/predict"
+                          else answer["outputs"][0]["data"])
+                assert np.isnan(np.array(values, np.float64)).all()
 
     run(scenario())
