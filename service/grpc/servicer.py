@@ -108,9 +108,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     async def _infer(self, request: pb.ModelInferRequest,
                      context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:
-        decoded = tensors.decode_inputs(request, self.inference.max_tensor_elements)
-        checked = self.inference.check(request.model_name, request.model_version,
-                                       decoded.arrays, decoded.datatypes)
+        checked = self.inference.check(request.model_name, request.model_version, lambda names:
+                                       tensors.decode_inputs(
+                                           request, self.inference.max_tensor_elements, names))
         handle = checked.handle
         counts = tensors.classification_counts(request)
         # Every tensor model metadata lists when the request names none, as REST answers.

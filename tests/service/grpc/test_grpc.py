@@ -129,6 +129,15 @@ def test_request_refusals(client: GrpcClient) -> None:
                               parameters={"timeout": pb.InferParameter(string_param="1s")}),
          "parameters.timeout must be a positive integer (microseconds)"),
         (pb.ModelInferRequest(model_name="seed_mlp"), "'inputs' must be a non-empty list"),
+        # The name is checked before the tensor's size: the message names the wrong name.
+        (pb.ModelInferRequest(model_name="seed_mlp", inputs=[
+            pb.ModelInferRequest.InferInputTensor(name="dat", datatype="FP32", shape=[1, 512])],
+                              raw_input_contents=[raw[:100]]), "has no input 'dat'"),
+        (pb.ModelInferRequest(model_name="seed_mlp", inputs=[
+            pb.ModelInferRequest.InferInputTensor(name="dat", datatype="FP32", shape=[1, 512],
+                                                  contents=pb.InferTensorContents(
+                                                      fp32_contents=[0.0]))]),
+         "has no input 'dat'"),
     ]
     for request, message in cases:
         code, details = client.code("ModelInfer", request)

@@ -91,6 +91,13 @@ BAD_REQUESTS = [
                                    "data": [0.0]}]}, 400, "has no input 'extra'"),
     ("missing input", {"inputs": [{"name": "other", "datatype": "FP32", "shape": [1],
                                    "data": [0.0]}]}, 400, "no input 'other'"),
+    # The name is checked before the tensor's size, datatype or data: the message names it.
+    ("unknown input of the wrong size", {"inputs": [
+        {"name": "dat", "datatype": "FP32", "shape": [1, 512], "data": [0.0] * 500}]}, 400,
+     "model 'seed_mlp' version 1 has no input 'dat'; its inputs are 'data'"),
+    ("unknown input of a wrong datatype", {"inputs": [
+        {"name": "dat", "datatype": "FP33", "shape": [1, 512], "data": [None]}]}, 400,
+     "has no input 'dat'"),
     ("BYTES", {"inputs": [{"name": "data", "datatype": "BYTES", "shape": [1], "data": ["x"]}]},
      400, "datatype BYTES; expected FP32 (BYTES is for inputs with a preprocess pipeline"),
     ("too many rows", {"inputs": [{"name": "data", "datatype": "FP32", "shape": [33, 512],
