@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.serving.loaded import VersionState
-from engine.serving.names import check_model_name
+from engine.serving.names import check_model_name, check_version
 from engine.serving.repository import ModelRepository
 from service.dataplane import metadata, types
 from service.errors import ServiceError
@@ -35,14 +35,14 @@ async def load(repository: ModelRepository, name: str, version: str | None = Non
                ) -> types.Done:
     """Load a model by its version policy, or one more version."""
     await repository.load(name, version)
-    return types.Done(name=name, version=version, action="loaded")
+    return types.Done(name=name, version=_number(version), action="loaded")
 
 
 async def unload(repository: ModelRepository, name: str, version: str | None = None
                  ) -> types.Done:
     """Unload a model, or one version of it."""
     await repository.unload(name, version)
-    return types.Done(name=name, version=version, action="unloaded")
+    return types.Done(name=name, version=_number(version), action="unloaded")
 
 
 async def delete(repository: ModelRepository, name: str, version: str | None = None
@@ -52,7 +52,13 @@ async def delete(repository: ModelRepository, name: str, version: str | None = N
         await repository.delete_model(name)
     else:
         await repository.delete_version(name, version)
-    return types.Done(name=name, version=version, action="deleted")
+    return types.Done(name=name, version=_number(version), action="deleted")
+
+
+def _number(version: str | None) -> int | None:
+    """A version from a request's path or query (checked by the operation) as the integer
+    every management answer gives, as an upload's does."""
+    return None if version is None else check_version(version)
 
 
 class UploadsBusy(ServiceError):

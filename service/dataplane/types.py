@@ -194,5 +194,5 @@ class Done(BaseModel):
     """A management action finished."""
 
     name: str
-    version: str | None = None
+    version: int | None = None
     action: str

@@ -78,6 +78,8 @@ def test_upload_infer_list_describe_delete(tmp_path: Path) -> None:
             assert detail["ready_version"] == 5 and detail["config"]["max_batch_size"] == 32
             response = await client.delete("/models/hn/versions/5", headers=AUTH)
             assert response.status_code == 200
+            # A version is an integer in every management answer, as in the upload's.
+            assert response.json() == {"name": "hn", "version": 5, "action": "deleted"}
             assert (await client.get("/models/hn")).json()["versions"][-1]["version"] == 1
             assert (await client.delete("/models/hn", headers=AUTH)).status_code == 200
             assert (await client.get("/models/hn")).status_code == 404
@@ -144,7 +146,10 @@ def test_load_unload_and_repository_index(tmp_path: Path) -> None:
             assert (await client.get(f"/v2/models/{MLP}/ready")).json()["ready"] is True
             response = await client.post(f"/models/{MLP}/unload", params={"version": "1"},
                                          headers=AUTH)
-            assert response.json() == {"name": MLP, "version": "1", "action": "unloaded"}
+            assert response.json() == {"name": MLP, "version": 1, "action": "unloaded"}
+            response = await client.post(f"/models/{MLP}/load", params={"version": "1"},
+                                         headers=AUTH)
+            assert response.json() == {"name": MLP, "version": 1, "action": "loaded"}
 
     run(scenario())
 
