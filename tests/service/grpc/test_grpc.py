@@ -201,6 +201,10 @@ def test_unload_and_load_need_the_admin_token(client: GrpcClient) -> None:
     assert client.code("RepositoryModelUnload", unload)[0] == grpc.StatusCode.UNAUTHENTICATED
     client.call("RepositoryModelUnload", unload, metadata=AUTH)
     assert not client.call("ModelReady", pb.ModelReadyRequest(name="multi_io")).ready
+    inputs, _ = first_io("multi_io")
+    code, details = client.code("ModelInfer", _request("multi_io", inputs, raw=True))
+    # Unloaded until someone loads it: REST's 400, not UNAVAILABLE (which invites retries).
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "it serves once loaded" in details
     client.call("RepositoryModelLoad", pb.RepositoryModelLoadRequest(model_name="multi_io"),
                 metadata=AUTH)
     assert client.call("ModelReady", pb.ModelReadyRequest(name="multi_io")).ready
