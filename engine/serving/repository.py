@@ -202,18 +202,38 @@ class ModelRepository:
     # ----- explicit control ------------------------------------------------------------------
 
     async def load(self, name: str, version: int | str | None = None) -> None:
-        """Load a model by its version policy (or one extra version); raise if a load fails."""
+        """Load a model by its version policy (or one extra version); raise if a load fails,
+        or if it leaves nothing serving (ModelNotServing, with each version's reason)."""
         check_model_name(name)
         async with self._lock:
             model = await self._rescan(name)
             self._unloaded.discard(name)
+            number = None
             if version is None:
                 for record in self._records.get(name, {}).values():
                     record.excluded = False
             else:
-                record = self._record(name, self._existing_version(model, version))
+                number = self._existing_version(model, version)
+                record = self._record(name, number)
                 record.pinned, record.excluded = True, False
-            await self._reconcile(name, strict=True)
+            try:
+                await self._reconcile(name, strict=True)
+            except EngineError as error:
+                self._check_loaded(name, number, error)
+                raise
+            self._check_loaded(name, number)
+
+    def _check_loaded(self, name: str, number: int | None,
+                      cause: Exception | None = None) -> None:
+        """After a load: ModelNotServing, naming each version's reason, when version `number`
+        (any version, when None) is not serving."""
+        serving = self._serving(name)
+        if (number in serving) if number is not None else serving:
+            return
+        versions = [number] if number is not None else sorted(self._disk[name].versions)
+        reasons = "; ".join(f"version {version}: {self._reason(name, version)}"
+                            for version in versions) or "it has no version on disk"
+        raise ModelNotServing(f"model {name!r} did not load: {reasons}") from cause
 
     async def unload(self, name: str, version: int | str | None = None) -> None:
         """Unload a model (all versions) or one version; polling will not reload it."""

@@ -129,16 +129,17 @@ def decode_inputs(request: pb.ModelInferRequest, max_elements: int,
 
 
 def timeout_s(parameters: Mapping[str, pb.InferParameter]) -> float | None:
-    """The request's ``timeout`` parameter (microseconds) in seconds, or None."""
+    """The request's ``timeout`` parameter (microseconds) in seconds; None when absent or 0,
+    which Triton reads as no timeout."""
     if "timeout" not in parameters:
         return None
     parameter = parameters["timeout"]
     kind = parameter.WhichOneof("parameter_choice")
     value = getattr(parameter, kind) if kind else None
-    if kind not in ("int64_param", "uint64_param") or value <= 0:
-        raise BadRequest(f"parameters.timeout must be a positive integer (microseconds), got "
-                         f"{value!r}")
-    return value / 1e6
+    if kind not in ("int64_param", "uint64_param") or value < 0:
+        raise BadRequest(f"parameters.timeout must be a non-negative integer (microseconds; "
+                         f"0: none), got {value!r}")
+    return value / 1e6 or None
 
 
 def classification_counts(request: pb.ModelInferRequest) -> dict[str, int]:

@@ -130,13 +130,15 @@ def _decode_outputs(value: Any) -> list[RequestedOutput] | None:
 
 
 def _timeout_us(parameters: Mapping[str, Any]) -> int | None:
+    """The ``timeout`` parameter in microseconds; None when absent or 0, which Triton reads as
+    no timeout."""
     timeout = parameters.get("timeout")
     if timeout is None:
         return None
-    if type(timeout) is not int or timeout <= 0:
-        raise BadRequest(f"parameters.timeout must be a positive integer (microseconds), got "
-                         f"{timeout!r}")
-    return timeout
+    if type(timeout) is not int or timeout < 0:
+        raise BadRequest(f"parameters.timeout must be a non-negative integer (microseconds; "
+                         f"0: none), got {timeout!r}")
+    return timeout or None
 
 
 def decode_v2_request(body: bytes, header_length: int | None, max_elements: int,

@@ -104,7 +104,20 @@ BAD_REQUESTS = [
                                    "data": [0.0] * 33 * 512}]}, 400, "max_batch_size is 32"),
     ("timeout", {**_v2_json(np.zeros((1, 512), np.float32)), "parameters": {"timeout": 1}},
      504, "no result within"),
+    ("negative timeout", {**_v2_json(np.zeros((1, 512), np.float32)),
+                          "parameters": {"timeout": -1}}, 400,
+     "parameters.timeout must be a non-negative integer (microseconds; 0: none), got -1"),
 ]
+
+
+def test_a_timeout_of_0_is_none_as_triton_reads_it(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with serving(settings_for(tmp_path)) as (client, _):
+            response = await client.post(URL, json={**_v2_json(np.zeros((1, 512), np.float32)),
+                                                    "parameters": {"timeout": 0}})
+            assert response.status_code == 200, response.text
+
+    run(scenario())
 
 
 @pytest.mark.parametrize(("case", "body", "status", "message"), BAD_REQUESTS,
