@@ -428,3 +428,13 @@ def test_body_deadlines_cancel_only_reads_that_wait_past_them() -> None:
         assert await worker == "x"
 
     run(scenario(), timeout=10)
+
+
+def test_a_repository_load_that_leaves_nothing_serving_is_400(tmp_path: Path) -> None:
+    async def body(both: dict[str, httpx.AsyncClient]) -> None:
+        (tmp_path / "empty").mkdir()  # a model of no version
+        for path in ("/v2/repository/models/empty/load", "/models/empty/load"):
+            assert_error(await both["app"].post(path, headers=AUTH), 400,
+                         "model 'empty' did not load: it has no version on disk")
+
+    scenario_on(tmp_path, body)
