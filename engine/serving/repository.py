@@ -562,8 +562,9 @@ class ModelRepository:
                 return uploaded
             except FileExistsError:
                 if number is not None:
-                    raise Conflict(f"model {name!r} version {number} already exists; delete it "
-                                   "first or ask to replace it") from None
+                    raise Conflict(f"model {name!r} version {number} already exists; upload "
+                                   "again with replace=true to replace its files, or delete "
+                                   "it first") from None
                 # Another writer took that number between the look and the move: the next.
         raise Conflict(f"model {name!r}: could not pick a free version number")
 

@@ -99,14 +99,18 @@ class UploadForm:
 
 
 async def upload(repository: ModelRepository, slots: UploadSlots, name: str,
-                 receive: Callable[[Path], Awaitable[UploadForm]]) -> types.VersionDetail:
+                 receive: Callable[[Path], Awaitable[UploadForm]]) -> types.UploadDetail:
     """Add a version of `name` from the files `receive` writes into a staging directory;
-    answers once it is validated and loaded. The name is checked before `receive` reads a
-    byte, and the slot is taken before the staging directory is made."""
+    answers once it is validated and loaded, saying which versions stopped serving and how
+    the inputs and outputs differ from the version that served before. The name is checked
+    before `receive` reads a byte, and the slot is taken before the staging directory is
+    made."""
     check_model_name(name)
     with slots.hold():
         async with repository.staging() as staging:
             form = await receive(staging)
+            served = metadata.serving_versions(repository, name)
+            previous = repository.get(name, max(served)) if served else None
             number = await repository.add_staged(name, staging, config=form.config,
                                                  version=form.version, replace=form.replace)
-    return metadata.version(repository, name, number)
+    return metadata.uploaded(repository, name, number, served, previous)

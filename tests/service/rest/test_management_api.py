@@ -205,3 +205,43 @@ def test_the_upload_answer_and_the_details_show_what_the_load_compiled(tmp_path:
             assert detail["checks"]["compile"] == compiled
 
     run(scenario())
+
+
+def test_an_upload_says_which_versions_stopped_serving_and_what_changed(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with serving(settings_for(tmp_path), []) as (client, _):
+            first = (await client.post("/models/m", files=_files(MLP), headers=AUTH)).json()
+            assert (first["version"], first["previous_version"]) == (1, None)
+            assert first["stopped_serving"] == [] and first["tensor_changes"] == []
+            # Other files under the same name: version 2, and the default version policy
+            # (latest 1) stops version 1, whose clients now reach another interface.
+            second = (await client.post("/models/m", files=_files("hybridnet"),
+                                        headers=AUTH)).json()
+            assert (second["version"], second["previous_version"]) == (2, 1)
+            assert second["stopped_serving"] == [1]
+            assert second["inputs_changed"] and second["outputs_changed"]
+            changes = {(change["kind"], change["name"]): change
+                       for change in second["tensor_changes"]}
+            assert changes[("input", "data")]["before"]["shape"] == [-1, 512]
+            assert changes[("input", "data")]["after"]["shape"] == [-1, 4]
+            assert changes[("output", "seed_mlp_dense2_fwd_output")]["after"] is None
+            added = [change for change in second["tensor_changes"] if change["before"] is None]
+            assert [change["kind"] for change in added] == ["output"]
+            # The same interface again: version 2 stops, nothing changes for clients.
+            third = (await client.post("/models/m", files=_files("hybridnet"),
+                                       headers=AUTH)).json()
+            assert (third["previous_version"], third["stopped_serving"]) == (2, [2])
+            assert not third["inputs_changed"] and not third["outputs_changed"]
+            assert third["tensor_changes"] == []
+            # An explicit existing version is a 409 saying how to replace it.
+            refused = await client.post("/models/m", files=_files("hybridnet"),
+                                        data={"version": "3"}, headers=AUTH)
+            assert refused.status_code == 409
+            assert "upload again with replace=true" in refused.json()["error"]
+            replaced = await client.post("/models/m", files=_files("hybridnet"),
+                                         data={"version": "3", "replace": "true"}, headers=AUTH)
+            assert replaced.status_code == 201, replaced.text
+            assert (replaced.json()["previous_version"], replaced.json()["stopped_serving"]) == (
+                3, [])
+
+    run(scenario())
