@@ -212,11 +212,15 @@ def first_non_number(value: Any, booleans: bool = False, finite: bool = False
     One quick pass finds whether there is such a value; only then is its place looked for.
     """
     pending = [value]
-    while pending:
+    while pending:  # the check `_is_number` makes, inline: this loop runs once per element
         item = pending.pop()
-        if isinstance(item, list):
+        kind = type(item)
+        if kind is float:
+            if finite and not math.isfinite(item):
+                return _place_of_stray(value, booleans, finite)
+        elif isinstance(item, list):
             pending.extend(item)
-        elif not _is_number(item, booleans, finite):
+        elif kind is not int and not (booleans and kind is bool):
             return _place_of_stray(value, booleans, finite)
     return None
 
