@@ -24,6 +24,7 @@ from engine.serving.errors import (
     MemoryBudgetExceeded,
     ModelNotFound,
     ModelNotReady,
+    ModelNotServing,
     Overloaded,
     TimedOut,
     VersionNotFound,
@@ -98,6 +99,7 @@ STATUS: dict[type[Exception], int] = {
     Conflict: 409,
     MemoryBudgetExceeded: 409,
     InvalidModel: 422,
+    ModelNotServing: 400,  # as Triton answers; Retry-After would promise what retrying lacks
     ModelNotReady: 503,
     Overloaded: 503,
     TimedOut: 504,

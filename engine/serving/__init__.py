@@ -11,6 +11,7 @@ from engine.serving.errors import (
     MemoryBudgetExceeded,
     ModelNotFound,
     ModelNotReady,
+    ModelNotServing,
     Overloaded,
     ServingError,
     TimedOut,
@@ -23,6 +24,7 @@ from engine.serving.stats import BatcherStats, Histogram
 __all__ = [
     "BatcherStats", "BatchingPolicy", "Conflict", "DynamicBatcher", "Histogram", "InvalidModel",
     "InvalidName", "LoadedVersion", "MemoryBudgetExceeded", "MemoryUsage", "ModelConfig",
-    "ModelNotFound", "ModelNotReady", "ModelRepository", "Overloaded", "ServingError",
-    "TensorConfig", "TimedOut", "VersionNotFound", "VersionState", "VersionStatus",
+    "ModelNotFound", "ModelNotReady", "ModelNotServing", "ModelRepository", "Overloaded",
+    "ServingError", "TensorConfig", "TimedOut", "VersionNotFound", "VersionState",
+    "VersionStatus",
 ]

@@ -22,7 +22,13 @@ class VersionNotFound(ServingError, LookupError):
 
 
 class ModelNotReady(ServingError):
-    """The model or version exists on disk but is not loaded (loading, unloading or failed)."""
+    """The model or version exists on disk but is not serving yet (its load is under way, or
+    its copy was swapped out as the request reached it): retrying soon helps."""
+
+
+class ModelNotServing(ModelNotReady):
+    """The model or version exists on disk but nothing will serve it until someone acts: it was
+    unloaded, its load failed, its version policy does not choose it, or it has no version."""
 
 
 class Overloaded(ServingError):

@@ -7,7 +7,7 @@ import contextlib
 import functools
 import logging
 import os
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -24,6 +24,7 @@ from engine.serving.errors import (
     MemoryBudgetExceeded,
     ModelNotFound,
     ModelNotReady,
+    ModelNotServing,
     VersionNotFound,
 )
 from engine.serving.loaded import LoadedVersion, VersionStatus
@@ -43,7 +44,7 @@ from engine.serving.validate import (
     default_loader,
     load_and_validate,
 )
-from engine.serving.versions import Identity, VersionRecord, wanted_versions
+from engine.serving.versions import Identity, Phase, VersionRecord, wanted_versions
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -138,22 +139,25 @@ class ModelRepository:
         """The ready version (the highest one when `version` is None).
 
         Raises:
-            InvalidName, ModelNotFound, VersionNotFound, ModelNotReady.
+            InvalidName, ModelNotFound, VersionNotFound; ModelNotReady while a load that would
+            serve it is under way, ModelNotServing when none is.
         """
         check_model_name(name)
         versions = self._serving(name)
         if name not in self._disk and not versions:
             raise ModelNotFound(f"model {name!r} is not in the repository")
+        on_disk = self._disk[name].versions if name in self._disk else {}
         if version is None:
             if not versions:
-                raise ModelNotReady(f"model {name!r} has no version ready: {self._why(name)}")
+                raise self._not_ready(name, on_disk,
+                                      f"model {name!r} has no version ready: {self._why(name)}")
             return versions[max(versions)]
         number = check_version(version)
         if versions and number in versions:
             return versions[number]
-        if number in self._disk.get(name, disk.DiskModel(name, None)).versions:
-            raise ModelNotReady(f"model {name!r} version {number} is not ready: "
-                                f"{self._reason(name, number)}")
+        if number in on_disk:
+            raise self._not_ready(name, [number], f"model {name!r} version {number} is not "
+                                  f"ready: {self._reason(name, number)}")
         raise VersionNotFound(f"model {name!r} has no version {number}; versions on disk: "
                               f"{sorted(self._disk[name].versions) if name in self._disk else []}")
 
@@ -198,18 +202,38 @@ class ModelRepository:
     # ----- explicit control ------------------------------------------------------------------
 
     async def load(self, name: str, version: int | str | None = None) -> None:
-        """Load a model by its version policy (or one extra version); raise if a load fails."""
+        """Load a model by its version policy (or one extra version); raise if a load fails,
+        or if it leaves nothing serving (ModelNotServing, with each version's reason)."""
         check_model_name(name)
         async with self._lock:
             model = await self._rescan(name)
             self._unloaded.discard(name)
+            number = None
             if version is None:
                 for record in self._records.get(name, {}).values():
                     record.excluded = False
             else:
-                record = self._record(name, self._existing_version(model, version))
+                number = self._existing_version(model, version)
+                record = self._record(name, number)
                 record.pinned, record.excluded = True, False
-            await self._reconcile(name, strict=True)
+            try:
+                await self._reconcile(name, strict=True)
+            except EngineError as error:
+                self._check_loaded(name, number, error)
+                raise
+            self._check_loaded(name, number)
+
+    def _check_loaded(self, name: str, number: int | None,
+                      cause: Exception | None = None) -> None:
+        """After a load: ModelNotServing, naming each version's reason, when version `number`
+        (any version, when None) is not serving."""
+        serving = self._serving(name)
+        if (number in serving) if number is not None else serving:
+            return
+        versions = [number] if number is not None else sorted(self._disk[name].versions)
+        reasons = "; ".join(f"version {version}: {self._reason(name, version)}"
+                            for version in versions) or "it has no version on disk"
+        raise ModelNotServing(f"model {name!r} did not load: {reasons}") from cause
 
     async def unload(self, name: str, version: int | str | None = None) -> None:
         """Unload a model (all versions) or one version; polling will not reload it."""
@@ -538,10 +562,22 @@ class ModelRepository:
                 return uploaded
             except FileExistsError:
                 if number is not None:
-                    raise Conflict(f"model {name!r} version {number} already exists; delete it "
-                                   "first or ask to replace it") from None
+                    raise Conflict(f"model {name!r} version {number} already exists; upload "
+                                   "again with replace=true to replace its files, or delete "
+                                   "it first") from None
                 # Another writer took that number between the look and the move: the next.
         raise Conflict(f"model {name!r}: could not pick a free version number")
+
+    def _not_ready(self, name: str, versions: Iterable[int], message: str) -> ModelNotReady:
+        """ModelNotReady when one of `versions` is loading, or was found on disk and is not
+        reconciled yet (retrying soon helps); else ModelNotServing, saying what would help."""
+        records = self._records.get(name, {})
+        if name not in self._unloaded and any(
+                version not in records or records[version].phase is Phase.LOADING
+                for version in versions):
+            return ModelNotReady(message)
+        return ModelNotServing(f"{message}; it serves once loaded (the repository's load), "
+                               "not by retrying")
 
     def _why(self, name: str) -> str:
         reasons = [f"version {v}: {self._peek(name, v).reason}"

@@ -141,14 +141,26 @@ def _refuse_rows(handle: LoadedVersion, arrays: Mapping[str, np.ndarray]) -> NoR
                      f"{handle.config.max_batch_size}; send at least one row")
 
 
+def check_input_name(handle: LoadedVersion, name: str) -> None:
+    """400 when the version has no input `name`. Decoders call it as they read each input's
+    name, before its datatype, shape and data: a request to a wrong name is told so, whatever
+    else is wrong with its tensor."""
+    if name not in handle.input_specs:
+        _refuse_unknown(handle, [name])
+
+
+def _refuse_unknown(handle: LoadedVersion, unknown: Sequence[str]) -> NoReturn:
+    raise BadRequest(f"{where(handle)} has no input {names(unknown)}; its inputs are "
+                     f"{names(list(handle.input_specs))}"
+                     f"{_renamed(handle.config.inputs, unknown[0], 'input')}")
+
+
 def _refuse_names(handle: LoadedVersion, arrays: Mapping[str, np.ndarray]) -> NoReturn:
     """The 400 for inputs that are not the config's: unknown names first, then missing."""
     specs = handle.input_specs
     unknown = [name for name in arrays if name not in specs]
     if unknown:
-        raise BadRequest(f"{where(handle)} has no input {names(unknown)}; its inputs are "
-                         f"{names(list(specs))}"
-                         f"{_renamed(handle.config.inputs, unknown[0], 'input')}")
+        _refuse_unknown(handle, unknown)
     spec = next(spec for name, spec in specs.items() if name not in arrays)
     raise BadRequest(f"{where(handle)}: missing input {spec.name!r}, which takes "
                      f"{_wire(handle, spec)}{_filled_by(handle, spec.name)}")

@@ -11,8 +11,9 @@ the request counted in the metrics), then postprocess the outputs
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +26,7 @@ from service.dataplane.checks import (
     UNFORESEEN,
     Checked,
     answerable,
+    check_input_name,
     check_inputs,
     check_requested,
     names,
@@ -34,9 +36,12 @@ from service.dataplane.checks import (
 from service.dataplane.metrics import Metrics
 from service.errors import BadRequest, ServiceError
 from service.tensors import images, postprocess, predict, text, v2
-from service.tensors.datatypes import BYTES
+from service.tensors.datatypes import BYTES, NameCheck
 from service.tensors.images import ImageInputs
 from service.tensors.v2 import RequestedOutput
+
+# Reads a request's inputs (arrays and datatypes), each name checked by the callable it gets.
+Decoder = Callable[[NameCheck], tuple[dict[str, np.ndarray], Mapping[str, str] | None]]
 
 
 @dataclass(frozen=True)
@@ -63,11 +68,12 @@ class InferenceService:
         """Stop the image pool's threads."""
         self.images.close()
 
-    def check(self, name: str, version: str | None, arrays: dict[str, np.ndarray],
-              datatypes: Mapping[str, str] | None) -> Checked:
-        """Decoded inputs checked against the version they name (the newest ready one when
-        `version` is None or empty), looked up once."""
+    def check(self, name: str, version: str | None, decode: Decoder) -> Checked:
+        """Inputs decoded by `decode` and checked against the version they name (the newest
+        ready one when `version` is None or empty), looked up once: first, so that `decode`
+        checks each input's name as it reads it (before its size)."""
         handle = self.repository.get(name, version or None)
+        arrays, datatypes = decode(functools.partial(check_input_name, handle))
         return Checked(handle, arrays, check_inputs(handle, arrays, datatypes))
 
     async def run(self, checked: Checked, timeout_s: float | None = None) -> Answer:
@@ -160,14 +166,16 @@ class InferenceService:
 
     def _v2_inputs(self, name: str, version: str | None, body: bytes,
                    header_length: int | None) -> tuple[Checked, v2.V2Request]:
-        """A V2 request decoded, and its inputs checked against the version it names."""
+        """A V2 request decoded, and its inputs checked against the version it names (each
+        input's name as it is read, before its size)."""
+        handle = self.repository.get(name, version or None)
         if header_length == 0:
-            handle = self.repository.get(name, version or None)
             request = self._raw_request(handle, body)
-            return Checked(handle, request.inputs,
-                           check_inputs(handle, request.inputs, request.datatypes)), request
-        request = v2.decode_v2_request(body, header_length, self.max_tensor_elements)
-        return self.check(name, version, request.inputs, request.datatypes), request
+        else:
+            request = v2.decode_v2_request(body, header_length, self.max_tensor_elements,
+                                           functools.partial(check_input_name, handle))
+        return Checked(handle, request.inputs,
+                       check_inputs(handle, request.inputs, request.datatypes)), request
 
     def _raw_request(self, handle: LoadedVersion, body: bytes) -> v2.V2Request:
         """A raw binary request: the body is the tensor of the model's only input."""

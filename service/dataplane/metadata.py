@@ -136,6 +136,39 @@ def version(repository: ModelRepository, name: str, number: int) -> types.Versio
         reason=row.reason if row else "not on disk", **_described(handle))
 
 
+def serving_versions(repository: ModelRepository, name: str) -> list[int]:
+    """The versions of `name` serving now, lowest first."""
+    return [row.version for row in repository.index()
+            if row.name == name and row.state == VersionState.READY]
+
+
+def uploaded(repository: ModelRepository, name: str, number: int, served: list[int],
+             previous: LoadedVersion | None) -> types.UploadDetail:
+    """An upload's answer: version `number`'s detail, and what changed for clients of the name
+    since `served` (the versions serving before) and `previous` (the newest of them)."""
+    detail = version(repository, name, number)
+    new = _loaded(repository, name, number)
+    changes = [] if previous is None or new is None else (
+        _changes("input", tensors(previous.config.inputs), detail.inputs)
+        + _changes("output", tensors(previous.config.outputs), detail.outputs))
+    return types.UploadDetail(
+        **detail.model_dump(), previous_version=None if previous is None else previous.version,
+        stopped_serving=sorted(set(served) - set(serving_versions(repository, name))),
+        inputs_changed=any(change.kind == "input" for change in changes),
+        outputs_changed=any(change.kind == "output" for change in changes),
+        tensor_changes=changes)
+
+
+def _changes(kind: str, before: Sequence[types.TensorMetadata],
+             after: Sequence[types.TensorMetadata]) -> list[types.TensorChange]:
+    """The tensors of one kind added, removed, or with another datatype or shape, by name."""
+    old = {tensor.name: tensor for tensor in before}
+    new = {tensor.name: tensor for tensor in after}
+    return [types.TensorChange(kind=kind, name=name, before=old.get(name), after=new.get(name))
+            for name in [*old, *(name for name in new if name not in old)]
+            if old.get(name) != new.get(name)]
+
+
 def checks(handle: LoadedVersion | None) -> types.ValidationChecks | None:
     """What validation checked when `handle`'s version was loaded (None: not loaded here)."""
     record = None if handle is None else checks_of(handle.model)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.serving.loaded import VersionState
-from engine.serving.names import check_model_name
+from engine.serving.names import check_model_name, check_version
 from engine.serving.repository import ModelRepository
 from service.dataplane import metadata, types
 from service.errors import ServiceError
@@ -35,14 +35,14 @@ async def load(repository: ModelRepository, name: str, version: str | None = Non
                ) -> types.Done:
     """Load a model by its version policy, or one more version."""
     await repository.load(name, version)
-    return types.Done(name=name, version=version, action="loaded")
+    return types.Done(name=name, version=_number(version), action="loaded")
 
 
 async def unload(repository: ModelRepository, name: str, version: str | None = None
                  ) -> types.Done:
     """Unload a model, or one version of it."""
     await repository.unload(name, version)
-    return types.Done(name=name, version=version, action="unloaded")
+    return types.Done(name=name, version=_number(version), action="unloaded")
 
 
 async def delete(repository: ModelRepository, name: str, version: str | None = None
@@ -52,7 +52,13 @@ async def delete(repository: ModelRepository, name: str, version: str | None = N
         await repository.delete_model(name)
     else:
         await repository.delete_version(name, version)
-    return types.Done(name=name, version=version, action="deleted")
+    return types.Done(name=name, version=_number(version), action="deleted")
+
+
+def _number(version: str | None) -> int | None:
+    """A version from a request's path or query (checked by the operation) as the integer
+    every management answer gives, as an upload's does."""
+    return None if version is None else check_version(version)
 
 
 class UploadsBusy(ServiceError):
@@ -93,14 +99,18 @@ class UploadForm:
 
 
 async def upload(repository: ModelRepository, slots: UploadSlots, name: str,
-                 receive: Callable[[Path], Awaitable[UploadForm]]) -> types.VersionDetail:
+                 receive: Callable[[Path], Awaitable[UploadForm]]) -> types.UploadDetail:
     """Add a version of `name` from the files `receive` writes into a staging directory;
-    answers once it is validated and loaded. The name is checked before `receive` reads a
-    byte, and the slot is taken before the staging directory is made."""
+    answers once it is validated and loaded, saying which versions stopped serving and how
+    the inputs and outputs differ from the version that served before. The name is checked
+    before `receive` reads a byte, and the slot is taken before the staging directory is
+    made."""
     check_model_name(name)
     with slots.hold():
         async with repository.staging() as staging:
             form = await receive(staging)
+            served = metadata.serving_versions(repository, name)
+            previous = repository.get(name, max(served)) if served else None
             number = await repository.add_staged(name, staging, config=form.config,
                                                  version=form.version, replace=form.replace)
-    return metadata.version(repository, name, number)
+    return metadata.uploaded(repository, name, number, served, previous)

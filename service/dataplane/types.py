@@ -190,11 +190,37 @@ class VersionDetail(BaseModel):
     checks: ValidationChecks | None = None
 
 
+class TensorChange(BaseModel):
+    """An input or output that differs between two versions: added (no `before`), removed
+    (no `after`), or with another datatype or shape."""
+
+    kind: str = Field(description="input or output")
+    name: str
+    before: TensorMetadata | None
+    after: TensorMetadata | None
+
+
+class UploadDetail(VersionDetail):
+    """An upload's answer: the version, and what changed for clients of the model's name."""
+
+    previous_version: int | None = Field(
+        description="the newest version serving before the upload: the one requests that name "
+        "no version reached (null: none served)")
+    stopped_serving: list[int] = Field(
+        description="versions that served before the upload and no longer do (the version "
+        "policy, by default the latest 1, keeps only the newest)")
+    inputs_changed: bool = Field(description="the inputs differ from previous_version's in "
+                                 "names, datatypes or shapes")
+    outputs_changed: bool = Field(description="the outputs differ from previous_version's")
+    tensor_changes: list[TensorChange] = Field(
+        description="each input or output added, removed or changed against previous_version")
+
+
 class Done(BaseModel):
     """A management action finished."""
 
     name: str
-    version: str | None = None
+    version: int | None = None
     action: str
 
 

@@ -9,7 +9,7 @@ reason with the same message; the HTTP status of that refusal becomes a gRPC cod
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TypeVar
@@ -18,7 +18,7 @@ import grpc
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
-from engine.serving.errors import ModelNotReady
+from engine.serving.errors import ModelNotFound, ModelNotReady, VersionNotFound
 from engine.serving.repository import ModelRepository
 from service.dataplane import metadata, triton_config
 from service.dataplane import repository as operations
@@ -90,11 +90,12 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     async def ModelReady(self, request: pb.ModelReadyRequest,
                          context: grpc.aio.ServicerContext) -> pb.ModelReadyResponse:
-        """Ready or not for a known model; NOT_FOUND for an unknown one, as REST's 404."""
+        """Ready or not; not ready too for a model or version the repository does not know,
+        as Triton answers (``tritonclient``'s ``is_model_ready`` raises on an error code)."""
         async def work() -> pb.ModelReadyResponse:
             try:
                 metadata.model_ready(self.repository, request.name, request.version)
-            except ModelNotReady:
+            except (ModelNotReady, ModelNotFound, VersionNotFound):
                 return pb.ModelReadyResponse(ready=False)
             return pb.ModelReadyResponse(ready=True)
         return await self._answer(context, "ModelReady", work)
@@ -169,9 +170,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     async def _infer(self, request: pb.ModelInferRequest,
                      context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:
-        decoded = tensors.decode_inputs(request, self.inference.max_tensor_elements)
-        checked = self.inference.check(request.model_name, request.model_version,
-                                       decoded.arrays, decoded.datatypes)
+        checked = self.inference.check(request.model_name, request.model_version, lambda names:
+                                       tensors.decode_inputs(
+                                           request, self.inference.max_tensor_elements, names))
         handle = checked.handle
         counts = tensors.classification_counts(request)
         # Every tensor model metadata lists when the request names none, as REST answers.
@@ -202,28 +203,31 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             context: grpc.aio.ServicerContext) -> pb.RepositoryModelLoadResponse:
         """Load a model by its version policy (admin token required)."""
         return await self._manage(context, "RepositoryModelLoad", request, operations.load,
-                                  pb.RepositoryModelLoadResponse)
+                                  pb.RepositoryModelLoadResponse, ())
 
     async def RepositoryModelUnload(
             self, request: pb.RepositoryModelUnloadRequest,
             context: grpc.aio.ServicerContext) -> pb.RepositoryModelUnloadResponse:
         """Unload every version of a model (admin token required)."""
+        # tritonclient sends unload_dependents with every unload; no model depends on another
+        # here, so either value unloads the one model.
         return await self._manage(context, "RepositoryModelUnload", request, operations.unload,
-                                  pb.RepositoryModelUnloadResponse)
+                                  pb.RepositoryModelUnloadResponse, ("unload_dependents",))
 
     async def _manage(self, context: grpc.aio.ServicerContext, method: str,
                       request: pb.RepositoryModelLoadRequest | pb.RepositoryModelUnloadRequest,
                       operation: Callable[[ModelRepository, str], Awaitable[object]],
-                      reply: Callable[[], Reply]) -> Reply:
-        """Run a repository `operation` on the request's model, once the admin token and the
-        request's parameters pass; answer with an empty `reply`."""
+                      reply: Callable[[], Reply], flags: tuple[str, ...]) -> Reply:
+        """Run a repository `operation` on the request's model, once the admin token passes
+        and the request's parameters are boolean `flags`; answer with an empty `reply`."""
         async def work() -> Reply:
-            self._require_admin(context, request.parameters)
+            self._require_admin(context)
+            _check_flags(request.parameters, flags, method)
             await operation(self.repository, request.model_name)
             return reply()
         return await self._answer(context, method, work)
 
-    def _require_admin(self, context: grpc.aio.ServicerContext, parameters: object) -> None:
+    def _require_admin(self, context: grpc.aio.ServicerContext) -> None:
         """REST's bearer-token check, on the call's ``authorization`` metadata."""
         if self.runtime.settings.admin_port is not None:
             raise Forbidden(SPLIT_MANAGEMENT)
@@ -232,9 +236,19 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self.runtime.admin.check(
             given.removeprefix("Bearer ") if bearer else None,
             Unauthorized("this call needs the metadata 'authorization: Bearer <admin token>'"))
-        if parameters:
-            raise BadRequest("repository parameters are not supported: a model is loaded from "
-                             "its files in the repository")
+
+
+def _check_flags(parameters: Mapping[str, pb.ModelRepositoryParameter], flags: tuple[str, ...],
+                 method: str) -> None:
+    """400 unless every repository parameter is one of `flags`, given as a bool (REST's
+    check; ``config`` and ``file:`` are refused: a model loads from its files as they are)."""
+    for key, parameter in parameters.items():
+        if key not in flags:
+            raise BadRequest(f"{method}: parameter {key!r} is not supported"
+                             + (f"; only {', '.join(flags)} is" if flags else
+                                "; a model is loaded from its files in the repository"))
+        if parameter.WhichOneof("parameter_choice") != "bool_param":
+            raise BadRequest(f"{method}: parameter {key!r} must be a bool_param")
 
 
 def _earliest(*timeouts: float | None) -> float | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -22,6 +22,7 @@ from service.grpc import inference_pb2 as pb
 from service.tensors import binary, classification
 from service.tensors.datatypes import (
     BYTES,
+    NameCheck,
     check_elements,
     dtype_of,
     object_array,
@@ -38,8 +39,7 @@ CONTENTS_FIELD = {
 }
 
 
-@dataclass
-class GrpcInputs:
+class GrpcInputs(NamedTuple):
     """The decoded inputs of a ``ModelInferRequest``."""
 
     arrays: dict[str, np.ndarray]
@@ -92,8 +92,10 @@ def _bytes_contents(contents: pb.InferTensorContents, shape: Sequence[int],
     return object_array(list(contents.bytes_contents), shape)
 
 
-def decode_inputs(request: pb.ModelInferRequest, max_elements: int) -> GrpcInputs:
-    """The request's inputs as arrays, from raw_input_contents or from typed contents."""
+def decode_inputs(request: pb.ModelInferRequest, max_elements: int,
+                  check_name: NameCheck | None = None) -> GrpcInputs:
+    """The request's inputs as arrays, from raw_input_contents or from typed contents; each
+    input's name passes `check_name` before the rest of the tensor is read."""
     if not request.inputs:
         raise BadRequest("inference request: 'inputs' must be a non-empty list of tensors")
     raw = request.raw_input_contents
@@ -104,6 +106,8 @@ def decode_inputs(request: pb.ModelInferRequest, max_elements: int) -> GrpcInput
     for index, tensor in enumerate(request.inputs):
         if not tensor.name:
             raise BadRequest(f"inputs[{index}]: 'name' must be a non-empty string")
+        if check_name is not None:
+            check_name(tensor.name)
         where = f"input {tensor.name!r}"
         if tensor.datatype != BYTES:
             dtype_of(tensor.datatype, where)
@@ -125,16 +129,17 @@ def decode_inputs(request: pb.ModelInferRequest, max_elements: int) -> GrpcInput
 
 
 def timeout_s(parameters: Mapping[str, pb.InferParameter]) -> float | None:
-    """The request's ``timeout`` parameter (microseconds) in seconds, or None."""
+    """The request's ``timeout`` parameter (microseconds) in seconds; None when absent or 0,
+    which Triton reads as no timeout."""
     if "timeout" not in parameters:
         return None
     parameter = parameters["timeout"]
     kind = parameter.WhichOneof("parameter_choice")
     value = getattr(parameter, kind) if kind else None
-    if kind not in ("int64_param", "uint64_param") or value <= 0:
-        raise BadRequest(f"parameters.timeout must be a positive integer (microseconds), got "
-                         f"{value!r}")
-    return value / 1e6
+    if kind not in ("int64_param", "uint64_param") or value < 0:
+        raise BadRequest(f"parameters.timeout must be a non-negative integer (microseconds; "
+                         f"0: none), got {value!r}")
+    return value / 1e6 or None
 
 
 def classification_counts(request: pb.ModelInferRequest) -> dict[str, int]:

@@ -9,7 +9,7 @@ a model's config is the data plane's job (`service.dataplane.checks`).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -21,6 +21,9 @@ BYTES = "BYTES"
 # No tensor has more dimensions than this, so no tensor's data is nested deeper in JSON (NumPy's
 # own limit is 64: past it, it raises an error of its own).
 MAX_DIMENSIONS = 32
+# Raises for an input name the model lacks (`service.dataplane.checks.check_input_name`): the
+# decoders call it as they read each input's name, before its datatype, shape and data.
+NameCheck = Callable[[str], None]
 
 
 def dtype_of(datatype: Any, where: str) -> np.dtype:

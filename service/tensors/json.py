@@ -22,7 +22,10 @@ numbers enough to read in bulk, orjson's plain values cost less than simdjson's 
 
 from __future__ import annotations
 
+import contextlib
+import json as standard_json
 import math
+import re
 import threading
 from collections.abc import Mapping
 from typing import Any, TypeVar
@@ -47,6 +50,8 @@ K = TypeVar("K")
 TAPE_FROM_BYTES = 1024
 # A tensor's data nests no deeper than its shape has dimensions.
 MAX_DEPTH = MAX_DIMENSIONS
+# The literals Triton reads as floats and JSON has no word for.
+NON_FINITE = re.compile(rb"NaN|Infinity")
 
 _reusable = threading.local()
 
@@ -61,7 +66,7 @@ def parse(body: bytes, what: str = "request body") -> Any:
     a parser of its own.
     """
     if len(body) < TAPE_FROM_BYTES:
-        return load_json(body, what)
+        return load_json(body, what, non_finite=True)
     parser = getattr(_reusable, "parser", None)
     if parser is None:
         parser = _reusable.parser = simdjson.Parser()
@@ -73,14 +78,23 @@ def parse(body: bytes, what: str = "request body") -> Any:
     except (ValueError, RuntimeError):  # UnicodeDecodeError is a ValueError
         # Not JSON, or numbers simdjson cannot hold that orjson reads (integers beyond 64
         # bits, as floats): orjson decides, and words the error.
-        return load_json(body, what)
+        return load_json(body, what, non_finite=True)
 
 
-def load_json(body: bytes, what: str = "request body") -> Any:
-    """The body as Python values (orjson), or a 400 with the parser's message."""
+def load_json(body: bytes, what: str = "request body", non_finite: bool = False) -> Any:
+    """The body as Python values (orjson), or a 400 with the parser's message.
+
+    With `non_finite`, the bare literals ``NaN``, ``Infinity`` and ``-Infinity`` are numbers,
+    as Triton reads tensor data (perf_analyzer's JSON sends them): neither orjson nor simdjson
+    reads them, so a body orjson refuses that holds one is read by Python's parser instead.
+    Bodies without them never take that slower path.
+    """
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as error:
+        if non_finite and NON_FINITE.search(body):
+            with contextlib.suppress(ValueError):  # JSONDecodeError and UnicodeDecodeError
+                return standard_json.loads(body)
         raise BadRequest(f"{what} is not valid JSON: {error}") from None
 
 
@@ -188,19 +202,61 @@ def count_arrays(value: Any) -> int:
     return count
 
 
-def first_non_number(value: Any, booleans: bool = False) -> Any:
-    """A value in a nested list that is neither a number nor a list (a string, null, an
-    object; a boolean unless `booleans`), or None: NumPy would read ``true`` and ``"1.5"`` as
-    numbers."""
+def first_non_number(value: Any, booleans: bool = False, finite: bool = False
+                     ) -> tuple[int, str, Any] | None:
+    """The first value of a nested list, in row-major order, that is neither a number nor a
+    list (a string, null, an object; a boolean unless `booleans`; NaN or an infinity when
+    `finite`), with its element index (the leaves before it) and its path (``[0][3]``); None
+    when there is none. NumPy would read ``true`` and ``"1.5"`` as numbers, and null as NaN.
+
+    One quick pass finds whether there is such a value; only then is its place looked for.
+    """
     pending = [value]
-    while pending:
+    while pending:  # the check `_is_number` makes, inline: this loop runs once per element
         item = pending.pop()
-        if isinstance(item, list):
+        kind = type(item)
+        if kind is float:
+            if finite and not math.isfinite(item):
+                return _place_of_stray(value, booleans, finite)
+        elif isinstance(item, list):
             pending.extend(item)
-        elif type(item) is not float and type(item) is not int and not (
-                booleans and type(item) is bool):
-            return item
+        elif kind is not int and not (booleans and kind is bool):
+            return _place_of_stray(value, booleans, finite)
     return None
+
+
+def _is_number(item: Any, booleans: bool, finite: bool) -> bool:
+    kind = type(item)
+    if kind is float:
+        return not finite or math.isfinite(item)
+    return kind is int or (booleans and kind is bool)
+
+
+def _place_of_stray(value: Any, booleans: bool, finite: bool) -> tuple[int, str, Any]:
+    """`first_non_number`'s answer for a value known to hold a stray element."""
+    pending: list[tuple[Any, str]] = [(value, "")]
+    index = 0
+    while pending:  # a stack, not recursion: data may nest a thousand levels deep
+        item, path = pending.pop()
+        if isinstance(item, list):
+            pending.extend((item[position], f"{path}[{position}]")
+                           for position in range(len(item) - 1, -1, -1))
+        elif _is_number(item, booleans, finite):
+            index += 1
+        else:
+            return index, path, item
+    raise AssertionError("no stray element")
+
+
+def json_text(value: Any) -> str:
+    """A JSON value as a client wrote it (``null``, ``true``, ``"1.5"``, ``NaN``), at most 50
+    characters, for an error message."""
+    if type(value) is float:
+        return repr(value).replace("nan", "NaN").replace("inf", "Infinity")
+    try:
+        return orjson.dumps(value).decode()[:50]
+    except TypeError:
+        return f"{value!r:.50}"
 
 
 def nesting_depth(value: Any, cap: int) -> int:
@@ -292,10 +348,13 @@ def array_from_json(data: Any, dtype: np.dtype, where: str,
         raise BadRequest(f"{where}: data must be a number or a (nested) list of numbers, got "
                          f"{type(data).__name__}")
     check_depth(data, max_depth, where)
-    stray = first_non_number(data, booleans=dtype == np.bool_)
+    stray = first_non_number(data, booleans=dtype == np.bool_, finite=dtype.kind != "f")
     if stray is not None:
-        raise BadRequest(f"{where}: data must hold only numbers, got {stray!r:.50} "
-                         f"({type(stray).__name__})")
+        index, path, value = stray
+        floating = "" if type(value) is not float else (
+            f"; NaN and Infinity are for floating-point inputs, not {datatype_of(dtype)}")
+        raise BadRequest(f"{where}: data must hold only numbers, got {json_text(value)} at "
+                         f"element {index} (data{path}){floating}")
     try:
         return np.asarray(data, dtype=dtype)
     except (ValueError, TypeError, OverflowError, RecursionError) as error:
@@ -338,8 +397,27 @@ def bytes_from_json(data: Any, shape: tuple[int, ...], where: str) -> np.ndarray
     return object_array(elements, shape)
 
 
-def json_ready(array: np.ndarray) -> np.ndarray:
-    """A C-contiguous array orjson can write (it has no float16 writer for every version)."""
+def json_ready(array: np.ndarray) -> np.ndarray | orjson.Fragment:
+    """A C-contiguous array orjson can write (it has no float16 writer for every version); or,
+    for floats holding NaN or an infinity, their JSON text with those as the bare literals
+    ``NaN``, ``Infinity`` and ``-Infinity``, as Triton writes them (orjson writes ``null``,
+    which no client reads back as the number)."""
     if array.dtype == np.float16:
         array = array.astype(np.float32)
-    return np.ascontiguousarray(array)
+    array = np.ascontiguousarray(array)
+    if array.dtype.kind != "f" or np.isfinite(array).all():
+        return array
+    return orjson.Fragment(_with_literals(array))
+
+
+def _with_literals(array: np.ndarray) -> bytes:
+    """orjson's text of `array` with each ``null`` (a NaN or infinity: a float array holds
+    nothing else orjson writes as null) replaced by its literal, in row-major order."""
+    pieces = orjson.dumps(array, option=orjson.OPT_SERIALIZE_NUMPY).split(b"null")
+    special = array[~np.isfinite(array)]  # row-major, as orjson writes them
+    literals = np.where(np.isnan(special), b"NaN",
+                        np.where(special > 0, b"Infinity", b"-Infinity")).tolist()
+    text = [pieces[0]]
+    for literal, piece in zip(literals, pieces[1:], strict=True):
+        text += (literal, piece)
+    return b"".join(text)

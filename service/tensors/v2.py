@@ -21,6 +21,7 @@ from service.errors import BadRequest
 from service.tensors import binary, classification, json
 from service.tensors.datatypes import (
     BYTES,
+    NameCheck,
     check_elements,
     dtype_of,
     read_shape,
@@ -58,7 +59,8 @@ def _parameters(entry: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 
 def _decode_input(entry: Any, index: int, section: memoryview, offset: int, max_elements: int,
-                  read: np.ndarray | None) -> tuple[str, str, np.ndarray, int]:
+                  read: np.ndarray | None, check_name: NameCheck | None
+                  ) -> tuple[str, str, np.ndarray, int]:
     """One entry of ``inputs`` (numbers, or BYTES: strings in JSON, length-prefixed binary
     data); `read` is its ``data`` when `json.read_v2_header` read it already."""
     where = f"inputs[{index}]"
@@ -66,6 +68,8 @@ def _decode_input(entry: Any, index: int, section: memoryview, offset: int, max_
     name = entry.get("name")
     if not isinstance(name, str) or not name:
         raise BadRequest(f"{where}: 'name' must be a non-empty string")
+    if check_name is not None:
+        check_name(name)
     where = f"input {name!r}"
     datatype = entry.get("datatype")
     dtype = None if datatype == BYTES else dtype_of(datatype, where)
@@ -126,17 +130,22 @@ def _decode_outputs(value: Any) -> list[RequestedOutput] | None:
 
 
 def _timeout_us(parameters: Mapping[str, Any]) -> int | None:
+    """The ``timeout`` parameter in microseconds; None when absent or 0, which Triton reads as
+    no timeout."""
     timeout = parameters.get("timeout")
     if timeout is None:
         return None
-    if type(timeout) is not int or timeout <= 0:
-        raise BadRequest(f"parameters.timeout must be a positive integer (microseconds), got "
-                         f"{timeout!r}")
-    return timeout
+    if type(timeout) is not int or timeout < 0:
+        raise BadRequest(f"parameters.timeout must be a non-negative integer (microseconds; "
+                         f"0: none), got {timeout!r}")
+    return timeout or None
 
 
-def decode_v2_request(body: bytes, header_length: int | None, max_elements: int) -> V2Request:
-    """Decode a V2 inference request, JSON or with the binary-tensor extension."""
+def decode_v2_request(body: bytes, header_length: int | None, max_elements: int,
+                      check_name: NameCheck | None = None) -> V2Request:
+    """Decode a V2 inference request, JSON or with the binary-tensor extension; each input's
+    name passes `check_name` (which raises for a name the model lacks) before the rest of it
+    is read."""
     header, section = binary.split_body(body, header_length)
     document, read = json.read_v2_header(header)
     request = json.as_object(document, "inference request")
@@ -149,7 +158,8 @@ def decode_v2_request(body: bytes, header_length: int | None, max_elements: int)
     offset = 0
     for index, entry in enumerate(inputs):
         name, datatype, array, offset = _decode_input(entry, index, section, offset,
-                                                      max_elements, read.get(index))
+                                                      max_elements, read.get(index),
+                                                      check_name)
         if name in arrays:
             raise BadRequest(f"input {name!r} is given twice")
         arrays[name], datatypes[name] = array, datatype
@@ -195,7 +205,7 @@ def encode_v2_response(model: str, version: int, outputs: Mapping[str, np.ndarra
         elif strings:
             tensor["data"] = [element.decode("utf-8") for element in array.reshape(-1)]
         else:
-            tensor["data"] = json.json_ready(array).reshape(-1)
+            tensor["data"] = json.json_ready(array.reshape(-1))
         tensors.append(tensor)
     response: dict[str, Any] = {"model_name": model, "model_version": str(version),
                                 "outputs": tensors}

@@ -5,10 +5,12 @@ Both clients register their own copy of the ``inference.*`` protobuf messages, a
 client runs here, in its own process:
 
     python -m tests.e2e.grpc_clients {triton,triton-stream,kserve} HOST:PORT OUT_DIR MODEL...
+    python -m tests.e2e.grpc_clients triton-repository HOST:PORT OUT_DIR MODEL BROKEN TOKEN
 
 It writes what the client got, and nothing it checked itself: ``OUT_DIR/answers.json`` (health
 and metadata) and ``OUT_DIR/outputs.npz`` (``MODEL/SET/MODE/OUTPUT`` arrays); the tests compare
-them with MXNet's outputs.
+them with MXNet's outputs. ``triton-repository`` writes the answers of tritonclient's
+repository and readiness calls (`run_triton_repository`).
 """
 
 from __future__ import annotations
@@ -103,6 +105,43 @@ def run_triton_stream(url: str, models: list[str]) -> tuple[dict[str, Any],
     return answers, arrays
 
 
+def run_triton_repository(url: str, model: str, broken: str, token: str
+                          ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """tritonclient's repository calls as a user makes them: unload `model` (tritonclient
+    always sends ``unload_dependents``), ask whether unknown models and versions are ready,
+    load `model` again, infer with ``timeout=0``, and load `broken` (no version loads). Each
+    answer, or the error the client raised."""
+    import tritonclient.grpc as triton
+    from tritonclient.utils import InferenceServerException
+
+    headers = {"authorization": f"Bearer {token}"}
+    answers: dict[str, Any] = {}
+
+    def attempt(key: str, call: Any) -> None:
+        try:
+            answers[key] = call()
+        except InferenceServerException as error:
+            answers[key] = {"status": error.status(), "message": error.message()}
+
+    with triton.InferenceServerClient(url) as client:
+        attempt("unload", lambda: client.unload_model(model, headers=headers))
+        attempt("unloaded ready", lambda: client.is_model_ready(model))
+        attempt("unknown ready", lambda: client.is_model_ready("no_such_model"))
+        attempt("unknown version ready", lambda: client.is_model_ready(model, "9"))
+        attempt("load", lambda: client.load_model(model, headers=headers))
+        attempt("loaded ready", lambda: client.is_model_ready(model))
+        inputs, _ = matching_sets(model)[0]
+        tensors = []
+        for key, array in inputs.items():
+            tensor = triton.InferInput(key, list(array.shape), datatype_of(array.dtype))
+            tensor.set_data_from_numpy(array)
+            tensors.append(tensor)
+        attempt("infer timeout 0", lambda: client.infer(model, tensors, timeout=0)
+                .get_response().model_name)
+        attempt("load broken", lambda: client.load_model(broken, headers=headers))
+    return answers, {}
+
+
 async def _kserve(url: str, models: list[str]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     from kserve import InferenceGRPCClient, InferInput, InferRequest
 
@@ -133,9 +172,12 @@ async def _kserve(url: str, models: list[str]) -> tuple[dict[str, Any], dict[str
 def main(argv: list[str]) -> int:
     """Run one client against ``argv[1]`` and write its answers into ``argv[2]``."""
     client, url, out, *models = argv
-    runner = {"triton": run_triton, "triton-stream": run_triton_stream}.get(
-        client, lambda url, models: asyncio.run(_kserve(url, models)))
-    answers, arrays = runner(url, models)
+    if client == "triton-repository":
+        answers, arrays = run_triton_repository(url, *models)
+    else:
+        runner = {"triton": run_triton, "triton-stream": run_triton_stream}.get(
+            client, lambda url, models: asyncio.run(_kserve(url, models)))
+        answers, arrays = runner(url, models)
     Path(out, "answers.json").write_text(json.dumps(answers))
     np.savez(Path(out, "outputs.npz"), **arrays)
     return 0

@@ -224,3 +224,33 @@ def test_repository_calls(server: Server, stub: pb_grpc.GRPCInferenceServiceStub
     stub.RepositoryModelLoad(pb.RepositoryModelLoadRequest(model_name="hybridnet"),
                              metadata=auth)
     assert stub.ModelReady(pb.ModelReadyRequest(name="hybridnet")).ready
+
+
+def test_tritonclient_repository_calls_answer_as_triton_does(tmp_path: Path) -> None:
+    """unload_model sends unload_dependents, is_model_ready of an unknown model is False, a
+    timeout of 0 is none, and a load that leaves nothing serving fails naming the reason."""
+    root = tmp_path / "repository"
+    broken = root / "broken" / "1"
+    broken.mkdir(parents=True)  # its only version has no MANIFEST.json: it cannot load
+    symbol, params = files_for("seed_mlp")
+    (broken / "model-symbol.json").write_bytes(symbol)
+    (broken / "model-0000.params").write_bytes(params)
+    with running_server(root) as running, httpx.Client(timeout=60) as http:
+        files = {"symbol": ("s.json", symbol), "params": ("p.params", params),
+                 "config": ("config.json", json.dumps(config_for("seed_mlp")).encode())}
+        response = http.post(f"{running.url}/models/seed_mlp", files=files, headers=AUTH)
+        assert response.status_code == 201, response.text
+        done = subprocess.run([sys.executable, "-m", "tests.e2e.grpc_clients",
+                               "triton-repository", running.grpc, str(tmp_path), "seed_mlp",
+                               "broken", TOKEN], cwd=ROOT, capture_output=True, text=True,
+                              timeout=240)
+        assert done.returncode == 0, done.stderr[-3000:]
+    answers = json.loads((tmp_path / "answers.json").read_text())
+    assert answers["unload"] is None and answers["unloaded ready"] is False
+    assert answers["unknown ready"] is False and answers["unknown version ready"] is False
+    assert answers["load"] is None and answers["loaded ready"] is True
+    assert answers["infer timeout 0"] == "seed_mlp"
+    refused = answers["load broken"]
+    assert refused["status"] == "StatusCode.INVALID_ARGUMENT", refused
+    assert "model 'broken' did not load: version 1: " in refused["message"]
+    assert "no MANIFEST.json" in refused["message"]

@@ -55,7 +55,7 @@ async def describe_model(repository: Repository, name: str) -> types.ModelDetail
 @router.post("/{name}", dependencies=Admin, status_code=status.HTTP_201_CREATED,
              openapi_extra=UPLOAD_BODY, responses=UPLOAD_ERRORS)
 async def upload(request: Request, repository: Repository, slots: Uploads,
-                 name: str) -> types.VersionDetail:
+                 name: str) -> types.UploadDetail:
     """Validate and add a version; answers once it is loaded (admin token required).
 
     The body is multipart: ``symbol``, ``params``, optional ``config``, ``labels`` (repeatable),

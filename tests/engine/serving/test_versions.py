@@ -14,7 +14,7 @@ import pytest
 
 from engine.serving import disk
 from engine.serving.config import VersionPolicy
-from engine.serving.errors import InvalidModel, ModelNotReady
+from engine.serving.errors import ModelNotReady, ModelNotServing
 from engine.serving.loaded import VersionState
 from engine.serving.manifest import PARAMS_NAME, SYMBOL_NAME, read_manifest, write_manifest
 from engine.serving.repository import ModelRepository
@@ -130,8 +130,10 @@ def test_failed_load_is_not_retried_until_the_files_change(tmp_path: Path) -> No
             calls = loader.calls
             await repo.poll()
             assert loader.calls == calls  # the same files are not loaded again by polling
-            with pytest.raises(InvalidModel, match="on purpose"):
-                await repo.load("m")  # an explicit load does retry, and reports
+            # An explicit load does retry, and reports: nothing serves, so the model did not
+            # load, for the reason its version gives.
+            with pytest.raises(ModelNotServing, match="did not load: version 1: .*on purpose"):
+                await repo.load("m")
             assert loader.calls > calls and record(repo, "m", 1).phase is Phase.FAILED
             fixed = tmp_path / "m" / "1"
             (fixed / SYMBOL_NAME).write_bytes(fake_symbol(2))
@@ -377,6 +379,70 @@ def test_cancelled_load_goes_back_to_unavailable(tmp_path: Path) -> None:
             loader.gate.set()
             await repo.poll()
             assert record(repo, "m", 1).phase is Phase.READY
+        finally:
+            await repo.close()
+
+    run(main())
+
+
+# ----- not ready for now, or not serving until someone acts -------------------------------------
+
+def test_a_loading_version_is_not_ready_and_an_unloaded_one_is_not_serving(
+        tmp_path: Path) -> None:
+    """Only a load under way makes waiting worth it (ModelNotReady alone: 503 with Retry-After);
+    unloaded, failed, policy-stopped and absent versions stay so (ModelNotServing: 400)."""
+    loader = GatedLoader()
+    write_version(tmp_path, "m", 1, fake_symbol(1), b"p")
+    write_version(tmp_path, "broken", 1, fake_symbol(broken=True), b"p")
+    (tmp_path / "empty").mkdir()
+
+    async def main() -> None:
+        repo = ModelRepository(tmp_path, loader=loader)
+        try:
+            loader.gate.clear()
+            starting = asyncio.create_task(repo.start())
+            await until(loader.entered.is_set, "the first load to start")
+            for version in (None, 1):  # loading, or on disk and not reached yet
+                with pytest.raises(ModelNotReady) as loading:
+                    repo.get("m", version)
+                assert not isinstance(loading.value, ModelNotServing)
+            loader.gate.set()
+            await starting
+            write_version(tmp_path, "m", 2, fake_symbol(2), b"p")
+            await repo.poll()  # version 2 serves; the default policy (latest 1) stops 1
+            await repo.unload("m", 2)
+            for name, version, why in (("m", 1, "not selected by version_policy"),
+                                       ("m", None, "version 2: not selected"),
+                                       ("broken", None, "on purpose"),
+                                       ("empty", None, "no complete version on disk")):
+                with pytest.raises(ModelNotServing, match=why) as stopped:
+                    repo.get(name, version)
+                assert "it serves once loaded" in str(stopped.value)
+        finally:
+            loader.gate.set()
+            await repo.close()
+
+    run(main())
+
+
+def test_a_load_that_leaves_nothing_serving_fails_naming_each_version(tmp_path: Path) -> None:
+    write_version(tmp_path, "copying", 1, fake_symbol(1), b"p", manifest=False)
+    write_version(tmp_path, "copying", 2, fake_symbol(2), b"p", manifest=False)
+    write_version(tmp_path, "broken", 1, fake_symbol(broken=True), b"p")
+    (tmp_path / "empty").mkdir()
+
+    async def main() -> None:
+        repo = ModelRepository(tmp_path, loader=fake_loader)
+        try:
+            await repo.start()
+            for name, version, reasons in (
+                    ("copying", None, "version 1: .*MANIFEST.*; version 2: .*MANIFEST"),
+                    ("copying", 2, "version 2: .*MANIFEST"),
+                    ("broken", None, "version 1: .*on purpose"),
+                    ("empty", None, "it has no version on disk")):
+                with pytest.raises(ModelNotServing, match=f"model {name!r} did not load: "
+                                                          f"{reasons}"):
+                    await repo.load(name, version)
         finally:
             await repo.close()
 

@@ -127,8 +127,17 @@ def test_request_refusals(client: GrpcClient) -> None:
          "shape must be a list of at most 32 non-negative integers"),
         (pb.ModelInferRequest(model_name="seed_mlp", inputs=[tensor], raw_input_contents=[raw],
                               parameters={"timeout": pb.InferParameter(string_param="1s")}),
-         "parameters.timeout must be a positive integer (microseconds)"),
+         "parameters.timeout must be a non-negative integer (microseconds; 0: none)"),
         (pb.ModelInferRequest(model_name="seed_mlp"), "'inputs' must be a non-empty list"),
+        # The name is checked before the tensor's size: the message names the wrong name.
+        (pb.ModelInferRequest(model_name="seed_mlp", inputs=[
+            pb.ModelInferRequest.InferInputTensor(name="dat", datatype="FP32", shape=[1, 512])],
+                              raw_input_contents=[raw[:100]]), "has no input 'dat'"),
+        (pb.ModelInferRequest(model_name="seed_mlp", inputs=[
+            pb.ModelInferRequest.InferInputTensor(name="dat", datatype="FP32", shape=[1, 512],
+                                                  contents=pb.InferTensorContents(
+                                                      fp32_contents=[0.0]))]),
+         "has no input 'dat'"),
     ]
     for request, message in cases:
         code, details = client.code("ModelInfer", request)
@@ -152,6 +161,7 @@ def test_every_error_status_has_its_own_code() -> None:
 def test_timeout_parameter_in_seconds() -> None:
     assert tensors.timeout_s({"timeout": pb.InferParameter(int64_param=2500)}) == 0.0025
     assert tensors.timeout_s({}) is None
+    assert tensors.timeout_s({"timeout": pb.InferParameter(int64_param=0)}) is None  # Triton's
     with pytest.raises(BadRequest, match="got -1"):
         tensors.timeout_s({"timeout": pb.InferParameter(int64_param=-1)})
 
@@ -178,8 +188,9 @@ def test_draining_refuses_calls_but_answers_health(client: GrpcClient) -> None:
 
 def test_model_readiness_and_repository_index(client: GrpcClient) -> None:
     assert client.call("ModelReady", pb.ModelReadyRequest(name="seed_mlp")).ready
-    assert client.code("ModelReady", pb.ModelReadyRequest(name="nope"))[0] == (
-        grpc.StatusCode.NOT_FOUND)
+    # Not ready, as Triton answers, for a model or version the repository does not know.
+    assert not client.call("ModelReady", pb.ModelReadyRequest(name="nope")).ready
+    assert not client.call("ModelReady", pb.ModelReadyRequest(name="seed_mlp", version="9")).ready
     index = client.call("RepositoryIndex", pb.RepositoryIndexRequest())
     assert sorted((row.name, row.version, row.state) for row in index.models) == [
         ("multi_io", "1", "READY"), ("seed_mlp", "1", "READY")]
@@ -192,6 +203,33 @@ def test_unload_and_load_need_the_admin_token(client: GrpcClient) -> None:
     assert client.code("RepositoryModelUnload", unload)[0] == grpc.StatusCode.UNAUTHENTICATED
     client.call("RepositoryModelUnload", unload, metadata=AUTH)
     assert not client.call("ModelReady", pb.ModelReadyRequest(name="multi_io")).ready
+    inputs, _ = first_io("multi_io")
+    code, details = client.code("ModelInfer", _request("multi_io", inputs, raw=True))
+    # Unloaded until someone loads it: REST's 400, not UNAVAILABLE (which invites retries).
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "it serves once loaded" in details
+    client.call("RepositoryModelLoad", pb.RepositoryModelLoadRequest(model_name="multi_io"),
+                metadata=AUTH)
+    assert client.call("ModelReady", pb.ModelReadyRequest(name="multi_io")).ready
+
+
+def test_unload_takes_unload_dependents_and_nothing_else(client: GrpcClient) -> None:
+    flag = pb.ModelRepositoryParameter
+    unload = pb.RepositoryModelUnloadRequest(
+        model_name="multi_io", parameters={"unload_dependents": flag(bool_param=True)})
+    client.call("RepositoryModelUnload", unload, metadata=AUTH)
+    assert not client.call("ModelReady", pb.ModelReadyRequest(name="multi_io")).ready
+    for method, request, message in (
+            ("RepositoryModelUnload", pb.RepositoryModelUnloadRequest(
+                model_name="multi_io", parameters={"unload_dependents": flag(string_param="1")}),
+             "parameter 'unload_dependents' must be a bool_param"),
+            ("RepositoryModelUnload", pb.RepositoryModelUnloadRequest(
+                model_name="multi_io", parameters={"force": flag(bool_param=True)}),
+             "parameter 'force' is not supported; only unload_dependents is"),
+            ("RepositoryModelLoad", pb.RepositoryModelLoadRequest(
+                model_name="multi_io", parameters={"config": flag(string_param="{}")}),
+             "parameter 'config' is not supported; a model is loaded from its files")):
+        code, details = client.code(method, request, metadata=AUTH)
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and message in details, details
     client.call("RepositoryModelLoad", pb.RepositoryModelLoadRequest(model_name="multi_io"),
                 metadata=AUTH)
     assert client.call("ModelReady", pb.ModelReadyRequest(name="multi_io")).ready

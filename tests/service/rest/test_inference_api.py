@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -90,13 +91,33 @@ BAD_REQUESTS = [
                                    "data": [0.0]}]}, 400, "has no input 'extra'"),
     ("missing input", {"inputs": [{"name": "other", "datatype": "FP32", "shape": [1],
                                    "data": [0.0]}]}, 400, "no input 'other'"),
+    # The name is checked before the tensor's size, datatype or data: the message names it.
+    ("unknown input of the wrong size", {"inputs": [
+        {"name": "dat", "datatype": "FP32", "shape": [1, 512], "data": [0.0] * 500}]}, 400,
+     "model 'seed_mlp' version 1 has no input 'dat'; its inputs are 'data'"),
+    ("unknown input of a wrong datatype", {"inputs": [
+        {"name": "dat", "datatype": "FP33", "shape": [1, 512], "data": [None]}]}, 400,
+     "has no input 'dat'"),
     ("BYTES", {"inputs": [{"name": "data", "datatype": "BYTES", "shape": [1], "data": ["x"]}]},
      400, "datatype BYTES; expected FP32 (BYTES is for inputs with a preprocess pipeline"),
     ("too many rows", {"inputs": [{"name": "data", "datatype": "FP32", "shape": [33, 512],
                                    "data": [0.0] * 33 * 512}]}, 400, "max_batch_size is 32"),
     ("timeout", {**_v2_json(np.zeros((1, 512), np.float32)), "parameters": {"timeout": 1}},
      504, "no result within"),
+    ("negative timeout", {**_v2_json(np.zeros((1, 512), np.float32)),
+                          "parameters": {"timeout": -1}}, 400,
+     "parameters.timeout must be a non-negative integer (microseconds; 0: none), got -1"),
 ]
+
+
+def test_a_timeout_of_0_is_none_as_triton_reads_it(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with serving(settings_for(tmp_path)) as (client, _):
+            response = await client.post(URL, json={**_v2_json(np.zeros((1, 512), np.float32)),
+                                                    "parameters": {"timeout": 0}})
+            assert response.status_code == 200, response.text
+
+    run(scenario())
 
 
 @pytest.mark.parametrize(("case", "body", "status", "message"), BAD_REQUESTS,
@@ -156,5 +177,34 @@ def test_overloaded_queue_answers_503_with_retry_after(tmp_path: Path) -> None:
             assert response.status_code == 503
             assert int(response.headers["Retry-After"]) >= 1
             assert "queue is full" in response.json()["error"]
+
+    run(scenario())
+
+
+def test_null_is_refused_and_nan_literals_are_read_and_written(tmp_path: Path) -> None:
+    data: list[list[float | None]] = [[0.5] * 512]
+
+    async def scenario() -> None:
+        async with serving(settings_for(tmp_path)) as (client, _):
+            data[0][7] = None
+            for path, body in (("/predict", {"model": MLP, "inputs": {"data": data}}),
+                               (URL, {"inputs": [{"name": "data", "datatype": "FP32",
+                                                  "shape": [1, 512], "data": data}]})):
+                response = await client.post(path, json=body)
+                assert response.status_code == 400, response.text
+                assert ("input 'data': data must hold only numbers, got null at element 7 "
+                        "(data[0][7])") in response.json()["error"]
+            data[0][7] = float("nan")  # json.dumps writes the bare literal NaN
+            for path, body in (("/predict", {"model": MLP, "inputs": {"data": data}}),
+                               (URL, {"inputs": [{"name": "data", "datatype": "FP32",
+                                                  "shape": [1, 512], "data": data}]})):
+                response = await client.post(path, content=json.dumps(body),
+                                             headers={"Content-Type": "application/json"})
+                assert response.status_code == 200, response.text
+                assert b"null" not in response.content and b"NaN" in response.content
+                answer = json.loads(response.content)  # Python reads the literals back
+                values = (answer["outputs"][OUTPUT] if path == "/predict"
+                          else answer["outputs"][0]["data"])
+                assert np.isnan(np.array(values, np.float64)).all()
 
     run(scenario())

@@ -78,6 +78,8 @@ def test_upload_infer_list_describe_delete(tmp_path: Path) -> None:
             assert detail["ready_version"] == 5 and detail["config"]["max_batch_size"] == 32
             response = await client.delete("/models/hn/versions/5", headers=AUTH)
             assert response.status_code == 200
+            # A version is an integer in every management answer, as in the upload's.
+            assert response.json() == {"name": "hn", "version": 5, "action": "deleted"}
             assert (await client.get("/models/hn")).json()["versions"][-1]["version"] == 1
             assert (await client.delete("/models/hn", headers=AUTH)).status_code == 200
             assert (await client.get("/models/hn")).status_code == 404
@@ -144,7 +146,10 @@ def test_load_unload_and_repository_index(tmp_path: Path) -> None:
             assert (await client.get(f"/v2/models/{MLP}/ready")).json()["ready"] is True
             response = await client.post(f"/models/{MLP}/unload", params={"version": "1"},
                                          headers=AUTH)
-            assert response.json() == {"name": MLP, "version": "1", "action": "unloaded"}
+            assert response.json() == {"name": MLP, "version": 1, "action": "unloaded"}
+            response = await client.post(f"/models/{MLP}/load", params={"version": "1"},
+                                         headers=AUTH)
+            assert response.json() == {"name": MLP, "version": 1, "action": "loaded"}
 
     run(scenario())
 
@@ -198,5 +203,45 @@ def test_the_upload_answer_and_the_details_show_what_the_load_compiled(tmp_path:
                        for plan in compiled["plans"])
             detail = (await client.get("/models/hn")).json()
             assert detail["checks"]["compile"] == compiled
+
+    run(scenario())
+
+
+def test_an_upload_says_which_versions_stopped_serving_and_what_changed(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with serving(settings_for(tmp_path), []) as (client, _):
+            first = (await client.post("/models/m", files=_files(MLP), headers=AUTH)).json()
+            assert (first["version"], first["previous_version"]) == (1, None)
+            assert first["stopped_serving"] == [] and first["tensor_changes"] == []
+            # Other files under the same name: version 2, and the default version policy
+            # (latest 1) stops version 1, whose clients now reach another interface.
+            second = (await client.post("/models/m", files=_files("hybridnet"),
+                                        headers=AUTH)).json()
+            assert (second["version"], second["previous_version"]) == (2, 1)
+            assert second["stopped_serving"] == [1]
+            assert second["inputs_changed"] and second["outputs_changed"]
+            changes = {(change["kind"], change["name"]): change
+                       for change in second["tensor_changes"]}
+            assert changes[("input", "data")]["before"]["shape"] == [-1, 512]
+            assert changes[("input", "data")]["after"]["shape"] == [-1, 4]
+            assert changes[("output", "seed_mlp_dense2_fwd_output")]["after"] is None
+            added = [change for change in second["tensor_changes"] if change["before"] is None]
+            assert [change["kind"] for change in added] == ["output"]
+            # The same interface again: version 2 stops, nothing changes for clients.
+            third = (await client.post("/models/m", files=_files("hybridnet"),
+                                       headers=AUTH)).json()
+            assert (third["previous_version"], third["stopped_serving"]) == (2, [2])
+            assert not third["inputs_changed"] and not third["outputs_changed"]
+            assert third["tensor_changes"] == []
+            # An explicit existing version is a 409 saying how to replace it.
+            refused = await client.post("/models/m", files=_files("hybridnet"),
+                                        data={"version": "3"}, headers=AUTH)
+            assert refused.status_code == 409
+            assert "upload again with replace=true" in refused.json()["error"]
+            replaced = await client.post("/models/m", files=_files("hybridnet"),
+                                         data={"version": "3", "replace": "true"}, headers=AUTH)
+            assert replaced.status_code == 201, replaced.text
+            assert (replaced.json()["previous_version"], replaced.json()["stopped_serving"]) == (
+                3, [])
 
     run(scenario())

@@ -19,12 +19,22 @@ import numpy as np
 import orjson
 import pytest
 
+from engine.serving.versions import Phase
 from service.errors import BadRequest, RequestTimeout
 from service.rest.app import create_app
 from service.rest.limits import BodyDeadlines
 from service.runtime import Runtime
 from service.tensors import binary as codecs
-from tests.service.helpers import AUTH, MLP, config_for, files_for, first_io, run, settings_for
+from tests.service.helpers import (
+    AUTH,
+    MLP,
+    config_for,
+    files_for,
+    first_io,
+    run,
+    serving,
+    settings_for,
+)
 
 PATHS = ("app",)
 MULTI = "multi_io"
@@ -116,8 +126,46 @@ def test_an_unloaded_model_is_not_ready_with_400(tmp_path: Path) -> None:
         for path in (f"/v2/models/{MLP}/ready", f"/v2/models/{MLP}/versions/1/ready"):
             assert_error(await client.get(path), 400, "not ready", MLP)
         assert_error(await client.get("/v2/models/nope/ready"), 404, "nope")
+        # It stays unloaded until someone loads it: inference and metadata answer 400 as
+        # /ready does, without a Retry-After that retrying could not honour.
+        for response in (await client.post(f"/v2/models/{MLP}/infer", json=v2_json([0.0] * 512)),
+                         await client.post("/predict", json={
+                             "model": MLP, "inputs": {"data": [[0.0] * 512]}}),
+                         await client.get(f"/v2/models/{MLP}"),
+                         await client.get(f"/v2/models/{MLP}/versions/1")):
+            assert_error(response, 400, "no version ready" if "versions" not in
+                         str(response.request.url) else "version 1 is not ready",
+                         "it serves once loaded")
+            assert "Retry-After" not in response.headers
 
     scenario_on(tmp_path, body)
+
+
+def test_a_version_the_policy_stopped_is_400_and_a_loading_one_503(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with serving(settings_for(tmp_path)) as (client, runtime):
+            await body(client, runtime)
+
+    async def body(client: httpx.AsyncClient, runtime: Runtime) -> None:
+        symbol, params = files_for(MLP)
+        upload = await client.post(f"/models/{MLP}", headers=AUTH, files={
+            "symbol": symbol, "params": params})
+        assert upload.status_code == 201, upload.text
+        response = await client.post(f"/v2/models/{MLP}/versions/1/infer",
+                                     json=v2_json([0.0] * 512))
+        assert_error(response, 400, "version 1 is not ready", "not selected by version_policy")
+        assert "Retry-After" not in response.headers
+        assert (await client.post(f"/v2/models/{MLP}/versions/2/infer",
+                                  json=v2_json([0.0] * 512))).status_code == 200
+        record = runtime.repository.records(MLP)[1]
+        record.phase = Phase.LOADING  # as while a load of version 1 runs
+        response = await client.post(f"/v2/models/{MLP}/versions/1/infer",
+                                     json=v2_json([0.0] * 512))
+        assert_error(response, 503, "version 1 is not ready")
+        assert response.headers["Retry-After"] == "1"
+        record.phase = Phase.UNAVAILABLE
+
+    run(scenario())
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -380,3 +428,13 @@ def test_body_deadlines_cancel_only_reads_that_wait_past_them() -> None:
         assert await worker == "x"
 
     run(scenario(), timeout=10)
+
+
+def test_a_repository_load_that_leaves_nothing_serving_is_400(tmp_path: Path) -> None:
+    async def body(both: dict[str, httpx.AsyncClient]) -> None:
+        (tmp_path / "empty").mkdir()  # a model of no version
+        for path in ("/v2/repository/models/empty/load", "/models/empty/load"):
+            assert_error(await both["app"].post(path, headers=AUTH), 400,
+                         "model 'empty' did not load: it has no version on disk")
+
+    scenario_on(tmp_path, body)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -334,3 +335,76 @@ def test_any_v2_data_gets_the_same_answer_as_numpy(data: object, datatype: str,
     body = _v2([{"name": "x", "datatype": datatype, "shape": [size], "data": data}], **extra)
     with np.errstate(over="ignore"):
         _assert_same(_v2_decoded(body), _v2_reference(body))
+
+
+# ----- null, NaN and the infinities ------------------------------------------------------------
+
+@pytest.mark.parametrize(("data", "shape", "place"), [
+    ([1.5, None, 2.5, 3.5], [4], "element 1 (data[1])"),                 # flat
+    ([[1.5, 2.5], [3.5, None]], [2, 2], "element 3 (data[1][1])"),        # nested
+    ([[1.5, 2.5], [None, None]], [2, 2], "element 2 (data[1][0])"),       # the first one
+])
+@pytest.mark.parametrize("threshold", [0, 1 << 20])  # simdjson's tape, or orjson's values
+def test_null_among_numbers_is_refused_naming_its_element(
+        monkeypatch: pytest.MonkeyPatch, data: list, shape: list[int], place: str,
+        threshold: int) -> None:
+    monkeypatch.setattr(json_tensors, "TAPE_FROM_BYTES", threshold)
+    message = f"input 'x': data must hold only numbers, got null at {place}"
+    with pytest.raises(BadRequest) as predict_error:
+        codecs.predict_arrays(codecs.decode_predict(_body({"x": data})),
+                              {"x": np.dtype(np.float32)}, LIMIT)
+    with pytest.raises(BadRequest) as v2_error:
+        v2.decode_v2_request(_v2([{"name": "x", "datatype": "FP32", "shape": shape,
+                                   "data": data}]), None, LIMIT)
+    assert str(predict_error.value) == str(v2_error.value) == message
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("threshold", [0, 1 << 20])
+def test_nan_and_infinity_literals_are_floats(monkeypatch: pytest.MonkeyPatch,
+                                              dtype: np.dtype, threshold: int) -> None:
+    monkeypatch.setattr(json_tensors, "TAPE_FROM_BYTES", threshold)
+    literals = b"[[NaN, 1.5], [Infinity, -Infinity]]"
+    want = np.array([[np.nan, 1.5], [np.inf, -np.inf]], dtype)
+    predict = codecs.predict_arrays(
+        codecs.decode_predict(b'{"model": "m", "inputs": {"x": ' + literals + b"}}"),
+        {"x": dtype}, LIMIT)
+    datatype = {np.float16: "FP16", np.float32: "FP32", np.float64: "FP64"}[dtype.type]
+    header = (b'{"inputs": [{"name": "x", "datatype": "' + datatype.encode()
+              + b'", "shape": [2, 2], "data": ' + literals + b"}]}")
+    for array in (predict["x"], v2.decode_v2_request(header, None, LIMIT).inputs["x"]):
+        assert array.dtype == dtype
+        np.testing.assert_array_equal(array, want)  # NaN equals NaN here
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    (b"[1, NaN]", "got NaN at element 1 (data[1]); NaN and Infinity are for floating-point "
+                  "inputs, not INT32"),
+    (b"[[1], [-Infinity]]", "got -Infinity at element 1 (data[1][0])"),
+])
+def test_nan_or_infinity_for_an_integer_input_is_400(data: bytes, message: str) -> None:
+    body = b'{"model": "m", "inputs": {"ids": ' + data + b"}}"
+    with pytest.raises(BadRequest, match=re.escape(f"input 'ids': data must hold only "
+                                                   f"numbers, {message}")):
+        codecs.predict_arrays(codecs.decode_predict(body), {"ids": np.dtype(np.int32)}, LIMIT)
+
+
+@pytest.mark.parametrize("body", [
+    b'{"model": "m", "inputs": {"x": [nan]}}',          # not the literal's spelling
+    b'{"model": "m", "inputs": {"x": [NaN}}',           # broken around a literal
+    b'{"model": "m", "inputs": {"x": ["NaN", 1', ])     # a string, and broken
+def test_bodies_that_are_not_json_with_literals_are_still_refused(body: bytes) -> None:
+    with pytest.raises(BadRequest, match="not valid JSON"):
+        codecs.decode_predict(body)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shape", [(4,), (2, 2), (1, 2, 2)])
+def test_non_finite_outputs_are_written_as_literals(dtype: np.dtype, shape: tuple) -> None:
+    array = np.array([np.nan, 0.25, np.inf, -np.inf], dtype).reshape(shape)
+    text = orjson.dumps({"data": json_tensors.json_ready(array)},
+                        option=orjson.OPT_SERIALIZE_NUMPY)
+    assert b"null" not in text and b"NaN" in text and b"-Infinity" in text
+    np.testing.assert_array_equal(np.array(json.loads(text)["data"], dtype), array)
+    finite = json_tensors.json_ready(np.ones(shape, dtype))
+    assert isinstance(finite, np.ndarray)  # finite outputs take orjson's own writer
