@@ -21,7 +21,7 @@ from typing import Any
 from engine.runtime.compile import CompileFailed
 from engine.serving.config import TensorConfig
 from engine.serving.errors import InvalidModel
-from engine.serving.probe import sample_or_ones
+from engine.serving.probe import sample_or_ones, with_rows
 
 log = logging.getLogger(__name__)
 
@@ -70,10 +70,9 @@ def load_targets(inputs: Sequence[TensorConfig], sample: Mapping[str, tuple[int,
     if sample is not None:
         targets.append(CompileTarget(TEST_RUN, dict(sample), dtypes))
         for rows in buckets or ():
-            shapes = {name: (rows, *shape[1:]) for name, shape in sample.items()}
+            shapes = with_rows(inputs, sample, rows)
             targets.append(CompileTarget(f"batch bucket {rows}", shapes, dtypes, spare=True))
-    largest = {name: (max_batch_size, *shape[1:])
-               for name, shape in sample_or_ones(inputs, sample).items()}
+    largest = with_rows(inputs, sample_or_ones(inputs, sample), max_batch_size or None)
     targets.append(CompileTarget(f"max_batch_size {max_batch_size}", largest, as_called=False,
                                  required=False))
     return targets
