@@ -18,9 +18,10 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from engine.errors import EngineError
 from engine.runtime.compile import CompileFailed
 from engine.serving.config import TensorConfig
-from engine.serving.errors import InvalidModel
+from engine.serving.errors import InvalidModel, TestRunFailed
 from engine.serving.probe import sample_or_ones, with_rows
 
 log = logging.getLogger(__name__)
@@ -49,8 +50,9 @@ def compile_at_load(model: Any, inputs: Sequence[TensorConfig],
         report = compile_plans(load_targets(inputs, sample, buckets, max_batch_size))
     except CompileFailed as failure:
         if failure.target.purpose == TEST_RUN and sample is not None:
-            raise InvalidModel(f"{where}: test inference on synthetic input "
-                               f"({_given(inputs, sample)}) failed: {failure.error}") from failure
+            kind = TestRunFailed if isinstance(failure.error, EngineError) else InvalidModel
+            raise kind(f"{where}: test inference on synthetic input "
+                       f"({_given(inputs, sample)}) failed: {failure.error}") from failure
         raise InvalidModel(f"{where}: {failure}") from failure
     log.info("%s: %s", where, report.summary())
     return compile_record(report, names or {})

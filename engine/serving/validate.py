@@ -20,7 +20,7 @@ from engine.errors import EngineError
 from engine.runtime.loader import load_model
 from engine.serving.compile_step import compile_at_load
 from engine.serving.config import ModelConfig, TensorConfig, datatype_of
-from engine.serving.errors import InvalidModel, ServingError
+from engine.serving.errors import InvalidModel, ServingError, TestRunFailed
 from engine.serving.labels import read_labels
 from engine.serving.manifest import PARAMS_NAME, SYMBOL_NAME
 from engine.serving.postprocess_check import check_postprocess
@@ -204,9 +204,18 @@ def load_and_validate(version_dir: Path, config: ModelConfig, *, loader: Loader,
         model.concurrent_runs = concurrent_batches(model)
     memory, memory_skipped = _memory_check(model, graph_inputs, config.max_batch_size,
                                            memory_cap_bytes, where, sample)
-    compiled = compile_at_load(model, graph_inputs, sample, buckets, config.max_batch_size,
-                               where, {tensor.graph_name: tensor.name for tensor in inputs})
-    outputs = None if sample is None else synthetic_run(model, graph_inputs, sample, where)
+    names = {tensor.graph_name: tensor.name for tensor in inputs}
+    try:
+        compiled = compile_at_load(model, graph_inputs, sample, buckets, config.max_batch_size,
+                                   where, names)
+        outputs = None if sample is None else synthetic_run(model, graph_inputs, sample, where)
+    except TestRunFailed as failure:
+        # The model loads: serve it without the run, and say why in its checks.
+        sample, outputs = None, None
+        found = replace(found, skipped=f"{str(failure).removeprefix(where + ': ')}; give the "
+                        "inputs' shapes in config.json to have it run at others")
+        compiled = compile_at_load(model, graph_inputs, None, buckets, config.max_batch_size,
+                                   where, names)
     if sample is not None and buckets:
         warm_buckets(model, graph_inputs, sample, buckets, where)
     batched = config.max_batch_size > 0
@@ -400,14 +409,20 @@ def _memory_check(model: ServableModel, inputs: Sequence[TensorConfig], max_batc
 def synthetic_run(model: ServableModel, inputs: Sequence[TensorConfig],
                   sample: Mapping[str, tuple[int, ...]], where: str) -> dict[str, np.ndarray]:
     """Outputs of the model on zeros of the `sample` shapes (its plan compiled already by the
-    compile step, where the model has one); any failure refuses the model."""
+    compile step, where the model has one).
+
+    Raises:
+        TestRunFailed: the engine failed (a shape, a kernel); the load goes on without the run.
+        InvalidModel: anything else failed (memory, a bug), which refuses the model.
+    """
     arrays = {tensor.name: np.zeros(sample[tensor.name], tensor.dtype) for tensor in inputs}
     try:
         return model.infer(arrays)
     except Exception as error:  # noqa: BLE001 - any failure of the test run refuses the model
         given = ", ".join(f"{name} {array.shape} {array.dtype}" for name, array in arrays.items())
-        raise InvalidModel(f"{where}: test inference on synthetic input ({given}) failed: "
-                           f"{error}") from error
+        kind = TestRunFailed if isinstance(error, EngineError) else InvalidModel
+        raise kind(f"{where}: test inference on synthetic input ({given}) failed: "
+                   f"{error}") from error
 
 
 def check_memory(model: ServableModel, inputs: Sequence[TensorConfig], max_batch_size: int,

@@ -291,3 +291,24 @@ def test_a_completed_time_major_config_loads_again_the_same_way() -> None:
     again = parse_config(first.config.to_json(), "config.json")
     assert again.inputs == first.config.inputs and again.outputs == first.config.outputs
     assert _axes(_validate(LSTM, again)) == _axes(first)
+
+
+def test_a_test_run_failing_in_the_engine_is_skipped_and_said(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model that loads is served even when its synthetic run fails in the engine; the
+    checks carry the failure."""
+    from engine.errors import ExecutionError
+    from engine.runtime.model import Model
+
+    def fail(model: Model, inputs: Any) -> Any:
+        raise ExecutionError("node 'slice1' (slice): begin 3 is past the end on purpose")
+
+    monkeypatch.setattr(Model, "infer", fail)
+    validated = _validate(TRANSFORMER)
+    checks = checks_of(validated.model)
+    assert checks is not None and checks.sample is None
+    test = checks.as_dict()["test_inference"]
+    assert test["ran"] is False
+    assert "test inference on synthetic input (data0 (1, 1) float32" in test["reason"]
+    assert "begin 3 is past the end on purpose" in test["reason"]
+    assert validated.config.max_batch_size == 32
