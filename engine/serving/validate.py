@@ -193,10 +193,10 @@ def load_and_validate(version_dir: Path, config: ModelConfig, *, loader: Loader,
     graph_inputs = as_graph(inputs)
     sample = found.sample
     config = _limit_batch(config, model, found, where)
-    buckets = _buckets(config, model, inputs, where)
+    output_axes = _output_axes(config, model, found)
+    buckets = _buckets(config, model, inputs, output_axes, where)
     if hasattr(model, "batch_buckets"):  # before the compile step, which pads to them
         model.batch_buckets = buckets
-    output_axes = _output_axes(config, model, found)
     if hasattr(model, "batch_axes"):  # before any plan runs: what `keep_batch` checks
         model.batch_axes = None if config.max_batch_size == 0 else {
             **{tensor.graph_name: tensor.axis for tensor in inputs}, **output_axes}
@@ -267,16 +267,16 @@ def _output_axes(config: ModelConfig, model: ServableModel, found: Probe) -> dic
 
 
 def _buckets(config: ModelConfig, model: ServableModel, inputs: Sequence[TensorConfig],
-             where: str) -> tuple[int, ...] | None:
+             output_axes: Mapping[str, int], where: str) -> tuple[int, ...] | None:
     """The batch buckets: the config's, else the default; none without batching or where a
-    batch axis is not the first (buckets pad axis 0)."""
-    later = [tensor.name for tensor in inputs if tensor.axis]
+    batch axis is not the first (buckets pad inputs and cut outputs along axis 0)."""
+    later = {**{tensor.name: tensor.axis for tensor in inputs if tensor.axis},
+             **{name: axis for name, axis in output_axes.items() if axis}}
     if config.max_batch_size == 0 or later:
         if config.batch_buckets and later:
-            raise InvalidModel(f"{where}: batch_buckets pad the batch along axis 0, but input "
-                               f"{later[0]!r} has its batch at axis "
-                               f"{next(t.batch_axis for t in inputs if t.batch_axis)}; leave "
-                               "batch_buckets out")
+            name, axis = next(iter(later.items()))
+            raise InvalidModel(f"{where}: batch_buckets pad the batch along axis 0, but "
+                               f"{name!r} has its batch at axis {axis}; leave batch_buckets out")
         return None
     return config.batch_buckets or default_batch_buckets(config.max_batch_size, model)
 

@@ -312,3 +312,9 @@ def test_a_test_run_failing_in_the_engine_is_skipped_and_said(
     assert "test inference on synthetic input (data0 (1, 1) float32" in test["reason"]
     assert "begin 3 is past the end on purpose" in test["reason"]
     assert validated.config.max_batch_size == 32
+
+
+def test_batch_buckets_are_refused_for_a_later_batch_axis() -> None:
+    with pytest.raises(InvalidModel, match=r"batch_buckets pad the batch along axis 0, but "
+                                           r"'data' has its batch at axis 1"):
+        _validate(GRU, ModelConfig(max_batch_size=4, batch_buckets=(1, 2, 4)))
