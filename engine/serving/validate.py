@@ -18,6 +18,12 @@ import numpy as np
 
 from engine.errors import EngineError
 from engine.runtime.loader import load_model
+from engine.serving.batch_axes import (
+    batch_record,
+    outputs_batch_axes,
+    probe_config,
+    settled,
+)
 from engine.serving.compile_step import compile_at_load
 from engine.serving.config import ModelConfig, TensorConfig, datatype_of
 from engine.serving.errors import InvalidModel, ServingError, TestRunFailed
@@ -25,7 +31,7 @@ from engine.serving.labels import read_labels
 from engine.serving.manifest import PARAMS_NAME, SYMBOL_NAME
 from engine.serving.postprocess_check import check_postprocess
 from engine.serving.preprocess_check import check_preprocess
-from engine.serving.probe import Probe, probe, sample_or_ones, with_rows
+from engine.serving.probe import Probe, sample_or_ones, with_rows
 
 
 class Spec(Protocol):
@@ -187,13 +193,13 @@ def load_and_validate(version_dir: Path, config: ModelConfig, *, loader: Loader,
     except (EngineError, ValueError, TypeError, OSError) as error:
         raise InvalidModel(f"{where}: cannot load the model: {error}") from error
     inputs = complete_inputs(config.inputs, model, where)
-    found = _probe(model, config, inputs)
+    found = probe_config(model, config, as_graph(inputs))
     stated_unbatched = config.max_batch_size == 0
-    inputs = _settled(inputs, found)
+    inputs = settled(inputs, found)
     graph_inputs = as_graph(inputs)
     sample = found.sample
     config = _limit_batch(config, model, found, where)
-    output_axes = _output_axes(config, model, found)
+    output_axes = outputs_batch_axes(config, model.output_names, found)
     buckets = _buckets(config, model, inputs, output_axes, where)
     if hasattr(model, "batch_buckets"):  # before the compile step, which pads to them
         model.batch_buckets = buckets
@@ -231,39 +237,10 @@ def load_and_validate(version_dir: Path, config: ModelConfig, *, loader: Loader,
     checks = Checks.of(inputs, sample, memory, memory_skipped, config.max_batch_size > 0)
     _CHECKS[model] = replace(checks, skipped=found.skipped or checks.skipped,
                              preprocess=preprocess, postprocess=postprocess, compile=compiled,
-                             **_batch_record(full, stated_unbatched))
+                             **batch_record(full, stated_unbatched))
     if labels:
         _LABELS[model] = labels
     return Validated(model, full)
-
-
-def _probe(model: ServableModel, config: ModelConfig,
-           inputs: Sequence[TensorConfig]) -> Probe:
-    """`probe` for the completed `inputs`: ranks the config does not give may grow, batch
-    axes it gives are kept, and none is looked for with ``max_batch_size`` 0."""
-    given = {tensor.graph_name for tensor in config.inputs or () if tensor.shape is not None}
-    flexible = frozenset(tensor.graph_name for tensor in inputs) - given
-    output_axes = {tensor.graph_name: tensor.batch_axis for tensor in config.outputs or ()
-                   if tensor.batch_axis is not None}
-    return probe(model, as_graph(inputs), batching=config.max_batch_size != 0,
-                 flexible=flexible, output_axes=output_axes)
-
-
-def _settled(inputs: Sequence[TensorConfig], found: Probe) -> tuple[TensorConfig, ...]:
-    """`inputs` (clients' names) with the shapes and batch axes `probe` settled."""
-    settled = {tensor.name: tensor for tensor in found.inputs}
-    return tuple(tensor.model_copy(update={
-        "shape": settled[tensor.graph_name].shape,
-        "batch_axis": settled[tensor.graph_name].batch_axis or None})  # 0 goes unsaid
-        for tensor in inputs)
-
-
-def _output_axes(config: ModelConfig, model: ServableModel, found: Probe) -> dict[str, int]:
-    """Each output's batch axis by graph name: the config's, else the probe's, else 0."""
-    given = {tensor.graph_name: tensor.batch_axis for tensor in config.outputs or ()
-             if tensor.batch_axis is not None}
-    probed = found.output_axes or {}
-    return {name: given.get(name, probed.get(name, 0)) for name in model.output_names}
 
 
 def _buckets(config: ModelConfig, model: ServableModel, inputs: Sequence[TensorConfig],
@@ -279,18 +256,6 @@ def _buckets(config: ModelConfig, model: ServableModel, inputs: Sequence[TensorC
                                f"{name!r} has its batch at axis {axis}; leave batch_buckets out")
         return None
     return config.batch_buckets or default_batch_buckets(config.max_batch_size, model)
-
-
-def _batch_record(config: ModelConfig, stated_unbatched: bool) -> dict[str, Any]:
-    """The `Checks` fields saying where the batch lies, or why there is none."""
-    if config.max_batch_size > 0:
-        return {"batch_axes": {
-            "inputs": {tensor.name: tensor.axis for tensor in config.inputs or ()},
-            "outputs": {tensor.name: tensor.axis for tensor in config.outputs or ()}}}
-    return {"unbatched": "config.json sets max_batch_size 0" if stated_unbatched else (
-        "the inputs and outputs share no batch axis (at 2 and 3 rows shape inference found "
-        "none that every output follows), so requests run one at a time with whole shapes "
-        "(max_batch_size 0)")}
 
 
 def _on_gpu(model: Any) -> bool:
