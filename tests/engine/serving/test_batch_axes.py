@@ -318,3 +318,25 @@ def test_batch_buckets_are_refused_for_a_later_batch_axis() -> None:
     with pytest.raises(InvalidModel, match=r"batch_buckets pad the batch along axis 0, but "
                                            r"'data' has its batch at axis 1"):
         _validate(GRU, ModelConfig(max_batch_size=4, batch_buckets=(1, 2, 4)))
+
+
+def test_max_batch_size_0_serves_outputs_whose_rows_the_data_sets() -> None:
+    """What `max_batch_size` 1 must refuse (an output whose row count is the data's: no row
+    per request to answer with), whole shapes serve as they come."""
+    from tests.conformance.fixtures import op_cases
+
+    case = next(case for case in op_cases() if case["id"] == "npi_unique_counts")
+
+    def loader(_symbol: Path, _params: Path, *, device: str) -> Any:
+        return engine.load_model(case["symbol"], device=device, keep_batch=True)
+
+    validated = load_and_validate(Path("unused"), ModelConfig(max_batch_size=0), loader=loader,
+                                  device="cpu", where="upload")
+    assert validated.config.max_batch_size == 0
+    checks = checks_of(validated.model)
+    assert checks is not None
+    assert checks.as_dict()["batch_axes"] == {"batched": False,
+                                              "reason": "config.json sets max_batch_size 0"}
+    data = np.array([3.0, 1.0, 3.0, 2.0], np.float32)
+    outputs = validated.model.infer({validated.model.input_names[0]: data})
+    np.testing.assert_array_equal(outputs["op_output0"], [1.0, 2.0, 3.0])
