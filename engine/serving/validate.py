@@ -228,7 +228,8 @@ def load_and_validate(version_dir: Path, config: ModelConfig, *, loader: Loader,
     exact = all(dim > 0 for tensor in inputs for axis, dim in enumerate(tensor.shape)
                 if axis != tensor.axis or not batched)
     outputs_config = complete_outputs(config.outputs, model, outputs, where, exact,
-                                      None if config.max_batch_size == 0 else output_axes)
+                                      None if config.max_batch_size == 0 else output_axes,
+                                      graph_inputs)
     outputs_config, postprocess = check_postprocess(inputs, outputs_config, outputs, where)
     labels = read_labels(version_dir, outputs_config, where)
     preprocess = check_preprocess(model, inputs, sample, where, version_dir)
@@ -484,10 +485,11 @@ def _infer_input(index: int, spec: Spec, where: str,
 
 def complete_outputs(given: Sequence[TensorConfig] | None, model: ServableModel,
                      sample: Mapping[str, np.ndarray] | None, where: str,
-                     exact: bool = False, axes: Mapping[str, int] | None = None
-                     ) -> tuple[TensorConfig, ...]:
+                     exact: bool = False, axes: Mapping[str, int] | None = None,
+                     inputs: Sequence[TensorConfig] = ()) -> tuple[TensorConfig, ...]:
     """The config's outputs checked against the test run, or inferred from shape inference and
-    the test run (`sample`: its outputs, None when it was skipped).
+    the test run (`sample`: its outputs, None when it was skipped). `inputs` (graph names):
+    the completed inputs, whose shapes shape inference starts from where given.
 
     With `exact` (every input dimension was known), the test run's dimensions are the
     outputs'; otherwise a dimension shape inference left open may follow the input's, so -1.
@@ -497,11 +499,14 @@ def complete_outputs(given: Sequence[TensorConfig] | None, model: ServableModel,
     if sample is not None:
         _check_sample(names, sample, where, axes)
     specs = {spec.name: spec for spec in model.outputs}
+    settled = _settled_output_shapes(model, inputs)
 
     def inferred(index: int, name: str) -> TensorConfig:
         axis = None if axes is None else axes.get(name, 0)
-        return _infer_output(index, name, None if sample is None else sample[name],
-                             specs.get(name), exact, where, axis)
+        spec = specs.get(name)
+        known = settled.get(name) or (None if spec is None else spec.shape)
+        return _infer_output(index, name, None if sample is None else sample[name], known,
+                             None if spec is None else spec.dtype, exact, where, axis)
 
     if given is None:
         return tuple(inferred(index, name) for index, name in enumerate(names))
@@ -546,9 +551,24 @@ def _check_given_output(index: int, tensor: TensorConfig, array: np.ndarray,
                            f"the test run's output shape {list(array.shape)}")
 
 
-def _infer_output(index: int, name: str, array: np.ndarray | None, spec: Spec | None,
-                  exact: bool, where: str, axis: int | None = 0) -> TensorConfig:
-    known = None if spec is None else spec.shape
+def _settled_output_shapes(model: ServableModel, inputs: Sequence[TensorConfig]
+                           ) -> dict[str, tuple[int, ...]]:
+    """Output shapes (0: open) from shape inference over the completed inputs, whose ranks the
+    probe may have settled above the smallest the graph accepts ({}: none to ask)."""
+    check = getattr(model, "output_shapes", None)
+    if check is None or not inputs:
+        return {}
+    try:
+        shapes = check({tensor.name: tuple(max(dim, 0) for dim in tensor.shape)
+                        for tensor in inputs})
+    except EngineError:
+        return {}
+    return {name: shape for name, shape in shapes.items() if shape}
+
+
+def _infer_output(index: int, name: str, array: np.ndarray | None,
+                  known: tuple[int, ...] | None, dtype: np.dtype | None, exact: bool,
+                  where: str, axis: int | None = 0) -> TensorConfig:
     if array is not None:
         array = np.asarray(array)
         if exact or known is None or len(known) != array.ndim:
@@ -557,7 +577,7 @@ def _infer_output(index: int, name: str, array: np.ndarray | None, spec: Spec | 
         raise InvalidModel(f"{where}: outputs.{index}.shape (output {name!r}) cannot be "
                            "inferred: shape inference leaves its rank open and there was no "
                            "test run; write the outputs in config.json")
-    dtype = array.dtype if array is not None else (spec.dtype if spec else np.dtype(np.float32))
+    dtype = array.dtype if array is not None else (dtype or np.dtype(np.float32))
     try:
         datatype = datatype_of(dtype)
     except ValueError as error:

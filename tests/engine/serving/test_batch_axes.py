@@ -102,6 +102,9 @@ def test_the_masked_positions_take_the_rank_that_runs() -> None:
     config = validated.config
     assert config.inputs is not None
     assert [tensor.shape for tensor in config.inputs] == [(-1, -1), (-1, -1), (-1,), (-1, -1)]
+    assert config.outputs is not None  # the decoder's vocabulary, known at the settled rank
+    assert [tensor.shape for tensor in config.outputs] == [(-1, -1, 64), (-1, 64), (-1, 2),
+                                                           (-1, -1, 100)]
     checks = checks_of(validated.model)
     assert checks is not None and checks.skipped is None
     assert checks.sample == {"data0": (1, 1), "data1": (1, 1), "data2": (1,), "data3": (1, 1)}
