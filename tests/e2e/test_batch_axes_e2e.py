@@ -165,3 +165,25 @@ def _rows(name: str, inputs: dict[str, np.ndarray]) -> int:
     """A request's batch size: its first input's size along its batch axis."""
     first = next(iter(inputs.values()))
     return first.shape[AXES[name][0][0]]
+
+
+def test_a_raw_binary_request_is_one_row_at_the_batch_axis(
+        uploaded: tuple[Server, dict[str, dict[str, Any]]]) -> None:
+    """The GRU's tokens as bare bytes (Inference-Header-Content-Length 0): 6 steps of one
+    sequence, ``[6, 1]``, answered as MXNet answers batch 1."""
+    server, _ = uploaded
+    name = "gluonnlp_gru_lm_tnc"
+    inputs, expected = next((inputs, expected) for inputs, expected in model_io_sets(name)
+                            if _rows(name, inputs) == 1)
+    tokens = inputs["data"]
+    with httpx.Client(base_url=server.url, timeout=60) as http:
+        response = http.post(f"/v2/models/{name}/infer", content=tokens.tobytes(),
+                             headers={"Inference-Header-Content-Length": "0"})
+    assert response.status_code == 200, response.text
+    offset = length = int(response.headers["Inference-Header-Content-Length"])
+    header = json.loads(response.content[:length])
+    for tensor, want in zip(header["outputs"], expected):
+        size = tensor["parameters"]["binary_data_size"]
+        got = np.frombuffer(response.content[offset:offset + size], np.float32)
+        assert_close(got.reshape(tensor["shape"]), want, TOLERANCE, f"{name} raw {tensor}")
+        offset += size
