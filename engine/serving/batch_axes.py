@@ -44,13 +44,10 @@ def outputs_batch_axes(config: ModelConfig, output_names: Sequence[str], found: 
     return {name: given.get(name, probed.get(name, 0)) for name in output_names}
 
 
-def batch_record(config: ModelConfig, stated_unbatched: bool) -> dict[str, Any]:
-    """The `Checks` fields saying where the batch lies, or why there is none."""
+def batch_record(config: ModelConfig, unbatched: str | None) -> dict[str, Any]:
+    """The `Checks` fields saying where the batch lies, or why there is none (`unbatched`)."""
     if config.max_batch_size > 0:
         return {"batch_axes": {
             "inputs": {tensor.name: tensor.axis for tensor in config.inputs or ()},
             "outputs": {tensor.name: tensor.axis for tensor in config.outputs or ()}}}
-    return {"unbatched": "config.json sets max_batch_size 0" if stated_unbatched else (
-        "the inputs and outputs share no batch axis (at 2 and 3 rows shape inference found "
-        "none that every output follows), so requests run one at a time with whole shapes "
-        "(max_batch_size 0)")}
+    return {"unbatched": unbatched}

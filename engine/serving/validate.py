@@ -194,11 +194,10 @@ def load_and_validate(version_dir: Path, config: ModelConfig, *, loader: Loader,
         raise InvalidModel(f"{where}: cannot load the model: {error}") from error
     inputs = complete_inputs(config.inputs, model, where)
     found = probe_config(model, config, as_graph(inputs))
-    stated_unbatched = config.max_batch_size == 0
     inputs = settled(inputs, found)
     graph_inputs = as_graph(inputs)
     sample = found.sample
-    config = _limit_batch(config, model, found, where)
+    config, unbatched = _limit_batch(config, model, found, where)
     output_axes = outputs_batch_axes(config, model.output_names, found)
     buckets = _buckets(config, model, inputs, output_axes, where)
     if hasattr(model, "batch_buckets"):  # before the compile step, which pads to them
@@ -238,7 +237,7 @@ def load_and_validate(version_dir: Path, config: ModelConfig, *, loader: Loader,
     checks = Checks.of(inputs, sample, memory, memory_skipped, config.max_batch_size > 0)
     _CHECKS[model] = replace(checks, skipped=found.skipped or checks.skipped,
                              preprocess=preprocess, postprocess=postprocess, compile=compiled,
-                             **batch_record(full, stated_unbatched))
+                             **batch_record(full, unbatched))
     if labels:
         _LABELS[model] = labels
     return Validated(model, full)
@@ -300,29 +299,36 @@ def default_batch_buckets(max_batch_size: int, model: Any) -> tuple[int, ...] | 
 
 
 def _limit_batch(config: ModelConfig, model: ServableModel, found: Probe,
-                 where: str) -> ModelConfig:
+                 where: str) -> tuple[ModelConfig, str | None]:
     """`config` with ``max_batch_size`` 1 for a graph that takes one row only, or whose output
     shapes depend on the data (`Model.data_dependent`: a mask or unique over the batch would
-    mix the rows of different requests), and 0 where the inputs and outputs share no batch
-    axis; a config that asks for more is refused."""
+    mix the rows of different requests), and 0 where no batch axis can hold (the inputs and
+    outputs share none, or an output's row count is the data's); a config that asks for more
+    is refused. With it, why the model takes no batch (None: it takes one)."""
     sample = found.sample
     data_dependent = getattr(model, "data_dependent", None)
     if config.max_batch_size == 0:
-        return config
+        return config, "config.json sets max_batch_size 0"
+    unbatched = None
     if sample is not None and found.output_axes is None and data_dependent is None:
+        unbatched = (f"the inputs and outputs share no batch axis (at 2 and 3 rows, shape "
+                     f"inference found none that every output follows from the sample "
+                     f"{dict(sample)})")
+    elif data_dependent is not None:
+        unbatched = _data_sized_rows(model, sample, data_dependent)
+    if unbatched is not None:
         given = "max_batch_size" in config.model_fields_set
         if given or config.dynamic_batching.preferred_batch_sizes:
-            raise InvalidModel(
-                f"{where}: the inputs and outputs share no batch axis (at 2 and 3 rows, shape "
-                f"inference found none that every output follows from the sample "
-                f"{dict(sample)}), so config.json must not ask for max_batch_size "
-                f"{config.max_batch_size}; set max_batch_size 0 to serve whole shapes, or give "
-                "batch_axis for each input and output")
-        return config.model_copy(update={"max_batch_size": 0, "batch_buckets": None})
+            raise InvalidModel(f"{where}: {unbatched}, so config.json must not ask for "
+                               f"max_batch_size {config.max_batch_size}; set max_batch_size 0 "
+                               "to serve whole shapes, or give batch_axis for each input and "
+                               "output")
+        return (config.model_copy(update={"max_batch_size": 0, "batch_buckets": None}),
+                f"{unbatched}, so requests run one at a time with whole shapes "
+                "(max_batch_size 0)")
     if data_dependent is None and (sample is None or found.batches):
-        return config
+        return config, None
     if data_dependent is not None:
-        _refuse_data_dependent_rows(model, sample, data_dependent, where)
         why = (f"its output shapes depend on the data ({data_dependent}), so rows of different "
                "requests must not share a batch")
     else:
@@ -333,24 +339,21 @@ def _limit_batch(config: ModelConfig, model: ServableModel, found: Probe,
         raise InvalidModel(f"{where}: {why}, so config.json must not ask for max_batch_size "
                            f"{config.max_batch_size} or preferred_batch_sizes "
                            f"{list(config.dynamic_batching.preferred_batch_sizes)}")
-    return config.model_copy(update={"max_batch_size": 1})
+    return config.model_copy(update={"max_batch_size": 1}), None
 
 
-def _refuse_data_dependent_rows(model: ServableModel,
-                                sample: Mapping[str, tuple[int, ...]] | None,
-                                data_dependent: str, where: str) -> None:
-    """Refuse a graph whose outputs' row counts are set by the data (a bare ``nonzero``): a
-    server answers a request with one row per input row, which such an output cannot keep."""
+def _data_sized_rows(model: ServableModel, sample: Mapping[str, tuple[int, ...]] | None,
+                     data_dependent: str) -> str | None:
+    """Why a graph's output has no row per input row (its row count is set by the data: a
+    bare ``nonzero``), or None: a server answering each request by rows cannot serve it so."""
     check = getattr(model, "output_shapes", None)
     if sample is None or check is None:
-        return
+        return None
     shapes = check(sample)
     unsized = [name for name, shape in shapes.items() if shape and not shape[0]]
-    if unsized:
-        raise InvalidModel(f"{where}: output {unsized[0]!r} has a row count set by the data "
-                           f"({data_dependent}); a server answers each request with one row "
-                           "per input row, so it cannot serve this graph (engine.load_model "
-                           "runs it)")
+    if not unsized:
+        return None
+    return f"output {unsized[0]!r} has a row count set by the data ({data_dependent})"
 
 
 def as_graph(tensors: Sequence[TensorConfig]) -> tuple[TensorConfig, ...]:
