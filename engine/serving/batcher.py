@@ -233,8 +233,11 @@ class DynamicBatcher:
     def _checked_request(self, arrays: Mapping[str, np.ndarray], rows: int) -> _Request:
         """The queue entry of checked inputs; requests with equal keys can be joined (without
         a batch dimension, only a request's own key is equal to it)."""
-        if self.batch_axes is None:
-            key: Hashable = object()
+        if self._first_axis:  # the usual case, on every request: no look-up per input
+            key: Hashable = tuple(sorted((name, array.shape[1:], array.dtype.str)
+                                         for name, array in arrays.items()))
+        elif self.batch_axes is None:
+            key = object()
         else:
             key = tuple(sorted((name, _without(array.shape, self._axis(name)), array.dtype.str)
                                for name, array in arrays.items()))
