@@ -9,16 +9,25 @@ models) shapes that give an output another number of rows than the inputs are re
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from engine.errors import InputError, ShapeError
 from engine.graph.complete import upstream_inputs
 from engine.graph.infer import NodeShapeError, infer_shapes
+from engine.ops.shapes import is_known
 from engine.runtime.binding import Binding, TensorSpec
 from engine.runtime.lru import LRUCache
 from engine.runtime.signature import Signature
+
+
+class UnknownShape(NamedTuple):
+    """A node whose output shape inference leaves unknown: what it says, and the inputs the
+    node reads (through any path), whose shapes may be at fault."""
+
+    message: str
+    inputs: tuple[str, ...]
 
 
 class InputChecker:
@@ -30,6 +39,9 @@ class InputChecker:
         self.input_names = binding.input_names
         self.output_names = binding.output_names
         self.keep_batch = keep_batch
+        # Where the batch lies in each input and output, by name, for `keep_batch` (absent
+        # names: axis 0); None: the tensors have no batch dimension, nothing to keep.
+        self.batch_axes: dict[str, int] | None = {}
         self._param_shapes = binding.param_shapes
         self._declared = binding.declared_dtypes
         self.shape_cache: LRUCache[Signature, list] = LRUCache(cache_size)
@@ -93,22 +105,50 @@ class InputChecker:
         return {name: shapes[entry.node][entry.index]
                 for name, entry in zip(self.output_names, self.graph.heads)}
 
+    def unknown_shape(self, input_shapes: Mapping[str, tuple[int, ...]]
+                      ) -> UnknownShape | None:
+        """The first node whose output shape these input shapes leave unknown (a plan cannot
+        be compiled for them), or None when shape inference knows every one.
+
+        Raises:
+            InputError: the shapes do not fit (`misfit` says where).
+        """
+        known = {**self._param_shapes, **{name: tuple(shape)
+                                          for name, shape in input_shapes.items()}}
+        try:
+            shapes = infer_shapes(self.graph, known)
+        except ShapeError as error:
+            raise InputError(self.misfit(known, error, list(input_shapes))) from None
+        for node, outputs in zip(self.graph.nodes, shapes):
+            for slot, shape in enumerate(outputs):
+                if not is_known(shape):
+                    return UnknownShape(
+                        f"{node.describe()}: shape of output {slot} is unknown ({shape})",
+                        tuple(name for name in upstream_inputs(self.graph, node.name)
+                              if name in input_shapes))
+        return None
+
     def _check_batch(self, known: Mapping[str, tuple[int, ...]], shapes: list,
                      inputs: list[str]) -> None:
         """With `keep_batch`, refuse shapes that would give an output another number of rows
         than the inputs have (a reshape folding features into the batch): a server splits
-        outputs by rows, so such a request cannot be answered."""
-        rows = {known[name][0] for name in inputs if known[name]}
+        outputs by rows along their batch axes, so such a request cannot be answered."""
+        axes = self.batch_axes
+        if axes is None:
+            return
+        rows = {known[name][axes.get(name, 0)] for name in inputs
+                if len(known[name]) > axes.get(name, 0)}
         if len(rows) != 1:
             return
         want = rows.pop()
         for name, entry in zip(self.output_names, self.graph.heads):
-            shape = shapes[entry.node][entry.index]
-            if shape and shape[0] and shape[0] != want:
+            shape, axis = shapes[entry.node][entry.index], axes.get(name, 0)
+            if shape and len(shape) > axis and shape[axis] and shape[axis] != want:
                 given = ", ".join(f"{key!r} shape {list(known[key])}" for key in inputs)
+                where = "first" if axis == 0 else f"at axis {axis}"
                 raise InputError(f"input(s) {given} would give output {name!r} shape "
-                                 f"{list(shape)}: {shape[0]} rows for {want}; outputs must keep "
-                                 "the inputs' batch dimension first")
+                                 f"{list(shape)}: {shape[axis]} rows for {want}; outputs must "
+                                 f"keep the inputs' batch dimension {where}")
 
     def misfit(self, known: Mapping[str, tuple[int, ...]], error: ShapeError,
                inputs: list[str]) -> str:

@@ -20,9 +20,9 @@ from engine.runtime.binding import Binding, TensorSpec
 from engine.runtime.buffers import BatchBuffers, HostBatch, PlanBatch
 from engine.runtime.compile import CompileReport, CompileTarget, PlanCompiler
 from engine.runtime.floats import quiet_floats, restore_floats
-from engine.runtime.inputs import InputChecker
+from engine.runtime.inputs import InputChecker, UnknownShape
 from engine.runtime.interpreter import evaluate
-from engine.runtime.lru import DEFAULT_CAPACITY
+from engine.runtime.lru import DEFAULT_CAPACITY, LRUCache
 from engine.runtime.plan import Plan
 from engine.runtime.plan_cache import PlanCache, checked_buckets, run_bucketed
 from engine.runtime.row_split import RowSplitter
@@ -113,6 +113,28 @@ class Model:
     @concurrent_runs.setter
     def concurrent_runs(self, runs: int) -> None:
         self._cache.concurrent_runs = runs
+
+    @property
+    def batch_axes(self) -> dict[str, int] | None:
+        """Where the batch lies in each input and output, by name (absent: axis 0), as
+        ``keep_batch`` checks it; None: no batch dimension (nothing is checked)."""
+        return self._checker.batch_axes
+
+    @batch_axes.setter
+    def batch_axes(self, axes: Mapping[str, int] | None) -> None:
+        self._checker.batch_axes = None if axes is None else dict(axes)
+        self._checker.shape_cache = LRUCache(self._checker.shape_cache.capacity)
+        self._cache.uncheck(0)  # every signature goes through the checks again
+        if axes is None or any(axes.values()):
+            # Runs of rows are cut along axis 0, which is not this model's batch.
+            self._splitter.blocker = "its batch is not axis 0 of every tensor"
+            self.split_blocker = self._splitter.blocker
+
+    def unknown_shape(self, input_shapes: Mapping[str, tuple[int, ...]]
+                      ) -> UnknownShape | None:
+        """The node whose output shape these input shapes leave unknown (no plan compiles for
+        them), or None (see `InputChecker.unknown_shape`)."""
+        return self._checker.unknown_shape(input_shapes)
 
     def infer(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """Run the model; return outputs by name, in head order.

@@ -3,7 +3,10 @@
 Requests whose inputs have the same names, non-batch shapes and dtypes form a group; a group is
 dispatched when its rows reach `max_batch_size` or a preferred size, or when its oldest request
 has waited `max_queue_delay` (a delay that ran out while every batch slot was busy starts again
-when one frees). Each caller gets exactly its own rows back.
+when one frees). Each caller gets exactly its own rows back. Rows are joined and split along
+each tensor's batch axis: axis 0 unless `batch_axes` says otherwise (a time-major model's
+``[steps, batch]`` along axis 1); with `batch_axes` None, tensors have no batch dimension and
+every request runs alone, as it is.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from collections import deque
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -52,7 +56,8 @@ class BatchingPolicy:
         """The policy written in a model's config."""
         batching = config.dynamic_batching
         timeout = batching.timeout_us
-        return cls(config.max_batch_size, batching.max_queue_delay_us / 1e6,
+        # max_batch_size 0 (no batch dimension): each request is a batch of its own.
+        return cls(max(1, config.max_batch_size), batching.max_queue_delay_us / 1e6,
                    batching.preferred_batch_sizes, batching.max_queue_size,
                    None if timeout is None else timeout / 1e6, max_concurrent_batches)
 
@@ -67,7 +72,7 @@ class _Request:
 
 
 class DynamicBatcher:
-    """Combine concurrent requests to one model along the batch dimension (axis 0).
+    """Combine concurrent requests to one model along the batch dimension.
 
     Args:
         infer: the model's ``infer``; called from a worker thread with one batch.
@@ -77,7 +82,9 @@ class DynamicBatcher:
             ``policy.max_concurrent_batches`` threads, shut down by `close`.
         batch_buffers: where a batch of several requests is joined and how it runs (the
             model's `batch_buffers`: on a GPU, straight into a plan's pinned inputs); by
-            default fresh arrays run by ``infer``.
+            default fresh arrays run by ``infer``. Used only where every batch axis is 0.
+        batch_axes: each input's and output's batch axis by name (absent: 0); None: no batch
+            dimension, so requests are never joined (Triton's ``max_batch_size`` 0).
 
     Raises (from `submit`):
         InputError: inputs are not arrays with one common batch size in 1..max_batch_size.
@@ -94,9 +101,13 @@ class DynamicBatcher:
 
     def __init__(self, infer: InferFn, policy: BatchingPolicy, *, name: str = "model",
                  executor: Executor | None = None,
-                 batch_buffers: BatchBuffersFn | None = None) -> None:
+                 batch_buffers: BatchBuffersFn | None = None,
+                 batch_axes: Mapping[str, int] | None = MappingProxyType({})) -> None:
         self.infer = infer
-        self._batch_buffers = batch_buffers or self._host_batch
+        self.batch_axes = None if batch_axes is None else dict(batch_axes)
+        self._first_axis = batch_axes is not None and not any(batch_axes.values())
+        self._batch_buffers = (batch_buffers if batch_buffers and self._first_axis
+                               else self._host_batch)
         self.policy = policy
         self.name = name
         self.stats = BatcherStats()
@@ -195,14 +206,20 @@ class DynamicBatcher:
         if not isinstance(inputs, Mapping) or not inputs:
             raise InputError(f"{self.name}: inputs must be a non-empty mapping of name to array")
         arrays = {name: np.asarray(value) for name, value in inputs.items()}
-        rows = {name: array.shape[0] if array.ndim else None for name, array in arrays.items()}
+        if self.batch_axes is None:  # no batch dimension: one request is one run
+            return self._checked_request(arrays, 1)
+        rows = {name: array.shape[self._axis(name)] if array.ndim > self._axis(name) else None
+                for name, array in arrays.items()}
         if None in rows.values():
-            scalar = next(name for name, count in rows.items() if count is None)
-            raise InputError(f"{self.name}: input {scalar!r} is a scalar; inputs need a batch "
-                             "dimension first")
+            short = next(name for name, count in rows.items() if count is None)
+            what = ("is a scalar" if not arrays[short].ndim
+                    else f"has shape {list(arrays[short].shape)}")
+            raise InputError(f"{self.name}: input {short!r} {what}; inputs need a batch "
+                             f"dimension (axis {self._axis(short)})")
         sizes = set(rows.values())
         if len(sizes) != 1:
-            raise InputError(f"{self.name}: inputs disagree on the batch size (first dimension): "
+            raise InputError(f"{self.name}: inputs disagree on the batch size ("
+                             f"{'first dimension' if self._first_axis else 'batch axes'}): "
                              + ", ".join(f"{name} {count}" for name, count in rows.items()))
         size = sizes.pop()
         if not 1 <= size <= self.policy.max_batch_size:
@@ -210,11 +227,20 @@ class DynamicBatcher:
                              f"{self.policy.max_batch_size}; split the request")
         return self._checked_request(arrays, size)
 
-    @staticmethod
-    def _checked_request(arrays: Mapping[str, np.ndarray], rows: int) -> _Request:
-        """The queue entry of checked inputs; requests with equal keys can be joined."""
-        key = tuple(sorted((name, array.shape[1:], array.dtype.str)
-                           for name, array in arrays.items()))
+    def _axis(self, name: str) -> int:
+        return 0 if not self.batch_axes else self.batch_axes.get(name, 0)
+
+    def _checked_request(self, arrays: Mapping[str, np.ndarray], rows: int) -> _Request:
+        """The queue entry of checked inputs; requests with equal keys can be joined (without
+        a batch dimension, only a request's own key is equal to it)."""
+        if self._first_axis:  # the usual case, on every request: no look-up per input
+            key: Hashable = tuple(sorted((name, array.shape[1:], array.dtype.str)
+                                         for name, array in arrays.items()))
+        elif self.batch_axes is None:
+            key = object()
+        else:
+            key = tuple(sorted((name, _without(array.shape, self._axis(name)), array.dtype.str)
+                               for name, array in arrays.items()))
         future = asyncio.get_running_loop().create_future()
         return _Request(arrays, rows, key, future, time.monotonic())
 
@@ -337,8 +363,9 @@ class DynamicBatcher:
         for request in batch:
             stop = start + request.rows
             if not request.future.done():
-                request.future.set_result({name: array[start:stop]
-                                           for name, array in outputs.items()})
+                request.future.set_result(outputs if len(batch) == 1 else {
+                    name: array[_rows(array.ndim, self._axis(name), start, stop)]
+                    for name, array in outputs.items()})
                 self.stats.succeeded += 1
             start = stop
 
@@ -349,6 +376,10 @@ class DynamicBatcher:
         as it is; several are joined where `batch_buffers` says (one copy of each)."""
         if len(inputs) == 1:
             return self.infer(inputs[0])
+        if not self._first_axis:
+            return self.infer({name: np.concatenate([request[name] for request in inputs],
+                                                    axis=self._axis(name))
+                               for name in inputs[0]})
         with self._batch_buffers(inputs[0], rows) as batch:
             for name, buffer in batch.buffers.items():
                 join_rows(buffer, [request[name] for request in inputs])
@@ -358,15 +389,29 @@ class DynamicBatcher:
         return HostBatch(example, rows, self.infer)
 
     def _check_outputs(self, outputs: Mapping[str, np.ndarray], rows: int) -> None:
+        if self.batch_axes is None:
+            return
         for name, array in outputs.items():
-            length = array.shape[0] if getattr(array, "ndim", 0) else None
+            axis = self._axis(name)
+            length = array.shape[axis] if getattr(array, "ndim", 0) > axis else None
             if length != rows:
+                where = "first" if axis == 0 else f"at axis {axis}"
                 raise ExecutionError(f"{self.name}: output {name!r} has batch dimension "
                                      f"{length} for a batch of {rows} rows; outputs must keep "
-                                     "the batch dimension first")
+                                     f"the batch dimension {where}")
 
     def _fail(self, batch: Sequence[_Request], error: Exception) -> None:
         for request in batch:
             if not request.future.done():
                 request.future.set_exception(error)
                 self.stats.failed += 1
+
+
+def _without(shape: tuple[int, ...], axis: int) -> tuple[int, ...]:
+    """`shape` less its batch dimension at `axis`."""
+    return shape[:axis] + shape[axis + 1:]
+
+
+def _rows(ndim: int, axis: int, start: int, stop: int) -> tuple[slice, ...]:
+    """The index of rows `start` to `stop` along `axis` of an array of `ndim` dimensions."""
+    return (*(slice(None),) * axis, slice(start, stop)) if ndim > axis else ()

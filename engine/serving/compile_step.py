@@ -18,10 +18,11 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from engine.errors import EngineError
 from engine.runtime.compile import CompileFailed
 from engine.serving.config import TensorConfig
-from engine.serving.errors import InvalidModel
-from engine.serving.probe import sample_or_ones
+from engine.serving.errors import InvalidModel, TestRunFailed
+from engine.serving.probe import sample_or_ones, with_rows
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +50,9 @@ def compile_at_load(model: Any, inputs: Sequence[TensorConfig],
         report = compile_plans(load_targets(inputs, sample, buckets, max_batch_size))
     except CompileFailed as failure:
         if failure.target.purpose == TEST_RUN and sample is not None:
-            raise InvalidModel(f"{where}: test inference on synthetic input "
-                               f"({_given(inputs, sample)}) failed: {failure.error}") from failure
+            kind = TestRunFailed if isinstance(failure.error, EngineError) else InvalidModel
+            raise kind(f"{where}: test inference on synthetic input "
+                       f"({_given(inputs, sample)}) failed: {failure.error}") from failure
         raise InvalidModel(f"{where}: {failure}") from failure
     log.info("%s: %s", where, report.summary())
     return compile_record(report, names or {})
@@ -70,10 +72,9 @@ def load_targets(inputs: Sequence[TensorConfig], sample: Mapping[str, tuple[int,
     if sample is not None:
         targets.append(CompileTarget(TEST_RUN, dict(sample), dtypes))
         for rows in buckets or ():
-            shapes = {name: (rows, *shape[1:]) for name, shape in sample.items()}
+            shapes = with_rows(inputs, sample, rows)
             targets.append(CompileTarget(f"batch bucket {rows}", shapes, dtypes, spare=True))
-    largest = {name: (max_batch_size, *shape[1:])
-               for name, shape in sample_or_ones(inputs, sample).items()}
+    largest = with_rows(inputs, sample_or_ones(inputs, sample), max_batch_size or None)
     targets.append(CompileTarget(f"max_batch_size {max_batch_size}", largest, as_called=False,
                                  required=False))
     return targets

@@ -70,7 +70,10 @@ class TensorConfig(_Strict):
     `source` is the graph's name for the tensor when `name` renames it (MXNet calls an output
     ``<node>_output``); left out, the name is the graph's. `datatype` and `shape` (``-1``: batch
     or variable dimension) left out are completed from the graph on load, so a rename alone,
-    ``{"name": "probabilities", "source": "dense0_fwd_output"}``, is a whole entry. `labels`
+    ``{"name": "probabilities", "source": "dense0_fwd_output"}``, is a whole entry.
+    `batch_axis` is the dimension of `shape` that holds the batch (1 for a time-major tensor,
+    ``[steps, batch]``); left out, it is found on load (see `engine.serving.batch_axes`), and
+    it has no meaning with ``max_batch_size`` 0. `labels`
     (outputs only) names a file of class labels, one a line, for Triton's classification
     extension. `preprocess` (inputs only) turns an encoded image into the tensor (a preset's
     name or a pipeline; see `engine.serving.preprocess_config`). `postprocess` (outputs only):
@@ -82,6 +85,7 @@ class TensorConfig(_Strict):
     source: str | None = Field(None, min_length=1, max_length=256)
     datatype: str | None = None
     shape: tuple[StrictInt, ...] | None = Field(None, min_length=1, max_length=32)
+    batch_axis: StrictInt | None = Field(None, ge=0, lt=32)
     labels: str | None = None
     preprocess: PreprocessField | None = None
     postprocess: PostprocessField | None = None
@@ -105,8 +109,6 @@ class TensorConfig(_Strict):
     def _shape(cls, shape: tuple[int, ...] | None) -> tuple[int, ...] | None:
         if shape is None:
             return None
-        if shape[0] != -1:
-            raise ValueError(f"shape {list(shape)} must start with -1, the batch dimension")
         if any(dim == 0 or dim < -1 for dim in shape):
             raise ValueError(f"shape {list(shape)}: dimensions must be -1 (variable) or >= 1")
         return shape
@@ -124,6 +126,11 @@ class TensorConfig(_Strict):
     def graph_name(self) -> str:
         """The tensor's name in the graph: `source`, else `name`."""
         return self.source or self.name
+
+    @property
+    def axis(self) -> int:
+        """The batch's dimension in `shape` (`batch_axis`, 0 where it is not given)."""
+        return self.batch_axis or 0
 
     @property
     def dtype(self) -> np.dtype:
@@ -202,7 +209,8 @@ class ModelConfig(_Strict):
     name: str | None = None
     inputs: tuple[TensorConfig, ...] | None = None
     outputs: tuple[TensorConfig, ...] | None = None
-    max_batch_size: StrictInt = Field(32, ge=1, le=65536)
+    # 0: no batch dimension at all (Triton's meaning): shapes are whole, requests run alone.
+    max_batch_size: StrictInt = Field(32, ge=0, le=65536)
     dynamic_batching: DynamicBatchingConfig = DynamicBatchingConfig()
     # Rows a batch is padded up to, so that a few plans serve every batch size (None: on a GPU
     # powers of two up to max_batch_size, since each new size there compiles a plan, builds its
@@ -227,21 +235,52 @@ class ModelConfig(_Strict):
         if processed:
             raise ValueError(f"inputs {processed}: postprocess belongs to outputs")
         check_outputs(self.outputs or ())
+        for field in ("inputs", "outputs"):
+            for index, tensor in enumerate(getattr(self, field) or ()):
+                _check_batch_axis(f"{field}.{index}", tensor, self.max_batch_size)
         too_big = [size for size in self.dynamic_batching.preferred_batch_sizes
                    if size > self.max_batch_size]
         if too_big:
             raise ValueError(f"dynamic_batching.preferred_batch_sizes {too_big} exceed "
                              f"max_batch_size {self.max_batch_size}")
         buckets = self.batch_buckets or ()
-        if any(size < 1 or size > self.max_batch_size for size in buckets) or list(
+        if any(size < 1 or size > max(1, self.max_batch_size) for size in buckets) or list(
                 buckets) != sorted(set(buckets)):
             raise ValueError(f"batch_buckets {list(buckets)}: increasing sizes from 1 to "
                              f"max_batch_size {self.max_batch_size}")
         return self
 
+    def batch_axes(self) -> dict[str, int] | None:
+        """Each input's and output's batch axis by graph name (0 where none is given); None
+        with ``max_batch_size`` 0, where tensors have no batch dimension."""
+        if self.max_batch_size == 0:
+            return None
+        return {tensor.graph_name: tensor.axis
+                for tensor in (*(self.inputs or ()), *(self.outputs or ()))}
+
     def to_json(self) -> str:
         """The config as indented JSON, with defaults written out."""
         return self.model_dump_json(indent=2)
+
+
+def _check_batch_axis(field: str, tensor: TensorConfig, max_batch_size: int) -> None:
+    """A tensor's batch axis against its shape: with batching, a dimension of the shape, and
+    -1 there (any batch size); without (max_batch_size 0), none at all."""
+    if max_batch_size == 0:
+        if tensor.batch_axis is not None:
+            raise ValueError(f"{field}.batch_axis {tensor.batch_axis}: max_batch_size 0 means "
+                             "no batch dimension; leave batch_axis out")
+        return
+    if tensor.shape is None:
+        return
+    axis = tensor.axis
+    if axis >= len(tensor.shape):
+        raise ValueError(f"{field}.batch_axis {axis} is not a dimension of shape "
+                         f"{list(tensor.shape)}")
+    if tensor.shape[axis] != -1:
+        where = "start with -1" if tensor.batch_axis is None else f"have -1 at axis {axis}"
+        raise ValueError(f"{field}.shape {list(tensor.shape)} must {where}, the batch "
+                         "dimension (or set batch_axis, or max_batch_size 0 for no batch)")
 
 
 def _unique(field: str, what: str, values: Sequence[str]) -> None:

@@ -51,5 +51,10 @@ class InvalidModel(ServingError, ModelFormatError):
     """A model version or its config failed validation (parse, ops, params, shapes, test run)."""
 
 
+class TestRunFailed(InvalidModel):
+    """The test inference on synthetic input failed in the engine (a shape, a kernel): the
+    model loads, so its load goes on without the run, and its checks say why."""
+
+
 class MemoryBudgetExceeded(ServingError):
     """Loading a version would take the repository past its configured memory budget."""

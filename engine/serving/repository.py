@@ -504,7 +504,8 @@ class ModelRepository:
                                             concurrent_batches(validated.model))
         batcher = DynamicBatcher(validated.model.infer, policy, executor=self._compute,
                                  name=f"model {name!r} version {version}",
-                                 batch_buffers=getattr(validated.model, "batch_buffers", None))
+                                 batch_buffers=getattr(validated.model, "batch_buffers", None),
+                                 batch_axes=validated.config.batch_axes())
         return LoadedVersion(name, version, validated.model, validated.config, batcher,
                              manifest_digest=identity[0], config_digest=identity[1])
 

@@ -18,14 +18,20 @@ import numpy as np
 
 from engine.errors import EngineError
 from engine.runtime.loader import load_model
+from engine.serving.batch_axes import (
+    batch_record,
+    outputs_batch_axes,
+    probe_config,
+    settled,
+)
 from engine.serving.compile_step import compile_at_load
 from engine.serving.config import ModelConfig, TensorConfig, datatype_of
-from engine.serving.errors import InvalidModel, ServingError
+from engine.serving.errors import InvalidModel, ServingError, TestRunFailed
 from engine.serving.labels import read_labels
 from engine.serving.manifest import PARAMS_NAME, SYMBOL_NAME
 from engine.serving.postprocess_check import check_postprocess
 from engine.serving.preprocess_check import check_preprocess
-from engine.serving.probe import find_sample_shapes, sample_or_ones, takes_batches
+from engine.serving.probe import Probe, sample_or_ones, with_rows
 
 
 class Spec(Protocol):
@@ -68,6 +74,9 @@ class Checks:
     variable_dims: dict[str, list[int]]
     sample: dict[str, tuple[int, ...]] | None
     skipped: str | None = None
+    # Each input's and output's batch axis (None: no batching, `unbatched` says why).
+    batch_axes: dict[str, dict[str, int]] | None = None
+    unbatched: str | None = None
     memory_bytes: int | None = None
     memory_skipped: str | None = None
     preprocess: dict[str, Any] | None = None  # `check_preprocess`'s record; None: no pipeline
@@ -76,18 +85,21 @@ class Checks:
 
     @classmethod
     def of(cls, inputs: Sequence[TensorConfig], sample: Mapping[str, tuple[int, ...]] | None,
-           memory_bytes: int | None, memory_skipped: str | None) -> Checks:
+           memory_bytes: int | None, memory_skipped: str | None,
+           batched: bool = True) -> Checks:
         """The record of a validation that completed `inputs` and found `sample` (keyed by
-        graph names; recorded under the names clients use)."""
+        graph names; recorded under the names clients use); `batched` False: the inputs have
+        no batch axis (``max_batch_size`` 0), so every open dimension is variable."""
         variable = {tensor.name: [axis for axis, dim in enumerate(tensor.shape)
-                                  if axis > 0 and dim < 0] for tensor in inputs}
+                                  if dim < 0 and (axis != tensor.axis or not batched)]
+                    for tensor in inputs}
         if sample is not None:
             sample = {tensor.name: sample[tensor.graph_name] for tensor in inputs}
         skipped = None if sample is not None else (
             "no small input shape tried fits the graph (see docs/models.md); give the "
             "variable dimensions in config.json to have it run")
-        return cls(variable, None if sample is None else dict(sample), skipped, memory_bytes,
-                   memory_skipped)
+        return cls(variable, None if sample is None else dict(sample), skipped,
+                   memory_bytes=memory_bytes, memory_skipped=memory_skipped)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: each check with ``ran`` and what it found or why it was skipped."""
@@ -104,9 +116,13 @@ class Checks:
         compiled = ({"ran": True, **self.compile} if self.compile is not None else
                     {"ran": False, "reason": "the model has no compile step: its plans, if "
                      "any, compile when first run"})
+        batching: dict[str, Any] = (
+            {"batched": True, **self.batch_axes} if self.batch_axes is not None
+            else {"batched": False, "reason": self.unbatched})
         checks = {"parsed": True, "ops_known": True, "params_match": True,
                   "shape_inference": {"ran": True, "variable_dims": self.variable_dims},
-                  "test_inference": test, "memory_estimate": memory, "compile": compiled}
+                  "batch_axes": batching, "test_inference": test, "memory_estimate": memory,
+                  "compile": compiled}
         if self.postprocess is not None:
             checks["postprocess"] = self.postprocess
         return checks if self.preprocess is None else {**checks, "preprocess": self.preprocess}
@@ -177,33 +193,69 @@ def load_and_validate(version_dir: Path, config: ModelConfig, *, loader: Loader,
     except (EngineError, ValueError, TypeError, OSError) as error:
         raise InvalidModel(f"{where}: cannot load the model: {error}") from error
     inputs = complete_inputs(config.inputs, model, where)
+    found = probe_config(model, config, as_graph(inputs))
+    inputs = settled(inputs, found)
     graph_inputs = as_graph(inputs)
-    sample = find_sample_shapes(model, graph_inputs)
-    config = _limit_batch(config, model, sample, where)
-    buckets = config.batch_buckets or default_batch_buckets(config.max_batch_size, model)
+    sample = found.sample
+    config, unbatched = _limit_batch(config, model, found, where)
+    output_axes = outputs_batch_axes(config, model.output_names, found)
+    buckets = _buckets(config, model, inputs, output_axes, where)
     if hasattr(model, "batch_buckets"):  # before the compile step, which pads to them
         model.batch_buckets = buckets
+    if hasattr(model, "batch_axes"):  # before any plan runs: what `keep_batch` checks
+        model.batch_axes = None if config.max_batch_size == 0 else {
+            **{tensor.graph_name: tensor.axis for tensor in inputs}, **output_axes}
     if hasattr(model, "concurrent_runs"):
         model.concurrent_runs = concurrent_batches(model)
     memory, memory_skipped = _memory_check(model, graph_inputs, config.max_batch_size,
                                            memory_cap_bytes, where, sample)
-    compiled = compile_at_load(model, graph_inputs, sample, buckets, config.max_batch_size,
-                               where, {tensor.graph_name: tensor.name for tensor in inputs})
-    outputs = None if sample is None else synthetic_run(model, graph_inputs, sample, where)
+    names = {tensor.graph_name: tensor.name for tensor in inputs}
+    try:
+        compiled = compile_at_load(model, graph_inputs, sample, buckets, config.max_batch_size,
+                                   where, names)
+        outputs = None if sample is None else synthetic_run(model, graph_inputs, sample, where)
+    except TestRunFailed as failure:
+        # The model loads: serve it without the run, and say why in its checks.
+        sample, outputs = None, None
+        found = replace(found, skipped=f"{str(failure).removeprefix(where + ': ')}; give the "
+                        "inputs' shapes in config.json to have it run at others")
+        compiled = compile_at_load(model, graph_inputs, None, buckets, config.max_batch_size,
+                                   where, names)
     if sample is not None and buckets:
         warm_buckets(model, graph_inputs, sample, buckets, where)
-    exact = all(dim > 0 for tensor in inputs for dim in tensor.shape[1:])
-    outputs_config = complete_outputs(config.outputs, model, outputs, where, exact)
+    batched = config.max_batch_size > 0
+    exact = all(dim > 0 for tensor in inputs for axis, dim in enumerate(tensor.shape)
+                if axis != tensor.axis or not batched)
+    outputs_config = complete_outputs(config.outputs, model, outputs, where, exact,
+                                      None if config.max_batch_size == 0 else output_axes,
+                                      graph_inputs)
     outputs_config, postprocess = check_postprocess(inputs, outputs_config, outputs, where)
     labels = read_labels(version_dir, outputs_config, where)
     preprocess = check_preprocess(model, inputs, sample, where, version_dir)
     full = ModelConfig.model_validate({**config.model_dump(), "inputs": inputs,
                                        "outputs": outputs_config, "batch_buckets": buckets})
-    _CHECKS[model] = replace(Checks.of(inputs, sample, memory, memory_skipped),
-                             preprocess=preprocess, postprocess=postprocess, compile=compiled)
+    checks = Checks.of(inputs, sample, memory, memory_skipped, config.max_batch_size > 0)
+    _CHECKS[model] = replace(checks, skipped=found.skipped or checks.skipped,
+                             preprocess=preprocess, postprocess=postprocess, compile=compiled,
+                             **batch_record(full, unbatched))
     if labels:
         _LABELS[model] = labels
     return Validated(model, full)
+
+
+def _buckets(config: ModelConfig, model: ServableModel, inputs: Sequence[TensorConfig],
+             output_axes: Mapping[str, int], where: str) -> tuple[int, ...] | None:
+    """The batch buckets: the config's, else the default; none without batching or where a
+    batch axis is not the first (buckets pad inputs and cut outputs along axis 0)."""
+    later = {**{tensor.name: tensor.axis for tensor in inputs if tensor.axis},
+             **{name: axis for name, axis in output_axes.items() if axis}}
+    if config.max_batch_size == 0 or later:
+        if config.batch_buckets and later:
+            name, axis = next(iter(later.items()))
+            raise InvalidModel(f"{where}: batch_buckets pad the batch along axis 0, but "
+                               f"{name!r} has its batch at axis {axis}; leave batch_buckets out")
+        return None
+    return config.batch_buckets or default_batch_buckets(config.max_batch_size, model)
 
 
 def _on_gpu(model: Any) -> bool:
@@ -226,7 +278,7 @@ def warm_buckets(model: ServableModel, inputs: Sequence[TensorConfig],
     (`compile_at_load`) compiled them before; a model without one compiles them here."""
     warm = getattr(model, "warm", None)
     for rows in buckets:
-        shapes = {name: (rows, *shape[1:]) for name, shape in sample.items()}
+        shapes = with_rows(inputs, sample, rows)
         if warm is None:
             synthetic_run(model, inputs, shapes, where)
             continue
@@ -246,16 +298,37 @@ def default_batch_buckets(max_batch_size: int, model: Any) -> tuple[int, ...] | 
     return tuple(sorted(sizes | {max_batch_size}))
 
 
-def _limit_batch(config: ModelConfig, model: ServableModel,
-                 sample: Mapping[str, tuple[int, ...]] | None, where: str) -> ModelConfig:
+def _limit_batch(config: ModelConfig, model: ServableModel, found: Probe,
+                 where: str) -> tuple[ModelConfig, str | None]:
     """`config` with ``max_batch_size`` 1 for a graph that takes one row only, or whose output
     shapes depend on the data (`Model.data_dependent`: a mask or unique over the batch would
-    mix the rows of different requests); a config that asks for more is refused."""
+    mix the rows of different requests), and 0 where no batch axis can hold (the inputs and
+    outputs share none, or an output's row count is the data's); a config that asks for more
+    is refused. With it, why the model takes no batch (None: it takes one)."""
+    sample = found.sample
     data_dependent = getattr(model, "data_dependent", None)
-    if data_dependent is None and (sample is None or takes_batches(model, sample)):
-        return config
+    if config.max_batch_size == 0:
+        return config, "config.json sets max_batch_size 0"
+    unbatched = None
+    if sample is not None and found.output_axes is None and data_dependent is None:
+        unbatched = (f"the inputs and outputs share no batch axis (at 2 and 3 rows, shape "
+                     f"inference found none that every output follows from the sample "
+                     f"{dict(sample)})")
+    elif data_dependent is not None:
+        unbatched = _data_sized_rows(model, sample, data_dependent)
+    if unbatched is not None:
+        given = "max_batch_size" in config.model_fields_set
+        if given or config.dynamic_batching.preferred_batch_sizes:
+            raise InvalidModel(f"{where}: {unbatched}, so config.json must not ask for "
+                               f"max_batch_size {config.max_batch_size}; set max_batch_size 0 "
+                               "to serve whole shapes, or give batch_axis for each input and "
+                               "output")
+        return (config.model_copy(update={"max_batch_size": 0, "batch_buckets": None}),
+                f"{unbatched}, so requests run one at a time with whole shapes "
+                "(max_batch_size 0)")
+    if data_dependent is None and (sample is None or found.batches):
+        return config, None
     if data_dependent is not None:
-        _refuse_data_dependent_rows(model, sample, data_dependent, where)
         why = (f"its output shapes depend on the data ({data_dependent}), so rows of different "
                "requests must not share a batch")
     else:
@@ -266,24 +339,21 @@ def _limit_batch(config: ModelConfig, model: ServableModel,
         raise InvalidModel(f"{where}: {why}, so config.json must not ask for max_batch_size "
                            f"{config.max_batch_size} or preferred_batch_sizes "
                            f"{list(config.dynamic_batching.preferred_batch_sizes)}")
-    return config.model_copy(update={"max_batch_size": 1})
+    return config.model_copy(update={"max_batch_size": 1}), None
 
 
-def _refuse_data_dependent_rows(model: ServableModel,
-                                sample: Mapping[str, tuple[int, ...]] | None,
-                                data_dependent: str, where: str) -> None:
-    """Refuse a graph whose outputs' row counts are set by the data (a bare ``nonzero``): a
-    server answers a request with one row per input row, which such an output cannot keep."""
+def _data_sized_rows(model: ServableModel, sample: Mapping[str, tuple[int, ...]] | None,
+                     data_dependent: str) -> str | None:
+    """Why a graph's output has no row per input row (its row count is set by the data: a
+    bare ``nonzero``), or None: a server answering each request by rows cannot serve it so."""
     check = getattr(model, "output_shapes", None)
     if sample is None or check is None:
-        return
+        return None
     shapes = check(sample)
     unsized = [name for name, shape in shapes.items() if shape and not shape[0]]
-    if unsized:
-        raise InvalidModel(f"{where}: output {unsized[0]!r} has a row count set by the data "
-                           f"({data_dependent}); a server answers each request with one row "
-                           "per input row, so it cannot serve this graph (engine.load_model "
-                           "runs it)")
+    if not unsized:
+        return None
+    return f"output {unsized[0]!r} has a row count set by the data ({data_dependent})"
 
 
 def as_graph(tensors: Sequence[TensorConfig]) -> tuple[TensorConfig, ...]:
@@ -308,14 +378,20 @@ def _memory_check(model: ServableModel, inputs: Sequence[TensorConfig], max_batc
 def synthetic_run(model: ServableModel, inputs: Sequence[TensorConfig],
                   sample: Mapping[str, tuple[int, ...]], where: str) -> dict[str, np.ndarray]:
     """Outputs of the model on zeros of the `sample` shapes (its plan compiled already by the
-    compile step, where the model has one); any failure refuses the model."""
+    compile step, where the model has one).
+
+    Raises:
+        TestRunFailed: the engine failed (a shape, a kernel); the load goes on without the run.
+        InvalidModel: anything else failed (memory, a bug), which refuses the model.
+    """
     arrays = {tensor.name: np.zeros(sample[tensor.name], tensor.dtype) for tensor in inputs}
     try:
         return model.infer(arrays)
     except Exception as error:  # noqa: BLE001 - any failure of the test run refuses the model
         given = ", ".join(f"{name} {array.shape} {array.dtype}" for name, array in arrays.items())
-        raise InvalidModel(f"{where}: test inference on synthetic input ({given}) failed: "
-                           f"{error}") from error
+        kind = TestRunFailed if isinstance(error, EngineError) else InvalidModel
+        raise kind(f"{where}: test inference on synthetic input ({given}) failed: "
+                   f"{error}") from error
 
 
 def check_memory(model: ServableModel, inputs: Sequence[TensorConfig], max_batch_size: int,
@@ -323,14 +399,13 @@ def check_memory(model: ServableModel, inputs: Sequence[TensorConfig], max_batch
                  sample: Mapping[str, tuple[int, ...]] | None = None) -> int | None:
     """Refuse a model whose estimated memory at ``max_batch_size`` is over ``cap`` bytes.
 
-    Variable dimensions take their size in `sample` (else 1). Returns the estimate, or None
-    when the model cannot estimate.
+    Variable dimensions take their size in `sample` (else 1); ``max_batch_size`` 0 estimates
+    the whole shapes. Returns the estimate, or None when the model cannot estimate.
     """
     estimate = getattr(model, "estimate_activation_bytes", None)
     if estimate is None:
         return None
-    shapes = {name: (max_batch_size, *shape[1:])
-              for name, shape in sample_or_ones(inputs, sample).items()}
+    shapes = with_rows(inputs, sample_or_ones(inputs, sample), max_batch_size or None)
     try:
         needed = model.param_bytes + estimate(shapes)
     except EngineError as error:
@@ -382,8 +457,10 @@ def check_sources(field: str, given: Sequence[TensorConfig], graph_names: list[s
 
 def _filled(tensor: TensorConfig, inferred: TensorConfig) -> TensorConfig:
     """`tensor` with the datatype and shape it leaves out taken from `inferred`."""
+    axis = tensor.batch_axis if tensor.batch_axis is not None else inferred.batch_axis
     return tensor.model_copy(update={"datatype": tensor.datatype or inferred.datatype,
-                                     "shape": tensor.shape or inferred.shape})
+                                     "shape": tensor.shape or inferred.shape,
+                                     "batch_axis": axis})
 
 
 def _infer_input(index: int, spec: Spec, where: str,
@@ -403,28 +480,36 @@ def _infer_input(index: int, spec: Spec, where: str,
         raise InvalidModel(f"{where}: inputs.{index}.datatype: {error}") from None
     if shape is None:
         assert spec.shape is not None  # checked above
-        # The first dimension is the batch, whatever the graph says: the batcher stacks rows.
-        shape = (-1, *(dim if dim > 0 else -1 for dim in spec.shape[1:]))
+        # -1 where the graph leaves a dimension open; the batch axis is one of them (or axis
+        # 0, opened by `probe`), found later.
+        shape = tuple(dim if dim > 0 else -1 for dim in spec.shape)
     return TensorConfig(name=spec.name, datatype=datatype, shape=shape)
 
 
 def complete_outputs(given: Sequence[TensorConfig] | None, model: ServableModel,
                      sample: Mapping[str, np.ndarray] | None, where: str,
-                     exact: bool = False) -> tuple[TensorConfig, ...]:
+                     exact: bool = False, axes: Mapping[str, int] | None = None,
+                     inputs: Sequence[TensorConfig] = ()) -> tuple[TensorConfig, ...]:
     """The config's outputs checked against the test run, or inferred from shape inference and
-    the test run (`sample`: its outputs, None when it was skipped).
+    the test run (`sample`: its outputs, None when it was skipped). `inputs` (graph names):
+    the completed inputs, whose shapes shape inference starts from where given.
 
     With `exact` (every input dimension was known), the test run's dimensions are the
     outputs'; otherwise a dimension shape inference left open may follow the input's, so -1.
+    `axes`: each output's batch axis by graph name (absent: 0); None: no batch dimension.
     """
     names = list(model.output_names)
     if sample is not None:
-        _check_sample(names, sample, where)
+        _check_sample(names, sample, where, axes)
     specs = {spec.name: spec for spec in model.outputs}
+    settled = _settled_output_shapes(model, inputs)
 
     def inferred(index: int, name: str) -> TensorConfig:
-        return _infer_output(index, name, None if sample is None else sample[name],
-                             specs.get(name), exact, where)
+        axis = None if axes is None else axes.get(name, 0)
+        spec = specs.get(name)
+        known = settled.get(name) or (None if spec is None else spec.shape)
+        return _infer_output(index, name, None if sample is None else sample[name], known,
+                             None if spec is None else spec.dtype, exact, where, axis)
 
     if given is None:
         return tuple(inferred(index, name) for index, name in enumerate(names))
@@ -435,18 +520,26 @@ def complete_outputs(given: Sequence[TensorConfig] | None, model: ServableModel,
             _check_given_output(index, tensor, np.asarray(sample[tensor.graph_name]), where)
         if tensor.datatype is None or tensor.shape is None:
             tensor = _filled(tensor, inferred(index, tensor.graph_name))
+        elif tensor.batch_axis is None and axes and axes.get(tensor.graph_name):
+            tensor = tensor.model_copy(update={"batch_axis": axes[tensor.graph_name]})
         completed.append(tensor)
     return tuple(completed)
 
 
-def _check_sample(names: list[str], sample: Mapping[str, np.ndarray], where: str) -> None:
+def _check_sample(names: list[str], sample: Mapping[str, np.ndarray], where: str,
+                  axes: Mapping[str, int] | None) -> None:
     if list(sample) != names:
         raise InvalidModel(f"{where}: the test run returned outputs {list(sample)}; the graph "
                            f"names {names}")
+    if axes is None:
+        return
     for name, array in sample.items():
-        if np.ndim(array) == 0 or np.shape(array)[0] != 1:
+        axis = axes.get(name, 0)
+        if np.ndim(array) <= axis or np.shape(array)[axis] != 1:
+            where_batch = "first" if axis == 0 else f"at axis {axis}"
             raise InvalidModel(f"{where}: output {name!r} has shape {np.shape(array)} for a "
-                               "batch of 1 row; outputs must keep the batch dimension first")
+                               f"batch of 1 row; outputs must keep the batch dimension "
+                               f"{where_batch}")
 
 
 def _check_given_output(index: int, tensor: TensorConfig, array: np.ndarray,
@@ -456,14 +549,29 @@ def _check_given_output(index: int, tensor: TensorConfig, array: np.ndarray,
         raise InvalidModel(f"{where}: outputs.{index}.datatype is {tensor.datatype}, but the "
                            f"model returns {datatype_of(array.dtype)}")
     if tensor.shape is not None and (len(tensor.shape) != array.ndim or any(
-            dim not in (-1, got) for dim, got in zip(tensor.shape[1:], array.shape[1:]))):
+            dim not in (-1, got) for dim, got in zip(tensor.shape, array.shape))):
         raise InvalidModel(f"{where}: outputs.{index}.shape {list(tensor.shape)} does not fit "
                            f"the test run's output shape {list(array.shape)}")
 
 
-def _infer_output(index: int, name: str, array: np.ndarray | None, spec: Spec | None,
-                  exact: bool, where: str) -> TensorConfig:
-    known = None if spec is None else spec.shape
+def _settled_output_shapes(model: ServableModel, inputs: Sequence[TensorConfig]
+                           ) -> dict[str, tuple[int, ...]]:
+    """Output shapes (0: open) from shape inference over the completed inputs, whose ranks the
+    probe may have settled above the smallest the graph accepts ({}: none to ask)."""
+    check = getattr(model, "output_shapes", None)
+    if check is None or not inputs:
+        return {}
+    try:
+        shapes = check({tensor.name: tuple(max(dim, 0) for dim in tensor.shape)
+                        for tensor in inputs})
+    except EngineError:
+        return {}
+    return {name: shape for name, shape in shapes.items() if shape}
+
+
+def _infer_output(index: int, name: str, array: np.ndarray | None,
+                  known: tuple[int, ...] | None, dtype: np.dtype | None, exact: bool,
+                  where: str, axis: int | None = 0) -> TensorConfig:
     if array is not None:
         array = np.asarray(array)
         if exact or known is None or len(known) != array.ndim:
@@ -472,13 +580,16 @@ def _infer_output(index: int, name: str, array: np.ndarray | None, spec: Spec | 
         raise InvalidModel(f"{where}: outputs.{index}.shape (output {name!r}) cannot be "
                            "inferred: shape inference leaves its rank open and there was no "
                            "test run; write the outputs in config.json")
-    dtype = array.dtype if array is not None else (spec.dtype if spec else np.dtype(np.float32))
+    dtype = array.dtype if array is not None else (dtype or np.dtype(np.float32))
     try:
         datatype = datatype_of(dtype)
     except ValueError as error:
         raise InvalidModel(f"{where}: output {name!r}: {error}") from None
-    return TensorConfig(name=name, datatype=datatype,
-                        shape=(-1, *(dim if dim > 0 else -1 for dim in known[1:])))
+    if axis is not None and axis >= len(known):
+        raise InvalidModel(f"{where}: outputs.{index} (output {name!r}) has shape "
+                           f"{list(known)}, without a dimension {axis} for the batch")
+    return TensorConfig(name=name, datatype=datatype, batch_axis=axis or None, shape=tuple(
+        -1 if dim <= 0 or position == axis else dim for position, dim in enumerate(known)))
 
 
 def _check_known_dims(field: str, shape: tuple[int, ...], spec: Spec, model: ServableModel,
@@ -500,17 +611,18 @@ def _check_known_dims(field: str, shape: tuple[int, ...], spec: Spec, model: Ser
                            f"graph gives input {spec.name!r} {len(spec.shape)}: "
                            f"{list(spec.shape)}{problem}")
     for axis, (dim, known) in enumerate(zip(shape, spec.shape)):
-        if axis > 0 and dim > 0 and known > 0 and dim != known:
+        if dim > 0 and known > 0 and dim != known:
             raise InvalidModel(f"{where}: {field} {list(shape)} has {dim} at dimension {axis}; "
                                f"the graph gives input {spec.name!r} {list(spec.shape)}")
 
 
 def input_shapes(inputs: Sequence[TensorConfig], rows: int,
                  model: object | None = None) -> dict[str, tuple[int, ...]]:
-    """Input shapes with `rows` rows for memory estimates, by graph name: variable dimensions
-    take the size the upload's test run used for `model` (see `Checks.sample`), else 1."""
+    """Input shapes with `rows` rows (at each batch axis; 0: no batch, ``max_batch_size`` 0)
+    for memory estimates, by graph name: variable dimensions take the size the upload's test
+    run used for `model` (see `Checks.sample`), else 1."""
     checks = None if model is None else checks_of(model)
     sample = None if checks is None or checks.sample is None else {
         tensor.graph_name: checks.sample[tensor.name] for tensor in inputs}
-    return {name: (rows, *shape[1:])
-            for name, shape in sample_or_ones(as_graph(inputs), sample).items()}
+    graph_inputs = as_graph(inputs)
+    return with_rows(graph_inputs, sample_or_ones(graph_inputs, sample), rows or None)

@@ -56,8 +56,8 @@ def check_inputs(handle: LoadedVersion, arrays: Mapping[str, np.ndarray],
                  datatypes: Mapping[str, str] | None = None) -> int:
     """400 unless `arrays` are exactly the config's inputs, with its datatypes and shapes
     (BYTES for an input with a preprocess pipeline: images or texts), agreeing on a batch size
-    in 1..max_batch_size; that batch size. `datatypes` must be given for BYTES tensors (object
-    arrays).
+    (each along its batch axis) in 1..max_batch_size; that batch size (1 with max_batch_size
+    0: whole shapes, no batch). `datatypes` must be given for BYTES tensors (object arrays).
 
     The one check of a request's inputs: the batcher takes them as they are (its ``rows``),
     and the model checks each new shape once, when it compiles its plan.
@@ -70,17 +70,27 @@ def check_inputs(handle: LoadedVersion, arrays: Mapping[str, np.ndarray],
         spec = specs[name]
         given = datatypes[name] if datatypes is not None else datatype_of(array.dtype)
         if (given != spec.datatype or not _shape_fits(spec.shape, array.shape)
-                or array.shape[0] > max_rows):
+                or (max_rows and _rows_of(spec, array) > max_rows)):
             # Images for a pipeline input are checked here, off the plain tensors' path.
             if given == BYTES and name in handle.pipelines:
                 _check_rows(handle, spec.name, array, (1,), "[N] or [N, 1], one encoded image "
                             "per batch row", "images")
             else:
                 _refuse_tensor(handle, spec, array, given)
-    sizes = {array.shape[0] for array in arrays.values()}  # ranks >= 1: config shapes are
-    if len(sizes) != 1 or 0 in sizes:                       # [-1, ...]
-        _refuse_rows(handle, arrays)
+    if not max_rows:
+        return 1
+    # Each shape fits its config's, which has a dimension at its batch axis.
+    sizes = {_rows_of(specs[name], array) for name, array in arrays.items()}
+    if len(sizes) != 1 or 0 in sizes:
+        _refuse_rows(handle, arrays, specs)
     return sizes.pop()
+
+
+def _rows_of(spec: TensorConfig, array: np.ndarray) -> int:
+    """The rows of a request's tensor: its size along the config's batch axis (a BYTES
+    tensor for a pipeline: its first)."""
+    axis = spec.axis if spec.axis < array.ndim else 0
+    return array.shape[axis] if array.ndim else 0
 
 
 def texts_sent(handle: LoadedVersion, arrays: Mapping[str, np.ndarray]
@@ -130,13 +140,16 @@ def _check_rows(handle: LoadedVersion, name: str, array: np.ndarray, widths: tup
                          f"max_batch_size is {handle.config.max_batch_size}, split the request")
 
 
-def _refuse_rows(handle: LoadedVersion, arrays: Mapping[str, np.ndarray]) -> NoReturn:
+def _refuse_rows(handle: LoadedVersion, arrays: Mapping[str, np.ndarray],
+                 specs: Mapping[str, TensorConfig]) -> NoReturn:
     """The 400 for inputs of no rows, or disagreeing on their number (as the batcher words
     it for its own callers)."""
-    if len(arrays) > 1 and len({array.shape[0] for array in arrays.values()}) > 1:
-        raise BadRequest(f"{where(handle)}: inputs disagree on the batch size (first "
-                         "dimension): " + ", ".join(f"{name} {array.shape[0]}"
-                                                    for name, array in arrays.items()))
+    rows = {name: _rows_of(specs[name], array) for name, array in arrays.items()}
+    if len(arrays) > 1 and len(set(rows.values())) > 1:
+        first = all(specs[name].axis == 0 for name in arrays)
+        raise BadRequest(f"{where(handle)}: inputs disagree on the batch size ("
+                         f"{'first dimension' if first else 'batch axes'}): "
+                         + ", ".join(f"{name} {count}" for name, count in rows.items()))
     raise BadRequest(f"{where(handle)}: batch size 0 is outside 1..max_batch_size "
                      f"{handle.config.max_batch_size}; send at least one row")
 
@@ -200,7 +213,8 @@ def _refuse_tensor(handle: LoadedVersion, spec: TensorConfig, array: np.ndarray,
     if not _shape_fits(spec.shape, array.shape):
         raise BadRequest(f"{where(handle)}: input {name!r} has shape {list(array.shape)}; "
                          f"expected {list(spec.shape)} (-1: any size)")
-    raise BadRequest(f"{where(handle)}: input {name!r} has {array.shape[0]} rows; "
+    axis = "" if spec.axis == 0 else f" (along its batch axis {spec.axis})"
+    raise BadRequest(f"{where(handle)}: input {name!r} has {_rows_of(spec, array)} rows{axis}; "
                      f"max_batch_size is {handle.config.max_batch_size}, split the request")
 
 

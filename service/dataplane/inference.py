@@ -187,7 +187,8 @@ class InferenceService:
                              "input only, send a JSON header naming each input")
         spec = specs[0]
         return v2.decode_raw_request(body, spec.name, spec.datatype, spec.shape,
-                                     self.max_tensor_elements)
+                                     self.max_tensor_elements,
+                                     spec.axis if handle.config.max_batch_size else None)
 
     @staticmethod
     def requested_outputs(handle: LoadedVersion, outputs: list[RequestedOutput] | None,

@@ -23,12 +23,15 @@ def model_config(repository: ModelRepository, name: str,
     config = handle.config
     batching = config.dynamic_batching
     labels = {spec.name: spec.labels for spec in config.outputs or () if spec.labels}
+    # Where each tensor's batch lies (Triton's dims leave it out); None: no batch dimension.
+    axes = ({spec.name: spec.axis for spec in (*(config.inputs or ()), *(config.outputs or ()))}
+            if config.max_batch_size else None)
     return types.TritonModelConfig(
         name=handle.name, platform=metadata.PLATFORM,
         version_policy=_version_policy(config.version_policy),
         max_batch_size=config.max_batch_size,
-        input=[_tensor(tensor) for tensor in metadata.tensors(config.inputs)],
-        output=[_tensor(tensor, labels.get(tensor.name))
+        input=[_tensor(tensor, axes) for tensor in metadata.tensors(config.inputs)],
+        output=[_tensor(tensor, axes, labels.get(tensor.name))
                 for tensor in metadata.tensors(config.outputs)],
         dynamic_batching=types.TritonDynamicBatching(
             preferred_batch_size=list(batching.preferred_batch_sizes),
@@ -46,11 +49,17 @@ def data_type(datatype: str) -> str:
     return "TYPE_STRING" if datatype == BYTES else f"TYPE_{datatype}"
 
 
-def _tensor(tensor: types.TensorMetadata, labels: str | None = None) -> types.TritonTensor:
-    """Every HybridServe tensor has the batch dimension first, and Triton's `dims` leave it out
-    (max_batch_size is at least 1). A tensor of the batch dimension alone (one image a row) is
-    Triton's ``dims: [1]`` with an empty reshape."""
-    dims = tensor.shape[1:]
+def _tensor(tensor: types.TensorMetadata, axes: dict[str, int] | None,
+            labels: str | None = None) -> types.TritonTensor:
+    """Triton's `dims` leave the batch dimension out: the first for most models, the one at a
+    tensor's batch axis for others (a time-major model's second), none with max_batch_size 0
+    (whole shapes). A tensor of the batch dimension alone (one image a row) is Triton's
+    ``dims: [1]`` with an empty reshape."""
+    if axes is None:
+        dims = list(tensor.shape)
+    else:
+        axis = axes.get(tensor.name, 0)  # a postprocess's extra tensors keep the batch first
+        dims = tensor.shape[:axis] + tensor.shape[axis + 1:]
     return types.TritonTensor(name=tensor.name, data_type=data_type(tensor.datatype),
                               dims=dims or [1],
                               reshape=None if dims else types.TritonReshape(shape=[]),

@@ -81,6 +81,16 @@ class ShapeInferenceCheck(CheckRan):
     variable_dims: dict[str, list[int]] = Field(default_factory=dict)
 
 
+class BatchAxesCheck(BaseModel):
+    """Where the batch lies in each input and output (found from the graph on load or given
+    in config.json), or why the model takes no batch (max_batch_size 0)."""
+
+    batched: bool
+    inputs: dict[str, int] = Field(default_factory=dict)
+    outputs: dict[str, int] = Field(default_factory=dict)
+    reason: str | None = None
+
+
 class TestInferenceCheck(CheckRan):
     """One synthetic run of the model; the input shapes it ran at."""
 
@@ -147,6 +157,7 @@ class ValidationChecks(BaseModel):
     params_match: bool = Field(description="parameters and graph variables match in names "
                                "and shapes")
     shape_inference: ShapeInferenceCheck
+    batch_axes: BatchAxesCheck | None = None
     test_inference: TestInferenceCheck
     memory_estimate: MemoryCheck
     compile: CompileCheck | None = None

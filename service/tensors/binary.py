@@ -56,12 +56,13 @@ def array_from_bytes(data: bytes | memoryview, dtype: np.dtype,
     return np.frombuffer(data, dtype=dtype.newbyteorder("<")).reshape(shape)
 
 
-def raw_shape(template: Sequence[int], size: int, itemsize: int, where: str
-              ) -> tuple[int, ...]:
+def raw_shape(template: Sequence[int], size: int, itemsize: int, where: str,
+              batch_axis: int | None = 0) -> tuple[int, ...]:
     """The shape of a raw binary request's tensor (Triton's binary-data extension: a body of
-    tensor bytes alone, Inference-Header-Content-Length 0): one row of the config's shape,
-    whose one variable dimension, if any, follows from the byte count."""
-    dims = list(template[1:])
+    tensor bytes alone, Inference-Header-Content-Length 0): one row of the config's shape (1
+    at `batch_axis`; None: the shape has no batch dimension), whose one variable dimension,
+    if any, follows from the byte count."""
+    dims = [dim for axis, dim in enumerate(template) if axis != batch_axis]
     variable = [axis for axis, dim in enumerate(dims) if dim == -1]
     if len(variable) > 1:
         raise BadRequest(f"{where}: a raw binary request (Inference-Header-Content-Length 0) "
@@ -77,8 +78,15 @@ def raw_shape(template: Sequence[int], size: int, itemsize: int, where: str
         dims[variable[0]] = size // row
     elif size != row:
         raise BadRequest(f"{where}: a raw binary request is one row of {row} bytes (shape "
-                         f"{[1, *dims]}), got {size} bytes")
-    return (1, *dims)
+                         f"{list(_with_row(dims, batch_axis))}), got {size} bytes")
+    return _with_row(dims, batch_axis)
+
+
+def _with_row(dims: Sequence[int], batch_axis: int | None) -> tuple[int, ...]:
+    """`dims` with one row inserted at `batch_axis` (None: as they are)."""
+    if batch_axis is None:
+        return tuple(dims)
+    return (*dims[:batch_axis], 1, *dims[batch_axis:])
 
 
 def bytes_from_binary(data: memoryview, shape: tuple[int, ...], where: str) -> np.ndarray:

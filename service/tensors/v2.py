@@ -175,12 +175,12 @@ def decode_v2_request(body: bytes, header_length: int | None, max_elements: int,
 
 
 def decode_raw_request(body: bytes, name: str, datatype: str, template: Sequence[int],
-                       max_elements: int) -> V2Request:
-    """A raw binary request for the model's one input `name`; every output comes back as
-    binary data, as the extension says."""
+                       max_elements: int, batch_axis: int | None = 0) -> V2Request:
+    """A raw binary request for the model's one input `name` (one row at `batch_axis`; None:
+    no batch dimension); every output comes back as binary data, as the extension says."""
     where = f"input {name!r}"
     dtype = dtype_of(datatype, where)
-    shape = binary.raw_shape(template, len(body), dtype.itemsize, where)
+    shape = binary.raw_shape(template, len(body), dtype.itemsize, where, batch_axis)
     check_elements(math.prod(shape), max_elements, where)
     return V2Request({name: binary.array_from_bytes(body, dtype, shape)}, {name: datatype},
                      binary_output=True)

@@ -32,6 +32,10 @@ CONTROL_FLOW = EXTRA / "control_flow"
 # Exports with a data-dependent shape (tools/mxnet_fixtures/generate_dynamic.py), kept apart for
 # the same reason: their masks select among the rows of the whole batch.
 DYNAMIC = EXTRA / "dynamic"
+# GluonNLP exports as users make them for serving (generate_models.py's SERVING_MODELS), with
+# their own layouts: the language models are time-major, so their batch is axis 1. Kept apart
+# from `model_names`, whose tests batch and split along axis 0.
+SERVING = EXTRA / "serving"
 
 DEFAULT_TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
 FLOAT16_TOLERANCE = {"rtol": 1e-2, "atol": 1e-2}
@@ -76,9 +80,14 @@ def control_flow_names() -> list[str]:
     return sorted(path.name for path in CONTROL_FLOW.iterdir() if path.is_dir())
 
 
+def serving_names() -> list[str]:
+    """Names of the serving exports (see `SERVING`)."""
+    return sorted(path.name for path in SERVING.iterdir() if path.is_dir())
+
+
 def model_dir(name: str) -> Path:
     """The folder holding one conformance model, whichever set it belongs to."""
-    for folder in (*MODEL_DIRS, CONTROL_FLOW, DYNAMIC):
+    for folder in (*MODEL_DIRS, CONTROL_FLOW, DYNAMIC, SERVING):
         if (folder / name).is_dir():
             return folder / name
     raise KeyError(f"no conformance model named {name!r}")

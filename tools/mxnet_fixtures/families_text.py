@@ -22,17 +22,17 @@ class Translator(mx.gluon.HybridBlock):
     that read input ranks off the graph (an Embedding alone accepts any rank).
     """
 
-    def __init__(self, **kwargs: object) -> None:
+    def __init__(self, units: int = 16, vocab: int = VOCAB, **kwargs: object) -> None:
         super().__init__(**kwargs)
         encoder, decoder, _ = get_transformer_encoder_decoder(
-            num_layers=1, num_heads=2, units=16, hidden_size=32, dropout=0.0,
+            num_layers=1, num_heads=2, units=units, hidden_size=2 * units, dropout=0.0,
             max_src_length=16, max_tgt_length=16)
         with self.name_scope():
-            self.src_embed = nn.Embedding(VOCAB, 16)
-            self.tgt_embed = nn.Embedding(VOCAB, 16)
+            self.src_embed = nn.Embedding(vocab, units)
+            self.tgt_embed = nn.Embedding(vocab, units)
             self.encoder = encoder
             self.decoder = decoder
-            self.project = nn.Dense(VOCAB, flatten=False)
+            self.project = nn.Dense(vocab, flatten=False)
 
     def hybrid_forward(self, F, src, src_length, tgt, tgt_length):  # noqa: N803
         memory, _ = self.encoder(self.src_embed(src), valid_length=src_length)
@@ -121,3 +121,88 @@ class ArcFaceNet(mx.gluon.HybridBlock):
 
 def build_arcface() -> mx.gluon.HybridBlock:
     return ArcFaceNet()
+
+
+# Exports as GluonNLP users make them for serving: every block exported as it is, with its own
+# layout (the language models stay time-major), small but not toy-sized, batches of 1 and 4.
+SERVING_VOCAB = 100
+
+
+def build_bert_masked() -> mx.gluon.HybridBlock:
+    """GluonNLP's BERTModel with pooler, next-sentence classifier and masked-LM decoder: 2
+    layers, 64 units, vocabulary 100; inputs token ids, token types, valid length and masked
+    positions."""
+    encoder = nlp.model.BERTEncoder(num_layers=2, units=64, hidden_size=128, max_length=64,
+                                    num_heads=4, dropout=0.0, output_attention=False,
+                                    output_all_encodings=False)
+    return nlp.model.BERTModel(encoder, vocab_size=SERVING_VOCAB, token_type_vocab_size=2,
+                               units=64, embed_size=64, use_pooler=True, use_decoder=True,
+                               use_classifier=True)
+
+
+def bert_masked_batches(rng: np.random.Generator) -> Batches:
+    batches = []
+    for size in (1, 4):
+        length, masked = 8, 3
+        batches.append({
+            "data0": rng.integers(0, SERVING_VOCAB, (size, length)).astype(np.float32),
+            "data1": rng.integers(0, 2, (size, length)).astype(np.float32),
+            "data2": rng.integers(2, length + 1, (size,)).astype(np.float32),
+            "data3": np.stack([rng.choice(length, masked, replace=False)
+                               for _ in range(size)]).astype(np.float32),
+        })
+    return batches
+
+
+class StatefulLM(mx.gluon.HybridBlock):
+    """GluonNLP's StandardRNN called with its begin states as inputs, as a streaming client
+    feeds them back: tokens (steps, batch), states (layers, batch, units), all time-major."""
+
+    def __init__(self, mode: str, **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.model = nlp.model.StandardRNN(mode, SERVING_VOCAB, 32, 32, 2, dropout=0.0,
+                                               tie_weights=False)
+
+    def hybrid_forward(self, F, tokens, *states):  # noqa: N803 (Gluon's signature)
+        return self.model(tokens, list(states))
+
+
+def build_lstm_lm_tnc() -> mx.gluon.HybridBlock:
+    """2 LSTM layers of 32 units with the begin states as inputs (h and c)."""
+    return StatefulLM("lstm")
+
+
+def build_gru_lm_tnc() -> mx.gluon.HybridBlock:
+    """GluonNLP's StandardRNN GRU (2 layers, 32 units) exported as it is: tokens in, its own
+    zero begin state, logits and the final state out, all time-major."""
+    return nlp.model.StandardRNN("gru", SERVING_VOCAB, 32, 32, 2, dropout=0.0,
+                                     tie_weights=False)
+
+
+def lstm_tnc_batches(rng: np.random.Generator) -> Batches:
+    """Tokens (6 steps, batch) with h and c (2 layers, batch, 32)."""
+    return [{"data0": rng.integers(0, SERVING_VOCAB, (6, size)).astype(np.float32),
+             "data1": rng.normal(0, 0.5, (2, size, 32)).astype(np.float32),
+             "data2": rng.normal(0, 0.5, (2, size, 32)).astype(np.float32)}
+            for size in (1, 4)]
+
+
+def gru_tnc_batches(rng: np.random.Generator) -> Batches:
+    """Tokens, time-major: 6 steps, batch 1 and 4."""
+    return [{"data": rng.integers(0, SERVING_VOCAB, (6, size)).astype(np.float32)}
+            for size in (1, 4)]
+
+
+def build_transformer_small() -> mx.gluon.HybridBlock:
+    """The Translator above at 32 units, 1 encoder and 1 decoder layer."""
+    return Translator(units=32, vocab=SERVING_VOCAB)
+
+
+def transformer_small_batches(rng: np.random.Generator) -> Batches:
+    return [{
+        "data0": rng.integers(0, SERVING_VOCAB, (size, 7)).astype(np.float32),
+        "data1": rng.integers(1, 8, (size,)).astype(np.float32),
+        "data2": rng.integers(0, SERVING_VOCAB, (size, 5)).astype(np.float32),
+        "data3": rng.integers(1, 6, (size,)).astype(np.float32),
+    } for size in (1, 4)]

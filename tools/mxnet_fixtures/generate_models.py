@@ -139,6 +139,24 @@ MODELS = (
 )
 
 
+# Exported as they are for serving, with their own layouts (time-major language models
+# included), to ``<out>/serving/<name>``: what a configless upload must serve as MXNet runs it.
+SERVING_MODELS = (
+    ModelSpec("gluonnlp_bert_masked", "gluonnlp.model.BERTModel with pooler, classifier and "
+              "masked-LM decoder: 2 layers, 64 units, 4 heads, vocab 100; batches 1 and 4",
+              51, text.build_bert_masked, text.bert_masked_batches),
+    ModelSpec("gluonnlp_lstm_lm_tnc", "gluonnlp StandardRNN LSTM LM (TNC), 2 layers, 32 units, "
+              "begin states as inputs; batches 1 and 4", 52, text.build_lstm_lm_tnc,
+              text.lstm_tnc_batches),
+    ModelSpec("gluonnlp_gru_lm_tnc", "gluonnlp StandardRNN GRU LM (TNC) exported as it is, "
+              "2 layers, 32 units; batches 1 and 4", 53, text.build_gru_lm_tnc,
+              text.gru_tnc_batches),
+    ModelSpec("gluonnlp_transformer_small", "gluonnlp Transformer encoder-decoder, 1 layer "
+              "each, 32 units, vocab 100, valid lengths; batches 1 and 4", 54,
+              text.build_transformer_small, text.transformer_small_batches),
+)
+
+
 def randomise_batchnorm(block: mx.gluon.HybridBlock, rng: np.random.Generator) -> None:
     """Give every BatchNorm non-trivial running statistics, gamma and beta."""
     for name, param in block.collect_params().items():
@@ -258,14 +276,16 @@ def write_meta(spec: ModelSpec, folder: Path, first: dict[str, np.ndarray],
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True,
-                        help="fixture root; models go to <out>/models/<name>")
+                        help="fixture root; models go to <out>/models/<name>, the serving "
+                        "set to <out>/serving/<name>")
     parser.add_argument("--only", nargs="*", help="export just these model names")
     args = parser.parse_args()
-    for spec in MODELS:
-        if args.only and spec.name not in args.only:
-            continue
-        export(spec, args.out)
-        print(f"exported {spec.name}")
+    for group, specs in (("models", MODELS), ("serving", SERVING_MODELS)):
+        for spec in specs:
+            if args.only and spec.name not in args.only:
+                continue
+            export(spec, args.out, group)
+            print(f"exported {group}/{spec.name}")
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ def test_empty_config_takes_defaults() -> None:
 
 
 @pytest.mark.parametrize("change, field", [
-    ({"max_batch_size": 0}, "max_batch_size"),
+    ({"max_batch_size": -1}, "max_batch_size"),
     ({"inputs": [{"name": "data", "datatype": "FP32", "shape": [1, 512]}]}, "inputs.0.shape"),
     ({"inputs": [{"name": "data", "datatype": "FP32", "shape": [-1, 0]}]}, "inputs.0.shape"),
     ({"inputs": [{"name": "data", "datatype": "COMPLEX", "shape": [-1]}]}, "inputs.0.datatype"),

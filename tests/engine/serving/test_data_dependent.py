@@ -13,7 +13,7 @@ import engine
 from engine.serving.batcher import BatchingPolicy, DynamicBatcher
 from engine.serving.config import ModelConfig
 from engine.serving.errors import InvalidModel
-from engine.serving.validate import load_and_validate
+from engine.serving.validate import checks_of, load_and_validate
 from tests.conformance.fixtures import assert_close, model_io_sets, op_cases
 from tests.engine.serving.helpers import run
 from tests.engine.serving.test_configless import _validate
@@ -39,17 +39,34 @@ def test_a_config_asking_a_data_dependent_model_for_batches_is_refused_with_the_
         _validate(NAME, ModelConfig(max_batch_size=4))
 
 
-def test_a_graph_whose_output_rows_are_set_by_the_data_is_refused_at_load() -> None:
+def _unique_counts(config: ModelConfig) -> Any:
     case = next(case for case in op_cases() if case["id"] == "npi_unique_counts")
 
     def loader(_symbol: Path, _params: Path, *, device: str) -> Any:
         return engine.load_model(case["symbol"], device=device, keep_batch=True)
 
+    return load_and_validate(Path("unused"), config, loader=loader, device="cpu",
+                             where="upload")
+
+
+def test_a_graph_whose_output_rows_are_set_by_the_data_is_served_whole() -> None:
+    """No row per input row to answer with, so no batch: whole shapes, one request a run."""
+    validated = _unique_counts(ModelConfig())
+    assert validated.config.max_batch_size == 0
+    checks = checks_of(validated.model)
+    assert checks is not None
+    reason = checks.as_dict()["batch_axes"]["reason"]
+    assert reason.startswith("output 'op_output0' has a row count set by the data (node 'op' "
+                             "(_npi_unique) returns one entry per distinct value")
+    assert reason.endswith("requests run one at a time with whole shapes (max_batch_size 0)")
+
+
+def test_a_graph_whose_output_rows_are_set_by_the_data_refuses_a_stated_batch() -> None:
     with pytest.raises(InvalidModel, match=r"upload: output 'op_output0' has a row count set by "
                                            r"the data \(node 'op' \(_npi_unique\) returns one "
-                                           r"entry per distinct value.*cannot serve this graph"):
-        load_and_validate(Path("unused"), ModelConfig(), loader=loader, device="cpu",
-                          where="upload")
+                                           r"entry per distinct value.*must not ask for "
+                                           r"max_batch_size 4; set max_batch_size 0"):
+        _unique_counts(ModelConfig(max_batch_size=4))
 
 
 def test_concurrent_requests_each_get_their_own_answer() -> None:

@@ -221,7 +221,7 @@ def test_failed_upload_leaves_previous_version_serving_and_nothing_behind(tmp_pa
         with pytest.raises(InvalidModel, match="unknown op on purpose"):
             await repo.add_version("m", fake_symbol(broken=True), b"p")
         with pytest.raises(InvalidModel, match="config"):
-            await repo.add_version("m", fake_symbol(2), b"p", config={"max_batch_size": 0})
+            await repo.add_version("m", fake_symbol(2), b"p", config={"max_batch_size": -1})
         assert repo.get("m").version == 1
         await repo.close()
 

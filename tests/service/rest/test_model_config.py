@@ -82,3 +82,25 @@ def test_unknown_models_and_versions_are_404(tmp_path: Path) -> None:
         assert missing.status_code == 404 and "nothing" in missing.text
         assert version.status_code == 404 and "9" in version.text
     run(scenario())
+
+
+def test_dims_leave_out_the_batch_at_its_axis_or_nothing_without_one(tmp_path: Path) -> None:
+    """A time-major GRU language model batches along axis 1, so Triton's dims leave that one
+    out; with max_batch_size 0 they are the whole shapes."""
+    name = "gluonnlp_gru_lm_tnc"
+
+    async def scenario() -> None:
+        async with serving(settings_for(tmp_path), models=()) as (client, runtime):
+            symbol, params = files_for(name)
+            await runtime.repository.add_version(name, symbol, params)
+            batched = (await client.get(f"/v2/models/{name}/config")).json()
+            await runtime.repository.add_version(name, symbol, params,
+                                                 config={"max_batch_size": 0})
+            whole = (await client.get(f"/v2/models/{name}/config")).json()
+        assert batched["max_batch_size"] == 32
+        assert [tensor["dims"] for tensor in batched["input"]] == [[-1]]
+        assert [tensor["dims"] for tensor in batched["output"]] == [[-1, 100], [2, 32]]
+        assert whole["max_batch_size"] == 0
+        assert [tensor["dims"] for tensor in whole["input"]] == [[-1, -1]]
+        assert [tensor["dims"] for tensor in whole["output"]] == [[-1, -1, 100], [2, -1, 32]]
+    run(scenario())

@@ -205,6 +205,16 @@ def test_raw_binary_shape_follows_from_the_byte_count() -> None:
         codecs.raw_shape((-1, 3, -1), 20, 4, "input 'x'")
 
 
+def test_raw_binary_row_lies_at_the_batch_axis() -> None:
+    """A time-major model's tokens ``[steps, batch]``: the steps follow from the byte count and
+    the one row is the second dimension; without a batch the shape is the config's own."""
+    assert codecs.raw_shape((-1, -1), 24, 4, "input 'x'", batch_axis=1) == (6, 1)
+    assert codecs.raw_shape((2, -1, 32), 256, 4, "input 'x'", batch_axis=1) == (2, 1, 32)
+    assert codecs.raw_shape((2, -1), 24, 4, "input 'x'", batch_axis=None) == (2, 3)
+    with pytest.raises(BadRequest, match=r"one row of 256 bytes \(shape \[2, 1, 32\]\)"):
+        codecs.raw_shape((2, -1, 32), 512, 4, "input 'x'", batch_axis=1)
+
+
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize(("extra", "fragment"), [
     ({"parameters": {"binary_data_output": "false"}},
