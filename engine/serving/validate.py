@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from engine.errors import EngineError
+from engine.runtime.batch_split import input_dependent
 from engine.runtime.loader import load_model
 from engine.serving.batch_axes import (
     batch_record,
@@ -298,6 +299,21 @@ def default_batch_buckets(max_batch_size: int, model: Any) -> tuple[int, ...] | 
     return tuple(sorted(sizes | {max_batch_size}))
 
 
+def _rows_placed(model: ServableModel) -> str | None:
+    """Why a row's result depends on where it sits along axis 0 (an op assigning rows 1:2,
+    say), so that rows of different requests joined into one batch would mix; None when no
+    node reading the inputs does."""
+    graph = getattr(model, "graph", None)
+    if graph is None:
+        return None
+    dependent = input_dependent(graph, set(getattr(model, "input_names", ())))
+    for index, node in enumerate(graph.nodes):
+        if dependent[index] and not node.is_variable:
+            if positions := node.opdef.reads_batch_positions(node.params):
+                return f"{node.describe()} {positions}"
+    return None
+
+
 def _limit_batch(config: ModelConfig, model: ServableModel, found: Probe,
                  where: str) -> tuple[ModelConfig, str | None]:
     """`config` with ``max_batch_size`` 1 for a graph that takes one row only, or whose output
@@ -316,6 +332,8 @@ def _limit_batch(config: ModelConfig, model: ServableModel, found: Probe,
                      f"{dict(sample)})")
     elif data_dependent is not None:
         unbatched = _data_sized_rows(model, sample, data_dependent)
+    elif all(tensor.batch_axis in (None, 0) for tensor in found.inputs):
+        unbatched = _rows_placed(model)
     if unbatched is not None:
         given = "max_batch_size" in config.model_fields_set
         if given or config.dynamic_batching.preferred_batch_sizes:

@@ -343,3 +343,21 @@ def test_max_batch_size_0_serves_outputs_whose_rows_the_data_sets() -> None:
     data = np.array([3.0, 1.0, 3.0, 2.0], np.float32)
     outputs = validated.model.infer({validated.model.input_names[0]: data})
     np.testing.assert_array_equal(outputs["op_output0"], [1.0, 2.0, 3.0])
+
+
+def test_a_graph_writing_fixed_rows_of_the_batch_is_served_whole() -> None:
+    """A request's rows 1:2 overwritten: joined with another request's rows, row 1 of the batch
+    would belong to the first request only, so no two requests may share a run."""
+    data = sym.var("data")
+    marked = sym._slice_assign_scalar(data, scalar=7.0, begin=(1,), end=(2,))
+    validated = _validate_symbol(marked * 2)
+    assert validated.config.max_batch_size == 0
+    recorded = checks_of(validated.model).as_dict()["batch_axes"]
+    assert recorded["batched"] is False
+    assert "assigns a fixed region of axis 0" in recorded["reason"]
+
+
+def test_a_graph_writing_whole_rows_keeps_its_batch() -> None:
+    data = sym.var("data")
+    marked = sym._slice_assign_scalar(data, scalar=7.0, begin=(None, 1), end=(None, 2))
+    assert _validate_symbol(marked * 2).config.max_batch_size > 0
