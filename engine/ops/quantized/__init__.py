@@ -1,0 +1,24 @@
+"""MXNet 1.9.1's int8 operators, as its oneDNN backend exports and runs them
+(``mxnet.contrib.quantization.quantize_net``): conversions between float and int8/uint8
+(`convert`), quantized layers that carry a range (`layers`), the fused convolution and fully
+connected layers (`fused`) and the fused self-attention products (`attention`).
+
+Values carry their real range beside them as two float32 scalars; `ranges` holds the scale
+arithmetic and rounding they share, `integer` the exact integer products, `requantize` the
+output stage of a fused layer and `subgraph_attrs` what a fused node's subgraph says.
+The kernels run on the host in NumPy.
+
+Importing this package registers its operators.
+"""
+
+from engine.ops.control.flow import carries_subgraphs
+from engine.ops.quantized import (  # noqa: F401  (imported for their registrations)
+    attention,
+    convert,
+    fused,
+    layers,
+)
+
+for _fused in ("_sg_mkldnn_conv", "_sg_mkldnn_fully_connected", "_sg_mkldnn_selfatt_qk",
+               "_sg_mkldnn_selfatt_valatt"):
+    carries_subgraphs(_fused, 1)

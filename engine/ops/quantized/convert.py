@@ -1,0 +1,123 @@
+"""Moving between float and the integer types: ``_contrib_quantize_v2``, ``_contrib_dequantize``
+and ``_contrib_requantize`` as MXNet's oneDNN backend runs them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from engine.errors import ShapeError
+from engine.ops.attrs import choice
+from engine.ops.dtypes import FLOAT32, INT32, UINT8
+from engine.ops.quantized import ranges
+from engine.ops.quantized.ranges import CALIB_PARAMS, F32, INT8, RANGE_OUTPUTS
+from engine.ops.registry import Attrs, MaybeShape, OpDef, Param, register
+
+INT32_RANGE = F32(2 ** 31 - 1)  # MXNet's range for an int32 accumulator
+
+
+def _out_type(attrs: Attrs, low: float | None) -> np.dtype:
+    """The integer type of a quantized output: ``auto`` is uint8 when the range is known and
+    non-negative, int8 otherwise."""
+    if attrs.out_type == "int8":
+        return INT8
+    if attrs.out_type == "uint8":
+        return UINT8
+    return UINT8 if low is not None and low >= 0 else INT8
+
+
+def _ranged_shapes(attrs: Attrs, shapes: list[MaybeShape]) -> tuple[list, list]:
+    """Data keeps its shape; every range input and output is ``(1,)``."""
+    return [shapes[0], *ranges.range_shapes(len(shapes) - 1)], [shapes[0], (1,), (1,)]
+
+
+def _quantize_v2(xp: Any, attrs: Attrs, data: Any) -> tuple[Any, Any, Any]:
+    values = np.asarray(data, dtype=FLOAT32)
+    if ranges.has_calib(attrs):
+        low, high = F32(attrs.min_calib_range), F32(attrs.max_calib_range)
+    elif values.size:
+        low, high = F32(values.min()), F32(values.max())
+    else:
+        raise ShapeError("_contrib_quantize_v2: cannot take the range of an empty input "
+                         "without min_calib_range and max_calib_range")
+    dtype = _out_type(attrs, float(low) if ranges.has_calib(attrs) else None)
+    if dtype == UINT8 and low < 0:
+        raise ShapeError(f"_contrib_quantize_v2: out_type uint8 needs a non-negative range; "
+                         f"the data reaches {float(low)}")
+    scale = ranges.quantize_scale(dtype, low, high)
+    quantized = ranges.saturate_round(values * scale, dtype)
+    if dtype == INT8:  # int8 reports the symmetric range it covers
+        reach = ranges.max_abs(low, high)
+        low, high = -reach, reach
+    return (quantized, *ranges.range_pair(low, high))
+
+
+QUANTIZE_V2 = register(OpDef(
+    name="_contrib_quantize_v2",
+    params=(Param("out_type", choice("auto", "int8", "uint8"), "int8"), *CALIB_PARAMS),
+    inputs=("data",),
+    outputs=RANGE_OUTPUTS,
+    infer_shape=lambda attrs, shapes: ([shapes[0]], [shapes[0], (1,), (1,)]),
+    infer_dtype=lambda attrs, dtypes: ([dtypes[0] or FLOAT32], [
+        _out_type(attrs, attrs.min_calib_range if ranges.has_calib(attrs) else None),
+        FLOAT32, FLOAT32]),
+    kernel=_quantize_v2,
+    doc="float to int8/uint8 over the calibrated range (or the data's own min and max), with "
+        "the range as two outputs.",
+))
+
+
+def _dequantize(xp: Any, attrs: Attrs, data: Any, low: Any, high: Any) -> Any:
+    dtype = np.dtype(data.dtype)
+    if dtype == INT32:
+        step = F32(ranges.max_abs(ranges.scalar(low), ranges.scalar(high)) / INT32_RANGE)
+    else:
+        ranges.check_quantized(data, "data", "_contrib_dequantize")
+        step = F32(ranges.max_abs(ranges.scalar(low), ranges.scalar(high))
+                   / ranges.QUANTIZED_RANGE[dtype])
+    return np.asarray(data).astype(FLOAT32) * step
+
+
+DEQUANTIZE = register(OpDef(
+    name="_contrib_dequantize",
+    params=(Param("out_type", choice("float32"), "float32"),),
+    inputs=("data", "min_range", "max_range"),
+    infer_shape=lambda attrs, shapes: ([shapes[0], (1,), (1,)], [shapes[0]]),
+    infer_dtype=lambda attrs, dtypes: ([dtypes[0], FLOAT32, FLOAT32], [FLOAT32]),
+    kernel=_dequantize,
+    doc="int8/uint8/int32 to float32: each step is max(|min|, |max|) / 127.5 (255.5 for uint8, "
+        "2**31 - 1 for int32).",
+))
+
+
+def _requantize(xp: Any, attrs: Attrs, data: Any, low: Any, high: Any) -> tuple[Any, Any, Any]:
+    ranges.check_quantized(data, "data", "_contrib_requantize", (INT32,))
+    step = F32(ranges.max_abs(ranges.scalar(low), ranges.scalar(high)) / INT32_RANGE)
+    real = np.asarray(data).astype(FLOAT32) * step
+    if ranges.has_calib(attrs):
+        out_low, out_high = F32(attrs.min_calib_range), F32(attrs.max_calib_range)
+    else:
+        out_low, out_high = F32(real.min()), F32(real.max())
+    dtype = _out_type(attrs, float(out_low) if ranges.has_calib(attrs) else None)
+    scale = ranges.quantize_scale(dtype, out_low, out_high)
+    quantized = ranges.saturate_round(np.asarray(data).astype(FLOAT32) * F32(step * scale),
+                                      dtype)
+    if dtype == INT8:
+        reach = ranges.max_abs(out_low, out_high)
+        out_low, out_high = -reach, reach
+    return (quantized, *ranges.range_pair(out_low, out_high))
+
+
+REQUANTIZE = register(OpDef(
+    name="_contrib_requantize",
+    params=(Param("out_type", choice("auto", "int8", "uint8"), "int8"), *CALIB_PARAMS),
+    inputs=("data", "min_range", "max_range"),
+    outputs=RANGE_OUTPUTS,
+    infer_shape=_ranged_shapes,
+    infer_dtype=lambda attrs, dtypes: ([INT32, FLOAT32, FLOAT32], [
+        _out_type(attrs, attrs.min_calib_range if ranges.has_calib(attrs) else None),
+        FLOAT32, FLOAT32]),
+    kernel=_requantize,
+    doc="int32 accumulators to int8/uint8 over the calibrated output range.",
+))

@@ -1,0 +1,218 @@
+"""Write MXNet 1.9.1's own int8 exports (oneDNN backend) with MXNet's outputs.
+
+Usage (inside the fixture venv, see README.md)::
+
+    python tools/mxnet_fixtures/generate_quantized.py --out tests/fixtures/mxnet_quantized
+
+Each model is built with random weights (fixed seeds, every BatchNorm with random running
+statistics), calibrated on a few random batches by ``mxnet.contrib.quantization`` and exported
+as MXNet writes it. ``<out>/<name>/`` holds ``<name>-symbol.json``, ``<name>-0000.params``,
+``io.npz`` (fixed inputs, the int8 model's outputs and the float model's outputs),
+``internals.npz`` (every node output of the int8 graph on the first input, keyed
+``<node>:<output>``, for per-operator checks) and ``meta.json`` (how it was made, the ops in
+the graph, and the int8 model's top-1 agreement with the float model).
+
+The values depend on the CPU: oneDNN accumulates int8 products exactly in int32 where the CPU
+has VNNI (as the machine that wrote the committed files did); without it oneDNN halves the
+weights to dodge 16-bit saturation, and the outputs differ by a step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+from pathlib import Path
+
+import gluonnlp as nlp
+import mxnet as mx
+import numpy as np
+from gluoncv.model_zoo.mobilenet import get_mobilenet_v2
+from gluoncv.model_zoo.resnet import BasicBlockV1, BottleneckV1, ResNetV1
+from mxnet.contrib import quantization
+from mxnet.gluon import nn
+
+AGREEMENT_SAMPLES = 64  # random inputs for the int8-vs-float top-1 agreement
+CALIB_BATCHES = 4
+BATCH = 4
+
+
+def randomise(block: mx.gluon.HybridBlock, rng: np.random.Generator) -> None:
+    """Random BatchNorm statistics and affine terms, so folding them into convs is exercised."""
+    for name, param in block.collect_params().items():
+        shape = param.shape
+        if name.endswith("running_var"):
+            param.set_data(mx.nd.array(rng.uniform(0.5, 2.0, shape)))
+        elif name.endswith(("running_mean", "beta")):
+            param.set_data(mx.nd.array(rng.normal(0.0, 0.2, shape)))
+        elif name.endswith("gamma"):
+            param.set_data(mx.nd.array(rng.uniform(0.5, 1.5, shape)))
+        elif name.endswith("bias"):
+            param.set_data(mx.nd.array(rng.normal(0.0, 0.1, shape)))
+
+
+class ConcatNet(mx.gluon.HybridBlock):
+    """Two conv branches joined by Concat, a standalone BatchNorm, pooling and a Dense head:
+    the graph where MXNet keeps `_contrib_quantized_concat` and `_contrib_quantized_batch_norm`."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.left = nn.Conv2D(8, 3, padding=1)
+            self.right = nn.Conv2D(8, 1)
+            self.norm = nn.BatchNorm()
+            self.pool = nn.AvgPool2D(2)
+            self.head = nn.Dense(10)
+
+    def hybrid_forward(self, F, x):  # noqa: N803 (Gluon's signature)
+        joined = F.concat(F.relu(self.left(x)), F.relu(self.right(x)), dim=1)
+        return self.head(F.flatten(self.pool(self.norm(joined))))
+
+
+class BertBlock(mx.gluon.HybridBlock):
+    """GluonNLP's BERT encoder (fused self-attention cells) on float embeddings."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.encoder = nlp.model.BERTEncoder(
+                num_layers=1, units=32, hidden_size=64, max_length=16, num_heads=2,
+                dropout=0.0, output_attention=False, output_all_encodings=False)
+            self.head = nn.Dense(4, flatten=False)
+
+    def hybrid_forward(self, F, x):  # noqa: N803
+        # The encoder reads (length, batch, units); the block takes and gives batch first.
+        encoded, _ = self.encoder(F.transpose(x, axes=(1, 0, 2)))
+        return self.head(F.transpose(encoded, axes=(1, 0, 2)))
+
+
+def thin_resnet18() -> mx.gluon.HybridBlock:
+    """resnet18_v1's layout (7x7 stem, max pooling, BasicBlock v1, 2-2-2-2) at an eighth of its
+    widths: the full model's float weights alone take 45 MB."""
+    return ResNetV1(BasicBlockV1, [2, 2, 2, 2], [8, 8, 16, 32, 64], classes=10)
+
+
+def thin_resnet50() -> mx.gluon.HybridBlock:
+    """ResNet-50 v1's layout (Bottleneck v1, 3-4-6-3) at a sixteenth of its widths."""
+    return ResNetV1(BottleneckV1, [3, 4, 6, 3], [4, 16, 32, 64, 128], classes=10,
+                    thumbnail=True)
+
+
+# name -> (builder, input shape, quantize function, its keyword arguments, description)
+MODELS = {
+    "resnet18_v1_naive": (
+        thin_resnet18, (3, 32, 32),
+        "quantize_net", {"calib_mode": "naive", "quantized_dtype": "auto"},
+        "ResNetV1 with GluonCV's BasicBlockV1 in resnet18_v1's layout (7x7 stem, max pooling, "
+        "2-2-2-2) at widths 8-8-16-32-64, 32x32 input; quantize_net, calib naive (min/max)"),
+    "resnet50_v1_thin_entropy": (
+        thin_resnet50, (3, 32, 32),
+        "quantize_net_v2", {"calib_mode": "entropy", "quantized_dtype": "auto"},
+        "ResNetV1 with GluonCV's BottleneckV1 in ResNet-50's 3-4-6-3 layout, widths "
+        "4-16-32-64-128, thumbnail stem, 32x32 input; quantize_net_v2, calib entropy"),
+    "mobilenet_v2_naive": (
+        lambda: get_mobilenet_v2(0.25, classes=10), (3, 32, 32),
+        "quantize_net_v2", {"calib_mode": "naive", "quantized_dtype": "auto"},
+        "GluonCV MobileNetV2 x0.25, 10 classes, 32x32 input; quantize_net_v2, calib naive"),
+    "bert_encoder_naive": (
+        BertBlock, (8, 32),
+        "quantize_net_v2", {"calib_mode": "naive", "quantized_dtype": "auto"},
+        "GluonNLP BERTEncoder (1 layer, 32 units, 2 heads, hidden 64) on (batch, 8, 32) float "
+        "embeddings + Dense(4); quantize_net_v2, calib naive"),
+    "concat_bn_int8_naive": (
+        ConcatNet, (3, 12, 12),
+        "quantize_net_v2", {"calib_mode": "naive", "quantized_dtype": "int8"},
+        "two conv branches, Concat, standalone BatchNorm, avg pooling, Dense; int8 data; "
+        "quantize_net_v2, calib naive"),
+}
+
+
+def build(name: str, seed: int) -> tuple[mx.gluon.HybridBlock, tuple[int, ...]]:
+    builder, shape = MODELS[name][:2]
+    mx.random.seed(seed)
+    net = builder()
+    net.initialize(mx.init.Xavier(magnitude=2.0))
+    rng = np.random.default_rng(seed)
+    net(mx.nd.array(rng.uniform(-1, 1, (1, *shape)).astype("float32")))
+    randomise(net, rng)
+    net.hybridize(static_alloc=True)
+    return net, shape
+
+
+def quantize(name: str, net: mx.gluon.HybridBlock, calib: np.ndarray) -> mx.gluon.SymbolBlock:
+    function, kwargs = MODELS[name][2:4]
+    data = mx.io.NDArrayIter(data=calib, batch_size=BATCH)
+    exclude = {"exclude_layers_match": ["pos_embed", "layer_norm"]} if "bert" in name else {}
+    return getattr(quantization, function)(
+        net, quantize_mode="full", calib_data=data, num_calib_examples=len(calib),
+        ctx=mx.cpu(), **exclude, **kwargs)
+
+
+def internals(prefix: Path, sample: np.ndarray) -> dict[str, np.ndarray]:
+    """Every node output of the exported int8 graph on ``sample``, keyed ``node:output``."""
+    symbol = mx.sym.load(f"{prefix}-symbol.json")
+    params = mx.nd.load(f"{prefix}-0000.params")
+    args = {key[4:]: value for key, value in params.items() if key.startswith("arg:")}
+    auxs = {key[4:]: value for key, value in params.items() if key.startswith("aux:")}
+    nodes = json.loads(symbol.tojson())["nodes"]
+    group = symbol.get_internals()
+    names = group.list_outputs()
+    args["data"] = mx.nd.array(sample)
+    executor = group.bind(mx.cpu(), args, aux_states=auxs, grad_req="null")
+    outputs = executor.forward(is_train=False)
+    arrays = {}
+    known = sorted((node["name"] for node in nodes if node["op"] != "null"), key=len)
+    counts: Counter[str] = Counter()
+    for label, value in zip(names, outputs, strict=True):
+        # A label is `<node>_<output name>`; the longest node name it starts with owns it.
+        owners = [node for node in known if label.startswith(node + "_")]
+        if owners:
+            node = owners[-1]
+            arrays[f"{node}:{counts[node]}"] = value.asnumpy()
+            counts[node] += 1
+    return arrays
+
+
+def export(name: str, seed: int, out: Path) -> None:
+    net, shape = build(name, seed)
+    rng = np.random.default_rng(seed + 1)
+    calib = rng.uniform(-1, 1, (CALIB_BATCHES * BATCH, *shape)).astype("float32")
+    inputs = rng.uniform(-1, 1, (2, *shape)).astype("float32")
+    many = rng.uniform(-1, 1, (AGREEMENT_SAMPLES, *shape)).astype("float32")
+    float_out = net(mx.nd.array(inputs)).asnumpy()
+    float_many = net(mx.nd.array(many)).asnumpy()
+    qnet = quantize(name, net, calib)
+    int8_out = qnet(mx.nd.array(inputs)).asnumpy()
+    int8_many = qnet(mx.nd.array(many)).asnumpy()
+    folder = out / name
+    folder.mkdir(parents=True, exist_ok=True)
+    qnet.export(str(folder / name))
+    np.savez_compressed(folder / "io.npz", data=inputs, int8_output=int8_out,
+                        float_output=float_out)
+    np.savez_compressed(folder / "internals.npz", **internals(folder / name, inputs))
+    graph = json.loads((folder / f"{name}-symbol.json").read_text())
+    agreement = float(np.mean(float_many.argmax(-1) == int8_many.argmax(-1)))
+    meta = {
+        "description": MODELS[name][4],
+        "quantize": MODELS[name][2], "options": MODELS[name][3], "quantize_mode": "full",
+        "calib_examples": len(calib), "seed": seed, "input": "data", "input_shape": [2, *shape],
+        "ops": dict(sorted(Counter(node["op"] for node in graph["nodes"]).items())),
+        "top1_agreement_int8_vs_float": {"samples": AGREEMENT_SAMPLES, "agreement": agreement},
+        "max_abs_int8_vs_float": float(np.abs(int8_out - float_out).max()),
+    }
+    (folder / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+    print(name, meta["ops"], "agreement", agreement)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--only", nargs="*", default=None)
+    options = parser.parse_args()
+    for seed, name in enumerate(MODELS):
+        if options.only is None or name in options.only:
+            export(name, 100 + seed, options.out)
+
+
+if __name__ == "__main__":
+    main()
