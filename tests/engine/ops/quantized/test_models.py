@@ -1,0 +1,87 @@
+"""MXNet 1.9.1's int8 exports served as exported: `engine.load_model` on the files
+``quantize_net`` wrote, against MXNet's own int8 outputs on the same inputs.
+
+The bound is one quantisation step of the output, taken as max|MXNet output| / 127.5 (MXNet's
+int8 range); the engine is in fact bit-exact on these fixtures, which the second check pins.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import engine
+from engine.errors import ShapeError
+from engine.ops import get_op
+from tests.engine.ops.quantized import fixtures
+
+
+@pytest.fixture(scope="module", params=fixtures.MODELS)
+def name(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.mark.parametrize("optimize", [True, False], ids=["compiled", "interpreter"])
+def test_model_matches_mxnet_int8(name: str, optimize: bool) -> None:
+    symbol, params = fixtures.paths(name)
+    model = engine.load_model(str(symbol), str(params), optimize=optimize)
+    data = fixtures.io(name)["data"]
+    expected = fixtures.io(name)["int8_output"]
+    (result,) = model.infer({"data": data}).values()
+    result = np.asarray(result)
+    assert result.shape == expected.shape
+    step = np.abs(expected).max() / 127.5
+    assert np.abs(result - expected).max() <= step
+    assert np.mean(result == expected) >= 0.99  # equal, short of a rare float32 tie
+
+
+def test_top1_follows_mxnet_int8(name: str) -> None:
+    """The engine's classes are MXNet's int8 classes; MXNet's int8 model agreed with its float
+    model on the share of random inputs recorded in meta.json."""
+    symbol, params = fixtures.paths(name)
+    model = engine.load_model(str(symbol), str(params))
+    (result,) = model.infer({"data": fixtures.io(name)["data"]}).values()
+    np.testing.assert_array_equal(np.asarray(result).argmax(-1),
+                                  fixtures.io(name)["int8_output"].argmax(-1))
+    agreement = fixtures.meta(name)["top1_agreement_int8_vs_float"]["agreement"]
+    assert 0.9 <= agreement <= 1.0
+
+
+def test_the_names_mxnet_refused_before_now_load() -> None:
+    for op in ("_contrib_quantize_v2", "_contrib_dequantize", "_contrib_requantize",
+               "_sg_mkldnn_conv", "_sg_mkldnn_fully_connected", "_sg_mkldnn_selfatt_qk",
+               "_sg_mkldnn_selfatt_valatt", "_contrib_quantized_concat"):
+        assert get_op(op).name == op
+
+
+def test_float_data_into_a_quantized_layer_is_refused_by_name() -> None:
+    op = get_op("_contrib_quantized_pooling")
+    attrs = op.parse_attrs({"kernel": "(2, 2)", "pool_type": "max", "stride": "(2, 2)"})
+    data = np.zeros((1, 1, 4, 4), dtype=np.float32)
+    with pytest.raises(ShapeError, match="_contrib_quantized_pooling: input 'data' has dtype "
+                                         "float32"):
+        op.compute(np, attrs, [data, np.zeros(1, np.float32), np.ones(1, np.float32)])
+
+
+def test_quantize_v2_rounds_with_mxnets_range() -> None:
+    """127.5 steps per max(|min|, |max|), half to even, saturating: 1.0 over [-1, 1] is 127
+    (127.5 rounds to 128, then saturates), 0.5 is 64 (63.75), -1.0 is -128."""
+    op = get_op("_contrib_quantize_v2")
+    attrs = op.parse_attrs({"min_calib_range": "-1", "max_calib_range": "1", "out_type": "int8"})
+    data = np.array([1.0, 0.5, -1.0, 0.2], dtype=np.float32)
+    quantized, low, high = op.compute(np, attrs, [data])
+    np.testing.assert_array_equal(quantized, np.array([127, 64, -128, 26], dtype=np.int8))
+    assert (float(low[0]), float(high[0])) == (-1.0, 1.0)
+
+
+def test_requantize_maps_int32_onto_the_calibrated_range() -> None:
+    """An int32 value v over [-r, r] stands for v * r / (2**31 - 1); requantized onto
+    [-2, 2] it becomes round(real * 127.5 / 2)."""
+    op = get_op("_contrib_requantize")
+    attrs = op.parse_attrs({"min_calib_range": "-2", "max_calib_range": "2"})
+    reach = np.float32(2 ** 31 - 1) / np.float32(1 << 20)  # one real unit per 2**20 steps
+    data = np.array([1 << 20, -(1 << 19), 3 << 20], dtype=np.int32)
+    quantized, low, high = op.compute(np, attrs, [data, np.array([-reach], np.float32),
+                                                  np.array([reach], np.float32)])
+    np.testing.assert_array_equal(quantized, np.array([64, -32, 127], dtype=np.int8))
+    assert (float(low[0]), float(high[0])) == (-2.0, 2.0)
