@@ -1,7 +1,8 @@
 """MXNet 1.9.1's int8 operators, as its oneDNN backend exports and runs them
 (``mxnet.contrib.quantization.quantize_net``): conversions between float and int8/uint8
 (`convert`), quantized layers that carry a range (`layers`), the fused convolution and fully
-connected layers (`fused`) and the fused self-attention products (`attention`).
+connected layers (`fused`), the fused self-attention products (`attention`) and the standalone
+int8 convolution and fully connected layer of exports made without the fusion pass (`products`).
 
 Values carry their real range beside them as two float32 scalars; `ranges` holds the scale
 arithmetic and rounding they share, `integer` the exact integer products, `requantize` the
@@ -17,6 +18,7 @@ from engine.ops.quantized import (  # noqa: F401  (imported for their registrati
     convert,
     fused,
     layers,
+    products,
 )
 
 for _fused in ("_sg_mkldnn_conv", "_sg_mkldnn_fully_connected", "_sg_mkldnn_selfatt_qk",

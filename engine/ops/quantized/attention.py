@@ -85,7 +85,7 @@ def _qk_kernel(xp: Any, attrs: Attrs, qkv: Any, *range_inputs: Any) -> Any:
     else:
         scale = F32(F32(1.0) / F32(data_scale * data_scale))
     reach = ranges.max_abs(low, high)
-    return _finish(attrs, sums, F32(scale / root), int32_range(reach, ranges.INT8_RANGE, reach))
+    return _finish(attrs, sums, F32(scale / root), int32_range(reach, reach))
 
 
 SELFATT_QK = register(OpDef(
@@ -137,8 +137,7 @@ def _valatt_kernel(xp: Any, attrs: Attrs, qkv: Any, attention: Any, *range_input
                     / F32(qkv_scale * att_scale))
     else:
         scale = F32(F32(1.0) / F32(qkv_scale * att_scale))
-    reach = int32_range(ranges.max_abs(att_low, att_high), ranges.UINT8_RANGE,
-                        ranges.max_abs(qkv_low, qkv_high))
+    reach = int32_range(ranges.max_abs(att_low, att_high), ranges.max_abs(qkv_low, qkv_high))
     return _finish(attrs, sums, scale, reach)
 
 

@@ -14,7 +14,7 @@ from engine.ops.quantized import ranges
 from engine.ops.quantized.ranges import CALIB_PARAMS, F32, INT8, RANGE_OUTPUTS
 from engine.ops.registry import Attrs, MaybeShape, OpDef, Param, register
 
-INT32_RANGE = F32(2 ** 31 - 1)  # MXNet's range for an int32 accumulator
+INT32_REACH = F32(2 ** 31)  # MXNet's int32 range: |INT32_MIN| as a float32 (2**31 - 1 rounds up)
 
 
 def _out_type(attrs: Attrs, low: float | None) -> np.dtype:
@@ -71,7 +71,7 @@ QUANTIZE_V2 = register(OpDef(
 def _dequantize(xp: Any, attrs: Attrs, data: Any, low: Any, high: Any) -> Any:
     dtype = np.dtype(data.dtype)
     if dtype == INT32:
-        step = F32(ranges.max_abs(ranges.scalar(low), ranges.scalar(high)) / INT32_RANGE)
+        step = F32(ranges.max_abs(ranges.scalar(low), ranges.scalar(high)) / INT32_REACH)
     else:
         ranges.check_quantized(data, "data", "_contrib_dequantize")
         step = F32(ranges.max_abs(ranges.scalar(low), ranges.scalar(high))
@@ -87,26 +87,25 @@ DEQUANTIZE = register(OpDef(
     infer_dtype=lambda attrs, dtypes: ([dtypes[0], FLOAT32, FLOAT32], [FLOAT32]),
     kernel=_dequantize,
     doc="int8/uint8/int32 to float32: each step is max(|min|, |max|) / 127.5 (255.5 for uint8, "
-        "2**31 - 1 for int32).",
+        "2**31 for int32).",
 ))
 
 
 def _requantize(xp: Any, attrs: Attrs, data: Any, low: Any, high: Any) -> tuple[Any, Any, Any]:
     ranges.check_quantized(data, "data", "_contrib_requantize", (INT32,))
-    step = F32(ranges.max_abs(ranges.scalar(low), ranges.scalar(high)) / INT32_RANGE)
-    real = np.asarray(data).astype(FLOAT32) * step
+    values = np.asarray(data)
+    data_reach = ranges.max_abs(ranges.scalar(low), ranges.scalar(high))
     if ranges.has_calib(attrs):
-        out_low, out_high = F32(attrs.min_calib_range), F32(attrs.max_calib_range)
-    else:
-        out_low, out_high = F32(real.min()), F32(real.max())
-    dtype = _out_type(attrs, float(out_low) if ranges.has_calib(attrs) else None)
-    scale = ranges.quantize_scale(dtype, out_low, out_high)
-    quantized = ranges.saturate_round(np.asarray(data).astype(FLOAT32) * F32(step * scale),
-                                      dtype)
-    if dtype == INT8:
-        reach = ranges.max_abs(out_low, out_high)
-        out_low, out_high = -reach, reach
-    return (quantized, *ranges.range_pair(out_low, out_high))
+        reach = ranges.max_abs(attrs.min_calib_range, attrs.max_calib_range)
+    else:  # the reach of the sums at hand
+        largest = F32(np.abs(values.astype(np.int64)).max()) if values.size else F32(0)
+        reach = F32(F32(largest * data_reach) / INT32_REACH)
+    dtype = _out_type(attrs, float(attrs.min_calib_range) if ranges.has_calib(attrs) else None)
+    # Unlike every other op, requantize counts the integer type's own largest magnitude
+    # (127; 255 for uint8), not MXNet's kInt8Range of 127.5.
+    scale = F32(F32(data_reach / INT32_REACH) * F32(F32(ranges.LIMITS[dtype][1]) / reach))
+    quantized = ranges.saturate_round(values.astype(np.float32) * scale, dtype)
+    return (quantized, *ranges.range_pair(-reach, reach))
 
 
 REQUANTIZE = register(OpDef(

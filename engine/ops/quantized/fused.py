@@ -119,8 +119,7 @@ def _conv_kernel(xp: Any, attrs: Attrs, *inputs: Any) -> Any:
     dtype = output_dtype(calibrated, False, last)
     if not calibrated:
         reach = ranges.max_abs(weight.min(), weight.max())
-        out_low, out_high = int32_range(ranges.max_abs(low, high),
-                                        ranges.QUANTIZED_RANGE[np.dtype(data.dtype)], reach)
+        out_low, out_high = int32_range(ranges.max_abs(low, high), reach)
         return (ranges.saturate_round(sums, np.dtype(np.int32)),
                 *ranges.range_pair(out_low, out_high))
     out_low, out_high = F32(attrs.min_calib_range), F32(attrs.max_calib_range)
@@ -253,8 +252,7 @@ def _fc_kernel(xp: Any, attrs: Attrs, *inputs: Any) -> Any:
         return result.reshape(out_shape)
     if not ranges.has_calib(attrs):
         reach = F32(ranges.INT8_RANGE / scales.max())
-        out_low, out_high = int32_range(ranges.max_abs(low, high),
-                                        ranges.QUANTIZED_RANGE[np.dtype(data.dtype)], reach)
+        out_low, out_high = int32_range(ranges.max_abs(low, high), reach)
         return (ranges.saturate_round(sums, np.dtype(np.int32)).reshape(out_shape),
                 *ranges.range_pair(out_low, out_high))
     out_low, out_high = F32(attrs.min_calib_range), F32(attrs.max_calib_range)

@@ -12,7 +12,7 @@ from engine.ops.quantized import ranges
 from engine.ops.quantized.ranges import F32, INT8
 from engine.ops.quantized.subgraph_attrs import NON_NEGATIVE, Activation
 
-INT32_RANGE = F32(2 ** 31 - 1)
+INT32_RANGE = F32(2 ** 31)  # |INT32_MIN|: 2**31 - 1 rounds to it in float32 anyway
 
 
 @dataclass(frozen=True)
@@ -65,10 +65,11 @@ def output_dtype(calibrated: bool, float_output: bool, last_act: Activation | No
     return UINT8 if last_act is not None and last_act.kind in NON_NEGATIVE else INT8
 
 
-def int32_range(data_reach: F32, data_steps: F32, weight_reach: F32) -> tuple[F32, F32]:
-    """The real range an int32 product covers (MXNet's
-    ``QuantizationRangeForS8S8Multiplication``)."""
-    step = F32(F32(data_reach / data_steps) * F32(weight_reach / ranges.INT8_RANGE))
+def int32_range(data_reach: F32, weight_reach: F32) -> tuple[F32, F32]:
+    """The real range int32 sums cover by MXNet's rule (``QuantizationRangeForMultiplication``
+    over signed ranges, as its standalone int8 products report it): each side's step is its
+    reach over 127, and the sums reach 2**31 steps."""
+    step = F32(F32(data_reach / F32(127.0)) * F32(weight_reach / F32(127.0)))
     reach = F32(step * INT32_RANGE)
     return -reach, reach
 

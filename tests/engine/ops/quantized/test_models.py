@@ -36,15 +36,13 @@ def test_model_matches_mxnet_int8(name: str, optimize: bool) -> None:
 
 
 def test_top1_follows_mxnet_int8(name: str) -> None:
-    """The engine's classes are MXNet's int8 classes; MXNet's int8 model agreed with its float
-    model on the share of random inputs recorded in meta.json."""
+    """The engine's classes are MXNet's int8 classes (how often those agree with the float
+    model's is MXNet's own figure, in meta.json)."""
     symbol, params = fixtures.paths(name)
     model = engine.load_model(str(symbol), str(params))
     (result,) = model.infer({"data": fixtures.io(name)["data"]}).values()
     np.testing.assert_array_equal(np.asarray(result).argmax(-1),
                                   fixtures.io(name)["int8_output"].argmax(-1))
-    agreement = fixtures.meta(name)["top1_agreement_int8_vs_float"]["agreement"]
-    assert 0.9 <= agreement <= 1.0
 
 
 def test_the_names_mxnet_refused_before_now_load() -> None:
@@ -75,11 +73,11 @@ def test_quantize_v2_rounds_with_mxnets_range() -> None:
 
 
 def test_requantize_maps_int32_onto_the_calibrated_range() -> None:
-    """An int32 value v over [-r, r] stands for v * r / (2**31 - 1); requantized onto
-    [-2, 2] it becomes round(real * 127.5 / 2)."""
+    """An int32 value v over [-r, r] stands for v * r / 2**31; requantized onto [-2, 2] it
+    becomes round(real * 127 / 2), half to even (requantize counts 127, not 127.5)."""
     op = get_op("_contrib_requantize")
     attrs = op.parse_attrs({"min_calib_range": "-2", "max_calib_range": "2"})
-    reach = np.float32(2 ** 31 - 1) / np.float32(1 << 20)  # one real unit per 2**20 steps
+    reach = np.float32(2 ** 31) / np.float32(1 << 20)  # one real unit per 2**20 steps
     data = np.array([1 << 20, -(1 << 19), 3 << 20], dtype=np.int32)
     quantized, low, high = op.compute(np, attrs, [data, np.array([-reach], np.float32),
                                                   np.array([reach], np.float32)])

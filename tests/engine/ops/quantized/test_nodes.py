@@ -64,7 +64,8 @@ def test_the_fixtures_reach_every_exported_kind() -> None:
         "_contrib_quantized_flatten", "_contrib_quantized_concat",
         "_contrib_quantized_batch_norm", "_contrib_quantized_elemwise_add",
         "_contrib_quantized_embedding", "_sg_mkldnn_conv", "_sg_mkldnn_fully_connected",
-        "_sg_mkldnn_selfatt_qk", "_sg_mkldnn_selfatt_valatt"}
+        "_sg_mkldnn_selfatt_qk", "_sg_mkldnn_selfatt_valatt", "_contrib_quantized_conv",
+        "_contrib_quantized_fully_connected", "_contrib_requantize", "_contrib_quantized_act"}
     conv_flags = {flags for op, flags in kinds if op == "_sg_mkldnn_conv"}
     assert ("with_act", "with_bn") in conv_flags
     assert ("with_bn", "with_postsum_act", "with_sum") in conv_flags
