@@ -7,10 +7,11 @@ Usage (inside the fixture venv, see README.md)::
 Each model is built with random weights (fixed seeds, every BatchNorm with random affine
 terms and running statistics measured on random inputs), calibrated on a few random batches
 by ``mxnet.contrib.quantization`` and exported as MXNet writes it. ``<out>/<name>/`` holds
-``<name>-symbol.json``, ``<name>-0000.params``, ``io.npz`` (fixed inputs, the int8 model's outputs and the float model's outputs),
-``internals.npz`` (every node output of the int8 graph on the fixed inputs, keyed
-``<node>:<output>``, for per-operator checks) and ``meta.json`` (how it was made, the ops in
-the graph, and the int8 model's top-1 agreement with the float model).
+``<name>-symbol.json``, ``<name>-0000.params``, ``io.npz`` (fixed inputs, the int8 model's
+outputs and the float model's outputs), ``internals.npz`` (every node output of the int8
+graph on the fixed inputs, keyed ``<node>:<output>``, for per-operator checks) and
+``meta.json`` (how it was made, the ops in the graph, and the int8 model's top-1 agreement
+with the float model).
 
 The values depend on the CPU: oneDNN accumulates int8 products exactly in int32 where the CPU
 has VNNI (as the machine that wrote the committed files did); without it oneDNN halves the
