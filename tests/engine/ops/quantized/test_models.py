@@ -7,11 +7,13 @@ int8 range); the engine is in fact bit-exact on these fixtures, which the second
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
 import engine
-from engine.errors import ShapeError
+from engine.errors import ModelFormatError, ShapeError
 from engine.ops import get_op
 from tests.engine.ops.quantized import fixtures
 
@@ -83,3 +85,12 @@ def test_requantize_maps_int32_onto_the_calibrated_range() -> None:
                                                   np.array([reach], np.float32)])
     np.testing.assert_array_equal(quantized, np.array([64, -32, 127], dtype=np.int8))
     assert (float(low[0]), float(high[0])) == (-2.0, 2.0)
+
+
+def test_a_fused_node_without_its_subgraph_is_refused_by_name() -> None:
+    document = json.loads(fixtures.paths("resnet18_v1_naive")[0].read_text())
+    node = next(node for node in document["nodes"] if node["op"] == "_sg_mkldnn_conv")
+    del node["subgraphs"]
+    with pytest.raises(ModelFormatError, match=rf"{node['name']}.*_sg_mkldnn_conv.*has 0 "
+                                               r"subgraphs; this op takes 1"):
+        engine.load_model(json.dumps(document), str(fixtures.paths("resnet18_v1_naive")[1]))
