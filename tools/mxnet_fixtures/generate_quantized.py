@@ -13,9 +13,8 @@ graph on the fixed inputs, keyed ``<node>:<output>``, for per-operator checks) a
 ``meta.json`` (how it was made, the ops in the graph, and the int8 model's top-1 agreement
 with the float model).
 
-The values depend on the CPU: oneDNN accumulates int8 products exactly in int32 where the CPU
-has VNNI (as the machine that wrote the committed files did); without it oneDNN halves the
-weights to dodge 16-bit saturation, and the outputs differ by a step.
+The committed files were written on a CPU with VNNI, where oneDNN sums int8 products exactly
+in int32; on other CPUs oneDNN may take other paths, and the values may differ by a step.
 """
 
 from __future__ import annotations
