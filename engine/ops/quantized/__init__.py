@@ -7,7 +7,7 @@ int8 convolution and fully connected layer of exports made without the fusion pa
 Values carry their real range beside them as two float32 scalars; `ranges` holds the scale
 arithmetic and rounding they share, `integer` the exact integer products, `requantize` the
 output stage of a fused layer and `subgraph_attrs` what a fused node's subgraph says.
-The kernels run on the host in NumPy.
+The kernels run in NumPy on the host (`ranges.on_host`), on a GPU through host copies.
 
 Importing this package registers its operators.
 """

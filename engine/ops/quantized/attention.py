@@ -98,7 +98,8 @@ SELFATT_QK = register(OpDef(
     infer_dtype=lambda attrs, dtypes: (
         [dtypes[0] or (INT8 if attrs.quantized else FLOAT32), *[FLOAT32] * (len(dtypes) - 1)],
         [_out_dtype(attrs), FLOAT32, FLOAT32][:len(_outputs(attrs))]),
-    kernel=_qk_kernel,
+    kernel=ranges.on_host(_qk_kernel),
+    uncapturable=ranges.ON_HOST,
     doc="Per head, queries times keys over sqrt(head_dim), from interleaved projections.",
 ))
 
@@ -152,6 +153,7 @@ SELFATT_VALATT = register(OpDef(
         [dtypes[0] or (INT8 if attrs.quantized else FLOAT32),
          dtypes[1] or (UINT8 if attrs.quantized else FLOAT32), *[FLOAT32] * (len(dtypes) - 2)],
         [_out_dtype(attrs), FLOAT32, FLOAT32][:len(_outputs(attrs))]),
-    kernel=_valatt_kernel,
+    kernel=ranges.on_host(_valatt_kernel),
+    uncapturable=ranges.ON_HOST,
     doc="Per head, attention weights times values, written back interleaved by head.",
 ))

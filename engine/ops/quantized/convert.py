@@ -62,7 +62,8 @@ QUANTIZE_V2 = register(OpDef(
     infer_dtype=lambda attrs, dtypes: ([dtypes[0] or FLOAT32], [
         _out_type(attrs, attrs.min_calib_range if ranges.has_calib(attrs) else None),
         FLOAT32, FLOAT32]),
-    kernel=_quantize_v2,
+    kernel=ranges.on_host(_quantize_v2),
+    uncapturable=ranges.ON_HOST,
     doc="float to int8/uint8 over the calibrated range (or the data's own min and max), with "
         "the range as two outputs.",
 ))
@@ -85,7 +86,8 @@ DEQUANTIZE = register(OpDef(
     inputs=("data", "min_range", "max_range"),
     infer_shape=lambda attrs, shapes: ([shapes[0], (1,), (1,)], [shapes[0]]),
     infer_dtype=lambda attrs, dtypes: ([dtypes[0], FLOAT32, FLOAT32], [FLOAT32]),
-    kernel=_dequantize,
+    kernel=ranges.on_host(_dequantize),
+    uncapturable=ranges.ON_HOST,
     doc="int8/uint8/int32 to float32: each step is max(|min|, |max|) / 127.5 (255.5 for uint8, "
         "2**31 for int32).",
 ))
@@ -117,6 +119,7 @@ REQUANTIZE = register(OpDef(
     infer_dtype=lambda attrs, dtypes: ([INT32, FLOAT32, FLOAT32], [
         _out_type(attrs, attrs.min_calib_range if ranges.has_calib(attrs) else None),
         FLOAT32, FLOAT32]),
-    kernel=_requantize,
+    kernel=ranges.on_host(_requantize),
+    uncapturable=ranges.ON_HOST,
     doc="int32 accumulators to int8/uint8 over the calibrated output range.",
 ))

@@ -186,7 +186,8 @@ SG_CONV = register(OpDef(
     outputs=_conv_outputs,
     infer_shape=_conv_shapes,
     infer_dtype=_conv_dtypes,
-    kernel=_conv_kernel,
+    kernel=ranges.on_host(_conv_kernel),
+    uncapturable=ranges.ON_HOST,
     doc="oneDNN's fused Convolution (+ BatchNorm, activation, residual sum, activation); "
         "int8/uint8 in and out when quantized.",
 ))
@@ -317,7 +318,8 @@ SG_FC = register(OpDef(
     outputs=_fc_outputs,
     infer_shape=_fc_shapes,
     infer_dtype=_fc_dtypes,
-    kernel=_fc_kernel,
+    kernel=ranges.on_host(_fc_kernel),
+    uncapturable=ranges.ON_HOST,
     doc="oneDNN's fused FullyConnected (+ activation); int8/uint8 in, int8/uint8, int32 or "
         "float32 out when quantized.",
 ))

@@ -67,7 +67,8 @@ QUANTIZED_POOLING = register(OpDef(
     infer_shape=_keep_ranges(lambda attrs, shapes: (
         lambda result: (result[0], result[1][0]))(get_op("Pooling").infer_shape(attrs, shapes))),
     infer_dtype=_pass_dtype,
-    kernel=_pooling_kernel,
+    kernel=ranges.on_host(_pooling_kernel),
+    uncapturable=ranges.ON_HOST,
     doc="Max or average pooling on int8/uint8; the range passes through.",
 ))
 
@@ -85,9 +86,10 @@ QUANTIZED_FLATTEN = register(OpDef(
     outputs=RANGE_OUTPUTS,
     infer_shape=_keep_ranges(_flatten_shape),
     infer_dtype=_pass_dtype,
-    kernel=lambda xp, attrs, data, low, high: (
+    kernel=ranges.on_host(lambda xp, attrs, data, low, high: (
         np.asarray(data).reshape(data.shape[0], -1),
-        *ranges.range_pair(ranges.scalar(low), ranges.scalar(high))),
+        *ranges.range_pair(ranges.scalar(low), ranges.scalar(high)))),
+    uncapturable=ranges.ON_HOST,
     doc="Flatten on int8/uint8; the range passes through.",
 ))
 
@@ -109,7 +111,8 @@ QUANTIZED_ACT = register(OpDef(
     outputs=RANGE_OUTPUTS,
     infer_shape=_keep_ranges(lambda attrs, shapes: ([shapes[0]], shapes[0])),
     infer_dtype=_pass_dtype,
-    kernel=_act_kernel,
+    kernel=ranges.on_host(_act_kernel),
+    uncapturable=ranges.ON_HOST,
     doc="relu on int8/uint8; the range passes through.",
 ))
 
@@ -161,7 +164,8 @@ QUANTIZED_ADD = register(OpDef(
                                         *[(1,)] * 4], [shapes[0] or shapes[1], (1,), (1,)]),
     infer_dtype=lambda attrs, dtypes: (
         [dtypes[0], dtypes[1], *[FLOAT32] * 4], [_add_dtype(attrs), FLOAT32, FLOAT32]),
-    kernel=_add_kernel,
+    kernel=ranges.on_host(_add_kernel),
+    uncapturable=ranges.ON_HOST,
     doc="Sum of two int8/uint8 tensors, each rescaled onto the calibrated output range.",
 ))
 
@@ -220,7 +224,8 @@ QUANTIZED_CONCAT = register(OpDef(
     infer_dtype=lambda attrs, dtypes: (
         [*dtypes[:attrs.num_args], *[FLOAT32] * (2 * attrs.num_args)],
         [_concat_dtype(dtypes, attrs.num_args), FLOAT32, FLOAT32]),
-    kernel=_concat_kernel,
+    kernel=ranges.on_host(_concat_kernel),
+    uncapturable=ranges.ON_HOST,
     doc="Concat of int8/uint8 tensors onto their joint range (int8 if any input is int8).",
 ))
 
@@ -264,7 +269,8 @@ QUANTIZED_BATCHNORM = register(OpDef(
     outputs=RANGE_OUTPUTS,
     infer_shape=_batchnorm_shapes,
     infer_dtype=lambda attrs, dtypes: ([dtypes[0], *[FLOAT32] * 6], [INT8, FLOAT32, FLOAT32]),
-    kernel=_batchnorm_kernel,
+    kernel=ranges.on_host(_batchnorm_kernel),
+    uncapturable=ranges.ON_HOST,
     doc="Inference BatchNorm on int8/uint8 data, int8 out over the calibrated range.",
 ))
 
@@ -287,6 +293,7 @@ QUANTIZED_EMBEDDING = register(OpDef(
         [None if shapes[0] is None else (*shapes[0], attrs.output_dim), (1,), (1,)]),
     infer_dtype=lambda attrs, dtypes: ([dtypes[0] or FLOAT32, INT8, FLOAT32, FLOAT32],
                                        [INT8, FLOAT32, FLOAT32]),
-    kernel=_embedding_kernel,
+    kernel=ranges.on_host(_embedding_kernel),
+    uncapturable=ranges.ON_HOST,
     doc="Rows of an int8 table; the table's range passes through.",
 ))

@@ -83,7 +83,8 @@ QUANTIZED_CONV = register(OpDef(
     outputs=RANGE_OUTPUTS,
     infer_shape=_shapes(conv.CONVOLUTION),
     infer_dtype=_dtypes,
-    kernel=_conv_kernel,
+    kernel=ranges.on_host(_conv_kernel),
+    uncapturable=ranges.ON_HOST,
     doc="Convolution of uint8 data with int8 weights into int32 sums and their range.",
 ))
 
@@ -115,6 +116,7 @@ QUANTIZED_FC = register(OpDef(
     outputs=RANGE_OUTPUTS,
     infer_shape=_shapes(dense.FULLY_CONNECTED),
     infer_dtype=_dtypes,
-    kernel=_fc_kernel,
+    kernel=ranges.on_host(_fc_kernel),
+    uncapturable=ranges.ON_HOST,
     doc="FullyConnected of int8/uint8 data with int8 weights into int32 sums and their range.",
 ))

@@ -10,6 +10,8 @@ oneDNN rounds to nearest with ties to even (the CPU's default mode) and saturate
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -88,3 +90,26 @@ def check_quantized(array: Any, what: str, op: str, allowed: tuple[np.dtype, ...
 def range_shapes(count: int) -> list[tuple[int, ...]]:
     """``count`` range shapes, ``(1,)`` each."""
     return [(1,)] * count
+
+
+ON_HOST = "runs in NumPy on host copies of its inputs (MXNet's int8 ops have no GPU kernels)"
+
+
+def on_host(kernel: Callable[..., Any]) -> Callable[..., Any]:
+    """``kernel`` run in NumPy on host copies of its inputs, its results moved back to ``xp``
+    (a GPU plan then runs the node through the host, step by step: see `ON_HOST`)."""
+
+    @functools.wraps(kernel)
+    def run(xp: Any, attrs: Attrs, *inputs: Any) -> Any:
+        results = kernel(np, attrs, *(_host(array) for array in inputs))
+        if xp is np:
+            return results
+        if isinstance(results, tuple):
+            return tuple(xp.asarray(result) for result in results)
+        return xp.asarray(results)
+
+    return run
+
+
+def _host(array: Any) -> Any:
+    return array.get() if hasattr(array, "get") and not isinstance(array, np.ndarray) else array

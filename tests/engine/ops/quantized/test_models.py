@@ -94,3 +94,37 @@ def test_a_fused_node_without_its_subgraph_is_refused_by_name() -> None:
     with pytest.raises(ModelFormatError, match=rf"{node['name']}.*_sg_mkldnn_conv.*has 0 "
                                                r"subgraphs; this op takes 1"):
         engine.load_model(json.dumps(document), str(fixtures.paths("resnet18_v1_naive")[1]))
+
+
+class DeviceArray:
+    """Stands for a GPU array: its contents reach the host only through ``get``."""
+
+    def __init__(self, values: np.ndarray) -> None:
+        self.values = values
+        self.shape, self.dtype = values.shape, values.dtype
+
+    def get(self) -> np.ndarray:
+        return self.values
+
+    def __array__(self, *args: object, **kwargs: object) -> np.ndarray:
+        raise TypeError("implicit conversion of a device array")
+
+
+class DeviceModule:
+    """Stands for CuPy: ``asarray`` puts a host array on the device."""
+
+    @staticmethod
+    def asarray(values: np.ndarray) -> DeviceArray:
+        return DeviceArray(np.asarray(values))
+
+
+def test_a_device_plan_runs_the_int8_ops_through_host_copies() -> None:
+    op = get_op("_contrib_quantize_v2")
+    attrs = op.parse_attrs({"min_calib_range": "-1", "max_calib_range": "1", "out_type": "int8"})
+    data = np.array([1.0, 0.5, -1.0, 0.2], dtype=np.float32)
+    on_device = op.kernel(DeviceModule, attrs, DeviceArray(data))
+    on_host = op.kernel(np, attrs, data)
+    assert all(isinstance(value, DeviceArray) for value in on_device)
+    for device_value, host_value in zip(on_device, on_host, strict=True):
+        np.testing.assert_array_equal(device_value.get(), host_value)
+    assert not op.capturable
