@@ -125,6 +125,12 @@ MODELS = {
         "quantize_net_v2", {"calib_mode": "naive", "quantized_dtype": "int8"},
         "two conv branches, Concat, standalone BatchNorm, avg pooling, Dense; int8 data; "
         "quantize_net_v2, calib naive"),
+    "resnet18_v1_uncalibrated": (
+        thin_resnet18, (3, 32, 32),
+        "quantize_net_v2", {"calib_mode": "none", "quantized_dtype": "auto"},
+        "the thin resnet18_v1 layout without calibration: every range is taken from the data "
+        "at hand and int32 sums are requantized by their own reach; quantize_net_v2, calib "
+        "none"),
 }
 
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from engine.errors import ModelFormatError
 from engine.ops.attrs import parse_bool
-from engine.ops.dtypes import FLOAT32
+from engine.ops.dtypes import FLOAT32, UINT8
 from engine.ops.quantized import integer, ranges
 from engine.ops.quantized.ranges import CALIB_PARAMS, F32, INT8, RANGE_OUTPUTS
 from engine.ops.quantized.requantize import (
@@ -117,14 +117,15 @@ def _conv_kernel(xp: Any, attrs: Attrs, *inputs: Any) -> Any:
     sums = _conv_sums(chain, data, weight_q, bias_q)
     last = chain.postsum_act if attrs.with_sum else chain.act
     dtype = output_dtype(calibrated, False, last)
-    if not calibrated:
-        reach = ranges.max_abs(weight.min(), weight.max())
-        out_low, out_high = int32_range(ranges.max_abs(low, high), reach)
-        return (ranges.saturate_round(sums, np.dtype(np.int32)),
-                *ranges.range_pair(out_low, out_high))
-    out_low, out_high = F32(attrs.min_calib_range), F32(attrs.max_calib_range)
-    output_scale = ranges.quantize_scale(dtype, out_low, out_high)
-    requantize = (F32(output_scale / data_scale) / scales).astype(np.float32)
+    if calibrated:
+        out_low, out_high = F32(attrs.min_calib_range), F32(attrs.max_calib_range)
+        output_scale = ranges.quantize_scale(dtype, out_low, out_high)
+        requantize = (F32(output_scale / data_scale) / scales).astype(np.float32)
+    else:  # int32 sums as they are, over the range MXNet derives from the two ranges
+        out_low, out_high = int32_range(ranges.max_abs(low, high),
+                                        ranges.max_abs(weight.min(), weight.max()))
+        output_scale = F32(data_scale * scales[0])
+        requantize = np.ones_like(scales)
     act = chain.act
     if act is not None and act.kind == "bounded_relu" and not attrs.with_sum:
         act = None  # MXNet lets the uint8 saturation cut relu6 off (max_calib_range <= 6)
@@ -142,7 +143,8 @@ def _conv_kernel(xp: Any, attrs: Attrs, *inputs: Any) -> Any:
         residual = (summand, F32(output_scale / sum_scale))
     # An int8 residual under a uint8 output: oneDNN writes the sum into the residual's int8
     # buffer, so the result saturates at 127 before MXNet reads the bytes as uint8.
-    storage = INT8 if residual is not None and residual[0].dtype == INT8 else dtype
+    storage = INT8 if dtype == UINT8 and residual is not None and residual[0].dtype == INT8 \
+        else dtype
     result = finish(sums, requantize, 1, storage, act, residual, chain.postsum_act)
     return (result.astype(dtype), *ranges.range_pair(out_low, out_high))
 
@@ -242,7 +244,7 @@ def _fc_kernel(xp: Any, attrs: Attrs, *inputs: Any) -> Any:
     ranges.check_quantized(data, "data", FC)
     low, high = ranges.scalar(values["min_data"]), ranges.scalar(values["max_data"])
     data_scale = ranges.quantize_scale(data.dtype, low, high)
-    weight_q, bias_q, scales = _fc_weights(attrs, values, data_scale)
+    weight_q, bias_q, scales, weight_reach = _fc_weights(attrs, values, data_scale)
     sums = integer.matmul(rows, weight_q.T)
     if bias_q is not None:
         sums += bias_q.astype(np.float64)
@@ -252,8 +254,7 @@ def _fc_kernel(xp: Any, attrs: Attrs, *inputs: Any) -> Any:
                         dtype, chain.act)
         return result.reshape(out_shape)
     if not ranges.has_calib(attrs):
-        reach = F32(ranges.INT8_RANGE / scales.max())
-        out_low, out_high = int32_range(ranges.max_abs(low, high), reach)
+        out_low, out_high = int32_range(ranges.max_abs(low, high), weight_reach)
         return (ranges.saturate_round(sums, np.dtype(np.int32)).reshape(out_shape),
                 *ranges.range_pair(out_low, out_high))
     out_low, out_high = F32(attrs.min_calib_range), F32(attrs.max_calib_range)
@@ -268,8 +269,8 @@ def _fc_kernel(xp: Any, attrs: Attrs, *inputs: Any) -> Any:
 
 
 def _fc_weights(attrs: Attrs, values: dict[str, Any], data_scale: F32
-                ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
-    """int8 weights, int32 bias and the weights' scales (one per output row)."""
+                ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, F32]:
+    """int8 weights, int32 bias, the weights' scales (one per output row) and their reach."""
     weight = np.asarray(values["weight"])
     bias = values.get("bias")
     if attrs.channel_wise_quantize or weight.dtype == FLOAT32:
@@ -277,12 +278,15 @@ def _fc_weights(attrs: Attrs, values: dict[str, Any], data_scale: F32
         bias = None if bias is None else np.asarray(bias, dtype=np.float32)
         scales = weight_scales(weight, bias, data_scale, True)
         weight_q, bias_q = quantized_weight_bias(weight, bias, data_scale, scales)
-        return weight_q, bias_q, scales
+        return weight_q, bias_q, scales, ranges.max_abs(weight.min(), weight.max())
     ranges.check_quantized(weight, "weight", FC, (INT8,))
-    weight_scale = ranges.quantize_scale(INT8, ranges.scalar(values["min_weight"]),
-                                         ranges.scalar(values["max_weight"]))
+    weight_low, weight_high = ranges.scalar(values["min_weight"]), ranges.scalar(
+        values["max_weight"])
+    weight_reach = ranges.max_abs(weight_low, weight_high)
+    weight_scale = ranges.quantize_scale(INT8, weight_low, weight_high)
     if bias is None:
-        return weight, None, np.full(weight.shape[0], weight_scale, dtype=np.float32)
+        return weight, None, np.full(weight.shape[0], weight_scale, dtype=np.float32), \
+            weight_reach
     bias = np.asarray(bias)
     ranges.check_quantized(bias, "bias", FC, (INT8,))
     bias_low, bias_high = ranges.scalar(values["min_bias"]), ranges.scalar(values["max_bias"])
@@ -295,7 +299,7 @@ def _fc_weights(attrs: Attrs, values: dict[str, Any], data_scale: F32
         weight_scale = F32(weight_scale * weight_rescale)
         rescale = most
     bias_q = _round_away(bias.astype(np.float32) * rescale).astype(np.int32)
-    return weight, bias_q, np.full(weight.shape[0], weight_scale, dtype=np.float32)
+    return weight, bias_q, np.full(weight.shape[0], weight_scale, dtype=np.float32), weight_reach
 
 
 def _round_away(values: np.ndarray) -> np.ndarray:

@@ -15,7 +15,8 @@ from engine.graph.params import load_params
 
 ROOT = Path(__file__).resolve().parents[3] / "fixtures" / "mxnet_quantized"
 MODELS = ("resnet18_v1_naive", "resnet50_v1_thin_entropy", "mobilenet_v2_naive",
-          "bert_encoder_naive", "concat_bn_int8_naive", "plain_symbol_naive")
+          "bert_encoder_naive", "concat_bn_int8_naive", "plain_symbol_naive",
+          "resnet18_v1_uncalibrated")
 
 
 def paths(name: str) -> tuple[Path, Path]:

@@ -70,3 +70,8 @@ def test_the_fixtures_reach_every_exported_kind() -> None:
     assert ("with_act", "with_bn") in conv_flags
     assert ("with_bn", "with_postsum_act", "with_sum") in conv_flags
     assert ("with_bn", "with_sum") in conv_flags
+    uncalibrated = {node.op for name, index in node_cases()
+                    for node in [fixtures.graph(name).nodes[index]]
+                    if "min_calib_range" not in node.attrs}
+    assert uncalibrated >= {"_contrib_quantize_v2", "_sg_mkldnn_conv",
+                            "_sg_mkldnn_fully_connected", "_contrib_requantize"}
