@@ -14,6 +14,7 @@ except where a float32 product lands within rounding of a half step.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -99,12 +100,57 @@ def _conv_dtypes(attrs: Attrs, dtypes: list) -> tuple[list, list]:
     return known, [out, FLOAT32, FLOAT32]
 
 
+class _ConvWeights:
+    """A node's weights with BatchNorm folded in, and their int8 form for the last data scale
+    asked for (a calibrated node's data scale never changes, so a bound node prepares them
+    once)."""
+
+    def __init__(self, attrs: Attrs, values: dict[str, Any]) -> None:
+        self.chain = _conv_chain(attrs)
+        self.weight, self.bias = fold_batchnorm(
+            np.asarray(values["weight"]), values.get("bias"), self.chain,
+            [np.asarray(values[name]) for name in BN_INPUTS] if attrs.with_bn else [])
+        self._last: tuple[tuple[float, bool], Any] | None = None
+
+    def quantized(self, data_scale: F32, per_channel: bool
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(scales, int8 weights, int32 bias) for data of ``data_scale``."""
+        key = (float(data_scale), per_channel)
+        if self._last is None or self._last[0] != key:
+            scales = weight_scales(self.weight, self.bias, data_scale, per_channel)
+            self._last = (key, (scales, *quantized_weight_bias(self.weight, self.bias,
+                                                               data_scale, scales)))
+        return self._last[1]
+
+
 def _conv_kernel(xp: Any, attrs: Attrs, *inputs: Any) -> Any:
-    chain = _conv_chain(attrs)
     values = dict(zip(_conv_inputs(attrs), inputs, strict=True))
-    weight, bias = fold_batchnorm(np.asarray(values["weight"]), values.get("bias"), chain,
-                                  [np.asarray(values[name]) for name in BN_INPUTS]
-                                  if attrs.with_bn else [])
+    return _conv_forward(attrs, _ConvWeights(attrs, values), values)
+
+
+def _conv_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any) -> list[Any]:
+    """On the CPU with constant weights (a plan's read-only parameters), BatchNorm is folded
+    once at bind and the int8 weights kept for the data scale; otherwise the kernel runs."""
+    names = _conv_inputs(attrs)
+    values = dict(zip(names, inputs, strict=True))
+    constant = xp is np and all(not np.asarray(values[name]).flags.writeable
+                                for name in ("weight", "bias", *BN_INPUTS) if name in values)
+    if not constant:
+        return [partial(SG_CONV.compute, xp, attrs, inputs, out)]
+    weights = _ConvWeights(attrs, values)
+    targets = out if isinstance(out, tuple) else (out,)
+
+    def call() -> None:
+        results = _conv_forward(attrs, weights, values)
+        for target, result in zip(targets, results if isinstance(results, tuple)
+                                  else (results,), strict=True):
+            np.copyto(target, result, casting="unsafe")
+
+    return [call]
+
+
+def _conv_forward(attrs: Attrs, weights: _ConvWeights, values: dict[str, Any]) -> Any:
+    chain, weight, bias = weights.chain, weights.weight, weights.bias
     if not attrs.quantized:
         return _float_conv(chain, values, weight, bias)
     data = np.asarray(values["data"])
@@ -112,8 +158,7 @@ def _conv_kernel(xp: Any, attrs: Attrs, *inputs: Any) -> Any:
     low, high = ranges.scalar(values["min_data"]), ranges.scalar(values["max_data"])
     data_scale = ranges.quantize_scale(data.dtype, low, high)
     calibrated = ranges.has_calib(attrs)
-    scales = weight_scales(weight, bias, data_scale, calibrated)
-    weight_q, bias_q = quantized_weight_bias(weight, bias, data_scale, scales)
+    scales, weight_q, bias_q = weights.quantized(data_scale, calibrated)
     sums = _conv_sums(chain, data, weight_q, bias_q)
     last = chain.postsum_act if attrs.with_sum else chain.act
     dtype = output_dtype(calibrated, False, last)
@@ -189,6 +234,7 @@ SG_CONV = register(OpDef(
     infer_shape=_conv_shapes,
     infer_dtype=_conv_dtypes,
     kernel=ranges.on_host(_conv_kernel),
+    bind=_conv_bind,
     uncapturable=ranges.ON_HOST,
     doc="oneDNN's fused Convolution (+ BatchNorm, activation, residual sum, activation); "
         "int8/uint8 in and out when quantized.",

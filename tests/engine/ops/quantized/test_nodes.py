@@ -75,3 +75,31 @@ def test_the_fixtures_reach_every_exported_kind() -> None:
                     if "min_calib_range" not in node.attrs}
     assert uncalibrated >= {"_contrib_quantize_v2", "_sg_mkldnn_conv",
                             "_sg_mkldnn_fully_connected", "_contrib_requantize"}
+
+
+def test_a_bound_convolution_prepares_its_int8_weights_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With read-only (constant) weights, as a CPU plan binds them, BatchNorm is folded and the
+    weights quantized once; every run still gives MXNet's values."""
+    from engine.ops.quantized import fused
+
+    name = "resnet18_v1_naive"
+    index = next(index for index, node in enumerate(fixtures.graph(name).nodes)
+                 if node.op == "_sg_mkldnn_conv" and node.params.with_sum)
+    node = fixtures.graph(name).nodes[index]
+    inputs = []
+    for value in node_inputs(name, index):
+        view = value.view()
+        view.flags.writeable = False
+        inputs.append(view)
+    expected = [fixtures.internals(name)[f"{node.name}:{k}"] for k in range(3)]
+    out = tuple(np.empty_like(value) for value in expected)
+    calls = []
+    real = fused.weight_scales
+    monkeypatch.setattr(fused, "weight_scales", lambda *args: calls.append(1) or real(*args))
+    (call,) = node.opdef.bind_calls(np, node.params, inputs, out)
+    for _ in range(2):
+        call()
+        for value, reference in zip(out, expected, strict=True):
+            np.testing.assert_array_equal(value, reference)
+    assert len(calls) == 1
