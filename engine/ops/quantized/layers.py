@@ -264,7 +264,7 @@ def _batchnorm_shapes(attrs: Attrs, shapes: list[MaybeShape]) -> tuple[list, lis
 
 QUANTIZED_BATCHNORM = register(OpDef(
     name="_contrib_quantized_batch_norm",
-    params=(*norm.BATCH_NORM.params, *CALIB_PARAMS),
+    params=norm.BATCH_NORM.params,  # which holds min_calib_range and max_calib_range
     inputs=("data", "gamma", "beta", "moving_mean", "moving_var", "min_data", "max_data"),
     outputs=RANGE_OUTPUTS,
     infer_shape=_batchnorm_shapes,

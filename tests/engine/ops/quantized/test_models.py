@@ -128,3 +128,14 @@ def test_a_device_plan_runs_the_int8_ops_through_host_copies() -> None:
     for device_value, host_value in zip(on_device, on_host, strict=True):
         np.testing.assert_array_equal(device_value.get(), host_value)
     assert not op.capturable
+
+
+def test_the_imperative_front_end_offers_the_int8_ops() -> None:
+    import engine.nd as nd
+
+    data = nd.array(np.array([1.0, 0.5, -1.0], dtype=np.float32))
+    quantized, low, high = nd._contrib_quantize_v2(data, min_calib_range=-1.0,
+                                                   max_calib_range=1.0, out_type="int8")
+    np.testing.assert_array_equal(quantized.asnumpy(), np.array([127, 64, -128], np.int8))
+    restored = nd._contrib_dequantize(quantized, low, high).asnumpy()
+    np.testing.assert_allclose(restored, [127 / 127.5, 64 / 127.5, -128 / 127.5], rtol=1e-6)
