@@ -20,7 +20,13 @@ from engine.ops.quantized import (  # noqa: F401  (imported for their registrati
     layers,
     products,
 )
+from engine.ops.registry import OpDef
 
 for _fused in ("_sg_mkldnn_conv", "_sg_mkldnn_fully_connected", "_sg_mkldnn_selfatt_qk",
                "_sg_mkldnn_selfatt_valatt"):
     carries_subgraphs(_fused, 1)
+
+# Every operator of this family, by its MXNet name.
+QUANTIZED_OPS = tuple(sorted(
+    op.name for module in (attention, convert, fused, layers, products)
+    for op in vars(module).values() if isinstance(op, OpDef)))

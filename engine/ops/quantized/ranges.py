@@ -92,7 +92,7 @@ def range_shapes(count: int) -> list[tuple[int, ...]]:
     return [(1,)] * count
 
 
-ON_HOST = "runs in NumPy on host copies of its inputs (MXNet's int8 ops have no GPU kernels)"
+ON_HOST = "runs in NumPy on the host (MXNet's int8 ops have no GPU kernels here)"
 
 
 def on_host(kernel: Callable[..., Any]) -> Callable[..., Any]:
