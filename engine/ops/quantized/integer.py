@@ -3,7 +3,9 @@
 The products run as float64 BLAS calls: every int8 x int8 sum a layer makes stays far below
 2**53, so float64 holds it exactly, as oneDNN's int32 accumulators do (short of their own
 overflow, which a calibrated model never reaches). A fast path would hand these to an int8
-GEMM (VNNI's ``vpdpbusd``) instead.
+GEMM in the LLVM JIT (``engine/kernels``): u8 x s8 dot products with VNNI's ``vpdpbusd`` (or
+AVX-512BW's ``vpmaddubsw`` + ``vpmaddwd`` without it), weights packed once per plan, the
+requantize scales, activation and residual applied in its epilogue.
 """
 
 from __future__ import annotations
