@@ -307,6 +307,55 @@ def export_plain(seed: int, out: Path) -> None:
     })
 
 
+OPS = "ops"
+
+
+def op_cases(rng: np.random.Generator) -> list[tuple[str, mx.sym.Symbol, dict]]:
+    """One-op graphs for int8 ops the model exports do not hold: ``_contrib_quantize`` (the
+    first quantize op, range given as inputs) and ``_contrib_quantized_elemwise_mul``."""
+    x, low, high = mx.sym.var("x"), mx.sym.var("low"), mx.sym.var("high")
+    cases = []
+    for out_type, floor in (("uint8", 0.1), ("int8", -1.0)):
+        node = mx.sym.contrib.quantize(x, low, high, out_type=out_type, name="quantize")
+        cases.append((f"quantize_{out_type}", node, {
+            "x": rng.uniform(min(floor, 0.0), 1.0, (4, 16)),
+            "low": np.array([floor]), "high": np.array([1.0])}))
+    a, b = mx.sym.var("a"), mx.sym.var("b")
+    qa = mx.sym.contrib.quantize_v2(a, min_calib_range=-1.0, max_calib_range=1.0,
+                                    out_type="int8", name="qa")
+    qb = mx.sym.contrib.quantize_v2(b, min_calib_range=-0.5, max_calib_range=0.5,
+                                    out_type="int8", name="qb")
+    for label, options in (("int32", {}), ("calibrated", {"min_calib_range": -0.3,
+                                                          "max_calib_range": 0.3}),
+                           ("float", {"enable_float_output": True})):
+        node = mx.sym.contrib.quantized_elemwise_mul(qa[0], qb[0], qa[1], qa[2], qb[1], qb[2],
+                                                     name="mul", **options)
+        cases.append((f"elemwise_mul_{label}", node, {
+            "a": rng.uniform(-1, 1, (4, 16)), "b": rng.uniform(-0.5, 0.5, (4, 16))}))
+    return cases
+
+
+def export_ops(seed: int, out: Path) -> None:
+    """``<out>/ops/cases.json`` (each case's graph as MXNet writes it) and ``cases.npz``
+    (``<case>/<input>`` and ``<case>/out<k>``)."""
+    rng = np.random.default_rng(seed)
+    documents, arrays = {}, {}
+    for case, node, feed in op_cases(rng):
+        group = mx.sym.Group([node[k] for k in range(len(node.list_outputs()))])
+        feed = {name: value.astype("float32") for name, value in feed.items()}
+        executor = group.bind(mx.cpu(), {k: mx.nd.array(v) for k, v in feed.items()},
+                              grad_req="null")
+        documents[case] = json.loads(group.tojson())
+        arrays.update({f"{case}/{name}": value for name, value in feed.items()})
+        for number, value in enumerate(executor.forward(is_train=False)):
+            arrays[f"{case}/out{number}"] = value.asnumpy()
+    folder = out / OPS
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "cases.json").write_text(json.dumps(documents, indent=1) + "\n")
+    np.savez_compressed(folder / "cases.npz", **arrays)
+    print(OPS, sorted(documents))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -317,6 +366,8 @@ def main() -> None:
             export(name, 100 + seed, options.out)
     if options.only is None or PLAIN in options.only:
         export_plain(100 + len(MODELS), options.out)
+    if options.only is None or OPS in options.only:
+        export_ops(200, options.out)
 
 
 if __name__ == "__main__":

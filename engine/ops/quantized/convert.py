@@ -123,3 +123,30 @@ REQUANTIZE = register(OpDef(
     uncapturable=ranges.ON_HOST,
     doc="int32 accumulators to int8/uint8 over the calibrated output range.",
 ))
+
+
+def _quantize(xp: Any, attrs: Attrs, data: Any, low: Any, high: Any) -> tuple[Any, Any, Any]:
+    dtype = UINT8 if attrs.out_type == "uint8" else INT8
+    low, high = ranges.scalar(low), ranges.scalar(high)
+    if dtype == UINT8 and low < 0:
+        raise ShapeError(f"_contrib_quantize: out_type uint8 needs a non-negative min_range; "
+                         f"got {float(low)}")
+    # The first quantize op counts the integer type's own largest magnitude (127, 255).
+    scale = F32(F32(ranges.LIMITS[dtype][1]) / ranges.max_abs(low, high))
+    quantized = ranges.saturate_round(np.asarray(data, dtype=FLOAT32) * scale, dtype)
+    return (quantized, *ranges.range_pair(low, high))
+
+
+QUANTIZE = register(OpDef(
+    name="_contrib_quantize",
+    params=(Param("out_type", choice("int8", "uint8"), "uint8"),),
+    inputs=("data", "min_range", "max_range"),
+    outputs=RANGE_OUTPUTS,
+    infer_shape=_ranged_shapes,
+    infer_dtype=lambda attrs, dtypes: ([dtypes[0] or FLOAT32, FLOAT32, FLOAT32], [
+        UINT8 if attrs.out_type == "uint8" else INT8, FLOAT32, FLOAT32]),
+    kernel=ranges.on_host(_quantize),
+    uncapturable=ranges.ON_HOST,
+    doc="float to int8/uint8 over the range given as inputs (127 or 255 steps per "
+        "max(|min|, |max|)); the range passes through.",
+))

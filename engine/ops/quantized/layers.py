@@ -10,11 +10,12 @@ from typing import Any
 import numpy as np
 
 from engine.errors import ShapeError
-from engine.ops.attrs import parse_int
+from engine.ops.attrs import parse_bool, parse_int
 from engine.ops.dtypes import FLOAT32, INT32, UINT8
 from engine.ops.nn import activation, norm, pool
 from engine.ops.quantized import ranges
 from engine.ops.quantized.ranges import CALIB_PARAMS, F32, INT8, RANGE_OUTPUTS
+from engine.ops.quantized.requantize import int32_range
 from engine.ops.registry import Attrs, MaybeShape, OpDef, Param, get_op, register
 from engine.ops.tensor import indexing  # noqa: F401  (registers Embedding, read below)
 
@@ -296,4 +297,54 @@ QUANTIZED_EMBEDDING = register(OpDef(
     kernel=ranges.on_host(_embedding_kernel),
     uncapturable=ranges.ON_HOST,
     doc="Rows of an int8 table; the table's range passes through.",
+))
+
+
+def _mul_dtype(attrs: Attrs) -> np.dtype:
+    if attrs.enable_float_output:
+        return FLOAT32
+    return INT8 if ranges.has_calib(attrs) else INT32
+
+
+def _mul_kernel(xp: Any, attrs: Attrs, lhs: Any, rhs: Any, *range_inputs: Any) -> Any:
+    op = "_contrib_quantized_elemwise_mul"
+    left, right = np.asarray(lhs), np.asarray(rhs)
+    ranges.check_quantized(left, "lhs", op, (INT8,))
+    ranges.check_quantized(right, "rhs", op, (INT8,))
+    if left.shape != right.shape:
+        raise ShapeError(f"{op}: lhs {left.shape} and rhs {right.shape} must have one shape")
+    (a_low, a_high), (b_low, b_high) = ranges.ranges_of(range_inputs, 0, 2)
+    in_scale = F32(ranges.quantize_scale(INT8, a_low, a_high)
+                   * ranges.quantize_scale(INT8, b_low, b_high))
+    products = left.astype(np.float32) * right.astype(np.float32)
+    dtype = _mul_dtype(attrs)
+    if dtype == FLOAT32:
+        return (products * F32(F32(1.0) / in_scale)).astype(np.float32)
+    if dtype == INT32:
+        out_low, out_high = int32_range(ranges.max_abs(a_low, a_high),
+                                        ranges.max_abs(b_low, b_high))
+        return products.astype(np.int32), *ranges.range_pair(out_low, out_high)
+    out_low, out_high = F32(attrs.min_calib_range), F32(attrs.max_calib_range)
+    scale = F32(ranges.quantize_scale(INT8, out_low, out_high) / in_scale)
+    # As MXNet 1.9.1 does: truncated, and cast without saturation (a product past the
+    # calibrated range wraps around).
+    wrapped = np.trunc(products * scale).astype(np.int64).astype(INT8)
+    return wrapped, *ranges.range_pair(out_low, out_high)
+
+
+QUANTIZED_MUL = register(OpDef(
+    name="_contrib_quantized_elemwise_mul",
+    params=(*CALIB_PARAMS, Param("enable_float_output", parse_bool, False)),
+    inputs=("lhs", "rhs", "lhs_min", "lhs_max", "rhs_min", "rhs_max"),
+    outputs=lambda attrs: ("output",) if attrs.enable_float_output else RANGE_OUTPUTS,
+    infer_shape=lambda attrs, shapes: (
+        [shapes[0] or shapes[1], shapes[1] or shapes[0], *[(1,)] * 4],
+        [shapes[0] or shapes[1], (1,), (1,)][:1 if attrs.enable_float_output else 3]),
+    infer_dtype=lambda attrs, dtypes: (
+        [INT8, INT8, *[FLOAT32] * 4],
+        [_mul_dtype(attrs), FLOAT32, FLOAT32][:1 if attrs.enable_float_output else 3]),
+    kernel=ranges.on_host(_mul_kernel),
+    uncapturable=ranges.ON_HOST,
+    doc="Product of two int8 tensors: int32 with its range, int8 over the calibrated range, "
+        "or float32.",
 ))
