@@ -43,10 +43,13 @@ def _flags(*names: str) -> tuple[Param, ...]:
     return tuple(Param(name, parse_bool, False) for name in names)
 
 
+# The flags MXNet 1.9.1 writes; others (a deduplicated sum, a shifted uint8 output) change
+# the inputs or the arithmetic, and are refused as unknown attributes, by name.
+# (``with_relu`` and ``with_postsum_relu`` are the names MXNet 1.5 wrote.)
 CONV_PARAMS = (*_flags("quantized", "with_bn", "with_act", "with_sum", "with_postsum_act",
-                       "dedup_sum", "weight_channelwise_scale"), *CALIB_PARAMS)
-FC_PARAMS = (*_flags("quantized", "enable_float_output", "with_eltwise", "with_sum",
-                     "channel_wise_quantize", "shifted_output"), *CALIB_PARAMS)
+                       "with_relu", "with_postsum_relu"), *CALIB_PARAMS)
+FC_PARAMS = (*_flags("quantized", "enable_float_output", "with_eltwise",
+                     "channel_wise_quantize", "with_relu"), *CALIB_PARAMS)
 
 
 def _conv_chain(attrs: Attrs) -> FusedChain:

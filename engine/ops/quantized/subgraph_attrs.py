@@ -73,9 +73,10 @@ def read_chain(attrs: Attrs, main_op: str, op: str) -> FusedChain:
                                    f"not fuse into {main_op}")
     if main is None:
         raise ModelFormatError(f"{op}: its subgraph has no {main_op} node")
-    with_act = bool(attrs.get("with_act", False) or attrs.get("with_eltwise", False))
+    with_act = any(attrs.get(flag, False) for flag in ("with_act", "with_eltwise", "with_relu"))
     act = acts.pop(0) if with_act and acts else None
-    postsum = acts.pop(0) if attrs.get("with_postsum_act", False) and acts else None
+    with_postsum = attrs.get("with_postsum_act", False) or attrs.get("with_postsum_relu", False)
+    postsum = acts.pop(0) if with_postsum and acts else None
     return FusedChain(main, batchnorm, act, postsum)
 
 

@@ -139,3 +139,31 @@ def test_the_imperative_front_end_offers_the_int8_ops() -> None:
     np.testing.assert_array_equal(quantized.asnumpy(), np.array([127, 64, -128], np.int8))
     restored = nd._contrib_dequantize(quantized, low, high).asnumpy()
     np.testing.assert_allclose(restored, [127 / 127.5, 64 / 127.5, -128 / 127.5], rtol=1e-6)
+
+
+def _renamed(document: dict, old: str, new: str) -> dict:
+    for node in document["nodes"]:
+        if old in node.get("attrs", {}):
+            node["attrs"][new] = node["attrs"].pop(old)
+    return document
+
+
+def test_mxnet_1_5_flag_names_load_as_the_same_model() -> None:
+    symbol, params = fixtures.paths("resnet18_v1_naive")
+    document = json.loads(symbol.read_text())
+    document = _renamed(_renamed(document, "with_act", "with_relu"), "with_postsum_act",
+                        "with_postsum_relu")
+    model = engine.load_model(json.dumps(document), str(params))
+    (result,) = model.infer({"data": fixtures.io("resnet18_v1_naive")["data"]}).values()
+    np.testing.assert_array_equal(np.asarray(result),
+                                  fixtures.io("resnet18_v1_naive")["int8_output"])
+
+
+def test_a_flag_that_changes_the_arithmetic_is_refused_by_name() -> None:
+    symbol, params = fixtures.paths("resnet18_v1_naive")
+    document = json.loads(symbol.read_text())
+    node = next(node for node in document["nodes"] if node["op"] == "_sg_mkldnn_conv")
+    node["attrs"]["dedup_sum"] = "true"
+    with pytest.raises(ModelFormatError, match=rf"{node['name']}.*unknown attribute "
+                                               r"'dedup_sum'"):
+        engine.load_model(json.dumps(document), str(params))
