@@ -365,7 +365,7 @@ def main() -> None:
         if options.only is None or name in options.only:
             export(name, 100 + seed, options.out)
     if options.only is None or PLAIN in options.only:
-        export_plain(100 + len(MODELS), options.out)
+        export_plain(150, options.out)
     if options.only is None or OPS in options.only:
         export_ops(200, options.out)
 
