@@ -167,3 +167,12 @@ def test_a_flag_that_changes_the_arithmetic_is_refused_by_name() -> None:
     with pytest.raises(ModelFormatError, match=rf"{node['name']}.*unknown attribute "
                                                r"'dedup_sum'"):
         engine.load_model(json.dumps(document), str(params))
+
+
+def test_an_int8_batch_is_never_cut_into_runs_of_rows() -> None:
+    """Uncalibrated ranges come from the whole batch: rows must not run apart."""
+    from engine.runtime import batch_split
+
+    graph = fixtures.graph("resnet18_v1_uncalibrated")
+    blocker = batch_split.split_blocker(graph, batch_split.input_dependent(graph, {"data"}))
+    assert blocker is not None and "_contrib_quantize_v2" in blocker
