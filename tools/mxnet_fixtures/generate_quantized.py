@@ -312,7 +312,8 @@ OPS = "ops"
 
 def op_cases(rng: np.random.Generator) -> list[tuple[str, mx.sym.Symbol, dict]]:
     """One-op graphs for int8 ops the model exports do not hold: ``_contrib_quantize`` (the
-    first quantize op, range given as inputs) and ``_contrib_quantized_elemwise_mul``."""
+    first quantize op, range given as inputs), ``_contrib_quantized_elemwise_mul`` and the
+    entropy calibration's ``_contrib_calibrate_entropy``."""
     x, low, high = mx.sym.var("x"), mx.sym.var("low"), mx.sym.var("high")
     cases = []
     for out_type, floor in (("uint8", 0.1), ("int8", -1.0)):
@@ -332,6 +333,14 @@ def op_cases(rng: np.random.Generator) -> list[tuple[str, mx.sym.Symbol, dict]]:
                                                      name="mul", **options)
         cases.append((f"elemwise_mul_{label}", node, {
             "a": rng.uniform(-1, 1, (4, 16)), "b": rng.uniform(-0.5, 0.5, (4, 16))}))
+    hist, edges = mx.sym.var("hist"), mx.sym.var("edges")
+    for label, values, bins, quantized in (
+            ("normal", rng.normal(0, 1, 20000), 801, 255),
+            ("laplace", rng.laplace(0, 0.5, 20000), 1001, 511)):
+        counts, bounds = np.histogram(values, bins=bins, range=(-4, 4))
+        node = mx.sym.contrib.calibrate_entropy(hist, edges, num_quantized_bins=quantized,
+                                                name="calibrate")
+        cases.append((f"calibrate_entropy_{label}", node, {"hist": counts, "edges": bounds}))
     return cases
 
 

@@ -2,7 +2,8 @@
 (``mxnet.contrib.quantization.quantize_net``): conversions between float and int8/uint8
 (`convert`), quantized layers that carry a range (`layers`), the fused convolution and fully
 connected layers (`fused`), the fused self-attention products (`attention`) and the standalone
-int8 convolution and fully connected layer of exports made without the fusion pass (`products`).
+int8 convolution and fully connected layer of exports made without the fusion pass (`products`)
+and the entropy calibration's threshold (`calibrate`).
 
 Values carry their real range beside them as two float32 scalars; `ranges` holds the scale
 arithmetic and rounding they share, `integer` the exact integer products, `requantize` the
@@ -15,6 +16,7 @@ Importing this package registers its operators.
 from engine.ops.control.flow import carries_subgraphs
 from engine.ops.quantized import (  # noqa: F401  (imported for their registrations)
     attention,
+    calibrate,
     convert,
     fused,
     layers,
@@ -28,5 +30,5 @@ for _fused in ("_sg_mkldnn_conv", "_sg_mkldnn_fully_connected", "_sg_mkldnn_self
 
 # Every operator of this family, by its MXNet name.
 QUANTIZED_OPS = tuple(sorted(
-    op.name for module in (attention, convert, fused, layers, products)
+    op.name for module in (attention, calibrate, convert, fused, layers, products)
     for op in vars(module).values() if isinstance(op, OpDef)))
