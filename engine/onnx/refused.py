@@ -7,6 +7,7 @@ would differ from MXNet's. docs/onnx.md lists the same table.
 from __future__ import annotations
 
 from engine.ops.internal.fused import FUSED_ELEMENTWISE
+from engine.ops.quantized import QUANTIZED_OPS
 
 _NO_FACTORISATION = "ONNX has no matrix inverse, factorisation or triangular-solve op"
 _SIGN = "copysign copies the sign bit of a NaN, which no ONNX op can read"
@@ -66,4 +67,7 @@ REFUSED: dict[str, str] = {
                 "implemented"),
     "_npi_boolean_mask_assign_tensor": ("not mapped (the running count of the mask that picks "
                                         "each element's value row is not implemented)"),
+    **dict.fromkeys(QUANTIZED_OPS,
+                    "MXNet's int8 ops (its scales, rounding and fused oneDNN subgraphs) are not "
+                    "mapped to ONNX's QLinear ops"),
 }

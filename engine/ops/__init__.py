@@ -2,10 +2,10 @@
 
 Importing this package registers all operators; `get_op` looks one up by MXNet name or alias.
 The families: `nn` (layers), `math`, `tensor` (arrays as data), `vision` (detection and
-images), `numpy` (NumPy-mode names), `control` (subgraph ops) and `internal` (MXNet's own and
-the compiler's fused chains). Beside them sit what every family uses: the registry, attribute
-parsing (`attrs`), shape helpers (`shapes`), dtypes (`dtypes`), MXNet's names (`catalog`,
-`aliases`) and the coverage report.
+images), `numpy` (NumPy-mode names), `quantized` (MXNet's int8 exports), `control` (subgraph
+ops) and `internal` (MXNet's own and the compiler's fused chains). Beside them sit what
+every family uses: the registry, attribute parsing (`attrs`), shape helpers (`shapes`),
+dtypes (`dtypes`), MXNet's names (`catalog`, `aliases`) and the coverage report.
 """
 
 from engine.ops import (  # noqa: F401  (imported for their registrations)
@@ -15,6 +15,7 @@ from engine.ops import (  # noqa: F401  (imported for their registrations)
     math,
     nn,
     numpy,
+    quantized,
     tensor,
     vision,
 )

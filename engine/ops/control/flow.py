@@ -32,8 +32,15 @@ SUBGRAPH_COUNTS = {"_foreach": 1, "_while_loop": 2, "_cond": 3}
 
 
 def subgraph_count(op: str) -> int:
-    """Subgraphs a node of ``op`` must carry (0 for every op but control flow)."""
+    """Subgraphs a node of ``op`` must carry (0 for every op but control flow and the fused
+    ops that declared theirs with `carries_subgraphs`)."""
     return SUBGRAPH_COUNTS.get(op, 0)
+
+
+def carries_subgraphs(op: str, count: int) -> None:
+    """Declare that every node of ``op`` carries ``count`` subgraphs (oneDNN's fused
+    ``_sg_mkldnn_*`` ops keep the layers they fuse as one), so the loader reads them."""
+    SUBGRAPH_COUNTS[op] = count
 
 
 def _outputs(attrs: Attrs) -> tuple[str, ...]:

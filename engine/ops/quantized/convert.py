@@ -1,0 +1,152 @@
+"""Moving between float and the integer types: ``_contrib_quantize_v2``, ``_contrib_dequantize``
+and ``_contrib_requantize`` as MXNet's oneDNN backend runs them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from engine.errors import ShapeError
+from engine.ops.attrs import choice
+from engine.ops.dtypes import FLOAT32, INT32, UINT8
+from engine.ops.quantized import ranges
+from engine.ops.quantized.ranges import CALIB_PARAMS, F32, INT8, RANGE_OUTPUTS
+from engine.ops.registry import Attrs, MaybeShape, OpDef, Param, register
+
+INT32_REACH = F32(2 ** 31)  # MXNet's int32 range: |INT32_MIN| as a float32 (2**31 - 1 rounds up)
+
+
+def _out_type(attrs: Attrs, low: float | None) -> np.dtype:
+    """The integer type of a quantized output: ``auto`` is uint8 when the range is known and
+    non-negative, int8 otherwise."""
+    if attrs.out_type == "int8":
+        return INT8
+    if attrs.out_type == "uint8":
+        return UINT8
+    return UINT8 if low is not None and low >= 0 else INT8
+
+
+def _ranged_shapes(attrs: Attrs, shapes: list[MaybeShape]) -> tuple[list, list]:
+    """Data keeps its shape; every range input and output is ``(1,)``."""
+    return [shapes[0], *ranges.range_shapes(len(shapes) - 1)], [shapes[0], (1,), (1,)]
+
+
+def _quantize_v2(xp: Any, attrs: Attrs, data: Any) -> tuple[Any, Any, Any]:
+    values = np.asarray(data, dtype=FLOAT32)
+    if ranges.has_calib(attrs):
+        low, high = F32(attrs.min_calib_range), F32(attrs.max_calib_range)
+    elif values.size:
+        low, high = F32(values.min()), F32(values.max())
+    else:
+        raise ShapeError("_contrib_quantize_v2: cannot take the range of an empty input "
+                         "without min_calib_range and max_calib_range")
+    dtype = _out_type(attrs, float(low) if ranges.has_calib(attrs) else None)
+    if dtype == UINT8 and low < 0:
+        raise ShapeError(f"_contrib_quantize_v2: out_type uint8 needs a non-negative range; "
+                         f"the data reaches {float(low)}")
+    scale = ranges.quantize_scale(dtype, low, high)
+    quantized = ranges.saturate_round(values * scale, dtype)
+    if dtype == INT8:  # int8 reports the symmetric range it covers
+        reach = ranges.max_abs(low, high)
+        low, high = -reach, reach
+    return (quantized, *ranges.range_pair(low, high))
+
+
+QUANTIZE_V2 = register(OpDef(
+    name="_contrib_quantize_v2",
+    params=(Param("out_type", choice("auto", "int8", "uint8"), "int8"), *CALIB_PARAMS),
+    inputs=("data",),
+    outputs=RANGE_OUTPUTS,
+    infer_shape=lambda attrs, shapes: ([shapes[0]], [shapes[0], (1,), (1,)]),
+    infer_dtype=lambda attrs, dtypes: ([dtypes[0] or FLOAT32], [
+        _out_type(attrs, attrs.min_calib_range if ranges.has_calib(attrs) else None),
+        FLOAT32, FLOAT32]),
+    kernel=ranges.on_host(_quantize_v2),
+    uncapturable=ranges.ON_HOST,
+    doc="float to int8/uint8 over the calibrated range (or the data's own min and max), with "
+        "the range as two outputs.",
+))
+
+
+def _dequantize(xp: Any, attrs: Attrs, data: Any, low: Any, high: Any) -> Any:
+    dtype = np.dtype(data.dtype)
+    if dtype == INT32:
+        step = F32(ranges.max_abs(ranges.scalar(low), ranges.scalar(high)) / INT32_REACH)
+    else:
+        ranges.check_quantized(data, "data", "_contrib_dequantize")
+        step = F32(ranges.max_abs(ranges.scalar(low), ranges.scalar(high))
+                   / ranges.QUANTIZED_RANGE[dtype])
+    return np.asarray(data).astype(FLOAT32) * step
+
+
+DEQUANTIZE = register(OpDef(
+    name="_contrib_dequantize",
+    params=(Param("out_type", choice("float32"), "float32"),),
+    inputs=("data", "min_range", "max_range"),
+    infer_shape=lambda attrs, shapes: ([shapes[0], (1,), (1,)], [shapes[0]]),
+    infer_dtype=lambda attrs, dtypes: ([dtypes[0], FLOAT32, FLOAT32], [FLOAT32]),
+    kernel=ranges.on_host(_dequantize),
+    uncapturable=ranges.ON_HOST,
+    doc="int8/uint8/int32 to float32: each step is max(|min|, |max|) / 127.5 (255.5 for uint8, "
+        "2**31 for int32).",
+))
+
+
+def _requantize(xp: Any, attrs: Attrs, data: Any, low: Any, high: Any) -> tuple[Any, Any, Any]:
+    ranges.check_quantized(data, "data", "_contrib_requantize", (INT32,))
+    values = np.asarray(data)
+    data_reach = ranges.max_abs(ranges.scalar(low), ranges.scalar(high))
+    if ranges.has_calib(attrs):
+        reach = ranges.max_abs(attrs.min_calib_range, attrs.max_calib_range)
+    else:  # the reach of the sums at hand
+        largest = F32(np.abs(values.astype(np.int64)).max()) if values.size else F32(0)
+        reach = F32(F32(largest * data_reach) / INT32_REACH)
+    dtype = _out_type(attrs, float(attrs.min_calib_range) if ranges.has_calib(attrs) else None)
+    # Unlike every other op, requantize counts the integer type's own largest magnitude
+    # (127; 255 for uint8), not MXNet's kInt8Range of 127.5.
+    scale = F32(F32(data_reach / INT32_REACH) * F32(F32(ranges.LIMITS[dtype][1]) / reach))
+    quantized = ranges.saturate_round(values.astype(np.float32) * scale, dtype)
+    return (quantized, *ranges.range_pair(-reach, reach))
+
+
+REQUANTIZE = register(OpDef(
+    name="_contrib_requantize",
+    params=(Param("out_type", choice("auto", "int8", "uint8"), "int8"), *CALIB_PARAMS),
+    inputs=("data", "min_range", "max_range"),
+    outputs=RANGE_OUTPUTS,
+    infer_shape=_ranged_shapes,
+    infer_dtype=lambda attrs, dtypes: ([INT32, FLOAT32, FLOAT32], [
+        _out_type(attrs, attrs.min_calib_range if ranges.has_calib(attrs) else None),
+        FLOAT32, FLOAT32]),
+    kernel=ranges.on_host(_requantize),
+    uncapturable=ranges.ON_HOST,
+    doc="int32 accumulators to int8/uint8 over the calibrated output range.",
+))
+
+
+def _quantize(xp: Any, attrs: Attrs, data: Any, low: Any, high: Any) -> tuple[Any, Any, Any]:
+    dtype = UINT8 if attrs.out_type == "uint8" else INT8
+    low, high = ranges.scalar(low), ranges.scalar(high)
+    if dtype == UINT8 and low < 0:
+        raise ShapeError(f"_contrib_quantize: out_type uint8 needs a non-negative min_range; "
+                         f"got {float(low)}")
+    # The first quantize op counts the integer type's own largest magnitude (127, 255).
+    scale = F32(F32(ranges.LIMITS[dtype][1]) / ranges.max_abs(low, high))
+    quantized = ranges.saturate_round(np.asarray(data, dtype=FLOAT32) * scale, dtype)
+    return (quantized, *ranges.range_pair(low, high))
+
+
+QUANTIZE = register(OpDef(
+    name="_contrib_quantize",
+    params=(Param("out_type", choice("int8", "uint8"), "uint8"),),
+    inputs=("data", "min_range", "max_range"),
+    outputs=RANGE_OUTPUTS,
+    infer_shape=_ranged_shapes,
+    infer_dtype=lambda attrs, dtypes: ([dtypes[0] or FLOAT32, FLOAT32, FLOAT32], [
+        UINT8 if attrs.out_type == "uint8" else INT8, FLOAT32, FLOAT32]),
+    kernel=ranges.on_host(_quantize),
+    uncapturable=ranges.ON_HOST,
+    doc="float to int8/uint8 over the range given as inputs (127 or 255 steps per "
+        "max(|min|, |max|)); the range passes through.",
+))

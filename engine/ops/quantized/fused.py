@@ -1,0 +1,378 @@
+"""oneDNN's fused layers as MXNet exports them: ``_sg_mkldnn_conv`` (Convolution with its
+BatchNorm, activation, residual sum and activation after the sum) and
+``_sg_mkldnn_fully_connected`` (FullyConnected with an activation).
+
+A quantized node reads int8/uint8 data with its range and float32 weights (a convolution)
+or int8 weights with their ranges (a fully connected layer as quantized by MXNet's graph
+pass). It folds BatchNorm into the float weights, quantizes them per output channel where the
+output is calibrated, accumulates in int32 and writes int8/uint8 over ``min_calib_range`` /
+``max_calib_range`` (uint8 after a non-negative activation), float32 where
+``enable_float_output`` fuses the dequantize in, or int32 uncalibrated. The scales follow
+MXNet 1.9.1's oneDNN code step by step in float32; results match MXNet's to the integer
+except where a float32 product lands within rounding of a half step.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from engine.errors import ModelFormatError
+from engine.ops.attrs import parse_bool
+from engine.ops.dtypes import FLOAT32, UINT8
+from engine.ops.quantized import integer, ranges
+from engine.ops.quantized.ranges import CALIB_PARAMS, F32, INT8, RANGE_OUTPUTS
+from engine.ops.quantized.requantize import (
+    finish,
+    int32_range,
+    output_dtype,
+    quantized_weight_bias,
+    weight_scales,
+)
+from engine.ops.quantized.subgraph_attrs import FusedChain, fold_batchnorm, read_chain
+from engine.ops.registry import Attrs, MaybeShape, OpDef, Param, get_op, register
+
+CONV = "_sg_mkldnn_conv"
+FC = "_sg_mkldnn_fully_connected"
+BN_INPUTS = ("gamma", "beta", "moving_mean", "moving_var")
+
+
+def _flags(*names: str) -> tuple[Param, ...]:
+    return tuple(Param(name, parse_bool, False) for name in names)
+
+
+# The flags MXNet 1.9.1 writes; others (a deduplicated sum, a shifted uint8 output) change
+# the inputs or the arithmetic, and are refused as unknown attributes, by name.
+# (``with_relu`` and ``with_postsum_relu`` are the names MXNet 1.5 wrote.)
+CONV_PARAMS = (*_flags("quantized", "with_bn", "with_act", "with_sum", "with_postsum_act",
+                       "with_relu", "with_postsum_relu"), *CALIB_PARAMS)
+FC_PARAMS = (*_flags("quantized", "enable_float_output", "with_eltwise",
+                     "channel_wise_quantize", "with_relu"), *CALIB_PARAMS)
+
+
+def _conv_chain(attrs: Attrs) -> FusedChain:
+    return read_chain(attrs, "Convolution", CONV)
+
+
+def _fc_chain(attrs: Attrs) -> FusedChain:
+    return read_chain(attrs, "FullyConnected", FC)
+
+
+def _conv_inputs(attrs: Attrs) -> tuple[str, ...]:
+    chain = _conv_chain(attrs)
+    names = ["data", "weight", *(() if chain.main.no_bias else ("bias",))]
+    names += BN_INPUTS if attrs.with_bn else ()
+    names += ("sum",) if attrs.with_sum else ()
+    if attrs.quantized:
+        names += ("min_data", "max_data", *(("min_sum", "max_sum") if attrs.with_sum else ()))
+    return tuple(names)
+
+
+def _conv_outputs(attrs: Attrs) -> tuple[str, ...]:
+    return RANGE_OUTPUTS if attrs.quantized else ("output",)
+
+
+def _conv_shapes(attrs: Attrs, shapes: list[MaybeShape]) -> tuple[list, list]:
+    chain = _conv_chain(attrs)
+    names = _conv_inputs(attrs)
+    main = 2 if chain.main.no_bias else 3
+    main_in, main_out = get_op("Convolution").infer_shape(chain.main, list(shapes[:main]))
+    filters = (chain.main.num_filter,)
+    result = list(main_in)
+    for name, shape in zip(names[main:], shapes[main:], strict=True):
+        if name in BN_INPUTS:
+            result.append(filters)
+        elif name == "sum":
+            result.append(main_out[0] if shape is None else shape)
+        else:
+            result.append((1,))
+    return result, [main_out[0], *(((1,), (1,)) if attrs.quantized else ())]
+
+
+def _conv_dtypes(attrs: Attrs, dtypes: list) -> tuple[list, list]:
+    chain = _conv_chain(attrs)
+    names = _conv_inputs(attrs)
+    known = [dtype if dtype is not None else (
+        FLOAT32 if name not in ("data", "sum") else None) for name, dtype in zip(names, dtypes)]
+    if not attrs.quantized:
+        return [dtype or FLOAT32 for dtype in known], [known[0] or FLOAT32]
+    last = chain.postsum_act if attrs.with_sum else chain.act
+    out = output_dtype(ranges.has_calib(attrs), False, last)
+    return known, [out, FLOAT32, FLOAT32]
+
+
+class _ConvWeights:
+    """A node's weights with BatchNorm folded in, and their int8 form for the last data scale
+    asked for (a calibrated node's data scale never changes, so a bound node prepares them
+    once)."""
+
+    def __init__(self, attrs: Attrs, values: dict[str, Any]) -> None:
+        self.chain = _conv_chain(attrs)
+        self.weight, self.bias = fold_batchnorm(
+            np.asarray(values["weight"]), values.get("bias"), self.chain,
+            [np.asarray(values[name]) for name in BN_INPUTS] if attrs.with_bn else [])
+        self._last: tuple[tuple[float, bool], Any] | None = None
+
+    def quantized(self, data_scale: F32, per_channel: bool
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(scales, int8 weights, int32 bias) for data of ``data_scale``."""
+        key = (float(data_scale), per_channel)
+        if self._last is None or self._last[0] != key:
+            scales = weight_scales(self.weight, self.bias, data_scale, per_channel)
+            self._last = (key, (scales, *quantized_weight_bias(self.weight, self.bias,
+                                                               data_scale, scales)))
+        return self._last[1]
+
+
+def _conv_kernel(xp: Any, attrs: Attrs, *inputs: Any) -> Any:
+    values = dict(zip(_conv_inputs(attrs), inputs, strict=True))
+    return _conv_forward(attrs, _ConvWeights(attrs, values), values)
+
+
+def _conv_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any) -> list[Any]:
+    """On the CPU with constant weights (a plan's read-only parameters), BatchNorm is folded
+    once at bind and the int8 weights kept for the data scale; otherwise the kernel runs."""
+    names = _conv_inputs(attrs)
+    values = dict(zip(names, inputs, strict=True))
+    constant = xp is np and all(not np.asarray(values[name]).flags.writeable
+                                for name in ("weight", "bias", *BN_INPUTS) if name in values)
+    if not constant:
+        return [partial(SG_CONV.compute, xp, attrs, inputs, out)]
+    weights = _ConvWeights(attrs, values)
+    targets = out if isinstance(out, tuple) else (out,)
+
+    def call() -> None:
+        results = _conv_forward(attrs, weights, values)
+        for target, result in zip(targets, results if isinstance(results, tuple)
+                                  else (results,), strict=True):
+            np.copyto(target, result, casting="unsafe")
+
+    return [call]
+
+
+def _conv_forward(attrs: Attrs, weights: _ConvWeights, values: dict[str, Any]) -> Any:
+    chain, weight, bias = weights.chain, weights.weight, weights.bias
+    if not attrs.quantized:
+        return _float_conv(chain, values, weight, bias)
+    data = np.asarray(values["data"])
+    ranges.check_quantized(data, "data", CONV)
+    low, high = ranges.scalar(values["min_data"]), ranges.scalar(values["max_data"])
+    data_scale = ranges.quantize_scale(data.dtype, low, high)
+    calibrated = ranges.has_calib(attrs)
+    scales, weight_q, bias_q = weights.quantized(data_scale, calibrated)
+    sums = _conv_sums(chain, data, weight_q, bias_q)
+    last = chain.postsum_act if attrs.with_sum else chain.act
+    dtype = output_dtype(calibrated, False, last)
+    if calibrated:
+        out_low, out_high = F32(attrs.min_calib_range), F32(attrs.max_calib_range)
+        output_scale = ranges.quantize_scale(dtype, out_low, out_high)
+        requantize = (F32(output_scale / data_scale) / scales).astype(np.float32)
+    else:  # int32 sums as they are, over the range MXNet derives from the two ranges
+        out_low, out_high = int32_range(ranges.max_abs(low, high),
+                                        ranges.max_abs(weight.min(), weight.max()))
+        output_scale = F32(data_scale * scales[0])
+        requantize = np.ones_like(scales)
+    act = chain.act
+    if act is not None and act.kind == "bounded_relu" and not attrs.with_sum:
+        act = None  # MXNet lets the uint8 saturation cut relu6 off (max_calib_range <= 6)
+    elif act is not None and act.kind == "bounded_relu":
+        act = type(act)(act.kind, float(F32(act.alpha) * output_scale))
+    elif act is not None and act.kind != "relu":
+        raise ModelFormatError(f"{CONV}: a quantized convolution fuses relu or clip; "
+                               f"got {act.kind}")
+    residual = None
+    if attrs.with_sum:
+        summand = np.asarray(values["sum"])
+        ranges.check_quantized(summand, "sum", CONV)
+        sum_scale = ranges.quantize_scale(summand.dtype, ranges.scalar(values["min_sum"]),
+                                          ranges.scalar(values["max_sum"]))
+        residual = (summand, F32(output_scale / sum_scale))
+    # An int8 residual under a uint8 output: oneDNN writes the sum into the residual's int8
+    # buffer, so the result saturates at 127 before MXNet reads the bytes as uint8.
+    storage = INT8 if dtype == UINT8 and residual is not None and residual[0].dtype == INT8 \
+        else dtype
+    result = finish(sums, requantize, 1, storage, act, residual, chain.postsum_act)
+    return (result.astype(dtype), *ranges.range_pair(out_low, out_high))
+
+
+def _conv_sums(chain: FusedChain, data: np.ndarray, weight_q: np.ndarray,
+               bias_q: np.ndarray | None) -> np.ndarray:
+    main = chain.main
+    ndim = len(main.kernel)
+    stride = main.stride or (1,) * ndim
+    dilate = main.dilate or (1,) * ndim
+    pad = main.pad or (0,) * ndim
+    sums = integer.conv(data, weight_q, main.kernel, stride, dilate, pad, main.num_group)
+    if bias_q is not None:
+        sums += bias_q.astype(np.float64).reshape((1, -1) + (1,) * ndim)
+    return sums
+
+
+def _float_conv(chain: FusedChain, values: dict[str, Any], weight: np.ndarray,
+                bias: np.ndarray | None) -> np.ndarray:
+    """The float fused convolution (an export made with ``optimize_for('MKLDNN')``)."""
+    main = chain.main
+    ndim = len(main.kernel)
+    sums = integer.conv(values["data"], weight, main.kernel, main.stride or (1,) * ndim,
+                        main.dilate or (1,) * ndim, main.pad or (0,) * ndim, main.num_group)
+    result = sums.astype(np.float32)
+    if bias is not None:
+        result += bias.reshape((1, -1) + (1,) * ndim)
+    if chain.act is not None:
+        result = chain.act.apply(result)
+    if "sum" in values:
+        result = result + np.asarray(values["sum"], dtype=np.float32)
+    if chain.postsum_act is not None:
+        result = chain.postsum_act.apply(result)
+    return result.astype(np.float32)
+
+
+SG_CONV = register(OpDef(
+    name=CONV,
+    params=CONV_PARAMS,
+    inputs=_conv_inputs,
+    outputs=_conv_outputs,
+    infer_shape=_conv_shapes,
+    infer_dtype=_conv_dtypes,
+    kernel=ranges.on_host(_conv_kernel),
+    bind=_conv_bind,
+    uncapturable=ranges.ON_HOST,
+    doc="oneDNN's fused Convolution (+ BatchNorm, activation, residual sum, activation); "
+        "int8/uint8 in and out when quantized.",
+))
+
+
+def _fc_inputs(attrs: Attrs) -> tuple[str, ...]:
+    chain = _fc_chain(attrs)
+    names = ["data", "weight", *(() if chain.main.no_bias else ("bias",))]
+    if attrs.quantized:
+        names += ("min_data", "max_data")
+        if not attrs.channel_wise_quantize:
+            names += ("min_weight", "max_weight")
+            names += () if chain.main.no_bias else ("min_bias", "max_bias")
+    return tuple(names)
+
+
+def _fc_outputs(attrs: Attrs) -> tuple[str, ...]:
+    return RANGE_OUTPUTS if attrs.quantized and not attrs.enable_float_output else ("output",)
+
+
+def _fc_shapes(attrs: Attrs, shapes: list[MaybeShape]) -> tuple[list, list]:
+    chain = _fc_chain(attrs)
+    main = 2 if chain.main.no_bias else 3
+    main_in, main_out = get_op("FullyConnected").infer_shape(chain.main, list(shapes[:main]))
+    rest = [(1,)] * (len(shapes) - main)
+    return [*main_in, *rest], [main_out[0], *((1,), (1,))[:len(_fc_outputs(attrs)) - 1]]
+
+
+def _fc_dtypes(attrs: Attrs, dtypes: list) -> tuple[list, list]:
+    if not attrs.quantized:
+        known = [dtype or FLOAT32 for dtype in dtypes]
+        return known, [known[0]]
+    chain = _fc_chain(attrs)
+    out = output_dtype(ranges.has_calib(attrs), attrs.enable_float_output, chain.act)
+    names = _fc_inputs(attrs)
+    known = [dtype if dtype is not None or name == "data" else (
+        FLOAT32 if name.startswith(("min", "max")) or attrs.channel_wise_quantize else INT8)
+        for name, dtype in zip(names, dtypes)]
+    return known, [out, FLOAT32, FLOAT32][:len(_fc_outputs(attrs))]
+
+
+def _fc_kernel(xp: Any, attrs: Attrs, *inputs: Any) -> Any:
+    chain = _fc_chain(attrs)
+    values = dict(zip(_fc_inputs(attrs), inputs, strict=True))
+    data = np.asarray(values["data"])
+    main = chain.main
+    rows = data.reshape(data.shape[0], -1) if main.flatten else data.reshape(-1, data.shape[-1])
+    out_shape = (data.shape[0], main.num_hidden) if main.flatten else (
+        *data.shape[:-1], main.num_hidden)
+    if not attrs.quantized:
+        return _float_fc(chain, rows, values).reshape(out_shape)
+    ranges.check_quantized(data, "data", FC)
+    low, high = ranges.scalar(values["min_data"]), ranges.scalar(values["max_data"])
+    data_scale = ranges.quantize_scale(data.dtype, low, high)
+    weight_q, bias_q, scales, weight_reach = _fc_weights(attrs, values, data_scale)
+    sums = integer.matmul(rows, weight_q.T)
+    if bias_q is not None:
+        sums += bias_q.astype(np.float64)
+    dtype = output_dtype(ranges.has_calib(attrs), attrs.enable_float_output, chain.act)
+    if attrs.enable_float_output:
+        result = finish(sums, (F32(F32(1.0) / data_scale) / scales).astype(np.float32), 1,
+                        dtype, chain.act)
+        return result.reshape(out_shape)
+    if not ranges.has_calib(attrs):
+        out_low, out_high = int32_range(ranges.max_abs(low, high), weight_reach)
+        return (ranges.saturate_round(sums, np.dtype(np.int32)).reshape(out_shape),
+                *ranges.range_pair(out_low, out_high))
+    out_low, out_high = F32(attrs.min_calib_range), F32(attrs.max_calib_range)
+    output_scale = ranges.quantize_scale(dtype, out_low, out_high)
+    if chain.act is not None:  # the activation sees real values, then scales to the output
+        result = finish(sums, (F32(F32(1.0) / data_scale) / scales).astype(np.float32), 1,
+                        dtype, chain.act, act_scale=output_scale)
+    else:
+        result = finish(sums, (F32(output_scale / data_scale) / scales).astype(np.float32), 1,
+                        dtype)
+    return (result.reshape(out_shape), *ranges.range_pair(out_low, out_high))
+
+
+def _fc_weights(attrs: Attrs, values: dict[str, Any], data_scale: F32
+                ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, F32]:
+    """int8 weights, int32 bias, the weights' scales (one per output row) and their reach."""
+    weight = np.asarray(values["weight"])
+    bias = values.get("bias")
+    if attrs.channel_wise_quantize or weight.dtype == FLOAT32:
+        weight = weight.astype(np.float32)
+        bias = None if bias is None else np.asarray(bias, dtype=np.float32)
+        scales = weight_scales(weight, bias, data_scale, True)
+        weight_q, bias_q = quantized_weight_bias(weight, bias, data_scale, scales)
+        return weight_q, bias_q, scales, ranges.max_abs(weight.min(), weight.max())
+    ranges.check_quantized(weight, "weight", FC, (INT8,))
+    weight_low, weight_high = ranges.scalar(values["min_weight"]), ranges.scalar(
+        values["max_weight"])
+    weight_reach = ranges.max_abs(weight_low, weight_high)
+    weight_scale = ranges.quantize_scale(INT8, weight_low, weight_high)
+    if bias is None:
+        return weight, None, np.full(weight.shape[0], weight_scale, dtype=np.float32), \
+            weight_reach
+    bias = np.asarray(bias)
+    ranges.check_quantized(bias, "bias", FC, (INT8,))
+    bias_low, bias_high = ranges.scalar(values["min_bias"]), ranges.scalar(values["max_bias"])
+    bias_scale = ranges.quantize_scale(INT8, bias_low, bias_high)
+    rescale = F32(F32(data_scale * weight_scale) / bias_scale)
+    most = F32(F32(F32(2 ** 31 - 1) / F32(2)) / ranges.max_abs(bias_low, bias_high) / bias_scale)
+    if rescale > most:  # MXNet keeps the int32 bias under INT_MAX / 2 by shrinking the weights
+        weight_rescale = F32(F32(F32(most * bias_scale) / data_scale) / weight_scale)
+        weight = _round_away(weight.astype(np.float32) * weight_rescale).astype(INT8)
+        weight_scale = F32(weight_scale * weight_rescale)
+        rescale = most
+    bias_q = _round_away(bias.astype(np.float32) * rescale).astype(np.int32)
+    return weight, bias_q, np.full(weight.shape[0], weight_scale, dtype=np.float32), weight_reach
+
+
+def _round_away(values: np.ndarray) -> np.ndarray:
+    """Halves away from zero, as C's ``std::round`` (MXNet's own loops use it)."""
+    return np.sign(values) * np.floor(np.abs(values) + F32(0.5))
+
+
+def _float_fc(chain: FusedChain, rows: np.ndarray, values: dict[str, Any]) -> np.ndarray:
+    """The float fused layer (an export made with ``optimize_for('MKLDNN')``)."""
+    result = np.matmul(rows.astype(np.float32), np.asarray(values["weight"], np.float32).T)
+    if "bias" in values:
+        result = result + np.asarray(values["bias"], dtype=np.float32)
+    return (chain.act.apply(result) if chain.act is not None else result).astype(np.float32)
+
+
+SG_FC = register(OpDef(
+    name=FC,
+    params=FC_PARAMS,
+    inputs=_fc_inputs,
+    outputs=_fc_outputs,
+    infer_shape=_fc_shapes,
+    infer_dtype=_fc_dtypes,
+    kernel=ranges.on_host(_fc_kernel),
+    uncapturable=ranges.ON_HOST,
+    doc="oneDNN's fused FullyConnected (+ activation); int8/uint8 in, int8/uint8, int32 or "
+        "float32 out when quantized.",
+))

@@ -1,0 +1,350 @@
+"""Quantized layers that keep or reset their range: pooling, flatten, relu, concat, the
+residual add, BatchNorm and the embedding lookup, as MXNet 1.9.1's oneDNN backend runs them.
+Each takes int8/uint8 data with its ``(min, max)`` and returns the same triple."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from engine.errors import ShapeError
+from engine.ops.attrs import parse_bool, parse_int
+from engine.ops.dtypes import FLOAT32, INT32, UINT8
+from engine.ops.nn import activation, norm, pool
+from engine.ops.quantized import ranges
+from engine.ops.quantized.ranges import CALIB_PARAMS, F32, INT8, RANGE_OUTPUTS
+from engine.ops.quantized.requantize import int32_range
+from engine.ops.registry import Attrs, MaybeShape, OpDef, Param, get_op, register
+from engine.ops.tensor import indexing  # noqa: F401  (registers Embedding, read below)
+
+
+def _keep_ranges(out_shape: Any) -> Any:
+    """A shape rule for ``(data, min, max) -> (output, min, max)``."""
+
+    def infer(attrs: Attrs, shapes: list[MaybeShape]) -> tuple[list, list]:
+        data_in, data_out = out_shape(attrs, shapes[:1])
+        return [*data_in, (1,), (1,)], [data_out, (1,), (1,)]
+
+    return infer
+
+
+def _pass_dtype(attrs: Attrs, dtypes: list) -> tuple[list, list]:
+    return [dtypes[0], FLOAT32, FLOAT32], [dtypes[0], FLOAT32, FLOAT32]
+
+
+def _pooling_kernel(xp: Any, attrs: Attrs, data: Any, low: Any, high: Any) -> Any:
+    values = np.asarray(data)
+    ranges.check_quantized(values, "data", "_contrib_quantized_pooling")
+    pooling = get_op("Pooling")
+    if attrs.pool_type == "max":
+        (result,) = pooling.compute(np, attrs, [values])
+        return result.astype(values.dtype), *ranges.range_pair(ranges.scalar(low),
+                                                                ranges.scalar(high))
+    if attrs.pool_type != "avg":
+        raise ShapeError(f"_contrib_quantized_pooling: pool_type {attrs.pool_type!r} is not "
+                         "quantized by MXNet (max and avg are)")
+    # oneDNN sums in int32, multiplies by 1/count in float32 and rounds half to even.
+    wide = values.astype(np.float64)
+    sum_attrs = Attrs({**attrs, "pool_type": "sum"})
+    (sums,) = pooling.compute(np, sum_attrs, [wide])
+    if attrs.global_pool or attrs.count_include_pad in (None, True):
+        window = values.shape[2:] if attrs.global_pool else attrs.kernel
+        counts = np.float64(math.prod(window))
+    else:
+        (counts,) = pooling.compute(np, sum_attrs, [np.ones_like(wide)])
+    inverse = (F32(1.0) / np.asarray(counts, dtype=np.float32)).astype(np.float32)
+    mean = sums.astype(np.float32) * inverse
+    return ranges.saturate_round(mean, values.dtype), *ranges.range_pair(ranges.scalar(low),
+                                                                         ranges.scalar(high))
+
+
+QUANTIZED_POOLING = register(OpDef(
+    name="_contrib_quantized_pooling",
+    params=pool.POOLING.params,
+    inputs=("data", "min_data", "max_data"),
+    outputs=RANGE_OUTPUTS,
+    infer_shape=_keep_ranges(lambda attrs, shapes: (
+        lambda result: (result[0], result[1][0]))(get_op("Pooling").infer_shape(attrs, shapes))),
+    infer_dtype=_pass_dtype,
+    kernel=ranges.on_host(_pooling_kernel),
+    uncapturable=ranges.ON_HOST,
+    doc="Max or average pooling on int8/uint8; the range passes through.",
+))
+
+
+def _flatten_shape(attrs: Attrs, shapes: list[MaybeShape]) -> tuple[list, MaybeShape]:
+    data = shapes[0]
+    if data is None:
+        return [None], None
+    return [data], (data[0], math.prod(data[1:])) if len(data) > 1 else (data[0], 1)
+
+
+QUANTIZED_FLATTEN = register(OpDef(
+    name="_contrib_quantized_flatten",
+    inputs=("data", "min_data", "max_data"),
+    outputs=RANGE_OUTPUTS,
+    infer_shape=_keep_ranges(_flatten_shape),
+    infer_dtype=_pass_dtype,
+    kernel=ranges.on_host(lambda xp, attrs, data, low, high: (
+        np.asarray(data).reshape(data.shape[0], -1),
+        *ranges.range_pair(ranges.scalar(low), ranges.scalar(high)))),
+    uncapturable=ranges.ON_HOST,
+    doc="Flatten on int8/uint8; the range passes through.",
+))
+
+
+def _act_kernel(xp: Any, attrs: Attrs, data: Any, low: Any, high: Any) -> Any:
+    if attrs.act_type != "relu":
+        raise ShapeError(f"_contrib_quantized_act: act_type {attrs.act_type!r} is not "
+                         "quantized by MXNet (relu is)")
+    values = np.asarray(data)
+    ranges.check_quantized(values, "data", "_contrib_quantized_act")
+    return np.maximum(values, 0).astype(values.dtype), *ranges.range_pair(
+        ranges.scalar(low), ranges.scalar(high))
+
+
+QUANTIZED_ACT = register(OpDef(
+    name="_contrib_quantized_act",
+    params=activation.ACTIVATION.params,
+    inputs=("data", "min_data", "max_data"),
+    outputs=RANGE_OUTPUTS,
+    infer_shape=_keep_ranges(lambda attrs, shapes: ([shapes[0]], shapes[0])),
+    infer_dtype=_pass_dtype,
+    kernel=ranges.on_host(_act_kernel),
+    uncapturable=ranges.ON_HOST,
+    doc="relu on int8/uint8; the range passes through.",
+))
+
+
+def _add_dtype(attrs: Attrs) -> np.dtype:
+    if not ranges.has_calib(attrs):
+        return INT32
+    return UINT8 if attrs.min_calib_range >= 0 else INT8
+
+
+def _add_kernel(xp: Any, attrs: Attrs, lhs: Any, rhs: Any, *range_inputs: Any) -> Any:
+    op = "_contrib_quantized_elemwise_add"
+    left, right = np.asarray(lhs), np.asarray(rhs)
+    ranges.check_quantized(left, "lhs", op)
+    ranges.check_quantized(right, "rhs", op)
+    if left.shape != right.shape:
+        raise ShapeError(f"{op}: lhs {left.shape} and rhs {right.shape} must have one shape")
+    (a_low, a_high), (b_low, b_high) = ranges.ranges_of(range_inputs, 0, 2)
+    a_reach, b_reach = ranges.max_abs(a_low, a_high), ranges.max_abs(b_low, b_high)
+    dtype = _add_dtype(attrs)
+    out_range = ranges.QUANTIZED_RANGE.get(dtype, F32(2 ** 31 - 1))
+    if ranges.has_calib(attrs):
+        out_low, out_high = F32(attrs.min_calib_range), F32(attrs.max_calib_range)
+        out_scale = F32(out_range / ranges.max_abs(out_low, out_high))
+        scales = [F32(out_scale / ranges.quantize_scale(left.dtype, a_low, a_high)),
+                  F32(out_scale / ranges.quantize_scale(right.dtype, b_low, b_high))]
+    else:
+        out_high = F32(a_reach + b_reach)
+        out_low = -out_high
+        scales = [F32(F32(a_reach * out_range) / F32(out_high * ranges.QUANTIZED_RANGE[
+            np.dtype(left.dtype)])), F32(F32(b_reach * out_range) / F32(out_high * ranges.
+                                                                        QUANTIZED_RANGE[np.dtype(right.dtype)]))]
+    operands = [left.astype(np.float32), right.astype(np.float32)]
+    if left.dtype != right.dtype:  # oneDNN first rescales the uint8 side to int8, rounding
+        unsigned = 0 if left.dtype == UINT8 else 1
+        operands[unsigned] = ranges.saturate_round(operands[unsigned] * scales[unsigned],
+                                                   INT8).astype(np.float32)
+        scales[unsigned] = F32(1.0)
+    total = operands[0] * scales[0] + operands[1] * scales[1]
+    return ranges.saturate_round(total, dtype), *ranges.range_pair(out_low, out_high)
+
+
+QUANTIZED_ADD = register(OpDef(
+    name="_contrib_quantized_elemwise_add",
+    params=CALIB_PARAMS,
+    inputs=("lhs", "rhs", "lhs_min", "lhs_max", "rhs_min", "rhs_max"),
+    outputs=RANGE_OUTPUTS,
+    infer_shape=lambda attrs, shapes: ([shapes[0] or shapes[1], shapes[1] or shapes[0],
+                                        *[(1,)] * 4], [shapes[0] or shapes[1], (1,), (1,)]),
+    infer_dtype=lambda attrs, dtypes: (
+        [dtypes[0], dtypes[1], *[FLOAT32] * 4], [_add_dtype(attrs), FLOAT32, FLOAT32]),
+    kernel=ranges.on_host(_add_kernel),
+    uncapturable=ranges.ON_HOST,
+    doc="Sum of two int8/uint8 tensors, each rescaled onto the calibrated output range.",
+))
+
+
+def _concat_inputs(attrs: Attrs) -> tuple[str, ...]:
+    count = attrs.num_args
+    return (*(f"arg{k}" for k in range(count)),
+            *(name for k in range(count) for name in (f"arg{k}_min", f"arg{k}_max")))
+
+
+def _concat_shapes(attrs: Attrs, shapes: list[MaybeShape]) -> tuple[list, list]:
+    count = attrs.num_args
+    data_in, data_out = get_op("Concat").infer_shape(attrs, list(shapes[:count]))
+    return [*data_in, *[(1,)] * (2 * count)], [data_out[0], (1,), (1,)]
+
+
+def _concat_dtype(dtypes: list, count: int) -> np.dtype | None:
+    known = [dtype for dtype in dtypes[:count] if dtype is not None]
+    if not known:
+        return None
+    return INT8 if any(dtype == INT8 for dtype in known) else UINT8
+
+
+def _concat_kernel(xp: Any, attrs: Attrs, *inputs: Any) -> Any:
+    op = "_contrib_quantized_concat"
+    count = attrs.num_args
+    parts = [np.asarray(part) for part in inputs[:count]]
+    for number, part in enumerate(parts):
+        ranges.check_quantized(part, f"arg{number}", op)
+    pairs = ranges.ranges_of(inputs, count, count)
+    low = F32(min(pair[0] for pair in pairs))
+    high = F32(max(pair[1] for pair in pairs))
+    dtype = _concat_dtype([part.dtype for part in parts], count)
+    if dtype == INT8:
+        reach = ranges.max_abs(low, high)
+        low, high = -reach, reach
+    out_scale = ranges.quantize_scale(dtype, low, high)
+    rescaled = []
+    for part, (part_low, part_high) in zip(parts, pairs, strict=True):
+        scale = ranges.quantize_scale(part.dtype, part_low, part_high)
+        if scale == out_scale and part.dtype == dtype:
+            rescaled.append(part)
+        else:
+            rescaled.append(ranges.saturate_round(
+                part.astype(np.float32) * F32(out_scale / scale), dtype))
+    axis = attrs.dim % parts[0].ndim
+    return np.concatenate(rescaled, axis=axis), *ranges.range_pair(low, high)
+
+
+QUANTIZED_CONCAT = register(OpDef(
+    name="_contrib_quantized_concat",
+    params=(Param("num_args", parse_int), Param("dim", parse_int, 1)),
+    inputs=_concat_inputs,
+    outputs=RANGE_OUTPUTS,
+    infer_shape=_concat_shapes,
+    infer_dtype=lambda attrs, dtypes: (
+        [*dtypes[:attrs.num_args], *[FLOAT32] * (2 * attrs.num_args)],
+        [_concat_dtype(dtypes, attrs.num_args), FLOAT32, FLOAT32]),
+    kernel=ranges.on_host(_concat_kernel),
+    uncapturable=ranges.ON_HOST,
+    doc="Concat of int8/uint8 tensors onto their joint range (int8 if any input is int8).",
+))
+
+
+def _batchnorm_kernel(xp: Any, attrs: Attrs, data: Any, gamma: Any, beta: Any, mean: Any,
+                      var: Any, low: Any, high: Any) -> Any:
+    op = "_contrib_quantized_batch_norm"
+    values = np.asarray(data)
+    ranges.check_quantized(values, "data", op)
+    if not ranges.has_calib(attrs):
+        raise ShapeError(f"{op}: needs min_calib_range and max_calib_range (MXNet quantizes "
+                         "BatchNorm only with a calibrated output)")
+    in_reach = ranges.max_abs(ranges.scalar(low), ranges.scalar(high))
+    out_reach = ranges.max_abs(attrs.min_calib_range, attrs.max_calib_range)
+    gamma = np.ones_like(np.asarray(gamma, np.float32)) if attrs.fix_gamma else np.asarray(
+        gamma, np.float32)
+    inverse = (1.0 / np.sqrt(np.asarray(var, np.float64) + attrs.eps)).astype(np.float32)
+    in_steps = ranges.QUANTIZED_RANGE[np.dtype(values.dtype)]
+    scale = (gamma * inverse * F32(F32(in_reach / in_steps) * F32(ranges.INT8_RANGE / out_reach))
+             ).astype(np.float32)
+    shift = ((np.asarray(beta, np.float32) - np.asarray(mean, np.float32) * gamma * inverse)
+             * F32(ranges.INT8_RANGE / out_reach)).astype(np.float32)
+    axis = attrs.axis % values.ndim
+    shape = [1] * values.ndim
+    shape[axis] = -1
+    result = values.astype(np.float32) * scale.reshape(shape) + shift.reshape(shape)
+    return ranges.saturate_round(result, INT8), *ranges.range_pair(attrs.min_calib_range,
+                                                                   attrs.max_calib_range)
+
+
+def _batchnorm_shapes(attrs: Attrs, shapes: list[MaybeShape]) -> tuple[list, list]:
+    data = shapes[0]
+    channels = None if data is None else (data[attrs.axis % len(data)],)
+    return [data, channels, channels, channels, channels, (1,), (1,)], [data, (1,), (1,)]
+
+
+QUANTIZED_BATCHNORM = register(OpDef(
+    name="_contrib_quantized_batch_norm",
+    params=norm.BATCH_NORM.params,  # which holds min_calib_range and max_calib_range
+    inputs=("data", "gamma", "beta", "moving_mean", "moving_var", "min_data", "max_data"),
+    outputs=RANGE_OUTPUTS,
+    infer_shape=_batchnorm_shapes,
+    infer_dtype=lambda attrs, dtypes: ([dtypes[0], *[FLOAT32] * 6], [INT8, FLOAT32, FLOAT32]),
+    kernel=ranges.on_host(_batchnorm_kernel),
+    uncapturable=ranges.ON_HOST,
+    doc="Inference BatchNorm on int8/uint8 data, int8 out over the calibrated range.",
+))
+
+
+def _embedding_kernel(xp: Any, attrs: Attrs, data: Any, weight: Any, low: Any,
+                      high: Any) -> Any:
+    table = np.asarray(weight)
+    ranges.check_quantized(table, "weight", "_contrib_quantized_embedding", (INT8,))
+    rows = np.clip(np.asarray(data).astype(np.int64), 0, table.shape[0] - 1)
+    return table[rows], *ranges.range_pair(ranges.scalar(low), ranges.scalar(high))
+
+
+QUANTIZED_EMBEDDING = register(OpDef(
+    name="_contrib_quantized_embedding",
+    params=get_op("Embedding").params,
+    inputs=("data", "weight", "min_weight", "max_weight"),
+    outputs=RANGE_OUTPUTS,
+    infer_shape=lambda attrs, shapes: (
+        [shapes[0], (attrs.input_dim, attrs.output_dim), (1,), (1,)],
+        [None if shapes[0] is None else (*shapes[0], attrs.output_dim), (1,), (1,)]),
+    infer_dtype=lambda attrs, dtypes: ([dtypes[0] or FLOAT32, INT8, FLOAT32, FLOAT32],
+                                       [INT8, FLOAT32, FLOAT32]),
+    kernel=ranges.on_host(_embedding_kernel),
+    uncapturable=ranges.ON_HOST,
+    doc="Rows of an int8 table; the table's range passes through.",
+))
+
+
+def _mul_dtype(attrs: Attrs) -> np.dtype:
+    if attrs.enable_float_output:
+        return FLOAT32
+    return INT8 if ranges.has_calib(attrs) else INT32
+
+
+def _mul_kernel(xp: Any, attrs: Attrs, lhs: Any, rhs: Any, *range_inputs: Any) -> Any:
+    op = "_contrib_quantized_elemwise_mul"
+    left, right = np.asarray(lhs), np.asarray(rhs)
+    ranges.check_quantized(left, "lhs", op, (INT8,))
+    ranges.check_quantized(right, "rhs", op, (INT8,))
+    if left.shape != right.shape:
+        raise ShapeError(f"{op}: lhs {left.shape} and rhs {right.shape} must have one shape")
+    (a_low, a_high), (b_low, b_high) = ranges.ranges_of(range_inputs, 0, 2)
+    in_scale = F32(ranges.quantize_scale(INT8, a_low, a_high)
+                   * ranges.quantize_scale(INT8, b_low, b_high))
+    products = left.astype(np.float32) * right.astype(np.float32)
+    dtype = _mul_dtype(attrs)
+    if dtype == FLOAT32:
+        return (products * F32(F32(1.0) / in_scale)).astype(np.float32)
+    if dtype == INT32:
+        out_low, out_high = int32_range(ranges.max_abs(a_low, a_high),
+                                        ranges.max_abs(b_low, b_high))
+        return products.astype(np.int32), *ranges.range_pair(out_low, out_high)
+    out_low, out_high = F32(attrs.min_calib_range), F32(attrs.max_calib_range)
+    scale = F32(ranges.quantize_scale(INT8, out_low, out_high) / in_scale)
+    # As MXNet 1.9.1 does: truncated, and cast without saturation (a product past the
+    # calibrated range wraps around).
+    wrapped = np.trunc(products * scale).astype(np.int64).astype(INT8)
+    return wrapped, *ranges.range_pair(out_low, out_high)
+
+
+QUANTIZED_MUL = register(OpDef(
+    name="_contrib_quantized_elemwise_mul",
+    params=(*CALIB_PARAMS, Param("enable_float_output", parse_bool, False)),
+    inputs=("lhs", "rhs", "lhs_min", "lhs_max", "rhs_min", "rhs_max"),
+    outputs=lambda attrs: ("output",) if attrs.enable_float_output else RANGE_OUTPUTS,
+    infer_shape=lambda attrs, shapes: (
+        [shapes[0] or shapes[1], shapes[1] or shapes[0], *[(1,)] * 4],
+        [shapes[0] or shapes[1], (1,), (1,)][:1 if attrs.enable_float_output else 3]),
+    infer_dtype=lambda attrs, dtypes: (
+        [INT8, INT8, *[FLOAT32] * 4],
+        [_mul_dtype(attrs), FLOAT32, FLOAT32][:1 if attrs.enable_float_output else 3]),
+    kernel=ranges.on_host(_mul_kernel),
+    uncapturable=ranges.ON_HOST,
+    doc="Product of two int8 tensors: int32 with its range, int8 over the calibrated range, "
+        "or float32.",
+))

@@ -1,0 +1,115 @@
+"""What every quantized operator shares: scales from ranges, rounding, and range outputs.
+
+MXNet's oneDNN operators carry a tensor's real range beside it as two float32 scalars (``min``
+and ``max``, shape ``(1,)``). A range maps onto the integer type symmetrically: int8 values
+stand for ``q * max(|min|, |max|) / 127.5``, uint8 ones for ``q * max(|min|, |max|) / 255.5``
+(MXNet's ``kInt8Range`` and ``kUint8Range``). The
+scales are computed in float32, in MXNet's order of operations, so that the integers agree.
+oneDNN rounds to nearest with ties to even (the CPU's default mode) and saturates to the type.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from engine.errors import ShapeError
+from engine.ops.attrs import optional, parse_float
+from engine.ops.dtypes import FLOAT32, INT32, UINT8
+from engine.ops.registry import Attrs, Param
+
+INT8 = np.dtype(np.int8)
+F32 = np.float32
+# MXNet counts half a step more than the largest integer (``kInt8Range`` is 127.5,
+# ``kUint8Range`` 255.5): its scales are 127.5 / max(|min|, |max|), and rounding saturates.
+INT8_RANGE, UINT8_RANGE = F32(127.5), F32(255.5)
+QUANTIZED_RANGE = {INT8: INT8_RANGE, UINT8: UINT8_RANGE}
+LIMITS = {INT8: (-128, 127), UINT8: (0, 255), INT32: (-(2 ** 31), 2 ** 31 - 1)}
+RANGE_OUTPUTS = ("output", "min_output", "max_output")
+CALIB_PARAMS = (
+    Param("min_calib_range", optional(parse_float), None,
+          "the output's calibrated minimum; with the maximum it fixes the output's int8 scale"),
+    Param("max_calib_range", optional(parse_float), None,
+          "the output's calibrated maximum"),
+)
+
+
+def has_calib(attrs: Attrs) -> bool:
+    """Whether the node carries a calibrated output range (the requantize is fused in)."""
+    return attrs.min_calib_range is not None and attrs.max_calib_range is not None
+
+
+def scalar(value: Any) -> F32:
+    """A range input (shape ``(1,)`` or a scalar) as a float32."""
+    array = np.asarray(value)
+    if array.size != 1:
+        raise ShapeError(f"a quantized range must hold one value; got shape {array.shape}")
+    return F32(array.reshape(()))
+
+
+def max_abs(low: Any, high: Any) -> F32:
+    """``max(|low|, |high|)`` in float32, MXNet's ``MaxAbs``."""
+    return F32(max(abs(F32(low)), abs(F32(high))))
+
+
+def quantize_scale(dtype: np.dtype, low: Any, high: Any) -> F32:
+    """Integer steps per real unit for ``dtype`` over ``[low, high]`` (MXNet's
+    ``GetQuantizeScale``): 127.5 / max(|low|, |high|) for int8, 255.5 / max(...) for uint8."""
+    return F32(QUANTIZED_RANGE[np.dtype(dtype)] / max_abs(low, high))
+
+
+def saturate_round(values: Any, dtype: np.dtype) -> np.ndarray:
+    """float values rounded half to even and saturated to ``dtype``, oneDNN's conversion."""
+    low, high = LIMITS[np.dtype(dtype)]
+    return np.clip(np.rint(values), low, high).astype(dtype)
+
+
+def range_pair(low: Any, high: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The ``(min, max)`` outputs: float32 arrays of shape ``(1,)``."""
+    return np.full((1,), low, dtype=FLOAT32), np.full((1,), high, dtype=FLOAT32)
+
+
+def ranges_of(inputs: Any, first: int, count: int) -> list[tuple[F32, F32]]:
+    """``count`` (min, max) pairs from ``inputs[first:]``, laid out as MXNet's quantized ops
+    list them: each input's minimum, then its maximum."""
+    return [(scalar(inputs[first + 2 * k]), scalar(inputs[first + 2 * k + 1]))
+            for k in range(count)]
+
+
+def check_quantized(array: Any, what: str, op: str, allowed: tuple[np.dtype, ...] = (INT8, UINT8)
+                    ) -> None:
+    """Refuse an input whose dtype the op cannot read, naming it."""
+    if np.dtype(array.dtype) not in allowed:
+        names = ", ".join(str(dtype) for dtype in allowed)
+        raise ShapeError(f"{op}: input {what!r} has dtype {array.dtype}; expected {names}")
+
+
+def range_shapes(count: int) -> list[tuple[int, ...]]:
+    """``count`` range shapes, ``(1,)`` each."""
+    return [(1,)] * count
+
+
+ON_HOST = "runs in NumPy on the host (MXNet's int8 ops have no GPU kernels here)"
+
+
+def on_host(kernel: Callable[..., Any]) -> Callable[..., Any]:
+    """``kernel`` run in NumPy on host copies of its inputs, its results moved back to ``xp``
+    (a GPU plan then runs the node through the host, step by step: see `ON_HOST`)."""
+
+    @functools.wraps(kernel)
+    def run(xp: Any, attrs: Attrs, *inputs: Any) -> Any:
+        results = kernel(np, attrs, *(_host(array) for array in inputs))
+        if xp is np:
+            return results
+        if isinstance(results, tuple):
+            return tuple(xp.asarray(result) for result in results)
+        return xp.asarray(results)
+
+    return run
+
+
+def _host(array: Any) -> Any:
+    return array.get() if hasattr(array, "get") and not isinstance(array, np.ndarray) else array
