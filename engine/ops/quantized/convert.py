@@ -63,6 +63,7 @@ QUANTIZE_V2 = register(OpDef(
         _out_type(attrs, attrs.min_calib_range if ranges.has_calib(attrs) else None),
         FLOAT32, FLOAT32]),
     kernel=ranges.on_host(_quantize_v2),
+    batch_positions=ranges.range_from_batch,
     uncapturable=ranges.ON_HOST,
     doc="float to int8/uint8 over the calibrated range (or the data's own min and max), with "
         "the range as two outputs.",
@@ -120,6 +121,7 @@ REQUANTIZE = register(OpDef(
         _out_type(attrs, attrs.min_calib_range if ranges.has_calib(attrs) else None),
         FLOAT32, FLOAT32]),
     kernel=ranges.on_host(_requantize),
+    batch_positions=ranges.range_from_batch,
     uncapturable=ranges.ON_HOST,
     doc="int32 accumulators to int8/uint8 over the calibrated output range.",
 ))

@@ -42,6 +42,12 @@ def has_calib(attrs: Attrs) -> bool:
     return attrs.min_calib_range is not None and attrs.max_calib_range is not None
 
 
+def range_from_batch(attrs: Attrs) -> str:
+    """`OpDef.batch_positions` of a node that, uncalibrated, takes its range from the data at
+    hand: every row's scale then depends on the other rows of the batch."""
+    return "" if has_calib(attrs) else "takes its range from the whole batch (no calibrated range)"
+
+
 def scalar(value: Any) -> F32:
     """A range input (shape ``(1,)`` or a scalar) as a float32."""
     array = np.asarray(value)

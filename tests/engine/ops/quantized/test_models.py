@@ -176,3 +176,22 @@ def test_an_int8_batch_is_never_cut_into_runs_of_rows() -> None:
     graph = fixtures.graph("resnet18_v1_uncalibrated")
     blocker = batch_split.split_blocker(graph, batch_split.input_dependent(graph, {"data"}))
     assert blocker is not None and "_contrib_quantize_v2" in blocker
+
+
+def test_an_uncalibrated_export_is_served_whole_and_a_calibrated_one_batched() -> None:
+    """Without calibration each quantize takes its range from the batch at hand, so requests
+    joined into one batch would change each other's outputs: the server runs them alone."""
+    from pathlib import Path
+
+    from engine.serving.config import ModelConfig
+    from engine.serving.validate import default_loader, load_and_validate
+
+    def served(name: str) -> ModelConfig:
+        symbol, params = fixtures.paths(name)
+        return load_and_validate(
+            Path("unused"), ModelConfig(),
+            loader=lambda _s, _p, *, device: default_loader(symbol, params, device=device),
+            device="cpu", where=f"upload of {name}").config
+
+    assert served("resnet18_v1_uncalibrated").max_batch_size == 0
+    assert served("resnet18_v1_naive").max_batch_size > 0
