@@ -39,6 +39,7 @@ from service.tensors import images, postprocess, predict, text, v2
 from service.tensors.datatypes import BYTES, NameCheck
 from service.tensors.images import ImageInputs
 from service.tensors.v2 import RequestedOutput
+from service.tracing import Tracing
 
 # Reads a request's inputs (arrays and datatypes), each name checked by the callable it gets.
 Decoder = Callable[[NameCheck], tuple[dict[str, np.ndarray], Mapping[str, str] | None]]
@@ -58,11 +59,14 @@ class InferenceService:
     """Runs requests on a repository's models and records them in the metrics."""
 
     def __init__(self, repository: ModelRepository, metrics: Metrics,
-                 max_tensor_elements: int, image_threads: int = 2) -> None:
+                 max_tensor_elements: int, image_threads: int = 2,
+                 tracing: Tracing | None = None) -> None:
         self.repository = repository
         self.metrics = metrics
         self.max_tensor_elements = max_tensor_elements
         self.images = ImageInputs(image_threads)
+        # The ``decode`` and ``encode`` spans (no-ops unless tracing is on).
+        self.step = (tracing or Tracing()).step
 
     def close(self) -> None:
         """Stop the image pool's threads."""
@@ -137,32 +141,39 @@ class InferenceService:
     async def predict(self, body: bytes, content_type: str | None = None,
                       query: str = "") -> dict[str, object]:
         """``POST /predict``: the response body. JSON, or images when `content_type` says so."""
-        if content_type is not None and images.is_image_body(content_type):
-            checked = self.predict_images(body, content_type, query)
-        else:
-            checked = self.predict_inputs(body)
+        with self.step("decode") as span:
+            if content_type is not None and images.is_image_body(content_type):
+                checked = self.predict_images(body, content_type, query)
+            else:
+                checked = self.predict_inputs(body)
+            span.describe(checked.handle.name, checked.handle.version, checked.rows)
         answer = await self.run(checked)
-        return {"model": answer.version.name, "version": answer.version.version,
-                "outputs": postprocess.predict_outputs(answer.version, answer.outputs,
-                                                       answer.geometries)}
+        with self.step("encode"):
+            return {"model": answer.version.name, "version": answer.version.version,
+                    "outputs": postprocess.predict_outputs(answer.version, answer.outputs,
+                                                           answer.geometries)}
 
     async def infer_v2(self, name: str, version: str | None, body: bytes,
                        header_length: int | None) -> tuple[bytes, int | None]:
         """``POST /v2/models/{name}[/versions/{v}]/infer``: body and binary header length."""
-        try:
-            checked, request = self._v2_inputs(name, version, body, header_length)
-        except (ServiceError, EngineError):
-            raise
-        except UNFORESEEN as error:
-            raise undecodable("inference request", error) from error
-        handle = checked.handle
-        binary, classes = self.requested_outputs(handle, request.outputs,
-                                                 request.binary_output)
+        with self.step("decode") as span:
+            try:
+                checked, request = self._v2_inputs(name, version, body, header_length)
+            except (ServiceError, EngineError):
+                raise
+            except UNFORESEEN as error:
+                raise undecodable("inference request", error) from error
+            handle = checked.handle
+            span.describe(handle.name, handle.version, checked.rows)
+            binary, classes = self.requested_outputs(handle, request.outputs,
+                                                     request.binary_output)
         timeout = None if request.timeout_us is None else request.timeout_us / 1e6
         answer = await self.run(checked, timeout)
-        outputs, binary = postprocess.v2_outputs(handle, answer.outputs, binary, classes,
-                                                 answer.geometries)
-        return v2.encode_v2_response(handle.name, handle.version, outputs, binary, request.id)
+        with self.step("encode"):
+            outputs, binary = postprocess.v2_outputs(handle, answer.outputs, binary, classes,
+                                                     answer.geometries)
+            return v2.encode_v2_response(handle.name, handle.version, outputs, binary,
+                                         request.id)
 
     def _v2_inputs(self, name: str, version: str | None, body: bytes,
                    header_length: int | None) -> tuple[Checked, v2.V2Request]:

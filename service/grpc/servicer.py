@@ -51,6 +51,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self.runtime = runtime
         self.inference = runtime.inference
         self.repository = runtime.repository
+        self.tracing = runtime.tracing
 
     async def _answer(self, context: grpc.aio.ServicerContext, method: str,
                       work: Callable[[], Awaitable[Reply]]) -> Reply:
@@ -126,7 +127,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(self, request: pb.ModelInferRequest,
                          context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:
         """One inference through the shared `InferenceService` (its batcher and metrics)."""
-        return await self._answer(context, "ModelInfer", lambda: self._infer(request, context))
+        return await self._answer(context, "ModelInfer",
+                                  lambda: self._infer(request, context, "ModelInfer"))
 
     async def ModelStreamInfer(self, messages: AsyncIterable[bytes],
                                context: grpc.aio.ServicerContext
@@ -149,7 +151,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             return pb.ModelStreamInferResponse(
                 error_message=f"the request is not a valid inference.ModelInferRequest "
                               f"message: {error}")
-        outcome = await self._attempt("ModelStreamInfer", lambda: self._infer(request, context))
+        outcome = await self._attempt("ModelStreamInfer",
+                                      lambda: self._infer(request, context, "ModelStreamInfer"))
         if isinstance(outcome, Refusal):
             # The id travels with the error too, so that a client matches it to its request.
             return pb.ModelStreamInferResponse(
@@ -168,24 +171,32 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             return pb.ModelConfigResponse(config=config)
         return await self._answer(context, "ModelConfig", work)
 
-    async def _infer(self, request: pb.ModelInferRequest,
-                     context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:
-        checked = self.inference.check(request.model_name, request.model_version, lambda names:
-                                       tensors.decode_inputs(
-                                           request, self.inference.max_tensor_elements, names))
-        handle = checked.handle
-        counts = tensors.classification_counts(request)
-        # Every tensor model metadata lists when the request names none, as REST answers.
-        requested = [RequestedOutput(output.name, False, counts.get(output.name))
-                     for output in request.outputs] or None
-        binary, classes = self.inference.requested_outputs(handle, requested, False)
+    async def _infer(self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext,
+                     method: str) -> pb.ModelInferResponse:
+        with self.tracing.grpc(context.invocation_metadata, method):
+            return await self._traced_infer(request, context)
+
+    async def _traced_infer(self, request: pb.ModelInferRequest,
+                            context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:
+        with self.inference.step("decode") as span:
+            checked = self.inference.check(
+                request.model_name, request.model_version, lambda names: tensors.decode_inputs(
+                    request, self.inference.max_tensor_elements, names))
+            handle = checked.handle
+            span.describe(handle.name, handle.version, checked.rows)
+            counts = tensors.classification_counts(request)
+            # Every tensor model metadata lists when the request names none, as REST answers.
+            requested = [RequestedOutput(output.name, False, counts.get(output.name))
+                         for output in request.outputs] or None
+            binary, classes = self.inference.requested_outputs(handle, requested, False)
         timeout = _earliest(tensors.timeout_s(request.parameters), context.time_remaining())
         answer = await self.inference.run(checked, timeout)
-        outputs, _ = v2_outputs(handle, answer.outputs, binary, classes, answer.geometries)
-        response = pb.ModelInferResponse(model_name=handle.name,
-                                         model_version=str(handle.version), id=request.id)
-        tensors.encode_outputs(response, outputs)
-        return response
+        with self.inference.step("encode"):
+            outputs, _ = v2_outputs(handle, answer.outputs, binary, classes, answer.geometries)
+            response = pb.ModelInferResponse(model_name=handle.name,
+                                             model_version=str(handle.version), id=request.id)
+            tensors.encode_outputs(response, outputs)
+            return response
 
     async def RepositoryIndex(self, request: pb.RepositoryIndexRequest,
                               context: grpc.aio.ServicerContext) -> pb.RepositoryIndexResponse:
