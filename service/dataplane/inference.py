@@ -85,7 +85,8 @@ class InferenceService:
         preprocessed first; shape failures inside are the input's."""
         handle, arrays, geometries = checked.handle, checked.arrays, None
         if handle.pipelines:
-            arrays, geometries = await self.images.prepare(handle, arrays)
+            with self.step("preprocess"):
+                arrays, geometries = await self.images.prepare(handle, arrays)
         started = time.perf_counter()
         ok = False
         try:

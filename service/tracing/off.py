@@ -1,11 +1,12 @@
 """The tracing hooks, and what they do while tracing is off: nothing.
 
 `Tracing` is the interface the fronts and the data plane call on every inference request:
-`http` and `grpc` open the request's ``receive`` span, `step` a ``decode`` or ``encode`` span
-under it, and `batch_observer` (handed to the repository's batchers) adds ``queue`` and
-``compute``. This class is the tracer of a process that does not trace: each hook returns the
-one shared `NO_SPAN` and there is no observer, so the batchers keep no contexts. The hooks are
-bound once, when the runtime is created; a request pays a few calls that return at once.
+`http` and `grpc` open the request's ``receive`` span, `step` a ``decode``, ``preprocess`` or
+``encode`` span under it, and `batch_observer` (handed to the repository's batchers) adds
+``queue`` and ``compute``. This class is the tracer of a process that does not trace: each
+hook returns the one shared `NO_SPAN` and there is no observer, so the batchers keep no
+contexts. The hooks are bound once, when the runtime is created; a request pays a few calls
+that return at once.
 """
 
 from __future__ import annotations

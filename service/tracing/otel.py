@@ -8,6 +8,7 @@ header, or gRPC metadata). Its spans:
 
 - ``receive`` (server kind): the request from the front's first look to its answer;
 - ``decode``: the body or protobuf read into arrays and checked against the model's config;
+- ``preprocess``: images decoded and transformed, for an input with an image pipeline only;
 - ``queue``: from entering the model's batcher to its batch being formed;
 - ``compute``: the batch's run. A batch serves several requests, each in its own trace, so every
   request gets a ``compute`` span of its own with the shared batch's start and end, its size in

@@ -22,6 +22,7 @@ from service import tracing
 from service.grpc import inference_pb2 as pb
 from service.tracing import NO_SPAN, Tracing, TracingUnavailable, from_environment, wanted
 from service.tracing.otel import OpenTelemetryTracing
+from tests.service import image_model
 from tests.service.grpc_inprocess import grpc_client
 from tests.service.helpers import MLP, config_for, files_for, first_io, run, serving, settings_for
 
@@ -166,6 +167,31 @@ def test_a_batch_of_two_requests_gives_each_trace_the_shared_compute(
             == second.attributes["hybridserve.batch.number"])
 
 
+def test_images_are_preprocessed_in_a_span_of_their_own(
+        tmp_path: Path, exporter: InMemorySpanExporter) -> None:
+    symbol, params = image_model.model_files()
+
+    async def scenario() -> None:
+        async with serving(settings_for(tmp_path), models=()) as (client, runtime):
+            await runtime.repository.add_version(image_model.NAME, symbol, params,
+                                                 config=image_model.CONFIG)
+            image = image_model.encode(image_model.photo(64, 48, seed=3), "PNG")
+            response = await client.post(f"/predict?model={image_model.NAME}", content=image,
+                                         headers={"Content-Type": "image/png",
+                                                  "traceparent": TRACEPARENT})
+            assert response.status_code == 200, response.text
+
+    run(scenario())
+    spans = _by_name(exporter.get_finished_spans(), TRACE_ID)
+    assert set(spans) == {*STEPS, "preprocess"}
+    preprocess = spans["preprocess"]
+    assert preprocess.parent is not None
+    assert preprocess.parent.span_id == spans["receive"].context.span_id
+    assert spans["decode"].end_time <= preprocess.start_time
+    assert preprocess.end_time <= spans["queue"].start_time
+    assert preprocess.attributes["hybridserve.model.name"] == image_model.NAME
+
+
 def test_a_refused_request_ends_its_spans_with_the_error(
         tmp_path: Path, exporter: InMemorySpanExporter) -> None:
     async def scenario() -> None:
@@ -202,6 +228,26 @@ def test_grpc_calls_read_traceparent_from_metadata(grpc_running: object,
     spans = _by_name(exporter.get_finished_spans(), TRACE_ID)
     _check_request_trace(spans, "grpc", len(data))
     assert spans["receive"].attributes["rpc.method"] == "ModelInfer"
+
+    exporter.clear()
+    call = grpc_running.channel.stream_stream(  # type: ignore[attr-defined]
+        "/inference.GRPCInferenceService/ModelStreamInfer")
+    messages = [request.SerializeToString()] * 2
+
+    async def exchange() -> list[bytes]:
+        return [answer async for answer in call(
+            iter(messages), metadata=(("traceparent", TRACEPARENT),))]
+
+    answers = grpc_running.run(exchange)  # type: ignore[attr-defined]
+    assert [pb.ModelStreamInferResponse.FromString(answer).error_message
+            for answer in answers] == ["", ""]
+    # Both messages of the stream join the trace its metadata names, a receive span each.
+    streamed = [span for span in exporter.get_finished_spans()
+                if span.context.trace_id == TRACE_ID]
+    receives = [span for span in streamed if span.name == "receive"]
+    assert len(receives) == 2
+    assert {span.attributes["rpc.method"] for span in receives} == {"ModelStreamInfer"}
+    assert sorted(span.name for span in streamed) == sorted(STEPS * 2)
 
     exporter.clear()
     missing = pb.ModelInferRequest(model_name="absent")
