@@ -55,6 +55,11 @@ class Answer:
     geometries: dict[str, list[Geometry]] | None = None
 
 
+def described(checked: Checked) -> tuple[str, int, int]:
+    """What a trace names of checked inputs: model name, version and batch size."""
+    return checked.handle.name, checked.handle.version, checked.rows
+
+
 class InferenceService:
     """Runs requests on a repository's models and records them in the metrics."""
 
@@ -65,8 +70,14 @@ class InferenceService:
         self.metrics = metrics
         self.max_tensor_elements = max_tensor_elements
         self.images = ImageInputs(image_threads)
-        # The ``decode`` and ``encode`` spans (no-ops unless tracing is on).
-        self.step = (tracing or Tracing()).step
+        tracing = tracing or Tracing()
+        self.step = tracing.step  # ``preprocess``: reached by inputs with an image pipeline
+        # Bound once: while tracing is off these stay the plain methods (nothing per request).
+        self._predict_decode = tracing.traced("decode", self._predict_decode, described)
+        self._predict_encode = tracing.traced("encode", self._predict_encode)
+        self._v2_decode = tracing.traced("decode", self._v2_decode,
+                                         lambda decoded: described(decoded[0]))
+        self._v2_encode = tracing.traced("encode", self._v2_encode)
 
     def close(self) -> None:
         """Stop the image pool's threads."""
@@ -142,39 +153,48 @@ class InferenceService:
     async def predict(self, body: bytes, content_type: str | None = None,
                       query: str = "") -> dict[str, object]:
         """``POST /predict``: the response body. JSON, or images when `content_type` says so."""
-        with self.step("decode") as span:
-            if content_type is not None and images.is_image_body(content_type):
-                checked = self.predict_images(body, content_type, query)
-            else:
-                checked = self.predict_inputs(body)
-            span.describe(checked.handle.name, checked.handle.version, checked.rows)
-        answer = await self.run(checked)
-        with self.step("encode"):
-            return {"model": answer.version.name, "version": answer.version.version,
-                    "outputs": postprocess.predict_outputs(answer.version, answer.outputs,
-                                                           answer.geometries)}
+        answer = await self.run(self._predict_decode(body, content_type, query))
+        return self._predict_encode(answer)
+
+    def _predict_decode(self, body: bytes, content_type: str | None, query: str) -> Checked:
+        if content_type is not None and images.is_image_body(content_type):
+            return self.predict_images(body, content_type, query)
+        return self.predict_inputs(body)
+
+    @staticmethod
+    def _predict_encode(answer: Answer) -> dict[str, object]:
+        return {"model": answer.version.name, "version": answer.version.version,
+                "outputs": postprocess.predict_outputs(answer.version, answer.outputs,
+                                                       answer.geometries)}
 
     async def infer_v2(self, name: str, version: str | None, body: bytes,
                        header_length: int | None) -> tuple[bytes, int | None]:
         """``POST /v2/models/{name}[/versions/{v}]/infer``: body and binary header length."""
-        with self.step("decode") as span:
-            try:
-                checked, request = self._v2_inputs(name, version, body, header_length)
-            except (ServiceError, EngineError):
-                raise
-            except UNFORESEEN as error:
-                raise undecodable("inference request", error) from error
-            handle = checked.handle
-            span.describe(handle.name, handle.version, checked.rows)
-            binary, classes = self.requested_outputs(handle, request.outputs,
-                                                     request.binary_output)
+        checked, request, binary, classes = self._v2_decode(name, version, body, header_length)
         timeout = None if request.timeout_us is None else request.timeout_us / 1e6
         answer = await self.run(checked, timeout)
-        with self.step("encode"):
-            outputs, binary = postprocess.v2_outputs(handle, answer.outputs, binary, classes,
-                                                     answer.geometries)
-            return v2.encode_v2_response(handle.name, handle.version, outputs, binary,
-                                         request.id)
+        return self._v2_encode(answer, binary, classes, request.id)
+
+    def _v2_decode(self, name: str, version: str | None, body: bytes, header_length: int | None
+                   ) -> tuple[Checked, v2.V2Request, dict[str, bool], dict[str, int]]:
+        """The request's checked inputs, the request, and its outputs (`requested_outputs`)."""
+        try:
+            checked, request = self._v2_inputs(name, version, body, header_length)
+        except (ServiceError, EngineError):
+            raise
+        except UNFORESEEN as error:
+            raise undecodable("inference request", error) from error
+        binary, classes = self.requested_outputs(checked.handle, request.outputs,
+                                                 request.binary_output)
+        return checked, request, binary, classes
+
+    @staticmethod
+    def _v2_encode(answer: Answer, binary: dict[str, bool], classes: dict[str, int],
+                   request_id: str | None) -> tuple[bytes, int | None]:
+        handle = answer.version
+        outputs, binary = postprocess.v2_outputs(handle, answer.outputs, binary, classes,
+                                                 answer.geometries)
+        return v2.encode_v2_response(handle.name, handle.version, outputs, binary, request_id)
 
     def _v2_inputs(self, name: str, version: str | None, body: bytes,
                    header_length: int | None) -> tuple[Checked, v2.V2Request]:

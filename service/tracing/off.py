@@ -1,18 +1,19 @@
 """The tracing hooks, and what they do while tracing is off: nothing.
 
-`Tracing` is the interface the fronts and the data plane call on every inference request:
-`http` and `grpc` open the request's ``receive`` span, `step` a ``decode``, ``preprocess`` or
-``encode`` span under it, and `batch_observer` (handed to the repository's batchers) adds
-``queue`` and ``compute``. This class is the tracer of a process that does not trace: each
-hook returns the one shared `NO_SPAN` and there is no observer, so the batchers keep no
-contexts. The hooks are bound once, when the runtime is created; a request pays a few calls
-that return at once.
+`Tracing` is the interface of the tracer: `http` and `grpc` open a request's ``receive`` span,
+`traced` makes a function (``decode``, ``encode``) a step of the request, `step` opens one
+inline (``preprocess``), and `batch_observer` (handed to the repository's batchers) adds
+``queue`` and ``compute``. This class is the tracer of a process that does not trace, and its
+hooks are bound once, when the runtime and its fronts are made: `traced` returns the function
+itself, the fronts add no ``receive`` hook (`enabled` is false), there is no batch observer
+(the batchers keep no contexts), and `step` returns the shared `NO_SPAN` (only requests to a
+model with an image pipeline reach it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from engine.serving.batcher import BatchRun
 
@@ -20,6 +21,9 @@ from engine.serving.batcher import BatchRun
 BatchObserver = Callable[[str, int, BatchRun], None]
 # The call's gRPC metadata, as ``ServicerContext.invocation_metadata`` gives it.
 Metadata = Callable[[], Iterable[tuple[str, Any]] | None]
+# What a step's result says of its request: (model name, version, rows).
+About = Callable[[Any], tuple[str, int, int]]
+Step = TypeVar("Step", bound=Callable[..., Any])
 
 
 class Span(Protocol):
@@ -68,8 +72,14 @@ class Tracing:
         return NO_SPAN
 
     def step(self, name: str) -> Span:
-        """A span of one step of the current request (``decode``, ``encode``)."""
+        """A span of one step of the current request (``preprocess``)."""
         return NO_SPAN
+
+    def traced(self, name: str, function: Step, about: About | None = None) -> Step:
+        """`function` as a step of the current request: each call in a span `name`, which
+        `about` (given the result) names the model version and rows in. Off: `function`
+        itself, so that a caller binds it once and its requests pay nothing."""
+        return function
 
     def shutdown(self) -> None:
         """Send the spans still buffered and stop (nothing to do when off)."""

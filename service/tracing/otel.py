@@ -22,6 +22,7 @@ times it recorded, under the span that was current when the request was queued.
 from __future__ import annotations
 
 import contextvars
+import functools
 import itertools
 import logging
 import os
@@ -37,7 +38,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExport
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from engine.serving.batcher import BatchRun
-from service.tracing.off import Metadata, Span, Tracing
+from service.tracing.off import About, Metadata, Span, Step, Tracing
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +122,17 @@ class OpenTelemetryTracing(Tracing):
     def step(self, name: str) -> Span:
         return _OpenSpan(self.tracer.start_as_current_span(name, attributes=_DESCRIBED.get({})),
                          trace.get_current_span())
+
+    def traced(self, name: str, function: Step, about: About | None = None) -> Step:
+        @functools.wraps(function)
+        def step(*args: Any, **kwargs: Any) -> Any:
+            with self.step(name) as span:
+                result = function(*args, **kwargs)
+                if about is not None:
+                    span.describe(*about(result))
+                return result
+
+        return step  # type: ignore[return-value]
 
     def _observe(self, model: str, version: int, run: BatchRun) -> None:
         """The ``queue`` and ``compute`` spans of each request of a finished batch. Called by

@@ -270,19 +270,33 @@ def test_tracing_is_off_unless_asked_for() -> None:
     assert type(off) is Tracing and not off.enabled and off.batch_observer is None
     assert off.http([(b"traceparent", TRACEPARENT.encode())], "POST", "/") is NO_SPAN
     assert off.grpc(lambda: (("traceparent", TRACEPARENT),), "ModelInfer") is NO_SPAN
-    with off.step("decode") as span:
+    with off.step("preprocess") as span:
         assert span is NO_SPAN
+    assert off.traced("decode", _v2_json) is _v2_json
 
 
 def test_a_runtime_without_tracing_never_imports_the_sdk(tmp_path: Path) -> None:
-    """Off, nothing of OpenTelemetry's SDK is loaded and the batchers get no observer."""
+    """Off, nothing of OpenTelemetry's SDK is loaded, the batchers get no observer, the steps
+    are the plain methods and the app's stack has no tracing layer."""
     script = (
         "import sys\n"
+        "from service.dataplane.inference import InferenceService\n"
+        "from service.grpc.servicer import InferenceServicer\n"
+        "from service.rest.app import create_app\n"
+        "from service.rest.gate import Gate\n"
+        "from service.rest.routes import Router\n"
         "from service.runtime import Runtime\n"
         "from service.settings import Settings\n"
         f"runtime = Runtime.create(Settings(model_repository={str(tmp_path)!r}))\n"
         "assert not runtime.tracing.enabled\n"
         "assert runtime.repository.batch_observer is None\n"
+        "assert runtime.inference._v2_decode.__func__ is InferenceService._v2_decode\n"
+        "assert runtime.inference._predict_encode is InferenceService._predict_encode\n"
+        "servicer = InferenceServicer(runtime)\n"
+        "assert servicer._infer.__func__ is InferenceServicer._infer_steps\n"
+        "assert servicer._decode.__func__ is InferenceServicer._decode\n"
+        "stack = create_app(runtime).build_middleware_stack()\n"
+        "assert type(stack) is Gate and type(stack.app) is Router, stack.app\n"
         "loaded = sorted(name for name in sys.modules if name.startswith("
         "('opentelemetry.sdk', 'service.tracing.otel')))\n"
         "assert not loaded, loaded\n")

@@ -15,15 +15,12 @@ from service.rest.routes import AsgiRoute, header, read_body, reply, runtime_of
 async def predict(scope: Scope, receive: Receive, send: Send) -> None:
     """Run `inputs` on `model` (newest ready version unless `version` is given); or images
     (a raw ``image/*`` body or multipart files) on ``?model=NAME[&version=N]``."""
-    runtime = runtime_of(scope)
-    with runtime.tracing.http(scope["headers"], "POST", scope["path"]):
-        body = await read_body(receive)
-        if body is None:
-            return  # the client is gone: nobody to answer
-        answer = await runtime.inference.predict(
-            body, header(scope, b"content-type"),
-            scope.get("query_string", b"").decode("latin-1"))
-        await reply(send, dumps(answer))
+    body = await read_body(receive)
+    if body is None:
+        return  # the client is gone: nobody to answer
+    answer = await runtime_of(scope).inference.predict(
+        body, header(scope, b"content-type"), scope.get("query_string", b"").decode("latin-1"))
+    await reply(send, dumps(answer))
 
 
 def _predict_body() -> dict[str, Any]:

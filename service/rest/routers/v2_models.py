@@ -59,20 +59,18 @@ async def model_ready(repository: Repository, name: str, version: str | None = N
 
 async def infer(scope: Scope, receive: Receive, send: Send) -> None:
     """Run one request; with Inference-Header-Content-Length the body is JSON then binary."""
-    runtime = runtime_of(scope)
-    with runtime.tracing.http(scope["headers"], "POST", scope["path"]):
-        length = binary.header_length(header(scope, HEADER_LENGTH))
-        body = await read_body(receive)
-        if body is None:
-            return  # the client is gone: nobody to answer
-        params = scope["path_params"]
-        reply_body, binary_header = await runtime.inference.infer_v2(
-            params["name"], params.get("version"), body, length)
-        if binary_header is None:
-            await reply(send, reply_body)
-        else:
-            await reply(send, reply_body, BINARY,
-                        ((HEADER_LENGTH, str(binary_header).encode()),))
+    length = binary.header_length(header(scope, HEADER_LENGTH))
+    body = await read_body(receive)
+    if body is None:
+        return  # the client is gone: nobody to answer
+    params = scope["path_params"]
+    reply_body, binary_header = await runtime_of(scope).inference.infer_v2(
+        params["name"], params.get("version"), body, length)
+    if binary_header is None:
+        await reply(send, reply_body)
+    else:
+        await reply(send, reply_body, BINARY,
+                    ((HEADER_LENGTH, str(binary_header).encode()),))
 
 
 def _path_parameters(*names: str) -> list[dict[str, object]]:
