@@ -403,7 +403,8 @@ class DynamicBatcher:
                  error: Exception | None) -> None:
         assert self._observer is not None
         self._observer(BatchRun(
-            tuple(request.context or contextvars.Context() for request in batch),
+            tuple(contextvars.Context() if request.context is None else request.context
+                  for request in batch),
             tuple(request.enqueued for request in batch),
             tuple(request.rows for request in batch), started, time.monotonic(), error))
 
