@@ -307,6 +307,23 @@ def test_a_runtime_without_tracing_never_imports_the_sdk(tmp_path: Path) -> None
     assert done.returncode == 0, done.stderr[-3000:]
 
 
+def test_without_the_extra_the_server_refuses_to_start_saying_what_to_install(
+        tmp_path: Path) -> None:
+    # The SDK made unimportable, as in an install without the tracing extra.
+    script = ("import sys\n"
+              "sys.modules['service.tracing.otel'] = None\n"
+              "from service.__main__ import main\n"
+              f"sys.exit(main(['--trace', '--model-repository', {str(tmp_path)!r}, "
+              "'--port', '0', '--grpc-port', '0', '--admin-token', 't']))\n")
+    environment = {key: value for key, value in os.environ.items()
+                   if not key.startswith(("OTEL_", "HYBRIDSERVE_"))}
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=environment,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "pip install 'hybridserve[tracing]'" in done.stderr
+    assert "--trace or OTEL_TRACES_EXPORTER" in done.stderr
+
+
 @pytest.mark.parametrize(("variables", "named"), [
     ({"OTEL_TRACES_EXPORTER": "zipkin"}, "'zipkin'"),
     ({"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "'grpc'"),
