@@ -16,7 +16,9 @@ header, or gRPC metadata). Its spans:
 - ``encode``: the outputs postprocessed and written as the reply.
 
 ``queue`` and ``compute`` are made after the batch finishes, by the batcher's observer, from the
-times it recorded, under the span that was current when the request was queued.
+times it recorded, under the span that was current when the request was queued. A request the
+sampler leaves out (``OTEL_TRACES_SAMPLER``) gets no step spans at all: with the standard
+samplers they would be left out too, and making them is most of tracing's cost.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExport
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from engine.serving.batcher import BatchRun
-from service.tracing.off import About, Metadata, Span, Step, Tracing
+from service.tracing.off import NO_SPAN, About, Metadata, Span, Step, Tracing
 
 log = logging.getLogger(__name__)
 
@@ -120,12 +122,17 @@ class OpenTelemetryTracing(Tracing):
             attributes=attributes))
 
     def step(self, name: str) -> Span:
+        request = trace.get_current_span()
+        if not request.is_recording():
+            return NO_SPAN  # the request is not sampled: nor are its steps
         return _OpenSpan(self.tracer.start_as_current_span(name, attributes=_DESCRIBED.get({})),
-                         trace.get_current_span())
+                         request)
 
     def traced(self, name: str, function: Step, about: About | None = None) -> Step:
         @functools.wraps(function)
         def step(*args: Any, **kwargs: Any) -> Any:
+            if not trace.get_current_span().is_recording():
+                return function(*args, **kwargs)  # not sampled: no span to make
             with self.step(name) as span:
                 result = function(*args, **kwargs)
                 if about is not None:
@@ -156,6 +163,8 @@ class OpenTelemetryTracing(Tracing):
                  BATCH_REQUESTS: len(run.rows), BATCH_NUMBER: next(self._batches)}
         for context, enqueued, rows in zip(run.contexts, run.enqueued, run.rows):
             parent = _otel_context_of(context)
+            if not trace.get_current_span(parent).is_recording():
+                continue  # a request the sampler left out, or one queued outside a request
             queue = self.tracer.start_span("queue", parent, start_time=epoch_ns(enqueued),
                                            attributes={**batch, ROWS: rows})
             queue.end(started)

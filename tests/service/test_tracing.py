@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
@@ -16,6 +17,7 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, Sampler, SamplingResult
 from opentelemetry.trace import SpanKind, StatusCode
 
 from service import tracing
@@ -125,6 +127,49 @@ def test_a_request_without_traceparent_starts_a_trace_of_its_own(
     assert len(receive) == 1 and receive[0].parent is None
     assert {span.name for span in spans if span.context.trace_id ==
             receive[0].context.trace_id} == set(STEPS)
+
+
+class CountingSampler(Sampler):
+    """The default sampler (the caller's decision, else sampled), counting its decisions."""
+
+    def __init__(self) -> None:
+        self.inner = ParentBased(ALWAYS_ON)
+        self.asked: list[str] = []
+
+    def should_sample(self, *args: Any, **kwargs: Any) -> SamplingResult:
+        self.asked.append(args[2])  # the span's name
+        return self.inner.should_sample(*args, **kwargs)
+
+    def get_description(self) -> str:
+        return "counting"
+
+
+def test_a_caller_that_does_not_sample_gets_no_spans(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``traceparent`` flagged unsampled (00) leaves the whole request out, and its steps,
+    queue and compute are not even offered to the sampler (their cost is the SDK's)."""
+    exporter, sampler = InMemorySpanExporter(), CountingSampler()
+    provider = TracerProvider(sampler=sampler)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr("service.runtime.from_environment",
+                        lambda requested: OpenTelemetryTracing(provider))
+    data = first_io(MLP)[0]["data"]
+
+    async def scenario() -> None:
+        async with serving(settings_for(tmp_path)) as (client, _):
+            for path, body in ((f"/v2/models/{MLP}/infer", _v2_json(data)),
+                               ("/predict", {"model": MLP, "inputs": {"data": data.tolist()}})):
+                response = await client.post(path, json=body, headers={
+                    "traceparent": f"00-{TRACE_ID:032x}-{PARENT_ID:016x}-00"})
+                assert response.status_code == 200, response.text
+            sampled = await client.post(f"/v2/models/{MLP}/infer", json=_v2_json(data),
+                                        headers={"traceparent": TRACEPARENT})
+            assert sampled.status_code == 200, sampled.text
+
+    run(scenario())
+    spans = exporter.get_finished_spans()
+    assert sorted(span.name for span in spans) == sorted(STEPS)  # the sampled request's only
+    assert sorted(sampler.asked) == sorted(["receive", "receive", *STEPS])
 
 
 def test_a_batch_of_two_requests_gives_each_trace_the_shared_compute(
