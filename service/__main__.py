@@ -128,10 +128,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from service.admin_token import TokenFileError
     from service.grpc.server import GrpcPortError
+    from service.tracing import TracingUnavailable
 
     try:
         uvloop.run(serve(settings))
-    except (TokenFileError, GrpcPortError) as error:
+    except (TokenFileError, GrpcPortError, TracingUnavailable) as error:
         print(f"hybridserve: {error}", file=sys.stderr)
         return 2
     return 0

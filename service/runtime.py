@@ -16,6 +16,7 @@ from service.dataplane.inference import InferenceService
 from service.dataplane.metrics import Metrics
 from service.dataplane.repository import UploadSlots
 from service.settings import Settings
+from service.tracing import Tracing, from_environment
 
 log = logging.getLogger(__name__)
 
@@ -33,27 +34,33 @@ class Runtime:
     uploads: UploadSlots
     ready: bool = False
     drain: DrainState = field(default_factory=DrainState)
+    tracing: Tracing = field(default_factory=Tracing)
 
     @classmethod
     def create(cls, settings: Settings, repository: ModelRepository | None = None, *,
-               admin: AdminAccess | None = None) -> Runtime:
+               admin: AdminAccess | None = None, tracing: Tracing | None = None) -> Runtime:
         """A runtime over `repository`, or over a new one configured by `settings`.
 
-        `admin` defaults to what `settings` alone give (`AdminAccess.from_settings`).
+        `admin` defaults to what `settings` alone give (`AdminAccess.from_settings`), and
+        `tracing` to what ``--trace`` and the ``OTEL_*`` variables ask for
+        (`service.tracing.from_environment`, which raises `TracingUnavailable`).
         """
+        tracing = tracing or from_environment(settings.trace)
         loader = functools.partial(default_loader, plan_cache_size=settings.plan_cache_size)
         repository = repository or ModelRepository(
             settings.model_repository, loader=loader, device=settings.device,
             memory_budget_bytes=settings.memory_budget_bytes,
             poll_interval_s=settings.poll_interval, compute_threads=settings.compute_threads)
+        if tracing.batch_observer is not None:
+            repository.batch_observer = tracing.batch_observer
         metrics = Metrics(repository)
         drain = DrainState()
         metrics.in_flight.set_function(lambda: drain.in_flight)
         return cls(settings, repository, metrics,
                    InferenceService(repository, metrics, settings.max_tensor_elements,
-                                    settings.image_threads),
+                                    settings.image_threads, tracing),
                    admin or AdminAccess.from_settings(settings),
-                   UploadSlots(settings.max_concurrent_uploads), drain=drain)
+                   UploadSlots(settings.max_concurrent_uploads), drain=drain, tracing=tracing)
 
     async def start(self) -> None:
         """Scan and load the repository, then report ready."""
@@ -70,3 +77,4 @@ class Runtime:
         self.ready = False
         await self.repository.close()
         self.inference.close()
+        self.tracing.shutdown()

@@ -68,6 +68,10 @@ class Settings(BaseSettings):
         "(default: the user's cache, $XDG_CACHE_HOME/hybridserve or ~/.cache/hybridserve)")
     log_level: LogLevel = Field("info", description="server log level")
     access_log: bool = Field(False, description="log every request")
+    trace: bool = Field(
+        False, description="export OpenTelemetry traces of inference requests, configured by "
+        "the standard OTEL_* variables (needs the tracing extra; setting OTEL_TRACES_EXPORTER "
+        "switches it on too)")
 
     @model_validator(mode="after")
     def _distinct_ports(self) -> Settings:

@@ -38,7 +38,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("engine.serving",),
     ("engine",),
     ("service",),
-    ("service.settings", "service.errors"),
+    ("service.settings", "service.errors", "service.tracing"),
     ("service.admin_token",),
     ("service.tensors",),
     ("service.dataplane",),

@@ -12,6 +12,7 @@ every request runs alone, as it is.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -32,6 +33,24 @@ Arrays = dict[str, np.ndarray]
 InferFn = Callable[[Arrays], Mapping[str, np.ndarray]]
 # (one request's inputs, the batch's rows) -> where to join the batch, and its run.
 BatchBuffersFn = Callable[[Mapping[str, np.ndarray], int], BatchBuffers]
+
+
+@dataclass(frozen=True)
+class BatchRun:
+    """One finished batch as an observer (a tracer) sees it: per request, its context at
+    `submit` (the `contextvars` where a tracer keeps the request's span), when it was queued
+    and its rows; when the batch started and finished computing (`time.monotonic`), and the
+    error it failed with."""
+
+    contexts: tuple[contextvars.Context, ...]
+    enqueued: tuple[float, ...]
+    rows: tuple[int, ...]
+    started: float
+    finished: float
+    error: Exception | None
+
+
+BatchObserver = Callable[[BatchRun], None]
 
 
 @dataclass(frozen=True)
@@ -69,6 +88,7 @@ class _Request:
     key: Hashable
     future: asyncio.Future[Arrays]
     enqueued: float
+    context: contextvars.Context | None = None  # the caller's, kept for an observer only
 
 
 class DynamicBatcher:
@@ -85,6 +105,8 @@ class DynamicBatcher:
             default fresh arrays run by ``infer``. Used only where every batch axis is 0.
         batch_axes: each input's and output's batch axis by name (absent: 0); None: no batch
             dimension, so requests are never joined (Triton's ``max_batch_size`` 0).
+        observer: called on the event loop with each finished batch (`BatchRun`); None (the
+            default) keeps no context and calls nothing.
 
     Raises (from `submit`):
         InputError: inputs are not arrays with one common batch size in 1..max_batch_size.
@@ -102,8 +124,10 @@ class DynamicBatcher:
     def __init__(self, infer: InferFn, policy: BatchingPolicy, *, name: str = "model",
                  executor: Executor | None = None,
                  batch_buffers: BatchBuffersFn | None = None,
-                 batch_axes: Mapping[str, int] | None = MappingProxyType({})) -> None:
+                 batch_axes: Mapping[str, int] | None = MappingProxyType({}),
+                 observer: BatchObserver | None = None) -> None:
         self.infer = infer
+        self._observer = observer
         self.batch_axes = None if batch_axes is None else dict(batch_axes)
         self._first_axis = batch_axes is not None and not any(batch_axes.values())
         self._batch_buffers = (batch_buffers if batch_buffers and self._first_axis
@@ -178,6 +202,8 @@ class DynamicBatcher:
             raise ModelNotReady(f"{self.name} is unloading; retry to reach the current version")
         request = self._make_request(inputs) if rows is None else self._checked_request(
             inputs, rows)
+        if self._observer is not None:
+            request.context = contextvars.copy_context()
         if self._queued >= self.policy.max_queue_size:
             self.stats.rejected += 1
             raise Overloaded(f"{self.name}: queue is full ({self._queued} requests waiting, "
@@ -356,9 +382,13 @@ class DynamicBatcher:
             self._check_outputs(outputs, rows)
         except Exception as error:  # noqa: BLE001 - reported to exactly this batch's callers
             self.stats.compute_time_s.observe(time.monotonic() - started)
+            if self._observer is not None:
+                self._observe(batch, started, error)
             self._fail(batch, error)
             return
         self.stats.compute_time_s.observe(time.monotonic() - started)
+        if self._observer is not None:
+            self._observe(batch, started, None)
         start = 0
         for request in batch:
             stop = start + request.rows
@@ -368,6 +398,15 @@ class DynamicBatcher:
                     for name, array in outputs.items()})
                 self.stats.succeeded += 1
             start = stop
+
+    def _observe(self, batch: Sequence[_Request], started: float,
+                 error: Exception | None) -> None:
+        assert self._observer is not None
+        self._observer(BatchRun(
+            tuple(contextvars.Context() if request.context is None else request.context
+                  for request in batch),
+            tuple(request.enqueued for request in batch),
+            tuple(request.rows for request in batch), started, time.monotonic(), error))
 
     def _join_and_infer(self, inputs: Sequence[Mapping[str, np.ndarray]],
                         rows: int) -> Mapping[str, np.ndarray]:

@@ -16,7 +16,7 @@ import numpy as np
 
 from engine.errors import EngineError
 from engine.serving import disk
-from engine.serving.batcher import BatchingPolicy, DynamicBatcher
+from engine.serving.batcher import BatchingPolicy, BatchRun, DynamicBatcher
 from engine.serving.config import CONFIG_NAME, ModelConfig, parse_config
 from engine.serving.errors import (
     Conflict,
@@ -63,6 +63,8 @@ class ModelRepository:
         require_manifest: skip version directories without ``MANIFEST.json`` (still copying).
         compute_threads: worker threads shared by all batchers.
         stale_tmp_age_s: at `start`, delete staging directories untouched for this long.
+        batch_observer: called with each version's name, number and finished batch
+            (`BatchRun`) by the batchers of versions loaded from then on (a tracer's hook).
 
     Example:
         >>> repo = ModelRepository("models", poll_interval_s=5)
@@ -75,7 +77,8 @@ class ModelRepository:
     def __init__(self, root: str | os.PathLike[str], *, loader: Loader | None = None,
                  device: str = "cpu", memory_budget_bytes: int | None = None,
                  poll_interval_s: float | None = None, require_manifest: bool = True,
-                 compute_threads: int = 2, stale_tmp_age_s: float = 600.0) -> None:
+                 compute_threads: int = 2, stale_tmp_age_s: float = 600.0,
+                 batch_observer: Callable[[str, int, BatchRun], None] | None = None) -> None:
         self.root = Path(root)
         self.loader = loader or default_loader
         self.device = device
@@ -83,6 +86,7 @@ class ModelRepository:
         self.poll_interval_s = poll_interval_s
         self.require_manifest = require_manifest
         self.stale_tmp_age_s = stale_tmp_age_s
+        self.batch_observer = batch_observer
         self._compute = ThreadPoolExecutor(compute_threads, thread_name_prefix="serving-compute")
         self._io = ThreadPoolExecutor(1, thread_name_prefix="serving-load")
         self._lock = asyncio.Lock()
@@ -502,10 +506,13 @@ class ModelRepository:
               identity: Identity) -> LoadedVersion:
         policy = BatchingPolicy.from_config(validated.config,
                                             concurrent_batches(validated.model))
+        observer = None if self.batch_observer is None else functools.partial(
+            self.batch_observer, name, version)
         batcher = DynamicBatcher(validated.model.infer, policy, executor=self._compute,
                                  name=f"model {name!r} version {version}",
                                  batch_buffers=getattr(validated.model, "batch_buffers", None),
-                                 batch_axes=validated.config.batch_axes())
+                                 batch_axes=validated.config.batch_axes(),
+                                 observer=observer)
         return LoadedVersion(name, version, validated.model, validated.config, batcher,
                              manifest_digest=identity[0], config_digest=identity[1])
 

@@ -39,6 +39,7 @@ from service.tensors import images, postprocess, predict, text, v2
 from service.tensors.datatypes import BYTES, NameCheck
 from service.tensors.images import ImageInputs
 from service.tensors.v2 import RequestedOutput
+from service.tracing import Tracing
 
 # Reads a request's inputs (arrays and datatypes), each name checked by the callable it gets.
 Decoder = Callable[[NameCheck], tuple[dict[str, np.ndarray], Mapping[str, str] | None]]
@@ -54,15 +55,29 @@ class Answer:
     geometries: dict[str, list[Geometry]] | None = None
 
 
+def described(checked: Checked) -> tuple[str, int, int]:
+    """What a trace names of checked inputs: model name, version and batch size."""
+    return checked.handle.name, checked.handle.version, checked.rows
+
+
 class InferenceService:
     """Runs requests on a repository's models and records them in the metrics."""
 
     def __init__(self, repository: ModelRepository, metrics: Metrics,
-                 max_tensor_elements: int, image_threads: int = 2) -> None:
+                 max_tensor_elements: int, image_threads: int = 2,
+                 tracing: Tracing | None = None) -> None:
         self.repository = repository
         self.metrics = metrics
         self.max_tensor_elements = max_tensor_elements
         self.images = ImageInputs(image_threads)
+        tracing = tracing or Tracing()
+        self.step = tracing.step  # ``preprocess``: reached by inputs with an image pipeline
+        # Bound once: while tracing is off these stay the plain methods (nothing per request).
+        self._predict_decode = tracing.traced("decode", self._predict_decode, described)
+        self._predict_encode = tracing.traced("encode", self._predict_encode)
+        self._v2_decode = tracing.traced("decode", self._v2_decode,
+                                         lambda decoded: described(decoded[0]))
+        self._v2_encode = tracing.traced("encode", self._v2_encode)
 
     def close(self) -> None:
         """Stop the image pool's threads."""
@@ -81,7 +96,8 @@ class InferenceService:
         preprocessed first; shape failures inside are the input's."""
         handle, arrays, geometries = checked.handle, checked.arrays, None
         if handle.pipelines:
-            arrays, geometries = await self.images.prepare(handle, arrays)
+            with self.step("preprocess"):
+                arrays, geometries = await self.images.prepare(handle, arrays)
         started = time.perf_counter()
         ok = False
         try:
@@ -137,11 +153,16 @@ class InferenceService:
     async def predict(self, body: bytes, content_type: str | None = None,
                       query: str = "") -> dict[str, object]:
         """``POST /predict``: the response body. JSON, or images when `content_type` says so."""
+        answer = await self.run(self._predict_decode(body, content_type, query))
+        return self._predict_encode(answer)
+
+    def _predict_decode(self, body: bytes, content_type: str | None, query: str) -> Checked:
         if content_type is not None and images.is_image_body(content_type):
-            checked = self.predict_images(body, content_type, query)
-        else:
-            checked = self.predict_inputs(body)
-        answer = await self.run(checked)
+            return self.predict_images(body, content_type, query)
+        return self.predict_inputs(body)
+
+    @staticmethod
+    def _predict_encode(answer: Answer) -> dict[str, object]:
         return {"model": answer.version.name, "version": answer.version.version,
                 "outputs": postprocess.predict_outputs(answer.version, answer.outputs,
                                                        answer.geometries)}
@@ -149,20 +170,31 @@ class InferenceService:
     async def infer_v2(self, name: str, version: str | None, body: bytes,
                        header_length: int | None) -> tuple[bytes, int | None]:
         """``POST /v2/models/{name}[/versions/{v}]/infer``: body and binary header length."""
+        checked, request, binary, classes = self._v2_decode(name, version, body, header_length)
+        timeout = None if request.timeout_us is None else request.timeout_us / 1e6
+        answer = await self.run(checked, timeout)
+        return self._v2_encode(answer, binary, classes, request.id)
+
+    def _v2_decode(self, name: str, version: str | None, body: bytes, header_length: int | None
+                   ) -> tuple[Checked, v2.V2Request, dict[str, bool], dict[str, int]]:
+        """The request's checked inputs, the request, and its outputs (`requested_outputs`)."""
         try:
             checked, request = self._v2_inputs(name, version, body, header_length)
         except (ServiceError, EngineError):
             raise
         except UNFORESEEN as error:
             raise undecodable("inference request", error) from error
-        handle = checked.handle
-        binary, classes = self.requested_outputs(handle, request.outputs,
+        binary, classes = self.requested_outputs(checked.handle, request.outputs,
                                                  request.binary_output)
-        timeout = None if request.timeout_us is None else request.timeout_us / 1e6
-        answer = await self.run(checked, timeout)
+        return checked, request, binary, classes
+
+    @staticmethod
+    def _v2_encode(answer: Answer, binary: dict[str, bool], classes: dict[str, int],
+                   request_id: str | None) -> tuple[bytes, int | None]:
+        handle = answer.version
         outputs, binary = postprocess.v2_outputs(handle, answer.outputs, binary, classes,
                                                  answer.geometries)
-        return v2.encode_v2_response(handle.name, handle.version, outputs, binary, request.id)
+        return v2.encode_v2_response(handle.name, handle.version, outputs, binary, request_id)
 
     def _v2_inputs(self, name: str, version: str | None, body: bytes,
                    header_length: int | None) -> tuple[Checked, v2.V2Request]:

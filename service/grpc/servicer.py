@@ -22,7 +22,9 @@ from engine.serving.errors import ModelNotFound, ModelNotReady, VersionNotFound
 from engine.serving.repository import ModelRepository
 from service.dataplane import metadata, triton_config
 from service.dataplane import repository as operations
+from service.dataplane.checks import Checked
 from service.dataplane.drain import SHUTTING_DOWN
+from service.dataplane.inference import Answer, described
 from service.errors import BadRequest, Forbidden, Unauthorized
 from service.grpc import inference_pb2 as pb
 from service.grpc import inference_pb2_grpc as pb_grpc
@@ -51,6 +53,12 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self.runtime = runtime
         self.inference = runtime.inference
         self.repository = runtime.repository
+        tracing = self.tracing = runtime.tracing
+        # Bound once: while tracing is off a call runs the plain steps (nothing per request).
+        self._decode = tracing.traced("decode", self._decode,
+                                      lambda decoded: described(decoded[0]))
+        self._encode = tracing.traced("encode", self._encode)
+        self._infer = self._traced_infer if tracing.enabled else self._infer_steps
 
     async def _answer(self, context: grpc.aio.ServicerContext, method: str,
                       work: Callable[[], Awaitable[Reply]]) -> Reply:
@@ -126,7 +134,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(self, request: pb.ModelInferRequest,
                          context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:
         """One inference through the shared `InferenceService` (its batcher and metrics)."""
-        return await self._answer(context, "ModelInfer", lambda: self._infer(request, context))
+        return await self._answer(context, "ModelInfer",
+                                  lambda: self._infer(request, context, "ModelInfer"))
 
     async def ModelStreamInfer(self, messages: AsyncIterable[bytes],
                                context: grpc.aio.ServicerContext
@@ -149,7 +158,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             return pb.ModelStreamInferResponse(
                 error_message=f"the request is not a valid inference.ModelInferRequest "
                               f"message: {error}")
-        outcome = await self._attempt("ModelStreamInfer", lambda: self._infer(request, context))
+        outcome = await self._attempt("ModelStreamInfer",
+                                      lambda: self._infer(request, context, "ModelStreamInfer"))
         if isinstance(outcome, Refusal):
             # The id travels with the error too, so that a client matches it to its request.
             return pb.ModelStreamInferResponse(
@@ -168,19 +178,40 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             return pb.ModelConfigResponse(config=config)
         return await self._answer(context, "ModelConfig", work)
 
-    async def _infer(self, request: pb.ModelInferRequest,
-                     context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:
+    async def _traced_infer(self, request: pb.ModelInferRequest,
+                            context: grpc.aio.ServicerContext, method: str
+                            ) -> pb.ModelInferResponse:
+        """`_infer_steps` in the call's ``receive`` span (its parent from the ``traceparent``
+        metadata): `_infer` while tracing is on."""
+        with self.tracing.grpc(context.invocation_metadata, method):
+            return await self._infer_steps(request, context, method)
+
+    async def _infer_steps(self, request: pb.ModelInferRequest,
+                           context: grpc.aio.ServicerContext, method: str
+                           ) -> pb.ModelInferResponse:
+        """One inference (`method` is the RPC, for traces): decoded, run, encoded."""
+        checked, binary, classes = self._decode(request)
+        timeout = _earliest(tensors.timeout_s(request.parameters), context.time_remaining())
+        answer = await self.inference.run(checked, timeout)
+        return self._encode(request, answer, binary, classes)
+
+    def _decode(self, request: pb.ModelInferRequest
+                ) -> tuple[Checked, dict[str, bool], dict[str, int]]:
+        """The request's checked inputs, and the outputs it asks for (`requested_outputs`)."""
         checked = self.inference.check(request.model_name, request.model_version, lambda names:
                                        tensors.decode_inputs(
                                            request, self.inference.max_tensor_elements, names))
-        handle = checked.handle
         counts = tensors.classification_counts(request)
         # Every tensor model metadata lists when the request names none, as REST answers.
         requested = [RequestedOutput(output.name, False, counts.get(output.name))
                      for output in request.outputs] or None
-        binary, classes = self.inference.requested_outputs(handle, requested, False)
-        timeout = _earliest(tensors.timeout_s(request.parameters), context.time_remaining())
-        answer = await self.inference.run(checked, timeout)
+        binary, classes = self.inference.requested_outputs(checked.handle, requested, False)
+        return checked, binary, classes
+
+    @staticmethod
+    def _encode(request: pb.ModelInferRequest, answer: Answer, binary: dict[str, bool],
+                classes: dict[str, int]) -> pb.ModelInferResponse:
+        handle = answer.version
         outputs, _ = v2_outputs(handle, answer.outputs, binary, classes, answer.geometries)
         response = pb.ModelInferResponse(model_name=handle.name,
                                          model_version=str(handle.version), id=request.id)

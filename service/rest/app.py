@@ -19,6 +19,7 @@ from service.rest.gate import Gate
 from service.rest.limits import BodyLimit
 from service.rest.openapi import install_openapi
 from service.rest.routes import Router
+from service.rest.traced import TracedInference
 from service.runtime import Runtime
 
 
@@ -49,12 +50,16 @@ class HybridServeApp(FastAPI):
 
     def build_middleware_stack(self) -> ASGIApp:
         """The app's middleware (outermost first), the gate, the router (whose FastAPI routes
-        open their own file stack: `service.rest.routes.FileStackRoute`)."""
+        open their own file stack: `service.rest.routes.FileStackRoute`); while the runtime
+        traces, the inference requests' spans between the gate and the router."""
         settings = self.runtime.settings
         limits = BodyLimit(max_bytes=settings.max_request_bytes,
                            max_upload_bytes=settings.max_upload_bytes,
                            body_timeout_s=settings.body_timeout)
-        app: ASGIApp = Gate(Router(self.router), drain=self.runtime.drain, limits=limits,
+        router: ASGIApp = Router(self.router)
+        if self.runtime.tracing.enabled:
+            router = TracedInference(router, self.runtime.tracing)
+        app: ASGIApp = Gate(router, drain=self.runtime.drain, limits=limits,
                             errors=ErrorReplies(self.exception_handlers))
         for middleware in reversed(self.user_middleware):
             app = middleware.cls(app, *middleware.args, **middleware.kwargs)

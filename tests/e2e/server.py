@@ -8,7 +8,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,10 +44,12 @@ class Server:
 
 @contextmanager
 def running_server(repository: Path, extra: Sequence[str] = (), *, admin_port: bool = False,
-                   startup_s: float = 60.0, token: str | None = TOKEN) -> Iterator[Server]:
+                   startup_s: float = 60.0, token: str | None = TOKEN,
+                   variables: Mapping[str, str] | None = None) -> Iterator[Server]:
     """Start the server, wait until /v2/health/ready answers, stop it (SIGTERM, then kill).
 
-    `token` None starts it with no admin token configured (it then generates one).
+    `token` None starts it with no admin token configured (it then generates one);
+    `variables` are added to its environment.
     """
     port = free_port()
     args = [sys.executable, "-m", "service", "--model-repository", str(repository),
@@ -65,6 +67,7 @@ def running_server(repository: Path, extra: Sequence[str] = (), *, admin_port: b
                    if not key.startswith("HYBRIDSERVE_")}
     if token is not None:
         environment["HYBRIDSERVE_ADMIN_TOKEN"] = token
+    environment.update(variables or {})
     log = (repository.parent / f"server-{port}.log").open("wb")
     process = subprocess.Popen(args, cwd=ROOT, env=environment, stdout=log,
                                stderr=subprocess.STDOUT)
