@@ -77,7 +77,7 @@ class BatchingPolicy:
         timeout = batching.timeout_us
         # A sequence model's steps are batched as its sequence_batching says.
         delay_us, preferred = ((config.sequence_batching.max_queue_delay_us,
-                                config.sequence_batching.preferred_batch_sizes)
+                                config.sequence_batching.preferred_batch_sizes(config.max_batch_size))
                                if config.sequence_batching is not None else
                                (batching.max_queue_delay_us, batching.preferred_batch_sizes))
         # max_batch_size 0 (no batch dimension): each request is a batch of its own.

@@ -292,7 +292,8 @@ def _check_sequences(sequences: SequenceBatchingConfig, config: ModelConfig) -> 
     """`sequence_batching` against the rest of the config: its preferred sizes fit the
     batch, and its states name inputs and outputs the config lists (where it lists them; the
     completed config is checked again on load, by `engine.serving.sequences`)."""
-    too_big = [size for size in sequences.preferred_batch_sizes if size > config.max_batch_size]
+    too_big = [size for size in sequences.preferred_batch_sizes(config.max_batch_size)
+               if size > config.max_batch_size]
     if too_big:
         raise ValueError(f"sequence_batching.oldest.preferred_batch_size {too_big} exceed "
                          f"max_batch_size {config.max_batch_size}")

@@ -77,6 +77,10 @@ class LoadedVersion:
         # see the config's names; the graph's differ where an entry renames (`source`).
         self.input_specs = {tensor.name: tensor for tensor in config.inputs
                             if tensor.name not in hidden_inputs}
+        # The tensors clients send and receive, as metadata lists them.
+        self.served_inputs = tuple(self.input_specs.values())
+        self.served_outputs = tuple(tensor for tensor in config.outputs
+                                    if tensor.name not in hidden_outputs)
         self.input_dtypes = {tensor.name: tensor.dtype for tensor in self.input_specs.values()}
         # Inputs that also take encoded images or texts (BYTES, one a row); empty for most
         # models, so requests to them skip the preprocessing path with one truth test.

@@ -17,6 +17,7 @@ sequences take their places in a batch (see `engine.serving.sequences`).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
@@ -69,10 +70,13 @@ class SequenceState(_Strict):
 
 
 class DirectStrategy(_Strict):
-    """Each active sequence holds one of ``max_batch_size`` slots of the batch; its steps
-    wait up to `max_queue_delay_microseconds` for the other slots' steps."""
+    """Each active sequence holds one of ``max_batch_size`` slots of the batch. As in
+    Triton, a step waits for the other slots' steps only with a `minimum_slot_utilization`
+    above 0: until that share of the slots has a step, for at most
+    `max_queue_delay_microseconds`; with 0 the delay is ignored and steps run as they come."""
 
     max_queue_delay_microseconds: StrictInt = Field(0, ge=0, le=60_000_000)
+    minimum_slot_utilization: float = Field(0.0, ge=0.0, le=1.0)
 
 
 class OldestStrategy(_Strict):
@@ -123,13 +127,22 @@ class SequenceBatchingConfig(_Strict):
     @property
     def max_queue_delay_us(self) -> int:
         """How long a step waits for the steps of other sequences to join its batch."""
-        strategy = self.oldest or self.direct
-        return 0 if strategy is None else strategy.max_queue_delay_microseconds
+        if self.oldest is not None:
+            return self.oldest.max_queue_delay_microseconds
+        direct = self.direct
+        if direct is None or not direct.minimum_slot_utilization:
+            return 0
+        return direct.max_queue_delay_microseconds
 
-    @property
-    def preferred_batch_sizes(self) -> tuple[int, ...]:
-        """Batch sizes dispatched at once (the oldest strategy's ``preferred_batch_size``)."""
-        return tuple(sorted(set(self.oldest.preferred_batch_size))) if self.oldest else ()
+    def preferred_batch_sizes(self, max_batch_size: int) -> tuple[int, ...]:
+        """Batch sizes dispatched at once: the oldest strategy's ``preferred_batch_size``;
+        for the direct strategy every size from its minimum slot utilization up."""
+        if self.oldest is not None:
+            return tuple(sorted(set(self.oldest.preferred_batch_size)))
+        if self.direct is None or not self.direct.minimum_slot_utilization or not max_batch_size:
+            return ()
+        least = max(1, math.ceil(self.direct.minimum_slot_utilization * max_batch_size))
+        return tuple(range(least, max_batch_size + 1))
 
     def active_limit(self, max_batch_size: int) -> int:
         """Sequences active at once: one a batch slot (direct), or the oldest strategy's

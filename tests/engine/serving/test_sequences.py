@@ -87,7 +87,8 @@ def in_loop(tmp_path: Path, config: dict[str, Any],
     run(main(), timeout=240)
 
 
-@pytest.mark.parametrize("strategy", [{"direct": {"max_queue_delay_microseconds": 20_000}},
+@pytest.mark.parametrize("strategy", [{"direct": {"max_queue_delay_microseconds": 20_000,
+                                                   "minimum_slot_utilization": 0.25}},
                                       {"oldest": {"max_candidate_sequences": 8,
                                                   "max_queue_delay_microseconds": 20_000}}])
 def test_eight_sentences_token_by_token_answer_mxnets_whole_sentences_in_batches(
@@ -197,9 +198,18 @@ def test_config_names_triton_fields_and_refuses_what_it_cannot_serve() -> None:
     sequences = config.sequence_batching
     assert sequences is not None
     assert sequences.max_sequence_idle_microseconds == 1_000_000  # Triton's 0: one second
-    assert sequences.preferred_batch_sizes == (2, 4) and sequences.max_queue_delay_us == 100
+    assert sequences.preferred_batch_sizes(32) == (2, 4) and sequences.max_queue_delay_us == 100
     assert sequences.active_limit(config.max_batch_size) == 4
-    assert parse_config(sequence_config(), "t").sequence_batching.active_limit(32) == 32
+    direct = parse_config(sequence_config(direct={"max_queue_delay_microseconds": 100}), "t")
+    assert direct.sequence_batching is not None
+    assert direct.sequence_batching.active_limit(32) == 32
+    # As in Triton, the direct strategy's delay needs a minimum slot utilization.
+    assert direct.sequence_batching.max_queue_delay_us == 0
+    direct = parse_config(sequence_config(direct={"max_queue_delay_microseconds": 100,
+                                                  "minimum_slot_utilization": 0.5}), "t")
+    assert direct.sequence_batching is not None
+    assert direct.sequence_batching.max_queue_delay_us == 100
+    assert direct.sequence_batching.preferred_batch_sizes(8) == (4, 5, 6, 7, 8)
     for bad, message in [
             ({"direct": {}, "oldest": {}}, "one strategy, direct or oldest"),
             ({"state": [{"input_name": "nope", "output_name": "h"}]}, "inputs has no input "
