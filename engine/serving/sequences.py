@@ -177,7 +177,7 @@ class SequenceScheduler:
         self._sweep: asyncio.TimerHandle | None = None
 
     @property
-    def active(self) -> int:
+    def live(self) -> int:
         """Sequences started and not yet ended or dropped (those waiting for a place too)."""
         return len(self._sequences)
 

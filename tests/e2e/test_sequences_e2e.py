@@ -138,6 +138,11 @@ def test_rest_refuses_what_no_sequence_allows(server: Server) -> None:
         refused = infer([step], sequence_id=79, sequence_start="yes")
         assert refused.status_code == 400 and "sequence_start must be a JSON boolean" in (
             refused.json()["error"])
+        refused = http.post(f"/v2/models/{LSTM}/infer", json={
+            "inputs": [step], "outputs": [{"name": "h"}],
+            "parameters": {"sequence_id": 80, "sequence_start": True}})
+        assert refused.status_code == 400
+        assert "output 'h' is a sequence's implicit state" in refused.json()["error"]
         answered = infer([step], sequence_id="words", sequence_start=True, sequence_end=True)
         assert answered.status_code == 200, answered.text
         assert [tensor["name"] for tensor in answered.json()["outputs"]] == ["logits"]

@@ -106,7 +106,7 @@ def test_eight_sentences_token_by_token_answer_mxnets_whole_sentences_in_batches
         assert joined > 0 and stats.batch_rows.total == 80, stats.batch_rows
         sequences = handle.sequences
         assert sequences is not None
-        assert (sequences.stats.started, sequences.stats.ended, sequences.active) == (8, 8, 0)
+        assert (sequences.stats.started, sequences.stats.ended, sequences.live) == (8, 8, 0)
 
     in_loop(tmp_path, sequence_config(**strategy), body)
 
@@ -154,12 +154,12 @@ def test_an_idle_sequence_is_dropped_and_counted(tmp_path: Path) -> None:
         sequences = handle.sequences
         assert sequences is not None
         await handle.infer(token(tokens, 0, 0), sequence=SequenceControl(5, start=True))
-        assert sequences.active == 1
+        assert sequences.live == 1
         for _ in range(600):  # the sweep runs 0.2 s after the last request; allow 60 s
             if sequences.stats.dropped_idle:
                 break
             await asyncio.sleep(0.1)
-        assert (sequences.stats.dropped_idle, sequences.active) == (1, 0)
+        assert (sequences.stats.dropped_idle, sequences.live) == (1, 0)
         with pytest.raises(InputError, match=r"sequence_id 5 has not started; it was dropped "
                                              r"after 0.2 s without a request"):
             await handle.infer(token(tokens, 1, 0), sequence=SequenceControl(5))
@@ -188,6 +188,25 @@ def test_a_start_waits_for_a_place_among_the_candidates(tmp_path: Path) -> None:
         check_sentence(await second, logits, 1)
 
     in_loop(tmp_path, sequence_config(oldest={"max_candidate_sequences": 1}), body)
+
+
+def test_without_a_batch_dimension_each_step_runs_alone(tmp_path: Path) -> None:
+    """max_batch_size 0: the states have whole shapes (dims given, the LSTM's state being
+    open in its second dimension), and each step runs as it is."""
+    tokens, logits = reference()
+    states = [{**state, "dims": [2, 1, 32]} for state in STATES]
+    config = {**sequence_config(), "max_batch_size": 0}
+    config["sequence_batching"] = {**config["sequence_batching"], "state": states}
+
+    async def body(handle: LoadedVersion) -> None:
+        answers = await asyncio.gather(*(feed(handle, tokens, sentence, sentence + 1)
+                                         for sentence in range(2)))
+        for sentence, answer in enumerate(answers):
+            check_sentence(answer, logits, sentence)
+        stats = handle.batcher.stats
+        assert stats.batch_rows.counts[0] == stats.batches == 20  # every step alone
+
+    in_loop(tmp_path, config, body)
 
 
 def test_config_names_triton_fields_and_refuses_what_it_cannot_serve() -> None:
