@@ -269,7 +269,8 @@ class SequenceScheduler:
             if control.end:
                 self.stats.ended += 1
                 self._leave(sequence)
-            return outputs
+            return {name: array for name, array in outputs.items()
+                    if name not in self.state_outputs}
         finally:
             sequence.lock.release()
 
@@ -289,12 +290,12 @@ class SequenceScheduler:
         sequence.placed = True
         self.stats.active += 1
 
-    def _kept(self, outputs: Arrays) -> Arrays:
-        """The state outputs taken out of `outputs`, copied (they may be rows of a batch's
-        arrays), as the next step's state inputs."""
+    def _kept(self, outputs: Mapping[str, np.ndarray]) -> Arrays:
+        """The state outputs of a step, copied (they may be rows of a batch's arrays), as the
+        next step's state inputs."""
         state = {}
         for spec in self.states:
-            array = outputs.pop(spec.output_name)
+            array = outputs[spec.output_name]
             if array.shape != spec.shape:
                 raise ExecutionError(f"{self.name}: state output {spec.output_name!r} has "
                                      f"shape {list(array.shape)}; input {spec.input_name!r} "

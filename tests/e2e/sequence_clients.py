@@ -6,7 +6,8 @@
 
 Reads the sentences of ``sequences.npz`` (`tests.engine.serving.test_sequences.reference`),
 runs each as one sequence (ids FIRST_ID, FIRST_ID + 1, ...) from its own thread, all at once,
-and writes every step's ``logits`` to ``OUT_DIR/logits.npz`` (``[steps, sentences, vocab]``)
+and writes every step's ``logits`` to ``OUT_DIR/logits.npz`` (``[steps, sentences, vocab]``;
+``streamed``: the first sentence again, every step sent at once on one stream)
 , the refusal of a step of a sequence never started to ``OUT_DIR/refusal.txt`` and the model's
 configuration to ``OUT_DIR/config.json``; the test compares them with MXNet's and Triton's.
 """
@@ -14,13 +15,39 @@ configuration to ``OUT_DIR/config.json``; the test compares them with MXNet's an
 from __future__ import annotations
 
 import json
+import queue
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from tests.engine.serving.test_sequences import reference
+
+
+def stream(triton: Any, url: str, model: str, tokens: np.ndarray, sequence_id: int
+           ) -> list[np.ndarray]:
+    """The first sentence as one sequence on one stream, every step sent before the first
+    answer is read (the server must run them in order); its logits by step."""
+    arrived: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    steps = len(tokens)
+    logits: dict[str, np.ndarray] = {}
+    with triton.InferenceServerClient(url) as client:
+        client.start_stream(callback=lambda result, error: arrived.put((result, error)))
+        for step in range(steps):
+            tensor = triton.InferInput("tokens", [1, 1], "FP32")
+            tensor.set_data_from_numpy(tokens[step:step + 1, :1])
+            client.async_stream_infer(model, [tensor], request_id=str(step),
+                                      sequence_id=sequence_id, sequence_start=step == 0,
+                                      sequence_end=step == steps - 1)
+        for _ in range(steps):
+            result, error = arrived.get(timeout=120)
+            if error is not None:
+                raise RuntimeError(f"stream step failed: {error}")
+            logits[result.get_response().id] = result.as_numpy("logits")[0, 0]
+        client.stop_stream()
+    return [logits[str(step)] for step in range(steps)]
 
 
 def main(argv: list[str]) -> int:
@@ -45,7 +72,8 @@ def main(argv: list[str]) -> int:
 
     with ThreadPoolExecutor(sentences) as pool:
         answers = list(pool.map(feed, range(sentences)))
-    np.savez(out / "logits.npz", logits=np.array(answers).transpose(1, 0, 2))
+    np.savez(out / "logits.npz", logits=np.array(answers).transpose(1, 0, 2),
+             streamed=np.array(stream(triton, url, model, tokens, first + sentences)))
     with triton.InferenceServerClient(url) as client:
         tensor = triton.InferInput("tokens", [1, 1], "FP32")
         tensor.set_data_from_numpy(tokens[:1, :1])

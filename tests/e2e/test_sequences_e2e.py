@@ -157,8 +157,9 @@ def test_eight_sentences_token_by_token_over_grpc_answer_mxnet_in_batches(
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     with np.load(tmp_path / "logits.npz") as data:
-        got = data["logits"]
+        got, streamed = data["logits"], data["streamed"]
     assert_close(got, logits, TOLERANCE, "gRPC sentences")
+    assert_close(streamed, logits[:, 0], TOLERANCE, "gRPC stream, steps sent at once")
     batches, ones = (now - then for now, then in zip(_batches(server), before))
     assert batches > ones, f"{batches} batches, all of one row"
     refusal = (tmp_path / "refusal.txt").read_text()
