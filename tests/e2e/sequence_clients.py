@@ -4,7 +4,7 @@
 
     python -m tests.e2e.sequence_clients HOST:PORT MODEL OUT_DIR FIRST_ID
 
-Reads the sentences of ``sequences.npz`` (`tests.engine.serving.test_sequences.reference`),
+Reads the sentences of ``sequences.npz`` (`tests.engine.serving.sequence_lstm.reference`),
 runs each as one sequence (ids FIRST_ID, FIRST_ID + 1, ...) from its own thread, all at once,
 and writes every step's ``logits`` to ``OUT_DIR/logits.npz`` (``[steps, sentences, vocab]``;
 ``streamed``: the first sentence again, every step sent at once on one stream)
@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from tests.engine.serving.test_sequences import reference
+from tests.engine.serving.sequence_lstm import reference
 
 
 def stream(triton: Any, url: str, model: str, tokens: np.ndarray, sequence_id: int

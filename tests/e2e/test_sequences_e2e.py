@@ -20,7 +20,7 @@ import pytest
 
 from tests.conformance.fixtures import assert_close
 from tests.e2e.server import ROOT, TOKEN, Server, running_server
-from tests.engine.serving.test_sequences import LSTM, TOLERANCE, reference, sequence_config
+from tests.engine.serving.sequence_lstm import LSTM, TOLERANCE, reference, sequence_config
 from tests.service.helpers import files_for
 
 pytestmark = pytest.mark.e2e
