@@ -213,7 +213,8 @@ class ModelConfig(_Strict):
     # 0: no batch dimension at all (Triton's meaning): shapes are whole, requests run alone.
     max_batch_size: StrictInt = Field(32, ge=0, le=65536)
     dynamic_batching: DynamicBatchingConfig = DynamicBatchingConfig()
-    # Stateful sequences (Triton's sequence batcher); None: every request stands alone.
+    # Stateful sequences (Triton's sequence batcher); None: every request stands alone. Checked
+    # against the completed inputs and outputs on load (`engine.serving.sequences`).
     sequence_batching: SequenceBatchingConfig | None = None
     # Rows a batch is padded up to, so that a few plans serve every batch size (None: on a GPU
     # powers of two up to max_batch_size, since each new size there compiles a plan, builds its
@@ -246,8 +247,6 @@ class ModelConfig(_Strict):
         if too_big:
             raise ValueError(f"dynamic_batching.preferred_batch_sizes {too_big} exceed "
                              f"max_batch_size {self.max_batch_size}")
-        if self.sequence_batching is not None:
-            _check_sequences(self.sequence_batching, self)
         buckets = self.batch_buckets or ()
         if any(size < 1 or size > max(1, self.max_batch_size) for size in buckets) or list(
                 buckets) != sorted(set(buckets)):
@@ -286,24 +285,6 @@ def _check_batch_axis(field: str, tensor: TensorConfig, max_batch_size: int) -> 
         where = "start with -1" if tensor.batch_axis is None else f"have -1 at axis {axis}"
         raise ValueError(f"{field}.shape {list(tensor.shape)} must {where}, the batch "
                          "dimension (or set batch_axis, or max_batch_size 0 for no batch)")
-
-
-def _check_sequences(sequences: SequenceBatchingConfig, config: ModelConfig) -> None:
-    """`sequence_batching` against the rest of the config: its preferred sizes fit the
-    batch, and its states name inputs and outputs the config lists (where it lists them; the
-    completed config is checked again on load, by `engine.serving.sequences`)."""
-    too_big = [size for size in sequences.preferred_batch_sizes(config.max_batch_size)
-               if size > config.max_batch_size]
-    if too_big:
-        raise ValueError(f"sequence_batching.oldest.preferred_batch_size {too_big} exceed "
-                         f"max_batch_size {config.max_batch_size}")
-    for index, state in enumerate(sequences.state):
-        for field, kind, name in (("inputs", "input", state.input_name),
-                                  ("outputs", "output", state.output_name)):
-            tensors = getattr(config, field)
-            if tensors is not None and name not in [tensor.name for tensor in tensors]:
-                raise ValueError(f"sequence_batching.state.{index}: {field} has no {kind} "
-                                 f"{name!r}")
 
 
 def _unique(field: str, what: str, values: Sequence[str]) -> None:

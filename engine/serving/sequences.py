@@ -83,14 +83,20 @@ class _Sequence:
 
 def state_specs(config: ModelConfig, where: str) -> list[StateSpec]:
     """The states of a completed config's ``sequence_batching``, checked against its inputs
-    and outputs.
+    and outputs (on load: a config's names and batch size are final only once completed).
 
     Raises:
         InvalidModel: a state names no input or output, its datatype differs from theirs, or
-            its shape is not fixed (naming the state's field).
+            its shape is not fixed; or a preferred batch size exceeds max_batch_size (naming
+            the field).
     """
     sequences = config.sequence_batching
     assert sequences is not None and config.inputs is not None and config.outputs is not None
+    too_big = [size for size in sequences.preferred_batch_sizes(config.max_batch_size)
+               if size > config.max_batch_size]
+    if too_big:
+        raise InvalidModel(f"{where}: sequence_batching.oldest.preferred_batch_size {too_big} "
+                           f"exceed max_batch_size {config.max_batch_size}")
     inputs = {tensor.name: tensor for tensor in config.inputs}
     outputs = {tensor.name: tensor for tensor in config.outputs}
     batched = config.max_batch_size > 0

@@ -216,28 +216,56 @@ def test_config_names_triton_fields_and_refuses_what_it_cannot_serve() -> None:
     assert direct.sequence_batching.preferred_batch_sizes(8) == (4, 5, 6, 7, 8)
     for bad, message in [
             ({"direct": {}, "oldest": {}}, "one strategy, direct or oldest"),
-            ({"state": [{"input_name": "nope", "output_name": "h"}]}, "inputs has no input "
-                                                                      "'nope'"),
             ({"state": [{**STATES[0], "initial_state": [{"data_file": "h.bin"}]}]},
              "only zero_data"),
-            ({"oldest": {"preferred_batch_size": [64]}}, r"\[64\] exceed max_batch_size 32")]:
+            ({"state": [STATES[0], STATES[0]]}, r"each input_name once; \['h_in'\] repeated")]:
         with pytest.raises(InvalidModel, match=message):
             parse_config({**TENSORS, "sequence_batching": {"state": STATES, **bad}}, "test")
 
 
-def test_a_state_whose_output_is_not_its_inputs_shape_is_refused_on_load(
-        tmp_path: Path) -> None:
+@pytest.mark.parametrize("sequence_batching, message", [
+    ({"state": [{"input_name": "h_in", "output_name": "h", "dims": [3, 32]}]},
+     r"sequence_batching.state.0: dims \[3, 32\] do not fit input 'h_in''s shape "
+     r"\[2, -1, 32\] less its batch axis 1"),
+    ({"state": [{"input_name": "h_in", "output_name": "h", "data_type": "TYPE_INT32"}]},
+     r"sequence_batching.state.0: data_type 'TYPE_INT32' differs from input 'h_in''s FP32"),
+    ({"state": STATES, "oldest": {"preferred_batch_size": [64]}},
+     r"sequence_batching.oldest.preferred_batch_size \[64\] exceed max_batch_size 32"),
+    ({"state": [{"input_name": "nope", "output_name": "h"}]},
+     r"sequence_batching.state.0: the model has no input 'nope'; its inputs are "
+     r"\['tokens', 'h_in', 'c_in'\]"),
+    ({"state": [*STATES, {"input_name": "tokens", "output_name": "logits"}]},
+     r"sequence_batching.state.0: every input is a state; a request must send at least one")])
+def test_a_state_that_does_not_fit_the_completed_config_is_refused_on_load(
+        tmp_path: Path, sequence_batching: dict[str, Any], message: str) -> None:
     async def main() -> None:
         symbol, params = model_files(LSTM)
         repo = ModelRepository(tmp_path / "repo")
         await repo.start()
         try:
-            bad = {**TENSORS, "sequence_batching": {"state": [
-                {"input_name": "h_in", "output_name": "h", "dims": [3, 32]}]}}
-            with pytest.raises(InvalidModel, match=r"sequence_batching.state.0: dims \[3, 32\] "
-                                                   r"do not fit input 'h_in'"):
+            with pytest.raises(InvalidModel, match=message):
                 await repo.add_version(LSTM, symbol.read_bytes(), params.read_bytes(),
-                                       config=bad)
+                                       config={**TENSORS,
+                                               "sequence_batching": sequence_batching})
+        finally:
+            await repo.close()
+
+    run(main(), timeout=240)
+
+
+def test_a_state_naming_no_tensor_of_the_graph_is_refused_on_load(tmp_path: Path) -> None:
+    """Without inputs and outputs in config.json the names are checked once they are
+    completed from the graph."""
+    async def main() -> None:
+        symbol, params = model_files(LSTM)
+        repo = ModelRepository(tmp_path / "repo")
+        await repo.start()
+        try:
+            with pytest.raises(InvalidModel, match=r"sequence_batching.state.0: the model has "
+                                                   r"no input 'h_in'; its inputs are \['data0', "
+                                                   r"'data1', 'data2'\]"):
+                await repo.add_version(LSTM, symbol.read_bytes(), params.read_bytes(),
+                                       config={"sequence_batching": {"state": STATES}})
         finally:
             await repo.close()
 

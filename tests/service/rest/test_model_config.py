@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 from tests.engine.serving.sequence_lstm import LSTM, sequence_config
-from tests.service.helpers import MLP, config_for, files_for, run, serving, settings_for
+from tests.service.helpers import AUTH, MLP, config_for, files_for, run, serving, settings_for
 
 MODELS = Path(__file__).resolve().parents[3] / "models"
 
@@ -130,4 +131,20 @@ def test_a_sequence_model_shows_sequence_batching_and_hides_its_states(tmp_path:
                        "dims": [2, 32], "initial_state": [{"zero_data": True}]},
                       {"input_name": "c_in", "output_name": "c", "data_type": "TYPE_FP32",
                        "dims": [2, 32], "initial_state": [{"zero_data": True}]}]}
+    run(scenario())
+
+
+def test_an_upload_whose_states_do_not_fit_the_graph_is_a_422_naming_the_field(
+        tmp_path: Path) -> None:
+    config = {"sequence_batching": {"state": [{"input_name": "h_in", "output_name": "h"}]}}
+
+    async def scenario() -> None:
+        async with serving(settings_for(tmp_path), models=()) as (client, _):
+            symbol, params = files_for(LSTM)
+            response = await client.post(f"/models/{LSTM}", headers=AUTH, files={
+                "symbol": ("s.json", symbol), "params": ("p.params", params),
+                "config": ("config.json", json.dumps(config).encode())})
+        assert response.status_code == 422, response.text
+        assert ("sequence_batching.state.0: the model has no input 'h_in'; its inputs are "
+                "['data0', 'data1', 'data2']") in response.json()["error"]
     run(scenario())
