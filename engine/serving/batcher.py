@@ -75,10 +75,15 @@ class BatchingPolicy:
         """The policy written in a model's config."""
         batching = config.dynamic_batching
         timeout = batching.timeout_us
+        # A sequence model's steps are batched as its sequence_batching says.
+        delay_us, preferred = ((config.sequence_batching.max_queue_delay_us,
+                                config.sequence_batching.preferred_batch_sizes(config.max_batch_size))
+                               if config.sequence_batching is not None else
+                               (batching.max_queue_delay_us, batching.preferred_batch_sizes))
         # max_batch_size 0 (no batch dimension): each request is a batch of its own.
-        return cls(max(1, config.max_batch_size), batching.max_queue_delay_us / 1e6,
-                   batching.preferred_batch_sizes, batching.max_queue_size,
-                   None if timeout is None else timeout / 1e6, max_concurrent_batches)
+        return cls(max(1, config.max_batch_size), delay_us / 1e6, preferred,
+                   batching.max_queue_size, None if timeout is None else timeout / 1e6,
+                   max_concurrent_batches)
 
 
 @dataclass(eq=False)

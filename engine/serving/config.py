@@ -33,6 +33,7 @@ from engine.serving.errors import InvalidModel
 from engine.serving.manifest import MANIFEST_NAME, PARAMS_NAME, SYMBOL_NAME
 from engine.serving.postprocess_config import PostprocessField, check_outputs
 from engine.serving.preprocess_config import PreprocessField
+from engine.serving.sequence_config import SequenceBatchingConfig
 
 CONFIG_NAME = "config.json"
 # A labels file sits in a version's folder or beside config.json: a plain name, never a path,
@@ -212,6 +213,9 @@ class ModelConfig(_Strict):
     # 0: no batch dimension at all (Triton's meaning): shapes are whole, requests run alone.
     max_batch_size: StrictInt = Field(32, ge=0, le=65536)
     dynamic_batching: DynamicBatchingConfig = DynamicBatchingConfig()
+    # Stateful sequences (Triton's sequence batcher); None: every request stands alone. Checked
+    # against the completed inputs and outputs on load (`engine.serving.sequences`).
+    sequence_batching: SequenceBatchingConfig | None = None
     # Rows a batch is padded up to, so that a few plans serve every batch size (None: on a GPU
     # powers of two up to max_batch_size, since each new size there compiles a plan, builds its
     # cuDNN graphs and captures a CUDA graph; on the CPU exact sizes).

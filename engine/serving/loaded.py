@@ -13,6 +13,7 @@ from engine.serving.batcher import DynamicBatcher
 from engine.serving.config import ModelConfig
 from engine.serving.postprocess_config import Postprocess, tensor_owners
 from engine.serving.preprocess_config import ImagePreprocess
+from engine.serving.sequences import SequenceControl, SequenceScheduler
 from engine.serving.text import TextPipeline
 from engine.serving.text_check import pipelines_of
 from engine.serving.validate import ServableModel, input_shapes, labels_of
@@ -66,10 +67,21 @@ class LoadedVersion:
         self.config_digest = config_digest
         self._activation_cache: dict[Any, int] = {}
         assert config.inputs is not None and config.outputs is not None  # completed on load
+        # A sequence model's implicit states are the server's: clients neither send nor see
+        # them (None: requests stand alone).
+        self.sequences = (None if config.sequence_batching is None else SequenceScheduler(
+            config, self._submit, name=f"model {name!r} version {version}"))
+        hidden_inputs = self.sequences.state_inputs if self.sequences else frozenset()
+        hidden_outputs = self.sequences.state_outputs if self.sequences else frozenset()
         # Looked up on every request: built once here, not from the config each time. Clients
         # see the config's names; the graph's differ where an entry renames (`source`).
-        self.input_specs = {tensor.name: tensor for tensor in config.inputs}
-        self.input_dtypes = {tensor.name: tensor.dtype for tensor in config.inputs}
+        self.input_specs = {tensor.name: tensor for tensor in config.inputs
+                            if tensor.name not in hidden_inputs}
+        # The tensors clients send and receive, as metadata lists them.
+        self.served_inputs = tuple(self.input_specs.values())
+        self.served_outputs = tuple(tensor for tensor in config.outputs
+                                    if tensor.name not in hidden_outputs)
+        self.input_dtypes = {tensor.name: tensor.dtype for tensor in self.input_specs.values()}
         # Inputs that also take encoded images or texts (BYTES, one a row); empty for most
         # models, so requests to them skip the preprocessing path with one truth test.
         self.pipelines: dict[str, ImagePreprocess | TextPipeline] = {
@@ -77,7 +89,8 @@ class LoadedVersion:
             if tensor.preprocess is not None and tensor.preprocess.image is not None}
         self.pipelines.update(pipelines_of(model))
         renamed = {tensor.graph_name: tensor.name for tensor in config.outputs}
-        self.output_names = [renamed[name] for name in model.output_names]
+        self.output_names = [renamed[name] for name in model.output_names
+                             if renamed[name] not in hidden_outputs]
         self._to_graph = {tensor.name: tensor.source for tensor in config.inputs
                           if tensor.source not in (None, tensor.name)}
         self._from_graph = {source: name for source, name in renamed.items() if source != name}
@@ -96,10 +109,19 @@ class LoadedVersion:
         return self.manifest_digest, self.config_digest
 
     async def infer(self, inputs: Mapping[str, Any], *, timeout_s: float | None = None,
-                    rows: int | None = None) -> dict[str, np.ndarray]:
+                    rows: int | None = None, sequence: SequenceControl | None = None
+                    ) -> dict[str, np.ndarray]:
         """Queue one request on this version's batcher and wait for its outputs; inputs and
         outputs go by the config's names, the graph's stay inside (the one place they map).
-        ``rows``: see `DynamicBatcher.submit`."""
+        ``rows``: see `DynamicBatcher.submit`. ``sequence``: the request's place in its
+        sequence, for a model with ``sequence_batching`` (ignored by others, as Triton's
+        schedulers without sequences ignore it; see `SequenceScheduler.step`)."""
+        if self.sequences is not None:
+            return await self.sequences.step(inputs, sequence, timeout_s=timeout_s, rows=rows)
+        return await self._submit(inputs, timeout_s, rows)
+
+    async def _submit(self, inputs: Mapping[str, Any], timeout_s: float | None,
+                      rows: int | None) -> dict[str, np.ndarray]:
         if self._to_graph:
             inputs = {self._to_graph.get(name, name): array for name, array in inputs.items()}
         outputs = await self.batcher.submit(inputs, timeout_s=timeout_s, rows=rows)

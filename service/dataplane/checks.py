@@ -163,6 +163,7 @@ def check_input_name(handle: LoadedVersion, name: str) -> None:
 
 
 def _refuse_unknown(handle: LoadedVersion, unknown: Sequence[str]) -> NoReturn:
+    _refuse_state(handle, unknown[0], "input")
     raise BadRequest(f"{where(handle)} has no input {names(unknown)}; its inputs are "
                      f"{names(list(handle.input_specs))}"
                      f"{_renamed(handle.config.inputs, unknown[0], 'input')}")
@@ -218,6 +219,16 @@ def _refuse_tensor(handle: LoadedVersion, spec: TensorConfig, array: np.ndarray,
                      f"max_batch_size is {handle.config.max_batch_size}, split the request")
 
 
+def _refuse_state(handle: LoadedVersion, name: str, kind: str) -> None:
+    """The 400 for a request naming a sequence's implicit state, which the server keeps."""
+    sequences = handle.sequences
+    if sequences is not None and name in (sequences.state_inputs if kind == "input"
+                                          else sequences.state_outputs):
+        raise BadRequest(f"{where(handle)}: {kind} {name!r} is a sequence's implicit state "
+                         "(sequence_batching.state), which the server keeps between a "
+                         f"sequence's requests; leave it out")
+
+
 def _renamed(tensors: Sequence[TensorConfig] | None, name: str, kind: str) -> str:
     """For an error: that `name` is the graph's name of a renamed tensor, if it is."""
     renamed = next((tensor.name for tensor in tensors or () if tensor.source == name), None)
@@ -240,6 +251,7 @@ def check_requested(handle: LoadedVersion, requested: Sequence[str],
     available = answerable(handle)
     for name in requested:
         if name not in available:
+            _refuse_state(handle, name, "output")
             raise BadRequest(f"{where(handle)} has no output {name!r}; its outputs are "
                              f"{names(list(available))}"
                              f"{_renamed(handle.config.outputs, name, 'output')}")

@@ -22,6 +22,7 @@ from engine.errors import EngineError, InputError, ShapeError
 from engine.serving.loaded import LoadedVersion
 from engine.serving.preprocess import Geometry
 from engine.serving.repository import ModelRepository
+from engine.serving.sequences import SequenceControl
 from service.dataplane.checks import (
     UNFORESEEN,
     Checked,
@@ -91,9 +92,11 @@ class InferenceService:
         arrays, datatypes = decode(functools.partial(check_input_name, handle))
         return Checked(handle, arrays, check_inputs(handle, arrays, datatypes))
 
-    async def run(self, checked: Checked, timeout_s: float | None = None) -> Answer:
+    async def run(self, checked: Checked, timeout_s: float | None = None,
+                  sequence: SequenceControl | None = None) -> Answer:
         """Run checked inputs on the version they were checked against, images and texts
-        preprocessed first; shape failures inside are the input's."""
+        preprocessed first; shape failures inside are the input's. `sequence`: the request's
+        place in its sequence (V2's sequence parameters), for a model serving sequences."""
         handle, arrays, geometries = checked.handle, checked.arrays, None
         if handle.pipelines:
             with self.step("preprocess"):
@@ -103,7 +106,7 @@ class InferenceService:
         try:
             outputs = await self.repository.infer(handle.name, arrays, version=handle.version,
                                                   timeout_s=timeout_s, handle=handle,
-                                                  rows=checked.rows)
+                                                  rows=checked.rows, sequence=sequence)
             ok = True
         except ShapeError as error:
             raise InputError(str(error)) from error
@@ -172,7 +175,7 @@ class InferenceService:
         """``POST /v2/models/{name}[/versions/{v}]/infer``: body and binary header length."""
         checked, request, binary, classes = self._v2_decode(name, version, body, header_length)
         timeout = None if request.timeout_us is None else request.timeout_us / 1e6
-        answer = await self.run(checked, timeout)
+        answer = await self.run(checked, timeout, v2.sequence_of(request.parameters))
         return self._v2_encode(answer, binary, classes, request.id)
 
     def _v2_decode(self, name: str, version: str | None, body: bytes, header_length: int | None

@@ -70,8 +70,8 @@ def model_metadata(repository: ModelRepository, name: str,
     ready = [str(info.version) for info in versions(repository, handle.name)
              if info.state == VersionState.READY]
     return types.ModelMetadata(name=handle.name, versions=ready, platform=PLATFORM,
-                               inputs=tensors(handle.config.inputs),
-                               outputs=tensors(handle.config.outputs))
+                               inputs=tensors(handle.served_inputs),
+                               outputs=tensors(handle.served_outputs))
 
 
 def model_ready(repository: ModelRepository, name: str, version: str | None) -> types.ModelReady:
@@ -114,8 +114,8 @@ def _loaded(repository: ModelRepository, name: str,
 def _described(handle: LoadedVersion | None) -> dict[str, Any]:
     """A loaded version's config, tensors and checks (all None or empty without one)."""
     return {"config": None if handle is None else handle.config.model_dump(mode="json"),
-            "inputs": tensors(handle.config.inputs if handle else None),
-            "outputs": tensors(handle.config.outputs if handle else None),
+            "inputs": tensors(handle.served_inputs if handle else None),
+            "outputs": tensors(handle.served_outputs if handle else None),
             "checks": checks(handle)}
 
 
@@ -149,8 +149,8 @@ def uploaded(repository: ModelRepository, name: str, number: int, served: list[i
     detail = version(repository, name, number)
     new = _loaded(repository, name, number)
     changes = [] if previous is None or new is None else (
-        _changes("input", tensors(previous.config.inputs), detail.inputs)
-        + _changes("output", tensors(previous.config.outputs), detail.outputs))
+        _changes("input", tensors(previous.served_inputs), detail.inputs)
+        + _changes("output", tensors(previous.served_outputs), detail.outputs))
     return types.UploadDetail(
         **detail.model_dump(), previous_version=None if previous is None else previous.version,
         stopped_serving=sorted(set(served) - set(serving_versions(repository, name))),

@@ -70,8 +70,22 @@ class RepositoryCollector(Collector):
             "rows": HistogramMetricFamily("hybridserve_batch_size",
                                           "Rows per batch run", labels=LABELS),
         }
+        active = GaugeMetricFamily("hybridserve_sequences_active", "Sequences holding a place "
+                                   "(a direct slot, an oldest candidate)", labels=LABELS)
+        waiting = GaugeMetricFamily("hybridserve_sequences_waiting", "Sequence starts waiting "
+                                    "for a place", labels=LABELS)
+        sequences = CounterMetricFamily("hybridserve_sequences", "Sequences by event: started, "
+                                        "ended (sequence_end), dropped_idle (past "
+                                        "max_sequence_idle_microseconds)",
+                                        labels=(*LABELS, "event"))
         for handle in handles:
             labels = [handle.name, str(handle.version)]
+            if handle.sequences is not None:
+                counts = handle.sequences.stats
+                active.add_metric(labels, counts.active)
+                waiting.add_metric(labels, counts.waiting)
+                for event in ("started", "ended", "dropped_idle"):
+                    sequences.add_metric([*labels, event], getattr(counts, event))
             stats = handle.batcher.stats.snapshot()
             memory.add_metric(labels, handle.memory().total)
             queue_depth.add_metric(labels, handle.batcher.queue_depth)
@@ -81,7 +95,8 @@ class RepositoryCollector(Collector):
             for key, histogram in (("queue", stats.queue_time_s), ("compute",
                                    stats.compute_time_s), ("rows", stats.batch_rows)):
                 families[key].add_metric(labels, _buckets(histogram), histogram.total)
-        yield from (loaded, memory, queue_depth, batches, outcomes, *families.values())
+        yield from (loaded, memory, queue_depth, batches, outcomes, *families.values(), active,
+                    waiting, sequences)
 
 
 class Metrics:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from engine.serving.config import LatestVersions, VersionPolicy
 from engine.serving.loaded import LoadedVersion
 from engine.serving.repository import ModelRepository
+from engine.serving.sequence_config import DirectStrategy
 from service.dataplane import metadata, types
 from service.tensors.datatypes import BYTES
 
@@ -30,17 +31,48 @@ def model_config(repository: ModelRepository, name: str,
         name=handle.name, platform=metadata.PLATFORM,
         version_policy=_version_policy(config.version_policy),
         max_batch_size=config.max_batch_size,
-        input=[_tensor(tensor, axes) for tensor in metadata.tensors(config.inputs)],
+        input=[_tensor(tensor, axes) for tensor in metadata.tensors(handle.served_inputs)],
         output=[_tensor(tensor, axes, labels.get(tensor.name))
-                for tensor in metadata.tensors(config.outputs)],
-        dynamic_batching=types.TritonDynamicBatching(
+                for tensor in metadata.tensors(handle.served_outputs)],
+        dynamic_batching=None if config.sequence_batching else types.TritonDynamicBatching(
             preferred_batch_size=list(batching.preferred_batch_sizes),
             max_queue_delay_microseconds=batching.max_queue_delay_us,
             # A request's own "timeout" parameter shortens the wait, as Triton's override does.
             default_queue_policy=types.TritonQueuePolicy(
                 default_timeout_microseconds=batching.timeout_us or 0,
                 max_queue_size=batching.max_queue_size)),
+        sequence_batching=_sequences(handle),
         instance_group=[_instances(handle)])
+
+
+def _sequences(handle: LoadedVersion) -> types.TritonSequenceBatching | None:
+    """``sequence_batching`` with its defaults written out: the strategy (direct when none
+    is given) and each state's type and dims."""
+    config, scheduler = handle.config.sequence_batching, handle.sequences
+    if config is None or scheduler is None:
+        return None
+    inputs = {tensor.name: tensor for tensor in handle.config.inputs or ()}
+    batched = handle.config.max_batch_size > 0
+    states = []
+    for spec in scheduler.states:
+        axis = inputs[spec.input_name].axis if batched else None
+        states.append(types.TritonSequenceState(
+            input_name=spec.input_name, output_name=spec.output_name,
+            data_type=data_type(inputs[spec.input_name].datatype or ""),
+            dims=[dim for index, dim in enumerate(spec.shape) if index != axis],
+            initial_state=[types.TritonInitialState()]))
+    oldest = config.oldest
+    direct = config.direct or (None if oldest else DirectStrategy())
+    return types.TritonSequenceBatching(
+        max_sequence_idle_microseconds=config.max_sequence_idle_microseconds,
+        direct=None if direct is None else types.TritonStrategyDirect(
+            max_queue_delay_microseconds=direct.max_queue_delay_microseconds,
+            minimum_slot_utilization=direct.minimum_slot_utilization),
+        oldest=None if oldest is None else types.TritonStrategyOldest(
+            max_candidate_sequences=scheduler.limit,
+            preferred_batch_size=list(config.preferred_batch_sizes(handle.config.max_batch_size)),
+            max_queue_delay_microseconds=oldest.max_queue_delay_microseconds),
+        state=states)
 
 
 def data_type(datatype: str) -> str:

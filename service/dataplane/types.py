@@ -271,6 +271,47 @@ class TritonDynamicBatching(BaseModel):
     default_queue_policy: TritonQueuePolicy
 
 
+class TritonInitialState(BaseModel):
+    """A state's start: zeros (the only one served)."""
+
+    zero_data: bool = True
+
+
+class TritonSequenceState(BaseModel):
+    """An implicit state: the input fed and the output kept, with its type and dims (the
+    batch dimension left out)."""
+
+    input_name: str
+    output_name: str
+    data_type: str
+    dims: list[int]
+    initial_state: list[TritonInitialState]
+
+
+class TritonStrategyDirect(BaseModel):
+    """One batch slot a sequence."""
+
+    max_queue_delay_microseconds: int
+    minimum_slot_utilization: float
+
+
+class TritonStrategyOldest(BaseModel):
+    """The oldest candidate sequences' next steps batched together."""
+
+    max_candidate_sequences: int
+    preferred_batch_size: list[int]
+    max_queue_delay_microseconds: int
+
+
+class TritonSequenceBatching(BaseModel):
+    """Stateful sequences, in Triton's names (exactly one strategy is set)."""
+
+    max_sequence_idle_microseconds: int
+    direct: TritonStrategyDirect | None = None
+    oldest: TritonStrategyOldest | None = None
+    state: list[TritonSequenceState]
+
+
 class TritonInstanceGroup(BaseModel):
     """Where the model runs (``KIND_CPU`` or ``KIND_GPU``) and how many batches at once."""
 
@@ -292,5 +333,7 @@ class TritonModelConfig(BaseModel):
     max_batch_size: int
     input: list[TritonTensor]
     output: list[TritonTensor]
-    dynamic_batching: TritonDynamicBatching
+    # One of the two, as Triton's scheduling choice: a sequence model has sequence_batching.
+    dynamic_batching: TritonDynamicBatching | None = None
+    sequence_batching: TritonSequenceBatching | None = None
     instance_group: list[TritonInstanceGroup]

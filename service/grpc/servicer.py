@@ -192,7 +192,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         """One inference (`method` is the RPC, for traces): decoded, run, encoded."""
         checked, binary, classes = self._decode(request)
         timeout = _earliest(tensors.timeout_s(request.parameters), context.time_remaining())
-        answer = await self.inference.run(checked, timeout)
+        answer = await self.inference.run(checked, timeout,
+                                          tensors.sequence_of(request.parameters))
         return self._encode(request, answer, binary, classes)
 
     def _decode(self, request: pb.ModelInferRequest

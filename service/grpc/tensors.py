@@ -17,6 +17,7 @@ from typing import NamedTuple
 import numpy as np
 
 from engine.serving.config import datatype_of
+from engine.serving.sequences import SequenceControl
 from service.errors import BadRequest
 from service.grpc import inference_pb2 as pb
 from service.tensors import binary, classification
@@ -29,6 +30,7 @@ from service.tensors.datatypes import (
     read_shape,
     wrong_count,
 )
+from service.tensors.v2 import sequence_control
 
 # The `InferTensorContents` field that carries each datatype (FP16 has none: raw bytes only).
 CONTENTS_FIELD = {
@@ -140,6 +142,21 @@ def timeout_s(parameters: Mapping[str, pb.InferParameter]) -> float | None:
         raise BadRequest(f"parameters.timeout must be a non-negative integer (microseconds; "
                          f"0: none), got {value!r}")
     return value / 1e6 or None
+
+
+def sequence_of(parameters: Mapping[str, pb.InferParameter]) -> SequenceControl | None:
+    """The request's place in its sequence (``sequence_id`` as int64_param, uint64_param or
+    string_param; ``sequence_start`` and ``sequence_end`` as bool_param), as REST reads it."""
+    values = {}
+    for key in ("sequence_id", "sequence_start", "sequence_end"):
+        if key in parameters:
+            kind = parameters[key].WhichOneof("parameter_choice")
+            values[key] = getattr(parameters[key], kind) if kind else None
+    for key in ("sequence_start", "sequence_end"):
+        if type(values.get(key, False)) is not bool:
+            raise BadRequest(f"parameters.{key} must be a bool_param, got {values[key]!r:.50}")
+    return sequence_control(values.get("sequence_id"), values.get("sequence_start", False),
+                            values.get("sequence_end", False))
 
 
 def classification_counts(request: pb.ModelInferRequest) -> dict[str, int]:

@@ -17,6 +17,7 @@ import numpy as np
 import orjson
 
 from engine.serving.config import datatype_of
+from engine.serving.sequences import SequenceControl
 from service.errors import BadRequest
 from service.tensors import binary, classification, json
 from service.tensors.datatypes import (
@@ -139,6 +140,28 @@ def _timeout_us(parameters: Mapping[str, Any]) -> int | None:
         raise BadRequest(f"parameters.timeout must be a non-negative integer (microseconds; "
                          f"0: none), got {timeout!r}")
     return timeout or None
+
+
+def sequence_of(parameters: Mapping[str, Any]) -> SequenceControl | None:
+    """A request's place in its sequence, from Triton's request parameters ``sequence_id``
+    (an integer or a string), ``sequence_start`` and ``sequence_end`` (booleans); None when
+    it names no sequence (no id, 0 or "", which Triton reads as none)."""
+    start = json.flag(parameters, "sequence_start", "parameters.")
+    end = json.flag(parameters, "sequence_end", "parameters.")
+    return sequence_control(parameters.get("sequence_id"), bool(start), bool(end))
+
+
+def sequence_control(sequence_id: Any, start: bool, end: bool) -> SequenceControl | None:
+    """`sequence_of` once each protocol has read its parameters' values: the id checked."""
+    if type(sequence_id) is int and sequence_id < 0:
+        raise BadRequest(f"parameters.sequence_id must be a non-negative integer or a string, "
+                         f"got {sequence_id}")
+    if type(sequence_id) not in (int, str, type(None)):
+        raise BadRequest(f"parameters.sequence_id must be an integer or a string, got "
+                         f"{sequence_id!r:.50}")
+    if sequence_id in (None, 0, ""):
+        return None
+    return SequenceControl(sequence_id, start, end)
 
 
 def decode_v2_request(body: bytes, header_length: int | None, max_elements: int,

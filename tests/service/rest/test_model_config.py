@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
-from tests.service.helpers import MLP, config_for, files_for, run, serving, settings_for
+from tests.engine.serving.sequence_lstm import LSTM, sequence_config
+from tests.service.helpers import AUTH, MLP, config_for, files_for, run, serving, settings_for
 
 MODELS = Path(__file__).resolve().parents[3] / "models"
 
@@ -103,4 +105,46 @@ def test_dims_leave_out_the_batch_at_its_axis_or_nothing_without_one(tmp_path: P
         assert whole["max_batch_size"] == 0
         assert [tensor["dims"] for tensor in whole["input"]] == [[-1, -1]]
         assert [tensor["dims"] for tensor in whole["output"]] == [[-1, -1, 100], [2, -1, 32]]
+    run(scenario())
+
+
+def test_a_sequence_model_shows_sequence_batching_and_hides_its_states(tmp_path: Path) -> None:
+    """The oldest strategy with its defaults written out (candidates: max_batch_size); the
+    states' input and output are in sequence_batching, not among the tensors."""
+    config = {**sequence_config(oldest={"preferred_batch_size": [4]}), "max_batch_size": 16}
+
+    async def scenario() -> None:
+        async with serving(settings_for(tmp_path), models=()) as (client, runtime):
+            symbol, params = files_for(LSTM)
+            await runtime.repository.add_version(LSTM, symbol, params, config=config)
+            answer = (await client.get(f"/v2/models/{LSTM}/config")).json()
+            metadata = (await client.get(f"/v2/models/{LSTM}")).json()
+        assert [tensor["name"] for tensor in answer["input"]] == ["tokens"]
+        assert [tensor["name"] for tensor in answer["output"]] == ["logits"]
+        assert [tensor["name"] for tensor in metadata["inputs"]] == ["tokens"]
+        assert "dynamic_batching" not in answer
+        assert answer["sequence_batching"] == {
+            "max_sequence_idle_microseconds": 60_000_000,
+            "oldest": {"max_candidate_sequences": 16, "preferred_batch_size": [4],
+                       "max_queue_delay_microseconds": 0},
+            "state": [{"input_name": "h_in", "output_name": "h", "data_type": "TYPE_FP32",
+                       "dims": [2, 32], "initial_state": [{"zero_data": True}]},
+                      {"input_name": "c_in", "output_name": "c", "data_type": "TYPE_FP32",
+                       "dims": [2, 32], "initial_state": [{"zero_data": True}]}]}
+    run(scenario())
+
+
+def test_an_upload_whose_states_do_not_fit_the_graph_is_a_422_naming_the_field(
+        tmp_path: Path) -> None:
+    config = {"sequence_batching": {"state": [{"input_name": "h_in", "output_name": "h"}]}}
+
+    async def scenario() -> None:
+        async with serving(settings_for(tmp_path), models=()) as (client, _):
+            symbol, params = files_for(LSTM)
+            response = await client.post(f"/models/{LSTM}", headers=AUTH, files={
+                "symbol": ("s.json", symbol), "params": ("p.params", params),
+                "config": ("config.json", json.dumps(config).encode())})
+        assert response.status_code == 422, response.text
+        assert ("sequence_batching.state.0: the model has no input 'h_in'; its inputs are "
+                "['data0', 'data1', 'data2']") in response.json()["error"]
     run(scenario())
