@@ -4,6 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
+GRPC_PORT ?= 8001
 STAMP := $(VENV)/.installed
 
 .PHONY: serve test container-test lint install clean
@@ -19,7 +20,8 @@ $(STAMP): pyproject.toml | $(BIN)/python
 install: $(STAMP)
 
 serve: $(STAMP)
-	$(BIN)/python -m service --model-repository models --host $(HOST) --port $(PORT)
+	$(BIN)/python -m service --model-repository models --host $(HOST) --port $(PORT) \
+		--grpc-port $(GRPC_PORT)
 
 test: $(STAMP)
 	$(BIN)/ruff check .
