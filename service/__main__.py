@@ -52,13 +52,29 @@ class _Server(uvicorn.Server):
         yield
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        """Start on our socket; a port another process took between bind and listen is named."""
+        """Start the app, then listen on our socket: until the app has started (its models
+        loaded) connections are refused, so a load balancer tries another replica at once.
+
+        Raises:
+            StartError: another process listened on the port after `bind_http` bound it.
+        """
+        start_app = self.lifespan.startup
+
+        async def start_app_then_listen() -> None:
+            await start_app()
+            if not self.lifespan.should_exit:
+                # uvloop would take a socket it cannot listen on without a word.
+                self.sock.listen(LISTEN_BACKLOG)
+
+        self.lifespan.startup = start_app_then_listen  # type: ignore[method-assign]
         try:
             await super().startup(sockets)
         except OSError as error:
-            raise StartError(f"cannot listen for HTTP on {bound_address(self.sock)}: "
-                             f"{error.strerror or error}; choose another port with "
-                             f"{option_names(self.field)}") from None
+            await self.lifespan.shutdown()  # as uvicorn does when its own bind fails
+            where = bound_address(self.sock)
+            self.sock.close()
+            raise StartError(f"cannot listen for HTTP on {where}: {error.strerror or error}; "
+                             f"choose another port with {option_names(self.field)}") from None
 
 
 def _config(app: object, settings: Settings) -> uvicorn.Config:

@@ -37,9 +37,9 @@ TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
 REPLICAS = 3
 POLL_S = 0.5
 # How long a replica may take to serve an upload made through another: the next poll, then
-# reading, validating and planning the model. Idle, all three serve within POLL_S + 1 s (the
-# test prints the times); on a 2-core machine shared with other work, that took over 1.5 s in
-# 5 of 8 runs. Only polling brings the model to the other two replicas, so any bound proves it.
+# reading, validating and planning the model. Beside two busy processes on 2 cores, the slowest
+# replica served 3 to 9 s after the upload (the test prints the times). Only polling brings the
+# model to the other two replicas, so a generous bound proves what a tight one would.
 CONVERGE_LIMIT_S = 60.0
 NGINX_START_LIMIT_S = 60.0
 # After the upstream's fail_timeout, nginx tries the restarted replica again with the next
