@@ -4,7 +4,8 @@
 #   docker build --target gpu -t hybridserve:gpu .             # CUDA 12 (CuPy)
 #
 # Both images run `python -m service` as an unprivileged user, read every option from the
-# HYBRIDSERVE_* environment variables below and serve the model repository mounted at /models.
+# HYBRIDSERVE_* environment variables below and serve the model repository mounted at /models:
+# HTTP on port 8000, gRPC on 8001 (publish both: docker run -p 8000:8000 -p 8001:8001 ...).
 # Build with BuildKit (Docker >= 23 uses it by default; older engines: DOCKER_BUILDKIT=1 and the
 # docker-buildx plugin): the legacy builder runs every stage, so even the CPU image would build
 # the GPU stages (downloading CPython, CuPy and the CUDA base). See docs/deploy.md.
@@ -30,7 +31,7 @@ COPY --from=wheel /wheels/ /wheels/
 RUN python -m venv /opt/venv \
     && /opt/venv/bin/python -m pip install /wheels/hybridserve-*.whl
 
-# ---- builder-gpu: the same, plus the `gpu` extra (CuPy), on a relocatable CPython -----------
+# ---- builder-gpu: the same, plus the `gpu-cuda12` extra (CuPy), on a relocatable CPython ----
 # The CUDA base image has no Python 3.11, so a standalone CPython build is installed here with
 # uv and copied into the runtime stage at the same path; no compiler or apt packages needed.
 FROM ${PYTHON_IMAGE} AS builder-gpu
@@ -68,9 +69,10 @@ ENV PATH=/opt/venv/bin:${PATH} \
     HYBRIDSERVE_MODEL_REPOSITORY=/models \
     HYBRIDSERVE_HOST=0.0.0.0 \
     HYBRIDSERVE_PORT=8000 \
+    HYBRIDSERVE_GRPC_PORT=8001 \
     HYBRIDSERVE_DEVICE=gpu
 VOLUME ["/models"]
-EXPOSE 8000
+EXPOSE 8000 8001
 USER 10001:10001
 WORKDIR /opt/hybridserve
 HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \
@@ -94,9 +96,10 @@ ENV PATH=/opt/venv/bin:${PATH} \
     HYBRIDSERVE_MODEL_REPOSITORY=/models \
     HYBRIDSERVE_HOST=0.0.0.0 \
     HYBRIDSERVE_PORT=8000 \
+    HYBRIDSERVE_GRPC_PORT=8001 \
     HYBRIDSERVE_DEVICE=cpu
 VOLUME ["/models"]
-EXPOSE 8000
+EXPOSE 8000 8001
 USER 10001:10001
 WORKDIR /opt/hybridserve
 HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \

@@ -4,9 +4,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
+GRPC_PORT ?= 8001
 STAMP := $(VENV)/.installed
 
-.PHONY: serve test container-test lint install clean
+.PHONY: serve test container-test k8s-check lint install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +20,8 @@ $(STAMP): pyproject.toml | $(BIN)/python
 install: $(STAMP)
 
 serve: $(STAMP)
-	$(BIN)/python -m service --model-repository models --host $(HOST) --port $(PORT)
+	$(BIN)/python -m service --model-repository models --host $(HOST) --port $(PORT) \
+		--grpc-port $(GRPC_PORT)
 
 test: $(STAMP)
 	$(BIN)/ruff check .
@@ -33,6 +35,16 @@ container-test: $(STAMP)
 	docs/deploy.md" >&2; exit 1; }
 	HYBRIDSERVE_CONTAINER_TEST=1 $(BIN)/python -m pytest -q -p no:cacheprovider -m container \
 		tests/container
+
+# checkov's Kubernetes policies over deploy/k8s, from an environment of its own (checkov pins
+# many packages, so it is not part of the dev extra); accepted exceptions: docs/deploy.md.
+CHECKOV_VENV := build/checkov-venv
+CHECKOV_VERSION := 3.3.30
+k8s-check: $(STAMP)
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet 'checkov==$(CHECKOV_VERSION)'
+	HYBRIDSERVE_CHECKOV=$(CHECKOV_VENV)/bin/checkov $(BIN)/python -m pytest -q \
+		-p no:cacheprovider tests/deploy/test_checkov.py
 
 clean:
 	rm -rf $(VENV)

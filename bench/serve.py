@@ -250,7 +250,9 @@ def build_models(work: Path, image: int) -> dict[str, dict[str, Any]]:
 
 def service_args(work: Path, port: int, grpc_port: int = 0) -> list[str]:
     """Options of the served `python -m service`: a repository in `work`, filled by `upload`
-    (`grpc_port` 0: no gRPC server)."""
+    (`grpc_port` 0: no gRPC server). The directory is made here, as the server refuses a missing
+    one (not with --create-model-repository: a compared older checkout lacks that option)."""
+    (work / "repo").mkdir(exist_ok=True)
     return ["--model-repository", str(work / "repo"), "--port", str(port), "--grpc-port",
             str(grpc_port), "--log-level", "warning", "--admin-token", TOKEN]
 

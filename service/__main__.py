@@ -8,6 +8,7 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import sys
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
@@ -15,29 +16,71 @@ from typing import TYPE_CHECKING
 import uvicorn
 
 from service.settings import Settings, load_settings
+from service.startup import (
+    LISTEN_BACKLOG,
+    StartError,
+    address,
+    bind_http,
+    bound_address,
+    check_repository,
+    option_names,
+)
 
 if TYPE_CHECKING:
     import grpc
 
     from service.runtime import Runtime
 
+# The entry point's other commands (its first argument): name -> what it does, for --help.
+COMMANDS = {"export-onnx": "convert an MXNet export (symbol + params) to ONNX"}
 BLAS_VARIABLES = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")
 DRAIN_GRACE_S = 10.0
 
 
 class _Server(uvicorn.Server):
-    """A uvicorn server whose signals are handled by `serve` (two servers share one loop)."""
+    """A uvicorn server on a socket bound at start (`startup.bind_http`), whose signals are
+    handled by `serve` (two servers share one loop)."""
+
+    def __init__(self, config: uvicorn.Config, sock: socket.socket, field: str) -> None:
+        super().__init__(config)
+        self.sock = sock
+        self.field = field  # the settings field of its port, named in errors
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         """Leave signal handling to `serve`."""
         yield
 
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        """Start the app, then listen on our socket: until the app has started (its models
+        loaded) connections are refused, so a load balancer tries another replica at once.
 
-def _config(app: object, settings: Settings, port: int) -> uvicorn.Config:
-    return uvicorn.Config(app, host=settings.host, port=port, loop="uvloop", http="httptools",
-                          lifespan="on", log_level=settings.log_level,
-                          access_log=settings.access_log, timeout_graceful_shutdown=10)
+        Raises:
+            StartError: another process listened on the port after `bind_http` bound it.
+        """
+        start_app = self.lifespan.startup
+
+        async def start_app_then_listen() -> None:
+            await start_app()
+            if not self.lifespan.should_exit:
+                # uvloop would take a socket it cannot listen on without a word.
+                self.sock.listen(LISTEN_BACKLOG)
+
+        self.lifespan.startup = start_app_then_listen  # type: ignore[method-assign]
+        try:
+            await super().startup(sockets)
+        except OSError as error:
+            await self.lifespan.shutdown()  # as uvicorn does when its own bind fails
+            where = bound_address(self.sock)
+            self.sock.close()
+            raise StartError(f"cannot listen for HTTP on {where}: {error.strerror or error}; "
+                             f"choose another port with {option_names(self.field)}") from None
+
+
+def _config(app: object, settings: Settings) -> uvicorn.Config:
+    return uvicorn.Config(app, loop="uvloop", http="httptools", lifespan="on",
+                          log_level=settings.log_level, access_log=settings.access_log,
+                          timeout_graceful_shutdown=10, backlog=LISTEN_BACKLOG)
 
 
 async def serve(settings: Settings) -> None:
@@ -46,17 +89,21 @@ async def serve(settings: Settings) -> None:
     from service.rest.app import create_app  # imports numpy: after `limit_blas_threads`
     from service.runtime import Runtime
 
+    # Every port is claimed before anything is loaded, so a taken one stops the start at once.
+    split = settings.admin_port is not None
+    sockets = {"port": bind_http(settings.host, settings.port, "port")}
+    if settings.admin_port is not None:
+        sockets["admin_port"] = bind_http(settings.host, settings.admin_port, "admin_port")
     admin = admin_token.resolve(settings)
     print(admin_token.start_message(admin, settings), file=sys.stderr, flush=True)
     runtime = Runtime.create(settings, admin=admin)
     grpc_server = await _start_grpc(runtime)
-    split = settings.admin_port is not None
-    servers = [_Server(_config(create_app(runtime, management=not split), settings,
-                               settings.port))]
+    servers = [_Server(_config(create_app(runtime, management=not split), settings),
+                       sockets["port"], "port")]
     if split:
-        assert settings.admin_port is not None
-        admin = create_app(runtime, inference=False, owns_runtime=False)
-        servers.append(_Server(_config(admin, settings, settings.admin_port)))
+        servers.append(_Server(_config(create_app(runtime, inference=False, owns_runtime=False),
+                                       settings), sockets["admin_port"], "admin_port"))
+    print(listeners_message(settings, sockets), file=sys.stderr, flush=True)
     loop = asyncio.get_running_loop()
 
     def stop() -> None:
@@ -75,7 +122,7 @@ async def serve(settings: Settings) -> None:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal)
-    tasks = [loop.create_task(server.serve()) for server in servers]
+    tasks = [loop.create_task(server.serve(sockets=[server.sock])) for server in servers]
     done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     stop()  # one server stopping (or failing to start) stops the other
     await asyncio.gather(*tasks, return_exceptions=True)
@@ -85,13 +132,36 @@ async def serve(settings: Settings) -> None:
         task.result()
 
 
+def listeners_message(settings: Settings, sockets: dict[str, socket.socket]) -> str:
+    """Every address the server answers on, and the option that sets each, one per line."""
+    http = {"port": "inference and management" if len(sockets) == 1 else "inference",
+            "admin_port": "management"}
+    lines = [f"HTTP: http://{bound_address(sock)} ({http[field]} API; {option_names(field)})"
+             for field, sock in sockets.items()]
+    grpc = option_names("grpc_port")
+    if settings.grpc_port == 0:
+        lines.append(f"gRPC: off ({grpc} is 0)")
+    else:
+        lines.append(f"gRPC: {address(settings.host, settings.grpc_port)} (Open Inference "
+                     f"Protocol; {grpc})")
+    return "\n".join(lines)
+
+
 async def _start_grpc(runtime: Runtime) -> grpc.aio.Server | None:
-    """The gRPC server on the same loop and runtime as the HTTP apps, unless switched off."""
+    """The gRPC server on the same loop and runtime as the HTTP apps, unless switched off.
+
+    Raises:
+        StartError: the gRPC port cannot be listened on.
+    """
     if runtime.settings.grpc_port == 0:
         return None
-    from service.grpc.server import start_grpc
+    from service.grpc.server import GrpcPortError, start_grpc
 
-    return await start_grpc(runtime)
+    try:
+        return await start_grpc(runtime)
+    except GrpcPortError as error:
+        raise StartError(f"{error}; the gRPC port is set by {option_names('grpc_port')}") \
+            from None
 
 
 def limit_blas_threads(threads: int) -> None:
@@ -111,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from engine.onnx.__main__ import main as export_onnx
 
         return export_onnx(args[1:])
-    settings = load_settings(args)
+    settings = load_settings(args, COMMANDS)
     logging.basicConfig(level=settings.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     limit_blas_threads(settings.blas_threads)
@@ -127,12 +197,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     import uvloop
 
     from service.admin_token import TokenFileError
-    from service.grpc.server import GrpcPortError
     from service.tracing import TracingUnavailable
 
     try:
+        check_repository(settings)
         uvloop.run(serve(settings))
-    except (TokenFileError, GrpcPortError, TracingUnavailable) as error:
+    except (StartError, TokenFileError, TracingUnavailable) as error:
         print(f"hybridserve: {error}", file=sys.stderr)
         return 2
     return 0

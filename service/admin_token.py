@@ -2,9 +2,11 @@
 
 With no token configured, the first start writes a random one to ``MODEL_REPOSITORY/.admin-token``
 (mode 0600, created atomically) and every later start, and every replica sharing the
-repository, reads the same file. The repository's scanner ignores it: names starting with ``.``
-are never models. An explicit ``--admin-token`` wins; ``--no-management`` refuses management
-without reading or writing any token.
+repository, reads the same file. ``--admin-token-file`` names another file, which may also be
+one that root provides for the server's group, such as a Kubernetes Secret mounted as a file.
+The repository's scanner ignores the token file: names starting with ``.`` are never models.
+An explicit ``--admin-token`` wins; ``--no-management`` refuses management without reading or
+writing any token.
 
 REST (a bearer token in the ``Authorization`` header) and gRPC (the same in the call's
 ``authorization`` metadata) check a management request alike: `AdminAccess.check`.
@@ -79,8 +81,9 @@ def resolve(settings: Settings) -> AdminAccess:
     with the reason; one that exists but is not safe to trust stops the start.
 
     Raises:
-        TokenFileError: the token file is not a regular file owned by this user with mode
-            0600 (or stricter), or holds no usable token.
+        TokenFileError: the token file is neither a regular file owned by this user with mode
+            0600 (or stricter) nor root's, readable only by root and this server's group
+            (mode 0440 or stricter), or it holds no usable token.
     """
     access = AdminAccess.from_settings(settings)
     if access.token is not None or not settings.management:
@@ -156,17 +159,35 @@ def read_token(path: Path) -> str:
 
 
 def _check_private(path: Path, status: os.stat_result) -> None:
+    """Trust a token file only this user can read and change, or one root provides for this
+    server's group (how Kubernetes mounts a Secret for a pod's fsGroup: root:fsGroup, 0440)."""
     if not stat.S_ISREG(status.st_mode):
         raise TokenFileError(f"admin token file {path} is not a regular file")
+    mode = stat.S_IMODE(status.st_mode)
+    if status.st_uid == 0 and os.geteuid() != 0:
+        _check_provided(path, status, mode)
+        return
     if status.st_uid != os.geteuid():
         raise TokenFileError(f"admin token file {path} is owned by uid {status.st_uid}, not by "
-                             f"this server's user (uid {os.geteuid()}); a token another user "
-                             "controls is not trusted: remove the file or chown it")
-    mode = stat.S_IMODE(status.st_mode)
+                             f"this server's user (uid {os.geteuid()}) or root; a token another "
+                             "user controls is not trusted: remove the file or chown it")
     if mode & 0o077:
         raise TokenFileError(f"admin token file {path} has mode {mode:04o}: group or others "
                              f"may read or change it; run `chmod 600 {path}` (and consider "
                              "the token leaked: delete the file to have a new one generated)")
+
+
+def _check_provided(path: Path, status: os.stat_result, mode: int) -> None:
+    """A root-owned token file: root may replace any file anyway, so only who may read it
+    matters: the owner and, at most, a group this server belongs to."""
+    own_groups = {os.getegid(), *os.getgroups()}
+    if mode & 0o037 or (mode & 0o040 and status.st_gid not in own_groups):
+        raise TokenFileError(
+            f"admin token file {path} is root's with mode {mode:04o} and group "
+            f"{status.st_gid}: only root and this server's group (gid {os.getegid()}) may read "
+            "it, and nobody but root change it; make it mode 0440 in that group (a Kubernetes "
+            "Secret volume with defaultMode 0440 and the pod's fsGroup), and consider the token "
+            "leaked")
 
 
 def start_message(access: AdminAccess, settings: Settings) -> str:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+import textwrap
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -11,6 +12,7 @@ from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ENV_PREFIX = "HYBRIDSERVE_"
+HELP_WIDTH = 78
 LogLevel = Literal["critical", "error", "warning", "info", "debug"]
 
 
@@ -20,6 +22,9 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
 
     model_repository: Path = Field(Path("models"), description="model repository directory")
+    create_model_repository: bool = Field(
+        False, description="create the model repository directory if it is missing (default: "
+        "a missing directory stops the start, so a misspelt path is never served empty)")
     host: str = Field("127.0.0.1", description="address to listen on")
     port: int = Field(8000, ge=0, le=65535, description="port of the inference API")
     admin_port: int | None = Field(
@@ -32,7 +37,9 @@ class Settings(BaseSettings):
         None, description="bearer token for mutating endpoints (default: generated at first "
         "start and kept in admin_token_file)")
     admin_token_file: Path | None = Field(
-        None, description="where the generated admin token is kept, mode 0600 (default: "
+        None, description="the admin token's file: read at start, or generated there (mode "
+        "0600) when missing; a file root provides for the server's group, mode 0440 (a "
+        "Kubernetes Secret mounted as a file), is read as well (default: "
         "MODEL_REPOSITORY/.admin-token, so replicas sharing a repository share it)")
     management: bool = Field(
         True, description="serve the mutating management endpoints (--no-management: refuse "
@@ -94,11 +101,17 @@ class Settings(BaseSettings):
         return value or None
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(commands: Mapping[str, str]) -> argparse.ArgumentParser:
+    description = textwrap.fill(
+        "Serve MXNet-format models over HTTP and gRPC. Every option can also be set with an "
+        f"environment variable {ENV_PREFIX}<OPTION> (e.g. {ENV_PREFIX}ADMIN_TOKEN); the "
+        "command line wins.", HELP_WIDTH)
+    epilog = "\n".join(["commands (instead of serving; each has its own --help):",
+                        *(f"  hybridserve {name:<14} {what}" for name, what in commands.items())])
+    # Raw: the command list keeps one line per command.
     parser = argparse.ArgumentParser(
-        prog="hybridserve", description="Serve MXNet-format models over HTTP. Every option can "
-        f"also be set with an environment variable {ENV_PREFIX}<OPTION> (e.g. "
-        f"{ENV_PREFIX}ADMIN_TOKEN); the command line wins.")
+        prog="hybridserve", description=description, epilog=epilog if commands else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     for name, field in Settings.model_fields.items():
         flag = "--" + name.replace("_", "-")
         help_text = f"{field.description} (env {ENV_PREFIX}{name.upper()})"
@@ -110,13 +123,17 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def load_settings(argv: Sequence[str] | None = None) -> Settings:
+def load_settings(argv: Sequence[str] | None = None,
+                  commands: Mapping[str, str] | None = None) -> Settings:
     """Settings from `argv` (default: none) over the environment.
+
+    `commands` (name -> what it does) are listed by ``--help``: the entry point's other
+    commands, which it runs instead of the server.
 
     Raises:
         SystemExit: an option is invalid; the message names the option and the bad value.
     """
-    parser = _parser()
+    parser = _parser(commands or {})
     given: dict[str, Any] = {key: value for key, value in vars(parser.parse_args(argv)).items()
                              if value is not None}
     try:

@@ -39,7 +39,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("engine",),
     ("service",),
     ("service.settings", "service.errors", "service.tracing"),
-    ("service.admin_token",),
+    ("service.admin_token", "service.startup"),
     ("service.tensors",),
     ("service.dataplane",),
     ("service.runtime",),

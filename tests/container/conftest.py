@@ -62,7 +62,8 @@ def project(run_log: list[str]) -> Iterator[Project]:
     environment = {key: value for key, value in os.environ.items()
                    if not key.startswith("HYBRIDSERVE_")}  # the compose defaults are under test
     environment.update(DOCKER_BUILDKIT="1", HYBRIDSERVE_ADMIN_TOKEN=secrets.token_hex(16),
-                       HYBRIDSERVE_HTTP_PORT=str(_free_port()), HYBRIDSERVE_POLL_INTERVAL="1")
+                       HYBRIDSERVE_HTTP_PORT=str(_free_port()),
+                       HYBRIDSERVE_GRPC_HOST_PORT=str(_free_port()), HYBRIDSERVE_POLL_INTERVAL="1")
     project = Project(f"hybridserve-container-test-{os.getpid()}", environment)
     run_log.append(", ".join(f"{key} {value}" for key, value in versions().items()))
     try:

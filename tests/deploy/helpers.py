@@ -114,21 +114,31 @@ def nginx_version(binary: str) -> tuple[int, ...]:
     return tuple(int(part) for part in match.group(1).split("."))
 
 
-def nginx_test_config(config: str, prefix: Path, loopback_ports: list[int] | None) -> str:
+def nginx_test_config(config: str, prefix: Path, loopback_ports: list[int] | None,
+                      grpc_ports: list[int] | None = None) -> str:
     """A copy of `config` that `nginx -t` can check unprivileged and offline.
 
-    Temporary-file paths move under `prefix`. With `loopback_ports`, the upstream's DNS-resolved
-    server is replaced by one loopback server per port (needs no `resolve` support).
+    Temporary-file paths move under `prefix`. With `loopback_ports`, the upstreams' DNS-resolved
+    servers are replaced by loopback servers (needs no `resolve` support): one per port of
+    `loopback_ports` for HTTP (port 8000), of `grpc_ports` (default: the HTTP ports plus 1000)
+    for gRPC (8001); and ``http2 on`` (nginx >= 1.25.1) by the older ``listen ... http2``.
     """
     temp_paths = "".join(f"    {kind}_temp_path {prefix / kind};\n"
                          for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
     text, count = re.subn(r"^http \{\n", "http {\n" + temp_paths, config, flags=re.MULTILINE)
     if count != 1:
         raise AssertionError("nginx.conf: expected exactly one top-level `http {` block")
-    if loopback_ports is not None:
+    if loopback_ports is None:
+        return text
+    grpc_ports = grpc_ports if grpc_ports is not None else [port + 1000 for port in loopback_ports]
+    for upstream_port, ports in ((8000, loopback_ports), (8001, grpc_ports)):
         servers = "".join(f"server 127.0.0.1:{port} max_fails=1 fail_timeout=10s;\n"
-                          for port in loopback_ports)
-        text, count = re.subn(r"server \S+:\d+ resolve[^;]*;\n", servers, text)
+                          for port in ports)
+        text, count = re.subn(rf"server \S+:{upstream_port} resolve[^;]*;\n", servers, text)
         if count != 1:
-            raise AssertionError("nginx.conf: expected one `server HOST:PORT resolve ...;` line")
+            raise AssertionError(f"nginx.conf: expected one `server HOST:{upstream_port} "
+                                 "resolve ...;` line")
+    text, count = re.subn(r"listen (\S+);\n(\s*)http2 on;\n", r"listen \1 http2;\n", text)
+    if count != 1:
+        raise AssertionError("nginx.conf: expected one `listen PORT;` followed by `http2 on;`")
     return text

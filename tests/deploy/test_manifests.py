@@ -101,16 +101,51 @@ def test_dockerfile_runtime_stages() -> None:
         lines = stages[name]
         user = [line.split()[1] for line in lines if line.startswith("USER ")]
         assert user and not user[-1].startswith(("0", "root")), f"stage {name}: runs as root"
-        assert "EXPOSE 8000" in lines and 'VOLUME ["/models"]' in lines, f"stage {name}"
+        assert 'VOLUME ["/models"]' in lines, f"stage {name}"
         assert any(line.startswith("COPY --from=builder-") and "/opt/venv" in line
                    for line in lines), f"stage {name}: the venv is not copied from a builder"
         health = [line for line in lines if line.startswith("HEALTHCHECK ")]
         assert health and "python" in health[0] and "healthcheck.py" in health[0], name
         env = " ".join(line for line in lines if line.startswith("ENV "))
         assert "HYBRIDSERVE_MODEL_REPOSITORY=/models" in env and "HYBRIDSERVE_PORT=8000" in env
+        # Both listeners are exposed, the ports the environment gives the server.
+        assert "HYBRIDSERVE_GRPC_PORT=8001" in env, f"stage {name}: gRPC port not set"
+        assert "EXPOSE 8000 8001" in lines, f"stage {name}: HTTP and gRPC ports not exposed"
         assert lines[-1] == 'ENTRYPOINT ["python", "-m", "service"]', f"stage {name}"
     healthcheck = (ROOT / "deploy" / "healthcheck.py").read_text()
     assert READY_PATH in healthcheck
+
+
+def test_the_docs_name_the_extra_the_gpu_image_installs() -> None:
+    (install,) = [line for line in dockerfile_stages()["builder-gpu"] if "pip install" in line
+                  and "[gpu" in line]
+    extra = re.search(r"\[(gpu[\w-]*)\]", install)
+    assert extra is not None, install
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    cuda_major = re.search(r"^ARG CUDA_IMAGE=nvidia/cuda:(\d+)\.", DOCKERFILE.read_text(),
+                           flags=re.MULTILINE)
+    assert cuda_major is not None
+    assert extra.group(1) == f"gpu-cuda{cuda_major.group(1)}" and extra.group(1) in extras, (
+        f"the CUDA {cuda_major.group(1)} image installs the {extra.group(1)!r} extra")
+    docs = (ROOT / "docs" / "deploy.md").read_text()
+    (row,) = [line for line in docs.splitlines() if line.startswith("| `gpu` |")]
+    named = re.findall(r"`([\w-]+)` extra", row)
+    assert named == [extra.group(1)], f"docs/deploy.md names {named}; the image installs " \
+        f"{extra.group(1)!r}: {row}"
+
+
+def test_every_docker_run_of_the_server_publishes_http_and_grpc() -> None:
+    servers = 0
+    for document in ("README.md", "docs/deploy.md"):
+        text = re.sub(r"\\\n\s*", " ", (ROOT / document).read_text())
+        runs = [line for line in text.splitlines() if re.search(r"\bdocker run\b", line)
+                and "--entrypoint" not in line]  # an --entrypoint run is a tool, no server
+        for run in runs:
+            published = {int(port) for port in re.findall(r"-p \S*?:?\d+:(\d+)\b", run)}
+            assert published >= {8000, 8001}, f"{document}: {run.strip()} publishes {published}"
+            servers += 1
+    assert servers >= 2, "expected the CPU and the GPU image's `docker run` in docs/deploy.md"
 
 
 def dockerfile_copy_sources() -> list[str]:
@@ -224,10 +259,22 @@ def test_compose_nginx_fronts_the_replicas(compose: dict[str, Any]) -> None:
 
 
 def test_compose_publishes_nginx_on_loopback_by_default(compose: dict[str, Any]) -> None:
-    (port,) = compose["services"]["nginx"]["ports"]
-    address, host_port, container_port = re.split(r":(?![^{]*\})", port)
-    assert address == "${HYBRIDSERVE_HTTP_ADDRESS:-127.0.0.1}", port
-    assert host_port == "${HYBRIDSERVE_HTTP_PORT:-8080}" and container_port == "80", port
+    http, grpc = (re.split(r":(?![^{]*\})", port) for port in compose["services"]["nginx"]["ports"])
+    for address, _, _ in (http, grpc):
+        assert address == "${HYBRIDSERVE_HTTP_ADDRESS:-127.0.0.1}", (http, grpc)
+    assert http[1:] == ["${HYBRIDSERVE_HTTP_PORT:-8080}", "80"], http
+    assert grpc[1:] == ["${HYBRIDSERVE_GRPC_HOST_PORT:-8001}", "8001"], grpc
+
+
+def test_compose_nginx_balances_grpc_over_the_replicas(compose: dict[str, Any]) -> None:
+    config = NGINX_CONF.read_text()
+    port = compose["x-server-environment"]["HYBRIDSERVE_GRPC_PORT"]
+    upstream = re.search(r"upstream (\w+) \{[^}]*server server:(\d+) resolve[^}]*\}", config[
+        config.index("upstream hybridserve_grpc"):])
+    assert upstream is not None and upstream.group(2) == port, "no gRPC upstream on the replicas"
+    server = re.search(r"listen (\d+);\s*http2 on;(.*?)\n    \}", config, flags=re.DOTALL)
+    assert server is not None, "nginx.conf: no HTTP/2 server for gRPC"
+    assert server.group(1) == "8001" and f"grpc_pass grpc://{upstream.group(1)};" in server.group(2)
 
 
 def test_nginx_gives_up_a_vanished_replica_within_tens_of_milliseconds() -> None:
@@ -283,12 +330,16 @@ REQUIRED_FIELDS = {
     "Job": ["spec.template.spec.containers"],
     "InferenceService": ["spec.predictor.model.modelFormat.name", "spec.predictor.model.runtime"],
     "ServingRuntime": ["spec.containers", "spec.supportedModelFormats", "spec.protocolVersions"],
+    "Namespace": [],
+    "NetworkPolicy": ["spec.podSelector", "spec.policyTypes"],
 }
 API_VERSIONS = {
     "Deployment": "apps/v1", "Service": "v1", "HorizontalPodAutoscaler": "autoscaling/v2",
     "PersistentVolumeClaim": "v1", "Secret": "v1", "Job": "batch/v1",
     "InferenceService": "serving.kserve.io/v1beta1", "ServingRuntime": "serving.kserve.io/v1alpha1",
+    "Namespace": "v1", "NetworkPolicy": "networking.k8s.io/v1",
 }
+NAMESPACE = "hybridserve"
 
 
 @pytest.fixture(scope="module")
@@ -345,9 +396,19 @@ def test_deployment_probes_security_and_storage(objects: dict[str, dict[str, Any
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     repository = env["HYBRIDSERVE_MODEL_REPOSITORY"]["value"]
     assert claims[mounts[repository]] == objects["PersistentVolumeClaim"]["metadata"]["name"]
-    token = env["HYBRIDSERVE_ADMIN_TOKEN"]["valueFrom"]["secretKeyRef"]
+    # The admin token is a file from the Secret (root:fsGroup, 0440: what the server trusts),
+    # never a variable.
+    assert "HYBRIDSERVE_ADMIN_TOKEN" not in env
+    token_file = Path(env["HYBRIDSERVE_ADMIN_TOKEN_FILE"]["value"])
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == str(token_file.parent)]
+    assert mount.get("readOnly") is True
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
     secret = objects["Secret"]
-    assert token["name"] == secret["metadata"]["name"] and token["key"] in secret["stringData"]
+    assert volume["secret"]["secretName"] == secret["metadata"]["name"]
+    assert volume["secret"]["defaultMode"] == 0o440 and pod["securityContext"]["fsGroup"] == (
+        pod["securityContext"]["runAsGroup"])
+    (item,) = volume["secret"]["items"]
+    assert item["path"] == token_file.name and item["key"] in secret["stringData"]
 
 
 def test_service_hpa_pvc_and_secret(objects: dict[str, dict[str, Any]]) -> None:
@@ -398,3 +459,50 @@ def test_seed_job_uses_the_shared_claim(objects: dict[str, dict[str, Any]]) -> N
     assert claims == [objects["PersistentVolumeClaim"]["metadata"]["name"]]
     (container,) = pod["containers"]
     assert container["command"][-1] == "/opt/hybridserve/seed_models.py"
+
+
+def _pods(objects: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Pod templates by the kind that makes them."""
+    return {kind: objects[kind]["spec"]["template"] for kind in ("Deployment", "Job")}
+
+
+def test_every_object_is_in_the_namespace(objects: dict[str, dict[str, Any]]) -> None:
+    assert objects["Namespace"]["metadata"]["name"] == NAMESPACE
+    for kind, obj in objects.items():
+        if kind != "Namespace":
+            assert obj["metadata"].get("namespace") == NAMESPACE, f"{kind} is not namespaced"
+
+
+def test_pods_mount_no_service_account_token_and_no_secret_variables(
+        objects: dict[str, dict[str, Any]]) -> None:
+    for kind, template in _pods(objects).items():
+        pod = template["spec"]
+        assert pod.get("automountServiceAccountToken") is False, kind
+        for container in pod["containers"]:
+            assert container["imagePullPolicy"] == "Always", kind
+            secret_variables = [e["name"] for e in container.get("env", [])
+                                if "secretKeyRef" in e.get("valueFrom", {})]
+            assert secret_variables == [], f"{kind}: secrets as variables {secret_variables}"
+
+
+def test_the_network_policy_admits_the_ingress_and_lets_out_only_dns(
+        objects: dict[str, dict[str, Any]]) -> None:
+    policy = objects["NetworkPolicy"]["spec"]
+    selector = policy["podSelector"]
+    for kind, template in _pods(objects).items():  # both pods are selected
+        labels = template["metadata"]["labels"]
+        assert selector["matchLabels"].items() <= labels.items(), kind
+        for expression in selector.get("matchExpressions", []):
+            assert expression["operator"] == "In" and labels[expression["key"]] in (
+                expression["values"]), kind
+    assert sorted(policy["policyTypes"]) == ["Egress", "Ingress"]
+    (ingress,) = policy["ingress"]
+    (source,) = ingress["from"]
+    assert "ipBlock" not in source and {"namespaceSelector", "podSelector"} <= set(source)
+    (container,) = objects["Deployment"]["spec"]["template"]["spec"]["containers"]
+    assert {port["port"] for port in ingress["ports"]} == {p["name"] for p in container["ports"]}
+    (egress,) = policy["egress"]
+    assert {(port["port"], port["protocol"]) for port in egress["ports"]} == {
+        (53, "UDP"), (53, "TCP")}
+    (dns,) = egress["to"]
+    assert dns["podSelector"]["matchLabels"] == {"k8s-app": "kube-dns"}

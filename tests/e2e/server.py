@@ -49,8 +49,10 @@ def running_server(repository: Path, extra: Sequence[str] = (), *, admin_port: b
     """Start the server, wait until /v2/health/ready answers, stop it (SIGTERM, then kill).
 
     `token` None starts it with no admin token configured (it then generates one);
-    `variables` are added to its environment.
+    `variables` are added to its environment. The repository directory is created first where
+    it is missing (the server refuses a missing one).
     """
+    repository.mkdir(parents=True, exist_ok=True)
     port = free_port()
     args = [sys.executable, "-m", "service", "--model-repository", str(repository),
             "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning", *extra]

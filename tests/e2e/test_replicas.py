@@ -36,7 +36,15 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
 REPLICAS = 3
 POLL_S = 0.5
-LOAD_ALLOWANCE_S = 1.0  # after the poll that sees the upload: read, validate and plan the model
+# How long a replica may take to serve an upload made through another: the next poll, then
+# reading, validating and planning the model. Beside two busy processes on 2 cores, the slowest
+# replica served 3 to 11 s after the upload (the test prints the times). Only polling brings the
+# model to the other two replicas, so a generous bound proves what a tight one would.
+CONVERGE_LIMIT_S = 60.0
+NGINX_START_LIMIT_S = 60.0
+# After the upstream's fail_timeout, nginx tries the restarted replica again with the next
+# request for it; the requests themselves may be slow on a busy machine.
+REJOIN_SLACK_S = 30.0
 LOAD_REQUESTS = 240
 LOAD_THREADS = 4
 KILL_AFTER = 60  # requests completed before one replica is killed
@@ -44,12 +52,14 @@ KILL_AFTER = 60  # requests completed before one replica is killed
 
 @dataclass
 class Nginx:
-    """A running nginx: its URL, process, access log and upstream fail_timeout."""
+    """A running nginx: its URL, process, access log and upstream fail_timeout, and the
+    address (host:port) of its gRPC server."""
 
     url: str
     process: subprocess.Popen[bytes]
     access_log: Path
     fail_timeout_s: float
+    grpc: str
 
     def upstreams(self) -> list[tuple[str, int]]:
         """(upstream addresses tried, final status) per request logged so far."""
@@ -60,9 +70,11 @@ class Nginx:
         return rows
 
 
-def replica_config(prefix: Path, listen: int, ports: list[int]) -> tuple[str, float]:
+def replica_config(prefix: Path, listen: int, grpc_listen: int, ports: list[int],
+                   grpc_ports: list[int]) -> tuple[str, float]:
     """deploy/nginx/nginx.conf for loopback replicas under `prefix`; and its fail_timeout (s)."""
-    text = nginx_test_config(NGINX_CONF.read_text(), prefix, loopback_ports=ports)
+    text = nginx_test_config(NGINX_CONF.read_text(), prefix, loopback_ports=ports,
+                             grpc_ports=grpc_ports)
     substitutions = [
         (r"^pid [^;]+;", f"pid {prefix / 'nginx.pid'};"),
         (r"^error_log [^;]+;", f"error_log {prefix / 'error.log'} warn;"),
@@ -70,6 +82,7 @@ def replica_config(prefix: Path, listen: int, ports: list[int]) -> tuple[str, fl
          rf"\1log_format upstreams '$upstream_addr $status';\n"
          rf"\1access_log {prefix / 'access.log'} upstreams;"),
         (r"^(\s*)listen 80;", rf"\1listen 127.0.0.1:{listen};"),
+        (r"^(\s*)listen 8001 http2;", rf"\1listen 127.0.0.1:{grpc_listen} http2;"),
     ]
     for pattern, replacement in substitutions:
         text, count = re.subn(pattern, replacement, text, count=1, flags=re.MULTILINE)
@@ -112,14 +125,16 @@ def nginx(nginx_binary: str, tmp_path: Path, replicas: tuple[list[Server], ExitS
     prefix = tmp_path / "nginx"
     prefix.mkdir()
     ports = [int(server.url.rsplit(":", 1)[1]) for server in replicas[0]]
-    listen = free_port()
-    config, fail_timeout = replica_config(prefix, listen, ports)
+    grpc_ports = [int(server.grpc.rsplit(":", 1)[1]) for server in replicas[0]]
+    listen, grpc_listen = free_port(), free_port()
+    config, fail_timeout = replica_config(prefix, listen, grpc_listen, ports, grpc_ports)
     (prefix / "nginx.conf").write_text(config)
     output = (prefix / "stdout.log").open("wb")
     process = subprocess.Popen(
         [nginx_binary, "-p", str(prefix), "-c", str(prefix / "nginx.conf"), "-e", "stderr",
          "-g", "daemon off;"], stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
-    running = Nginx(f"http://127.0.0.1:{listen}", process, prefix / "access.log", fail_timeout)
+    running = Nginx(f"http://127.0.0.1:{listen}", process, prefix / "access.log", fail_timeout,
+                    f"127.0.0.1:{grpc_listen}")
     try:
         _wait_nginx(running, prefix)
         yield running
@@ -129,7 +144,7 @@ def nginx(nginx_binary: str, tmp_path: Path, replicas: tuple[list[Server], ExitS
 
 
 def _wait_nginx(running: Nginx, prefix: Path) -> None:
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + NGINX_START_LIMIT_S
     while time.monotonic() < deadline:
         if running.process.poll() is not None:
             break
@@ -163,6 +178,24 @@ def _infer_v2(client: httpx.Client, url: str, inputs: np.ndarray) -> httpx.Respo
     tensor = {"name": "data", "datatype": datatype_of(inputs.dtype), "shape": list(inputs.shape),
               "data": inputs.ravel().tolist()}
     return client.post(f"{url}/v2/models/{MLP}/infer", json={"inputs": [tensor]})
+
+
+def _check_serves_grpc(address: str, inputs: np.ndarray, expected: np.ndarray) -> None:
+    """ModelInfer through `address` (the server's own stubs; see tests/e2e/grpc_clients.py)."""
+    import grpc
+
+    from service.grpc import inference_pb2 as pb
+    from service.grpc import inference_pb2_grpc as pb_grpc
+
+    request = pb.ModelInferRequest(model_name=MLP)
+    request.inputs.add(name="data", datatype=datatype_of(inputs.dtype), shape=inputs.shape)
+    request.raw_input_contents.append(np.ascontiguousarray(inputs).tobytes())
+    with grpc.insecure_channel(address) as channel:
+        response = pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=60)
+    (output,) = response.outputs
+    assert output.datatype == datatype_of(expected.dtype), output
+    values = np.frombuffer(response.raw_output_contents[0], expected.dtype)
+    assert_close(values.reshape(tuple(output.shape)), expected, TOLERANCE, "gRPC through nginx")
 
 
 def _outputs(response: httpx.Response) -> np.ndarray:
@@ -247,12 +280,13 @@ def test_replicas_behind_nginx(nginx_binary: str, repository: Path,
     response = client.post(f"{nginx.url}/models/{MLP}", files=files, headers=AUTH)
     uploaded = time.monotonic()
     assert response.status_code == 201, response.text
-    latencies = [_serves_within(client, server.url, inputs["data"], uploaded,
-                                POLL_S + LOAD_ALLOWANCE_S) for server in servers]
+    latencies = [_serves_within(client, server.url, inputs["data"], uploaded, CONVERGE_LIMIT_S)
+                 for server in servers]
     print(f"replicas serve {MLP} {', '.join(f'{s:.2f}' for s in latencies)} s after upload")
     for server in servers:
         _check_serves(client, server.url, f"replica {server.url}")
     _check_serves(client, nginx.url, "through nginx")
+    _check_serves_grpc(nginx.grpc, inputs["data"], expected)
 
     # kill -9 one replica while a bounded load runs through nginx: no request may fail.
     load = Load(nginx.url, batch["data"], batch_expected)
@@ -288,7 +322,8 @@ def test_replicas_behind_nginx(nginx_binary: str, repository: Path,
 
     # nginx sends it traffic again once the upstream's fail_timeout has passed.
     logged = len(nginx.upstreams())
-    deadline = time.monotonic() + nginx.fail_timeout_s + 5
+    rejoin_limit_s = nginx.fail_timeout_s + REJOIN_SLACK_S
+    deadline = time.monotonic() + rejoin_limit_s
     while time.monotonic() < deadline:
         response = _predict(client, nginx.url, inputs["data"])
         assert response.status_code == 200, response.text
@@ -298,4 +333,4 @@ def test_replicas_behind_nginx(nginx_binary: str, repository: Path,
         time.sleep(0.1)
     else:
         raise AssertionError(f"nginx did not route to the restarted replica {victim_address} "
-                             f"within {nginx.fail_timeout_s + 5:.0f} s")
+                             f"within {rejoin_limit_s:.0f} s")

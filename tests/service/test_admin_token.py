@@ -93,15 +93,54 @@ def test_an_existing_file_is_trusted_only_if_private(tmp_path: Path,
     with pytest.raises(TokenFileError, match=r"mode 0640.*chmod 600"):
         resolve(_settings(tmp_path))
     path.chmod(0o600)
+    if path.stat().st_uid == 0:  # root's files are trusted as provided (see below): not root's
+        os.chown(path, 4321, -1)
     owner = path.stat().st_uid
     with monkeypatch.context() as patch:  # the server runs as another user than the file's
         patch.setattr(os, "geteuid", lambda: owner + 1)
         with pytest.raises(TokenFileError, match=f"owned by uid {owner}, not"):
             resolve(_settings(tmp_path))
+    os.chown(path, os.geteuid(), -1)
     for content in ("", "two words", "\n\n"):
         path.write_text(content)
         with pytest.raises(TokenFileError, match="expected one line"):
             resolve(_settings(tmp_path))
+
+
+def _root_file(mode: int, group: int) -> os.stat_result:
+    """The status of a regular file owned by root (a Kubernetes Secret volume's file)."""
+    return os.stat_result((stat.S_IFREG | mode, 1, 1, 1, 0, group, 40, 0, 0, 0))
+
+
+@pytest.mark.parametrize(("mode", "group", "trusted"), [
+    (0o440, 10001, True),  # a Secret with defaultMode 0440 and the pod's fsGroup
+    (0o400, 10001, True),
+    (0o440, 20002, False),  # readable by a group the server is not in
+    (0o444, 10001, False),  # by everyone
+    (0o460, 10001, False),  # changeable by the group
+    (0o640, 10001, True),  # only root may change it, and root may change anything
+    (0o442, 10001, False),
+])
+def test_a_file_root_provides_for_the_servers_group_is_trusted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: int, group: int,
+        trusted: bool) -> None:
+    path = tmp_path / "token"
+    path.write_text("secret-token")  # a Secret's file ends without a newline
+    real_fstat = os.fstat
+    monkeypatch.setattr(os, "geteuid", lambda: 10001)  # the images' user
+    monkeypatch.setattr(os, "getegid", lambda: 10001)
+    monkeypatch.setattr(os, "getgroups", lambda: [10001])
+    monkeypatch.setattr(os, "fstat", lambda descriptor: _root_file(mode, group)
+                        if real_fstat(descriptor).st_ino == path.stat().st_ino
+                        else real_fstat(descriptor))
+    settings = _settings(tmp_path / "repository", admin_token_file=path)
+    if trusted:
+        access = resolve(settings)
+        assert access.token == "secret-token" and access.file == path and not access.created
+    else:
+        with pytest.raises(TokenFileError, match=rf"is root's with mode {mode:04o} and group "
+                           rf"{group}: only root and this server's group \(gid 10001\)"):
+            resolve(settings)
 
 
 def test_a_directory_in_its_place_is_refused(tmp_path: Path) -> None:
