@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.cpu import blas_threads, parts
+from engine.cpu import blas_threads, denormals, parts
 from engine.cpu.spin_ir import (
     ARMED,
     DOZE_MICROSECONDS,
@@ -353,6 +353,7 @@ class _Pool:
             self.wake.notify_all()
 
     def _serve(self, index: int) -> None:
+        denormals.flush_here()  # a worker runs nothing but kernels' parts
         while True:
             with self.wake:
                 while not ((self.armed_count or self.state[STICKY]) and index < self.wanted):

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.cpu import blas_threads, parallel
+from engine.cpu import blas_threads, denormals, parallel
 from engine.graph.ir import Graph
 
 # Work (`work`: multiply-adds outside dense GEMMs, estimated) a run of rows must have for a
@@ -123,8 +123,8 @@ def _pool(workers: int) -> ThreadPoolExecutor:
                 if pool is not None:
                     pool.shutdown(wait=False)  # its queued parts still run
                 size = max(workers, parallel.cores() - 1)
-                pool = _settings["pool"] = ThreadPoolExecutor(size,
-                                                              thread_name_prefix="engine-rows")
+                pool = _settings["pool"] = ThreadPoolExecutor(
+                    size, thread_name_prefix="engine-rows", initializer=denormals.flush_here)
     return pool
 
 
