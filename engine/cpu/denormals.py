@@ -69,7 +69,9 @@ class flushed:  # noqa: N801 - used as a context manager, like a function's resu
     def __enter__(self) -> None:
         update = _update()
         if update is not None:
-            self._saved = update(BOTH, -1)
+            saved = update(BOTH, -1)
+            # A thread that flushes already (a compute thread) has nothing to put back.
+            self._saved = None if saved & BOTH == BOTH else saved
 
     def __exit__(self, *exception: object) -> None:
         if self._saved is not None:
