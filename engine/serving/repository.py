@@ -19,6 +19,7 @@ from engine.errors import EngineError
 from engine.serving import disk
 from engine.serving.batcher import BatchingPolicy, BatchRun, DynamicBatcher
 from engine.serving.config import CONFIG_NAME, ModelConfig, parse_config
+from engine.serving.cores import CoreShare
 from engine.serving.errors import (
     Conflict,
     InvalidModel,
@@ -526,12 +527,13 @@ class ModelRepository:
                                             concurrent_batches(validated.model))
         observer = None if self.batch_observer is None else functools.partial(
             self.batch_observer, name, version)
-        executor = self._device_compute if on_gpu(validated.model) else self._compute
-        batcher = DynamicBatcher(validated.model.infer, policy, executor=executor,
+        gpu = on_gpu(validated.model)
+        batcher = DynamicBatcher(validated.model.infer, policy,
+                                 executor=self._device_compute if gpu else self._compute,
                                  name=f"model {name!r} version {version}",
                                  batch_buffers=getattr(validated.model, "batch_buffers", None),
                                  batch_axes=validated.config.batch_axes(),
-                                 observer=observer)
+                                 observer=observer, core_share=None if gpu else CoreShare())
         return LoadedVersion(name, version, validated.model, validated.config, batcher,
                              manifest_digest=identity[0], config_digest=identity[1])
 
