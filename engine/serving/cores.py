@@ -9,7 +9,8 @@ spin on for milliseconds after each run, took the event loop's core: 0.60× the 
 one core per batch (docs/benchmarks.md, "Serving over HTTP"). So each CPU model keeps the CPU
 time its last batch took per request (wall time × cores used), and runs its next batch on every
 core only when that is at least `WIDE_CPU_SECONDS_PER_REQUEST`, else on one thread, BLAS's
-included (`blas_threads.one_thread`, process-wide: the server computes one CPU batch at a time).
+included (`blas_threads.one_thread`, process-wide: the server computes one CPU batch at a time),
+and the spin pool's workers not kept spinning (`spin_pool.unstick`).
 CPU time, not wall time, so a batch run wide does not look cheap enough to run narrow next.
 """
 
@@ -19,7 +20,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from engine.cpu import blas_threads, parallel
+from engine.cpu import blas_threads, parallel, spin_pool
 
 # Five times what the event loop spends on a request (about 0.2 ms for a V2 binary tensor or
 # a small JSON body on the 2-core VM): above it the compute is what limits the rate.
@@ -49,6 +50,9 @@ class CoreShare:
         if wide:
             yield
         else:
+            # Workers a wide batch left spinning (`spin_pool.stick`) would take this one's
+            # jobs too, and spin on between batches on the event loop's core.
+            spin_pool.unstick()
             with blas_threads.one_thread():
                 yield
         self._cpu_per_request = (time.perf_counter() - started) * cores / max(1, requests)
