@@ -63,8 +63,9 @@ def set_threads(count: int | None) -> None:
     """Let one CPU `Model.infer` use up to ``count`` cores (1: never split; None: as many as
     BLAS's thread count, every core by default).
 
-    Applies to calls made from now on, by every model of the process. A server that runs its
-    own workers sets 1.
+    Applies to calls made from now on, by every model of the process. A caller that runs
+    several batches at once on threads of its own sets 1 (the server leaves it at None and
+    sets BLAS's thread count instead, docs/threads.md).
     """
     if count is not None and (isinstance(count, bool) or not isinstance(count, int)
                               or count < 1):
