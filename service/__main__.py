@@ -164,6 +164,18 @@ async def _start_grpc(runtime: Runtime) -> grpc.aio.Server | None:
             from None
 
 
+def blas_threads_for(settings: Settings) -> int:
+    """BLAS threads per call: `blas_threads`, else this process's cores shared out among the
+    compute threads (every core for one batch at a time)."""
+    if settings.blas_threads is not None:
+        return settings.blas_threads
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS has no affinity mask
+        cores = os.cpu_count() or 1
+    return max(1, cores // settings.compute_threads)
+
+
 def limit_blas_threads(threads: int) -> None:
     """Set the BLAS thread variables (read when numpy loads; an explicit variable wins)."""
     if threads == 0:
@@ -184,13 +196,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = load_settings(args, COMMANDS)
     logging.basicConfig(level=settings.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    limit_blas_threads(settings.blas_threads)
-    from engine.cpu import cache
-    from engine.runtime import batch_split  # imports numpy: after `limit_blas_threads`
+    # One infer uses as many cores as BLAS's thread count (its rows split, or its steps spread
+    # over the spin pool, docs/threads.md): the compute threads' share of the cores.
+    limit_blas_threads(blas_threads_for(settings))
+    from engine.cpu import blas_threads, cache  # imports numpy: after `limit_blas_threads`
 
-    # The compute threads already share the cores, a batch each: one infer must not also
-    # spread its rows over them (the library default).
-    batch_split.set_threads(1)
+    # OpenBLAS started its threads as numpy loaded; start them anew flushing denormals, as
+    # every thread that runs kernels does (before any request: no BLAS call is running).
+    blas_threads.restart_flushed()
     if settings.cache_dir is not None:
         cache.set_cache_dir(settings.cache_dir)
     sys.setswitchinterval(settings.switch_interval)

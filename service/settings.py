@@ -59,14 +59,18 @@ class Settings(BaseSettings):
     plan_cache_size: int = Field(
         64, ge=1, le=100_000, description="input signatures per model whose compiled plans and "
         "inferred shapes are kept (least recently used evicted first)")
-    compute_threads: int = Field(2, ge=1, le=256, description="threads running batches")
+    compute_threads: int = Field(
+        1, ge=1, le=256, description="CPU batches computed at once, of all models (default 1: "
+        "batches queue for the cores and each runs on all of them, as in process; with more, "
+        "each gets its share through blas_threads)")
     image_threads: int = Field(
         2, ge=1, le=256, description="threads decoding and preprocessing images sent to inputs "
         "with a preprocess pipeline (Pillow releases the GIL)")
-    blas_threads: int = Field(
-        1, ge=0, le=256, description="threads per BLAS call (OpenBLAS/MKL/OpenMP; 0: library "
-        "default); batches already run in parallel, and oversubscribed BLAS threads slow them "
-        "down many times")
+    blas_threads: int | None = Field(
+        None, ge=0, le=256, description="cores one batch uses: threads per BLAS call "
+        "(OpenBLAS/MKL/OpenMP), and the engine's own threads follow it (default: the cores "
+        "divided by compute_threads, so that batches computed at once never oversubscribe "
+        "the cores; 0: the BLAS library's default)")
     switch_interval: float = Field(
         0.0005, gt=0, le=0.1, description="seconds between GIL hand-offs (Python's default "
         "0.005 makes the event loop and the compute threads wait on each other)")

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from engine.cpu import denormals
+
 _found: list[Any] = []
 _held = {"count": 0, "saved": 1}
 _holding = threading.Lock()
@@ -42,6 +44,17 @@ class OpenBlas:
         """Use ``threads`` threads from now on, process-wide."""
         self._set(threads)
 
+    def restart_threads(self) -> bool:
+        """Stop its worker threads and start them anew from this thread (OpenBLAS's own
+        shutdown, as before a fork, and its start); False where it exports neither."""
+        shutdown = getattr(self.library, "blas_thread_shutdown_", None)
+        start = getattr(self.library, "blas_thread_init", None)
+        if shutdown is None or start is None:
+            return False
+        shutdown()
+        start()
+        return True
+
 
 def numpy_openblas() -> OpenBlas | None:
     """numpy's own OpenBLAS, found on first use; None where numpy uses another BLAS."""
@@ -54,6 +67,26 @@ def threads() -> int:
     """Threads numpy's BLAS uses now (1 where it is not numpy's OpenBLAS: unknown)."""
     blas = numpy_openblas()
     return 1 if blas is None else blas.count()
+
+
+def restart_flushed() -> bool:
+    """numpy's OpenBLAS worker threads started anew from a thread that flushes denormals
+    (`denormals`), so that they flush too: a thread inherits its creator's MXCSR, and
+    OpenBLAS starts its threads when numpy loads. Only while no BLAS call runs on any thread
+    (a server calls it as it starts, before any request). True where done."""
+    blas = numpy_openblas()
+    if blas is None or not denormals.available():
+        return False
+    done: list[bool] = []
+
+    def restart() -> None:
+        denormals.flush_here()
+        done.append(blas.restart_threads())
+
+    thread = threading.Thread(target=restart, name="blas-restart")
+    thread.start()
+    thread.join()
+    return bool(done and done[0])
 
 
 def _find() -> OpenBlas | None:

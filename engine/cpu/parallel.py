@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from engine.cpu import denormals
+
 # Below this many bytes read and written, handing a slab to another thread (~10-20 µs with a
 # busy machine's wake-ups) costs more than it saves.
 MIN_BYTES = 512 << 10
@@ -57,7 +59,8 @@ def set_threads(count: int | None) -> None:
 def _pool(workers: int) -> ThreadPoolExecutor:
     pool = _settings["pool"]
     if pool is None or pool._max_workers < workers:
-        pool = _settings["pool"] = ThreadPoolExecutor(workers, thread_name_prefix="engine-step")
+        pool = _settings["pool"] = ThreadPoolExecutor(workers, thread_name_prefix="engine-step",
+                                                       initializer=denormals.flush_here)
     return pool
 
 

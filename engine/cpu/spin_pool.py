@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.cpu import blas_threads, parts
+from engine.cpu import blas_threads, denormals, parts
 from engine.cpu.spin_ir import (
     ARMED,
     DOZE_MICROSECONDS,
@@ -206,6 +206,16 @@ def stick(threads: int) -> None:
             pool.wake_for(threads - 1)
 
 
+def unstick() -> None:
+    """Jobs run on their caller alone from now on, unless a run is armed: `stick`'s flag is
+    cleared, so that the workers spin out their patience and doze (while it is set, every job
+    posted, armed or not, takes them, and keeps them spinning). For a caller that wants the
+    next runs on one core (a served batch too cheap to spread, `engine.serving.cores`)."""
+    pool = _state.get("pool")
+    if pool is not None:
+        pool.state[STICKY] = 0
+
+
 class armed:  # noqa: N801 - used as a context manager, like a function's result
     """``with armed() as threads:``: workers spinning for the jobs run inside, with BLAS on one
     thread; ``threads`` is how many threads the jobs run on (1: nothing armed, jobs run
@@ -353,6 +363,7 @@ class _Pool:
             self.wake.notify_all()
 
     def _serve(self, index: int) -> None:
+        denormals.flush_here()  # a worker runs nothing but kernels' parts
         while True:
             with self.wake:
                 while not ((self.armed_count or self.state[STICKY]) and index < self.wanted):

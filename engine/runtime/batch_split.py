@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.cpu import blas_threads, parallel
+from engine.cpu import blas_threads, denormals, parallel
 from engine.graph.ir import Graph
 
 # Work (`work`: multiply-adds outside dense GEMMs, estimated) a run of rows must have for a
@@ -63,8 +63,9 @@ def set_threads(count: int | None) -> None:
     """Let one CPU `Model.infer` use up to ``count`` cores (1: never split; None: as many as
     BLAS's thread count, every core by default).
 
-    Applies to calls made from now on, by every model of the process. A server that runs its
-    own workers sets 1.
+    Applies to calls made from now on, by every model of the process. A caller that runs
+    several batches at once on threads of its own sets 1 (the server leaves it at None and
+    sets BLAS's thread count instead, docs/threads.md).
     """
     if count is not None and (isinstance(count, bool) or not isinstance(count, int)
                               or count < 1):
@@ -123,8 +124,8 @@ def _pool(workers: int) -> ThreadPoolExecutor:
                 if pool is not None:
                     pool.shutdown(wait=False)  # its queued parts still run
                 size = max(workers, parallel.cores() - 1)
-                pool = _settings["pool"] = ThreadPoolExecutor(size,
-                                                              thread_name_prefix="engine-rows")
+                pool = _settings["pool"] = ThreadPoolExecutor(
+                    size, thread_name_prefix="engine-rows", initializer=denormals.flush_here)
     return pool
 
 

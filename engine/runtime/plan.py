@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from engine.compiler.plan_memory import MemoryPlan, plan_memory
-from engine.cpu import blas_threads, parallel, spin_pool
+from engine.cpu import blas_threads, denormals, parallel, spin_pool
 from engine.device import CPU, Device, on_stream
 from engine.errors import EngineError, ExecutionError, ShapeError
 from engine.graph.infer import infer_dtypes, infer_shapes, specialize_sources
@@ -163,12 +163,13 @@ class Plan:
                 for name, buffer in self._input_buffers:
                     fill_rows(buffer, feed[name])
                 threads = spin_pool.threads() if self._spins else 1
-                if threads > 1 and self._hold_blas:
-                    self._run_spinning()
-                else:
-                    if threads > 1:
-                        spin_pool.stick(threads)
-                    self._run_steps()
+                with denormals.flushed():  # FTZ/DAZ while the kernels run (docs/threads.md)
+                    if threads > 1 and self._hold_blas:
+                        self._run_spinning()
+                    else:
+                        if threads > 1:
+                            spin_pool.stick(threads)
+                        self._run_steps()
                 return [head.copy() for head in self._heads] if copy_outputs else \
                     list(self._heads)
         finally:

@@ -26,6 +26,7 @@ import numpy as np
 from engine.errors import ExecutionError, InputError
 from engine.runtime.buffers import BatchBuffers, HostBatch, join_rows
 from engine.serving.config import ModelConfig
+from engine.serving.cores import CoreShare
 from engine.serving.errors import ModelNotReady, Overloaded, TimedOut
 from engine.serving.stats import BatcherStats
 
@@ -112,6 +113,8 @@ class DynamicBatcher:
             dimension, so requests are never joined (Triton's ``max_batch_size`` 0).
         observer: called on the event loop with each finished batch (`BatchRun`); None (the
             default) keeps no context and calls nothing.
+        core_share: a CPU model's: whether each batch runs on every core or on one
+            (`CoreShare`); None: as ``infer`` runs it.
 
     Raises (from `submit`):
         InputError: inputs are not arrays with one common batch size in 1..max_batch_size.
@@ -130,8 +133,10 @@ class DynamicBatcher:
                  executor: Executor | None = None,
                  batch_buffers: BatchBuffersFn | None = None,
                  batch_axes: Mapping[str, int] | None = MappingProxyType({}),
-                 observer: BatchObserver | None = None) -> None:
+                 observer: BatchObserver | None = None,
+                 core_share: CoreShare | None = None) -> None:
         self.infer = infer
+        self._core_share = core_share
         self._observer = observer
         self.batch_axes = None if batch_axes is None else dict(batch_axes)
         self._first_axis = batch_axes is not None and not any(batch_axes.values())
@@ -418,6 +423,13 @@ class DynamicBatcher:
         """The requests' rows joined into one batch and run, on a compute thread: a batch of
         images is tens of MB to copy, which would stall the event loop. A lone request runs
         as it is; several are joined where `batch_buffers` says (one copy of each)."""
+        if self._core_share is None:
+            return self._join_and_run(inputs, rows)
+        with self._core_share.batch(len(inputs)):
+            return self._join_and_run(inputs, rows)
+
+    def _join_and_run(self, inputs: Sequence[Mapping[str, np.ndarray]],
+                      rows: int) -> Mapping[str, np.ndarray]:
         if len(inputs) == 1:
             return self.infer(inputs[0])
         if not self._first_axis:

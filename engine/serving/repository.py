@@ -14,10 +14,12 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from engine.cpu import denormals
 from engine.errors import EngineError
 from engine.serving import disk
 from engine.serving.batcher import BatchingPolicy, BatchRun, DynamicBatcher
 from engine.serving.config import CONFIG_NAME, ModelConfig, parse_config
+from engine.serving.cores import CoreShare
 from engine.serving.errors import (
     Conflict,
     InvalidModel,
@@ -44,11 +46,14 @@ from engine.serving.validate import (
     concurrent_batches,
     default_loader,
     load_and_validate,
+    on_gpu,
 )
 from engine.serving.versions import Identity, Phase, VersionRecord, wanted_versions
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+# Threads running GPU models' batches: each such model runs 2 at once (`concurrent_batches`).
+GPU_COMPUTE_THREADS = 2
 Source = bytes | str | os.PathLike[str]
 
 
@@ -62,7 +67,11 @@ class ModelRepository:
         memory_budget_bytes: refuse loads that would take the total past this (None: no limit).
         poll_interval_s: re-scan the directory this often after `start` (None: only on demand).
         require_manifest: skip version directories without ``MANIFEST.json`` (still copying).
-        compute_threads: worker threads shared by all batchers.
+        compute_threads: CPU batches of all models computed at once, one thread each. With
+            1 (the default) batches queue for the cores and each runs on all of them, as
+            `Model.infer` does in process; with more, each should use its share of the cores
+            (the server sets BLAS's thread count to cores / compute_threads, docs/threads.md).
+            GPU models run their batches on threads of their own.
         stale_tmp_age_s: at `start`, delete staging directories untouched for this long.
         batch_observer: called with each version's name, number and finished batch
             (`BatchRun`) by the batchers of versions loaded from then on (a tracer's hook).
@@ -78,7 +87,7 @@ class ModelRepository:
     def __init__(self, root: str | os.PathLike[str], *, loader: Loader | None = None,
                  device: str = "cpu", memory_budget_bytes: int | None = None,
                  poll_interval_s: float | None = None, require_manifest: bool = True,
-                 compute_threads: int = 2, stale_tmp_age_s: float = 600.0,
+                 compute_threads: int = 1, stale_tmp_age_s: float = 600.0,
                  batch_observer: Callable[[str, int, BatchRun], None] | None = None) -> None:
         self.root = Path(root)
         self.loader = loader or default_loader
@@ -88,7 +97,13 @@ class ModelRepository:
         self.require_manifest = require_manifest
         self.stale_tmp_age_s = stale_tmp_age_s
         self.batch_observer = batch_observer
-        self._compute = ThreadPoolExecutor(compute_threads, thread_name_prefix="serving-compute")
+        # Threads that only run kernels flush denormals (engine.cpu.denormals).
+        self._compute = ThreadPoolExecutor(compute_threads, thread_name_prefix="serving-compute",
+                                           initializer=denormals.flush_here)
+        # A GPU model's batches overlap each other's host work (`concurrent_batches`), so they
+        # never queue behind the CPU's batches (threads start only when used).
+        self._device_compute = ThreadPoolExecutor(GPU_COMPUTE_THREADS,
+                                                  thread_name_prefix="serving-gpu")
         self._io = ThreadPoolExecutor(1, thread_name_prefix="serving-load")
         self._lock = asyncio.Lock()
         self._disk: dict[str, disk.DiskModel] = {}  # the directory as last scanned
@@ -119,6 +134,7 @@ class ModelRepository:
         drains = [task for record in self._all_records() for task in record.draining.values()]
         await asyncio.gather(*drains, return_exceptions=True)
         self._compute.shutdown(wait=False)
+        self._device_compute.shutdown(wait=False)
         self._io.shutdown(wait=False)
 
     async def _poll_forever(self) -> None:
@@ -511,11 +527,13 @@ class ModelRepository:
                                             concurrent_batches(validated.model))
         observer = None if self.batch_observer is None else functools.partial(
             self.batch_observer, name, version)
-        batcher = DynamicBatcher(validated.model.infer, policy, executor=self._compute,
+        gpu = on_gpu(validated.model)
+        batcher = DynamicBatcher(validated.model.infer, policy,
+                                 executor=self._device_compute if gpu else self._compute,
                                  name=f"model {name!r} version {version}",
                                  batch_buffers=getattr(validated.model, "batch_buffers", None),
                                  batch_axes=validated.config.batch_axes(),
-                                 observer=observer)
+                                 observer=observer, core_share=None if gpu else CoreShare())
         return LoadedVersion(name, version, validated.model, validated.config, batcher,
                              manifest_digest=identity[0], config_digest=identity[1])
 

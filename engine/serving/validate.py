@@ -259,15 +259,17 @@ def _buckets(config: ModelConfig, model: ServableModel, inputs: Sequence[TensorC
     return config.batch_buckets or default_batch_buckets(config.max_batch_size, model)
 
 
-def _on_gpu(model: Any) -> bool:
+def on_gpu(model: Any) -> bool:
+    """Whether ``model`` runs on a GPU."""
     return bool(getattr(getattr(model, "backend", None), "is_gpu", False))
 
 
 def concurrent_batches(model: Any) -> int:
     """Batches a model runs at once: 2 on a GPU, where one batch's host copies and the next
     batch's requests arriving overlap the other's kernels; 1 on the CPU, whose cores one batch
-    already uses."""
-    return 2 if _on_gpu(model) else 1
+    already uses (the repository's compute threads decide how many CPU batches of all models
+    run at once)."""
+    return 2 if on_gpu(model) else 1
 
 
 def warm_buckets(model: ServableModel, inputs: Sequence[TensorConfig],
@@ -293,7 +295,7 @@ def warm_buckets(model: ServableModel, inputs: Sequence[TensorConfig],
 
 def default_batch_buckets(max_batch_size: int, model: Any) -> tuple[int, ...] | None:
     """Powers of two up to ``max_batch_size`` (and it) for a model on a GPU, None elsewhere."""
-    if not _on_gpu(model):
+    if not on_gpu(model):
         return None
     sizes = {1 << k for k in range(max_batch_size.bit_length()) if 1 << k <= max_batch_size}
     return tuple(sorted(sizes | {max_batch_size}))

@@ -48,17 +48,47 @@ def test_the_cache_directory_reaches_the_engine(monkeypatch: pytest.MonkeyPatch,
     import uvloop
     from numba.core import config
 
-    from engine.cpu import cache
-    from engine.runtime import batch_split
+    from engine.cpu import blas_threads, cache
     from service import __main__ as entry
 
     # `main` up to the server's start, without changing what other tests see.
     served = []
     monkeypatch.setattr(uvloop, "run", lambda coroutine: served.append(coroutine.close()))
-    monkeypatch.setattr(batch_split, "set_threads", lambda count: None)
+    monkeypatch.setattr(blas_threads, "restart_flushed", lambda: True)
     monkeypatch.setattr(sys, "setswitchinterval", lambda interval: None)
     monkeypatch.setattr(cache, "_settings", {"directory": None})
     monkeypatch.setattr(config, "CACHE_DIR", config.CACHE_DIR)
     assert entry.main(["--cache-dir", str(tmp_path), "--model-repository", str(tmp_path),
                        "--blas-threads", "0"]) == 0
     assert served and cache.cache_dir() == tmp_path
+
+
+def test_one_batch_at_a_time_gets_every_core(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from service.__main__ import blas_threads_for
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert load_settings([]).compute_threads == 1
+    assert blas_threads_for(load_settings([])) == 4  # one batch on every core
+    assert blas_threads_for(load_settings(["--compute-threads", "2"])) == 2  # a share each
+    assert blas_threads_for(load_settings(["--compute-threads", "8"])) == 1
+    assert blas_threads_for(load_settings(["--blas-threads", "3"])) == 3  # said outright
+    assert blas_threads_for(load_settings(["--blas-threads", "0"])) == 0  # the library's own
+
+
+def test_the_server_restarts_blas_threads_flushing_denormals(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import sys
+
+    import uvloop
+
+    from engine.cpu import blas_threads
+    from service import __main__ as entry
+
+    calls = []
+    monkeypatch.setattr(uvloop, "run", lambda coroutine: coroutine.close())
+    monkeypatch.setattr(blas_threads, "restart_flushed", lambda: calls.append("restart"))
+    monkeypatch.setattr(sys, "setswitchinterval", lambda interval: None)
+    assert entry.main(["--model-repository", str(tmp_path), "--blas-threads", "0"]) == 0
+    assert calls == ["restart"]

@@ -332,3 +332,48 @@ def test_background_polling_picks_up_another_writer(tmp_path: Path) -> None:
         await reader.close()
 
     run(main())
+
+
+def test_cpu_batches_of_all_models_queue_for_the_cores_on_flushing_threads(
+        tmp_path: Path) -> None:
+    """One CPU batch at a time by default, each on every core (as `Model.infer` runs it in
+    process), on compute threads that flush denormals."""
+    import threading
+    import time
+
+    from engine.cpu import denormals
+    from tests.engine.serving.fakes import FakeModel
+
+    seen = {"running": 0, "most": 0, "flushing": []}
+    lock = threading.Lock()
+
+    class Recording(FakeModel):
+        def infer(self, inputs: Any) -> dict[str, np.ndarray]:
+            with lock:
+                seen["running"] += 1
+                seen["most"] = max(seen["most"], seen["running"])
+            seen["flushing"].append(denormals.flushing_here())
+            time.sleep(0.05)  # long enough for the other model's batch to arrive meanwhile
+            try:
+                return super().infer(inputs)
+            finally:
+                with lock:
+                    seen["running"] -= 1
+
+    def loader(symbol: Path, params: Path, *, device: str = "cpu") -> FakeModel:
+        return Recording(fake_loader(symbol, params, device=device).width)
+
+    async def main() -> None:
+        repo = ModelRepository(tmp_path, loader=loader, stale_tmp_age_s=0)
+        await repo.start()
+        for name in ("a", "b"):
+            await repo.add_version(name, fake_symbol(width=4), b"weights")
+        seen.update(running=0, most=0, flushing=[])
+        data = np.ones((1, 4), np.float32)
+        await asyncio.gather(*(repo.infer(name, {"data": data})
+                               for name in ("a", "b") for _ in range(3)))
+        await repo.close()
+
+    run(main())
+    assert seen["most"] == 1
+    assert seen["flushing"] and all(seen["flushing"]) == denormals.available()

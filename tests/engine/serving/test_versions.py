@@ -224,7 +224,9 @@ def test_unload_drains_in_flight_requests_through_unloading(tmp_path: Path) -> N
 
 def test_replace_under_load_serves_the_new_copy_while_the_old_drains(tmp_path: Path) -> None:
     async def main() -> None:
-        repo = ModelRepository(tmp_path, loader=fake_loader)
+        # Two compute threads: with one (the default) CPU batches queue for the cores, and the
+        # new copy's batch would wait for the old copy's, held here, to end.
+        repo = ModelRepository(tmp_path, loader=fake_loader, compute_threads=2)
         try:
             await repo.start()
             await repo.add_version("m", fake_symbol(1), b"p")
