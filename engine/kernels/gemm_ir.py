@@ -196,7 +196,7 @@ class TileKernel:
             scalar = builder.load(builder.gep(a, [builder.add(row_offsets[i], a_column)]),
                                   align=4)
             broadcast = self._splat(builder, scalar)
-            stepped.append([builder.call(self.fmuladd, [broadcast, b_values[j], tile[i][j]])
+            stepped.append([self._multiply_add(builder, broadcast, b_values[j], tile[i][j])
                             for j in range(vectors)])
         k_next = builder.add(k, I64(1))
         builder.cbranch(builder.icmp_signed("<", k_next, k_count), loop, done)
@@ -228,6 +228,12 @@ class TileKernel:
                 value = builder.select(builder.fcmp_ordered("<", value, low), low, value)
                 value = builder.select(builder.fcmp_ordered(">", value, high), high, value)
                 self._store(builder, value, c_row, j, masks)
+
+    def _multiply_add(self, builder: ir.IRBuilder, broadcast: Any, b_value: Any,
+                      sum_: Any) -> Any:
+        """``sum_ + broadcast * b_value``, one step of the K loop (a subclass may read the
+        same registers as other types: `gemm_bf16_ir`)."""
+        return builder.call(self.fmuladd, [broadcast, b_value, sum_])
 
     def _masks(self, builder: ir.IRBuilder, columns: Any, vectors: int) -> list[Any]:
         """Per vector of a row, the lanes below ``columns``."""

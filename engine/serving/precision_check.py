@@ -1,0 +1,115 @@
+"""The load-time check of a reduced-precision model against float32.
+
+A model whose config asks for a precision other than fp32 runs ``samples`` seeded random rows
+(standard normal for float inputs, zeros for integer and boolean ones, whose valid values the
+server cannot know) through its compiled plans and through the float32 reference interpreter
+(`Model.reference`), and compares each output:
+
+- a classifier's output, one row of two or more scores per input row, by top-1 agreement: the
+  share of rows whose highest score is the same class in both;
+- every output by relative error: the largest absolute difference over the largest magnitude
+  of the float32 output.
+
+The record goes into the version's checks (``precision``); a classifier agreeing on fewer
+rows than ``precision_check.min_top1_agreement``, or another output past
+``max_relative_error``, refuses the model. A model that runs in fp32 all the same (the host
+has no bf16 path) records that, and is not compared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from engine.errors import EngineError
+from engine.serving.config import ModelConfig, TensorConfig
+from engine.serving.errors import InvalidModel
+
+SEED = 0
+
+
+def check_precision(model: Any, config: ModelConfig, inputs: Sequence[TensorConfig],
+                    sample: Mapping[str, tuple[int, ...]] | None,
+                    where: str) -> dict[str, Any] | None:
+    """The record of the check for a model whose config asks for a reduced precision (None
+    for fp32, or a model without the reference interpreter); inputs by graph name, as
+    ``sample``.
+
+    Raises:
+        InvalidModel: an output drifts past the config's `PrecisionCheck` thresholds.
+    """
+    if config.precision == "fp32" or not hasattr(model, "reference"):
+        return None
+    running = getattr(model, "precision", config.precision)
+    record: dict[str, Any] = {"asked": config.precision, "running": running}
+    if running == "fp32":
+        return {**record, "ran": False,
+                "reason": f"this host has no {config.precision} path: the model runs in fp32"}
+    if sample is None:
+        return {**record, "ran": False, "reason": "no input shape known to fit the graph"}
+    rows = config.precision_check.samples
+    try:
+        feed = _random_inputs(inputs, sample, rows)
+        try:
+            reduced = model.infer(feed)
+        except EngineError:  # a model fixed at its sample's rows: check those
+            rows = next(iter(sample.values()))[0]
+            feed = _random_inputs(inputs, sample, rows)
+            reduced = model.infer(feed)
+        reference = model.reference(feed)
+    except Exception as error:  # noqa: BLE001 - any failure here refuses the model
+        raise InvalidModel(f"{where}: the {config.precision} check failed to run: "
+                           f"{error}") from error
+    outputs = {name: compare(reduced[name], reference[name], rows) for name in reference}
+    record.update(ran=True, samples=rows, outputs=outputs,
+                  thresholds=config.precision_check.model_dump())
+    _refuse_past_thresholds(outputs, config, where)
+    return record
+
+
+def compare(reduced: np.ndarray, reference: np.ndarray, rows: int) -> dict[str, Any]:
+    """How far ``reduced`` is from ``reference``: relative error, and top-1 agreement where the
+    output is a classifier's (``rows`` rows of two or more scores)."""
+    reduced, reference = np.asarray(reduced, np.float64), np.asarray(reference, np.float64)
+    scale = float(np.abs(reference).max()) if reference.size else 0.0
+    difference = float(np.abs(reduced - reference).max()) if reference.size else 0.0
+    found: dict[str, Any] = {"relative_error": difference / scale if scale else difference}
+    if reference.ndim == 2 and reference.shape == (rows, reference.shape[1]) \
+            and reference.shape[1] > 1:
+        agree = np.argmax(reduced, axis=1) == np.argmax(reference, axis=1)
+        found["top1_agreement"] = float(agree.mean())
+    return found
+
+
+def _refuse_past_thresholds(outputs: Mapping[str, Mapping[str, Any]], config: ModelConfig,
+                            where: str) -> None:
+    limits = config.precision_check
+    for name, found in outputs.items():
+        agreement = found.get("top1_agreement")
+        if agreement is not None and agreement < limits.min_top1_agreement:
+            raise InvalidModel(
+                f"{where}: output {name!r} in {config.precision} picks the float32 top-1 class "
+                f"on {agreement:.1%} of {limits.samples} random rows; precision_check."
+                f"min_top1_agreement is {limits.min_top1_agreement:.1%} (serve it in fp32, or "
+                f"lower the threshold)")
+        if agreement is None and found["relative_error"] > limits.max_relative_error:
+            raise InvalidModel(
+                f"{where}: output {name!r} in {config.precision} differs from float32 by "
+                f"{found['relative_error']:.3g} of its largest magnitude on {limits.samples} "
+                f"random rows; precision_check.max_relative_error is "
+                f"{limits.max_relative_error:.3g} (serve it in fp32, or raise the threshold)")
+
+
+def _random_inputs(inputs: Sequence[TensorConfig], sample: Mapping[str, tuple[int, ...]],
+                   rows: int) -> dict[str, np.ndarray]:
+    generator = np.random.default_rng(SEED)
+    feed = {}
+    for tensor in inputs:
+        shape = (rows, *sample[tensor.name][1:])
+        if tensor.dtype.kind == "f":
+            feed[tensor.name] = generator.standard_normal(shape).astype(tensor.dtype)
+        else:
+            feed[tensor.name] = np.zeros(shape, tensor.dtype)
+    return feed
