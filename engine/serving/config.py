@@ -208,10 +208,10 @@ class VersionPolicy(_Strict):
 class PrecisionCheck(_Strict):
     """How far a reduced-precision model may drift from float32 and still be served: checked
     at load on ``samples`` seeded random rows against the float32 reference interpreter
-    (`engine.serving.precision_check`). A classifier's outputs (one row of scores per input
-    row) must pick the same top-1 class on at least ``min_top1_agreement`` of the rows; any
-    other output's largest difference, relative to its largest magnitude, must stay at most
-    ``max_relative_error``."""
+    (`engine.serving.precision_check`). A classifier's outputs (given class labels, or a
+    softmax or top-k postprocess) must pick the same top-1 class on at least
+    ``min_top1_agreement`` of the rows; any other output's largest difference, relative to
+    its largest magnitude, must stay at most ``max_relative_error``."""
 
     min_top1_agreement: float = Field(0.99, ge=0.0, le=1.0)
     max_relative_error: float = Field(0.05, gt=0.0)

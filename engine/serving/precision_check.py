@@ -5,15 +5,17 @@ A model whose config asks for a precision other than fp32 runs ``samples`` seede
 server cannot know) through its compiled plans and through the float32 reference interpreter
 (`Model.reference`), and compares each output:
 
-- a classifier's output, one row of two or more scores per input row, by top-1 agreement: the
-  share of rows whose highest score is the same class in both;
-- every output by relative error: the largest absolute difference over the largest magnitude
-  of the float32 output.
+- by relative error: the largest absolute difference over the largest magnitude of the
+  float32 output;
+- an output of one row of two or more scores per input row also by top-1 agreement: the share
+  of rows whose highest score is the same class in both.
 
-The record goes into the version's checks (``precision``); a classifier agreeing on fewer
-rows than ``precision_check.min_top1_agreement``, or another output past
-``max_relative_error``, refuses the model. A model that runs in fp32 all the same (the host
-has no bf16 path) records that, and is not compared.
+The record goes into the version's checks (``precision``). A classifier's output (one the
+config gives class labels, or a ``softmax`` or ``topk`` postprocess) agreeing on fewer rows
+than ``precision_check.min_top1_agreement``, or any other output past
+``max_relative_error``, refuses the model: a classifier's scores may move while its classes
+stay, and another 2-D output's largest entry (a concatenation's) says nothing. A model that
+runs in fp32 all the same (the host has no bf16 path) records that, and is not compared.
 """
 
 from __future__ import annotations
@@ -63,10 +65,22 @@ def check_precision(model: Any, config: ModelConfig, inputs: Sequence[TensorConf
         raise InvalidModel(f"{where}: the {config.precision} check failed to run: "
                            f"{error}") from error
     outputs = {name: compare(reduced[name], reference[name], rows) for name in reference}
+    classifiers = classifier_outputs(config)
+    for name, found in outputs.items():
+        found["judged_by"] = ("top1_agreement" if name in classifiers and "top1_agreement"
+                              in found else "relative_error")
     record.update(ran=True, samples=rows, outputs=outputs,
                   thresholds=config.precision_check.model_dump())
     _refuse_past_thresholds(outputs, config, where)
     return record
+
+
+def classifier_outputs(config: ModelConfig) -> set[str]:
+    """Graph names of the outputs the config marks as a classifier's: class labels, or a
+    softmax or top-k postprocess."""
+    return {tensor.graph_name for tensor in config.outputs or ()
+            if tensor.labels is not None or (tensor.postprocess is not None
+                                             and tensor.postprocess.kind in ("softmax", "topk"))}
 
 
 def compare(reduced: np.ndarray, reference: np.ndarray, rows: int) -> dict[str, Any]:
@@ -88,13 +102,14 @@ def _refuse_past_thresholds(outputs: Mapping[str, Mapping[str, Any]], config: Mo
     limits = config.precision_check
     for name, found in outputs.items():
         agreement = found.get("top1_agreement")
-        if agreement is not None and agreement < limits.min_top1_agreement:
+        if found["judged_by"] == "top1_agreement" and agreement < limits.min_top1_agreement:
             raise InvalidModel(
                 f"{where}: output {name!r} in {config.precision} picks the float32 top-1 class "
                 f"on {agreement:.1%} of {limits.samples} random rows; precision_check."
                 f"min_top1_agreement is {limits.min_top1_agreement:.1%} (serve it in fp32, or "
                 f"lower the threshold)")
-        if agreement is None and found["relative_error"] > limits.max_relative_error:
+        if (found["judged_by"] == "relative_error"
+                and found["relative_error"] > limits.max_relative_error):
             raise InvalidModel(
                 f"{where}: output {name!r} in {config.precision} differs from float32 by "
                 f"{found['relative_error']:.3g} of its largest magnitude on {limits.samples} "

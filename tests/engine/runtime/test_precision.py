@@ -49,6 +49,14 @@ def test_fp32_is_the_default_and_names_are_checked() -> None:
             engine.load_model(symbol, params, precision=name)
 
 
+def test_the_gpu_runs_fp32_only_for_now() -> None:
+    assert precision.resolve("fp32", "gpu") == "fp32"
+    for name in ("bf16", "fp16", "int8"):
+        with pytest.raises(ValueError, match=rf"precision '{name}' is not available on the "
+                                             r"GPU \(it runs fp32\)"):
+            precision.resolve(name, "gpu")
+
+
 def test_a_host_without_bf16_runs_fp32_and_says_so_once(monkeypatch: pytest.MonkeyPatch,
                                                          caplog: pytest.LogCaptureFixture
                                                          ) -> None:
