@@ -15,16 +15,19 @@ the plan's workspace; a `PairedProduct` is that pass followed by the product.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 import numpy as np
 
-from engine.cpu import compiled, kernel_jobs
+from engine.cpu import compiled, kernel_jobs, spin_pool
 from engine.cpu.parts import PartedCall
 
 _kernels: dict[str, Any] = {}
+_compiled: dict[str, Any] = {}  # the LLVM engine of `bf16_pair_ir` (it owns the code)
+_compiling = threading.Lock()
 # The compiled loops round float32 bit patterns to bf16 in uint32 arithmetic (16 lanes of a
 # 512-bit vector; int64 would halve that): add half an ulp of bf16, less one where the kept
 # part is even (ties to even), and keep the upper half. A NaN gets its quiet bit instead, so
@@ -151,25 +154,55 @@ def patch_pairing(view: Any, k_axes: int, target: Any) -> Callable[[], Any] | No
     ``target`` (float32-viewed words, (at least ceil(K/2), at least the columns), zeroed
     once) as bf16 pairs down its columns, read straight from the input: no patch array is
     copied first (ResNet-18 at batch 1: im2col's copies took 4.5 ms and pairing the copies
-    10.7, one thread). A `spin_pool` job; None where numba cannot run it."""
+    10.7, one thread). A `spin_pool` job of `bf16_pair_ir`'s pass; None where that cannot
+    compile."""
     item = view.itemsize
-    if (not compiled.available() or min(view.strides, default=0) < 0
-            or any(stride % item for stride in view.strides)):
+    task = _pair_task()
+    if task is None or min(view.strides, default=0) < 0 or any(
+            stride % item for stride in view.strides):
         return None
     steps = np.array(view.strides, np.int64) // item
     depth = int(np.prod(view.shape[:k_axes]))
     rows = _offsets(view.shape[:k_axes], steps[:k_axes])
     # The columns: every offset of the column axes but the last, and the last as a run.
     outer = _offsets(view.shape[k_axes:-1], steps[k_axes:-1])
-    inner, inner_step = view.shape[-1], int(steps[-1])
-    words = target.view(np.uint32)
+    run, step = view.shape[-1], int(steps[-1])
     word_rows = -(-depth // 2)
-    if words.shape[0] < word_rows or words.shape[1] < outer.size * inner:
+    if target.shape[0] < word_rows or target.shape[1] < outer.size * run:
         raise ValueError(f"pairing target {target.shape} is too small for {view.shape}")
-    span = _span(view).view(np.uint32)
-    return kernel_jobs.bind((__name__, "patch_pairs"), (
-        span, rows, outer, inner, inner_step, words), word_rows,
-        kernel_jobs.parts_for(word_rows, 3 * word_rows * outer.size * inner))
+    span = _span(view)
+    context = np.array([span.ctypes.data, rows.ctypes.data, outer.ctypes.data, depth,
+                        outer.size, run, step, target.ctypes.data, target.shape[1], word_rows],
+                       np.int64)
+    parts = kernel_jobs.parts_for(word_rows, 3 * word_rows * outer.size * run)
+    return spin_pool.job(task, context, parts, keep=(span, rows, outer, target))
+
+
+def _pair_task() -> int | None:
+    """The address of `bf16_pair_ir`'s ``patch_pairs``, compiled once per process; None
+    where llvmlite cannot compile it."""
+    if "pairs" not in _compiled:
+        with _compiling:
+            if "pairs" not in _compiled:
+                _compiled["pairs"] = _compile_pairs()
+    engine = _compiled["pairs"]
+    return None if engine is None else engine.get_function_address("patch_pairs")
+
+
+def _compile_pairs() -> Any:
+    try:
+        import llvmlite.binding as llvm
+
+        from engine.cpu.llvm_jit import compile_ir
+        from engine.kernels.bf16_pair_ir import module
+    except ImportError:
+        return None
+    try:
+        llvm.initialize_native_target()
+        return compile_ir(str(module()), llvm.get_host_cpu_name(),
+                          llvm.get_host_cpu_features().flatten(), level=3, optimise=True)
+    except (RuntimeError, OSError):
+        return None
 
 
 def _offsets(shape: tuple[int, ...], steps: Any) -> np.ndarray:
@@ -227,10 +260,8 @@ def _span(array: np.ndarray) -> np.ndarray:
 
 
 def compiled_kernels() -> dict[str, Any]:
-    """The kernels by name (`kernel_jobs` runs them as jobs), compiled on first use."""
-    return compiled.compiled_once(_kernels, lambda: {
-        "pairs": compiled.compile_kernel(_pairs),
-        "patch_pairs": compiled.compile_kernel(_patch_pairs)})
+    """The kernel by name (`kernel_jobs` runs it as jobs), compiled on first use."""
+    return compiled.compiled_once(_kernels, lambda: {"pairs": compiled.compile_kernel(_pairs)})
 
 
 def _pairs(source: Any, outer: int, inner: int, pair_step: int, whole_rows: int,
@@ -274,39 +305,3 @@ def _pairs(source: Any, outer: int, inner: int, pair_step: int, whole_rows: int,
                        else low + HALF + ((low >> SHIFT) & ONE))
                 target[into + column] = low >> SHIFT
 
-
-def _patch_pairs(source: Any, rows: Any, outer: Any, inner: int, inner_step: int, target: Any,
-                 first: int, last: int) -> None:  # pragma: no cover - runs compiled
-    """Word rows [first, last) of ``target`` (uint32 words): word (r, o·inner + i) pairs the
-    float32 bit patterns at ``source[rows[2r] + outer[o] + i·inner_step]`` and at
-    ``rows[2r + 1]`` likewise (zero past an odd K's end), each rounded to bf16. A unit
-    ``inner_step`` gets a loop of its own, which LLVM vectorises."""
-    depth = rows.shape[0]
-    for row in range(first, last):
-        low_at = rows[2 * row]
-        single = 2 * row + 1 >= depth
-        high_at = low_at if single else rows[2 * row + 1]
-        for index in range(outer.shape[0]):
-            base = outer[index]
-            into = index * inner
-            if inner_step == 1:
-                for column in range(inner):
-                    low = source[low_at + base + column]
-                    high = source[high_at + base + column]
-                    low = (low | QUIET if low & MAGNITUDE > INFINITY
-                           else low + HALF + ((low >> SHIFT) & ONE))
-                    high = (high | QUIET if high & MAGNITUDE > INFINITY
-                            else high + HALF + ((high >> SHIFT) & ONE))
-                    target[row, into + column] = (low >> SHIFT) | (high & UPPER)
-            else:
-                for column in range(inner):
-                    low = source[low_at + base + column * inner_step]
-                    high = source[high_at + base + column * inner_step]
-                    low = (low | QUIET if low & MAGNITUDE > INFINITY
-                           else low + HALF + ((low >> SHIFT) & ONE))
-                    high = (high | QUIET if high & MAGNITUDE > INFINITY
-                            else high + HALF + ((high >> SHIFT) & ONE))
-                    target[row, into + column] = (low >> SHIFT) | (high & UPPER)
-            if single:
-                for column in range(inner):
-                    target[row, into + column] &= np.uint32(0xFFFF)
