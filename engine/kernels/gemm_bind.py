@@ -44,6 +44,7 @@ THREADED_SIDE = 64
 # Below this many output rows a bf16 product runs on AVX-512 BF16 rather than AMX, whose tiles
 # are 32 rows: 1×512×1000 took 20 µs there against 56 on AMX (one thread).
 AMX_MIN_ROWS = 16
+BF16_MIN_DEPTH = 32  # shallower products stay float32 (`amx_pays`)
 
 
 def blas_threads() -> int:
@@ -71,7 +72,7 @@ def weight_product(xp: Any, weight: Any, right: Any, out: Any,
     if (xp is not np or weight.flags.writeable or weight.nbytes > PACK_LIMIT_BYTES
             or not gemm_kernel.applies(weight, right, out)):
         return None
-    if bf16_kernel(workspace, out.shape[0]) is not None:
+    if bf16_kernel(workspace, out.shape[0], weight.shape[1]) is not None:
         return _bf16_weight_product(weight, right, out, workspace)
     if worthwhile(*out.shape):
         packed = workspace.derived(weight, "gemm packed", gemm_kernel.pack)
@@ -87,7 +88,7 @@ def product_with_weight(xp: Any, left: Any, weight: Any, out: Any,
     read-only plan constant, or a value derived from one): packed into column panels once and
     shared by the model's plans; None where BLAS should run it."""
     if (xp is np and weight.nbytes <= PACK_LIMIT_BYTES and gemm_kernel.applies(left, weight, out)
-            and bf16_kernel(workspace, out.shape[0]) is not None):
+            and bf16_kernel(workspace, out.shape[0], left.shape[1]) is not None):
         return _bf16_product_with_weight(left, weight, out, workspace)
     if (xp is np and weight.nbytes <= PACK_LIMIT_BYTES and gemm_kernel.applies(left, weight, out)
             and worthwhile(*out.shape)):
@@ -96,26 +97,46 @@ def product_with_weight(xp: Any, left: Any, weight: Any, out: Any,
     return None
 
 
-def bf16_kernel(workspace: Any, rows: int) -> int | None:
-    """The bf16 kernel a product of ``rows`` output rows runs on in a plan whose precision is
-    bf16 (`Workspace.precision`): AMX where the process may use it and the rows fill most of
-    a tile, else AVX-512 BF16; None for an fp32 plan or a host with neither."""
+def bf16_kernel(workspace: Any, rows: int, depth: int | None = None) -> int | None:
+    """The bf16 kernel a product of ``rows`` output rows over ``depth`` (K; None: a
+    convolution's patches, paired in place of im2col's copy, any K) runs on in a plan whose
+    precision is bf16 (`Workspace.precision`), or None where our float32 kernels run it.
+
+    AMX where the process may use it, the rows fill half a tile or more and K is deep enough
+    for the tiles to pay for pairing the activation (`amx_pays`); AVX-512 BF16 for deep
+    products of fewer rows (a dense layer at batch 1: 1×512×1000 20 µs against 47 in
+    float32 and 56 on AMX); None for an fp32 plan, a host with neither, or a thin product."""
     if getattr(workspace, "precision", "fp32") != "bf16":
         return None
-    if rows >= AMX_MIN_ROWS and gemm_kernel.available(gemm_kernel.AMX):
+    if (rows >= AMX_MIN_ROWS and (depth is None or amx_pays(rows, depth))
+            and gemm_kernel.available(gemm_kernel.AMX)):
         return gemm_kernel.AMX
-    return gemm_kernel.BF16 if gemm_kernel.available(gemm_kernel.BF16) else None
+    if (depth is None or depth >= BF16_MIN_DEPTH) and gemm_kernel.available(gemm_kernel.BF16):
+        return gemm_kernel.BF16
+    return None
+
+
+def amx_pays(rows: int, depth: int) -> bool:
+    """Whether an AMX product beats our float32 kernel once its activation is paired: K of 64
+    or more, or 32 with a whole tile of rows. MobileNet v2's 1×1 convolutions (one thread,
+    µs, float32 against AMX with pairing): K 16, 96 rows, 12544 columns 381 against 700; K 24,
+    144 rows 247 against 367; K 32, 16 rows 152 against 249; K 32, 32 rows 275 against 286;
+    K 96, 24 rows 183 against 96; K 144, 24 rows 393 against 234."""
+    return depth >= 2 * BF16_MIN_DEPTH or (depth >= BF16_MIN_DEPTH and rows >= 32)
 
 
 def _bf16_weight_product(weight: Any, right: Any, out: Any, workspace: Any) -> Any:
     """``out = weight @ right`` in bf16: the constant weight rounded and paired once, the
     activation ``right`` paired down its columns on each run (`bf16.pairing`)."""
-    kernel = bf16_kernel(workspace, out.shape[0])
+    kernel = bf16_kernel(workspace, out.shape[0], weight.shape[1])
     if kernel == gemm_kernel.AMX:
         rows = workspace.derived(weight, "amx rows", bf16.amx_weight_rows)
         words = workspace.zeroed((rows.shape[1], bf16.amx_rows(out.shape[1])), np.float32,
                                  ("bf16 words", right.shape[0]))
         product = gemm_kernel.bind_tiles(rows, words, out)
+        pair = bf16.patch_pairing(right, 1, words)  # a matrix: a view with one K axis
+        if pair is not None:
+            return bf16.paired_product(pair, product)
     else:
         packed = workspace.derived(weight, "bf16 packed",
                                    lambda constant: gemm_kernel.pack(bf16.pair_rows(constant)))
@@ -129,7 +150,7 @@ def _bf16_weight_product(weight: Any, right: Any, out: Any, workspace: Any) -> A
 def _bf16_product_with_weight(left: Any, weight: Any, out: Any, workspace: Any) -> Any:
     """``out = left @ weight`` in bf16: the constant weight rounded and paired once, the
     activation ``left`` paired along its rows on each run."""
-    if bf16_kernel(workspace, out.shape[0]) == gemm_kernel.AMX:
+    if bf16_kernel(workspace, out.shape[0], left.shape[1]) == gemm_kernel.AMX:
         columns = workspace.derived(weight, "amx columns", bf16.amx_weight_columns)
         words = workspace.zeroed((bf16.amx_rows(out.shape[0]), columns.shape[0]), np.float32,
                                  ("bf16 words", left.shape[1]))

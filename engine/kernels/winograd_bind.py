@@ -131,8 +131,8 @@ def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometr
     """Calls computing ``out = conv(data, weight) + bias`` (3×3, stride 1, float32). A bf16
     plan runs im2col and our bf16 GEMM instead (`conv_bind`): Winograd's transforms add
     their own rounding to bf16's, and on AMX the GEMM is faster than Winograd's fewer
-    multiplications in float32."""
-    if gemm_bind.bf16_kernel(workspace, out.shape[1]) is not None:
+    multiplications in float32 (AVX-512 BF16's is not: Winograd stays)."""
+    if gemm_bind.bf16_kernel(workspace, out.shape[1]) == gemm_kernel.AMX:
         return conv_bind.bind(xp, data, weight, bias, out, geometry, workspace)
     if compiled.available() and (
             _tile_counts(data.shape, geometry[3])[1] >= COMPILED_MIN_COLUMNS

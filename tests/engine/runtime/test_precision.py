@@ -24,10 +24,10 @@ def small_cnn() -> tuple[sym.Symbol, dict[str, np.ndarray]]:
     """Every product a bf16 plan binds: a 3×3 convolution (im2col; Winograd in fp32), a
     strided one, a 1×1 one (direct), a residual sum, and a dense layer."""
     data = sym.var("data")
-    net = sym.Activation(sym.Convolution(data, num_filter=20, kernel=(3, 3), pad=(1, 1),
+    net = sym.Activation(sym.Convolution(data, num_filter=40, kernel=(3, 3), pad=(1, 1),
                                          name="c1"), act_type="relu")
-    body = sym.Convolution(net, num_filter=20, kernel=(3, 3), pad=(1, 1), name="c2")
-    net = sym.Activation(body + sym.Convolution(net, num_filter=20, kernel=(1, 1), name="c3"),
+    body = sym.Convolution(net, num_filter=40, kernel=(3, 3), pad=(1, 1), name="c2")
+    net = sym.Activation(body + sym.Convolution(net, num_filter=40, kernel=(1, 1), name="c3"),
                          act_type="relu")
     net = sym.Convolution(net, num_filter=24, kernel=(3, 3), stride=(2, 2), pad=(1, 1),
                           name="c4")
@@ -99,6 +99,20 @@ def test_bf16_plans_stay_within_bf16_error_of_the_reference(
     fp32 = engine.load_model(symbol, params).infer(feed)["fc_output"]
     assert relative_error(fp32, want) < 1e-5
     assert bf16_products(model, feed) >= 5  # four convolutions and the dense layer
+
+
+@needs_bf16
+def test_thin_products_stay_float32() -> None:
+    """A 1×1 convolution over 16 channels gains nothing from bf16 (`gemm_bind.amx_pays`): it
+    runs in float32, exactly as an fp32 plan does."""
+    data = sym.var("data")
+    net = sym.Convolution(data, num_filter=64, kernel=(1, 1), name="thin")
+    params = nets.random_params(net, (1, 16, 8, 8))
+    feed = {"data": RNG.standard_normal((1, 16, 8, 8)).astype(np.float32)}
+    reduced = engine.load_model(net, params, precision="bf16")
+    assert bf16_products(reduced, feed) == 0
+    np.testing.assert_array_equal(reduced.infer(feed)["thin_output"],
+                                  engine.load_model(net, params).infer(feed)["thin_output"])
 
 
 @needs_bf16
