@@ -15,8 +15,8 @@ columns of B padded to 32, K to 16 words, with zeros (`bf16.amx_shape`). The acc
 through a 4 KiB buffer on the stack to `gemm_ir`'s epilogue (bias per row or column, clamp,
 masked stores at the edges).
 
-Each call loads the tile configuration (``ldtilecfg``: all eight tiles 16 rows × 64 bytes);
-the process must hold Linux's permission for the tile state first
+Each part of a product loads the tile configuration first (``ldtilecfg``: all eight tiles 16
+rows × 64 bytes); the process must hold Linux's permission for the tile state first
 (`host_features.amx_permitted`), or its first tile instruction is killed with SIGILL.
 """
 
@@ -68,6 +68,12 @@ class AmxTileKernel(TileKernel):
         self.config.initializer = ir.Constant(table, tile_configuration())
         self.config.align = 64
 
+    def _part_prologue(self, builder: ir.IRBuilder) -> None:
+        # Once per part, on the thread that runs it: the configuration is per thread and
+        # outlives the part (a product's tiles run only inside parts). Per tile it cost
+        # the products of a short K about half their time (256×64×3136: 389 → 202 µs).
+        builder.call(self.load_config, [builder.bitcast(self.config, I8.as_pointer())])
+
     def define_edge(self, name: str) -> ir.Function:
         """``name``: the first ``rows`` rows and ``columns`` columns of a tile, computed whole
         (the operands are padded) and stored through masks: one K loop, not one per row
@@ -87,7 +93,6 @@ class AmxTileKernel(TileKernel):
         buffer = builder.alloca(ir.ArrayType(F32, 4 * ROWS * WORDS))
         buffer.align = 64
         floats = builder.bitcast(buffer, F32.as_pointer())
-        builder.call(self.load_config, [builder.bitcast(self.config, I8.as_pointer())])
         for accumulator in range(4):
             builder.call(self.zero_tile, [I8(accumulator)])
         a_stride, b_stride = builder.mul(lda, I64(4)), builder.mul(ldb, I64(4))

@@ -91,6 +91,7 @@ class TileKernel:
                                name=name)
         context, part, parts = function.args
         builder = ir.IRBuilder(function.append_basic_block("entry"))
+        self._part_prologue(builder)
         words = builder.inttoptr(context, I64.as_pointer())
 
         def field(name: str) -> ir.Value:
@@ -164,6 +165,10 @@ class TileKernel:
         builder.cbranch(builder.icmp_signed("<", following, last), loop, done)
         builder.position_at_end(done)
         builder.ret_void()
+
+    def _part_prologue(self, builder: ir.IRBuilder) -> None:
+        """What a part does before its first tile (nothing here; AMX loads its tile
+        configuration, `gemm_amx_ir`)."""
 
     def _function(self, name: str, edge: bool) -> tuple[ir.Function, ir.IRBuilder]:
         pointer = F32.as_pointer()
