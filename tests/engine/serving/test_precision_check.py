@@ -11,9 +11,9 @@ import pytest
 
 from engine.cpu import host_features
 from engine.kernels import gemm_kernel
-from engine.serving.config import ModelConfig, PrecisionCheck, parse_config
+from engine.serving.config import ModelConfig, PrecisionCheck, TensorConfig, parse_config
 from engine.serving.errors import InvalidModel
-from engine.serving.precision_check import compare
+from engine.serving.precision_check import check_precision, compare
 from engine.serving.validate import Validated, checks_of, default_loader, load_and_validate
 from tests.conformance.fixtures import model_files
 
@@ -66,8 +66,8 @@ def test_a_bf16_classifier_is_checked_by_top1_agreement() -> None:
 
 @needs_bf16
 def test_other_outputs_are_judged_by_relative_error() -> None:
-    # multi_io's concatenation is 2-D, but no classifier's: its argmax may move (it does on
-    # some of 16 rows) while every value stays close.
+    # multi_io's concatenation is 2-D, but no classifier's: its argmax could move while every
+    # value stays close, so its relative error judges it.
     record = precision_record(validate("multi_io", ModelConfig(precision="bf16")))
     assert record is not None
     for output in record["outputs"].values():
@@ -84,17 +84,38 @@ def test_a_model_past_the_relative_threshold_is_refused() -> None:
         validate("resblock", config)
 
 
-@needs_bf16
+class SwappingModel:
+    """A bf16 model whose scores swap classes 0 and 1 on every fourth row: 75% agreement."""
+
+    precision = "bf16"
+
+    def reference(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        rows = len(inputs["data"])
+        scores = np.tile(np.array([[1.0, 0.5, 0.0]]), (rows, 1))
+        return {"scores": scores}
+
+    def infer(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        scores = self.reference(inputs)["scores"].copy()
+        scores[::4] = scores[::4, [1, 0, 2]]
+        return {"scores": scores}
+
+
 def test_a_classifier_past_the_agreement_threshold_is_refused() -> None:
-    outputs = ModelConfig(precision="bf16")
-    name = validate("multi_io", outputs).config.outputs[0].name
-    config = ModelConfig.model_validate({
-        "precision": "bf16", "precision_check": {"min_top1_agreement": 1.0, "samples": 64},
-        "outputs": [{"name": name, "postprocess": "softmax"}]})
-    with pytest.raises(InvalidModel, match=rf"^upload of multi_io: output '{name}' in bf16 picks "
-                                           r"the float32 top-1 class on .*% of 64 random rows; "
-                                           r"precision_check.min_top1_agreement is 100.0%"):
-        validate("multi_io", config)
+    inputs = [TensorConfig(name="data", datatype="FP32", shape=(-1, 4))]
+    marked = ModelConfig.model_validate({
+        "precision": "bf16", "precision_check": {"min_top1_agreement": 0.8, "samples": 8},
+        "outputs": [{"name": "scores", "postprocess": "softmax"}]})
+    with pytest.raises(InvalidModel, match=r"^upload: output 'scores' in bf16 picks the float32 "
+                                           r"top-1 class on 75.0% of 8 random rows; "
+                                           r"precision_check.min_top1_agreement is 80.0%"):
+        check_precision(SwappingModel(), marked, inputs, {"data": (1, 4)}, "upload")
+    # Unmarked, the same output is judged by its relative error (0.5 of 1.0): within 0.6.
+    unmarked = marked.model_copy(update={
+        "outputs": None, "precision_check": PrecisionCheck(max_relative_error=0.6, samples=8)})
+    record = check_precision(SwappingModel(), unmarked, inputs, {"data": (1, 4)}, "upload")
+    assert record is not None
+    assert record["outputs"]["scores"] == {"relative_error": 0.5, "top1_agreement": 0.75,
+                                           "judged_by": "relative_error"}
 
 
 def test_a_host_without_bf16_records_that_it_runs_fp32(monkeypatch: pytest.MonkeyPatch) -> None:
