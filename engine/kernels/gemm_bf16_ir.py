@@ -13,6 +13,13 @@ clamp) are `gemm_ir`'s: words are moved as float32 bit patterns and reread as bf
 
 llvmlite's IR builder has no ``bfloat`` type; `BFloatType` adds it (LLVM 17 and later give
 the intrinsic ``<32 x bfloat>`` operands).
+
+On the Intel machine of docs/benchmarks.md this tile is not faster than float32's where the
+product is compute-bound: 96×256×256 with both operands packed ran at 112 GFLOP/s against the
+float32 tile's 186, so ``vdpbf16ps`` issues there at about a third of the FMA's rate, which
+its two multiply-adds per lane do not make up. It wins where memory bounds the product (half
+the bytes per operand: a dense layer at batch 1, 1×512×1000 in 20 µs against 47), and AMX's
+tiles (`gemm_amx_ir`, 420–930 GFLOP/s on one thread) run the rest.
 """
 
 from __future__ import annotations
