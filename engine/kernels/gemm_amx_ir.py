@@ -9,9 +9,11 @@ here is 32 × 32, four accumulator tiles (registers 0-3) fed by two tiles of A (
 
 The functions keep `gemm_ir`'s signature (so `TileKernel.define_part` walks them):
 ``a`` points at the tile's first row of A, pairs along rows (word (i, p) at ``a + i·lda +
-p``), ``b`` at its first column of B, pairs down columns (word row p at ``b + p·ldb``), and
-K counts words. Operands must be readable a whole tile past their edges: rows of A and
-columns of B padded to 32, K to 16 words, with zeros (`bf16.amx_shape`). The accumulators go
+p·acs``: ``acs`` 1 where A lies as a matrix; packed, `bf16.amx_pack_rows`, A's tiles lie one
+after another, lda 16 and acs 32), ``b`` at its first column of B, pairs down columns (word
+row p at ``b + p·ldb``), and K counts words. Operands must be readable a whole tile past their
+edges: rows of A and columns of B padded to 32, K to 16 words, with zeros (`bf16.amx_rows`,
+`bf16.amx_depth`). The accumulators go
 through a 4 KiB buffer on the stack to `gemm_ir`'s epilogue (bias per row or column, clamp,
 masked stores at the edges).
 
@@ -89,7 +91,7 @@ class AmxTileKernel(TileKernel):
               masks: list[Any] | None) -> None:
         """The K loop on the tile registers, the accumulators stored to a stack buffer, then
         `gemm_ir`'s epilogue for ``rows`` rows and ``vectors`` vectors from it."""
-        k_count, a, lda, _acs, b, ldb = function.args[:6]
+        k_count, a, lda, acs, b, ldb = function.args[:6]
         buffer = builder.alloca(ir.ArrayType(F32, 4 * ROWS * WORDS))
         buffer.align = 64
         floats = builder.bitcast(buffer, F32.as_pointer())
@@ -105,10 +107,10 @@ class AmxTileKernel(TileKernel):
         builder.position_at_end(loop)
         k = builder.phi(I64)
         b_row = builder.gep(b, [builder.mul(k, ldb)])
-        for register, base, stride in ((4, a, a_stride), (5, a_lower, a_stride),
-                                       (6, b_row, b_stride)):
-            self._load_tile(builder, register, builder.gep(base, [k]) if base is not b_row
-                            else base, stride)
+        a_step = builder.mul(k, acs)
+        self._load_tile(builder, 4, builder.gep(a, [a_step]), a_stride)
+        self._load_tile(builder, 5, builder.gep(a_lower, [a_step]), a_stride)
+        self._load_tile(builder, 6, b_row, b_stride)
         self._load_tile(builder, 7, builder.gep(b_row, [I64(WORDS)]), b_stride)
         for accumulator, (left, right) in enumerate(((4, 6), (4, 7), (5, 6), (5, 7))):
             builder.call(self.dot_product, [I8(accumulator), I8(left), I8(right)])

@@ -128,23 +128,36 @@ def amx_pays(rows: int, depth: int) -> bool:
 def _bf16_weight_product(weight: Any, right: Any, out: Any, workspace: Any) -> Any:
     """``out = weight @ right`` in bf16: the constant weight rounded and paired once, the
     activation ``right`` paired down its columns on each run (`bf16.pairing`)."""
-    kernel = bf16_kernel(workspace, out.shape[0], weight.shape[1])
-    if kernel == gemm_kernel.AMX:
-        rows = workspace.derived(weight, "amx rows", bf16.amx_weight_rows)
-        words = workspace.zeroed((rows.shape[1], bf16.amx_rows(out.shape[1])), np.float32,
-                                 ("bf16 words", right.shape[0]))
-        product = gemm_kernel.bind_tiles(rows, words, out)
+    if bf16_kernel(workspace, out.shape[0], weight.shape[1]) == gemm_kernel.AMX:
+        words = _amx_words(weight, out, workspace)
         pair = bf16.patch_pairing(right, 1, words)  # a matrix: a view with one K axis
         if pair is not None:
-            return bf16.paired_product(pair, product)
-    else:
-        packed = workspace.derived(weight, "bf16 packed",
-                                   lambda constant: gemm_kernel.pack(bf16.pair_rows(constant)))
-        words = workspace.zeroed(bf16.paired_shape(right.shape, False,
-                                                   gemm_kernel.tile().columns),
-                                 np.float32, ("bf16 panels", right.shape))
-        product = gemm_kernel.bind_both_packed(packed, words, out, kernel=gemm_kernel.BF16)
+            return bf16.paired_product(pair, _amx_weight_tiles(weight, words, out, workspace))
+    packed = workspace.derived(weight, "bf16 packed",
+                               lambda constant: gemm_kernel.pack(bf16.pair_rows(constant)))
+    words = workspace.zeroed(bf16.paired_shape(right.shape, False, gemm_kernel.tile().columns),
+                             np.float32, ("bf16 panels", right.shape))
+    product = gemm_kernel.bind_both_packed(packed, words, out, kernel=gemm_kernel.BF16)
     return bf16.paired_product(bf16.pairing(right, words, False), product)
+
+
+def _amx_words(weight: Any, out: Any, workspace: Any) -> Any:
+    """The buffer an activation is paired into for ``out = weight @ activation`` on AMX.
+    Tagged with K: the pad rows past K must stay zero, so a buffer is shared only by products
+    of one K (another K's pairing would write them)."""
+    shape = (bf16.amx_depth(weight.shape[1]), bf16.amx_rows(out.shape[1]))
+    return workspace.zeroed(shape, np.float32, ("bf16 words", weight.shape[1]))
+
+
+def _amx_weight_tiles(weight: Any, words: Any, out: Any, workspace: Any) -> Any:
+    """``out = weight @ words`` on AMX, the weight's tiles packed once (`bf16.amx_pack_rows`).
+    The outer loop re-reads the smaller operand: column blocks outside where the weight is
+    the smaller (each block of paired activations stays in cache while every row block meets
+    it), row blocks where the activations are (ResNet-18's 512-filter layers)."""
+    tiles = workspace.derived(weight, "amx tiles", lambda constant: bf16.amx_pack_rows(
+        bf16.amx_weight_rows(constant)))
+    return gemm_kernel.bind_tiles(tiles, words, out, columns_outside=tiles.nbytes <= words.nbytes,
+                                  packed=True)
 
 
 def _bf16_product_with_weight(left: Any, weight: Any, out: Any, workspace: Any) -> Any:
@@ -176,15 +189,11 @@ def bf16_patch_product(weight: Any, view: Any, k_axes: int, out: Any,
             or np.may_share_memory(out, view)
             or bf16_kernel(workspace, out.shape[0]) != gemm_kernel.AMX):
         return None
-    rows = workspace.derived(weight, "amx rows", bf16.amx_weight_rows)
-    # Tagged with K: the pad rows past K must stay zero, so a buffer is shared only by
-    # products of one K (another K's pairing would write them).
-    words = workspace.zeroed((rows.shape[1], bf16.amx_rows(out.shape[1])), np.float32,
-                             ("bf16 words", weight.shape[1]))
+    words = _amx_words(weight, out, workspace)
     pair = bf16.patch_pairing(view, k_axes, words)
     if pair is None:
         return None
-    return bf16.paired_product(pair, gemm_kernel.bind_tiles(rows, words, out))
+    return bf16.paired_product(pair, _amx_weight_tiles(weight, words, out, workspace))
 
 
 def takes_bias(calls: list[Callable[[], Any]], bias: Any) -> bool:

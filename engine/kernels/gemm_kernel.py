@@ -222,11 +222,12 @@ def bind_both_packed(packed: Any, panels: Any, c: Any, kernel: int = FP32) -> Pr
                     panels.ctypes.data, k, panels.shape[2], c, k, True, kernel=kernel)
 
 
-def bind_tiles(a: Any, b: Any, c: Any, columns_outside: bool = True) -> Product:
+def bind_tiles(a: Any, b: Any, c: Any, columns_outside: bool = True,
+               packed: bool = False) -> Product:
     """``c = a @ b`` on AMX: ``a`` bf16 pairs along rows, ``b`` pairs down columns (both
     float32-viewed words, C-contiguous), zero-padded a tile past their edges
     (`bf16.amx_rows`, `bf16.amx_depth`): ``a`` (rows to 32, K words to 16), ``b`` (the same
-    K words, columns to 32)."""
+    K words, columns to 32); with ``packed``, ``a`` is `bf16.amx_pack_rows`'s tiles."""
     rows, depth = a.shape
     m, n = c.shape
     whole = AMX_TILE.rows
@@ -234,7 +235,8 @@ def bind_tiles(a: Any, b: Any, c: Any, columns_outside: bool = True) -> Product:
             or b.shape[1] < -(-n // whole) * whole):
         raise ValueError(f"AMX operands must be padded to whole tiles; got A {a.shape}, "
                          f"B {b.shape} for C {c.shape}")
-    return _product((a, b, c), a.ctypes.data, depth, depth, 1, b.ctypes.data, 1, b.shape[1],
+    lda, acs = (16, 32) if packed else (depth, 1)
+    return _product((a, b, c), a.ctypes.data, depth, lda, acs, b.ctypes.data, 1, b.shape[1],
                     c, depth, columns_outside, kernel=AMX)
 
 

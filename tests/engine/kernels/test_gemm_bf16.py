@@ -56,13 +56,23 @@ def test_the_avx512_bf16_kernel_adds_the_rounded_products(rows: int, depth: int,
 @needs_amx
 @pytest.mark.parametrize(("rows", "depth", "columns"), SHAPES)
 @pytest.mark.parametrize("columns_outside", [True, False])
+@pytest.mark.parametrize("packed", [False, True])
 def test_the_amx_kernel_adds_the_rounded_products(rows: int, depth: int, columns: int,
-                                                  columns_outside: bool) -> None:
+                                                  columns_outside: bool, packed: bool) -> None:
     a, b = random(rows, depth), random(depth, columns)
     c = np.full((rows, columns), np.nan, np.float32)
-    gemm_kernel.bind_tiles(bf16.amx_weight_rows(a), bf16.amx_weight_columns(b), c,
-                           columns_outside)()
+    words = bf16.amx_weight_rows(a)
+    if packed:
+        words = bf16.amx_pack_rows(words)
+    gemm_kernel.bind_tiles(words, bf16.amx_weight_columns(b), c, columns_outside, packed)()
     assert_product(c, a, b)
+
+
+def test_amx_packing_lays_each_tile_out_whole() -> None:
+    words = np.arange(64 * 32, dtype=np.float32).reshape(64, 32)
+    tiles = bf16.amx_pack_rows(words).reshape(2, 2, 2, 16, 16)  # blocks, K steps, halves
+    np.testing.assert_array_equal(tiles[1, 0, 1], words[48:64, 0:16])
+    np.testing.assert_array_equal(tiles[0, 1, 0], words[0:16, 16:32])
 
 
 @needs_amx
