@@ -45,6 +45,7 @@ THREADED_SIDE = 64
 # are 32 rows: 1×512×1000 took 20 µs there against 56 on AMX (one thread).
 AMX_MIN_ROWS = 16
 BF16_MIN_DEPTH = 32  # shallower products stay float32 (`amx_pays`)
+BF16_MIN_WEIGHTS = 1 << 18  # smaller weights stay float32 on AVX-512 BF16 (`bf16_kernel`)
 
 
 def blas_threads() -> int:
@@ -88,7 +89,7 @@ def product_with_weight(xp: Any, left: Any, weight: Any, out: Any,
     read-only plan constant, or a value derived from one): packed into column panels once and
     shared by the model's plans; None where BLAS should run it."""
     if (xp is np and weight.nbytes <= PACK_LIMIT_BYTES and gemm_kernel.applies(left, weight, out)
-            and bf16_kernel(workspace, out.shape[0], left.shape[1]) is not None):
+            and bf16_kernel(workspace, out.shape[0], left.shape[1], weight.size) is not None):
         return _bf16_product_with_weight(left, weight, out, workspace)
     if (xp is np and weight.nbytes <= PACK_LIMIT_BYTES and gemm_kernel.applies(left, weight, out)
             and worthwhile(*out.shape)):
@@ -97,21 +98,25 @@ def product_with_weight(xp: Any, left: Any, weight: Any, out: Any,
     return None
 
 
-def bf16_kernel(workspace: Any, rows: int, depth: int | None = None) -> int | None:
+def bf16_kernel(workspace: Any, rows: int, depth: int | None = None,
+                weights: int | None = None) -> int | None:
     """The bf16 kernel a product of ``rows`` output rows over ``depth`` (K; None: a
     convolution's patches, paired in place of im2col's copy, any K) runs on in a plan whose
     precision is bf16 (`Workspace.precision`), or None where our float32 kernels run it.
 
     AMX where the process may use it, the rows fill half a tile or more and K is deep enough
     for the tiles to pay for pairing the activation (`amx_pays`); AVX-512 BF16 for deep
-    products of fewer rows (a dense layer at batch 1: 1×512×1000 20 µs against 47 in
-    float32 and 56 on AMX); None for an fp32 plan, a host with neither, or a thin product."""
+    products of fewer rows whose weight (``weights`` values) streams from memory, where half
+    its bytes pay (a dense layer at batch 1: 1×512×1000 20 µs against 47 in float32 and 56 on
+    AMX; the seed MLP's 512×256 took longer paired, its weight in cache); None for an fp32
+    plan, a host with neither, or a thin or small product."""
     if getattr(workspace, "precision", "fp32") != "bf16":
         return None
-    if (rows >= AMX_MIN_ROWS and (depth is None or amx_pays(rows, depth))
-            and gemm_kernel.available(gemm_kernel.AMX)):
-        return gemm_kernel.AMX
-    if (depth is None or depth >= BF16_MIN_DEPTH) and gemm_kernel.available(gemm_kernel.BF16):
+    if rows >= AMX_MIN_ROWS and gemm_kernel.available(gemm_kernel.AMX):
+        return gemm_kernel.AMX if depth is None or amx_pays(rows, depth) else None
+    if ((depth is None or depth >= BF16_MIN_DEPTH)
+            and (weights is None or weights >= BF16_MIN_WEIGHTS)
+            and gemm_kernel.available(gemm_kernel.BF16)):
         return gemm_kernel.BF16
     return None
 
