@@ -1,7 +1,8 @@
 """The load-time check of a reduced-precision model against float32.
 
 A model whose config asks for a precision other than fp32 runs ``samples`` seeded random rows
-(standard normal for float inputs, zeros for integer and boolean ones, whose valid values the
+along each input's batch axis (an unbatched model, max_batch_size 0, its sample) (standard
+normal for float inputs, zeros for integer and boolean ones, whose valid values the
 server cannot know) through its compiled plans and through the float32 reference interpreter
 (`Model.reference`), and compares each output:
 
@@ -51,13 +52,15 @@ def check_precision(model: Any, config: ModelConfig, inputs: Sequence[TensorConf
                 "reason": f"this host has no {config.precision} path: the model runs in fp32"}
     if sample is None:
         return {**record, "ran": False, "reason": "no input shape known to fit the graph"}
-    rows = config.precision_check.samples
+    # A batched model runs `samples` rows along each input's batch axis; an unbatched one
+    # (max_batch_size 0), or one that refuses them, its sample as it is.
+    rows: int | None = config.precision_check.samples if config.max_batch_size > 0 else None
     try:
         feed = _random_inputs(inputs, sample, rows)
         try:
             reduced = model.infer(feed)
-        except EngineError:  # a model fixed at its sample's rows: check those
-            rows = next(iter(sample.values()))[0]
+        except EngineError:
+            rows = None
             feed = _random_inputs(inputs, sample, rows)
             reduced = model.infer(feed)
         reference = model.reference(feed)
@@ -69,7 +72,7 @@ def check_precision(model: Any, config: ModelConfig, inputs: Sequence[TensorConf
     for name, found in outputs.items():
         found["judged_by"] = ("top1_agreement" if name in classifiers and "top1_agreement"
                               in found else "relative_error")
-    record.update(ran=True, samples=rows, outputs=outputs,
+    record.update(ran=True, samples=1 if rows is None else rows, outputs=outputs,
                   thresholds=config.precision_check.model_dump())
     _refuse_past_thresholds(outputs, config, where)
     return record
@@ -83,15 +86,16 @@ def classifier_outputs(config: ModelConfig) -> set[str]:
                                              and tensor.postprocess.kind in ("softmax", "topk"))}
 
 
-def compare(reduced: np.ndarray, reference: np.ndarray, rows: int) -> dict[str, Any]:
+def compare(reduced: np.ndarray, reference: np.ndarray, rows: int | None) -> dict[str, Any]:
     """How far ``reduced`` is from ``reference``: relative error, and top-1 agreement where the
-    output is a classifier's (``rows`` rows of two or more scores)."""
+    output is a classifier's (``rows`` rows of two or more scores; None: one unbatched
+    sample, no rows to agree on)."""
     reduced, reference = np.asarray(reduced, np.float64), np.asarray(reference, np.float64)
     scale = float(np.abs(reference).max()) if reference.size else 0.0
     difference = float(np.abs(reduced - reference).max()) if reference.size else 0.0
     found: dict[str, Any] = {"relative_error": difference / scale if scale else difference}
-    if reference.ndim == 2 and reference.shape == (rows, reference.shape[1]) \
-            and reference.shape[1] > 1:
+    if (rows is not None and reference.ndim == 2
+            and reference.shape == (rows, reference.shape[1]) and reference.shape[1] > 1):
         agree = np.argmax(reduced, axis=1) == np.argmax(reference, axis=1)
         found["top1_agreement"] = float(agree.mean())
     return found
@@ -118,11 +122,15 @@ def _refuse_past_thresholds(outputs: Mapping[str, Mapping[str, Any]], config: Mo
 
 
 def _random_inputs(inputs: Sequence[TensorConfig], sample: Mapping[str, tuple[int, ...]],
-                   rows: int) -> dict[str, np.ndarray]:
+                   rows: int | None) -> dict[str, np.ndarray]:
+    """Seeded random inputs of the sample's shapes, with ``rows`` along each batch axis
+    (None: the sample's own)."""
     generator = np.random.default_rng(SEED)
     feed = {}
     for tensor in inputs:
-        shape = (rows, *sample[tensor.name][1:])
+        shape = list(sample[tensor.name])
+        if rows is not None:
+            shape[tensor.axis] = rows
         if tensor.dtype.kind == "f":
             feed[tensor.name] = generator.standard_normal(shape).astype(tensor.dtype)
         else:

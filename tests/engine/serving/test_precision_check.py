@@ -65,6 +65,14 @@ def test_a_bf16_classifier_is_checked_by_top1_agreement() -> None:
 
 
 @needs_bf16
+def test_an_unbatched_model_is_checked_on_its_sample() -> None:
+    record = precision_record(validate("lenet", ModelConfig(precision="bf16", max_batch_size=0)))
+    assert record is not None and record["ran"] is True and record["samples"] == 1
+    (output,) = record["outputs"].values()
+    assert 0 < output["relative_error"] < 0.05
+
+
+@needs_bf16
 def test_other_outputs_are_judged_by_relative_error() -> None:
     # multi_io's concatenation is 2-D, but no classifier's: its argmax could move while every
     # value stays close, so its relative error judges it.
