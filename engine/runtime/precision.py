@@ -47,4 +47,9 @@ def resolve(precision: object, device_kind: str) -> str:
             log.warning("precision bf16 asked for, but this CPU lacks AVX-512 BF16: running "
                         "in fp32")
         return "fp32"
+    if name == "bf16" and "bf16 kernels" not in _warned:
+        _warned.add("bf16 kernels")
+        # Asking for AMX's tile state here, at the first bf16 load, not at a first product.
+        log.info("precision bf16: products on %s", "AMX tiles" if host_features.amx_permitted()
+                 else "AVX-512 BF16 (no AMX, or Linux refused its tile state)")
     return name
