@@ -5,12 +5,14 @@ significant digits). Rounding keeps the nearest value, ties to even, as ``vcvtne
 does; a NaN stays a NaN (its quiet bit set, where plain rounding could carry it into the
 exponent and make it an infinity).
 
-The bf16 kernel (`gemm_bf16_ir`) reads both operands as 32-bit words, each holding two bf16
-values adjacent along K (element 2p in the low half, 2p + 1 in the high half; an odd K's last
-word has a zero high half). A weight is rounded and paired once, when a plan binds
-(`pair_rows`, `pair_columns`, in NumPy), then packed like a float32 one. An activation is
-paired on every run, by a numba loop run as a `spin_pool` job (`pairing`), into a buffer of
-the plan's workspace; a `PairedProduct` is that pass followed by the product.
+The bf16 kernels (`gemm_bf16_ir`, `gemm_amx_ir`) read both operands as 32-bit words, each
+holding two bf16 values adjacent along K (element 2p in the low half, 2p + 1 in the high half;
+an odd K's last word has a zero high half). A weight is rounded and paired once, when a plan
+binds (`pair_rows`, `pair_columns`, in NumPy), then packed like a float32 one (for AMX tile by
+tile, `amx_pack_rows`). An activation is paired on every run into a buffer of the plan's
+workspace, as a `spin_pool` job: down its columns, from a matrix or straight from an im2col
+view, by `bf16_pair_ir`'s pass (`patch_pairing`); along its rows, or into AVX-512 BF16's
+panels, by a numba loop (`pairing`). A `PairedProduct` is that pass followed by the product.
 """
 
 from __future__ import annotations
