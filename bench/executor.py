@@ -6,14 +6,19 @@ Usage: ``python bench/executor.py [--quick] [--threads N]``. Prints, in one run:
   ``run`` and a hand-written NumPy sequence of the same matmuls into preallocated outputs,
   written with ``np.matmul`` and again with ``np.dot`` (the call the plan makes);
 * the peer table, at every core (each runtime's default) and again at one thread each: the
-  seed MLP (batch 1, 64), ResNet-18 v1 (batch 1, 4) and MobileNet v2 1.0 (batch 1) at 224×224
-  through ``Model.infer`` and through ONNX Runtime on the same weights (exported by
+  seed MLP (batch 1, 64), ResNet-18 v1 (batch 1, 4, 8), MobileNet v2 1.0 (batch 1) and
+  ResNet-50 v2 (batch 1) at 224×224 through ``Model.infer`` in fp32 and in bf16
+  (``precision="bf16"``), and through ONNX Runtime on the same weights (exported by
   `engine.onnx.export`; graph optimisations at their default, all). Each runtime runs in its own
   process and they take turns round by round; the columns give ours ÷ ORT against the issue's
-  target, and each runtime's distance from the GEMM floor (conv/FC FLOPs over the float32
-  2048³ matmul rate measured at the same thread count), plus our steps grouped by kind, and
-  at every core how much slower the vCPUs read each other's data than their own just before
-  and after the case (`bench/vcpus.py`: on a VM whose vCPUs at times share no cache).
+  target, bf16 ÷ fp32, and at every core bf16 against OpenVINO's bf16 times on this machine
+  from issue #36 (OpenVINO is not installed here), then each runtime's distance from the GEMM
+  floor (conv/FC FLOPs over the float32 2048³ matmul rate measured at the same thread count),
+  plus our steps grouped by kind, and at every core how much slower the vCPUs read each
+  other's data than their own just before and after the case (`bench/vcpus.py`: on a VM whose
+  vCPUs at times share no cache);
+* bf16 against fp32 on ResNet-18 (random weights): top-1 agreement over 256 random 224×224
+  images, and the largest difference relative to the largest logit.
 
 ONNX Runtime and onnx are dev dependencies (``pip install -e .[dev]``), not runtime ones.
 Times are medians over interleaved rounds (best in brackets), after a warm-up run; a round
@@ -183,12 +188,19 @@ def mlp_row(model: Model, params: dict[str, np.ndarray], batch: int, repeat: int
 
 # (network, batch) cases and the largest ours/ORT ratio the issue asks for.
 PEER_CASES = (("mlp", 1), ("mlp", 64), ("resnet18_v1", 1), ("resnet18_v1", 4),
-              ("mobilenetv2_1.0", 1))
-PEER_TARGETS = {"mlp": 1.0, "resnet18_v1": 1.0, "mobilenetv2_1.0": 1.5}
+              ("resnet18_v1", 8), ("mobilenetv2_1.0", 1), ("resnet50_v2", 1))
+PEER_TARGETS = {"mlp": 1.0, "resnet18_v1": 1.0, "mobilenetv2_1.0": 1.5, "resnet50_v2": 1.0}
+# OpenVINO's bf16 (AMX) seconds per call on the Intel machine at every core, from issue #36:
+# the bf16 column's target is at most these.
+OPENVINO_BF16 = {("resnet18_v1", 1): 8.2e-3, ("resnet18_v1", 8): 50.5e-3,
+                 ("mobilenetv2_1.0", 1): 4.2e-3, ("resnet50_v2", 1): 23.7e-3}
+RUNTIMES = ("ours", "bf16", "ort")  # ours in fp32, ours in bf16, ONNX Runtime
+AGREEMENT_IMAGES = 256
 NETWORKS: dict[str, tuple[Callable[[], Any], tuple[int, ...]]] = {
     "mlp": (nets.mlp, (512,)),
     "resnet18_v1": (nets.resnet18_v1, (3, 224, 224)),
     "mobilenetv2_1.0": (nets.mobilenet_v2, (3, 224, 224)),
+    "resnet50_v2": (nets.resnet50_v2, (3, 224, 224)),
 }
 
 
@@ -201,19 +213,20 @@ def case_inputs(name: str, batch: int) -> tuple[Any, dict[str, np.ndarray], np.n
     return symbol, params, data
 
 
-def ours_runner(name: str, batch: int, threads: int) -> tuple[Callable[[], Any], dict]:
+def ours_runner(name: str, batch: int, threads: int,
+                precision: str = "fp32") -> tuple[Callable[[], Any], dict]:
     """`Model.infer` on the case, and its FLOPs and the sgemm rate at this thread count."""
     if threads:
         parallel.set_threads(threads)
     symbol, params, data = case_inputs(name, batch)
-    model = engine.load_model(symbol, params, optimize=True)
+    model = engine.load_model(symbol, params, optimize=True, precision=precision)
     feed = {"data": data}
     model.infer(feed)  # first: loading may bring in another BLAS (SciPy's), limited here too
     if threads:
         from threadpoolctl import threadpool_limits
 
         threadpool_limits(threads, user_api="blas")
-    info = {"output": next(iter(model.infer(feed).values())),
+    info = {"output": next(iter(model.infer(feed).values())), "precision": model.precision,
             "flops": graph_flops(model, data.shape), "sgemm": sgemm_flops(3),
             "threads": f"BLAS {blas_threads()}, steps {parallel.threads()}, engine from "
                        f"{Path(engine.__file__).parent}"}
@@ -251,8 +264,10 @@ def ort_runner(name: str, batch: int, threads: int) -> tuple[Callable[[], Any], 
 def peer_worker(connection: Any, runtime: str, name: str, batch: int, threads: int) -> None:
     """A process serving timed rounds of one runtime: receives a call count, sends back the
     seconds per call; None ends it."""
-    runner = ours_runner if runtime == "ours" else ort_runner
-    action, info = runner(name, batch, threads)
+    if runtime == "ort":
+        action, info = ort_runner(name, batch, threads)
+    else:
+        action, info = ours_runner(name, batch, threads, "bf16" if runtime == "bf16" else "fp32")
     action()
     info["call_seconds"] = min(_once(action) for _ in range(3))
     connection.send(info)
@@ -264,12 +279,13 @@ def peer_worker(connection: Any, runtime: str, name: str, batch: int, threads: i
 
 
 def compare_peer(name: str, batch: int, threads: int, repeat: int) -> dict[str, Any]:
-    """Ours and ONNX Runtime, each in its own process, taking turns round by round."""
+    """Ours (fp32 and bf16) and ONNX Runtime, each in its own process, taking turns round by
+    round."""
     import multiprocessing
 
     context = multiprocessing.get_context("spawn")
     workers = {}
-    for runtime in ("ours", "ort"):
+    for runtime in RUNTIMES:
         mine, theirs = context.Pipe()
         process = context.Process(target=peer_worker, args=(theirs, runtime, name, batch,
                                                             threads))
@@ -288,9 +304,11 @@ def compare_peer(name: str, batch: int, threads: int, repeat: int) -> dict[str, 
     for mine, process in workers.values():
         mine.send(None)
         process.join()
-    outputs = [infos[runtime].pop("output") for runtime in workers]
-    return {"infos": infos, "diff": float(np.abs(outputs[0] - outputs[1]).max()),
-            "scale": float(np.abs(outputs[1]).max()),
+    outputs = {runtime: infos[runtime].pop("output") for runtime in workers}
+    return {"infos": infos, "diff": float(np.abs(outputs["ours"] - outputs["ort"]).max()),
+            "scale": float(np.abs(outputs["ort"]).max()),
+            "bf16_error": float(np.abs(outputs["bf16"] - outputs["ours"]).max()
+                                / np.abs(outputs["ours"]).max()),
             **{runtime: (statistics.median(times), min(times))
                for runtime, times in rounds.items()}}
 
@@ -298,33 +316,71 @@ def compare_peer(name: str, batch: int, threads: int, repeat: int) -> dict[str, 
 def bench_peer(threads: int, repeat: int, quick: bool) -> None:
     """The ONNX Runtime table at one thread setting (0: each runtime at its default)."""
     label = "every core (each runtime's default)" if not threads else f"{threads} thread(s) each"
-    print(f"\nours vs ONNX Runtime, {label}; ms per call, median of interleaved rounds [best]; "
-          "floor = FLOPs / sgemm at this thread count")
-    print(f"{'network':<16} {'batch':>5} {'ours':>18} {'ONNX Runtime':>18} {'ours/ORT':>14} "
-          f"{'target':>6} {'floor':>8} {'ours/floor':>10} {'ORT/floor':>9}  max|diff|")
+    print(f"\nours (fp32, bf16) vs ONNX Runtime, {label}; ms per call, median of interleaved "
+          "rounds [best]; floor = FLOPs / sgemm at this thread count; OV = OpenVINO bf16 "
+          "(issue #36, every core)")
+    print(f"{'network':<16} {'batch':>5} {'ours fp32':>18} {'ours bf16':>18} "
+          f"{'ONNX Runtime':>18} {'fp32/ORT':>14} {'target':>6} {'bf16/fp32':>9} "
+          f"{'bf16/OV':>8} {'floor':>8} {'fp32/floor':>10} {'ORT/floor':>9}  max|diff|  "
+          "bf16 err")
     for name, batch in PEER_CASES:
         if quick and batch > 1 and name != "mlp":
             continue
         before = vcpus.cross_read_ratio() if not threads else None
         result = compare_peer(name, batch, threads, repeat)
         after = vcpus.cross_read_ratio() if not threads else None
-        ours, theirs, info = result["ours"], result["ort"], result["infos"]["ours"]
-        floor = info["flops"] / info["sgemm"]
-        ratio = ours[0] / theirs[0]
-        verdict = "met" if ratio <= PEER_TARGETS[name] else "MISSED"
-        print(f"{name:<16} {batch:>5} {ms(ours[0]):>9} [{ms(ours[1])}] "
-              f"{ms(theirs[0]):>9} [{ms(theirs[1])}] {ratio:>5.2f}× [{ours[1] / theirs[1]:.2f}×] "
-              f"{'≤' + str(PEER_TARGETS[name]):>6} {ms(floor):>8} {ours[0] / floor:>9.2f}× "
-              f"{theirs[0] / floor:>8.2f}×  {result['diff']:.1e} (of {result['scale']:.0f}) "
-              f"{verdict}")
-        if "kinds" in info:
-            print(f"    ours by step kind, ms per image [GFLOP/s]: {info['kinds']}")
+        print_peer_row(name, batch, threads, result)
         if before is not None and after is not None:
             print(f"    the other vCPU's data read ×{before:.2f} before, ×{after:.2f} after "
                   "(bench/vcpus.py; from about ×1.3 the vCPUs share no cache)")
-    print(f"    ours: {info['threads']}, sgemm {info['sgemm'] / 1e9:.1f} GFLOP/s; ONNX Runtime "
+    info = result["infos"]["ours"]
+    print(f"    ours: {info['threads']}, sgemm {info['sgemm'] / 1e9:.1f} GFLOP/s, bf16 runs "
+          f"{result['infos']['bf16']['precision']}; ONNX Runtime "
           f"{result['infos']['ort']['version']}, {result['infos']['ort']['threads']}; "
           f"load average now {os.getloadavg()[0]:.2f}")
+
+
+def print_peer_row(name: str, batch: int, threads: int, result: dict[str, Any]) -> None:
+    """One case of the peer table, and our steps by kind in fp32 and bf16."""
+    ours, bf16, theirs = result["ours"], result["bf16"], result["ort"]
+    info = result["infos"]["ours"]
+    floor = info["flops"] / info["sgemm"]
+    ratio = ours[0] / theirs[0]
+    verdict = "met" if ratio <= PEER_TARGETS[name] else "MISSED"
+    openvino = OPENVINO_BF16.get((name, batch)) if not threads else None
+    against_openvino = "—" if openvino is None else f"{bf16[0] / openvino:.2f}×"
+    print(f"{name:<16} {batch:>5} {ms(ours[0]):>9} [{ms(ours[1])}] "
+          f"{ms(bf16[0]):>9} [{ms(bf16[1])}] "
+          f"{ms(theirs[0]):>9} [{ms(theirs[1])}] {ratio:>5.2f}× [{ours[1] / theirs[1]:.2f}×] "
+          f"{'≤' + str(PEER_TARGETS[name]):>6} {bf16[0] / ours[0]:>8.2f}× "
+          f"{against_openvino:>8} {ms(floor):>8} {ours[0] / floor:>9.2f}× "
+          f"{theirs[0] / floor:>8.2f}×  {result['diff']:.1e} (of {result['scale']:.0f}) "
+          f"{result['bf16_error']:.1e} {verdict}")
+    for runtime in ("ours", "bf16"):
+        if "kinds" in result["infos"][runtime]:
+            print(f"    {'fp32' if runtime == 'ours' else 'bf16'} by step kind, ms per image "
+                  f"[GFLOP/s]: {result['infos'][runtime]['kinds']}")
+
+
+def bf16_agreement(images: int = AGREEMENT_IMAGES, batch: int = 32) -> None:
+    """Top-1 agreement of bf16 with fp32 on ResNet-18 (random weights) over ``images``
+    random 224×224 images, and the largest difference relative to the largest logit."""
+    symbol = nets.resnet18_v1()
+    params = nets.random_params(symbol, (1, 3, 224, 224))
+    fp32 = engine.load_model(symbol, params)
+    reduced = engine.load_model(symbol, params, precision="bf16")
+    rng = np.random.default_rng(36)
+    agree, error = 0, 0.0
+    for _ in range(images // batch):
+        feed = {"data": rng.standard_normal((batch, 3, 224, 224), dtype=np.float32)}
+        want = next(iter(fp32.infer(feed).values()))
+        got = next(iter(reduced.infer(feed).values()))
+        agree += int((np.argmax(got, axis=1) == np.argmax(want, axis=1)).sum())
+        error = max(error, float(np.abs(got - want).max() / np.abs(want).max()))
+    print(f"\nbf16 against fp32, ResNet-18 v1 (random weights, bf16 runs {reduced.precision}): "
+          f"top-1 agreement {agree}/{images} ({agree / images:.1%}; target ≥ 99%), largest "
+          f"difference {error:.2e} of the largest logit")
+
 
 def step_kind(node: Any) -> tuple[str, Any]:
     """A convolution's kind (kernel size, depthwise), else the op type; and the head attrs."""
@@ -387,6 +443,8 @@ def main() -> None:
           f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}; load average "
           f"{os.getloadavg()[0]:.2f}; our default thread count {parallel.threads()}")
     bench_mlp(repeat)
+    if not options.quick:
+        bf16_agreement()
     settings = (0, 1) if options.threads is None else (options.threads,)
     for threads in settings:
         bench_peer(threads, repeat, options.quick)

@@ -1,4 +1,5 @@
-"""Networks for benchmarks: the seed MLP, ResNet-18 v1 and MobileNet v2 built with `engine.sym`.
+"""Networks for benchmarks: the seed MLP, ResNet-18 v1, ResNet-50 v2 and MobileNet v2 built with
+`engine.sym`.
 
 Each builder returns a `Symbol` laid out as Gluon's model zoo lays it out (NCHW, BatchNorm with
 ``fix_gamma=False`` and eps 1e-5, ReLU6 as ``clip(0, 6)``). `random_params` fills every argument
@@ -59,6 +60,51 @@ def resnet18_v1(classes: int = 1000) -> Symbol:
             in_channels = channels
     net = sym.Pooling(net, kernel=(1, 1), global_pool=True, pool_type="avg")
     return sym.FullyConnected(sym.Flatten(net), num_hidden=classes, name="output")
+
+
+RESNET50_STAGES = ((256, 3, 1), (512, 4, 2), (1024, 6, 2), (2048, 3, 2))  # (out, blocks, stride)
+
+
+def resnet50_v2(classes: int = 1000) -> Symbol:
+    """ResNet-50 v2 (pre-activation bottlenecks: BN and ReLU before each convolution, the
+    shortcut projected from the first block's activation on a stride or width change)."""
+    net = sym.BatchNorm(sym.var("data"), fix_gamma=True, eps=1e-5, name="data_bn")
+    net = sym.Convolution(net, num_filter=64, kernel=(7, 7), stride=(2, 2), pad=(3, 3),
+                          no_bias=True, name="stem_conv")
+    net = sym.Activation(sym.BatchNorm(net, fix_gamma=False, eps=1e-5, name="stem_bn"),
+                         act_type="relu")
+    net = sym.Pooling(net, kernel=(3, 3), stride=(2, 2), pad=(1, 1), pool_type="max")
+    in_channels = 64
+    for stage, (channels, blocks, first_stride) in enumerate(RESNET50_STAGES):
+        for block in range(blocks):
+            stride = first_stride if block == 0 else 1
+            name = f"stage{stage + 1}_block{block}"
+            act = sym.Activation(sym.BatchNorm(net, fix_gamma=False, eps=1e-5,
+                                               name=f"{name}_bn1"), act_type="relu")
+            shortcut = net
+            if stride != 1 or in_channels != channels:
+                shortcut = sym.Convolution(act, num_filter=channels, kernel=(1, 1),
+                                           stride=(stride, stride), no_bias=True,
+                                           name=f"{name}_down")
+            body = sym.Convolution(act, num_filter=channels // 4, kernel=(1, 1), no_bias=True,
+                                   name=f"{name}_conv1")
+            body = sym.Activation(_conv_bn_input(body, f"{name}_bn2"), act_type="relu")
+            body = sym.Convolution(body, num_filter=channels // 4, kernel=(3, 3),
+                                   stride=(stride, stride), pad=(1, 1), no_bias=True,
+                                   name=f"{name}_conv2")
+            body = sym.Activation(_conv_bn_input(body, f"{name}_bn3"), act_type="relu")
+            body = sym.Convolution(body, num_filter=channels, kernel=(1, 1), no_bias=True,
+                                   name=f"{name}_conv3")
+            net = body + shortcut
+            in_channels = channels
+    net = sym.Activation(sym.BatchNorm(net, fix_gamma=False, eps=1e-5, name="last_bn"),
+                         act_type="relu")
+    net = sym.Pooling(net, kernel=(1, 1), global_pool=True, pool_type="avg")
+    return sym.FullyConnected(sym.Flatten(net), num_hidden=classes, name="output")
+
+
+def _conv_bn_input(net: Symbol, name: str) -> Symbol:
+    return sym.BatchNorm(net, fix_gamma=False, eps=1e-5, name=name)
 
 
 def _relu6(net: Symbol) -> Symbol:

@@ -121,15 +121,18 @@ def _bind_chunk(xp: Any, data: Any, matrix: Any, out: Any, geometry: Geometry,
     view = _patch_view(xp, source, kernel, stride, dilate, size)
     if samples == 1:
         return calls + _bind_bands(xp, view, matrix, out, workspace, patches_at)
+    positions = math.prod(size)
+    wide = workspace.region(wide_at, (matrix.shape[0], samples * positions), data.dtype)
+    per_sample = wide.reshape(matrix.shape[0], samples, positions).transpose(1, 0, 2)
+    copy_out = partial(xp.copyto, out.reshape(samples, matrix.shape[0], positions), per_sample)
+    fused = gemm_bind.bf16_patch_product(matrix, view, 1 + len(kernel), wide, workspace)
+    if fused is not None:  # bf16 on AMX: the patches paired straight from the input
+        return [*calls, fused, copy_out]
     patches = workspace.region(patches_at, view.shape, data.dtype)
     calls.append(partial(xp.copyto, patches, view))
     columns = patches.reshape(matrix.shape[1], -1)
-    positions = math.prod(size)
-    wide = workspace.region(wide_at, (matrix.shape[0], samples * positions), data.dtype)
     calls.append(_product(xp, matrix, columns, wide, workspace))
-    per_sample = wide.reshape(matrix.shape[0], samples, positions).transpose(1, 0, 2)
-    calls.append(partial(xp.copyto, out.reshape(samples, matrix.shape[0], positions),
-                         per_sample))
+    calls.append(copy_out)
     return calls
 
 
@@ -159,9 +162,13 @@ def _bind_bands(xp: Any, view: Any, matrix: Any, out: Any, workspace: Any,
     for first in range(0, total, rows):
         last = min(first + rows, total)
         band = view[(slice(None),) * axis + (slice(first, last),)]
+        target = targets[:, first:last].reshape(matrix.shape[0], -1)
+        fused = gemm_bind.bf16_patch_product(matrix, band, axis - 1, target, workspace)
+        if fused is not None:  # bf16 on AMX: the patches paired straight from the input
+            calls.append(fused)
+            continue
         patches = workspace.region(patches_at, band.shape, view.dtype)
         calls.append(partial(xp.copyto, patches, band))
-        target = targets[:, first:last].reshape(matrix.shape[0], -1)
         calls.append(_product(xp, matrix, patches.reshape(matrix.shape[1], -1), target,
                               workspace))
     return calls

@@ -31,7 +31,7 @@ import numpy as np
 
 from engine.cpu import spin_pool
 from engine.cpu.blas_threads import threads as blas_threads_now
-from engine.kernels import gemm_kernel, strided_kernel
+from engine.kernels import bf16, gemm_kernel, strided_kernel
 
 # Below this share of computed lanes doing useful work, BLAS runs the product (49 of 64: no).
 MIN_LANE_USE = 0.9
@@ -41,6 +41,11 @@ MIN_LANE_USE = 0.9
 PACK_LIMIT_BYTES = 64 << 20
 THREADED_MACS = 4 << 20
 THREADED_SIDE = 64
+# Below this many output rows a bf16 product runs on AVX-512 BF16 rather than AMX, whose tiles
+# are 32 rows: 1×512×1000 took 20 µs there against 56 on AMX (one thread).
+AMX_MIN_ROWS = 16
+BF16_MIN_DEPTH = 32  # shallower products stay float32 (`amx_pays`)
+BF16_MIN_WEIGHTS = 1 << 18  # smaller weights stay float32 on AVX-512 BF16 (`bf16_kernel`)
 
 
 def blas_threads() -> int:
@@ -68,6 +73,8 @@ def weight_product(xp: Any, weight: Any, right: Any, out: Any,
     if (xp is not np or weight.flags.writeable or weight.nbytes > PACK_LIMIT_BYTES
             or not gemm_kernel.applies(weight, right, out)):
         return None
+    if bf16_kernel(workspace, out.shape[0], weight.shape[1]) is not None:
+        return _bf16_weight_product(weight, right, out, workspace)
     if worthwhile(*out.shape):
         packed = workspace.derived(weight, "gemm packed", gemm_kernel.pack)
         return _threaded(weight, right, out, gemm_kernel.bind_packed(packed, right, out))
@@ -82,10 +89,116 @@ def product_with_weight(xp: Any, left: Any, weight: Any, out: Any,
     read-only plan constant, or a value derived from one): packed into column panels once and
     shared by the model's plans; None where BLAS should run it."""
     if (xp is np and weight.nbytes <= PACK_LIMIT_BYTES and gemm_kernel.applies(left, weight, out)
+            and bf16_kernel(workspace, out.shape[0], left.shape[1], weight.size) is not None):
+        return _bf16_product_with_weight(left, weight, out, workspace)
+    if (xp is np and weight.nbytes <= PACK_LIMIT_BYTES and gemm_kernel.applies(left, weight, out)
             and worthwhile(*out.shape)):
         panels = workspace.derived(weight, "gemm panels", gemm_kernel.pack_columns)
         return _by_panels(left, weight, panels, out)
     return None
+
+
+def bf16_kernel(workspace: Any, rows: int, depth: int | None = None,
+                weights: int | None = None) -> int | None:
+    """The bf16 kernel a product of ``rows`` output rows over ``depth`` (K; None: a
+    convolution's patches, paired in place of im2col's copy, any K) runs on in a plan whose
+    precision is bf16 (`Workspace.precision`), or None where our float32 kernels run it.
+
+    AMX where the process may use it, the rows fill half a tile or more and K is deep enough
+    for the tiles to pay for pairing the activation (`amx_pays`); AVX-512 BF16 for deep
+    products of fewer rows whose weight (``weights`` values) streams from memory, where half
+    its bytes pay (a dense layer at batch 1: 1×512×1000 20 µs against 47 in float32 and 56 on
+    AMX; the seed MLP's 512×256 took longer paired, its weight in cache); None for an fp32
+    plan, a host with neither, or a thin or small product."""
+    if getattr(workspace, "precision", "fp32") != "bf16":
+        return None
+    if rows >= AMX_MIN_ROWS and gemm_kernel.available(gemm_kernel.AMX):
+        return gemm_kernel.AMX if depth is None or amx_pays(rows, depth) else None
+    if ((depth is None or depth >= BF16_MIN_DEPTH)
+            and (weights is None or weights >= BF16_MIN_WEIGHTS)
+            and gemm_kernel.available(gemm_kernel.BF16)):
+        return gemm_kernel.BF16
+    return None
+
+
+def amx_pays(rows: int, depth: int) -> bool:
+    """Whether an AMX product beats our float32 kernel once its activation is paired: K of 64
+    or more, or 32 with a whole tile of rows. MobileNet v2's 1×1 convolutions (one thread,
+    µs, float32 against AMX with pairing): K 16, 96 rows, 12544 columns 381 against 700; K 24,
+    144 rows 247 against 367; K 32, 16 rows 152 against 249; K 32, 32 rows 275 against 286;
+    K 96, 24 rows 183 against 96; K 144, 24 rows 393 against 234."""
+    return depth >= 2 * BF16_MIN_DEPTH or (depth >= BF16_MIN_DEPTH and rows >= 32)
+
+
+def _bf16_weight_product(weight: Any, right: Any, out: Any, workspace: Any) -> Any:
+    """``out = weight @ right`` in bf16: the constant weight rounded and paired once, the
+    activation ``right`` paired down its columns on each run (`bf16.pairing`)."""
+    if bf16_kernel(workspace, out.shape[0], weight.shape[1]) == gemm_kernel.AMX:
+        words = _amx_words(weight, out, workspace)
+        pair = bf16.patch_pairing(right, 1, words)  # a matrix: a view with one K axis
+        if pair is not None:
+            return bf16.paired_product(pair, _amx_weight_tiles(weight, words, out, workspace))
+    packed = workspace.derived(weight, "bf16 packed",
+                               lambda constant: gemm_kernel.pack(bf16.pair_rows(constant)))
+    words = workspace.zeroed(bf16.paired_shape(right.shape, False, gemm_kernel.tile().columns),
+                             np.float32, ("bf16 panels", right.shape))
+    product = gemm_kernel.bind_both_packed(packed, words, out, kernel=gemm_kernel.BF16)
+    return bf16.paired_product(bf16.pairing(right, words, False), product)
+
+
+def _amx_words(weight: Any, out: Any, workspace: Any) -> Any:
+    """The buffer an activation is paired into for ``out = weight @ activation`` on AMX.
+    Tagged with K: the pad rows past K must stay zero, so a buffer is shared only by products
+    of one K (another K's pairing would write them)."""
+    shape = (bf16.amx_depth(weight.shape[1]), bf16.amx_rows(out.shape[1]))
+    return workspace.zeroed(shape, np.float32, ("bf16 words", weight.shape[1]))
+
+
+def _amx_weight_tiles(weight: Any, words: Any, out: Any, workspace: Any) -> Any:
+    """``out = weight @ words`` on AMX, the weight's tiles packed once (`bf16.amx_pack_rows`).
+    The outer loop re-reads the smaller operand: column blocks outside where the weight is
+    the smaller (each block of paired activations stays in cache while every row block meets
+    it), row blocks where the activations are (ResNet-18's 512-filter layers)."""
+    tiles = workspace.derived(weight, "amx tiles", lambda constant: bf16.amx_pack_rows(
+        bf16.amx_weight_rows(constant)))
+    return gemm_kernel.bind_tiles(tiles, words, out, columns_outside=tiles.nbytes <= words.nbytes,
+                                  packed=True)
+
+
+def _bf16_product_with_weight(left: Any, weight: Any, out: Any, workspace: Any) -> Any:
+    """``out = left @ weight`` in bf16: the constant weight rounded and paired once, the
+    activation ``left`` paired along its rows on each run."""
+    if bf16_kernel(workspace, out.shape[0], left.shape[1]) == gemm_kernel.AMX:
+        columns = workspace.derived(weight, "amx columns", bf16.amx_weight_columns)
+        words = workspace.zeroed((bf16.amx_rows(out.shape[0]), columns.shape[0]), np.float32,
+                                 ("bf16 words", left.shape[1]))
+        product = gemm_kernel.bind_tiles(words, columns, out)
+    else:
+        panels = workspace.derived(weight, "bf16 panels", lambda constant:
+                                   gemm_kernel.pack_columns(bf16.pair_columns(constant)))
+        words = workspace.zeroed(bf16.paired_shape(left.shape, True), np.float32,
+                                 ("bf16 rows", left.shape))
+        product = gemm_kernel.bind_packed_columns(words, panels, out, kernel=gemm_kernel.BF16)
+    return bf16.paired_product(bf16.pairing(left, words, True), product)
+
+
+def bf16_patch_product(weight: Any, view: Any, k_axes: int, out: Any,
+                       workspace: Any) -> Callable[[], Any] | None:
+    """``out = weight @ patches`` on AMX, the patches paired into bf16 words straight from
+    ``view`` (an im2col view whose first ``k_axes`` axes run along K, `bf16.patch_pairing`)
+    with no patch array copied; None outside a bf16 plan on AMX or where it cannot apply."""
+    if (type(view) is not np.ndarray or type(weight) is not np.ndarray
+            or weight.flags.writeable or weight.nbytes > PACK_LIMIT_BYTES
+            or {weight.dtype, view.dtype, out.dtype} != {np.dtype(np.float32)}
+            or out.ndim != 2 or (out.strides[1] != 4 and out.shape[1] > 1)
+            or np.may_share_memory(out, view)
+            or bf16_kernel(workspace, out.shape[0]) != gemm_kernel.AMX):
+        return None
+    words = _amx_words(weight, out, workspace)
+    pair = bf16.patch_pairing(view, k_axes, words)
+    if pair is None:
+        return None
+    return bf16.paired_product(pair, _amx_weight_tiles(weight, words, out, workspace))
 
 
 def takes_bias(calls: list[Callable[[], Any]], bias: Any) -> bool:
@@ -203,7 +316,7 @@ def _ours_and_copies(calls: list[Callable[[], Any]]) -> bool:
 
 
 def _is_ours(call: Any) -> bool:
-    return isinstance(call, (gemm_kernel.Product, Threaded))
+    return isinstance(call, (gemm_kernel.Product, Threaded, bf16.PairedProduct))
 
 
 def _is_copy(call: Any) -> bool:

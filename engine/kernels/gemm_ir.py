@@ -91,6 +91,7 @@ class TileKernel:
                                name=name)
         context, part, parts = function.args
         builder = ir.IRBuilder(function.append_basic_block("entry"))
+        self._part_prologue(builder)
         words = builder.inttoptr(context, I64.as_pointer())
 
         def field(name: str) -> ir.Value:
@@ -165,6 +166,10 @@ class TileKernel:
         builder.position_at_end(done)
         builder.ret_void()
 
+    def _part_prologue(self, builder: ir.IRBuilder) -> None:
+        """What a part does before its first tile (nothing here; AMX loads its tile
+        configuration, `gemm_amx_ir`)."""
+
     def _function(self, name: str, edge: bool) -> tuple[ir.Function, ir.IRBuilder]:
         pointer = F32.as_pointer()
         arguments = [I64, pointer, I64, I64, pointer, I64, pointer, I64, pointer, pointer, F32, F32]
@@ -196,7 +201,7 @@ class TileKernel:
             scalar = builder.load(builder.gep(a, [builder.add(row_offsets[i], a_column)]),
                                   align=4)
             broadcast = self._splat(builder, scalar)
-            stepped.append([builder.call(self.fmuladd, [broadcast, b_values[j], tile[i][j]])
+            stepped.append([self._multiply_add(builder, broadcast, b_values[j], tile[i][j])
                             for j in range(vectors)])
         k_next = builder.add(k, I64(1))
         builder.cbranch(builder.icmp_signed("<", k_next, k_count), loop, done)
@@ -228,6 +233,12 @@ class TileKernel:
                 value = builder.select(builder.fcmp_ordered("<", value, low), low, value)
                 value = builder.select(builder.fcmp_ordered(">", value, high), high, value)
                 self._store(builder, value, c_row, j, masks)
+
+    def _multiply_add(self, builder: ir.IRBuilder, broadcast: Any, b_value: Any,
+                      sum_: Any) -> Any:
+        """``sum_ + broadcast * b_value``, one step of the K loop (a subclass may read the
+        same registers as other types: `gemm_bf16_ir`)."""
+        return builder.call(self.fmuladd, [broadcast, b_value, sum_])
 
     def _masks(self, builder: ir.IRBuilder, columns: Any, vectors: int) -> list[Any]:
         """Per vector of a row, the lanes below ``columns``."""

@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from engine.cpu import spin_pool
+from engine.cpu import host_features, spin_pool
 from engine.kernels.workspace import empty_aligned
 
 _state: dict[str, Any] = {}
@@ -50,9 +50,16 @@ class Tile(NamedTuple):
         return self.width * self.vectors
 
 
-def available() -> bool:
-    """Whether the kernels compiled for this CPU (compiled on the first call)."""
-    return _compiled() is not None
+# The kernels by the operands they read: float32; bf16 pairs on AVX-512 BF16 (`gemm_bf16_ir`);
+# bf16 pairs on AMX tiles (`gemm_amx_ir`).
+FP32, BF16, AMX = 0, 1, 2
+AMX_TILE = Tile(32, 16, 2)
+
+
+def available(kernel: int = FP32) -> bool:
+    """Whether ``kernel`` compiled for this CPU (compiled on the first call): the bf16 ones
+    need AVX-512 BF16, AMX also Linux's grant of the tile state."""
+    return _compiled(kernel) is not None
 
 
 def tile() -> Tile:
@@ -77,7 +84,7 @@ def pack(a: Any) -> np.ndarray:
     rows = tile().rows
     m, k = a.shape
     blocks = -(-m // rows)
-    packed = np.zeros((blocks * rows, k), np.float32)
+    packed = np.zeros((blocks * rows, k), a.dtype)
     packed[:m] = a
     return _aligned_copy(packed.reshape(blocks, rows, k).transpose(0, 2, 1))
 
@@ -90,7 +97,7 @@ def pack_columns(b: Any) -> np.ndarray:
     columns = tile().columns
     k, n = b.shape
     panels = -(-n // columns)
-    packed = np.zeros((k, panels * columns), np.float32)
+    packed = np.zeros((k, panels * columns), b.dtype)
     packed[:, :n] = b
     return _aligned_copy(packed.reshape(k, panels, columns).transpose(1, 0, 2))
 
@@ -167,10 +174,10 @@ def takes_bias(bias: Any) -> bool:
 _FIELDS = {name: index for index, name in enumerate((
     "mr", "nr", "a", "row_step", "lda", "acs", "b", "column_step", "ldb", "c", "ldc",
     "rows_bias", "columns_bias", "low", "high", "m", "n", "k", "columns_outside", "batch",
-    "a_batch", "b_batch", "c_batch"))}
+    "a_batch", "b_batch", "c_batch", "kernel"))}
 (_MR, _NR, _A, _ROW_STEP, _LDA, _ACS, _B, _COLUMN_STEP, _LDB, _C, _LDC, _ROWS_BIAS,
  _COLUMNS_BIAS, _LOW, _HIGH, _M, _N, _K, _COLUMNS_OUTSIDE, _BATCH, _A_BATCH, _B_BATCH,
- _C_BATCH) = _FIELDS.values()
+ _C_BATCH, _KERNEL) = _FIELDS.values()
 _BOUNDS = slice(_LOW, _HIGH + 1)
 # Multiply-adds per part of a job at least (about 2 µs at 50 GMAC/s: the hand-off costs well
 # under 1 µs).
@@ -185,21 +192,52 @@ def bind(a: Any, b: Any, c: Any) -> Product:
                     a.shape[1], False)
 
 
-def bind_packed(packed: Any, b: Any, c: Any) -> Product:
+def bind_packed(packed: Any, b: Any, c: Any, kernel: int = FP32) -> Product:
     """``c = a @ b`` with ``packed = pack(a)``: row blocks outside (each block of A, read
-    once, meets every column of B in cache)."""
+    once, meets every column of B in cache). With ``kernel`` `BF16`, A and B hold bf16 pairs
+    along K (32-bit words, viewed as float32: `bf16.pair_rows`, `bf16.pair_columns`)."""
     k = packed.shape[1]
     return _product((packed, b, c), packed.ctypes.data, k, 1, packed.shape[2], b.ctypes.data,
-                    1, b.strides[0] // 4, c, k, False)
+                    1, b.strides[0] // 4, c, k, False, kernel=kernel)
 
 
-def bind_packed_columns(a: Any, packed: Any, c: Any) -> Product:
+def bind_packed_columns(a: Any, packed: Any, c: Any, kernel: int = FP32) -> Product:
     """``c = a @ b`` with ``packed = pack_columns(b)`` (``c`` has b's true width): column
-    panels outside (each panel of B, read once, meets every row of A in cache)."""
+    panels outside (each panel of B, read once, meets every row of A in cache). ``kernel``:
+    as in `bind_packed`."""
     item = 4
     k = packed.shape[1]
     return _product((a, packed, c), a.ctypes.data, a.strides[0] // item, a.strides[0] // item,
-                    a.strides[1] // item, packed.ctypes.data, k, packed.shape[2], c, k, True)
+                    a.strides[1] // item, packed.ctypes.data, k, packed.shape[2], c, k, True,
+                    kernel=kernel)
+
+
+def bind_both_packed(packed: Any, panels: Any, c: Any, kernel: int = FP32) -> Product:
+    """``c = a @ b`` with ``packed = pack(a)`` and ``panels = pack_columns(b)``: column
+    panels outside (a panel of B stays in cache while it meets every block of A, read from
+    L2). For the bf16 kernel's activations, paired into panels as they are rounded
+    (`bf16.pairing`): B read with rows far apart ran at half the speed (64×576×3136)."""
+    k = packed.shape[1]
+    return _product((packed, panels, c), packed.ctypes.data, k, 1, packed.shape[2],
+                    panels.ctypes.data, k, panels.shape[2], c, k, True, kernel=kernel)
+
+
+def bind_tiles(a: Any, b: Any, c: Any, columns_outside: bool = True,
+               packed: bool = False) -> Product:
+    """``c = a @ b`` on AMX: ``a`` bf16 pairs along rows, ``b`` pairs down columns (both
+    float32-viewed words, C-contiguous), zero-padded a tile past their edges
+    (`bf16.amx_rows`, `bf16.amx_depth`): ``a`` (rows to 32, K words to 16), ``b`` (the same
+    K words, columns to 32); with ``packed``, ``a`` is `bf16.amx_pack_rows`'s tiles."""
+    rows, depth = a.shape
+    m, n = c.shape
+    whole = AMX_TILE.rows
+    if (depth % 16 or b.shape[0] != depth or rows < -(-m // whole) * whole
+            or b.shape[1] < -(-n // whole) * whole):
+        raise ValueError(f"AMX operands must be padded to whole tiles; got A {a.shape}, "
+                         f"B {b.shape} for C {c.shape}")
+    lda, acs = (16, 32) if packed else (depth, 1)
+    return _product((a, b, c), a.ctypes.data, depth, lda, acs, b.ctypes.data, 1, b.shape[1],
+                    c, depth, columns_outside, kernel=AMX)
 
 
 def bind_packed_batch(packed: Any, b: Any, c: Any) -> Product:
@@ -219,16 +257,17 @@ def multiply(a: Any, b: Any, c: Any) -> None:
 
 def _product(operands: tuple[Any, ...], a: int, row_step: int, lda: int, acs: int, b: int,
              column_step: int, ldb: int, c: Any, k: int, columns_outside: bool,
-             batch: tuple[int, int, int, int] = (1, 0, 0, 0)) -> Product:
+             batch: tuple[int, int, int, int] = (1, 0, 0, 0), kernel: int = FP32) -> Product:
     """A Product of one matrix ``c``, or of a ``batch`` of them (count, then the bytes from
-    one's A, B and C to the next's)."""
-    shape = _compiled()["tile"]
+    one's A, B and C to the next's), by ``kernel`` (the bf16 ones: K counts pairs)."""
+    shape = _compiled(kernel)["tile"]
     # No bias yet: zeros enough for C's rows and columns, rounded up to whole tiles.
     zeros = np.zeros(max(-(-c.shape[0] // shape.rows) * shape.rows,
                          -(-c.shape[1] // shape.columns) * shape.columns), np.float32)
     context = _context(shape, a, row_step, lda, acs, b, column_step, ldb, c, k,
                        columns_outside, zeros.ctypes.data)
     context[_BATCH:_C_BATCH + 1] = batch
+    context[_KERNEL] = kernel
     return _as_product(context, (*operands, zeros))
 
 
@@ -238,7 +277,7 @@ def _context(shape: Tile, a: int, row_step: int, lda: int, acs: int, b: int,
     """A product's context (the fields above), no bias (``zeros``: the address of enough zeros)."""
     context = np.array([shape.rows, shape.columns, a, row_step, lda, acs, b, column_step, ldb,
                         c.ctypes.data, c.strides[0] // 4, zeros, zeros, 0, 0, c.shape[0],
-                        c.shape[1], k, columns_outside, 1, 0, 0, 0], np.int64)
+                        c.shape[1], k, columns_outside, 1, 0, 0, 0, 0], np.int64)
     context[_BOUNDS].view(np.float64)[:] = -np.inf, np.inf
     return context
 
@@ -251,29 +290,37 @@ def _as_product(context: np.ndarray, operands: tuple[Any, ...]) -> Product:
     # multiply-adds wait on each other), so a batch-1 product is cut as finely.
     parts = min(tiles, max(1, batch * rows * n * k // PART_MACS),
                 spin_pool.PARTS_PER_CORE * spin_pool.cores())
-    job = spin_pool.job(_compiled()["part"], context, parts)
+    job = spin_pool.job(_compiled(int(context[_KERNEL]))["part"], context, parts)
     product = Product(job.func, *job.args)
     product.context, product.operands = context, (*operands, *job.keep)
     return product
 
 
-def _compiled() -> dict[str, Any] | None:
-    if "kernels" not in _state:
+def _compiled(kernel: int = FP32) -> dict[str, Any] | None:
+    if kernel not in _state:
         with _compiling:  # plans may bind on several threads at once: compile once
-            if "kernels" not in _state:
-                _state["kernels"] = _compile()
-    return _state["kernels"]
+            if kernel not in _state:
+                _state[kernel] = _compile(kernel=kernel)
+    return _state[kernel]
 
 
-def _compile(cpu: str | None = None, features: str | None = None) -> dict[str, Any] | None:
+def _compile(cpu: str | None = None, features: str | None = None,
+             kernel: int = FP32) -> dict[str, Any] | None:
     """The kernels for the host CPU, or for ``cpu`` with ``features`` (LLVM's names: a test
-    compiles the AVX2 and SSE tiles on a host that runs them)."""
+    compiles the AVX2 and SSE tiles on a host that runs them); the bf16 kernels are None
+    where the host lacks AVX-512 BF16, AMX's where it lacks AMX or Linux's grant."""
     try:
         import llvmlite.binding as llvm
 
         from engine.cpu.llvm_jit import compile_ir
+        from engine.kernels.gemm_amx_ir import AmxTileKernel
+        from engine.kernels.gemm_bf16_ir import PairTileKernel
         from engine.kernels.gemm_ir import TileKernel
     except ImportError:
+        return None
+    if kernel != FP32 and not host_features.bf16_dot_product():
+        return None
+    if kernel == AMX and not host_features.amx_permitted():
         return None
     try:
         llvm.initialize_native_target()
@@ -283,11 +330,13 @@ def _compile(cpu: str | None = None, features: str | None = None) -> dict[str, A
         else:
             shape = _tile_for({name[1:]: True for name in features.split(",")
                                if name.startswith("+")})
-        kernel = TileKernel(shape)
-        kernel.define_part("part", kernel.define_full("tile_full"),
-                           kernel.define_edge("tile_edge"), _FIELDS)
-        engine = compile_ir(str(kernel.module), cpu, features, level=3, optimise=True)
-    except (RuntimeError, OSError):  # no JIT for this target
+        if kernel == AMX:
+            shape = AMX_TILE
+        tiles = {FP32: TileKernel, BF16: PairTileKernel, AMX: AmxTileKernel}[kernel](shape)
+        tiles.define_part("part", tiles.define_full("tile_full"), tiles.define_edge("tile_edge"),
+                          _FIELDS)
+        engine = compile_ir(str(tiles.module), cpu, features, level=3, optimise=True)
+    except (RuntimeError, OSError, ValueError):  # no JIT for this target, or no bf16 tile
         return None
     # The execution engine owns the machine code: it lives as long as the kernels.
     return {"tile": shape, "engine": engine, "part": engine.get_function_address("part")}

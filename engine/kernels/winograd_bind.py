@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from engine.cpu import compiled
-from engine.kernels import gemm_bind, gemm_kernel, winograd_kernel
+from engine.kernels import conv_bind, gemm_bind, gemm_kernel, winograd_kernel
 from engine.kernels.conv_bind import Geometry
 from engine.kernels.im2col import Ints
 from engine.kernels.workspace import aligned
@@ -128,7 +128,12 @@ def scratch_bytes(data_shape: Ints, filters: int, geometry: Geometry, itemsize: 
 
 def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometry,
          workspace: Any) -> list[Callable[[], Any]]:
-    """Calls computing ``out = conv(data, weight) + bias`` (3×3, stride 1, float32)."""
+    """Calls computing ``out = conv(data, weight) + bias`` (3×3, stride 1, float32). A bf16
+    plan runs im2col and our bf16 GEMM instead (`conv_bind`): Winograd's transforms add
+    their own rounding to bf16's, and on AMX the GEMM is faster than Winograd's fewer
+    multiplications in float32 (AVX-512 BF16's is not: Winograd stays)."""
+    if gemm_bind.bf16_kernel(workspace, out.shape[1]) == gemm_kernel.AMX:
+        return conv_bind.bind(xp, data, weight, bias, out, geometry, workspace)
     if compiled.available() and (
             _tile_counts(data.shape, geometry[3])[1] >= COMPILED_MIN_COLUMNS
             or compiled_tile(data.shape, out.shape[1], geometry[3]) == 4):

@@ -78,11 +78,14 @@ _UPLOADED: dict[tuple, Any] = {}
 class Workspace:
     """A shared scratch buffer and bordered buffers, all allocated at plan compile time, and
     the cache of derived values shared with the other plans of a model. On a GPU with cuDNN,
-    ``convolutions`` is the plan's cuDNN context (`engine.cuda.cudnn_conv`)."""
+    ``convolutions`` is the plan's cuDNN context (`engine.cuda.cudnn_conv`). ``precision``
+    is the plan's (``"fp32"`` or ``"bf16"``): the products that bind here read it
+    (`gemm_bind.bf16_kernel`)."""
 
     def __init__(self, xp: Any, scratch_bytes: int, derived: dict | None = None,
-                 convolutions: Any = None) -> None:
+                 convolutions: Any = None, precision: str = "fp32") -> None:
         self.xp = xp
+        self.precision = precision
         self.convolutions = convolutions
         self.scratch = empty_aligned(xp, scratch_bytes, np.uint8)
         self._filled: dict[tuple, Any] = {}

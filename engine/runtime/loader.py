@@ -20,7 +20,8 @@ from engine.runtime.model import Model
 
 def load_model(symbol: Any, params: Any = None, *, device: str | Device | Any = "cpu",
                optimize: bool | list[str] = True, batch_buckets: Iterable[int] | None = None,
-               plan_cache_size: int = DEFAULT_CAPACITY, keep_batch: bool = False) -> Model:
+               plan_cache_size: int = DEFAULT_CAPACITY, keep_batch: bool = False,
+               precision: str = "fp32") -> Model:
     """Load an exported model.
 
     Args:
@@ -43,14 +44,18 @@ def load_model(symbol: Any, params: Any = None, *, device: str | Device | Any = 
             client sending ever new shapes can make the model hold.
         keep_batch: refuse (`InputError`) input shapes for which shape inference gives an
             output another number of rows than the inputs (what a server batching rows needs).
+        precision: what the Dense and Convolution products compute in: ``"fp32"`` (the
+            default) or ``"bf16"`` (operands rounded to bf16, float32 sums; everything else
+            float32). A CPU without AVX-512 BF16 runs bf16 in fp32 and logs it once
+            (``model.precision`` says what runs). ``"int8"`` and ``"fp16"`` are refused.
 
     Returns:
         A `Model` whose ``infer`` maps input names to arrays.
 
     Raises:
         ModelFormatError: the files are malformed, name unknown ops, or do not fit together.
-        ValueError: ``device`` names no device, or ``batch_buckets`` holds other than positive
-            integers.
+        ValueError: ``device`` names no device, ``batch_buckets`` holds other than positive
+            integers, or ``precision`` names no precision this device runs.
         EngineError: ``device`` asks for a GPU that CuPy cannot see (the message says why).
 
     Example:
@@ -60,7 +65,7 @@ def load_model(symbol: Any, params: Any = None, *, device: str | Device | Any = 
     """
     return Model(read_graph(symbol), read_params(params), device=device, optimize=optimize,
                  batch_buckets=batch_buckets, plan_cache_size=plan_cache_size,
-                 keep_batch=keep_batch)
+                 keep_batch=keep_batch, precision=precision)
 
 
 def read_graph(symbol: Any) -> Graph:

@@ -45,15 +45,17 @@ class Plan:
     the plan's own stream, and the steps are replayed as a CUDA graph once warm; ``run`` still
     takes and returns numpy arrays. ``constants`` (shared by a model's plans)
     caches parameters already on the device, and ``derived`` (shared likewise) values that ops
-    derive from parameters when they bind (see `Workspace.derived`).
+    derive from parameters when they bind (see `Workspace.derived`). ``precision`` (``fp32``
+    or ``bf16``, `engine.runtime.precision`) is what its matrix products compute in.
     """
 
     def __init__(self, graph: Graph, input_shapes: Mapping[str, tuple[int, ...]],
                  input_dtypes: Mapping[str, np.dtype],
                  reuse_memory: bool = True, device: Device | None = None,
                  constants: dict[str, Any] | None = None,
-                 derived: dict | None = None) -> None:
+                 derived: dict | None = None, precision: str = "fp32") -> None:
         self.device = device or CPU
+        self.precision = precision
         self.xp = self.device.xp
         self.graph = graph
         self._constants = {} if constants is None else constants
@@ -87,7 +89,7 @@ class Plan:
         buffers = [empty_aligned(xp, size, np.uint8) for size in self.memory.buffer_sizes]
         self._convolutions = _device_convolutions(self.device, stream)
         self.workspace = Workspace(xp, _scratch_bytes(graph, shapes, dtypes), derived,
-                                   self._convolutions)
+                                   self._convolutions, self.precision)
         self._inputs = {name: empty_aligned(xp, input_shapes[name], input_dtypes[name])
                         for name in input_shapes}
         self._input_buffers = list(self._inputs.items())

@@ -62,8 +62,9 @@ class PlanCache:
 
     def __init__(self, graph: Graph | None, *, passes: Iterable[str], backend: Device,
                  capacity: int, data_dependent: str | None,
-                 buckets: Iterable[int] | None = None) -> None:
+                 buckets: Iterable[int] | None = None, precision: str = "fp32") -> None:
         self.graph = graph
+        self.precision = precision
         self.backend = backend
         self.capacity = capacity
         self.data_dependent = data_dependent
@@ -149,7 +150,8 @@ class PlanCache:
                               self.backend.name)
         return Plan(graph, signature.shapes(), signature.dtypes(),
                     reuse_memory=self._reuse_memory, device=self.backend,
-                    constants=self.device_constants, derived=self.derived)
+                    constants=self.device_constants, derived=self.derived,
+                    precision=self.precision)
 
     def signatures(self) -> list[tuple[tuple[str, tuple[int, ...]], ...]]:
         """Input shapes of the plans cached now, each as sorted (name, shape) pairs."""

@@ -8,6 +8,7 @@ are completed from the loaded graph (see `engine.serving.validate`). An entry of
      "inputs": [{"name": "data", "datatype": "FP32", "shape": [-1, 512]}],
      "outputs": [{"name": "probabilities", "source": "dense0_fwd_output"}],
      "dynamic_batching": {"max_queue_delay_us": 2000, "preferred_batch_sizes": [8, 16]},
+     "precision": "bf16", "precision_check": {"min_top1_agreement": 0.99},
      "version_policy": {"latest": {"num_versions": 1}}}
 """
 
@@ -204,6 +205,19 @@ class VersionPolicy(_Strict):
         return versions[-count:]
 
 
+class PrecisionCheck(_Strict):
+    """How far a reduced-precision model may drift from float32 and still be served: checked
+    at load on ``samples`` seeded random rows against the float32 reference interpreter
+    (`engine.serving.precision_check`). A classifier's outputs (given class labels, or a
+    softmax or top-k postprocess) must pick the same top-1 class on at least
+    ``min_top1_agreement`` of the rows; any other output's largest difference, relative to
+    its largest magnitude, must stay at most ``max_relative_error``."""
+
+    min_top1_agreement: float = Field(0.99, ge=0.0, le=1.0)
+    max_relative_error: float = Field(0.05, gt=0.0)
+    samples: StrictInt = Field(16, ge=1, le=1024)
+
+
 class ModelConfig(_Strict):
     """A model's ``config.json``; `inputs`/`outputs` left out are inferred from the graph."""
 
@@ -221,6 +235,10 @@ class ModelConfig(_Strict):
     # cuDNN graphs and captures a CUDA graph; on the CPU exact sizes).
     batch_buckets: tuple[StrictInt, ...] | None = None
     device: Literal["cpu", "gpu", "auto"] | None = None
+    # What the Dense and Convolution products compute in (`engine.load_model`'s precision);
+    # anything but fp32 is checked against fp32 at load (`precision_check`).
+    precision: Literal["fp32", "bf16", "int8", "fp16"] = "fp32"
+    precision_check: PrecisionCheck = PrecisionCheck()
     version_policy: VersionPolicy = VersionPolicy()
 
     @model_validator(mode="after")

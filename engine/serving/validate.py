@@ -31,6 +31,7 @@ from engine.serving.errors import InvalidModel, ServingError, TestRunFailed
 from engine.serving.labels import read_labels
 from engine.serving.manifest import PARAMS_NAME, SYMBOL_NAME
 from engine.serving.postprocess_check import check_postprocess
+from engine.serving.precision_check import check_precision
 from engine.serving.preprocess_check import check_preprocess
 from engine.serving.probe import Probe, sample_or_ones, with_rows
 
@@ -83,6 +84,7 @@ class Checks:
     preprocess: dict[str, Any] | None = None  # `check_preprocess`'s record; None: no pipeline
     postprocess: dict[str, Any] | None = None  # `check_postprocess`'s; None: no postprocess
     compile: dict[str, Any] | None = None  # `compile_at_load`'s record; None: no compile step
+    precision: dict[str, Any] | None = None  # `check_precision`'s record; None: fp32
 
     @classmethod
     def of(cls, inputs: Sequence[TensorConfig], sample: Mapping[str, tuple[int, ...]] | None,
@@ -126,6 +128,8 @@ class Checks:
                   "compile": compiled}
         if self.postprocess is not None:
             checks["postprocess"] = self.postprocess
+        if self.precision is not None:
+            checks["precision"] = self.precision
         return checks if self.preprocess is None else {**checks, "preprocess": self.preprocess}
 
 
@@ -160,13 +164,13 @@ class Validated:
 
 
 def default_loader(symbol: Any, params: Any, *, device: str = "cpu",
-                   plan_cache_size: int | None = None) -> ServableModel:
+                   plan_cache_size: int | None = None, precision: str = "fp32") -> ServableModel:
     """`engine.load_model` for serving: outputs must keep the batch dimension
     (``keep_batch``); `plan_cache_size` None: its default."""
     if plan_cache_size is None:
-        return load_model(symbol, params, device=device, keep_batch=True)
+        return load_model(symbol, params, device=device, keep_batch=True, precision=precision)
     return load_model(symbol, params, device=device, plan_cache_size=plan_cache_size,
-                      keep_batch=True)
+                      keep_batch=True, precision=precision)
 
 
 def load_and_validate(version_dir: Path, config: ModelConfig, *, loader: Loader,
@@ -187,8 +191,12 @@ def load_and_validate(version_dir: Path, config: ModelConfig, *, loader: Loader,
     Raises:
         InvalidModel: any failure; the message starts with `where` and names the cause.
     """
+    # The precision only where the config asks for one: loaders written for fp32 need not
+    # take it.
+    options = {} if config.precision == "fp32" else {"precision": config.precision}
     try:
-        model = loader(version_dir / SYMBOL_NAME, version_dir / PARAMS_NAME, device=device)
+        model = loader(version_dir / SYMBOL_NAME, version_dir / PARAMS_NAME, device=device,
+                       **options)
     except ServingError:
         raise
     except (EngineError, ValueError, TypeError, OSError) as error:
@@ -224,6 +232,7 @@ def load_and_validate(version_dir: Path, config: ModelConfig, *, loader: Loader,
                                    where, names)
     if sample is not None and buckets:
         warm_buckets(model, graph_inputs, sample, buckets, where)
+    precision = check_precision(model, config, graph_inputs, sample, where)
     batched = config.max_batch_size > 0
     exact = all(dim > 0 for tensor in inputs for axis, dim in enumerate(tensor.shape)
                 if axis != tensor.axis or not batched)
@@ -238,7 +247,7 @@ def load_and_validate(version_dir: Path, config: ModelConfig, *, loader: Loader,
     checks = Checks.of(inputs, sample, memory, memory_skipped, config.max_batch_size > 0)
     _CHECKS[model] = replace(checks, skipped=found.skipped or checks.skipped,
                              preprocess=preprocess, postprocess=postprocess, compile=compiled,
-                             **batch_record(full, unbatched))
+                             precision=precision, **batch_record(full, unbatched))
     if labels:
         _LABELS[model] = labels
     return Validated(model, full)

@@ -1,0 +1,327 @@
+"""bf16 operands for our GEMM: float32 rounded to bf16 and laid out in pairs along K.
+
+bf16 is float32's upper half: the same exponent range, 8 bits of significand (about three
+significant digits). Rounding keeps the nearest value, ties to even, as ``vcvtneps2bf16``
+does; a NaN stays a NaN (its quiet bit set, where plain rounding could carry it into the
+exponent and make it an infinity).
+
+The bf16 kernels (`gemm_bf16_ir`, `gemm_amx_ir`) read both operands as 32-bit words, each
+holding two bf16 values adjacent along K (element 2p in the low half, 2p + 1 in the high half;
+an odd K's last word has a zero high half). A weight is rounded and paired once, when a plan
+binds (`pair_rows`, `pair_columns`, in NumPy), then packed like a float32 one (for AMX tile by
+tile, `amx_pack_rows`). An activation is paired on every run into a buffer of the plan's
+workspace, as a `spin_pool` job: down its columns, from a matrix or straight from an im2col
+view, by `bf16_pair_ir`'s pass (`patch_pairing`); along its rows, or into AVX-512 BF16's
+panels, by a numba loop (`pairing`). A `PairedProduct` is that pass followed by the product.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from engine.cpu import compiled, kernel_jobs, spin_pool
+from engine.cpu.parts import PartedCall
+from engine.kernels.workspace import empty_aligned
+
+_kernels: dict[str, Any] = {}
+_compiled: dict[str, Any] = {}  # the LLVM engine of `bf16_pair_ir` (it owns the code)
+_compiling = threading.Lock()
+# The compiled loops round float32 bit patterns to bf16 in uint32 arithmetic (16 lanes of a
+# 512-bit vector; int64 would halve that): add half an ulp of bf16, less one where the kept
+# part is even (ties to even), and keep the upper half. A NaN gets its quiet bit instead, so
+# that the carry cannot turn it into an infinity.
+SHIFT, ONE, HALF = np.uint32(16), np.uint32(1), np.uint32(0x7FFF)
+QUIET, MAGNITUDE, INFINITY = np.uint32(0x400000), np.uint32(0x7FFFFFFF), np.uint32(0x7F800000)
+UPPER = np.uint32(0xFFFF0000)
+
+
+def round_to_bf16(values: Any) -> np.ndarray:
+    """The bf16 nearest each float32 of ``values`` (ties to even), as uint16 bit patterns."""
+    bits = np.asarray(values, np.float32).view(np.uint32).astype(np.int64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    quiet_nan = (bits >> 16) | 0x40
+    is_nan = (bits & 0x7FFFFFFF) > 0x7F800000
+    return np.where(is_nan, quiet_nan, rounded).astype(np.uint16)
+
+
+def widen(bits: Any) -> np.ndarray:
+    """bf16 bit patterns (uint16) as the float32 values they are."""
+    return (np.asarray(bits, np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def rounded(values: Any) -> np.ndarray:
+    """``values`` (float32) rounded to bf16 and back: what the bf16 kernels compute with."""
+    return widen(round_to_bf16(values))
+
+
+def pair_rows(matrix: Any) -> np.ndarray:
+    """``matrix`` (M, K) as bf16 pairs along its rows: words (M, ceil(K/2)), viewed as
+    float32 (the form `gemm_kernel.pack` and the kernels take)."""
+    rows, depth = matrix.shape
+    bits = np.zeros((rows, depth + depth % 2), np.uint16)
+    bits[:, :depth] = round_to_bf16(matrix)
+    return bits.view(np.uint32).view(np.float32)
+
+
+def pair_columns(matrix: Any) -> np.ndarray:
+    """``matrix`` (K, N) as bf16 pairs down its columns: words (ceil(K/2), N), word (p, j)
+    holding elements (2p, j) and (2p + 1, j), viewed as float32."""
+    depth, columns = matrix.shape
+    bits = np.zeros((depth + depth % 2, columns), np.uint16)
+    bits[:depth] = round_to_bf16(matrix)
+    words = np.ascontiguousarray(bits.reshape(-1, 2, columns).transpose(0, 2, 1))
+    return words.view(np.uint32).reshape(-1, columns).view(np.float32)
+
+
+def paired_shape(shape: tuple[int, int], along_rows: bool,
+                 panel: int | None = None) -> tuple[int, ...]:
+    """The words (as a float32 shape) holding a (rows, columns) matrix paired along its rows
+    (K is its second axis) or down its columns (K is its first); down its columns with
+    ``panel``, as panels of that many columns ((panels, ceil(K/2), panel), zero-padded), the
+    layout `gemm_kernel.pack_columns` gives a weight."""
+    rows, columns = shape
+    if along_rows:
+        return rows, -(-columns // 2)
+    if panel is None:
+        return -(-rows // 2), columns
+    return -(-columns // panel), -(-rows // 2), panel
+
+
+def amx_rows(count: int) -> int:
+    """Rows of an AMX operand: A's rows and B's columns padded to a whole tile (32)."""
+    return -(-count // 32) * 32
+
+
+def amx_depth(depth: int) -> int:
+    """Words along K of an AMX operand: ``depth`` values in pairs, padded to 16 words."""
+    return -(-depth // 32) * 16
+
+
+def amx_weight_rows(matrix: Any) -> np.ndarray:
+    """A constant (M, K) as AMX's A: pairs along rows, zero-padded (`amx_rows`,
+    `amx_depth`)."""
+    rows, depth = matrix.shape
+    words = np.zeros((amx_rows(rows), amx_depth(depth)), np.float32)
+    paired = pair_rows(matrix)
+    words[:rows, :paired.shape[1]] = paired
+    return words
+
+
+def amx_pack_rows(words: np.ndarray) -> np.ndarray:
+    """AMX's A (`amx_weight_rows`) with each tile's 16 rows × 16 words contiguous, in the
+    order the kernel loads them: per block of 32 rows, per 16 words of K, the upper tile then
+    the lower (blocks, K/16, 2, 16, 16). Tiles of a matrix read 16 rows far apart, which from
+    memory are 16 misses the prefetcher does not see coming; packed, a block streams (ResNet-18
+    at batch 1, one thread: its steps in sequence took 3–4× their time run one at a time)."""
+    rows, depth = words.shape
+    tiled = words.reshape(rows // 32, 2, 16, depth // 16, 16).transpose(0, 3, 1, 2, 4)
+    return _aligned(np.ascontiguousarray(tiled).reshape(rows, depth))
+
+
+def _aligned(array: np.ndarray) -> np.ndarray:
+    copy = empty_aligned(np, array.shape, array.dtype)
+    copy[...] = array
+    return copy
+
+
+def amx_weight_columns(matrix: Any) -> np.ndarray:
+    """A constant (K, N) as AMX's B: pairs down columns, zero-padded."""
+    depth, columns = matrix.shape
+    words = np.zeros((amx_depth(depth), amx_rows(columns)), np.float32)
+    paired = pair_columns(matrix)
+    words[:paired.shape[0], :columns] = paired
+    return words
+
+
+def pairing(source: Any, target: Any, along_rows: bool) -> Callable[[], Any]:
+    """A call writing ``source`` (a float32 matrix, any non-negative strides) into
+    ``target`` (float32-viewed words of its `paired_shape`, C-contiguous, zeroed once) as
+    bf16 pairs along its rows or down its columns (a 3-D target: in panels): a `spin_pool`
+    job where numba runs it, else NumPy."""
+    rows, columns = source.shape
+    item = source.itemsize
+    row_step, column_step = (stride // item for stride in source.strides)
+    if along_rows:  # word (r, c) = source[r, 2c], source[r, 2c + 1]
+        outer, inner, pair_step = row_step, 2 * column_step, column_step
+        whole_rows, whole_columns = rows, columns // 2
+    else:  # word (r, c) = source[2r, c], source[2r + 1, c]
+        outer, inner, pair_step = 2 * row_step, column_step, row_step
+        whole_rows, whole_columns = rows // 2, columns
+    word_rows, word_columns = paired_shape(source.shape, along_rows)
+    # Word (r, c) lies at (c // width) * panel_step + r * width + c % width.
+    width, panel_step = (target.shape[2], target.shape[1] * target.shape[2]) \
+        if target.ndim == 3 else (target.shape[1], 0)
+    words = target.reshape(-1).view(np.uint32)
+    job = None
+    if compiled.available() and min(source.strides) >= 0 and not source.strides[0] % item:
+        span = _span(source).view(np.uint32)
+        job = kernel_jobs.bind((__name__, "pairs"), (
+            span, outer, inner, pair_step, whole_rows, whole_columns, word_columns, width,
+            panel_step, words), word_rows, kernel_jobs.parts_for(word_rows, 3 * words.size))
+    if job is not None:
+        return job
+    return partial(_pair_in_numpy, source, target, along_rows)
+
+
+def patch_pairing(view: Any, k_axes: int, target: Any) -> Callable[[], Any] | None:
+    """A call writing ``view`` (a strided float32 view whose first ``k_axes`` axes run along
+    K and the rest along the columns: an im2col patch view over a padded input) into
+    ``target`` (float32-viewed words, (at least ceil(K/2), at least the columns), zeroed
+    once) as bf16 pairs down its columns, read straight from the input: no patch array is
+    copied first (ResNet-18 at batch 1: im2col's copies took 4.5 ms and pairing the copies
+    10.7, one thread). A `spin_pool` job of `bf16_pair_ir`'s pass; None where that cannot
+    compile."""
+    item = view.itemsize
+    task = _pair_task()
+    if task is None or min(view.strides, default=0) < 0 or any(
+            stride % item for stride in view.strides):
+        return None
+    steps = np.array(view.strides, np.int64) // item
+    depth = int(np.prod(view.shape[:k_axes]))
+    rows = _offsets(view.shape[:k_axes], steps[:k_axes])
+    # The columns: every offset of the column axes but the last, and the last as a run.
+    outer = _offsets(view.shape[k_axes:-1], steps[k_axes:-1])
+    run, step = view.shape[-1], int(steps[-1])
+    word_rows = -(-depth // 2)
+    if target.shape[0] < word_rows or target.shape[1] < outer.size * run:
+        raise ValueError(f"pairing target {target.shape} is too small for {view.shape}")
+    span = _span(view)
+    context = np.array([span.ctypes.data, rows.ctypes.data, outer.ctypes.data, depth,
+                        outer.size, run, step, target.ctypes.data, target.shape[1], word_rows],
+                       np.int64)
+    parts = kernel_jobs.parts_for(word_rows, 3 * word_rows * outer.size * run)
+    return spin_pool.job(task, context, parts, keep=(span, rows, outer, target))
+
+
+def _pair_task() -> int | None:
+    """The address of `bf16_pair_ir`'s ``patch_pairs``, compiled once per process; None
+    where llvmlite cannot compile it."""
+    if "pairs" not in _compiled:
+        with _compiling:
+            if "pairs" not in _compiled:
+                _compiled["pairs"] = _compile_pairs()
+    engine = _compiled["pairs"]
+    return None if engine is None else engine.get_function_address("patch_pairs")
+
+
+def _compile_pairs() -> Any:
+    try:
+        import llvmlite.binding as llvm
+
+        from engine.cpu.llvm_jit import compile_ir
+        from engine.kernels.bf16_pair_ir import module
+    except ImportError:
+        return None
+    try:
+        llvm.initialize_native_target()
+        return compile_ir(str(module()), llvm.get_host_cpu_name(),
+                          llvm.get_host_cpu_features().flatten(), level=3, optimise=True)
+    except (RuntimeError, OSError):
+        return None
+
+
+def _offsets(shape: tuple[int, ...], steps: Any) -> np.ndarray:
+    """Every element's offset (in elements) of an array of ``shape`` and ``steps``, in C
+    order, as int64 (one zero for no axes)."""
+    offsets = np.zeros(1, np.int64)
+    for size, step in zip(shape, steps, strict=True):
+        offsets = (offsets[:, None] + np.arange(size, dtype=np.int64) * step).reshape(-1)
+    return offsets
+
+
+class PairedProduct(PartedCall):
+    """An activation paired into bf16 words (``pairing``), then the bf16 product reading
+    them (a `gemm_kernel.Product`): one call, taking the product's epilogue."""
+
+    leaves_blas_alone = True  # both halves run on the spin pool or inline, never in BLAS
+
+    @property
+    def product(self) -> Any:
+        return self.args[1]
+
+    def with_epilogue(self, bias_rows: Any = None, bias_columns: Any = None,
+                      low: float = -np.inf, high: float = np.inf) -> PairedProduct:
+        """This call with its product adding a bias and clamping (`Product.with_epilogue`)."""
+        return PairedProduct(self.func, self.args[0],
+                             self.product.with_epilogue(bias_rows, bias_columns, low, high))
+
+
+def paired_product(pair: Callable[[], Any], product: Any) -> PairedProduct:
+    """``pair()`` then ``product()``, as one call."""
+    return PairedProduct(_both, pair, product)
+
+
+def _both(first: Callable[[], Any], second: Callable[[], Any]) -> None:
+    first()
+    second()
+
+
+def _pair_in_numpy(source: Any, target: Any, along_rows: bool) -> None:
+    words = pair_rows(source) if along_rows else pair_columns(source)
+    if target.ndim == 2:
+        target[:words.shape[0], :words.shape[1]] = words
+        return
+    panels, depth, width = target.shape
+    padded = np.zeros((depth, panels * width), np.float32)
+    padded[:, :words.shape[1]] = words
+    target[...] = padded.reshape(depth, panels, width).transpose(1, 0, 2)
+
+
+def _span(array: np.ndarray) -> np.ndarray:
+    """A 1-D contiguous view from ``array``'s first element to its last."""
+    extent = 1 + sum((size - 1) * stride for size, stride in zip(array.shape, array.strides,
+                                                                  strict=True)) // array.itemsize
+    return np.lib.stride_tricks.as_strided(array, shape=(extent,), strides=(array.itemsize,))
+
+
+def compiled_kernels() -> dict[str, Any]:
+    """The kernel by name (`kernel_jobs` runs it as jobs), compiled on first use."""
+    return compiled.compiled_once(_kernels, lambda: {"pairs": compiled.compile_kernel(_pairs)})
+
+
+def _pairs(source: Any, outer: int, inner: int, pair_step: int, whole_rows: int,
+           whole_columns: int, columns: int, width: int, panel_step: int, target: Any,
+           first: int, last: int) -> None:  # pragma: no cover - runs compiled
+    """Word rows [first, last): word (r, c), at ``(c // width)·panel_step + r·width +
+    c % width`` of ``target`` (uint32), pairs the float32 bit patterns at
+    ``source[r·outer + c·inner]`` and ``pair_step`` further on, each rounded to bf16 (see
+    `round_to_bf16`); the second is zero past ``whole_rows`` or ``whole_columns`` (an odd
+    K's last word). Unit steps get a loop of their own, which LLVM vectorises (a 576 × 3136
+    patch array: 1.0 ms, against 3.7 with the step unknown)."""
+    for row in range(first, last):
+        paired = whole_columns if row < whole_rows else 0
+        for start in range(0, columns, width):
+            stop = min(start + width, columns)
+            into = (start // width) * panel_step + row * width - start
+            base = row * outer
+            both = min(stop, paired)
+            if inner == 1:
+                for column in range(start, both):
+                    low = source[base + column]
+                    high = source[base + column + pair_step]
+                    low = (low | QUIET if low & MAGNITUDE > INFINITY
+                           else low + HALF + ((low >> SHIFT) & ONE))
+                    high = (high | QUIET if high & MAGNITUDE > INFINITY
+                            else high + HALF + ((high >> SHIFT) & ONE))
+                    target[into + column] = (low >> SHIFT) | (high & UPPER)
+            else:
+                for column in range(start, both):
+                    at = base + column * inner
+                    low = source[at]
+                    high = source[at + pair_step]
+                    low = (low | QUIET if low & MAGNITUDE > INFINITY
+                           else low + HALF + ((low >> SHIFT) & ONE))
+                    high = (high | QUIET if high & MAGNITUDE > INFINITY
+                            else high + HALF + ((high >> SHIFT) & ONE))
+                    target[into + column] = (low >> SHIFT) | (high & UPPER)
+            for column in range(max(start, both), stop):
+                low = source[base + column * inner]
+                low = (low | QUIET if low & MAGNITUDE > INFINITY
+                       else low + HALF + ((low >> SHIFT) & ONE))
+                target[into + column] = low >> SHIFT
+

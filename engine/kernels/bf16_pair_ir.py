@@ -1,0 +1,164 @@
+"""The LLVM IR of `bf16.patch_pairing`'s pass: float32 rounded to bf16 pairs, 16 words a step.
+
+``patch_pairs(context, part, parts)`` is a `spin_pool` task over the word rows of its target;
+``context`` holds int64s (`FIELDS`): the source's address, the addresses of the row offsets
+(one per K index, in floats) and of the column-run offsets, K, the number of runs, a run's
+length and the step between its floats, the target's address and its row length in words,
+and the number of word rows. Word (r, o·run + i) pairs the floats at ``rows[2r] + outer[o] +
+i·step`` and ``rows[2r + 1] + ...`` (the second zero past an odd K's end).
+
+A step converts 16 floats of each of the two rows with ``fptrunc`` to ``bfloat`` (one
+``vcvtneps2bf16`` each: round to nearest even, NaN kept), interleaves them into 32 bf16
+(one shuffle) and stores 16 words. A run's tail goes through lane masks; a run whose floats
+are not adjacent (a strided convolution) is read with a gather. numba cannot name bf16, and
+its integer rounding ran at a quarter of this speed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import llvmlite.ir as ir
+
+from engine.kernels.gemm_bf16_ir import BFloatType
+
+F32, I64, I32, I1 = ir.FloatType(), ir.IntType(64), ir.IntType(32), ir.IntType(1)
+LANES = 16
+FIELDS = ("source", "rows", "outer", "depth", "runs", "run", "step", "target", "row_words",
+          "word_rows")
+
+
+def module() -> ir.Module:
+    """A module holding ``patch_pairs``."""
+    built = ir.Module(name="hybridserve_bf16_pairs")
+    _PairKernel(built).define()
+    return built
+
+
+class _PairKernel:
+    def __init__(self, built: ir.Module) -> None:
+        self.module = built
+        self.floats = ir.VectorType(F32, LANES)
+        self.words = ir.VectorType(I32, LANES)
+        self.halves = ir.VectorType(BFloatType(), LANES)
+        self.mask = ir.VectorType(I1, LANES)
+        pointer = F32.as_pointer()
+        self.pointers = ir.VectorType(pointer, LANES)
+        self.masked_load = ir.Function(built, ir.FunctionType(
+            self.floats, [self.floats.as_pointer(), I32, self.mask, self.floats]),
+            name=f"llvm.masked.load.v{LANES}f32.p0")
+        self.gather = ir.Function(built, ir.FunctionType(
+            self.floats, [self.pointers, I32, self.mask, self.floats]),
+            name=f"llvm.masked.gather.v{LANES}f32.v{LANES}p0")
+        self.masked_store = ir.Function(built, ir.FunctionType(
+            ir.VoidType(), [self.words, self.words.as_pointer(), I32, self.mask]),
+            name=f"llvm.masked.store.v{LANES}i32.p0")
+
+    def define(self) -> None:
+        function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [I64] * 3),
+                               name="patch_pairs")
+        context, part, parts = function.args
+        builder = ir.IRBuilder(function.append_basic_block("entry"))
+        words = builder.inttoptr(context, I64.as_pointer())
+        field = {name: builder.load(builder.gep(words, [I64(index)]), align=8)
+                 for index, name in enumerate(FIELDS)}
+        first = builder.sdiv(builder.mul(part, field["word_rows"]), parts)
+        last = builder.sdiv(builder.mul(builder.add(part, I64(1)), field["word_rows"]), parts)
+        with _loop(builder, function, first, last, "row") as row:
+            self._row(builder, function, field, row)
+        builder.ret_void()
+
+    def _row(self, builder: ir.IRBuilder, function: ir.Function, field: dict[str, Any],
+             row: Any) -> None:
+        rows = builder.inttoptr(field["rows"], I64.as_pointer())
+        outer = builder.inttoptr(field["outer"], I64.as_pointer())
+        source = builder.inttoptr(field["source"], F32.as_pointer())
+        target = builder.inttoptr(field["target"], I32.as_pointer())
+        low_index = builder.mul(row, I64(2))
+        high_index = builder.add(low_index, I64(1))
+        single = builder.icmp_signed(">=", high_index, field["depth"])
+        low_at = builder.load(builder.gep(rows, [low_index]), align=8)
+        # An odd K's last word: its second half reads the first's floats, then is zeroed.
+        high_at = builder.load(builder.gep(rows, [builder.select(single, low_index,
+                                                                 high_index)]), align=8)
+        into_row = builder.gep(target, [builder.mul(row, field["row_words"])])
+        with _loop(builder, function, I64(0), field["runs"], "run") as run:
+            base = builder.load(builder.gep(outer, [run]), align=8)
+            into = builder.gep(into_row, [builder.mul(run, field["run"])])
+            start = (builder.gep(source, [builder.add(low_at, base)]),
+                     builder.gep(source, [builder.add(high_at, base)]))
+            unit = builder.icmp_signed("==", field["step"], I64(1))
+            with builder.if_else(unit) as (adjacent, strided):
+                for gather, block in ((False, adjacent), (True, strided)):
+                    with block, _loop(builder, function, I64(0), field["run"],
+                                      "gathered" if gather else "lane", LANES) as lane:
+                        self._step(builder, field, start, into, lane, single, gather)
+
+    def _step(self, builder: ir.IRBuilder, field: dict[str, Any], start: tuple[Any, Any],
+              into: Any, lane: Any, single: Any, gather: bool) -> None:
+        indices = ir.VectorType(I64, LANES)
+        left = builder.sub(field["run"], lane)
+        mask = builder.icmp_signed("<", ir.Constant(indices, list(range(LANES))),
+                                   _splat(builder, left, indices))
+        low, high = (self._read(builder, first, lane, field["step"], mask, gather)
+                     for first in start)
+        halves = [builder.fptrunc(value, self.halves) for value in (low, high)]
+        order = [lane_of for index in range(LANES) for lane_of in (index, index + LANES)]
+        paired = builder.shuffle_vector(halves[0], halves[1],
+                                        ir.Constant(ir.VectorType(I32, 2 * LANES), order))
+        paired = builder.bitcast(paired, self.words)
+        # Where K ended, the low half only: the high half's bits cleared.
+        paired = builder.select(single, builder.and_(paired, ir.Constant(
+            self.words, [0xFFFF] * LANES)), paired)
+        address = builder.bitcast(builder.gep(into, [lane]), self.words.as_pointer())
+        builder.call(self.masked_store, [paired, address, I32(4), mask])
+
+    def _read(self, builder: ir.IRBuilder, first: Any, lane: Any, step: Any, mask: Any,
+              gather: bool) -> Any:
+        """16 floats from ``first + (lane + j)·step`` under the tail's mask: one masked load
+        (step 1), or a gather."""
+        zero = ir.Constant(self.floats, [0.0] * LANES)
+        if not gather:
+            contiguous = builder.bitcast(builder.gep(first, [lane]), self.floats.as_pointer())
+            return builder.call(self.masked_load, [contiguous, I32(4), mask, zero])
+        indices = ir.VectorType(I64, LANES)
+        offsets = builder.mul(builder.add(_splat(builder, lane, indices),
+                                          ir.Constant(indices, list(range(LANES)))),
+                              _splat(builder, builder.mul(step, I64(4)), indices))
+        addresses = builder.add(_splat(builder, builder.ptrtoint(first, I64), indices), offsets)
+        pointers = builder.inttoptr(addresses, self.pointers)
+        return builder.call(self.gather, [pointers, I32(4), mask, zero])
+
+
+def _splat(builder: ir.IRBuilder, scalar: Any, vector: ir.VectorType) -> Any:
+    undefined = ir.Constant(vector, ir.Undefined)
+    single = builder.insert_element(undefined, scalar, I32(0))
+    return builder.shuffle_vector(single, undefined,
+                                  ir.Constant(ir.VectorType(I32, vector.count), [0] * vector.count))
+
+
+class _loop:  # noqa: N801 - used as a context manager, like a function's result
+    """``for index in range(start, stop, step)`` around the body built inside the block."""
+
+    def __init__(self, builder: ir.IRBuilder, function: ir.Function, start: Any, stop: Any,
+                 name: str, step: int = 1) -> None:
+        self.builder, self.function, self.start, self.stop = builder, function, start, stop
+        self.name, self.step = name, step
+
+    def __enter__(self) -> Any:
+        builder = self.builder
+        self.before = builder.block
+        self.body = self.function.append_basic_block(self.name)
+        self.after = self.function.append_basic_block(f"{self.name}_done")
+        builder.cbranch(builder.icmp_signed("<", self.start, self.stop), self.body, self.after)
+        builder.position_at_end(self.body)
+        self.index = builder.phi(I64)
+        return self.index
+
+    def __exit__(self, *exception: object) -> None:
+        builder = self.builder
+        following = builder.add(self.index, I64(self.step))
+        self.index.add_incoming(self.start, self.before)
+        self.index.add_incoming(following, builder.block)
+        builder.cbranch(builder.icmp_signed("<", following, self.stop), self.body, self.after)
+        builder.position_at_end(self.after)

@@ -1,0 +1,162 @@
+"""The AMX-BF16 tile kernels: `gemm_ir`'s tile functions with AMX's tile registers inside.
+
+AMX holds eight tile registers of up to 16 rows × 64 bytes, and ``tdpbf16ps`` multiplies a
+16 × 32 bf16 tile of A by a 32 × 16 bf16 tile of B (stored as 16 rows of 16 bf16 pairs, the
+pairs down B's columns that `bf16.pair_columns` writes) into a 16 × 16 float32 tile: 8,192
+multiply-adds in one instruction, where AVX-512 BF16's ``vdpbf16ps`` does 32. A tile of C
+here is 32 × 32, four accumulator tiles (registers 0-3) fed by two tiles of A (4, 5: rows
+0-15 and 16-31) and two of B (6, 7: columns 0-15 and 16-31) per step of 16 words of K.
+
+The functions keep `gemm_ir`'s signature (so `TileKernel.define_part` walks them):
+``a`` points at the tile's first row of A, pairs along rows (word (i, p) at ``a + i·lda +
+p·acs``: ``acs`` 1 where A lies as a matrix; packed, `bf16.amx_pack_rows`, A's tiles lie one
+after another, lda 16 and acs 32), ``b`` at its first column of B, pairs down columns (word
+row p at ``b + p·ldb``), and K counts words. Operands must be readable a whole tile past their
+edges: rows of A and columns of B padded to 32, K to 16 words, with zeros (`bf16.amx_rows`,
+`bf16.amx_depth`). The accumulators go
+through a 4 KiB buffer on the stack to `gemm_ir`'s epilogue (bias per row or column, clamp,
+masked stores at the edges).
+
+Each part of a product loads the tile configuration first (``ldtilecfg``: all eight tiles 16
+rows × 64 bytes); the process must hold Linux's permission for the tile state first
+(`host_features.amx_permitted`), or its first tile instruction is killed with SIGILL.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import llvmlite.ir as ir
+
+from engine.kernels.gemm_ir import F32, I64, TileKernel
+
+I8 = ir.IntType(8)
+ROWS, WORDS = 16, 16  # one tile register: 16 rows of 16 words (64 bytes)
+TILES = 8
+
+
+def tile_configuration() -> list[int]:
+    """The 64 bytes ``ldtilecfg`` reads: palette 1, then each tile's bytes per row (16-bit)
+    and rows (8-bit)."""
+    config = [0] * 64
+    config[0] = 1
+    for tile in range(TILES):
+        config[16 + 2 * tile] = 4 * WORDS  # little-endian 16-bit count of bytes
+        config[48 + tile] = ROWS
+    return config
+
+
+class AmxTileKernel(TileKernel):
+    """`TileKernel` whose tile functions run on AMX (tile 32 × 32, K in steps of 16 words)."""
+
+    def __init__(self, shape: Any) -> None:
+        if (shape.rows, shape.width, shape.vectors) != (2 * ROWS, 16, 2):
+            raise ValueError(f"the AMX tile is 32 rows by 2 vectors of 16; got {shape}")
+        super().__init__(shape)
+        module, void, pointer = self.module, ir.VoidType(), I8.as_pointer()
+        self.load_config = ir.Function(module, ir.FunctionType(void, [pointer]),
+                                       name="llvm.x86.ldtilecfg")
+        self.zero_tile = ir.Function(module, ir.FunctionType(void, [I8]),
+                                     name="llvm.x86.tilezero")
+        self.load_tile = ir.Function(module, ir.FunctionType(void, [I8, pointer, I64]),
+                                     name="llvm.x86.tileloadd64")
+        self.store_tile = ir.Function(module, ir.FunctionType(void, [I8, pointer, I64]),
+                                      name="llvm.x86.tilestored64")
+        self.dot_product = ir.Function(module, ir.FunctionType(void, [I8, I8, I8]),
+                                       name="llvm.x86.tdpbf16ps")
+        table = ir.ArrayType(I8, 64)
+        self.config = ir.GlobalVariable(module, table, name="amx_tile_configuration")
+        self.config.global_constant = True
+        self.config.initializer = ir.Constant(table, tile_configuration())
+        self.config.align = 64
+
+    def _part_prologue(self, builder: ir.IRBuilder) -> None:
+        # Once per part, on the thread that runs it: the configuration is per thread and
+        # outlives the part (a product's tiles run only inside parts). Per tile it cost
+        # the products of a short K about half their time (256×64×3136: 389 → 202 µs).
+        builder.call(self.load_config, [builder.bitcast(self.config, I8.as_pointer())])
+
+    def define_edge(self, name: str) -> ir.Function:
+        """``name``: the first ``rows`` rows and ``columns`` columns of a tile, computed whole
+        (the operands are padded) and stored through masks: one K loop, not one per row
+        count as `TileKernel.define_edge` has."""
+        function, builder = self._function(name, edge=True)
+        rows, columns = function.args[-2:]
+        self._tile(function, builder, rows, self.shape.vectors,
+                   self._masks(builder, columns, self.shape.vectors))
+        builder.ret_void()
+        return function
+
+    def _tile(self, function: ir.Function, builder: ir.IRBuilder, rows: Any, vectors: int,
+              masks: list[Any] | None) -> None:
+        """The K loop on the tile registers, the accumulators stored to a stack buffer, then
+        `gemm_ir`'s epilogue for ``rows`` rows and ``vectors`` vectors from it."""
+        k_count, a, lda, acs, b, ldb = function.args[:6]
+        buffer = builder.alloca(ir.ArrayType(F32, 4 * ROWS * WORDS))
+        buffer.align = 64
+        floats = builder.bitcast(buffer, F32.as_pointer())
+        for accumulator in range(4):
+            builder.call(self.zero_tile, [I8(accumulator)])
+        a_stride, b_stride = builder.mul(lda, I64(4)), builder.mul(ldb, I64(4))
+        a_lower = builder.gep(a, [builder.mul(lda, I64(ROWS))])
+        start = builder.block
+        loop = function.append_basic_block("loop")
+        done = function.append_basic_block("done")
+        builder.cbranch(builder.icmp_signed(">", k_count, I64(0)), loop, done)
+
+        builder.position_at_end(loop)
+        k = builder.phi(I64)
+        b_row = builder.gep(b, [builder.mul(k, ldb)])
+        a_step = builder.mul(k, acs)
+        self._load_tile(builder, 4, builder.gep(a, [a_step]), a_stride)
+        self._load_tile(builder, 5, builder.gep(a_lower, [a_step]), a_stride)
+        self._load_tile(builder, 6, b_row, b_stride)
+        self._load_tile(builder, 7, builder.gep(b_row, [I64(WORDS)]), b_stride)
+        for accumulator, (left, right) in enumerate(((4, 6), (4, 7), (5, 6), (5, 7))):
+            builder.call(self.dot_product, [I8(accumulator), I8(left), I8(right)])
+        k_next = builder.add(k, I64(WORDS))
+        builder.cbranch(builder.icmp_signed("<", k_next, k_count), loop, done)
+        k.add_incoming(I64(0), start)
+        k.add_incoming(k_next, loop)
+
+        builder.position_at_end(done)
+        row_bytes = I64(4 * 2 * WORDS)  # the buffer is 32 × 32 floats
+        for accumulator, offset in enumerate((0, WORDS, ROWS * 2 * WORDS,
+                                              ROWS * 2 * WORDS + WORDS)):
+            target = builder.bitcast(builder.gep(floats, [I64(offset)]), I8.as_pointer())
+            builder.call(self.store_tile, [I8(accumulator), target, row_bytes])
+        self._epilogue(function, builder, floats, rows, vectors, masks)
+
+    def _load_tile(self, builder: ir.IRBuilder, register: int, address: Any,
+                   stride: Any) -> None:
+        builder.call(self.load_tile, [I8(register), builder.bitcast(address, I8.as_pointer()),
+                                      stride])
+
+    def _epilogue(self, function: ir.Function, builder: ir.IRBuilder, floats: Any, rows: Any,
+                  vectors: int, masks: list[Any] | None) -> None:
+        """Rows [0, rows) of the buffer through `gemm_ir`'s bias and clamp into C, as a loop
+        (32 rows unrolled would be 64 stores of code per row count)."""
+        c, ldc, bias_rows, bias_columns, low, high = function.args[6:12]
+        shifts = [self._load(builder, bias_columns, j, masks) for j in range(vectors)]
+        low, high = self._splat(builder, low), self._splat(builder, high)
+        start = builder.block
+        loop = function.append_basic_block("store")
+        done = function.append_basic_block("stored")
+        count = rows if isinstance(rows, ir.Value) else I64(rows)
+        builder.cbranch(builder.icmp_signed(">", count, I64(0)), loop, done)
+        builder.position_at_end(loop)
+        row = builder.phi(I64)
+        source = builder.gep(floats, [builder.mul(row, I64(2 * WORDS))])
+        target = builder.gep(c, [builder.mul(row, ldc)])
+        row_shift = self._splat(builder, builder.load(builder.gep(bias_rows, [row]), align=4))
+        for j in range(vectors):
+            value = builder.load(self._address(builder, source, j), align=64)
+            value = builder.fadd(builder.fadd(value, row_shift), shifts[j])
+            value = builder.select(builder.fcmp_ordered("<", value, low), low, value)
+            value = builder.select(builder.fcmp_ordered(">", value, high), high, value)
+            self._store(builder, value, target, j, masks)
+        following = builder.add(row, I64(1))
+        row.add_incoming(I64(0), start)
+        row.add_incoming(following, builder.block)
+        builder.cbranch(builder.icmp_signed("<", following, count), loop, done)
+        builder.position_at_end(done)

@@ -1,0 +1,67 @@
+"""The bf16 register-tile micro-kernels: `gemm_ir`'s tiles with a K loop over pairs.
+
+AVX-512 BF16's ``vdpbf16ps`` (``llvm.x86.avx512bf16.dpbf16ps.512``) multiplies 32 bf16 pairs
+and adds each pair's two products to one of 16 float32 lanes: ``sum[j] += a[2j]·b[2j] +
+a[2j+1]·b[2j+1]``. So the operands are laid out in pairs along K: a 32-bit word holds two
+bf16 values, element k = 2p in its low half and 2p + 1 in its high half, and the fp32 tile
+carries over unchanged with the word in place of the float. Per step p, a word of A per row
+(K elements 2p and 2p+1 of that row) is broadcast to all 16 lanes, a vector of 16 words of B
+(each column's two elements) is loaded, and one ``vdpbf16ps`` per row and vector does two
+multiply-adds per lane. The loads, masks, stores and the epilogue (bias per row or column,
+clamp) are `gemm_ir`'s: words are moved as float32 bit patterns and reread as bf16 pairs
+(``bitcast``), which changes no bits.
+
+llvmlite's IR builder has no ``bfloat`` type; `BFloatType` adds it (LLVM 17 and later give
+the intrinsic ``<32 x bfloat>`` operands).
+
+On the Intel machine of docs/benchmarks.md this tile is not faster than float32's where the
+product is compute-bound: 96×256×256 with both operands packed ran at 112 GFLOP/s against the
+float32 tile's 186, so ``vdpbf16ps`` issues there at about a third of the FMA's rate, which
+its two multiply-adds per lane do not make up. It wins where memory bounds the product (half
+the bytes per operand: a dense layer at batch 1, 1×512×1000 in 20 µs against 47), and AMX's
+tiles (`gemm_amx_ir`, 420–930 GFLOP/s on one thread) run the rest.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import llvmlite.ir as ir
+
+from engine.kernels.gemm_ir import TileKernel
+
+DOT_PRODUCT = "llvm.x86.avx512bf16.dpbf16ps.512"
+
+
+class BFloatType(ir.Type):
+    """LLVM's 16-bit brain float, which llvmlite's IR builder lacks."""
+
+    def __str__(self) -> str:
+        return "bfloat"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, BFloatType)
+
+    def __hash__(self) -> int:
+        return hash(BFloatType)
+
+
+class PairTileKernel(TileKernel):
+    """`TileKernel` over bf16 pairs: K counts pairs, strides count 32-bit words."""
+
+    def __init__(self, shape: Any) -> None:
+        if shape.width != 16:
+            raise ValueError(f"the bf16 tile needs 16-lane vectors (AVX-512); got {shape.width}")
+        super().__init__(shape)
+        self.pairs = ir.VectorType(BFloatType(), 2 * shape.width)
+        self.dot_product = ir.Function(
+            self.module, ir.FunctionType(self.vector, [self.vector, self.pairs, self.pairs]),
+            name=DOT_PRODUCT)
+
+    def _multiply_add(self, builder: ir.IRBuilder, broadcast: Any, b_value: Any,
+                      sum_: Any) -> Any:
+        # ``broadcast`` is one word of A (row i, pair p) in every lane, ``b_value`` 16 words
+        # of B: both float32 vectors only in name.
+        return builder.call(self.dot_product, [sum_, builder.bitcast(broadcast, self.pairs),
+                                               builder.bitcast(b_value, self.pairs)])
+

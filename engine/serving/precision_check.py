@@ -1,0 +1,138 @@
+"""The load-time check of a reduced-precision model against float32.
+
+A model whose config asks for a precision other than fp32 runs ``samples`` seeded random rows
+along each input's batch axis (an unbatched model, max_batch_size 0, its sample) (standard
+normal for float inputs, zeros for integer and boolean ones, whose valid values the
+server cannot know) through its compiled plans and through the float32 reference interpreter
+(`Model.reference`), and compares each output:
+
+- by relative error: the largest absolute difference over the largest magnitude of the
+  float32 output;
+- an output of one row of two or more scores per input row also by top-1 agreement: the share
+  of rows whose highest score is the same class in both.
+
+The record goes into the version's checks (``precision``). A classifier's output (one the
+config gives class labels, or a ``softmax`` or ``topk`` postprocess) agreeing on fewer rows
+than ``precision_check.min_top1_agreement``, or any other output past
+``max_relative_error``, refuses the model: a classifier's scores may move while its classes
+stay, and another 2-D output's largest entry (a concatenation's) says nothing. A model that
+runs in fp32 all the same (the host has no bf16 path) records that, and is not compared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from engine.errors import EngineError
+from engine.serving.config import ModelConfig, TensorConfig
+from engine.serving.errors import InvalidModel
+
+SEED = 0
+
+
+def check_precision(model: Any, config: ModelConfig, inputs: Sequence[TensorConfig],
+                    sample: Mapping[str, tuple[int, ...]] | None,
+                    where: str) -> dict[str, Any] | None:
+    """The record of the check for a model whose config asks for a reduced precision (None
+    for fp32, or a model without the reference interpreter); inputs by graph name, as
+    ``sample``.
+
+    Raises:
+        InvalidModel: an output drifts past the config's `PrecisionCheck` thresholds.
+    """
+    if config.precision == "fp32" or not hasattr(model, "reference"):
+        return None
+    running = getattr(model, "precision", config.precision)
+    record: dict[str, Any] = {"asked": config.precision, "running": running}
+    if running == "fp32":
+        return {**record, "ran": False,
+                "reason": f"this host has no {config.precision} path: the model runs in fp32"}
+    if sample is None:
+        return {**record, "ran": False, "reason": "no input shape known to fit the graph"}
+    # A batched model runs `samples` rows along each input's batch axis; an unbatched one
+    # (max_batch_size 0), or one that refuses them, its sample as it is.
+    rows: int | None = config.precision_check.samples if config.max_batch_size > 0 else None
+    try:
+        feed = _random_inputs(inputs, sample, rows)
+        try:
+            reduced = model.infer(feed)
+        except EngineError:
+            rows = None
+            feed = _random_inputs(inputs, sample, rows)
+            reduced = model.infer(feed)
+        reference = model.reference(feed)
+    except Exception as error:  # noqa: BLE001 - any failure here refuses the model
+        raise InvalidModel(f"{where}: the {config.precision} check failed to run: "
+                           f"{error}") from error
+    outputs = {name: compare(reduced[name], reference[name], rows) for name in reference}
+    classifiers = classifier_outputs(config)
+    for name, found in outputs.items():
+        found["judged_by"] = ("top1_agreement" if name in classifiers and "top1_agreement"
+                              in found else "relative_error")
+    record.update(ran=True, samples=1 if rows is None else rows, outputs=outputs,
+                  thresholds=config.precision_check.model_dump())
+    _refuse_past_thresholds(outputs, config, where)
+    return record
+
+
+def classifier_outputs(config: ModelConfig) -> set[str]:
+    """Graph names of the outputs the config marks as a classifier's: class labels, or a
+    softmax or top-k postprocess."""
+    return {tensor.graph_name for tensor in config.outputs or ()
+            if tensor.labels is not None or (tensor.postprocess is not None
+                                             and tensor.postprocess.kind in ("softmax", "topk"))}
+
+
+def compare(reduced: np.ndarray, reference: np.ndarray, rows: int | None) -> dict[str, Any]:
+    """How far ``reduced`` is from ``reference``: relative error, and top-1 agreement where the
+    output is a classifier's (``rows`` rows of two or more scores; None: one unbatched
+    sample, no rows to agree on)."""
+    reduced, reference = np.asarray(reduced, np.float64), np.asarray(reference, np.float64)
+    scale = float(np.abs(reference).max()) if reference.size else 0.0
+    difference = float(np.abs(reduced - reference).max()) if reference.size else 0.0
+    found: dict[str, Any] = {"relative_error": difference / scale if scale else difference}
+    if (rows is not None and reference.ndim == 2
+            and reference.shape == (rows, reference.shape[1]) and reference.shape[1] > 1):
+        agree = np.argmax(reduced, axis=1) == np.argmax(reference, axis=1)
+        found["top1_agreement"] = float(agree.mean())
+    return found
+
+
+def _refuse_past_thresholds(outputs: Mapping[str, Mapping[str, Any]], config: ModelConfig,
+                            where: str) -> None:
+    limits = config.precision_check
+    for name, found in outputs.items():
+        agreement = found.get("top1_agreement")
+        if found["judged_by"] == "top1_agreement" and agreement < limits.min_top1_agreement:
+            raise InvalidModel(
+                f"{where}: output {name!r} in {config.precision} picks the float32 top-1 class "
+                f"on {agreement:.1%} of {limits.samples} random rows; precision_check."
+                f"min_top1_agreement is {limits.min_top1_agreement:.1%} (serve it in fp32, or "
+                f"lower the threshold)")
+        if (found["judged_by"] == "relative_error"
+                and found["relative_error"] > limits.max_relative_error):
+            raise InvalidModel(
+                f"{where}: output {name!r} in {config.precision} differs from float32 by "
+                f"{found['relative_error']:.3g} of its largest magnitude on {limits.samples} "
+                f"random rows; precision_check.max_relative_error is "
+                f"{limits.max_relative_error:.3g} (serve it in fp32, or raise the threshold)")
+
+
+def _random_inputs(inputs: Sequence[TensorConfig], sample: Mapping[str, tuple[int, ...]],
+                   rows: int | None) -> dict[str, np.ndarray]:
+    """Seeded random inputs of the sample's shapes, with ``rows`` along each batch axis
+    (None: the sample's own)."""
+    generator = np.random.default_rng(SEED)
+    feed = {}
+    for tensor in inputs:
+        shape = list(sample[tensor.name])
+        if rows is not None:
+            shape[tensor.axis] = rows
+        if tensor.dtype.kind == "f":
+            feed[tensor.name] = generator.standard_normal(shape).astype(tensor.dtype)
+        else:
+            feed[tensor.name] = np.zeros(shape, tensor.dtype)
+    return feed

@@ -1,0 +1,110 @@
+"""bf16 operands (`engine.kernels.bf16`): rounding, the pair layouts, and the compiled pairing
+passes against the NumPy definitions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.cpu import compiled
+from engine.kernels import bf16
+from engine.kernels.conv_bind import _patch_view
+
+RNG = np.random.default_rng(11)
+
+
+def bits(values: list[float]) -> np.ndarray:
+    return np.array(values, np.float32).view(np.uint32)
+
+
+def test_rounding_keeps_the_nearest_bf16_with_ties_to_even() -> None:
+    # 1 + 2^-8 lies halfway between 1 and 1 + 2^-7: ties go to the even one (1); 1 + 3·2^-8
+    # lies halfway between 1 + 2^-7 and 1 + 2^-6: to the even one (1 + 2^-6).
+    values = np.array([1.0, 1 + 2**-8, 1 + 3 * 2**-8, 1 + 2**-8 + 2**-20, -2.5, 0.0],
+                      np.float32)
+    assert bf16.rounded(values).tolist() == [1.0, 1.0, 1 + 2**-6, 1 + 2**-7, -2.5, 0.0]
+
+
+def test_rounding_keeps_infinities_and_nans() -> None:
+    values = np.array([np.inf, -np.inf, np.nan], np.float32)
+    # A NaN whose payload lies only in the low half (rounding would carry it into an inf).
+    low_nan = np.array([0x7F800001], np.uint32).view(np.float32)
+    out = bf16.rounded(np.concatenate([values, low_nan]))
+    assert out[0] == np.inf and out[1] == -np.inf
+    assert np.isnan(out[2]) and np.isnan(out[3])
+
+
+def test_rounding_error_is_within_half_a_bf16_ulp() -> None:
+    values = RNG.standard_normal(10_000).astype(np.float32) * 100
+    relative = np.abs(bf16.rounded(values) - values) / np.abs(values)
+    assert relative.max() <= 2**-8
+
+
+def test_pair_rows_puts_neighbours_along_k_in_one_word() -> None:
+    matrix = np.array([[1, 2, 3], [4, 5, 6]], np.float32)
+    words = bf16.pair_rows(matrix).view(np.uint32)
+    assert words.shape == (2, 2)
+    halves = [[(int(w) & 0xFFFF, int(w) >> 16) for w in row] for row in words]
+    as_bf16 = {value: int(bf16.round_to_bf16(np.float32(value))) for value in range(7)}
+    assert halves == [[(as_bf16[1], as_bf16[2]), (as_bf16[3], 0)],
+                      [(as_bf16[4], as_bf16[5]), (as_bf16[6], 0)]]
+
+
+def test_pair_columns_puts_neighbours_down_k_in_one_word() -> None:
+    matrix = np.array([[1, 2], [3, 4], [5, 6]], np.float32)
+    words = bf16.pair_columns(matrix).view(np.uint32)
+    low = bf16.widen(words & 0xFFFF)
+    high = bf16.widen(words >> 16)
+    assert low.tolist() == [[1, 2], [5, 6]] and high.tolist() == [[3, 4], [0, 0]]
+
+
+needs_numba = pytest.mark.skipif(not compiled.available(), reason="numba is not installed")
+
+
+@needs_numba
+@pytest.mark.parametrize("shape", [(6, 40), (7, 33), (1, 5), (64, 130)])
+@pytest.mark.parametrize(("along_rows", "panel"), [(True, None), (False, None), (False, 32)])
+def test_the_compiled_pairing_writes_the_numpy_words(shape: tuple[int, int], along_rows: bool,
+                                                     panel: int | None) -> None:
+    source = RNG.standard_normal(shape).astype(np.float32)
+    source[0, 0] = np.nan
+    for view in (source, np.asfortranarray(source), source[:, ::-1][:, ::-1]):
+        target = np.zeros(bf16.paired_shape(shape, along_rows, panel), np.float32)
+        expected = np.zeros_like(target)
+        call = bf16.pairing(view, target, along_rows)
+        assert call.func is not bf16._pair_in_numpy, "the pairing ran in NumPy, not as a job"
+        call()
+        bf16._pair_in_numpy(view, expected, along_rows)
+        np.testing.assert_array_equal(target.view(np.uint32), expected.view(np.uint32))
+
+
+needs_pair_ir = pytest.mark.skipif(bf16._pair_task() is None,
+                                   reason="llvmlite cannot compile the pairing pass here")
+
+
+@needs_pair_ir
+@pytest.mark.parametrize("channels", [3, 4])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_patch_pairing_reads_the_im2col_view_straight(channels: int, stride: int) -> None:
+    padded = RNG.standard_normal((1, channels, 9, 11)).astype(np.float32)
+    padded[0, 1, 2, 3] = np.nan
+    size = ((9 - 3) // stride + 1, (11 - 3) // stride + 1)
+    view = _patch_view(np, padded, (3, 3), (stride, stride), (1, 1), size)
+    depth, columns = channels * 9, size[0] * size[1]
+    target = np.zeros((bf16.amx_depth(depth), bf16.amx_rows(columns)), np.float32)
+    call = bf16.patch_pairing(view, 3, target)
+    assert call is not None
+    call()
+    expected = bf16.pair_columns(np.ascontiguousarray(view).reshape(depth, columns))
+    # (vcvtneps2bf16 quiets a NaN as round_to_bf16 does: the words match bit for bit)
+    words = target.view(np.uint32)
+    np.testing.assert_array_equal(words[:expected.shape[0], :columns],
+                                  expected.view(np.uint32))
+    assert not words[expected.shape[0]:].any() and not words[:, columns:].any()
+
+
+@needs_pair_ir
+def test_patch_pairing_refuses_a_target_too_small() -> None:
+    view = RNG.standard_normal((4, 10)).astype(np.float32)
+    with pytest.raises(ValueError, match="too small"):
+        bf16.patch_pairing(view, 1, np.zeros((1, 10), np.float32))

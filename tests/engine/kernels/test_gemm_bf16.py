@@ -1,0 +1,106 @@
+"""Our bf16 GEMMs (AVX-512 BF16's `gemm_bf16_ir`, AMX's `gemm_amx_ir`) against float64 products
+of the same bf16-rounded operands: the kernels must add exactly those products in float32."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.cpu import host_features
+from engine.kernels import bf16, gemm_kernel
+
+RNG = np.random.default_rng(5)
+
+needs_bf16 = pytest.mark.skipif(not gemm_kernel.available(gemm_kernel.BF16),
+                                reason="this CPU lacks AVX-512 BF16")
+needs_amx = pytest.mark.skipif(not gemm_kernel.available(gemm_kernel.AMX),
+                               reason="this CPU lacks AMX-BF16 or Linux refused its tile state")
+
+
+def random(*shape: int) -> np.ndarray:
+    return RNG.standard_normal(shape, dtype=np.float32)
+
+
+def expected(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The product of the bf16-rounded operands, in float64."""
+    return bf16.rounded(a).astype(np.float64) @ bf16.rounded(b).astype(np.float64)
+
+
+def assert_product(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
+    # Products of bf16 values are exact in float32; only the float32 sums round (K terms).
+    np.testing.assert_allclose(c, expected(a, b), rtol=1e-5, atol=1e-5 * np.sqrt(a.shape[1]))
+
+
+SHAPES = [(1, 1, 1), (1, 7, 33), (5, 2, 3), (12, 64, 32), (13, 65, 31), (33, 129, 65),
+          (64, 576, 196), (1, 512, 100)]
+
+
+@needs_bf16
+@pytest.mark.parametrize(("rows", "depth", "columns"), SHAPES)
+def test_the_avx512_bf16_kernel_adds_the_rounded_products(rows: int, depth: int,
+                                                          columns: int) -> None:
+    a, b = random(rows, depth), random(depth, columns)
+    c = np.full((rows, columns), np.nan, np.float32)
+    gemm_kernel.bind_packed_columns(bf16.pair_rows(a),
+                                    gemm_kernel.pack_columns(bf16.pair_columns(b)), c,
+                                    kernel=gemm_kernel.BF16)()
+    assert_product(c, a, b)
+    c[...] = np.nan
+    panels = np.zeros(bf16.paired_shape(b.shape, False, gemm_kernel.tile().columns), np.float32)
+    bf16._pair_in_numpy(b, panels, False)
+    gemm_kernel.bind_both_packed(gemm_kernel.pack(bf16.pair_rows(a)), panels, c,
+                                 kernel=gemm_kernel.BF16)()
+    assert_product(c, a, b)
+
+
+@needs_amx
+@pytest.mark.parametrize(("rows", "depth", "columns"), SHAPES)
+@pytest.mark.parametrize("columns_outside", [True, False])
+@pytest.mark.parametrize("packed", [False, True])
+def test_the_amx_kernel_adds_the_rounded_products(rows: int, depth: int, columns: int,
+                                                  columns_outside: bool, packed: bool) -> None:
+    a, b = random(rows, depth), random(depth, columns)
+    c = np.full((rows, columns), np.nan, np.float32)
+    words = bf16.amx_weight_rows(a)
+    if packed:
+        words = bf16.amx_pack_rows(words)
+    gemm_kernel.bind_tiles(words, bf16.amx_weight_columns(b), c, columns_outside, packed)()
+    assert_product(c, a, b)
+
+
+def test_amx_packing_lays_each_tile_out_whole() -> None:
+    words = np.arange(64 * 32, dtype=np.float32).reshape(64, 32)
+    tiles = bf16.amx_pack_rows(words).reshape(2, 2, 2, 16, 16)  # blocks, K steps, halves
+    np.testing.assert_array_equal(tiles[1, 0, 1], words[48:64, 0:16])
+    np.testing.assert_array_equal(tiles[0, 1, 0], words[0:16, 16:32])
+
+
+@needs_amx
+def test_the_amx_epilogue_adds_biases_and_clamps_within_its_rows() -> None:
+    a, b = random(40, 100), random(100, 50)
+    bias_rows, bias_columns = random(40), random(50)
+    # C is a window of a larger array: the kernel must write only its own rows and columns.
+    whole = np.full((42, 60), 7.0, np.float32)
+    c = whole[1:41, 3:53]
+    gemm_kernel.bind_tiles(bf16.amx_weight_rows(a), bf16.amx_weight_columns(b), c) \
+        .with_epilogue(bias_rows, bias_columns, low=-1.0, high=2.0)()
+    want = np.clip(expected(a, b) + bias_rows[:, None] + bias_columns[None, :], -1.0, 2.0)
+    np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-4)
+    outside = np.ones(whole.shape, bool)
+    outside[1:41, 3:53] = False
+    assert (whole[outside] == 7.0).all()
+
+
+@needs_amx
+def test_amx_operands_must_be_padded() -> None:
+    a, b = random(20, 30), random(30, 20)
+    with pytest.raises(ValueError, match="padded to whole tiles"):
+        gemm_kernel.bind_tiles(bf16.pair_rows(a), bf16.pair_columns(b),
+                               np.zeros((20, 20), np.float32))
+
+
+def test_the_bf16_kernels_are_there_exactly_where_the_host_has_the_instructions() -> None:
+    assert gemm_kernel.available(gemm_kernel.BF16) == (
+        gemm_kernel.available() and host_features.bf16_dot_product())
+    if gemm_kernel.available(gemm_kernel.AMX):
+        assert host_features.amx_permitted()

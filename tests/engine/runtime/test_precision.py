@@ -1,0 +1,155 @@
+"""A model's precision (`load_model(..., precision=)`): the names, the fallback on a host
+without bf16, and bf16 plans against the float32 reference interpreter and fp32 plans."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+import engine
+from bench import nets
+from engine import sym
+from engine.cpu import host_features
+from engine.kernels import bf16, gemm_bind, gemm_kernel
+from engine.runtime import precision
+
+needs_bf16 = pytest.mark.skipif(not gemm_kernel.available(gemm_kernel.BF16),
+                                reason="this CPU lacks AVX-512 BF16")
+RNG = np.random.default_rng(3)
+
+
+def small_cnn() -> tuple[sym.Symbol, dict[str, np.ndarray]]:
+    """Every product a bf16 plan binds: a 3×3 convolution (im2col; Winograd in fp32), a
+    strided one, a 1×1 one (direct), a residual sum, and a dense layer."""
+    data = sym.var("data")
+    net = sym.Activation(sym.Convolution(data, num_filter=40, kernel=(3, 3), pad=(1, 1),
+                                         name="c1"), act_type="relu")
+    body = sym.Convolution(net, num_filter=40, kernel=(3, 3), pad=(1, 1), name="c2")
+    net = sym.Activation(body + sym.Convolution(net, num_filter=40, kernel=(1, 1), name="c3"),
+                         act_type="relu")
+    net = sym.Convolution(net, num_filter=24, kernel=(3, 3), stride=(2, 2), pad=(1, 1),
+                          name="c4")
+    net = sym.FullyConnected(sym.Flatten(net), num_hidden=10, name="fc")
+    return net, nets.random_params(net, (1, 5, 12, 12), seed=1)
+
+
+def relative_error(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.abs(got - want).max() / np.abs(want).max())
+
+
+def test_fp32_is_the_default_and_names_are_checked() -> None:
+    symbol, params = small_cnn()
+    assert engine.load_model(symbol, params).precision == "fp32"
+    with pytest.raises(ValueError, match=r"precision 'half' is not one of fp32, bf16"):
+        engine.load_model(symbol, params, precision="half")
+    for name in ("int8", "fp16"):
+        with pytest.raises(ValueError, match=f"precision '{name}' is not available on the CPU"):
+            engine.load_model(symbol, params, precision=name)
+
+
+def test_the_gpu_runs_fp32_only_for_now() -> None:
+    assert precision.resolve("fp32", "gpu") == "fp32"
+    for name in ("bf16", "fp16", "int8"):
+        with pytest.raises(ValueError, match=rf"precision '{name}' is not available on the "
+                                             r"GPU \(it runs fp32\)"):
+            precision.resolve(name, "gpu")
+
+
+def test_a_host_without_bf16_runs_fp32_and_says_so_once(monkeypatch: pytest.MonkeyPatch,
+                                                         caplog: pytest.LogCaptureFixture
+                                                         ) -> None:
+    monkeypatch.setattr(host_features, "bf16_dot_product", lambda: False)
+    monkeypatch.setattr(precision, "_warned", set())
+    symbol, params = small_cnn()
+    feed = {"data": RNG.standard_normal((2, 5, 12, 12)).astype(np.float32)}
+    with caplog.at_level(logging.WARNING, logger="engine.precision"):
+        models = [engine.load_model(symbol, params, precision="bf16") for _ in range(2)]
+    assert [model.precision for model in models] == ["fp32", "fp32"]
+    assert models[0].requested_precision == "bf16"
+    assert [record.getMessage() for record in caplog.records] == [
+        "precision bf16 asked for, but this CPU lacks AVX-512 BF16: running in fp32"]
+    fp32 = engine.load_model(symbol, params).infer(feed)["fc_output"]
+    np.testing.assert_array_equal(models[0].infer(feed)["fc_output"], fp32)
+
+
+def bf16_products(model: engine.Model, feed: dict[str, np.ndarray]) -> int:
+    """How many of the plan's nodes run bf16 products (a convolution may bind one per sample
+    or per chunk of samples)."""
+    return len({id(step.node) for step in model.plan_for(feed).steps
+                if isinstance(step.call, bf16.PairedProduct)})
+
+
+@needs_bf16
+@pytest.mark.parametrize("kernel", ["amx where it applies", "avx512 bf16 only"])
+@pytest.mark.parametrize("batch", [1, 3, 20])
+def test_bf16_plans_stay_within_bf16_error_of_the_reference(
+        kernel: str, batch: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    if kernel == "avx512 bf16 only":
+        monkeypatch.setattr(gemm_bind, "AMX_MIN_ROWS", 1 << 30)
+    symbol, params = small_cnn()
+    model = engine.load_model(symbol, params, precision="bf16")
+    feed = {"data": RNG.standard_normal((batch, 5, 12, 12)).astype(np.float32)}
+    got = model.infer(feed)["fc_output"]
+    want = model.reference(feed)["fc_output"]
+    # bf16 keeps 8 bits of significand (relative rounding 2^-9 per operand); through four
+    # layers the outputs drift by about 1% of their largest value at most, and by more than
+    # float32 ever would (the products really ran in bf16).
+    error = relative_error(got, want)
+    assert 1e-4 < error < 2e-2
+    fp32 = engine.load_model(symbol, params).infer(feed)["fc_output"]
+    assert relative_error(fp32, want) < 1e-5
+    # Four convolutions, and the dense layer where AMX takes it (20 rows): at fewer rows its
+    # 8640 weights are too few for AVX-512 BF16 to pay (`gemm_bind.BF16_MIN_WEIGHTS`).
+    dense_in_bf16 = kernel == "amx where it applies" and batch >= gemm_bind.AMX_MIN_ROWS
+    assert bf16_products(model, feed) == 4 + dense_in_bf16
+
+
+@needs_bf16
+def test_thin_products_stay_float32() -> None:
+    """A 1×1 convolution over 16 channels gains nothing from bf16 (`gemm_bind.amx_pays`): it
+    runs in float32, exactly as an fp32 plan does."""
+    data = sym.var("data")
+    net = sym.Convolution(data, num_filter=64, kernel=(1, 1), name="thin")
+    params = nets.random_params(net, (1, 16, 8, 8))
+    feed = {"data": RNG.standard_normal((1, 16, 8, 8)).astype(np.float32)}
+    reduced = engine.load_model(net, params, precision="bf16")
+    assert bf16_products(reduced, feed) == 0
+    np.testing.assert_array_equal(reduced.infer(feed)["thin_output"],
+                                  engine.load_model(net, params).infer(feed)["thin_output"])
+
+
+@needs_bf16
+def test_a_dense_layer_at_batch_1_runs_bf16_only_for_a_large_weight() -> None:
+    data = sym.var("data")
+    net = sym.FullyConnected(sym.FullyConnected(data, num_hidden=1000, name="large"),
+                             num_hidden=200, name="small")
+    params = nets.random_params(net, (1, 512))
+    feed = {"data": RNG.standard_normal((1, 512)).astype(np.float32)}
+    model = engine.load_model(net, params, precision="bf16")
+    calls = [step.call for step in model.plan_for(feed).steps]
+    assert [isinstance(call, bf16.PairedProduct) for call in calls] == [True, False]
+    got, want = model.infer(feed)["small_output"], model.reference(feed)["small_output"]
+    assert 1e-5 < relative_error(got, want) < 1e-2
+
+
+@needs_bf16
+def test_a_resnet18_picks_the_fp32_class_in_bf16() -> None:
+    """Top-1 agreement of bf16 with fp32 on a random-weight ResNet-18 (112×112 inputs, so that
+    the test runs in seconds; bench/executor.py checks 256 at 224×224). At 64×64 this random
+    network's two best classes come within 4e-5 of the largest logit on some inputs, where
+    any rounding picks either."""
+    symbol = nets.resnet18_v1()
+    params = nets.random_params(symbol, (1, 3, 112, 112))
+    images = np.random.default_rng(36).standard_normal((96, 3, 112, 112)).astype(np.float32)
+    fp32 = engine.load_model(symbol, params)
+    reduced = engine.load_model(symbol, params, precision="bf16")
+    agree = []
+    for start in range(0, len(images), 32):
+        feed = {"data": images[start:start + 32]}
+        want, got = fp32.infer(feed)["output_output"], reduced.infer(feed)["output_output"]
+        assert relative_error(got, want) < 3e-2
+        agree.extend(np.argmax(got, axis=1) == np.argmax(want, axis=1))
+    assert np.mean(agree) >= 0.99
+    assert bf16_products(reduced, feed) >= 20
