@@ -241,16 +241,28 @@ class Load:
     expected: np.ndarray
     done: int = 0
     failures: list[str] = field(default_factory=list)
+    cut: list[str] = field(default_factory=list)
     halfway: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def worker(self, count: int) -> None:
-        """Send `count` requests, alternating /predict and V2 infer, checking every answer."""
+        """Send `count` requests, alternating /predict and V2 infer, checking every answer.
+
+        A response whose body the kill cut off is sent again, as a client retries an
+        idempotent inference: nginx retries a request on another replica only until the
+        replica's first bytes reach the client (uvicorn writes the headers and the body
+        separately), so a kill between the two leaves that one response cut short. Each such
+        cut is counted in `cut`; at most one request per thread is in flight at the kill."""
         with httpx.Client(timeout=30) as client:
             for index in range(count):
                 call = _predict if index % 2 == 0 else _infer_v2
                 try:
-                    response = call(client, self.url, self.inputs)
+                    try:
+                        response = call(client, self.url, self.inputs)
+                    except httpx.RemoteProtocolError as error:
+                        with self.lock:
+                            self.cut.append(f"{call.__name__}: {error}")
+                        response = call(client, self.url, self.inputs)
                     problem = "" if response.status_code == 200 else (
                         f"{call.__name__}: {response.status_code} {response.text[:200]}")
                     if not problem:
@@ -307,6 +319,7 @@ def test_replicas_behind_nginx(nginx_binary: str, repository: Path,
     assert load.done == per_thread * LOAD_THREADS and killed_at < load.done, (
         f"the kill came after {killed_at} of {load.done} requests, not during the load")
     assert load.failures == [], f"{len(load.failures)} failed: {load.failures[:5]}"
+    assert len(load.cut) <= LOAD_THREADS, f"more responses cut than were in flight: {load.cut}"
     victim_address = f"127.0.0.1:{victim_port}"
     retried = [addresses for addresses, status in nginx.upstreams()
                if "," in addresses and victim_address in addresses.split(",")[0]]
