@@ -70,6 +70,51 @@ class Binding:
         return specs, outputs
 
 
+def share_parameters(params: dict[str, np.ndarray],
+                     constants: Mapping[str, Any]) -> dict[str, Any]:
+    """Keep one copy in memory of what `params` (the bound parameters, updated in place) and
+    `constants` (an optimised graph's) hold; returns the constants to use.
+
+    A compiler pass that lays a parameter out anew (a FullyConnected weight column-major: the
+    same matrix) leaves two copies: the parameter takes the graph's. The parameters read from a
+    ``.params`` file are views into the file's one buffer, which a single small view (a bias)
+    keeps whole: where the views left are less than half of their buffer, each is copied out
+    (the graph's constant too, when it is the same array), and the buffer goes.
+    """
+    for name, array in params.items():
+        other = constants.get(name)
+        if (isinstance(other, np.ndarray) and other is not array and other.shape == array.shape
+                and other.dtype == array.dtype and np.array_equal(other, array)):
+            params[name] = other
+    constants = dict(constants)
+    views: dict[int, list[np.ndarray]] = {}
+    buffers: dict[int, Any] = {}
+    for array in {id(value): value for value in (*params.values(), *constants.values())
+                  if isinstance(value, np.ndarray)}.values():
+        root = _buffer_of(array)
+        if root is not None:
+            views.setdefault(id(root), []).append(array)
+            buffers[id(root)] = root
+    copies: dict[int, np.ndarray] = {}
+    for key, arrays in views.items():
+        if 2 * sum(array.nbytes for array in arrays) < memoryview(buffers[key]).nbytes:
+            copies.update({id(array): array.copy() for array in arrays})
+    if copies:
+        for table in (params, constants):
+            for name, value in table.items():
+                if id(value) in copies:
+                    table[name] = copies[id(value)]
+    return constants
+
+
+def _buffer_of(array: np.ndarray) -> Any:
+    """The object other than an array whose memory `array` views (a file's bytes), or None."""
+    base = array.base
+    while isinstance(base, np.ndarray):
+        base = base.base
+    return None if base is None or isinstance(base, np.ndarray) else base
+
+
 def bind_params(graph: Graph, params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Match parameter arrays to graph variables; refuse extra and missing parameters."""
     variables = set(graph.variable_names())

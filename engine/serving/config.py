@@ -222,6 +222,8 @@ class ModelConfig(_Strict):
     batch_buckets: tuple[StrictInt, ...] | None = None
     device: Literal["cpu", "gpu", "auto"] | None = None
     version_policy: VersionPolicy = VersionPolicy()
+    # Never unloaded to make room under the server's memory budget (`engine.serving.control`).
+    pinned: bool = False
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelConfig:
