@@ -70,41 +70,22 @@ class Binding:
         return specs, outputs
 
 
-def share_parameters(params: dict[str, np.ndarray],
-                     constants: Mapping[str, Any]) -> dict[str, Any]:
-    """Keep one copy in memory of what `params` (the bound parameters, updated in place) and
-    `constants` (an optimised graph's) hold; returns the constants to use.
-
-    A compiler pass that lays a parameter out anew (a FullyConnected weight column-major: the
-    same matrix) leaves two copies: the parameter takes the graph's. The parameters read from a
-    ``.params`` file are views into the file's one buffer, which a single small view (a bias)
-    keeps whole: where the views left are less than half of their buffer, each is copied out
-    (the graph's constant too, when it is the same array), and the buffer goes.
-    """
-    for name, array in params.items():
-        other = constants.get(name)
-        if (isinstance(other, np.ndarray) and other is not array and other.shape == array.shape
-                and other.dtype == array.dtype and np.array_equal(other, array)):
-            params[name] = other
-    constants = dict(constants)
-    views: dict[int, list[np.ndarray]] = {}
+def own_parameters(params: dict[str, np.ndarray]) -> None:
+    """Copy out the parameters that view a buffer they fill less than half of (updated in
+    place), so that the buffer goes: those read from a ``.params`` file are views into the
+    file's one buffer, which a single small view left (a bias, once the weights are laid out
+    anew) would keep whole."""
+    views: dict[int, list[str]] = {}
     buffers: dict[int, Any] = {}
-    for array in {id(value): value for value in (*params.values(), *constants.values())
-                  if isinstance(value, np.ndarray)}.values():
+    for name, array in params.items():
         root = _buffer_of(array)
         if root is not None:
-            views.setdefault(id(root), []).append(array)
+            views.setdefault(id(root), []).append(name)
             buffers[id(root)] = root
-    copies: dict[int, np.ndarray] = {}
-    for key, arrays in views.items():
-        if 2 * sum(array.nbytes for array in arrays) < memoryview(buffers[key]).nbytes:
-            copies.update({id(array): array.copy() for array in arrays})
-    if copies:
-        for table in (params, constants):
-            for name, value in table.items():
-                if id(value) in copies:
-                    table[name] = copies[id(value)]
-    return constants
+    for key, names in views.items():
+        if 2 * sum(params[name].nbytes for name in names) < memoryview(buffers[key]).nbytes:
+            for name in names:
+                params[name] = params[name].copy()
 
 
 def _buffer_of(array: np.ndarray) -> Any:

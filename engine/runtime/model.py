@@ -14,9 +14,10 @@ from typing import Any
 import numpy as np
 
 from engine.compiler import optimize_graph, select_passes
+from engine.compiler.layout_weights import column_major_weights
 from engine.device import Device, get_device
 from engine.graph.ir import Graph
-from engine.runtime.binding import Binding, TensorSpec, share_parameters
+from engine.runtime.binding import Binding, TensorSpec, own_parameters
 from engine.runtime.buffers import BatchBuffers, HostBatch, PlanBatch
 from engine.runtime.compile import CompileReport, CompileTarget, PlanCompiler
 from engine.runtime.floats import quiet_floats, restore_floats
@@ -54,6 +55,10 @@ class Model:
         self.passes = select_passes(optimize)
         buckets = checked_buckets(batch_buckets)
         binding = Binding(graph, params)
+        if "layout_weights" in self.passes:
+            # Bound in the order the pass lays them out in: one copy of each weight, not two.
+            binding.params.update(column_major_weights(graph.replace(constants=binding.params)))
+        own_parameters(binding.params)
         self.params = binding.params
         self.input_names = binding.input_names
         self.output_names = binding.output_names
@@ -62,11 +67,6 @@ class Model:
         self.outputs: list[TensorSpec] = binding.outputs
         self.optimized_graph = (optimize_graph(graph.replace(constants=self.params), self.passes)
                                 if optimize is not False else None)
-        if self.optimized_graph is not None:
-            # The passes copy what they lay out anew, and the params file's buffer outlives
-            # them: one copy of each parameter in memory (`share_parameters`).
-            self.optimized_graph = self.optimized_graph.replace(constants=share_parameters(
-                binding.params, self.optimized_graph.constants))
         # Why some output shapes depend on the input values (None: the input shapes fix them
         # all). Such a model compiles `StagedPlan`s, never pads a batch up to a bucket (padded
         # rows would change its results) and is not batched across requests by a server.

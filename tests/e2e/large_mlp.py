@@ -47,9 +47,15 @@ def _symbol(widths: tuple[int, ...]) -> dict[str, Any]:
             "attrs": {"mxnet_version": ["int", 10901]}}
 
 
+def probe(widths: tuple[int, ...] = WIDTHS) -> np.ndarray:
+    """The input every test sends: two rows."""
+    return np.linspace(-1, 1, 2 * widths[0], dtype=np.float32).reshape(2, widths[0])
+
+
 def write_mlp(model_dir: Path, seed: int, *, widths: tuple[int, ...] = WIDTHS,
-              max_batch_size: int = 4, pinned: bool = False) -> None:
-    """Version 1 of an MLP (symbol, params, manifest) and its config.json under `model_dir`."""
+              max_batch_size: int = 4, pinned: bool = False) -> np.ndarray:
+    """Version 1 of an MLP (symbol, params, manifest) and its config.json under `model_dir`;
+    returns its output for `probe()`, computed here in float64."""
     rng = np.random.default_rng(seed)
     arrays = {}
     for layer, (fan_in, fan_out) in enumerate(zip(widths, widths[1:])):
@@ -57,6 +63,12 @@ def write_mlp(model_dir: Path, seed: int, *, widths: tuple[int, ...] = WIDTHS,
         arrays[f"arg:mlp_dense{layer}_weight"] = (
             rng.standard_normal((fan_out, fan_in), dtype=np.float32) * scale)
         arrays[f"arg:mlp_dense{layer}_bias"] = rng.standard_normal(fan_out, dtype=np.float32)
+    expected = probe(widths).astype(np.float64)
+    for layer in range(len(widths) - 1):
+        expected = (expected @ arrays[f"arg:mlp_dense{layer}_weight"].T.astype(np.float64)
+                    + arrays[f"arg:mlp_dense{layer}_bias"])
+        if layer < len(widths) - 2:
+            expected = np.maximum(expected, 0)
     version_dir = model_dir / "1"
     version_dir.mkdir(parents=True)
     (version_dir / "model-symbol.json").write_text(json.dumps(_symbol(widths)))
@@ -68,3 +80,4 @@ def write_mlp(model_dir: Path, seed: int, *, widths: tuple[int, ...] = WIDTHS,
     if pinned:
         config["pinned"] = True
     (model_dir / "config.json").write_text(json.dumps(config))
+    return expected
