@@ -255,6 +255,10 @@ class ModelRepository:
         """
         try:
             return self.get(name, version)
+        except ModelNotFound:
+            # Put into the directory since the last scan (no polling in explicit mode).
+            if not self.load_on_demand or not await self._thread((self.root / name).is_dir):
+                raise
         except ModelNotReady:
             if not self.load_on_demand or name not in self._disk or (
                     self._demand_failed.get(name) == self._disk_state(name)):

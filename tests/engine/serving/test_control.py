@@ -11,7 +11,12 @@ import numpy as np
 import pytest
 
 from engine.serving import control
-from engine.serving.errors import MemoryBudgetExceeded, ModelNotServing, NoRoomToLoad
+from engine.serving.errors import (
+    MemoryBudgetExceeded,
+    ModelNotFound,
+    ModelNotServing,
+    NoRoomToLoad,
+)
 from engine.serving.loaded import VersionState
 from engine.serving.repository import ModelRepository
 from tests.engine.serving.helpers import fake_loader, fake_symbol, run
@@ -163,6 +168,23 @@ def test_models_at_start_and_failed_models(tmp_path: Path) -> None:
             await repo.serving_version("b")  # no loading on demand here
         await repo.load("b")
         assert states(repo)["b"] is VersionState.READY
+        await repo.close()
+
+    run(main())
+
+
+def test_load_on_demand_finds_a_model_put_into_the_directory_later(tmp_path: Path) -> None:
+    async def main() -> None:
+        repo = fake_repo(tmp_path, models_at_start=(), load_on_demand=True)
+        await repo.start()
+        writer = fake_repo(tmp_path)
+        await writer.start()
+        await writer.add_version("late", fake_symbol(4), b"p")
+        await writer.close()
+        outputs = await repo.infer("late", {"data": ROW})
+        assert outputs["out"].shape == (1, 3)
+        with pytest.raises(ModelNotFound):
+            await repo.infer("absent", {"data": ROW})
         await repo.close()
 
     run(main())
