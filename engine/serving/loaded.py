@@ -116,8 +116,10 @@ class LoadedVersion:
 
     @property
     def idle(self) -> bool:
-        """No request queued or running on this version."""
-        return self.in_flight == 0 and self.batcher.queue_depth == 0
+        """No request queued or running on this version, and no sequence under way (its
+        implicit state lives here)."""
+        return (self.in_flight == 0 and self.batcher.queue_depth == 0
+                and (self.sequences is None or self.sequences.live == 0))
 
     def touch(self) -> None:
         """A request looked this version up: it was used now."""
@@ -131,22 +133,23 @@ class LoadedVersion:
         ``rows``: see `DynamicBatcher.submit`. ``sequence``: the request's place in its
         sequence, for a model with ``sequence_batching`` (ignored by others, as Triton's
         schedulers without sequences ignore it; see `SequenceScheduler.step`)."""
-        if self.sequences is not None:
-            return await self.sequences.step(inputs, sequence, timeout_s=timeout_s, rows=rows)
-        return await self._submit(inputs, timeout_s, rows)
+        self.in_flight += 1
+        self.last_used = time.monotonic()
+        try:
+            if self.sequences is not None:
+                return await self.sequences.step(inputs, sequence, timeout_s=timeout_s,
+                                                 rows=rows)
+            return await self._submit(inputs, timeout_s, rows)
+        finally:
+            self.in_flight -= 1
+            if self.in_flight == 0 and self.on_idle is not None:
+                self.on_idle()
 
     async def _submit(self, inputs: Mapping[str, Any], timeout_s: float | None,
                       rows: int | None) -> dict[str, np.ndarray]:
         if self._to_graph:
             inputs = {self._to_graph.get(name, name): array for name, array in inputs.items()}
-        self.in_flight += 1
-        self.last_used = time.monotonic()
-        try:
-            outputs = await self.batcher.submit(inputs, timeout_s=timeout_s, rows=rows)
-        finally:
-            self.in_flight -= 1
-            if self.in_flight == 0 and self.on_idle is not None:
-                self.on_idle()
+        outputs = await self.batcher.submit(inputs, timeout_s=timeout_s, rows=rows)
         if self._from_graph:
             return {self._from_graph.get(name, name): array for name, array in outputs.items()}
         return outputs

@@ -188,3 +188,39 @@ def test_load_on_demand_finds_a_model_put_into_the_directory_later(tmp_path: Pat
         await repo.close()
 
     run(main())
+
+
+def test_a_sequence_under_way_keeps_its_model(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.serving.sequences import SequenceControl
+    from tests.conformance.fixtures import model_files
+    from tests.engine.serving.helpers import seed_mlp
+    from tests.engine.serving.sequence_lstm import LSTM, reference, sequence_config
+
+    tokens, _ = reference()
+
+    async def main() -> None:
+        repo = ModelRepository(tmp_path)
+        await repo.start()
+        symbol, params = model_files(LSTM)
+        await repo.add_version(LSTM, symbol.read_bytes(), params.read_bytes(),
+                               config=sequence_config())
+        await repo.add_version("mlp", *seed_mlp())
+        mlp = repo.get("mlp").memory().total
+        await repo.unload("mlp")
+        await until(lambda: len(repo._in_memory()) == 1, "mlp to drain")
+        lstm = repo.get(LSTM).memory().total
+        repo.memory_budget_bytes = lstm + mlp - 1  # the MLP fits only in the LSTM's place
+        first = {"tokens": tokens[:1, :1]}
+        await repo.infer(LSTM, first, rows=1, sequence=SequenceControl(7, start=True))
+        monkeypatch.setattr(control, "IDLE_WAIT_S", 0.2)
+        with pytest.raises(ModelNotServing, match=f"'{LSTM}' version 1 {lstm} bytes "
+                           r"\(busy\)"):
+            await repo.load("mlp")
+        await repo.infer(LSTM, {"tokens": tokens[1:2, :1]}, rows=1,
+                         sequence=SequenceControl(7, end=True))
+        await repo.load("mlp")  # the sequence ended: now the LSTM may go
+        assert repo.counts.of("eviction") == {LSTM: 1}
+        await repo.close()
+
+    run(main(), timeout=240)
