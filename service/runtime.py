@@ -32,9 +32,21 @@ class Runtime:
     inference: InferenceService
     admin: AdminAccess
     uploads: UploadSlots
-    ready: bool = False
+    started: bool = False  # the repository is loaded, and shutdown has not begun
     drain: DrainState = field(default_factory=DrainState)
     tracing: Tracing = field(default_factory=Tracing)
+
+    @property
+    def ready(self) -> bool:
+        """Started and not stopping; with strict readiness, also no model the server was
+        asked to serve failing to load (`ModelRepository.failed_models`)."""
+        if not self.started:
+            return False
+        return not (self.settings.strict_readiness and self.repository.failed_models())
+
+    @ready.setter
+    def ready(self, value: bool) -> None:
+        self.started = value
 
     @classmethod
     def create(cls, settings: Settings, repository: ModelRepository | None = None, *,
@@ -50,7 +62,8 @@ class Runtime:
         repository = repository or ModelRepository(
             settings.model_repository, loader=loader, device=settings.device,
             memory_budget_bytes=settings.memory_budget_bytes,
-            poll_interval_s=settings.poll_interval, compute_threads=settings.compute_threads)
+            poll_interval_s=settings.repository_poll_s, compute_threads=settings.compute_threads,
+            models_at_start=settings.models_at_start, load_on_demand=settings.load_on_demand)
         if tracing.batch_observer is not None:
             repository.batch_observer = tracing.batch_observer
         metrics = Metrics(repository)
@@ -69,8 +82,14 @@ class Runtime:
         # collector's full passes, which otherwise scan it all and stall requests (tail latency).
         gc.freeze()
         self.ready = True
-        log.info("model repository %s ready: %d version(s)", self.settings.model_repository,
-                 len(self.repository.index()))
+        log.info("model repository %s ready: %d version(s), model control mode %s",
+                 self.settings.model_repository, len(self.repository.index()),
+                 self.settings.control_mode)
+        failed = self.repository.failed_models()
+        if failed:
+            log.error("models that failed to load: %s; %s", ", ".join(failed),
+                      "the server reports not ready until they serve (strict readiness)"
+                      if self.settings.strict_readiness else "the server reports ready")
 
     async def close(self) -> None:
         """Report not ready, then drain and unload every model."""

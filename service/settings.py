@@ -14,6 +14,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 ENV_PREFIX = "HYBRIDSERVE_"
 HELP_WIDTH = 78
 LogLevel = Literal["critical", "error", "warning", "info", "debug"]
+ControlMode = Literal["none", "poll", "explicit"]
+DEFAULT_POLL_INTERVAL_S = 15.0  # Triton's --repository-poll-secs
 
 
 class Settings(BaseSettings):
@@ -46,16 +48,32 @@ class Settings(BaseSettings):
         "them all, and neither read nor generate a token)")
     max_concurrent_uploads: int = Field(
         2, ge=1, le=64, description="model uploads received at once; more are answered 503")
+    model_control_mode: Literal["none", "poll", "explicit"] | None = Field(
+        None, description="which models are loaded, and when (Triton's names): none loads every "
+        "model at start, poll does too and re-scans the repository every poll_interval seconds, "
+        "explicit loads only the --load-model ones at start (default: poll when poll_interval "
+        "is set, else none)")
     poll_interval: float | None = Field(
-        None, gt=0, description="re-scan the repository every this many seconds (default: never)")
+        None, gt=0, description="re-scan the repository every this many seconds (default: "
+        f"never; {DEFAULT_POLL_INTERVAL_S:g} under --model-control-mode poll)")
+    load_model: tuple[str, ...] = Field(
+        (), description="a model to load at start under --model-control-mode explicit "
+        "(repeatable; * for every model)")
+    load_on_demand: bool = Field(
+        False, description="a request for a model in the repository but not loaded loads it, "
+        "then runs (concurrent first requests share the load)")
+    strict_readiness: bool = Field(
+        True, description="report not ready (/v2/health/ready, ServerReady) while a model the "
+        "server was asked to serve failed to load (--no-strict-readiness: ready once live)")
     device: Literal["cpu", "gpu", "auto"] = Field("cpu", description="device for models")
     max_request_bytes: int = Field(64 << 20, ge=1024, description="largest request body")
     max_upload_bytes: int = Field(1 << 30, ge=1024, description="largest model upload body")
     max_tensor_elements: int = Field(1 << 24, ge=1, description="largest element count of a tensor")
     body_timeout: float = Field(30.0, gt=0, description="seconds a request body may take to "
                                 "arrive; a slower client gets 408")
-    memory_budget_bytes: int | None = Field(None, ge=1,
-                                            description="limit on loaded models' memory")
+    memory_budget_bytes: int | None = Field(
+        None, ge=1, description="limit on loaded models' memory; a load past it first unloads "
+        "the least recently used idle models (never a pinned one)")
     plan_cache_size: int = Field(
         64, ge=1, le=100_000, description="input signatures per model whose compiled plans and "
         "inferred shapes are kept (least recently used evicted first)")
@@ -98,6 +116,42 @@ class Settings(BaseSettings):
                              "off; leave admin_port unset or switch management on")
         return self
 
+    @model_validator(mode="after")
+    def _control_mode_fits(self) -> Settings:
+        mode = self.model_control_mode
+        if mode in ("none", "explicit") and self.poll_interval is not None:
+            raise ValueError(f"poll_interval {self.poll_interval:g} is set, but "
+                             f"model_control_mode {mode} never polls; use poll or leave "
+                             "poll_interval unset")
+        if self.load_model and self.control_mode != "explicit":
+            raise ValueError(f"load_model {list(self.load_model)} selects models under "
+                             "model_control_mode explicit only (in the others every model "
+                             "loads at start)")
+        return self
+
+    @property
+    def control_mode(self) -> ControlMode:
+        """The model control mode in force: the one given, else poll when a poll interval is
+        set, else none (every model loaded at start, no polling)."""
+        if self.model_control_mode is not None:
+            return self.model_control_mode
+        return "poll" if self.poll_interval is not None else "none"
+
+    @property
+    def repository_poll_s(self) -> float | None:
+        """Seconds between re-scans of the repository (None: never)."""
+        if self.control_mode != "poll":
+            return None
+        return self.poll_interval or DEFAULT_POLL_INTERVAL_S
+
+    @property
+    def models_at_start(self) -> frozenset[str] | None:
+        """The models loaded at start: None for every model, else those named by load_model
+        (explicit mode)."""
+        if self.control_mode != "explicit" or "*" in self.load_model:
+            return None
+        return frozenset(self.load_model)
+
     @property
     def token(self) -> str | None:
         """The admin token as a string, or None when none is configured (or it is empty)."""
@@ -122,6 +176,9 @@ def _parser(commands: Mapping[str, str]) -> argparse.ArgumentParser:
         if field.annotation is bool:
             parser.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction,
                                 default=None, help=help_text)
+        elif field.annotation == tuple[str, ...]:  # repeatable
+            parser.add_argument(flag, dest=name, action="append", default=None,
+                                help=help_text)
         else:
             parser.add_argument(flag, dest=name, default=None, help=help_text)
     return parser

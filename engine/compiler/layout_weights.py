@@ -15,13 +15,20 @@ from engine.graph.ir import Graph
 
 def layout_weights(graph: Graph) -> Graph:
     """A graph whose constant FullyConnected weights are Fortran-ordered copies."""
-    names = _fully_connected_weights(graph)
-    relaid = {name: np.asfortranarray(graph.constants[name]) for name in names
-              if np.ndim(graph.constants[name]) == 2
-              and not np.asarray(graph.constants[name]).flags.f_contiguous}
+    relaid = column_major_weights(graph)
     if not relaid:
         return graph
     return graph.replace(constants={**graph.constants, **relaid})
+
+
+def column_major_weights(graph: Graph) -> dict[str, np.ndarray]:
+    """Fortran-ordered copies of the constant FullyConnected weights not already so. A model
+    binds its parameters in this order up front, so that the pass finds nothing to copy and
+    no weight is held in both orders."""
+    names = _fully_connected_weights(graph)
+    return {name: np.asfortranarray(graph.constants[name]) for name in names
+            if np.ndim(graph.constants[name]) == 2
+            and not np.asarray(graph.constants[name]).flags.f_contiguous}
 
 
 def _fully_connected_weights(graph: Graph) -> set[str]:

@@ -70,6 +70,32 @@ class Binding:
         return specs, outputs
 
 
+def own_parameters(params: dict[str, np.ndarray]) -> None:
+    """Copy out the parameters that view a buffer they fill less than half of (updated in
+    place), so that the buffer goes: those read from a ``.params`` file are views into the
+    file's one buffer, which a single small view left (a bias, once the weights are laid out
+    anew) would keep whole."""
+    views: dict[int, list[str]] = {}
+    buffers: dict[int, Any] = {}
+    for name, array in params.items():
+        root = _buffer_of(array)
+        if root is not None:
+            views.setdefault(id(root), []).append(name)
+            buffers[id(root)] = root
+    for key, names in views.items():
+        if 2 * sum(params[name].nbytes for name in names) < memoryview(buffers[key]).nbytes:
+            for name in names:
+                params[name] = params[name].copy()
+
+
+def _buffer_of(array: np.ndarray) -> Any:
+    """The object other than an array whose memory `array` views (a file's bytes), or None."""
+    base = array.base
+    while isinstance(base, np.ndarray):
+        base = base.base
+    return None if base is None or isinstance(base, np.ndarray) else base
+
+
 def bind_params(graph: Graph, params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Match parameter arrays to graph variables; refuse extra and missing parameters."""
     variables = set(graph.variable_names())

@@ -14,9 +14,10 @@ from typing import Any
 import numpy as np
 
 from engine.compiler import optimize_graph, select_passes
+from engine.compiler.layout_weights import column_major_weights
 from engine.device import Device, get_device
 from engine.graph.ir import Graph
-from engine.runtime.binding import Binding, TensorSpec
+from engine.runtime.binding import Binding, TensorSpec, own_parameters
 from engine.runtime.buffers import BatchBuffers, HostBatch, PlanBatch
 from engine.runtime.compile import CompileReport, CompileTarget, PlanCompiler
 from engine.runtime.floats import quiet_floats, restore_floats
@@ -61,6 +62,10 @@ class Model:
         self.passes = select_passes(optimize)
         buckets = checked_buckets(batch_buckets)
         binding = Binding(graph, params)
+        if "layout_weights" in self.passes:
+            # Bound in the order the pass lays them out in: one copy of each weight, not two.
+            binding.params.update(column_major_weights(graph.replace(constants=binding.params)))
+        own_parameters(binding.params)
         self.params = binding.params
         self.input_names = binding.input_names
         self.output_names = binding.output_names

@@ -240,6 +240,8 @@ class ModelConfig(_Strict):
     precision: Literal["fp32", "bf16", "int8", "fp16"] = "fp32"
     precision_check: PrecisionCheck = PrecisionCheck()
     version_policy: VersionPolicy = VersionPolicy()
+    # Never unloaded to make room under the server's memory budget (`engine.serving.control`).
+    pinned: bool = False
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelConfig:

@@ -58,3 +58,8 @@ class TestRunFailed(InvalidModel):
 
 class MemoryBudgetExceeded(ServingError):
     """Loading a version would take the repository past its configured memory budget."""
+
+
+class NoRoomToLoad(ModelNotReady):
+    """A load on demand found no room under the memory budget: every model holding it is
+    pinned or busy. Retrying helps once one of them is idle."""

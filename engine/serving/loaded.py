@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -66,6 +67,11 @@ class LoadedVersion:
         self.manifest_digest = manifest_digest
         self.config_digest = config_digest
         self._activation_cache: dict[Any, int] = {}
+        # What eviction under a memory budget asks: requests queued or running here, and when
+        # a request last looked this version up or ran on it.
+        self.in_flight = 0
+        self.last_used = time.monotonic()
+        self.on_idle: Callable[[], None] | None = None  # called as the last request finishes
         assert config.inputs is not None and config.outputs is not None  # completed on load
         # A sequence model's implicit states are the server's: clients neither send nor see
         # them (None: requests stand alone).
@@ -108,6 +114,17 @@ class LoadedVersion:
         """What must change on disk for this version to be reloaded."""
         return self.manifest_digest, self.config_digest
 
+    @property
+    def idle(self) -> bool:
+        """No request queued or running on this version, and no sequence under way (its
+        implicit state lives here)."""
+        return (self.in_flight == 0 and self.batcher.queue_depth == 0
+                and (self.sequences is None or self.sequences.live == 0))
+
+    def touch(self) -> None:
+        """A request looked this version up: it was used now."""
+        self.last_used = time.monotonic()
+
     async def infer(self, inputs: Mapping[str, Any], *, timeout_s: float | None = None,
                     rows: int | None = None, sequence: SequenceControl | None = None
                     ) -> dict[str, np.ndarray]:
@@ -116,9 +133,17 @@ class LoadedVersion:
         ``rows``: see `DynamicBatcher.submit`. ``sequence``: the request's place in its
         sequence, for a model with ``sequence_batching`` (ignored by others, as Triton's
         schedulers without sequences ignore it; see `SequenceScheduler.step`)."""
-        if self.sequences is not None:
-            return await self.sequences.step(inputs, sequence, timeout_s=timeout_s, rows=rows)
-        return await self._submit(inputs, timeout_s, rows)
+        self.in_flight += 1
+        self.last_used = time.monotonic()
+        try:
+            if self.sequences is not None:
+                return await self.sequences.step(inputs, sequence, timeout_s=timeout_s,
+                                                 rows=rows)
+            return await self._submit(inputs, timeout_s, rows)
+        finally:
+            self.in_flight -= 1
+            if self.in_flight == 0 and self.on_idle is not None:
+                self.on_idle()
 
     async def _submit(self, inputs: Mapping[str, Any], timeout_s: float | None,
                       rows: int | None) -> dict[str, np.ndarray]:

@@ -7,7 +7,7 @@ import contextlib
 import functools
 import logging
 import os
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -16,7 +16,7 @@ import numpy as np
 
 from engine.cpu import denormals
 from engine.errors import EngineError
-from engine.serving import disk
+from engine.serving import control, disk
 from engine.serving.batcher import BatchingPolicy, BatchRun, DynamicBatcher
 from engine.serving.config import CONFIG_NAME, ModelConfig, parse_config
 from engine.serving.cores import CoreShare
@@ -27,6 +27,8 @@ from engine.serving.errors import (
     ModelNotFound,
     ModelNotReady,
     ModelNotServing,
+    NoRoomToLoad,
+    ServingError,
     VersionNotFound,
 )
 from engine.serving.loaded import LoadedVersion, VersionStatus
@@ -64,8 +66,13 @@ class ModelRepository:
         root: the repository directory (created if missing).
         loader: builds a model from (symbol path, params path, device=...); `engine.load_model`.
         device: used when a model's config names none.
-        memory_budget_bytes: refuse loads that would take the total past this (None: no limit).
+        memory_budget_bytes: a load that would take the total past this first unloads the
+            least recently used idle models that are not pinned, and fails when that is not
+            enough (None: no limit).
         poll_interval_s: re-scan the directory this often after `start` (None: only on demand).
+        models_at_start: the models `start` loads (None: every model in the directory); the
+            others stay unloaded, and polling leaves them be, until loaded.
+        load_on_demand: `serving_version` loads a model on disk but not loaded.
         require_manifest: skip version directories without ``MANIFEST.json`` (still copying).
         compute_threads: CPU batches of all models computed at once, one thread each. With
             1 (the default) batches queue for the cores and each runs on all of them, as
@@ -88,7 +95,9 @@ class ModelRepository:
                  device: str = "cpu", memory_budget_bytes: int | None = None,
                  poll_interval_s: float | None = None, require_manifest: bool = True,
                  compute_threads: int = 1, stale_tmp_age_s: float = 600.0,
-                 batch_observer: Callable[[str, int, BatchRun], None] | None = None) -> None:
+                 batch_observer: Callable[[str, int, BatchRun], None] | None = None,
+                 models_at_start: Collection[str] | None = None,
+                 load_on_demand: bool = False) -> None:
         self.root = Path(root)
         self.loader = loader or default_loader
         self.device = device
@@ -109,7 +118,16 @@ class ModelRepository:
         self._disk: dict[str, disk.DiskModel] = {}  # the directory as last scanned
         self._records: dict[str, dict[int, VersionRecord]] = {}  # everything else per version
         self._unloaded: set[str] = set()  # models unloaded by request: polling leaves them be
+        self._closing = False
+        self._became_idle = asyncio.Event()  # a loaded copy finished its last request
         self._poll_task: asyncio.Task[None] | None = None
+        self.models_at_start = None if models_at_start is None else frozenset(models_at_start)
+        self.load_on_demand = load_on_demand
+        self.counts = control.ControlCounts()
+        self._missing_at_start: set[str] = set()  # models_at_start with no directory
+        self._on_demand: dict[str, asyncio.Task[None]] = {}  # one load per model at a time
+        self._demand_failed: dict[str, Any] = {}  # disk state whose on-demand load failed
+        self._last_size: dict[str, int] = {}  # bytes a model held when last loaded
 
     # ----- lifecycle -------------------------------------------------------------------------
 
@@ -117,12 +135,21 @@ class ModelRepository:
         """Remove stale staging directories, load what the directory holds, start polling."""
         self.root.mkdir(parents=True, exist_ok=True)
         await self._thread(disk.remove_stale, self.root, self.stale_tmp_age_s)
+        if self.models_at_start is not None:
+            on_disk = await self._thread(disk.scan, self.root,
+                                         require_manifest=self.require_manifest)
+            self._unloaded.update(set(on_disk) - self.models_at_start)
+            self._missing_at_start = set(self.models_at_start) - set(on_disk)
+            for name in sorted(self._missing_at_start):
+                log.error("model %r was asked to load at start but is not in %s", name,
+                          self.root)
         await self.poll()
         if self.poll_interval_s and self._poll_task is None:
             self._poll_task = asyncio.get_running_loop().create_task(self._poll_forever())
 
     async def close(self) -> None:
         """Stop polling, drain and unload every version, stop the worker threads."""
+        self._closing = True
         if self._poll_task is not None:
             self._poll_task.cancel()
             await asyncio.gather(self._poll_task, return_exceptions=True)
@@ -172,9 +199,12 @@ class ModelRepository:
             if not versions:
                 raise self._not_ready(name, on_disk,
                                       f"model {name!r} has no version ready: {self._why(name)}")
-            return versions[max(versions)]
+            found = versions[max(versions)]
+            found.touch()
+            return found
         number = check_version(version)
         if versions and number in versions:
+            versions[number].touch()
             return versions[number]
         if number in on_disk:
             raise self._not_ready(name, [number], f"model {name!r} version {number} is not "
@@ -193,7 +223,7 @@ class ModelRepository:
         ``sequence``: see `LoadedVersion.infer`.
         """
         for attempt in range(3):
-            handle = handle or self.get(name, version)
+            handle = handle or await self.serving_version(name, version)
             try:
                 return await handle.infer(inputs, timeout_s=timeout_s, rows=rows,
                                           sequence=sequence)
@@ -213,6 +243,66 @@ class ModelRepository:
             for version in sorted(set(on_disk) | set(self._serving(name))):
                 rows.append(self._peek(name, version).status())
         return rows
+
+    async def serving_version(self, name: str,
+                              version: int | str | None = None) -> LoadedVersion:
+        """`get`, but with `load_on_demand` a model on disk and not loaded is loaded first
+        (requests arriving meanwhile wait on the same load).
+
+        Raises:
+            What `get` raises; NoRoomToLoad when the memory budget has no room for it, and
+            what `load` raises when its load fails otherwise.
+        """
+        try:
+            return self.get(name, version)
+        except ModelNotFound:
+            # Put into the directory since the last scan (no polling in explicit mode).
+            if not self.load_on_demand or not await self._thread((self.root / name).is_dir):
+                raise
+        except ModelNotReady:
+            if not self.load_on_demand or name not in self._disk or (
+                    self._demand_failed.get(name) == self._disk_state(name)):
+                raise
+        task = self._on_demand.get(name)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._load_on_demand(name))
+            self._on_demand[name] = task
+            task.add_done_callback(lambda _: self._on_demand.pop(name, None))
+        await asyncio.shield(task)
+        return self.get(name, version)
+
+    async def _load_on_demand(self, name: str) -> None:
+        """Load `name` for a request; when that fails it stays unloaded (not counted as a
+        model failing to serve), and on the same files is not tried again but for room."""
+        log.info("model %r: loading on demand", name)
+        try:
+            await self.load(name)
+        except ServingError as error:
+            if not self._serving(name):
+                self._unloaded.add(name)
+            budget = next((cause for cause in (error, error.__cause__)
+                           if isinstance(cause, MemoryBudgetExceeded)), None)
+            if budget is not None:
+                raise NoRoomToLoad(f"model {name!r} could not be loaded on demand: "
+                                   f"{budget}") from error
+            self._demand_failed[name] = self._disk_state(name)
+            raise
+
+    def _disk_state(self, name: str) -> Any:
+        """What must change on disk for a failed load of `name` to be worth another try."""
+        model = self._disk.get(name)
+        if model is None:
+            return None
+        return (model.config_digest,
+                tuple(sorted((v, e.manifest_digest) for v, e in model.versions.items())))
+
+    def failed_models(self) -> list[str]:
+        """Models the repository was asked to serve that nothing serves because their load
+        failed (or, named at start, that are not in the directory): readiness asks this."""
+        failed = {name for name, versions in self._records.items()
+                  if name not in self._unloaded and not self._serving(name)
+                  and any(record.phase is Phase.FAILED for record in versions.values())}
+        return sorted(failed | (self._missing_at_start - set(self._disk)))
 
     def records(self, name: str) -> dict[int, VersionRecord]:
         """The records of a model's versions by number (read them; the repository writes them)."""
@@ -495,10 +585,11 @@ class ModelRepository:
         record.begin_load()
         try:
             params_size = await self._thread(lambda: (version_dir / PARAMS_NAME).stat().st_size)
-            await self._check_budget(params_size, where)
+            await self._make_room(max(params_size, self._last_size.get(name, 0)), where, name)
             validated = await self._thread(self._validate, version_dir, config, where, True)
             loaded = self._wrap(name, version, validated, identity)
-            await self._check_budget(await self._measure(loaded), where)
+            size = await self._measure(loaded)
+            await self._make_room(size, where, name)
         except (EngineError, OSError) as error:
             log.warning("model %r version %d: load failed: %s", name, version, error)
             record.fail(identity, str(error))
@@ -506,7 +597,11 @@ class ModelRepository:
         except BaseException:
             record.abandon_load()
             raise
+        self._last_size[name] = size
         self._publish(record, loaded)
+        log.info("%s: loaded, %d bytes", where, size)
+        # The load's temporaries (the params file's buffer among them) are free now.
+        await self._thread(control.reclaim_memory)
         return None
 
     def _validate(self, version_dir: Path, config: ModelConfig, where: str,
@@ -534,8 +629,10 @@ class ModelRepository:
                                  batch_buffers=getattr(validated.model, "batch_buffers", None),
                                  batch_axes=validated.config.batch_axes(),
                                  observer=observer, core_share=None if gpu else CoreShare())
-        return LoadedVersion(name, version, validated.model, validated.config, batcher,
-                             manifest_digest=identity[0], config_digest=identity[1])
+        loaded = LoadedVersion(name, version, validated.model, validated.config, batcher,
+                               manifest_digest=identity[0], config_digest=identity[1])
+        loaded.on_idle = self._became_idle.set
+        return loaded
 
     async def _measure(self, version: LoadedVersion) -> int:
         """Bytes `version` holds, measured off the event loop. The plans it reads (its largest
@@ -544,25 +641,70 @@ class ModelRepository:
         plan here (half a second for a ResNet-18 at batch 32)."""
         return (await self._thread(version.memory)).total
 
-    async def _check_budget(self, needed: int, where: str) -> None:
+    async def _make_room(self, needed: int, where: str, name: str) -> None:
+        """Unload the least recently used idle models (never `name`, never a pinned one)
+        until `needed` more bytes fit the memory budget.
+
+        Raises:
+            MemoryBudgetExceeded: they do not fit with every evictable model unloaded; the
+                message names the budget and what holds it.
+        """
         budget = self.memory_budget_bytes
         if budget is None:
             return
-        accounted = self._in_memory()
-        used = await self._thread(lambda: sum(lv.memory().total for lv in accounted))
-        if used + needed > budget:
-            raise MemoryBudgetExceeded(
-                f"{where}: needs {needed} bytes, but {used} of the {budget}-byte memory budget "
-                "are in use; unload a model or raise the budget")
+        deadline = asyncio.get_running_loop().time() + control.IDLE_WAIT_S
+        while True:
+            copies = self._in_memory()
+            sizes = await self._thread(_sizes, copies)
+            used = sum(size for _, size in sizes)
+            if used + needed <= budget:
+                return
+            serving = {model: list(self._serving(model).values()) for model in self._records}
+            victim = control.least_recently_used(serving, keep=name)
+            if victim is None and control.busy_but_evictable(serving, keep=name):
+                # Wait for one to finish its requests (woken as a copy goes idle), then look
+                # again.
+                self._became_idle.clear()
+                left = deadline - asyncio.get_running_loop().time()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._became_idle.wait(), max(left, 0.0))
+                if left > 0:
+                    continue
+            if victim is None:
+                raise MemoryBudgetExceeded(
+                    f"{where}: needs {needed} bytes, but {used} of the {budget}-byte memory "
+                    f"budget are held by {control.describe_holders(sizes)}, and none of them "
+                    "can be unloaded (pinned, or serving requests for "
+                    f"{control.IDLE_WAIT_S:g} s); unload a model or raise the budget")
+            await self._evict(victim, f"to make room for {where} ({needed} bytes; {used} of "
+                                      f"the {budget}-byte budget in use)")
+
+    async def _evict(self, name: str, why: str) -> None:
+        """Unload every version of an idle model (as `unload` does) and wait until its memory
+        is given back."""
+        records = [record for record in self._records.get(name, {}).values()
+                   if record.serving is not None]
+        self._unloaded.add(name)
+        for record in records:
+            self._retire(record)
+            record.reason = f"unloaded {why}"
+        self.counts.add(name, "eviction")
+        log.info("model %r: evicted %s", name, why)
+        await asyncio.gather(*[task for record in records for task in record.draining.values()],
+                             return_exceptions=True)
+        await self._thread(control.reclaim_memory)
 
     def _publish(self, record: VersionRecord, new: LoadedVersion) -> None:
         """Make `new` the serving copy of its version (one assignment), drain the old one."""
         new.batcher.start()
+        self.counts.add(new.name, "load")
         old = record.publish(new)
         if old is not None:
             self._drain(record, old)
 
     def _retire(self, record: VersionRecord) -> None:
+        self.counts.add(record.name, "unload")
+        log.info("model %r version %d: unloading", record.name, record.version)
         self._drain(record, record.retire())
 
     def _drain(self, record: VersionRecord, old: LoadedVersion) -> None:
@@ -574,7 +716,17 @@ class ModelRepository:
             finally:
                 record.drained(old)
 
-        record.draining[old] = asyncio.get_running_loop().create_task(drain())
+        task = asyncio.get_running_loop().create_task(drain())
+        # Once the task (and with it the last reference to `old`) is done, and unless the
+        # repository is closing: collect and trim what the copy held.
+        task.add_done_callback(lambda _: self._reclaim_soon())
+        record.draining[old] = task
+
+    def _reclaim_soon(self) -> None:
+        if self._closing:
+            return
+        with contextlib.suppress(RuntimeError):  # the event loop is closing
+            asyncio.get_running_loop().run_in_executor(self._io, control.reclaim_memory)
 
     async def _place(self, name: str, staging: Path, validated: Validated, identity: Identity,
                      number: int | None, replace: bool, where: str) -> LoadedVersion:
@@ -584,7 +736,7 @@ class ModelRepository:
             target = (number if number is not None else
                       await self._thread(disk.next_version, self.root / name))
             uploaded = self._wrap(name, target, validated, identity)
-            await self._check_budget(await self._measure(uploaded), where)
+            await self._make_room(await self._measure(uploaded), where, name)
             try:
                 await self._thread(disk.place_version, self.root, staging,
                                    self.root / name / str(target), replace=replace)
@@ -601,12 +753,18 @@ class ModelRepository:
         """ModelNotReady when one of `versions` is loading, or was found on disk and is not
         reconciled yet (retrying soon helps); else ModelNotServing, saying what would help."""
         records = self._records.get(name, {})
+        error: ModelNotReady
         if name not in self._unloaded and any(
                 version not in records or records[version].phase is Phase.LOADING
                 for version in versions):
-            return ModelNotReady(message)
-        return ModelNotServing(f"{message}; it serves once loaded (the repository's load), "
-                               "not by retrying")
+            error = ModelNotReady(message)
+        else:
+            error = ModelNotServing(f"{message}; it serves once loaded (the repository's "
+                                    "load), not by retrying")
+        # For a caller that loads on demand and learns the model's name only from this error
+        # (a /predict body names it).
+        error.model = name  # type: ignore[attr-defined]
+        return error
 
     def _why(self, name: str) -> str:
         reasons = [f"version {v}: {self._peek(name, v).reason}"
@@ -615,6 +773,10 @@ class ModelRepository:
 
     def _reason(self, name: str, version: int) -> str:
         return self._peek(name, version).reason
+
+
+def _sizes(copies: list[LoadedVersion]) -> list[tuple[LoadedVersion, int]]:
+    return [(copy, copy.memory().total) for copy in copies]
 
 
 def _stage(staging: Path, symbol: Source, params: Source) -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.errors import EngineError, InputError, ShapeError
+from engine.serving.errors import ModelNotReady
 from engine.serving.loaded import LoadedVersion
 from engine.serving.preprocess import Geometry
 from engine.serving.repository import ModelRepository
@@ -83,6 +84,12 @@ class InferenceService:
     def close(self) -> None:
         """Stop the image pool's threads."""
         self.images.close()
+
+    async def load_on_demand(self, name: str, version: str | None) -> None:
+        """Where the repository loads on demand: load a model on disk but not loaded, before
+        its request is read (requests arriving meanwhile share the load)."""
+        if self.repository.load_on_demand:
+            await self.repository.serving_version(name, version or None)
 
     def check(self, name: str, version: str | None, decode: Decoder) -> Checked:
         """Inputs decoded by `decode` and checked against the version they name (the newest
@@ -156,7 +163,16 @@ class InferenceService:
     async def predict(self, body: bytes, content_type: str | None = None,
                       query: str = "") -> dict[str, object]:
         """``POST /predict``: the response body. JSON, or images when `content_type` says so."""
-        answer = await self.run(self._predict_decode(body, content_type, query))
+        try:
+            checked = self._predict_decode(body, content_type, query)
+        except ModelNotReady as error:
+            # The model is named inside the body: load it on demand, then read the body again.
+            model = getattr(error, "model", None)
+            if not self.repository.load_on_demand or model is None:
+                raise
+            await self.load_on_demand(model, None)
+            checked = self._predict_decode(body, content_type, query)
+        answer = await self.run(checked)
         return self._predict_encode(answer)
 
     def _predict_decode(self, body: bytes, content_type: str | None, query: str) -> Checked:
@@ -173,6 +189,7 @@ class InferenceService:
     async def infer_v2(self, name: str, version: str | None, body: bytes,
                        header_length: int | None) -> tuple[bytes, int | None]:
         """``POST /v2/models/{name}[/versions/{v}]/infer``: body and binary header length."""
+        await self.load_on_demand(name, version)
         checked, request, binary, classes = self._v2_decode(name, version, body, header_length)
         timeout = None if request.timeout_us is None else request.timeout_us / 1e6
         answer = await self.run(checked, timeout, v2.sequence_of(request.parameters))

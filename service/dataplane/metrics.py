@@ -97,6 +97,27 @@ class RepositoryCollector(Collector):
                 families[key].add_metric(labels, _buckets(histogram), histogram.total)
         yield from (loaded, memory, queue_depth, batches, outcomes, *families.values(), active,
                     waiting, sequences)
+        yield from self._control()
+
+    def _control(self) -> Iterator[Metric]:
+        """Loads, unloads and evictions per model (an eviction, to make room under the memory
+        budget, is also an unload), and the budget's use."""
+        counts = self.repository.counts
+        for event, help_text in (("load", "Model versions loaded (uploads included)"),
+                                 ("unload", "Model versions unloaded (evictions included)"),
+                                 ("eviction", "Models unloaded to make room under the memory "
+                                  "budget")):
+            family = CounterMetricFamily(f"hybridserve_model_{event}s", help_text,
+                                         labels=("model",))
+            for name, count in sorted(counts.of(event).items()):
+                family.add_metric([name], count)
+            yield family
+        budget = self.repository.memory_budget_bytes
+        if budget is not None:
+            family = GaugeMetricFamily("hybridserve_memory_budget_bytes",
+                                       "The memory budget of loaded models")
+            family.add_metric([], budget)
+            yield family
 
 
 class Metrics:

@@ -93,7 +93,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     async def ServerReady(self, request: pb.ServerReadyRequest,
                           context: grpc.aio.ServicerContext) -> pb.ServerReadyResponse:
-        """Ready once the repository is loaded, until shutdown begins."""
+        """Ready once the repository is loaded, until shutdown begins (with strict readiness,
+        not while a model it was asked to serve failed to load)."""
         return pb.ServerReadyResponse(ready=self.runtime.ready)
 
     async def ModelReady(self, request: pb.ModelReadyRequest,
@@ -190,6 +191,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                            context: grpc.aio.ServicerContext, method: str
                            ) -> pb.ModelInferResponse:
         """One inference (`method` is the RPC, for traces): decoded, run, encoded."""
+        await self.inference.load_on_demand(request.model_name, request.model_version)
         checked, binary, classes = self._decode(request)
         timeout = _earliest(tensors.timeout_s(request.parameters), context.time_remaining())
         answer = await self.inference.run(checked, timeout,

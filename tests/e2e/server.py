@@ -45,8 +45,10 @@ class Server:
 @contextmanager
 def running_server(repository: Path, extra: Sequence[str] = (), *, admin_port: bool = False,
                    startup_s: float = 60.0, token: str | None = TOKEN,
-                   variables: Mapping[str, str] | None = None) -> Iterator[Server]:
-    """Start the server, wait until /v2/health/ready answers, stop it (SIGTERM, then kill).
+                   variables: Mapping[str, str] | None = None,
+                   wait_for: str = "ready") -> Iterator[Server]:
+    """Start the server, wait until /v2/health/ready answers (`wait_for` "live": until
+    /v2/health/live does), stop it (SIGTERM, then kill).
 
     `token` None starts it with no admin token configured (it then generates one);
     `variables` are added to its environment. The repository directory is created first where
@@ -76,7 +78,7 @@ def running_server(repository: Path, extra: Sequence[str] = (), *, admin_port: b
     try:
         server = Server(f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin}", repository,
                         process, Path(log.name), grpc)
-        _wait_ready(server, startup_s, log.name)
+        _wait_ready(server, startup_s, log.name, wait_for)
         yield server
     finally:
         if process.poll() is None:
@@ -89,14 +91,14 @@ def running_server(repository: Path, extra: Sequence[str] = (), *, admin_port: b
         log.close()
 
 
-def _wait_ready(server: Server, timeout: float, log_path: str) -> None:
+def _wait_ready(server: Server, timeout: float, log_path: str, probe: str = "ready") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if server.process.poll() is not None:
             raise RuntimeError(f"server exited with {server.process.returncode}: "
                                f"{Path(log_path).read_text()[-3000:]}")
         try:
-            if httpx.get(server.url + "/v2/health/ready", timeout=1).status_code == 200:
+            if httpx.get(f"{server.url}/v2/health/{probe}", timeout=1).status_code == 200:
                 return
         except httpx.TransportError:
             pass

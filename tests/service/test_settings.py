@@ -92,3 +92,33 @@ def test_the_server_restarts_blas_threads_flushing_denormals(
     monkeypatch.setattr(sys, "setswitchinterval", lambda interval: None)
     assert entry.main(["--model-repository", str(tmp_path), "--blas-threads", "0"]) == 0
     assert calls == ["restart"]
+
+
+def test_model_control_mode_keeps_todays_behaviour_by_default(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    for name in ("POLL_INTERVAL", "MODEL_CONTROL_MODE", "LOAD_MODEL"):
+        monkeypatch.delenv(f"HYBRIDSERVE_{name}", raising=False)
+    settings = load_settings([])
+    assert settings.control_mode == "none" and settings.repository_poll_s is None
+    assert settings.models_at_start is None and settings.strict_readiness
+    assert not settings.load_on_demand
+    polling = load_settings(["--poll-interval", "2"])
+    assert polling.control_mode == "poll" and polling.repository_poll_s == 2
+    assert load_settings(["--model-control-mode", "poll"]).repository_poll_s == 15
+    explicit = load_settings(["--model-control-mode", "explicit", "--load-model", "a",
+                              "--load-model", "b", "--load-on-demand"])
+    assert explicit.models_at_start == {"a", "b"} and explicit.load_on_demand
+    assert explicit.repository_poll_s is None
+    assert load_settings(["--model-control-mode", "explicit"]).models_at_start == set()
+    assert load_settings(["--model-control-mode", "explicit", "--load-model", "a",
+                          "--load-model", "*"]).models_at_start is None
+    assert not load_settings(["--no-strict-readiness"]).strict_readiness
+    with pytest.raises(SystemExit):
+        load_settings(["--load-model", "a"])
+    assert "under model_control_mode explicit only" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        load_settings(["--model-control-mode", "explicit", "--poll-interval", "3"])
+    assert "model_control_mode explicit never polls" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        load_settings(["--model-control-mode", "sometimes"])
+    assert "model_control_mode" in capsys.readouterr().err

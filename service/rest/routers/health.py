@@ -14,6 +14,7 @@ from service.rest.routes import AsgiRoute, FileStackRoute, reply, runtime_of
 
 router = APIRouter(tags=["health"], route_class=FileStackRoute)
 NOT_READY = "the server is starting or stopping; the model repository is not ready"
+FAILED = "models the server was asked to serve failed to load: {} (strict readiness)"
 LIVE = dumps(schemas.Live(live=True).model_dump())
 READY = dumps(schemas.Ready(ready=True).model_dump())
 
@@ -31,9 +32,12 @@ async def live(scope: Scope, receive: Receive, send: Send) -> None:
 
 
 async def ready(scope: Scope, receive: Receive, send: Send) -> None:
-    """200 once the repository has been scanned and its models loaded; 503 before and after."""
-    if not runtime_of(scope).ready:
-        raise NotReady(NOT_READY)
+    """200 once the repository has been scanned and its models loaded; 503 before and after,
+    and, with strict readiness, while a model it was asked to serve failed to load."""
+    runtime = runtime_of(scope)
+    if not runtime.ready:
+        failed = runtime.started and runtime.repository.failed_models()
+        raise NotReady(FAILED.format(", ".join(failed)) if failed else NOT_READY)
     await reply(send, READY)
 
 

@@ -302,12 +302,13 @@ def test_memory_budget_refuses_loads_beyond_it(tmp_path: Path) -> None:
     async def main() -> None:
         repo = fake_repo(tmp_path, memory_budget_bytes=3000)
         await repo.start()
-        await repo.add_version("a", fake_symbol(1), b"p")
+        # Pinned: neither may be unloaded to make room (test_control covers eviction).
+        await repo.add_version("a", fake_symbol(1), b"p", config={"pinned": True})
         usage = repo.get("a").memory()
         assert usage.param_bytes == 64 * 3 * 4
         assert usage.activation_bytes == 32 * 16  # the fake's estimate at max_batch_size 32
         assert repo.memory_bytes() == usage.total
-        await repo.add_version("b", fake_symbol(2), b"p")
+        await repo.add_version("b", fake_symbol(2), b"p", config={"pinned": True})
         with pytest.raises(MemoryBudgetExceeded, match="3000-byte memory budget"):
             await repo.add_version("c", fake_symbol(3), b"p")
         await repo.close()
