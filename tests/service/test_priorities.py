@@ -6,35 +6,26 @@ and the queue; a priority outside the levels is 400 / INVALID_ARGUMENT."""
 from __future__ import annotations
 
 import asyncio
-import threading
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import grpc
 import httpx
-import numpy as np
 import orjson
 
-from engine.serving.loaded import LoadedVersion
 from service.grpc import inference_pb2 as pb
 from service.grpc import inference_pb2_grpc as pb_grpc
 from service.grpc.server import start_grpc
 from tests.e2e.server import free_port
+from tests.service.gated import ROW, gate_batches, mlp_body, wait_until
 from tests.service.helpers import MLP, config_for, files_for, run, serving, settings_for
 
-ROW = np.linspace(-1, 1, 512, dtype=np.float32).reshape(1, 512)
 CONFIG = {**config_for(MLP), "max_batch_size": 1, "dynamic_batching": {
     "priority_levels": 2, "default_priority_level": 2,
     "priority_queue_policy": {
         "1": {"max_queue_size": 1},
         "2": {"timeout_action": "REJECT", "default_timeout_microseconds": 50_000}}}}
-
-
-def _json_body(parameters: Mapping[str, Any]) -> dict[str, Any]:
-    return {"inputs": [{"name": "data", "datatype": "FP32", "shape": [1, 512],
-                        "data": ROW.ravel().tolist()}], "parameters": dict(parameters)}
 
 
 async def _binary(client: httpx.AsyncClient, parameters: Mapping[str, Any]) -> httpx.Response:
@@ -52,25 +43,6 @@ def _grpc_request(**parameters: int) -> pb.ModelInferRequest:
     for key, value in parameters.items():
         request.parameters[key].int64_param = value
     return request
-
-
-def _gated(handle: LoadedVersion) -> threading.Event:
-    """Hold every batch of `handle` until the returned event is set (a slow model)."""
-    gate, infer = threading.Event(), handle.batcher.infer
-
-    def held(inputs: Any) -> Any:
-        assert gate.wait(30), "the test never opened the gate"
-        return infer(inputs)
-
-    handle.batcher.infer = held
-    return gate
-
-
-async def _until(condition: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + 20
-    while not condition():
-        assert time.monotonic() < deadline, "condition never held"
-        await asyncio.sleep(0.005)
 
 
 async def _grpc_code(stub: pb_grpc.GRPCInferenceServiceStub,
@@ -92,16 +64,16 @@ def test_priorities_and_queue_policies_over_rest_and_grpc(tmp_path: Path) -> Non
             server = await start_grpc(runtime)
             channel = grpc.aio.insecure_channel(f"127.0.0.1:{settings.grpc_port}")
             stub = pb_grpc.GRPCInferenceServiceStub(channel)
-            gate = _gated(handle)
+            gate = gate_batches(handle)
             url = f"/v2/models/{MLP}/infer"
             try:
-                running = asyncio.create_task(client.post(url, json=_json_body({})))
-                await _until(lambda: handle.batcher.computing == 1)
+                running = asyncio.create_task(client.post(url, json=mlp_body({})))
+                await wait_until(lambda: handle.batcher.computing == 1)
 
                 # Level 2 (the default) rejects what waits past 50 ms, naming the queue.
-                for response in (await client.post(url, json=_json_body({"priority": 2})),
+                for response in (await client.post(url, json=mlp_body({"priority": 2})),
                                  await _binary(client, {"priority": 2}),
-                                 await client.post(url, json=_json_body({}))):
+                                 await client.post(url, json=mlp_body({}))):
                     assert response.status_code == 503, response.text
                     error = response.json()["error"]
                     assert MLP in error and "priority level 2 queue" in error, error
@@ -110,8 +82,8 @@ def test_priorities_and_queue_policies_over_rest_and_grpc(tmp_path: Path) -> Non
                 assert MLP in details and "priority level 2 queue" in details, details
 
                 # Level 1 has no timeout and room for one request.
-                waiting = asyncio.create_task(client.post(url, json=_json_body({"priority": 1})))
-                await _until(lambda: handle.batcher.queue_depth == 1)
+                waiting = asyncio.create_task(client.post(url, json=mlp_body({"priority": 1})))
+                await wait_until(lambda: handle.batcher.queue_depth == 1)
                 code, details = await _grpc_code(stub, _grpc_request(priority=1))
                 assert code == grpc.StatusCode.UNAVAILABLE
                 assert "priority level 1 queue is full" in details, details
@@ -120,7 +92,7 @@ def test_priorities_and_queue_policies_over_rest_and_grpc(tmp_path: Path) -> Non
 
                 # A priority outside 1..2 is the request's mistake.
                 for priority in (3, -1, "1", True):
-                    bad = await client.post(url, json=_json_body({"priority": priority}))
+                    bad = await client.post(url, json=mlp_body({"priority": priority}))
                     assert bad.status_code == 400, (priority, bad.text)
                     assert "priority" in bad.json()["error"]
                 code, details = await _grpc_code(stub, _grpc_request(priority=3))
