@@ -472,7 +472,9 @@ def _pods(objects: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def test_every_object_is_in_the_namespace(objects: dict[str, dict[str, Any]]) -> None:
     assert objects["Namespace"]["metadata"]["name"] == NAMESPACE
     for kind, obj in objects.items():
-        if kind != "Namespace":
+        if kind == "ConfigMap":  # prometheus-adapter's rules, read in the adapter's namespace
+            assert obj["metadata"]["namespace"] == "monitoring"
+        elif kind != "Namespace":
             assert obj["metadata"].get("namespace") == NAMESPACE, f"{kind} is not namespaced"
 
 
@@ -499,11 +501,16 @@ def test_the_network_policy_admits_the_ingress_and_lets_out_only_dns(
             assert expression["operator"] == "In" and labels[expression["key"]] in (
                 expression["values"]), kind
     assert sorted(policy["policyTypes"]) == ["Egress", "Ingress"]
-    (ingress,) = policy["ingress"]
-    (source,) = ingress["from"]
-    assert "ipBlock" not in source and {"namespaceSelector", "podSelector"} <= set(source)
+    ingress, scrape = policy["ingress"]
+    for rule in (ingress, scrape):
+        (source,) = rule["from"]
+        assert "ipBlock" not in source and {"namespaceSelector", "podSelector"} <= set(source)
     (container,) = objects["Deployment"]["spec"]["template"]["spec"]["containers"]
     assert {port["port"] for port in ingress["ports"]} == {p["name"] for p in container["ports"]}
+    # Prometheus reaches /metrics (the autoscaling gauges) on the HTTP port only.
+    assert [(port["port"], port["protocol"]) for port in scrape["ports"]] == [("http", "TCP")]
+    assert scrape["from"][0]["podSelector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "prometheus"}
     (egress,) = policy["egress"]
     assert {(port["port"], port["protocol"]) for port in egress["ports"]} == {
         (53, "UDP"), (53, "TCP")}
