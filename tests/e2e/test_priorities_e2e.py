@@ -25,7 +25,7 @@ pytestmark = pytest.mark.e2e
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 MODEL = "resblock"  # conv stem, residual blocks, global pooling: any image size runs
 IMAGE = np.random.default_rng(0).random((1, 3, 128, 128), dtype=np.float32)
-LOW_CLIENTS = 16
+LOW_CLIENTS = 32
 HIGH_REQUESTS = 25
 
 
@@ -113,6 +113,8 @@ def test_high_priority_overtakes_a_queue_of_low_priority(server: Server, protoco
         low.clear()
         try:
             high = [_timed(lambda: infer("ordered", 1)) for _ in range(HIGH_REQUESTS)]
+            while len(low) < LOW_CLIENTS:  # low requests that waited beside the high ones
+                time.sleep(0.01)
         finally:
             done.set()
         for client in clients:
