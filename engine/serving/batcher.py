@@ -126,8 +126,8 @@ class DynamicBatcher:
             (`CoreShare`); None: as ``infer`` runs it.
 
     Raises (from `submit`):
-        InputError: inputs are not arrays with one common batch size in 1..max_batch_size.
-        InputError: the priority is outside the model's priority levels.
+        InputError: inputs are not arrays with one common batch size in 1..max_batch_size,
+            or the priority is outside the model's priority levels.
         Overloaded: the queue holds `max_queue_size` requests already, or the request's
             priority level holds its own policy's `max_queue_size`.
         QueueTimedOut: the request waited past its level's queue timeout (REJECT policy).
