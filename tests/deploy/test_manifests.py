@@ -548,13 +548,13 @@ SCALED_OBJECT_SCHEMA = {
 }
 
 
-def served_gauges() -> set[str]:
-    """Names of the gauge families the server's /metrics exports for each model version."""
-    from types import SimpleNamespace
-
+def served_gauges(tmp_path: Path) -> set[str]:
+    """Names of the gauge families the server's /metrics exports (an empty repository's
+    families: the names are there before any model is)."""
+    from engine.serving.repository import ModelRepository
     from service.dataplane.metrics import RepositoryCollector
 
-    collector = RepositoryCollector(SimpleNamespace(index=list))  # type: ignore[arg-type]
+    collector = RepositoryCollector(ModelRepository(tmp_path))
     return {family.name for family in collector.collect() if family.type == "gauge"}
 
 
@@ -565,8 +565,8 @@ def adapter_rules(objects: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any
 
 
 def test_adapter_rules_serve_the_servers_gauges_per_pod(
-        objects: dict[str, dict[str, Any]]) -> None:
-    gauges = served_gauges()
+        objects: dict[str, dict[str, Any]], tmp_path: Path) -> None:
+    gauges = served_gauges(tmp_path)
     rules = adapter_rules(objects)
     assert {"hybridserve_queue_depth", "hybridserve_requests_in_flight",
             "hybridserve_queue_oldest_seconds"} <= gauges
@@ -602,7 +602,7 @@ def test_hpa_scales_on_an_adapter_metric_of_the_scraped_pods(
 
 
 def test_keda_scaled_object_queries_the_servers_gauges(
-        objects: dict[str, dict[str, Any]]) -> None:
+        objects: dict[str, dict[str, Any]], tmp_path: Path) -> None:
     scaled = objects["ScaledObject"]
     jsonschema.validate(scaled, SCALED_OBJECT_SCHEMA)
     spec = scaled["spec"]
@@ -610,7 +610,7 @@ def test_keda_scaled_object_queries_the_servers_gauges(
     assert spec["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
     assert spec["scaleTargetRef"].get("kind", "Deployment") == "Deployment"
     assert 1 <= spec["minReplicaCount"] <= spec["maxReplicaCount"]
-    gauges = served_gauges()
+    gauges = served_gauges(tmp_path)
     for trigger in spec["triggers"]:
         assert trigger["type"] == "prometheus"
         metadata = trigger["metadata"]
