@@ -7,6 +7,9 @@ when one frees). Each caller gets exactly its own rows back. Rows are joined and
 each tensor's batch axis: axis 0 unless `batch_axes` says otherwise (a time-major model's
 ``[steps, batch]`` along axis 1); with `batch_axes` None, tensors have no batch dimension and
 every request runs alone, as it is.
+
+With Triton's priority levels (`engine.serving.priority_queue`), batches take the highest
+level first (1), each level queued and bounded by its own policy.
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import time
-from collections import deque
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -27,7 +29,8 @@ from engine.errors import ExecutionError, InputError
 from engine.runtime.buffers import BatchBuffers, HostBatch, join_rows
 from engine.serving.config import ModelConfig
 from engine.serving.cores import CoreShare
-from engine.serving.errors import ModelNotReady, Overloaded, TimedOut
+from engine.serving.errors import ModelNotReady, Overloaded, QueueTimedOut, TimedOut
+from engine.serving.priority_queue import PriorityGroup, PriorityPolicy, Scheduling, queue_name
 from engine.serving.stats import BatcherStats
 
 Arrays = dict[str, np.ndarray]
@@ -70,6 +73,7 @@ class BatchingPolicy:
     # the rest of its usual company, as without this flag: dispatching it alone would split a
     # steady load into a small and a large batch per round.
     dispatch_when_idle: bool = True
+    priorities: PriorityPolicy = PriorityPolicy()
 
     @classmethod
     def from_config(cls, config: ModelConfig, max_concurrent_batches: int = 1) -> BatchingPolicy:
@@ -82,9 +86,12 @@ class BatchingPolicy:
                                if config.sequence_batching is not None else
                                (batching.max_queue_delay_us, batching.preferred_batch_sizes))
         # max_batch_size 0 (no batch dimension): each request is a batch of its own.
+        # Triton's sequence batcher has no priorities: a sequence's steps keep one queue.
+        priorities = (PriorityPolicy() if config.sequence_batching is not None
+                      else PriorityPolicy.from_config(batching))
         return cls(max(1, config.max_batch_size), delay_us / 1e6, preferred,
                    batching.max_queue_size, None if timeout is None else timeout / 1e6,
-                   max_concurrent_batches)
+                   max_concurrent_batches, priorities=priorities)
 
 
 @dataclass(eq=False)
@@ -95,6 +102,8 @@ class _Request:
     future: asyncio.Future[Arrays]
     enqueued: float
     context: contextvars.Context | None = None  # the caller's, kept for an observer only
+    level: int = 0  # priority level (0: the model has none)
+    delayed: bool = False  # past its queue timeout under a DELAY policy
 
 
 class DynamicBatcher:
@@ -117,8 +126,11 @@ class DynamicBatcher:
             (`CoreShare`); None: as ``infer`` runs it.
 
     Raises (from `submit`):
-        InputError: inputs are not arrays with one common batch size in 1..max_batch_size.
-        Overloaded: the queue holds `max_queue_size` requests already.
+        InputError: inputs are not arrays with one common batch size in 1..max_batch_size,
+            or the priority is outside the model's priority levels.
+        Overloaded: the queue holds `max_queue_size` requests already, or the request's
+            priority level holds its own policy's `max_queue_size`.
+        QueueTimedOut: the request waited past its level's queue timeout (REJECT policy).
         TimedOut: the deadline passed before the result was ready.
         ModelNotReady: the batcher is closed.
 
@@ -149,8 +161,10 @@ class DynamicBatcher:
         self._own_executor = executor is None
         self._executor = executor or ThreadPoolExecutor(
             policy.max_concurrent_batches, thread_name_prefix=f"batcher-{name}")
-        self._groups: dict[Hashable, deque[_Request]] = {}
+        self._groups: dict[Hashable, PriorityGroup[_Request]] = {}
         self._queued = 0
+        self._level_sizes: dict[int, int] = {}  # queued requests by priority level
+        self._computing = 0  # requests in batches that are running
         self._wake = asyncio.Event()
         self._slots = asyncio.Semaphore(policy.max_concurrent_batches)
         self._running: set[asyncio.Task[None]] = set()
@@ -163,6 +177,18 @@ class DynamicBatcher:
     def queue_depth(self) -> int:
         """Requests waiting in the queue now."""
         return self._queued
+
+    @property
+    def computing(self) -> int:
+        """Requests taken into batches that are running now."""
+        return self._computing
+
+    def oldest_wait_s(self) -> float:
+        """Seconds the longest-waiting queued request has waited (0 with none queued)."""
+        groups = list(self._groups.values())
+        if not groups:
+            return 0.0
+        return max(0.0, time.monotonic() - min(group.oldest() for group in groups))
 
     @property
     def closing(self) -> bool:
@@ -184,6 +210,7 @@ class DynamicBatcher:
                         request.future.set_exception(ModelNotReady(f"{self.name} was unloaded"))
             self._groups.clear()
             self._queued = 0
+            self._level_sizes.clear()
         self._wake.set()
         if self._task is not None:
             await self._task
@@ -200,31 +227,62 @@ class DynamicBatcher:
         await self.close()
 
     async def submit(self, inputs: Mapping[str, Any], *, timeout_s: float | None = None,
-                     rows: int | None = None) -> Arrays:
+                     rows: int | None = None, scheduling: Scheduling | None = None) -> Arrays:
         """Queue one request and wait for its own rows of the batch outputs.
 
         ``rows`` is for a caller that has checked ``inputs`` itself (a server checks each
         request against the model's config): numpy arrays that agree on their batch size
         ``rows``, within 1..max_batch_size. The batcher then takes them as they are; without
         it, it checks them (see Raises above).
+
+        ``timeout_s`` is a deadline for the whole request (a transport's, as gRPC's).
+        ``scheduling`` is the request's own priority and ``timeout``: with the policy's
+        priorities enabled, that timeout is a queue timeout, and only where the level's
+        policy allows an override; without, it is one more deadline.
         """
         if self._closing:
             raise ModelNotReady(f"{self.name} is unloading; retry to reach the current version")
         request = self._make_request(inputs) if rows is None else self._checked_request(
             inputs, rows)
+        priorities = self.policy.priorities
+        level_policy = queue_timeout = None
+        if scheduling is not None:
+            request.level = priorities.level_of(scheduling.priority, self.name)
+            if not priorities.enabled:
+                timeout_s = _earliest(timeout_s, scheduling.timeout_s)
+        elif priorities.enabled:
+            request.level = priorities.default_level
+        if priorities.enabled:
+            level_policy = priorities.policy(request.level)
+            queue_timeout = level_policy.timeout_for(
+                None if scheduling is None else scheduling.timeout_s)
         if self._observer is not None:
             request.context = contextvars.copy_context()
         if self._queued >= self.policy.max_queue_size:
             self.stats.rejected += 1
             raise Overloaded(f"{self.name}: queue is full ({self._queued} requests waiting, "
                              f"max_queue_size {self.policy.max_queue_size})", self._retry_after())
-        self._groups.setdefault(request.key, deque()).append(request)
+        waiting = self._level_sizes.get(request.level, 0)
+        if level_policy is not None and 0 < level_policy.max_queue_size <= waiting:
+            self.stats.rejected += 1
+            raise Overloaded(f"{self.name}: the {queue_name(request.level)} is full ({waiting} "
+                             f"requests waiting, max_queue_size {level_policy.max_queue_size})",
+                             self._retry_after())
+        group = self._groups.get(request.key)
+        if group is None:
+            group = self._groups[request.key] = PriorityGroup()
+        group.append(request)
         self._queued += 1
+        self._level_sizes[request.level] = waiting + 1
         self.stats.requests += 1
         self.stats.rows += request.rows
         self._wake.set()
         timeout = self.policy.default_timeout_s if timeout_s is None else timeout_s
         try:
+            if queue_timeout is not None:
+                assert level_policy is not None
+                return await self._wait_queued(request, queue_timeout, level_policy.reject,
+                                               timeout)
             if timeout is None:
                 return await request.future
             return await asyncio.wait_for(request.future, timeout)
@@ -237,6 +295,31 @@ class DynamicBatcher:
             self._remove(request)
             self.stats.cancelled += 1
             raise
+
+    async def _wait_queued(self, request: _Request, queue_timeout: float, reject: bool,
+                           deadline: float | None) -> Arrays:
+        """Wait for the result of a request whose level has a queue timeout: still queued
+        after `queue_timeout` seconds, it is rejected (`reject`) or moved behind its level's
+        requests still within theirs (DELAY). `deadline` bounds the whole wait."""
+        if deadline is not None and deadline <= queue_timeout:
+            return await asyncio.wait_for(request.future, deadline)
+        # `asyncio.wait` leaves the future alone when the time runs out, unlike `wait_for`.
+        await asyncio.wait((request.future,), timeout=queue_timeout)
+        if not request.future.done():
+            if reject and self._remove(request):
+                self.stats.timed_out += 1
+                raise QueueTimedOut(
+                    f"{self.name}: the request timed out in the {queue_name(request.level)} "
+                    f"after {queue_timeout:.3f} s (queue policy timeout_action REJECT; "
+                    f"{self._queued} requests waiting)", self._retry_after())
+            if not reject:
+                group = self._groups.get(request.key)
+                if group is not None:
+                    group.delay(request)
+        if deadline is None:
+            return await request.future
+        return await asyncio.wait_for(
+            request.future, max(0.0, deadline - (time.monotonic() - request.enqueued)))
 
     def _make_request(self, inputs: Mapping[str, Any]) -> _Request:
         if not isinstance(inputs, Mapping) or not inputs:
@@ -280,17 +363,17 @@ class DynamicBatcher:
         future = asyncio.get_running_loop().create_future()
         return _Request(arrays, rows, key, future, time.monotonic())
 
-    def _remove(self, request: _Request) -> None:
+    def _remove(self, request: _Request) -> bool:
+        """Take `request` out of the queue; False where it was taken into a batch already
+        (its result will be dropped)."""
         group = self._groups.get(request.key)
-        if group is None:
-            return
-        try:
-            group.remove(request)
-        except ValueError:
-            return  # already taken into a batch; its result will be dropped
+        if group is None or not group.remove(request):
+            return False
         self._queued -= 1
+        self._level_sizes[request.level] -= 1
         if not group:
             del self._groups[request.key]
+        return True
 
     def _retry_after(self) -> float:
         batches_waiting = self._queued / self.policy.max_batch_size + 1
@@ -315,12 +398,12 @@ class DynamicBatcher:
         """Wait until some group may be dispatched; pop and return its requests."""
         while True:
             now = time.monotonic()
-            ready: list[tuple[float, Hashable, int]] = []
+            ready: list[tuple[tuple[int, bool, float], Hashable, int]] = []
             wake_at = None
             idle = self.policy.dispatch_when_idle and not self._running
             for key, group in self._groups.items():
                 count, rows, full = self._plan(group)
-                due = group[0].enqueued + self.policy.max_queue_delay_s
+                due = group.oldest() + self.policy.max_queue_delay_s
                 if due < self._slot_freed:
                     # Its delay ran out while every slot was busy: that was no wait for
                     # company. Dispatching it the moment a long batch ends, before that batch's
@@ -328,7 +411,9 @@ class DynamicBatcher:
                     # small and large batches; it gets one delay from the free slot instead.
                     due = self._slot_freed + self.policy.max_queue_delay_s
                 if full or due <= now or self._closing or (idle and rows >= self._last_rows):
-                    ready.append((group[0].enqueued, key, count))
+                    # The highest priority level first, then the request waiting longest.
+                    front = group.front()
+                    ready.append(((front.level, front.delayed, front.enqueued), key, count))
                 elif wake_at is None or due < wake_at:
                     wake_at = due
             if ready:
@@ -343,7 +428,7 @@ class DynamicBatcher:
             except TimeoutError:
                 pass
 
-    def _plan(self, group: deque[_Request]) -> tuple[int, int, bool]:
+    def _plan(self, group: PriorityGroup[_Request]) -> tuple[int, int, bool]:
         """How many requests (from the front) to take, their rows, and whether that batch is
         ready by size."""
         limit = self.policy.max_batch_size
@@ -363,6 +448,9 @@ class DynamicBatcher:
         group = self._groups[key]
         batch = [group.popleft() for _ in range(count)]
         self._queued -= count
+        self._computing += count
+        for request in batch:
+            self._level_sizes[request.level] -= 1
         self._last_rows = sum(request.rows for request in batch)
         if not group:
             del self._groups[key]
@@ -374,6 +462,7 @@ class DynamicBatcher:
             if live:
                 await self._run_batch(live)
         finally:
+            self._computing -= len(batch)
             self._slot_freed = time.monotonic()
             self._slots.release()
 
@@ -461,6 +550,12 @@ class DynamicBatcher:
             if not request.future.done():
                 request.future.set_exception(error)
                 self.stats.failed += 1
+
+
+def _earliest(*timeouts: float | None) -> float | None:
+    """The shortest of the given timeouts, or None where none is given."""
+    given = [timeout for timeout in timeouts if timeout is not None]
+    return min(given) if given else None
 
 
 def _without(shape: tuple[int, ...], axis: int) -> tuple[int, ...]:

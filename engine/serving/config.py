@@ -141,13 +141,65 @@ class TensorConfig(_Strict):
         return DATATYPES[self.datatype]
 
 
+class QueuePolicyConfig(_Strict):
+    """Triton's ``ModelQueuePolicy``: what happens to a request of one priority level that
+    waits in the queue past its timeout (`timeout_action` REJECT: answered 503; DELAY: it
+    stays, behind the level's requests still within theirs), the timeout (0: none), whether a
+    request's own ``timeout`` parameter may shorten it, and the level's queue bound (0: none
+    besides `DynamicBatchingConfig.max_queue_size`)."""
+
+    timeout_action: Literal["REJECT", "DELAY"] = "REJECT"
+    default_timeout_microseconds: StrictInt = Field(0, ge=0, le=3_600_000_000)
+    allow_timeout_override: bool = False
+    max_queue_size: StrictInt = Field(0, ge=0, le=1_000_000)
+
+
 class DynamicBatchingConfig(_Strict):
-    """How requests are queued and combined (see `engine.serving.batcher.DynamicBatcher`)."""
+    """How requests are queued and combined (see `engine.serving.batcher.DynamicBatcher`).
+
+    The priority fields are Triton's: `priority_levels` queues (1 is served first), the level
+    of a request that names none, and each level's queue policy (`priority_queue_policy` by
+    level, `default_queue_policy` for the rest). A model that sets none of them has one queue
+    whose ``timeout`` (`timeout_us`, or the request's own) is a deadline for the whole
+    request; see `has_queue_policy`.
+    """
 
     max_queue_delay_us: StrictInt = Field(1000, ge=0, le=60_000_000)
     preferred_batch_sizes: tuple[StrictInt, ...] = ()
     max_queue_size: StrictInt = Field(1024, ge=1, le=1_000_000)
     timeout_us: StrictInt | None = Field(None, ge=1, le=3_600_000_000)
+    priority_levels: StrictInt = Field(0, ge=0, le=1000)
+    default_priority_level: StrictInt = Field(0, ge=0, le=1000)
+    default_queue_policy: QueuePolicyConfig | None = None
+    priority_queue_policy: dict[int, QueuePolicyConfig] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _levels(self) -> DynamicBatchingConfig:
+        levels = self.priority_levels
+        if levels and not 1 <= self.default_priority_level <= levels:
+            raise ValueError(f"default_priority_level {self.default_priority_level} must be "
+                             f"within 1..priority_levels {levels}")
+        if not levels and self.default_priority_level:
+            raise ValueError(f"default_priority_level {self.default_priority_level} needs "
+                             "priority_levels")
+        outside = sorted(level for level in self.priority_queue_policy
+                         if not 1 <= level <= levels)
+        if outside:
+            raise ValueError(f"priority_queue_policy levels {outside} are outside "
+                             f"1..priority_levels {levels}")
+        return self
+
+    @property
+    def has_queue_policy(self) -> bool:
+        """True where the config sets Triton's priorities or queue policies: a request's
+        ``timeout`` is then its queue policy's, not a deadline (see `QueuePolicyConfig`)."""
+        return bool(self.priority_levels or self.default_queue_policy is not None
+                    or self.priority_queue_policy)
+
+    def queue_policy(self, level: int) -> QueuePolicyConfig:
+        """The policy of one priority level (Triton's default policy where none is given)."""
+        return (self.priority_queue_policy.get(level) or self.default_queue_policy
+                or QueuePolicyConfig())
 
     @field_validator("preferred_batch_sizes")
     @classmethod

@@ -39,6 +39,11 @@ class Overloaded(ServingError):
         self.retry_after = retry_after
 
 
+class QueueTimedOut(Overloaded):
+    """A request waited in its priority level's queue past the level's timeout, under a
+    REJECT queue policy (Triton answers it as unavailable, as a full queue)."""
+
+
 class TimedOut(ServingError, TimeoutError):
     """A request's deadline passed before its result was ready."""
 

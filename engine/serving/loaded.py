@@ -14,6 +14,7 @@ from engine.serving.batcher import DynamicBatcher
 from engine.serving.config import ModelConfig
 from engine.serving.postprocess_config import Postprocess, tensor_owners
 from engine.serving.preprocess_config import ImagePreprocess
+from engine.serving.priority_queue import Scheduling
 from engine.serving.sequences import SequenceControl, SequenceScheduler
 from engine.serving.text import TextPipeline
 from engine.serving.text_check import pipelines_of
@@ -126,30 +127,37 @@ class LoadedVersion:
         self.last_used = time.monotonic()
 
     async def infer(self, inputs: Mapping[str, Any], *, timeout_s: float | None = None,
-                    rows: int | None = None, sequence: SequenceControl | None = None
-                    ) -> dict[str, np.ndarray]:
+                    rows: int | None = None, sequence: SequenceControl | None = None,
+                    scheduling: Scheduling | None = None) -> dict[str, np.ndarray]:
         """Queue one request on this version's batcher and wait for its outputs; inputs and
         outputs go by the config's names, the graph's stay inside (the one place they map).
         ``rows``: see `DynamicBatcher.submit`. ``sequence``: the request's place in its
         sequence, for a model with ``sequence_batching`` (ignored by others, as Triton's
-        schedulers without sequences ignore it; see `SequenceScheduler.step`)."""
+        schedulers without sequences ignore it; see `SequenceScheduler.step`). ``scheduling``:
+        the request's priority and own timeout (see `DynamicBatcher.submit`); a sequence's
+        steps have no priority (as in Triton's sequence batcher), and its timeout is theirs."""
         self.in_flight += 1
         self.last_used = time.monotonic()
         try:
             if self.sequences is not None:
+                if scheduling is not None and scheduling.timeout_s is not None:
+                    timeout_s = (scheduling.timeout_s if timeout_s is None
+                                 else min(timeout_s, scheduling.timeout_s))
                 return await self.sequences.step(inputs, sequence, timeout_s=timeout_s,
                                                  rows=rows)
-            return await self._submit(inputs, timeout_s, rows)
+            return await self._submit(inputs, timeout_s, rows, scheduling)
         finally:
             self.in_flight -= 1
             if self.in_flight == 0 and self.on_idle is not None:
                 self.on_idle()
 
     async def _submit(self, inputs: Mapping[str, Any], timeout_s: float | None,
-                      rows: int | None) -> dict[str, np.ndarray]:
+                      rows: int | None, scheduling: Scheduling | None = None
+                      ) -> dict[str, np.ndarray]:
         if self._to_graph:
             inputs = {self._to_graph.get(name, name): array for name, array in inputs.items()}
-        outputs = await self.batcher.submit(inputs, timeout_s=timeout_s, rows=rows)
+        outputs = await self.batcher.submit(inputs, timeout_s=timeout_s, rows=rows,
+                                            scheduling=scheduling)
         if self._from_graph:
             return {self._from_graph.get(name, name): array for name, array in outputs.items()}
         return outputs

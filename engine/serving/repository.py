@@ -41,6 +41,7 @@ from engine.serving.manifest import (
     write_manifest,
 )
 from engine.serving.names import check_model_name, check_version
+from engine.serving.priority_queue import Scheduling
 from engine.serving.sequences import SequenceControl
 from engine.serving.validate import (
     Loader,
@@ -215,18 +216,19 @@ class ModelRepository:
     async def infer(self, name: str, inputs: Mapping[str, Any], *,
                     version: int | str | None = None, timeout_s: float | None = None,
                     handle: LoadedVersion | None = None, rows: int | None = None,
-                    sequence: SequenceControl | None = None) -> dict[str, np.ndarray]:
+                    sequence: SequenceControl | None = None,
+                    scheduling: Scheduling | None = None) -> dict[str, np.ndarray]:
         """Run one request on the named model (see `DynamicBatcher.submit` for its errors).
 
         ``handle``: what ``get(name, version)`` returned to a caller that looked the version up
         already (to check the inputs against its config); ``rows``: see `DynamicBatcher.submit`;
-        ``sequence``: see `LoadedVersion.infer`.
+        ``sequence`` and ``scheduling``: see `LoadedVersion.infer`.
         """
         for attempt in range(3):
             handle = handle or await self.serving_version(name, version)
             try:
                 return await handle.infer(inputs, timeout_s=timeout_s, rows=rows,
-                                          sequence=sequence)
+                                          sequence=sequence, scheduling=scheduling)
             except ModelNotReady:
                 # The version was swapped out between look-up and queueing: use its successor,
                 # whose batcher checks the inputs again.

@@ -22,6 +22,7 @@ from engine.errors import EngineError, InputError, ShapeError
 from engine.serving.errors import ModelNotReady
 from engine.serving.loaded import LoadedVersion
 from engine.serving.preprocess import Geometry
+from engine.serving.priority_queue import Scheduling
 from engine.serving.repository import ModelRepository
 from engine.serving.sequences import SequenceControl
 from service.dataplane.checks import (
@@ -100,10 +101,13 @@ class InferenceService:
         return Checked(handle, arrays, check_inputs(handle, arrays, datatypes))
 
     async def run(self, checked: Checked, timeout_s: float | None = None,
-                  sequence: SequenceControl | None = None) -> Answer:
+                  sequence: SequenceControl | None = None,
+                  scheduling: Scheduling | None = None) -> Answer:
         """Run checked inputs on the version they were checked against, images and texts
         preprocessed first; shape failures inside are the input's. `sequence`: the request's
-        place in its sequence (V2's sequence parameters), for a model serving sequences."""
+        place in its sequence (V2's sequence parameters), for a model serving sequences;
+        `scheduling`: its ``priority`` and ``timeout`` parameters (`timeout_s` is the
+        transport's deadline)."""
         handle, arrays, geometries = checked.handle, checked.arrays, None
         if handle.pipelines:
             with self.step("preprocess"):
@@ -113,7 +117,8 @@ class InferenceService:
         try:
             outputs = await self.repository.infer(handle.name, arrays, version=handle.version,
                                                   timeout_s=timeout_s, handle=handle,
-                                                  rows=checked.rows, sequence=sequence)
+                                                  rows=checked.rows, sequence=sequence,
+                                                  scheduling=scheduling)
             ok = True
         except ShapeError as error:
             raise InputError(str(error)) from error
@@ -192,7 +197,8 @@ class InferenceService:
         await self.load_on_demand(name, version)
         checked, request, binary, classes = self._v2_decode(name, version, body, header_length)
         timeout = None if request.timeout_us is None else request.timeout_us / 1e6
-        answer = await self.run(checked, timeout, v2.sequence_of(request.parameters))
+        answer = await self.run(checked, None, v2.sequence_of(request.parameters),
+                                Scheduling(request.priority, timeout))
         return self._v2_encode(answer, binary, classes, request.id)
 
     def _v2_decode(self, name: str, version: str | None, body: bytes, header_length: int | None

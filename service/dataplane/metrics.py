@@ -58,6 +58,14 @@ class RepositoryCollector(Collector):
                                    "Bytes accounted to a loaded model version", labels=LABELS)
         queue_depth = GaugeMetricFamily("hybridserve_queue_depth", "Requests waiting to be "
                                         "batched", labels=LABELS)
+        # Autoscaling signals: work waiting and under way, and how long the oldest has waited
+        # (read now, so an idle scrape shows 0 and a stuck queue an age that keeps growing).
+        in_flight = GaugeMetricFamily("hybridserve_requests_in_flight", "Requests inside a "
+                                      "model version: queued or computing (or waiting for "
+                                      "their sequence's turn)", labels=LABELS)
+        oldest = GaugeMetricFamily("hybridserve_queue_oldest_seconds", "Seconds the "
+                                   "longest-waiting queued request has waited (0: none queued)",
+                                   labels=LABELS)
         batches = CounterMetricFamily("hybridserve_batches", "Batches run", labels=LABELS)
         outcomes = CounterMetricFamily("hybridserve_batcher_requests", "Requests seen by the "
                                        "batcher, by outcome", labels=(*LABELS, "outcome"))
@@ -89,14 +97,16 @@ class RepositoryCollector(Collector):
             stats = handle.batcher.stats.snapshot()
             memory.add_metric(labels, handle.memory().total)
             queue_depth.add_metric(labels, handle.batcher.queue_depth)
+            in_flight.add_metric(labels, handle.in_flight)
+            oldest.add_metric(labels, handle.batcher.oldest_wait_s())
             batches.add_metric(labels, stats.batches)
             for outcome in ("succeeded", "failed", "rejected", "timed_out", "cancelled"):
                 outcomes.add_metric([*labels, outcome], getattr(stats, outcome))
             for key, histogram in (("queue", stats.queue_time_s), ("compute",
                                    stats.compute_time_s), ("rows", stats.batch_rows)):
                 families[key].add_metric(labels, _buckets(histogram), histogram.total)
-        yield from (loaded, memory, queue_depth, batches, outcomes, *families.values(), active,
-                    waiting, sequences)
+        yield from (loaded, memory, queue_depth, in_flight, oldest, batches, outcomes,
+                    *families.values(), active, waiting, sequences)
         yield from self._control()
 
     def _control(self) -> Iterator[Metric]:

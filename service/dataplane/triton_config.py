@@ -9,7 +9,12 @@ the two answers never disagree.
 
 from __future__ import annotations
 
-from engine.serving.config import LatestVersions, VersionPolicy
+from engine.serving.config import (
+    DynamicBatchingConfig,
+    LatestVersions,
+    QueuePolicyConfig,
+    VersionPolicy,
+)
 from engine.serving.loaded import LoadedVersion
 from engine.serving.repository import ModelRepository
 from engine.serving.sequence_config import DirectStrategy
@@ -37,12 +42,32 @@ def model_config(repository: ModelRepository, name: str,
         dynamic_batching=None if config.sequence_batching else types.TritonDynamicBatching(
             preferred_batch_size=list(batching.preferred_batch_sizes),
             max_queue_delay_microseconds=batching.max_queue_delay_us,
-            # A request's own "timeout" parameter shortens the wait, as Triton's override does.
-            default_queue_policy=types.TritonQueuePolicy(
-                default_timeout_microseconds=batching.timeout_us or 0,
-                max_queue_size=batching.max_queue_size)),
+            priority_levels=batching.priority_levels,
+            default_priority_level=batching.default_priority_level,
+            default_queue_policy=_default_queue_policy(batching),
+            priority_queue_policy={
+                level: _queue_policy(policy)
+                for level, policy in sorted(batching.priority_queue_policy.items())} or None),
         sequence_batching=_sequences(handle),
         instance_group=[_instances(handle)])
+
+
+def _default_queue_policy(batching: DynamicBatchingConfig) -> types.TritonQueuePolicy:
+    """The policy of the levels without their own: the config's, else (a model without queue
+    policies) its deadline as a timeout a request's own "timeout" parameter shortens."""
+    if batching.has_queue_policy:
+        return _queue_policy(batching.queue_policy(0))
+    return types.TritonQueuePolicy(default_timeout_microseconds=batching.timeout_us or 0,
+                                   allow_timeout_override=True,
+                                   max_queue_size=batching.max_queue_size)
+
+
+def _queue_policy(policy: QueuePolicyConfig) -> types.TritonQueuePolicy:
+    return types.TritonQueuePolicy(
+        timeout_action=policy.timeout_action,
+        default_timeout_microseconds=policy.default_timeout_microseconds,
+        allow_timeout_override=policy.allow_timeout_override,
+        max_queue_size=policy.max_queue_size)
 
 
 def _sequences(handle: LoadedVersion) -> types.TritonSequenceBatching | None:

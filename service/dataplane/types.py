@@ -268,7 +268,10 @@ class TritonDynamicBatching(BaseModel):
     preferred_batch_size: list[int]
     max_queue_delay_microseconds: int
     preserve_ordering: bool = False
+    priority_levels: int = 0
+    default_priority_level: int = 0
     default_queue_policy: TritonQueuePolicy
+    priority_queue_policy: dict[int, TritonQueuePolicy] | None = None
 
 
 class TritonInitialState(BaseModel):

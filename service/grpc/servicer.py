@@ -19,6 +19,7 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
 from engine.serving.errors import ModelNotFound, ModelNotReady, VersionNotFound
+from engine.serving.priority_queue import Scheduling
 from engine.serving.repository import ModelRepository
 from service.dataplane import metadata, triton_config
 from service.dataplane import repository as operations
@@ -193,9 +194,12 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         """One inference (`method` is the RPC, for traces): decoded, run, encoded."""
         await self.inference.load_on_demand(request.model_name, request.model_version)
         checked, binary, classes = self._decode(request)
-        timeout = _earliest(tensors.timeout_s(request.parameters), context.time_remaining())
-        answer = await self.inference.run(checked, timeout,
-                                          tensors.sequence_of(request.parameters))
+        # The call's deadline bounds the whole request; its "timeout" parameter is the
+        # request's own, which a model's queue policy reads (see `Scheduling`).
+        scheduling = Scheduling(tensors.priority(request.parameters),
+                                tensors.timeout_s(request.parameters))
+        answer = await self.inference.run(checked, context.time_remaining(),
+                                          tensors.sequence_of(request.parameters), scheduling)
         return self._encode(request, answer, binary, classes)
 
     def _decode(self, request: pb.ModelInferRequest
@@ -283,10 +287,3 @@ def _check_flags(parameters: Mapping[str, pb.ModelRepositoryParameter], flags: t
                                 "; a model is loaded from its files in the repository"))
         if parameter.WhichOneof("parameter_choice") != "bool_param":
             raise BadRequest(f"{method}: parameter {key!r} must be a bool_param")
-
-
-def _earliest(*timeouts: float | None) -> float | None:
-    """The shortest of the given timeouts in seconds, or None when there is none."""
-    given = [timeout for timeout in timeouts if timeout is not None]
-    return min(given) if given else None
-

@@ -144,6 +144,20 @@ def timeout_s(parameters: Mapping[str, pb.InferParameter]) -> float | None:
     return value / 1e6 or None
 
 
+def priority(parameters: Mapping[str, pb.InferParameter]) -> int:
+    """The request's ``priority`` parameter (int64_param or uint64_param, as REST's integer);
+    0 when absent: the model's default level."""
+    if "priority" not in parameters:
+        return 0
+    parameter = parameters["priority"]
+    kind = parameter.WhichOneof("parameter_choice")
+    value = getattr(parameter, kind) if kind else None
+    if kind not in ("int64_param", "uint64_param") or value < 0:
+        raise BadRequest(f"parameters.priority must be a non-negative integer (1: highest; "
+                         f"0: the model's default level), got {value!r:.50}")
+    return int(value)
+
+
 def sequence_of(parameters: Mapping[str, pb.InferParameter]) -> SequenceControl | None:
     """The request's place in its sequence (``sequence_id`` as int64_param, uint64_param or
     string_param; ``sequence_start`` and ``sequence_end`` as bool_param), as REST reads it."""

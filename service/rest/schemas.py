@@ -36,7 +36,11 @@ class V2Parameters(BaseModel):
                                          "binary section (binary-tensor extension)")
     binary_data: bool | None = Field(None, description="return this output as binary data")
     binary_data_output: bool | None = Field(None, description="return all outputs as binary")
-    timeout: int | None = Field(None, description="request deadline in microseconds")
+    timeout: int | None = Field(None, description="microseconds: the request's deadline, or "
+                                "for a model with queue policies its queue timeout where the "
+                                "policy allows an override")
+    priority: int | None = Field(None, description="the model's priority level, 1 highest "
+                                 "(0 or absent: its default_priority_level)")
     classification: int | None = Field(None, description="return this output as its top N "
                                        "classes, BYTES \"<value>:<index>[:<label>]\" "
                                        "(classification extension)")

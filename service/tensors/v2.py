@@ -50,6 +50,7 @@ class V2Request:
     outputs: list[RequestedOutput] | None = None
     binary_output: bool = False
     timeout_us: int | None = None
+    priority: int = 0
     parameters: dict[str, Any] = field(default_factory=dict)
 
 
@@ -142,6 +143,18 @@ def _timeout_us(parameters: Mapping[str, Any]) -> int | None:
     return timeout or None
 
 
+def _priority(parameters: Mapping[str, Any]) -> int:
+    """The ``priority`` parameter: a level of the model's priority_levels, 1 highest; 0 when
+    absent (the model's default level)."""
+    priority = parameters.get("priority")
+    if priority is None:
+        return 0
+    if type(priority) is not int or priority < 0:
+        raise BadRequest(f"parameters.priority must be a non-negative integer (1: highest; "
+                         f"0: the model's default level), got {priority!r:.50}")
+    return priority
+
+
 def sequence_of(parameters: Mapping[str, Any]) -> SequenceControl | None:
     """A request's place in its sequence, from Triton's request parameters ``sequence_id``
     (an integer or a string), ``sequence_start`` and ``sequence_end`` (booleans); None when
@@ -194,7 +207,7 @@ def decode_v2_request(body: bytes, header_length: int | None, max_elements: int,
         raise BadRequest(f"'id' must be a string, got {type(request_id).__name__}")
     return V2Request(arrays, datatypes, request_id, _decode_outputs(request.get("outputs")),
                      bool(json.flag(parameters, "binary_data_output", "parameters.")),
-                     _timeout_us(parameters), parameters)
+                     _timeout_us(parameters), _priority(parameters), parameters)
 
 
 def decode_raw_request(body: bytes, name: str, datatype: str, template: Sequence[int],

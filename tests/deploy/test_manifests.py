@@ -332,12 +332,15 @@ REQUIRED_FIELDS = {
     "ServingRuntime": ["spec.containers", "spec.supportedModelFormats", "spec.protocolVersions"],
     "Namespace": [],
     "NetworkPolicy": ["spec.podSelector", "spec.policyTypes"],
+    "ConfigMap": ["data"],
+    "ScaledObject": ["spec.scaleTargetRef.name", "spec.triggers"],
 }
 API_VERSIONS = {
     "Deployment": "apps/v1", "Service": "v1", "HorizontalPodAutoscaler": "autoscaling/v2",
     "PersistentVolumeClaim": "v1", "Secret": "v1", "Job": "batch/v1",
     "InferenceService": "serving.kserve.io/v1beta1", "ServingRuntime": "serving.kserve.io/v1alpha1",
     "Namespace": "v1", "NetworkPolicy": "networking.k8s.io/v1",
+    "ConfigMap": "v1", "ScaledObject": "keda.sh/v1alpha1",
 }
 NAMESPACE = "hybridserve"
 
@@ -469,7 +472,9 @@ def _pods(objects: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def test_every_object_is_in_the_namespace(objects: dict[str, dict[str, Any]]) -> None:
     assert objects["Namespace"]["metadata"]["name"] == NAMESPACE
     for kind, obj in objects.items():
-        if kind != "Namespace":
+        if kind == "ConfigMap":  # prometheus-adapter's rules, read in the adapter's namespace
+            assert obj["metadata"]["namespace"] == "monitoring"
+        elif kind != "Namespace":
             assert obj["metadata"].get("namespace") == NAMESPACE, f"{kind} is not namespaced"
 
 
@@ -496,13 +501,128 @@ def test_the_network_policy_admits_the_ingress_and_lets_out_only_dns(
             assert expression["operator"] == "In" and labels[expression["key"]] in (
                 expression["values"]), kind
     assert sorted(policy["policyTypes"]) == ["Egress", "Ingress"]
-    (ingress,) = policy["ingress"]
-    (source,) = ingress["from"]
-    assert "ipBlock" not in source and {"namespaceSelector", "podSelector"} <= set(source)
+    ingress, scrape = policy["ingress"]
+    for rule in (ingress, scrape):
+        (source,) = rule["from"]
+        assert "ipBlock" not in source and {"namespaceSelector", "podSelector"} <= set(source)
     (container,) = objects["Deployment"]["spec"]["template"]["spec"]["containers"]
     assert {port["port"] for port in ingress["ports"]} == {p["name"] for p in container["ports"]}
+    # Prometheus reaches /metrics (the autoscaling gauges) on the HTTP port only.
+    assert [(port["port"], port["protocol"]) for port in scrape["ports"]] == [("http", "TCP")]
+    assert scrape["from"][0]["podSelector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "prometheus"}
     (egress,) = policy["egress"]
     assert {(port["port"], port["protocol"]) for port in egress["ports"]} == {
         (53, "UDP"), (53, "TCP")}
     (dns,) = egress["to"]
     assert dns["podSelector"]["matchLabels"] == {"k8s-app": "kube-dns"}
+
+
+# ---- Autoscaling --------------------------------------------------------------------------
+
+# The parts of KEDA's ScaledObject CRD (keda.sh/v1alpha1) the manifest uses, in the CRD's own
+# types: the API server refuses, for one, a trigger whose metadata holds a number, not a string.
+SCALED_OBJECT_SCHEMA = {
+    "type": "object",
+    "required": ["spec"],
+    "properties": {"spec": {
+        "type": "object",
+        "required": ["scaleTargetRef", "triggers"],
+        "properties": {
+            "scaleTargetRef": {"type": "object", "required": ["name"], "properties": {
+                "apiVersion": {"type": "string"}, "kind": {"type": "string"},
+                "name": {"type": "string"}}, "additionalProperties": False},
+            "minReplicaCount": {"type": "integer", "minimum": 0},
+            "maxReplicaCount": {"type": "integer", "minimum": 1},
+            "pollingInterval": {"type": "integer", "minimum": 1},
+            "cooldownPeriod": {"type": "integer", "minimum": 0},
+            "triggers": {"type": "array", "minItems": 1, "items": {
+                "type": "object", "required": ["type", "metadata"],
+                "properties": {
+                    "type": {"type": "string"}, "name": {"type": "string"},
+                    "metricType": {"enum": ["AverageValue", "Value", "Utilization"]},
+                    "metadata": {"type": "object",
+                                 "additionalProperties": {"type": "string"}}},
+                "additionalProperties": False}}},
+        "additionalProperties": False}},
+}
+
+
+def served_gauges(tmp_path: Path) -> set[str]:
+    """Names of the gauge families the server's /metrics exports (an empty repository's
+    families: the names are there before any model is)."""
+    from engine.serving.repository import ModelRepository
+    from service.dataplane.metrics import RepositoryCollector
+
+    collector = RepositoryCollector(ModelRepository(tmp_path))
+    return {family.name for family in collector.collect() if family.type == "gauge"}
+
+
+def adapter_rules(objects: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """prometheus-adapter's rules by the custom metric each one serves."""
+    config = yaml.safe_load(objects["ConfigMap"]["data"]["config.yaml"])
+    return {rule["name"]["as"]: rule for rule in config["rules"]}
+
+
+def test_adapter_rules_serve_the_servers_gauges_per_pod(
+        objects: dict[str, dict[str, Any]], tmp_path: Path) -> None:
+    gauges = served_gauges(tmp_path)
+    rules = adapter_rules(objects)
+    assert {"hybridserve_queue_depth", "hybridserve_requests_in_flight",
+            "hybridserve_queue_oldest_seconds"} <= gauges
+    assert set(rules) <= gauges
+    for name, rule in rules.items():
+        series = re.fullmatch(r"(\w+)\{(.*)\}", rule["seriesQuery"])
+        assert series and series.group(1) == name, rule["seriesQuery"]
+        assert re.fullmatch(rule["name"]["matches"], name)
+        assert rule["resources"]["overrides"] == {"namespace": {"resource": "namespace"},
+                                                  "pod": {"resource": "pod"}}
+        for placeholder in ("<<.Series>>", "<<.LabelMatchers>>", "<<.GroupBy>>"):
+            assert placeholder in rule["metricsQuery"], (name, placeholder)
+
+
+def test_hpa_scales_on_an_adapter_metric_of_the_scraped_pods(
+        objects: dict[str, dict[str, Any]]) -> None:
+    hpa = objects["HorizontalPodAutoscaler"]["spec"]
+    pods = [metric["pods"] for metric in hpa["metrics"] if metric["type"] == "Pods"]
+    assert pods, "the HPA has no per-pod custom metric"
+    for metric in pods:
+        assert metric["metric"]["name"] in adapter_rules(objects)
+        assert metric["target"]["type"] == "AverageValue"
+        assert float(metric["target"]["averageValue"]) > 0
+    # Prometheus finds the pods (and so the adapter their series) by the template's
+    # annotations, which must name the port and path /metrics is served on.
+    template = objects["Deployment"]["spec"]["template"]
+    annotations = template["metadata"]["annotations"]
+    (container,) = template["spec"]["containers"]
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert int(annotations["prometheus.io/port"]) == ports["http"]
+    assert annotations["prometheus.io/path"] == "/metrics"
+
+
+def test_keda_scaled_object_queries_the_servers_gauges(
+        objects: dict[str, dict[str, Any]], tmp_path: Path) -> None:
+    scaled = objects["ScaledObject"]
+    jsonschema.validate(scaled, SCALED_OBJECT_SCHEMA)
+    spec = scaled["spec"]
+    deployment = objects["Deployment"]
+    assert spec["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
+    assert spec["scaleTargetRef"].get("kind", "Deployment") == "Deployment"
+    assert 1 <= spec["minReplicaCount"] <= spec["maxReplicaCount"]
+    gauges = served_gauges(tmp_path)
+    for trigger in spec["triggers"]:
+        assert trigger["type"] == "prometheus"
+        metadata = trigger["metadata"]
+        assert metadata["serverAddress"].startswith("http")
+        assert float(metadata["threshold"]) > 0
+        named = set(re.findall(r"hybridserve_\w+", metadata["query"]))
+        assert named and named <= gauges, metadata["query"]
+
+
+def test_keda_schema_catches_what_the_api_server_refuses() -> None:
+    """The schema above is strict where KEDA's CRD is: a number as trigger metadata fails."""
+    bad = {"spec": {"scaleTargetRef": {"name": "hybridserve"}, "triggers": [
+        {"type": "prometheus", "metadata": {"threshold": 16}}]}}
+    with pytest.raises(jsonschema.ValidationError, match="16 is not of type 'string'"):
+        jsonschema.validate(bad, SCALED_OBJECT_SCHEMA)

@@ -28,7 +28,7 @@ def test_the_seed_mlp_config_in_triton_form(tmp_path: Path) -> None:
                         "dims": [2]}],
             "dynamic_batching": {
                 "preferred_batch_size": [], "max_queue_delay_microseconds": 1000,
-                "preserve_ordering": False,
+                "preserve_ordering": False, "priority_levels": 0, "default_priority_level": 0,
                 "default_queue_policy": {"timeout_action": "REJECT",
                                          "default_timeout_microseconds": 0,
                                          "allow_timeout_override": True,
@@ -51,10 +51,34 @@ def test_batching_and_version_policy_are_carried_over(tmp_path: Path) -> None:
         assert answer["version_policy"] == {"all": {}}
         assert answer["dynamic_batching"] == {
             "preferred_batch_size": [2, 4], "max_queue_delay_microseconds": 250,
-            "preserve_ordering": False,
+            "preserve_ordering": False, "priority_levels": 0, "default_priority_level": 0,
             "default_queue_policy": {"timeout_action": "REJECT",
                                      "default_timeout_microseconds": 90_000,
                                      "allow_timeout_override": True, "max_queue_size": 7}}
+    run(scenario())
+
+
+def test_priority_levels_and_queue_policies_in_triton_form(tmp_path: Path) -> None:
+    config = {**config_for(MLP), "dynamic_batching": {
+        "priority_levels": 3, "default_priority_level": 3,
+        "default_queue_policy": {"timeout_action": "DELAY",
+                                 "default_timeout_microseconds": 5000},
+        "priority_queue_policy": {"1": {"allow_timeout_override": True, "max_queue_size": 4,
+                                        "default_timeout_microseconds": 700}}}}
+
+    async def scenario() -> None:
+        async with serving(settings_for(tmp_path), models=()) as (client, runtime):
+            symbol, params = files_for(MLP)
+            await runtime.repository.add_version(MLP, symbol, params, config=config)
+            answer = (await client.get(f"/v2/models/{MLP}/config")).json()
+        batching = answer["dynamic_batching"]
+        assert (batching["priority_levels"], batching["default_priority_level"]) == (3, 3)
+        assert batching["default_queue_policy"] == {
+            "timeout_action": "DELAY", "default_timeout_microseconds": 5000,
+            "allow_timeout_override": False, "max_queue_size": 0}
+        assert batching["priority_queue_policy"] == {"1": {
+            "timeout_action": "REJECT", "default_timeout_microseconds": 700,
+            "allow_timeout_override": True, "max_queue_size": 4}}
     run(scenario())
 
 
