@@ -127,7 +127,7 @@ class DynamicBatcher:
 
     Raises (from `submit`):
         InputError: inputs are not arrays with one common batch size in 1..max_batch_size,
-            or the priority is outside the model's priority levels.
+            or the priority is negative.
         Overloaded: the queue holds `max_queue_size` requests already, or the request's
             priority level holds its own policy's `max_queue_size`.
         QueueTimedOut: the request waited past its level's queue timeout (REJECT policy).

@@ -71,18 +71,18 @@ class PriorityPolicy:
                    LevelPolicy.from_config(batching.queue_policy(0)), batching.has_queue_policy)
 
     def level_of(self, priority: int, name: str) -> int:
-        """The level a request of `priority` joins (0: the default level).
+        """The level a request of `priority` joins: 0, or a priority past the model's levels,
+        joins the default level, as Triton places it (a client's priority scheme need not
+        match every model's).
 
         Raises:
-            InputError: the priority is outside 1..priority_levels (naming the model).
+            InputError: the priority is negative (naming the model).
         """
-        if priority == 0:
+        if priority < 0:
+            raise InputError(f"{name}: priority {priority} is negative; priorities count from "
+                             "1 (the highest), and 0 or none means the default level")
+        if priority == 0 or priority > self.levels:
             return self.default_level
-        if not 1 <= priority <= self.levels:
-            levels = (f"1..{self.levels}" if self.levels
-                      else "none (the model sets no priority_levels)")
-            raise InputError(f"{name}: priority {priority} is outside the model's priority "
-                             f"levels: {levels}; 0 or no priority means the default level")
         return priority
 
     def policy(self, level: int) -> LevelPolicy:

@@ -1,7 +1,8 @@
 """Triton's ``priority`` and ``timeout`` request parameters over REST (JSON and binary bodies)
 and gRPC, against a model whose config sets priority levels and queue policies: a request
 past a REJECT timeout, or over a level's bound, is answered 503 / UNAVAILABLE naming the model
-and the queue; a priority outside the levels is 400 / INVALID_ARGUMENT."""
+and the queue; a priority past the levels joins the default level, as Triton places it, and
+a negative or mistyped one is 400 / INVALID_ARGUMENT."""
 
 from __future__ import annotations
 
@@ -90,13 +91,18 @@ def test_priorities_and_queue_policies_over_rest_and_grpc(tmp_path: Path) -> Non
                 full = await _binary(client, {"priority": 1})
                 assert full.status_code == 503 and "priority level 1 queue" in full.text
 
-                # A priority outside 1..2 is the request's mistake.
-                for priority in (3, -1, "1", True):
+                # A priority past 1..2 joins the default level 2 (its 50 ms REJECT queue);
+                # a negative or mistyped one is the request's mistake.
+                past = await client.post(url, json=mlp_body({"priority": 3}))
+                assert past.status_code == 503 and "priority level 2 queue" in past.text
+                code, details = await _grpc_code(stub, _grpc_request(priority=3))
+                assert code == grpc.StatusCode.UNAVAILABLE and "priority level 2" in details
+                for priority in (-1, "1", True):
                     bad = await client.post(url, json=mlp_body({"priority": priority}))
                     assert bad.status_code == 400, (priority, bad.text)
                     assert "priority" in bad.json()["error"]
-                code, details = await _grpc_code(stub, _grpc_request(priority=3))
-                assert code == grpc.StatusCode.INVALID_ARGUMENT and "1..2" in details
+                code, details = await _grpc_code(stub, _grpc_request(priority=-1))
+                assert code == grpc.StatusCode.INVALID_ARGUMENT and "negative" in details
 
                 gate.set()
                 for task in (running, waiting):

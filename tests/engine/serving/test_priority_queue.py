@@ -206,15 +206,21 @@ def test_each_level_is_bounded_by_its_own_max_queue_size() -> None:
     run(main())
 
 
-@pytest.mark.parametrize("priority", [-1, 3, 7])
-def test_a_priority_outside_the_levels_is_an_input_error(priority: int) -> None:
+def test_a_negative_priority_is_an_input_error() -> None:
     async def main() -> None:
         async with DynamicBatcher(FakeModel().infer, policy(), name="fake") as batcher:
-            with pytest.raises(InputError, match=f"priority {priority} is outside .*1..2"):
-                await batcher.submit(tagged(1), scheduling=Scheduling(priority=priority))
-            await batcher.submit(tagged(1), scheduling=Scheduling(priority=0))  # the default
+            with pytest.raises(InputError, match="priority -1 is negative"):
+                await batcher.submit(tagged(1), scheduling=Scheduling(priority=-1))
 
     run(main())
+
+
+@pytest.mark.parametrize("priority", [0, 3, 7])
+def test_a_priority_past_the_levels_joins_the_default_level(priority: int) -> None:
+    """As Triton places it: 0, or more than priority_levels, is the default level."""
+    levels = PriorityPolicy(levels=2, default_level=2)
+    assert levels.level_of(priority, "fake") == 2
+    assert levels.level_of(1, "fake") == 1
 
 
 def test_without_queue_policies_a_request_timeout_is_a_deadline() -> None:
@@ -226,10 +232,12 @@ def test_without_queue_policies_a_request_timeout_is_a_deadline() -> None:
             first = await blocked(batcher, model)
             with pytest.raises(TimedOut):
                 await batcher.submit(tagged(1), scheduling=Scheduling(timeout_s=0.02))
-            with pytest.raises(InputError, match="sets no priority_levels"):
-                await batcher.submit(tagged(1), scheduling=Scheduling(priority=1))
+            # A model without levels serves every priority alike, as Triton does.
+            prioritised = asyncio.create_task(
+                batcher.submit(tagged(1), scheduling=Scheduling(priority=5)))
+            await wait_until(lambda: batcher.queue_depth == 1)
             model.gate.set()
-            await first
+            await asyncio.gather(first, prioritised)
 
     run(main())
 
