@@ -71,34 +71,56 @@ class PackedWeights:
         sums[:n] = weights.sum(axis=0, dtype=np.int64)
         self.no_offsets = np.zeros(self.panels * columns, np.int32)
         self.signed_offsets = (-128 * sums).astype(np.int32)
+        # addresses for the foreign call, read once (each ``.ctypes`` costs a microsecond)
+        self.addresses = (self.packed.ctypes.data, self.no_offsets.ctypes.data,
+                          self.signed_offsets.ctypes.data)
 
 
 def multiply(a: Any, weights: PackedWeights) -> np.ndarray:
     """``a @ w`` as int32 (M, N), for ``a`` (M, K) uint8 or int8 and ``w`` packed in
     ``weights``; a view into a padded result."""
-    kernels = _compiled()
-    if kernels is None:
-        raise RuntimeError("the int8 GEMM kernels are not available on this machine")
     a = np.asarray(a)
     if a.ndim != 2 or a.shape[1] != weights.k or a.dtype not in (np.uint8, np.int8):
         raise ValueError(f"int8 GEMM: activations {a.dtype} {a.shape} do not fit weights "
                          f"of K = {weights.k}")
-    m = a.shape[0]
+    rows = padded_rows(a.shape[0], weights)
+    if a.dtype == np.int8:  # + 128: the top bit flipped
+        np.bitwise_xor(a.view(np.uint8), np.uint8(0x80), out=rows[:a.shape[0], :weights.k])
+    else:
+        rows[:a.shape[0], :weights.k] = a
+    return multiply_rows(rows, a.shape[0], weights, signed=a.dtype == np.int8)
+
+
+def padded_rows(m: int, weights: PackedWeights) -> np.ndarray:
+    """A uint8 matrix for ``m`` rows of activations as the kernel reads them: whole row
+    blocks, K padded to a multiple of four, the padding zero. The caller writes the
+    activations into ``[:m, :weights.k]`` (shifted by 128 where they are signed) and passes it
+    to `multiply_rows`: a convolution lays its patches there directly."""
     blocks = -(-m // weights.rows)
     rows = empty_aligned(np, (blocks * weights.rows, weights.groups * 4), np.uint8)
     rows[m:] = 0
     rows[:m, weights.k:] = 0
-    if a.dtype == np.int8:  # + 128: the top bit flipped
-        np.bitwise_xor(a.view(np.uint8), np.uint8(0x80), out=rows[:m, :weights.k])
-        offsets = weights.signed_offsets
-    else:
-        rows[:m, :weights.k] = a
-        offsets = weights.no_offsets
+    return rows
+
+
+def multiply_rows(rows: np.ndarray, m: int, weights: PackedWeights, signed: bool
+                  ) -> np.ndarray:
+    """The int32 product (m, N) of the first ``m`` rows of ``rows`` (from `padded_rows`,
+    filled) with the packed weights; ``signed``: the rows hold int8 values plus 128."""
+    kernels = _compiled()
+    if kernels is None:
+        raise RuntimeError("the int8 GEMM kernels are not available on this machine")
+    blocks = -(-m // weights.rows)
+    if (rows.dtype != np.uint8 or rows.shape != (blocks * weights.rows, weights.groups * 4)
+            or not rows.flags.c_contiguous):
+        raise ValueError(f"int8 GEMM: rows {rows.dtype} {rows.shape} are not padded_rows' "
+                         f"for {m} rows")
     out = empty_aligned(np, (rows.shape[0], weights.panels * weights.vectors * LANES),
                         np.int32)
-    function = kernels[weights.vectors]
-    function(rows.ctypes.data, rows.shape[1], weights.packed.ctypes.data, weights.groups,
-             out.ctypes.data, out.shape[1], offsets.ctypes.data, blocks, 0, weights.panels)
+    packed, no_offsets, signed_offsets = weights.addresses
+    kernels[weights.vectors](rows.ctypes.data, rows.shape[1], packed, weights.groups,
+                             out.ctypes.data, out.shape[1],
+                             signed_offsets if signed else no_offsets, blocks, 0, weights.panels)
     return out[:m, :weights.n]
 
 

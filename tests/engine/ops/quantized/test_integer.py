@@ -1,0 +1,118 @@
+"""The int8 products on the VNNI GEMM give the float64 path's sums bit for bit, and MXNet's
+int8 exports take that path where the host has VNNI (so the bit-exact model tests run it)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import engine
+from engine.kernels import gemm_int8
+from engine.ops.quantized import integer
+from tests.engine.ops.quantized import fixtures
+
+
+def _both_paths(run, *arguments):  # noqa: ANN001, ANN202 - any product
+    integer.use_fast_path(False)
+    try:
+        exact = run(*arguments)
+    finally:
+        integer.use_fast_path(True)
+    before = integer.PATHS["vnni"]
+    integer.use_fast_path(True, min_work=0)
+    try:
+        fast = run(*arguments)
+    finally:
+        integer.use_fast_path(True)
+    taken = integer.PATHS["vnni"] > before
+    assert taken == gemm_int8.available()
+    return fast, exact
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize(("channels", "filters", "kernel", "stride", "pad", "groups"), [
+    (3, 16, (3, 3), (1, 1), (1, 1), 1), (13, 37, (3, 3), (2, 2), (1, 1), 1),
+    (64, 64, (1, 1), (1, 1), (0, 0), 1), (32, 64, (3, 3), (1, 1), (1, 1), 2),
+    (5, 20, (2,), (1,), (0,), 1)])
+def test_convolutions_equal_the_float64_sums(dtype: type, channels: int, filters: int,
+                                             kernel: tuple, stride: tuple, pad: tuple,
+                                             groups: int) -> None:
+    rng = np.random.default_rng(channels + filters)
+    info = np.iinfo(dtype)
+    data = rng.integers(info.min, info.max + 1, (2, channels, *[9] * len(kernel))).astype(dtype)
+    weight = rng.integers(-128, 128, (filters, channels // groups, *kernel)).astype(np.int8)
+    weight.setflags(write=False)
+    fast, exact = _both_paths(integer.conv, data, weight, kernel, stride, (1,) * len(kernel),
+                              pad, groups)
+    assert fast.dtype == np.float64
+    np.testing.assert_array_equal(fast, exact)
+
+
+def test_depthwise_convolutions_stay_on_float64() -> None:
+    data = np.ones((1, 8, 5, 5), np.uint8)
+    weight = np.ones((8, 1, 3, 3), np.int8)
+    before = integer.PATHS["vnni"]
+    integer.use_fast_path(True, min_work=0)  # the group rule alone decides
+    try:
+        sums = integer.conv(data, weight, (3, 3), (1, 1), (1, 1), (1, 1), 8)
+    finally:
+        integer.use_fast_path(True)
+    assert integer.PATHS["vnni"] == before
+    assert sums[0, 0, 2, 2] == 9
+
+
+def test_products_too_small_to_pay_for_the_call_stay_on_float64() -> None:
+    left, right = np.ones((4, 8), np.uint8), np.ones((8, 4), np.int8)
+    before = dict(integer.PATHS)
+    np.testing.assert_array_equal(integer.matmul(left, right), np.full((4, 4), 8.0))
+    assert integer.PATHS["vnni"] == before.get("vnni", 0)
+    assert integer.PATHS["float64"] == before.get("float64", 0) + 1
+
+
+@pytest.mark.parametrize(("left_shape", "right_shape"), [
+    ((3, 50), (50, 10)), ((2, 4, 7), (7, 20)), ((6, 5, 8), (6, 8, 5))])
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_matrix_products_equal_the_float64_sums(left_shape: tuple, right_shape: tuple,
+                                                dtype: type) -> None:
+    rng = np.random.default_rng(len(left_shape))
+    info = np.iinfo(dtype)
+    left = rng.integers(info.min, info.max + 1, left_shape).astype(dtype)
+    right = rng.integers(-128, 128, right_shape).astype(np.int8)
+    fast, exact = _both_paths(integer.matmul, left, right)
+    np.testing.assert_array_equal(fast, exact)
+
+
+def test_read_only_weights_are_packed_once() -> None:
+    weight = np.random.default_rng(0).integers(-128, 128, (30, 20)).astype(np.int8)
+    weight.setflags(write=False)
+    left = np.ones((4, 30), np.uint8)
+    integer.use_fast_path(True, min_work=0)
+    try:
+        first = integer.matmul(left, weight)
+    finally:
+        integer.use_fast_path(True)
+    if not gemm_int8.available():
+        return
+    packed = integer._packed_weights(weight)
+    assert integer._packed_weights(weight) is packed
+    np.testing.assert_array_equal(integer.matmul(left, weight), first)
+
+
+@pytest.mark.parametrize("name", fixtures.MODELS)
+def test_mxnets_int8_exports_give_the_same_bits_on_both_paths(name: str) -> None:
+    symbol, params = fixtures.paths(name)
+    data = fixtures.io(name)["data"]
+    model = engine.load_model(str(symbol), str(params))
+    before = integer.PATHS["vnni"]
+    integer.use_fast_path(True, min_work=0)  # every product, however small
+    try:
+        (fast,) = model.infer({"data": data}).values()
+    finally:
+        integer.use_fast_path(True)
+    assert (integer.PATHS["vnni"] > before) == gemm_int8.available()
+    integer.use_fast_path(False)
+    try:
+        (exact,) = engine.load_model(str(symbol), str(params)).infer({"data": data}).values()
+    finally:
+        integer.use_fast_path(True)
+    np.testing.assert_array_equal(np.asarray(fast), np.asarray(exact))
