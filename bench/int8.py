@@ -5,7 +5,9 @@ BLAS products (interleaved A/B, medians), and the VNNI GEMM's own throughput, on
   `engine.load_model`, one inference per round on each path in turn
   (`integer.use_fast_path`), the two paths' outputs checked equal bit for bit first;
 * GEMM: ``C = A @ W`` (uint8 A, int8 W packed once) through `gemm_int8.multiply` as the
-  convolutions call it (the copy of A into padded rows included), best and median of many.
+  convolutions call it (the copy of A into padded rows included), best and median of many,
+  beside the float64 BLAS product the other path runs (A converted to float64, one thread,
+  median).
 
 Usage: python bench/int8.py [--rounds N] [--repeat N]
 """
@@ -23,6 +25,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's engine
 
 import engine  # noqa: E402
+from engine.cpu import blas_threads  # noqa: E402
 from engine.kernels import gemm_int8  # noqa: E402
 from engine.ops.quantized import integer  # noqa: E402
 
@@ -62,7 +65,7 @@ def models(rounds: int) -> None:
 
 
 def gemm(repeat: int) -> None:
-    print(f"\n{'M×K×N':>16} {'best GOP/s':>10} {'median':>8}  shape")
+    print(f"\n{'M×K×N':>16} {'best GOP/s':>10} {'median':>8} {'float64 BLAS':>12}  shape")
     rng = np.random.default_rng(0)
     for m, k, n, where in SHAPES:
         a = rng.integers(0, 256, (m, k)).astype(np.uint8)
@@ -73,9 +76,17 @@ def gemm(repeat: int) -> None:
             start = time.perf_counter()
             gemm_int8.multiply(a, weights)
             times.append(time.perf_counter() - start)
+        blas = []
+        w = rng.integers(-128, 128, (k, n)).astype(np.float64)
+        with blas_threads.one_thread():
+            for _ in range(max(repeat // 10, 3)):  # the float64 path's product, A converted
+                start = time.perf_counter()
+                np.matmul(a.astype(np.float64), w)
+                blas.append(time.perf_counter() - start)
         work = 2 * m * k * n / 1e9
         print(f"{m:>5}×{k:>4}×{n:>4} {work / min(times):10.0f} "
-              f"{work / statistics.median(times):8.0f}  {where}")
+              f"{work / statistics.median(times):8.0f} {work / statistics.median(blas):12.0f}"
+              f"  {where}")
 
 
 def main() -> None:
