@@ -63,6 +63,9 @@ def conv(data: Any, weight: Any, kernel: tuple[int, ...], stride: tuple[int, ...
     if _fast(data, weight, _settings["min_work"]) and (
             groups == 1 or filters // groups >= _MIN_GROUP_FILTERS):
         return _fast_conv(data, weight, kernel, stride, dilate, pad, groups)
+    if (data.dtype in (np.uint8, np.int8) and weight.dtype == np.int8 and groups == channels
+            and _settings["fast"]):
+        return _depthwise(data, weight, kernel, stride, dilate, pad)
     PATHS["float64"] += 1
     values = np.pad(np.asarray(data, dtype=np.float64),
                     [(0, 0), (0, 0), *((p, p) for p in pad)])
@@ -72,6 +75,34 @@ def conv(data: Any, weight: Any, kernel: tuple[int, ...], stride: tuple[int, ...
     matrix = np.asarray(weight, dtype=np.float64).reshape(groups, filters // groups, -1)
     sums = np.matmul(patches, matrix.transpose(0, 2, 1))  # (N, G, rows, F/G)
     return sums.transpose(0, 1, 3, 2).reshape(batch, filters, *out)
+
+
+def _depthwise(data: np.ndarray, weight: np.ndarray, kernel: tuple[int, ...],
+               stride: tuple[int, ...], dilate: tuple[int, ...], pad: tuple[int, ...]
+               ) -> np.ndarray:
+    """A depthwise convolution of int8/uint8 data as int32 multiply-adds, one per kernel
+    offset over the whole batch: exact (a window's sum of 255 · 128 products stays far inside
+    int32), where a batched matmul of one-column products spends its time on calls."""
+    channels, filters = data.shape[1], weight.shape[0]
+    values = np.zeros((*data.shape[:2], *(s + 2 * p for s, p in zip(
+        data.shape[2:], pad, strict=True))), np.int32)
+    values[(slice(None), slice(None), *(slice(p, p + s) for s, p in zip(
+        data.shape[2:], pad, strict=True)))] = data
+    if filters != channels:  # a channel multiplier: each channel read by filters / C filters
+        values = np.repeat(values, filters // channels, axis=1)
+    out = tuple((size - (k - 1) * d - 1) // s + 1 for size, k, s, d in zip(
+        values.shape[2:], kernel, stride, dilate, strict=True))
+    taps = weight.reshape(filters, -1).astype(np.int32)
+    sums = np.zeros((data.shape[0], filters, *out), np.int32)
+    spread = (1, filters) + (1,) * len(kernel)
+    for index, offset in enumerate(itertools.product(*(range(k) for k in kernel))):
+        window = values[(slice(None), slice(None), *(slice(o * d, o * d + (n - 1) * s + 1, s)
+                                                     for o, d, n, s in zip(
+                                                         offset, dilate, out, stride,
+                                                         strict=True)))]
+        sums += window * taps[:, index].reshape(spread)
+    PATHS["int32_depthwise"] += 1
+    return sums.astype(np.float64)
 
 
 def _windows(values: np.ndarray, kernel: tuple[int, ...], stride: tuple[int, ...],

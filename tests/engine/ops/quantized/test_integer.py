@@ -48,17 +48,26 @@ def test_convolutions_equal_the_float64_sums(dtype: type, channels: int, filters
     np.testing.assert_array_equal(fast, exact)
 
 
-def test_depthwise_convolutions_stay_on_float64() -> None:
-    data = np.ones((1, 8, 5, 5), np.uint8)
-    weight = np.ones((8, 1, 3, 3), np.int8)
-    before = integer.PATHS["vnni"]
-    integer.use_fast_path(True, min_work=0)  # the group rule alone decides
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize(("multiplier", "stride", "dilate", "pad"), [
+    (1, (1, 1), (1, 1), (1, 1)), (1, (2, 2), (1, 1), (1, 1)), (2, (1, 2), (2, 1), (2, 0))])
+def test_depthwise_convolutions_run_as_int32_with_the_float64_sums(
+        dtype: type, multiplier: int, stride: tuple, dilate: tuple, pad: tuple) -> None:
+    rng = np.random.default_rng(multiplier)
+    info = np.iinfo(dtype)
+    data = rng.integers(info.min, info.max + 1, (2, 6, 9, 8)).astype(dtype)
+    weight = rng.integers(-128, 128, (6 * multiplier, 1, 3, 3)).astype(np.int8)
+    arguments = (data, weight, (3, 3), stride, dilate, pad, 6)
+    integer.use_fast_path(False)
     try:
-        sums = integer.conv(data, weight, (3, 3), (1, 1), (1, 1), (1, 1), 8)
+        exact = integer.conv(*arguments)
     finally:
         integer.use_fast_path(True)
-    assert integer.PATHS["vnni"] == before
-    assert sums[0, 0, 2, 2] == 9
+    before = dict(integer.PATHS)
+    sums = integer.conv(*arguments)
+    assert integer.PATHS["int32_depthwise"] == before.get("int32_depthwise", 0) + 1
+    assert integer.PATHS["vnni"] == before.get("vnni", 0)  # a 16-column panel a filter: no
+    np.testing.assert_array_equal(sums, exact)
 
 
 def test_products_too_small_to_pay_for_the_call_stay_on_float64() -> None:
