@@ -9,7 +9,7 @@ BLAS products (interleaved A/B, medians), and the VNNI GEMM's own throughput, on
   beside the float64 BLAS product the other path runs (A converted to float64, one thread,
   median).
 
-Usage: python bench/int8.py [--rounds N] [--repeat N]
+Usage: python bench/int8.py [--rounds N] [--repeat N] [--models-only]
 """
 
 from __future__ import annotations
@@ -93,11 +93,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=60)
     parser.add_argument("--repeat", type=int, default=200)
+    parser.add_argument("--models-only", action="store_true")
     args = parser.parse_args()
     if not gemm_int8.available():
         raise SystemExit("this host has no AVX-512 VNNI: nothing to compare")
     models(args.rounds)
-    gemm(args.repeat)
+    if not args.models_only:
+        gemm(args.repeat)
 
 
 if __name__ == "__main__":
