@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.cpu import host_features
 from engine.kernels.workspace import empty_aligned
 
 log = logging.getLogger(__name__)
@@ -143,10 +144,10 @@ def _compile() -> dict[int, Any] | None:
     except ImportError:
         return None
     try:
+        if not (host_features.has("avx512f") and host_features.has("avx512_vnni")):
+            return None
         llvm.initialize_native_target()
         host = llvm.get_host_cpu_features()
-        if not (host.get("avx512f") and host.get("avx512vnni")):
-            return None
         kernels: dict[int, Any] = {}
         engines = []
         for vectors, rows in TILES:

@@ -7,17 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from engine.cpu import host_features
 from engine.kernels import gemm_int8
 
 
 def _host_has_vnni() -> bool:
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as file:
-            flags = next((line.split(":", 1)[1].split() for line in file
-                          if line.startswith("flags")), [])
-    except OSError:
-        return gemm_int8.available()
-    return "avx512_vnni" in flags and "avx512f" in flags
+    return host_features.has("avx512f") and host_features.has("avx512_vnni")
 
 
 def test_the_kernels_compile_exactly_where_the_host_has_vnni() -> None:
