@@ -12,6 +12,11 @@ four with zeros, columns to a whole panel. The activations are copied per call i
 padded uint8 matrix (the kernel reads four K values at a time and whole row blocks), which is
 the same pass that shifts signed values.
 
+Where the host has AMX-INT8 and Linux grants the tile state, an AMX kernel
+(`gemm_int8_amx_ir`: ``tdpbusd``, 32 × 32 tiles of C) takes weights packed with ``amx``: the
+same panel layout at 32 columns, K padded to 64. Callers choose per product (AMX pays for
+long K and many rows, see `engine.ops.quantized.integer`).
+
 `available()` is False where the host lacks AVX-512 VNNI or llvmlite's JIT: callers keep their
 float64 products (logged once).
 """
@@ -50,17 +55,22 @@ class PackedWeights:
     """An int8 matrix ``weights`` (K, N) packed as the kernel reads it, with the column sums
     that signed activations need."""
 
-    def __init__(self, weights: Any) -> None:
+    def __init__(self, weights: Any, amx: bool = False) -> None:
+        """``amx``: packed for `gemm_int8_amx_ir` (32-column panels, K padded to 64)."""
         weights = np.asarray(weights)
         if weights.dtype != np.int8 or weights.ndim != 2:
             raise ValueError(f"int8 GEMM weights must be a 2-d int8 matrix; got "
                              f"{weights.dtype} {weights.shape}")
         k, n = weights.shape
         self.k, self.n = k, n
-        self.vectors = next(v for v, _ in TILES if n <= v * LANES) if n <= 4 * LANES else 4
-        self.rows = dict(TILES)[self.vectors]
+        self.amx = amx
+        if amx:
+            self.vectors, self.rows = 2, 32
+        else:
+            self.vectors = next(v for v, _ in TILES if n <= v * LANES) if n <= 4 * LANES else 4
+            self.rows = dict(TILES)[self.vectors]
         columns = self.vectors * LANES
-        self.groups = -(-k // 4)
+        self.groups = -(-k // 64) * 16 if amx else -(-k // 4)
         self.panels = -(-n // columns)
         padded = np.zeros((self.groups * 4, self.panels * columns), np.int8)
         padded[:k, :n] = weights
@@ -119,13 +129,19 @@ def multiply_rows(rows: np.ndarray, m: int, weights: PackedWeights, signed: bool
                          f"for {m} rows")
     out = np.empty((rows.shape[0], weights.panels * weights.vectors * LANES), np.int32)
     packed, no_offsets, signed_offsets = weights.addresses
-    kernels[weights.vectors](rows.ctypes.data, rows.shape[1], packed, weights.groups,
-                             out.ctypes.data, out.shape[1],
-                             signed_offsets if signed else no_offsets, blocks, 0, weights.panels)
+    kernel = kernels["amx" if weights.amx else weights.vectors]
+    kernel(rows.ctypes.data, rows.shape[1], packed, weights.groups, out.ctypes.data,
+           out.shape[1], signed_offsets if signed else no_offsets, blocks, 0, weights.panels)
     return out[:m, :weights.n]
 
 
-def _compiled() -> dict[int, Any] | None:
+def amx_available() -> bool:
+    """Whether the AMX-INT8 kernel compiled too (the host has AMX and Linux granted it)."""
+    kernels = _compiled()
+    return kernels is not None and "amx" in kernels
+
+
+def _compiled() -> dict[Any, Any] | None:
     if "kernels" not in _state:
         with _compiling:
             if "kernels" not in _state:
@@ -135,7 +151,7 @@ def _compiled() -> dict[int, Any] | None:
     return _state["kernels"]
 
 
-def _compile() -> dict[int, Any] | None:
+def _compile() -> dict[Any, Any] | None:
     try:
         import llvmlite.binding as llvm
 
@@ -148,7 +164,7 @@ def _compile() -> dict[int, Any] | None:
             return None
         llvm.initialize_native_target()
         host = llvm.get_host_cpu_features()
-        kernels: dict[int, Any] = {}
+        kernels: dict[Any, Any] = {}
         engines = []
         for vectors, rows in TILES:
             kernel = Int8Kernel(rows, vectors)
@@ -157,6 +173,15 @@ def _compile() -> dict[int, Any] | None:
                                 level=3, optimise=True)
             engines.append(engine)
             kernels[vectors] = _SIGNATURE(engine.get_function_address("panels"))
+        if host_features.has("amx_int8") and host_features.amx_permitted():
+            from engine.kernels.gemm_int8_amx_ir import AmxInt8Kernel
+
+            kernel = AmxInt8Kernel()
+            kernel.define("panels")
+            engine = compile_ir(str(kernel.module), llvm.get_host_cpu_name(), host.flatten(),
+                                level=3, optimise=True)
+            engines.append(engine)
+            kernels["amx"] = _SIGNATURE(engine.get_function_address("panels"))
     except (RuntimeError, OSError):  # no JIT for this target
         return None
     _state["engines"] = engines  # the engines own the machine code

@@ -1,7 +1,8 @@
 """Integer products: convolution and matrix products of int8/uint8 arrays, accumulated exactly.
 
 Where the host has AVX-512 VNNI, int8 weights times uint8 or int8 data run on our int8 GEMM
-(`engine.kernels.gemm_int8`: ``vpdpbusd``, int32 sums), the weights packed once while their
+(`engine.kernels.gemm_int8`: ``vpdpbusd``, int32 sums; on AMX's ``tdpbusd`` where the host
+has AMX-INT8 and a product is long enough, `_uses_amx`), the weights packed once while their
 array lives (`_packed`, for read-only weights: a plan's parameters and the int8 weights a bound
 node keeps). Otherwise, and for float operands, the products run as float64 BLAS calls: every
 int8 x int8 sum a layer makes stays far below 2**53, so float64 holds it exactly, as oneDNN's
@@ -36,6 +37,7 @@ MIN_WORK = 2 ** 19
 _settings = {"fast": True, "min_work": MIN_WORK}
 _packed: dict[tuple, tuple[Any, gemm_int8.PackedWeights]] = {}
 _MIN_GROUP_FILTERS = 16
+AMX_MIN_DEPTH, AMX_MIN_ROWS = 256, 32
 
 
 def use_fast_path(enabled: bool, min_work: int = MIN_WORK) -> None:
@@ -155,9 +157,10 @@ def _fast_conv(data: np.ndarray, weight: np.ndarray, kernel: tuple[int, ...],
     per_group, per_channels = filters // groups, channels // groups
     sums = np.empty((batch, groups, per_group, positions), np.float64)
     for group in range(groups):
-        packed = _packed_weights(weight, ("channels_last", group), lambda group=group: (
-            np.moveaxis(weight[group * per_group:(group + 1) * per_group], 1, -1)
-            .reshape(per_group, -1).T))
+        filters_of_group = weight[group * per_group:(group + 1) * per_group]
+        packed = _packed_weights(weight, batch * positions, ("channels_last", group),
+                                 lambda part=filters_of_group: np.moveaxis(part, 1, -1)
+                                 .reshape(len(part), -1).T)
         rows = gemm_int8.padded_rows(batch * positions, packed)
         target = rows[:batch * positions, :packed.k].reshape(batch, *out, *kernel,
                                                              per_channels)
@@ -185,7 +188,8 @@ def matmul(left: Any, right: Any) -> np.ndarray:
         PATHS["float64"] += 1
         return np.matmul(np.asarray(left, dtype=np.float64), np.asarray(right, dtype=np.float64))
     if right.ndim == 2:  # one right operand: every left row in one product
-        product = gemm_int8.multiply(left.reshape(-1, left.shape[-1]), _packed_weights(right))
+        rows = left.reshape(-1, left.shape[-1])
+        product = gemm_int8.multiply(rows, _packed_weights(right, len(rows)))
         PATHS["vnni"] += 1
         return product.astype(np.float64).reshape(*left.shape[:-1], right.shape[-1])
     shape = np.broadcast_shapes(left.shape[:-2], right.shape[:-2])
@@ -193,26 +197,37 @@ def matmul(left: Any, right: Any) -> np.ndarray:
     rights = np.broadcast_to(right, (*shape, *right.shape[-2:])).reshape(-1, *right.shape[-2:])
     sums = np.empty((len(lefts), left.shape[-2], right.shape[-1]), np.float64)
     for index, (one_left, one_right) in enumerate(zip(lefts, rights, strict=True)):
-        sums[index] = gemm_int8.multiply(one_left, _packed_weights(one_right))
+        sums[index] = gemm_int8.multiply(one_left, _packed_weights(one_right, len(one_left)))
     PATHS["vnni"] += 1
     return sums.reshape(*shape, left.shape[-2], right.shape[-1])
 
 
-def _packed_weights(source: np.ndarray, layout: Any = None,
+def _uses_amx(rows: int, depth: int) -> bool:
+    """Whether a product of ``rows`` rows and K = ``depth`` runs on AMX rather than VNNI: AMX
+    computes 32 rows and 64 K values at a time, which pays from K 256 and 32 rows
+    (`bench/int8.py`: 1.2-2.6x VNNI's throughput there, 0.8x at K 64 or 2 rows)."""
+    return depth >= AMX_MIN_DEPTH and rows >= AMX_MIN_ROWS and gemm_int8.amx_available()
+
+
+def _packed_weights(source: np.ndarray, rows: int, layout: Any = None,
                     matrix: Callable[[], np.ndarray] | None = None) -> gemm_int8.PackedWeights:
-    """The (K, N) int8 matrix ``matrix()`` (``source`` itself without it) packed; kept, under
-    ``layout``, while the array under ``source`` lives where that array is read-only (the
-    weights of a plan or a bound node), so that each is packed once."""
+    """The (K, N) int8 matrix ``matrix()`` (``source`` itself without it) packed for a product
+    of ``rows`` rows (for AMX or VNNI); kept, under ``layout``, while the array under
+    ``source`` lives where that array is read-only (the weights of a plan or a bound node), so
+    that each is packed once."""
+    depth = source.shape[0] if matrix is None else source[0].size
+    amx = _uses_amx(rows, depth)
+    layout = (layout, amx)
     root = source
     while isinstance(root.base, np.ndarray):
         root = root.base
     if root.flags.writeable:
-        return gemm_int8.PackedWeights(source if matrix is None else matrix())
+        return gemm_int8.PackedWeights(source if matrix is None else matrix(), amx)
     key = (id(root), source.__array_interface__["data"][0], source.shape, source.strides,
            layout)
     kept = _packed.get(key)
     if kept is not None and kept[0]() is root:
         return kept[1]
-    packed = gemm_int8.PackedWeights(source if matrix is None else matrix())
+    packed = gemm_int8.PackedWeights(source if matrix is None else matrix(), amx)
     _packed[key] = (weakref.ref(root, lambda _, key=key: _packed.pop(key, None)), packed)
     return packed

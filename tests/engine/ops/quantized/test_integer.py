@@ -91,6 +91,20 @@ def test_matrix_products_equal_the_float64_sums(left_shape: tuple, right_shape: 
     np.testing.assert_array_equal(fast, exact)
 
 
+def test_long_products_of_many_rows_take_amx_where_the_host_has_it() -> None:
+    rng = np.random.default_rng(5)
+    weight = rng.integers(-128, 128, (300, 40)).astype(np.int8)
+    weight.setflags(write=False)
+    assert integer._packed_weights(weight, 64).amx == gemm_int8.amx_available()
+    assert not integer._packed_weights(weight, 2).amx  # 2 rows of a 32-row tile: VNNI
+    assert not integer._packed_weights(weight[:64], 64).amx  # K 64: VNNI
+    for dtype in (np.uint8, np.int8):
+        info = np.iinfo(dtype)
+        left = rng.integers(info.min, info.max + 1, (70, 300)).astype(dtype)
+        fast, exact = _both_paths(integer.matmul, left, weight)
+        np.testing.assert_array_equal(fast, exact)
+
+
 def test_read_only_weights_are_packed_once() -> None:
     weight = np.random.default_rng(0).integers(-128, 128, (30, 20)).astype(np.int8)
     weight.setflags(write=False)
@@ -102,8 +116,8 @@ def test_read_only_weights_are_packed_once() -> None:
         integer.use_fast_path(True)
     if not gemm_int8.available():
         return
-    packed = integer._packed_weights(weight)
-    assert integer._packed_weights(weight) is packed
+    packed = integer._packed_weights(weight, 4)
+    assert integer._packed_weights(weight, 4) is packed
     np.testing.assert_array_equal(integer.matmul(left, weight), first)
 
 
