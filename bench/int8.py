@@ -5,9 +5,9 @@ BLAS products (interleaved A/B, medians), and the VNNI GEMM's own throughput, on
   `engine.load_model`, one inference per round on each path in turn
   (`integer.use_fast_path`), the two paths' outputs checked equal bit for bit first;
 * GEMM: ``C = A @ W`` (uint8 A, int8 W packed once) through `gemm_int8.multiply` as the
-  convolutions call it (the copy of A into padded rows included), best and median of many,
-  beside the float64 BLAS product the other path runs (A converted to float64, one thread,
-  median).
+  convolutions call it (the copy of A into padded rows included), on VNNI and, where the host
+  has it, AMX-INT8, best and median of many, beside the float64 BLAS product the other path
+  runs (A converted to float64, one thread, median).
 
 Usage: python bench/int8.py [--rounds N] [--repeat N] [--models-only]
 """
@@ -46,7 +46,7 @@ def _infer(model: object, data: np.ndarray, fast: bool) -> tuple[float, np.ndarr
 
 
 def models(rounds: int) -> None:
-    print(f"{'model':28} {'float64 ms':>11} {'VNNI ms':>9} {'speed-up':>8}")
+    print(f"{'model':28} {'float64 ms':>11} {'VNNI/AMX ms':>11} {'speed-up':>8}")
     for name in MODELS:
         folder = FIXTURES / name
         model = engine.load_model(str(folder / f"{name}-symbol.json"),
@@ -60,33 +60,40 @@ def models(rounds: int) -> None:
             for fast in (False, True):
                 times[fast].append(_infer(model, data, fast)[0])
         slow, fast = (statistics.median(times[f]) * 1e3 for f in (False, True))
-        print(f"{name:28} {slow:11.2f} {fast:9.2f} {slow / fast:7.2f}×")
+        print(f"{name:28} {slow:11.2f} {fast:11.2f} {slow / fast:7.2f}×")
     integer.use_fast_path(True)
 
 
 def gemm(repeat: int) -> None:
-    print(f"\n{'M×K×N':>16} {'best GOP/s':>10} {'median':>8} {'float64 BLAS':>12}  shape")
+    amx = gemm_int8.amx_available()
+    print(f"\n{'M×K×N':>16} {'VNNI best':>9} {'median':>7} {'AMX best':>9} {'median':>7} "
+          f"{'float64 BLAS':>12}  shape (GOP/s)")
     rng = np.random.default_rng(0)
     for m, k, n, where in SHAPES:
         a = rng.integers(0, 256, (m, k)).astype(np.uint8)
-        weights = gemm_int8.PackedWeights(rng.integers(-128, 128, (k, n)).astype(np.int8))
-        gemm_int8.multiply(a, weights)
-        times = []
-        for _ in range(repeat):
-            start = time.perf_counter()
-            gemm_int8.multiply(a, weights)
-            times.append(time.perf_counter() - start)
+        matrix = rng.integers(-128, 128, (k, n)).astype(np.int8)
+        work = 2 * m * k * n / 1e9
+        rates = []
+        for packed in [gemm_int8.PackedWeights(matrix)] + (
+                [gemm_int8.PackedWeights(matrix, amx=True)] if amx else []):
+            gemm_int8.multiply(a, packed)
+            times = []
+            for _ in range(repeat):
+                start = time.perf_counter()
+                gemm_int8.multiply(a, packed)
+                times.append(time.perf_counter() - start)
+            rates += [work / min(times), work / statistics.median(times)]
+        if not amx:
+            rates += [float("nan")] * 2
         blas = []
-        w = rng.integers(-128, 128, (k, n)).astype(np.float64)
+        w = matrix.astype(np.float64)
         with blas_threads.one_thread():
             for _ in range(max(repeat // 10, 3)):  # the float64 path's product, A converted
                 start = time.perf_counter()
                 np.matmul(a.astype(np.float64), w)
                 blas.append(time.perf_counter() - start)
-        work = 2 * m * k * n / 1e9
-        print(f"{m:>5}×{k:>4}×{n:>4} {work / min(times):10.0f} "
-              f"{work / statistics.median(times):8.0f} {work / statistics.median(blas):12.0f}"
-              f"  {where}")
+        print(f"{m:>5}×{k:>4}×{n:>4} {rates[0]:9.0f} {rates[1]:7.0f} {rates[2]:9.0f} "
+              f"{rates[3]:7.0f} {work / statistics.median(blas):12.0f}  {where}")
 
 
 def main() -> None:
