@@ -173,7 +173,7 @@ def _fast_conv(data: np.ndarray, weight: np.ndarray, kernel: tuple[int, ...],
             target[(slice(None), *(slice(None),) * spatial, *offset)] = source
         product = gemm_int8.multiply_rows(rows, batch * positions, packed, signed)
         np.copyto(sums[:, group], product.reshape(batch, positions, per_group).transpose(0, 2, 1))
-    PATHS["vnni"] += 1
+    PATHS["int8_gemm"] += 1
     return sums.reshape(batch, filters, *out)
 
 
@@ -190,7 +190,7 @@ def matmul(left: Any, right: Any) -> np.ndarray:
     if right.ndim == 2:  # one right operand: every left row in one product
         rows = left.reshape(-1, left.shape[-1])
         product = gemm_int8.multiply(rows, _packed_weights(right, len(rows)))
-        PATHS["vnni"] += 1
+        PATHS["int8_gemm"] += 1
         return product.astype(np.float64).reshape(*left.shape[:-1], right.shape[-1])
     shape = np.broadcast_shapes(left.shape[:-2], right.shape[:-2])
     lefts = np.broadcast_to(left, (*shape, *left.shape[-2:])).reshape(-1, *left.shape[-2:])
@@ -198,7 +198,7 @@ def matmul(left: Any, right: Any) -> np.ndarray:
     sums = np.empty((len(lefts), left.shape[-2], right.shape[-1]), np.float64)
     for index, (one_left, one_right) in enumerate(zip(lefts, rights, strict=True)):
         sums[index] = gemm_int8.multiply(one_left, _packed_weights(one_right, len(one_left)))
-    PATHS["vnni"] += 1
+    PATHS["int8_gemm"] += 1
     return sums.reshape(*shape, left.shape[-2], right.shape[-1])
 
 

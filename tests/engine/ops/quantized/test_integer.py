@@ -18,13 +18,13 @@ def _both_paths(run, *arguments):  # noqa: ANN001, ANN202 - any product
         exact = run(*arguments)
     finally:
         integer.use_fast_path(True)
-    before = integer.PATHS["vnni"]
+    before = integer.PATHS["int8_gemm"]
     integer.use_fast_path(True, min_work=0)
     try:
         fast = run(*arguments)
     finally:
         integer.use_fast_path(True)
-    taken = integer.PATHS["vnni"] > before
+    taken = integer.PATHS["int8_gemm"] > before
     assert taken == gemm_int8.available()
     return fast, exact
 
@@ -66,7 +66,7 @@ def test_depthwise_convolutions_run_as_int32_with_the_float64_sums(
     before = dict(integer.PATHS)
     sums = integer.conv(*arguments)
     assert integer.PATHS["int32_depthwise"] == before.get("int32_depthwise", 0) + 1
-    assert integer.PATHS["vnni"] == before.get("vnni", 0)  # a 16-column panel a filter: no
+    assert integer.PATHS["int8_gemm"] == before.get("int8_gemm", 0)  # a 16-column panel a filter: no
     np.testing.assert_array_equal(sums, exact)
 
 
@@ -74,7 +74,7 @@ def test_products_too_small_to_pay_for_the_call_stay_on_float64() -> None:
     left, right = np.ones((4, 8), np.uint8), np.ones((8, 4), np.int8)
     before = dict(integer.PATHS)
     np.testing.assert_array_equal(integer.matmul(left, right), np.full((4, 4), 8.0))
-    assert integer.PATHS["vnni"] == before.get("vnni", 0)
+    assert integer.PATHS["int8_gemm"] == before.get("int8_gemm", 0)
     assert integer.PATHS["float64"] == before.get("float64", 0) + 1
 
 
@@ -126,13 +126,13 @@ def test_mxnets_int8_exports_give_the_same_bits_on_both_paths(name: str) -> None
     symbol, params = fixtures.paths(name)
     data = fixtures.io(name)["data"]
     model = engine.load_model(str(symbol), str(params))
-    before = integer.PATHS["vnni"]
+    before = integer.PATHS["int8_gemm"]
     integer.use_fast_path(True, min_work=0)  # every product, however small
     try:
         (fast,) = model.infer({"data": data}).values()
     finally:
         integer.use_fast_path(True)
-    assert (integer.PATHS["vnni"] > before) == gemm_int8.available()
+    assert (integer.PATHS["int8_gemm"] > before) == gemm_int8.available()
     integer.use_fast_path(False)
     try:
         (exact,) = engine.load_model(str(symbol), str(params)).infer({"data": data}).values()
