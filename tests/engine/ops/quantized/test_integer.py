@@ -66,7 +66,7 @@ def test_depthwise_convolutions_run_as_int32_with_the_float64_sums(
     before = dict(integer.PATHS)
     sums = integer.conv(*arguments)
     assert integer.PATHS["int32_depthwise"] == before.get("int32_depthwise", 0) + 1
-    assert integer.PATHS["int8_gemm"] == before.get("int8_gemm", 0)  # a 16-column panel a filter: no
+    assert integer.PATHS["int8_gemm"] == before.get("int8_gemm", 0)  # 16 columns a filter: no
     np.testing.assert_array_equal(sums, exact)
 
 
