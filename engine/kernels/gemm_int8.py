@@ -36,6 +36,10 @@ from engine.kernels.workspace import empty_aligned
 log = logging.getLogger(__name__)
 
 LANES = 16
+# The longest K whose sums stay inside int32 whatever the values (255 · 128 a product); past
+# it a sum that fits int32 still comes out exact (the accumulators wrap, never saturate), but
+# one that does not wraps where float64 would not.
+EXACT_DEPTH = (2 ** 31 - 1) // (255 * 128)
 # (zmm vectors per row, rows) of the register tiles: 24 accumulators each, at most 4 of B.
 TILES = ((1, 16), (2, 12), (4, 6))
 

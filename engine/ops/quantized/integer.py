@@ -46,9 +46,12 @@ def use_fast_path(enabled: bool, min_work: int = MIN_WORK) -> None:
     _settings["fast"], _settings["min_work"] = enabled, min_work
 
 
-def _fast(data: Any, weight: Any, work: int) -> bool:
+def _fast(data: Any, weight: Any, work: int, depth: int) -> bool:
+    """Whether a product of K = ``depth`` runs on the int8 GEMM: past `gemm_int8.EXACT_DEPTH`
+    its int32 sums could leave int32 where float64's do not."""
     return (_settings["fast"] and data.dtype in (np.uint8, np.int8) and weight.dtype == np.int8
-            and work >= _settings["min_work"] and gemm_int8.available())
+            and work >= _settings["min_work"] and depth <= gemm_int8.EXACT_DEPTH
+            and gemm_int8.available())
 
 
 def conv(data: Any, weight: Any, kernel: tuple[int, ...], stride: tuple[int, ...],
@@ -62,7 +65,7 @@ def conv(data: Any, weight: Any, kernel: tuple[int, ...], stride: tuple[int, ...
                          f"{channels} input channels in {groups} groups")
     # No smallest size here: the float64 path's patches cost more than the VNNI path's whole
     # product even at a few thousand multiply-adds.
-    if _fast(data, weight, _settings["min_work"]) and (
+    if _fast(data, weight, _settings["min_work"], weight[0].size) and (
             groups == 1 or filters // groups >= _MIN_GROUP_FILTERS):
         return _fast_conv(data, weight, kernel, stride, dilate, pad, groups)
     if (data.dtype in (np.uint8, np.int8) and weight.dtype == np.int8 and groups == channels
@@ -183,7 +186,8 @@ def matmul(left: Any, right: Any) -> np.ndarray:
     work = math.prod(left.shape) * right.shape[-1] if left.ndim and right.ndim > 1 else 0
     if right.ndim > 2:  # the right operands are packed per call: a product must pay for it
         work //= 4 * math.prod(right.shape[:-2])
-    if not (_fast(left, right, work) and left.ndim >= 2 and right.ndim >= 2
+    depth = left.shape[-1] if left.ndim else 0
+    if not (_fast(left, right, work, depth) and left.ndim >= 2 and right.ndim >= 2
             and left.shape[-1] == right.shape[-2]):
         PATHS["float64"] += 1
         return np.matmul(np.asarray(left, dtype=np.float64), np.asarray(right, dtype=np.float64))

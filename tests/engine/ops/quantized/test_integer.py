@@ -105,6 +105,20 @@ def test_long_products_of_many_rows_take_amx_where_the_host_has_it() -> None:
         np.testing.assert_array_equal(fast, exact)
 
 
+def test_products_longer_than_int32_holds_stay_on_float64() -> None:
+    depth = gemm_int8.EXACT_DEPTH + 1
+    left = np.full((1, depth), 255, np.uint8)
+    right = np.full((depth, 1), -128, np.int8)
+    before = integer.PATHS["int8_gemm"]
+    integer.use_fast_path(True, min_work=0)
+    try:
+        sums = integer.matmul(left, right)
+    finally:
+        integer.use_fast_path(True)
+    assert integer.PATHS["int8_gemm"] == before
+    assert sums[0, 0] == -255 * 128 * depth  # below int32's least value, exact in float64
+
+
 def test_read_only_weights_are_packed_once() -> None:
     weight = np.random.default_rng(0).integers(-128, 128, (30, 20)).astype(np.int8)
     weight.setflags(write=False)
