@@ -1,8 +1,10 @@
-"""The VNNI int8 GEMM against NumPy's integer matmul: exact int32 sums for uint8 and int8
-rows, at shapes that leave remainders everywhere (K not a multiple of 4, partial row blocks
-and column panels)."""
+"""The int8 GEMM (VNNI, and AMX-INT8 where the host has it) against NumPy's integer matmul:
+exact int32 sums for uint8 and int8 rows, at shapes that leave remainders everywhere (K not a
+multiple of 4 or of 64, partial row blocks and column panels)."""
 
 from __future__ import annotations
+
+import logging
 
 import numpy as np
 import pytest
@@ -98,3 +100,17 @@ def test_bad_operands_are_refused_by_name() -> None:
         gemm_int8.multiply(np.zeros((2, 5), np.uint8), weights)
     with pytest.raises(ValueError, match="float32"):
         gemm_int8.multiply(np.zeros((2, 4), np.float32), weights)
+
+
+def test_a_host_without_vnni_keeps_float64_and_says_so_once(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(gemm_int8, "_state", {})
+    monkeypatch.setattr(host_features, "has", lambda flag: flag not in ("avx512_vnni",))
+    with caplog.at_level(logging.INFO, logger=gemm_int8.__name__):
+        assert not gemm_int8.available()
+        assert not gemm_int8.available()
+    assert [record.getMessage() for record in caplog.records].count(
+        "int8 products run as float64 BLAS: no AVX-512 VNNI JIT here") == 1
+    with pytest.raises(RuntimeError, match="not available"):
+        gemm_int8.multiply(np.zeros((1, 4), np.uint8),
+                           gemm_int8.PackedWeights(np.zeros((4, 1), np.int8)))
