@@ -121,8 +121,9 @@ class _ConvWeights:
         key = (float(data_scale), per_channel)
         if self._last is None or self._last[0] != key:
             scales = weight_scales(self.weight, self.bias, data_scale, per_channel)
-            self._last = (key, (scales, *quantized_weight_bias(self.weight, self.bias,
-                                                               data_scale, scales)))
+            weight_q, bias_q = quantized_weight_bias(self.weight, self.bias, data_scale, scales)
+            weight_q.setflags(write=False)  # kept: the int8 GEMM packs it once (`integer`)
+            self._last = (key, (scales, weight_q, bias_q))
         return self._last[1]
 
 

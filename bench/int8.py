@@ -1,0 +1,113 @@
+"""Benchmark: MXNet's int8 exports with the int8 products on our VNNI GEMM against the float64
+BLAS products (interleaved A/B, medians), and the VNNI GEMM's own throughput, one thread.
+
+* models: each fixture under tests/fixtures/mxnet_quantized (batch 2, as MXNet ran it),
+  `engine.load_model`, one inference per round on each path in turn
+  (`integer.use_fast_path`), the two paths' outputs checked equal bit for bit first;
+* GEMM: ``C = A @ W`` (uint8 A, int8 W packed once) through `gemm_int8.multiply` as the
+  convolutions call it (the copy of A into padded rows included), on VNNI and, where the host
+  has it, AMX-INT8, best and median of many, beside the float64 BLAS product the other path
+  runs (A converted to float64, one thread, median).
+
+Usage: python bench/int8.py [--rounds N] [--repeat N] [--models-only]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's engine
+
+import engine  # noqa: E402
+from engine.cpu import blas_threads  # noqa: E402
+from engine.kernels import gemm_int8  # noqa: E402
+from engine.ops.quantized import integer  # noqa: E402
+
+MODELS = ("resnet18_v1_naive", "resnet50_v1_thin_entropy", "mobilenet_v2_naive",
+          "bert_encoder_naive")
+FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "mxnet_quantized"
+# (M, K, N, where it comes from): ResNet-50's products at batch 1, 224²
+SHAPES = ((3136, 576, 64, "3×3 64→64 at 56², im2col"), (3136, 64, 256, "1×1 64→256 at 56²"),
+          (784, 1152, 128, "3×3 128→128 at 28²"), (196, 2304, 256, "3×3 256→256 at 14²"),
+          (49, 4608, 512, "3×3 512→512 at 7²"), (2, 2048, 1000, "classifier, batch 2"))
+
+
+def _infer(model: object, data: np.ndarray, fast: bool) -> tuple[float, np.ndarray]:
+    integer.use_fast_path(fast)
+    start = time.perf_counter()
+    (result,) = model.infer({"data": data}).values()
+    return time.perf_counter() - start, np.asarray(result)
+
+
+def models(rounds: int) -> None:
+    print(f"{'model':28} {'float64 ms':>11} {'VNNI/AMX ms':>11} {'speed-up':>8}")
+    for name in MODELS:
+        folder = FIXTURES / name
+        model = engine.load_model(str(folder / f"{name}-symbol.json"),
+                                  str(folder / f"{name}-0000.params"))
+        data = np.load(folder / "io.npz")["data"]
+        slow_out, fast_out = _infer(model, data, False)[1], _infer(model, data, True)[1]
+        if not np.array_equal(slow_out, fast_out):
+            raise SystemExit(f"{name}: the two paths differ")
+        times: dict[bool, list[float]] = {False: [], True: []}
+        for _ in range(rounds):
+            for fast in (False, True):
+                times[fast].append(_infer(model, data, fast)[0])
+        slow, fast = (statistics.median(times[f]) * 1e3 for f in (False, True))
+        print(f"{name:28} {slow:11.2f} {fast:11.2f} {slow / fast:7.2f}×")
+    integer.use_fast_path(True)
+
+
+def gemm(repeat: int) -> None:
+    amx = gemm_int8.amx_available()
+    print(f"\n{'M×K×N':>16} {'VNNI best':>9} {'median':>7} {'AMX best':>9} {'median':>7} "
+          f"{'float64 BLAS':>12}  shape (GOP/s)")
+    rng = np.random.default_rng(0)
+    for m, k, n, where in SHAPES:
+        a = rng.integers(0, 256, (m, k)).astype(np.uint8)
+        matrix = rng.integers(-128, 128, (k, n)).astype(np.int8)
+        work = 2 * m * k * n / 1e9
+        rates = []
+        for packed in [gemm_int8.PackedWeights(matrix)] + (
+                [gemm_int8.PackedWeights(matrix, amx=True)] if amx else []):
+            gemm_int8.multiply(a, packed)
+            times = []
+            for _ in range(repeat):
+                start = time.perf_counter()
+                gemm_int8.multiply(a, packed)
+                times.append(time.perf_counter() - start)
+            rates += [work / min(times), work / statistics.median(times)]
+        if not amx:
+            rates += [float("nan")] * 2
+        blas = []
+        w = matrix.astype(np.float64)
+        with blas_threads.one_thread():
+            for _ in range(max(repeat // 10, 3)):  # the float64 path's product, A converted
+                start = time.perf_counter()
+                np.matmul(a.astype(np.float64), w)
+                blas.append(time.perf_counter() - start)
+        print(f"{m:>5}×{k:>4}×{n:>4} {rates[0]:9.0f} {rates[1]:7.0f} {rates[2]:9.0f} "
+              f"{rates[3]:7.0f} {work / statistics.median(blas):12.0f}  {where}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=60)
+    parser.add_argument("--repeat", type=int, default=200)
+    parser.add_argument("--models-only", action="store_true")
+    args = parser.parse_args()
+    if not gemm_int8.available():
+        raise SystemExit("this host has no AVX-512 VNNI: nothing to compare")
+    models(args.rounds)
+    if not args.models_only:
+        gemm(args.repeat)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,192 @@
+"""An exact int8 GEMM of our own: uint8 or int8 rows times int8 columns into int32, with
+AVX-512 VNNI's ``vpdpbusd`` in LLVM IR (`gemm_int8_ir`), compiled once per process.
+
+``vpdpbusd`` multiplies unsigned bytes by signed bytes. Signed (int8) activations are moved
+onto uint8 by adding 128 (flipping each byte's top bit), and the kernel takes
+``128 · Σ_k w[k, n]`` back off every column's sum: a per-column int32 offset computed when the
+weights are packed, as oneDNN does. The sums are integers and exact, so a caller gets the
+numbers NumPy's integer matmul gives, bit for bit.
+
+The weights (the right operand) are packed once (`PackedWeights`): K padded to a multiple of
+four with zeros, columns to a whole panel. The activations are copied per call into rows of a
+padded uint8 matrix (the kernel reads four K values at a time and whole row blocks), which is
+the same pass that shifts signed values.
+
+Where the host has AMX-INT8 and Linux grants the tile state, an AMX kernel
+(`gemm_int8_amx_ir`: ``tdpbusd``, 32 × 32 tiles of C) takes weights packed with ``amx``: the
+same panel layout at 32 columns, K padded to 64. Callers choose per product (AMX pays for
+long K and many rows, see `engine.ops.quantized.integer`).
+
+`available()` is False where the host lacks AVX-512 VNNI or llvmlite's JIT: callers keep their
+float64 products (logged once).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+from typing import Any
+
+import numpy as np
+
+from engine.cpu import host_features
+from engine.kernels.workspace import empty_aligned
+
+log = logging.getLogger(__name__)
+
+LANES = 16
+# The longest K whose sums stay inside int32 whatever the values (255 · 128 a product); past
+# it a sum that fits int32 still comes out exact (the accumulators wrap, never saturate), but
+# one that does not wraps where float64 would not.
+EXACT_DEPTH = (2 ** 31 - 1) // (255 * 128)
+# (zmm vectors per row, rows) of the register tiles: 24 accumulators each, at most 4 of B.
+TILES = ((1, 16), (2, 12), (4, 6))
+
+_state: dict[str, Any] = {}
+_compiling = threading.Lock()
+_SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+                              ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+                              ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
+
+
+def available() -> bool:
+    """Whether the VNNI kernels compiled for this CPU (compiled on the first call)."""
+    return _compiled() is not None
+
+
+class PackedWeights:
+    """An int8 matrix ``weights`` (K, N) packed as the kernel reads it, with the column sums
+    that signed activations need."""
+
+    def __init__(self, weights: Any, amx: bool = False) -> None:
+        """``amx``: packed for `gemm_int8_amx_ir` (32-column panels, K padded to 64)."""
+        weights = np.asarray(weights)
+        if weights.dtype != np.int8 or weights.ndim != 2:
+            raise ValueError(f"int8 GEMM weights must be a 2-d int8 matrix; got "
+                             f"{weights.dtype} {weights.shape}")
+        k, n = weights.shape
+        self.k, self.n = k, n
+        self.amx = amx
+        if amx:
+            self.vectors, self.rows = 2, 32
+        else:
+            self.vectors = next(v for v, _ in TILES if n <= v * LANES) if n <= 4 * LANES else 4
+            self.rows = dict(TILES)[self.vectors]
+        columns = self.vectors * LANES
+        self.groups = -(-k // 64) * 16 if amx else -(-k // 4)
+        self.panels = -(-n // columns)
+        padded = np.zeros((self.groups * 4, self.panels * columns), np.int8)
+        padded[:k, :n] = weights
+        # (groups, 4, panels, columns) -> (panels, groups, columns, 4)
+        order = padded.reshape(self.groups, 4, self.panels, columns).transpose(2, 0, 3, 1)
+        self.packed = empty_aligned(np, order.shape, np.int8)
+        self.packed[...] = order
+        sums = np.zeros(self.panels * columns, np.int64)
+        sums[:n] = weights.sum(axis=0, dtype=np.int64)
+        self.no_offsets = np.zeros(self.panels * columns, np.int32)
+        self.signed_offsets = (-128 * sums).astype(np.int32)
+        # addresses for the foreign call, read once (each ``.ctypes`` costs a microsecond)
+        self.addresses = (self.packed.ctypes.data, self.no_offsets.ctypes.data,
+                          self.signed_offsets.ctypes.data)
+
+
+def multiply(a: Any, weights: PackedWeights) -> np.ndarray:
+    """``a @ w`` as int32 (M, N), for ``a`` (M, K) uint8 or int8 and ``w`` packed in
+    ``weights``; a view into a padded result."""
+    a = np.asarray(a)
+    if a.ndim != 2 or a.shape[1] != weights.k or a.dtype not in (np.uint8, np.int8):
+        raise ValueError(f"int8 GEMM: activations {a.dtype} {a.shape} do not fit weights "
+                         f"of K = {weights.k}")
+    rows = padded_rows(a.shape[0], weights)
+    if a.dtype == np.int8:  # + 128: the top bit flipped
+        np.bitwise_xor(a.view(np.uint8), np.uint8(0x80), out=rows[:a.shape[0], :weights.k])
+    else:
+        rows[:a.shape[0], :weights.k] = a
+    return multiply_rows(rows, a.shape[0], weights, signed=a.dtype == np.int8)
+
+
+def padded_rows(m: int, weights: PackedWeights) -> np.ndarray:
+    """A uint8 matrix for ``m`` rows of activations as the kernel reads them: whole row
+    blocks, K padded to a multiple of four, the padding zero. The caller writes the
+    activations into ``[:m, :weights.k]`` (shifted by 128 where they are signed) and passes it
+    to `multiply_rows`: a convolution lays its patches there directly."""
+    blocks = -(-m // weights.rows)
+    # plain np.empty: the kernel reads rows unaligned, and aligning costs a call 5 µs
+    rows = np.empty((blocks * weights.rows, weights.groups * 4), np.uint8)
+    rows[m:] = 0
+    rows[:m, weights.k:] = 0
+    return rows
+
+
+def multiply_rows(rows: np.ndarray, m: int, weights: PackedWeights, signed: bool
+                  ) -> np.ndarray:
+    """The int32 product (m, N) of the first ``m`` rows of ``rows`` (from `padded_rows`,
+    filled) with the packed weights; ``signed``: the rows hold int8 values plus 128."""
+    kernels = _compiled()
+    if kernels is None:
+        raise RuntimeError("the int8 GEMM kernels are not available on this machine")
+    blocks = -(-m // weights.rows)
+    if (rows.dtype != np.uint8 or rows.shape != (blocks * weights.rows, weights.groups * 4)
+            or not rows.flags.c_contiguous):
+        raise ValueError(f"int8 GEMM: rows {rows.dtype} {rows.shape} are not padded_rows' "
+                         f"for {m} rows")
+    out = np.empty((rows.shape[0], weights.panels * weights.vectors * LANES), np.int32)
+    packed, no_offsets, signed_offsets = weights.addresses
+    kernel = kernels["amx" if weights.amx else weights.vectors]
+    kernel(rows.ctypes.data, rows.shape[1], packed, weights.groups, out.ctypes.data,
+           out.shape[1], signed_offsets if signed else no_offsets, blocks, 0, weights.panels)
+    return out[:m, :weights.n]
+
+
+def amx_available() -> bool:
+    """Whether the AMX-INT8 kernel compiled too (the host has AMX and Linux granted it)."""
+    kernels = _compiled()
+    return kernels is not None and "amx" in kernels
+
+
+def _compiled() -> dict[Any, Any] | None:
+    if "kernels" not in _state:
+        with _compiling:
+            if "kernels" not in _state:
+                _state["kernels"] = _compile()
+                if _state["kernels"] is None:
+                    log.info("int8 products run as float64 BLAS: no AVX-512 VNNI JIT here")
+    return _state["kernels"]
+
+
+def _compile() -> dict[Any, Any] | None:
+    try:
+        import llvmlite.binding as llvm
+
+        from engine.cpu.llvm_jit import compile_ir
+        from engine.kernels.gemm_int8_ir import Int8Kernel
+    except ImportError:
+        return None
+    try:
+        if not (host_features.has("avx512f") and host_features.has("avx512_vnni")):
+            return None
+        llvm.initialize_native_target()
+        host = llvm.get_host_cpu_features()
+        kernels: dict[Any, Any] = {}
+        engines = []
+        for vectors, rows in TILES:
+            kernel = Int8Kernel(rows, vectors)
+            kernel.define("panels")
+            engine = compile_ir(str(kernel.module), llvm.get_host_cpu_name(), host.flatten(),
+                                level=3, optimise=True)
+            engines.append(engine)
+            kernels[vectors] = _SIGNATURE(engine.get_function_address("panels"))
+        if host_features.has("amx_int8") and host_features.amx_permitted():
+            from engine.kernels.gemm_int8_amx_ir import AmxInt8Kernel
+
+            kernel = AmxInt8Kernel()
+            kernel.define("panels")
+            engine = compile_ir(str(kernel.module), llvm.get_host_cpu_name(), host.flatten(),
+                                level=3, optimise=True)
+            engines.append(engine)
+            kernels["amx"] = _SIGNATURE(engine.get_function_address("panels"))
+    except (RuntimeError, OSError):  # no JIT for this target
+        return None
+    _state["engines"] = engines  # the engines own the machine code
+    return kernels

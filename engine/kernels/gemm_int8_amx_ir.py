@@ -1,0 +1,137 @@
+"""The AMX-INT8 form of `gemm_int8_ir`'s ``panels`` function: the same arguments and result,
+its products on AMX's tile registers with ``tdpbusd``.
+
+``tdpbusd`` multiplies a 16 × 64 uint8 tile of A by a 64 × 16 int8 tile of B, stored as 16
+rows of 16 columns × 4 K values (the layout `gemm_int8.PackedWeights` writes for its
+32-column panels: one K group's run of 128 bytes holds both column halves), into a 16 × 16
+int32 tile: 16,384 multiply-adds in one instruction, where ``vpdpbusd`` does 64. A tile of C
+here is 32 × 32: four accumulator tiles (registers 0-3) fed per step of 64 K values by two
+tiles of A (4, 5: rows 0-15 and 16-31) and two of B (6, 7: columns 0-15 and 16-31). The
+operands are padded for whole tiles: rows of A to 32, K to 64 (`PackedWeights` with ``amx``).
+The accumulators are stored into C, then each row gets its column offsets added.
+
+The tile configuration (`gemm_amx_ir.tile_configuration`: every tile 16 rows × 64 bytes) is
+loaded at each call; the process must hold Linux's permission for the tile state
+(`host_features.amx_permitted`) before the first call.
+"""
+
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from engine.kernels.gemm_amx_ir import tile_configuration
+from engine.kernels.gemm_int8_ir import I8, I32, I64, LANES
+
+ROWS, COLUMNS, DEPTH = 32, 32, 64  # a tile of C, and K per step
+
+
+class AmxInt8Kernel:
+    """A module holding ``panels`` on AMX-INT8."""
+
+    rows, vectors = ROWS, COLUMNS // LANES
+
+    def __init__(self) -> None:
+        self.module = ir.Module(name="hybridserve_gemm_int8_amx")
+        module, void, pointer = self.module, ir.VoidType(), I8.as_pointer()
+        self.vector = ir.VectorType(I32, LANES)
+        self.load_config = ir.Function(module, ir.FunctionType(void, [pointer]),
+                                       name="llvm.x86.ldtilecfg")
+        self.zero_tile = ir.Function(module, ir.FunctionType(void, [I8]),
+                                     name="llvm.x86.tilezero")
+        self.load_tile = ir.Function(module, ir.FunctionType(void, [I8, pointer, I64]),
+                                     name="llvm.x86.tileloadd64")
+        self.store_tile = ir.Function(module, ir.FunctionType(void, [I8, pointer, I64]),
+                                      name="llvm.x86.tilestored64")
+        self.dot = ir.Function(module, ir.FunctionType(void, [I8, I8, I8]),
+                               name="llvm.x86.tdpbusd")
+        table = ir.ArrayType(I8, 64)
+        self.config = ir.GlobalVariable(module, table, name="amx_int8_tile_configuration")
+        self.config.global_constant = True
+        self.config.initializer = ir.Constant(table, tile_configuration())
+        self.config.align = 64
+
+    def define(self, name: str = "panels") -> ir.Function:
+        byte_pointer, word_pointer = I8.as_pointer(), I32.as_pointer()
+        arguments = [byte_pointer, I64, byte_pointer, I64, word_pointer, I64, word_pointer,
+                     I64, I64, I64]
+        function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), arguments),
+                               name=name)
+        a, lda, b, groups, c, ldc, offsets, row_blocks, first, last = function.args
+        builder = ir.IRBuilder(function.append_basic_block("entry"))
+        builder.call(self.load_config, [builder.bitcast(self.config, byte_pointer)])
+        panel_bytes = builder.mul(groups, I64(COLUMNS * 4))
+        c_stride = builder.mul(ldc, I64(4))
+        depth = builder.mul(groups, I64(4))
+        entry = builder.block
+        panel_loop = function.append_basic_block("panel")
+        done = function.append_basic_block("done")
+        builder.cbranch(builder.icmp_signed("<", first, last), panel_loop, done)
+
+        builder.position_at_end(panel_loop)
+        panel = builder.phi(I64)
+        panel.add_incoming(first, entry)
+        b_panel = builder.gep(b, [builder.mul(panel, panel_bytes)])
+        column = builder.mul(panel, I64(COLUMNS))
+        panel_start = builder.block
+        row_loop = function.append_basic_block("rows")
+        panel_next = function.append_basic_block("panel_next")
+        builder.branch(row_loop)
+
+        builder.position_at_end(row_loop)
+        block = builder.phi(I64)
+        block.add_incoming(I64(0), panel_start)
+        row = builder.mul(block, I64(ROWS))
+        a_upper = builder.gep(a, [builder.mul(row, lda)])
+        a_lower = builder.gep(a_upper, [builder.mul(I64(16), lda)])
+        for accumulator in range(4):
+            builder.call(self.zero_tile, [I8(accumulator)])
+        start = builder.block
+        k_loop = function.append_basic_block("k")
+        k_done = function.append_basic_block("k_done")
+        builder.cbranch(builder.icmp_signed(">", depth, I64(0)), k_loop, k_done)
+
+        builder.position_at_end(k_loop)
+        k = builder.phi(I64)
+        k.add_incoming(I64(0), start)
+        b_run = builder.gep(b_panel, [builder.mul(k, I64(COLUMNS))])  # k / 4 groups of 128
+        self._load(builder, 4, builder.gep(a_upper, [k]), lda)
+        self._load(builder, 5, builder.gep(a_lower, [k]), lda)
+        self._load(builder, 6, b_run, I64(COLUMNS * 4))
+        self._load(builder, 7, builder.gep(b_run, [I64(64)]), I64(COLUMNS * 4))
+        for accumulator, (left, right) in enumerate(((4, 6), (4, 7), (5, 6), (5, 7))):
+            builder.call(self.dot, [I8(accumulator), I8(left), I8(right)])
+        k_next = builder.add(k, I64(DEPTH))
+        k.add_incoming(k_next, k_loop)
+        builder.cbranch(builder.icmp_signed("<", k_next, depth), k_loop, k_done)
+
+        builder.position_at_end(k_done)
+        corner = builder.gep(c, [builder.add(builder.mul(row, ldc), column)])
+        for accumulator, (down, across) in enumerate(((0, 0), (0, 16), (16, 0), (16, 16))):
+            target = builder.gep(corner, [builder.add(builder.mul(I64(down), ldc), I64(across))])
+            builder.call(self.store_tile, [I8(accumulator), builder.bitcast(target, byte_pointer),
+                                           c_stride])
+        shifts = [builder.load(builder.bitcast(
+            builder.gep(offsets, [builder.add(column, I64(j * LANES))]),
+            self.vector.as_pointer()), align=4) for j in range(self.vectors)]
+        for i in range(ROWS):  # the column offsets (signed data's compensation) added
+            c_row = builder.gep(corner, [builder.mul(I64(i), ldc)])
+            for j in range(self.vectors):
+                address = builder.bitcast(builder.gep(c_row, [I64(j * LANES)]),
+                                          self.vector.as_pointer())
+                builder.store(builder.add(builder.load(address, align=4), shifts[j]), address,
+                              align=4)
+        block_next = builder.add(block, I64(1))
+        block.add_incoming(block_next, builder.block)
+        builder.cbranch(builder.icmp_signed("<", block_next, row_blocks), row_loop, panel_next)
+
+        builder.position_at_end(panel_next)
+        following = builder.add(panel, I64(1))
+        panel.add_incoming(following, panel_next)
+        builder.cbranch(builder.icmp_signed("<", following, last), panel_loop, done)
+        builder.position_at_end(done)
+        builder.ret_void()
+        return function
+
+    def _load(self, builder: ir.IRBuilder, register: int, address: ir.Value,
+              stride: ir.Value) -> None:
+        builder.call(self.load_tile, [I8(register), address, stride])

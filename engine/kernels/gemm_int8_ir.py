@@ -1,0 +1,151 @@
+"""The LLVM IR of `gemm_int8`'s micro-kernel: exact int32 sums of uint8 rows by int8 columns
+with AVX-512 VNNI's ``vpdpbusd``, built with `llvmlite.ir`.
+
+One function computes a run of column panels of ``C = A @ B + offsets``::
+
+    panels(a, lda, b, groups, c, ldc, offsets, row_blocks, first_panel, last_panel)
+
+``a`` is uint8, ``row_blocks · MR`` rows of ``lda`` bytes, each holding ``4 · groups`` values
+(K padded to a multiple of 4); ``b`` is int8 packed by `gemm_int8.pack_weights`: panels of
+``NR`` columns, each ``groups`` runs of ``NR × 4`` bytes (column-major within a run: the four K
+values of one column together), so that one 64-byte load holds four K values of 16 columns,
+as ``vpdpbusd`` reads them. ``c`` is int32 with rows of ``ldc`` values, written whole (its
+row and column counts are the padded ones); ``offsets`` adds one int32 per column (the
+compensation for signed activations, see `gemm_int8`).
+
+Per step of four K values, a tile of ``MR × NV`` accumulator vectors (16 int32 each) takes
+``NV`` vector loads of B and ``MR`` 4-byte loads of A broadcast to every lane (LLVM folds them
+into ``vpdpbusd``'s ``{1to16}`` memory operand). Every product of a uint8 and an int8 value
+and every sum of four fit int32, and ``vpdpbusd`` does not saturate, so the sums are exact
+wherever the whole sum fits int32 (a layer's K up to 66 000 at the extreme values).
+"""
+
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+I8 = ir.IntType(8)
+I32 = ir.IntType(32)
+I64 = ir.IntType(64)
+LANES = 16  # int32 accumulators in one zmm register
+
+
+class Int8Kernel:
+    """A module holding ``panels`` for a tile of ``rows`` rows by ``vectors`` zmm vectors."""
+
+    def __init__(self, rows: int, vectors: int) -> None:
+        self.rows, self.vectors = rows, vectors
+        self.module = ir.Module(name="hybridserve_gemm_int8")
+        self.vector = ir.VectorType(I32, LANES)
+        self.zero = ir.Constant(self.vector, [0] * LANES)
+        self.dot = ir.Function(self.module, ir.FunctionType(self.vector, [self.vector] * 3),
+                               name="llvm.x86.avx512.vpdpbusd.512")
+
+    @property
+    def columns(self) -> int:
+        return self.vectors * LANES
+
+    def define(self, name: str = "panels") -> ir.Function:
+        byte_pointer, word_pointer = I8.as_pointer(), I32.as_pointer()
+        arguments = [byte_pointer, I64, byte_pointer, I64, word_pointer, I64, word_pointer,
+                     I64, I64, I64]
+        function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), arguments),
+                               name=name)
+        a, lda, b, groups, c, ldc, offsets, row_blocks, first, last = function.args
+        builder = ir.IRBuilder(function.append_basic_block("entry"))
+        panel_bytes = builder.mul(groups, I64(self.columns * 4))
+        entry = builder.block
+        panel_loop = function.append_basic_block("panel")
+        done = function.append_basic_block("done")
+        builder.cbranch(builder.icmp_signed("<", first, last), panel_loop, done)
+
+        builder.position_at_end(panel_loop)
+        panel = builder.phi(I64)
+        panel.add_incoming(first, entry)
+        b_panel = builder.gep(b, [builder.mul(panel, panel_bytes)])
+        column = builder.mul(panel, I64(self.columns))
+        shifts = [builder.load(builder.bitcast(
+            builder.gep(offsets, [builder.add(column, I64(j * LANES))]),
+            self.vector.as_pointer()), align=4) for j in range(self.vectors)]
+        panel_start = builder.block
+        row_loop = function.append_basic_block("rows")
+        panel_next = function.append_basic_block("panel_next")
+        builder.branch(row_loop)
+
+        builder.position_at_end(row_loop)
+        block = builder.phi(I64)
+        block.add_incoming(I64(0), panel_start)
+        row = builder.mul(block, I64(self.rows))
+        a_rows = [builder.gep(a, [builder.mul(builder.add(row, I64(i)), lda)])
+                  for i in range(self.rows)]
+        sums = self._tile(function, builder, a_rows, b_panel, groups)
+        for i in range(self.rows):
+            c_row = builder.gep(c, [builder.add(builder.mul(builder.add(row, I64(i)), ldc),
+                                                column)])
+            for j in range(self.vectors):
+                target = builder.bitcast(builder.gep(c_row, [I64(j * LANES)]),
+                                         self.vector.as_pointer())
+                builder.store(builder.add(sums[i][j], shifts[j]), target, align=4)
+        block_next = builder.add(block, I64(1))
+        block.add_incoming(block_next, builder.block)
+        builder.cbranch(builder.icmp_signed("<", block_next, row_blocks), row_loop, panel_next)
+
+        builder.position_at_end(panel_next)
+        following = builder.add(panel, I64(1))
+        panel.add_incoming(following, panel_next)
+        builder.cbranch(builder.icmp_signed("<", following, last), panel_loop, done)
+        builder.position_at_end(done)
+        builder.ret_void()
+        return function
+
+    def _tile(self, function: ir.Function, builder: ir.IRBuilder, a_rows: list,
+              b_panel: ir.Value, groups: ir.Value) -> list[list[ir.Value]]:
+        """The K loop of one tile from the builder's block; the builder ends after it, the
+        tile's sums returned as values there."""
+        start = builder.block
+        loop = function.append_basic_block("k")
+        after = function.append_basic_block("k_done")
+        builder.cbranch(builder.icmp_signed(">", groups, I64(0)), loop, after)
+
+        builder.position_at_end(loop)
+        group = builder.phi(I64)
+        tile = [[builder.phi(self.vector) for _ in range(self.vectors)]
+                for _ in range(self.rows)]
+        b_run = builder.gep(b_panel, [builder.mul(group, I64(self.columns * 4))])
+        b_values = [builder.load(builder.bitcast(builder.gep(b_run, [I64(j * LANES * 4)]),
+                                                 self.vector.as_pointer()), align=1)
+                    for j in range(self.vectors)]
+        offset = builder.mul(group, I64(4))
+        stepped = []
+        for i in range(self.rows):
+            word = builder.load(builder.bitcast(builder.gep(a_rows[i], [offset]),
+                                                I32.as_pointer()), align=1)
+            broadcast = self._splat(builder, word)
+            stepped.append([builder.call(self.dot, [tile[i][j], broadcast, b_values[j]])
+                            for j in range(self.vectors)])
+        group_next = builder.add(group, I64(1))
+        builder.cbranch(builder.icmp_signed("<", group_next, groups), loop, after)
+        group.add_incoming(I64(0), start)
+        group.add_incoming(group_next, loop)
+        for i in range(self.rows):
+            for j in range(self.vectors):
+                tile[i][j].add_incoming(self.zero, start)
+                tile[i][j].add_incoming(stepped[i][j], loop)
+
+        builder.position_at_end(after)
+        results = []
+        for i in range(self.rows):
+            row = []
+            for j in range(self.vectors):
+                value = builder.phi(self.vector)
+                value.add_incoming(self.zero, start)
+                value.add_incoming(stepped[i][j], loop)
+                row.append(value)
+            results.append(row)
+        return results
+
+    def _splat(self, builder: ir.IRBuilder, scalar: ir.Value) -> ir.Value:
+        undefined = ir.Constant(self.vector, ir.Undefined)
+        single = builder.insert_element(undefined, scalar, I32(0))
+        return builder.shuffle_vector(single, undefined,
+                                      ir.Constant(ir.VectorType(I32, LANES), [0] * LANES))

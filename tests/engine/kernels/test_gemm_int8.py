@@ -1,0 +1,116 @@
+"""The int8 GEMM (VNNI, and AMX-INT8 where the host has it) against NumPy's integer matmul:
+exact int32 sums for uint8 and int8 rows, at shapes that leave remainders everywhere (K not a
+multiple of 4 or of 64, partial row blocks and column panels)."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from engine.cpu import host_features
+from engine.kernels import gemm_int8
+
+
+def _host_has_vnni() -> bool:
+    return host_features.has("avx512f") and host_features.has("avx512_vnni")
+
+
+def test_the_kernels_compile_exactly_where_the_host_has_vnni() -> None:
+    assert gemm_int8.available() == _host_has_vnni()
+
+
+needs_vnni = pytest.mark.skipif(not _host_has_vnni(), reason="the host has no AVX-512 VNNI")
+
+SHAPES = [(1, 1, 1), (1, 3, 5), (7, 13, 17), (6, 4, 16), (13, 64, 33), (16, 9, 64),
+          (17, 147, 65), (25, 30, 100), (2, 2048, 10), (64, 576, 128), (5, 5, 250),
+          (33, 65, 31), (40, 300, 70)]
+
+
+KERNELS = [pytest.param(False, id="vnni"), pytest.param(True, id="amx", marks=pytest.mark.skipif(
+    not (host_features.has("amx_int8") and host_features.amx_permitted()),
+    reason="the host has no AMX-INT8"))]
+
+
+def test_the_amx_kernel_compiles_where_the_host_has_amx_int8() -> None:
+    expected = _host_has_vnni() and host_features.has("amx_int8") and \
+        host_features.amx_permitted()
+    assert gemm_int8.amx_available() == expected
+
+
+@needs_vnni
+@pytest.mark.parametrize("amx", KERNELS)
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda shape: "x".join(map(str, shape)))
+def test_products_equal_numpys_integer_matmul(shape: tuple[int, int, int], dtype: type,
+                                              amx: bool) -> None:
+    m, k, n = shape
+    rng = np.random.default_rng(m * 10_000 + k * 100 + n)
+    info = np.iinfo(dtype)
+    a = rng.integers(info.min, info.max + 1, (m, k)).astype(dtype)
+    w = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    product = gemm_int8.multiply(a, gemm_int8.PackedWeights(w, amx))
+    assert product.dtype == np.int32 and product.shape == (m, n)
+    np.testing.assert_array_equal(product, a.astype(np.int64) @ w.astype(np.int64))
+
+
+@needs_vnni
+@pytest.mark.parametrize("amx", KERNELS)
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_extreme_values_sum_exactly(dtype: type, amx: bool) -> None:
+    """The largest magnitudes at a long K: no saturation anywhere (vpmaddubsw would
+    saturate its int16 pair sums here)."""
+    info = np.iinfo(dtype)
+    k = 4099
+    a = np.full((3, k), info.max if dtype == np.uint8 else info.min, dtype)
+    w = np.stack([np.full(k, -128), np.full(k, 127), np.tile([-128, 127], k)[:k]], axis=1)
+    w = w.astype(np.int8)
+    product = gemm_int8.multiply(a, gemm_int8.PackedWeights(w, amx))
+    np.testing.assert_array_equal(product, a.astype(np.int64) @ w.astype(np.int64))
+
+
+@needs_vnni
+@pytest.mark.parametrize("amx", KERNELS)
+def test_strided_activations_and_one_packing_for_many_calls(amx: bool) -> None:
+    rng = np.random.default_rng(3)
+    w = gemm_int8.PackedWeights(rng.integers(-128, 128, (40, 24)).astype(np.int8), amx)
+    for rows in (1, 5, 40):
+        wide = rng.integers(0, 256, (rows, 80)).astype(np.uint8)
+        a = wide[:, ::2]  # not contiguous
+        expected = a.astype(np.int64) @ np.asarray(_unpack(w), np.int64)
+        np.testing.assert_array_equal(gemm_int8.multiply(a, w), expected)
+
+
+def _unpack(weights: gemm_int8.PackedWeights) -> np.ndarray:
+    """The (K, N) matrix back out of the packed panels (the packing's own check)."""
+    columns = weights.vectors * gemm_int8.LANES
+    order = weights.packed.transpose(1, 3, 0, 2).reshape(weights.groups * 4,
+                                                         weights.panels * columns)
+    return order[:weights.k, :weights.n]
+
+
+def test_bad_operands_are_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="int8"):
+        gemm_int8.PackedWeights(np.zeros((4, 4), np.float32))
+    if not gemm_int8.available():
+        return
+    weights = gemm_int8.PackedWeights(np.zeros((4, 4), np.int8))
+    with pytest.raises(ValueError, match="K = 4"):
+        gemm_int8.multiply(np.zeros((2, 5), np.uint8), weights)
+    with pytest.raises(ValueError, match="float32"):
+        gemm_int8.multiply(np.zeros((2, 4), np.float32), weights)
+
+
+def test_a_host_without_vnni_keeps_float64_and_says_so_once(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(gemm_int8, "_state", {})
+    monkeypatch.setattr(host_features, "has", lambda flag: flag not in ("avx512_vnni",))
+    with caplog.at_level(logging.INFO, logger=gemm_int8.__name__):
+        assert not gemm_int8.available()
+        assert not gemm_int8.available()
+    assert [record.getMessage() for record in caplog.records].count(
+        "int8 products run as float64 BLAS: no AVX-512 VNNI JIT here") == 1
+    with pytest.raises(RuntimeError, match="not available"):
+        gemm_int8.multiply(np.zeros((1, 4), np.uint8),
+                           gemm_int8.PackedWeights(np.zeros((4, 1), np.int8)))
