@@ -17,6 +17,7 @@ import numpy as np
 
 from engine.compiler.plan_memory import MemoryPlan, plan_memory
 from engine.cpu import blas_threads, denormals, parallel, spin_pool
+from engine.cuda.half import HALF_PRECISIONS, half_graph
 from engine.device import CPU, Device, on_stream
 from engine.errors import EngineError, ExecutionError, ShapeError
 from engine.graph.infer import infer_dtypes, infer_shapes, specialize_sources
@@ -45,8 +46,9 @@ class Plan:
     the plan's own stream, and the steps are replayed as a CUDA graph once warm; ``run`` still
     takes and returns numpy arrays. ``constants`` (shared by a model's plans)
     caches parameters already on the device, and ``derived`` (shared likewise) values that ops
-    derive from parameters when they bind (see `Workspace.derived`). ``precision`` (``fp32``
-    or ``bf16``, `engine.runtime.precision`) is what its matrix products compute in.
+    derive from parameters when they bind (see `Workspace.derived`). ``precision`` (``fp32``,
+    ``bf16`` on the CPU, ``fp16`` on a GPU; `engine.runtime.precision`) is what it computes in:
+    a GPU plan in ``fp16`` runs a half-precision copy of ``graph`` (`engine.cuda.half`).
     """
 
     def __init__(self, graph: Graph, input_shapes: Mapping[str, tuple[int, ...]],
@@ -57,6 +59,10 @@ class Plan:
         self.device = device or CPU
         self.precision = precision
         self.xp = self.device.xp
+        if self.device.is_gpu and precision in HALF_PRECISIONS:
+            # Half between float32 inputs and outputs; parameters converted once per model.
+            graph = half_graph(graph, input_dtypes, precision,
+                               None if derived is None else derived)
         self.graph = graph
         self._constants = {} if constants is None else constants
         shapes, dtypes = _infer(graph, input_shapes, input_dtypes)

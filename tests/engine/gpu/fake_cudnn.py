@@ -64,6 +64,8 @@ class Graph:
     def __init__(self, io_data_type: str, intermediate_data_type: str, compute_data_type: str,
                  handle: Any = None) -> None:
         self.io_data_type, self.handle = io_data_type, handle
+        self.intermediate_data_type, self.compute_data_type = (intermediate_data_type,
+                                                               compute_data_type)
         self.conv: dict[str, Any] = {}
         self.bias_tensor: Tensor | None = None
         self.excluded_notes: list[str] = []
@@ -76,8 +78,11 @@ class Graph:
                    dilation: list[int], compute_data_type: str, name: str) -> Tensor:
         sizes = [(n + 2 * p - d * (k - 1) - 1) // s + 1 for n, k, s, d, p in
                  zip(image.dim[2:], weight.dim[2:], stride, dilation, padding)]
+        if image.data_type != weight.data_type:
+            raise cudnnGraphNotSupportedError(f"image {image.data_type}, weight "
+                                              f"{weight.data_type}: one type for both")
         self.conv = {"image": image, "weight": weight, "padding": padding, "stride": stride,
-                     "dilation": dilation}
+                     "dilation": dilation, "compute_data_type": compute_data_type}
         return Tensor(name, [image.dim[0], weight.dim[0], *sizes], None, None)
 
     def bias(self, name: str, input: Tensor, bias: Tensor) -> Tensor:  # noqa: A002

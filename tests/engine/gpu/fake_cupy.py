@@ -192,10 +192,16 @@ class FakeCublas:
     """
 
     _DTYPES = {0: np.float32, 1: np.float64, 2: np.float16}
+    # (A and B type, C type, compute type) cublasGemmEx accepts, of those with numpy dtypes
+    # (cuBLAS's table of GemmEx types): float32 compute, TF32 or not, for half and float32
+    # operands, float64 compute for float64. Anything else is CUBLAS_STATUS_NOT_SUPPORTED.
+    SUPPORTED = frozenset({(2, 2, 68), (2, 0, 68), (0, 0, 68), (2, 2, 77), (2, 0, 77),
+                           (0, 0, 77), (1, 1, 70)})
 
     def __init__(self) -> None:
         self.gemms = 0
         self.streams: dict[int, Any] = {}
+        self.types: list[tuple[int, int, int, int]] = []  # (A, B, C, compute) per call
 
     def cublasCreate_v2(self, handle: Any) -> int:
         handle._obj.value = 1000 + len(self.streams)
@@ -214,6 +220,9 @@ class FakeCublas:
                                    stride_a: Any, b: Any, b_type: int, ldb: int, stride_b: Any,
                                    beta: Any, c: Any, c_type: int, ldc: int, stride_c: Any,
                                    batch: int, compute: int, algo: int) -> int:
+        self.types.append((a_type, b_type, c_type, compute))
+        if a_type != b_type or (a_type, c_type, compute) not in self.SUPPORTED:
+            return 15  # CUBLAS_STATUS_NOT_SUPPORTED
         dtype = np.dtype(self._DTYPES[c_type])
         rows_a, cols_a = (m, k) if transa == 0 else (k, m)
         rows_b, cols_b = (k, n) if transb == 0 else (n, k)

@@ -49,11 +49,12 @@ def test_fp32_is_the_default_and_names_are_checked() -> None:
             engine.load_model(symbol, params, precision=name)
 
 
-def test_the_gpu_runs_fp32_only_for_now() -> None:
+def test_the_gpu_runs_fp32_and_fp16() -> None:
     assert precision.resolve("fp32", "gpu") == "fp32"
-    for name in ("bf16", "fp16", "int8"):
+    assert precision.resolve("fp16", "gpu") == "fp16"
+    for name in ("bf16", "int8"):
         with pytest.raises(ValueError, match=rf"precision '{name}' is not available on the "
-                                             r"GPU \(it runs fp32\)"):
+                                             r"GPU \(it runs fp32, fp16\)"):
             precision.resolve(name, "gpu")
 
 
