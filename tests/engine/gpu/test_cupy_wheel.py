@@ -95,16 +95,17 @@ def test_every_generated_kernel_compiles_with_nvrtc() -> None:
     (((1, 1), (2, 2), (1, 1), (0, 0)), 1, True, 2),
     (((3, 3, 3), (1, 2, 2), (1, 1, 1), (1, 1, 1)), 1, True, 3),
 ])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])  # fp32 plans, and fp16 (half.py)
 def test_cudnn_graph_infers_the_plans_convolution_shape(geometry: Any, group: int, bias: bool,
-                                                         dims: int) -> None:
+                                                         dims: int, dtype: Any) -> None:
     cudnn = pytest.importorskip("cudnn", reason="nvidia-cudnn-frontend is not installed")
     kernel, stride, dilate, pad = geometry
-    data = np.zeros((2, 4, *(9,) * dims), np.float32)
+    data = np.zeros((2, 4, *(9,) * dims), dtype)
     size = conv_out_sizes(data.shape[2:], kernel, stride, dilate, pad)
-    weight = np.zeros((6, 4 // group, *kernel), np.float32)
-    out = np.zeros((2, 6, *size), np.float32)
+    weight = np.zeros((6, 4 // group, *kernel), dtype)
+    out = np.zeros((2, 6, *size), dtype)
     assert cudnn_conv.supports(data, weight, out, geometry)
-    graph, tensors = cudnn_conv.describe(cudnn, data, weight, np.zeros(6, np.float32) if bias
+    graph, tensors = cudnn_conv.describe(cudnn, data, weight, np.zeros(6, dtype) if bias
                                          else None, out, geometry, tf32=False)
     assert list(tensors["out"].get_dim()) == list(out.shape)
     assert list(tensors["out"].get_stride()) == cudnn_conv.element_strides(out)
