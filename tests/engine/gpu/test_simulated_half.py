@@ -10,6 +10,7 @@ do it is left to the ``gpu`` tests and `bench/gpu.py`.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,9 @@ from bench import nets
 from engine import sym
 from engine.cuda import blas, cudnn_conv, fused
 from engine.cuda.half import half_graph
+from engine.device import get_device
 from engine.graph.ir import Entry, Graph, make_node
+from tests.conformance.fixtures import assert_close
 from tests.engine.gpu import fake_cudnn, fake_cupy
 
 RUNS = executor_module.WARMUP_RUNS + 2
@@ -190,3 +193,30 @@ def test_an_fp16_model_runs_an_fp32_only_op_on_the_stand_in(fake_gpu: Any) -> No
     (name, value), = got.items()
     assert value.dtype == np.float32
     np.testing.assert_allclose(value, want[name], rtol=1e-2, atol=1e-2)
+
+
+def test_fp16_without_cudnn_runs_the_gemm_fallback_in_half(fake_gpu: Any) -> None:
+    symbol, params = small_cnn()
+    feed = {"data": np.random.default_rng(6).standard_normal((8, 3, 16, 16)).astype(np.float32)}
+    want = list(engine.load_model(symbol, params).infer(feed).values())[0]
+    model = engine.load_model(symbol, params, device=get_device("gpu", cudnn=False),
+                              precision="fp16")
+    got = _outputs(model, feed)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-2)
+    assert model.plan_for(feed).execution_stats()["cuda_graph"] is True
+    cublas = blas._libraries[id(fake_gpu)]
+    assert set(cublas.types) == {(HALF, HALF, HALF, COMPUTE_32F)}  # im2col GEMMs and dense
+
+
+def test_a_model_exported_in_mixed_precision_runs_in_fp16(fake_gpu: Any) -> None:
+    """MXNet's float16 CNN (half convolution weights, float32 BatchNorm statistics and input):
+    the float32 parameters are converted too, and the output matches MXNet's float32 run."""
+    folder = Path(__file__).parents[2] / "fixtures" / "mxnet" / "params"
+    model = engine.load_model(folder / "cnn_fp16-symbol.json", folder / "cnn_fp16-0000.params",
+                              device="gpu", precision="fp16")
+    with np.load(folder / "cnn_fp16_io.npz") as data:
+        feed, reference = {"data": data["data"]}, data["out0_float32_reference"]
+    got = _outputs(model, feed)
+    assert_close(got, reference, {"rtol": 1e-2, "atol": 1e-2}, "cnn_fp16 in fp16")
+    constants = model.plan_for(feed).graph.constants.values()
+    assert {np.asarray(value).dtype for value in constants} == {np.dtype(np.float16)}
