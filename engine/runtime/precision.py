@@ -20,7 +20,7 @@ import logging
 from engine.cpu import host_features
 
 PRECISIONS = ("fp32", "bf16", "int8", "fp16")
-_RUNS_ON = {"cpu": ("fp32", "bf16"), "gpu": ("fp32", "fp16")}
+_RUNS_ON = {"cpu": ("fp32", "bf16"), "gpu": ("fp32", "bf16", "fp16")}
 
 log = logging.getLogger("engine.precision")
 _warned: set[str] = set()
@@ -44,6 +44,8 @@ def resolve(precision: object, device_kind: str) -> str:
     if name not in _RUNS_ON[device_kind]:
         raise ValueError(f"precision {name!r} is not available on the {device_kind.upper()} "
                          f"(it runs {', '.join(_RUNS_ON[device_kind])})")
+    if device_kind == "gpu":  # every GPU CuPy supports has bf16 in cuBLAS and cuDNN
+        return name
     if name == "bf16" and not host_features.bf16_dot_product():
         if name not in _warned:
             _warned.add(name)

@@ -16,7 +16,9 @@ from typing import Any
 
 import numpy as np
 
-_DTYPES = {"FLOAT": np.float32, "HALF": np.float16}
+from engine.kernels.bf16 import widen
+
+_DTYPES = {"FLOAT": np.float32, "HALF": np.float16, "BFLOAT16": np.uint16}  # bf16 as bits
 
 
 class cudnnGraphNotSupportedError(RuntimeError):  # noqa: N801 (the frontend's name)
@@ -110,6 +112,9 @@ class Graph:
             raise RuntimeError(Graph.fail_execute)
         Graph.executions += 1
         views = {tensor.name: _view(pointer, tensor) for tensor, pointer in tensor_dict.items()}
+        for tensor in tensor_dict:
+            if tensor.data_type == "BFLOAT16":  # read-only operands: widened to float32
+                views[tensor.name] = widen(views[tensor.name])
         with np.errstate(all="ignore"):  # a GPU raises no floating-point exceptions
             result = _convolve(views["data"], views["weight"], self.conv)
             if "bias" in views:
@@ -164,7 +169,7 @@ def make() -> types.ModuleType:
     """A fresh fake ``cudnn`` module."""
     cudnn = types.ModuleType("fake_cudnn")
     cudnn.pygraph = Graph
-    cudnn.data_type = types.SimpleNamespace(FLOAT="FLOAT", HALF="HALF")
+    cudnn.data_type = types.SimpleNamespace(FLOAT="FLOAT", HALF="HALF", BFLOAT16="BFLOAT16")
     cudnn.numerical_note = types.SimpleNamespace(TENSOR_CORE="TENSOR_CORE")
     cudnn.heur_mode = types.SimpleNamespace(A="A", FALLBACK="FALLBACK")
     cudnn.create_handle = Handle
