@@ -11,8 +11,9 @@ and store half (`engine.cuda.codegen`), CuPy's reductions with their float accum
 
 An op with no half path runs in float32 with casts around it (`keeps_float32`): the ops that
 call cuSOLVER (no half types there), the int8 ops (their ranges are float32 on the host),
-control flow (its subgraphs keep their own float32 parameters), and any op whose dtype
-inference refuses half inputs. A parameter read only by such ops stays float32.
+control flow (its subgraphs keep their own float32 parameters), windowed average, sum and Lp
+pooling (they add their windows in the data's dtype), and any op whose dtype inference
+refuses half inputs. A parameter read only by such ops stays float32.
 """
 
 from __future__ import annotations
@@ -36,9 +37,16 @@ _NO_HALF_PATH = (CUPY_LINALG, ON_HOST)
 
 def keeps_float32(node: Node) -> bool:
     """Whether ``node`` runs in float32 inside a half plan (see the module docstring)."""
-    if node.subgraphs:
+    if node.subgraphs or _sums_windows(node):
         return True
     return any(op.uncapturable in _NO_HALF_PATH for op in node.opdef.components(node.params))
+
+
+def _sums_windows(node: Node) -> bool:
+    """A windowed average, sum or Lp pooling: it adds its window's terms in the data's dtype,
+    where CuPy's reductions (a global pooling) accumulate half in float."""
+    return (node.op == "Pooling" and not node.params.global_pool
+            and node.params.pool_type != "max")
 
 
 def half_graph(graph: Graph, input_dtypes: Mapping[str, Any], precision: str,

@@ -97,7 +97,10 @@ def test_an_fp16_plan_runs_in_half_between_float32_inputs_and_outputs(
     assert plan.steps[0].node.params.dtype == np.float16
     assert plan.steps[-1].node.params.dtype == np.float32
     assert plan._heads[0].dtype == np.float32
-    assert sum(step.node.op == "Cast" for step in plan.steps) == 2
+    # Two more around the 2×2 average pooling, which sums its windows in float32.
+    casts = [step.node for step in plan.steps if step.node.op == "Cast"]
+    assert [node.params.dtype for node in casts] == [np.float16, np.float32, np.float16,
+                                                     np.float32]
     # Every parameter is half (BatchNorm folded into the convolutions first, in float32).
     assert {np.asarray(v).dtype for v in plan.graph.constants.values()} == {np.dtype(np.float16)}
     assert "BatchNorm" not in {node.op for node in plan.graph.nodes}
@@ -220,3 +223,21 @@ def test_a_model_exported_in_mixed_precision_runs_in_fp16(fake_gpu: Any) -> None
     assert_close(got, reference, {"rtol": 1e-2, "atol": 1e-2}, "cnn_fp16 in fp16")
     constants = model.plan_for(feed).graph.constants.values()
     assert {np.asarray(value).dtype for value in constants} == {np.dtype(np.float16)}
+
+
+def test_a_windowed_average_pooling_sums_in_float32_and_a_global_one_in_half() -> None:
+    nodes = (make_node("null", "data"),
+             make_node("Pooling", "window", {"kernel": "(3, 3)", "pool_type": "avg"},
+                       (Entry(0),)),
+             make_node("Pooling", "window_max", {"kernel": "(3, 3)", "pool_type": "max"},
+                       (Entry(1),)),
+             make_node("Pooling", "everything", {"global_pool": "True", "pool_type": "avg",
+                                                 "kernel": "(1, 1)"}, (Entry(2),)))
+    half = half_graph(Graph(nodes, (Entry(3),)), {"data": np.float32}, "fp16")
+    by_name = {node.name: node for node in half.nodes}
+    reads = {name: half.nodes[by_name[name].inputs[0].node] for name in
+             ("window", "window_max", "everything")}
+    assert reads["window"].name == "data"  # the float32 input, not its half cast
+    cast = reads["window_max"]
+    assert cast.op == "Cast" and cast.params.dtype == np.float16
+    assert reads["everything"].name == "window_max"
