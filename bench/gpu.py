@@ -11,7 +11,10 @@ docs/gpu.md for running it on a GPU machine without network. The
 PyTorch comparison runs when ``torch`` with CUDA is importable, and is reported as skipped when
 not. Every time is end to end from a host numpy array to a host numpy array, for both engines.
 Targets (issue #20): MLP batch-1 plan run under 30 µs with graphs; ResNet-50 ≥ 1.0× PyTorch
-at batch 128 and ≥ 1.5× at batch 1.
+at batch 128 and ≥ 1.5× at batch 1. Issue #40: ResNet-50 in ``precision="fp16"`` ≥ 1.0×
+PyTorch AMP (autocast fp16, channels_last) at batch 128, and at batch 1 with CUDA graphs on
+both sides; top-1 agreement of fp16 with fp32 ≥ 99% on 256 inputs. The ``bf16`` rows (bf16
+Convolution and Dense products, the rest float32) have no target: images/s and agreement.
 """
 
 from __future__ import annotations
@@ -282,6 +285,100 @@ def bench_resnet(batches: tuple[int, ...], repeat: int) -> dict[str, Any]:
     return results
 
 
+def _torch_amp(graph: Graph, params: dict[str, np.ndarray], torch: Any, batch: int,
+               graphed: bool) -> Callable[[np.ndarray], np.ndarray]:
+    """PyTorch AMP's forward of ``graph``: autocast to fp16, channels_last input and weights,
+    outputs cast to float32; replayed as a CUDA graph when ``graphed``."""
+    model = TorchGraph(graph, params, torch)
+    model.weights = {name: value.contiguous(memory_format=torch.channels_last)
+                     if value.ndim == 4 else value for name, value in model.weights.items()}
+    static = torch.zeros((batch, 3, 224, 224), device="cuda").contiguous(
+        memory_format=torch.channels_last)
+
+    def forward() -> Any:
+        # Autocast's weight-cast cache would be captured stale: off when replaying a graph.
+        with torch.autocast("cuda", dtype=torch.float16, cache_enabled=not graphed):
+            return model(static).float()
+
+    if not graphed:
+        def run(data: np.ndarray) -> np.ndarray:
+            static.copy_(torch.from_numpy(data))
+            return forward().cpu().numpy()
+
+        return run
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the capture stream, as PyTorch asks
+        for _ in range(3):
+            forward()
+    torch.cuda.current_stream().wait_stream(side)
+    cuda_graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(cuda_graph):
+        output = forward()
+
+    def replay(data: np.ndarray) -> np.ndarray:
+        static.copy_(torch.from_numpy(data))
+        cuda_graph.replay()
+        return output.cpu().numpy()
+
+    return replay
+
+
+def top1_agreement(first: Any, second: Any, inputs: int, batch: int = 32) -> float:
+    """Share of ``inputs`` random images on which two models pick the same class."""
+    rng = np.random.default_rng(40)
+    same = 0
+    for _ in range(inputs // batch):
+        data = {"data": rng.normal(size=(batch, 3, 224, 224)).astype(np.float32)}
+        ones, others = (list(model.infer(data).values())[0] for model in (first, second))
+        same += int(np.sum(ones.argmax(axis=1) == others.argmax(axis=1)))
+    return same / (inputs // batch * batch)
+
+
+def bench_resnet_half(batches: tuple[int, ...], repeat: int, agreement_inputs: int
+                      ) -> dict[str, Any]:
+    """ResNet-50 v1 in fp16 (CUDA graphs) against PyTorch AMP channels_last (eager, and with
+    CUDA graphs at batch 1), its top-1 agreement with fp32, and the same for bf16 (no
+    PyTorch row: AMP's bf16 keeps activations in bf16 between ops, which ours does not)."""
+    net, params = resnet50_v1()
+    model = engine.load_model(net, params, device="gpu", precision="fp16")
+    single = engine.load_model(net, params, device="gpu")
+    torch = _torch()
+    rng = np.random.default_rng(2)
+    results: dict[str, Any] = {"pytorch": torch.__version__ if torch else "not installed"}
+    for batch in batches:
+        data = rng.normal(size=(batch, 3, 224, 224)).astype(np.float32)
+        ours = timings_us(lambda d=data: model.infer({"data": d}), repeat, warmup=3)
+        actual = list(model.infer({"data": data}).values())[0]
+        reference = list(single.infer({"data": data}).values())[0]
+        row: dict[str, Any] = {"engine": ours,
+                               "engine_images_per_s": round(batch / ours["median_us"] * 1e6, 1),
+                               "plan": model.plan_for({"data": data}).execution_stats(),
+                               "max_abs_diff_vs_fp32": float(np.max(np.abs(actual - reference)))}
+        if torch is not None:
+            with torch.inference_mode():
+                for label, graphed in (("pytorch_amp", False), ("pytorch_amp_cuda_graph", True)):
+                    if graphed and batch != 1:
+                        continue
+                    run = _torch_amp(model.graph, model.params, torch, batch, graphed)
+                    theirs = timings_us(lambda d=data, r=run: r(d), repeat, warmup=3)
+                    row[label] = theirs
+                    row[f"ratio_vs_{label}"] = round(theirs["median_us"] / ours["median_us"], 3)
+        results[f"batch{batch}"] = row
+    results["top1_agreement_vs_fp32"] = top1_agreement(model, single, agreement_inputs)
+    bf16 = engine.load_model(net, params, device="gpu", precision="bf16")
+    for batch in batches:
+        data = rng.normal(size=(batch, 3, 224, 224)).astype(np.float32)
+        timing = timings_us(lambda d=data: bf16.infer({"data": d}), repeat, warmup=3)
+        results[f"bf16_batch{batch}"] = {
+            "engine": timing, "engine_images_per_s": round(batch / timing["median_us"] * 1e6, 1),
+            "plan": bf16.plan_for({"data": data}).execution_stats()}
+    results["bf16_top1_agreement_vs_fp32"] = top1_agreement(bf16, single, agreement_inputs)
+    results["target"] = ("ratio_vs_pytorch_amp >= 1.0 at batch 128, ratio_vs_pytorch_amp_cuda_"
+                         "graph >= 1.0 at batch 1, top1_agreement_vs_fp32 >= 0.99 on 256")
+    return results
+
+
 def bench_launches() -> dict[str, Any]:
     """Plan steps and captured kernel launches per forward, without and with fusion."""
     from engine.cuda.graphs import kernel_node_count
@@ -334,7 +431,10 @@ def main() -> int:
                "seed_mlp_batch1": bench_mlp(300 if options.quick else 3000),
                "launches_per_forward": bench_launches(),
                "resnet50_v1_fp32": bench_resnet((1, 32) if options.quick else (1, 32, 128),
-                                                5 if options.quick else 20)}
+                                                5 if options.quick else 20),
+               "resnet50_v1_fp16": bench_resnet_half((1, 32) if options.quick else (1, 32, 128),
+                                                     5 if options.quick else 20,
+                                                     64 if options.quick else 256)}
     text = json.dumps(results, indent=2)
     print(text)
     if options.output:

@@ -26,6 +26,7 @@ WORKSPACE_BYTES = 32 << 20  # cuBLAS's recommendation for Hopper
 _OP_N, _OP_T = 0, 1
 _GEMM_DEFAULT = -1
 _DATA_TYPES = {np.dtype(np.float16): 2, np.dtype(np.float32): 0, np.dtype(np.float64): 1}
+BF16 = 14  # CUDA_R_16BF: bf16 operands, stored as uint16 bit patterns here
 _COMPUTE_32F, _COMPUTE_32F_FAST_TF32, _COMPUTE_64F = 68, 77, 70
 
 
@@ -33,10 +34,22 @@ class CublasError(RuntimeError):
     """A cuBLAS call returned a status other than success."""
 
 
-def matmul(cupy: Any, left: Any, right: Any, out: Any = None) -> Any:
-    """``left @ right`` like ``cupy.matmul``, through a capturable cuBLAS call where it can."""
+def matmul(cupy: Any, left: Any, right: Any, out: Any = None, operand_type: int | None = None
+           ) -> Any:
+    """``left @ right`` like ``cupy.matmul``, through a capturable cuBLAS call where it can.
+
+    With ``operand_type=BF16`` the operands are ``uint16`` arrays of bf16 bit patterns
+    (`engine.cuda.bf16`) and the result is float32, summed in float32; cuBLAS is the only way
+    such a product runs (CuPy has no bf16), so without it this raises.
+    """
     library = _library(cupy)
-    if library is None or not _supported(left, right, out):
+    if operand_type == BF16:
+        if library is None or not _supported_bf16(left, right, out):
+            raise CublasError(f"a bf16 product needs cuBLAS and uint16 operands with a float32 "
+                              f"result; got {left.dtype} @ {right.dtype} -> "
+                              f"{None if out is None else out.dtype}, cuBLAS "
+                              f"{'missing' if library is None else 'loaded'}")
+    elif library is None or not _supported(left, right, out):
         return cupy.matmul(left, right) if out is None else cupy.matmul(left, right, out=out)
     a = left[None, :] if left.ndim == 1 else left
     b = right[:, None] if right.ndim == 1 else right
@@ -45,14 +58,15 @@ def matmul(cupy: Any, left: Any, right: Any, out: Any = None) -> Any:
     result_shape = (*batch, m, n)
     squeezed = result_shape[:len(batch)] + ((m,) if left.ndim > 1 else ()) + (
         (n,) if right.ndim > 1 else ())
+    result_dtype = np.float32 if operand_type == BF16 else left.dtype
     target = out.reshape(result_shape) if out is not None and _writes_directly(
-        out, squeezed, result_shape) else cupy.empty(result_shape, left.dtype)
+        out, squeezed, result_shape) else cupy.empty(result_shape, result_dtype)
     if target.size:
         if k == 0:
             target.fill(0)
         else:
             _gemm(cupy, library, _operand(cupy, a, batch), _operand(cupy, b, batch), target,
-                  math.prod(batch), m, n, k)
+                  math.prod(batch), m, n, k, operand_type)
     result = target.reshape(squeezed)
     if out is None:
         return result
@@ -96,6 +110,12 @@ def _supported(left: Any, right: Any, out: Any) -> bool:
     dtype = left.dtype
     return (left.ndim >= 1 and right.ndim >= 1 and dtype == right.dtype
             and dtype in _DATA_TYPES and (out is None or out.dtype == dtype)
+            and left.shape[-1] == right.shape[-2 if right.ndim > 1 else 0])
+
+
+def _supported_bf16(left: Any, right: Any, out: Any) -> bool:
+    return (left.ndim >= 1 and right.ndim >= 1 and left.dtype == right.dtype == np.uint16
+            and (out is None or out.dtype == np.float32)
             and left.shape[-1] == right.shape[-2 if right.ndim > 1 else 0])
 
 
@@ -180,12 +200,15 @@ def _batch_stride(shape: tuple, strides: tuple, batch: tuple) -> int | None:
 
 
 def _gemm(cupy: Any, library: Any, a: _Operand, b: _Operand, c: Any, batch: int,
-          m: int, n: int, k: int) -> None:
+          m: int, n: int, k: int, operand_type: int | None = None) -> None:
     """C (row-major m x n per batch) = A @ B, as cuBLAS's column-major Cᵀ = Bᵀ Aᵀ."""
     handle = _handle(cupy, library)
-    data_type = _DATA_TYPES[c.dtype]
+    result_type = _DATA_TYPES[c.dtype]
+    data_type = result_type if operand_type is None else operand_type
     if c.dtype == np.float64:
         compute, scalar = _COMPUTE_64F, ctypes.c_double
+    elif operand_type == BF16:  # float32 sums; TF32 is no option for bf16 operands
+        compute, scalar = _COMPUTE_32F, ctypes.c_float
     else:
         compute, scalar = _compute_32f(cupy), ctypes.c_float
     alpha, beta = scalar(1.0), scalar(0.0)
@@ -193,7 +216,7 @@ def _gemm(cupy: Any, library: Any, a: _Operand, b: _Operand, c: Any, batch: int,
         handle, b.op, a.op, n, m, k, ctypes.byref(alpha),
         ctypes.c_void_p(b.ptr), data_type, b.ld, ctypes.c_longlong(b.stride),
         ctypes.c_void_p(a.ptr), data_type, a.ld, ctypes.c_longlong(a.stride),
-        ctypes.byref(beta), ctypes.c_void_p(int(c.data.ptr)), data_type, n,
+        ctypes.byref(beta), ctypes.c_void_p(int(c.data.ptr)), result_type, n,
         ctypes.c_longlong(m * n), batch, compute, _GEMM_DEFAULT)
     _check(status, "cublasGemmStridedBatchedEx")
 

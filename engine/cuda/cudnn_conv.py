@@ -8,6 +8,8 @@ plan can still be captured as a CUDA graph. Where cuDNN or its frontend is missi
 a graph, the caller falls back to im2col and cuBLAS GEMM (`engine.kernels.conv_bind`).
 
 TF32 tensor-core engines are excluded for float32 unless the device allows TF32, as for GEMMs.
+In a bf16 plan (`engine.cuda.bf16`) a convolution converts its input into the plan's staging
+buffer and runs on bf16 operands (its weight converted once) with a float32 output.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from functools import cache
 from typing import Any
 
 import numpy as np
+
+from engine.cuda.bf16 import Bf16Products
 
 Ints = tuple[int, ...]
 Geometry = tuple[Ints, Ints, Ints, Ints]  # kernel, stride, dilate, pad
@@ -50,29 +54,37 @@ def element_strides(array: Any) -> list[int]:
 
 
 def describe(cudnn: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometry,
-             tf32: bool, handle: Any = None) -> tuple[Any, dict[str, Any]]:
+             tf32: bool, handle: Any = None,
+             bf16_operands: bool = False) -> tuple[Any, dict[str, Any]]:
     """The cuDNN graph computing ``out = conv(data, weight) + bias``, and its tensors by role.
 
-    Pure description: nothing here needs a GPU, so shapes can be checked on any machine.
+    With ``bf16_operands`` ``data`` and ``weight`` are ``uint16`` arrays of bf16 bit patterns
+    (`engine.cuda.bf16`) and ``out`` and ``bias`` are float32. Pure description: nothing here
+    needs a GPU, so shapes can be checked on any machine.
 
     Raises:
         ValueError: a dtype cuDNN is not asked to handle here, or an output shape that
             disagrees with ``out`` (a bug in the geometry, not the user's input).
     """
     name = np.dtype(out.dtype).name
-    if name not in _DATA_TYPES or data.dtype != out.dtype or weight.dtype != out.dtype:
+    if bf16_operands:
+        if name != "float32" or data.dtype != np.uint16 or weight.dtype != np.uint16:
+            raise ValueError(f"a bf16 cuDNN convolution takes uint16 bf16 bits to float32; got "
+                             f"data {data.dtype}, weight {weight.dtype}, output {out.dtype}")
+    elif name not in _DATA_TYPES or data.dtype != out.dtype or weight.dtype != out.dtype:
         raise ValueError(f"cuDNN convolution is used for {', '.join(_DATA_TYPES)} only; "
                          f"got data {data.dtype}, weight {weight.dtype}, output {out.dtype}")
     io_type = getattr(cudnn.data_type, _DATA_TYPES[name])
+    operand_type = cudnn.data_type.BFLOAT16 if bf16_operands else io_type
     compute = cudnn.data_type.FLOAT
-    graph = cudnn.pygraph(io_data_type=io_type, intermediate_data_type=compute,
+    graph = cudnn.pygraph(io_data_type=operand_type, intermediate_data_type=compute,
                           compute_data_type=compute, handle=handle)
     kernel, stride, dilate, pad = geometry
     tensors = {
         "data": graph.tensor(name="data", dim=list(data.shape), stride=element_strides(data),
-                             data_type=io_type),
+                             data_type=operand_type),
         "weight": graph.tensor(name="weight", dim=list(weight.shape),
-                               stride=element_strides(weight), data_type=io_type),
+                               stride=element_strides(weight), data_type=operand_type),
     }
     result = graph.conv_fprop(image=tensors["data"], weight=tensors["weight"], padding=list(pad),
                               stride=list(stride), dilation=list(dilate), compute_data_type=compute,
@@ -89,7 +101,7 @@ def describe(cudnn: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: 
     result.set_output(True).set_data_type(io_type).set_dim(list(out.shape))
     result.set_stride(element_strides(out))
     tensors["out"] = result
-    if name == "float32" and not tf32:
+    if name == "float32" and not tf32 and not bf16_operands:
         graph.deselect_numeric_notes([cudnn.numerical_note.TENSOR_CORE])
     return graph, tensors
 
@@ -117,24 +129,35 @@ class CudnnConvolutions:
         cudnn, reason = _import_cudnn()
         if reason or not supports(data, weight, out, geometry):
             return None
+        steps: list[Callable[[], Any]] = []
+        products = xp if isinstance(xp, Bf16Products) else None
+        if products is not None and out.dtype == np.float32:
+            if not products.is_constant(weight):  # converted once: it must never change
+                return None  # the GEMM path converts such a weight on every run
+            data, convert = products.staged(data)
+            weight = products.constant_bits(weight)
+            steps.append(convert)
+        else:
+            products = None
         arrays = {"data": data, "weight": weight, "bias": bias, "out": out}
         try:
             graph, tensors = describe(cudnn, data, weight, bias, out, geometry, self.tf32,
-                                      self._handle(cudnn))
+                                      self._handle(cudnn), bf16_operands=products is not None)
             graph.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
             scratch = xp.empty(max(1, graph.get_workspace_size()), np.uint8)
             pointers = {tensors[role]: int(arrays[role].data.ptr) for role in tensors}
             call = _Execute(graph, pointers, scratch, self.handle)
             # One trial launch while the plan compiles, so that a graph cuDNN cannot run falls
-            # back here rather than failing a request. It only writes ``out``, which no value
-            # occupies before the plan's first run.
-            call()
+            # back here rather than failing a request. It only writes ``out`` (and a bf16
+            # input's staging), which no value occupies before the plan's first run.
+            for step in (*steps, call):
+                step()
         except Exception as error:  # not supported, or a plan that fails to build: use GEMM
             self.declined.append(f"{list(data.shape)}x{list(weight.shape)}: "
                                  f"{type(error).__name__}: {error}")
             return None
         self.built += 1
-        return [call]
+        return [*steps, call]
 
     def _handle(self, cudnn: Any) -> Any:
         if self.handle is None:

@@ -44,10 +44,12 @@ def load_model(symbol: Any, params: Any = None, *, device: str | Device | Any = 
             client sending ever new shapes can make the model hold.
         keep_batch: refuse (`InputError`) input shapes for which shape inference gives an
             output another number of rows than the inputs (what a server batching rows needs).
-        precision: what the Dense and Convolution products compute in: ``"fp32"`` (the
-            default) or ``"bf16"`` (operands rounded to bf16, float32 sums; everything else
-            float32). A CPU without AVX-512 BF16 runs bf16 in fp32 and logs it once
-            (``model.precision`` says what runs). ``"int8"`` and ``"fp16"`` are refused.
+        precision: what the model computes in: ``"fp32"`` (the default); ``"bf16"`` (the
+            Dense and Convolution products' operands rounded to bf16, float32 sums;
+            everything else float32; a CPU without AVX-512 BF16 runs it in fp32 and logs it
+            once, ``model.precision`` says what runs); ``"fp16"`` on a GPU (every op in half
+            between float32 inputs and outputs, float32 accumulation). ``"int8"``, and
+            ``"fp16"`` on the CPU, are refused.
 
     Returns:
         A `Model` whose ``infer`` maps input names to arrays.

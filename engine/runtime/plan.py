@@ -17,6 +17,8 @@ import numpy as np
 
 from engine.compiler.plan_memory import MemoryPlan, plan_memory
 from engine.cpu import blas_threads, denormals, parallel, spin_pool
+from engine.cuda.bf16 import Bf16Products, product_op, staging_elements
+from engine.cuda.half import HALF_PRECISIONS, half_graph
 from engine.device import CPU, Device, on_stream
 from engine.errors import EngineError, ExecutionError, ShapeError
 from engine.graph.infer import infer_dtypes, infer_shapes, specialize_sources
@@ -45,8 +47,10 @@ class Plan:
     the plan's own stream, and the steps are replayed as a CUDA graph once warm; ``run`` still
     takes and returns numpy arrays. ``constants`` (shared by a model's plans)
     caches parameters already on the device, and ``derived`` (shared likewise) values that ops
-    derive from parameters when they bind (see `Workspace.derived`). ``precision`` (``fp32``
-    or ``bf16``, `engine.runtime.precision`) is what its matrix products compute in.
+    derive from parameters when they bind (see `Workspace.derived`). ``precision`` (``fp32``,
+    ``bf16``, or ``fp16`` on a GPU; `engine.runtime.precision`) is what it computes in: a GPU
+    plan in ``fp16`` runs a half-precision copy of ``graph`` (`engine.cuda.half`), one in
+    ``bf16`` binds its Convolution and Dense nodes with bf16 products (`engine.cuda.bf16`).
     """
 
     def __init__(self, graph: Graph, input_shapes: Mapping[str, tuple[int, ...]],
@@ -57,6 +61,10 @@ class Plan:
         self.device = device or CPU
         self.precision = precision
         self.xp = self.device.xp
+        if self.device.is_gpu and precision in HALF_PRECISIONS:
+            # Half between float32 inputs and outputs; parameters converted once per model.
+            graph = half_graph(graph, input_dtypes, precision,
+                               None if derived is None else derived)
         self.graph = graph
         self._constants = {} if constants is None else constants
         shapes, dtypes = _infer(graph, input_shapes, input_dtypes)
@@ -93,6 +101,10 @@ class Plan:
         self._inputs = {name: empty_aligned(xp, input_shapes[name], input_dtypes[name])
                         for name in input_shapes}
         self._input_buffers = list(self._inputs.items())
+        # bf16 on a GPU: the Convolution and Dense nodes bind with products on bf16 operands.
+        products = Bf16Products(xp, self._constants, {} if derived is None else derived,
+                                staging_elements(graph, shapes)) \
+            if self.device.is_gpu and self.precision == "bf16" else None
         arrays: dict[tuple[int, int], Any] = {}
         self.steps: list[Step] = []
         spread = parallel.threads()
@@ -109,7 +121,8 @@ class Plan:
             for slot, out in enumerate(outs):
                 arrays[(index, slot)] = out
             out = outs[0] if len(outs) == 1 else outs
-            calls = node.opdef.bind_calls(xp, params, args, out, self.workspace)
+            node_xp = products if products is not None and product_op(node) else xp
+            calls = node.opdef.bind_calls(node_xp, params, args, out, self.workspace)
             if xp is np:  # large copies and ufuncs cut over parallel.threads() (default 1)
                 calls = [jobs.pooled(parallel.split(call, spread), self.workspace)
                          for call in calls]

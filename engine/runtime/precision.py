@@ -5,9 +5,13 @@
 sums; everything else (depthwise convolutions, pooling, normalisation, elementwise chains, the
 outputs) stays float32. On the CPU the weights are rounded once when a plan binds
 (`engine.kernels.bf16`), and the products run on AMX tiles where the process may use them,
-else on AVX-512 BF16. ``int8`` and ``fp16`` are names a model may carry for paths that are
-not here: asking for them is a clear error. A host without AVX-512 BF16 runs a bf16 model in
-float32, and says so once in the log.
+else on AVX-512 BF16. ``fp16`` runs on a GPU only: the whole plan in half precision between
+float32 inputs and outputs, products and reductions accumulating in float32
+(`engine.cuda.half`, docs/gpu.md); bf16 on a GPU has the CPU's meaning, its products on
+cuBLAS and cuDNN (`engine.cuda.bf16`). ``int8`` is a name a model may carry for a path that
+is not here: asking for it is a clear error. A host without AVX-512 BF16 runs a bf16 model in
+float32 on the CPU, and says so once in the log. TF32 is no precision here but the GPU
+device's switch for fp32 products (``get_device("gpu", tf32=True)``).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import logging
 from engine.cpu import host_features
 
 PRECISIONS = ("fp32", "bf16", "int8", "fp16")
-_RUNS_ON = {"cpu": ("fp32", "bf16"), "gpu": ("fp32",)}
+_RUNS_ON = {"cpu": ("fp32", "bf16"), "gpu": ("fp32", "bf16", "fp16")}
 
 log = logging.getLogger("engine.precision")
 _warned: set[str] = set()
@@ -41,6 +45,8 @@ def resolve(precision: object, device_kind: str) -> str:
     if name not in _RUNS_ON[device_kind]:
         raise ValueError(f"precision {name!r} is not available on the {device_kind.upper()} "
                          f"(it runs {', '.join(_RUNS_ON[device_kind])})")
+    if device_kind == "gpu":  # the host CPU's features do not matter there
+        return name
     if name == "bf16" and not host_features.bf16_dot_product():
         if name not in _warned:
             _warned.add(name)

@@ -16,7 +16,9 @@ from typing import Any
 
 import numpy as np
 
-_DTYPES = {"FLOAT": np.float32, "HALF": np.float16}
+from engine.kernels.bf16 import widen
+
+_DTYPES = {"FLOAT": np.float32, "HALF": np.float16, "BFLOAT16": np.uint16}  # bf16 as bits
 
 
 class cudnnGraphNotSupportedError(RuntimeError):  # noqa: N801 (the frontend's name)
@@ -64,6 +66,8 @@ class Graph:
     def __init__(self, io_data_type: str, intermediate_data_type: str, compute_data_type: str,
                  handle: Any = None) -> None:
         self.io_data_type, self.handle = io_data_type, handle
+        self.intermediate_data_type, self.compute_data_type = (intermediate_data_type,
+                                                               compute_data_type)
         self.conv: dict[str, Any] = {}
         self.bias_tensor: Tensor | None = None
         self.excluded_notes: list[str] = []
@@ -76,8 +80,11 @@ class Graph:
                    dilation: list[int], compute_data_type: str, name: str) -> Tensor:
         sizes = [(n + 2 * p - d * (k - 1) - 1) // s + 1 for n, k, s, d, p in
                  zip(image.dim[2:], weight.dim[2:], stride, dilation, padding)]
+        if image.data_type != weight.data_type:
+            raise cudnnGraphNotSupportedError(f"image {image.data_type}, weight "
+                                              f"{weight.data_type}: one type for both")
         self.conv = {"image": image, "weight": weight, "padding": padding, "stride": stride,
-                     "dilation": dilation}
+                     "dilation": dilation, "compute_data_type": compute_data_type}
         return Tensor(name, [image.dim[0], weight.dim[0], *sizes], None, None)
 
     def bias(self, name: str, input: Tensor, bias: Tensor) -> Tensor:  # noqa: A002
@@ -105,6 +112,9 @@ class Graph:
             raise RuntimeError(Graph.fail_execute)
         Graph.executions += 1
         views = {tensor.name: _view(pointer, tensor) for tensor, pointer in tensor_dict.items()}
+        for tensor in tensor_dict:
+            if tensor.data_type == "BFLOAT16":  # read-only operands: widened to float32
+                views[tensor.name] = widen(views[tensor.name])
         with np.errstate(all="ignore"):  # a GPU raises no floating-point exceptions
             result = _convolve(views["data"], views["weight"], self.conv)
             if "bias" in views:
@@ -159,7 +169,7 @@ def make() -> types.ModuleType:
     """A fresh fake ``cudnn`` module."""
     cudnn = types.ModuleType("fake_cudnn")
     cudnn.pygraph = Graph
-    cudnn.data_type = types.SimpleNamespace(FLOAT="FLOAT", HALF="HALF")
+    cudnn.data_type = types.SimpleNamespace(FLOAT="FLOAT", HALF="HALF", BFLOAT16="BFLOAT16")
     cudnn.numerical_note = types.SimpleNamespace(TENSOR_CORE="TENSOR_CORE")
     cudnn.heur_mode = types.SimpleNamespace(A="A", FALLBACK="FALLBACK")
     cudnn.create_handle = Handle

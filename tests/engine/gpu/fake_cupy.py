@@ -192,10 +192,17 @@ class FakeCublas:
     """
 
     _DTYPES = {0: np.float32, 1: np.float64, 2: np.float16}
+    # (A and B type, C type, compute type) cublasGemmEx accepts, of those with numpy dtypes
+    # (cuBLAS's table of GemmEx types): float32 compute, TF32 or not, for half and float32
+    # operands, float64 compute for float64. Anything else is CUBLAS_STATUS_NOT_SUPPORTED.
+    SUPPORTED = frozenset({(2, 2, 68), (2, 0, 68), (0, 0, 68), (2, 2, 77), (2, 0, 77),
+                           (0, 0, 77), (1, 1, 70), (14, 14, 68), (14, 0, 68)})
+    BF16 = 14  # CUDA_R_16BF, read from uint16 bit patterns
 
     def __init__(self) -> None:
         self.gemms = 0
         self.streams: dict[int, Any] = {}
+        self.types: list[tuple[int, int, int, int]] = []  # (A, B, C, compute) per call
 
     def cublasCreate_v2(self, handle: Any) -> int:
         handle._obj.value = 1000 + len(self.streams)
@@ -214,11 +221,19 @@ class FakeCublas:
                                    stride_a: Any, b: Any, b_type: int, ldb: int, stride_b: Any,
                                    beta: Any, c: Any, c_type: int, ldc: int, stride_c: Any,
                                    batch: int, compute: int, algo: int) -> int:
+        self.types.append((a_type, b_type, c_type, compute))
+        if a_type != b_type or (a_type, c_type, compute) not in self.SUPPORTED:
+            return 15  # CUBLAS_STATUS_NOT_SUPPORTED
         dtype = np.dtype(self._DTYPES[c_type])
+        operand = np.dtype(np.uint16) if a_type == self.BF16 else np.dtype(self._DTYPES[a_type])
         rows_a, cols_a = (m, k) if transa == 0 else (k, m)
         rows_b, cols_b = (k, n) if transb == 0 else (n, k)
-        op_a = _column_major(a, dtype, rows_a, cols_a, lda, _value(stride_a), batch)
-        op_b = _column_major(b, dtype, rows_b, cols_b, ldb, _value(stride_b), batch)
+        op_a = _column_major(a, operand, rows_a, cols_a, lda, _value(stride_a), batch)
+        op_b = _column_major(b, operand, rows_b, cols_b, ldb, _value(stride_b), batch)
+        if a_type == self.BF16:
+            from engine.kernels.bf16 import widen
+
+            op_a, op_b = widen(op_a), widen(op_b)
         out = _column_major(c, dtype, m, n, ldc, _value(stride_c), batch)
         if transa:
             op_a = op_a.transpose(0, 2, 1)
@@ -287,6 +302,10 @@ class ElementwiseKernel:
         _check_kernel_arguments(self.in_params + self.out_params, args)
         *extras, out = args
         ElementwiseKernel.launches += 1
+        if self.source.name in HANDWRITTEN_KERNELS:  # not a fused chain: its NumPy twin
+            out[...] = HANDWRITTEN_KERNELS[self.source.name](self.source.operation,
+                                                             *[_plain(e) for e in extras])
+            return out
         with np.errstate(all="ignore"):
             out[...] = run_generated(self.source, _plain(out), [_plain(e) for e in extras])
         return out
@@ -316,6 +335,20 @@ def parse_params(text: str) -> tuple[tuple[bool, str, str], ...]:
                 raise SyntaxError(f'Unknown keyword "{word}"')
         params.append(("raw" in keywords, ctype, name))
     return tuple(params)
+
+
+def _float_to_bf16(operation: str, source: np.ndarray) -> np.ndarray:
+    from engine.cuda.bf16 import TO_BF16
+    from engine.kernels.bf16 import round_to_bf16
+
+    assert operation == TO_BF16, "the conversion's source changed: update its NumPy twin"
+    return round_to_bf16(source)
+
+
+# Kernels the engine writes by hand, by name: what each computes, in NumPy (their C source is
+# compiled for real by `test_cupy_wheel`).
+HANDWRITTEN_KERNELS: dict[str, Callable[..., np.ndarray]] = {
+    "hybridserve_float_to_bf16": _float_to_bf16}
 
 
 def _check_kernel_arguments(params: tuple, args: tuple) -> None:

@@ -95,20 +95,52 @@ def test_every_generated_kernel_compiles_with_nvrtc() -> None:
     (((1, 1), (2, 2), (1, 1), (0, 0)), 1, True, 2),
     (((3, 3, 3), (1, 2, 2), (1, 1, 1), (1, 1, 1)), 1, True, 3),
 ])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])  # fp32 plans, and fp16 (half.py)
 def test_cudnn_graph_infers_the_plans_convolution_shape(geometry: Any, group: int, bias: bool,
-                                                         dims: int) -> None:
+                                                         dims: int, dtype: Any) -> None:
     cudnn = pytest.importorskip("cudnn", reason="nvidia-cudnn-frontend is not installed")
     kernel, stride, dilate, pad = geometry
-    data = np.zeros((2, 4, *(9,) * dims), np.float32)
+    data = np.zeros((2, 4, *(9,) * dims), dtype)
     size = conv_out_sizes(data.shape[2:], kernel, stride, dilate, pad)
-    weight = np.zeros((6, 4 // group, *kernel), np.float32)
-    out = np.zeros((2, 6, *size), np.float32)
+    weight = np.zeros((6, 4 // group, *kernel), dtype)
+    out = np.zeros((2, 6, *size), dtype)
     assert cudnn_conv.supports(data, weight, out, geometry)
-    graph, tensors = cudnn_conv.describe(cudnn, data, weight, np.zeros(6, np.float32) if bias
+    graph, tensors = cudnn_conv.describe(cudnn, data, weight, np.zeros(6, dtype) if bias
                                          else None, out, geometry, tf32=False)
     assert list(tensors["out"].get_dim()) == list(out.shape)
     assert list(tensors["out"].get_stride()) == cudnn_conv.element_strides(out)
     assert ("bias" in tensors) is bias
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_cudnn_describes_a_convolution_on_bf16_operands(bias: bool) -> None:
+    cudnn = pytest.importorskip("cudnn", reason="nvidia-cudnn-frontend is not installed")
+    geometry = ((3, 3), (1, 1), (1, 1), (1, 1))
+    data, weight = np.zeros((2, 4, 9, 9), np.uint16), np.zeros((6, 4, 3, 3), np.uint16)
+    out = np.zeros((2, 6, 9, 9), np.float32)
+    graph, tensors = cudnn_conv.describe(cudnn, data, weight, np.zeros(6, np.float32) if bias
+                                         else None, out, geometry, tf32=False,
+                                         bf16_operands=True)
+    assert list(tensors["out"].get_dim()) == list(out.shape)
+
+
+def test_the_bf16_conversion_kernel_compiles_with_nvrtc() -> None:
+    from engine.cuda.bf16 import KERNEL_NAME, TO_BF16
+
+    kernel = cupy.ElementwiseKernel("float32 x", "uint16 y", TO_BF16, KERNEL_NAME)
+    assert [param.dtype for param in kernel.in_params] == [np.float32]
+    source = ("extern \"C\" __global__ void convert(const float* xs, unsigned short* ys, "
+              "int n) {\n  const int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+              "  if (i >= n) return;\n  const float x = xs[i];\n  unsigned short y;\n"
+              f"  {{ {TO_BF16} }}\n  ys[i] = y;\n}}\n")
+    nvrtc = _nvrtc()
+    program = nvrtc.createProgram(source, "to_bf16.cu", (), ())
+    try:  # no include directories: the conversion needs no CUDA header
+        nvrtc.compileProgram(program, [f"--gpu-architecture={ARCH}", "-std=c++17"])
+    except nvrtc.NVRTCError:
+        pytest.fail(nvrtc.getProgramLog(program))
+    finally:
+        nvrtc.destroyProgram(program)
 
 
 def test_no_cuda_12_library_in_a_cuda_13_process() -> None:

@@ -49,12 +49,13 @@ def test_fp32_is_the_default_and_names_are_checked() -> None:
             engine.load_model(symbol, params, precision=name)
 
 
-def test_the_gpu_runs_fp32_only_for_now() -> None:
-    assert precision.resolve("fp32", "gpu") == "fp32"
-    for name in ("bf16", "fp16", "int8"):
-        with pytest.raises(ValueError, match=rf"precision '{name}' is not available on the "
-                                             r"GPU \(it runs fp32\)"):
-            precision.resolve(name, "gpu")
+def test_the_gpu_runs_fp32_bf16_and_fp16(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(host_features, "bf16_dot_product", lambda: False)  # the host's CPU
+    for name in ("fp32", "bf16", "fp16"):
+        assert precision.resolve(name, "gpu") == name
+    with pytest.raises(ValueError, match=r"precision 'int8' is not available on the "
+                                         r"GPU \(it runs fp32, bf16, fp16\)"):
+        precision.resolve("int8", "gpu")
 
 
 def test_a_host_without_bf16_runs_fp32_and_says_so_once(monkeypatch: pytest.MonkeyPatch,
