@@ -315,6 +315,26 @@ class TritonSequenceBatching(BaseModel):
     state: list[TritonSequenceState]
 
 
+class TritonWarmupInput(BaseModel):
+    """An input of a warm-up sample: its type and dims (without the batch dimension) and
+    where its data came from (exactly one of the three)."""
+
+    data_type: str
+    dims: list[int]
+    zero_data: bool | None = None
+    random_data: bool | None = None
+    input_data_file: str | None = Field(None, description="a file in the version's folder")
+
+
+class TritonModelWarmup(BaseModel):
+    """A request the version ran before it was READY."""
+
+    name: str
+    batch_size: int
+    inputs: dict[str, TritonWarmupInput]
+    count: int
+
+
 class TritonInstanceGroup(BaseModel):
     """Where the model runs (``KIND_CPU`` or ``KIND_GPU``) and how many batches at once."""
 
@@ -340,3 +360,5 @@ class TritonModelConfig(BaseModel):
     dynamic_batching: TritonDynamicBatching | None = None
     sequence_batching: TritonSequenceBatching | None = None
     instance_group: list[TritonInstanceGroup]
+    model_warmup: list[TritonModelWarmup] | None = Field(
+        None, description="the requests the version ran before it was READY (none: absent)")
