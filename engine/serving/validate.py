@@ -243,7 +243,7 @@ def load_and_validate(version_dir: Path, config: ModelConfig, *, loader: Loader,
         warm_buckets(model, graph_inputs, sample, buckets, where)
     precision = check_precision(model, config, graph_inputs, sample, where)
     # Last: the samples run the plans as a client's first requests would, READY only after.
-    warmed = warm_up(model, config.model_warmup, inputs, sample, config.max_batch_size > 0,
+    warmed = warm_up(model, config.model_warmup, inputs, sample, config.max_batch_size,
                      version_dir, where)
     batched = config.max_batch_size > 0
     exact = all(dim > 0 for tensor in inputs for axis, dim in enumerate(tensor.shape)

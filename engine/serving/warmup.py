@@ -51,15 +51,16 @@ def compile_sizes(max_batch_size: int, buckets: Sequence[int] | None,
 
 
 def warm_up(model: Any, samples: Sequence[WarmupSample], inputs: Sequence[TensorConfig],
-            sample_shapes: Mapping[str, tuple[int, ...]] | None, batched: bool,
+            sample_shapes: Mapping[str, tuple[int, ...]] | None, max_batch_size: int,
             version_dir: Path, where: str) -> list[dict[str, Any]]:
     """Run each sample ``count`` times through ``model.infer``; the record of what ran
     (name, batch size, runs, seconds), for the version's checks.
 
     ``inputs`` is the completed config's (client names; the model is fed graph names);
     ``sample_shapes`` the test inference's shapes by graph name, which fill the variable
-    dimensions of inputs a sample gives no ``dims`` for; ``batched``: the inputs have a
-    batch dimension (``max_batch_size`` > 0).
+    dimensions of inputs a sample gives no ``dims`` for; ``max_batch_size`` the completed
+    config's (the load may have lowered the config's: a graph that takes one row, or whose
+    shapes follow the data).
 
     Raises:
         InvalidModel: a sample's data could not be made or a run failed; the message names
@@ -68,6 +69,10 @@ def warm_up(model: Any, samples: Sequence[WarmupSample], inputs: Sequence[Tensor
     record = []
     for index, sample in enumerate(samples):
         named = f"{where}: warm-up sample {sample.name!r} (model_warmup.{index})"
+        if sample.batch_size > max(1, max_batch_size):
+            raise InvalidModel(f"{named}: batch_size {sample.batch_size} is more than the "
+                               f"model takes (max_batch_size {max_batch_size} after loading)")
+        batched = max_batch_size > 0
         try:
             arrays = sample_arrays(sample, inputs, sample_shapes, batched, version_dir)
         except WarmupError as error:

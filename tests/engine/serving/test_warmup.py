@@ -311,3 +311,23 @@ def test_the_completed_config_keeps_the_samples(tmp_path: Path) -> None:
     validated = validate(tmp_path, [{"name": "z", "batch_size": 2}])
     assert isinstance(validated.config, ModelConfig)
     assert [sample.name for sample in validated.config.model_warmup] == ["z"]
+
+
+def test_a_sample_larger_than_the_batch_the_load_settled_on_is_refused(tmp_path: Path) -> None:
+    from engine import sym
+
+    # A graph that takes one row only: the load lowers max_batch_size to 1.
+    net = sym.FullyConnected(sym.Reshape(sym.var("data"), shape=(1, -1)), num_hidden=2,
+                             name="fc")
+    params = {"fc_weight": np.zeros((2, 6), np.float32), "fc_bias": np.zeros(2, np.float32)}
+
+    def loader(_symbol: Path, _params: Path, *, device: str) -> Any:
+        import engine
+
+        return engine.load_model(net, params, device=device, keep_batch=True)
+
+    config = parse_config({"model_warmup": [{"name": "four", "batch_size": 4}]}, "test")
+    with pytest.raises(InvalidModel, match=r"warm-up sample 'four' \(model_warmup.0\): "
+                       r"batch_size 4 is more than the model takes \(max_batch_size 1 after "
+                       r"loading\)"):
+        load_and_validate(tmp_path, config, loader=loader, device="cpu", where="model 't'")
