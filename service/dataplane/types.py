@@ -134,6 +134,21 @@ class CompileCheck(CheckRan):
     skipped: list[SkippedTarget] = Field(default_factory=list)
 
 
+class WarmupRun(BaseModel):
+    """One ``model_warmup`` sample the load ran."""
+
+    name: str
+    batch_size: int
+    runs: int
+    seconds: float
+
+
+class WarmupCheck(CheckRan):
+    """The config's warm-up samples, each run before the version was READY."""
+
+    samples: list[WarmupRun] = Field(default_factory=list)
+
+
 class PreprocessCheck(CheckRan):
     """The inputs' preprocess pipelines: checked against the graph, dry-run on a synthetic image
     (row shapes by input), and warnings (e.g. a graph that already normalises its input)."""
@@ -161,6 +176,8 @@ class ValidationChecks(BaseModel):
     test_inference: TestInferenceCheck
     memory_estimate: MemoryCheck
     compile: CompileCheck | None = None
+    warmup: WarmupCheck | None = Field(None, description="absent: the config has no "
+                                       "model_warmup")
     preprocess: PreprocessCheck | None = None
     postprocess: PostprocessCheck | None = None
 
