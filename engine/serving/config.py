@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 import numpy as np
 from pydantic import (
+    AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
@@ -35,6 +36,7 @@ from engine.serving.manifest import MANIFEST_NAME, PARAMS_NAME, SYMBOL_NAME
 from engine.serving.postprocess_config import PostprocessField, check_outputs
 from engine.serving.preprocess_config import PreprocessField
 from engine.serving.sequence_config import SequenceBatchingConfig
+from engine.serving.warmup_config import WarmupSample, check_samples
 
 CONFIG_NAME = "config.json"
 # A labels file sits in a version's folder or beside config.json: a plain name, never a path,
@@ -294,6 +296,18 @@ class ModelConfig(_Strict):
     version_policy: VersionPolicy = VersionPolicy()
     # Never unloaded to make room under the server's memory budget (`engine.serving.control`).
     pinned: bool = False
+    # Requests a version runs before it is READY (Triton's name; ``warmup`` is accepted too).
+    # Empty: none, and on the CPU the load compiles the plans of a few batch sizes instead
+    # (see `engine.serving.warmup`).
+    model_warmup: tuple[WarmupSample, ...] = Field(
+        (), validation_alias=AliasChoices("model_warmup", "warmup"))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_warmup_name(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "model_warmup" in data and "warmup" in data:
+            raise ValueError("give model_warmup or warmup (the same field), not both")
+        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelConfig:
@@ -324,6 +338,7 @@ class ModelConfig(_Strict):
                 buckets) != sorted(set(buckets)):
             raise ValueError(f"batch_buckets {list(buckets)}: increasing sizes from 1 to "
                              f"max_batch_size {self.max_batch_size}")
+        check_samples(self.model_warmup, self.max_batch_size)
         return self
 
     def batch_axes(self) -> dict[str, int] | None:

@@ -34,6 +34,7 @@ from engine.serving.postprocess_check import check_postprocess
 from engine.serving.precision_check import check_precision
 from engine.serving.preprocess_check import check_preprocess
 from engine.serving.probe import Probe, sample_or_ones, with_rows
+from engine.serving.warmup import compile_sizes, warm_up
 
 
 class Spec(Protocol):
@@ -70,7 +71,8 @@ class Checks:
     the test inference ran at (None: skipped, `skipped` says why); `memory_bytes` is the
     estimate at max_batch_size (None: not estimated, `memory_skipped` says why); `compile` is
     the compile step's record (`compile_record`: each plan compiled at load, what for, seconds
-    and bytes; None: the model has no compile step).
+    and bytes; None: the model has no compile step); `warmup` the ``model_warmup`` samples
+    that ran (`warm_up`'s record).
     """
 
     variable_dims: dict[str, list[int]]
@@ -85,6 +87,7 @@ class Checks:
     postprocess: dict[str, Any] | None = None  # `check_postprocess`'s; None: no postprocess
     compile: dict[str, Any] | None = None  # `compile_at_load`'s record; None: no compile step
     precision: dict[str, Any] | None = None  # `check_precision`'s record; None: fp32
+    warmup: list[dict[str, Any]] | None = None  # `warm_up`'s record of each sample run
 
     @classmethod
     def of(cls, inputs: Sequence[TensorConfig], sample: Mapping[str, tuple[int, ...]] | None,
@@ -130,6 +133,8 @@ class Checks:
             checks["postprocess"] = self.postprocess
         if self.precision is not None:
             checks["precision"] = self.precision
+        if self.warmup:
+            checks["warmup"] = {"ran": True, "samples": self.warmup}
         return checks if self.preprocess is None else {**checks, "preprocess": self.preprocess}
 
 
@@ -184,9 +189,11 @@ def load_and_validate(version_dir: Path, config: ModelConfig, *, loader: Loader,
     ``memory_cap_bytes``, a model whose parameters plus activations at ``max_batch_size``
     would need more is refused from shape inference alone, before anything is compiled. The
     compile step (`compile_at_load`) then compiles, by name and timed, the plans of the test
-    run, of each batch bucket and of ``max_batch_size`` (the memory measured later), so the
-    runs after it and the measurement compile nothing. What ran is recorded in a `Checks`
-    (see `checks_of`).
+    run, of each batch bucket (on the CPU without buckets or warm-up samples, of the batch
+    sizes `compile_sizes` names) and of ``max_batch_size`` (the memory measured later), so
+    the runs after it and the measurement compile nothing. The config's ``model_warmup``
+    samples run last (`warm_up`): a version is served only after them. What ran is recorded
+    in a `Checks` (see `checks_of`).
 
     Raises:
         InvalidModel: any failure; the message starts with `where` and names the cause.
@@ -219,9 +226,11 @@ def load_and_validate(version_dir: Path, config: ModelConfig, *, loader: Loader,
     memory, memory_skipped = _memory_check(model, graph_inputs, config.max_batch_size,
                                            memory_cap_bytes, where, sample)
     names = {tensor.graph_name: tensor.name for tensor in inputs}
+    sizes = () if on_gpu(model) else compile_sizes(config.max_batch_size, buckets,
+                                                    config.model_warmup)
     try:
         compiled = compile_at_load(model, graph_inputs, sample, buckets, config.max_batch_size,
-                                   where, names)
+                                   where, names, sizes)
         outputs = None if sample is None else synthetic_run(model, graph_inputs, sample, where)
     except TestRunFailed as failure:
         # The model loads: serve it without the run, and say why in its checks.
@@ -233,6 +242,9 @@ def load_and_validate(version_dir: Path, config: ModelConfig, *, loader: Loader,
     if sample is not None and buckets:
         warm_buckets(model, graph_inputs, sample, buckets, where)
     precision = check_precision(model, config, graph_inputs, sample, where)
+    # Last: the samples run the plans as a client's first requests would, READY only after.
+    warmed = warm_up(model, config.model_warmup, inputs, sample, config.max_batch_size,
+                     version_dir, where)
     batched = config.max_batch_size > 0
     exact = all(dim > 0 for tensor in inputs for axis, dim in enumerate(tensor.shape)
                 if axis != tensor.axis or not batched)
@@ -247,7 +259,8 @@ def load_and_validate(version_dir: Path, config: ModelConfig, *, loader: Loader,
     checks = Checks.of(inputs, sample, memory, memory_skipped, config.max_batch_size > 0)
     _CHECKS[model] = replace(checks, skipped=found.skipped or checks.skipped,
                              preprocess=preprocess, postprocess=postprocess, compile=compiled,
-                             precision=precision, **batch_record(full, unbatched))
+                             precision=precision, warmup=warmed,
+                             **batch_record(full, unbatched))
     if labels:
         _LABELS[model] = labels
     return Validated(model, full)

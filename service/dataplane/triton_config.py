@@ -49,7 +49,36 @@ def model_config(repository: ModelRepository, name: str,
                 level: _queue_policy(policy)
                 for level, policy in sorted(batching.priority_queue_policy.items())} or None),
         sequence_batching=_sequences(handle),
-        instance_group=[_instances(handle)])
+        instance_group=[_instances(handle)],
+        model_warmup=_warmup(handle) or None)
+
+
+def _warmup(handle: LoadedVersion) -> list[types.TritonModelWarmup]:
+    """``model_warmup`` with what the load filled in written out: every input of each sample,
+    its type, its dims (the input's, without the batch dimension, where the sample gives
+    none; -1 where the load took them from the test inference) and zeros where it named no
+    data."""
+    config = handle.config
+    batched = config.max_batch_size > 0
+    samples = []
+    for sample in config.model_warmup:
+        inputs = {}
+        for tensor in handle.served_inputs:
+            entry = sample.inputs.get(tensor.name)
+            assert tensor.shape is not None and tensor.datatype is not None  # completed
+            dims = (list(entry.dims) if entry is not None and entry.dims is not None else
+                    [dim for axis, dim in enumerate(tensor.shape)
+                     if not batched or axis != tensor.axis])
+            data: dict[str, bool | str] = {"zero_data": True}
+            if entry is not None and entry.input_data_file is not None:
+                data = {"input_data_file": entry.input_data_file}
+            elif entry is not None and entry.random_data:
+                data = {"random_data": True}
+            inputs[tensor.name] = types.TritonWarmupInput(
+                data_type=data_type(tensor.datatype), dims=dims, **data)
+        samples.append(types.TritonModelWarmup(name=sample.name, batch_size=sample.batch_size,
+                                               inputs=inputs, count=sample.count))
+    return samples
 
 
 def _default_queue_policy(batching: DynamicBatchingConfig) -> types.TritonQueuePolicy:

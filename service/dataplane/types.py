@@ -134,6 +134,21 @@ class CompileCheck(CheckRan):
     skipped: list[SkippedTarget] = Field(default_factory=list)
 
 
+class WarmupRun(BaseModel):
+    """One ``model_warmup`` sample the load ran."""
+
+    name: str
+    batch_size: int
+    runs: int
+    seconds: float
+
+
+class WarmupCheck(CheckRan):
+    """The config's warm-up samples, each run before the version was READY."""
+
+    samples: list[WarmupRun] = Field(default_factory=list)
+
+
 class PreprocessCheck(CheckRan):
     """The inputs' preprocess pipelines: checked against the graph, dry-run on a synthetic image
     (row shapes by input), and warnings (e.g. a graph that already normalises its input)."""
@@ -161,6 +176,8 @@ class ValidationChecks(BaseModel):
     test_inference: TestInferenceCheck
     memory_estimate: MemoryCheck
     compile: CompileCheck | None = None
+    warmup: WarmupCheck | None = Field(None, description="absent: the config has no "
+                                       "model_warmup")
     preprocess: PreprocessCheck | None = None
     postprocess: PostprocessCheck | None = None
 
@@ -315,6 +332,26 @@ class TritonSequenceBatching(BaseModel):
     state: list[TritonSequenceState]
 
 
+class TritonWarmupInput(BaseModel):
+    """An input of a warm-up sample: its type and dims (without the batch dimension) and
+    where its data came from (exactly one of the three)."""
+
+    data_type: str
+    dims: list[int]
+    zero_data: bool | None = None
+    random_data: bool | None = None
+    input_data_file: str | None = Field(None, description="a file in the version's folder")
+
+
+class TritonModelWarmup(BaseModel):
+    """A request the version ran before it was READY."""
+
+    name: str
+    batch_size: int
+    inputs: dict[str, TritonWarmupInput]
+    count: int
+
+
 class TritonInstanceGroup(BaseModel):
     """Where the model runs (``KIND_CPU`` or ``KIND_GPU``) and how many batches at once."""
 
@@ -340,3 +377,5 @@ class TritonModelConfig(BaseModel):
     dynamic_batching: TritonDynamicBatching | None = None
     sequence_batching: TritonSequenceBatching | None = None
     instance_group: list[TritonInstanceGroup]
+    model_warmup: list[TritonModelWarmup] | None = Field(
+        None, description="the requests the version ran before it was READY (none: absent)")

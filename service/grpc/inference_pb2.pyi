@@ -451,8 +451,40 @@ class ModelInstanceGroup(_message.Message):
     kind: ModelInstanceGroup.Kind
     def __init__(self, name: _Optional[str] = ..., count: _Optional[int] = ..., gpus: _Optional[_Iterable[int]] = ..., kind: _Optional[_Union[ModelInstanceGroup.Kind, str]] = ...) -> None: ...
 
+class ModelWarmup(_message.Message):
+    __slots__ = ("name", "batch_size", "inputs", "count")
+    class Input(_message.Message):
+        __slots__ = ("data_type", "dims", "zero_data", "random_data", "input_data_file")
+        DATA_TYPE_FIELD_NUMBER: _ClassVar[int]
+        DIMS_FIELD_NUMBER: _ClassVar[int]
+        ZERO_DATA_FIELD_NUMBER: _ClassVar[int]
+        RANDOM_DATA_FIELD_NUMBER: _ClassVar[int]
+        INPUT_DATA_FILE_FIELD_NUMBER: _ClassVar[int]
+        data_type: DataType
+        dims: _containers.RepeatedScalarFieldContainer[int]
+        zero_data: bool
+        random_data: bool
+        input_data_file: str
+        def __init__(self, data_type: _Optional[_Union[DataType, str]] = ..., dims: _Optional[_Iterable[int]] = ..., zero_data: _Optional[bool] = ..., random_data: _Optional[bool] = ..., input_data_file: _Optional[str] = ...) -> None: ...
+    class InputsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: ModelWarmup.Input
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[ModelWarmup.Input, _Mapping]] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    batch_size: int
+    inputs: _containers.MessageMap[str, ModelWarmup.Input]
+    count: int
+    def __init__(self, name: _Optional[str] = ..., batch_size: _Optional[int] = ..., inputs: _Optional[_Mapping[str, ModelWarmup.Input]] = ..., count: _Optional[int] = ...) -> None: ...
+
 class ModelConfig(_message.Message):
-    __slots__ = ("name", "platform", "version_policy", "max_batch_size", "input", "output", "instance_group", "dynamic_batching", "sequence_batching")
+    __slots__ = ("name", "platform", "version_policy", "max_batch_size", "input", "output", "instance_group", "dynamic_batching", "sequence_batching", "model_warmup")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PLATFORM_FIELD_NUMBER: _ClassVar[int]
     VERSION_POLICY_FIELD_NUMBER: _ClassVar[int]
@@ -462,6 +494,7 @@ class ModelConfig(_message.Message):
     INSTANCE_GROUP_FIELD_NUMBER: _ClassVar[int]
     DYNAMIC_BATCHING_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_BATCHING_FIELD_NUMBER: _ClassVar[int]
+    MODEL_WARMUP_FIELD_NUMBER: _ClassVar[int]
     name: str
     platform: str
     version_policy: ModelVersionPolicy
@@ -471,7 +504,8 @@ class ModelConfig(_message.Message):
     instance_group: _containers.RepeatedCompositeFieldContainer[ModelInstanceGroup]
     dynamic_batching: ModelDynamicBatching
     sequence_batching: ModelSequenceBatching
-    def __init__(self, name: _Optional[str] = ..., platform: _Optional[str] = ..., version_policy: _Optional[_Union[ModelVersionPolicy, _Mapping]] = ..., max_batch_size: _Optional[int] = ..., input: _Optional[_Iterable[_Union[ModelInput, _Mapping]]] = ..., output: _Optional[_Iterable[_Union[ModelOutput, _Mapping]]] = ..., instance_group: _Optional[_Iterable[_Union[ModelInstanceGroup, _Mapping]]] = ..., dynamic_batching: _Optional[_Union[ModelDynamicBatching, _Mapping]] = ..., sequence_batching: _Optional[_Union[ModelSequenceBatching, _Mapping]] = ...) -> None: ...
+    model_warmup: _containers.RepeatedCompositeFieldContainer[ModelWarmup]
+    def __init__(self, name: _Optional[str] = ..., platform: _Optional[str] = ..., version_policy: _Optional[_Union[ModelVersionPolicy, _Mapping]] = ..., max_batch_size: _Optional[int] = ..., input: _Optional[_Iterable[_Union[ModelInput, _Mapping]]] = ..., output: _Optional[_Iterable[_Union[ModelOutput, _Mapping]]] = ..., instance_group: _Optional[_Iterable[_Union[ModelInstanceGroup, _Mapping]]] = ..., dynamic_batching: _Optional[_Union[ModelDynamicBatching, _Mapping]] = ..., sequence_batching: _Optional[_Union[ModelSequenceBatching, _Mapping]] = ..., model_warmup: _Optional[_Iterable[_Union[ModelWarmup, _Mapping]]] = ...) -> None: ...
 
 class ModelRepositoryParameter(_message.Message):
     __slots__ = ("bool_param", "int64_param", "string_param", "bytes_param")

@@ -47,18 +47,31 @@ def rows_of(plans: list[dict[str, Any]], name: str = "data") -> list[int]:
     return [plan["inputs"][name][0] for plan in plans]
 
 
-def test_a_cpu_load_compiles_the_test_run_and_the_largest_batch(compiles: list[int]) -> None:
+def test_a_cpu_load_compiles_the_test_run_powers_of_two_and_the_largest_batch(
+        compiles: list[int]) -> None:
     validated = validate("seed_mlp", ModelConfig(max_batch_size=16))
     compiled = record(validated)
     assert compiled["ran"] is True and compiled["skipped"] == []
     assert [(plan["purposes"], plan["bucket"], plan["copies"]) for plan in compiled["plans"]] == [
-        (["test inference"], None, 1), (["max_batch_size 16"], None, 1)]
-    assert rows_of(compiled["plans"]) == [1, 16]
+        (["test inference", "batch 1"], None, 1), (["batch 2"], None, 1),
+        (["batch 4"], None, 1), (["batch 8"], None, 1),
+        (["batch 16", "max_batch_size 16"], None, 1)]
+    assert rows_of(compiled["plans"]) == [1, 2, 4, 8, 16]
     assert all(plan["seconds"] > 0 and plan["planned_bytes"] > 0 for plan in compiled["plans"])
     assert compiled["seconds"] >= sum(plan["seconds"] for plan in compiled["plans"])
     # Everything the load compiled, the compile step did: the test run compiled nothing.
-    assert compiles == [1, 16]
+    assert compiles == [1, 2, 4, 8, 16]
     assert validated.config.batch_buckets is None  # the CPU's default: no buckets
+
+
+def test_a_cpu_load_with_warmup_samples_compiles_what_they_run_instead(
+        compiles: list[int]) -> None:
+    config = ModelConfig.model_validate({"max_batch_size": 16, "model_warmup": [
+        {"name": "six rows", "batch_size": 6}]})
+    compiled = record(validate("seed_mlp", config))
+    # The compile step: the test run and the memory measurement; the sample ran batch 6.
+    assert rows_of(compiled["plans"]) == [1, 16]
+    assert compiles == [1, 16, 6]
 
 
 def test_measuring_memory_compiles_nothing_new(compiles: list[int]) -> None:
@@ -110,7 +123,7 @@ def test_the_record_uses_the_clients_names() -> None:
     config = ModelConfig(max_batch_size=4, inputs=[{"name": "pixels", "source": "data"}])
     compiled = record(validate("lenet", config))
     assert [plan["inputs"] for plan in compiled["plans"]] == [
-        {"pixels": [1, 1, 28, 28]}, {"pixels": [4, 1, 28, 28]}]
+        {"pixels": [1, 1, 28, 28]}, {"pixels": [2, 1, 28, 28]}, {"pixels": [4, 1, 28, 28]}]
     assert compiled["plans"][0]["dtypes"] == {"pixels": "float32"}
 
 
@@ -131,7 +144,7 @@ def test_a_largest_batch_the_model_cannot_take_is_skipped_not_refused() -> None:
     compiled = record(validated)
     assert validated.config.max_batch_size == 1  # it takes one row only
     assert rows_of(compiled["plans"]) == [1]
-    assert compiled["plans"][0]["purposes"] == ["test inference", "max_batch_size 1"]
+    assert compiled["plans"][0]["purposes"] == ["test inference", "batch 1", "max_batch_size 1"]
 
 
 def test_a_model_without_a_compile_step_says_so() -> None:
@@ -165,9 +178,9 @@ def test_a_repository_load_compiles_once_and_measures_without_compiling(
             compiled = checks_of(version.model).as_dict()["compile"]
             # Each plan compiled by the compile step only: not by the test run, not when the
             # upload's memory was measured against the budget, nor now.
-            assert sorted(compiles) == sorted(rows_of(compiled["plans"])) == [1, 32]
+            assert sorted(compiles) == sorted(rows_of(compiled["plans"])) == [1, 2, 4, 8, 16, 32]
             version.memory()
-            assert len(compiles) == 2
+            assert len(compiles) == 6
         finally:
             await repo.close()
 

@@ -172,3 +172,30 @@ def test_an_upload_whose_states_do_not_fit_the_graph_is_a_422_naming_the_field(
         assert ("sequence_batching.state.0: the model has no input 'h_in'; its inputs are "
                 "['data0', 'data1', 'data2']") in response.json()["error"]
     run(scenario())
+
+
+def test_warmup_samples_are_shown_with_what_the_load_filled_in(tmp_path: Path) -> None:
+    from google.protobuf import json_format
+
+    from service.grpc import inference_pb2 as pb
+
+    config = {**config_for(MLP), "max_batch_size": 8, "warmup": [
+        {"name": "zeros", "batch_size": 2},
+        {"name": "noise", "batch_size": 8, "count": 3,
+         "inputs": {"data": {"data_type": "FP32", "random_data": True}}}]}
+
+    async def scenario() -> None:
+        async with serving(settings_for(tmp_path), models=()) as (client, runtime):
+            symbol, params = files_for(MLP)
+            await runtime.repository.add_version(MLP, symbol, params, config=config)
+            answer = (await client.get(f"/v2/models/{MLP}/config")).json()
+        assert answer["model_warmup"] == [
+            {"name": "zeros", "batch_size": 2, "count": 1, "inputs": {
+                "data": {"data_type": "TYPE_FP32", "dims": [512], "zero_data": True}}},
+            {"name": "noise", "batch_size": 8, "count": 3, "inputs": {
+                "data": {"data_type": "TYPE_FP32", "dims": [512], "random_data": True}}}]
+        # gRPC's ModelConfig answers the same (Triton's field 16).
+        message = json_format.ParseDict(answer, pb.ModelConfig())
+        assert [sample.name for sample in message.model_warmup] == ["zeros", "noise"]
+        assert message.model_warmup[1].inputs["data"].random_data
+    run(scenario())
