@@ -78,7 +78,7 @@ def check_precision(model: Any, config: ModelConfig, inputs: Sequence[TensorConf
         found["judged_by"] = ("top1_agreement" if name in classifiers and "top1_agreement"
                               in found else "relative_error")
     record.update(ran=True, samples=1 if rows is None else rows, inputs="the uploaded "
-                  "calibration inputs" if uploaded else "seeded random rows", outputs=outputs,
+                  "calibration inputs" if uploaded else "random rows", outputs=outputs,
                   thresholds=config.precision_check.model_dump())
     _refuse_past_thresholds(outputs, config, where, record["samples"], record["inputs"])
     return record
