@@ -42,8 +42,8 @@ class Chain:
 
 
 def find_chains(graph: Graph) -> list[Chain]:
-    """Every Convolution (2-D, float32) and FullyConnected of ``graph`` as a chain, in node
-    order."""
+    """Every Convolution (2-D, channels first) and FullyConnected of ``graph`` as a chain, in
+    node order."""
     uses = _uses(graph)
     readers: dict[Entry, list[int]] = {}
     for index, node in enumerate(graph.nodes):
@@ -52,7 +52,8 @@ def find_chains(graph: Graph) -> list[Chain]:
     chains: list[Chain] = []
     claimed: set[int] = set()  # a sum both its operands' chains could end in joins the first
     for index, node in enumerate(graph.nodes):
-        if node.op == "Convolution" and len(node.params.kernel) == 2:
+        if (node.op == "Convolution" and len(node.params.kernel) == 2
+                and node.params.get("layout") in (None, "NCHW")):
             chain = _conv_chain(graph, index, uses, readers, claimed)
         elif node.op == "FullyConnected":
             chain = Chain(index, act=_single_reader(graph, index, uses, readers, _is_relu))
