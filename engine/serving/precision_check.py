@@ -4,7 +4,8 @@ A model whose config asks for a precision other than fp32 runs ``samples`` seede
 along each input's batch axis (an unbatched model, max_batch_size 0, its sample) (standard
 normal for float inputs, zeros for integer and boolean ones, whose valid values the
 server cannot know) through its compiled plans and through the float32 reference interpreter
-(`Model.reference`), and compares each output:
+(`Model.reference`), and compares each output (an int8 model calibrated on an uploaded
+calibration.npz runs the first ``samples`` rows of it instead, `engine.serving.calibration`):
 
 - by relative error: the largest absolute difference over the largest magnitude of the
   float32 output;
