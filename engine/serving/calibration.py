@@ -1,11 +1,11 @@
 """An int8 model's calibration at load: the inputs its ranges are taken from, and the load.
 
 The inputs are the version's ``calibration.npz`` when the upload gave one (arrays named by
-the config's input names, rows along each input's batch axis, read without pickles), else
+the config's input names, rows along axis 0, read without pickles), else
 ``calibration.samples`` seeded random rows of the sample inputs (standard normal for float
-inputs, zeros for the others, as the precision check draws them). The model is then loaded
-again in int8 (`engine.load_model`'s ``calibration``), and the record of what calibrated it
-goes into the version's ``checks.precision``.
+inputs, zeros for the others, as the precision check draws them, from another seed). The
+model is then loaded again in int8 (`engine.load_model`'s ``calibration``), and the record of
+what calibrated it goes into the version's ``checks.precision``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,9 @@ from engine.errors import EngineError
 from engine.serving.config import CALIBRATION_NAME, ModelConfig, TensorConfig
 from engine.serving.errors import InvalidModel, ServingError
 from engine.serving.manifest import PARAMS_NAME, SYMBOL_NAME
-from engine.serving.precision_check import random_inputs
+from engine.serving.precision_check import SEED, random_inputs
+
+CALIBRATION_SEED = SEED + 1
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,8 @@ def calibration_inputs(version_dir: Path, config: ModelConfig,
         rows = config.calibration.samples if config.max_batch_size > 0 else None
         graph_inputs = [tensor.model_copy(update={"name": tensor.graph_name, "source": None})
                         for tensor in inputs]
-        feed = random_inputs(graph_inputs, sample, rows)
+        # Another seed than the precision check's: the check runs on rows never calibrated on.
+        feed = random_inputs(graph_inputs, sample, rows, seed=CALIBRATION_SEED)
         source = "random sample inputs"
     counts = {np.shape(array)[0] if np.ndim(array) else 1 for array in feed.values()}
     return Calibrated(feed, {"source": source, "rows": max(counts), **settings})

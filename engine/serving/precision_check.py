@@ -142,10 +142,10 @@ def _refuse_past_thresholds(outputs: Mapping[str, Mapping[str, Any]], config: Mo
 
 
 def random_inputs(inputs: Sequence[TensorConfig], sample: Mapping[str, tuple[int, ...]],
-                   rows: int | None) -> dict[str, np.ndarray]:
+                   rows: int | None, seed: int = SEED) -> dict[str, np.ndarray]:
     """Seeded random inputs of the sample's shapes, with ``rows`` along each batch axis
     (None: the sample's own)."""
-    generator = np.random.default_rng(SEED)
+    generator = np.random.default_rng(seed)
     feed = {}
     for tensor in inputs:
         shape = list(sample[tensor.name])
