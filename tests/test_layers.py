@@ -29,6 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("engine.ops",),
     ("engine.graph",),
     ("engine.compiler",),
+    ("engine.quantize",),
     ("engine.cuda",),
     ("engine.runtime",),
     ("engine.nd",),

@@ -21,7 +21,8 @@ from engine.runtime.model import Model
 def load_model(symbol: Any, params: Any = None, *, device: str | Device | Any = "cpu",
                optimize: bool | list[str] = True, batch_buckets: Iterable[int] | None = None,
                plan_cache_size: int = DEFAULT_CAPACITY, keep_batch: bool = False,
-               precision: str = "fp32") -> Model:
+               precision: str = "fp32", calibration: Mapping[str, Any] | None = None,
+               calibration_settings: Any = None) -> Model:
     """Load an exported model.
 
     Args:
@@ -48,8 +49,14 @@ def load_model(symbol: Any, params: Any = None, *, device: str | Device | Any = 
             Dense and Convolution products' operands rounded to bf16, float32 sums;
             everything else float32; a CPU without AVX-512 BF16 runs it in fp32 and logs it
             once, ``model.precision`` says what runs); ``"fp16"`` on a GPU (every op in half
-            between float32 inputs and outputs, float32 accumulation). ``"int8"``, and
-            ``"fp16"`` on the CPU, are refused.
+            between float32 inputs and outputs, float32 accumulation); ``"int8"`` on the CPU
+            (the Convolution and FullyConnected layers in int8, ranges calibrated on
+            ``calibration``). ``"int8"`` on a GPU, and ``"fp16"`` on the CPU, are refused.
+        calibration: for int8, input arrays by name (rows along axis 0) whose float32 run
+            gives each quantized tensor its range.
+        calibration_settings: for int8, an `engine.quantize.CalibrationSettings` or a dict of
+            its fields (``mode``: ``"naive"`` min/max or ``"entropy"``; ``num_bins``;
+            ``batch_rows``).
 
     Returns:
         A `Model` whose ``infer`` maps input names to arrays.
@@ -67,7 +74,8 @@ def load_model(symbol: Any, params: Any = None, *, device: str | Device | Any = 
     """
     return Model(read_graph(symbol), read_params(params), device=device, optimize=optimize,
                  batch_buckets=batch_buckets, plan_cache_size=plan_cache_size,
-                 keep_batch=keep_batch, precision=precision)
+                 keep_batch=keep_batch, precision=precision,
+                 calibration=calibration, calibration_settings=calibration_settings)
 
 
 def read_graph(symbol: Any) -> Graph:

@@ -22,6 +22,7 @@ from engine.runtime.buffers import BatchBuffers, HostBatch, PlanBatch
 from engine.runtime.compile import CompileReport, CompileTarget, PlanCompiler
 from engine.runtime.floats import quiet_floats, restore_floats
 from engine.runtime.inputs import InputChecker, UnknownShape
+from engine.runtime.int8 import int8_graph
 from engine.runtime.interpreter import evaluate
 from engine.runtime.lru import DEFAULT_CAPACITY, LRUCache
 from engine.runtime.plan import Plan
@@ -50,7 +51,8 @@ class Model:
                  device: str | Device | Any = "cpu", optimize: bool | list[str] = True,
                  batch_buckets: Iterable[int] | None = None,
                  plan_cache_size: int = DEFAULT_CAPACITY, keep_batch: bool = False,
-                 precision: str = "fp32") -> None:
+                 precision: str = "fp32", calibration: Mapping[str, Any] | None = None,
+                 calibration_settings: Any = None) -> None:
         self.graph = graph
         self.keep_batch = keep_batch
         self.backend: Device = get_device(device)
@@ -62,9 +64,13 @@ class Model:
         self.passes = select_passes(optimize)
         buckets = checked_buckets(batch_buckets)
         binding = Binding(graph, params)
+        # What runs: the graph itself, or (int8) its quantized form; `reference` runs `graph`.
+        self.run_graph = graph if self.precision != "int8" else int8_graph(
+            graph, binding.params, calibration, calibration_settings)
         if "layout_weights" in self.passes:
             # Bound in the order the pass lays them out in: one copy of each weight, not two.
-            binding.params.update(column_major_weights(graph.replace(constants=binding.params)))
+            binding.params.update(column_major_weights(
+                self.run_graph.replace(constants=binding.params)))
         own_parameters(binding.params)
         self.params = binding.params
         self.input_names = binding.input_names
@@ -72,7 +78,8 @@ class Model:
         self.param_bytes = binding.param_bytes
         self.inputs: list[TensorSpec] = binding.inputs
         self.outputs: list[TensorSpec] = binding.outputs
-        self.optimized_graph = (optimize_graph(graph.replace(constants=self.params), self.passes)
+        self.optimized_graph = (optimize_graph(self.run_graph.replace(constants=self.params),
+                                               self.passes)
                                 if optimize is not False else None)
         # Why some output shapes depend on the input values (None: the input shapes fix them
         # all). Such a model compiles `StagedPlan`s, never pads a batch up to a bucket (padded
@@ -83,10 +90,11 @@ class Model:
         self._checker = InputChecker(binding, keep_batch, plan_cache_size)
         self._cache = PlanCache(self.optimized_graph, passes=self.passes, backend=self.backend,
                                 capacity=plan_cache_size, data_dependent=self.data_dependent,
-                                buckets=buckets, precision=self.precision)
+                                buckets=buckets,
+                                precision="fp32" if self.precision == "int8" else self.precision)
         # A CPU batch may run as runs of rows on several cores (`RowSplitter`); why this model
         # never splits (None: it may).
-        self._splitter = RowSplitter(graph, self.input_names, self._checker, self._cache)
+        self._splitter = RowSplitter(self.run_graph, self.input_names, self._checker, self._cache)
         self.split_blocker: str | None = self._splitter.blocker
         self._stats = ModelStats(binding, self._checker, self._cache, self.passes,
                                  self.optimized_graph)
@@ -191,7 +199,9 @@ class Model:
         feed = self._check_inputs(inputs)
         shapes = self._shapes_for(feed)
         if self.optimized_graph is None:
-            outputs = self._evaluate(feed, shapes)
+            # (the shapes are the float graph's nodes'; an int8 graph infers its own)
+            outputs = (self._evaluate(feed, shapes) if self.run_graph is self.graph
+                       else self._evaluate(feed, None, self.run_graph))
         else:
             bounds, whole_while_blas_alone = self._row_runs(feed)
             if bounds is not None:
@@ -215,21 +225,24 @@ class Model:
             entry.whole_while_blas_alone = whole_while_blas_alone
         return run_bucketed(self._free(entry), feed, exact, signature)
 
-    def _evaluate(self, feed: dict[str, np.ndarray], shapes: list) -> list[np.ndarray]:
-        """The reference interpreter, on this model's device."""
+    def _evaluate(self, feed: dict[str, np.ndarray], shapes: list | None,
+                  graph: Graph | None = None) -> list[np.ndarray]:
+        """The reference interpreter, on this model's device (on ``graph``, else the float
+        graph)."""
         token = quiet_floats()  # log(0) = -inf is a result here, as in MXNet, not a warning
         try:
-            return self._evaluate_quietly(feed, shapes)
+            return self._evaluate_quietly(feed, shapes, graph or self.graph)
         finally:
             restore_floats(token)
 
-    def _evaluate_quietly(self, feed: dict[str, np.ndarray], shapes: list) -> list[np.ndarray]:
+    def _evaluate_quietly(self, feed: dict[str, np.ndarray], shapes: list | None,
+                          graph: Graph) -> list[np.ndarray]:
         if not self.backend.is_gpu:
-            return evaluate(self.graph, {**self.params, **feed}, np, shapes)
+            return evaluate(graph, {**self.params, **feed}, np, shapes)
         with self.backend.activate():
             values = {name: self._device_constant(name) for name in self.params}
             values.update({name: self.backend.asarray(array) for name, array in feed.items()})
-            outputs = evaluate(self.graph, values, self.backend.xp, shapes)
+            outputs = evaluate(graph, values, self.backend.xp, shapes)
             return [self.backend.to_host(output) for output in outputs]
 
     def _device_constant(self, name: str) -> Any:

@@ -8,10 +8,11 @@ outputs) stays float32. On the CPU the weights are rounded once when a plan bind
 else on AVX-512 BF16. ``fp16`` runs on a GPU only: the whole plan in half precision between
 float32 inputs and outputs, products and reductions accumulating in float32
 (`engine.cuda.half`, docs/gpu.md); bf16 on a GPU has the CPU's meaning, its products on
-cuBLAS and cuDNN (`engine.cuda.bf16`). ``int8`` is a name a model may carry for a path that
-is not here: asking for it is a clear error. A host without AVX-512 BF16 runs a bf16 model in
-float32 on the CPU, and says so once in the log. TF32 is no precision here but the GPU
-device's switch for fp32 products (``get_device("gpu", tf32=True)``).
+cuBLAS and cuDNN (`engine.cuda.bf16`). ``int8`` runs on the CPU only: the Convolution and
+FullyConnected layers quantized after calibration (`engine.quantize`, `engine.runtime.int8`).
+A host without AVX-512 BF16 runs a bf16 model in float32 on the CPU, and says so once in the
+log. TF32 is no precision here but the GPU device's switch for fp32 products
+(``get_device("gpu", tf32=True)``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import logging
 from engine.cpu import host_features
 
 PRECISIONS = ("fp32", "bf16", "int8", "fp16")
-_RUNS_ON = {"cpu": ("fp32", "bf16"), "gpu": ("fp32", "bf16", "fp16")}
+_RUNS_ON = {"cpu": ("fp32", "bf16", "int8"), "gpu": ("fp32", "bf16", "fp16")}
 
 log = logging.getLogger("engine.precision")
 _warned: set[str] = set()

@@ -42,7 +42,10 @@ CONFIG_NAME = "config.json"
 # A labels file sits in a version's folder or beside config.json: a plain name, never a path,
 # and never the name of a file the repository itself writes there.
 LABELS_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-RESERVED_FILES = frozenset({CONFIG_NAME, MANIFEST_NAME, SYMBOL_NAME, PARAMS_NAME})
+# An int8 model's calibration inputs, when the upload gives them (`engine.serving.calibration`).
+CALIBRATION_NAME = "calibration.npz"
+RESERVED_FILES = frozenset({CONFIG_NAME, MANIFEST_NAME, SYMBOL_NAME, PARAMS_NAME,
+                            CALIBRATION_NAME})
 
 # Open Inference Protocol (KServe V2) datatype names and the numpy dtypes they stand for.
 DATATYPES: dict[str, np.dtype] = {
@@ -272,6 +275,24 @@ class PrecisionCheck(_Strict):
     samples: StrictInt = Field(16, ge=1, le=1024)
 
 
+class CalibrationConfig(_Strict):
+    """How an int8 model's ranges are calibrated (`engine.serving.calibration`): ``mode``
+    naive (each tensor's min and max) or entropy (MXNet's KL-divergence threshold over a
+    histogram of ``num_bins`` bins); ``samples`` seeded random rows of the sample inputs when
+    the version has no ``calibration.npz``."""
+
+    mode: Literal["naive", "entropy"] = "naive"
+    num_bins: StrictInt = Field(8001, ge=511, le=65535)
+    samples: StrictInt = Field(32, ge=1, le=1024)
+
+    @model_validator(mode="after")
+    def _odd_bins(self) -> CalibrationConfig:
+        if self.num_bins % 2 == 0:
+            raise ValueError(f"calibration.num_bins must be odd (a bin centred on zero); got "
+                             f"{self.num_bins}")
+        return self
+
+
 class ModelConfig(_Strict):
     """A model's ``config.json``; `inputs`/`outputs` left out are inferred from the graph."""
 
@@ -293,6 +314,7 @@ class ModelConfig(_Strict):
     # anything but fp32 is checked against fp32 at load (`precision_check`).
     precision: Literal["fp32", "bf16", "int8", "fp16"] = "fp32"
     precision_check: PrecisionCheck = PrecisionCheck()
+    calibration: CalibrationConfig = CalibrationConfig()  # for precision int8
     version_policy: VersionPolicy = VersionPolicy()
     # Never unloaded to make room under the server's memory budget (`engine.serving.control`).
     pinned: bool = False

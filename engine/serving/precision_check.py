@@ -4,7 +4,8 @@ A model whose config asks for a precision other than fp32 runs ``samples`` seede
 along each input's batch axis (an unbatched model, max_batch_size 0, its sample) (standard
 normal for float inputs, zeros for integer and boolean ones, whose valid values the
 server cannot know) through its compiled plans and through the float32 reference interpreter
-(`Model.reference`), and compares each output:
+(`Model.reference`), and compares each output (an int8 model calibrated on an uploaded
+calibration.npz runs the first ``samples`` rows of it instead, `engine.serving.calibration`):
 
 - by relative error: the largest absolute difference over the largest magnitude of the
   float32 output;
@@ -35,10 +36,12 @@ SEED = 0
 
 def check_precision(model: Any, config: ModelConfig, inputs: Sequence[TensorConfig],
                     sample: Mapping[str, tuple[int, ...]] | None,
-                    where: str) -> dict[str, Any] | None:
+                    where: str, calibrated: Any = None) -> dict[str, Any] | None:
     """The record of the check for a model whose config asks for a reduced precision (None
     for fp32, or a model without the reference interpreter); inputs by graph name, as
-    ``sample``.
+    ``sample``. An int8 model's ``calibrated`` (`engine.serving.calibration.Calibrated`):
+    its record joins this one, and where its inputs came from the upload, the check runs on
+    their first ``samples`` rows instead of random ones.
 
     Raises:
         InvalidModel: an output drifts past the config's `PrecisionCheck` thresholds.
@@ -47,22 +50,25 @@ def check_precision(model: Any, config: ModelConfig, inputs: Sequence[TensorConf
         return None
     running = getattr(model, "precision", config.precision)
     record: dict[str, Any] = {"asked": config.precision, "running": running}
+    if calibrated is not None:
+        record["calibration"] = calibrated.record
     if running == "fp32":
         return {**record, "ran": False,
                 "reason": f"this host has no {config.precision} path: the model runs in fp32"}
-    if sample is None:
+    uploaded = calibrated is not None and calibrated.record["source"] != "random sample inputs"
+    if sample is None and not uploaded:
         return {**record, "ran": False, "reason": "no input shape known to fit the graph"}
     # A batched model runs `samples` rows along each input's batch axis; an unbatched one
     # (max_batch_size 0), or one that refuses them, its sample as it is.
     rows: int | None = config.precision_check.samples if config.max_batch_size > 0 else None
     try:
-        feed = _random_inputs(inputs, sample, rows)
-        try:
+        if uploaded:  # the upload's own inputs, a few rows of them
+            feed = {name: array[:config.precision_check.samples]
+                    for name, array in calibrated.feed.items()}
+            rows = None if rows is None else next(iter(feed.values())).shape[0]
             reduced = model.infer(feed)
-        except EngineError:
-            rows = None
-            feed = _random_inputs(inputs, sample, rows)
-            reduced = model.infer(feed)
+        else:
+            feed, reduced, rows = _run_random(model, inputs, sample, rows)
         reference = model.reference(feed)
     except Exception as error:  # noqa: BLE001 - any failure here refuses the model
         raise InvalidModel(f"{where}: the {config.precision} check failed to run: "
@@ -72,9 +78,10 @@ def check_precision(model: Any, config: ModelConfig, inputs: Sequence[TensorConf
     for name, found in outputs.items():
         found["judged_by"] = ("top1_agreement" if name in classifiers and "top1_agreement"
                               in found else "relative_error")
-    record.update(ran=True, samples=1 if rows is None else rows, outputs=outputs,
+    record.update(ran=True, samples=1 if rows is None else rows, inputs="the uploaded "
+                  "calibration inputs" if uploaded else "random rows", outputs=outputs,
                   thresholds=config.precision_check.model_dump())
-    _refuse_past_thresholds(outputs, config, where)
+    _refuse_past_thresholds(outputs, config, where, record["samples"], record["inputs"])
     return record
 
 
@@ -101,31 +108,44 @@ def compare(reduced: np.ndarray, reference: np.ndarray, rows: int | None) -> dic
     return found
 
 
+def _run_random(model: Any, inputs: Sequence[TensorConfig],
+                sample: Mapping[str, tuple[int, ...]], rows: int | None
+                ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], int | None]:
+    """The seeded random inputs, the model's outputs on them and their rows (None: the
+    sample as it is, for a model refusing ``rows`` rows)."""
+    feed = random_inputs(inputs, sample, rows)
+    try:
+        return feed, model.infer(feed), rows
+    except EngineError:
+        feed = random_inputs(inputs, sample, None)
+        return feed, model.infer(feed), None
+
+
 def _refuse_past_thresholds(outputs: Mapping[str, Mapping[str, Any]], config: ModelConfig,
-                            where: str) -> None:
+                            where: str, samples: int, inputs: str) -> None:
     limits = config.precision_check
     for name, found in outputs.items():
         agreement = found.get("top1_agreement")
         if found["judged_by"] == "top1_agreement" and agreement < limits.min_top1_agreement:
             raise InvalidModel(
                 f"{where}: output {name!r} in {config.precision} picks the float32 top-1 class "
-                f"on {agreement:.1%} of {limits.samples} random rows; precision_check."
+                f"on {agreement:.1%} of {samples} {inputs}; precision_check."
                 f"min_top1_agreement is {limits.min_top1_agreement:.1%} (serve it in fp32, or "
                 f"lower the threshold)")
         if (found["judged_by"] == "relative_error"
                 and found["relative_error"] > limits.max_relative_error):
             raise InvalidModel(
                 f"{where}: output {name!r} in {config.precision} differs from float32 by "
-                f"{found['relative_error']:.3g} of its largest magnitude on {limits.samples} "
-                f"random rows; precision_check.max_relative_error is "
+                f"{found['relative_error']:.3g} of its largest magnitude on {samples} "
+                f"{inputs}; precision_check.max_relative_error is "
                 f"{limits.max_relative_error:.3g} (serve it in fp32, or raise the threshold)")
 
 
-def _random_inputs(inputs: Sequence[TensorConfig], sample: Mapping[str, tuple[int, ...]],
-                   rows: int | None) -> dict[str, np.ndarray]:
+def random_inputs(inputs: Sequence[TensorConfig], sample: Mapping[str, tuple[int, ...]],
+                   rows: int | None, seed: int = SEED) -> dict[str, np.ndarray]:
     """Seeded random inputs of the sample's shapes, with ``rows`` along each batch axis
     (None: the sample's own)."""
-    generator = np.random.default_rng(SEED)
+    generator = np.random.default_rng(seed)
     feed = {}
     for tensor in inputs:
         shape = list(sample[tensor.name])

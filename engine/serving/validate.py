@@ -25,6 +25,7 @@ from engine.serving.batch_axes import (
     probe_config,
     settled,
 )
+from engine.serving.calibration import load_int8
 from engine.serving.compile_step import compile_at_load
 from engine.serving.config import ModelConfig, TensorConfig, datatype_of
 from engine.serving.errors import InvalidModel, ServingError, TestRunFailed
@@ -169,13 +170,16 @@ class Validated:
 
 
 def default_loader(symbol: Any, params: Any, *, device: str = "cpu",
-                   plan_cache_size: int | None = None, precision: str = "fp32") -> ServableModel:
+                   plan_cache_size: int | None = None, precision: str = "fp32",
+                   **int8: Any) -> ServableModel:
     """`engine.load_model` for serving: outputs must keep the batch dimension
-    (``keep_batch``); `plan_cache_size` None: its default."""
+    (``keep_batch``); `plan_cache_size` None: its default; ``int8``: the calibration
+    arguments."""
     if plan_cache_size is None:
-        return load_model(symbol, params, device=device, keep_batch=True, precision=precision)
+        return load_model(symbol, params, device=device, keep_batch=True, precision=precision,
+                          **int8)
     return load_model(symbol, params, device=device, plan_cache_size=plan_cache_size,
-                      keep_batch=True, precision=precision)
+                      keep_batch=True, precision=precision, **int8)
 
 
 def load_and_validate(version_dir: Path, config: ModelConfig, *, loader: Loader,
@@ -199,8 +203,8 @@ def load_and_validate(version_dir: Path, config: ModelConfig, *, loader: Loader,
         InvalidModel: any failure; the message starts with `where` and names the cause.
     """
     # The precision only where the config asks for one: loaders written for fp32 need not
-    # take it.
-    options = {} if config.precision == "fp32" else {"precision": config.precision}
+    # take it. An int8 model loads in fp32 first: its calibration may need the sample shapes.
+    options = {} if config.precision in ("fp32", "int8") else {"precision": config.precision}
     try:
         model = loader(version_dir / SYMBOL_NAME, version_dir / PARAMS_NAME, device=device,
                        **options)
@@ -213,6 +217,10 @@ def load_and_validate(version_dir: Path, config: ModelConfig, *, loader: Loader,
     inputs = settled(inputs, found)
     graph_inputs = as_graph(inputs)
     sample = found.sample
+    calibrated = None
+    if config.precision == "int8":
+        model, calibrated = load_int8(loader, version_dir, config, inputs, sample,
+                                      device=device, where=where)
     config, unbatched = _limit_batch(config, model, found, where)
     output_axes = outputs_batch_axes(config, model.output_names, found)
     buckets = _buckets(config, model, inputs, output_axes, where)
@@ -241,7 +249,7 @@ def load_and_validate(version_dir: Path, config: ModelConfig, *, loader: Loader,
                                    where, names)
     if sample is not None and buckets:
         warm_buckets(model, graph_inputs, sample, buckets, where)
-    precision = check_precision(model, config, graph_inputs, sample, where)
+    precision = check_precision(model, config, graph_inputs, sample, where, calibrated)
     # Last: the samples run the plans as a client's first requests would, READY only after.
     warmed = warm_up(model, config.model_warmup, inputs, sample, config.max_batch_size,
                      version_dir, where)

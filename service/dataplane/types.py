@@ -164,6 +164,40 @@ class PostprocessCheck(CheckRan):
     outputs: dict[str, str] = Field(default_factory=dict)
 
 
+class CalibrationRecord(BaseModel):
+    """What calibrated an int8 model's ranges: the uploaded calibration.npz or random sample
+    rows, how many rows, and the calibration mode."""
+
+    source: str
+    rows: int
+    mode: str
+    num_bins: int
+
+
+class PrecisionOutput(BaseModel):
+    """One output of a reduced-precision model against float32."""
+
+    relative_error: float
+    top1_agreement: float | None = None
+    judged_by: str = Field(description="top1_agreement (a classifier's output) or "
+                           "relative_error")
+
+
+class PrecisionCheck(CheckRan):
+    """A reduced-precision model (bf16, int8) against the float32 reference at load: the
+    precision asked for and running, each output's drift, the thresholds it passed, and for
+    int8 what calibrated it."""
+
+    asked: str
+    running: str
+    calibration: CalibrationRecord | None = None
+    samples: int | None = None
+    inputs: str | None = Field(None, description="what the check ran on: random rows, or "
+                               "the uploaded calibration inputs")
+    outputs: dict[str, PrecisionOutput] = Field(default_factory=dict)
+    thresholds: dict[str, float] | None = None
+
+
 class ValidationChecks(BaseModel):
     """What was checked when the version was loaded (loading fails at the first failed check)."""
 
@@ -180,6 +214,7 @@ class ValidationChecks(BaseModel):
                                        "model_warmup")
     preprocess: PreprocessCheck | None = None
     postprocess: PostprocessCheck | None = None
+    precision: PrecisionCheck | None = None
 
 
 class CacheStats(BaseModel):

@@ -17,7 +17,7 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
 
-from engine.serving.config import LABELS_FILE, RESERVED_FILES
+from engine.serving.config import CALIBRATION_NAME, LABELS_FILE, RESERVED_FILES
 from engine.serving.labels import MAX_LABELS_BYTES
 from engine.serving.manifest import PARAMS_NAME, SYMBOL_NAME
 from engine.serving.wordpiece import MAX_VOCAB_BYTES
@@ -26,6 +26,9 @@ from service.errors import BadRequest, PayloadTooLarge
 from service.tensors.multipart import PartHeaders
 
 FILE_PARTS = {"symbol": SYMBOL_NAME, "params": PARAMS_NAME}
+# Optional file parts: an int8 model's calibration inputs (`engine.serving.calibration`).
+OPTIONAL_FILE_PARTS = {"calibration": CALIBRATION_NAME}
+STORED_PARTS = {**FILE_PARTS, **OPTIONAL_FILE_PARTS}
 LABELS_PART = "labels"  # may repeat: one per labels file config.json names
 DEFAULT_LABELS_NAME = "labels.txt"
 VOCAB_PART = "vocab"  # may repeat: one per vocabulary file config.json names
@@ -35,8 +38,8 @@ FIELD_LIMITS = {"config": 1 << 20, "version": 64, "replace": 16}
 HANDOFF_BYTES = 1 << 20  # body bytes gathered on the event loop per hand-off to the parser
 TRUE_WORDS = ("true", "1", "yes", "on")
 FALSE_WORDS = ("false", "0", "no", "off", "")
-EXPECTED = ("parts symbol and params (files), and optionally config (file), labels and vocab "
-            "(files), version, replace")
+EXPECTED = ("parts symbol and params (files), and optionally config (file), labels, vocab "
+            "and calibration (files), version, replace")
 
 
 async def receive_upload(request: Request, staging: Path) -> UploadForm:
@@ -139,14 +142,14 @@ class _UploadParser(PartHeaders):
             self._name = name
             self._file = open(self.staging / self._file_name(name, options), "xb")  # noqa: SIM115
             return
-        if name not in FILE_PARTS and name not in FIELD_LIMITS:
+        if name not in STORED_PARTS and name not in FIELD_LIMITS:
             raise BadRequest(f"unknown part {name!r} in the upload; expected the {EXPECTED}")
         if name in self.seen:
             raise BadRequest(f"part {name!r} appears more than once in the upload")
         self.seen.add(name)
         self._name = name
-        if name in FILE_PARTS:
-            self._file = open(self.staging / FILE_PARTS[name], "xb")  # noqa: SIM115 - closed at part end
+        if name in STORED_PARTS:
+            self._file = open(self.staging / STORED_PARTS[name], "xb")  # noqa: SIM115 - closed at part end
         else:
             self.fields[name] = bytearray()
 

@@ -1,0 +1,74 @@
+"""Benchmark: a float32 ResNet-18 (random weights) loaded with ``precision="int8"``: top-1
+agreement with float32 over random images, and its time against the float32 model
+(interleaved A/B, medians).
+
+* calibration: ``--calibration`` random standard-normal images, naive (min/max) or entropy;
+* agreement: ``--images`` other random images in batches of 32, the int8 plan against the
+  float32 model's plan, top-1 class and relative error of the logits;
+* time: one inference per round on each model in turn at batch 1 and batch 32.
+
+Usage: python bench/int8_ptq.py [--size 224] [--images 256] [--mode naive] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's engine
+
+import engine  # noqa: E402
+from bench import nets  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=224)
+    parser.add_argument("--images", type=int, default=256)
+    parser.add_argument("--calibration", type=int, default=32)
+    parser.add_argument("--mode", choices=("naive", "entropy"), default="naive")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    symbol = nets.resnet18_v1()
+    params = nets.random_params(symbol, (1, 3, args.size, args.size))
+    rng = np.random.default_rng(36)
+    shape = (3, args.size, args.size)
+    calibration = rng.standard_normal((args.calibration, *shape)).astype(np.float32)
+    fp32 = engine.load_model(symbol, params)
+    started = time.perf_counter()
+    int8 = engine.load_model(symbol, params, precision="int8",
+                             calibration={"data": calibration},
+                             calibration_settings={"mode": args.mode})
+    print(f"int8 load with {args.mode} calibration on {args.calibration} images: "
+          f"{time.perf_counter() - started:.1f} s")
+    agree, worst = [], 0.0
+    for start in range(0, args.images, 32):
+        images = rng.standard_normal((min(32, args.images - start), *shape)).astype(np.float32)
+        want = fp32.infer({"data": images})["output_output"]
+        got = int8.infer({"data": images})["output_output"]
+        agree.extend(got.argmax(axis=1) == want.argmax(axis=1))
+        worst = max(worst, float(np.abs(got - want).max() / np.abs(want).max()))
+    print(f"top-1 agreement over {len(agree)} images: {np.mean(agree):.1%}; largest relative "
+          f"error of the logits {worst:.3g}")
+    for batch in (1, 32):
+        feed = {"data": rng.standard_normal((batch, *shape)).astype(np.float32)}
+        times: dict[str, list[float]] = {"fp32": [], "int8": []}
+        for model in (fp32, int8):
+            model.infer(feed)  # compile
+        for _ in range(args.rounds):
+            for name, model in (("fp32", fp32), ("int8", int8)):
+                begin = time.perf_counter()
+                model.infer(feed)
+                times[name].append(time.perf_counter() - begin)
+        fp32_ms, int8_ms = (statistics.median(times[name]) * 1e3 for name in ("fp32", "int8"))
+        print(f"batch {batch}: fp32 {fp32_ms:.1f} ms, int8 {int8_ms:.1f} ms "
+              f"(int8 / fp32 {int8_ms / fp32_ms:.2f})")
+
+
+if __name__ == "__main__":
+    main()

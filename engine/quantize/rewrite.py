@@ -1,0 +1,153 @@
+"""The int8 graph of a float32 graph, as MXNet's ``quantize_net`` (oneDNN) builds it.
+
+Each chain (`chains`) becomes one fused node, ``_sg_mkldnn_conv`` or
+``_sg_mkldnn_fully_connected``, carrying the float nodes it replaces as its subgraph, reading
+int8/uint8 data and writing int8/uint8 over its calibrated output range: the requantization
+happens inside the producing kernel. The fused nodes keep the float weights (and BatchNorm's
+statistics), which they fold and quantize per output channel once when a plan binds. A float
+value a fused node reads goes through ``_contrib_quantize_v2`` over its calibrated range; a
+fused node's value a float node (or a graph output) reads goes through
+``_contrib_dequantize``. A fully connected layer read only by float nodes writes float32
+(``enable_float_output``), as MXNet's last layer does.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from engine.graph.ir import Entry, Graph, Node, make_node
+from engine.quantize.chains import Chain
+
+Range = tuple[float, float]
+
+
+def _without_saturating_relu(chain: Chain, ranges: Mapping[Entry, Range]) -> Chain:
+    """``chain`` without its relu after the sum where the residual is signed: oneDNN would
+    write that uint8 result through the residual's int8 buffer, saturating it at 127 steps,
+    half its range (MXNet's exports carry that loss; `engine.ops.quantized.fused` keeps it
+    for them). The sum is written in int8 instead, and the relu runs in float."""
+    if chain.postsum_act is None or chain.summand is None or ranges[chain.summand][0] >= 0:
+        return chain
+    return replace(chain, postsum_act=None)
+
+
+def quantize_graph(graph: Graph, chains: Sequence[Chain], ranges: Mapping[Entry, Range]
+                   ) -> Graph:
+    """``graph`` with ``chains`` quantized over ``ranges`` (by float entry, as
+    `calibrate.watched_entries` lists them)."""
+    return _Rewriter(graph, chains, ranges).run()
+
+
+class _Rewriter:
+    def __init__(self, graph: Graph, chains: Sequence[Chain],
+                 ranges: Mapping[Entry, Range]) -> None:
+        self.graph, self.ranges = graph, ranges
+        chains = [_without_saturating_relu(chain, ranges) for chain in chains]
+        self.by_last = {chain.last: chain for chain in chains}
+        self.inside = {index for chain in chains for index in chain.members} - set(self.by_last)
+        self.nodes: list[Node] = []
+        self.floats: dict[Entry, Entry] = {}  # float value of the old graph -> new entry
+        self.quantized: dict[Entry, tuple[Entry, Entry, Entry]] = {}  # -> (q, min, max)
+        self.quantized_readers = Counter(
+            Entry(graph.nodes[chain.main].inputs[0].node, graph.nodes[chain.main].inputs[0].index)
+            for chain in chains)
+        self.quantized_readers.update(chain.summand for chain in chains if chain.summand)
+
+    def run(self) -> Graph:
+        for index, node in enumerate(self.graph.nodes):
+            if index in self.inside:
+                continue
+            if index in self.by_last:
+                self._fused(self.by_last[index])
+            else:
+                inputs = tuple(self._float(entry) for entry in node.inputs)
+                self.floats.update({Entry(index, out): Entry(len(self.nodes), out)
+                                    for out in range(node.num_outputs())})
+                self.nodes.append(Node(node.op, node.name, node.attrs, inputs, node.params))
+        heads = tuple(self._float(entry) for entry in self.graph.heads)
+        return self.graph.replace(nodes=tuple(self.nodes), heads=heads)
+
+    def _append(self, node: Node) -> int:
+        self.nodes.append(node)
+        return len(self.nodes) - 1
+
+    def _float(self, old: Entry) -> Entry:
+        """The new graph's float value of the old graph's ``old``."""
+        key = Entry(old.node, old.index)
+        if key not in self.floats:
+            q, low, high = self.quantized[key]
+            name = f"{self.graph.nodes[key.node].name}_dequantize"
+            self.floats[key] = Entry(self._append(
+                make_node("_contrib_dequantize", name, {}, (q, low, high))))
+        return self.floats[key]
+
+    def _int8(self, old: Entry) -> tuple[Entry, Entry, Entry]:
+        """The new graph's int8/uint8 value (with its range) of the old graph's ``old``."""
+        key = Entry(old.node, old.index)
+        if key not in self.quantized:
+            low, high = self.ranges[key]
+            name = f"{self.graph.nodes[key.node].name}_quantize"
+            index = self._append(make_node(
+                "_contrib_quantize_v2", name,
+                {"out_type": "auto", "min_calib_range": repr(low), "max_calib_range": repr(high)},
+                (self._float(key),)))
+            self.quantized[key] = (Entry(index, 0), Entry(index, 1), Entry(index, 2))
+        return self.quantized[key]
+
+    def _fused(self, chain: Chain) -> None:
+        main = self.graph.nodes[chain.main]
+        conv = main.op == "Convolution"
+        data = self._int8(main.inputs[0])
+        params = [self._float(entry) for entry in main.inputs[1:]]
+        attrs = {"quantized": "True"}
+        if conv:
+            if chain.batchnorm is not None:
+                params += [self._float(entry)
+                           for entry in self.graph.nodes[chain.batchnorm].inputs[1:5]]
+            summand = self._int8(chain.summand) if chain.summand is not None else None
+            inputs = [data[0], *params, *(() if summand is None else (summand[0],)),
+                      data[1], data[2], *(() if summand is None else summand[1:])]
+            attrs.update(with_bn=str(chain.batchnorm is not None),
+                         with_act=str(chain.act is not None), with_sum=str(summand is not None),
+                         with_postsum_act=str(chain.postsum_act is not None))
+        else:
+            inputs = [data[0], *params, data[1], data[2]]
+            attrs.update(with_eltwise=str(chain.act is not None), channel_wise_quantize="True")
+        out = Entry(chain.last, 0)
+        float_output = not conv and not self.quantized_readers[out]
+        if float_output:
+            attrs["enable_float_output"] = "True"
+        else:
+            low, high = self.ranges[out]
+            attrs.update(min_calib_range=repr(low), max_calib_range=repr(high))
+        name = self.graph.nodes[chain.last].name
+        op = "_sg_mkldnn_conv" if conv else "_sg_mkldnn_fully_connected"
+        index = self._append(make_node(op, name, attrs, tuple(inputs),
+                                       (self._subgraph(chain),)))
+        if float_output:
+            self.floats[out] = Entry(index, 0)
+        else:
+            self.quantized[out] = (Entry(index, 0), Entry(index, 1), Entry(index, 2))
+
+    def _subgraph(self, chain: Chain) -> Graph:
+        """The chain's float nodes as a graph of their own (variables for what comes from
+        outside), which the fused node reads its layer attributes from."""
+        nodes: list[Node] = []
+        local: dict[Entry, Entry] = {}
+        for index in chain.members:
+            node = self.graph.nodes[index]
+            inputs = []
+            for entry in node.inputs:
+                key = Entry(entry.node, entry.index)
+                if key not in local:
+                    name = self.graph.nodes[key.node].name
+                    nodes.append(make_node("null", name))
+                    local[key] = Entry(len(nodes) - 1)
+                inputs.append(local[key])
+            attrs = {key: value for key, value in node.attrs.items()
+                     if not key.startswith("__")}
+            nodes.append(make_node(node.op, node.name, attrs, tuple(inputs)))
+            local[Entry(index, 0)] = Entry(len(nodes) - 1)
+        return Graph(tuple(nodes), (Entry(len(nodes) - 1),))
