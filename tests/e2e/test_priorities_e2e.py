@@ -1,13 +1,17 @@
-"""End to end (#39): priorities and queue policies in a real server process, over REST
-(tritonclient.http) and gRPC (tritonclient.grpc), with Triton's ``priority`` and ``timeout``
-request parameters. A fully convolutional model fed 128x128 images takes milliseconds a
-request, one request a batch, so a steady load of low-priority requests keeps its queue full:
-high-priority requests overtake it (their p99 at most a third of the low ones'), and a REJECT
-level answers what waits past its timeout with 503 / UNAVAILABLE naming the queue."""
+"""End to end: priorities and queue policies in a real server process, over REST
+(tritonclient.http) and gRPC (tritonclient.grpc, in a process of its own: its generated
+messages and the server's share names, and one process cannot register both), with Triton's
+``priority`` and ``timeout`` request parameters. A fully convolutional model fed 128x128
+images takes milliseconds a request, one request a batch, so a steady load of low-priority
+requests keeps its queue full: high-priority requests overtake it (their p99 at most a third
+of the low ones'), and a REJECT level answers what waits past its timeout with 503 /
+UNAVAILABLE naming the queue."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -58,14 +62,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         yield running
 
 
-def _http_infer(server: Server) -> Callable[..., None]:
+def _http_infer(address: str) -> Callable[..., None]:
     import tritonclient.http as triton
 
     local = threading.local()
 
     def infer(model: str, priority: int, timeout: int | None = None) -> None:
         if not hasattr(local, "client"):
-            local.client = triton.InferenceServerClient(server.url.removeprefix("http://"))
+            local.client = triton.InferenceServerClient(address)
         tensor = triton.InferInput("data", list(IMAGE.shape), "FP32")
         tensor.set_data_from_numpy(IMAGE, binary_data=True)
         local.client.infer(model, [tensor], priority=priority, timeout=timeout)
@@ -73,14 +77,14 @@ def _http_infer(server: Server) -> Callable[..., None]:
     return infer
 
 
-def _grpc_infer(server: Server) -> Callable[..., None]:
+def _grpc_infer(address: str) -> Callable[..., None]:
     import tritonclient.grpc as triton
 
     local = threading.local()
 
     def infer(model: str, priority: int, timeout: int | None = None) -> None:
         if not hasattr(local, "client"):
-            local.client = triton.InferenceServerClient(server.grpc)
+            local.client = triton.InferenceServerClient(address)
         tensor = triton.InferInput("data", list(IMAGE.shape), "FP32")
         tensor.set_data_from_numpy(IMAGE)
         local.client.infer(model, [tensor], priority=priority, timeout=timeout)
@@ -94,9 +98,8 @@ def _timed(call: Callable[[], None]) -> float:
     return time.perf_counter() - start
 
 
-@pytest.mark.parametrize("protocol", ["rest", "grpc"])
-def test_high_priority_overtakes_a_queue_of_low_priority(server: Server, protocol: str) -> None:
-    infer = (_http_infer if protocol == "rest" else _grpc_infer)(server)
+def _overtake(infer: Callable[..., None]) -> dict[str, list[float]]:
+    """Seconds per high- and low-priority request while low-priority clients fill the queue."""
     infer("ordered", 1)  # connections and the model's first run out of the measurement
     done = threading.Event()
     low: list[float] = []
@@ -119,18 +122,13 @@ def test_high_priority_overtakes_a_queue_of_low_priority(server: Server, protoco
             done.set()
         for client in clients:
             client.result()
-    high_p99, low_p99 = np.percentile(high, 99), np.percentile(low, 99)
-    print(f"{protocol}: high p99 {high_p99 * 1e3:.1f} ms, low p99 {low_p99 * 1e3:.1f} ms "
-          f"({len(low)} low requests)")
-    assert high_p99 <= low_p99 / 3, (high_p99, low_p99)
+    return {"high": high, "low": list(low)}
 
 
-@pytest.mark.parametrize("protocol", ["rest", "grpc"])
-def test_reject_answers_what_waited_past_the_levels_timeout(server: Server,
-                                                           protocol: str) -> None:
+def _rejects(infer: Callable[..., None]) -> dict[str, list[str]]:
+    """Answers of 32 requests, eight at a time, at level 2 (REJECT after 1 ms) and level 1."""
     from tritonclient.utils import InferenceServerException
 
-    infer = (_http_infer if protocol == "rest" else _grpc_infer)(server)
     infer("rejecting", 1)
 
     def attempt(priority: int) -> str:
@@ -141,14 +139,49 @@ def test_reject_answers_what_waited_past_the_levels_timeout(server: Server,
         return "ok"
 
     with ThreadPoolExecutor(8) as pool:
-        answers = list(pool.map(attempt, [2] * 32))
-    rejected = [answer for answer in answers if answer != "ok"]
+        level_2 = list(pool.map(attempt, [2] * 32))
+    with ThreadPoolExecutor(8) as pool:
+        level_1 = list(pool.map(attempt, [1] * 32))
+    return {"level 2": level_2, "level 1": level_1}
+
+
+SCENARIOS: dict[str, Callable[[Callable[..., None]], Any]] = {
+    "overtake": _overtake, "rejects": _rejects}
+
+
+def _scenario(name: str, server: Server, protocol: str) -> Any:
+    """`name`'s results over `protocol`: REST here, gRPC in a process of its own."""
+    if protocol == "rest":
+        return SCENARIOS[name](_http_infer(server.url.removeprefix("http://")))
+    done = subprocess.run([sys.executable, "-m", "tests.e2e.test_priorities_e2e", name,
+                           server.grpc], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("protocol", ["rest", "grpc"])
+def test_high_priority_overtakes_a_queue_of_low_priority(server: Server, protocol: str) -> None:
+    timed = _scenario("overtake", server, protocol)
+    high_p99, low_p99 = np.percentile(timed["high"], 99), np.percentile(timed["low"], 99)
+    print(f"{protocol}: high p99 {high_p99 * 1e3:.1f} ms, low p99 {low_p99 * 1e3:.1f} ms "
+          f"({len(timed['low'])} low requests)")
+    assert high_p99 <= low_p99 / 3, (high_p99, low_p99)
+
+
+@pytest.mark.parametrize("protocol", ["rest", "grpc"])
+def test_reject_answers_what_waited_past_the_levels_timeout(server: Server,
+                                                           protocol: str) -> None:
+    answers = _scenario("rejects", server, protocol)
+    rejected = [answer for answer in answers["level 2"] if answer != "ok"]
     # Eight at once, each run ~ms: most of them wait more than 1 ms.
-    assert rejected, answers
+    assert rejected, answers["level 2"]
     status = "503" if protocol == "rest" else "StatusCode.UNAVAILABLE"
     for answer in rejected:
         assert answer.startswith(status), answer
         assert "rejecting" in answer and "priority level 2 queue" in answer, answer
     # Level 1 has no timeout: the same load there is all answered.
-    with ThreadPoolExecutor(8) as pool:
-        assert set(pool.map(attempt, [1] * 32)) == {"ok"}
+    assert set(answers["level 1"]) == {"ok"}
+
+
+if __name__ == "__main__":  # python -m tests.e2e.test_priorities_e2e SCENARIO GRPC_ADDRESS
+    print(json.dumps(SCENARIOS[sys.argv[1]](_grpc_infer(sys.argv[2]))))
