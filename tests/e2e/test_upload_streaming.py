@@ -175,6 +175,10 @@ def test_a_200_mb_upload_grows_the_server_by_less_than_64_mb(server: Server,
           f"{params_path.stat().st_size // MIB} MiB: {(peaks['received'] - before) // 1024} MiB; "
           f"peak through validation and loading {peak // 1024} MiB, RSS after {after // 1024} MiB")
     assert peaks["received"] - before < 64 * 1024
-    # The loaded model stays in memory (RSS after); on the way there, the upload must not hold
-    # more than 64 MB beyond it (a body read whole would add its 200 MB).
-    assert peak - after < 64 * 1024
+    size_kib = params_path.stat().st_size // 1024
+    # The loaded model keeps one copy of its weights (RSS after). On the way there, loading
+    # holds two for a moment (the .params file's arrays and the weight laid out for the
+    # product), and the upload must add no more than 64 MB to that: a body read whole would
+    # add its 200 MB.
+    assert after - before < size_kib + 64 * 1024
+    assert peak - before < 2 * size_kib + 64 * 1024
