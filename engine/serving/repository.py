@@ -79,7 +79,9 @@ class ModelRepository:
             1 (the default) batches queue for the cores and each runs on all of them, as
             `Model.infer` does in process; with more, each should use its share of the cores
             (the server sets BLAS's thread count to cores / compute_threads, docs/threads.md).
-            GPU models run their batches on threads of their own.
+            A model with more instances (``instance_group``) than compute threads runs its
+            batches on threads of its own; every CPU batch takes its cores from one
+            `CoreBudget` first. GPU models run their batches on threads of their own.
         stale_tmp_age_s: at `start`, delete staging directories untouched for this long.
         batch_observer: called with each version's name, number and finished batch
             (`BatchRun`) by the batchers of versions loaded from then on (a tracer's hook).
