@@ -40,10 +40,13 @@ WIDE_CPU_SECONDS_PER_REQUEST = 0.001
 class CoreBudget:
     """The process's cores, taken by CPU batches for as long as they compute: a batch waits
     until the cores it needs are free, in the order batches asked (a wide batch waiting for
-    every core is not overtaken by narrow ones)."""
+    every core is not overtaken by narrow ones). ``batches``: the server's compute threads,
+    CPU batches of one-instance models computed at once; one such batch uses at most
+    `batch_cores`, the cores divided among them (as the server divides BLAS's threads)."""
 
-    def __init__(self, cores: int | None = None) -> None:
+    def __init__(self, cores: int | None = None, batches: int = 1) -> None:
         self.cores = cores or parallel.cores()
+        self.batch_cores = max(1, self.cores // batches)
         self._free = self.cores
         self._waiting: deque[object] = deque()
         self._changed = threading.Condition()
@@ -95,9 +98,11 @@ class CoreShare:
         return cost is None or cost >= WIDE_CPU_SECONDS_PER_REQUEST
 
     def share(self) -> int:
-        """Cores one batch of this model uses when it runs wide: those BLAS uses (the cores
-        divided among the server's compute threads), divided among the model's instances."""
-        return max(1, min(blas_threads.unheld_threads(), self._budget.cores) // self.instances)
+        """Cores one batch of this model uses when it runs wide: those BLAS uses, at most the
+        cores divided among the server's compute threads, divided among the model's
+        instances."""
+        cores = min(blas_threads.unheld_threads(), self._budget.batch_cores)
+        return max(1, cores // self.instances)
 
     @contextmanager
     def batch(self, requests: int) -> Iterator[None]:

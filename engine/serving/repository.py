@@ -117,7 +117,7 @@ class ModelRepository:
         self._device_compute = ThreadPoolExecutor(GPU_COMPUTE_THREADS,
                                                   thread_name_prefix="serving-gpu")
         # The cores every CPU batch takes its share of while it computes (`CoreBudget`).
-        self._cores = CoreBudget()
+        self._cores = CoreBudget(batches=compute_threads)
         self._io = ThreadPoolExecutor(1, thread_name_prefix="serving-load")
         self._lock = asyncio.Lock()
         self._disk: dict[str, disk.DiskModel] = {}  # the directory as last scanned

@@ -131,3 +131,19 @@ def test_instances_and_budgets_are_checked() -> None:
     with pytest.raises(ValueError, match="at least one core"):
         with thread_share.sharing(0):
             pass
+
+
+def test_with_two_compute_threads_a_batch_takes_half_the_cores() -> None:
+    """As the server divides BLAS's threads among its compute threads, whatever BLAS says
+    here: two one-instance batches fit the budget at once."""
+    budget = CoreBudget(4, batches=2)
+    assert budget.batch_cores == 2
+    blas = blas_threads.numpy_openblas()
+    if blas is None:
+        pytest.skip("needs numpy's OpenBLAS, whose thread count the share reads")
+    saved = blas.count()
+    blas.set(4)
+    try:
+        assert CoreShare(1, budget).share() == 2 and CoreShare(2, budget).share() == 1
+    finally:
+        blas.set(saved)
