@@ -35,6 +35,12 @@ median requests/s and p50/p99 over the rounds with the ratio new/old. Only our s
     git worktree add ../hybridserve-old COMMIT
     .venv/bin/python bench/serve.py --against ../hybridserve-old --rounds 3 --seconds 2 --image 64
 
+Instance counts side by side: ``--instances 1,2`` serves ResNet-18 with each count of
+``instance_group`` in turn, ``--rounds`` times, at ``--concurrency`` (8) over REST, and prints
+each count's median requests/s, latencies and range:
+
+    .venv/bin/python bench/serve.py --instances 1,2 --rounds 5
+
 ``--no-grpc`` leaves the gRPC rows out and ``--resnet-seconds 0`` ResNet-18: the seed MLP and
 the floor alone, in a third of the time.
 """
@@ -223,8 +229,10 @@ def wait_until_up(url: str, path: str, process: subprocess.Popen[bytes]) -> None
     raise RuntimeError(f"{url} did not start")
 
 
-def build_models(work: Path, image: int) -> dict[str, dict[str, Any]]:
-    """Write the seed MLP and ResNet-18 (random weights) as uploads and as plain files."""
+def build_models(work: Path, image: int, instances: int | None = None
+                 ) -> dict[str, dict[str, Any]]:
+    """Write the seed MLP and ResNet-18 (random weights) as uploads and as plain files;
+    ``instances``: ResNet-18's ``instance_group`` count (None: the server's default)."""
     from bench import nets
     from engine.graph.params import save_params
 
@@ -249,6 +257,8 @@ def build_models(work: Path, image: int) -> dict[str, dict[str, Any]]:
                   # 8 image bodies in): a 2 ms window lets them form one batch again, short
                   # beside its compute (35 ms at 64x64, 300 ms at 224x224, batch 8).
                   "dynamic_batching": {"max_queue_delay_us": 500 if name == "seed_mlp" else 2000}}
+        if instances is not None and name == "resnet18":
+            config["instance_group"] = [{"count": instances, "kind": "KIND_CPU"}]
         models[name] = {"symbol": symbol_bytes, "params": params_bytes, "config": config}
     return models
 
@@ -341,18 +351,20 @@ def upload(url: str, models: dict[str, dict[str, Any]]) -> None:
 
 
 def measure(seconds: float, resnet_seconds: float, image: int, root: Path = ROOT,
-            compared: bool = False, grpc: bool = True,
-            resnet_only: bool = False) -> list[dict[str, Any]]:
+            compared: bool = False, grpc: bool = True, resnet_only: bool = False,
+            instances: int | None = None,
+            levels: tuple[int, ...] = RESNET_ONLY_CONCURRENCY) -> list[dict[str, Any]]:
     """Start the servers, run every (target, concurrency), stop the servers.
 
     `root`: the checkout whose server is measured; `compared`: our server only (no minimal
     app, no executor reference, no gRPC floor), for `compare`; `grpc`: the gRPC rows too;
-    `resnet_only`: ResNet-18 served over REST and the executor's reference, nothing else.
+    `resnet_only`: ResNet-18 served over REST (at `levels`) and the executor's reference,
+    nothing else; `instances`: ResNet-18's instance count.
     """
     rows = []
     with tempfile.TemporaryDirectory() as directory:
         work = Path(directory)
-        models = build_models(work, image)
+        models = build_models(work, image, instances)
         requests = {}
         for key, request in requests_for(image).items():
             requests[key] = work / (key.replace("/", "_") + ".http")
@@ -387,9 +399,7 @@ def measure(seconds: float, resnet_seconds: float, image: int, root: Path = ROOT
                          resnet_seconds)]
             for label, server, key, duration in plan:
                 table = GRPC_CONCURRENCY if server == "grpc" else CONCURRENCY
-                levels = RESNET_ONLY_CONCURRENCY if resnet_only else table[
-                    label.rpartition("/")[2]]
-                for concurrency in levels:
+                for concurrency in levels if resnet_only else table[label.rpartition("/")[2]]:
                     reference = not compared and (label, concurrency) == (
                         "hybridserve/resnet18", REFERENCE_CONCURRENCY)
                     if reference:
@@ -434,6 +444,32 @@ def compare(against: Path, rounds: int, seconds: float, resnet_seconds: float,
               f"{new['rps'] / old['rps']:>7.3f} | {old['p50_ms']:>7.2f} | {new['p50_ms']:>7.2f} "
               f"| {old['p99_ms']:>7.2f} | {new['p99_ms']:>7.2f} "
               f"| {old['low']:.1f}-{old['high']:.1f} | {new['low']:.1f}-{new['high']:.1f} |")
+
+
+def compare_instances(counts: list[int], rounds: int, resnet_seconds: float, image: int,
+                      concurrency: int) -> None:
+    """Serve ResNet-18 with each of `counts` instances in turn (the order alternating, so that
+    the machine's drift falls on every count), `rounds` times, at `concurrency` over REST;
+    print each run, then each count's median requests/s, p50/p99 and range, against the
+    first count's."""
+    runs: dict[int, list[list[dict[str, Any]]]] = {count: [] for count in counts}
+    for round_index in range(rounds):
+        for count in counts if round_index % 2 == 0 else counts[::-1]:
+            print(f"round {round_index + 1}, {count} instance(s), load average "
+                  f"{os.getloadavg()[0]:.2f}", flush=True)
+            runs[count].append(measure(0, resnet_seconds, image, compared=True, grpc=False,
+                                       resnet_only=True, instances=count,
+                                       levels=(concurrency,)))
+    print(f"\nmedians over the rounds, ResNet-18 at concurrency {concurrency}:")
+    print(f"| instances | req/s | vs {counts[0]} | p50 ms | p99 ms | range req/s |")
+    print("|---|---|---|---|---|---|")
+    key = ("hybridserve/resnet18", concurrency)
+    first = _medians(runs[counts[0]], key)
+    for count in counts:
+        figures = _medians(runs[count], key)
+        print(f"| {count} | {figures['rps']:.1f} | {figures['rps'] / first['rps']:.3f} | "
+              f"{figures['p50_ms']:.1f} | {figures['p99_ms']:.1f} | "
+              f"{figures['low']:.1f}-{figures['high']:.1f} |")
 
 
 def _medians(runs: list[list[dict[str, Any]]], key: tuple[str, int]) -> dict[str, float]:
@@ -588,11 +624,20 @@ def main() -> None:
     parser.add_argument("--resnet-only", action="store_true",
                         help="ResNet-18 over REST at concurrency 1, 4 and 8, and the executor's "
                         "reference, only")
+    parser.add_argument("--instances", type=lambda text: [int(n) for n in text.split(",")],
+                        help="ResNet-18's instance counts to compare, e.g. 1,2: --rounds "
+                        "interleaved rounds at --concurrency, REST only")
+    parser.add_argument("--concurrency", type=int, default=8,
+                        help="ResNet-18's concurrency for --instances")
     args = parser.parse_args()
     print(f"machine: nproc {os.cpu_count()}, {platform.processor() or platform.machine()}, "
           f"Python {platform.python_version()}, NumPy {np.__version__}")
     print("| target                 |   c |     req/s |  p50 ms  |  p99 ms  | fail |")
     print("|------------------------|-----|-----------|----------|----------|------|")
+    if args.instances:
+        compare_instances(args.instances, args.rounds, args.resnet_seconds, args.image,
+                          args.concurrency)
+        return
     if args.against is not None:
         compare(args.against, args.rounds, args.seconds, args.resnet_seconds, args.image,
                 not args.no_grpc, args.resnet_only)

@@ -69,6 +69,15 @@ def threads() -> int:
     return 1 if blas is None else blas.count()
 
 
+def unheld_threads() -> int:
+    """BLAS's thread count as set, not held: the count `one_thread` saved while a caller holds
+    BLAS to one thread, else `threads`."""
+    with _holding:
+        if _held["count"]:
+            return _held["saved"]
+    return threads()
+
+
 def restart_flushed() -> bool:
     """numpy's OpenBLAS worker threads started anew from a thread that flushes denormals
     (`denormals`), so that they flush too: a thread inherits its creator's MXCSR, and

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.cpu import blas_threads, denormals, parts
+from engine.cpu import blas_threads, denormals, parts, thread_share
 from engine.cpu.spin_ir import (
     ARMED,
     DOZE_MICROSECONDS,
@@ -79,7 +79,8 @@ def threads() -> int:
     cores; 1 where the pool is unavailable."""
     if _pool() is None:
         return 1
-    return max(1, min(blas_threads.threads(), cores()))
+    share = thread_share.cores()  # a served instance's share, BLAS held to one meanwhile
+    return max(1, min(blas_threads.threads() if share is None else share, cores()))
 
 
 class Job(partial):

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.cpu import blas_threads, denormals, parallel
+from engine.cpu import blas_threads, denormals, parallel, thread_share
 from engine.graph.ir import Graph
 
 # Work (`work`: multiply-adds outside dense GEMMs, estimated) a run of rows must have for a
@@ -56,6 +56,9 @@ def threads() -> int:
     count (numpy's OpenBLAS: every core, unless ``OPENBLAS_NUM_THREADS`` or threadpoolctl
     set fewer), so that a process told to run BLAS on one thread does not split either."""
     configured = _settings["threads"]
+    share = thread_share.cores()  # a served instance's share, BLAS held to one meanwhile
+    if share is not None:
+        return share if configured is None else min(share, configured)
     return blas_threads.threads() if configured is None else configured
 
 
@@ -86,8 +89,8 @@ def parts(rows: int) -> int:
 def fixed(rows: int) -> bool:
     """Whether `parts` for ``rows`` rows changes only through `set_threads`: not where it
     follows BLAS's thread count, which threadpoolctl may change at any time."""
-    return rows < 2 or _settings["threads"] is not None or not blas_controllable() \
-        or parallel.cores() < 2
+    return rows < 2 or (_settings["threads"] is not None and thread_share.cores() is None) \
+        or not blas_controllable() or parallel.cores() < 2
 
 
 def watch(owner: Any) -> None:

@@ -33,7 +33,8 @@ class CompileTarget:
     ``dtypes`` (by input; None, or one left out: the model's input dtype) are converted as a
     call's would be. ``as_called``: the plans a call with these inputs runs (padded to its
     batch bucket; on the CPU cut into runs of rows where such a call would be), and with
-    ``spare`` the spare plan a GPU runs when the plan is busy (`Model.concurrent_runs` 2);
+    ``spare`` the spare plans a batch runs while the plan is busy (`Model.concurrent_runs`
+    less one);
     False: exactly these shapes' plan, the one `Model.activation_bytes` measures. A target the
     model cannot take is an error (`CompileFailed`) unless ``required`` is False: then it is
     reported as skipped.
@@ -171,8 +172,9 @@ class PlanCompiler:
         else:
             _, _, planned, replicas = self._part_plans(feed, bounds)
             copies = list(zip(planned, replicas))
-        if target.spare and cache.concurrent_runs >= 2:
-            copies.append((cache.bucketed(exact), 1))
+        if target.spare:  # the spares a batch of this size runs while the plan is busy
+            copies.extend((cache.bucketed(exact), index)
+                          for index in range(1, cache.concurrent_runs))
         return copies
 
     def _compile_copy(self, target: CompileTarget, record: _Record, index: int) -> None:

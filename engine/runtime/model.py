@@ -125,9 +125,10 @@ class Model:
 
     @property
     def concurrent_runs(self) -> int:
-        """Runs of one signature at once: with 2, a call finding its signature's plan running
-        on another thread runs a spare plan instead (on a GPU one batch's host copies and the
-        next batch's arrival then overlap the other's kernels)."""
+        """Runs of one signature at once, each in its own copy of the plan: with n >= 2, a call
+        finding its signature's plan running on another thread runs a free one of n - 1
+        spares instead (on a GPU each on its own stream: one batch's host copies and the next
+        batch's arrival then overlap the other's kernels; the server's instances)."""
         return self._cache.concurrent_runs
 
     @concurrent_runs.setter
@@ -271,10 +272,10 @@ class Model:
 
     def warm(self, inputs: Mapping[str, Any], runs: int | None = None) -> None:
         """Compile, and run ``runs`` times, every plan a call with these inputs may use (the
-        spare too when `concurrent_runs` is 2), so that the first requests of this shape wait
-        for no compilation (on a GPU: cuDNN graphs and, after the warm-up runs, CUDA graph
-        capture). ``runs`` None: as many as make a plan ready, once on the CPU, on a GPU its
-        warm-up runs and the one that captures."""
+        spares too when `concurrent_runs` is 2 or more), so that the first requests of this
+        shape wait for no compilation (on a GPU: cuDNN graphs and, after the warm-up runs,
+        CUDA graph capture). ``runs`` None: as many as make a plan ready, once on the CPU, on
+        a GPU its warm-up runs and the one that captures."""
         if runs is None:
             runs = 1
             if self.backend.is_gpu:
@@ -286,9 +287,11 @@ class Model:
         if self.concurrent_runs < 2 or self.optimized_graph is None:
             return
         feed = self._check_inputs(inputs)
-        spare = self._cache.spare(self._entry(self._bucketed(Signature.of(feed))))
-        for _ in range(runs):
-            spare.run(feed, copy_outputs=False)
+        entry = self._entry(self._bucketed(Signature.of(feed)))
+        for index in range(1, self.concurrent_runs):
+            spare = self._cache.replica(entry, index)
+            for _ in range(runs):
+                spare.run(feed, copy_outputs=False)
 
     def batch_buffers(self, example: Mapping[str, np.ndarray], rows: int) -> BatchBuffers:
         """Where to join a batch of ``rows`` rows of requests shaped like ``example`` (one of
@@ -319,8 +322,10 @@ class Model:
         if not isinstance(entry.plan, Plan):
             return None
         held = entry.plan.reserve(blocking=False)
-        if held is None and self.concurrent_runs > 1:
-            held = self._cache.spare(entry).reserve(blocking=False)
+        for index in range(1, self.concurrent_runs):
+            if held is not None:
+                break
+            held = self._cache.replica(entry, index).reserve(blocking=False)
         return held or entry.plan.reserve()
 
     def threads_changed(self) -> None:

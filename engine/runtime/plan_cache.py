@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from engine.cpu import blas_threads
 from engine.device import Device
 from engine.graph.ir import Graph
+from engine.runtime import batch_split
 from engine.runtime.lru import LRUCache
 from engine.runtime.plan import Plan
 from engine.runtime.signature import Signature
@@ -44,7 +44,7 @@ class SignaturePlans:
         """Whether a checked batch still runs whole: always, or for a batch that would be
         cut into runs of rows on more BLAS threads, while BLAS keeps to one (0.2 µs to read;
         threadpoolctl may change it at any time)."""
-        return not self.whole_while_blas_alone or blas_threads.threads() == 1
+        return not self.whole_while_blas_alone or batch_split.threads() == 1
 
     @property
     def spare(self) -> Plan | StagedPlan | None:
@@ -71,9 +71,10 @@ class PlanCache:
         self.plans: LRUCache[Signature, SignaturePlans] = LRUCache(capacity)
         self._reuse_memory = "plan_memory" in passes
         self._buckets = checked_buckets(buckets)
-        # With 2, a call finding its signature's plan running on another thread runs a spare
-        # plan instead: on a GPU one batch's host copies and the next batch's arrival then
-        # overlap the other's kernels.
+        # With n >= 2, a call finding its signature's plan running on another thread runs one
+        # of n - 1 spare plans instead: on a GPU one batch's host copies and the next batch's
+        # arrival then overlap the other's kernels (each plan has its own stream); on the CPU
+        # a model's instances run their batches at once, each in its own buffers.
         self.concurrent_runs = 1
         self.device_constants: dict[str, Any] = {}  # parameters on the GPU, shared by plans
         self.derived: dict = {}  # values ops derive from parameters (`Workspace.derived`)
@@ -116,11 +117,16 @@ class PlanCache:
         return entry
 
     def free(self, entry: SignaturePlans) -> Plan | StagedPlan:
-        """The entry's plan, or its spare when another thread runs it and `concurrent_runs`
-        allows."""
+        """The entry's plan, or, when another thread runs it, the first of its
+        ``concurrent_runs - 1`` spares that none runs (the plan itself, to wait for, when all
+        are busy)."""
         if self.concurrent_runs < 2 or not entry.plan.busy:
             return entry.plan
-        return self.replica(entry, 1)
+        for index in range(1, self.concurrent_runs):
+            replica = self.replica(entry, index)
+            if not replica.busy:
+                return replica
+        return entry.plan
 
     def spare(self, entry: SignaturePlans) -> Plan | StagedPlan:
         """The entry's first spare plan, compiled on first use."""

@@ -13,7 +13,7 @@ from functools import partial
 
 import numpy as np
 
-from engine.cpu import blas_threads
+from engine.cpu import blas_threads, thread_share
 from engine.errors import InputError
 from engine.graph.ir import Graph
 from engine.runtime import batch_split
@@ -97,7 +97,9 @@ class RowSplitter:
                  for start, stop in bounds]
         exact = [Signature.of(part) for part in feeds]
         planned = [self._cache.bucketed(signature) for signature in exact]
-        copies = [planned[:index].count(plan) for index, plan in enumerate(planned)]
+        # A served instance's runs take copies past the other instances' (`thread_share`).
+        first = thread_share.instance() * len(bounds)
+        copies = [first + planned[:index].count(plan) for index, plan in enumerate(planned)]
         return feeds, exact, planned, copies
 
     def run_rows(self, feed: dict[str, np.ndarray],

@@ -293,6 +293,15 @@ class CalibrationConfig(_Strict):
         return self
 
 
+class InstanceGroup(_Strict):
+    """Triton's ``instance_group`` entry: how many batches of the model run at once (`count`,
+    each a copy of the plan: on the CPU each on its share of the cores, on a GPU each on a
+    stream of its own) and on what (`kind`: ``KIND_AUTO`` is the model's device)."""
+
+    count: StrictInt = Field(ge=1, le=64)
+    kind: Literal["KIND_CPU", "KIND_GPU", "KIND_AUTO"] = "KIND_AUTO"
+
+
 class ModelConfig(_Strict):
     """A model's ``config.json``; `inputs`/`outputs` left out are inferred from the graph."""
 
@@ -330,9 +339,22 @@ class ModelConfig(_Strict):
         if isinstance(data, dict) and "model_warmup" in data and "warmup" in data:
             raise ValueError("give model_warmup or warmup (the same field), not both")
         return data
+    # Batches of this model run at once; None: the server's default for the device
+    # (`engine.serving.validate.concurrent_batches`). One group, as one device serves a model.
+    instance_group: tuple[InstanceGroup, ...] | None = None
+
+    @field_validator("instance_group")
+    @classmethod
+    def _one_group(cls, groups: tuple[InstanceGroup, ...] | None
+                   ) -> tuple[InstanceGroup, ...] | None:
+        if groups is not None and len(groups) != 1:
+            raise ValueError(f"give one group (a model runs on one device); got {len(groups)}")
+        return groups
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelConfig:
+        if self.instance_group:
+            _check_instance_kind(self.instance_group[0].kind, self.device)
         for field in ("inputs", "outputs"):
             tensors: Sequence[TensorConfig] = getattr(self, field) or ()
             _unique(field, "names", [tensor.name for tensor in tensors])
@@ -362,6 +384,18 @@ class ModelConfig(_Strict):
                              f"max_batch_size {self.max_batch_size}")
         check_samples(self.model_warmup, self.max_batch_size)
         return self
+
+    @property
+    def instances(self) -> int | None:
+        """`instance_group`'s count, or None where the config gives none."""
+        return self.instance_group[0].count if self.instance_group else None
+
+    def asked_device(self) -> str | None:
+        """The device the config asks for: `device`, else the one its instance group's kind
+        names (``KIND_GPU``: the GPU); None leaves it to the server."""
+        kind = self.instance_group[0].kind if self.instance_group else "KIND_AUTO"
+        named = {"KIND_CPU": "cpu", "KIND_GPU": "gpu"}.get(kind)
+        return named if self.device in (None, "auto") and named else self.device
 
     def batch_axes(self) -> dict[str, int] | None:
         """Each input's and output's batch axis by graph name (0 where none is given); None
@@ -394,6 +428,14 @@ def _check_batch_axis(field: str, tensor: TensorConfig, max_batch_size: int) -> 
         where = "start with -1" if tensor.batch_axis is None else f"have -1 at axis {axis}"
         raise ValueError(f"{field}.shape {list(tensor.shape)} must {where}, the batch "
                          "dimension (or set batch_axis, or max_batch_size 0 for no batch)")
+
+
+def _check_instance_kind(kind: str, device: str | None) -> None:
+    """A group's kind names the device the config asks for (or leaves it to the group)."""
+    wanted = {"KIND_CPU": "cpu", "KIND_GPU": "gpu"}.get(kind)
+    if wanted is not None and device not in (None, "auto", wanted):
+        raise ValueError(f"instance_group.0.kind {kind} runs on the {wanted.upper()}, but "
+                         f"device is {device!r}; make them agree or leave one out")
 
 
 def _unique(field: str, what: str, values: Sequence[str]) -> None:

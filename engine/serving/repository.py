@@ -19,7 +19,7 @@ from engine.errors import EngineError
 from engine.serving import control, disk
 from engine.serving.batcher import BatchingPolicy, BatchRun, DynamicBatcher
 from engine.serving.config import CONFIG_NAME, ModelConfig, parse_config
-from engine.serving.cores import CoreShare
+from engine.serving.cores import CoreBudget, CoreShare
 from engine.serving.errors import (
     Conflict,
     InvalidModel,
@@ -79,7 +79,9 @@ class ModelRepository:
             1 (the default) batches queue for the cores and each runs on all of them, as
             `Model.infer` does in process; with more, each should use its share of the cores
             (the server sets BLAS's thread count to cores / compute_threads, docs/threads.md).
-            GPU models run their batches on threads of their own.
+            A model with more instances (``instance_group``) than compute threads runs its
+            batches on threads of its own; every CPU batch takes its cores from one
+            `CoreBudget` first. GPU models run their batches on threads of their own.
         stale_tmp_age_s: at `start`, delete staging directories untouched for this long.
         batch_observer: called with each version's name, number and finished batch
             (`BatchRun`) by the batchers of versions loaded from then on (a tracer's hook).
@@ -114,6 +116,8 @@ class ModelRepository:
         # never queue behind the CPU's batches (threads start only when used).
         self._device_compute = ThreadPoolExecutor(GPU_COMPUTE_THREADS,
                                                   thread_name_prefix="serving-gpu")
+        # The cores every CPU batch takes its share of while it computes (`CoreBudget`).
+        self._cores = CoreBudget(batches=compute_threads)
         self._io = ThreadPoolExecutor(1, thread_name_prefix="serving-load")
         self._lock = asyncio.Lock()
         self._disk: dict[str, disk.DiskModel] = {}  # the directory as last scanned
@@ -615,26 +619,35 @@ class ModelRepository:
             if manifest is not None:
                 verify_manifest(version_dir, manifest)
         return load_and_validate(version_dir, config, loader=self.loader,
-                                 device=config.device or self.device, where=where,
+                                 device=config.asked_device() or self.device, where=where,
                                  memory_cap_bytes=self.memory_budget_bytes)
 
     def _wrap(self, name: str, version: int, validated: Validated,
               identity: Identity) -> LoadedVersion:
-        policy = BatchingPolicy.from_config(validated.config,
-                                            concurrent_batches(validated.model))
+        policy = BatchingPolicy.from_config(
+            validated.config, concurrent_batches(validated.model, validated.config.instances))
         observer = None if self.batch_observer is None else functools.partial(
             self.batch_observer, name, version)
         gpu = on_gpu(validated.model)
+        instances = policy.max_concurrent_batches
         batcher = DynamicBatcher(validated.model.infer, policy,
-                                 executor=self._device_compute if gpu else self._compute,
+                                 executor=self._executor_for(gpu, instances),
                                  name=f"model {name!r} version {version}",
                                  batch_buffers=getattr(validated.model, "batch_buffers", None),
                                  batch_axes=validated.config.batch_axes(),
-                                 observer=observer, core_share=None if gpu else CoreShare())
+                                 observer=observer,
+                                 core_share=None if gpu else CoreShare(instances, self._cores))
         loaded = LoadedVersion(name, version, validated.model, validated.config, batcher,
                                manifest_digest=identity[0], config_digest=identity[1])
         loaded.on_idle = self._became_idle.set
         return loaded
+
+    def _executor_for(self, gpu: bool, instances: int) -> ThreadPoolExecutor | None:
+        """Where a model's batches run: the shared compute threads, or, for a model with more
+        instances than they have threads, a pool of its own (None: the batcher's), its
+        batches still taking their cores from the shared `CoreBudget`."""
+        shared = self._device_compute if gpu else self._compute
+        return shared if instances <= shared._max_workers else None
 
     async def _measure(self, version: LoadedVersion) -> int:
         """Bytes `version` holds, measured off the event loop. The plans it reads (its largest

@@ -230,7 +230,7 @@ def load_and_validate(version_dir: Path, config: ModelConfig, *, loader: Loader,
         model.batch_axes = None if config.max_batch_size == 0 else {
             **{tensor.graph_name: tensor.axis for tensor in inputs}, **output_axes}
     if hasattr(model, "concurrent_runs"):
-        model.concurrent_runs = concurrent_batches(model)
+        model.concurrent_runs = concurrent_batches(model, config.instances)
     memory, memory_skipped = _memory_check(model, graph_inputs, config.max_batch_size,
                                            memory_cap_bytes, where, sample)
     names = {tensor.graph_name: tensor.name for tensor in inputs}
@@ -294,11 +294,14 @@ def on_gpu(model: Any) -> bool:
     return bool(getattr(getattr(model, "backend", None), "is_gpu", False))
 
 
-def concurrent_batches(model: Any) -> int:
-    """Batches a model runs at once: 2 on a GPU, where one batch's host copies and the next
-    batch's requests arriving overlap the other's kernels; 1 on the CPU, whose cores one batch
-    already uses (the repository's compute threads decide how many CPU batches of all models
-    run at once)."""
+def concurrent_batches(model: Any, instances: int | None = None) -> int:
+    """Batches a model runs at once, each in a copy of its plan: its config's
+    ``instance_group`` count where it gives one, else 2 on a GPU, where one batch's host copies
+    and the next batch's requests arriving overlap the other's kernels, and 1 on the CPU,
+    where one batch already uses every core and two at once each on half of them measured no
+    faster (docs/benchmarks.md, "Instances")."""
+    if instances is not None:
+        return instances
     return 2 if on_gpu(model) else 1
 
 

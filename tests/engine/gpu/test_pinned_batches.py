@@ -127,6 +127,31 @@ def test_a_held_plan_is_never_overwritten_and_the_next_batch_takes_its_spare(
     assert not plan_of(gpu_model, 4).busy and not plan_of(gpu_model, 4, spare=True).busy
 
 
+def test_three_instances_hold_three_plans_each_on_a_stream_of_its_own(
+        gpu_model: Model, cpu_model: Model) -> None:
+    """A model served with three instances: three batches joined at once each hold a copy of
+    the plan (distinct pinned buffers, distinct streams) and give their own rows."""
+    gpu_model.concurrent_runs = 3
+    batches = [requests_of([3], seed=seed) for seed in (7, 8, 9)]
+    with gpu_model.batch_buffers(batches[0][0], 3) as first, \
+            within(5.0, lambda: gpu_model.batch_buffers(batches[1][0], 3)) as second, \
+            within(5.0, lambda: gpu_model.batch_buffers(batches[2][0], 3)) as third:
+        held = [first, second, third]
+        entry = gpu_model._plans.get(Signature.of({"data": np.zeros((4, 512), np.float32)}))
+        plans = [entry.plan, *entry.spares]
+        assert len(plans) == 3 and all(plan.busy for plan in plans)
+        assert len({id(plan._stream) for plan in plans}) == 3
+        buffers = [batch.buffers["data"] for batch in held]
+        assert not any(np.shares_memory(a, b) for i, a in enumerate(buffers)
+                       for b in buffers[i + 1:])
+        for batch, requests in zip(held, batches):
+            join_rows(batch.buffers["data"], [requests[0]["data"]])
+        for batch, requests in zip(held, batches):
+            np.testing.assert_allclose(next(iter(batch.run().values())),
+                                       expected(cpu_model, requests), **TOLERANCE)
+    assert not any(plan.busy for plan in plans)
+
+
 def test_a_run_waits_while_both_plans_are_held(gpu_model: Model, cpu_model: Model) -> None:
     gpu_model.concurrent_runs = 2
     requests = requests_of([1, 1], seed=5)

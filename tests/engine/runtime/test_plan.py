@@ -95,6 +95,32 @@ def test_a_busy_plan_hands_the_call_to_its_spare_when_runs_may_overlap() -> None
     assert spare is not None and spare is not plan
 
 
+def test_three_runs_at_once_each_take_a_copy_of_the_plan() -> None:
+    """With `concurrent_runs` 3 (a model served with three instances), a call finding the plan
+    and its first spare both running takes the second spare, and gives the right rows."""
+    model = engine.load_model(*model_files("seed_mlp"))
+    inputs, expected = model_io_sets("seed_mlp")[0]
+    model.infer(inputs)
+    plan = model.plan_for(inputs)
+    model.concurrent_runs = 3
+    entry = model._plans.get(Signature.of(inputs))
+    first = model._cache.replica(entry, 1)
+    with plan._lock, first._lock:  # two other threads run the plan and its first spare
+        result = list(model.infer(inputs).values())[0]
+    np.testing.assert_allclose(result, expected[0], rtol=1e-5, atol=1e-6)
+    assert len(entry.spares) == 2 and entry.spares[1] not in (plan, first)
+    assert model._cache.free(entry) is plan  # nothing runs now: the plan itself
+
+
+def test_warm_compiles_and_runs_every_spare() -> None:
+    model = engine.load_model(*model_files("seed_mlp"))
+    model.concurrent_runs = 3
+    data = {"data": np.zeros((2, 512), np.float32)}
+    model.warm(data, runs=1)
+    entry = model._plans.get(Signature.of(data))
+    assert len(entry.spares) == 2 and entry.spares[0] is not entry.spares[1]
+
+
 def test_plan_shared_by_threads_gives_each_caller_its_rows() -> None:
     model = engine.load_model(*model_files("seed_mlp"))
     reference = engine.load_model(*model_files("seed_mlp"), optimize=False)

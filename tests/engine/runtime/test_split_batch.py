@@ -11,7 +11,7 @@ import pytest
 
 import engine
 from engine import sym
-from engine.cpu import blas_threads, parallel
+from engine.cpu import blas_threads, parallel, thread_share
 from engine.runtime import batch_split
 
 RNG = np.random.default_rng(21)
@@ -152,6 +152,25 @@ def test_by_default_blas_on_one_thread_means_no_split(blas: Any,
     blas.set(2)
     model.infer(feed)
     assert split_sizes == [[3, 3]]
+
+
+def test_an_instance_splits_over_its_share_into_plan_copies_of_its_own(
+        blas: Any, split_sizes: list[list[int]]) -> None:
+    """A served instance's batch (BLAS held to one thread, its share of two cores set for its
+    thread) splits into two runs, even after the same batch ran whole with BLAS on one thread
+    and no share; instance 1's runs take plan copies 2 and 3, never instance 0's 0 and 1."""
+    model = load(seed_mlp(), (1, 6))
+    feed = {"data": RNG.normal(size=(6, 6)).astype(np.float32)}
+    blas.set(1)
+    model.infer(feed)
+    model.infer(feed)  # checked: skipped while BLAS keeps to one thread and nothing is shared
+    with thread_share.sharing(2, 1):
+        got = model.infer(feed)
+    assert split_sizes == [[3, 3]]
+    assert_same(got, whole(model, feed))
+    entry = model._plans.get(engine.runtime.signature.Signature.of({"data": feed["data"][:3]}))
+    assert len(entry.spares) == 3  # copies 1 and 2 made to reach copy 3
+    assert not entry.plan.busy and all(not plan.busy for plan in entry.spares)
 
 
 @pytest.mark.parametrize("count", [0, -1, True, 1.5])

@@ -64,6 +64,13 @@ def test_empty_config_takes_defaults() -> None:
     ({"max_batch_size": True}, "max_batch_size: Input should be a valid integer"),
     ({"max_batch_size": 8.0}, "max_batch_size: Input should be a valid integer"),
     ({"inputs": [{"name": "data", "datatype": "FP32", "shape": [-1, "512"]}]}, "inputs.0.shape.1"),
+    ({"instance_group": [{"count": 0}]}, "instance_group.0.count"),
+    ({"instance_group": [{"count": 2.0}]}, "instance_group.0.count"),
+    ({"instance_group": [{"kind": "KIND_CPU"}]}, "instance_group.0.count: Field required"),
+    ({"instance_group": [{"count": 2, "kind": "KIND_TPU"}]}, "instance_group.0.kind"),
+    ({"instance_group": [{"count": 2, "kind": "KIND_GPU"}]}, "device is 'cpu'"),
+    ({"instance_group": [{"count": 1}, {"count": 1}]}, "instance_group: give one group"),
+    ({"instance_group": []}, "instance_group: give one group"),
 ])
 def test_invalid_config_names_the_field(change: dict[str, Any], field: str) -> None:
     with pytest.raises(InvalidModel) as caught:
@@ -130,3 +137,14 @@ def test_names_and_versions() -> None:
             check_version(bad)  # type: ignore[arg-type]
     assert is_version_dir_name("10") and not is_version_dir_name("010")
     assert not is_version_dir_name("0") and not is_version_dir_name(".tmp")
+
+
+def test_instance_group_gives_the_count_and_its_kind_the_device() -> None:
+    config = parse_config({"instance_group": [{"count": 2, "kind": "KIND_GPU"}]}, "c")
+    assert config.instances == 2 and config.asked_device() == "gpu"
+    assert parse_config({"instance_group": [{"count": 1, "kind": "KIND_CPU"}],
+                         "device": "auto"}, "c").asked_device() == "cpu"
+    # KIND_AUTO leaves the device to `device`, or to the server.
+    assert parse_config({"instance_group": [{"count": 3}]}, "c").asked_device() is None
+    assert parse_config({**FULL, "instance_group": [{"count": 3}]}, "c").asked_device() == "cpu"
+    assert parse_config({}, "c").instances is None

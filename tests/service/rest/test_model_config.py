@@ -40,7 +40,8 @@ def test_the_seed_mlp_config_in_triton_form(tmp_path: Path) -> None:
 def test_batching_and_version_policy_are_carried_over(tmp_path: Path) -> None:
     config = {**config_for(MLP), "max_batch_size": 8, "version_policy": {"all": {}},
               "dynamic_batching": {"max_queue_delay_us": 250, "preferred_batch_sizes": [4, 2],
-                                   "max_queue_size": 7, "timeout_us": 90_000}}
+                                   "max_queue_size": 7, "timeout_us": 90_000},
+              "instance_group": [{"count": 3, "kind": "KIND_AUTO"}]}
 
     async def scenario() -> None:
         async with serving(settings_for(tmp_path), models=()) as (client, runtime):
@@ -55,6 +56,8 @@ def test_batching_and_version_policy_are_carried_over(tmp_path: Path) -> None:
             "default_queue_policy": {"timeout_action": "REJECT",
                                      "default_timeout_microseconds": 90_000,
                                      "allow_timeout_override": True, "max_queue_size": 7}}
+        # Three batches at once, on the device the model loaded on (KIND_AUTO resolved).
+        assert answer["instance_group"] == [{"name": MLP, "kind": "KIND_CPU", "count": 3}]
     run(scenario())
 
 
