@@ -1,26 +1,34 @@
 """Benchmark: the compiled CPU executor against hand-written NumPy, ONNX Runtime and the floor.
 
-Usage: ``python bench/executor.py [--quick] [--threads N]``. Prints, in one run:
+Usage: ``python bench/executor.py [--quick] [--threads N] [--cases ...] [--peers ...]``.
+Prints, in one run:
 
 * the seed MLP (512 → 256 → 128 → 2) at batch 1 and 64: ``Model.infer``, the plan's own
   ``run`` and a hand-written NumPy sequence of the same matmuls into preallocated outputs,
   written with ``np.matmul`` and again with ``np.dot`` (the call the plan makes);
-* the peer table, at every core (each runtime's default) and again at one thread each: the
-  seed MLP (batch 1, 64), ResNet-18 v1 (batch 1, 4, 8), MobileNet v2 1.0 (batch 1) and
-  ResNet-50 v2 (batch 1) at 224×224 through ``Model.infer`` in fp32 and in bf16
-  (``precision="bf16"``), and through ONNX Runtime on the same weights (exported by
-  `engine.onnx.export`; graph optimisations at their default, all). Each runtime runs in its own
-  process and they take turns round by round; the columns give ours ÷ ORT against the issue's
-  target, bf16 ÷ fp32, and at every core bf16 against OpenVINO's bf16 times on this machine
-  from issue #36 (OpenVINO is not installed here), then each runtime's distance from the GEMM
-  floor (conv/FC FLOPs over the float32 2048³ matmul rate measured at the same thread count),
-  plus our steps grouped by kind, and at every core how much slower the vCPUs read each
-  other's data than their own just before and after the case (`bench/vcpus.py`: on a VM whose
-  vCPUs at times share no cache);
+* the peer table, at every core (each runtime's default) and again at one thread each: by
+  default the seed MLP (batch 1, 64), ResNet-18 v1 (batch 1, 4) and MobileNet v2 1.0 (batch 1)
+  at 224×224 (``--cases``: any of those networks and ResNet-50 v2, at any batch) through
+  ``Model.infer`` in fp32 and in bf16 (``precision="bf16"``) and through ONNX Runtime on the
+  same weights (the ONNX file `engine.onnx.export` writes; graph optimisations at their
+  default, all). Each runtime runs in its own process and they take turns round by round;
+  the columns give ours ÷ ORT against the issue's target, bf16 ÷ fp32, and at every core bf16
+  against OpenVINO's bf16 (measured with ``--peers`` ov-bf16, else its times on the Intel
+  machine from issue #36), then each runtime's distance from the GEMM floor (conv/FC FLOPs
+  over the float32 2048³ matmul rate measured at the same thread count), plus our steps
+  grouped by kind, and at every core how much slower the vCPUs read each other's data than
+  their own just before and after the case (`bench/vcpus.py`: on a VM whose vCPUs at times
+  share no cache);
+* with ``--peers``, more columns on the same ONNX file: OpenVINO at f32, at bf16 and at int8
+  (NNCF post-training quantisation), and ONNX Runtime int8 (static QDQ quantisation), each in
+  its own process of the peer environment's Python (`bench/quantized_peers.py`,
+  ``bench/requirements-peers.txt``), with the precision each runs its layers at and, at the
+  first thread setting, every runtime's top-1 on the agreement inputs against ORT fp32's;
 * bf16 against fp32 on ResNet-18 (random weights): top-1 agreement over 256 random 224×224
   images, and the largest difference relative to the largest logit.
 
-ONNX Runtime and onnx are dev dependencies (``pip install -e .[dev]``), not runtime ones.
+ONNX Runtime and onnx are dev dependencies (``pip install -e .[dev]``), not runtime ones;
+OpenVINO and NNCF are neither, only the peer environment's.
 Times are medians over interleaved rounds (best in brackets), after a warm-up run; a round
 is 200 calls of the MLP, or calls of a CNN for about `ROUND_SECONDS`.
 """
@@ -28,6 +36,7 @@ is 200 calls of the MLP, or calls of a CNN for about `ROUND_SECONDS`.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -43,6 +52,7 @@ import numpy as np
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
 
 import nets  # noqa: E402 - the sibling modules, found through the path set just above
+import quantized_peers  # noqa: E402
 import vcpus  # noqa: E402
 
 import engine  # noqa: E402
@@ -184,17 +194,20 @@ def mlp_row(model: Model, params: dict[str, np.ndarray], batch: int, repeat: int
           f"{ratios[0]:>14} {ratios[1]:>14} {diff:>9.1e}")
 
 
-# -- ONNX Runtime as the peer, each runtime in its own process -----------------------------------
+# -- The peers, each runtime in its own process ---------------------------------------------------
 
-# (network, batch) cases and the largest ours/ORT ratio the issue asks for.
+# (network, batch) cases run by default, and the largest ours/ORT ratio the issue asks for.
 PEER_CASES = (("mlp", 1), ("mlp", 64), ("resnet18_v1", 1), ("resnet18_v1", 4),
               ("resnet18_v1", 8), ("mobilenetv2_1.0", 1), ("resnet50_v2", 1))
+# The cases the reduced-precision table of issue #36 has (`--cases`).
+PRECISION_CASES = (("resnet18_v1", 1), ("resnet18_v1", 8), ("mobilenetv2_1.0", 1),
+                   ("resnet50_v2", 1))
 PEER_TARGETS = {"mlp": 1.0, "resnet18_v1": 1.0, "mobilenetv2_1.0": 1.5, "resnet50_v2": 1.0}
 # OpenVINO's bf16 (AMX) seconds per call on the Intel machine at every core, from issue #36:
-# the bf16 column's target is at most these.
+# the bf16 column's target is at most these (a run with the ov-bf16 peer uses its own times).
 OPENVINO_BF16 = {("resnet18_v1", 1): 8.2e-3, ("resnet18_v1", 8): 50.5e-3,
                  ("mobilenetv2_1.0", 1): 4.2e-3, ("resnet50_v2", 1): 23.7e-3}
-RUNTIMES = ("ours", "bf16", "ort")  # ours in fp32, ours in bf16, ONNX Runtime
+LOCAL_RUNTIMES = ("ours", "bf16", "ort")  # ours in fp32, ours in bf16, ONNX Runtime fp32
 AGREEMENT_IMAGES = 256
 NETWORKS: dict[str, tuple[Callable[[], Any], tuple[int, ...]]] = {
     "mlp": (nets.mlp, (512,)),
@@ -202,72 +215,159 @@ NETWORKS: dict[str, tuple[Callable[[], Any], tuple[int, ...]]] = {
     "mobilenetv2_1.0": (nets.mobilenet_v2, (3, 224, 224)),
     "resnet50_v2": (nets.resnet50_v2, (3, 224, 224)),
 }
+# The peers beside ONNX Runtime fp32: they run in the peer environment's Python
+# (bench/quantized_peers.py, bench/requirements-peers.txt), never in the project's.
+EXTRA_PEERS = quantized_peers.RUNTIMES
+PEER_LABELS = {"ours": "ours", "bf16": "ours bf16", "ort": "ONNX Runtime", "ort-int8": "ORT int8",
+               "ov-f32": "OpenVINO f32", "ov-bf16": "OpenVINO bf16", "ov-int8": "OpenVINO int8"}
+AGREEMENT_INPUTS = 64  # inputs whose top-1 each runtime's is compared with ORT fp32's
+CALIBRATION_SEED, AGREEMENT_SEED = 1000, 2000  # disjoint from the timed inputs' seeds (batch)
+PEER_PYTHON_VARIABLE = "HYBRIDSERVE_BENCH_PEER_PYTHON"
+DEFAULT_PEER_PYTHON = Path.home() / ".cache" / "hybridserve" / "bench-peers" / "bin" / "python"
 
 
-def case_inputs(name: str, batch: int) -> tuple[Any, dict[str, np.ndarray], np.ndarray]:
-    """The symbol, its weights (seeded: every process builds the same) and the input."""
+def parse_peers(text: str) -> tuple[str, ...]:
+    """``--peers``: "all" or a comma list of `EXTRA_PEERS` (ONNX Runtime fp32 always runs: it
+    is the reference the agreement and the targets are measured against)."""
+    names = EXTRA_PEERS if text.strip() == "all" else tuple(
+        name.strip() for name in text.split(",") if name.strip() and name.strip() != "ort")
+    unknown = [name for name in names if name not in EXTRA_PEERS]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown peer(s) {', '.join(unknown)}; known: ort, {', '.join(EXTRA_PEERS)}, all")
+    return ("ort", *dict.fromkeys(names))
+
+
+def parse_cases(text: str) -> tuple[tuple[str, int], ...]:
+    """``--cases``: "default", "precision" or a comma list of ``network:batch``."""
+    if text.strip() in ("default", "precision"):
+        return PEER_CASES if text.strip() == "default" else PRECISION_CASES
+    cases = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, _, batch = item.partition(":")
+        if name not in NETWORKS or not batch.isdigit() or int(batch) < 1:
+            raise argparse.ArgumentTypeError(
+                f"case {item!r} is not network:batch with a network among "
+                f"{', '.join(NETWORKS)} and a batch of 1 or more")
+        cases.append((name, int(batch)))
+    return tuple(cases)
+
+
+def peer_python(option: str | None) -> str:
+    """The peer environment's Python: the option, else the variable, else the default path."""
+    return option or os.environ.get(PEER_PYTHON_VARIABLE) or str(DEFAULT_PEER_PYTHON)
+
+
+def peer_environment_problem(python: str, runtimes: tuple[str, ...]) -> str | None:
+    """Why ``python`` cannot run ``runtimes`` (a missing interpreter or module), or None."""
+    import subprocess
+
+    modules = {"onnxruntime"} | ({"openvino", "nncf"} if any(
+        runtime.startswith("ov-") for runtime in runtimes) else set())
+    try:
+        check = subprocess.run([python, "-c", f"import {', '.join(sorted(modules))}"],
+                               capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"{python}: {error}"
+    if check.returncode:
+        return f"{python} cannot import {', '.join(sorted(modules))}: " \
+               f"{check.stderr.strip().splitlines()[-1] if check.stderr.strip() else 'failed'}"
+    return None
+
+
+def prepare_network(name: str, root: Path, agreement: int) -> Path:
+    """The network's folder under ``root``, written once: its symbol and seeded weights, the
+    ONNX file our exporter writes from them, and the calibration and agreement inputs."""
+    from engine.onnx import export
+
+    folder = root / name
+    if (folder / "model.onnx").exists():
+        return folder
+    folder.mkdir(parents=True)
     build, shape = NETWORKS[name]
     symbol = build()
     params = nets.random_params(symbol, (1, *shape))
+    (folder / "model-symbol.json").write_text(symbol.tojson())
+    np.savez(folder / "params.npz", **params)
+    export((symbol, params), folder / "model.onnx", input_shapes={"data": (1, *shape)})
+    for file, seed, count in (("calibration.npy", CALIBRATION_SEED,
+                               quantized_peers.CALIBRATION_INPUTS),
+                              ("agreement.npy", AGREEMENT_SEED, agreement)):
+        rng = np.random.default_rng(seed)
+        np.save(folder / file, rng.standard_normal((count, *shape), dtype=np.float32))
+    return folder
+
+
+def write_case_input(folder: Path, batch: int) -> None:
+    """The timed input of one batch size (seeded by the batch, as it always was)."""
+    shape = np.load(folder / "calibration.npy", mmap_mode="r").shape[1:]
     data = np.random.default_rng(batch).standard_normal((batch, *shape), dtype=np.float32)
-    return symbol, params, data
+    np.save(folder / f"data-b{batch}.npy", data)
 
 
-def ours_runner(name: str, batch: int, threads: int,
-                precision: str = "fp32") -> tuple[Callable[[], Any], dict]:
+def ours_runner(folder: Path, batch: int, threads: int, precision: str = "fp32"
+                ) -> tuple[Callable[[], Any], Callable[[np.ndarray], Any], dict]:
     """`Model.infer` on the case, and its FLOPs and the sgemm rate at this thread count."""
+    from engine import sym
+
     if threads:
         parallel.set_threads(threads)
-    symbol, params, data = case_inputs(name, batch)
+    symbol = sym.load(folder / "model-symbol.json")
+    with np.load(folder / "params.npz") as stored:
+        params = dict(stored)
     model = engine.load_model(symbol, params, optimize=True, precision=precision)
-    feed = {"data": data}
+    feed = {"data": np.load(folder / f"data-b{batch}.npy")}
     model.infer(feed)  # first: loading may bring in another BLAS (SciPy's), limited here too
     if threads:
         from threadpoolctl import threadpool_limits
 
         threadpool_limits(threads, user_api="blas")
-    info = {"output": next(iter(model.infer(feed).values())), "precision": model.precision,
-            "flops": graph_flops(model, data.shape), "sgemm": sgemm_flops(3),
+    info = {"flops": graph_flops(model, feed["data"].shape), "sgemm": sgemm_flops(3),
+            "precision": model.precision,
             "threads": f"BLAS {blas_threads()}, steps {parallel.threads()}, engine from "
                        f"{Path(engine.__file__).parent}"}
-    if name != "mlp":
+    if folder.name != "mlp":
         kinds = step_kinds(model.plan_for(feed), feed, 3)
         info["kinds"] = ", ".join(
             f"{kind} {ms(seconds / batch)}" + (f" [{flop / seconds / 1e9:.0f}]" if flop else "")
             for kind, (seconds, flop) in sorted(kinds.items(), key=lambda item: -item[1][0]))
-    return lambda: model.infer(feed), info
+    return (lambda: model.infer(feed),
+            lambda x: next(iter(model.infer({"data": x}).values())), info)
 
 
-def ort_runner(name: str, batch: int, threads: int) -> tuple[Callable[[], Any], dict]:
-    """An ONNX Runtime session (graph optimisations at their default, all) on the same weights,
-    exported by `engine.onnx.export`; ``threads`` 0 leaves its thread pool at its default."""
-    import tempfile
-
+def ort_runner(folder: Path, batch: int, threads: int
+               ) -> tuple[Callable[[], Any], Callable[[np.ndarray], Any], dict]:
+    """An ONNX Runtime session (graph optimisations at their default, all) on the ONNX file
+    `engine.onnx.export` wrote; ``threads`` 0 leaves its thread pool at its default."""
     import onnxruntime
 
-    from engine.onnx import export
-
-    symbol, params, data = case_inputs(name, batch)
-    with tempfile.TemporaryDirectory() as folder:
-        path = export((symbol, params), Path(folder) / f"{name}.onnx",
-                      input_shapes={"data": (1, *data.shape[1:])})
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = threads
-        session = onnxruntime.InferenceSession(str(path), options,
-                                               providers=["CPUExecutionProvider"])
-    feed = {session.get_inputs()[0].name: data}
-    info = {"output": session.run(None, feed)[0], "threads": f"intra-op {threads or 'default'}",
-            "version": onnxruntime.__version__}
-    return lambda: session.run(None, feed), info
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    session = onnxruntime.InferenceSession(str(folder / "model.onnx"), options,
+                                           providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+    feed = {name: np.load(folder / f"data-b{batch}.npy")}
+    info = {"threads": f"intra-op {threads or 'default'}",
+            "version": f"ONNX Runtime {onnxruntime.__version__}", "precision": "fp32"}
+    return (lambda: session.run(None, feed),
+            lambda x: session.run(None, {name: x})[0], info)
 
 
-def peer_worker(connection: Any, runtime: str, name: str, batch: int, threads: int) -> None:
-    """A process serving timed rounds of one runtime: receives a call count, sends back the
+def peer_worker(connection: Any, runtime: str, folder: Path, batch: int, threads: int,
+                agreement: bool) -> None:
+    """A process serving timed rounds of ours (fp32 or bf16) or ONNX Runtime fp32: writes its
+    outputs as `quantized_peers.serve` does, then receives a call count and sends back the
     seconds per call; None ends it."""
     if runtime == "ort":
-        action, info = ort_runner(name, batch, threads)
+        action, run, info = ort_runner(folder, batch, threads)
     else:
-        action, info = ours_runner(name, batch, threads, "bf16" if runtime == "bf16" else "fp32")
+        action, run, info = ours_runner(folder, batch, threads,
+                                        "bf16" if runtime == "bf16" else "fp32")
+    np.save(folder / f"{runtime}-b{batch}-output.npy",
+            np.asarray(run(np.load(folder / f"data-b{batch}.npy"))))
+    if agreement:
+        np.save(folder / f"{runtime}-b{batch}-agreement.npy", quantized_peers.outputs_in_batches(
+            run, np.load(folder / "agreement.npy"), batch))
     action()
     info["call_seconds"] = min(_once(action) for _ in range(3))
     connection.send(info)
@@ -278,88 +378,204 @@ def peer_worker(connection: Any, runtime: str, name: str, batch: int, threads: i
         connection.send((time.perf_counter() - start) / calls)
 
 
-def compare_peer(name: str, batch: int, threads: int, repeat: int) -> dict[str, Any]:
-    """Ours (fp32 and bf16) and ONNX Runtime, each in its own process, taking turns round by
+class LocalPeer:
+    """Ours (fp32 or bf16) or ONNX Runtime fp32 in a spawned process of this Python."""
+
+    def __init__(self, runtime: str, folder: Path, batch: int, threads: int,
+                 agreement: bool) -> None:
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")
+        self.connection, theirs = context.Pipe()
+        self.process = context.Process(target=peer_worker, args=(
+            theirs, runtime, folder, batch, threads, agreement))
+        self.process.start()
+
+    def send(self, calls: int | None) -> None:
+        self.connection.send(calls)
+
+    def recv(self) -> Any:
+        return self.connection.recv()
+
+    def join(self) -> None:
+        self.process.join()
+
+
+class ExternalPeer:
+    """A `quantized_peers` runtime in the peer environment's Python, over stdin and stdout."""
+
+    def __init__(self, python: str, runtime: str, folder: Path, batch: int, threads: int,
+                 agreement: bool) -> None:
+        import subprocess
+
+        self.runtime = runtime
+        script = Path(__file__).resolve().with_name("quantized_peers.py")
+        self.process = subprocess.Popen(
+            [python, str(script), runtime, str(folder), "--batch", str(batch), "--threads",
+             str(threads), *(["--agreement"] if agreement else [])],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def send(self, calls: int | None) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write("\n" if calls is None else f"{calls}\n")
+        self.process.stdin.flush()
+
+    def recv(self) -> Any:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the {self.runtime} peer ended (exit status "
+                               f"{self.process.wait()}) before answering; its error is above")
+        return json.loads(line)
+
+    def join(self) -> None:
+        self.process.wait()
+        for pipe in (self.process.stdin, self.process.stdout):
+            if pipe is not None:
+                pipe.close()
+
+
+def top1_agreement(reference: np.ndarray, other: np.ndarray, centred: bool = False
+                   ) -> tuple[int, int]:
+    """(matching, total) top-1 classes of two runtimes' outputs on the same inputs. Centred
+    takes each runtime's mean output over the inputs away first: random weights give every
+    input the same raw top-1, and what depends on the input is what is left."""
+    if centred:
+        reference, other = reference - reference.mean(0), other - other.mean(0)
+    return int((reference.argmax(1) == other.argmax(1)).sum()), len(reference)
+
+
+def compare_peers(folder: Path, batch: int, threads: int, repeat: int,
+                  runtimes: tuple[str, ...], python: str, agreement: bool) -> dict[str, Any]:
+    """Ours (fp32 and bf16) and every peer, each in its own process, taking turns round by
     round."""
-    import multiprocessing
-
-    context = multiprocessing.get_context("spawn")
-    workers = {}
-    for runtime in RUNTIMES:
-        mine, theirs = context.Pipe()
-        process = context.Process(target=peer_worker, args=(theirs, runtime, name, batch,
-                                                            threads))
-        process.start()
-        workers[runtime] = (mine, process)
-    infos = {runtime: mine.recv() for runtime, (mine, _) in workers.items()}
+    write_case_input(folder, batch)
+    workers: dict[str, LocalPeer | ExternalPeer] = {}
+    for runtime in ("ours", "bf16", *runtimes):
+        workers[runtime] = (LocalPeer(runtime, folder, batch, threads, agreement)
+                            if runtime in LOCAL_RUNTIMES else
+                            ExternalPeer(python, runtime, folder, batch, threads, agreement))
+    infos = {runtime: worker.recv() for runtime, worker in workers.items()}
     slowest = max(info.pop("call_seconds") for info in infos.values())
-    calls = MLP_CALLS if name == "mlp" else max(1, round(ROUND_SECONDS / slowest))
+    is_mlp = folder.name == "mlp"
+    calls = MLP_CALLS if is_mlp else max(1, round(ROUND_SECONDS / slowest))
     rounds: dict[str, list[float]] = {runtime: [] for runtime in workers}
-    for turn in range(max(repeat, MLP_ROUNDS) if name == "mlp" else repeat):
+    for turn in range(max(repeat, MLP_ROUNDS) if is_mlp else repeat):
         order = list(workers.items())
-        for runtime, (mine, _) in order if turn % 2 == 0 else order[::-1]:
+        for runtime, worker in order if turn % 2 == 0 else order[::-1]:
             time.sleep(SETTLE_SECONDS)
-            mine.send(calls)
-            rounds[runtime].append(mine.recv())
-    for mine, process in workers.values():
-        mine.send(None)
-        process.join()
-    outputs = {runtime: infos[runtime].pop("output") for runtime in workers}
-    return {"infos": infos, "diff": float(np.abs(outputs["ours"] - outputs["ort"]).max()),
-            "scale": float(np.abs(outputs["ort"]).max()),
-            "bf16_error": float(np.abs(outputs["bf16"] - outputs["ours"]).max()
-                                / np.abs(outputs["ours"]).max()),
-            **{runtime: (statistics.median(times), min(times))
-               for runtime, times in rounds.items()}}
+            worker.send(calls)
+            rounds[runtime].append(worker.recv())
+    for worker in workers.values():
+        worker.send(None)
+        worker.join()
+    outputs = {runtime: np.load(folder / f"{runtime}-b{batch}-output.npy") for runtime in workers}
+    result: dict[str, Any] = {
+        "infos": infos, "scale": float(np.abs(outputs["ort"]).max()),
+        "bf16_error": float(np.abs(outputs["bf16"] - outputs["ours"]).max()
+                            / np.abs(outputs["ours"]).max()),
+        "diff": {runtime: float(np.abs(output - outputs["ort"]).max())
+                 for runtime, output in outputs.items()},
+        "times": {runtime: (statistics.median(times), min(times))
+                  for runtime, times in rounds.items()}}
+    if agreement:
+        logits = {runtime: np.load(folder / f"{runtime}-b{batch}-agreement.npy")
+                  for runtime in workers}
+        result["classes"] = len(np.unique(logits["ort"].argmax(1)))
+        result["agreement"] = {runtime: (top1_agreement(logits["ort"], output),
+                                         top1_agreement(logits["ort"], output, centred=True))
+                               for runtime, output in logits.items() if runtime != "ort"}
+    return result
 
 
-def bench_peer(threads: int, repeat: int, quick: bool) -> None:
-    """The ONNX Runtime table at one thread setting (0: each runtime at its default)."""
+def peer_header(extras: tuple[str, ...]) -> str:
+    """The table's column names: ours in fp32 and bf16 against ORT fp32, then one column per
+    extra peer."""
+    return (f"{'network':<16} {'batch':>5} {'ours fp32':>18} {'ours bf16':>18} "
+            f"{'ONNX Runtime':>18} {'fp32/ORT':>14} {'target':>6} {'bf16/fp32':>9} "
+            f"{'bf16/OV':>8} {'floor':>8} {'fp32/floor':>10} {'ORT/floor':>9}  max|diff|  "
+            "bf16 err" + "".join(f" {PEER_LABELS[peer]:>18}" for peer in extras))
+
+
+def against_openvino(name: str, batch: int, threads: int, result: dict[str, Any]) -> str:
+    """Our bf16 ÷ OpenVINO's bf16: measured where the run has the ov-bf16 peer, else (every
+    core only) the issue's times on the Intel machine, marked with an asterisk."""
+    bf16 = result["times"]["bf16"][0]
+    if "ov-bf16" in result["times"]:
+        return f"{bf16 / result['times']['ov-bf16'][0]:.2f}×"
+    openvino = OPENVINO_BF16.get((name, batch)) if not threads else None
+    return "—" if openvino is None else f"{bf16 / openvino:.2f}×*"
+
+
+def peer_lines(name: str, batch: int, threads: int, result: dict[str, Any],
+               extras: tuple[str, ...]) -> list[str]:
+    """One case of the table: its row, then the extra peers' ratios, agreement and our steps."""
+    times, info = result["times"], result["infos"]["ours"]
+    ours, bf16, theirs = times["ours"], times["bf16"], times["ort"]
+    floor = info["flops"] / info["sgemm"]
+    ratio = ours[0] / theirs[0]
+    target = PEER_TARGETS.get(name)
+    verdict = "" if target is None else " met" if ratio <= target else " MISSED"
+    row = (f"{name:<16} {batch:>5} {ms(ours[0]):>9} [{ms(ours[1])}] "
+           f"{ms(bf16[0]):>9} [{ms(bf16[1])}] "
+           f"{ms(theirs[0]):>9} [{ms(theirs[1])}] {ratio:>5.2f}× [{ours[1] / theirs[1]:.2f}×] "
+           f"{'≤' + str(target) if target else '—':>6} {bf16[0] / ours[0]:>8.2f}× "
+           f"{against_openvino(name, batch, threads, result):>8} {ms(floor):>8} "
+           f"{ours[0] / floor:>9.2f}× {theirs[0] / floor:>8.2f}×  "
+           f"{result['diff']['ours']:.1e} {result['bf16_error']:.1e}"
+           + "".join(f" {ms(times[peer][0]):>8} [{ms(times[peer][1])}]" for peer in extras)
+           + f"  (outputs up to {result['scale']:.0f}){verdict}")
+    lines = [row]
+    if extras:
+        lines.append("    ours fp32 ÷ peer: " + ", ".join(
+            f"{PEER_LABELS[peer]} {ours[0] / times[peer][0]:.2f}×" for peer in extras)
+            + "; max|diff| from ORT fp32: " + ", ".join(
+            f"{PEER_LABELS[peer]} {result['diff'][peer]:.1e}" for peer in extras))
+    if "agreement" in result:
+        count = next(iter(result["agreement"].values()))[0][1]
+        lines.append(
+            f"    top-1 agreeing with ORT fp32 over {count} inputs (fp32 picks "
+            f"{result['classes']} class(es); [centred on each runtime's mean output]): "
+            + ", ".join(f"{PEER_LABELS[runtime]} {raw[0]}/{raw[1]} [{centred[0]}/{centred[1]}]"
+                        for runtime, (raw, centred) in result["agreement"].items()))
+    for runtime in ("ours", "bf16"):
+        if "kinds" in result["infos"][runtime]:
+            lines.append(f"    {'fp32' if runtime == 'ours' else 'bf16'} by step kind, ms per "
+                         f"image [GFLOP/s]: {result['infos'][runtime]['kinds']}")
+    return lines
+
+
+def bench_peer(threads: int, repeat: int, cases: tuple[tuple[str, int], ...],
+               runtimes: tuple[str, ...], python: str, root: Path, agreement: int) -> None:
+    """The peer table at one thread setting (0: each runtime at its default); ``agreement``
+    inputs (0: none) compared by top-1 where the batch divides their count."""
     label = "every core (each runtime's default)" if not threads else f"{threads} thread(s) each"
-    print(f"\nours (fp32, bf16) vs ONNX Runtime, {label}; ms per call, median of interleaved "
-          "rounds [best]; floor = FLOPs / sgemm at this thread count; OV = OpenVINO bf16 "
-          "(issue #36, every core)")
-    print(f"{'network':<16} {'batch':>5} {'ours fp32':>18} {'ours bf16':>18} "
-          f"{'ONNX Runtime':>18} {'fp32/ORT':>14} {'target':>6} {'bf16/fp32':>9} "
-          f"{'bf16/OV':>8} {'floor':>8} {'fp32/floor':>10} {'ORT/floor':>9}  max|diff|  "
-          "bf16 err")
-    for name, batch in PEER_CASES:
-        if quick and batch > 1 and name != "mlp":
-            continue
+    extras = runtimes[1:]
+    names = ", ".join(PEER_LABELS[runtime] for runtime in runtimes)
+    print(f"\nours (fp32, bf16) vs {names}, {label}; ms per call, median of interleaved "
+          "rounds [best]; floor = FLOPs / sgemm at this thread count")
+    print(peer_header(extras))
+    for name, batch in cases:
         before = vcpus.cross_read_ratio() if not threads else None
-        result = compare_peer(name, batch, threads, repeat)
+        folder = prepare_network(name, root, agreement or AGREEMENT_INPUTS)
+        result = compare_peers(folder, batch, threads, repeat, runtimes, python,
+                               agreement > 0 and agreement % batch == 0)
         after = vcpus.cross_read_ratio() if not threads else None
-        print_peer_row(name, batch, threads, result)
+        for line in peer_lines(name, batch, threads, result, extras):
+            print(line)
+        info = result["infos"]["ours"]
         if before is not None and after is not None:
             print(f"    the other vCPU's data read ×{before:.2f} before, ×{after:.2f} after "
                   "(bench/vcpus.py; from about ×1.3 the vCPUs share no cache)")
-    info = result["infos"]["ours"]
+        for runtime in extras:
+            print(f"    {PEER_LABELS[runtime]} precision: "
+                  f"{result['infos'][runtime]['precision']}")
     print(f"    ours: {info['threads']}, sgemm {info['sgemm'] / 1e9:.1f} GFLOP/s, bf16 runs "
-          f"{result['infos']['bf16']['precision']}; ONNX Runtime "
-          f"{result['infos']['ort']['version']}, {result['infos']['ort']['threads']}; "
-          f"load average now {os.getloadavg()[0]:.2f}")
-
-
-def print_peer_row(name: str, batch: int, threads: int, result: dict[str, Any]) -> None:
-    """One case of the peer table, and our steps by kind in fp32 and bf16."""
-    ours, bf16, theirs = result["ours"], result["bf16"], result["ort"]
-    info = result["infos"]["ours"]
-    floor = info["flops"] / info["sgemm"]
-    ratio = ours[0] / theirs[0]
-    verdict = "met" if ratio <= PEER_TARGETS[name] else "MISSED"
-    openvino = OPENVINO_BF16.get((name, batch)) if not threads else None
-    against_openvino = "—" if openvino is None else f"{bf16[0] / openvino:.2f}×"
-    print(f"{name:<16} {batch:>5} {ms(ours[0]):>9} [{ms(ours[1])}] "
-          f"{ms(bf16[0]):>9} [{ms(bf16[1])}] "
-          f"{ms(theirs[0]):>9} [{ms(theirs[1])}] {ratio:>5.2f}× [{ours[1] / theirs[1]:.2f}×] "
-          f"{'≤' + str(PEER_TARGETS[name]):>6} {bf16[0] / ours[0]:>8.2f}× "
-          f"{against_openvino:>8} {ms(floor):>8} {ours[0] / floor:>9.2f}× "
-          f"{theirs[0] / floor:>8.2f}×  {result['diff']:.1e} (of {result['scale']:.0f}) "
-          f"{result['bf16_error']:.1e} {verdict}")
-    for runtime in ("ours", "bf16"):
-        if "kinds" in result["infos"][runtime]:
-            print(f"    {'fp32' if runtime == 'ours' else 'bf16'} by step kind, ms per image "
-                  f"[GFLOP/s]: {result['infos'][runtime]['kinds']}")
+          f"{result['infos']['bf16']['precision']}; load average now {os.getloadavg()[0]:.2f}"
+          "; * OpenVINO bf16 from issue #36")
+    for runtime in runtimes:
+        peer = result["infos"][runtime]
+        print(f"    {PEER_LABELS[runtime]}: {peer['version']}, {peer['threads']}")
 
 
 def bf16_agreement(images: int = AGREEMENT_IMAGES, batch: int = 32) -> None:
@@ -422,8 +638,8 @@ def _once(call: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def main() -> None:
-    """Parse options and run every comparison."""
+def parser() -> argparse.ArgumentParser:
+    """The command line: rounds, thread settings, cases, peers and the agreement inputs."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7, help="timed rounds per measurement")
     parser.add_argument("--quick", action="store_true",
@@ -432,22 +648,69 @@ def main() -> None:
                         help="compare at this thread count only, and limit BLAS to it for the "
                              "NumPy table (0: each runtime's default); by default at every "
                              "core and again at one thread each")
-    options = parser.parse_args()
+    parser.add_argument("--cases", type=parse_cases, default=PEER_CASES,
+                        help="network:batch list, or 'default' (the seed MLP, ResNet-18 v1, "
+                             "MobileNet v2) or 'precision' (ResNet-18 v1 at 1 and 8, "
+                             "MobileNet v2, ResNet-50 v2)")
+    parser.add_argument("--peers", type=parse_peers, default=("ort",),
+                        help=f"peers beside ONNX Runtime fp32: a comma list of "
+                             f"{', '.join(EXTRA_PEERS)}, or 'all'; these run in the peer "
+                             "environment (bench/requirements-peers.txt)")
+    parser.add_argument("--peer-python", default=None,
+                        help=f"that environment's Python (default: ${PEER_PYTHON_VARIABLE}, "
+                             f"else ~/.cache/hybridserve/bench-peers/bin/python)")
+    parser.add_argument("--agreement", type=int, default=None,
+                        help=f"inputs whose top-1 is compared with ONNX Runtime fp32's "
+                             f"(default {AGREEMENT_INPUTS} with extra peers, else 0), at the "
+                             "first thread setting only")
+    return parser
+
+
+def cpu_flags(wanted: tuple[str, ...] = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16",
+                                         "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
+              ) -> str:
+    """Which of the flags that pick the peers' kernels the CPU reports."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            flags = next((set(line.split(":", 1)[1].split()) for line in info
+                          if line.startswith("flags")), set())
+    except OSError:
+        return "flags unknown"
+    return "flags " + " ".join(flag for flag in wanted if flag in flags)
+
+
+def main() -> None:
+    """Parse options and run every comparison."""
+    import tempfile
+
+    options = parser().parse_args()
     repeat = 3 if options.quick else options.repeat
+    cases = tuple(case for case in options.cases
+                  if not (options.quick and case[1] > 1 and case[0] != "mlp"))
+    runtimes = options.peers
+    python = peer_python(options.peer_python)
+    if len(runtimes) > 1 and (problem := peer_environment_problem(python, runtimes[1:])):
+        print(f"the peers {', '.join(runtimes[1:])} are left out: {problem} (make the "
+              "environment with bench/requirements-peers.txt, docs/benchmarks.md)")
+        runtimes = runtimes[:1]
+    agreement = options.agreement if options.agreement is not None else (
+        AGREEMENT_INPUTS if len(runtimes) > 1 else 0)
     if options.threads:  # the hand-written NumPy table too
         from threadpoolctl import threadpool_limits
 
         threadpool_limits(options.threads, user_api="blas")
     print(f"engine from {Path(engine.__file__).parent}")
-    print(f"{cpu_model()}, {os.cpu_count()} CPUs; numpy {np.__version__}; "
+    print(f"{cpu_model()}, {os.cpu_count()} CPUs, {cpu_flags()}; numpy {np.__version__}; "
           f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}; load average "
           f"{os.getloadavg()[0]:.2f}; our default thread count {parallel.threads()}")
     bench_mlp(repeat)
+    settings = (0, 1) if options.threads is None else (options.threads,)
+    with tempfile.TemporaryDirectory(prefix="executor-bench-") as root:
+        for index, threads in enumerate(settings):
+            bench_peer(threads, repeat, cases, runtimes, python, Path(root),
+                       agreement if index == 0 else 0)
     if not options.quick:
         bf16_agreement()
-    settings = (0, 1) if options.threads is None else (options.threads,)
-    for threads in settings:
-        bench_peer(threads, repeat, options.quick)
     print(f"\nload average at the end {os.getloadavg()[0]:.2f}")
 
 

@@ -1,0 +1,206 @@
+"""The executor benchmark's peers that live in their own environment: OpenVINO (f32, bf16, int8
+through NNCF) and ONNX Runtime int8 (QDQ through `onnxruntime.quantization`).
+
+`bench/executor.py` runs this file with the peer environment's Python (see
+``bench/requirements-peers.txt``), one process per runtime, and talks to it over stdin and
+stdout, one JSON value a line: it prints the runtime's description once it is built and
+warmed up, then answers each call count with the seconds per call of that many calls; an empty
+line or end of input ends it. It imports none of the engine (the peer environment does not
+hold it): everything it needs is in the network's folder the benchmark wrote:
+
+* ``model.onnx``: the network as ``hybridserve export-onnx`` writes it (dynamic batch);
+* ``calibration.npy``: the calibration inputs, one image each;
+* ``agreement.npy``: the inputs whose outputs the benchmark compares across runtimes;
+* ``data-b{batch}.npy``: the timed input.
+
+It writes ``{runtime}-b{batch}-output.npy`` (the timed input's output) and, where asked,
+``{runtime}-b{batch}-agreement.npy`` (every agreement input's output) into the same folder.
+Quantised models are kept there too, so the second thread setting reuses the first's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+RUNTIMES = ("ort-int8", "ov-f32", "ov-bf16", "ov-int8")
+CALIBRATION_INPUTS = 32  # the issue's calibration set size, for both quantisers
+
+
+def ort_int8(folder: Path, batch: int, threads: int) -> tuple[Callable[[np.ndarray], Any], dict]:
+    """ONNX Runtime on a QDQ int8 copy of the model: static quantisation, per-channel weights,
+    activations calibrated (min-max, ORT's default) on the calibration inputs. Every op ORT
+    quantises in QDQ form but BatchNormalization: per-channel, ORT 1.32 gives a BatchNorm on
+    the input image (ResNet v2's first layer) scales the runtime then refuses."""
+    import onnxruntime
+    from onnxruntime import quantization
+
+    quantized = folder / "model-ort-int8.onnx"
+    if not quantized.exists():
+        samples = np.load(folder / "calibration.npy")[:CALIBRATION_INPUTS]
+        name = onnxruntime.InferenceSession(
+            str(folder / "model.onnx"), providers=["CPUExecutionProvider"]).get_inputs()[0].name
+
+        class Reader(quantization.CalibrationDataReader):
+            def __init__(self) -> None:
+                self.items = iter([{name: sample[None]} for sample in samples])
+
+            def get_next(self) -> dict[str, np.ndarray] | None:
+                return next(self.items, None)
+
+        quantization.quantize_static(
+            str(folder / "model.onnx"), str(quantized), Reader(),
+            quant_format=quantization.QuantFormat.QDQ, per_channel=True,
+            activation_type=quantization.QuantType.QUInt8,
+            weight_type=quantization.QuantType.QInt8,
+            op_types_to_quantize=[op for op in quantization.registry.QDQRegistry
+                                  if op != "BatchNormalization"])
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    session = onnxruntime.InferenceSession(str(quantized), options,
+                                           providers=["CPUExecutionProvider"])
+    input_name = session.get_inputs()[0].name
+    info = {"version": f"ONNX Runtime {onnxruntime.__version__}",
+            "precision": "QDQ int8 (u8 activations, s8 per-channel weights)",
+            "threads": f"intra-op {threads or 'default'}"}
+    return lambda x: session.run(None, {input_name: x})[0], info
+
+
+def openvino_model(folder: Path, precision: str) -> Any:
+    """The OpenVINO model of ``model.onnx``; for int8 quantised by NNCF (and kept as IR)."""
+    import openvino
+
+    if precision != "int8":
+        return openvino.Core().read_model(str(folder / "model.onnx"))
+    ir = folder / "model-ov-int8.xml"
+    if ir.exists():
+        return openvino.Core().read_model(str(ir))
+    import nncf
+    from nncf.quantization.advanced_parameters import (
+        AdvancedQuantizationParameters,
+        QuantizationParameters,
+    )
+
+    model = openvino.convert_model(str(folder / "model.onnx"))
+    samples = np.load(folder / "calibration.npy")[:CALIBRATION_INPUTS]
+    quantized = nncf.quantize(
+        model, nncf.Dataset([sample[None] for sample in samples]),
+        subset_size=len(samples),
+        advanced_parameters=AdvancedQuantizationParameters(
+            weights_quantization_params=QuantizationParameters(per_channel=True)))
+    openvino.save_model(quantized, str(ir))
+    return quantized
+
+
+COMPUTE_LAYERS = ("Convolution", "FullyConnected", "MatMul")
+
+
+def runtime_precisions(compiled: Any) -> str:
+    """The precisions the CPU plugin runs the convolutions and products at (its runtime
+    model's ``runtimePrecision``), with how many layers run at each, most first."""
+    counts: Counter[str] = Counter()
+    for op in compiled.get_runtime_model().get_ordered_ops():
+        info = op.get_rt_info()
+        if str(info["layerType"].astype(str)) in COMPUTE_LAYERS:
+            counts[str(info["runtimePrecision"].astype(str))] += 1
+    return ", ".join(f"{precision} ×{count}" for precision, count in counts.most_common())
+
+
+def openvino(folder: Path, batch: int, threads: int,
+             precision: str) -> tuple[Callable[[np.ndarray], Any], dict]:
+    """OpenVINO's CPU plugin, latency hint, the batch fixed at ``batch``; f32 and bf16 set the
+    inference precision hint, int8 leaves it at the device's default for the layers NNCF did
+    not quantise."""
+    import openvino
+
+    model = openvino_model(folder, precision)
+    model.reshape({0: list(np.load(folder / f"data-b{batch}.npy", mmap_mode="r").shape)})
+    config: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY"}
+    if threads:
+        config["INFERENCE_NUM_THREADS"] = threads
+    if precision in ("f32", "bf16"):
+        config["INFERENCE_PRECISION_HINT"] = precision
+    compiled = openvino.Core().compile_model(model, "CPU", config)
+    request = compiled.create_infer_request()
+    info = {"version": f"OpenVINO {openvino.__version__}",
+            "precision": f"hint {compiled.get_property('INFERENCE_PRECISION_HINT').to_string()}"
+                         f"; convolutions and products at {runtime_precisions(compiled)}",
+            "threads": f"{compiled.get_property('INFERENCE_NUM_THREADS')} inference threads, "
+                       f"{compiled.get_property('NUM_STREAMS')} stream(s)"}
+
+    def run(x: np.ndarray) -> np.ndarray:
+        return request.infer({0: x})[compiled.output(0)]
+
+    return run, info
+
+
+def build(runtime: str, folder: Path, batch: int,
+          threads: int) -> tuple[Callable[[np.ndarray], Any], dict]:
+    """The runtime's call on one input and its description."""
+    if runtime == "ort-int8":
+        return ort_int8(folder, batch, threads)
+    if runtime.startswith("ov-"):
+        return openvino(folder, batch, threads, runtime.removeprefix("ov-"))
+    raise ValueError(f"unknown peer runtime {runtime!r}; known: {', '.join(RUNTIMES)}")
+
+
+def outputs_in_batches(run: Callable[[np.ndarray], Any], inputs: np.ndarray,
+                       batch: int) -> np.ndarray:
+    """``run`` over ``inputs`` in slices of ``batch`` rows (their count a multiple of it)."""
+    return np.concatenate([np.asarray(run(np.ascontiguousarray(inputs[start:start + batch])))
+                           for start in range(0, len(inputs), batch)])
+
+
+def serve(runtime: str, folder: Path, batch: int, threads: int, agreement: bool) -> None:
+    """Build, warm up, write the outputs, then answer timed rounds over stdin and stdout."""
+    # The answers get stdout to themselves: what the libraries print (NNCF's progress bars)
+    # goes to stderr, at the descriptor level so that native code's writes do too.
+    answers = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    sys.stdout.flush()
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    run, info = build(runtime, folder, batch, threads)
+    data = np.load(folder / f"data-b{batch}.npy")
+    np.save(folder / f"{runtime}-b{batch}-output.npy", np.asarray(run(data)))
+    if agreement:
+        np.save(folder / f"{runtime}-b{batch}-agreement.npy",
+                outputs_in_batches(run, np.load(folder / "agreement.npy"), batch))
+    calls = []
+    for _ in range(3):
+        start = time.perf_counter()
+        run(data)
+        calls.append(time.perf_counter() - start)
+    info["call_seconds"] = min(calls)
+    print(json.dumps(info), file=answers, flush=True)
+    for line in sys.stdin:
+        if not line.strip():
+            break
+        count = int(line)
+        start = time.perf_counter()
+        for _ in range(count):
+            run(data)
+        print(json.dumps((time.perf_counter() - start) / count), file=answers, flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runtime", choices=RUNTIMES)
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("--batch", type=int, required=True)
+    parser.add_argument("--threads", type=int, default=0, help="0: the runtime's default")
+    parser.add_argument("--agreement", action="store_true",
+                        help="also write the outputs of every agreement input")
+    options = parser.parse_args()
+    serve(options.runtime, options.folder, options.batch, options.threads, options.agreement)
+
+
+if __name__ == "__main__":
+    main()

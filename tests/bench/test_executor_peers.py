@@ -1,0 +1,186 @@
+"""`bench/executor.py`'s peer table: its options, the top-1 agreement, the row it prints, and
+the protocol of the peers that run in their own environment (`bench/quantized_peers.py`)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench import executor, quantized_peers
+
+
+def test_peers_option_takes_a_list_or_all_and_always_keeps_ort_first() -> None:
+    assert executor.parse_peers("all") == ("ort", *quantized_peers.RUNTIMES)
+    assert executor.parse_peers("ov-bf16, ort-int8,ov-bf16") == ("ort", "ov-bf16", "ort-int8")
+    assert executor.parse_peers("ort") == ("ort",)
+    assert executor.parser().parse_args([]).peers == ("ort",)
+    with pytest.raises(argparse.ArgumentTypeError, match="ov-f16"):
+        executor.parse_peers("ov-f32,ov-f16")
+
+
+def test_cases_option_names_the_bad_case() -> None:
+    assert executor.parse_cases("precision") == executor.PRECISION_CASES
+    assert executor.parse_cases("default") == executor.PEER_CASES
+    assert executor.parse_cases("resnet18_v1:8, mlp:64") == (("resnet18_v1", 8), ("mlp", 64))
+    for bad in ("resnet18:1", "mlp:0", "mlp", "mlp:x"):
+        with pytest.raises(argparse.ArgumentTypeError, match=bad):
+            executor.parse_cases(bad)
+    assert executor.parser().parse_args(["--cases", "resnet50_v2:1"]).cases == (
+        ("resnet50_v2", 1),)
+
+
+def test_centred_agreement_sees_what_the_shared_top_class_hides() -> None:
+    # Every input's raw top-1 is class 0 (a large shared offset); what depends on the input
+    # puts its own top class at 1 or 2, and the other runtime swaps that for the last input.
+    offset = np.array([100.0, 0.0, 0.0])
+    reference = offset + np.array([[0, 1, 0], [0, 0, 1], [0, 1, 0], [0, 0, 1]], np.float32)
+    other = reference.copy()
+    other[3] = offset + np.array([0, 1, 0])
+    assert executor.top1_agreement(reference, other) == (4, 4)
+    assert executor.top1_agreement(reference, other, centred=True) == (3, 4)
+
+
+def fake_result(extras: tuple[str, ...]) -> dict:
+    times = {"ours": (0.012, 0.010), "bf16": (0.006, 0.005), "ort": (0.010, 0.009),
+             **{peer: (0.004, 0.003) for peer in extras}}
+    return {"infos": {"ours": {"flops": 3.6e9, "sgemm": 1.2e11}, "bf16": {}}, "scale": 688.0,
+            "bf16_error": 2e-3,
+            "diff": {runtime: 1e-4 for runtime in times}, "times": times, "classes": 1,
+            "agreement": {runtime: ((64, 64), (40, 64)) for runtime in times if runtime != "ort"}}
+
+
+def test_a_row_gives_every_peer_its_column_ratio_and_agreement() -> None:
+    extras = ("ov-f32", "ov-int8")
+    header = executor.peer_header(extras)
+    assert header.split()[-4:] == ["OpenVINO", "f32", "OpenVINO", "int8"]
+    row, ratios, agreement = executor.peer_lines("resnet18_v1", 8, 0, fake_result(extras),
+                                                 extras)
+    assert row.split()[:2] == ["resnet18_v1", "8"]
+    assert "1.20× [1.11×]" in row and row.endswith("MISSED")  # 12 ms ÷ 10 ms against ≤ 1.0
+    assert "6.000 [5.000]" in row and " 0.50× " in row  # ours in bf16, and bf16 ÷ fp32
+    # Without a measured OpenVINO bf16, the issue's 50.5 ms for this case, marked.
+    assert f"{6 / 50.5:.2f}×*" in row
+    assert row.count("4.000 [3.000]") == 2
+    assert ratios.startswith("    ours fp32 ÷ peer: OpenVINO f32 3.00×, OpenVINO int8 3.00×")
+    assert "over 64 inputs (fp32 picks 1 class(es)" in agreement
+    assert "OpenVINO int8 64/64 [40/64]" in agreement and "ours bf16 64/64" in agreement
+
+
+def test_bf16_against_openvino_uses_the_measured_peer_where_the_run_has_it() -> None:
+    result = fake_result(("ov-bf16",))
+    assert executor.against_openvino("resnet18_v1", 8, 0, result) == "1.50×"  # 6 ÷ 4 ms
+    del result["times"]["ov-bf16"]
+    assert executor.against_openvino("resnet18_v1", 8, 1, result) == "—"  # one thread
+    assert executor.against_openvino("resnet18_v1", 4, 0, result) == "—"  # not in the issue
+
+
+def test_without_peers_or_agreement_a_case_is_its_row_alone() -> None:
+    result = fake_result(())
+    del result["agreement"]
+    result["times"]["ours"] = (0.030, 0.025)
+    (row,) = executor.peer_lines("resnet50_v2", 1, 0, result, ())
+    assert row.endswith("MISSED")  # ResNet-50 v2 is held to ≤ 1.0 as well
+    (row,) = executor.peer_lines("mlp", 64, 1, {**result, "times": {
+        **result["times"], "ours": (0.009, 0.008)}}, ())
+    assert row.endswith("met") and " — " in row  # no OpenVINO time for the MLP
+
+
+def test_a_missing_peer_environment_is_named() -> None:
+    problem = executor.peer_environment_problem("/nonexistent/python", ("ov-f32",))
+    assert problem is not None and "/nonexistent/python" in problem
+
+
+@pytest.fixture(scope="module")
+def mlp_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = executor.prepare_network("mlp", tmp_path_factory.mktemp("peers"), 8)
+    executor.write_case_input(folder, 2)
+    return folder
+
+
+def serve_once(python: str, runtime: str, folder: Path) -> dict:
+    """One peer process through the benchmark's own protocol: built, two timed rounds, ended."""
+    peer = executor.ExternalPeer(python, runtime, folder, 2, 1, agreement=True)
+    info = peer.recv()
+    for calls in (1, 3):
+        peer.send(calls)
+        assert 0 < peer.recv() < 60
+    peer.send(None)
+    peer.join()
+    assert peer.process.returncode == 0
+    return info
+
+
+def fp32_reference(folder: Path, inputs: np.ndarray) -> np.ndarray:
+    _, run, _ = executor.ort_runner(folder, 2, 1)
+    return quantized_peers.outputs_in_batches(run, inputs, 2)
+
+
+def test_ort_int8_peer_quantises_and_answers_over_its_pipe(mlp_folder: Path) -> None:
+    # ONNX Runtime is a dev dependency, so this peer runs in the project's own Python here.
+    info = serve_once(sys.executable, "ort-int8", mlp_folder)
+    assert "int8" in info["precision"] and info["threads"] == "intra-op 1"
+    assert (mlp_folder / "model-ort-int8.onnx").exists()
+    inputs = np.load(mlp_folder / "agreement.npy")
+    quantized = np.load(mlp_folder / "ort-int8-b2-agreement.npy")
+    reference = fp32_reference(mlp_folder, inputs)
+    assert quantized.shape == reference.shape == (8, 2)
+    # int8 is near fp32, not equal to it.
+    error = np.abs(quantized - reference).max() / np.abs(reference).max()
+    assert 0 < error < 0.1
+
+
+def peer_python() -> str:
+    python = executor.peer_python(None)
+    if executor.peer_environment_problem(python, ("ov-f32",)):
+        pytest.skip(f"no OpenVINO peer environment ({executor.PEER_PYTHON_VARIABLE} or "
+                    f"{executor.DEFAULT_PEER_PYTHON}; bench/requirements-peers.txt)")
+    return python
+
+
+@pytest.mark.parametrize(("runtime", "tolerance"), [("ov-f32", 1e-4), ("ov-bf16", 0.05),
+                                                    ("ov-int8", 0.1)])
+def test_openvino_peer_reports_its_precision_and_matches_fp32(
+        mlp_folder: Path, runtime: str, tolerance: float) -> None:
+    info = serve_once(peer_python(), runtime, mlp_folder)
+    precision = runtime.removeprefix("ov-")
+    if precision != "int8":
+        assert info["precision"].startswith(f"hint {precision};")
+        assert f"at {precision} ×" in info["precision"]
+    else:
+        assert "i8 ×" in info["precision"] and (mlp_folder / "model-ov-int8.xml").exists()
+    inputs = np.load(mlp_folder / "agreement.npy")
+    outputs = np.load(mlp_folder / f"{runtime}-b2-agreement.npy")
+    reference = fp32_reference(mlp_folder, inputs)
+    assert np.abs(outputs - reference).max() <= tolerance * np.abs(reference).max()
+
+
+def test_the_protocol_survives_a_library_writing_to_stdout(tmp_path: Path) -> None:
+    # What a library prints (NNCF's progress bars) must not reach the answers' pipe.
+    script = tmp_path / "noisy.py"
+    script.write_text(
+        "import os, sys\n"
+        f"sys.path.insert(0, {str(Path(quantized_peers.__file__).parent)!r})\n"
+        "import quantized_peers\n"
+        "def noisy(*args):\n"
+        "    print('progress 100%')\n"
+        "    os.write(1, b'native progress\\n')\n"
+        "    return (lambda x: x * 2), {'precision': 'x2'}\n"
+        "quantized_peers.build = noisy\n"
+        "quantized_peers.main()\n")
+    folder = tmp_path / "net"
+    folder.mkdir()
+    np.save(folder / "data-b1.npy", np.ones((1, 3), np.float32))
+    answers = subprocess.run([sys.executable, str(script), "ov-f32", str(folder), "--batch", "1"],
+                             input="2\n\n", capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "PYTHONPATH": ""})
+    assert answers.returncode == 0, answers.stderr
+    first, second = answers.stdout.splitlines()
+    assert '"precision": "x2"' in first and float(second) >= 0
+    assert "progress 100%" in answers.stderr and "native progress" in answers.stderr
+    np.testing.assert_array_equal(np.load(folder / "ov-f32-b1-output.npy"), [[2, 2, 2]])
