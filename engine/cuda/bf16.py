@@ -41,8 +41,9 @@ def product_op(node: Node) -> str | None:
     if node.is_variable:
         return None
     name, attrs = node.op, node.params
-    if name == "_fused_elementwise":
-        name, attrs = attrs.head.op.name, attrs.head.attrs
+    head = getattr(attrs, "head", None)  # a fused chain's attributes carry its head op
+    if head is not None:
+        name, attrs = head.op.name, head.attrs
     if name == "Convolution" and attrs.num_group != 1:
         return None
     return name if name in BF16_PRODUCT_OPS else None
