@@ -46,6 +46,26 @@ def tile_configuration() -> list[int]:
     return config
 
 
+def declare_tile_intrinsics(kernel: Any, module: ir.Module, dot: str, config_name: str) -> None:
+    """Give ``kernel`` AMX's intrinsics in ``module`` (``load_config``, ``zero_tile``,
+    ``load_tile``, ``store_tile``, and ``dot``: the tile product ``dot`` names, such as
+    ``llvm.x86.tdpbf16ps``) and ``config``, the tile configuration as a global."""
+    void, pointer = ir.VoidType(), I8.as_pointer()
+    kernel.load_config = ir.Function(module, ir.FunctionType(void, [pointer]),
+                                     name="llvm.x86.ldtilecfg")
+    kernel.zero_tile = ir.Function(module, ir.FunctionType(void, [I8]), name="llvm.x86.tilezero")
+    kernel.load_tile = ir.Function(module, ir.FunctionType(void, [I8, pointer, I64]),
+                                   name="llvm.x86.tileloadd64")
+    kernel.store_tile = ir.Function(module, ir.FunctionType(void, [I8, pointer, I64]),
+                                    name="llvm.x86.tilestored64")
+    kernel.dot = ir.Function(module, ir.FunctionType(void, [I8, I8, I8]), name=dot)
+    table = ir.ArrayType(I8, 64)
+    kernel.config = ir.GlobalVariable(module, table, name=config_name)
+    kernel.config.global_constant = True
+    kernel.config.initializer = ir.Constant(table, tile_configuration())
+    kernel.config.align = 64
+
+
 class AmxTileKernel(TileKernel):
     """`TileKernel` whose tile functions run on AMX (tile 32 × 32, K in steps of 16 words)."""
 
@@ -53,22 +73,7 @@ class AmxTileKernel(TileKernel):
         if (shape.rows, shape.width, shape.vectors) != (2 * ROWS, 16, 2):
             raise ValueError(f"the AMX tile is 32 rows by 2 vectors of 16; got {shape}")
         super().__init__(shape)
-        module, void, pointer = self.module, ir.VoidType(), I8.as_pointer()
-        self.load_config = ir.Function(module, ir.FunctionType(void, [pointer]),
-                                       name="llvm.x86.ldtilecfg")
-        self.zero_tile = ir.Function(module, ir.FunctionType(void, [I8]),
-                                     name="llvm.x86.tilezero")
-        self.load_tile = ir.Function(module, ir.FunctionType(void, [I8, pointer, I64]),
-                                     name="llvm.x86.tileloadd64")
-        self.store_tile = ir.Function(module, ir.FunctionType(void, [I8, pointer, I64]),
-                                      name="llvm.x86.tilestored64")
-        self.dot_product = ir.Function(module, ir.FunctionType(void, [I8, I8, I8]),
-                                       name="llvm.x86.tdpbf16ps")
-        table = ir.ArrayType(I8, 64)
-        self.config = ir.GlobalVariable(module, table, name="amx_tile_configuration")
-        self.config.global_constant = True
-        self.config.initializer = ir.Constant(table, tile_configuration())
-        self.config.align = 64
+        declare_tile_intrinsics(self, self.module, "llvm.x86.tdpbf16ps", "amx_tile_configuration")
 
     def _part_prologue(self, builder: ir.IRBuilder) -> None:
         # Once per part, on the thread that runs it: the configuration is per thread and
@@ -113,7 +118,7 @@ class AmxTileKernel(TileKernel):
         self._load_tile(builder, 6, b_row, b_stride)
         self._load_tile(builder, 7, builder.gep(b_row, [I64(WORDS)]), b_stride)
         for accumulator, (left, right) in enumerate(((4, 6), (4, 7), (5, 6), (5, 7))):
-            builder.call(self.dot_product, [I8(accumulator), I8(left), I8(right)])
+            builder.call(self.dot, [I8(accumulator), I8(left), I8(right)])
         k_next = builder.add(k, I64(WORDS))
         builder.cbranch(builder.icmp_signed("<", k_next, k_count), loop, done)
         k.add_incoming(I64(0), start)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from engine.kernels.gemm_amx_ir import tile_configuration
+from engine.kernels.gemm_amx_ir import declare_tile_intrinsics
 from engine.kernels.gemm_int8_ir import I8, I32, I64, LANES
 
 ROWS, COLUMNS, DEPTH = 32, 32, 64  # a tile of C, and K per step
@@ -32,23 +32,9 @@ class AmxInt8Kernel:
 
     def __init__(self) -> None:
         self.module = ir.Module(name="hybridserve_gemm_int8_amx")
-        module, void, pointer = self.module, ir.VoidType(), I8.as_pointer()
         self.vector = ir.VectorType(I32, LANES)
-        self.load_config = ir.Function(module, ir.FunctionType(void, [pointer]),
-                                       name="llvm.x86.ldtilecfg")
-        self.zero_tile = ir.Function(module, ir.FunctionType(void, [I8]),
-                                     name="llvm.x86.tilezero")
-        self.load_tile = ir.Function(module, ir.FunctionType(void, [I8, pointer, I64]),
-                                     name="llvm.x86.tileloadd64")
-        self.store_tile = ir.Function(module, ir.FunctionType(void, [I8, pointer, I64]),
-                                      name="llvm.x86.tilestored64")
-        self.dot = ir.Function(module, ir.FunctionType(void, [I8, I8, I8]),
-                               name="llvm.x86.tdpbusd")
-        table = ir.ArrayType(I8, 64)
-        self.config = ir.GlobalVariable(module, table, name="amx_int8_tile_configuration")
-        self.config.global_constant = True
-        self.config.initializer = ir.Constant(table, tile_configuration())
-        self.config.align = 64
+        declare_tile_intrinsics(self, self.module, "llvm.x86.tdpbusd",
+                                "amx_int8_tile_configuration")
 
     def define(self, name: str = "panels") -> ir.Function:
         byte_pointer, word_pointer = I8.as_pointer(), I32.as_pointer()
