@@ -24,12 +24,15 @@ COPY service/ service/
 RUN python -m pip wheel --no-deps --wheel-dir /wheels .
 
 # ---- builder-cpu: a virtual environment holding the wheel and its pinned dependencies ------
+# With the `tracing` extra (OpenTelemetry's SDK and OTLP/HTTP exporter, a few MB): tracing stays
+# off until OTEL_TRACES_EXPORTER or HYBRIDSERVE_TRACE asks for it (docs/deploy.md).
 FROM ${PYTHON_IMAGE} AS builder-cpu
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1
 COPY --from=wheel /wheels/ /wheels/
 RUN python -m venv /opt/venv \
-    && /opt/venv/bin/python -m pip install /wheels/hybridserve-*.whl
+    && wheel_file="$(echo /wheels/hybridserve-*.whl)" \
+    && /opt/venv/bin/python -m pip install "${wheel_file}[tracing]"
 
 # ---- builder-gpu: the same, plus the `gpu-cuda12` extra (CuPy), on a relocatable CPython ----
 # The CUDA base image has no Python 3.11, so a standalone CPython build is installed here with
@@ -48,7 +51,7 @@ RUN python -m pip install "uv==${UV_VERSION}" \
     && mv "$(dirname "$(dirname "${python_bin}")")" /opt/python \
     && /opt/python/bin/python3 -m venv /opt/venv \
     && wheel_file="$(echo /wheels/hybridserve-*.whl)" \
-    && /opt/venv/bin/python -m pip install "${wheel_file}[gpu-cuda12]"
+    && /opt/venv/bin/python -m pip install "${wheel_file}[gpu-cuda12,tracing]"
 
 # ---- gpu: CUDA 12 runtime (cudart, NVRTC, cuBLAS, ...) + the CuPy environment ---------------
 FROM ${CUDA_IMAGE} AS gpu

@@ -86,6 +86,17 @@ def test_replicas_are_healthy_and_run_unprivileged(project: Project) -> None:
         assert uids is not None and set(uids.group(1).split()) == {SERVER_UID}, (name, status)
 
 
+def test_the_image_traces_when_its_environment_asks(project: Project) -> None:
+    # The image carries the `tracing` extra: the server's OTLP/HTTP tracing builds in it.
+    code = ("from service.tracing import from_environment\n"
+            "tracing = from_environment(False, {'OTEL_TRACES_EXPORTER': 'otlp', "
+            "'OTEL_EXPORTER_OTLP_ENDPOINT': 'http://127.0.0.1:4318'})\n"
+            "print(type(tracing).__name__)\n"
+            "tracing.shutdown()\n")
+    server = project.containers("server")[0]
+    assert project.exec_python(server, code).strip() == "OpenTelemetryTracing"
+
+
 def test_nginx_is_published_on_loopback_only(project: Project) -> None:
     port = project.env["HYBRIDSERVE_HTTP_PORT"]
     assert project.published("nginx", 80) == f"127.0.0.1:{port}"

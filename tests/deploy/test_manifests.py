@@ -95,8 +95,6 @@ def test_dockerfile_runtime_stages() -> None:
     assert re.search(r"^ARG PYTHON_IMAGE=python:3\.11-slim\b", text, flags=re.MULTILINE)
     assert re.search(r"^ARG CUDA_IMAGE=nvidia/cuda:12\.[\d.]+-runtime-", text, flags=re.MULTILINE)
     assert re.search(r"^FROM \$\{CUDA_IMAGE\} AS gpu$", text, flags=re.MULTILINE)
-    assert any("[gpu-cuda12]" in line for line in stages["builder-gpu"]), \
-        "the CUDA 12 image must install the gpu-cuda12 extra"
     for name in ("cpu", "gpu"):
         lines = stages[name]
         user = [line.split()[1] for line in lines if line.startswith("USER ")]
@@ -116,23 +114,33 @@ def test_dockerfile_runtime_stages() -> None:
     assert READY_PATH in healthcheck
 
 
-def test_the_docs_name_the_extra_the_gpu_image_installs() -> None:
-    (install,) = [line for line in dockerfile_stages()["builder-gpu"] if "pip install" in line
-                  and "[gpu" in line]
-    extra = re.search(r"\[(gpu[\w-]*)\]", install)
-    assert extra is not None, install
+def installed_extras(stage: str) -> list[str]:
+    """The extras a builder stage installs with the project's wheel (``wheel[a,b]``)."""
+    (install,) = [line for line in dockerfile_stages()[stage] if "pip install" in line
+                  and "wheel_file" in line]
+    found = re.search(r"\[([\w,-]+)\]", install)
+    assert found is not None, f"stage {stage} installs the wheel with no extra: {install}"
+    return found.group(1).split(",")
+
+
+def test_the_docs_name_the_extras_the_images_install() -> None:
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
         "optional-dependencies"]
     cuda_major = re.search(r"^ARG CUDA_IMAGE=nvidia/cuda:(\d+)\.", DOCKERFILE.read_text(),
                            flags=re.MULTILINE)
     assert cuda_major is not None
-    assert extra.group(1) == f"gpu-cuda{cuda_major.group(1)}" and extra.group(1) in extras, (
-        f"the CUDA {cuda_major.group(1)} image installs the {extra.group(1)!r} extra")
+    gpu_extra = f"gpu-cuda{cuda_major.group(1)}"
+    # Both images trace when their environment asks: the OpenTelemetry SDK is in them.
+    wanted = {"builder-cpu": ["tracing"], "builder-gpu": [gpu_extra, "tracing"]}
     docs = (ROOT / "docs" / "deploy.md").read_text()
-    (row,) = [line for line in docs.splitlines() if line.startswith("| `gpu` |")]
-    named = re.findall(r"`([\w-]+)` extra", row)
-    assert named == [extra.group(1)], f"docs/deploy.md names {named}; the image installs " \
-        f"{extra.group(1)!r}: {row}"
+    for stage, target in (("builder-cpu", "cpu"), ("builder-gpu", "gpu")):
+        installed = installed_extras(stage)
+        assert installed == wanted[stage] and set(installed) <= set(extras), (
+            f"the {target} image installs the extras {installed}; expected {wanted[stage]}")
+        (row,) = [line for line in docs.splitlines() if line.startswith(f"| `{target}`")]
+        named = re.findall(r"`([\w-]+)`(?= extra| and)", row)
+        assert named == installed, f"docs/deploy.md names {named}; the {target} image " \
+            f"installs {installed}: {row}"
 
 
 def test_every_docker_run_of_the_server_publishes_http_and_grpc() -> None:
@@ -227,6 +235,14 @@ def test_compose_replicas_share_one_repository_volume(compose: dict[str, Any]) -
         environment = {**compose["x-server-environment"], **services[name]["environment"]}
         ports = [environment["HYBRIDSERVE_PORT"], environment["HYBRIDSERVE_GRPC_PORT"]]
         assert services[name]["expose"] == ports, f"service {name}"
+
+
+def test_compose_passes_the_trace_settings_to_every_replica(compose: dict[str, Any]) -> None:
+    for name in ("server", "server-gpu"):
+        environment = compose["services"][name]["environment"]
+        assert environment["OTEL_TRACES_EXPORTER"] == "${OTEL_TRACES_EXPORTER:-none}", name
+        assert environment["OTEL_EXPORTER_OTLP_ENDPOINT"].startswith(
+            "${OTEL_EXPORTER_OTLP_ENDPOINT:-"), name
 
 
 def test_compose_gpu_profile_reserves_nvidia_devices(compose: dict[str, Any]) -> None:
