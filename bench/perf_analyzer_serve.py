@@ -65,8 +65,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         work = Path(scratch)
         port, grpc_port = serve.free_port(), serve.free_port()
-        server = serve.start_process([sys.executable, "-m", "service",
-                                *serve.service_args(work, port, grpc_port)], work, "hybridserve")
+        command = [sys.executable, "-m", "service", *serve.service_args(work, port, grpc_port)]
+        server = serve.start_process(command, work, "hybridserve")
         try:
             url = f"http://127.0.0.1:{port}"
             serve.wait_until_up(url, "/v2/health/live", server)
