@@ -6,11 +6,13 @@ moving statistics, and the optional mean/var outputs are MXNet's inference value
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from engine.errors import ShapeError
+from engine.kernels import batchnorm_kernel
 from engine.ops.attrs import choice, optional, parse_bool, parse_float, parse_int
 from engine.ops.registry import Attrs, MaybeShape, OpDef, Param, register
 from engine.ops.shapes import merge, normalize_axis
@@ -100,6 +102,17 @@ def _bn_kernel(xp: Any, attrs: Attrs, data: Any, gamma: Any, beta: Any, moving_m
     return output
 
 
+def _bn_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any) -> list:
+    """One compiled pass on the CPU where it applies (`batchnorm_kernel`), so that a ReLU
+    after it folds in too; else the kernel."""
+    if xp is np and not attrs.output_mean_var and inputs[0].ndim >= 2 \
+            and normalize_axis(attrs.axis, inputs[0].ndim, "BatchNorm axis") == 1:
+        call = batchnorm_kernel.bind(*inputs, attrs.eps, attrs.fix_gamma, out)
+        if call is not None:
+            return [call]
+    return [partial(BATCH_NORM.compute, xp, attrs, inputs, out)]
+
+
 # What BatchNorm shares with its legacy and synchronised variants (batchnorm_variants, legacy_v1).
 BATCH_NORM_STATISTICS = (
     Param("eps", parse_float, 1e-3),
@@ -126,6 +139,7 @@ BATCH_NORM = register(OpDef(
     infer_shape=_bn_shape,
     infer_dtype=_norm_dtype(_stats_visible),
     kernel=_bn_kernel,
+    bind=_bn_bind,
     doc="Batch normalisation with the moving statistics (inference); fix_gamma ignores gamma.",
 ))
 

@@ -1,0 +1,97 @@
+"""Inference BatchNorm (a per-channel scale and shift) and the clamp after it, as one pass.
+
+A BatchNorm that follows a convolution is folded into its weights; one that comes before a
+convolution with a ReLU between (ResNet v2's pre-activation blocks) cannot be, so it runs on
+every call. In NumPy that is a multiply and an add into temporaries, a copy into the output
+and the ReLU's pass (four passes over the activation). Here one compiled loop reads each
+channel's row once, works out the channel's scale and shift from the moving statistics (the
+same float operations, in the same order, as the NumPy kernel: the result is the same) and
+writes ``clip(x * scale + shift, low, high)``. The clamp after it folds into the call
+(`epilogue.ClampingCall`), and the rows are cut into jobs of the spin pool.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from engine.cpu import compiled, kernel_jobs
+from engine.cpu.compiled import compile_kernel, compiled_once
+from engine.kernels.epilogue import ClampingCall
+from engine.kernels.workspace import address
+
+MIN_ELEMENTS = 4096  # smaller ones are left to NumPy: not worth numba's import at load time
+_kernels: dict[str, Any] = {}
+
+
+class BatchNormCall(ClampingCall):
+    """``BatchNormCall(batchnorm_rows, data, gamma, beta, mean, var, eps, one, fix_gamma, out,
+    low, high)``: data and out viewed as (samples × channels, cells)."""
+
+    def as_job(self, workspace: Any) -> Any:
+        """The rows shared out as a `spin_pool` job; None where no job can run it."""
+        data = self.args[0]
+        rows = data.shape[0]
+        return kernel_jobs.bind((__name__, "rows"), self.args, rows,
+                                kernel_jobs.parts_for(rows, 2 * data.size))
+
+
+def bind(data: Any, gamma: Any, beta: Any, mean: Any, var: Any, eps: float, fix_gamma: bool,
+         out: Any) -> BatchNormCall | None:
+    """The compiled pass for BatchNorm on axis 1 of ``data`` into ``out`` (no clamp yet), or
+    None where it does not apply: not float32/float64 NumPy arrays, statistics of another
+    dtype or not one per channel, non-contiguous arrays, an output that overlaps the data
+    without being it, too few elements, or no numba."""
+    arrays = (data, gamma, beta, mean, var, out)
+    if not all(isinstance(array, np.ndarray) for array in arrays):
+        return None
+    if (data.dtype not in compiled.COMPILED_DTYPES or data.ndim < 2 or data.size < MIN_ELEMENTS
+            or out.shape != data.shape or out.dtype != data.dtype):
+        return None
+    channels = data.shape[1]
+    if any(value.dtype != data.dtype or value.shape != (channels,)
+           for value in (gamma, beta, mean, var)):
+        return None
+    if not all(array.flags.c_contiguous for array in arrays):
+        return None
+    if np.may_share_memory(data, out) and address(data) != address(out):
+        return None
+    if not compiled.available():
+        return None
+    rows = data.shape[0] * channels
+    kind = data.dtype.type
+    return BatchNormCall(batchnorm_rows, data.reshape(rows, -1), gamma, beta, mean, var,
+                         kind(eps), kind(1), int(bool(fix_gamma)), out.reshape(rows, -1),
+                         kind(-np.inf), kind(np.inf))
+
+
+def batchnorm_rows(data: Any, gamma: Any, beta: Any, mean: Any, var: Any, eps: Any, one: Any,
+                   fix_gamma: int, out: Any, low: Any, high: Any) -> None:
+    """Every row on this thread (see `BatchNormCall`)."""
+    compiled_kernels()["rows"](data, gamma, beta, mean, var, eps, one, fix_gamma, out, low,
+                               high, 0, data.shape[0])
+
+
+def compiled_kernels() -> dict[str, Any]:
+    """The kernel by name (`kernel_jobs` runs it as jobs), compiled on first use."""
+    return compiled_once(_kernels, lambda: {"rows": compile_kernel(_rows)})
+
+
+def _rows(data: Any, gamma: Any, beta: Any, mean: Any, var: Any, eps: Any, one: Any,
+          fix_gamma: int, out: Any, low: Any, high: Any, first: int,
+          last: int) -> None:  # pragma: no cover - runs compiled
+    """Rows [first, last) of ``out = clip(data * scale + shift, low, high)``, row r being
+    channel r % channels. ``eps`` and ``one`` have the data's dtype, so the statistics are
+    worked in it, as NumPy does: no float64 (and no fused multiply-add) creeps in."""
+    channels, cells = gamma.shape[0], data.shape[1]
+    for row in range(first, last):
+        channel = row % channels
+        inv_std = one / np.sqrt(var[channel] + eps)
+        scale = inv_std if fix_gamma else gamma[channel] * inv_std
+        shift = beta[channel] - mean[channel] * scale
+        source, target = data[row], out[row]
+        for cell in range(cells):
+            value = source[cell] * scale + shift
+            value = low if value < low else value  # not min/max: NaN stays NaN
+            target[cell] = high if value > high else value
