@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
+import numpy as np
+
 from engine.ops.attrs import parse_int, parse_str
-from engine.ops.nn.norm import BATCH_NORM, BATCH_NORM_STATISTICS
+from engine.ops.nn.norm import BATCH_NORM, BATCH_NORM_STATISTICS, batchnorm_pass
 from engine.ops.registry import Attrs, Param, register
 
 
@@ -60,12 +63,21 @@ def _with_relu_kernel(xp: Any, attrs: Attrs, *inputs: Any) -> Any:
     return xp.maximum(result, 0)
 
 
-register(replace(
+def _with_relu_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any) -> list:
+    """BatchNorm's compiled pass with the ReLU as its clamp where it applies, else the
+    kernel."""
+    call = batchnorm_pass(xp, attrs, inputs, out)
+    if call is not None:
+        return [call.clamped(out.dtype.type(0), out.dtype.type(np.inf))]
+    return [partial(BATCH_NORM_WITH_RELU.compute, xp, attrs, inputs, out)]
+
+
+BATCH_NORM_WITH_RELU = register(replace(
     BATCH_NORM,
     name="_contrib_BatchNormWithReLU",
     aliases=(),
     hidden_outputs=lambda attrs: 4 - _visible(attrs),
     kernel=_with_relu_kernel,
-    bind=None,
+    bind=_with_relu_bind,
     doc="BatchNorm (moving statistics) followed by ReLU on the normalised output.",
 ))

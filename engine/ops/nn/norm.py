@@ -102,15 +102,20 @@ def _bn_kernel(xp: Any, attrs: Attrs, data: Any, gamma: Any, beta: Any, moving_m
     return output
 
 
+def batchnorm_pass(xp: Any, attrs: Attrs, inputs: list[Any],
+                   out: Any) -> batchnorm_kernel.BatchNormCall | None:
+    """BatchNorm on the CPU as one compiled pass (`batchnorm_kernel`), which a clamp after it
+    folds into; None where it does not apply (a GPU, the statistics as outputs, another axis,
+    arrays the kernel does not take)."""
+    if xp is not np or attrs.output_mean_var or inputs[0].ndim < 2 \
+            or normalize_axis(attrs.axis, inputs[0].ndim, "BatchNorm axis") != 1:
+        return None
+    return batchnorm_kernel.bind(*inputs, attrs.eps, attrs.fix_gamma, out)
+
+
 def _bn_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any) -> list:
-    """One compiled pass on the CPU where it applies (`batchnorm_kernel`), so that a ReLU
-    after it folds in too; else the kernel."""
-    if xp is np and not attrs.output_mean_var and inputs[0].ndim >= 2 \
-            and normalize_axis(attrs.axis, inputs[0].ndim, "BatchNorm axis") == 1:
-        call = batchnorm_kernel.bind(*inputs, attrs.eps, attrs.fix_gamma, out)
-        if call is not None:
-            return [call]
-    return [partial(BATCH_NORM.compute, xp, attrs, inputs, out)]
+    call = batchnorm_pass(xp, attrs, inputs, out)
+    return [call] if call is not None else [partial(BATCH_NORM.compute, xp, attrs, inputs, out)]
 
 
 # What BatchNorm shares with its legacy and synchronised variants (batchnorm_variants, legacy_v1).

@@ -156,3 +156,23 @@ def test_resnet50_v2_matches_the_reference(precision: str) -> None:
                  if isinstance(call, batchnorm_kernel.BatchNormCall)]
         # The input's BatchNorm, one per block (16) and the last: every one of them.
         assert len(fused) == 18
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_mxnets_batchnorm_with_relu_runs_as_the_same_pass(batch: int) -> None:
+    """``_contrib_BatchNormWithReLU`` (MXNet's BatchNorm and ReLU in one op): one compiled
+    pass clamping at zero, equal to the reference interpreter's BatchNorm then maximum."""
+    data = sym.var("data")
+    net = sym.Convolution(sym._contrib_BatchNormWithReLU(data + 1, fix_gamma=False, eps=1e-5,
+                                                         name="bnr"),
+                          num_filter=9, kernel=(3, 3), stride=(2, 2), pad=(1, 1), name="conv")
+    shape = (batch, 11, 25, 27)
+    params = nets.random_params(net, (1, *shape[1:]), seed=11)
+    params["bnr_moving_mean"] = RNG.standard_normal(11).astype(np.float32)
+    feed = {"data": RNG.standard_normal(shape).astype(np.float32)}
+    model = engine.load_model(net, params)
+    got, want = model.infer(feed)["conv_output"], model.reference(feed)["conv_output"]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    passes = [call for call in plan_calls(model, feed)
+              if isinstance(call, batchnorm_kernel.BatchNormCall)]
+    assert len(passes) == 1 and passes[0].args[-2:] == (0, np.inf)
