@@ -9,9 +9,11 @@ i·step`` and ``rows[2r + 1] + ...`` (the second zero past an odd K's end).
 
 A step converts 16 floats of each of the two rows with ``fptrunc`` to ``bfloat`` (one
 ``vcvtneps2bf16`` each: round to nearest even, NaN kept), interleaves them into 32 bf16
-(one shuffle) and stores 16 words. A run's tail goes through lane masks; a run whose floats
-are not adjacent (a strided convolution) is read with a gather. numba cannot name bf16, and
-its integer rounding ran at a quarter of this speed.
+(one shuffle) and stores 16 words. A run's tail goes through lane masks. A run whose floats
+lie two apart (a stride-2 convolution) is read as 32 adjacent floats, every other one kept by
+a shuffle: its gathers took twice the stride-2 product's time (ResNet-18's 7×7 stem at batch
+1, one thread: pairing 0.43 ms, the product 0.22; read so, 0.30). Other steps are gathered.
+numba cannot name bf16, and its integer rounding ran at a quarter of this speed.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from engine.kernels.gemm_bf16_ir import BFloatType
 
 F32, I64, I32, I1 = ir.FloatType(), ir.IntType(64), ir.IntType(32), ir.IntType(1)
 LANES = 16
+ADJACENT, EVERY_OTHER, GATHER = "lane", "every_other", "gathered"  # how a run's floats are read
 FIELDS = ("source", "rows", "outer", "depth", "runs", "run", "step", "target", "row_words",
           "word_rows")
 
@@ -88,19 +91,24 @@ class _PairKernel:
             start = (builder.gep(source, [builder.add(low_at, base)]),
                      builder.gep(source, [builder.add(high_at, base)]))
             unit = builder.icmp_signed("==", field["step"], I64(1))
+            halved = builder.icmp_signed("==", field["step"], I64(2))
             with builder.if_else(unit) as (adjacent, strided):
-                for gather, block in ((False, adjacent), (True, strided)):
-                    with block, _loop(builder, function, I64(0), field["run"],
-                                      "gathered" if gather else "lane", LANES) as lane:
-                        self._step(builder, field, start, into, lane, single, gather)
+                with adjacent, _loop(builder, function, I64(0), field["run"], "lane",
+                                     LANES) as lane:
+                    self._step(builder, field, start, into, lane, single, ADJACENT)
+                with strided, builder.if_else(halved) as (every_other, gathered):
+                    for read, block in ((EVERY_OTHER, every_other), (GATHER, gathered)):
+                        with block, _loop(builder, function, I64(0), field["run"], read,
+                                          LANES) as lane:
+                            self._step(builder, field, start, into, lane, single, read)
 
     def _step(self, builder: ir.IRBuilder, field: dict[str, Any], start: tuple[Any, Any],
-              into: Any, lane: Any, single: Any, gather: bool) -> None:
+              into: Any, lane: Any, single: Any, read: str) -> None:
         indices = ir.VectorType(I64, LANES)
         left = builder.sub(field["run"], lane)
         mask = builder.icmp_signed("<", ir.Constant(indices, list(range(LANES))),
                                    _splat(builder, left, indices))
-        low, high = (self._read(builder, first, lane, field["step"], mask, gather)
+        low, high = (self._read(builder, first, lane, field["step"], left, mask, read)
                      for first in start)
         halves = [builder.fptrunc(value, self.halves) for value in (low, high)]
         order = [lane_of for index in range(LANES) for lane_of in (index, index + LANES)]
@@ -113,15 +121,30 @@ class _PairKernel:
         address = builder.bitcast(builder.gep(into, [lane]), self.words.as_pointer())
         builder.call(self.masked_store, [paired, address, I32(4), mask])
 
-    def _read(self, builder: ir.IRBuilder, first: Any, lane: Any, step: Any, mask: Any,
-              gather: bool) -> Any:
-        """16 floats from ``first + (lane + j)·step`` under the tail's mask: one masked load
-        (step 1), or a gather."""
+    def _read(self, builder: ir.IRBuilder, first: Any, lane: Any, step: Any, left: Any,
+              mask: Any, read: str) -> Any:
+        """16 floats from ``first + (lane + j)·step`` under the tail's mask (``left`` of them
+        remain in the run): one masked load (step 1), two and a shuffle keeping every other
+        float (step 2), or a gather."""
         zero = ir.Constant(self.floats, [0.0] * LANES)
-        if not gather:
+        if read == ADJACENT:
             contiguous = builder.bitcast(builder.gep(first, [lane]), self.floats.as_pointer())
             return builder.call(self.masked_load, [contiguous, I32(4), mask, zero])
         indices = ir.VectorType(I64, LANES)
+        if read == EVERY_OTHER:
+            # Floats 2j of the 32 from first + 2·lane; the masks stop at the run's last float
+            # wanted, 2·(left - 1), so that no read passes the input's end.
+            wanted = _splat(builder, builder.sub(builder.mul(left, I64(2)), I64(1)), indices)
+            halves = []
+            for half in range(2):
+                at = builder.gep(first, [builder.add(builder.mul(lane, I64(2)),
+                                                     I64(half * LANES))])
+                inside = builder.icmp_signed("<", ir.Constant(indices, [
+                    half * LANES + j for j in range(LANES)]), wanted)
+                halves.append(builder.call(self.masked_load, [
+                    builder.bitcast(at, self.floats.as_pointer()), I32(4), inside, zero]))
+            return builder.shuffle_vector(halves[0], halves[1], ir.Constant(
+                ir.VectorType(I32, LANES), list(range(0, 2 * LANES, 2))))
         offsets = builder.mul(builder.add(_splat(builder, lane, indices),
                                           ir.Constant(indices, list(range(LANES)))),
                               _splat(builder, builder.mul(step, I64(4)), indices))

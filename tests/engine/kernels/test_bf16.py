@@ -84,11 +84,13 @@ needs_pair_ir = pytest.mark.skipif(bf16._pair_task() is None,
 
 @needs_pair_ir
 @pytest.mark.parametrize("channels", [3, 4])
-@pytest.mark.parametrize("stride", [1, 2])
-def test_patch_pairing_reads_the_im2col_view_straight(channels: int, stride: int) -> None:
-    padded = RNG.standard_normal((1, channels, 9, 11)).astype(np.float32)
+@pytest.mark.parametrize("stride", [1, 2, 3])  # adjacent floats, every other one, a gather
+@pytest.mark.parametrize("width", [11, 42, 43])  # runs of one partial vector, or two
+def test_patch_pairing_reads_the_im2col_view_straight(channels: int, stride: int,
+                                                      width: int) -> None:
+    padded = RNG.standard_normal((1, channels, 9, width)).astype(np.float32)
     padded[0, 1, 2, 3] = np.nan
-    size = ((9 - 3) // stride + 1, (11 - 3) // stride + 1)
+    size = ((9 - 3) // stride + 1, (width - 3) // stride + 1)
     view = _patch_view(np, padded, (3, 3), (stride, stride), (1, 1), size)
     depth, columns = channels * 9, size[0] * size[1]
     target = np.zeros((bf16.amx_depth(depth), bf16.amx_rows(columns)), np.float32)
