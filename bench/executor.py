@@ -16,9 +16,9 @@ Prints, in one run:
   against OpenVINO's bf16 (measured with ``--peers`` ov-bf16, else its times on the Intel
   machine from issue #36), then each runtime's distance from the GEMM floor (conv/FC FLOPs
   over the float32 2048³ matmul rate measured at the same thread count), plus our steps
-  grouped by kind, and at every core how much slower the vCPUs read each other's data than
-  their own just before and after the case (`bench/vcpus.py`: on a VM whose vCPUs at times
-  share no cache);
+  grouped by kind (on one thread timed by the thread's CPU time), and at every core how much
+  slower the vCPUs read each other's data than their own just before and after the case
+  (`bench/vcpus.py`: on a VM whose vCPUs at times share no cache);
 * with ``--peers``, more columns on the same ONNX file: OpenVINO at f32, at bf16 and at int8
   (NNCF post-training quantisation), and ONNX Runtime int8 (static QDQ quantisation), each in
   its own process of the peer environment's Python (`bench/quantized_peers.py`,
@@ -327,7 +327,12 @@ def ours_runner(folder: Path, batch: int, threads: int, precision: str = "fp32"
             "threads": f"BLAS {blas_threads()}, steps {parallel.threads()}, engine from "
                        f"{Path(engine.__file__).parent}"}
     if folder.name != "mlp":
-        kinds = step_kinds(model.plan_for(feed), feed, 3)
+        # On one thread every step runs on this one, so its CPU time leaves out the time other
+        # jobs of a loaded machine held the core (wall-clock bests read 2-3× the steps' own
+        # time at load average 6-7 on 2 vCPUs); at every core the pool's threads run parts too.
+        clock = time.thread_time if threads == 1 else time.perf_counter
+        info["kinds_clock"] = "CPU" if threads == 1 else "wall-clock"
+        kinds = step_kinds(model.plan_for(feed), feed, 3, clock)
         info["kinds"] = ", ".join(
             f"{kind} {ms(seconds / batch)}" + (f" [{flop / seconds / 1e9:.0f}]" if flop else "")
             for kind, (seconds, flop) in sorted(kinds.items(), key=lambda item: -item[1][0]))
@@ -540,8 +545,9 @@ def peer_lines(name: str, batch: int, threads: int, result: dict[str, Any],
                         for runtime, (raw, centred) in result["agreement"].items()))
     for runtime in ("ours", "bf16"):
         if "kinds" in result["infos"][runtime]:
-            lines.append(f"    {'fp32' if runtime == 'ours' else 'bf16'} by step kind, ms per "
-                         f"image [GFLOP/s]: {result['infos'][runtime]['kinds']}")
+            lines.append(f"    {'fp32' if runtime == 'ours' else 'bf16'} by step kind, "
+                         f"{result['infos'][runtime]['kinds_clock']} ms per image [GFLOP/s]: "
+                         f"{result['infos'][runtime]['kinds']}")
     return lines
 
 
@@ -609,9 +615,10 @@ def step_kind(node: Any) -> tuple[str, Any]:
     return (f"depthwise {size}" if attrs.num_group > 1 else f"conv {size}"), attrs
 
 
-def step_kinds(plan: Any, feed: dict[str, np.ndarray],
-               repeat: int) -> dict[str, tuple[float, int]]:
-    """Seconds (best of ``repeat``) and FLOPs per step kind, steps timed one by one in order."""
+def step_kinds(plan: Any, feed: dict[str, np.ndarray], repeat: int,
+               clock: Callable[[], float] = time.perf_counter) -> dict[str, tuple[float, int]]:
+    """Seconds by ``clock`` (best of ``repeat``) and FLOPs per step kind, steps timed one by one
+    in order."""
     plan.run(feed, copy_outputs=False)  # every buffer holds this input's values
     graph = plan.graph
     shapes = infer_shapes(graph, {**{n: np.shape(v) for n, v in graph.constants.items()},
@@ -622,7 +629,7 @@ def step_kinds(plan: Any, feed: dict[str, np.ndarray],
     for step in plan.steps:
         kind, _ = step_kind(step.node)
         entry = kinds.setdefault(kind, [0.0, 0])
-        entry[0] += min(_once(step.call) for _ in range(repeat))
+        entry[0] += min(_once(step.call, clock) for _ in range(repeat))
         index = index_of[id(step.node)]
         if kind.startswith(("conv", "depthwise", "FullyConnected")) and index not in counted:
             counted.add(index)  # a node's FLOPs once, however many calls it was bound to
@@ -632,10 +639,10 @@ def step_kinds(plan: Any, feed: dict[str, np.ndarray],
     return {kind: (seconds, flop) for kind, (seconds, flop) in kinds.items()}
 
 
-def _once(call: Callable[[], object]) -> float:
-    start = time.perf_counter()
+def _once(call: Callable[[], object], clock: Callable[[], float] = time.perf_counter) -> float:
+    start = clock()
     call()
-    return time.perf_counter() - start
+    return clock() - start
 
 
 def parser() -> argparse.ArgumentParser:

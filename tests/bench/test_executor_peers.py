@@ -91,6 +91,17 @@ def test_without_peers_or_agreement_a_case_is_its_row_alone() -> None:
     assert row.endswith("met") and " — " in row  # no OpenVINO time for the MLP
 
 
+def test_one_thread_times_the_steps_by_the_cpu_they_took() -> None:
+    # On one thread the step kinds are timed by the thread's CPU time, which a loaded
+    # machine's other jobs do not add to; the line names the clock it read.
+    readings = iter([2.0, 2.5])
+    assert executor._once(lambda: None, lambda: next(readings)) == 0.5
+    result = fake_result(())
+    result["infos"]["bf16"] = {"kinds": "conv 3x3 6.000 [550]", "kinds_clock": "CPU"}
+    lines = executor.peer_lines("resnet18_v1", 1, 1, result, ())
+    assert lines[-1] == "    bf16 by step kind, CPU ms per image [GFLOP/s]: conv 3x3 6.000 [550]"
+
+
 def test_a_missing_peer_environment_is_named() -> None:
     problem = executor.peer_environment_problem("/nonexistent/python", ("ov-f32",))
     assert problem is not None and "/nonexistent/python" in problem
