@@ -106,6 +106,32 @@ def test_bf16_plans_stay_within_bf16_error_of_the_reference(
     assert bf16_products(model, feed) == 4 + dense_in_bf16
 
 
+needs_amx = pytest.mark.skipif(not gemm_kernel.available(gemm_kernel.AMX),
+                               reason="this CPU or kernel lacks AMX-BF16")
+
+
+@needs_amx
+@pytest.mark.parametrize("batch", [1, 3, 8])
+@pytest.mark.parametrize("spatial", [(23, 29), (19, 45)])  # output rows of 15 and 23
+@pytest.mark.parametrize("stride", [1, 2])
+def test_a_strided_stem_pairs_its_patches_within_bf16_error(
+        batch: int, spatial: tuple[int, int], stride: int) -> None:
+    """A stem like ResNet's (7×7, padded) over 3 channels into 20 filters, neither a multiple
+    of 16: its patches are paired straight from the padded input (stride 2 reads every other
+    float) and the AMX product runs on them; the result keeps within bf16's error of the
+    float32 reference."""
+    data = sym.var("data")
+    net = sym.Convolution(data, num_filter=20, kernel=(7, 7), stride=(stride, stride),
+                          pad=(3, 3), name="stem")
+    params = nets.random_params(net, (1, 3, *spatial), seed=4)
+    feed = {"data": RNG.standard_normal((batch, 3, *spatial)).astype(np.float32)}
+    model = engine.load_model(net, params, precision="bf16")
+    assert bf16_products(model, feed) == 1
+    got, want = model.infer(feed)["stem_output"], model.reference(feed)["stem_output"]
+    # One product over K = 147 of bf16-rounded operands: about 2^-9 relative per term.
+    assert 1e-5 < relative_error(got, want) < 1e-2
+
+
 @needs_bf16
 def test_thin_products_stay_float32() -> None:
     """A 1×1 convolution over 16 channels gains nothing from bf16 (`gemm_bind.amx_pays`): it
