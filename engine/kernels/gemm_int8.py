@@ -139,6 +139,37 @@ def multiply_rows(rows: np.ndarray, m: int, weights: PackedWeights, signed: bool
     return out[:m, :weights.n]
 
 
+def product_job(rows: np.ndarray, m: int, weights: PackedWeights, signed: bool,
+                out: np.ndarray) -> Any:
+    """`multiply_rows` as a `spin_pool` job writing ``out`` (int32, ``rows``' row count by
+    ``weights``' padded columns, C-contiguous): its (panel, row block) tiles shared among the
+    parts, so one product spreads over the cores. ``rows`` and ``out`` are read at each run:
+    the caller fills ``rows`` before running the job."""
+    from engine.cpu import kernel_jobs, spin_pool
+
+    kernels = _compiled()
+    if kernels is None:
+        raise RuntimeError("the int8 GEMM kernels are not available on this machine")
+    blocks = -(-m // weights.rows)
+    columns = weights.panels * weights.vectors * LANES
+    if (rows.dtype != np.uint8 or rows.shape != (blocks * weights.rows, weights.groups * 4)
+            or not rows.flags.c_contiguous):
+        raise ValueError(f"int8 GEMM: rows {rows.dtype} {rows.shape} are not padded_rows' "
+                         f"for {m} rows")
+    if out.dtype != np.int32 or out.shape != (rows.shape[0], columns) or \
+            not out.flags.c_contiguous:
+        raise ValueError(f"int8 GEMM: result {out.dtype} {out.shape} does not hold "
+                         f"{rows.shape[0]} rows of {columns} columns")
+    packed, no_offsets, signed_offsets = weights.addresses
+    context = np.array([rows.ctypes.data, rows.shape[1], packed, weights.groups,
+                        out.ctypes.data, columns, signed_offsets if signed else no_offsets,
+                        blocks, weights.panels], np.int64)
+    task = kernels["task", "amx" if weights.amx else weights.vectors]
+    parts = min(blocks * weights.panels, kernel_jobs.parts_for(
+        blocks * weights.panels, m * weights.k * weights.n // 64))
+    return spin_pool.job(task, context, parts, keep=(rows, out, weights))
+
+
 def amx_available() -> bool:
     """Whether the AMX-INT8 kernel compiled too (the host has AMX and Linux granted it)."""
     kernels = _compiled()
@@ -160,7 +191,7 @@ def _compile() -> dict[Any, Any] | None:
         import llvmlite.binding as llvm
 
         from engine.cpu.llvm_jit import compile_ir
-        from engine.kernels.gemm_int8_ir import Int8Kernel
+        from engine.kernels.gemm_int8_ir import Int8Kernel, define_task
     except ImportError:
         return None
     try:
@@ -172,20 +203,22 @@ def _compile() -> dict[Any, Any] | None:
         engines = []
         for vectors, rows in TILES:
             kernel = Int8Kernel(rows, vectors)
-            kernel.define("panels")
+            define_task(kernel.module, kernel.define("panels"), rows)
             engine = compile_ir(str(kernel.module), llvm.get_host_cpu_name(), host.flatten(),
                                 level=3, optimise=True)
             engines.append(engine)
             kernels[vectors] = _SIGNATURE(engine.get_function_address("panels"))
+            kernels["task", vectors] = engine.get_function_address("task")
         if host_features.has("amx_int8") and host_features.amx_permitted():
             from engine.kernels.gemm_int8_amx_ir import AmxInt8Kernel
 
             kernel = AmxInt8Kernel()
-            kernel.define("panels")
+            define_task(kernel.module, kernel.define("panels"), kernel.rows)
             engine = compile_ir(str(kernel.module), llvm.get_host_cpu_name(), host.flatten(),
                                 level=3, optimise=True)
             engines.append(engine)
             kernels["amx"] = _SIGNATURE(engine.get_function_address("panels"))
+            kernels["task", "amx"] = engine.get_function_address("task")
     except (RuntimeError, OSError):  # no JIT for this target
         return None
     _state["engines"] = engines  # the engines own the machine code

@@ -149,3 +149,51 @@ class Int8Kernel:
         single = builder.insert_element(undefined, scalar, I32(0))
         return builder.shuffle_vector(single, undefined,
                                       ir.Constant(ir.VectorType(I32, LANES), [0] * LANES))
+
+
+def define_task(module: ir.Module, panels: ir.Function, rows: int,
+                name: str = "task") -> ir.Function:
+    """A `spin_pool` task over ``panels`` (either kernel's): ``task(context, part, parts)``
+    with the context ``[a, lda, b, groups, c, ldc, offsets, row_blocks, panel_count]`` (the
+    addresses as integers). The (panel, row block) tiles, panel by panel, are cut into
+    ``parts`` contiguous runs; a part computes its run as at most one call per panel it
+    touches, so a layer of few rows (batch 1's last stages) still spreads over the cores
+    by its panels, and one of many rows by its row blocks."""
+    word_pointer = I64.as_pointer()
+    function = ir.Function(module, ir.FunctionType(ir.VoidType(), [word_pointer, I64, I64]),
+                           name=name)
+    context, part, parts = function.args
+    builder = ir.IRBuilder(function.append_basic_block("entry"))
+    fields = [builder.load(builder.gep(context, [I64(index)])) for index in range(9)]
+    a, lda, b, groups, c, ldc, offsets, row_blocks, panel_count = fields
+    byte_pointer = I8.as_pointer()
+    a, b = builder.inttoptr(a, byte_pointer), builder.inttoptr(b, byte_pointer)
+    c = builder.inttoptr(c, I32.as_pointer())
+    offsets = builder.inttoptr(offsets, I32.as_pointer())
+    total = builder.mul(row_blocks, panel_count)
+    start = builder.sdiv(builder.mul(total, part), parts)
+    end = builder.sdiv(builder.mul(total, builder.add(part, I64(1))), parts)
+    entry = builder.block
+    loop = function.append_basic_block("run")
+    done = function.append_basic_block("done")
+    builder.cbranch(builder.icmp_signed("<", start, end), loop, done)
+
+    builder.position_at_end(loop)
+    at = builder.phi(I64)
+    at.add_incoming(start, entry)
+    panel = builder.sdiv(at, row_blocks)
+    block = builder.srem(at, row_blocks)
+    left_in_panel = builder.sub(row_blocks, block)
+    left_in_part = builder.sub(end, at)
+    count = builder.select(builder.icmp_signed("<", left_in_panel, left_in_part),
+                           left_in_panel, left_in_part)
+    row = builder.mul(block, I64(rows))
+    builder.call(panels, [builder.gep(a, [builder.mul(row, lda)]), lda, b, groups,
+                          builder.gep(c, [builder.mul(row, ldc)]), ldc, offsets, count,
+                          panel, builder.add(panel, I64(1))])
+    following = builder.add(at, count)
+    at.add_incoming(following, builder.block)
+    builder.cbranch(builder.icmp_signed("<", following, end), loop, done)
+    builder.position_at_end(done)
+    builder.ret_void()
+    return function

@@ -14,12 +14,15 @@ except where a float32 product lands within rounding of a half step.
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import numpy as np
 
 from engine.errors import ModelFormatError
+from engine.kernels import int8_conv
 from engine.ops.attrs import parse_bool
 from engine.ops.dtypes import FLOAT32, UINT8
 from engine.ops.quantized import integer, ranges
@@ -143,8 +146,11 @@ def _conv_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any) -> list[Any]:
         return [partial(SG_CONV.compute, xp, attrs, inputs, out)]
     weights = _ConvWeights(attrs, values)
     targets = out if isinstance(out, tuple) else (out,)
+    fused = _FusedInt8Conv(attrs, weights, values, targets) if attrs.quantized else None
 
     def call() -> None:
+        if fused is not None and fused.run():
+            return
         results = _conv_forward(attrs, weights, values)
         for target, result in zip(targets, results if isinstance(results, tuple)
                                   else (results,), strict=True):
@@ -153,17 +159,33 @@ def _conv_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any) -> list[Any]:
     return [call]
 
 
-def _conv_forward(attrs: Attrs, weights: _ConvWeights, values: dict[str, Any]) -> Any:
-    chain, weight, bias = weights.chain, weights.weight, weights.bias
-    if not attrs.quantized:
-        return _float_conv(chain, values, weight, bias)
+@dataclass(frozen=True)
+class _ConvTerms:
+    """A quantized node's arithmetic for one data range: the int8 weights and int32 bias,
+    the scales taking int32 sums to the output, the post-ops, and the output's dtype and
+    range. ``storage`` is the dtype the result saturates to before it is stored as
+    ``dtype``."""
+
+    weight_q: np.ndarray
+    bias_q: np.ndarray | None
+    requantize: np.ndarray
+    act: Any
+    residual: tuple[np.ndarray, F32] | None
+    postsum_act: Any
+    dtype: np.dtype
+    storage: np.dtype
+    calibrated: bool
+    out_range: tuple[F32, F32]
+
+
+def _conv_terms(attrs: Attrs, weights: _ConvWeights, values: dict[str, Any]) -> _ConvTerms:
+    chain, weight = weights.chain, weights.weight
     data = np.asarray(values["data"])
     ranges.check_quantized(data, "data", CONV)
     low, high = ranges.scalar(values["min_data"]), ranges.scalar(values["max_data"])
     data_scale = ranges.quantize_scale(data.dtype, low, high)
     calibrated = ranges.has_calib(attrs)
     scales, weight_q, bias_q = weights.quantized(data_scale, calibrated)
-    sums = _conv_sums(chain, data, weight_q, bias_q)
     last = chain.postsum_act if attrs.with_sum else chain.act
     dtype = output_dtype(calibrated, False, last)
     if calibrated:
@@ -194,8 +216,90 @@ def _conv_forward(attrs: Attrs, weights: _ConvWeights, values: dict[str, Any]) -
     # buffer, so the result saturates at 127 before MXNet reads the bytes as uint8.
     storage = INT8 if dtype == UINT8 and residual is not None and residual[0].dtype == INT8 \
         else dtype
-    result = finish(sums, requantize, 1, storage, act, residual, chain.postsum_act)
-    return (result.astype(dtype), *ranges.range_pair(out_low, out_high))
+    return _ConvTerms(weight_q, bias_q, requantize, act, residual, chain.postsum_act, dtype,
+                      storage, calibrated, (out_low, out_high))
+
+
+class _FusedInt8Conv:
+    """A bound quantized node run by `int8_conv.FusedConv` (compiled passes, on the spin
+    pool) where its terms allow: calibrated int8/uint8 output, one group, 2-d, relu or clip
+    around the sum. ``run`` answers False where they do not, and the NumPy path runs."""
+
+    def __init__(self, attrs: Attrs, weights: _ConvWeights, values: dict[str, Any],
+                 targets: tuple[np.ndarray, ...]) -> None:
+        self.attrs, self.weights, self.values, self.targets = attrs, weights, values, targets
+        main = weights.chain.main
+        ndim = len(main.kernel)
+        self.geometry = int8_conv.Geometry(main.kernel, main.stride or (1,) * ndim,
+                                           main.dilate or (1,) * ndim, main.pad or (0,) * ndim)
+        self.range_names = [name for name in ("min_data", "max_data", "min_sum", "max_sum")
+                            if name in values]
+        self._key: Any = None
+        self._plan: tuple[Any, ...] | None = None  # (FusedConv, Epilogue) or None: NumPy
+        self._conv: Any = None
+
+    def run(self) -> bool:
+        if not integer.fast_path_enabled():
+            return False
+        key = tuple(float(np.asarray(self.values[name]).reshape(-1)[0])
+                    for name in self.range_names)
+        if key != self._key:
+            self._plan = self._prepare()
+            self._key = key
+        if self._plan is None:
+            return False
+        conv, epilogue, low, high = self._plan
+        conv(epilogue)
+        integer.PATHS["int8_fused_conv"] += 1
+        np.copyto(self.targets[1], low)
+        np.copyto(self.targets[2], high)
+        return True
+
+    def _prepare(self) -> tuple[Any, ...] | None:
+        terms = _conv_terms(self.attrs, self.weights, self.values)
+        data, out = np.asarray(self.values["data"]), self.targets[0]
+        residual = None if terms.residual is None else terms.residual[0]
+        kinds = int8_conv.ACTIVATIONS
+        if not (terms.calibrated and terms.storage in (INT8, UINT8) and out.dtype == terms.dtype
+                and (terms.act is None or terms.act.kind in kinds)
+                and (terms.postsum_act is None or terms.postsum_act.kind in kinds)
+                and len(self.geometry.kernel) == 2 and out.flags.c_contiguous
+                and data.flags.c_contiguous
+                and (residual is None or residual.flags.c_contiguous)
+                and int8_conv.supported(data, terms.weight_q, self.geometry,
+                                        self.weights.chain.main.num_group)):
+            return None
+        if self._conv is None or self._conv.weight is not terms.weight_q:
+            weight_q = terms.weight_q
+            rows = data.shape[0] * math.prod(out.shape[2:])
+            packed = integer.packed_weights(weight_q, rows, ("channels_last", 0),
+                                            lambda: int8_conv.weight_matrix(weight_q))
+            self._conv = int8_conv.FusedConv(data, weight_q, packed, self.geometry, out,
+                                             residual)
+        filters = terms.weight_q.shape[0]
+        limits = np.iinfo(terms.storage)
+        epilogue = int8_conv.Epilogue(
+            bias=np.zeros(filters, np.int32) if terms.bias_q is None else terms.bias_q,
+            scales=terms.requantize,
+            act=None if terms.act is None else terms.act.kind,
+            act_high=0.0 if terms.act is None else float(np.float32(terms.act.alpha)),
+            residual_scale=0.0 if terms.residual is None else float(terms.residual[1]),
+            postsum_act=None if terms.postsum_act is None else terms.postsum_act.kind,
+            postsum_high=0.0 if terms.postsum_act is None else float(
+                np.float32(terms.postsum_act.alpha)),
+            low=int(limits.min), high=int(limits.max))
+        low, high = ranges.range_pair(*terms.out_range)
+        return self._conv, epilogue, low, high
+
+
+def _conv_forward(attrs: Attrs, weights: _ConvWeights, values: dict[str, Any]) -> Any:
+    if not attrs.quantized:
+        return _float_conv(weights.chain, values, weights.weight, weights.bias)
+    terms = _conv_terms(attrs, weights, values)
+    sums = _conv_sums(weights.chain, np.asarray(values["data"]), terms.weight_q, terms.bias_q)
+    result = finish(sums, terms.requantize, 1, terms.storage, terms.act, terms.residual,
+                    terms.postsum_act)
+    return (result.astype(terms.dtype), *ranges.range_pair(*terms.out_range))
 
 
 def _conv_sums(chain: FusedChain, data: np.ndarray, weight_q: np.ndarray,

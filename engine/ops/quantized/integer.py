@@ -46,6 +46,11 @@ def use_fast_path(enabled: bool, min_work: int = MIN_WORK) -> None:
     _settings["fast"], _settings["min_work"] = enabled, min_work
 
 
+def fast_path_enabled() -> bool:
+    """Whether `use_fast_path` left the compiled int8 paths on."""
+    return _settings["fast"]
+
+
 def _fast(data: Any, weight: Any, work: int, depth: int) -> bool:
     """Whether a product of K = ``depth`` runs on the int8 GEMM: past `gemm_int8.EXACT_DEPTH`
     its int32 sums could leave int32 where float64's do not."""
@@ -161,7 +166,7 @@ def _fast_conv(data: np.ndarray, weight: np.ndarray, kernel: tuple[int, ...],
     sums = np.empty((batch, groups, per_group, positions), np.float64)
     for group in range(groups):
         filters_of_group = weight[group * per_group:(group + 1) * per_group]
-        packed = _packed_weights(weight, batch * positions, ("channels_last", group),
+        packed = packed_weights(weight, batch * positions, ("channels_last", group),
                                  lambda part=filters_of_group: np.moveaxis(part, 1, -1)
                                  .reshape(len(part), -1).T)
         rows = gemm_int8.padded_rows(batch * positions, packed)
@@ -193,7 +198,7 @@ def matmul(left: Any, right: Any) -> np.ndarray:
         return np.matmul(np.asarray(left, dtype=np.float64), np.asarray(right, dtype=np.float64))
     if right.ndim == 2:  # one right operand: every left row in one product
         rows = left.reshape(-1, left.shape[-1])
-        product = gemm_int8.multiply(rows, _packed_weights(right, len(rows)))
+        product = gemm_int8.multiply(rows, packed_weights(right, len(rows)))
         PATHS["int8_gemm"] += 1
         return product.astype(np.float64).reshape(*left.shape[:-1], right.shape[-1])
     shape = np.broadcast_shapes(left.shape[:-2], right.shape[:-2])
@@ -201,7 +206,7 @@ def matmul(left: Any, right: Any) -> np.ndarray:
     rights = np.broadcast_to(right, (*shape, *right.shape[-2:])).reshape(-1, *right.shape[-2:])
     sums = np.empty((len(lefts), left.shape[-2], right.shape[-1]), np.float64)
     for index, (one_left, one_right) in enumerate(zip(lefts, rights, strict=True)):
-        sums[index] = gemm_int8.multiply(one_left, _packed_weights(one_right, len(one_left)))
+        sums[index] = gemm_int8.multiply(one_left, packed_weights(one_right, len(one_left)))
     PATHS["int8_gemm"] += 1
     return sums.reshape(*shape, left.shape[-2], right.shape[-1])
 
@@ -213,7 +218,7 @@ def _uses_amx(rows: int, depth: int) -> bool:
     return depth >= AMX_MIN_DEPTH and rows >= AMX_MIN_ROWS and gemm_int8.amx_available()
 
 
-def _packed_weights(source: np.ndarray, rows: int, layout: Any = None,
+def packed_weights(source: np.ndarray, rows: int, layout: Any = None,
                     matrix: Callable[[], np.ndarray] | None = None) -> gemm_int8.PackedWeights:
     """The (K, N) int8 matrix ``matrix()`` (``source`` itself without it) packed for a product
     of ``rows`` rows (for AMX or VNNI); kept, under ``layout``, while the array under

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import engine
-from engine.kernels import gemm_int8
+from engine.kernels import gemm_int8, int8_conv
 from engine.ops.quantized import integer
 from tests.engine.ops.quantized import fixtures
 
@@ -95,9 +95,9 @@ def test_long_products_of_many_rows_take_amx_where_the_host_has_it() -> None:
     rng = np.random.default_rng(5)
     weight = rng.integers(-128, 128, (300, 40)).astype(np.int8)
     weight.setflags(write=False)
-    assert integer._packed_weights(weight, 64).amx == gemm_int8.amx_available()
-    assert not integer._packed_weights(weight, 2).amx  # 2 rows of a 32-row tile: VNNI
-    assert not integer._packed_weights(weight[:64], 64).amx  # K 64: VNNI
+    assert integer.packed_weights(weight, 64).amx == gemm_int8.amx_available()
+    assert not integer.packed_weights(weight, 2).amx  # 2 rows of a 32-row tile: VNNI
+    assert not integer.packed_weights(weight[:64], 64).amx  # K 64: VNNI
     for dtype in (np.uint8, np.int8):
         info = np.iinfo(dtype)
         left = rng.integers(info.min, info.max + 1, (70, 300)).astype(dtype)
@@ -130,9 +130,15 @@ def test_read_only_weights_are_packed_once() -> None:
         integer.use_fast_path(True)
     if not gemm_int8.available():
         return
-    packed = integer._packed_weights(weight, 4)
-    assert integer._packed_weights(weight, 4) is packed
+    packed = integer.packed_weights(weight, 4)
+    assert integer.packed_weights(weight, 4) is packed
     np.testing.assert_array_equal(integer.matmul(left, weight), first)
+
+
+# The exports whose calibrated ``_sg_mkldnn_conv`` nodes `int8_conv` runs (the others have
+# none, or uncalibrated int32 outputs, or MXNet's unfused quantized_conv).
+CALIBRATED_FUSED_CONVS = ("resnet18_v1_naive", "resnet50_v1_thin_entropy", "mobilenet_v2_naive",
+                          "concat_bn_int8_naive")
 
 
 @pytest.mark.parametrize("name", fixtures.MODELS)
@@ -140,13 +146,17 @@ def test_mxnets_int8_exports_give_the_same_bits_on_both_paths(name: str) -> None
     symbol, params = fixtures.paths(name)
     data = fixtures.io(name)["data"]
     model = engine.load_model(str(symbol), str(params))
-    before = integer.PATHS["int8_gemm"]
+    before = dict(integer.PATHS)
     integer.use_fast_path(True, min_work=0)  # every product, however small
     try:
         (fast,) = model.infer({"data": data}).values()
     finally:
         integer.use_fast_path(True)
-    assert (integer.PATHS["int8_gemm"] > before) == gemm_int8.available()
+    taken = {path for path in ("int8_gemm", "int8_fused_conv")
+             if integer.PATHS[path] > before.get(path, 0)}
+    assert bool(taken) == gemm_int8.available()
+    if name in CALIBRATED_FUSED_CONVS:  # a plan binds their convolutions fused
+        assert ("int8_fused_conv" in taken) == int8_conv.supported_here()
     integer.use_fast_path(False)
     try:
         (exact,) = engine.load_model(str(symbol), str(params)).infer({"data": data}).values()

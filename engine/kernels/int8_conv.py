@@ -1,0 +1,298 @@
+"""A quantized 2-d convolution as three `spin_pool` jobs over the cores, every pass compiled:
+the data laid channels-last (padded, shifted onto uint8), its patches gathered into the int8
+GEMM's rows, the GEMM (`gemm_int8.product_job`: VNNI or AMX), then one pass over the int32
+sums that adds the bias, scales, applies the activation, adds the residual, applies the
+activation after the sum and rounds to the int8/uint8 output, written straight into the
+output's NCHW layout.
+
+The NumPy path (`engine.ops.quantized.integer.conv` then `requantize.finish`) makes about
+ten passes over each layer's values, most in float64, on one core. The arithmetic here is
+that path's step for step in float32 (the sums are exact integers, converted to float32 once;
+products and sums in float32, in the same order, never fused into one rounding; halves
+rounded to even), so the outputs are equal bit for bit (`tests/engine/kernels/
+test_int8_conv.py` compares the two).
+
+Scratch (the channels-last copy, the patch rows, the sums) comes from one arena per thread:
+a plan runs its steps one at a time on one thread, so its layers share the arena's buffers.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from engine.cpu import compiled, kernel_jobs, spin_pool
+from engine.kernels import gemm_int8
+
+_kernels: dict[str, Any] = {}
+# Activation codes the requantize pass understands (`Activation.kind`).
+ACTIVATIONS = {None: 0, "relu": 1, "bounded_relu": 2}
+_arenas = threading.local()
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """A 2-d convolution's shape: kernel, stride, dilation and padding, each (rows, columns)."""
+
+    kernel: tuple[int, int]
+    stride: tuple[int, int]
+    dilate: tuple[int, int]
+    pad: tuple[int, int]
+
+    def out_size(self, height: int, width: int) -> tuple[int, int]:
+        return tuple((size + 2 * p - (k - 1) * d - 1) // s + 1 for size, k, s, d, p in zip(
+            (height, width), self.kernel, self.stride, self.dilate, self.pad, strict=True))
+
+
+@dataclass
+class Epilogue:
+    """What the requantize pass applies to each sum, in `requantize.finish`'s order:
+    ``(sum + bias[f]) · scales[f]``, the activation (``act``: relu or relu clipped at
+    ``act_high``), ``+ residual_scale · residual``, the activation after the sum, then
+    rounding half to even, saturated to ``[low, high]`` (stored with a wrap into the output's
+    dtype, as NumPy's ``astype`` stores an int8 result into uint8)."""
+
+    bias: np.ndarray  # int32 (F,)
+    scales: np.ndarray  # float32 (F,)
+    act: str | None = None
+    act_high: float = 0.0
+    residual_scale: float = 0.0
+    postsum_act: str | None = None
+    postsum_high: float = 0.0
+    low: int = -128
+    high: int = 127
+
+
+def supported_here() -> bool:
+    """Whether the compiled pieces are present: numba, the spin pool and the int8 GEMM."""
+    return compiled.available() and spin_pool.available() and gemm_int8.available()
+
+
+def supported(data: np.ndarray, weight: np.ndarray, geometry: Geometry, groups: int) -> bool:
+    """Whether this module runs the convolution: int8/uint8 data of 4 axes, int8 weights of
+    one group within the GEMM's exact depth, and the compiled pieces present."""
+    return (data.ndim == 4 and data.dtype in (np.uint8, np.int8) and weight.dtype == np.int8
+            and groups == 1 and weight.ndim == 4 and weight.shape[1] == data.shape[1]
+            and weight[0].size <= gemm_int8.EXACT_DEPTH and supported_here())
+
+
+class FusedConv:
+    """The convolution of ``data`` (N, C, H, W) by ``weight`` (F, C, kh, kw), packed in
+    ``packed`` (`weight_matrix`'s, packed for ``N · OH · OW`` rows), requantized
+    into ``out`` (N, F, OH, OW) int8 or uint8, with ``residual`` (the shape of ``out``) added
+    where given. The arrays are the plan's buffers: their addresses are bound into the jobs
+    once per thread, and each call reads their contents."""
+
+    def __init__(self, data: np.ndarray, weight: np.ndarray, packed: gemm_int8.PackedWeights,
+                 geometry: Geometry, out: np.ndarray, residual: np.ndarray | None = None
+                 ) -> None:
+        self.data, self.weight, self.geometry = data, weight, geometry
+        self.out, self.residual = out, residual
+        batch, channels, height, width = data.shape
+        out_h, out_w = geometry.out_size(height, width)
+        filters = weight.shape[0]
+        if out.shape != (batch, filters, out_h, out_w) or out.dtype not in (np.uint8, np.int8):
+            raise ValueError(f"int8 convolution: output {out.dtype} {out.shape} is not "
+                             f"int8/uint8 {(batch, filters, out_h, out_w)}")
+        if residual is not None and (residual.shape != out.shape
+                                     or residual.dtype not in (np.uint8, np.int8)):
+            raise ValueError(f"int8 convolution: residual {residual.dtype} {residual.shape} "
+                             f"does not match the output {out.shape}")
+        self.rows = batch * out_h * out_w
+        self.positions = out_h * out_w
+        self.padded_size = (height + 2 * geometry.pad[0], width + 2 * geometry.pad[1])
+        if packed.k != weight[0].size or packed.n != filters:
+            raise ValueError(f"int8 convolution: packed weights ({packed.k}, {packed.n}) do "
+                             f"not fit {weight.shape}")
+        self.packed = packed
+        self.bias = np.zeros(filters, np.int32)
+        self.scales = np.zeros(filters, np.float32)
+        self._jobs: dict[int, tuple[Any, ...]] = {}
+        self._epilogue_key: Any = None
+
+    def __call__(self, epilogue: Epilogue) -> None:
+        """Compute the layer into ``out`` with ``epilogue``'s terms."""
+        key = (epilogue.act, epilogue.act_high, epilogue.residual_scale, epilogue.postsum_act,
+               epilogue.postsum_high, epilogue.low, epilogue.high)
+        jobs = self._jobs.get(threading.get_ident())
+        if jobs is None or self._epilogue_key != key:
+            np.copyto(self.bias, epilogue.bias)
+            np.copyto(self.scales, epilogue.scales)
+            jobs = self._jobs[threading.get_ident()] = self._bind(epilogue)
+            self._epilogue_key = key
+        else:
+            np.copyto(self.bias, epilogue.bias)
+            np.copyto(self.scales, epilogue.scales)
+        for job in jobs:
+            job()
+
+    def _bind(self, epilogue: Epilogue) -> tuple[Any, ...]:
+        data, geometry, packed = self.data, self.geometry, self.packed
+        batch, channels, height, width = data.shape
+        padded_h, padded_w = self.padded_size
+        out_h, out_w = self.out.shape[2:]
+        signed = data.dtype == np.int8
+        arena = _arena()
+        padded = arena.take("channels_last", batch * padded_h * padded_w * channels, np.uint8)
+        blocks = -(-self.rows // packed.rows)
+        rows = arena.take("rows", blocks * packed.rows * packed.groups * 4, np.uint8).reshape(
+            blocks * packed.rows, packed.groups * 4)
+        columns = packed.panels * packed.vectors * gemm_int8.LANES
+        sums = arena.take("sums", rows.shape[0] * columns, np.int32).reshape(-1, columns)
+        flat = data.reshape(-1).view(np.uint8)
+        lay = kernel_jobs.bind((__name__, "channels_last"), (
+            flat, 128 if signed else 0, channels, height, width, geometry.pad[0],
+            geometry.pad[1], padded, padded_h, padded_w), batch * padded_h,
+            kernel_jobs.parts_for(batch * padded_h, 2 * padded.size))
+        gather = kernel_jobs.bind((__name__, "gather"), (
+            padded, channels, padded_h, padded_w, out_h, out_w, *geometry.kernel,
+            *geometry.stride, *geometry.dilate, rows), self.rows,
+            kernel_jobs.parts_for(self.rows, 2 * self.rows * packed.k))
+        product = gemm_int8.product_job(rows, self.rows, packed, signed, sums)
+        residual = self.residual
+        if residual is None:
+            residual = np.zeros(1, np.int8)
+        out = self.out.reshape(-1)
+        finish = kernel_jobs.bind((__name__, "requantize"), (
+            sums, self.bias, self.scales, ACTIVATIONS[epilogue.act], np.float32(
+                epilogue.act_high), residual.reshape(-1), int(self.residual is not None),
+            np.float32(epilogue.residual_scale), ACTIVATIONS[epilogue.postsum_act],
+            np.float32(epilogue.postsum_high), epilogue.low, epilogue.high, out,
+            self.weight.shape[0], self.positions), self.rows,
+            kernel_jobs.parts_for(self.rows, 3 * out.size))
+        jobs = (lay, gather, product, finish)
+        if any(job is None for job in jobs):
+            raise RuntimeError("int8 convolution: a job could not be bound")
+        return jobs
+
+
+def weight_matrix(weight: np.ndarray) -> np.ndarray:
+    """The weights (F, C, kh, kw) as the GEMM's (K, F) matrix, K ordered (kh, kw, C) as the
+    gathered rows are (what the caller packs, `gemm_int8.PackedWeights`)."""
+    return np.moveaxis(weight, 1, -1).reshape(len(weight), -1).T
+
+
+class _Arena:
+    """Buffers by name, grown as needed (a job bound to an older, smaller one keeps it)."""
+
+    def __init__(self) -> None:
+        self.buffers: dict[str, np.ndarray] = {}
+
+    def take(self, name: str, size: int, dtype: Any) -> np.ndarray:
+        nbytes = max(1, size * np.dtype(dtype).itemsize)
+        buffer = self.buffers.get(name)
+        if buffer is None or buffer.size < nbytes:
+            from engine.kernels.workspace import empty_aligned
+
+            buffer = self.buffers[name] = empty_aligned(np, nbytes, np.uint8)
+        return buffer[:nbytes].view(dtype)
+
+
+def _arena() -> _Arena:
+    arena = getattr(_arenas, "arena", None)
+    if arena is None:
+        arena = _arenas.arena = _Arena()
+    return arena
+
+
+def compiled_kernels() -> dict[str, Any]:
+    """The kernels by name (`kernel_jobs` runs them as jobs), compiled on first use."""
+    return compiled.compiled_once(_kernels, lambda: {
+        "channels_last": compiled.compile_kernel(_channels_last),
+        "gather": compiled.compile_kernel(_gather),
+        "requantize": compiled.compile_kernel(_requantize, error_model="numpy"),
+    })
+
+
+def _channels_last(data: Any, shift: int, channels: int, height: int, width: int,
+                   pad_h: int, pad_w: int, padded: Any, padded_h: int, padded_w: int,
+                   first: int, last: int) -> None:  # pragma: no cover - runs compiled
+    """Padded rows [first, last) (image by image) of ``padded`` (N, padded_h, padded_w, C)
+    from ``data`` (N, C, H, W) as bytes, each xor ``shift`` (128 moves int8 onto uint8); the
+    border holds ``shift`` (a zero)."""
+    fill = np.uint8(shift)
+    for row in range(first, last):
+        image = row // padded_h
+        y = row - image * padded_h - pad_h
+        base = row * padded_w * channels
+        if y < 0 or y >= height:
+            for at in range(base, base + padded_w * channels):
+                padded[at] = fill
+            continue
+        for x in range(padded_w):
+            at = base + x * channels
+            source_x = x - pad_w
+            if source_x < 0 or source_x >= width:
+                for c in range(channels):
+                    padded[at + c] = fill
+                continue
+            source = (image * channels * height + y) * width + source_x
+            for c in range(channels):
+                padded[at + c] = data[source + c * height * width] ^ fill
+
+
+def _gather(padded: Any, channels: int, padded_h: int, padded_w: int, out_h: int,
+            out_w: int, kernel_h: int, kernel_w: int, stride_h: int, stride_w: int,
+            dilate_h: int, dilate_w: int, rows: Any, first: int,
+            last: int) -> None:  # pragma: no cover - runs compiled
+    """Patch rows [first, last) of ``rows``: output position (n, y, x)'s window, K ordered
+    (kernel row, kernel column, channel), each a run of ``channels`` bytes of ``padded``.
+    K's padding past the window is left as it is: the packed weights are zero there."""
+    positions = out_h * out_w
+    for row in range(first, last):
+        image = row // positions
+        y = (row - image * positions) // out_w
+        x = row - image * positions - y * out_w
+        k = 0
+        for ky in range(kernel_h):
+            line = (image * padded_h + y * stride_h + ky * dilate_h) * padded_w
+            for kx in range(kernel_w):
+                source = (line + x * stride_w + kx * dilate_w) * channels
+                for c in range(channels):
+                    rows[row, k + c] = padded[source + c]
+                k += channels
+
+
+def _requantize(sums: Any, bias: Any, scales: Any, act: int, act_high: Any, residual: Any,
+                has_residual: int, residual_scale: Any, postsum_act: int, postsum_high: Any,
+                low: int, high: int, out: Any, filters: int, positions: int, first: int,
+                last: int) -> None:  # pragma: no cover - runs compiled
+    """Rows [first, last) (output positions, image by image) of ``sums`` into ``out``
+    (N, F, positions, flat), as `Epilogue` describes."""
+    lowest, highest, zero = np.float32(low), np.float32(high), np.float32(0.0)
+    row = first
+    while row < last:
+        image = row // positions
+        start = row - image * positions
+        stop = min(positions, start + last - row)
+        for f in range(filters):
+            shift = np.int64(bias[f])
+            scale = scales[f]
+            base = (image * filters + f) * positions
+            for p in range(start, stop):
+                value = np.float32(np.int64(sums[image * positions + p, f]) + shift) * scale
+                if act == 1:
+                    value = value if value > zero else zero
+                elif act == 2:
+                    value = zero if value < zero else (act_high if value > act_high else value)
+                if has_residual:
+                    value = value + residual_scale * np.float32(residual[base + p])
+                if postsum_act == 1:
+                    value = value if value > zero else zero
+                elif postsum_act == 2:
+                    value = zero if value < zero else (
+                        postsum_high if value > postsum_high else value)
+                value = np.rint(value)
+                value = lowest if value < lowest else (highest if value > highest else value)
+                out[base + p] = np.int64(value)
+        row += stop - start
+
+
+def work(data: np.ndarray, weight: np.ndarray, geometry: Geometry) -> int:
+    """Multiply-adds of the convolution (for callers choosing a path)."""
+    out_h, out_w = geometry.out_size(*data.shape[2:])
+    return data.shape[0] * out_h * out_w * math.prod(weight.shape)

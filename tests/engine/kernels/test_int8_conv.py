@@ -1,0 +1,118 @@
+"""The fused int8 convolution (`int8_conv.FusedConv`) against the NumPy path it replaces
+(`integer.conv`, the bias, `requantize.finish`): equal bit for bit, on VNNI and on AMX."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.cpu import spin_pool
+from engine.kernels import gemm_int8, int8_conv
+from engine.ops.quantized import integer
+from engine.ops.quantized.requantize import finish
+from engine.ops.quantized.subgraph_attrs import Activation
+
+pytestmark = pytest.mark.skipif(
+    not (gemm_int8.available() and spin_pool.available()),
+    reason="needs AVX-512 VNNI and llvmlite's JIT")
+
+ISAS = ["vnni", *(["amx"] if gemm_int8.amx_available() else [])]
+
+# (batch, channels, size, filters, kernel, stride, pad, dilate): channels and filters off
+# the 4/16/64 multiples the kernels step by, strides and padding as ResNets use them.
+SHAPES = [
+    (1, 5, (9, 11), 7, (3, 3), (1, 1), (1, 1), (1, 1)),
+    (3, 19, (10, 7), 33, (3, 3), (2, 2), (1, 1), (1, 1)),
+    (1, 70, (8, 8), 80, (3, 3), (1, 1), (1, 1), (1, 1)),
+    (3, 67, (9, 9), 17, (1, 1), (2, 2), (0, 0), (1, 1)),
+    (1, 3, (23, 21), 65, (7, 7), (2, 2), (3, 3), (1, 1)),
+    (3, 33, (12, 13), 20, (3, 3), (1, 2), (2, 1), (2, 2)),
+]
+
+
+def _reference(data, weight, geometry, epilogue, residual, storage, dtype):
+    sums = integer.conv(data, weight, geometry.kernel, geometry.stride, geometry.dilate,
+                        geometry.pad, 1)
+    sums += epilogue.bias.astype(np.float64).reshape(1, -1, 1, 1)
+    act = None if epilogue.act is None else Activation(epilogue.act, epilogue.act_high)
+    post = None if epilogue.postsum_act is None else Activation(epilogue.postsum_act,
+                                                                epilogue.postsum_high)
+    pair = None if residual is None else (residual, np.float32(epilogue.residual_scale))
+    return finish(sums, epilogue.scales, 1, storage, act, pair, post).astype(dtype)
+
+
+def _case(rng, shape, data_dtype, out_dtype, act, with_residual):
+    batch, channels, size, filters, kernel, stride, pad, dilate = shape
+    geometry = int8_conv.Geometry(kernel, stride, dilate, pad)
+    info = np.iinfo(data_dtype)
+    data = rng.integers(info.min, info.max + 1, (batch, channels, *size)).astype(data_dtype)
+    weight = rng.integers(-127, 128, (filters, channels, *kernel)).astype(np.int8)
+    out_h, out_w = geometry.out_size(*size)
+    # scales that spread the sums over the output's range and past it (saturation)
+    reach = float(np.sqrt(weight[0].size)) * 127 * 40
+    epilogue = int8_conv.Epilogue(
+        bias=rng.integers(-20000, 20000, filters).astype(np.int32),
+        scales=(rng.uniform(0.5, 2.0, filters) * 128 / reach).astype(np.float32),
+        act=act, act_high=90.5 if act == "bounded_relu" else 0.0,
+        residual_scale=0.73 if with_residual else 0.0,
+        postsum_act="relu" if with_residual and out_dtype == np.uint8 else None)
+    residual = None
+    if with_residual:
+        residual = rng.integers(-128, 128, (batch, filters, out_h, out_w)).astype(np.int8)
+    storage = np.dtype(np.int8) if residual is not None else np.dtype(out_dtype)
+    limits = np.iinfo(storage)
+    epilogue.low, epilogue.high = int(limits.min), int(limits.max)
+    return data, weight, geometry, epilogue, residual, storage
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("data_dtype,out_dtype,act,with_residual", [
+    (np.uint8, np.uint8, "relu", False),
+    (np.int8, np.int8, None, False),
+    (np.uint8, np.uint8, "bounded_relu", True),
+    (np.int8, np.int8, None, True),
+])
+def test_equals_the_numpy_path_bit_for_bit(isa, shape, data_dtype, out_dtype, act,
+                                           with_residual):
+    rng = np.random.default_rng(hash((shape, np.dtype(data_dtype).str, act)) % 2 ** 32)
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, shape, data_dtype, out_dtype, act, with_residual)
+    want = _reference(data, weight, geometry, epilogue, residual, storage, out_dtype)
+    out = np.full(want.shape, 77, out_dtype)
+    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight), amx=isa == "amx")
+    conv = int8_conv.FusedConv(data, weight, packed, geometry, out, residual)
+    conv(epilogue)
+    np.testing.assert_array_equal(out, want)
+    # a second run reads the data again (the jobs are bound to the buffers, not the values)
+    data[...] = data[::-1].copy() if data.shape[0] > 1 else np.flip(data, axis=2).copy()
+    conv(epilogue)
+    np.testing.assert_array_equal(
+        out, _reference(data, weight, geometry, epilogue, residual, storage, out_dtype))
+
+
+def test_runs_split_over_the_pool_equal_to_one_part():
+    """Armed, the jobs run in parts on the pool's workers: the same bytes."""
+    rng = np.random.default_rng(7)
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, (3, 70, (16, 16), 80, (3, 3), (1, 1), (1, 1), (1, 1)), np.uint8, np.uint8,
+        "relu", True)
+    want = _reference(data, weight, geometry, epilogue, residual, storage, np.uint8)
+    out = np.zeros_like(want)
+    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight),
+                                     amx=gemm_int8.amx_available())
+    conv = int8_conv.FusedConv(data, weight, packed, geometry, out, residual)
+    with spin_pool.armed(2):
+        for _ in range(3):
+            out[...] = 0
+            conv(epilogue)
+            np.testing.assert_array_equal(out, want)
+
+
+def test_refuses_an_output_of_the_wrong_shape():
+    weight = np.ones((8, 4, 3, 3), np.int8)
+    data = np.zeros((1, 4, 6, 6), np.uint8)
+    geometry = int8_conv.Geometry((3, 3), (1, 1), (1, 1), (1, 1))
+    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight))
+    with pytest.raises(ValueError, match="output"):
+        int8_conv.FusedConv(data, weight, packed, geometry, np.zeros((1, 8, 4, 4), np.uint8))
