@@ -124,6 +124,13 @@ def watching() -> Iterator[list[bool]]:
 _watchers = threading.local()
 
 
+def expect_split_jobs() -> None:
+    """Said at bind by a step that makes its jobs of parts at its first run rather than while
+    the plan compiles (their buffers or weights known only then): the plan is worth arming,
+    as though the jobs were made now."""
+    _note_split_job()
+
+
 def _note_split_job() -> None:
     seen = getattr(_watchers, "seen", None)
     if seen is not None and not seen:

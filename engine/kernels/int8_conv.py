@@ -112,21 +112,19 @@ class FusedConv:
         self.bias = np.zeros(filters, np.int32)
         self.scales = np.zeros(filters, np.float32)
         self._jobs: dict[int, tuple[Any, ...]] = {}
-        self._epilogue_key: Any = None
+        self._epilogue: Epilogue | None = None
 
     def __call__(self, epilogue: Epilogue) -> None:
-        """Compute the layer into ``out`` with ``epilogue``'s terms."""
-        key = (epilogue.act, epilogue.act_high, epilogue.residual_scale, epilogue.postsum_act,
-               epilogue.postsum_high, epilogue.low, epilogue.high)
+        """Compute the layer into ``out`` with ``epilogue``'s terms (the jobs are bound
+        again when a different `Epilogue` comes: callers keep one per data range)."""
+        if epilogue is not self._epilogue:
+            np.copyto(self.bias, epilogue.bias)
+            np.copyto(self.scales, epilogue.scales)
+            self._jobs.clear()
+            self._epilogue = epilogue
         jobs = self._jobs.get(threading.get_ident())
-        if jobs is None or self._epilogue_key != key:
-            np.copyto(self.bias, epilogue.bias)
-            np.copyto(self.scales, epilogue.scales)
+        if jobs is None:
             jobs = self._jobs[threading.get_ident()] = self._bind(epilogue)
-            self._epilogue_key = key
-        else:
-            np.copyto(self.bias, epilogue.bias)
-            np.copyto(self.scales, epilogue.scales)
         for job in jobs:
             job()
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.cpu import spin_pool
 from engine.errors import ModelFormatError
 from engine.kernels import int8_conv
 from engine.ops.attrs import parse_bool
@@ -237,6 +238,8 @@ class _FusedInt8Conv:
         self._key: Any = None
         self._plan: tuple[Any, ...] | None = None  # (FusedConv, Epilogue) or None: NumPy
         self._conv: Any = None
+        if int8_conv.supported_here():
+            spin_pool.expect_split_jobs()  # made at the first run, once the weights are
 
     def run(self) -> bool:
         if not integer.fast_path_enabled():
@@ -385,9 +388,53 @@ def _fc_dtypes(attrs: Attrs, dtypes: list) -> tuple[list, list]:
     return known, [out, FLOAT32, FLOAT32][:len(_fc_outputs(attrs))]
 
 
+class _FcWeights:
+    """A node's int8 weights, int32 bias, scales and reach (`_fc_weights`) for the last data
+    scale asked for: a bound node with constant weights quantizes them once, not per run
+    (ResNet-18's last layer: 512 × 1000 weights scaled and rounded each time)."""
+
+    def __init__(self, attrs: Attrs, values: dict[str, Any]) -> None:
+        self.attrs, self.values = attrs, values
+        self._last: tuple[float, Any] | None = None
+
+    def __call__(self, data_scale: F32) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, F32]:
+        if self._last is None or self._last[0] != float(data_scale):
+            weight_q, bias_q, scales, reach = _fc_weights(self.attrs, self.values, data_scale)
+            if weight_q.flags.writeable:
+                weight_q = weight_q.copy() if weight_q.base is not None else weight_q
+                weight_q.setflags(write=False)  # kept: the int8 GEMM packs it once
+            self._last = (float(data_scale), (weight_q, bias_q, scales, reach))
+        return self._last[1]
+
+
 def _fc_kernel(xp: Any, attrs: Attrs, *inputs: Any) -> Any:
-    chain = _fc_chain(attrs)
     values = dict(zip(_fc_inputs(attrs), inputs, strict=True))
+    return _fc_forward(attrs, values, partial(_fc_weights, attrs, values))
+
+
+def _fc_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any) -> list[Any]:
+    """On the CPU with constant weights and bias (a plan's read-only parameters) the int8
+    weights are made once per data scale; otherwise the kernel runs."""
+    values = dict(zip(_fc_inputs(attrs), inputs, strict=True))
+    constant = xp is np and attrs.quantized and all(
+        not np.asarray(values[name]).flags.writeable for name in ("weight", "bias")
+        if name in values)
+    if not constant:
+        return [partial(SG_FC.compute, xp, attrs, inputs, out)]
+    weights = _FcWeights(attrs, values)
+    targets = out if isinstance(out, tuple) else (out,)
+
+    def call() -> None:
+        results = _fc_forward(attrs, values, weights)
+        for target, result in zip(targets, results if isinstance(results, tuple)
+                                  else (results,), strict=True):
+            np.copyto(target, result, casting="unsafe")
+
+    return [call]
+
+
+def _fc_forward(attrs: Attrs, values: dict[str, Any], weights: Any) -> Any:
+    chain = _fc_chain(attrs)
     data = np.asarray(values["data"])
     main = chain.main
     rows = data.reshape(data.shape[0], -1) if main.flatten else data.reshape(-1, data.shape[-1])
@@ -398,7 +445,7 @@ def _fc_kernel(xp: Any, attrs: Attrs, *inputs: Any) -> Any:
     ranges.check_quantized(data, "data", FC)
     low, high = ranges.scalar(values["min_data"]), ranges.scalar(values["max_data"])
     data_scale = ranges.quantize_scale(data.dtype, low, high)
-    weight_q, bias_q, scales, weight_reach = _fc_weights(attrs, values, data_scale)
+    weight_q, bias_q, scales, weight_reach = weights(data_scale)
     sums = integer.matmul(rows, weight_q.T)
     if bias_q is not None:
         sums += bias_q.astype(np.float64)
@@ -477,6 +524,7 @@ SG_FC = register(OpDef(
     infer_shape=_fc_shapes,
     infer_dtype=_fc_dtypes,
     kernel=ranges.on_host(_fc_kernel),
+    bind=_fc_bind,
     uncapturable=ranges.ON_HOST,
     doc="oneDNN's fused FullyConnected (+ activation); int8/uint8 in, int8/uint8, int32 or "
         "float32 out when quantized.",
