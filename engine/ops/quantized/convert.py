@@ -3,11 +3,13 @@ and ``_contrib_requantize`` as MXNet's oneDNN backend runs them."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from engine.errors import ShapeError
+from engine.kernels import int8_convert
 from engine.ops.attrs import choice
 from engine.ops.dtypes import FLOAT32, INT32, UINT8
 from engine.ops.quantized import ranges
@@ -53,6 +55,36 @@ def _quantize_v2(xp: Any, attrs: Attrs, data: Any) -> tuple[Any, Any, Any]:
     return (quantized, *ranges.range_pair(low, high))
 
 
+def _quantize_v2_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any) -> list[Any]:
+    """A calibrated node on the CPU as one compiled pass (`int8_convert`), its scale and
+    output range fixed by the calibrated range; otherwise the kernel runs."""
+    data, targets = inputs[0], out if isinstance(out, tuple) else (out,)
+    fallback = [partial(QUANTIZE_V2.compute, xp, attrs, inputs, out)]
+    if not (xp is np and ranges.has_calib(attrs) and int8_convert.available()
+            and data.dtype == FLOAT32 and data.flags.c_contiguous
+            and targets[0].flags.c_contiguous):
+        return fallback
+    low, high = F32(attrs.min_calib_range), F32(attrs.max_calib_range)
+    dtype = _out_type(attrs, float(low))
+    if targets[0].dtype != dtype or (dtype == UINT8 and low < 0):
+        return fallback  # the kernel says what is wrong
+    scale = np.array([ranges.quantize_scale(dtype, low, high)], np.float32)
+    job = int8_convert.quantize_job(data, scale, *ranges.LIMITS[dtype], targets[0])
+    if job is None:
+        return fallback
+    if dtype == INT8:  # int8 reports the symmetric range it covers
+        reach = ranges.max_abs(low, high)
+        low, high = -reach, reach
+    out_low, out_high = ranges.range_pair(low, high)
+
+    def call() -> None:
+        job()
+        np.copyto(targets[1], out_low)
+        np.copyto(targets[2], out_high)
+
+    return [call]
+
+
 QUANTIZE_V2 = register(OpDef(
     name="_contrib_quantize_v2",
     params=(Param("out_type", choice("auto", "int8", "uint8"), "int8"), *CALIB_PARAMS),
@@ -63,6 +95,7 @@ QUANTIZE_V2 = register(OpDef(
         _out_type(attrs, attrs.min_calib_range if ranges.has_calib(attrs) else None),
         FLOAT32, FLOAT32]),
     kernel=ranges.on_host(_quantize_v2),
+    bind=_quantize_v2_bind,
     batch_positions=ranges.range_from_batch,
     uncapturable=ranges.ON_HOST,
     doc="float to int8/uint8 over the calibrated range (or the data's own min and max), with "
@@ -71,14 +104,36 @@ QUANTIZE_V2 = register(OpDef(
 
 
 def _dequantize(xp: Any, attrs: Attrs, data: Any, low: Any, high: Any) -> Any:
+    return np.asarray(data).astype(FLOAT32) * _dequantize_step(data, low, high)
+
+
+def _dequantize_step(data: Any, low: Any, high: Any) -> F32:
     dtype = np.dtype(data.dtype)
     if dtype == INT32:
-        step = F32(ranges.max_abs(ranges.scalar(low), ranges.scalar(high)) / INT32_REACH)
-    else:
-        ranges.check_quantized(data, "data", "_contrib_dequantize")
-        step = F32(ranges.max_abs(ranges.scalar(low), ranges.scalar(high))
-                   / ranges.QUANTIZED_RANGE[dtype])
-    return np.asarray(data).astype(FLOAT32) * step
+        return F32(ranges.max_abs(ranges.scalar(low), ranges.scalar(high)) / INT32_REACH)
+    ranges.check_quantized(data, "data", "_contrib_dequantize")
+    return F32(ranges.max_abs(ranges.scalar(low), ranges.scalar(high))
+               / ranges.QUANTIZED_RANGE[dtype])
+
+
+def _dequantize_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any) -> list[Any]:
+    """On the CPU, one compiled pass (`int8_convert`), its step read from the range inputs
+    at each run; otherwise the kernel runs."""
+    data, low, high = inputs
+    fallback = [partial(DEQUANTIZE.compute, xp, attrs, inputs, out)]
+    if not (xp is np and int8_convert.available() and data.dtype in (INT8, UINT8, INT32)
+            and data.flags.c_contiguous and out.flags.c_contiguous):
+        return fallback
+    step = np.zeros(1, np.float32)
+    job = int8_convert.dequantize_job(data, step, out)
+    if job is None:
+        return fallback
+
+    def call() -> None:
+        step[0] = _dequantize_step(data, low, high)
+        job()
+
+    return [call]
 
 
 DEQUANTIZE = register(OpDef(
@@ -88,6 +143,7 @@ DEQUANTIZE = register(OpDef(
     infer_shape=lambda attrs, shapes: ([shapes[0], (1,), (1,)], [shapes[0]]),
     infer_dtype=lambda attrs, dtypes: ([dtypes[0], FLOAT32, FLOAT32], [FLOAT32]),
     kernel=ranges.on_host(_dequantize),
+    bind=_dequantize_bind,
     uncapturable=ranges.ON_HOST,
     doc="int8/uint8/int32 to float32: each step is max(|min|, |max|) / 127.5 (255.5 for uint8, "
         "2**31 for int32).",

@@ -1,0 +1,62 @@
+"""The compiled quantize and dequantize passes (`int8_convert`) give NumPy's bytes, and the
+bound ``_contrib_quantize_v2`` / ``_contrib_dequantize`` nodes of a plan run them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.cpu import spin_pool
+from engine.kernels import int8_convert
+from engine.ops.quantized import ranges
+from engine.ops.registry import get_op
+
+pytestmark = pytest.mark.skipif(not int8_convert.available(),
+                                reason="needs numba and the spin pool")
+
+
+def _values(rng, size):
+    values = (rng.standard_normal(size) * 3).astype(np.float32)
+    values[:6] = [np.inf, -np.inf, 0.5, 1.5, -2.5, 1e30]  # saturation and ties to even
+    return values
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8])
+@pytest.mark.parametrize("size", [1, 7, 4099, 100_003])
+def test_quantize_gives_numpys_bytes(dtype, size):
+    rng = np.random.default_rng(size)
+    values = np.ascontiguousarray(_values(rng, max(size, 6))[:size])
+    scale = np.array([np.float32(127.5 / 2.3)], np.float32)
+    want = ranges.saturate_round(values * scale[0], np.dtype(dtype))
+    out = np.full(values.shape, 9, dtype)
+    job = int8_convert.quantize_job(values, scale, *ranges.LIMITS[np.dtype(dtype)], out)
+    with spin_pool.armed(2):
+        job()
+    np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int32])
+def test_dequantize_gives_numpys_floats(dtype):
+    rng = np.random.default_rng(3)
+    info = np.iinfo(dtype)
+    values = rng.integers(info.min, info.max, (3, 5, 7, 11), endpoint=True).astype(dtype)
+    step = np.array([np.float32(1.7 / 127.5)], np.float32)
+    out = np.zeros(values.shape, np.float32)
+    job = int8_convert.dequantize_job(values, step, out)
+    job()
+    np.testing.assert_array_equal(out, values.astype(np.float32) * step[0])
+
+
+@pytest.mark.parametrize("low,high", [(-1.3, 2.9), (0.0, 4.2)])
+def test_bound_quantize_v2_equals_its_kernel(low, high):
+    op = get_op("_contrib_quantize_v2")
+    attrs = op.parse_attrs({"out_type": "auto", "min_calib_range": repr(low),
+                            "max_calib_range": repr(high)})
+    data = _values(np.random.default_rng(5), 2 * 3 * 9 * 9).reshape(2, 3, 9, 9)
+    want = op.compute(np, attrs, [data])
+    out = tuple(np.zeros_like(np.asarray(value)) for value in want)
+    (call,) = op.bind(np, attrs, [data], out)
+    call()
+    for got, expected in zip(out, want, strict=True):
+        np.testing.assert_array_equal(got, np.asarray(expected))
+    assert out[0].dtype == (np.uint8 if low >= 0 else np.int8)
