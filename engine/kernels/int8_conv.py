@@ -136,7 +136,8 @@ class FusedConv:
         signed = data.dtype == np.int8
         arena = _arena()
         padded = arena.take("channels_last", batch * padded_h * padded_w * channels, np.uint8)
-        blocks = -(-self.rows // packed.rows)
+        chunk = chunk_rows(self.rows, packed)
+        blocks = -(-chunk // packed.rows)
         rows = arena.take("rows", blocks * packed.rows * packed.groups * 4, np.uint8).reshape(
             blocks * packed.rows, packed.groups * 4)
         columns = packed.panels * packed.vectors * gemm_int8.LANES
@@ -146,26 +147,44 @@ class FusedConv:
             flat, 128 if signed else 0, channels, height, width, geometry.pad[0],
             geometry.pad[1], padded, padded_h, padded_w), batch * padded_h,
             kernel_jobs.parts_for(batch * padded_h, 2 * padded.size))
-        gather = kernel_jobs.bind((__name__, "gather"), (
-            padded, channels, padded_h, padded_w, out_h, out_w, *geometry.kernel,
-            *geometry.stride, *geometry.dilate, rows), self.rows,
-            kernel_jobs.parts_for(self.rows, 2 * self.rows * packed.k))
-        product = gemm_int8.product_job(rows, self.rows, packed, signed, sums)
         residual = self.residual
         if residual is None:
             residual = np.zeros(1, np.int8)
         out = self.out.reshape(-1)
-        finish = kernel_jobs.bind((__name__, "requantize"), (
-            sums, self.bias, self.scales, ACTIVATIONS[epilogue.act], np.float32(
-                epilogue.act_high), residual.reshape(-1), int(self.residual is not None),
-            np.float32(epilogue.residual_scale), ACTIVATIONS[epilogue.postsum_act],
-            np.float32(epilogue.postsum_high), epilogue.low, epilogue.high, out,
-            self.weight.shape[0], self.positions), self.rows,
-            kernel_jobs.parts_for(self.rows, 3 * out.size))
-        jobs = (lay, gather, product, finish)
+        jobs = [lay]
+        for first in range(0, self.rows, chunk):
+            count = min(chunk, self.rows - first)
+            used = -(-count // packed.rows) * packed.rows
+            jobs.append(kernel_jobs.bind((__name__, "gather"), (
+                padded, channels, padded_h, padded_w, out_h, out_w, *geometry.kernel,
+                *geometry.stride, *geometry.dilate, first, rows), count,
+                kernel_jobs.parts_for(count, 2 * count * packed.k)))
+            jobs.append(gemm_int8.product_job(rows[:used], count, packed, signed,
+                                              sums[:used]))
+            jobs.append(kernel_jobs.bind((__name__, "requantize"), (
+                sums, self.bias, self.scales, ACTIVATIONS[epilogue.act], np.float32(
+                    epilogue.act_high), residual.reshape(-1), int(self.residual is not None),
+                np.float32(epilogue.residual_scale), ACTIVATIONS[epilogue.postsum_act],
+                np.float32(epilogue.postsum_high), epilogue.low, epilogue.high, out,
+                self.weight.shape[0], self.positions, first), count,
+                kernel_jobs.parts_for(count, 3 * count * self.weight.shape[0])))
         if any(job is None for job in jobs):
             raise RuntimeError("int8 convolution: a job could not be bound")
-        return jobs
+        return tuple(jobs)
+
+
+# Bytes of patch rows and sums one chunk of a layer holds: with a panel of weights, well
+# inside a core's L2 (2 MB here), so the GEMM reads the rows the gather just wrote, and the
+# requantize pass the sums the GEMM just wrote, from cache rather than memory.
+CHUNK_BYTES = 2 ** 19
+
+
+def chunk_rows(rows: int, packed: gemm_int8.PackedWeights) -> int:
+    """Output positions per chunk: whole row blocks of the GEMM, at least one."""
+    columns = packed.panels * packed.vectors * gemm_int8.LANES
+    per_row = packed.groups * 4 + 4 * columns
+    blocks = max(1, CHUNK_BYTES // (per_row * packed.rows))
+    return min(rows, blocks * packed.rows)
 
 
 def weight_matrix(weight: np.ndarray) -> np.ndarray:
@@ -235,16 +254,18 @@ def _channels_last(data: Any, shift: int, channels: int, height: int, width: int
 
 def _gather(padded: Any, channels: int, padded_h: int, padded_w: int, out_h: int,
             out_w: int, kernel_h: int, kernel_w: int, stride_h: int, stride_w: int,
-            dilate_h: int, dilate_w: int, rows: Any, first: int,
+            dilate_h: int, dilate_w: int, offset: int, rows: Any, first: int,
             last: int) -> None:  # pragma: no cover - runs compiled
-    """Patch rows [first, last) of ``rows``: output position (n, y, x)'s window, K ordered
-    (kernel row, kernel column, channel), each a run of ``channels`` bytes of ``padded``.
-    K's padding past the window is left as it is: the packed weights are zero there."""
+    """Rows [first, last) of ``rows``: the patches of output positions ``offset + row``
+    (image by image, row by row), each position (n, y, x)'s window, K ordered (kernel row,
+    kernel column, channel) as runs of ``channels`` bytes of ``padded``. K's padding past
+    the window is left as it is: the packed weights are zero there."""
     positions = out_h * out_w
     for row in range(first, last):
-        image = row // positions
-        y = (row - image * positions) // out_w
-        x = row - image * positions - y * out_w
+        at = offset + row
+        image = at // positions
+        y = (at - image * positions) // out_w
+        x = at - image * positions - y * out_w
         k = 0
         for ky in range(kernel_h):
             line = (image * padded_h + y * stride_h + ky * dilate_h) * padded_w
@@ -257,22 +278,22 @@ def _gather(padded: Any, channels: int, padded_h: int, padded_w: int, out_h: int
 
 def _requantize(sums: Any, bias: Any, scales: Any, act: int, act_high: Any, residual: Any,
                 has_residual: int, residual_scale: Any, postsum_act: int, postsum_high: Any,
-                low: int, high: int, out: Any, filters: int, positions: int, first: int,
-                last: int) -> None:  # pragma: no cover - runs compiled
-    """Rows [first, last) (output positions, image by image) of ``sums`` into ``out``
-    (N, F, positions, flat), as `Epilogue` describes."""
+                low: int, high: int, out: Any, filters: int, positions: int, offset: int,
+                first: int, last: int) -> None:  # pragma: no cover - runs compiled
+    """Rows [first, last) of ``sums``, output positions ``offset + row`` (image by image),
+    into ``out`` (N, F, positions, flat), as `Epilogue` describes."""
     lowest, highest, zero = np.float32(low), np.float32(high), np.float32(0.0)
     row = first
     while row < last:
-        image = row // positions
-        start = row - image * positions
+        image = (offset + row) // positions
+        start = offset + row - image * positions
         stop = min(positions, start + last - row)
         for f in range(filters):
             shift = np.int64(bias[f])
             scale = scales[f]
             base = (image * filters + f) * positions
             for p in range(start, stop):
-                value = np.float32(np.int64(sums[image * positions + p, f]) + shift) * scale
+                value = np.float32(np.int64(sums[row + p - start, f]) + shift) * scale
                 if act == 1:
                     value = value if value > zero else zero
                 elif act == 2:

@@ -116,3 +116,23 @@ def test_refuses_an_output_of_the_wrong_shape():
     packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight))
     with pytest.raises(ValueError, match="output"):
         int8_conv.FusedConv(data, weight, packed, geometry, np.zeros((1, 8, 4, 4), np.uint8))
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("chunk_bytes", [1, 40_000])
+def test_layers_cut_into_chunks_equal_the_numpy_path(monkeypatch, isa, chunk_bytes):
+    """A layer runs chunk by chunk (rows and sums kept in cache); chunks of one row block,
+    or of some that end inside an image, change no byte."""
+    monkeypatch.setattr(int8_conv, "CHUNK_BYTES", chunk_bytes)
+    rng = np.random.default_rng(11)
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, (3, 21, (13, 11), 40, (3, 3), (1, 1), (1, 1), (1, 1)), np.int8, np.uint8,
+        "bounded_relu", True)
+    want = _reference(data, weight, geometry, epilogue, residual, storage, np.uint8)
+    out = np.zeros_like(want)
+    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight), amx=isa == "amx")
+    conv = int8_conv.FusedConv(data, weight, packed, geometry, out, residual)
+    assert 1 < -(-conv.rows // int8_conv.chunk_rows(conv.rows, packed))
+    with spin_pool.armed(2):
+        conv(epilogue)
+    np.testing.assert_array_equal(out, want)
