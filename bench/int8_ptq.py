@@ -5,14 +5,18 @@ agreement with float32 over random images, and its time against the float32 mode
 * calibration: ``--calibration`` random standard-normal images, naive (min/max) or entropy;
 * agreement: ``--images`` other random images in batches of 32, the int8 plan against the
   float32 model's plan, top-1 class and relative error of the logits;
-* time: one inference per round on each model in turn at batch 1 and batch 32.
+* time: one inference per round on each model in turn at each of ``--batches`` (1 and 8 by
+  default), on the threads BLAS is given (``OPENBLAS_NUM_THREADS=1``: one thread; the runs
+  use every core otherwise), with the load average before and after.
 
 Usage: python bench/int8_ptq.py [--size 224] [--images 256] [--mode naive] [--rounds 5]
+       [--batches 1,8]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -24,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 
 import engine  # noqa: E402
 from bench import nets  # noqa: E402
+from engine.cpu import spin_pool  # noqa: E402
 
 
 def main() -> None:
@@ -33,6 +38,8 @@ def main() -> None:
     parser.add_argument("--calibration", type=int, default=32)
     parser.add_argument("--mode", choices=("naive", "entropy"), default="naive")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--batches", default="1,8",
+                        help="batch sizes to time, comma-separated")
     args = parser.parse_args()
     symbol = nets.resnet18_v1()
     params = nets.random_params(symbol, (1, 3, args.size, args.size))
@@ -55,11 +62,14 @@ def main() -> None:
         worst = max(worst, float(np.abs(got - want).max() / np.abs(want).max()))
     print(f"top-1 agreement over {len(agree)} images: {np.mean(agree):.1%}; largest relative "
           f"error of the logits {worst:.3g}")
-    for batch in (1, 32):
+    print(f"threads: {spin_pool.threads()} (cores {spin_pool.cores()}); load average "
+          f"{' '.join(f'{value:.2f}' for value in os.getloadavg())}")
+    for batch in (int(value) for value in args.batches.split(",")):
         feed = {"data": rng.standard_normal((batch, *shape)).astype(np.float32)}
         times: dict[str, list[float]] = {"fp32": [], "int8": []}
         for model in (fp32, int8):
-            model.infer(feed)  # compile
+            for _ in range(8):  # compile, and let the plan time its runs armed and alone
+                model.infer(feed)
         for _ in range(args.rounds):
             for name, model in (("fp32", fp32), ("int8", int8)):
                 begin = time.perf_counter()
@@ -67,7 +77,8 @@ def main() -> None:
                 times[name].append(time.perf_counter() - begin)
         fp32_ms, int8_ms = (statistics.median(times[name]) * 1e3 for name in ("fp32", "int8"))
         print(f"batch {batch}: fp32 {fp32_ms:.1f} ms, int8 {int8_ms:.1f} ms "
-              f"(int8 / fp32 {int8_ms / fp32_ms:.2f})")
+              f"(int8 / fp32 {int8_ms / fp32_ms:.2f}); load average "
+              f"{os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

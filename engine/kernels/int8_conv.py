@@ -29,6 +29,9 @@ from engine.cpu import compiled, kernel_jobs, spin_pool
 from engine.kernels import gemm_int8
 
 _kernels: dict[str, Any] = {}
+# Output positions the requantize pass holds as float32 between its two loops: up to TILE,
+# fewer for many filters, so that the values (TILE_VALUES float32) stay in L1.
+TILE, TILE_VALUES = 64, 4096
 # Activation codes the requantize pass understands (`Activation.kind`).
 ACTIVATIONS = {None: 0, "relu": 1, "bounded_relu": 2}
 _arenas = threading.local()
@@ -232,24 +235,28 @@ def _channels_last(data: Any, shift: int, channels: int, height: int, width: int
     from ``data`` (N, C, H, W) as bytes, each xor ``shift`` (128 moves int8 onto uint8); the
     border holds ``shift`` (a zero)."""
     fill = np.uint8(shift)
+    depth = np.uint64(channels)
+    plane = np.uint64(height * width)
     for row in range(first, last):
         image = row // padded_h
         y = row - image * padded_h - pad_h
-        base = row * padded_w * channels
+        base = np.uint64(row * padded_w) * depth
         if y < 0 or y >= height:
-            for at in range(base, base + padded_w * channels):
+            for at in range(base, base + np.uint64(padded_w) * depth):
                 padded[at] = fill
             continue
-        for x in range(padded_w):
-            at = base + x * channels
-            source_x = x - pad_w
-            if source_x < 0 or source_x >= width:
-                for c in range(channels):
-                    padded[at + c] = fill
-                continue
-            source = (image * channels * height + y) * width + source_x
-            for c in range(channels):
-                padded[at + c] = data[source + c * height * width] ^ fill
+        for at in range(base, base + np.uint64(pad_w) * depth):
+            padded[at] = fill
+        for at in range(base + np.uint64(pad_w + width) * depth,
+                        base + np.uint64(padded_w) * depth):
+            padded[at] = fill
+        # unsigned offsets (no negative-index checks); each channel's row read in order
+        start = base + np.uint64(pad_w) * depth
+        source = np.uint64((image * channels * height + y) * width)
+        for c in range(depth):
+            line = source + c * plane
+            for x in range(np.uint64(width)):
+                padded[start + x * depth + c] = data[line + x] ^ fill
 
 
 def _gather(padded: Any, channels: int, padded_h: int, padded_w: int, out_h: int,
@@ -261,19 +268,30 @@ def _gather(padded: Any, channels: int, padded_h: int, padded_w: int, out_h: int
     kernel column, channel) as runs of ``channels`` bytes of ``padded``. K's padding past
     the window is left as it is: the packed weights are zero there."""
     positions = out_h * out_w
+    width = np.uint64(channels)
+    run = np.uint64(kernel_w) * width
+    flat_rows = rows.reshape(rows.size)
     for row in range(first, last):
         at = offset + row
         image = at // positions
         y = (at - image * positions) // out_w
         x = at - image * positions - y * out_w
-        k = 0
+        # unsigned offsets: numba then skips its negative-index check, and the byte loop
+        # compiles to vector copies (0.15 ms against 2.1 for a 3136 × 576 layer)
+        into = np.uint64(row) * np.uint64(rows.shape[1])
         for ky in range(kernel_h):
             line = (image * padded_h + y * stride_h + ky * dilate_h) * padded_w
+            if dilate_w == 1:  # the window's row is one run of kernel_w · C bytes
+                source = np.uint64(line + x * stride_w) * width
+                for c in range(run):
+                    flat_rows[into + c] = padded[source + c]
+                into += run
+                continue
             for kx in range(kernel_w):
-                source = (line + x * stride_w + kx * dilate_w) * channels
-                for c in range(channels):
-                    rows[row, k + c] = padded[source + c]
-                k += channels
+                source = np.uint64(line + x * stride_w + kx * dilate_w) * width
+                for c in range(width):
+                    flat_rows[into + c] = padded[source + c]
+                into += width
 
 
 def _requantize(sums: Any, bias: Any, scales: Any, act: int, act_high: Any, residual: Any,
@@ -283,23 +301,32 @@ def _requantize(sums: Any, bias: Any, scales: Any, act: int, act_high: Any, resi
     """Rows [first, last) of ``sums``, output positions ``offset + row`` (image by image),
     into ``out`` (N, F, positions, flat), as `Epilogue` describes."""
     lowest, highest, zero = np.float32(low), np.float32(high), np.float32(0.0)
+    size = max(16, min(TILE, TILE_VALUES // filters))
+    tile = np.uint64(size)
+    values = np.empty(filters * size, np.float32)
     row = first
-    while row < last:
+    while row < last:  # up to TILE positions of one image at a time
         image = (offset + row) // positions
         start = offset + row - image * positions
-        stop = min(positions, start + last - row)
-        for f in range(filters):
-            shift = np.int64(bias[f])
-            scale = scales[f]
-            base = (image * filters + f) * positions
-            for p in range(start, stop):
-                value = np.float32(np.int64(sums[row + p - start, f]) + shift) * scale
+        count = min(positions - start, last - row, size)
+        # the sums read in order, scaled and activated into ``values``, filter by filter
+        for i in range(np.uint64(count)):
+            line = np.uint64(row) + i
+            for f in range(np.uint64(filters)):
+                value = np.float32(np.int64(sums[line, f]) + np.int64(bias[f])) * scales[f]
                 if act == 1:
                     value = value if value > zero else zero
                 elif act == 2:
                     value = zero if value < zero else (act_high if value > act_high else value)
+                values[f * tile + i] = value
+        # then each filter's run of positions: the residual and the output read and written
+        # in order (unsigned offsets: no negative-index checks, so the loop vectorises)
+        for f in range(np.uint64(filters)):
+            at = np.uint64((image * filters) * positions + start) + f * np.uint64(positions)
+            for i in range(np.uint64(count)):
+                value = values[f * tile + i]
                 if has_residual:
-                    value = value + residual_scale * np.float32(residual[base + p])
+                    value = value + residual_scale * np.float32(residual[at + i])
                 if postsum_act == 1:
                     value = value if value > zero else zero
                 elif postsum_act == 2:
@@ -307,8 +334,8 @@ def _requantize(sums: Any, bias: Any, scales: Any, act: int, act_high: Any, resi
                         postsum_high if value > postsum_high else value)
                 value = np.rint(value)
                 value = lowest if value < lowest else (highest if value > highest else value)
-                out[base + p] = np.int64(value)
-        row += stop - start
+                out[at + i] = np.int64(value)
+        row += count
 
 
 def work(data: np.ndarray, weight: np.ndarray, geometry: Geometry) -> int:
