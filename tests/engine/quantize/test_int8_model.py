@@ -12,7 +12,7 @@ import engine
 from bench import nets
 from engine import sym
 from engine.graph.ir import Entry
-from engine.kernels import gemm_int8
+from engine.kernels import gemm_int8, int8_conv
 from engine.ops.quantized import integer
 from engine.quantize import find_chains
 from engine.quantize.thresholds import TensorStats, entropy_range, naive_range
@@ -95,6 +95,29 @@ def test_the_int8_model_agrees_with_float32(net) -> None:  # noqa: ANN001
         assert top1 >= 0.95, mode
         # The products run on the int8 GEMM wherever the host has VNNI.
         assert (integer.PATHS["int8_gemm"] > before) == gemm_int8.available()
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_the_fused_int8_convolutions_equal_the_numpy_path(net, batch) -> None:  # noqa: ANN001
+    """The plan's convolutions run fused (`int8_conv`: compiled passes on the spin pool),
+    and give the NumPy path's bytes: the same logits, bit for bit."""
+    symbol, params = net
+    calibration = RNG.standard_normal((32, 3, 16, 16)).astype(np.float32)
+    images = RNG.standard_normal((batch, 3, 16, 16)).astype(np.float32)
+    model = engine.load_model(symbol, params, precision="int8",
+                              calibration={"data": calibration})
+    before = integer.PATHS["int8_fused_conv"]
+    for _ in range(3):  # the runs alternate armed and on one thread (`spin_pool.Choice`)
+        fused = model.infer({"data": images})["fc2_output"]
+    assert (integer.PATHS["int8_fused_conv"] - before == 18) == int8_conv.supported_here()
+    integer.use_fast_path(False)
+    try:
+        exact = engine.load_model(symbol, params, precision="int8",
+                                  calibration={"data": calibration}).infer(
+            {"data": images})["fc2_output"]
+    finally:
+        integer.use_fast_path(True)
+    np.testing.assert_array_equal(fused, exact)
 
 
 def test_entropy_clips_a_long_tail_that_min_max_keeps() -> None:
