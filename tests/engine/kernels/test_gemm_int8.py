@@ -114,3 +114,36 @@ def test_a_host_without_vnni_keeps_float64_and_says_so_once(
     with pytest.raises(RuntimeError, match="not available"):
         gemm_int8.multiply(np.zeros((1, 4), np.uint8),
                            gemm_int8.PackedWeights(np.zeros((4, 1), np.int8)))
+
+
+@needs_vnni
+@pytest.mark.parametrize("amx", [False, True])
+@pytest.mark.parametrize(("m", "k", "n"), [(1, 3, 5), (49, 300, 520), (200, 65, 31),
+                                           (33, 576, 130), (7, 13, 17)])
+@pytest.mark.parametrize("signed", [False, True])
+def test_the_product_as_a_pool_job_equals_numpys(amx: bool, m: int, k: int, n: int,
+                                                 signed: bool) -> None:
+    """`product_job` cuts the (panel, row block) tiles among its parts: on the pool's
+    workers and on one thread, NumPy's sums."""
+    from engine.cpu import spin_pool
+
+    if amx and not gemm_int8.amx_available():
+        pytest.skip("the host has no AMX-INT8")
+    rng = np.random.default_rng(m * k + n)
+    dtype = np.int8 if signed else np.uint8
+    info = np.iinfo(dtype)
+    a = rng.integers(info.min, info.max + 1, (m, k)).astype(dtype)
+    w = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    packed = gemm_int8.PackedWeights(w, amx=amx)
+    rows = gemm_int8.padded_rows(m, packed)
+    rows[:m, :k] = a.view(np.uint8) ^ 0x80 if signed else a
+    out = np.full((rows.shape[0], packed.panels * packed.vectors * gemm_int8.LANES), 7,
+                  np.int32)
+    job = gemm_int8.product_job(rows, m, packed, signed, out)
+    want = a.astype(np.int64) @ w.astype(np.int64)
+    job()
+    np.testing.assert_array_equal(out[:m, :n], want)
+    out[...] = 7
+    with spin_pool.armed(2):
+        job()
+    np.testing.assert_array_equal(out[:m, :n], want)
