@@ -1,9 +1,11 @@
-"""A quantized 2-d convolution as three `spin_pool` jobs over the cores, every pass compiled:
-the data laid channels-last (padded, shifted onto uint8), its patches gathered into the int8
-GEMM's rows, the GEMM (`gemm_int8.product_job`: VNNI or AMX), then one pass over the int32
-sums that adds the bias, scales, applies the activation, adds the residual, applies the
-activation after the sum and rounds to the int8/uint8 output, written straight into the
-output's NCHW layout.
+"""A quantized 2-d convolution as `spin_pool` jobs over the cores, every pass compiled: the
+data laid channels-last (padded, shifted onto uint8) once, then chunk by chunk of output
+positions: the chunk's patches gathered into the int8 GEMM's rows, the GEMM
+(`gemm_int8.product_job`: VNNI or AMX), and one pass over the chunk's int32 sums that adds
+the bias, scales, applies the activation, adds the residual, applies the activation after the
+sum and rounds to the int8/uint8 output, written straight into the output's NCHW layout. A
+chunk's rows and sums fit in L2 (`CHUNK_BYTES`), so each pass reads the last one's writes from
+cache.
 
 The NumPy path (`engine.ops.quantized.integer.conv` then `requantize.finish`) makes about
 ten passes over each layer's values, most in float64, on one core. The arithmetic here is
@@ -18,7 +20,6 @@ a plan runs its steps one at a time on one thread, so its layers share the arena
 
 from __future__ import annotations
 
-import math
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -336,9 +337,3 @@ def _requantize(sums: Any, bias: Any, scales: Any, act: int, act_high: Any, resi
                 value = lowest if value < lowest else (highest if value > highest else value)
                 out[at + i] = np.int64(value)
         row += count
-
-
-def work(data: np.ndarray, weight: np.ndarray, geometry: Geometry) -> int:
-    """Multiply-adds of the convolution (for callers choosing a path)."""
-    out_h, out_w = geometry.out_size(*data.shape[2:])
-    return data.shape[0] * out_h * out_w * math.prod(weight.shape)
