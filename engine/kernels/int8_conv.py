@@ -138,14 +138,14 @@ class FusedConv:
         padded_h, padded_w = self.padded_size
         out_h, out_w = self.out.shape[2:]
         signed = data.dtype == np.int8
-        arena = _arena()
-        padded = arena.take("channels_last", batch * padded_h * padded_w * channels, np.uint8)
+        scratch = arena()
+        padded = scratch.take("channels_last", batch * padded_h * padded_w * channels, np.uint8)
         chunk = chunk_rows(self.rows, packed)
         blocks = -(-chunk // packed.rows)
-        rows = arena.take("rows", blocks * packed.rows * packed.groups * 4, np.uint8).reshape(
+        rows = scratch.take("rows", blocks * packed.rows * packed.groups * 4, np.uint8).reshape(
             blocks * packed.rows, packed.groups * 4)
         columns = packed.panels * packed.vectors * gemm_int8.LANES
-        sums = arena.take("sums", rows.shape[0] * columns, np.int32).reshape(-1, columns)
+        sums = scratch.take("sums", rows.shape[0] * columns, np.int32).reshape(-1, columns)
         flat = data.reshape(-1).view(np.uint8)
         lay = kernel_jobs.bind((__name__, "channels_last"), (
             flat, 128 if signed else 0, channels, height, width, geometry.pad[0],
@@ -213,7 +213,7 @@ class _Arena:
         return buffer[:nbytes].view(dtype)
 
 
-def _arena() -> _Arena:
+def arena() -> _Arena:
     arena = getattr(_arenas, "arena", None)
     if arena is None:
         arena = _arenas.arena = _Arena()

@@ -23,7 +23,7 @@ import numpy as np
 
 from engine.cpu import spin_pool
 from engine.errors import ModelFormatError
-from engine.kernels import int8_conv
+from engine.kernels import int8_conv, int8_depthwise
 from engine.ops.attrs import parse_bool
 from engine.ops.dtypes import FLOAT32, UINT8
 from engine.ops.quantized import integer, ranges
@@ -223,8 +223,9 @@ def _conv_terms(attrs: Attrs, weights: _ConvWeights, values: dict[str, Any]) -> 
 
 class _FusedInt8Conv:
     """A bound quantized node run by `int8_conv.FusedConv` (compiled passes, on the spin
-    pool) where its terms allow: calibrated int8/uint8 output, one group, 2-d, relu or clip
-    around the sum. ``run`` answers False where they do not, and the NumPy path runs."""
+    pool), or `int8_depthwise.FusedDepthwise` for one filter per channel, where its terms
+    allow: calibrated int8/uint8 output, 2-d, relu or clip around the sum. ``run`` answers
+    False where they do not, and the NumPy path runs."""
 
     def __init__(self, attrs: Attrs, weights: _ConvWeights, values: dict[str, Any],
                  targets: tuple[np.ndarray, ...]) -> None:
@@ -239,6 +240,7 @@ class _FusedInt8Conv:
         self._key: Any = None
         self._plan: tuple[Any, ...] | None = None  # (FusedConv, Epilogue) or None: NumPy
         self._conv: Any = None
+        self._weight_q: np.ndarray | None = None
         if int8_conv.supported_here():
             spin_pool.expect_split_jobs()  # made at the first run, once the weights are
 
@@ -261,6 +263,7 @@ class _FusedInt8Conv:
     def _prepare(self) -> tuple[Any, ...] | None:
         terms = _conv_terms(self.attrs, self.weights, self.values)
         data, out = np.asarray(self.values["data"]), self.targets[0]
+        groups = self.weights.chain.main.num_group
         residual = None if terms.residual is None else terms.residual[0]
         kinds = int8_conv.ACTIVATIONS
         if not (terms.calibrated and terms.storage in (INT8, UINT8) and out.dtype == terms.dtype
@@ -269,11 +272,15 @@ class _FusedInt8Conv:
                 and len(self.geometry.kernel) == 2 and out.flags.c_contiguous
                 and data.flags.c_contiguous
                 and (residual is None or residual.flags.c_contiguous)
-                and int8_conv.supported(data, terms.weight_q, self.geometry,
-                                        self.weights.chain.main.num_group)):
+                and (int8_conv.supported(data, terms.weight_q, self.geometry, groups)
+                     or int8_depthwise.supported(data, terms.weight_q, groups))):
             return None
-        if self._conv is None or self._conv.weight is not terms.weight_q:
-            weight_q = terms.weight_q
+        if groups > 1 and (self._conv is None or self._weight_q is not terms.weight_q):
+            self._conv = int8_depthwise.FusedDepthwise(data, terms.weight_q, self.geometry,
+                                                       out, residual)
+            self._weight_q = terms.weight_q
+        elif self._conv is None or self._weight_q is not terms.weight_q:
+            self._weight_q = weight_q = terms.weight_q
             rows = data.shape[0] * math.prod(out.shape[2:])
             packed = integer.packed_weights(weight_q, rows, ("channels_last", 0),
                                             lambda: int8_conv.weight_matrix(weight_q))

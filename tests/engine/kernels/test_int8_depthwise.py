@@ -1,0 +1,68 @@
+"""The fused int8 depthwise convolution (`int8_depthwise.FusedDepthwise`) against the NumPy
+path it replaces (`integer.conv`'s int32 depthwise sums, the bias, `requantize.finish`): equal
+bit for bit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.cpu import spin_pool
+from engine.kernels import int8_conv, int8_depthwise
+from engine.ops.quantized import integer
+from engine.ops.quantized.requantize import finish
+from engine.ops.quantized.subgraph_attrs import Activation
+
+pytestmark = pytest.mark.skipif(not int8_conv.supported_here(),
+                                reason="needs AVX-512 VNNI, numba and llvmlite's JIT")
+
+# (batch, channels, size, kernel, stride, pad, dilate): channels off the vector widths
+SHAPES = [(1, 5, (9, 11), (3, 3), (1, 1), (1, 1), (1, 1)),
+          (3, 19, (10, 7), (3, 3), (2, 2), (1, 1), (1, 1)),
+          (1, 70, (8, 8), (5, 5), (1, 1), (2, 2), (1, 1)),
+          (3, 33, (12, 13), (3, 3), (1, 2), (2, 1), (2, 2))]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("data_dtype,act,with_residual", [
+    (np.uint8, "relu", False), (np.int8, None, True), (np.int8, "bounded_relu", False)])
+@pytest.mark.parametrize("chunk_bytes", [16, int8_depthwise.CHUNK_BYTES])
+def test_equals_the_numpy_path_bit_for_bit(monkeypatch, shape, data_dtype, act, with_residual,
+                                           chunk_bytes):
+    monkeypatch.setattr(int8_depthwise, "CHUNK_BYTES", chunk_bytes)
+    batch, channels, size, kernel, stride, pad, dilate = shape
+    rng = np.random.default_rng(channels * 7 + batch)
+    geometry = int8_conv.Geometry(kernel, stride, dilate, pad)
+    info = np.iinfo(data_dtype)
+    data = rng.integers(info.min, info.max + 1, (batch, channels, *size)).astype(data_dtype)
+    weight = rng.integers(-127, 128, (channels, 1, *kernel)).astype(np.int8)
+    out_shape = (batch, channels, *geometry.out_size(*size))
+    residual = rng.integers(-128, 128, out_shape).astype(np.int8) if with_residual else None
+    out_dtype = np.uint8 if act else np.int8
+    storage = np.dtype(np.int8) if with_residual else np.dtype(out_dtype)
+    limits = np.iinfo(storage)
+    epilogue = int8_conv.Epilogue(
+        bias=rng.integers(-3000, 3000, channels).astype(np.int32),
+        scales=rng.uniform(0.002, 0.02, channels).astype(np.float32), act=act,
+        act_high=60.5 if act == "bounded_relu" else 0.0,
+        residual_scale=0.61 if with_residual else 0.0, low=int(limits.min),
+        high=int(limits.max))
+    sums = integer.conv(data, weight, kernel, stride, dilate, pad, channels)
+    sums += epilogue.bias.astype(np.float64).reshape(1, -1, 1, 1)
+    want = finish(sums, epilogue.scales, 1, storage,
+                  None if act is None else Activation(act, epilogue.act_high),
+                  None if residual is None else (residual, np.float32(0.61))).astype(out_dtype)
+    out = np.zeros(out_shape, out_dtype)
+    conv = int8_depthwise.FusedDepthwise(data, weight, geometry, out, residual)
+    with spin_pool.armed(2):
+        conv(epilogue)
+    np.testing.assert_array_equal(out, want)
+    out[...] = 0
+    conv(epilogue)  # on one thread
+    np.testing.assert_array_equal(out, want)
+
+
+def test_refuses_a_channel_multiplier():
+    data = np.zeros((1, 4, 6, 6), np.uint8)
+    assert not int8_depthwise.supported(data, np.zeros((8, 1, 3, 3), np.int8), 4)
+    assert int8_depthwise.supported(data, np.zeros((4, 1, 3, 3), np.int8), 4)
