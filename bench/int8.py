@@ -1,5 +1,6 @@
-"""Benchmark: MXNet's int8 exports with the int8 products on our VNNI GEMM against the float64
-BLAS products (interleaved A/B, medians), and the VNNI GEMM's own throughput, one thread.
+"""Benchmark: MXNet's int8 exports on our compiled int8 path (fused convolutions on the
+VNNI/AMX GEMM, `engine.kernels.int8_conv`) against the float64 BLAS products (interleaved A/B,
+medians), and the VNNI GEMM's own throughput, one thread.
 
 * models: each fixture under tests/fixtures/mxnet_quantized (batch 2, as MXNet ran it),
   `engine.load_model`, one inference per round on each path in turn
@@ -15,6 +16,7 @@ Usage: python bench/int8.py [--rounds N] [--repeat N] [--models-only]
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -46,6 +48,7 @@ def _infer(model: object, data: np.ndarray, fast: bool) -> tuple[float, np.ndarr
 
 
 def models(rounds: int) -> None:
+    print(f"load average {' '.join(f'{value:.2f}' for value in os.getloadavg())}")
     print(f"{'model':28} {'float64 ms':>11} {'VNNI/AMX ms':>11} {'speed-up':>8}")
     for name in MODELS:
         folder = FIXTURES / name
