@@ -163,3 +163,17 @@ def test_mxnets_int8_exports_give_the_same_bits_on_both_paths(name: str) -> None
     finally:
         integer.use_fast_path(True)
     np.testing.assert_array_equal(np.asarray(fast), np.asarray(exact))
+
+
+def test_a_one_row_product_with_a_large_weight_runs_on_the_int8_gemm() -> None:
+    """Under `MIN_WORK` multiply-adds, but float64 would convert all 512 × 1000 weights on
+    every call (a classifier at batch 1): the int8 GEMM, its weights packed once, takes it."""
+    rng = np.random.default_rng(4)
+    weight = rng.integers(-128, 128, (512, 1000)).astype(np.int8)
+    weight.setflags(write=False)
+    row = rng.integers(0, 256, (1, 512)).astype(np.uint8)
+    assert row.size * weight.shape[1] < integer.MIN_WORK
+    before = integer.PATHS["int8_gemm"]
+    sums = integer.matmul(row, weight)
+    assert (integer.PATHS["int8_gemm"] > before) == gemm_int8.available()
+    np.testing.assert_array_equal(sums, row.astype(np.float64) @ weight.astype(np.float64))
