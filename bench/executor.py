@@ -207,7 +207,8 @@ PEER_TARGETS = {"mlp": 1.0, "resnet18_v1": 1.0, "mobilenetv2_1.0": 1.5, "resnet5
 # the bf16 column's target is at most these (a run with the ov-bf16 peer uses its own times).
 OPENVINO_BF16 = {("resnet18_v1", 1): 8.2e-3, ("resnet18_v1", 8): 50.5e-3,
                  ("mobilenetv2_1.0", 1): 4.2e-3, ("resnet50_v2", 1): 23.7e-3}
-LOCAL_RUNTIMES = ("ours", "bf16", "ort")  # ours in fp32, ours in bf16, ONNX Runtime fp32
+# ours in fp32, in bf16, in int8 (a peer: ``--peers int8``), ONNX Runtime fp32
+LOCAL_RUNTIMES = ("ours", "bf16", "ort", "int8")
 AGREEMENT_IMAGES = 256
 NETWORKS: dict[str, tuple[Callable[[], Any], tuple[int, ...]]] = {
     "mlp": (nets.mlp, (512,)),
@@ -217,8 +218,11 @@ NETWORKS: dict[str, tuple[Callable[[], Any], tuple[int, ...]]] = {
 }
 # The peers beside ONNX Runtime fp32: they run in the peer environment's Python
 # (bench/quantized_peers.py, bench/requirements-peers.txt), never in the project's.
-EXTRA_PEERS = quantized_peers.RUNTIMES
-PEER_LABELS = {"ours": "ours", "bf16": "ours bf16", "ort": "ONNX Runtime", "ort-int8": "ORT int8",
+# Ours in int8 (``precision="int8"``, calibrated on the case's calibration inputs, as the
+# int8 peers are) runs in this environment like fp32 and bf16.
+EXTRA_PEERS = ("int8", *quantized_peers.RUNTIMES)
+PEER_LABELS = {"ours": "ours", "bf16": "ours bf16", "int8": "ours int8", "ort": "ONNX Runtime",
+               "ort-int8": "ORT int8",
                "ov-f32": "OpenVINO f32", "ov-bf16": "OpenVINO bf16", "ov-int8": "OpenVINO int8"}
 AGREEMENT_INPUTS = 64  # inputs whose top-1 each runtime's is compared with ORT fp32's
 CALIBRATION_SEED, AGREEMENT_SEED = 1000, 2000  # disjoint from the timed inputs' seeds (batch)
@@ -315,7 +319,10 @@ def ours_runner(folder: Path, batch: int, threads: int, precision: str = "fp32"
     symbol = sym.load(folder / "model-symbol.json")
     with np.load(folder / "params.npz") as stored:
         params = dict(stored)
-    model = engine.load_model(symbol, params, optimize=True, precision=precision)
+    calibration = {"calibration": {"data": np.load(folder / "calibration.npy")}} \
+        if precision == "int8" else {}
+    model = engine.load_model(symbol, params, optimize=True, precision=precision,
+                              **calibration)
     feed = {"data": np.load(folder / f"data-b{batch}.npy")}
     model.infer(feed)  # first: loading may bring in another BLAS (SciPy's), limited here too
     if threads:
@@ -366,8 +373,8 @@ def peer_worker(connection: Any, runtime: str, folder: Path, batch: int, threads
     if runtime == "ort":
         action, run, info = ort_runner(folder, batch, threads)
     else:
-        action, run, info = ours_runner(folder, batch, threads,
-                                        "bf16" if runtime == "bf16" else "fp32")
+        action, run, info = ours_runner(folder, batch, threads, {
+            "bf16": "bf16", "int8": "int8"}.get(runtime, "fp32"))
     np.save(folder / f"{runtime}-b{batch}-output.npy",
             np.asarray(run(np.load(folder / f"data-b{batch}.npy"))))
     if agreement:

@@ -16,7 +16,8 @@ from bench import executor, quantized_peers
 
 
 def test_peers_option_takes_a_list_or_all_and_always_keeps_ort_first() -> None:
-    assert executor.parse_peers("all") == ("ort", *quantized_peers.RUNTIMES)
+    assert executor.parse_peers("all") == ("ort", "int8", *quantized_peers.RUNTIMES)
+    assert executor.parse_peers("int8") == ("ort", "int8")
     assert executor.parse_peers("ov-bf16, ort-int8,ov-bf16") == ("ort", "ov-bf16", "ort-int8")
     assert executor.parse_peers("ort") == ("ort",)
     assert executor.parser().parse_args([]).peers == ("ort",)
