@@ -588,7 +588,8 @@ def bench_peer(threads: int, repeat: int, cases: tuple[tuple[str, int], ...],
           "; * OpenVINO bf16 from issue #36")
     for runtime in runtimes:
         peer = result["infos"][runtime]
-        print(f"    {PEER_LABELS[runtime]}: {peer['version']}, {peer['threads']}")
+        version = peer.get("version", f"this checkout, {peer['precision']}")  # ours int8
+        print(f"    {PEER_LABELS[runtime]}: {version}, {peer['threads']}")
 
 
 def bf16_agreement(images: int = AGREEMENT_IMAGES, batch: int = 32) -> None:
