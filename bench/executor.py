@@ -19,7 +19,8 @@ Prints, in one run:
   grouped by kind (on one thread timed by the thread's CPU time), and at every core how much
   slower the vCPUs read each other's data than their own just before and after the case
   (`bench/vcpus.py`: on a VM whose vCPUs at times share no cache);
-* with ``--peers``, more columns on the same ONNX file: OpenVINO at f32, at bf16 and at int8
+* with ``--peers``, more columns: ours in int8 (``precision="int8"``, calibrated on the case's
+  calibration inputs), and on the same ONNX file OpenVINO at f32, at bf16 and at int8
   (NNCF post-training quantisation), and ONNX Runtime int8 (static QDQ quantisation), each in
   its own process of the peer environment's Python (`bench/quantized_peers.py`,
   ``bench/requirements-peers.txt``), with the precision each runs its layers at and, at the
