@@ -98,10 +98,8 @@ def _bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
     if matrix.shape[1] != weight.shape[1] or not xp.shares_memory(target, out):
         return [partial(_kernel, xp, attrs, *inputs, out=out)]
     if isinstance(weight, PackedWeight):  # held only as our GEMM's panels
-        if not target.size:
-            return []  # no rows: nothing to multiply or add
         ours = packed_weight.product(matrix, weight, target)
-        if ours is None:
+        if ours is None:  # operands the kernel cannot take: the weight rebuilt at each call
             return [partial(_kernel, xp, attrs, *inputs, out=out)]
     elif xp is np and workspace is not None and not weight.flags.writeable:  # a constant
         ours = gemm_bind.product_with_weight(xp, matrix, weight.T, target, workspace)
