@@ -123,6 +123,7 @@ def test_the_reference_interpreter_and_the_onnx_export_see_the_plain_weights(
     symbol, params = model_files("seed_mlp")
     packed = engine.load_model(symbol, params)
     plain = engine.load_model(symbol, params, optimize=PLAIN)
+    assert isinstance(packed.params.held("seed_mlp_dense0_weight"), PackedWeight)
     data = {"data": np.random.default_rng(6).standard_normal((3, 512), np.float32)}
     got, want = packed.reference(data), plain.reference(data)
     for name in want:
