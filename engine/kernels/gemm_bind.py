@@ -325,7 +325,9 @@ class Spread:
     BLAS: its weight is held only as our panels (`packed_weight`). Like a Product it takes an
     epilogue (`with_epilogue`)."""
 
-    leaves_blas_alone = False  # a plan holding it runs as one holding a `Threaded` does
+    # So that a plan holding it runs as one holding a `Threaded` did: armed, or BLAS held to
+    # one thread, around each run (`Plan._run_spinning`), where the product is simply ours.
+    leaves_blas_alone = False
 
     def __init__(self, ours: Any) -> None:
         self.ours = ours
