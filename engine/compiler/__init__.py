@@ -1,7 +1,9 @@
 """Graph compiler: passes `Graph -> Graph`, each switchable by name through ``optimize=``.
 
 Passes run in the order of `PASSES`. ``plan_memory`` is not a graph rewrite but the buffer
-reuse done when a plan is compiled; it is named here so it can be switched off like the rest.
+reuse done when a plan is compiled, and ``pack_weights`` (`pack_weights.pack_dense_weights`)
+one that only a CPU model computing in float32 applies to its optimised graph; both are named
+here so they can be switched off like the rest.
 Shape and dtype inference for the given input shapes always runs when a plan is compiled.
 """
 
@@ -23,7 +25,7 @@ GRAPH_PASSES: dict[str, Callable[[Graph], Graph]] = {
     "layout_weights": layout_weights,  # before fusion: it looks for FullyConnected nodes
     "fuse_elementwise": fuse_elementwise,
 }
-PASSES = (*GRAPH_PASSES, "plan_memory")
+PASSES = (*GRAPH_PASSES, "pack_weights", "plan_memory")
 
 
 def select_passes(optimize: bool | Sequence[str]) -> tuple[str, ...]:

@@ -3,7 +3,8 @@
 FullyConnected computes ``x · Wᵀ`` with ``W`` of shape (units, inputs). Row-major ``W`` makes
 ``Wᵀ`` a strided view, and OpenBLAS runs slower on it (the seed MLP's 64-row batch: 25%, one
 row: 0.4 µs per layer). The values, shape and meaning of ``W`` do not change, only its memory
-order, so every kernel and shape rule stays as it is.
+order, so every kernel and shape rule stays as it is. A weight held as our GEMM's panels
+(`engine.kernels.packed_weight`) has its own order and is left as it is.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from engine.graph.ir import Graph
+from engine.kernels.packed_weight import PackedWeight
 
 
 def layout_weights(graph: Graph) -> Graph:
@@ -27,7 +29,8 @@ def column_major_weights(graph: Graph) -> dict[str, np.ndarray]:
     no weight is held in both orders."""
     names = _fully_connected_weights(graph)
     return {name: np.asfortranarray(graph.constants[name]) for name in names
-            if np.ndim(graph.constants[name]) == 2
+            if not isinstance(graph.constants[name], PackedWeight)  # our GEMM's panels
+            and np.ndim(graph.constants[name]) == 2
             and not np.asarray(graph.constants[name]).flags.f_contiguous}
 
 

@@ -18,7 +18,9 @@ every call: a caller running a plan's steps itself, or after `threadpoolctl` cha
 runs the products it spreads well (`Threaded`): `THREADED_MACS` multiply-adds or more, rows and
 depth both `THREADED_SIDE` or more. Two BLAS threads against ours on one (Zen 4, 2 cores):
 128×576×784 0.70× ours' time, 960×160×64 0.59×, 64×512×256 0.88×; but 16×512×512 1.15×,
-144×24×3136 1.10×, 64×256×128 1.10×.
+144×24×3136 1.10×, 64×256×128 1.10×. A dense weight a model holds only as our panels
+(`packed_weight`) leaves BLAS nothing to multiply: such a product arms the pool around itself
+instead, so its tiles take those threads (`Spread`).
 """
 
 from __future__ import annotations
@@ -35,9 +37,10 @@ from engine.kernels import bf16, gemm_kernel, strided_kernel
 
 # Below this share of computed lanes doing useful work, BLAS runs the product (49 of 64: no).
 MIN_LANE_USE = 0.9
-# A packed copy of a weight is memory beside the weight itself (`Workspace.derived`, counted in
-# a model's memory): past this size, where a product streams its weight from memory anyway,
-# BLAS runs it (VGG-16's 400 MB of dense weights are not doubled).
+# A packed copy of a weight is memory beside the weight itself where the plain weight stays
+# (`Workspace.derived`, counted in a model's memory; a dense weight a model holds packed alone,
+# `packed_weight`): past this size, where a product streams its weight from memory anyway,
+# BLAS runs it on the plain weight (VGG-16's 400 MB of dense weights are not doubled).
 PACK_LIMIT_BYTES = 64 << 20
 THREADED_MACS = 4 << 20
 THREADED_SIDE = 64
@@ -250,11 +253,21 @@ def _by_panels(left: Any, right: Any, panels: Any, out: Any) -> Any:
 def _threaded(left: Any, right: Any, out: Any, whole: Any) -> Any:
     """``whole`` (ours), or for a product BLAS spreads well over several threads (see the
     module docstring), a `Threaded` choosing at each call."""
-    rows, depth, columns = left.shape[0], left.shape[1], right.shape[1]
-    if rows * depth * columns < THREADED_MACS or min(rows, depth) < THREADED_SIDE:
+    if not spreads(left.shape[0], left.shape[1], right.shape[1]):
         return whole
     return Threaded(whole, partial(np.matmul, left, right, out), out)
 
+
+def spreads(rows: int, depth: int, columns: int) -> bool:
+    """Whether BLAS spreads a product of this shape well over several threads (see the
+    module docstring)."""
+    return rows * depth * columns >= THREADED_MACS and min(rows, depth) >= THREADED_SIDE
+
+
+def spread(whole: Any, rows: int, depth: int, columns: int) -> Any:
+    """``whole`` (ours), or for a product BLAS would spread over its threads, a `Spread`:
+    for a weight held only packed (`packed_weight`), which BLAS cannot multiply."""
+    return Spread(whole) if spreads(rows, depth, columns) else whole
 
 
 def matmul_into(xp: Any, left: Any, right: Any, out: Any) -> Callable[[], Any]:
@@ -305,6 +318,33 @@ class Threaded:
         return Threaded(ours, self.blas, self.out, epilogue)
 
 
+class Spread:
+    """Our product on as many threads as BLAS has, at each call: as it is inside an armed run
+    (its parts take the pool's workers) or while BLAS keeps to one thread, else with the pool
+    armed around it over BLAS's thread count. Where a `Threaded` would hand the product to
+    BLAS: its weight is held only as our panels (`packed_weight`). Like a Product it takes an
+    epilogue (`with_epilogue`)."""
+
+    # So that a plan holding it runs as one holding a `Threaded` did: armed, or BLAS held to
+    # one thread, around each run (`Plan._run_spinning`), where the product is simply ours.
+    leaves_blas_alone = False
+
+    def __init__(self, ours: Any) -> None:
+        self.ours = ours
+
+    def __call__(self) -> None:
+        if spin_pool.spinning() or blas_threads() < 2:
+            self.ours()
+            return
+        with spin_pool.armed():
+            self.ours()
+
+    def with_epilogue(self, bias_rows: Any = None, bias_columns: Any = None,
+                      low: float = -np.inf, high: float = np.inf) -> Spread:
+        """This product adding a bias per row and/or column, clamped to [low, high]."""
+        return Spread(self.ours.with_epilogue(bias_rows, bias_columns, low, high))
+
+
 def _then_copy(product: Callable[[], Any], copy: Callable[[], Any]) -> None:
     product()
     copy()
@@ -316,7 +356,7 @@ def _ours_and_copies(calls: list[Callable[[], Any]]) -> bool:
 
 
 def _is_ours(call: Any) -> bool:
-    return isinstance(call, (gemm_kernel.Product, Threaded, bf16.PairedProduct))
+    return isinstance(call, (gemm_kernel.Product, Threaded, Spread, bf16.PairedProduct))
 
 
 def _is_copy(call: Any) -> bool:

@@ -17,6 +17,7 @@ from engine.errors import ModelFormatError, ShapeError
 from engine.graph.complete import complete_input_shapes
 from engine.graph.infer import declared_dtype, infer_dtypes, infer_shapes
 from engine.graph.ir import Graph
+from engine.runtime.parameters import Parameters
 
 # Op input slots that only ever hold learned parameters or auxiliary states: a variable wired
 # only into these and absent from the params file is a missing parameter, not a model input.
@@ -43,14 +44,21 @@ class Binding:
 
     def __init__(self, graph: Graph, params: Mapping[str, np.ndarray]) -> None:
         self.graph = graph
-        self.params = bind_params(graph, params)
+        # A dict of arrays, until the model holds them in their final forms (`Parameters`).
+        self.params: dict[str, np.ndarray] | Parameters = bind_params(graph, params)
         self.input_names = [name for name in graph.variable_names() if name not in self.params]
         self.output_names = unique(graph.output_names())
-        self.param_bytes = sum(array.nbytes for array in self.params.values())
         self.param_shapes = {name: array.shape for name, array in self.params.items()}
         self.param_dtypes = {name: array.dtype for name, array in self.params.items()}
         self.declared_dtypes = declared_input_dtypes(graph, self.input_names)
         self.inputs, self.outputs = self._describe()
+
+    @property
+    def param_bytes(self) -> int:
+        """Bytes the parameters hold (a dense weight held packed: its panels, `Parameters`)."""
+        if isinstance(self.params, Parameters):
+            return self.params.nbytes
+        return sum(int(array.nbytes) for array in self.params.values())
 
     def _describe(self) -> tuple[list[TensorSpec], list[TensorSpec]]:
         graph = self.graph
@@ -78,6 +86,8 @@ def own_parameters(params: dict[str, np.ndarray]) -> None:
     views: dict[int, list[str]] = {}
     buffers: dict[int, Any] = {}
     for name, array in params.items():
+        if not isinstance(array, np.ndarray):  # a packed weight's panels are its own
+            continue
         root = _buffer_of(array)
         if root is not None:
             views.setdefault(id(root), []).append(name)

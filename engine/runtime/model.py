@@ -15,6 +15,7 @@ import numpy as np
 
 from engine.compiler import optimize_graph, select_passes
 from engine.compiler.layout_weights import column_major_weights
+from engine.compiler.pack_weights import pack_dense_weights, packed_dense_weights
 from engine.device import Device, get_device
 from engine.graph.ir import Graph
 from engine.runtime.binding import Binding, TensorSpec, own_parameters
@@ -25,13 +26,14 @@ from engine.runtime.inputs import InputChecker, UnknownShape
 from engine.runtime.int8 import int8_graph
 from engine.runtime.interpreter import evaluate
 from engine.runtime.lru import DEFAULT_CAPACITY, LRUCache
+from engine.runtime.parameters import Parameters
 from engine.runtime.plan import Plan
 from engine.runtime.plan_cache import PlanCache, checked_buckets, run_bucketed
 from engine.runtime.precision import check_name
 from engine.runtime.precision import resolve as resolve_precision
 from engine.runtime.row_split import RowSplitter
 from engine.runtime.signature import Signature
-from engine.runtime.staged import StagedPlan, shape_blocker
+from engine.runtime.staged import StagedPlan, dynamic_nodes, shape_blocker
 from engine.runtime.stats import ModelStats
 
 
@@ -67,24 +69,33 @@ class Model:
         # What runs: the graph itself, or (int8) its quantized form; `reference` runs `graph`.
         self.run_graph = graph if self.precision != "int8" else int8_graph(
             graph, binding.params, calibration, calibration_settings)
+        # Why some output shapes depend on the input values (None: the input shapes fix them
+        # all). Such a model compiles `StagedPlan`s, never pads a batch up to a bucket (padded
+        # rows would change its results) and is not batched across requests by a server.
+        self.data_dependent: str | None = shape_blocker(graph)
+        packs = self._packs_dense_weights()
+        if packs:
+            # Held only as our GEMM's panels from here on, packed from the arrays as read:
+            # never laid out anew, never a second copy (`pack_weights`).
+            binding.params.update(packed_dense_weights(
+                self.run_graph.replace(constants=binding.params)))
         if "layout_weights" in self.passes:
             # Bound in the order the pass lays them out in: one copy of each weight, not two.
             binding.params.update(column_major_weights(
                 self.run_graph.replace(constants=binding.params)))
         own_parameters(binding.params)
-        self.params = binding.params
         self.input_names = binding.input_names
         self.output_names = binding.output_names
-        self.param_bytes = binding.param_bytes
         self.inputs: list[TensorSpec] = binding.inputs
         self.outputs: list[TensorSpec] = binding.outputs
-        self.optimized_graph = (optimize_graph(self.run_graph.replace(constants=self.params),
-                                               self.passes)
-                                if optimize is not False else None)
-        # Why some output shapes depend on the input values (None: the input shapes fix them
-        # all). Such a model compiles `StagedPlan`s, never pads a batch up to a bucket (padded
-        # rows would change its results) and is not batched across requests by a server.
-        self.data_dependent: str | None = shape_blocker(graph)
+        optimized = (optimize_graph(self.run_graph.replace(constants=binding.params), self.passes)
+                     if optimize is not False else None)
+        # The passes may leave a dense weight of their own (a BatchNorm folded into it).
+        self.optimized_graph = pack_dense_weights(optimized) if packs else optimized
+        # Each parameter in the one form the model holds it in (`Parameters`).
+        self.params = binding.params = Parameters.packed_where(
+            binding.params, optimized.constants, self.optimized_graph.constants) \
+            if packs else Parameters(binding.params)
         # Inferred shapes and compiled plans are cached per input `Signature`, each cache
         # bounded (LRU) so that clients sending ever new shapes cannot exhaust memory.
         self._checker = InputChecker(binding, keep_batch, plan_cache_size)
@@ -99,6 +110,19 @@ class Model:
         self._stats = ModelStats(binding, self._checker, self._cache, self.passes,
                                  self.optimized_graph)
         self._bind_call_paths()
+
+    def _packs_dense_weights(self) -> bool:
+        """Whether this model holds its dense weights that our GEMM multiplies as the GEMM's
+        panels alone: on the CPU, its plans computing in float32 (int8's too, for the dense
+        layers left in float32) over shapes the input shapes fix (`pack_weights`)."""
+        return ("pack_weights" in self.passes and not self.backend.is_gpu
+                and self.precision in ("fp32", "int8") and self.data_dependent is None
+                and not dynamic_nodes(self.run_graph))
+
+    @property
+    def param_bytes(self) -> int:
+        """Bytes the parameters hold: each array's, a dense weight held packed its panels'."""
+        return self.params.nbytes
 
     def _bind_call_paths(self) -> None:
         """What the per-call paths use, bound once: each is one attribute of the model, as it

@@ -24,6 +24,7 @@ from engine.errors import EngineError, ExecutionError, ShapeError
 from engine.graph.infer import infer_dtypes, infer_shapes, specialize_sources
 from engine.graph.ir import Graph, Node
 from engine.kernels import jobs
+from engine.kernels.packed_weight import PackedWeight
 from engine.kernels.workspace import Workspace, empty_aligned
 from engine.ops.shapes import is_known
 from engine.runtime.buffers import fill_rows
@@ -132,14 +133,17 @@ class Plan:
     def _variable(self, node: Node) -> Any:
         if node.name in self._inputs:
             return self._inputs[node.name]
+        constant = self.graph.constants[node.name]
+        if isinstance(constant, PackedWeight):
+            return constant  # a dense weight held only packed, which its layers bind as it is
         if self.xp is np:
             # Read-only: bound ops may keep work derived from a constant (Winograd's weights).
-            view = np.asarray(self.graph.constants[node.name]).view()
+            view = np.asarray(constant).view()
             view.flags.writeable = False
             return view
         array = self._constants.get(node.name)
         if array is None:
-            array = self.device.asarray(self.graph.constants[node.name])
+            array = self.device.asarray(constant)
             # Complete before other plans (other streams, other threads) may read it.
             self.xp.cuda.get_current_stream().synchronize()
             self._constants[node.name] = array
@@ -272,7 +276,9 @@ def _label(node: Node) -> str:
 
 def _infer(graph: Graph, input_shapes: Mapping, input_dtypes: Mapping) -> tuple[list, list]:
     constant_shapes = {name: np.shape(value) for name, value in graph.constants.items()}
-    constant_dtypes = {name: np.asarray(value).dtype for name, value in graph.constants.items()}
+    # A dense weight held packed answers its dtype as it is (np.asarray would rebuild it).
+    constant_dtypes = {name: value.dtype if isinstance(value, PackedWeight)
+                       else np.asarray(value).dtype for name, value in graph.constants.items()}
     shapes = infer_shapes(graph, {**constant_shapes, **input_shapes})
     dtypes = infer_dtypes(graph, {**constant_dtypes, **input_dtypes})
     for index, node in enumerate(graph.nodes):

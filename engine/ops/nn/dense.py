@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 
 from engine.errors import ShapeError
-from engine.kernels import gemm_bind
+from engine.kernels import gemm_bind, packed_weight
+from engine.kernels.packed_weight import PackedWeight
 from engine.ops.attrs import parse_bool, parse_int
 from engine.ops.registry import Attrs, MaybeShape, OpDef, Param, register
 from engine.ops.shapes import merge
@@ -66,6 +67,8 @@ def _fill_flattened(data: tuple[int, ...], in_units: int) -> tuple[int, ...]:
 
 def _kernel(xp: Any, attrs: Attrs, data: Any, weight: Any, bias: Any = None,
             out: Any = None) -> Any:
+    if isinstance(weight, PackedWeight):  # a product our GEMM cannot take: the plain weight
+        weight = weight.unpacked()
     if attrs.flatten:  # the width spelt out: -1 cannot be resolved for zero rows
         matrix = data.reshape(data.shape[0], math.prod(data.shape[1:]))
     else:
@@ -94,9 +97,14 @@ def _bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
     target = out.reshape(matrix.shape[0], attrs.num_hidden)
     if matrix.shape[1] != weight.shape[1] or not xp.shares_memory(target, out):
         return [partial(_kernel, xp, attrs, *inputs, out=out)]
-    ours = None
-    if xp is np and workspace is not None and not weight.flags.writeable:  # a constant
+    if isinstance(weight, PackedWeight):  # held only as our GEMM's panels
+        ours = packed_weight.product(matrix, weight, target)
+        if ours is None:  # operands the kernel cannot take: the weight rebuilt at each call
+            return [partial(_kernel, xp, attrs, *inputs, out=out)]
+    elif xp is np and workspace is not None and not weight.flags.writeable:  # a constant
         ours = gemm_bind.product_with_weight(xp, matrix, weight.T, target, workspace)
+    else:
+        ours = None
     calls = [ours or _product(xp, matrix, weight.T, target)]
     if not attrs.no_bias and gemm_bind.takes_bias(calls, inputs[2]):
         return gemm_bind.with_bias(calls, bias_columns=inputs[2])

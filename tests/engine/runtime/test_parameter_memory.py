@@ -7,14 +7,19 @@ import numpy as np
 
 import engine
 from engine.graph.params import save_params
+from engine.kernels import gemm_kernel
+from engine.kernels.packed_weight import PackedWeight
 from engine.runtime.binding import own_parameters
 from tests.conformance.fixtures import model_files, model_io_sets
 
 
 def _roots(model: engine.Model) -> set[int]:
-    """The ids of the memory every parameter and plan constant lives in."""
+    """The ids of the memory every parameter and plan constant lives in (a packed weight's:
+    its panels)."""
     roots = set()
-    for array in (*model.params.values(), *model.optimized_graph.constants.values()):
+    for value in (*map(model.params.held, model.params),
+                  *model.optimized_graph.constants.values()):
+        array = value.panels if isinstance(value, PackedWeight) else value
         while isinstance(array.base, np.ndarray):
             array = array.base
         roots.add(id(array if array.base is None else array.base))
@@ -28,18 +33,26 @@ def test_weights_are_held_once_and_the_file_buffer_goes() -> None:
     weights = [name for name in model.params if name.endswith("_weight")]
     assert weights
     for name in weights:
-        # The pass that lays weights out column-major found them so: the same array.
-        assert model.params[name].flags.f_contiguous
-        assert constants[name] is model.params[name]
-    for array in model.params.values():
+        held = model.params.held(name)
+        assert constants[name] is held
+        if not isinstance(held, PackedWeight):  # the last layer's 2 units: BLAS multiplies it
+            # The pass that lays weights out column-major found them so: the same array.
+            assert held.flags.f_contiguous
+    packed = sum(isinstance(model.params.held(name), PackedWeight) for name in weights)
+    assert packed == (2 if gemm_kernel.available() else 0)  # our GEMM's, where it compiles
+    for name in model.params:
+        array = model.params.held(name)
+        if isinstance(array, PackedWeight):
+            array = array.panels
         assert array.base is None or isinstance(array.base, np.ndarray), \
             "a parameter still views the params file's bytes"
-    held = sum(array.nbytes for array in model.params.values())
-    assert held == model.param_bytes
+    held_bytes = sum(model.params.held(name).nbytes for name in model.params)
+    assert held_bytes == model.param_bytes
     assert len(_roots(model)) == len(model.params)  # no two copies of one parameter
     inputs, expected = model_io_sets("seed_mlp")[1]
     got = model.infer(inputs)
     np.testing.assert_allclose(next(iter(got.values())), expected[0], rtol=1e-4, atol=1e-5)
+    assert model.derived_bytes == 0  # the plans packed nothing beside the packed weights
 
 
 def test_own_parameters_copies_views_of_a_mostly_unused_buffer() -> None:

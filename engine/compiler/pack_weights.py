@@ -1,0 +1,60 @@
+"""Pack dense weights: each constant FullyConnected weight our GEMM multiplies, held only as the
+column panels it reads (`engine.kernels.packed_weight`).
+
+Where a plan binds a dense layer whose weight is a plain constant, our GEMM packs it into
+panels the first time (`gemm_bind.product_with_weight`) and every plan shares them, beside the
+weight itself: two copies of one weight. With the panels in the graph's constants in place of
+the weight, every plan of any batch size binds them, and nothing holds the weight in its plain
+form. Only a CPU model whose plans compute in float32 reads the panels, so this is not one of
+the graph passes `optimize_graph` runs: `Model` applies it (``pack_weights`` among its passes).
+"""
+
+from __future__ import annotations
+
+from engine.graph.ir import Graph, Node
+from engine.kernels import packed_weight
+
+
+def pack_dense_weights(graph: Graph) -> Graph:
+    """``graph`` with its constant dense weights our GEMM multiplies (`packed_weight.packs`)
+    held as `packed_weight.PackedWeight`s; the graph itself where it has none."""
+    packed = packed_dense_weights(graph)
+    if not packed:
+        return graph
+    return graph.replace(constants={**graph.constants, **packed})
+
+
+def packed_dense_weights(graph: Graph) -> dict[str, packed_weight.PackedWeight]:
+    """The packed form of each constant dense weight of ``graph`` our GEMM multiplies and
+    that is not packed yet, by name."""
+    return {name: packed_weight.pack(graph.constants[name])
+            for name in sorted(dense_weight_names(graph))
+            if packed_weight.packs(graph.constants[name])}
+
+
+def dense_weight_names(graph: Graph) -> set[str]:
+    """Names of the constants that only FullyConnected layers read, as their weight: by a
+    FullyConnected node, or by a fused chain whose head is one (`fuse_elementwise`)."""
+    weights: set[str] = set()
+    other_readers: set[str] = set()
+    for node in graph.nodes:
+        for slot, entry in enumerate(node.inputs):
+            source = graph.nodes[entry.node]
+            if not source.is_variable or source.name not in graph.constants:
+                continue
+            if slot == 1 and _dense_layer(node):
+                weights.add(source.name)
+            else:
+                other_readers.add(source.name)
+    return weights - other_readers
+
+
+def _dense_layer(node: Node) -> bool:
+    """Whether ``node`` is a FullyConnected layer, alone or at the head of a fused chain (whose
+    inputs start with the head's)."""
+    if node.is_variable:
+        return False
+    if node.opdef.name == "FullyConnected":
+        return True
+    head = getattr(node.params, "head", None) if node.opdef.name == "_fused_elementwise" else None
+    return head is not None and head.op.name == "FullyConnected"
