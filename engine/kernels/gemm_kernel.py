@@ -250,6 +250,24 @@ def bind_packed_batch(packed: Any, b: Any, c: Any) -> Product:
                     (len(c), packed.strides[0], b.strides[0], c.strides[0]))
 
 
+def bind_packed_columns_batch(a: Any, panels: Any, c: Any) -> Product:
+    """``c[i] = a[i] @ b[i]`` for each i, one job over every product's tiles, with
+    ``panels[i] = pack_columns(b[i])`` (one contiguous array); ``a`` and ``c`` (batch, rows,
+    columns) with contiguous rows of C, any strides in A and any step from one product to
+    the next. Winograd's 16 products of a layer as one call: the panels stream in one pass,
+    product after product, in the order they lie."""
+    item = 4
+    k = panels.shape[2]
+    if (panels.shape[0] != len(a) or len(c) != len(a) or a.shape[2] != k
+            or c.shape[1] != a.shape[1] or c.shape[2] > panels.shape[1] * panels.shape[3]):
+        raise ValueError(f"a batch of products needs A (batch, M, K), panels (batch, panels, "
+                         f"K, NR) and C (batch, M, N); got A {a.shape}, panels {panels.shape}, "
+                         f"C {c.shape}")
+    return _product((a, panels, c), a.ctypes.data, a.strides[1] // item, a.strides[1] // item,
+                    a.strides[2] // item, panels.ctypes.data, k, panels.shape[3], c[0], k,
+                    True, (len(c), a.strides[0], panels.strides[0], c.strides[0]))
+
+
 def multiply(a: Any, b: Any, c: Any) -> None:
     """`bind` and run once."""
     bind(a, b, c)()

@@ -51,6 +51,56 @@ def test_every_edge_of_the_tile(rows: int, columns: int) -> None:
             assert_product(c, a, b)
 
 
+@pytest.mark.parametrize("rows", (1, 7, 49, 50))
+@pytest.mark.parametrize("depth, columns", [(515, 529), (37, 100), (1031, 33)])
+def test_few_rows_deep_products_against_float64(rows: int, depth: int, columns: int) -> None:
+    # Batch-1 shapes whose weights stream (M of one to a few tiles), K past the prefetch
+    # distance and no multiple of it, N leaving the last panel partly filled.
+    a, b = random(rows, depth), random(depth, columns)
+    for run in ("plain", "packed", "panels"):
+        c = np.full((rows, columns), np.nan, np.float32)
+        if run == "plain":
+            gemm_kernel.multiply(a, b, c)
+        elif run == "packed":
+            gemm_kernel.bind_packed(gemm_kernel.pack(a), b, c)()
+        else:
+            gemm_kernel.bind_packed_columns(a, gemm_kernel.pack_columns(b), c)()
+        assert_product(c, a, b)
+
+
+@pytest.mark.parametrize("rows, depth, columns", [(1, 9, 17), (16, 512, 512), (49, 70, 100),
+                                                  (13, 515, 33)])
+def test_a_batch_of_products_on_column_panels(rows: int, depth: int, columns: int) -> None:
+    batch = 3
+    frame = random(batch, rows + 2, depth + 5)
+    a = frame[:, 1:rows + 1, 2:depth + 2]  # strided A, rows and products apart
+    b = random(batch, depth, columns)
+    panels = np.stack([gemm_kernel.pack_columns(matrix) for matrix in b])
+    c = np.full((batch, rows, columns), np.nan, np.float32)
+    product = gemm_kernel.bind_packed_columns_batch(a, panels, c)
+    assert product.columns_outside
+    product()
+    for index in range(batch):
+        assert_product(c[index], a[index], b[index])
+    bias = random(columns)
+    product.with_epilogue(bias_columns=bias, low=0.0)()
+    for index in range(batch):
+        np.testing.assert_allclose(c[index], np.maximum(expected(a[index], b[index]) + bias, 0),
+                                   rtol=1e-4, atol=1e-5 * np.sqrt(depth) + 1e-5)
+    with pytest.raises(ValueError, match="a batch of products"):
+        gemm_kernel.bind_packed_columns_batch(a[:2], panels, c)
+
+
+def test_the_k_loop_prefetches_the_streamed_operand_ahead() -> None:
+    from engine.kernels.gemm_ir import TileKernel
+
+    tiles = TileKernel(gemm_kernel.tile())
+    tiles.define_full("tile_full")
+    # a loop prefetching each line of B's row, and one prefetching A's column
+    lines = -(-gemm_kernel.tile().columns * 4 // 64)
+    assert str(tiles.module).count('call void @"llvm.prefetch.p0"') == lines + 1
+
+
 @pytest.mark.parametrize("cpu, features, rows", [
     ("haswell", "+avx,+avx2,+fma,+sse4.2", 6),  # the EPYC machines without AVX-512
     ("x86-64", "+sse2", 4),  # neither: 128-bit vectors, no FMA

@@ -161,3 +161,28 @@ def test_plans_of_one_model_share_the_transformed_weights(bound: list) -> None:
     optimized.activation_bytes({"data": (3, CHANNELS, 8, 8)})
     assert len(bound) == 4 and optimized.derived_bytes == once
     assert optimized.stats()["derived_bytes"] == once
+
+
+@pytest.mark.parametrize("spatial", [(8, 8), (7, 7)], ids=["even", "odd"])
+def test_the_sixteen_products_of_a_wide_layer_are_one_call_of_our_kernel(
+        spatial: tuple) -> None:
+    from engine.kernels import gemm_kernel
+
+    if not gemm_kernel.available():
+        pytest.skip("llvmlite cannot compile for this CPU")
+    channels = winograd_bind.MIN_CHANNELS  # 16 tiles a sample, 64 filters: whole vectors
+    conv = sym.Convolution(sym.var("data"), kernel=(3, 3), pad=(1, 1), num_filter=channels,
+                           name="conv")
+    shape = (1, channels, *spatial)
+    optimized, reference = load_pair(sym.Activation(conv, act_type="relu", name="relu"), shape,
+                                     RNG)
+    feed = {"data": RNG.normal(size=shape).astype(np.float32)}
+    plan = optimized.plan_for(feed)
+    products = [step.call for step in plan.steps
+                if isinstance(step.call, gemm_kernel.Product)]
+    assert len(products) == 1  # the panels of all 16 products streamed in one pass
+    for _ in range(2):
+        got = optimized.infer(feed)["relu_output"]
+        want = reference.infer(feed)["relu_output"]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+        feed = {"data": RNG.normal(size=shape).astype(np.float32)}

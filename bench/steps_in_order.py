@@ -1,0 +1,146 @@
+"""Benchmark: a plan's steps timed one by one in the order a run takes them, per node.
+
+Usage: ``python bench/steps_in_order.py [--net resnet18_v1] [--batch 1] [--runs 30]
+[--threads 1] [--top 12]``.
+
+`Plan.profile` and ``bench/executor.py``'s step kinds time each step as it comes, which is what
+a run does; timing a step repeated alone instead leaves its weights in cache from the repeat
+before, and hides what streaming them from memory costs (ResNet-18's 512-channel 3×3 layers
+took about 2.7× as long in order as alone). Here every run walks ``plan.steps`` once in order,
+each step timed, and the report gives per node the median over runs of its steps' summed time,
+its step count and kinds of call, the nodes slowest first, and the median of whole ``plan.run``
+calls interleaved with the walks. One thread by default: BLAS's pools through threadpoolctl
+and the engine's own setting (`parallel.set_threads`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# This checkout's engine and the sibling modules (as bench/executor.py does).
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
+
+import nets  # noqa: E402 - found through the path set just above
+
+import engine  # noqa: E402
+from engine.cpu import parallel  # noqa: E402
+
+NETWORKS = {"resnet18_v1": (nets.resnet18_v1, (3, 224, 224)),
+            "resnet50_v2": (nets.resnet50_v2, (3, 224, 224)),
+            "mobilenet_v2": (nets.mobilenet_v2, (3, 224, 224))}
+
+
+def call_kind(call: Any) -> str:
+    """A short name for a bound call: its class, or a partial's function."""
+    function = getattr(call, "func", None)
+    name = type(call).__name__
+    if name == "partial" and function is not None:
+        return getattr(function, "__name__", type(function).__name__)
+    return name
+
+
+def walk(plan: Any) -> list[float]:
+    """Seconds of each step of ``plan``, taken once each in order."""
+    times = []
+    clock = time.perf_counter
+    for step in plan.steps:
+        start = clock()
+        step.call()
+        times.append(clock() - start)
+    return times
+
+
+def build(options: argparse.Namespace) -> tuple[Any, dict[str, np.ndarray]]:
+    """A warm plan of the network and its feed."""
+    from threadpoolctl import threadpool_limits
+
+    build_network, shape = NETWORKS[options.net]
+    symbol = build_network()
+    params = nets.random_params(symbol, (options.batch, *shape))
+    model = engine.load_model(symbol, params, optimize=True)
+    feed = {"data": np.random.default_rng(0).standard_normal((options.batch, *shape),
+                                                              dtype=np.float32)}
+    model.infer(feed)
+    threadpool_limits(options.threads)  # loading may have brought in another BLAS
+    plan = model.plan_for(feed)
+    plan.run(feed, copy_outputs=False)  # every buffer holds this input's values
+    return plan, feed
+
+
+def report(label: str, plan: Any, per_run: list[list[float]], whole: list[float],
+           options: argparse.Namespace) -> None:
+    """The per-node table of one plan's walks, slowest first."""
+    nodes: dict[int, list[int]] = defaultdict(list)
+    for index, step in enumerate(plan.steps):
+        nodes[id(step.node)].append(index)
+    rows = []
+    for indices in nodes.values():
+        node = plan.steps[indices[0]].node
+        sums = [sum(times[i] for i in indices) for times in per_run]
+        kinds: dict[str, int] = defaultdict(int)
+        for i in indices:
+            kinds[call_kind(plan.steps[i].call)] += 1
+        rows.append((statistics.median(sums), node, len(indices), dict(kinds)))
+    rows.sort(key=lambda row: -row[0])
+    walks = [sum(times) for times in per_run]
+    print(f"{label}{options.net} batch {options.batch}, {options.threads} thread(s), "
+          f"{len(plan.steps)} steps, {options.runs} runs")
+    print(f"whole run (plan.run): median {statistics.median(whole) * 1e3:.2f} ms, best "
+          f"{min(whole) * 1e3:.2f}; steps walked in order: median "
+          f"{statistics.median(walks) * 1e3:.2f} ms")
+    for seconds, node, count, kinds in rows[:options.top]:
+        listed = ", ".join(f"{kind} {n}" for kind, n in sorted(kinds.items(), key=lambda x: -x[1]))
+        print(f"  {seconds * 1e3:7.3f} ms  {node.name} ({node.op}), {count} steps: {listed}")
+    for name in options.node:
+        print(f"{name}, step by step (median µs):")
+        for index, step in enumerate(plan.steps):
+            if step.node.name == name:
+                median = statistics.median(times[index] for times in per_run)
+                print(f"  {index:4d} {median * 1e6:9.1f}  {call_kind(step.call)}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--net", choices=sorted(NETWORKS), default="resnet18_v1")
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--top", type=int, default=12)
+    parser.add_argument("--winograd-min-tiles", type=int, default=None,
+                        help="also bind a plan with winograd_bind.MIN_TILES at this, and time "
+                             "the two in turn")
+    parser.add_argument("--node", action="append", default=[],
+                        help="a node whose steps are listed one by one (repeatable)")
+    options = parser.parse_args()
+    from threadpoolctl import threadpool_limits
+
+    parallel.set_threads(options.threads)
+    threadpool_limits(options.threads)
+    plans = {"": build(options)}
+    if options.winograd_min_tiles is not None:
+        from engine.kernels import winograd_bind
+
+        winograd_bind.MIN_TILES = options.winograd_min_tiles
+        plans[f"MIN_TILES {options.winograd_min_tiles}: "] = build(options)
+    per_run: dict[str, list[list[float]]] = {label: [] for label in plans}
+    whole: dict[str, list[float]] = {label: [] for label in plans}
+    for _ in range(options.runs):
+        for label, (plan, feed) in plans.items():
+            per_run[label].append(walk(plan))
+            start = time.perf_counter()
+            plan.run(feed, copy_outputs=False)
+            whole[label].append(time.perf_counter() - start)
+    for label, (plan, _) in plans.items():
+        report(label, plan, per_run[label], whole[label], options)
+
+
+if __name__ == "__main__":
+    main()
