@@ -1,16 +1,18 @@
 """Benchmark: a plan's steps timed one by one in the order a run takes them, per node.
 
 Usage: ``python bench/steps_in_order.py [--net resnet18_v1] [--batch 1] [--runs 30]
-[--threads 1] [--top 12]``.
+[--threads 1] [--top 12] [--node NAME] [--winograd-min-tiles N] [--f4-min-tiles N]``.
 
-`Plan.profile` and ``bench/executor.py``'s step kinds time each step as it comes, which is what
-a run does; timing a step repeated alone instead leaves its weights in cache from the repeat
-before, and hides what streaming them from memory costs (ResNet-18's 512-channel 3×3 layers
-took about 2.7× as long in order as alone). Here every run walks ``plan.steps`` once in order,
-each step timed, and the report gives per node the median over runs of its steps' summed time,
-its step count and kinds of call, the nodes slowest first, and the median of whole ``plan.run``
-calls interleaved with the walks. One thread by default: BLAS's pools through threadpoolctl
-and the engine's own setting (`parallel.set_threads`).
+``bench/executor.py``'s step kinds take each step's best of three calls in a row, so a step
+finds its weights in cache from the call before, which hides what streaming them from memory
+costs (ResNet-18's 512-channel 3×3 layers took about 2.7× as long in order as alone).
+`Plan.profile` walks in order but sums by op type. Here every run walks ``plan.steps`` once
+in order, each step timed, and the report gives per node the median over runs of its steps'
+summed time, its step count and kinds of call, the nodes slowest first, and the median of
+whole ``plan.run`` calls taken in turn with the walks. ``--node`` lists a node's steps one by
+one; ``--winograd-min-tiles`` and ``--f4-min-tiles`` bind a second plan with
+`winograd_bind`'s thresholds changed and time the two in turn. One thread by default: BLAS's
+pools through threadpoolctl and the engine's own setting (`parallel.set_threads`).
 """
 
 from __future__ import annotations
@@ -117,6 +119,8 @@ def main() -> None:
     parser.add_argument("--winograd-min-tiles", type=int, default=None,
                         help="also bind a plan with winograd_bind.MIN_TILES at this, and time "
                              "the two in turn")
+    parser.add_argument("--f4-min-tiles", type=int, default=None,
+                        help="the same with winograd_bind.F4_MIN_TILES")
     parser.add_argument("--node", action="append", default=[],
                         help="a node whose steps are listed one by one (repeatable)")
     options = parser.parse_args()
@@ -125,11 +129,16 @@ def main() -> None:
     parallel.set_threads(options.threads)
     threadpool_limits(options.threads)
     plans = {"": build(options)}
-    if options.winograd_min_tiles is not None:
-        from engine.kernels import winograd_bind
+    from engine.kernels import winograd_bind
 
-        winograd_bind.MIN_TILES = options.winograd_min_tiles
-        plans[f"MIN_TILES {options.winograd_min_tiles}: "] = build(options)
+    changed = {name: value for name, value in (("MIN_TILES", options.winograd_min_tiles),
+                                               ("F4_MIN_TILES", options.f4_min_tiles))
+               if value is not None}
+    if changed:
+        for name, value in changed.items():
+            setattr(winograd_bind, name, value)
+        label = ", ".join(f"{name} {value}" for name, value in changed.items())
+        plans[f"{label}: "] = build(options)
     per_run: dict[str, list[list[float]]] = {label: [] for label in plans}
     whole: dict[str, list[float]] = {label: [] for label in plans}
     for _ in range(options.runs):

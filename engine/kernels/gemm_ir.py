@@ -2,7 +2,8 @@
 
 One function computes one tile of ``C = A @ B``::
 
-    tile(K, a, lda, acs, b, ldb, c, ldc, bias_rows, bias_columns, low, high[, rows, columns])
+    tile(K, a, lda, acs, b, ldb, c, ldc, bias_rows, bias_columns, low, high, a_ahead, b_ahead
+         [, rows, columns])
 
 ``a`` points at the tile's first row of A (element (i, k) at ``a + i·lda + k·acs``), ``b`` at
 its first column of B (row k at ``b + k·ldb``, contiguous floats), ``c`` at its corner of C
@@ -13,6 +14,12 @@ it): a convolution's bias per filter row, a dense layer's per column, their ReLU
 nodes), which LLVM keeps in vector registers: per step, one vector load of B per vector of a
 row, one scalar load of A per row, broadcast, and a fused multiply-add per row and vector
 (``llvm.fmuladd``: one instruction where the CPU has FMA).
+
+Each step also prefetches the operand the product streams from memory, `AHEAD_STEPS` steps of
+K on: with column panels outside (``b_ahead``, in floats, not 0) each line of B's row there,
+so a packed panel and the panel after it arrive while the tile works; with row blocks outside
+(``a_ahead``) A's column there, a packed block of weights. The part passes one offset or the
+other, and each tile has a loop for each, so no step tests which.
 
 ``tile_full`` computes a whole ``MR × NR`` tile. ``tile_edge`` serves the last row and column
 blocks: one loop per row count (1 to MR) and per vector count (1 or all), so that a thin edge
@@ -29,13 +36,14 @@ F32 = ir.FloatType()
 I64 = ir.IntType(64)
 I32 = ir.IntType(32)
 I1 = ir.IntType(1)
-# How far ahead the K loop prefetches its operands, in steps of K. A product of few rows
-# reads its packed weights once, from memory, at a pace the hardware prefetchers do not keep
-# up with (they stop at each 4 KB page): 64 steps is 8 KB ahead in a panel of 32 columns.
-# Winograd's 16 products of ResNet-18's 512-channel layer (16 × 512 × 512, weights cold,
-# one thread, median of interleaved rounds): no prefetch 6.7 ms, 32 steps 4.9, 64 4.8,
-# 256 5.1; with row blocks outside (packed A streaming, 36 × 256 × 256 × 16) 4.4 → 2.5 ms
-# with A prefetched as well.
+# How far ahead the K loop prefetches, in steps of K. A product of few rows reads its packed
+# weights once, from memory, faster than the hardware prefetchers bring them (they stop at each
+# 4 KB page): 64 steps is 8 KB ahead in a panel of 32 columns. Intel machine of
+# docs/benchmarks.md, one thread, busy (load 6-8), weights cold, medians of 40-60 interleaved
+# rounds: Winograd's 16 products of ResNet-18's 512-channel layer (16 × 512 × 512 each, 16.8 MB
+# of panels) 6.7 ms without, 5.4 with 64 steps, 6.2 with 256 (NumPy's sum of the panels 4.0);
+# with row blocks outside (36 products 256 × 256 × 16, A packed) 4.4 → 2.5 ms with A's
+# prefetched too (the sum 2.3).
 AHEAD_STEPS = 64
 LINE_BYTES = 64
 

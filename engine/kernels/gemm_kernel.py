@@ -7,12 +7,14 @@ time, 784×576×128 1.10×, 49×4608×512 1.29×; `bench/gemm.py`). Here the wei
 when a plan binds, into the order the micro-kernel reads them (`pack`), and the activations are
 read where they lie: the micro-kernel keeps an ``MR × NR`` tile of C in vector registers for
 the whole K loop, reading ``MR`` scalars of A (broadcast) and ``NR`` contiguous floats of B per
-step. numba cannot be made to keep such a tile in registers (it spills it to memory, 7 GFLOP/s
-against OpenBLAS's 100), so the kernels are LLVM IR (`gemm_ir`) compiled with `llvmlite`,
-numba's own dependency, for the host CPU once per process (about 0.1 s), with the loop that
-walks a part of the tiles (``part``): a product is a `spin_pool` job whose parts are runs of
-tiles, on every core while a run is armed. Measured at the benchmark networks' products
-(`bench/gemm.py`, one thread, Zen 4, warm): ours 1.00–1.05× MLAS's time, OpenBLAS 1.00–1.39×.
+step, prefetching the packed operand it streams (B's panels, or A's blocks) ahead of the
+loop (`gemm_ir.AHEAD_STEPS`). numba cannot be made to keep such a tile in registers (it
+spills it to memory, 7 GFLOP/s against OpenBLAS's 100), so the kernels are LLVM IR
+(`gemm_ir`) compiled with `llvmlite`, numba's own dependency, for the host CPU once per process
+(about 0.1 s), with the loop that walks a part of the tiles (``part``): a product is a
+`spin_pool` job whose parts are runs of tiles, on every core while a run is armed. Measured
+at the benchmark networks' products (`bench/gemm.py`, one thread, Zen 4, warm): ours
+1.00–1.05× MLAS's time, OpenBLAS 1.00–1.39×.
 
 Tiles by vector ISA (registers: accumulators + a row of B + the broadcast):
 AVX-512 12 × 32 (24 + 2 + 1 of 32 zmm), AVX2 with FMA 6 × 16 (12 + 2 + 1 of 16 ymm), 64-bit
