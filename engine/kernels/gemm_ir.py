@@ -39,11 +39,11 @@ I1 = ir.IntType(1)
 # How far ahead the K loop prefetches, in steps of K. A product of few rows reads its packed
 # weights once, from memory, faster than the hardware prefetchers bring them (they stop at each
 # 4 KB page): 64 steps is 8 KB ahead in a panel of 32 columns. Intel machine of
-# docs/benchmarks.md, one thread, busy (load 6-8), weights cold, medians of 40-60 interleaved
-# rounds: Winograd's 16 products of ResNet-18's 512-channel layer (16 × 512 × 512 each, 16.8 MB
-# of panels) 6.7 ms without, 5.4 with 64 steps, 6.2 with 256 (NumPy's sum of the panels 4.0);
-# with row blocks outside (36 products 256 × 256 × 16, A packed) 4.4 → 2.5 ms with A's
-# prefetched too (the sum 2.3).
+# docs/benchmarks.md, one thread, load 0.7, weights cold, medians of 40 interleaved rounds:
+# Winograd's 16 products of ResNet-18's 512-channel layer at 7² (16 × 512 × 512 each, 16.8 MB
+# of panels, as one call) 2.72 ms with no prefetch ahead, 2.13 at 32 steps, 2.14 at 64, 2.17
+# at 128, 2.26 at 256 (NumPy's sum of the panels 1.38); with row blocks outside (36 products
+# 256 × 256 × 16, A packed: the F(4×4) layer at 14²) 1.71 → 1.21 ms at 64 (the sum 1.0).
 AHEAD_STEPS = 64
 LINE_BYTES = 64
 
