@@ -267,7 +267,11 @@ class Choice:
     costs 12 ms in 32 runs of 17: 2%). An exploring run that beats the way taken explores
     again at once, so a burst that left the other way's samples slow is forgotten within
     `SAMPLES` runs, not `SAMPLES` explorations (MobileNet v2 on two cores ran a bench round's
-    median at its one-thread 10 ms where armed runs took 6)."""
+    median at its one-thread 10 ms where armed runs took 6). The first samples are the likeliest
+    to mislead, taken while the process is still starting or its neighbours are (ResNet-18's
+    first armed runs in the executor benchmark took 43-59 ms, against 17 once the machine
+    settled, and the plan ran on one thread at 24 ms until its 32nd run), so before `EXPLORE`
+    runs the other way is also tried at runs 4, 8 and 16."""
 
     SAMPLES = 3
     EXPLORE = 32
@@ -287,7 +291,9 @@ class Choice:
         if faster is None:  # each way, in turn
             armed, alone = self._times
             return len(armed) <= len(alone)
-        explore, self._again = self._again or self._runs % self.EXPLORE == 0, False
+        runs = self._runs
+        early = runs < self.EXPLORE and runs & (runs - 1) == 0  # runs 4, 8 and 16
+        explore, self._again = self._again or early or runs % self.EXPLORE == 0, False
         return faster != explore
 
     def record(self, armed: bool, seconds: float) -> None:

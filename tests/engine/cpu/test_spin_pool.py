@@ -303,6 +303,21 @@ def test_a_plan_keeps_the_faster_way_and_notices_a_change() -> None:
     assert run(0.017, 0.029, 200) > 0.95  # (one run in `EXPLORE` on one thread)
 
 
+def test_first_samples_taken_under_contention_are_checked_again_early() -> None:
+    choice = spin_pool.Choice()
+    armed_runs = []
+    for run in range(1, spin_pool.Choice.EXPLORE):
+        settled = run > 7  # the first runs meet a machine still busy starting up
+        armed = choice.armed()
+        armed_runs.append(armed)
+        choice.record(armed, (0.017 if settled else 0.045) if armed else
+                      (0.024 if settled else 0.031))
+    # Armed lost while the machine was busy (runs 9 to 15 on one thread); once it settles, the
+    # exploration at run 16 finds it faster, and from run 19 it is the way taken, long before
+    # the EXPLORE-th run would have looked again.
+    assert not any(armed_runs[8:15]) and all(armed_runs[18:]), armed_runs
+
+
 def test_a_plan_that_leaves_blas_alone_keeps_the_workers_spinning_between_runs() -> None:
     data = sym.var("data")
     symbol = sym.FullyConnected(data, num_hidden=256, name="dense")
