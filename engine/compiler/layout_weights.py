@@ -9,9 +9,11 @@ order, so every kernel and shape rule stays as it is. A weight held as our GEMM'
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
-from engine.graph.ir import Graph
+from engine.graph.ir import Graph, Node
 from engine.kernels.packed_weight import PackedWeight
 
 
@@ -27,15 +29,16 @@ def column_major_weights(graph: Graph) -> dict[str, np.ndarray]:
     """Fortran-ordered copies of the constant FullyConnected weights not already so. A model
     binds its parameters in this order up front, so that the pass finds nothing to copy and
     no weight is held in both orders."""
-    names = _fully_connected_weights(graph)
+    names = weights_read_only_by(graph, lambda node: node.op == "FullyConnected")
     return {name: np.asfortranarray(graph.constants[name]) for name in names
             if not isinstance(graph.constants[name], PackedWeight)  # our GEMM's panels
             and np.ndim(graph.constants[name]) == 2
             and not np.asarray(graph.constants[name]).flags.f_contiguous}
 
 
-def _fully_connected_weights(graph: Graph) -> set[str]:
-    """Names of constant weights that only FullyConnected nodes read, as their weight."""
+def weights_read_only_by(graph: Graph, takes_weight: Callable[[Node], bool]) -> set[str]:
+    """Names of the constants that only nodes ``takes_weight`` accepts read, and only as their
+    weight (input 1): a constant any other node or input slot reads is left out."""
     weights: set[str] = set()
     other_readers: set[str] = set()
     for node in graph.nodes:
@@ -43,7 +46,7 @@ def _fully_connected_weights(graph: Graph) -> set[str]:
             source = graph.nodes[entry.node]
             if not source.is_variable or source.name not in graph.constants:
                 continue
-            if node.op == "FullyConnected" and slot == 1:
+            if slot == 1 and takes_weight(node):
                 weights.add(source.name)
             else:
                 other_readers.add(source.name)

@@ -11,6 +11,7 @@ the graph passes `optimize_graph` runs: `Model` applies it (``pack_weights`` amo
 
 from __future__ import annotations
 
+from engine.compiler.layout_weights import weights_read_only_by
 from engine.graph.ir import Graph, Node
 from engine.kernels import packed_weight
 
@@ -35,18 +36,7 @@ def packed_dense_weights(graph: Graph) -> dict[str, packed_weight.PackedWeight]:
 def dense_weight_names(graph: Graph) -> set[str]:
     """Names of the constants that only FullyConnected layers read, as their weight: by a
     FullyConnected node, or by a fused chain whose head is one (`fuse_elementwise`)."""
-    weights: set[str] = set()
-    other_readers: set[str] = set()
-    for node in graph.nodes:
-        for slot, entry in enumerate(node.inputs):
-            source = graph.nodes[entry.node]
-            if not source.is_variable or source.name not in graph.constants:
-                continue
-            if slot == 1 and _dense_layer(node):
-                weights.add(source.name)
-            else:
-                other_readers.add(source.name)
-    return weights - other_readers
+    return weights_read_only_by(graph, _dense_layer)
 
 
 def _dense_layer(node: Node) -> bool:

@@ -84,37 +84,23 @@ def supported(data: np.ndarray, weight: np.ndarray, geometry: Geometry, groups: 
             and weight[0].size <= gemm_int8.EXACT_DEPTH and supported_here())
 
 
-class FusedConv:
-    """The convolution of ``data`` (N, C, H, W) by ``weight`` (F, C, kh, kw), packed in
-    ``packed`` (`weight_matrix`'s, packed for ``N · OH · OW`` rows), requantized
-    into ``out`` (N, F, OH, OW) int8 or uint8, with ``residual`` (the shape of ``out``) added
-    where given. The arrays are the plan's buffers: their addresses are bound into the jobs
-    once per thread, and each call reads their contents."""
+class EpilogueLayer:
+    """What a fused int8 layer (`FusedConv`, `int8_depthwise.FusedDepthwise`) shares: its
+    output and residual checked, the epilogue's bias and scales in arrays its jobs read, and
+    the jobs bound once per thread (`_bind`) and again when a different `Epilogue` comes."""
 
-    def __init__(self, data: np.ndarray, weight: np.ndarray, packed: gemm_int8.PackedWeights,
-                 geometry: Geometry, out: np.ndarray, residual: np.ndarray | None = None
-                 ) -> None:
-        self.data, self.weight, self.geometry = data, weight, geometry
-        self.out, self.residual = out, residual
-        batch, channels, height, width = data.shape
-        out_h, out_w = geometry.out_size(height, width)
-        filters = weight.shape[0]
-        if out.shape != (batch, filters, out_h, out_w) or out.dtype not in (np.uint8, np.int8):
-            raise ValueError(f"int8 convolution: output {out.dtype} {out.shape} is not "
-                             f"int8/uint8 {(batch, filters, out_h, out_w)}")
+    def __init__(self, what: str, out: np.ndarray, residual: np.ndarray | None,
+                 shape: tuple[int, ...]) -> None:
+        if out.shape != shape or out.dtype not in (np.uint8, np.int8):
+            raise ValueError(f"{what}: output {out.dtype} {out.shape} is not int8/uint8 "
+                             f"{shape}")
         if residual is not None and (residual.shape != out.shape
                                      or residual.dtype not in (np.uint8, np.int8)):
-            raise ValueError(f"int8 convolution: residual {residual.dtype} {residual.shape} "
-                             f"does not match the output {out.shape}")
-        self.rows = batch * out_h * out_w
-        self.positions = out_h * out_w
-        self.padded_size = (height + 2 * geometry.pad[0], width + 2 * geometry.pad[1])
-        if packed.k != weight[0].size or packed.n != filters:
-            raise ValueError(f"int8 convolution: packed weights ({packed.k}, {packed.n}) do "
-                             f"not fit {weight.shape}")
-        self.packed = packed
-        self.bias = np.zeros(filters, np.int32)
-        self.scales = np.zeros(filters, np.float32)
+            raise ValueError(f"{what}: residual {residual.dtype} {residual.shape} does not "
+                             f"match the output {out.shape}")
+        self.out, self.residual = out, residual
+        self.bias = np.zeros(shape[1], np.int32)
+        self.scales = np.zeros(shape[1], np.float32)
         self._jobs: dict[int, tuple[Any, ...]] = {}
         self._epilogue: Epilogue | None = None
 
@@ -131,6 +117,34 @@ class FusedConv:
             jobs = self._jobs[threading.get_ident()] = self._bind(epilogue)
         for job in jobs:
             job()
+
+    def _bind(self, epilogue: Epilogue) -> tuple[Any, ...]:
+        raise NotImplementedError
+
+
+class FusedConv(EpilogueLayer):
+    """The convolution of ``data`` (N, C, H, W) by ``weight`` (F, C, kh, kw), packed in
+    ``packed`` (`weight_matrix`'s, packed for ``N · OH · OW`` rows), requantized
+    into ``out`` (N, F, OH, OW) int8 or uint8, with ``residual`` (the shape of ``out``) added
+    where given. The arrays are the plan's buffers: their addresses are bound into the jobs
+    once per thread, and each call reads their contents."""
+
+    def __init__(self, data: np.ndarray, weight: np.ndarray, packed: gemm_int8.PackedWeights,
+                 geometry: Geometry, out: np.ndarray, residual: np.ndarray | None = None
+                 ) -> None:
+        batch, channels, height, width = data.shape
+        out_h, out_w = geometry.out_size(height, width)
+        super().__init__("int8 convolution", out, residual,
+                         (batch, weight.shape[0], out_h, out_w))
+        self.data, self.weight, self.geometry = data, weight, geometry
+        filters = weight.shape[0]
+        self.rows = batch * out_h * out_w
+        self.positions = out_h * out_w
+        self.padded_size = (height + 2 * geometry.pad[0], width + 2 * geometry.pad[1])
+        if packed.k != weight[0].size or packed.n != filters:
+            raise ValueError(f"int8 convolution: packed weights ({packed.k}, {packed.n}) do "
+                             f"not fit {weight.shape}")
+        self.packed = packed
 
     def _bind(self, epilogue: Epilogue) -> tuple[Any, ...]:
         data, geometry, packed = self.data, self.geometry, self.packed

@@ -11,14 +11,13 @@ sum gets ``128 · Σ w`` taken back off, so the sums are the exact ones NumPy's 
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import numpy as np
 
 from engine.cpu import compiled, kernel_jobs
 from engine.kernels import int8_conv
-from engine.kernels.int8_conv import ACTIVATIONS, Epilogue, Geometry
+from engine.kernels.int8_conv import ACTIVATIONS, Epilogue, EpilogueLayer, Geometry
 
 _kernels: dict[str, Any] = {}
 # Output positions per chunk: their sums (int32, one per channel) stay in L2 for the
@@ -34,7 +33,7 @@ def supported(data: np.ndarray, weight: np.ndarray, groups: int) -> bool:
             and weight.shape[1] == 1 and int8_conv.supported_here())
 
 
-class FusedDepthwise:
+class FusedDepthwise(EpilogueLayer):
     """``data`` (N, C, H, W) convolved channel by channel with ``weight`` (C, 1, kh, kw),
     requantized into ``out`` (N, C, OH, OW) int8/uint8, ``residual`` added where given; the
     arrays are the plan's buffers, bound into the jobs once per thread."""
@@ -43,39 +42,15 @@ class FusedDepthwise:
                  out: np.ndarray, residual: np.ndarray | None = None) -> None:
         batch, channels, height, width = data.shape
         out_h, out_w = geometry.out_size(height, width)
-        if out.shape != (batch, channels, out_h, out_w) or out.dtype not in (np.uint8,
-                                                                              np.int8):
-            raise ValueError(f"int8 depthwise convolution: output {out.dtype} {out.shape} is "
-                             f"not int8/uint8 {(batch, channels, out_h, out_w)}")
-        if residual is not None and (residual.shape != out.shape
-                                     or residual.dtype not in (np.uint8, np.int8)):
-            raise ValueError(f"int8 depthwise convolution: residual {residual.dtype} "
-                             f"{residual.shape} does not match the output {out.shape}")
-        self.data, self.geometry, self.out, self.residual = data, geometry, out, residual
+        super().__init__("int8 depthwise convolution", out, residual,
+                         (batch, channels, out_h, out_w))
+        self.data, self.geometry = data, geometry
         self.rows, self.positions = batch * out_h * out_w, out_h * out_w
         # (kh · kw, C): a kernel offset's weights for every channel, in a row
         self.taps = np.ascontiguousarray(weight.reshape(channels, -1).T.astype(np.int32))
         signed = data.dtype == np.int8
         self.shift = (-128 * weight.reshape(channels, -1).sum(axis=1, dtype=np.int64)
                       if signed else np.zeros(channels, np.int64)).astype(np.int32)
-        self.bias = np.zeros(channels, np.int32)
-        self.scales = np.zeros(channels, np.float32)
-        self._jobs: dict[int, tuple[Any, ...]] = {}
-        self._epilogue: Epilogue | None = None
-
-    def __call__(self, epilogue: Epilogue) -> None:
-        """Compute the layer into ``out`` with ``epilogue``'s terms (bound again when a
-        different `Epilogue` comes)."""
-        if epilogue is not self._epilogue:
-            np.copyto(self.bias, epilogue.bias)
-            np.copyto(self.scales, epilogue.scales)
-            self._jobs.clear()
-            self._epilogue = epilogue
-        jobs = self._jobs.get(threading.get_ident())
-        if jobs is None:
-            jobs = self._jobs[threading.get_ident()] = self._bind(epilogue)
-        for job in jobs:
-            job()
 
     def _bind(self, epilogue: Epilogue) -> tuple[Any, ...]:
         data, geometry = self.data, self.geometry
