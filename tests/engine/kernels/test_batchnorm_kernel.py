@@ -4,6 +4,8 @@ BatchNorm → ReLU → Convolution (ResNet v2's) against the reference interpret
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -92,6 +94,19 @@ def preactivation(channels: int, filters: int, stride: int, pad: int, kernel: in
                            stride=(stride, stride), pad=(pad, pad), name="conv")
 
 
+def one_relu_folded_pass(net: Any, params: dict[str, np.ndarray],
+                         feed: dict[str, np.ndarray]) -> np.ndarray:
+    """The reference interpreter's ``conv_output`` of ``net``, which the model's matches, its
+    plan holding one BatchNorm pass whose clamp is the ReLU's."""
+    model = engine.load_model(net, params)
+    got, want = model.infer(feed)["conv_output"], model.reference(feed)["conv_output"]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    passes = [call for call in plan_calls(model, feed)
+              if isinstance(call, batchnorm_kernel.BatchNormCall)]
+    assert len(passes) == 1 and passes[0].args[-2:] == (0, np.inf)  # the ReLU folded in
+    return want
+
+
 def plan_calls(model: engine.Model, feed: dict[str, np.ndarray]) -> list:
     return [jobs.source(step.call) for step in model.plan_for(feed).steps]
 
@@ -109,14 +124,9 @@ def test_a_preactivation_runs_as_one_pass_and_matches_the_reference(
     params["bn_moving_var"] = RNG.uniform(0.2, 2.0, channels).astype(np.float32)
     params["bn_moving_mean"] = RNG.standard_normal(channels).astype(np.float32)
     feed = {"data": RNG.standard_normal(shape).astype(np.float32)}
-    model = engine.load_model(net, params)
-    got, want = model.infer(feed)["conv_output"], model.reference(feed)["conv_output"]
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
-    passes = [call for call in plan_calls(model, feed)
-              if isinstance(call, batchnorm_kernel.BatchNormCall)]
-    assert len(passes) == 1 and passes[0].args[-2:] == (0, np.inf)  # the ReLU folded in
+    want = one_relu_folded_pass(net, params, feed)
     # The ReLU ran: negative normalised values were cut (the reference agrees only then).
-    assert (model.reference(feed)["conv_output"] != 0).any()
+    assert (want != 0).any()
 
 
 @needs_bf16
@@ -170,9 +180,4 @@ def test_mxnets_batchnorm_with_relu_runs_as_the_same_pass(batch: int) -> None:
     params = nets.random_params(net, (1, *shape[1:]), seed=11)
     params["bnr_moving_mean"] = RNG.standard_normal(11).astype(np.float32)
     feed = {"data": RNG.standard_normal(shape).astype(np.float32)}
-    model = engine.load_model(net, params)
-    got, want = model.infer(feed)["conv_output"], model.reference(feed)["conv_output"]
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
-    passes = [call for call in plan_calls(model, feed)
-              if isinstance(call, batchnorm_kernel.BatchNormCall)]
-    assert len(passes) == 1 and passes[0].args[-2:] == (0, np.inf)
+    one_relu_folded_pass(net, params, feed)

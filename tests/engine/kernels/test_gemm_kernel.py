@@ -39,16 +39,7 @@ COLUMNS = (1, 7, 8, 15, 16, 17, 31, 32, 33, 49, 100)
 @pytest.mark.parametrize("columns", COLUMNS)
 def test_every_edge_of_the_tile(rows: int, columns: int) -> None:
     for depth in (1, 3, 70):
-        a, b = random(rows, depth), random(depth, columns)
-        for run in ("plain", "packed", "panels"):
-            c = np.full((rows, columns), np.nan, np.float32)
-            if run == "plain":
-                gemm_kernel.multiply(a, b, c)
-            elif run == "packed":
-                gemm_kernel.bind_packed(gemm_kernel.pack(a), b, c)()
-            else:
-                gemm_kernel.bind_packed_columns(a, gemm_kernel.pack_columns(b), c)()
-            assert_product(c, a, b)
+        assert_every_bind(rows, depth, columns)
 
 
 @pytest.mark.parametrize("rows", (1, 7, 49, 50))
@@ -56,6 +47,12 @@ def test_every_edge_of_the_tile(rows: int, columns: int) -> None:
 def test_few_rows_deep_products_against_float64(rows: int, depth: int, columns: int) -> None:
     # Batch-1 shapes whose weights stream (M of one to a few tiles), K past the prefetch
     # distance and no multiple of it, N leaving the last panel partly filled.
+    assert_every_bind(rows, depth, columns)
+
+
+def assert_every_bind(rows: int, depth: int, columns: int) -> None:
+    """A random (rows × depth) · (depth × columns) product through each of the kernel's three
+    binds (plain, A packed, B packed as column panels) equals float64's."""
     a, b = random(rows, depth), random(depth, columns)
     for run in ("plain", "packed", "panels"):
         c = np.full((rows, columns), np.nan, np.float32)
