@@ -46,5 +46,5 @@ def _dense_layer(node: Node) -> bool:
         return False
     if node.opdef.name == "FullyConnected":
         return True
-    head = getattr(node.params, "head", None) if node.opdef.name == "_fused_elementwise" else None
+    head = getattr(node.params, "head", None)  # a fused chain's attributes carry its head op
     return head is not None and head.op.name == "FullyConnected"

@@ -65,14 +65,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 def _http_infer(address: str) -> Callable[..., None]:
     import tritonclient.http as triton
 
-    local = threading.local()
-
     def infer(model: str, priority: int, timeout: int | None = None) -> None:
-        if not hasattr(local, "client"):
-            local.client = triton.InferenceServerClient(address)
-        tensor = triton.InferInput("data", list(IMAGE.shape), "FP32")
-        tensor.set_data_from_numpy(IMAGE, binary_data=True)
-        local.client.infer(model, [tensor], priority=priority, timeout=timeout)
+        # A client per request, closed by the thread that made it: the HTTP client's gevent
+        # pool cannot be closed from another thread, and one left to the garbage collector
+        # raises in whichever thread collects it (failing a later test).
+        with triton.InferenceServerClient(address) as client:
+            tensor = triton.InferInput("data", list(IMAGE.shape), "FP32")
+            tensor.set_data_from_numpy(IMAGE, binary_data=True)
+            client.infer(model, [tensor], priority=priority, timeout=timeout)
 
     return infer
 
