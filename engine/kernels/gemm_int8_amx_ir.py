@@ -20,7 +20,7 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from engine.kernels.gemm_amx_ir import declare_tile_intrinsics
-from engine.kernels.gemm_int8_ir import I8, I32, I64, LANES
+from engine.kernels.gemm_int8_ir import I8, I32, I64, LANES, PanelLoops, panels_function
 
 ROWS, COLUMNS, DEPTH = 32, 32, 64  # a tile of C, and K per step
 
@@ -37,36 +37,15 @@ class AmxInt8Kernel:
                                 "amx_int8_tile_configuration")
 
     def define(self, name: str = "panels") -> ir.Function:
-        byte_pointer, word_pointer = I8.as_pointer(), I32.as_pointer()
-        arguments = [byte_pointer, I64, byte_pointer, I64, word_pointer, I64, word_pointer,
-                     I64, I64, I64]
-        function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), arguments),
-                               name=name)
-        a, lda, b, groups, c, ldc, offsets, row_blocks, first, last = function.args
+        function = panels_function(self.module, name)
+        a, lda, _, groups, c, ldc, offsets, _, _, _ = function.args
         builder = ir.IRBuilder(function.append_basic_block("entry"))
+        byte_pointer = I8.as_pointer()
         builder.call(self.load_config, [builder.bitcast(self.config, byte_pointer)])
-        panel_bytes = builder.mul(groups, I64(COLUMNS * 4))
         c_stride = builder.mul(ldc, I64(4))
         depth = builder.mul(groups, I64(4))
-        entry = builder.block
-        panel_loop = function.append_basic_block("panel")
-        done = function.append_basic_block("done")
-        builder.cbranch(builder.icmp_signed("<", first, last), panel_loop, done)
-
-        builder.position_at_end(panel_loop)
-        panel = builder.phi(I64)
-        panel.add_incoming(first, entry)
-        b_panel = builder.gep(b, [builder.mul(panel, panel_bytes)])
-        column = builder.mul(panel, I64(COLUMNS))
-        panel_start = builder.block
-        row_loop = function.append_basic_block("rows")
-        panel_next = function.append_basic_block("panel_next")
-        builder.branch(row_loop)
-
-        builder.position_at_end(row_loop)
-        block = builder.phi(I64)
-        block.add_incoming(I64(0), panel_start)
-        row = builder.mul(block, I64(ROWS))
+        loops = PanelLoops(function, builder, COLUMNS, ROWS)
+        b_panel, column, row = loops.b_panel, loops.column, loops.row
         a_upper = builder.gep(a, [builder.mul(row, lda)])
         a_lower = builder.gep(a_upper, [builder.mul(I64(16), lda)])
         for accumulator in range(4):
@@ -106,16 +85,7 @@ class AmxInt8Kernel:
                                           self.vector.as_pointer())
                 builder.store(builder.add(builder.load(address, align=4), shifts[j]), address,
                               align=4)
-        block_next = builder.add(block, I64(1))
-        block.add_incoming(block_next, builder.block)
-        builder.cbranch(builder.icmp_signed("<", block_next, row_blocks), row_loop, panel_next)
-
-        builder.position_at_end(panel_next)
-        following = builder.add(panel, I64(1))
-        panel.add_incoming(following, panel_next)
-        builder.cbranch(builder.icmp_signed("<", following, last), panel_loop, done)
-        builder.position_at_end(done)
-        builder.ret_void()
+        loops.close()
         return function
 
     def _load(self, builder: ir.IRBuilder, register: int, address: ir.Value,

@@ -22,12 +22,74 @@ wherever the whole sum fits int32 (a layer's K up to 66 000 at the extreme value
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import llvmlite.ir as ir
 
 I8 = ir.IntType(8)
 I32 = ir.IntType(32)
 I64 = ir.IntType(64)
 LANES = 16  # int32 accumulators in one zmm register
+
+
+def panels_function(module: ir.Module, name: str) -> ir.Function:
+    """An empty ``panels(a, lda, b, groups, c, ldc, offsets, row_blocks, first, last)``, the
+    signature every int8 micro-kernel here defines (VNNI's and AMX's)."""
+    byte_pointer, word_pointer = I8.as_pointer(), I32.as_pointer()
+    arguments = [byte_pointer, I64, byte_pointer, I64, word_pointer, I64, word_pointer,
+                 I64, I64, I64]
+    return ir.Function(module, ir.FunctionType(ir.VoidType(), arguments), name=name)
+
+
+class PanelLoops:
+    """The two loops of a ``panels`` function: column panels ``[first, last)``, within each
+    the row blocks ``[0, row_blocks)``. Made at the end of the entry block, it leaves the
+    builder in a row block's body (``panel``, ``block``, the panel's ``b_panel`` and first
+    ``column``, the block's first ``row`` at hand); `close` ends both loops and returns.
+    ``per_panel(builder, column)`` emits what each panel computes once, before its rows."""
+
+    def __init__(self, function: ir.Function, builder: ir.IRBuilder, columns: int, rows: int,
+                 per_panel: Callable[[ir.IRBuilder, ir.Value], Any] = lambda *_: None
+                 ) -> None:
+        _, _, b, groups, _, _, _, self.row_blocks, first, last = function.args
+        self.builder, self.last = builder, last
+        panel_bytes = builder.mul(groups, I64(columns * 4))
+        entry = builder.block
+        self.panel_loop = function.append_basic_block("panel")
+        self.done = function.append_basic_block("done")
+        builder.cbranch(builder.icmp_signed("<", first, last), self.panel_loop, self.done)
+
+        builder.position_at_end(self.panel_loop)
+        self.panel = builder.phi(I64)
+        self.panel.add_incoming(first, entry)
+        self.b_panel = builder.gep(b, [builder.mul(self.panel, panel_bytes)])
+        self.column = builder.mul(self.panel, I64(columns))
+        self.per_panel = per_panel(builder, self.column)
+        panel_start = builder.block
+        self.row_loop = function.append_basic_block("rows")
+        self.panel_next = function.append_basic_block("panel_next")
+        builder.branch(self.row_loop)
+
+        builder.position_at_end(self.row_loop)
+        self.block = builder.phi(I64)
+        self.block.add_incoming(I64(0), panel_start)
+        self.row = builder.mul(self.block, I64(rows))
+
+    def close(self) -> None:
+        builder = self.builder
+        block_next = builder.add(self.block, I64(1))
+        self.block.add_incoming(block_next, builder.block)
+        builder.cbranch(builder.icmp_signed("<", block_next, self.row_blocks), self.row_loop,
+                        self.panel_next)
+
+        builder.position_at_end(self.panel_next)
+        following = builder.add(self.panel, I64(1))
+        self.panel.add_incoming(following, self.panel_next)
+        builder.cbranch(builder.icmp_signed("<", following, self.last), self.panel_loop,
+                        self.done)
+        builder.position_at_end(self.done)
+        builder.ret_void()
 
 
 class Int8Kernel:
@@ -46,39 +108,14 @@ class Int8Kernel:
         return self.vectors * LANES
 
     def define(self, name: str = "panels") -> ir.Function:
-        byte_pointer, word_pointer = I8.as_pointer(), I32.as_pointer()
-        arguments = [byte_pointer, I64, byte_pointer, I64, word_pointer, I64, word_pointer,
-                     I64, I64, I64]
-        function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), arguments),
-                               name=name)
-        a, lda, b, groups, c, ldc, offsets, row_blocks, first, last = function.args
+        function = panels_function(self.module, name)
+        a, lda, _, groups, c, ldc, _, _, _, _ = function.args
         builder = ir.IRBuilder(function.append_basic_block("entry"))
-        panel_bytes = builder.mul(groups, I64(self.columns * 4))
-        entry = builder.block
-        panel_loop = function.append_basic_block("panel")
-        done = function.append_basic_block("done")
-        builder.cbranch(builder.icmp_signed("<", first, last), panel_loop, done)
-
-        builder.position_at_end(panel_loop)
-        panel = builder.phi(I64)
-        panel.add_incoming(first, entry)
-        b_panel = builder.gep(b, [builder.mul(panel, panel_bytes)])
-        column = builder.mul(panel, I64(self.columns))
-        shifts = [builder.load(builder.bitcast(
-            builder.gep(offsets, [builder.add(column, I64(j * LANES))]),
-            self.vector.as_pointer()), align=4) for j in range(self.vectors)]
-        panel_start = builder.block
-        row_loop = function.append_basic_block("rows")
-        panel_next = function.append_basic_block("panel_next")
-        builder.branch(row_loop)
-
-        builder.position_at_end(row_loop)
-        block = builder.phi(I64)
-        block.add_incoming(I64(0), panel_start)
-        row = builder.mul(block, I64(self.rows))
+        loops = PanelLoops(function, builder, self.columns, self.rows, self._column_offsets)
+        shifts, row, column = loops.per_panel, loops.row, loops.column
         a_rows = [builder.gep(a, [builder.mul(builder.add(row, I64(i)), lda)])
                   for i in range(self.rows)]
-        sums = self._tile(function, builder, a_rows, b_panel, groups)
+        sums = self._tile(function, builder, a_rows, loops.b_panel, groups)
         for i in range(self.rows):
             c_row = builder.gep(c, [builder.add(builder.mul(builder.add(row, I64(i)), ldc),
                                                 column)])
@@ -86,17 +123,15 @@ class Int8Kernel:
                 target = builder.bitcast(builder.gep(c_row, [I64(j * LANES)]),
                                          self.vector.as_pointer())
                 builder.store(builder.add(sums[i][j], shifts[j]), target, align=4)
-        block_next = builder.add(block, I64(1))
-        block.add_incoming(block_next, builder.block)
-        builder.cbranch(builder.icmp_signed("<", block_next, row_blocks), row_loop, panel_next)
-
-        builder.position_at_end(panel_next)
-        following = builder.add(panel, I64(1))
-        panel.add_incoming(following, panel_next)
-        builder.cbranch(builder.icmp_signed("<", following, last), panel_loop, done)
-        builder.position_at_end(done)
-        builder.ret_void()
+        loops.close()
         return function
+
+    def _column_offsets(self, builder: ir.IRBuilder, column: ir.Value) -> list[ir.Value]:
+        """The panel's ``offsets`` from ``column`` on, as vectors (loaded once a panel)."""
+        offsets = builder.function.args[6]
+        return [builder.load(builder.bitcast(
+            builder.gep(offsets, [builder.add(column, I64(j * LANES))]),
+            self.vector.as_pointer()), align=4) for j in range(self.vectors)]
 
     def _tile(self, function: ir.Function, builder: ir.IRBuilder, a_rows: list,
               b_panel: ir.Value, groups: ir.Value) -> list[list[ir.Value]]:
