@@ -16,31 +16,14 @@ import numpy as np
 import pytest
 
 import engine
-import engine.cuda.executor as executor_module
 from engine import sym
-from engine.cuda import blas, cudnn_conv
+from engine.cuda import blas
 from engine.device import get_device
 from engine.kernels import bf16 as host_bf16
 from tests.engine.gpu import fake_cudnn, fake_cupy
-from tests.engine.gpu.test_simulated_half import small_cnn
+from tests.engine.gpu.test_simulated_half import outputs_after_capture, small_cnn
 
-RUNS = executor_module.WARMUP_RUNS + 2
 BF16, SINGLE, COMPUTE_32F = 14, 0, 68
-
-
-@pytest.fixture
-def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> Any:
-    cupy = fake_cupy.install(monkeypatch)
-    monkeypatch.setattr(cudnn_conv, "_import_cudnn", lambda: (fake_cudnn.make(), None))
-    monkeypatch.setattr(fake_cudnn.Graph, "fail_build", None)
-    monkeypatch.setattr(fake_cudnn.Graph, "fail_execute", None)
-    return cupy
-
-
-def _outputs(model: Any, feed: dict[str, np.ndarray]) -> np.ndarray:
-    for _ in range(RUNS):
-        output = list(model.infer(feed).values())[0]
-    return output
 
 
 def _rounded(params: dict[str, np.ndarray], names: tuple[str, ...]) -> dict[str, np.ndarray]:
@@ -48,14 +31,14 @@ def _rounded(params: dict[str, np.ndarray], names: tuple[str, ...]) -> dict[str,
             for name, value in params.items()}
 
 
-def test_the_conversion_kernel_rounds_to_nearest_even_and_keeps_nans(fake_gpu: Any) -> None:
+def test_the_conversion_kernel_rounds_to_nearest_even_and_keeps_nans(fake_cudnn_gpu: Any) -> None:
     from engine.cuda.bf16 import to_bf16_kernel
 
     values = np.array([1.0, 1 + 2 ** -8, 1 + 3 * 2 ** -8, -2.5e-39, np.inf, -np.inf, np.nan,
                        3.4e38], np.float32)
-    source = fake_gpu.asarray(values)
-    bits = fake_gpu.empty(values.shape, np.uint16)
-    to_bf16_kernel(fake_gpu)(source, bits)
+    source = fake_cudnn_gpu.asarray(values)
+    bits = fake_cudnn_gpu.empty(values.shape, np.uint16)
+    to_bf16_kernel(fake_cudnn_gpu)(source, bits)
     got = host_bf16.widen(bits.get())
     # 1 + 2^-8 is a tie: to even (1.0); 1 + 3·2^-8 is a tie: to even (1 + 2^-6).
     np.testing.assert_array_equal(got[:3], [1.0, 1.0, 1 + 2 ** -6])
@@ -66,7 +49,7 @@ def test_the_conversion_kernel_rounds_to_nearest_even_and_keeps_nans(fake_gpu: A
 
 @pytest.mark.parametrize("cudnn", [True, False], ids=["cudnn", "gemm"])
 def test_a_bf16_convolution_rounds_both_operands_and_sums_in_float32(
-        fake_gpu: Any, cudnn: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+        fake_cudnn_gpu: Any, cudnn: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     built: list[Any] = []
     original_build = fake_cudnn.Graph.build
 
@@ -82,7 +65,7 @@ def test_a_bf16_convolution_rounds_both_operands_and_sums_in_float32(
     data = rng.standard_normal((2, 4, 9, 9)).astype(np.float32)
     model = engine.load_model(net, params, device=get_device("gpu", cudnn=cudnn),
                               precision="bf16")
-    got = _outputs(model, {"data": data})
+    got = outputs_after_capture(model, {"data": data})
     # The same convolution in float32 on operands rounded to bf16 (the bias is not rounded).
     want = list(engine.load_model(net, _rounded(params, ("c_weight",))).infer(
         {"data": host_bf16.rounded(data)}).values())[0]
@@ -98,34 +81,34 @@ def test_a_bf16_convolution_rounds_both_operands_and_sums_in_float32(
         assert (graph.intermediate_data_type, graph.compute_data_type) == ("FLOAT", "FLOAT")
         assert graph.excluded_notes == []  # bf16 runs on tensor cores
     else:
-        assert set(blas._libraries[id(fake_gpu)].types) == {(BF16, BF16, SINGLE, COMPUTE_32F)}
+        assert set(blas._libraries[id(fake_cudnn_gpu)].types) == {(BF16, BF16, SINGLE, COMPUTE_32F)}
 
 
-def test_a_bf16_dense_layer_runs_a_bf16_gemm_with_a_float32_result(fake_gpu: Any) -> None:
+def test_a_bf16_dense_layer_runs_a_bf16_gemm_with_a_float32_result(fake_cudnn_gpu: Any) -> None:
     net = sym.FullyConnected(sym.var("data"), num_hidden=6, name="fc")
     rng = np.random.default_rng(8)
     params = {"fc_weight": rng.standard_normal((6, 20)).astype(np.float32),
               "fc_bias": rng.standard_normal(6).astype(np.float32)}
     data = rng.standard_normal((3, 20)).astype(np.float32)
-    got = _outputs(engine.load_model(net, params, device="gpu", precision="bf16"),
+    got = outputs_after_capture(engine.load_model(net, params, device="gpu", precision="bf16"),
                    {"data": data})
     want = host_bf16.rounded(data).astype(np.float64) @ host_bf16.rounded(
         params["fc_weight"]).T.astype(np.float64) + params["fc_bias"]
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
     unrounded = data.astype(np.float64) @ params["fc_weight"].T + params["fc_bias"]
     assert np.abs(got - unrounded).max() > 1e-4  # the rounding is really there
-    assert set(blas._libraries[id(fake_gpu)].types) == {(BF16, BF16, SINGLE, COMPUTE_32F)}
+    assert set(blas._libraries[id(fake_cudnn_gpu)].types) == {(BF16, BF16, SINGLE, COMPUTE_32F)}
 
 
-def test_bf16_agrees_with_fp32_on_a_small_cnn(fake_gpu: Any) -> None:
+def test_bf16_agrees_with_fp32_on_a_small_cnn(fake_cudnn_gpu: Any) -> None:
     """Probabilities within 2e-2 of fp32's and the same class on at least 99% of 128 inputs;
     the parameters stay float32 (the products convert them)."""
     symbol, params = small_cnn()
     feed = {"data": np.random.default_rng(9).standard_normal((128, 3, 16, 16))
             .astype(np.float32)}
-    want = _outputs(engine.load_model(symbol, params, device="gpu"), feed)
+    want = outputs_after_capture(engine.load_model(symbol, params, device="gpu"), feed)
     model = engine.load_model(symbol, params, device="gpu", precision="bf16")
-    got = _outputs(model, feed)
+    got = outputs_after_capture(model, feed)
     np.testing.assert_allclose(got, want, rtol=0, atol=2e-2)
     assert float(np.mean(got.argmax(axis=1) == want.argmax(axis=1))) >= 0.99
     plan = model.plan_for(feed)
@@ -133,7 +116,7 @@ def test_bf16_agrees_with_fp32_on_a_small_cnn(fake_gpu: Any) -> None:
     assert all(value.dtype == np.float32 for value in plan.graph.constants.values())
 
 
-def test_a_parameter_is_converted_once_per_model(fake_gpu: Any) -> None:
+def test_a_parameter_is_converted_once_per_model(fake_cudnn_gpu: Any) -> None:
     symbol, params = small_cnn()
     model = engine.load_model(symbol, params, device="gpu", precision="bf16")
     launches = fake_cupy.ElementwiseKernel.launches
@@ -146,13 +129,14 @@ def test_a_parameter_is_converted_once_per_model(fake_gpu: Any) -> None:
     assert first - second == 5
 
 
-def test_a_grouped_convolution_stays_float32(fake_gpu: Any) -> None:
+def test_a_grouped_convolution_stays_float32(fake_cudnn_gpu: Any) -> None:
     """As on the CPU, where depthwise convolutions are not bf16 products."""
     net = sym.Convolution(sym.var("data"), num_filter=8, num_group=4, kernel=(3, 3), pad=(1, 1),
                           no_bias=True, name="c")
     rng = np.random.default_rng(11)
     params = {"c_weight": rng.standard_normal((8, 1, 3, 3)).astype(np.float32)}
     feed = {"data": rng.standard_normal((2, 4, 9, 9)).astype(np.float32)}
-    want = _outputs(engine.load_model(net, params, device="gpu"), feed)
-    got = _outputs(engine.load_model(net, params, device="gpu", precision="bf16"), feed)
+    want = outputs_after_capture(engine.load_model(net, params, device="gpu"), feed)
+    reduced = engine.load_model(net, params, device="gpu", precision="bf16")
+    got = outputs_after_capture(reduced, feed)
     np.testing.assert_array_equal(got, want)

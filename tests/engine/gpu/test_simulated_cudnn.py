@@ -16,20 +16,11 @@ import engine.cuda.executor as executor_module
 from engine.cuda import cudnn_conv
 from engine.device import get_device
 from tests.conformance.fixtures import assert_close, model_files, model_io_sets
-from tests.engine.gpu import fake_cudnn, fake_cupy
+from tests.engine.gpu import fake_cudnn
 from tests.engine.gpu.test_gpu_execution import conv_case
 from tests.engine.kernels.test_conv_bind import GEOMETRIES
 
 RUNS = executor_module.WARMUP_RUNS + 2
-
-
-@pytest.fixture
-def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> Any:
-    cupy = fake_cupy.install(monkeypatch)
-    monkeypatch.setattr(cudnn_conv, "_import_cudnn", lambda: (fake_cudnn.make(), None))
-    monkeypatch.setattr(fake_cudnn.Graph, "fail_build", None)
-    monkeypatch.setattr(fake_cudnn.Graph, "fail_execute", None)
-    return cupy
 
 
 def _run(model: Any, data: dict[str, np.ndarray]) -> np.ndarray:
@@ -39,7 +30,7 @@ def _run(model: Any, data: dict[str, np.ndarray]) -> np.ndarray:
 
 
 @pytest.mark.parametrize("geometry", GEOMETRIES, ids=str)
-def test_convolutions_run_as_cudnn_graphs_from_raw_pointers(fake_gpu: Any,
+def test_convolutions_run_as_cudnn_graphs_from_raw_pointers(fake_cudnn_gpu: Any,
                                                             geometry: tuple) -> None:
     net, params, data = conv_case(geometry)
     executions = fake_cudnn.Graph.executions
@@ -57,7 +48,7 @@ def test_convolutions_run_as_cudnn_graphs_from_raw_pointers(fake_gpu: Any,
 
 
 def test_float32_graphs_exclude_tf32_unless_the_device_allows_it(
-        fake_gpu: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        fake_cudnn_gpu: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     graphs: list[Any] = []
     original = fake_cudnn.Graph.build
 
@@ -73,7 +64,8 @@ def test_float32_graphs_exclude_tf32_unless_the_device_allows_it(
         assert [graph.excluded_notes for graph in graphs] == [excluded, excluded]
 
 
-def test_fused_chain_runs_the_cudnn_convolution_then_the_generated_kernel(fake_gpu: Any) -> None:
+def test_fused_chain_runs_the_cudnn_convolution_then_the_generated_kernel(
+        fake_cudnn_gpu: Any) -> None:
     inputs, expected = model_io_sets("resblock")[0]
     model = engine.load_model(*model_files("resblock"), device="gpu")
     for _ in range(RUNS):
@@ -87,7 +79,7 @@ def test_fused_chain_runs_the_cudnn_convolution_then_the_generated_kernel(fake_g
 
 
 @pytest.mark.parametrize("failure", ["fail_build", "fail_execute"])
-def test_a_declined_graph_falls_back_to_gemm_and_says_why(fake_gpu: Any, failure: str,
+def test_a_declined_graph_falls_back_to_gemm_and_says_why(fake_cudnn_gpu: Any, failure: str,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fake_cudnn.Graph, failure, "no engine for this graph")
     net, params, data = conv_case(GEOMETRIES[1])
@@ -101,7 +93,7 @@ def test_a_declined_graph_falls_back_to_gemm_and_says_why(fake_gpu: Any, failure
 
 
 def test_cudnn_switched_off_or_missing_leaves_convolutions_to_gemm(
-        fake_gpu: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        fake_cudnn_gpu: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     net, params, data = conv_case(GEOMETRIES[0])
     off = engine.load_model(net, params, device=get_device("gpu", cudnn=False))
     off.infer(data)

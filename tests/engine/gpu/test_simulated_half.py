@@ -20,25 +20,16 @@ import engine
 import engine.cuda.executor as executor_module
 from bench import nets
 from engine import sym
-from engine.cuda import blas, cudnn_conv, fused
+from engine.cuda import blas, fused
 from engine.cuda.half import half_graph
 from engine.device import get_device
 from engine.graph.ir import Entry, Graph, make_node
 from tests.conformance.fixtures import assert_close
-from tests.engine.gpu import fake_cudnn, fake_cupy
+from tests.engine.gpu import fake_cudnn
 
 RUNS = executor_module.WARMUP_RUNS + 2
 HALF, SINGLE = 2, 0  # cuBLAS's CUDA_R_16F and CUDA_R_32F
 COMPUTE_32F = 68
-
-
-@pytest.fixture
-def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> Any:
-    cupy = fake_cupy.install(monkeypatch)
-    monkeypatch.setattr(cudnn_conv, "_import_cudnn", lambda: (fake_cudnn.make(), None))
-    monkeypatch.setattr(fake_cudnn.Graph, "fail_build", None)
-    monkeypatch.setattr(fake_cudnn.Graph, "fail_execute", None)
-    return cupy
 
 
 def small_cnn(classes: int = 10) -> tuple[sym.Symbol, dict[str, np.ndarray]]:
@@ -65,14 +56,15 @@ def small_cnn(classes: int = 10) -> tuple[sym.Symbol, dict[str, np.ndarray]]:
     return net, params
 
 
-def _outputs(model: Any, feed: dict[str, np.ndarray]) -> np.ndarray:
+def outputs_after_capture(model: Any, feed: dict[str, np.ndarray]) -> np.ndarray:
+    """The first output of the last of RUNS calls: eager runs, the capture, then replays."""
     for _ in range(RUNS):  # eager runs, the capture, then replays
         output = list(model.infer(feed).values())[0]
     return output
 
 
 def test_an_fp16_plan_runs_in_half_between_float32_inputs_and_outputs(
-        fake_gpu: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        fake_cudnn_gpu: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     built: list[Any] = []
     original_build = fake_cudnn.Graph.build
 
@@ -85,7 +77,7 @@ def test_an_fp16_plan_runs_in_half_between_float32_inputs_and_outputs(
     feed = {"data": np.random.default_rng(0).standard_normal((4, 3, 16, 16)).astype(np.float32)}
     model = engine.load_model(symbol, params, device="gpu", precision="fp16")
     assert model.precision == "fp16"
-    output = _outputs(model, feed)
+    output = outputs_after_capture(model, feed)
     assert output.dtype == np.float32  # the declared dtype
     plan = model.plan_for(feed)
     stats = plan.execution_stats()
@@ -115,7 +107,7 @@ def test_an_fp16_plan_runs_in_half_between_float32_inputs_and_outputs(
         assert graph.excluded_notes == []
 
     # cuBLAS: the dense layer as GemmEx on half operands, float32 accumulation.
-    cublas = blas._libraries[id(fake_gpu)]
+    cublas = blas._libraries[id(fake_cudnn_gpu)]
     assert cublas.types and set(cublas.types) == {(HALF, HALF, HALF, COMPUTE_32F)}
 
     # The generated elementwise kernels store half (and compute in float, `codegen`).
@@ -125,7 +117,7 @@ def test_an_fp16_plan_runs_in_half_between_float32_inputs_and_outputs(
         assert all(dtype == np.dtype(np.float16).str for dtype in key[2])
 
 
-def test_fp16_agrees_with_fp32_on_a_small_cnn(fake_gpu: Any) -> None:
+def test_fp16_agrees_with_fp32_on_a_small_cnn(fake_cudnn_gpu: Any) -> None:
     """Probabilities within 1e-2 of fp32's (about ten half ulps at 1) and the same class on
     at least 99% of 128 inputs."""
     symbol, params = small_cnn()
@@ -133,7 +125,7 @@ def test_fp16_agrees_with_fp32_on_a_small_cnn(fake_gpu: Any) -> None:
     feed = {"data": rng.standard_normal((128, 3, 16, 16)).astype(np.float32)}
     single = engine.load_model(symbol, params, device="gpu")
     half = engine.load_model(symbol, params, device="gpu", precision="fp16")
-    want, got = _outputs(single, feed), _outputs(half, feed)
+    want, got = outputs_after_capture(single, feed), outputs_after_capture(half, feed)
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-2)
     agreement = float(np.mean(got.argmax(axis=1) == want.argmax(axis=1)))
     assert agreement >= 0.99, agreement
@@ -141,7 +133,7 @@ def test_fp16_agrees_with_fp32_on_a_small_cnn(fake_gpu: Any) -> None:
     np.testing.assert_allclose(want, list(cpu.values())[0], rtol=1e-4, atol=1e-5)
 
 
-def test_plans_of_one_model_convert_each_parameter_once(fake_gpu: Any) -> None:
+def test_plans_of_one_model_convert_each_parameter_once(fake_cudnn_gpu: Any) -> None:
     symbol, params = small_cnn()
     model = engine.load_model(symbol, params, device="gpu", precision="fp16")
     first = {"data": np.zeros((1, 3, 16, 16), np.float32)}
@@ -183,7 +175,7 @@ def test_an_fp32_only_op_runs_in_fp32_with_casts_around_it() -> None:
     assert second.name == "det"  # already float32: no cast
 
 
-def test_an_fp16_model_runs_an_fp32_only_op_on_the_stand_in(fake_gpu: Any) -> None:
+def test_an_fp16_model_runs_an_fp32_only_op_on_the_stand_in(fake_cudnn_gpu: Any) -> None:
     data = sym.var("data")
     net = sym.FullyConnected(data, num_hidden=4, no_bias=True, name="fc")
     net = sym._linalg_inverse(sym.broadcast_add(sym.reshape(net, shape=(-1, 2, 2)),
@@ -198,20 +190,20 @@ def test_an_fp16_model_runs_an_fp32_only_op_on_the_stand_in(fake_gpu: Any) -> No
     np.testing.assert_allclose(value, want[name], rtol=1e-2, atol=1e-2)
 
 
-def test_fp16_without_cudnn_runs_the_gemm_fallback_in_half(fake_gpu: Any) -> None:
+def test_fp16_without_cudnn_runs_the_gemm_fallback_in_half(fake_cudnn_gpu: Any) -> None:
     symbol, params = small_cnn()
     feed = {"data": np.random.default_rng(6).standard_normal((8, 3, 16, 16)).astype(np.float32)}
     want = list(engine.load_model(symbol, params).infer(feed).values())[0]
     model = engine.load_model(symbol, params, device=get_device("gpu", cudnn=False),
                               precision="fp16")
-    got = _outputs(model, feed)
+    got = outputs_after_capture(model, feed)
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-2)
     assert model.plan_for(feed).execution_stats()["cuda_graph"] is True
-    cublas = blas._libraries[id(fake_gpu)]
+    cublas = blas._libraries[id(fake_cudnn_gpu)]
     assert set(cublas.types) == {(HALF, HALF, HALF, COMPUTE_32F)}  # im2col GEMMs and dense
 
 
-def test_a_model_exported_in_mixed_precision_runs_in_fp16(fake_gpu: Any) -> None:
+def test_a_model_exported_in_mixed_precision_runs_in_fp16(fake_cudnn_gpu: Any) -> None:
     """MXNet's float16 CNN (half convolution weights, float32 BatchNorm statistics and input):
     the float32 parameters are converted too, and the output matches MXNet's float32 run."""
     folder = Path(__file__).parents[2] / "fixtures" / "mxnet" / "params"
@@ -219,7 +211,7 @@ def test_a_model_exported_in_mixed_precision_runs_in_fp16(fake_gpu: Any) -> None
                               device="gpu", precision="fp16")
     with np.load(folder / "cnn_fp16_io.npz") as data:
         feed, reference = {"data": data["data"]}, data["out0_float32_reference"]
-    got = _outputs(model, feed)
+    got = outputs_after_capture(model, feed)
     assert_close(got, reference, {"rtol": 1e-2, "atol": 1e-2}, "cnn_fp16 in fp16")
     constants = model.plan_for(feed).graph.constants.values()
     assert {np.asarray(value).dtype for value in constants} == {np.dtype(np.float16)}
