@@ -1,7 +1,8 @@
 """Benchmark: a plan's steps timed one by one in the order a run takes them, per node.
 
 Usage: ``python bench/steps_in_order.py [--net resnet18_v1] [--batch 1] [--runs 30]
-[--threads 1] [--top 12] [--precision fp32|bf16] [--node NAME] [--winograd-min-tiles N] [--f4-min-tiles N]``.
+[--threads 1] [--top 12] [--precision fp32|bf16] [--node NAME] [--winograd-min-tiles N]
+[--f4-min-tiles N]``.
 
 ``bench/executor.py``'s step kinds take each step's best of three calls in a row, so a step
 finds its weights in cache from the call before, which hides what streaming them from memory
