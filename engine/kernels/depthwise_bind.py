@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from engine.cpu import compiled
-from engine.kernels import depthwise_kernel
+from engine.kernels import depthwise_kernel, depthwise_vector
 from engine.kernels.conv_bind import Geometry
 from engine.kernels.depthwise_kernel import DepthwiseCall
 from engine.kernels.im2col import Ints
@@ -53,6 +53,12 @@ PLANE_CELLS = 56 * 56
 # 32 × 112² 0.143 ms against 0.209, 144 × 56² 0.166 / 0.241, 192 × 28² 0.065 / 0.105,
 # 384 × 14² 0.047 / 0.086, 960 × 7² 0.072 / 0.099; the whole network 10.3–10.5 → 9.5–9.9 ms.
 SAME_3X3 = ((3, 3), (1, 1), (1, 1), (1, 1))
+# `depthwise_vector`'s kernel runs every 3×3 pad-1 float32 layer it can (stride 2 at any size,
+# stride 1 on planes smaller than this many cells); numba's `depthwise_same_3x3` reads larger
+# stride-1 planes a little faster. MobileNet v2's layers, one thread, best of 60 alone, numba's
+# against the vector kernel: 32 × 112² 128 / 123 µs, 144 × 56² 153 / 171, 192 × 28² 60 / 34,
+# 960 × 7² 68 / 25; stride 2: 96 × 112² 363 / 244, 576 × 14² 94 / 23.
+VECTOR_SAME_CELLS = 56 * 56
 
 
 @dataclass(frozen=True)
@@ -155,6 +161,9 @@ def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometr
     axes = _axes(data.shape, geometry)
     compiled = _compiled_applies(xp, data, weight, bias, axes)
     direct = compiled and data.flags.c_contiguous  # the kernels reading the input view it flat
+    if depthwise_vector.applies(data, weight, bias, out, geometry) and (
+            max(geometry[1]) > 1 or math.prod(data.shape[2:]) < VECTOR_SAME_CELLS):
+        return [depthwise_vector.bind(data, weight, bias, out, geometry[1][0])]
     if direct and tuple(map(tuple, geometry)) == SAME_3X3:
         return [_same_call(data, weight, bias, out)]
     if direct and max(geometry[1]) > 1 and math.prod(data.shape[2:]) >= PLANE_CELLS:

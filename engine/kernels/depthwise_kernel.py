@@ -277,9 +277,14 @@ class DepthwiseCall(ClampingCall):
     """A bound call of one of this module's kernels, ``DepthwiseCall(kernel, *args)``: cut by
     planes into jobs of parts or slabs of threads; its last two arguments are its clamp."""
 
+    def operands(self) -> tuple[tuple[int, ...], tuple[int, ...], int | None]:
+        """Where the kernel's operands sit in this call: the (planes, …) arrays, the
+        per-channel arrays, and the phase grid it writes (None: it has none)."""
+        return _OPERANDS[self.func.__name__]
+
     def extent(self) -> tuple[int, int, int]:
         """(planes, channels, bytes of the planar arrays: input and output)."""
-        planar, per_channel, _ = _OPERANDS[self.func.__name__]
+        planar, per_channel, _ = self.operands()
         arrays = [self.args[index] for index in planar]
         return (arrays[0].shape[0], self.args[per_channel[0]].shape[0],
                 sum(array.nbytes for array in arrays))
@@ -288,7 +293,7 @@ class DepthwiseCall(ClampingCall):
         """This call restricted to planes [start, stop), which must be whole samples or lie
         within one sample: a call of its own, with its own phase grid, that can run beside
         the others."""
-        planar, per_channel, grid = _OPERANDS[self.func.__name__]
+        planar, per_channel, grid = self.operands()
         args = list(self.args)
         channels = args[per_channel[0]].shape[0]
         for index in planar:

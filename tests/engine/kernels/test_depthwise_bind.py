@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from engine import sym
-from engine.kernels import depthwise_bind, depthwise_kernel
+from engine.kernels import depthwise_bind, depthwise_kernel, depthwise_vector
 from engine.ops.nn import conv
 from tests.engine.runtime.helpers import load_pair, run_allocation, step_funcs
 
@@ -60,7 +60,17 @@ def calls_compiled_kernel(plan) -> bool:
     funcs = step_funcs(plan)
     return any(kernel in funcs for kernel in (depthwise_kernel.depthwise_rows,
                                               depthwise_kernel.depthwise_planes,
-                                              depthwise_kernel.depthwise_same_3x3))
+                                              depthwise_kernel.depthwise_same_3x3,
+                                              depthwise_vector.depthwise_3x3))
+
+
+def calls_vector_kernel(plan) -> bool:
+    return depthwise_vector.depthwise_3x3 in step_funcs(plan)
+
+
+def without_vector_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """numba's kernels for the layers the vector kernel would take (these tests are theirs)."""
+    monkeypatch.setattr(depthwise_vector, "applies", lambda *arguments: False)
 
 
 def calls_same_kernel(plan) -> bool:
@@ -78,8 +88,9 @@ def calls_planes_kernel(plan) -> bool:
 def test_bound_depthwise_matches_reference(geometry: tuple, batch: int, no_bias: bool,
                                            compiled: bool,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    if not compiled:
+    if not compiled:  # NumPy's binding: neither numba's kernels nor the vector kernel
         monkeypatch.setattr("engine.cpu.compiled.available", lambda: False)
+        without_vector_kernel(monkeypatch)
     spatial = {1: (13,), 2: (12, 11), 3: (7, 6, 5)}[len(geometry[0])]
     shape = (batch, CHANNELS, *spatial)
     optimized, reference = load_pair(depthwise_block(*geometry, no_bias), shape, RNG)
@@ -97,6 +108,7 @@ def test_kernel_reading_the_input_matches_reference(geometry: tuple, spatial: tu
     # Every size takes the per-plane kernel here (it only takes large strided planes by
     # default): each stride across (1, 2, 3) has its own copy loop, odd and even widths.
     monkeypatch.setattr(depthwise_bind, "PLANE_CELLS", 0)
+    without_vector_kernel(monkeypatch)
     shape = (2, CHANNELS, *spatial)
     optimized, reference = load_pair(depthwise_block(*geometry, False), shape, RNG)
     plan = optimized.plan_for({"data": np.zeros(shape, np.float32)})
@@ -107,9 +119,11 @@ def test_kernel_reading_the_input_matches_reference(geometry: tuple, spatial: tu
 
 @pytest.mark.parametrize("spatial", [(12, 11), (7, 7), (3, 3), (2, 5), (1, 4), (6, 1), (4, 3),
                                      (5, 2)])
-def test_same_3x3_kernel_matches_reference(spatial: tuple) -> None:
+def test_same_3x3_kernel_matches_reference(spatial: tuple,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
     # Every size takes the 3x3 stride-1 kernel: its inside run, its top/bottom rows and
     # corners, and planes too small to have an inside.
+    without_vector_kernel(monkeypatch)
     shape = (2, CHANNELS, *spatial)
     optimized, reference = load_pair(depthwise_block((3, 3), (1, 1), (1, 1), (1, 1), False),
                                      shape, RNG)
@@ -136,12 +150,30 @@ def test_large_planes_take_the_kernels_reading_the_input() -> None:
 
 
 @pytest.mark.parametrize(("size", "planes"), [(56, True), (55, False)])
-def test_large_strided_planes_take_the_kernel_reading_the_input(size: int, planes: bool) -> None:
+def test_large_strided_planes_take_the_kernel_reading_the_input(
+        size: int, planes: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    without_vector_kernel(monkeypatch)
     shape = (1, CHANNELS, size, size)
     block = depthwise_block((3, 3), (2, 2), (1, 1), (1, 1), False)
     optimized, reference = load_pair(block, shape, RNG)
     plan = optimized.plan_for({"data": np.zeros(shape, np.float32)})
     assert calls_planes_kernel(plan) == planes
+    assert calls_compiled_kernel(plan)
+    assert_same_runs(optimized, reference, shape)
+
+
+@pytest.mark.skipif(depthwise_vector._task(1) is None, reason="no vector kernel on this host")
+@pytest.mark.parametrize(("stride", "size", "vector"), [
+    (2, 112, True), (2, 7, True), (1, 55, True), (1, 56, False), (1, 1, True)])
+def test_vector_kernel_takes_strided_and_smaller_planes(stride: int, size: int,
+                                                        vector: bool) -> None:
+    # Stride 2 at every size, stride 1 below `VECTOR_SAME_CELLS` (numba's reads the larger
+    # ones); the second convolution of the block is stride 1 on the first's output.
+    shape = (1, CHANNELS, size, size)
+    block = depthwise_block((3, 3), (stride, stride), (1, 1), (1, 1), False)
+    optimized, reference = load_pair(block, shape, RNG)
+    plan = optimized.plan_for({"data": np.zeros(shape, np.float32)})
+    assert calls_vector_kernel(plan) == vector
     assert calls_compiled_kernel(plan)
     assert_same_runs(optimized, reference, shape)
 

@@ -1,0 +1,224 @@
+"""The LLVM IR of the 3×3, pad-1 depthwise convolution with each output row in 16-lane vectors.
+
+``depthwise_3x3_s1`` and ``depthwise_3x3_s2`` (stride 1 and 2 on both axes) are `spin_pool`
+tasks ``(context, part, parts)`` over the planes (sample-major ``(planes, H, W)`` float32, a
+plane's channel ``plane % channels``); ``context`` holds int64s (`FIELDS`): the input's,
+output's, weights' ((channels, 9)) and bias's ((channels,)) addresses, the planes, channels,
+H, W, the output's H and W, and the clamp's bounds as float64 bits.
+
+An output vector is 16 adjacent outputs of one row: the bias, plus nine fused multiply-adds of
+a broadcast weight and 16 inputs read by masked loads. The masks leave out the columns outside
+the plane (the left and right padding) and whole rows outside it (the top and bottom padding),
+so padded cells read as zero, no padded copy is made and no edge is handled apart. Stride 2
+reads 32 adjacent floats per input row and keeps the even and odd ones by shuffles. The sum is
+clamped as ``clip`` does (NaN stays NaN) and stored under the row's tail mask.
+
+At batch 1 numba's kernels (`depthwise_kernel`) vectorise a plane's flat runs, whose loops
+over a 7×7 or 14×14 plane are mostly remainders, and fill a phase grid for stride 2; here
+every row is one to seven vectors whatever its width.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import llvmlite.ir as ir
+
+F32, F64, I64, I32, I1 = (ir.FloatType(), ir.DoubleType(), ir.IntType(64), ir.IntType(32),
+                          ir.IntType(1))
+LANES = 16
+TAPS = 9
+FIELDS = ("source", "target", "weights", "bias", "planes", "channels", "height", "width",
+          "out_height", "out_width", "low", "high")
+STRIDES = (1, 2)
+
+
+def task_name(stride: int) -> str:
+    """The task's function name for ``stride``."""
+    return f"depthwise_3x3_s{stride}"
+
+
+def module() -> ir.Module:
+    """A module holding the task of every stride in `STRIDES`."""
+    built = ir.Module(name="hybridserve_depthwise")
+    kernel = _Kernel(built)
+    for stride in STRIDES:
+        kernel.define(stride)
+    return built
+
+
+class _Kernel:
+    def __init__(self, built: ir.Module) -> None:
+        self.module = built
+        self.floats = ir.VectorType(F32, LANES)
+        self.mask = ir.VectorType(I1, LANES)
+        self.indices = ir.VectorType(I64, LANES)
+        self.masked_load = ir.Function(built, ir.FunctionType(
+            self.floats, [self.floats.as_pointer(), I32, self.mask, self.floats]),
+            name=f"llvm.masked.load.v{LANES}f32.p0")
+        self.masked_store = ir.Function(built, ir.FunctionType(
+            ir.VoidType(), [self.floats, self.floats.as_pointer(), I32, self.mask]),
+            name=f"llvm.masked.store.v{LANES}f32.p0")
+        self.fmuladd = ir.Function(built, ir.FunctionType(self.floats, [self.floats] * 3),
+                                   name=f"llvm.fmuladd.v{LANES}f32")
+
+    def define(self, stride: int) -> None:
+        function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [I64] * 3),
+                               name=task_name(stride))
+        context, part, parts = function.args
+        builder = ir.IRBuilder(function.append_basic_block("entry"))
+        words = builder.inttoptr(context, I64.as_pointer())
+        field = {name: builder.load(builder.gep(words, [I64(index)]), align=8)
+                 for index, name in enumerate(FIELDS)}
+        bounds = [builder.fptrunc(builder.bitcast(field[name], F64), F32)
+                  for name in ("low", "high")]
+        field["bounds"] = [self._splat(builder, bound, self.floats) for bound in bounds]
+        first = builder.sdiv(builder.mul(part, field["planes"]), parts)
+        last = builder.sdiv(builder.mul(builder.add(part, I64(1)), field["planes"]), parts)
+        with _Loop(builder, function, first, last, "plane") as plane:
+            self._plane(builder, function, field, plane, stride)
+        builder.ret_void()
+
+    def _plane(self, builder: ir.IRBuilder, function: ir.Function, field: dict[str, Any],
+               plane: Any, stride: int) -> None:
+        channel = builder.srem(plane, field["channels"])
+        weights = builder.gep(builder.inttoptr(field["weights"], F32.as_pointer()),
+                              [builder.mul(channel, I64(TAPS))])
+        taps = [self._splat(builder, builder.load(builder.gep(weights, [I64(tap)]), align=4),
+                            self.floats) for tap in range(TAPS)]
+        bias = builder.load(builder.gep(builder.inttoptr(field["bias"], F32.as_pointer()),
+                                        [channel]), align=4)
+        height, width = field["height"], field["width"]
+        source = builder.gep(builder.inttoptr(field["source"], F32.as_pointer()),
+                             [builder.mul(plane, builder.mul(height, width))])
+        target = builder.gep(builder.inttoptr(field["target"], F32.as_pointer()),
+                             [builder.mul(plane, builder.mul(field["out_height"],
+                                                             field["out_width"]))])
+        plane_field = dict(field, source=source, target=target, taps=taps,
+                           shift=self._splat(builder, bias, self.floats))
+        # Down one column of vectors at a time: an input row's three reads serve each output
+        # row that reads it (three at stride 1, two at stride 2) from registers, so a vector
+        # of outputs costs three or six masked loads, not nine; and the column masks are made
+        # once per column.
+        with _Loop(builder, function, I64(0), field["out_width"], "column", LANES) as column:
+            self._column(builder, function, plane_field, column, stride)
+
+    def _column(self, builder: ir.IRBuilder, function: ir.Function, field: dict[str, Any],
+                column: Any, stride: int) -> None:
+        height, out_width = field["height"], field["out_width"]
+        start = builder.sub(builder.mul(column, I64(stride)), I64(1))  # input column of lane 0
+        blocks = (0, 1, 2) if stride == 1 else (0, LANES, 2 * LANES)
+        masks = [self._columns_inside(builder, builder.add(start, I64(block)), field["width"])
+                 for block in blocks]
+        stored = self._lanes_below(builder, builder.sub(out_width, column))
+        written = builder.gep(field["target"], [column])
+        zero = ir.Constant(self.floats, [0.0] * LANES)
+
+        def reads(line: Any) -> list[Any]:
+            inside = self._splat(builder, builder.icmp_signed("<", line, height), self.mask)
+            at = builder.add(builder.mul(line, field["width"]), start)
+            loaded = [self._load(builder, field["source"], builder.add(at, I64(block)),
+                                 builder.and_(mask, inside))
+                      for block, mask in zip(blocks, masks, strict=True)]
+            if stride == 1:
+                return loaded
+            # Input columns 2x - 1 (even lanes of the 32 from `start`), 2x (odd lanes) and
+            # 2x + 1 (even lanes from start + 2: the first's last 15 and one more float).
+            first, second, third = loaded
+            even = builder.shuffle_vector(first, second, self._order(range(0, 2 * LANES, 2)))
+            odd = builder.shuffle_vector(first, second, self._order(range(1, 2 * LANES, 2)))
+            after = builder.shuffle_vector(even, third, self._order(range(1, LANES + 1)))
+            return [even, odd, after]
+
+        # Input row -1 is padding: zeros. Stride 1 carries rows y - 1 and y into output row y
+        # and reads y + 1; stride 2 carries row 2y - 1 and reads 2y and 2y + 1.
+        initial = [zero] * 3 + (reads(I64(0)) if stride == 1 else [])
+        with _Loop(builder, function, I64(0), field["out_height"], "row",
+                   carried=initial) as loop:
+            row, carried = loop.index, loop.carried
+            if stride == 1:
+                rows = [carried[:3], carried[3:], reads(builder.add(row, I64(1)))]
+            else:
+                first = builder.mul(row, I64(2))
+                rows = [carried, reads(first), reads(builder.add(first, I64(1)))]
+            total = field["shift"]
+            for above, values in enumerate(rows):
+                for across, value in enumerate(values):
+                    total = builder.call(self.fmuladd, [field["taps"][3 * above + across],
+                                                        value, total])
+            low, high = field["bounds"]
+            # ``clip``'s order, not min/max: a NaN compares false both ways and stays.
+            total = builder.select(builder.fcmp_ordered("<", total, low), low, total)
+            total = builder.select(builder.fcmp_ordered(">", total, high), high, total)
+            address = builder.bitcast(builder.gep(written, [builder.mul(row, out_width)]),
+                                      self.floats.as_pointer())
+            builder.call(self.masked_store, [total, address, I32(4), stored])
+            loop.carry([*rows[1], *rows[2]] if stride == 1 else rows[2])
+
+    def _columns_inside(self, builder: ir.IRBuilder, first: Any, width: Any) -> Any:
+        """The mask of lanes whose input column ``first + lane`` lies in [0, W)."""
+        columns = builder.add(self._splat(builder, first, self.indices),
+                              ir.Constant(self.indices, list(range(LANES))))
+        return builder.and_(
+            builder.icmp_signed(">=", columns, ir.Constant(self.indices, [0] * LANES)),
+            builder.icmp_signed("<", columns, self._splat(builder, width, self.indices)))
+
+    def _load(self, builder: ir.IRBuilder, source: Any, at: Any, mask: Any) -> Any:
+        """16 floats from ``source[at]`` on, those outside ``mask`` read as zero (and never
+        touched: a masked lane may lie outside the plane)."""
+        address = builder.bitcast(builder.gep(source, [at]), self.floats.as_pointer())
+        zero = ir.Constant(self.floats, [0.0] * LANES)
+        return builder.call(self.masked_load, [address, I32(4), mask, zero])
+
+    def _lanes_below(self, builder: ir.IRBuilder, count: Any) -> Any:
+        """The mask of lanes ``j < count``."""
+        return builder.icmp_signed("<", ir.Constant(self.indices, list(range(LANES))),
+                                   self._splat(builder, count, self.indices))
+
+    @staticmethod
+    def _order(lanes: Any) -> ir.Constant:
+        return ir.Constant(ir.VectorType(I32, LANES), list(lanes))
+
+    @staticmethod
+    def _splat(builder: ir.IRBuilder, scalar: Any, vector: ir.VectorType) -> Any:
+        undefined = ir.Constant(vector, ir.Undefined)
+        single = builder.insert_element(undefined, scalar, I32(0))
+        return builder.shuffle_vector(single, undefined, ir.Constant(
+            ir.VectorType(I32, vector.count), [0] * vector.count))
+
+
+class _Loop:
+    """``for index in range(start, stop, step)`` around the body built inside the block, with
+    values carried from one iteration to the next (``carried``, set by `carry`)."""
+
+    def __init__(self, builder: ir.IRBuilder, function: ir.Function, start: Any, stop: Any,
+                 name: str, step: int = 1, carried: list[Any] = ()) -> None:
+        self.builder, self.function, self.start, self.stop = builder, function, start, stop
+        self.name, self.step, self.initial = name, step, list(carried)
+        self.following: list[Any] = []
+
+    def __enter__(self) -> Any:
+        builder = self.builder
+        self.before = builder.block
+        self.body = self.function.append_basic_block(self.name)
+        self.after = self.function.append_basic_block(f"{self.name}_done")
+        builder.cbranch(builder.icmp_signed("<", self.start, self.stop), self.body, self.after)
+        builder.position_at_end(self.body)
+        self.index = builder.phi(I64)
+        self.carried = [builder.phi(value.type) for value in self.initial]
+        return self if self.initial else self.index
+
+    def carry(self, values: list[Any]) -> None:
+        """The carried values the next iteration starts with."""
+        self.following = list(values)
+
+    def __exit__(self, *exception: object) -> None:
+        builder = self.builder
+        following = builder.add(self.index, I64(self.step))
+        self.index.add_incoming(self.start, self.before)
+        self.index.add_incoming(following, builder.block)
+        for phi, first, then in zip(self.carried, self.initial, self.following, strict=True):
+            phi.add_incoming(first, self.before)
+            phi.add_incoming(then, builder.block)
+        builder.cbranch(builder.icmp_signed("<", following, self.stop), self.body, self.after)
+        builder.position_at_end(self.after)

@@ -1,0 +1,117 @@
+"""The 3×3, pad-1, stride-1 or -2 float32 depthwise convolution as `depthwise_ir`'s vector
+kernel: its bound call and the machine code, compiled once per process.
+
+`depthwise_bind` binds it where the host has AVX-512 and llvmlite compiles it; elsewhere the
+numba kernels (`depthwise_kernel`) run. Measured on MobileNet v2's 17 depthwise layers at batch
+1, one thread, against those kernels (steps timed in order in a run): see docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import Any
+
+import numpy as np
+
+from engine.cpu import host_features, kernel_jobs, spin_pool
+from engine.kernels.depthwise_kernel import DepthwiseCall
+
+STRIDES = (1, 2)  # what `depthwise_ir` generates
+_compiled: dict[str, Any] = {}  # the LLVM engine (it owns the machine code), once made
+_compiling = threading.Lock()
+_TASK = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
+
+
+def applies(data: Any, weight: Any, bias: Any, out: Any, geometry: Any) -> bool:
+    """Whether this kernel runs the convolution: float32 NCHW arrays it can read flat, a 3×3
+    kernel, pad 1, no dilation, the same stride 1 or 2 on both axes, and the kernel compiled
+    for this host."""
+    kernel, stride, dilate, pad = (tuple(values) for values in geometry)
+    arrays = (data, weight, out) if bias is None else (data, weight, bias, out)
+    return (kernel == (3, 3) and pad == (1, 1) and dilate == (1, 1)
+            and stride in ((1, 1), (2, 2)) and data.ndim == 4
+            and all(isinstance(a, np.ndarray) and a.dtype == np.float32
+                    and a.flags.c_contiguous for a in arrays)
+            and _task(stride[0]) is not None)
+
+
+def bind(data: Any, weight: Any, bias: Any, out: Any, stride: int) -> VectorDepthwiseCall:
+    """The call computing ``out = depthwise_conv(data, weight) + bias`` (see `applies`),
+    unclamped (±inf bounds) until an epilogue clamps it."""
+    batch, channels = data.shape[:2]
+    bias = np.zeros(channels, data.dtype) if bias is None else bias.reshape(channels)
+    return VectorDepthwiseCall(depthwise_3x3, data.reshape(batch * channels, *data.shape[2:]),
+                               weight.reshape(channels, -1), bias,
+                               out.reshape(batch * channels, *out.shape[2:]), stride,
+                               data.dtype.type("-inf"), data.dtype.type("inf"))
+
+
+def depthwise_3x3(data: Any, weights: Any, bias: Any, out: Any, stride: int, low: Any,
+                  high: Any) -> None:
+    """``out[p] = clip(bias[c] + conv3x3(data[p], weights[c]), low, high)`` for every plane
+    ``p`` of ``data`` (planes, H, W) and ``out`` (planes, OH, OW), ``c = p % channels``,
+    on this thread."""
+    context = _context(data, weights, bias, out, low, high)
+    _TASK(_task(stride))(context.ctypes.data, 0, 1)
+
+
+def _context(data: Any, weights: Any, bias: Any, out: Any, low: Any,
+             high: Any) -> np.ndarray:
+    """The int64 words `depthwise_ir.FIELDS` names."""
+    if out.shape[0] != data.shape[0] or weights.shape != (bias.shape[0], 9):
+        raise ValueError(f"depthwise 3×3: planes {data.shape} → {out.shape} with weights "
+                         f"{weights.shape} and bias {bias.shape} do not match")
+    bounds = [int(np.float64(bound).view(np.int64)) for bound in (low, high)]
+    return np.array([data.ctypes.data, out.ctypes.data, weights.ctypes.data, bias.ctypes.data,
+                     data.shape[0], weights.shape[0], *data.shape[1:], *out.shape[1:],
+                     *bounds], np.int64)
+
+
+class VectorDepthwiseCall(DepthwiseCall):
+    """A bound call of `depthwise_3x3`: ``(data, weights, bias, out, stride, low, high)``,
+    cut by planes as `DepthwiseCall` cuts its kernels' calls."""
+
+    def operands(self) -> tuple[tuple[int, ...], tuple[int, ...], None]:
+        return (0, 3), (1, 2), None
+
+    def as_job(self, workspace: Any) -> Any:
+        """A `spin_pool` job over the planes."""
+        data, weights, bias, out, stride, low, high = self.args
+        parts = kernel_jobs.parts_for(data.shape[0], data.size + out.size)
+        return spin_pool.job(_task(stride), _context(data, weights, bias, out, low, high),
+                             parts, keep=(data, weights, bias, out))
+
+
+def _task(stride: int) -> int | None:
+    """The address of the task for ``stride``; None where it cannot be compiled here."""
+    if "engine" not in _compiled:
+        with _compiling:
+            if "engine" not in _compiled:
+                _compiled["engine"] = _compile()
+    engine = _compiled["engine"]
+    if engine is None or stride not in STRIDES:
+        return None
+    from engine.kernels.depthwise_ir import task_name
+
+    return engine.get_function_address(task_name(stride))
+
+
+def _compile() -> Any:
+    """The module compiled for the host, or None: no AVX-512 (16 lanes would be split in
+    two), no llvmlite, or no JIT for this target."""
+    if not host_features.has("avx512f"):
+        return None
+    try:
+        import llvmlite.binding as llvm
+
+        from engine.cpu.llvm_jit import compile_ir
+        from engine.kernels.depthwise_ir import module
+    except ImportError:
+        return None
+    try:
+        llvm.initialize_native_target()
+        return compile_ir(str(module()), llvm.get_host_cpu_name(),
+                          llvm.get_host_cpu_features().flatten(), level=3)
+    except (RuntimeError, OSError):
+        return None

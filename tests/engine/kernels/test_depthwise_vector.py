@@ -1,0 +1,140 @@
+"""The vector 3×3 depthwise kernel (`engine.kernels.depthwise_vector`, IR in `depthwise_ir`)
+agrees with a float64 NumPy convolution: every width around a vector's 16 lanes, planes of
+one cell, odd channel counts, stride 1 and 2, its clamp and NaNs, its jobs and slabs; it
+writes nothing past its output and stands aside where it does not apply."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.cpu import kernel_jobs, spin_pool
+from engine.kernels import depthwise_vector
+
+RNG = np.random.default_rng(31)
+SENTINEL = np.float32(-12345.0)
+
+pytestmark = pytest.mark.skipif(depthwise_vector._task(1) is None,
+                                reason="no AVX-512 or no llvmlite JIT on this host")
+
+
+def reference(data: np.ndarray, weight: np.ndarray, bias: np.ndarray, stride: int,
+              low: float = -np.inf, high: float = np.inf) -> np.ndarray:
+    """The 3×3 pad-1 depthwise convolution in float64, clipped as ``clip`` clips."""
+    batch, channels, height, width = data.shape
+    padded = np.pad(data.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    out_height, out_width = (height - 1) // stride + 1, (width - 1) // stride + 1
+    out = np.zeros((batch, channels, out_height, out_width)) + bias.reshape(1, -1, 1, 1)
+    for ky in range(3):
+        for kx in range(3):
+            window = padded[:, :, ky:ky + stride * (out_height - 1) + 1:stride,
+                            kx:kx + stride * (out_width - 1) + 1:stride]
+            out += weight[:, 0, ky, kx].reshape(1, -1, 1, 1) * window
+    return np.clip(out, low, high)
+
+
+def operands(shape: tuple, stride: int) -> tuple[np.ndarray, ...]:
+    """Input, weight, bias, an output filled with `SENTINEL` that is a view at the start of a
+    longer buffer (its tail must stay `SENTINEL`), and that buffer."""
+    batch, channels, height, width = shape
+    data = RNG.normal(scale=2, size=shape).astype(np.float32)
+    weight = RNG.normal(size=(channels, 1, 3, 3)).astype(np.float32)
+    bias = RNG.normal(size=channels).astype(np.float32)
+    out_shape = (batch, channels, (height - 1) // stride + 1, (width - 1) // stride + 1)
+    buffer = np.full(int(np.prod(out_shape)) + 64, SENTINEL, np.float32)
+    return data, weight, bias, buffer[:-64].reshape(out_shape), buffer
+
+
+# Widths 1-3, around 16 and 32 lanes (15, 16, 17, 31, 33) and MobileNet's 7, 14, 28; heights
+# of 1 and 2 rows (no inside row); one channel and channel counts that are not a multiple of 16.
+SHAPES = [(1, 5, 1, 1), (2, 3, 1, 4), (1, 4, 5, 1), (1, 3, 2, 2), (2, 17, 7, 7),
+          (1, 6, 14, 14), (1, 1, 15, 16), (1, 3, 16, 17), (1, 2, 9, 31), (1, 2, 4, 33),
+          (2, 19, 28, 28), (1, 2, 3, 48)]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("stride", [1, 2])
+def test_kernel_matches_reference_and_writes_only_its_output(shape: tuple, stride: int) -> None:
+    data, weight, bias, out, buffer = operands(shape, stride)
+    depthwise_vector.bind(data, weight, bias, out, stride)()
+    np.testing.assert_allclose(out, reference(data, weight, bias, stride), rtol=1e-5,
+                               atol=1e-5)
+    assert (buffer[out.size:] == SENTINEL).all(), "a store landed past the output"
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_no_bias_reads_as_zero(stride: int) -> None:
+    data, weight, bias, out, _ = operands((1, 3, 9, 10), stride)
+    depthwise_vector.bind(data, weight, None, out, stride)()
+    np.testing.assert_allclose(out, reference(data, weight, np.zeros_like(bias), stride),
+                               rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_clamp_keeps_nan_and_padding_reads_zero(stride: int) -> None:
+    # NaNs in a corner, on the first and last columns and inside: each must reach the outputs
+    # whose taps cover it and no other (a column's neighbour across a row's end, say), and
+    # a padded tap must read zero, not a neighbouring plane's values.
+    shape = (1, 4, 11, 21)
+    data, weight, bias, out, _ = operands(shape, stride)
+    for channel, (y, x) in enumerate(((0, 0), (5, 0), (5, 20), (6, 9))):
+        data[0, channel, y, x] = np.nan
+    call = depthwise_vector.bind(data, weight, bias, out, stride).clamped(np.float32(0),
+                                                                          np.float32(6))
+    call()
+    want = reference(data, weight, bias, stride, 0.0, 6.0)
+    assert np.isnan(want).any()
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)  # NaN exactly where want's
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("batch", [1, 2])  # slabs of channels of one sample, of whole samples
+def test_job_of_several_parts_and_slabs_match_one_call(stride: int, batch: int,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kernel_jobs, "PART_ELEMENTS", 1)  # as many parts as there may be
+    data, weight, bias, out, _ = operands((batch, 7, 12, 13), stride)
+    call = depthwise_vector.bind(data, weight, bias, out, stride)
+    call()
+    want = out.copy()
+    out.fill(SENTINEL)
+    job = call.as_job(None)
+    if spin_pool.available():
+        assert job.args[-1] > 1, "the job was not cut into parts"
+    job()
+    np.testing.assert_array_equal(out, want)
+    monkeypatch.setattr("engine.kernels.depthwise_kernel.SLAB_MIN_BYTES", 0)
+    for count in (2, 3):
+        out.fill(SENTINEL)
+        slabs = call.slabs(count)
+        assert slabs is not None and len(slabs) > 1
+        for slab in slabs:
+            slab()
+        np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize(("change", "applies"), [
+    ({}, True),
+    ({"geometry": ((3, 3), (2, 2), (1, 1), (1, 1))}, True),
+    ({"geometry": ((5, 5), (1, 1), (1, 1), (2, 2))}, False),
+    ({"geometry": ((3, 3), (1, 1), (1, 1), (0, 0))}, False),
+    ({"geometry": ((3, 3), (2, 1), (1, 1), (1, 1))}, False),
+    ({"geometry": ((3, 3), (3, 3), (1, 1), (1, 1))}, False),
+    ({"geometry": ((3, 3), (1, 1), (2, 2), (2, 2))}, False),
+    ({"dtype": np.float64}, False),
+    ({"strided": True}, False),
+])
+def test_applies_only_to_what_it_computes(change: dict, applies: bool) -> None:
+    dtype = change.get("dtype", np.float32)
+    data = np.zeros((1, 4, 8, 8), dtype)
+    if change.get("strided"):
+        data = np.zeros((1, 4, 8, 16), dtype)[..., ::2]
+    weight, out = np.zeros((4, 1, 3, 3), dtype), np.zeros((1, 4, 8, 8), dtype)
+    geometry = change.get("geometry", ((3, 3), (1, 1), (1, 1), (1, 1)))
+    assert depthwise_vector.applies(data, weight, None, out, geometry) == applies
+
+
+def test_mismatched_operands_are_refused_by_name() -> None:
+    data, weight, bias, out, _ = operands((1, 4, 6, 6), 1)
+    with pytest.raises(ValueError, match="depthwise 3×3"):
+        depthwise_vector.depthwise_3x3(data.reshape(4, 6, 6), weight.reshape(4, 9), bias[:3],
+                                       out.reshape(4, 6, 6), 1, -np.inf, np.inf)
