@@ -17,7 +17,10 @@ Two layouts keep every copy a long contiguous run:
 
 Where numba is installed, `depthwise_kernel`'s compiled kernels replace the patches and the
 matmul (2-D, float32/64): over the NumPy-filled phases, or reading the input themselves for
-large strided planes (`PLANE_CELLS`) and every 3×3 stride-1 pad-1 one (`SAME_3X3`).
+large strided planes (`PLANE_CELLS`) and every 3×3 stride-1 pad-1 one (`SAME_3X3`). Before
+them, float32 3×3 pad-1 layers of stride 1 or 2 take `depthwise_vector`'s kernel (LLVM IR,
+AVX-512; numba not needed), but for the large stride-1 planes `VECTOR_SAME_CELLS` leaves to
+numba's.
 
 The phases live in a zero-bordered `Workspace` buffer (only input cells are written per run), the
 patches and matmul results in the plan's shared scratch, and all views are made at bind time.
@@ -53,11 +56,14 @@ PLANE_CELLS = 56 * 56
 # 32 × 112² 0.143 ms against 0.209, 144 × 56² 0.166 / 0.241, 192 × 28² 0.065 / 0.105,
 # 384 × 14² 0.047 / 0.086, 960 × 7² 0.072 / 0.099; the whole network 10.3–10.5 → 9.5–9.9 ms.
 SAME_3X3 = ((3, 3), (1, 1), (1, 1), (1, 1))
-# `depthwise_vector`'s kernel runs every 3×3 pad-1 float32 layer it can (stride 2 at any size,
-# stride 1 on planes smaller than this many cells); numba's `depthwise_same_3x3` reads larger
-# stride-1 planes a little faster. MobileNet v2's layers, one thread, best of 60 alone, numba's
-# against the vector kernel: 32 × 112² 128 / 123 µs, 144 × 56² 153 / 171, 192 × 28² 60 / 34,
-# 960 × 7² 68 / 25; stride 2: 96 × 112² 363 / 244, 576 × 14² 94 / 23.
+# `depthwise_vector`'s kernel runs every 3×3 pad-1 float32 layer it can, but for stride-1
+# planes of this many cells or more whose rows do not fill whole vectors (width not a multiple
+# of 16): numba's `depthwise_same_3x3` sums those as one long flat run, while the vector
+# kernel's rows then end in a part-filled vector and start off a cache line. MobileNet v2's
+# layers, one thread, best of 60 alone, numba's against the vector kernel: 144 × 56² 153 /
+# 171 µs, 32 × 112² 128 / 118, 192 × 28² 60 / 34, 960 × 7² 68 / 25; stride 2: 96 × 112² 363 /
+# 244, 576 × 14² 94 / 23. In order in a run (load average 4): 144 × 56² 312 / 330, 32 × 112²
+# 247 / 187.
 VECTOR_SAME_CELLS = 56 * 56
 
 
@@ -162,7 +168,8 @@ def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometr
     compiled = _compiled_applies(xp, data, weight, bias, axes)
     direct = compiled and data.flags.c_contiguous  # the kernels reading the input view it flat
     if depthwise_vector.applies(data, weight, bias, out, geometry) and (
-            max(geometry[1]) > 1 or math.prod(data.shape[2:]) < VECTOR_SAME_CELLS):
+            max(geometry[1]) > 1 or math.prod(data.shape[2:]) < VECTOR_SAME_CELLS
+            or data.shape[-1] % depthwise_vector.LANES == 0):
         return [depthwise_vector.bind(data, weight, bias, out, geometry[1][0])]
     if direct and tuple(map(tuple, geometry)) == SAME_3X3:
         return [_same_call(data, weight, bias, out)]

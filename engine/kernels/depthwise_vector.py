@@ -18,6 +18,7 @@ from engine.cpu import host_features, kernel_jobs, spin_pool
 from engine.kernels.depthwise_kernel import DepthwiseCall
 
 STRIDES = (1, 2)  # what `depthwise_ir` generates
+LANES = 16  # outputs per vector: a row of a multiple of this many fills its vectors
 _compiled: dict[str, Any] = {}  # the LLVM engine (it owns the machine code), once made
 _compiling = threading.Lock()
 _TASK = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
