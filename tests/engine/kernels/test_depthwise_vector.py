@@ -138,3 +138,14 @@ def test_mismatched_operands_are_refused_by_name() -> None:
     with pytest.raises(ValueError, match="depthwise 3×3"):
         depthwise_vector.depthwise_3x3(data.reshape(4, 6, 6), weight.reshape(4, 9), bias[:3],
                                        out.reshape(4, 6, 6), 1, -np.inf, np.inf)
+
+
+def test_without_avx512_it_stands_aside(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 16 lanes split in two without AVX-512: the kernel is not compiled, and the bind falls
+    # back to numba's kernels.
+    monkeypatch.setattr(depthwise_vector, "_compiled", {})
+    monkeypatch.setattr("engine.cpu.host_features.has", lambda flag: False)
+    data, weight, bias, out, _ = operands((1, 4, 8, 8), 1)
+    assert depthwise_vector._task(1) is None
+    assert not depthwise_vector.applies(data, weight, bias, out,
+                                        ((3, 3), (1, 1), (1, 1), (1, 1)))
