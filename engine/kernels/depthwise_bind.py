@@ -59,11 +59,11 @@ SAME_3X3 = ((3, 3), (1, 1), (1, 1), (1, 1))
 # `depthwise_vector`'s kernel runs every 3×3 pad-1 float32 layer it can, but for stride-1
 # planes of this many cells or more whose rows do not fill whole vectors (width not a multiple
 # of 16): numba's `depthwise_same_3x3` sums those as one long flat run, while the vector
-# kernel's rows then end in a part-filled vector and start off a cache line. MobileNet v2's
-# layers, one thread, best of 60 alone, numba's against the vector kernel: 144 × 56² 153 /
-# 171 µs, 32 × 112² 128 / 118, 192 × 28² 60 / 34, 960 × 7² 68 / 25; stride 2: 96 × 112² 363 /
-# 244, 576 × 14² 94 / 23. In order in a run (load average 4): 144 × 56² 312 / 330, 32 × 112²
-# 247 / 187.
+# kernel's rows then end in a part-filled vector (56 = 3.5 vectors). MobileNet v2's layers,
+# one thread, best of 60 alone, numba's against the vector kernel: 144 × 56² 153 / 171 µs,
+# 32 × 112² 128 / 118, 192 × 28² 60 / 34, 960 × 7² 68 / 25; stride 2: 96 × 112² 363 / 244,
+# 576 × 14² 94 / 23. In order in a run (medians of 40): 32 × 112² 247 / 187 (load 4), 144 ×
+# 56² 312 / 330 (load 4), 231 / 240 and 198 / 199 (fp32 and bf16 plans, load 2.5).
 VECTOR_SAME_CELLS = 56 * 56
 
 
