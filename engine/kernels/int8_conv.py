@@ -30,9 +30,10 @@ from engine.cpu import compiled, kernel_jobs, spin_pool
 from engine.kernels import gemm_int8
 
 _kernels: dict[str, Any] = {}
-# Output positions the requantize pass holds as float32 between its two loops: up to TILE,
-# fewer for many filters, so that the values (TILE_VALUES float32) stay in L1.
-TILE, TILE_VALUES = 64, 4096
+# Output positions the requantize pass holds as bytes between its loops: up to TILE, fewer
+# for many filters, so that its tiles (TILE_BYTES each, the output's and the residual's)
+# stay in L1.
+TILE, TILE_BYTES = 64, 8192
 # Activation codes the requantize pass understands (`Activation.kind`).
 ACTIVATIONS = {None: 0, "relu": 1, "bounded_relu": 2}
 _arenas = threading.local()
@@ -314,40 +315,48 @@ def _requantize(sums: Any, bias: Any, scales: Any, act: int, act_high: Any, resi
                 low: int, high: int, out: Any, filters: int, positions: int, offset: int,
                 first: int, last: int) -> None:  # pragma: no cover - runs compiled
     """Rows [first, last) of ``sums``, output positions ``offset + row`` (image by image),
-    into ``out`` (N, F, positions, flat), as `Epilogue` describes."""
-    lowest, highest, zero = np.float32(low), np.float32(high), np.float32(0.0)
-    size = max(16, min(TILE, TILE_VALUES // filters))
-    tile = np.uint64(size)
-    values = np.empty(filters * size, np.float32)
+    into ``out`` (N, F, positions, flat), as `Epilogue` describes.
+
+    Up to TILE positions of one image at a time: the residual's bytes laid position by
+    position (F bytes each) into ``summands``, then every sum's arithmetic in the sums'
+    own order into ``codes`` (the output bytes, position by position), then ``codes`` laid
+    filter by filter into ``out``. The arithmetic reads and writes consecutive values and
+    branches on nothing (the activations are clamps between bounds, infinite where there
+    is none), so it vectorises; only the two byte copies change the order."""
+    zero, infinite = np.float32(0.0), np.float32(np.inf)
+    act_low = zero if act != 0 else -infinite
+    act_top = act_high if act == 2 else infinite
+    post_low = zero if postsum_act != 0 else -infinite
+    post_top = postsum_high if postsum_act == 2 else infinite
+    lowest, highest = np.float32(low), np.float32(high)
+    size = max(16, min(TILE, TILE_BYTES // filters))
+    depth, plane = np.uint64(filters), np.uint64(positions)
+    codes = np.empty(filters * size, np.uint8)
+    summands = np.empty(filters * size if has_residual else 1, residual.dtype)
     row = first
-    while row < last:  # up to TILE positions of one image at a time
+    while row < last:
         image = (offset + row) // positions
         start = offset + row - image * positions
-        count = min(positions - start, last - row, size)
-        # the sums read in order, scaled and activated into ``values``, filter by filter
-        for i in range(np.uint64(count)):
+        count = np.uint64(min(positions - start, last - row, size))
+        base = np.uint64((image * filters) * positions + start)
+        if has_residual:  # each filter's run of positions read in order
+            for f in range(depth):
+                at = base + f * plane
+                for i in range(count):
+                    summands[i * depth + f] = residual[at + i]
+        for i in range(count):
             line = np.uint64(row) + i
-            for f in range(np.uint64(filters)):
+            for f in range(depth):
                 value = np.float32(np.int64(sums[line, f]) + np.int64(bias[f])) * scales[f]
-                if act == 1:
-                    value = value if value > zero else zero
-                elif act == 2:
-                    value = zero if value < zero else (act_high if value > act_high else value)
-                values[f * tile + i] = value
-        # then each filter's run of positions: the residual and the output read and written
-        # in order (unsigned offsets: no negative-index checks, so the loop vectorises)
-        for f in range(np.uint64(filters)):
-            at = np.uint64((image * filters) * positions + start) + f * np.uint64(positions)
-            for i in range(np.uint64(count)):
-                value = values[f * tile + i]
+                value = min(max(value, act_low), act_top)
                 if has_residual:
-                    value = value + residual_scale * np.float32(residual[at + i])
-                if postsum_act == 1:
-                    value = value if value > zero else zero
-                elif postsum_act == 2:
-                    value = zero if value < zero else (
-                        postsum_high if value > postsum_high else value)
-                value = np.rint(value)
-                value = lowest if value < lowest else (highest if value > highest else value)
-                out[at + i] = np.int64(value)
+                    value = value + residual_scale * np.float32(summands[i * depth + f])
+                value = min(max(value, post_low), post_top)
+                value = min(max(np.rint(value), lowest), highest)
+                # the low byte: an int8 result stored into uint8 wraps, as NumPy's astype
+                codes[i * depth + f] = np.uint8(np.int32(value) & 255)
+        for f in range(depth):  # each filter's run of positions written in order
+            at = base + f * plane
+            for i in range(count):
+                out[at + i] = codes[i * depth + f]
         row += count
