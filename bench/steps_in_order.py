@@ -1,8 +1,8 @@
 """Benchmark: a plan's steps timed one by one in the order a run takes them, per node.
 
 Usage: ``python bench/steps_in_order.py [--net resnet18_v1] [--batch 1] [--runs 30]
-[--threads 1] [--top 12] [--precision fp32|bf16] [--node NAME] [--winograd-min-tiles N]
-[--f4-min-tiles N]``.
+[--threads 1] [--top 12] [--precision fp32|bf16|int8] [--node NAME]
+[--winograd-min-tiles N] [--f4-min-tiles N]``.
 
 ``bench/executor.py``'s step kinds take each step's best of three calls in a row, so a step
 finds its weights in cache from the call before, which hides what streaming them from memory
@@ -68,7 +68,12 @@ def build(options: argparse.Namespace) -> tuple[Any, dict[str, np.ndarray]]:
     build_network, shape = NETWORKS[options.net]
     symbol = build_network()
     params = nets.random_params(symbol, (options.batch, *shape))
-    model = engine.load_model(symbol, params, optimize=True, precision=options.precision)
+    extra = {}
+    if options.precision == "int8":  # calibrated as bench/int8_ptq.py does: random images
+        images = np.random.default_rng(36).standard_normal((8, *shape), dtype=np.float32)
+        extra = {"calibration": {"data": images}}
+    model = engine.load_model(symbol, params, optimize=True, precision=options.precision,
+                              **extra)
     feed = {"data": np.random.default_rng(0).standard_normal((options.batch, *shape),
                                                               dtype=np.float32)}
     model.infer(feed)
@@ -117,8 +122,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--top", type=int, default=12)
-    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
-                        help="the model's precision setting (int8 needs calibration inputs)")
+    parser.add_argument("--precision", choices=("fp32", "bf16", "int8"), default="fp32",
+                        help="the model's precision setting (int8: calibrated on 8 random images)")
     parser.add_argument("--winograd-min-tiles", type=int, default=None,
                         help="also bind a plan with winograd_bind.MIN_TILES at this, and time "
                              "the two in turn")
