@@ -1,6 +1,7 @@
 """A quantized 2-d convolution as `spin_pool` jobs over the cores, every pass compiled: the
 data laid channels-last (padded, shifted onto uint8) once, then chunk by chunk of output
-positions: the chunk's patches gathered into the int8 GEMM's rows, the GEMM
+positions: the chunk's patches gathered into the int8 GEMM's rows (a 1×1 convolution of
+stride 1 reads the channels-last rows as they are where its channels fill K exactly), the GEMM
 (`gemm_int8.product_job`: VNNI or AMX), and one pass over the chunk's int32 sums that adds
 the bias, scales, applies the activation, adds the residual, applies the activation after the
 sum and rounds to the int8/uint8 output, written straight into the output's NCHW layout. A
@@ -146,6 +147,10 @@ class FusedConv(EpilogueLayer):
             raise ValueError(f"int8 convolution: packed weights ({packed.k}, {packed.n}) do "
                              f"not fit {weight.shape}")
         self.packed = packed
+        # A 1×1 convolution of stride 1 without padding whose channels fill K's padding
+        # exactly: the channels-last copy's rows are the GEMM's rows as they are, no gather.
+        self.gathers = not (geometry.kernel == (1, 1) and geometry.stride == (1, 1)
+                            and geometry.pad == (0, 0) and channels == packed.groups * 4)
 
     def _bind(self, epilogue: Epilogue) -> tuple[Any, ...]:
         data, geometry, packed = self.data, self.geometry, self.packed
@@ -154,13 +159,17 @@ class FusedConv(EpilogueLayer):
         out_h, out_w = self.out.shape[2:]
         signed = data.dtype == np.int8
         scratch = arena()
-        padded = scratch.take("channels_last", batch * padded_h * padded_w * channels, np.uint8)
         chunk = chunk_rows(self.rows, packed)
         blocks = -(-chunk // packed.rows)
-        rows = scratch.take("rows", blocks * packed.rows * packed.groups * 4, np.uint8).reshape(
-            blocks * packed.rows, packed.groups * 4)
+        # without a gather the GEMM reads the copy's rows, its last row block whole: room for
+        # that block's rows past the end (their sums are computed and never read)
+        tail = 0 if self.gathers else packed.rows * channels
+        padded = scratch.take("channels_last", batch * padded_h * padded_w * channels + tail,
+                              np.uint8)
+        rows = scratch.take("rows", blocks * packed.rows * packed.groups * 4 if self.gathers
+                            else 0, np.uint8)
         columns = packed.panels * packed.vectors * gemm_int8.LANES
-        sums = scratch.take("sums", rows.shape[0] * columns, np.int32).reshape(-1, columns)
+        sums = scratch.take("sums", blocks * packed.rows * columns, np.int32).reshape(-1, columns)
         flat = data.reshape(-1).view(np.uint8)
         lay = kernel_jobs.bind((__name__, "channels_last"), (
             flat, 128 if signed else 0, channels, height, width, geometry.pad[0],
@@ -174,11 +183,16 @@ class FusedConv(EpilogueLayer):
         for first in range(0, self.rows, chunk):
             count = min(chunk, self.rows - first)
             used = -(-count // packed.rows) * packed.rows
-            jobs.append(kernel_jobs.bind((__name__, "gather"), (
-                padded, channels, padded_h, padded_w, out_h, out_w, *geometry.kernel,
-                *geometry.stride, *geometry.dilate, first, rows), count,
-                kernel_jobs.parts_for(count, 2 * count * packed.k)))
-            jobs.append(gemm_int8.product_job(rows[:used], count, packed, signed,
+            if self.gathers:
+                patches = rows.reshape(-1, packed.groups * 4)
+                jobs.append(kernel_jobs.bind((__name__, "gather"), (
+                    padded, channels, padded_h, padded_w, out_h, out_w, *geometry.kernel,
+                    *geometry.stride, *geometry.dilate, first, patches), count,
+                    kernel_jobs.parts_for(count, 2 * count * packed.k)))
+            else:
+                patches = padded[first * channels:(first + used) * channels].reshape(
+                    used, channels)
+            jobs.append(gemm_int8.product_job(patches[:used], count, packed, signed,
                                               sums[:used]))
             jobs.append(kernel_jobs.bind((__name__, "requantize"), (
                 sums, self.bias, self.scales, ACTIVATIONS[epilogue.act], np.float32(

@@ -136,3 +136,28 @@ def test_layers_cut_into_chunks_equal_the_numpy_path(monkeypatch, isa, chunk_byt
     with spin_pool.armed(2):
         conv(epilogue)
     np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("batch,channels,size,filters", [
+    (1, 64, (7, 11), 40),  # K of 64: rows read as laid, on VNNI and on AMX
+    (3, 20, (5, 5), 33),  # K of 20: as laid on VNNI, gathered on AMX (K padded to 64)
+    (1, 18, (5, 7), 16),  # K of 18: gathered (padded to 20)
+])
+def test_one_by_one_layers_read_the_channels_last_rows(isa, batch, channels, size, filters):
+    """A 1×1 convolution of stride 1 whose channels fill the packed K exactly runs its GEMM
+    on the channels-last copy's rows without a gather (its last row block reaching past
+    the copy), with the same bytes as the NumPy path; other depths still gather."""
+    rng = np.random.default_rng(channels)
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, (batch, channels, size, filters, (1, 1), (1, 1), (0, 0), (1, 1)), np.int8,
+        np.uint8, "relu", True)
+    want = _reference(data, weight, geometry, epilogue, residual, storage, np.uint8)
+    out = np.zeros_like(want)
+    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight), amx=isa == "amx")
+    conv = int8_conv.FusedConv(data, weight, packed, geometry, out, residual)
+    assert conv.gathers == (channels != packed.groups * 4)
+    assert conv.rows % packed.rows  # the last row block runs past the rows laid
+    with spin_pool.armed(2):
+        conv(epilogue)
+    np.testing.assert_array_equal(out, want)
