@@ -35,6 +35,9 @@ _kernels: dict[str, Any] = {}
 # for many filters, so that its tiles (TILE_BYTES each, the output's and the residual's)
 # stay in L1.
 TILE, TILE_BYTES = 64, 8192
+# `_requantize`'s flags: a residual is added; the residual is laid channels-last (N, H, W, C
+# in its NCHW-shaped buffer); the output is.
+RESIDUAL, RESIDUAL_CHANNELS_LAST, OUT_CHANNELS_LAST = 1, 2, 4
 # Activation codes the requantize pass understands (`Activation.kind`).
 ACTIVATIONS = {None: 0, "relu": 1, "bounded_relu": 2}
 _arenas = threading.local()
@@ -124,17 +127,30 @@ class EpilogueLayer:
         raise NotImplementedError
 
 
+@dataclass(frozen=True)
+class Layouts:
+    """Which of a `FusedConv`'s arrays hold their values channels-last: N, H, W, C in the
+    bytes of an array shaped (N, C, H, W), as one fused layer hands its output to the next
+    (no transpose on either side)."""
+
+    data: bool = False
+    out: bool = False
+    residual: bool = False
+
+
 class FusedConv(EpilogueLayer):
     """The convolution of ``data`` (N, C, H, W) by ``weight`` (F, C, kh, kw), packed in
     ``packed`` (`weight_matrix`'s, packed for ``N · OH · OW`` rows), requantized
     into ``out`` (N, F, OH, OW) int8 or uint8, with ``residual`` (the shape of ``out``) added
-    where given. The arrays are the plan's buffers: their addresses are bound into the jobs
-    once per thread, and each call reads their contents."""
+    where given; ``laid`` says which arrays hold channels-last bytes instead (`Layouts`).
+    The arrays are the plan's buffers: their addresses are bound into the jobs once per
+    thread, and each call reads their contents."""
 
     def __init__(self, data: np.ndarray, weight: np.ndarray, packed: gemm_int8.PackedWeights,
-                 geometry: Geometry, out: np.ndarray, residual: np.ndarray | None = None
-                 ) -> None:
+                 geometry: Geometry, out: np.ndarray, residual: np.ndarray | None = None,
+                 laid: Layouts | None = None) -> None:
         batch, channels, height, width = data.shape
+        self.laid = laid or Layouts()
         out_h, out_w = geometry.out_size(height, width)
         super().__init__("int8 convolution", out, residual,
                          (batch, weight.shape[0], out_h, out_w))
@@ -171,7 +187,7 @@ class FusedConv(EpilogueLayer):
         columns = packed.panels * packed.vectors * gemm_int8.LANES
         sums = scratch.take("sums", blocks * packed.rows * columns, np.int32).reshape(-1, columns)
         flat = data.reshape(-1).view(np.uint8)
-        lay = kernel_jobs.bind((__name__, "channels_last"), (
+        lay = kernel_jobs.bind((__name__, "padded_copy" if self.laid.data else "channels_last"), (
             flat, 128 if signed else 0, channels, height, width, geometry.pad[0],
             geometry.pad[1], padded, padded_h, padded_w), batch * padded_h,
             kernel_jobs.parts_for(batch * padded_h, 2 * padded.size))
@@ -196,7 +212,7 @@ class FusedConv(EpilogueLayer):
                                               sums[:used]))
             jobs.append(kernel_jobs.bind((__name__, "requantize"), (
                 sums, self.bias, self.scales, ACTIVATIONS[epilogue.act], np.float32(
-                    epilogue.act_high), residual.reshape(-1), int(self.residual is not None),
+                    epilogue.act_high), residual.reshape(-1), self._requantize_flags(),
                 np.float32(epilogue.residual_scale), ACTIVATIONS[epilogue.postsum_act],
                 np.float32(epilogue.postsum_high), epilogue.low, epilogue.high, out,
                 self.weight.shape[0], self.positions, first), count,
@@ -204,6 +220,12 @@ class FusedConv(EpilogueLayer):
         if any(job is None for job in jobs):
             raise RuntimeError("int8 convolution: a job could not be bound")
         return tuple(jobs)
+
+    def _requantize_flags(self) -> int:
+        flags = OUT_CHANNELS_LAST if self.laid.out else 0
+        if self.residual is not None:
+            flags |= RESIDUAL | (RESIDUAL_CHANNELS_LAST if self.laid.residual else 0)
+        return flags
 
 
 # Bytes of patch rows and sums one chunk of a layer holds: with a panel of weights, well
@@ -253,6 +275,7 @@ def compiled_kernels() -> dict[str, Any]:
     """The kernels by name (`kernel_jobs` runs them as jobs), compiled on first use."""
     return compiled.compiled_once(_kernels, lambda: {
         "channels_last": compiled.compile_kernel(_channels_last),
+        "padded_copy": compiled.compile_kernel(_padded_copy),
         "gather": compiled.compile_kernel(_gather),
         "requantize": compiled.compile_kernel(_requantize, error_model="numpy"),
     })
@@ -287,6 +310,33 @@ def _channels_last(data: Any, shift: int, channels: int, height: int, width: int
             line = source + c * plane
             for x in range(np.uint64(width)):
                 padded[start + x * depth + c] = data[line + x] ^ fill
+
+
+def _padded_copy(data: Any, shift: int, channels: int, height: int, width: int,
+                 pad_h: int, pad_w: int, padded: Any, padded_h: int, padded_w: int,
+                 first: int, last: int) -> None:  # pragma: no cover - runs compiled
+    """`_channels_last` for ``data`` laid channels-last already (N, H, W, C): each image row
+    one run of ``width · C`` bytes, copied in order (it vectorises)."""
+    fill = np.uint8(shift)
+    depth = np.uint64(channels)
+    run = np.uint64(width) * depth
+    for row in range(first, last):
+        image = row // padded_h
+        y = row - image * padded_h - pad_h
+        base = np.uint64(row * padded_w) * depth
+        if y < 0 or y >= height:
+            for at in range(base, base + np.uint64(padded_w) * depth):
+                padded[at] = fill
+            continue
+        for at in range(base, base + np.uint64(pad_w) * depth):
+            padded[at] = fill
+        for at in range(base + np.uint64(pad_w) * depth + run,
+                        base + np.uint64(padded_w) * depth):
+            padded[at] = fill
+        start = base + np.uint64(pad_w) * depth
+        source = np.uint64(image * height + y) * run
+        for at in range(run):
+            padded[start + at] = data[source + at] ^ fill
 
 
 def _gather(padded: Any, channels: int, padded_h: int, padded_w: int, out_h: int,
@@ -325,18 +375,23 @@ def _gather(padded: Any, channels: int, padded_h: int, padded_w: int, out_h: int
 
 
 def _requantize(sums: Any, bias: Any, scales: Any, act: int, act_high: Any, residual: Any,
-                has_residual: int, residual_scale: Any, postsum_act: int, postsum_high: Any,
+                flags: int, residual_scale: Any, postsum_act: int, postsum_high: Any,
                 low: int, high: int, out: Any, filters: int, positions: int, offset: int,
                 first: int, last: int) -> None:  # pragma: no cover - runs compiled
     """Rows [first, last) of ``sums``, output positions ``offset + row`` (image by image),
-    into ``out`` (N, F, positions, flat), as `Epilogue` describes.
+    into ``out`` (N, F, positions flat; or N, positions, F under ``OUT_CHANNELS_LAST``), as
+    `Epilogue` describes; ``flags``: `RESIDUAL` and its layout, and the output's.
 
-    Up to TILE positions of one image at a time: the residual's bytes laid position by
+    Up to TILE positions of one image at a time: an NCHW residual's bytes laid position by
     position (F bytes each) into ``summands``, then every sum's arithmetic in the sums'
     own order into ``codes`` (the output bytes, position by position), then ``codes`` laid
-    filter by filter into ``out``. The arithmetic reads and writes consecutive values and
-    branches on nothing (the activations are clamps between bounds, infinite where there
-    is none), so it vectorises; only the two byte copies change the order."""
+    filter by filter into an NCHW ``out``. The arithmetic reads and writes consecutive values
+    and branches on nothing that changes inside the loop (the activations are clamps between
+    bounds, infinite where there is none), so it vectorises; only the byte copies to and from
+    NCHW change the order, and channels-last arrays need none."""
+    has_residual = flags & RESIDUAL != 0
+    residual_laid = flags & RESIDUAL_CHANNELS_LAST != 0
+    out_laid = flags & OUT_CHANNELS_LAST != 0
     zero, infinite = np.float32(0.0), np.float32(np.inf)
     act_low = zero if act != 0 else -infinite
     act_top = act_high if act == 2 else infinite
@@ -345,15 +400,17 @@ def _requantize(sums: Any, bias: Any, scales: Any, act: int, act_high: Any, resi
     lowest, highest = np.float32(low), np.float32(high)
     size = max(16, min(TILE, TILE_BYTES // filters))
     depth, plane = np.uint64(filters), np.uint64(positions)
-    codes = np.empty(filters * size, np.uint8)
-    summands = np.empty(filters * size if has_residual else 1, residual.dtype)
+    codes = np.empty(1 if out_laid else filters * size, np.uint8)
+    summands = np.empty(filters * size if has_residual and not residual_laid else 1,
+                        residual.dtype)
     row = first
     while row < last:
         image = (offset + row) // positions
         start = offset + row - image * positions
         count = np.uint64(min(positions - start, last - row, size))
-        base = np.uint64((image * filters) * positions + start)
-        if has_residual:  # each filter's run of positions read in order
+        base = np.uint64((image * filters) * positions + start)  # (image, 0, start) in NCHW
+        laid = np.uint64(offset + row) * depth  # (image, start, 0) channels-last
+        if has_residual and not residual_laid:  # each filter's run of positions in order
             for f in range(depth):
                 at = base + f * plane
                 for i in range(count):
@@ -364,13 +421,20 @@ def _requantize(sums: Any, bias: Any, scales: Any, act: int, act_high: Any, resi
                 value = np.float32(np.int64(sums[line, f]) + np.int64(bias[f])) * scales[f]
                 value = min(max(value, act_low), act_top)
                 if has_residual:
-                    value = value + residual_scale * np.float32(summands[i * depth + f])
+                    summand = residual[laid + i * depth + f] if residual_laid else summands[
+                        i * depth + f]
+                    value = value + residual_scale * np.float32(summand)
                 value = min(max(value, post_low), post_top)
                 value = min(max(np.rint(value), lowest), highest)
                 # the low byte: an int8 result stored into uint8 wraps, as NumPy's astype
-                codes[i * depth + f] = np.uint8(np.int32(value) & 255)
-        for f in range(depth):  # each filter's run of positions written in order
-            at = base + f * plane
-            for i in range(count):
-                out[at + i] = codes[i * depth + f]
+                code = np.uint8(np.int32(value) & 255)
+                if out_laid:
+                    out[laid + i * depth + f] = code
+                else:
+                    codes[i * depth + f] = code
+        if not out_laid:
+            for f in range(depth):  # each filter's run of positions written in order
+                at = base + f * plane
+                for i in range(count):
+                    out[at + i] = codes[i * depth + f]
         row += count

@@ -161,3 +161,36 @@ def test_one_by_one_layers_read_the_channels_last_rows(isa, batch, channels, siz
     with spin_pool.armed(2):
         conv(epilogue)
     np.testing.assert_array_equal(out, want)
+
+
+def _channels_last(array):
+    """``array``'s values laid N, H, W, C in an array of its own (N, C, H, W) shape."""
+    return np.ascontiguousarray(array.transpose(0, 2, 3, 1)).reshape(array.shape)
+
+
+def _from_channels_last(array):
+    batch, channels, height, width = array.shape
+    return array.reshape(batch, height, width, channels).transpose(0, 3, 1, 2)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("laid", [
+    int8_conv.Layouts(data=True), int8_conv.Layouts(out=True),
+    int8_conv.Layouts(residual=True), int8_conv.Layouts(True, True, True)])
+@pytest.mark.parametrize("shape", [SHAPES[1], SHAPES[2],
+                                   (2, 64, (5, 7), 24, (1, 1), (1, 1), (0, 0), (1, 1))])
+def test_channels_last_arrays_give_the_same_values(isa, laid, shape):
+    """Data, output and residual laid channels-last (a fused layer's hand-off to the next)
+    hold the NumPy path's values, in that order."""
+    rng = np.random.default_rng(len(shape[2]) + shape[1])
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, shape, np.int8, np.uint8, "bounded_relu", True)
+    want = _reference(data, weight, geometry, epilogue, residual, storage, np.uint8)
+    out = np.zeros_like(want)
+    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight), amx=isa == "amx")
+    conv = int8_conv.FusedConv(_channels_last(data) if laid.data else data, weight, packed,
+                               geometry, out,
+                               _channels_last(residual) if laid.residual else residual, laid)
+    with spin_pool.armed(2):
+        conv(epilogue)
+    np.testing.assert_array_equal(_from_channels_last(out) if laid.out else out, want)
