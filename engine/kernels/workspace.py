@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -75,6 +76,16 @@ def uploaded(xp: Any, key: tuple, make: Callable[[], Any]) -> Any:
 _UPLOADED: dict[tuple, Any] = {}
 
 
+@dataclass(frozen=True)
+class Reader:
+    """One read of a plan's array: input ``position`` of a node of ``op`` with ``attrs``, or
+    (``op`` None) the plan's output ``position``."""
+
+    op: str | None
+    attrs: Any
+    position: int
+
+
 class Workspace:
     """A shared scratch buffer and bordered buffers, all allocated at plan compile time, and
     the cache of derived values shared with the other plans of a model. On a GPU with cuDNN,
@@ -90,6 +101,33 @@ class Workspace:
         self.scratch = empty_aligned(xp, scratch_bytes, np.uint8)
         self._filled: dict[tuple, Any] = {}
         self._derived = {} if derived is None else derived
+        # per output array of the plan (by identity; the array kept so its id stays its own)
+        self._readers: dict[int, tuple[Any, tuple[Reader, ...]]] = {}
+        self._shared: dict[tuple[int, Any], tuple[Any, Any]] = {}
+
+    def note_readers(self, array: Any, readers: tuple[Reader, ...]) -> None:
+        """Record what reads ``array``, a node's output the plan binds (the plan calls this
+        before binding the node)."""
+        self._readers[id(array)] = (array, readers)
+
+    def readers(self, array: Any) -> tuple[Reader, ...] | None:
+        """What reads ``array``: one `Reader` per input of a node bound to it, and one per
+        output of the plan it is; None where the plan noted nothing (a view, an input, a
+        workspace made outside a plan)."""
+        noted = self._readers.get(id(array))
+        return None if noted is None or noted[0] is not array else noted[1]
+
+    def shared(self, array: Any, tag: Any, make: Callable[[], Any] | None = None) -> Any:
+        """``make()``, made once per array (by identity) and tag for every op bound here: an
+        object the op writing ``array`` and the ops reading it share (a layout's hand-off).
+        Without ``make``, the one made already, else None."""
+        key = (id(array), tag)
+        entry = self._shared.get(key)
+        if entry is None or entry[0] is not array:
+            if make is None:
+                return None
+            entry = self._shared[key] = (array, make())
+        return entry[1]
 
     def region(self, offset: int, shape: tuple[int, ...], dtype: Any) -> Any:
         """The scratch bytes from ``offset`` viewed as a C-contiguous array."""

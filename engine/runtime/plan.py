@@ -25,7 +25,7 @@ from engine.graph.infer import infer_dtypes, infer_shapes, specialize_sources
 from engine.graph.ir import Graph, Node
 from engine.kernels import jobs
 from engine.kernels.packed_weight import PackedWeight
-from engine.kernels.workspace import Workspace, empty_aligned
+from engine.kernels.workspace import Reader, Workspace, empty_aligned
 from engine.ops.shapes import is_known
 from engine.runtime.buffers import fill_rows
 from engine.runtime.floats import quiet_floats, restore_floats
@@ -107,6 +107,7 @@ class Plan:
                                 staging_elements(graph, shapes)) \
             if self.device.is_gpu and self.precision == "bf16" else None
         arrays: dict[tuple[int, int], Any] = {}
+        readers = _readers(graph)
         self.steps: list[Step] = []
         spread = parallel.threads()
         for index, node in enumerate(graph.nodes):
@@ -121,6 +122,7 @@ class Plan:
                          for slot, (shape, dtype) in enumerate(zip(shapes[index], dtypes[index])))
             for slot, out in enumerate(outs):
                 arrays[(index, slot)] = out
+                self.workspace.note_readers(out, tuple(readers.get((index, slot), ())))
             out = outs[0] if len(outs) == 1 else outs
             node_xp = products if products is not None and product_op(node) else xp
             calls = node.opdef.bind_calls(node_xp, params, args, out, self.workspace)
@@ -288,6 +290,19 @@ def _infer(graph: Graph, input_shapes: Mapping, input_dtypes: Mapping) -> tuple[
             if dtype is None:
                 raise ShapeError(f"{node.describe()}: dtype of output {slot} is unknown")
     return shapes, dtypes
+
+
+def _readers(graph: Graph) -> dict[tuple[int, int], list[Reader]]:
+    """Per entry (node, output slot) of ``graph``: the inputs of nodes and the graph's
+    outputs that read it (`Workspace.readers`)."""
+    readers: dict[tuple[int, int], list[Reader]] = {}
+    for node in graph.nodes:
+        for position, entry in enumerate(node.inputs):
+            readers.setdefault((entry.node, entry.index), []).append(
+                Reader(node.op, node.params, position))
+    for position, entry in enumerate(graph.heads):
+        readers.setdefault((entry.node, entry.index), []).append(Reader(None, None, position))
+    return readers
 
 
 def _buffer_view(buffer: Any, shape: tuple[int, ...], dtype: np.dtype) -> Any:

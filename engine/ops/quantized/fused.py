@@ -136,9 +136,12 @@ def _conv_kernel(xp: Any, attrs: Attrs, *inputs: Any) -> Any:
     return _conv_forward(attrs, _ConvWeights(attrs, values), values)
 
 
-def _conv_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any) -> list[Any]:
+def _conv_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
+               workspace: Any = None) -> list[Any]:
     """On the CPU with constant weights (a plan's read-only parameters), BatchNorm is folded
-    once at bind and the int8 weights kept for the data scale; otherwise the kernel runs."""
+    once at bind and the int8 weights kept for the data scale; otherwise the kernel runs.
+    In a plan (``workspace`` given), a quantized node's output read only by quantized
+    convolutions is handed to them channels-last (`_Handoff`)."""
     names = _conv_inputs(attrs)
     values = dict(zip(names, inputs, strict=True))
     constant = xp is np and all(not np.asarray(values[name]).flags.writeable
@@ -147,17 +150,42 @@ def _conv_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any) -> list[Any]:
         return [partial(SG_CONV.compute, xp, attrs, inputs, out)]
     weights = _ConvWeights(attrs, values)
     targets = out if isinstance(out, tuple) else (out,)
-    fused = _FusedInt8Conv(attrs, weights, values, targets) if attrs.quantized else None
+    fused = _FusedInt8Conv(attrs, weights, values, targets, workspace) \
+        if attrs.quantized else None
 
     def call() -> None:
         if fused is not None and fused.run():
             return
-        results = _conv_forward(attrs, weights, values)
+        results = _conv_forward(attrs, weights, values if fused is None else fused.nchw_values())
         for target, result in zip(targets, results if isinstance(results, tuple)
                                   else (results,), strict=True):
             np.copyto(target, result, casting="unsafe")
 
     return [call]
+
+
+class _Handoff:
+    """A quantized convolution's int8 output that only quantized convolutions (one group,
+    calibrated: `int8_conv.FusedConv`'s) read, as data or as the residual: while the writer
+    runs fused it lays the bytes channels-last (N, H, W, C in the (N, C, H, W) buffer) and
+    says so here, and its readers take them that way, with no transpose on either side. A
+    writer on the NumPy path writes NCHW and says that; a reader on the NumPy path turns
+    channels-last bytes back to NCHW first (`_FusedInt8Conv.nchw_values`)."""
+
+    TAG = "int8 channels-last hand-off"
+
+    def __init__(self) -> None:
+        self.laid = False  # what the last run of the writer wrote
+
+
+def _fused_int8_reader(reader: Any) -> bool:
+    """Whether ``reader`` (a `workspace.Reader`) is a calibrated quantized convolution of one
+    group reading the array as its data or its residual."""
+    if reader.op != CONV or not reader.attrs.quantized or not ranges.has_calib(reader.attrs):
+        return False
+    main = _conv_chain(reader.attrs).main
+    return (main.num_group == 1 and len(main.kernel) == 2
+            and _conv_inputs(reader.attrs)[reader.position] in ("data", "sum"))
 
 
 @dataclass(frozen=True)
@@ -228,23 +256,42 @@ class _FusedInt8Conv:
     False where they do not, and the NumPy path runs."""
 
     def __init__(self, attrs: Attrs, weights: _ConvWeights, values: dict[str, Any],
-                 targets: tuple[np.ndarray, ...]) -> None:
+                 targets: tuple[np.ndarray, ...], workspace: Any = None) -> None:
         self.attrs, self.weights, self.values, self.targets = attrs, weights, values, targets
         main = weights.chain.main
         ndim = len(main.kernel)
+        self.handoffs = self._find_handoffs(workspace)
         self.geometry = int8_conv.Geometry(main.kernel, main.stride or (1,) * ndim,
                                            main.dilate or (1,) * ndim, main.pad or (0,) * ndim)
         # the range inputs as views of their buffers: read at each run, in a microsecond
         self.range_values = [np.asarray(values[name]).reshape(-1) for name in (
             "min_data", "max_data", "min_sum", "max_sum") if name in values]
         self._key: Any = None
-        self._plan: tuple[Any, ...] | None = None  # (FusedConv, Epilogue) or None: NumPy
-        self._conv: Any = None
+        self._plan: tuple[Any, ...] | None = None  # (make, Epilogue, low, high) or None
+        self._convs: dict[int8_conv.Layouts | None, Any] = {}  # by the layouts they take
         self._weight_q: np.ndarray | None = None
         if int8_conv.supported_here():
             spin_pool.expect_split_jobs()  # made at the first run, once the weights are
 
+    def _find_handoffs(self, workspace: Any) -> dict[str, _Handoff]:
+        """The hand-offs by input name (data, sum) and "out": the ones the writers of the
+        inputs made, and the output's where its readers all take one."""
+        if workspace is None or not hasattr(workspace, "readers"):
+            return {}
+        found = {name: workspace.shared(self.values[name], _Handoff.TAG)
+                 for name in ("data", "sum") if name in self.values}
+        handoffs = {name: handoff for name, handoff in found.items() if handoff is not None}
+        readers = workspace.readers(self.targets[0])
+        main = self.weights.chain.main
+        if (readers and ranges.has_calib(self.attrs) and main.num_group == 1
+                and len(main.kernel) == 2 and all(map(_fused_int8_reader, readers))):
+            handoffs["out"] = workspace.shared(self.targets[0], _Handoff.TAG, _Handoff)
+        return handoffs
+
     def run(self) -> bool:
+        out = self.handoffs.get("out")
+        if out is not None:
+            out.laid = False  # unless it runs fused below
         if not integer.fast_path_enabled():
             return False
         key = tuple(float(value[0]) for value in self.range_values)
@@ -253,12 +300,36 @@ class _FusedInt8Conv:
             self._key = key
         if self._plan is None:
             return False
-        conv, epilogue, low, high = self._plan
+        make, epilogue, low, high = self._plan
+        laid = None
+        if make is not None:  # a FusedConv: each array as its hand-off has it
+            data, residual = self.handoffs.get("data"), self.handoffs.get("sum")
+            laid = int8_conv.Layouts(data=data is not None and data.laid, out=out is not None,
+                                     residual=residual is not None and residual.laid)
+        conv = self._convs.get(laid)
+        if conv is None:
+            conv = self._convs[laid] = make(laid)
         conv(epilogue)
+        if out is not None:
+            out.laid = True
+            integer.PATHS["int8_channels_last_handoff"] += 1
         integer.PATHS["int8_fused_conv"] += 1
         np.copyto(self.targets[1], low)
         np.copyto(self.targets[2], high)
         return True
+
+    def nchw_values(self) -> dict[str, Any]:
+        """The node's inputs for the NumPy path: data and residual handed over channels-last
+        turned back to NCHW."""
+        values = dict(self.values)
+        for name in ("data", "sum"):
+            handoff = self.handoffs.get(name)
+            if handoff is not None and handoff.laid:
+                array = np.asarray(values[name])
+                batch, channels, height, width = array.shape
+                values[name] = array.reshape(batch, height, width, channels).transpose(
+                    0, 3, 1, 2)
+        return values
 
     def _prepare(self) -> tuple[Any, ...] | None:
         terms = _conv_terms(self.attrs, self.weights, self.values)
@@ -275,17 +346,22 @@ class _FusedInt8Conv:
                 and (int8_conv.supported(data, terms.weight_q, self.geometry, groups)
                      or int8_depthwise.supported(data, terms.weight_q, groups))):
             return None
-        if groups > 1 and (self._conv is None or self._weight_q is not terms.weight_q):
-            self._conv = int8_depthwise.FusedDepthwise(data, terms.weight_q, self.geometry,
-                                                       out, residual)
+        if self._weight_q is not terms.weight_q:
+            self._convs.clear()
             self._weight_q = terms.weight_q
-        elif self._conv is None or self._weight_q is not terms.weight_q:
-            self._weight_q = weight_q = terms.weight_q
+        weight_q, geometry = terms.weight_q, self.geometry
+        make = None
+        if groups > 1 and None not in self._convs:
+            self._convs[None] = int8_depthwise.FusedDepthwise(data, weight_q, geometry, out,
+                                                              residual)
+        elif groups == 1:
             rows = data.shape[0] * math.prod(out.shape[2:])
             packed = integer.packed_weights(weight_q, rows, ("channels_last", 0),
                                             lambda: int8_conv.weight_matrix(weight_q))
-            self._conv = int8_conv.FusedConv(data, weight_q, packed, self.geometry, out,
-                                             residual)
+
+            def make(laid: int8_conv.Layouts) -> int8_conv.FusedConv:
+                return int8_conv.FusedConv(data, weight_q, packed, geometry, out, residual,
+                                           laid)
         filters = terms.weight_q.shape[0]
         limits = np.iinfo(terms.storage)
         epilogue = int8_conv.Epilogue(
@@ -299,7 +375,7 @@ class _FusedInt8Conv:
                 np.float32(terms.postsum_act.alpha)),
             low=int(limits.min), high=int(limits.max))
         low, high = ranges.range_pair(*terms.out_range)
-        return self._conv, epilogue, low, high
+        return make, epilogue, low, high
 
 
 def _conv_forward(attrs: Attrs, weights: _ConvWeights, values: dict[str, Any]) -> Any:
@@ -353,6 +429,7 @@ SG_CONV = register(OpDef(
     infer_dtype=_conv_dtypes,
     kernel=ranges.on_host(_conv_kernel),
     bind=_conv_bind,
+    scratch=lambda attrs, shapes, dtype: 0,  # none: declared for the plan's workspace
     uncapturable=ranges.ON_HOST,
     doc="oneDNN's fused Convolution (+ BatchNorm, activation, residual sum, activation); "
         "int8/uint8 in and out when quantized.",

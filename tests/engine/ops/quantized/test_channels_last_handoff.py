@@ -1,0 +1,83 @@
+"""A plan's fused int8 convolutions hand their output to the quantized convolutions reading it
+channels-last (`fused._Handoff`): the logits stay the NumPy path's, bit for bit, whichever
+side of a hand-off runs fused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import engine
+from engine.kernels import int8_conv
+from engine.ops.quantized import integer
+from tests.engine.quantize.test_int8_model import residual_net
+
+pytestmark = pytest.mark.skipif(not int8_conv.supported_here(),
+                                reason="needs AVX-512 VNNI, numba and the spin pool")
+
+RNG = np.random.default_rng(41)
+
+
+@pytest.fixture(scope="module")
+def models():
+    """The residual net in int8 (calibrated on one set of images), fused and on the NumPy
+    path, with a batch of images."""
+    symbol, params = residual_net()
+    calibration = RNG.standard_normal((16, 3, 16, 16)).astype(np.float32)
+    images = RNG.standard_normal((3, 3, 16, 16)).astype(np.float32)
+    model = engine.load_model(symbol, params, precision="int8",
+                              calibration={"data": calibration})
+    integer.use_fast_path(False)
+    try:
+        exact = engine.load_model(symbol, params, precision="int8",
+                                  calibration={"data": calibration}).infer(
+            {"data": images})["fc2_output"]
+    finally:
+        integer.use_fast_path(True)
+    return model, images, exact
+
+
+def test_convolutions_read_by_convolutions_hand_off_channels_last(models):
+    model, images, exact = models
+    before = integer.PATHS["int8_channels_last_handoff"]
+    got = model.infer({"data": images})["fc2_output"]
+    # stem (read by b1a and b1b's sum), b1a, b1b (read by b2a, b2d), b2a and b2d (b2b's
+    # residual) hand off; b2b writes NCHW: a dequantize reads it (its relu runs in float)
+    assert integer.PATHS["int8_channels_last_handoff"] - before == 5
+    np.testing.assert_array_equal(got, exact)
+
+
+def test_a_reader_on_the_numpy_path_takes_nchw_back(models, monkeypatch):
+    """The 32-filter layers refused by the fused kernel: the writers before them still hand
+    off channels-last, and those readers turn the bytes back to NCHW first."""
+    model, images, exact = models
+    supported = int8_conv.supported
+    monkeypatch.setattr(int8_conv, "supported", lambda data, weight, *rest: (
+        weight.shape[0] != 32 and supported(data, weight, *rest)))
+    plan_model = engine.load_model(*residual_net(), precision="int8",
+                                   calibration={"data": RNG.standard_normal(
+                                       (16, 3, 16, 16)).astype(np.float32)})
+    before = integer.PATHS["int8_channels_last_handoff"]
+    got = plan_model.infer({"data": images})
+    assert integer.PATHS["int8_channels_last_handoff"] - before == 3  # stem, b1a, b1b
+    integer.use_fast_path(False)
+    try:
+        want = plan_model.infer({"data": images})
+    finally:
+        integer.use_fast_path(True)
+    np.testing.assert_array_equal(got["fc2_output"], want["fc2_output"])
+
+
+def test_the_numpy_path_between_fused_runs_writes_nchw(models):
+    """Runs alternating with the compiled paths off (a writer then writes NCHW, and says so)
+    give the same logits each time."""
+    model, images, exact = models
+    for fast in (True, False, True):
+        before = integer.PATHS["int8_channels_last_handoff"]
+        integer.use_fast_path(fast)
+        try:
+            got = model.infer({"data": images})["fc2_output"]
+        finally:
+            integer.use_fast_path(True)
+        assert (integer.PATHS["int8_channels_last_handoff"] > before) == fast
+        np.testing.assert_array_equal(got, exact)
