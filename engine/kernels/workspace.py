@@ -4,7 +4,9 @@ A plan runs one step at a time, so all steps share one ``scratch`` buffer, sized
 to the largest need. Padded copies of inputs are kept apart, one per (shape, padding, dtype):
 their borders are zeroed once and only the interior is written on each run. Values an op derives
 from a constant once (Winograd's transformed weights) are kept in a cache the plans of one model
-share, so each is computed and held once however many batch sizes are compiled.
+share, so each is computed and held once however many batch sizes are compiled. The plan
+notes what reads each array it binds (`Workspace.readers`), and ops sharing an array can share
+an object about it (`Workspace.shared`: a fused int8 layer's layout hand-off).
 """
 
 from __future__ import annotations
