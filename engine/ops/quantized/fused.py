@@ -174,8 +174,16 @@ class _Handoff:
 
     TAG = "int8 channels-last hand-off"
 
-    def __init__(self) -> None:
+    def __init__(self, readers: int) -> None:
+        self.readers = readers  # inputs the plan binds to the array
+        self.takers = 0  # those bound as `_FusedInt8Conv`s that found this hand-off
         self.laid = False  # what the last run of the writer wrote
+
+    @property
+    def taken(self) -> bool:
+        """Whether every reader takes the hand-off (one bound otherwise, say as the op's plain
+        kernel, would read the bytes as NCHW): the writer lays them channels-last only then."""
+        return self.takers == self.readers
 
 
 def _fused_int8_reader(reader: Any) -> bool:
@@ -281,17 +289,22 @@ class _FusedInt8Conv:
         found = {name: workspace.shared(self.values[name], _Handoff.TAG)
                  for name in ("data", "sum") if name in self.values}
         handoffs = {name: handoff for name, handoff in found.items() if handoff is not None}
+        for handoff in handoffs.values():
+            handoff.takers += 1
         readers = workspace.readers(self.targets[0])
         main = self.weights.chain.main
         if (readers and ranges.has_calib(self.attrs) and main.num_group == 1
                 and len(main.kernel) == 2 and all(map(_fused_int8_reader, readers))):
-            handoffs["out"] = workspace.shared(self.targets[0], _Handoff.TAG, _Handoff)
+            handoffs["out"] = workspace.shared(self.targets[0], _Handoff.TAG,
+                                               lambda: _Handoff(len(readers)))
         return handoffs
 
     def run(self) -> bool:
         out = self.handoffs.get("out")
         if out is not None:
             out.laid = False  # unless it runs fused below
+            if not out.taken:
+                out = None
         if not integer.fast_path_enabled():
             return False
         key = tuple(float(value[0]) for value in self.range_values)

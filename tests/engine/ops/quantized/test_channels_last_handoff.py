@@ -81,3 +81,26 @@ def test_the_numpy_path_between_fused_runs_writes_nchw(models):
             integer.use_fast_path(True)
         assert (integer.PATHS["int8_channels_last_handoff"] > before) == fast
         np.testing.assert_array_equal(got, exact)
+
+
+def test_a_reader_bound_without_the_fused_path_keeps_its_writer_nchw(models, monkeypatch):
+    """The 32-filter layers bound as the plain kernel (as a node whose weights are not
+    constant is): they never take the hand-off, so the layer they read (b1b) writes NCHW."""
+    from engine.ops.quantized import fused
+
+    model, images, exact = models
+    fused_conv = fused._FusedInt8Conv
+    monkeypatch.setattr(fused, "_FusedInt8Conv", lambda attrs, weights, *rest: (
+        None if weights.weight.shape[0] == 32 else fused_conv(attrs, weights, *rest)))
+    plan_model = engine.load_model(*residual_net(), precision="int8",
+                                   calibration={"data": RNG.standard_normal(
+                                       (16, 3, 16, 16)).astype(np.float32)})
+    before = integer.PATHS["int8_channels_last_handoff"]
+    got = plan_model.infer({"data": images})
+    assert integer.PATHS["int8_channels_last_handoff"] - before == 2  # stem, b1a
+    integer.use_fast_path(False)
+    try:
+        want = plan_model.infer({"data": images})
+    finally:
+        integer.use_fast_path(True)
+    np.testing.assert_array_equal(got["fc2_output"], want["fc2_output"])
