@@ -170,6 +170,50 @@ def product_job(rows: np.ndarray, m: int, weights: PackedWeights, signed: bool,
     return spin_pool.job(task, context, parts, keep=(rows, out, weights))
 
 
+def direct_tile_rows(width: int) -> int:
+    """Rows of a direct product's tiles for an output ``width`` wide: its largest divisor up
+    to 16, so that a tile never crosses an output row (0 where that is under 7: tiles that
+    short would waste most of each product)."""
+    rows = max(rows for rows in range(1, 17) if width % rows == 0)
+    return rows if rows >= 7 else 0
+
+
+def direct_job(image: np.ndarray, row_stride: int, steps: np.ndarray, starts: np.ndarray,
+               m: int, weights: PackedWeights, signed: bool, tile_rows: int,
+               out: np.ndarray) -> Any:
+    """The product of ``m`` rows, each tile of ``tile_rows`` rows read from ``image`` (uint8,
+    padded channels-last) at ``starts`` (a byte offset per tile, two a block of
+    ``2 · tile_rows`` rows) plus ``steps`` (a byte offset per 64 values of K), its rows
+    ``row_stride`` bytes apart (`gemm_int8_direct_ir`), as a `spin_pool` job writing ``out``
+    (int32, rows of the padded columns); AMX-packed weights only."""
+    from engine.cpu import kernel_jobs, spin_pool
+    from engine.kernels.gemm_int8_direct_ir import tile_configuration
+
+    kernels = _compiled()
+    if kernels is None or ("task", "direct") not in kernels or not weights.amx:
+        raise RuntimeError("the direct int8 product needs AMX-INT8 and AMX-packed weights")
+    blocks = -(-m // (2 * tile_rows))
+    columns = weights.panels * weights.vectors * LANES
+    if (steps.dtype != np.int64 or len(steps) != weights.groups * 4 // 64
+            or starts.dtype != np.int64 or len(starts) < 2 * blocks):
+        raise ValueError(f"direct int8 product: {len(steps)} K steps and {len(starts)} tile "
+                         f"starts do not fit K = {weights.groups * 4} and {blocks} blocks")
+    if out.dtype != np.int32 or out.shape[1] != columns or out.shape[0] < blocks * 2 * \
+            tile_rows or not out.flags.c_contiguous:
+        raise ValueError(f"direct int8 product: result {out.dtype} {out.shape} does not hold "
+                         f"{blocks * 2 * tile_rows} rows of {columns} columns")
+    config = np.array(tile_configuration(tile_rows), np.uint8)
+    packed, no_offsets, signed_offsets = weights.addresses
+    context = np.array([image.ctypes.data, row_stride, steps.ctypes.data, packed,
+                        weights.groups, out.ctypes.data, columns,
+                        signed_offsets if signed else no_offsets, starts.ctypes.data, blocks,
+                        weights.panels, config.ctypes.data, tile_rows], np.int64)
+    parts = min(blocks * weights.panels, kernel_jobs.parts_for(
+        blocks * weights.panels, m * weights.k * weights.n // 64))
+    return spin_pool.job(kernels["task", "direct"], context, parts,
+                         keep=(image, steps, starts, out, weights, config))
+
+
 def amx_available() -> bool:
     """Whether the AMX-INT8 kernel compiled too (the host has AMX and Linux granted it)."""
     kernels = _compiled()
@@ -219,6 +263,12 @@ def _compile() -> dict[Any, Any] | None:
             engines.append(engine)
             kernels["amx"] = _SIGNATURE(engine.get_function_address("panels"))
             kernels["task", "amx"] = engine.get_function_address("task")
+            from engine.kernels.gemm_int8_direct_ir import DirectInt8Kernel
+
+            engine = compile_ir(str(DirectInt8Kernel().module), llvm.get_host_cpu_name(),
+                                host.flatten(), level=3, optimise=True)
+            engines.append(engine)
+            kernels["task", "direct"] = engine.get_function_address("task")
     except (RuntimeError, OSError):  # no JIT for this target
         return None
     _state["engines"] = engines  # the engines own the machine code

@@ -38,6 +38,9 @@ TILE, TILE_BYTES = 64, 8192
 # `_requantize`'s flags: a residual is added; the residual is laid channels-last (N, H, W, C
 # in its NCHW-shaped buffer); the output is.
 RESIDUAL, RESIDUAL_CHANNELS_LAST, OUT_CHANNELS_LAST = 1, 2, 4
+# Whether layers that can run the direct AMX product (`gemm_int8.direct_job`) do: tests turn
+# it off to compare the two.
+DIRECT = True
 # Activation codes the requantize pass understands (`Activation.kind`).
 ACTIVATIONS = {None: 0, "relu": 1, "bounded_relu": 2}
 _arenas = threading.local()
@@ -167,6 +170,12 @@ class FusedConv(EpilogueLayer):
         # exactly: the channels-last copy's rows are the GEMM's rows as they are, no gather.
         self.gathers = not (geometry.kernel == (1, 1) and geometry.stride == (1, 1)
                             and geometry.pad == (0, 0) and channels == packed.groups * 4)
+        # On AMX with whole 64-channel blocks, the product's tiles read the windows from the
+        # channels-last copy where they lie (`gemm_int8.direct_job`): no gather either.
+        self.tile_rows = gemm_int8.direct_tile_rows(out_w) if (
+            self.gathers and packed.amx and channels % 64 == 0 and DIRECT) else 0
+        if self.tile_rows:
+            self.gathers = False
 
     def _bind(self, epilogue: Epilogue) -> tuple[Any, ...]:
         data, geometry, packed = self.data, self.geometry, self.packed
@@ -175,17 +184,18 @@ class FusedConv(EpilogueLayer):
         out_h, out_w = self.out.shape[2:]
         signed = data.dtype == np.int8
         scratch = arena()
-        chunk = chunk_rows(self.rows, packed)
-        blocks = -(-chunk // packed.rows)
+        block = 2 * self.tile_rows if self.tile_rows else packed.rows
+        chunk = chunk_rows(self.rows, packed, block, self.gathers)
+        blocks = -(-chunk // block)
         # without a gather the GEMM reads the copy's rows, its last row block whole: room for
         # that block's rows past the end (their sums are computed and never read)
-        tail = 0 if self.gathers else packed.rows * channels
+        tail = packed.rows * channels if not (self.gathers or self.tile_rows) else 0
         padded = scratch.take("channels_last", batch * padded_h * padded_w * channels + tail,
                               np.uint8)
         rows = scratch.take("rows", blocks * packed.rows * packed.groups * 4 if self.gathers
                             else 0, np.uint8)
         columns = packed.panels * packed.vectors * gemm_int8.LANES
-        sums = scratch.take("sums", blocks * packed.rows * columns, np.int32).reshape(-1, columns)
+        sums = scratch.take("sums", blocks * block * columns, np.int32).reshape(-1, columns)
         flat = data.reshape(-1).view(np.uint8)
         lay = kernel_jobs.bind((__name__, "padded_copy" if self.laid.data else "channels_last"), (
             flat, 128 if signed else 0, channels, height, width, geometry.pad[0],
@@ -196,20 +206,28 @@ class FusedConv(EpilogueLayer):
             residual = np.zeros(1, np.int8)
         out = self.out.reshape(-1)
         jobs = [lay]
+        if self.tile_rows:
+            steps, starts = self._direct_offsets(block)
         for first in range(0, self.rows, chunk):
             count = min(chunk, self.rows - first)
-            used = -(-count // packed.rows) * packed.rows
-            if self.gathers:
-                patches = rows.reshape(-1, packed.groups * 4)
-                jobs.append(kernel_jobs.bind((__name__, "gather"), (
-                    padded, channels, padded_h, padded_w, out_h, out_w, *geometry.kernel,
-                    *geometry.stride, *geometry.dilate, first, patches), count,
-                    kernel_jobs.parts_for(count, 2 * count * packed.k)))
+            used = -(-count // block) * block
+            if self.tile_rows:
+                jobs.append(gemm_int8.direct_job(
+                    padded, geometry.stride[1] * channels, steps,
+                    starts[first // self.tile_rows:], count, packed, signed, self.tile_rows,
+                    sums[:used]))
             else:
-                patches = padded[first * channels:(first + used) * channels].reshape(
-                    used, channels)
-            jobs.append(gemm_int8.product_job(patches[:used], count, packed, signed,
-                                              sums[:used]))
+                if self.gathers:
+                    patches = rows.reshape(-1, packed.groups * 4)
+                    jobs.append(kernel_jobs.bind((__name__, "gather"), (
+                        padded, channels, padded_h, padded_w, out_h, out_w, *geometry.kernel,
+                        *geometry.stride, *geometry.dilate, first, patches), count,
+                        kernel_jobs.parts_for(count, 2 * count * packed.k)))
+                else:
+                    patches = padded[first * channels:(first + used) * channels].reshape(
+                        used, channels)
+                jobs.append(gemm_int8.product_job(patches[:used], count, packed, signed,
+                                                  sums[:used]))
             jobs.append(kernel_jobs.bind((__name__, "requantize"), (
                 sums, self.bias, self.scales, ACTIVATIONS[epilogue.act], np.float32(
                     epilogue.act_high), residual.reshape(-1), self._requantize_flags(),
@@ -220,6 +238,27 @@ class FusedConv(EpilogueLayer):
         if any(job is None for job in jobs):
             raise RuntimeError("int8 convolution: a job could not be bound")
         return tuple(jobs)
+
+    def _direct_offsets(self, block: int) -> tuple[np.ndarray, np.ndarray]:
+        """The direct product's byte offsets in the channels-last copy: each K step's (64
+        channels of one kernel tap) from a window's first pixel, and each tile's first
+        pixel (tiles past the last position start at the first: read, never used)."""
+        channels = self.data.shape[1]
+        padded_h, padded_w = self.padded_size
+        out_w = self.out.shape[3]
+        (kernel_w, stride_h, stride_w, dilate_h, dilate_w) = (
+            self.geometry.kernel[1], *self.geometry.stride, *self.geometry.dilate)
+        k = np.arange(0, self.packed.groups * 4, 64)
+        tap_y, tap_x = np.divmod(k // channels, kernel_w)
+        steps = ((tap_y * dilate_h * padded_w + tap_x * dilate_w) * channels
+                 + k % channels).astype(np.int64)
+        tiles = -(-self.rows // block) * (block // self.tile_rows)
+        first = np.arange(tiles, dtype=np.int64) * self.tile_rows
+        image, within = np.divmod(first, self.positions)
+        y, x = np.divmod(within, out_w)
+        starts = ((image * padded_h + y * stride_h) * padded_w + x * stride_w) * channels
+        starts[first >= self.rows] = 0
+        return steps, starts.astype(np.int64)
 
     def _requantize_flags(self) -> int:
         flags = OUT_CHANNELS_LAST if self.laid.out else 0
@@ -234,12 +273,15 @@ class FusedConv(EpilogueLayer):
 CHUNK_BYTES = 2 ** 19
 
 
-def chunk_rows(rows: int, packed: gemm_int8.PackedWeights) -> int:
-    """Output positions per chunk: whole row blocks of the GEMM, at least one."""
+def chunk_rows(rows: int, packed: gemm_int8.PackedWeights, block: int | None = None,
+               gathers: bool = True) -> int:
+    """Output positions per chunk: whole row blocks of the GEMM (``block`` rows, the
+    packing's by default), at least one; the patch rows count where ``gathers``."""
+    block = block or packed.rows
     columns = packed.panels * packed.vectors * gemm_int8.LANES
-    per_row = packed.groups * 4 + 4 * columns
-    blocks = max(1, CHUNK_BYTES // (per_row * packed.rows))
-    return min(rows, blocks * packed.rows)
+    per_row = (packed.groups * 4 if gathers else 0) + 4 * columns
+    blocks = max(1, CHUNK_BYTES // (per_row * block))
+    return min(rows, blocks * block)
 
 
 def weight_matrix(weight: np.ndarray) -> np.ndarray:

@@ -194,3 +194,31 @@ def test_channels_last_arrays_give_the_same_values(isa, laid, shape):
     with spin_pool.armed(2):
         conv(epilogue)
     np.testing.assert_array_equal(_from_channels_last(out) if laid.out else out, want)
+
+
+@pytest.mark.skipif(not gemm_int8.amx_available(), reason="needs AMX-INT8")
+@pytest.mark.parametrize("shape,tile_rows", [
+    ((1, 64, (14, 14), 40, (3, 3), (1, 1), (1, 1), (1, 1)), 14),
+    ((3, 128, (17, 17), 33, (3, 3), (2, 2), (1, 1), (1, 1)), 9),  # 243 rows: a block cut
+    ((2, 64, (16, 12), 70, (3, 3), (1, 1), (2, 2), (2, 2)), 12),
+    ((3, 64, (14, 14), 32, (1, 1), (2, 2), (0, 0), (1, 1)), 7),
+])
+@pytest.mark.parametrize("data_dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("chunk_bytes", [int8_conv.CHUNK_BYTES, 1])
+def test_direct_products_read_the_windows_where_they_lie(monkeypatch, shape, tile_rows,
+                                                         data_dtype, chunk_bytes):
+    """On AMX, a layer of whole 64-channel blocks runs without a gather, its tiles read
+    from the channels-last copy (`gemm_int8.direct_job`), whole chunks or one block at a
+    time: the NumPy path's bytes."""
+    monkeypatch.setattr(int8_conv, "CHUNK_BYTES", chunk_bytes)
+    rng = np.random.default_rng(shape[1] + tile_rows)
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, shape, data_dtype, np.uint8, "relu", True)
+    want = _reference(data, weight, geometry, epilogue, residual, storage, np.uint8)
+    out = np.zeros_like(want)
+    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight), amx=True)
+    conv = int8_conv.FusedConv(data, weight, packed, geometry, out, residual)
+    assert (conv.tile_rows, conv.gathers) == (tile_rows, False)
+    with spin_pool.armed(2):
+        conv(epilogue)
+    np.testing.assert_array_equal(out, want)

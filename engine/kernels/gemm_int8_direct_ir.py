@@ -1,0 +1,203 @@
+"""An AMX-INT8 convolution without a patch gather: `gemm_int8_amx_ir`'s tiles with their A
+operand read straight from a padded channels-last image.
+
+A tile of A is ``R`` consecutive output positions of one output row by 64 values of K. With
+K ordered (kernel row, kernel column, channel) and the channels a multiple of 64, those 64
+values are one channel block of one kernel tap, so the tile's rows are the same 64 bytes of
+``R`` input pixels ``stride`` pixels apart: one ``tileloadd`` at the tap's address with a row
+stride of ``stride · C`` bytes reads it where im2col would have copied it first. ``R``
+divides the output's width (`gemm_int8.direct_tile_rows`), so a tile never crosses an output
+row and the sums' rows are the output positions in order, as the gathered product's are.
+
+``direct(image, row_stride, steps, b, groups, c, ldc, offsets, starts, row_blocks, first,
+last, config)``: column panels ``[first, last)`` of ``row_blocks`` blocks of ``2R`` rows;
+``steps`` holds each K step's byte offset from a tile's first pixel (its tap and channel
+block), ``starts`` each tile's first pixel's byte offset in ``image`` (two a block), and
+``config`` the 64-byte tile configuration for ``R`` (`tile_configuration`). ``b``, ``c``,
+``ldc`` and ``offsets`` are as in `gemm_int8_ir`'s ``panels``; ``c`` gets ``2R`` rows a block.
+"""
+
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from engine.kernels.gemm_amx_ir import declare_tile_intrinsics
+from engine.kernels.gemm_int8_ir import I8, I32, I64, LANES
+
+COLUMNS, DEPTH = 32, 64  # a panel of C, and K per step
+CONTEXT = 13  # int64 fields of a task's context
+
+
+def tile_configuration(rows: int) -> list[int]:
+    """``ldtilecfg``'s 64 bytes for tiles of ``rows`` positions: C (0-3) and A (4, 5)
+    ``rows`` × 64 bytes, B (6, 7) 16 × 64."""
+    if not 1 <= rows <= 16:
+        raise ValueError(f"an AMX tile holds 1 to 16 rows; got {rows}")
+    config = [0] * 64
+    config[0] = 1
+    for tile in range(8):
+        config[16 + 2 * tile] = 64
+        config[48 + tile] = 16 if tile >= 6 else rows
+    return config
+
+
+class DirectInt8Kernel:
+    """A module holding ``direct`` and its `spin_pool` task ``task``."""
+
+    def __init__(self) -> None:
+        self.module = ir.Module(name="hybridserve_conv_int8_direct")
+        self.vector = ir.VectorType(I32, LANES)
+        declare_tile_intrinsics(self, self.module, "llvm.x86.tdpbusd",
+                                "amx_int8_direct_unused_configuration")
+        self.direct = self._define_direct()
+        self.task = self._define_task()
+
+    def _define_direct(self) -> ir.Function:
+        byte, word, wide = I8.as_pointer(), I32.as_pointer(), I64.as_pointer()
+        kind = ir.FunctionType(ir.VoidType(), [byte, I64, wide, byte, I64, word, I64, word,
+                                               wide, I64, I64, I64, byte, I64])
+        function = ir.Function(self.module, kind, name="direct")
+        (image, row_stride, steps, b, groups, c, ldc, offsets, starts, row_blocks, first,
+         last, config, rows) = function.args
+        builder = ir.IRBuilder(function.append_basic_block("entry"))
+        builder.call(self.load_config, [config])
+        c_stride = builder.mul(ldc, I64(4))
+        step_count = builder.sdiv(groups, I64(DEPTH // 4))
+        panel_bytes = builder.mul(groups, I64(COLUMNS * 4))
+        entry = builder.block
+        panel_loop = function.append_basic_block("panel")
+        done = function.append_basic_block("done")
+        builder.cbranch(builder.icmp_signed("<", first, last), panel_loop, done)
+
+        builder.position_at_end(panel_loop)
+        panel = builder.phi(I64)
+        panel.add_incoming(first, entry)
+        b_panel = builder.gep(b, [builder.mul(panel, panel_bytes)])
+        column = builder.mul(panel, I64(COLUMNS))
+        shifts = [builder.load(builder.bitcast(
+            builder.gep(offsets, [builder.add(column, I64(j * LANES))]),
+            self.vector.as_pointer()), align=4) for j in range(2)]
+        panel_start = builder.block
+        block_loop = function.append_basic_block("block")
+        panel_next = function.append_basic_block("panel_next")
+        builder.branch(block_loop)
+
+        builder.position_at_end(block_loop)
+        block = builder.phi(I64)
+        block.add_incoming(I64(0), panel_start)
+        upper = builder.gep(image, [builder.load(builder.gep(starts, [builder.mul(block,
+                                                                                  I64(2))]))])
+        lower = builder.gep(image, [builder.load(builder.gep(starts, [
+            builder.add(builder.mul(block, I64(2)), I64(1))]))])
+        for accumulator in range(4):
+            builder.call(self.zero_tile, [I8(accumulator)])
+        block_start = builder.block
+        k_loop = function.append_basic_block("k")
+        k_done = function.append_basic_block("k_done")
+        builder.cbranch(builder.icmp_signed(">", step_count, I64(0)), k_loop, k_done)
+
+        builder.position_at_end(k_loop)
+        step = builder.phi(I64)
+        step.add_incoming(I64(0), block_start)
+        shift = builder.load(builder.gep(steps, [step]))
+        b_run = builder.gep(b_panel, [builder.mul(step, I64(DEPTH * COLUMNS))])
+        builder.call(self.load_tile, [I8(4), builder.gep(upper, [shift]), row_stride])
+        builder.call(self.load_tile, [I8(5), builder.gep(lower, [shift]), row_stride])
+        builder.call(self.load_tile, [I8(6), b_run, I64(COLUMNS * 4)])
+        builder.call(self.load_tile, [I8(7), builder.gep(b_run, [I64(64)]), I64(COLUMNS * 4)])
+        for accumulator, (left, right) in enumerate(((4, 6), (4, 7), (5, 6), (5, 7))):
+            builder.call(self.dot, [I8(accumulator), I8(left), I8(right)])
+        step_next = builder.add(step, I64(1))
+        step.add_incoming(step_next, k_loop)
+        builder.cbranch(builder.icmp_signed("<", step_next, step_count), k_loop, k_done)
+
+        builder.position_at_end(k_done)
+        first_row = builder.mul(block, builder.mul(rows, I64(2)))
+        corner = builder.gep(c, [builder.add(builder.mul(first_row, ldc), column)])
+        lower_corner = builder.gep(corner, [builder.mul(rows, ldc)])
+        for accumulator, (base, across) in enumerate(((corner, 0), (corner, 16),
+                                                      (lower_corner, 0), (lower_corner, 16))):
+            target = builder.gep(base, [I64(across)])
+            builder.call(self.store_tile, [I8(accumulator),
+                                           builder.bitcast(target, I8.as_pointer()), c_stride])
+        self._add_offsets(function, builder, corner, ldc, builder.mul(rows, I64(2)), shifts)
+        block_next = builder.add(block, I64(1))
+        block.add_incoming(block_next, builder.block)
+        builder.cbranch(builder.icmp_signed("<", block_next, row_blocks), block_loop,
+                        panel_next)
+
+        builder.position_at_end(panel_next)
+        following = builder.add(panel, I64(1))
+        panel.add_incoming(following, panel_next)
+        builder.cbranch(builder.icmp_signed("<", following, last), panel_loop, done)
+        builder.position_at_end(done)
+        builder.ret_void()
+        return function
+
+    def _add_offsets(self, function: ir.Function, builder: ir.IRBuilder, corner: ir.Value,
+                     ldc: ir.Value, count: ir.Value, shifts: list[ir.Value]) -> None:
+        """Each of the block's ``count`` rows of C gets the column offsets (signed data's
+        compensation) added."""
+        start = builder.block
+        loop = function.append_basic_block("offsets")
+        after = function.append_basic_block("offsets_done")
+        builder.branch(loop)
+        builder.position_at_end(loop)
+        row = builder.phi(I64)
+        row.add_incoming(I64(0), start)
+        line = builder.gep(corner, [builder.mul(row, ldc)])
+        for j in range(2):
+            address = builder.bitcast(builder.gep(line, [I64(j * LANES)]),
+                                      self.vector.as_pointer())
+            builder.store(builder.add(builder.load(address, align=4), shifts[j]), address,
+                          align=4)
+        row_next = builder.add(row, I64(1))
+        row.add_incoming(row_next, loop)
+        builder.cbranch(builder.icmp_signed("<", row_next, count), loop, after)
+        builder.position_at_end(after)
+
+    def _define_task(self) -> ir.Function:
+        """``task(context, part, parts)``, context ``[image, row_stride, steps, b, groups, c,
+        ldc, offsets, starts, row_blocks, panel_count, config, rows]``: the (panel, row
+        block) tiles cut into ``parts`` runs as `gemm_int8_ir.define_task` cuts them."""
+        wide = I64.as_pointer()
+        function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [wide, I64, I64]),
+                               name="task")
+        context, part, parts = function.args
+        builder = ir.IRBuilder(function.append_basic_block("entry"))
+        fields = [builder.load(builder.gep(context, [I64(index)])) for index in range(CONTEXT)]
+        (image, row_stride, steps, b, groups, c, ldc, offsets, starts, row_blocks, panels,
+         config, rows) = fields
+        byte = I8.as_pointer()
+        image, b, config = (builder.inttoptr(value, byte) for value in (image, b, config))
+        c = builder.inttoptr(c, I32.as_pointer())
+        offsets = builder.inttoptr(offsets, I32.as_pointer())
+        steps, starts = (builder.inttoptr(value, wide) for value in (steps, starts))
+        total = builder.mul(row_blocks, panels)
+        start = builder.sdiv(builder.mul(total, part), parts)
+        end = builder.sdiv(builder.mul(total, builder.add(part, I64(1))), parts)
+        entry = builder.block
+        loop = function.append_basic_block("run")
+        done = function.append_basic_block("done")
+        builder.cbranch(builder.icmp_signed("<", start, end), loop, done)
+
+        builder.position_at_end(loop)
+        at = builder.phi(I64)
+        at.add_incoming(start, entry)
+        panel = builder.sdiv(at, row_blocks)
+        block = builder.srem(at, row_blocks)
+        left_in_panel = builder.sub(row_blocks, block)
+        left_in_part = builder.sub(end, at)
+        count = builder.select(builder.icmp_signed("<", left_in_panel, left_in_part),
+                               left_in_panel, left_in_part)
+        first_row = builder.mul(block, builder.mul(rows, I64(2)))
+        builder.call(self.direct, [image, row_stride, steps, b, groups,
+                                   builder.gep(c, [builder.mul(first_row, ldc)]), ldc, offsets,
+                                   builder.gep(starts, [builder.mul(block, I64(2))]), count,
+                                   panel, builder.add(panel, I64(1)), config, rows])
+        following = builder.add(at, count)
+        at.add_incoming(following, builder.block)
+        builder.cbranch(builder.icmp_signed("<", following, end), loop, done)
+        builder.position_at_end(done)
+        builder.ret_void()
+        return function
