@@ -1,7 +1,9 @@
 """A quantized 2-d convolution as `spin_pool` jobs over the cores, every pass compiled: the
 data laid channels-last (padded, shifted onto uint8) once, then chunk by chunk of output
 positions: the chunk's patches gathered into the int8 GEMM's rows (a 1×1 convolution of
-stride 1 reads the channels-last rows as they are where its channels fill K exactly), the GEMM
+stride 1 reads the channels-last rows as they are where its channels fill K exactly; on AMX,
+a layer of whole 64-channel blocks has its tiles read the windows where they lie,
+`gemm_int8.direct_job`), the GEMM
 (`gemm_int8.product_job`: VNNI or AMX), and one pass over the chunk's int32 sums that adds
 the bias, scales, applies the activation, adds the residual, applies the activation after the
 sum and rounds to the int8/uint8 output, written straight into the output's NCHW layout. A
@@ -38,9 +40,6 @@ TILE, TILE_BYTES = 64, 8192
 # `_requantize`'s flags: a residual is added; the residual is laid channels-last (N, H, W, C
 # in its NCHW-shaped buffer); the output is.
 RESIDUAL, RESIDUAL_CHANNELS_LAST, OUT_CHANNELS_LAST = 1, 2, 4
-# Whether layers that can run the direct AMX product (`gemm_int8.direct_job`) do: tests turn
-# it off to compare the two.
-DIRECT = True
 # Activation codes the requantize pass understands (`Activation.kind`).
 ACTIVATIONS = {None: 0, "relu": 1, "bounded_relu": 2}
 _arenas = threading.local()
@@ -173,7 +172,7 @@ class FusedConv(EpilogueLayer):
         # On AMX with whole 64-channel blocks, the product's tiles read the windows from the
         # channels-last copy where they lie (`gemm_int8.direct_job`): no gather either.
         self.tile_rows = gemm_int8.direct_tile_rows(out_w) if (
-            self.gathers and packed.amx and channels % 64 == 0 and DIRECT) else 0
+            self.gathers and packed.amx and channels % 64 == 0) else 0
         if self.tile_rows:
             self.gathers = False
 
