@@ -13,8 +13,9 @@ row and the sums' rows are the output positions in order, as the gathered produc
 last, config, rows)``: column panels ``[first, last)`` of ``row_blocks`` blocks of ``2R`` rows;
 ``steps`` holds each K step's byte offset from a tile's first pixel (its tap and channel
 block), ``starts`` each tile's first pixel's byte offset in ``image`` (two a block), and
-``config`` the 64-byte tile configuration for ``R`` (`tile_configuration`), ``rows`` is ``R``. ``b``, ``c``,
-``ldc`` and ``offsets`` are as in `gemm_int8_ir`'s ``panels``; ``c`` gets ``2R`` rows a block.
+``config`` the 64-byte tile configuration for ``R`` (`tile_configuration`); ``rows`` is
+``R``. ``b``, ``c``, ``ldc`` and ``offsets`` are as in `gemm_int8_ir`'s ``panels``; ``c`` gets
+``2R`` rows a block.
 """
 
 from __future__ import annotations
