@@ -46,11 +46,26 @@ def dequantize_job(values: np.ndarray, step: np.ndarray, out: np.ndarray) -> Any
                             kernel_jobs.parts_for(flat.size, 2 * flat.size))
 
 
+def dequantize_channels_last_job(values: np.ndarray, step: np.ndarray,
+                                 out: np.ndarray) -> Any:
+    """`dequantize_job` for ``values`` (int8/uint8, shaped (N, C, H, W)) holding its bytes
+    channels-last (N, H, W, C): ``out`` (float32, (N, C, H, W)) gets them in NCHW order."""
+    if (values.ndim != 4 or values.dtype not in (np.int8, np.uint8) or out.shape != values.shape
+            or out.dtype != np.float32 or step.dtype != np.float32):
+        raise ValueError(f"int8 dequantize: channels-last {values.dtype} {values.shape} into "
+                         f"{out.dtype} {out.shape} with a {step.dtype} step")
+    batch, channels, height, width = values.shape
+    return kernel_jobs.bind((__name__, "dequantize_channels_last"), (
+        values.reshape(-1), step, channels, height, width, out.reshape(-1)), batch * height,
+        kernel_jobs.parts_for(batch * height, 2 * values.size))
+
+
 def compiled_kernels() -> dict[str, Any]:
     """The kernels by name (`kernel_jobs` runs them as jobs), compiled on first use."""
     return compiled.compiled_once(_kernels, lambda: {
         "quantize": compiled.compile_kernel(_quantize),
         "dequantize": compiled.compile_kernel(_dequantize),
+        "dequantize_channels_last": compiled.compile_kernel(_dequantize_channels_last),
     })
 
 
@@ -73,3 +88,22 @@ def _dequantize(values: Any, step: Any, out: Any, first: int,
     factor = step[0]
     for index in range(np.uint64(first), np.uint64(last)):  # unsigned: it vectorises
         out[index] = np.float32(values[index]) * factor
+
+
+
+def _dequantize_channels_last(values: Any, step: Any, channels: int, height: int, width: int,
+                              out: Any, first: int, last: int
+                              ) -> None:  # pragma: no cover - runs compiled
+    """Image rows [first, last) (every image's rows in turn): each channel's run of the
+    row's positions written in order, read ``channels`` bytes apart."""
+    factor = step[0]
+    depth, across = np.uint64(channels), np.uint64(width)
+    plane = np.uint64(height * width)
+    for row in range(first, last):
+        image = row // height
+        source = np.uint64(row) * across * depth  # (image, y, 0, 0) channels-last
+        target = np.uint64(image) * depth * plane + np.uint64(row - image * height) * across
+        for c in range(depth):
+            at = target + c * plane
+            for x in range(across):
+                out[at + x] = np.float32(values[source + x * depth + c]) * factor

@@ -12,7 +12,7 @@ from engine.errors import ShapeError
 from engine.kernels import int8_convert
 from engine.ops.attrs import choice
 from engine.ops.dtypes import FLOAT32, INT32, UINT8
-from engine.ops.quantized import ranges
+from engine.ops.quantized import handoff, ranges
 from engine.ops.quantized.ranges import CALIB_PARAMS, F32, INT8, RANGE_OUTPUTS
 from engine.ops.registry import Attrs, MaybeShape, OpDef, Param, register
 
@@ -116,9 +116,11 @@ def _dequantize_step(data: Any, low: Any, high: Any) -> F32:
                / ranges.QUANTIZED_RANGE[dtype])
 
 
-def _dequantize_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any) -> list[Any]:
+def _dequantize_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
+                     workspace: Any = None) -> list[Any]:
     """On the CPU, one compiled pass (`int8_convert`), its step read from the range inputs
-    at each run; otherwise the kernel runs."""
+    at each run; otherwise the kernel runs. In a plan, int8 data a fused convolution hands
+    over channels-last (`handoff`) is read in whichever layout its writer's run wrote."""
     data, low, high = inputs
     fallback = [partial(DEQUANTIZE.compute, xp, attrs, inputs, out)]
     if not (xp is np and int8_convert.available() and data.dtype in (INT8, UINT8, INT32)
@@ -126,12 +128,18 @@ def _dequantize_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any) -> list
         return fallback
     step = np.zeros(1, np.float32)
     job = int8_convert.dequantize_job(data, step, out)
+    laid_job = int8_convert.dequantize_channels_last_job(data, step, out) \
+        if data.ndim == 4 and data.dtype != INT32 else None
     if job is None:
         return fallback
+    offered = handoff.take(workspace, data) if laid_job is not None else None
 
     def call() -> None:
         step[0] = _dequantize_step(data, low, high)
-        job()
+        if offered is not None and offered.laid:
+            laid_job()
+        else:
+            job()
 
     return [call]
 
@@ -144,6 +152,7 @@ DEQUANTIZE = register(OpDef(
     infer_dtype=lambda attrs, dtypes: ([dtypes[0], FLOAT32, FLOAT32], [FLOAT32]),
     kernel=ranges.on_host(_dequantize),
     bind=_dequantize_bind,
+    scratch=lambda attrs, shapes, dtype: 0,  # none: declared for the plan's workspace
     uncapturable=ranges.ON_HOST,
     doc="int8/uint8/int32 to float32: each step is max(|min|, |max|) / 127.5 (255.5 for uint8, "
         "2**31 for int32).",

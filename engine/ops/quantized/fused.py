@@ -26,7 +26,7 @@ from engine.errors import ModelFormatError
 from engine.kernels import int8_conv, int8_depthwise
 from engine.ops.attrs import parse_bool
 from engine.ops.dtypes import FLOAT32, UINT8
-from engine.ops.quantized import integer, ranges
+from engine.ops.quantized import handoff, integer, ranges
 from engine.ops.quantized.ranges import CALIB_PARAMS, F32, INT8, RANGE_OUTPUTS
 from engine.ops.quantized.requantize import (
     finish,
@@ -39,6 +39,7 @@ from engine.ops.quantized.subgraph_attrs import FusedChain, fold_batchnorm, read
 from engine.ops.registry import Attrs, MaybeShape, OpDef, Param, get_op, register
 
 CONV = "_sg_mkldnn_conv"
+DEQUANTIZE_OP = "_contrib_dequantize"
 FC = "_sg_mkldnn_fully_connected"
 BN_INPUTS = ("gamma", "beta", "moving_mean", "moving_var")
 
@@ -141,7 +142,7 @@ def _conv_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
     """On the CPU with constant weights (a plan's read-only parameters), BatchNorm is folded
     once at bind and the int8 weights kept for the data scale; otherwise the kernel runs.
     In a plan (``workspace`` given), a quantized node's output read only by quantized
-    convolutions is handed to them channels-last (`_Handoff`)."""
+    convolutions (or dequantize) is handed to them channels-last (`handoff`)."""
     names = _conv_inputs(attrs)
     values = dict(zip(names, inputs, strict=True))
     constant = xp is np and all(not np.asarray(values[name]).flags.writeable
@@ -164,31 +165,12 @@ def _conv_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
     return [call]
 
 
-class _Handoff:
-    """A quantized convolution's int8 output that only quantized convolutions (one group,
-    calibrated: `int8_conv.FusedConv`'s) read, as data or as the residual: while the writer
-    runs fused it lays the bytes channels-last (N, H, W, C in the (N, C, H, W) buffer) and
-    says so here, and its readers take them that way, with no transpose on either side. A
-    writer on the NumPy path writes NCHW and says that; a reader on the NumPy path turns
-    channels-last bytes back to NCHW first (`_FusedInt8Conv.nchw_values`)."""
-
-    TAG = "int8 channels-last hand-off"
-
-    def __init__(self, readers: int) -> None:
-        self.readers = readers  # inputs the plan binds to the array
-        self.takers = 0  # those bound as `_FusedInt8Conv`s that found this hand-off
-        self.laid = False  # what the last run of the writer wrote
-
-    @property
-    def taken(self) -> bool:
-        """Whether every reader takes the hand-off (one bound otherwise, say as the op's plain
-        kernel, would read the bytes as NCHW): the writer lays them channels-last only then."""
-        return self.takers == self.readers
-
-
-def _fused_int8_reader(reader: Any) -> bool:
-    """Whether ``reader`` (a `workspace.Reader`) is a calibrated quantized convolution of one
-    group reading the array as its data or its residual."""
+def _reads_channels_last(reader: Any) -> bool:
+    """Whether ``reader`` (a `workspace.Reader`) can take a `handoff.Handoff`: a calibrated
+    quantized convolution of one group reading the array as its data or its residual, or a
+    dequantize (`convert`)."""
+    if reader.op == DEQUANTIZE_OP and reader.position == 0:
+        return True
     if reader.op != CONV or not reader.attrs.quantized or not ranges.has_calib(reader.attrs):
         return False
     main = _conv_chain(reader.attrs).main
@@ -281,22 +263,18 @@ class _FusedInt8Conv:
         if int8_conv.supported_here():
             spin_pool.expect_split_jobs()  # made at the first run, once the weights are
 
-    def _find_handoffs(self, workspace: Any) -> dict[str, _Handoff]:
-        """The hand-offs by input name (data, sum) and "out": the ones the writers of the
-        inputs made, and the output's where its readers all take one."""
-        if workspace is None or not hasattr(workspace, "readers"):
-            return {}
-        found = {name: workspace.shared(self.values[name], _Handoff.TAG)
+    def _find_handoffs(self, workspace: Any) -> dict[str, handoff.Handoff]:
+        """The hand-offs by input name (data, sum), taken from the writers of the inputs, and
+        "out": the output's, offered where all its readers can take it."""
+        found = {name: handoff.take(workspace, self.values[name])
                  for name in ("data", "sum") if name in self.values}
-        handoffs = {name: handoff for name, handoff in found.items() if handoff is not None}
-        for handoff in handoffs.values():
-            handoff.takers += 1
-        readers = workspace.readers(self.targets[0])
+        handoffs = {name: offered for name, offered in found.items() if offered is not None}
         main = self.weights.chain.main
-        if (readers and ranges.has_calib(self.attrs) and main.num_group == 1
-                and len(main.kernel) == 2 and all(map(_fused_int8_reader, readers))):
-            handoffs["out"] = workspace.shared(self.targets[0], _Handoff.TAG,
-                                               lambda: _Handoff(len(readers)))
+        if workspace is not None and ranges.has_calib(self.attrs) and main.num_group == 1 \
+                and len(main.kernel) == 2:
+            offered = handoff.offer(workspace, self.targets[0], _reads_channels_last)
+            if offered is not None:
+                handoffs["out"] = offered
         return handoffs
 
     def run(self) -> bool:

@@ -60,3 +60,19 @@ def test_bound_quantize_v2_equals_its_kernel(low, high):
     for got, expected in zip(out, want, strict=True):
         np.testing.assert_array_equal(got, np.asarray(expected))
     assert out[0].dtype == (np.uint8 if low >= 0 else np.int8)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8])
+def test_dequantize_reads_channels_last_bytes_into_nchw(dtype):
+    """Bytes laid N, H, W, C in an (N, C, H, W) array (a fused convolution's hand-off) come
+    out as NumPy's floats in NCHW order."""
+    rng = np.random.default_rng(8)
+    info = np.iinfo(dtype)
+    values = rng.integers(info.min, info.max, (3, 5, 7, 11), endpoint=True).astype(dtype)
+    laid = np.ascontiguousarray(values.transpose(0, 2, 3, 1)).reshape(values.shape)
+    step = np.array([np.float32(2.3 / 127.5)], np.float32)
+    out = np.zeros(values.shape, np.float32)
+    job = int8_convert.dequantize_channels_last_job(laid, step, out)
+    with spin_pool.armed(2):
+        job()
+    np.testing.assert_array_equal(out, values.astype(np.float32) * step[0])

@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 import engine
+from bench import nets
+from engine import sym
 from engine.kernels import int8_conv
 from engine.ops.quantized import integer
 from tests.engine.quantize.test_int8_model import residual_net
@@ -104,3 +106,27 @@ def test_a_reader_bound_without_the_fused_path_keeps_its_writer_nchw(models, mon
     finally:
         integer.use_fast_path(True)
     np.testing.assert_array_equal(got["fc2_output"], want["fc2_output"])
+
+
+def test_a_dequantize_reads_the_hand_off():
+    """Two convolutions, the second read only by a dequantize (a max pooling in float after
+    it): both hand off, and the logits are the NumPy path's."""
+    data = sym.var("data")
+    net = sym.Activation(nets._conv_bn(data, "c1", 64, 3), act_type="relu", name="c1_relu")
+    net = sym.Activation(nets._conv_bn(net, "c2", 64, 3), act_type="relu", name="c2_relu")
+    net = sym.Pooling(net, kernel=(2, 2), stride=(2, 2), pool_type="max", name="pool")
+    net = sym.FullyConnected(net, num_hidden=10, name="fc")
+    params = nets.random_params(net, (1, 3, 14, 14), seed=3)
+    calibration = {"data": RNG.standard_normal((8, 3, 14, 14)).astype(np.float32)}
+    model = engine.load_model(net, params, precision="int8", calibration=calibration)
+    assert "_contrib_dequantize" in {node.op for node in model.run_graph.nodes}
+    images = {"data": RNG.standard_normal((2, 3, 14, 14)).astype(np.float32)}
+    before = integer.PATHS["int8_channels_last_handoff"]
+    got = model.infer(images)["fc_output"]
+    assert integer.PATHS["int8_channels_last_handoff"] - before == 2
+    integer.use_fast_path(False)
+    try:
+        want = model.infer(images)["fc_output"]
+    finally:
+        integer.use_fast_path(True)
+    np.testing.assert_array_equal(got, want)

@@ -1,0 +1,52 @@
+"""A plan's int8 array handed from a fused convolution to its readers channels-last.
+
+A quantized convolution's int8/uint8 output that only ops able to read it channels-last read
+(fused int8 convolutions as data or residual, `fused`; dequantize, `convert`) is written
+N, H, W, C in its (N, C, H, W) buffer while the writer runs fused, so that neither side
+transposes it. The writer offers a `Handoff` for its output in the plan's workspace when
+every reader the plan binds is of those kinds; each reader that binds a path able to read
+either layout takes it; the writer lays the bytes channels-last only when all have, and
+says at each run which layout it wrote (a writer on the NumPy path writes NCHW).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+TAG = "int8 channels-last hand-off"
+
+
+class Handoff:
+    """What a writer and its readers share about one array."""
+
+    def __init__(self, readers: int) -> None:
+        self.readers = readers  # inputs the plan binds to the array
+        self.takers = 0  # those bound to read either layout, that took this hand-off
+        self.laid = False  # what the last run of the writer wrote
+
+    @property
+    def taken(self) -> bool:
+        """Whether every reader took the hand-off (one bound otherwise, as an op's plain
+        kernel, would read the bytes as NCHW): the writer lays them channels-last only then."""
+        return self.takers == self.readers
+
+
+def offer(workspace: Any, array: Any, can_read: Callable[[Any], bool]) -> Handoff | None:
+    """The writer's hand-off for ``array`` where the plan noted its readers and
+    ``can_read(reader)`` holds for each (a `workspace.Reader`); else None."""
+    readers = workspace.readers(array) if hasattr(workspace, "readers") else None
+    if not readers or not all(map(can_read, readers)):
+        return None
+    return workspace.shared(array, TAG, lambda: Handoff(len(readers)))
+
+
+def take(workspace: Any, array: Any) -> Handoff | None:
+    """A reader's: the hand-off its writer offered for ``array``, counted as taken; None
+    where there is none (the bytes are NCHW)."""
+    if workspace is None or not hasattr(workspace, "shared"):
+        return None
+    handoff = workspace.shared(array, TAG)
+    if handoff is not None:
+        handoff.takers += 1
+    return handoff
