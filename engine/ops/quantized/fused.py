@@ -272,7 +272,9 @@ class _FusedInt8Conv:
         main = self.weights.chain.main
         if workspace is not None and ranges.has_calib(self.attrs) and main.num_group == 1 \
                 and len(main.kernel) == 2:
-            offered = handoff.offer(workspace, self.targets[0], _reads_channels_last)
+            # a dequantize alone would transpose the bytes instead of this node: no gain
+            offered = handoff.offer(workspace, self.targets[0], _reads_channels_last,
+                                    lambda reader: reader.op == CONV)
             if offered is not None:
                 handoffs["out"] = offered
         return handoffs

@@ -32,11 +32,13 @@ class Handoff:
         return self.takers == self.readers
 
 
-def offer(workspace: Any, array: Any, can_read: Callable[[Any], bool]) -> Handoff | None:
-    """The writer's hand-off for ``array`` where the plan noted its readers and
-    ``can_read(reader)`` holds for each (a `workspace.Reader`); else None."""
+def offer(workspace: Any, array: Any, can_read: Callable[[Any], bool],
+          gains: Callable[[Any], bool]) -> Handoff | None:
+    """The writer's hand-off for ``array`` where the plan noted its readers, ``can_read``
+    holds for each (a `workspace.Reader`) and ``gains`` for one at least (a reader that
+    would otherwise transpose); else None."""
     readers = workspace.readers(array) if hasattr(workspace, "readers") else None
-    if not readers or not all(map(can_read, readers)):
+    if not readers or not all(map(can_read, readers)) or not any(map(gains, readers)):
         return None
     return workspace.shared(array, TAG, lambda: Handoff(len(readers)))
 
