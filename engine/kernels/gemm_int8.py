@@ -180,12 +180,15 @@ def direct_tile_rows(width: int) -> int:
 
 def direct_job(image: np.ndarray, row_stride: int, steps: np.ndarray, starts: np.ndarray,
                m: int, weights: PackedWeights, signed: bool, tile_rows: int,
-               out: np.ndarray) -> Any:
+               out: np.ndarray, requantize: tuple[Any, ...] | None = None) -> Any:
     """The product of ``m`` rows, each tile of ``tile_rows`` rows read from ``image`` (uint8,
     padded channels-last) at ``starts`` (a byte offset per tile, two a block of
     ``2 · tile_rows`` rows) plus ``steps`` (a byte offset per 64 values of K), its rows
     ``row_stride`` bytes apart (`gemm_int8_direct_ir`), as a `spin_pool` job writing ``out``
-    (int32, rows of the padded columns); AMX-packed weights only."""
+    (int32, rows of the padded columns); AMX-packed weights only. ``requantize``: the
+    terms and factors of `gemm_int8_direct_ir`'s ``requantize`` (then anything the job
+    keeps alive, the arrays ``terms`` holds the addresses of), run on each block's sums as
+    soon as they are made (the bytes written channels-last where ``terms`` says)."""
     from engine.cpu import kernel_jobs, spin_pool
     from engine.kernels.gemm_int8_direct_ir import tile_configuration
 
@@ -207,11 +210,13 @@ def direct_job(image: np.ndarray, row_stride: int, steps: np.ndarray, starts: np
     context = np.array([image.ctypes.data, row_stride, steps.ctypes.data, packed,
                         weights.groups, out.ctypes.data, columns,
                         signed_offsets if signed else no_offsets, starts.ctypes.data, blocks,
-                        weights.panels, config.ctypes.data, tile_rows], np.int64)
+                        weights.panels, config.ctypes.data, tile_rows,
+                        0 if requantize is None else requantize[0].ctypes.data,
+                        0 if requantize is None else requantize[1].ctypes.data], np.int64)
     parts = min(blocks * weights.panels, kernel_jobs.parts_for(
         blocks * weights.panels, m * weights.k * weights.n // 64))
     return spin_pool.job(kernels["task", "direct"], context, parts,
-                         keep=(image, steps, starts, out, weights, config))
+                         keep=(image, steps, starts, out, weights, config, requantize))
 
 
 def amx_available() -> bool:

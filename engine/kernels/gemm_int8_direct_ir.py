@@ -25,8 +25,10 @@ import llvmlite.ir as ir
 from engine.kernels.gemm_amx_ir import declare_tile_intrinsics
 from engine.kernels.gemm_int8_ir import I8, I32, I64, LANES
 
+F32 = ir.FloatType()
+
 COLUMNS, DEPTH = 32, 64  # a panel of C, and K per step
-CONTEXT = 13  # int64 fields of a task's context
+CONTEXT = 15  # int64 fields of a task's context
 
 
 def tile_configuration(rows: int) -> list[int]:
@@ -50,16 +52,29 @@ class DirectInt8Kernel:
         self.vector = ir.VectorType(I32, LANES)
         declare_tile_intrinsics(self, self.module, "llvm.x86.tdpbusd",
                                 "amx_int8_direct_unused_configuration")
+        self.floats = ir.VectorType(F32, LANES)
+        self.bytes = ir.VectorType(I8, LANES)
+        self.mask = ir.VectorType(ir.IntType(1), LANES)
+        self.masked_load = ir.Function(self.module, ir.FunctionType(
+            self.bytes, [self.bytes.as_pointer(), I32, self.mask, self.bytes]),
+            name=f"llvm.masked.load.v{LANES}i8.p0")
+        self.masked_store = ir.Function(self.module, ir.FunctionType(
+            ir.VoidType(), [self.bytes, self.bytes.as_pointer(), I32, self.mask]),
+            name=f"llvm.masked.store.v{LANES}i8.p0")
+        self.rint = ir.Function(self.module, ir.FunctionType(self.floats, [self.floats]),
+                                name=f"llvm.rint.v{LANES}f32")
+        self.requantize = self._define_requantize()
         self.direct = self._define_direct()
         self.task = self._define_task()
 
     def _define_direct(self) -> ir.Function:
         byte, word, wide = I8.as_pointer(), I32.as_pointer(), I64.as_pointer()
         kind = ir.FunctionType(ir.VoidType(), [byte, I64, wide, byte, I64, word, I64, word,
-                                               wide, I64, I64, I64, byte, I64])
+                                               wide, I64, I64, I64, byte, I64, I64, wide,
+                                               F32.as_pointer()])
         function = ir.Function(self.module, kind, name="direct")
         (image, row_stride, steps, b, groups, c, ldc, offsets, starts, row_blocks, first,
-         last, config, rows) = function.args
+         last, config, rows, block_base, terms, factors) = function.args
         builder = ir.IRBuilder(function.append_basic_block("entry"))
         builder.call(self.load_config, [config])
         c_stride = builder.mul(ldc, I64(4))
@@ -122,6 +137,17 @@ class DirectInt8Kernel:
             builder.call(self.store_tile, [I8(accumulator),
                                            builder.bitcast(target, I8.as_pointer()), c_stride])
         self._add_offsets(function, builder, corner, ldc, builder.mul(rows, I64(2)), shifts)
+        fused = function.append_basic_block("requantize")
+        after = function.append_basic_block("block_next")
+        builder.cbranch(builder.icmp_unsigned("!=", builder.ptrtoint(terms, I64), I64(0)),
+                        fused, after)
+        builder.position_at_end(fused)
+        builder.call(self.requantize, [corner, ldc, column,
+                                       builder.add(first_row, builder.mul(
+                                           block_base, builder.mul(rows, I64(2)))),
+                                       builder.mul(rows, I64(2)), terms, factors])
+        builder.branch(after)
+        builder.position_at_end(after)
         block_next = builder.add(block, I64(1))
         block.add_incoming(block_next, builder.block)
         builder.cbranch(builder.icmp_signed("<", block_next, row_blocks), block_loop,
@@ -134,6 +160,93 @@ class DirectInt8Kernel:
         builder.position_at_end(done)
         builder.ret_void()
         return function
+
+    def _define_requantize(self) -> ir.Function:
+        """``requantize(corner, ldc, column, first_row, count, terms, factors)``: rows
+        [first_row, first_row + count) of a chunk (their sums from ``corner``, ``ldc`` int32
+        apart; columns ``column`` to ``column + 32``) requantized as `int8_conv._requantize`
+        does, step for step in float32, into channels-last bytes; rows from ``terms``' valid
+        count on are left alone. ``terms`` (int64): the output and residual addresses, the
+        bias (int32) and scales (float32, both padded to whole panels), the filters, the
+        valid rows, whether the residual is signed, and its row stride (0: a zero row, no
+        residual); ``factors`` (float32): the activation's bounds, the residual's scale, the
+        bounds of the activation after the sum, and the output's saturation bounds."""
+        word, wide, real = I32.as_pointer(), I64.as_pointer(), F32.as_pointer()
+        kind = ir.FunctionType(ir.VoidType(), [word, I64, I64, I64, I64, wide, real])
+        function = ir.Function(self.module, kind, name="requantize")
+        function.linkage = "internal"
+        corner, ldc, column, first_row, count, terms, factors = function.args
+        builder = ir.IRBuilder(function.append_basic_block("entry"))
+        byte = I8.as_pointer()
+        (out, residual, bias, scales, filters, valid, signed, residual_stride) = (
+            builder.load(builder.gep(terms, [I64(index)])) for index in range(8))
+        out, residual = builder.inttoptr(out, byte), builder.inttoptr(residual, byte)
+        bias, scales = builder.inttoptr(bias, word), builder.inttoptr(scales, real)
+        bounds = [self._splat(builder, builder.load(builder.gep(factors, [I64(index)])))
+                  for index in range(7)]
+        act_low, act_top, residual_scale, post_low, post_top, lowest, highest = bounds
+        lanes = ir.Constant(ir.VectorType(I64, LANES), list(range(LANES)))
+        halves = []
+        for half in range(2):
+            at = builder.add(column, I64(half * LANES))
+            mask = builder.icmp_signed("<", builder.add(self._splat(builder, at, I64), lanes),
+                                       self._splat(builder, filters, I64))
+            shift = builder.load(builder.bitcast(builder.gep(bias, [at]),
+                                                 self.vector.as_pointer()), align=4)
+            factor = builder.load(builder.bitcast(builder.gep(scales, [at]),
+                                                  self.floats.as_pointer()), align=4)
+            halves.append((at, mask, builder.sext(shift, ir.VectorType(I64, LANES)), factor))
+        is_signed = builder.icmp_unsigned("!=", signed, I64(0))
+        last = builder.add(first_row, count)
+        last = builder.select(builder.icmp_signed("<", valid, last), valid, last)
+        start = builder.block
+        loop = function.append_basic_block("row")
+        done = function.append_basic_block("done")
+        builder.cbranch(builder.icmp_signed("<", first_row, last), loop, done)
+
+        builder.position_at_end(loop)
+        row = builder.phi(I64)
+        row.add_incoming(first_row, start)
+        line = builder.gep(corner, [builder.mul(builder.sub(row, first_row), ldc)])
+        for half, (at, mask, shift, factor) in enumerate(halves):
+            sums = builder.load(builder.bitcast(builder.gep(line, [I64(half * LANES)]),
+                                                self.vector.as_pointer()), align=4)
+            wide_sums = builder.add(builder.sext(sums, ir.VectorType(I64, LANES)), shift)
+            value = builder.fmul(builder.sitofp(wide_sums, self.floats), factor)
+            value = self._clamp(builder, value, act_low, act_top)
+            summand = builder.call(self.masked_load, [
+                builder.bitcast(builder.gep(residual, [builder.add(
+                    builder.mul(row, residual_stride), at)]), self.bytes.as_pointer()),
+                I32(1), mask, ir.Constant(self.bytes, [0] * LANES)])
+            summand = builder.select(is_signed, builder.sitofp(summand, self.floats),
+                                     builder.uitofp(summand, self.floats))
+            value = builder.fadd(value, builder.fmul(residual_scale, summand))
+            value = self._clamp(builder, value, post_low, post_top)
+            value = self._clamp(builder, builder.call(self.rint, [value]), lowest, highest)
+            code = builder.trunc(builder.fptosi(value, self.vector), self.bytes)
+            target = builder.gep(out, [builder.add(builder.mul(row, filters), at)])
+            builder.call(self.masked_store, [code, builder.bitcast(
+                target, self.bytes.as_pointer()), I32(1), mask])
+        row_next = builder.add(row, I64(1))
+        row.add_incoming(row_next, builder.block)
+        builder.cbranch(builder.icmp_signed("<", row_next, last), loop, done)
+        builder.position_at_end(done)
+        builder.ret_void()
+        return function
+
+    def _splat(self, builder: ir.IRBuilder, scalar: ir.Value, kind: ir.Type = F32) -> ir.Value:
+        vector = ir.VectorType(kind, LANES)
+        undefined = ir.Constant(vector, ir.Undefined)
+        single = builder.insert_element(undefined, scalar, I32(0))
+        return builder.shuffle_vector(single, undefined,
+                                      ir.Constant(ir.VectorType(I32, LANES), [0] * LANES))
+
+    @staticmethod
+    def _clamp(builder: ir.IRBuilder, value: ir.Value, low: ir.Value,
+               high: ir.Value) -> ir.Value:
+        """``min(max(value, low), high)`` as `int8_conv._requantize` takes it."""
+        value = builder.select(builder.fcmp_ordered(">", value, low), value, low)
+        return builder.select(builder.fcmp_ordered("<", value, high), value, high)
 
     def _add_offsets(self, function: ir.Function, builder: ir.IRBuilder, corner: ir.Value,
                      ldc: ir.Value, count: ir.Value, shifts: list[ir.Value]) -> None:
@@ -168,12 +281,14 @@ class DirectInt8Kernel:
         builder = ir.IRBuilder(function.append_basic_block("entry"))
         fields = [builder.load(builder.gep(context, [I64(index)])) for index in range(CONTEXT)]
         (image, row_stride, steps, b, groups, c, ldc, offsets, starts, row_blocks, panels,
-         config, rows) = fields
+         config, rows, terms, factors) = fields
         byte = I8.as_pointer()
         image, b, config = (builder.inttoptr(value, byte) for value in (image, b, config))
         c = builder.inttoptr(c, I32.as_pointer())
         offsets = builder.inttoptr(offsets, I32.as_pointer())
-        steps, starts = (builder.inttoptr(value, wide) for value in (steps, starts))
+        steps, starts, terms = (builder.inttoptr(value, wide)
+                                for value in (steps, starts, terms))
+        factors = builder.inttoptr(factors, F32.as_pointer())
         total = builder.mul(row_blocks, panels)
         start = builder.sdiv(builder.mul(total, part), parts)
         end = builder.sdiv(builder.mul(total, builder.add(part, I64(1))), parts)
@@ -195,7 +310,8 @@ class DirectInt8Kernel:
         builder.call(self.direct, [image, row_stride, steps, b, groups,
                                    builder.gep(c, [builder.mul(first_row, ldc)]), ldc, offsets,
                                    builder.gep(starts, [builder.mul(block, I64(2))]), count,
-                                   panel, builder.add(panel, I64(1)), config, rows])
+                                   panel, builder.add(panel, I64(1)), config, rows, block,
+                                   terms, factors])
         following = builder.add(at, count)
         at.add_incoming(following, builder.block)
         builder.cbranch(builder.icmp_signed("<", following, end), loop, done)

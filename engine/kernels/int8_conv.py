@@ -207,6 +207,10 @@ class FusedConv(EpilogueLayer):
         jobs = [lay]
         if self.tile_rows:
             steps, starts = self._direct_offsets(block)
+        # channels-last out (and residual) of a direct product: requantized in its epilogue,
+        # block by block
+        fused = self.tile_rows and self.laid.out and (self.residual is None
+                                                      or self.laid.residual)
         for first in range(0, self.rows, chunk):
             count = min(chunk, self.rows - first)
             used = -(-count // block) * block
@@ -214,7 +218,10 @@ class FusedConv(EpilogueLayer):
                 jobs.append(gemm_int8.direct_job(
                     padded, geometry.stride[1] * channels, steps,
                     starts[first // self.tile_rows:], count, packed, signed, self.tile_rows,
-                    sums[:used]))
+                    sums[:used], self._epilogue_terms(epilogue, first, count, columns)
+                    if fused else None))
+                if fused:
+                    continue
             else:
                 if self.gathers:
                     patches = rows.reshape(-1, packed.groups * 4)
@@ -237,6 +244,36 @@ class FusedConv(EpilogueLayer):
         if any(job is None for job in jobs):
             raise RuntimeError("int8 convolution: a job could not be bound")
         return tuple(jobs)
+
+    def _epilogue_terms(self, epilogue: Epilogue, first: int, count: int,
+                        columns: int) -> tuple[Any, ...]:
+        """`gemm_int8_direct_ir`'s requantize terms for output positions [first, first +
+        count): the same arithmetic as `_requantize` (its bounds as numbers, infinite where
+        an activation has none), into the channels-last output."""
+        filters = self.weight.shape[0]
+        bias = np.zeros(columns, np.int32)
+        bias[:filters] = self.bias
+        scales = np.zeros(columns, np.float32)
+        scales[:filters] = self.scales
+        if self.residual is not None:
+            residual, stride = self.residual.reshape(-1)[first * filters:], filters
+        else:  # a zero row read for each position: the sum adds 0
+            residual, stride = np.zeros(columns, np.int8), 0
+        out = self.out.reshape(-1)[first * filters:]
+        terms = np.array([out.ctypes.data, residual.ctypes.data, bias.ctypes.data,
+                          scales.ctypes.data, filters, count, int(residual.dtype == np.int8),
+                          stride], np.int64)
+        infinite = np.float32(np.inf)
+        bounds = [(-infinite, infinite), (np.float32(0.0), infinite)]
+        act = bounds[1] if epilogue.act == "relu" else (
+            (np.float32(0.0), np.float32(epilogue.act_high)) if epilogue.act == "bounded_relu"
+            else bounds[0])
+        post = bounds[1] if epilogue.postsum_act == "relu" else (
+            (np.float32(0.0), np.float32(epilogue.postsum_high))
+            if epilogue.postsum_act == "bounded_relu" else bounds[0])
+        factors = np.array([*act, epilogue.residual_scale, *post, epilogue.low, epilogue.high],
+                           np.float32)
+        return terms, factors, (bias, scales, residual, out)  # the job keeps them alive
 
     def _direct_offsets(self, block: int) -> tuple[np.ndarray, np.ndarray]:
         """The direct product's byte offsets in the channels-last copy: each K step's (64

@@ -222,3 +222,35 @@ def test_direct_products_read_the_windows_where_they_lie(monkeypatch, shape, til
     with spin_pool.armed(2):
         conv(epilogue)
     np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.skipif(not gemm_int8.amx_available(), reason="needs AMX-INT8")
+@pytest.mark.parametrize("shape", [
+    (3, 128, (17, 17), 33, (3, 3), (2, 2), (1, 1), (1, 1)),  # 33 filters: a masked half
+    (2, 64, (16, 12), 64, (3, 3), (1, 1), (2, 2), (2, 2)),
+])
+@pytest.mark.parametrize("data_dtype,act,with_residual,residual_laid", [
+    (np.uint8, "relu", False, False),
+    (np.int8, "bounded_relu", True, True),
+    (np.uint8, None, True, False),
+])
+@pytest.mark.parametrize("chunk_bytes", [int8_conv.CHUNK_BYTES, 1])
+def test_direct_products_requantize_channels_last_in_their_epilogue(
+        monkeypatch, shape, data_dtype, act, with_residual, residual_laid, chunk_bytes):
+    """A direct product writing channels-last requantizes each block's sums as it makes
+    them (no separate pass): the NumPy path's bytes, with or without a residual."""
+    monkeypatch.setattr(int8_conv, "CHUNK_BYTES", chunk_bytes)
+    rng = np.random.default_rng(shape[3])
+    out_dtype = np.uint8 if act else np.int8
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, shape, data_dtype, out_dtype, act, with_residual)
+    want = _reference(data, weight, geometry, epilogue, residual, storage, out_dtype)
+    out = np.zeros_like(want)
+    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight), amx=True)
+    laid = int8_conv.Layouts(out=True, residual=residual_laid)
+    conv = int8_conv.FusedConv(data, weight, packed, geometry, out, _channels_last(residual)
+                               if residual_laid else residual, laid)
+    assert conv.tile_rows
+    with spin_pool.armed(2):
+        conv(epilogue)
+    np.testing.assert_array_equal(_from_channels_last(out), want)
