@@ -165,16 +165,16 @@ class FusedConv(EpilogueLayer):
             raise ValueError(f"int8 convolution: packed weights ({packed.k}, {packed.n}) do "
                              f"not fit {weight.shape}")
         self.packed = packed
-        # A 1×1 convolution of stride 1 without padding whose channels fill K's padding
-        # exactly: the channels-last copy's rows are the GEMM's rows as they are, no gather.
-        self.gathers = not (geometry.kernel == (1, 1) and geometry.stride == (1, 1)
-                            and geometry.pad == (0, 0) and channels == packed.groups * 4)
         # On AMX with whole 64-channel blocks, the product's tiles read the windows from the
-        # channels-last copy where they lie (`gemm_int8.direct_job`): no gather either.
+        # channels-last copy where they lie (`gemm_int8.direct_job`, which can requantize in
+        # its epilogue): no gather.
         self.tile_rows = gemm_int8.direct_tile_rows(out_w) if (
-            self.gathers and packed.amx and channels % 64 == 0) else 0
-        if self.tile_rows:
-            self.gathers = False
+            packed.amx and channels % 64 == 0) else 0
+        # Else a 1×1 convolution of stride 1 without padding whose channels fill K's padding
+        # exactly: the channels-last copy's rows are the GEMM's rows as they are, no gather.
+        self.gathers = not (self.tile_rows or (
+            geometry.kernel == (1, 1) and geometry.stride == (1, 1) and geometry.pad == (0, 0)
+            and channels == packed.groups * 4))
 
     def _bind(self, epilogue: Epilogue) -> tuple[Any, ...]:
         data, geometry, packed = self.data, self.geometry, self.packed

@@ -140,7 +140,7 @@ def test_layers_cut_into_chunks_equal_the_numpy_path(monkeypatch, isa, chunk_byt
 
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("batch,channels,size,filters", [
-    (1, 64, (7, 11), 40),  # K of 64: rows read as laid, on VNNI and on AMX
+    (1, 64, (7, 11), 40),  # K of 64: rows read as laid on VNNI, by the direct product on AMX
     (3, 20, (5, 5), 33),  # K of 20: as laid on VNNI, gathered on AMX (K padded to 64)
     (1, 18, (5, 7), 16),  # K of 18: gathered (padded to 20)
 ])
