@@ -350,7 +350,8 @@ class _FusedInt8Conv:
         elif groups == 1:
             rows = data.shape[0] * math.prod(out.shape[2:])
             packed = integer.packed_weights(weight_q, rows, ("channels_last", 0),
-                                            lambda: int8_conv.weight_matrix(weight_q))
+                                            lambda: int8_conv.weight_matrix(weight_q),
+                                            int8_conv.AMX_MIN_DEPTH)
 
             def make(laid: int8_conv.Layouts) -> int8_conv.FusedConv:
                 return int8_conv.FusedConv(data, weight_q, packed, geometry, out, residual,

@@ -216,21 +216,24 @@ def matmul(left: Any, right: Any) -> np.ndarray:
     return sums.reshape(*shape, left.shape[-2], right.shape[-1])
 
 
-def _uses_amx(rows: int, depth: int) -> bool:
+def _uses_amx(rows: int, depth: int, min_depth: int | None = None) -> bool:
     """Whether a product of ``rows`` rows and K = ``depth`` runs on AMX rather than VNNI: AMX
     computes 32 rows and 64 K values at a time, which pays from K 256 and 32 rows
-    (`bench/int8.py`: 1.2-2.6x VNNI's throughput there, 0.8x at K 64 or 2 rows)."""
-    return depth >= AMX_MIN_DEPTH and rows >= AMX_MIN_ROWS and gemm_int8.amx_available()
+    (`bench/int8.py`: 1.2-2.6x VNNI's throughput there, 0.8x at K 64 or 2 rows); from K
+    ``min_depth`` where the caller knows better."""
+    least = AMX_MIN_DEPTH if min_depth is None else min_depth
+    return depth >= least and rows >= AMX_MIN_ROWS and gemm_int8.amx_available()
 
 
 def packed_weights(source: np.ndarray, rows: int, layout: Any = None,
-                    matrix: Callable[[], np.ndarray] | None = None) -> gemm_int8.PackedWeights:
+                   matrix: Callable[[], np.ndarray] | None = None,
+                   min_depth: int | None = None) -> gemm_int8.PackedWeights:
     """The (K, N) int8 matrix ``matrix()`` (``source`` itself without it) packed for a product
-    of ``rows`` rows (for AMX or VNNI); kept, under ``layout``, while the array under
-    ``source`` lives where that array is read-only (the weights of a plan or a bound node), so
-    that each is packed once."""
+    of ``rows`` rows (for AMX or VNNI, `_uses_amx` with ``min_depth``); kept, under
+    ``layout``, while the array under ``source`` lives where that array is read-only (the
+    weights of a plan or a bound node), so that each is packed once."""
     depth = source.shape[0] if matrix is None else source[0].size
-    amx = _uses_amx(rows, depth)
+    amx = _uses_amx(rows, depth, min_depth)
     layout = (layout, amx)
     root = source
     while isinstance(root.base, np.ndarray):

@@ -98,6 +98,9 @@ def test_long_products_of_many_rows_take_amx_where_the_host_has_it() -> None:
     assert integer.packed_weights(weight, 64).amx == gemm_int8.amx_available()
     assert not integer.packed_weights(weight, 2).amx  # 2 rows of a 32-row tile: VNNI
     assert not integer.packed_weights(weight[:64], 64).amx  # K 64: VNNI
+    # a fused convolution's product takes AMX from K 64 (`int8_conv.AMX_MIN_DEPTH`)
+    assert integer.packed_weights(weight[:64], 64, min_depth=64).amx == \
+        gemm_int8.amx_available()
     for dtype in (np.uint8, np.int8):
         info = np.iinfo(dtype)
         left = rng.integers(info.min, info.max + 1, (70, 300)).astype(dtype)
