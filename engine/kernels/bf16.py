@@ -168,13 +168,16 @@ def pairing(source: Any, target: Any, along_rows: bool) -> Callable[[], Any]:
     return partial(_pair_in_numpy, source, target, along_rows)
 
 
-def patch_pairing(view: Any, k_axes: int, target: Any) -> Callable[[], Any] | None:
+def patch_pairing(view: Any, k_axes: int, target: Any,
+                  into: np.ndarray | None = None) -> Callable[[], Any] | None:
     """A call writing ``view`` (a strided float32 view whose first ``k_axes`` axes run along
     K and the rest along the columns: an im2col patch view over a padded input) into
-    ``target`` (float32-viewed words, (at least ceil(K/2), at least the columns), zeroed
-    once) as bf16 pairs down its columns, read straight from the input: no patch array is
-    copied first (ResNet-18 at batch 1: im2col's copies took 4.5 ms and pairing the copies
-    10.7, one thread). A `spin_pool` job of `bf16_pair_ir`'s pass; None where that cannot
+    ``target`` (float32-viewed words, (at least ceil(K/2), at least the columns), rows
+    contiguous, zeroed once) as bf16 pairs down its columns, read straight from the input: no
+    patch array is copied first (ResNet-18 at batch 1: im2col's copies took 4.5 ms and pairing
+    the copies 10.7, one thread). The columns' last axis is written in runs, end to end, or
+    with ``into`` from each run's word in a target row (int64, one per run: `conv_amx`'s
+    zero-bordered grid). A `spin_pool` job of `bf16_pair_ir`'s pass; None where that cannot
     compile."""
     item = view.itemsize
     task = _pair_task()
@@ -188,14 +191,22 @@ def patch_pairing(view: Any, k_axes: int, target: Any) -> Callable[[], Any] | No
     outer = _offsets(view.shape[k_axes:-1], steps[k_axes:-1])
     run, step = view.shape[-1], int(steps[-1])
     word_rows = -(-depth // 2)
-    if target.shape[0] < word_rows or target.shape[1] < outer.size * run:
+    if into is None:
+        into = np.arange(outer.size, dtype=np.int64) * run
+    into = np.ascontiguousarray(into, np.int64)
+    if into.shape != (outer.size,):
+        raise ValueError(f"pairing needs one target offset per run ({outer.size}); got "
+                         f"{into.shape}")
+    if (target.shape[0] < word_rows or target.strides[1] != target.itemsize
+            or target.shape[1] < int(into.max(initial=0)) + run or into.min(initial=0) < 0):
         raise ValueError(f"pairing target {target.shape} is too small for {view.shape}")
     span = _span(view)
     context = np.array([span.ctypes.data, rows.ctypes.data, outer.ctypes.data, depth,
-                        outer.size, run, step, target.ctypes.data, target.shape[1], word_rows],
+                        outer.size, run, step, target.ctypes.data,
+                        target.strides[0] // target.itemsize, word_rows, into.ctypes.data],
                        np.int64)
     parts = kernel_jobs.parts_for(word_rows, 3 * word_rows * outer.size * run)
-    return spin_pool.job(task, context, parts, keep=(span, rows, outer, target))
+    return spin_pool.job(task, context, parts, keep=(span, rows, outer, target, into))
 
 
 def _pair_task() -> int | None:

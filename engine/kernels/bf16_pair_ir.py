@@ -3,9 +3,11 @@
 ``patch_pairs(context, part, parts)`` is a `spin_pool` task over the word rows of its target;
 ``context`` holds int64s (`FIELDS`): the source's address, the addresses of the row offsets
 (one per K index, in floats) and of the column-run offsets, K, the number of runs, a run's
-length and the step between its floats, the target's address and its row length in words,
-and the number of word rows. Word (r, o·run + i) pairs the floats at ``rows[2r] + outer[o] +
-i·step`` and ``rows[2r + 1] + ...`` (the second zero past an odd K's end).
+length and the step between its floats, the target's address and its row stride in words,
+the number of word rows, and the address of each run's first word in a target row. Word
+(r, into[o] + i) pairs the floats at ``rows[2r] + outer[o] + i·step`` and ``rows[2r + 1] +
+...`` (the second zero past an odd K's end). Runs lie end to end in an im2col matrix
+(``into[o] = o·run``), or a row apart in a zero-bordered grid (`conv_amx`).
 
 A step converts 16 floats of each of the two rows with ``fptrunc`` to ``bfloat`` (one
 ``vcvtneps2bf16`` each: round to nearest even, NaN kept), interleaves them into 32 bf16
@@ -28,7 +30,7 @@ F32, I64, I32, I1 = ir.FloatType(), ir.IntType(64), ir.IntType(32), ir.IntType(1
 LANES = 16
 ADJACENT, EVERY_OTHER, GATHER = "lane", "every_other", "gathered"  # how a run's floats are read
 FIELDS = ("source", "rows", "outer", "depth", "runs", "run", "step", "target", "row_words",
-          "word_rows")
+          "word_rows", "into")
 
 
 def module() -> ir.Module:
@@ -67,7 +69,7 @@ class _PairKernel:
                  for index, name in enumerate(FIELDS)}
         first = builder.sdiv(builder.mul(part, field["word_rows"]), parts)
         last = builder.sdiv(builder.mul(builder.add(part, I64(1)), field["word_rows"]), parts)
-        with _loop(builder, function, first, last, "row") as row:
+        with loop(builder, function, first, last, "row") as row:
             self._row(builder, function, field, row)
         builder.ret_void()
 
@@ -75,6 +77,7 @@ class _PairKernel:
              row: Any) -> None:
         rows = builder.inttoptr(field["rows"], I64.as_pointer())
         outer = builder.inttoptr(field["outer"], I64.as_pointer())
+        into_offsets = builder.inttoptr(field["into"], I64.as_pointer())
         source = builder.inttoptr(field["source"], F32.as_pointer())
         target = builder.inttoptr(field["target"], I32.as_pointer())
         low_index = builder.mul(row, I64(2))
@@ -85,20 +88,21 @@ class _PairKernel:
         high_at = builder.load(builder.gep(rows, [builder.select(single, low_index,
                                                                  high_index)]), align=8)
         into_row = builder.gep(target, [builder.mul(row, field["row_words"])])
-        with _loop(builder, function, I64(0), field["runs"], "run") as run:
+        with loop(builder, function, I64(0), field["runs"], "run") as run:
             base = builder.load(builder.gep(outer, [run]), align=8)
-            into = builder.gep(into_row, [builder.mul(run, field["run"])])
+            into = builder.gep(into_row, [builder.load(builder.gep(into_offsets, [run]),
+                                                       align=8)])
             start = (builder.gep(source, [builder.add(low_at, base)]),
                      builder.gep(source, [builder.add(high_at, base)]))
             unit = builder.icmp_signed("==", field["step"], I64(1))
             halved = builder.icmp_signed("==", field["step"], I64(2))
             with builder.if_else(unit) as (adjacent, strided):
-                with adjacent, _loop(builder, function, I64(0), field["run"], "lane",
+                with adjacent, loop(builder, function, I64(0), field["run"], "lane",
                                      LANES) as lane:
                     self._step(builder, field, start, into, lane, single, ADJACENT)
                 with strided, builder.if_else(halved) as (every_other, gathered):
                     for read, block in ((EVERY_OTHER, every_other), (GATHER, gathered)):
-                        with block, _loop(builder, function, I64(0), field["run"], read,
+                        with block, loop(builder, function, I64(0), field["run"], read,
                                           LANES) as lane:
                             self._step(builder, field, start, into, lane, single, read)
 
@@ -160,7 +164,7 @@ def _splat(builder: ir.IRBuilder, scalar: Any, vector: ir.VectorType) -> Any:
                                   ir.Constant(ir.VectorType(I32, vector.count), [0] * vector.count))
 
 
-class _loop:  # noqa: N801 - used as a context manager, like a function's result
+class loop:  # noqa: N801 - used as a context manager, like a function's result
     """``for index in range(start, stop, step)`` around the body built inside the block."""
 
     def __init__(self, builder: ir.IRBuilder, function: ir.Function, start: Any, stop: Any,

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from engine.kernels import gemm_bind
+from engine.kernels import conv_amx, gemm_bind
 from engine.kernels.gemm_bind import matmul_into
 from engine.kernels.im2col import Ints
 from engine.kernels.workspace import aligned
@@ -68,7 +68,9 @@ def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometr
     batch, filters, size = out.shape[0], out.shape[1], out.shape[2:]
     matrix = weight.reshape(filters, -1)
     positions = math.prod(size)
-    if is_direct(data.shape, geometry) and data.flags.c_contiguous:
+    if conv_amx.applies(data, weight, out, geometry, workspace):
+        calls = [conv_amx.bind(data, weight, out, geometry, workspace)]
+    elif is_direct(data.shape, geometry) and data.flags.c_contiguous:
         calls = _bind_direct(xp, matrix, data.reshape(batch, -1, positions),
                              out.reshape(batch, filters, positions), workspace)
     else:

@@ -1,0 +1,182 @@
+"""The LLVM IR of `conv_amx`'s direct convolution: AMX tiles over a zero-bordered bf16 grid.
+
+The input is paired once into planes of words (channel pairs) over its zero-bordered grid,
+``Wp`` words a grid row (`conv_amx`). Output column ``n = y·Wp + x`` of the flattened grid
+is then a product like `gemm_amx_ir`'s, with K running over the taps and, within a tap, over
+the channel pairs: tap ``t``'s B is the grid shifted by ``offsets[t]`` words (``kh·Wp +
+kw``), so no patch array exists. Columns with ``x`` at or past the output width are
+computed and dropped: the epilogue (`AmxTileKernel._epilogue`, shared with the GEMM) stores
+each 16 lanes through ``llvm.masked.compressstore``, the kept lanes packed together, where
+the output's pixels lie one after another (``y·W + x``).
+
+``part(context, part, parts)`` is a `spin_pool` task over the tiles of every image, row
+blocks outside (a block of the weights stays in L2 while it meets each column tile).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import llvmlite.ir as ir
+
+from engine.kernels.bf16_pair_ir import loop
+from engine.kernels.gemm_amx_ir import ROWS, WORDS, AmxTileKernel
+from engine.kernels.gemm_ir import F32, I32, I64
+from engine.kernels.gemm_kernel import AMX_TILE
+
+F64, I8 = ir.DoubleType(), ir.IntType(8)
+TILE_COLUMNS = 2 * WORDS
+
+
+class DirectConvKernel(AmxTileKernel):
+    """`AmxTileKernel` whose K loop walks the taps of a convolution over a bordered grid."""
+
+    def __init__(self, shape: Any) -> None:
+        super().__init__(shape)
+        self.compress_store = ir.Function(self.module, ir.FunctionType(
+            ir.VoidType(), [self.vector, F32.as_pointer(), ir.VectorType(ir.IntType(1),
+                                                                          WORDS)]),
+            name=f"llvm.masked.compressstore.v{WORDS}f32")
+        self.lanes = ir.VectorType(F64, WORDS)
+        self.floor = ir.Function(self.module, ir.FunctionType(self.lanes, [self.lanes]),
+                                 name=f"llvm.floor.v{WORDS}f64")
+        self._targets: list[Any] = []
+
+    def define_tile(self, name: str) -> ir.Function:
+        """``name(words, a, lda, acs, b, ldb, c, ldc, bias_rows, bias_columns, low, high,
+        rows, column, taps, offsets, grid_width, width, n)``: one tile of 32 filters by 32
+        grid columns from ``column`` (of ``n``), its first ``rows`` rows stored."""
+        pointer = F32.as_pointer()
+        arguments = [I64, pointer, I64, I64, pointer, I64, pointer, I64, pointer, pointer, F32,
+                     F32, I64, I64, I64, I64.as_pointer(), I64, I64, I64]
+        function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), arguments),
+                               name=name)
+        builder = ir.IRBuilder(function.append_basic_block("entry"))
+        self._direct_tile(function, builder)
+        builder.ret_void()
+        return function
+
+    def _direct_tile(self, function: ir.Function, builder: ir.IRBuilder) -> None:
+        words, a, lda, acs, b, ldb = function.args[:6]
+        rows, column, taps, offsets, grid_width, width, n = function.args[12:]
+        buffer = builder.alloca(ir.ArrayType(F32, 4 * ROWS * WORDS))
+        buffer.align = 64
+        floats = builder.bitcast(buffer, F32.as_pointer())
+        for accumulator in range(4):
+            builder.call(self.zero_tile, [I8(accumulator)])
+        a_stride, b_stride = builder.mul(lda, I64(4)), builder.mul(ldb, I64(4))
+        a_lower = builder.gep(a, [builder.mul(lda, I64(ROWS))])
+        with loop(builder, function, I64(0), taps, "tap") as tap:
+            b_tap = builder.gep(b, [builder.load(builder.gep(offsets, [tap]), align=8)])
+            a_tap = builder.mul(builder.mul(tap, words), acs)
+            with loop(builder, function, I64(0), words, "pairs", WORDS) as k:
+                b_row = builder.gep(b_tap, [builder.mul(k, ldb)])
+                a_step = builder.add(a_tap, builder.mul(k, acs))
+                self._load_tile(builder, 4, builder.gep(a, [a_step]), a_stride)
+                self._load_tile(builder, 5, builder.gep(a_lower, [a_step]), a_stride)
+                self._load_tile(builder, 6, b_row, b_stride)
+                self._load_tile(builder, 7, builder.gep(b_row, [I64(WORDS)]), b_stride)
+                for accumulator, (left, right) in enumerate(((4, 6), (4, 7), (5, 6), (5, 7))):
+                    builder.call(self.dot, [I8(accumulator), I8(left), I8(right)])
+        row_bytes = I64(4 * TILE_COLUMNS)  # the buffer is 32 × 32 floats
+        for accumulator, offset in enumerate((0, WORDS, ROWS * TILE_COLUMNS,
+                                              ROWS * TILE_COLUMNS + WORDS)):
+            target = builder.bitcast(builder.gep(floats, [I64(offset)]), I8.as_pointer())
+            builder.call(self.store_tile, [I8(accumulator), target, row_bytes])
+        masks, self._targets = [], []
+        for j in range(self.shape.vectors):
+            start = builder.add(column, I64(j * WORDS))
+            masks.append(self._kept_lanes(builder, start, grid_width, width, n))
+            self._targets.append(self._pixels_before(builder, start, grid_width, width))
+        self._epilogue(function, builder, floats, rows, self.shape.vectors, masks)
+
+    def _kept_lanes(self, builder: ir.IRBuilder, start: Any, grid_width: Any, width: Any,
+                    n: Any) -> Any:
+        """Which of the 16 columns from ``start`` are pixels: ``x = column mod Wp`` below the
+        output width and the column below ``n``. The remainder in float64 (exact here, and
+        a vector has no integer division): floor((column + ½) / Wp)."""
+        indices = ir.VectorType(I64, WORDS)
+        columns = builder.add(self._splat_as(builder, start, indices),
+                              ir.Constant(indices, list(range(WORDS))))
+        as_float = builder.sitofp(columns, self.lanes)
+        grid = self._splat_as(builder, builder.sitofp(grid_width, F64), self.lanes)
+        half = ir.Constant(self.lanes, [0.5] * WORDS)
+        grid_rows = builder.call(self.floor, [builder.fdiv(builder.fadd(as_float, half), grid)])
+        x = builder.fsub(as_float, builder.fmul(grid_rows, grid))
+        inside = builder.fcmp_ordered("<", x, self._splat_as(builder, builder.sitofp(
+            width, F64), self.lanes))
+        return builder.and_(inside, builder.icmp_signed("<", columns,
+                                                        self._splat_as(builder, n, indices)))
+
+    @staticmethod
+    def _pixels_before(builder: ir.IRBuilder, start: Any, grid_width: Any, width: Any) -> Any:
+        """The output pixels before grid column ``start``: ``y·W + min(x, W)``."""
+        y = builder.sdiv(start, grid_width)
+        x = builder.sub(start, builder.mul(y, grid_width))
+        x = builder.select(builder.icmp_signed("<", x, width), x, width)
+        return builder.add(builder.mul(y, width), x)
+
+    @staticmethod
+    def _splat_as(builder: ir.IRBuilder, scalar: Any, vector: ir.VectorType) -> Any:
+        undefined = ir.Constant(vector, ir.Undefined)
+        single = builder.insert_element(undefined, scalar, I32(0))
+        return builder.shuffle_vector(single, undefined, ir.Constant(
+            ir.VectorType(I32, vector.count), [0] * vector.count))
+
+    def _store(self, builder: ir.IRBuilder, value: Any, row: Any, j: int,
+               masks: list[Any] | None) -> None:
+        """The kept lanes of ``value`` packed together at their first pixel in ``row``."""
+        builder.call(self.compress_store, [value, builder.gep(row, [self._targets[j]]),
+                                           masks[j]])
+
+    def define_direct_part(self, name: str, tile: ir.Function, fields: dict[str, int]) -> None:
+        """``name(context, part, parts)``: a run of the tiles of every image, each image's
+        row blocks outside its column tiles. ``context``: the int64 array `conv_amx` fills;
+        ``fields`` names its positions (the bounds are float64s)."""
+        function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [I64] * 3),
+                               name=name)
+        context, part, parts = function.args
+        builder = ir.IRBuilder(function.append_basic_block("entry"))
+        self._part_prologue(builder)
+        words = builder.inttoptr(context, I64.as_pointer())
+        field = {name: builder.load(builder.gep(words, [I64(index)]), align=8)
+                 for name, index in fields.items()}
+        low, high = (builder.fptrunc(builder.bitcast(field[name], F64), F32)
+                     for name in ("low", "high"))
+        m, n = field["m"], field["n"]
+        row_blocks = builder.sdiv(builder.add(m, I64(ROWS * 2 - 1)), I64(ROWS * 2))
+        column_tiles = builder.sdiv(builder.add(n, I64(TILE_COLUMNS - 1)), I64(TILE_COLUMNS))
+        each = builder.mul(row_blocks, column_tiles)
+        total = builder.mul(field["batch"], each)
+        first = builder.sdiv(builder.mul(part, total), parts)
+        last = builder.sdiv(builder.mul(builder.add(part, I64(1)), total), parts)
+        depth = builder.mul(field["taps"], field["words"])  # words of K in all
+
+        def address(base: str, offset_bytes: Any) -> Any:
+            return builder.inttoptr(builder.add(field[base], offset_bytes), F32.as_pointer())
+
+        with loop(builder, function, first, last, "tile") as number:
+            image, within = builder.sdiv(number, each), builder.srem(number, each)
+            row = builder.mul(builder.sdiv(within, column_tiles), I64(ROWS * 2))
+            column = builder.mul(builder.srem(within, column_tiles), I64(TILE_COLUMNS))
+            rows = builder.sub(m, row)
+            rows = builder.select(builder.icmp_signed("<", rows, I64(ROWS * 2)), rows,
+                                  I64(ROWS * 2))
+            b_at = builder.add(builder.mul(image, field["b_batch"]), builder.mul(column, I64(4)))
+            c_at = builder.add(builder.mul(image, field["c_batch"]),
+                               builder.mul(builder.mul(row, field["ldc"]), I64(4)))
+            builder.call(tile, [
+                field["words"], address("a", builder.mul(builder.mul(row, depth), I64(4))),
+                I64(WORDS), I64(2 * WORDS), address("b", b_at), field["ldb"], address("c", c_at),
+                field["ldc"], address("rows_bias", builder.mul(row, I64(4))),
+                address("columns_bias", builder.mul(column, I64(4))), low, high, rows, column,
+                field["taps"], builder.inttoptr(field["offsets"], I64.as_pointer()),
+                field["grid_width"], field["width"], n])
+        builder.ret_void()
+
+
+def module(fields: dict[str, int]) -> ir.Module:
+    """A module holding ``part`` (and the tile it calls), reading its context by ``fields``."""
+    kernel = DirectConvKernel(AMX_TILE)
+    kernel.define_direct_part("part", kernel.define_tile("tile"), fields)
+    return kernel.module
