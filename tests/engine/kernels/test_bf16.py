@@ -110,3 +110,30 @@ def test_patch_pairing_refuses_a_target_too_small() -> None:
     view = RNG.standard_normal((4, 10)).astype(np.float32)
     with pytest.raises(ValueError, match="too small"):
         bf16.patch_pairing(view, 1, np.zeros((1, 10), np.float32))
+
+
+@needs_pair_ir
+def test_patch_pairing_writes_runs_where_into_says() -> None:
+    """Channel pairs of two 3×5 images into a grid bordered by one word each side (7 words
+    a row, 5 rows an image): each run, a row of an image, starts where ``into`` puts it, and
+    the border is left as it was (zero)."""
+    data = RNG.standard_normal((2, 3, 3, 5)).astype(np.float32)
+    grid = np.zeros((2, 2 * 5 * 7), np.float32)
+    into = np.array([image * 35 + (row + 1) * 7 + 1 for image in range(2)
+                     for row in range(3)], np.int64)
+    call = bf16.patch_pairing(data.transpose(1, 0, 2, 3), 1, grid, into)
+    assert call is not None
+    call()
+    bordered = np.zeros((3, 2, 5, 7), np.float32)
+    bordered[:, :, 1:4, 1:6] = data.transpose(1, 0, 2, 3)
+    expected = bf16.pair_columns(bordered.reshape(3, -1))
+    np.testing.assert_array_equal(grid.view(np.uint32), expected.view(np.uint32))
+
+
+@needs_pair_ir
+def test_patch_pairing_refuses_offsets_past_the_target() -> None:
+    view = RNG.standard_normal((4, 2, 10)).astype(np.float32)
+    with pytest.raises(ValueError, match="too small"):
+        bf16.patch_pairing(view, 1, np.zeros((2, 25), np.float32), np.array([0, 16]))
+    with pytest.raises(ValueError, match="one target offset per run"):
+        bf16.patch_pairing(view, 1, np.zeros((2, 40), np.float32), np.array([0]))

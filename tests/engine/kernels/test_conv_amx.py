@@ -1,0 +1,164 @@
+"""The direct bf16 convolution on AMX (`engine.kernels.conv_amx`): against a float64
+convolution of the bf16-rounded operands, its epilogue, where a plan takes it, and a whole
+ResNet-18 against the im2col form."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import engine
+from bench import nets
+from engine.kernels import bf16, conv_amx, conv_bind, gemm_bind
+from engine.kernels.workspace import Workspace
+
+needs_direct = pytest.mark.skipif(not conv_amx.available(),
+                                  reason="this CPU or kernel lacks AMX-BF16")
+RNG = np.random.default_rng(17)
+
+
+def reference(data: np.ndarray, weight: np.ndarray, pad: tuple[int, int],
+              dilate: tuple[int, int]) -> np.ndarray:
+    """The convolution in float64, tap by tap."""
+    filters, _, kernel_h, kernel_w = weight.shape
+    padded = np.pad(data.astype(np.float64), ((0, 0), (0, 0), (pad[0],) * 2, (pad[1],) * 2))
+    height = padded.shape[2] - dilate[0] * (kernel_h - 1)
+    width = padded.shape[3] - dilate[1] * (kernel_w - 1)
+    out = np.zeros((data.shape[0], filters, height, width))
+    for row in range(kernel_h):
+        for column in range(kernel_w):
+            window = padded[:, :, row * dilate[0]:row * dilate[0] + height,
+                            column * dilate[1]:column * dilate[1] + width]
+            out += np.einsum("fc,nchw->nfhw", weight[:, :, row, column], window)
+    return out
+
+
+def constant(array: np.ndarray) -> np.ndarray:
+    array.flags.writeable = False  # as a plan hands out its weights
+    return array
+
+
+def operands(batch: int, channels: int, size: tuple[int, int], filters: int,
+             kernel: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    data = RNG.standard_normal((batch, channels, *size)).astype(np.float32)
+    weight = RNG.standard_normal((filters, channels, *kernel)).astype(np.float32)
+    return data, constant(weight)
+
+
+def bf16_workspace() -> Workspace:
+    return Workspace(np, 0, precision="bf16")
+
+
+def relative_error(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.abs(got - want).max() / np.abs(want).max())
+
+
+@needs_direct
+@pytest.mark.parametrize(("batch", "channels", "size", "filters", "kernel", "pad", "dilate"), [
+    (1, 64, (56, 56), 64, (3, 3), (1, 1), (1, 1)),  # ResNet's first stage
+    (2, 5, (7, 9), 33, (3, 3), (1, 1), (1, 1)),  # odd C, rows past a tile, two images
+    (1, 3, (1, 20), 40, (3, 3), (1, 0), (1, 1)),  # one row, W not a multiple of 16
+    (1, 7, (5, 5), 16, (3, 3), (0, 0), (1, 1)),  # no padding
+    (3, 66, (7, 7), 96, (3, 3), (1, 1), (1, 1)),  # C past one step of K, three images
+    (1, 8, (11, 13), 20, (3, 3), (2, 2), (2, 2)),  # dilated
+    (2, 6, (9, 10), 32, (2, 3), (0, 1), (1, 1)),  # a non-square kernel
+])
+def test_direct_convolution_matches_the_rounded_reference(
+        batch: int, channels: int, size: tuple[int, int], filters: int,
+        kernel: tuple[int, int], pad: tuple[int, int], dilate: tuple[int, int]) -> None:
+    data, weight = operands(batch, channels, size, filters, kernel)
+    want = reference(bf16.rounded(data), bf16.rounded(weight), pad, dilate)
+    out = np.full(want.shape, np.nan, np.float32)  # every pixel must be written
+    geometry = (kernel, (1, 1), dilate, pad)
+    workspace = bf16_workspace()
+    assert conv_amx.applies(data, weight, out, geometry, workspace)
+    call = conv_amx.bind(data, weight, out, geometry, workspace)
+    call()
+    # Both operands are exactly bf16, so only float32 accumulation differs.
+    assert relative_error(out, want) < 1e-5
+    data[...] = RNG.standard_normal(data.shape)  # a second run pairs the new input
+    call()
+    want = reference(bf16.rounded(data), bf16.rounded(weight), pad, dilate)
+    assert relative_error(out, want) < 1e-5
+
+
+@needs_direct
+def test_a_bound_convolution_adds_its_bias_and_clamps_in_the_epilogue() -> None:
+    data, weight = operands(2, 24, (14, 14), 48, (3, 3))
+    bias = constant(RNG.standard_normal(48).astype(np.float32))
+    out = np.empty((2, 48, 14, 14), np.float32)
+    geometry = ((3, 3), (1, 1), (1, 1), (1, 1))
+    calls = conv_bind.bind(np, data, weight, bias, out, geometry, bf16_workspace())
+    assert len(calls) == 1 and isinstance(calls[0].product, conv_amx.DirectProduct)
+    clamped = gemm_bind.clamped(calls, 0.0, 6.0)
+    assert clamped is not None
+    clamped[0]()
+    want = reference(bf16.rounded(data), bf16.rounded(weight), (1, 1), (1, 1))
+    want = np.clip(want + bias.reshape(1, -1, 1, 1), 0.0, 6.0)
+    assert out.min() == 0.0 and out.max() == 6.0
+    assert relative_error(out, want) < 1e-5
+
+
+@needs_direct
+def test_the_epilogue_refuses_a_bias_per_column_or_too_short() -> None:
+    data, weight = operands(1, 8, (6, 6), 16, (3, 3))
+    out = np.empty((1, 16, 6, 6), np.float32)
+    call = conv_amx.bind(data, weight, out, ((3, 3), (1, 1), (1, 1), (1, 1)),
+                         bf16_workspace())
+    with pytest.raises(ValueError, match="a bias per filter, not per column"):
+        call.product.with_epilogue(bias_columns=np.zeros(36, np.float32))
+    with pytest.raises(ValueError, match="hold 16 values"):
+        call.product.with_epilogue(bias_rows=np.zeros(8, np.float32))
+
+
+@needs_direct
+def test_a_mismatched_output_is_refused_with_its_shapes() -> None:
+    data, weight = operands(1, 8, (6, 6), 16, (3, 3))
+    out = np.empty((1, 16, 6, 6), np.float32)
+    with pytest.raises(ValueError, match=r"output \(1, 16, 6, 6\) does not match input"):
+        conv_amx.bind(data, weight, out, ((3, 3), (1, 1), (1, 1), (0, 0)),
+                      bf16_workspace())
+
+
+@needs_direct
+def test_only_bf16_plans_take_stride_1_convolutions_direct() -> None:
+    data, weight = operands(1, 16, (8, 8), 32, (3, 3))
+    out = np.empty((1, 32, 8, 8), np.float32)
+    padded = ((3, 3), (1, 1), (1, 1), (1, 1))
+    assert conv_amx.applies(data, weight, out, padded, bf16_workspace())
+    assert not conv_amx.applies(data, weight, out, padded, Workspace(np, 0))
+    writable = np.array(weight)
+    assert not conv_amx.applies(data, writable, out, padded, bf16_workspace())
+    strided = np.empty((1, 32, 4, 4), np.float32)
+    assert not conv_amx.applies(data, weight, strided, ((3, 3), (2, 2), (1, 1), (1, 1)),
+                                bf16_workspace())
+    point = constant(np.ones((32, 16, 1, 1), np.float32))
+    assert not conv_amx.applies(data, point, out, ((1, 1), (1, 1), (1, 1), (0, 0)),
+                                bf16_workspace())
+
+
+@needs_direct
+def test_resnet18_direct_agrees_with_the_im2col_form() -> None:
+    """A whole bf16 ResNet-18 (112×112, so that it runs in seconds) with its stride-1 3×3
+    layers direct against the same plan with all of them on im2col: the same top-1 class,
+    logits within bf16's error of each other (both round the same operands; they sum in
+    another order)."""
+    symbol = nets.resnet18_v1()
+    params = nets.random_params(symbol, (1, 3, 112, 112), seed=5)
+    feed = {"data": RNG.standard_normal((4, 3, 112, 112)).astype(np.float32)}
+    direct = engine.load_model(symbol, params, precision="bf16")
+    got = direct.infer(feed)["output_output"]
+    products = [step.call.product for step in direct.plan_for(feed).steps
+                if isinstance(step.call, bf16.PairedProduct)]
+    assert sum(isinstance(product, conv_amx.DirectProduct) for product in products) == 13
+    conv_amx.enabled(False)
+    try:
+        im2col = engine.load_model(symbol, params, precision="bf16")
+        want = im2col.infer(feed)["output_output"]
+        assert not any(isinstance(step.call.product, conv_amx.DirectProduct)
+                       for step in im2col.plan_for(feed).steps
+                       if isinstance(step.call, bf16.PairedProduct))
+    finally:
+        conv_amx.enabled(True)
+    assert relative_error(got, want) < 1e-2
+    np.testing.assert_array_equal(np.argmax(got, axis=1), np.argmax(want, axis=1))
