@@ -39,6 +39,10 @@ TILE = 32  # filters and grid columns per AMX tile (`gemm_amx_ir`)
 WORDS = 16  # channel pairs per step of K
 # Work per part at least, in tiles: a tile over a 64-channel 3×3 layer is about 1 µs.
 PART_TILES = 8
+# The direct form's K over im2col's at most. 3×3 over 56², 64 filters, one thread, direct
+# against im2col's time: 8 channels (K 3× im2col's) 0.93, 16 (1.8×) 0.72, 32 (1×) 0.46; 4
+# channels (4.5×) 1.15, 3 (9×) 1.51; ResNet's 7×7 stem over 3 channels (9.8×) 7.6.
+MAX_DEPTH_RATIO = 3
 _enabled = [True]  # bench and tests turn the direct form off to compare (`enabled`)
 
 
@@ -54,59 +58,125 @@ def enabled(on: bool) -> None:
 
 def applies(data: Any, weight: Any, out: Any, geometry: Any, workspace: Any) -> bool:
     """Whether `bind` takes this convolution: a bf16 plan on AMX, float32 NumPy arrays, the
-    input C-contiguous, the weight a read-only constant, a 2-D kernel at stride 1."""
+    input C-contiguous, the weight a read-only constant, a 2-D kernel of several taps over
+    enough channels (`pays`)."""
     kernel, stride, dilate, pad = geometry
     return (all(type(x) is np.ndarray and x.dtype == np.float32 for x in (data, weight, out))
             and data.ndim == 4 and out.ndim == 4 and data.flags.c_contiguous
             and out.flags.c_contiguous and not weight.flags.writeable
             and weight.nbytes <= gemm_bind.PACK_LIMIT_BYTES and len(kernel) == 2
-            and math.prod(kernel) > 1 and tuple(stride) == (1, 1) and _enabled[0]
-            and weight.shape[1] == data.shape[1]
+            and math.prod(kernel) > 1 and _enabled[0] and weight.shape[1] == data.shape[1]
+            and pays(data.shape[1], math.prod(kernel))
             and not np.may_share_memory(out, data)
             and gemm_bind.bf16_kernel(workspace, out.shape[1]) == gemm_kernel.AMX
             and available())
 
 
+def pays(channels: int, taps: int) -> bool:
+    """Whether the direct form's K (each tap's channels padded to a step of 32) stays within
+    `MAX_DEPTH_RATIO` of im2col's (all of K padded once), where skipping im2col's pairing
+    outweighs multiplying the padding."""
+    return taps * _words(channels) <= MAX_DEPTH_RATIO * bf16.amx_depth(channels * taps)
+
+
 def bind(data: Any, weight: Any, out: Any, geometry: Any, workspace: Any) -> bf16.PairedProduct:
     """``out = conv(data, weight)`` (N, C, H, W) → (N, F, Ho, Wo): the input paired into
     its grid, then the direct product, as one call (see `applies`)."""
-    kernel, _, dilate, pad = geometry
+    kernel, stride, dilate, pad = geometry
     batch, channels, height, width = data.shape
     filters, out_height, out_width = out.shape[1:]
-    grid_height, grid_width = height + 2 * pad[0], width + 2 * pad[1]
-    if (out_height, out_width) != (grid_height - dilate[0] * (kernel[0] - 1),
-                                   grid_width - dilate[1] * (kernel[1] - 1)):
+    grid = _Grid(data.shape, kernel, stride, dilate, pad)
+    if (out_height, out_width) != grid.output:
         raise ValueError(f"convolution output {out.shape} does not match input {data.shape} "
-                         f"with kernel {kernel}, dilation {dilate} and padding {pad}")
-    pairs = -(-channels // 2)
-    words = -(-pairs // WORDS) * WORDS  # channel pairs, padded to a step of K
-    offsets = np.array([row * dilate[0] * grid_width + column * dilate[1]
-                        for row in range(kernel[0]) for column in range(kernel[1])], np.int64)
-    columns = (out_height - 1) * grid_width + out_width  # the flattened grid's last pixel + 1
-    image = grid_height * grid_width
-    # Reads run a tile past the last column, the largest tap on.
-    plane = _plane_stride((batch - 1) * image + -(-columns // TILE) * TILE + int(offsets[-1]))
-    grid = workspace.zeroed((words, plane), np.float32, ("bf16 grid", data.shape, tuple(pad)))
-    into = (np.arange(batch)[:, None] * image + (np.arange(height)[None, :] + pad[0])
-            * grid_width + pad[1]).reshape(-1)
-    pair = bf16.patch_pairing(data.transpose(1, 0, 2, 3), 1, grid, into)
-    if pair is None:
+                         f"with kernel {kernel}, stride {stride}, dilation {dilate} and "
+                         f"padding {pad}")
+    words = _words(channels)
+    offsets = grid.tap_offsets()
+    columns = (out_height - 1) * grid.width + out_width  # the last pixel's grid column + 1
+    # Every image's pixels, and reads a tile past the last column, the largest tap on.
+    plane = _plane_stride(max(batch * grid.image, (batch - 1) * grid.image
+                              + -(-columns // TILE) * TILE + int(offsets.max())))
+    words_grid = workspace.zeroed((words, plane), np.float32,
+                                  ("bf16 grid", data.shape, tuple(stride), tuple(pad)))
+    pairings = [bf16.patch_pairing(view, 1, words_grid, into)
+                for view, into in grid.phase_runs(data)]
+    if any(pair is None for pair in pairings):
         raise ValueError("the bf16 pairing pass did not compile")
     tiles = workspace.derived(weight, ("amx direct", words),
                               partial(_weight_tiles, words=words))
     zeros = np.zeros(-(-max(filters, columns) // TILE) * TILE + TILE, np.float32)
     context = np.zeros(len(_FIELD), np.int64)
-    values = {"a": tiles.ctypes.data, "b": grid.ctypes.data, "ldb": plane,
+    values = {"a": tiles.ctypes.data, "b": words_grid.ctypes.data, "ldb": plane,
               "c": out.ctypes.data, "ldc": out_height * out_width,
               "rows_bias": zeros.ctypes.data, "columns_bias": zeros.ctypes.data,
               "m": filters, "n": columns, "words": words, "taps": offsets.size,
-              "offsets": offsets.ctypes.data, "grid_width": grid_width, "width": out_width,
-              "batch": batch, "b_batch": image * 4, "c_batch": out.strides[0]}
+              "offsets": offsets.ctypes.data, "grid_width": grid.width, "width": out_width,
+              "batch": batch, "b_batch": grid.image * 4, "c_batch": out.strides[0]}
     for name, value in values.items():
         context[_FIELD[name]] = value
     context[_FIELD["low"]:_FIELD["high"] + 1].view(np.float64)[:] = -np.inf, np.inf
-    product = _as_product(context, (tiles, grid, out, zeros, offsets))
+    product = _as_product(context, (tiles, words_grid, out, zeros, offsets))
+    pair = pairings[0] if len(pairings) == 1 else partial(_each, tuple(pairings))
     return bf16.paired_product(pair, product)
+
+
+def _words(channels: int) -> int:
+    """Words per tap: the channel pairs, padded to a step of K."""
+    return -(-channels // (2 * WORDS)) * WORDS
+
+
+def _each(calls: tuple[Any, ...]) -> None:
+    for call in calls:
+        call()
+
+
+class _Grid:
+    """Where the padded input lies in the grid of words. At stride 1 it is the padded input
+    itself, ``Wp`` words a row; at stride ``s`` it is split into ``s × s`` phase planes (the
+    padded pixels at rows ≡ a and columns ≡ b mod s, each ``ceil(Wp / s)`` words a row), so
+    that every tap of an output row reads one plane at stride 1: tap (kh, kw) reads plane
+    (kh mod s, kw mod s) shifted by (kh div s) rows and (kw div s) columns."""
+
+    def __init__(self, shape: Any, kernel: Any, stride: Any, dilate: Any, pad: Any) -> None:
+        self.shape, self.kernel, self.stride, self.dilate, self.pad = (
+            tuple(shape), tuple(kernel), tuple(stride), tuple(dilate), tuple(pad))
+        padded = [size + 2 * p for size, p in zip(shape[2:], pad, strict=True)]
+        self.output = tuple((size - d * (k - 1) - 1) // s + 1 for size, k, s, d in zip(
+            padded, kernel, stride, dilate, strict=True))
+        self.height, self.width = (-(-size // s) for size, s in zip(padded, stride,
+                                                                     strict=True))
+        self.plane = self.height * self.width
+        self.image = stride[0] * stride[1] * self.plane
+
+    def tap_offsets(self) -> np.ndarray:
+        """Each tap's words from an output pixel's grid column to the pixel it reads."""
+        rows, columns = self.stride
+        offsets = []
+        for row in range(self.kernel[0]):
+            for column in range(self.kernel[1]):
+                down, across = row * self.dilate[0], column * self.dilate[1]
+                phase = (down % rows) * self.stride[1] + across % columns
+                offsets.append(phase * self.plane + down // rows * self.width
+                               + across // columns)
+        return np.array(offsets, np.int64)
+
+    def phase_runs(self, data: Any) -> list[tuple[Any, np.ndarray]]:
+        """Per phase of the input's rows and columns (one at stride 1): the view (C, N, rows,
+        columns) of its pixels and the grid word where each of its rows starts."""
+        (row_stride, column_stride), (top, left) = self.stride, self.pad
+        batch, _, height, width = self.shape
+        runs = []
+        for first_row in range(min(row_stride, height)):
+            for first_column in range(min(column_stride, width)):
+                view = data[:, :, first_row::row_stride, first_column::column_stride]
+                padded_rows = first_row + top + row_stride * np.arange(view.shape[2])
+                column = first_column + left
+                phase = (padded_rows % row_stride) * column_stride + column % column_stride
+                starts = phase * self.plane + padded_rows // row_stride * self.width \
+                    + column // column_stride
+                into = (np.arange(batch)[:, None] * self.image + starts[None, :]).reshape(-1)
+                runs.append((view.transpose(1, 0, 2, 3), into))
+        return runs
 
 
 def _plane_stride(words: int) -> int:

@@ -18,8 +18,8 @@ RNG = np.random.default_rng(17)
 
 
 def reference(data: np.ndarray, weight: np.ndarray, pad: tuple[int, int],
-              dilate: tuple[int, int]) -> np.ndarray:
-    """The convolution in float64, tap by tap."""
+              dilate: tuple[int, int], stride: tuple[int, int] = (1, 1)) -> np.ndarray:
+    """The convolution in float64, tap by tap (at stride 1, then every stride-th pixel)."""
     filters, _, kernel_h, kernel_w = weight.shape
     padded = np.pad(data.astype(np.float64), ((0, 0), (0, 0), (pad[0],) * 2, (pad[1],) * 2))
     height = padded.shape[2] - dilate[0] * (kernel_h - 1)
@@ -30,7 +30,7 @@ def reference(data: np.ndarray, weight: np.ndarray, pad: tuple[int, int],
             window = padded[:, :, row * dilate[0]:row * dilate[0] + height,
                             column * dilate[1]:column * dilate[1] + width]
             out += np.einsum("fc,nchw->nfhw", weight[:, :, row, column], window)
-    return out
+    return out[:, :, ::stride[0], ::stride[1]]
 
 
 def constant(array: np.ndarray) -> np.ndarray:
@@ -63,22 +63,23 @@ def relative_error(got: np.ndarray, want: np.ndarray) -> float:
     (1, 8, (11, 13), 20, (3, 3), (2, 2), (2, 2)),  # dilated
     (2, 6, (9, 10), 32, (2, 3), (0, 1), (1, 1)),  # a non-square kernel
 ])
+@pytest.mark.parametrize("stride", [(1, 1), (2, 2)])
 def test_direct_convolution_matches_the_rounded_reference(
         batch: int, channels: int, size: tuple[int, int], filters: int,
-        kernel: tuple[int, int], pad: tuple[int, int], dilate: tuple[int, int]) -> None:
+        kernel: tuple[int, int], pad: tuple[int, int], dilate: tuple[int, int],
+        stride: tuple[int, int]) -> None:
+    """At stride 2 the input is paired into four phase planes (`conv_amx._Grid`)."""
     data, weight = operands(batch, channels, size, filters, kernel)
-    want = reference(bf16.rounded(data), bf16.rounded(weight), pad, dilate)
+    want = reference(bf16.rounded(data), bf16.rounded(weight), pad, dilate, stride)
     out = np.full(want.shape, np.nan, np.float32)  # every pixel must be written
-    geometry = (kernel, (1, 1), dilate, pad)
-    workspace = bf16_workspace()
-    assert conv_amx.applies(data, weight, out, geometry, workspace)
-    call = conv_amx.bind(data, weight, out, geometry, workspace)
+    geometry = (kernel, stride, dilate, pad)
+    call = conv_amx.bind(data, weight, out, geometry, bf16_workspace())
     call()
     # Both operands are exactly bf16, so only float32 accumulation differs.
     assert relative_error(out, want) < 1e-5
     data[...] = RNG.standard_normal(data.shape)  # a second run pairs the new input
     call()
-    want = reference(bf16.rounded(data), bf16.rounded(weight), pad, dilate)
+    want = reference(bf16.rounded(data), bf16.rounded(weight), pad, dilate, stride)
     assert relative_error(out, want) < 1e-5
 
 
@@ -121,25 +122,29 @@ def test_a_mismatched_output_is_refused_with_its_shapes() -> None:
 
 
 @needs_direct
-def test_only_bf16_plans_take_stride_1_convolutions_direct() -> None:
+def test_bf16_plans_take_convolutions_of_several_taps_over_enough_channels() -> None:
     data, weight = operands(1, 16, (8, 8), 32, (3, 3))
     out = np.empty((1, 32, 8, 8), np.float32)
     padded = ((3, 3), (1, 1), (1, 1), (1, 1))
     assert conv_amx.applies(data, weight, out, padded, bf16_workspace())
+    strided = np.empty((1, 32, 4, 4), np.float32)
+    assert conv_amx.applies(data, weight, strided, ((3, 3), (2, 2), (1, 1), (1, 1)),
+                            bf16_workspace())
     assert not conv_amx.applies(data, weight, out, padded, Workspace(np, 0))
     writable = np.array(weight)
     assert not conv_amx.applies(data, writable, out, padded, bf16_workspace())
-    strided = np.empty((1, 32, 4, 4), np.float32)
-    assert not conv_amx.applies(data, weight, strided, ((3, 3), (2, 2), (1, 1), (1, 1)),
-                                bf16_workspace())
     point = constant(np.ones((32, 16, 1, 1), np.float32))
     assert not conv_amx.applies(data, point, out, ((1, 1), (1, 1), (1, 1), (0, 0)),
                                 bf16_workspace())
+    # 3 channels: each tap's 3 padded to 32 would multiply im2col's K nine times over.
+    few, few_weight = operands(1, 3, (8, 8), 32, (3, 3))
+    assert not conv_amx.applies(few, few_weight, out, padded, bf16_workspace())
+    assert conv_amx.pays(8, 9) and not conv_amx.pays(4, 9) and not conv_amx.pays(3, 49)
 
 
 @needs_direct
 def test_resnet18_direct_agrees_with_the_im2col_form() -> None:
-    """A whole bf16 ResNet-18 (112×112, so that it runs in seconds) with its stride-1 3×3
+    """A whole bf16 ResNet-18 (112×112, so that it runs in seconds) with its 3×3
     layers direct against the same plan with all of them on im2col: the same top-1 class,
     logits within bf16's error of each other (both round the same operands; they sum in
     another order)."""
@@ -150,7 +155,7 @@ def test_resnet18_direct_agrees_with_the_im2col_form() -> None:
     got = direct.infer(feed)["output_output"]
     products = [step.call.product for step in direct.plan_for(feed).steps
                 if isinstance(step.call, bf16.PairedProduct)]
-    assert sum(isinstance(product, conv_amx.DirectProduct) for product in products) == 13
+    assert sum(isinstance(product, conv_amx.DirectProduct) for product in products) == 16
     conv_amx.enabled(False)
     try:
         im2col = engine.load_model(symbol, params, precision="bf16")
