@@ -43,6 +43,12 @@ PART_TILES = 8
 # against im2col's time: 8 channels (K 3× im2col's) 0.93, 16 (1.8×) 0.72, 32 (1×) 0.46; 4
 # channels (4.5×) 1.15, 3 (9×) 1.51; ResNet's 7×7 stem over 3 channels (9.8×) 7.6.
 MAX_DEPTH_RATIO = 3
+# A chunk's grid at most. ResNet-18's 3×3 layers at batch 8, one thread, CPU ms, per image
+# (10 KB: one image a call) / 512 KB / 1 MB / all at once: 64 at 56² 2.75 / 2.82 / 2.97 / 3.08,
+# its stride-2 1.99 / 2.02 / 2.09 / 3.71; 128 at 28² 1.67 / 1.75 / 1.83 / 2.16; 256 at 14²
+# 1.53 / 1.53 / 1.58 / 1.86; 512 at 7² 2.72 / 2.53 / 2.40 / 2.37 (im2col: 4.63, 3.07, 2.84,
+# 2.62, 4.17).
+CHUNK_GRID_BYTES = 512 << 10
 _enabled = [True]  # bench and tests turn the direct form off to compare (`enabled`)
 
 
@@ -77,6 +83,19 @@ def pays(channels: int, taps: int) -> bool:
     `MAX_DEPTH_RATIO` of im2col's (all of K padded once), where skipping im2col's pairing
     outweighs multiplying the padding."""
     return taps * _words(channels) <= MAX_DEPTH_RATIO * bf16.amx_depth(channels * taps)
+
+
+def bind_chunks(data: Any, weight: Any, out: Any, geometry: Any,
+                workspace: Any) -> list[bf16.PairedProduct]:
+    """`bind` over chunks of images whose grid stays within `CHUNK_GRID_BYTES` (one image at
+    least), one call each: a chunk's grid is written and then read back from L2, and its
+    images share each block of weights while it is there."""
+    kernel, stride, dilate, pad = geometry
+    grid = _Grid((1, *data.shape[1:]), kernel, stride, dilate, pad)
+    per_image = _words(data.shape[1]) * grid.image * 4
+    chunk = max(1, CHUNK_GRID_BYTES // per_image)
+    return [bind(data[start:start + chunk], weight, out[start:start + chunk], geometry,
+                 workspace) for start in range(0, data.shape[0], chunk)]
 
 
 def bind(data: Any, weight: Any, out: Any, geometry: Any, workspace: Any) -> bf16.PairedProduct:

@@ -10,7 +10,7 @@ each 16 lanes through ``llvm.masked.compressstore``, the kept lanes packed toget
 the output's pixels lie one after another (``y·W + x``).
 
 ``part(context, part, parts)`` is a `spin_pool` task over the tiles of every image, row
-blocks outside (a block of the weights stays in L2 while it meets each column tile).
+blocks outside (a block of the weights stays in L2 while it meets each image's column tiles).
 """
 
 from __future__ import annotations
@@ -49,11 +49,12 @@ class DirectConvKernel(AmxTileKernel):
 
     def define_tile(self, name: str) -> ir.Function:
         """``name(words, a, lda, acs, b, ldb, c, ldc, bias_rows, bias_columns, low, high,
-        rows, column, taps, offsets, grid_width, width, n)``: one tile of 32 filters by 32
-        grid columns from ``column`` (of ``n``), its first ``rows`` rows stored."""
+        rows, column, taps, offsets, grid_width, width, n, fresh)``: one tile of 32 filters by
+        32 grid columns from ``column`` (of ``n``), its first ``rows`` rows stored; ``fresh``
+        (not 0) where the tile is its row block's first, whose weights come from memory."""
         pointer = F32.as_pointer()
         arguments = [I64, pointer, I64, I64, pointer, I64, pointer, I64, pointer, pointer, F32,
-                     F32, I64, I64, I64, I64.as_pointer(), I64, I64, I64]
+                     F32, I64, I64, I64, I64.as_pointer(), I64, I64, I64, I64]
         function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), arguments),
                                name=name)
         builder = ir.IRBuilder(function.append_basic_block("entry"))
@@ -62,8 +63,8 @@ class DirectConvKernel(AmxTileKernel):
         return function
 
     def _direct_tile(self, function: ir.Function, builder: ir.IRBuilder) -> None:
-        rows, column, grid_width, width, n = (function.args[index]
-                                              for index in (12, 13, 16, 17, 18))
+        rows, column, grid_width, width, n, fresh = (function.args[index]
+                                                     for index in (12, 13, 16, 17, 18, 19))
         buffer = builder.alloca(ir.ArrayType(F32, 4 * ROWS * WORDS))
         buffer.align = 64
         floats = builder.bitcast(buffer, F32.as_pointer())
@@ -73,7 +74,7 @@ class DirectConvKernel(AmxTileKernel):
         # prefetches them ahead; the others find them in L2 and skip the prefetches.
         first, later = (function.append_basic_block(name) for name in ("first", "later"))
         summed = function.append_basic_block("summed")
-        builder.cbranch(builder.icmp_signed("==", column, I64(0)), first, later)
+        builder.cbranch(builder.icmp_signed("!=", fresh, I64(0)), first, later)
         for block, prefetching in ((first, True), (later, False)):
             builder.position_at_end(block)
             self._k_loop(function, builder, prefetching)
@@ -154,8 +155,8 @@ class DirectConvKernel(AmxTileKernel):
                                            masks[j]])
 
     def define_direct_part(self, name: str, tile: ir.Function, fields: dict[str, int]) -> None:
-        """``name(context, part, parts)``: a run of the tiles of every image, each image's
-        row blocks outside its column tiles. ``context``: the int64 array `conv_amx` fills;
+        """``name(context, part, parts)``: a run of the tiles, row blocks outside the images
+        and their column tiles. ``context``: the int64 array `conv_amx` fills;
         ``fields`` names its positions (the bounds are float64s)."""
         function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [I64] * 3),
                                name=name)
@@ -170,8 +171,8 @@ class DirectConvKernel(AmxTileKernel):
         m, n = field["m"], field["n"]
         row_blocks = builder.sdiv(builder.add(m, I64(ROWS * 2 - 1)), I64(ROWS * 2))
         column_tiles = builder.sdiv(builder.add(n, I64(TILE_COLUMNS - 1)), I64(TILE_COLUMNS))
-        each = builder.mul(row_blocks, column_tiles)
-        total = builder.mul(field["batch"], each)
+        each = builder.mul(field["batch"], column_tiles)  # tiles per row block
+        total = builder.mul(row_blocks, each)
         first = builder.sdiv(builder.mul(part, total), parts)
         last = builder.sdiv(builder.mul(builder.add(part, I64(1)), total), parts)
         depth = builder.mul(field["taps"], field["words"])  # words of K in all
@@ -180,9 +181,12 @@ class DirectConvKernel(AmxTileKernel):
             return builder.inttoptr(builder.add(field[base], offset_bytes), F32.as_pointer())
 
         with loop(builder, function, first, last, "tile") as number:
-            image, within = builder.sdiv(number, each), builder.srem(number, each)
-            row = builder.mul(builder.sdiv(within, column_tiles), I64(ROWS * 2))
+            block, within = builder.sdiv(number, each), builder.srem(number, each)
+            row = builder.mul(block, I64(ROWS * 2))
+            image = builder.sdiv(within, column_tiles)
             column = builder.mul(builder.srem(within, column_tiles), I64(TILE_COLUMNS))
+            fresh = builder.zext(builder.or_(builder.icmp_signed("==", within, I64(0)),
+                                             builder.icmp_signed("==", number, first)), I64)
             rows = builder.sub(m, row)
             rows = builder.select(builder.icmp_signed("<", rows, I64(ROWS * 2)), rows,
                                   I64(ROWS * 2))
@@ -195,7 +199,7 @@ class DirectConvKernel(AmxTileKernel):
                 field["ldc"], address("rows_bias", builder.mul(row, I64(4))),
                 address("columns_bias", builder.mul(column, I64(4))), low, high, rows, column,
                 field["taps"], builder.inttoptr(field["offsets"], I64.as_pointer()),
-                field["grid_width"], field["width"], n])
+                field["grid_width"], field["width"], n, fresh])
         builder.ret_void()
 
 

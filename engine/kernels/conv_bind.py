@@ -69,7 +69,7 @@ def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometr
     matrix = weight.reshape(filters, -1)
     positions = math.prod(size)
     if conv_amx.applies(data, weight, out, geometry, workspace):
-        calls = [conv_amx.bind(data, weight, out, geometry, workspace)]
+        calls = conv_amx.bind_chunks(data, weight, out, geometry, workspace)
     elif is_direct(data.shape, geometry) and data.flags.c_contiguous:
         calls = _bind_direct(xp, matrix, data.reshape(batch, -1, positions),
                              out.reshape(batch, filters, positions), workspace)

@@ -101,6 +101,23 @@ def test_a_bound_convolution_adds_its_bias_and_clamps_in_the_epilogue() -> None:
 
 
 @needs_direct
+def test_images_are_bound_in_chunks_of_a_grid_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Five images whose grid is 9 KB each (16 words × 12 × 12 words), in chunks of two:
+    three calls sharing one grid, the last of one image, each storing its own images."""
+    monkeypatch.setattr(conv_amx, "CHUNK_GRID_BYTES", 2 * 16 * 12 * 12 * 4)
+    data, weight = operands(5, 20, (10, 10), 40, (3, 3))
+    bias = constant(RNG.standard_normal(40).astype(np.float32))
+    out = np.full((5, 40, 10, 10), np.nan, np.float32)
+    geometry = ((3, 3), (1, 1), (1, 1), (1, 1))
+    calls = conv_bind.bind(np, data, weight, bias, out, geometry, bf16_workspace())
+    assert [len(call.product.operands[2]) for call in calls] == [2, 2, 1]
+    for call in calls:
+        call()
+    want = reference(bf16.rounded(data), bf16.rounded(weight), (1, 1), (1, 1))
+    assert relative_error(out, want + bias.reshape(1, -1, 1, 1)) < 1e-5
+
+
+@needs_direct
 def test_the_epilogue_refuses_a_bias_per_column_or_too_short() -> None:
     data, weight = operands(1, 8, (6, 6), 16, (3, 3))
     out = np.empty((1, 16, 6, 6), np.float32)
