@@ -221,17 +221,30 @@ def _pair_task() -> int | None:
 
 
 def _compile_pairs() -> Any:
+    return compile_for_host(_pair_module)
+
+
+def _pair_module() -> Any:
+    from engine.kernels.bf16_pair_ir import module
+
+    return module()
+
+
+def compile_for_host(build: Callable[[], Any]) -> Any:
+    """An execution engine holding the module ``build()`` makes (importing llvmlite's IR
+    itself), compiled for the host CPU with its passes at level 3; None where llvmlite or
+    its JIT is missing. The engine owns the machine code: keep it as long as its functions."""
     try:
         import llvmlite.binding as llvm
 
         from engine.cpu.llvm_jit import compile_ir
-        from engine.kernels.bf16_pair_ir import module
+        text = str(build())
     except ImportError:
         return None
     try:
         llvm.initialize_native_target()
-        return compile_ir(str(module()), llvm.get_host_cpu_name(),
-                          llvm.get_host_cpu_features().flatten(), level=3, optimise=True)
+        return compile_ir(text, llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(),
+                          level=3, optimise=True)
     except (RuntimeError, OSError):
         return None
 

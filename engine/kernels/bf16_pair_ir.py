@@ -111,7 +111,7 @@ class _PairKernel:
         indices = ir.VectorType(I64, LANES)
         left = builder.sub(field["run"], lane)
         mask = builder.icmp_signed("<", ir.Constant(indices, list(range(LANES))),
-                                   _splat(builder, left, indices))
+                                   splat(builder, left, indices))
         low, high = (self._read(builder, first, lane, field["step"], left, mask, read)
                      for first in start)
         halves = [builder.fptrunc(value, self.halves) for value in (low, high)]
@@ -138,7 +138,7 @@ class _PairKernel:
         if read == EVERY_OTHER:
             # Floats 2j of the 32 from first + 2·lane; the masks stop at the run's last float
             # wanted, 2·(left - 1), so that no read passes the input's end.
-            wanted = _splat(builder, builder.sub(builder.mul(left, I64(2)), I64(1)), indices)
+            wanted = splat(builder, builder.sub(builder.mul(left, I64(2)), I64(1)), indices)
             halves = []
             for half in range(2):
                 at = builder.gep(first, [builder.add(builder.mul(lane, I64(2)),
@@ -149,15 +149,15 @@ class _PairKernel:
                     builder.bitcast(at, self.floats.as_pointer()), I32(4), inside, zero]))
             return builder.shuffle_vector(halves[0], halves[1], ir.Constant(
                 ir.VectorType(I32, LANES), list(range(0, 2 * LANES, 2))))
-        offsets = builder.mul(builder.add(_splat(builder, lane, indices),
+        offsets = builder.mul(builder.add(splat(builder, lane, indices),
                                           ir.Constant(indices, list(range(LANES)))),
-                              _splat(builder, builder.mul(step, I64(4)), indices))
-        addresses = builder.add(_splat(builder, builder.ptrtoint(first, I64), indices), offsets)
+                              splat(builder, builder.mul(step, I64(4)), indices))
+        addresses = builder.add(splat(builder, builder.ptrtoint(first, I64), indices), offsets)
         pointers = builder.inttoptr(addresses, self.pointers)
         return builder.call(self.gather, [pointers, I32(4), mask, zero])
 
 
-def _splat(builder: ir.IRBuilder, scalar: Any, vector: ir.VectorType) -> Any:
+def splat(builder: ir.IRBuilder, scalar: Any, vector: ir.VectorType) -> Any:
     undefined = ir.Constant(vector, ir.Undefined)
     single = builder.insert_element(undefined, scalar, I32(0))
     return builder.shuffle_vector(single, undefined,

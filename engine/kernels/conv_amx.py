@@ -265,19 +265,13 @@ def _compile() -> dict[str, Any] | None:
     """The direct kernel for the host, or None without AMX (or Linux's grant) or llvmlite."""
     if not host_features.amx_permitted():
         return None
-    try:
-        import llvmlite.binding as llvm
-
-        from engine.cpu.llvm_jit import compile_ir
-        from engine.kernels.conv_amx_ir import module
-    except ImportError:
+    engine = bf16.compile_for_host(_module)
+    if engine is None:
         return None
-    try:
-        llvm.initialize_native_target()
-        engine = compile_ir(str(module(_FIELD)), llvm.get_host_cpu_name(),
-                            llvm.get_host_cpu_features().flatten(), level=3, optimise=True)
-    except (RuntimeError, OSError):
-        return None
-    # The execution engine owns the machine code: it lives as long as the kernel.
     return {"engine": engine, "part": engine.get_function_address("part")}
 
+
+def _module() -> Any:
+    from engine.kernels.conv_amx_ir import module
+
+    return module(_FIELD)

@@ -19,9 +19,9 @@ from typing import Any
 
 import llvmlite.ir as ir
 
-from engine.kernels.bf16_pair_ir import loop
+from engine.kernels.bf16_pair_ir import loop, splat
 from engine.kernels.gemm_amx_ir import ROWS, WORDS, AmxTileKernel
-from engine.kernels.gemm_ir import F32, I32, I64
+from engine.kernels.gemm_ir import F32, I64
 from engine.kernels.gemm_kernel import AMX_TILE
 
 F64, I8 = ir.DoubleType(), ir.IntType(8)
@@ -121,17 +121,17 @@ class DirectConvKernel(AmxTileKernel):
         output width and the column below ``n``. The remainder in float64 (exact here, and
         a vector has no integer division): floor((column + ½) / Wp)."""
         indices = ir.VectorType(I64, WORDS)
-        columns = builder.add(self._splat_as(builder, start, indices),
+        columns = builder.add(splat(builder, start, indices),
                               ir.Constant(indices, list(range(WORDS))))
         as_float = builder.sitofp(columns, self.lanes)
-        grid = self._splat_as(builder, builder.sitofp(grid_width, F64), self.lanes)
+        grid = splat(builder, builder.sitofp(grid_width, F64), self.lanes)
         half = ir.Constant(self.lanes, [0.5] * WORDS)
         grid_rows = builder.call(self.floor, [builder.fdiv(builder.fadd(as_float, half), grid)])
         x = builder.fsub(as_float, builder.fmul(grid_rows, grid))
-        inside = builder.fcmp_ordered("<", x, self._splat_as(builder, builder.sitofp(
+        inside = builder.fcmp_ordered("<", x, splat(builder, builder.sitofp(
             width, F64), self.lanes))
         return builder.and_(inside, builder.icmp_signed("<", columns,
-                                                        self._splat_as(builder, n, indices)))
+                                                        splat(builder, n, indices)))
 
     @staticmethod
     def _pixels_before(builder: ir.IRBuilder, start: Any, grid_width: Any, width: Any) -> Any:
@@ -140,13 +140,6 @@ class DirectConvKernel(AmxTileKernel):
         x = builder.sub(start, builder.mul(y, grid_width))
         x = builder.select(builder.icmp_signed("<", x, width), x, width)
         return builder.add(builder.mul(y, width), x)
-
-    @staticmethod
-    def _splat_as(builder: ir.IRBuilder, scalar: Any, vector: ir.VectorType) -> Any:
-        undefined = ir.Constant(vector, ir.Undefined)
-        single = builder.insert_element(undefined, scalar, I32(0))
-        return builder.shuffle_vector(single, undefined, ir.Constant(
-            ir.VectorType(I32, vector.count), [0] * vector.count))
 
     def _store(self, builder: ir.IRBuilder, value: Any, row: Any, j: int,
                masks: list[Any] | None) -> None:
