@@ -5,9 +5,11 @@ The input is paired once into planes of words (channel pairs) over its zero-bord
 is then a product like `gemm_amx_ir`'s, with K running over the taps and, within a tap, over
 the channel pairs: tap ``t``'s B is the grid shifted by ``offsets[t]`` words (``kh·Wp +
 kw``), so no patch array exists. Columns with ``x`` at or past the output width are
-computed and dropped: the epilogue (`AmxTileKernel._epilogue`, shared with the GEMM) stores
-each 16 lanes through ``llvm.masked.compressstore``, the kept lanes packed together, where
-the output's pixels lie one after another (``y·W + x``).
+computed and dropped: the epilogue (`AmxTileKernel._epilogue`, shared with the GEMM) packs
+each 16 lanes' kept ones together (``vcompressps`` into a register) and stores them through
+a mask of as many leading lanes, where the output's pixels lie one after another (``y·W +
+x``). ``vcompressps`` straight to memory took 12% of ResNet-18's 64-filter layers at 56²
+(0.195 ms against 0.175, one thread).
 
 ``part(context, part, parts)`` is a `spin_pool` task over the tiles of every image, row
 blocks outside (a block of the weights stays in L2 while it meets each image's column tiles).
@@ -38,14 +40,18 @@ class DirectConvKernel(AmxTileKernel):
 
     def __init__(self, shape: Any) -> None:
         super().__init__(shape)
-        self.compress_store = ir.Function(self.module, ir.FunctionType(
-            ir.VoidType(), [self.vector, F32.as_pointer(), ir.VectorType(ir.IntType(1),
-                                                                          WORDS)]),
-            name=f"llvm.masked.compressstore.v{WORDS}f32")
+        lanes_mask = ir.VectorType(ir.IntType(1), WORDS)
+        self.compress = ir.Function(self.module, ir.FunctionType(
+            self.vector, [self.vector, self.vector, lanes_mask]),
+            name=f"llvm.x86.avx512.mask.compress.v{WORDS}f32")
+        self.count = ir.Function(self.module, ir.FunctionType(ir.IntType(WORDS),
+                                                              [ir.IntType(WORDS)]),
+                                 name=f"llvm.ctpop.i{WORDS}")
         self.lanes = ir.VectorType(F64, WORDS)
         self.floor = ir.Function(self.module, ir.FunctionType(self.lanes, [self.lanes]),
                                  name=f"llvm.floor.v{WORDS}f64")
         self._targets: list[Any] = []
+        self._kept: list[tuple[Any, Any]] = []
 
     def define_tile(self, name: str) -> ir.Function:
         """``name(words, a, lda, acs, b, ldb, c, ldc, bias_rows, bias_columns, low, high,
@@ -85,10 +91,11 @@ class DirectConvKernel(AmxTileKernel):
                                               ROWS * TILE_COLUMNS + WORDS)):
             target = builder.bitcast(builder.gep(floats, [I64(offset)]), I8.as_pointer())
             builder.call(self.store_tile, [I8(accumulator), target, row_bytes])
-        masks, self._targets = [], []
+        masks, self._targets, self._kept = [], [], []
         for j in range(self.shape.vectors):
             start = builder.add(column, I64(j * WORDS))
             masks.append(self._kept_lanes(builder, start, grid_width, width, n))
+            self._kept.append((masks[-1], self._leading(builder, masks[-1])))
             self._targets.append(self._pixels_before(builder, start, grid_width, width))
         self._epilogue(function, builder, floats, rows, self.shape.vectors, masks)
 
@@ -144,8 +151,17 @@ class DirectConvKernel(AmxTileKernel):
     def _store(self, builder: ir.IRBuilder, value: Any, row: Any, j: int,
                masks: list[Any] | None) -> None:
         """The kept lanes of ``value`` packed together at their first pixel in ``row``."""
-        builder.call(self.compress_store, [value, builder.gep(row, [self._targets[j]]),
-                                           masks[j]])
+        kept, leading = self._kept[j]
+        packed = builder.call(self.compress, [value, self.zero, kept])
+        super()._store(builder, packed, builder.gep(row, [self._targets[j]]), 0, [leading])
+
+    def _leading(self, builder: ir.IRBuilder, kept: Any) -> Any:
+        """The first as many lanes as ``kept`` has set: where a compressed vector's values
+        lie."""
+        count = builder.call(self.count, [builder.bitcast(kept, ir.IntType(WORDS))])
+        indices = ir.VectorType(I64, WORDS)
+        return builder.icmp_signed("<", ir.Constant(indices, list(range(WORDS))),
+                                   splat(builder, builder.zext(count, I64), indices))
 
     def define_direct_part(self, name: str, tile: ir.Function, fields: dict[str, int]) -> None:
         """``name(context, part, parts)``: a run of the tiles, row blocks outside the images
