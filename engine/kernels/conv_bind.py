@@ -12,6 +12,9 @@ output layout is (N, F, P). With a few positions per sample (a 64×64 image's la
 4–16) one GEMM per sample is a matrix-vector product, and the wide one is much faster; with
 hundreds, the copy-out costs more than the width gains (ResNet-18's stem and stride-2 layers at
 batch 8: 15–20% slower wide). Hence ``WIDE_POSITIONS``.
+
+In a bf16 plan on AMX, a convolution of several taps over enough channels runs direct instead
+(`conv_amx`): its input paired once into a bordered grid, no patch array and no padded copy.
 """
 
 from __future__ import annotations
