@@ -9,8 +9,10 @@ walks the taps over the one grid, the weights packed with K in that order (tap, 
 once per model. It computes ``Wp`` columns per output row of ``W`` and drops the rest as it
 stores.
 
-Stride 1, any padding and dilation, group 1; `DirectProduct` takes a bias per filter and a
-clamp as `gemm_kernel.Product` does (`gemm_bind.with_bias`, `gemm_bind.clamped`).
+At stride ``s`` the grid is ``s × s`` phase planes, so that each tap still reads one plane at
+stride 1 (`_Grid`). Any padding and dilation, group 1; `DirectProduct` takes a bias per filter
+and a clamp as `gemm_kernel.Product` does (`gemm_bind.with_bias`, `gemm_bind.clamped`). A
+batch binds in chunks of images (`bind_chunks`).
 """
 
 from __future__ import annotations

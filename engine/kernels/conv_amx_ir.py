@@ -4,12 +4,13 @@ The input is paired once into planes of words (channel pairs) over its zero-bord
 ``Wp`` words a grid row (`conv_amx`). Output column ``n = y·Wp + x`` of the flattened grid
 is then a product like `gemm_amx_ir`'s, with K running over the taps and, within a tap, over
 the channel pairs: tap ``t``'s B is the grid shifted by ``offsets[t]`` words (``kh·Wp +
-kw``), so no patch array exists. Columns with ``x`` at or past the output width are
-computed and dropped: the epilogue (`AmxTileKernel._epilogue`, shared with the GEMM) packs
-each 16 lanes' kept ones together (``vcompressps`` into a register) and stores them through
-a mask of as many leading lanes, where the output's pixels lie one after another (``y·W +
-x``). ``vcompressps`` straight to memory took 12% of ResNet-18's 64-filter layers at 56²
-(0.195 ms against 0.175, one thread).
+kw`` at stride 1; into a phase plane at stride 2, `conv_amx._Grid`), so no patch array
+exists. Columns with ``x`` at or past the output width are computed and dropped: the
+epilogue (`AmxTileKernel._epilogue`, shared with the GEMM) packs each 16 lanes' kept ones
+together (``vcompressps`` into a register) and stores them through a mask of as many
+leading lanes, where the output's pixels lie one after another (``y·W + x``).
+``vcompressps`` straight to memory took 12% of ResNet-18's 64-filter layers at 56² (0.195 ms
+against 0.175, one thread).
 
 ``part(context, part, parts)`` is a `spin_pool` task over the tiles of every image, row
 blocks outside (a block of the weights stays in L2 while it meets each image's column tiles).
@@ -115,12 +116,8 @@ class DirectConvKernel(AmxTileKernel):
                     ahead = builder.gep(a, [builder.add(a_step, I64(PREFETCH_WORDS))])
                     for line in range(0, 2 * ROWS * WORDS, LINE_WORDS):
                         self._prefetch(builder, builder.gep(ahead, [I64(line)]))
-                self._load_tile(builder, 4, builder.gep(a, [a_step]), a_stride)
-                self._load_tile(builder, 5, builder.gep(a_lower, [a_step]), a_stride)
-                self._load_tile(builder, 6, b_row, b_stride)
-                self._load_tile(builder, 7, builder.gep(b_row, [I64(WORDS)]), b_stride)
-                for accumulator, (left, right) in enumerate(((4, 6), (4, 7), (5, 6), (5, 7))):
-                    builder.call(self.dot, [I8(accumulator), I8(left), I8(right)])
+                self._step(builder, builder.gep(a, [a_step]), builder.gep(a_lower, [a_step]),
+                           a_stride, b_row, b_stride)
 
     def _kept_lanes(self, builder: ir.IRBuilder, start: Any, grid_width: Any, width: Any,
                     n: Any) -> Any:

@@ -113,12 +113,8 @@ class AmxTileKernel(TileKernel):
         k = builder.phi(I64)
         b_row = builder.gep(b, [builder.mul(k, ldb)])
         a_step = builder.mul(k, acs)
-        self._load_tile(builder, 4, builder.gep(a, [a_step]), a_stride)
-        self._load_tile(builder, 5, builder.gep(a_lower, [a_step]), a_stride)
-        self._load_tile(builder, 6, b_row, b_stride)
-        self._load_tile(builder, 7, builder.gep(b_row, [I64(WORDS)]), b_stride)
-        for accumulator, (left, right) in enumerate(((4, 6), (4, 7), (5, 6), (5, 7))):
-            builder.call(self.dot, [I8(accumulator), I8(left), I8(right)])
+        self._step(builder, builder.gep(a, [a_step]), builder.gep(a_lower, [a_step]), a_stride,
+                   b_row, b_stride)
         k_next = builder.add(k, I64(WORDS))
         builder.cbranch(builder.icmp_signed("<", k_next, k_count), loop, done)
         k.add_incoming(I64(0), start)
@@ -131,6 +127,18 @@ class AmxTileKernel(TileKernel):
             target = builder.bitcast(builder.gep(floats, [I64(offset)]), I8.as_pointer())
             builder.call(self.store_tile, [I8(accumulator), target, row_bytes])
         self._epilogue(function, builder, floats, rows, vectors, masks)
+
+    def _step(self, builder: ir.IRBuilder, a_upper: Any, a_lower: Any, a_stride: Any,
+              b_row: Any, b_stride: Any) -> None:
+        """One step of 16 words of K: A's two tiles (rows 0-15 at ``a_upper``, 16-31 at
+        ``a_lower``) and B's two (columns 0-15 and 16-31 from ``b_row``) loaded, and their
+        four products summed into the accumulators (strides in bytes)."""
+        self._load_tile(builder, 4, a_upper, a_stride)
+        self._load_tile(builder, 5, a_lower, a_stride)
+        self._load_tile(builder, 6, b_row, b_stride)
+        self._load_tile(builder, 7, builder.gep(b_row, [I64(WORDS)]), b_stride)
+        for accumulator, (left, right) in enumerate(((4, 6), (4, 7), (5, 6), (5, 7))):
+            builder.call(self.dot, [I8(accumulator), I8(left), I8(right)])
 
     def _load_tile(self, builder: ir.IRBuilder, register: int, address: Any,
                    stride: Any) -> None:
