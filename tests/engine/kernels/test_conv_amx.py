@@ -9,6 +9,7 @@ import pytest
 
 import engine
 from bench import nets
+from engine.cpu import spin_pool
 from engine.kernels import bf16, conv_amx, conv_bind, gemm_bind
 from engine.kernels.workspace import Workspace
 
@@ -115,6 +116,23 @@ def test_images_are_bound_in_chunks_of_a_grid_size(monkeypatch: pytest.MonkeyPat
         call()
     want = reference(bf16.rounded(data), bf16.rounded(weight), (1, 1), (1, 1))
     assert relative_error(out, want + bias.reshape(1, -1, 1, 1)) < 1e-5
+
+
+@needs_direct
+def test_armed_parts_on_the_pool_store_the_same_bytes() -> None:
+    """Armed over two threads, the pairing and the tiles run in parts on the pool's workers
+    (each part's first tile prefetching its weights): the same bytes as on one thread."""
+    data, weight = operands(2, 70, (16, 16), 80, (3, 3))
+    geometry = ((3, 3), (2, 2), (1, 1), (1, 1))
+    alone = np.empty((2, 80, 8, 8), np.float32)
+    conv_amx.bind(data, weight, alone, geometry, bf16_workspace())()
+    out = np.empty_like(alone)
+    call = conv_amx.bind(data, weight, out, geometry, bf16_workspace())
+    with spin_pool.armed(2):
+        for _ in range(3):
+            out[...] = np.nan
+            call()
+            np.testing.assert_array_equal(out, alone)
 
 
 @needs_direct
