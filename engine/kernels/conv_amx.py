@@ -51,17 +51,11 @@ MAX_DEPTH_RATIO = 3
 # 1.53 / 1.53 / 1.58 / 1.86; 512 at 7² 2.72 / 2.53 / 2.40 / 2.37 (im2col: 4.63, 3.07, 2.84,
 # 2.62, 4.17).
 CHUNK_GRID_BYTES = 512 << 10
-_enabled = [True]  # bench and tests turn the direct form off to compare (`enabled`)
 
 
 def available() -> bool:
     """Whether the direct kernel compiled for this host (AMX permitted, llvmlite present)."""
     return _compiled() is not None
-
-
-def enabled(on: bool) -> None:
-    """Let `applies` take convolutions (the default) or send them all to im2col."""
-    _enabled[0] = on
 
 
 def applies(data: Any, weight: Any, out: Any, geometry: Any, workspace: Any) -> bool:
@@ -73,7 +67,7 @@ def applies(data: Any, weight: Any, out: Any, geometry: Any, workspace: Any) -> 
             and data.ndim == 4 and out.ndim == 4 and data.flags.c_contiguous
             and out.flags.c_contiguous and not weight.flags.writeable
             and weight.nbytes <= gemm_bind.PACK_LIMIT_BYTES and len(kernel) == 2
-            and math.prod(kernel) > 1 and _enabled[0] and weight.shape[1] == data.shape[1]
+            and math.prod(kernel) > 1 and weight.shape[1] == data.shape[1]
             and pays(data.shape[1], math.prod(kernel))
             and not np.may_share_memory(out, data)
             and gemm_bind.bf16_kernel(workspace, out.shape[1]) == gemm_kernel.AMX
