@@ -7,6 +7,7 @@ compiler, so this adds no dependency.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 
@@ -31,3 +32,22 @@ def compile_ir(text: str, cpu: str = "", features: str = "", level: int = 2,
     engine = llvm.create_mcjit_compiler(module, machine)
     engine.finalize_object()
     return engine
+
+
+def compile_for_host(build: Callable[[], Any], optimise: bool = True) -> Any:
+    """An execution engine holding the module ``build()`` makes (it imports llvmlite's IR
+    itself), compiled for the host CPU and its features at level 3, the module's passes run
+    first with ``optimise``; None where llvmlite or its JIT is missing. The engine owns the
+    machine code: keep it as long as its functions."""
+    try:
+        import llvmlite.binding as llvm
+
+        text = str(build())
+    except ImportError:
+        return None
+    try:
+        llvm.initialize_native_target()
+        return compile_ir(text, llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(),
+                          level=3, optimise=optimise)
+    except (RuntimeError, OSError):
+        return None

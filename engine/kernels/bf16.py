@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.cpu import compiled, kernel_jobs, spin_pool
+from engine.cpu import compiled, kernel_jobs, llvm_jit, spin_pool
 from engine.cpu.parts import PartedCall
 from engine.kernels.workspace import empty_aligned
 
@@ -221,32 +221,13 @@ def _pair_task() -> int | None:
 
 
 def _compile_pairs() -> Any:
-    return compile_for_host(_pair_module)
+    return llvm_jit.compile_for_host(_pair_module)
 
 
 def _pair_module() -> Any:
     from engine.kernels.bf16_pair_ir import module
 
     return module()
-
-
-def compile_for_host(build: Callable[[], Any]) -> Any:
-    """An execution engine holding the module ``build()`` makes (importing llvmlite's IR
-    itself), compiled for the host CPU with its passes at level 3; None where llvmlite or
-    its JIT is missing. The engine owns the machine code: keep it as long as its functions."""
-    try:
-        import llvmlite.binding as llvm
-
-        from engine.cpu.llvm_jit import compile_ir
-        text = str(build())
-    except ImportError:
-        return None
-    try:
-        llvm.initialize_native_target()
-        return compile_ir(text, llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(),
-                          level=3, optimise=True)
-    except (RuntimeError, OSError):
-        return None
 
 
 def _offsets(shape: tuple[int, ...], steps: Any) -> np.ndarray:

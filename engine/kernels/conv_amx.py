@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.cpu import host_features, spin_pool
+from engine.cpu import host_features, llvm_jit, spin_pool
 from engine.kernels import bf16, gemm_bind, gemm_kernel
 
 _state: dict[str, Any] = {}
@@ -261,7 +261,7 @@ def _compile() -> dict[str, Any] | None:
     """The direct kernel for the host, or None without AMX (or Linux's grant) or llvmlite."""
     if not host_features.amx_permitted():
         return None
-    engine = bf16.compile_for_host(_module)
+    engine = llvm_jit.compile_for_host(_module)
     if engine is None:
         return None
     return {"engine": engine, "part": engine.get_function_address("part")}

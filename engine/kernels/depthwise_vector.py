@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.cpu import host_features, kernel_jobs, spin_pool
+from engine.cpu import host_features, kernel_jobs, llvm_jit, spin_pool
 from engine.kernels.depthwise_kernel import DepthwiseCall
 
 STRIDES = (1, 2)  # what `depthwise_ir` generates
@@ -103,16 +103,10 @@ def _compile() -> Any:
     two), no llvmlite, or no JIT for this target."""
     if not host_features.has("avx512f"):
         return None
-    try:
-        import llvmlite.binding as llvm
+    return llvm_jit.compile_for_host(_module, optimise=False)
 
-        from engine.cpu.llvm_jit import compile_ir
-        from engine.kernels.depthwise_ir import module
-    except ImportError:
-        return None
-    try:
-        llvm.initialize_native_target()
-        return compile_ir(str(module()), llvm.get_host_cpu_name(),
-                          llvm.get_host_cpu_features().flatten(), level=3)
-    except (RuntimeError, OSError):
-        return None
+
+def _module() -> Any:
+    from engine.kernels.depthwise_ir import module
+
+    return module()
