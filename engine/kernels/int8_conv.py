@@ -42,8 +42,9 @@ TILE, TILE_BYTES = 64, 8192
 RESIDUAL, RESIDUAL_CHANNELS_LAST, OUT_CHANNELS_LAST = 1, 2, 4
 # The shortest K a layer's product takes AMX for (32 rows at least): from 64, below the plain
 # product's 256 (`integer.AMX_MIN_DEPTH`), as the direct product and its epilogue save the
-# gather and the requantize pass (one thread, ResNet-18 at batch 1 3.8 → 3.5 ms, ResNet-50 v2
-# 17.0 → 15.6 ms, in turn with 256).
+# gather and the requantize pass, and the 3-channel stem (K 147) gains too (one thread,
+# ResNet-18 at batch 1 3.8 → 3.5 ms, ResNet-50 v2 17.0 → 15.6 ms, in turn with 256; MobileNet
+# v2 no change measured through the load).
 AMX_MIN_DEPTH = 64
 # Activation codes the requantize pass understands (`Activation.kind`).
 ACTIVATIONS = {None: 0, "relu": 1, "bounded_relu": 2}
