@@ -372,6 +372,7 @@ def _channels_last(data: Any, shift: int, channels: int, height: int, width: int
     from ``data`` (N, C, H, W) as bytes, each xor ``shift`` (128 moves int8 onto uint8); the
     border holds ``shift`` (a zero)."""
     fill = np.uint8(shift)
+    fill_word = np.uint64(shift) * np.uint64(0x0101010101010101)
     depth = np.uint64(channels)
     plane = np.uint64(height * width)
     for row in range(first, last):
@@ -390,6 +391,18 @@ def _channels_last(data: Any, shift: int, channels: int, height: int, width: int
         # unsigned offsets (no negative-index checks); each channel's row read in order
         start = base + np.uint64(pad_w) * depth
         source = np.uint64((image * channels * height + y) * width)
+        if channels % 8 == 0:  # 8 channels' bytes of a pixel as one word: 2.5× the bytes
+            words, stride = padded.view(np.uint64), depth // np.uint64(8)
+            for block in range(stride):
+                line = source + block * np.uint64(8) * plane
+                at = start // np.uint64(8) + block
+                for x in range(np.uint64(width)):
+                    word = np.uint64(0)
+                    for k in range(8):
+                        word |= np.uint64(data[line + np.uint64(k) * plane + x]) << np.uint64(
+                            8 * k)
+                    words[at + x * stride] = word ^ fill_word
+            continue
         for c in range(depth):
             line = source + c * plane
             for x in range(np.uint64(width)):
