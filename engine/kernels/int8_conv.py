@@ -42,8 +42,9 @@ TILE, TILE_BYTES = 64, 8192
 RESIDUAL, RESIDUAL_CHANNELS_LAST, OUT_CHANNELS_LAST = 1, 2, 4
 # The shortest K a layer's product takes AMX for (32 rows at least): from 64, below the plain
 # product's 256 (`integer.AMX_MIN_DEPTH`), as the direct product and its epilogue save the
-# gather and the requantize pass (one thread, ResNet-18 at batch 1 3.8 → 3.5 ms, ResNet-50 v2
-# 17.0 → 15.6 ms, in turn with 256).
+# gather and the requantize pass, and the 3-channel stem (K 147) gains too (one thread,
+# ResNet-18 at batch 1 3.8 → 3.5 ms, ResNet-50 v2 17.0 → 15.6 ms, in turn with 256; MobileNet
+# v2 no change measured through the load).
 AMX_MIN_DEPTH = 64
 # Activation codes the requantize pass understands (`Activation.kind`).
 ACTIVATIONS = {None: 0, "relu": 1, "bounded_relu": 2}
@@ -166,15 +167,19 @@ class FusedConv(EpilogueLayer):
         self.rows = batch * out_h * out_w
         self.positions = out_h * out_w
         self.padded_size = (height + 2 * geometry.pad[0], width + 2 * geometry.pad[1])
-        if packed.k != weight[0].size or packed.n != filters:
+        # weights packed from `tap_rows_matrix` (K of 64 a kernel row) where the layer has
+        # rows of taps, else from `weight_matrix`
+        self.tap_rows = has_tap_rows(channels, geometry, out_w) and packed.amx and \
+            packed.k == geometry.kernel[0] * 64
+        if (packed.k != weight[0].size and not self.tap_rows) or packed.n != filters:
             raise ValueError(f"int8 convolution: packed weights ({packed.k}, {packed.n}) do "
                              f"not fit {weight.shape}")
         self.packed = packed
-        # On AMX with whole 64-channel blocks, the product's tiles read the windows from the
-        # channels-last copy where they lie (`gemm_int8.direct_job`, which can requantize in
-        # its epilogue): no gather.
+        # On AMX with whole 64-channel blocks (or rows of taps), the product's tiles read the
+        # windows from the channels-last copy where they lie (`gemm_int8.direct_job`, which
+        # can requantize in its epilogue): no gather.
         self.tile_rows = gemm_int8.direct_tile_rows(out_w) if (
-            packed.amx and channels % 64 == 0) else 0
+            packed.amx and (channels % 64 == 0 or self.tap_rows)) else 0
         # Else a 1×1 convolution of stride 1 without padding whose channels fill K's padding
         # exactly: the channels-last copy's rows are the GEMM's rows as they are, no gather.
         self.gathers = not (self.tile_rows or (
@@ -194,6 +199,8 @@ class FusedConv(EpilogueLayer):
         # without a gather the GEMM reads the copy's rows, its last row block whole: room for
         # that block's rows past the end (their sums are computed and never read)
         tail = packed.rows * channels if not (self.gathers or self.tile_rows) else 0
+        if self.tap_rows:  # a tile row reads 64 bytes from its kernel row's first tap on
+            tail = 64
         padded = scratch.take("channels_last", batch * padded_h * padded_w * channels + tail,
                               np.uint8)
         rows = scratch.take("rows", blocks * packed.rows * packed.groups * 4 if self.gathers
@@ -290,9 +297,12 @@ class FusedConv(EpilogueLayer):
         (kernel_w, stride_h, stride_w, dilate_h, dilate_w) = (
             self.geometry.kernel[1], *self.geometry.stride, *self.geometry.dilate)
         k = np.arange(0, self.packed.groups * 4, 64)
-        tap_y, tap_x = np.divmod(k // channels, kernel_w)
-        steps = ((tap_y * dilate_h * padded_w + tap_x * dilate_w) * channels
-                 + k % channels).astype(np.int64)
+        if self.tap_rows:  # a K step a kernel row: its taps' bytes run on in the image
+            steps = (k // 64 * dilate_h * padded_w * channels).astype(np.int64)
+        else:
+            tap_y, tap_x = np.divmod(k // channels, kernel_w)
+            steps = ((tap_y * dilate_h * padded_w + tap_x * dilate_w) * channels
+                     + k % channels).astype(np.int64)
         tiles = -(-self.rows // block) * (block // self.tile_rows)
         first = np.arange(tiles, dtype=np.int64) * self.tile_rows
         image, within = np.divmod(first, self.positions)
@@ -329,6 +339,27 @@ def weight_matrix(weight: np.ndarray) -> np.ndarray:
     """The weights (F, C, kh, kw) as the GEMM's (K, F) matrix, K ordered (kh, kw, C) as the
     gathered rows are (what the caller packs, `gemm_int8.PackedWeights`)."""
     return np.moveaxis(weight, 1, -1).reshape(len(weight), -1).T
+
+
+def has_tap_rows(channels: int, geometry: Geometry, out_width: int) -> bool:
+    """Whether a layer's kernel rows are runs of under 64 bytes in a channels-last image (a
+    stem's 7 × 3 channels: 21) and its output rows take the direct product's tiles
+    (`gemm_int8.direct_tile_rows`): the direct product then reads each kernel row as one
+    step of K, its 64 bytes the row's taps and whatever follows (times zero weights), with
+    weights from `tap_rows_matrix`; not for whole 64-channel blocks (the plain layout)."""
+    run = geometry.kernel[1] * channels
+    return (channels % 64 != 0 and run < 64 and geometry.dilate[1] == 1
+            and gemm_int8.direct_tile_rows(out_width) > 0)
+
+
+def tap_rows_matrix(weight: np.ndarray) -> np.ndarray:
+    """The weights (F, C, kh, kw) as a (64 · kh, F) matrix: kernel row ky's taps at K
+    ``64 · ky + kx · C + c``, zero in the rest of its 64 (`has_tap_rows`)."""
+    filters, channels, kernel_h, kernel_w = weight.shape
+    matrix = np.zeros((kernel_h, 64, filters), np.int8)
+    matrix[:, :kernel_w * channels] = np.moveaxis(weight, 0, -1).transpose(
+        1, 2, 0, 3).reshape(kernel_h, kernel_w * channels, filters)
+    return matrix.reshape(kernel_h * 64, filters)
 
 
 class _Arena:
@@ -371,6 +402,7 @@ def _channels_last(data: Any, shift: int, channels: int, height: int, width: int
     from ``data`` (N, C, H, W) as bytes, each xor ``shift`` (128 moves int8 onto uint8); the
     border holds ``shift`` (a zero)."""
     fill = np.uint8(shift)
+    fill_word = np.uint64(shift) * np.uint64(0x0101010101010101)
     depth = np.uint64(channels)
     plane = np.uint64(height * width)
     for row in range(first, last):
@@ -389,6 +421,18 @@ def _channels_last(data: Any, shift: int, channels: int, height: int, width: int
         # unsigned offsets (no negative-index checks); each channel's row read in order
         start = base + np.uint64(pad_w) * depth
         source = np.uint64((image * channels * height + y) * width)
+        if channels % 8 == 0:  # 8 channels' bytes of a pixel as one word: 2.5× the bytes
+            words, stride = padded.view(np.uint64), depth // np.uint64(8)
+            for block in range(stride):
+                line = source + block * np.uint64(8) * plane
+                at = start // np.uint64(8) + block
+                for x in range(np.uint64(width)):
+                    word = np.uint64(0)
+                    for k in range(8):
+                        word |= np.uint64(data[line + np.uint64(k) * plane + x]) << np.uint64(
+                            8 * k)
+                    words[at + x * stride] = word ^ fill_word
+            continue
         for c in range(depth):
             line = source + c * plane
             for x in range(np.uint64(width)):

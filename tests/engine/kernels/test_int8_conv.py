@@ -254,3 +254,26 @@ def test_direct_products_requantize_channels_last_in_their_epilogue(
     with spin_pool.armed(2):
         conv(epilogue)
     np.testing.assert_array_equal(_from_channels_last(out), want)
+
+
+@pytest.mark.skipif(not gemm_int8.amx_available(), reason="needs AMX-INT8")
+@pytest.mark.parametrize("shape", [
+    (2, 3, (23, 21), 64, (7, 7), (2, 2), (3, 3), (1, 1)),  # a stem: rows of 21 bytes
+    (1, 5, (16, 16), 40, (3, 3), (1, 1), (1, 1), (2, 1)),  # dilated rows, 15 bytes
+])
+@pytest.mark.parametrize("data_dtype", [np.uint8, np.int8])
+def test_kernel_rows_of_few_channels_are_steps_of_the_direct_product(shape, data_dtype):
+    """A layer whose kernel rows are under 64 bytes channels-last (a stem) runs the direct
+    product with one K step a kernel row (`tap_rows_matrix`): the NumPy path's bytes."""
+    rng = np.random.default_rng(shape[1])
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, shape, data_dtype, np.uint8, "relu", False)
+    want = _reference(data, weight, geometry, epilogue, residual, storage, np.uint8)
+    out = np.zeros_like(want)
+    assert int8_conv.has_tap_rows(shape[1], geometry, want.shape[3])
+    packed = gemm_int8.PackedWeights(int8_conv.tap_rows_matrix(weight), amx=True)
+    conv = int8_conv.FusedConv(data, weight, packed, geometry, out)
+    assert conv.tap_rows and conv.tile_rows and not conv.gathers
+    with spin_pool.armed(2):
+        conv(epilogue)
+    np.testing.assert_array_equal(out, want)
