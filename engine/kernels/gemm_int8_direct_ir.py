@@ -23,7 +23,7 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from engine.kernels.gemm_amx_ir import declare_tile_intrinsics
-from engine.kernels.gemm_int8_ir import I8, I32, I64, LANES
+from engine.kernels.gemm_int8_ir import I8, I32, I64, LANES, for_each_run
 
 F32 = ir.FloatType()
 
@@ -289,32 +289,15 @@ class DirectInt8Kernel:
         steps, starts, terms = (builder.inttoptr(value, wide)
                                 for value in (steps, starts, terms))
         factors = builder.inttoptr(factors, F32.as_pointer())
-        total = builder.mul(row_blocks, panels)
-        start = builder.sdiv(builder.mul(total, part), parts)
-        end = builder.sdiv(builder.mul(total, builder.add(part, I64(1))), parts)
-        entry = builder.block
-        loop = function.append_basic_block("run")
-        done = function.append_basic_block("done")
-        builder.cbranch(builder.icmp_signed("<", start, end), loop, done)
 
-        builder.position_at_end(loop)
-        at = builder.phi(I64)
-        at.add_incoming(start, entry)
-        panel = builder.sdiv(at, row_blocks)
-        block = builder.srem(at, row_blocks)
-        left_in_panel = builder.sub(row_blocks, block)
-        left_in_part = builder.sub(end, at)
-        count = builder.select(builder.icmp_signed("<", left_in_panel, left_in_part),
-                               left_in_panel, left_in_part)
-        first_row = builder.mul(block, builder.mul(rows, I64(2)))
-        builder.call(self.direct, [image, row_stride, steps, b, groups,
-                                   builder.gep(c, [builder.mul(first_row, ldc)]), ldc, offsets,
-                                   builder.gep(starts, [builder.mul(block, I64(2))]), count,
-                                   panel, builder.add(panel, I64(1)), config, rows, block,
-                                   terms, factors])
-        following = builder.add(at, count)
-        at.add_incoming(following, builder.block)
-        builder.cbranch(builder.icmp_signed("<", following, end), loop, done)
-        builder.position_at_end(done)
+        def call(panel: ir.Value, block: ir.Value, count: ir.Value) -> None:
+            first_row = builder.mul(block, builder.mul(rows, I64(2)))
+            builder.call(self.direct, [image, row_stride, steps, b, groups,
+                                       builder.gep(c, [builder.mul(first_row, ldc)]), ldc,
+                                       offsets, builder.gep(starts, [builder.mul(block, I64(2))]),
+                                       count, panel, builder.add(panel, I64(1)), config, rows,
+                                       block, terms, factors])
+
+        for_each_run(builder, function, row_blocks, panels, part, parts, call)
         builder.ret_void()
         return function

@@ -205,6 +205,25 @@ def define_task(module: ir.Module, panels: ir.Function, rows: int,
     a, b = builder.inttoptr(a, byte_pointer), builder.inttoptr(b, byte_pointer)
     c = builder.inttoptr(c, I32.as_pointer())
     offsets = builder.inttoptr(offsets, I32.as_pointer())
+    row_bytes = builder.mul(lda, I64(rows))
+    c_rows = builder.mul(ldc, I64(rows))
+
+    def call(panel: ir.Value, block: ir.Value, count: ir.Value) -> None:
+        builder.call(panels, [builder.gep(a, [builder.mul(block, row_bytes)]), lda, b, groups,
+                              builder.gep(c, [builder.mul(block, c_rows)]), ldc, offsets,
+                              count, panel, builder.add(panel, I64(1))])
+
+    for_each_run(builder, function, row_blocks, panel_count, part, parts, call)
+    builder.ret_void()
+    return function
+
+
+def for_each_run(builder: ir.IRBuilder, function: ir.Function, row_blocks: ir.Value,
+                 panel_count: ir.Value, part: ir.Value, parts: ir.Value,
+                 call: Callable[[ir.Value, ir.Value, ir.Value], None]) -> None:
+    """Cut the (panel, row block) tiles, panel by panel, into ``parts`` contiguous runs and
+    emit ``call(panel, first row block, row blocks)`` for each panel part ``part``'s run
+    touches; the builder is left after the loop."""
     total = builder.mul(row_blocks, panel_count)
     start = builder.sdiv(builder.mul(total, part), parts)
     end = builder.sdiv(builder.mul(total, builder.add(part, I64(1))), parts)
@@ -222,13 +241,8 @@ def define_task(module: ir.Module, panels: ir.Function, rows: int,
     left_in_part = builder.sub(end, at)
     count = builder.select(builder.icmp_signed("<", left_in_panel, left_in_part),
                            left_in_panel, left_in_part)
-    row = builder.mul(block, I64(rows))
-    builder.call(panels, [builder.gep(a, [builder.mul(row, lda)]), lda, b, groups,
-                          builder.gep(c, [builder.mul(row, ldc)]), ldc, offsets, count,
-                          panel, builder.add(panel, I64(1))])
+    call(panel, block, count)
     following = builder.add(at, count)
     at.add_incoming(following, builder.block)
     builder.cbranch(builder.icmp_signed("<", following, end), loop, done)
     builder.position_at_end(done)
-    builder.ret_void()
-    return function
