@@ -255,6 +255,14 @@ class PairedProduct(PartedCall):
         return PairedProduct(self.func, self.args[0],
                              self.product.with_epilogue(bias_rows, bias_columns, low, high))
 
+    def writes_within(self, out: Any) -> bool:
+        """Whether the product's output lies inside ``out`` (`Product.writes_within`)."""
+        return self.product.writes_within(out)
+
+    def with_residual(self, out: Any, other: Any) -> PairedProduct:
+        """This call with its product adding a residual (`Product.with_residual`)."""
+        return PairedProduct(self.func, self.args[0], self.product.with_residual(out, other))
+
 
 def paired_product(pair: Callable[[], Any], product: Any) -> PairedProduct:
     """``pair()`` then ``product()``, as one call."""

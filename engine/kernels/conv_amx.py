@@ -10,8 +10,9 @@ once per model. It computes ``Wp`` columns per output row of ``W`` and drops the
 stores.
 
 At stride ``s`` the grid is ``s × s`` phase planes, so that each tap still reads one plane at
-stride 1 (`_Grid`). Any padding and dilation, group 1; `DirectProduct` takes a bias per filter
-and a clamp as `gemm_kernel.Product` does (`gemm_bind.with_bias`, `gemm_bind.clamped`). A
+stride 1 (`_Grid`). Any padding and dilation, group 1; `DirectProduct` takes a bias per filter,
+a residual and a clamp as `gemm_kernel.Product` does (`gemm_bind.with_bias`,
+`gemm_bind.with_residual`, `gemm_bind.clamped`). A
 batch binds in chunks of images (`bind_chunks`).
 """
 
@@ -33,10 +34,12 @@ _compiling = threading.Lock()
 # the grid and its plane stride, the output and its row stride, the biases, the bounds (two
 # float64s), the filters, the grid columns per image, words per tap, the taps and their
 # offsets' address, the grid's and the output's widths, the images and the bytes from one
-# image's grid and output to the next.
+# image's grid and output to the next, and where a residual laid out as the output starts
+# (0 for none).
 _FIELD = {name: index for index, name in enumerate((
     "a", "b", "ldb", "c", "ldc", "rows_bias", "columns_bias", "low", "high", "m", "n",
-    "words", "taps", "offsets", "grid_width", "width", "batch", "b_batch", "c_batch"))}
+    "words", "taps", "offsets", "grid_width", "width", "batch", "b_batch", "c_batch",
+    "residual"))}
 TILE = 32  # filters and grid columns per AMX tile (`gemm_amx_ir`)
 WORDS = 16  # channel pairs per step of K
 # Work per part at least, in tiles: a tile over a 64-channel 3×3 layer is about 1 µs.
@@ -237,6 +240,18 @@ class DirectProduct(partial):
         bounds = context[_FIELD["low"]:_FIELD["high"] + 1].view(np.float64)
         bounds[:] = max(bounds[0], float(low)), min(bounds[1], float(high))
         return _as_product(context, tuple(kept))
+
+    def writes_within(self, out: Any) -> bool:
+        """Whether the output this product writes lies inside ``out`` (C-contiguous)."""
+        c = self.context
+        extent = int(c[_FIELD["batch"]]) * int(c[_FIELD["c_batch"]])
+        return gemm_kernel.residual_fits(int(c[_FIELD["c"]]), extent, out)
+
+    def with_residual(self, out: Any, other: Any) -> DirectProduct:
+        """This product adding ``other`` (laid out as ``out``, which its output lies in)
+        before its clamp, after its bias (`gemm_kernel.Product.with_residual`)."""
+        return _as_product(*gemm_kernel.residual_context(
+            self.context, _FIELD["c"], _FIELD["residual"], out, other, self.operands))
 
 
 def _as_product(context: np.ndarray, operands: tuple[Any, ...]) -> DirectProduct:

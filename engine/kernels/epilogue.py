@@ -5,7 +5,8 @@ A fused elementwise chain on the CPU runs its steps one after another over the w
 pass over memory, after the bias add's. `absorb` drops the step where the head's last call can
 clamp instead: the compiled depthwise kernel clamps as it writes, and a GEMM convolution's
 in-place bias add becomes one compiled pass adding the bias and clamping (`bias_clamp`), and a
-compiled Winograd convolution adds a residual and clamps in its output transform. A kernel's
+compiled Winograd convolution adds a residual and clamps in its output transform, as our GEMMs
+and the direct bf16 convolution do as they store (`gemm_bind.with_residual`). A kernel's
 call says what it can take: ``clamped(low, high)`` (a `ClampingCall`), ``adds_residual_to(out)``
 and ``with_residual(other, bounds)`` (`WinogradCall`), so no kernel is named here.
 """
@@ -99,6 +100,11 @@ def _residual(calls: list[Callable[[], Any]], steps: Sequence[Any], out: Any,
     if adds_residual is not None and adds_residual(out):  # a compiled Winograd convolution
         return [*calls[:-1], calls[-1].with_residual(other, bounds)], \
             steps[1 + (bounds is not None):]
+    products = gemm_bind.with_residual(calls, out, other)
+    if products is not None:  # our GEMMs add it as they store (their bias already added)
+        if bounds is not None:
+            products = gemm_bind.clamped(products, *(out.dtype.type(b) for b in bounds))
+        return products, steps[1 + (bounds is not None):]
     found = _bias_added(calls[-1], out)
     if found is None and bounds is None:  # a lone add: one NumPy pass already
         return None

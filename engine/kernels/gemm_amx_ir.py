@@ -14,8 +14,8 @@ after another, lda 16 and acs 32), ``b`` at its first column of B, pairs down co
 row p at ``b + p·ldb``), and K counts words. Operands must be readable a whole tile past their
 edges: rows of A and columns of B padded to 32, K to 16 words, with zeros (`bf16.amx_rows`,
 `bf16.amx_depth`). The accumulators go
-through a 4 KiB buffer on the stack to `gemm_ir`'s epilogue (bias per row or column, clamp,
-masked stores at the edges).
+through a 4 KiB buffer on the stack to `gemm_ir`'s epilogue (bias per row or column, residual,
+clamp, masked stores at the edges).
 
 Each part of a product loads the tile configuration first (``ldtilecfg``: all eight tiles 16
 rows × 64 bytes); the process must hold Linux's permission for the tile state first
@@ -147,11 +147,11 @@ class AmxTileKernel(TileKernel):
 
     def _epilogue(self, function: ir.Function, builder: ir.IRBuilder, floats: Any, rows: Any,
                   vectors: int, masks: list[Any] | None) -> None:
-        """Rows [0, rows) of the buffer through `gemm_ir`'s bias and clamp into C, as a loop
-        (32 rows unrolled would be 64 stores of code per row count)."""
-        c, ldc, bias_rows, bias_columns, low, high = function.args[6:12]
-        shifts = [self._load(builder, bias_columns, j, masks) for j in range(vectors)]
-        low, high = self._splat(builder, low), self._splat(builder, high)
+        """Rows [0, rows) of the buffer through `gemm_ir`'s epilogue (biases, residual,
+        clamp) into C, as a loop (32 rows unrolled would be 64 stores of code per row
+        count)."""
+        terms = self._epilogue_terms(function, builder, vectors, masks)
+        self._prefetch_residual(function, builder, terms, rows, vectors)
         start = builder.block
         loop = function.append_basic_block("store")
         done = function.append_basic_block("stored")
@@ -160,14 +160,10 @@ class AmxTileKernel(TileKernel):
         builder.position_at_end(loop)
         row = builder.phi(I64)
         source = builder.gep(floats, [builder.mul(row, I64(2 * WORDS))])
-        target = builder.gep(c, [builder.mul(row, ldc)])
-        row_shift = self._splat(builder, builder.load(builder.gep(bias_rows, [row]), align=4))
+        row_shift = self._row_shift(builder, terms, row)
         for j in range(vectors):
             value = builder.load(self._address(builder, source, j), align=64)
-            value = builder.fadd(builder.fadd(value, row_shift), shifts[j])
-            value = builder.select(builder.fcmp_ordered("<", value, low), low, value)
-            value = builder.select(builder.fcmp_ordered(">", value, high), high, value)
-            self._store(builder, value, target, j, masks)
+            self._finish(builder, terms, row, row_shift, value, j, masks)
         following = builder.add(row, I64(1))
         row.add_incoming(I64(0), start)
         row.add_incoming(following, builder.block)

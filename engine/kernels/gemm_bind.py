@@ -231,6 +231,19 @@ def clamped(calls: list[Callable[[], Any]], low: Any,
             for call in calls]
 
 
+def with_residual(calls: list[Callable[[], Any]], out: Any,
+                  other: Any) -> list[Callable[[], Any]] | None:
+    """``calls`` with each product adding ``other`` (laid out as ``out``) to its results
+    after its bias, before its clamp, where every call is a product of ours writing inside
+    ``out`` (a convolution's per-image or per-chunk products: each reads the residual's
+    elements at its own part of ``out``); else None. A residual block's add: one pass over
+    the output fewer."""
+    if not calls or not all(getattr(call, "writes_within", None) is not None
+                            and call.writes_within(out) for call in calls):
+        return None
+    return [call.with_residual(out, other) for call in calls]
+
+
 def _transposed(weight: Any, right: Any, out: Any, workspace: Any) -> Callable[[], Any]:
     """``out = weight @ right`` computed as ``outᵀ = rightᵀ @ weightᵀ`` into scratch, then
     copied out transposed: for few columns (positions) and many rows (filters), where the
@@ -343,6 +356,14 @@ class Spread:
                       low: float = -np.inf, high: float = np.inf) -> Spread:
         """This product adding a bias per row and/or column, clamped to [low, high]."""
         return Spread(self.ours.with_epilogue(bias_rows, bias_columns, low, high))
+
+    def writes_within(self, out: Any) -> bool:
+        """Whether our product's output lies inside ``out`` (`Product.writes_within`)."""
+        return self.ours.writes_within(out)
+
+    def with_residual(self, out: Any, other: Any) -> Spread:
+        """This product adding a residual (`Product.with_residual`)."""
+        return Spread(self.ours.with_residual(out, other))
 
 
 def _then_copy(product: Callable[[], Any], copy: Callable[[], Any]) -> None:

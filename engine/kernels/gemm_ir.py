@@ -2,18 +2,20 @@
 
 One function computes one tile of ``C = A @ B``::
 
-    tile(K, a, lda, acs, b, ldb, c, ldc, bias_rows, bias_columns, low, high, a_ahead, b_ahead
-         [, rows, columns])
+    tile(K, a, lda, acs, b, ldb, c, ldc, bias_rows, bias_columns, low, high, residual,
+         a_ahead, b_ahead [, rows, columns])
 
 ``a`` points at the tile's first row of A (element (i, k) at ``a + i·lda + k·acs``), ``b`` at
 its first column of B (row k at ``b + k·ldb``, contiguous floats), ``c`` at its corner of C
 (row i at ``c + i·ldc``); strides count floats. Each result is stored as
-``clip(sum + bias_rows[i] + bias_columns[j], low, high)`` (NaN stays NaN, as ``clip`` keeps
-it): a convolution's bias per filter row, a dense layer's per column, their ReLU or ReLU6
-(callers pass zeros and ±inf for none). The K loop carries the tile as SSA values (phi
-nodes), which LLVM keeps in vector registers: per step, one vector load of B per vector of a
-row, one scalar load of A per row, broadcast, and a fused multiply-add per row and vector
-(``llvm.fmuladd``: one instruction where the CPU has FMA).
+``clip(sum + bias_rows[i] + bias_columns[j] + residual[i, j], low, high)`` (NaN stays NaN,
+as ``clip`` keeps it): a convolution's bias per filter row, a dense layer's per column, a
+residual block's other operand (laid out as C, ``ldc`` floats a row; C's own address for
+none), their ReLU or ReLU6 (callers pass zeros and ±inf for none). The terms are added in
+that order, the order a network's separate add steps take. The K loop carries the tile as
+SSA values (phi nodes), which LLVM keeps in vector registers: per step, one vector load of B
+per vector of a row, one scalar load of A per row, broadcast, and a fused multiply-add per
+row and vector (``llvm.fmuladd``: one instruction where the CPU has FMA).
 
 Each step also prefetches the operand the product streams from memory, `AHEAD_STEPS` steps of
 K on: with column panels outside (``b_ahead``, in floats, not 0) each line of B's row there,
@@ -46,6 +48,7 @@ I1 = ir.IntType(1)
 # 256 × 256 × 16, A packed: the F(4×4) layer at 14²) 1.71 → 1.21 ms at 64 (the sum 1.0).
 AHEAD_STEPS = 64
 LINE_BYTES = 64
+RESIDUAL = 12  # the tile functions' argument holding the residual's pointer
 
 
 class TileKernel:
@@ -130,7 +133,7 @@ class TileKernel:
         constant = {name: field(name) for name in (
             "a", "row_step", "lda", "acs", "b", "column_step", "ldb", "c", "ldc",
             "rows_bias", "columns_bias", "k", "columns_outside", "a_batch", "b_batch",
-            "c_batch")}
+            "c_batch", "residual")}
         low, high = bound("low"), bound("high")
         outside = builder.icmp_signed("!=", constant["columns_outside"], I64(0))
         start = builder.block
@@ -151,6 +154,13 @@ class TileKernel:
                                  builder.mul(floats, I64(4)))
             return builder.inttoptr(builder.add(constant[base], offset), F32.as_pointer())
 
+        c_floats = builder.add(builder.mul(row, constant["ldc"]), column)
+        c_tile = address("c", "c_batch", c_floats)
+        # The residual lies as C does: its element (i, j) at the same offset from its start.
+        # None is C itself (see `_epilogue_terms`).
+        residual = builder.select(builder.icmp_signed("!=", constant["residual"], I64(0)),
+                                  address("residual", "c_batch", c_floats), c_tile)
+
         def at(base: str, floats: ir.Value) -> ir.Value:
             return builder.inttoptr(builder.add(constant[base], builder.mul(floats, I64(4))),
                                     F32.as_pointer())
@@ -160,8 +170,8 @@ class TileKernel:
             constant["lda"], constant["acs"],
             address("b", "b_batch", builder.mul(column, constant["column_step"])),
             constant["ldb"],
-            address("c", "c_batch", builder.add(builder.mul(row, constant["ldc"]), column)),
-            constant["ldc"], at("rows_bias", row), at("columns_bias", column), low, high,
+            c_tile, constant["ldc"], at("rows_bias", row), at("columns_bias", column), low, high,
+            residual,
             # the streamed operand: B's panels with column panels outside, A's blocks within
             builder.select(outside, I64(0), builder.mul(I64(AHEAD_STEPS), constant["acs"])),
             builder.select(outside, builder.mul(I64(AHEAD_STEPS), constant["ldb"]), I64(0))]
@@ -196,7 +206,7 @@ class TileKernel:
     def _function(self, name: str, edge: bool) -> tuple[ir.Function, ir.IRBuilder]:
         pointer = F32.as_pointer()
         arguments = [I64, pointer, I64, I64, pointer, I64, pointer, I64, pointer, pointer, F32, F32,
-                     I64, I64]
+                     pointer, I64, I64]
         if edge:
             arguments += [I64, I64]
         function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), arguments), name=name)
@@ -207,7 +217,7 @@ class TileKernel:
         """The K loop of a ``rows × vectors`` tile from the builder's block, then its stores;
         the builder ends in a block after them. One loop prefetching B, one prefetching A,
         chosen by which offset the part passes (not 0), so no step tests it."""
-        b_ahead = function.args[13]
+        b_ahead = function.args[RESIDUAL + 2]
         streams_b = function.append_basic_block("streams_b")
         streams_a = function.append_basic_block("streams_a")
         after = function.append_basic_block("after")
@@ -221,8 +231,8 @@ class TileKernel:
     def _tile_loop(self, function: ir.Function, builder: ir.IRBuilder, rows: int,
                    vectors: int, masks: list[Any] | None, stream: str) -> None:
         """`_tile`'s loop and stores, prefetching operand ``stream`` ("a" or "b")."""
-        k_count, a, lda, acs, b, ldb, c, ldc, bias_rows, bias_columns, low, high, a_ahead, \
-            b_ahead = function.args[:14]
+        k_count, a, lda, acs, b, ldb = function.args[:6]
+        a_ahead, b_ahead = function.args[RESIDUAL + 1:RESIDUAL + 3]
         start = builder.block
         loop = function.append_basic_block("loop")
         done = function.append_basic_block("done")
@@ -266,17 +276,103 @@ class TileKernel:
                 value.add_incoming(stepped[i][j], latch)
                 row.append(value)
             results.append(row)
-        shifts = [self._load(builder, bias_columns, j, masks) for j in range(vectors)]
-        low, high = self._splat(builder, low), self._splat(builder, high)
+        terms = self._epilogue_terms(function, builder, vectors, masks)
+        self._prefetch_residual(function, builder, terms, rows, vectors)
         for i, values in enumerate(results):
-            c_row = builder.gep(c, [builder.mul(I64(i), ldc)])
-            row_shift = self._splat(builder, builder.load(builder.gep(bias_rows, [I64(i)]),
-                                                           align=4))
+            row_shift = self._row_shift(builder, terms, I64(i))
             for j, value in enumerate(values):
-                value = builder.fadd(builder.fadd(value, row_shift), shifts[j])
-                value = builder.select(builder.fcmp_ordered("<", value, low), low, value)
-                value = builder.select(builder.fcmp_ordered(">", value, high), high, value)
-                self._store(builder, value, c_row, j, masks)
+                self._finish(builder, terms, I64(i), row_shift, value, j, masks)
+
+    def _epilogue_terms(self, function: ir.Function, builder: ir.IRBuilder, vectors: int,
+                        masks: list[Any] | None) -> dict[str, Any]:
+        """What the epilogue reads once per tile: the bias per column (one vector per
+        vector of a row), the bounds splat, whether a residual is added. A tile without one
+        gets C's own address as the residual's, which it never reads: each vector tests
+        that (a branch the CPU predicts, and LLVM takes out of the AMX row loop), where a
+        load masked off whole cost a quarter of the direct convolution's time (it stalls
+        on the stores just before it that overlap it)."""
+        c, bias_columns, low, high, residual = (function.args[index]
+                                                for index in (6, *range(9, RESIDUAL + 1)))
+        present = builder.icmp_unsigned("!=", builder.ptrtoint(residual, I64),
+                                        builder.ptrtoint(c, I64))
+        return {"c": c, "ldc": function.args[7], "rows": function.args[8],
+                "residual": residual, "present": present,
+                "shifts": [self._load(builder, bias_columns, j, masks) for j in range(vectors)],
+                "low": self._splat(builder, low), "high": self._splat(builder, high)}
+
+    def _row_shift(self, builder: ir.IRBuilder, terms: dict[str, Any], row: Any) -> Any:
+        """Row ``row``'s bias, splat."""
+        return self._splat(builder, builder.load(builder.gep(terms["rows"], [row]), align=4))
+
+    def _finish(self, builder: ir.IRBuilder, terms: dict[str, Any], row: Any, row_shift: Any,
+                value: Any, j: int, masks: list[Any] | None) -> None:
+        """The epilogue of vector ``j`` of row ``row``'s sums: its biases, the residual where
+        one is given, the clamp, the store."""
+        value = builder.fadd(builder.fadd(value, row_shift), terms["shifts"][j])
+        value, offset, mask = self._placed(builder, value, j, masks)
+        line = builder.mul(row, terms["ldc"])
+        before = builder.block
+        with builder.if_then(terms["present"]):
+            residual_at = self._vector_at(builder, builder.gep(terms["residual"], [line]),
+                                          offset)
+            if mask is None:
+                added = builder.load(residual_at, align=4)
+            else:
+                added = builder.call(self.masked_load, [residual_at, I32(4), mask, self.zero])
+            summed = builder.fadd(value, added)
+            adding = builder.block
+        total = builder.phi(self.vector)
+        total.add_incoming(summed, adding)
+        total.add_incoming(value, before)
+        value = builder.select(builder.fcmp_ordered("<", total, terms["low"]), terms["low"],
+                               total)
+        value = builder.select(builder.fcmp_ordered(">", value, terms["high"]), terms["high"],
+                               value)
+        target = self._vector_at(builder, builder.gep(terms["c"], [line]), offset)
+        if mask is None:
+            builder.store(value, target, align=4)
+        else:
+            builder.call(self.masked_store, [value, target, I32(4), mask])
+
+    def _prefetch_residual(self, function: ir.Function, builder: ir.IRBuilder,
+                           terms: dict[str, Any], rows: Any, vectors: int) -> None:
+        """Where a residual is added: each of the tile's ``rows`` rows of it asked for
+        (the lines under each vector of the row), before the epilogue's first store. Read
+        as each row is stored, its loads wait behind the stores before them: ResNet-18's
+        64-filter direct convolution at 56² took longer than with the add a pass of its
+        own."""
+        with builder.if_then(terms["present"]):
+            count = rows if isinstance(rows, ir.Value) else I64(rows)
+            start = builder.block
+            body = function.append_basic_block("ask_residual")
+            builder.branch(body)
+            builder.position_at_end(body)
+            row = builder.phi(I64)
+            line = builder.gep(terms["residual"], [builder.mul(row, terms["ldc"])])
+            for j in range(vectors):
+                first = builder.gep(line, [self._offset(builder, j)])
+                for floats in (0, self.shape.width - 1):
+                    self._prefetch(builder, builder.gep(first, [I64(floats)]))
+            following = builder.add(row, I64(1))
+            row.add_incoming(I64(0), start)
+            row.add_incoming(following, builder.block)
+            asked = function.append_basic_block("asked_residual")
+            builder.cbranch(builder.icmp_signed("<", following, count), body, asked)
+            builder.position_at_end(asked)
+
+    def _offset(self, builder: ir.IRBuilder, j: int) -> Any:
+        """The row offset of vector ``j``'s first stored element (see `_placed`)."""
+        return I64(j * self.shape.width)
+
+    def _placed(self, builder: ir.IRBuilder, value: Any, j: int,
+                masks: list[Any] | None) -> tuple[Any, Any, Any]:
+        """Where vector ``j`` of a row's results goes: (the values, their first element's
+        offset in the row, the lanes stored or None for all); here vector ``j`` of the row
+        as it is (a subclass may move lanes: `conv_amx_ir`)."""
+        return value, self._offset(builder, j), None if masks is None else masks[j]
+
+    def _vector_at(self, builder: ir.IRBuilder, row: Any, offset: Any) -> Any:
+        return builder.bitcast(builder.gep(row, [offset]), self.vector.as_pointer())
 
     def _prefetch_row(self, builder: ir.IRBuilder, row: Any) -> None:
         """Each line of a tile's row of B from ``row`` (A's column, MR floats of a packed
@@ -323,10 +419,3 @@ class TileKernel:
             return builder.load(address, align=4)
         return builder.call(self.masked_load, [address, I32(4), masks[j], self.zero])
 
-    def _store(self, builder: ir.IRBuilder, value: Any, row: Any, j: int,
-               masks: list[Any] | None) -> None:
-        address = self._address(builder, row, j)
-        if masks is None:
-            builder.store(value, address, align=4)
-        else:
-            builder.call(self.masked_store, [value, address, I32(4), masks[j]])

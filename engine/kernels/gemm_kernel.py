@@ -161,6 +161,42 @@ class Product(partial):
         bounds[:] = max(bounds[0], float(low)), min(bounds[1], float(high))
         return _as_product(context, tuple(kept))
 
+    def writes_within(self, out: Any) -> bool:
+        """Whether every element of C this product writes lies inside ``out`` (a
+        C-contiguous array), so that a residual laid out as ``out`` lies as C does."""
+        c = self.context
+        last = ((int(c[_BATCH]) - 1) * int(c[_C_BATCH])
+                + 4 * ((int(c[_M]) - 1) * int(c[_LDC]) + int(c[_N])))
+        return residual_fits(int(c[_C]), last, out)
+
+    def with_residual(self, out: Any, other: Any) -> Product:
+        """This product adding ``other`` (an array of ``out``'s shape, float32,
+        C-contiguous) to C before its clamp (after its biases), element for element of
+        ``out``, which C must lie in (`writes_within`)."""
+        return _as_product(*residual_context(self.context, _C, _RESIDUAL, out, other,
+                                             self.operands))
+
+
+def residual_fits(start: int, extent: int, out: Any) -> bool:
+    """Whether ``extent`` bytes from address ``start`` lie inside ``out``."""
+    first = out.ctypes.data
+    return first <= start and start + extent <= first + out.nbytes
+
+
+def residual_context(context: np.ndarray, c_field: int, residual_field: int, out: Any,
+                     other: Any, operands: tuple[Any, ...]) -> tuple[np.ndarray, tuple]:
+    """A product's context with the residual's start set where C's element lies in
+    ``other`` (C inside ``out``, ``other`` laid out as ``out``), and its operands with
+    ``other`` kept alive."""
+    if (type(other) is not np.ndarray or other.dtype != np.float32 or other.shape != out.shape
+            or not other.flags.c_contiguous or not out.flags.c_contiguous):
+        raise ValueError(f"a fused residual must be float32, C-contiguous and of the output's "
+                         f"shape {out.shape}; got {getattr(other, 'dtype', type(other))} "
+                         f"{getattr(other, 'shape', '')}")
+    context = context.copy()
+    context[residual_field] = other.ctypes.data + int(context[c_field]) - out.ctypes.data
+    return context, (*operands, other)
+
 
 def takes_bias(bias: Any) -> bool:
     """Whether `Product.with_epilogue` can read this bias where it lies."""
@@ -171,15 +207,16 @@ def takes_bias(bias: Any) -> bool:
 # A product's context, the int64s the compiled ``part`` reads (addresses in bytes, strides in
 # floats): the tile, A (start, step from one row to the next, row stride, column stride), B
 # (start, step between columns, row stride), C (start, row stride), the biases' starts, the
-# bounds (two float64s), m, n, k, whether column panels are the outer loop, and for a batch of
-# products (Winograd's 16) their count and the bytes from one's A, B and C to the next's.
+# bounds (two float64s), m, n, k, whether column panels are the outer loop, for a batch of
+# products (Winograd's 16) their count and the bytes from one's A, B and C to the next's, the
+# kernel, and where the residual added to C starts (laid out as C; 0 for none).
 _FIELDS = {name: index for index, name in enumerate((
     "mr", "nr", "a", "row_step", "lda", "acs", "b", "column_step", "ldb", "c", "ldc",
     "rows_bias", "columns_bias", "low", "high", "m", "n", "k", "columns_outside", "batch",
-    "a_batch", "b_batch", "c_batch", "kernel"))}
+    "a_batch", "b_batch", "c_batch", "kernel", "residual"))}
 (_MR, _NR, _A, _ROW_STEP, _LDA, _ACS, _B, _COLUMN_STEP, _LDB, _C, _LDC, _ROWS_BIAS,
  _COLUMNS_BIAS, _LOW, _HIGH, _M, _N, _K, _COLUMNS_OUTSIDE, _BATCH, _A_BATCH, _B_BATCH,
- _C_BATCH, _KERNEL) = _FIELDS.values()
+ _C_BATCH, _KERNEL, _RESIDUAL) = _FIELDS.values()
 _BOUNDS = slice(_LOW, _HIGH + 1)
 # Multiply-adds per part of a job at least (about 2 µs at 50 GMAC/s: the hand-off costs well
 # under 1 µs).
@@ -297,7 +334,7 @@ def _context(shape: Tile, a: int, row_step: int, lda: int, acs: int, b: int,
     """A product's context (the fields above), no bias (``zeros``: the address of enough zeros)."""
     context = np.array([shape.rows, shape.columns, a, row_step, lda, acs, b, column_step, ldb,
                         c.ctypes.data, c.strides[0] // 4, zeros, zeros, 0, 0, c.shape[0],
-                        c.shape[1], k, columns_outside, 1, 0, 0, 0, 0], np.int64)
+                        c.shape[1], k, columns_outside, 1, 0, 0, 0, 0, 0], np.int64)
     context[_BOUNDS].view(np.float64)[:] = -np.inf, np.inf
     return context
 

@@ -119,6 +119,46 @@ def test_images_are_bound_in_chunks_of_a_grid_size(monkeypatch: pytest.MonkeyPat
 
 
 @needs_direct
+@pytest.mark.parametrize(("batch", "size", "stride", "chunks"), [
+    (1, (14, 14), (1, 1), 1), (5, (10, 9), (1, 1), 3), (2, (11, 13), (2, 2), 2)])
+def test_a_residual_is_added_where_each_pixel_is_stored(
+        monkeypatch: pytest.MonkeyPatch, batch: int, size: tuple[int, int],
+        stride: tuple[int, int], chunks: int) -> None:
+    """Each kept grid column's residual is read at its pixel, through the lanes the
+    epilogue packs; five images bind in chunks (each call reads its own images' part),
+    and grid columns past a row's width leave the residual unread and the output
+    unwritten there."""
+    monkeypatch.setattr(conv_amx, "CHUNK_GRID_BYTES", 2 * 16 * 12 * 11 * 4)
+    data, weight = operands(batch, 20, size, 40, (3, 3))
+    bias = constant(RNG.standard_normal(40).astype(np.float32))
+    geometry = ((3, 3), stride, (1, 1), (1, 1))
+    want = reference(bf16.rounded(data), bf16.rounded(weight), (1, 1), (1, 1), stride)
+    out = np.full(want.shape, np.nan, np.float32)
+    other = RNG.standard_normal(want.shape).astype(np.float32)
+    calls = conv_bind.bind(np, data, weight, bias, out, geometry, bf16_workspace())
+    assert len(calls) == chunks
+    fused = gemm_bind.clamped(gemm_bind.with_residual(calls, out, other), 0.0, np.inf)
+    for call in fused:
+        call()
+    want = np.maximum(want + bias.reshape(1, -1, 1, 1) + other, 0.0)
+    assert relative_error(out, want) < 1e-5
+    assert (out == 0.0).any()  # the clamp came after the residual
+
+
+@needs_direct
+def test_a_residual_only_where_every_call_writes_inside_the_output() -> None:
+    data, weight = operands(2, 20, (6, 6), 16, (3, 3))
+    out = np.empty((2, 16, 6, 6), np.float32)
+    calls = conv_bind.bind(np, data, weight, None, out, ((3, 3), (1, 1), (1, 1), (1, 1)),
+                           bf16_workspace())
+    other = np.zeros_like(out)
+    assert gemm_bind.with_residual(calls, out[:1], other[:1]) is None  # image 1 outside
+    assert gemm_bind.with_residual([*calls, lambda: None], out, other) is None
+    with pytest.raises(ValueError, match="float32, C-contiguous"):
+        gemm_bind.with_residual(calls, out, other.astype(np.float64))
+
+
+@needs_direct
 def test_armed_parts_on_the_pool_store_the_same_bytes() -> None:
     """Armed over two threads, the pairing and the tiles run in parts on the pool's workers
     (each part's first tile prefetching its weights): the same bytes as on one thread."""
@@ -201,4 +241,35 @@ def test_resnet18_direct_agrees_with_the_im2col_form(monkeypatch: pytest.MonkeyP
     want = im2col.infer(feed)["output_output"]
     assert direct_nodes(im2col, feed) == 0
     assert relative_error(got, want) < 1e-2
+    np.testing.assert_array_equal(np.argmax(got, axis=1), np.argmax(want, axis=1))
+
+
+def bf16_add_passes(model: engine.Model, feed: dict[str, np.ndarray]) -> int:
+    """How many of the plan's steps add a residual in a pass of their own."""
+    from engine.kernels import epilogue
+    from tests.engine.runtime.helpers import step_funcs
+
+    return sum(func is epilogue.bias_add_clamp
+               or getattr(func, "__name__", "").startswith("elemwise_add")
+               for func in step_funcs(model.plan_for(feed)))
+
+
+@needs_direct
+@pytest.mark.parametrize("net", ["resnet18_v1", "resnet50_v2"])
+def test_residuals_added_in_the_products_keep_the_network_result(
+        monkeypatch: pytest.MonkeyPatch, net: str) -> None:
+    """Whole bf16 networks (112×112, two images) with every residual block's add inside its
+    last product's epilogue, against the same plans adding them in passes of their own:
+    the same sums in the same order, so the logits agree to float32 rounding."""
+    symbol = getattr(nets, net)()
+    params = nets.random_params(symbol, (1, 3, 112, 112), seed=3)
+    feed = {"data": RNG.standard_normal((2, 3, 112, 112)).astype(np.float32)}
+    fused = engine.load_model(symbol, params, precision="bf16")
+    got = fused.infer(feed)["output_output"]
+    assert bf16_add_passes(fused, feed) == 0
+    monkeypatch.setattr(gemm_bind, "with_residual", lambda *_: None)
+    apart = engine.load_model(symbol, params, precision="bf16")
+    want = apart.infer(feed)["output_output"]
+    assert bf16_add_passes(apart, feed) == (8 if net == "resnet18_v1" else 16)
+    assert relative_error(got, want) < 1e-5
     np.testing.assert_array_equal(np.argmax(got, axis=1), np.argmax(want, axis=1))

@@ -92,6 +92,19 @@ def test_the_amx_epilogue_adds_biases_and_clamps_within_its_rows() -> None:
 
 
 @needs_amx
+@pytest.mark.parametrize(("rows", "columns"), [(64, 64), (40, 50), (3, 17)])
+def test_the_amx_epilogue_adds_a_residual_before_its_clamp(rows: int, columns: int) -> None:
+    a, b, bias = random(rows, 70), random(70, columns), random(rows)
+    out = np.full((2, rows, columns), 7.0, np.float32)
+    other = random(2, rows, columns)
+    gemm_kernel.bind_tiles(bf16.amx_weight_rows(a), bf16.amx_weight_columns(b), out[0]) \
+        .with_epilogue(bias_rows=bias).with_residual(out, other).with_epilogue(low=0.0)()
+    want = np.maximum(expected(a, b) + bias[:, None] + other[0], 0.0)
+    np.testing.assert_allclose(out[0], want, rtol=1e-5, atol=1e-4)
+    assert (out[1] == 7.0).all()
+
+
+@needs_amx
 def test_amx_operands_must_be_padded() -> None:
     a, b = random(20, 30), random(30, 20)
     with pytest.raises(ValueError, match="padded to whole tiles"):

@@ -93,9 +93,11 @@ def test_the_k_loop_prefetches_the_streamed_operand_ahead() -> None:
 
     tiles = TileKernel(gemm_kernel.tile())
     tiles.define_full("tile_full")
-    # a loop prefetching each line of B's row, and one prefetching A's column
+    # a loop prefetching each line of B's row, and one prefetching A's column; after each,
+    # the epilogue asks for the residual's rows (two lines per vector, where one is added)
     lines = -(-gemm_kernel.tile().columns * 4 // 64)
-    assert str(tiles.module).count('call void @"llvm.prefetch.p0"') == lines + 1
+    residual = 2 * 2 * gemm_kernel.tile().vectors
+    assert str(tiles.module).count('call void @"llvm.prefetch.p0"') == lines + 1 + residual
 
 
 @pytest.mark.parametrize("cpu, features, rows", [
@@ -170,6 +172,35 @@ def test_bias_per_row_and_column_and_the_clamp_as_results_are_stored() -> None:
         product.with_epilogue(bias_rows=random(60)[::2])
     with pytest.raises(ValueError, match="hold 40 values"):
         product.with_epilogue(bias_columns=random(39))  # would be read past its end
+
+
+@pytest.mark.parametrize(("rows", "columns"), [(30, 40), (12, 32), (1, 5), (25, 33)])
+def test_a_residual_is_added_after_the_biases_and_before_the_clamp(rows: int,
+                                                                   columns: int) -> None:
+    """Full tiles and every kind of edge; C is the second matrix of a larger output, and
+    the residual's element for each of C's lies at the same place in an array shaped as
+    that output. NaN in the residual reaches C, as an add and ``clip`` keep it."""
+    a, b, bias = random(rows, 20), random(20, columns), random(rows)
+    out = np.full((3, rows, columns), 7.0, np.float32)
+    other = random(3, rows, columns)
+    other[1, 0, columns - 1] = np.nan
+    product = gemm_kernel.bind(a, b, out[1])
+    assert product.writes_within(out) and not product.writes_within(out[0])
+    fused = product.with_epilogue(bias_rows=bias).with_residual(out, other) \
+        .with_epilogue(low=-0.5, high=1.0)
+    fused()
+    want = np.clip(expected(a, b) + bias[:, None] + other[1], -0.5, 1.0)
+    np.testing.assert_allclose(out[1], want, rtol=1e-4, atol=1e-4)
+    assert np.isnan(out[1, 0, columns - 1])
+    assert (out[[0, 2]] == 7.0).all()  # only C's own elements are written
+    other[1] = random(rows, columns)  # read where it lies, at every run
+    fused()
+    np.testing.assert_allclose(out[1], np.clip(expected(a, b) + bias[:, None] + other[1],
+                                               -0.5, 1.0), rtol=1e-4, atol=1e-4)
+    product()  # the product it came from adds none
+    assert_product(out[1], a, b)
+    with pytest.raises(ValueError, match="of the output's shape"):
+        product.with_residual(out, other[:, :, :-1])
 
 
 def test_operands_it_does_not_take() -> None:
