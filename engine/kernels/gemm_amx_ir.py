@@ -151,21 +151,24 @@ class AmxTileKernel(TileKernel):
         clamp) into C, as a loop (32 rows unrolled would be 64 stores of code per row
         count)."""
         terms = self._epilogue_terms(function, builder, vectors, masks)
-        self._prefetch_residual(function, builder, terms, rows, vectors)
-        start = builder.block
-        loop = function.append_basic_block("store")
-        done = function.append_basic_block("stored")
         count = rows if isinstance(rows, ir.Value) else I64(rows)
-        builder.cbranch(builder.icmp_signed(">", count, I64(0)), loop, done)
-        builder.position_at_end(loop)
-        row = builder.phi(I64)
-        source = builder.gep(floats, [builder.mul(row, I64(2 * WORDS))])
-        row_shift = self._row_shift(builder, terms, row)
-        for j in range(vectors):
-            value = builder.load(self._address(builder, source, j), align=64)
-            self._finish(builder, terms, row, row_shift, value, j, masks)
-        following = builder.add(row, I64(1))
-        row.add_incoming(I64(0), start)
-        row.add_incoming(following, builder.block)
-        builder.cbranch(builder.icmp_signed("<", following, count), loop, done)
-        builder.position_at_end(done)
+
+        def store(adding: bool) -> None:
+            start = builder.block
+            loop = function.append_basic_block("store")
+            done = function.append_basic_block("stored")
+            builder.cbranch(builder.icmp_signed(">", count, I64(0)), loop, done)
+            builder.position_at_end(loop)
+            row = builder.phi(I64)
+            source = builder.gep(floats, [builder.mul(row, I64(2 * WORDS))])
+            row_shift = self._row_shift(builder, terms, row)
+            for j in range(vectors):
+                value = builder.load(self._address(builder, source, j), align=64)
+                self._finish(builder, terms, row, row_shift, value, j, masks, adding)
+            following = builder.add(row, I64(1))
+            row.add_incoming(I64(0), start)
+            row.add_incoming(following, builder.block)
+            builder.cbranch(builder.icmp_signed("<", following, count), loop, done)
+            builder.position_at_end(done)
+
+        self._either_epilogue(function, builder, terms, count, vectors, store)
