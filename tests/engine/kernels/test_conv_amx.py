@@ -146,6 +146,26 @@ def test_a_residual_is_added_where_each_pixel_is_stored(
 
 
 @needs_direct
+def test_armed_parts_add_the_residual_as_one_thread_does() -> None:
+    data, weight = operands(2, 40, (12, 12), 64, (3, 3))
+    geometry = ((3, 3), (1, 1), (1, 1), (1, 1))
+    other = RNG.standard_normal((2, 64, 12, 12)).astype(np.float32)
+    alone, out = np.empty_like(other), np.empty_like(other)
+    for target in (alone, out):
+        calls = conv_amx.bind_chunks(data, weight, target, geometry, bf16_workspace())
+        fused = gemm_bind.with_residual(calls, target, other)
+        if target is alone:
+            for call in fused:
+                call()
+    with spin_pool.armed(2):
+        for _ in range(3):
+            out[...] = np.nan
+            for call in fused:
+                call()
+            np.testing.assert_array_equal(out, alone)
+
+
+@needs_direct
 def test_a_residual_only_where_every_call_writes_inside_the_output() -> None:
     data, weight = operands(2, 20, (6, 6), 16, (3, 3))
     out = np.empty((2, 16, 6, 6), np.float32)
