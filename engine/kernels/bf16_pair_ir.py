@@ -25,6 +25,7 @@ from typing import Any
 import llvmlite.ir as ir
 
 from engine.kernels.gemm_bf16_ir import BFloatType
+from engine.kernels.task_ir import fields, loop, masked_load, masked_store, splat, task
 
 F32, I64, I32, I1 = ir.FloatType(), ir.IntType(64), ir.IntType(32), ir.IntType(1)
 LANES = 16
@@ -49,24 +50,15 @@ class _PairKernel:
         self.mask = ir.VectorType(I1, LANES)
         pointer = F32.as_pointer()
         self.pointers = ir.VectorType(pointer, LANES)
-        self.masked_load = ir.Function(built, ir.FunctionType(
-            self.floats, [self.floats.as_pointer(), I32, self.mask, self.floats]),
-            name=f"llvm.masked.load.v{LANES}f32.p0")
+        self.masked_load = masked_load(built, self.floats, "f32")
         self.gather = ir.Function(built, ir.FunctionType(
             self.floats, [self.pointers, I32, self.mask, self.floats]),
             name=f"llvm.masked.gather.v{LANES}f32.v{LANES}p0")
-        self.masked_store = ir.Function(built, ir.FunctionType(
-            ir.VoidType(), [self.words, self.words.as_pointer(), I32, self.mask]),
-            name=f"llvm.masked.store.v{LANES}i32.p0")
+        self.masked_store = masked_store(built, self.words, "i32")
 
     def define(self) -> None:
-        function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [I64] * 3),
-                               name="patch_pairs")
-        context, part, parts = function.args
-        builder = ir.IRBuilder(function.append_basic_block("entry"))
-        words = builder.inttoptr(context, I64.as_pointer())
-        field = {name: builder.load(builder.gep(words, [I64(index)]), align=8)
-                 for index, name in enumerate(FIELDS)}
+        function, builder, context, part, parts = task(self.module, "patch_pairs")
+        field = fields(builder, context, FIELDS)
         first = builder.sdiv(builder.mul(part, field["word_rows"]), parts)
         last = builder.sdiv(builder.mul(builder.add(part, I64(1)), field["word_rows"]), parts)
         with loop(builder, function, first, last, "row") as row:
@@ -155,37 +147,3 @@ class _PairKernel:
         addresses = builder.add(splat(builder, builder.ptrtoint(first, I64), indices), offsets)
         pointers = builder.inttoptr(addresses, self.pointers)
         return builder.call(self.gather, [pointers, I32(4), mask, zero])
-
-
-def splat(builder: ir.IRBuilder, scalar: Any, vector: ir.VectorType) -> Any:
-    undefined = ir.Constant(vector, ir.Undefined)
-    single = builder.insert_element(undefined, scalar, I32(0))
-    return builder.shuffle_vector(single, undefined,
-                                  ir.Constant(ir.VectorType(I32, vector.count), [0] * vector.count))
-
-
-class loop:  # noqa: N801 - used as a context manager, like a function's result
-    """``for index in range(start, stop, step)`` around the body built inside the block."""
-
-    def __init__(self, builder: ir.IRBuilder, function: ir.Function, start: Any, stop: Any,
-                 name: str, step: int = 1) -> None:
-        self.builder, self.function, self.start, self.stop = builder, function, start, stop
-        self.name, self.step = name, step
-
-    def __enter__(self) -> Any:
-        builder = self.builder
-        self.before = builder.block
-        self.body = self.function.append_basic_block(self.name)
-        self.after = self.function.append_basic_block(f"{self.name}_done")
-        builder.cbranch(builder.icmp_signed("<", self.start, self.stop), self.body, self.after)
-        builder.position_at_end(self.body)
-        self.index = builder.phi(I64)
-        return self.index
-
-    def __exit__(self, *exception: object) -> None:
-        builder = self.builder
-        following = builder.add(self.index, I64(self.step))
-        self.index.add_incoming(self.start, self.before)
-        self.index.add_incoming(following, builder.block)
-        builder.cbranch(builder.icmp_signed("<", following, self.stop), self.body, self.after)
-        builder.position_at_end(self.after)

@@ -23,12 +23,12 @@ from typing import Any
 
 import llvmlite.ir as ir
 
-from engine.kernels.bf16_pair_ir import loop, splat
 from engine.kernels.gemm_amx_ir import ROWS, WORDS, AmxTileKernel
 from engine.kernels.gemm_ir import F32, I64
 from engine.kernels.gemm_kernel import AMX_TILE
+from engine.kernels.task_ir import F64, as_float, fields, loop, splat, task
 
-F64, I8 = ir.DoubleType(), ir.IntType(8)
+I8 = ir.IntType(8)
 TILE_COLUMNS = 2 * WORDS
 LINE_WORDS = 16
 # Four steps of K ahead in the packed weights (8 KB). ResNet-18's 512-filter layer at 7²
@@ -167,20 +167,15 @@ class DirectConvKernel(AmxTileKernel):
         return builder.icmp_signed("<", ir.Constant(indices, list(range(WORDS))),
                                    splat(builder, builder.zext(count, I64), indices))
 
-    def define_direct_part(self, name: str, tile: ir.Function, fields: dict[str, int]) -> None:
+    def define_direct_part(self, name: str, tile: ir.Function,
+                           positions: dict[str, int]) -> None:
         """``name(context, part, parts)``: a run of the tiles, row blocks outside the images
         and their column tiles. ``context``: the int64 array `conv_amx` fills;
-        ``fields`` names its positions (the bounds are float64s)."""
-        function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [I64] * 3),
-                               name=name)
-        context, part, parts = function.args
-        builder = ir.IRBuilder(function.append_basic_block("entry"))
+        ``positions`` names its words (the bounds are float64s)."""
+        function, builder, context, part, parts = task(self.module, name)
         self._part_prologue(builder)
-        words = builder.inttoptr(context, I64.as_pointer())
-        field = {name: builder.load(builder.gep(words, [I64(index)]), align=8)
-                 for name, index in fields.items()}
-        low, high = (builder.fptrunc(builder.bitcast(field[name], F64), F32)
-                     for name in ("low", "high"))
+        field = fields(builder, context, positions)
+        low, high = (as_float(builder, field[name]) for name in ("low", "high"))
         m, n = field["m"], field["n"]
         row_blocks = builder.sdiv(builder.add(m, I64(ROWS * 2 - 1)), I64(ROWS * 2))
         column_tiles = builder.sdiv(builder.add(n, I64(TILE_COLUMNS - 1)), I64(TILE_COLUMNS))
@@ -220,8 +215,9 @@ class DirectConvKernel(AmxTileKernel):
         builder.ret_void()
 
 
-def module(fields: dict[str, int]) -> ir.Module:
-    """A module holding ``part`` (and the tile it calls), reading its context by ``fields``."""
+def module(positions: dict[str, int]) -> ir.Module:
+    """A module holding ``part`` (and the tile it calls), reading its context by
+    ``positions``."""
     kernel = DirectConvKernel(AMX_TILE)
-    kernel.define_direct_part("part", kernel.define_tile("tile"), fields)
+    kernel.define_direct_part("part", kernel.define_tile("tile"), positions)
     return kernel.module

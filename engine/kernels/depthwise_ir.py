@@ -32,8 +32,21 @@ from typing import Any
 
 import llvmlite.ir as ir
 
-F32, F64, I64, I32, I1 = (ir.FloatType(), ir.DoubleType(), ir.IntType(64), ir.IntType(32),
-                          ir.IntType(1))
+from engine.kernels.task_ir import (
+    F32,
+    I1,
+    I32,
+    I64,
+    as_float,
+    carrying_loop,
+    fields,
+    loop,
+    masked_load,
+    masked_store,
+    splat,
+    task,
+)
+
 LANES = 16
 TAPS = 9
 FIELDS = ("source", "target", "weights", "bias", "planes", "channels", "height", "width",
@@ -62,32 +75,22 @@ class _Kernel:
         self.floats = ir.VectorType(F32, LANES)
         self.mask = ir.VectorType(I1, LANES)
         self.indices = ir.VectorType(I64, LANES)
-        self.masked_load = ir.Function(built, ir.FunctionType(
-            self.floats, [self.floats.as_pointer(), I32, self.mask, self.floats]),
-            name=f"llvm.masked.load.v{LANES}f32.p0")
-        self.masked_store = ir.Function(built, ir.FunctionType(
-            ir.VoidType(), [self.floats, self.floats.as_pointer(), I32, self.mask]),
-            name=f"llvm.masked.store.v{LANES}f32.p0")
+        self.masked_load = masked_load(built, self.floats, "f32")
+        self.masked_store = masked_store(built, self.floats, "f32")
         self.fmuladd = ir.Function(built, ir.FunctionType(self.floats, [self.floats] * 3),
                                    name=f"llvm.fmuladd.v{LANES}f32")
         self.prefetch = ir.Function(built, ir.FunctionType(
             ir.VoidType(), [F32.as_pointer(), I32, I32, I32]), name="llvm.prefetch.p0")
 
     def define(self, stride: int) -> None:
-        function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [I64] * 3),
-                               name=task_name(stride))
-        context, part, parts = function.args
-        builder = ir.IRBuilder(function.append_basic_block("entry"))
-        words = builder.inttoptr(context, I64.as_pointer())
-        field = {name: builder.load(builder.gep(words, [I64(index)]), align=8)
-                 for index, name in enumerate(FIELDS)}
-        bounds = [builder.fptrunc(builder.bitcast(field[name], F64), F32)
-                  for name in ("low", "high")]
-        field["bounds"] = [self._splat(builder, bound, self.floats) for bound in bounds]
+        function, builder, context, part, parts = task(self.module, task_name(stride))
+        field = fields(builder, context, FIELDS)
+        field["bounds"] = [splat(builder, as_float(builder, field[name]), self.floats)
+                           for name in ("low", "high")]
         first = builder.sdiv(builder.mul(part, field["planes"]), parts)
         last = builder.sdiv(builder.mul(builder.add(part, I64(1)), field["planes"]), parts)
-        with _Loop(builder, function, first, last, "plane") as planes:
-            self._plane(builder, function, field, planes.index, stride)
+        with loop(builder, function, first, last, "plane") as plane:
+            self._plane(builder, function, field, plane, stride)
         builder.ret_void()
 
     def _plane(self, builder: ir.IRBuilder, function: ir.Function, field: dict[str, Any],
@@ -95,7 +98,7 @@ class _Kernel:
         channel = builder.srem(plane, field["channels"])
         weights = builder.gep(builder.inttoptr(field["weights"], F32.as_pointer()),
                               [builder.mul(channel, I64(TAPS))])
-        taps = [self._splat(builder, builder.load(builder.gep(weights, [I64(tap)]), align=4),
+        taps = [splat(builder, builder.load(builder.gep(weights, [I64(tap)]), align=4),
                             self.floats) for tap in range(TAPS)]
         bias = builder.load(builder.gep(builder.inttoptr(field["bias"], F32.as_pointer()),
                                         [channel]), align=4)
@@ -106,13 +109,13 @@ class _Kernel:
                              [builder.mul(plane, builder.mul(field["out_height"],
                                                              field["out_width"]))])
         plane_field = dict(field, source=source, target=target, taps=taps,
-                           shift=self._splat(builder, bias, self.floats))
+                           shift=splat(builder, bias, self.floats))
         # Down one column of vectors at a time: an input row's three reads serve each output
         # row that reads it (three at stride 1, two at stride 2) from registers, so a vector
         # of outputs costs three or six masked loads, not nine; and the column masks are made
         # once per column.
-        with _Loop(builder, function, I64(0), field["out_width"], "column", LANES) as columns:
-            self._column(builder, function, plane_field, columns.index, stride)
+        with loop(builder, function, I64(0), field["out_width"], "column", LANES) as column:
+            self._column(builder, function, plane_field, column, stride)
 
     def _column(self, builder: ir.IRBuilder, function: ir.Function, field: dict[str, Any],
                 column: Any, stride: int) -> None:
@@ -126,7 +129,7 @@ class _Kernel:
         zero = ir.Constant(self.floats, [0.0] * LANES)
 
         def reads(line: Any) -> list[Any]:
-            inside = self._splat(builder, builder.icmp_signed("<", line, height), self.mask)
+            inside = splat(builder, builder.icmp_signed("<", line, height), self.mask)
             at = builder.add(builder.mul(line, field["width"]), start)
             if AHEAD_ROWS:
                 ahead = builder.add(at, builder.mul(I64(AHEAD_ROWS), field["width"]))
@@ -149,9 +152,9 @@ class _Kernel:
         # Input row -1 is padding: zeros. Stride 1 carries rows y - 1 and y into output row y
         # and reads y + 1; stride 2 carries row 2y - 1 and reads 2y and 2y + 1.
         initial = [zero] * 3 + (reads(I64(0)) if stride == 1 else [])
-        with _Loop(builder, function, I64(0), field["out_height"], "row",
-                   carried=initial) as loop:
-            row, carried = loop.index, loop.carried
+        with carrying_loop(builder, function, I64(0), field["out_height"], "row",
+                           carried=initial) as rows_loop:
+            row, carried = rows_loop.index, rows_loop.carried
             if stride == 1:
                 rows = [carried[:3], carried[3:], reads(builder.add(row, I64(1)))]
             else:
@@ -169,15 +172,15 @@ class _Kernel:
             address = builder.bitcast(builder.gep(written, [builder.mul(row, out_width)]),
                                       self.floats.as_pointer())
             builder.call(self.masked_store, [total, address, I32(4), stored])
-            loop.carry([*rows[1], *rows[2]] if stride == 1 else rows[2])
+            rows_loop.carry([*rows[1], *rows[2]] if stride == 1 else rows[2])
 
     def _columns_inside(self, builder: ir.IRBuilder, first: Any, width: Any) -> Any:
         """The mask of lanes whose input column ``first + lane`` lies in [0, W)."""
-        columns = builder.add(self._splat(builder, first, self.indices),
+        columns = builder.add(splat(builder, first, self.indices),
                               ir.Constant(self.indices, list(range(LANES))))
         return builder.and_(
             builder.icmp_signed(">=", columns, ir.Constant(self.indices, [0] * LANES)),
-            builder.icmp_signed("<", columns, self._splat(builder, width, self.indices)))
+            builder.icmp_signed("<", columns, splat(builder, width, self.indices)))
 
     def _prefetch(self, builder: ir.IRBuilder, address: Any) -> None:
         # A read (0), kept in every level of cache (3), of data (1): prefetcht0 on x86.
@@ -193,52 +196,8 @@ class _Kernel:
     def _lanes_below(self, builder: ir.IRBuilder, count: Any) -> Any:
         """The mask of lanes ``j < count``."""
         return builder.icmp_signed("<", ir.Constant(self.indices, list(range(LANES))),
-                                   self._splat(builder, count, self.indices))
+                                   splat(builder, count, self.indices))
 
     @staticmethod
     def _order(lanes: Any) -> ir.Constant:
         return ir.Constant(ir.VectorType(I32, LANES), list(lanes))
-
-    @staticmethod
-    def _splat(builder: ir.IRBuilder, scalar: Any, vector: ir.VectorType) -> Any:
-        undefined = ir.Constant(vector, ir.Undefined)
-        single = builder.insert_element(undefined, scalar, I32(0))
-        return builder.shuffle_vector(single, undefined, ir.Constant(
-            ir.VectorType(I32, vector.count), [0] * vector.count))
-
-
-class _Loop:
-    """``for index in range(start, stop, step)`` around the body built inside the block, with
-    values carried from one iteration to the next (``carried``, set by `carry`)."""
-
-    def __init__(self, builder: ir.IRBuilder, function: ir.Function, start: Any, stop: Any,
-                 name: str, step: int = 1, carried: list[Any] = ()) -> None:
-        self.builder, self.function, self.start, self.stop = builder, function, start, stop
-        self.name, self.step, self.initial = name, step, list(carried)
-        self.following: list[Any] = []
-
-    def __enter__(self) -> Any:
-        builder = self.builder
-        self.before = builder.block
-        self.body = self.function.append_basic_block(self.name)
-        self.after = self.function.append_basic_block(f"{self.name}_done")
-        builder.cbranch(builder.icmp_signed("<", self.start, self.stop), self.body, self.after)
-        builder.position_at_end(self.body)
-        self.index = builder.phi(I64)
-        self.carried = [builder.phi(value.type) for value in self.initial]
-        return self
-
-    def carry(self, values: list[Any]) -> None:
-        """The carried values the next iteration starts with."""
-        self.following = list(values)
-
-    def __exit__(self, *exception: object) -> None:
-        builder = self.builder
-        following = builder.add(self.index, I64(self.step))
-        self.index.add_incoming(self.start, self.before)
-        self.index.add_incoming(following, builder.block)
-        for phi, first, then in zip(self.carried, self.initial, self.following, strict=True):
-            phi.add_incoming(first, self.before)
-            phi.add_incoming(then, builder.block)
-        builder.cbranch(builder.icmp_signed("<", following, self.stop), self.body, self.after)
-        builder.position_at_end(self.after)

@@ -34,6 +34,9 @@ from typing import Any
 
 import llvmlite.ir as ir
 
+from engine.kernels.task_ir import as_float, task
+from engine.kernels.task_ir import fields as context_fields
+
 F32 = ir.FloatType()
 I64 = ir.IntType(64)
 I32 = ir.IntType(32)
@@ -110,18 +113,15 @@ class TileKernel:
         run of tile numbers in the order of the outer loop (row blocks or column panels),
         each product of a batch in turn. ``context`` is the int64 array `gemm_kernel`
         fills; ``fields`` names its positions (the bounds are float64s)."""
-        function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [I64] * 3),
-                               name=name)
-        context, part, parts = function.args
-        builder = ir.IRBuilder(function.append_basic_block("entry"))
+        function, builder, context, part, parts = task(self.module, name)
         self._part_prologue(builder)
-        words = builder.inttoptr(context, I64.as_pointer())
+        words = context_fields(builder, context, fields)
 
         def field(name: str) -> ir.Value:
-            return builder.load(builder.gep(words, [I64(fields[name])]), align=8)
+            return words[name]
 
         def bound(name: str) -> ir.Value:
-            return builder.fptrunc(builder.bitcast(field(name), ir.DoubleType()), F32)
+            return as_float(builder, field(name))
 
         mr, nr, m, n = field("mr"), field("nr"), field("m"), field("n")
         row_blocks = builder.sdiv(builder.add(m, builder.sub(mr, I64(1))), mr)

@@ -1,0 +1,115 @@
+"""What the kernels written in LLVM IR share: the `spin_pool` task's frame, loops, splats and
+the masked vector intrinsics.
+
+A task is ``name(context, part, parts)``: ``context`` the address of an int64 array the bind
+fills (addresses, sizes, and clamp bounds as float64 bits), ``part`` of ``parts`` the share of
+the work this call takes. `task` declares one and returns its entry builder; `fields` reads the
+context's words by name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import llvmlite.ir as ir
+
+F32, F64, I64, I32, I1 = (ir.FloatType(), ir.DoubleType(), ir.IntType(64), ir.IntType(32),
+                          ir.IntType(1))
+
+
+def task(module: ir.Module, name: str) -> tuple[ir.Function, ir.IRBuilder, Any, Any, Any]:
+    """``name(context, part, parts)`` declared in ``module``: the function, a builder at its
+    entry block, and its three arguments."""
+    function = ir.Function(module, ir.FunctionType(ir.VoidType(), [I64] * 3), name=name)
+    context, part, parts = function.args
+    return function, ir.IRBuilder(function.append_basic_block("entry")), context, part, parts
+
+
+def fields(builder: ir.IRBuilder, context: Any,
+           names: Iterable[str] | Mapping[str, int]) -> dict[str, Any]:
+    """The context's int64 words by name: ``names`` in order, or a mapping of name to
+    position."""
+    positions = names if isinstance(names, Mapping) else {
+        name: index for index, name in enumerate(names)}
+    words = builder.inttoptr(context, I64.as_pointer())
+    return {name: builder.load(builder.gep(words, [I64(index)]), align=8)
+            for name, index in positions.items()}
+
+
+def as_float(builder: ir.IRBuilder, word: Any) -> Any:
+    """A context word holding a float64's bits, as a float32 (a clamp bound)."""
+    return builder.fptrunc(builder.bitcast(word, F64), F32)
+
+
+def splat(builder: ir.IRBuilder, scalar: Any, vector: ir.VectorType) -> Any:
+    """``scalar`` in every lane of ``vector``."""
+    undefined = ir.Constant(vector, ir.Undefined)
+    single = builder.insert_element(undefined, scalar, I32(0))
+    return builder.shuffle_vector(single, undefined,
+                                  ir.Constant(ir.VectorType(I32, vector.count), [0] * vector.count))
+
+
+def masked_load(module: ir.Module, vector: ir.VectorType, element: str) -> ir.Function:
+    """``llvm.masked.load`` of ``vector`` (``element`` names its lanes' type, as "f32")."""
+    mask = ir.VectorType(I1, vector.count)
+    return ir.Function(module, ir.FunctionType(vector, [vector.as_pointer(), I32, mask, vector]),
+                       name=f"llvm.masked.load.v{vector.count}{element}.p0")
+
+
+def masked_store(module: ir.Module, vector: ir.VectorType, element: str) -> ir.Function:
+    """``llvm.masked.store`` of ``vector``."""
+    mask = ir.VectorType(I1, vector.count)
+    return ir.Function(module, ir.FunctionType(ir.VoidType(), [vector, vector.as_pointer(), I32,
+                                                               mask]),
+                       name=f"llvm.masked.store.v{vector.count}{element}.p0")
+
+
+class loop:  # noqa: N801 - used as a context manager, like a function's result
+    """``for index in range(start, stop, step)`` around the body built inside the block;
+    entering gives the index. `carrying_loop` carries values from one iteration to the next."""
+
+    def __init__(self, builder: ir.IRBuilder, function: ir.Function, start: Any, stop: Any,
+                 name: str, step: int = 1, carried: Iterable[Any] = ()) -> None:
+        self.builder, self.function, self.start, self.stop = builder, function, start, stop
+        self.name, self.step, self.initial = name, step, list(carried)
+        self.following: list[Any] = []
+
+    def __enter__(self) -> Any:
+        self._open()
+        return self.index
+
+    def _open(self) -> None:
+        builder = self.builder
+        self.before = builder.block
+        self.body = self.function.append_basic_block(self.name)
+        self.after = self.function.append_basic_block(f"{self.name}_done")
+        builder.cbranch(builder.icmp_signed("<", self.start, self.stop), self.body, self.after)
+        builder.position_at_end(self.body)
+        self.index = builder.phi(I64)
+        self.carried = [builder.phi(value.type) for value in self.initial]
+
+    def carry(self, values: Iterable[Any]) -> None:
+        """The carried values the next iteration starts with."""
+        self.following = list(values)
+
+    def __exit__(self, *exception: object) -> None:
+        builder = self.builder
+        following = builder.add(self.index, I64(self.step))
+        self.index.add_incoming(self.start, self.before)
+        self.index.add_incoming(following, builder.block)
+        for phi, first, then in zip(self.carried, self.initial, self.following, strict=True):
+            phi.add_incoming(first, self.before)
+            phi.add_incoming(then, builder.block)
+        builder.cbranch(builder.icmp_signed("<", following, self.stop), self.body, self.after)
+        builder.position_at_end(self.after)
+
+
+class carrying_loop(loop):  # noqa: N801 - a context manager, as `loop`
+    """`loop` with values carried from one iteration to the next: ``carried`` their first
+    values; entering gives the loop itself (``.index``, ``.carried``: this iteration's), and
+    `carry` sets the next iteration's."""
+
+    def __enter__(self) -> carrying_loop:
+        self._open()
+        return self
