@@ -8,7 +8,8 @@ statistics), which they fold and quantize per output channel once when a plan bi
 value a fused node reads goes through ``_contrib_quantize_v2`` over its calibrated range; a
 fused node's value a float node (or a graph output) reads goes through
 ``_contrib_dequantize``. A fully connected layer read only by float nodes writes float32
-(``enable_float_output``), as MXNet's last layer does.
+(``enable_float_output``), as MXNet's last layer does. A max pooling of int8/uint8 values
+pools them as they are (``_contrib_quantized_pooling``), keeping their range.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ class _Rewriter:
                 continue
             if index in self.by_last:
                 self._fused(self.by_last[index])
-            else:
+            elif not self._int8_max_pool(index, node):
                 inputs = tuple(self._float(entry) for entry in node.inputs)
                 self.floats.update({Entry(index, out): Entry(len(self.nodes), out)
                                     for out in range(node.num_outputs())})
@@ -95,6 +96,22 @@ class _Rewriter:
                 (self._float(key),)))
             self.quantized[key] = (Entry(index, 0), Entry(index, 1), Entry(index, 2))
         return self.quantized[key]
+
+    def _int8_max_pool(self, index: int, node: Node) -> bool:
+        """Max pooling of a value the new graph holds in int8/uint8 becomes
+        ``_contrib_quantized_pooling`` on those values, over their range (the largest of
+        quantized values is the quantized largest, exactly), as MXNet quantizes it: no
+        dequantize and quantize around it, and the values stay in the layers' hand-off."""
+        source = Entry(node.inputs[0].node, node.inputs[0].index) if node.inputs else None
+        if not (node.op == "Pooling" and node.params.pool_type == "max"
+                and node.params.get("layout") in (None, "NCHW") and source in self.quantized):
+            return False
+        pooled = self._append(make_node("_contrib_quantized_pooling", node.name, {
+            key: value for key, value in node.attrs.items() if not key.startswith("__")},
+            self.quantized[source]))
+        self.quantized[Entry(index, 0)] = (Entry(pooled, 0), Entry(pooled, 1),
+                                           Entry(pooled, 2))
+        return True
 
     def _fused(self, chain: Chain) -> None:
         main = self.graph.nodes[chain.main]

@@ -178,6 +178,10 @@ def _reads_channels_last(reader: Any) -> bool:
             and _conv_inputs(reader.attrs)[reader.position] in ("data", "sum"))
 
 
+handoff.register_reader(CONV, _reads_channels_last)
+handoff.register_reader(DEQUANTIZE_OP, _reads_channels_last)
+
+
 @dataclass(frozen=True)
 class _ConvTerms:
     """A quantized node's arithmetic for one data range: the int8 weights and int32 bias,
@@ -273,8 +277,8 @@ class _FusedInt8Conv:
         if workspace is not None and ranges.has_calib(self.attrs) and main.num_group == 1 \
                 and len(main.kernel) == 2:
             # a dequantize alone would transpose the bytes instead of this node: no gain
-            offered = handoff.offer(workspace, self.targets[0], _reads_channels_last,
-                                    lambda reader: reader.op == CONV)
+            offered = handoff.offer(workspace, self.targets[0], handoff.can_read,
+                                    handoff.gains)
             if offered is not None:
                 handoffs["out"] = offered
         return handoffs

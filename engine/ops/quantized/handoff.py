@@ -1,7 +1,8 @@
 """A plan's int8 array handed from a fused convolution to its readers channels-last.
 
 A quantized convolution's int8/uint8 output that only ops able to read it channels-last read
-(fused int8 convolutions as data or residual, `fused`; dequantize, `convert`) is written
+(fused int8 convolutions as data or residual, `fused`; dequantize, `convert`; int8 max
+pooling, `layers`, itself a writer in turn) is written
 N, H, W, C in its (N, C, H, W) buffer while the writer runs fused, so that neither side
 transposes it. The writer offers a `Handoff` for its output in the plan's workspace when
 every reader the plan binds is of those kinds; each reader that binds a path able to read
@@ -15,6 +16,26 @@ from collections.abc import Callable
 from typing import Any
 
 TAG = "int8 channels-last hand-off"
+
+# op name -> whether a reader of that op (a `workspace.Reader`) binds a path taking either layout
+_readers_by_op: dict[str, Callable[[Any], bool]] = {}
+
+
+def register_reader(op: str, accepts: Callable[[Any], bool]) -> None:
+    """Say that readers of ``op`` for which ``accepts`` holds take a hand-off at bind."""
+    _readers_by_op[op] = accepts
+
+
+def can_read(reader: Any) -> bool:
+    """Whether ``reader`` is one an op registered (`register_reader`) as taking a hand-off."""
+    accepts = _readers_by_op.get(reader.op)
+    return accepts is not None and accepts(reader)
+
+
+def gains(reader: Any) -> bool:
+    """Whether ``reader`` gains from a hand-off: every taker but a dequantize, which would
+    transpose the bytes in the writer's stead."""
+    return reader.op != "_contrib_dequantize"
 
 
 class Handoff:

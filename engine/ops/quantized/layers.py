@@ -5,15 +5,18 @@ Each takes int8/uint8 data with its ``(min, max)`` and returns the same triple."
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from engine.errors import ShapeError
+from engine.kernels import int8_pool
+from engine.kernels.im2col import spatial_param
 from engine.ops.attrs import parse_bool, parse_int
 from engine.ops.dtypes import FLOAT32, INT32, UINT8
 from engine.ops.nn import activation, norm, pool
-from engine.ops.quantized import ranges
+from engine.ops.quantized import handoff, integer, ranges
 from engine.ops.quantized.ranges import CALIB_PARAMS, F32, INT8, RANGE_OUTPUTS
 from engine.ops.quantized.requantize import int32_range
 from engine.ops.registry import Attrs, MaybeShape, OpDef, Param, get_op, register
@@ -60,8 +63,68 @@ def _pooling_kernel(xp: Any, attrs: Attrs, data: Any, low: Any, high: Any) -> An
                                                                          ranges.scalar(high))
 
 
+POOLING_OP = "_contrib_quantized_pooling"
+
+
+def _pools_on_int8_kernel(attrs: Attrs) -> bool:
+    """Whether a node's attributes are those `int8_pool` runs: 2-D max pooling over NCHW
+    data with a window (global pooling and average stay on the NumPy kernel)."""
+    return (attrs.pool_type == "max" and not attrs.global_pool and attrs.kernel is not None
+            and len(attrs.kernel) == 2 and attrs.layout in (None, "NCHW"))
+
+
+handoff.register_reader(POOLING_OP, lambda reader: (
+    reader.position == 0 and _pools_on_int8_kernel(reader.attrs)))
+
+
+class _Int8MaxPool:
+    """A bound 2-D max pooling on `int8_pool`'s pass. In a plan it takes its data's hand-off
+    and offers its own output's (`handoff`), reading and writing whichever layouts those
+    say at each run: the pass has a form for each pair."""
+
+    def __init__(self, attrs: Attrs, inputs: list[Any], targets: tuple[Any, ...],
+                 workspace: Any) -> None:
+        self.data, self.low, self.high = inputs
+        self.targets = targets
+        self.window = int8_pool.Window(
+            tuple(attrs.kernel), spatial_param(attrs.stride, 2, 1, "stride", POOLING_OP),
+            spatial_param(attrs.pad, 2, 0, "pad", POOLING_OP))
+        self.data_handoff = handoff.take(workspace, self.data)
+        self.out_handoff = handoff.offer(workspace, targets[0], handoff.can_read,
+                                         handoff.gains)
+        self._jobs: dict[tuple[bool, bool], Any] = {}
+
+    def __call__(self) -> None:
+        data_laid = self.data_handoff is not None and self.data_handoff.laid
+        out_laid = self.out_handoff is not None and self.out_handoff.taken
+        key = (data_laid, out_laid)
+        if key not in self._jobs:
+            self._jobs[key] = int8_pool.max_pool_job(self.data, self.window, self.targets[0],
+                                                     data_laid, out_laid)
+        self._jobs[key]()
+        integer.PATHS["int8_max_pool"] += 1
+        if self.out_handoff is not None:
+            self.out_handoff.laid = out_laid
+            integer.PATHS["int8_channels_last_handoff"] += out_laid
+        np.copyto(self.targets[1], ranges.scalar(self.low))
+        np.copyto(self.targets[2], ranges.scalar(self.high))
+
+
+def _pooling_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
+                  workspace: Any = None) -> list[Any]:
+    """2-D max pooling on the CPU as one compiled pass (`int8_pool`), on the channels-last
+    hand-off in a plan; otherwise the kernel runs."""
+    data, targets = inputs[0], out if isinstance(out, tuple) else (out,)
+    if not (xp is np and _pools_on_int8_kernel(attrs) and int8_pool.available()
+            and data.ndim == 4 and data.dtype in (INT8, UINT8)
+            and targets[0].dtype == data.dtype and data.flags.c_contiguous
+            and targets[0].flags.c_contiguous):
+        return [partial(QUANTIZED_POOLING.compute, xp, attrs, inputs, out)]
+    return [_Int8MaxPool(attrs, inputs, targets, workspace)]
+
+
 QUANTIZED_POOLING = register(OpDef(
-    name="_contrib_quantized_pooling",
+    name=POOLING_OP,
     params=pool.POOLING.params,
     inputs=("data", "min_data", "max_data"),
     outputs=RANGE_OUTPUTS,
@@ -69,6 +132,8 @@ QUANTIZED_POOLING = register(OpDef(
         lambda result: (result[0], result[1][0]))(get_op("Pooling").infer_shape(attrs, shapes))),
     infer_dtype=_pass_dtype,
     kernel=ranges.on_host(_pooling_kernel),
+    bind=_pooling_bind,
+    scratch=lambda attrs, shapes, dtype: 0,  # none: declared for the plan's workspace
     uncapturable=ranges.ON_HOST,
     doc="Max or average pooling on int8/uint8; the range passes through.",
 ))

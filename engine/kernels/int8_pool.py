@@ -1,0 +1,108 @@
+"""2-D max pooling of int8/uint8 values as one compiled pass, `spin_pool` jobs over the cores:
+an int8 graph's max pooling between two quantized convolutions (ResNet's 3×3 stride 2 after the
+stem), which reads and writes either layout of the channels-last hand-off.
+
+The largest of quantized values is the quantized largest value (quantization is monotone), so
+the result is exact and keeps its input's range. Each output pixel takes the channel-wise
+maximum of its window's pixels, cells outside the input left out (the type's lowest where none
+is inside, as the float op's -inf); with the input channels-last a pixel's channels are one
+contiguous run, so the inner loop is a vector maximum of bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from engine.cpu import compiled, kernel_jobs, spin_pool
+
+_kernels: dict[str, Any] = {}
+
+
+class Window(NamedTuple):
+    """A pooling's 2-D kernel, stride and padding, (y, x) each."""
+
+    kernel: tuple[int, int]
+    stride: tuple[int, int]
+    pad: tuple[int, int]
+
+
+def available() -> bool:
+    """Whether the pass compiles here (numba and the spin pool)."""
+    return compiled.available() and spin_pool.available()
+
+
+def _strides(shape: tuple[int, ...], channels_last: bool) -> tuple[int, int, int, int]:
+    """Element strides (n, c, y, x) of an (N, C, H, W) array whose buffer holds it NCHW, or
+    NHWC where ``channels_last``."""
+    _, channels, height, width = shape
+    if channels_last:
+        return height * width * channels, 1, width * channels, channels
+    return channels * height * width, height * width, width, 1
+
+
+def max_pool_job(values: np.ndarray, window: Window, out: np.ndarray, data_laid: bool,
+                 out_laid: bool) -> Any:
+    """A job writing ``out`` (N, C, OH, OW) = the max pooling of ``values`` (N, C, H, W), both
+    int8 or both uint8, each buffer holding its bytes channels-last (N, H, W, C) where
+    ``data_laid`` / ``out_laid`` say so, NCHW otherwise. None where it cannot be bound."""
+    if (values.ndim != 4 or out.ndim != 4 or values.dtype not in (np.int8, np.uint8)
+            or out.dtype != values.dtype or out.shape[:2] != values.shape[:2]):
+        raise ValueError(f"int8 max pooling: {values.dtype} {values.shape} into {out.dtype} "
+                         f"{out.shape}")
+    (kernel_y, kernel_x), (stride_y, stride_x), (pad_y, pad_x) = window
+    batch, channels, height, width = values.shape
+    out_height, out_width = out.shape[2:]
+    lowest = int(np.iinfo(values.dtype).min)
+    rows = batch * out_height
+    return kernel_jobs.bind((__name__, "max_pool"), (
+        values.reshape(-1), channels, height, width, *_strides(values.shape, data_laid),
+        kernel_y, kernel_x, stride_y, stride_x, pad_y, pad_x, lowest,
+        out.reshape(-1), out_height, out_width, *_strides(out.shape, out_laid)),
+        rows, kernel_jobs.parts_for(rows, values.size + out.size))
+
+
+def compiled_kernels() -> dict[str, Any]:
+    """The kernels by name (`kernel_jobs` runs them as jobs), compiled on first use."""
+    return compiled.compiled_once(_kernels, lambda: {
+        "max_pool": compiled.compile_kernel(_max_pool),
+    })
+
+
+def _max_pool(values: Any, channels: int, height: int, width: int, in_n: int, in_c: int,
+              in_y: int, in_x: int, kernel_y: int, kernel_x: int, stride_y: int,
+              stride_x: int, pad_y: int, pad_x: int, lowest: int, out: Any, out_height: int,
+              out_width: int, out_n: int, out_c: int, out_y: int, out_x: int, first: int,
+              last: int) -> None:  # pragma: no cover - runs compiled
+    """Output rows [first, last) (every image's rows in turn)."""
+    best = np.empty(channels, values.dtype)
+    depth = np.uint64(channels)
+    for row in range(first, last):
+        image = row // out_height
+        oy = row - image * out_height
+        top = oy * stride_y - pad_y
+        y_first, y_last = max(top, 0), min(top + kernel_y, height)
+        for ox in range(out_width):
+            left = ox * stride_x - pad_x
+            x_first, x_last = max(left, 0), min(left + kernel_x, width)
+            for c in range(depth):
+                best[c] = lowest
+            for y in range(y_first, y_last):
+                for x in range(x_first, x_last):
+                    at = np.uint64(image * in_n + y * in_y + x * in_x)
+                    if in_c == 1:  # a pixel's channels in a run: unsigned, it vectorises
+                        for c in range(depth):
+                            best[c] = max(best[c], values[at + c])
+                    else:
+                        step = np.uint64(in_c)
+                        for c in range(depth):
+                            best[c] = max(best[c], values[at + c * step])
+            target = np.uint64(image * out_n + oy * out_y + ox * out_x)
+            if out_c == 1:
+                for c in range(depth):
+                    out[target + c] = best[c]
+            else:
+                step = np.uint64(out_c)
+                for c in range(depth):
+                    out[target + c * step] = best[c]
