@@ -35,6 +35,21 @@ def quantize_job(values: np.ndarray, scale: np.ndarray, low: int, high: int,
                             flat.size, kernel_jobs.parts_for(flat.size, 2 * flat.size))
 
 
+def quantize_channels_last_job(values: np.ndarray, scale: np.ndarray, low: int, high: int,
+                               out: np.ndarray) -> Any:
+    """`quantize_job` writing ``values`` (float32, (N, C, H, W)) into ``out`` (int8/uint8 of
+    the same shape) with its bytes channels-last (N, H, W, C): the layout the channels-last
+    hand-off gives quantized convolutions."""
+    if (values.ndim != 4 or values.dtype != np.float32 or out.shape != values.shape
+            or out.dtype not in (np.int8, np.uint8) or scale.dtype != np.float32):
+        raise ValueError(f"int8 quantize: {values.dtype} {values.shape} channels-last into "
+                         f"{out.dtype} {out.shape} with a {scale.dtype} scale")
+    batch, channels, height, width = values.shape
+    return kernel_jobs.bind((__name__, "quantize_channels_last"), (
+        values.reshape(-1), scale, low, high, channels, height, width, out.reshape(-1)),
+        batch * height, kernel_jobs.parts_for(batch * height, 2 * values.size))
+
+
 def dequantize_job(values: np.ndarray, step: np.ndarray, out: np.ndarray) -> Any:
     """A job writing ``out`` (float32) = ``values`` (int8/uint8/int32) as float32 times
     ``step[0]`` (float32, read at each run). None where it cannot be bound."""
@@ -64,6 +79,7 @@ def compiled_kernels() -> dict[str, Any]:
     """The kernels by name (`kernel_jobs` runs them as jobs), compiled on first use."""
     return compiled.compiled_once(_kernels, lambda: {
         "quantize": compiled.compile_kernel(_quantize),
+        "quantize_channels_last": compiled.compile_kernel(_quantize_channels_last),
         "dequantize": compiled.compile_kernel(_dequantize),
         "dequantize_channels_last": compiled.compile_kernel(_dequantize_channels_last),
     })
@@ -81,6 +97,29 @@ def _quantize(values: Any, scale: Any, low: int, high: int, out: Any, first: int
         value = value if value == value else zero  # NaN: stored as NumPy stores it, zero
         value = min(max(value, lowest), highest)
         out[index] = np.int32(value)
+
+
+def _quantize_channels_last(values: Any, scale: Any, low: int, high: int, channels: int,
+                            height: int, width: int, out: Any, first: int,
+                            last: int) -> None:  # pragma: no cover - runs compiled
+    """Image rows [first, last) (every image's rows in turn): each channel's run of the
+    row's positions read in order, written ``channels`` bytes apart."""
+    factor = scale[0]
+    lowest, highest = np.float32(low), np.float32(high)
+    zero = np.float32(0.0)
+    depth, across = np.uint64(channels), np.uint64(width)
+    plane = np.uint64(height * width)
+    for row in range(first, last):
+        image = row // height
+        target = np.uint64(row) * across * depth  # (image, y, 0, 0) channels-last
+        source = np.uint64(image) * depth * plane + np.uint64(row - image * height) * across
+        for c in range(depth):
+            at = source + c * plane
+            for x in range(across):
+                value = np.rint(values[at + x] * factor)
+                value = value if value == value else zero  # NaN: zero, as `_quantize`
+                value = min(max(value, lowest), highest)
+                out[target + x * depth + c] = np.int32(value)
 
 
 def _dequantize(values: Any, step: Any, out: Any, first: int,

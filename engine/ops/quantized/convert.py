@@ -12,7 +12,7 @@ from engine.errors import ShapeError
 from engine.kernels import int8_convert
 from engine.ops.attrs import choice
 from engine.ops.dtypes import FLOAT32, INT32, UINT8
-from engine.ops.quantized import handoff, ranges
+from engine.ops.quantized import handoff, integer, ranges
 from engine.ops.quantized.ranges import CALIB_PARAMS, F32, INT8, RANGE_OUTPUTS
 from engine.ops.registry import Attrs, MaybeShape, OpDef, Param, register
 
@@ -55,9 +55,12 @@ def _quantize_v2(xp: Any, attrs: Attrs, data: Any) -> tuple[Any, Any, Any]:
     return (quantized, *ranges.range_pair(low, high))
 
 
-def _quantize_v2_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any) -> list[Any]:
+def _quantize_v2_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
+                      workspace: Any = None) -> list[Any]:
     """A calibrated node on the CPU as one compiled pass (`int8_convert`), its scale and
-    output range fixed by the calibrated range; otherwise the kernel runs."""
+    output range fixed by the calibrated range; otherwise the kernel runs. In a plan, an
+    output whose readers all take the channels-last hand-off (`handoff`: quantized
+    convolutions, int8 max pooling) is written channels-last for them."""
     data, targets = inputs[0], out if isinstance(out, tuple) else (out,)
     fallback = [partial(QUANTIZE_V2.compute, xp, attrs, inputs, out)]
     if not (xp is np and ranges.has_calib(attrs) and int8_convert.available()
@@ -72,13 +75,24 @@ def _quantize_v2_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any) -> lis
     job = int8_convert.quantize_job(data, scale, *ranges.LIMITS[dtype], targets[0])
     if job is None:
         return fallback
+    laid_job = int8_convert.quantize_channels_last_job(
+        data, scale, *ranges.LIMITS[dtype], targets[0]) if data.ndim == 4 else None
+    offered = handoff.offer(workspace, targets[0], handoff.can_read, handoff.gains) \
+        if laid_job is not None else None
     if dtype == INT8:  # int8 reports the symmetric range it covers
         reach = ranges.max_abs(low, high)
         low, high = -reach, reach
     out_low, out_high = ranges.range_pair(low, high)
 
     def call() -> None:
-        job()
+        if offered is not None and offered.taken:
+            laid_job()
+            offered.laid = True
+            integer.PATHS["int8_quantize_channels_last"] += 1
+        else:
+            job()
+            if offered is not None:
+                offered.laid = False
         np.copyto(targets[1], out_low)
         np.copyto(targets[2], out_high)
 
@@ -96,6 +110,7 @@ QUANTIZE_V2 = register(OpDef(
         FLOAT32, FLOAT32]),
     kernel=ranges.on_host(_quantize_v2),
     bind=_quantize_v2_bind,
+    scratch=lambda attrs, shapes, dtype: 0,  # none: declared for the plan's workspace
     batch_positions=ranges.range_from_batch,
     uncapturable=ranges.ON_HOST,
     doc="float to int8/uint8 over the calibrated range (or the data's own min and max), with "

@@ -1,13 +1,13 @@
-"""A plan's int8 array handed from a fused convolution to its readers channels-last.
+"""A plan's int8 array handed from its writer to its readers channels-last.
 
-A quantized convolution's int8/uint8 output that only ops able to read it channels-last read
-(fused int8 convolutions as data or residual, `fused`; dequantize, `convert`; int8 max
-pooling, `layers`, itself a writer in turn) is written
-N, H, W, C in its (N, C, H, W) buffer while the writer runs fused, so that neither side
-transposes it. The writer offers a `Handoff` for its output in the plan's workspace when
-every reader the plan binds is of those kinds; each reader that binds a path able to read
-either layout takes it; the writer lays the bytes channels-last only when all have, and
-says at each run which layout it wrote (a writer on the NumPy path writes NCHW).
+An int8/uint8 array written by a fused convolution (`fused`), an int8 max pooling (`layers`)
+or a calibrated quantize (`convert`), that only ops able to read it channels-last read (fused
+int8 convolutions as data or residual, int8 max pooling, dequantize: each registers which of
+its readers can, `register_reader`), is written N, H, W, C in its (N, C, H, W) buffer, so that
+neither side transposes it. The writer offers a `Handoff` for its output in the plan's
+workspace when every reader the plan binds is of those kinds; each reader that binds a path
+able to read either layout takes it; the writer lays the bytes channels-last only when all
+have, and says at each run which layout it wrote (a writer on the NumPy path writes NCHW).
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ from engine.kernels import int8_convert
 from engine.ops.quantized import ranges
 from engine.ops.registry import get_op
 
+RNG = np.random.default_rng(29)
+
 pytestmark = pytest.mark.skipif(not int8_convert.available(),
                                 reason="needs numba and the spin pool")
 
@@ -76,3 +78,14 @@ def test_dequantize_reads_channels_last_bytes_into_nchw(dtype):
     with spin_pool.armed(2):
         job()
     np.testing.assert_array_equal(out, values.astype(np.float32) * step[0])
+
+
+@pytest.mark.parametrize("dtype, low, high", [(np.int8, -128, 127), (np.uint8, 0, 255)])
+def test_quantize_channels_last_writes_the_quantize_bytes_transposed(dtype, low, high):
+    values = (RNG.standard_normal((3, 5, 7, 9)) * 3).astype(np.float32)
+    values.reshape(-1)[:4] = [np.nan, np.inf, -np.inf, 1e9]
+    scale = np.array([40.0], np.float32)
+    plain, laid = np.empty(values.shape, dtype), np.empty(values.shape, dtype)
+    int8_convert.quantize_job(values, scale, low, high, plain)()
+    int8_convert.quantize_channels_last_job(values, scale, low, high, laid)()
+    np.testing.assert_array_equal(laid.reshape(3, 7, 9, 5), plain.transpose(0, 2, 3, 1))

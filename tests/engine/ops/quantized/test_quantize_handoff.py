@@ -1,0 +1,54 @@
+"""A calibrated quantize whose readers all take the channels-last hand-off (the graph input's,
+read by the stem) writes its bytes channels-last for them (`convert`), and the logits stay the
+NumPy path's, bit for bit; a reader bound to the plain kernel keeps it NCHW."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import engine
+from engine.kernels import int8_conv
+from engine.ops.quantized import fused, integer
+from tests.engine.quantize.test_int8_model import residual_net
+
+pytestmark = pytest.mark.skipif(not int8_conv.supported_here(),
+                                reason="needs AVX-512 VNNI, numba and the spin pool")
+
+RNG = np.random.default_rng(61)
+
+
+def load() -> engine.Model:
+    symbol, params = residual_net()
+    calibration = RNG.standard_normal((16, 3, 16, 16)).astype(np.float32)
+    return engine.load_model(symbol, params, precision="int8",
+                             calibration={"data": calibration})
+
+
+def exact_logits(model: engine.Model, images: dict[str, np.ndarray]) -> np.ndarray:
+    integer.use_fast_path(False)  # the convolutions on NumPy: they read NCHW back
+    try:
+        return model.infer(images)["fc2_output"]
+    finally:
+        integer.use_fast_path(True)
+
+
+def test_the_inputs_quantize_hands_the_stem_its_bytes_channels_last():
+    model = load()
+    images = {"data": RNG.standard_normal((2, 3, 16, 16)).astype(np.float32)}
+    before = integer.PATHS["int8_quantize_channels_last"]
+    got = model.infer(images)["fc2_output"]
+    assert integer.PATHS["int8_quantize_channels_last"] - before == 1
+    np.testing.assert_array_equal(got, exact_logits(model, images))
+
+
+def test_a_reader_on_the_plain_kernel_keeps_the_quantize_nchw(monkeypatch):
+    fused_conv = fused._FusedInt8Conv
+    monkeypatch.setattr(fused, "_FusedInt8Conv", lambda attrs, weights, *rest: (
+        None if weights.weight.shape[1] == 3 else fused_conv(attrs, weights, *rest)))
+    model = load()  # its stem (3 input channels) bound as the plain kernel
+    images = {"data": RNG.standard_normal((1, 3, 16, 16)).astype(np.float32)}
+    before = integer.PATHS["int8_quantize_channels_last"]
+    got = model.infer(images)["fc2_output"]
+    assert integer.PATHS["int8_quantize_channels_last"] == before
+    np.testing.assert_array_equal(got, exact_logits(model, images))
