@@ -103,23 +103,35 @@ def _quantize_channels_last(values: Any, scale: Any, low: int, high: int, channe
                             height: int, width: int, out: Any, first: int,
                             last: int) -> None:  # pragma: no cover - runs compiled
     """Image rows [first, last) (every image's rows in turn): each channel's run of the
-    row's positions read in order, written ``channels`` bytes apart."""
+    row's positions quantized in order into a row of scratch (the loop vectorises as
+    `_quantize`'s), then the row's bytes interleaved pixel by pixel into ``out``."""
     factor = scale[0]
     lowest, highest = np.float32(low), np.float32(high)
     zero = np.float32(0.0)
     depth, across = np.uint64(channels), np.uint64(width)
     plane = np.uint64(height * width)
+    row_bytes = np.empty(channels * width, out.dtype)
     for row in range(first, last):
         image = row // height
         target = np.uint64(row) * across * depth  # (image, y, 0, 0) channels-last
         source = np.uint64(image) * depth * plane + np.uint64(row - image * height) * across
         for c in range(depth):
-            at = source + c * plane
+            at, into = source + c * plane, c * across
             for x in range(across):
                 value = np.rint(values[at + x] * factor)
                 value = value if value == value else zero  # NaN: zero, as `_quantize`
                 value = min(max(value, lowest), highest)
-                out[target + x * depth + c] = np.int32(value)
+                row_bytes[into + x] = np.int32(value)
+        if channels == 3:  # an image's: the three stores a pixel unrolled
+            for x in range(across):
+                at = target + x * np.uint64(3)
+                out[at] = row_bytes[x]
+                out[at + np.uint64(1)] = row_bytes[across + x]
+                out[at + np.uint64(2)] = row_bytes[across + across + x]
+        else:
+            for x in range(across):
+                for c in range(depth):
+                    out[target + x * depth + c] = row_bytes[c * across + x]
 
 
 def _dequantize(values: Any, step: Any, out: Any, first: int,

@@ -75,27 +75,40 @@ def _max_pool(values: Any, channels: int, height: int, width: int, in_n: int, in
               stride_x: int, pad_y: int, pad_x: int, lowest: int, out: Any, out_height: int,
               out_width: int, out_n: int, out_c: int, out_y: int, out_x: int, first: int,
               last: int) -> None:  # pragma: no cover - runs compiled
-    """Output rows [first, last) (every image's rows in turn)."""
+    """Output rows [first, last) (every image's rows in turn). Channels-last data is first
+    reduced over the window's rows, one long vector pass along the row, then over the
+    window's columns a pixel's channels at a time: three short loops a pixel, not nine."""
     best = np.empty(channels, values.dtype)
     depth = np.uint64(channels)
+    span = np.uint64(width * channels)
+    column = np.empty(width * channels, values.dtype)  # the window rows' maximum, laid out
     for row in range(first, last):
         image = row // out_height
         oy = row - image * out_height
         top = oy * stride_y - pad_y
         y_first, y_last = max(top, 0), min(top + kernel_y, height)
+        if in_c == 1:
+            for j in range(span):
+                column[j] = lowest
+            for y in range(y_first, y_last):
+                at = np.uint64(image * in_n + y * in_y)
+                for j in range(span):
+                    column[j] = max(column[j], values[at + j])
         for ox in range(out_width):
             left = ox * stride_x - pad_x
             x_first, x_last = max(left, 0), min(left + kernel_x, width)
             for c in range(depth):
                 best[c] = lowest
-            for y in range(y_first, y_last):
+            if in_c == 1:
                 for x in range(x_first, x_last):
-                    at = np.uint64(image * in_n + y * in_y + x * in_x)
-                    if in_c == 1:  # a pixel's channels in a run: unsigned, it vectorises
-                        for c in range(depth):
-                            best[c] = max(best[c], values[at + c])
-                    else:
-                        step = np.uint64(in_c)
+                    at = np.uint64(x) * depth
+                    for c in range(depth):
+                        best[c] = max(best[c], column[at + c])
+            else:
+                step = np.uint64(in_c)
+                for y in range(y_first, y_last):
+                    for x in range(x_first, x_last):
+                        at = np.uint64(image * in_n + y * in_y + x * in_x)
                         for c in range(depth):
                             best[c] = max(best[c], values[at + c * step])
             target = np.uint64(image * out_n + oy * out_y + ox * out_x)
