@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 import engine
+from bench import nets
+from engine import sym
 from engine.kernels import int8_conv
 from engine.ops.quantized import fused, integer
 from tests.engine.quantize.test_int8_model import residual_net
@@ -52,3 +54,22 @@ def test_a_reader_on_the_plain_kernel_keeps_the_quantize_nchw(monkeypatch):
     got = model.infer(images)["fc2_output"]
     assert integer.PATHS["int8_quantize_channels_last"] == before
     np.testing.assert_array_equal(got, exact_logits(model, images))
+
+
+def test_a_quantize_of_many_channels_stays_nchw():
+    """A float activation's 16 channels read by a convolution: its quantize writes NCHW (the
+    convolution's own copy of 8 channels a word is the cheaper transpose); the input's
+    3 channels still hand off."""
+    data = sym.var("data")
+    net = sym.Activation(sym.Convolution(data, num_filter=16, kernel=(3, 3), pad=(1, 1),
+                                         name="c1"), act_type="sigmoid", name="squash")
+    net = sym.Convolution(net, num_filter=16, kernel=(3, 3), pad=(1, 1), name="c2")
+    net = sym.FullyConnected(net, num_hidden=4, name="fc")
+    params = nets.random_params(net, (1, 3, 12, 12), seed=7)
+    model = engine.load_model(net, params, precision="int8", calibration={
+        "data": RNG.standard_normal((8, 3, 12, 12)).astype(np.float32)})
+    assert "squash_quantize" in {node.name for node in model.run_graph.nodes}
+    images = {"data": RNG.standard_normal((2, 3, 12, 12)).astype(np.float32)}
+    before = integer.PATHS["int8_quantize_channels_last"]
+    model.infer(images)
+    assert integer.PATHS["int8_quantize_channels_last"] - before == 1
