@@ -9,7 +9,9 @@ value a fused node reads goes through ``_contrib_quantize_v2`` over its calibrat
 fused node's value a float node (or a graph output) reads goes through
 ``_contrib_dequantize``. A fully connected layer read only by float nodes writes float32
 (``enable_float_output``), as MXNet's last layer does. A max pooling of int8/uint8 values
-pools them as they are (``_contrib_quantized_pooling``), keeping their range.
+pools them as they are (``_contrib_quantized_pooling``), keeping their range; a BatchNorm of
+int8/uint8 values with a relu after it runs on them as one node writing uint8 over the relu's
+calibrated range (``_quantized_batch_norm_relu``).
 """
 
 from __future__ import annotations
@@ -55,6 +57,11 @@ class _Rewriter:
             Entry(graph.nodes[chain.main].inputs[0].node, graph.nodes[chain.main].inputs[0].index)
             for chain in chains)
         self.quantized_readers.update(chain.summand for chain in chains if chain.summand)
+        self.readers: dict[Entry, list[int]] = {}
+        for index, node in enumerate(graph.nodes):
+            for entry in node.inputs:
+                self.readers.setdefault(Entry(entry.node, entry.index), []).append(index)
+        self.outputs = {Entry(entry.node, entry.index) for entry in graph.heads}
 
     def run(self) -> Graph:
         for index, node in enumerate(self.graph.nodes):
@@ -62,7 +69,8 @@ class _Rewriter:
                 continue
             if index in self.by_last:
                 self._fused(self.by_last[index])
-            elif not self._int8_max_pool(index, node):
+            elif not (self._int8_max_pool(index, node)
+                      or self._int8_batchnorm_relu(index, node)):
                 inputs = tuple(self._float(entry) for entry in node.inputs)
                 self.floats.update({Entry(index, out): Entry(len(self.nodes), out)
                                     for out in range(node.num_outputs())})
@@ -112,6 +120,42 @@ class _Rewriter:
         self.quantized[Entry(index, 0)] = (Entry(pooled, 0), Entry(pooled, 1),
                                            Entry(pooled, 2))
         return True
+
+    def _int8_batchnorm_relu(self, index: int, node: Node) -> bool:
+        """A BatchNorm over the channels of an int8/uint8 value, read alone by a relu whose
+        value a quantized layer reads (so it has a calibrated range), becomes one
+        ``_quantized_batch_norm_relu`` writing uint8 over the relu's range: a pre-activation
+        block's BatchNorm runs on the integers, with no dequantize and quantize around it."""
+        if node.op != "BatchNorm" or node.params.axis != 1 or len(node.inputs) < 5:
+            return False
+        source = Entry(node.inputs[0].node, node.inputs[0].index)
+        relu = self._lone_reader(Entry(index, 0))
+        if source not in self.quantized or relu is None or any(
+                Entry(index, out) in self.readers or Entry(index, out) in self.outputs
+                for out in (1, 2)):
+            return False
+        relu_node, relu_out = self.graph.nodes[relu], Entry(relu, 0)
+        if not (relu_node.op == "Activation" and relu_node.params.act_type == "relu"
+                and relu_out in self.ranges and self.ranges[relu_out][1] > 0):
+            return False
+        attrs = {key: value for key, value in node.attrs.items() if not key.startswith("__")}
+        attrs.update(min_calib_range="0.0", max_calib_range=repr(self.ranges[relu_out][1]))
+        q, low, high = self.quantized[source]
+        params = tuple(self._float(entry) for entry in node.inputs[1:5])
+        made = self._append(make_node("_quantized_batch_norm_relu", relu_node.name, attrs,
+                                      (q, *params, low, high)))
+        self.quantized[relu_out] = (Entry(made, 0), Entry(made, 1), Entry(made, 2))
+        self.inside.add(relu)
+        return True
+
+    def _lone_reader(self, entry: Entry) -> int | None:
+        """The one node reading ``entry`` once, when nothing else does (no graph output)."""
+        readers = self.readers.get(entry, [])
+        if len(readers) != 1 or entry in self.outputs:
+            return None
+        reader = self.graph.nodes[readers[0]]
+        uses = sum(Entry(item.node, item.index) == entry for item in reader.inputs)
+        return readers[0] if uses == 1 else None
 
     def _fused(self, chain: Chain) -> None:
         main = self.graph.nodes[chain.main]

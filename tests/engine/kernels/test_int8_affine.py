@@ -1,0 +1,55 @@
+"""`int8_affine`: a per-channel scale and shift of int8/uint8 values gives NumPy's float32
+bytes (one product, one sum, rounding half to even, saturation) in each layout pair of the
+channels-last hand-off."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.kernels import int8_affine
+from engine.ops.quantized import ranges
+
+pytestmark = pytest.mark.skipif(not int8_affine.available(),
+                                reason="needs numba and the spin pool")
+
+RNG = np.random.default_rng(23)
+
+
+def laid(array: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(array.transpose(0, 2, 3, 1)).reshape(array.shape)
+
+
+def unlaid(buffer: np.ndarray) -> np.ndarray:
+    batch, channels, height, width = buffer.shape
+    return buffer.reshape(batch, height, width, channels).transpose(0, 3, 1, 2)
+
+
+@pytest.mark.parametrize("in_dtype, out_dtype", [(np.int8, np.uint8), (np.uint8, np.uint8),
+                                                 (np.int8, np.int8)])
+@pytest.mark.parametrize("shape", [(2, 64, 7, 5), (1, 3, 4, 9)])
+@pytest.mark.parametrize("data_laid", [False, True])
+@pytest.mark.parametrize("out_laid", [False, True])
+def test_the_pass_gives_numpys_bytes(in_dtype, out_dtype, shape, data_laid, out_laid):
+    limits = np.iinfo(in_dtype)
+    values = RNG.integers(limits.min, limits.max + 1, shape).astype(in_dtype)
+    scale = (RNG.standard_normal(shape[1]) * 4).astype(np.float32)
+    shift = (RNG.standard_normal(shape[1]) * 60).astype(np.float32)
+    values[0, 0, 0, 0], scale[0], shift[0], shift[1] = limits.max, 3.0, 0.0, -1000.0
+    want = ranges.saturate_round(values.astype(np.float32) * scale.reshape(1, -1, 1, 1)
+                                 + shift.reshape(1, -1, 1, 1), out_dtype)
+    ends = np.iinfo(out_dtype)
+    assert (want == ends.min).any() and (want == ends.max).any()  # both ends saturate
+    out = np.full(shape, 7, out_dtype)
+    job = int8_affine.affine_job(laid(values) if data_laid else values, scale, shift, out,
+                                 data_laid, out_laid)
+    assert job is not None
+    job()
+    np.testing.assert_array_equal(unlaid(out) if out_laid else out, want)
+
+
+def test_scales_of_the_wrong_length_are_refused_by_name():
+    with pytest.raises(ValueError, match="int8 affine: int8"):
+        int8_affine.affine_job(np.zeros((1, 4, 2, 2), np.int8), np.ones(3, np.float32),
+                               np.zeros(3, np.float32), np.zeros((1, 4, 2, 2), np.uint8),
+                               False, False)

@@ -1,0 +1,107 @@
+"""A pre-activation block's BatchNorm and relu between quantized layers run on the integers
+(``_quantized_batch_norm_relu`` bound to `int8_affine`), inside the channels-last hand-off:
+no dequantize and quantize around them, and the logits stay the NumPy path's."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+import engine
+from bench import nets
+from engine import sym
+from engine.kernels import int8_conv
+from engine.ops.quantized import integer
+from engine.ops.registry import get_op
+
+RNG = np.random.default_rng(71)
+SHAPE = (3, 13, 11)
+
+
+def preactivation_net() -> tuple[sym.Symbol, dict[str, np.ndarray]]:
+    """A stem, then ResNet v2's pattern: BatchNorm and relu before a convolution, whose sum
+    with the block's input the next BatchNorm reads."""
+    data = sym.var("data")
+    stem = sym.Convolution(data, num_filter=64, kernel=(3, 3), pad=(1, 1), no_bias=True,
+                           name="stem")
+    act = sym.Activation(sym.BatchNorm(stem, fix_gamma=False, eps=1e-5, name="b1_bn"),
+                         act_type="relu", name="b1_relu")
+    block = sym.Convolution(act, num_filter=64, kernel=(3, 3), pad=(1, 1), no_bias=True,
+                            name="b1_conv") + stem
+    act = sym.Activation(sym.BatchNorm(block, fix_gamma=False, eps=1e-5, name="b2_bn"),
+                         act_type="relu", name="b2_relu")
+    net = sym.Convolution(act, num_filter=32, kernel=(3, 3), pad=(1, 1), no_bias=True,
+                          name="b2_conv")
+    net = sym.FullyConnected(net, num_hidden=10, name="fc")
+    return net, nets.random_params(net, (1, *SHAPE), seed=13)
+
+
+@pytest.fixture(scope="module")
+def model() -> engine.Model:
+    symbol, params = preactivation_net()
+    calibration = RNG.standard_normal((16, *SHAPE)).astype(np.float32)
+    return engine.load_model(symbol, params, precision="int8",
+                             calibration={"data": calibration})
+
+
+def test_each_batchnorm_and_relu_becomes_one_node_on_the_integers(model):
+    nodes = model.run_graph.nodes
+    ops = Counter(node.op for node in nodes if not node.is_variable)
+    assert ops["_quantized_batch_norm_relu"] == 2
+    assert ops["BatchNorm"] == ops["Activation"] == 0
+    assert ops["_contrib_quantize_v2"] == 1 and ops["_contrib_dequantize"] == 0  # the input's
+    by_name = {node.name: node for node in nodes}
+    for name, summed in (("b1_relu", False), ("b2_relu", True)):
+        node = by_name[name]
+        source = nodes[node.inputs[0].node]  # the fused layer's int8 (the stem; the sum)
+        assert source.op == "_sg_mkldnn_conv" and source.params.with_sum == summed
+        assert node.params.min_calib_range == 0 and node.params.max_calib_range > 0
+
+
+def test_the_node_gives_numpys_bytes_on_the_pass(model):
+    (node,) = [node for node in model.run_graph.nodes if node.name == "b2_relu"]
+    op = get_op("_quantized_batch_norm_relu")
+    channels = 64
+    data = RNG.integers(-128, 128, (2, channels, 5, 7)).astype(np.int8)
+    stats = [np.asarray(RNG.standard_normal(channels) * 0.5 + offset, np.float32)
+             for offset in (1.0, 0.0, 0.0, 2.0)]
+    for array in stats:
+        array.flags.writeable = False  # constant, as a plan's parameters
+    inputs = [data, *stats, np.array([-3.0], np.float32), np.array([3.0], np.float32)]
+    want = op.compute(np, node.params, inputs)
+    out = tuple(np.empty_like(part) for part in want)
+    before = integer.PATHS["int8_batchnorm_relu"]
+    for call in op.bind_calls(np, node.params, inputs, out):
+        call()
+    assert integer.PATHS["int8_batchnorm_relu"] - before == 1
+    for got, expected in zip(out, want, strict=True):
+        np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.skipif(not int8_conv.supported_here(),
+                    reason="needs AVX-512 VNNI, numba and the spin pool")
+def test_the_plan_hands_off_channels_last_and_keeps_the_numpy_paths_logits(model):
+    images = {"data": RNG.standard_normal((2, *SHAPE)).astype(np.float32)}
+    before = Counter(integer.PATHS)
+    got = model.infer(images)["fc_output"]
+    ran = Counter(integer.PATHS)
+    ran.subtract(before)
+    assert ran["int8_batchnorm_relu"] == 2
+    # stem (b1_bn and the sum), b1_relu, the sum (b2_bn), b2_relu
+    assert ran["int8_channels_last_handoff"] == 4
+    integer.use_fast_path(False)
+    try:
+        want = model.infer(images)["fc_output"]
+    finally:
+        integer.use_fast_path(True)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_the_int8_model_agrees_with_float32(model):
+    images = {"data": RNG.standard_normal((32, *SHAPE)).astype(np.float32)}
+    got = model.infer(images)["fc_output"]
+    want = model.reference(images)["fc_output"]
+    assert np.abs(got - want).max() < 0.05 * np.abs(want).max()
+    assert np.mean(got.argmax(axis=1) == want.argmax(axis=1)) >= 0.9
