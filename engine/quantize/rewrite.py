@@ -11,7 +11,8 @@ fused node's value a float node (or a graph output) reads goes through
 (``enable_float_output``), as MXNet's last layer does. A max pooling of int8/uint8 values
 pools them as they are (``_contrib_quantized_pooling``), keeping their range; a BatchNorm of
 int8/uint8 values with a relu after it runs on them as one node writing uint8 over the relu's
-calibrated range (``_quantized_batch_norm_relu``).
+calibrated range (``_quantized_batch_norm_relu``), and a relu of int8/uint8 values whose
+result a quantized layer reads as one writing uint8 (``_quantized_relu``).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ def _without_saturating_relu(chain: Chain, ranges: Mapping[Entry, Range]) -> Cha
     """``chain`` without its relu after the sum where the residual is signed: oneDNN would
     write that uint8 result through the residual's int8 buffer, saturating it at 127 steps,
     half its range (MXNet's exports carry that loss; `engine.ops.quantized.fused` keeps it
-    for them). The sum is written in int8 instead, and the relu runs in float."""
+    for them). The sum is written in int8 instead, and the relu runs after it as its own node
+    (`_int8_relu`, or in float where only float nodes read it)."""
     if chain.postsum_act is None or chain.summand is None or ranges[chain.summand][0] >= 0:
         return chain
     return replace(chain, postsum_act=None)
@@ -70,7 +72,8 @@ class _Rewriter:
             if index in self.by_last:
                 self._fused(self.by_last[index])
             elif not (self._int8_max_pool(index, node)
-                      or self._int8_batchnorm_relu(index, node)):
+                      or self._int8_batchnorm_relu(index, node)
+                      or self._int8_relu(index, node)):
                 inputs = tuple(self._float(entry) for entry in node.inputs)
                 self.floats.update({Entry(index, out): Entry(len(self.nodes), out)
                                     for out in range(node.num_outputs())})
@@ -146,6 +149,21 @@ class _Rewriter:
                                       (q, *params, low, high)))
         self.quantized[relu_out] = (Entry(made, 0), Entry(made, 1), Entry(made, 2))
         self.inside.add(relu)
+        return True
+
+    def _int8_relu(self, index: int, node: Node) -> bool:
+        """A relu of an int8/uint8 value whose result a quantized layer reads (a residual sum
+        written signed, `_without_saturating_relu`) becomes one ``_quantized_relu`` writing
+        uint8 over the relu's calibrated range, with no dequantize and quantize around it."""
+        out = Entry(index, 0)
+        if not (node.op == "Activation" and node.params.act_type == "relu" and node.inputs
+                and Entry(node.inputs[0].node, node.inputs[0].index) in self.quantized
+                and self.quantized_readers[out] and self.ranges[out][1] > 0):
+            return False
+        made = self._append(make_node("_quantized_relu", node.name, {
+            "min_calib_range": "0.0", "max_calib_range": repr(self.ranges[out][1])},
+            self.quantized[Entry(node.inputs[0].node, node.inputs[0].index)]))
+        self.quantized[out] = (Entry(made, 0), Entry(made, 1), Entry(made, 2))
         return True
 
     def _lone_reader(self, entry: Entry) -> int | None:

@@ -3,7 +3,8 @@
 (`convert`), quantized layers that carry a range (`layers`), the fused convolution and fully
 connected layers (`fused`), the fused self-attention products (`attention`) and the standalone
 int8 convolution and fully connected layer of exports made without the fusion pass (`products`)
-and the entropy calibration's threshold (`calibrate`).
+and the entropy calibration's threshold (`calibrate`); and two of ours the post-training
+rewrite makes, a BatchNorm with its relu and a relu, each into uint8 (`rescale`).
 
 Values carry their real range beside them as two float32 scalars; `ranges` holds the scale
 arithmetic and rounding they share, `integer` the exact integer products, `requantize` the
@@ -21,6 +22,7 @@ from engine.ops.quantized import (  # noqa: F401  (imported for their registrati
     fused,
     layers,
     products,
+    rescale,
 )
 from engine.ops.registry import OpDef
 
@@ -30,5 +32,5 @@ for _fused in ("_sg_mkldnn_conv", "_sg_mkldnn_fully_connected", "_sg_mkldnn_self
 
 # Every operator of this family, by its MXNet name.
 QUANTIZED_OPS = tuple(sorted(
-    op.name for module in (attention, calibrate, convert, fused, layers, products)
+    op.name for module in (attention, calibrate, convert, fused, layers, products, rescale)
     for op in vars(module).values() if isinstance(op, OpDef)))

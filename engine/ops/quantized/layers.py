@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import ShapeError
-from engine.kernels import int8_affine, int8_pool
+from engine.kernels import int8_pool
 from engine.kernels.im2col import spatial_param
 from engine.ops.attrs import parse_bool, parse_int
 from engine.ops.dtypes import FLOAT32, INT32, UINT8
@@ -296,7 +296,7 @@ QUANTIZED_CONCAT = register(OpDef(
 ))
 
 
-def _batchnorm_terms(attrs: Attrs, dtype: np.dtype, low: Any, high: Any, gamma: Any,
+def batchnorm_terms(attrs: Attrs, dtype: np.dtype, low: Any, high: Any, gamma: Any,
                      beta: Any, mean: Any, var: Any, out_dtype: np.dtype
                      ) -> tuple[np.ndarray, np.ndarray]:
     """Per channel (scale, shift), float32, taking ``dtype`` values over ``(low, high)`` to
@@ -316,7 +316,7 @@ def _batchnorm_terms(attrs: Attrs, dtype: np.dtype, low: Any, high: Any, gamma: 
     return scale, shift
 
 
-def _batchnorm_into(op: str, out_dtype: np.dtype) -> Any:
+def batchnorm_into(op: str, out_dtype: np.dtype) -> Any:
     """The NumPy kernel of a quantized BatchNorm writing ``out_dtype``."""
 
     def kernel(xp: Any, attrs: Attrs, data: Any, gamma: Any, beta: Any, mean: Any, var: Any,
@@ -326,7 +326,7 @@ def _batchnorm_into(op: str, out_dtype: np.dtype) -> Any:
         if not ranges.has_calib(attrs):
             raise ShapeError(f"{op}: needs min_calib_range and max_calib_range (MXNet "
                              "quantizes BatchNorm only with a calibrated output)")
-        scale, shift = _batchnorm_terms(attrs, values.dtype, low, high, gamma, beta, mean,
+        scale, shift = batchnorm_terms(attrs, values.dtype, low, high, gamma, beta, mean,
                                         var, out_dtype)
         axis = attrs.axis % values.ndim
         shape = [1] * values.ndim
@@ -338,7 +338,7 @@ def _batchnorm_into(op: str, out_dtype: np.dtype) -> Any:
     return kernel
 
 
-def _batchnorm_shapes(attrs: Attrs, shapes: list[MaybeShape]) -> tuple[list, list]:
+def batchnorm_shapes(attrs: Attrs, shapes: list[MaybeShape]) -> tuple[list, list]:
     data = shapes[0]
     channels = None if data is None else (data[attrs.axis % len(data)],)
     return [data, channels, channels, channels, channels, (1,), (1,)], [data, (1,), (1,)]
@@ -349,88 +349,12 @@ QUANTIZED_BATCHNORM = register(OpDef(
     params=norm.BATCH_NORM.params,  # which holds min_calib_range and max_calib_range
     inputs=("data", "gamma", "beta", "moving_mean", "moving_var", "min_data", "max_data"),
     outputs=RANGE_OUTPUTS,
-    infer_shape=_batchnorm_shapes,
+    infer_shape=batchnorm_shapes,
     infer_dtype=lambda attrs, dtypes: ([dtypes[0], *[FLOAT32] * 6], [INT8, FLOAT32, FLOAT32]),
-    kernel=ranges.on_host(_batchnorm_into("_contrib_quantized_batch_norm", INT8)),
+    kernel=ranges.on_host(batchnorm_into("_contrib_quantized_batch_norm", INT8)),
     uncapturable=ranges.ON_HOST,
     doc="Inference BatchNorm on int8/uint8 data, int8 out over the calibrated range.",
 ))
-
-BATCHNORM_RELU_OP = "_quantized_batch_norm_relu"
-
-
-class _Int8BatchNormRelu:
-    """A bound BatchNorm + relu into uint8 on `int8_affine`'s pass, its scales made once per
-    data range. In a plan it takes its data's hand-off and offers its output's (`handoff`)."""
-
-    def __init__(self, attrs: Attrs, inputs: list[Any], targets: tuple[Any, ...],
-                 workspace: Any) -> None:
-        self.attrs, self.inputs, self.targets = attrs, inputs, targets
-        channels = inputs[0].shape[1]
-        self.scale, self.shift = np.zeros(channels, np.float32), np.zeros(channels, np.float32)
-        self.data_handoff = handoff.take(workspace, inputs[0])
-        self.out_handoff = handoff.offer(workspace, targets[0], handoff.can_read,
-                                         handoff.gains)
-        self._key: Any = None
-        self._jobs: dict[tuple[bool, bool], Any] = {}
-
-    def __call__(self) -> None:
-        data, gamma, beta, mean, var, low, high = self.inputs
-        key = (float(ranges.scalar(low)), float(ranges.scalar(high)))
-        if key != self._key:
-            self.scale[:], self.shift[:] = _batchnorm_terms(
-                self.attrs, data.dtype, low, high, gamma, beta, mean, var, UINT8)
-            self._key = key
-        data_laid = self.data_handoff is not None and self.data_handoff.laid
-        out_laid = self.out_handoff is not None and self.out_handoff.taken
-        layouts = (data_laid, out_laid)
-        if layouts not in self._jobs:
-            self._jobs[layouts] = int8_affine.affine_job(data, self.scale, self.shift,
-                                                         self.targets[0], *layouts)
-        self._jobs[layouts]()
-        integer.PATHS["int8_batchnorm_relu"] += 1
-        if self.out_handoff is not None:
-            self.out_handoff.laid = out_laid
-            integer.PATHS["int8_channels_last_handoff"] += out_laid
-        low_out, high_out = ranges.range_pair(self.attrs.min_calib_range,
-                                              self.attrs.max_calib_range)
-        np.copyto(self.targets[1], low_out)
-        np.copyto(self.targets[2], high_out)
-
-
-def _batchnorm_relu_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
-                         workspace: Any = None) -> list[Any]:
-    """On the CPU with constant statistics (a plan's parameters), one compiled pass
-    (`int8_affine`) in the hand-off's layouts; otherwise the kernel runs."""
-    data, targets = inputs[0], out if isinstance(out, tuple) else (out,)
-    constant = all(not np.asarray(value).flags.writeable for value in inputs[1:5])
-    if not (xp is np and constant and int8_affine.available() and ranges.has_calib(attrs)
-            and data.ndim == 4 and attrs.axis % 4 == 1 and data.dtype in (INT8, UINT8)
-            and targets[0].dtype == UINT8 and data.flags.c_contiguous
-            and targets[0].flags.c_contiguous):
-        return [partial(QUANTIZED_BATCHNORM_RELU.compute, xp, attrs, inputs, out)]
-    return [_Int8BatchNormRelu(attrs, inputs, targets, workspace)]
-
-
-handoff.register_reader(BATCHNORM_RELU_OP, lambda reader: (
-    reader.position == 0 and reader.attrs.axis == 1 and ranges.has_calib(reader.attrs)))
-
-QUANTIZED_BATCHNORM_RELU = register(OpDef(
-    name=BATCHNORM_RELU_OP,
-    params=norm.BATCH_NORM.params,
-    inputs=("data", "gamma", "beta", "moving_mean", "moving_var", "min_data", "max_data"),
-    outputs=RANGE_OUTPUTS,
-    infer_shape=_batchnorm_shapes,
-    infer_dtype=lambda attrs, dtypes: ([dtypes[0], *[FLOAT32] * 6], [UINT8, FLOAT32, FLOAT32]),
-    kernel=ranges.on_host(_batchnorm_into(BATCHNORM_RELU_OP, UINT8)),
-    bind=_batchnorm_relu_bind,
-    scratch=lambda attrs, shapes, dtype: 0,  # none: declared for the plan's workspace
-    uncapturable=ranges.ON_HOST,
-    doc="Inference BatchNorm and the relu after it on int8/uint8 data, uint8 out over the "
-        "relu's calibrated range (its saturation at 0 is the relu): a pre-activation "
-        "block's BatchNorm between quantized layers.",
-))
-
 
 def _embedding_kernel(xp: Any, attrs: Attrs, data: Any, weight: Any, low: Any,
                       high: Any) -> Any:

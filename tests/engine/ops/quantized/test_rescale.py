@@ -1,6 +1,7 @@
-"""A pre-activation block's BatchNorm and relu between quantized layers run on the integers
-(``_quantized_batch_norm_relu`` bound to `int8_affine`), inside the channels-last hand-off:
-no dequantize and quantize around them, and the logits stay the NumPy path's."""
+"""`rescale`: a pre-activation block's BatchNorm and relu, and a relu after a signed residual
+sum, between quantized layers run on the integers (``_quantized_batch_norm_relu``,
+``_quantized_relu``, bound to `int8_affine`), inside the channels-last hand-off: no dequantize
+and quantize around them, and the logits stay the NumPy path's."""
 
 from __future__ import annotations
 
@@ -105,3 +106,73 @@ def test_the_int8_model_agrees_with_float32(model):
     want = model.reference(images)["fc_output"]
     assert np.abs(got - want).max() < 0.05 * np.abs(want).max()
     assert np.mean(got.argmax(axis=1) == want.argmax(axis=1)) >= 0.9
+
+
+def signed_residual_net() -> tuple[sym.Symbol, dict[str, np.ndarray]]:
+    """A block whose residual is a projection without relu (signed), so its sum is written
+    int8 and the relu after it is left out of the fused layer, then a convolution reading
+    that relu."""
+    data = sym.var("data")
+    stem = sym.Activation(nets._conv_bn(data, "stem", 32, 3), act_type="relu", name="stem_relu")
+    body = sym.Activation(nets._conv_bn(stem, "b1a", 64, 3), act_type="relu", name="b1a_relu")
+    block = sym.Activation(nets._conv_bn(body, "b1b", 64, 3) + nets._conv_bn(stem, "b1d", 64, 1),
+                           act_type="relu", name="b1_out")
+    net = sym.Activation(nets._conv_bn(block, "b2", 32, 3), act_type="relu", name="b2_relu")
+    net = sym.FullyConnected(net, num_hidden=10, name="fc")
+    return net, nets.random_params(net, (1, *SHAPE), seed=17)
+
+
+@pytest.fixture(scope="module")
+def relu_model() -> engine.Model:
+    symbol, params = signed_residual_net()
+    calibration = RNG.standard_normal((16, *SHAPE)).astype(np.float32)
+    return engine.load_model(symbol, params, precision="int8",
+                             calibration={"data": calibration})
+
+
+def test_the_relu_after_a_signed_sum_runs_on_the_integers(relu_model):
+    nodes = relu_model.run_graph.nodes
+    ops = Counter(node.op for node in nodes if not node.is_variable)
+    assert ops["_quantized_relu"] == 1 and ops["Activation"] == 0
+    assert ops["_contrib_quantize_v2"] == 1 and ops["_contrib_dequantize"] == 0  # the input's
+    (relu,) = [node for node in nodes if node.op == "_quantized_relu"]
+    source = nodes[relu.inputs[0].node]
+    assert source.op == "_sg_mkldnn_conv" and source.params.with_sum
+    assert source.params.min_calib_range < 0 and not source.params.with_postsum_act
+    assert relu.params.min_calib_range == 0 and relu.params.max_calib_range > 0
+
+
+def test_the_relu_node_gives_numpys_bytes_on_the_pass(relu_model):
+    (node,) = [node for node in relu_model.run_graph.nodes if node.op == "_quantized_relu"]
+    op = get_op("_quantized_relu")
+    data = RNG.integers(-128, 128, (2, 64, 5, 7)).astype(np.int8)
+    inputs = [data, np.array([-2.5], np.float32), np.array([2.0], np.float32)]
+    want = op.compute(np, node.params, inputs)
+    out = tuple(np.empty_like(part) for part in want)
+    before = integer.PATHS["int8_relu"]
+    for call in op.bind_calls(np, node.params, inputs, out):
+        call()
+    assert integer.PATHS["int8_relu"] - before == 1
+    for got, expected in zip(out, want, strict=True):
+        np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.skipif(not int8_conv.supported_here(),
+                    reason="needs AVX-512 VNNI, numba and the spin pool")
+def test_the_relu_hands_off_and_keeps_the_numpy_paths_logits(relu_model):
+    images = {"data": RNG.standard_normal((2, *SHAPE)).astype(np.float32)}
+    before = Counter(integer.PATHS)
+    got = relu_model.infer(images)["fc_output"]
+    ran = Counter(integer.PATHS)
+    ran.subtract(before)
+    assert ran["int8_relu"] == 1
+    # stem, b1a, b1d (the residual), the sum (read by the relu alone), the relu (read by b2)
+    assert ran["int8_channels_last_handoff"] == 5
+    integer.use_fast_path(False)
+    try:
+        want = relu_model.infer(images)["fc_output"]
+    finally:
+        integer.use_fast_path(True)
+    np.testing.assert_array_equal(got, want)
+    reference = relu_model.reference(images)["fc_output"]
+    assert np.abs(got - reference).max() < 0.05 * np.abs(reference).max()
