@@ -1,7 +1,9 @@
 """The layers an int8 graph quantizes, each with the nodes oneDNN fuses into it.
 
 A chain is a Convolution followed by, each optional and in this order, a BatchNorm over its
-channels, a relu, a residual sum with another tensor and a relu after the sum; or a
+channels, a relu or a clip from 0 (relu6: oneDNN's bounded relu, the clip's top cut by the
+fused node's uint8 output, whose calibrated range ends at or below it), a residual sum with
+another tensor and a relu after the sum; or a
 FullyConnected with a relu. A node joins its chain only when the chain's value so far feeds it
 alone (nothing else reads the value it replaces, and it is no graph output).
 """
@@ -68,7 +70,7 @@ def _conv_chain(graph: Graph, index: int, uses: Counter, readers: dict,
                 claimed: set[int]) -> Chain:
     batchnorm = _single_reader(graph, index, uses, readers, _is_channel_batchnorm)
     last = index if batchnorm is None else batchnorm
-    act = _single_reader(graph, last, uses, readers, _is_relu)
+    act = _single_reader(graph, last, uses, readers, _is_conv_activation)
     last = last if act is None else act
     add = _single_reader(graph, last, uses, readers, _is_sum)
     if add is None or add in claimed:
@@ -102,6 +104,12 @@ def _uses(graph: Graph) -> Counter:
 
 def _is_relu(node: Node, entry: Entry) -> bool:
     return node.op == "Activation" and node.params.act_type == "relu"
+
+
+def _is_conv_activation(node: Node, entry: Entry) -> bool:
+    """relu, or a clip from 0 to a positive top (relu6)."""
+    return _is_relu(node, entry) or (node.op == "clip" and node.params.a_min == 0
+                                     and node.params.a_max > 0)
 
 
 def _is_channel_batchnorm(node: Node, entry: Entry) -> bool:
