@@ -17,7 +17,16 @@ import numpy as np
 
 from engine.cpu import compiled, kernel_jobs
 from engine.kernels import int8_conv
-from engine.kernels.int8_conv import ACTIVATIONS, Epilogue, EpilogueLayer, Geometry
+from engine.kernels.int8_conv import (
+    ACTIVATIONS,
+    OUT_CHANNELS_LAST,
+    RESIDUAL,
+    RESIDUAL_CHANNELS_LAST,
+    Epilogue,
+    EpilogueLayer,
+    Geometry,
+    Layouts,
+)
 
 _kernels: dict[str, Any] = {}
 # Output positions per chunk: their sums (int32, one per channel) stay in L2 for the
@@ -36,10 +45,14 @@ def supported(data: np.ndarray, weight: np.ndarray, groups: int) -> bool:
 class FusedDepthwise(EpilogueLayer):
     """``data`` (N, C, H, W) convolved channel by channel with ``weight`` (C, 1, kh, kw),
     requantized into ``out`` (N, C, OH, OW) int8/uint8, ``residual`` added where given; the
-    arrays are the plan's buffers, bound into the jobs once per thread."""
+    arrays are the plan's buffers, bound into the jobs once per thread. ``laid``: which of
+    them hold their values channels-last (`int8_conv.Layouts`, a hand-off's). A 3×3 window
+    writing channels-last without a residual runs as one pass (`_window_3x3`)."""
 
     def __init__(self, data: np.ndarray, weight: np.ndarray, geometry: Geometry,
-                 out: np.ndarray, residual: np.ndarray | None = None) -> None:
+                 out: np.ndarray, residual: np.ndarray | None = None,
+                 laid: Layouts | None = None) -> None:
+        self.laid = Layouts() if laid is None else laid
         batch, channels, height, width = data.shape
         out_h, out_w = geometry.out_size(height, width)
         super().__init__("int8 depthwise convolution", out, residual,
@@ -57,18 +70,34 @@ class FusedDepthwise(EpilogueLayer):
         batch, channels, height, width = data.shape
         padded_h = height + 2 * geometry.pad[0]
         padded_w = width + 2 * geometry.pad[1]
-        out_h, out_w = self.out.shape[2:]
+        out_h, out_w = geometry.out_size(height, width)
         scratch = int8_conv.arena()
         padded = scratch.take("channels_last", batch * padded_h * padded_w * channels, np.uint8)
         chunk = max(1, min(self.rows, CHUNK_BYTES // (4 * channels)))
         sums = scratch.take("sums", chunk * channels, np.int32).reshape(chunk, channels)
-        lay = kernel_jobs.bind((int8_conv.__name__, "channels_last"), (
+        lay = kernel_jobs.bind((int8_conv.__name__, "padded_copy" if self.laid.data
+                                else "channels_last"), (
             data.reshape(-1).view(np.uint8), 128 if data.dtype == np.int8 else 0, channels,
             height, width, geometry.pad[0], geometry.pad[1], padded, padded_h, padded_w),
             batch * padded_h, kernel_jobs.parts_for(batch * padded_h, 2 * padded.size))
         residual = self.residual if self.residual is not None else np.zeros(1, np.int8)
         out = self.out.reshape(-1)
         jobs = [lay]
+        if geometry.kernel == (3, 3) and self.laid.out and self.residual is None:
+            # one pass: each position's nine taps summed in registers, requantized and
+            # written in order (MobileNet's depthwise layers; no sums go through memory)
+            job = kernel_jobs.bind((__name__, "window_3x3"), (
+                padded, channels, padded_h, padded_w, out_h, out_w, *geometry.stride,
+                *geometry.dilate, self.taps.astype(np.float32), self.shift.astype(np.float32),
+                self.bias, self.scales, ACTIVATIONS[epilogue.act],
+                np.float32(epilogue.act_high), epilogue.low, epilogue.high, out),
+                batch * out_h, kernel_jobs.parts_for(batch * out_h, 10 * self.rows * channels))
+            if lay is None or job is None:
+                raise RuntimeError("int8 depthwise convolution: a job could not be bound")
+            return lay, job
+        flags = OUT_CHANNELS_LAST if self.laid.out else 0
+        if self.residual is not None:
+            flags |= RESIDUAL | (RESIDUAL_CHANNELS_LAST if self.laid.residual else 0)
         for first in range(0, self.rows, chunk):
             count = min(chunk, self.rows - first)
             jobs.append(kernel_jobs.bind((__name__, "window_sums"), (
@@ -77,7 +106,7 @@ class FusedDepthwise(EpilogueLayer):
                 count, kernel_jobs.parts_for(count, 2 * count * self.taps.size)))
             jobs.append(kernel_jobs.bind((int8_conv.__name__, "requantize"), (
                 sums, self.bias, self.scales, ACTIVATIONS[epilogue.act], np.float32(
-                    epilogue.act_high), residual.reshape(-1), int(self.residual is not None),
+                    epilogue.act_high), residual.reshape(-1), flags,
                 np.float32(epilogue.residual_scale), ACTIVATIONS[epilogue.postsum_act],
                 np.float32(epilogue.postsum_high), epilogue.low, epilogue.high, out,
                 channels, self.positions, first), count,
@@ -88,9 +117,84 @@ class FusedDepthwise(EpilogueLayer):
 
 
 def compiled_kernels() -> dict[str, Any]:
-    """The kernel by name (`kernel_jobs` runs it as jobs), compiled on first use."""
-    return compiled.compiled_once(_kernels, lambda: {
-        "window_sums": compiled.compile_kernel(_window_sums)})
+    """The kernels by name (`kernel_jobs` runs them as jobs), compiled on first use."""
+    return compiled.compiled_once(_kernels, _compile)
+
+
+def _compile() -> dict[str, Any]:
+    for helper in (_clamp, _round):  # compiled first: `_window_3x3` calls them, inlined
+        globals()[helper.__name__] = compiled.compile_kernel(helper, inline="always")
+    return {"window_sums": compiled.compile_kernel(_window_sums),
+            "window_3x3": compiled.compile_kernel(_window_3x3, error_model="numpy",
+                                                  fastmath={"contract"})}
+
+
+def _window_3x3(padded: Any, channels: int, padded_h: int, padded_w: int, out_h: int,
+                out_w: int, stride_h: int, stride_w: int, dilate_h: int, dilate_w: int,
+                taps: Any, shift: Any, bias: Any, scales: Any, act: int, act_high: Any,
+                low: int, high: int, out: Any, first: int,
+                last: int) -> None:  # pragma: no cover - runs compiled
+    """Output rows [first, last) (image by image) of a 3×3 window into ``out``
+    (N · OH · OW, C): each channel's nine products of ``padded`` (N, padded_h, padded_w, C,
+    uint8) and its taps, plus ``shift``, in one sum (the one `_window_sums` makes), then
+    `int8_conv`'s requantize arithmetic on it. The nine taps written out, the loop over the
+    channels holds no inner loop and vectorises with the sums in registers; the positions
+    go along a row, with no division each.
+
+    The sums run in float32, exact: every product and partial sum is an integer below
+    9 · 255 · 128 + |shift| < 2²⁴. (numba widens int32 products to int64, which halved the
+    vectors' lanes.) ``taps`` and ``shift`` come as float32. Exact sums let the products fuse
+    into the additions (compiled with ``contract``: a quarter faster); no residual comes here,
+    whose scaled addition would then round differently."""
+    zero, inf = np.float32(0.0), np.float32(np.inf)
+    act_low = zero if act else -inf
+    act_top = np.float32(act_high) if act == 2 else inf
+    least = max(act_low, np.float32(low))
+    most = min(act_top, np.float32(high))
+    depth = np.uint64(channels)
+    across = np.uint64(dilate_w) * depth  # from one tap to the next along a row
+    down = np.uint64(dilate_h * padded_w) * depth  # and down a column
+    step = np.uint64(stride_w) * depth  # from one output position to the next
+    for line in range(first, last):
+        image = line // out_h
+        y = line - image * out_h
+        start = np.uint64((image * padded_h + y * stride_h) * padded_w) * depth
+        for x in range(np.uint64(out_w)):
+            top = start + x * step
+            middle, bottom = top + down, top + down + down
+            into = (np.uint64(line * out_w) + x) * depth
+            for c in range(depth):
+                total = (shift[c]
+                         + np.float32(padded[top + c]) * taps[0, c]
+                         + np.float32(padded[top + across + c]) * taps[1, c]
+                         + np.float32(padded[top + across + across + c]) * taps[2, c]
+                         + np.float32(padded[middle + c]) * taps[3, c]
+                         + np.float32(padded[middle + across + c]) * taps[4, c]
+                         + np.float32(padded[middle + across + across + c]) * taps[5, c]
+                         + np.float32(padded[bottom + c]) * taps[6, c]
+                         + np.float32(padded[bottom + across + c]) * taps[7, c]
+                         + np.float32(padded[bottom + across + across + c]) * taps[8, c])
+                # the exact sum plus the bias in float64 (exact too), rounded once to
+                # float32: what int8_conv's float32(int64 sum + bias) gives
+                value = np.float32(np.float64(total) + np.float64(bias[c])) * scales[c]
+                # the activation and the saturation in one clamp: the activation's [0 or
+                # -inf, its top or inf] and the saturation's [low, high] overlap, and both
+                # come before the rounding
+                out[into + c] = _round(_clamp(value, least, most))
+
+
+def _clamp(value: Any, bottom: Any, top: Any) -> Any:  # pragma: no cover - runs compiled
+    return bottom if value < bottom else (top if value > top else value)
+
+
+def _round(value: Any) -> Any:  # pragma: no cover - runs compiled
+    """``value`` (float32, within ±2²²) rounded half to even by adding and taking off
+    1.5 · 2²³ (the float32 sum keeps no fraction), as an int32: np.rint's call would keep
+    the loop scalar."""
+    rounder = np.float32(12582912.0)
+    return np.int32((value + rounder) - rounder)
+
+
 
 
 def _window_sums(padded: Any, channels: int, padded_h: int, padded_w: int, out_h: int,

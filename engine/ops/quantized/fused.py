@@ -174,8 +174,11 @@ def _reads_channels_last(reader: Any) -> bool:
     if reader.op != CONV or not reader.attrs.quantized or not ranges.has_calib(reader.attrs):
         return False
     main = _conv_chain(reader.attrs).main
-    return (main.num_group == 1 and len(main.kernel) == 2
-            and _conv_inputs(reader.attrs)[reader.position] in ("data", "sum"))
+    name = _conv_inputs(reader.attrs)[reader.position]
+    # a depthwise layer (one filter per group) reads its data either way too
+    depthwise = main.num_group > 1 and main.num_group == main.num_filter and name == "data"
+    return (len(main.kernel) == 2
+            and (main.num_group == 1 and name in ("data", "sum") or depthwise))
 
 
 handoff.register_reader(CONV, _reads_channels_last)
@@ -274,7 +277,8 @@ class _FusedInt8Conv:
                  for name in ("data", "sum") if name in self.values}
         handoffs = {name: offered for name, offered in found.items() if offered is not None}
         main = self.weights.chain.main
-        if workspace is not None and ranges.has_calib(self.attrs) and main.num_group == 1 \
+        one_filter_a_group = main.num_group == 1 or main.num_group == main.num_filter
+        if workspace is not None and ranges.has_calib(self.attrs) and one_filter_a_group \
                 and len(main.kernel) == 2:
             # a dequantize alone would transpose the bytes instead of this node: no gain
             offered = handoff.offer(workspace, self.targets[0], handoff.can_read,
@@ -299,7 +303,7 @@ class _FusedInt8Conv:
             return False
         make, epilogue, low, high = self._plan
         laid = None
-        if make is not None:  # a FusedConv: each array as its hand-off has it
+        if make is not None:  # each array as its hand-off has it
             data, residual = self.handoffs.get("data"), self.handoffs.get("sum")
             laid = int8_conv.Layouts(data=data is not None and data.laid, out=out is not None,
                                      residual=residual is not None and residual.laid)
@@ -348,10 +352,11 @@ class _FusedInt8Conv:
             self._weight_q = terms.weight_q
         weight_q, geometry = terms.weight_q, self.geometry
         make = None
-        if groups > 1 and None not in self._convs:
-            self._convs[None] = int8_depthwise.FusedDepthwise(data, weight_q, geometry, out,
-                                                              residual)
-        elif groups == 1:
+        if groups > 1:
+            def make(laid: int8_conv.Layouts) -> int8_depthwise.FusedDepthwise:
+                return int8_depthwise.FusedDepthwise(data, weight_q, geometry, out, residual,
+                                                     laid)
+        else:
             rows = data.shape[0] * math.prod(out.shape[2:])
             packed = integer.packed_weights(weight_q, rows, ("channels_last", 0),
                                             lambda: int8_conv.weight_matrix(weight_q),

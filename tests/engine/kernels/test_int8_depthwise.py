@@ -66,3 +66,63 @@ def test_refuses_a_channel_multiplier():
     data = np.zeros((1, 4, 6, 6), np.uint8)
     assert not int8_depthwise.supported(data, np.zeros((8, 1, 3, 3), np.int8), 4)
     assert int8_depthwise.supported(data, np.zeros((4, 1, 3, 3), np.int8), 4)
+
+
+# (batch, channels, size, kernel, stride, pad, dilate): 3×3 windows, MobileNet's strides
+LAID_SHAPES = [(1, 37, (8, 8), (3, 3), (1, 1), (1, 1), (1, 1)),
+               (2, 21, (11, 10), (3, 3), (2, 2), (1, 1), (1, 1)),
+               (1, 18, (12, 13), (3, 3), (1, 2), (2, 1), (2, 1)),
+               (1, 9, (9, 9), (5, 5), (1, 1), (2, 2), (1, 1))]  # 5×5: sums, then epilogue
+
+
+@pytest.mark.parametrize("shape", LAID_SHAPES)
+@pytest.mark.parametrize("laid", [int8_conv.Layouts(data=True, out=True),
+                                  int8_conv.Layouts(data=True),
+                                  int8_conv.Layouts(out=True)])
+@pytest.mark.parametrize("data_dtype,act,act_high,with_residual", [
+    (np.uint8, "bounded_relu", 40.5, False), (np.int8, None, 0.0, False),
+    (np.uint8, "relu", 0.0, True)])
+def test_channels_last_arrays_equal_the_numpy_path(shape, laid, data_dtype, act, act_high,
+                                                   with_residual):
+    """Data and output handed over channels-last (N, H, W, C in the NCHW buffer), the 3×3
+    window without a residual as one pass (`_window_3x3`): NumPy's bytes."""
+    batch, channels, size, kernel, stride, pad, dilate = shape
+    rng = np.random.default_rng(channels * 5 + batch + len(str(act)))
+    geometry = int8_conv.Geometry(kernel, stride, dilate, pad)
+    info = np.iinfo(data_dtype)
+    data = rng.integers(info.min, info.max + 1, (batch, channels, *size)).astype(data_dtype)
+    weight = rng.integers(-127, 128, (channels, 1, *kernel)).astype(np.int8)
+    out_shape = (batch, channels, *geometry.out_size(*size))
+    residual = rng.integers(-128, 128, out_shape).astype(np.int8) if with_residual else None
+    out_dtype = np.uint8 if act else np.int8
+    storage = np.dtype(np.int8) if with_residual else np.dtype(out_dtype)
+    limits = np.iinfo(storage)
+    reach = float(np.sqrt(weight[0].size)) * 127 * 40  # sums over the range and past it
+    epilogue = int8_conv.Epilogue(
+        bias=rng.integers(-3000, 3000, channels).astype(np.int32),
+        scales=(rng.uniform(0.5, 2.0, channels) * 128 / reach).astype(np.float32), act=act,
+        act_high=act_high, residual_scale=0.61 if with_residual else 0.0,
+        low=int(limits.min), high=int(limits.max))
+    sums = integer.conv(data, weight, kernel, stride, dilate, pad, channels)
+    sums += epilogue.bias.astype(np.float64).reshape(1, -1, 1, 1)
+    want = finish(sums, epilogue.scales, 1, storage,
+                  None if act is None else Activation(act, act_high),
+                  None if residual is None else (residual, np.float32(0.61))).astype(out_dtype)
+
+    def held(array: np.ndarray, channels_last: bool) -> np.ndarray:
+        """An NCHW-shaped buffer holding ``array``'s values N, H, W, C where asked."""
+        if not channels_last:
+            return array.copy()
+        return np.ascontiguousarray(np.moveaxis(array, 1, -1)).reshape(array.shape)
+
+    out = np.full(out_shape, 77, out_dtype)
+    conv = int8_depthwise.FusedDepthwise(held(data, laid.data), weight, geometry, out,
+                                         residual, laid)
+    for armed in (True, False):
+        out[...] = 0
+        if armed:
+            with spin_pool.armed(2):
+                conv(epilogue)
+        else:
+            conv(epilogue)
+        np.testing.assert_array_equal(out, held(want, laid.out))

@@ -74,16 +74,21 @@ def test_the_int8_model_agrees_with_float32(model) -> None:  # noqa: ANN001
 
 
 @pytest.mark.parametrize("batch", [1, 3])
-def test_the_fused_channels_last_layers_equal_the_numpy_path(net, batch) -> None:  # noqa: ANN001
+def test_the_fused_layers_handing_off_channels_last_equal_the_numpy_path(net, batch) -> None:  # noqa: ANN001
     symbol, params = net
     calibration = RNG.standard_normal((32, 3, SIZE, SIZE)).astype(np.float32)
     images = RNG.standard_normal((batch, 3, SIZE, SIZE)).astype(np.float32)
     model = engine.load_model(symbol, params, precision="int8",
                               calibration={"data": calibration})
     before = integer.PATHS["int8_fused_conv"]
+    handed = integer.PATHS["int8_channels_last_handoff"]
     for _ in range(3):  # the runs alternate armed and on one thread (`spin_pool.Choice`)
         fused = model.infer({"data": images})["fc_output"]
     assert (integer.PATHS["int8_fused_conv"] - before == 21) == int8_conv.supported_here()
+    # every convolution but the last hands its output on channels-last, the depthwise
+    # layers (reading and writing) among them
+    handed = integer.PATHS["int8_channels_last_handoff"] - handed
+    assert (handed == 3 * 6) == int8_conv.supported_here()
     integer.use_fast_path(False)
     try:
         exact = engine.load_model(symbol, params, precision="int8",
