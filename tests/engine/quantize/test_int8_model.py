@@ -16,6 +16,7 @@ from engine.kernels import gemm_int8, int8_conv
 from engine.ops.quantized import integer
 from engine.quantize import find_chains
 from engine.quantize.thresholds import TensorStats, entropy_range, naive_range
+from tests.engine.ops.quantized.int8_models import numpy_path
 
 RNG = np.random.default_rng(36)
 
@@ -110,13 +111,10 @@ def test_the_fused_int8_convolutions_equal_the_numpy_path(net, batch) -> None:  
     for _ in range(3):  # the runs alternate armed and on one thread (`spin_pool.Choice`)
         fused = model.infer({"data": images})["fc2_output"]
     assert (integer.PATHS["int8_fused_conv"] - before == 18) == int8_conv.supported_here()
-    integer.use_fast_path(False)
-    try:
+    with numpy_path():
         exact = engine.load_model(symbol, params, precision="int8",
                                   calibration={"data": calibration}).infer(
             {"data": images})["fc2_output"]
-    finally:
-        integer.use_fast_path(True)
     np.testing.assert_array_equal(fused, exact)
 
 

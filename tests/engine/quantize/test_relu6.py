@@ -14,6 +14,7 @@ from bench import nets
 from engine import sym
 from engine.kernels import int8_conv
 from engine.ops.quantized import integer
+from tests.engine.ops.quantized.int8_models import numpy_path
 
 RNG = np.random.default_rng(62)
 SIZE = 16
@@ -89,13 +90,10 @@ def test_the_fused_layers_handing_off_channels_last_equal_the_numpy_path(net, ba
     # layers (reading and writing) among them
     handed = integer.PATHS["int8_channels_last_handoff"] - handed
     assert (handed == 3 * 6) == int8_conv.supported_here()
-    integer.use_fast_path(False)
-    try:
+    with numpy_path():
         exact = engine.load_model(symbol, params, precision="int8",
                                   calibration={"data": calibration}).infer(
             {"data": images})["fc_output"]
-    finally:
-        integer.use_fast_path(True)
     np.testing.assert_array_equal(fused, exact)
 
 

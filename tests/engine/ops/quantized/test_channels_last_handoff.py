@@ -12,6 +12,7 @@ from bench import nets
 from engine import sym
 from engine.kernels import int8_conv
 from engine.ops.quantized import integer
+from tests.engine.ops.quantized.int8_models import numpy_path
 from tests.engine.quantize.test_int8_model import residual_net
 
 pytestmark = pytest.mark.skipif(not int8_conv.supported_here(),
@@ -29,13 +30,10 @@ def models():
     images = RNG.standard_normal((3, 3, 16, 16)).astype(np.float32)
     model = engine.load_model(symbol, params, precision="int8",
                               calibration={"data": calibration})
-    integer.use_fast_path(False)
-    try:
+    with numpy_path():
         exact = engine.load_model(symbol, params, precision="int8",
                                   calibration={"data": calibration}).infer(
             {"data": images})["fc2_output"]
-    finally:
-        integer.use_fast_path(True)
     return model, images, exact
 
 
@@ -62,11 +60,8 @@ def test_a_reader_on_the_numpy_path_takes_nchw_back(models, monkeypatch):
     before = integer.PATHS["int8_channels_last_handoff"]
     got = plan_model.infer({"data": images})
     assert integer.PATHS["int8_channels_last_handoff"] - before == 3  # stem, b1a, b1b
-    integer.use_fast_path(False)
-    try:
+    with numpy_path():
         want = plan_model.infer({"data": images})
-    finally:
-        integer.use_fast_path(True)
     np.testing.assert_array_equal(got["fc2_output"], want["fc2_output"])
 
 
@@ -100,11 +95,8 @@ def test_a_reader_bound_without_the_fused_path_keeps_its_writer_nchw(models, mon
     before = integer.PATHS["int8_channels_last_handoff"]
     got = plan_model.infer({"data": images})
     assert integer.PATHS["int8_channels_last_handoff"] - before == 2  # stem, b1a
-    integer.use_fast_path(False)
-    try:
+    with numpy_path():
         want = plan_model.infer({"data": images})
-    finally:
-        integer.use_fast_path(True)
     np.testing.assert_array_equal(got["fc2_output"], want["fc2_output"])
 
 
@@ -127,9 +119,6 @@ def test_a_dequantize_reads_the_hand_off():
     before = integer.PATHS["int8_channels_last_handoff"]
     got = model.infer(images)["fc_output"]
     assert integer.PATHS["int8_channels_last_handoff"] - before == 1
-    integer.use_fast_path(False)
-    try:
+    with numpy_path():
         want = model.infer(images)["fc_output"]
-    finally:
-        integer.use_fast_path(True)
     np.testing.assert_array_equal(got, want)

@@ -14,7 +14,12 @@ import engine
 from bench import nets
 from engine import sym
 from engine.kernels import int8_conv
-from engine.ops.quantized import integer
+from tests.engine.ops.quantized.int8_models import (
+    assert_agrees_with_float32,
+    load_int8,
+    numpy_path_output,
+    paths_taken,
+)
 
 RNG = np.random.default_rng(53)
 SHAPE = (3, 17, 15)  # odd sides: the 3×3 stride 2 windows run past both edges
@@ -39,10 +44,7 @@ def pooled_net() -> tuple[sym.Symbol, dict[str, np.ndarray]]:
 
 @pytest.fixture(scope="module")
 def model() -> engine.Model:
-    symbol, params = pooled_net()
-    calibration = RNG.standard_normal((16, *SHAPE)).astype(np.float32)
-    return engine.load_model(symbol, params, precision="int8",
-                             calibration={"data": calibration})
+    return load_int8(*pooled_net(), RNG.standard_normal((16, *SHAPE)).astype(np.float32))
 
 
 def test_the_max_pooling_reads_the_stems_int8_output(model):
@@ -64,24 +66,14 @@ def test_the_max_pooling_reads_the_stems_int8_output(model):
 @pytest.mark.parametrize("batch", [1, 3])
 def test_the_pooling_hands_off_channels_last_and_keeps_the_numpy_paths_logits(model, batch):
     images = {"data": RNG.standard_normal((batch, *SHAPE)).astype(np.float32)}
-    before = Counter(integer.PATHS)
-    got = model.infer(images)["fc_output"]
-    ran = Counter(integer.PATHS)
-    ran.subtract(before)
+    got, ran = paths_taken(lambda: model.infer(images)["fc_output"])
     assert ran["int8_max_pool"] == 1
     # the stem (read by the pooling alone), the pooling (read by b1a and b1b's sum) and b1a
     assert ran["int8_channels_last_handoff"] == 3
-    integer.use_fast_path(False)  # the convolutions write NCHW: the pooling reads it so
-    try:
-        want = model.infer(images)["fc_output"]
-    finally:
-        integer.use_fast_path(True)
-    np.testing.assert_array_equal(got, want)
+    # on the NumPy path the convolutions write NCHW, and the pooling reads it so
+    np.testing.assert_array_equal(got, numpy_path_output(model, images, "fc_output"))
 
 
 def test_the_int8_model_agrees_with_float32(model):
-    images = {"data": RNG.standard_normal((32, *SHAPE)).astype(np.float32)}
-    got = model.infer(images)["fc_output"]
-    want = model.reference(images)["fc_output"]
-    assert np.abs(got - want).max() < 0.05 * np.abs(want).max()
-    assert np.mean(got.argmax(axis=1) == want.argmax(axis=1)) >= 0.9
+    assert_agrees_with_float32(
+        model, {"data": RNG.standard_normal((32, *SHAPE)).astype(np.float32)}, "fc_output")

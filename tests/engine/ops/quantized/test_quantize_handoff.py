@@ -12,6 +12,7 @@ from bench import nets
 from engine import sym
 from engine.kernels import int8_conv
 from engine.ops.quantized import fused, integer
+from tests.engine.ops.quantized.int8_models import numpy_path
 from tests.engine.quantize.test_int8_model import residual_net
 
 pytestmark = pytest.mark.skipif(not int8_conv.supported_here(),
@@ -28,11 +29,8 @@ def load() -> engine.Model:
 
 
 def exact_logits(model: engine.Model, images: dict[str, np.ndarray]) -> np.ndarray:
-    integer.use_fast_path(False)  # the convolutions on NumPy: they read NCHW back
-    try:
+    with numpy_path():  # the convolutions on NumPy: they read NCHW back
         return model.infer(images)["fc2_output"]
-    finally:
-        integer.use_fast_path(True)
 
 
 def test_the_inputs_quantize_hands_the_stem_its_bytes_channels_last():

@@ -14,8 +14,13 @@ import engine
 from bench import nets
 from engine import sym
 from engine.kernels import int8_conv
-from engine.ops.quantized import integer
-from engine.ops.registry import get_op
+from tests.engine.ops.quantized.int8_models import (
+    assert_agrees_with_float32,
+    assert_bound_node_gives_numpys_bytes,
+    load_int8,
+    numpy_path_output,
+    paths_taken,
+)
 
 RNG = np.random.default_rng(71)
 SHAPE = (3, 13, 11)
@@ -41,10 +46,7 @@ def preactivation_net() -> tuple[sym.Symbol, dict[str, np.ndarray]]:
 
 @pytest.fixture(scope="module")
 def model() -> engine.Model:
-    symbol, params = preactivation_net()
-    calibration = RNG.standard_normal((16, *SHAPE)).astype(np.float32)
-    return engine.load_model(symbol, params, precision="int8",
-                             calibration={"data": calibration})
+    return load_int8(*preactivation_net(), RNG.standard_normal((16, *SHAPE)).astype(np.float32))
 
 
 def test_each_batchnorm_and_relu_becomes_one_node_on_the_integers(model):
@@ -63,7 +65,6 @@ def test_each_batchnorm_and_relu_becomes_one_node_on_the_integers(model):
 
 def test_the_node_gives_numpys_bytes_on_the_pass(model):
     (node,) = [node for node in model.run_graph.nodes if node.name == "b2_relu"]
-    op = get_op("_quantized_batch_norm_relu")
     channels = 64
     data = RNG.integers(-128, 128, (2, channels, 5, 7)).astype(np.int8)
     stats = [np.asarray(RNG.standard_normal(channels) * 0.5 + offset, np.float32)
@@ -71,41 +72,24 @@ def test_the_node_gives_numpys_bytes_on_the_pass(model):
     for array in stats:
         array.flags.writeable = False  # constant, as a plan's parameters
     inputs = [data, *stats, np.array([-3.0], np.float32), np.array([3.0], np.float32)]
-    want = op.compute(np, node.params, inputs)
-    out = tuple(np.empty_like(part) for part in want)
-    before = integer.PATHS["int8_batchnorm_relu"]
-    for call in op.bind_calls(np, node.params, inputs, out):
-        call()
-    assert integer.PATHS["int8_batchnorm_relu"] - before == 1
-    for got, expected in zip(out, want, strict=True):
-        np.testing.assert_array_equal(got, expected)
+    assert_bound_node_gives_numpys_bytes("_quantized_batch_norm_relu", node.params, inputs,
+                                         "int8_batchnorm_relu")
 
 
 @pytest.mark.skipif(not int8_conv.supported_here(),
                     reason="needs AVX-512 VNNI, numba and the spin pool")
 def test_the_plan_hands_off_channels_last_and_keeps_the_numpy_paths_logits(model):
     images = {"data": RNG.standard_normal((2, *SHAPE)).astype(np.float32)}
-    before = Counter(integer.PATHS)
-    got = model.infer(images)["fc_output"]
-    ran = Counter(integer.PATHS)
-    ran.subtract(before)
+    got, ran = paths_taken(lambda: model.infer(images)["fc_output"])
     assert ran["int8_batchnorm_relu"] == 2
     # stem (b1_bn and the sum), b1_relu, the sum (b2_bn), b2_relu
     assert ran["int8_channels_last_handoff"] == 4
-    integer.use_fast_path(False)
-    try:
-        want = model.infer(images)["fc_output"]
-    finally:
-        integer.use_fast_path(True)
-    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, numpy_path_output(model, images, "fc_output"))
 
 
 def test_the_int8_model_agrees_with_float32(model):
-    images = {"data": RNG.standard_normal((32, *SHAPE)).astype(np.float32)}
-    got = model.infer(images)["fc_output"]
-    want = model.reference(images)["fc_output"]
-    assert np.abs(got - want).max() < 0.05 * np.abs(want).max()
-    assert np.mean(got.argmax(axis=1) == want.argmax(axis=1)) >= 0.9
+    assert_agrees_with_float32(
+        model, {"data": RNG.standard_normal((32, *SHAPE)).astype(np.float32)}, "fc_output")
 
 
 def signed_residual_net() -> tuple[sym.Symbol, dict[str, np.ndarray]]:
@@ -124,10 +108,8 @@ def signed_residual_net() -> tuple[sym.Symbol, dict[str, np.ndarray]]:
 
 @pytest.fixture(scope="module")
 def relu_model() -> engine.Model:
-    symbol, params = signed_residual_net()
-    calibration = RNG.standard_normal((16, *SHAPE)).astype(np.float32)
-    return engine.load_model(symbol, params, precision="int8",
-                             calibration={"data": calibration})
+    return load_int8(*signed_residual_net(),
+                     RNG.standard_normal((16, *SHAPE)).astype(np.float32))
 
 
 def test_the_relu_after_a_signed_sum_runs_on_the_integers(relu_model):
@@ -144,35 +126,19 @@ def test_the_relu_after_a_signed_sum_runs_on_the_integers(relu_model):
 
 def test_the_relu_node_gives_numpys_bytes_on_the_pass(relu_model):
     (node,) = [node for node in relu_model.run_graph.nodes if node.op == "_quantized_relu"]
-    op = get_op("_quantized_relu")
     data = RNG.integers(-128, 128, (2, 64, 5, 7)).astype(np.int8)
     inputs = [data, np.array([-2.5], np.float32), np.array([2.0], np.float32)]
-    want = op.compute(np, node.params, inputs)
-    out = tuple(np.empty_like(part) for part in want)
-    before = integer.PATHS["int8_relu"]
-    for call in op.bind_calls(np, node.params, inputs, out):
-        call()
-    assert integer.PATHS["int8_relu"] - before == 1
-    for got, expected in zip(out, want, strict=True):
-        np.testing.assert_array_equal(got, expected)
+    assert_bound_node_gives_numpys_bytes("_quantized_relu", node.params, inputs, "int8_relu")
 
 
 @pytest.mark.skipif(not int8_conv.supported_here(),
                     reason="needs AVX-512 VNNI, numba and the spin pool")
 def test_the_relu_hands_off_and_keeps_the_numpy_paths_logits(relu_model):
     images = {"data": RNG.standard_normal((2, *SHAPE)).astype(np.float32)}
-    before = Counter(integer.PATHS)
-    got = relu_model.infer(images)["fc_output"]
-    ran = Counter(integer.PATHS)
-    ran.subtract(before)
+    got, ran = paths_taken(lambda: relu_model.infer(images)["fc_output"])
     assert ran["int8_relu"] == 1
     # stem, b1a, b1d (the residual), the sum (read by the relu alone), the relu (read by b2)
     assert ran["int8_channels_last_handoff"] == 5
-    integer.use_fast_path(False)
-    try:
-        want = relu_model.infer(images)["fc_output"]
-    finally:
-        integer.use_fast_path(True)
-    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, numpy_path_output(relu_model, images, "fc_output"))
     reference = relu_model.reference(images)["fc_output"]
     assert np.abs(got - reference).max() < 0.05 * np.abs(reference).max()
