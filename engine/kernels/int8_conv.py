@@ -387,12 +387,18 @@ def arena() -> _Arena:
 
 def compiled_kernels() -> dict[str, Any]:
     """The kernels by name (`kernel_jobs` runs them as jobs), compiled on first use."""
-    return compiled.compiled_once(_kernels, lambda: {
+    return compiled.compiled_once(_kernels, _compile)
+
+
+def _compile() -> dict[str, Any]:
+    # compiled first, inlined: both copies call it
+    globals()["_fill_border"] = compiled.compile_kernel(_fill_border, inline="always")
+    return {
         "channels_last": compiled.compile_kernel(_channels_last),
         "padded_copy": compiled.compile_kernel(_padded_copy),
         "gather": compiled.compile_kernel(_gather),
         "requantize": compiled.compile_kernel(_requantize, error_model="numpy"),
-    })
+    }
 
 
 def _channels_last(data: Any, shift: int, channels: int, height: int, width: int,
@@ -409,15 +415,8 @@ def _channels_last(data: Any, shift: int, channels: int, height: int, width: int
         image = row // padded_h
         y = row - image * padded_h - pad_h
         base = np.uint64(row * padded_w) * depth
-        if y < 0 or y >= height:
-            for at in range(base, base + np.uint64(padded_w) * depth):
-                padded[at] = fill
+        if _fill_border(padded, base, y, height, pad_w, width, padded_w, depth, fill):
             continue
-        for at in range(base, base + np.uint64(pad_w) * depth):
-            padded[at] = fill
-        for at in range(base + np.uint64(pad_w + width) * depth,
-                        base + np.uint64(padded_w) * depth):
-            padded[at] = fill
         # unsigned offsets (no negative-index checks); each channel's row read in order
         start = base + np.uint64(pad_w) * depth
         source = np.uint64((image * channels * height + y) * width)
@@ -439,6 +438,24 @@ def _channels_last(data: Any, shift: int, channels: int, height: int, width: int
                 padded[start + x * depth + c] = data[line + x] ^ fill
 
 
+def _fill_border(padded: Any, base: Any, y: int, height: int, pad_w: int, width: int,
+                 padded_w: int, depth: Any,
+                 fill: Any) -> bool:  # pragma: no cover - runs compiled
+    """The border bytes of the padded row at ``base`` (image row ``y``) set to ``fill``: the
+    whole row where ``y`` lies outside the image (then True: nothing of it left to copy),
+    else its left and right margins."""
+    end = base + np.uint64(padded_w) * depth
+    if y < 0 or y >= height:
+        for at in range(base, end):
+            padded[at] = fill
+        return True
+    for at in range(base, base + np.uint64(pad_w) * depth):
+        padded[at] = fill
+    for at in range(base + np.uint64(pad_w + width) * depth, end):
+        padded[at] = fill
+    return False
+
+
 def _padded_copy(data: Any, shift: int, channels: int, height: int, width: int,
                  pad_h: int, pad_w: int, padded: Any, padded_h: int, padded_w: int,
                  first: int, last: int) -> None:  # pragma: no cover - runs compiled
@@ -451,15 +468,8 @@ def _padded_copy(data: Any, shift: int, channels: int, height: int, width: int,
         image = row // padded_h
         y = row - image * padded_h - pad_h
         base = np.uint64(row * padded_w) * depth
-        if y < 0 or y >= height:
-            for at in range(base, base + np.uint64(padded_w) * depth):
-                padded[at] = fill
+        if _fill_border(padded, base, y, height, pad_w, width, padded_w, depth, fill):
             continue
-        for at in range(base, base + np.uint64(pad_w) * depth):
-            padded[at] = fill
-        for at in range(base + np.uint64(pad_w) * depth + run,
-                        base + np.uint64(padded_w) * depth):
-            padded[at] = fill
         start = base + np.uint64(pad_w) * depth
         source = np.uint64(image * height + y) * run
         for at in range(run):
