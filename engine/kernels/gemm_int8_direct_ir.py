@@ -24,6 +24,7 @@ import llvmlite.ir as ir
 
 from engine.kernels.gemm_amx_ir import declare_tile_intrinsics
 from engine.kernels.gemm_int8_ir import I8, I32, I64, LANES, for_each_run
+from engine.kernels.task_ir import loop, masked_load, masked_store, splat
 
 F32 = ir.FloatType()
 
@@ -54,13 +55,8 @@ class DirectInt8Kernel:
                                 "amx_int8_direct_unused_configuration")
         self.floats = ir.VectorType(F32, LANES)
         self.bytes = ir.VectorType(I8, LANES)
-        self.mask = ir.VectorType(ir.IntType(1), LANES)
-        self.masked_load = ir.Function(self.module, ir.FunctionType(
-            self.bytes, [self.bytes.as_pointer(), I32, self.mask, self.bytes]),
-            name=f"llvm.masked.load.v{LANES}i8.p0")
-        self.masked_store = ir.Function(self.module, ir.FunctionType(
-            ir.VoidType(), [self.bytes, self.bytes.as_pointer(), I32, self.mask]),
-            name=f"llvm.masked.store.v{LANES}i8.p0")
+        self.masked_load = masked_load(self.module, self.bytes, "i8")
+        self.masked_store = masked_store(self.module, self.bytes, "i8")
         self.rint = ir.Function(self.module, ir.FunctionType(self.floats, [self.floats]),
                                 name=f"llvm.rint.v{LANES}f32")
         self.requantize = self._define_requantize()
@@ -73,61 +69,49 @@ class DirectInt8Kernel:
                                                wide, I64, I64, I64, byte, I64, I64, wide,
                                                F32.as_pointer()])
         function = ir.Function(self.module, kind, name="direct")
-        (image, row_stride, steps, b, groups, c, ldc, offsets, starts, row_blocks, first,
-         last, config, rows, block_base, terms, factors) = function.args
+        b, groups, ldc, offsets, row_blocks, first, last, config = (
+            function.args[index] for index in (3, 4, 6, 7, 9, 10, 11, 12))
         builder = ir.IRBuilder(function.append_basic_block("entry"))
         builder.call(self.load_config, [config])
         c_stride = builder.mul(ldc, I64(4))
         step_count = builder.sdiv(groups, I64(DEPTH // 4))
         panel_bytes = builder.mul(groups, I64(COLUMNS * 4))
-        entry = builder.block
-        panel_loop = function.append_basic_block("panel")
-        done = function.append_basic_block("done")
-        builder.cbranch(builder.icmp_signed("<", first, last), panel_loop, done)
+        with loop(builder, function, first, last, "panel") as panel:
+            b_panel = builder.gep(b, [builder.mul(panel, panel_bytes)])
+            column = builder.mul(panel, I64(COLUMNS))
+            shifts = [builder.load(builder.bitcast(
+                builder.gep(offsets, [builder.add(column, I64(j * LANES))]),
+                self.vector.as_pointer()), align=4) for j in range(2)]
+            with loop(builder, function, I64(0), row_blocks, "block") as block:
+                self._block(function, builder, block, column, b_panel, shifts, step_count,
+                            c_stride)
+        builder.ret_void()
+        return function
 
-        builder.position_at_end(panel_loop)
-        panel = builder.phi(I64)
-        panel.add_incoming(first, entry)
-        b_panel = builder.gep(b, [builder.mul(panel, panel_bytes)])
-        column = builder.mul(panel, I64(COLUMNS))
-        shifts = [builder.load(builder.bitcast(
-            builder.gep(offsets, [builder.add(column, I64(j * LANES))]),
-            self.vector.as_pointer()), align=4) for j in range(2)]
-        panel_start = builder.block
-        block_loop = function.append_basic_block("block")
-        panel_next = function.append_basic_block("panel_next")
-        builder.branch(block_loop)
-
-        builder.position_at_end(block_loop)
-        block = builder.phi(I64)
-        block.add_incoming(I64(0), panel_start)
+    def _block(self, function: ir.Function, builder: ir.IRBuilder, block: ir.Value,
+               column: ir.Value, b_panel: ir.Value, shifts: list[ir.Value],
+               step_count: ir.Value, c_stride: ir.Value) -> None:
+        """Row block ``block`` of ``direct``'s panel at ``column``: its K steps on the tiles,
+        the sums stored with the column offsets added, then requantized where ``terms`` is
+        set."""
+        (image, row_stride, steps, _, _, c, ldc, _, starts, _, _, _, _, rows, block_base,
+         terms, factors) = function.args
         upper = builder.gep(image, [builder.load(builder.gep(starts, [builder.mul(block,
                                                                                   I64(2))]))])
         lower = builder.gep(image, [builder.load(builder.gep(starts, [
             builder.add(builder.mul(block, I64(2)), I64(1))]))])
         for accumulator in range(4):
             builder.call(self.zero_tile, [I8(accumulator)])
-        block_start = builder.block
-        k_loop = function.append_basic_block("k")
-        k_done = function.append_basic_block("k_done")
-        builder.cbranch(builder.icmp_signed(">", step_count, I64(0)), k_loop, k_done)
-
-        builder.position_at_end(k_loop)
-        step = builder.phi(I64)
-        step.add_incoming(I64(0), block_start)
-        shift = builder.load(builder.gep(steps, [step]))
-        b_run = builder.gep(b_panel, [builder.mul(step, I64(DEPTH * COLUMNS))])
-        builder.call(self.load_tile, [I8(4), builder.gep(upper, [shift]), row_stride])
-        builder.call(self.load_tile, [I8(5), builder.gep(lower, [shift]), row_stride])
-        builder.call(self.load_tile, [I8(6), b_run, I64(COLUMNS * 4)])
-        builder.call(self.load_tile, [I8(7), builder.gep(b_run, [I64(64)]), I64(COLUMNS * 4)])
-        for accumulator, (left, right) in enumerate(((4, 6), (4, 7), (5, 6), (5, 7))):
-            builder.call(self.dot, [I8(accumulator), I8(left), I8(right)])
-        step_next = builder.add(step, I64(1))
-        step.add_incoming(step_next, k_loop)
-        builder.cbranch(builder.icmp_signed("<", step_next, step_count), k_loop, k_done)
-
-        builder.position_at_end(k_done)
+        with loop(builder, function, I64(0), step_count, "k") as step:
+            shift = builder.load(builder.gep(steps, [step]))
+            b_run = builder.gep(b_panel, [builder.mul(step, I64(DEPTH * COLUMNS))])
+            builder.call(self.load_tile, [I8(4), builder.gep(upper, [shift]), row_stride])
+            builder.call(self.load_tile, [I8(5), builder.gep(lower, [shift]), row_stride])
+            builder.call(self.load_tile, [I8(6), b_run, I64(COLUMNS * 4)])
+            builder.call(self.load_tile, [I8(7), builder.gep(b_run, [I64(64)]),
+                                          I64(COLUMNS * 4)])
+            for accumulator, (left, right) in enumerate(((4, 6), (4, 7), (5, 6), (5, 7))):
+                builder.call(self.dot, [I8(accumulator), I8(left), I8(right)])
         first_row = builder.mul(block, builder.mul(rows, I64(2)))
         corner = builder.gep(c, [builder.add(builder.mul(first_row, ldc), column)])
         lower_corner = builder.gep(corner, [builder.mul(rows, ldc)])
@@ -148,18 +132,6 @@ class DirectInt8Kernel:
                                        builder.mul(rows, I64(2)), terms, factors])
         builder.branch(after)
         builder.position_at_end(after)
-        block_next = builder.add(block, I64(1))
-        block.add_incoming(block_next, builder.block)
-        builder.cbranch(builder.icmp_signed("<", block_next, row_blocks), block_loop,
-                        panel_next)
-
-        builder.position_at_end(panel_next)
-        following = builder.add(panel, I64(1))
-        panel.add_incoming(following, panel_next)
-        builder.cbranch(builder.icmp_signed("<", following, last), panel_loop, done)
-        builder.position_at_end(done)
-        builder.ret_void()
-        return function
 
     def _define_requantize(self) -> ir.Function:
         """``requantize(corner, ldc, column, first_row, count, terms, factors)``: rows
@@ -182,64 +154,47 @@ class DirectInt8Kernel:
             builder.load(builder.gep(terms, [I64(index)])) for index in range(8))
         out, residual = builder.inttoptr(out, byte), builder.inttoptr(residual, byte)
         bias, scales = builder.inttoptr(bias, word), builder.inttoptr(scales, real)
-        bounds = [self._splat(builder, builder.load(builder.gep(factors, [I64(index)])))
+        bounds = [splat(builder, builder.load(builder.gep(factors, [I64(index)])), self.floats)
                   for index in range(7)]
         act_low, act_top, residual_scale, post_low, post_top, lowest, highest = bounds
-        lanes = ir.Constant(ir.VectorType(I64, LANES), list(range(LANES)))
+        indices = ir.VectorType(I64, LANES)
+        lanes = ir.Constant(indices, list(range(LANES)))
         halves = []
         for half in range(2):
             at = builder.add(column, I64(half * LANES))
-            mask = builder.icmp_signed("<", builder.add(self._splat(builder, at, I64), lanes),
-                                       self._splat(builder, filters, I64))
+            mask = builder.icmp_signed("<", builder.add(splat(builder, at, indices), lanes),
+                                       splat(builder, filters, indices))
             shift = builder.load(builder.bitcast(builder.gep(bias, [at]),
                                                  self.vector.as_pointer()), align=4)
             factor = builder.load(builder.bitcast(builder.gep(scales, [at]),
                                                   self.floats.as_pointer()), align=4)
-            halves.append((at, mask, builder.sext(shift, ir.VectorType(I64, LANES)), factor))
+            halves.append((at, mask, builder.sext(shift, indices), factor))
         is_signed = builder.icmp_unsigned("!=", signed, I64(0))
         last = builder.add(first_row, count)
         last = builder.select(builder.icmp_signed("<", valid, last), valid, last)
-        start = builder.block
-        loop = function.append_basic_block("row")
-        done = function.append_basic_block("done")
-        builder.cbranch(builder.icmp_signed("<", first_row, last), loop, done)
-
-        builder.position_at_end(loop)
-        row = builder.phi(I64)
-        row.add_incoming(first_row, start)
-        line = builder.gep(corner, [builder.mul(builder.sub(row, first_row), ldc)])
-        for half, (at, mask, shift, factor) in enumerate(halves):
-            sums = builder.load(builder.bitcast(builder.gep(line, [I64(half * LANES)]),
-                                                self.vector.as_pointer()), align=4)
-            wide_sums = builder.add(builder.sext(sums, ir.VectorType(I64, LANES)), shift)
-            value = builder.fmul(builder.sitofp(wide_sums, self.floats), factor)
-            value = self._clamp(builder, value, act_low, act_top)
-            summand = builder.call(self.masked_load, [
-                builder.bitcast(builder.gep(residual, [builder.add(
-                    builder.mul(row, residual_stride), at)]), self.bytes.as_pointer()),
-                I32(1), mask, ir.Constant(self.bytes, [0] * LANES)])
-            summand = builder.select(is_signed, builder.sitofp(summand, self.floats),
-                                     builder.uitofp(summand, self.floats))
-            value = builder.fadd(value, builder.fmul(residual_scale, summand))
-            value = self._clamp(builder, value, post_low, post_top)
-            value = self._clamp(builder, builder.call(self.rint, [value]), lowest, highest)
-            code = builder.trunc(builder.fptosi(value, self.vector), self.bytes)
-            target = builder.gep(out, [builder.add(builder.mul(row, filters), at)])
-            builder.call(self.masked_store, [code, builder.bitcast(
-                target, self.bytes.as_pointer()), I32(1), mask])
-        row_next = builder.add(row, I64(1))
-        row.add_incoming(row_next, builder.block)
-        builder.cbranch(builder.icmp_signed("<", row_next, last), loop, done)
-        builder.position_at_end(done)
+        with loop(builder, function, first_row, last, "row") as row:
+            line = builder.gep(corner, [builder.mul(builder.sub(row, first_row), ldc)])
+            for half, (at, mask, shift, factor) in enumerate(halves):
+                sums = builder.load(builder.bitcast(builder.gep(line, [I64(half * LANES)]),
+                                                    self.vector.as_pointer()), align=4)
+                wide_sums = builder.add(builder.sext(sums, indices), shift)
+                value = builder.fmul(builder.sitofp(wide_sums, self.floats), factor)
+                value = self._clamp(builder, value, act_low, act_top)
+                summand = builder.call(self.masked_load, [
+                    builder.bitcast(builder.gep(residual, [builder.add(
+                        builder.mul(row, residual_stride), at)]), self.bytes.as_pointer()),
+                    I32(1), mask, ir.Constant(self.bytes, [0] * LANES)])
+                summand = builder.select(is_signed, builder.sitofp(summand, self.floats),
+                                         builder.uitofp(summand, self.floats))
+                value = builder.fadd(value, builder.fmul(residual_scale, summand))
+                value = self._clamp(builder, value, post_low, post_top)
+                value = self._clamp(builder, builder.call(self.rint, [value]), lowest, highest)
+                code = builder.trunc(builder.fptosi(value, self.vector), self.bytes)
+                target = builder.gep(out, [builder.add(builder.mul(row, filters), at)])
+                builder.call(self.masked_store, [code, builder.bitcast(
+                    target, self.bytes.as_pointer()), I32(1), mask])
         builder.ret_void()
         return function
-
-    def _splat(self, builder: ir.IRBuilder, scalar: ir.Value, kind: ir.Type = F32) -> ir.Value:
-        vector = ir.VectorType(kind, LANES)
-        undefined = ir.Constant(vector, ir.Undefined)
-        single = builder.insert_element(undefined, scalar, I32(0))
-        return builder.shuffle_vector(single, undefined,
-                                      ir.Constant(ir.VectorType(I32, LANES), [0] * LANES))
 
     @staticmethod
     def _clamp(builder: ir.IRBuilder, value: ir.Value, low: ir.Value,
@@ -252,23 +207,13 @@ class DirectInt8Kernel:
                      ldc: ir.Value, count: ir.Value, shifts: list[ir.Value]) -> None:
         """Each of the block's ``count`` rows of C gets the column offsets (signed data's
         compensation) added."""
-        start = builder.block
-        loop = function.append_basic_block("offsets")
-        after = function.append_basic_block("offsets_done")
-        builder.branch(loop)
-        builder.position_at_end(loop)
-        row = builder.phi(I64)
-        row.add_incoming(I64(0), start)
-        line = builder.gep(corner, [builder.mul(row, ldc)])
-        for j in range(2):
-            address = builder.bitcast(builder.gep(line, [I64(j * LANES)]),
-                                      self.vector.as_pointer())
-            builder.store(builder.add(builder.load(address, align=4), shifts[j]), address,
-                          align=4)
-        row_next = builder.add(row, I64(1))
-        row.add_incoming(row_next, loop)
-        builder.cbranch(builder.icmp_signed("<", row_next, count), loop, after)
-        builder.position_at_end(after)
+        with loop(builder, function, I64(0), count, "offsets") as row:
+            line = builder.gep(corner, [builder.mul(row, ldc)])
+            for j in range(2):
+                address = builder.bitcast(builder.gep(line, [I64(j * LANES)]),
+                                          self.vector.as_pointer())
+                builder.store(builder.add(builder.load(address, align=4), shifts[j]), address,
+                              align=4)
 
     def _define_task(self) -> ir.Function:
         """``task(context, part, parts)``, context ``[image, row_stride, steps, b, groups, c,
