@@ -4,6 +4,8 @@ bit for bit."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
@@ -23,15 +25,13 @@ SHAPES = [(1, 5, (9, 11), (3, 3), (1, 1), (1, 1), (1, 1)),
           (3, 33, (12, 13), (3, 3), (1, 2), (2, 1), (2, 2))]
 
 
-@pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.parametrize("data_dtype,act,with_residual", [
-    (np.uint8, "relu", False), (np.int8, None, True), (np.int8, "bounded_relu", False)])
-@pytest.mark.parametrize("chunk_bytes", [16, int8_depthwise.CHUNK_BYTES])
-def test_equals_the_numpy_path_bit_for_bit(monkeypatch, shape, data_dtype, act, with_residual,
-                                           chunk_bytes):
-    monkeypatch.setattr(int8_depthwise, "CHUNK_BYTES", chunk_bytes)
+def layer(shape: tuple, rng: np.random.Generator, data_dtype: type, act: str | None,
+          act_high: float, with_residual: bool,
+          scales: Callable[[np.ndarray], np.ndarray]) -> tuple:
+    """A depthwise layer of ``shape`` with random data, weights, residual and epilogue
+    (``scales(weight)`` its requantize scales), and the NumPy path's output: (geometry, data,
+    weight, residual, out_shape, out_dtype, epilogue, want)."""
     batch, channels, size, kernel, stride, pad, dilate = shape
-    rng = np.random.default_rng(channels * 7 + batch)
     geometry = int8_conv.Geometry(kernel, stride, dilate, pad)
     info = np.iinfo(data_dtype)
     data = rng.integers(info.min, info.max + 1, (batch, channels, *size)).astype(data_dtype)
@@ -42,16 +42,28 @@ def test_equals_the_numpy_path_bit_for_bit(monkeypatch, shape, data_dtype, act, 
     storage = np.dtype(np.int8) if with_residual else np.dtype(out_dtype)
     limits = np.iinfo(storage)
     epilogue = int8_conv.Epilogue(
-        bias=rng.integers(-3000, 3000, channels).astype(np.int32),
-        scales=rng.uniform(0.002, 0.02, channels).astype(np.float32), act=act,
-        act_high=60.5 if act == "bounded_relu" else 0.0,
-        residual_scale=0.61 if with_residual else 0.0, low=int(limits.min),
-        high=int(limits.max))
+        bias=rng.integers(-3000, 3000, channels).astype(np.int32), scales=scales(weight),
+        act=act, act_high=act_high, residual_scale=0.61 if with_residual else 0.0,
+        low=int(limits.min), high=int(limits.max))
     sums = integer.conv(data, weight, kernel, stride, dilate, pad, channels)
     sums += epilogue.bias.astype(np.float64).reshape(1, -1, 1, 1)
     want = finish(sums, epilogue.scales, 1, storage,
-                  None if act is None else Activation(act, epilogue.act_high),
+                  None if act is None else Activation(act, act_high),
                   None if residual is None else (residual, np.float32(0.61))).astype(out_dtype)
+    return geometry, data, weight, residual, out_shape, out_dtype, epilogue, want
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("data_dtype,act,with_residual", [
+    (np.uint8, "relu", False), (np.int8, None, True), (np.int8, "bounded_relu", False)])
+@pytest.mark.parametrize("chunk_bytes", [16, int8_depthwise.CHUNK_BYTES])
+def test_equals_the_numpy_path_bit_for_bit(monkeypatch, shape, data_dtype, act, with_residual,
+                                           chunk_bytes):
+    monkeypatch.setattr(int8_depthwise, "CHUNK_BYTES", chunk_bytes)
+    rng = np.random.default_rng(shape[1] * 7 + shape[0])
+    geometry, data, weight, residual, out_shape, out_dtype, epilogue, want = layer(
+        shape, rng, data_dtype, act, 60.5 if act == "bounded_relu" else 0.0, with_residual,
+        lambda weight: rng.uniform(0.002, 0.02, len(weight)).astype(np.float32))
     out = np.zeros(out_shape, out_dtype)
     conv = int8_depthwise.FusedDepthwise(data, weight, geometry, out, residual)
     with spin_pool.armed(2):
@@ -86,28 +98,14 @@ def test_channels_last_arrays_equal_the_numpy_path(shape, laid, data_dtype, act,
                                                    with_residual):
     """Data and output handed over channels-last (N, H, W, C in the NCHW buffer), the 3×3
     window without a residual as one pass (`_window_3x3`): NumPy's bytes."""
-    batch, channels, size, kernel, stride, pad, dilate = shape
-    rng = np.random.default_rng(channels * 5 + batch + len(str(act)))
-    geometry = int8_conv.Geometry(kernel, stride, dilate, pad)
-    info = np.iinfo(data_dtype)
-    data = rng.integers(info.min, info.max + 1, (batch, channels, *size)).astype(data_dtype)
-    weight = rng.integers(-127, 128, (channels, 1, *kernel)).astype(np.int8)
-    out_shape = (batch, channels, *geometry.out_size(*size))
-    residual = rng.integers(-128, 128, out_shape).astype(np.int8) if with_residual else None
-    out_dtype = np.uint8 if act else np.int8
-    storage = np.dtype(np.int8) if with_residual else np.dtype(out_dtype)
-    limits = np.iinfo(storage)
-    reach = float(np.sqrt(weight[0].size)) * 127 * 40  # sums over the range and past it
-    epilogue = int8_conv.Epilogue(
-        bias=rng.integers(-3000, 3000, channels).astype(np.int32),
-        scales=(rng.uniform(0.5, 2.0, channels) * 128 / reach).astype(np.float32), act=act,
-        act_high=act_high, residual_scale=0.61 if with_residual else 0.0,
-        low=int(limits.min), high=int(limits.max))
-    sums = integer.conv(data, weight, kernel, stride, dilate, pad, channels)
-    sums += epilogue.bias.astype(np.float64).reshape(1, -1, 1, 1)
-    want = finish(sums, epilogue.scales, 1, storage,
-                  None if act is None else Activation(act, act_high),
-                  None if residual is None else (residual, np.float32(0.61))).astype(out_dtype)
+    rng = np.random.default_rng(shape[1] * 5 + shape[0] + len(str(act)))
+
+    def scales(weight: np.ndarray) -> np.ndarray:
+        reach = float(np.sqrt(weight[0].size)) * 127 * 40  # sums over the range and past it
+        return (rng.uniform(0.5, 2.0, len(weight)) * 128 / reach).astype(np.float32)
+
+    geometry, data, weight, residual, out_shape, out_dtype, epilogue, want = layer(
+        shape, rng, data_dtype, act, act_high, with_residual, scales)
 
     def held(array: np.ndarray, channels_last: bool) -> np.ndarray:
         """An NCHW-shaped buffer holding ``array``'s values N, H, W, C where asked."""
