@@ -4,6 +4,8 @@ ResNet-18 against the im2col form."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
@@ -52,6 +54,16 @@ def bf16_workspace() -> Workspace:
 
 def relative_error(got: np.ndarray, want: np.ndarray) -> float:
     return float(np.abs(got - want).max() / np.abs(want).max())
+
+
+def assert_armed_runs_store(out: np.ndarray, alone: np.ndarray, run: Callable[[], object]) -> None:
+    """Three runs of ``run`` armed over two threads, ``out`` cleared to NaN before each: each
+    leaves ``out`` equal to ``alone`` (what one thread stored), byte for byte."""
+    with spin_pool.armed(2):
+        for _ in range(3):
+            out[...] = np.nan
+            run()
+            np.testing.assert_array_equal(out, alone)
 
 
 @needs_direct
@@ -157,12 +169,7 @@ def test_armed_parts_add_the_residual_as_one_thread_does() -> None:
         if target is alone:
             for call in fused:
                 call()
-    with spin_pool.armed(2):
-        for _ in range(3):
-            out[...] = np.nan
-            for call in fused:
-                call()
-            np.testing.assert_array_equal(out, alone)
+    assert_armed_runs_store(out, alone, lambda: [call() for call in fused])
 
 
 @needs_direct
@@ -188,11 +195,7 @@ def test_armed_parts_on_the_pool_store_the_same_bytes() -> None:
     conv_amx.bind(data, weight, alone, geometry, bf16_workspace())()
     out = np.empty_like(alone)
     call = conv_amx.bind(data, weight, out, geometry, bf16_workspace())
-    with spin_pool.armed(2):
-        for _ in range(3):
-            out[...] = np.nan
-            call()
-            np.testing.assert_array_equal(out, alone)
+    assert_armed_runs_store(out, alone, call)
 
 
 @needs_direct
