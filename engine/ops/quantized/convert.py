@@ -83,8 +83,7 @@ def _quantize_v2_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
     laid_job = int8_convert.quantize_channels_last_job(
         data, scale, *ranges.LIMITS[dtype], targets[0]) \
         if data.ndim == 4 and data.shape[1] < LAID_QUANTIZE_CHANNELS else None
-    offered = handoff.offer(workspace, targets[0], handoff.can_read, handoff.gains) \
-        if laid_job is not None else None
+    offered = handoff.offer(workspace, targets[0]) if laid_job is not None else None
     if dtype == INT8:  # int8 reports the symmetric range it covers
         reach = ranges.max_abs(low, high)
         low, high = -reach, reach

@@ -281,8 +281,7 @@ class _FusedInt8Conv:
         if workspace is not None and ranges.has_calib(self.attrs) and one_filter_a_group \
                 and len(main.kernel) == 2:
             # a dequantize alone would transpose the bytes instead of this node: no gain
-            offered = handoff.offer(workspace, self.targets[0], handoff.can_read,
-                                    handoff.gains)
+            offered = handoff.offer(workspace, self.targets[0])
             if offered is not None:
                 handoffs["out"] = offered
         return handoffs

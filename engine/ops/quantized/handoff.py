@@ -53,11 +53,9 @@ class Handoff:
         return self.takers == self.readers
 
 
-def offer(workspace: Any, array: Any, can_read: Callable[[Any], bool],
-          gains: Callable[[Any], bool]) -> Handoff | None:
-    """The writer's hand-off for ``array`` where the plan noted its readers, ``can_read``
-    holds for each (a `workspace.Reader`) and ``gains`` for one at least (a reader that
-    would otherwise transpose); else None."""
+def offer(workspace: Any, array: Any) -> Handoff | None:
+    """The writer's hand-off for ``array`` where the plan noted its readers, each can read
+    it (`can_read`) and one at least gains from it (`gains`); else None."""
     readers = workspace.readers(array) if hasattr(workspace, "readers") else None
     if not readers or not all(map(can_read, readers)) or not any(map(gains, readers)):
         return None

@@ -90,8 +90,7 @@ class _Int8MaxPool:
             tuple(attrs.kernel), spatial_param(attrs.stride, 2, 1, "stride", POOLING_OP),
             spatial_param(attrs.pad, 2, 0, "pad", POOLING_OP))
         self.data_handoff = handoff.take(workspace, self.data)
-        self.out_handoff = handoff.offer(workspace, targets[0], handoff.can_read,
-                                         handoff.gains)
+        self.out_handoff = handoff.offer(workspace, targets[0])
         self._jobs: dict[tuple[bool, bool], Any] = {}
 
     def __call__(self) -> None:

@@ -41,8 +41,7 @@ class _Int8Rescale:
         self.shift = np.zeros(data.shape[1], np.float32)
         self.out_range = ranges.range_pair(attrs.min_calib_range, attrs.max_calib_range)
         self.data_handoff = handoff.take(workspace, data)
-        self.out_handoff = handoff.offer(workspace, targets[0], handoff.can_read,
-                                         handoff.gains)
+        self.out_handoff = handoff.offer(workspace, targets[0])
         self._key: Any = None
         self._jobs: dict[tuple[bool, bool], Any] = {}
 
