@@ -13,6 +13,10 @@ hold it): everything it needs is in the network's folder the benchmark wrote:
 * ``agreement.npy``: the inputs whose outputs the benchmark compares across runtimes;
 * ``data-b{batch}.npy``: the timed input.
 
+With ``--layers`` (OpenVINO only) it serves nothing: it prints OpenVINO's own time for each of
+its layers in the order it runs them (the plugin's performance counters, median over calls),
+which `bench/steps_in_order.py --openvino` sets beside ours.
+
 It writes ``{runtime}-b{batch}-output.npy`` (the timed input's output) and, where asked,
 ``{runtime}-b{batch}-agreement.npy`` (every agreement input's output) into the same folder.
 Quantised models are kept there too, so the second thread setting reuses the first's.
@@ -190,6 +194,39 @@ def serve(runtime: str, folder: Path, batch: int, threads: int, agreement: bool)
         print(json.dumps((time.perf_counter() - start) / count), file=answers, flush=True)
 
 
+def print_layer_times(runtime: str, folder: Path, batch: int, threads: int, runs: int) -> None:
+    """OpenVINO's time per layer (``PERF_COUNT``), median of ``runs`` calls after 10 of
+    warm-up, in the order its runtime model runs them."""
+    import openvino
+
+    if not runtime.startswith("ov-"):
+        raise SystemExit(f"--layers reads OpenVINO's counters; {runtime} has none")
+    precision = runtime.removeprefix("ov-")
+    model = openvino_model(folder, precision)
+    data = np.load(folder / f"data-b{batch}.npy")
+    model.reshape({0: list(data.shape)})
+    config: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY", "PERF_COUNT": True}
+    if threads:
+        config["INFERENCE_NUM_THREADS"] = threads
+    if precision in ("f32", "bf16"):
+        config["INFERENCE_PRECISION_HINT"] = precision
+    request = openvino.Core().compile_model(model, "CPU", config).create_infer_request()
+    for _ in range(10):
+        request.infer({0: data})
+    layers: dict[tuple[str, str, str], list[float]] = {}
+    for _ in range(runs):
+        request.infer({0: data})
+        for layer in request.profiling_info:
+            key = (layer.node_name, layer.node_type, layer.exec_type)
+            layers.setdefault(key, []).append(layer.real_time.total_seconds())
+    medians = {key: float(np.median(times)) for key, times in layers.items()}
+    print(f"OpenVINO {precision}, batch {batch}, {threads or 'default'} thread(s): layers "
+          f"sum to {sum(medians.values()) * 1e3:.2f} ms (median of {runs} calls each)")
+    for (name, kind, implementation), seconds in medians.items():
+        if seconds > 0:
+            print(f"  {seconds * 1e3:7.3f} ms  {name} ({kind}, {implementation})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runtime", choices=RUNTIMES)
@@ -198,7 +235,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="0: the runtime's default")
     parser.add_argument("--agreement", action="store_true",
                         help="also write the outputs of every agreement input")
+    parser.add_argument("--layers", type=int, metavar="RUNS", default=0,
+                        help="print OpenVINO's time per layer over RUNS calls instead of serving")
     options = parser.parse_args()
+    if options.layers:
+        print_layer_times(options.runtime, options.folder, options.batch, options.threads,
+                          options.layers)
+        return
     serve(options.runtime, options.folder, options.batch, options.threads, options.agreement)
 
 

@@ -2,7 +2,7 @@
 
 Usage: ``python bench/steps_in_order.py [--net resnet18_v1] [--batch 1] [--runs 30]
 [--threads 1] [--top 12] [--precision fp32|bf16|int8] [--node NAME]
-[--winograd-min-tiles N] [--f4-min-tiles N]``.
+[--winograd-min-tiles N] [--f4-min-tiles N] [--openvino] [--peer-python PYTHON]``.
 
 ``bench/executor.py``'s step kinds take each step's best of three calls in a row, so a step
 finds its weights in cache from the call before, which hides what streaming them from memory
@@ -12,7 +12,10 @@ in order, each step timed, and the report gives per node the median over runs of
 summed time, its step count and kinds of call, the nodes slowest first, and the median of
 whole ``plan.run`` calls taken in turn with the walks. ``--node`` lists a node's steps one by
 one; ``--winograd-min-tiles`` and ``--f4-min-tiles`` bind a second plan with
-`winograd_bind`'s thresholds changed and time the two in turn. One thread by default: BLAS's
+`winograd_bind`'s thresholds changed and time the two in turn. ``--openvino`` then prints
+OpenVINO's own time per layer, in its order, for the same network, batch, thread count and
+precision (int8 through NNCF, as `bench/executor.py` quantises it), from the peer environment
+(`bench/quantized_peers.py --layers`). One thread by default: BLAS's
 pools through threadpoolctl and the engine's own setting (`parallel.set_threads`).
 """
 
@@ -131,6 +134,10 @@ def main() -> None:
                         help="the same with winograd_bind.F4_MIN_TILES")
     parser.add_argument("--node", action="append", default=[],
                         help="a node whose steps are listed one by one (repeatable)")
+    parser.add_argument("--openvino", action="store_true",
+                        help="also print OpenVINO's time per layer on the same case")
+    parser.add_argument("--peer-python", default=None,
+                        help="the peer environment's Python (as bench/executor.py's option)")
     options = parser.parse_args()
     from threadpoolctl import threadpool_limits
 
@@ -157,6 +164,27 @@ def main() -> None:
             whole[label].append(time.perf_counter() - start)
     for label, (plan, _) in plans.items():
         report(label, plan, per_run[label], whole[label], options)
+    if options.openvino:
+        openvino_layers(options)
+
+
+def openvino_layers(options: argparse.Namespace) -> None:
+    """OpenVINO's per-layer times on this case, run by `quantized_peers` in the peer
+    environment on the ONNX file our exporter writes (a folder as `bench/executor.py` makes)."""
+    import subprocess
+    import tempfile
+
+    import executor
+
+    name = {"mobilenet_v2": "mobilenetv2_1.0"}.get(options.net, options.net)
+    runtime = {"fp32": "ov-f32"}.get(options.precision, f"ov-{options.precision}")
+    with tempfile.TemporaryDirectory() as root:
+        folder = executor.prepare_network(name, Path(root), 0)
+        executor.write_case_input(folder, options.batch)
+        subprocess.run([executor.peer_python(options.peer_python),
+                        str(Path(__file__).with_name("quantized_peers.py")), runtime,
+                        str(folder), "--batch", str(options.batch), "--threads",
+                        str(options.threads), "--layers", str(options.runs)], check=True)
 
 
 if __name__ == "__main__":
