@@ -140,8 +140,9 @@ class DirectInt8Kernel:
         does, step for step in float32, into channels-last bytes; rows from ``terms``' valid
         count on are left alone. ``terms`` (int64): the output and residual addresses, the
         bias (int32) and scales (float32, both padded to whole panels), the filters, the
-        valid rows, whether the residual is signed, and its row stride (0: a zero row, no
-        residual); ``factors`` (float32): the activation's bounds, the residual's scale, the
+        valid rows, whether the residual is signed, its row stride (0: no residual), and
+        whether every sum plus its bias stays inside int32 (nonzero: they are added in int32,
+        else in int64); ``factors`` (float32): the activation's bounds, the residual's scale, the
         bounds of the activation after the sum, and the output's saturation bounds."""
         word, wide, real = I32.as_pointer(), I64.as_pointer(), F32.as_pointer()
         kind = ir.FunctionType(ir.VoidType(), [word, I64, I64, I64, I64, wide, real])
@@ -150,8 +151,8 @@ class DirectInt8Kernel:
         corner, ldc, column, first_row, count, terms, factors = function.args
         builder = ir.IRBuilder(function.append_basic_block("entry"))
         byte = I8.as_pointer()
-        (out, residual, bias, scales, filters, valid, signed, residual_stride) = (
-            builder.load(builder.gep(terms, [I64(index)])) for index in range(8))
+        (out, residual, bias, scales, filters, valid, signed, residual_stride,
+         narrow_flag) = (builder.load(builder.gep(terms, [I64(index)])) for index in range(9))
         out, residual = builder.inttoptr(out, byte), builder.inttoptr(residual, byte)
         bias, scales = builder.inttoptr(bias, word), builder.inttoptr(scales, real)
         bounds = [splat(builder, builder.load(builder.gep(factors, [I64(index)])), self.floats)
@@ -172,27 +173,58 @@ class DirectInt8Kernel:
         is_signed = builder.icmp_unsigned("!=", signed, I64(0))
         last = builder.add(first_row, count)
         last = builder.select(builder.icmp_signed("<", valid, last), valid, last)
-        with loop(builder, function, first_row, last, "row") as row:
-            line = builder.gep(corner, [builder.mul(builder.sub(row, first_row), ldc)])
-            for half, (at, mask, shift, factor) in enumerate(halves):
-                sums = builder.load(builder.bitcast(builder.gep(line, [I64(half * LANES)]),
-                                                    self.vector.as_pointer()), align=4)
-                wide_sums = builder.add(builder.sext(sums, indices), shift)
-                value = builder.fmul(builder.sitofp(wide_sums, self.floats), factor)
-                value = self._clamp(builder, value, act_low, act_top)
-                summand = builder.call(self.masked_load, [
-                    builder.bitcast(builder.gep(residual, [builder.add(
-                        builder.mul(row, residual_stride), at)]), self.bytes.as_pointer()),
-                    I32(1), mask, ir.Constant(self.bytes, [0] * LANES)])
-                summand = builder.select(is_signed, builder.sitofp(summand, self.floats),
-                                         builder.uitofp(summand, self.floats))
-                value = builder.fadd(value, builder.fmul(residual_scale, summand))
-                value = self._clamp(builder, value, post_low, post_top)
-                value = self._clamp(builder, builder.call(self.rint, [value]), lowest, highest)
-                code = builder.trunc(builder.fptosi(value, self.vector), self.bytes)
-                target = builder.gep(out, [builder.add(builder.mul(row, filters), at)])
-                builder.call(self.masked_store, [code, builder.bitcast(
-                    target, self.bytes.as_pointer()), I32(1), mask])
+        # One row loop for each of (residual or none, sums in int32 or int64), chosen once:
+        # a layer without a residual adds nothing (its zero row's 0.0 changes no byte), and
+        # where every sum plus its bias stays inside int32 the add and the conversion to
+        # float32 take one vector each, not two (the same integer, the same rounding).
+        residual_bytes = builder.icmp_unsigned("!=", residual_stride, I64(0))
+        narrow = builder.icmp_unsigned("!=", narrow_flag, I64(0))
+        done = function.append_basic_block("rows_done")
+        variants = {}
+        for with_residual in (True, False):
+            for in_int32 in (True, False):
+                variants[with_residual, in_int32] = function.append_basic_block(
+                    f"rows_{'residual' if with_residual else 'alone'}_"
+                    f"{'int32' if in_int32 else 'int64'}")
+        pick_alone, pick_residual = (function.append_basic_block(name)
+                                     for name in ("pick_alone", "pick_residual"))
+        builder.cbranch(residual_bytes, pick_residual, pick_alone)
+        for with_residual, block in ((True, pick_residual), (False, pick_alone)):
+            builder.position_at_end(block)
+            builder.cbranch(narrow, variants[with_residual, True],
+                            variants[with_residual, False])
+        for (with_residual, in_int32), block in variants.items():
+            builder.position_at_end(block)
+            with loop(builder, function, first_row, last, "row") as row:
+                line = builder.gep(corner, [builder.mul(builder.sub(row, first_row), ldc)])
+                for half, (at, mask, shift, factor) in enumerate(halves):
+                    sums = builder.load(builder.bitcast(builder.gep(line, [I64(half * LANES)]),
+                                                        self.vector.as_pointer()), align=4)
+                    if in_int32:
+                        exact = builder.add(sums, builder.trunc(shift, self.vector))
+                    else:
+                        exact = builder.add(builder.sext(sums, indices), shift)
+                    value = builder.fmul(builder.sitofp(exact, self.floats), factor)
+                    value = self._clamp(builder, value, act_low, act_top)
+                    if with_residual:
+                        summand = builder.call(self.masked_load, [
+                            builder.bitcast(builder.gep(residual, [builder.add(
+                                builder.mul(row, residual_stride), at)]),
+                                self.bytes.as_pointer()),
+                            I32(1), mask, ir.Constant(self.bytes, [0] * LANES)])
+                        summand = builder.select(is_signed,
+                                                 builder.sitofp(summand, self.floats),
+                                                 builder.uitofp(summand, self.floats))
+                        value = builder.fadd(value, builder.fmul(residual_scale, summand))
+                    value = self._clamp(builder, value, post_low, post_top)
+                    value = self._clamp(builder, builder.call(self.rint, [value]), lowest,
+                                        highest)
+                    code = builder.trunc(builder.fptosi(value, self.vector), self.bytes)
+                    target = builder.gep(out, [builder.add(builder.mul(row, filters), at)])
+                    builder.call(self.masked_store, [code, builder.bitcast(
+                        target, self.bytes.as_pointer()), I32(1), mask])
+            builder.branch(done)
+        builder.position_at_end(done)
         builder.ret_void()
         return function
 

@@ -274,7 +274,7 @@ class FusedConv(EpilogueLayer):
         out = self.out.reshape(-1)[first * filters:]
         terms = np.array([out.ctypes.data, residual.ctypes.data, bias.ctypes.data,
                           scales.ctypes.data, filters, count, int(residual.dtype == np.int8),
-                          stride], np.int64)
+                          stride, int(sums_fit_int32(self.packed.groups * 4, bias))], np.int64)
         infinite = np.float32(np.inf)
         bounds = [(-infinite, infinite), (np.float32(0.0), infinite)]
         act = bounds[1] if epilogue.act == "relu" else (
@@ -333,6 +333,14 @@ def chunk_rows(rows: int, packed: gemm_int8.PackedWeights, block: int | None = N
     per_row = (packed.groups * 4 if gathers else 0) + 4 * columns
     blocks = max(1, CHUNK_BYTES // (per_row * block))
     return min(rows, blocks * block)
+
+
+def sums_fit_int32(depth: int, bias: np.ndarray) -> bool:
+    """Whether every sum of ``depth`` products of a uint8 or int8 by an int8 (at most 255 ·
+    128 each), plus its int32 ``bias``, stays inside int32: the requantize may then add them
+    in int32, where otherwise it widens to int64 first."""
+    largest = depth * 255 * 128 + int(np.abs(bias.astype(np.int64)).max(initial=0))
+    return largest <= np.iinfo(np.int32).max
 
 
 def weight_matrix(weight: np.ndarray) -> np.ndarray:

@@ -277,3 +277,40 @@ def test_kernel_rows_of_few_channels_are_steps_of_the_direct_product(shape, data
     with spin_pool.armed(2):
         conv(epilogue)
     np.testing.assert_array_equal(out, want)
+
+
+def test_sums_fit_int32_counts_the_largest_product_sum_and_bias():
+    """Each of ``depth`` products reaches 255 · 128; the bias's magnitude adds to it."""
+    depth = 64
+    room = np.iinfo(np.int32).max - depth * 255 * 128
+    assert int8_conv.sums_fit_int32(depth, np.array([room, -room], np.int32))
+    assert not int8_conv.sums_fit_int32(depth, np.array([0, -room - 1], np.int32))
+    assert not int8_conv.sums_fit_int32(gemm_int8.EXACT_DEPTH, np.array([255 * 128], np.int32))
+
+
+@pytest.mark.skipif(not gemm_int8.amx_available(), reason="needs AMX-INT8")
+@pytest.mark.parametrize("with_residual", [False, True])
+def test_direct_epilogue_widens_sums_whose_bias_reaches_past_int32(with_residual):
+    """Biases near int32's ends (sums plus bias past it): the fused epilogue adds them in
+    int64 (`sums_fit_int32` is False) and still gives the NumPy path's bytes."""
+    shape = (1, 64, (14, 14), 40, (3, 3), (1, 1), (1, 1), (1, 1))
+    rng = np.random.default_rng(11)
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, shape, np.uint8, np.int8, None, with_residual)
+    # every other filter's bias at an end of int32, its sums crossing it; scales that
+    # bring such sums back into the int8 range
+    top = np.iinfo(np.int32).max
+    epilogue.bias[::2] = np.where(rng.integers(0, 2, 20) == 1, top - 100, -top + 100)
+    epilogue.scales[:] = np.float32(60.0 / top)
+    assert not int8_conv.sums_fit_int32(weight[0].size, epilogue.bias)
+    want = _reference(data, weight, geometry, epilogue, residual, storage, np.int8)
+    out = np.zeros_like(want)
+    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight), amx=True)
+    conv = int8_conv.FusedConv(data, weight, packed, geometry, out, residual,
+                               int8_conv.Layouts(out=True))
+    assert conv.tile_rows
+    conv(epilogue)
+    np.testing.assert_array_equal(_from_channels_last(out), want)
+    sums = integer.conv(data, weight, geometry.kernel, geometry.stride, geometry.dilate,
+                        geometry.pad, 1) + epilogue.bias.astype(np.float64).reshape(1, -1, 1, 1)
+    assert (np.abs(sums) > top).any()  # some do leave int32: a wrapped add would show
