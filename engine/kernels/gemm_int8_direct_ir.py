@@ -120,35 +120,40 @@ class DirectInt8Kernel:
             target = builder.gep(base, [I64(across)])
             builder.call(self.store_tile, [I8(accumulator),
                                            builder.bitcast(target, I8.as_pointer()), c_stride])
-        self._add_offsets(function, builder, corner, ldc, builder.mul(rows, I64(2)), shifts)
         fused = function.append_basic_block("requantize")
+        stored = function.append_basic_block("offsets")
         after = function.append_basic_block("block_next")
         builder.cbranch(builder.icmp_unsigned("!=", builder.ptrtoint(terms, I64), I64(0)),
-                        fused, after)
-        builder.position_at_end(fused)
+                        fused, stored)
+        builder.position_at_end(fused)  # the offsets join the bias there: no pass of their own
         builder.call(self.requantize, [corner, ldc, column,
                                        builder.add(first_row, builder.mul(
                                            block_base, builder.mul(rows, I64(2)))),
-                                       builder.mul(rows, I64(2)), terms, factors])
+                                       builder.mul(rows, I64(2)), terms, factors, *shifts])
+        builder.branch(after)
+        builder.position_at_end(stored)
+        self._add_offsets(function, builder, corner, ldc, builder.mul(rows, I64(2)), shifts)
         builder.branch(after)
         builder.position_at_end(after)
 
     def _define_requantize(self) -> ir.Function:
-        """``requantize(corner, ldc, column, first_row, count, terms, factors)``: rows
-        [first_row, first_row + count) of a chunk (their sums from ``corner``, ``ldc`` int32
-        apart; columns ``column`` to ``column + 32``) requantized as `int8_conv._requantize`
-        does, step for step in float32, into channels-last bytes; rows from ``terms``' valid
-        count on are left alone. ``terms`` (int64): the output and residual addresses, the
-        bias (int32) and scales (float32, both padded to whole panels), the filters, the
-        valid rows, whether the residual is signed, its row stride (0: no residual), and
-        whether every sum plus its bias stays inside int32 (nonzero: they are added in int32,
-        else in int64); ``factors`` (float32): the activation's bounds, the residual's scale, the
+        """``requantize(corner, ldc, column, first_row, count, terms, factors, offsets,
+        offsets_high)``: rows [first_row, first_row + count) of a chunk (their sums from
+        ``corner``, ``ldc`` int32 apart; columns ``column`` to ``column + 32``, the two vectors
+        of column offsets not yet added) requantized as `int8_conv._requantize` does, step
+        for step in float32, into channels-last bytes; rows from ``terms``' valid count on
+        are left alone. ``terms`` (int64): the output and residual addresses, the bias
+        (int32) and scales (float32, both padded to whole panels), the filters, the valid
+        rows, whether the residual is signed, its row stride (0: no residual), and whether
+        every sum plus its bias stays inside int32 (nonzero: they are added in int32, else in
+        int64); ``factors`` (float32): the activation's bounds, the residual's scale, the
         bounds of the activation after the sum, and the output's saturation bounds."""
         word, wide, real = I32.as_pointer(), I64.as_pointer(), F32.as_pointer()
-        kind = ir.FunctionType(ir.VoidType(), [word, I64, I64, I64, I64, wide, real])
+        kind = ir.FunctionType(ir.VoidType(), [word, I64, I64, I64, I64, wide, real,
+                                               self.vector, self.vector])
         function = ir.Function(self.module, kind, name="requantize")
         function.linkage = "internal"
-        corner, ldc, column, first_row, count, terms, factors = function.args
+        corner, ldc, column, first_row, count, terms, factors, *offsets = function.args
         builder = ir.IRBuilder(function.append_basic_block("entry"))
         byte = I8.as_pointer()
         (out, residual, bias, scales, filters, valid, signed, residual_stride,
@@ -165,11 +170,12 @@ class DirectInt8Kernel:
             at = builder.add(column, I64(half * LANES))
             mask = builder.icmp_signed("<", builder.add(splat(builder, at, indices), lanes),
                                        splat(builder, filters, indices))
-            shift = builder.load(builder.bitcast(builder.gep(bias, [at]),
-                                                 self.vector.as_pointer()), align=4)
+            shift = builder.add(builder.sext(builder.load(builder.bitcast(
+                builder.gep(bias, [at]), self.vector.as_pointer()), align=4), indices),
+                builder.sext(offsets[half], indices))
             factor = builder.load(builder.bitcast(builder.gep(scales, [at]),
                                                   self.floats.as_pointer()), align=4)
-            halves.append((at, mask, builder.sext(shift, indices), factor))
+            halves.append((at, mask, shift, factor))
         is_signed = builder.icmp_unsigned("!=", signed, I64(0))
         last = builder.add(first_row, count)
         last = builder.select(builder.icmp_signed("<", valid, last), valid, last)
