@@ -50,9 +50,12 @@ def _flags(*names: str) -> tuple[Param, ...]:
 
 # The flags MXNet 1.9.1 writes; others (a deduplicated sum, a shifted uint8 output) change
 # the inputs or the arithmetic, and are refused as unknown attributes, by name.
-# (``with_relu`` and ``with_postsum_relu`` are the names MXNet 1.5 wrote.)
+# (``with_relu`` and ``with_postsum_relu`` are the names MXNet 1.5 wrote.) One is ours:
+# ``out_of_place_sum``, an int8 residual under a uint8 output summed into the node's own
+# output over its whole range, not through the residual's int8 buffer (`_conv_terms`), as
+# `engine.quantize.rewrite` writes it.
 CONV_PARAMS = (*_flags("quantized", "with_bn", "with_act", "with_sum", "with_postsum_act",
-                       "with_relu", "with_postsum_relu"), *CALIB_PARAMS)
+                       "with_relu", "with_postsum_relu", "out_of_place_sum"), *CALIB_PARAMS)
 FC_PARAMS = (*_flags("quantized", "enable_float_output", "with_eltwise",
                      "channel_wise_quantize", "with_relu"), *CALIB_PARAMS)
 
@@ -239,9 +242,10 @@ def _conv_terms(attrs: Attrs, weights: _ConvWeights, values: dict[str, Any]) -> 
                                           ranges.scalar(values["max_sum"]))
         residual = (summand, F32(output_scale / sum_scale))
     # An int8 residual under a uint8 output: oneDNN writes the sum into the residual's int8
-    # buffer, so the result saturates at 127 before MXNet reads the bytes as uint8.
+    # buffer, so the result saturates at 127 before MXNet reads the bytes as uint8 (unless
+    # the node says it sums out of place, as our rewrite's nodes do).
     storage = INT8 if dtype == UINT8 and residual is not None and residual[0].dtype == INT8 \
-        else dtype
+        and not attrs.out_of_place_sum else dtype
     return _ConvTerms(weight_q, bias_q, requantize, act, residual, chain.postsum_act, dtype,
                       storage, calibrated, (out_low, out_high))
 
