@@ -146,8 +146,9 @@ class DirectInt8Kernel:
         (int32) and scales (float32, both padded to whole panels), the filters, the valid
         rows, whether the residual is signed, its row stride (0: no residual), and whether
         every sum plus its bias stays inside int32 (nonzero: they are added in int32, else in
-        int64); ``factors`` (float32): the activation's bounds, the residual's scale, the
-        bounds of the activation after the sum, and the output's saturation bounds."""
+        int64); ``factors`` (float32): the activation's bounds, the residual's scale, and the
+        bounds of the rounded value without a residual and with one (`int8_conv.
+        folded_bounds`: the clamps after the last sum folded into one)."""
         word, wide, real = I32.as_pointer(), I64.as_pointer(), F32.as_pointer()
         kind = ir.FunctionType(ir.VoidType(), [word, I64, I64, I64, I64, wide, real,
                                                self.vector, self.vector])
@@ -162,7 +163,7 @@ class DirectInt8Kernel:
         bias, scales = builder.inttoptr(bias, word), builder.inttoptr(scales, real)
         bounds = [splat(builder, builder.load(builder.gep(factors, [I64(index)])), self.floats)
                   for index in range(7)]
-        act_low, act_top, residual_scale, post_low, post_top, lowest, highest = bounds
+        act_low, act_top, residual_scale, alone_low, alone_top, summed_low, summed_top = bounds
         indices = ir.VectorType(I64, LANES)
         lanes = ir.Constant(indices, list(range(LANES)))
         halves = []
@@ -211,8 +212,8 @@ class DirectInt8Kernel:
                     else:
                         exact = builder.add(builder.sext(sums, indices), shift)
                     value = builder.fmul(builder.sitofp(exact, self.floats), factor)
-                    value = self._clamp(builder, value, act_low, act_top)
                     if with_residual:
+                        value = self._clamp(builder, value, act_low, act_top)
                         summand = builder.call(self.masked_load, [
                             builder.bitcast(builder.gep(residual, [builder.add(
                                 builder.mul(row, residual_stride), at)]),
@@ -222,9 +223,9 @@ class DirectInt8Kernel:
                                                  builder.sitofp(summand, self.floats),
                                                  builder.uitofp(summand, self.floats))
                         value = builder.fadd(value, builder.fmul(residual_scale, summand))
-                    value = self._clamp(builder, value, post_low, post_top)
-                    value = self._clamp(builder, builder.call(self.rint, [value]), lowest,
-                                        highest)
+                    low, top = (summed_low, summed_top) if with_residual else (alone_low,
+                                                                                alone_top)
+                    value = self._clamp(builder, builder.call(self.rint, [value]), low, top)
                     code = builder.trunc(builder.fptosi(value, self.vector), self.bytes)
                     target = builder.gep(out, [builder.add(builder.mul(row, filters), at)])
                     builder.call(self.masked_store, [code, builder.bitcast(

@@ -314,3 +314,24 @@ def test_direct_epilogue_widens_sums_whose_bias_reaches_past_int32(with_residual
     sums = integer.conv(data, weight, geometry.kernel, geometry.stride, geometry.dilate,
                         geometry.pad, 1) + epilogue.bias.astype(np.float64).reshape(1, -1, 1, 1)
     assert (np.abs(sums) > top).any()  # some do leave int32: a wrapped add would show
+
+
+@pytest.mark.parametrize("act", [None, "relu", "bounded_relu"])
+@pytest.mark.parametrize("postsum_act", [None, "relu", "bounded_relu"])
+@pytest.mark.parametrize("limits", [(-128, 127), (0, 255)])
+def test_folded_bounds_clamp_the_rounded_value_as_the_whole_chain_does(act, postsum_act,
+                                                                      limits):
+    """One clamp of the rounded value stands for the activations' clamps, rounding and
+    saturation, at every value: halves, the bounds themselves, far past them."""
+    act_bounds = int8_conv.activation_bounds(act, 90.5)
+    post_bounds = int8_conv.activation_bounds(postsum_act, 6.5)
+    limits = tuple(np.float32(limit) for limit in limits)
+    values = np.concatenate([np.arange(-300, 300, 0.25), [-1e30, 1e30, -0.0, 90.49, 6.51]]
+                            ).astype(np.float32)
+    want = values
+    for low, high in (act_bounds, post_bounds):
+        want = np.minimum(np.maximum(want, low), high)
+    want = np.minimum(np.maximum(np.rint(want), limits[0]), limits[1])
+    low, high = int8_conv.folded_bounds((act_bounds, post_bounds), limits)
+    got = np.minimum(np.maximum(np.rint(values), low), high)
+    np.testing.assert_array_equal(got.astype(np.int32), want.astype(np.int32))
