@@ -533,7 +533,8 @@ class _BoundFc:
         self.attrs, self.values, self.targets = attrs, values, targets
         self.chain = _fc_chain(attrs)  # read once: the subgraph's walk costs microseconds
         self.weights = _FcWeights(attrs, values)
-        self._packed: tuple[Any, ...] | None = None  # (weight_q, PackedWeights, rows, bias)
+        # (weight_q, PackedWeights, rows, bias, a float32 output's factors or None)
+        self._packed: tuple[Any, ...] | None = None
 
     def __call__(self) -> None:
         data = np.asarray(self.values["data"])
@@ -542,6 +543,12 @@ class _BoundFc:
             data.reshape(-1, data.shape[-1])
         sums = self._sums(rows) if integer.fast_path_enabled() and \
             rows.dtype in (UINT8, INT8) and gemm_int8.available() else None
+        if sums is not None and self._packed[4] is not None:
+            # float32 out without an activation: `_fc_forward`'s `finish`, its scales made
+            # once per data range, written straight into the output
+            np.multiply(sums.astype(np.float32), self._packed[4],
+                        out=self.targets[0].reshape(sums.shape))
+            return
         results = _fc_forward(self.attrs, self.values, self.weights, self.chain, sums)
         for target, result in zip(self.targets, results if isinstance(results, tuple)
                                   else (results,), strict=True):
@@ -552,16 +559,21 @@ class _BoundFc:
         passes the GEMM's exact reach."""
         low, high = ranges.scalar(self.values["min_data"]), ranges.scalar(
             self.values["max_data"])
-        weight_q, bias_q, _, _ = self.weights(ranges.quantize_scale(rows.dtype, low, high))
+        data_scale = ranges.quantize_scale(rows.dtype, low, high)
+        weight_q, bias_q, scales, _ = self.weights(data_scale)
         if weight_q.shape[1] > gemm_int8.EXACT_DEPTH:
             return None
         if self._packed is None or self._packed[0] is not weight_q:
             packed = integer.packed_weights(weight_q.T, len(rows))
             bias = np.zeros(weight_q.shape[0], np.int64) if bias_q is None else \
                 bias_q.astype(np.int64)
+            plain_float = self.attrs.enable_float_output and self.chain.act is None and \
+                self.targets[0].dtype == FLOAT32 and self.targets[0].flags.c_contiguous
+            factors = (F32(F32(1.0) / data_scale) / scales).astype(np.float32) \
+                if plain_float else None
             self._packed = (weight_q, packed, gemm_int8.padded_rows(len(rows), packed),
-                            bias)
-        _, packed, padded, bias = self._packed
+                            bias, factors)
+        _, packed, padded, bias, _ = self._packed
         signed = rows.dtype == INT8
         if signed:  # + 128: the top bit flipped, as `gemm_int8.multiply` does
             np.bitwise_xor(rows.view(UINT8), np.uint8(0x80), out=padded[:len(rows), :packed.k])
