@@ -217,6 +217,9 @@ class FusedConv(EpilogueLayer):
             residual = np.zeros(1, np.int8)
         out = self.out.reshape(-1)
         jobs = [lay]
+        if self.tile_rows and self.laid.data and geometry.pad == (0, 0) and not signed:
+            # unpadded uint8 channels-last data is the copy already: the tiles read it there
+            jobs, padded = [], flat
         if self.tile_rows:
             steps, starts = self._direct_offsets(block)
         # channels-last out (and residual) of a direct product: requantized in its epilogue,

@@ -335,3 +335,30 @@ def test_folded_bounds_clamp_the_rounded_value_as_the_whole_chain_does(act, post
     low, high = int8_conv.folded_bounds((act_bounds, post_bounds), limits)
     got = np.minimum(np.maximum(np.rint(values), low), high)
     np.testing.assert_array_equal(got.astype(np.int32), want.astype(np.int32))
+
+
+@pytest.mark.skipif(not gemm_int8.amx_available(), reason="needs AMX-INT8")
+@pytest.mark.parametrize("shape", [
+    (2, 128, (14, 14), 40, (1, 1), (1, 1), (0, 0), (1, 1)),
+    (1, 64, (14, 14), 33, (1, 1), (2, 2), (0, 0), (1, 1)),
+])
+@pytest.mark.parametrize("out_laid", [False, True])
+def test_unpadded_uint8_data_laid_channels_last_is_read_where_it_lies(shape, out_laid):
+    """A direct product without padding over uint8 data handed over channels-last reads the
+    data's own buffer (no copy): the NumPy path's bytes, run after run as the data change."""
+    rng = np.random.default_rng(shape[3])
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, shape, np.uint8, np.uint8, "relu", False)
+    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight), amx=True)
+    laid_data = _channels_last(data)
+    want = _reference(data, weight, geometry, epilogue, residual, storage, np.uint8)
+    out = np.zeros_like(want)
+    conv = int8_conv.FusedConv(laid_data, weight, packed, geometry, out, None,
+                               int8_conv.Layouts(data=True, out=out_laid))
+    assert conv.tile_rows
+    for _ in range(2):
+        conv(epilogue)
+        np.testing.assert_array_equal(_from_channels_last(out) if out_laid else out, want)
+        data = rng.integers(0, 256, data.shape).astype(np.uint8)
+        laid_data[...] = _channels_last(data)
+        want = _reference(data, weight, geometry, epilogue, residual, storage, np.uint8)
