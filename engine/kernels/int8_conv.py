@@ -1,5 +1,6 @@
 """A quantized 2-d convolution as `spin_pool` jobs over the cores, every pass compiled: the
-data laid channels-last (padded, shifted onto uint8) once, then chunk by chunk of output
+data laid channels-last (padded, shifted onto uint8) once, unless the direct product can read
+it where it lies (uint8 handed over channels-last, no padding), then chunk by chunk of output
 positions: the chunk's patches gathered into the int8 GEMM's rows (a 1×1 convolution of
 stride 1 reads the channels-last rows as they are where its channels fill K exactly; on AMX,
 a layer of whole 64-channel blocks has its tiles read the windows where they lie,
