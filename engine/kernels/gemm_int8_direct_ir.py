@@ -120,43 +120,50 @@ class DirectInt8Kernel:
             target = builder.gep(base, [I64(across)])
             builder.call(self.store_tile, [I8(accumulator),
                                            builder.bitcast(target, I8.as_pointer()), c_stride])
-        self._add_offsets(function, builder, corner, ldc, builder.mul(rows, I64(2)), shifts)
         fused = function.append_basic_block("requantize")
+        stored = function.append_basic_block("offsets")
         after = function.append_basic_block("block_next")
         builder.cbranch(builder.icmp_unsigned("!=", builder.ptrtoint(terms, I64), I64(0)),
-                        fused, after)
-        builder.position_at_end(fused)
+                        fused, stored)
+        builder.position_at_end(fused)  # the offsets join the bias there: no pass of their own
         builder.call(self.requantize, [corner, ldc, column,
                                        builder.add(first_row, builder.mul(
                                            block_base, builder.mul(rows, I64(2)))),
-                                       builder.mul(rows, I64(2)), terms, factors])
+                                       builder.mul(rows, I64(2)), terms, factors, *shifts])
+        builder.branch(after)
+        builder.position_at_end(stored)
+        self._add_offsets(function, builder, corner, ldc, builder.mul(rows, I64(2)), shifts)
         builder.branch(after)
         builder.position_at_end(after)
 
     def _define_requantize(self) -> ir.Function:
-        """``requantize(corner, ldc, column, first_row, count, terms, factors)``: rows
-        [first_row, first_row + count) of a chunk (their sums from ``corner``, ``ldc`` int32
-        apart; columns ``column`` to ``column + 32``) requantized as `int8_conv._requantize`
-        does, step for step in float32, into channels-last bytes; rows from ``terms``' valid
-        count on are left alone. ``terms`` (int64): the output and residual addresses, the
-        bias (int32) and scales (float32, both padded to whole panels), the filters, the
-        valid rows, whether the residual is signed, and its row stride (0: a zero row, no
-        residual); ``factors`` (float32): the activation's bounds, the residual's scale, the
-        bounds of the activation after the sum, and the output's saturation bounds."""
+        """``requantize(corner, ldc, column, first_row, count, terms, factors, offsets,
+        offsets_high)``: rows [first_row, first_row + count) of a chunk (their sums from
+        ``corner``, ``ldc`` int32 apart; columns ``column`` to ``column + 32``, the two vectors
+        of column offsets not yet added) requantized as `int8_conv._requantize` does, step
+        for step in float32, into channels-last bytes; rows from ``terms``' valid count on
+        are left alone. ``terms`` (int64): the output and residual addresses, the bias
+        (int32) and scales (float32, both padded to whole panels), the filters, the valid
+        rows, whether the residual is signed, its row stride (0: no residual), and whether
+        every sum plus its bias stays inside int32 (nonzero: they are added in int32, else in
+        int64); ``factors`` (float32): the activation's bounds, the residual's scale, and the
+        bounds of the rounded value without a residual and with one (`int8_conv.
+        folded_bounds`: the clamps after the last sum folded into one)."""
         word, wide, real = I32.as_pointer(), I64.as_pointer(), F32.as_pointer()
-        kind = ir.FunctionType(ir.VoidType(), [word, I64, I64, I64, I64, wide, real])
+        kind = ir.FunctionType(ir.VoidType(), [word, I64, I64, I64, I64, wide, real,
+                                               self.vector, self.vector])
         function = ir.Function(self.module, kind, name="requantize")
         function.linkage = "internal"
-        corner, ldc, column, first_row, count, terms, factors = function.args
+        corner, ldc, column, first_row, count, terms, factors, *offsets = function.args
         builder = ir.IRBuilder(function.append_basic_block("entry"))
         byte = I8.as_pointer()
-        (out, residual, bias, scales, filters, valid, signed, residual_stride) = (
-            builder.load(builder.gep(terms, [I64(index)])) for index in range(8))
+        (out, residual, bias, scales, filters, valid, signed, residual_stride,
+         narrow_flag) = (builder.load(builder.gep(terms, [I64(index)])) for index in range(9))
         out, residual = builder.inttoptr(out, byte), builder.inttoptr(residual, byte)
         bias, scales = builder.inttoptr(bias, word), builder.inttoptr(scales, real)
         bounds = [splat(builder, builder.load(builder.gep(factors, [I64(index)])), self.floats)
                   for index in range(7)]
-        act_low, act_top, residual_scale, post_low, post_top, lowest, highest = bounds
+        act_low, act_top, residual_scale, alone_low, alone_top, summed_low, summed_top = bounds
         indices = ir.VectorType(I64, LANES)
         lanes = ir.Constant(indices, list(range(LANES)))
         halves = []
@@ -164,35 +171,67 @@ class DirectInt8Kernel:
             at = builder.add(column, I64(half * LANES))
             mask = builder.icmp_signed("<", builder.add(splat(builder, at, indices), lanes),
                                        splat(builder, filters, indices))
-            shift = builder.load(builder.bitcast(builder.gep(bias, [at]),
-                                                 self.vector.as_pointer()), align=4)
+            shift = builder.add(builder.sext(builder.load(builder.bitcast(
+                builder.gep(bias, [at]), self.vector.as_pointer()), align=4), indices),
+                builder.sext(offsets[half], indices))
             factor = builder.load(builder.bitcast(builder.gep(scales, [at]),
                                                   self.floats.as_pointer()), align=4)
-            halves.append((at, mask, builder.sext(shift, indices), factor))
+            halves.append((at, mask, shift, factor))
         is_signed = builder.icmp_unsigned("!=", signed, I64(0))
         last = builder.add(first_row, count)
         last = builder.select(builder.icmp_signed("<", valid, last), valid, last)
-        with loop(builder, function, first_row, last, "row") as row:
-            line = builder.gep(corner, [builder.mul(builder.sub(row, first_row), ldc)])
-            for half, (at, mask, shift, factor) in enumerate(halves):
-                sums = builder.load(builder.bitcast(builder.gep(line, [I64(half * LANES)]),
-                                                    self.vector.as_pointer()), align=4)
-                wide_sums = builder.add(builder.sext(sums, indices), shift)
-                value = builder.fmul(builder.sitofp(wide_sums, self.floats), factor)
-                value = self._clamp(builder, value, act_low, act_top)
-                summand = builder.call(self.masked_load, [
-                    builder.bitcast(builder.gep(residual, [builder.add(
-                        builder.mul(row, residual_stride), at)]), self.bytes.as_pointer()),
-                    I32(1), mask, ir.Constant(self.bytes, [0] * LANES)])
-                summand = builder.select(is_signed, builder.sitofp(summand, self.floats),
-                                         builder.uitofp(summand, self.floats))
-                value = builder.fadd(value, builder.fmul(residual_scale, summand))
-                value = self._clamp(builder, value, post_low, post_top)
-                value = self._clamp(builder, builder.call(self.rint, [value]), lowest, highest)
-                code = builder.trunc(builder.fptosi(value, self.vector), self.bytes)
-                target = builder.gep(out, [builder.add(builder.mul(row, filters), at)])
-                builder.call(self.masked_store, [code, builder.bitcast(
-                    target, self.bytes.as_pointer()), I32(1), mask])
+        # One row loop for each of (residual or none, sums in int32 or int64), chosen once:
+        # a layer without a residual adds nothing (its zero row's 0.0 changes no byte), and
+        # where every sum plus its bias stays inside int32 the add and the conversion to
+        # float32 take one vector each, not two (the same integer, the same rounding).
+        residual_bytes = builder.icmp_unsigned("!=", residual_stride, I64(0))
+        narrow = builder.icmp_unsigned("!=", narrow_flag, I64(0))
+        done = function.append_basic_block("rows_done")
+        variants = {}
+        for with_residual in (True, False):
+            for in_int32 in (True, False):
+                variants[with_residual, in_int32] = function.append_basic_block(
+                    f"rows_{'residual' if with_residual else 'alone'}_"
+                    f"{'int32' if in_int32 else 'int64'}")
+        pick_alone, pick_residual = (function.append_basic_block(name)
+                                     for name in ("pick_alone", "pick_residual"))
+        builder.cbranch(residual_bytes, pick_residual, pick_alone)
+        for with_residual, block in ((True, pick_residual), (False, pick_alone)):
+            builder.position_at_end(block)
+            builder.cbranch(narrow, variants[with_residual, True],
+                            variants[with_residual, False])
+        for (with_residual, in_int32), block in variants.items():
+            builder.position_at_end(block)
+            with loop(builder, function, first_row, last, "row") as row:
+                line = builder.gep(corner, [builder.mul(builder.sub(row, first_row), ldc)])
+                for half, (at, mask, shift, factor) in enumerate(halves):
+                    sums = builder.load(builder.bitcast(builder.gep(line, [I64(half * LANES)]),
+                                                        self.vector.as_pointer()), align=4)
+                    if in_int32:
+                        exact = builder.add(sums, builder.trunc(shift, self.vector))
+                    else:
+                        exact = builder.add(builder.sext(sums, indices), shift)
+                    value = builder.fmul(builder.sitofp(exact, self.floats), factor)
+                    if with_residual:
+                        value = self._clamp(builder, value, act_low, act_top)
+                        summand = builder.call(self.masked_load, [
+                            builder.bitcast(builder.gep(residual, [builder.add(
+                                builder.mul(row, residual_stride), at)]),
+                                self.bytes.as_pointer()),
+                            I32(1), mask, ir.Constant(self.bytes, [0] * LANES)])
+                        summand = builder.select(is_signed,
+                                                 builder.sitofp(summand, self.floats),
+                                                 builder.uitofp(summand, self.floats))
+                        value = builder.fadd(value, builder.fmul(residual_scale, summand))
+                    low, top = (summed_low, summed_top) if with_residual else (alone_low,
+                                                                                alone_top)
+                    value = self._clamp(builder, builder.call(self.rint, [value]), low, top)
+                    code = builder.trunc(builder.fptosi(value, self.vector), self.bytes)
+                    target = builder.gep(out, [builder.add(builder.mul(row, filters), at)])
+                    builder.call(self.masked_store, [code, builder.bitcast(
+                        target, self.bytes.as_pointer()), I32(1), mask])
+            builder.branch(done)
+        builder.position_at_end(done)
         builder.ret_void()
         return function
 

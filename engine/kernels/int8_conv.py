@@ -1,5 +1,6 @@
 """A quantized 2-d convolution as `spin_pool` jobs over the cores, every pass compiled: the
-data laid channels-last (padded, shifted onto uint8) once, then chunk by chunk of output
+data laid channels-last (padded, shifted onto uint8) once, unless the direct product can read
+it where it lies (uint8 handed over channels-last, no padding), then chunk by chunk of output
 positions: the chunk's patches gathered into the int8 GEMM's rows (a 1×1 convolution of
 stride 1 reads the channels-last rows as they are where its channels fill K exactly; on AMX,
 a layer of whole 64-channel blocks has its tiles read the windows where they lie,
@@ -217,6 +218,9 @@ class FusedConv(EpilogueLayer):
             residual = np.zeros(1, np.int8)
         out = self.out.reshape(-1)
         jobs = [lay]
+        if self.tile_rows and self.laid.data and geometry.pad == (0, 0) and not signed:
+            # unpadded uint8 channels-last data is the copy already: the tiles read it there
+            jobs, padded = [], flat
         if self.tile_rows:
             steps, starts = self._direct_offsets(block)
         # channels-last out (and residual) of a direct product: requantized in its epilogue,
@@ -274,16 +278,12 @@ class FusedConv(EpilogueLayer):
         out = self.out.reshape(-1)[first * filters:]
         terms = np.array([out.ctypes.data, residual.ctypes.data, bias.ctypes.data,
                           scales.ctypes.data, filters, count, int(residual.dtype == np.int8),
-                          stride], np.int64)
-        infinite = np.float32(np.inf)
-        bounds = [(-infinite, infinite), (np.float32(0.0), infinite)]
-        act = bounds[1] if epilogue.act == "relu" else (
-            (np.float32(0.0), np.float32(epilogue.act_high)) if epilogue.act == "bounded_relu"
-            else bounds[0])
-        post = bounds[1] if epilogue.postsum_act == "relu" else (
-            (np.float32(0.0), np.float32(epilogue.postsum_high))
-            if epilogue.postsum_act == "bounded_relu" else bounds[0])
-        factors = np.array([*act, epilogue.residual_scale, *post, epilogue.low, epilogue.high],
+                          stride, int(sums_fit_int32(self.packed.groups * 4, bias))], np.int64)
+        act = activation_bounds(epilogue.act, epilogue.act_high)
+        post = activation_bounds(epilogue.postsum_act, epilogue.postsum_high)
+        limits = (np.float32(epilogue.low), np.float32(epilogue.high))
+        factors = np.array([*act, epilogue.residual_scale,
+                            *folded_bounds((act, post), limits), *folded_bounds((post,), limits)],
                            np.float32)
         return terms, factors, (bias, scales, residual, out)  # the job keeps them alive
 
@@ -333,6 +333,40 @@ def chunk_rows(rows: int, packed: gemm_int8.PackedWeights, block: int | None = N
     per_row = (packed.groups * 4 if gathers else 0) + 4 * columns
     blocks = max(1, CHUNK_BYTES // (per_row * block))
     return min(rows, blocks * block)
+
+
+def activation_bounds(kind: str | None, high: float) -> tuple[np.float32, np.float32]:
+    """An activation as the clamp `_requantize` takes: relu from 0, clipped relu from 0 to
+    ``high``, none between infinities."""
+    infinite = np.float32(np.inf)
+    if kind == "relu":
+        return np.float32(0.0), infinite
+    if kind == "bounded_relu":
+        return np.float32(0.0), np.float32(high)
+    return -infinite, infinite
+
+
+def folded_bounds(clamps: tuple[tuple[np.float32, np.float32], ...],
+                  limits: tuple[np.float32, np.float32]) -> tuple[np.float32, np.float32]:
+    """``(low, high)`` such that ``clamp(rint(x), low, high)`` is, for every real ``x``,
+    ``x`` through ``clamps`` in turn, rounded half to even, then saturated to ``limits``:
+    clamps, and rounding (never decreasing), compose into one clamp, whose bounds are where
+    the chain takes the two infinities. The fused epilogue then clamps once, not three
+    times, the same bytes."""
+    ends = []
+    for value in (np.float32(-np.inf), np.float32(np.inf)):
+        for low, high in clamps:
+            value = min(max(value, low), high)
+        ends.append(min(max(np.rint(value), limits[0]), limits[1]))
+    return np.float32(ends[0]), np.float32(ends[1])
+
+
+def sums_fit_int32(depth: int, bias: np.ndarray) -> bool:
+    """Whether every sum of ``depth`` products of a uint8 or int8 by an int8 (at most 255 ·
+    128 each), plus its int32 ``bias``, stays inside int32: the requantize may then add them
+    in int32, where otherwise it widens to int64 first."""
+    largest = depth * 255 * 128 + int(np.abs(bias.astype(np.int64)).max(initial=0))
+    return largest <= np.iinfo(np.int32).max
 
 
 def weight_matrix(weight: np.ndarray) -> np.ndarray:

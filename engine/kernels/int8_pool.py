@@ -77,7 +77,9 @@ def _max_pool(values: Any, channels: int, height: int, width: int, in_n: int, in
               last: int) -> None:  # pragma: no cover - runs compiled
     """Output rows [first, last) (every image's rows in turn). Channels-last data is first
     reduced over the window's rows, one long vector pass along the row, then over the
-    window's columns a pixel's channels at a time: three short loops a pixel, not nine."""
+    window's columns a pixel's channels at a time: three short loops a pixel, not nine.
+    Each reduction starts from its first row or column's values, not from ``lowest``, and
+    a channels-last output pixel is reduced where it lies: no pass to fill, none to copy."""
     best = np.empty(channels, values.dtype)
     depth = np.uint64(channels)
     span = np.uint64(width * channels)
@@ -88,15 +90,34 @@ def _max_pool(values: Any, channels: int, height: int, width: int, in_n: int, in
         top = oy * stride_y - pad_y
         y_first, y_last = max(top, 0), min(top + kernel_y, height)
         if in_c == 1:
-            for j in range(span):
-                column[j] = lowest
-            for y in range(y_first, y_last):
+            if y_first < y_last:
+                at = np.uint64(image * in_n + y_first * in_y)
+                for j in range(span):
+                    column[j] = values[at + j]
+            else:
+                for j in range(span):
+                    column[j] = lowest
+            for y in range(y_first + 1, y_last):
                 at = np.uint64(image * in_n + y * in_y)
                 for j in range(span):
                     column[j] = max(column[j], values[at + j])
         for ox in range(out_width):
             left = ox * stride_x - pad_x
             x_first, x_last = max(left, 0), min(left + kernel_x, width)
+            target = np.uint64(image * out_n + oy * out_y + ox * out_x)
+            if in_c == 1 and out_c == 1:
+                if x_first < x_last:
+                    at = np.uint64(x_first) * depth
+                    for c in range(depth):
+                        out[target + c] = column[at + c]
+                else:
+                    for c in range(depth):
+                        out[target + c] = lowest
+                for x in range(x_first + 1, x_last):
+                    at = np.uint64(x) * depth
+                    for c in range(depth):
+                        out[target + c] = max(out[target + c], column[at + c])
+                continue
             for c in range(depth):
                 best[c] = lowest
             if in_c == 1:
@@ -111,7 +132,6 @@ def _max_pool(values: Any, channels: int, height: int, width: int, in_n: int, in
                         at = np.uint64(image * in_n + y * in_y + x * in_x)
                         for c in range(depth):
                             best[c] = max(best[c], values[at + c * step])
-            target = np.uint64(image * out_n + oy * out_y + ox * out_x)
             if out_c == 1:
                 for c in range(depth):
                     out[target + c] = best[c]

@@ -49,8 +49,6 @@ def watched_entries(graph: Graph, chains: Sequence[Chain]) -> list[Entry]:
         found[Entry(data.node, data.index)] = None
         if chain.summand is not None:
             found[chain.summand] = None
-        if chain.postsum_act is not None:  # the sum before its relu (`rewrite` may need it)
-            found[Entry(chain.add, 0)] = None
         found[Entry(chain.last, 0)] = None
     return list(found)
 

@@ -12,30 +12,21 @@ fused node's value a float node (or a graph output) reads goes through
 pools them as they are (``_contrib_quantized_pooling``), keeping their range; a BatchNorm of
 int8/uint8 values with a relu after it runs on them as one node writing uint8 over the relu's
 calibrated range (``_quantized_batch_norm_relu``), and a relu of int8/uint8 values whose
-result a quantized layer reads as one writing uint8 (``_quantized_relu``).
+result a quantized layer reads as one writing uint8 (``_quantized_relu``). A residual sum
+whose other operand is signed keeps its relu fused: the node carries ``out_of_place_sum``,
+writing the relu's uint8 over its whole range where MXNet's in-place sum would saturate it
+at 127 steps through the int8 residual's buffer.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 
 from engine.graph.ir import Entry, Graph, Node, make_node
 from engine.quantize.chains import Chain
 
 Range = tuple[float, float]
-
-
-def _without_saturating_relu(chain: Chain, ranges: Mapping[Entry, Range]) -> Chain:
-    """``chain`` without its relu after the sum where the residual is signed: oneDNN would
-    write that uint8 result through the residual's int8 buffer, saturating it at 127 steps,
-    half its range (MXNet's exports carry that loss; `engine.ops.quantized.fused` keeps it
-    for them). The sum is written in int8 instead, and the relu runs after it as its own node
-    (`_int8_relu`, or in float where only float nodes read it)."""
-    if chain.postsum_act is None or chain.summand is None or ranges[chain.summand][0] >= 0:
-        return chain
-    return replace(chain, postsum_act=None)
 
 
 def quantize_graph(graph: Graph, chains: Sequence[Chain], ranges: Mapping[Entry, Range]
@@ -49,7 +40,6 @@ class _Rewriter:
     def __init__(self, graph: Graph, chains: Sequence[Chain],
                  ranges: Mapping[Entry, Range]) -> None:
         self.graph, self.ranges = graph, ranges
-        chains = [_without_saturating_relu(chain, ranges) for chain in chains]
         self.by_last = {chain.last: chain for chain in chains}
         self.inside = {index for chain in chains for index in chain.members} - set(self.by_last)
         self.nodes: list[Node] = []
@@ -152,8 +142,8 @@ class _Rewriter:
         return True
 
     def _int8_relu(self, index: int, node: Node) -> bool:
-        """A relu of an int8/uint8 value whose result a quantized layer reads (a residual sum
-        written signed, `_without_saturating_relu`) becomes one ``_quantized_relu`` writing
+        """A relu of an int8/uint8 value whose result a quantized layer reads (one no chain
+        took in: its input read by other nodes too) becomes one ``_quantized_relu`` writing
         uint8 over the relu's calibrated range, with no dequantize and quantize around it."""
         out = Entry(index, 0)
         if not (node.op == "Activation" and node.params.act_type == "relu" and node.inputs
@@ -191,6 +181,11 @@ class _Rewriter:
             attrs.update(with_bn=str(chain.batchnorm is not None),
                          with_act=str(chain.act is not None), with_sum=str(summand is not None),
                          with_postsum_act=str(chain.postsum_act is not None))
+            if chain.postsum_act is not None and summand is not None \
+                    and self.ranges[chain.summand][0] < 0:
+                # a signed residual under the relu's uint8 output: written to the node's own
+                # buffer, over its whole range (MXNet's in-place sum would cut it at 127)
+                attrs["out_of_place_sum"] = "True"
         else:
             inputs = [data[0], *params, data[1], data[2]]
             attrs.update(with_eltwise=str(chain.act is not None), channel_wise_quantize="True")

@@ -23,7 +23,7 @@ import numpy as np
 
 from engine.cpu import spin_pool
 from engine.errors import ModelFormatError
-from engine.kernels import int8_conv, int8_depthwise
+from engine.kernels import gemm_int8, int8_conv, int8_depthwise
 from engine.ops.attrs import parse_bool
 from engine.ops.dtypes import FLOAT32, UINT8
 from engine.ops.quantized import handoff, integer, ranges
@@ -50,9 +50,12 @@ def _flags(*names: str) -> tuple[Param, ...]:
 
 # The flags MXNet 1.9.1 writes; others (a deduplicated sum, a shifted uint8 output) change
 # the inputs or the arithmetic, and are refused as unknown attributes, by name.
-# (``with_relu`` and ``with_postsum_relu`` are the names MXNet 1.5 wrote.)
+# (``with_relu`` and ``with_postsum_relu`` are the names MXNet 1.5 wrote.) One is ours:
+# ``out_of_place_sum``, an int8 residual under a uint8 output summed into the node's own
+# output over its whole range, not through the residual's int8 buffer (`_conv_terms`), as
+# `engine.quantize.rewrite` writes it.
 CONV_PARAMS = (*_flags("quantized", "with_bn", "with_act", "with_sum", "with_postsum_act",
-                       "with_relu", "with_postsum_relu"), *CALIB_PARAMS)
+                       "with_relu", "with_postsum_relu", "out_of_place_sum"), *CALIB_PARAMS)
 FC_PARAMS = (*_flags("quantized", "enable_float_output", "with_eltwise",
                      "channel_wise_quantize", "with_relu"), *CALIB_PARAMS)
 
@@ -239,9 +242,10 @@ def _conv_terms(attrs: Attrs, weights: _ConvWeights, values: dict[str, Any]) -> 
                                           ranges.scalar(values["max_sum"]))
         residual = (summand, F32(output_scale / sum_scale))
     # An int8 residual under a uint8 output: oneDNN writes the sum into the residual's int8
-    # buffer, so the result saturates at 127 before MXNet reads the bytes as uint8.
+    # buffer, so the result saturates at 127 before MXNet reads the bytes as uint8 (unless
+    # the node says it sums out of place, as our rewrite's nodes do).
     storage = INT8 if dtype == UINT8 and residual is not None and residual[0].dtype == INT8 \
-        else dtype
+        and not attrs.out_of_place_sum else dtype
     return _ConvTerms(weight_q, bias_q, requantize, act, residual, chain.postsum_act, dtype,
                       storage, calibrated, (out_low, out_high))
 
@@ -505,27 +509,86 @@ def _fc_kernel(xp: Any, attrs: Attrs, *inputs: Any) -> Any:
 
 def _fc_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any) -> list[Any]:
     """On the CPU with constant weights and bias (a plan's read-only parameters) the int8
-    weights are made once per data scale; otherwise the kernel runs."""
+    weights are made once per data scale, and their product runs on the int8 GEMM's kernel
+    into buffers kept between runs (`_BoundFc`); otherwise the kernel runs."""
     values = dict(zip(_fc_inputs(attrs), inputs, strict=True))
     constant = xp is np and attrs.quantized and all(
         not np.asarray(values[name]).flags.writeable for name in ("weight", "bias")
         if name in values)
     if not constant:
         return [partial(SG_FC.compute, xp, attrs, inputs, out)]
-    weights = _FcWeights(attrs, values)
-    targets = out if isinstance(out, tuple) else (out,)
+    return [_BoundFc(attrs, values, out if isinstance(out, tuple) else (out,))]
 
-    def call() -> None:
-        results = _fc_forward(attrs, values, weights)
-        for target, result in zip(targets, results if isinstance(results, tuple)
+
+class _BoundFc:
+    """A bound quantized fully connected layer. Where its data are int8/uint8 rows and the
+    int8 GEMM is here, the product runs on `gemm_int8.multiply_rows` with the weights packed
+    once per data scale and the rows' buffer kept, and the int32 sums plus the bias are made
+    exactly in int64, where `integer.matmul` would go through float64 (the same integers):
+    ResNet-18's classifier at batch 1 spent more on the calls around its product than on
+    it. Otherwise the NumPy path (`_fc_forward`) runs."""
+
+    def __init__(self, attrs: Attrs, values: dict[str, Any],
+                 targets: tuple[np.ndarray, ...]) -> None:
+        self.attrs, self.values, self.targets = attrs, values, targets
+        self.chain = _fc_chain(attrs)  # read once: the subgraph's walk costs microseconds
+        self.weights = _FcWeights(attrs, values)
+        # (weight_q, PackedWeights, rows, bias, a float32 output's factors or None)
+        self._packed: tuple[Any, ...] | None = None
+
+    def __call__(self) -> None:
+        data = np.asarray(self.values["data"])
+        main = self.chain.main
+        rows = data.reshape(data.shape[0], -1) if main.flatten else \
+            data.reshape(-1, data.shape[-1])
+        sums = self._sums(rows) if integer.fast_path_enabled() and \
+            rows.dtype in (UINT8, INT8) and gemm_int8.available() else None
+        if sums is not None and self._packed[4] is not None:
+            # float32 out without an activation: `_fc_forward`'s `finish`, its scales made
+            # once per data range, written straight into the output
+            np.multiply(sums.astype(np.float32), self._packed[4],
+                        out=self.targets[0].reshape(sums.shape))
+            return
+        results = _fc_forward(self.attrs, self.values, self.weights, self.chain, sums)
+        for target, result in zip(self.targets, results if isinstance(results, tuple)
                                   else (results,), strict=True):
             np.copyto(target, result, casting="unsafe")
 
-    return [call]
+    def _sums(self, rows: np.ndarray) -> np.ndarray | None:
+        """The exact sums ``rows @ weight_q.T + bias_q`` as int64, or None where the depth
+        passes the GEMM's exact reach."""
+        low, high = ranges.scalar(self.values["min_data"]), ranges.scalar(
+            self.values["max_data"])
+        data_scale = ranges.quantize_scale(rows.dtype, low, high)
+        weight_q, bias_q, scales, _ = self.weights(data_scale)
+        if weight_q.shape[1] > gemm_int8.EXACT_DEPTH:
+            return None
+        if self._packed is None or self._packed[0] is not weight_q:
+            packed = integer.packed_weights(weight_q.T, len(rows))
+            bias = np.zeros(weight_q.shape[0], np.int64) if bias_q is None else \
+                bias_q.astype(np.int64)
+            plain_float = self.attrs.enable_float_output and self.chain.act is None and \
+                self.targets[0].dtype == FLOAT32 and self.targets[0].flags.c_contiguous
+            factors = (F32(F32(1.0) / data_scale) / scales).astype(np.float32) \
+                if plain_float else None
+            self._packed = (weight_q, packed, gemm_int8.padded_rows(len(rows), packed),
+                            bias, factors)
+        _, packed, padded, bias, _ = self._packed
+        signed = rows.dtype == INT8
+        if signed:  # + 128: the top bit flipped, as `gemm_int8.multiply` does
+            np.bitwise_xor(rows.view(UINT8), np.uint8(0x80), out=padded[:len(rows), :packed.k])
+        else:
+            padded[:len(rows), :packed.k] = rows
+        product = gemm_int8.multiply_rows(padded, len(rows), packed, signed)
+        integer.PATHS["int8_gemm"] += 1
+        return np.add(product, bias, dtype=np.int64)
 
 
-def _fc_forward(attrs: Attrs, values: dict[str, Any], weights: Any) -> Any:
-    chain = _fc_chain(attrs)
+def _fc_forward(attrs: Attrs, values: dict[str, Any], weights: Any,
+                chain: FusedChain | None = None, sums: np.ndarray | None = None) -> Any:
+    """The layer's outputs; ``sums``: the exact sums with the bias added, where the caller
+    made them (`_BoundFc`)."""
+    chain = chain or _fc_chain(attrs)
     data = np.asarray(values["data"])
     main = chain.main
     rows = data.reshape(data.shape[0], -1) if main.flatten else data.reshape(-1, data.shape[-1])
@@ -537,9 +600,10 @@ def _fc_forward(attrs: Attrs, values: dict[str, Any], weights: Any) -> Any:
     low, high = ranges.scalar(values["min_data"]), ranges.scalar(values["max_data"])
     data_scale = ranges.quantize_scale(data.dtype, low, high)
     weight_q, bias_q, scales, weight_reach = weights(data_scale)
-    sums = integer.matmul(rows, weight_q.T)
-    if bias_q is not None:
-        sums += bias_q.astype(np.float64)
+    if sums is None:
+        sums = integer.matmul(rows, weight_q.T)
+        if bias_q is not None:
+            sums += bias_q.astype(np.float64)
     dtype = output_dtype(ranges.has_calib(attrs), attrs.enable_float_output, chain.act)
     if attrs.enable_float_output:
         result = finish(sums, (F32(F32(1.0) / data_scale) / scales).astype(np.float32), 1,

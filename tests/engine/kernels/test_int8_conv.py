@@ -277,3 +277,88 @@ def test_kernel_rows_of_few_channels_are_steps_of_the_direct_product(shape, data
     with spin_pool.armed(2):
         conv(epilogue)
     np.testing.assert_array_equal(out, want)
+
+
+def test_sums_fit_int32_counts_the_largest_product_sum_and_bias():
+    """Each of ``depth`` products reaches 255 · 128; the bias's magnitude adds to it."""
+    depth = 64
+    room = np.iinfo(np.int32).max - depth * 255 * 128
+    assert int8_conv.sums_fit_int32(depth, np.array([room, -room], np.int32))
+    assert not int8_conv.sums_fit_int32(depth, np.array([0, -room - 1], np.int32))
+    assert not int8_conv.sums_fit_int32(gemm_int8.EXACT_DEPTH, np.array([255 * 128], np.int32))
+
+
+@pytest.mark.skipif(not gemm_int8.amx_available(), reason="needs AMX-INT8")
+@pytest.mark.parametrize("with_residual", [False, True])
+def test_direct_epilogue_widens_sums_whose_bias_reaches_past_int32(with_residual):
+    """Biases near int32's ends (sums plus bias past it): the fused epilogue adds them in
+    int64 (`sums_fit_int32` is False) and still gives the NumPy path's bytes."""
+    shape = (1, 64, (14, 14), 40, (3, 3), (1, 1), (1, 1), (1, 1))
+    rng = np.random.default_rng(11)
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, shape, np.uint8, np.int8, None, with_residual)
+    # every other filter's bias at an end of int32, its sums crossing it; scales that
+    # bring such sums back into the int8 range
+    top = np.iinfo(np.int32).max
+    epilogue.bias[::2] = np.where(rng.integers(0, 2, 20) == 1, top - 100, -top + 100)
+    epilogue.scales[:] = np.float32(60.0 / top)
+    assert not int8_conv.sums_fit_int32(weight[0].size, epilogue.bias)
+    want = _reference(data, weight, geometry, epilogue, residual, storage, np.int8)
+    out = np.zeros_like(want)
+    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight), amx=True)
+    conv = int8_conv.FusedConv(data, weight, packed, geometry, out, residual,
+                               int8_conv.Layouts(out=True))
+    assert conv.tile_rows
+    conv(epilogue)
+    np.testing.assert_array_equal(_from_channels_last(out), want)
+    sums = integer.conv(data, weight, geometry.kernel, geometry.stride, geometry.dilate,
+                        geometry.pad, 1) + epilogue.bias.astype(np.float64).reshape(1, -1, 1, 1)
+    assert (np.abs(sums) > top).any()  # some do leave int32: a wrapped add would show
+
+
+@pytest.mark.parametrize("act", [None, "relu", "bounded_relu"])
+@pytest.mark.parametrize("postsum_act", [None, "relu", "bounded_relu"])
+@pytest.mark.parametrize("limits", [(-128, 127), (0, 255)])
+def test_folded_bounds_clamp_the_rounded_value_as_the_whole_chain_does(act, postsum_act,
+                                                                      limits):
+    """One clamp of the rounded value stands for the activations' clamps, rounding and
+    saturation, at every value: halves, the bounds themselves, far past them."""
+    act_bounds = int8_conv.activation_bounds(act, 90.5)
+    post_bounds = int8_conv.activation_bounds(postsum_act, 6.5)
+    limits = tuple(np.float32(limit) for limit in limits)
+    values = np.concatenate([np.arange(-300, 300, 0.25), [-1e30, 1e30, -0.0, 90.49, 6.51]]
+                            ).astype(np.float32)
+    want = values
+    for low, high in (act_bounds, post_bounds):
+        want = np.minimum(np.maximum(want, low), high)
+    want = np.minimum(np.maximum(np.rint(want), limits[0]), limits[1])
+    low, high = int8_conv.folded_bounds((act_bounds, post_bounds), limits)
+    got = np.minimum(np.maximum(np.rint(values), low), high)
+    np.testing.assert_array_equal(got.astype(np.int32), want.astype(np.int32))
+
+
+@pytest.mark.skipif(not gemm_int8.amx_available(), reason="needs AMX-INT8")
+@pytest.mark.parametrize("shape", [
+    (2, 128, (14, 14), 40, (1, 1), (1, 1), (0, 0), (1, 1)),
+    (1, 64, (14, 14), 33, (1, 1), (2, 2), (0, 0), (1, 1)),
+])
+@pytest.mark.parametrize("out_laid", [False, True])
+def test_unpadded_uint8_data_laid_channels_last_is_read_where_it_lies(shape, out_laid):
+    """A direct product without padding over uint8 data handed over channels-last reads the
+    data's own buffer (no copy): the NumPy path's bytes, run after run as the data change."""
+    rng = np.random.default_rng(shape[3])
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, shape, np.uint8, np.uint8, "relu", False)
+    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight), amx=True)
+    laid_data = _channels_last(data)
+    want = _reference(data, weight, geometry, epilogue, residual, storage, np.uint8)
+    out = np.zeros_like(want)
+    conv = int8_conv.FusedConv(laid_data, weight, packed, geometry, out, None,
+                               int8_conv.Layouts(data=True, out=out_laid))
+    assert conv.tile_rows
+    for _ in range(2):
+        conv(epilogue)
+        np.testing.assert_array_equal(_from_channels_last(out) if out_laid else out, want)
+        data = rng.integers(0, 256, data.shape).astype(np.uint8)
+        laid_data[...] = _channels_last(data)
+        want = _reference(data, weight, geometry, epilogue, residual, storage, np.uint8)

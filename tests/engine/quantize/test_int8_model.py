@@ -69,14 +69,18 @@ def test_every_conv_and_dense_layer_becomes_one_fused_int8_node(net) -> None:  #
     assert ops["_sg_mkldnn_conv"] == 6 and ops["_sg_mkldnn_fully_connected"] == 2
     for banned in ("Convolution", "BatchNorm", "FullyConnected", "elemwise_add"):
         assert ops[banned] == 0, banned
-    # Only the signed residual's block keeps its relu in float (see `rewrite`): one
-    # dequantize before it (the pooling reads its float result), and one quantize each for
-    # the graph's input and the pooled value.
-    assert ops["Activation"] == 1 and ops["_contrib_dequantize"] == 1
+    # Every relu is fused, the signed residual's block's too (summed out of place, see
+    # `rewrite`): one dequantize before the pooling (it reads the block's float value), and
+    # one quantize each for the graph's input and the pooled value.
+    assert ops["Activation"] == 0 and ops["_contrib_dequantize"] == 1
     assert ops["_contrib_quantize_v2"] == 2
     by_name = {node.name: node for node in model.run_graph.nodes}
     assert by_name["fc2"].params.enable_float_output  # read only by the graph's output
-    assert by_name["b1_out"].params.with_sum and by_name["b1_out"].params.with_postsum_act
+    for name, signed_residual in (("b1_out", False), ("b2_out", True)):
+        block = by_name[name].params
+        assert block.with_sum and block.with_postsum_act, name
+        assert block.out_of_place_sum == signed_residual, name
+        assert block.min_calib_range == 0, name  # uint8 over the relu's range
     assert by_name["stem_relu"].params.min_calib_range == 0  # uint8 after its relu
 
 

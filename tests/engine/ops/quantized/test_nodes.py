@@ -103,3 +103,38 @@ def test_a_bound_convolution_prepares_its_int8_weights_once(
         for value, reference in zip(out, expected, strict=True):
             np.testing.assert_array_equal(value, reference)
     assert len(calls) == 1
+
+
+def fc_cases() -> list[tuple[str, int]]:
+    return [(name, index) for name, index in node_cases()
+            if fixtures.graph(name).nodes[index].op == "_sg_mkldnn_fully_connected"]
+
+
+@pytest.mark.parametrize(("name", "index"), fc_cases())
+def test_a_bound_fully_connected_layer_gives_its_kernels_bytes_on_the_int8_gemm(
+        name: str, index: int) -> None:
+    """Bound with read-only weights, as a CPU plan binds them, a fully connected layer runs
+    its product on the int8 GEMM's kernel (where the host has one) and writes what its
+    NumPy kernel computes, byte for byte, run after run (float, int8/uint8 and int32
+    outputs: every kind MXNet exported)."""
+    from engine.kernels import gemm_int8
+    from engine.ops.quantized import integer
+
+    node = fixtures.graph(name).nodes[index]
+    inputs = []
+    for value in node_inputs(name, index):
+        view = value.view()
+        view.flags.writeable = False
+        inputs.append(view)
+    want = node.opdef.compute(np, node.params, inputs)
+    want = want if isinstance(want, tuple) else (want,)
+    out = tuple(np.empty_like(value) for value in want)
+    (call,) = node.opdef.bind_calls(np, node.params, inputs, out)
+    before = integer.PATHS["int8_gemm"]
+    for _ in range(2):
+        for part in out:
+            part[...] = 0
+        call()
+        for got, expected in zip(out, want, strict=True):
+            np.testing.assert_array_equal(got, expected)
+    assert integer.PATHS["int8_gemm"] - before == (2 if gemm_int8.available() else 0)

@@ -1,7 +1,8 @@
-"""`rescale`: a pre-activation block's BatchNorm and relu, and a relu after a signed residual
-sum, between quantized layers run on the integers (``_quantized_batch_norm_relu``,
+"""`rescale`: a pre-activation block's BatchNorm and relu, and a relu no fused layer takes,
+between quantized layers run on the integers (``_quantized_batch_norm_relu``,
 ``_quantized_relu``, bound to `int8_affine`), inside the channels-last hand-off: no dequantize
-and quantize around them, and the logits stay the NumPy path's."""
+and quantize around them, and the logits stay the NumPy path's. A relu after a sum with a
+signed residual stays in the sum's layer (``out_of_place_sum``)."""
 
 from __future__ import annotations
 
@@ -93,9 +94,8 @@ def test_the_int8_model_agrees_with_float32(model):
 
 
 def signed_residual_net() -> tuple[sym.Symbol, dict[str, np.ndarray]]:
-    """A block whose residual is a projection without relu (signed), so its sum is written
-    int8 and the relu after it is left out of the fused layer, then a convolution reading
-    that relu."""
+    """A block whose residual is a projection without relu (signed), its relu after the sum,
+    then a convolution reading that relu."""
     data = sym.var("data")
     stem = sym.Activation(nets._conv_bn(data, "stem", 32, 3), act_type="relu", name="stem_relu")
     body = sym.Activation(nets._conv_bn(stem, "b1a", 64, 3), act_type="relu", name="b1a_relu")
@@ -107,20 +107,90 @@ def signed_residual_net() -> tuple[sym.Symbol, dict[str, np.ndarray]]:
 
 
 @pytest.fixture(scope="module")
-def relu_model() -> engine.Model:
+def signed_sum_model() -> engine.Model:
     return load_int8(*signed_residual_net(),
                      RNG.standard_normal((16, *SHAPE)).astype(np.float32))
 
 
-def test_the_relu_after_a_signed_sum_runs_on_the_integers(relu_model):
+def test_the_relu_after_a_signed_sum_stays_fused_out_of_place(signed_sum_model):
+    """The sum's layer writes the relu's uint8 over its whole range itself (no relu node,
+    no saturation at 127 through the int8 residual's buffer)."""
+    nodes = signed_sum_model.run_graph.nodes
+    ops = Counter(node.op for node in nodes if not node.is_variable)
+    assert ops["_quantized_relu"] == 0 and ops["Activation"] == 0
+    (block,) = [node for node in nodes if node.name == "b1_out"]
+    assert block.op == "_sg_mkldnn_conv" and block.params.with_sum
+    assert block.params.with_postsum_act and block.params.out_of_place_sum
+    summand = nodes[block.inputs[block.opdef.input_names(block.params).index("sum")].node]
+    assert summand.params.min_calib_range < 0  # the projection's int8
+    assert block.params.min_calib_range == 0 and block.params.max_calib_range > 0
+
+
+def test_a_sum_out_of_place_reaches_past_127_steps(signed_sum_model):
+    """The node's uint8 output over its relu's range, with an int8 residual: values past 127
+    (MXNet's in-place sum stops there), the bound call's bytes the NumPy kernel's."""
+    (node,) = [node for node in signed_sum_model.run_graph.nodes if node.name == "b1_out"]
+    names = node.opdef.input_names(node.params)
+    _, float_params = signed_residual_net()
+    graph_nodes = signed_sum_model.run_graph.nodes
+    params = {name: float_params.get(graph_nodes[entry.node].name)
+              for name, entry in zip(names, node.inputs, strict=True)}
+    inputs = []
+    for name in names:
+        if name in ("data", "sum"):
+            dtype = np.uint8 if name == "data" else np.int8
+            info = np.iinfo(dtype)
+            inputs.append(RNG.integers(info.min, info.max + 1, (2, 64, 5, 7)).astype(dtype))
+        elif name.startswith(("min", "max")):
+            inputs.append(np.array([-2.0 if name.startswith("min") else 2.0], np.float32))
+        else:
+            value = np.asarray(params[name]).copy()
+            value.flags.writeable = False
+            inputs.append(value)
+    got, _, _ = node.opdef.compute(np, node.params, inputs)
+    assert got.dtype == np.uint8 and got.max() > 127
+    assert_bound_node_gives_numpys_bytes(node.op, node.params, inputs, "int8_fused_conv")
+
+
+@pytest.mark.skipif(not int8_conv.supported_here(),
+                    reason="needs AVX-512 VNNI, numba and the spin pool")
+def test_the_sum_out_of_place_hands_off_and_keeps_the_numpy_paths_logits(signed_sum_model):
+    images = {"data": RNG.standard_normal((2, *SHAPE)).astype(np.float32)}
+    got, ran = paths_taken(lambda: signed_sum_model.infer(images)["fc_output"])
+    # stem, b1a, b1d (the residual), the sum (read by b2)
+    assert ran["int8_channels_last_handoff"] == 4
+    np.testing.assert_array_equal(got, numpy_path_output(signed_sum_model, images,
+                                                         "fc_output"))
+    reference = signed_sum_model.reference(images)["fc_output"]
+    assert np.abs(got - reference).max() < 0.05 * np.abs(reference).max()
+
+
+def shared_value_net() -> tuple[sym.Symbol, dict[str, np.ndarray]]:
+    """A stem's conv+BN read both by a relu (then a convolution) and by a second
+    convolution: the relu joins no layer and runs on its own."""
+    data = sym.var("data")
+    stem = nets._conv_bn(data, "stem", 64, 3)
+    left = nets._conv_bn(sym.Activation(stem, act_type="relu", name="stem_relu"), "left", 32, 3)
+    right = nets._conv_bn(stem, "right", 32, 1)
+    net = sym.FullyConnected(sym.Activation(left + right, act_type="relu", name="out"),
+                             num_hidden=10, name="fc")
+    return net, nets.random_params(net, (1, *SHAPE), seed=19)
+
+
+@pytest.fixture(scope="module")
+def relu_model() -> engine.Model:
+    return load_int8(*shared_value_net(), RNG.standard_normal((16, *SHAPE)).astype(np.float32))
+
+
+def test_a_relu_no_layer_takes_runs_on_the_integers(relu_model):
     nodes = relu_model.run_graph.nodes
     ops = Counter(node.op for node in nodes if not node.is_variable)
     assert ops["_quantized_relu"] == 1 and ops["Activation"] == 0
     assert ops["_contrib_quantize_v2"] == 1 and ops["_contrib_dequantize"] == 0  # the input's
     (relu,) = [node for node in nodes if node.op == "_quantized_relu"]
     source = nodes[relu.inputs[0].node]
-    assert source.op == "_sg_mkldnn_conv" and source.params.with_sum
-    assert source.params.min_calib_range < 0 and not source.params.with_postsum_act
+    assert source.op == "_sg_mkldnn_conv" and not source.params.with_act
+    assert source.params.min_calib_range < 0
     assert relu.params.min_calib_range == 0 and relu.params.max_calib_range > 0
 
 
@@ -137,8 +207,8 @@ def test_the_relu_hands_off_and_keeps_the_numpy_paths_logits(relu_model):
     images = {"data": RNG.standard_normal((2, *SHAPE)).astype(np.float32)}
     got, ran = paths_taken(lambda: relu_model.infer(images)["fc_output"])
     assert ran["int8_relu"] == 1
-    # stem, b1a, b1d (the residual), the sum (read by the relu alone), the relu (read by b2)
-    assert ran["int8_channels_last_handoff"] == 5
+    # the stem (read by the relu and by right), the relu (read by left), right (the residual)
+    assert ran["int8_channels_last_handoff"] == 3
     np.testing.assert_array_equal(got, numpy_path_output(relu_model, images, "fc_output"))
     reference = relu_model.reference(images)["fc_output"]
     assert np.abs(got - reference).max() < 0.05 * np.abs(reference).max()
