@@ -15,6 +15,9 @@ batch 8: 15–20% slower wide). Hence ``WIDE_POSITIONS``.
 
 In a bf16 plan on AMX, a convolution of several taps over enough channels runs direct instead
 (`conv_amx`): its input paired once into a bordered grid, no patch array and no padded copy.
+One that stays im2col there with stride 2 across and padding (ResNet's 7×7 stem) copies each
+image into a padded buffer split by column parity, so that its bands are paired from runs of
+adjacent floats (`_bind_split_bands`).
 """
 
 from __future__ import annotations
