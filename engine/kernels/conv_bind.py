@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.kernels import conv_amx, gemm_bind, gemm_kernel
+from engine.kernels import conv_amx, gemm_bind, gemm_kernel, parity_split
 from engine.kernels.gemm_bind import matmul_into
 from engine.kernels.im2col import Ints
 from engine.kernels.workspace import aligned
@@ -214,13 +214,7 @@ def _bind_split_bands(xp: Any, data: Any, matrix: Any, out: Any, geometry: Geome
     half = max((width - 1 + pad_x) // 2 + 1, out_width + (kernel_x - 1) // 2)
     split = workspace.zeroed((channels, rows, 2, half), np.float32,
                              ("parity split", pad, data.shape[1:]))
-    calls: list[Callable[[], Any]] = []
-    for first in range(min(2, width)):  # input columns first, first + 2, …: one half's run
-        at = first + pad_x
-        count = len(range(first, width, 2))
-        calls.append(partial(np.copyto, split[:, pad_y:pad_y + height, at % 2,
-                                              at // 2:at // 2 + count],
-                             data[0, :, :, first::2]))
+    calls = parity_split.copy(data[0], split, pad_y, pad_x)
     step_c, step_y, step_half = (stride // split.itemsize for stride in split.strides[:3])
     k_offsets = (np.arange(channels)[:, None, None] * step_c
                  + np.arange(kernel_y)[None, :, None] * (dilate[0] * step_y)

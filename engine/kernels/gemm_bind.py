@@ -33,7 +33,7 @@ import numpy as np
 
 from engine.cpu import spin_pool
 from engine.cpu.blas_threads import threads as blas_threads_now
-from engine.kernels import bf16, gemm_kernel, strided_kernel
+from engine.kernels import bf16, gemm_kernel, parity_split, strided_kernel
 
 # Below this share of computed lanes doing useful work, BLAS runs the product (49 of 64: no).
 MIN_LANE_USE = 0.9
@@ -382,4 +382,4 @@ def _is_ours(call: Any) -> bool:
 
 
 def _is_copy(call: Any) -> bool:
-    return isinstance(call, partial) and call.func is np.copyto
+    return isinstance(call, partial) and call.func in (np.copyto, parity_split.split_into)

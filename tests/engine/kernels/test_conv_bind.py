@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from engine import sym
-from engine.kernels import bf16, conv_bind, gemm_kernel
+from engine.kernels import bf16, conv_bind, gemm_kernel, parity_split
 from tests.engine.kernels.test_conv_amx import bf16_workspace, constant, reference, relative_error
 from tests.engine.runtime.helpers import load_pair, run_allocation
 
@@ -141,10 +141,9 @@ def test_stride_2_across_pairs_from_an_input_split_by_column_parity(case: tuple,
     out = np.full(want.shape, np.nan, np.float32)
     calls = conv_bind.bind(np, data, weight, bias, out, (kernel, stride, (1, 1), pad),
                            bf16_workspace())
-    copies = [call for call in calls if getattr(call, "func", None) is np.copyto]
-    # Per image, two copies, each of every other input column (one half of the split rows).
-    assert len(copies) == 2 * batch
-    assert all(copy.args[1].strides[-1] == 2 * data.itemsize for copy in copies)
+    copies = [call for call in calls if getattr(call, "func", None) is parity_split.split_into]
+    # Per image, its copy into the split rows, then its bands, paired from there.
+    assert len(copies) == batch and all(copy.args[0].shape == data.shape[1:] for copy in copies)
     assert all(isinstance(call, bf16.PairedProduct) for call in calls if call not in copies)
     for _ in range(2):  # the second run finds the border as the first left it
         out[...] = np.nan
@@ -161,4 +160,28 @@ def test_stride_1_across_or_unpadded_reads_the_strided_view() -> None:
     out = np.empty((1, 20, 8, 8), np.float32)
     calls = conv_bind.bind(np, data, weight, None, out, ((1, 1), (2, 2), (1, 1), (0, 0)),
                            bf16_workspace())
-    assert not any(getattr(call, "func", None) is np.copyto for call in calls)
+    assert not any(getattr(call, "func", None) in (np.copyto, parity_split.split_into)
+                   for call in calls)
+
+
+@pytest.mark.skipif(not gemm_kernel.available(gemm_kernel.AMX),
+                    reason="this CPU or kernel lacks AMX-BF16")
+def test_a_stem_and_its_relu_are_the_split_copy_and_the_bands_alone() -> None:
+    """In a bf16 plan the stem's bias and ReLU stay in its products' epilogue: the split copy
+    moves values only, so no pass over the output follows the bands."""
+    import engine
+    from bench import nets
+
+    net = sym.Activation(sym.Convolution(sym.var("data"), num_filter=16, kernel=(7, 7),
+                                         stride=(2, 2), pad=(3, 3), name="stem"),
+                         act_type="relu", name="relu")
+    params = nets.random_params(net, (1, 3, 40, 41), seed=5)
+    model = engine.load_model(net, params, precision="bf16")
+    feed = {"data": RNG.standard_normal((2, 3, 40, 41)).astype(np.float32)}
+    plan = model.plan_for(feed)
+    kinds = [getattr(step.call, "func", None) is parity_split.split_into
+             or isinstance(step.call, bf16.PairedProduct) for step in plan.steps]
+    assert all(kinds), [type(step.call).__name__ for step in plan.steps]
+    got, want = model.infer(feed)["relu_output"], model.reference(feed)["relu_output"]
+    assert got.min() == 0.0
+    np.testing.assert_allclose(got, want, atol=3e-2 * np.abs(want).max())
