@@ -111,15 +111,16 @@ def test_band_rows() -> None:
     assert conv_bind._band_rows(small) == 28
 
 
-# Stride 2 across, padded, in a bf16 plan on AMX: (kernel, stride, pad, input size).
+# Stride 2 across, padded, in a bf16 plan on AMX: (kernel, stride, pad, input size, dilation).
 # Each image has 256 output positions or more: images are bound one at a time.
 SPLIT_CASES = [
-    ((7, 7), (2, 2), (3, 3), (225, 225)),  # ResNet's stem on an odd size, in bands
-    ((7, 7), (2, 2), (3, 3), (33, 40)),
-    ((3, 3), (2, 2), (1, 1), (57, 57)),
-    ((5, 5), (2, 2), (2, 2), (36, 37)),
-    ((3, 3), (1, 2), (1, 1), (19, 34)),  # stride 1 down
-    ((4, 3), (2, 2), (2, 1), (40, 35)),  # an even window; pads of both parities
+    ((7, 7), (2, 2), (3, 3), (225, 225), (1, 1)),  # ResNet's stem on an odd size, in bands
+    ((7, 7), (2, 2), (3, 3), (33, 40), (1, 1)),
+    ((3, 3), (2, 2), (1, 1), (57, 57), (1, 1)),
+    ((5, 5), (2, 2), (2, 2), (36, 37), (1, 1)),
+    ((3, 3), (1, 2), (1, 1), (19, 34), (1, 1)),  # stride 1 down
+    ((4, 3), (2, 2), (2, 1), (40, 35), (1, 1)),  # an even window; pads of both parities
+    ((3, 3), (2, 2), (2, 1), (41, 40), (2, 1)),  # dilated down
 ]
 
 
@@ -132,14 +133,14 @@ def test_stride_2_across_pairs_from_an_input_split_by_column_parity(case: tuple,
     """The input's even and odd columns are copied apart into the padded buffer, then each
     band pairs runs of adjacent floats: the result is the convolution of the bf16-rounded
     operands, summed in float32."""
-    kernel, stride, pad, size = case
+    kernel, stride, pad, size, dilate = case
     data = RNG.standard_normal((batch, 3, *size)).astype(np.float32)
     weight = constant(RNG.standard_normal((20, 3, *kernel)).astype(np.float32))
     bias = constant(RNG.standard_normal(20).astype(np.float32))
-    want = reference(bf16.rounded(data), bf16.rounded(weight), pad, (1, 1), stride)
+    want = reference(bf16.rounded(data), bf16.rounded(weight), pad, dilate, stride)
     want += bias.reshape(1, -1, 1, 1)
     out = np.full(want.shape, np.nan, np.float32)
-    calls = conv_bind.bind(np, data, weight, bias, out, (kernel, stride, (1, 1), pad),
+    calls = conv_bind.bind(np, data, weight, bias, out, (kernel, stride, dilate, pad),
                            bf16_workspace())
     copies = [call for call in calls if getattr(call, "func", None) is parity_split.split_into]
     # Per image, its copy into the split rows, then its bands, paired from there.
