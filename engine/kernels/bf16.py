@@ -168,8 +168,8 @@ def pairing(source: Any, target: Any, along_rows: bool) -> Callable[[], Any]:
     return partial(_pair_in_numpy, source, target, along_rows)
 
 
-def patch_pairing(view: Any, k_axes: int, target: Any,
-                  into: np.ndarray | None = None) -> Callable[[], Any] | None:
+def patch_pairing(view: Any, k_axes: int, target: Any, into: np.ndarray | None = None,
+                  k_offsets: np.ndarray | None = None) -> Callable[[], Any] | None:
     """A call writing ``view`` (a strided float32 view whose first ``k_axes`` axes run along
     K and the rest along the columns: an im2col patch view over a padded input) into
     ``target`` (float32-viewed words, (at least ceil(K/2), at least the columns), rows
@@ -177,8 +177,11 @@ def patch_pairing(view: Any, k_axes: int, target: Any,
     patch array is copied first (ResNet-18 at batch 1: im2col's copies took 4.5 ms and pairing
     the copies 10.7, one thread). The columns' last axis is written in runs, end to end, or
     with ``into`` from each run's word in a target row (int64, one per run: `conv_amx`'s
-    zero-bordered grid). A `spin_pool` job of `bf16_pair_ir`'s pass; None where that cannot
-    compile."""
+    zero-bordered grid). ``k_offsets`` (int64, one per K index, in floats from the view's
+    first element) replaces the offsets the K axes' strides give, for a source no strides
+    describe (`conv_bind`'s input split by column parity: tap ``kx`` at half ``kx % 2``, cell
+    ``kx // 2``); its K axes then give only K's length. A `spin_pool` job of
+    `bf16_pair_ir`'s pass; None where that cannot compile."""
     item = view.itemsize
     task = _pair_task()
     if task is None or min(view.strides, default=0) < 0 or any(
@@ -186,7 +189,11 @@ def patch_pairing(view: Any, k_axes: int, target: Any,
         return None
     steps = np.array(view.strides, np.int64) // item
     depth = int(np.prod(view.shape[:k_axes]))
-    rows = _offsets(view.shape[:k_axes], steps[:k_axes])
+    rows = _offsets(view.shape[:k_axes], steps[:k_axes]) if k_offsets is None \
+        else np.ascontiguousarray(k_offsets, np.int64)
+    if rows.shape != (depth,) or rows.min(initial=0) < 0:
+        raise ValueError(f"pairing needs one non-negative offset per K index ({depth}); got "
+                         f"{rows.shape}")
     # The columns: every offset of the column axes but the last, and the last as a run.
     outer = _offsets(view.shape[k_axes:-1], steps[k_axes:-1])
     run, step = view.shape[-1], int(steps[-1])

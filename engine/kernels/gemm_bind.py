@@ -33,7 +33,7 @@ import numpy as np
 
 from engine.cpu import spin_pool
 from engine.cpu.blas_threads import threads as blas_threads_now
-from engine.kernels import bf16, gemm_kernel, strided_kernel
+from engine.kernels import bf16, gemm_kernel, parity_split, strided_kernel
 
 # Below this share of computed lanes doing useful work, BLAS runs the product (49 of 64: no).
 MIN_LANE_USE = 0.9
@@ -185,11 +185,12 @@ def _bf16_product_with_weight(left: Any, weight: Any, out: Any, workspace: Any) 
     return bf16.paired_product(bf16.pairing(left, words, True), product)
 
 
-def bf16_patch_product(weight: Any, view: Any, k_axes: int, out: Any,
-                       workspace: Any) -> Callable[[], Any] | None:
+def bf16_patch_product(weight: Any, view: Any, k_axes: int, out: Any, workspace: Any,
+                       k_offsets: Any = None) -> Callable[[], Any] | None:
     """``out = weight @ patches`` on AMX, the patches paired into bf16 words straight from
-    ``view`` (an im2col view whose first ``k_axes`` axes run along K, `bf16.patch_pairing`)
-    with no patch array copied; None outside a bf16 plan on AMX or where it cannot apply."""
+    ``view`` (an im2col view whose first ``k_axes`` axes run along K, or K's offsets given as
+    ``k_offsets``: `bf16.patch_pairing`) with no patch array copied; None outside a bf16 plan
+    on AMX or where it cannot apply."""
     if (type(view) is not np.ndarray or type(weight) is not np.ndarray
             or weight.flags.writeable or weight.nbytes > PACK_LIMIT_BYTES
             or {weight.dtype, view.dtype, out.dtype} != {np.dtype(np.float32)}
@@ -198,7 +199,7 @@ def bf16_patch_product(weight: Any, view: Any, k_axes: int, out: Any,
             or bf16_kernel(workspace, out.shape[0]) != gemm_kernel.AMX):
         return None
     words = _amx_words(weight, out, workspace)
-    pair = bf16.patch_pairing(view, k_axes, words)
+    pair = bf16.patch_pairing(view, k_axes, words, k_offsets=k_offsets)
     if pair is None:
         return None
     return bf16.paired_product(pair, _amx_weight_tiles(weight, words, out, workspace))
@@ -381,4 +382,4 @@ def _is_ours(call: Any) -> bool:
 
 
 def _is_copy(call: Any) -> bool:
-    return isinstance(call, partial) and call.func is np.copyto
+    return isinstance(call, partial) and call.func in (np.copyto, parity_split.split_into)

@@ -137,3 +137,19 @@ def test_patch_pairing_refuses_offsets_past_the_target() -> None:
         bf16.patch_pairing(view, 1, np.zeros((2, 25), np.float32), np.array([0, 16]))
     with pytest.raises(ValueError, match="one target offset per run"):
         bf16.patch_pairing(view, 1, np.zeros((2, 40), np.float32), np.array([0]))
+
+
+@needs_pair_ir
+def test_patch_pairing_reads_k_where_its_offsets_say() -> None:
+    """K's rows in a given order (reversed, of a 5 × 12 matrix), not the view's strides:
+    the words pair rows 4 and 3, then 2 and 1, then 0 with a zero."""
+    source = RNG.standard_normal((5, 12)).astype(np.float32)
+    columns = np.lib.stride_tricks.as_strided(source, shape=(5, 12), strides=(0, 4))
+    target = np.zeros((3, 12), np.float32)
+    call = bf16.patch_pairing(columns, 1, target, k_offsets=np.arange(4, -1, -1) * 12)
+    assert call is not None
+    call()
+    expected = bf16.pair_columns(source[::-1])
+    np.testing.assert_array_equal(target.view(np.uint32), expected.view(np.uint32))
+    with pytest.raises(ValueError, match="one non-negative offset per K index"):
+        bf16.patch_pairing(columns, 1, target, k_offsets=np.arange(4) * 12)

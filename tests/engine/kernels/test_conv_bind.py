@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from engine import sym
-from engine.kernels import conv_bind, gemm_kernel
+from engine.kernels import bf16, conv_bind, gemm_kernel, parity_split
+from tests.engine.kernels.test_conv_amx import bf16_workspace, constant, reference, relative_error
 from tests.engine.runtime.helpers import load_pair, run_allocation
 
 RNG = np.random.default_rng(3)
@@ -108,3 +109,80 @@ def test_band_rows() -> None:
     assert rows * 147 * 112 * 4 <= conv_bind.BAND_BYTES < (rows + 1) * 147 * 112 * 4
     small = np.zeros((3, 3, 3, 1, 28, 28), np.float32)  # 85 KB: one band
     assert conv_bind._band_rows(small) == 28
+
+
+# Stride 2 across, padded, in a bf16 plan on AMX: (kernel, stride, pad, input size, dilation).
+# Each image has 256 output positions or more: images are bound one at a time.
+SPLIT_CASES = [
+    ((7, 7), (2, 2), (3, 3), (225, 225), (1, 1)),  # ResNet's stem on an odd size, in bands
+    ((7, 7), (2, 2), (3, 3), (33, 40), (1, 1)),
+    ((3, 3), (2, 2), (1, 1), (57, 57), (1, 1)),
+    ((5, 5), (2, 2), (2, 2), (36, 37), (1, 1)),
+    ((3, 3), (1, 2), (1, 1), (19, 34), (1, 1)),  # stride 1 down
+    ((4, 3), (2, 2), (2, 1), (40, 35), (1, 1)),  # an even window; pads of both parities
+    ((3, 3), (2, 2), (2, 1), (41, 40), (2, 1)),  # dilated down
+]
+
+
+@pytest.mark.skipif(not gemm_kernel.available(gemm_kernel.AMX),
+                    reason="this CPU or kernel lacks AMX-BF16")
+@pytest.mark.parametrize("case", SPLIT_CASES, ids=str)
+@pytest.mark.parametrize("batch", [1, 3])
+def test_stride_2_across_pairs_from_an_input_split_by_column_parity(case: tuple,
+                                                                    batch: int) -> None:
+    """The input's even and odd columns are copied apart into the padded buffer, then each
+    band pairs runs of adjacent floats: the result is the convolution of the bf16-rounded
+    operands, summed in float32."""
+    kernel, stride, pad, size, dilate = case
+    data = RNG.standard_normal((batch, 3, *size)).astype(np.float32)
+    weight = constant(RNG.standard_normal((20, 3, *kernel)).astype(np.float32))
+    bias = constant(RNG.standard_normal(20).astype(np.float32))
+    want = reference(bf16.rounded(data), bf16.rounded(weight), pad, dilate, stride)
+    want += bias.reshape(1, -1, 1, 1)
+    out = np.full(want.shape, np.nan, np.float32)
+    calls = conv_bind.bind(np, data, weight, bias, out, (kernel, stride, dilate, pad),
+                           bf16_workspace())
+    copies = [call for call in calls if getattr(call, "func", None) is parity_split.split_into]
+    # Per image, its copy into the split rows, then its bands, paired from there.
+    assert len(copies) == batch and all(copy.args[0].shape == data.shape[1:] for copy in copies)
+    assert all(isinstance(call, bf16.PairedProduct) for call in calls if call not in copies)
+    for _ in range(2):  # the second run finds the border as the first left it
+        out[...] = np.nan
+        for call in calls:
+            call()
+        assert relative_error(out, want) < 1e-5
+
+
+def test_stride_1_across_or_unpadded_reads_the_strided_view() -> None:
+    """No split where the windows do not step two columns, or where no padded copy is made
+    anyway (a 1×1 stride-2 shortcut pairs from its input directly)."""
+    data = RNG.standard_normal((1, 3, 16, 16)).astype(np.float32)
+    weight = constant(RNG.standard_normal((20, 3, 1, 1)).astype(np.float32))
+    out = np.empty((1, 20, 8, 8), np.float32)
+    calls = conv_bind.bind(np, data, weight, None, out, ((1, 1), (2, 2), (1, 1), (0, 0)),
+                           bf16_workspace())
+    assert not any(getattr(call, "func", None) in (np.copyto, parity_split.split_into)
+                   for call in calls)
+
+
+@pytest.mark.skipif(not gemm_kernel.available(gemm_kernel.AMX),
+                    reason="this CPU or kernel lacks AMX-BF16")
+def test_a_stem_and_its_relu_are_the_split_copy_and_the_bands_alone() -> None:
+    """In a bf16 plan the stem's bias and ReLU stay in its products' epilogue: the split copy
+    moves values only, so no pass over the output follows the bands."""
+    import engine
+    from bench import nets
+
+    net = sym.Activation(sym.Convolution(sym.var("data"), num_filter=16, kernel=(7, 7),
+                                         stride=(2, 2), pad=(3, 3), name="stem"),
+                         act_type="relu", name="relu")
+    params = nets.random_params(net, (1, 3, 40, 41), seed=5)
+    model = engine.load_model(net, params, precision="bf16")
+    feed = {"data": RNG.standard_normal((2, 3, 40, 41)).astype(np.float32)}
+    plan = model.plan_for(feed)
+    kinds = [getattr(step.call, "func", None) is parity_split.split_into
+             or isinstance(step.call, bf16.PairedProduct) for step in plan.steps]
+    assert all(kinds), [type(step.call).__name__ for step in plan.steps]
+    got, want = model.infer(feed)["relu_output"], model.reference(feed)["relu_output"]
+    assert got.min() == 0.0
+    np.testing.assert_allclose(got, want, atol=3e-2 * np.abs(want).max())

@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import engine
 from engine import sym
 from engine.ops.nn import pool
-from tests.engine.runtime.helpers import load_pair, run_allocation
+from tests.engine.runtime.helpers import load_pair, run_allocation, step_funcs
 
 RNG = np.random.default_rng(11)
 
@@ -66,3 +67,35 @@ def test_bound_pooling_allocates_nothing_per_run() -> None:
     # The padded input is 4 × 16 × 66 × 66 floats (1.1 MB) and the result between the two axes
     # half that: a run building either afresh would show here.
     assert peak < 128 * 1024, f"a run allocated up to {peak} bytes"
+
+
+@pytest.mark.parametrize("shape", [(1, 512, 7, 7), (3, 5, 9, 11), (8, 4, 1, 1)])
+def test_global_average_binds_one_product_matching_the_mean(shape: tuple) -> None:
+    symbol = sym.Pooling(sym.var("data"), name="pool", global_pool=True, pool_type="avg",
+                         kernel=(1, 1))
+    model = engine.load_model(symbol, {}, optimize=True)
+    x = RNG.normal(size=shape).astype(np.float32)
+    plan = model.plan_for({"data": x})
+    # One call, the product itself: no pass through the interpreter's `_pooling` per run.
+    assert step_funcs(plan) == [np.dot]
+    for _ in range(2):  # a second run reads the fresh input
+        x = RNG.normal(size=shape).astype(np.float32)
+        got = model.infer({"data": x})["pool_output"]
+        assert got.dtype == np.float32 and got.shape == (*shape[:2], 1, 1)
+        want = x.astype(np.float64).mean(axis=(2, 3), keepdims=True)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("attrs", [{"pool_type": "max"}, {"pool_type": "avg", "layout": "NHWC"},
+                                   {"pool_type": "sum"}], ids=["max", "avg-nhwc", "sum"])
+def test_other_global_poolings_keep_the_reference_kernel(attrs: dict) -> None:
+    symbol = sym.Pooling(sym.var("data"), name="pool", global_pool=True, kernel=(1, 1),
+                         **attrs)
+    model = engine.load_model(symbol, {}, optimize=True)
+    x = RNG.normal(size=(2, 6, 5, 5)).astype(np.float32)
+    axes = (1, 2) if attrs.get("layout") == "NHWC" else (2, 3)
+    want = {"max": np.max, "avg": np.mean, "sum": np.sum}[attrs["pool_type"]](
+        x, axis=axes, keepdims=True)
+    np.testing.assert_allclose(model.infer({"data": x})["pool_output"], want, rtol=1e-5,
+                               atol=1e-6)
+    assert np.dot not in step_funcs(model.plan_for({"data": x}))
