@@ -81,6 +81,13 @@ class FusedDepthwise(EpilogueLayer):
         padded_h = height + 2 * geometry.pad[0]
         padded_w = width + 2 * geometry.pad[1]
         out_h, out_w = geometry.out_size(height, width)
+        one_pass = geometry.kernel == (3, 3) and self.laid.out and self.residual is None
+        if (one_pass and self.laid.data and data.dtype == np.uint8
+                and geometry.pad == (1, 1)):
+            # the vector window reads the channels-last data where it lies: no padded copy
+            job = self._vector_job(epilogue, data, height, width, 1)
+            if job is not None:
+                return (job,)
         scratch = int8_conv.arena()
         padded = scratch.take("channels_last", batch * padded_h * padded_w * channels, np.uint8)
         chunk = max(1, min(self.rows, CHUNK_BYTES // (4 * channels)))
@@ -93,10 +100,10 @@ class FusedDepthwise(EpilogueLayer):
         residual = self.residual if self.residual is not None else np.zeros(1, np.int8)
         out = self.out.reshape(-1)
         jobs = [lay]
-        if geometry.kernel == (3, 3) and self.laid.out and self.residual is None:
+        if one_pass:
             # one pass: each position's nine taps summed in registers, requantized and
             # written in order (MobileNet's depthwise layers; no sums go through memory)
-            job = self._vector_job(epilogue, padded, padded_h, padded_w)
+            job = self._vector_job(epilogue, padded, padded_h, padded_w, 0)
             if job is None:
                 job = kernel_jobs.bind((__name__, "window_3x3"), (
                     padded, channels, padded_h, padded_w, out_h, out_w, *geometry.stride,
@@ -127,11 +134,13 @@ class FusedDepthwise(EpilogueLayer):
             raise RuntimeError("int8 depthwise convolution: a job could not be bound")
         return tuple(jobs)
 
-    def _vector_job(self, epilogue: Epilogue, padded: np.ndarray, padded_h: int,
-                    padded_w: int) -> spin_pool.Job | None:
-        """The one-pass window as `depthwise_int8_ir`'s task over the output rows, or None
-        where it does not apply: a stride other than 1 or 2 on both axes, a dilation, a bias
-        out of `BIAS_REACH`, or the task not compiled here."""
+    def _vector_job(self, epilogue: Epilogue, source: np.ndarray, height: int, width: int,
+                    pad: int) -> spin_pool.Job | None:
+        """The one-pass window as `depthwise_int8_ir`'s task over the output rows, reading
+        ``source`` (N, height, width, C uint8: the padded copy with ``pad`` 0, or the data
+        itself with ``pad`` 1), or None where it does not apply: a stride other than 1 or 2
+        on both axes, a dilation, a bias out of `BIAS_REACH`, or the task not compiled
+        here."""
         geometry = self.geometry
         stride = geometry.stride[0]
         if (geometry.stride not in ((1, 1), (2, 2)) or geometry.dilate != (1, 1)
@@ -142,13 +151,18 @@ class FusedDepthwise(EpilogueLayer):
             return None
         batch, channels = self.data.shape[:2]
         out_h, out_w = self.out_shape_hw
+        # the positions whose window lies inside the row; past them, one at most reaches
+        # into the right padding (`depthwise_int8_ir` makes its column zeros)
+        inside = out_w if pad == 0 else max(0, min(out_w, (width - 2) // stride + 1))
+        zeros = np.zeros(width * channels if pad else 1, np.uint8)  # the rows above/below
         act_low = 0.0 if epilogue.act else -np.inf
         act_top = float(epilogue.act_high) if epilogue.act == "bounded_relu" else np.inf
         bounds = [np.float64(np.float32(bound)).view(np.int64) for bound in (
             max(act_low, epilogue.low), min(act_top, epilogue.high))]
-        arrays = (padded, self.out, self.vector_taps, self.vector_shift, self.bias, self.scales)
+        arrays = (source, self.out, self.vector_taps, self.vector_shift, self.bias,
+                  self.scales, zeros)
         context = np.array([array.ctypes.data for array in arrays] + [
-            batch, channels, padded_h, padded_w, out_h, out_w, *bounds], np.int64)
+            batch, channels, height, width, pad, out_h, out_w, inside, *bounds], np.int64)
         parts = kernel_jobs.parts_for(batch * out_h, 10 * self.rows * channels)
         return spin_pool.job(task, context, parts, keep=arrays)
 
