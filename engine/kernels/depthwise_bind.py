@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from engine.cpu import compiled
-from engine.kernels import depthwise_kernel, depthwise_vector
+from engine.kernels import bf16_handoff, depthwise_kernel, depthwise_vector
 from engine.kernels.conv_bind import Geometry
 from engine.kernels.depthwise_kernel import DepthwiseCall
 from engine.kernels.im2col import Ints
@@ -170,7 +170,9 @@ def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometr
     if depthwise_vector.applies(data, weight, bias, out, geometry) and (
             max(geometry[1]) > 1 or math.prod(data.shape[2:]) < VECTOR_SAME_CELLS
             or data.shape[-1] % depthwise_vector.LANES == 0):
-        return [depthwise_vector.bind(data, weight, bias, out, geometry[1][0])]
+        # at batch 1 its output may go to AMX products as the bf16 pairs they read
+        handoff = bf16_handoff.offer(workspace, out) if batch == 1 else None
+        return [depthwise_vector.bind(data, weight, bias, out, geometry[1][0], handoff)]
     if direct and tuple(map(tuple, geometry)) == SAME_3X3:
         return [_same_call(data, weight, bias, out)]
     if direct and max(geometry[1]) > 1 and math.prod(data.shape[2:]) >= PLANE_CELLS:

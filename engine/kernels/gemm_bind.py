@@ -33,7 +33,7 @@ import numpy as np
 
 from engine.cpu import spin_pool
 from engine.cpu.blas_threads import threads as blas_threads_now
-from engine.kernels import bf16, gemm_kernel, strided_kernel
+from engine.kernels import bf16, bf16_handoff, gemm_kernel, strided_kernel
 
 # Below this share of computed lanes doing useful work, BLAS runs the product (49 of 64: no).
 MIN_LANE_USE = 0.9
@@ -68,16 +68,17 @@ def worthwhile(rows: int, columns: int) -> bool:
     return rows >= 1 and columns / lanes >= MIN_LANE_USE
 
 
-def weight_product(xp: Any, weight: Any, right: Any, out: Any,
-                   workspace: Any) -> Callable[[], Any] | None:
+def weight_product(xp: Any, weight: Any, right: Any, out: Any, workspace: Any,
+                   handoff: bf16_handoff.PairedHandoff | None = None) -> Callable[[], Any] | None:
     """``out = weight @ right`` by our kernel as one call, where ``weight`` is a read-only
     plan constant (packed once and shared by the model's plans, `Workspace.derived`); None
-    where BLAS should run it."""
+    where BLAS should run it. ``handoff``: the one ``right``'s writer offered, taken where
+    the product pairs ``right`` for AMX (`bf16_handoff`)."""
     if (xp is not np or weight.flags.writeable or weight.nbytes > PACK_LIMIT_BYTES
             or not gemm_kernel.applies(weight, right, out)):
         return None
     if bf16_kernel(workspace, out.shape[0], weight.shape[1]) is not None:
-        return _bf16_weight_product(weight, right, out, workspace)
+        return _bf16_weight_product(weight, right, out, workspace, handoff)
     if worthwhile(*out.shape):
         packed = workspace.derived(weight, "gemm packed", gemm_kernel.pack)
         return _threaded(weight, right, out, gemm_kernel.bind_packed(packed, right, out))
@@ -133,13 +134,19 @@ def amx_pays(rows: int, depth: int) -> bool:
     return depth >= 2 * BF16_MIN_DEPTH or (depth >= BF16_MIN_DEPTH and rows >= 32)
 
 
-def _bf16_weight_product(weight: Any, right: Any, out: Any, workspace: Any) -> Any:
+def _bf16_weight_product(weight: Any, right: Any, out: Any, workspace: Any,
+                         handoff: bf16_handoff.PairedHandoff | None = None) -> Any:
     """``out = weight @ right`` in bf16: the constant weight rounded and paired once, the
-    activation ``right`` paired down its columns on each run (`bf16.pairing`)."""
+    activation ``right`` paired down its columns on each run (`bf16.pairing`), on AMX into
+    the words of ``handoff`` where there is one (its writer may have written them)."""
     if bf16_kernel(workspace, out.shape[0], weight.shape[1]) == gemm_kernel.AMX:
-        words = _amx_words(weight, out, workspace)
+        shape = (bf16.amx_depth(weight.shape[1]), bf16.amx_rows(out.shape[1]))
+        handed = None if handoff is None else bf16_handoff.words_for(handoff, shape, workspace)
+        words = _amx_words(weight, out, workspace) if handed is None else handed
         pair = bf16.patch_pairing(right, 1, words)  # a matrix: a view with one K axis
         if pair is not None:
+            if handed is not None:
+                pair = bf16_handoff.take(handoff, pair)
             return bf16.paired_product(pair, _amx_weight_tiles(weight, words, out, workspace))
     packed = workspace.derived(weight, "bf16 packed",
                                lambda constant: gemm_kernel.pack(bf16.pair_rows(constant)))
