@@ -180,7 +180,11 @@ def test_a_taken_handoff_gets_the_pairing_pass_words(shape: tuple, stride: int, 
     call = depthwise_vector.bind(data, weight, bias, out, stride, handoff).clamped(
         np.float32(0), np.float32(6))
     assert call.slabs(2) is None  # the words take every plane's halves
-    (call.as_job(None) if as_job else call)()
+    if as_job:  # parts on two threads: a word's two halves written by different parts
+        with spin_pool.armed(2):
+            call.as_job(None)()
+    else:
+        call()
     assert handoff.laid
     want = paired_reference(planes, handoff.words.shape)
     np.testing.assert_array_equal(handoff.words.view(np.uint32), want.view(np.uint32))
