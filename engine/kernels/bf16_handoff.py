@@ -20,15 +20,18 @@ from typing import Any
 
 import numpy as np
 
+from engine.kernels import bf16, gemm_kernel
+
 TAG = "bf16 paired hand-off"
 
 
 class PairedHandoff:
     """What a depthwise writer and the products reading its output share."""
 
-    def __init__(self, readers: int) -> None:
+    def __init__(self, readers: int, shape: tuple[int, int], slot: int) -> None:
         self.readers = readers  # inputs the plan binds to the array
         self.takers = 0  # those bound to read the words
+        self.shape, self.slot = shape, slot  # the words' shape, and which buffer of it
         self.words: np.ndarray | None = None  # the words the takers read (float32-viewed)
         self.laid = False  # whether the writer's last run wrote the words (not the array)
 
@@ -39,18 +42,35 @@ class PairedHandoff:
 
 
 def offer(workspace: Any, array: Any) -> PairedHandoff | None:
-    """The writer's hand-off for ``array`` in a bf16 plan whose readers the plan noted, none
-    of them the plan's output; else None."""
-    if getattr(workspace, "precision", "fp32") != "bf16" or not hasattr(workspace, "readers"):
+    """The writer's hand-off for ``array`` (one sample's planes) in a bf16 plan on AMX whose
+    readers the plan noted, none of them the plan's output; else None.
+
+    The words are a buffer of the plan's kept for hand-offs of their shape, one the writer
+    reserves as it binds: a plan binds its steps in the order they run, so a buffer whose
+    last hand-off every reader took (all bound, so all run before this writer) is free, and
+    another is made where none is."""
+    if (getattr(workspace, "precision", "fp32") != "bf16" or not hasattr(workspace, "readers")
+            or getattr(array, "ndim", 0) != 4 or array.shape[0] != 1
+            or not gemm_kernel.available(gemm_kernel.AMX)):
         return None
     readers = workspace.readers(array)
     if not readers or any(reader.op is None for reader in readers):
         return None
-    return workspace.shared(array, TAG, lambda: PairedHandoff(len(readers)))
+
+    def reserve() -> PairedHandoff:
+        shape = (bf16.amx_depth(array.shape[1]), bf16.amx_rows(array.shape[2] * array.shape[3]))
+        holders = workspace.shared(workspace.scratch, TAG, dict).setdefault(shape, [])
+        slot = next((slot for slot, holder in enumerate(holders)
+                     if holder.takers == holder.readers), len(holders))
+        handoff = PairedHandoff(len(readers), shape, slot)
+        holders[slot:slot + 1] = [handoff]
+        return handoff
+
+    return workspace.shared(array, TAG, reserve)
 
 
 def offered(workspace: Any, array: Any) -> PairedHandoff | None:
-    """The hand-off ``array``'s writer offered, not yet taken; None where there is none."""
+    """The hand-off ``array``'s writer offered; None where there is none."""
     if workspace is None or not hasattr(workspace, "shared"):
         return None
     return workspace.shared(array, TAG)
@@ -59,10 +79,12 @@ def offered(workspace: Any, array: Any) -> PairedHandoff | None:
 def words_for(handoff: PairedHandoff, shape: tuple[int, int],
               workspace: Any) -> np.ndarray | None:
     """The words (``shape``, float32-viewed, zeroed once) a reader of the hand-off would
-    read; None where a taker before it reads words of another shape."""
+    read; None where its product reads another shape."""
+    if shape != handoff.shape:
+        return None
     if handoff.words is None:
-        handoff.words = workspace.zeroed(shape, np.float32, (TAG, id(handoff)))
-    return handoff.words if handoff.words.shape == shape else None
+        handoff.words = workspace.zeroed(shape, np.float32, (TAG, handoff.slot))
+    return handoff.words
 
 
 def take(handoff: PairedHandoff, pair: Callable[[], Any]) -> Callable[[], Any]:

@@ -167,12 +167,16 @@ def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometr
     axes = _axes(data.shape, geometry)
     compiled = _compiled_applies(xp, data, weight, bias, axes)
     direct = compiled and data.flags.c_contiguous  # the kernels reading the input view it flat
-    if depthwise_vector.applies(data, weight, bias, out, geometry) and (
-            max(geometry[1]) > 1 or math.prod(data.shape[2:]) < VECTOR_SAME_CELLS
-            or data.shape[-1] % depthwise_vector.LANES == 0):
-        # at batch 1 its output may go to AMX products as the bf16 pairs they read
-        handoff = bf16_handoff.offer(workspace, out) if batch == 1 else None
-        return [depthwise_vector.bind(data, weight, bias, out, geometry[1][0], handoff)]
+    if depthwise_vector.applies(data, weight, bias, out, geometry):
+        # Its output may go to AMX products as the bf16 pairs they read (one sample): it
+        # then takes the large stride-1 planes from numba's kernel too, as their pairing
+        # pass costs more than the vector kernel loses there (144 × 56², one thread: pairing
+        # 74 µs; numba's 153 µs against the vector kernel's 171, 148 writing the pairs).
+        handoff = bf16_handoff.offer(workspace, out)
+        if (handoff is not None or max(geometry[1]) > 1
+                or math.prod(data.shape[2:]) < VECTOR_SAME_CELLS
+                or data.shape[-1] % depthwise_vector.LANES == 0):
+            return [depthwise_vector.bind(data, weight, bias, out, geometry[1][0], handoff)]
     if direct and tuple(map(tuple, geometry)) == SAME_3X3:
         return [_same_call(data, weight, bias, out)]
     if direct and max(geometry[1]) > 1 and math.prod(data.shape[2:]) >= PLANE_CELLS:

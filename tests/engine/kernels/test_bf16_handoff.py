@@ -14,6 +14,7 @@ import engine
 from bench import nets
 from engine import sym
 from engine.kernels import bf16_handoff, depthwise_vector, gemm_kernel
+from engine.kernels.workspace import Reader, Workspace
 
 pytestmark = pytest.mark.skipif(
     not gemm_kernel.available(gemm_kernel.AMX) or depthwise_vector._task(1) is None,
@@ -88,4 +89,34 @@ def test_a_batch_of_two_is_offered_none() -> None:
         np.float32)}
     handoffs: list = []
     served(symbol, params, feed, "bf16", handoffs)
-    assert handoffs == []
+    assert handoffs and all(handoff is None for handoff in handoffs)
+
+
+def test_writers_share_a_buffer_only_once_its_last_readers_are_bound() -> None:
+    """Steps bind in the order they run: a writer reserves the words of a hand-off whose
+    readers all took theirs (they run before it), never those of one still waiting for a
+    reader, nor words of another shape."""
+    workspace = Workspace(np, 0, precision="bf16")
+    arrays = [np.zeros((1, 40, 7, 7), np.float32) for _ in range(3)]
+    arrays.append(np.zeros((1, 40, 14, 14), np.float32))
+    for array in arrays:
+        workspace.note_readers(array, (Reader("Convolution", None, 0),))
+    first, second = (bf16_handoff.offer(workspace, array) for array in arrays[:2])
+    assert (first.slot, second.slot) == (0, 1)  # the first's reader has not bound yet
+    words = bf16_handoff.words_for(first, first.shape, workspace)
+    assert bf16_handoff.words_for(first, (first.shape[0], 32), workspace) is None
+    bf16_handoff.take(first, lambda: None)
+    third, other = (bf16_handoff.offer(workspace, array) for array in arrays[2:])
+    assert third.slot == 0 and other.slot == 0 and other.shape != third.shape
+    assert bf16_handoff.words_for(third, third.shape, workspace) is words
+    assert bf16_handoff.words_for(second, second.shape, workspace) is not words
+
+
+def test_a_plan_output_or_an_fp32_plan_is_offered_none() -> None:
+    array = np.zeros((1, 40, 7, 7), np.float32)
+    fp32 = Workspace(np, 0)
+    fp32.note_readers(array, (Reader("Convolution", None, 0),))
+    assert bf16_handoff.offer(fp32, array) is None
+    workspace = Workspace(np, 0, precision="bf16")
+    workspace.note_readers(array, (Reader("Convolution", None, 0), Reader(None, None, 0)))
+    assert bf16_handoff.offer(workspace, array) is None
