@@ -20,7 +20,7 @@ matmul (2-D, float32/64): over the NumPy-filled phases, or reading the input the
 large strided planes (`PLANE_CELLS`) and every 3×3 stride-1 pad-1 one (`SAME_3X3`). Before
 them, float32 3×3 pad-1 layers of stride 1 or 2 take `depthwise_vector`'s kernel (LLVM IR,
 AVX-512; numba not needed), but for the large stride-1 planes `VECTOR_SAME_CELLS` leaves to
-numba's.
+numba's where no AMX product takes the output as bf16 pairs (`bf16_handoff`).
 
 The phases live in a zero-bordered `Workspace` buffer (only input cells are written per run), the
 patches and matmul results in the plan's shared scratch, and all views are made at bind time.

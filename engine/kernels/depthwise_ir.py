@@ -1,10 +1,17 @@
 """The LLVM IR of the 3×3, pad-1 depthwise convolution with each output row in 16-lane vectors.
 
-``depthwise_3x3_s1`` and ``depthwise_3x3_s2`` (stride 1 and 2 on both axes) are `spin_pool`
-tasks ``(context, part, parts)`` over the planes (sample-major ``(planes, H, W)`` float32, a
-plane's channel ``plane % channels``); ``context`` holds int64s (`FIELDS`): the input's,
-output's, weights' ((channels, 9)) and bias's ((channels,)) addresses, the planes, channels,
-H, W, the output's H and W, and the clamp's bounds as float64 bits.
+``depthwise_3x3_s1`` and ``depthwise_3x3_s2`` (stride 1 and 2 on both axes), and their
+``_paired`` forms, are `spin_pool` tasks ``(context, part, parts)`` over the planes
+(sample-major ``(planes, H, W)`` float32, a plane's channel ``plane % channels``);
+``context`` holds int64s (`FIELDS`): the input's, output's, weights' ((channels, 9)) and
+bias's ((channels,)) addresses, the planes, channels, H, W, the output's H and W, the
+clamp's bounds as float64 bits, and (paired) the row stride of the words in words.
+
+A paired task writes no float32 plane: each output, clamped, is rounded to bf16 (``fptrunc``,
+as `bf16_pair_ir`'s pairing pass rounds) into one half of a word of AMX's right operand,
+paired down its columns (`bf16`): word ``(c // 2, y · OW + x)``, its low half for an even
+channel ``c`` and its high half for an odd one, by a 16-bit masked store that leaves the other
+half, another plane's, as it is (one sample: ``target`` is the words).
 
 An output vector is 16 adjacent outputs of one row: the bias, plus nine fused multiply-adds of
 a broadcast weight and 16 inputs read by masked loads. The masks leave out the columns outside

@@ -2,7 +2,9 @@
 kernel: its bound call and the machine code, compiled once per process.
 
 `depthwise_bind` binds it where the host has AVX-512 and llvmlite compiles it; elsewhere the
-numba kernels (`depthwise_kernel`) run. Measured on MobileNet v2's 17 depthwise layers at batch
+numba kernels (`depthwise_kernel`) run. Given a `bf16_handoff.PairedHandoff`, a run finding it
+taken writes the hand-off's bf16 words (`depthwise_ir`'s paired tasks) in place of the
+float32 planes. Measured on MobileNet v2's 17 depthwise layers at batch
 1, one thread, against those kernels (steps timed in order in a run): see docs/benchmarks.md.
 """
 
