@@ -28,10 +28,10 @@ TAG = "bf16 paired hand-off"
 class PairedHandoff:
     """What a depthwise writer and the products reading its output share."""
 
-    def __init__(self, readers: int, shape: tuple[int, int], slot: int) -> None:
+    def __init__(self, readers: int, shape: tuple[int, int], slot: tuple[int, int]) -> None:
         self.readers = readers  # inputs the plan binds to the array
         self.takers = 0  # those bound to read the words
-        self.shape, self.slot = shape, slot  # the words' shape, and which buffer of it
+        self.shape, self.slot = shape, slot  # the words' shape, and which buffer of it (K, n)
         self.words: np.ndarray | None = None  # the words the takers read (float32-viewed)
         self.laid = False  # whether the writer's last run wrote the words (not the array)
 
@@ -45,9 +45,10 @@ def offer(workspace: Any, array: Any) -> PairedHandoff | None:
     """The writer's hand-off for ``array`` (one sample's planes) in a bf16 plan on AMX whose
     readers the plan noted, none of them the plan's output; else None.
 
-    The words are a buffer of the plan's kept for hand-offs of their shape, one the writer
-    reserves as it binds: a plan binds its steps in the order they run, so a buffer whose
-    last hand-off every reader took (all bound, so all run before this writer) is free, and
+    The words are a buffer of the plan's kept for hand-offs of their shape and K (the pad
+    past K must stay zero: writers of one K write the same cells), one the writer reserves
+    as it binds: a plan binds its steps in the order they run, so a buffer whose last
+    hand-off every reader took (all bound, so all run before this writer) is free, and
     another is made where none is."""
     if (getattr(workspace, "precision", "fp32") != "bf16" or not hasattr(workspace, "readers")
             or getattr(array, "ndim", 0) != 4 or array.shape[0] != 1
@@ -59,10 +60,11 @@ def offer(workspace: Any, array: Any) -> PairedHandoff | None:
 
     def reserve() -> PairedHandoff:
         shape = (bf16.amx_depth(array.shape[1]), bf16.amx_rows(array.shape[2] * array.shape[3]))
-        holders = workspace.shared(workspace.scratch, TAG, dict).setdefault(shape, [])
+        kind = (shape, array.shape[1])
+        holders = workspace.shared(workspace.scratch, TAG, dict).setdefault(kind, [])
         slot = next((slot for slot, holder in enumerate(holders)
                      if holder.takers == holder.readers), len(holders))
-        handoff = PairedHandoff(len(readers), shape, slot)
+        handoff = PairedHandoff(len(readers), shape, (array.shape[1], slot))
         holders[slot:slot + 1] = [handoff]
         return handoff
 

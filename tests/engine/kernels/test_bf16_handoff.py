@@ -95,21 +95,24 @@ def test_a_batch_of_two_is_offered_none() -> None:
 def test_writers_share_a_buffer_only_once_its_last_readers_are_bound() -> None:
     """Steps bind in the order they run: a writer reserves the words of a hand-off whose
     readers all took theirs (they run before it), never those of one still waiting for a
-    reader, nor words of another shape."""
+    reader, nor words of another shape or K."""
     workspace = Workspace(np, 0, precision="bf16")
     arrays = [np.zeros((1, 40, 7, 7), np.float32) for _ in range(3)]
-    arrays.append(np.zeros((1, 40, 14, 14), np.float32))
+    arrays += [np.zeros((1, 40, 14, 14), np.float32), np.zeros((1, 39, 7, 7), np.float32)]
     for array in arrays:
         workspace.note_readers(array, (Reader("Convolution", None, 0),))
     first, second = (bf16_handoff.offer(workspace, array) for array in arrays[:2])
-    assert (first.slot, second.slot) == (0, 1)  # the first's reader has not bound yet
+    assert (first.slot, second.slot) == ((40, 0), (40, 1))  # the first's reader is unbound
     words = bf16_handoff.words_for(first, first.shape, workspace)
     assert bf16_handoff.words_for(first, (first.shape[0], 32), workspace) is None
     bf16_handoff.take(first, lambda: None)
-    third, other = (bf16_handoff.offer(workspace, array) for array in arrays[2:])
-    assert third.slot == 0 and other.slot == 0 and other.shape != third.shape
+    third, larger, fewer = (bf16_handoff.offer(workspace, array) for array in arrays[2:])
+    assert third.slot == larger.slot == (40, 0) and larger.shape != third.shape
+    # 39 channels: the same words' shape, but the high halves past K must stay zero
+    assert fewer.shape == third.shape and fewer.slot == (39, 0)
     assert bf16_handoff.words_for(third, third.shape, workspace) is words
-    assert bf16_handoff.words_for(second, second.shape, workspace) is not words
+    for other in (second, fewer):
+        assert bf16_handoff.words_for(other, other.shape, workspace) is not words
 
 
 def test_a_plan_output_or_an_fp32_plan_is_offered_none() -> None:

@@ -175,7 +175,7 @@ def test_a_taken_handoff_gets_the_pairing_pass_words(shape: tuple, stride: int, 
         np.float32(0), np.float32(6))()
     positions = planes.shape[2] * planes.shape[3]
     words = (bf16.amx_depth(shape[1]), bf16.amx_rows(positions))
-    handoff = bf16_handoff.PairedHandoff(readers=1, shape=words, slot=0)
+    handoff = bf16_handoff.PairedHandoff(readers=1, shape=words, slot=(shape[1], 0))
     handoff.words = np.zeros(words, np.float32)
     handoff.takers = 1
     call = depthwise_vector.bind(data, weight, bias, out, stride, handoff).clamped(
@@ -195,7 +195,7 @@ def test_a_taken_handoff_gets_the_pairing_pass_words(shape: tuple, stride: int, 
 @pytest.mark.parametrize("as_job", [False, True])
 def test_a_handoff_not_every_reader_took_gets_the_planes(as_job: bool) -> None:
     data, weight, bias, out, _ = operands((1, 6, 9, 9), 1)
-    handoff = bf16_handoff.PairedHandoff(readers=2, shape=(16, 96), slot=0)
+    handoff = bf16_handoff.PairedHandoff(readers=2, shape=(16, 96), slot=(6, 0))
     handoff.words = np.zeros((16, 96), np.float32)
     handoff.takers = 1
     call = depthwise_vector.bind(data, weight, bias, out, 1, handoff)
