@@ -123,3 +123,20 @@ def test_a_plan_output_or_an_fp32_plan_is_offered_none() -> None:
     workspace = Workspace(np, 0, precision="bf16")
     workspace.note_readers(array, (Reader("Convolution", None, 0), Reader(None, None, 0)))
     assert bf16_handoff.offer(workspace, array) is None
+
+
+def test_mobilenet_v2_hands_its_depthwise_outputs_over() -> None:
+    """MobileNet v2 (96 × 96) in bf16: every depthwise layer but the first (whose reader's
+    product stays float32) hands its readers their pairs, the outputs the plan's without
+    hand-offs bit for bit, and near fp32's."""
+    symbol = nets.mobilenet_v2()
+    params = nets.random_params(symbol, (1, 3, 96, 96))
+    feed = {"data": np.random.default_rng(0).standard_normal((1, 3, 96, 96)).astype(
+        np.float32)}
+    handoffs: list = []
+    got = served(symbol, params, feed, "bf16", handoffs)
+    offered = [handoff for handoff in handoffs if handoff is not None]
+    assert len(offered) == 17 and [handoff.laid for handoff in offered] == [False] + [True] * 16
+    np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16"))
+    want = served(symbol, params, feed, "fp32")
+    assert np.abs(got - want).max() <= 0.1 * np.abs(want).max()
