@@ -13,7 +13,7 @@ import pytest
 import engine
 from bench import nets
 from engine import sym
-from engine.kernels import bf16_handoff, depthwise_vector, gemm_kernel
+from engine.kernels import bf16_handoff, depthwise_vector, gemm_bind, gemm_kernel
 from engine.kernels.workspace import Reader, Workspace
 
 pytestmark = pytest.mark.skipif(
@@ -125,10 +125,10 @@ def test_a_plan_output_or_an_fp32_plan_is_offered_none() -> None:
     assert bf16_handoff.offer(workspace, array) is None
 
 
-def test_mobilenet_v2_hands_its_depthwise_outputs_over() -> None:
-    """MobileNet v2 (96 × 96) in bf16: every depthwise layer but the first (whose reader's
-    product stays float32) hands its readers their pairs, the outputs the plan's without
-    hand-offs bit for bit, and near fp32's."""
+def test_mobilenet_v2_hands_its_depthwise_outputs_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MobileNet v2 (96 × 96) in bf16: every depthwise layer hands its readers their pairs
+    (the first one's, K 32 and 16 filters, goes to AMX for them), the outputs those of the
+    same plan whose readers pair the float32 planes, bit for bit, and near fp32's."""
     symbol = nets.mobilenet_v2()
     params = nets.random_params(symbol, (1, 3, 96, 96))
     feed = {"data": np.random.default_rng(0).standard_normal((1, 3, 96, 96)).astype(
@@ -136,7 +136,18 @@ def test_mobilenet_v2_hands_its_depthwise_outputs_over() -> None:
     handoffs: list = []
     got = served(symbol, params, feed, "bf16", handoffs)
     offered = [handoff for handoff in handoffs if handoff is not None]
-    assert len(offered) == 17 and [handoff.laid for handoff in offered] == [False] + [True] * 16
-    np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16"))
+    assert len(offered) == 17 and all(handoff.laid for handoff in offered)
+    # the same products, each pairing the float32 planes as if a reader had not taken them
+    monkeypatch.setattr(bf16_handoff.PairedHandoff, "taken", property(lambda handoff: False))
+    np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", []))
     want = served(symbol, params, feed, "fp32")
     assert np.abs(got - want).max() <= 0.1 * np.abs(want).max()
+
+
+def test_a_handed_over_activation_takes_amx_from_k_32() -> None:
+    """With its activation's pairs handed over, a thin product pays on AMX from K 32 (its
+    pairing pass is what kept it float32)."""
+    workspace = Workspace(np, 0, precision="bf16")
+    assert gemm_bind.bf16_kernel(workspace, 16, 32) is None
+    assert gemm_bind.bf16_kernel(workspace, 16, 32, paired=True) == gemm_kernel.AMX
+    assert gemm_bind.bf16_kernel(workspace, 16, 16, paired=True) is None
