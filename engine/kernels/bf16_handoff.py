@@ -4,13 +4,13 @@ the bf16 pairs they take, so that no pairing pass runs between them.
 A product on AMX reads its activation as bf16 words paired down its columns (`bf16`), which
 a pass makes from the float32 array on every run. Where the array's writer is the vector
 depthwise kernel (`depthwise_vector`) at batch 1, it offers a `PairedHandoff` for its output
-in the plan's workspace; each reader that binds a 1×1 convolution's AMX product on it takes
-it (`take`): the words it reads, one buffer for every taker, kept for this array alone. The
-writer binds first and learns last whether every reader took: at each run it writes the
-words in place of the float32 array only where all have (`taken`), and says so (``laid``);
-a taker then skips its pairing, and pairs the float32 array as before otherwise. The words
-are the pairing pass's to the bit: the same clamped float32 values, rounded to bf16 the
-same way.
+in the plan's workspace, reserving the words (`offer`); each reader that binds a 1×1
+convolution's AMX product on it takes it (`take`) and reads those words, one buffer for
+every taker (`gemm_bind`, which lets such a product run on AMX from K 32). The writer binds
+first and learns last whether every reader took: at each run it writes the words in place of
+the float32 array only where all have (`taken`), and says so (``laid``); a taker then skips
+its pairing, and pairs the float32 array otherwise. The words are the pairing pass's to the
+bit: the same clamped float32 values, rounded to bf16 the same way.
 """
 
 from __future__ import annotations

@@ -1,14 +1,21 @@
-"""The LLVM IR of the quantized 3×3 depthwise window over a padded channels-last uint8 image,
+"""The LLVM IR of the quantized 3×3 depthwise window over a channels-last uint8 image,
 requantized into int8/uint8 as it stores: `int8_depthwise`'s one-pass form, 16 channels to a
 vector.
 
 ``int8_depthwise_3x3_s1`` and ``int8_depthwise_3x3_s2`` (stride 1 and 2 on both axes, no
 dilation) are `spin_pool` tasks ``(context, part, parts)`` over the output rows of every
-image (N · OH). ``context`` holds int64s (`FIELDS`): the padded image's address ((N, PH, PW, C)
+image (N · OH). ``context`` holds int64s (`FIELDS`): the image's address ((N, H, W, C)
 uint8), the output's ((N · OH · OW, C) bytes), the taps' ((9, C) float32, a tap's weights for
 every channel in a row), the shift's ((C,) float32: the signed data's compensation), the
-bias's ((C,) int32), the scales' ((C,) float32), then N, C, PH, PW, OH, OW and the clamp's bounds
-as float64 bits.
+bias's ((C,) int32), the scales' ((C,) float32), a zero row's (W · C bytes), then N, C, H,
+W, the pad (0 or 1 on both axes), OH, OW, the output positions whose window lies inside the
+row, and the clamp's bounds as float64 bits.
+
+The image is the data itself (pad 1) or the padded copy `int8_conv` lays (pad 0, its border
+already there). With pad 1 the padding is never read: a window row above or below the image
+reads the zero row, the left padding column is zeros made in registers, and the one window
+at most that reaches into the right padding is taken after the row's others with its third
+column zeros.
 
 A row is walked one block of 16 channels at a time, the block's taps, shift, bias and scale
 held in registers along it. Each padded column a window reads is loaded (16 bytes), widened
