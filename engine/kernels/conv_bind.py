@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.kernels import conv_amx, gemm_bind, gemm_kernel, parity_split
+from engine.kernels import bf16_handoff, conv_amx, gemm_bind, gemm_kernel, parity_split
 from engine.kernels.gemm_bind import matmul_into
 from engine.kernels.im2col import Ints
 from engine.kernels.workspace import aligned
@@ -79,8 +79,10 @@ def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometr
     if conv_amx.applies(data, weight, out, geometry, workspace):
         calls = conv_amx.bind_chunks(data, weight, out, geometry, workspace)
     elif is_direct(data.shape, geometry) and data.flags.c_contiguous:
+        # one sample: its product may read the bf16 pairs a depthwise layer wrote
+        handoff = bf16_handoff.offered(workspace, data) if batch == 1 else None
         calls = _bind_direct(xp, matrix, data.reshape(batch, -1, positions),
-                             out.reshape(batch, filters, positions), workspace)
+                             out.reshape(batch, filters, positions), workspace, handoff)
     else:
         layout = _layout(data.shape, filters, size, geometry, data.itemsize)
         calls = []
@@ -95,11 +97,13 @@ def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometr
     return calls
 
 
-def _bind_direct(xp: Any, matrix: Any, data: Any, out: Any,
-                 workspace: Any) -> list[Callable[[], Any]]:
+def _bind_direct(xp: Any, matrix: Any, data: Any, out: Any, workspace: Any,
+                 handoff: Any = None) -> list[Callable[[], Any]]:
     """A 1×1 convolution's GEMMs, (F, C) @ (C, P) per sample: our kernel one sample at a
-    time where it applies, else one stacked matmul."""
-    calls = [gemm_bind.weight_product(xp, matrix, data[sample], out[sample], workspace)
+    time where it applies, else one stacked matmul. ``handoff``: the bf16 hand-off the
+    data's writer offered (one sample)."""
+    calls = [gemm_bind.weight_product(xp, matrix, data[sample], out[sample], workspace,
+                                      handoff)
              for sample in range(data.shape[0])]
     if calls and all(call is not None for call in calls):
         return calls

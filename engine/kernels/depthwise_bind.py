@@ -20,7 +20,7 @@ matmul (2-D, float32/64): over the NumPy-filled phases, or reading the input the
 large strided planes (`PLANE_CELLS`) and every 3×3 stride-1 pad-1 one (`SAME_3X3`). Before
 them, float32 3×3 pad-1 layers of stride 1 or 2 take `depthwise_vector`'s kernel (LLVM IR,
 AVX-512; numba not needed), but for the large stride-1 planes `VECTOR_SAME_CELLS` leaves to
-numba's.
+numba's where no AMX product takes the output as bf16 pairs (`bf16_handoff`).
 
 The phases live in a zero-bordered `Workspace` buffer (only input cells are written per run), the
 patches and matmul results in the plan's shared scratch, and all views are made at bind time.
@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from engine.cpu import compiled
-from engine.kernels import depthwise_kernel, depthwise_vector
+from engine.kernels import bf16_handoff, depthwise_kernel, depthwise_vector
 from engine.kernels.conv_bind import Geometry
 from engine.kernels.depthwise_kernel import DepthwiseCall
 from engine.kernels.im2col import Ints
@@ -167,10 +167,16 @@ def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometr
     axes = _axes(data.shape, geometry)
     compiled = _compiled_applies(xp, data, weight, bias, axes)
     direct = compiled and data.flags.c_contiguous  # the kernels reading the input view it flat
-    if depthwise_vector.applies(data, weight, bias, out, geometry) and (
-            max(geometry[1]) > 1 or math.prod(data.shape[2:]) < VECTOR_SAME_CELLS
-            or data.shape[-1] % depthwise_vector.LANES == 0):
-        return [depthwise_vector.bind(data, weight, bias, out, geometry[1][0])]
+    if depthwise_vector.applies(data, weight, bias, out, geometry):
+        # Its output may go to AMX products as the bf16 pairs they read (one sample): it
+        # then takes the large stride-1 planes from numba's kernel too, as their pairing
+        # pass costs more than the vector kernel loses there (144 × 56², one thread: pairing
+        # 74 µs; numba's 153 µs against the vector kernel's 171, 148 writing the pairs).
+        handoff = bf16_handoff.offer(workspace, out)
+        if (handoff is not None or max(geometry[1]) > 1
+                or math.prod(data.shape[2:]) < VECTOR_SAME_CELLS
+                or data.shape[-1] % depthwise_vector.LANES == 0):
+            return [depthwise_vector.bind(data, weight, bias, out, geometry[1][0], handoff)]
     if direct and tuple(map(tuple, geometry)) == SAME_3X3:
         return [_same_call(data, weight, bias, out)]
     if direct and max(geometry[1]) > 1 and math.prod(data.shape[2:]) >= PLANE_CELLS:

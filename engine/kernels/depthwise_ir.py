@@ -1,10 +1,17 @@
 """The LLVM IR of the 3×3, pad-1 depthwise convolution with each output row in 16-lane vectors.
 
-``depthwise_3x3_s1`` and ``depthwise_3x3_s2`` (stride 1 and 2 on both axes) are `spin_pool`
-tasks ``(context, part, parts)`` over the planes (sample-major ``(planes, H, W)`` float32, a
-plane's channel ``plane % channels``); ``context`` holds int64s (`FIELDS`): the input's,
-output's, weights' ((channels, 9)) and bias's ((channels,)) addresses, the planes, channels,
-H, W, the output's H and W, and the clamp's bounds as float64 bits.
+``depthwise_3x3_s1`` and ``depthwise_3x3_s2`` (stride 1 and 2 on both axes), and their
+``_paired`` forms, are `spin_pool` tasks ``(context, part, parts)`` over the planes
+(sample-major ``(planes, H, W)`` float32, a plane's channel ``plane % channels``);
+``context`` holds int64s (`FIELDS`): the input's, output's, weights' ((channels, 9)) and
+bias's ((channels,)) addresses, the planes, channels, H, W, the output's H and W, the
+clamp's bounds as float64 bits, and (paired) the row stride of the words in words.
+
+A paired task writes no float32 plane: each output, clamped, is rounded to bf16 (``fptrunc``,
+as `bf16_pair_ir`'s pairing pass rounds) into one half of a word of AMX's right operand,
+paired down its columns (`bf16`): word ``(c // 2, y · OW + x)``, its low half for an even
+channel ``c`` and its high half for an odd one, by a 16-bit masked store that leaves the other
+half, another plane's, as it is (one sample: ``target`` is the words).
 
 An output vector is 16 adjacent outputs of one row: the bias, plus nine fused multiply-adds of
 a broadcast weight and 16 inputs read by masked loads. The masks leave out the columns outside
@@ -32,6 +39,7 @@ from typing import Any
 
 import llvmlite.ir as ir
 
+from engine.kernels.gemm_bf16_ir import BFloatType
 from engine.kernels.task_ir import (
     F32,
     I1,
@@ -50,22 +58,28 @@ from engine.kernels.task_ir import (
 LANES = 16
 TAPS = 9
 FIELDS = ("source", "target", "weights", "bias", "planes", "channels", "height", "width",
-          "out_height", "out_width", "low", "high")
+          "out_height", "out_width", "low", "high", "word_stride")
 STRIDES = (1, 2)
 AHEAD_ROWS = 8  # how many input rows ahead a column's walk prefetches
 
 
-def task_name(stride: int) -> str:
-    """The task's function name for ``stride``."""
-    return f"depthwise_3x3_s{stride}"
+I16 = ir.IntType(16)
+
+
+def task_name(stride: int, paired: bool = False) -> str:
+    """The task's function name for ``stride``, writing float32 planes or (``paired``) bf16
+    pairs."""
+    return f"depthwise_3x3_s{stride}" + ("_paired" if paired else "")
 
 
 def module() -> ir.Module:
-    """A module holding the task of every stride in `STRIDES`."""
+    """A module holding the tasks of every stride in `STRIDES`, each writing float32 planes
+    and bf16 pairs."""
     built = ir.Module(name="hybridserve_depthwise")
     kernel = _Kernel(built)
     for stride in STRIDES:
-        kernel.define(stride)
+        for paired in (False, True):
+            kernel.define(stride, paired)
     return built
 
 
@@ -77,24 +91,27 @@ class _Kernel:
         self.indices = ir.VectorType(I64, LANES)
         self.masked_load = masked_load(built, self.floats, "f32")
         self.masked_store = masked_store(built, self.floats, "f32")
+        self.halves = ir.VectorType(BFloatType(), LANES)
+        self.spread = ir.VectorType(I16, 2 * LANES)
+        self.store_halves = masked_store(built, self.spread, "i16")
         self.fmuladd = ir.Function(built, ir.FunctionType(self.floats, [self.floats] * 3),
                                    name=f"llvm.fmuladd.v{LANES}f32")
         self.prefetch = ir.Function(built, ir.FunctionType(
             ir.VoidType(), [F32.as_pointer(), I32, I32, I32]), name="llvm.prefetch.p0")
 
-    def define(self, stride: int) -> None:
-        function, builder, context, part, parts = task(self.module, task_name(stride))
+    def define(self, stride: int, paired: bool) -> None:
+        function, builder, context, part, parts = task(self.module, task_name(stride, paired))
         field = fields(builder, context, FIELDS)
         field["bounds"] = [splat(builder, as_float(builder, field[name]), self.floats)
                            for name in ("low", "high")]
         first = builder.sdiv(builder.mul(part, field["planes"]), parts)
         last = builder.sdiv(builder.mul(builder.add(part, I64(1)), field["planes"]), parts)
         with loop(builder, function, first, last, "plane") as plane:
-            self._plane(builder, function, field, plane, stride)
+            self._plane(builder, function, field, plane, stride, paired)
         builder.ret_void()
 
     def _plane(self, builder: ir.IRBuilder, function: ir.Function, field: dict[str, Any],
-               plane: Any, stride: int) -> None:
+               plane: Any, stride: int, paired: bool) -> None:
         channel = builder.srem(plane, field["channels"])
         weights = builder.gep(builder.inttoptr(field["weights"], F32.as_pointer()),
                               [builder.mul(channel, I64(TAPS))])
@@ -105,10 +122,18 @@ class _Kernel:
         height, width = field["height"], field["width"]
         source = builder.gep(builder.inttoptr(field["source"], F32.as_pointer()),
                              [builder.mul(plane, builder.mul(height, width))])
-        target = builder.gep(builder.inttoptr(field["target"], F32.as_pointer()),
-                             [builder.mul(plane, builder.mul(field["out_height"],
-                                                             field["out_width"]))])
-        plane_field = dict(field, source=source, target=target, taps=taps,
+        if paired:
+            # the plane's bf16 halves: word row ``channel // 2`` of the words, the low or the
+            # high half of each word (as 16-bit units: two a word)
+            halves = builder.add(builder.mul(builder.sdiv(channel, I64(2)),
+                                             builder.mul(field["word_stride"], I64(2))),
+                                 builder.srem(channel, I64(2)))
+            target = builder.gep(builder.inttoptr(field["target"], I16.as_pointer()), [halves])
+        else:
+            target = builder.gep(builder.inttoptr(field["target"], F32.as_pointer()),
+                                 [builder.mul(plane, builder.mul(field["out_height"],
+                                                                 field["out_width"]))])
+        plane_field = dict(field, source=source, target=target, taps=taps, paired=paired,
                            shift=splat(builder, bias, self.floats))
         # Down one column of vectors at a time: an input row's three reads serve each output
         # row that reads it (three at stride 1, two at stride 2) from registers, so a vector
@@ -125,7 +150,13 @@ class _Kernel:
         masks = [self._columns_inside(builder, builder.add(start, I64(block)), field["width"])
                  for block in blocks]
         stored = self._lanes_below(builder, builder.sub(out_width, column))
-        written = builder.gep(field["target"], [column])
+        paired = field["paired"]
+        # an output's place: one float, or (paired) one 16-bit half every other unit
+        spacing = 2 if paired else 1
+        written = builder.gep(field["target"], [builder.mul(column, I64(spacing))])
+        if paired:  # every other 16-bit unit of the 16 words: the lanes' mask spread once
+            stored = builder.shuffle_vector(stored, ir.Constant(self.mask, [0] * LANES),
+                                            self._spread_order())
         zero = ir.Constant(self.floats, [0.0] * LANES)
 
         def reads(line: Any) -> list[Any]:
@@ -169,10 +200,30 @@ class _Kernel:
             # ``clip``'s order, not min/max: a NaN compares false both ways and stays.
             total = builder.select(builder.fcmp_ordered("<", total, low), low, total)
             total = builder.select(builder.fcmp_ordered(">", total, high), high, total)
-            address = builder.bitcast(builder.gep(written, [builder.mul(row, out_width)]),
-                                      self.floats.as_pointer())
-            builder.call(self.masked_store, [total, address, I32(4), stored])
+            at = builder.gep(written, [builder.mul(builder.mul(row, out_width), I64(spacing))])
+            if paired:
+                self._store_halves(builder, total, at, stored)
+            else:
+                builder.call(self.masked_store, [total, builder.bitcast(
+                    at, self.floats.as_pointer()), I32(4), stored])
             rows_loop.carry([*rows[1], *rows[2]] if stride == 1 else rows[2])
+
+    def _store_halves(self, builder: ir.IRBuilder, total: Any, at: Any, lanes: Any) -> None:
+        """``total`` rounded to bf16 (``fptrunc``: nearest even, NaN kept, as the pairing
+        pass rounds) into every other 16-bit unit from ``at`` (``lanes``: `_spread_order`'s
+        mask): one half of each of 16 words, the other half (the paired channel's) left as
+        it is. Each half widened to a word (its upper half zero, never stored) puts it in
+        place."""
+        bits = builder.bitcast(builder.fptrunc(total, self.halves), ir.VectorType(I16, LANES))
+        spread = builder.bitcast(builder.zext(bits, ir.VectorType(I32, LANES)), self.spread)
+        builder.call(self.store_halves, [spread, builder.bitcast(
+            at, self.spread.as_pointer()), I32(2), lanes])
+
+    @staticmethod
+    def _spread_order() -> ir.Constant:
+        """Lane ``k`` of the first vector to lane ``2k``, the second's between."""
+        return ir.Constant(ir.VectorType(I32, 2 * LANES),
+                           [lane for index in range(LANES) for lane in (index, index + LANES)])
 
     def _columns_inside(self, builder: ir.IRBuilder, first: Any, width: Any) -> Any:
         """The mask of lanes whose input column ``first + lane`` lies in [0, W)."""

@@ -2,7 +2,9 @@
 kernel: its bound call and the machine code, compiled once per process.
 
 `depthwise_bind` binds it where the host has AVX-512 and llvmlite compiles it; elsewhere the
-numba kernels (`depthwise_kernel`) run. Measured on MobileNet v2's 17 depthwise layers at batch
+numba kernels (`depthwise_kernel`) run. Given a `bf16_handoff.PairedHandoff`, a run finding it
+taken writes the hand-off's bf16 words (`depthwise_ir`'s paired tasks) in place of the
+float32 planes. Measured on MobileNet v2's 17 depthwise layers at batch
 1, one thread, against those kernels (steps timed in order in a run): see docs/benchmarks.md.
 """
 
@@ -15,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from engine.cpu import host_features, kernel_jobs, llvm_jit, spin_pool
+from engine.kernels import bf16_handoff
 from engine.kernels.depthwise_kernel import DepthwiseCall
 
 STRIDES = (1, 2)  # what `depthwise_ir` generates
@@ -37,55 +40,101 @@ def applies(data: Any, weight: Any, bias: Any, out: Any, geometry: Any) -> bool:
             and _task(stride[0]) is not None)
 
 
-def bind(data: Any, weight: Any, bias: Any, out: Any, stride: int) -> VectorDepthwiseCall:
+def bind(data: Any, weight: Any, bias: Any, out: Any, stride: int,
+         handoff: bf16_handoff.PairedHandoff | None = None) -> VectorDepthwiseCall:
     """The call computing ``out = depthwise_conv(data, weight) + bias`` (see `applies`),
-    unclamped (±inf bounds) until an epilogue clamps it."""
+    unclamped (±inf bounds) until an epilogue clamps it; with ``handoff`` (one sample), into
+    its words as bf16 pairs in place of ``out`` on the runs after every reader took it."""
     batch, channels = data.shape[:2]
     bias = np.zeros(channels, data.dtype) if bias is None else bias.reshape(channels)
     return VectorDepthwiseCall(depthwise_3x3, data.reshape(batch * channels, *data.shape[2:]),
                                weight.reshape(channels, -1), bias,
-                               out.reshape(batch * channels, *out.shape[2:]), stride,
+                               out.reshape(batch * channels, *out.shape[2:]), stride, handoff,
                                data.dtype.type("-inf"), data.dtype.type("inf"))
 
 
-def depthwise_3x3(data: Any, weights: Any, bias: Any, out: Any, stride: int, low: Any,
-                  high: Any) -> None:
+def depthwise_3x3(data: Any, weights: Any, bias: Any, out: Any, stride: int, handoff: Any,
+                  low: Any, high: Any) -> None:
     """``out[p] = clip(bias[c] + conv3x3(data[p], weights[c]), low, high)`` for every plane
     ``p`` of ``data`` (planes, H, W) and ``out`` (planes, OH, OW), ``c = p % channels``,
-    on this thread."""
-    context = _context(data, weights, bias, out, low, high)
-    _TASK(_task(stride))(context.ctypes.data, 0, 1)
+    on this thread; into ``handoff``'s words instead where every reader took it."""
+    paired = handoff is not None and handoff.taken
+    context = _context(data, weights, bias, out, low, high,
+                       handoff.words if paired else None)
+    _TASK(_task(stride, paired))(context.ctypes.data, 0, 1)
+    if handoff is not None:
+        handoff.laid = paired
 
 
-def _context(data: Any, weights: Any, bias: Any, out: Any, low: Any,
-             high: Any) -> np.ndarray:
-    """The int64 words `depthwise_ir.FIELDS` names."""
+def _context(data: Any, weights: Any, bias: Any, out: Any, low: Any, high: Any,
+             words: Any = None) -> np.ndarray:
+    """The int64 words `depthwise_ir.FIELDS` names: written into ``out``, or into ``words``
+    (float32-viewed, paired down their columns: one row per two channels, `bf16_handoff`)."""
     if out.shape[0] != data.shape[0] or weights.shape != (bias.shape[0], 9):
         raise ValueError(f"depthwise 3×3: planes {data.shape} → {out.shape} with weights "
                          f"{weights.shape} and bias {bias.shape} do not match")
+    if words is not None and (words.ndim != 2 or words.shape[0] < -(-out.shape[0] // 2)
+                              or words.shape[1] < out.shape[1] * out.shape[2]):
+        raise ValueError(f"depthwise 3×3: words {words.shape} cannot hold the pairs of "
+                         f"{out.shape}")
     bounds = [int(np.float64(bound).view(np.int64)) for bound in (low, high)]
-    return np.array([data.ctypes.data, out.ctypes.data, weights.ctypes.data, bias.ctypes.data,
-                     data.shape[0], weights.shape[0], *data.shape[1:], *out.shape[1:],
-                     *bounds], np.int64)
+    target = out if words is None else words
+    return np.array([data.ctypes.data, target.ctypes.data, weights.ctypes.data,
+                     bias.ctypes.data, data.shape[0], weights.shape[0], *data.shape[1:],
+                     *out.shape[1:], *bounds, 0 if words is None else words.shape[1]],
+                    np.int64)
 
 
 class VectorDepthwiseCall(DepthwiseCall):
-    """A bound call of `depthwise_3x3`: ``(data, weights, bias, out, stride, low, high)``,
-    cut by planes as `DepthwiseCall` cuts its kernels' calls."""
+    """A bound call of `depthwise_3x3`: ``(data, weights, bias, out, stride, handoff, low,
+    high)``, cut by planes as `DepthwiseCall` cuts its kernels' calls (but for a hand-off,
+    whose words take every plane's halves: whole, or a job over the planes)."""
 
     def operands(self) -> tuple[tuple[int, ...], tuple[int, ...], None]:
         return (0, 3), (1, 2), None
 
+    def slabs(self, count: int) -> list[DepthwiseCall] | None:
+        return None if self.args[5] is not None else super().slabs(count)
+
     def as_job(self, workspace: Any) -> Any:
-        """A `spin_pool` job over the planes."""
-        data, weights, bias, out, stride, low, high = self.args
+        """A `spin_pool` job over the planes (with a hand-off, the float32 one or the paired
+        one as each run finds it taken)."""
+        data, weights, bias, out, stride, handoff, low, high = self.args
         parts = kernel_jobs.parts_for(data.shape[0], data.size + out.size)
-        return spin_pool.job(_task(stride), _context(data, weights, bias, out, low, high),
-                             parts, keep=(data, weights, bias, out))
+
+        def job(words: Any = None) -> Any:
+            return spin_pool.job(_task(stride, words is not None), _context(
+                data, weights, bias, out, low, high, words), parts,
+                keep=(data, weights, bias, out, words))
+
+        if handoff is None:
+            return job()
+        return _EitherJob(handoff, job, lambda: job(handoff.words))
 
 
-def _task(stride: int) -> int | None:
-    """The address of the task for ``stride``; None where it cannot be compiled here."""
+class _EitherJob:
+    """A depthwise job writing float32 planes, or its hand-off's words where every reader
+    took it (found at each run: the readers bind after the writer); each job made on first
+    use."""
+
+    leaves_blas_alone = True
+
+    def __init__(self, handoff: Any, planes: Any, words: Any) -> None:
+        self.handoff, self.make = handoff, {False: planes, True: words}
+        self.jobs: dict[bool, Any] = {}
+
+    def __call__(self) -> None:
+        paired = self.handoff.taken
+        job = self.jobs.get(paired)
+        if job is None:
+            job = self.jobs[paired] = self.make[paired]()
+        job()
+        self.handoff.laid = paired
+
+
+def _task(stride: int, paired: bool = False) -> int | None:
+    """The address of the task for ``stride`` (writing bf16 pairs where ``paired``); None
+    where it cannot be compiled here."""
     if "engine" not in _compiled:
         with _compiling:
             if "engine" not in _compiled:
@@ -95,7 +144,7 @@ def _task(stride: int) -> int | None:
         return None
     from engine.kernels.depthwise_ir import task_name
 
-    return engine.get_function_address(task_name(stride))
+    return engine.get_function_address(task_name(stride, paired))
 
 
 def _compile() -> Any:

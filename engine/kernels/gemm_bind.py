@@ -33,7 +33,7 @@ import numpy as np
 
 from engine.cpu import spin_pool
 from engine.cpu.blas_threads import threads as blas_threads_now
-from engine.kernels import bf16, gemm_kernel, parity_split, strided_kernel
+from engine.kernels import bf16, bf16_handoff, gemm_kernel, parity_split, strided_kernel
 
 # Below this share of computed lanes doing useful work, BLAS runs the product (49 of 64: no).
 MIN_LANE_USE = 0.9
@@ -68,16 +68,17 @@ def worthwhile(rows: int, columns: int) -> bool:
     return rows >= 1 and columns / lanes >= MIN_LANE_USE
 
 
-def weight_product(xp: Any, weight: Any, right: Any, out: Any,
-                   workspace: Any) -> Callable[[], Any] | None:
+def weight_product(xp: Any, weight: Any, right: Any, out: Any, workspace: Any,
+                   handoff: bf16_handoff.PairedHandoff | None = None) -> Callable[[], Any] | None:
     """``out = weight @ right`` by our kernel as one call, where ``weight`` is a read-only
     plan constant (packed once and shared by the model's plans, `Workspace.derived`); None
-    where BLAS should run it."""
+    where BLAS should run it. ``handoff``: the one ``right``'s writer offered, taken where
+    the product pairs ``right`` for AMX (`bf16_handoff`)."""
     if (xp is not np or weight.flags.writeable or weight.nbytes > PACK_LIMIT_BYTES
             or not gemm_kernel.applies(weight, right, out)):
         return None
-    if bf16_kernel(workspace, out.shape[0], weight.shape[1]) is not None:
-        return _bf16_weight_product(weight, right, out, workspace)
+    if bf16_kernel(workspace, out.shape[0], weight.shape[1], paired=handoff is not None):
+        return _bf16_weight_product(weight, right, out, workspace, handoff)
     if worthwhile(*out.shape):
         packed = workspace.derived(weight, "gemm packed", gemm_kernel.pack)
         return _threaded(weight, right, out, gemm_kernel.bind_packed(packed, right, out))
@@ -102,7 +103,7 @@ def product_with_weight(xp: Any, left: Any, weight: Any, out: Any,
 
 
 def bf16_kernel(workspace: Any, rows: int, depth: int | None = None,
-                weights: int | None = None) -> int | None:
+                weights: int | None = None, paired: bool = False) -> int | None:
     """The bf16 kernel a product of ``rows`` output rows over ``depth`` (K; None: a
     convolution's patches, paired in place of im2col's copy, any K) runs on in a plan whose
     precision is bf16 (`Workspace.precision`), or None where our float32 kernels run it.
@@ -112,11 +113,15 @@ def bf16_kernel(workspace: Any, rows: int, depth: int | None = None,
     products of fewer rows whose weight (``weights`` values) streams from memory, where half
     its bytes pay (a dense layer at batch 1: 1×512×1000 20 µs against 47 in float32 and 56 on
     AMX; the seed MLP's 512×256 took longer paired, its weight in cache); None for an fp32
-    plan, a host with neither, or a thin or small product."""
+    plan, a host with neither, or a thin or small product. ``paired``: the activation may
+    come paired by the step before (`bf16_handoff`), so AMX pays from `BF16_MIN_DEPTH`
+    whatever the rows (MobileNet v2's K 32, 16-row layer at 112²: 55 µs on AMX with the pairs
+    handed over, against 160 in float32)."""
     if getattr(workspace, "precision", "fp32") != "bf16":
         return None
     if rows >= AMX_MIN_ROWS and gemm_kernel.available(gemm_kernel.AMX):
-        return gemm_kernel.AMX if depth is None or amx_pays(rows, depth) else None
+        pays = depth is None or amx_pays(rows, depth) or (paired and depth >= BF16_MIN_DEPTH)
+        return gemm_kernel.AMX if pays else None
     if ((depth is None or depth >= BF16_MIN_DEPTH)
             and (weights is None or weights >= BF16_MIN_WEIGHTS)
             and gemm_kernel.available(gemm_kernel.BF16)):
@@ -133,13 +138,20 @@ def amx_pays(rows: int, depth: int) -> bool:
     return depth >= 2 * BF16_MIN_DEPTH or (depth >= BF16_MIN_DEPTH and rows >= 32)
 
 
-def _bf16_weight_product(weight: Any, right: Any, out: Any, workspace: Any) -> Any:
+def _bf16_weight_product(weight: Any, right: Any, out: Any, workspace: Any,
+                         handoff: bf16_handoff.PairedHandoff | None = None) -> Any:
     """``out = weight @ right`` in bf16: the constant weight rounded and paired once, the
-    activation ``right`` paired down its columns on each run (`bf16.pairing`)."""
-    if bf16_kernel(workspace, out.shape[0], weight.shape[1]) == gemm_kernel.AMX:
-        words = _amx_words(weight, out, workspace)
+    activation ``right`` paired down its columns on each run (`bf16.pairing`), on AMX into
+    the words of ``handoff`` where there is one (its writer may have written them)."""
+    kernel = bf16_kernel(workspace, out.shape[0], weight.shape[1], paired=handoff is not None)
+    if kernel == gemm_kernel.AMX:
+        shape = (bf16.amx_depth(weight.shape[1]), bf16.amx_rows(out.shape[1]))
+        handed = None if handoff is None else bf16_handoff.words_for(handoff, shape, workspace)
+        words = _amx_words(weight, out, workspace) if handed is None else handed
         pair = bf16.patch_pairing(right, 1, words)  # a matrix: a view with one K axis
         if pair is not None:
+            if handed is not None:
+                pair = bf16_handoff.take(handoff, pair)
             return bf16.paired_product(pair, _amx_weight_tiles(weight, words, out, workspace))
     packed = workspace.derived(weight, "bf16 packed",
                                lambda constant: gemm_kernel.pack(bf16.pair_rows(constant)))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from engine.cpu import kernel_jobs, spin_pool
-from engine.kernels import depthwise_vector
+from engine.kernels import bf16, bf16_handoff, depthwise_vector
 
 RNG = np.random.default_rng(31)
 SENTINEL = np.float32(-12345.0)
@@ -137,7 +137,7 @@ def test_mismatched_operands_are_refused_by_name() -> None:
     data, weight, bias, out, _ = operands((1, 4, 6, 6), 1)
     with pytest.raises(ValueError, match="depthwise 3×3"):
         depthwise_vector.depthwise_3x3(data.reshape(4, 6, 6), weight.reshape(4, 9), bias[:3],
-                                       out.reshape(4, 6, 6), 1, -np.inf, np.inf)
+                                       out.reshape(4, 6, 6), 1, None, -np.inf, np.inf)
 
 
 def test_without_avx512_it_stands_aside(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -149,3 +149,56 @@ def test_without_avx512_it_stands_aside(monkeypatch: pytest.MonkeyPatch) -> None
     assert depthwise_vector._task(1) is None
     assert not depthwise_vector.applies(data, weight, bias, out,
                                         ((3, 3), (1, 1), (1, 1), (1, 1)))
+
+
+def paired_reference(out: np.ndarray, words_shape: tuple[int, int]) -> np.ndarray:
+    """The words the pairing pass (`bf16.patch_pairing`) makes of one sample's planes."""
+    words = np.zeros(words_shape, np.float32)
+    bf16.patch_pairing(out.reshape(out.shape[1], -1), 1, words)()
+    return words
+
+
+@pytest.mark.parametrize("shape", [(1, 5, 9, 10), (1, 6, 14, 14), (1, 17, 7, 7),
+                                   (1, 3, 16, 17), (1, 1, 1, 1), (1, 4, 28, 33)], ids=str)
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("as_job", [False, True])
+def test_a_taken_handoff_gets_the_pairing_pass_words(shape: tuple, stride: int, as_job: bool,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every reader took the hand-off: the words (one per two channels, an odd count's last
+    high half zero, the padding past the positions and K untouched) are the pairing pass's
+    of the float32 planes, NaNs included; the planes are not written."""
+    monkeypatch.setattr(kernel_jobs, "PART_ELEMENTS", 1)
+    data, weight, bias, out, _ = operands(shape, stride)
+    data[0, 0, 0, 0] = np.nan
+    planes = out.copy()
+    depthwise_vector.bind(data, weight, bias, planes, stride).clamped(
+        np.float32(0), np.float32(6))()
+    positions = planes.shape[2] * planes.shape[3]
+    words = (bf16.amx_depth(shape[1]), bf16.amx_rows(positions))
+    handoff = bf16_handoff.PairedHandoff(readers=1, shape=words, slot=(shape[1], 0))
+    handoff.words = np.zeros(words, np.float32)
+    handoff.takers = 1
+    call = depthwise_vector.bind(data, weight, bias, out, stride, handoff).clamped(
+        np.float32(0), np.float32(6))
+    assert call.slabs(2) is None  # the words take every plane's halves
+    if as_job:  # parts on two threads: a word's two halves written by different parts
+        with spin_pool.armed(2):
+            call.as_job(None)()
+    else:
+        call()
+    assert handoff.laid
+    want = paired_reference(planes, handoff.words.shape)
+    np.testing.assert_array_equal(handoff.words.view(np.uint32), want.view(np.uint32))
+    assert (out == SENTINEL).all(), "the planes were written beside the words"
+
+
+@pytest.mark.parametrize("as_job", [False, True])
+def test_a_handoff_not_every_reader_took_gets_the_planes(as_job: bool) -> None:
+    data, weight, bias, out, _ = operands((1, 6, 9, 9), 1)
+    handoff = bf16_handoff.PairedHandoff(readers=2, shape=(16, 96), slot=(6, 0))
+    handoff.words = np.zeros((16, 96), np.float32)
+    handoff.takers = 1
+    call = depthwise_vector.bind(data, weight, bias, out, 1, handoff)
+    (call.as_job(None) if as_job else call)()
+    assert not handoff.laid and not handoff.words.any()
+    np.testing.assert_allclose(out, reference(data, weight, bias, 1), rtol=1e-5, atol=1e-5)

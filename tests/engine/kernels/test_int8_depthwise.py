@@ -124,3 +124,81 @@ def test_channels_last_arrays_equal_the_numpy_path(shape, laid, data_dtype, act,
         else:
             conv(epilogue)
         np.testing.assert_array_equal(out, held(want, laid.out))
+
+
+# (batch, channels, size, kernel, stride, pad, dilate): the vector window's cases, whole
+# 16-channel blocks and a tail, a width whose last stride-2 window reaches the right padding,
+# a one-pixel image, and a pad of 2 (read from the padded copy)
+VECTOR_SHAPES = [(1, 48, (7, 9), (3, 3), (1, 1), (1, 1), (1, 1)),
+                 (2, 40, (9, 11), (3, 3), (2, 2), (1, 1), (1, 1)),
+                 (1, 16, (1, 1), (3, 3), (1, 1), (1, 1), (1, 1)),
+                 (1, 20, (2, 3), (3, 3), (2, 2), (1, 1), (1, 1)),
+                 (1, 7, (5, 4), (3, 3), (1, 1), (1, 1), (1, 1)),
+                 (3, 33, (6, 5), (3, 3), (2, 2), (2, 2), (1, 1))]
+
+
+@pytest.mark.parametrize("shape", VECTOR_SHAPES)
+@pytest.mark.parametrize("data_laid", [True, False])
+@pytest.mark.parametrize("data_dtype,act,act_high", [
+    (np.uint8, "bounded_relu", 40.5), (np.int8, None, 0.0), (np.uint8, "relu", 0.0)])
+def test_vector_window_equals_the_numpy_path(monkeypatch, shape, data_laid, data_dtype, act,
+                                             act_high):
+    """The 3×3 window of stride 1 or 2 as `depthwise_int8_ir`'s task (on the data where it
+    lies, or on the padded copy): NumPy's bytes, and the task did run."""
+    if int8_depthwise._vector_task(1) is None:
+        pytest.skip("no AVX-512 BW or no JIT for the vector window")
+    taken = []
+    vector_job = int8_depthwise.FusedDepthwise._vector_job
+
+    def spied(self, *args):
+        job = vector_job(self, *args)
+        taken.append(job is not None)
+        return job
+
+    monkeypatch.setattr(int8_depthwise.FusedDepthwise, "_vector_job", spied)
+    rng = np.random.default_rng(shape[1] * 3 + shape[2][1] + len(str(act)))
+
+    def scales(weight: np.ndarray) -> np.ndarray:
+        return (rng.uniform(0.5, 2.0, len(weight)) * 128 / (3 * 127 * 60)).astype(np.float32)
+
+    geometry, data, weight, residual, out_shape, out_dtype, epilogue, want = layer(
+        shape, rng, data_dtype, act, act_high, False, scales)
+    laid = int8_conv.Layouts(data=data_laid, out=True)
+    held_data = np.ascontiguousarray(np.moveaxis(data, 1, -1)).reshape(data.shape) \
+        if data_laid else data
+    out = np.full(out_shape, 77, out_dtype)
+    conv = int8_depthwise.FusedDepthwise(held_data, weight, geometry, out, None, laid)
+    for armed in (True, False):
+        out[...] = 0
+        if armed:
+            with spin_pool.armed(2):
+                conv(epilogue)
+        else:
+            conv(epilogue)
+        got = np.moveaxis(out.reshape(out_shape[0], *out_shape[2:], out_shape[1]), -1, 1)
+        np.testing.assert_array_equal(got, want)
+    assert taken and taken[-1]
+
+
+def test_a_bias_past_the_vector_reach_equals_the_numpy_path():
+    """A bias the vector window's int32 addition could overflow with: the numba window, still
+    NumPy's bytes."""
+    rng = np.random.default_rng(5)
+    shape = (1, 16, (6, 6), (3, 3), (1, 1), (1, 1), (1, 1))
+    geometry, data, weight, _, out_shape, out_dtype, epilogue, _ = layer(
+        shape, rng, np.uint8, None, 0.0, False,
+        lambda weight: np.full(len(weight), 2.0 ** -24, np.float32))
+    epilogue.bias[:] = rng.integers(int8_depthwise.BIAS_REACH, 2 ** 31 - 1, 16)
+    epilogue.bias[::2] *= -1
+    sums = integer.conv(data, weight, (3, 3), (1, 1), (1, 1), (1, 1), 16)
+    sums += epilogue.bias.astype(np.float64).reshape(1, -1, 1, 1)
+    want = finish(sums, epilogue.scales, 1, np.dtype(np.int8), None, None)
+    laid = int8_conv.Layouts(data=True, out=True)
+    out = np.zeros(out_shape, out_dtype)
+    conv = int8_depthwise.FusedDepthwise(
+        np.ascontiguousarray(np.moveaxis(data, 1, -1)).reshape(data.shape), weight, geometry,
+        out, None, laid)
+    conv(epilogue)
+    np.testing.assert_array_equal(
+        np.moveaxis(out.reshape(1, 6, 6, 16), -1, 1), want)
+    assert np.abs(want).max() > 60  # the bias reached the outputs

@@ -1,0 +1,105 @@
+"""A bf16 plan's float32 array handed from a depthwise layer to the AMX products reading it as
+the bf16 pairs they take, so that no pairing pass runs between them.
+
+A product on AMX reads its activation as bf16 words paired down its columns (`bf16`), which
+a pass makes from the float32 array on every run. Where the array's writer is the vector
+depthwise kernel (`depthwise_vector`) at batch 1, it offers a `PairedHandoff` for its output
+in the plan's workspace, reserving the words (`offer`); each reader that binds a 1×1
+convolution's AMX product on it takes it (`take`) and reads those words, one buffer for
+every taker (`gemm_bind`, which lets such a product run on AMX from K 32). The writer binds
+first and learns last whether every reader took: at each run it writes the words in place of
+the float32 array only where all have (`taken`), and says so (``laid``); a taker then skips
+its pairing, and pairs the float32 array otherwise. The words are the pairing pass's to the
+bit: the same clamped float32 values, rounded to bf16 the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from engine.kernels import bf16, gemm_kernel
+
+TAG = "bf16 paired hand-off"
+
+
+class PairedHandoff:
+    """What a depthwise writer and the products reading its output share."""
+
+    def __init__(self, readers: int, shape: tuple[int, int], slot: tuple[int, int]) -> None:
+        self.readers = readers  # inputs the plan binds to the array
+        self.takers = 0  # those bound to read the words
+        self.shape, self.slot = shape, slot  # the words' shape, and which buffer of it (K, n)
+        self.words: np.ndarray | None = None  # the words the takers read (float32-viewed)
+        self.laid = False  # whether the writer's last run wrote the words (not the array)
+
+    @property
+    def taken(self) -> bool:
+        """Whether every reader reads the words: the writer writes them only then."""
+        return self.words is not None and self.takers == self.readers
+
+
+def offer(workspace: Any, array: Any) -> PairedHandoff | None:
+    """The writer's hand-off for ``array`` (one sample's planes) in a bf16 plan on AMX whose
+    readers the plan noted, none of them the plan's output; else None.
+
+    The words are a buffer of the plan's kept for hand-offs of their shape and K (the pad
+    past K must stay zero: writers of one K write the same cells), one the writer reserves
+    as it binds: a plan binds its steps in the order they run, so a buffer whose last
+    hand-off every reader took (all bound, so all run before this writer) is free, and
+    another is made where none is."""
+    if (getattr(workspace, "precision", "fp32") != "bf16" or not hasattr(workspace, "readers")
+            or getattr(array, "ndim", 0) != 4 or array.shape[0] != 1
+            or not gemm_kernel.available(gemm_kernel.AMX)):
+        return None
+    readers = workspace.readers(array)
+    if not readers or any(reader.op is None for reader in readers):
+        return None
+
+    def reserve() -> PairedHandoff:
+        shape = (bf16.amx_depth(array.shape[1]), bf16.amx_rows(array.shape[2] * array.shape[3]))
+        kind = (shape, array.shape[1])
+        holders = workspace.shared(workspace.scratch, TAG, dict).setdefault(kind, [])
+        slot = next((slot for slot, holder in enumerate(holders)
+                     if holder.takers == holder.readers), len(holders))
+        handoff = PairedHandoff(len(readers), shape, (array.shape[1], slot))
+        holders[slot:slot + 1] = [handoff]
+        return handoff
+
+    return workspace.shared(array, TAG, reserve)
+
+
+def offered(workspace: Any, array: Any) -> PairedHandoff | None:
+    """The hand-off ``array``'s writer offered; None where there is none."""
+    if workspace is None or not hasattr(workspace, "shared"):
+        return None
+    return workspace.shared(array, TAG)
+
+
+def words_for(handoff: PairedHandoff, shape: tuple[int, int],
+              workspace: Any) -> np.ndarray | None:
+    """The words (``shape``, float32-viewed, zeroed once) a reader of the hand-off would
+    read; None where its product reads another shape."""
+    if shape != handoff.shape:
+        return None
+    if handoff.words is None:
+        handoff.words = workspace.zeroed(shape, np.float32, (TAG, handoff.slot))
+    return handoff.words
+
+
+def take(handoff: PairedHandoff, pair: Callable[[], Any]) -> Callable[[], Any]:
+    """A reader's, once its product reads `words_for`'s words: counted as taken, and its
+    pairing ``pair`` as it then runs, only where the writer's run left the float32 array."""
+    handoff.takers += 1
+    return _PairUnlessLaid(handoff, pair)
+
+
+class _PairUnlessLaid:
+    def __init__(self, handoff: PairedHandoff, pair: Callable[[], Any]) -> None:
+        self.handoff, self.pair = handoff, pair
+
+    def __call__(self) -> None:
+        if not self.handoff.laid:
+            self.pair()

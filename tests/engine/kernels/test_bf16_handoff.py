@@ -1,0 +1,153 @@
+"""The bf16 hand-off (`engine.kernels.bf16_handoff`): in a bf16 plan on AMX, a depthwise layer
+at batch 1 writes the bf16 pairs its 1×1 readers' products take, no pairing pass between,
+where every reader takes them, and the float32 planes otherwise; the outputs are the plan's
+without a hand-off, bit for bit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import engine
+from bench import nets
+from engine import sym
+from engine.kernels import bf16_handoff, depthwise_vector, gemm_bind, gemm_kernel
+from engine.kernels.workspace import Reader, Workspace
+
+pytestmark = pytest.mark.skipif(
+    not gemm_kernel.available(gemm_kernel.AMX) or depthwise_vector._task(1) is None,
+    reason="needs AMX and the vector depthwise kernel")
+
+
+def block(data: Any, readers: str, stride: int) -> Any:
+    """An expand 1×1, a depthwise 3×3 with relu6, and its readers: ``one`` 1×1 projection,
+    ``two`` of them summed, or a projection and a pooling (which cannot take the pairs)."""
+    expand = sym.clip(sym.Convolution(data, num_filter=64, kernel=(1, 1), name="expand"),
+                      a_min=0.0, a_max=6.0)
+    depthwise = sym.clip(sym.Convolution(expand, num_filter=64, num_group=64, kernel=(3, 3),
+                                         stride=(stride, stride), pad=(1, 1), name="dw"),
+                         a_min=0.0, a_max=6.0)
+    project = sym.Convolution(depthwise, num_filter=32, kernel=(1, 1), name="project")
+    if readers == "one":
+        return project
+    if readers == "two":
+        return project + sym.Convolution(depthwise, num_filter=32, kernel=(1, 1), name="side")
+    pooled = sym.Pooling(depthwise, kernel=(1, 1), global_pool=True, pool_type="avg")
+    return sym.broadcast_add(project, sym.Convolution(pooled, num_filter=32, kernel=(1, 1),
+                                                      name="side"))
+
+
+def served(symbol: Any, params: dict, feed: dict, precision: str,
+           handoffs: list | None = None) -> np.ndarray:
+    """The plan's output, twice run; ``handoffs`` collects what the writers offered (None:
+    no writer offers one)."""
+    offer = bf16_handoff.offer
+
+    def watched(workspace: Any, array: Any) -> Any:
+        if handoffs is None:
+            return None
+        handoff = offer(workspace, array)
+        handoffs.append(handoff)
+        return handoff
+
+    bf16_handoff.offer = watched
+    try:
+        model = engine.load_model(symbol, params, optimize=True, precision=precision)
+        first = np.asarray(next(iter(model.infer(feed).values()))).copy()
+        second = np.asarray(next(iter(model.infer(feed).values())))
+    finally:
+        bf16_handoff.offer = offer
+    np.testing.assert_array_equal(first, second)
+    return first
+
+
+@pytest.mark.parametrize("readers,taken", [("one", True), ("two", True), ("pooled", False)])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_the_depthwise_layer_hands_its_readers_their_pairs(readers: str, taken: bool,
+                                                           stride: int) -> None:
+    data = sym.var("data")
+    symbol = block(data, readers, stride)
+    params = nets.random_params(symbol, (1, 24, 14, 14), seed=4)
+    feed = {"data": np.random.default_rng(2).standard_normal((1, 24, 14, 14)).astype(
+        np.float32)}
+    handoffs: list = []
+    got = served(symbol, params, feed, "bf16", handoffs)
+    offered = [handoff for handoff in handoffs if handoff is not None]
+    assert len(offered) == 1
+    assert offered[0].taken is taken and offered[0].laid is taken
+    np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16"))
+    want = served(symbol, params, feed, "fp32")
+    assert np.abs(got - want).max() <= 0.03 * np.abs(want).max()
+
+
+def test_a_batch_of_two_is_offered_none() -> None:
+    symbol = block(sym.var("data"), "one", 1)
+    params = nets.random_params(symbol, (2, 24, 14, 14), seed=4)
+    feed = {"data": np.random.default_rng(2).standard_normal((2, 24, 14, 14)).astype(
+        np.float32)}
+    handoffs: list = []
+    served(symbol, params, feed, "bf16", handoffs)
+    assert handoffs and all(handoff is None for handoff in handoffs)
+
+
+def test_writers_share_a_buffer_only_once_its_last_readers_are_bound() -> None:
+    """Steps bind in the order they run: a writer reserves the words of a hand-off whose
+    readers all took theirs (they run before it), never those of one still waiting for a
+    reader, nor words of another shape or K."""
+    workspace = Workspace(np, 0, precision="bf16")
+    arrays = [np.zeros((1, 40, 7, 7), np.float32) for _ in range(3)]
+    arrays += [np.zeros((1, 40, 14, 14), np.float32), np.zeros((1, 39, 7, 7), np.float32)]
+    for array in arrays:
+        workspace.note_readers(array, (Reader("Convolution", None, 0),))
+    first, second = (bf16_handoff.offer(workspace, array) for array in arrays[:2])
+    assert (first.slot, second.slot) == ((40, 0), (40, 1))  # the first's reader is unbound
+    words = bf16_handoff.words_for(first, first.shape, workspace)
+    assert bf16_handoff.words_for(first, (first.shape[0], 32), workspace) is None
+    bf16_handoff.take(first, lambda: None)
+    third, larger, fewer = (bf16_handoff.offer(workspace, array) for array in arrays[2:])
+    assert third.slot == larger.slot == (40, 0) and larger.shape != third.shape
+    # 39 channels: the same words' shape, but the high halves past K must stay zero
+    assert fewer.shape == third.shape and fewer.slot == (39, 0)
+    assert bf16_handoff.words_for(third, third.shape, workspace) is words
+    for other in (second, fewer):
+        assert bf16_handoff.words_for(other, other.shape, workspace) is not words
+
+
+def test_a_plan_output_or_an_fp32_plan_is_offered_none() -> None:
+    array = np.zeros((1, 40, 7, 7), np.float32)
+    fp32 = Workspace(np, 0)
+    fp32.note_readers(array, (Reader("Convolution", None, 0),))
+    assert bf16_handoff.offer(fp32, array) is None
+    workspace = Workspace(np, 0, precision="bf16")
+    workspace.note_readers(array, (Reader("Convolution", None, 0), Reader(None, None, 0)))
+    assert bf16_handoff.offer(workspace, array) is None
+
+
+def test_mobilenet_v2_hands_its_depthwise_outputs_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MobileNet v2 (96 × 96) in bf16: every depthwise layer hands its readers their pairs
+    (the first one's, K 32 and 16 filters, goes to AMX for them), the outputs those of the
+    same plan whose readers pair the float32 planes, bit for bit, and near fp32's."""
+    symbol = nets.mobilenet_v2()
+    params = nets.random_params(symbol, (1, 3, 96, 96))
+    feed = {"data": np.random.default_rng(0).standard_normal((1, 3, 96, 96)).astype(
+        np.float32)}
+    handoffs: list = []
+    got = served(symbol, params, feed, "bf16", handoffs)
+    offered = [handoff for handoff in handoffs if handoff is not None]
+    assert len(offered) == 17 and all(handoff.laid for handoff in offered)
+    # the same products, each pairing the float32 planes as if a reader had not taken them
+    monkeypatch.setattr(bf16_handoff.PairedHandoff, "taken", property(lambda handoff: False))
+    np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", []))
+    want = served(symbol, params, feed, "fp32")
+    assert np.abs(got - want).max() <= 0.1 * np.abs(want).max()
+
+
+def test_a_handed_over_activation_takes_amx_from_k_32() -> None:
+    """With its activation's pairs handed over, a thin product pays on AMX from K 32 (its
+    pairing pass is what kept it float32)."""
+    workspace = Workspace(np, 0, precision="bf16")
+    assert gemm_bind.bf16_kernel(workspace, 16, 32) is None
+    assert gemm_bind.bf16_kernel(workspace, 16, 32, paired=True) == gemm_kernel.AMX
+    assert gemm_bind.bf16_kernel(workspace, 16, 16, paired=True) is None
