@@ -318,6 +318,70 @@ def test_first_samples_taken_under_contention_are_checked_again_early() -> None:
     assert not any(armed_runs[8:15]) and all(armed_runs[18:]), armed_runs
 
 
+class FakeClock:
+    """A clock the test moves: each run takes its own time, each pause its own."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def take_turns(choice: spin_pool.Choice, clock: FakeClock, turns: int, runs: int,
+               armed_seconds: float, alone_seconds: float, cold_extra: float,
+               pause: float = 0.5) -> list[str]:
+    """Runs in turns as `bench/executor.py` gives them: a pause, then ``runs`` back to back,
+    the first of them ``cold_extra`` slower either way (its data gone from the caches). Each
+    turn as a string, "A" for an armed run, "o" for one on one thread."""
+    rows = []
+    for _ in range(turns):
+        clock.now += pause
+        row = ""
+        for index in range(runs):
+            armed = choice.armed()
+            seconds = (armed_seconds if armed else alone_seconds) + (cold_extra if index == 0
+                                                                      else 0.0)
+            clock.now += seconds
+            choice.record(armed, seconds)
+            row += "A" if armed else "o"
+        rows.append(row)
+    return rows
+
+
+def test_a_choice_made_among_busy_neighbours_is_tried_again_when_runs_come_in_turns() -> None:
+    clock = FakeClock()
+    choice = spin_pool.Choice(clock=clock)
+    for _ in range(70):  # start-up, back to back, neighbours loading: armed loses
+        armed = choice.armed()
+        seconds = 0.012 if armed else 0.0077
+        clock.now += seconds
+        choice.record(armed, seconds)
+    # Then turns of two runs half a second apart, the machine quiet: armed wins. Counting
+    # runs alone, the plan stayed on one thread until the 96th run (turn 13).
+    rows = take_turns(choice, clock, 12, 2, 0.005, 0.008, 0.003)
+    assert all(row == "AA" for row in rows[4:10]), rows
+
+
+def test_runs_after_an_idle_pause_are_weighed_against_each_other() -> None:
+    """Three runs a turn, the first 30 ms slower either way: compared with the others, the
+    slow first runs sent the plan to one thread for turns at a time where armed wins by
+    a quarter."""
+    clock = FakeClock()
+    choice = spin_pool.Choice(clock=clock)
+    rows = take_turns(choice, clock, 24, 3, 0.060, 0.080, 0.030, pause=2.0)
+    later = "".join(rows[4:])
+    assert later.count("A") >= 0.85 * len(later), rows
+
+
+def test_back_to_back_runs_explore_no_more_often_than_every_explore_runs() -> None:
+    clock = FakeClock()
+    choice = spin_pool.Choice(clock=clock)
+    rows = take_turns(choice, clock, 1, 40 * spin_pool.Choice.EXPLORE, 0.017, 0.029, 0.0)
+    later = rows[0][2 * spin_pool.Choice.EXPLORE:]
+    assert 0 < later.count("o") <= len(later) / spin_pool.Choice.EXPLORE + 1, later
+
+
 def test_a_plan_that_leaves_blas_alone_keeps_the_workers_spinning_between_runs() -> None:
     data = sym.var("data")
     symbol = sym.FullyConnected(data, num_hidden=256, name="dense")
