@@ -276,9 +276,10 @@ class Choice:
     Runs that come in bursts after idle pauses (the executor benchmark's turns, a server's
     sporadic requests) need two more things. A run that starts `IDLE_SECONDS` or more after
     the plan's last one ended finds its weights gone from the caches and runs slower either
-    way (ResNet-18 bf16 on one thread: the first run after 0.1 s idle 8.8 ms, the next ones
-    6.5, back to back 5.1), so such "cold" runs are compared only with cold runs: each kind
-    keeps its own samples, and a run is decided by its own kind's where both ways have them.
+    way (ResNet-18 bf16 on one thread: the first run after 0.1 s idle 9.7 ms, the next ones
+    6.9, back to back 5.9; docs/benchmarks.md), so such "cold" runs are compared only with
+    cold runs: each kind keeps its own samples, and a run is decided by its own kind's where
+    both ways have them.
     And counting runs is no clock where they are sparse: two runs a turn, turns seconds
     apart, and a choice made among the neighbours' start-up held for the whole benchmark
     (MobileNet v2 on one thread throughout, its armed samples taken while seven other
