@@ -11,15 +11,15 @@ address, with its context's, is given to `run` (or bound once: `Job`). The calle
 itself too, so a job finishes whether or not any worker is awake.
 
 Workers spin only while a run is `armed` (a plan run holds it around its steps) and a few
-milliseconds after (`GRACE_SECONDS`); then they doze, polling between sleeps of 100 µs in
-native code (`DOZE_SECONDS`), and then park on a condition: an idle process costs nothing, a
-run within the grace finds them spinning, and one while they doze finds them within 100 µs
-without waking a Python thread (which needs the GIL from the caller running the plan: a
-first run after a park took 0.3–4 ms). While armed, numpy's OpenBLAS is held to one thread
-(`blas_threads.one_thread`), so that BLAS's spinning threads and ours never share the cores
-(measured: 8 ms against 0.65 for a product after a switch). A plan whose steps leave BLAS
-alone keeps the workers spinning instead (`stick`), and each plan keeps to one thread where
-its armed runs measure slower (`Choice`).
+milliseconds after (`GRACE_SECONDS`); then they doze, polling between sleeps of 100 µs
+growing to 400 in native code (`DOZE_SECONDS`, `spin_ir`), and then park on a condition: an
+idle process costs nothing, a run within the grace finds them spinning, and one while they
+doze finds them within 0.1–0.45 ms without waking a Python thread (which needs the GIL from
+the caller running the plan: a first run after a park took 0.3–4 ms). While armed, numpy's
+OpenBLAS is held to one thread (`blas_threads.one_thread`), so that BLAS's spinning threads
+and ours never share the cores (measured: 8 ms against 0.65 for a product after a switch). A
+plan whose steps leave BLAS alone keeps the workers spinning instead (`stick`), and each plan
+keeps to one thread where its armed runs measure slower (`Choice`).
 
 The pool is compiled on first use; `available()` is False where llvmlite cannot JIT for the
 host, and jobs then run every part on the calling thread.
@@ -41,7 +41,6 @@ import numpy as np
 from engine.cpu import blas_threads, denormals, parts, thread_share
 from engine.cpu.spin_ir import (
     ARMED,
-    DOZE_MICROSECONDS,
     DOZES,
     MAX_PARTS,
     PATIENCE,
@@ -271,50 +270,97 @@ class Choice:
     to mislead, taken while the process is still starting or its neighbours are (ResNet-18's
     first armed runs in the executor benchmark took 43-59 ms, against 17 once the machine
     settled, and the plan ran on one thread at 24 ms until its 32nd run), so before `EXPLORE`
-    runs the other way is also tried at runs 4, 8 and 16."""
+    runs the other way is also tried at runs 4, 8 and 16.
+
+    Runs that come in bursts after idle pauses (the executor benchmark's turns, a server's
+    sporadic requests) need two more things. A run that starts `IDLE_SECONDS` or more after
+    the plan's last one ended finds its weights gone from the caches and runs slower either
+    way (ResNet-18 bf16 on one thread: the first run after 0.1 s idle 9.7 ms, the next ones
+    6.9, back to back 5.9; docs/benchmarks.md), so such "cold" runs are compared only with
+    cold runs: each kind keeps its own samples, and a run is decided by its own kind's where
+    both ways have them.
+    And counting runs is no clock where they are sparse: two runs a turn, turns seconds
+    apart, and a choice made among the neighbours' start-up held for the whole benchmark
+    (MobileNet v2 on one thread throughout, its armed samples taken while seven other
+    runtimes loaded). So the other way is also tried after `EXPLORE` / 4 runs of a kind where
+    its newest sample of that kind is older than `EXPLORE` runs take (the taken way's median
+    each, at least `MIN_STALE_SECONDS`): never in a steady stream, where `EXPLORE` runs come
+    first, and one run of a kind in `EXPLORE` / 4 at most where runs are far apart."""
 
     SAMPLES = 3
     EXPLORE = 32
+    IDLE_SECONDS = 0.02
+    MIN_STALE_SECONDS = 0.25
 
-    __slots__ = ("_times", "_runs", "_warm", "_again")
+    __slots__ = ("_times", "_tried", "_tried_run", "_runs", "_kind_runs", "_warm", "_again",
+                 "_clock", "_ended", "_kind", "_basis")
 
-    def __init__(self) -> None:
-        self._times: tuple[list[float], list[float]] = ([], [])  # armed, one thread
+    def __init__(self, clock: Any = time.perf_counter) -> None:
+        # [kind][way]: kind 0 back to back, 1 after an idle pause; way 0 armed, 1 one thread
+        self._times: list[list[list[float]]] = [[[], []], [[], []]]
+        self._tried = [[0.0, 0.0], [0.0, 0.0]]  # when each kind's newest sample each way ended
+        self._tried_run = [[0, 0], [0, 0]]  # and at which run of its kind
+        self._kind_runs = [0, 0]  # runs of each kind
         self._runs = 0
         self._warm = [False, False]  # the first run each way makes jobs (`WhenArmed`): unkept
-        self._again = False  # the last exploring run won: explore the next one too
+        self._again = [False, False]  # a kind's last exploring run won: explore its next too
+        self._clock = clock
+        self._ended: float | None = None  # when the last run ended
+        self._kind = 0  # the run under way: back to back (0) or after an idle pause (1)
+        self._basis: int | None = None  # whose samples decided it (a kind), None: none yet
 
     def armed(self) -> bool:
         """Whether the next run should be armed."""
         self._runs += 1
-        faster = self._faster()
-        if faster is None:  # each way, in turn
-            armed, alone = self._times
+        now = self._clock()
+        self._kind = int(self._ended is not None and now - self._ended >= self.IDLE_SECONDS)
+        self._kind_runs[self._kind] += 1
+        self._basis = self._decided_by(self._kind)
+        if self._basis is None:  # each way in turn, within this kind
+            armed, alone = self._times[self._kind]
             return len(armed) <= len(alone)
+        faster = self._faster(self._basis)
         runs = self._runs
         early = runs < self.EXPLORE and runs & (runs - 1) == 0  # runs 4, 8 and 16
-        explore, self._again = self._again or early or runs % self.EXPLORE == 0, False
+        taken = 0 if faster else 1
+        other = 1 - taken
+        stale = (self._kind_runs[self._basis] - self._tried_run[self._basis][other]
+                 >= self.EXPLORE // 4
+                 and now - self._tried[self._basis][other] > max(
+                     self.MIN_STALE_SECONDS,
+                     self.EXPLORE * _median(self._times[self._basis][taken])))
+        explore = self._again[self._kind] or early or runs % self.EXPLORE == 0 or stale
+        self._again[self._kind] = False
         return faster != explore
 
     def record(self, armed: bool, seconds: float) -> None:
-        """A run's wall time, armed or on one thread."""
+        """A run's wall time, armed or on one thread (the run `armed` was last asked about)."""
+        self._ended = self._clock()
         way = 0 if armed else 1
         if not self._warm[way]:
             self._warm[way] = True
             return
-        faster = self._faster()
-        if faster is not None and armed != faster:
-            self._again = seconds < _median(self._times[1 - way])
-        times = self._times[way]
+        kind = self._kind
+        if self._basis == kind and self._faster(kind) != armed:  # an exploring run
+            self._again[kind] = seconds < _median(self._times[kind][1 - way])
+        times = self._times[kind][way]
         times.append(seconds)
         if len(times) > self.SAMPLES:
             del times[0]
+        self._tried[kind][way] = self._ended
+        self._tried_run[kind][way] = self._kind_runs[kind]
 
-    def _faster(self) -> bool | None:
-        """Whether armed runs are the faster way now; None until both ways have samples."""
-        armed, alone = self._times
-        if len(armed) < self.SAMPLES or len(alone) < self.SAMPLES:
-            return None
+    def _decided_by(self, kind: int) -> int | None:
+        """The kind of runs whose samples decide a run of ``kind``: its own where both ways
+        have `SAMPLES`, else the other kind's where they do, else None."""
+        for basis in (kind, 1 - kind):
+            if all(len(times) >= self.SAMPLES for times in self._times[basis]):
+                return basis
+        return None
+
+    def _faster(self, kind: int) -> bool:
+        """Whether armed runs of ``kind`` are the faster way now."""
+        armed, alone = self._times[kind]
         return _median(armed) <= _median(alone)
 
 
@@ -332,7 +378,7 @@ class _Pool:
         self.state = np.zeros(STATE_SIZE, np.int64)
         self.address = self.state.ctypes.data
         self.state[PATIENCE] = self._polls(GRACE_SECONDS)
-        self.state[DOZES] = int(DOZE_SECONDS * 1e6 / DOZE_MICROSECONDS)
+        self.state[DOZES] = int(DOZE_SECONDS * 1e6)  # microseconds
         self.wake = threading.Condition(threading.Lock())
         self.armed_count = 0  # runs armed now, on any thread
         self.wanted = 0  # workers those runs want spinning

@@ -23,7 +23,7 @@ from typing import Any
 
 import llvmlite.ir as ir
 
-from engine.kernels.gemm_amx_ir import ROWS, WORDS, AmxTileKernel
+from engine.kernels.gemm_amx_ir import ROWS, WORDS, AmxTileKernel, release_tiles_at_returns
 from engine.kernels.gemm_ir import F32, I64
 from engine.kernels.gemm_kernel import AMX_TILE
 from engine.kernels.task_ir import F64, as_float, fields, loop, splat, task
@@ -213,6 +213,7 @@ class DirectConvKernel(AmxTileKernel):
                 field["taps"], builder.inttoptr(field["offsets"], I64.as_pointer()),
                 field["grid_width"], field["width"], n, fresh])
         builder.ret_void()
+        release_tiles_at_returns(self, function)
 
 
 def module(positions: dict[str, int]) -> ir.Module:

@@ -11,15 +11,15 @@ operands are padded for whole tiles: rows of A to 32, K to 64 (`PackedWeights` w
 The accumulators are stored into C, then each row gets its column offsets added.
 
 The tile configuration (`gemm_amx_ir.tile_configuration`: every tile 16 rows × 64 bytes) is
-loaded at each call; the process must hold Linux's permission for the tile state
-(`host_features.amx_permitted`) before the first call.
+loaded at each call and the tile state released at its end; the process must hold Linux's
+permission for the tile state (`host_features.amx_permitted`) before the first call.
 """
 
 from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from engine.kernels.gemm_amx_ir import declare_tile_intrinsics
+from engine.kernels.gemm_amx_ir import declare_tile_intrinsics, release_tiles_at_returns
 from engine.kernels.gemm_int8_ir import I8, I32, I64, LANES, PanelLoops, panels_function
 
 ROWS, COLUMNS, DEPTH = 32, 32, 64  # a tile of C, and K per step
@@ -86,6 +86,7 @@ class AmxInt8Kernel:
                 builder.store(builder.add(builder.load(address, align=4), shifts[j]), address,
                               align=4)
         loops.close()
+        release_tiles_at_returns(self, function)
         return function
 
     def _load(self, builder: ir.IRBuilder, register: int, address: ir.Value,

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from engine.kernels.gemm_amx_ir import declare_tile_intrinsics
+from engine.kernels.gemm_amx_ir import declare_tile_intrinsics, release_tiles_at_returns
 from engine.kernels.gemm_int8_ir import I8, I32, I64, LANES, for_each_run
 from engine.kernels.task_ir import loop, masked_load, masked_store, splat
 
@@ -284,4 +284,5 @@ class DirectInt8Kernel:
 
         for_each_run(builder, function, row_blocks, panels, part, parts, call)
         builder.ret_void()
+        release_tiles_at_returns(self, function)
         return function

@@ -5,6 +5,7 @@ the calls they replace."""
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 import time
 from functools import partial
@@ -14,7 +15,7 @@ import pytest
 
 import engine
 from engine import sym
-from engine.cpu import blas_threads, kernel_jobs, spin_pool
+from engine.cpu import blas_threads, kernel_jobs, spin_ir, spin_pool
 from engine.kernels import gemm_kernel, strided_kernel
 
 pytestmark = [
@@ -147,6 +148,38 @@ def test_idle_workers_doze_then_park_off_the_cpu() -> None:
     while pool.parked < len(pool.workers) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert pool.parked == len(pool.workers)  # on the condition, off the CPU
+
+
+def _sleeps_so_far(thread: threading.Thread) -> int:
+    """A thread's voluntary context switches so far: one per sleep (Linux's count)."""
+    with open(f"/proc/self/task/{thread.native_id}/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("voluntary_ctxt_switches:"):
+                return int(line.split()[1])
+    raise AssertionError("no voluntary_ctxt_switches line")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="needs Linux's /proc")
+def test_dozing_workers_sleep_longer_as_the_doze_goes_on() -> None:
+    """Each wake of a dozing worker costs CPU that other processes could use (about 20 µs on
+    the VM): past its first millisecond a worker sleeps `LONGEST_DOZE_MICROSECONDS` at a
+    time, not 100 µs (which woke it about 1,600 times in 0.3 s there)."""
+    job, threads, _ = record_job(64, 16, work=2000)
+    deadline = time.monotonic() + 10  # a busy machine may hold a woken worker back for long
+    with spin_pool.armed(2):
+        while len(set(threads.tolist())) < 2 and time.monotonic() < deadline:
+            job()  # until a worker runs a part: it is in its loop, and dozes after the run
+    time.sleep(0.01)  # past the spinning and the first, short sleeps
+    workers = spin_pool._pool().workers
+    before = [_sleeps_so_far(worker) for worker in workers]
+    start = time.monotonic()
+    time.sleep(0.3)
+    elapsed = time.monotonic() - start
+    sleeps = [_sleeps_so_far(worker) - count for worker, count in zip(workers, before)]
+    assert max(sleeps) > 10, sleeps  # dozing, not parked
+    # A sleep lasts at least its length; a busy machine only makes it longer (fewer sleeps).
+    most = elapsed / (spin_ir.LONGEST_DOZE_MICROSECONDS * 1e-6) + 5
+    assert all(count <= most for count in sleeps), (sleeps, most)
 
 
 def test_parts_are_capped_and_a_lone_part_runs_inline() -> None:
@@ -316,6 +349,70 @@ def test_first_samples_taken_under_contention_are_checked_again_early() -> None:
     # exploration at run 16 finds it faster, and from run 19 it is the way taken, long before
     # the EXPLORE-th run would have looked again.
     assert not any(armed_runs[8:15]) and all(armed_runs[18:]), armed_runs
+
+
+class FakeClock:
+    """A clock the test moves: each run takes its own time, each pause its own."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def take_turns(choice: spin_pool.Choice, clock: FakeClock, turns: int, runs: int,
+               armed_seconds: float, alone_seconds: float, cold_extra: float,
+               pause: float = 0.5) -> list[str]:
+    """Runs in turns as `bench/executor.py` gives them: a pause, then ``runs`` back to back,
+    the first of them ``cold_extra`` slower either way (its data gone from the caches). Each
+    turn as a string, "A" for an armed run, "o" for one on one thread."""
+    rows = []
+    for _ in range(turns):
+        clock.now += pause
+        row = ""
+        for index in range(runs):
+            armed = choice.armed()
+            seconds = (armed_seconds if armed else alone_seconds) + (cold_extra if index == 0
+                                                                      else 0.0)
+            clock.now += seconds
+            choice.record(armed, seconds)
+            row += "A" if armed else "o"
+        rows.append(row)
+    return rows
+
+
+def test_a_choice_made_among_busy_neighbours_is_tried_again_when_runs_come_in_turns() -> None:
+    clock = FakeClock()
+    choice = spin_pool.Choice(clock=clock)
+    for _ in range(70):  # start-up, back to back, neighbours loading: armed loses
+        armed = choice.armed()
+        seconds = 0.012 if armed else 0.0077
+        clock.now += seconds
+        choice.record(armed, seconds)
+    # Then turns of two runs half a second apart, the machine quiet: armed wins. Counting
+    # runs alone, the plan stayed on one thread until the 96th run (turn 13).
+    rows = take_turns(choice, clock, 12, 2, 0.005, 0.008, 0.003)
+    assert all(row == "AA" for row in rows[4:10]), rows
+
+
+def test_runs_after_an_idle_pause_are_weighed_against_each_other() -> None:
+    """Three runs a turn, the first 30 ms slower either way: compared with the others, the
+    slow first runs sent the plan to one thread for turns at a time where armed wins by
+    a quarter."""
+    clock = FakeClock()
+    choice = spin_pool.Choice(clock=clock)
+    rows = take_turns(choice, clock, 24, 3, 0.060, 0.080, 0.030, pause=2.0)
+    later = "".join(rows[4:])
+    assert later.count("A") >= 0.85 * len(later), rows
+
+
+def test_back_to_back_runs_explore_no_more_often_than_every_explore_runs() -> None:
+    clock = FakeClock()
+    choice = spin_pool.Choice(clock=clock)
+    rows = take_turns(choice, clock, 1, 40 * spin_pool.Choice.EXPLORE, 0.017, 0.029, 0.0)
+    later = rows[0][2 * spin_pool.Choice.EXPLORE:]
+    assert 0 < later.count("o") <= len(later) / spin_pool.Choice.EXPLORE + 1, later
 
 
 def test_a_plan_that_leaves_blas_alone_keeps_the_workers_spinning_between_runs() -> None:
