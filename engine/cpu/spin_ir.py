@@ -20,14 +20,9 @@ field on its own cache line, so that spinning readers do not slow the writers of
 * ``sticky``: 1 where a caller wants them spinning until they run out of patience, which
   clears it (a plan too short for arming and disarming around each run to pay).
 * ``patience``: empty polls a worker spins through after ``armed`` drops to 0;
-* ``dozes``: then sleeps this many microseconds in all, polling after each sleep (off the
-  CPU, and a job posted meanwhile is found within that sleep, no Python thread to wake),
-  before it returns (0 where the platform has no ``usleep``). The sleeps start at
-  `DOZE_MICROSECONDS` and double up to `LONGEST_DOZE_MICROSECONDS`: a run soon after the
-  last finds the workers within 0.1 ms, a later one within 0.45, and the doze wakes the CPU
-  a third as often (each wake cost the 2-core VM about 20 µs of CPU: 100 µs sleeps, about
-  190 µs each with the kernel's slack, burnt 60–70 ms of a core in the 0.6 s after an armed
-  run, taken from whatever other processes ran then; these 23–27).
+* ``dozes``: then polls each after a sleep of `DOZE_MICROSECONDS` (off the CPU, and a job
+  posted meanwhile is found within that sleep, no Python thread to wake), before it returns
+  (0 where the platform has no ``usleep``).
 
 ``pool_work(state)`` is a worker's loop: it claims and runs parts while there are any, spins
 (a CPU pause per poll) while none, and once ``armed`` is 0 and ``patience`` polls went by
@@ -50,7 +45,6 @@ CLAIMS, TASK, CONTEXT, FINISHED, BUSY, ARMED, PATIENCE, DOZES, STICKY = (
     16 * i for i in range(9))
 STATE_SIZE = 16 * 9
 DOZE_MICROSECONDS = 100
-LONGEST_DOZE_MICROSECONDS = 400
 TASK_TYPE = ir.FunctionType(VOID, [I64, I64, I64])
 
 
@@ -76,12 +70,11 @@ def _pause(built: ir.Module, triple: str):
 
 
 def _doze(built: ir.Module, triple: str):
-    """A function emitting one sleep of a given number of microseconds (an int64 value,
-    ``usleep``), None on Windows."""
+    """A function emitting one sleep of `DOZE_MICROSECONDS` (``usleep``), None on Windows."""
     if "windows" in triple or "msvc" in triple:
         return None
     usleep = ir.Function(built, ir.FunctionType(I32, [I32]), name="usleep")
-    return lambda builder, micros: builder.call(usleep, [builder.trunc(micros, I32)])
+    return lambda builder: builder.call(usleep, [ir.Constant(I32, DOZE_MICROSECONDS)])
 
 
 def _field(builder: ir.IRBuilder, state: ir.Value, index: int) -> ir.Value:
@@ -128,11 +121,9 @@ def _define_work(built: ir.Module, pause, doze) -> None:
         ("entry", "poll", "take", "claimed", "idle", "patient", "dozing", "rest", "done"))
     builder = ir.IRBuilder(entry)
     zero, one = ir.Constant(I64, 0), ir.Constant(I64, 1)
-    empty_polls, dozes, nap = builder.alloca(I64), builder.alloca(I64), builder.alloca(I64)
-    first_nap = ir.Constant(I64, DOZE_MICROSECONDS)
+    empty_polls, dozes = builder.alloca(I64), builder.alloca(I64)
     builder.store(zero, empty_polls)
-    builder.store(zero, dozes)  # microseconds slept since the last work
-    builder.store(first_nap, nap)  # the next sleep's
+    builder.store(zero, dozes)
     builder.branch(poll)
 
     builder.position_at_end(poll)
@@ -143,7 +134,6 @@ def _define_work(built: ir.Module, pause, doze) -> None:
     builder.position_at_end(take)  # a claim from the back (won or lost): work is about
     builder.store(zero, empty_polls)
     builder.store(zero, dozes)
-    builder.store(first_nap, nap)
     _claim_and_run(builder, state, claims, builder.sub(claims, one), builder.sub(back, one),
                    parts, claimed, poll)
     builder.branch(poll)
@@ -165,7 +155,6 @@ def _define_work(built: ir.Module, pause, doze) -> None:
     builder.position_at_end(spin_again)
     builder.store(zero, empty_polls)
     builder.store(zero, dozes)
-    builder.store(first_nap, nap)
     builder.branch(rest)
 
     builder.position_at_end(dozing)
@@ -177,13 +166,8 @@ def _define_work(built: ir.Module, pause, doze) -> None:
         builder.cbranch(builder.icmp_unsigned("<", slept, _load(builder, state, DOZES)),
                         sleep, done)
         builder.position_at_end(sleep)
-        length = builder.load(nap)
-        doze(builder, length)
-        builder.store(builder.add(slept, length), dozes)
-        longer = builder.mul(length, ir.Constant(I64, 2))
-        longest = ir.Constant(I64, LONGEST_DOZE_MICROSECONDS)
-        builder.store(builder.select(builder.icmp_unsigned("<", longer, longest), longer,
-                                     longest), nap)
+        doze(builder)
+        builder.store(builder.add(slept, one), dozes)
         builder.branch(poll)
 
     builder.position_at_end(rest)

@@ -11,15 +11,15 @@ address, with its context's, is given to `run` (or bound once: `Job`). The calle
 itself too, so a job finishes whether or not any worker is awake.
 
 Workers spin only while a run is `armed` (a plan run holds it around its steps) and a few
-milliseconds after (`GRACE_SECONDS`); then they doze, polling between sleeps of 100 µs
-growing to 400 in native code (`DOZE_SECONDS`, `spin_ir`), and then park on a condition: an
-idle process costs nothing, a run within the grace finds them spinning, and one while they
-doze finds them within 0.1–0.45 ms without waking a Python thread (which needs the GIL from
-the caller running the plan: a first run after a park took 0.3–4 ms). While armed, numpy's
-OpenBLAS is held to one thread (`blas_threads.one_thread`), so that BLAS's spinning threads
-and ours never share the cores (measured: 8 ms against 0.65 for a product after a switch). A
-plan whose steps leave BLAS alone keeps the workers spinning instead (`stick`), and each plan
-keeps to one thread where its armed runs measure slower (`Choice`).
+milliseconds after (`GRACE_SECONDS`); then they doze, polling between sleeps of 100 µs in
+native code (`DOZE_SECONDS`), and then park on a condition: an idle process costs nothing, a
+run within the grace finds them spinning, and one while they doze finds them within 100 µs
+without waking a Python thread (which needs the GIL from the caller running the plan: a
+first run after a park took 0.3–4 ms). While armed, numpy's OpenBLAS is held to one thread
+(`blas_threads.one_thread`), so that BLAS's spinning threads and ours never share the cores
+(measured: 8 ms against 0.65 for a product after a switch). A plan whose steps leave BLAS
+alone keeps the workers spinning instead (`stick`), and each plan keeps to one thread where
+its armed runs measure slower (`Choice`).
 
 The pool is compiled on first use; `available()` is False where llvmlite cannot JIT for the
 host, and jobs then run every part on the calling thread.
@@ -41,6 +41,7 @@ import numpy as np
 from engine.cpu import blas_threads, denormals, parts, thread_share
 from engine.cpu.spin_ir import (
     ARMED,
+    DOZE_MICROSECONDS,
     DOZES,
     MAX_PARTS,
     PATIENCE,
@@ -378,7 +379,7 @@ class _Pool:
         self.state = np.zeros(STATE_SIZE, np.int64)
         self.address = self.state.ctypes.data
         self.state[PATIENCE] = self._polls(GRACE_SECONDS)
-        self.state[DOZES] = int(DOZE_SECONDS * 1e6)  # microseconds
+        self.state[DOZES] = int(DOZE_SECONDS * 1e6 / DOZE_MICROSECONDS)
         self.wake = threading.Condition(threading.Lock())
         self.armed_count = 0  # runs armed now, on any thread
         self.wanted = 0  # workers those runs want spinning

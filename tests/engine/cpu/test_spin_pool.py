@@ -5,7 +5,6 @@ the calls they replace."""
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 import time
 from functools import partial
@@ -15,7 +14,7 @@ import pytest
 
 import engine
 from engine import sym
-from engine.cpu import blas_threads, kernel_jobs, spin_ir, spin_pool
+from engine.cpu import blas_threads, kernel_jobs, spin_pool
 from engine.kernels import gemm_kernel, strided_kernel
 
 pytestmark = [
@@ -148,38 +147,6 @@ def test_idle_workers_doze_then_park_off_the_cpu() -> None:
     while pool.parked < len(pool.workers) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert pool.parked == len(pool.workers)  # on the condition, off the CPU
-
-
-def _sleeps_so_far(thread: threading.Thread) -> int:
-    """A thread's voluntary context switches so far: one per sleep (Linux's count)."""
-    with open(f"/proc/self/task/{thread.native_id}/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith("voluntary_ctxt_switches:"):
-                return int(line.split()[1])
-    raise AssertionError("no voluntary_ctxt_switches line")
-
-
-@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="needs Linux's /proc")
-def test_dozing_workers_sleep_longer_as_the_doze_goes_on() -> None:
-    """Each wake of a dozing worker costs CPU that other processes could use (about 20 µs on
-    the VM): past its first millisecond a worker sleeps `LONGEST_DOZE_MICROSECONDS` at a
-    time, not 100 µs (which woke it about 1,600 times in 0.3 s there)."""
-    job, threads, _ = record_job(64, 16, work=2000)
-    deadline = time.monotonic() + 10  # a busy machine may hold a woken worker back for long
-    with spin_pool.armed(2):
-        while len(set(threads.tolist())) < 2 and time.monotonic() < deadline:
-            job()  # until a worker runs a part: it is in its loop, and dozes after the run
-    time.sleep(0.01)  # past the spinning and the first, short sleeps
-    workers = spin_pool._pool().workers
-    before = [_sleeps_so_far(worker) for worker in workers]
-    start = time.monotonic()
-    time.sleep(0.3)
-    elapsed = time.monotonic() - start
-    sleeps = [_sleeps_so_far(worker) - count for worker, count in zip(workers, before)]
-    assert max(sleeps) > 10, sleeps  # dozing, not parked
-    # A sleep lasts at least its length; a busy machine only makes it longer (fewer sleeps).
-    most = elapsed / (spin_ir.LONGEST_DOZE_MICROSECONDS * 1e-6) + 5
-    assert all(count <= most for count in sleeps), (sleeps, most)
 
 
 def test_parts_are_capped_and_a_lone_part_runs_inline() -> None:
