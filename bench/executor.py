@@ -31,7 +31,8 @@ Prints, in one run:
 ONNX Runtime and onnx are dev dependencies (``pip install -e .[dev]``), not runtime ones;
 OpenVINO and NNCF are neither, only the peer environment's.
 Times are medians over interleaved rounds (best in brackets), after a warm-up run; a round
-is 200 calls of the MLP, or calls of a CNN for about `ROUND_SECONDS`.
+is 200 calls of the MLP, or calls of a CNN for about `ROUND_SECONDS`. Where runtimes take
+turns in processes of their own, one untimed round of turns comes before the timed ones.
 """
 
 from __future__ import annotations
@@ -472,6 +473,13 @@ def compare_peers(folder: Path, batch: int, threads: int, repeat: int,
     slowest = max(info.pop("call_seconds") for info in infos.values())
     is_mlp = folder.name == "mlp"
     calls = MLP_CALLS if is_mlp else max(1, round(ROUND_SECONDS / slowest))
+    # One untimed round of turns first: every process loaded and warmed up at once, so a
+    # runtime that adapts to what it measures (ours: `spin_pool.Choice`) would otherwise
+    # start its timed turns on samples taken while the others were still loading.
+    for worker in workers.values():
+        time.sleep(SETTLE_SECONDS)
+        worker.send(calls)
+        worker.recv()
     rounds: dict[str, list[float]] = {runtime: [] for runtime in workers}
     for turn in range(max(repeat, MLP_ROUNDS) if is_mlp else repeat):
         order = list(workers.items())
