@@ -121,8 +121,8 @@ class DirectConvKernel(AmxTileKernel):
         grid columns summed into tiles 0-3 and stored to ``floats``; ``fresh`` (not 0)
         where the tile is its row block's first, whose weights come from memory. The tile
         before it (its sums at ``floats``, ``pending`` rows of them kept) goes through
-        ``epilogue`` meanwhile, its rows spread evenly over the steps of K: the core's
-        stores run while AMX multiplies, where AMX waited on them with the epilogue after
+        ``epilogue`` meanwhile, as many rows after each step of K: the core's stores run
+        while AMX multiplies, where AMX waited on them with the epilogue after
         its own tile (ResNet-18's 64-filter layer at 56², one thread: 0.26 → 0.20 ms, 0.35
         → 0.23 with the residual; a tile with no epilogue at all took 0.13)."""
         pointer = F32.as_pointer()
@@ -136,8 +136,8 @@ class DirectConvKernel(AmxTileKernel):
 
         steps = builder.sdiv(builder.mul(function.args[6], function.args[0]), I64(WORDS))
 
-        # The pending rows spread over the steps, as many after each (no division per
-        # step: with three, ResNet-18's 256- and 512-filter layers ran about 10% slower).
+        # The pending rows spread over the steps, as many after each: one division per
+        # tile, none per step.
         share = builder.sdiv(builder.add(pending, builder.sub(steps, I64(1))), steps)
 
         def within_pending(row: Any) -> Any:
@@ -160,8 +160,8 @@ class DirectConvKernel(AmxTileKernel):
         summed = function.append_basic_block("summed")
         builder.cbranch(builder.icmp_signed("!=", fresh, I64(0)), first, later)
         # A fresh tile stores the pending one whole first: its own K loop streams the
-        # weights, and the epilogue's loads and stores between its steps slowed that
-        # (ResNet-18's 512-filter layers at 7², in order: 0.31 → 0.35 ms).
+        # weights in, which the epilogue's loads and stores between its steps would
+        # compete with.
         builder.position_at_end(first)
         with builder.if_then(builder.icmp_signed(">", pending, I64(0))):
             builder.call(epilogue, [floats, I64(0), pending, *pending_arguments, I64(0),
