@@ -72,9 +72,9 @@ class DirectConvKernel(AmxTileKernel):
         bias_columns, low, high, residual, n, ask_first, ask_last)``: rows [first, last) of a
         finished tile's sums (32 × 32 floats at ``floats``, the tile from grid column
         ``column`` of ``n``) through the epilogue into C, the residual's rows [ask_first,
-        ask_last) and the output's asked for first (those of the next call, or these). C, its
-        biases, bounds
-        and residual sit at `gemm_ir`'s argument positions, which `_epilogue_terms` reads."""
+        ask_last) asked for first (those of the next call, or these), and the output's where
+        they are the next call's. C, its biases, bounds and residual sit at `gemm_ir`'s
+        argument positions, which `_epilogue_terms` reads."""
         pointer = F32.as_pointer()
         arguments = [pointer, I64, I64, I64, I64, I64, pointer, I64, pointer, pointer, F32, F32,
                      pointer, I64, I64, I64]
@@ -99,11 +99,15 @@ class DirectConvKernel(AmxTileKernel):
                     value = builder.load(self._address(builder, source, j), align=64)
                     self._finish(builder, terms, row, row_shift, value, j, masks, adding)
 
-        # The output's lines of rows [ask_first, ask_last) owned before they are stored: in a
-        # run of layers the output is rarely in cache (ResNet-18 in order, one thread: its
-        # 3×3 layers up to 256 channels 0.83-0.97× without it).
+        # The output's lines of the next call's rows owned before they are stored: in a run
+        # of layers the output is rarely in cache (ResNet-18 in order, one thread: its 3×3
+        # layers up to 256 channels 0.83-0.97× without it). Not for rows about to be stored
+        # (a call storing a whole tile): there it is no earlier than the store itself.
         ask_first, ask_last = function.args[14:16]
-        self._ask_rows(builder, function, terms["c"], terms["ldc"], ask_first, ask_last, True)
+        ahead = builder.icmp_signed("!=", ask_first, first)
+        with builder.if_then(ahead):
+            self._ask_rows(builder, function, terms["c"], terms["ldc"], ask_first, ask_last,
+                           True)
         with builder.if_else(terms["present"]) as (adding, plain):
             with adding:
                 # Its loads wait behind the stores before them where not asked for ahead
