@@ -97,6 +97,32 @@ def test_direct_convolution_matches_the_rounded_reference(
 
 
 @needs_direct
+@pytest.mark.parametrize(("channels", "filters"), [
+    (3, 72),  # 9 steps of K for 32 rows: several rows stored after each step
+    (100, 40),  # 36 steps: some steps store none; the last block's 8 rows
+    (170, 40),  # 54 steps, past `INTERLEAVED_STEPS`: each tile stored after its own sums
+])
+def test_each_tiles_epilogue_runs_within_the_next_tiles_steps(channels: int,
+                                                               filters: int) -> None:
+    """A tile's bias, residual and clamp are applied while the next tile sums (the last
+    tile's after its part's loop, a row block's last before the next block's first sums;
+    over a long K right after its own): every pixel of every tile stored once, on one thread
+    and over parts on two, whatever K's steps per tile."""
+    data, weight = operands(2, channels, (13, 21), filters, (3, 3))
+    bias = constant(RNG.standard_normal(filters).astype(np.float32))
+    other = RNG.standard_normal((2, filters, 13, 21)).astype(np.float32)
+    out = np.full(other.shape, np.nan, np.float32)
+    call = conv_amx.bind(data, weight, out, ((3, 3), (1, 1), (1, 1), (1, 1)),
+                         bf16_workspace())
+    call = call.with_epilogue(bias_rows=bias, low=0.0).with_residual(out, other)
+    call()
+    summed = reference(bf16.rounded(data), bf16.rounded(weight), (1, 1), (1, 1))
+    want = np.maximum(summed + bias[None, :, None, None] + other, 0.0)
+    assert relative_error(out, want) < 1e-5
+    assert_armed_runs_store(out, out.copy(), call)
+
+
+@needs_direct
 def test_a_bound_convolution_adds_its_bias_and_clamps_in_the_epilogue() -> None:
     data, weight = operands(2, 24, (14, 14), 48, (3, 3))
     bias = constant(RNG.standard_normal(48).astype(np.float32))
