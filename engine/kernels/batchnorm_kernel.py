@@ -8,6 +8,10 @@ channel's row once, works out the channel's scale and shift from the moving stat
 same float operations, in the same order, as the NumPy kernel: the result is the same) and
 writes ``clip(x * scale + shift, low, high)``. The clamp after it folds into the call
 (`epilogue.ClampingCall`), and the rows are cut into jobs of the spin pool.
+
+In a bf16 plan whose AMX 1×1 products all read the output (`bf16_handoff`), the pass writes
+their bf16 pairs instead (`bf16.patch_pairing` with the statistics: the same values, rounded),
+so that no pairing pass reads the float32 output again (ResNet v2's pre-activation blocks).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import numpy as np
 
 from engine.cpu import compiled, kernel_jobs
 from engine.cpu.compiled import compile_kernel, compiled_once
+from engine.kernels import bf16, bf16_handoff
 from engine.kernels.epilogue import ClampingCall
 from engine.kernels.workspace import address
 
@@ -37,12 +42,31 @@ class BatchNormCall(ClampingCall):
                                 kernel_jobs.parts_for(rows, 2 * data.size))
 
 
+class PairingBatchNormCall(BatchNormCall):
+    """``PairingBatchNormCall(batchnorm_or_pairs, data, gamma, beta, mean, var, eps, one,
+    fix_gamma, out, handoff, low, high)``: the pass writing ``handoff``'s words in place of
+    ``out`` on the runs where every reader took them."""
+
+    leaves_blas_alone = True
+
+    def plain(self) -> BatchNormCall:
+        """The float32 pass alone."""
+        return BatchNormCall(batchnorm_rows, *self.args[:9], *self.args[10:])
+
+    def as_job(self, workspace: Any) -> Any:
+        """The float32 pass's job, or the pairing one, as each run finds the hand-off."""
+        handoff = self.args[9]
+        return bf16_handoff.EitherJob(handoff, lambda: self.plain().as_job(workspace),
+                                      lambda: _pairs(*self.args))
+
+
 def bind(data: Any, gamma: Any, beta: Any, mean: Any, var: Any, eps: float, fix_gamma: bool,
-         out: Any) -> BatchNormCall | None:
+         out: Any, workspace: Any = None) -> BatchNormCall | None:
     """The compiled pass for BatchNorm on axis 1 of ``data`` into ``out`` (no clamp yet), or
     None where it does not apply: not float32/float64 NumPy arrays, statistics of another
     dtype or not one per channel, non-contiguous arrays, an output that overlaps the data
-    without being it, too few elements, or no numba."""
+    without being it, too few elements, or no numba. With the plan's ``workspace``, one that
+    may hand its output to AMX products as bf16 pairs (`bf16_handoff.offer`)."""
     arrays = (data, gamma, beta, mean, var, out)
     if not all(isinstance(array, np.ndarray) for array in arrays):
         return None
@@ -61,9 +85,14 @@ def bind(data: Any, gamma: Any, beta: Any, mean: Any, var: Any, eps: float, fix_
         return None
     rows = data.shape[0] * channels
     kind = data.dtype.type
-    return BatchNormCall(batchnorm_rows, data.reshape(rows, -1), gamma, beta, mean, var,
-                         kind(eps), kind(1), int(bool(fix_gamma)), out.reshape(rows, -1),
-                         kind(-np.inf), kind(np.inf))
+    args = (data.reshape(rows, -1), gamma, beta, mean, var, kind(eps), kind(1),
+            int(bool(fix_gamma)), out.reshape(rows, -1))
+    bounds = (kind(-np.inf), kind(np.inf))
+    handoff = bf16_handoff.offer(workspace, out) if workspace is not None \
+        and data.dtype == np.float32 and data.ndim == 4 else None
+    if handoff is not None:
+        return PairingBatchNormCall(batchnorm_or_pairs, *args, handoff, *bounds)
+    return BatchNormCall(batchnorm_rows, *args, *bounds)
 
 
 def batchnorm_rows(data: Any, gamma: Any, beta: Any, mean: Any, var: Any, eps: Any, one: Any,
@@ -71,6 +100,27 @@ def batchnorm_rows(data: Any, gamma: Any, beta: Any, mean: Any, var: Any, eps: A
     """Every row on this thread (see `BatchNormCall`)."""
     compiled_kernels()["rows"](data, gamma, beta, mean, var, eps, one, fix_gamma, out, low,
                                high, 0, data.shape[0])
+
+
+def batchnorm_or_pairs(data: Any, gamma: Any, beta: Any, mean: Any, var: Any, eps: Any,
+                       one: Any, fix_gamma: int, out: Any, handoff: Any, low: Any,
+                       high: Any) -> None:
+    """`batchnorm_rows`, or the hand-off's words where every reader took them, on this
+    thread."""
+    paired = handoff.taken
+    if paired:
+        _pairs(data, gamma, beta, mean, var, eps, one, fix_gamma, out, handoff, low, high)()
+    else:
+        batchnorm_rows(data, gamma, beta, mean, var, eps, one, fix_gamma, out, low, high)
+    handoff.laid = paired
+
+
+def _pairs(data: Any, gamma: Any, beta: Any, mean: Any, var: Any, eps: Any, one: Any,
+           fix_gamma: int, out: Any, handoff: Any, low: Any, high: Any) -> Any:
+    """A job writing ``clip(BatchNorm(data), low, high)`` (one sample's channels as rows) as
+    the hand-off's bf16 words, paired down their columns."""
+    return bf16.patch_pairing(data, 1, handoff.words,
+                              batchnorm=(gamma, beta, mean, var, eps, fix_gamma, low, high))
 
 
 def compiled_kernels() -> dict[str, Any]:

@@ -169,7 +169,8 @@ def pairing(source: Any, target: Any, along_rows: bool) -> Callable[[], Any]:
 
 
 def patch_pairing(view: Any, k_axes: int, target: Any, into: np.ndarray | None = None,
-                  k_offsets: np.ndarray | None = None) -> Callable[[], Any] | None:
+                  k_offsets: np.ndarray | None = None,
+                  batchnorm: tuple[Any, ...] | None = None) -> Callable[[], Any] | None:
     """A call writing ``view`` (a strided float32 view whose first ``k_axes`` axes run along
     K and the rest along the columns: an im2col patch view over a padded input) into
     ``target`` (float32-viewed words, (at least ceil(K/2), at least the columns), rows
@@ -180,10 +181,12 @@ def patch_pairing(view: Any, k_axes: int, target: Any, into: np.ndarray | None =
     zero-bordered grid). ``k_offsets`` (int64, one per K index, in floats from the view's
     first element) replaces the offsets the K axes' strides give, for a source no strides
     describe (`conv_bind`'s input split by column parity: tap ``kx`` at half ``kx % 2``, cell
-    ``kx // 2``); its K axes then give only K's length. A `spin_pool` job of
-    `bf16_pair_ir`'s pass; None where that cannot compile."""
+    ``kx // 2``); its K axes then give only K's length. ``batchnorm``: (gamma, beta, mean,
+    var, eps, fix_gamma, low, high), K index k being channel k, for the pairs of
+    ``clip(BatchNorm(view), low, high)`` (`bf16_pair_ir`'s ``batchnorm_pairs``). A `spin_pool`
+    job of `bf16_pair_ir`'s pass; None where that cannot compile."""
     item = view.itemsize
-    task = _pair_task()
+    task = _pair_task("patch_pairs" if batchnorm is None else "batchnorm_pairs")
     if task is None or min(view.strides, default=0) < 0 or any(
             stride % item for stride in view.strides):
         return None
@@ -210,21 +213,36 @@ def patch_pairing(view: Any, k_axes: int, target: Any, into: np.ndarray | None =
     span = _span(view)
     context = np.array([span.ctypes.data, rows.ctypes.data, outer.ctypes.data, depth,
                         outer.size, run, step, target.ctypes.data,
-                        target.strides[0] // target.itemsize, word_rows, into.ctypes.data],
-                       np.int64)
+                        target.strides[0] // target.itemsize, word_rows, into.ctypes.data,
+                        *_batchnorm_words(batchnorm, depth)], np.int64)
     parts = kernel_jobs.parts_for(word_rows, 3 * word_rows * outer.size * run)
-    return spin_pool.job(task, context, parts, keep=(span, rows, outer, target, into))
+    return spin_pool.job(task, context, parts, keep=(span, rows, outer, target, into,
+                                                     batchnorm))
 
 
-def _pair_task() -> int | None:
-    """The address of `bf16_pair_ir`'s ``patch_pairs``, compiled once per process; None
-    where llvmlite cannot compile it."""
+def _batchnorm_words(batchnorm: tuple[Any, ...] | None, depth: int) -> list[int]:
+    """`bf16_pair_ir.BATCHNORM_FIELDS` of ``batchnorm`` (none without one): the float32
+    statistics by address, one per K index, and the floats as float64 bits."""
+    if batchnorm is None:
+        return []
+    *statistics, eps, fix_gamma, low, high = batchnorm
+    if any(not isinstance(value, np.ndarray) or value.dtype != np.float32
+           or value.shape != (depth,) or not value.flags.c_contiguous for value in statistics):
+        raise ValueError(f"BatchNorm pairing needs float32 statistics, one per K index "
+                         f"({depth}); got {[getattr(v, 'shape', v) for v in statistics]}")
+    eps, low, high = (int(np.float64(value).view(np.int64)) for value in (eps, low, high))
+    return [*(value.ctypes.data for value in statistics), eps, int(fix_gamma), low, high]
+
+
+def _pair_task(name: str = "patch_pairs") -> int | None:
+    """The address of `bf16_pair_ir`'s task ``name`` (``patch_pairs``, ``batchnorm_pairs``),
+    compiled once per process; None where llvmlite cannot compile it."""
     if "pairs" not in _compiled:
         with _compiling:
             if "pairs" not in _compiled:
                 _compiled["pairs"] = _compile_pairs()
     engine = _compiled["pairs"]
-    return None if engine is None else engine.get_function_address("patch_pairs")
+    return None if engine is None else engine.get_function_address(name)
 
 
 def _compile_pairs() -> Any:

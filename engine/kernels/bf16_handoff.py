@@ -1,16 +1,19 @@
-"""A bf16 plan's float32 array handed from a depthwise layer to the AMX products reading it as
-the bf16 pairs they take, so that no pairing pass runs between them.
+"""A bf16 plan's float32 array handed from its writer to the AMX products reading it as the
+bf16 pairs they take, so that no pairing pass runs between them.
 
 A product on AMX reads its activation as bf16 words paired down its columns (`bf16`), which
 a pass makes from the float32 array on every run. Where the array's writer is the vector
-depthwise kernel (`depthwise_vector`) at batch 1, it offers a `PairedHandoff` for its output
-in the plan's workspace, reserving the words (`offer`); each reader that binds a 1×1
-convolution's AMX product on it takes it (`take`) and reads those words, one buffer for
-every taker (`gemm_bind`, which lets such a product run on AMX from K 32). The writer binds
+depthwise kernel (`depthwise_vector`) or the BatchNorm pass (`batchnorm_kernel`: ResNet v2's
+pre-activation BatchNorm and ReLU before a block's 1×1 convolutions) at batch 1, it offers a
+`PairedHandoff` for its output in the plan's workspace, reserving the words (`offer`); each
+reader that binds a 1×1 convolution's AMX product on it takes it (`take`) and reads those
+words, one buffer for every taker (`gemm_bind`, which lets such a product run on AMX from K
+32). The writer binds
 first and learns last whether every reader took: at each run it writes the words in place of
 the float32 array only where all have (`taken`), and says so (``laid``); a taker then skips
-its pairing, and pairs the float32 array otherwise. The words are the pairing pass's to the
-bit: the same clamped float32 values, rounded to bf16 the same way.
+its pairing, and pairs the float32 array otherwise (a pooled writer: `EitherJob`). The words
+are the pairing pass's to the bit: the same clamped float32 values, rounded to bf16 the same
+way.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ TAG = "bf16 paired hand-off"
 
 
 class PairedHandoff:
-    """What a depthwise writer and the products reading its output share."""
+    """What a writer and the products reading its output share."""
 
     def __init__(self, readers: int, shape: tuple[int, int], slot: tuple[int, int]) -> None:
         self.readers = readers  # inputs the plan binds to the array
@@ -94,6 +97,27 @@ def take(handoff: PairedHandoff, pair: Callable[[], Any]) -> Callable[[], Any]:
     pairing ``pair`` as it then runs, only where the writer's run left the float32 array."""
     handoff.takers += 1
     return _PairUnlessLaid(handoff, pair)
+
+
+class EitherJob:
+    """A writer's `spin_pool` job writing the float32 array, or its hand-off's words where
+    every reader took it (found at each run: the readers bind after the writer), saying
+    which (``laid``); each job made on first use by ``planes()`` or ``words()``."""
+
+    leaves_blas_alone = True
+
+    def __init__(self, handoff: PairedHandoff, planes: Callable[[], Any],
+                 words: Callable[[], Any]) -> None:
+        self.handoff, self.make = handoff, {False: planes, True: words}
+        self.jobs: dict[bool, Any] = {}
+
+    def __call__(self) -> None:
+        paired = self.handoff.taken
+        job = self.jobs.get(paired)
+        if job is None:
+            job = self.jobs[paired] = self.make[paired]()
+        job()
+        self.handoff.laid = paired
 
 
 class _PairUnlessLaid:

@@ -16,6 +16,13 @@ lie two apart (a stride-2 convolution) is read as 32 adjacent floats, every othe
 a shuffle: its gathers took twice the stride-2 product's time (ResNet-18's 7×7 stem at batch
 1, one thread: pairing 0.43 ms, the product 0.22; read so, 0.30). Other steps are gathered.
 numba cannot name bf16, and its integer rounding ran at a quarter of this speed.
+
+``batchnorm_pairs`` is the same pass reading a BatchNorm's input, K index k being channel k:
+``context`` holds `BATCHNORM_FIELDS` past `FIELDS` (the statistics' addresses, float32, one
+per channel; eps and the clamp bounds as float64 bits; fix_gamma), and every float is
+``clip(x * scale + shift, low, high)`` before it is rounded, scale and shift worked out per
+channel as `batchnorm_kernel` does (the same float32 operations in the same order, no fused
+multiply-add, the same NaN-keeping clamp), so that its words are that pass's then paired.
 """
 
 from __future__ import annotations
@@ -25,19 +32,30 @@ from typing import Any
 import llvmlite.ir as ir
 
 from engine.kernels.gemm_bf16_ir import BFloatType
-from engine.kernels.task_ir import fields, loop, masked_load, masked_store, splat, task
+from engine.kernels.task_ir import (
+    as_float,
+    fields,
+    loop,
+    masked_load,
+    masked_store,
+    splat,
+    task,
+)
 
 F32, I64, I32, I1 = ir.FloatType(), ir.IntType(64), ir.IntType(32), ir.IntType(1)
 LANES = 16
 ADJACENT, EVERY_OTHER, GATHER = "lane", "every_other", "gathered"  # how a run's floats are read
 FIELDS = ("source", "rows", "outer", "depth", "runs", "run", "step", "target", "row_words",
           "word_rows", "into")
+BATCHNORM_FIELDS = ("gamma", "beta", "mean", "var", "eps", "fix_gamma", "low", "high")
 
 
 def module() -> ir.Module:
-    """A module holding ``patch_pairs``."""
+    """A module holding ``patch_pairs`` and ``batchnorm_pairs``."""
     built = ir.Module(name="hybridserve_bf16_pairs")
-    _PairKernel(built).define()
+    kernel = _PairKernel(built)
+    kernel.define(normalised=False)
+    kernel.define(normalised=True)
     return built
 
 
@@ -55,10 +73,14 @@ class _PairKernel:
             self.floats, [self.pointers, I32, self.mask, self.floats]),
             name=f"llvm.masked.gather.v{LANES}f32.v{LANES}p0")
         self.masked_store = masked_store(built, self.words, "i32")
+        self.sqrt = ir.Function(built, ir.FunctionType(F32, [F32]), name="llvm.sqrt.f32")
 
-    def define(self) -> None:
-        function, builder, context, part, parts = task(self.module, "patch_pairs")
-        field = fields(builder, context, FIELDS)
+    def define(self, normalised: bool) -> None:
+        """``batchnorm_pairs`` where ``normalised``, else ``patch_pairs``."""
+        self.normalised = normalised
+        function, builder, context, part, parts = task(
+            self.module, "batchnorm_pairs" if normalised else "patch_pairs")
+        field = fields(builder, context, FIELDS + BATCHNORM_FIELDS if normalised else FIELDS)
         first = builder.sdiv(builder.mul(part, field["word_rows"]), parts)
         last = builder.sdiv(builder.mul(builder.add(part, I64(1)), field["word_rows"]), parts)
         with loop(builder, function, first, last, "row") as row:
@@ -80,6 +102,10 @@ class _PairKernel:
         high_at = builder.load(builder.gep(rows, [builder.select(single, low_index,
                                                                  high_index)]), align=8)
         into_row = builder.gep(target, [builder.mul(row, field["row_words"])])
+        # Each K index's scale and shift (the second's the first's where K ends: zeroed).
+        affine = None if not self.normalised else tuple(
+            self._scale_shift(builder, field, index)
+            for index in (low_index, builder.select(single, low_index, high_index)))
         with loop(builder, function, I64(0), field["runs"], "run") as run:
             base = builder.load(builder.gep(outer, [run]), align=8)
             into = builder.gep(into_row, [builder.load(builder.gep(into_offsets, [run]),
@@ -91,22 +117,51 @@ class _PairKernel:
             with builder.if_else(unit) as (adjacent, strided):
                 with adjacent, loop(builder, function, I64(0), field["run"], "lane",
                                      LANES) as lane:
-                    self._step(builder, field, start, into, lane, single, ADJACENT)
+                    self._step(builder, field, start, into, lane, single, ADJACENT,
+                               affine)
                 with strided, builder.if_else(halved) as (every_other, gathered):
                     for read, block in ((EVERY_OTHER, every_other), (GATHER, gathered)):
                         with block, loop(builder, function, I64(0), field["run"], read,
                                           LANES) as lane:
-                            self._step(builder, field, start, into, lane, single, read)
+                            self._step(builder, field, start, into, lane, single, read,
+                                       affine)
+
+    def _scale_shift(self, builder: ir.IRBuilder, field: dict[str, Any],
+                     channel: Any) -> tuple[Any, Any]:
+        """Channel ``channel``'s BatchNorm scale and shift, as `batchnorm_kernel` works them:
+        ``1 / sqrt(var + eps)``, times gamma unless fix_gamma; ``beta - mean * scale``."""
+        gamma, beta, mean, var = (builder.load(builder.gep(builder.inttoptr(
+            field[name], F32.as_pointer()), [channel]), align=4)
+            for name in ("gamma", "beta", "mean", "var"))
+        root = builder.call(self.sqrt, [builder.fadd(var, as_float(builder, field["eps"]))])
+        inverse = builder.fdiv(ir.Constant(F32, 1.0), root)
+        fixed = builder.icmp_signed("!=", field["fix_gamma"], I64(0))
+        scale = builder.select(fixed, inverse, builder.fmul(gamma, inverse))
+        return scale, builder.fsub(beta, builder.fmul(mean, scale))
+
+    def _normalise(self, builder: ir.IRBuilder, field: dict[str, Any], values: Any,
+                   scale_shift: tuple[Any, Any]) -> Any:
+        """``clip(values * scale + shift, low, high)``, NaN kept (compares, not min/max)."""
+        scale, shift = (splat(builder, value, self.floats) for value in scale_shift)
+        values = builder.fadd(builder.fmul(values, scale), shift)
+        low, high = (splat(builder, as_float(builder, field[name]), self.floats)
+                     for name in ("low", "high"))
+        values = builder.select(builder.fcmp_ordered("<", values, low), low, values)
+        return builder.select(builder.fcmp_ordered(">", values, high), high, values)
 
     def _step(self, builder: ir.IRBuilder, field: dict[str, Any], start: tuple[Any, Any],
-              into: Any, lane: Any, single: Any, read: str) -> None:
+              into: Any, lane: Any, single: Any, read: str,
+              affine: tuple[Any, Any] | None = None) -> None:
         indices = ir.VectorType(I64, LANES)
         left = builder.sub(field["run"], lane)
         mask = builder.icmp_signed("<", ir.Constant(indices, list(range(LANES))),
                                    splat(builder, left, indices))
-        low, high = (self._read(builder, first, lane, field["step"], left, mask, read)
-                     for first in start)
-        halves = [builder.fptrunc(value, self.halves) for value in (low, high)]
+        values = [self._read(builder, first, lane, field["step"], left, mask, read)
+                  for first in start]
+        if affine is not None:
+            values = [self._normalise(builder, field, value, scale_shift)
+                      for value, scale_shift in zip(values, affine, strict=True)]
+        halves = [builder.fptrunc(value, self.halves) for value in values]
         order = [lane_of for index in range(LANES) for lane_of in (index, index + LANES)]
         paired = builder.shuffle_vector(halves[0], halves[1],
                                         ir.Constant(ir.VectorType(I32, 2 * LANES), order))

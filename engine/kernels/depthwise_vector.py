@@ -109,27 +109,7 @@ class VectorDepthwiseCall(DepthwiseCall):
 
         if handoff is None:
             return job()
-        return _EitherJob(handoff, job, lambda: job(handoff.words))
-
-
-class _EitherJob:
-    """A depthwise job writing float32 planes, or its hand-off's words where every reader
-    took it (found at each run: the readers bind after the writer); each job made on first
-    use."""
-
-    leaves_blas_alone = True
-
-    def __init__(self, handoff: Any, planes: Any, words: Any) -> None:
-        self.handoff, self.make = handoff, {False: planes, True: words}
-        self.jobs: dict[bool, Any] = {}
-
-    def __call__(self) -> None:
-        paired = self.handoff.taken
-        job = self.jobs.get(paired)
-        if job is None:
-            job = self.jobs[paired] = self.make[paired]()
-        job()
-        self.handoff.laid = paired
+        return bf16_handoff.EitherJob(handoff, job, lambda: job(handoff.words))
 
 
 def _task(stride: int, paired: bool = False) -> int | None:

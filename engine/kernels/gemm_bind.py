@@ -49,6 +49,9 @@ THREADED_SIDE = 64
 AMX_MIN_ROWS = 16
 BF16_MIN_DEPTH = 32  # shallower products stay float32 (`amx_pays`)
 BF16_MIN_WEIGHTS = 1 << 18  # smaller weights stay float32 on AVX-512 BF16 (`bf16_kernel`)
+# An AMX product's output past this is written row block by row block (`rows_outside`): more
+# than half a core's L2 (2 MiB on the Xeons measured), so it streams to memory.
+STREAMED_OUTPUT_BYTES = 1 << 20
 
 
 def blas_threads() -> int:
@@ -173,11 +176,27 @@ def _amx_weight_tiles(weight: Any, words: Any, out: Any, workspace: Any) -> Any:
     """``out = weight @ words`` on AMX, the weight's tiles packed once (`bf16.amx_pack_rows`).
     The outer loop re-reads the smaller operand: column blocks outside where the weight is
     the smaller (each block of paired activations stays in cache while every row block meets
-    it), row blocks where the activations are (ResNet-18's 512-filter layers)."""
+    it), row blocks where the activations are (ResNet-18's 512-filter layers), or where the
+    output is past `STREAMED_OUTPUT_BYTES` and the activations a quarter of it or less
+    (`rows_outside`)."""
     tiles = workspace.derived(weight, "amx tiles", lambda constant: bf16.amx_pack_rows(
         bf16.amx_weight_rows(constant)))
-    return gemm_kernel.bind_tiles(tiles, words, out, columns_outside=tiles.nbytes <= words.nbytes,
+    columns_outside = tiles.nbytes <= words.nbytes and not rows_outside(words, out)
+    return gemm_kernel.bind_tiles(tiles, words, out, columns_outside=columns_outside,
                                   packed=True)
+
+
+def rows_outside(words: Any, out: Any) -> bool:
+    """Whether an AMX product writing ``out`` walks it row block by row block whatever its
+    weight's size: an output too large for the core's cache, from activations that stay in
+    it while each row block re-reads them. Column blocks outside, a tile's 32 rows lie a whole
+    output row apart, every row of the output a stream of its own, and each line is read from
+    memory before it is written; row blocks outside, 32 rows are written end to end. One
+    thread, µs, column blocks then row blocks outside: 256 × 64 × 3136 (ResNet-50's 56²
+    shortcut) 336 → 220, with a residual added 572 → 408; 512 × 128 × 784 with a residual
+    243 → 200; but 128 × 256 × 3136 (activations as large as the output) 299 → 411, and
+    1024 × 256 × 196 (output in cache) 92 → 100."""
+    return out.nbytes > STREAMED_OUTPUT_BYTES and 4 * words.nbytes <= out.nbytes
 
 
 def _bf16_product_with_weight(left: Any, weight: Any, out: Any, workspace: Any) -> Any:

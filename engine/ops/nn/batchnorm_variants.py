@@ -63,10 +63,11 @@ def _with_relu_kernel(xp: Any, attrs: Attrs, *inputs: Any) -> Any:
     return xp.maximum(result, 0)
 
 
-def _with_relu_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any) -> list:
+def _with_relu_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
+                    workspace: Any = None) -> list:
     """BatchNorm's compiled pass with the ReLU as its clamp where it applies, else the
     kernel."""
-    call = batchnorm_pass(xp, attrs, inputs, out)
+    call = batchnorm_pass(xp, attrs, inputs, out, workspace)
     if call is not None:
         return [call.clamped(out.dtype.type(0), out.dtype.type(np.inf))]
     return [partial(BATCH_NORM_WITH_RELU.compute, xp, attrs, inputs, out)]

@@ -102,19 +102,20 @@ def _bn_kernel(xp: Any, attrs: Attrs, data: Any, gamma: Any, beta: Any, moving_m
     return output
 
 
-def batchnorm_pass(xp: Any, attrs: Attrs, inputs: list[Any],
-                   out: Any) -> batchnorm_kernel.BatchNormCall | None:
+def batchnorm_pass(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
+                   workspace: Any = None) -> batchnorm_kernel.BatchNormCall | None:
     """BatchNorm on the CPU as one compiled pass (`batchnorm_kernel`), which a clamp after it
     folds into; None where it does not apply (a GPU, the statistics as outputs, another axis,
-    arrays the kernel does not take)."""
+    arrays the kernel does not take). With the plan's ``workspace``, a pass that may hand its
+    output to bf16 products as their pairs."""
     if xp is not np or attrs.output_mean_var or inputs[0].ndim < 2 \
             or normalize_axis(attrs.axis, inputs[0].ndim, "BatchNorm axis") != 1:
         return None
-    return batchnorm_kernel.bind(*inputs, attrs.eps, attrs.fix_gamma, out)
+    return batchnorm_kernel.bind(*inputs, attrs.eps, attrs.fix_gamma, out, workspace)
 
 
-def _bn_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any) -> list:
-    call = batchnorm_pass(xp, attrs, inputs, out)
+def _bn_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any, workspace: Any = None) -> list:
+    call = batchnorm_pass(xp, attrs, inputs, out, workspace)
     return [call] if call is not None else [partial(BATCH_NORM.compute, xp, attrs, inputs, out)]
 
 
@@ -145,6 +146,7 @@ BATCH_NORM = register(OpDef(
     infer_dtype=_norm_dtype(_stats_visible),
     kernel=_bn_kernel,
     bind=_bn_bind,
+    scratch=lambda attrs, shapes, dtype: 0,  # none, but the bind takes the plan's workspace
     doc="Batch normalisation with the moving statistics (inference); fix_gamma ignores gamma.",
 ))
 

@@ -13,7 +13,8 @@ import engine
 from bench import nets
 from engine import sym
 from engine.cpu import spin_pool
-from engine.kernels import batchnorm_kernel, gemm_kernel, jobs
+from engine.kernels import batchnorm_kernel, bf16, bf16_handoff, gemm_kernel, jobs
+from engine.kernels.workspace import Reader, Workspace
 from engine.ops.registry import get_op
 
 RNG = np.random.default_rng(36)
@@ -181,3 +182,39 @@ def test_mxnets_batchnorm_with_relu_runs_as_the_same_pass(batch: int) -> None:
     params["bnr_moving_mean"] = RNG.standard_normal(11).astype(np.float32)
     feed = {"data": RNG.standard_normal(shape).astype(np.float32)}
     one_relu_folded_pass(net, params, feed)
+
+
+@pytest.mark.skipif(not gemm_kernel.available(gemm_kernel.AMX), reason="needs AMX")
+@pytest.mark.parametrize("channels", [13, 64])
+@pytest.mark.parametrize("fix_gamma", [False, True])
+def test_a_taken_handoff_gets_the_bf16_pairs_of_the_pass(channels: int, fix_gamma: bool) -> None:
+    """In a bf16 plan whose readers all take its hand-off, the pass writes the words pairing
+    its clamped output would (bit for bit, NaN and an odd K's last row included), run alone
+    or as a job, and leaves the float32 output alone; untaken, it writes the output."""
+    data = RNG.standard_normal((1, channels, 17, 19)).astype(np.float32) * 3
+    data.flat[::89] = np.nan
+    stats = statistics(channels)
+    want = np.clip(numpy_batchnorm(data, stats, 1e-3, fix_gamma), 0, 6)
+    workspace = Workspace(np, 0, precision="bf16")
+    out = np.full_like(data, 7.5)
+    workspace.note_readers(out, (Reader("Convolution", None, 0),))
+    call = batchnorm_kernel.bind(data, *stats, 1e-3, fix_gamma, out, workspace)
+    call = call.clamped(np.float32(0), np.float32(6))
+    handoff = call.args[9]
+    assert isinstance(call, batchnorm_kernel.PairingBatchNormCall) and not handoff.taken
+    job = call.as_job(workspace)
+    job()
+    np.testing.assert_array_equal(out, want)
+    assert not handoff.laid
+    paired = np.zeros(handoff.shape, np.float32)
+    bf16.patch_pairing(want.reshape(channels, -1), 1, paired)()
+    words = bf16_handoff.words_for(handoff, handoff.shape, workspace)
+    bf16_handoff.take(handoff, lambda: None)
+    out[...] = 7.5
+    for run in (call, job):
+        words[...] = 0
+        with spin_pool.armed(2):
+            run()
+        assert handoff.laid
+        np.testing.assert_array_equal(words.view(np.uint32), paired.view(np.uint32))
+        assert (out == 7.5).all()

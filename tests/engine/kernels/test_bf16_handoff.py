@@ -151,3 +151,55 @@ def test_a_handed_over_activation_takes_amx_from_k_32() -> None:
     assert gemm_bind.bf16_kernel(workspace, 16, 32) is None
     assert gemm_bind.bf16_kernel(workspace, 16, 32, paired=True) == gemm_kernel.AMX
     assert gemm_bind.bf16_kernel(workspace, 16, 16, paired=True) is None
+
+
+def preactivation(data: Any, readers: str) -> Any:
+    """ResNet v2's pre-activation: a sum (so that nothing folds the BatchNorm away), BatchNorm
+    and ReLU, read by ``two`` 1×1 convolutions (a bottleneck's first and its shortcut), or by
+    a 1×1 and a 3×3 (which reads a zero-bordered grid, not the pairs)."""
+    net = sym.Activation(sym.BatchNorm(data + 1, fix_gamma=False, eps=2e-5, name="bn"),
+                         act_type="relu")
+    first = sym.Convolution(net, num_filter=32, kernel=(1, 1), no_bias=True, name="conv1")
+    other = sym.Convolution(net, num_filter=32, kernel=(3, 3) if readers == "grid" else (1, 1),
+                            pad=(1, 1) if readers == "grid" else (0, 0), no_bias=True,
+                            name="shortcut")
+    return first + other
+
+
+@pytest.mark.parametrize("readers,taken", [("two", True), ("grid", False)])
+def test_a_preactivation_batchnorm_hands_its_readers_their_pairs(readers: str,
+                                                                 taken: bool) -> None:
+    symbol = preactivation(sym.var("data"), readers)
+    params = nets.random_params(symbol, (1, 64, 15, 17), seed=6)
+    params["bn_moving_mean"] = np.random.default_rng(3).standard_normal(64).astype(np.float32)
+    feed = {"data": np.random.default_rng(2).standard_normal((1, 64, 15, 17)).astype(
+        np.float32)}
+    handoffs: list = []
+    got = served(symbol, params, feed, "bf16", handoffs)
+    offered = [handoff for handoff in handoffs if handoff is not None]
+    assert len(offered) == 1
+    assert offered[0].taken is taken and offered[0].laid is taken
+    np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16"))
+    want = served(symbol, params, feed, "fp32")
+    assert np.abs(got - want).max() <= 0.03 * np.abs(want).max()
+
+
+def test_resnet50_v2_hands_its_preactivations_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ResNet-50 v2 (64 × 64) in bf16: the pre-activation of every block whose readers are
+    1×1 products of stride 1 hands them their pairs (13 of 16: a strided shortcut reads
+    every other column), the outputs those of the same plan pairing the float32 arrays, bit
+    for bit, and near fp32's."""
+    symbol = nets.resnet50_v2(classes=10)
+    params = nets.random_params(symbol, (1, 3, 64, 64), seed=5)
+    feed = {"data": np.random.default_rng(0).standard_normal((1, 3, 64, 64)).astype(
+        np.float32)}
+    handoffs: list = []
+    got = served(symbol, params, feed, "bf16", handoffs)
+    offered = [handoff for handoff in handoffs if handoff is not None]
+    assert sum(handoff.laid for handoff in offered) == 13
+    assert all(handoff.laid == handoff.taken for handoff in offered)
+    monkeypatch.setattr(bf16_handoff.PairedHandoff, "taken", property(lambda handoff: False))
+    np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", []))
+    want = served(symbol, params, feed, "fp32")
+    assert np.abs(got - want).max() <= 0.05 * np.abs(want).max()
+    assert got.argmax() == want.argmax()

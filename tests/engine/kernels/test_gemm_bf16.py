@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from engine.cpu import host_features
-from engine.kernels import bf16, gemm_kernel
+from engine.kernels import bf16, gemm_bind, gemm_kernel
+from engine.kernels.workspace import Workspace
 
 RNG = np.random.default_rng(5)
 
@@ -117,3 +118,24 @@ def test_the_bf16_kernels_are_there_exactly_where_the_host_has_the_instructions(
         gemm_kernel.available() and host_features.bf16_dot_product())
     if gemm_kernel.available(gemm_kernel.AMX):
         assert host_features.amx_permitted()
+
+
+@needs_amx
+@pytest.mark.parametrize(("rows", "depth", "columns", "outside"), [
+    (256, 64, 3136, False),  # an output past the cache from small activations: row blocks
+    (128, 256, 3136, True),  # activations as large as the output: re-read once, columns
+    (64, 64, 3136, True),  # an output that stays in cache: columns
+])
+def test_a_weight_product_walks_a_large_output_by_row_blocks(rows: int, depth: int,
+                                                              columns: int,
+                                                              outside: bool) -> None:
+    """A bf16 plan's 1×1 product on AMX whose output would stream to memory writes it row
+    block by row block (32 rows end to end), unless the activations it would then re-read
+    per block are as large; the sums are the same either way."""
+    weight, data = random(rows, depth), random(depth, columns)
+    weight.flags.writeable = False  # a plan constant
+    out = np.full((rows, columns), np.nan, np.float32)
+    call = gemm_bind.weight_product(np, weight, data, out, Workspace(np, 0, precision="bf16"))
+    assert call.product.columns_outside is outside
+    call()
+    assert_product(out, weight, data)
