@@ -42,6 +42,14 @@ MIN_LANE_USE = 0.9
 # `packed_weight`): past this size, where a product streams its weight from memory anyway,
 # BLAS runs it on the plain weight (VGG-16's 400 MB of dense weights are not doubled).
 PACK_LIMIT_BYTES = 64 << 20
+# Past this size the activation a weight multiplies is read once, a panel of columns at a
+# time, each meeting every block of the packed weight (`gemm_kernel.bind_packed`'s
+# ``columns_outside``), rather than walked whole by each block, which finds it out of L2.
+# One thread, Intel Xeon with AMX, warm, ms row blocks → column panels outside: 128×576×784
+# 1.38 → 0.86, 64×256×3136 1.94 → 0.96, 512×2304×294 11.6 → 5.2, 256×1152×392 2.66 → 1.67;
+# at or under it the other way round wins or ties (256×64×3136, 0.8 MB: 0.85 → 0.98;
+# 512×2304×49 0.97 → 0.94).
+STREAMED_RIGHT_BYTES = 1 << 20
 THREADED_MACS = 4 << 20
 THREADED_SIDE = 64
 # Below this many output rows a bf16 product runs on AVX-512 BF16 rather than AMX, whose tiles
@@ -84,7 +92,9 @@ def weight_product(xp: Any, weight: Any, right: Any, out: Any, workspace: Any,
         return _bf16_weight_product(weight, right, out, workspace, handoff)
     if worthwhile(*out.shape):
         packed = workspace.derived(weight, "gemm packed", gemm_kernel.pack)
-        return _threaded(weight, right, out, gemm_kernel.bind_packed(packed, right, out))
+        product = gemm_kernel.bind_packed(packed, right, out,
+                                          columns_outside=right.nbytes > STREAMED_RIGHT_BYTES)
+        return _threaded(weight, right, out, product)
     if worthwhile(*out.shape[::-1]):
         return _transposed(weight, right, out, workspace)
     return None
