@@ -17,7 +17,9 @@ In a bf16 plan on AMX, a convolution of several taps over enough channels runs d
 (`conv_amx`): its input paired once into a bordered grid, no patch array and no padded copy.
 One that stays im2col there with stride 2 across and padding (ResNet's 7×7 stem) copies each
 image into a padded buffer split by column parity, so that its bands are paired from runs of
-adjacent floats (`_bind_split_bands`).
+adjacent floats (`_bind_split_bands`). In float32 such a layer with windows 5 or more columns
+wide copies its patches from the same split buffer, two runs-of-floats copies per band in
+place of one that reads every other float (`_bind_split_patches`).
 """
 
 from __future__ import annotations
