@@ -101,7 +101,7 @@ def products(a: np.ndarray, b: np.ndarray) -> list[Callable[[], object]]:
     OpenBLAS and by MLAS."""
     c = np.empty((a.shape[0], b.shape[1]), np.float32)
     ours = gemm_kernel.bind_packed(gemm_kernel.pack(a), b, c,
-                                   columns_outside=b.nbytes > gemm_bind.STREAMED_RIGHT_BYTES)
+                                   columns_outside=gemm_bind.streams_right(*b.shape))
     return [ours, lambda: np.matmul(a, b, c), mlas_product(a, b)]
 
 if __name__ == "__main__":

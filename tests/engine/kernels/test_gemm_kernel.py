@@ -294,18 +294,21 @@ def test_few_columns_run_transposed_and_land_in_place() -> None:
 
 
 def test_a_weight_meets_a_large_activation_a_panel_of_columns_at_a_time() -> None:
-    """Past `STREAMED_RIGHT_BYTES` the activation's column panels are the outer loop (each
-    read once); at or under it, the packed weight's row blocks. Either way with the bias,
-    the clamp and a residual as stored, in place inside a larger output."""
+    """Past `STREAMED_RIGHT_BYTES`, at least `STREAMED_RIGHT_MIN_DEPTH` deep, the
+    activation's column panels are the outer loop (each read once); smaller or shallower,
+    the packed weight's row blocks. Either way with the bias, the clamp and a residual as
+    stored, in place inside a larger output."""
     tile = gemm_kernel.tile()
-    limit = gemm_bind.STREAMED_RIGHT_BYTES // 4
-    for depth, columns in ((40, limit // 40 + 7 * tile.width + 3), (40, limit // 40)):
+    limit, deep = gemm_bind.STREAMED_RIGHT_BYTES // 4, gemm_bind.STREAMED_RIGHT_MIN_DEPTH
+    for depth, columns, outside in ((deep, limit // deep + 7 * tile.width + 3, True),
+                                    (deep, limit // deep, False),
+                                    (deep - 1, 2 * limit // (deep - 1), False)):
         weight, data = read_only(random(3 * tile.rows + 5, depth)), random(depth, columns)
         bias, other = random(weight.shape[0]), random(2, weight.shape[0], columns)
         out = np.full((2, weight.shape[0], columns), np.nan, np.float32)
         product = gemm_bind.weight_product(np, weight, data, out[1], FakeWorkspace())
         assert isinstance(product, gemm_kernel.Product)
-        assert product.columns_outside == (data.nbytes > gemm_bind.STREAMED_RIGHT_BYTES)
+        assert product.columns_outside == outside == gemm_bind.streams_right(depth, columns)
         product.with_epilogue(bias_rows=bias).with_residual(out, other) \
             .with_epilogue(low=-1.0, high=2.0)()
         want = np.clip(expected(weight, data) + bias[:, None] + other[1], -1.0, 2.0)
