@@ -1,7 +1,7 @@
 """Benchmark: a plan's steps timed one by one in the order a run takes them, per node.
 
 Usage: ``python bench/steps_in_order.py [--net resnet18_v1] [--batch 1] [--runs 30]
-[--threads 1] [--top 12] [--precision fp32|bf16|int8] [--node NAME]
+[--threads 1] [--top 12] [--precision fp32|bf16|int8] [--node NAME] [--clock wall|thread]
 [--winograd-min-tiles N] [--f4-min-tiles N] [--openvino] [--peer-python PYTHON]``.
 
 ``bench/executor.py``'s step kinds take each step's best of three calls in a row, so a step
@@ -15,7 +15,9 @@ one; ``--winograd-min-tiles`` and ``--f4-min-tiles`` bind a second plan with
 `winograd_bind`'s thresholds changed and time the two in turn. ``--openvino`` then prints
 OpenVINO's own time per layer, in its order, for the same network, batch, thread count and
 precision (int8 through NNCF, as `bench/executor.py` quantises it), from the peer environment
-(`bench/quantized_peers.py --layers`). One thread by default: BLAS's
+(`bench/quantized_peers.py --layers`). ``--clock thread`` reads
+the calling thread's CPU time in place of the wall clock (one thread only), which other
+processes on a busy machine leave out. One thread by default: BLAS's
 pools through threadpoolctl and the engine's own setting (`parallel.set_threads`).
 """
 
@@ -53,10 +55,15 @@ def call_kind(call: Any) -> str:
     return name
 
 
-def walk(plan: Any) -> list[float]:
-    """Seconds of each step of ``plan``, taken once each in order."""
+# What a step's seconds are read from: the wall clock, or the calling thread's CPU time, which
+# a busy machine's other processes leave out (one thread only: a product's parts on other
+# threads are not counted).
+CLOCKS = {"wall": time.perf_counter, "thread": time.thread_time}
+
+
+def walk(plan: Any, clock: Any = time.perf_counter) -> list[float]:
+    """Seconds of each step of ``plan`` by ``clock``, taken once each in order."""
     times = []
-    clock = time.perf_counter
     for step in plan.steps:
         start = clock()
         step.call()
@@ -138,7 +145,11 @@ def main() -> None:
                         help="also print OpenVINO's time per layer on the same case")
     parser.add_argument("--peer-python", default=None,
                         help="the peer environment's Python (as bench/executor.py's option)")
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+                        help="thread: the calling thread's CPU time (one thread only)")
     options = parser.parse_args()
+    if options.clock == "thread" and options.threads != 1:
+        parser.error("--clock thread counts the calling thread alone: use it with --threads 1")
     from threadpoolctl import threadpool_limits
 
     parallel.set_threads(options.threads)
@@ -156,12 +167,13 @@ def main() -> None:
         plans[f"{label}: "] = build(options)
     per_run: dict[str, list[list[float]]] = {label: [] for label in plans}
     whole: dict[str, list[float]] = {label: [] for label in plans}
+    clock = CLOCKS[options.clock]
     for _ in range(options.runs):
         for label, (plan, feed) in plans.items():
-            per_run[label].append(walk(plan))
-            start = time.perf_counter()
+            per_run[label].append(walk(plan, clock))
+            start = clock()
             plan.run(feed, copy_outputs=False)
-            whole[label].append(time.perf_counter() - start)
+            whole[label].append(clock() - start)
     for label, (plan, _) in plans.items():
         report(label, plan, per_run[label], whole[label], options)
     if options.openvino:

@@ -17,7 +17,9 @@ In a bf16 plan on AMX, a convolution of several taps over enough channels runs d
 (`conv_amx`): its input paired once into a bordered grid, no patch array and no padded copy.
 One that stays im2col there with stride 2 across and padding (ResNet's 7×7 stem) copies each
 image into a padded buffer split by column parity, so that its bands are paired from runs of
-adjacent floats (`_bind_split_bands`).
+adjacent floats (`_bind_split_bands`). In float32 such a layer with windows 5 or more columns
+wide copies its patches from the same split buffer, two runs-of-floats copies per band in
+place of one that reads every other float (`_bind_split_patches`).
 """
 
 from __future__ import annotations
@@ -38,6 +40,13 @@ from engine.kernels.workspace import aligned
 PATCH_BYTES = 16 << 20  # target size of one chunk's patch array
 WIDE_POSITIONS = 256  # samples are taken together until a chunk's GEMM has this many columns
 BAND_BYTES = 1 << 20  # one sample's patches past twice this go in bands of output rows
+# Float32 stride-2 layers with windows at least this wide read their patches from the input
+# split by column parity (`_bind_split_patches`). The split copy costs about what the padded
+# copy it replaces does on long rows (the stem's 224: 107 against 112 µs in a ResNet-18 run,
+# one thread) but more on short ones (56 columns: 200 against 149 µs), so it pays where each
+# input float lands in many patches: the stem's 7 taps across, not a 3×3 layer's 3 (ResNet-18,
+# its 64-channel stride-2 layer 347 → 384 µs of copies, its 128-channel one 191 → 263).
+SPLIT_MIN_KERNEL_WIDTH = 5
 
 Geometry = tuple[Ints, Ints, Ints, Ints]  # kernel, stride, dilate, pad
 
@@ -125,7 +134,8 @@ def _bind_chunk(xp: Any, data: Any, matrix: Any, out: Any, geometry: Geometry,
     size = out.shape[2:]
     patches_at, wide_at, _ = layout.offsets(data.itemsize)
     if samples == 1:
-        split = _bind_split_bands(xp, data, matrix, out, geometry, workspace)
+        split = (_bind_split_bands(xp, data, matrix, out, geometry, workspace)
+                 or _bind_split_patches(xp, data, matrix, out, geometry, workspace, patches_at))
         if split is not None:
             return split
     calls: list[Callable[[], Any]] = []
@@ -207,18 +217,13 @@ def _bind_split_bands(xp: Any, data: Any, matrix: Any, out: Any, geometry: Geome
     one) and windows are wider than one column. None where it does not apply (the caller
     pads and reads strided)."""
     kernel, stride, dilate, pad = geometry
-    if (xp is not np or data.ndim != 4 or data.dtype != np.float32 or stride[1] != 2
-            or dilate[1] != 1 or kernel[1] == 1 or not any(pad) or not data.size
+    if (not _splits(xp, data, geometry)
             or gemm_bind.bf16_kernel(workspace, matrix.shape[0]) != gemm_kernel.AMX):
         return None
-    channels, height, width = data.shape[1:]
+    channels = data.shape[1]
     out_height, out_width = out.shape[2:]
-    (kernel_y, kernel_x), (pad_y, pad_x) = kernel, pad
-    rows = max(height + 2 * pad_y, (out_height - 1) * stride[0] + (kernel_y - 1) * dilate[0] + 1)
-    half = max((width - 1 + pad_x) // 2 + 1, out_width + (kernel_x - 1) // 2)
-    split = workspace.zeroed((channels, rows, 2, half), np.float32,
-                             ("parity split", pad, data.shape[1:]))
-    calls = parity_split.copy(data[0], split, pad_y, pad_x)
+    kernel_y, kernel_x = kernel
+    split, calls = _split_input(data, out.shape[2:], geometry, workspace)
     step_c, step_y, step_half = (stride // split.itemsize for stride in split.strides[:3])
     k_offsets = (np.arange(channels)[:, None, None] * step_c
                  + np.arange(kernel_y)[None, :, None] * (dilate[0] * step_y)
@@ -239,6 +244,82 @@ def _bind_split_bands(xp: Any, data: Any, matrix: Any, out: Any, geometry: Geome
             return None
         calls.append(fused)
     return calls
+
+
+def _splits(xp: Any, data: Any, geometry: Geometry) -> bool:
+    """Whether one sample's convolution may read its input split by column parity: 2-D,
+    float32, stride 2 across, undilated across, windows wider than one column, and padded
+    (its padded copy becomes the split one)."""
+    kernel, stride, dilate, pad = geometry
+    return (xp is np and data.ndim == 4 and data.dtype == np.float32 and stride[1] == 2
+            and dilate[1] == 1 and kernel[1] > 1 and any(pad) and data.size > 0)
+
+
+def _split_input(data: Any, size: Ints, geometry: Geometry,
+                 workspace: Any) -> tuple[Any, list[Callable[[], Any]]]:
+    """The zero-bordered buffer (C, rows, 2, half) one sample is split into by padded column
+    parity (`parity_split`), sized for every window's reach, and the calls filling it."""
+    kernel, stride, dilate, pad = geometry
+    channels, height, width = data.shape[1:]
+    (out_height, out_width), (kernel_y, kernel_x), (pad_y, pad_x) = size, kernel, pad
+    rows = max(height + 2 * pad_y, (out_height - 1) * stride[0] + (kernel_y - 1) * dilate[0] + 1)
+    half = max((width - 1 + pad_x) // 2 + 1, out_width + (kernel_x - 1) // 2)
+    split = workspace.zeroed((channels, rows, 2, half), np.float32,
+                             ("parity split", pad, data.shape[1:]))
+    return split, parity_split.copy(data[0], split, pad_y, pad_x)
+
+
+def _bind_split_patches(xp: Any, data: Any, matrix: Any, out: Any, geometry: Geometry,
+                        workspace: Any, patches_at: int) -> list[Callable[[], Any]] | None:
+    """One sample of a float32 2-D convolution of stride 2 across with wide windows (ResNet's
+    7×7 stem), its patches copied from the input split by column parity: tap ``kx`` of
+    output ``ox`` is cell ``ox + kx // 2`` of half ``kx % 2``, so a band's patches are two
+    copies (the even taps, then the odd) of runs of adjacent floats, where the strided view
+    reads every other float (ResNet-18's stem, a band of 15 rows: 80 → 54 µs in a run, one
+    thread), and the split copy replaces the padded one. K then runs (tap parity, channel,
+    ky, kx // 2): the weight's columns are put in that order once (`Workspace.derived`).
+    None where it does not apply: windows narrower than `SPLIT_MIN_KERNEL_WIDTH`, a weight
+    that may change, or a plan whose products run in bf16."""
+    kernel, stride, dilate, _ = geometry
+    if (not _splits(xp, data, geometry) or kernel[1] < SPLIT_MIN_KERNEL_WIDTH
+            or matrix.flags.writeable or gemm_bind.bf16_kernel(workspace, matrix.shape[0])
+            is not None):
+        return None
+    split, calls = _split_input(data, out.shape[2:], geometry, workspace)
+    channels, (kernel_y, kernel_x) = data.shape[1], kernel
+    filters, (out_height, out_width) = matrix.shape[0], out.shape[2:]
+    weight = workspace.derived(matrix, ("parity order", kernel), partial(_parity_order, kernel))
+    step_c, step_y, step_half, step_x = split.strides
+    depth = matrix.shape[1]
+    band_rows = _rows_per_band(out_height, depth * out_height * out_width * data.itemsize)
+    targets = out.reshape(filters, out_height, out_width)
+    for top in range(0, out_height, band_rows):
+        rows = min(band_rows, out_height - top)
+        patches = workspace.region(patches_at, (depth, rows, out_width), np.float32)
+        start = 0
+        for parity in range(2):
+            taps = len(range(parity, kernel_x, 2))
+            shape = (channels, kernel_y, taps, rows, out_width)
+            taken = channels * kernel_y * taps
+            source = np.lib.stride_tricks.as_strided(
+                split[:, top * stride[0]:, parity], shape=shape,
+                strides=(step_c, dilate[0] * step_y, step_x, stride[0] * step_y, step_x))
+            calls.append(partial(np.copyto, patches[start:start + taken].reshape(shape),
+                                 source))
+            start += taken
+        target = targets[:, top:top + rows].reshape(filters, -1)
+        calls.append(_product(xp, weight, patches.reshape(depth, -1), target, workspace))
+    return calls
+
+
+def _parity_order(kernel: Ints, matrix: Any) -> np.ndarray:
+    """``matrix`` (F, C·ky·kx) with its columns in `_bind_split_patches`'s order: the even
+    taps across (channel, ky, kx // 2), then the odd ones; read-only, as a plan's constant."""
+    taps = matrix.reshape(matrix.shape[0], -1, *kernel)
+    ordered = np.concatenate([taps[..., parity::2].reshape(matrix.shape[0], -1)
+                              for parity in range(2)], axis=1)
+    ordered.flags.writeable = False
+    return ordered
 
 
 def _layout(data_shape: Ints, filters: int, size: Ints, geometry: Geometry,

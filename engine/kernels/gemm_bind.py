@@ -42,6 +42,17 @@ MIN_LANE_USE = 0.9
 # `packed_weight`): past this size, where a product streams its weight from memory anyway,
 # BLAS runs it on the plain weight (VGG-16's 400 MB of dense weights are not doubled).
 PACK_LIMIT_BYTES = 64 << 20
+# Past this size, and this deep, the activation a weight multiplies is read once, a panel of
+# columns at a time, each meeting every block of the packed weight (`gemm_kernel.bind_packed`'s
+# ``columns_outside``), rather than walked whole by each block, which finds it out of L2.
+# One thread, Intel Xeon with AMX, warm, row blocks → column panels outside: 128×576×784
+# 1.23 → 0.73 ms, 64×256×3136 1.47 → 0.65, 64×128×3136 0.55 → 0.45, 24×144×3136 0.30 → 0.26,
+# 512×2304×294 11.6 → 5.2, 256×1152×392 2.66 → 1.67. Under either bound rows outside win or
+# tie: smaller (ResNet's stem band, 64×147×1792, 1.0 MB: 235 → 262 µs; 256×64×3136, 0.8 MB:
+# 0.65 → 0.76 ms), or shallower than the panel's prefetch reaches ahead, twice
+# `gemm_ir.AHEAD_STEPS` (MobileNet v2's 16×32×12544: 184 → 270 µs, 24×96×3136 103 → 172).
+STREAMED_RIGHT_BYTES = 3 << 19
+STREAMED_RIGHT_MIN_DEPTH = 128
 THREADED_MACS = 4 << 20
 THREADED_SIDE = 64
 # Below this many output rows a bf16 product runs on AVX-512 BF16 rather than AMX, whose tiles
@@ -84,7 +95,9 @@ def weight_product(xp: Any, weight: Any, right: Any, out: Any, workspace: Any,
         return _bf16_weight_product(weight, right, out, workspace, handoff)
     if worthwhile(*out.shape):
         packed = workspace.derived(weight, "gemm packed", gemm_kernel.pack)
-        return _threaded(weight, right, out, gemm_kernel.bind_packed(packed, right, out))
+        product = gemm_kernel.bind_packed(packed, right, out,
+                                          columns_outside=streams_right(*right.shape))
+        return _threaded(weight, right, out, product)
     if worthwhile(*out.shape[::-1]):
         return _transposed(weight, right, out, workspace)
     return None
@@ -103,6 +116,12 @@ def product_with_weight(xp: Any, left: Any, weight: Any, out: Any,
         panels = workspace.derived(weight, "gemm panels", gemm_kernel.pack_columns)
         return _by_panels(left, weight, panels, out)
     return None
+
+
+def streams_right(depth: int, columns: int) -> bool:
+    """Whether a packed weight's product over a float32 activation (``depth`` × ``columns``)
+    runs the activation's column panels outside (see `STREAMED_RIGHT_BYTES`)."""
+    return depth * columns * 4 > STREAMED_RIGHT_BYTES and depth >= STREAMED_RIGHT_MIN_DEPTH
 
 
 def bf16_kernel(workspace: Any, rows: int, depth: int | None = None,

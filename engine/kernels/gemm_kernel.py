@@ -231,13 +231,17 @@ def bind(a: Any, b: Any, c: Any) -> Product:
                     a.shape[1], False)
 
 
-def bind_packed(packed: Any, b: Any, c: Any, kernel: int = FP32) -> Product:
+def bind_packed(packed: Any, b: Any, c: Any, kernel: int = FP32,
+                columns_outside: bool = False) -> Product:
     """``c = a @ b`` with ``packed = pack(a)``: row blocks outside (each block of A, read
-    once, meets every column of B in cache). With ``kernel`` `BF16`, A and B hold bf16 pairs
-    along K (32-bit words, viewed as float32: `bf16.pair_rows`, `bf16.pair_columns`)."""
+    once, meets every column of B in cache), or with ``columns_outside`` B's column panels,
+    read where they lie (each panel of B, read once, meets every block of A, which stays in
+    L2): for a B too large to stay in L2 while each block of A walks all of it. With
+    ``kernel`` `BF16`, A and B hold bf16 pairs along K (32-bit words, viewed as float32:
+    `bf16.pair_rows`, `bf16.pair_columns`)."""
     k = packed.shape[1]
     return _product((packed, b, c), packed.ctypes.data, k, 1, packed.shape[2], b.ctypes.data,
-                    1, b.strides[0] // 4, c, k, False, kernel=kernel)
+                    1, b.strides[0] // 4, c, k, columns_outside, kernel=kernel)
 
 
 def bind_packed_columns(a: Any, packed: Any, c: Any, kernel: int = FP32) -> Product:

@@ -186,3 +186,64 @@ def test_a_stem_and_its_relu_are_the_split_copy_and_the_bands_alone() -> None:
     got, want = model.infer(feed)["relu_output"], model.reference(feed)["relu_output"]
     assert got.min() == 0.0
     np.testing.assert_allclose(got, want, atol=3e-2 * np.abs(want).max())
+
+
+def float32_bound(data: np.ndarray, weight: np.ndarray, bias: np.ndarray | None,
+                  geometry: tuple, out: np.ndarray) -> list:
+    """``conv_bind.bind``'s calls in a float32 plan's workspace, its scratch sized as a plan
+    sizes it."""
+    from engine.kernels.workspace import Workspace
+
+    scratch = conv_bind.scratch_bytes(data.shape, weight.shape[0], out.shape[2:], geometry, 4)
+    return conv_bind.bind(np, data, weight, bias, out, geometry, Workspace(np, scratch))
+
+
+# SPLIT_CASES's windows wide enough for float32 to split (`conv_bind.SPLIT_MIN_KERNEL_WIDTH`),
+# and a dilated-down one.
+FLOAT32_SPLIT_CASES = [case for case in SPLIT_CASES if case[0][1] >= 5] + [
+    ((5, 5), (2, 2), (2, 2), (41, 40), (2, 1))]
+
+
+@pytest.mark.parametrize("case", FLOAT32_SPLIT_CASES, ids=str)
+@pytest.mark.parametrize("batch", [1, 3])
+def test_float32_stride_2_across_copies_patches_from_the_split_input(case: tuple,
+                                                                     batch: int) -> None:
+    """In float32 each image is copied once into the buffer split by column parity, and each
+    band's patches are two copies from there (even taps, then odd) that the weight's
+    reordered columns meet: the result is the convolution, to float32 rounding."""
+    kernel, stride, pad, size, dilate = case
+    data = RNG.standard_normal((batch, 3, *size)).astype(np.float32)
+    weight = constant(RNG.standard_normal((20, 3, *kernel)).astype(np.float32))
+    bias = constant(RNG.standard_normal(20).astype(np.float32))
+    want = reference(data, weight, pad, dilate, stride) + bias.reshape(1, -1, 1, 1)
+    out = np.full(want.shape, np.nan, np.float32)
+    calls = float32_bound(data, weight, bias, (kernel, stride, dilate, pad), out)
+    splits = [call for call in calls if getattr(call, "func", None) is parity_split.split_into]
+    assert len(splits) == batch
+    # No padded copy of the image: every other copy is a band's patches, read from the split.
+    sources = [call.args[1] for call in calls if getattr(call, "func", None) is np.copyto]
+    assert sources and all(source.base is not None and source.strides[-1] == 4
+                           for source in sources)
+    for _ in range(2):  # the second run finds the border as the first left it
+        out[...] = np.nan
+        for call in calls:
+            call()
+        assert relative_error(out, want) < 1e-5
+
+
+def test_float32_split_patches_only_where_they_pay() -> None:
+    """Windows narrower than `SPLIT_MIN_KERNEL_WIDTH`, and a weight that may change (its
+    reordered copy could go stale), read the padded input's strided view as before."""
+    narrow = conv_bind.SPLIT_MIN_KERNEL_WIDTH - 1
+    for width, writeable in ((narrow, False), (7, True)):
+        geometry = ((3, width), (2, 2), (1, 1), (1, width // 2))
+        data = RNG.standard_normal((1, 3, 12, 40)).astype(np.float32)
+        weight = RNG.standard_normal((8, 3, 3, width)).astype(np.float32)
+        weight.flags.writeable = writeable
+        want = reference(data, weight, (1, width // 2), (1, 1), (2, 2))
+        out = np.empty(want.shape, np.float32)
+        calls = float32_bound(data, weight, None, geometry, out)
+        assert not any(getattr(call, "func", None) is parity_split.split_into for call in calls)
+        for call in calls:
+            call()
+        assert relative_error(out, want) < 1e-5

@@ -51,15 +51,19 @@ def test_few_rows_deep_products_against_float64(rows: int, depth: int, columns: 
 
 
 def assert_every_bind(rows: int, depth: int, columns: int) -> None:
-    """A random (rows × depth) · (depth × columns) product through each of the kernel's three
-    binds (plain, A packed, B packed as column panels) equals float64's."""
+    """A random (rows × depth) · (depth × columns) product through each of the kernel's
+    binds (plain, A packed with row blocks or B's column panels outside, B packed as column
+    panels) equals float64's."""
     a, b = random(rows, depth), random(depth, columns)
-    for run in ("plain", "packed", "panels"):
+    for run in ("plain", "packed", "packed, columns outside", "panels"):
         c = np.full((rows, columns), np.nan, np.float32)
         if run == "plain":
             gemm_kernel.multiply(a, b, c)
-        elif run == "packed":
-            gemm_kernel.bind_packed(gemm_kernel.pack(a), b, c)()
+        elif run.startswith("packed"):
+            product = gemm_kernel.bind_packed(gemm_kernel.pack(a), b, c,
+                                              columns_outside=run.endswith("outside"))
+            assert product.columns_outside == run.endswith("outside")
+            product()
         else:
             gemm_kernel.bind_packed_columns(a, gemm_kernel.pack_columns(b), c)()
         assert_product(c, a, b)
@@ -287,6 +291,29 @@ def test_few_columns_run_transposed_and_land_in_place() -> None:
     thin = gemm_bind.weight_product(np, read_only(random(8, 40)), data,
                                     np.empty((8, 49), np.float32), ScratchWorkspace())
     assert thin is None  # 8 filters fill no vector either way: BLAS
+
+
+def test_a_weight_meets_a_large_activation_a_panel_of_columns_at_a_time() -> None:
+    """Past `STREAMED_RIGHT_BYTES`, at least `STREAMED_RIGHT_MIN_DEPTH` deep, the
+    activation's column panels are the outer loop (each read once); smaller or shallower,
+    the packed weight's row blocks. Either way with the bias, the clamp and a residual as
+    stored, in place inside a larger output."""
+    tile = gemm_kernel.tile()
+    limit, deep = gemm_bind.STREAMED_RIGHT_BYTES // 4, gemm_bind.STREAMED_RIGHT_MIN_DEPTH
+    for depth, columns, outside in ((deep, limit // deep + 7 * tile.width + 3, True),
+                                    (deep, limit // deep, False),
+                                    (deep - 1, 2 * limit // (deep - 1), False)):
+        weight, data = read_only(random(3 * tile.rows + 5, depth)), random(depth, columns)
+        bias, other = random(weight.shape[0]), random(2, weight.shape[0], columns)
+        out = np.full((2, weight.shape[0], columns), np.nan, np.float32)
+        product = gemm_bind.weight_product(np, weight, data, out[1], FakeWorkspace())
+        assert isinstance(product, gemm_kernel.Product)
+        assert product.columns_outside == outside == gemm_bind.streams_right(depth, columns)
+        product.with_epilogue(bias_rows=bias).with_residual(out, other) \
+            .with_epilogue(low=-1.0, high=2.0)()
+        want = np.clip(expected(weight, data) + bias[:, None] + other[1], -1.0, 2.0)
+        np.testing.assert_allclose(out[1], want, rtol=1e-4, atol=1e-4)
+        assert np.isnan(out[0]).all()
 
 
 def test_blas_threads_reads_numpy_openblas() -> None:
