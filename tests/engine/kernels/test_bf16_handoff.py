@@ -63,6 +63,19 @@ def served(symbol: Any, params: dict, feed: dict, precision: str,
     return first
 
 
+def assert_one_handoff(symbol: Any, params: dict, feed: dict, taken: bool) -> None:
+    """The bf16 plan offers one hand-off, taken (and laid) or not as ``taken`` says, and
+    answers bit for bit what the same plan answers pairing its float32 arrays, near fp32."""
+    handoffs: list = []
+    got = served(symbol, params, feed, "bf16", handoffs)
+    offered = [handoff for handoff in handoffs if handoff is not None]
+    assert len(offered) == 1
+    assert offered[0].taken is taken and offered[0].laid is taken
+    np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16"))
+    want = served(symbol, params, feed, "fp32")
+    assert np.abs(got - want).max() <= 0.03 * np.abs(want).max()
+
+
 @pytest.mark.parametrize("readers,taken", [("one", True), ("two", True), ("pooled", False)])
 @pytest.mark.parametrize("stride", [1, 2])
 def test_the_depthwise_layer_hands_its_readers_their_pairs(readers: str, taken: bool,
@@ -72,14 +85,7 @@ def test_the_depthwise_layer_hands_its_readers_their_pairs(readers: str, taken: 
     params = nets.random_params(symbol, (1, 24, 14, 14), seed=4)
     feed = {"data": np.random.default_rng(2).standard_normal((1, 24, 14, 14)).astype(
         np.float32)}
-    handoffs: list = []
-    got = served(symbol, params, feed, "bf16", handoffs)
-    offered = [handoff for handoff in handoffs if handoff is not None]
-    assert len(offered) == 1
-    assert offered[0].taken is taken and offered[0].laid is taken
-    np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16"))
-    want = served(symbol, params, feed, "fp32")
-    assert np.abs(got - want).max() <= 0.03 * np.abs(want).max()
+    assert_one_handoff(symbol, params, feed, taken)
 
 
 def test_a_batch_of_two_is_offered_none() -> None:
@@ -174,14 +180,7 @@ def test_a_preactivation_batchnorm_hands_its_readers_their_pairs(readers: str,
     params["bn_moving_mean"] = np.random.default_rng(3).standard_normal(64).astype(np.float32)
     feed = {"data": np.random.default_rng(2).standard_normal((1, 64, 15, 17)).astype(
         np.float32)}
-    handoffs: list = []
-    got = served(symbol, params, feed, "bf16", handoffs)
-    offered = [handoff for handoff in handoffs if handoff is not None]
-    assert len(offered) == 1
-    assert offered[0].taken is taken and offered[0].laid is taken
-    np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16"))
-    want = served(symbol, params, feed, "fp32")
-    assert np.abs(got - want).max() <= 0.03 * np.abs(want).max()
+    assert_one_handoff(symbol, params, feed, taken)
 
 
 def test_resnet50_v2_hands_its_preactivations_over(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -126,6 +126,16 @@ SPLIT_CASES = [
 
 @pytest.mark.skipif(not gemm_kernel.available(gemm_kernel.AMX),
                     reason="this CPU or kernel lacks AMX-BF16")
+def assert_runs_twice(calls: list, out: np.ndarray, want: np.ndarray) -> None:
+    """Two runs of the bound calls each fill ``out`` with ``want``: the second finds the
+    split copy's border as the first left it."""
+    for _ in range(2):
+        out[...] = np.nan
+        for call in calls:
+            call()
+        assert relative_error(out, want) < 1e-5
+
+
 @pytest.mark.parametrize("case", SPLIT_CASES, ids=str)
 @pytest.mark.parametrize("batch", [1, 3])
 def test_stride_2_across_pairs_from_an_input_split_by_column_parity(case: tuple,
@@ -146,11 +156,7 @@ def test_stride_2_across_pairs_from_an_input_split_by_column_parity(case: tuple,
     # Per image, its copy into the split rows, then its bands, paired from there.
     assert len(copies) == batch and all(copy.args[0].shape == data.shape[1:] for copy in copies)
     assert all(isinstance(call, bf16.PairedProduct) for call in calls if call not in copies)
-    for _ in range(2):  # the second run finds the border as the first left it
-        out[...] = np.nan
-        for call in calls:
-            call()
-        assert relative_error(out, want) < 1e-5
+    assert_runs_twice(calls, out, want)
 
 
 def test_stride_1_across_or_unpadded_reads_the_strided_view() -> None:
@@ -224,11 +230,7 @@ def test_float32_stride_2_across_copies_patches_from_the_split_input(case: tuple
     sources = [call.args[1] for call in calls if getattr(call, "func", None) is np.copyto]
     assert sources and all(source.base is not None and source.strides[-1] == 4
                            for source in sources)
-    for _ in range(2):  # the second run finds the border as the first left it
-        out[...] = np.nan
-        for call in calls:
-            call()
-        assert relative_error(out, want) < 1e-5
+    assert_runs_twice(calls, out, want)
 
 
 def test_float32_split_patches_only_where_they_pay() -> None:
