@@ -14,6 +14,10 @@ stride 1 (`_Grid`). Any padding and dilation, group 1; `DirectProduct` takes a b
 a residual and a clamp as `gemm_kernel.Product` does (`gemm_bind.with_bias`,
 `gemm_bind.with_residual`, `gemm_bind.clamped`). A
 batch binds in chunks of images (`bind_chunks`).
+
+Where the input's writer offers it as bf16 pairs (`bf16_handoff`: one image, so one chunk),
+the product reads a grid of the hand-off's instead of the shared one, and pairs into it
+only on the runs where the writer left the float32 input (not every reader took the grid).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from engine.cpu import host_features, llvm_jit, spin_pool
-from engine.kernels import bf16, gemm_bind, gemm_kernel
+from engine.kernels import bf16, bf16_handoff, gemm_bind, gemm_kernel
 
 _state: dict[str, Any] = {}
 _compiling = threading.Lock()
@@ -93,13 +97,18 @@ def bind_chunks(data: Any, weight: Any, out: Any, geometry: Any,
     grid = _Grid((1, *data.shape[1:]), kernel, stride, dilate, pad)
     per_image = _words(data.shape[1]) * grid.image * 4
     chunk = max(1, CHUNK_GRID_BYTES // per_image)
+    if data.shape[0] == 1:  # one chunk: the input as its writer may offer it
+        return [bind(data, weight, out, geometry, workspace,
+                     bf16_handoff.offered(workspace, data))]
     return [bind(data[start:start + chunk], weight, out[start:start + chunk], geometry,
                  workspace) for start in range(0, data.shape[0], chunk)]
 
 
-def bind(data: Any, weight: Any, out: Any, geometry: Any, workspace: Any) -> bf16.PairedProduct:
+def bind(data: Any, weight: Any, out: Any, geometry: Any, workspace: Any,
+         handoff: bf16_handoff.PairedHandoff | None = None) -> bf16.PairedProduct:
     """``out = conv(data, weight)`` (N, C, H, W) → (N, F, Ho, Wo): the input paired into
-    its grid, then the direct product, as one call (see `applies`)."""
+    its grid, then the direct product, as one call (see `applies`). ``handoff``: the bf16
+    hand-off the input's writer offered, whose grid the product reads where it may."""
     kernel, stride, dilate, pad = geometry
     batch, channels, height, width = data.shape
     filters, out_height, out_width = out.shape[1:]
@@ -114,8 +123,11 @@ def bind(data: Any, weight: Any, out: Any, geometry: Any, workspace: Any) -> bf1
     # Every image's pixels, and reads a tile past the last column, the largest tap on.
     plane = _plane_stride(max(batch * grid.image, (batch - 1) * grid.image
                               + -(-columns // TILE) * TILE + int(offsets.max())))
-    words_grid = workspace.zeroed((words, plane), np.float32,
-                                  ("bf16 grid", data.shape, tuple(stride), tuple(pad)))
+    tag = ("bf16 grid", data.shape, tuple(kernel), tuple(stride), tuple(dilate), tuple(pad))
+    handed = None if handoff is None else bf16_handoff.grid_for(
+        handoff, (words, plane), tag, grid.phase_runs, workspace)
+    words_grid = handed if handed is not None else workspace.zeroed(
+        (words, plane), np.float32, ("bf16 grid", data.shape, tuple(stride), tuple(pad)))
     pairings = [bf16.patch_pairing(view, 1, words_grid, into)
                 for view, into in grid.phase_runs(data)]
     if any(pair is None for pair in pairings):
@@ -135,6 +147,8 @@ def bind(data: Any, weight: Any, out: Any, geometry: Any, workspace: Any) -> bf1
     context[_FIELD["low"]:_FIELD["high"] + 1].view(np.float64)[:] = -np.inf, np.inf
     product = _as_product(context, (tiles, words_grid, out, zeros, offsets))
     pair = pairings[0] if len(pairings) == 1 else partial(_each, tuple(pairings))
+    if handed is not None:
+        pair = bf16_handoff.take(handoff, pair)
     return bf16.paired_product(pair, product)
 
 

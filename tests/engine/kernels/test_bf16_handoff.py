@@ -45,10 +45,10 @@ def served(symbol: Any, params: dict, feed: dict, precision: str,
     no writer offers one)."""
     offer = bf16_handoff.offer
 
-    def watched(workspace: Any, array: Any) -> Any:
+    def watched(workspace: Any, array: Any, grids: bool = False) -> Any:
         if handoffs is None:
             return None
-        handoff = offer(workspace, array)
+        handoff = offer(workspace, array, grids)
         handoffs.append(handoff)
         return handoff
 
@@ -161,10 +161,23 @@ def test_a_handed_over_activation_takes_amx_from_k_32() -> None:
 
 def preactivation(data: Any, readers: str) -> Any:
     """ResNet v2's pre-activation: a sum (so that nothing folds the BatchNorm away), BatchNorm
-    and ReLU, read by ``two`` 1×1 convolutions (a bottleneck's first and its shortcut), or by
-    a 1×1 and a 3×3 (which reads a zero-bordered grid, not the pairs)."""
+    and ReLU, read by ``two`` 1×1 convolutions (a bottleneck's first and its shortcut), by
+    a 1×1 and a 3×3 (``grid``: the 3×3 reads a zero-bordered grid, not the pairs), or by 3×3s
+    only (``3x3`` one, ``3x3 s2`` one of stride 2, ``3x3 twice`` two alike, ``3x3 mixed`` one
+    of stride 1 and one of stride 2: their grids differ)."""
     net = sym.Activation(sym.BatchNorm(data + 1, fix_gamma=False, eps=2e-5, name="bn"),
                          act_type="relu")
+    if readers.startswith("3x3"):
+        strides = {"3x3": [1], "3x3 s2": [2], "3x3 twice": [1, 1], "3x3 mixed": [1, 2]}[readers]
+        convolutions = [sym.Convolution(net, num_filter=32, kernel=(3, 3), pad=(1, 1),
+                                        stride=(stride, stride), no_bias=True, name=f"conv{i}")
+                        for i, stride in enumerate(strides)]
+        if len(convolutions) == 1:
+            return convolutions[0]
+        if strides[0] != strides[1]:
+            return convolutions[0] + sym.UpSampling(convolutions[1], scale=2,
+                                                    sample_type="nearest")
+        return convolutions[0] + convolutions[1]
     first = sym.Convolution(net, num_filter=32, kernel=(1, 1), no_bias=True, name="conv1")
     other = sym.Convolution(net, num_filter=32, kernel=(3, 3) if readers == "grid" else (1, 1),
                             pad=(1, 1) if readers == "grid" else (0, 0), no_bias=True,
@@ -172,13 +185,18 @@ def preactivation(data: Any, readers: str) -> Any:
     return first + other
 
 
-@pytest.mark.parametrize("readers,taken", [("two", True), ("grid", False)])
+@pytest.mark.parametrize("readers,taken", [
+    ("two", True), ("grid", False), ("3x3", True), ("3x3 s2", True), ("3x3 twice", True),
+    ("3x3 mixed", False)])
 def test_a_preactivation_batchnorm_hands_its_readers_their_pairs(readers: str,
                                                                  taken: bool) -> None:
+    """The pairs, or a direct 3×3 convolution's grid where its readers are such alike (the
+    border left zero: the outputs those of the plan without a hand-off, bit for bit)."""
     symbol = preactivation(sym.var("data"), readers)
-    params = nets.random_params(symbol, (1, 64, 15, 17), seed=6)
+    size = (16, 18) if readers == "3x3 mixed" else (15, 17)
+    params = nets.random_params(symbol, (1, 64, *size), seed=6)
     params["bn_moving_mean"] = np.random.default_rng(3).standard_normal(64).astype(np.float32)
-    feed = {"data": np.random.default_rng(2).standard_normal((1, 64, 15, 17)).astype(
+    feed = {"data": np.random.default_rng(2).standard_normal((1, 64, *size)).astype(
         np.float32)}
     assert_one_handoff(symbol, params, feed, taken)
 
