@@ -123,10 +123,10 @@ def _pairs(data: Any, gamma: Any, beta: Any, mean: Any, var: Any, eps: Any, one:
     """A job writing ``clip(BatchNorm(data), low, high)`` (one sample's channels as rows) as
     the hand-off's bf16 words, paired down their columns, or into its reader's grid."""
     statistics = (gamma, beta, mean, var, eps, fix_gamma, low, high)
-    if handoff.runs is None:
+    if handoff.grid is None:
         return bf16.patch_pairing(data, 1, handoff.words, batchnorm=statistics)
     jobs = tuple(bf16.patch_pairing(view, 1, handoff.words, into, batchnorm=statistics)
-                 for view, into in handoff.runs(data.reshape(handoff.source)))
+                 for view, into in handoff.grid.phase_runs(data.reshape(handoff.source)))
     return jobs[0] if len(jobs) == 1 else partial(_each, jobs)
 
 

@@ -18,6 +18,9 @@ batch binds in chunks of images (`bind_chunks`).
 Where the input's writer offers it as bf16 pairs (`bf16_handoff`: one image, so one chunk),
 the product reads a grid of the hand-off's instead of the shared one, and pairs into it
 only on the runs where the writer left the float32 input (not every reader took the grid).
+A direct product of one image and an even number of filters is such a writer for readers
+of stride 1 whose grid rows are as wide as its own (ResNet's 3×3 after a 3×3 of stride 1):
+where every reader took the grid and no residual is added, it writes it (``grid_part``).
 """
 
 from __future__ import annotations
@@ -39,11 +42,11 @@ _compiling = threading.Lock()
 # float64s), the filters, the grid columns per image, words per tap, the taps and their
 # offsets' address, the grid's and the output's widths, the images and the bytes from one
 # image's grid and output to the next, and where a residual laid out as the output starts
-# (0 for none).
+# (0 for none); for ``grid_part``, the reader's grid, its words a row and the shift.
 _FIELD = {name: index for index, name in enumerate((
     "a", "b", "ldb", "c", "ldc", "rows_bias", "columns_bias", "low", "high", "m", "n",
     "words", "taps", "offsets", "grid_width", "width", "batch", "b_batch", "c_batch",
-    "residual"))}
+    "residual", "grid", "grid_ldb", "grid_shift"))}
 TILE = 32  # filters and grid columns per AMX tile (`gemm_amx_ir`)
 WORDS = 16  # channel pairs per step of K
 # Work per part at least, in tiles: a tile over a 64-channel 3×3 layer is about 1 µs.
@@ -98,8 +101,11 @@ def bind_chunks(data: Any, weight: Any, out: Any, geometry: Any,
     per_image = _words(data.shape[1]) * grid.image * 4
     chunk = max(1, CHUNK_GRID_BYTES // per_image)
     if data.shape[0] == 1:  # one chunk: the input as its writer may offer it
-        return [bind(data, weight, out, geometry, workspace,
-                     bf16_handoff.offered(workspace, data))]
+        product = bind(data, weight, out, geometry, workspace,
+                       bf16_handoff.offered(workspace, data))
+        if out.shape[1] % 2 == 0:
+            _offer_grid(product.product, grid.width, workspace, out)
+        return [product]
     return [bind(data[start:start + chunk], weight, out[start:start + chunk], geometry,
                  workspace) for start in range(0, data.shape[0], chunk)]
 
@@ -125,7 +131,7 @@ def bind(data: Any, weight: Any, out: Any, geometry: Any, workspace: Any,
                               + -(-columns // TILE) * TILE + int(offsets.max())))
     tag = ("bf16 grid", data.shape, tuple(kernel), tuple(stride), tuple(dilate), tuple(pad))
     handed = None if handoff is None else bf16_handoff.grid_for(
-        handoff, (words, plane), tag, grid.phase_runs, workspace)
+        handoff, (words, plane), tag, grid, workspace)
     words_grid = handed if handed is not None else workspace.zeroed(
         (words, plane), np.float32, ("bf16 grid", data.shape, tuple(stride), tuple(pad)))
     pairings = [bf16.patch_pairing(view, 1, words_grid, into)
@@ -150,6 +156,16 @@ def bind(data: Any, weight: Any, out: Any, geometry: Any, workspace: Any,
     if handed is not None:
         pair = bf16_handoff.take(handoff, pair)
     return bf16.paired_product(pair, product)
+
+
+def _offer_grid(product: DirectProduct, width: int, workspace: Any, out: Any) -> None:
+    """The product offering ``out`` to its readers as their grid where each is a direct
+    convolution of stride 1 over grid rows ``width`` words wide (`bf16_handoff.offer`)."""
+    handoff = bf16_handoff.offer(
+        workspace, out,
+        grids=lambda reader: reader.stride == (1, 1) and reader.width == width, columns=False)
+    if handoff is not None:
+        product.handoff = handoff
 
 
 def _words(channels: int) -> int:
@@ -234,7 +250,36 @@ class DirectProduct(partial):
 
     context: np.ndarray
     operands: tuple[Any, ...]
+    handoff: Any = None  # the `bf16_handoff` its output's readers may take as their grid
+    gridded: Any = None  # the job writing the grid, made on the first run that does
     leaves_blas_alone = True  # its tiles run on the spin pool, never in BLAS
+
+    def __call__(self) -> None:
+        """The product into the output, or into its readers' grid where every one took it
+        and no residual is added, saying which (``laid``)."""
+        handoff = self.handoff
+        if handoff is None:
+            return super().__call__()
+        paired = handoff.taken and int(self.context[_FIELD["residual"]]) == 0
+        if not paired:
+            super().__call__()
+        else:
+            if self.gridded is None:
+                self.gridded = self._grid_job(handoff)
+            self.gridded()
+        handoff.laid = paired
+        return None
+
+    def _grid_job(self, handoff: Any) -> Any:
+        """``grid_part`` over this product's context, its output the hand-off's grid."""
+        reader = handoff.grid
+        context = self.context.copy()
+        context[_FIELD["grid"]] = handoff.words.ctypes.data
+        context[_FIELD["grid_ldb"]] = handoff.words.shape[1]
+        context[_FIELD["grid_shift"]] = reader.pad[0] * reader.width + reader.pad[1]
+        # the job keeps the context it reads by address alive
+        return spin_pool.job(_compiled()["grid_part"], context, _parts(context),
+                             keep=(handoff.words,))
 
     def with_epilogue(self, bias_rows: Any = None, bias_columns: Any = None,
                       low: float = -np.inf, high: float = np.inf) -> DirectProduct:
@@ -253,7 +298,11 @@ class DirectProduct(partial):
             kept.append(bias_rows)
         bounds = context[_FIELD["low"]:_FIELD["high"] + 1].view(np.float64)
         bounds[:] = max(bounds[0], float(low)), min(bounds[1], float(high))
-        return _as_product(context, tuple(kept))
+        return self._carried(_as_product(context, tuple(kept)))
+
+    def _carried(self, product: DirectProduct) -> DirectProduct:
+        product.handoff = self.handoff
+        return product
 
     def writes_within(self, out: Any) -> bool:
         """Whether the output this product writes lies inside ``out`` (C-contiguous)."""
@@ -264,18 +313,21 @@ class DirectProduct(partial):
     def with_residual(self, out: Any, other: Any) -> DirectProduct:
         """This product adding ``other`` (laid out as ``out``, which its output lies in)
         before its clamp, after its bias (`gemm_kernel.Product.with_residual`)."""
-        return _as_product(*gemm_kernel.residual_context(
-            self.context, _FIELD["c"], _FIELD["residual"], out, other, self.operands))
+        return self._carried(_as_product(*gemm_kernel.residual_context(
+            self.context, _FIELD["c"], _FIELD["residual"], out, other, self.operands)))
 
 
 def _as_product(context: np.ndarray, operands: tuple[Any, ...]) -> DirectProduct:
-    batch, filters, columns = (int(context[_FIELD[name]]) for name in ("batch", "m", "n"))
-    tiles = batch * -(-filters // TILE) * -(-columns // TILE)
-    parts = min(max(1, tiles // PART_TILES), spin_pool.PARTS_PER_CORE * spin_pool.cores())
-    job = spin_pool.job(_compiled()["part"], context, parts)
+    job = spin_pool.job(_compiled()["part"], context, _parts(context))
     product = DirectProduct(job.func, *job.args)
     product.context, product.operands = context, (*operands, *job.keep)
     return product
+
+
+def _parts(context: np.ndarray) -> int:
+    batch, filters, columns = (int(context[_FIELD[name]]) for name in ("batch", "m", "n"))
+    tiles = batch * -(-filters // TILE) * -(-columns // TILE)
+    return min(max(1, tiles // PART_TILES), spin_pool.PARTS_PER_CORE * spin_pool.cores())
 
 
 def _compiled() -> dict[str, Any] | None:
@@ -293,7 +345,8 @@ def _compile() -> dict[str, Any] | None:
     engine = llvm_jit.compile_for_host(_module)
     if engine is None:
         return None
-    return {"engine": engine, "part": engine.get_function_address("part")}
+    return {"engine": engine, "part": engine.get_function_address("part"),
+            "grid_part": engine.get_function_address("grid_part")}
 
 
 def _module() -> Any:

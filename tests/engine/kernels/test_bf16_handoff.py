@@ -45,10 +45,10 @@ def served(symbol: Any, params: dict, feed: dict, precision: str,
     no writer offers one)."""
     offer = bf16_handoff.offer
 
-    def watched(workspace: Any, array: Any, grids: bool = False) -> Any:
+    def watched(workspace: Any, array: Any, grids: Any = False, columns: bool = True) -> Any:
         if handoffs is None:
             return None
-        handoff = offer(workspace, array, grids)
+        handoff = offer(workspace, array, grids, columns)
         handoffs.append(handoff)
         return handoff
 
@@ -63,14 +63,18 @@ def served(symbol: Any, params: dict, feed: dict, precision: str,
     return first
 
 
-def assert_one_handoff(symbol: Any, params: dict, feed: dict, taken: bool) -> None:
-    """The bf16 plan offers one hand-off, taken (and laid) or not as ``taken`` says, and
-    answers bit for bit what the same plan answers pairing its float32 arrays, near fp32."""
+def assert_one_handoff(symbol: Any, params: dict, feed: dict, taken: bool,
+                       laid: bool | None = None) -> None:
+    """The bf16 plan's first writer offers a hand-off, taken or not as ``taken`` says and
+    laid as ``laid`` does (as taken where not given), no later one laid (a direct 3×3
+    convolution read by a sum offers one too), and answers bit for bit what the same plan
+    answers pairing its float32 arrays, near fp32."""
     handoffs: list = []
     got = served(symbol, params, feed, "bf16", handoffs)
     offered = [handoff for handoff in handoffs if handoff is not None]
-    assert len(offered) == 1
-    assert offered[0].taken is taken and offered[0].laid is taken
+    assert offered
+    assert offered[0].taken is taken and offered[0].laid is (taken if laid is None else laid)
+    assert not any(handoff.laid for handoff in offered[1:])
     np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16"))
     want = served(symbol, params, feed, "fp32")
     assert np.abs(got - want).max() <= 0.03 * np.abs(want).max()
@@ -218,5 +222,65 @@ def test_resnet50_v2_hands_its_preactivations_over(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(bf16_handoff.PairedHandoff, "taken", property(lambda handoff: False))
     np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", []))
     want = served(symbol, params, feed, "fp32")
+    assert np.abs(got - want).max() <= 0.05 * np.abs(want).max()
+    assert got.argmax() == want.argmax()
+
+
+def chain(data: Any, second: str) -> Any:
+    """A 3×3 convolution and ReLU read by a ``3x3`` convolution (its grid as wide as the
+    first's: taken and written), a ``5x5`` (a wider grid), one of ``stride 2`` (phase
+    planes), or a 3×3 after the first convolution adds its input (``residual``: taken, but
+    the product with a residual writes the float32 array)."""
+    first = sym.Convolution(data, num_filter=64, kernel=(3, 3), pad=(1, 1), name="first")
+    if second == "residual":
+        first = first + data
+    net = sym.Activation(first, act_type="relu")
+    kernel, stride = {"5x5": (5, 1), "stride 2": (3, 2)}.get(second, (3, 1))
+    return sym.Convolution(net, num_filter=32, kernel=(kernel, kernel),
+                           stride=(stride, stride), pad=(kernel // 2, kernel // 2),
+                           name="second")
+
+
+@pytest.mark.parametrize("second,taken,laid", [
+    ("3x3", True, True), ("5x5", False, False), ("stride 2", False, False),
+    ("residual", True, False)])
+def test_a_direct_convolution_writes_the_next_ones_grid(second: str, taken: bool,
+                                                        laid: bool) -> None:
+    """A direct 3×3 convolution's product writes its reader's grid where the reader's grid
+    rows are as wide as its own (pairs of filters into words, the dropped columns left on
+    the border as zeros): the output that of the plan without the hand-off, bit for bit."""
+    symbol = chain(sym.var("data"), second)
+    params = nets.random_params(symbol, (1, 64, 13, 19), seed=7)
+    feed = {"data": np.random.default_rng(5).standard_normal((1, 64, 13, 19)).astype(
+        np.float32)}
+    assert_one_handoff(symbol, params, feed, taken, laid)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_resnet18_v1_hands_its_first_convolutions_grids_over(
+        monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
+    """ResNet-18 v1 (64 × 64) in bf16: each block's first 3×3 of stride 1 writes its second
+    3×3's grid (5 of 8: a strided first one's grid is phase planes of another width), the
+    outputs those of the same plan pairing the float32 arrays, bit for bit, and near fp32's."""
+    from engine.cpu import parallel
+
+    symbol = nets.resnet18_v1(classes=10)
+    params = nets.random_params(symbol, (1, 3, 64, 64), seed=5)
+    feed = {"data": np.random.default_rng(0).standard_normal((1, 3, 64, 64)).astype(
+        np.float32)}
+    before = parallel.threads()
+    parallel.set_threads(threads)
+    try:
+        handoffs: list = []
+        got = served(symbol, params, feed, "bf16", handoffs)
+        offered = [handoff for handoff in handoffs if handoff is not None]
+        assert sum(handoff.laid for handoff in offered) == 5
+        assert all(handoff.laid == handoff.taken for handoff in offered)
+        monkeypatch.setattr(bf16_handoff.PairedHandoff, "taken",
+                            property(lambda handoff: False))
+        np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", []))
+        want = served(symbol, params, feed, "fp32")
+    finally:
+        parallel.set_threads(before)
     assert np.abs(got - want).max() <= 0.05 * np.abs(want).max()
     assert got.argmax() == want.argmax()
