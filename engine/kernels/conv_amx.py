@@ -61,6 +61,13 @@ MAX_DEPTH_RATIO = 3
 # 1.53 / 1.53 / 1.58 / 1.86; 512 at 7² 2.72 / 2.53 / 2.40 / 2.37 (im2col: 4.63, 3.07, 2.84,
 # 2.62, 4.17).
 CHUNK_GRID_BYTES = 512 << 10
+# Steps of K (taps × channel pairs / 16) at most of a product writing its reader's grid: one
+# whose tiles store between the next tile's steps (`conv_amx_ir.INTERLEAVED_STEPS`).
+# ResNet-18 at batch 1, one thread, the writer and its reader with the grid handed over
+# against the float32 output paired (three interleaved runs): 64 filters at 56² (18 steps)
+# 0.91-0.98× and 0.83-0.95×, 128 at 28² (36) 0.94-1.0× and 0.92-0.98×; 256 at 14² (72)
+# 1.04-1.11× and 0.99-1.0×, 512 at 7² (144) 1.07-1.11× and 0.91-1.03×.
+GRID_MAX_STEPS = 48
 
 
 def available() -> bool:
@@ -103,7 +110,7 @@ def bind_chunks(data: Any, weight: Any, out: Any, geometry: Any,
     if data.shape[0] == 1:  # one chunk: the input as its writer may offer it
         product = bind(data, weight, out, geometry, workspace,
                        bf16_handoff.offered(workspace, data))
-        if out.shape[1] % 2 == 0:
+        if out.shape[1] % 2 == 0 and _k_steps(grid, data.shape[1]) <= GRID_MAX_STEPS:
             _offer_grid(product.product, grid.width, workspace, out)
         return [product]
     return [bind(data[start:start + chunk], weight, out[start:start + chunk], geometry,
@@ -156,6 +163,11 @@ def bind(data: Any, weight: Any, out: Any, geometry: Any, workspace: Any,
     if handed is not None:
         pair = bf16_handoff.take(handoff, pair)
     return bf16.paired_product(pair, product)
+
+
+def _k_steps(grid: _Grid, channels: int) -> int:
+    """The product's steps of K: each tap's channel pairs, 16 a step."""
+    return grid.tap_offsets().size * _words(channels) // WORDS
 
 
 def _offer_grid(product: DirectProduct, width: int, workspace: Any, out: Any) -> None:
