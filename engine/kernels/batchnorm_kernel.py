@@ -11,11 +11,14 @@ writes ``clip(x * scale + shift, low, high)``. The clamp after it folds into the
 
 In a bf16 plan whose AMX 1×1 products all read the output (`bf16_handoff`), the pass writes
 their bf16 pairs instead (`bf16.patch_pairing` with the statistics: the same values, rounded),
-so that no pairing pass reads the float32 output again (ResNet v2's pre-activation blocks).
+so that no pairing pass reads the float32 output again (ResNet v2's pre-activation blocks);
+where its readers are direct 3×3 convolutions (`conv_amx`), it writes the pairs into their
+zero-bordered grid (a basic ResNet v2 block's first convolution).
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -88,7 +91,7 @@ def bind(data: Any, gamma: Any, beta: Any, mean: Any, var: Any, eps: float, fix_
     args = (data.reshape(rows, -1), gamma, beta, mean, var, kind(eps), kind(1),
             int(bool(fix_gamma)), out.reshape(rows, -1))
     bounds = (kind(-np.inf), kind(np.inf))
-    handoff = bf16_handoff.offer(workspace, out) if workspace is not None \
+    handoff = bf16_handoff.offer(workspace, out, grids=True) if workspace is not None \
         and data.dtype == np.float32 and data.ndim == 4 else None
     if handoff is not None:
         return PairingBatchNormCall(batchnorm_or_pairs, *args, handoff, *bounds)
@@ -118,9 +121,18 @@ def batchnorm_or_pairs(data: Any, gamma: Any, beta: Any, mean: Any, var: Any, ep
 def _pairs(data: Any, gamma: Any, beta: Any, mean: Any, var: Any, eps: Any, one: Any,
            fix_gamma: int, out: Any, handoff: Any, low: Any, high: Any) -> Any:
     """A job writing ``clip(BatchNorm(data), low, high)`` (one sample's channels as rows) as
-    the hand-off's bf16 words, paired down their columns."""
-    return bf16.patch_pairing(data, 1, handoff.words,
-                              batchnorm=(gamma, beta, mean, var, eps, fix_gamma, low, high))
+    the hand-off's bf16 words, paired down their columns, or into its reader's grid."""
+    statistics = (gamma, beta, mean, var, eps, fix_gamma, low, high)
+    if handoff.grid is None:
+        return bf16.patch_pairing(data, 1, handoff.words, batchnorm=statistics)
+    jobs = tuple(bf16.patch_pairing(view, 1, handoff.words, into, batchnorm=statistics)
+                 for view, into in handoff.grid.phase_runs(data.reshape(handoff.source)))
+    return jobs[0] if len(jobs) == 1 else partial(_each, jobs)
+
+
+def _each(jobs: tuple[Any, ...]) -> None:
+    for job in jobs:
+        job()
 
 
 def compiled_kernels() -> dict[str, Any]:

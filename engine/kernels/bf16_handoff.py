@@ -14,6 +14,15 @@ the float32 array only where all have (`taken`), and says so (``laid``); a taker
 its pairing, and pairs the float32 array otherwise (a pooled writer: `EitherJob`). The words
 are the pairing pass's to the bit: the same clamped float32 values, rounded to bf16 the same
 way.
+
+A writer that can lay its pairs in a grid (`offer` with ``grids``: the BatchNorm pass, any
+grid; a direct convolution's product, one as wide as its own) may instead hand a direct 3×3
+convolution (`conv_amx`) the zero-bordered grid it reads (`grid_for`): the reader says
+where each of the array's runs of pixels lies in the grid, the writer writes them there,
+and the border stays zero. One hand-off has one
+layout, the first taker's: a reader wanting another does not take it. A grid is a buffer of
+the hand-off's slot, tagged with the reader's geometry, so that layers of one shape never
+share one while a hand-off waits for its reader (the convolution's own grid is shared).
 """
 
 from __future__ import annotations
@@ -31,11 +40,19 @@ TAG = "bf16 paired hand-off"
 class PairedHandoff:
     """What a writer and the products reading its output share."""
 
-    def __init__(self, readers: int, shape: tuple[int, int], slot: tuple[int, int]) -> None:
+    def __init__(self, readers: int, shape: tuple[int, int], slot: tuple[int, int],
+                 source: tuple[int, ...] = (), grids: Any = False,
+                 columns: bool = True) -> None:
         self.readers = readers  # inputs the plan binds to the array
         self.takers = 0  # those bound to read the words
         self.shape, self.slot = shape, slot  # the words' shape, and which buffer of it (K, n)
+        self.source = source  # the array's shape
+        self.grids, self.columns = grids, columns  # the layouts the writer writes (`offer`)
         self.words: np.ndarray | None = None  # the words the takers read (float32-viewed)
+        self.layout: Any = None  # the takers' layout: "words", or a grid's tag
+        # Where the pairs go: None for the words' columns end to end; for a grid, the
+        # reader's `conv_amx._Grid` (its ``phase_runs`` over a float32 array of `source`).
+        self.grid: Any = None
         self.laid = False  # whether the writer's last run wrote the words (not the array)
 
     @property
@@ -44,9 +61,13 @@ class PairedHandoff:
         return self.words is not None and self.takers == self.readers
 
 
-def offer(workspace: Any, array: Any) -> PairedHandoff | None:
+def offer(workspace: Any, array: Any, grids: bool | Callable[[Any], bool] = False,
+          columns: bool = True) -> PairedHandoff | None:
     """The writer's hand-off for ``array`` (one sample's planes) in a bf16 plan on AMX whose
-    readers the plan noted, none of them the plan's output; else None.
+    readers the plan noted, none of them the plan's output; else None. ``grids``: whether
+    the writer can write a reader's grid (`grid_for`), or which (a test of the reader's
+    `conv_amx._Grid`); ``columns``: whether it can write the words down their columns
+    (`words_for`: a 1×1 product's).
 
     The words are a buffer of the plan's kept for hand-offs of their shape and K (the pad
     past K must stay zero: writers of one K write the same cells), one the writer reserves
@@ -67,7 +88,8 @@ def offer(workspace: Any, array: Any) -> PairedHandoff | None:
         holders = workspace.shared(workspace.scratch, TAG, dict).setdefault(kind, [])
         slot = next((slot for slot, holder in enumerate(holders)
                      if holder.takers == holder.readers), len(holders))
-        handoff = PairedHandoff(len(readers), shape, (array.shape[1], slot))
+        handoff = PairedHandoff(len(readers), shape, (array.shape[1], slot), array.shape,
+                                grids, columns)
         holders[slot:slot + 1] = [handoff]
         return handoff
 
@@ -85,11 +107,28 @@ def words_for(handoff: PairedHandoff, shape: tuple[int, int],
               workspace: Any) -> np.ndarray | None:
     """The words (``shape``, float32-viewed, zeroed once) a reader of the hand-off would
     read; None where its product reads another shape."""
-    if shape != handoff.shape:
+    if (shape != handoff.shape or not handoff.columns
+            or handoff.layout not in (None, "words")):
         return None
     if handoff.words is None:
         handoff.words = workspace.zeroed(shape, np.float32, (TAG, handoff.slot))
+        handoff.layout = "words"
     return handoff.words
+
+
+def grid_for(handoff: PairedHandoff, shape: tuple[int, int], tag: Any, grid: Any,
+             workspace: Any) -> np.ndarray | None:
+    """The zero-bordered grid (``shape``, float32-viewed words, zeroed once) a direct
+    convolution reading the hand-off would read, ``tag`` naming its geometry and ``grid``
+    (`conv_amx._Grid`) placing an array of the hand-off's shape in it; None where the writer
+    cannot write that grid or another reader chose another layout."""
+    writes = handoff.grids(grid) if callable(handoff.grids) else handoff.grids
+    if not writes or handoff.layout not in (None, tag):
+        return None
+    if handoff.words is None:
+        handoff.words = workspace.zeroed(shape, np.float32, (TAG, handoff.slot, tag))
+        handoff.layout, handoff.grid = tag, grid
+    return handoff.words if handoff.words.shape == tuple(shape) else None
 
 
 def take(handoff: PairedHandoff, pair: Callable[[], Any]) -> Callable[[], Any]:

@@ -14,6 +14,13 @@ stride 1 (`_Grid`). Any padding and dilation, group 1; `DirectProduct` takes a b
 a residual and a clamp as `gemm_kernel.Product` does (`gemm_bind.with_bias`,
 `gemm_bind.with_residual`, `gemm_bind.clamped`). A
 batch binds in chunks of images (`bind_chunks`).
+
+Where the input's writer offers it as bf16 pairs (`bf16_handoff`: one image, so one chunk),
+the product reads a grid of the hand-off's instead of the shared one, and pairs into it
+only on the runs where the writer left the float32 input (not every reader took the grid).
+A direct product of one image and an even number of filters is such a writer for readers
+of stride 1 whose grid rows are as wide as its own (ResNet's 3×3 after a 3×3 of stride 1):
+where every reader took the grid and no residual is added, it writes it (``grid_part``).
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from engine.cpu import host_features, llvm_jit, spin_pool
-from engine.kernels import bf16, gemm_bind, gemm_kernel
+from engine.kernels import bf16, bf16_handoff, gemm_bind, gemm_kernel
 
 _state: dict[str, Any] = {}
 _compiling = threading.Lock()
@@ -35,11 +42,11 @@ _compiling = threading.Lock()
 # float64s), the filters, the grid columns per image, words per tap, the taps and their
 # offsets' address, the grid's and the output's widths, the images and the bytes from one
 # image's grid and output to the next, and where a residual laid out as the output starts
-# (0 for none).
+# (0 for none); for ``grid_part``, the reader's grid, its words a row and the shift.
 _FIELD = {name: index for index, name in enumerate((
     "a", "b", "ldb", "c", "ldc", "rows_bias", "columns_bias", "low", "high", "m", "n",
     "words", "taps", "offsets", "grid_width", "width", "batch", "b_batch", "c_batch",
-    "residual"))}
+    "residual", "grid", "grid_ldb", "grid_shift"))}
 TILE = 32  # filters and grid columns per AMX tile (`gemm_amx_ir`)
 WORDS = 16  # channel pairs per step of K
 # Work per part at least, in tiles: a tile over a 64-channel 3×3 layer is about 1 µs.
@@ -54,6 +61,13 @@ MAX_DEPTH_RATIO = 3
 # 1.53 / 1.53 / 1.58 / 1.86; 512 at 7² 2.72 / 2.53 / 2.40 / 2.37 (im2col: 4.63, 3.07, 2.84,
 # 2.62, 4.17).
 CHUNK_GRID_BYTES = 512 << 10
+# Steps of K (taps × channel pairs / 16) at most of a product writing its reader's grid: one
+# whose tiles store between the next tile's steps (`conv_amx_ir.INTERLEAVED_STEPS`).
+# ResNet-18 at batch 1, one thread, the writer and its reader with the grid handed over
+# against the float32 output paired (three interleaved runs): 64 filters at 56² (18 steps)
+# 0.91-0.98× and 0.83-0.95×, 128 at 28² (36) 0.94-1.0× and 0.92-0.98×; 256 at 14² (72)
+# 1.04-1.11× and 0.99-1.0×, 512 at 7² (144) 1.07-1.11× and 0.91-1.03×.
+GRID_MAX_STEPS = 48
 
 
 def available() -> bool:
@@ -93,13 +107,21 @@ def bind_chunks(data: Any, weight: Any, out: Any, geometry: Any,
     grid = _Grid((1, *data.shape[1:]), kernel, stride, dilate, pad)
     per_image = _words(data.shape[1]) * grid.image * 4
     chunk = max(1, CHUNK_GRID_BYTES // per_image)
+    if data.shape[0] == 1:  # one chunk: the input as its writer may offer it
+        product = bind(data, weight, out, geometry, workspace,
+                       bf16_handoff.offered(workspace, data))
+        if out.shape[1] % 2 == 0 and _k_steps(grid, data.shape[1]) <= GRID_MAX_STEPS:
+            _offer_grid(product.product, grid.width, workspace, out)
+        return [product]
     return [bind(data[start:start + chunk], weight, out[start:start + chunk], geometry,
                  workspace) for start in range(0, data.shape[0], chunk)]
 
 
-def bind(data: Any, weight: Any, out: Any, geometry: Any, workspace: Any) -> bf16.PairedProduct:
+def bind(data: Any, weight: Any, out: Any, geometry: Any, workspace: Any,
+         handoff: bf16_handoff.PairedHandoff | None = None) -> bf16.PairedProduct:
     """``out = conv(data, weight)`` (N, C, H, W) → (N, F, Ho, Wo): the input paired into
-    its grid, then the direct product, as one call (see `applies`)."""
+    its grid, then the direct product, as one call (see `applies`). ``handoff``: the bf16
+    hand-off the input's writer offered, whose grid the product reads where it may."""
     kernel, stride, dilate, pad = geometry
     batch, channels, height, width = data.shape
     filters, out_height, out_width = out.shape[1:]
@@ -114,8 +136,11 @@ def bind(data: Any, weight: Any, out: Any, geometry: Any, workspace: Any) -> bf1
     # Every image's pixels, and reads a tile past the last column, the largest tap on.
     plane = _plane_stride(max(batch * grid.image, (batch - 1) * grid.image
                               + -(-columns // TILE) * TILE + int(offsets.max())))
-    words_grid = workspace.zeroed((words, plane), np.float32,
-                                  ("bf16 grid", data.shape, tuple(stride), tuple(pad)))
+    tag = ("bf16 grid", data.shape, tuple(kernel), tuple(stride), tuple(dilate), tuple(pad))
+    handed = None if handoff is None else bf16_handoff.grid_for(
+        handoff, (words, plane), tag, grid, workspace)
+    words_grid = handed if handed is not None else workspace.zeroed(
+        (words, plane), np.float32, ("bf16 grid", data.shape, tuple(stride), tuple(pad)))
     pairings = [bf16.patch_pairing(view, 1, words_grid, into)
                 for view, into in grid.phase_runs(data)]
     if any(pair is None for pair in pairings):
@@ -135,7 +160,24 @@ def bind(data: Any, weight: Any, out: Any, geometry: Any, workspace: Any) -> bf1
     context[_FIELD["low"]:_FIELD["high"] + 1].view(np.float64)[:] = -np.inf, np.inf
     product = _as_product(context, (tiles, words_grid, out, zeros, offsets))
     pair = pairings[0] if len(pairings) == 1 else partial(_each, tuple(pairings))
+    if handed is not None:
+        pair = bf16_handoff.take(handoff, pair)
     return bf16.paired_product(pair, product)
+
+
+def _k_steps(grid: _Grid, channels: int) -> int:
+    """The product's steps of K: each tap's channel pairs, 16 a step."""
+    return grid.tap_offsets().size * _words(channels) // WORDS
+
+
+def _offer_grid(product: DirectProduct, width: int, workspace: Any, out: Any) -> None:
+    """The product offering ``out`` to its readers as their grid where each is a direct
+    convolution of stride 1 over grid rows ``width`` words wide (`bf16_handoff.offer`)."""
+    handoff = bf16_handoff.offer(
+        workspace, out,
+        grids=lambda reader: reader.stride == (1, 1) and reader.width == width, columns=False)
+    if handoff is not None:
+        product.handoff = handoff
 
 
 def _words(channels: int) -> int:
@@ -220,7 +262,36 @@ class DirectProduct(partial):
 
     context: np.ndarray
     operands: tuple[Any, ...]
+    handoff: Any = None  # the `bf16_handoff` its output's readers may take as their grid
+    gridded: Any = None  # the job writing the grid, made on the first run that does
     leaves_blas_alone = True  # its tiles run on the spin pool, never in BLAS
+
+    def __call__(self) -> None:
+        """The product into the output, or into its readers' grid where every one took it
+        and no residual is added, saying which (``laid``)."""
+        handoff = self.handoff
+        if handoff is None:
+            return super().__call__()
+        paired = handoff.taken and int(self.context[_FIELD["residual"]]) == 0
+        if not paired:
+            super().__call__()
+        else:
+            if self.gridded is None:
+                self.gridded = self._grid_job(handoff)
+            self.gridded()
+        handoff.laid = paired
+        return None
+
+    def _grid_job(self, handoff: Any) -> Any:
+        """``grid_part`` over this product's context, its output the hand-off's grid."""
+        reader = handoff.grid
+        context = self.context.copy()
+        context[_FIELD["grid"]] = handoff.words.ctypes.data
+        context[_FIELD["grid_ldb"]] = handoff.words.shape[1]
+        context[_FIELD["grid_shift"]] = reader.pad[0] * reader.width + reader.pad[1]
+        # the job keeps the context it reads by address alive
+        return spin_pool.job(_compiled()["grid_part"], context, _parts(context),
+                             keep=(handoff.words,))
 
     def with_epilogue(self, bias_rows: Any = None, bias_columns: Any = None,
                       low: float = -np.inf, high: float = np.inf) -> DirectProduct:
@@ -239,7 +310,11 @@ class DirectProduct(partial):
             kept.append(bias_rows)
         bounds = context[_FIELD["low"]:_FIELD["high"] + 1].view(np.float64)
         bounds[:] = max(bounds[0], float(low)), min(bounds[1], float(high))
-        return _as_product(context, tuple(kept))
+        return self._carried(_as_product(context, tuple(kept)))
+
+    def _carried(self, product: DirectProduct) -> DirectProduct:
+        product.handoff = self.handoff
+        return product
 
     def writes_within(self, out: Any) -> bool:
         """Whether the output this product writes lies inside ``out`` (C-contiguous)."""
@@ -250,18 +325,21 @@ class DirectProduct(partial):
     def with_residual(self, out: Any, other: Any) -> DirectProduct:
         """This product adding ``other`` (laid out as ``out``, which its output lies in)
         before its clamp, after its bias (`gemm_kernel.Product.with_residual`)."""
-        return _as_product(*gemm_kernel.residual_context(
-            self.context, _FIELD["c"], _FIELD["residual"], out, other, self.operands))
+        return self._carried(_as_product(*gemm_kernel.residual_context(
+            self.context, _FIELD["c"], _FIELD["residual"], out, other, self.operands)))
 
 
 def _as_product(context: np.ndarray, operands: tuple[Any, ...]) -> DirectProduct:
-    batch, filters, columns = (int(context[_FIELD[name]]) for name in ("batch", "m", "n"))
-    tiles = batch * -(-filters // TILE) * -(-columns // TILE)
-    parts = min(max(1, tiles // PART_TILES), spin_pool.PARTS_PER_CORE * spin_pool.cores())
-    job = spin_pool.job(_compiled()["part"], context, parts)
+    job = spin_pool.job(_compiled()["part"], context, _parts(context))
     product = DirectProduct(job.func, *job.args)
     product.context, product.operands = context, (*operands, *job.keep)
     return product
+
+
+def _parts(context: np.ndarray) -> int:
+    batch, filters, columns = (int(context[_FIELD[name]]) for name in ("batch", "m", "n"))
+    tiles = batch * -(-filters // TILE) * -(-columns // TILE)
+    return min(max(1, tiles // PART_TILES), spin_pool.PARTS_PER_CORE * spin_pool.cores())
 
 
 def _compiled() -> dict[str, Any] | None:
@@ -279,7 +357,8 @@ def _compile() -> dict[str, Any] | None:
     engine = llvm_jit.compile_for_host(_module)
     if engine is None:
         return None
-    return {"engine": engine, "part": engine.get_function_address("part")}
+    return {"engine": engine, "part": engine.get_function_address("part"),
+            "grid_part": engine.get_function_address("grid_part")}
 
 
 def _module() -> Any:

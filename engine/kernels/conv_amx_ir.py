@@ -13,6 +13,14 @@ another (``y·W + x``).
 ``vcompressps`` straight to memory took 12% of ResNet-18's 64-filter layers at 56² (0.195 ms
 against 0.175, one thread).
 
+``grid_part`` is ``part`` writing its output as another direct convolution's input
+(`bf16_handoff`): a pair of filters' rows rounded to bf16 and paired into one row of words,
+each column ``n`` at word ``n + shift`` of the reader's zero-bordered grid (of the same grid
+width, so the shift is constant), the kept lanes stored through their mask (no compress):
+the dropped columns would fall on the border, which stays zero. The context's ``grid``
+(the words' address), ``grid_ldb`` (words a row) and ``grid_shift`` say where; one image, an
+even number of filters, no residual.
+
 ``part(context, part, parts)`` is a `spin_pool` task over the tiles of every image, row
 blocks outside (a block of the weights stays in L2 while it meets each image's column tiles).
 A tile's sums wait in a buffer on the part's stack and go through the epilogue a few rows at
@@ -29,9 +37,10 @@ from typing import Any
 import llvmlite.ir as ir
 
 from engine.kernels.gemm_amx_ir import ROWS, WORDS, AmxTileKernel, release_tiles_at_returns
+from engine.kernels.gemm_bf16_ir import BFloatType
 from engine.kernels.gemm_ir import F32, I32, I64
 from engine.kernels.gemm_kernel import AMX_TILE
-from engine.kernels.task_ir import F64, as_float, fields, loop, splat, task
+from engine.kernels.task_ir import F64, as_float, fields, loop, masked_store, splat, task
 
 I8 = ir.IntType(8)
 TILE_COLUMNS = 2 * WORDS
@@ -120,6 +129,53 @@ class DirectConvKernel(AmxTileKernel):
         builder.ret_void()
         return function
 
+    def define_grid_rows_epilogue(self, name: str) -> ir.Function:
+        """`define_rows_epilogue`'s function (its arguments alike, rows [first, last) even)
+        storing bf16 pairs of filter rows: row pair ``p``'s words at ``c + p·ldc``, column
+        ``n``'s at word ``n`` on (``c`` is the tile's row block in the reader's grid, the
+        shift added). The values are the float32 epilogue's (biases, then the clamp, in its
+        order), rounded as the pairing pass rounds them (``fptrunc``: to nearest even)."""
+        words_type = ir.VectorType(I32, WORDS)
+        halves_type = ir.VectorType(BFloatType(), WORDS)
+        store_words = masked_store(self.module, words_type, "i32")
+        function = ir.Function(self.module, self.define_rows_epilogue_type(), name=name)
+        builder = ir.IRBuilder(function.append_basic_block("entry"))
+        floats, first, last, column, grid_width, width = function.args[:6]
+        n = function.args[13]
+        masks = [self._kept_lanes(builder, builder.add(column, I64(j * WORDS)), grid_width,
+                                  width, n) for j in range(self.shape.vectors)]
+        terms = self._epilogue_terms(function, builder, self.shape.vectors, masks)
+        words = builder.bitcast(terms["c"], I32.as_pointer())
+        order = [lane for index in range(WORDS) for lane in (index, index + WORDS)]
+        with loop(builder, function, builder.sdiv(first, I64(2)), builder.sdiv(last, I64(2)),
+                  "pair") as pair:
+            rows = (builder.mul(pair, I64(2)), builder.add(builder.mul(pair, I64(2)), I64(1)))
+            shifts = [self._row_shift(builder, terms, row) for row in rows]
+            line = builder.gep(words, [builder.add(builder.mul(pair, terms["ldc"]), column)])
+            for j in range(self.shape.vectors):
+                halves = []
+                for row, row_shift in zip(rows, shifts, strict=True):
+                    source = builder.gep(floats, [builder.mul(row, I64(TILE_COLUMNS))])
+                    value = builder.load(self._address(builder, source, j), align=64)
+                    value = builder.fadd(builder.fadd(value, row_shift), terms["shifts"][j])
+                    halves.append(builder.fptrunc(self._clamp(builder, terms, value),
+                                                  halves_type))
+                paired = builder.bitcast(builder.shuffle_vector(
+                    halves[0], halves[1], ir.Constant(ir.VectorType(I32, 2 * WORDS), order)),
+                    words_type)
+                target = builder.bitcast(builder.gep(line, [I64(j * WORDS)]),
+                                         words_type.as_pointer())
+                builder.call(store_words, [paired, target, I32(4), masks[j]])
+        builder.ret_void()
+        return function
+
+    def define_rows_epilogue_type(self) -> ir.FunctionType:
+        """The rows epilogue's type (see `define_rows_epilogue`)."""
+        pointer = F32.as_pointer()
+        return ir.FunctionType(ir.VoidType(), [pointer, I64, I64, I64, I64, I64, pointer, I64,
+                                               pointer, pointer, F32, F32, pointer, I64, I64,
+                                               I64])
+
     def _ask_rows(self, builder: ir.IRBuilder, function: ir.Function, base: Any, ldc: Any,
                   first: Any, last: Any, writing: bool) -> None:
         """A prefetch of the lines under each vector of rows [first, last) of ``base`` (laid
@@ -132,7 +188,7 @@ class DirectConvKernel(AmxTileKernel):
                     builder.call(self.prefetch, [builder.gep(at, [I64(offset)]),
                                                  I32(int(writing)), I32(3), I32(1)])
 
-    def define_tile(self, name: str, epilogue: ir.Function) -> ir.Function:
+    def define_tile(self, name: str, epilogue: ir.Function, pairs: bool = False) -> ir.Function:
         """``name(words, a, lda, acs, b, ldb, taps, offsets, fresh, floats, pending, <the
         pending tile's epilogue arguments from column on>)``: one tile of 32 filters by 32
         grid columns summed into tiles 0-3 and stored to ``floats``; ``fresh`` (not 0)
@@ -156,6 +212,8 @@ class DirectConvKernel(AmxTileKernel):
         # The pending rows spread over the steps, as many after each: one division per
         # tile, none per step.
         share = builder.sdiv(builder.add(pending, builder.sub(steps, I64(1))), steps)
+        if pairs:  # an even share: the grid's epilogue stores rows two at a time
+            share = builder.mul(builder.sdiv(builder.add(share, I64(1)), I64(2)), I64(2))
 
         def within_pending(row: Any) -> Any:
             return builder.select(builder.icmp_signed("<", row, pending), row, pending)
@@ -270,11 +328,12 @@ class DirectConvKernel(AmxTileKernel):
                                    splat(builder, builder.zext(count, I64), indices))
 
     def define_direct_part(self, name: str, tile: ir.Function, epilogue: ir.Function,
-                           positions: dict[str, int]) -> None:
+                           positions: dict[str, int], grid: bool = False) -> None:
         """``name(context, part, parts)``: a run of the tiles, row blocks outside the images
         and their column tiles, each tile's epilogue run during the next one's K loop and
         the last one's after it. ``context``: the int64 array `conv_amx` fills;
-        ``positions`` names its words (the bounds are float64s)."""
+        ``positions`` names its words (the bounds are float64s). ``grid``: the output goes
+        to the grid of words at ``grid`` (`define_grid_rows_epilogue`), one image."""
         function, builder, context, part, parts = task(self.module, name)
         self._part_prologue(builder)
         buffer = builder.alloca(ir.ArrayType(F32, 4 * ROWS * WORDS))
@@ -308,7 +367,8 @@ class DirectConvKernel(AmxTileKernel):
         def pending_arguments() -> list[Any]:
             held = {key: builder.load(slot) for key, slot in slots.items()}
             return [held["rows"], held["column"], field["grid_width"], field["width"],
-                    held["c"], field["ldc"], held["bias"], address("columns_bias", I64(0)),
+                    held["c"], field["grid_ldb" if grid else "ldc"], held["bias"],
+                    address("columns_bias", I64(0)),
                     low, high, held["residual"], n]
 
         with loop(builder, function, first, last, "tile") as number:
@@ -332,7 +392,13 @@ class DirectConvKernel(AmxTileKernel):
             # The residual lies as the output does (the output itself for none).
             residual = builder.select(builder.icmp_signed("!=", field["residual"], I64(0)),
                                       address("residual", c_at), address("c", c_at))
-            for key, value in (("rows", rows), ("column", column), ("c", address("c", c_at)),
+            if grid:  # row pair row / 2 of the grid, the shift on; no residual
+                c_out = address("grid", builder.mul(builder.add(builder.mul(builder.sdiv(
+                    row, I64(2)), field["grid_ldb"]), field["grid_shift"]), I64(4)))
+                residual = c_out
+            else:
+                c_out = address("c", c_at)
+            for key, value in (("rows", rows), ("column", column), ("c", c_out),
                                ("residual", residual),
                                ("bias", address("rows_bias", builder.mul(row, I64(4))))):
                 builder.store(value, slots[key])
@@ -355,4 +421,7 @@ def module(positions: dict[str, int]) -> ir.Module:
     epilogue = kernel.define_rows_epilogue("rows_epilogue")
     kernel.define_direct_part("part", kernel.define_tile("tile", epilogue), epilogue,
                               positions)
+    pairs = kernel.define_grid_rows_epilogue("grid_rows_epilogue")
+    kernel.define_direct_part("grid_part", kernel.define_tile("grid_tile", pairs, True), pairs,
+                              positions, grid=True)
     return kernel.module

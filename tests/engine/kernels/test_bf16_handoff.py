@@ -45,10 +45,10 @@ def served(symbol: Any, params: dict, feed: dict, precision: str,
     no writer offers one)."""
     offer = bf16_handoff.offer
 
-    def watched(workspace: Any, array: Any) -> Any:
+    def watched(workspace: Any, array: Any, grids: Any = False, columns: bool = True) -> Any:
         if handoffs is None:
             return None
-        handoff = offer(workspace, array)
+        handoff = offer(workspace, array, grids, columns)
         handoffs.append(handoff)
         return handoff
 
@@ -63,14 +63,18 @@ def served(symbol: Any, params: dict, feed: dict, precision: str,
     return first
 
 
-def assert_one_handoff(symbol: Any, params: dict, feed: dict, taken: bool) -> None:
-    """The bf16 plan offers one hand-off, taken (and laid) or not as ``taken`` says, and
-    answers bit for bit what the same plan answers pairing its float32 arrays, near fp32."""
+def assert_one_handoff(symbol: Any, params: dict, feed: dict, taken: bool,
+                       laid: bool | None = None) -> None:
+    """The bf16 plan's first writer offers a hand-off, taken or not as ``taken`` says and
+    laid as ``laid`` does (as taken where not given), no later one laid (a direct 3×3
+    convolution read by a sum offers one too), and answers bit for bit what the same plan
+    answers pairing its float32 arrays, near fp32."""
     handoffs: list = []
     got = served(symbol, params, feed, "bf16", handoffs)
     offered = [handoff for handoff in handoffs if handoff is not None]
-    assert len(offered) == 1
-    assert offered[0].taken is taken and offered[0].laid is taken
+    assert offered
+    assert offered[0].taken is taken and offered[0].laid is (taken if laid is None else laid)
+    assert not any(handoff.laid for handoff in offered[1:])
     np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16"))
     want = served(symbol, params, feed, "fp32")
     assert np.abs(got - want).max() <= 0.03 * np.abs(want).max()
@@ -161,10 +165,23 @@ def test_a_handed_over_activation_takes_amx_from_k_32() -> None:
 
 def preactivation(data: Any, readers: str) -> Any:
     """ResNet v2's pre-activation: a sum (so that nothing folds the BatchNorm away), BatchNorm
-    and ReLU, read by ``two`` 1×1 convolutions (a bottleneck's first and its shortcut), or by
-    a 1×1 and a 3×3 (which reads a zero-bordered grid, not the pairs)."""
+    and ReLU, read by ``two`` 1×1 convolutions (a bottleneck's first and its shortcut), by
+    a 1×1 and a 3×3 (``grid``: the 3×3 reads a zero-bordered grid, not the pairs), or by 3×3s
+    only (``3x3`` one, ``3x3 s2`` one of stride 2, ``3x3 twice`` two alike, ``3x3 mixed`` one
+    of stride 1 and one of stride 2: their grids differ)."""
     net = sym.Activation(sym.BatchNorm(data + 1, fix_gamma=False, eps=2e-5, name="bn"),
                          act_type="relu")
+    if readers.startswith("3x3"):
+        strides = {"3x3": [1], "3x3 s2": [2], "3x3 twice": [1, 1], "3x3 mixed": [1, 2]}[readers]
+        convolutions = [sym.Convolution(net, num_filter=32, kernel=(3, 3), pad=(1, 1),
+                                        stride=(stride, stride), no_bias=True, name=f"conv{i}")
+                        for i, stride in enumerate(strides)]
+        if len(convolutions) == 1:
+            return convolutions[0]
+        if strides[0] != strides[1]:
+            return convolutions[0] + sym.UpSampling(convolutions[1], scale=2,
+                                                    sample_type="nearest")
+        return convolutions[0] + convolutions[1]
     first = sym.Convolution(net, num_filter=32, kernel=(1, 1), no_bias=True, name="conv1")
     other = sym.Convolution(net, num_filter=32, kernel=(3, 3) if readers == "grid" else (1, 1),
                             pad=(1, 1) if readers == "grid" else (0, 0), no_bias=True,
@@ -172,13 +189,18 @@ def preactivation(data: Any, readers: str) -> Any:
     return first + other
 
 
-@pytest.mark.parametrize("readers,taken", [("two", True), ("grid", False)])
+@pytest.mark.parametrize("readers,taken", [
+    ("two", True), ("grid", False), ("3x3", True), ("3x3 s2", True), ("3x3 twice", True),
+    ("3x3 mixed", False)])
 def test_a_preactivation_batchnorm_hands_its_readers_their_pairs(readers: str,
                                                                  taken: bool) -> None:
+    """The pairs, or a direct 3×3 convolution's grid where its readers are such alike (the
+    border left zero: the outputs those of the plan without a hand-off, bit for bit)."""
     symbol = preactivation(sym.var("data"), readers)
-    params = nets.random_params(symbol, (1, 64, 15, 17), seed=6)
+    size = (16, 18) if readers == "3x3 mixed" else (15, 17)
+    params = nets.random_params(symbol, (1, 64, *size), seed=6)
     params["bn_moving_mean"] = np.random.default_rng(3).standard_normal(64).astype(np.float32)
-    feed = {"data": np.random.default_rng(2).standard_normal((1, 64, 15, 17)).astype(
+    feed = {"data": np.random.default_rng(2).standard_normal((1, 64, *size)).astype(
         np.float32)}
     assert_one_handoff(symbol, params, feed, taken)
 
@@ -200,5 +222,66 @@ def test_resnet50_v2_hands_its_preactivations_over(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(bf16_handoff.PairedHandoff, "taken", property(lambda handoff: False))
     np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", []))
     want = served(symbol, params, feed, "fp32")
+    assert np.abs(got - want).max() <= 0.05 * np.abs(want).max()
+    assert got.argmax() == want.argmax()
+
+
+def chain(data: Any, second: str) -> Any:
+    """A 3×3 convolution and ReLU read by a ``3x3`` convolution (its grid as wide as the
+    first's: taken and written), a ``5x5`` (a wider grid), one of ``stride 2`` (phase
+    planes), or a 3×3 after the first convolution adds its input (``residual``: taken, but
+    the product with a residual writes the float32 array)."""
+    first = sym.Convolution(data, num_filter=64, kernel=(3, 3), pad=(1, 1), name="first")
+    if second == "residual":
+        first = first + data
+    net = sym.Activation(first, act_type="relu")
+    kernel, stride = {"5x5": (5, 1), "stride 2": (3, 2)}.get(second, (3, 1))
+    return sym.Convolution(net, num_filter=32, kernel=(kernel, kernel),
+                           stride=(stride, stride), pad=(kernel // 2, kernel // 2),
+                           name="second")
+
+
+@pytest.mark.parametrize("second,taken,laid", [
+    ("3x3", True, True), ("5x5", False, False), ("stride 2", False, False),
+    ("residual", True, False)])
+def test_a_direct_convolution_writes_the_next_ones_grid(second: str, taken: bool,
+                                                        laid: bool) -> None:
+    """A direct 3×3 convolution's product writes its reader's grid where the reader's grid
+    rows are as wide as its own (pairs of filters into words, the dropped columns left on
+    the border as zeros): the output that of the plan without the hand-off, bit for bit."""
+    symbol = chain(sym.var("data"), second)
+    params = nets.random_params(symbol, (1, 64, 13, 19), seed=7)
+    feed = {"data": np.random.default_rng(5).standard_normal((1, 64, 13, 19)).astype(
+        np.float32)}
+    assert_one_handoff(symbol, params, feed, taken, laid)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_resnet18_v1_hands_its_first_convolutions_grids_over(
+        monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
+    """ResNet-18 v1 (64 × 64) in bf16: each block's first 3×3 of stride 1 and up to 128
+    channels writes its second 3×3's grid (3 of 8: a strided first one's grid is phase planes
+    of another width; over a longer K writing the grid did not pay), the outputs those of the
+    same plan pairing the float32 arrays, bit for bit, and near fp32's."""
+    from engine.cpu import parallel
+
+    symbol = nets.resnet18_v1(classes=10)
+    params = nets.random_params(symbol, (1, 3, 64, 64), seed=5)
+    feed = {"data": np.random.default_rng(0).standard_normal((1, 3, 64, 64)).astype(
+        np.float32)}
+    before = parallel.threads()
+    parallel.set_threads(threads)
+    try:
+        handoffs: list = []
+        got = served(symbol, params, feed, "bf16", handoffs)
+        offered = [handoff for handoff in handoffs if handoff is not None]
+        assert sum(handoff.laid for handoff in offered) == 3
+        assert all(handoff.laid == handoff.taken for handoff in offered)
+        monkeypatch.setattr(bf16_handoff.PairedHandoff, "taken",
+                            property(lambda handoff: False))
+        np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", []))
+        want = served(symbol, params, feed, "fp32")
+    finally:
+        parallel.set_threads(before)
     assert np.abs(got - want).max() <= 0.05 * np.abs(want).max()
     assert got.argmax() == want.argmax()
