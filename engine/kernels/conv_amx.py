@@ -180,6 +180,15 @@ def _offer_grid(product: DirectProduct, width: int, workspace: Any, out: Any) ->
         product.handoff = handoff
 
 
+def withdraw_grid_offers(calls: list[Any]) -> None:
+    """The direct products among ``calls`` write their float32 output whatever their
+    readers took: a pass of the same layer runs on that output after them."""
+    for call in calls:
+        product = getattr(call, "product", None)
+        if isinstance(product, DirectProduct):
+            product.handoff = None
+
+
 def _words(channels: int) -> int:
     """Words per tap: the channel pairs, padded to a step of K."""
     return -(-channels // (2 * WORDS)) * WORDS

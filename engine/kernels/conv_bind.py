@@ -102,6 +102,9 @@ def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometr
     if bias is not None and gemm_bind.takes_bias(calls, bias):
         return gemm_bind.with_bias(calls, bias_rows=bias)
     if bias is not None:
+        # The bias is added to the float32 output after the products: none may write its
+        # readers' grid instead, or they would read the sums without it.
+        conv_amx.withdraw_grid_offers(calls)
         calls.append(partial(xp.add, out, bias.reshape(1, filters, *(1,) * len(size)), out))
     return calls
 

@@ -256,6 +256,21 @@ def test_a_direct_convolution_writes_the_next_ones_grid(second: str, taken: bool
     assert_one_handoff(symbol, params, feed, taken, laid)
 
 
+def test_a_convolution_whose_bias_is_added_after_its_product_writes_no_grid(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the products cannot take the bias (a pass adds it to the float32 output after
+    them), the writer's readers pair that output: the grid would lack the bias."""
+    from engine.kernels import conv_bind
+
+    monkeypatch.setattr(conv_bind.gemm_bind, "takes_bias", lambda calls, bias: False)
+    symbol = chain(sym.var("data"), "3x3")
+    params = nets.random_params(symbol, (1, 64, 13, 19), seed=7)
+    params["first_bias"] = np.random.default_rng(1).standard_normal(64).astype(np.float32)
+    feed = {"data": np.random.default_rng(5).standard_normal((1, 64, 13, 19)).astype(
+        np.float32)}
+    assert_one_handoff(symbol, params, feed, taken=True, laid=False)
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_resnet18_v1_hands_its_first_convolutions_grids_over(
         monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
