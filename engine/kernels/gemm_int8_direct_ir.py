@@ -22,6 +22,8 @@ products run.
 
 from __future__ import annotations
 
+from typing import Any
+
 import llvmlite.ir as ir
 
 from engine.kernels.gemm_amx_ir import declare_tile_intrinsics, release_tiles_at_returns
@@ -85,21 +87,24 @@ class DirectInt8Kernel:
         panel_bytes = builder.mul(groups, I64(COLUMNS * 4))
         terms = function.args[15]
         fused = builder.icmp_unsigned("!=", builder.ptrtoint(terms, I64), I64(0))
-        with loop(builder, function, first, last, "panel") as panel:
-            b_panel = builder.gep(b, [builder.mul(panel, panel_bytes)])
-            column = builder.mul(panel, I64(COLUMNS))
-            shifts = [builder.load(builder.bitcast(
-                builder.gep(offsets, [builder.add(column, I64(j * LANES))]),
-                self.vector.as_pointer()), align=4) for j in range(2)]
-            with builder.if_else(fused) as (requantized, summed):
-                with requantized:
-                    self._fused_blocks(function, builder, column, b_panel, shifts, step_count,
-                                       buffer)
-                with summed, loop(builder, function, I64(0), row_blocks, "block") as block:
+        with builder.if_else(fused) as (requantized, summed):
+            with requantized:
+                self._fused_pairs(function, builder, step_count, panel_bytes, buffer)
+            with summed, loop(builder, function, first, last, "panel") as panel:
+                b_panel = builder.gep(b, [builder.mul(panel, panel_bytes)])
+                column = builder.mul(panel, I64(COLUMNS))
+                shifts = self._shifts(builder, offsets, column)
+                with loop(builder, function, I64(0), row_blocks, "block") as block:
                     self._block(function, builder, block, column, b_panel, shifts,
                                 step_count)
         builder.ret_void()
         return function
+
+    def _shifts(self, builder: ir.IRBuilder, offsets: ir.Value, column: ir.Value) -> list[Any]:
+        """The two vectors of column offsets of the panel from ``column``."""
+        return [builder.load(builder.bitcast(
+            builder.gep(offsets, [builder.add(column, I64(j * LANES))]),
+            self.vector.as_pointer()), align=4) for j in range(2)]
 
     def _sum_tiles(self, function: ir.Function, builder: ir.IRBuilder, block: ir.Value,
                    b_panel: ir.Value, step_count: ir.Value) -> None:
@@ -133,32 +138,45 @@ class DirectInt8Kernel:
             builder.call(self.store_tile, [I8(accumulator), builder.bitcast(
                 target, I8.as_pointer()), builder.mul(ldc, I64(4))])
 
-    def _fused_blocks(self, function: ir.Function, builder: ir.IRBuilder, column: ir.Value,
-                      b_panel: ir.Value, shifts: list[ir.Value], step_count: ir.Value,
-                      buffer: ir.Value) -> None:
-        """A panel's row blocks requantized one behind: block b's products are issued, then
-        block b - 1's sums (in the buffer's other half) requantized while AMX multiplies,
-        then block b's tiles stored to its half. The sums never reach C: two blocks' lines in
-        L1, where every block stored to C took its lines from L2 first (ResNet-50 v2's 1×1
-        64 → 256 layers at 56², one thread, in order: 0.84-0.91× the time)."""
-        row_blocks, rows, block_base, terms, factors = (function.args[index]
-                                                        for index in (9, 13, 14, 15, 16))
+    def _fused_pairs(self, function: ir.Function, builder: ir.IRBuilder, step_count: ir.Value,
+                     panel_bytes: ir.Value, buffer: ir.Value) -> None:
+        """The (row block, panel) tiles of panels ``[first, last)``, each block's panels in
+        turn, requantized one behind: a tile's products are issued, then the tile before's
+        sums (in the buffer's other half) requantized while AMX multiplies, then the tile's
+        sums stored to its half. The sums never reach C, two tiles' lines staying in L1
+        (every tile stored to C took its lines from L2 first), and a block's output rows
+        are whole before the next block's: panel by panel, each wrote half a line of every
+        row of the output before the next panel wrote the other half."""
+        b, offsets, row_blocks, first, last, rows, block_base, terms, factors = (
+            function.args[index] for index in (3, 7, 9, 10, 11, 13, 14, 15, 16))
+        panels = builder.sub(last, first)
         span = builder.mul(rows, I64(2))
 
-        def requantize(block: ir.Value) -> None:
-            half = builder.gep(buffer, [builder.mul(builder.and_(block, I64(1)),
+        def place(pair: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
+            """A tile's block, panel, and its half of the buffer."""
+            block = builder.sdiv(pair, panels)
+            panel = builder.add(first, builder.sub(pair, builder.mul(block, panels)))
+            half = builder.gep(buffer, [builder.mul(builder.and_(pair, I64(1)),
                                                     I64(BUFFER_WORDS))])
-            builder.call(self.requantize, [half, I64(COLUMNS), column, builder.mul(
-                builder.add(block, block_base), span), span, terms, factors, *shifts])
+            return block, panel, half
 
-        with loop(builder, function, I64(0), row_blocks, "fused_block") as block:
-            self._sum_tiles(function, builder, block, b_panel, step_count)
-            with builder.if_then(builder.icmp_signed(">", block, I64(0))):
-                requantize(builder.sub(block, I64(1)))
-            self._store_tiles(builder, builder.gep(buffer, [builder.mul(
-                builder.and_(block, I64(1)), I64(BUFFER_WORDS))]), I64(COLUMNS))
-        with builder.if_then(builder.icmp_signed(">", row_blocks, I64(0))):
-            requantize(builder.sub(row_blocks, I64(1)))
+        def requantize(pair: ir.Value) -> None:
+            block, panel, half = place(pair)
+            column = builder.mul(panel, I64(COLUMNS))
+            builder.call(self.requantize, [half, I64(COLUMNS), column, builder.mul(
+                builder.add(block, block_base), span), span, terms, factors,
+                *self._shifts(builder, offsets, column)])
+
+        pairs = builder.mul(row_blocks, panels)
+        with loop(builder, function, I64(0), pairs, "fused_tile") as pair:
+            block, panel, half = place(pair)
+            self._sum_tiles(function, builder, block,
+                            builder.gep(b, [builder.mul(panel, panel_bytes)]), step_count)
+            with builder.if_then(builder.icmp_signed(">", pair, I64(0))):
+                requantize(builder.sub(pair, I64(1)))
+            self._store_tiles(builder, half, I64(COLUMNS))
+        with builder.if_then(builder.icmp_signed(">", pairs, I64(0))):
+            requantize(builder.sub(pairs, I64(1)))
 
     def _block(self, function: ir.Function, builder: ir.IRBuilder, block: ir.Value,
                column: ir.Value, b_panel: ir.Value, shifts: list[ir.Value],
@@ -292,8 +310,10 @@ class DirectInt8Kernel:
 
     def _define_task(self) -> ir.Function:
         """``task(context, part, parts)``, context ``[image, row_stride, steps, b, groups, c,
-        ldc, offsets, starts, row_blocks, panel_count, config, rows]``: the (panel, row
-        block) tiles cut into ``parts`` runs as `gemm_int8_ir.define_task` cuts them."""
+        ldc, offsets, starts, row_blocks, panel_count, config, rows, terms, factors]``: the
+        (panel, row block) tiles cut into ``parts`` runs as `gemm_int8_ir.define_task` cuts
+        them; requantized (``terms`` set) over a row block a part or more, the row blocks cut
+        into ``parts`` runs instead, each block's panels together."""
         wide = I64.as_pointer()
         function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [wide, I64, I64]),
                                name="task")
@@ -310,15 +330,27 @@ class DirectInt8Kernel:
                                 for value in (steps, starts, terms))
         factors = builder.inttoptr(factors, F32.as_pointer())
 
-        def call(panel: ir.Value, block: ir.Value, count: ir.Value) -> None:
+        def call(panel: ir.Value, block: ir.Value, count: ir.Value,
+                 panel_end: ir.Value | None = None) -> None:
             first_row = builder.mul(block, builder.mul(rows, I64(2)))
             builder.call(self.direct, [image, row_stride, steps, b, groups,
                                        builder.gep(c, [builder.mul(first_row, ldc)]), ldc,
                                        offsets, builder.gep(starts, [builder.mul(block, I64(2))]),
-                                       count, panel, builder.add(panel, I64(1)), config, rows,
-                                       block, terms, factors])
+                                       count, panel, panel_end or builder.add(panel, I64(1)),
+                                       config, rows, block, terms, factors])
 
-        for_each_run(builder, function, row_blocks, panels, part, parts, call)
+        fused = builder.icmp_unsigned("!=", builder.ptrtoint(terms, I64), I64(0))
+        # requantized with a row block for each part: a part's share of the row blocks,
+        # every panel of each
+        by_blocks = builder.and_(fused, builder.icmp_signed(">=", row_blocks, parts))
+        with builder.if_else(by_blocks) as (requantized, summed):
+            with requantized:
+                start = builder.sdiv(builder.mul(row_blocks, part), parts)
+                end = builder.sdiv(builder.mul(row_blocks, builder.add(part, I64(1))), parts)
+                with builder.if_then(builder.icmp_signed("<", start, end)):
+                    call(I64(0), start, builder.sub(end, start), panels)
+            with summed:
+                for_each_run(builder, function, row_blocks, panels, part, parts, call)
         builder.ret_void()
         release_tiles_at_returns(self, function)
         return function
