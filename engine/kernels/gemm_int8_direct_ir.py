@@ -312,8 +312,8 @@ class DirectInt8Kernel:
         """``task(context, part, parts)``, context ``[image, row_stride, steps, b, groups, c,
         ldc, offsets, starts, row_blocks, panel_count, config, rows, terms, factors]``: the
         (panel, row block) tiles cut into ``parts`` runs as `gemm_int8_ir.define_task` cuts
-        them; requantized (``terms`` set) over a row block a part or more, the row blocks cut
-        into ``parts`` runs instead, each block's panels together."""
+        them; requantized (``terms`` set) over four row blocks a part or more, the row blocks
+        cut into ``parts`` runs instead, each block's panels together."""
         wide = I64.as_pointer()
         function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [wide, I64, I64]),
                                name="task")
@@ -340,9 +340,11 @@ class DirectInt8Kernel:
                                        config, rows, block, terms, factors])
 
         fused = builder.icmp_unsigned("!=", builder.ptrtoint(terms, I64), I64(0))
-        # requantized with a row block for each part: a part's share of the row blocks,
-        # every panel of each
-        by_blocks = builder.and_(fused, builder.icmp_signed(">=", row_blocks, parts))
+        # requantized with four row blocks or more for each part (shares of whole blocks then
+        # stay within a quarter of each other): a part's share of the row blocks, every
+        # panel of each
+        by_blocks = builder.and_(fused, builder.icmp_signed(">=", row_blocks,
+                                                           builder.mul(parts, I64(4))))
         with builder.if_else(by_blocks) as (requantized, summed):
             with requantized:
                 start = builder.sdiv(builder.mul(row_blocks, part), parts)
