@@ -239,27 +239,35 @@ class DirectInt8Kernel:
         is_signed = builder.icmp_unsigned("!=", signed, I64(0))
         last = builder.add(first_row, count)
         last = builder.select(builder.icmp_signed("<", valid, last), valid, last)
-        # One row loop for each of (residual or none, sums in int32 or int64), chosen once:
-        # a layer without a residual adds nothing (its zero row's 0.0 changes no byte), and
-        # where every sum plus its bias stays inside int32 the add and the conversion to
-        # float32 take one vector each, not two (the same integer, the same rounding).
+        # One row loop for each of (residual or none, sums in int32 or int64, and with a
+        # residual: an activation before the sum or none, the residual signed or not),
+        # chosen once: a layer without a residual adds nothing (its zero row's 0.0 changes
+        # no byte), where every sum plus its bias stays inside int32 the add and the
+        # conversion to float32 take one vector each, not two (the same integer, the same
+        # rounding), and a clamp to the two infinities changes nothing.
         residual_bytes = builder.icmp_unsigned("!=", residual_stride, I64(0))
         narrow = builder.icmp_unsigned("!=", narrow_flag, I64(0))
+        act_clamps = builder.or_(
+            builder.fcmp_ordered("!=", builder.extract_element(act_low, I32(0)),
+                                 ir.Constant(F32, float("-inf"))),
+            builder.fcmp_ordered("!=", builder.extract_element(act_top, I32(0)),
+                                 ir.Constant(F32, float("inf"))))
+        choice = builder.zext(narrow, I64)
+        for flag, weight in ((residual_bytes, 2), (builder.and_(residual_bytes, act_clamps), 4),
+                             (builder.and_(residual_bytes, is_signed), 8)):
+            choice = builder.add(choice, builder.mul(builder.zext(flag, I64), I64(weight)))
         done = function.append_basic_block("rows_done")
         variants = {}
         for with_residual in (True, False):
             for in_int32 in (True, False):
-                variants[with_residual, in_int32] = function.append_basic_block(
-                    f"rows_{'residual' if with_residual else 'alone'}_"
-                    f"{'int32' if in_int32 else 'int64'}")
-        pick_alone, pick_residual = (function.append_basic_block(name)
-                                     for name in ("pick_alone", "pick_residual"))
-        builder.cbranch(residual_bytes, pick_residual, pick_alone)
-        for with_residual, block in ((True, pick_residual), (False, pick_alone)):
-            builder.position_at_end(block)
-            builder.cbranch(narrow, variants[with_residual, True],
-                            variants[with_residual, False])
-        for (with_residual, in_int32), block in variants.items():
+                for clamped in (True, False) if with_residual else (False,):
+                    for signed_summand in (True, False) if with_residual else (False,):
+                        variants[with_residual, in_int32, clamped, signed_summand] = (
+                            function.append_basic_block("rows"))
+        switch = builder.switch(choice, done)
+        for key, block in variants.items():
+            switch.add_case(I64(key[1] + 2 * key[0] + 4 * key[2] + 8 * key[3]), block)
+        for (with_residual, in_int32, clamped, signed_summand), block in variants.items():
             builder.position_at_end(block)
             with loop(builder, function, first_row, last, "row") as row:
                 line = builder.gep(corner, [builder.mul(builder.sub(row, first_row), ldc)])
@@ -272,16 +280,16 @@ class DirectInt8Kernel:
                         exact = builder.add(builder.sext(sums, indices), shift)
                     value = builder.fmul(builder.sitofp(exact, self.floats), factor)
                     if with_residual:
-                        value = self._clamp(builder, value, act_low, act_top)
+                        if clamped:
+                            value = self._clamp(builder, value, act_low, act_top)
                         summand = builder.call(self.masked_load, [
                             builder.bitcast(builder.gep(residual, [builder.add(
                                 builder.mul(row, residual_stride), at)]),
                                 self.bytes.as_pointer()),
                             I32(1), mask, ir.Constant(self.bytes, [0] * LANES)])
-                        summand = builder.select(is_signed,
-                                                 builder.sitofp(summand, self.floats),
-                                                 builder.uitofp(summand, self.floats))
-                        value = builder.fadd(value, builder.fmul(residual_scale, summand))
+                        convert = builder.sitofp if signed_summand else builder.uitofp
+                        value = builder.fadd(value, builder.fmul(residual_scale, convert(
+                            summand, self.floats)))
                     low, top = (summed_low, summed_top) if with_residual else (alone_low,
                                                                                 alone_top)
                     value = self._clamp(builder, value, low, top)
