@@ -22,6 +22,7 @@ products run.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
 
 import llvmlite.ir as ir
@@ -256,6 +257,7 @@ class DirectInt8Kernel:
         for flag, weight in ((residual_bytes, 2), (builder.and_(residual_bytes, act_clamps), 4),
                              (builder.and_(residual_bytes, is_signed), 8)):
             choice = builder.add(choice, builder.mul(builder.zext(flag, I64), I64(weight)))
+        second_half = builder.icmp_signed("<", builder.add(column, I64(LANES)), filters)
         done = function.append_basic_block("rows_done")
         variants = {}
         for with_residual in (True, False):
@@ -272,33 +274,36 @@ class DirectInt8Kernel:
             with loop(builder, function, first_row, last, "row") as row:
                 line = builder.gep(corner, [builder.mul(builder.sub(row, first_row), ldc)])
                 for half, (at, mask, shift, factor) in enumerate(halves):
-                    sums = builder.load(builder.bitcast(builder.gep(line, [I64(half * LANES)]),
-                                                        self.vector.as_pointer()), align=4)
-                    if in_int32:
-                        exact = builder.add(sums, builder.trunc(shift, self.vector))
-                    else:
-                        exact = builder.add(builder.sext(sums, indices), shift)
-                    value = builder.fmul(builder.sitofp(exact, self.floats), factor)
-                    if with_residual:
-                        if clamped:
-                            value = self._clamp(builder, value, act_low, act_top)
-                        summand = builder.call(self.masked_load, [
-                            builder.bitcast(builder.gep(residual, [builder.add(
-                                builder.mul(row, residual_stride), at)]),
-                                self.bytes.as_pointer()),
-                            I32(1), mask, ir.Constant(self.bytes, [0] * LANES)])
-                        convert = builder.sitofp if signed_summand else builder.uitofp
-                        value = builder.fadd(value, builder.fmul(residual_scale, convert(
-                            summand, self.floats)))
-                    low, top = (summed_low, summed_top) if with_residual else (alone_low,
-                                                                                alone_top)
-                    value = self._clamp(builder, value, low, top)
-                    code = builder.trunc(builder.call(self.round_to_words, [
-                        value, ir.Constant(self.vector, [0] * LANES),
-                        ir.Constant(ir.IntType(16), -1), I32(ROUND_NEAREST)]), self.bytes)
-                    target = builder.gep(out, [builder.add(builder.mul(row, filters), at)])
-                    builder.call(self.masked_store, [code, builder.bitcast(
-                        target, self.bytes.as_pointer()), I32(1), mask])
+                    # the panel's second half only where a filter lies there (a layer of
+                    # 16 filters: none; the branch is the same for the whole loop)
+                    with (builder.if_then(second_half) if half else nullcontext()):
+                        sums = builder.load(builder.bitcast(builder.gep(line, [I64(half * LANES)]),
+                                                            self.vector.as_pointer()), align=4)
+                        if in_int32:
+                            exact = builder.add(sums, builder.trunc(shift, self.vector))
+                        else:
+                            exact = builder.add(builder.sext(sums, indices), shift)
+                        value = builder.fmul(builder.sitofp(exact, self.floats), factor)
+                        if with_residual:
+                            if clamped:
+                                value = self._clamp(builder, value, act_low, act_top)
+                            summand = builder.call(self.masked_load, [
+                                builder.bitcast(builder.gep(residual, [builder.add(
+                                    builder.mul(row, residual_stride), at)]),
+                                    self.bytes.as_pointer()),
+                                I32(1), mask, ir.Constant(self.bytes, [0] * LANES)])
+                            convert = builder.sitofp if signed_summand else builder.uitofp
+                            value = builder.fadd(value, builder.fmul(residual_scale, convert(
+                                summand, self.floats)))
+                        low, top = (summed_low, summed_top) if with_residual else (alone_low,
+                                                                                    alone_top)
+                        value = self._clamp(builder, value, low, top)
+                        code = builder.trunc(builder.call(self.round_to_words, [
+                            value, ir.Constant(self.vector, [0] * LANES),
+                            ir.Constant(ir.IntType(16), -1), I32(ROUND_NEAREST)]), self.bytes)
+                        target = builder.gep(out, [builder.add(builder.mul(row, filters), at)])
+                        builder.call(self.masked_store, [code, builder.bitcast(
+                            target, self.bytes.as_pointer()), I32(1), mask])
             builder.branch(done)
         builder.position_at_end(done)
         builder.ret_void()
