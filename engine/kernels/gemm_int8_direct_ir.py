@@ -37,6 +37,11 @@ COLUMNS, DEPTH = 32, 64  # a panel of C, and K per step
 CONTEXT = 15  # int64 fields of a task's context
 ROUND_NEAREST = 8  # vcvtps2dq's embedded rounding: to nearest even, exceptions suppressed
 BUFFER_WORDS = 32 * COLUMNS  # a fused block's sums: up to 2 · 16 rows of a panel
+# The most packed weight bytes a requantized product walks block by block (each block reads
+# them all again): past this, as ResNet-18's 3×3 layers into 512 (2.3 MB), every block read
+# them from L3 (1.4× their time at 7², one thread), and panel by panel each panel's weights
+# serve all the blocks from L2.
+BLOCK_MAJOR_BYTES = 2 ** 17
 
 
 def tile_configuration(rows: int) -> list[int]:
@@ -332,8 +337,9 @@ class DirectInt8Kernel:
         """``task(context, part, parts)``, context ``[image, row_stride, steps, b, groups, c,
         ldc, offsets, starts, row_blocks, panel_count, config, rows, terms, factors]``: the
         (panel, row block) tiles cut into ``parts`` runs as `gemm_int8_ir.define_task` cuts
-        them; requantized (``terms`` set) over four row blocks a part or more, the row blocks
-        cut into ``parts`` runs instead, each block's panels together."""
+        them; requantized (``terms`` set) over four row blocks a part or more, and weights of
+        at most `BLOCK_MAJOR_BYTES`, the row blocks cut into ``parts`` runs instead, each
+        block's panels together."""
         wide = I64.as_pointer()
         function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [wide, I64, I64]),
                                name="task")
@@ -361,10 +367,13 @@ class DirectInt8Kernel:
 
         fused = builder.icmp_unsigned("!=", builder.ptrtoint(terms, I64), I64(0))
         # requantized with four row blocks or more for each part (shares of whole blocks then
-        # stay within a quarter of each other): a part's share of the row blocks, every
-        # panel of each
-        by_blocks = builder.and_(fused, builder.icmp_signed(">=", row_blocks,
-                                                           builder.mul(parts, I64(4))))
+        # stay within a quarter of each other) and weights that stay in cache from one block
+        # to the next (`BLOCK_MAJOR_BYTES`): a part's share of the row blocks, every panel of
+        # each
+        weight_bytes = builder.mul(builder.mul(groups, I64(COLUMNS * 4)), panels)
+        by_blocks = builder.and_(fused, builder.and_(
+            builder.icmp_signed(">=", row_blocks, builder.mul(parts, I64(4))),
+            builder.icmp_signed("<=", weight_bytes, I64(BLOCK_MAJOR_BYTES))))
         with builder.if_else(by_blocks) as (requantized, summed):
             with requantized:
                 start = builder.sdiv(builder.mul(row_blocks, part), parts)
