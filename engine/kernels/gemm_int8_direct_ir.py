@@ -15,10 +15,15 @@ last, config, rows)``: column panels ``[first, last)`` of ``row_blocks`` blocks 
 block), ``starts`` each tile's first pixel's byte offset in ``image`` (two a block), and
 ``config`` the 64-byte tile configuration for ``R`` (`tile_configuration`); ``rows`` is
 ``R``. ``b``, ``c``, ``ldc`` and ``offsets`` are as in `gemm_int8_ir`'s ``panels``; ``c`` gets
-``2R`` rows a block.
+``2R`` rows a block. Where the requantize is fused (``terms``), the sums go to two blocks' room
+on the stack instead, never to ``c``, and each block is requantized while the next one's
+products run.
 """
 
 from __future__ import annotations
+
+from contextlib import nullcontext
+from typing import Any
 
 import llvmlite.ir as ir
 
@@ -30,6 +35,13 @@ F32 = ir.FloatType()
 
 COLUMNS, DEPTH = 32, 64  # a panel of C, and K per step
 CONTEXT = 15  # int64 fields of a task's context
+ROUND_NEAREST = 8  # vcvtps2dq's embedded rounding: to nearest even, exceptions suppressed
+BUFFER_WORDS = 32 * COLUMNS  # a fused block's sums: up to 2 · 16 rows of a panel
+# The most packed weight bytes a requantized product walks block by block (each block reads
+# them all again): past this, as ResNet-18's 3×3 layers into 512 (2.3 MB), every block read
+# them from L3 (1.4× their time at 7², one thread), and panel by panel each panel's weights
+# serve all the blocks from L2.
+BLOCK_MAJOR_BYTES = 2 ** 17
 
 
 def tile_configuration(rows: int) -> list[int]:
@@ -57,8 +69,9 @@ class DirectInt8Kernel:
         self.bytes = ir.VectorType(I8, LANES)
         self.masked_load = masked_load(self.module, self.bytes, "i8")
         self.masked_store = masked_store(self.module, self.bytes, "i8")
-        self.rint = ir.Function(self.module, ir.FunctionType(self.floats, [self.floats]),
-                                name=f"llvm.rint.v{LANES}f32")
+        self.round_to_words = ir.Function(self.module, ir.FunctionType(self.vector, [
+            self.floats, self.vector, ir.IntType(16), I32]),
+            name="llvm.x86.avx512.mask.cvtps2dq.512")
         self.requantize = self._define_requantize()
         self.direct = self._define_direct()
         self.task = self._define_task()
@@ -72,30 +85,40 @@ class DirectInt8Kernel:
         b, groups, ldc, offsets, row_blocks, first, last, config = (
             function.args[index] for index in (3, 4, 6, 7, 9, 10, 11, 12))
         builder = ir.IRBuilder(function.append_basic_block("entry"))
+        # two blocks' sums (2R ≤ 32 rows of a panel's 32 columns), alternately: the L1 lines
+        # a fused block's tiles are stored to and requantized from
+        buffer = builder.alloca(ir.ArrayType(I32, 2 * BUFFER_WORDS))
+        buffer.align = 64
+        buffer = builder.bitcast(buffer, I32.as_pointer())
         builder.call(self.load_config, [config])
-        c_stride = builder.mul(ldc, I64(4))
         step_count = builder.sdiv(groups, I64(DEPTH // 4))
         panel_bytes = builder.mul(groups, I64(COLUMNS * 4))
-        with loop(builder, function, first, last, "panel") as panel:
-            b_panel = builder.gep(b, [builder.mul(panel, panel_bytes)])
-            column = builder.mul(panel, I64(COLUMNS))
-            shifts = [builder.load(builder.bitcast(
-                builder.gep(offsets, [builder.add(column, I64(j * LANES))]),
-                self.vector.as_pointer()), align=4) for j in range(2)]
-            with loop(builder, function, I64(0), row_blocks, "block") as block:
-                self._block(function, builder, block, column, b_panel, shifts, step_count,
-                            c_stride)
+        terms = function.args[15]
+        fused = builder.icmp_unsigned("!=", builder.ptrtoint(terms, I64), I64(0))
+        with builder.if_else(fused) as (requantized, summed):
+            with requantized:
+                self._fused_pairs(function, builder, step_count, panel_bytes, buffer)
+            with summed, loop(builder, function, first, last, "panel") as panel:
+                b_panel = builder.gep(b, [builder.mul(panel, panel_bytes)])
+                column = builder.mul(panel, I64(COLUMNS))
+                shifts = self._shifts(builder, offsets, column)
+                with loop(builder, function, I64(0), row_blocks, "block") as block:
+                    self._block(function, builder, block, column, b_panel, shifts,
+                                step_count)
         builder.ret_void()
         return function
 
-    def _block(self, function: ir.Function, builder: ir.IRBuilder, block: ir.Value,
-               column: ir.Value, b_panel: ir.Value, shifts: list[ir.Value],
-               step_count: ir.Value, c_stride: ir.Value) -> None:
-        """Row block ``block`` of ``direct``'s panel at ``column``: its K steps on the tiles,
-        the sums stored with the column offsets added, then requantized where ``terms`` is
-        set."""
-        (image, row_stride, steps, _, _, c, ldc, _, starts, _, _, _, _, rows, block_base,
-         terms, factors) = function.args
+    def _shifts(self, builder: ir.IRBuilder, offsets: ir.Value, column: ir.Value) -> list[Any]:
+        """The two vectors of column offsets of the panel from ``column``."""
+        return [builder.load(builder.bitcast(
+            builder.gep(offsets, [builder.add(column, I64(j * LANES))]),
+            self.vector.as_pointer()), align=4) for j in range(2)]
+
+    def _sum_tiles(self, function: ir.Function, builder: ir.IRBuilder, block: ir.Value,
+                   b_panel: ir.Value, step_count: ir.Value) -> None:
+        """Row block ``block``'s K steps on the tiles: its sums in tiles 0-3 (upper left,
+        upper right, lower left, lower right)."""
+        image, row_stride, steps, starts = (function.args[index] for index in (0, 1, 2, 8))
         upper = builder.gep(image, [builder.load(builder.gep(starts, [builder.mul(block,
                                                                                   I64(2))]))])
         lower = builder.gep(image, [builder.load(builder.gep(starts, [
@@ -112,29 +135,68 @@ class DirectInt8Kernel:
                                           I64(COLUMNS * 4)])
             for accumulator, (left, right) in enumerate(((4, 6), (4, 7), (5, 6), (5, 7))):
                 builder.call(self.dot, [I8(accumulator), I8(left), I8(right)])
-        first_row = builder.mul(block, builder.mul(rows, I64(2)))
-        corner = builder.gep(c, [builder.add(builder.mul(first_row, ldc), column)])
+
+    def _store_tiles(self, builder: ir.IRBuilder, corner: ir.Value, ldc: ir.Value) -> None:
+        """Tiles 0-3 stored as the 2R × 32 sums at ``corner``, rows ``ldc`` int32 apart."""
+        rows = builder.function.args[13]
         lower_corner = builder.gep(corner, [builder.mul(rows, ldc)])
         for accumulator, (base, across) in enumerate(((corner, 0), (corner, 16),
                                                       (lower_corner, 0), (lower_corner, 16))):
             target = builder.gep(base, [I64(across)])
-            builder.call(self.store_tile, [I8(accumulator),
-                                           builder.bitcast(target, I8.as_pointer()), c_stride])
-        fused = function.append_basic_block("requantize")
-        stored = function.append_basic_block("offsets")
-        after = function.append_basic_block("block_next")
-        builder.cbranch(builder.icmp_unsigned("!=", builder.ptrtoint(terms, I64), I64(0)),
-                        fused, stored)
-        builder.position_at_end(fused)  # the offsets join the bias there: no pass of their own
-        builder.call(self.requantize, [corner, ldc, column,
-                                       builder.add(first_row, builder.mul(
-                                           block_base, builder.mul(rows, I64(2)))),
-                                       builder.mul(rows, I64(2)), terms, factors, *shifts])
-        builder.branch(after)
-        builder.position_at_end(stored)
+            builder.call(self.store_tile, [I8(accumulator), builder.bitcast(
+                target, I8.as_pointer()), builder.mul(ldc, I64(4))])
+
+    def _fused_pairs(self, function: ir.Function, builder: ir.IRBuilder, step_count: ir.Value,
+                     panel_bytes: ir.Value, buffer: ir.Value) -> None:
+        """The (row block, panel) tiles of panels ``[first, last)``, each block's panels in
+        turn, requantized one behind: a tile's products are issued, then the tile before's
+        sums (in the buffer's other half) requantized while AMX multiplies, then the tile's
+        sums stored to its half. The sums never reach C, two tiles' lines staying in L1
+        (every tile stored to C took its lines from L2 first), and a block's output rows
+        are whole before the next block's: panel by panel, each wrote half a line of every
+        row of the output before the next panel wrote the other half."""
+        b, offsets, row_blocks, first, last, rows, block_base, terms, factors = (
+            function.args[index] for index in (3, 7, 9, 10, 11, 13, 14, 15, 16))
+        panels = builder.sub(last, first)
+        span = builder.mul(rows, I64(2))
+
+        def place(pair: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
+            """A tile's block, panel, and its half of the buffer."""
+            block = builder.sdiv(pair, panels)
+            panel = builder.add(first, builder.sub(pair, builder.mul(block, panels)))
+            half = builder.gep(buffer, [builder.mul(builder.and_(pair, I64(1)),
+                                                    I64(BUFFER_WORDS))])
+            return block, panel, half
+
+        def requantize(pair: ir.Value) -> None:
+            block, panel, half = place(pair)
+            column = builder.mul(panel, I64(COLUMNS))
+            builder.call(self.requantize, [half, I64(COLUMNS), column, builder.mul(
+                builder.add(block, block_base), span), span, terms, factors,
+                *self._shifts(builder, offsets, column)])
+
+        pairs = builder.mul(row_blocks, panels)
+        with loop(builder, function, I64(0), pairs, "fused_tile") as pair:
+            block, panel, half = place(pair)
+            self._sum_tiles(function, builder, block,
+                            builder.gep(b, [builder.mul(panel, panel_bytes)]), step_count)
+            with builder.if_then(builder.icmp_signed(">", pair, I64(0))):
+                requantize(builder.sub(pair, I64(1)))
+            self._store_tiles(builder, half, I64(COLUMNS))
+        with builder.if_then(builder.icmp_signed(">", pairs, I64(0))):
+            requantize(builder.sub(pairs, I64(1)))
+
+    def _block(self, function: ir.Function, builder: ir.IRBuilder, block: ir.Value,
+               column: ir.Value, b_panel: ir.Value, shifts: list[ir.Value],
+               step_count: ir.Value) -> None:
+        """Row block ``block`` of ``direct``'s panel at ``column`` with no requantize: its K
+        steps on the tiles, the sums stored to C with the column offsets added."""
+        c, ldc, rows = (function.args[index] for index in (5, 6, 13))
+        self._sum_tiles(function, builder, block, b_panel, step_count)
+        first_row = builder.mul(block, builder.mul(rows, I64(2)))
+        corner = builder.gep(c, [builder.add(builder.mul(first_row, ldc), column)])
+        self._store_tiles(builder, corner, ldc)
         self._add_offsets(function, builder, corner, ldc, builder.mul(rows, I64(2)), shifts)
-        builder.branch(after)
-        builder.position_at_end(after)
 
     def _define_requantize(self) -> ir.Function:
         """``requantize(corner, ldc, column, first_row, count, terms, factors, offsets,
@@ -164,6 +226,9 @@ class DirectInt8Kernel:
         bounds = [splat(builder, builder.load(builder.gep(factors, [I64(index)])), self.floats)
                   for index in range(7)]
         act_low, act_top, residual_scale, alone_low, alone_top, summed_low, summed_top = bounds
+        # The rounded value's bounds are integers (`int8_conv.folded_bounds`): clamping before
+        # rounding to them gives the bytes of rounding first, so one conversion that rounds
+        # (``vcvtps2dq``) takes the place of ``vrndscaleps`` (two µops) and ``vcvttps2dq``.
         indices = ir.VectorType(I64, LANES)
         lanes = ir.Constant(indices, list(range(LANES)))
         halves = []
@@ -180,56 +245,70 @@ class DirectInt8Kernel:
         is_signed = builder.icmp_unsigned("!=", signed, I64(0))
         last = builder.add(first_row, count)
         last = builder.select(builder.icmp_signed("<", valid, last), valid, last)
-        # One row loop for each of (residual or none, sums in int32 or int64), chosen once:
-        # a layer without a residual adds nothing (its zero row's 0.0 changes no byte), and
-        # where every sum plus its bias stays inside int32 the add and the conversion to
-        # float32 take one vector each, not two (the same integer, the same rounding).
+        # One row loop for each of (residual or none, sums in int32 or int64, and with a
+        # residual: an activation before the sum or none, the residual signed or not),
+        # chosen once: a layer without a residual adds nothing (its zero row's 0.0 changes
+        # no byte), where every sum plus its bias stays inside int32 the add and the
+        # conversion to float32 take one vector each, not two (the same integer, the same
+        # rounding), and a clamp to the two infinities changes nothing.
         residual_bytes = builder.icmp_unsigned("!=", residual_stride, I64(0))
         narrow = builder.icmp_unsigned("!=", narrow_flag, I64(0))
+        act_clamps = builder.or_(
+            builder.fcmp_ordered("!=", builder.extract_element(act_low, I32(0)),
+                                 ir.Constant(F32, float("-inf"))),
+            builder.fcmp_ordered("!=", builder.extract_element(act_top, I32(0)),
+                                 ir.Constant(F32, float("inf"))))
+        choice = builder.zext(narrow, I64)
+        for flag, weight in ((residual_bytes, 2), (builder.and_(residual_bytes, act_clamps), 4),
+                             (builder.and_(residual_bytes, is_signed), 8)):
+            choice = builder.add(choice, builder.mul(builder.zext(flag, I64), I64(weight)))
+        second_half = builder.icmp_signed("<", builder.add(column, I64(LANES)), filters)
         done = function.append_basic_block("rows_done")
         variants = {}
         for with_residual in (True, False):
             for in_int32 in (True, False):
-                variants[with_residual, in_int32] = function.append_basic_block(
-                    f"rows_{'residual' if with_residual else 'alone'}_"
-                    f"{'int32' if in_int32 else 'int64'}")
-        pick_alone, pick_residual = (function.append_basic_block(name)
-                                     for name in ("pick_alone", "pick_residual"))
-        builder.cbranch(residual_bytes, pick_residual, pick_alone)
-        for with_residual, block in ((True, pick_residual), (False, pick_alone)):
-            builder.position_at_end(block)
-            builder.cbranch(narrow, variants[with_residual, True],
-                            variants[with_residual, False])
-        for (with_residual, in_int32), block in variants.items():
+                for clamped in (True, False) if with_residual else (False,):
+                    for signed_summand in (True, False) if with_residual else (False,):
+                        variants[with_residual, in_int32, clamped, signed_summand] = (
+                            function.append_basic_block("rows"))
+        switch = builder.switch(choice, done)
+        for key, block in variants.items():
+            switch.add_case(I64(key[1] + 2 * key[0] + 4 * key[2] + 8 * key[3]), block)
+        for (with_residual, in_int32, clamped, signed_summand), block in variants.items():
             builder.position_at_end(block)
             with loop(builder, function, first_row, last, "row") as row:
                 line = builder.gep(corner, [builder.mul(builder.sub(row, first_row), ldc)])
                 for half, (at, mask, shift, factor) in enumerate(halves):
-                    sums = builder.load(builder.bitcast(builder.gep(line, [I64(half * LANES)]),
-                                                        self.vector.as_pointer()), align=4)
-                    if in_int32:
-                        exact = builder.add(sums, builder.trunc(shift, self.vector))
-                    else:
-                        exact = builder.add(builder.sext(sums, indices), shift)
-                    value = builder.fmul(builder.sitofp(exact, self.floats), factor)
-                    if with_residual:
-                        value = self._clamp(builder, value, act_low, act_top)
-                        summand = builder.call(self.masked_load, [
-                            builder.bitcast(builder.gep(residual, [builder.add(
-                                builder.mul(row, residual_stride), at)]),
-                                self.bytes.as_pointer()),
-                            I32(1), mask, ir.Constant(self.bytes, [0] * LANES)])
-                        summand = builder.select(is_signed,
-                                                 builder.sitofp(summand, self.floats),
-                                                 builder.uitofp(summand, self.floats))
-                        value = builder.fadd(value, builder.fmul(residual_scale, summand))
-                    low, top = (summed_low, summed_top) if with_residual else (alone_low,
-                                                                                alone_top)
-                    value = self._clamp(builder, builder.call(self.rint, [value]), low, top)
-                    code = builder.trunc(builder.fptosi(value, self.vector), self.bytes)
-                    target = builder.gep(out, [builder.add(builder.mul(row, filters), at)])
-                    builder.call(self.masked_store, [code, builder.bitcast(
-                        target, self.bytes.as_pointer()), I32(1), mask])
+                    # the panel's second half only where a filter lies there (a layer of
+                    # 16 filters: none; the branch is the same for the whole loop)
+                    with (builder.if_then(second_half) if half else nullcontext()):
+                        sums = builder.load(builder.bitcast(builder.gep(line, [I64(half * LANES)]),
+                                                            self.vector.as_pointer()), align=4)
+                        if in_int32:
+                            exact = builder.add(sums, builder.trunc(shift, self.vector))
+                        else:
+                            exact = builder.add(builder.sext(sums, indices), shift)
+                        value = builder.fmul(builder.sitofp(exact, self.floats), factor)
+                        if with_residual:
+                            if clamped:
+                                value = self._clamp(builder, value, act_low, act_top)
+                            summand = builder.call(self.masked_load, [
+                                builder.bitcast(builder.gep(residual, [builder.add(
+                                    builder.mul(row, residual_stride), at)]),
+                                    self.bytes.as_pointer()),
+                                I32(1), mask, ir.Constant(self.bytes, [0] * LANES)])
+                            convert = builder.sitofp if signed_summand else builder.uitofp
+                            value = builder.fadd(value, builder.fmul(residual_scale, convert(
+                                summand, self.floats)))
+                        low, top = (summed_low, summed_top) if with_residual else (alone_low,
+                                                                                    alone_top)
+                        value = self._clamp(builder, value, low, top)
+                        code = builder.trunc(builder.call(self.round_to_words, [
+                            value, ir.Constant(self.vector, [0] * LANES),
+                            ir.Constant(ir.IntType(16), -1), I32(ROUND_NEAREST)]), self.bytes)
+                        target = builder.gep(out, [builder.add(builder.mul(row, filters), at)])
+                        builder.call(self.masked_store, [code, builder.bitcast(
+                            target, self.bytes.as_pointer()), I32(1), mask])
             builder.branch(done)
         builder.position_at_end(done)
         builder.ret_void()
@@ -256,8 +335,11 @@ class DirectInt8Kernel:
 
     def _define_task(self) -> ir.Function:
         """``task(context, part, parts)``, context ``[image, row_stride, steps, b, groups, c,
-        ldc, offsets, starts, row_blocks, panel_count, config, rows]``: the (panel, row
-        block) tiles cut into ``parts`` runs as `gemm_int8_ir.define_task` cuts them."""
+        ldc, offsets, starts, row_blocks, panel_count, config, rows, terms, factors]``: the
+        (panel, row block) tiles cut into ``parts`` runs as `gemm_int8_ir.define_task` cuts
+        them; requantized (``terms`` set) over four row blocks a part or more, and weights of
+        at most `BLOCK_MAJOR_BYTES`, the row blocks cut into ``parts`` runs instead, each
+        block's panels together."""
         wide = I64.as_pointer()
         function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [wide, I64, I64]),
                                name="task")
@@ -274,15 +356,32 @@ class DirectInt8Kernel:
                                 for value in (steps, starts, terms))
         factors = builder.inttoptr(factors, F32.as_pointer())
 
-        def call(panel: ir.Value, block: ir.Value, count: ir.Value) -> None:
+        def call(panel: ir.Value, block: ir.Value, count: ir.Value,
+                 panel_end: ir.Value | None = None) -> None:
             first_row = builder.mul(block, builder.mul(rows, I64(2)))
             builder.call(self.direct, [image, row_stride, steps, b, groups,
                                        builder.gep(c, [builder.mul(first_row, ldc)]), ldc,
                                        offsets, builder.gep(starts, [builder.mul(block, I64(2))]),
-                                       count, panel, builder.add(panel, I64(1)), config, rows,
-                                       block, terms, factors])
+                                       count, panel, panel_end or builder.add(panel, I64(1)),
+                                       config, rows, block, terms, factors])
 
-        for_each_run(builder, function, row_blocks, panels, part, parts, call)
+        fused = builder.icmp_unsigned("!=", builder.ptrtoint(terms, I64), I64(0))
+        # requantized with four row blocks or more for each part (shares of whole blocks then
+        # stay within a quarter of each other) and weights that stay in cache from one block
+        # to the next (`BLOCK_MAJOR_BYTES`): a part's share of the row blocks, every panel of
+        # each
+        weight_bytes = builder.mul(builder.mul(groups, I64(COLUMNS * 4)), panels)
+        by_blocks = builder.and_(fused, builder.and_(
+            builder.icmp_signed(">=", row_blocks, builder.mul(parts, I64(4))),
+            builder.icmp_signed("<=", weight_bytes, I64(BLOCK_MAJOR_BYTES))))
+        with builder.if_else(by_blocks) as (requantized, summed):
+            with requantized:
+                start = builder.sdiv(builder.mul(row_blocks, part), parts)
+                end = builder.sdiv(builder.mul(row_blocks, builder.add(part, I64(1))), parts)
+                with builder.if_then(builder.icmp_signed("<", start, end)):
+                    call(I64(0), start, builder.sub(end, start), panels)
+            with summed:
+                for_each_run(builder, function, row_blocks, panels, part, parts, call)
         builder.ret_void()
         release_tiles_at_returns(self, function)
         return function

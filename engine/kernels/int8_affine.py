@@ -1,7 +1,9 @@
 """A per-channel scale and shift of int8/uint8 values into int8/uint8, rounded half to even
 and saturated, as one compiled pass (`spin_pool` jobs over the cores): an int8 graph's
 BatchNorm and the relu after it between two quantized layers (ResNet v2's pre-activation),
-reading and writing either layout of the channels-last hand-off.
+reading and writing either layout of the channels-last hand-off. Where data and output share a
+layout it runs as `int8_affine_ir`'s LLVM IR task (16 values to a vector); a change of layout
+runs the numba pass.
 
 Each value is ``x · scale[c] + shift[c]`` in float32, one product and one sum as NumPy's
 form takes them, so the bytes are the same; a uint8 output's saturation at 0 is the relu.
@@ -9,13 +11,16 @@ form takes them, so the bytes are the same; a uint8 output's saturation at 0 is 
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
 
-from engine.cpu import compiled, kernel_jobs, spin_pool
+from engine.cpu import compiled, host_features, kernel_jobs, llvm_jit, spin_pool
 
 _kernels: dict[str, Any] = {}
+_vector: dict[str, Any] = {}  # the LLVM engine of `int8_affine_ir` (None: not here)
+_vector_lock = threading.Lock()
 
 
 def available() -> bool:
@@ -47,10 +52,45 @@ def affine_job(values: np.ndarray, scale: np.ndarray, shift: np.ndarray, out: np
     batch, channels, height, width = values.shape
     limits = np.iinfo(out.dtype)
     rows = batch * height
+    if data_laid == out_laid:
+        task = vector_task(values.dtype == np.int8, out.dtype == np.int8, data_laid)
+        if task is not None:
+            in_n, in_c, in_y, _ = _strides(values.shape, data_laid)
+            out_n, out_c, out_y, _ = _strides(out.shape, out_laid)
+            bounds = [np.float64(bound).view(np.int64) for bound in (limits.min, limits.max)]
+            arrays = (values, out, scale, shift)
+            context = np.array([array.ctypes.data for array in arrays] + [
+                rows, height, width, channels, in_n, in_c, in_y, out_n, out_c, out_y,
+                *bounds], np.int64)
+            return spin_pool.job(task, context, kernel_jobs.parts_for(rows, 2 * values.size),
+                                 keep=arrays)
     return kernel_jobs.bind((__name__, "affine"), (
         values.reshape(-1), scale, shift, channels, height, width,
         *_strides(values.shape, data_laid), int(limits.min), int(limits.max), out.reshape(-1),
         *_strides(out.shape, out_laid)), rows, kernel_jobs.parts_for(rows, 2 * values.size))
+
+
+def vector_task(in_signed: bool, out_signed: bool, channels_last: bool) -> int | None:
+    """The address of `int8_affine_ir`'s task for these signednesses and the shared layout;
+    None where it cannot be compiled here (no AVX-512 BW, no llvmlite or no JIT)."""
+    if "engine" not in _vector:
+        with _vector_lock:
+            if "engine" not in _vector:
+                _vector["engine"] = (llvm_jit.compile_for_host(_vector_module)
+                                     if host_features.has("avx512bw") else None)
+    engine = _vector["engine"]
+    if engine is None:
+        return None
+    from engine.kernels import int8_affine_ir
+
+    return engine.get_function_address(int8_affine_ir.task_name(in_signed, out_signed,
+                                                                 channels_last))
+
+
+def _vector_module() -> Any:
+    from engine.kernels import int8_affine_ir
+
+    return int8_affine_ir.module()
 
 
 def compiled_kernels() -> dict[str, Any]:

@@ -176,11 +176,12 @@ class FusedConv(EpilogueLayer):
             raise ValueError(f"int8 convolution: packed weights ({packed.k}, {packed.n}) do "
                              f"not fit {weight.shape}")
         self.packed = packed
-        # On AMX with whole 64-channel blocks (or rows of taps), the product's tiles read the
-        # windows from the channels-last copy where they lie (`gemm_int8.direct_job`, which
-        # can requantize in its epilogue): no gather.
-        self.tile_rows = gemm_int8.direct_tile_rows(out_w) if (
-            packed.amx and (channels % 64 == 0 or self.tap_rows)) else 0
+        # On AMX with whole 64-channel blocks (or rows of taps, or a 1×1 kernel: its last
+        # step's bytes past a pixel's channels meet zero weights), the product's tiles read
+        # the windows from the channels-last copy where they lie (`gemm_int8.direct_job`,
+        # which can requantize in its epilogue): no gather.
+        self.tile_rows = gemm_int8.direct_tile_rows(out_w) if (packed.amx and (
+            channels % 64 == 0 or self.tap_rows or geometry.kernel == (1, 1))) else 0
         # Else a 1×1 convolution of stride 1 without padding whose channels fill K's padding
         # exactly: the channels-last copy's rows are the GEMM's rows as they are, no gather.
         self.gathers = not (self.tile_rows or (
@@ -200,7 +201,7 @@ class FusedConv(EpilogueLayer):
         # without a gather the GEMM reads the copy's rows, its last row block whole: room for
         # that block's rows past the end (their sums are computed and never read)
         tail = packed.rows * channels if not (self.gathers or self.tile_rows) else 0
-        if self.tap_rows:  # a tile row reads 64 bytes from its kernel row's first tap on
+        if self.tile_rows and channels % 64:  # a tile row reads whole 64-byte steps on
             tail = 64
         padded = scratch.take("channels_last", batch * padded_h * padded_w * channels + tail,
                               np.uint8)
@@ -218,8 +219,10 @@ class FusedConv(EpilogueLayer):
             residual = np.zeros(1, np.int8)
         out = self.out.reshape(-1)
         jobs = [lay]
-        if self.tile_rows and self.laid.data and geometry.pad == (0, 0) and not signed:
+        if (self.tile_rows and self.laid.data and geometry.pad == (0, 0) and not signed
+                and channels % 64 == 0):
             # unpadded uint8 channels-last data is the copy already: the tiles read it there
+            # (where no step passes a pixel's channels, so none passes the data's end)
             jobs, padded = [], flat
         if self.tile_rows:
             steps, starts = self._direct_offsets(block)

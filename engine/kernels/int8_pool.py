@@ -1,6 +1,8 @@
 """2-D max pooling of int8/uint8 values as one compiled pass, `spin_pool` jobs over the cores:
 an int8 graph's max pooling between two quantized convolutions (ResNet's 3×3 stride 2 after the
-stem), which reads and writes either layout of the channels-last hand-off.
+stem), which reads and writes either layout of the channels-last hand-off; and a network
+head's global average of int8/uint8 values, each channel's exact sum scaled into int8/uint8
+(`global_average_job`).
 
 The largest of quantized values is the quantized largest value (quantization is monotone), so
 the result is exact and keeps its input's range. Each output pixel takes the channel-wise
@@ -63,11 +65,62 @@ def max_pool_job(values: np.ndarray, window: Window, out: np.ndarray, data_laid:
         rows, kernel_jobs.parts_for(rows, values.size + out.size))
 
 
+def global_average_job(values: np.ndarray, factor: np.ndarray, out: np.ndarray,
+                       data_laid: bool) -> Any:
+    """A job writing ``out`` (N, C, 1, 1) int8/uint8 = saturate(rint(float32(sum) ·
+    ``factor[0]``)) of each image's channel sums of ``values`` (N, C, H, W) int8/uint8, its
+    buffer channels-last where ``data_laid``; ``factor`` (float32, one value) is read at each
+    run. The sums are exact in int32 and in float32 (H · W · 255 under 2²⁴)."""
+    batch, channels, height, width = values.shape
+    if (values.dtype not in (np.int8, np.uint8) or out.dtype not in (np.int8, np.uint8)
+            or out.shape != (batch, channels, 1, 1) or factor.dtype != np.float32
+            or factor.shape != (1,) or height * width * 255 >= 2 ** 24):
+        raise ValueError(f"int8 global average: {values.dtype} {values.shape} into "
+                         f"{out.dtype} {out.shape} with a {factor.dtype} {factor.shape} factor")
+    limits = np.iinfo(out.dtype)
+    return kernel_jobs.bind((__name__, "global_average"), (
+        values.reshape(-1), channels, height * width, int(data_laid), factor,
+        int(limits.min), int(limits.max), out.reshape(-1)), batch,
+        kernel_jobs.parts_for(batch, values.size))
+
+
 def compiled_kernels() -> dict[str, Any]:
     """The kernels by name (`kernel_jobs` runs them as jobs), compiled on first use."""
     return compiled.compiled_once(_kernels, lambda: {
         "max_pool": compiled.compile_kernel(_max_pool),
+        "global_average": compiled.compile_kernel(_global_average),
     })
+
+
+def _global_average(values: Any, channels: int, positions: int, laid: int, factor: Any,
+                    low: int, high: int, out: Any, first: int,
+                    last: int) -> None:  # pragma: no cover - runs compiled
+    """Images [first, last): channels-last, each position's channels added into the sums
+    in one vector pass; NCHW, each channel's positions in turn."""
+    sums = np.zeros(channels, np.int32)
+    lowest, highest = np.float32(low), np.float32(high)
+    depth, count = np.uint64(channels), np.uint64(positions)
+    for image in range(first, last):
+        base = np.uint64(image) * depth * count
+        for c in range(depth):
+            sums[c] = 0
+        if laid:
+            for p in range(count):
+                at = base + p * depth
+                for c in range(depth):
+                    sums[c] += np.int32(values[at + c])
+        else:
+            for c in range(depth):
+                at = base + c * count
+                total = np.int32(0)
+                for p in range(count):
+                    total += np.int32(values[at + p])
+                sums[c] = total
+        scale = factor[0]
+        target = np.uint64(image) * depth
+        for c in range(depth):
+            value = np.rint(np.float32(sums[c]) * scale)
+            out[target + c] = np.int32(min(max(value, lowest), highest))
 
 
 def _max_pool(values: Any, channels: int, height: int, width: int, in_n: int, in_c: int,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.graph.ir import Entry, Graph
-from engine.quantize.chains import Chain
+from engine.quantize.chains import Chain, is_global_average
 from engine.quantize.thresholds import MODES, TensorStats, entropy_range, naive_range
 
 # Runs a graph on inputs by name and returns its head values (the reference interpreter).
@@ -42,7 +42,9 @@ class CalibrationSettings:
 
 def watched_entries(graph: Graph, chains: Sequence[Chain]) -> list[Entry]:
     """Every value whose range the int8 graph needs: what each chain reads as data or
-    residual, and what each chain writes."""
+    residual, what each chain writes, and what a global average pooling whose value a chain
+    reads (flattened or not) pools: the relu before a pre-activation network's head then
+    writes uint8 into it (`rewrite`)."""
     found: dict[Entry, None] = {}
     for chain in chains:
         data = graph.nodes[chain.main].inputs[0]
@@ -50,6 +52,14 @@ def watched_entries(graph: Graph, chains: Sequence[Chain]) -> list[Entry]:
         if chain.summand is not None:
             found[chain.summand] = None
         found[Entry(chain.last, 0)] = None
+    read = set(found)
+    flattened = {Entry(node.inputs[0].node, node.inputs[0].index)
+                 for index, node in enumerate(graph.nodes)
+                 if node.op == "Flatten" and node.inputs and Entry(index, 0) in read}
+    for index, node in enumerate(graph.nodes):
+        if is_global_average(node) and node.inputs and (
+                Entry(index, 0) in read or Entry(index, 0) in flattened):
+            found[Entry(node.inputs[0].node, node.inputs[0].index)] = None
     return list(found)
 
 

@@ -18,6 +18,12 @@ from engine.graph.ir import Entry, Graph, Node
 SUM_OPS = ("elemwise_add", "_plus", "_Plus")
 
 
+def is_global_average(node: Node) -> bool:
+    """Whether ``node`` is a global average pooling over NCHW data (a network's head)."""
+    return (node.op == "Pooling" and node.params.pool_type == "avg"
+            and bool(node.params.global_pool) and node.params.get("layout") in (None, "NCHW"))
+
+
 @dataclass(frozen=True)
 class Chain:
     """One quantized layer: node indices of the float graph, from the product to the last

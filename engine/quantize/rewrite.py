@@ -12,7 +12,10 @@ fused node's value a float node (or a graph output) reads goes through
 pools them as they are (``_contrib_quantized_pooling``), keeping their range; a BatchNorm of
 int8/uint8 values with a relu after it runs on them as one node writing uint8 over the relu's
 calibrated range (``_quantized_batch_norm_relu``), and a relu of int8/uint8 values whose
-result a quantized layer reads as one writing uint8 (``_quantized_relu``). A residual sum
+result a quantized layer reads as one writing uint8 (``_quantized_relu``); a global average
+pooling of int8/uint8 values whose result a quantized layer reads (flattened or not) sums
+them exactly and requantizes over that result's range (``_quantized_global_average``), its
+Flatten as ``_contrib_quantized_flatten``. A residual sum
 whose other operand is signed keeps its relu fused: the node carries ``out_of_place_sum``,
 writing the relu's uint8 over its whole range where MXNet's in-place sum would saturate it
 at 127 steps through the int8 residual's buffer.
@@ -24,7 +27,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from engine.graph.ir import Entry, Graph, Node, make_node
-from engine.quantize.chains import Chain
+from engine.quantize.chains import Chain, is_global_average
 
 Range = tuple[float, float]
 
@@ -63,7 +66,9 @@ class _Rewriter:
                 self._fused(self.by_last[index])
             elif not (self._int8_max_pool(index, node)
                       or self._int8_batchnorm_relu(index, node)
-                      or self._int8_relu(index, node)):
+                      or self._int8_relu(index, node)
+                      or self._int8_global_average(index, node)
+                      or self._int8_flatten(index, node)):
                 inputs = tuple(self._float(entry) for entry in node.inputs)
                 self.floats.update({Entry(index, out): Entry(len(self.nodes), out)
                                     for out in range(node.num_outputs())})
@@ -153,6 +158,44 @@ class _Rewriter:
         made = self._append(make_node("_quantized_relu", node.name, {
             "min_calib_range": "0.0", "max_calib_range": repr(self.ranges[out][1])},
             self.quantized[Entry(node.inputs[0].node, node.inputs[0].index)]))
+        self.quantized[out] = (Entry(made, 0), Entry(made, 1), Entry(made, 2))
+        return True
+
+    def _int8_global_average(self, index: int, node: Node) -> bool:
+        """A global average pooling of an int8/uint8 value whose result (or its flattened
+        result) has a calibrated range, a quantized layer reading it, becomes one
+        ``_quantized_global_average`` writing over that range: each channel's integers
+        summed exactly and scaled once, no dequantize and quantize around it."""
+        source = Entry(node.inputs[0].node, node.inputs[0].index) if node.inputs else None
+        if not (is_global_average(node) and source in self.quantized):
+            return False
+        out = Entry(index, 0)
+        flatten = self._lone_reader(out)
+        if out in self.ranges:
+            low, high = self.ranges[out]
+        elif flatten is not None and self.graph.nodes[flatten].op == "Flatten" and \
+                Entry(flatten, 0) in self.ranges:
+            low, high = self.ranges[Entry(flatten, 0)]
+        else:
+            return False
+        if max(abs(low), abs(high)) <= 0:
+            return False
+        made = self._append(make_node("_quantized_global_average", node.name, {
+            "min_calib_range": repr(low), "max_calib_range": repr(high)},
+            self.quantized[source]))
+        self.quantized[out] = (Entry(made, 0), Entry(made, 1), Entry(made, 2))
+        return True
+
+    def _int8_flatten(self, index: int, node: Node) -> bool:
+        """A Flatten of an int8/uint8 value a quantized layer reads becomes
+        ``_contrib_quantized_flatten``: the same bytes and range."""
+        out = Entry(index, 0)
+        source = Entry(node.inputs[0].node, node.inputs[0].index) if node.inputs else None
+        if not (node.op == "Flatten" and source in self.quantized
+                and self.quantized_readers[out]):
+            return False
+        made = self._append(make_node("_contrib_quantized_flatten", node.name, {},
+                                      self.quantized[source]))
         self.quantized[out] = (Entry(made, 0), Entry(made, 1), Entry(made, 2))
         return True
 

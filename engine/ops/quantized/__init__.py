@@ -4,7 +4,8 @@
 connected layers (`fused`), the fused self-attention products (`attention`) and the standalone
 int8 convolution and fully connected layer of exports made without the fusion pass (`products`)
 and the entropy calibration's threshold (`calibrate`); and two of ours the post-training
-rewrite makes, a BatchNorm with its relu and a relu, each into uint8 (`rescale`).
+rewrite makes, a BatchNorm with its relu and a relu, each into uint8 (`rescale`), and a global
+average pooling requantized over its calibrated range (`average`).
 
 Values carry their real range beside them as two float32 scalars; `ranges` holds the scale
 arithmetic and rounding they share, `integer` the exact integer products, `requantize` the
@@ -17,6 +18,7 @@ Importing this package registers its operators.
 from engine.ops.control.flow import carries_subgraphs
 from engine.ops.quantized import (  # noqa: F401  (imported for their registrations)
     attention,
+    average,
     calibrate,
     convert,
     fused,
@@ -32,5 +34,6 @@ for _fused in ("_sg_mkldnn_conv", "_sg_mkldnn_fully_connected", "_sg_mkldnn_self
 
 # Every operator of this family, by its MXNet name.
 QUANTIZED_OPS = tuple(sorted(
-    op.name for module in (attention, calibrate, convert, fused, layers, products, rescale)
+    op.name for module in (attention, average, calibrate, convert, fused, layers, products,
+                           rescale)
     for op in vars(module).values() if isinstance(op, OpDef)))

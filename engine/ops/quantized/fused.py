@@ -364,11 +364,14 @@ class _FusedInt8Conv:
             packed = integer.packed_weights(weight_q, rows, ("channels_last", 0),
                                             lambda: int8_conv.weight_matrix(weight_q),
                                             int8_conv.AMX_MIN_DEPTH)
-            if packed.amx and int8_conv.has_tap_rows(data.shape[1], geometry, out.shape[3]):
-                # a stem's kernel rows, each one step of the direct product's K
-                packed = integer.packed_weights(
+            if int8_conv.has_tap_rows(data.shape[1], geometry, out.shape[3]):
+                # a stem's kernel rows (or a 1×1 kernel's few channels), each one step of
+                # the direct product's K: 64 a kernel row, AMX's whole step, however short
+                # the layer's own K (min_depth 0)
+                taps = integer.packed_weights(
                     weight_q, rows, ("tap_rows", 0),
-                    lambda: int8_conv.tap_rows_matrix(weight_q), int8_conv.AMX_MIN_DEPTH)
+                    lambda: int8_conv.tap_rows_matrix(weight_q), 0)
+                packed = taps if taps.amx else packed
 
             def make(laid: int8_conv.Layouts) -> int8_conv.FusedConv:
                 return int8_conv.FusedConv(data, weight_q, packed, geometry, out, residual,

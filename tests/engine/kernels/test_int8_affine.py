@@ -27,7 +27,7 @@ def unlaid(buffer: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("in_dtype, out_dtype", [(np.int8, np.uint8), (np.uint8, np.uint8),
                                                  (np.int8, np.int8)])
-@pytest.mark.parametrize("shape", [(2, 64, 7, 5), (1, 3, 4, 9)])
+@pytest.mark.parametrize("shape", [(2, 64, 7, 5), (1, 3, 4, 9), (1, 80, 2, 70)])
 @pytest.mark.parametrize("data_laid", [False, True])
 @pytest.mark.parametrize("out_laid", [False, True])
 def test_the_pass_gives_numpys_bytes(in_dtype, out_dtype, shape, data_laid, out_laid):
@@ -53,3 +53,31 @@ def test_scales_of_the_wrong_length_are_refused_by_name():
         int8_affine.affine_job(np.zeros((1, 4, 2, 2), np.int8), np.ones(3, np.float32),
                                np.zeros(3, np.float32), np.zeros((1, 4, 2, 2), np.uint8),
                                False, False)
+
+
+def vector_here() -> bool:
+    return int8_affine.vector_task(True, False, True) is not None
+
+
+@pytest.mark.skipif(not vector_here(), reason="needs AVX-512 BW and llvmlite's JIT")
+@pytest.mark.parametrize("in_dtype, out_dtype", [(np.int8, np.uint8), (np.uint8, np.int8)])
+@pytest.mark.parametrize("laid_both", [False, True])
+def test_a_shared_layout_runs_the_ir_task_rounding_halves_to_even(in_dtype, out_dtype,
+                                                                   laid_both):
+    # channels 151 = 2 · 64 + 16 + 7 (channels-last: whole blocks, a whole vector, a masked
+    # one), positions 135 = 2 · 64 + 7 (NCHW: whole blocks, a masked vector)
+    shape = (1, 151, 2, 135)
+    limits = np.iinfo(in_dtype)
+    values = RNG.integers(limits.min, limits.max + 1, shape).astype(in_dtype)
+    # x / 2 lands on halves for odd x; ±1e12 pass any int32 and must saturate, not wrap
+    scale = np.resize(np.array([0.5, -0.5, 1.5, 1e12, -1e12], np.float32), shape[1])
+    shift = np.resize(np.array([0.0, 0.5, -0.5, 0.0, 0.0], np.float32), shape[1])
+    want = ranges.saturate_round(values.astype(np.float32) * scale.reshape(1, -1, 1, 1)
+                                 + shift.reshape(1, -1, 1, 1), out_dtype)
+    out = np.zeros(shape, out_dtype)
+    job = int8_affine.affine_job(laid(values) if laid_both else values, scale, shift, out,
+                                 laid_both, laid_both)
+    job()
+    task = int8_affine.vector_task(in_dtype == np.int8, out_dtype == np.int8, laid_both)
+    assert task in job.args  # the IR task, not the numba pass
+    np.testing.assert_array_equal(unlaid(out) if laid_both else out, want)

@@ -142,12 +142,13 @@ def test_layers_cut_into_chunks_equal_the_numpy_path(monkeypatch, isa, chunk_byt
 @pytest.mark.parametrize("batch,channels,size,filters", [
     (1, 64, (7, 11), 40),  # K of 64: rows read as laid on VNNI, by the direct product on AMX
     (3, 20, (5, 5), 33),  # K of 20: as laid on VNNI, gathered on AMX (K padded to 64)
-    (1, 18, (5, 7), 16),  # K of 18: gathered (padded to 20)
+    (1, 18, (5, 7), 16),  # K of 18: gathered on VNNI (padded to 20), direct on AMX
 ])
 def test_one_by_one_layers_read_the_channels_last_rows(isa, batch, channels, size, filters):
     """A 1×1 convolution of stride 1 whose channels fill the packed K exactly runs its GEMM
     on the channels-last copy's rows without a gather (its last row block reaching past
-    the copy), with the same bytes as the NumPy path; other depths still gather."""
+    the copy), on AMX the direct product where its rows take tiles, with the same bytes as
+    the NumPy path; other depths still gather."""
     rng = np.random.default_rng(channels)
     data, weight, geometry, epilogue, residual, storage = _case(
         rng, (batch, channels, size, filters, (1, 1), (1, 1), (0, 0), (1, 1)), np.int8,
@@ -156,7 +157,9 @@ def test_one_by_one_layers_read_the_channels_last_rows(isa, batch, channels, siz
     out = np.zeros_like(want)
     packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight), amx=isa == "amx")
     conv = int8_conv.FusedConv(data, weight, packed, geometry, out, residual)
-    assert conv.gathers == (channels != packed.groups * 4)
+    direct = isa == "amx" and gemm_int8.direct_tile_rows(size[1]) > 0
+    assert bool(conv.tile_rows) == direct
+    assert conv.gathers == (channels != packed.groups * 4 and not direct)
     assert conv.rows % packed.rows  # the last row block runs past the rows laid
     with spin_pool.armed(2):
         conv(epilogue)
@@ -362,3 +365,39 @@ def test_unpadded_uint8_data_laid_channels_last_is_read_where_it_lies(shape, out
         data = rng.integers(0, 256, data.shape).astype(np.uint8)
         laid_data[...] = _channels_last(data)
         want = _reference(data, weight, geometry, epilogue, residual, storage, np.uint8)
+
+
+@pytest.mark.skipif(not gemm_int8.amx_available(), reason="needs AMX-INT8")
+@pytest.mark.parametrize("shape", [
+    (1, 16, (16, 16), 96, (1, 1), (1, 1), (0, 0), (1, 1)),  # MobileNet v2's expansions
+    (2, 24, (14, 14), 40, (1, 1), (1, 1), (0, 0), (1, 1)),
+    (1, 144, (14, 14), 24, (1, 1), (1, 1), (0, 0), (1, 1)),  # and a projection's 144
+    (1, 96, (14, 14), 33, (1, 1), (2, 2), (0, 0), (1, 1)),
+])
+@pytest.mark.parametrize("data_dtype,with_residual", [(np.uint8, False), (np.int8, True)])
+@pytest.mark.parametrize("data_laid", [False, True])
+def test_one_by_one_layers_off_whole_channel_blocks_run_the_direct_product(
+        shape, data_dtype, with_residual, data_laid):
+    """A 1×1 layer whose channels are not whole 64-byte blocks runs the direct product on
+    AMX, its last step's bytes past a pixel's channels (the next pixel's, or the copy's
+    tail) times zero weights: K of a few channels as one step of 64 (`tap_rows_matrix`),
+    more as the plain matrix padded to 64s. The NumPy path's bytes, requantized in the
+    epilogue into channels-last bytes."""
+    rng = np.random.default_rng(shape[1] * 7 + shape[3])
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, shape, data_dtype, np.uint8, "relu", with_residual)
+    want = _reference(data, weight, geometry, epilogue, residual, storage,
+                      np.int8 if with_residual else np.uint8)
+    out = np.zeros_like(want)
+    taps = int8_conv.has_tap_rows(shape[1], geometry, want.shape[3])
+    assert taps == (shape[1] < 64)
+    matrix = int8_conv.tap_rows_matrix(weight) if taps else int8_conv.weight_matrix(weight)
+    packed = gemm_int8.PackedWeights(matrix, amx=True)
+    conv = int8_conv.FusedConv(_channels_last(data) if data_laid else data, weight, packed,
+                               geometry, out, None if residual is None else
+                               _channels_last(residual),
+                               int8_conv.Layouts(data=data_laid, out=True, residual=True))
+    assert conv.tile_rows and not conv.gathers
+    with spin_pool.armed(2):
+        conv(epilogue)
+    np.testing.assert_array_equal(_from_channels_last(out), want)

@@ -71,3 +71,30 @@ def test_mismatched_dtypes_are_refused_by_name():
         int8_pool.max_pool_job(np.zeros((1, 2, 4, 4), np.int8),
                                int8_pool.Window((3, 3), (2, 2), (1, 1)),
                                np.zeros((1, 2, 2, 2), np.uint8), False, False)
+
+
+@pytest.mark.parametrize("in_dtype,out_dtype", [(np.uint8, np.uint8), (np.int8, np.int8),
+                                                (np.int8, np.uint8)])
+@pytest.mark.parametrize("data_laid", [False, True])
+def test_the_global_average_scales_each_channels_exact_sum(in_dtype, out_dtype, data_laid):
+    """Each channel's integer sum, in float32 times the factor, rounded half to even and
+    saturated: NumPy's bytes, whichever layout the data lies in."""
+    limits = np.iinfo(in_dtype)
+    values = RNG.integers(limits.min, limits.max + 1, (3, 70, 7, 7)).astype(in_dtype)
+    values[0, 0], values[1, 1] = limits.max, limits.min  # both ends saturate
+    factor = np.array([3 / 49], np.float32)
+    sums = values.reshape(3, 70, -1).sum(axis=2, dtype=np.int64)
+    ends = np.iinfo(out_dtype)
+    want = np.clip(np.rint(sums.astype(np.float32) * factor[0]), ends.min, ends.max)
+    assert (want == ends.min).any() and (want == ends.max).any()
+    out = np.full((3, 70, 1, 1), 9, out_dtype)
+    int8_pool.global_average_job(laid(values) if data_laid else values, factor, out,
+                                 data_laid)()
+    np.testing.assert_array_equal(out.reshape(3, 70), want.astype(out_dtype))
+
+
+def test_a_global_average_past_float32s_exact_sums_is_refused():
+    with pytest.raises(ValueError, match="int8 global average"):
+        int8_pool.global_average_job(np.zeros((1, 2, 300, 300), np.uint8),
+                                     np.ones(1, np.float32), np.zeros((1, 2, 1, 1), np.uint8),
+                                     False)

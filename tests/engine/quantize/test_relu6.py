@@ -55,9 +55,10 @@ def model(net) -> engine.Model:  # noqa: ANN001
 def test_relu6_joins_its_convolution(model) -> None:  # noqa: ANN001
     ops = Counter(node.op for node in model.run_graph.nodes if not node.is_variable)
     assert ops["_sg_mkldnn_conv"] == 7 and ops["clip"] == 0 and ops["elemwise_add"] == 0
-    # a quantize each for the graph's input and the dense layer's, one dequantize for the
-    # pooling's: no pair left around relu6 or the residual sum
-    assert ops["_contrib_quantize_v2"] == 2 and ops["_contrib_dequantize"] == 1
+    # a quantize for the graph's input, none for the dense layer's (the pooling sums the
+    # integers) and no dequantize: no pair left around relu6, the residual sum or the head
+    assert ops["_contrib_quantize_v2"] == 1 and ops["_contrib_dequantize"] == 0
+    assert ops["_quantized_global_average"] == 1 and ops["_contrib_quantized_flatten"] == 1
     by_name = {node.name: node for node in model.run_graph.nodes}
     stem = by_name["stem_relu6"]
     assert stem.params.with_act and stem.params.min_calib_range == 0  # uint8 after relu6
@@ -86,10 +87,10 @@ def test_the_fused_layers_handing_off_channels_last_equal_the_numpy_path(net, ba
     for _ in range(3):  # the runs alternate armed and on one thread (`spin_pool.Choice`)
         fused = model.infer({"data": images})["fc_output"]
     assert (integer.PATHS["int8_fused_conv"] - before == 21) == int8_conv.supported_here()
-    # every convolution but the last hands its output on channels-last, the depthwise
-    # layers (reading and writing) among them
+    # every convolution hands its output on channels-last, the depthwise layers (reading
+    # and writing) among them, the last to the global average
     handed = integer.PATHS["int8_channels_last_handoff"] - handed
-    assert (handed == 3 * 6) == int8_conv.supported_here()
+    assert (handed == 3 * 7) == int8_conv.supported_here()
     with numpy_path():
         exact = engine.load_model(symbol, params, precision="int8",
                                   calibration={"data": calibration}).infer(

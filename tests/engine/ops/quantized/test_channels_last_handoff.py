@@ -10,7 +10,7 @@ import pytest
 import engine
 from bench import nets
 from engine import sym
-from engine.kernels import int8_conv
+from engine.kernels import gemm_int8, int8_conv
 from engine.ops.quantized import integer
 from tests.engine.ops.quantized.int8_models import numpy_path
 from tests.engine.quantize.test_int8_model import residual_net
@@ -121,4 +121,29 @@ def test_a_dequantize_reads_the_hand_off():
     assert integer.PATHS["int8_channels_last_handoff"] - before == 1
     with numpy_path():
         want = model.infer(images)["fc_output"]
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.skipif(not gemm_int8.amx_available(), reason="needs AMX-INT8")
+def test_layers_of_few_channels_per_kernel_row_run_the_direct_product(monkeypatch):
+    """The stem (3 channels, 3×3) and the 1×1 down-sampling layer over 16 channels, whose K
+    alone is under AMX's 64: packed as rows of taps, one 64-byte step a kernel row, they run
+    the direct product on AMX; the logits stay the NumPy path's."""
+    made = []
+    original = int8_conv.FusedConv.__init__
+
+    def spy(self, data, weight, *rest, **named):
+        original(self, data, weight, *rest, **named)
+        made.append((weight.shape[1:], self.tap_rows, bool(self.tile_rows)))
+
+    monkeypatch.setattr(int8_conv.FusedConv, "__init__", spy)
+    symbol, params = residual_net()
+    model = engine.load_model(symbol, params, precision="int8", calibration={
+        "data": RNG.standard_normal((16, 3, 16, 16)).astype(np.float32)})
+    images = RNG.standard_normal((3, 3, 16, 16)).astype(np.float32)
+    got = model.infer({"data": images})["fc2_output"]
+    assert ((3, 3, 3), True, True) in made  # the stem
+    assert ((16, 1, 1), True, True) in made  # b2d
+    with numpy_path():
+        want = model.infer({"data": images})["fc2_output"]
     np.testing.assert_array_equal(got, want)

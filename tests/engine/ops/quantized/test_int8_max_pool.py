@@ -50,12 +50,13 @@ def model() -> engine.Model:
 def test_the_max_pooling_reads_the_stems_int8_output(model):
     nodes = model.run_graph.nodes
     ops = Counter(node.op for node in nodes if not node.is_variable)
-    assert ops["Pooling"] == 1  # the average pooling stays in float
+    # the average pooling sums the integers (`_quantized_global_average`)
+    assert ops["Pooling"] == 0 and ops["_quantized_global_average"] == 1
     (pool,) = [node for node in nodes if node.op == "_contrib_quantized_pooling"]
     assert nodes[pool.inputs[0].node].name == "stem_relu"  # the fused stem, no dequantize
     assert [nodes[entry.node].name for entry in pool.inputs] == ["stem_relu"] * 3  # its range
-    # one quantize for the graph's input, one for the dense layer's: none around the pooling
-    assert ops["_contrib_quantize_v2"] == 2 and ops["_contrib_dequantize"] == 1
+    # one quantize for the graph's input: none around either pooling
+    assert ops["_contrib_quantize_v2"] == 1 and ops["_contrib_dequantize"] == 0
     readers = {node.name for node in nodes
                if any(nodes[entry.node] is pool for entry in node.inputs)}
     assert readers == {"b1a_relu", "b1_out"}  # the block's data and its residual
@@ -68,8 +69,9 @@ def test_the_pooling_hands_off_channels_last_and_keeps_the_numpy_paths_logits(mo
     images = {"data": RNG.standard_normal((batch, *SHAPE)).astype(np.float32)}
     got, ran = paths_taken(lambda: model.infer(images)["fc_output"])
     assert ran["int8_max_pool"] == 1
-    # the stem (read by the pooling alone), the pooling (read by b1a and b1b's sum) and b1a
-    assert ran["int8_channels_last_handoff"] == 3
+    # the stem (read by the pooling alone), the pooling (read by b1a and b1b's sum), b1a,
+    # and b1b (read by the global average)
+    assert ran["int8_channels_last_handoff"] == 4
     # on the NumPy path the convolutions write NCHW, and the pooling reads it so
     np.testing.assert_array_equal(got, numpy_path_output(model, images, "fc_output"))
 
