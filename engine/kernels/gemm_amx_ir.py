@@ -43,6 +43,12 @@ TILE_COLUMNS = 2 * WORDS  # a tile of C, and its buffer's row, is 32 floats wide
 # residual), 128 at 28² (36) 0.88×; 256 at 14² (72) and 512 at 7² (144) no faster (1.0-1.1×
 # in order, where their weights stream in and the epilogue is a small part of a tile's time).
 INTERLEAVED_STEPS = 48
+# Steps of K at most where a product walking row blocks outside (its output streams to
+# memory, `gemm_bind`) stores each tile after its own sums: two steps leave half a tile's
+# stores after each, and ResNet-50 v2's 256×64×3136 products took longer so (one thread in
+# order: 1.04-1.19×, 1.03-1.4× with the residual), where its 512×128×784 ones (4 steps, with
+# the residual) took 0.82-0.95× interleaved.
+STREAMING_ALONE_STEPS = 2
 
 
 def tile_configuration() -> list[int]:
@@ -192,23 +198,28 @@ class AmxTileKernel(TileKernel):
                   edge: ir.Function, arguments: list[Any], rows: Any, columns: Any,
                   columns_outside: Any) -> None:
         """The tile's sums while the one before it is stored (`define_interleaved_tile`),
-        then it waits as the pending one; over a long K (`INTERLEAVED_STEPS`), or none, it
-        is stored at once, none pending. Either walk (``columns_outside`` or not)
-        interleaves."""
-        floats, slots = self._part_state(function)
-        held = [builder.load(slots[key]) for key in ("rows", *self._HELD)]
-        builder.call(self._interleaved, [*arguments[:6], floats, *held])
-        current = {"rows": rows, "columns": columns,
-                   **dict(zip(self._HELD[1:], arguments[6:13], strict=True))}
-        for key, value in current.items():
-            builder.store(value, slots[key])
+        then it waits as the pending one. Over a long K (`INTERLEAVED_STEPS`), or none, the
+        whole-tile functions run it, its epilogue after its own sums: every tile of a
+        product has the same K, so none is pending then. Either walk (``columns_outside``
+        or not) interleaves."""
         k_count = arguments[0]
         alone = builder.or_(builder.icmp_signed(">", k_count, I64(INTERLEAVED_STEPS * WORDS)),
                             builder.icmp_signed("<=", k_count, I64(0)))
-        with builder.if_then(alone):
-            builder.call(self._rows_epilogue, [floats, I64(0), rows, columns, I64(0), rows,
-                                               *arguments[6:13]])
-            builder.store(I64(0), slots["rows"])
+        alone = builder.or_(alone, builder.and_(
+            builder.not_(columns_outside),
+            builder.icmp_signed("<=", k_count, I64(STREAMING_ALONE_STEPS * WORDS))))
+        with builder.if_else(alone) as (by_itself, interleaved):
+            with by_itself:
+                super()._run_tile(function, builder, full, edge, arguments, rows, columns,
+                                  columns_outside)
+            with interleaved:
+                floats, slots = self._part_state(function)
+                held = [builder.load(slots[key]) for key in ("rows", *self._HELD)]
+                builder.call(self._interleaved, [*arguments[:6], floats, *held])
+                current = {"rows": rows, "columns": columns,
+                           **dict(zip(self._HELD[1:], arguments[6:13], strict=True))}
+                for key, value in current.items():
+                    builder.store(value, slots[key])
 
     def _end_part(self, function: ir.Function, builder: ir.IRBuilder) -> None:
         """The last tile's sums, still pending, through the epilogue."""

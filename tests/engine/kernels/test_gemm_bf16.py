@@ -178,7 +178,7 @@ def test_each_amx_tile_is_stored_between_the_next_ones_steps_on_one_or_two_threa
 @needs_amx
 def test_an_amx_part_runs_its_tiles_through_the_interleaved_tile() -> None:
     """The part's tiles are `define_interleaved_tile`'s, whose K loop stores the tile before
-    (not the whole-tile functions that store their own sums after their K loop)."""
+    (the whole-tile functions only over a long K), the last one's stored after the loop."""
     from engine.kernels.gemm_amx_ir import AmxTileKernel
 
     tiles = AmxTileKernel(gemm_kernel.AMX_TILE)
@@ -188,7 +188,6 @@ def test_an_amx_part_runs_its_tiles_through_the_interleaved_tile() -> None:
     called = {instruction.callee.name for block in part.blocks
               for instruction in block.instructions if hasattr(instruction, "callee")}
     assert "part_tile" in called and "part_rows_epilogue" in called
-    assert not called & {"tile_full", "tile_edge"}
     interleaved = tiles.module.get_global("part_tile")
     assert any(getattr(instruction, "callee", None) is tiles.module.get_global(
         "part_rows_epilogue") for block in interleaved.blocks
