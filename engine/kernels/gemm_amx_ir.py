@@ -17,6 +17,13 @@ edges: rows of A and columns of B padded to 32, K to 16 words, with zeros (`bf16
 through a 4 KiB buffer on the stack to `gemm_ir`'s epilogue (bias per row or column, residual,
 clamp, masked stores at the edges).
 
+A part (`AmxTileKernel.define_part`) keeps one tile's sums pending in a buffer on its own
+stack and runs them through the epilogue a share of rows after each of the next tile's steps
+of K (`define_interleaved_tile`), the last tile's after its loop: AMX multiplies while the
+core stores, where a short K (ResNet-50 v2's 1×1 products: 4-32 steps) otherwise left AMX
+waiting on a whole tile's epilogue. The direct convolution (`conv_amx_ir`) runs the same
+interleaving (`_sums_meanwhile`) and rows' epilogue (`_rows_through_epilogue`) over its taps.
+
 Each part of a product loads the tile configuration first (``ldtilecfg``: all eight tiles 16
 rows × 64 bytes) and releases the tile state last (``tilerelease``, `release_tiles_at_returns`);
 the process must hold Linux's permission for the tile state first
