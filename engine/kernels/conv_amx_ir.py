@@ -36,26 +36,25 @@ from typing import Any
 
 import llvmlite.ir as ir
 
-from engine.kernels.gemm_amx_ir import ROWS, WORDS, AmxTileKernel, release_tiles_at_returns
+from engine.kernels.gemm_amx_ir import (
+    INTERLEAVED_STEPS,
+    ROWS,
+    TILE_COLUMNS,
+    WORDS,
+    AmxTileKernel,
+    release_tiles_at_returns,
+)
 from engine.kernels.gemm_bf16_ir import BFloatType
 from engine.kernels.gemm_ir import F32, I32, I64
 from engine.kernels.gemm_kernel import AMX_TILE
 from engine.kernels.task_ir import F64, as_float, fields, loop, masked_store, splat, task
 
 I8 = ir.IntType(8)
-TILE_COLUMNS = 2 * WORDS
 LINE_WORDS = 16
 # Four steps of K ahead in the packed weights (8 KB). ResNet-18's 512-filter layer at 7²
 # (4.7 MB of weights, two column tiles), one thread: 0.315 ms with no prefetch, 0.278 at 4
 # steps, 0.284 at 2 or 8; the 64- to 256-filter layers unchanged.
 PREFETCH_WORDS = 4 * 2 * ROWS * WORDS
-# Steps of K per tile at most where the tile before it goes through its epilogue between
-# them (`DirectConvKernel.define_tile`); over a longer K a tile stores its own sums right
-# after them. ResNet-18's layers, one thread, interleaved against each tile's epilogue after
-# its own K loop: 64 filters at 56² (18 steps) 0.84× (0.69× with the residual), 128 at 28²
-# (36) 0.88×; 256 at 14² (72) and 512 at 7² (144) no faster (1.0-1.1× in order, where their
-# weights stream in and the epilogue is a small part of a tile's time).
-INTERLEAVED_STEPS = 48
 
 
 class DirectConvKernel(AmxTileKernel):
@@ -98,34 +97,8 @@ class DirectConvKernel(AmxTileKernel):
             masks.append(self._kept_lanes(builder, start, grid_width, width, n))
             self._kept.append((masks[-1], self._leading(builder, masks[-1])))
             self._targets.append(self._pixels_before(builder, start, grid_width, width))
-        terms = self._epilogue_terms(function, builder, self.shape.vectors, masks)
-
-        def store(adding: bool) -> None:
-            with loop(builder, function, first, last, "store") as row:
-                source = builder.gep(floats, [builder.mul(row, I64(TILE_COLUMNS))])
-                row_shift = self._row_shift(builder, terms, row)
-                for j in range(self.shape.vectors):
-                    value = builder.load(self._address(builder, source, j), align=64)
-                    self._finish(builder, terms, row, row_shift, value, j, masks, adding)
-
-        # The output's lines of the next call's rows owned before they are stored: in a run
-        # of layers the output is rarely in cache (ResNet-18 in order, one thread: its 3×3
-        # layers up to 256 channels 0.83-0.97× without it). Not for rows about to be stored
-        # (a call storing a whole tile): there it is no earlier than the store itself.
-        ask_first, ask_last = function.args[14:16]
-        ahead = builder.icmp_signed("!=", ask_first, first)
-        with builder.if_then(ahead):
-            self._ask_rows(builder, function, terms["c"], terms["ldc"], ask_first, ask_last,
-                           True)
-        with builder.if_else(terms["present"]) as (adding, plain):
-            with adding:
-                # Its loads wait behind the stores before them where not asked for ahead
-                # (`gemm_ir.TileKernel._prefetch_residual`).
-                self._ask_rows(builder, function, terms["residual"], terms["ldc"], ask_first,
-                               ask_last, False)
-                store(True)
-            with plain:
-                store(False)
+        self._rows_through_epilogue(function, builder, floats, first, last, masks,
+                                    *function.args[14:16])
         builder.ret_void()
         return function
 
@@ -176,18 +149,6 @@ class DirectConvKernel(AmxTileKernel):
                                                pointer, pointer, F32, F32, pointer, I64, I64,
                                                I64])
 
-    def _ask_rows(self, builder: ir.IRBuilder, function: ir.Function, base: Any, ldc: Any,
-                  first: Any, last: Any, writing: bool) -> None:
-        """A prefetch of the lines under each vector of rows [first, last) of ``base`` (laid
-        out as the output), for writing (``prefetchw``) or reading."""
-        with loop(builder, function, first, last, "ask") as row:
-            line = builder.gep(base, [builder.mul(row, ldc)])
-            for target in self._targets:
-                at = builder.gep(line, [target])
-                for offset in (0, WORDS - 1):
-                    builder.call(self.prefetch, [builder.gep(at, [I64(offset)]),
-                                                 I32(int(writing)), I32(3), I32(1)])
-
     def define_tile(self, name: str, epilogue: ir.Function, pairs: bool = False) -> ir.Function:
         """``name(words, a, lda, acs, b, ldb, taps, offsets, fresh, floats, pending, <the
         pending tile's epilogue arguments from column on>)``: one tile of 32 filters by 32
@@ -209,49 +170,16 @@ class DirectConvKernel(AmxTileKernel):
 
         steps = builder.sdiv(builder.mul(function.args[6], function.args[0]), I64(WORDS))
 
-        # The pending rows spread over the steps, as many after each: one division per
-        # tile, none per step.
-        share = builder.sdiv(builder.add(pending, builder.sub(steps, I64(1))), steps)
-        if pairs:  # an even share: the grid's epilogue stores rows two at a time
-            share = builder.mul(builder.sdiv(builder.add(share, I64(1)), I64(2)), I64(2))
+        def finish(first: Any, last: Any, ask_first: Any, ask_last: Any) -> None:
+            builder.call(epilogue, [floats, first, last, *pending_arguments, ask_first,
+                                    ask_last])
 
-        def within_pending(row: Any) -> Any:
-            return builder.select(builder.icmp_signed("<", row, pending), row, pending)
-
-        def finish_rows(step: Any) -> None:
-            """The pending rows of step ``step``'s share, the next share's residual asked
-            for."""
-            first = builder.mul(step, share)
-            last = within_pending(builder.add(first, share))
-            with builder.if_then(builder.icmp_signed("<", first, last)):
-                builder.call(epilogue, [floats, first, last, *pending_arguments, last,
-                                        within_pending(builder.add(last, share))])
-
-        for accumulator in range(4):
-            builder.call(self.zero_tile, [I8(accumulator)])
         # The first column tile of a row block meets its weights first, from memory: it
-        # prefetches them ahead; the others find them in L2 and skip the prefetches.
-        first, later = (function.append_basic_block(name) for name in ("first", "later"))
-        summed = function.append_basic_block("summed")
-        builder.cbranch(builder.icmp_signed("!=", fresh, I64(0)), first, later)
-        # A fresh tile stores the pending one whole first: its own K loop streams the
-        # weights in, which the epilogue's loads and stores between its steps would
-        # compete with.
-        builder.position_at_end(first)
-        with builder.if_then(builder.icmp_signed(">", pending, I64(0))):
-            builder.call(epilogue, [floats, I64(0), pending, *pending_arguments, I64(0),
-                                    pending])
-        self._k_loop(function, builder, True, None)
-        builder.branch(summed)
-        builder.position_at_end(later)
-        self._k_loop(function, builder, False, finish_rows)
-        builder.branch(summed)
-        builder.position_at_end(summed)
-        row_bytes = I64(4 * TILE_COLUMNS)  # the buffer is 32 × 32 floats
-        for accumulator, offset in enumerate((0, WORDS, ROWS * TILE_COLUMNS,
-                                              ROWS * TILE_COLUMNS + WORDS)):
-            target = builder.bitcast(builder.gep(floats, [I64(offset)]), I8.as_pointer())
-            builder.call(self.store_tile, [I8(accumulator), target, row_bytes])
+        # prefetches them ahead; the others find them in L2 and skip the prefetches. The
+        # grid's epilogue stores rows two at a time: an even share.
+        self._sums_meanwhile(function, builder, steps, fresh, floats, pending, finish,
+                             lambda prefetching, finish_rows: self._k_loop(
+                                 function, builder, prefetching, finish_rows), pairs)
         builder.ret_void()
         return function
 

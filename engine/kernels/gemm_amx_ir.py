@@ -17,6 +17,13 @@ edges: rows of A and columns of B padded to 32, K to 16 words, with zeros (`bf16
 through a 4 KiB buffer on the stack to `gemm_ir`'s epilogue (bias per row or column, residual,
 clamp, masked stores at the edges).
 
+A part (`AmxTileKernel.define_part`) keeps one tile's sums pending in a buffer on its own
+stack and runs them through the epilogue a share of rows after each of the next tile's steps
+of K (`define_interleaved_tile`), the last tile's after its loop: AMX multiplies while the
+core stores, where a short K (ResNet-50 v2's 1×1 products: 4-32 steps) otherwise left AMX
+waiting on a whole tile's epilogue. The direct convolution (`conv_amx_ir`) runs the same
+interleaving (`_sums_meanwhile`) and rows' epilogue (`_rows_through_epilogue`) over its taps.
+
 Each part of a product loads the tile configuration first (``ldtilecfg``: all eight tiles 16
 rows × 64 bytes) and releases the tile state last (``tilerelease``, `release_tiles_at_returns`);
 the process must hold Linux's permission for the tile state first
@@ -29,11 +36,26 @@ from typing import Any
 
 import llvmlite.ir as ir
 
-from engine.kernels.gemm_ir import F32, I64, TileKernel
+from engine.kernels.gemm_ir import F32, I32, I64, TileKernel
+from engine.kernels.task_ir import loop
 
 I8 = ir.IntType(8)
 ROWS, WORDS = 16, 16  # one tile register: 16 rows of 16 words (64 bytes)
 TILES = 8
+TILE_COLUMNS = 2 * WORDS  # a tile of C, and its buffer's row, is 32 floats wide
+# Steps of K per tile at most where the tile before it goes through its epilogue between
+# them (`AmxTileKernel._sums_meanwhile`); over a longer K a tile stores its own sums right
+# after them. ResNet-18's direct convolutions, one thread, interleaved against each tile's
+# epilogue after its own K loop: 64 filters at 56² (18 steps) 0.84× (0.69× with the
+# residual), 128 at 28² (36) 0.88×; 256 at 14² (72) and 512 at 7² (144) no faster (1.0-1.1×
+# in order, where their weights stream in and the epilogue is a small part of a tile's time).
+INTERLEAVED_STEPS = 48
+# Steps of K at most where a product walking row blocks outside (its output streams to
+# memory, `gemm_bind`) stores each tile after its own sums: two steps leave half a tile's
+# stores after each, and ResNet-50 v2's 256×64×3136 products took longer so (one thread in
+# order: 1.04-1.19×, 1.03-1.4× with the residual), where its 512×128×784 ones (4 steps, with
+# the residual) took 0.82-0.95× interleaved.
+STREAMING_ALONE_STEPS = 2
 
 
 def tile_configuration() -> list[int]:
@@ -104,6 +126,12 @@ class AmxTileKernel(TileKernel):
 
     def define_part(self, name: str, full: ir.Function, edge: ir.Function,
                     fields: dict[str, int]) -> None:
+        """`TileKernel.define_part` whose tiles run through `define_interleaved_tile`: each
+        tile's sums wait on the part's stack and go through the epilogue between the next
+        tile's steps of K, the last tile's after the loop (``full`` and ``edge`` stay whole
+        tiles a caller may run alone)."""
+        self._rows_epilogue = self.define_rows_epilogue(f"{name}_rows_epilogue")
+        self._interleaved = self.define_interleaved_tile(f"{name}_tile", self._rows_epilogue)
         super().define_part(name, full, edge, fields)
         release_tiles_at_returns(self, self.module.get_global(name))
 
@@ -118,41 +146,253 @@ class AmxTileKernel(TileKernel):
         builder.ret_void()
         return function
 
+    def define_rows_epilogue(self, name: str) -> ir.Function:
+        """``name(floats, first, last, columns, ask_first, ask_last, c, ldc, bias_rows,
+        bias_columns, low, high, residual)``: rows [first, last) of a finished tile's sums
+        (32 × 32 floats at ``floats``, its first ``columns`` columns kept) through the
+        epilogue into C, with `_rows_through_epilogue`'s asks ahead. C, its biases, bounds
+        and residual sit at `gemm_ir`'s argument positions, which `_epilogue_terms` reads."""
+        pointer = F32.as_pointer()
+        arguments = [pointer, I64, I64, I64, I64, I64, pointer, I64, pointer, pointer, F32,
+                     F32, pointer]
+        function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), arguments),
+                               name=name)
+        builder = ir.IRBuilder(function.append_basic_block("entry"))
+        floats, first, last, columns, ask_first, ask_last = function.args[:6]
+        # A whole tile's stores and loads unmasked; an edge's through masks.
+        whole = builder.icmp_signed("==", columns, I64(TILE_COLUMNS))
+        with builder.if_else(whole) as (unmasked, masked):
+            with unmasked:
+                self._rows_through_epilogue(function, builder, floats, first, last, None,
+                                            ask_first, ask_last)
+            with masked:
+                self._rows_through_epilogue(
+                    function, builder, floats, first, last,
+                    self._masks(builder, columns, self.shape.vectors), ask_first, ask_last)
+        builder.ret_void()
+        return function
+
+    def define_interleaved_tile(self, name: str, epilogue: ir.Function) -> ir.Function:
+        """``name(k, a, lda, acs, b, ldb, floats, pending, <the pending tile's arguments to
+        ``epilogue``: columns, then C's from c on>)``: one tile's sums (operands as
+        `_function`'s) into tiles 0-3 and then ``floats``, the tile before it (``pending``
+        rows of sums at ``floats``) through ``epilogue`` between the steps of K
+        (`_sums_meanwhile`)."""
+        pointer = F32.as_pointer()
+        arguments = [I64, pointer, I64, I64, pointer, I64, pointer, I64, I64,
+                     *epilogue.function_type.args[6:]]
+        function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), arguments),
+                               name=name)
+        builder = ir.IRBuilder(function.append_basic_block("entry"))
+        floats, pending, columns = function.args[6:9]
+        held = list(function.args[9:])
+
+        def finish(first: Any, last: Any, ask_first: Any, ask_last: Any) -> None:
+            builder.call(epilogue, [floats, first, last, columns, ask_first, ask_last, *held])
+
+        steps = builder.sdiv(builder.add(function.args[0], I64(WORDS - 1)), I64(WORDS))
+        self._sums_meanwhile(function, builder, steps, None, floats, pending, finish,
+                             lambda prefetching, finish_rows: self._k_steps(
+                                 function, builder, finish_rows))
+        builder.ret_void()
+        return function
+
+    # The pending tile's epilogue arguments a part holds between tiles, in `define_rows_
+    # epilogue`'s order after ``ask_last`` (``columns`` first), and its kept rows.
+    _HELD = ("columns", "c", "ldc", "rows_bias", "columns_bias", "low", "high", "residual")
+
+    def _run_tile(self, function: ir.Function, builder: ir.IRBuilder, full: ir.Function,
+                  edge: ir.Function, arguments: list[Any], rows: Any, columns: Any,
+                  columns_outside: Any) -> None:
+        """The tile's sums while the one before it is stored (`define_interleaved_tile`),
+        then it waits as the pending one. Over a long K (`INTERLEAVED_STEPS`), or none, the
+        whole-tile functions run it, its epilogue after its own sums: every tile of a
+        product has the same K, so none is pending then. Either walk (``columns_outside``
+        or not) interleaves."""
+        k_count = arguments[0]
+        alone = builder.or_(builder.icmp_signed(">", k_count, I64(INTERLEAVED_STEPS * WORDS)),
+                            builder.icmp_signed("<=", k_count, I64(0)))
+        alone = builder.or_(alone, builder.and_(
+            builder.not_(columns_outside),
+            builder.icmp_signed("<=", k_count, I64(STREAMING_ALONE_STEPS * WORDS))))
+        with builder.if_else(alone) as (by_itself, interleaved):
+            with by_itself:
+                super()._run_tile(function, builder, full, edge, arguments, rows, columns,
+                                  columns_outside)
+            with interleaved:
+                floats, slots = self._part_state(function)
+                held = [builder.load(slots[key]) for key in ("rows", *self._HELD)]
+                builder.call(self._interleaved, [*arguments[:6], floats, *held])
+                current = {"rows": rows, "columns": columns,
+                           **dict(zip(self._HELD[1:], arguments[6:13], strict=True))}
+                for key, value in current.items():
+                    builder.store(value, slots[key])
+
+    def _end_part(self, function: ir.Function, builder: ir.IRBuilder) -> None:
+        """The last tile's sums, still pending, through the epilogue."""
+        floats, slots = self._part_state(function)
+        rows, columns, *held = (builder.load(slots[key]) for key in ("rows", *self._HELD))
+        with builder.if_then(builder.icmp_signed(">", rows, I64(0))):
+            builder.call(self._rows_epilogue, [floats, I64(0), rows, columns, I64(0), rows,
+                                               *held])
+
+    def _part_state(self, function: ir.Function) -> tuple[Any, dict[str, Any]]:
+        """The part's buffer of pending sums and the slots holding that tile's rows and
+        epilogue arguments (allocated once, at the start of its entry block; none pending)."""
+        state = getattr(self, "_state", None)
+        if state is not None and state[0] is function:
+            return state[1], state[2]
+        entry = ir.IRBuilder()
+        entry.position_at_start(function.entry_basic_block)
+        buffer = entry.alloca(ir.ArrayType(F32, 2 * ROWS * TILE_COLUMNS))
+        buffer.align = 64
+        floats = entry.bitcast(buffer, F32.as_pointer())
+        kinds = {"rows": I64, "columns": I64, "c": F32.as_pointer(), "ldc": I64,
+                 "rows_bias": F32.as_pointer(), "columns_bias": F32.as_pointer(), "low": F32,
+                 "high": F32, "residual": F32.as_pointer()}
+        slots = {key: entry.alloca(kind) for key, kind in kinds.items()}
+        for key, kind in kinds.items():
+            empty = ir.Constant(kind, None) if isinstance(kind, ir.PointerType) else kind(0)
+            entry.store(empty, slots[key])
+        self._state = (function, floats, slots)
+        return floats, slots
+
     def _tile(self, function: ir.Function, builder: ir.IRBuilder, rows: Any, vectors: int,
               masks: list[Any] | None) -> None:
         """The K loop on the tile registers, the accumulators stored to a stack buffer, then
         `gemm_ir`'s epilogue for ``rows`` rows and ``vectors`` vectors from it."""
-        k_count, a, lda, acs, b, ldb = function.args[:6]
         buffer = builder.alloca(ir.ArrayType(F32, 4 * ROWS * WORDS))
         buffer.align = 64
         floats = builder.bitcast(buffer, F32.as_pointer())
         for accumulator in range(4):
             builder.call(self.zero_tile, [I8(accumulator)])
+        self._k_steps(function, builder, None)
+        self._store_sums(builder, floats)
+        self._epilogue(function, builder, floats, rows, vectors, masks)
+
+    def _k_steps(self, function: ir.Function, builder: ir.IRBuilder, finish_rows: Any) -> None:
+        """The K loop of a product (``function``'s first six arguments as `_function`'s)
+        into tiles 0-3; after step ``s``, ``finish_rows(s)`` where given."""
+        k_count, a, lda, acs, b, ldb = function.args[:6]
         a_stride, b_stride = builder.mul(lda, I64(4)), builder.mul(ldb, I64(4))
         a_lower = builder.gep(a, [builder.mul(lda, I64(ROWS))])
-        start = builder.block
-        loop = function.append_basic_block("loop")
-        done = function.append_basic_block("done")
-        builder.cbranch(builder.icmp_signed(">", k_count, I64(0)), loop, done)
+        with loop(builder, function, I64(0), k_count, "pairs", WORDS) as k:
+            a_step = builder.mul(k, acs)
+            self._step(builder, builder.gep(a, [a_step]), builder.gep(a_lower, [a_step]),
+                       a_stride, builder.gep(b, [builder.mul(k, ldb)]), b_stride)
+            if finish_rows is not None:
+                finish_rows(builder.sdiv(k, I64(WORDS)))
 
-        builder.position_at_end(loop)
-        k = builder.phi(I64)
-        b_row = builder.gep(b, [builder.mul(k, ldb)])
-        a_step = builder.mul(k, acs)
-        self._step(builder, builder.gep(a, [a_step]), builder.gep(a_lower, [a_step]), a_stride,
-                   b_row, b_stride)
-        k_next = builder.add(k, I64(WORDS))
-        builder.cbranch(builder.icmp_signed("<", k_next, k_count), loop, done)
-        k.add_incoming(I64(0), start)
-        k.add_incoming(k_next, loop)
+    def _sums_meanwhile(self, function: ir.Function, builder: ir.IRBuilder, steps: Any,
+                        fresh: Any, floats: Any, pending: Any, finish: Any,
+                        k_loop: Any, even_share: bool = False) -> None:
+        """A tile's sums into tiles 0-3 and then ``floats``, while the tile before it
+        (``pending`` rows of sums at ``floats``) goes through the epilogue,
+        ``finish(first, last, ask_first, ask_last)``, as many rows after each of the
+        ``steps`` steps of K: the core's stores run while AMX multiplies, where AMX waited
+        on them with the epilogue after its own tile. ``k_loop(prefetching, finish_rows)``
+        builds the K loop, calling ``finish_rows(step)`` after each step where given.
+        Where ``fresh`` (an int64, not None) is not 0 the tile streams its weights in: the
+        pending tile is stored whole first (the epilogue's loads and stores would compete
+        with the stream) and the loop prefetches. ``even_share``: each share an even number
+        of rows (an epilogue storing rows two at a time)."""
+        steps = builder.select(builder.icmp_signed(">", steps, I64(1)), steps, I64(1))
+        # The pending rows spread over the steps, as many after each: one division per
+        # tile, none per step.
+        share = builder.sdiv(builder.add(pending, builder.sub(steps, I64(1))), steps)
+        if even_share:
+            share = builder.mul(builder.sdiv(builder.add(share, I64(1)), I64(2)), I64(2))
 
-        builder.position_at_end(done)
-        row_bytes = I64(4 * 2 * WORDS)  # the buffer is 32 × 32 floats
-        for accumulator, offset in enumerate((0, WORDS, ROWS * 2 * WORDS,
-                                              ROWS * 2 * WORDS + WORDS)):
+        def within_pending(row: Any) -> Any:
+            return builder.select(builder.icmp_signed("<", row, pending), row, pending)
+
+        def finish_rows(step: Any) -> None:
+            """The pending rows of step ``step``'s share, the next share's asked for."""
+            first = builder.mul(step, share)
+            last = within_pending(builder.add(first, share))
+            with builder.if_then(builder.icmp_signed("<", first, last)):
+                finish(first, last, last, within_pending(builder.add(last, share)))
+
+        def ask_first_share() -> None:
+            """The first share's residual and output lines asked for, none stored: its
+            loads would otherwise wait behind the stores before them."""
+            with builder.if_then(builder.icmp_signed(">", pending, I64(0))):
+                finish(I64(0), I64(0), I64(0), within_pending(share))
+
+        for accumulator in range(4):
+            builder.call(self.zero_tile, [I8(accumulator)])
+        if fresh is None:
+            ask_first_share()
+            k_loop(False, finish_rows)
+        else:
+            first, later = (function.append_basic_block(name) for name in ("first", "later"))
+            summed = function.append_basic_block("summed")
+            builder.cbranch(builder.icmp_signed("!=", fresh, I64(0)), first, later)
+            builder.position_at_end(first)
+            with builder.if_then(builder.icmp_signed(">", pending, I64(0))):
+                finish(I64(0), pending, I64(0), pending)
+            k_loop(True, None)
+            builder.branch(summed)
+            builder.position_at_end(later)
+            k_loop(False, finish_rows)
+            builder.branch(summed)
+            builder.position_at_end(summed)
+        self._store_sums(builder, floats)
+
+    def _store_sums(self, builder: ir.IRBuilder, floats: Any) -> None:
+        """Tiles 0-3 into the 32 × 32 floats at ``floats``."""
+        row_bytes = I64(4 * TILE_COLUMNS)
+        for accumulator, offset in enumerate((0, WORDS, ROWS * TILE_COLUMNS,
+                                              ROWS * TILE_COLUMNS + WORDS)):
             target = builder.bitcast(builder.gep(floats, [I64(offset)]), I8.as_pointer())
             builder.call(self.store_tile, [I8(accumulator), target, row_bytes])
-        self._epilogue(function, builder, floats, rows, vectors, masks)
+
+    def _rows_through_epilogue(self, function: ir.Function, builder: ir.IRBuilder,
+                               floats: Any, first: Any, last: Any, masks: list[Any] | None,
+                               ask_first: Any, ask_last: Any) -> None:
+        """Rows [first, last) of the sums at ``floats`` through the epilogue (``function``'s
+        arguments from 6 on at `gemm_ir`'s positions), the residual's rows [ask_first,
+        ask_last) asked for first (those of the next call, or these), and the output's
+        where they are the next call's."""
+        terms = self._epilogue_terms(function, builder, self.shape.vectors, masks)
+
+        def store(adding: bool) -> None:
+            with loop(builder, function, first, last, "store") as row:
+                source = builder.gep(floats, [builder.mul(row, I64(TILE_COLUMNS))])
+                row_shift = self._row_shift(builder, terms, row)
+                for j in range(self.shape.vectors):
+                    value = builder.load(self._address(builder, source, j), align=64)
+                    self._finish(builder, terms, row, row_shift, value, j, masks, adding)
+
+        # The output's lines of the next call's rows owned before they are stored: in a run
+        # of layers the output is rarely in cache (ResNet-18 in order, one thread: its 3×3
+        # layers up to 256 channels 0.83-0.97× without it). Not for rows about to be stored
+        # (a call storing a whole tile): there it is no earlier than the store itself.
+        with builder.if_then(builder.icmp_signed(">=", ask_first, last)):
+            self._ask_rows(builder, function, terms["c"], terms["ldc"], ask_first, ask_last,
+                           True)
+        with builder.if_else(terms["present"]) as (adding, plain):
+            with adding:
+                # Its loads wait behind the stores before them where not asked for ahead
+                # (`gemm_ir.TileKernel._prefetch_residual`).
+                self._ask_rows(builder, function, terms["residual"], terms["ldc"], ask_first,
+                               ask_last, False)
+                store(True)
+            with plain:
+                store(False)
+
+    def _ask_rows(self, builder: ir.IRBuilder, function: ir.Function, base: Any, ldc: Any,
+                  first: Any, last: Any, writing: bool) -> None:
+        """A prefetch of the lines under each vector of rows [first, last) of ``base`` (laid
+        out as the output), for writing (``prefetchw``) or reading."""
+        targets = [self._offset(builder, j) for j in range(self.shape.vectors)]
+        with loop(builder, function, first, last, "ask") as row:
+            line = builder.gep(base, [builder.mul(row, ldc)])
+            for target in targets:
+                at = builder.gep(line, [target])
+                for offset in (0, WORDS - 1):
+                    builder.call(self.prefetch, [builder.gep(at, [I64(offset)]),
+                                                 I32(int(writing)), I32(3), I32(1)])
 
     def _step(self, builder: ir.IRBuilder, a_upper: Any, a_lower: Any, a_stride: Any,
               b_row: Any, b_stride: Any) -> None:

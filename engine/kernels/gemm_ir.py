@@ -179,6 +179,22 @@ class TileKernel:
                               builder.sub(m, row), mr)
         columns = builder.select(builder.icmp_signed("<", builder.sub(n, column), nr),
                                  builder.sub(n, column), nr)
+        self._run_tile(function, builder, full, edge, arguments, rows, columns, outside)
+        following = builder.add(number, I64(1))
+        number.add_incoming(first, start)
+        number.add_incoming(following, builder.block)
+        builder.cbranch(builder.icmp_signed("<", following, last), loop, done)
+        builder.position_at_end(done)
+        self._end_part(function, builder)
+        builder.ret_void()
+
+    def _run_tile(self, function: ir.Function, builder: ir.IRBuilder, full: ir.Function,
+                  edge: ir.Function, arguments: list[Any], rows: Any, columns: Any,
+                  columns_outside: Any) -> None:
+        """One tile of a part: ``full`` where it is whole, else ``edge`` with its ``rows`` and
+        ``columns`` (``columns_outside``: whether the part walks column panels outside, an
+        i1); the builder ends in a block after it."""
+        mr, nr = I64(self.shape.rows), I64(self.shape.columns)
         whole = builder.and_(builder.icmp_signed("==", rows, mr),
                              builder.icmp_signed("==", columns, nr))
         whole_block = function.append_basic_block("whole")
@@ -192,12 +208,10 @@ class TileKernel:
         builder.call(edge, [*arguments, rows, columns])
         builder.branch(next_block)
         builder.position_at_end(next_block)
-        following = builder.add(number, I64(1))
-        number.add_incoming(first, start)
-        number.add_incoming(following, next_block)
-        builder.cbranch(builder.icmp_signed("<", following, last), loop, done)
-        builder.position_at_end(done)
-        builder.ret_void()
+
+    def _end_part(self, function: ir.Function, builder: ir.IRBuilder) -> None:
+        """What a part does after its last tile (nothing here; AMX stores the tile whose
+        sums still wait, `gemm_amx_ir`)."""
 
     def _part_prologue(self, builder: ir.IRBuilder) -> None:
         """What a part does before its first tile (nothing here; AMX loads its tile

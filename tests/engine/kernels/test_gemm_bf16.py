@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.cpu import host_features
+from engine.cpu import host_features, spin_pool
 from engine.kernels import bf16, gemm_bind, gemm_kernel
 from engine.kernels.workspace import Workspace
 
@@ -139,3 +139,56 @@ def test_a_weight_product_walks_a_large_output_by_row_blocks(rows: int, depth: i
     assert call.product.columns_outside is outside
     call()
     assert_product(out, weight, data)
+
+
+@needs_amx
+@pytest.mark.parametrize(("rows", "depth", "columns"), [
+    (64, 64, 3136),  # K of 2 steps: the pending tile's rows in two shares
+    (13, 65, 31),  # one edge tile, alone in its part
+    (70, 33, 97),  # edge rows and columns after whole tiles
+    (40, 1600, 70),  # K past INTERLEAVED_STEPS: each tile stored after its own sums
+])
+@pytest.mark.parametrize("columns_outside", [True, False])
+def test_each_amx_tile_is_stored_between_the_next_ones_steps_on_one_or_two_threads(
+        rows: int, depth: int, columns: int, columns_outside: bool) -> None:
+    """A part holds each tile's sums until the next tile's steps of K store them (the last
+    tile's after its loop): every tile, whole or edge, gets its own biases, residual and
+    clamp, on one thread and split into parts over two."""
+    a, b = random(rows, depth), random(depth, columns)
+    bias_rows, bias_columns = random(rows), random(columns)
+    out = np.full((2, rows, columns), 7.0, np.float32)
+    other = random(2, rows, columns)
+    product = gemm_kernel.bind_tiles(
+        bf16.amx_weight_rows(a), bf16.amx_weight_columns(b), out[0], columns_outside) \
+        .with_epilogue(bias_rows, bias_columns).with_residual(out, other) \
+        .with_epilogue(low=-0.5, high=3.0)
+    product()
+    want = np.clip(expected(a, b) + bias_rows[:, None] + bias_columns[None, :] + other[0],
+                   -0.5, 3.0)
+    np.testing.assert_allclose(out[0], want, rtol=1e-5, atol=1e-5 * np.sqrt(depth))
+    assert (out[1] == 7.0).all()
+    alone = out[0].copy()
+    with spin_pool.armed(2):
+        for _ in range(3):
+            out[0] = np.nan
+            product()
+            np.testing.assert_array_equal(out[0], alone)
+
+
+@needs_amx
+def test_an_amx_part_runs_its_tiles_through_the_interleaved_tile() -> None:
+    """The part's tiles are `define_interleaved_tile`'s, whose K loop stores the tile before
+    (the whole-tile functions only over a long K), the last one's stored after the loop."""
+    from engine.kernels.gemm_amx_ir import AmxTileKernel
+
+    tiles = AmxTileKernel(gemm_kernel.AMX_TILE)
+    tiles.define_part("part", tiles.define_full("tile_full"), tiles.define_edge("tile_edge"),
+                      gemm_kernel._FIELDS)
+    part = tiles.module.get_global("part")
+    called = {instruction.callee.name for block in part.blocks
+              for instruction in block.instructions if hasattr(instruction, "callee")}
+    assert "part_tile" in called and "part_rows_epilogue" in called
+    interleaved = tiles.module.get_global("part_tile")
+    assert any(getattr(instruction, "callee", None) is tiles.module.get_global(
+        "part_rows_epilogue") for block in interleaved.blocks
+        for instruction in block.instructions)
