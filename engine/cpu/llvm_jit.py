@@ -7,6 +7,7 @@ compiler, so this adds no dependency.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -51,3 +52,27 @@ def compile_for_host(build: Callable[[], Any], optimise: bool = True) -> Any:
                           level=3, optimise=optimise)
     except (RuntimeError, OSError):
         return None
+
+
+class HostModule:
+    """A module compiled for the host the first time one of its functions is asked for, once
+    whichever threads ask at the same moment (`compile_for_host` with its module's passes);
+    no function where the host lacks ``feature`` (a `host_features` flag) or the JIT."""
+
+    def __init__(self, build: Callable[[], Any], feature: str) -> None:
+        self._build = build
+        self._feature = feature
+        self._lock = threading.Lock()
+        self._compiled: list[Any] = []  # the engine once made (None: none can be here)
+
+    def address(self, name: str) -> int | None:
+        """The machine address of function ``name``; None where the module cannot run here."""
+        if not self._compiled:
+            with self._lock:
+                if not self._compiled:
+                    from engine.cpu import host_features
+
+                    self._compiled.append(compile_for_host(self._build)
+                                          if host_features.has(self._feature) else None)
+        engine = self._compiled[0]
+        return None if engine is None else engine.get_function_address(name)

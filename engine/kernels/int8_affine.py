@@ -11,16 +11,13 @@ form takes them, so the bytes are the same; a uint8 output's saturation at 0 is 
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import numpy as np
 
-from engine.cpu import compiled, host_features, kernel_jobs, llvm_jit, spin_pool
+from engine.cpu import compiled, kernel_jobs, llvm_jit, spin_pool
 
 _kernels: dict[str, Any] = {}
-_vector: dict[str, Any] = {}  # the LLVM engine of `int8_affine_ir` (None: not here)
-_vector_lock = threading.Lock()
 
 
 def available() -> bool:
@@ -73,24 +70,18 @@ def affine_job(values: np.ndarray, scale: np.ndarray, shift: np.ndarray, out: np
 def vector_task(in_signed: bool, out_signed: bool, channels_last: bool) -> int | None:
     """The address of `int8_affine_ir`'s task for these signednesses and the shared layout;
     None where it cannot be compiled here (no AVX-512 BW, no llvmlite or no JIT)."""
-    if "engine" not in _vector:
-        with _vector_lock:
-            if "engine" not in _vector:
-                _vector["engine"] = (llvm_jit.compile_for_host(_vector_module)
-                                     if host_features.has("avx512bw") else None)
-    engine = _vector["engine"]
-    if engine is None:
-        return None
     from engine.kernels import int8_affine_ir
 
-    return engine.get_function_address(int8_affine_ir.task_name(in_signed, out_signed,
-                                                                 channels_last))
+    return _vector.address(int8_affine_ir.task_name(in_signed, out_signed, channels_last))
 
 
 def _vector_module() -> Any:
     from engine.kernels import int8_affine_ir
 
     return int8_affine_ir.module()
+
+
+_vector = llvm_jit.HostModule(_vector_module, "avx512bw")  # `int8_affine_ir`, compiled once
 
 
 def compiled_kernels() -> dict[str, Any]:

@@ -18,12 +18,11 @@ sum gets ``128 · Σ w`` taken back off, so the sums are the exact ones NumPy's 
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import numpy as np
 
-from engine.cpu import compiled, host_features, kernel_jobs, llvm_jit, spin_pool
+from engine.cpu import compiled, kernel_jobs, llvm_jit, spin_pool
 from engine.kernels import int8_conv
 from engine.kernels.int8_conv import (
     ACTIVATIONS,
@@ -43,8 +42,6 @@ CHUNK_BYTES = 2 ** 18
 # The vector window (`depthwise_int8_ir`) adds the bias to the int32 sum (below 2²⁴ in
 # magnitude): a bias within this reach cannot overflow it.
 BIAS_REACH = 2 ** 31 - 2 ** 24
-_vector: dict[str, Any] = {}  # the LLVM engine of `depthwise_int8_ir` (None: not here)
-_vector_lock = threading.Lock()
 
 
 def supported(data: np.ndarray, weight: np.ndarray, groups: int) -> bool:
@@ -177,23 +174,18 @@ class FusedDepthwise(EpilogueLayer):
 def _vector_task(stride: int) -> int | None:
     """The address of `depthwise_int8_ir`'s task for ``stride``; None where it cannot be
     compiled here (no AVX-512 BW, no llvmlite or no JIT)."""
-    if "engine" not in _vector:
-        with _vector_lock:
-            if "engine" not in _vector:
-                _vector["engine"] = (llvm_jit.compile_for_host(_vector_module)
-                                     if host_features.has("avx512bw") else None)
-    engine = _vector["engine"]
-    if engine is None:
-        return None
     from engine.kernels import depthwise_int8_ir
 
-    return engine.get_function_address(depthwise_int8_ir.task_name(stride))
+    return _vector.address(depthwise_int8_ir.task_name(stride))
 
 
 def _vector_module() -> Any:
     from engine.kernels import depthwise_int8_ir
 
     return depthwise_int8_ir.module()
+
+
+_vector = llvm_jit.HostModule(_vector_module, "avx512bw")  # `depthwise_int8_ir`, compiled once
 
 
 def compiled_kernels() -> dict[str, Any]:
