@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 import engine
+from engine import sym
 from engine.ops.quantized import integer
 from engine.ops.registry import get_op
 
@@ -48,6 +49,28 @@ def paths_taken(run: Callable[[], Any]) -> tuple[Any, Counter]:
     taken = Counter(integer.PATHS)
     taken.subtract(before)
     return result, taken
+
+
+def paths_matching_numpy(model: engine.Model, images: dict[str, np.ndarray],
+                         output: str = "fc_output") -> tuple[np.ndarray, Counter]:
+    """``model``'s ``output`` on ``images`` and the compiled paths the run took, the output
+    asserted bit for bit the NumPy path's."""
+    got, taken = paths_taken(lambda: model.infer(images)[output])
+    np.testing.assert_array_equal(got, numpy_path_output(model, images, output))
+    return got, taken
+
+
+def preactivation_block(data: Any, after: str) -> Any:
+    """A stem, then ResNet v2's pattern: BatchNorm and relu before a convolution, whose sum
+    with the block's input BatchNorm and relu ``after``_bn and ``after``_relu read."""
+    stem = sym.Convolution(data, num_filter=64, kernel=(3, 3), pad=(1, 1), no_bias=True,
+                           name="stem")
+    act = sym.Activation(sym.BatchNorm(stem, fix_gamma=False, eps=1e-5, name="b1_bn"),
+                         act_type="relu", name="b1_relu")
+    block = sym.Convolution(act, num_filter=64, kernel=(3, 3), pad=(1, 1), no_bias=True,
+                            name="b1_conv") + stem
+    return sym.Activation(sym.BatchNorm(block, fix_gamma=False, eps=1e-5, name=f"{after}_bn"),
+                          act_type="relu", name=f"{after}_relu")
 
 
 def assert_agrees_with_float32(model: engine.Model, images: dict[str, np.ndarray],
