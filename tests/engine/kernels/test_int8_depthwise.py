@@ -5,6 +5,7 @@ bit for bit."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -51,6 +52,20 @@ def layer(shape: tuple, rng: np.random.Generator, data_dtype: type, act: str | N
                   None if act is None else Activation(act, act_high),
                   None if residual is None else (residual, np.float32(0.61))).astype(out_dtype)
     return geometry, data, weight, residual, out_shape, out_dtype, epilogue, want
+
+
+def outputs_armed_and_alone(conv: Any, epilogue: Any, out: np.ndarray) -> list[np.ndarray]:
+    """``out`` after the layer ran on two threads of the spin pool, then on this one alone."""
+    outputs = []
+    for armed in (True, False):
+        out[...] = 0
+        if armed:
+            with spin_pool.armed(2):
+                conv(epilogue)
+        else:
+            conv(epilogue)
+        outputs.append(out.copy())
+    return outputs
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -116,14 +131,8 @@ def test_channels_last_arrays_equal_the_numpy_path(shape, laid, data_dtype, act,
     out = np.full(out_shape, 77, out_dtype)
     conv = int8_depthwise.FusedDepthwise(held(data, laid.data), weight, geometry, out,
                                          residual, laid)
-    for armed in (True, False):
-        out[...] = 0
-        if armed:
-            with spin_pool.armed(2):
-                conv(epilogue)
-        else:
-            conv(epilogue)
-        np.testing.assert_array_equal(out, held(want, laid.out))
+    for got in outputs_armed_and_alone(conv, epilogue, out):
+        np.testing.assert_array_equal(got, held(want, laid.out))
 
 
 # (batch, channels, size, kernel, stride, pad, dilate): the vector window's cases, whole
@@ -168,14 +177,8 @@ def test_vector_window_equals_the_numpy_path(monkeypatch, shape, data_laid, data
         if data_laid else data
     out = np.full(out_shape, 77, out_dtype)
     conv = int8_depthwise.FusedDepthwise(held_data, weight, geometry, out, None, laid)
-    for armed in (True, False):
-        out[...] = 0
-        if armed:
-            with spin_pool.armed(2):
-                conv(epilogue)
-        else:
-            conv(epilogue)
-        got = np.moveaxis(out.reshape(out_shape[0], *out_shape[2:], out_shape[1]), -1, 1)
+    for got in outputs_armed_and_alone(conv, epilogue, out):
+        got = np.moveaxis(got.reshape(out_shape[0], *out_shape[2:], out_shape[1]), -1, 1)
         np.testing.assert_array_equal(got, want)
     assert taken and taken[-1]
 
