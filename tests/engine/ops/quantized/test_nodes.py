@@ -35,6 +35,14 @@ def node_inputs(name: str, index: int) -> list[np.ndarray]:
     return values
 
 
+def read_only_node_inputs(name: str, index: int) -> list[np.ndarray]:
+    """`node_inputs` as read-only views, as a CPU plan binds constant weights."""
+    views = [value.view() for value in node_inputs(name, index)]
+    for view in views:
+        view.flags.writeable = False
+    return views
+
+
 @pytest.mark.parametrize(("name", "index"), node_cases())
 def test_node_matches_mxnet(name: str, index: int) -> None:
     node = fixtures.graph(name).nodes[index]
@@ -87,11 +95,7 @@ def test_a_bound_convolution_prepares_its_int8_weights_once(
     index = next(index for index, node in enumerate(fixtures.graph(name).nodes)
                  if node.op == "_sg_mkldnn_conv" and node.params.with_sum)
     node = fixtures.graph(name).nodes[index]
-    inputs = []
-    for value in node_inputs(name, index):
-        view = value.view()
-        view.flags.writeable = False
-        inputs.append(view)
+    inputs = read_only_node_inputs(name, index)
     expected = [fixtures.internals(name)[f"{node.name}:{k}"] for k in range(3)]
     out = tuple(np.empty_like(value) for value in expected)
     calls = []
@@ -121,11 +125,7 @@ def test_a_bound_fully_connected_layer_gives_its_kernels_bytes_on_the_int8_gemm(
     from engine.ops.quantized import integer
 
     node = fixtures.graph(name).nodes[index]
-    inputs = []
-    for value in node_inputs(name, index):
-        view = value.view()
-        view.flags.writeable = False
-        inputs.append(view)
+    inputs = read_only_node_inputs(name, index)
     want = node.opdef.compute(np, node.params, inputs)
     want = want if isinstance(want, tuple) else (want,)
     out = tuple(np.empty_like(value) for value in want)
