@@ -635,18 +635,18 @@ def step_kind(node: Any) -> tuple[str, Any]:
 def step_kinds(plan: Any, feed: dict[str, np.ndarray], repeat: int,
                clock: Callable[[], float] = time.perf_counter) -> dict[str, tuple[float, int]]:
     """Seconds by ``clock`` (best of ``repeat``) and FLOPs per step kind, steps timed one by one
-    in order."""
-    plan.run(feed, copy_outputs=False)  # every buffer holds this input's values
+    in order within runs made as `plan.run` makes them (`Plan.walk`)."""
+    walks = [plan.walk(feed, clock) for _ in range(repeat)]
     graph = plan.graph
     shapes = infer_shapes(graph, {**{n: np.shape(v) for n, v in graph.constants.items()},
                                   **{n: a.shape for n, a in feed.items()}})
     index_of = {id(node): index for index, node in enumerate(graph.nodes)}
     kinds: dict[str, list] = {}
     counted: set[int] = set()
-    for step in plan.steps:
+    for position, step in enumerate(plan.steps):
         kind, _ = step_kind(step.node)
         entry = kinds.setdefault(kind, [0.0, 0])
-        entry[0] += min(_once(step.call, clock) for _ in range(repeat))
+        entry[0] += min(seconds[position] for seconds in walks)
         index = index_of[id(step.node)]
         if kind.startswith(("conv", "depthwise", "FullyConnected")) and index not in counted:
             counted.add(index)  # a node's FLOPs once, however many calls it was bound to
@@ -656,10 +656,10 @@ def step_kinds(plan: Any, feed: dict[str, np.ndarray], repeat: int,
     return {kind: (seconds, flop) for kind, (seconds, flop) in kinds.items()}
 
 
-def _once(call: Callable[[], object], clock: Callable[[], float] = time.perf_counter) -> float:
-    start = clock()
+def _once(call: Callable[[], object]) -> float:
+    start = time.perf_counter()
     call()
-    return clock() - start
+    return time.perf_counter() - start
 
 
 def parser() -> argparse.ArgumentParser:

@@ -4,15 +4,15 @@ Usage: ``python bench/steps_in_order.py [--net resnet18_v1] [--batch 1] [--runs 
 [--threads 1] [--top 12] [--precision fp32|bf16|int8] [--node NAME] [--clock wall|thread]
 [--winograd-min-tiles N] [--f4-min-tiles N] [--openvino] [--peer-python PYTHON]``.
 
-``bench/executor.py``'s step kinds take each step's best of three calls in a row, so a step
-finds its weights in cache from the call before, which hides what streaming them from memory
-costs (ResNet-18's 512-channel 3×3 layers took about 2.7× as long in order as alone).
-`Plan.profile` walks in order but sums by op type. Here every run walks ``plan.steps`` once
-in order, each step timed, and the report gives per node the median over runs of its steps'
-summed time, its step count and kinds of call, the nodes slowest first, and the median of
-whole ``plan.run`` calls taken in turn with the walks. ``--node`` lists a node's steps one by
-one; ``--winograd-min-tiles`` and ``--f4-min-tiles`` bind a second plan with
-`winograd_bind`'s thresholds changed and time the two in turn. ``--openvino`` then prints
+Every run walks ``plan.steps`` once in order, each step timed inside a run made as
+``plan.run`` makes it (`Plan.walk`: denormals flushed, over the cores `plan.run` would use), so
+a step finds the caches as the step before left them: ResNet-18's 512-channel 3×3 layers took
+about 2.7× as long in order as called three times in a row, their weights then in cache. The
+report gives per node the median over runs of its steps' summed time, its step count and kinds
+of call, the nodes slowest first, and the median of whole ``plan.run`` calls taken in turn with
+the walks (`bench/executor.py`'s step kinds sum the same walks by kind). ``--node`` lists a
+node's steps one by one; ``--winograd-min-tiles`` and ``--f4-min-tiles`` bind a second plan
+with `winograd_bind`'s thresholds changed and time the two in turn. ``--openvino`` then prints
 OpenVINO's own time per layer, in its order, for the same network, batch, thread count and
 precision (int8 through NNCF, as `bench/executor.py` quantises it), from the peer environment
 (`bench/quantized_peers.py --layers`). ``--clock thread`` reads
@@ -59,16 +59,6 @@ def call_kind(call: Any) -> str:
 # a busy machine's other processes leave out (one thread only: a product's parts on other
 # threads are not counted).
 CLOCKS = {"wall": time.perf_counter, "thread": time.thread_time}
-
-
-def walk(plan: Any, clock: Any = time.perf_counter) -> list[float]:
-    """Seconds of each step of ``plan`` by ``clock``, taken once each in order."""
-    times = []
-    for step in plan.steps:
-        start = clock()
-        step.call()
-        times.append(clock() - start)
-    return times
 
 
 def build(options: argparse.Namespace) -> tuple[Any, dict[str, np.ndarray]]:
@@ -170,7 +160,7 @@ def main() -> None:
     clock = CLOCKS[options.clock]
     for _ in range(options.runs):
         for label, (plan, feed) in plans.items():
-            per_run[label].append(walk(plan, clock))
+            per_run[label].append(plan.walk(feed, clock))
             start = clock()
             plan.run(feed, copy_outputs=False)
             whole[label].append(clock() - start)

@@ -183,29 +183,61 @@ class Plan:
                     return self._gpu.run(feed, copy_outputs)
                 for name, buffer in self._input_buffers:
                     fill_rows(buffer, feed[name])
-                threads = spin_pool.threads() if self._spins else 1
-                with denormals.flushed():  # FTZ/DAZ while the kernels run (docs/threads.md)
-                    if threads > 1 and self._hold_blas:
-                        self._run_spinning()
-                    else:
-                        if threads > 1:
-                            spin_pool.stick(threads)
-                        self._run_steps()
+                self._run_on_cpu(self._run_steps)
                 return [head.copy() for head in self._heads] if copy_outputs else \
                     list(self._heads)
         finally:
             restore_floats(token)
 
-    def _run_spinning(self) -> None:
+    def walk(self, feed: Mapping[str, Any],
+             clock: Callable[[], float] = time.perf_counter) -> list[float]:
+        """Seconds by ``clock`` each step of one CPU run took, in order, the run made as `run`
+        makes it (denormals flushed; armed over the cores, held to one thread or stuck as
+        `run` would be): a profile of the run measured, not of steps called apart, which on
+        several cores run with the spin pool's workers parked and BLAS's threads awake."""
+        if self._gpu is not None:
+            raise ValueError("walk times a CPU plan's steps; a GPU plan has `profile`")
+        seconds: list[float] = []
+
+        def timed_steps() -> None:
+            for step in self.steps:
+                start = clock()
+                step.call()
+                seconds.append(clock() - start)
+
+        token = quiet_floats()
+        try:
+            with self._lock:
+                for name, buffer in self._input_buffers:
+                    fill_rows(buffer, feed[name])
+                self._run_on_cpu(timed_steps, record=False)
+        finally:
+            restore_floats(token)
+        return seconds
+
+    def _run_on_cpu(self, run_steps: Callable[[], None], record: bool = True) -> None:
+        """``run_steps`` with denormals flushed, over the cores this plan's runs use."""
+        threads = spin_pool.threads() if self._spins else 1
+        with denormals.flushed():  # FTZ/DAZ while the kernels run (docs/threads.md)
+            if threads > 1 and self._hold_blas:
+                self._run_spinning(run_steps, record)
+            else:
+                if threads > 1:
+                    spin_pool.stick(threads)
+                run_steps()
+
+    def _run_spinning(self, run_steps: Callable[[], None], record: bool) -> None:
         """The steps armed over every core BLAS may use, or on one thread, whichever this
         plan's runs measured faster (BLAS on one thread either way: its own spinning threads
         would be the other's noise). For plans with steps BLAS may spread; the others
-        `stick`."""
+        `stick`. ``record``: whether this run's time counts towards that choice (not a
+        walk's, slowed by its clock)."""
         armed = self._spin_choice.armed()
         start = time.perf_counter()
         with spin_pool.armed() if armed else blas_threads.one_thread():
-            self._run_steps()
-        self._spin_choice.record(armed, time.perf_counter() - start)
+            run_steps()
+        if record:
+            self._spin_choice.record(armed, time.perf_counter() - start)
 
     def _run_steps(self) -> None:
         for step in self.steps:
@@ -227,12 +259,14 @@ class Plan:
     def profile(self, feed: Mapping[str, Any], repeat: int = 10) -> dict[str, float]:
         """Mean seconds per op type over ``repeat`` runs (steps timed one by one)."""
         totals: dict[str, float] = {}
-        if self._gpu is not None:
-            self.run(feed, copy_outputs=False)  # inputs now sit in the device buffers
+        if self._gpu is None:
+            for _ in range(repeat):
+                for step, seconds in zip(self.steps, self.walk(feed), strict=True):
+                    label = _label(step.node)
+                    totals[label] = totals.get(label, 0.0) + seconds
+            return {label: seconds / repeat for label, seconds in totals.items()}
+        self.run(feed, copy_outputs=False)  # inputs now sit in the device buffers
         with self._lock, self.device.activate(), on_stream(self._stream):
-            if self._gpu is None:
-                for name, buffer in self._inputs.items():
-                    self.xp.copyto(buffer, feed[name], casting="same_kind")
             for _ in range(repeat):
                 for step in self.steps:
                     start = time.perf_counter()

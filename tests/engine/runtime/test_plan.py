@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
 
 import engine
 from engine import sym
-from engine.runtime.plan import Plan
+from engine.cpu import denormals
+from engine.runtime.plan import Plan, Step
 from engine.runtime.signature import Signature
 from tests.conformance.fixtures import model_files, model_io_sets
 from tests.engine.compiler.graphs import conv_bn_relu, mlp
@@ -174,3 +176,20 @@ def test_warm_compiles_the_bucket_plan_and_its_spare() -> None:
     spare = model._plans.get(Signature.of({"data": np.zeros((4, 512), np.float32)})).spare
     assert spare is not None and spare is not model.plan_for({"data": np.zeros((4, 512),
                                                                               np.float32)})
+
+
+def test_walk_times_every_step_of_a_run_made_as_run_makes_it() -> None:
+    graph, _ = conv_bn_relu()
+    plan = Plan(graph, {"data": (2, 2, 5, 5)}, {"data": np.dtype(np.float32)})
+    feed = {"data": np.random.default_rng(1).normal(size=(2, 2, 5, 5)).astype(np.float32)}
+    calls: list[bool] = []
+
+    def probed(step: Step) -> Step:
+        return Step(lambda: (calls.append(denormals.flushing_here()), step.call()), step.node)
+
+    plan.steps[:] = [probed(step) for step in plan.steps]
+    seconds = plan.walk(feed, time.perf_counter)
+    assert len(seconds) == len(plan.steps) == len(calls) and all(t >= 0 for t in seconds)
+    # Flushed as `run`'s steps are (a step called apart would not be).
+    assert calls == [denormals.available()] * len(calls)
+    assert not denormals.flushing_here()
