@@ -20,9 +20,12 @@ def load_pair(symbol: Any, data_shape: tuple, rng: np.random.Generator) -> tuple
             engine.load_model(symbol, params, optimize=False))
 
 
-def run_allocation(plan: Any, feed: dict[str, np.ndarray], runs: int) -> tuple[int, int]:
-    """(peak, kept) bytes Python allocated over ``runs`` runs of a warm plan."""
-    plan.run(feed, copy_outputs=False)  # warm up
+def run_allocation(plan: Any, feed: dict[str, np.ndarray], runs: int,
+                   warm_runs: int = 1) -> tuple[int, int]:
+    """(peak, kept) bytes Python allocated over ``runs`` runs of a plan run ``warm_runs``
+    times first."""
+    for _ in range(warm_runs):
+        plan.run(feed, copy_outputs=False)
     tracemalloc.start()
     try:
         before, _ = tracemalloc.get_traced_memory()

@@ -23,7 +23,10 @@ def test_steady_state_run_allocates_no_arrays(rows: int) -> None:
     graph, _ = mlp()
     plan = Plan(graph, {"data": (rows, 512)}, {"data": np.dtype(np.float32)})
     feed = {"data": np.random.default_rng(0).normal(size=(rows, 512)).astype(np.float32)}
-    peak, kept = run_allocation(plan, feed, 20)
+    # Python's own small-object caches keep up to about 12 KB of a step's short-lived objects
+    # over a process's first tens of runs (a bounded set, measured with tracemalloc: none
+    # kept past 50 runs), which the check below would otherwise count when it runs first.
+    peak, kept = run_allocation(plan, feed, 20, warm_runs=50)
     # At 256 rows the smallest activation is 128 KiB; a run may only use numpy's fixed
     # ufunc scratch buffer (at most 8192 elements, for broadcasting the bias) and small objects.
     assert peak < 48 * 1024, f"a run allocated up to {peak} bytes"
