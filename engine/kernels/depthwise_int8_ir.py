@@ -3,13 +3,14 @@ requantized into int8/uint8 as it stores: `int8_depthwise`'s one-pass form, 16 c
 vector.
 
 ``int8_depthwise_3x3_s1`` and ``int8_depthwise_3x3_s2`` (stride 1 and 2 on both axes, no
-dilation), and their ``_folded`` forms (the bias already in the shift), are `spin_pool` tasks ``(context, part, parts)`` over the output rows of every
-image (N · OH). ``context`` holds int64s (`FIELDS`): the image's address ((N, H, W, C)
-uint8), the output's ((N · OH · OW, C) bytes), the taps' ((9, C) float32, a tap's weights for
-every channel in a row), the shift's ((C,) float32: the signed data's compensation, and
-folded, the bias with it), the bias's ((C,) int32; a folded task reads none), the scales' ((C,) float32), a zero row's (W · C bytes), then N, C, H,
-W, the pad (0 or 1 on both axes), OH, OW, the output positions whose window lies inside the
-row, and the clamp's bounds as float64 bits.
+dilation), and their ``_folded`` forms (the bias already in the shift), are `spin_pool` tasks
+``(context, part, parts)`` over the output rows of every image (N · OH). ``context`` holds
+int64s (`FIELDS`): the image's address ((N, H, W, C) uint8), the output's ((N · OH · OW, C)
+bytes), the taps' ((9, C) float32, a tap's weights for every channel in a row), the shift's
+((C,) float32: the signed data's compensation, and folded, the bias with it), the bias's
+((C,) int32; a folded task reads none), the scales' ((C,) float32), a zero row's (W · C
+bytes), then N, C, H, W, the pad (0 or 1 on both axes), OH, OW, the output positions whose
+window lies inside the row, and the clamp's bounds as float64 bits.
 
 The image is the data itself (pad 1) or the padded copy `int8_conv` lays (pad 0, its border
 already there). With pad 1 the padding is never read: a window row above or below the image
