@@ -3,13 +3,14 @@ requantized into int8/uint8 as it stores: `int8_depthwise`'s one-pass form, 16 c
 vector.
 
 ``int8_depthwise_3x3_s1`` and ``int8_depthwise_3x3_s2`` (stride 1 and 2 on both axes, no
-dilation) are `spin_pool` tasks ``(context, part, parts)`` over the output rows of every
-image (N · OH). ``context`` holds int64s (`FIELDS`): the image's address ((N, H, W, C)
-uint8), the output's ((N · OH · OW, C) bytes), the taps' ((9, C) float32, a tap's weights for
-every channel in a row), the shift's ((C,) float32: the signed data's compensation), the
-bias's ((C,) int32), the scales' ((C,) float32), a zero row's (W · C bytes), then N, C, H,
-W, the pad (0 or 1 on both axes), OH, OW, the output positions whose window lies inside the
-row, and the clamp's bounds as float64 bits.
+dilation), and their ``_folded`` forms (the bias already in the shift), are `spin_pool` tasks
+``(context, part, parts)`` over the output rows of every image (N · OH). ``context`` holds
+int64s (`FIELDS`): the image's address ((N, H, W, C) uint8), the output's ((N · OH · OW, C)
+bytes), the taps' ((9, C) float32, a tap's weights for every channel in a row), the shift's
+((C,) float32: the signed data's compensation, and folded, the bias with it), the bias's
+((C,) int32; a folded task reads none), the scales' ((C,) float32), a zero row's (W · C
+bytes), then N, C, H, W, the pad (0 or 1 on both axes), OH, OW, the output positions whose
+window lies inside the row, and the clamp's bounds as float64 bits.
 
 The image is the data itself (pad 1) or the padded copy `int8_conv` lays (pad 0, its border
 already there). With pad 1 the padding is never read: a window row above or below the image
@@ -29,7 +30,10 @@ products and sums in float32 are exact integers (below 2²⁴), fused multiply-a
 the sum made an int32 and the bias added as one (the bind keeps the bias where that cannot
 overflow), converted to float32 once (rounded as float32(float64 sum) rounds), times the
 scale, clamped (the activation's and the saturation's bounds in one), rounded half to even
-by adding and taking off 1.5 · 2²³, and stored as its low byte.
+by the conversion to int32 (its rounding named in the instruction), and stored as its low
+byte. A folded task starts each sum from the shift and bias together, which the bind allows
+only where every partial sum stays below 2²⁴ in magnitude: the float32 sum is then the same
+exact integer, and the int32 round trip is left out.
 """
 
 from __future__ import annotations
@@ -61,20 +65,22 @@ FIELDS = ("source", "target", "taps", "shift", "bias", "scales", "zeros", "image
           "channels", "height", "width", "pad", "out_h", "out_w", "inside", "low", "high")
 STRIDES = (1, 2)
 I8 = ir.IntType(8)
-ROUNDER = 12582912.0  # 1.5 · 2²³: a float32 sum with it keeps no fraction
+NEAREST = 8  # an AVX-512 conversion's rounding: to nearest, ties to even, no exceptions
 
 
-def task_name(stride: int) -> str:
-    """The task's function name for ``stride``."""
-    return f"int8_depthwise_3x3_s{stride}"
+def task_name(stride: int, folded: bool = False) -> str:
+    """The task's function name for ``stride``; ``folded``: the bias comes in the shift."""
+    return f"int8_depthwise_3x3_s{stride}" + ("_folded" if folded else "")
 
 
 def module() -> ir.Module:
-    """A module holding the task of every stride in `STRIDES`."""
+    """A module holding the task of every stride in `STRIDES`, with the bias added as an
+    int32 and folded into the shift."""
     built = ir.Module(name="hybridserve_int8_depthwise")
     kernel = _Kernel(built)
     for stride in STRIDES:
-        kernel.define(stride)
+        for folded in (False, True):
+            kernel.define(stride, folded)
     return built
 
 
@@ -92,10 +98,14 @@ class _Kernel:
         self.load_floats = masked_load(built, self.floats, "f32")
         self.load_words = masked_load(built, self.words, "i32")
         self.everyone = ir.Constant(ir.VectorType(I1, LANES), [1] * LANES)
+        self.to_nearest = ir.Function(built, ir.FunctionType(
+            self.words, [self.floats, self.words, ir.IntType(16), I32]),
+            name="llvm.x86.avx512.mask.cvtps2dq.512")
 
-    def define(self, stride: int) -> None:
-        function, builder, context, part, parts = task(self.module, task_name(stride))
+    def define(self, stride: int, folded: bool = False) -> None:
+        function, builder, context, part, parts = task(self.module, task_name(stride, folded))
         field = fields(builder, context, FIELDS)
+        field["folded"] = folded
         field["bounds"] = [splat(builder, as_float(builder, field[name]), self.floats)
                            for name in ("low", "high")]
         field["target"] = builder.inttoptr(field["target"], I8.as_pointer())
@@ -199,15 +209,19 @@ class _Kernel:
         for r in range(3):
             for k in range(3):
                 total = builder.call(self.fmuladd, [taps[3 * r + k], columns[k][r], total])
-        value = builder.sitofp(builder.add(builder.fptosi(total, self.words), field["bias"]),
-                               self.floats)
-        value = builder.fmul(value, field["scale"])
+        if not field["folded"]:
+            total = builder.sitofp(builder.add(builder.fptosi(total, self.words),
+                                               field["bias"]), self.floats)
+        value = builder.fmul(total, field["scale"])
         low, high = field["bounds"]
         value = builder.select(builder.fcmp_ordered("<", value, low), low, value)
         value = builder.select(builder.fcmp_ordered(">", value, high), high, value)
-        rounder = ir.Constant(self.floats, [ROUNDER] * LANES)
-        value = builder.fsub(builder.fadd(value, rounder), rounder)
-        stored = builder.trunc(builder.fptosi(value, self.words), self.bytes)
+        # Half to even by the conversion's own rounding, named in the instruction (not the
+        # thread's MXCSR): one instruction where adding and taking off 1.5 · 2²³ and
+        # truncating took three, on the ports the multiply-adds use.
+        rounded = builder.call(self.to_nearest, [value, ir.Constant(self.words, None),
+                                                 ir.IntType(16)(-1), I32(NEAREST)])
+        stored = builder.trunc(rounded, self.bytes)
         at = builder.add(builder.mul(x, field["channels"]), field["first"])
         address = builder.bitcast(builder.gep(field["written"], [at]), self.bytes.as_pointer())
         if field["mask"] is None:

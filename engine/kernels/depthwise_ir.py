@@ -1,7 +1,8 @@
 """The LLVM IR of the 3×3, pad-1 depthwise convolution with each output row in 16-lane vectors.
 
-``depthwise_3x3_s1`` and ``depthwise_3x3_s2`` (stride 1 and 2 on both axes), and their
-``_paired`` forms, are `spin_pool` tasks ``(context, part, parts)`` over the planes
+``depthwise_3x3_s1`` and ``depthwise_3x3_s2`` (stride 1 and 2 on both axes),
+``depthwise_3x3_s1_stacked`` (stride 1 over planes 8 columns wide or less, `stacks`), and
+their ``_paired`` forms, are `spin_pool` tasks ``(context, part, parts)`` over the planes
 (sample-major ``(planes, H, W)`` float32, a plane's channel ``plane % channels``);
 ``context`` holds int64s (`FIELDS`): the input's, output's, weights' ((channels, 9)) and
 bias's ((channels,)) addresses, the planes, channels, H, W, the output's H and W, the
@@ -19,12 +20,24 @@ the plane (the left and right padding) and the rows below it, so padded cells re
 padded copy is made and no edge is handled apart. A plane is walked one column of vectors at a
 time, down its rows: each input row's three reads stay in registers for every output row that
 needs them (three at stride 1, two at stride 2), so an output vector costs three masked loads
-at stride 1, and the column masks are made once per column. Stride 2 reads 32 adjacent floats
-per input row (and one more) and keeps the even and the odd ones by shuffles. The walk
+at stride 1, and the column masks are made once per column. Only the last output row can read
+a row below the plane: it is built apart, after the loop over the others, whose loads take the
+column masks alone (no test of the row in each vector; 14² layers 0.84–0.86× in float32).
+Stride 2 reads 32 adjacent floats per input row (and one more) and keeps the even and the odd
+ones by shuffles. The walk
 prefetches the input rows `AHEAD_ROWS` ahead, which it reads 448 bytes apart at 112², a
 pattern the hardware prefetchers follow poorly (32 × 112² from out of cache, one thread: 128
 → 118 µs). The sum is clamped as ``clip`` does (NaN stays NaN) and stored under the row's
 tail mask.
+
+A plane 8 columns wide or less would leave most of a row's vector idle (9 lanes of 16 at 7²):
+the stacked task puts two rows or more in a vector, ``16 // W`` whole rows, lane ``j`` in row
+``j // W`` and column ``j % W``. In the plane's flat run, tap (ky, kx) of the output at ``s +
+j`` reads the input at ``s + j + (ky - 1) · W + kx - 1``: nine masked loads a vector, their
+masks leaving out the columns across a row's end, the rows outside the plane and the lanes
+past the vector's rows, made once per task for the vectors between the first and the last
+(whose rows are all inside). A 7 × 7 plane is four vectors, not seven: MobileNet v2's 960 ×
+7² layers alone 0.81× (float32 and paired).
 
 numba's kernels (`depthwise_kernel`) vectorise a plane's flat runs, whose loops over a 7×7
 or 14×14 plane are mostly remainders, and stride 2 fills a phase grid first; here every row is
@@ -35,6 +48,8 @@ store, two prefetches and the masks' and loop's bookkeeping (about 3.5 ns on dat
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import llvmlite.ir as ir
@@ -66,20 +81,27 @@ AHEAD_ROWS = 8  # how many input rows ahead a column's walk prefetches
 I16 = ir.IntType(16)
 
 
-def task_name(stride: int, paired: bool = False) -> str:
+def task_name(stride: int, paired: bool = False, stacked: bool = False) -> str:
     """The task's function name for ``stride``, writing float32 planes or (``paired``) bf16
-    pairs."""
-    return f"depthwise_3x3_s{stride}" + ("_paired" if paired else "")
+    pairs; ``stacked``: the stride-1 task for narrow planes (`stacks`)."""
+    return (f"depthwise_3x3_s{stride}" + ("_stacked" if stacked else "")
+            + ("_paired" if paired else ""))
+
+
+def stacks(width: int, stride: int) -> bool:
+    """Whether planes ``width`` wide take the stacked task: stride 1, and two rows or more to
+    a vector (a row to a vector would leave most lanes idle: 9 of 16 at 7²)."""
+    return stride == 1 and 0 < 2 * width <= LANES
 
 
 def module() -> ir.Module:
-    """A module holding the tasks of every stride in `STRIDES`, each writing float32 planes
-    and bf16 pairs."""
+    """A module holding the tasks of every stride in `STRIDES` and the stacked stride-1 task,
+    each writing float32 planes and bf16 pairs."""
     built = ir.Module(name="hybridserve_depthwise")
     kernel = _Kernel(built)
-    for stride in STRIDES:
+    for stride, stacked in [*((stride, False) for stride in STRIDES), (1, True)]:
         for paired in (False, True):
-            kernel.define(stride, paired)
+            kernel.define(stride, paired, stacked)
     return built
 
 
@@ -99,11 +121,13 @@ class _Kernel:
         self.prefetch = ir.Function(built, ir.FunctionType(
             ir.VoidType(), [F32.as_pointer(), I32, I32, I32]), name="llvm.prefetch.p0")
 
-    def define(self, stride: int, paired: bool) -> None:
-        function, builder, context, part, parts = task(self.module, task_name(stride, paired))
+    def define(self, stride: int, paired: bool, stacked: bool = False) -> None:
+        function, builder, context, part, parts = task(
+            self.module, task_name(stride, paired, stacked))
         field = fields(builder, context, FIELDS)
         field["bounds"] = [splat(builder, as_float(builder, field[name]), self.floats)
                            for name in ("low", "high")]
+        field["stacked"] = self._lane_places(builder, field) if stacked else None
         first = builder.sdiv(builder.mul(part, field["planes"]), parts)
         last = builder.sdiv(builder.mul(builder.add(part, I64(1)), field["planes"]), parts)
         with loop(builder, function, first, last, "plane") as plane:
@@ -135,6 +159,9 @@ class _Kernel:
                                                                  field["out_width"]))])
         plane_field = dict(field, source=source, target=target, taps=taps, paired=paired,
                            shift=splat(builder, bias, self.floats))
+        if field["stacked"] is not None:
+            self._stacked_plane(builder, function, plane_field)
+            return
         # Down one column of vectors at a time: an input row's three reads serve each output
         # row that reads it (three at stride 1, two at stride 2) from registers, so a vector
         # of outputs costs three or six masked loads, not nine; and the column masks are made
@@ -159,17 +186,22 @@ class _Kernel:
                                             self._spread_order())
         zero = ir.Constant(self.floats, [0.0] * LANES)
 
-        def reads(line: Any) -> list[Any]:
-            inside = splat(builder, builder.icmp_signed("<", line, height), self.mask)
+        def reads(line: Any, last: bool = False) -> list[Any]:
+            """Input row ``line`` under the column masks (the last output row's: and only
+            where the row lies inside the plane; every row before it reads one that does)."""
             at = builder.add(builder.mul(line, field["width"]), start)
-            if AHEAD_ROWS:
+            if AHEAD_ROWS and not last:
                 ahead = builder.add(at, builder.mul(I64(AHEAD_ROWS), field["width"]))
                 for block in range(0, stride * LANES + 2, LANES):  # each line read
                     self._prefetch(builder, builder.gep(field["source"], [
                         builder.add(ahead, I64(block))]))
-            loaded = [self._load(builder, field["source"], builder.add(at, I64(block)),
-                                 builder.and_(mask, inside))
-                      for block, mask in zip(blocks, masks, strict=True)]
+            if last:
+                inside = splat(builder, builder.icmp_signed("<", line, height), self.mask)
+                lanes = [builder.and_(mask, inside) for mask in masks]
+            else:
+                lanes = masks
+            loaded = [self._load(builder, field["source"], builder.add(at, I64(block)), mask)
+                      for block, mask in zip(blocks, lanes, strict=True)]
             if stride == 1:
                 return loaded
             # Input columns 2x - 1 (even lanes of the 32 from `start`), 2x (odd lanes) and
@@ -180,17 +212,13 @@ class _Kernel:
             after = builder.shuffle_vector(even, third, self._order(range(1, LANES + 1)))
             return [even, odd, after]
 
-        # Input row -1 is padding: zeros. Stride 1 carries rows y - 1 and y into output row y
-        # and reads y + 1; stride 2 carries row 2y - 1 and reads 2y and 2y + 1.
-        initial = [zero] * 3 + (reads(I64(0)) if stride == 1 else [])
-        with carrying_loop(builder, function, I64(0), field["out_height"], "row",
-                           carried=initial) as rows_loop:
-            row, carried = rows_loop.index, rows_loop.carried
+        def output_row(row: Any, carried: list[Any], last: bool) -> list[list[Any]]:
+            """Output row ``row`` stored, from the ``carried`` input rows; the rows it read."""
             if stride == 1:
-                rows = [carried[:3], carried[3:], reads(builder.add(row, I64(1)))]
+                rows = [carried[:3], carried[3:], reads(builder.add(row, I64(1)), last)]
             else:
                 first = builder.mul(row, I64(2))
-                rows = [carried, reads(first), reads(builder.add(first, I64(1)))]
+                rows = [carried, reads(first), reads(builder.add(first, I64(1)), last)]
             total = field["shift"]
             for above, values in enumerate(rows):
                 for across, value in enumerate(values):
@@ -206,7 +234,108 @@ class _Kernel:
             else:
                 builder.call(self.masked_store, [total, builder.bitcast(
                     at, self.floats.as_pointer()), I32(4), stored])
-            rows_loop.carry([*rows[1], *rows[2]] if stride == 1 else rows[2])
+            return rows
+
+        # Input row -1 is padding: zeros. Stride 1 carries rows y - 1 and y into output row y
+        # and reads y + 1; stride 2 carries row 2y - 1 and reads 2y and 2y + 1. Only the last
+        # output row may read a row below the plane (at stride 2, where H is odd): the rows
+        # before it load under the column masks alone, no test of the row per vector.
+        initial = [zero] * 3 + (reads(I64(0), True) if stride == 1 else [])
+        final = builder.sub(field["out_height"], I64(1))
+        with carrying_loop(builder, function, I64(0), final, "row",
+                           carried=initial) as rows_loop:
+            rows = output_row(rows_loop.index, rows_loop.carried, False)
+            following = [*rows[1], *rows[2]] if stride == 1 else rows[2]
+            rows_loop.carry(following)
+            latch = builder.block
+        # the rows the loop carried out of its last turn, or the first ones where it made none
+        carried = []
+        for first, then in zip(initial, following, strict=True):
+            value = builder.phi(first.type)
+            value.add_incoming(first, rows_loop.before)
+            value.add_incoming(then, latch)
+            carried.append(value)
+        with _when(builder, function, builder.icmp_signed(">=", final, I64(0)), "last_row"):
+            output_row(final, carried, True)
+
+    def _lane_places(self, builder: ir.IRBuilder, field: dict[str, Any]) -> dict[str, Any]:
+        """Where each lane of a stacked vector sits, made once per task (the lanes' division
+        is 16 scalar ones): ``rows`` whole rows of W to a vector, lane ``j`` in row
+        ``j // W`` and column ``j % W``; the lanes in those rows (``used``), those with a
+        column on their left and on their right (the taps across a row's end), and the
+        vectors a plane takes."""
+        lanes = ir.VectorType(I32, LANES)
+        width = builder.trunc(field["width"], I32)
+        across = splat(builder, width, lanes)
+        lane = ir.Constant(lanes, list(range(LANES)))
+        row = builder.sdiv(lane, across)
+        column = builder.sub(lane, builder.mul(row, across))
+        rows = builder.sdiv(I32(LANES), width)
+        wide = builder.sext(rows, I64)
+        return {"rows": wide, "lane_row": row, "lanes": lanes,
+                "vectors": builder.sdiv(builder.add(field["height"], builder.sub(wide, I64(1))),
+                                        wide),
+                "used": builder.icmp_signed("<", row, splat(builder, rows, lanes)),
+                "left": builder.icmp_signed(">", column, ir.Constant(lanes, [0] * LANES)),
+                "right": builder.icmp_signed("<", column, splat(
+                    builder, builder.sub(width, I32(1)), lanes))}
+
+    def _stacked_plane(self, builder: ir.IRBuilder, function: ir.Function,
+                       field: dict[str, Any]) -> None:
+        """A stride-1 plane as vectors of ``rows`` whole rows each. In a plane's flat run,
+        tap (ky, kx) of the output at ``s + j`` reads the input at ``s + j + (ky - 1) · W +
+        kx - 1``: nine masked loads a vector, whose masks leave out the columns across a
+        row's end and the rows outside the plane (they read as zero), and the lanes past
+        the vector's rows. Only the first and the last vector have rows outside (their taps
+        may point outside the plane, but masked lanes are never touched): the vectors
+        between share one set of masks, made once."""
+        places = field["stacked"]
+        vectors, used = places["vectors"], places["used"]
+        self._stacked_vector(builder, field, I64(0), None)
+        with loop(builder, function, I64(1), builder.sub(vectors, I64(1)), "stack") as stack:
+            self._stacked_vector(builder, field, stack, [used] * 3)
+        with _when(builder, function, builder.icmp_signed(">", vectors, I64(1)), "last"):
+            self._stacked_vector(builder, field, builder.sub(vectors, I64(1)), None)
+
+    def _stacked_vector(self, builder: ir.IRBuilder, field: dict[str, Any], stack: Any,
+                        inside: list[Any] | None) -> None:
+        """Vector ``stack`` of a stacked plane; ``inside``: each input row's lanes (the
+        rows above, at and below the outputs), or None to find them."""
+        places = field["stacked"]
+        width, lanes = field["width"], places["lanes"]
+        first = builder.mul(stack, places["rows"])  # the vector's first row
+        start = builder.mul(first, width)  # and its first cell in the flat run
+        if inside is None:
+            inside = []
+            height = splat(builder, builder.trunc(field["height"], I32), lanes)
+            for above in range(3):  # input row first - 1 + above + lane_row
+                line = builder.add(places["lane_row"], splat(
+                    builder, builder.trunc(builder.add(first, I64(above - 1)), I32), lanes))
+                inside.append(builder.and_(places["used"], builder.and_(
+                    builder.icmp_signed(">=", line, ir.Constant(lanes, [0] * LANES)),
+                    builder.icmp_signed("<", line, height))))
+        total = field["shift"]
+        for above in range(3):
+            for across, columns in enumerate((places["left"], None, places["right"])):
+                mask = inside[above] if columns is None else builder.and_(inside[above],
+                                                                        columns)
+                at = builder.add(start, builder.add(builder.mul(I64(above - 1), width),
+                                                    I64(across - 1)))
+                total = builder.call(self.fmuladd, [
+                    field["taps"][3 * above + across],
+                    self._load(builder, field["source"], at, mask), total])
+        low, high = field["bounds"]
+        total = builder.select(builder.fcmp_ordered("<", total, low), low, total)
+        total = builder.select(builder.fcmp_ordered(">", total, high), high, total)
+        stored = inside[1]  # the outputs: the lanes of rows inside the plane
+        if field["paired"]:
+            at = builder.gep(field["target"], [builder.mul(start, I64(2))])
+            self._store_halves(builder, total, at, builder.shuffle_vector(
+                stored, ir.Constant(self.mask, [0] * LANES), self._spread_order()))
+        else:
+            builder.call(self.masked_store, [total, builder.bitcast(
+                builder.gep(field["target"], [start]), self.floats.as_pointer()), I32(4),
+                stored])
 
     def _store_halves(self, builder: ir.IRBuilder, total: Any, at: Any, lanes: Any) -> None:
         """``total`` rounded to bf16 (``fptrunc``: nearest even, NaN kept, as the pairing
@@ -252,3 +381,16 @@ class _Kernel:
     @staticmethod
     def _order(lanes: Any) -> ir.Constant:
         return ir.Constant(ir.VectorType(I32, LANES), list(lanes))
+
+
+@contextmanager
+def _when(builder: ir.IRBuilder, function: ir.Function, condition: Any,
+          name: str) -> Iterator[None]:
+    """The code built inside runs only where ``condition`` holds."""
+    then = function.append_basic_block(name)
+    done = function.append_basic_block(f"{name}_done")
+    builder.cbranch(condition, then, done)
+    builder.position_at_end(then)
+    yield
+    builder.branch(done)
+    builder.position_at_end(done)

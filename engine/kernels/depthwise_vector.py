@@ -61,7 +61,7 @@ def depthwise_3x3(data: Any, weights: Any, bias: Any, out: Any, stride: int, han
     paired = handoff is not None and handoff.taken
     context = _context(data, weights, bias, out, low, high,
                        handoff.words if paired else None)
-    _TASK(_task(stride, paired))(context.ctypes.data, 0, 1)
+    _TASK(_task(stride, paired, data.shape[2]))(context.ctypes.data, 0, 1)
     if handoff is not None:
         handoff.laid = paired
 
@@ -103,7 +103,7 @@ class VectorDepthwiseCall(DepthwiseCall):
         parts = kernel_jobs.parts_for(data.shape[0], data.size + out.size)
 
         def job(words: Any = None) -> Any:
-            return spin_pool.job(_task(stride, words is not None), _context(
+            return spin_pool.job(_task(stride, words is not None, data.shape[2]), _context(
                 data, weights, bias, out, low, high, words), parts,
                 keep=(data, weights, bias, out, words))
 
@@ -112,9 +112,10 @@ class VectorDepthwiseCall(DepthwiseCall):
         return bf16_handoff.EitherJob(handoff, job, lambda: job(handoff.words))
 
 
-def _task(stride: int, paired: bool = False) -> int | None:
-    """The address of the task for ``stride`` (writing bf16 pairs where ``paired``); None
-    where it cannot be compiled here."""
+def _task(stride: int, paired: bool = False, width: int = 0) -> int | None:
+    """The address of the task for ``stride`` (writing bf16 pairs where ``paired``) over
+    planes ``width`` wide (the stacked task where `depthwise_ir.stacks`); None where it
+    cannot be compiled here."""
     if "engine" not in _compiled:
         with _compiling:
             if "engine" not in _compiled:
@@ -122,9 +123,9 @@ def _task(stride: int, paired: bool = False) -> int | None:
     engine = _compiled["engine"]
     if engine is None or stride not in STRIDES:
         return None
-    from engine.kernels.depthwise_ir import task_name
+    from engine.kernels.depthwise_ir import stacks, task_name
 
-    return engine.get_function_address(task_name(stride, paired))
+    return engine.get_function_address(task_name(stride, paired, stacks(width, stride)))
 
 
 def _compile() -> Any:

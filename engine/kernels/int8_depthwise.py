@@ -42,6 +42,7 @@ CHUNK_BYTES = 2 ** 18
 # The vector window (`depthwise_int8_ir`) adds the bias to the int32 sum (below 2²⁴ in
 # magnitude): a bias within this reach cannot overflow it.
 BIAS_REACH = 2 ** 31 - 2 ** 24
+FLOAT_EXACT = 2 ** 24  # float32 holds every integer below this in magnitude exactly
 
 
 def supported(data: np.ndarray, weight: np.ndarray, groups: int) -> bool:
@@ -78,6 +79,9 @@ class FusedDepthwise(EpilogueLayer):
         # the vector window's operands: float32, exact (|taps| ≤ 128, |shift| < 2²⁴)
         self.vector_taps = self.taps.astype(np.float32)
         self.vector_shift = self.shift.astype(np.float32)
+        # the most a window's products add to or take from its start: uint8 data (the
+        # vector window reads no other) times each tap's magnitude
+        self.reach = 255 * np.abs(self.taps.astype(np.int64)).sum(axis=0)
 
     def _bind(self, epilogue: Epilogue) -> tuple[Any, ...]:
         data, geometry = self.data, self.geometry
@@ -150,7 +154,13 @@ class FusedDepthwise(EpilogueLayer):
         if (geometry.stride not in ((1, 1), (2, 2)) or geometry.dilate != (1, 1)
                 or np.abs(self.bias.astype(np.int64)).max(initial=0) >= BIAS_REACH):
             return None
-        task = _vector_task(stride)
+        # Where every partial sum of a window, from the shift and bias on, stays below 2²⁴ in
+        # magnitude, float32 holds each exactly: the bias joins the shift and the task
+        # skips the int32 round trip (three instructions an output vector, of some twenty
+        # on the ports its multiply-adds use).
+        start = self.shift.astype(np.int64) + self.bias.astype(np.int64)
+        folded = bool((np.abs(start) + self.reach).max(initial=0) < FLOAT_EXACT)
+        task = _vector_task(stride, folded)
         if task is None:
             return None
         batch, channels = self.data.shape[:2]
@@ -163,20 +173,20 @@ class FusedDepthwise(EpilogueLayer):
         act_top = float(epilogue.act_high) if epilogue.act == "bounded_relu" else np.inf
         bounds = [np.float64(np.float32(bound)).view(np.int64) for bound in (
             max(act_low, epilogue.low), min(act_top, epilogue.high))]
-        arrays = (source, self.out, self.vector_taps, self.vector_shift, self.bias,
-                  self.scales, zeros)
+        shift = start.astype(np.float32) if folded else self.vector_shift
+        arrays = (source, self.out, self.vector_taps, shift, self.bias, self.scales, zeros)
         context = np.array([array.ctypes.data for array in arrays] + [
             batch, channels, height, width, pad, out_h, out_w, inside, *bounds], np.int64)
         parts = kernel_jobs.parts_for(batch * out_h, 10 * self.rows * channels)
         return spin_pool.job(task, context, parts, keep=arrays)
 
 
-def _vector_task(stride: int) -> int | None:
-    """The address of `depthwise_int8_ir`'s task for ``stride``; None where it cannot be
-    compiled here (no AVX-512 BW, no llvmlite or no JIT)."""
+def _vector_task(stride: int, folded: bool = False) -> int | None:
+    """The address of `depthwise_int8_ir`'s task for ``stride`` (``folded``: the bias in the
+    shift); None where it cannot be compiled here (no AVX-512 BW, no llvmlite or no JIT)."""
     from engine.kernels import depthwise_int8_ir
 
-    return _vector.address(depthwise_int8_ir.task_name(stride))
+    return _vector.address(depthwise_int8_ir.task_name(stride, folded))
 
 
 def _vector_module() -> Any:

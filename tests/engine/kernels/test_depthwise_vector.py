@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from engine.cpu import kernel_jobs, spin_pool
-from engine.kernels import bf16, bf16_handoff, depthwise_vector
+from engine.kernels import bf16, bf16_handoff, depthwise_ir, depthwise_vector
 
 RNG = np.random.default_rng(31)
 SENTINEL = np.float32(-12345.0)
@@ -59,6 +59,28 @@ def test_kernel_matches_reference_and_writes_only_its_output(shape: tuple, strid
     depthwise_vector.bind(data, weight, bias, out, stride)()
     np.testing.assert_allclose(out, reference(data, weight, bias, stride), rtol=1e-5,
                                atol=1e-5)
+    assert (buffer[out.size:] == SENTINEL).all(), "a store landed past the output"
+
+
+@pytest.mark.parametrize("width", range(1, 10))
+@pytest.mark.parametrize("height", [1, 2, 3, 5, 9])
+def test_narrow_planes_stack_rows_in_a_vector(width: int, height: int) -> None:
+    """Planes of 8 columns or fewer at stride 1 take the stacked task (two rows or more to a
+    vector; heights that make one vector, two, and first, inner and last ones), clamped,
+    a NaN reaching only its neighbours, and it writes nothing past its output; 9 columns
+    do not."""
+    stacked = depthwise_ir.stacks(width, 1)
+    assert stacked == (width <= 8)
+    engine = depthwise_vector._compiled["engine"]
+    for paired in (False, True):
+        assert (depthwise_vector._task(1, paired, width) == engine.get_function_address(
+            depthwise_ir.task_name(1, paired, stacked)))
+    data, weight, bias, out, buffer = operands((2, 3, height, width), 1)
+    data[1, 2, height // 2, width - 1] = np.nan
+    depthwise_vector.bind(data, weight, bias, out, 1).clamped(np.float32(-1),
+                                                              np.float32(4))()
+    want = reference(data, weight, bias, 1, -1.0, 4.0)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
     assert (buffer[out.size:] == SENTINEL).all(), "a store landed past the output"
 
 

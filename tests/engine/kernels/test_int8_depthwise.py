@@ -183,6 +183,51 @@ def test_vector_window_equals_the_numpy_path(monkeypatch, shape, data_laid, data
     assert taken and taken[-1]
 
 
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("data_dtype", [np.uint8, np.int8])  # int8: the padded copy, shifted
+@pytest.mark.parametrize(("bias_low", "bias_high", "folded"), [
+    (0, 3000, True),  # every partial sum below 2²⁴: the bias joins the float32 shift
+    (2 ** 24, 2 ** 26, False)])  # past float32's exact integers: added as an int32
+def test_vector_window_folds_the_bias_only_where_float32_is_exact(
+        monkeypatch, stride, data_dtype, bias_low, bias_high, folded):
+    """The vector window with the bias folded into its float32 shift, and with it added as
+    an int32 where a partial sum could reach 2²⁴: NumPy's bytes either way, and the task
+    taken is the one the bias allows."""
+    if int8_depthwise._vector_task(1) is None:
+        pytest.skip("no AVX-512 BW or no JIT for the vector window")
+    asked = []
+    vector_task = int8_depthwise._vector_task
+
+    def spied(stride: int, folded: bool = False) -> int | None:
+        asked.append(folded)
+        return vector_task(stride, folded)
+
+    monkeypatch.setattr(int8_depthwise, "_vector_task", spied)
+    rng = np.random.default_rng(bias_high + stride)
+    shape = (1, 37, (9, 10), (3, 3), (stride, stride), (1, 1), (1, 1))
+    geometry, data, weight, _, out_shape, out_dtype, epilogue, _ = layer(
+        shape, rng, data_dtype, "bounded_relu", 90.5, False,
+        lambda weight: np.ones(len(weight), np.float32))
+    epilogue.bias[:] = rng.integers(bias_low, bias_high, 37)
+    epilogue.bias[::2] *= -1
+    sums = integer.conv(data, weight, (3, 3), (stride, stride), (1, 1), (1, 1), 37)
+    sums += epilogue.bias.astype(np.float64).reshape(1, -1, 1, 1)
+    # the largest sum of each channel to 90: a small bias leaves its outputs spread over
+    # the clamp's range, a large one near its ends
+    epilogue.scales[:] = 90 / np.abs(sums).max(axis=(0, 2, 3))
+    want = finish(sums, epilogue.scales, 1, np.dtype(np.uint8),
+                  Activation("bounded_relu", 90.5), None)
+    assert len(np.unique(want)) > (40 if folded else 1)
+    out = np.zeros(out_shape, out_dtype)
+    held = np.ascontiguousarray(np.moveaxis(data, 1, -1)).reshape(data.shape)
+    conv = int8_depthwise.FusedDepthwise(held, weight, geometry, out, None,
+                                         int8_conv.Layouts(data=True, out=True))
+    for got in outputs_armed_and_alone(conv, epilogue, out):
+        np.testing.assert_array_equal(np.moveaxis(got.reshape(1, *out_shape[2:], 37), -1, 1),
+                                      want)
+    assert asked and asked[-1] == folded
+
+
 def test_a_bias_past_the_vector_reach_equals_the_numpy_path():
     """A bias the vector window's int32 addition could overflow with: the numba window, still
     NumPy's bytes."""
