@@ -283,6 +283,26 @@ def bind_tiles(a: Any, b: Any, c: Any, columns_outside: bool = True,
                     c, depth, columns_outside, kernel=AMX)
 
 
+def bind_tiles_batch(a: Any, b: Any, c: Any, count: int, b_rows_step: int,
+                     c_step: int) -> Product:
+    """``count`` AMX products ``c_i = a @ b_i`` as one job: ``a`` packed as for `bind_tiles`,
+    ``b_i`` the K word rows of ``b`` from row ``i · b_rows_step`` (products may share rows),
+    ``c_i`` the matrix ``c`` (the first product's) moved ``c_step`` bytes on. ``b``'s columns
+    padded to 32, as `bind_tiles` reads them."""
+    rows, depth = a.shape
+    m, n = c.shape
+    whole = AMX_TILE.rows
+    if (depth % 16 or rows < -(-m // whole) * whole or b.shape[1] < -(-n // whole) * whole
+            or count < 1 or (count - 1) * b_rows_step + depth > b.shape[0]
+            or not b.flags.c_contiguous):
+        raise ValueError(f"AMX batch operands must be padded to whole tiles and hold every "
+                         f"product's rows; got A {a.shape}, B {b.shape} for {count} products "
+                         f"of C {c.shape}, {b_rows_step} rows apart")
+    step = b_rows_step * b.strides[0]
+    return _product((a, b, c), a.ctypes.data, depth, 16, 32, b.ctypes.data, 1, b.shape[1], c,
+                    depth, True, (count, 0, step, c_step), kernel=AMX)
+
+
 def bind_packed_batch(packed: Any, b: Any, c: Any) -> Product:
     """``c[i] = a[i] @ b[i]`` for each i, one job over every product's tiles, with
     ``packed[i] = pack(a[i])`` (one contiguous array); ``b`` and ``c`` (batch, rows, columns)

@@ -7,7 +7,13 @@ import pytest
 
 from engine import sym
 from engine.kernels import bf16, conv_bind, gemm_kernel, parity_split
-from tests.engine.kernels.test_conv_amx import bf16_workspace, constant, reference, relative_error
+from tests.engine.kernels.test_conv_amx import (
+    assert_armed_runs_store,
+    bf16_workspace,
+    constant,
+    reference,
+    relative_error,
+)
 from tests.engine.runtime.helpers import load_pair, run_allocation
 
 RNG = np.random.default_rng(3)
@@ -153,10 +159,70 @@ def test_stride_2_across_pairs_from_an_input_split_by_column_parity(case: tuple,
     calls = conv_bind.bind(np, data, weight, bias, out, (kernel, stride, dilate, pad),
                            bf16_workspace())
     copies = [call for call in calls if getattr(call, "func", None) is parity_split.split_into]
-    # Per image, its copy into the split rows, then its bands, paired from there.
+    # Per image, its copy into the split rows, then its products, paired from there: one
+    # over every output row where the windows step two rows down and are undilated (each
+    # input row paired once, `_bind_split_rows`), else one per band.
     assert len(copies) == batch and all(copy.args[0].shape == data.shape[1:] for copy in copies)
-    assert all(isinstance(call, bf16.PairedProduct) for call in calls if call not in copies)
+    products = [call for call in calls if call not in copies]
+    assert all(isinstance(call, bf16.PairedProduct) for call in products)
+    if stride == (2, 2) and dilate == (1, 1):
+        assert len(products) == batch
     assert_runs_twice(calls, out, want)
+
+
+@pytest.mark.skipif(not gemm_kernel.available(gemm_kernel.AMX),
+                    reason="this CPU or kernel lacks AMX-BF16")
+@pytest.mark.parametrize("value", [np.inf, np.nan])
+def test_a_non_finite_input_reaches_only_the_windows_holding_it(value: float) -> None:
+    """The shared rows' extra words and the taps past a window pair zeros with zero
+    weights, never another row's or column's input: a pixel that is not finite makes only
+    the outputs whose windows hold it non-finite (inf times a zero weight would be NaN)."""
+    kernel, stride, pad = (7, 7), (2, 2), (3, 3)
+    data = RNG.standard_normal((1, 3, 40, 38)).astype(np.float32)
+    for channel, row, column in ((1, 17, 20), (0, 18, 21), (2, 5, 6), (1, 30, 33)):
+        data[0, channel, row, column] = value  # rows and columns of both parities
+    weight = constant(RNG.standard_normal((20, 3, *kernel)).astype(np.float32))
+    with np.errstate(invalid="ignore"):  # windows holding infinities of both signs
+        want = reference(bf16.rounded(data), bf16.rounded(weight), pad, (1, 1), stride)
+    out = np.full(want.shape, -1.0, np.float32)
+    calls = conv_bind.bind(np, data, weight, None, out, (kernel, stride, (1, 1), pad),
+                           bf16_workspace())
+    assert sum(isinstance(call, bf16.PairedProduct) for call in calls) == 1
+    for call in calls:
+        call()
+    np.testing.assert_array_equal(np.isfinite(out), np.isfinite(want))
+    finite = np.isfinite(want)
+    assert relative_error(out[finite], want[finite]) < 1e-5
+
+
+@pytest.mark.skipif(not gemm_kernel.available(gemm_kernel.AMX),
+                    reason="this CPU or kernel lacks AMX-BF16")
+def test_shared_rows_armed_over_two_threads_store_what_one_thread_does() -> None:
+    """The pairing and the batched product run as jobs of parts: over two threads each part
+    writes its own rows and tiles, the same bytes as one thread."""
+    data = RNG.standard_normal((2, 3, 64, 61)).astype(np.float32)
+    weight = constant(RNG.standard_normal((64, 3, 7, 7)).astype(np.float32))
+    out = np.full((2, 64, 32, 31), np.nan, np.float32)
+    calls = conv_bind.bind(np, data, weight, None, out, ((7, 7), (2, 2), (1, 1), (3, 3)),
+                           bf16_workspace())
+    assert sum(isinstance(call, bf16.PairedProduct) for call in calls) == 2
+    for call in calls:
+        call()
+    alone = out.copy()
+    assert_armed_runs_store(out, alone, lambda: [call() for call in calls])
+
+
+@pytest.mark.parametrize(("real", "kernel_y", "words"),
+                         [(11, 7, (11, 12)), (12, 7, (12, 16)), (5, 3, (5, 6)),
+                          (16, 4, (16, 16)), (2, 1, (16, 2))])
+def test_row_blocks_make_a_window_whole_tiles(real: int, kernel_y: int,
+                                              words: tuple) -> None:
+    """Even and odd input rows' blocks hold at least the row's words, and a window's rows
+    (even first) fill whole tiles of 16 words, with as few words as can."""
+    got = conv_bind._row_words(real, kernel_y)
+    assert got == words
+    even, odd = got
+    assert min(got) >= real and (-(-kernel_y // 2) * even + kernel_y // 2 * odd) % 16 == 0
 
 
 def test_stride_1_across_or_unpadded_reads_the_strided_view() -> None:

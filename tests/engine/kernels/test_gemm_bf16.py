@@ -69,6 +69,35 @@ def test_the_amx_kernel_adds_the_rounded_products(rows: int, depth: int, columns
     assert_product(c, a, b)
 
 
+@needs_amx
+@pytest.mark.parametrize(("rows", "depth", "columns", "count", "step"),
+                         [(64, 96, 112, 5, 28), (20, 32, 17, 3, 0), (33, 160, 40, 4, 80)])
+def test_a_batch_of_amx_products_reads_its_rows_a_step_apart(rows: int, depth: int,
+                                                            columns: int, count: int,
+                                                            step: int) -> None:
+    """Product i reads B's K rows from row i · step (the products may share rows) and writes
+    C moved i rows of a larger output on: each is the rounded operands' product, and the
+    output's rows outside every C keep their values."""
+    a = random(rows, depth)
+    values = random(2 * (count - 1) * step + depth, columns)  # K values, two a word row
+    b = bf16.amx_weight_columns(values)
+    out = np.full((rows, count + 1, columns), 7.0, np.float32)
+    tiles = bf16.amx_pack_rows(bf16.amx_weight_rows(a))
+    gemm_kernel.bind_tiles_batch(tiles, b, out[:, 0, :], count, step, columns * 4)()
+    for i in range(count):
+        assert_product(out[:, i, :], a, values[2 * i * step:2 * i * step + depth])
+    assert (out[:, count, :] == 7.0).all()
+
+
+@needs_amx
+def test_a_batch_of_amx_products_past_its_rows_is_refused() -> None:
+    tiles = bf16.amx_pack_rows(bf16.amx_weight_rows(random(32, 32)))
+    b = np.zeros((40, 32), np.float32)
+    out = np.zeros((32, 4, 32), np.float32)
+    with pytest.raises(ValueError, match="hold every product's rows"):
+        gemm_kernel.bind_tiles_batch(tiles, b, out[:, 0, :], 4, 10, 128)  # 30 + 16 > 40
+
+
 def test_amx_packing_lays_each_tile_out_whole() -> None:
     words = np.arange(64 * 32, dtype=np.float32).reshape(64, 32)
     tiles = bf16.amx_pack_rows(words).reshape(2, 2, 2, 16, 16)  # blocks, K steps, halves
