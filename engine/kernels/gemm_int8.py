@@ -123,10 +123,13 @@ def padded_rows(m: int, weights: PackedWeights) -> np.ndarray:
     return rows
 
 
-def multiply_rows(rows: np.ndarray, m: int, weights: PackedWeights, signed: bool
-                  ) -> np.ndarray:
+def multiply_rows(rows: np.ndarray, m: int, weights: PackedWeights, signed: bool,
+                  offsets: np.ndarray | None = None) -> np.ndarray:
     """The int32 product (m, N) of the first ``m`` rows of ``rows`` (from `padded_rows`,
-    filled) with the packed weights; ``signed``: the rows hold int8 values plus 128."""
+    filled) with the packed weights; ``signed``: the rows hold int8 values plus 128.
+    ``offsets``: int32, one a padded column (``weights.panels · vectors · LANES``), added to
+    every row's sums in place of the signed rows' compensation (a caller's bias folded in
+    with it; the sums wrap, so the result is exact wherever it fits int32)."""
     kernels = _compiled()
     if kernels is None:
         raise RuntimeError("the int8 GEMM kernels are not available on this machine")
@@ -136,13 +139,20 @@ def multiply_rows(rows: np.ndarray, m: int, weights: PackedWeights, signed: bool
         raise ValueError(f"int8 GEMM: rows {rows.dtype} {rows.shape} are not padded_rows' "
                          f"for {m} rows")
     packed, no_offsets, signed_offsets = weights.addresses
+    columns = weights.panels * weights.vectors * LANES
+    if offsets is not None:
+        if offsets.dtype != np.int32 or offsets.shape != (columns,) or \
+                not offsets.flags.c_contiguous:
+            raise ValueError(f"int8 GEMM: offsets {offsets.dtype} {offsets.shape} are not "
+                             f"int32 for {columns} columns")
+        no_offsets = signed_offsets = offsets.ctypes.data
     if m == 1 and not weights.amx:
         # one row (a classifier at batch 1): the one-row tile, not a whole tile of which all
         # rows but one are padding
-        out = np.empty((1, weights.panels * weights.vectors * LANES), np.int32)
+        out = np.empty((1, columns), np.int32)
         kernel, blocks = kernels["row", weights.vectors], 1
     else:
-        out = np.empty((rows.shape[0], weights.panels * weights.vectors * LANES), np.int32)
+        out = np.empty((rows.shape[0], columns), np.int32)
         kernel = kernels["amx" if weights.amx else weights.vectors]
     kernel(rows.ctypes.data, rows.shape[1], packed, weights.groups, out.ctypes.data,
            out.shape[1], signed_offsets if signed else no_offsets, blocks, 0, weights.panels)
