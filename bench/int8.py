@@ -8,9 +8,15 @@ medians), and the VNNI GEMM's own throughput, one thread.
 * GEMM: ``C = A @ W`` (uint8 A, int8 W packed once) through `gemm_int8.multiply` as the
   convolutions call it (the copy of A into padded rows included), on VNNI and, where the host
   has it, AMX-INT8, best and median of many, beside the float64 BLAS product the other path
-  runs (A converted to float64, one thread, median).
+  runs (A converted to float64, one thread, median);
+* classifier (``--classifier``): ResNet-50 v2's last layer at batch 1 (one row, K 2048,
+  N 1000: 2 MB of packed weights) on VNNI with its weights out of cache, as a network's walk
+  finds them: a pass over ``--evict`` MB between calls, then one row (the one-row tile)
+  and, in turn, two rows (the whole tile, as one row took it before), the thread's CPU time,
+  medians and first quartiles.
 
-Usage: python bench/int8.py [--rounds N] [--repeat N] [--models-only]
+Usage: python bench/int8.py [--rounds N] [--repeat N] [--models-only] [--classifier]
+[--evict MB]
 """
 
 from __future__ import annotations
@@ -99,14 +105,38 @@ def gemm(repeat: int) -> None:
               f"{rates[3]:7.0f} {work / statistics.median(blas):12.0f}  {where}")
 
 
+def classifier(repeat: int, evict_mb: int) -> None:
+    rng = np.random.default_rng(0)
+    packed = gemm_int8.PackedWeights(rng.integers(-128, 128, (2048, 1000)).astype(np.int8))
+    rows = gemm_int8.padded_rows(2, packed)
+    rows[:2, :2048] = rng.integers(0, 256, (2, 2048)).astype(np.uint8)
+    evict = np.ones(evict_mb << 20, np.uint8)
+    times: dict[int, list[float]] = {1: [], 2: []}
+    for _ in range(repeat):
+        for count in (1, 2):
+            np.add(evict, 1, out=evict)
+            start = time.thread_time()
+            gemm_int8.multiply_rows(rows, count, packed, signed=False)
+            times[count].append(time.thread_time() - start)
+    print(f"\nclassifier 2048×1000 on VNNI, {evict_mb} MB evicted between calls (ms):")
+    for count, label in ((1, "one row, one-row tile"), (2, "two rows, whole tile")):
+        print(f"  {label:24} median {statistics.median(times[count]) * 1e3:.3f}  first "
+              f"quartile {np.percentile(times[count], 25) * 1e3:.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=60)
     parser.add_argument("--repeat", type=int, default=200)
     parser.add_argument("--models-only", action="store_true")
+    parser.add_argument("--classifier", action="store_true")
+    parser.add_argument("--evict", type=int, default=128)
     args = parser.parse_args()
     if not gemm_int8.available():
         raise SystemExit("this host has no AVX-512 VNNI: nothing to compare")
+    if args.classifier:
+        classifier(args.repeat, args.evict)
+        return
     models(args.rounds)
     if not args.models_only:
         gemm(args.repeat)

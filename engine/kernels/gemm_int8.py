@@ -7,6 +7,10 @@ onto uint8 by adding 128 (flipping each byte's top bit), and the kernel takes
 weights are packed, as oneDNN does. The sums are integers and exact, so a caller gets the
 numbers NumPy's integer matmul gives, bit for bit.
 
+A product of one row (a classifier at batch 1) runs on a one-row tile of the same panels:
+the full tile would compute five rows of padding for each row it keeps (ResNet-50 v2's
+classifier, K 2048 and N 1000, from out of L2, one thread: 0.36 → 0.27 ms).
+
 The weights (the right operand) are packed once (`PackedWeights`): K padded to a multiple of
 four with zeros, columns to a whole panel. The activations are copied per call into rows of a
 padded uint8 matrix (the kernel reads four K values at a time and whole row blocks), which is
@@ -119,10 +123,13 @@ def padded_rows(m: int, weights: PackedWeights) -> np.ndarray:
     return rows
 
 
-def multiply_rows(rows: np.ndarray, m: int, weights: PackedWeights, signed: bool
-                  ) -> np.ndarray:
+def multiply_rows(rows: np.ndarray, m: int, weights: PackedWeights, signed: bool,
+                  offsets: np.ndarray | None = None) -> np.ndarray:
     """The int32 product (m, N) of the first ``m`` rows of ``rows`` (from `padded_rows`,
-    filled) with the packed weights; ``signed``: the rows hold int8 values plus 128."""
+    filled) with the packed weights; ``signed``: the rows hold int8 values plus 128.
+    ``offsets``: int32, one a padded column (``weights.panels · vectors · LANES``), added to
+    every row's sums in place of the signed rows' compensation (a caller's bias folded in
+    with it; the sums wrap, so the result is exact wherever it fits int32)."""
     kernels = _compiled()
     if kernels is None:
         raise RuntimeError("the int8 GEMM kernels are not available on this machine")
@@ -131,9 +138,22 @@ def multiply_rows(rows: np.ndarray, m: int, weights: PackedWeights, signed: bool
             or not rows.flags.c_contiguous):
         raise ValueError(f"int8 GEMM: rows {rows.dtype} {rows.shape} are not padded_rows' "
                          f"for {m} rows")
-    out = np.empty((rows.shape[0], weights.panels * weights.vectors * LANES), np.int32)
     packed, no_offsets, signed_offsets = weights.addresses
-    kernel = kernels["amx" if weights.amx else weights.vectors]
+    columns = weights.panels * weights.vectors * LANES
+    if offsets is not None:
+        if offsets.dtype != np.int32 or offsets.shape != (columns,) or \
+                not offsets.flags.c_contiguous:
+            raise ValueError(f"int8 GEMM: offsets {offsets.dtype} {offsets.shape} are not "
+                             f"int32 for {columns} columns")
+        no_offsets = signed_offsets = offsets.ctypes.data
+    if m == 1 and not weights.amx:
+        # one row (a classifier at batch 1): the one-row tile, not a whole tile of which all
+        # rows but one are padding
+        out = np.empty((1, columns), np.int32)
+        kernel, blocks = kernels["row", weights.vectors], 1
+    else:
+        out = np.empty((rows.shape[0], columns), np.int32)
+        kernel = kernels["amx" if weights.amx else weights.vectors]
     kernel(rows.ctypes.data, rows.shape[1], packed, weights.groups, out.ctypes.data,
            out.shape[1], signed_offsets if signed else no_offsets, blocks, 0, weights.panels)
     return out[:m, :weights.n]
@@ -253,11 +273,14 @@ def _compile() -> dict[Any, Any] | None:
         for vectors, rows in TILES:
             kernel = Int8Kernel(rows, vectors)
             define_task(kernel.module, kernel.define("panels"), rows)
-            engine = compile_ir(str(kernel.module), llvm.get_host_cpu_name(), host.flatten(),
-                                level=3, optimise=True)
-            engines.append(engine)
-            kernels[vectors] = _SIGNATURE(engine.get_function_address("panels"))
-            kernels["task", vectors] = engine.get_function_address("task")
+            single = Int8Kernel(1, vectors)
+            single.define("panels")
+            for built in (kernel, single):
+                engines.append(compile_ir(str(built.module), llvm.get_host_cpu_name(),
+                                          host.flatten(), level=3, optimise=True))
+            kernels[vectors] = _SIGNATURE(engines[-2].get_function_address("panels"))
+            kernels["task", vectors] = engines[-2].get_function_address("task")
+            kernels["row", vectors] = _SIGNATURE(engines[-1].get_function_address("panels"))
         if host_features.has("amx_int8") and host_features.amx_permitted():
             from engine.kernels.gemm_int8_amx_ir import AmxInt8Kernel
 

@@ -18,6 +18,10 @@ Per step of four K values, a tile of ``MR × NV`` accumulator vectors (16 int32 
 into ``vpdpbusd``'s ``{1to16}`` memory operand). Every product of a uint8 and an int8 value
 and every sum of four fit int32, and ``vpdpbusd`` does not saturate, so the sums are exact
 wherever the whole sum fits int32 (a layer's K up to 66 000 at the extreme values).
+
+Each step also prefetches B `AHEAD_BYTES` on: a product of few rows (a classifier at batch 1)
+reads its packed weights once, from memory, and its K loop asks for them faster than the
+hardware prefetchers bring them.
 """
 
 from __future__ import annotations
@@ -31,6 +35,10 @@ I8 = ir.IntType(8)
 I32 = ir.IntType(32)
 I64 = ir.IntType(64)
 LANES = 16  # int32 accumulators in one zmm register
+# How far ahead of its step the K loop prefetches B, in bytes (16 steps of a 64-column panel).
+# ResNet-50 v2's classifier (K 2048, N 1000, 2 MB) from out of L2, one thread, 6-row tiles at
+# one row: 0.36 ms without, 0.29 with (`bench/int8.py --fc`).
+AHEAD_BYTES = 4096
 
 
 def panels_function(module: ir.Module, name: str) -> ir.Function:
@@ -102,6 +110,8 @@ class Int8Kernel:
         self.zero = ir.Constant(self.vector, [0] * LANES)
         self.dot = ir.Function(self.module, ir.FunctionType(self.vector, [self.vector] * 3),
                                name="llvm.x86.avx512.vpdpbusd.512")
+        self.prefetch = ir.Function(self.module, ir.FunctionType(
+            ir.VoidType(), [I8.as_pointer(), I32, I32, I32]), name="llvm.prefetch.p0")
 
     @property
     def columns(self) -> int:
@@ -150,6 +160,12 @@ class Int8Kernel:
         b_values = [builder.load(builder.bitcast(builder.gep(b_run, [I64(j * LANES * 4)]),
                                                  self.vector.as_pointer()), align=1)
                     for j in range(self.vectors)]
+        ahead = builder.gep(b_run, [I64(AHEAD_BYTES)])
+        for j in range(self.vectors):
+            # a read (0), kept in every level of cache (3), of data (1): ``prefetcht0``; past
+            # the last panel it touches nothing (a prefetch never faults)
+            builder.call(self.prefetch, [builder.gep(ahead, [I64(j * LANES * 4)]), I32(0),
+                                         I32(3), I32(1)])
         offset = builder.mul(group, I64(4))
         stepped = []
         for i in range(self.rows):

@@ -82,6 +82,63 @@ def test_strided_activations_and_one_packing_for_many_calls(amx: bool) -> None:
         np.testing.assert_array_equal(gemm_int8.multiply(a, w), expected)
 
 
+@needs_vnni
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("n", [16, 40, 100, 1000])
+def test_one_row_runs_on_the_one_row_tile_exactly(monkeypatch: pytest.MonkeyPatch, n: int,
+                                                  dtype: type) -> None:
+    """A single row (a classifier at batch 1) takes the one-row tile of each panel width,
+    its sums NumPy's to the last bit, the extreme values included; two rows keep the
+    whole tile."""
+    kernels = gemm_int8._compiled()
+    taken: list[object] = []
+    for key in [key for key in kernels if isinstance(key, tuple) and key[0] == "row"]:
+        kernel = kernels[key]
+        monkeypatch.setitem(kernels, key, lambda *args, kernel=kernel, key=key: (
+            taken.append(key), kernel(*args))[1])
+    rng = np.random.default_rng(n)
+    info = np.iinfo(dtype)
+    k = 2051
+    w = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    w[:, 0] = -128
+    weights = gemm_int8.PackedWeights(w)
+    for rows in (1, 2):
+        a = rng.integers(info.min, info.max + 1, (rows, k)).astype(dtype)
+        a[:, :k // 2] = info.max if dtype == np.uint8 else info.min
+        np.testing.assert_array_equal(gemm_int8.multiply(a, weights),
+                                      a.astype(np.int64) @ w.astype(np.int64))
+        assert taken == [("row", weights.vectors)]
+
+
+@needs_vnni
+@pytest.mark.parametrize("rows", [1, 7])
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_offsets_given_replace_the_compensation_and_sum_exactly(rows: int,
+                                                                 dtype: type) -> None:
+    """A caller's offsets (its bias plus the signed rows' compensation) are added to every
+    row's sums, exactly where the result fits int32, however near its ends."""
+    rng = np.random.default_rng(rows)
+    info = np.iinfo(dtype)
+    k, n = 300, 40
+    a = rng.integers(info.min, info.max + 1, (rows, k)).astype(dtype)
+    w = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    weights = gemm_int8.PackedWeights(w)
+    exact = a.astype(np.int64) @ w.astype(np.int64)
+    bias = rng.integers(-1000, 1000, n).astype(np.int64)
+    bias[0] = 2 ** 31 - 1 - exact[:, 0].max()  # the largest int32 reached
+    bias[1] = -2 ** 31 - exact[:, 1].min()  # the smallest
+    compensation = weights.signed_offsets if dtype == np.int8 else weights.no_offsets
+    offsets = compensation.astype(np.int64)
+    offsets[:n] += bias
+    padded = gemm_int8.padded_rows(rows, weights)
+    padded[:rows, :k] = a.view(np.uint8) ^ 0x80 if dtype == np.int8 else a
+    product = gemm_int8.multiply_rows(padded, rows, weights, dtype == np.int8,
+                                      offsets.astype(np.int32))
+    np.testing.assert_array_equal(product, exact + bias)
+    with pytest.raises(ValueError, match="offsets int64"):
+        gemm_int8.multiply_rows(padded, rows, weights, False, offsets)
+
+
 def _unpack(weights: gemm_int8.PackedWeights) -> np.ndarray:
     """The (K, N) matrix back out of the packed panels (the packing's own check)."""
     columns = weights.vectors * gemm_int8.LANES

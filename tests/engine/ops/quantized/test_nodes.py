@@ -138,3 +138,22 @@ def test_a_bound_fully_connected_layer_gives_its_kernels_bytes_on_the_int8_gemm(
         for got, expected in zip(out, want, strict=True):
             np.testing.assert_array_equal(got, expected)
     assert integer.PATHS["int8_gemm"] - before == (2 if gemm_int8.available() else 0)
+
+
+@pytest.mark.parametrize(("name", "index"), fc_cases())
+def test_a_bound_fully_connected_layer_at_batch_1_gives_its_kernels_bytes(
+        name: str, index: int) -> None:
+    """One row (a classifier at batch 1, the one-row tile, the bias added by the GEMM's
+    kernel): each row of MXNet's batch on its own gives what the NumPy kernel computes for
+    it, byte for byte."""
+    node = fixtures.graph(name).nodes[index]
+    inputs = read_only_node_inputs(name, index)
+    for row in range(len(inputs[0])):
+        alone = [inputs[0][row:row + 1], *inputs[1:]]
+        want = node.opdef.compute(np, node.params, alone)
+        want = want if isinstance(want, tuple) else (want,)
+        out = tuple(np.empty_like(value) for value in want)
+        (call,) = node.opdef.bind_calls(np, node.params, alone, out)
+        call()
+        for got, expected in zip(out, want, strict=True):
+            np.testing.assert_array_equal(got, expected)
