@@ -8,7 +8,7 @@ pre-activation BatchNorm and ReLU before a block's 1×1 convolutions) at batch 1
 `PairedHandoff` for its output in the plan's workspace, reserving the words (`offer`); each
 reader that binds a 1×1 convolution's AMX product on it takes it (`take`) and reads those
 words, one buffer for every taker (`gemm_bind`, which lets such a product run on AMX from K
-32). The writer binds
+32; a strided one copies its share into its own words, `bf16.word_copying`). The writer binds
 first and learns last whether every reader took: at each run it writes the words in place of
 the float32 array only where all have (`taken`), and says so (``laid``); a taker then skips
 its pairing, and pairs the float32 array otherwise (a pooled writer: `EitherJob`). The words
