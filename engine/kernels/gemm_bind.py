@@ -241,7 +241,8 @@ def bf16_patch_product(weight: Any, view: Any, k_axes: int, out: Any, workspace:
     """``out = weight @ patches`` on AMX, the patches paired into bf16 words straight from
     ``view`` (an im2col view whose first ``k_axes`` axes run along K, or K's offsets given as
     ``k_offsets``: `bf16.patch_pairing`) with no patch array copied; None outside a bf16 plan
-    on AMX or where it cannot apply."""
+    on AMX or where it cannot apply. ``handoff``: the one offered for ``source``, the array
+    ``view`` reads (`_copying_handed_words`)."""
     if (type(view) is not np.ndarray or type(weight) is not np.ndarray
             or weight.flags.writeable or weight.nbytes > PACK_LIMIT_BYTES
             or {weight.dtype, view.dtype, out.dtype} != {np.dtype(np.float32)}
