@@ -11,7 +11,8 @@ writes ``clip(x * scale + shift, low, high)``. The clamp after it folds into the
 
 In a bf16 plan whose AMX 1×1 products all read the output (`bf16_handoff`), the pass writes
 their bf16 pairs instead (`bf16.patch_pairing` with the statistics: the same values, rounded),
-so that no pairing pass reads the float32 output again (ResNet v2's pre-activation blocks);
+so that no pairing pass reads the float32 output again (ResNet v2's pre-activation blocks;
+a downsampling block's stride-2 shortcut copies its share of the words, `gemm_bind`);
 where its readers are direct 3×3 convolutions (`conv_amx`), it writes the pairs into their
 zero-bordered grid (a basic ResNet v2 block's first convolution).
 """

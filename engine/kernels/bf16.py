@@ -192,13 +192,13 @@ def patch_pairing(view: Any, k_axes: int, target: Any, into: np.ndarray | None =
         return None
     steps = np.array(view.strides, np.int64) // item
     depth = int(np.prod(view.shape[:k_axes]))
-    rows = _offsets(view.shape[:k_axes], steps[:k_axes]) if k_offsets is None \
+    rows = element_offsets(view.shape[:k_axes], steps[:k_axes]) if k_offsets is None \
         else np.ascontiguousarray(k_offsets, np.int64)
     if rows.shape != (depth,) or rows.min(initial=0) < 0:
         raise ValueError(f"pairing needs one non-negative offset per K index ({depth}); got "
                          f"{rows.shape}")
     # The columns: every offset of the column axes but the last, and the last as a run.
-    outer = _offsets(view.shape[k_axes:-1], steps[k_axes:-1])
+    outer = element_offsets(view.shape[k_axes:-1], steps[k_axes:-1])
     run, step = view.shape[-1], int(steps[-1])
     word_rows = -(-depth // 2)
     if into is None:
@@ -220,6 +220,34 @@ def patch_pairing(view: Any, k_axes: int, target: Any, into: np.ndarray | None =
                                                      batchnorm))
 
 
+def word_copying(view: Any, target: Any) -> Callable[[], Any] | None:
+    """A call copying ``view`` (a strided float32-viewed view of words already paired, its
+    first axis their word rows, the rest the columns) into ``target``'s word rows (rows
+    contiguous), the columns end to end, bit for bit: `bf16_pair_ir`'s ``copy_words``, as a
+    `spin_pool` job; None where that cannot compile."""
+    item = view.itemsize
+    task = _pair_task("copy_words")
+    if (task is None or view.ndim < 2 or view.dtype != np.float32
+            or min(view.strides) < 0 or any(stride % item for stride in view.strides)):
+        return None
+    steps = np.array(view.strides, np.int64) // item
+    word_rows = view.shape[0]
+    rows = np.arange(word_rows, dtype=np.int64) * steps[0]
+    outer = element_offsets(view.shape[1:-1], steps[1:-1])
+    run, step = view.shape[-1], int(steps[-1])
+    into = np.arange(outer.size, dtype=np.int64) * run
+    if (target.shape[0] < word_rows or target.strides[1] != target.itemsize
+            or target.shape[1] < outer.size * run):
+        raise ValueError(f"word copy target {target.shape} is too small for {view.shape}")
+    span = _span(view)
+    context = np.array([span.ctypes.data, rows.ctypes.data, outer.ctypes.data, word_rows,
+                        outer.size, run, step, target.ctypes.data,
+                        target.strides[0] // target.itemsize, word_rows, into.ctypes.data],
+                       np.int64)
+    parts = kernel_jobs.parts_for(word_rows, 2 * word_rows * outer.size * run)
+    return spin_pool.job(task, context, parts, keep=(span, rows, outer, target, into))
+
+
 def _batchnorm_words(batchnorm: tuple[Any, ...] | None, depth: int) -> list[int]:
     """`bf16_pair_ir.BATCHNORM_FIELDS` of ``batchnorm`` (none without one): the float32
     statistics by address, one per K index, and the floats as float64 bits."""
@@ -235,7 +263,8 @@ def _batchnorm_words(batchnorm: tuple[Any, ...] | None, depth: int) -> list[int]
 
 
 def _pair_task(name: str = "patch_pairs") -> int | None:
-    """The address of `bf16_pair_ir`'s task ``name`` (``patch_pairs``, ``batchnorm_pairs``),
+    """The address of `bf16_pair_ir`'s task ``name`` (``patch_pairs``, ``batchnorm_pairs``,
+    ``copy_words``),
     compiled once per process; None where llvmlite cannot compile it."""
     if "pairs" not in _compiled:
         with _compiling:
@@ -255,7 +284,7 @@ def _pair_module() -> Any:
     return module()
 
 
-def _offsets(shape: tuple[int, ...], steps: Any) -> np.ndarray:
+def element_offsets(shape: tuple[int, ...], steps: Any) -> np.ndarray:
     """Every element's offset (in elements) of an array of ``shape`` and ``steps``, in C
     order, as int64 (one zero for no axes)."""
     offsets = np.zeros(1, np.int64)

@@ -8,7 +8,7 @@ pre-activation BatchNorm and ReLU before a block's 1×1 convolutions) at batch 1
 `PairedHandoff` for its output in the plan's workspace, reserving the words (`offer`); each
 reader that binds a 1×1 convolution's AMX product on it takes it (`take`) and reads those
 words, one buffer for every taker (`gemm_bind`, which lets such a product run on AMX from K
-32). The writer binds
+32; a strided one copies its share into its own words, `bf16.word_copying`). The writer binds
 first and learns last whether every reader took: at each run it writes the words in place of
 the float32 array only where all have (`taken`), and says so (``laid``); a taker then skips
 its pairing, and pairs the float32 array otherwise (a pooled writer: `EitherJob`). The words
@@ -131,11 +131,14 @@ def grid_for(handoff: PairedHandoff, shape: tuple[int, int], tag: Any, grid: Any
     return handoff.words if handoff.words.shape == tuple(shape) else None
 
 
-def take(handoff: PairedHandoff, pair: Callable[[], Any]) -> Callable[[], Any]:
-    """A reader's, once its product reads `words_for`'s words: counted as taken, and its
-    pairing ``pair`` as it then runs, only where the writer's run left the float32 array."""
+def take(handoff: PairedHandoff, pair: Callable[[], Any],
+         copy: Callable[[], Any] | None = None) -> Callable[[], Any]:
+    """A reader's, once it reads `words_for`'s words: counted as taken, and its pairing
+    ``pair`` as it then runs, only where the writer's run left the float32 array. ``copy``:
+    what runs in its place where the writer laid the words, for a reader whose product reads
+    a part of them copied out (a stride-2 1×1 convolution: `bf16.word_copying`)."""
     handoff.takers += 1
-    return _PairUnlessLaid(handoff, pair)
+    return _PairUnlessLaid(handoff, pair, copy)
 
 
 class EitherJob:
@@ -160,9 +163,12 @@ class EitherJob:
 
 
 class _PairUnlessLaid:
-    def __init__(self, handoff: PairedHandoff, pair: Callable[[], Any]) -> None:
-        self.handoff, self.pair = handoff, pair
+    def __init__(self, handoff: PairedHandoff, pair: Callable[[], Any],
+                 copy: Callable[[], Any] | None = None) -> None:
+        self.handoff, self.pair, self.copy = handoff, pair, copy
 
     def __call__(self) -> None:
         if not self.handoff.laid:
             self.pair()
+        elif self.copy is not None:
+            self.copy()

@@ -23,6 +23,12 @@ per channel; eps and the clamp bounds as float64 bits; fix_gamma), and every flo
 ``clip(x * scale + shift, low, high)`` before it is rounded, scale and shift worked out per
 channel as `batchnorm_kernel` does (the same float32 operations in the same order, no fused
 multiply-add, the same NaN-keeping clamp), so that its words are that pass's then paired.
+
+``copy_words`` takes `FIELDS` too but reads words already paired (a hand-off's, `bf16_handoff`):
+word (r, into[o] + i) is the word at ``rows[r] + outer[o] + i·step``, one K offset per word
+row, its bits kept (the loads, shuffles and gathers move them, nothing rounds). A stride-2 1×1
+convolution reads so the words its input's writer laid (ResNet v2's downsampling shortcut),
+every other word of every other row, where it paired the float32 array again.
 """
 
 from __future__ import annotations
@@ -51,11 +57,12 @@ BATCHNORM_FIELDS = ("gamma", "beta", "mean", "var", "eps", "fix_gamma", "low", "
 
 
 def module() -> ir.Module:
-    """A module holding ``patch_pairs`` and ``batchnorm_pairs``."""
+    """A module holding ``patch_pairs``, ``batchnorm_pairs`` and ``copy_words``."""
     built = ir.Module(name="hybridserve_bf16_pairs")
     kernel = _PairKernel(built)
     kernel.define(normalised=False)
     kernel.define(normalised=True)
+    kernel.define_copy()
     return built
 
 
@@ -86,6 +93,50 @@ class _PairKernel:
         with loop(builder, function, first, last, "row") as row:
             self._row(builder, function, field, row)
         builder.ret_void()
+
+    def define_copy(self) -> None:
+        """``copy_words``: each word row's runs of words copied, bits kept."""
+        function, builder, context, part, parts = task(self.module, "copy_words")
+        field = fields(builder, context, FIELDS)
+        first = builder.sdiv(builder.mul(part, field["word_rows"]), parts)
+        last = builder.sdiv(builder.mul(builder.add(part, I64(1)), field["word_rows"]), parts)
+        with loop(builder, function, first, last, "row") as row:
+            rows = builder.inttoptr(field["rows"], I64.as_pointer())
+            outer = builder.inttoptr(field["outer"], I64.as_pointer())
+            into_offsets = builder.inttoptr(field["into"], I64.as_pointer())
+            source = builder.inttoptr(field["source"], F32.as_pointer())
+            target = builder.inttoptr(field["target"], I32.as_pointer())
+            at = builder.load(builder.gep(rows, [row]), align=8)
+            into_row = builder.gep(target, [builder.mul(row, field["row_words"])])
+            with loop(builder, function, I64(0), field["runs"], "run") as run:
+                base = builder.load(builder.gep(outer, [run]), align=8)
+                into = builder.gep(into_row, [builder.load(builder.gep(into_offsets, [run]),
+                                                           align=8)])
+                start = builder.gep(source, [builder.add(at, base)])
+                unit = builder.icmp_signed("==", field["step"], I64(1))
+                halved = builder.icmp_signed("==", field["step"], I64(2))
+                with builder.if_else(unit) as (adjacent, strided):
+                    with adjacent, loop(builder, function, I64(0), field["run"], "lane",
+                                         LANES) as lane:
+                        self._copy_step(builder, field, start, into, lane, ADJACENT)
+                    with strided, builder.if_else(halved) as (every_other, gathered):
+                        for read, block in ((EVERY_OTHER, every_other), (GATHER, gathered)):
+                            with block, loop(builder, function, I64(0), field["run"], read,
+                                              LANES) as lane:
+                                self._copy_step(builder, field, start, into, lane, read)
+        builder.ret_void()
+
+    def _copy_step(self, builder: ir.IRBuilder, field: dict[str, Any], start: Any, into: Any,
+                   lane: Any, read: str) -> None:
+        """16 words of a run read as ``read`` says and stored as they are."""
+        indices = ir.VectorType(I64, LANES)
+        left = builder.sub(field["run"], lane)
+        mask = builder.icmp_signed("<", ir.Constant(indices, list(range(LANES))),
+                                   splat(builder, left, indices))
+        values = self._read(builder, start, lane, field["step"], left, mask, read)
+        address = builder.bitcast(builder.gep(into, [lane]), self.words.as_pointer())
+        builder.call(self.masked_store, [builder.bitcast(values, self.words), address, I32(4),
+                                         mask])
 
     def _row(self, builder: ir.IRBuilder, function: ir.Function, field: dict[str, Any],
              row: Any) -> None:

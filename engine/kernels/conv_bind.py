@@ -96,11 +96,15 @@ def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometr
                              out.reshape(batch, filters, positions), workspace, handoff)
     else:
         layout = _layout(data.shape, filters, size, geometry, data.itemsize)
+        # one sample of a strided 1×1 convolution: it may copy its part of the bf16 pairs
+        # a BatchNorm pass wrote (ResNet v2's downsampling shortcut)
+        handoff = bf16_handoff.offered(workspace, data) \
+            if batch == 1 and max(geometry[0]) == 1 and not any(geometry[3]) else None
         calls = []
         for start in range(0, batch, layout.chunk):
             samples = slice(start, min(start + layout.chunk, batch))
             calls += _bind_chunk(xp, data[samples], matrix, out[samples], geometry, layout,
-                                 workspace)
+                                 workspace, handoff)
     if bias is not None and gemm_bind.takes_bias(calls, bias):
         return gemm_bind.with_bias(calls, bias_rows=bias)
     if bias is not None:
@@ -132,8 +136,10 @@ def _product(xp: Any, matrix: Any, columns: Any, out: Any,
 
 
 def _bind_chunk(xp: Any, data: Any, matrix: Any, out: Any, geometry: Geometry,
-                layout: _Layout, workspace: Any) -> list[Callable[[], Any]]:
-    """Pad, im2col and GEMM for the samples of one chunk."""
+                layout: _Layout, workspace: Any,
+                handoff: Any = None) -> list[Callable[[], Any]]:
+    """Pad, im2col and GEMM for the samples of one chunk. ``handoff``: the bf16 hand-off the
+    data's writer offered (one sample, a 1×1 kernel, no padding)."""
     kernel, stride, dilate, pad = geometry
     samples, channels = data.shape[:2]
     size = out.shape[2:]
@@ -154,7 +160,8 @@ def _bind_chunk(xp: Any, data: Any, matrix: Any, out: Any, geometry: Geometry,
         calls.append(partial(xp.copyto, source[interior], data))
     view = _patch_view(xp, source, kernel, stride, dilate, size)
     if samples == 1:
-        return calls + _bind_bands(xp, view, matrix, out, workspace, patches_at)
+        return calls + _bind_bands(xp, view, matrix, out, workspace, patches_at,
+                                   None if handoff is None else (handoff, data))
     positions = math.prod(size)
     wide = workspace.region(wide_at, (matrix.shape[0], samples * positions), data.dtype)
     per_sample = wide.reshape(matrix.shape[0], samples, positions).transpose(1, 0, 2)
@@ -187,20 +194,23 @@ def _rows_axis(view: Any) -> int:
 
 
 def _bind_bands(xp: Any, view: Any, matrix: Any, out: Any, workspace: Any,
-                patches_at: int) -> list[Callable[[], Any]]:
+                patches_at: int, handed: Any = None) -> list[Callable[[], Any]]:
     """im2col and GEMM of one sample, a band of output rows at a time (one band where its
     patches are small): each band's patches are read back while they are in L2. ResNet-18's
     stem, 7.4 MB of patches whole, in bands of 16 rows (1 MB): 3.85 → 3.48 ms best, 4.23 →
-    3.56 ms median (one thread, input and weights evicted between calls)."""
+    3.56 ms median (one thread, input and weights evicted between calls). ``handed``: the
+    bf16 hand-off of the data and the data, which one band whole may read (`gemm_bind`)."""
     axis = _rows_axis(view)
     total, rows = view.shape[axis], _band_rows(view)
+    handoff, source = handed if handed is not None and rows >= total else (None, None)
     targets = out.reshape(matrix.shape[0], total, -1)
     calls: list[Callable[[], Any]] = []
     for first in range(0, total, rows):
         last = min(first + rows, total)
         band = view[(slice(None),) * axis + (slice(first, last),)]
         target = targets[:, first:last].reshape(matrix.shape[0], -1)
-        fused = gemm_bind.bf16_patch_product(matrix, band, axis - 1, target, workspace)
+        fused = gemm_bind.bf16_patch_product(matrix, band, axis - 1, target, workspace,
+                                             handoff=handoff, source=source)
         if fused is not None:  # bf16 on AMX: the patches paired straight from the input
             calls.append(fused)
             continue

@@ -236,11 +236,13 @@ def _bf16_product_with_weight(left: Any, weight: Any, out: Any, workspace: Any) 
 
 
 def bf16_patch_product(weight: Any, view: Any, k_axes: int, out: Any, workspace: Any,
-                       k_offsets: Any = None) -> Callable[[], Any] | None:
+                       k_offsets: Any = None, handoff: Any = None,
+                       source: Any = None) -> Callable[[], Any] | None:
     """``out = weight @ patches`` on AMX, the patches paired into bf16 words straight from
     ``view`` (an im2col view whose first ``k_axes`` axes run along K, or K's offsets given as
     ``k_offsets``: `bf16.patch_pairing`) with no patch array copied; None outside a bf16 plan
-    on AMX or where it cannot apply."""
+    on AMX or where it cannot apply. ``handoff``: the one offered for ``source``, the array
+    ``view`` reads (`_copying_handed_words`)."""
     if (type(view) is not np.ndarray or type(weight) is not np.ndarray
             or weight.flags.writeable or weight.nbytes > PACK_LIMIT_BYTES
             or {weight.dtype, view.dtype, out.dtype} != {np.dtype(np.float32)}
@@ -252,7 +254,41 @@ def bf16_patch_product(weight: Any, view: Any, k_axes: int, out: Any, workspace:
     pair = bf16.patch_pairing(view, k_axes, words, k_offsets=k_offsets)
     if pair is None:
         return None
+    if handoff is not None and k_offsets is None:
+        pair = _copying_handed_words(handoff, source, view, k_axes, words, workspace, pair)
     return bf16.paired_product(pair, _amx_weight_tiles(weight, words, out, workspace))
+
+
+def _copying_handed_words(handoff: bf16_handoff.PairedHandoff, source: Any, view: Any,
+                          k_axes: int, words: Any, workspace: Any,
+                          pair: Callable[[], Any]) -> Callable[[], Any]:
+    """``pair``, or where ``view`` reads every channel of ``source`` (the hand-off's array,
+    one sample) in order and its pixels by any strides (a strided 1×1 convolution), the
+    hand-off taken: where its writer laid the words, the view's words copied out of them
+    (`bf16.word_copying`) in place of pairing the float32 array again."""
+    channels, pixels = (source.shape[1], int(np.prod(source.shape[2:]))) \
+        if source is not None and source.ndim >= 3 else (0, 0)
+    if (source is None or tuple(source.shape) != tuple(handoff.source)
+            or not source.flags.c_contiguous or source.dtype != np.float32
+            or int(np.prod(view.shape[:k_axes])) != channels):
+        return pair
+    steps = np.array(view.strides, np.int64) // view.itemsize
+    k_steps = bf16.element_offsets(view.shape[:k_axes], steps[:k_axes])
+    base = (view.ctypes.data - source.ctypes.data) // view.itemsize
+    last = base + sum((size - 1) * step for size, step in
+                      zip(view.shape[k_axes:], steps[k_axes:], strict=True))
+    if (not np.array_equal(k_steps, np.arange(channels) * pixels) or min(steps[k_axes:]) < 0
+            or not 0 <= base <= last < pixels):
+        return pair
+    handed = bf16_handoff.words_for(handoff, handoff.shape, workspace)
+    if handed is None:
+        return pair
+    rows = -(-channels // 2)
+    columns = np.lib.stride_tricks.as_strided(
+        handed.reshape(-1)[base:], shape=(rows, *view.shape[k_axes:]),
+        strides=(handed.strides[0], *view.strides[k_axes:]))
+    copy = bf16.word_copying(columns, words)
+    return pair if copy is None else bf16_handoff.take(handoff, pair, copy)
 
 
 def takes_bias(calls: list[Callable[[], Any]], bias: Any) -> bool:

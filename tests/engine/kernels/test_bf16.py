@@ -106,6 +106,34 @@ def test_patch_pairing_reads_the_im2col_view_straight(channels: int, stride: int
 
 
 @needs_pair_ir
+@pytest.mark.parametrize("stride", [1, 2, 3])  # adjacent words, every other one, a gather
+@pytest.mark.parametrize("width", [11, 42, 43])  # runs of one partial vector, or two
+def test_word_copying_copies_the_strided_words_bit_for_bit(stride: int, width: int) -> None:
+    """Every ``stride``-th word of every ``stride``-th row of paired planes (a strided 1×1
+    convolution's share of a hand-off), any bits (NaN patterns too) moved unchanged, the
+    runs end to end and the target's other cells left zero."""
+    bits = RNG.integers(0, 1 << 32, (5, 9 * width), dtype=np.uint64).astype(np.uint32)
+    words = bits.view(np.float32)
+    view = words.reshape(5, 9, width)[:, ::stride, ::stride]
+    columns = view.shape[1] * view.shape[2]
+    target = np.zeros((8, bf16.amx_rows(columns)), np.float32)
+    call = bf16.word_copying(view, target)
+    assert call is not None
+    call()
+    copied = target.view(np.uint32)
+    np.testing.assert_array_equal(copied[:5, :columns],
+                                  bits.reshape(5, 9, width)[:, ::stride, ::stride].reshape(5, -1))
+    assert not copied[5:].any() and not copied[:, columns:].any()
+
+
+@needs_pair_ir
+def test_word_copying_refuses_a_target_too_small() -> None:
+    view = np.zeros((4, 3, 10), np.float32)
+    with pytest.raises(ValueError, match="too small"):
+        bf16.word_copying(view, np.zeros((4, 29), np.float32))
+
+
+@needs_pair_ir
 def test_patch_pairing_refuses_a_target_too_small() -> None:
     view = RNG.standard_normal((4, 10)).astype(np.float32)
     with pytest.raises(ValueError, match="too small"):

@@ -168,7 +168,9 @@ def preactivation(data: Any, readers: str) -> Any:
     and ReLU, read by ``two`` 1×1 convolutions (a bottleneck's first and its shortcut), by
     a 1×1 and a 3×3 (``grid``: the 3×3 reads a zero-bordered grid, not the pairs), or by 3×3s
     only (``3x3`` one, ``3x3 s2`` one of stride 2, ``3x3 twice`` two alike, ``3x3 mixed`` one
-    of stride 1 and one of stride 2: their grids differ)."""
+    of stride 1 and one of stride 2: their grids differ), or by a 1×1 whose 3×3 has stride 2
+    and a 1×1 shortcut of stride 2 (``strided``: a downsampling bottleneck, the shortcut
+    copying every other word of every other row of the pairs)."""
     net = sym.Activation(sym.BatchNorm(data + 1, fix_gamma=False, eps=2e-5, name="bn"),
                          act_type="relu")
     if readers.startswith("3x3"):
@@ -183,33 +185,43 @@ def preactivation(data: Any, readers: str) -> Any:
                                                     sample_type="nearest")
         return convolutions[0] + convolutions[1]
     first = sym.Convolution(net, num_filter=32, kernel=(1, 1), no_bias=True, name="conv1")
+    if readers == "strided":
+        first = sym.Convolution(sym.Activation(first, act_type="relu"), num_filter=32,
+                                kernel=(3, 3), pad=(1, 1), stride=(2, 2), no_bias=True,
+                                name="conv2")
+        return first + sym.Convolution(net, num_filter=32, kernel=(1, 1), stride=(2, 2),
+                                       no_bias=True, name="shortcut")
     other = sym.Convolution(net, num_filter=32, kernel=(3, 3) if readers == "grid" else (1, 1),
                             pad=(1, 1) if readers == "grid" else (0, 0), no_bias=True,
                             name="shortcut")
     return first + other
 
 
-@pytest.mark.parametrize("readers,taken", [
-    ("two", True), ("grid", False), ("3x3", True), ("3x3 s2", True), ("3x3 twice", True),
-    ("3x3 mixed", False)])
-def test_a_preactivation_batchnorm_hands_its_readers_their_pairs(readers: str,
-                                                                 taken: bool) -> None:
+@pytest.mark.parametrize("readers,taken,channels", [
+    ("two", True, 64), ("grid", False, 64), ("3x3", True, 64), ("3x3 s2", True, 64),
+    ("3x3 twice", True, 64), ("3x3 mixed", False, 64), ("strided", True, 64),
+    ("strided", True, 63)])
+def test_a_preactivation_batchnorm_hands_its_readers_their_pairs(readers: str, taken: bool,
+                                                                 channels: int) -> None:
     """The pairs, or a direct 3×3 convolution's grid where its readers are such alike (the
-    border left zero: the outputs those of the plan without a hand-off, bit for bit)."""
+    border left zero: the outputs those of the plan without a hand-off, bit for bit); a
+    strided shortcut copies its words out of the pairs (an odd channel count: the last
+    word's high half zero)."""
     symbol = preactivation(sym.var("data"), readers)
     size = (16, 18) if readers == "3x3 mixed" else (15, 17)
-    params = nets.random_params(symbol, (1, 64, *size), seed=6)
-    params["bn_moving_mean"] = np.random.default_rng(3).standard_normal(64).astype(np.float32)
-    feed = {"data": np.random.default_rng(2).standard_normal((1, 64, *size)).astype(
+    params = nets.random_params(symbol, (1, channels, *size), seed=6)
+    params["bn_moving_mean"] = np.random.default_rng(3).standard_normal(channels).astype(
+        np.float32)
+    feed = {"data": np.random.default_rng(2).standard_normal((1, channels, *size)).astype(
         np.float32)}
     assert_one_handoff(symbol, params, feed, taken)
 
 
 def test_resnet50_v2_hands_its_preactivations_over(monkeypatch: pytest.MonkeyPatch) -> None:
-    """ResNet-50 v2 (64 × 64) in bf16: the pre-activation of every block whose readers are
-    1×1 products of stride 1 hands them their pairs (13 of 16: a strided shortcut reads
-    every other column), the outputs those of the same plan pairing the float32 arrays, bit
-    for bit, and near fp32's."""
+    """ResNet-50 v2 (64 × 64) in bf16: the pre-activation of every block hands its 1×1
+    readers their pairs (all 16: a downsampling block's strided shortcut copies every other
+    word of every other row), the outputs those of the same plan pairing the float32 arrays,
+    bit for bit, and near fp32's."""
     symbol = nets.resnet50_v2(classes=10)
     params = nets.random_params(symbol, (1, 3, 64, 64), seed=5)
     feed = {"data": np.random.default_rng(0).standard_normal((1, 3, 64, 64)).astype(
@@ -217,7 +229,7 @@ def test_resnet50_v2_hands_its_preactivations_over(monkeypatch: pytest.MonkeyPat
     handoffs: list = []
     got = served(symbol, params, feed, "bf16", handoffs)
     offered = [handoff for handoff in handoffs if handoff is not None]
-    assert sum(handoff.laid for handoff in offered) == 13
+    assert sum(handoff.laid for handoff in offered) == 16
     assert all(handoff.laid == handoff.taken for handoff in offered)
     monkeypatch.setattr(bf16_handoff.PairedHandoff, "taken", property(lambda handoff: False))
     np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", []))
