@@ -59,6 +59,9 @@ THREADED_SIDE = 64
 # are 32 rows: 1×512×1000 took 20 µs there against 56 on AMX (one thread).
 AMX_MIN_ROWS = 16
 BF16_MIN_DEPTH = 32  # shallower products stay float32 (`amx_pays`)
+# From this K, a product of a whole tile of rows or more runs on AMX with K padded to 32
+# (`amx_pays`): MobileNet v2's expand layers over 16 and 24 channels.
+AMX_SHORT_DEPTH = 16
 BF16_MIN_WEIGHTS = 1 << 18  # smaller weights stay float32 on AVX-512 BF16 (`bf16_kernel`)
 # An AMX product's output past this is written row block by row block (`rows_outside`): more
 # than half a core's L2 (2 MiB on the Xeons measured), so it streams to memory.
@@ -153,11 +156,14 @@ def bf16_kernel(workspace: Any, rows: int, depth: int | None = None,
 
 def amx_pays(rows: int, depth: int) -> bool:
     """Whether an AMX product beats our float32 kernel once its activation is paired: K of 64
-    or more, or 32 with a whole tile of rows. MobileNet v2's 1×1 convolutions (one thread,
-    µs, float32 against AMX with pairing): K 16, 96 rows, 12544 columns 381 against 700; K 24,
-    144 rows 247 against 367; K 32, 16 rows 152 against 249; K 32, 32 rows 275 against 286;
-    K 96, 24 rows 183 against 96; K 144, 24 rows 393 against 234."""
-    return depth >= 2 * BF16_MIN_DEPTH or (depth >= BF16_MIN_DEPTH and rows >= 32)
+    or more, or from `AMX_SHORT_DEPTH` (padded to 32 with zero pairs) with a whole tile of
+    rows. MobileNet v2's 1×1 convolutions (one thread, µs, in the plan's order, float32
+    against AMX with pairing): K 16, 96 rows, 12544 columns 399 against 401 (both stream the
+    4.8 MB output); K 24, 144 rows, 3136 columns 186 against 143 and 198 against 145; K 32,
+    16 rows 152 against 249; K 32, 32 rows 275 against 286; K 96, 24 rows 183 against 96;
+    K 144, 24 rows 393 against 234. Fewer than a tile of rows over K below 64 stay float32,
+    unless their activation comes paired (`bf16_kernel`)."""
+    return depth >= 2 * BF16_MIN_DEPTH or (depth >= AMX_SHORT_DEPTH and rows >= 32)
 
 
 def _bf16_weight_product(weight: Any, right: Any, out: Any, workspace: Any,

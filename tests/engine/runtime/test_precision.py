@@ -133,17 +133,39 @@ def test_a_strided_stem_pairs_its_patches_within_bf16_error(
 
 
 @needs_bf16
-def test_thin_products_stay_float32() -> None:
-    """A 1×1 convolution over 16 channels gains nothing from bf16 (`gemm_bind.amx_pays`): it
-    runs in float32, exactly as an fp32 plan does."""
+@pytest.mark.parametrize(("channels", "filters"), [(8, 64), (16, 16), (24, 24)])
+def test_thin_products_stay_float32(channels: int, filters: int) -> None:
+    """A 1×1 convolution over fewer than 16 channels, or over fewer than 32 (as MobileNet's
+    16 or 24) into fewer filters than an AMX tile's 32 rows, gains nothing from bf16
+    (`gemm_bind.amx_pays`): it runs in float32, exactly as an fp32 plan does."""
     data = sym.var("data")
-    net = sym.Convolution(data, num_filter=64, kernel=(1, 1), name="thin")
-    params = nets.random_params(net, (1, 16, 8, 8))
-    feed = {"data": RNG.standard_normal((1, 16, 8, 8)).astype(np.float32)}
+    net = sym.Convolution(data, num_filter=filters, kernel=(1, 1), name="thin")
+    params = nets.random_params(net, (1, channels, 8, 8))
+    feed = {"data": RNG.standard_normal((1, channels, 8, 8)).astype(np.float32)}
     reduced = engine.load_model(net, params, precision="bf16")
     assert bf16_products(reduced, feed) == 0
     np.testing.assert_array_equal(reduced.infer(feed)["thin_output"],
                                   engine.load_model(net, params).infer(feed)["thin_output"])
+
+
+@needs_amx
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize(("channels", "filters"), [(16, 96), (24, 144), (20, 40)])
+def test_a_short_k_product_of_a_tile_of_rows_runs_on_amx_within_bf16_error(
+        batch: int, channels: int, filters: int) -> None:
+    """MobileNet v2's expand layers (1×1 over 16 or 24 channels into 96 or 144 filters, and
+    an odd K of 20): K below 32 is padded with zero pairs, and the AMX product keeps within
+    bf16's error of the float32 reference, clamped as the ReLU6 after it."""
+    data = sym.var("data")
+    net = sym.clip(sym.Convolution(data, num_filter=filters, kernel=(1, 1), name="expand"),
+                   a_min=0.0, a_max=6.0, name="relu6")
+    params = nets.random_params(net, (1, channels, 14, 14), seed=7)
+    feed = {"data": RNG.standard_normal((batch, channels, 14, 14)).astype(np.float32)}
+    model = engine.load_model(net, params, precision="bf16")
+    assert bf16_products(model, feed) == 1
+    got, want = model.infer(feed)["relu6_output"], model.reference(feed)["relu6_output"]
+    assert 1e-5 < relative_error(got, want) < 1e-2
+    assert got.min() >= 0.0 and got.max() <= 6.0
 
 
 @needs_bf16
