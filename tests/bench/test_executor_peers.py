@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 
 from bench import executor, quantized_peers
+from engine.runtime.plan import Plan
+from tests.engine.compiler.graphs import conv_bn_relu
 
 
 def test_peers_option_takes_a_list_or_all_and_always_keeps_ort_first() -> None:
@@ -94,9 +96,15 @@ def test_without_peers_or_agreement_a_case_is_its_row_alone() -> None:
 
 def test_one_thread_times_the_steps_by_the_cpu_they_took() -> None:
     # On one thread the step kinds are timed by the thread's CPU time, which a loaded
-    # machine's other jobs do not add to; the line names the clock it read.
-    readings = iter([2.0, 2.5])
-    assert executor._once(lambda: None, lambda: next(readings)) == 0.5
+    # machine's other jobs do not add to: the clock given reaches the walk of the plan's
+    # steps (each step's reading 0.5 apart here), and the line names the clock it read.
+    graph, _ = conv_bn_relu()
+    plan = Plan(graph, {"data": (1, 2, 5, 5)}, {"data": np.dtype(np.float32)})
+    feed = {"data": np.ones((1, 2, 5, 5), np.float32)}
+    readings = iter(np.arange(0.0, 4 * len(plan.steps), 0.5))
+    kinds = executor.step_kinds(plan, feed, 2, lambda: float(next(readings)))
+    assert sum(seconds for seconds, _ in kinds.values()) == 0.5 * len(plan.steps)
+    assert kinds["conv 3x3"][1] == 2 * 4 * 25 * 2 * 9  # FLOPs: 2 · outputs · K
     result = fake_result(())
     result["infos"]["bf16"] = {"kinds": "conv 3x3 6.000 [550]", "kinds_clock": "CPU"}
     lines = executor.peer_lines("resnet18_v1", 1, 1, result, ())
