@@ -72,6 +72,10 @@ class DirectInt8Kernel:
         self.round_to_words = ir.Function(self.module, ir.FunctionType(self.vector, [
             self.floats, self.vector, ir.IntType(16), I32]),
             name="llvm.x86.avx512.mask.cvtps2dq.512")
+        # vpmovusdb: int32 words to bytes with unsigned saturation (a word past 255, or
+        # vcvtps2dq's 0x80000000 for a value past int32, read as unsigned, becomes 255)
+        self.saturate_unsigned = ir.Function(self.module, ir.FunctionType(self.bytes, [
+            self.vector, self.bytes, ir.IntType(16)]), name="llvm.x86.avx512.mask.pmovus.db.512")
         self.prefetch = ir.Function(self.module, ir.FunctionType(
             ir.VoidType(), [I8.as_pointer(), I32, I32, I32]), name="llvm.prefetch.p0")
         self.requantize = self._define_requantize()
@@ -210,11 +214,11 @@ class DirectInt8Kernel:
         (int32) and scales (float32, both padded to whole panels), the filters, the valid
         rows, whether the residual is signed, its row stride (0: no residual), and whether
         every sum plus its bias stays inside int32 (nonzero: they are added in int32, else in
-        int64), then a second output's address (0: none) and its per-channel scales and
-        shifts (float32, padded to whole panels; read whether or not there is one);
-        ``factors`` (float32): the activation's bounds, the residual's scale, the bounds of
-        the rounded value without a residual and with one (`int8_conv.folded_bounds`: the
-        clamps after the last sum folded into one), and the second output's saturation.
+        int64), then a second output's address (0: none; uint8) and its per-channel scales
+        and shifts (float32, padded to whole panels; read whether or not there is one);
+        ``factors`` (float32): the activation's bounds, the residual's scale, and the bounds
+        of the rounded value without a residual and with one (`int8_conv.folded_bounds`: the
+        clamps after the last sum folded into one).
 
         The second output is what `int8_affine`'s pass would make of the first (ResNet v2's
         next BatchNorm and relu of a residual sum, `int8_conv.Rescaled`): each byte just
@@ -239,9 +243,9 @@ class DirectInt8Kernel:
         rescale_factors = builder.inttoptr(rescale_factors, real)
         rescale_shifts = builder.inttoptr(rescale_shifts, real)
         bounds = [splat(builder, builder.load(builder.gep(factors, [I64(index)])), self.floats)
-                  for index in range(9)]
-        (act_low, act_top, residual_scale, alone_low, alone_top, summed_low, summed_top,
-         rescaled_low, rescaled_top) = bounds
+                  for index in range(7)]
+        act_low, act_top, residual_scale, alone_low, alone_top, summed_low, summed_top = bounds
+        zero = ir.Constant(self.floats, [0.0] * LANES)
         # The rounded value's bounds are integers (`int8_conv.folded_bounds`): clamping before
         # rounding to them gives the bytes of rounding first, so one conversion that rounds
         # (``vcvtps2dq``) takes the place of ``vrndscaleps`` (two µops) and ``vcvttps2dq``.
@@ -344,9 +348,14 @@ class DirectInt8Kernel:
                             # then that pass's x · scale[c] + shift[c], rounded, saturated
                             again = builder.fadd(builder.fmul(
                                 builder.sitofp(words, self.floats), rescale[0]), rescale[1])
-                            again = self._clamp(builder, again, rescaled_low, rescaled_top)
+                            # uint8: from 0 in float32, to 255 by the saturating conversion
+                            again = builder.select(builder.fcmp_ordered(">", again, zero),
+                                                   again, zero)
                             builder.call(self.masked_store, [
-                                builder.trunc(self._round(builder, again), self.bytes),
+                                builder.call(self.saturate_unsigned, [
+                                    self._round(builder, again),
+                                    ir.Constant(self.bytes, [0] * LANES),
+                                    ir.Constant(ir.IntType(16), -1)]),
                                 builder.bitcast(builder.gep(rescaled, [place]),
                                                 self.bytes.as_pointer()), I32(1), mask])
             builder.branch(done)

@@ -89,13 +89,13 @@ class Epilogue:
 @dataclass(frozen=True, eq=False)
 class Rescaled:
     """A second output of a layer whose requantize runs in the direct product's epilogue
-    (`FusedConv.requantizes_in_product`): ``out`` (the first output's shape, laid
+    (`FusedConv.requantizes_in_product`): ``out`` (uint8, the first output's shape, laid
     channels-last) = saturate(rint(x · scale[f] + shift[f])) for each byte x of the first
     output as its dtype reads it, in float32, one product and one sum, as `int8_affine`'s
     pass makes it from the first (ResNet v2's next pre-activation BatchNorm and relu of a
     residual sum), so that pass does not read the first output again."""
 
-    out: np.ndarray  # int8/uint8, (N, F, OH, OW), written N, OH, OW, F
+    out: np.ndarray  # uint8, (N, F, OH, OW), written N, OH, OW, F
     scale: np.ndarray  # float32 (F,)
     shift: np.ndarray  # float32 (F,)
 
@@ -313,10 +313,10 @@ class FusedConv(EpilogueLayer):
         # used, where there is none)
         rescale = np.zeros((2, columns), np.float32)
         rescaled = epilogue.rescaled
-        second, second_limits = 0, (np.float32(0), np.float32(0))
+        second = 0
         if rescaled is not None:
-            if rescaled.out.shape != self.out.shape or rescaled.out.dtype not in (
-                    np.int8, np.uint8) or rescaled.scale.shape != (filters,) or \
+            if rescaled.out.shape != self.out.shape or rescaled.out.dtype != np.uint8 or \
+                    rescaled.scale.shape != (filters,) or \
                     rescaled.shift.shape != (filters,):
                 raise ValueError(f"int8 convolution: second output {rescaled.out.dtype} "
                                  f"{rescaled.out.shape} with {rescaled.scale.shape} scales "
@@ -324,8 +324,6 @@ class FusedConv(EpilogueLayer):
             rescale[0, :filters], rescale[1, :filters] = rescaled.scale, rescaled.shift
             second_out = rescaled.out.reshape(-1)[first * filters:]
             second = second_out.ctypes.data
-            limits = np.iinfo(rescaled.out.dtype)
-            second_limits = (np.float32(limits.min), np.float32(limits.max))
         terms = np.array([out.ctypes.data, residual.ctypes.data, bias.ctypes.data,
                           scales.ctypes.data, filters, count, int(residual.dtype == np.int8),
                           stride, int(sums_fit_int32(self.packed.groups * 4, bias)), second,
@@ -334,8 +332,8 @@ class FusedConv(EpilogueLayer):
         post = activation_bounds(epilogue.postsum_act, epilogue.postsum_high)
         limits = (np.float32(epilogue.low), np.float32(epilogue.high))
         factors = np.array([*act, epilogue.residual_scale,
-                            *folded_bounds((act, post), limits), *folded_bounds((post,), limits),
-                            *second_limits], np.float32)
+                            *folded_bounds((act, post), limits), *folded_bounds((post,), limits)],
+                           np.float32)
         # the job keeps them alive
         return terms, factors, (bias, scales, residual, out, rescale, rescaled)
 

@@ -323,6 +323,7 @@ class _FusedInt8Conv:
         if conv is None:
             conv = self._convs[laid] = make(laid)
         if out is not None and rescale is not None and rescale.out_handoff.taken and \
+                rescale.out.dtype == UINT8 and \
                 getattr(conv, "requantizes_in_product", False) and \
                 self.targets[0].dtype == self._storage and self._clear(rescale, conv):
             epilogue = self._rescaled_epilogue(epilogue, rescale, low, high)
@@ -350,12 +351,15 @@ class _FusedInt8Conv:
         if self._clear_of is None or self._clear_of[0] is not rescale or \
                 self._clear_of[1] is not conv:
             self._clear_of = (rescale, conv, all(
-                self._may_overlap(name, np.asarray(value), rescale.out, conv)
+                self._may_share(name, np.asarray(value), rescale.out, conv)
                 for name, value in self.values.items()))
         return self._clear_of[2]
 
     @staticmethod
-    def _may_overlap(name: str, value: np.ndarray, out: np.ndarray, conv: Any) -> bool:
+    def _may_share(name: str, value: np.ndarray, out: np.ndarray, conv: Any) -> bool:
+        """Whether the second output ``out`` may lie where input ``name`` (``value``) does,
+        for the product ``conv`` (`_clear`): apart, the residual's own bytes exactly, or data
+        the product copies first."""
         if not np.may_share_memory(out, value):
             return True
         if name == "sum":

@@ -52,18 +52,20 @@ class _Int8Rescale:
         self._jobs: dict[tuple[bool, bool], Any] = {}
 
     def __call__(self) -> None:
-        low, high = self.data_range
-        key = (float(ranges.scalar(low)), float(ranges.scalar(high)))
-        if key != self._key:
-            self.scale[:], self.shift[:] = self.terms(low, high)
-            self._key = key
-        data_laid = self.data_handoff is not None and self.data_handoff.laid
+        written = None if self.asked is None else self.asked.written
+        if written is None or written != self._key:
+            low, high = self.data_range
+            key = (float(ranges.scalar(low)), float(ranges.scalar(high)))
+            if key != self._key:
+                self.scale[:], self.shift[:] = self.terms(low, high)
+                self._key = key
         out_laid = self.out_handoff is not None and self.out_handoff.taken
-        if self.asked is not None and self.asked.written == key:
-            # the writer wrote it channels-last (only where out_laid), from these terms
+        # the writer wrote the output (channels-last: only where out_laid) for the data's
+        # range it wrote (the range these terms are for, whenever they are the last made)
+        if written is not None and written == self._key:
             integer.PATHS["int8_rescaled_by_writer"] += 1
         else:
-            layouts = (data_laid, out_laid)
+            layouts = (self.data_handoff is not None and self.data_handoff.laid, out_laid)
             if layouts not in self._jobs:
                 self._jobs[layouts] = int8_affine.affine_job(self.data, self.scale,
                                                              self.shift, self.targets[0],
