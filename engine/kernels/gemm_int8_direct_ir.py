@@ -72,6 +72,10 @@ class DirectInt8Kernel:
         self.round_to_words = ir.Function(self.module, ir.FunctionType(self.vector, [
             self.floats, self.vector, ir.IntType(16), I32]),
             name="llvm.x86.avx512.mask.cvtps2dq.512")
+        # vpmovusdb: int32 words to bytes with unsigned saturation (a word past 255, or
+        # vcvtps2dq's 0x80000000 for a value past int32, read as unsigned, becomes 255)
+        self.saturate_unsigned = ir.Function(self.module, ir.FunctionType(self.bytes, [
+            self.vector, self.bytes, ir.IntType(16)]), name="llvm.x86.avx512.mask.pmovus.db.512")
         self.prefetch = ir.Function(self.module, ir.FunctionType(
             ir.VoidType(), [I8.as_pointer(), I32, I32, I32]), name="llvm.prefetch.p0")
         self.requantize = self._define_requantize()
@@ -210,9 +214,17 @@ class DirectInt8Kernel:
         (int32) and scales (float32, both padded to whole panels), the filters, the valid
         rows, whether the residual is signed, its row stride (0: no residual), and whether
         every sum plus its bias stays inside int32 (nonzero: they are added in int32, else in
-        int64); ``factors`` (float32): the activation's bounds, the residual's scale, and the
-        bounds of the rounded value without a residual and with one (`int8_conv.
-        folded_bounds`: the clamps after the last sum folded into one)."""
+        int64), then a second output's address (0: none; uint8) and its per-channel scales
+        and shifts (float32, padded to whole panels; read whether or not there is one);
+        ``factors`` (float32): the activation's bounds, the residual's scale, and the bounds
+        of the rounded value without a residual and with one (`int8_conv.folded_bounds`: the
+        clamps after the last sum folded into one).
+
+        The second output is what `int8_affine`'s pass would make of the first (ResNet v2's
+        next BatchNorm and relu of a residual sum, `int8_conv.Rescaled`): each byte just
+        written, as its integer, times its channel's scale plus its shift in float32 (one
+        product, one sum), rounded half to even and saturated, channels-last; the pass then
+        reads none of the first output's bytes again."""
         word, wide, real = I32.as_pointer(), I64.as_pointer(), F32.as_pointer()
         kind = ir.FunctionType(ir.VoidType(), [word, I64, I64, I64, I64, wide, real,
                                                self.vector, self.vector])
@@ -222,12 +234,18 @@ class DirectInt8Kernel:
         builder = ir.IRBuilder(function.append_basic_block("entry"))
         byte = I8.as_pointer()
         (out, residual, bias, scales, filters, valid, signed, residual_stride,
-         narrow_flag) = (builder.load(builder.gep(terms, [I64(index)])) for index in range(9))
+         narrow_flag, rescaled, rescale_factors,
+         rescale_shifts) = (builder.load(builder.gep(terms, [I64(index)])) for index in range(12))
         out, residual = builder.inttoptr(out, byte), builder.inttoptr(residual, byte)
         bias, scales = builder.inttoptr(bias, word), builder.inttoptr(scales, real)
+        has_rescaled = builder.icmp_unsigned("!=", rescaled, I64(0))
+        rescaled = builder.inttoptr(rescaled, byte)
+        rescale_factors = builder.inttoptr(rescale_factors, real)
+        rescale_shifts = builder.inttoptr(rescale_shifts, real)
         bounds = [splat(builder, builder.load(builder.gep(factors, [I64(index)])), self.floats)
                   for index in range(7)]
         act_low, act_top, residual_scale, alone_low, alone_top, summed_low, summed_top = bounds
+        zero = ir.Constant(self.floats, [0.0] * LANES)
         # The rounded value's bounds are integers (`int8_conv.folded_bounds`): clamping before
         # rounding to them gives the bytes of rounding first, so one conversion that rounds
         # (``vcvtps2dq``) takes the place of ``vrndscaleps`` (two µops) and ``vcvttps2dq``.
@@ -243,7 +261,12 @@ class DirectInt8Kernel:
                 builder.sext(offsets[half], indices))
             factor = builder.load(builder.bitcast(builder.gep(scales, [at]),
                                                   self.floats.as_pointer()), align=4)
-            halves.append((at, mask, shift, factor))
+            # the second output's per-channel scale and shift (padded to whole panels too;
+            # read only where there is a second output)
+            rescale = [builder.load(builder.bitcast(builder.gep(array, [at]),
+                                                    self.floats.as_pointer()), align=4)
+                       for array in (rescale_factors, rescale_shifts)]
+            halves.append((at, mask, shift, factor, rescale))
         is_signed = builder.icmp_unsigned("!=", signed, I64(0))
         last = builder.add(first_row, count)
         last = builder.select(builder.icmp_signed("<", valid, last), valid, last)
@@ -262,7 +285,7 @@ class DirectInt8Kernel:
                                  ir.Constant(F32, float("inf"))))
         choice = builder.zext(narrow, I64)
         for flag, weight in ((residual_bytes, 2), (builder.and_(residual_bytes, act_clamps), 4),
-                             (builder.and_(residual_bytes, is_signed), 8)):
+                             (builder.and_(residual_bytes, is_signed), 8), (has_rescaled, 16)):
             choice = builder.add(choice, builder.mul(builder.zext(flag, I64), I64(weight)))
         second_half = builder.icmp_signed("<", builder.add(column, I64(LANES)), filters)
         done = function.append_basic_block("rows_done")
@@ -271,18 +294,24 @@ class DirectInt8Kernel:
             for in_int32 in (True, False):
                 for clamped in (True, False) if with_residual else (False,):
                     for signed_summand in (True, False) if with_residual else (False,):
-                        variants[with_residual, in_int32, clamped, signed_summand] = (
-                            function.append_basic_block("rows"))
+                        for second in (True, False):
+                            variants[with_residual, in_int32, clamped, signed_summand,
+                                     second] = function.append_basic_block("rows")
         switch = builder.switch(choice, done)
         for key, block in variants.items():
-            switch.add_case(I64(key[1] + 2 * key[0] + 4 * key[2] + 8 * key[3]), block)
-        for (with_residual, in_int32, clamped, signed_summand), block in variants.items():
+            switch.add_case(I64(key[1] + 2 * key[0] + 4 * key[2] + 8 * key[3] + 16 * key[4]),
+                            block)
+        for (with_residual, in_int32, clamped, signed_summand, second), block in \
+                variants.items():
             builder.position_at_end(block)
             with loop(builder, function, first_row, last, "row") as row:
                 line = builder.gep(corner, [builder.mul(builder.sub(row, first_row), ldc)])
                 self._prefetch_ahead(builder, row, count, column, out, filters,
                                      residual if with_residual else None, residual_stride)
-                for half, (at, mask, shift, factor) in enumerate(halves):
+                if second:
+                    self._prefetch_ahead(builder, row, count, column, rescaled, filters,
+                                         None, residual_stride)
+                for half, (at, mask, shift, factor, rescale) in enumerate(halves):
                     # the panel's second half only where a filter lies there (a layer of
                     # 16 filters: none; the branch is the same for the whole loop)
                     with (builder.if_then(second_half) if half else nullcontext()):
@@ -307,12 +336,28 @@ class DirectInt8Kernel:
                         low, top = (summed_low, summed_top) if with_residual else (alone_low,
                                                                                     alone_top)
                         value = self._clamp(builder, value, low, top)
-                        code = builder.trunc(builder.call(self.round_to_words, [
-                            value, ir.Constant(self.vector, [0] * LANES),
-                            ir.Constant(ir.IntType(16), -1), I32(ROUND_NEAREST)]), self.bytes)
-                        target = builder.gep(out, [builder.add(builder.mul(row, filters), at)])
-                        builder.call(self.masked_store, [code, builder.bitcast(
-                            target, self.bytes.as_pointer()), I32(1), mask])
+                        words = self._round(builder, value)
+                        place = builder.add(builder.mul(row, filters), at)
+                        builder.call(self.masked_store, [
+                            builder.trunc(words, self.bytes), builder.bitcast(
+                                builder.gep(out, [place]), self.bytes.as_pointer()), I32(1),
+                            mask])
+                        if second:
+                            # the byte just written, read back as the next pass would read
+                            # it (the output's integer: its dtype is the rounded value's),
+                            # then that pass's x · scale[c] + shift[c], rounded, saturated
+                            again = builder.fadd(builder.fmul(
+                                builder.sitofp(words, self.floats), rescale[0]), rescale[1])
+                            # uint8: from 0 in float32, to 255 by the saturating conversion
+                            again = builder.select(builder.fcmp_ordered(">", again, zero),
+                                                   again, zero)
+                            builder.call(self.masked_store, [
+                                builder.call(self.saturate_unsigned, [
+                                    self._round(builder, again),
+                                    ir.Constant(self.bytes, [0] * LANES),
+                                    ir.Constant(ir.IntType(16), -1)]),
+                                builder.bitcast(builder.gep(rescaled, [place]),
+                                                self.bytes.as_pointer()), I32(1), mask])
             builder.branch(done)
         builder.position_at_end(done)
         builder.ret_void()
@@ -336,6 +381,13 @@ class DirectInt8Kernel:
         if residual is not None:
             builder.call(self.prefetch, [builder.gep(residual, [builder.add(
                 builder.mul(ahead, residual_stride), column)]), I32(0), I32(3), I32(1)])
+
+    def _round(self, builder: ir.IRBuilder, value: ir.Value) -> ir.Value:
+        """``value`` rounded half to even to int32 words by one conversion (its bounds were
+        clamped to integers before, so no lane overflows)."""
+        return builder.call(self.round_to_words, [
+            value, ir.Constant(self.vector, [0] * LANES), ir.Constant(ir.IntType(16), -1),
+            I32(ROUND_NEAREST)])
 
     @staticmethod
     def _clamp(builder: ir.IRBuilder, value: ir.Value, low: ir.Value,

@@ -83,6 +83,21 @@ class Epilogue:
     postsum_high: float = 0.0
     low: int = -128
     high: int = 127
+    rescaled: Rescaled | None = None  # a second output, where the product writes one
+
+
+@dataclass(frozen=True, eq=False)
+class Rescaled:
+    """A second output of a layer whose requantize runs in the direct product's epilogue
+    (`FusedConv.requantizes_in_product`): ``out`` (uint8, the first output's shape, laid
+    channels-last) = saturate(rint(x · scale[f] + shift[f])) for each byte x of the first
+    output as its dtype reads it, in float32, one product and one sum, as `int8_affine`'s
+    pass makes it from the first (ResNet v2's next pre-activation BatchNorm and relu of a
+    residual sum), so that pass does not read the first output again."""
+
+    out: np.ndarray  # uint8, (N, F, OH, OW), written N, OH, OW, F
+    scale: np.ndarray  # float32 (F,)
+    shift: np.ndarray  # float32 (F,)
 
 
 def supported_here() -> bool:
@@ -188,6 +203,22 @@ class FusedConv(EpilogueLayer):
             geometry.kernel == (1, 1) and geometry.stride == (1, 1) and geometry.pad == (0, 0)
             and channels == packed.groups * 4))
 
+    @property
+    def requantizes_in_product(self) -> bool:
+        """Whether the direct product requantizes each block in its epilogue: a
+        channels-last output (and residual) on AMX's direct tiles. Only then can the layer
+        write an `Epilogue`'s second output (`Rescaled`)."""
+        return bool(self.tile_rows and self.laid.out and (self.residual is None
+                                                          or self.laid.residual))
+
+    @property
+    def reads_data_in_place(self) -> bool:
+        """Whether the direct product's tiles read the data where they lie (unpadded uint8
+        handed over channels-last in whole 64-channel blocks: the copy already), not a
+        copy made before the product."""
+        return bool(self.tile_rows and self.laid.data and self.geometry.pad == (0, 0)
+                    and self.data.dtype == np.uint8 and self.data.shape[1] % 64 == 0)
+
     def _bind(self, epilogue: Epilogue) -> tuple[Any, ...]:
         data, geometry, packed = self.data, self.geometry, self.packed
         batch, channels, height, width = data.shape
@@ -219,17 +250,16 @@ class FusedConv(EpilogueLayer):
             residual = np.zeros(1, np.int8)
         out = self.out.reshape(-1)
         jobs = [lay]
-        if (self.tile_rows and self.laid.data and geometry.pad == (0, 0) and not signed
-                and channels % 64 == 0):
+        if self.reads_data_in_place:
             # unpadded uint8 channels-last data is the copy already: the tiles read it there
             # (where no step passes a pixel's channels, so none passes the data's end)
             jobs, padded = [], flat
         if self.tile_rows:
             steps, starts = self._direct_offsets(block)
-        # channels-last out (and residual) of a direct product: requantized in its epilogue,
-        # block by block
-        fused = self.tile_rows and self.laid.out and (self.residual is None
-                                                      or self.laid.residual)
+        fused = self.requantizes_in_product
+        if epilogue.rescaled is not None and not fused:
+            raise ValueError("int8 convolution: a second output needs the requantize in the "
+                             "direct product (channels-last output and residual on AMX)")
         for first in range(0, self.rows, chunk):
             count = min(chunk, self.rows - first)
             used = -(-count // block) * block
@@ -279,16 +309,33 @@ class FusedConv(EpilogueLayer):
         else:  # a zero row read for each position: the sum adds 0
             residual, stride = np.zeros(columns, np.int8), 0
         out = self.out.reshape(-1)[first * filters:]
+        # the second output's scales and shifts padded as the first's (zeros read, never
+        # used, where there is none)
+        rescale = np.zeros((2, columns), np.float32)
+        rescaled = epilogue.rescaled
+        second = 0
+        if rescaled is not None:
+            if rescaled.out.shape != self.out.shape or rescaled.out.dtype != np.uint8 or \
+                    rescaled.scale.shape != (filters,) or \
+                    rescaled.shift.shape != (filters,):
+                raise ValueError(f"int8 convolution: second output {rescaled.out.dtype} "
+                                 f"{rescaled.out.shape} with {rescaled.scale.shape} scales "
+                                 f"does not fit the output {self.out.shape}")
+            rescale[0, :filters], rescale[1, :filters] = rescaled.scale, rescaled.shift
+            second_out = rescaled.out.reshape(-1)[first * filters:]
+            second = second_out.ctypes.data
         terms = np.array([out.ctypes.data, residual.ctypes.data, bias.ctypes.data,
                           scales.ctypes.data, filters, count, int(residual.dtype == np.int8),
-                          stride, int(sums_fit_int32(self.packed.groups * 4, bias))], np.int64)
+                          stride, int(sums_fit_int32(self.packed.groups * 4, bias)), second,
+                          rescale[0].ctypes.data, rescale[1].ctypes.data], np.int64)
         act = activation_bounds(epilogue.act, epilogue.act_high)
         post = activation_bounds(epilogue.postsum_act, epilogue.postsum_high)
         limits = (np.float32(epilogue.low), np.float32(epilogue.high))
         factors = np.array([*act, epilogue.residual_scale,
                             *folded_bounds((act, post), limits), *folded_bounds((post,), limits)],
                            np.float32)
-        return terms, factors, (bias, scales, residual, out)  # the job keeps them alive
+        # the job keeps them alive
+        return terms, factors, (bias, scales, residual, out, rescale, rescaled)
 
     def _direct_offsets(self, block: int) -> tuple[np.ndarray, np.ndarray]:
         """The direct product's byte offsets in the channels-last copy: each K step's (64

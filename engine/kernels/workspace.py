@@ -106,11 +106,15 @@ class Workspace:
         # per output array of the plan (by identity; the array kept so its id stays its own)
         self._readers: dict[int, tuple[Any, tuple[Reader, ...]]] = {}
         self._shared: dict[tuple[int, Any], tuple[Any, Any]] = {}
+        # outputs noted so far: the plan notes each node's before binding it, so this counts
+        # the nodes bound, in the order their steps run
+        self.noted = 0
 
     def note_readers(self, array: Any, readers: tuple[Reader, ...]) -> None:
         """Record what reads ``array``, a node's output the plan binds (the plan calls this
         before binding the node)."""
         self._readers[id(array)] = (array, readers)
+        self.noted += 1
 
     def readers(self, array: Any) -> tuple[Reader, ...] | None:
         """What reads ``array``: one `Reader` per input of a node bound to it, and one per

@@ -14,6 +14,7 @@ except where a float32 product lands within rounding of a half step.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from functools import partial
@@ -271,6 +272,10 @@ class _FusedInt8Conv:
         self._plan: tuple[Any, ...] | None = None  # (make, Epilogue, low, high) or None
         self._convs: dict[int8_conv.Layouts | None, Any] = {}  # by the layouts they take
         self._weight_q: np.ndarray | None = None
+        self._storage: np.dtype | None = None  # the dtype the output saturates to
+        # (Epilogue, Rescale, the Epilogue with its second output), `_rescaled_epilogue`'s
+        self._rescaled: tuple[Any, ...] | None = None
+        self._clear_of: tuple[Any, ...] | None = None  # (Rescale, conv, `_clear`'s answer)
         if int8_conv.supported_here():
             spin_pool.expect_split_jobs()  # made at the first run, once the weights are
 
@@ -292,8 +297,12 @@ class _FusedInt8Conv:
 
     def run(self) -> bool:
         out = self.handoffs.get("out")
+        rescale = None
         if out is not None:
             out.laid = False  # unless it runs fused below
+            rescale = out.rescale
+            if rescale is not None:
+                rescale.written = None  # unless the product writes it below
             if not out.taken:
                 out = None
         if not integer.fast_path_enabled():
@@ -313,7 +322,17 @@ class _FusedInt8Conv:
         conv = self._convs.get(laid)
         if conv is None:
             conv = self._convs[laid] = make(laid)
+        if out is not None and rescale is not None and rescale.out_handoff.taken and \
+                rescale.out.dtype == UINT8 and \
+                getattr(conv, "requantizes_in_product", False) and \
+                self.targets[0].dtype == self._storage and self._clear(rescale, conv):
+            epilogue = self._rescaled_epilogue(epilogue, rescale, low, high)
+        else:
+            rescale = None
         conv(epilogue)
+        if rescale is not None:
+            rescale.written = (float(low[0]), float(high[0]))
+            integer.PATHS["int8_rescaled_in_product"] += 1
         if out is not None:
             out.laid = True
             integer.PATHS["int8_channels_last_handoff"] += 1
@@ -321,6 +340,44 @@ class _FusedInt8Conv:
         np.copyto(self.targets[1], low)
         np.copyto(self.targets[2], high)
         return True
+
+    def _clear(self, rescale: handoff.Rescale, conv: Any) -> bool:
+        """Whether the product may write ``rescale``'s output while it reads this node's
+        inputs (checked once per layout): the plan may give that output the buffer of an
+        input whose last reader this node is (ResNet v2: the residual, the sum before).
+        It may be the residual's own bytes (each residual byte is read just before the
+        second output's byte in its place is written, by the same lane), or the data's
+        where the product reads a copy of them made first; any other overlap refuses."""
+        if self._clear_of is None or self._clear_of[0] is not rescale or \
+                self._clear_of[1] is not conv:
+            self._clear_of = (rescale, conv, all(
+                self._may_share(name, np.asarray(value), rescale.out, conv)
+                for name, value in self.values.items()))
+        return self._clear_of[2]
+
+    @staticmethod
+    def _may_share(name: str, value: np.ndarray, out: np.ndarray, conv: Any) -> bool:
+        """Whether the second output ``out`` may lie where input ``name`` (``value``) does,
+        for the product ``conv`` (`_clear`): apart, the residual's own bytes exactly, or data
+        the product copies first."""
+        if not np.may_share_memory(out, value):
+            return True
+        if name == "sum":
+            return value.ctypes.data == out.ctypes.data and value.nbytes == out.nbytes
+        return name == "data" and not conv.reads_data_in_place
+
+    def _rescaled_epilogue(self, epilogue: int8_conv.Epilogue, rescale: handoff.Rescale,
+                           low: np.ndarray, high: np.ndarray) -> int8_conv.Epilogue:
+        """``epilogue`` with the reader's rescaled output (`handoff.Rescale`) as its second
+        output, its terms for this node's output range; made once per epilogue."""
+        made = self._rescaled
+        if made is None or made[0] is not epilogue or made[1] is not rescale:
+            scale, shift = rescale.terms(low, high)
+            second = int8_conv.Rescaled(rescale.out, np.asarray(scale, np.float32),
+                                        np.asarray(shift, np.float32))
+            made = self._rescaled = (epilogue, rescale,
+                                     dataclasses.replace(epilogue, rescaled=second))
+        return made[2]
 
     def nchw_values(self) -> dict[str, Any]:
         """The node's inputs for the NumPy path: data and residual handed over channels-last
@@ -377,6 +434,7 @@ class _FusedInt8Conv:
                 return int8_conv.FusedConv(data, weight_q, packed, geometry, out, residual,
                                            laid)
         filters = terms.weight_q.shape[0]
+        self._storage = terms.storage
         limits = np.iinfo(terms.storage)
         epilogue = int8_conv.Epilogue(
             bias=np.zeros(filters, np.int32) if terms.bias_q is None else terms.bias_q,

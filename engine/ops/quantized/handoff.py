@@ -8,6 +8,12 @@ neither side transposes it. The writer offers a `Handoff` for its output in the 
 workspace when every reader the plan binds is of those kinds; each reader that binds a path
 able to read either layout takes it; the writer lays the bytes channels-last only when all
 have, and says at each run which layout it wrote (a writer on the NumPy path writes NCHW).
+
+A reader that rescales the array per channel into an array of its own (`rescale`: ResNet v2's
+pre-activation BatchNorm and relu of a residual sum) may ask its writer, through the same
+hand-off, to write that rescaled array too (`Rescale`): a fused convolution whose requantize
+runs in its product's epilogue writes both at once, and says at each run whether it did; the
+reader then runs no pass of its own, and nothing reads the array again for it.
 """
 
 from __future__ import annotations
@@ -45,6 +51,8 @@ class Handoff:
         self.readers = readers  # inputs the plan binds to the array
         self.takers = 0  # those bound to read either layout, that took this hand-off
         self.laid = False  # what the last run of the writer wrote
+        self.rescale: Rescale | None = None  # one reader's ask for its rescaled bytes too
+        self.noted: int | None = None  # the workspace's outputs noted when it was offered
 
     @property
     def taken(self) -> bool:
@@ -59,7 +67,9 @@ def offer(workspace: Any, array: Any) -> Handoff | None:
     readers = workspace.readers(array) if hasattr(workspace, "readers") else None
     if not readers or not all(map(can_read, readers)) or not any(map(gains, readers)):
         return None
-    return workspace.shared(array, TAG, lambda: Handoff(len(readers)))
+    handoff = workspace.shared(array, TAG, lambda: Handoff(len(readers)))
+    handoff.noted = getattr(workspace, "noted", None)
+    return handoff
 
 
 def take(workspace: Any, array: Any) -> Handoff | None:
@@ -71,3 +81,34 @@ def take(workspace: Any, array: Any) -> Handoff | None:
     if handoff is not None:
         handoff.takers += 1
     return handoff
+
+
+class Rescale:
+    """A reader's ask that the writer of a hand-off's array also write the reader's own
+    output: ``out`` = saturate(rint(x · scale[c] + shift[c])) of each value x, channels-last,
+    with ``terms(low, high)`` the reader's (scale, shift) for the array's range. ``out_handoff``
+    is the reader's own output's hand-off: the writer writes ``out`` only where it is taken
+    (every reader of ``out`` reads it channels-last)."""
+
+    def __init__(self, terms: Callable[[Any, Any], tuple[Any, Any]], out: Any,
+                 out_handoff: Handoff) -> None:
+        self.terms, self.out, self.out_handoff = terms, out, out_handoff
+        # the (low, high) range the writer's last run wrote ``out`` for; None where it did not
+        self.written: tuple[float, float] | None = None
+
+
+def ask_rescaled(workspace: Any, handoff: Handoff | None, rescale: Rescale,
+                 outputs: int) -> Rescale | None:
+    """``rescale`` asked of ``handoff``'s writer (a reader's, at bind, the reader having
+    ``outputs`` outputs); None where there is no hand-off, another reader asked first, or
+    the reader is not the node bound right after the writer (the reader then runs its own
+    pass). The writer writes ``rescale.out`` a step early: where the reader's step comes
+    next, the only arrays that buffer may have held and that are still read then are the
+    writer's own inputs, which the writer checks; a node between them
+    could read or write that buffer in the meantime."""
+    noted = getattr(workspace, "noted", None)
+    if handoff is None or handoff.rescale is not None or noted is None or \
+            handoff.noted is None or noted != handoff.noted + outputs:
+        return None
+    handoff.rescale = rescale
+    return rescale

@@ -4,7 +4,8 @@ alone (``_quantized_relu``, after a residual sum the int8 graph writes signed). 
 MXNet's: its ``quantize_net`` runs both in float between a dequantize and a quantize; here the
 integers are scaled and shifted once into the next layer's uint8 steps, the uint8 saturation
 at 0 being the relu. Bound in a plan, each is `kernels.int8_affine`'s pass inside the
-channels-last hand-off (`handoff`)."""
+channels-last hand-off (`handoff`), or none at all where the fused convolution writing its
+data writes its output too (`handoff.Rescale`: ResNet v2's residual product)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,9 @@ Terms = Callable[[Any, Any], tuple[np.ndarray, np.ndarray]]  # (min, max) -> (sc
 
 class _Int8Rescale:
     """A bound rescale on `int8_affine`'s pass, its per-channel terms made once per data
-    range. In a plan it takes its data's hand-off and offers its output's."""
+    range. In a plan it takes its data's hand-off and offers its output's; where both are
+    there it asks its data's writer to write its output too (`handoff.ask_rescaled`), and
+    runs no pass in a run where the writer did."""
 
     def __init__(self, attrs: Attrs, data: np.ndarray, data_range: tuple[Any, Any],
                  terms: Terms, targets: tuple[Any, ...], workspace: Any, path: str) -> None:
@@ -42,23 +45,33 @@ class _Int8Rescale:
         self.out_range = ranges.range_pair(attrs.min_calib_range, attrs.max_calib_range)
         self.data_handoff = handoff.take(workspace, data)
         self.out_handoff = handoff.offer(workspace, targets[0])
+        self.asked = None if self.out_handoff is None else handoff.ask_rescaled(
+            workspace, self.data_handoff, handoff.Rescale(terms, targets[0], self.out_handoff),
+            len(targets))
         self._key: Any = None
         self._jobs: dict[tuple[bool, bool], Any] = {}
 
     def __call__(self) -> None:
-        low, high = self.data_range
-        key = (float(ranges.scalar(low)), float(ranges.scalar(high)))
-        if key != self._key:
-            self.scale[:], self.shift[:] = self.terms(low, high)
-            self._key = key
-        data_laid = self.data_handoff is not None and self.data_handoff.laid
+        written = None if self.asked is None else self.asked.written
+        if written is None or written != self._key:
+            low, high = self.data_range
+            key = (float(ranges.scalar(low)), float(ranges.scalar(high)))
+            if key != self._key:
+                self.scale[:], self.shift[:] = self.terms(low, high)
+                self._key = key
         out_laid = self.out_handoff is not None and self.out_handoff.taken
-        layouts = (data_laid, out_laid)
-        if layouts not in self._jobs:
-            self._jobs[layouts] = int8_affine.affine_job(self.data, self.scale, self.shift,
-                                                         self.targets[0], *layouts)
-        self._jobs[layouts]()
-        integer.PATHS[self.path] += 1
+        # the writer wrote the output (channels-last: only where out_laid) for the data's
+        # range it wrote (the range these terms are for, whenever they are the last made)
+        if written is not None and written == self._key:
+            integer.PATHS["int8_rescaled_by_writer"] += 1
+        else:
+            layouts = (self.data_handoff is not None and self.data_handoff.laid, out_laid)
+            if layouts not in self._jobs:
+                self._jobs[layouts] = int8_affine.affine_job(self.data, self.scale,
+                                                             self.shift, self.targets[0],
+                                                             *layouts)
+            self._jobs[layouts]()
+            integer.PATHS[self.path] += 1
         if self.out_handoff is not None:
             self.out_handoff.laid = out_laid
             integer.PATHS["int8_channels_last_handoff"] += out_laid

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from engine.cpu import spin_pool
-from engine.kernels import gemm_int8, int8_conv
+from engine.kernels import gemm_int8, int8_affine, int8_conv
 from engine.ops.quantized import integer
 from engine.ops.quantized.requantize import finish
 from engine.ops.quantized.subgraph_attrs import Activation
@@ -401,3 +401,76 @@ def test_one_by_one_layers_off_whole_channel_blocks_run_the_direct_product(
     with spin_pool.armed(2):
         conv(epilogue)
     np.testing.assert_array_equal(_from_channels_last(out), want)
+
+
+@pytest.mark.skipif(not gemm_int8.amx_available(), reason="needs AMX-INT8")
+@pytest.mark.parametrize("shape", [
+    (3, 128, (17, 17), 33, (3, 3), (2, 2), (1, 1), (1, 1)),  # 33 filters: a masked half
+    (1, 64, (14, 14), 256, (1, 1), (1, 1), (0, 0), (1, 1)),  # a bottleneck's last 1×1
+])
+@pytest.mark.parametrize("with_residual,out_dtype", [
+    (True, np.int8),  # ResNet v2: a signed sum, then BatchNorm and relu
+    (False, np.uint8),
+])
+@pytest.mark.parametrize("chunk_bytes", [int8_conv.CHUNK_BYTES, 1])
+def test_the_direct_epilogue_writes_a_rescaled_second_output(
+        monkeypatch, shape, with_residual, out_dtype, chunk_bytes):
+    """A second output (`int8_conv.Rescaled`) made in the direct product's epilogue has the
+    bytes `int8_affine`'s pass makes from the first output, and the first output keeps the
+    NumPy path's bytes."""
+    monkeypatch.setattr(int8_conv, "CHUNK_BYTES", chunk_bytes)
+    rng = np.random.default_rng(shape[3] + 1)
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, shape, np.uint8, out_dtype, "relu" if out_dtype == np.uint8 else None,
+        with_residual)
+    want = _reference(data, weight, geometry, epilogue, residual, storage, out_dtype)
+    filters = weight.shape[0]
+    # scales and shifts that take bytes below 0, past 255 and far past both
+    scale = rng.uniform(-0.5, 4.0, filters).astype(np.float32)
+    scale[:2] = (-3e9, 3e9)
+    shift = rng.uniform(-200, 200, filters).astype(np.float32)
+    # the pass's bytes from the NumPy path's first output (both NCHW here)
+    second_want = np.zeros(want.shape, np.uint8)
+    with spin_pool.armed(2):
+        int8_affine.affine_job(want, scale, shift, second_want, False, False)()
+    out, second = np.zeros_like(want), np.full(want.shape, 7, np.uint8)
+    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight), amx=True)
+    laid = int8_conv.Layouts(out=True, residual=with_residual)
+    conv = int8_conv.FusedConv(data, weight, packed, geometry, out, _channels_last(residual)
+                               if with_residual else None, laid)
+    assert conv.requantizes_in_product
+    epilogue.rescaled = int8_conv.Rescaled(second, scale, shift)
+    with spin_pool.armed(2):
+        conv(epilogue)
+    np.testing.assert_array_equal(_from_channels_last(out), want)
+    np.testing.assert_array_equal(_from_channels_last(second), second_want)
+
+
+def test_a_second_output_needs_the_requantize_in_the_product():
+    rng = np.random.default_rng(5)
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, SHAPES[2], np.uint8, np.int8, None, False)
+    out = np.zeros((1, weight.shape[0], 8, 8), np.int8)
+    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight))
+    conv = int8_conv.FusedConv(data, weight, packed, geometry, out)  # NCHW out
+    assert not conv.requantizes_in_product
+    epilogue.rescaled = int8_conv.Rescaled(np.zeros_like(out), np.ones(weight.shape[0],
+                                           np.float32), np.zeros(weight.shape[0], np.float32))
+    with pytest.raises(ValueError, match="second output"):
+        conv(epilogue)
+
+
+@pytest.mark.skipif(not gemm_int8.amx_available(), reason="needs AMX-INT8")
+def test_a_second_output_is_uint8():
+    rng = np.random.default_rng(6)
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, (1, 64, (7, 7), 20, (1, 1), (1, 1), (0, 0), (1, 1)), np.uint8, np.int8, None,
+        False)
+    out = np.zeros((1, 20, 7, 7), np.int8)
+    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight), amx=True)
+    conv = int8_conv.FusedConv(data, weight, packed, geometry, out, None,
+                               int8_conv.Layouts(out=True))
+    epilogue.rescaled = int8_conv.Rescaled(np.zeros_like(out), np.ones(20, np.float32),
+                                           np.zeros(20, np.float32))
+    with pytest.raises(ValueError, match="second output int8"):
+        conv(epilogue)
