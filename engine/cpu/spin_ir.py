@@ -228,12 +228,15 @@ def _define_work(built: ir.Module, pause, doze, futex: _Futex | None) -> None:
     builder.position_at_end(idle)
     waited = builder.add(builder.load(empty_polls), one)
     builder.store(waited, empty_polls)
-    if futex is not None:  # armed, and no part for a while: nap until a job is posted
+    if futex is not None:  # armed or stuck, no part for a while: nap until a job is posted
         nap = function.append_basic_block("nap")
         impatient = function.append_basic_block("impatient")
-        builder.cbranch(builder.and_(
+        patience = _load(builder, state, PATIENCE)
+        wanted = builder.or_(_load(builder, state, ARMED), _load(builder, state, STICKY))
+        builder.cbranch(builder.and_(builder.and_(
             builder.icmp_unsigned(">", waited, _load(builder, state, NAP_POLLS)),
-            builder.icmp_signed(">", _load(builder, state, ARMED), zero)), nap, impatient)
+            builder.icmp_unsigned("<=", waited, patience)),
+            builder.icmp_signed(">", wanted, zero)), nap, impatient)
         builder.position_at_end(nap)
 
         def no_part(nap_builder: ir.IRBuilder) -> ir.Value:
@@ -241,8 +244,14 @@ def _define_work(built: ir.Module, pause, doze, futex: _Futex | None) -> None:
             front, back, _ = _decode(nap_builder, posted)
             return nap_builder.icmp_unsigned(">=", front, back)
 
+        before = _load(builder, state, WAKE)
         _nap(builder, function, futex, limit, state, SLEEPERS, WAKE, no_part)
-        builder.store(zero, empty_polls)
+        # Woken by a job posted: patient anew. A nap that ran out counts as half the
+        # patience, so that a sticky spin still lapses after about `PATIENCE` idle (and an
+        # armed one, past it, naps on).
+        woken = builder.icmp_unsigned("!=", _load(builder, state, WAKE), before)
+        builder.store(builder.select(woken, zero, builder.add(
+            waited, builder.lshr(patience, one))), empty_polls)
         builder.branch(poll)
         builder.position_at_end(impatient)
     builder.cbranch(builder.icmp_unsigned(">", waited, _load(builder, state, PATIENCE)),
