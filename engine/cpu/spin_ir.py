@@ -23,10 +23,18 @@ field on its own cache line, so that spinning readers do not slow the writers of
 * ``dozes``: then polls each after a sleep of `DOZE_MICROSECONDS` (off the CPU, and a job
   posted meanwhile is found within that sleep, no Python thread to wake), before it returns
   (0 where the platform has no ``usleep``).
+* ``nap_polls``: on Linux, empty polls a worker spins through while armed or sticky, and a
+  caller waiting on the workers' parts, before it naps on a futex (at most
+  `NAP_NANOSECONDS`): ``sleepers`` and ``wake`` the workers' count and word (the poster of a
+  job bumps and wakes it), ``caller_sleepers`` and ``caller_wake`` the caller's (a worker
+  that finishes a part does). A spinning thread on a shared machine spends its own
+  process's CPU share, and a caller spun for a scheduler's slice on a worker taken off its
+  core mid-part.
 
 ``pool_work(state)`` is a worker's loop: it claims and runs parts while there are any, spins
-(a CPU pause per poll) while none, and once ``armed`` is 0 and ``patience`` polls went by
-empty, dozes, then returns. ``pool_run(state, task, context, parts)`` posts a job, runs parts
+(a CPU pause per poll) while none, naps past ``nap_polls`` (Linux), and once ``armed`` is 0
+and ``patience`` polls went by empty (a nap that runs out counts as half of them), dozes,
+then returns. ``pool_run(state, task, context, parts)`` posts a job, runs parts
 itself until none is left, then waits for the parts the workers took: it never waits on a
 worker that has not started a part, so a sleeping or late worker costs parallelism, never
 progress. Where nothing is armed it runs the job itself as one part (part 0 of 1).

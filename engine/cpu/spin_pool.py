@@ -11,10 +11,11 @@ address, with its context's, is given to `run` (or bound once: `Job`). The calle
 itself too, so a job finishes whether or not any worker is awake.
 
 Workers spin only while a run is `armed` (a plan run holds it around its steps) and a few
-milliseconds after (`GRACE_SECONDS`); then they doze, polling between sleeps of 100 µs in
-native code (`DOZE_SECONDS`), and then park on a condition: an idle process costs nothing, a
-run within the grace finds them spinning, and one while they doze finds them within 100 µs
-without waking a Python thread (which needs the GIL from the caller running the plan: a
+milliseconds after (`GRACE_SECONDS`), napping on a futex (Linux) past `NAP_SECONDS` without a
+part, as a caller does waiting on a worker's part; then they doze, polling between sleeps of
+100 µs in native code (`DOZE_SECONDS`), and then park on a condition: an idle process costs
+nothing, a run within the grace finds them spinning, and one while they doze finds them within
+100 µs without waking a Python thread (which needs the GIL from the caller running the plan: a
 first run after a park took 0.3–4 ms). While armed, numpy's OpenBLAS is held to one thread
 (`blas_threads.one_thread`), so that BLAS's spinning threads and ours never share the cores
 (measured: 8 ms against 0.65 for a product after a switch). A plan whose steps leave BLAS
