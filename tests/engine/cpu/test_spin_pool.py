@@ -173,6 +173,22 @@ def test_armed_workers_without_parts_nap_off_the_cpu_and_wake_for_a_job() -> Non
     assert len(seen) >= 2, "no napping worker woke for a job"
 
 
+@pytest.mark.parametrize("triple, naps", [("x86_64-unknown-linux-gnu", True),
+                                           ("aarch64-unknown-linux-gnu", True),
+                                           ("x86_64-apple-darwin", False),
+                                           ("x86_64-pc-windows-msvc", False),
+                                           ("riscv64-unknown-linux-gnu", False)])
+def test_the_pool_builds_for_each_target_napping_only_on_a_known_linux_futex(
+        triple: str, naps: bool) -> None:
+    import llvmlite.binding as llvm
+
+    from engine.cpu import spin_ir
+
+    built = llvm.parse_assembly(str(spin_ir.module(triple)))
+    built.verify()
+    assert ("@syscall" in str(built)) == naps
+
+
 def test_parts_are_capped_and_a_lone_part_runs_inline() -> None:
     job, _, counts = record_job(10, spin_pool.MAX_PARTS + 5)
     assert job.args[-1] == spin_pool.MAX_PARTS
