@@ -23,10 +23,18 @@ field on its own cache line, so that spinning readers do not slow the writers of
 * ``dozes``: then polls each after a sleep of `DOZE_MICROSECONDS` (off the CPU, and a job
   posted meanwhile is found within that sleep, no Python thread to wake), before it returns
   (0 where the platform has no ``usleep``).
+* ``nap_polls``: on Linux, empty polls a worker spins through while armed or sticky, and a
+  caller waiting on the workers' parts, before it naps on a futex (at most
+  `NAP_NANOSECONDS`): ``sleepers`` and ``wake`` the workers' count and word (the poster of a
+  job bumps and wakes it), ``caller_sleepers`` and ``caller_wake`` the caller's (a worker
+  that finishes a part does). A spinning thread on a shared machine spends its own
+  process's CPU share, and a caller spun for a scheduler's slice on a worker taken off its
+  core mid-part.
 
 ``pool_work(state)`` is a worker's loop: it claims and runs parts while there are any, spins
-(a CPU pause per poll) while none, and once ``armed`` is 0 and ``patience`` polls went by
-empty, dozes, then returns. ``pool_run(state, task, context, parts)`` posts a job, runs parts
+(a CPU pause per poll) while none, naps past ``nap_polls`` (Linux), and once ``armed`` is 0
+and ``patience`` polls went by empty (a nap that runs out counts as half of them), dozes,
+then returns. ``pool_run(state, task, context, parts)`` posts a job, runs parts
 itself until none is left, then waits for the parts the workers took: it never waits on a
 worker that has not started a part, so a sleeping or late worker costs parallelism, never
 progress. Where nothing is armed it runs the job itself as one part (part 0 of 1).
@@ -41,21 +49,103 @@ I32 = ir.IntType(32)
 VOID = ir.VoidType()
 
 # Fields of the state, in int64s: 16 apart (128 bytes, a cache-line pair on x86 prefetchers).
-CLAIMS, TASK, CONTEXT, FINISHED, BUSY, ARMED, PATIENCE, DOZES, STICKY = (
-    16 * i for i in range(9))
-STATE_SIZE = 16 * 9
+(CLAIMS, TASK, CONTEXT, FINISHED, BUSY, ARMED, PATIENCE, DOZES, STICKY, NAP_POLLS, SLEEPERS,
+ WAKE, CALLER_SLEEPERS, CALLER_WAKE) = (16 * i for i in range(14))
+STATE_SIZE = 16 * 14
 DOZE_MICROSECONDS = 100
+NAP_NANOSECONDS = 1_000_000  # a nap's longest: a wake missed costs no more than this
 TASK_TYPE = ir.FunctionType(VOID, [I64, I64, I64])
+# Linux's futex system call by architecture, and its private wait and wake operations.
+FUTEX_CALLS = {"x86_64": 202, "aarch64": 98}
+FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE = 128, 129
 
 
 def module(triple: str) -> ir.Module:
-    """The IR of ``pool_work`` and ``pool_run`` for a target ``triple`` (its CPU pause)."""
+    """The IR of ``pool_work`` and ``pool_run`` for a target ``triple`` (its CPU pause, and
+    on Linux its futex, for naps)."""
     built = ir.Module(name="hybridserve_spin_pool")
     built.triple = triple
     pause = _pause(built, triple)
-    _define_work(built, pause, _doze(built, triple))
-    _define_run(built, pause)
+    futex = _futex(built, triple)
+    _define_work(built, pause, _doze(built, triple), futex)
+    _define_run(built, pause, futex)
     return built
+
+
+class _Futex:
+    """Emits Linux futex waits (a nap of at most `NAP_NANOSECONDS` while a word holds a
+    value) and wakes, through libc's ``syscall``."""
+
+    def __init__(self, built: ir.Module, number: int) -> None:
+        self.number = number
+        self.syscall = ir.Function(built, ir.FunctionType(I64, [I64], var_arg=True),
+                                   name="syscall")
+        self.timespec = ir.LiteralStructType([I64, I64])
+
+    def limit(self, builder: ir.IRBuilder) -> ir.Value:
+        """A nap's timeout, `NAP_NANOSECONDS` (made once, in a function's entry block)."""
+        limit = builder.alloca(self.timespec)
+        builder.store(ir.Constant(self.timespec, [ir.Constant(I64, 0),
+                                                  ir.Constant(I64, NAP_NANOSECONDS)]), limit)
+        return limit
+
+    def wait(self, builder: ir.IRBuilder, word: ir.Value, value: ir.Value,
+             limit: ir.Value) -> None:
+        """Sleep while the low 32 bits of the int64 at ``word`` equal ``value``'s, at most
+        ``limit`` (`limit`)."""
+        builder.call(self.syscall, [
+            ir.Constant(I64, self.number), builder.ptrtoint(word, I64),
+            ir.Constant(I64, FUTEX_WAIT_PRIVATE), builder.and_(value, ir.Constant(I64, 0xFFFFFFFF)),
+            builder.ptrtoint(limit, I64)])
+
+    def wake(self, builder: ir.IRBuilder, word: ir.Value) -> None:
+        """Wake every thread napping on ``word``."""
+        builder.call(self.syscall, [
+            ir.Constant(I64, self.number), builder.ptrtoint(word, I64),
+            ir.Constant(I64, FUTEX_WAKE_PRIVATE), ir.Constant(I64, 0x7FFFFFFF)])
+
+
+def _futex(built: ir.Module, triple: str) -> _Futex | None:
+    """Naps where the target is Linux on an architecture whose futex call is known."""
+    architecture = triple.split("-")[0]
+    if "linux" not in triple or architecture not in FUTEX_CALLS:
+        return None
+    return _Futex(built, FUTEX_CALLS[architecture])
+
+
+def _nap(builder: ir.IRBuilder, function: ir.Function, futex: _Futex, limit: ir.Value,
+         state: ir.Value, sleepers: int, wake: int, still_waiting) -> None:
+    """Nap on the ``wake`` word unless ``still_waiting(builder)`` (an i1, read after this
+    thread counts itself in ``sleepers``) says the wait is over; the builder ends after the
+    nap. The waker makes its change, then reads ``sleepers`` (`_wake_nappers`): one of the
+    two sees the other's, so no nap misses its wake."""
+    sequence = _load(builder, state, wake)
+    builder.atomic_rmw("add", _field(builder, state, sleepers), ir.Constant(I64, 1), "seq_cst")
+    sleep = function.append_basic_block("nap_sleep")
+    after = function.append_basic_block("nap_after")
+    builder.cbranch(still_waiting(builder), sleep, after)
+    builder.position_at_end(sleep)
+    futex.wait(builder, _field(builder, state, wake), sequence, limit)
+    builder.branch(after)
+    builder.position_at_end(after)
+    builder.atomic_rmw("sub", _field(builder, state, sleepers), ir.Constant(I64, 1), "seq_cst")
+
+
+def _wake_nappers(builder: ir.IRBuilder, function: ir.Function, futex: _Futex,
+                  state: ir.Value, sleepers: int, wake: int) -> None:
+    """After a change napping threads wait for: wake them where any naps (a fence, then a
+    read, where none does)."""
+    builder.fence("seq_cst")
+    napping = builder.icmp_signed(">", builder.load_atomic(
+        _field(builder, state, sleepers), "monotonic", 8), ir.Constant(I64, 0))
+    wake_block = function.append_basic_block("wake_nappers")
+    after = function.append_basic_block("woken")
+    builder.cbranch(napping, wake_block, after)
+    builder.position_at_end(wake_block)
+    builder.atomic_rmw("add", _field(builder, state, wake), ir.Constant(I64, 1), "seq_cst")
+    futex.wake(builder, _field(builder, state, wake))
+    builder.branch(after)
+    builder.position_at_end(after)
 
 
 def _pause(built: ir.Module, triple: str):
@@ -87,9 +177,11 @@ def _load(builder: ir.IRBuilder, state: ir.Value, index: int) -> ir.Value:
 
 def _claim_and_run(builder: ir.IRBuilder, state: ir.Value, claims: ir.Value,
                    claimed_claims: ir.Value, part: ir.Value, parts: ir.Value,
-                   claimed: ir.Block, lost: ir.Block) -> None:
+                   claimed: ir.Block, lost: ir.Block,
+                   wake_caller: tuple[ir.Function, _Futex] | None = None) -> None:
     """Read the job, try to claim ``part`` (``claims`` becoming ``claimed_claims``); in
-    ``claimed`` run it and count it finished."""
+    ``claimed`` run it and count it finished (``wake_caller``: a worker's, then wake the
+    caller where it naps waiting for the parts)."""
     task = builder.load_atomic(_field(builder, state, TASK), "monotonic", 8)
     context = builder.load_atomic(_field(builder, state, CONTEXT), "monotonic", 8)
     swapped = builder.cmpxchg(_field(builder, state, CLAIMS), claims, claimed_claims,
@@ -98,6 +190,8 @@ def _claim_and_run(builder: ir.IRBuilder, state: ir.Value, claims: ir.Value,
     builder.position_at_end(claimed)
     builder.call(builder.inttoptr(task, TASK_TYPE.as_pointer()), [context, part, parts])
     builder.atomic_rmw("add", _field(builder, state, FINISHED), ir.Constant(I64, 1), "release")
+    if wake_caller is not None:
+        _wake_nappers(builder, *wake_caller, state, CALLER_SLEEPERS, CALLER_WAKE)
 
 
 PART_BITS = 11  # front and back each; parts take the bits above them, below the generation
@@ -113,7 +207,7 @@ def _decode(builder: ir.IRBuilder, claims: ir.Value) -> tuple[ir.Value, ir.Value
                          ir.Constant(I64, MAX_PARTS)))
 
 
-def _define_work(built: ir.Module, pause, doze) -> None:
+def _define_work(built: ir.Module, pause, doze, futex: _Futex | None) -> None:
     function = ir.Function(built, ir.FunctionType(VOID, [I64.as_pointer()]), name="pool_work")
     state, = function.args
     entry, poll, take, claimed, idle, patient, dozing, rest, done = (
@@ -122,6 +216,7 @@ def _define_work(built: ir.Module, pause, doze) -> None:
     builder = ir.IRBuilder(entry)
     zero, one = ir.Constant(I64, 0), ir.Constant(I64, 1)
     empty_polls, dozes = builder.alloca(I64), builder.alloca(I64)
+    limit = None if futex is None else futex.limit(builder)
     builder.store(zero, empty_polls)
     builder.store(zero, dozes)
     builder.branch(poll)
@@ -135,12 +230,38 @@ def _define_work(built: ir.Module, pause, doze) -> None:
     builder.store(zero, empty_polls)
     builder.store(zero, dozes)
     _claim_and_run(builder, state, claims, builder.sub(claims, one), builder.sub(back, one),
-                   parts, claimed, poll)
+                   parts, claimed, poll, None if futex is None else (function, futex))
     builder.branch(poll)
 
     builder.position_at_end(idle)
     waited = builder.add(builder.load(empty_polls), one)
     builder.store(waited, empty_polls)
+    if futex is not None:  # armed or stuck, no part for a while: nap until a job is posted
+        nap = function.append_basic_block("nap")
+        impatient = function.append_basic_block("impatient")
+        patience = _load(builder, state, PATIENCE)
+        wanted = builder.or_(_load(builder, state, ARMED), _load(builder, state, STICKY))
+        builder.cbranch(builder.and_(builder.and_(
+            builder.icmp_unsigned(">", waited, _load(builder, state, NAP_POLLS)),
+            builder.icmp_unsigned("<=", waited, patience)),
+            builder.icmp_signed(">", wanted, zero)), nap, impatient)
+        builder.position_at_end(nap)
+
+        def no_part(nap_builder: ir.IRBuilder) -> ir.Value:
+            posted = nap_builder.load_atomic(_field(nap_builder, state, CLAIMS), "seq_cst", 8)
+            front, back, _ = _decode(nap_builder, posted)
+            return nap_builder.icmp_unsigned(">=", front, back)
+
+        before = _load(builder, state, WAKE)
+        _nap(builder, function, futex, limit, state, SLEEPERS, WAKE, no_part)
+        # Woken by a job posted: patient anew. A nap that ran out counts as half the
+        # patience, so that a sticky spin still lapses after about `PATIENCE` idle (and an
+        # armed one, past it, naps on).
+        woken = builder.icmp_unsigned("!=", _load(builder, state, WAKE), before)
+        builder.store(builder.select(woken, zero, builder.add(
+            waited, builder.lshr(patience, one))), empty_polls)
+        builder.branch(poll)
+        builder.position_at_end(impatient)
     builder.cbranch(builder.icmp_unsigned(">", waited, _load(builder, state, PATIENCE)),
                     patient, rest)
 
@@ -178,7 +299,7 @@ def _define_work(built: ir.Module, pause, doze) -> None:
     builder.ret_void()
 
 
-def _define_run(built: ir.Module, pause) -> None:
+def _define_run(built: ir.Module, pause, futex: _Futex | None) -> None:
     function = ir.Function(built, ir.FunctionType(VOID, [I64.as_pointer(), I64, I64, I64]),
                            name="pool_run")
     state, task, context, parts = function.args
@@ -187,6 +308,9 @@ def _define_run(built: ir.Module, pause) -> None:
         ("entry", "alone", "posted", "poll", "take", "claimed", "wait", "done"))
     builder = ir.IRBuilder(entry)
     zero, one = ir.Constant(I64, 0), ir.Constant(I64, 1)
+    waits = builder.alloca(I64)  # polls waiting on the workers' parts, since the last nap
+    builder.store(zero, waits)
+    limit = None if futex is None else futex.limit(builder)
     # Alone where no worker is meant to spin, for one part, or while another caller's job
     # is posted.
     armed = builder.or_(_load(builder, state, ARMED), _load(builder, state, STICKY))
@@ -219,6 +343,8 @@ def _define_run(built: ir.Module, pause) -> None:
                                    builder.shl(parts, ir.Constant(I64, 2 * PART_BITS))),
                        parts)  # front 0, back parts
     builder.store_atomic(word, _field(builder, state, CLAIMS), "release", 8)
+    if futex is not None:
+        _wake_nappers(builder, function, futex, state, SLEEPERS, WAKE)
     builder.branch(poll)
 
     builder.position_at_end(poll)  # claim parts from the front while any is left
@@ -237,6 +363,24 @@ def _define_run(built: ir.Module, pause) -> None:
     release = function.append_basic_block("release")
     builder.cbranch(builder.icmp_unsigned("<", finished, parts), waiting, release)
     builder.position_at_end(waiting)
+    if futex is not None:  # a worker's part outlasts the nap's patience: nap until it ends
+        # (a worker taken off its core meanwhile gets this one's share of the CPU)
+        waited = builder.add(builder.load(waits), one)
+        builder.store(waited, waits)
+        nap, spin = (function.append_basic_block(name) for name in ("caller_nap", "spin"))
+        builder.cbranch(builder.icmp_unsigned(">", waited, _load(builder, state, NAP_POLLS)),
+                        nap, spin)
+        builder.position_at_end(nap)
+
+        def unfinished(nap_builder: ir.IRBuilder) -> ir.Value:
+            count = nap_builder.load_atomic(_field(nap_builder, state, FINISHED), "seq_cst", 8)
+            return nap_builder.icmp_unsigned("<", count, parts)
+
+        _nap(builder, function, futex, limit, state, CALLER_SLEEPERS, CALLER_WAKE,
+             unfinished)
+        builder.store(zero, waits)
+        builder.branch(wait)
+        builder.position_at_end(spin)
     pause(builder)
     builder.branch(wait)
     builder.position_at_end(release)

@@ -11,10 +11,11 @@ address, with its context's, is given to `run` (or bound once: `Job`). The calle
 itself too, so a job finishes whether or not any worker is awake.
 
 Workers spin only while a run is `armed` (a plan run holds it around its steps) and a few
-milliseconds after (`GRACE_SECONDS`); then they doze, polling between sleeps of 100 µs in
-native code (`DOZE_SECONDS`), and then park on a condition: an idle process costs nothing, a
-run within the grace finds them spinning, and one while they doze finds them within 100 µs
-without waking a Python thread (which needs the GIL from the caller running the plan: a
+milliseconds after (`GRACE_SECONDS`), napping on a futex (Linux) past `NAP_SECONDS` without a
+part, as a caller does waiting on a worker's part; then they doze, polling between sleeps of
+100 µs in native code (`DOZE_SECONDS`), and then park on a condition: an idle process costs
+nothing, a run within the grace finds them spinning, and one while they doze finds them within
+100 µs without waking a Python thread (which needs the GIL from the caller running the plan: a
 first run after a park took 0.3–4 ms). While armed, numpy's OpenBLAS is held to one thread
 (`blas_threads.one_thread`), so that BLAS's spinning threads and ours never share the cores
 (measured: 8 ms against 0.65 for a product after a switch). A plan whose steps leave BLAS
@@ -44,6 +45,7 @@ from engine.cpu.spin_ir import (
     DOZE_MICROSECONDS,
     DOZES,
     MAX_PARTS,
+    NAP_POLLS,
     PATIENCE,
     STATE_SIZE,
     STICKY,
@@ -51,6 +53,9 @@ from engine.cpu.spin_ir import (
 
 GRACE_SECONDS = 0.002  # workers keep spinning this long after the last run ends,
 DOZE_SECONDS = 0.5  # then poll between short sleeps this long, then park on a condition
+# Inside an armed run, a worker with no part, or a caller waiting on a worker's part, spins
+# this long, then naps until woken (Linux: a futex): see `spin_ir`.
+NAP_SECONDS = 50e-6
 # Parts of a job per core at most: a late worker leaves only a small part to wait for.
 PARTS_PER_CORE = 4
 
@@ -379,6 +384,7 @@ class _Pool:
         self.state = np.zeros(STATE_SIZE, np.int64)
         self.address = self.state.ctypes.data
         self.state[PATIENCE] = self._polls(GRACE_SECONDS)
+        self.state[NAP_POLLS] = max(1, self._polls(NAP_SECONDS, at_least=1))
         self.state[DOZES] = int(DOZE_SECONDS * 1e6 / DOZE_MICROSECONDS)
         self.wake = threading.Condition(threading.Lock())
         self.armed_count = 0  # runs armed now, on any thread
@@ -433,14 +439,15 @@ class _Pool:
                     self.parked -= 1
             self.work(self.address)  # spins without the GIL until disarmed and patient
 
-    def _polls(self, seconds: float) -> int:
+    def _polls(self, seconds: float, at_least: int = 1000) -> int:
         """Empty polls that take about ``seconds`` on this CPU (timed once, unarmed)."""
-        trial = np.zeros(STATE_SIZE, np.int64)
-        trial[PATIENCE] = 20_000
-        start = time.perf_counter()
-        self.work(trial.ctypes.data)
-        per_poll = max((time.perf_counter() - start) / 20_000, 1e-9)
-        return max(1000, int(seconds / per_poll))
+        if "per_poll" not in self.__dict__:
+            trial = np.zeros(STATE_SIZE, np.int64)
+            trial[PATIENCE] = 20_000
+            start = time.perf_counter()
+            self.work(trial.ctypes.data)
+            self.per_poll = max((time.perf_counter() - start) / 20_000, 1e-9)
+        return max(at_least, int(seconds / self.per_poll))
 
 
 def _pool() -> _Pool | None:

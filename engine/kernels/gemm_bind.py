@@ -53,6 +53,16 @@ PACK_LIMIT_BYTES = 64 << 20
 # `gemm_ir.AHEAD_STEPS` (MobileNet v2's 16×32×12544: 184 → 270 µs, 24×96×3136 103 → 172).
 STREAMED_RIGHT_BYTES = 3 << 19
 STREAMED_RIGHT_MIN_DEPTH = 128
+# From this size (and as deep), a product whose row blocks are outside on one thread runs its
+# column panels outside where its job is cut in parts for several threads: each thread then
+# reads its own columns of B, where with row blocks each read all of B, half of it written by
+# the other core a step before. Armed over two threads, in the plan: ResNet-18's fp32 stem
+# (64×147×1568 a band, 0.9 MB) 2.35 → 1.87 ms, MobileNet v2's 32×192×784 projections 0.11 →
+# 0.06 ms, 96×576×196 0.16 → 0.13 (on one thread column panels would take the stem 1.14×).
+# Only where B is this many times the weight's size or more: each thread then reads all of the
+# weight instead (ResNet-18's 256×1152×196, weight 1.2 MB, took 1.08× so).
+SHARED_RIGHT_BYTES = 1 << 17
+SHARED_RIGHT_RATIO = 2
 THREADED_MACS = 4 << 20
 THREADED_SIDE = 64
 # Below this many output rows a bf16 product runs on AVX-512 BF16 rather than AMX, whose tiles
@@ -99,7 +109,9 @@ def weight_product(xp: Any, weight: Any, right: Any, out: Any, workspace: Any,
     if worthwhile(*out.shape):
         packed = workspace.derived(weight, "gemm packed", gemm_kernel.pack)
         product = gemm_kernel.bind_packed(packed, right, out,
-                                          columns_outside=streams_right(*right.shape))
+                                          columns_outside=streams_right(*right.shape),
+                                          columns_when_split=shares_right(out.shape[0],
+                                                                          *right.shape))
         return _threaded(weight, right, out, product)
     if worthwhile(*out.shape[::-1]):
         return _transposed(weight, right, out, workspace)
@@ -125,6 +137,15 @@ def streams_right(depth: int, columns: int) -> bool:
     """Whether a packed weight's product over a float32 activation (``depth`` × ``columns``)
     runs the activation's column panels outside (see `STREAMED_RIGHT_BYTES`)."""
     return depth * columns * 4 > STREAMED_RIGHT_BYTES and depth >= STREAMED_RIGHT_MIN_DEPTH
+
+
+def shares_right(rows: int, depth: int, columns: int) -> bool:
+    """Whether a packed weight's product (``rows`` × ``depth``) over a float32 activation
+    (``depth`` × ``columns``) that runs its row blocks outside (not `streams_right`) runs B's
+    column panels outside where its job is cut in several parts (`gemm_kernel.bind_packed`'s
+    ``columns_when_split``), see `SHARED_RIGHT_BYTES`."""
+    return (depth * columns * 4 >= SHARED_RIGHT_BYTES and depth >= STREAMED_RIGHT_MIN_DEPTH
+            and columns >= SHARED_RIGHT_RATIO * rows and not streams_right(depth, columns))
 
 
 def bf16_kernel(workspace: Any, rows: int, depth: int | None = None,

@@ -50,6 +50,9 @@ I1 = ir.IntType(1)
 # at 128, 2.26 at 256 (NumPy's sum of the panels 1.38); with row blocks outside (36 products
 # 256 × 256 × 16, A packed: the F(4×4) layer at 14²) 1.71 → 1.21 ms at 64 (the sum 1.0).
 AHEAD_STEPS = 64
+# A product's ``columns_outside`` field at this: B's column panels outside where the job runs
+# in several parts, row blocks outside where it runs whole (`gemm_bind.streams_right`).
+COLUMNS_WHEN_SPLIT = 2
 LINE_BYTES = 64
 RESIDUAL = 12  # the tile functions' argument holding the residual's pointer
 
@@ -135,7 +138,13 @@ class TileKernel:
             "rows_bias", "columns_bias", "k", "columns_outside", "a_batch", "b_batch",
             "c_batch", "residual")}
         low, high = bound("low"), bound("high")
-        outside = builder.icmp_signed("!=", constant["columns_outside"], I64(0))
+        # 1: column panels outside; `COLUMNS_WHEN_SPLIT`: so only where the job is cut in
+        # several parts (each thread then reads its own columns of B, not all of it).
+        walk = constant["columns_outside"]
+        outside = builder.or_(
+            builder.icmp_signed("==", walk, I64(1)),
+            builder.and_(builder.icmp_signed("==", walk, I64(COLUMNS_WHEN_SPLIT)),
+                         builder.icmp_signed(">", parts, I64(1))))
         start = builder.block
         loop = function.append_basic_block("loop")
         done = function.append_basic_block("done")

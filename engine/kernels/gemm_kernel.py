@@ -140,7 +140,15 @@ class Product(partial):
     @property
     def columns_outside(self) -> bool:
         """Whether column panels are the outer loop (B packed), else row blocks."""
-        return bool(self.context[_COLUMNS_OUTSIDE])
+        return int(self.context[_COLUMNS_OUTSIDE]) == 1
+
+    @property
+    def columns_when_split(self) -> bool:
+        """Whether column panels are the outer loop only where the job runs in several parts
+        (`bind_packed`'s ``columns_when_split``)."""
+        from engine.kernels.gemm_ir import COLUMNS_WHEN_SPLIT
+
+        return int(self.context[_COLUMNS_OUTSIDE]) == COLUMNS_WHEN_SPLIT
 
     def with_epilogue(self, bias_rows: Any = None, bias_columns: Any = None,
                       low: float = -np.inf, high: float = np.inf) -> Product:
@@ -232,16 +240,21 @@ def bind(a: Any, b: Any, c: Any) -> Product:
 
 
 def bind_packed(packed: Any, b: Any, c: Any, kernel: int = FP32,
-                columns_outside: bool = False) -> Product:
+                columns_outside: bool = False, columns_when_split: bool = False) -> Product:
     """``c = a @ b`` with ``packed = pack(a)``: row blocks outside (each block of A, read
     once, meets every column of B in cache), or with ``columns_outside`` B's column panels,
     read where they lie (each panel of B, read once, meets every block of A, which stays in
     L2): for a B too large to stay in L2 while each block of A walks all of it. With
-    ``kernel`` `BF16`, A and B hold bf16 pairs along K (32-bit words, viewed as float32:
-    `bf16.pair_rows`, `bf16.pair_columns`)."""
+    ``columns_when_split``, column panels outside only where the job runs in several parts
+    (each thread then reads its own share of B rather than all of it), row blocks where it
+    runs whole. With ``kernel`` `BF16`, A and B hold bf16 pairs along K (32-bit words, viewed
+    as float32: `bf16.pair_rows`, `bf16.pair_columns`)."""
+    from engine.kernels.gemm_ir import COLUMNS_WHEN_SPLIT  # bound only where it compiled
+
     k = packed.shape[1]
+    walk = 1 if columns_outside else COLUMNS_WHEN_SPLIT if columns_when_split else 0
     return _product((packed, b, c), packed.ctypes.data, k, 1, packed.shape[2], b.ctypes.data,
-                    1, b.strides[0] // 4, c, k, columns_outside, kernel=kernel)
+                    1, b.strides[0] // 4, c, k, walk, kernel=kernel)
 
 
 def bind_packed_columns(a: Any, packed: Any, c: Any, kernel: int = FP32) -> Product:

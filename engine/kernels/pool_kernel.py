@@ -32,8 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from engine.cpu import compiled
+from engine.cpu import compiled, kernel_jobs
 from engine.cpu.compiled import compile_kernel, compiled_once
+from engine.cpu.parts import PartedCall
 
 _kernels: dict[str, Any] = {}
 
@@ -72,6 +73,28 @@ def max_pool(data: Any, out: Any, kernel_y: int, kernel_x: int, stride_y: int, s
     _compiled()[kernel](data, out, kernel_y, kernel_x, stride_y, stride_x, pad_y, pad_x)
 
 
+class MaxPoolCall(PartedCall):
+    """A bound `max_pool` (``MaxPoolCall(max_pool, data, out, *window)``), run as a job of
+    parts over the planes where the spin pool runs it: ResNet's pooling after the stem (64 ×
+    112²) is a pass no step before or after it shares out."""
+
+    leaves_blas_alone = True
+
+    def as_job(self, workspace: Any) -> Any:
+        data, out, *window = self.args
+        _, kernel_x, _, stride_x, *_ = window
+        planes = data.shape[0]
+        return kernel_jobs.bind((__name__, "max planes"),
+                                (data, out, *window, int(_pairs(data, kernel_x, stride_x))),
+                                planes, kernel_jobs.parts_for(planes, data.size + out.size))
+
+
+def compiled_kernels() -> dict[str, Any]:
+    """The kernels by name (`kernel_jobs` runs "max planes" as a job), compiled on first
+    use."""
+    return _compiled()
+
+
 def sum_pool(data: Any, out: Any, divisor: Any, kernel_y: int, kernel_x: int, stride_y: int,
              stride_x: int, pad_y: int, pad_x: int) -> None:
     """`max_pool`'s windows summed (0 where none is inside), each divided by
@@ -99,11 +122,12 @@ def _compile() -> dict[str, Any]:
     for helper in (_row_buffers, _taps, _spread, _max_rows, _max_across, _sum_rows,
                    _sum_across):
         globals()[helper.__name__] = compile_kernel(helper, inline="always")
-    for helper in (_max_down, _sum_down):
+    for helper in (_max_down, _sum_down, _max_pool, _max_pool_pairs):
         globals()[helper.__name__] = compile_kernel(helper)
-    return {name: compile_kernel(kernel)
-            for name, kernel in (("max", _max_pool), ("max pairs", _max_pool_pairs),
-                                 ("sum", _sum_pool), ("sum pairs", _sum_pool_pairs))}
+    return {"max": globals()["_max_pool"], "max pairs": globals()["_max_pool_pairs"],
+            "max planes": compile_kernel(_max_pool_planes),
+            **{name: compile_kernel(kernel)
+               for name, kernel in (("sum", _sum_pool), ("sum pairs", _sum_pool_pairs))}}
 
 
 def _row_buffers(width: int, out_width: int, kernel_x: int, stride_x: int, pad_x: int,
@@ -154,6 +178,18 @@ def _max_pool(data: Any, out: Any, kernel_y: int, kernel_x: int, stride_y: int, 
             if stride_x == 2:
                 _spread(column, even_cells, odd_cells)
             _max_across(l0, l1, l2, evens, target, oy, kernel_x, stride_x)
+
+
+def _max_pool_planes(data: Any, out: Any, kernel_y: int, kernel_x: int, stride_y: int,
+                     stride_x: int, pad_y: int, pad_x: int, pairs: int, first: int,
+                     last: int) -> None:  # pragma: no cover - runs compiled
+    """`max_pool` over planes [first, last): a job's part (`MaxPoolCall`)."""
+    if pairs:
+        _max_pool_pairs(data[first:last], out[first:last], kernel_y, kernel_x, stride_y,
+                        stride_x, pad_y, pad_x)
+    else:
+        _max_pool(data[first:last], out[first:last], kernel_y, kernel_x, stride_y, stride_x,
+                  pad_y, pad_x)
 
 
 def _max_pool_pairs(data: Any, out: Any, kernel_y: int, kernel_x: int, stride_y: int,

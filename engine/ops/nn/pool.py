@@ -335,7 +335,7 @@ def _compiled_call(attrs: Attrs, data: Any, out: Any) -> Callable[[], Any]:
     results = out.reshape(-1, *out.shape[2:])
     window = (*kernel, *stride, *pad)
     if attrs.pool_type == "max":
-        return partial(pool_kernel.max_pool, planes, results, *window)
+        return pool_kernel.MaxPoolCall(pool_kernel.max_pool, planes, results, *window)
     if attrs.pool_type == "avg":
         include = attrs.count_include_pad is None or attrs.count_include_pad
         divisor = _host_divisor(include, data.shape[2:], (kernel, stride, pad), out.shape[2:],

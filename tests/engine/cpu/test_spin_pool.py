@@ -5,6 +5,7 @@ the calls they replace."""
 from __future__ import annotations
 
 import ctypes
+import sys
 import threading
 import time
 from functools import partial
@@ -147,6 +148,45 @@ def test_idle_workers_doze_then_park_off_the_cpu() -> None:
     while pool.parked < len(pool.workers) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert pool.parked == len(pool.workers)  # on the condition, off the CPU
+
+
+def test_armed_workers_without_parts_nap_off_the_cpu_and_wake_for_a_job() -> None:
+    """Inside an armed run, a worker that finds no part for `NAP_SECONDS` naps on a futex
+    rather than spinning on: a run's steps on the caller alone (or a core taken by another
+    process) cost no second core, and the next job posted wakes it."""
+    if spin_pool.cores() < 2 or "linux" not in sys.platform:
+        pytest.skip("naps are Linux's futex, among two cores or more")
+    job, threads, _ = record_job(64, 16, work=2000)
+    with spin_pool.armed(2):
+        job()
+        time.sleep(0.05)  # past the naps' patience: every worker naps
+        start = time.process_time()
+        time.sleep(0.3)
+        # Spinning, a worker would burn about 0.3 s of CPU; napping, it wakes once a
+        # millisecond (the nap's timeout) to look again.
+        assert time.process_time() - start < 0.1
+        seen: set[int] = set()
+        deadline = time.monotonic() + 10
+        while len(seen) < 2 and time.monotonic() < deadline:
+            job()
+            seen |= set(threads.tolist())
+    assert len(seen) >= 2, "no napping worker woke for a job"
+
+
+@pytest.mark.parametrize("triple, naps", [("x86_64-unknown-linux-gnu", True),
+                                           ("aarch64-unknown-linux-gnu", True),
+                                           ("x86_64-apple-darwin", False),
+                                           ("x86_64-pc-windows-msvc", False),
+                                           ("riscv64-unknown-linux-gnu", False)])
+def test_the_pool_builds_for_each_target_napping_only_on_a_known_linux_futex(
+        triple: str, naps: bool) -> None:
+    import llvmlite.binding as llvm
+
+    from engine.cpu import spin_ir
+
+    built = llvm.parse_assembly(str(spin_ir.module(triple)))
+    built.verify()
+    assert ("@syscall" in str(built)) == naps
 
 
 def test_parts_are_capped_and_a_lone_part_runs_inline() -> None:

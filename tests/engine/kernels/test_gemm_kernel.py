@@ -9,6 +9,7 @@ import pytest
 
 import engine
 from engine import sym
+from engine.cpu import spin_pool
 from engine.kernels import gemm_bind, gemm_kernel, winograd_bind
 
 pytestmark = pytest.mark.skipif(not gemm_kernel.available(),
@@ -314,6 +315,37 @@ def test_a_weight_meets_a_large_activation_a_panel_of_columns_at_a_time() -> Non
         want = np.clip(expected(weight, data) + bias[:, None] + other[1], -1.0, 2.0)
         np.testing.assert_allclose(out[1], want, rtol=1e-4, atol=1e-4)
         assert np.isnan(out[0]).all()
+
+
+def test_a_wide_activation_walks_its_column_panels_only_when_split_over_threads() -> None:
+    """A product whose activation is `SHARED_RIGHT_BYTES` or more and `SHARED_RIGHT_RATIO`
+    times the weight (ResNet-18's fp32 stem band) walks row blocks outside run whole and
+    column panels outside run in parts; both walks give the same sums. A weight as large as
+    the activation keeps row blocks either way."""
+    rows, depth = 64, gemm_bind.STREAMED_RIGHT_MIN_DEPTH + 19
+    columns = gemm_bind.SHARED_RIGHT_BYTES // (4 * depth) + 37
+    weight, data = read_only(random(rows, depth)), random(depth, columns)
+    bias = random(rows)
+    out = np.full((rows, columns), np.nan, np.float32)
+    bound = gemm_bind.weight_product(np, weight, data, out, FakeWorkspace())
+    product = getattr(bound, "ours", bound)  # a `Threaded` runs ours on the pool's threads
+    assert isinstance(product, gemm_kernel.Product)
+    assert product.columns_when_split and not product.columns_outside
+    product = product.with_epilogue(bias_rows=bias, low=0.0)
+    assert product.columns_when_split
+    product()
+    whole = out.copy()
+    np.testing.assert_allclose(whole, np.maximum(expected(weight, data) + bias[:, None], 0),
+                               rtol=1e-4, atol=1e-4)
+    out[:] = np.nan
+    with spin_pool.armed(2):
+        product()
+    np.testing.assert_array_equal(out, whole)  # each tile sums in the same order either way
+    square = gemm_bind.weight_product(np, read_only(random(columns, depth)), data,
+                                      np.empty((columns, columns), np.float32),
+                                      FakeWorkspace())
+    square = getattr(square, "ours", square)
+    assert not square.columns_when_split and not square.columns_outside
 
 
 def test_blas_threads_reads_numpy_openblas() -> None:

@@ -11,8 +11,8 @@ import pytest
 
 import engine
 from engine import sym
-from engine.cpu import compiled
-from engine.kernels import pool_kernel
+from engine.cpu import compiled, spin_pool
+from engine.kernels import jobs, pool_kernel
 from tests.engine.runtime.helpers import step_funcs as plan_funcs
 
 RNG = np.random.default_rng(23)
@@ -226,8 +226,35 @@ def test_resnet_stem_pooling_binds_to_the_kernel(monkeypatch: pytest.MonkeyPatch
     reference = engine.load_model(net, params, optimize=False)
     x = RNG.normal(size=(1, 3, 64, 64)).astype(np.float32)
     plan = optimized.plan_for({"data": x})
-    pooling_calls = [step.call.func for step in plan.steps if step.node.name == "pooling0"]
-    assert pooling_calls == [pool_kernel.max_pool]
+    pooling_calls = [step.call for step in plan.steps if step.node.name == "pooling0"]
+    assert [jobs.source(call).func for call in pooling_calls] == [pool_kernel.max_pool]
+    if spin_pool.available():  # the pass runs as a job of parts over the planes
+        assert isinstance(pooling_calls[0], spin_pool.Job)
     np.testing.assert_allclose(optimized.infer({"data": x})["pooling0_output"],
                                reference.infer({"data": x})["pooling0_output"], rtol=1e-4,
                                atol=1e-4)
+
+
+@pytest.mark.parametrize("kernel, stride, pad", [((3, 3), (2, 2), (1, 1)),  # the pairs kernel
+                                                  ((3, 3), (1, 1), (1, 1)),
+                                                  ((5, 3), (2, 3), (2, 0))])
+def test_max_pooling_split_over_planes_equals_one_pass(kernel: tuple, stride: tuple,
+                                                       pad: tuple) -> None:
+    """`MaxPoolCall`'s job, in parts on two threads and as one part alone, writes every plane
+    as `max_pool` over all of them does."""
+    if not spin_pool.available():
+        pytest.skip("the spin pool's native code does not compile here")
+    data = special_values((1, 37, 30, 28)).reshape(37, 30, 28)  # planes, H, W
+    out_shape = tuple((size + 2 * p - k) // s + 1
+                      for size, k, s, p in zip(data.shape[1:], kernel, stride, pad))
+    want = np.full((37, *out_shape), np.nan, np.float32)
+    pool_kernel.max_pool(data, want, *kernel, *stride, *pad)
+    got = np.full_like(want, np.nan)
+    call = pool_kernel.MaxPoolCall(pool_kernel.max_pool, data, got, *kernel, *stride, *pad)
+    job = call.as_job(None)
+    assert isinstance(job, spin_pool.Job) and job.args[-1] > 1
+    for threads in (2, 1):
+        got[:] = np.nan
+        with spin_pool.armed(threads):
+            job()
+        np.testing.assert_array_equal(got, want)
