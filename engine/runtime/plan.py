@@ -30,6 +30,11 @@ from engine.ops.shapes import is_known
 from engine.runtime.buffers import fill_rows
 from engine.runtime.floats import quiet_floats, restore_floats
 
+# A plan whose steps leave BLAS alone sticks the spin pool's workers to its runs while the
+# quickest of its first `STUCK_TRIES` runs took under `STUCK_SECONDS` (`Plan._note_stuck_run`).
+STUCK_TRIES = 3
+STUCK_SECONDS = 0.001
+
 
 @dataclass(frozen=True)
 class Step:
@@ -85,6 +90,10 @@ class Plan:
         self._spins = bool(split_jobs)
         self._spin_choice = spin_pool.Choice()
         self._hold_blas = not all(spin_pool.quiet_for_blas(step.call) for step in self.steps)
+        # A plan whose steps leave BLAS alone keeps the workers spinning (`spin_pool.stick`)
+        # only while its runs are short: the quickest of its first `STUCK_TRIES` runs decides.
+        self._stuck_times: list[float] = []
+        self._choosing = self._hold_blas
         if self.device.is_gpu:
             from engine.cuda.executor import GpuExecutor
 
@@ -219,19 +228,36 @@ class Plan:
         """``run_steps`` with denormals flushed, over the cores this plan's runs use."""
         threads = spin_pool.threads() if self._spins else 1
         with denormals.flushed():  # FTZ/DAZ while the kernels run (docs/threads.md)
-            if threads > 1 and self._hold_blas:
+            if threads > 1 and self._choosing:
                 self._run_spinning(run_steps, record)
-            else:
-                if threads > 1:
-                    spin_pool.stick(threads)
+            elif threads > 1:
+                spin_pool.stick(threads)
+                start = time.perf_counter()
                 run_steps()
+                if record:
+                    self._note_stuck_run(time.perf_counter() - start)
+            else:
+                run_steps()
+
+    def _note_stuck_run(self, seconds: float) -> None:
+        """A stuck run's time: where even the quickest of the first `STUCK_TRIES` took
+        `STUCK_SECONDS` or more, the plan's runs go armed or on one thread by `Choice` from
+        then on, as a plan holding BLAS does. Sticking saves the arming's few microseconds a
+        run (the seed MLP at batch 1: 11 µs stuck, 15 armed), nothing to a run of
+        milliseconds, which on a loaded machine may run faster on one thread (ResNet-50 v2
+        bf16 at load 5: 41 ms on every core, 32 on one), and only `Choice` notices that."""
+        self._stuck_times.append(seconds)
+        if len(self._stuck_times) == STUCK_TRIES:
+            self._choosing = min(self._stuck_times) >= STUCK_SECONDS
+            if self._choosing:  # else the workers would take one-thread runs' jobs too
+                spin_pool.unstick()
 
     def _run_spinning(self, run_steps: Callable[[], None], record: bool) -> None:
         """The steps armed over every core BLAS may use, or on one thread, whichever this
         plan's runs measured faster (BLAS on one thread either way: its own spinning threads
-        would be the other's noise). For plans with steps BLAS may spread; the others
-        `stick`. ``record``: whether this run's time counts towards that choice (not a
-        walk's, slowed by its clock)."""
+        would be the other's noise). For plans with steps BLAS may spread, and those whose
+        runs are long; the others `stick`. ``record``: whether this run's time counts
+        towards that choice (not a walk's, slowed by its clock)."""
         armed = self._spin_choice.armed()
         start = time.perf_counter()
         with spin_pool.armed() if armed else blas_threads.one_thread():

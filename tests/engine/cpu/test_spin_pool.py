@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from functools import partial
+from typing import Any
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ import engine
 from engine import sym
 from engine.cpu import blas_threads, kernel_jobs, spin_pool
 from engine.kernels import gemm_kernel, strided_kernel
+from engine.runtime import plan as plan_module
 
 pytestmark = [
     pytest.mark.skipif(not spin_pool.available() or not gemm_kernel.available(),
@@ -461,3 +463,39 @@ def test_quiet_for_blas_tells_apart_what_blas_may_spread() -> None:
     assert not spin_pool.quiet_for_blas(large)
     assert spin_pool.quiet_for_blas(partial(np.add, np.ones(3), np.ones(3), np.empty(3)))
     assert not spin_pool.quiet_for_blas(partial(np.linalg.inv, np.eye(3)))  # unknown: held
+
+
+def test_a_long_plan_that_leaves_blas_alone_goes_by_choice_after_its_first_runs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    data = sym.var("data")
+    symbol = sym.FullyConnected(data, num_hidden=256, name="dense")
+    params = {"dense_weight": RNG.standard_normal((256, 512)).astype(np.float32),
+              "dense_bias": RNG.standard_normal(256).astype(np.float32)}
+    feed = {"data": RNG.standard_normal((1, 512)).astype(np.float32)}
+    if spin_pool.threads() < 2:
+        pytest.skip("one core or one BLAS thread: nothing spins")
+    # Runs of microseconds stay stuck; taken as long (the threshold at 0), the plan's runs
+    # after its first `STUCK_TRIES` go by its `Choice`, and the workers are unstuck.
+    for threshold, chosen_runs in ((1e9, 0), (0.0, 2)):
+        monkeypatch.setattr(plan_module, "STUCK_SECONDS", threshold)
+        plan = engine.load_model(symbol, params, optimize=True).plan_for(feed)
+        assert not plan._hold_blas
+        chosen = spy_on_choice(plan, monkeypatch)
+        for _ in range(plan_module.STUCK_TRIES + 2):
+            got = plan.run(feed)[0]
+        assert len(chosen) == chosen_runs
+        np.testing.assert_allclose(got, feed["data"] @ params["dense_weight"].T
+                                   + params["dense_bias"], rtol=1e-4, atol=1e-4)
+
+
+def spy_on_choice(plan: Any, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """A list that gains an entry for each run of ``plan`` its `Choice` decides."""
+    chosen: list[bool] = []
+    run_spinning = plan._run_spinning
+
+    def spied(run_steps: Any, record: bool) -> None:
+        chosen.append(True)
+        run_spinning(run_steps, record)
+
+    monkeypatch.setattr(plan, "_run_spinning", spied)
+    return chosen
