@@ -501,6 +501,9 @@ SG_CONV = register(OpDef(
     infer_dtype=_conv_dtypes,
     kernel=ranges.on_host(_conv_kernel),
     bind=_conv_bind,
+    # a quantized residual product may write its output's reader's rescaled bytes
+    # (`handoff.Rescale`) while its tiles still read the data in place
+    writes_ahead=lambda attrs: bool(attrs.quantized and attrs.with_sum),
     scratch=lambda attrs, shapes, dtype: 0,  # none: declared for the plan's workspace
     uncapturable=ranges.ON_HOST,
     doc="oneDNN's fused Convolution (+ BatchNorm, activation, residual sum, activation); "
