@@ -85,6 +85,26 @@ def test_the_plan_hands_off_channels_last_and_keeps_the_numpy_paths_logits(model
     assert ran["int8_channels_last_handoff"] == 4
 
 
+@pytest.mark.skipif(not int8_conv.supported_here(),
+                    reason="needs AVX-512 VNNI, numba and the spin pool")
+def test_a_batchnorm_and_relu_its_writer_runs_binds_no_step_of_its_own(model):
+    """Each BatchNorm and relu bound right after the layer writing its data runs inside that
+    layer's step (`handoff.Rescale.follow`): the plan calls no idle step where the product
+    wrote its bytes, and its pass where it did not (the NumPy path's run above)."""
+    # a generator of its own: the module's draws the tests after it take stay theirs
+    images = {"data": np.random.default_rng(72).standard_normal((2, *SHAPE),
+                                                                dtype=np.float32)}
+    model.infer(images)
+    stepped = {step.node.name for step in model.plan_for(images).steps}
+    nodes = model.run_graph.nodes
+    rescales = [node for node in nodes if node.op == "_quantized_batch_norm_relu"]
+    assert {node.name for node in rescales} == {"b1_relu", "b2_relu"}
+    assert not stepped & {"b1_relu", "b2_relu"}
+    assert {nodes[node.inputs[0].node].name for node in rescales} <= stepped  # their writers
+    _, ran = paths_matching_numpy(model, images)
+    assert ran["int8_batchnorm_relu"] + ran["int8_rescaled_by_writer"] == 2
+
+
 def test_the_int8_model_agrees_with_float32(model):
     assert_agrees_with_float32(
         model, {"data": RNG.standard_normal((32, *SHAPE)).astype(np.float32)}, "fc_output")
