@@ -4,9 +4,9 @@ Liveness decides reuse: once the last reader of a value has run, its buffer retu
 pool and the next value of any dtype that fits takes it (best fit; the largest free buffer grows
 when none fits). An op marked ``inplace`` writes over its first input when that input dies at
 this op. Views (reshape-like ops) get no buffer: they share their source's, which then stays
-alive until the last reader of any view of it. A node reading the output of a ``writes_ahead``
-op (one whose step may write that reader's output while it still reads its own input 0) takes
-no buffer of that op's input 0, though it be free by then.
+alive until the last reader of any view of it. A node reading the output of the
+``writes_ahead`` op just before it (whose step may write that reader's output while it still
+reads its own input 0) takes no buffer of that op's input 0, though it be free by then.
 """
 
 from __future__ import annotations
@@ -125,12 +125,15 @@ def _inplace_buffer(graph: Graph, index: int, root: dict, last_use: dict, buffer
 
 def _writers_first_inputs(graph: Graph, index: int, root: dict[EntryKey, EntryKey],
                           buffer_of: dict[EntryKey, int]) -> set[int]:
-    """Buffers of input 0 of each ``writes_ahead`` op whose output node ``index`` reads:
-    that op's step may write this node's outputs while it still reads them."""
+    """The buffer of input 0 of the ``writes_ahead`` op just before node ``index`` (no op
+    between), where this node reads its output: that op's step may write this node's
+    outputs while it still reads that input. A node further on writes its own."""
+    previous = next((before for before in range(index - 1, -1, -1)
+                     if not graph.nodes[before].is_variable), None)
     apart = set()
     for entry in graph.nodes[index].inputs:
-        writer = graph.nodes[root.get((entry.node, entry.index), (entry.node, entry.index))[0]]
-        if writer.is_variable or not writer.inputs or \
+        writer = graph.nodes[entry.node]
+        if entry.node != previous or not writer.inputs or \
                 not writer.opdef.may_write_ahead(writer.params):
             continue
         first = writer.inputs[0]

@@ -56,3 +56,19 @@ def test_the_reader_of_a_writer_ahead_keeps_apart_from_the_writers_input():
 
 def test_a_node_of_the_op_whose_attrs_say_no_leaves_the_plan_as_it_was():
     assert _chain(AHEAD, ahead=False) == _chain(PLAIN)
+
+
+def test_a_reader_with_a_node_between_it_and_the_writer_takes_the_freed_buffer():
+    """Only the node right after the writer may be written ahead (`handoff.ask_rescaled`
+    grants no other), so a reader further on plans as any node."""
+    nodes = (make_node("null", "data"),
+             make_node(PLAIN, "first", {}, (Entry(0),)),
+             make_node(AHEAD, "writer", {"ahead": "True"}, (Entry(1),)),
+             make_node(PLAIN, "between", {}, (Entry(2),)),
+             make_node(PLAIN, "reader", {}, (Entry(2),)),
+             make_node(PLAIN, "last", {}, (Entry(3),)))
+    graph = Graph(nodes, (Entry(4), Entry(5)))
+    buffer_of = plan_memory(graph, [[(64,)]] * len(nodes),
+                            [[np.dtype(np.float32)]] * len(nodes)).buffer_of
+    assert buffer_of[(3, 0)] != buffer_of[(1, 0)]  # the node right after keeps apart
+    assert buffer_of[(4, 0)] == buffer_of[(1, 0)]  # the one after it need not
