@@ -4,7 +4,9 @@ Liveness decides reuse: once the last reader of a value has run, its buffer retu
 pool and the next value of any dtype that fits takes it (best fit; the largest free buffer grows
 when none fits). An op marked ``inplace`` writes over its first input when that input dies at
 this op. Views (reshape-like ops) get no buffer: they share their source's, which then stays
-alive until the last reader of any view of it.
+alive until the last reader of any view of it. A node reading the output of the
+``writes_ahead`` op just before it (whose step may write that reader's output while it still
+reads its own input 0) takes no buffer of that op's input 0, though it be free by then.
 """
 
 from __future__ import annotations
@@ -59,12 +61,16 @@ def plan_memory(graph: Graph, shapes: list[list[tuple[int, ...]]], dtypes: list[
     for index, node in enumerate(graph.nodes):
         if node.is_variable or node.opdef.view:
             continue
+        apart = _writers_first_inputs(graph, index, root, buffer_of) if reuse else set()
         for slot in range(len(shapes[index])):
             size = nbytes(shapes[index][slot], dtypes[index][slot])
             buffer = _inplace_buffer(graph, index, root, last_use, buffer_of, sizes, size) \
                 if reuse and slot == 0 else None
             if buffer is None:
-                buffer = _take(free, sizes, size) if reuse else None
+                buffer = _take([b for b in free if b not in apart], sizes, size) \
+                    if reuse else None
+                if buffer is not None:
+                    free.remove(buffer)
             if buffer is None:
                 sizes.append(size)
                 buffer = len(sizes) - 1
@@ -117,7 +123,28 @@ def _inplace_buffer(graph: Graph, index: int, root: dict, last_use: dict, buffer
     return buffer
 
 
+def _writers_first_inputs(graph: Graph, index: int, root: dict[EntryKey, EntryKey],
+                          buffer_of: dict[EntryKey, int]) -> set[int]:
+    """The buffer of input 0 of the ``writes_ahead`` op just before node ``index`` (no op
+    between), where this node reads its output: that op's step may write this node's
+    outputs while it still reads that input. A node further on writes its own."""
+    previous = next((before for before in range(index - 1, -1, -1)
+                     if not graph.nodes[before].is_variable), None)
+    apart = set()
+    for entry in graph.nodes[index].inputs:
+        writer = graph.nodes[entry.node]
+        if entry.node != previous or not writer.inputs or \
+                not writer.opdef.may_write_ahead(writer.params):
+            continue
+        first = writer.inputs[0]
+        buffer = buffer_of.get(root.get((first.node, first.index), (first.node, first.index)))
+        if buffer is not None:
+            apart.add(buffer)
+    return apart
+
+
 def _take(free: list[int], sizes: list[int], size: int) -> int | None:
+    """Best fit from ``free`` (the caller removes it from its pool), or the largest grown."""
     if not free:
         return None
     fitting = [buffer for buffer in free if sizes[buffer] >= size]
@@ -126,5 +153,4 @@ def _take(free: list[int], sizes: list[int], size: int) -> int | None:
     else:
         buffer = max(free, key=lambda b: sizes[b])
         sizes[buffer] = size
-    free.remove(buffer)
     return buffer

@@ -138,6 +138,10 @@ class OpDef:
             ``{name}``) that the fusion pass can inline into one generated kernel, or a function
             of the attrs giving it (ops such as Activation whose formula depends on an attr).
         inplace: the output may share storage with input 0.
+        writes_ahead: a node reading this op's output may have its own output written by
+            this op's step (a second output asked at bind), while the step still reads its
+            input 0: memory planning gives that reader's outputs no buffer of input 0 (or a
+            function of the attrs saying which nodes of the op may).
         view: the output is a view of input 0 (reshape-like); memory planning keeps it alive.
         writes_out: the kernel accepts ``out=`` and writes into it.
         bind: optional ``bind(xp, attrs, inputs, out) -> [call, ...]`` giving zero-argument
@@ -182,6 +186,7 @@ class OpDef:
     aliases: tuple[str, ...] = ()
     elementwise: str | Callable[[Attrs], str | None] | None = None
     inplace: bool = False
+    writes_ahead: bool | Callable[[Attrs], bool] = False
     view: bool = False
     writes_out: bool = False
     bind: Callable[..., list[Callable[[], Any]]] | None = None
@@ -202,6 +207,11 @@ class OpDef:
     def shape_depends_on_data(self, attrs: Attrs) -> str:
         """Why a node with ``attrs`` has an output shape set by its input values ("" if not)."""
         return self.dynamic_shape(attrs) if callable(self.dynamic_shape) else self.dynamic_shape
+
+    def may_write_ahead(self, attrs: Attrs) -> bool:
+        """Whether a node with ``attrs`` may write its readers' outputs (``writes_ahead``)."""
+        return bool(self.writes_ahead(attrs) if callable(self.writes_ahead)
+                    else self.writes_ahead)
 
     def reads_batch_positions(self, attrs: Attrs) -> str:
         """Why a node with ``attrs`` works at fixed positions of axis 0 ("" if it does not)."""

@@ -159,12 +159,14 @@ def _conv_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
         if attrs.quantized else None
 
     def call() -> None:
-        if fused is not None and fused.run():
-            return
-        results = _conv_forward(attrs, weights, values if fused is None else fused.nchw_values())
-        for target, result in zip(targets, results if isinstance(results, tuple)
-                                  else (results,), strict=True):
-            np.copyto(target, result, casting="unsafe")
+        if fused is None or not fused.run():
+            results = _conv_forward(attrs, weights,
+                                    values if fused is None else fused.nchw_values())
+            for target, result in zip(targets, results if isinstance(results, tuple)
+                                      else (results,), strict=True):
+                np.copyto(target, result, casting="unsafe")
+        if fused is not None:
+            fused.run_follower()
 
     return [call]
 
@@ -292,6 +294,7 @@ class _FusedInt8Conv:
             # a dequantize alone would transpose the bytes instead of this node: no gain
             offered = handoff.offer(workspace, self.targets[0])
             if offered is not None:
+                offered.runs_follower = True  # `run_follower`
                 handoffs["out"] = offered
         return handoffs
 
@@ -340,6 +343,15 @@ class _FusedInt8Conv:
         np.copyto(self.targets[1], low)
         np.copyto(self.targets[2], high)
         return True
+
+    def run_follower(self) -> None:
+        """The step of the reader bound right after this node whose rescaled output this
+        node may write (`handoff.Rescale.follow`), where that reader binds none of its own:
+        its bookkeeping where this run wrote the output, else its pass."""
+        out = self.handoffs.get("out")
+        rescale = None if out is None else out.rescale
+        if rescale is not None and rescale.follow is not None:
+            rescale.follow()
 
     def _clear(self, rescale: handoff.Rescale, conv: Any) -> bool:
         """Whether the product may write ``rescale``'s output while it reads this node's
@@ -501,6 +513,9 @@ SG_CONV = register(OpDef(
     infer_dtype=_conv_dtypes,
     kernel=ranges.on_host(_conv_kernel),
     bind=_conv_bind,
+    # a quantized residual product may write its output's reader's rescaled bytes
+    # (`handoff.Rescale`) while its tiles still read the data in place
+    writes_ahead=lambda attrs: bool(attrs.quantized and attrs.with_sum),
     scratch=lambda attrs, shapes, dtype: 0,  # none: declared for the plan's workspace
     uncapturable=ranges.ON_HOST,
     doc="oneDNN's fused Convolution (+ BatchNorm, activation, residual sum, activation); "

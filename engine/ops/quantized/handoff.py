@@ -53,6 +53,8 @@ class Handoff:
         self.laid = False  # what the last run of the writer wrote
         self.rescale: Rescale | None = None  # one reader's ask for its rescaled bytes too
         self.noted: int | None = None  # the workspace's outputs noted when it was offered
+        # whether the writer runs an asking reader's step at the end of its own (`Rescale`)
+        self.runs_follower = False
 
     @property
     def taken(self) -> bool:
@@ -95,6 +97,10 @@ class Rescale:
         self.terms, self.out, self.out_handoff = terms, out, out_handoff
         # the (low, high) range the writer's last run wrote ``out`` for; None where it did not
         self.written: tuple[float, float] | None = None
+        # the reader's whole step, where it binds none in the plan: the writer, whose hand-off
+        # `runs_follower`, runs it at the end of its own step (the reader's next anyway), so
+        # a run where the writer wrote ``out`` calls no idle step of the reader's
+        self.follow: Callable[[], None] | None = None
 
 
 def ask_rescaled(workspace: Any, handoff: Handoff | None, rescale: Rescale,

@@ -79,6 +79,16 @@ class _Int8Rescale:
         np.copyto(self.targets[2], self.out_range[1])
 
 
+def _steps(rescale: _Int8Rescale) -> list[Any]:
+    """The plan's steps for ``rescale``: itself, or none where its data's writer granted its
+    ask and runs it at the end of the writer's own step (`handoff.Rescale.follow`)."""
+    asked = rescale.asked
+    if asked is None or rescale.data_handoff is None or not rescale.data_handoff.runs_follower:
+        return [rescale]
+    asked.follow = rescale
+    return []
+
+
 def _bindable(xp: Any, attrs: Attrs, data: Any, target: Any) -> bool:
     """Whether a node runs on the pass: on the CPU, calibrated, 4-D int8/uint8 data into a
     uint8 output, both contiguous."""
@@ -96,9 +106,9 @@ def _batchnorm_relu_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
     constant = all(not np.asarray(value).flags.writeable for value in (gamma, beta, mean, var))
     if not (constant and attrs.axis % 4 == 1 and _bindable(xp, attrs, data, targets[0])):
         return [partial(QUANTIZED_BATCHNORM_RELU.compute, xp, attrs, inputs, out)]
-    return [_Int8Rescale(attrs, data, (low, high), lambda low, high: batchnorm_terms(
+    return _steps(_Int8Rescale(attrs, data, (low, high), lambda low, high: batchnorm_terms(
         attrs, data.dtype, low, high, gamma, beta, mean, var, UINT8), targets, workspace,
-        "int8_batchnorm_relu")]
+        "int8_batchnorm_relu"))
 
 
 QUANTIZED_BATCHNORM_RELU = register(OpDef(
@@ -146,9 +156,9 @@ def _relu_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
     if not _bindable(xp, attrs, data, targets[0]):
         return [partial(QUANTIZED_RELU.compute, xp, attrs, inputs, out)]
     channels = data.shape[1]
-    return [_Int8Rescale(attrs, data, (low, high), lambda low, high: (
+    return _steps(_Int8Rescale(attrs, data, (low, high), lambda low, high: (
         np.full(channels, _relu_scale(attrs, data.dtype, low, high), np.float32),
-        np.zeros(channels, np.float32)), targets, workspace, "int8_relu")]
+        np.zeros(channels, np.float32)), targets, workspace, "int8_relu"))
 
 
 QUANTIZED_RELU = register(OpDef(

@@ -85,6 +85,26 @@ def test_the_plan_hands_off_channels_last_and_keeps_the_numpy_paths_logits(model
     assert ran["int8_channels_last_handoff"] == 4
 
 
+@pytest.mark.skipif(not int8_conv.supported_here(),
+                    reason="needs AVX-512 VNNI, numba and the spin pool")
+def test_a_batchnorm_and_relu_its_writer_runs_binds_no_step_of_its_own(model):
+    """Each BatchNorm and relu bound right after the layer writing its data runs inside that
+    layer's step (`handoff.Rescale.follow`): the plan calls no idle step where the product
+    wrote its bytes, and its pass where it did not (the NumPy path's run above)."""
+    # a generator of its own: the module's draws the tests after it take stay theirs
+    images = {"data": np.random.default_rng(72).standard_normal((2, *SHAPE),
+                                                                dtype=np.float32)}
+    model.infer(images)
+    stepped = {step.node.name for step in model.plan_for(images).steps}
+    nodes = model.run_graph.nodes
+    rescales = [node for node in nodes if node.op == "_quantized_batch_norm_relu"]
+    assert {node.name for node in rescales} == {"b1_relu", "b2_relu"}
+    assert not stepped & {"b1_relu", "b2_relu"}
+    assert {nodes[node.inputs[0].node].name for node in rescales} <= stepped  # their writers
+    _, ran = paths_matching_numpy(model, images)
+    assert ran["int8_batchnorm_relu"] + ran["int8_rescaled_by_writer"] == 2
+
+
 def test_the_int8_model_agrees_with_float32(model):
     assert_agrees_with_float32(
         model, {"data": RNG.standard_normal((32, *SHAPE)).astype(np.float32)}, "fc_output")
@@ -209,4 +229,39 @@ def test_the_relu_hands_off_and_keeps_the_numpy_paths_logits(relu_model):
     # the stem (read by the relu and by right), the relu (read by left), right (the residual)
     assert ran["int8_channels_last_handoff"] == 3
     reference = relu_model.reference(images)["fc_output"]
+    assert np.abs(got - reference).max() < 0.05 * np.abs(reference).max()
+
+
+def projection_block_net() -> tuple[sym.Symbol, dict[str, np.ndarray]]:
+    """ResNet v2's first block of a stage: its last 1×1 product reads its uint8 data in
+    place, and its sum with a projection shortcut is the next BatchNorm and relu's data."""
+    def bn_relu(net: sym.Symbol, name: str) -> sym.Symbol:
+        return sym.Activation(sym.BatchNorm(net, fix_gamma=False, eps=1e-5, name=f"{name}_bn"),
+                              act_type="relu", name=f"{name}_relu")
+
+    def conv(net: sym.Symbol, name: str, filters: int, kernel: int) -> sym.Symbol:
+        return sym.Convolution(net, num_filter=filters, kernel=(kernel, kernel),
+                               pad=(kernel // 2, kernel // 2), no_bias=True, name=name)
+
+    pre = bn_relu(conv(sym.var("data"), "stem", 64, 3), "b1")
+    body = bn_relu(conv(bn_relu(conv(pre, "b1_c1", 64, 1), "b1_c1"), "b1_c2", 64, 3), "b1_c2")
+    block = conv(body, "b1_c3", 64, 1) + conv(pre, "b1_shortcut", 64, 1)
+    net = conv(bn_relu(block, "b2"), "b2_conv", 32, 3)
+    net = sym.FullyConnected(net, num_hidden=10, name="fc")
+    return net, nets.random_params(net, (1, *SHAPE), seed=23)
+
+
+@pytest.mark.skipif(not int8_conv.supported_here() or not gemm_int8.amx_available(),
+                    reason="needs AMX, numba and the spin pool")
+def test_a_product_reading_its_data_in_place_writes_the_next_preactivation_too():
+    """The memory plan keeps the next BatchNorm and relu's output off the buffer of the
+    product's data (`OpDef.writes_ahead`), which the product's tiles read while they write
+    it: the product writes it, and no pass runs."""
+    model = load_int8(*projection_block_net(),
+                      RNG.standard_normal((16, *SHAPE)).astype(np.float32))
+    images = {"data": RNG.standard_normal((2, *SHAPE)).astype(np.float32)}
+    got, ran = paths_matching_numpy(model, images)
+    assert ran["int8_rescaled_in_product"] == ran["int8_rescaled_by_writer"] == 1
+    assert ran["int8_batchnorm_relu"] == 0
+    reference = model.reference(images)["fc_output"]
     assert np.abs(got - reference).max() < 0.05 * np.abs(reference).max()
