@@ -38,8 +38,6 @@ exact integer, and the int32 round trip is left out.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import llvmlite.ir as ir
@@ -57,6 +55,7 @@ from engine.kernels.task_ir import (
     masked_store,
     splat,
     task,
+    when,
 )
 
 LANES = 16
@@ -145,7 +144,7 @@ class _Kernel:
             self._block(builder, function, line_field, builder.mul(block, I64(LANES)), None,
                         stride)
         tail = builder.sub(channels, builder.mul(whole, I64(LANES)))
-        with self._when(builder, function, builder.icmp_signed(">", tail, I64(0)), "tail"):
+        with when(builder, function, builder.icmp_signed(">", tail, I64(0)), "tail"):
             lanes = builder.icmp_signed("<", ir.Constant(self.indices, list(range(LANES))),
                                         splat(builder, tail, self.indices))
             self._block(builder, function, line_field, builder.mul(whole, I64(LANES)), lanes,
@@ -192,7 +191,7 @@ class _Kernel:
             positions.carry([*columns[1], *columns[2]] if stride == 1 else columns[2])
         # The last window reaching into the right padding (one at most): its third column
         # zeros, the other two read again.
-        with self._when(builder, function, builder.icmp_signed("<", field["inside"],
+        with when(builder, function, builder.icmp_signed("<", field["inside"],
                                                                field["out_w"]), "last"):
             x = field["inside"]
             j = builder.mul(x, I64(stride))
@@ -239,16 +238,3 @@ class _Kernel:
         masked = {"floats": self.load_floats, "words": self.load_words,
                   "bytes": self.load_bytes}[kind]
         return builder.call(masked, [address, I32(1), mask, ir.Constant(vector, [0] * LANES)])
-
-    @staticmethod
-    @contextmanager
-    def _when(builder: ir.IRBuilder, function: ir.Function, condition: Any,
-              name: str) -> Iterator[None]:
-        """The code built inside runs only where ``condition`` holds."""
-        then = function.append_basic_block(name)
-        done = function.append_basic_block(f"{name}_done")
-        builder.cbranch(condition, then, done)
-        builder.position_at_end(then)
-        yield
-        builder.branch(done)
-        builder.position_at_end(done)

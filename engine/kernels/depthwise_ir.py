@@ -48,8 +48,6 @@ store, two prefetches and the masks' and loop's bookkeeping (about 3.5 ns on dat
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import llvmlite.ir as ir
@@ -68,6 +66,7 @@ from engine.kernels.task_ir import (
     masked_store,
     splat,
     task,
+    when,
 )
 
 LANES = 16
@@ -255,7 +254,7 @@ class _Kernel:
             value.add_incoming(first, rows_loop.before)
             value.add_incoming(then, latch)
             carried.append(value)
-        with _when(builder, function, builder.icmp_signed(">=", final, I64(0)), "last_row"):
+        with when(builder, function, builder.icmp_signed(">=", final, I64(0)), "last_row"):
             output_row(final, carried, True)
 
     def _lane_places(self, builder: ir.IRBuilder, field: dict[str, Any]) -> dict[str, Any]:
@@ -294,7 +293,7 @@ class _Kernel:
         self._stacked_vector(builder, field, I64(0), None)
         with loop(builder, function, I64(1), builder.sub(vectors, I64(1)), "stack") as stack:
             self._stacked_vector(builder, field, stack, [used] * 3)
-        with _when(builder, function, builder.icmp_signed(">", vectors, I64(1)), "last"):
+        with when(builder, function, builder.icmp_signed(">", vectors, I64(1)), "last"):
             self._stacked_vector(builder, field, builder.sub(vectors, I64(1)), None)
 
     def _stacked_vector(self, builder: ir.IRBuilder, field: dict[str, Any], stack: Any,
@@ -381,16 +380,3 @@ class _Kernel:
     @staticmethod
     def _order(lanes: Any) -> ir.Constant:
         return ir.Constant(ir.VectorType(I32, LANES), list(lanes))
-
-
-@contextmanager
-def _when(builder: ir.IRBuilder, function: ir.Function, condition: Any,
-          name: str) -> Iterator[None]:
-    """The code built inside runs only where ``condition`` holds."""
-    then = function.append_basic_block(name)
-    done = function.append_basic_block(f"{name}_done")
-    builder.cbranch(condition, then, done)
-    builder.position_at_end(then)
-    yield
-    builder.branch(done)
-    builder.position_at_end(done)

@@ -9,7 +9,8 @@ context's words by name.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import llvmlite.ir as ir
@@ -113,3 +114,16 @@ class carrying_loop(loop):  # noqa: N801 - a context manager, as `loop`
     def __enter__(self) -> carrying_loop:
         self._open()
         return self
+
+
+@contextmanager
+def when(builder: ir.IRBuilder, function: ir.Function, condition: Any,
+         name: str) -> Iterator[None]:
+    """The code built inside runs only where ``condition`` holds."""
+    then = function.append_basic_block(name)
+    done = function.append_basic_block(f"{name}_done")
+    builder.cbranch(condition, then, done)
+    builder.position_at_end(then)
+    yield
+    builder.branch(done)
+    builder.position_at_end(done)
