@@ -39,6 +39,7 @@ import numpy as np
 from engine.cpu import compiled, kernel_jobs
 from engine.cpu.compiled import compile_kernel, compiled_once
 from engine.cpu.parts import PartedCall
+from engine.kernels import max_pool_vector
 
 _kernels: dict[str, Any] = {}
 
@@ -73,8 +74,12 @@ def max_pool(data: Any, out: Any, kernel_y: int, kernel_x: int, stride_y: int, s
     """``out[p, oy, ox]`` = the largest of ``data[p]`` (planes, H, W) over the window at
     (oy·stride_y - pad_y, ox·stride_x - pad_x) of kernel_y × kernel_x cells, cells outside
     ``data`` left out (-inf where none is inside); NaN wins, as in ``np.maximum``."""
+    window = (kernel_y, kernel_x, stride_y, stride_x, pad_y, pad_x)
+    if max_pool_vector.applies(data, out, window):
+        max_pool_vector.max_pool(data, out)
+        return
     kernel = "max pairs" if _pairs(data, kernel_x, stride_x) else "max"
-    _compiled()[kernel](data, out, kernel_y, kernel_x, stride_y, stride_x, pad_y, pad_x)
+    _compiled()[kernel](data, out, *window)
 
 
 class MaxPoolCall(PartedCall):
@@ -86,6 +91,8 @@ class MaxPoolCall(PartedCall):
 
     def as_job(self, workspace: Any) -> Any:
         data, out, *window = self.args
+        if max_pool_vector.applies(data, out, tuple(window)):
+            return max_pool_vector.job(data, out)
         _, kernel_x, _, stride_x, *_ = window
         planes = data.shape[0]
         return kernel_jobs.bind((__name__, "max planes"),
