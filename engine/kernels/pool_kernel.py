@@ -28,6 +28,8 @@ a pair and one blend per combine: 64 × 112², 3×3 stride 2, one thread, 0.22 �
 the window's rows, then its columns, in the order the NumPy binding does.
 
 numba is imported on first use (`engine.cpu.compiled`); compiled code is cached on disk.
+`max_pool` and `MaxPoolCall` hand float32 3×3 stride-2 pad-1 windows (ResNet's) to
+`max_pool_vector`'s AVX-512 task where the host runs it.
 """
 
 from __future__ import annotations
@@ -73,7 +75,8 @@ def max_pool(data: Any, out: Any, kernel_y: int, kernel_x: int, stride_y: int, s
              pad_y: int, pad_x: int) -> None:
     """``out[p, oy, ox]`` = the largest of ``data[p]`` (planes, H, W) over the window at
     (oy·stride_y - pad_y, ox·stride_x - pad_x) of kernel_y × kernel_x cells, cells outside
-    ``data`` left out (-inf where none is inside); NaN wins, as in ``np.maximum``."""
+    ``data`` left out (-inf where none is inside); NaN wins, as in ``np.maximum``. ResNet's
+    float32 3×3 stride-2 pad-1 pooling runs `max_pool_vector`'s task where it applies."""
     window = (kernel_y, kernel_x, stride_y, stride_x, pad_y, pad_x)
     if max_pool_vector.applies(data, out, window):
         max_pool_vector.max_pool(data, out)
