@@ -19,11 +19,17 @@ checks on every row), and views are made once per call, not per row (their refer
 cost 20%). Cells no input column reaches hold the padding value (-inf for max, 0 for sums),
 written once per call, so no pass tests bounds per element; rows outside the input are left out.
 
-Max propagates NaN as ``np.maximum`` does (a window holding a NaN gives NaN): each combine is
-a select on ``b > a or b != b``, never min/max or fastmath. Sums add the window's rows, then its
-columns, in the order the NumPy binding does.
+Max propagates NaN as ``np.maximum`` does (a window holding a NaN gives NaN), never by
+fastmath: each combine of two or three cells is a plain ordered maximum (a vector max
+instruction) beside one unordered test of all its cells, and where that test holds the cells'
+sum, which is NaN, is taken instead (`_max3`). A select on ``b > a or b != b`` per pair costs a
+compare, an unordered compare, an or and a blend a pair; this is a max and an unordered compare
+a pair and one blend per combine: 64 × 112², 3×3 stride 2, one thread, 0.22 → 0.18 ms. Sums add
+the window's rows, then its columns, in the order the NumPy binding does.
 
 numba is imported on first use (`engine.cpu.compiled`); compiled code is cached on disk.
+`max_pool` and `MaxPoolCall` hand float32 3×3 stride-2 pad-1 windows (ResNet's) to
+`max_pool_vector`'s AVX-512 task where the host runs it.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ import numpy as np
 from engine.cpu import compiled, kernel_jobs
 from engine.cpu.compiled import compile_kernel, compiled_once
 from engine.cpu.parts import PartedCall
+from engine.kernels import max_pool_vector
 
 _kernels: dict[str, Any] = {}
 
@@ -68,9 +75,14 @@ def max_pool(data: Any, out: Any, kernel_y: int, kernel_x: int, stride_y: int, s
              pad_y: int, pad_x: int) -> None:
     """``out[p, oy, ox]`` = the largest of ``data[p]`` (planes, H, W) over the window at
     (oy·stride_y - pad_y, ox·stride_x - pad_x) of kernel_y × kernel_x cells, cells outside
-    ``data`` left out (-inf where none is inside); NaN wins, as in ``np.maximum``."""
+    ``data`` left out (-inf where none is inside); NaN wins, as in ``np.maximum``. ResNet's
+    float32 3×3 stride-2 pad-1 pooling runs `max_pool_vector`'s task where it applies."""
+    window = (kernel_y, kernel_x, stride_y, stride_x, pad_y, pad_x)
+    if max_pool_vector.applies(data, out, window):
+        max_pool_vector.max_pool(data, out)
+        return
     kernel = "max pairs" if _pairs(data, kernel_x, stride_x) else "max"
-    _compiled()[kernel](data, out, kernel_y, kernel_x, stride_y, stride_x, pad_y, pad_x)
+    _compiled()[kernel](data, out, *window)
 
 
 class MaxPoolCall(PartedCall):
@@ -82,6 +94,8 @@ class MaxPoolCall(PartedCall):
 
     def as_job(self, workspace: Any) -> Any:
         data, out, *window = self.args
+        if max_pool_vector.applies(data, out, tuple(window)):
+            return max_pool_vector.job(data, out)
         _, kernel_x, _, stride_x, *_ = window
         planes = data.shape[0]
         return kernel_jobs.bind((__name__, "max planes"),
@@ -119,8 +133,8 @@ def _compiled() -> dict[str, Any]:
 
 
 def _compile() -> dict[str, Any]:
-    for helper in (_row_buffers, _taps, _spread, _max_rows, _max_across, _sum_rows,
-                   _sum_across):
+    for helper in (_max2, _max3, _row_buffers, _taps, _spread, _max_rows, _max_across,
+                   _sum_rows, _sum_across):
         globals()[helper.__name__] = compile_kernel(helper, inline="always")
     for helper in (_max_down, _sum_down, _max_pool, _max_pool_pairs):
         globals()[helper.__name__] = compile_kernel(helper)
@@ -128,6 +142,20 @@ def _compile() -> dict[str, Any]:
             "max planes": compile_kernel(_max_pool_planes),
             **{name: compile_kernel(kernel)
                for name, kernel in (("sum", _sum_pool), ("sum pairs", _sum_pool_pairs))}}
+
+
+def _max2(a: Any, b: Any) -> Any:  # pragma: no cover - runs compiled
+    """The larger of ``a`` and ``b`` (``a`` where equal), NaN where either is (their sum)."""
+    larger = b if b > a else a
+    return a + b if (a != a) | (b != b) else larger
+
+
+def _max3(a: Any, b: Any, c: Any) -> Any:  # pragma: no cover - runs compiled
+    """`_max2` of three: the ordered maximum, NaN where any of them is (their sum, NaN
+    whatever the others hold: a sum is only taken where one is NaN)."""
+    larger = b if b > a else a
+    larger = c if c > larger else larger
+    return a + b + c if (a != a) | (b != b) | (c != c) else larger
 
 
 def _row_buffers(width: int, out_width: int, kernel_x: int, stride_x: int, pad_x: int,
@@ -209,18 +237,15 @@ def _max_pool_pairs(data: Any, out: Any, kernel_y: int, kernel_x: int, stride_y:
                 for k in range(width // 2):
                     a, b, c = source[first, 2 * k], source[first + 1, 2 * k], \
                         source[first + 2, 2 * k]
-                    a = b if (b > a) | (b != b) else a
-                    even_cells[k] = c if (c > a) | (c != c) else a
+                    even_cells[k] = _max3(a, b, c)
                     a, b, c = source[first, 2 * k + 1], source[first + 1, 2 * k + 1], \
                         source[first + 2, 2 * k + 1]
-                    a = b if (b > a) | (b != b) else a
-                    odd_cells[k] = c if (c > a) | (c != c) else a
+                    odd_cells[k] = _max3(a, b, c)
             else:
                 _max_down(source, first, stop, column, even_cells, odd_cells)
             for ox in range(out.shape[2]):
                 a, b, c = l0[ox], l1[ox], l2[ox]
-                a = b if (b > a) | (b != b) else a
-                target[oy, ox] = c if (c > a) | (c != c) else a
+                target[oy, ox] = _max3(a, b, c)
 
 
 def _max_down(source: Any, first: int, stop: int, column: Any, even_cells: Any,
@@ -237,19 +262,18 @@ def _max_rows(source: Any, first: int, stop: int,
     if stop - first == 3:
         for x in range(column.shape[0]):
             a, b, c = source[first, x], source[first + 1, x], source[first + 2, x]
-            a = b if (b > a) | (b != b) else a
-            column[x] = c if (c > a) | (c != c) else a
+            column[x] = _max3(a, b, c)
         return
     if stop - first == 2:
         for x in range(column.shape[0]):
             a, b = source[first, x], source[first + 1, x]
-            column[x] = b if (b > a) | (b != b) else a
+            column[x] = _max2(a, b)
         return
     column[:] = -np.inf
     for y in range(first, stop):
         for x in range(column.shape[0]):
             a, b = column[x], source[y, x]
-            column[x] = b if (b > a) | (b != b) else a
+            column[x] = _max2(a, b)
 
 
 def _max_across(l0: Any, l1: Any, l2: Any, padded: Any, target: Any, oy: int, kernel_x: int,
@@ -260,13 +284,12 @@ def _max_across(l0: Any, l1: Any, l2: Any, padded: Any, target: Any, oy: int, ke
     if kernel_x == 3 and stride_x <= 2:
         for ox in range(target.shape[1]):
             a, b, c = l0[ox], l1[ox], l2[ox]
-            a = b if (b > a) | (b != b) else a
-            target[oy, ox] = c if (c > a) | (c != c) else a
+            target[oy, ox] = _max3(a, b, c)
         return
     if kernel_x == 2 and stride_x <= 2:  # VGG's, DenseNet's: one pass too
         for ox in range(target.shape[1]):
             a, b = l0[ox], l1[ox]
-            target[oy, ox] = b if (b > a) | (b != b) else a
+            target[oy, ox] = _max2(a, b)
         return
     target[oy] = -np.inf
     for offset in range(kernel_x):
@@ -274,12 +297,12 @@ def _max_across(l0: Any, l1: Any, l2: Any, padded: Any, target: Any, oy: int, ke
             run = (l0 if offset % stride_x == 0 else l1)[offset // stride_x:]
             for ox in range(target.shape[1]):
                 a, b = target[oy, ox], run[ox]
-                target[oy, ox] = b if (b > a) | (b != b) else a
+                target[oy, ox] = _max2(a, b)
         else:
             run = padded[offset:]
             for ox in range(target.shape[1]):
                 a, b = target[oy, ox], run[ox * stride_x]
-                target[oy, ox] = b if (b > a) | (b != b) else a
+                target[oy, ox] = _max2(a, b)
 
 
 def _sum_pool(data: Any, out: Any, divisor: Any, kernel_y: int, kernel_x: int, stride_y: int,

@@ -258,3 +258,23 @@ def test_max_pooling_split_over_planes_equals_one_pass(kernel: tuple, stride: tu
         with spin_pool.armed(threads):
             job()
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("shape, kernel, stride, pad", [
+    ((12, 12), (3, 3), (2, 2), (1, 1)), ((11, 9), (3, 3), (2, 2), (1, 1)),
+    ((9, 12), (3, 2), (1, 3), (0, 1)), ((13, 11), (5, 5), (3, 3), (2, 2))])
+def test_max_of_infinities_and_nan_windows(batch: int, shape: tuple, kernel: tuple,
+                                           stride: tuple, pad: tuple,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # Windows holding +inf beside -inf stay +inf (a NaN taken from the cells' sum would make
+    # them NaN), windows with a NaN beside either infinity or another NaN stay NaN.
+    models = bound_model("max", kernel, stride, pad, None)
+    data = RNG.choice(np.array([np.inf, -np.inf, 1.0, -2.0], np.float32), size=(batch, 2, *shape))
+    data[-1, -1].flat[::7] = np.nan
+    got, numpy_output, reference = three_outputs(models, data, monkeypatch)
+    infinite = np.isposinf(got)
+    assert infinite.any() and np.isnan(got).any()
+    assert_same(got, numpy_output, exact=True)
+    assert_same(got, reference, exact=True)
+    assert not np.isnan(got[:-1]).any() and not np.isnan(got[-1, :-1]).any()
