@@ -369,7 +369,7 @@ def _transposed(weight: Any, right: Any, out: Any, workspace: Any) -> Callable[[
                                lambda constant: gemm_kernel.pack_columns(constant.T))
     scratch = workspace.zeroed(out.shape[::-1], out.dtype, ("gemm transposed",))
     product = _by_panels(right.T, weight.T, panels, scratch)
-    return partial(_then_copy, product, strided_kernel.copy_when_armed(out, scratch.T))
+    return Transposed(product, strided_kernel.copy_when_armed(out, scratch.T))
 
 
 def _by_panels(left: Any, right: Any, panels: Any, out: Any) -> Any:
@@ -498,9 +498,26 @@ class Spread:
         return Spread(self.ours.with_residual(out, other))
 
 
-def _then_copy(product: Callable[[], Any], copy: Callable[[], Any]) -> None:
-    product()
-    copy()
+class Transposed:
+    """``out = weight @ right`` run as ``outᵀ``'s product into scratch, then copied into
+    ``out`` transposed (`_transposed`). Like a Product it takes an epilogue: a bias per row of
+    ``out`` is one per column of the product it runs, added with the clamp as the tiles store,
+    where it had been a pass over ``out`` after the copy (MobileNet v2's last 1×1 layers at 7²,
+    ResNet-50 v2's at 7² before their ReLU)."""
+
+    def __init__(self, product: Any, copy: Callable[[], Any]) -> None:
+        self.product, self.copy = product, copy
+
+    def __call__(self) -> None:
+        self.product()
+        self.copy()
+
+    def with_epilogue(self, bias_rows: Any = None, bias_columns: Any = None,
+                      low: float = -np.inf, high: float = np.inf) -> Transposed:
+        """This product adding a bias per row and/or column of ``out``, clamped to
+        [low, high]."""
+        return Transposed(self.product.with_epilogue(bias_columns, bias_rows, low, high),
+                          self.copy)
 
 
 def _ours_and_copies(calls: list[Callable[[], Any]]) -> bool:
@@ -509,7 +526,8 @@ def _ours_and_copies(calls: list[Callable[[], Any]]) -> bool:
 
 
 def _is_ours(call: Any) -> bool:
-    return isinstance(call, (gemm_kernel.Product, Threaded, Spread, bf16.PairedProduct))
+    return isinstance(call, (gemm_kernel.Product, Threaded, Spread, Transposed,
+                             bf16.PairedProduct))
 
 
 def _is_copy(call: Any) -> bool:

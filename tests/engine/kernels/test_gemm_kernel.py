@@ -348,10 +348,21 @@ def test_few_columns_run_transposed_and_land_in_place() -> None:
     frame = np.zeros((70, 49), np.float32)
     out = frame[3:67]
     call = gemm_bind.weight_product(np, weight, data, out, ScratchWorkspace())
-    assert call is not None and call.func is gemm_bind._then_copy
+    assert isinstance(call, gemm_bind.Transposed)
     call()
     assert_product(out, weight, data)
     assert not frame[:3].any() and not frame[67:].any()
+    # A bias per filter (row of ``out``) and a clamp, added as the transposed product stores
+    bias = random(64)
+    fused = gemm_bind.with_bias([call], bias_rows=bias)
+    fused = gemm_bind.clamped(fused, 0.0, 1.5)
+    assert fused is not None and isinstance(fused[0], gemm_bind.Transposed)
+    fused[0]()
+    np.testing.assert_allclose(out, np.clip(expected(weight, data) + bias[:, None], 0.0, 1.5),
+                               rtol=1e-4, atol=1e-4)
+    assert not frame[:3].any() and not frame[67:].any()
+    call()  # the call it came from adds none
+    assert_product(out, weight, data)
     thin = gemm_bind.weight_product(np, read_only(random(8, 40)), data,
                                     np.empty((8, 49), np.float32), ScratchWorkspace())
     assert thin is None  # 8 filters fill no vector either way: BLAS
