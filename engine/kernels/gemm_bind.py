@@ -369,7 +369,7 @@ def _transposed(weight: Any, right: Any, out: Any, workspace: Any) -> Callable[[
                                lambda constant: gemm_kernel.pack_columns(constant.T))
     scratch = workspace.zeroed(out.shape[::-1], out.dtype, ("gemm transposed",))
     product = _by_panels(right.T, weight.T, panels, scratch)
-    return partial(_then_copy, product, strided_kernel.copy_when_armed(out, scratch.T))
+    return Transposed(product, strided_kernel.copy_when_armed(out, scratch.T))
 
 
 def _by_panels(left: Any, right: Any, panels: Any, out: Any) -> Any:
@@ -411,15 +411,16 @@ def matmul_into(xp: Any, left: Any, right: Any, out: Any) -> Callable[[], Any]:
 class Threaded:
     """A product that runs, at each call, on BLAS when BLAS has several threads then and the
     spin pool is not armed, else on ours (`gemm_kernel.Product`, on the pool's threads). Like
-    a Product it takes an epilogue (`with_epilogue`), which BLAS's runs apply in NumPy passes
-    after it."""
+    a Product it takes an epilogue (`with_epilogue`) and a residual (`with_residual`), which
+    BLAS's runs apply in NumPy passes after it, in the order ours adds them."""
 
     leaves_blas_alone = False  # BLAS runs it on its threads where it has several
 
     def __init__(self, ours: Any, blas: Callable[[], Any], out: Any,
-                 epilogue: tuple[Any, Any, float, float] = (None, None, -np.inf, np.inf)
-                 ) -> None:
+                 epilogue: tuple[Any, Any, float, float] = (None, None, -np.inf, np.inf),
+                 residual: Any = None) -> None:
         self.ours, self.blas, self.out, self._epilogue = ours, blas, out, epilogue
+        self._residual = residual  # laid out as ``out``: the residual's elements for C's
 
     def __call__(self) -> None:
         if spin_pool.spinning() or blas_threads() < 2:
@@ -431,6 +432,8 @@ class Threaded:
             np.add(self.out, rows.reshape(-1, 1), self.out)
         if columns is not None:
             np.add(self.out, columns.reshape(1, -1), self.out)
+        if self._residual is not None:
+            np.add(self.out, self._residual, self.out)
         if low > -np.inf or high < np.inf:
             np.clip(self.out, low, high, out=self.out)
 
@@ -442,7 +445,22 @@ class Threaded:
                     columns if bias_columns is None else bias_columns,
                     max(old_low, low), min(old_high, high))
         ours = self.ours.with_epilogue(bias_rows, bias_columns, low, high)
-        return Threaded(ours, self.blas, self.out, epilogue)
+        return Threaded(ours, self.blas, self.out, epilogue, self._residual)
+
+    def writes_within(self, out: Any) -> bool:
+        """Whether the product's output lies inside ``out`` (`Product.writes_within`)."""
+        return self.ours.writes_within(out)
+
+    def with_residual(self, out: Any, other: Any) -> Threaded:
+        """This product adding ``other`` (laid out as ``out``, which C lies in) before its
+        clamp (`Product.with_residual`): a ResNet v2 block's sum, whose product BLAS could
+        run, added as ours stores it rather than in a pass of its own (one thread: the add
+        over 256 × 3136 took 0.15–0.2 ms)."""
+        ours = self.ours.with_residual(out, other)  # checks ``other``
+        start = (self.out.ctypes.data - out.ctypes.data) // out.itemsize
+        residual = np.lib.stride_tricks.as_strided(other.reshape(-1)[start:],
+                                                   self.out.shape, self.out.strides)
+        return Threaded(ours, self.blas, self.out, self._epilogue, residual)
 
 
 class Spread:
@@ -480,9 +498,26 @@ class Spread:
         return Spread(self.ours.with_residual(out, other))
 
 
-def _then_copy(product: Callable[[], Any], copy: Callable[[], Any]) -> None:
-    product()
-    copy()
+class Transposed:
+    """``out = weight @ right`` run as ``outᵀ``'s product into scratch, then copied into
+    ``out`` transposed (`_transposed`). Like a Product it takes an epilogue: a bias per row of
+    ``out`` is one per column of the product it runs, added with the clamp as the tiles store,
+    where it had been a pass over ``out`` after the copy (MobileNet v2's last 1×1 layers at 7²,
+    ResNet-50 v2's at 7² before their ReLU)."""
+
+    def __init__(self, product: Any, copy: Callable[[], Any]) -> None:
+        self.product, self.copy = product, copy
+
+    def __call__(self) -> None:
+        self.product()
+        self.copy()
+
+    def with_epilogue(self, bias_rows: Any = None, bias_columns: Any = None,
+                      low: float = -np.inf, high: float = np.inf) -> Transposed:
+        """This product adding a bias per row and/or column of ``out``, clamped to
+        [low, high]."""
+        return Transposed(self.product.with_epilogue(bias_columns, bias_rows, low, high),
+                          self.copy)
 
 
 def _ours_and_copies(calls: list[Callable[[], Any]]) -> bool:
@@ -491,7 +526,8 @@ def _ours_and_copies(calls: list[Callable[[], Any]]) -> bool:
 
 
 def _is_ours(call: Any) -> bool:
-    return isinstance(call, (gemm_kernel.Product, Threaded, Spread, bf16.PairedProduct))
+    return isinstance(call, (gemm_kernel.Product, Threaded, Spread, Transposed,
+                             bf16.PairedProduct))
 
 
 def _is_copy(call: Any) -> bool:

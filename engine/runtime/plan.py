@@ -104,11 +104,13 @@ class Plan:
     def _compile(self, graph: Graph, input_shapes: Mapping, input_dtypes: Mapping,
                  shapes: list, dtypes: list, derived: dict | None, stream: Any) -> None:
         xp = self.xp
-        buffers = [empty_aligned(xp, size, np.uint8) for size in self.memory.buffer_sizes]
+        buffers = [empty_aligned(xp, size, np.uint8, huge_pages=True)
+                   for size in self.memory.buffer_sizes]
         self._convolutions = _device_convolutions(self.device, stream)
         self.workspace = Workspace(xp, _scratch_bytes(graph, shapes, dtypes), derived,
                                    self._convolutions, self.precision)
-        self._inputs = {name: empty_aligned(xp, input_shapes[name], input_dtypes[name])
+        self._inputs = {name: empty_aligned(xp, input_shapes[name], input_dtypes[name],
+                                            huge_pages=True)
                         for name in input_shapes}
         self._input_buffers = list(self._inputs.items())
         # bf16 on a GPU: the Convolution and Dense nodes bind with products on bf16 operands.

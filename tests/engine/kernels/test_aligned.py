@@ -1,15 +1,22 @@
 """Plans and packed weights start on cache lines (`workspace.empty_aligned`), so a plan's speed
-does not depend on where malloc happened to put its buffers."""
+does not depend on where malloc happened to put its buffers; a plan's large arrays start on huge
+pages."""
 
 from __future__ import annotations
+
+import gc
+import mmap
 
 import numpy as np
 import pytest
 
 import engine
 from engine import sym
-from engine.kernels import gemm_kernel
+from engine.kernels import gemm_kernel, workspace
 from engine.kernels.workspace import ALIGN, address, empty_aligned
+
+huge_pages_asked = pytest.mark.skipif(not hasattr(mmap, "MADV_HUGEPAGE"),
+                                      reason="no huge-page request on this system")
 
 
 @pytest.mark.parametrize("shape", [0, 1, 3, (2, 3), (7, 5, 3), 1000])
@@ -46,3 +53,42 @@ def test_packed_weights_are_aligned_and_hold_the_matrix() -> None:
     # Blocks of MR rows, each (K, MR): row r of the matrix is column r % MR of block r // MR.
     mr = rows.shape[2]
     np.testing.assert_array_equal(rows[1][:, 0], matrix[mr])
+
+
+@huge_pages_asked
+@pytest.mark.parametrize("floats", [workspace.HUGE_PAGE_FROM_BYTES // 4,
+                                    workspace.HUGE_PAGE_BYTES // 4 + 3, 3 << 20])
+def test_large_arrays_asked_for_huge_pages_start_on_one(floats: int) -> None:
+    arrays = [empty_aligned(np, (floats,), np.float32, huge_pages=True) for _ in range(3)]
+    gc.collect()  # each array alone keeps its memory mapped
+    for index, array in enumerate(arrays):
+        assert address(array) % workspace.HUGE_PAGE_BYTES == 0
+        assert array.shape == (floats,) and array.dtype == np.float32
+        assert array.flags.c_contiguous and array.flags.writeable
+        array[...] = index
+    for index, array in enumerate(arrays):  # the arrays do not overlap
+        assert (array == index).all()
+
+
+def test_small_arrays_asked_for_huge_pages_keep_numpys_memory() -> None:
+    floats = workspace.HUGE_PAGE_FROM_BYTES // 4 - 1
+    for _ in range(4):
+        array = empty_aligned(np, (floats,), np.float32, huge_pages=True)
+        assert address(array) % ALIGN == 0 and array.nbytes < workspace.HUGE_PAGE_BYTES
+        # NumPy's memory: the array views an array owning its memory, not a mapping's
+        assert array.base.base is None
+
+
+@huge_pages_asked
+def test_a_plans_large_input_starts_on_a_huge_page_and_runs() -> None:
+    rows = workspace.HUGE_PAGE_FROM_BYTES // (4 * 17) + 1
+    data = sym.var("data")
+    net = sym.FullyConnected(data, num_hidden=33, name="fc1")
+    weight = np.random.default_rng(0).standard_normal((33, 17)).astype(np.float32)
+    params = {"fc1_weight": weight, "fc1_bias": np.ones(33, np.float32)}
+    model = engine.load_model(net, params)
+    feed = np.random.default_rng(1).standard_normal((rows, 17)).astype(np.float32)
+    plan = model.plan_for({"data": feed})
+    assert address(plan._inputs["data"]) % workspace.HUGE_PAGE_BYTES == 0
+    (out,) = plan.run({"data": feed})
+    np.testing.assert_allclose(out, feed @ weight.T + 1, rtol=1e-4, atol=1e-4)

@@ -275,6 +275,69 @@ def test_products_follow_the_threads_blas_has_at_each_call(monkeypatch) -> None:
     assert isinstance(small, gemm_kernel.Product)
 
 
+def test_a_product_blas_may_run_adds_a_residual_on_either_path(monkeypatch) -> None:
+    """ResNet v2's block sum: a `Threaded` product (BLAS with its threads, else ours) adds a
+    residual laid out as the whole output to its own rows, after its bias, before its clamp,
+    whichever runs it."""
+    weight, data = read_only(random(128, 256)), random(256, 200)
+    bias = random(128)
+    out = np.full((2, 128, 200), 7.0, np.float32)  # C is the second image's rows
+    other = random(2, 128, 200)
+    call = gemm_bind.weight_product(np, weight, data, out[1], FakeWorkspace())
+    assert isinstance(call, gemm_bind.Threaded)
+    assert call.writes_within(out) and not call.writes_within(out[0])
+    fused = call.with_epilogue(bias_rows=bias).with_residual(out, other) \
+        .with_epilogue(low=-1.0, high=2.0)
+    want = np.clip(expected(weight, data) + bias[:, None] + other[1], -1.0, 2.0)
+    monkeypatch.setattr(gemm_bind, "blas_threads", lambda: 2)
+    with monkeypatch.context() as patched:  # ours would leave a mark: BLAS must run it
+        patched.setattr(gemm_kernel.Product, "__call__", lambda self: out.fill(-5))
+        fused()
+    np.testing.assert_allclose(out[1], want, rtol=1e-4, atol=1e-4)
+    assert (out[0] == 7.0).all()
+    monkeypatch.setattr(gemm_bind, "blas_threads", lambda: 1)
+    monkeypatch.setattr(fused, "blas", lambda: out.fill(-5))  # and now ours must run it
+    out[1] = np.nan
+    fused()
+    np.testing.assert_allclose(out[1], want, rtol=1e-4, atol=1e-4)
+    assert (out[0] == 7.0).all()
+    with pytest.raises(ValueError, match="of the output's shape"):
+        call.with_residual(out, other[:, :, :-1])
+
+
+def residual_add_passes(model: engine.Model, feed: dict[str, np.ndarray]) -> int:
+    """How many of the plan's steps add a residual in a pass of their own."""
+    from engine.kernels import epilogue
+    from tests.engine.runtime.helpers import step_funcs
+
+    return sum(func is epilogue.bias_add_clamp
+               or getattr(func, "__name__", "").startswith("elemwise_add")
+               for func in step_funcs(model.plan_for(feed)))
+
+
+def test_resnet50_v2_sums_in_the_products_keep_the_result(monkeypatch) -> None:
+    """fp32 ResNet-50 v2 (112×112, one image, BLAS on one thread): each block's sum added by
+    its last product, `Threaded` ones too, against the same plan adding them in passes of
+    their own, the same sums in the same order."""
+    from bench import nets
+    from engine.cpu import parallel
+
+    symbol = nets.resnet50_v2()
+    params = nets.random_params(symbol, (1, 3, 112, 112), seed=3)
+    feed = {"data": np.random.default_rng(4).standard_normal((1, 3, 112, 112))
+            .astype(np.float32)}
+    monkeypatch.setattr(parallel, "threads", lambda: 1)
+    monkeypatch.setattr(gemm_bind, "blas_threads", lambda: 1)
+    fused = engine.load_model(symbol, params)
+    got = fused.infer(feed)["output_output"]
+    monkeypatch.setattr(gemm_bind.Threaded, "writes_within", None)
+    apart = engine.load_model(symbol, params)
+    want = apart.infer(feed)["output_output"]
+    # 16 blocks; at 112² on AVX-512 the 6 left are products run transposed, then copied
+    assert residual_add_passes(apart, feed) == 16 and residual_add_passes(fused, feed) <= 6
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
 class ScratchWorkspace(FakeWorkspace):
     def zeroed(self, shape, dtype, tag):
         return np.zeros(shape, dtype)
@@ -285,10 +348,21 @@ def test_few_columns_run_transposed_and_land_in_place() -> None:
     frame = np.zeros((70, 49), np.float32)
     out = frame[3:67]
     call = gemm_bind.weight_product(np, weight, data, out, ScratchWorkspace())
-    assert call is not None and call.func is gemm_bind._then_copy
+    assert isinstance(call, gemm_bind.Transposed)
     call()
     assert_product(out, weight, data)
     assert not frame[:3].any() and not frame[67:].any()
+    # A bias per filter (row of ``out``) and a clamp, added as the transposed product stores
+    bias = random(64)
+    fused = gemm_bind.with_bias([call], bias_rows=bias)
+    fused = gemm_bind.clamped(fused, 0.0, 1.5)
+    assert fused is not None and isinstance(fused[0], gemm_bind.Transposed)
+    fused[0]()
+    np.testing.assert_allclose(out, np.clip(expected(weight, data) + bias[:, None], 0.0, 1.5),
+                               rtol=1e-4, atol=1e-4)
+    assert not frame[:3].any() and not frame[67:].any()
+    call()  # the call it came from adds none
+    assert_product(out, weight, data)
     thin = gemm_bind.weight_product(np, read_only(random(8, 40)), data,
                                     np.empty((8, 49), np.float32), ScratchWorkspace())
     assert thin is None  # 8 filters fill no vector either way: BLAS
