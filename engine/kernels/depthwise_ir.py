@@ -55,21 +55,20 @@ import llvmlite.ir as ir
 from engine.kernels.gemm_bf16_ir import BFloatType
 from engine.kernels.task_ir import (
     F32,
-    I1,
     I32,
     I64,
+    FloatVectors,
     as_float,
     carrying_loop,
     fields,
     loop,
-    masked_load,
     masked_store,
     splat,
     task,
     when,
 )
 
-LANES = 16
+LANES = FloatVectors.LANES
 TAPS = 9
 FIELDS = ("source", "target", "weights", "bias", "planes", "channels", "height", "width",
           "out_height", "out_width", "low", "high", "word_stride")
@@ -104,14 +103,9 @@ def module() -> ir.Module:
     return built
 
 
-class _Kernel:
+class _Kernel(FloatVectors):
     def __init__(self, built: ir.Module) -> None:
-        self.module = built
-        self.floats = ir.VectorType(F32, LANES)
-        self.mask = ir.VectorType(I1, LANES)
-        self.indices = ir.VectorType(I64, LANES)
-        self.masked_load = masked_load(built, self.floats, "f32")
-        self.masked_store = masked_store(built, self.floats, "f32")
+        super().__init__(built)
         self.halves = ir.VectorType(BFloatType(), LANES)
         self.spread = ir.VectorType(I16, 2 * LANES)
         self.store_halves = masked_store(built, self.spread, "i16")

@@ -28,17 +28,15 @@ import llvmlite.ir as ir
 
 from engine.kernels.task_ir import (
     F32,
-    I1,
     I32,
     I64,
+    FloatVectors,
     fields,
     loop,
-    masked_load,
-    masked_store,
     task,
 )
 
-LANES = 16
+LANES = FloatVectors.LANES
 FIELDS = ("source", "target", "planes", "height", "width", "out_height", "out_width")
 TASK = "max_pool_3x3_s2"
 BLOCKS = (0, LANES, 2 * LANES)  # a read's three loads, in floats from column 2x - 1
@@ -52,14 +50,9 @@ def module() -> ir.Module:
     return built
 
 
-class _Kernel:
+class _Kernel(FloatVectors):
     def __init__(self, built: ir.Module) -> None:
-        self.module = built
-        self.floats = ir.VectorType(F32, LANES)
-        self.mask = ir.VectorType(I1, LANES)
-        self.indices = ir.VectorType(I64, LANES)
-        self.masked_load = masked_load(built, self.floats, "f32")
-        self.masked_store = masked_store(built, self.floats, "f32")
+        super().__init__(built)
         self.lowest = ir.Constant(self.floats, [float("-inf")] * LANES)
 
     def define(self) -> None:

@@ -127,3 +127,18 @@ def when(builder: ir.IRBuilder, function: ir.Function, condition: Any,
     yield
     builder.branch(done)
     builder.position_at_end(done)
+
+
+class FloatVectors:
+    """What a kernel of 16-lane float32 vectors builds with: the vector, mask and index types,
+    and the masked load and store of float32 vectors, declared in ``built``."""
+
+    LANES = 16
+
+    def __init__(self, built: ir.Module) -> None:
+        self.module = built
+        self.floats = ir.VectorType(F32, self.LANES)
+        self.mask = ir.VectorType(I1, self.LANES)
+        self.indices = ir.VectorType(I64, self.LANES)
+        self.masked_load = masked_load(built, self.floats, "f32")
+        self.masked_store = masked_store(built, self.floats, "f32")
