@@ -236,7 +236,7 @@ class Plan:
                 spin_pool.stick(threads)
                 start = time.perf_counter()
                 run_steps()
-                if record:
+                if record and len(self._stuck_times) < STUCK_TRIES:
                     self._note_stuck_run(time.perf_counter() - start)
             else:
                 run_steps()
