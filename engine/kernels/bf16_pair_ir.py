@@ -39,6 +39,10 @@ import llvmlite.ir as ir
 
 from engine.kernels.gemm_bf16_ir import BFloatType
 from engine.kernels.task_ir import (
+    F32,
+    I1,
+    I32,
+    I64,
     as_float,
     fields,
     loop,
@@ -48,7 +52,6 @@ from engine.kernels.task_ir import (
     task,
 )
 
-F32, I64, I32, I1 = ir.FloatType(), ir.IntType(64), ir.IntType(32), ir.IntType(1)
 LANES = 16
 ADJACENT, EVERY_OTHER, GATHER = "lane", "every_other", "gathered"  # how a run's floats are read
 FIELDS = ("source", "rows", "outer", "depth", "runs", "run", "step", "target", "row_words",
