@@ -270,8 +270,10 @@ class Choice:
     left out: it makes the jobs of `WhenArmed` steps), and every `EXPLORE` runs one goes the
     other way, to notice when the machine changes (on ResNet-18 where armed wins, that run
     costs 12 ms in 32 runs of 17: 2%). An exploring run that beats the way taken explores
-    again at once, so a burst that left the other way's samples slow is forgotten within
-    `SAMPLES` runs, not `SAMPLES` explorations (MobileNet v2 on two cores ran a bench round's
+    again at once (unless its sample has already made its way the one taken: a follow-up run
+    the other way would then be a run on the losing way), so a burst that left the other
+    way's samples slow is forgotten within `SAMPLES` runs, not `SAMPLES` explorations
+    (MobileNet v2 on two cores ran a bench round's
     median at its one-thread 10 ms where armed runs took 6). The first samples are the likeliest
     to mislead, taken while the process is still starting or its neighbours are (ResNet-18's
     first armed runs in the executor benchmark took 43-59 ms, against 17 once the machine
@@ -309,7 +311,8 @@ class Choice:
         self._kind_runs = [0, 0]  # runs of each kind
         self._runs = 0
         self._warm = [False, False]  # the first run each way makes jobs (`WhenArmed`): unkept
-        self._again = [False, False]  # a kind's last exploring run won: explore its next too
+        # a kind's last exploring run won: the way (0 armed, 1 one thread) its next run tries
+        self._again: list[int | None] = [None, None]
         self._clock = clock
         self._ended: float | None = None  # when the last run ended
         self._kind = 0  # the run under way: back to back (0) or after an idle pause (1)
@@ -335,8 +338,10 @@ class Choice:
                  and now - self._tried[self._basis][other] > max(
                      self.MIN_STALE_SECONDS,
                      self.EXPLORE * _median(self._times[self._basis][taken])))
-        explore = self._again[self._kind] or early or runs % self.EXPLORE == 0 or stale
-        self._again[self._kind] = False
+        again, self._again[self._kind] = self._again[self._kind], None
+        if again is not None and again != taken:
+            return again == 0
+        explore = early or runs % self.EXPLORE == 0 or stale
         return faster != explore
 
     def record(self, armed: bool, seconds: float) -> None:
@@ -348,7 +353,7 @@ class Choice:
             return
         kind = self._kind
         if self._basis == kind and self._faster(kind) != armed:  # an exploring run
-            self._again[kind] = seconds < _median(self._times[kind][1 - way])
+            self._again[kind] = way if seconds < _median(self._times[kind][1 - way]) else None
         times = self._times[kind][way]
         times.append(seconds)
         if len(times) > self.SAMPLES:
