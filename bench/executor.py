@@ -32,7 +32,8 @@ ONNX Runtime and onnx are dev dependencies (``pip install -e .[dev]``), not runt
 OpenVINO and NNCF are neither, only the peer environment's.
 Times are medians over interleaved rounds (best in brackets), after a warm-up run; a round
 is 200 calls of the MLP, or calls of a CNN for about `ROUND_SECONDS`. Where runtimes take
-turns in processes of their own, one untimed round of turns comes before the timed ones.
+turns in processes of their own, `UNTIMED_ROUNDS` untimed rounds of turns come before the
+timed ones.
 """
 
 from __future__ import annotations
@@ -73,6 +74,11 @@ SETTLE_SECONDS = 0.1
 # single calls of a ResNet-18 (30 ms) gave medians of 7 rounds 25% above the best on a busy
 # machine, where rounds of several calls average over its bursts.
 ROUND_SECONDS = 0.15
+# Untimed rounds of turns before the timed ones, every runtime alike: a server runs a model
+# many times before it is measured, and `spin_pool.Choice` takes about 15 runs of a ResNet-18
+# to settle where its first samples were taken while the other runtimes loaded (a round
+# is 4-5 of its calls at batch 1).
+UNTIMED_ROUNDS = 3
 GEMM_SIZE = 2048
 
 
@@ -473,13 +479,14 @@ def compare_peers(folder: Path, batch: int, threads: int, repeat: int,
     slowest = max(info.pop("call_seconds") for info in infos.values())
     is_mlp = folder.name == "mlp"
     calls = MLP_CALLS if is_mlp else max(1, round(ROUND_SECONDS / slowest))
-    # One untimed round of turns first: every process loaded and warmed up at once, so a
+    # Untimed rounds of turns first: every process loaded and warmed up at once, so a
     # runtime that adapts to what it measures (ours: `spin_pool.Choice`) would otherwise
     # start its timed turns on samples taken while the others were still loading.
-    for worker in workers.values():
-        time.sleep(SETTLE_SECONDS)
-        worker.send(calls)
-        worker.recv()
+    for _ in range(UNTIMED_ROUNDS):
+        for worker in workers.values():
+            time.sleep(SETTLE_SECONDS)
+            worker.send(calls)
+            worker.recv()
     rounds: dict[str, list[float]] = {runtime: [] for runtime in workers}
     for turn in range(max(repeat, MLP_ROUNDS) if is_mlp else repeat):
         order = list(workers.items())
