@@ -152,19 +152,29 @@ def test_a_sum_out_of_place_reaches_past_127_steps(signed_sum_model):
     graph_nodes = signed_sum_model.run_graph.nodes
     params = {name: float_params.get(graph_nodes[entry.node].name)
               for name, entry in zip(names, node.inputs, strict=True)}
-    inputs = []
-    for name in names:
-        if name in ("data", "sum"):
-            dtype = np.uint8 if name == "data" else np.int8
-            info = np.iinfo(dtype)
-            inputs.append(RNG.integers(info.min, info.max + 1, (2, 64, 5, 7)).astype(dtype))
-        elif name.startswith(("min", "max")):
-            inputs.append(np.array([-2.0 if name.startswith("min") else 2.0], np.float32))
-        else:
-            value = np.asarray(params[name]).copy()
-            value.flags.writeable = False
-            inputs.append(value)
-    got, _, _ = node.opdef.compute(np, node.params, inputs)
+
+    def node_inputs(rng: np.random.Generator) -> list[np.ndarray]:
+        inputs = []
+        for name in names:
+            if name in ("data", "sum"):
+                dtype = np.uint8 if name == "data" else np.int8
+                info = np.iinfo(dtype)
+                inputs.append(rng.integers(info.min, info.max + 1, (2, 64, 5, 7)).astype(dtype))
+            elif name.startswith(("min", "max")):
+                inputs.append(np.array([-2.0 if name.startswith("min") else 2.0], np.float32))
+            else:
+                value = np.asarray(params[name]).copy()
+                value.flags.writeable = False
+                inputs.append(value)
+        return inputs
+
+    # Random bytes reach past 127 for most draws, not all: the first of a few seeded draws
+    # that does, whatever other tests drew before this one.
+    for seed in range(8):
+        inputs = node_inputs(np.random.default_rng(seed))
+        got, _, _ = node.opdef.compute(np, node.params, inputs)
+        if got.max() > 127:
+            break
     assert got.dtype == np.uint8 and got.max() > 127
     assert_bound_node_gives_numpys_bytes(node.op, node.params, inputs, "int8_fused_conv")
 
