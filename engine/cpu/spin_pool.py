@@ -293,7 +293,11 @@ class Choice:
     runtimes loaded). So the other way is also tried after `EXPLORE` / 4 runs of a kind where
     its newest sample of that kind is older than `EXPLORE` runs take (the taken way's median
     each, at least `MIN_STALE_SECONDS`): never in a steady stream, where `EXPLORE` runs come
-    first, and one run of a kind in `EXPLORE` / 4 at most where runs are far apart."""
+    first, and one run of a kind in `EXPLORE` / 4 at most where runs are far apart. Each
+    such exploration of a kind that loses doubles that wait, up to `EXPLORE` runs, and one
+    that wins brings it back to `EXPLORE` / 4: in the executor benchmark's turns of four or five
+    runs, 2.5 s apart, a one-thread run every other turn cost ResNet-18 fp32 at batch 1 about
+    a tenth of a turn (30-41 ms among armed runs of 19-24) where armed kept winning."""
 
     SAMPLES = 3
     EXPLORE = 32
@@ -301,7 +305,7 @@ class Choice:
     MIN_STALE_SECONDS = 0.25
 
     __slots__ = ("_times", "_tried", "_tried_run", "_runs", "_kind_runs", "_warm", "_again",
-                 "_clock", "_ended", "_kind", "_basis")
+                 "_stale_after", "_stale_try", "_clock", "_ended", "_kind", "_basis")
 
     def __init__(self, clock: Any = time.perf_counter) -> None:
         # [kind][way]: kind 0 back to back, 1 after an idle pause; way 0 armed, 1 one thread
@@ -313,6 +317,10 @@ class Choice:
         self._warm = [False, False]  # the first run each way makes jobs (`WhenArmed`): unkept
         # a kind's last exploring run won: the way (0 armed, 1 one thread) its next run tries
         self._again: list[int | None] = [None, None]
+        # runs of a kind after which the untaken way's samples are stale (where runs are far
+        # apart): doubled by each exploration that loses, reset by one that wins
+        self._stale_after = [self.EXPLORE // 4, self.EXPLORE // 4]
+        self._stale_try = False  # the run under way explores for staleness alone
         self._clock = clock
         self._ended: float | None = None  # when the last run ended
         self._kind = 0  # the run under way: back to back (0) or after an idle pause (1)
@@ -334,15 +342,17 @@ class Choice:
         taken = 0 if faster else 1
         other = 1 - taken
         stale = (self._kind_runs[self._basis] - self._tried_run[self._basis][other]
-                 >= self.EXPLORE // 4
+                 >= self._stale_after[self._basis]
                  and now - self._tried[self._basis][other] > max(
                      self.MIN_STALE_SECONDS,
                      self.EXPLORE * _median(self._times[self._basis][taken])))
         again, self._again[self._kind] = self._again[self._kind], None
+        self._stale_try = False
         if again is not None and again != taken:
             return again == 0
-        explore = early or runs % self.EXPLORE == 0 or stale
-        return faster != explore
+        scheduled = early or runs % self.EXPLORE == 0
+        self._stale_try = stale and not scheduled
+        return faster != (scheduled or stale)
 
     def record(self, armed: bool, seconds: float) -> None:
         """A run's wall time, armed or on one thread (the run `armed` was last asked about)."""
@@ -353,7 +363,12 @@ class Choice:
             return
         kind = self._kind
         if self._basis == kind and self._faster(kind) != armed:  # an exploring run
-            self._again[kind] = way if seconds < _median(self._times[kind][1 - way]) else None
+            won = seconds < _median(self._times[kind][1 - way])
+            self._again[kind] = way if won else None
+            if won:
+                self._stale_after[kind] = self.EXPLORE // 4
+            elif self._stale_try:
+                self._stale_after[kind] = min(2 * self._stale_after[kind], self.EXPLORE)
         times = self._times[kind][way]
         times.append(seconds)
         if len(times) > self.SAMPLES:
