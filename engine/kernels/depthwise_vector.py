@@ -4,8 +4,10 @@ kernel: its bound call and the machine code, compiled once per process.
 `depthwise_bind` binds it where the host has AVX-512 and llvmlite compiles it; elsewhere the
 numba kernels (`depthwise_kernel`) run. Given a `bf16_handoff.PairedHandoff`, a run finding it
 taken writes the hand-off's bf16 words (`depthwise_ir`'s paired tasks) in place of the
-float32 planes. Measured on MobileNet v2's 17 depthwise layers at batch
-1, one thread, against those kernels (steps timed in order in a run): see docs/benchmarks.md.
+float32 planes. Its input may be bf16 planes in place of float32 ones (a uint16 array of the
+bf16 bits, `bf16.round_to_bf16`'s), which `depthwise_ir`'s ``_from_bf16`` tasks read.
+Measured on MobileNet v2's 17 depthwise layers at batch 1, one thread, against those kernels
+(steps timed in order in a run): see docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from engine.kernels.depthwise_kernel import DepthwiseCall
 
 STRIDES = (1, 2)  # what `depthwise_ir` generates
 LANES = 16  # outputs per vector: a row of a multiple of this many fills its vectors
+BF16_BITS = np.dtype(np.uint16)  # bf16 planes' dtype: each value's 16 bits
 _compiled: dict[str, Any] = {}  # the LLVM engine (it owns the machine code), once made
 _compiling = threading.Lock()
 _TASK = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
@@ -42,15 +45,16 @@ def applies(data: Any, weight: Any, bias: Any, out: Any, geometry: Any) -> bool:
 
 def bind(data: Any, weight: Any, bias: Any, out: Any, stride: int,
          handoff: bf16_handoff.PairedHandoff | None = None) -> VectorDepthwiseCall:
-    """The call computing ``out = depthwise_conv(data, weight) + bias`` (see `applies`),
-    unclamped (±inf bounds) until an epilogue clamps it; with ``handoff`` (one sample), into
-    its words as bf16 pairs in place of ``out`` on the runs after every reader took it."""
+    """The call computing ``out = depthwise_conv(data, weight) + bias`` (see `applies`; the
+    data may be bf16 planes instead, `BF16_BITS`, of the same shape), unclamped (±inf bounds)
+    until an epilogue clamps it; with ``handoff`` (one sample), into its words as bf16 pairs
+    in place of ``out`` on the runs after every reader took it."""
     batch, channels = data.shape[:2]
-    bias = np.zeros(channels, data.dtype) if bias is None else bias.reshape(channels)
+    bias = np.zeros(channels, np.float32) if bias is None else bias.reshape(channels)
     return VectorDepthwiseCall(depthwise_3x3, data.reshape(batch * channels, *data.shape[2:]),
                                weight.reshape(channels, -1), bias,
                                out.reshape(batch * channels, *out.shape[2:]), stride, handoff,
-                               data.dtype.type("-inf"), data.dtype.type("inf"))
+                               np.float32("-inf"), np.float32("inf"))
 
 
 def depthwise_3x3(data: Any, weights: Any, bias: Any, out: Any, stride: int, handoff: Any,
@@ -61,7 +65,8 @@ def depthwise_3x3(data: Any, weights: Any, bias: Any, out: Any, stride: int, han
     paired = handoff is not None and handoff.taken
     context = _context(data, weights, bias, out, low, high,
                        handoff.words if paired else None)
-    _TASK(_task(stride, paired, data.shape[2]))(context.ctypes.data, 0, 1)
+    _TASK(_task(stride, paired, data.shape[2], data.dtype == BF16_BITS))(
+        context.ctypes.data, 0, 1)
     if handoff is not None:
         handoff.laid = paired
 
@@ -103,7 +108,8 @@ class VectorDepthwiseCall(DepthwiseCall):
         parts = kernel_jobs.parts_for(data.shape[0], data.size + out.size)
 
         def job(words: Any = None) -> Any:
-            return spin_pool.job(_task(stride, words is not None, data.shape[2]), _context(
+            return spin_pool.job(_task(stride, words is not None, data.shape[2],
+                                       data.dtype == BF16_BITS), _context(
                 data, weights, bias, out, low, high, words), parts,
                 keep=(data, weights, bias, out, words))
 
@@ -112,10 +118,12 @@ class VectorDepthwiseCall(DepthwiseCall):
         return bf16_handoff.EitherJob(handoff, job, lambda: job(handoff.words))
 
 
-def _task(stride: int, paired: bool = False, width: int = 0) -> int | None:
+def _task(stride: int, paired: bool = False, width: int = 0,
+          from_bf16: bool = False) -> int | None:
     """The address of the task for ``stride`` (writing bf16 pairs where ``paired``) over
-    planes ``width`` wide (the stacked task where `depthwise_ir.stacks`); None where it
-    cannot be compiled here."""
+    planes ``width`` wide (the stacked task where `depthwise_ir.stacks`, but for bf16 input
+    planes, ``from_bf16``: the column walk reads them); None where it cannot be compiled
+    here."""
     if "engine" not in _compiled:
         with _compiling:
             if "engine" not in _compiled:
@@ -125,7 +133,8 @@ def _task(stride: int, paired: bool = False, width: int = 0) -> int | None:
         return None
     from engine.kernels.depthwise_ir import stacks, task_name
 
-    return engine.get_function_address(task_name(stride, paired, stacks(width, stride)))
+    stacked = stacks(width, stride) and not from_bf16
+    return engine.get_function_address(task_name(stride, paired, stacked, from_bf16))
 
 
 def _compile() -> Any:
