@@ -5,6 +5,7 @@ without a hand-off, bit for bit."""
 
 from __future__ import annotations
 
+import ctypes
 from typing import Any
 
 import numpy as np
@@ -13,7 +14,14 @@ import pytest
 import engine
 from bench import nets
 from engine import sym
-from engine.kernels import bf16_handoff, depthwise_vector, gemm_bind, gemm_kernel
+from engine.kernels import (
+    bf16,
+    bf16_handoff,
+    depthwise_vector,
+    gemm_amx_halves,
+    gemm_bind,
+    gemm_kernel,
+)
 from engine.kernels.workspace import Reader, Workspace
 
 pytestmark = pytest.mark.skipif(
@@ -40,15 +48,18 @@ def block(data: Any, readers: str, stride: int) -> Any:
 
 
 def served(symbol: Any, params: dict, feed: dict, precision: str,
-           handoffs: list | None = None) -> np.ndarray:
+           handoffs: list | None = None, halves: bool = False) -> np.ndarray:
     """The plan's output, twice run; ``handoffs`` collects what the writers offered (None:
-    no writer offers one)."""
+    no writer offers one); ``halves``: whether a 1×1 product may offer its output as bf16
+    planes (`gemm_amx_halves`: its depthwise reader's sums are then over rounded values,
+    not the float32 plan's bit for bit)."""
     offer = bf16_handoff.offer
 
-    def watched(workspace: Any, array: Any, grids: Any = False, columns: bool = True) -> Any:
-        if handoffs is None:
+    def watched(workspace: Any, array: Any, grids: Any = False, columns: bool = True,
+                planes: bool = False) -> Any:
+        if handoffs is None or (planes and not halves):
             return None
-        handoff = offer(workspace, array, grids, columns)
+        handoff = offer(workspace, array, grids, columns, planes)
         handoffs.append(handoff)
         return handoff
 
@@ -312,3 +323,99 @@ def test_resnet18_v1_hands_its_first_convolutions_grids_over(
         parallel.set_threads(before)
     assert np.abs(got - want).max() <= 0.05 * np.abs(want).max()
     assert got.argmax() == want.argmax()
+
+
+def rounding_in_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each 1×1 product laying bf16 planes made to run its float32 product and round that
+    output in NumPy (`bf16.round_to_bf16`) into the planes instead: what its epilogue must
+    write, bit for bit."""
+    def job(product: Any, planes: np.ndarray) -> Any:
+        address = int(product.plain.context[gemm_amx_halves._FIELD["c"]])
+        out = np.ctypeslib.as_array((ctypes.c_float * planes.size).from_address(address))
+
+        def run() -> None:
+            product.plain()
+            planes[...] = bf16.round_to_bf16(out.reshape(planes.shape))
+
+        return run
+
+    monkeypatch.setattr(gemm_amx_halves.HalvesProduct, "_halves_job", job)
+
+
+def expand_block(data: Any, readers: str) -> Any:
+    """An expand 1×1 with relu6 read by a depthwise 3×3 of stride 2 (``depthwise``), by it
+    and a pooling (``pooled``: not taken), or after adding its input (``residual``: taken,
+    but the product adding a residual writes float32); a projection after."""
+    expand = sym.Convolution(data, num_filter=48, kernel=(1, 1), name="expand")
+    if readers == "residual":
+        expand = expand + data
+    expand = sym.clip(expand, a_min=0.0, a_max=6.0)
+    depthwise = sym.clip(sym.Convolution(expand, num_filter=48, num_group=48, kernel=(3, 3),
+                                         stride=(2, 2), pad=(1, 1), name="dw"),
+                         a_min=0.0, a_max=6.0)
+    project = sym.Convolution(depthwise, num_filter=32, kernel=(1, 1), name="project")
+    if readers == "pooled":
+        pooled = sym.Pooling(expand, kernel=(3, 3), stride=(2, 2), pad=(1, 1),
+                             pool_type="max")
+        return project + sym.Convolution(pooled, num_filter=32, kernel=(1, 1), name="side")
+    return project
+
+
+@pytest.mark.parametrize("readers,taken,laid", [
+    ("depthwise", True, True), ("pooled", False, False), ("residual", True, False)])
+def test_a_1x1_product_hands_its_depthwise_reader_bf16_planes(
+        monkeypatch: pytest.MonkeyPatch, readers: str, taken: bool, laid: bool) -> None:
+    """An AMX 1×1 product (K 48, 48 filters at 29 × 35: edge tiles both ways) writes its
+    output as bf16 planes where its depthwise reader alone reads it and no residual is
+    added: the output that of the plan rounding the float32 output in NumPy into the
+    planes, bit for bit, and near fp32's."""
+    symbol = expand_block(sym.var("data"), readers)
+    params = nets.random_params(symbol, (1, 48, 29, 35), seed=8)
+    feed = {"data": np.random.default_rng(6).standard_normal((1, 48, 29, 35)).astype(
+        np.float32)}
+    handoffs: list = []
+    got = served(symbol, params, feed, "bf16", handoffs, halves=True)
+    planes = [handoff for handoff in handoffs if handoff is not None and handoff.planes]
+    assert planes[0].taken is taken and planes[0].laid is laid  # the expand's: bound first
+    assert not any(handoff.taken for handoff in planes[1:])  # read by a sum
+    assert planes[0].layout == "planes" and planes[0].takers == 1  # the depthwise layer
+    with monkeypatch.context() as patched:
+        rounding_in_numpy(patched)
+        np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", [],
+                                                  halves=True))
+    if not laid:
+        np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", []))
+    want = served(symbol, params, feed, "fp32")
+    assert np.abs(got - want).max() <= 0.03 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_mobilenet_v2_hands_its_expand_outputs_over_as_bf16_planes(
+        monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
+    """MobileNet v2 (96 × 96) in bf16: each expand 1×1 product on AMX writes its depthwise
+    reader's bf16 planes (all 17, the first block's over 32 channels too), and each depthwise
+    layer its projection's pairs; the outputs those of the plan rounding in NumPy, bit for
+    bit, at one thread and at two, and near fp32's."""
+    from engine.cpu import parallel
+
+    symbol = nets.mobilenet_v2()
+    params = nets.random_params(symbol, (1, 3, 96, 96))
+    feed = {"data": np.random.default_rng(0).standard_normal((1, 3, 96, 96)).astype(
+        np.float32)}
+    before = parallel.threads()
+    parallel.set_threads(threads)
+    try:
+        handoffs: list = []
+        got = served(symbol, params, feed, "bf16", handoffs, halves=True)
+        laid = [handoff for handoff in handoffs if handoff is not None and handoff.laid]
+        assert sum(handoff.planes for handoff in laid) == 17
+        assert sum(not handoff.planes for handoff in laid) == 17
+        with monkeypatch.context() as patched:
+            rounding_in_numpy(patched)
+            np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", [],
+                                                      halves=True))
+        want = served(symbol, params, feed, "fp32")
+    finally:
+        parallel.set_threads(before)
+    # as near as the plan without the planes (0.089 of the largest logit, 12 inputs: 0.089)
+    assert np.abs(got - want).max() <= 0.1 * np.abs(want).max()

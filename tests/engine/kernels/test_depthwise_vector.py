@@ -159,7 +159,8 @@ def test_mismatched_operands_are_refused_by_name() -> None:
     data, weight, bias, out, _ = operands((1, 4, 6, 6), 1)
     with pytest.raises(ValueError, match="depthwise 3×3"):
         depthwise_vector.depthwise_3x3(data.reshape(4, 6, 6), weight.reshape(4, 9), bias[:3],
-                                       out.reshape(4, 6, 6), 1, None, -np.inf, np.inf)
+                                       out.reshape(4, 6, 6), 1, None, None, -np.inf,
+                                       np.inf)
 
 
 def test_without_avx512_it_stands_aside(monkeypatch: pytest.MonkeyPatch) -> None:
