@@ -22,15 +22,24 @@ from engine.kernels import bf16, bf16_handoff, gemm_kernel
 
 # The positions of a `gemm_kernel.Product`'s context that a halves product changes.
 _FIELD = gemm_kernel._FIELDS  # noqa: SLF001 - the context layout the AMX part reads
+# A float32 output of this size or more, which streams past half a core's L2, is offered as
+# bf16 planes (`gemm_bind.STREAMED_OUTPUT_BYTES`). MobileNet v2 at batch 1, one thread, in
+# the plan's order, each expand and its depthwise reader with the planes against float32:
+# 32 × 112² 1.02× and 0.91×, 96 × 112² 0.86× and 0.75×, 144 × 56² 1.00× and 0.87× (stride
+# 1), 0.95× and 0.72× (stride 2); at 28² (600 KB, in L2) 0.83–1.10×; at 14² and 7² 1.0–1.5×
+# slower (the widening costs more than the bytes saved; 7² planes lose the stacked task).
+MIN_OUTPUT_BYTES = 1 << 20
 _state: dict[str, Any] = {}
 _compiling = threading.Lock()
 
 
 def lay_planes(calls: list[Any], out: Any, workspace: Any) -> list[Any]:
     """``calls``, where they are one AMX product writing the whole of ``out`` (one sample,
-    channels-first, C-contiguous float32) with its epilogue already final (bias taken), with
-    that product offering ``out`` as bf16 planes (`HalvesProduct`); else as they are."""
+    channels-first, C-contiguous float32, past `MIN_OUTPUT_BYTES`) with its epilogue already
+    final (bias taken), with that product offering ``out`` as bf16 planes (`HalvesProduct`);
+    else as they are."""
     if (len(calls) != 1 or not isinstance(calls[0], bf16.PairedProduct)
+            or getattr(out, "nbytes", 0) < MIN_OUTPUT_BYTES
             or not _writes_whole(calls[0].product, out) or _compiled() is None):
         return calls
     handoff = bf16_handoff.offer(workspace, out, columns=False, planes=True)
