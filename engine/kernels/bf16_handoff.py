@@ -24,7 +24,7 @@ layout, the first taker's: a reader wanting another does not take it. A grid is 
 the hand-off's slot, tagged with the reader's geometry, so that layers of one shape never
 share one while a hand-off waits for its reader (the convolution's own grid is shared).
 
-A 1×1 product on AMX (`gemm_amx_halves`) offers its output as bf16 planes instead (``planes``):
+A 1×1 product on AMX (`gemm_amx_handoff`) offers its output as bf16 planes instead (``planes``):
 the array's planes, each value rounded to bf16 and stored as its 16 bits, which a depthwise
 layer (`depthwise_vector`) reads in place of the float32 array where the writer laid them
 (`take_planes`). Unlike the pairs, these change what the reader sums: the values rounded to

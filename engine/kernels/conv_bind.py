@@ -38,7 +38,7 @@ from engine.kernels import (
     bf16,
     bf16_handoff,
     conv_amx,
-    gemm_amx_halves,
+    gemm_amx_handoff,
     gemm_bind,
     gemm_kernel,
     parity_split,
@@ -121,8 +121,8 @@ def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometr
         conv_amx.withdraw_grid_offers(calls)
         calls.append(partial(xp.add, out, bias.reshape(1, filters, *(1,) * len(size)), out))
         return calls
-    # one sample's AMX product may write its output as the bf16 planes its readers take
-    return gemm_amx_halves.lay_planes(calls, out, workspace)
+    # one sample's AMX product may write its output in the bf16 layout its readers take
+    return gemm_amx_handoff.lay_bf16(calls, out, workspace)
 
 
 def _bind_direct(xp: Any, matrix: Any, data: Any, out: Any, workspace: Any,

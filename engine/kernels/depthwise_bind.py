@@ -174,7 +174,7 @@ def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometr
         # 74 µs; numba's 153 µs against the vector kernel's 171, 148 writing the pairs).
         handoff = bf16_handoff.offer(workspace, out)
         # Its input may come as bf16 planes (one sample): a 1×1 product's AMX epilogue
-        # lays them (`gemm_amx_halves`), half the bytes to read.
+        # lays them (`gemm_amx_handoff`), half the bytes to read.
         source = bf16_handoff.offered(workspace, data) if batch == 1 else None
         if source is not None and not source.planes:
             source = None

@@ -447,7 +447,7 @@ class AmxHalvesKernel(AmxTileKernel):
     place of float32: each value the float32 epilogue's (biases, then the clamp), rounded as
     the pairing pass rounds it (``fptrunc``: to nearest even), row ``i`` at ``c + i·ldc``
     halves. A 1×1 product's output so written is the bf16 planes its depthwise reader takes
-    (`gemm_amx_halves`): half the bytes stored, and half read back. No residual is added.
+    (`gemm_amx_handoff`): half the bytes stored, and half read back. No residual is added.
 
     The part works out a tile's corner of C at 4 bytes an element; the context holds twice
     the halves' address as C's, so that half the part's corner is the tile's corner in
@@ -502,3 +502,123 @@ class AmxHalvesKernel(AmxTileKernel):
         """Half ``offset`` of row ``row`` of C (``ldc`` halves a row)."""
         halves = builder.bitcast(c, I16.as_pointer())
         return builder.gep(halves, [builder.add(builder.mul(row, ldc), offset)])
+
+
+# The rows of the reader's grid one vector of 16 output columns may fall on: from a grid row
+# 8 pixels wide (`AmxGridKernel`), a vector starting on its last pixel spans three.
+GRID_MIN_WIDTH = 8
+GRID_ROWS_A_VECTOR = 3
+
+
+class AmxGridKernel(AmxTileKernel):
+    """`AmxTileKernel` writing C as a direct 3×3 convolution's zero-bordered grid of bf16
+    pairs (`conv_amx`): filter rows ``2p`` and ``2p + 1`` into word row ``p`` (the even
+    one's half low), output pixel ``n = y·W + x`` at word ``n + gap·y + shift`` of it (the
+    grid's rows ``W + gap`` words wide, its border ``shift`` words before the first pixel),
+    so that the border stays zero. The values are the float32 epilogue's (biases, then the
+    clamp), rounded as the pairing pass rounds them (``fptrunc``: to nearest even). No
+    residual is added; every tile runs its epilogue after its own sums (not interleaved).
+
+    The part's arguments carry what it lacks (`gemm_amx_handoff`'s context): the column
+    bias's address is 0, so the tile's pointer to it is 4 bytes a column of its first
+    column; the residual's is C's plus ``W + gap·2¹⁶ + shift·2³²``, the difference the tile
+    reads; ``ldc`` is half a word row, so that C's corner of the tile's row block (32 rows:
+    16 word rows) lies where the part puts it."""
+
+    def __init__(self, shape: Any) -> None:
+        super().__init__(shape)
+        self.words_type = ir.VectorType(I32, WORDS)
+        self.halves_type = ir.VectorType(BFloatType(), WORDS)
+        self.store_words = masked_store(self.module, self.words_type, "i32")
+
+    def _run_tile(self, function: ir.Function, builder: ir.IRBuilder, full: ir.Function,
+                  edge: ir.Function, arguments: list[Any], rows: Any, columns: Any,
+                  columns_outside: Any) -> None:
+        """The whole-tile functions: sums, then this tile's epilogue (none pending)."""
+        TileKernel._run_tile(self, function, builder, full, edge, arguments, rows, columns,
+                             columns_outside)
+
+    def _rows_through_epilogue(self, function: ir.Function, builder: ir.IRBuilder,
+                               floats: Any, first: Any, last: Any, masks: list[Any] | None,
+                               ask_first: Any, ask_last: Any) -> None:
+        """Nothing: no tile waits for another's sums here (`_run_tile`), so the part's
+        interleaved functions, built as `AmxTileKernel.define_part` builds them, never run."""
+
+    def _epilogue(self, function: ir.Function, builder: ir.IRBuilder, floats: Any, rows: Any,
+                  vectors: int, masks: list[Any] | None) -> None:
+        """Rows [0, rows) of the sums at ``floats``, two at a time, into their word row of
+        the grid (a lone last row's partner written as zeros)."""
+        c, ldc, rows_bias, columns_at, low, high, residual = function.args[6:13]
+        count = rows if isinstance(rows, ir.Value) else I64(rows)
+        column = builder.lshr(builder.ptrtoint(columns_at, I64), I64(2))
+        geometry = builder.sub(builder.ptrtoint(residual, I64), builder.ptrtoint(c, I64))
+        width = builder.and_(geometry, I64(0xFFFF))
+        gap = builder.and_(builder.lshr(geometry, I64(16)), I64(0xFFFF))
+        shift = builder.lshr(geometry, I64(32))
+        # word row 0 of the tile's row block: C's corner less its first column's 4 bytes
+        words = builder.inttoptr(builder.sub(builder.ptrtoint(c, I64), builder.mul(column, I64(4))),
+                                 I32.as_pointer())
+        plane = builder.mul(ldc, I64(2))
+        terms = {"low": self._splat(builder, low), "high": self._splat(builder, high)}
+        zero = ir.Constant(self.vector, [0.0] * self.shape.width)
+        lanes = ir.Constant(ir.VectorType(I64, WORDS), list(range(WORDS)))
+        order = [lane for index in range(WORDS) for lane in (index, index + WORDS)]
+        starts = []
+        for j in range(vectors):  # where each vector's columns start: their grid rows
+            start = builder.add(column, I64(j * WORDS))
+            y = builder.sdiv(start, width)
+            starts.append((start, y, builder.sub(start, builder.mul(y, width))))
+        pairs = builder.sdiv(builder.add(count, I64(1)), I64(2))
+        with loop(builder, function, I64(0), pairs, "pair") as pair:
+            upper = builder.mul(pair, I64(2))
+            lower = builder.add(upper, I64(1))
+            present = builder.icmp_signed("<", lower, count)
+            # a lone last row's partner reads its own bias (the bias holds ``count`` values)
+            row_shifts = [self._splat(builder, builder.load(builder.gep(rows_bias, [row]),
+                                                            align=4))
+                          for row in (upper, builder.select(present, lower, upper))]
+            line = builder.gep(words, [builder.mul(pair, plane)])
+            for j in range(vectors):
+                halves = []
+                for row, row_shift in zip((upper, lower), row_shifts, strict=True):
+                    source = builder.gep(floats, [builder.mul(row, I64(TILE_COLUMNS))])
+                    value = builder.load(self._address(builder, source, j), align=64)
+                    # + 0.0: the float32 epilogue's column bias (zeros), which turns -0.0
+                    # to +0.0 there
+                    value = builder.fadd(builder.fadd(value, row_shift), zero)
+                    value = self._clamp(builder, terms, value)
+                    halves.append(builder.fptrunc(value, self.halves_type))
+                halves[1] = builder.select(present, halves[1], builder.fptrunc(
+                    zero, self.halves_type))
+                paired = builder.bitcast(builder.shuffle_vector(
+                    halves[0], halves[1], ir.Constant(ir.VectorType(I32, 2 * WORDS), order)),
+                    self.words_type)
+                self._store_on_grid_rows(builder, paired, line, starts[j], width, gap, shift,
+                                         lanes, None if masks is None else masks[j])
+
+    def _store_on_grid_rows(self, builder: ir.IRBuilder, paired: Any, line: Any,
+                            start: tuple[Any, Any, Any], width: Any, gap: Any, shift: Any,
+                            lanes: Any, kept: Any) -> None:
+        """A vector of words for output columns ``start`` on (its first at pixel (y, x)) into
+        the word row at ``line``: the lanes on each grid row they fall on stored apart, that
+        row's border gap on (only ``kept`` lanes, where given)."""
+        first, y, x = start
+        for crossed in range(GRID_ROWS_A_VECTOR):
+            low = builder.sub(builder.mul(width, I64(crossed)), x)
+            high = builder.add(low, width)
+            on_row = builder.and_(
+                builder.icmp_signed(">=", lanes, self._splat_i64(builder, low)),
+                builder.icmp_signed("<", lanes, self._splat_i64(builder, high)))
+            if kept is not None:
+                on_row = builder.and_(on_row, kept)
+            at = builder.add(builder.add(first, shift),
+                             builder.mul(gap, builder.add(y, I64(crossed))))
+            target = builder.bitcast(builder.gep(line, [at]), self.words_type.as_pointer())
+            builder.call(self.store_words, [paired, target, I32(4), on_row])
+
+    @staticmethod
+    def _splat_i64(builder: ir.IRBuilder, scalar: Any) -> Any:
+        vector = ir.VectorType(I64, WORDS)
+        single = builder.insert_element(ir.Constant(vector, ir.Undefined), scalar, I32(0))
+        return builder.shuffle_vector(single, ir.Constant(vector, ir.Undefined),
+                                      ir.Constant(ir.VectorType(I32, WORDS), [0] * WORDS))
