@@ -517,7 +517,7 @@ class AmxGridKernel(AmxTileKernel):
     grid's rows ``W + gap`` words wide, its border ``shift`` words before the first pixel),
     so that the border stays zero. The values are the float32 epilogue's (biases, then the
     clamp), rounded as the pairing pass rounds them (``fptrunc``: to nearest even). No
-    residual is added; every tile runs its epilogue after its own sums (not interleaved).
+    residual is added.
 
     The part's arguments carry what it lacks (`gemm_amx_handoff`'s context): the column
     bias's address is 0, so the tile's pointer to it is 4 bytes a column of its first
@@ -531,25 +531,33 @@ class AmxGridKernel(AmxTileKernel):
         self.halves_type = ir.VectorType(BFloatType(), WORDS)
         self.store_words = masked_store(self.module, self.words_type, "i32")
 
-    def _run_tile(self, function: ir.Function, builder: ir.IRBuilder, full: ir.Function,
-                  edge: ir.Function, arguments: list[Any], rows: Any, columns: Any,
-                  columns_outside: Any) -> None:
-        """The whole-tile functions: sums, then this tile's epilogue (none pending)."""
-        TileKernel._run_tile(self, function, builder, full, edge, arguments, rows, columns,
-                             columns_outside)
+    def _sums_meanwhile(self, function: ir.Function, builder: ir.IRBuilder, steps: Any,
+                        fresh: Any, floats: Any, pending: Any, finish: Any,
+                        k_loop: Any, even_share: bool = False) -> None:
+        """`AmxTileKernel._sums_meanwhile` with an even share of rows after each step: the
+        epilogue stores them two at a time."""
+        super()._sums_meanwhile(function, builder, steps, fresh, floats, pending, finish,
+                                k_loop, even_share=True)
 
     def _rows_through_epilogue(self, function: ir.Function, builder: ir.IRBuilder,
                                floats: Any, first: Any, last: Any, masks: list[Any] | None,
                                ask_first: Any, ask_last: Any) -> None:
-        """Nothing: no tile waits for another's sums here (`_run_tile`), so the part's
-        interleaved functions, built as `AmxTileKernel.define_part` builds them, never run."""
+        """Rows [first, last) (``first`` even) of a pending tile's sums into the grid (no
+        residual to ask for ahead)."""
+        self._grid_rows(function, builder, floats, first, last, masks)
 
     def _epilogue(self, function: ir.Function, builder: ir.IRBuilder, floats: Any, rows: Any,
                   vectors: int, masks: list[Any] | None) -> None:
-        """Rows [0, rows) of the sums at ``floats``, two at a time, into their word row of
-        the grid (a lone last row's partner written as zeros)."""
-        c, ldc, rows_bias, columns_at, low, high, residual = function.args[6:13]
+        """A whole tile's ``rows`` rows of sums into the grid."""
         count = rows if isinstance(rows, ir.Value) else I64(rows)
+        self._grid_rows(function, builder, floats, I64(0), count, masks)
+
+    def _grid_rows(self, function: ir.Function, builder: ir.IRBuilder, floats: Any,
+                   first: Any, last: Any, masks: list[Any] | None) -> None:
+        """Rows [first, last) (``first`` even) of the sums at ``floats``, two at a time, into
+        their word row of the grid (a lone last row's partner written as zeros); C and the
+        rest at `gemm_ir`'s argument positions of ``function``."""
+        c, ldc, rows_bias, columns_at, low, high, residual = function.args[6:13]
         column = builder.lshr(builder.ptrtoint(columns_at, I64), I64(2))
         geometry = builder.sub(builder.ptrtoint(residual, I64), builder.ptrtoint(c, I64))
         width = builder.and_(geometry, I64(0xFFFF))
@@ -564,21 +572,21 @@ class AmxGridKernel(AmxTileKernel):
         lanes = ir.Constant(ir.VectorType(I64, WORDS), list(range(WORDS)))
         order = [lane for index in range(WORDS) for lane in (index, index + WORDS)]
         starts = []
-        for j in range(vectors):  # where each vector's columns start: their grid rows
+        for j in range(self.shape.vectors):  # where each vector's columns start: grid rows
             start = builder.add(column, I64(j * WORDS))
             y = builder.sdiv(start, width)
             starts.append((start, y, builder.sub(start, builder.mul(y, width))))
-        pairs = builder.sdiv(builder.add(count, I64(1)), I64(2))
-        with loop(builder, function, I64(0), pairs, "pair") as pair:
+        with loop(builder, function, builder.sdiv(first, I64(2)),
+                  builder.sdiv(builder.add(last, I64(1)), I64(2)), "pair") as pair:
             upper = builder.mul(pair, I64(2))
             lower = builder.add(upper, I64(1))
-            present = builder.icmp_signed("<", lower, count)
-            # a lone last row's partner reads its own bias (the bias holds ``count`` values)
+            present = builder.icmp_signed("<", lower, last)
+            # a lone last row's partner reads its own bias (the bias holds only C's rows)
             row_shifts = [self._splat(builder, builder.load(builder.gep(rows_bias, [row]),
                                                             align=4))
                           for row in (upper, builder.select(present, lower, upper))]
             line = builder.gep(words, [builder.mul(pair, plane)])
-            for j in range(vectors):
+            for j in range(self.shape.vectors):
                 halves = []
                 for row, row_shift in zip((upper, lower), row_shifts, strict=True):
                     source = builder.gep(floats, [builder.mul(row, I64(TILE_COLUMNS))])
