@@ -628,16 +628,29 @@ class AmxGridKernel(AmxTileKernel):
         first, y, x = start
         for crossed in range(GRID_ROWS_A_VECTOR):
             low = builder.sub(builder.mul(width, I64(crossed)), x)
-            high = builder.add(low, width)
-            on_row = builder.and_(
-                builder.icmp_signed(">=", lanes, self._splat_i64(builder, low)),
-                builder.icmp_signed("<", lanes, self._splat_i64(builder, high)))
-            if kept is not None:
-                on_row = builder.and_(on_row, kept)
-            at = builder.add(builder.add(first, shift),
-                             builder.mul(gap, builder.add(y, I64(crossed))))
-            target = builder.bitcast(builder.gep(line, [at]), self.words_type.as_pointer())
-            builder.call(self.store_words, [paired, target, I32(4), on_row])
+            if crossed == 0:
+                self._store_on_grid_row(builder, paired, line, first, y, low, width, gap,
+                                        shift, lanes, kept, crossed)
+                continue
+            # a later grid row only where the vector reaches it (a store masked off whole
+            # still costs one)
+            with builder.if_then(builder.icmp_signed("<", low, I64(WORDS))):
+                self._store_on_grid_row(builder, paired, line, first, y, low, width, gap,
+                                        shift, lanes, kept, crossed)
+
+    def _store_on_grid_row(self, builder: ir.IRBuilder, paired: Any, line: Any, first: Any,
+                           y: Any, low: Any, width: Any, gap: Any, shift: Any, lanes: Any,
+                           kept: Any, crossed: int) -> None:
+        """Lanes [low, low + width) of ``paired`` (and ``kept``) onto grid row ``crossed``
+        after the vector's first."""
+        on_row = builder.and_(
+            builder.icmp_signed(">=", lanes, self._splat_i64(builder, low)),
+            builder.icmp_signed("<", lanes, self._splat_i64(builder, builder.add(low, width))))
+        if kept is not None:
+            on_row = builder.and_(on_row, kept)
+        at = builder.add(builder.add(first, shift), builder.mul(gap, builder.add(y, I64(crossed))))
+        target = builder.bitcast(builder.gep(line, [at]), self.words_type.as_pointer())
+        builder.call(self.store_words, [paired, target, I32(4), on_row])
 
     @staticmethod
     def _splat_i64(builder: ir.IRBuilder, scalar: Any) -> Any:
