@@ -575,7 +575,7 @@ class AmxGridKernel(AmxTileKernel):
         plane = builder.mul(ldc, I64(2))
         terms = {"low": self._splat(builder, low), "high": self._splat(builder, high)}
         zero = ir.Constant(self.vector, [0.0] * self.shape.width)
-        lanes = ir.Constant(ir.VectorType(I64, WORDS), list(range(WORDS)))
+        lanes = ir.Constant(ir.VectorType(I32, WORDS), list(range(WORDS)))
         order = [lane for index in range(WORDS) for lane in (index, index + WORDS)]
         starts = []
         for j in range(self.shape.vectors):  # where each vector's columns start: grid rows
@@ -643,9 +643,10 @@ class AmxGridKernel(AmxTileKernel):
                            kept: Any, crossed: int) -> None:
         """Lanes [low, low + width) of ``paired`` (and ``kept``) onto grid row ``crossed``
         after the vector's first."""
-        on_row = builder.and_(
-            builder.icmp_signed(">=", lanes, self._splat_i64(builder, low)),
-            builder.icmp_signed("<", lanes, self._splat_i64(builder, builder.add(low, width))))
+        # 32-bit lanes: one vector register, where 64-bit ones take two
+        low, high = (builder.trunc(bound, I32) for bound in (low, builder.add(low, width)))
+        on_row = builder.and_(builder.icmp_signed(">=", lanes, self._splat_i32(builder, low)),
+                              builder.icmp_signed("<", lanes, self._splat_i32(builder, high)))
         if kept is not None:
             on_row = builder.and_(on_row, kept)
         at = builder.add(builder.add(first, shift), builder.mul(gap, builder.add(y, I64(crossed))))
@@ -653,8 +654,8 @@ class AmxGridKernel(AmxTileKernel):
         builder.call(self.store_words, [paired, target, I32(4), on_row])
 
     @staticmethod
-    def _splat_i64(builder: ir.IRBuilder, scalar: Any) -> Any:
-        vector = ir.VectorType(I64, WORDS)
+    def _splat_i32(builder: ir.IRBuilder, scalar: Any) -> Any:
+        vector = ir.VectorType(I32, WORDS)
         single = builder.insert_element(ir.Constant(vector, ir.Undefined), scalar, I32(0))
         return builder.shuffle_vector(single, ir.Constant(vector, ir.Undefined),
                                       ir.Constant(ir.VectorType(I32, WORDS), [0] * WORDS))
