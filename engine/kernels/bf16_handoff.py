@@ -16,7 +16,8 @@ are the pairing pass's to the bit: the same clamped float32 values, rounded to b
 way.
 
 A writer that can lay its pairs in a grid (`offer` with ``grids``: the BatchNorm pass, any
-grid; a direct convolution's product, one as wide as its own) may instead hand a direct 3×3
+grid; a direct convolution's product, one as wide as its own; a 1×1 product on AMX,
+`gemm_amx_handoff`, one of stride 1) may instead hand a direct 3×3
 convolution (`conv_amx`) the zero-bordered grid it reads (`grid_for`): the reader says
 where each of the array's runs of pixels lies in the grid, the writer writes them there,
 and the border stays zero. One hand-off has one
@@ -24,11 +25,15 @@ layout, the first taker's: a reader wanting another does not take it. A grid is 
 the hand-off's slot, tagged with the reader's geometry, so that layers of one shape never
 share one while a hand-off waits for its reader (the convolution's own grid is shared).
 
-A 1×1 product on AMX (`gemm_amx_handoff`) offers its output as bf16 planes instead (``planes``):
+A 1×1 product on AMX (`gemm_amx_handoff`) may offer its output as bf16 planes (``planes``):
 the array's planes, each value rounded to bf16 and stored as its 16 bits, which a depthwise
 layer (`depthwise_vector`) reads in place of the float32 array where the writer laid them
 (`take_planes`). Unlike the pairs, these change what the reader sums: the values rounded to
 bf16, as an AMX product's operands are.
+
+A writer that heads a fused chain whose later steps its epilogue could not take (a sigmoid
+after a convolution) has its hand-off withdrawn (`withdraw`): those steps change the float32
+array after it, which its readers then read.
 """
 
 from __future__ import annotations
@@ -62,11 +67,13 @@ class PairedHandoff:
         # reader's `conv_amx._Grid` (its ``phase_runs`` over a float32 array of `source`).
         self.grid: Any = None
         self.laid = False  # whether the writer's last run wrote the words (not the array)
+        self.withdrawn = False  # steps after the writer change the array (`withdraw`)
 
     @property
     def taken(self) -> bool:
         """Whether every reader reads the words: the writer writes them only then."""
-        return self.words is not None and self.takers == self.readers
+        return (self.words is not None and self.takers == self.readers
+                and not self.withdrawn)
 
 
 def offer(workspace: Any, array: Any, grids: bool | Callable[[Any], bool] = False,
@@ -110,6 +117,15 @@ def offered(workspace: Any, array: Any) -> PairedHandoff | None:
     if workspace is None or not hasattr(workspace, "shared"):
         return None
     return workspace.shared(array, TAG)
+
+
+def withdraw(workspace: Any, array: Any) -> None:
+    """The hand-off of ``array`` never laid: its writer is the head of a fused chain whose
+    later steps change the float32 array after it (an activation its epilogue could not
+    take), so its readers must read that array, pairing it themselves."""
+    handoff = offered(workspace, array)
+    if handoff is not None:
+        handoff.withdrawn = True
 
 
 def words_for(handoff: PairedHandoff, shape: tuple[int, int],

@@ -363,11 +363,13 @@ def rounding_in_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
 def expand_block(data: Any, readers: str) -> Any:
     """An expand 1×1 with relu6 read by a depthwise 3×3 of stride 2 (``depthwise``), by it
     and a pooling (``pooled``: not taken), or after adding its input (``residual``: taken,
-    but the product adding a residual writes float32); a projection after."""
+    but the product adding a residual writes float32) or with a sigmoid (``sigmoid``: a step
+    after the product, which withdraws its hand-off); a projection after."""
     expand = sym.Convolution(data, num_filter=48, kernel=(1, 1), name="expand")
     if readers == "residual":
         expand = expand + data
-    expand = sym.clip(expand, a_min=0.0, a_max=6.0)
+    expand = (sym.Activation(expand, act_type="sigmoid") if readers == "sigmoid"
+              else sym.clip(expand, a_min=0.0, a_max=6.0))
     depthwise = sym.clip(sym.Convolution(expand, num_filter=48, num_group=48, kernel=(3, 3),
                                          stride=(2, 2), pad=(1, 1), name="dw"),
                          a_min=0.0, a_max=6.0)
@@ -380,7 +382,8 @@ def expand_block(data: Any, readers: str) -> Any:
 
 
 @pytest.mark.parametrize("readers,taken,laid", [
-    ("depthwise", True, True), ("pooled", False, False), ("residual", True, False)])
+    ("depthwise", True, True), ("pooled", False, False), ("residual", True, False),
+    ("sigmoid", False, False)])
 def test_a_1x1_product_hands_its_depthwise_reader_bf16_planes(
         monkeypatch: pytest.MonkeyPatch, readers: str, taken: bool, laid: bool) -> None:
     """An AMX 1×1 product (K 48, 48 filters at 29 × 35: edge tiles both ways) writes its
@@ -446,11 +449,13 @@ def bottleneck(data: Any, second: str, filters: int) -> Any:
     """A 1×1 convolution and ReLU (a ResNet v2 bottleneck's first, its BatchNorm folded in)
     read by a ``3x3`` convolution of stride 1, a ``5x5`` (a wider border), one of ``stride
     2`` (phase planes: not taken), or a 3×3 after the 1×1 adds its input (``residual``:
-    taken, but the product with a residual writes the float32 array)."""
+    taken, but the product with a residual writes the float32 array) or after a sigmoid
+    (``sigmoid``: a step its epilogue cannot take changes the float32 array after it, so the
+    hand-off is withdrawn)."""
     first = sym.Convolution(data, num_filter=filters, kernel=(1, 1), name="first")
     if second == "residual":
         first = first + data
-    net = sym.Activation(first, act_type="relu")
+    net = sym.Activation(first, act_type="sigmoid" if second == "sigmoid" else "relu")
     kernel, stride = {"5x5": (5, 1), "stride 2": (3, 2)}.get(second, (3, 1))
     return sym.Convolution(net, num_filter=32, kernel=(kernel, kernel),
                            stride=(stride, stride), pad=(kernel // 2, kernel // 2),
@@ -459,7 +464,8 @@ def bottleneck(data: Any, second: str, filters: int) -> Any:
 
 @pytest.mark.parametrize("second,filters,taken,laid", [
     ("3x3", 64, True, True), ("3x3", 63, True, True), ("5x5", 64, True, True),
-    ("stride 2", 64, False, False), ("residual", 64, True, False)])
+    ("stride 2", 64, False, False), ("residual", 64, True, False),
+    ("sigmoid", 64, False, False)])
 @pytest.mark.parametrize("size", [(13, 19), (11, 9)])
 def test_a_1x1_product_writes_the_next_direct_convolutions_grid(
         second: str, filters: int, taken: bool, laid: bool, size: tuple[int, int]) -> None:
