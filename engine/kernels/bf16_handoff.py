@@ -16,13 +16,24 @@ are the pairing pass's to the bit: the same clamped float32 values, rounded to b
 way.
 
 A writer that can lay its pairs in a grid (`offer` with ``grids``: the BatchNorm pass, any
-grid; a direct convolution's product, one as wide as its own) may instead hand a direct 3×3
+grid; a direct convolution's product, one as wide as its own; a 1×1 product on AMX,
+`gemm_amx_handoff`, one of stride 1) may instead hand a direct 3×3
 convolution (`conv_amx`) the zero-bordered grid it reads (`grid_for`): the reader says
 where each of the array's runs of pixels lies in the grid, the writer writes them there,
 and the border stays zero. One hand-off has one
 layout, the first taker's: a reader wanting another does not take it. A grid is a buffer of
 the hand-off's slot, tagged with the reader's geometry, so that layers of one shape never
 share one while a hand-off waits for its reader (the convolution's own grid is shared).
+
+A 1×1 product on AMX (`gemm_amx_handoff`) may offer its output as bf16 planes (``planes``):
+the array's planes, each value rounded to bf16 and stored as its 16 bits, which a depthwise
+layer (`depthwise_vector`) reads in place of the float32 array where the writer laid them
+(`take_planes`). Unlike the pairs, these change what the reader sums: the values rounded to
+bf16, as an AMX product's operands are.
+
+A writer that heads a fused chain whose later steps its epilogue could not take (a sigmoid
+after a convolution) has its hand-off withdrawn (`withdraw`): those steps change the float32
+array after it, which its readers then read.
 """
 
 from __future__ import annotations
@@ -42,32 +53,37 @@ class PairedHandoff:
 
     def __init__(self, readers: int, shape: tuple[int, int], slot: tuple[int, int],
                  source: tuple[int, ...] = (), grids: Any = False,
-                 columns: bool = True) -> None:
+                 columns: bool = True, planes: bool = False) -> None:
         self.readers = readers  # inputs the plan binds to the array
         self.takers = 0  # those bound to read the words
         self.shape, self.slot = shape, slot  # the words' shape, and which buffer of it (K, n)
         self.source = source  # the array's shape
-        self.grids, self.columns = grids, columns  # the layouts the writer writes (`offer`)
-        self.words: np.ndarray | None = None  # the words the takers read (float32-viewed)
-        self.layout: Any = None  # the takers' layout: "words", or a grid's tag
+        # the layouts the writer writes (`offer`)
+        self.grids, self.columns, self.planes = grids, columns, planes
+        # the words the takers read (float32-viewed); for "planes", the bf16 halves (uint16)
+        self.words: np.ndarray | None = None
+        self.layout: Any = None  # the takers' layout: "words", "planes", or a grid's tag
         # Where the pairs go: None for the words' columns end to end; for a grid, the
         # reader's `conv_amx._Grid` (its ``phase_runs`` over a float32 array of `source`).
         self.grid: Any = None
         self.laid = False  # whether the writer's last run wrote the words (not the array)
+        self.withdrawn = False  # steps after the writer change the array (`withdraw`)
 
     @property
     def taken(self) -> bool:
         """Whether every reader reads the words: the writer writes them only then."""
-        return self.words is not None and self.takers == self.readers
+        return (self.words is not None and self.takers == self.readers
+                and not self.withdrawn)
 
 
 def offer(workspace: Any, array: Any, grids: bool | Callable[[Any], bool] = False,
-          columns: bool = True) -> PairedHandoff | None:
+          columns: bool = True, planes: bool = False) -> PairedHandoff | None:
     """The writer's hand-off for ``array`` (one sample's planes) in a bf16 plan on AMX whose
     readers the plan noted, none of them the plan's output; else None. ``grids``: whether
     the writer can write a reader's grid (`grid_for`), or which (a test of the reader's
     `conv_amx._Grid`); ``columns``: whether it can write the words down their columns
-    (`words_for`: a 1×1 product's).
+    (`words_for`: a 1×1 product's); ``planes``: whether it can write the array's planes as
+    bf16 halves (`take_planes`: a depthwise reader's).
 
     The words are a buffer of the plan's kept for hand-offs of their shape and K (the pad
     past K must stay zero: writers of one K write the same cells), one the writer reserves
@@ -89,7 +105,7 @@ def offer(workspace: Any, array: Any, grids: bool | Callable[[Any], bool] = Fals
         slot = next((slot for slot, holder in enumerate(holders)
                      if holder.takers == holder.readers), len(holders))
         handoff = PairedHandoff(len(readers), shape, (array.shape[1], slot), array.shape,
-                                grids, columns)
+                                grids, columns, planes)
         holders[slot:slot + 1] = [handoff]
         return handoff
 
@@ -101,6 +117,15 @@ def offered(workspace: Any, array: Any) -> PairedHandoff | None:
     if workspace is None or not hasattr(workspace, "shared"):
         return None
     return workspace.shared(array, TAG)
+
+
+def withdraw(workspace: Any, array: Any) -> None:
+    """The hand-off of ``array`` never laid: its writer is the head of a fused chain whose
+    later steps change the float32 array after it (an activation its epilogue could not
+    take), so its readers must read that array, pairing it themselves."""
+    handoff = offered(workspace, array)
+    if handoff is not None:
+        handoff.withdrawn = True
 
 
 def words_for(handoff: PairedHandoff, shape: tuple[int, int],
@@ -129,6 +154,22 @@ def grid_for(handoff: PairedHandoff, shape: tuple[int, int], tag: Any, grid: Any
         handoff.words = workspace.zeroed(shape, np.float32, (TAG, handoff.slot, tag))
         handoff.layout, handoff.grid = tag, grid
     return handoff.words if handoff.words.shape == tuple(shape) else None
+
+
+def take_planes(handoff: PairedHandoff, workspace: Any) -> np.ndarray | None:
+    """The array's planes as bf16 halves (uint16, the array's shape less its batch axis,
+    zeroed once) for a reader that reads them, counted as taken, where the writer can write
+    them and no other reader chose another layout; else None. The halves are the values
+    `bf16.round_to_bf16` rounds, not the float32 array's: such a reader's sums are over
+    values rounded to bf16, as an AMX product's are."""
+    if not handoff.planes or handoff.layout not in (None, "planes"):
+        return None
+    if handoff.words is None:
+        handoff.words = workspace.zeroed(handoff.source[1:], np.uint16,
+                                         (TAG, handoff.slot, "planes"))
+        handoff.layout = "planes"
+    handoff.takers += 1
+    return handoff.words
 
 
 def take(handoff: PairedHandoff, pair: Callable[[], Any],

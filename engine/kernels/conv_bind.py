@@ -34,7 +34,15 @@ from typing import Any
 
 import numpy as np
 
-from engine.kernels import bf16, bf16_handoff, conv_amx, gemm_bind, gemm_kernel, parity_split
+from engine.kernels import (
+    bf16,
+    bf16_handoff,
+    conv_amx,
+    gemm_amx_handoff,
+    gemm_bind,
+    gemm_kernel,
+    parity_split,
+)
 from engine.kernels.gemm_bind import matmul_into
 from engine.kernels.im2col import Ints
 from engine.kernels.workspace import aligned
@@ -106,13 +114,15 @@ def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometr
             calls += _bind_chunk(xp, data[samples], matrix, out[samples], geometry, layout,
                                  workspace, handoff)
     if bias is not None and gemm_bind.takes_bias(calls, bias):
-        return gemm_bind.with_bias(calls, bias_rows=bias)
-    if bias is not None:
+        calls = gemm_bind.with_bias(calls, bias_rows=bias)
+    elif bias is not None:
         # The bias is added to the float32 output after the products: none may write its
         # readers' grid instead, or they would read the sums without it.
         conv_amx.withdraw_grid_offers(calls)
         calls.append(partial(xp.add, out, bias.reshape(1, filters, *(1,) * len(size)), out))
-    return calls
+        return calls
+    # one sample's AMX product may write its output in the bf16 layout its readers take
+    return gemm_amx_handoff.lay_bf16(calls, out, workspace)
 
 
 def _bind_direct(xp: Any, matrix: Any, data: Any, out: Any, workspace: Any,

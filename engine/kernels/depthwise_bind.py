@@ -173,10 +173,18 @@ def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometr
         # pass costs more than the vector kernel loses there (144 × 56², one thread: pairing
         # 74 µs; numba's 153 µs against the vector kernel's 171, 148 writing the pairs).
         handoff = bf16_handoff.offer(workspace, out)
-        if (handoff is not None or max(geometry[1]) > 1
+        # Its input may come as bf16 planes (one sample): a 1×1 product's AMX epilogue
+        # lays them (`gemm_amx_handoff`), half the bytes to read.
+        source = bf16_handoff.offered(workspace, data) if batch == 1 else None
+        if source is not None and not source.planes:
+            source = None
+        if (handoff is not None or source is not None or max(geometry[1]) > 1
                 or math.prod(data.shape[2:]) < VECTOR_SAME_CELLS
                 or data.shape[-1] % depthwise_vector.LANES == 0):
-            return [depthwise_vector.bind(data, weight, bias, out, geometry[1][0], handoff)]
+            if source is not None and bf16_handoff.take_planes(source, workspace) is None:
+                source = None
+            return [depthwise_vector.bind(data, weight, bias, out, geometry[1][0], handoff,
+                                          source)]
     if direct and tuple(map(tuple, geometry)) == SAME_3X3:
         return [_same_call(data, weight, bias, out)]
     if direct and max(geometry[1]) > 1 and math.prod(data.shape[2:]) >= PLANE_CELLS:

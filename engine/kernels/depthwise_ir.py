@@ -30,6 +30,13 @@ pattern the hardware prefetchers follow poorly (32 × 112² from out of cache, o
 → 118 µs). The sum is clamped as ``clip`` does (NaN stays NaN) and stored under the row's
 tail mask.
 
+A ``_from_bf16`` task reads its input planes as bf16 (16-bit halves, uint16 arrays: a
+float32's upper half, as a writer rounding to bf16 lays them) in place of float32: the same
+walk, each masked load of 16 halves widened to the floats they are, so that a wide layer whose
+input streams from memory reads half its bytes. Its sums are the float32 task's over those
+floats, to the bit. Only the column walk has it (the stacked task's narrow planes stay in
+cache).
+
 A plane 8 columns wide or less would leave most of a row's vector idle (9 lanes of 16 at 7²):
 the stacked task puts two rows or more in a vector, ``16 // W`` whole rows, lane ``j`` in row
 ``j // W`` and column ``j % W``. In the plane's flat run, tap (ky, kx) of the output at ``s +
@@ -62,6 +69,7 @@ from engine.kernels.task_ir import (
     carrying_loop,
     fields,
     loop,
+    masked_load,
     masked_store,
     splat,
     task,
@@ -79,11 +87,13 @@ AHEAD_ROWS = 8  # how many input rows ahead a column's walk prefetches
 I16 = ir.IntType(16)
 
 
-def task_name(stride: int, paired: bool = False, stacked: bool = False) -> str:
+def task_name(stride: int, paired: bool = False, stacked: bool = False,
+              from_bf16: bool = False) -> str:
     """The task's function name for ``stride``, writing float32 planes or (``paired``) bf16
-    pairs; ``stacked``: the stride-1 task for narrow planes (`stacks`)."""
+    pairs; ``stacked``: the stride-1 task for narrow planes (`stacks`); ``from_bf16``: reading
+    bf16 planes (`module`)."""
     return (f"depthwise_3x3_s{stride}" + ("_stacked" if stacked else "")
-            + ("_paired" if paired else ""))
+            + ("_from_bf16" if from_bf16 else "") + ("_paired" if paired else ""))
 
 
 def stacks(width: int, stride: int) -> bool:
@@ -94,18 +104,26 @@ def stacks(width: int, stride: int) -> bool:
 
 def module() -> ir.Module:
     """A module holding the tasks of every stride in `STRIDES` and the stacked stride-1 task,
-    each writing float32 planes and bf16 pairs."""
+    each writing float32 planes and bf16 pairs; and the tasks of every stride in `STRIDES`
+    reading bf16 planes (16-bit halves, a float32's upper half, ``from_bf16``) in place of
+    float32 ones, for the wide planes whose float32 input streams from memory (96 × 112² is
+    4.8 MB in float32)."""
     built = ir.Module(name="hybridserve_depthwise")
     kernel = _Kernel(built)
     for stride, stacked in [*((stride, False) for stride in STRIDES), (1, True)]:
         for paired in (False, True):
             kernel.define(stride, paired, stacked)
+    for stride in STRIDES:
+        for paired in (False, True):
+            kernel.define(stride, paired, from_bf16=True)
     return built
 
 
 class _Kernel(FloatVectors):
     def __init__(self, built: ir.Module) -> None:
         super().__init__(built)
+        self.bits = ir.VectorType(I16, LANES)
+        self.load_halves = masked_load(built, self.bits, "i16")
         self.halves = ir.VectorType(BFloatType(), LANES)
         self.spread = ir.VectorType(I16, 2 * LANES)
         self.store_halves = masked_store(built, self.spread, "i16")
@@ -114,10 +132,12 @@ class _Kernel(FloatVectors):
         self.prefetch = ir.Function(built, ir.FunctionType(
             ir.VoidType(), [F32.as_pointer(), I32, I32, I32]), name="llvm.prefetch.p0")
 
-    def define(self, stride: int, paired: bool, stacked: bool = False) -> None:
+    def define(self, stride: int, paired: bool, stacked: bool = False,
+               from_bf16: bool = False) -> None:
         function, builder, context, part, parts = task(
-            self.module, task_name(stride, paired, stacked))
+            self.module, task_name(stride, paired, stacked, from_bf16))
         field = fields(builder, context, FIELDS)
+        field["from_bf16"] = from_bf16
         field["bounds"] = [splat(builder, as_float(builder, field[name]), self.floats)
                            for name in ("low", "high")]
         field["stacked"] = self._lane_places(builder, field) if stacked else None
@@ -137,7 +157,8 @@ class _Kernel(FloatVectors):
         bias = builder.load(builder.gep(builder.inttoptr(field["bias"], F32.as_pointer()),
                                         [channel]), align=4)
         height, width = field["height"], field["width"]
-        source = builder.gep(builder.inttoptr(field["source"], F32.as_pointer()),
+        element = I16 if field["from_bf16"] else F32
+        source = builder.gep(builder.inttoptr(field["source"], element.as_pointer()),
                              [builder.mul(plane, builder.mul(height, width))])
         if paired:
             # the plane's bf16 halves: word row ``channel // 2`` of the words, the low or the
@@ -357,11 +378,21 @@ class _Kernel(FloatVectors):
 
     def _prefetch(self, builder: ir.IRBuilder, address: Any) -> None:
         # A read (0), kept in every level of cache (3), of data (1): prefetcht0 on x86.
-        builder.call(self.prefetch, [address, I32(0), I32(3), I32(1)])
+        builder.call(self.prefetch, [builder.bitcast(address, F32.as_pointer()), I32(0),
+                                     I32(3), I32(1)])
 
     def _load(self, builder: ir.IRBuilder, source: Any, at: Any, mask: Any) -> Any:
         """16 floats from ``source[at]`` on, those outside ``mask`` read as zero (and never
-        touched: a masked lane may lie outside the plane)."""
+        touched: a masked lane may lie outside the plane). From bf16 planes (``source`` of
+        16-bit halves), 16 halves each widened to the float32 whose upper half it is: the
+        value itself, as the pairing pass rounded it."""
+        if source.type.pointee == I16:
+            address = builder.bitcast(builder.gep(source, [at]), self.bits.as_pointer())
+            halves = builder.call(self.load_halves, [address, I32(2), mask,
+                                                     ir.Constant(self.bits, [0] * LANES)])
+            wide = builder.shl(builder.zext(halves, ir.VectorType(I32, LANES)),
+                               ir.Constant(ir.VectorType(I32, LANES), [16] * LANES))
+            return builder.bitcast(wide, self.floats)
         address = builder.bitcast(builder.gep(source, [at]), self.floats.as_pointer())
         zero = ir.Constant(self.floats, [0.0] * LANES)
         return builder.call(self.masked_load, [address, I32(4), mask, zero])

@@ -4,8 +4,10 @@ kernel: its bound call and the machine code, compiled once per process.
 `depthwise_bind` binds it where the host has AVX-512 and llvmlite compiles it; elsewhere the
 numba kernels (`depthwise_kernel`) run. Given a `bf16_handoff.PairedHandoff`, a run finding it
 taken writes the hand-off's bf16 words (`depthwise_ir`'s paired tasks) in place of the
-float32 planes. Measured on MobileNet v2's 17 depthwise layers at batch
-1, one thread, against those kernels (steps timed in order in a run): see docs/benchmarks.md.
+float32 planes. Its input may be bf16 planes in place of float32 ones (a uint16 array of the
+bf16 bits, `bf16.round_to_bf16`'s), which `depthwise_ir`'s ``_from_bf16`` tasks read.
+Measured on MobileNet v2's 17 depthwise layers at batch 1, one thread, against those kernels
+(steps timed in order in a run): see docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from engine.kernels.depthwise_kernel import DepthwiseCall
 
 STRIDES = (1, 2)  # what `depthwise_ir` generates
 LANES = 16  # outputs per vector: a row of a multiple of this many fills its vectors
+BF16_BITS = np.dtype(np.uint16)  # bf16 planes' dtype: each value's 16 bits
 _compiled: dict[str, Any] = {}  # the LLVM engine (it owns the machine code), once made
 _compiling = threading.Lock()
 _TASK = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
@@ -41,27 +44,34 @@ def applies(data: Any, weight: Any, bias: Any, out: Any, geometry: Any) -> bool:
 
 
 def bind(data: Any, weight: Any, bias: Any, out: Any, stride: int,
-         handoff: bf16_handoff.PairedHandoff | None = None) -> VectorDepthwiseCall:
-    """The call computing ``out = depthwise_conv(data, weight) + bias`` (see `applies`),
-    unclamped (±inf bounds) until an epilogue clamps it; with ``handoff`` (one sample), into
-    its words as bf16 pairs in place of ``out`` on the runs after every reader took it."""
+         handoff: bf16_handoff.PairedHandoff | None = None,
+         source: bf16_handoff.PairedHandoff | None = None) -> VectorDepthwiseCall:
+    """The call computing ``out = depthwise_conv(data, weight) + bias`` (see `applies`; the
+    data may be bf16 planes instead, `BF16_BITS`, of the same shape), unclamped (±inf bounds)
+    until an epilogue clamps it; with ``handoff`` (one sample), into its words as bf16 pairs
+    in place of ``out`` on the runs after every reader took it. ``source``: the hand-off of
+    ``data`` this call took as bf16 planes (`bf16_handoff.take_planes`), read in place of
+    ``data`` on the runs where its writer laid them."""
     batch, channels = data.shape[:2]
-    bias = np.zeros(channels, data.dtype) if bias is None else bias.reshape(channels)
+    bias = np.zeros(channels, np.float32) if bias is None else bias.reshape(channels)
     return VectorDepthwiseCall(depthwise_3x3, data.reshape(batch * channels, *data.shape[2:]),
                                weight.reshape(channels, -1), bias,
                                out.reshape(batch * channels, *out.shape[2:]), stride, handoff,
-                               data.dtype.type("-inf"), data.dtype.type("inf"))
+                               source, np.float32("-inf"), np.float32("inf"))
 
 
 def depthwise_3x3(data: Any, weights: Any, bias: Any, out: Any, stride: int, handoff: Any,
-                  low: Any, high: Any) -> None:
+                  source: Any, low: Any, high: Any) -> None:
     """``out[p] = clip(bias[c] + conv3x3(data[p], weights[c]), low, high)`` for every plane
     ``p`` of ``data`` (planes, H, W) and ``out`` (planes, OH, OW), ``c = p % channels``,
-    on this thread; into ``handoff``'s words instead where every reader took it."""
+    on this thread; into ``handoff``'s words instead where every reader took it; from
+    ``source``'s bf16 planes instead where its writer laid them."""
+    data = _input(data, source)
     paired = handoff is not None and handoff.taken
     context = _context(data, weights, bias, out, low, high,
                        handoff.words if paired else None)
-    _TASK(_task(stride, paired, data.shape[2]))(context.ctypes.data, 0, 1)
+    _TASK(_task(stride, paired, data.shape[2], data.dtype == BF16_BITS))(
+        context.ctypes.data, 0, 1)
     if handoff is not None:
         handoff.laid = paired
 
@@ -85,37 +95,76 @@ def _context(data: Any, weights: Any, bias: Any, out: Any, low: Any, high: Any,
                     np.int64)
 
 
+def _input(data: Any, source: Any) -> Any:
+    """The planes a run reads: ``source``'s bf16 halves where its writer laid them, else
+    ``data``."""
+    if source is None or not source.laid:
+        return data
+    return source.words.reshape(data.shape)
+
+
 class VectorDepthwiseCall(DepthwiseCall):
-    """A bound call of `depthwise_3x3`: ``(data, weights, bias, out, stride, handoff, low,
-    high)``, cut by planes as `DepthwiseCall` cuts its kernels' calls (but for a hand-off,
-    whose words take every plane's halves: whole, or a job over the planes)."""
+    """A bound call of `depthwise_3x3`: ``(data, weights, bias, out, stride, handoff,
+    source, low, high)``, cut by planes as `DepthwiseCall` cuts its kernels' calls (but for a
+    hand-off either way, whose words or planes hold every plane: whole, or a job over the
+    planes)."""
 
     def operands(self) -> tuple[tuple[int, ...], tuple[int, ...], None]:
         return (0, 3), (1, 2), None
 
     def slabs(self, count: int) -> list[DepthwiseCall] | None:
-        return None if self.args[5] is not None else super().slabs(count)
+        handed = self.args[5] is not None or self.args[6] is not None
+        return None if handed else super().slabs(count)
 
     def as_job(self, workspace: Any) -> Any:
         """A `spin_pool` job over the planes (with a hand-off, the float32 one or the paired
-        one as each run finds it taken)."""
-        data, weights, bias, out, stride, handoff, low, high = self.args
+        one as each run finds it taken; with a source, reading the float32 planes or the
+        bf16 ones as each run finds them laid)."""
+        data, weights, bias, out, stride, handoff, source, low, high = self.args
         parts = kernel_jobs.parts_for(data.shape[0], data.size + out.size)
 
-        def job(words: Any = None) -> Any:
-            return spin_pool.job(_task(stride, words is not None, data.shape[2]), _context(
-                data, weights, bias, out, low, high, words), parts,
-                keep=(data, weights, bias, out, words))
+        def job(planes: Any, words: Any = None) -> Any:
+            return spin_pool.job(_task(stride, words is not None, planes.shape[2],
+                                       planes.dtype == BF16_BITS), _context(
+                planes, weights, bias, out, low, high, words), parts,
+                keep=(planes, weights, bias, out, words))
 
-        if handoff is None:
-            return job()
-        return bf16_handoff.EitherJob(handoff, job, lambda: job(handoff.words))
+        if handoff is None and source is None:
+            return job(data)
+        return _EitherWayJob(handoff, source, data, job)
 
 
-def _task(stride: int, paired: bool = False, width: int = 0) -> int | None:
+class _EitherWayJob:
+    """A depthwise layer's job whose input may come as bf16 planes (``source`` laid) and
+    whose output may go as bf16 pairs (``handoff`` taken), found at each run, each job made
+    on first use by ``make(planes, words)``; it says what it wrote (``handoff.laid``)."""
+
+    leaves_blas_alone = True
+
+    def __init__(self, handoff: Any, source: Any, data: Any, make: Any) -> None:
+        # (not ``source``: `jobs.pooled` names the call a job replaces so)
+        self.handoff, self.planes_from, self.data, self.make = handoff, source, data, make
+        self.jobs: dict[tuple[bool, bool], Any] = {}
+
+    def __call__(self) -> None:
+        handoff, source = self.handoff, self.planes_from
+        halves = source is not None and source.laid
+        paired = handoff is not None and handoff.taken
+        job = self.jobs.get((halves, paired))
+        if job is None:
+            job = self.jobs[halves, paired] = self.make(
+                _input(self.data, source), handoff.words if paired else None)
+        job()
+        if handoff is not None:
+            handoff.laid = paired
+
+
+def _task(stride: int, paired: bool = False, width: int = 0,
+          from_bf16: bool = False) -> int | None:
     """The address of the task for ``stride`` (writing bf16 pairs where ``paired``) over
-    planes ``width`` wide (the stacked task where `depthwise_ir.stacks`); None where it
-    cannot be compiled here."""
+    planes ``width`` wide (the stacked task where `depthwise_ir.stacks`, but for bf16 input
+    planes, ``from_bf16``: the column walk reads them); None where it cannot be compiled
+    here."""
     if "engine" not in _compiled:
         with _compiling:
             if "engine" not in _compiled:
@@ -125,7 +174,8 @@ def _task(stride: int, paired: bool = False, width: int = 0) -> int | None:
         return None
     from engine.kernels.depthwise_ir import stacks, task_name
 
-    return engine.get_function_address(task_name(stride, paired, stacks(width, stride)))
+    stacked = stacks(width, stride) and not from_bf16
+    return engine.get_function_address(task_name(stride, paired, stacked, from_bf16))
 
 
 def _compile() -> Any:

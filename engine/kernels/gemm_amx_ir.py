@@ -36,10 +36,12 @@ from typing import Any
 
 import llvmlite.ir as ir
 
+from engine.kernels.gemm_bf16_ir import BFloatType
 from engine.kernels.gemm_ir import F32, I32, I64, TileKernel
-from engine.kernels.task_ir import loop
+from engine.kernels.task_ir import loop, masked_store
 
 I8 = ir.IntType(8)
+I16 = ir.IntType(16)
 ROWS, WORDS = 16, 16  # one tile register: 16 rows of 16 words (64 bytes)
 TILES = 8
 TILE_COLUMNS = 2 * WORDS  # a tile of C, and its buffer's row, is 32 floats wide
@@ -438,3 +440,222 @@ class AmxTileKernel(TileKernel):
             builder.position_at_end(done)
 
         self._either_epilogue(function, builder, terms, count, vectors, store)
+
+
+class AmxHalvesKernel(AmxTileKernel):
+    """`AmxTileKernel` storing C as bf16 halves (16-bit words, a float32's upper half) in
+    place of float32: each value the float32 epilogue's (biases, then the clamp), rounded as
+    the pairing pass rounds it (``fptrunc``: to nearest even), row ``i`` at ``c + i·ldc``
+    halves. A 1×1 product's output so written is the bf16 planes its depthwise reader takes
+    (`gemm_amx_handoff`): half the bytes stored, and half read back. No residual is added.
+
+    The part works out a tile's corner of C at 4 bytes an element; the context holds twice
+    the halves' address as C's, so that half the part's corner is the tile's corner in
+    halves (`_run_tile`)."""
+
+    def __init__(self, shape: Any) -> None:
+        super().__init__(shape)
+        self.halves_type = ir.VectorType(BFloatType(), shape.width)
+        self.bits_type = ir.VectorType(I16, shape.width)
+        self.store_bits = masked_store(self.module, self.bits_type, "i16")
+
+    def _run_tile(self, function: ir.Function, builder: ir.IRBuilder, full: ir.Function,
+                  edge: ir.Function, arguments: list[Any], rows: Any, columns: Any,
+                  columns_outside: Any) -> None:
+        """The tile with its corner of C halved (see the class), which also stands for the
+        residual: none is added."""
+        corner = builder.inttoptr(builder.lshr(builder.ptrtoint(arguments[6], I64), I64(1)),
+                                  F32.as_pointer())
+        arguments = [*arguments[:6], corner, *arguments[7:12], corner, *arguments[13:]]
+        super()._run_tile(function, builder, full, edge, arguments, rows, columns,
+                          columns_outside)
+
+    def _finish(self, builder: ir.IRBuilder, terms: dict[str, Any], row: Any, row_shift: Any,
+                value: Any, j: int, masks: list[Any] | None, adding: bool) -> None:
+        """Vector ``j`` of row ``row``'s sums with its biases, clamped, rounded to bf16 and
+        stored as halves (``adding`` never holds: the residual is C, `_run_tile`)."""
+        value = builder.fadd(builder.fadd(value, row_shift), terms["shifts"][j])
+        value, offset, mask = self._placed(builder, self._clamp(builder, terms, value), j,
+                                           masks)
+        bits = builder.bitcast(builder.fptrunc(value, self.halves_type), self.bits_type)
+        target = builder.bitcast(self._halves_at(builder, terms["c"], terms["ldc"], row, offset),
+                                 self.bits_type.as_pointer())
+        if mask is None:
+            builder.store(bits, target, align=2)
+        else:
+            builder.call(self.store_bits, [bits, target, I32(2), mask])
+
+    def _ask_rows(self, builder: ir.IRBuilder, function: ir.Function, base: Any, ldc: Any,
+                  first: Any, last: Any, writing: bool) -> None:
+        """`AmxTileKernel._ask_rows` over C's halves (each row's 64 bytes: one line or two);
+        the residual's rows are never read."""
+        if not writing:
+            return
+        with loop(builder, function, first, last, "ask") as row:
+            for offset in (0, self.shape.columns - 1):
+                at = self._halves_at(builder, base, ldc, row, I64(offset))
+                builder.call(self.prefetch, [builder.bitcast(at, F32.as_pointer()), I32(1),
+                                             I32(3), I32(1)])
+
+    @staticmethod
+    def _halves_at(builder: ir.IRBuilder, c: Any, ldc: Any, row: Any, offset: Any) -> Any:
+        """Half ``offset`` of row ``row`` of C (``ldc`` halves a row)."""
+        halves = builder.bitcast(c, I16.as_pointer())
+        return builder.gep(halves, [builder.add(builder.mul(row, ldc), offset)])
+
+
+# The rows of the reader's grid one vector of 16 output columns may fall on: from a grid row
+# 8 pixels wide (`AmxGridKernel`), a vector starting on its last pixel spans three.
+GRID_MIN_WIDTH = 8
+GRID_ROWS_A_VECTOR = 3
+
+
+class AmxGridKernel(AmxTileKernel):
+    """`AmxTileKernel` writing C as a direct 3×3 convolution's zero-bordered grid of bf16
+    pairs (`conv_amx`): filter rows ``2p`` and ``2p + 1`` into word row ``p`` (the even
+    one's half low), output pixel ``n = y·W + x`` at word ``n + gap·y + shift`` of it (the
+    grid's rows ``W + gap`` words wide, its border ``shift`` words before the first pixel),
+    so that the border stays zero. The values are the float32 epilogue's (biases, then the
+    clamp), rounded as the pairing pass rounds them (``fptrunc``: to nearest even). No
+    residual is added.
+
+    The part's arguments carry what it lacks (`gemm_amx_handoff`'s context): the column
+    bias's address is 0, so the tile's pointer to it is 4 bytes a column of its first
+    column; the residual's is C's plus ``W + gap·2¹⁶ + shift·2³²``, the difference the tile
+    reads; ``ldc`` is half a word row, so that C's corner of the tile's row block (32 rows:
+    16 word rows) lies where the part puts it."""
+
+    def __init__(self, shape: Any) -> None:
+        super().__init__(shape)
+        self.words_type = ir.VectorType(I32, WORDS)
+        self.halves_type = ir.VectorType(BFloatType(), WORDS)
+        self.store_words = masked_store(self.module, self.words_type, "i32")
+
+    def _sums_meanwhile(self, function: ir.Function, builder: ir.IRBuilder, steps: Any,
+                        fresh: Any, floats: Any, pending: Any, finish: Any,
+                        k_loop: Any, even_share: bool = False) -> None:
+        """`AmxTileKernel._sums_meanwhile` with an even share of rows after each step: the
+        epilogue stores them two at a time."""
+        super()._sums_meanwhile(function, builder, steps, fresh, floats, pending, finish,
+                                k_loop, even_share=True)
+
+    def _rows_through_epilogue(self, function: ir.Function, builder: ir.IRBuilder,
+                               floats: Any, first: Any, last: Any, masks: list[Any] | None,
+                               ask_first: Any, ask_last: Any) -> None:
+        """Rows [first, last) (``first`` even) of a pending tile's sums into the grid, the
+        grid's lines of rows [ask_first, ask_last) asked for first where they are the next
+        call's (in a run of layers the grid is rarely in cache: without it ResNet-50 v2's
+        writers took 1.2–2× their float32 time in the plan's order)."""
+        with builder.if_then(builder.icmp_signed(">=", ask_first, last)):
+            self._grid_rows(function, builder, floats, ask_first, ask_last, masks, True)
+        self._grid_rows(function, builder, floats, first, last, masks)
+
+    def _epilogue(self, function: ir.Function, builder: ir.IRBuilder, floats: Any, rows: Any,
+                  vectors: int, masks: list[Any] | None) -> None:
+        """A whole tile's ``rows`` rows of sums into the grid."""
+        count = rows if isinstance(rows, ir.Value) else I64(rows)
+        self._grid_rows(function, builder, floats, I64(0), count, masks)
+
+    def _grid_rows(self, function: ir.Function, builder: ir.IRBuilder, floats: Any,
+                   first: Any, last: Any, masks: list[Any] | None,
+                   asking: bool = False) -> None:
+        """Rows [first, last) (``first`` even) of the sums at ``floats``, two at a time, into
+        their word row of the grid (a lone last row's partner written as zeros); C and the
+        rest at `gemm_ir`'s argument positions of ``function``. ``asking``: the lines those
+        rows' words go to asked for, for writing, in place of the stores."""
+        c, ldc, rows_bias, columns_at, low, high, residual = function.args[6:13]
+        column = builder.lshr(builder.ptrtoint(columns_at, I64), I64(2))
+        geometry = builder.sub(builder.ptrtoint(residual, I64), builder.ptrtoint(c, I64))
+        width = builder.and_(geometry, I64(0xFFFF))
+        gap = builder.and_(builder.lshr(geometry, I64(16)), I64(0xFFFF))
+        shift = builder.lshr(geometry, I64(32))
+        # word row 0 of the tile's row block: C's corner less its first column's 4 bytes
+        words = builder.inttoptr(builder.sub(builder.ptrtoint(c, I64), builder.mul(column, I64(4))),
+                                 I32.as_pointer())
+        plane = builder.mul(ldc, I64(2))
+        terms = {"low": self._splat(builder, low), "high": self._splat(builder, high)}
+        zero = ir.Constant(self.vector, [0.0] * self.shape.width)
+        lanes = ir.Constant(ir.VectorType(I32, WORDS), list(range(WORDS)))
+        order = [lane for index in range(WORDS) for lane in (index, index + WORDS)]
+        starts = []
+        for j in range(self.shape.vectors):  # where each vector's columns start: grid rows
+            start = builder.add(column, I64(j * WORDS))
+            y = builder.sdiv(start, width)
+            starts.append((start, y, builder.sub(start, builder.mul(y, width))))
+        with loop(builder, function, builder.sdiv(first, I64(2)),
+                  builder.sdiv(builder.add(last, I64(1)), I64(2)), "pair") as pair:
+            upper = builder.mul(pair, I64(2))
+            lower = builder.add(upper, I64(1))
+            present = builder.icmp_signed("<", lower, last)
+            # a lone last row's partner reads its own bias (the bias holds only C's rows)
+            row_shifts = [self._splat(builder, builder.load(builder.gep(rows_bias, [row]),
+                                                            align=4))
+                          for row in (upper, builder.select(present, lower, upper))]
+            line = builder.gep(words, [builder.mul(pair, plane)])
+            if asking:
+                for first_column, y, _ in starts:
+                    at = builder.add(builder.add(first_column, shift), builder.mul(gap, y))
+                    # a vector's 16 words and the border gaps it may span: two lines
+                    for offset in (at, builder.add(at, builder.add(I64(WORDS - 1),
+                                                                  builder.mul(gap, I64(2))))):
+                        target = builder.bitcast(builder.gep(line, [offset]), F32.as_pointer())
+                        builder.call(self.prefetch, [target, I32(1), I32(3), I32(1)])
+            else:
+                for j in range(self.shape.vectors):
+                    halves = []
+                    for row, row_shift in zip((upper, lower), row_shifts, strict=True):
+                        source = builder.gep(floats, [builder.mul(row, I64(TILE_COLUMNS))])
+                        value = builder.load(self._address(builder, source, j), align=64)
+                        # + 0.0: the float32 epilogue's column bias (zeros), which turns -0.0
+                        # to +0.0 there
+                        value = builder.fadd(builder.fadd(value, row_shift), zero)
+                        value = self._clamp(builder, terms, value)
+                        halves.append(builder.fptrunc(value, self.halves_type))
+                    halves[1] = builder.select(present, halves[1], builder.fptrunc(
+                        zero, self.halves_type))
+                    paired = builder.bitcast(builder.shuffle_vector(
+                        halves[0], halves[1], ir.Constant(ir.VectorType(I32, 2 * WORDS), order)),
+                        self.words_type)
+                    self._store_on_grid_rows(builder, paired, line, starts[j], width, gap, shift,
+                                             lanes, None if masks is None else masks[j])
+
+    def _store_on_grid_rows(self, builder: ir.IRBuilder, paired: Any, line: Any,
+                            start: tuple[Any, Any, Any], width: Any, gap: Any, shift: Any,
+                            lanes: Any, kept: Any) -> None:
+        """A vector of words for output columns ``start`` on (its first at pixel (y, x)) into
+        the word row at ``line``: the lanes on each grid row they fall on stored apart, that
+        row's border gap on (only ``kept`` lanes, where given)."""
+        first, y, x = start
+        for crossed in range(GRID_ROWS_A_VECTOR):
+            low = builder.sub(builder.mul(width, I64(crossed)), x)
+            if crossed == 0:
+                self._store_on_grid_row(builder, paired, line, first, y, low, width, gap,
+                                        shift, lanes, kept, crossed)
+                continue
+            # a later grid row only where the vector reaches it (a store masked off whole
+            # still costs one)
+            with builder.if_then(builder.icmp_signed("<", low, I64(WORDS))):
+                self._store_on_grid_row(builder, paired, line, first, y, low, width, gap,
+                                        shift, lanes, kept, crossed)
+
+    def _store_on_grid_row(self, builder: ir.IRBuilder, paired: Any, line: Any, first: Any,
+                           y: Any, low: Any, width: Any, gap: Any, shift: Any, lanes: Any,
+                           kept: Any, crossed: int) -> None:
+        """Lanes [low, low + width) of ``paired`` (and ``kept``) onto grid row ``crossed``
+        after the vector's first."""
+        # 32-bit lanes: one vector register, where 64-bit ones take two
+        low, high = (builder.trunc(bound, I32) for bound in (low, builder.add(low, width)))
+        on_row = builder.and_(builder.icmp_signed(">=", lanes, self._splat_i32(builder, low)),
+                              builder.icmp_signed("<", lanes, self._splat_i32(builder, high)))
+        if kept is not None:
+            on_row = builder.and_(on_row, kept)
+        at = builder.add(builder.add(first, shift), builder.mul(gap, builder.add(y, I64(crossed))))
+        target = builder.bitcast(builder.gep(line, [at]), self.words_type.as_pointer())
+        builder.call(self.store_words, [paired, target, I32(4), on_row])
+
+    @staticmethod
+    def _splat_i32(builder: ir.IRBuilder, scalar: Any) -> Any:
+        vector = ir.VectorType(I32, WORDS)
+        single = builder.insert_element(ir.Constant(vector, ir.Undefined), scalar, I32(0))
+        return builder.shuffle_vector(single, ir.Constant(vector, ir.Undefined),
+                                      ir.Constant(ir.VectorType(I32, WORDS), [0] * WORDS))

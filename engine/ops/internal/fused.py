@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.kernels import epilogue
+from engine.kernels import bf16_handoff, epilogue
 from engine.ops.registry import Attrs, MaybeShape, OpDef, Param, register
 
 
@@ -85,6 +85,9 @@ def _bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
         operands = [value for extra in extras for value in extra]
         return [*calls, *xp.bind_elementwise_chain(attrs.steps, operands, out)]
     calls, remaining = epilogue.absorb(calls, attrs.steps, out, extras)
+    if remaining and workspace is not None:
+        # the head's bf16 hand-off would skip the steps left: its readers read ``out``
+        bf16_handoff.withdraw(workspace, out)
     skipped = len(attrs.steps) - len(remaining)
     for step, extra in zip(remaining, extras[skipped:]):
         args = list(extra)

@@ -5,6 +5,7 @@ without a hand-off, bit for bit."""
 
 from __future__ import annotations
 
+import ctypes
 from typing import Any
 
 import numpy as np
@@ -13,7 +14,14 @@ import pytest
 import engine
 from bench import nets
 from engine import sym
-from engine.kernels import bf16_handoff, depthwise_vector, gemm_bind, gemm_kernel
+from engine.kernels import (
+    bf16,
+    bf16_handoff,
+    depthwise_vector,
+    gemm_amx_handoff,
+    gemm_bind,
+    gemm_kernel,
+)
 from engine.kernels.workspace import Reader, Workspace
 
 pytestmark = pytest.mark.skipif(
@@ -40,25 +48,30 @@ def block(data: Any, readers: str, stride: int) -> Any:
 
 
 def served(symbol: Any, params: dict, feed: dict, precision: str,
-           handoffs: list | None = None) -> np.ndarray:
+           handoffs: list | None = None, halves: bool = False) -> np.ndarray:
     """The plan's output, twice run; ``handoffs`` collects what the writers offered (None:
-    no writer offers one)."""
-    offer = bf16_handoff.offer
+    no writer offers one); ``halves``: whether a 1×1 product on AMX may offer its output in
+    bf16 (`gemm_amx_handoff`: as planes, its depthwise reader's sums are then over rounded
+    values, not the float32 plan's bit for bit; as a grid, bit for bit)."""
+    offer, lay_bf16 = bf16_handoff.offer, gemm_amx_handoff.lay_bf16
 
-    def watched(workspace: Any, array: Any, grids: Any = False, columns: bool = True) -> Any:
+    def watched(workspace: Any, array: Any, grids: Any = False, columns: bool = True,
+                planes: bool = False) -> Any:
         if handoffs is None:
             return None
-        handoff = offer(workspace, array, grids, columns)
+        handoff = offer(workspace, array, grids, columns, planes)
         handoffs.append(handoff)
         return handoff
 
     bf16_handoff.offer = watched
+    if not halves:
+        gemm_amx_handoff.lay_bf16 = lambda calls, out, workspace: calls
     try:
         model = engine.load_model(symbol, params, optimize=True, precision=precision)
         first = np.asarray(next(iter(model.infer(feed).values()))).copy()
         second = np.asarray(next(iter(model.infer(feed).values())))
     finally:
-        bf16_handoff.offer = offer
+        bf16_handoff.offer, gemm_amx_handoff.lay_bf16 = offer, lay_bf16
     np.testing.assert_array_equal(first, second)
     return first
 
@@ -217,23 +230,39 @@ def test_a_preactivation_batchnorm_hands_its_readers_their_pairs(readers: str, t
     assert_one_handoff(symbol, params, feed, taken)
 
 
-def test_resnet50_v2_hands_its_preactivations_over(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("threads", [1, 2])
+def test_resnet50_v2_hands_its_preactivations_over(monkeypatch: pytest.MonkeyPatch,
+                                                   threads: int) -> None:
     """ResNet-50 v2 (64 × 64) in bf16: the pre-activation of every block hands its 1×1
     readers their pairs (all 16: a downsampling block's strided shortcut copies every other
-    word of every other row), the outputs those of the same plan pairing the float32 arrays,
-    bit for bit, and near fp32's."""
+    word of every other row), and each block's first 1×1 product its 3×3's grid where that
+    is of stride 1 over rows of 8 pixels or more (6: stages 1 and 2 but for stage 2's first
+    block); the outputs those of the same plan pairing the float32 arrays, bit for bit, at
+    one thread and at two, and near fp32's."""
+    from engine.cpu import parallel
+
     symbol = nets.resnet50_v2(classes=10)
     params = nets.random_params(symbol, (1, 3, 64, 64), seed=5)
     feed = {"data": np.random.default_rng(0).standard_normal((1, 3, 64, 64)).astype(
         np.float32)}
-    handoffs: list = []
-    got = served(symbol, params, feed, "bf16", handoffs)
-    offered = [handoff for handoff in handoffs if handoff is not None]
-    assert sum(handoff.laid for handoff in offered) == 16
-    assert all(handoff.laid == handoff.taken for handoff in offered)
-    monkeypatch.setattr(bf16_handoff.PairedHandoff, "taken", property(lambda handoff: False))
-    np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", []))
-    want = served(symbol, params, feed, "fp32")
+    before = parallel.threads()
+    parallel.set_threads(threads)
+    try:
+        handoffs: list = []
+        got = served(symbol, params, feed, "bf16", handoffs, halves=True)
+        offered = [handoff for handoff in handoffs if handoff is not None]
+        assert sum(handoff.laid and handoff.layout == "words" for handoff in offered) == 16
+        assert [handoff.source for handoff in offered if handoff.laid
+                and handoff.layout not in ("words", "planes")] == [
+            *[(1, 64, 16, 16)] * 3, *[(1, 128, 8, 8)] * 3]
+        assert all(handoff.laid == handoff.taken for handoff in offered)
+        monkeypatch.setattr(bf16_handoff.PairedHandoff, "taken",
+                            property(lambda handoff: False))
+        np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", [],
+                                                  halves=True))
+        want = served(symbol, params, feed, "fp32")
+    finally:
+        parallel.set_threads(before)
     assert np.abs(got - want).max() <= 0.05 * np.abs(want).max()
     assert got.argmax() == want.argmax()
 
@@ -300,9 +329,9 @@ def test_resnet18_v1_hands_its_first_convolutions_grids_over(
     parallel.set_threads(threads)
     try:
         handoffs: list = []
-        got = served(symbol, params, feed, "bf16", handoffs)
+        got = served(symbol, params, feed, "bf16", handoffs, halves=True)
         offered = [handoff for handoff in handoffs if handoff is not None]
-        assert sum(handoff.laid for handoff in offered) == 3
+        assert sum(handoff.laid for handoff in offered) == 3  # its 1×1 products: none
         assert all(handoff.laid == handoff.taken for handoff in offered)
         monkeypatch.setattr(bf16_handoff.PairedHandoff, "taken",
                             property(lambda handoff: False))
@@ -312,3 +341,161 @@ def test_resnet18_v1_hands_its_first_convolutions_grids_over(
         parallel.set_threads(before)
     assert np.abs(got - want).max() <= 0.05 * np.abs(want).max()
     assert got.argmax() == want.argmax()
+
+
+def rounding_in_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each 1×1 product laying bf16 planes made to run its float32 product and round that
+    output in NumPy (`bf16.round_to_bf16`) into the planes instead: what its epilogue must
+    write, bit for bit."""
+    def job(product: Any, planes: np.ndarray) -> Any:
+        address = int(product.plain.context[gemm_amx_handoff._FIELD["c"]])
+        out = np.ctypeslib.as_array((ctypes.c_float * planes.size).from_address(address))
+
+        def run() -> None:
+            product.plain()
+            planes[...] = bf16.round_to_bf16(out.reshape(planes.shape))
+
+        return run
+
+    monkeypatch.setattr(gemm_amx_handoff.HandingProduct, "_halves_job", job)
+
+
+def expand_block(data: Any, readers: str) -> Any:
+    """An expand 1×1 with relu6 read by a depthwise 3×3 of stride 2 (``depthwise``), by it
+    and a pooling (``pooled``: not taken), or after adding its input (``residual``: taken,
+    but the product adding a residual writes float32) or with a sigmoid (``sigmoid``: a step
+    after the product, which withdraws its hand-off); a projection after."""
+    expand = sym.Convolution(data, num_filter=48, kernel=(1, 1), name="expand")
+    if readers == "residual":
+        expand = expand + data
+    expand = (sym.Activation(expand, act_type="sigmoid") if readers == "sigmoid"
+              else sym.clip(expand, a_min=0.0, a_max=6.0))
+    depthwise = sym.clip(sym.Convolution(expand, num_filter=48, num_group=48, kernel=(3, 3),
+                                         stride=(2, 2), pad=(1, 1), name="dw"),
+                         a_min=0.0, a_max=6.0)
+    project = sym.Convolution(depthwise, num_filter=32, kernel=(1, 1), name="project")
+    if readers == "pooled":
+        pooled = sym.Pooling(expand, kernel=(3, 3), stride=(2, 2), pad=(1, 1),
+                             pool_type="max")
+        return project + sym.Convolution(pooled, num_filter=32, kernel=(1, 1), name="side")
+    return project
+
+
+@pytest.mark.parametrize("readers,taken,laid", [
+    ("depthwise", True, True), ("pooled", False, False), ("residual", True, False),
+    ("sigmoid", False, False)])
+def test_a_1x1_product_hands_its_depthwise_reader_bf16_planes(
+        monkeypatch: pytest.MonkeyPatch, readers: str, taken: bool, laid: bool) -> None:
+    """An AMX 1×1 product (K 48, 48 filters at 29 × 35: edge tiles both ways) writes its
+    output as bf16 planes where its depthwise reader alone reads it and no residual is
+    added: the output that of the plan rounding the float32 output in NumPy into the
+    planes, bit for bit, and near fp32's."""
+    monkeypatch.setattr(gemm_amx_handoff, "MIN_OUTPUT_BYTES", 0)  # 190 KB: offered too
+    symbol = expand_block(sym.var("data"), readers)
+    params = nets.random_params(symbol, (1, 48, 29, 35), seed=8)
+    feed = {"data": np.random.default_rng(6).standard_normal((1, 48, 29, 35)).astype(
+        np.float32)}
+    handoffs: list = []
+    got = served(symbol, params, feed, "bf16", handoffs, halves=True)
+    planes = [handoff for handoff in handoffs if handoff is not None and handoff.planes]
+    assert planes[0].taken is taken and planes[0].laid is laid  # the expand's: bound first
+    assert not any(handoff.taken for handoff in planes[1:])  # read by a sum
+    assert planes[0].layout == "planes" and planes[0].takers == 1  # the depthwise layer
+    with monkeypatch.context() as patched:
+        rounding_in_numpy(patched)
+        np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", [],
+                                                  halves=True))
+    if not laid:
+        np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", []))
+    want = served(symbol, params, feed, "fp32")
+    assert np.abs(got - want).max() <= 0.03 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_mobilenet_v2_hands_its_expand_outputs_over_as_bf16_planes(
+        monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
+    """MobileNet v2 (224 × 224) in bf16: each expand 1×1 product on AMX whose float32 output
+    would stream past L2 (`gemm_amx_handoff.MIN_OUTPUT_BYTES`: 32 and 96 × 112², 144 × 56²
+    twice)
+    writes its depthwise reader's bf16 planes, the smaller ones float32, and each depthwise
+    layer its projection's pairs; the outputs those of the plan rounding in NumPy, bit for
+    bit, at one thread and at two, and near fp32's."""
+    from engine.cpu import parallel
+
+    symbol = nets.mobilenet_v2()
+    params = nets.random_params(symbol, (1, 3, 224, 224))
+    feed = {"data": np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(
+        np.float32)}
+    before = parallel.threads()
+    parallel.set_threads(threads)
+    try:
+        handoffs: list = []
+        got = served(symbol, params, feed, "bf16", handoffs, halves=True)
+        laid = [handoff for handoff in handoffs if handoff is not None and handoff.laid]
+        assert [handoff.source for handoff in laid if handoff.planes] == [
+            (1, 32, 112, 112), (1, 96, 112, 112), (1, 144, 56, 56), (1, 144, 56, 56)]
+        assert sum(not handoff.planes for handoff in laid) == 17
+        with monkeypatch.context() as patched:
+            rounding_in_numpy(patched)
+            np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", [],
+                                                      halves=True))
+        want = served(symbol, params, feed, "fp32")
+    finally:
+        parallel.set_threads(before)
+    assert np.abs(got - want).max() <= 0.1 * np.abs(want).max()
+
+
+def bottleneck(data: Any, second: str, filters: int) -> Any:
+    """A 1×1 convolution and ReLU (a ResNet v2 bottleneck's first, its BatchNorm folded in)
+    read by a ``3x3`` convolution of stride 1, a ``5x5`` (a wider border), one of ``stride
+    2`` (phase planes: not taken), or a 3×3 after the 1×1 adds its input (``residual``:
+    taken, but the product with a residual writes the float32 array) or after a sigmoid
+    (``sigmoid``: a step its epilogue cannot take changes the float32 array after it, so the
+    hand-off is withdrawn)."""
+    first = sym.Convolution(data, num_filter=filters, kernel=(1, 1), name="first")
+    if second == "residual":
+        first = first + data
+    net = sym.Activation(first, act_type="sigmoid" if second == "sigmoid" else "relu")
+    kernel, stride = {"5x5": (5, 1), "stride 2": (3, 2)}.get(second, (3, 1))
+    return sym.Convolution(net, num_filter=32, kernel=(kernel, kernel),
+                           stride=(stride, stride), pad=(kernel // 2, kernel // 2),
+                           name="second")
+
+
+@pytest.mark.parametrize("second,filters,taken,laid", [
+    ("3x3", 64, True, True), ("3x3", 63, True, True), ("5x5", 64, True, True),
+    ("stride 2", 64, False, False), ("residual", 64, True, False),
+    ("sigmoid", 64, False, False)])
+@pytest.mark.parametrize("size", [(13, 19), (11, 9)])
+def test_a_1x1_product_writes_the_next_direct_convolutions_grid(
+        second: str, filters: int, taken: bool, laid: bool, size: tuple[int, int]) -> None:
+    """An AMX 1×1 product writes its direct reader's zero-bordered grid (pairs of filters
+    into words, an odd filter count's last high half zero; each vector of 16 pixels stored
+    on the two or three grid rows it spans; rows 19 and 9 pixels wide): the output that of
+    the plan whose reader pairs the float32 output, bit for bit."""
+    symbol = bottleneck(sym.var("data"), second, filters)
+    params = nets.random_params(symbol, (1, filters if second == "residual" else 64, *size),
+                                seed=9)
+    params["first_bias"] = np.random.default_rng(4).standard_normal(filters).astype(np.float32)
+    feed = {"data": np.random.default_rng(5).standard_normal(
+        (1, filters if second == "residual" else 64, *size)).astype(np.float32)}
+    handoffs: list = []
+    got = served(symbol, params, feed, "bf16", handoffs, halves=True)
+    offered = [handoff for handoff in handoffs if handoff is not None]
+    assert offered[0].taken is taken and offered[0].laid is laid
+    assert not any(handoff.laid for handoff in offered[1:])
+    np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16"))
+    want = served(symbol, params, feed, "fp32")
+    assert np.abs(got - want).max() <= 0.03 * np.abs(want).max()
+
+
+def test_a_grid_under_eight_pixels_wide_is_not_taken() -> None:
+    """A vector of 16 pixels over grid rows under 8 pixels wide would span four of them:
+    the product leaves that grid to its reader's pairing."""
+    symbol = bottleneck(sym.var("data"), "3x3", 64)
+    params = nets.random_params(symbol, (1, 64, 9, 7), seed=9)
+    feed = {"data": np.random.default_rng(5).standard_normal((1, 64, 9, 7)).astype(
+        np.float32)}
+    handoffs: list = []
+    served(symbol, params, feed, "bf16", handoffs, halves=True)
+    assert not any(handoff.taken for handoff in handoffs if handoff is not None)

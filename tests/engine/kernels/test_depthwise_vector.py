@@ -159,7 +159,8 @@ def test_mismatched_operands_are_refused_by_name() -> None:
     data, weight, bias, out, _ = operands((1, 4, 6, 6), 1)
     with pytest.raises(ValueError, match="depthwise 3×3"):
         depthwise_vector.depthwise_3x3(data.reshape(4, 6, 6), weight.reshape(4, 9), bias[:3],
-                                       out.reshape(4, 6, 6), 1, None, -np.inf, np.inf)
+                                       out.reshape(4, 6, 6), 1, None, None, -np.inf,
+                                       np.inf)
 
 
 def test_without_avx512_it_stands_aside(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -224,3 +225,51 @@ def test_a_handoff_not_every_reader_took_gets_the_planes(as_job: bool) -> None:
     (call.as_job(None) if as_job else call)()
     assert not handoff.laid and not handoff.words.any()
     np.testing.assert_allclose(out, reference(data, weight, bias, 1), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(1, 5, 9, 10), (1, 3, 16, 17), (2, 4, 7, 7), (1, 1, 1, 1),
+                                   (1, 3, 28, 33), (1, 2, 15, 48)], ids=str)
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("as_job", [False, True])
+def test_bf16_planes_read_as_the_floats_they_are(shape: tuple, stride: int, as_job: bool,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Input planes as bf16 bits (uint16): the output, clamped, is the float32 kernel's over
+    those values widened, bit for bit, NaN and infinity included; narrow planes (7 wide)
+    take the column walk; nothing lands past the output."""
+    monkeypatch.setattr(kernel_jobs, "PART_ELEMENTS", 1)
+    data, weight, bias, out, buffer = operands(shape, stride)
+    data.reshape(-1)[-2:] = [np.nan, np.inf][-data.size:]
+    halves = bf16.round_to_bf16(data)
+    want = np.full_like(out, SENTINEL)
+    depthwise_vector.bind(bf16.widen(halves), weight, bias, want, stride).clamped(
+        np.float32(0), np.float32(6))()
+    call = depthwise_vector.bind(halves, weight, bias, out, stride).clamped(
+        np.float32(0), np.float32(6))
+    if as_job:
+        with spin_pool.armed(2):
+            call.as_job(None)()
+    else:
+        call()
+    np.testing.assert_array_equal(out.view(np.uint32), want.view(np.uint32))
+    assert (buffer[out.size:] == SENTINEL).all(), "a store landed past the output"
+
+
+@pytest.mark.parametrize("shape", [(1, 5, 9, 10), (1, 4, 28, 33)], ids=str)
+@pytest.mark.parametrize("stride", [1, 2])
+def test_bf16_planes_in_and_a_taken_handoff_out(shape: tuple, stride: int) -> None:
+    """bf16 planes in, the hand-off's words out: the words the float32 kernel writes from
+    those values widened, bit for bit."""
+    data, weight, bias, out, _ = operands(shape, stride)
+    halves = bf16.round_to_bf16(data)
+    positions = out.shape[2] * out.shape[3]
+    words = (bf16.amx_depth(shape[1]), bf16.amx_rows(positions))
+    handoffs = []
+    for source in (bf16.widen(halves), halves):
+        handoff = bf16_handoff.PairedHandoff(readers=1, shape=words, slot=(shape[1], 0))
+        handoff.words = np.zeros(words, np.float32)
+        handoff.takers = 1
+        depthwise_vector.bind(source, weight, bias, out, stride, handoff)()
+        assert handoff.laid
+        handoffs.append(handoff.words.view(np.uint32))
+    np.testing.assert_array_equal(*handoffs)
+    assert (out == SENTINEL).all()

@@ -1,0 +1,200 @@
+"""A bf16 1×1 convolution's AMX product writing its output in bf16 for its readers.
+
+In a bf16 plan at batch 1, a 1×1 convolution whose product runs on AMX offers its output
+through `bf16_handoff` in two layouts, and where every reader took one, each run's product
+writes it in place of the float32 array and says so (``laid``):
+
+- bf16 planes (``planes``): the array's planes, each value rounded to bf16 and stored as its
+  16 bits (`gemm_amx_ir.AmxHalvesKernel`), for a depthwise reader (MobileNet v2's after each
+  expand, `depthwise_vector`, `bf16_handoff.take_planes`): the 96 × 112² expand then stores
+  2.4 MB where it stored 4.8, and its reader loads as much less. Only for an output past
+  `MIN_OUTPUT_BYTES`.
+- the zero-bordered grid of bf16 pairs a direct convolution of stride 1 reads (`conv_amx`,
+  `bf16_handoff.grid_for`; `gemm_amx_ir.AmxGridKernel`): ResNet v2's bottleneck, whose 1×1
+  product (its BatchNorm and ReLU folded in) writes the 3×3's input, which that reader then
+  does not pair. The words are the pairing pass's, bit for bit.
+
+The values are the float32 epilogue's (biases, clamp) rounded to nearest even, as
+`bf16.round_to_bf16` rounds them. A product adding a residual lays neither.
+"""
+
+from __future__ import annotations
+
+import threading
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from engine.cpu import host_features, llvm_jit, spin_pool
+from engine.kernels import bf16, bf16_handoff, gemm_kernel
+
+# The positions of a `gemm_kernel.Product`'s context that a halves product changes.
+_FIELD = gemm_kernel._FIELDS  # noqa: SLF001 - the context layout the AMX part reads
+# A float32 output of this size or more, which streams past half a core's L2, is offered as
+# bf16 planes (`gemm_bind.STREAMED_OUTPUT_BYTES`). MobileNet v2 at batch 1, one thread, in
+# the plan's order, each expand and its depthwise reader with the planes against float32:
+# 32 × 112² 1.02× and 0.91×, 96 × 112² 0.86× and 0.75×, 144 × 56² 1.00× and 0.87× (stride
+# 1), 0.95× and 0.72× (stride 2); at 28² (600 KB, in L2) 0.83–1.10×; at 14² and 7² 1.0–1.5×
+# slower (the widening costs more than the bytes saved; 7² planes lose the stacked task).
+MIN_OUTPUT_BYTES = 1 << 20
+_state: dict[str, Any] = {}
+_compiling = threading.Lock()
+
+
+def lay_bf16(calls: list[Any], out: Any, workspace: Any) -> list[Any]:
+    """``calls``, where they are one AMX product writing the whole of ``out`` (one sample,
+    channels-first, C-contiguous float32) with its epilogue already final (bias taken), with
+    that product offering ``out`` as bf16 planes (past `MIN_OUTPUT_BYTES`) or a direct
+    convolution's grid (`HandingProduct`); else as they are."""
+    if (len(calls) != 1 or not isinstance(calls[0], bf16.PairedProduct)
+            or not _writes_whole(calls[0].product, out) or _compiled() is None):
+        return calls
+    handoff = bf16_handoff.offer(workspace, out, grids=_writes_grid, columns=False,
+                                 planes=out.nbytes >= MIN_OUTPUT_BYTES)
+    if handoff is None:
+        return calls
+    paired = calls[0]
+    return [bf16.PairedProduct(paired.func, paired.args[0],
+                               HandingProduct(paired.product, handoff))]
+
+
+def _writes_grid(reader: Any) -> bool:
+    """Whether the product writes the grid of ``reader`` (`conv_amx._Grid`): stride 1, grid
+    rows of `gemm_amx_ir.GRID_MIN_WIDTH` pixels or more (a vector of 16 falls on three grid
+    rows at most), a border and width the geometry's 16 bits hold."""
+    from engine.kernels.gemm_amx_ir import GRID_MIN_WIDTH
+
+    width = reader.shape[3]
+    return (tuple(reader.stride) == (1, 1) and reader.shape[0] == 1
+            and GRID_MIN_WIDTH <= width < reader.width < 1 << 16
+            and reader.pad[0] * reader.width + reader.pad[1] < 1 << 16)
+
+
+def _writes_whole(product: Any, out: Any) -> bool:
+    """Whether ``product`` is an AMX product whose C is ``out`` (1, F, H, W) as (F, H·W)."""
+    if (type(product) is not gemm_kernel.Product or getattr(out, "ndim", 0) != 4
+            or out.shape[0] != 1 or out.dtype != np.float32 or not out.flags.c_contiguous):
+        return False
+    context = product.context
+    pixels = out.shape[2] * out.shape[3]
+    return (int(context[_FIELD["kernel"]]) == gemm_kernel.AMX
+            and int(context[_FIELD["batch"]]) == 1
+            and int(context[_FIELD["c"]]) == out.ctypes.data
+            and (int(context[_FIELD["m"]]), int(context[_FIELD["n"]]),
+                 int(context[_FIELD["ldc"]])) == (out.shape[1], pixels, pixels))
+
+
+class HandingProduct:
+    """An AMX `gemm_kernel.Product` (``plain``) that, on the runs where every reader of its
+    ``handoff`` took one layout and it adds no residual, writes that layout (bf16 planes, or
+    a reader's grid) in place of its float32 output, saying which (``laid``). Like a Product
+    it takes an epilogue and a residual."""
+
+    leaves_blas_alone = True  # its tiles run on the spin pool, never in BLAS
+
+    def __init__(self, plain: Any, handoff: bf16_handoff.PairedHandoff) -> None:
+        self.plain, self.handoff = plain, handoff
+        self.handing: Any = None  # the job writing the layout, made on the first run that does
+
+    @property
+    def context(self) -> np.ndarray:
+        return self.plain.context
+
+    def __call__(self) -> None:
+        handoff = self.handoff
+        laying = handoff.taken and int(self.plain.context[_FIELD["residual"]]) == 0
+        if laying:
+            if self.handing is None:
+                self.handing = (self._halves_job(handoff.words) if handoff.layout == "planes"
+                                else self._grid_job(handoff.words, handoff.grid))
+            self.handing()
+        else:
+            self.plain()
+        handoff.laid = laying
+
+    def _halves_job(self, planes: np.ndarray) -> Any:
+        """The plain product's job with its output the halves (``planes``, uint16): C's
+        address doubled (`gemm_amx_ir.AmxHalvesKernel` halves each tile's corner) and its
+        row ``planes``' pixels, over as many parts."""
+        if planes.dtype != np.uint16 or planes.shape[0] != int(self.context[_FIELD["m"]]):
+            raise ValueError(f"a 1×1 product's bf16 planes must be uint16 of "
+                             f"{int(self.context[_FIELD['m']])} channels; got {planes.dtype} "
+                             f"{planes.shape}")
+        context = self.plain.context.copy()
+        context[_FIELD["c"]] = 2 * planes.ctypes.data
+        context[_FIELD["ldc"]] = planes[0].size
+        return self._job("halves", context, planes)
+
+    def _grid_job(self, words: np.ndarray, grid: Any) -> Any:
+        """The plain product's job with its output the reader's grid (``words``, float32-
+        viewed pairs, ``grid`` its `conv_amx._Grid`), as `gemm_amx_ir.AmxGridKernel` reads
+        its context: no column bias (its pointer then counts the tile's columns), the
+        residual's address C's plus the grid's geometry, ``ldc`` half a word row."""
+        width = grid.shape[3]
+        if (words.ndim != 2 or words.shape[1] % 2
+                or 2 * words.shape[0] < int(self.context[_FIELD["m"]])):
+            raise ValueError(f"a 1×1 product's grid must hold its {int(self.context[_FIELD['m']])} "
+                             f"filters in word rows of an even length; got {words.shape}")
+        geometry = (width + ((grid.width - width) << 16)
+                    + ((grid.pad[0] * grid.width + grid.pad[1]) << 32))
+        context = self.plain.context.copy()
+        context[_FIELD["c"]] = words.ctypes.data
+        context[_FIELD["ldc"]] = words.shape[1] // 2
+        context[_FIELD["columns_bias"]] = 0
+        context[_FIELD["residual"]] = words.ctypes.data + geometry
+        return self._job("grid", context, words)
+
+    def _job(self, kind: str, context: np.ndarray, target: np.ndarray) -> Any:
+        parts = self.plain.args[-1]  # a `spin_pool.Job`'s arguments end with its parts
+        return spin_pool.job(_compiled()[kind], context, parts,
+                             keep=(*self.plain.operands, target))
+
+    def with_epilogue(self, bias_rows: Any = None, bias_columns: Any = None,
+                      low: float = -np.inf, high: float = np.inf) -> HandingProduct:
+        """This product adding a bias and clamping (`gemm_kernel.Product.with_epilogue`)."""
+        if bias_columns is not None:
+            raise ValueError("a 1×1 convolution takes a bias per filter, not per column")
+        return HandingProduct(self.plain.with_epilogue(bias_rows, None, low, high),
+                              self.handoff)
+
+    def writes_within(self, out: Any) -> bool:
+        """Whether its float32 output lies inside ``out`` (`Product.writes_within`)."""
+        return self.plain.writes_within(out)
+
+    def with_residual(self, out: Any, other: Any) -> HandingProduct:
+        """This product adding a residual (`Product.with_residual`): it then writes float32
+        on every run."""
+        return HandingProduct(self.plain.with_residual(out, other), self.handoff)
+
+
+def _compiled() -> dict[str, Any] | None:
+    if "kernel" not in _state:
+        with _compiling:  # plans may bind on several threads at once: compile once
+            if "kernel" not in _state:
+                _state["kernel"] = _compile()
+    return _state["kernel"]
+
+
+def _compile() -> dict[str, Any] | None:
+    """The halves part and the grid part for the host (an engine each), or None without AMX
+    (or Linux's grant) or llvmlite."""
+    if not gemm_kernel.available(gemm_kernel.AMX) or not host_features.amx_permitted():
+        return None
+    from engine.kernels.gemm_amx_ir import AmxGridKernel, AmxHalvesKernel
+
+    compiled: dict[str, Any] = {"engines": []}
+    for kind, kernel_type in (("halves", AmxHalvesKernel), ("grid", AmxGridKernel)):
+        engine = llvm_jit.compile_for_host(partial(_module, kernel_type))
+        if engine is None:
+            return None
+        compiled["engines"].append(engine)  # it owns the machine code
+        compiled[kind] = engine.get_function_address("part")
+    return compiled
+
+
+def _module(kernel_type: Any) -> Any:
+    kernel = kernel_type(gemm_kernel.AMX_TILE)
+    kernel.define_part("part", kernel.define_full("tile_full"), kernel.define_edge("tile_edge"),
+                       _FIELD)
+    return kernel.module
