@@ -324,16 +324,20 @@ class FusedConv(EpilogueLayer):
             rescale[0, :filters], rescale[1, :filters] = rescaled.scale, rescaled.shift
             second_out = rescaled.out.reshape(-1)[first * filters:]
             second = second_out.ctypes.data
-        terms = np.array([out.ctypes.data, residual.ctypes.data, bias.ctypes.data,
-                          scales.ctypes.data, filters, count, int(residual.dtype == np.int8),
-                          stride, int(sums_fit_int32(self.packed.groups * 4, bias)), second,
-                          rescale[0].ctypes.data, rescale[1].ctypes.data], np.int64)
+        from engine.kernels.gemm_int8_direct_ir import saturation as saturation_of
+
         act = activation_bounds(epilogue.act, epilogue.act_high)
         post = activation_bounds(epilogue.postsum_act, epilogue.postsum_high)
         limits = (np.float32(epilogue.low), np.float32(epilogue.high))
-        factors = np.array([*act, epilogue.residual_scale,
-                            *folded_bounds((act, post), limits), *folded_bounds((post,), limits)],
-                           np.float32)
+        alone, summed = folded_bounds((act, post), limits), folded_bounds((post,), limits)
+        # the bounds the rounded value meets (after the sum where there is a residual)
+        saturation = saturation_of(*(summed if self.residual is not None else alone))
+        terms = np.array([out.ctypes.data, residual.ctypes.data, bias.ctypes.data,
+                          scales.ctypes.data, filters, count, int(residual.dtype == np.int8),
+                          stride, int(sums_fit_int32(self.packed.groups * 4, bias)), second,
+                          rescale[0].ctypes.data, rescale[1].ctypes.data, saturation],
+                         np.int64)
+        factors = np.array([*act, epilogue.residual_scale, *alone, *summed], np.float32)
         # the job keeps them alive
         return terms, factors, (bias, scales, residual, out, rescale, rescaled)
 
