@@ -260,6 +260,31 @@ def test_direct_products_requantize_channels_last_in_their_epilogue(
 
 
 @pytest.mark.skipif(not gemm_int8.amx_available(), reason="needs AMX-INT8")
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_product_requantized_in_its_epilogue_is_one_job_however_many_rows(monkeypatch,
+                                                                            threads):
+    """Chunks bound the scratch of a product whose sums a pass requantizes after it; one
+    requantized in its own epilogue has none, and runs as one job over every row (after its
+    padded copy) even where a chunk would hold a single row block: the NumPy path's bytes."""
+    monkeypatch.setattr(int8_conv, "CHUNK_BYTES", 1)
+    shape = (2, 64, (14, 14), 40, (3, 3), (1, 1), (1, 1), (1, 1))
+    rng = np.random.default_rng(41)
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, shape, np.uint8, np.uint8, "relu", False)
+    want = _reference(data, weight, geometry, epilogue, residual, storage, np.uint8)
+    out = np.zeros_like(want)
+    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight), amx=True)
+    conv = int8_conv.FusedConv(data, weight, packed, geometry, out, None,
+                               int8_conv.Layouts(out=True))
+    assert conv.requantizes_in_product
+    with spin_pool.armed(threads):
+        conv(epilogue)
+    np.testing.assert_array_equal(_from_channels_last(out), want)
+    (jobs,) = conv._jobs.values()
+    assert len(jobs) == 2  # the padded copy, then the product
+
+
+@pytest.mark.skipif(not gemm_int8.amx_available(), reason="needs AMX-INT8")
 @pytest.mark.parametrize("shape", [
     (2, 3, (23, 21), 64, (7, 7), (2, 2), (3, 3), (1, 1)),  # a stem: rows of 21 bytes
     (1, 5, (16, 16), 40, (3, 3), (1, 1), (1, 1), (2, 1)),  # dilated rows, 15 bytes
