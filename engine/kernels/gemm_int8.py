@@ -208,7 +208,8 @@ def direct_job(image: np.ndarray, row_stride: int, steps: np.ndarray, starts: np
     (int32, rows of the padded columns); AMX-packed weights only. ``requantize``: the
     terms and factors of `gemm_int8_direct_ir`'s ``requantize`` (then anything the job
     keeps alive, the arrays ``terms`` holds the addresses of), run on each block's sums as
-    soon as they are made (the bytes written channels-last where ``terms`` says)."""
+    soon as they are made (the bytes written channels-last where ``terms`` says); ``out``
+    is then not written."""
     from engine.cpu import kernel_jobs, spin_pool
     from engine.kernels.gemm_int8_direct_ir import tile_configuration
 
@@ -221,10 +222,12 @@ def direct_job(image: np.ndarray, row_stride: int, steps: np.ndarray, starts: np
             or starts.dtype != np.int64 or len(starts) < 2 * blocks):
         raise ValueError(f"direct int8 product: {len(steps)} K steps and {len(starts)} tile "
                          f"starts do not fit K = {weights.groups * 4} and {blocks} blocks")
-    if out.dtype != np.int32 or out.shape[1] != columns or out.shape[0] < blocks * 2 * \
-            tile_rows or not out.flags.c_contiguous:
+    # requantized in the epilogue, the sums never reach ``out`` (any rows will do)
+    rows = 0 if requantize is not None else blocks * 2 * tile_rows
+    if out.dtype != np.int32 or out.ndim != 2 or out.shape[1] != columns or \
+            out.shape[0] < rows or not out.flags.c_contiguous:
         raise ValueError(f"direct int8 product: result {out.dtype} {out.shape} does not hold "
-                         f"{blocks * 2 * tile_rows} rows of {columns} columns")
+                         f"{rows} rows of {columns} columns")
     config = np.array(tile_configuration(tile_rows), np.uint8)
     packed, no_offsets, signed_offsets = weights.addresses
     context = np.array([image.ctypes.data, row_stride, steps.ctypes.data, packed,

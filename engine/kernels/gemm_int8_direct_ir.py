@@ -37,11 +37,28 @@ COLUMNS, DEPTH = 32, 64  # a panel of C, and K per step
 CONTEXT = 15  # int64 fields of a task's context
 ROUND_NEAREST = 8  # vcvtps2dq's embedded rounding: to nearest even, exceptions suppressed
 BUFFER_WORDS = 32 * COLUMNS  # a fused block's sums: up to 2 · 16 rows of a panel
+# How the requantize meets the rounded value's bounds (`saturation`): two clamps in float32,
+# or one (the top) and the signed conversion to bytes for a low bound of -128, or one (the
+# bottom) and the unsigned conversion for a top bound of 255.
+SATURATE_NONE, SATURATE_SIGNED, SATURATE_UNSIGNED = 0, 1, 2
+SATURATIONS = (SATURATE_NONE, SATURATE_SIGNED, SATURATE_UNSIGNED)
 # The most packed weight bytes a requantized product walks block by block (each block reads
 # them all again): past this, as ResNet-18's 3×3 layers into 512 (2.3 MB), every block read
 # them from L3 (1.4× their time at 7², one thread), and panel by panel each panel's weights
 # serve all the blocks from L2.
 BLOCK_MAJOR_BYTES = 2 ** 17
+
+
+def saturation(low: float, top: float) -> int:
+    """The `SATURATIONS` entry for a rounded value clamped to the integers ``[low, top]``
+    and stored as its low byte: a saturating conversion to bytes stores the same bytes
+    without one of the clamps where that bound is the conversion's own (-128 with a top
+    of 127 or less, signed; 255 with a bottom of 0 or more, unsigned)."""
+    if low == -128 and top <= 127:
+        return SATURATE_SIGNED
+    if top == 255 and low >= 0:
+        return SATURATE_UNSIGNED
+    return SATURATE_NONE
 
 
 def tile_configuration(rows: int) -> list[int]:
@@ -76,6 +93,9 @@ class DirectInt8Kernel:
         # vcvtps2dq's 0x80000000 for a value past int32, read as unsigned, becomes 255)
         self.saturate_unsigned = ir.Function(self.module, ir.FunctionType(self.bytes, [
             self.vector, self.bytes, ir.IntType(16)]), name="llvm.x86.avx512.mask.pmovus.db.512")
+        # vpmovsdb: int32 words to bytes with signed saturation (below -128 to -128)
+        self.saturate_signed = ir.Function(self.module, ir.FunctionType(self.bytes, [
+            self.vector, self.bytes, ir.IntType(16)]), name="llvm.x86.avx512.mask.pmovs.db.512")
         self.prefetch = ir.Function(self.module, ir.FunctionType(
             ir.VoidType(), [I8.as_pointer(), I32, I32, I32]), name="llvm.prefetch.p0")
         self.requantize = self._define_requantize()
@@ -215,10 +235,11 @@ class DirectInt8Kernel:
         rows, whether the residual is signed, its row stride (0: no residual), and whether
         every sum plus its bias stays inside int32 (nonzero: they are added in int32, else in
         int64), then a second output's address (0: none; uint8) and its per-channel scales
-        and shifts (float32, padded to whole panels; read whether or not there is one);
-        ``factors`` (float32): the activation's bounds, the residual's scale, and the bounds
-        of the rounded value without a residual and with one (`int8_conv.folded_bounds`: the
-        clamps after the last sum folded into one).
+        and shifts (float32, padded to whole panels; read whether or not there is one), then
+        how the rounded value meets its bounds (`saturation`); ``factors`` (float32): the
+        activation's bounds, the residual's scale, and the bounds of the rounded value
+        without a residual and with one (`int8_conv.folded_bounds`: the clamps after the last
+        sum folded into one).
 
         The second output is what `int8_affine`'s pass would make of the first (ResNet v2's
         next BatchNorm and relu of a residual sum, `int8_conv.Rescaled`): each byte just
@@ -234,8 +255,8 @@ class DirectInt8Kernel:
         builder = ir.IRBuilder(function.append_basic_block("entry"))
         byte = I8.as_pointer()
         (out, residual, bias, scales, filters, valid, signed, residual_stride,
-         narrow_flag, rescaled, rescale_factors,
-         rescale_shifts) = (builder.load(builder.gep(terms, [I64(index)])) for index in range(12))
+         narrow_flag, rescaled, rescale_factors, rescale_shifts,
+         saturation) = (builder.load(builder.gep(terms, [I64(index)])) for index in range(13))
         out, residual = builder.inttoptr(out, byte), builder.inttoptr(residual, byte)
         bias, scales = builder.inttoptr(bias, word), builder.inttoptr(scales, real)
         has_rescaled = builder.icmp_unsigned("!=", rescaled, I64(0))
@@ -275,7 +296,11 @@ class DirectInt8Kernel:
         # chosen once: a layer without a residual adds nothing (its zero row's 0.0 changes
         # no byte), where every sum plus its bias stays inside int32 the add and the
         # conversion to float32 take one vector each, not two (the same integer, the same
-        # rounding), and a clamp to the two infinities changes nothing.
+        # rounding), and a clamp to the two infinities changes nothing. Where the sums stay
+        # in int32 and there is no second output, also one for each `saturation`: the
+        # epilogue is bound by its vector operations (on one thread it takes about as long
+        # as the layer's AMX products, and the two do not overlap), and a bound met by the
+        # conversion to bytes is one operation fewer for every 16 values.
         residual_bytes = builder.icmp_unsigned("!=", residual_stride, I64(0))
         narrow = builder.icmp_unsigned("!=", narrow_flag, I64(0))
         act_clamps = builder.or_(
@@ -287,6 +312,11 @@ class DirectInt8Kernel:
         for flag, weight in ((residual_bytes, 2), (builder.and_(residual_bytes, act_clamps), 4),
                              (builder.and_(residual_bytes, is_signed), 8), (has_rescaled, 16)):
             choice = builder.add(choice, builder.mul(builder.zext(flag, I64), I64(weight)))
+        # a saturating conversion only for sums in int32 without a second output (the
+        # loops there are the common ones; the others clamp both bounds)
+        saturating = builder.select(builder.and_(narrow, builder.not_(has_rescaled)),
+                                    saturation, I64(SATURATE_NONE))
+        choice = builder.add(choice, builder.mul(saturating, I64(32)))
         second_half = builder.icmp_signed("<", builder.add(column, I64(LANES)), filters)
         done = function.append_basic_block("rows_done")
         variants = {}
@@ -295,13 +325,15 @@ class DirectInt8Kernel:
                 for clamped in (True, False) if with_residual else (False,):
                     for signed_summand in (True, False) if with_residual else (False,):
                         for second in (True, False):
-                            variants[with_residual, in_int32, clamped, signed_summand,
-                                     second] = function.append_basic_block("rows")
+                            for mode in SATURATIONS if in_int32 and not second else \
+                                    (SATURATE_NONE,):
+                                variants[with_residual, in_int32, clamped, signed_summand,
+                                         second, mode] = function.append_basic_block("rows")
         switch = builder.switch(choice, done)
         for key, block in variants.items():
-            switch.add_case(I64(key[1] + 2 * key[0] + 4 * key[2] + 8 * key[3] + 16 * key[4]),
-                            block)
-        for (with_residual, in_int32, clamped, signed_summand, second), block in \
+            switch.add_case(I64(key[1] + 2 * key[0] + 4 * key[2] + 8 * key[3] + 16 * key[4]
+                                + 32 * key[5]), block)
+        for (with_residual, in_int32, clamped, signed_summand, second, mode), block in \
                 variants.items():
             builder.position_at_end(block)
             with loop(builder, function, first_row, last, "row") as row:
@@ -335,13 +367,15 @@ class DirectInt8Kernel:
                                 summand, self.floats)))
                         low, top = (summed_low, summed_top) if with_residual else (alone_low,
                                                                                     alone_top)
-                        value = self._clamp(builder, value, low, top)
-                        words = self._round(builder, value)
                         place = builder.add(builder.mul(row, filters), at)
+                        target = builder.bitcast(builder.gep(out, [place]),
+                                                 self.bytes.as_pointer())
+                        if mode != SATURATE_NONE:
+                            self._store_saturated(builder, value, low, top, mode, target, mask)
+                            continue
+                        words = self._round(builder, self._clamp(builder, value, low, top))
                         builder.call(self.masked_store, [
-                            builder.trunc(words, self.bytes), builder.bitcast(
-                                builder.gep(out, [place]), self.bytes.as_pointer()), I32(1),
-                            mask])
+                            builder.trunc(words, self.bytes), target, I32(1), mask])
                         if second:
                             # the byte just written, read back as the next pass would read
                             # it (the output's integer: its dtype is the rounded value's),
@@ -362,6 +396,23 @@ class DirectInt8Kernel:
         builder.position_at_end(done)
         builder.ret_void()
         return function
+
+    def _store_saturated(self, builder: ir.IRBuilder, value: ir.Value, low: ir.Value,
+                         top: ir.Value, mode: int, target: ir.Value, mask: ir.Value) -> None:
+        """``value`` clamped to ``[low, top]``, rounded, its bytes stored at ``target`` where
+        ``mask`` holds, with one of the clamps done by the conversion to bytes that saturates
+        (`saturation` says which): -128 by the signed one, 255 by the unsigned one. A value
+        past int32 converts to 0x80000000, which either conversion saturates the right way
+        here (the signed one to -128, and past the other clamp, the unsigned one to 255)."""
+        if mode == SATURATE_SIGNED:
+            value = builder.select(builder.fcmp_ordered("<", value, top), value, top)
+            narrowing = self.saturate_signed
+        else:
+            value = builder.select(builder.fcmp_ordered(">", value, low), value, low)
+            narrowing = self.saturate_unsigned
+        narrowed = builder.call(narrowing, [self._round(builder, value), ir.Constant(
+            self.bytes, [0] * LANES), ir.Constant(ir.IntType(16), -1)])
+        builder.call(self.masked_store, [narrowed, target, I32(1), mask])
 
     def _prefetch_ahead(self, builder: ir.IRBuilder, row: ir.Value, count: ir.Value,
                         column: ir.Value, out: ir.Value, filters: ir.Value,

@@ -260,6 +260,31 @@ def test_direct_products_requantize_channels_last_in_their_epilogue(
 
 
 @pytest.mark.skipif(not gemm_int8.amx_available(), reason="needs AMX-INT8")
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_product_requantized_in_its_epilogue_is_one_job_however_many_rows(monkeypatch,
+                                                                            threads):
+    """Chunks bound the scratch of a product whose sums a pass requantizes after it; one
+    requantized in its own epilogue has none, and runs as one job over every row (after its
+    padded copy) even where a chunk would hold a single row block: the NumPy path's bytes."""
+    monkeypatch.setattr(int8_conv, "CHUNK_BYTES", 1)
+    shape = (2, 64, (14, 14), 40, (3, 3), (1, 1), (1, 1), (1, 1))
+    rng = np.random.default_rng(41)
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, shape, np.uint8, np.uint8, "relu", False)
+    want = _reference(data, weight, geometry, epilogue, residual, storage, np.uint8)
+    out = np.zeros_like(want)
+    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight), amx=True)
+    conv = int8_conv.FusedConv(data, weight, packed, geometry, out, None,
+                               int8_conv.Layouts(out=True))
+    assert conv.requantizes_in_product
+    with spin_pool.armed(threads):
+        conv(epilogue)
+    np.testing.assert_array_equal(_from_channels_last(out), want)
+    (jobs,) = conv._jobs.values()
+    assert len(jobs) == 2  # the padded copy, then the product
+
+
+@pytest.mark.skipif(not gemm_int8.amx_available(), reason="needs AMX-INT8")
 @pytest.mark.parametrize("shape", [
     (2, 3, (23, 21), 64, (7, 7), (2, 2), (3, 3), (1, 1)),  # a stem: rows of 21 bytes
     (1, 5, (16, 16), 40, (3, 3), (1, 1), (1, 1), (2, 1)),  # dilated rows, 15 bytes
@@ -317,6 +342,57 @@ def test_direct_epilogue_widens_sums_whose_bias_reaches_past_int32(with_residual
     sums = integer.conv(data, weight, geometry.kernel, geometry.stride, geometry.dilate,
                         geometry.pad, 1) + epilogue.bias.astype(np.float64).reshape(1, -1, 1, 1)
     assert (np.abs(sums) > top).any()  # some do leave int32: a wrapped add would show
+
+
+@pytest.mark.parametrize("low,top,kind", [
+    (-128, 127, "signed"), (-128, 90, "signed"), (0, 255, "unsigned"), (37, 255, "unsigned"),
+    (0, 127, "none"), (0, 90, "none"), (-127, 127, "none"), (-128, 255, "signed")])
+def test_saturation_names_the_bound_a_conversion_to_bytes_meets(low, top, kind):
+    """The direct epilogue's saturating conversions stand in for a clamp only at their own
+    bound: -128 (signed) under a top of 127 at most, 255 (unsigned) over a bottom of 0."""
+    from engine.kernels import gemm_int8_direct_ir as direct_ir
+
+    names = {"signed": direct_ir.SATURATE_SIGNED, "unsigned": direct_ir.SATURATE_UNSIGNED,
+             "none": direct_ir.SATURATE_NONE}
+    # a top past 127 with -128 below is no uint8 or int8 range: no conversion fits it
+    if (low, top) == (-128, 255):
+        assert direct_ir.saturation(low, top) == direct_ir.SATURATE_NONE
+        return
+    assert direct_ir.saturation(low, top) == names[kind]
+
+
+@pytest.mark.skipif(not gemm_int8.amx_available(), reason="needs AMX-INT8")
+@pytest.mark.parametrize("out_dtype,act,with_residual", [
+    (np.int8, None, False),  # -128 by the signed conversion
+    (np.int8, None, True),
+    (np.uint8, "relu", False),  # 255 by the unsigned one
+    (np.uint8, "relu", True),
+    (np.uint8, "bounded_relu", False),  # both clamps
+])
+def test_direct_epilogue_saturates_values_past_int32_to_the_bounds(out_dtype, act,
+                                                                   with_residual):
+    """Scales that take some values past int32 both ways (where a conversion to int32
+    gives 0x80000000), and others inside the range: the epilogue whose conversion to bytes
+    saturates in place of a clamp stores the NumPy path's bytes, the ends included."""
+    shape = (1, 64, (14, 14), 40, (1, 1), (1, 1), (0, 0), (1, 1))
+    rng = np.random.default_rng(29)
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, shape, np.int8, out_dtype, act, with_residual)
+    epilogue.scales[:4] = np.float32([3e9, -3e9, 1e6, -1e6])
+    want = _reference(data, weight, geometry, epilogue, residual, storage, out_dtype)
+    # both ends reached by the filters scaled past int32
+    limits = np.iinfo(storage)
+    top = 90 if act == "bounded_relu" else limits.max  # `_case`'s clip at 90.5
+    for end in (top, limits.min if act is None else 0):
+        assert (want[:, :2] == np.array(end).astype(out_dtype)).any()
+    out = np.zeros_like(want)
+    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight), amx=True)
+    conv = int8_conv.FusedConv(data, weight, packed, geometry, out,
+                               None if residual is None else _channels_last(residual),
+                               int8_conv.Layouts(out=True, residual=True))
+    assert conv.requantizes_in_product
+    conv(epilogue)
+    np.testing.assert_array_equal(_from_channels_last(out), want)
 
 
 @pytest.mark.parametrize("act", [None, "relu", "bounded_relu"])
