@@ -60,9 +60,9 @@ AHEAD_STEPS = 64
 # row block, from L2) is asked for into L1 as well: over a K of `NEXT_PANEL_MAX_DEPTH` or
 # less the same row of the next panel (the next tile's, which fits in L1 beside this one),
 # deeper `NEAR_STEPS` rows on in this one. Rows 784 B to 12.5 KB apart defeat the hardware's
-# own prefetchers (one stream per row, a page each). One thread, cold weights, medians of 8
+# own prefetchers (one stream per row, a page each). One thread, operands cold, medians of 8
 # interleaved rounds over 8-16 copies (docs/benchmarks.md, "fp32: the GEMM asking for B"):
-# columns outside 64 × 256 × 3136 0.91 → 0.80-0.83 ms, 128 × 512 × 784 0.97 → 0.87; rows
+# columns outside 64 × 256 × 3136 0.91 → 0.81-0.90 ms, 128 × 512 × 784 0.97 → 0.87; rows
 # outside 256 × 1024 × 196 1.12 → 0.98, 512 × 128 × 784 0.87 → 0.77, 256 × 64 × 3136 1.00
 # → 0.77.
 IN_L2 = 2  # LLVM's locality for prefetcht1
