@@ -68,10 +68,13 @@ AHEAD_STEPS = 64
 IN_L2 = 2  # LLVM's locality for prefetcht1
 NEAR_STEPS = 16
 NEXT_PANEL_MAX_DEPTH = 128
-# Deeper than this, a product with column panels outside asks for nothing more (``b_next`` 0,
-# the row it reads): two panels beside A's rows outgrow L2 (ResNet-50 v2's 3×3 stride-2 layer
-# at 7², 49 × 4608 × 512 transposed, took 1.23-1.30× as long asking for the next panel).
-NEXT_PANEL_L2_MAX_DEPTH = 2048
+# A product with column panels outside asks for the next panel only where it and the panel
+# it works on fit in this many bytes of L2 beside A, which each panel re-reads whole (else
+# ``b_next`` 0, the row it reads: nothing more). Past it the next panel evicts A: ResNet-50
+# v2's 3×3 stride-2 layer at 7² (49 × 4608 × 512 transposed, 2.3 MB) took 1.23-1.30× as
+# long asking, ResNet-18's stride-2 layer at 14² and batch 8 (256 × 1152 × 392, 1.5 MB)
+# 1.10-1.29×; ResNet-50 v2's 49 × 2048 × 512 (1.0 MB) took 0.89-1.00×.
+NEXT_PANEL_L2_BYTES = 1 << 20
 # A product's ``columns_outside`` field at this: B's column panels outside where the job runs
 # in several parts, row blocks outside where it runs whole (`gemm_bind.streams_right`).
 COLUMNS_WHEN_SPLIT = 2
@@ -207,7 +210,7 @@ class TileKernel:
             # the streamed operand: B's panels with column panels outside, A's blocks within
             builder.select(outside, I64(0), builder.mul(I64(AHEAD_STEPS), constant["acs"])),
             builder.select(outside, builder.mul(I64(AHEAD_STEPS), constant["ldb"]), I64(0)),
-            self._b_next(builder, constant, nr, outside)]
+            self._b_next(builder, constant, builder.mul(row_blocks, mr), nr, outside)]
         rows = builder.select(builder.icmp_signed("<", builder.sub(m, row), mr),
                               builder.sub(m, row), mr)
         columns = builder.select(builder.icmp_signed("<", builder.sub(n, column), nr),
@@ -222,13 +225,16 @@ class TileKernel:
         builder.ret_void()
 
     @staticmethod
-    def _b_next(builder: ir.IRBuilder, constant: dict[str, Any], nr: Any, outside: Any) -> Any:
+    def _b_next(builder: ir.IRBuilder, constant: dict[str, Any], rows: Any, nr: Any,
+                outside: Any) -> Any:
         """The tile function's ``b_next`` (see `NEAR_STEPS`): floats from a step's row of B
-        to what the step asks for besides."""
+        to what the step asks for besides, for a product of ``rows`` rows of A (whole row
+        blocks) by ``nr``-column panels."""
         k = constant["k"]
         next_panel = builder.mul(nr, constant["column_step"])
         near = builder.mul(I64(NEAR_STEPS), constant["ldb"])
-        panels = builder.select(builder.icmp_signed("<=", k, I64(NEXT_PANEL_L2_MAX_DEPTH)),
+        held = builder.mul(builder.mul(builder.add(rows, builder.mul(nr, I64(2))), k), I64(4))
+        panels = builder.select(builder.icmp_signed("<=", held, I64(NEXT_PANEL_L2_BYTES)),
                                 next_panel, I64(0))
         rows = builder.select(builder.icmp_signed("<=", k, I64(NEXT_PANEL_MAX_DEPTH)),
                               next_panel, near)

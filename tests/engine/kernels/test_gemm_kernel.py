@@ -109,13 +109,16 @@ def test_the_k_loop_prefetches_the_streamed_operand_ahead() -> None:
     assert text.count("i32 0, i32 2, i32 1)") == lines  # prefetcht1: the next panel, into L2
 
 
-@pytest.mark.parametrize("depth, outside, expected", [
-    (64, True, "next panel"), (2048, True, "next panel"), (2049, True, "its own row"),
-    (128, False, "next panel"), (129, False, "near"), (4608, False, "near")])
-def test_what_each_step_asks_for_besides(depth: int, outside: bool, expected: str) -> None:
+@pytest.mark.parametrize("rows, depth, outside, expected", [
+    (12, 64, True, "next panel"), (60, 2048, True, "next panel"),
+    (60, 4608, True, "its own row"), (264, 1152, True, "its own row"),
+    (264, 128, False, "next panel"), (264, 129, False, "near"), (12, 4608, False, "near")])
+def test_what_each_step_asks_for_besides(rows: int, depth: int, outside: bool,
+                                         expected: str) -> None:
     """The part's ``b_next``: the next panel's row where K is short, or with panels outside
-    up to `gemm_ir.NEXT_PANEL_L2_MAX_DEPTH` (deeper, the row itself: nothing more); with row
-    blocks outside deeper than `gemm_ir.NEXT_PANEL_MAX_DEPTH`, `gemm_ir.NEAR_STEPS` rows on."""
+    where A's rows and two panels fit `gemm_ir.NEXT_PANEL_L2_BYTES` (else the row itself:
+    nothing more); with row blocks outside deeper than `gemm_ir.NEXT_PANEL_MAX_DEPTH`,
+    `gemm_ir.NEAR_STEPS` rows on."""
     import llvmlite.ir as ir
 
     from engine.kernels import gemm_ir
@@ -125,7 +128,8 @@ def test_what_each_step_asks_for_besides(depth: int, outside: bool, expected: st
     builder = ir.IRBuilder(function.append_basic_block())
     i64, i1 = ir.IntType(64), ir.IntType(1)
     constant = {"k": i64(depth), "column_step": i64(depth), "ldb": i64(3136)}
-    builder.ret(gemm_ir.TileKernel._b_next(builder, constant, i64(32), i1(outside)))
+    builder.ret(gemm_ir.TileKernel._b_next(builder, constant, i64(rows), i64(32),
+                                           i1(outside)))
     engine = compile_ir(str(module))
     answer = ctypes.CFUNCTYPE(ctypes.c_int64)(engine.get_function_address("b_next"))()
     assert answer == {"next panel": 32 * depth, "its own row": 0,
