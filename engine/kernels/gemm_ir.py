@@ -3,7 +3,7 @@
 One function computes one tile of ``C = A @ B``::
 
     tile(K, a, lda, acs, b, ldb, c, ldc, bias_rows, bias_columns, low, high, residual,
-         a_ahead, b_ahead [, rows, columns])
+         a_ahead, b_ahead, b_next [, rows, columns])
 
 ``a`` points at the tile's first row of A (element (i, k) at ``a + i·lda + k·acs``), ``b`` at
 its first column of B (row k at ``b + k·ldb``, contiguous floats), ``c`` at its corner of C
@@ -21,7 +21,10 @@ Each step also prefetches the operand the product streams from memory, `AHEAD_ST
 K on: with column panels outside (``b_ahead``, in floats, not 0) each line of B's row there,
 so a packed panel and the panel after it arrive while the tile works; with row blocks outside
 (``a_ahead``) A's column there, a packed block of weights. The part passes one offset or the
-other, and each tile has a loop for each, so no step tests which.
+other, and each tile has a loop for each, so no step tests which. Each step asks for B once
+more, ``b_next`` floats from its row (`NEAR_STEPS`): the next panel's row into L2 with
+column panels outside, a row B's next tile or this one reads soon into L1 with row blocks
+outside.
 
 ``tile_full`` computes a whole ``MR × NR`` tile. ``tile_edge`` serves the last row and column
 blocks: one loop per row count (1 to MR) and per vector count (1 or all), so that a thin edge
@@ -50,11 +53,34 @@ I1 = ir.IntType(1)
 # at 128, 2.26 at 256 (NumPy's sum of the panels 1.38); with row blocks outside (36 products
 # 256 × 256 × 16, A packed: the F(4×4) layer at 14²) 1.71 → 1.21 ms at 64 (the sum 1.0).
 AHEAD_STEPS = 64
+# What else each step asks for of B, by the tile function's ``b_next`` (floats from the step's
+# row of B): with column panels outside, the same row of the next panel, into L2 (`IN_L2`):
+# the row blocks after a panel's first read it from cache while the core's memory stream sits
+# idle, and the next panel can arrive meanwhile. With row blocks outside, B (read by every
+# row block, from L2) is asked for into L1 as well: over a K of `NEXT_PANEL_MAX_DEPTH` or
+# less the same row of the next panel (the next tile's, which fits in L1 beside this one),
+# deeper `NEAR_STEPS` rows on in this one. Rows 784 B to 12.5 KB apart defeat the hardware's
+# own prefetchers (one stream per row, a page each). One thread, operands cold, medians of 8
+# interleaved rounds over 8-16 copies (docs/benchmarks.md, "fp32: the GEMM asking for B"):
+# columns outside 64 × 256 × 3136 0.91 → 0.81-0.90 ms, 128 × 512 × 784 0.97 → 0.87; rows
+# outside 256 × 1024 × 196 1.12 → 0.98, 512 × 128 × 784 0.87 → 0.77, 256 × 64 × 3136 1.00
+# → 0.77.
+IN_L2 = 2  # LLVM's locality for prefetcht1
+NEAR_STEPS = 16
+NEXT_PANEL_MAX_DEPTH = 128
+# A product with column panels outside asks for the next panel only where it and the panel
+# it works on fit in this many bytes of L2 beside A, which each panel re-reads whole (else
+# ``b_next`` 0, the row it reads: nothing more). Past it the next panel evicts A: ResNet-50
+# v2's 3×3 stride-2 layer at 7² (49 × 4608 × 512 transposed, 2.3 MB) took 1.23-1.30× as
+# long asking, ResNet-18's stride-2 layer at 14² and batch 8 (256 × 1152 × 392, 1.5 MB)
+# 1.10-1.29×; ResNet-50 v2's 49 × 2048 × 512 (1.0 MB) took 0.89-1.00×.
+NEXT_PANEL_L2_BYTES = 1 << 20
 # A product's ``columns_outside`` field at this: B's column panels outside where the job runs
 # in several parts, row blocks outside where it runs whole (`gemm_bind.streams_right`).
 COLUMNS_WHEN_SPLIT = 2
 LINE_BYTES = 64
 RESIDUAL = 12  # the tile functions' argument holding the residual's pointer
+B_NEXT = RESIDUAL + 3  # the tile functions' argument ``b_next`` (see `NEAR_STEPS`)
 
 
 class TileKernel:
@@ -183,7 +209,8 @@ class TileKernel:
             residual,
             # the streamed operand: B's panels with column panels outside, A's blocks within
             builder.select(outside, I64(0), builder.mul(I64(AHEAD_STEPS), constant["acs"])),
-            builder.select(outside, builder.mul(I64(AHEAD_STEPS), constant["ldb"]), I64(0))]
+            builder.select(outside, builder.mul(I64(AHEAD_STEPS), constant["ldb"]), I64(0)),
+            self._b_next(builder, constant, builder.mul(row_blocks, mr), nr, outside)]
         rows = builder.select(builder.icmp_signed("<", builder.sub(m, row), mr),
                               builder.sub(m, row), mr)
         columns = builder.select(builder.icmp_signed("<", builder.sub(n, column), nr),
@@ -196,6 +223,22 @@ class TileKernel:
         builder.position_at_end(done)
         self._end_part(function, builder)
         builder.ret_void()
+
+    @staticmethod
+    def _b_next(builder: ir.IRBuilder, constant: dict[str, Any], rows: Any, nr: Any,
+                outside: Any) -> Any:
+        """The tile function's ``b_next`` (see `NEAR_STEPS`): floats from a step's row of B
+        to what the step asks for besides, for a product of ``rows`` rows of A (whole row
+        blocks) by ``nr``-column panels."""
+        k = constant["k"]
+        next_panel = builder.mul(nr, constant["column_step"])
+        near = builder.mul(I64(NEAR_STEPS), constant["ldb"])
+        held = builder.mul(builder.mul(builder.add(rows, builder.mul(nr, I64(2))), k), I64(4))
+        panels = builder.select(builder.icmp_signed("<=", held, I64(NEXT_PANEL_L2_BYTES)),
+                                next_panel, I64(0))
+        rows = builder.select(builder.icmp_signed("<=", k, I64(NEXT_PANEL_MAX_DEPTH)),
+                              next_panel, near)
+        return builder.select(outside, panels, rows)
 
     def _run_tile(self, function: ir.Function, builder: ir.IRBuilder, full: ir.Function,
                   edge: ir.Function, arguments: list[Any], rows: Any, columns: Any,
@@ -229,7 +272,7 @@ class TileKernel:
     def _function(self, name: str, edge: bool) -> tuple[ir.Function, ir.IRBuilder]:
         pointer = F32.as_pointer()
         arguments = [I64, pointer, I64, I64, pointer, I64, pointer, I64, pointer, pointer, F32, F32,
-                     pointer, I64, I64]
+                     pointer, I64, I64, I64]
         if edge:
             arguments += [I64, I64]
         function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), arguments), name=name)
@@ -255,7 +298,7 @@ class TileKernel:
                    vectors: int, masks: list[Any] | None, stream: str) -> None:
         """`_tile`'s loop and stores, prefetching operand ``stream`` ("a" or "b")."""
         k_count, a, lda, acs, b, ldb = function.args[:6]
-        a_ahead, b_ahead = function.args[RESIDUAL + 1:RESIDUAL + 3]
+        a_ahead, b_ahead, b_next = function.args[RESIDUAL + 1:B_NEXT + 1]
         start = builder.block
         loop = function.append_basic_block("loop")
         done = function.append_basic_block("done")
@@ -270,8 +313,10 @@ class TileKernel:
         a_column = builder.mul(k, acs)
         if stream == "b":
             self._prefetch_row(builder, builder.gep(b_row, [b_ahead]))
+            self._prefetch_row(builder, builder.gep(b_row, [b_next]), IN_L2)
         else:
             self._prefetch(builder, builder.gep(builder.gep(a, [a_column]), [a_ahead]))
+            self._prefetch_row(builder, builder.gep(b_row, [b_next]))
         stepped = []
         for i in range(rows):
             scalar = builder.load(builder.gep(a, [builder.add(row_offsets[i], a_column)]),
@@ -413,15 +458,15 @@ class TileKernel:
     def _vector_at(self, builder: ir.IRBuilder, row: Any, offset: Any) -> Any:
         return builder.bitcast(builder.gep(row, [offset]), self.vector.as_pointer())
 
-    def _prefetch_row(self, builder: ir.IRBuilder, row: Any) -> None:
+    def _prefetch_row(self, builder: ir.IRBuilder, row: Any, locality: int = 3) -> None:
         """Each line of a tile's row of B from ``row`` (A's column, MR floats of a packed
         block, is under a line: one prefetch)."""
         for line in range(-(-self.shape.columns * 4 // LINE_BYTES)):
-            self._prefetch(builder, builder.gep(row, [I64(line * LINE_BYTES // 4)]))
+            self._prefetch(builder, builder.gep(row, [I64(line * LINE_BYTES // 4)]), locality)
 
-    def _prefetch(self, builder: ir.IRBuilder, address: Any) -> None:
+    def _prefetch(self, builder: ir.IRBuilder, address: Any, locality: int = 3) -> None:
         # A read (0), kept in every level of cache (3), of data (1): prefetcht0 on x86.
-        builder.call(self.prefetch, [address, I32(0), I32(3), I32(1)])
+        builder.call(self.prefetch, [address, I32(0), I32(locality), I32(1)])
 
     def _multiply_add(self, builder: ir.IRBuilder, broadcast: Any, b_value: Any,
                       sum_: Any) -> Any:

@@ -10,6 +10,7 @@ import pytest
 import engine
 from engine import sym
 from engine.cpu import spin_pool
+from engine.cpu.llvm_jit import compile_ir
 from engine.kernels import gemm_bind, gemm_kernel, winograd_bind
 
 pytestmark = pytest.mark.skipif(not gemm_kernel.available(),
@@ -98,11 +99,41 @@ def test_the_k_loop_prefetches_the_streamed_operand_ahead() -> None:
 
     tiles = TileKernel(gemm_kernel.tile())
     tiles.define_full("tile_full")
-    # a loop prefetching each line of B's row, and one prefetching A's column; after each,
-    # the epilogue asks for the residual's rows (two lines per vector, where one is added)
+    # a loop prefetching each line of B's row ahead and the next panel's row into L2, and one
+    # prefetching A's column and B's lines ``b_next`` on into L1; after each, the epilogue
+    # asks for the residual's rows (two lines per vector, where one is added)
     lines = -(-gemm_kernel.tile().columns * 4 // 64)
     residual = 2 * 2 * gemm_kernel.tile().vectors
-    assert str(tiles.module).count('call void @"llvm.prefetch.p0"') == lines + 1 + residual
+    text = str(tiles.module)
+    assert text.count('call void @"llvm.prefetch.p0"') == 3 * lines + 1 + residual
+    assert text.count("i32 0, i32 2, i32 1)") == lines  # prefetcht1: the next panel, into L2
+
+
+@pytest.mark.parametrize("rows, depth, outside, expected", [
+    (12, 64, True, "next panel"), (60, 2048, True, "next panel"),
+    (60, 4608, True, "its own row"), (264, 1152, True, "its own row"),
+    (264, 128, False, "next panel"), (264, 129, False, "near"), (12, 4608, False, "near")])
+def test_what_each_step_asks_for_besides(rows: int, depth: int, outside: bool,
+                                         expected: str) -> None:
+    """The part's ``b_next``: the next panel's row where K is short, or with panels outside
+    where A's rows and two panels fit `gemm_ir.NEXT_PANEL_L2_BYTES` (else the row itself:
+    nothing more); with row blocks outside deeper than `gemm_ir.NEXT_PANEL_MAX_DEPTH`,
+    `gemm_ir.NEAR_STEPS` rows on."""
+    import llvmlite.ir as ir
+
+    from engine.kernels import gemm_ir
+
+    module = ir.Module()
+    function = ir.Function(module, ir.FunctionType(ir.IntType(64), []), name="b_next")
+    builder = ir.IRBuilder(function.append_basic_block())
+    i64, i1 = ir.IntType(64), ir.IntType(1)
+    constant = {"k": i64(depth), "column_step": i64(depth), "ldb": i64(3136)}
+    builder.ret(gemm_ir.TileKernel._b_next(builder, constant, i64(rows), i64(32),
+                                           i1(outside)))
+    engine = compile_ir(str(module))
+    answer = ctypes.CFUNCTYPE(ctypes.c_int64)(engine.get_function_address("b_next"))()
+    assert answer == {"next panel": 32 * depth, "its own row": 0,
+                      "near": gemm_ir.NEAR_STEPS * 3136}[expected]
 
 
 @pytest.mark.parametrize("cpu, features, rows", [
