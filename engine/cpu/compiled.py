@@ -1,5 +1,5 @@
 """numba for the CPU kernels: whether it is there, compiling without the GIL, and compiling a
-module's kernels once.
+module's kernels once (numba's, or anything else a module makes once: `made_once`).
 
 numba is imported on first use; `available()` is False where it is not installed, and callers
 keep their NumPy binding then. Compiled code is cached under `cache.cache_dir`.
@@ -17,6 +17,7 @@ from engine.cpu import cache
 
 COMPILED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))  # numba has no float16
 _compiling = threading.Lock()
+_making = threading.RLock()  # `made_once`'s: one make may ask for another's
 
 
 def available() -> bool:
@@ -37,6 +38,17 @@ def compiled_once(kernels: dict[str, Any], build: Callable[[], dict[str, Any]]) 
             if not kernels:
                 kernels.update(build())
     return kernels
+
+
+def made_once(made: dict, key: Any, make: Callable[[], Any]) -> Any:
+    """``made[key]``, set to ``make()`` the first time any thread asks: plans bind on several
+    threads at once (a split batch's runs), and a kernel compiled twice costs its compile
+    time twice (seconds, for an LLVM module of tile functions)."""
+    if key not in made:
+        with _making:
+            if key not in made:
+                made[key] = make()
+    return made[key]
 
 
 def compile_kernel(function: Any, **options: Any) -> Any:

@@ -15,17 +15,17 @@ import hashlib
 import os
 import sys
 import threading
+from functools import partial
 from typing import Any
 
 import numpy as np
 
-from engine.cpu import cache, spin_pool
+from engine.cpu import cache, compiled, spin_pool
 
 # Elements (of the arrays a kernel reads and writes) per part at least: about 2 µs of a pass.
 PART_ELEMENTS = 4096
 
 _tasks: dict[tuple[Any, ...], int] = {}
-_compiling = threading.Lock()
 
 
 def parts_for(total: int, elements: int) -> int:
@@ -74,12 +74,7 @@ def _kind(value: Any, per_part: bool) -> tuple[Any, ...] | None:
 
 
 def _task(kernel: tuple[str, str], kinds: tuple[Any, ...]) -> int:
-    key = (kernel, kinds)
-    if key not in _tasks:
-        with _compiling:
-            if key not in _tasks:
-                _tasks[key] = _compile(kernel, kinds)
-    return _tasks[key]
+    return compiled.made_once(_tasks, (kernel, kinds), partial(_compile, kernel, kinds))
 
 
 def _compile(kernel: tuple[str, str], kinds: tuple[Any, ...]) -> int:

@@ -17,7 +17,6 @@ panels, by a numba loop (`pairing`). A `PairedProduct` is that pass followed by 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -30,7 +29,6 @@ from engine.kernels.workspace import empty_aligned
 
 _kernels: dict[str, Any] = {}
 _compiled: dict[str, Any] = {}  # the LLVM engine of `bf16_pair_ir` (it owns the code)
-_compiling = threading.Lock()
 # The compiled loops round float32 bit patterns to bf16 in uint32 arithmetic (16 lanes of a
 # 512-bit vector; int64 would halve that): add half an ulp of bf16, less one where the kept
 # part is even (ties to even), and keep the upper half. A NaN gets its quiet bit instead, so
@@ -266,11 +264,7 @@ def _pair_task(name: str = "patch_pairs") -> int | None:
     """The address of `bf16_pair_ir`'s task ``name`` (``patch_pairs``, ``batchnorm_pairs``,
     ``copy_words``),
     compiled once per process; None where llvmlite cannot compile it."""
-    if "pairs" not in _compiled:
-        with _compiling:
-            if "pairs" not in _compiled:
-                _compiled["pairs"] = _compile_pairs()
-    engine = _compiled["pairs"]
+    engine = compiled.made_once(_compiled, "pairs", _compile_pairs)
     return None if engine is None else engine.get_function_address(name)
 
 

@@ -26,17 +26,15 @@ where every reader took the grid and no residual is added, it writes it (``grid_
 from __future__ import annotations
 
 import math
-import threading
 from functools import partial
 from typing import Any
 
 import numpy as np
 
-from engine.cpu import host_features, llvm_jit, spin_pool
+from engine.cpu import compiled, host_features, llvm_jit, spin_pool
 from engine.kernels import bf16, bf16_handoff, gemm_bind, gemm_kernel
 
 _state: dict[str, Any] = {}
-_compiling = threading.Lock()
 # The context's int64s (addresses in bytes, strides in words or floats): the packed weights,
 # the grid and its plane stride, the output and its row stride, the biases, the bounds (two
 # float64s), the filters, the grid columns per image, words per tap, the taps and their
@@ -352,11 +350,7 @@ def _parts(context: np.ndarray) -> int:
 
 
 def _compiled() -> dict[str, Any] | None:
-    if "kernel" not in _state:
-        with _compiling:  # plans may bind on several threads at once: compile once
-            if "kernel" not in _state:
-                _state["kernel"] = _compile()
-    return _state["kernel"]
+    return compiled.made_once(_state, "kernel", _compile)
 
 
 def _compile() -> dict[str, Any] | None:

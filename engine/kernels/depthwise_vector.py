@@ -13,12 +13,11 @@ Measured on MobileNet v2's 17 depthwise layers at batch 1, one thread, against t
 from __future__ import annotations
 
 import ctypes
-import threading
 from typing import Any
 
 import numpy as np
 
-from engine.cpu import host_features, kernel_jobs, llvm_jit, spin_pool
+from engine.cpu import compiled, host_features, kernel_jobs, llvm_jit, spin_pool
 from engine.kernels import bf16_handoff
 from engine.kernels.depthwise_kernel import DepthwiseCall
 
@@ -26,7 +25,6 @@ STRIDES = (1, 2)  # what `depthwise_ir` generates
 LANES = 16  # outputs per vector: a row of a multiple of this many fills its vectors
 BF16_BITS = np.dtype(np.uint16)  # bf16 planes' dtype: each value's 16 bits
 _compiled: dict[str, Any] = {}  # the LLVM engine (it owns the machine code), once made
-_compiling = threading.Lock()
 _TASK = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
 
 
@@ -165,11 +163,7 @@ def _task(stride: int, paired: bool = False, width: int = 0,
     planes ``width`` wide (the stacked task where `depthwise_ir.stacks`, but for bf16 input
     planes, ``from_bf16``: the column walk reads them); None where it cannot be compiled
     here."""
-    if "engine" not in _compiled:
-        with _compiling:
-            if "engine" not in _compiled:
-                _compiled["engine"] = _compile()
-    engine = _compiled["engine"]
+    engine = compiled.made_once(_compiled, "engine", _compile)
     if engine is None or stride not in STRIDES:
         return None
     from engine.kernels.depthwise_ir import stacks, task_name

@@ -20,13 +20,12 @@ The values are the float32 epilogue's (biases, clamp) rounded to nearest even, a
 
 from __future__ import annotations
 
-import threading
 from functools import partial
 from typing import Any
 
 import numpy as np
 
-from engine.cpu import host_features, llvm_jit, spin_pool
+from engine.cpu import compiled, host_features, llvm_jit, spin_pool
 from engine.kernels import bf16, bf16_handoff, gemm_kernel
 
 # The positions of a `gemm_kernel.Product`'s context that a halves product changes.
@@ -39,7 +38,6 @@ _FIELD = gemm_kernel._FIELDS  # noqa: SLF001 - the context layout the AMX part r
 # slower (the widening costs more than the bytes saved; 7² planes lose the stacked task).
 MIN_OUTPUT_BYTES = 1 << 20
 _state: dict[str, Any] = {}
-_compiling = threading.Lock()
 
 
 def lay_bf16(calls: list[Any], out: Any, workspace: Any) -> list[Any]:
@@ -169,11 +167,7 @@ class HandingProduct:
 
 
 def _compiled() -> dict[str, Any] | None:
-    if "kernel" not in _state:
-        with _compiling:  # plans may bind on several threads at once: compile once
-            if "kernel" not in _state:
-                _state["kernel"] = _compile()
-    return _state["kernel"]
+    return compiled.made_once(_state, "kernel", _compile)
 
 
 def _compile() -> dict[str, Any] | None:
@@ -183,14 +177,14 @@ def _compile() -> dict[str, Any] | None:
         return None
     from engine.kernels.gemm_amx_ir import AmxGridKernel, AmxHalvesKernel
 
-    compiled: dict[str, Any] = {"engines": []}
+    built: dict[str, Any] = {"engines": []}
     for kind, kernel_type in (("halves", AmxHalvesKernel), ("grid", AmxGridKernel)):
         engine = llvm_jit.compile_for_host(partial(_module, kernel_type))
         if engine is None:
             return None
-        compiled["engines"].append(engine)  # it owns the machine code
-        compiled[kind] = engine.get_function_address("part")
-    return compiled
+        built["engines"].append(engine)  # it owns the machine code
+        built[kind] = engine.get_function_address("part")
+    return built
 
 
 def _module(kernel_type: Any) -> Any:

@@ -29,12 +29,11 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import threading
 from typing import Any
 
 import numpy as np
 
-from engine.cpu import host_features
+from engine.cpu import compiled, host_features
 from engine.kernels.workspace import empty_aligned
 
 log = logging.getLogger(__name__)
@@ -48,7 +47,6 @@ EXACT_DEPTH = (2 ** 31 - 1) // (255 * 128)
 TILES = ((1, 16), (2, 12), (4, 6))
 
 _state: dict[str, Any] = {}
-_compiling = threading.Lock()
 _SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
                               ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
                               ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
@@ -249,13 +247,14 @@ def amx_available() -> bool:
 
 
 def _compiled() -> dict[Any, Any] | None:
-    if "kernels" not in _state:
-        with _compiling:
-            if "kernels" not in _state:
-                _state["kernels"] = _compile()
-                if _state["kernels"] is None:
-                    log.info("int8 products run as float64 BLAS: no AVX-512 VNNI JIT here")
-    return _state["kernels"]
+    return compiled.made_once(_state, "kernels", _compile_or_say)
+
+
+def _compile_or_say() -> dict[Any, Any] | None:
+    kernels = _compile()
+    if kernels is None:
+        log.info("int8 products run as float64 BLAS: no AVX-512 VNNI JIT here")
+    return kernels
 
 
 def _compile() -> dict[Any, Any] | None:

@@ -27,17 +27,15 @@ NumPy's matmul.
 from __future__ import annotations
 
 import platform
-import threading
 from functools import partial
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from engine.cpu import host_features, spin_pool
+from engine.cpu import compiled, host_features, spin_pool
 from engine.kernels.workspace import empty_aligned
 
 _state: dict[str, Any] = {}
-_compiling = threading.Lock()
 
 
 class Tile(NamedTuple):
@@ -391,11 +389,7 @@ def _as_product(context: np.ndarray, operands: tuple[Any, ...]) -> Product:
 
 
 def _compiled(kernel: int = FP32) -> dict[str, Any] | None:
-    if kernel not in _state:
-        with _compiling:  # plans may bind on several threads at once: compile once
-            if kernel not in _state:
-                _state[kernel] = _compile(kernel=kernel)
-    return _state[kernel]
+    return compiled.made_once(_state, kernel, partial(_compile, kernel=kernel))
 
 
 def _compile(cpu: str | None = None, features: str | None = None,
