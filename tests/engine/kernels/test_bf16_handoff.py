@@ -6,6 +6,8 @@ without a hand-off, bit for bit."""
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -14,6 +16,7 @@ import pytest
 import engine
 from bench import nets
 from engine import sym
+from engine.cpu import parallel
 from engine.kernels import (
     bf16,
     bf16_handoff,
@@ -45,6 +48,22 @@ def block(data: Any, readers: str, stride: int) -> Any:
     pooled = sym.Pooling(depthwise, kernel=(1, 1), global_pool=True, pool_type="avg")
     return sym.broadcast_add(project, sym.Convolution(pooled, num_filter=32, kernel=(1, 1),
                                                       name="side"))
+
+
+def image(side: int) -> np.ndarray:
+    """One random 3-channel ``side``² image, the same every call."""
+    return np.random.default_rng(0).standard_normal((1, 3, side, side)).astype(np.float32)
+
+
+@contextmanager
+def steps_on(threads: int) -> Iterator[None]:
+    """Plans bound inside run their steps on ``threads`` threads."""
+    before = parallel.threads()
+    parallel.set_threads(threads)
+    try:
+        yield
+    finally:
+        parallel.set_threads(before)
 
 
 def served(symbol: Any, params: dict, feed: dict, precision: str,
@@ -154,8 +173,7 @@ def test_mobilenet_v2_hands_its_depthwise_outputs_over(monkeypatch: pytest.Monke
     same plan whose readers pair the float32 planes, bit for bit, and near fp32's."""
     symbol = nets.mobilenet_v2()
     params = nets.random_params(symbol, (1, 3, 96, 96))
-    feed = {"data": np.random.default_rng(0).standard_normal((1, 3, 96, 96)).astype(
-        np.float32)}
+    feed = {"data": image(96)}
     handoffs: list = []
     got = served(symbol, params, feed, "bf16", handoffs)
     offered = [handoff for handoff in handoffs if handoff is not None]
@@ -239,15 +257,10 @@ def test_resnet50_v2_hands_its_preactivations_over(monkeypatch: pytest.MonkeyPat
     is of stride 1 over rows of 8 pixels or more (6: stages 1 and 2 but for stage 2's first
     block); the outputs those of the same plan pairing the float32 arrays, bit for bit, at
     one thread and at two, and near fp32's."""
-    from engine.cpu import parallel
-
     symbol = nets.resnet50_v2(classes=10)
     params = nets.random_params(symbol, (1, 3, 64, 64), seed=5)
-    feed = {"data": np.random.default_rng(0).standard_normal((1, 3, 64, 64)).astype(
-        np.float32)}
-    before = parallel.threads()
-    parallel.set_threads(threads)
-    try:
+    feed = {"data": image(64)}
+    with steps_on(threads):
         handoffs: list = []
         got = served(symbol, params, feed, "bf16", handoffs, halves=True)
         offered = [handoff for handoff in handoffs if handoff is not None]
@@ -261,8 +274,6 @@ def test_resnet50_v2_hands_its_preactivations_over(monkeypatch: pytest.MonkeyPat
         np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", [],
                                                   halves=True))
         want = served(symbol, params, feed, "fp32")
-    finally:
-        parallel.set_threads(before)
     assert np.abs(got - want).max() <= 0.05 * np.abs(want).max()
     assert got.argmax() == want.argmax()
 
@@ -319,15 +330,10 @@ def test_resnet18_v1_hands_its_first_convolutions_grids_over(
     channels writes its second 3×3's grid (3 of 8: a strided first one's grid is phase planes
     of another width; over a longer K writing the grid did not pay), the outputs those of the
     same plan pairing the float32 arrays, bit for bit, and near fp32's."""
-    from engine.cpu import parallel
-
     symbol = nets.resnet18_v1(classes=10)
     params = nets.random_params(symbol, (1, 3, 64, 64), seed=5)
-    feed = {"data": np.random.default_rng(0).standard_normal((1, 3, 64, 64)).astype(
-        np.float32)}
-    before = parallel.threads()
-    parallel.set_threads(threads)
-    try:
+    feed = {"data": image(64)}
+    with steps_on(threads):
         handoffs: list = []
         got = served(symbol, params, feed, "bf16", handoffs, halves=True)
         offered = [handoff for handoff in handoffs if handoff is not None]
@@ -337,8 +343,6 @@ def test_resnet18_v1_hands_its_first_convolutions_grids_over(
                             property(lambda handoff: False))
         np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", []))
         want = served(symbol, params, feed, "fp32")
-    finally:
-        parallel.set_threads(before)
     assert np.abs(got - want).max() <= 0.05 * np.abs(want).max()
     assert got.argmax() == want.argmax()
 
@@ -420,15 +424,10 @@ def test_mobilenet_v2_hands_its_expand_outputs_over_as_bf16_planes(
     writes its depthwise reader's bf16 planes, the smaller ones float32, and each depthwise
     layer its projection's pairs; the outputs those of the plan rounding in NumPy, bit for
     bit, at one thread and at two, and near fp32's."""
-    from engine.cpu import parallel
-
     symbol = nets.mobilenet_v2()
     params = nets.random_params(symbol, (1, 3, 224, 224))
-    feed = {"data": np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(
-        np.float32)}
-    before = parallel.threads()
-    parallel.set_threads(threads)
-    try:
+    feed = {"data": image(224)}
+    with steps_on(threads):
         handoffs: list = []
         got = served(symbol, params, feed, "bf16", handoffs, halves=True)
         laid = [handoff for handoff in handoffs if handoff is not None and handoff.laid]
@@ -440,8 +439,6 @@ def test_mobilenet_v2_hands_its_expand_outputs_over_as_bf16_planes(
             np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", [],
                                                       halves=True))
         want = served(symbol, params, feed, "fp32")
-    finally:
-        parallel.set_threads(before)
     assert np.abs(got - want).max() <= 0.1 * np.abs(want).max()
 
 
