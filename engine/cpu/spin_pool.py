@@ -273,12 +273,12 @@ class Choice:
     again at once (unless its sample has already made its way the one taken: a follow-up run
     the other way would then be a run on the losing way), so a burst that left the other
     way's samples slow is forgotten within `SAMPLES` runs, not `SAMPLES` explorations
-    (MobileNet v2 on two cores ran a bench round's
-    median at its one-thread 10 ms where armed runs took 6). The first samples are the likeliest
-    to mislead, taken while the process is still starting or its neighbours are (ResNet-18's
-    first armed runs in the executor benchmark took 43-59 ms, against 17 once the machine
-    settled, and the plan ran on one thread at 24 ms until its 32nd run), so before `EXPLORE`
-    runs the other way is also tried at runs 4, 8 and 16.
+    (MobileNet v2 on two cores ran a bench round's median at its one-thread 10 ms where armed
+    runs took 6). The first samples are the likeliest to mislead, taken while the process is
+    still starting or its neighbours are (ResNet-18's first armed runs in the executor
+    benchmark took 43-59 ms, against 17 once the machine settled, and the plan ran on one
+    thread at 24 ms until its 32nd run), so before `EXPLORE` runs the other way is also tried
+    at runs 4, 8 and 16.
 
     Runs that come in bursts after idle pauses (the executor benchmark's turns, a server's
     sporadic requests) need two more things. A run that starts `IDLE_SECONDS` or more after
@@ -295,9 +295,9 @@ class Choice:
     each, at least `MIN_STALE_SECONDS`): never in a steady stream, where `EXPLORE` runs come
     first, and one run of a kind in `EXPLORE` / 4 at most where runs are far apart. Each
     such exploration of a kind that loses doubles that wait, up to `EXPLORE` runs, and one
-    that wins brings it back to `EXPLORE` / 4: in the executor benchmark's turns of four or five
-    runs, 2.5 s apart, a one-thread run every other turn cost ResNet-18 fp32 at batch 1 about
-    a tenth of a turn (30-41 ms among armed runs of 19-24) where armed kept winning."""
+    that wins brings it back to `EXPLORE` / 4: in the executor benchmark's turns of four or
+    five runs, 2.5 s apart, a one-thread run every other turn cost ResNet-18 fp32 at batch 1
+    about a tenth of a turn (30-41 ms among armed runs of 19-24) where armed kept winning."""
 
     SAMPLES = 3
     EXPLORE = 32
