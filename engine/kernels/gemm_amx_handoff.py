@@ -29,7 +29,7 @@ from engine.cpu import compiled, host_features, llvm_jit, spin_pool
 from engine.kernels import bf16, bf16_handoff, gemm_kernel
 
 # The positions of a `gemm_kernel.Product`'s context that a halves product changes.
-_FIELD = gemm_kernel._FIELDS  # noqa: SLF001 - the context layout the AMX part reads
+_FIELD = gemm_kernel.CONTEXT_FIELDS
 # A float32 output of this size or more, which streams past half a core's L2, is offered as
 # bf16 planes (`gemm_bind.STREAMED_OUTPUT_BYTES`). MobileNet v2 at batch 1, one thread, in
 # the plan's order, each expand and its depthwise reader with the planes against float32:

@@ -216,13 +216,13 @@ def takes_bias(bias: Any) -> bool:
 # bounds (two float64s), m, n, k, whether column panels are the outer loop, for a batch of
 # products (Winograd's 16) their count and the bytes from one's A, B and C to the next's, the
 # kernel, and where the residual added to C starts (laid out as C; 0 for none).
-_FIELDS = {name: index for index, name in enumerate((
+CONTEXT_FIELDS = {name: index for index, name in enumerate((
     "mr", "nr", "a", "row_step", "lda", "acs", "b", "column_step", "ldb", "c", "ldc",
     "rows_bias", "columns_bias", "low", "high", "m", "n", "k", "columns_outside", "batch",
     "a_batch", "b_batch", "c_batch", "kernel", "residual"))}
 (_MR, _NR, _A, _ROW_STEP, _LDA, _ACS, _B, _COLUMN_STEP, _LDB, _C, _LDC, _ROWS_BIAS,
  _COLUMNS_BIAS, _LOW, _HIGH, _M, _N, _K, _COLUMNS_OUTSIDE, _BATCH, _A_BATCH, _B_BATCH,
- _C_BATCH, _KERNEL, _RESIDUAL) = _FIELDS.values()
+ _C_BATCH, _KERNEL, _RESIDUAL) = CONTEXT_FIELDS.values()
 _BOUNDS = slice(_LOW, _HIGH + 1)
 # Multiply-adds per part of a job at least (about 2 µs at 50 GMAC/s: the hand-off costs well
 # under 1 µs).
@@ -422,7 +422,7 @@ def _compile(cpu: str | None = None, features: str | None = None,
             shape = AMX_TILE
         tiles = {FP32: TileKernel, BF16: PairTileKernel, AMX: AmxTileKernel}[kernel](shape)
         tiles.define_part("part", tiles.define_full("tile_full"), tiles.define_edge("tile_edge"),
-                          _FIELDS)
+                          CONTEXT_FIELDS)
         engine = compile_ir(str(tiles.module), cpu, features, level=3, optimise=True)
     except (RuntimeError, OSError, ValueError):  # no JIT for this target, or no bf16 tile
         return None
