@@ -27,7 +27,7 @@ def amx_entries() -> list[Any]:
 
     tiles = AmxTileKernel(gemm_kernel.AMX_TILE)
     tiles.define_part("part", tiles.define_full("tile_full"), tiles.define_edge("tile_edge"),
-                      gemm_kernel._FIELDS)
+                      gemm_kernel.CONTEXT_FIELDS)
     entries = {"gemm part": tiles.module.get_global("part"),
                "conv part": conv_module(conv_amx._FIELD).get_global("part"),
                "int8 panels": AmxInt8Kernel().define("panels"),

@@ -212,7 +212,7 @@ def test_an_amx_part_runs_its_tiles_through_the_interleaved_tile() -> None:
 
     tiles = AmxTileKernel(gemm_kernel.AMX_TILE)
     tiles.define_part("part", tiles.define_full("tile_full"), tiles.define_edge("tile_edge"),
-                      gemm_kernel._FIELDS)
+                      gemm_kernel.CONTEXT_FIELDS)
     part = tiles.module.get_global("part")
     called = {instruction.callee.name for block in part.blocks
               for instruction in block.instructions if hasattr(instruction, "callee")}
