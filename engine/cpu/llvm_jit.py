@@ -7,9 +7,10 @@ compiler, so this adds no dependency.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
+
+from engine.cpu import compiled
 
 
 def compile_ir(text: str, cpu: str = "", features: str = "", level: int = 2,
@@ -62,17 +63,14 @@ class HostModule:
     def __init__(self, build: Callable[[], Any], feature: str) -> None:
         self._build = build
         self._feature = feature
-        self._lock = threading.Lock()
-        self._compiled: list[Any] = []  # the engine once made (None: none can be here)
+        self._made: dict[str, Any] = {}  # the engine once made (None: none can be here)
 
     def address(self, name: str) -> int | None:
         """The machine address of function ``name``; None where the module cannot run here."""
-        if not self._compiled:
-            with self._lock:
-                if not self._compiled:
-                    from engine.cpu import host_features
-
-                    self._compiled.append(compile_for_host(self._build)
-                                          if host_features.has(self._feature) else None)
-        engine = self._compiled[0]
+        engine = compiled.made_once(self._made, "engine", self._compile)
         return None if engine is None else engine.get_function_address(name)
+
+    def _compile(self) -> Any:
+        from engine.cpu import host_features
+
+        return compile_for_host(self._build) if host_features.has(self._feature) else None
