@@ -31,9 +31,11 @@ Prints, in one run:
 ONNX Runtime and onnx are dev dependencies (``pip install -e .[dev]``), not runtime ones;
 OpenVINO and NNCF are neither, only the peer environment's.
 Times are medians over interleaved rounds (best in brackets), after a warm-up run; a round
-is 200 calls of the MLP, or calls of a CNN for about `ROUND_SECONDS`. Where runtimes take
-turns in processes of their own, `UNTIMED_ROUNDS` untimed rounds of turns come before the
-timed ones.
+is 200 calls of the MLP, or calls of a CNN for about `ROUND_SECONDS` (at least
+`MIN_TURN_CALLS`). Where runtimes take turns in processes of their own, `UNTIMED_ROUNDS`
+untimed rounds of turns come before the timed ones, and each case's "steady" line has the
+median of every turn's calls after its first `STEADY_AFTER`: what a runtime runs at under
+continuous load, where the turn's mean also counts the calls after an idle pause.
 """
 
 from __future__ import annotations
@@ -79,6 +81,12 @@ ROUND_SECONDS = 0.15
 # to settle where its first samples were taken while the other runtimes loaded (a round
 # is 4-5 of its calls at batch 1).
 UNTIMED_ROUNDS = 3
+# Every runtime's first calls of a turn run on caches (and, on some VMs, on memory mappings)
+# the pause and the other runtimes' turns took away: a turn of at least `MIN_TURN_CALLS`
+# calls times, beside the turn's mean, the calls from the third on, the steady rate a
+# runtime runs at under continuous load.
+MIN_TURN_CALLS = 4
+STEADY_AFTER = 2
 GEMM_SIZE = 2048
 
 
@@ -376,8 +384,8 @@ def ort_runner(folder: Path, batch: int, threads: int
 def peer_worker(connection: Any, runtime: str, folder: Path, batch: int, threads: int,
                 agreement: bool) -> None:
     """A process serving timed rounds of ours (fp32 or bf16) or ONNX Runtime fp32: writes its
-    outputs as `quantized_peers.serve` does, then receives a call count and sends back the
-    seconds per call; None ends it."""
+    outputs as `quantized_peers.serve` does, then receives a call count and sends back each
+    call's seconds; None ends it."""
     if runtime == "ort":
         action, run, info = ort_runner(folder, batch, threads)
     else:
@@ -392,10 +400,7 @@ def peer_worker(connection: Any, runtime: str, folder: Path, batch: int, threads
     info["call_seconds"] = min(_once(action) for _ in range(3))
     connection.send(info)
     while (calls := connection.recv()) is not None:
-        start = time.perf_counter()
-        for _ in range(calls):
-            action()
-        connection.send((time.perf_counter() - start) / calls)
+        connection.send(quantized_peers.timed_calls(action, calls))
 
 
 class LocalPeer:
@@ -478,7 +483,7 @@ def compare_peers(folder: Path, batch: int, threads: int, repeat: int,
     infos = {runtime: worker.recv() for runtime, worker in workers.items()}
     slowest = max(info.pop("call_seconds") for info in infos.values())
     is_mlp = folder.name == "mlp"
-    calls = MLP_CALLS if is_mlp else max(1, round(ROUND_SECONDS / slowest))
+    calls = MLP_CALLS if is_mlp else max(MIN_TURN_CALLS, round(ROUND_SECONDS / slowest))
     # Untimed rounds of turns first: every process loaded and warmed up at once, so a
     # runtime that adapts to what it measures (ours: `spin_pool.Choice`) would otherwise
     # start its timed turns on samples taken while the others were still loading.
@@ -487,7 +492,7 @@ def compare_peers(folder: Path, batch: int, threads: int, repeat: int,
             time.sleep(SETTLE_SECONDS)
             worker.send(calls)
             worker.recv()
-    rounds: dict[str, list[float]] = {runtime: [] for runtime in workers}
+    rounds: dict[str, list[list[float]]] = {runtime: [] for runtime in workers}
     for turn in range(max(repeat, MLP_ROUNDS) if is_mlp else repeat):
         order = list(workers.items())
         for runtime, worker in order if turn % 2 == 0 else order[::-1]:
@@ -504,8 +509,8 @@ def compare_peers(folder: Path, batch: int, threads: int, repeat: int,
                             / np.abs(outputs["ours"]).max()),
         "diff": {runtime: float(np.abs(output - outputs["ort"]).max())
                  for runtime, output in outputs.items()},
-        "times": {runtime: (statistics.median(times), min(times))
-                  for runtime, times in rounds.items()}}
+        "times": {runtime: turn_times(turns) for runtime, turns in rounds.items()},
+        "steady": {runtime: steady_time(turns) for runtime, turns in rounds.items()}}
     if agreement:
         logits = {runtime: np.load(folder / f"{runtime}-b{batch}-agreement.npy")
                   for runtime in workers}
@@ -514,6 +519,31 @@ def compare_peers(folder: Path, batch: int, threads: int, repeat: int,
                                          top1_agreement(logits["ort"], output, centred=True))
                                for runtime, output in logits.items() if runtime != "ort"}
     return result
+
+
+def turn_times(turns: list[list[float]]) -> tuple[float, float]:
+    """The median and the best of a runtime's turns, each turn its mean seconds per call."""
+    means = [statistics.fmean(calls) for calls in turns]
+    return statistics.median(means), min(means)
+
+
+def steady_time(turns: list[list[float]]) -> float:
+    """The median seconds of a runtime's calls that follow its turns' first `STEADY_AFTER`."""
+    return statistics.median(call for calls in turns for call in calls[STEADY_AFTER:])
+
+
+def steady_line(result: dict[str, Any], extras: tuple[str, ...]) -> str:
+    """The case's steady calls: each runtime's time and ours against the peer of its precision."""
+    steady = result["steady"]
+    times = ", ".join(f"{PEER_LABELS.get(runtime, runtime)} {ms(seconds)}"
+                      for runtime, seconds in steady.items())
+    float_peers = [steady[peer] for peer in ("ort", "ov-f32") if peer in steady]
+    ratios = [f"fp32 ÷ faster float peer {steady['ours'] / min(float_peers):.2f}×"]
+    for ours, peer in (("bf16", "ov-bf16"), ("int8", "ov-int8")):
+        if ours in steady and peer in steady:
+            ratios.append(f"{ours} ÷ {PEER_LABELS[peer]} {steady[ours] / steady[peer]:.2f}×")
+    return (f"    steady calls (each turn's from call {STEADY_AFTER + 1} on, median): {times}; "
+            + ", ".join(ratios))
 
 
 def peer_header(extras: tuple[str, ...]) -> str:
@@ -553,7 +583,7 @@ def peer_lines(name: str, batch: int, threads: int, result: dict[str, Any],
            f"{result['diff']['ours']:.1e} {result['bf16_error']:.1e}"
            + "".join(f" {ms(times[peer][0]):>8} [{ms(times[peer][1])}]" for peer in extras)
            + f"  (outputs up to {result['scale']:.0f}){verdict}")
-    lines = [row]
+    lines = [row, steady_line(result, extras)]
     if extras:
         lines.append("    ours fp32 ÷ peer: " + ", ".join(
             f"{PEER_LABELS[peer]} {ours[0] / times[peer][0]:.2f}×" for peer in extras)

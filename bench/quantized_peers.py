@@ -4,7 +4,7 @@ through NNCF) and ONNX Runtime int8 (QDQ through `onnxruntime.quantization`).
 `bench/executor.py` runs this file with the peer environment's Python (see
 ``bench/requirements-peers.txt``), one process per runtime, and talks to it over stdin and
 stdout, one JSON value a line: it prints the runtime's description once it is built and
-warmed up, then answers each call count with the seconds per call of that many calls; an empty
+warmed up, then answers each call count with the seconds of each of that many calls; an empty
 line or end of input ends it. It imports none of the engine (the peer environment does not
 hold it): everything it needs is in the network's folder the benchmark wrote:
 
@@ -187,11 +187,17 @@ def serve(runtime: str, folder: Path, batch: int, threads: int, agreement: bool)
     for line in sys.stdin:
         if not line.strip():
             break
-        count = int(line)
+        print(json.dumps(timed_calls(lambda: run(data), int(line))), file=answers, flush=True)
+
+
+def timed_calls(action: Callable[[], object], count: int) -> list[float]:
+    """The seconds of each of ``count`` calls of ``action``, one after another."""
+    seconds = []
+    for _ in range(count):
         start = time.perf_counter()
-        for _ in range(count):
-            run(data)
-        print(json.dumps((time.perf_counter() - start) / count), file=answers, flush=True)
+        action()
+        seconds.append(time.perf_counter() - start)
+    return seconds
 
 
 def print_layer_times(runtime: str, folder: Path, batch: int, threads: int, runs: int) -> None:
