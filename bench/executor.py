@@ -56,7 +56,8 @@ import numpy as np
 # points at whichever checkout made it), and the sibling modules.
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
 
-import nets  # noqa: E402 - the sibling modules, found through the path set just above
+import idle_memory  # noqa: E402 - the sibling modules, found through the path set just above
+import nets  # noqa: E402
 import quantized_peers  # noqa: E402
 import vcpus  # noqa: E402
 
@@ -764,6 +765,9 @@ def main() -> None:
     print(f"{cpu_model()}, {os.cpu_count()} CPUs, {cpu_flags()}; numpy {np.__version__}; "
           f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}; load average "
           f"{os.getloadavg()[0]:.2f}; our default thread count {parallel.threads()}")
+    print(f"memory left idle 0.1 s: {idle_memory.idle_page_cost():.2f} µs a 4 KB page at its "
+          "next read (bench/idle_memory.py: where it is microseconds, every runtime's first "
+          "calls of a turn run several times their steady ones)")
     bench_mlp(repeat)
     settings = (0, 1) if options.threads is None else (options.threads,)
     with tempfile.TemporaryDirectory(prefix="executor-bench-") as root:
