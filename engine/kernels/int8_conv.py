@@ -47,6 +47,14 @@ RESIDUAL, RESIDUAL_CHANNELS_LAST, OUT_CHANNELS_LAST = 1, 2, 4
 # ResNet-18 at batch 1 3.8 → 3.5 ms, ResNet-50 v2 17.0 → 15.6 ms, in turn with 256; MobileNet
 # v2 no change measured through the load).
 AMX_MIN_DEPTH = 64
+# A direct product requantized in its epilogue shares out its row blocks among its parts
+# (each block's panels in turn, `gemm_int8_direct_ir`'s task) where its packed weights stay
+# in cache from one block to the next: up to `ROWS_FIRST_BYTES` whatever its activations, and
+# up to `ROWS_FIRST_MOST_BYTES` where they are no more than the data read and the output
+# written (`rows_first`); past that, as ResNet-18's 3×3 layers into 512 (2.3 MB), every block
+# read them from L3 (1.4× their time at 7², one thread), and panel by panel each panel's
+# weights serve all the blocks from L2.
+ROWS_FIRST_BYTES, ROWS_FIRST_MOST_BYTES = 2 ** 17, 2 ** 20
 # Activation codes the requantize pass understands (`Activation.kind`).
 ACTIVATIONS = {None: 0, "relu": 1, "bounded_relu": 2}
 _arenas = threading.local()
@@ -339,7 +347,8 @@ class FusedConv(EpilogueLayer):
         terms = np.array([out.ctypes.data, residual.ctypes.data, bias.ctypes.data,
                           scales.ctypes.data, filters, count, int(residual.dtype == np.int8),
                           stride, int(sums_fit_int32(self.packed.groups * 4, bias)), second,
-                          rescale[0].ctypes.data, rescale[1].ctypes.data, saturation],
+                          rescale[0].ctypes.data, rescale[1].ctypes.data, saturation,
+                          rows_first(self.packed, self.data.nbytes + self.out.nbytes)],
                          np.int64)
         factors = np.array([*act, epilogue.residual_scale, *alone, *summed], np.float32)
         # the job keeps them alive
@@ -391,6 +400,24 @@ def chunk_rows(rows: int, packed: gemm_int8.PackedWeights, block: int | None = N
     per_row = (packed.groups * 4 if gathers else 0) + 4 * columns
     blocks = max(1, CHUNK_BYTES // (per_row * block))
     return min(rows, blocks * block)
+
+
+def rows_first(packed: gemm_int8.PackedWeights, activation_bytes: int) -> int:
+    """The fewest row blocks a part for a direct product requantized in its epilogue to
+    share out its row blocks rather than its panels (0: by panels). By rows, with two
+    threads, each reads all the weights but only the rows of the data its own part of the
+    layer before wrote (the pool's caller takes parts from the front, its workers from the
+    back), and writes the rows the next layer's same part reads; by panels, each reads half
+    the weights, but every row of the data, and writes a share of every output row, half of
+    it read by the other core next. Rows first where the weights are small or no more than
+    those activations (ResNet-18's 3×3 layers at 28²: 147 KB of weights against 200 KB),
+    within what stays in a core's L2 from block to block (`ROWS_FIRST_MOST_BYTES`); then one
+    row block a part is enough (two threads split 28 blocks 14 and 14)."""
+    weight_bytes = packed.packed.nbytes
+    if weight_bytes <= ROWS_FIRST_BYTES or (weight_bytes <= ROWS_FIRST_MOST_BYTES
+                                            and weight_bytes <= activation_bytes):
+        return 1
+    return 0
 
 
 def activation_bounds(kind: str | None, high: float) -> tuple[np.float32, np.float32]:
