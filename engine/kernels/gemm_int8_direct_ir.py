@@ -233,9 +233,9 @@ class DirectInt8Kernel:
         every sum plus its bias stays inside int32 (nonzero: they are added in int32, else in
         int64), then a second output's address (0: none; uint8) and its per-channel scales
         and shifts (float32, padded to whole panels; read whether or not there is one), then
-        how the rounded value meets its bounds (`saturation`), then the fewest row blocks a
-        part for the task to share out the row blocks rather than the panels (0: never; the
-        caller's choice, `int8_conv.rows_first`); ``factors`` (float32): the
+        how the rounded value meets its bounds (`saturation`), then whether the task shares
+        out the row blocks rather than the panels (nonzero: rows; the caller's choice,
+        `int8_conv.rows_first`); ``factors`` (float32): the
         activation's bounds, the residual's scale, and the bounds of the rounded value
         without a residual and with one (`int8_conv.folded_bounds`: the clamps after the last
         sum folded into one).
@@ -462,9 +462,9 @@ class DirectInt8Kernel:
         """``task(context, part, parts)``, context ``[image, row_stride, steps, b, groups, c,
         ldc, offsets, starts, row_blocks, panel_count, config, rows, terms, factors]``: the
         (panel, row block) tiles cut into ``parts`` runs as `gemm_int8_ir.define_task` cuts
-        them; requantized (``terms`` set) with at least as many row blocks a part as the terms
-        ask for a row split (none where they say 0), the row blocks cut into ``parts`` runs
-        instead, each block's panels together."""
+        them; requantized (``terms`` set) where the terms ask for rows first, the row blocks
+        cut into ``parts`` runs instead (a part may get none where there are fewer blocks than
+        parts), each block's panels together."""
         wide = I64.as_pointer()
         function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [wide, I64, I64]),
                                name="task")
@@ -494,14 +494,9 @@ class DirectInt8Kernel:
         with builder.if_else(fused) as (requantized, summed):
             with requantized:
                 # a part's share of the row blocks, every panel of each, where the caller
-                # asks for it (`int8_conv.rows_first`: weights that stay in cache from one
-                # block to the next, and a part's output rows then the ones its next layer's
-                # same part reads) and each part gets that many row blocks at least, so that
-                # shares of whole blocks stay within a few of each other
-                fewest = builder.load(builder.gep(terms, [I64(ROWS_FIRST_FIELD)]))
-                by_rows = builder.and_(
-                    builder.icmp_signed(">", fewest, I64(0)),
-                    builder.icmp_signed(">=", row_blocks, builder.mul(parts, fewest)))
+                # asks for it (`int8_conv.rows_first`)
+                by_rows = builder.icmp_unsigned("!=", builder.load(
+                    builder.gep(terms, [I64(ROWS_FIRST_FIELD)])), I64(0))
                 with builder.if_else(by_rows) as (rows_first, panels_first):
                     with rows_first:
                         start = builder.sdiv(builder.mul(row_blocks, part), parts)

@@ -49,12 +49,13 @@ RESIDUAL, RESIDUAL_CHANNELS_LAST, OUT_CHANNELS_LAST = 1, 2, 4
 AMX_MIN_DEPTH = 64
 # A direct product requantized in its epilogue shares out its row blocks among its parts
 # (each block's panels in turn, `gemm_int8_direct_ir`'s task) where its packed weights stay
-# in cache from one block to the next: up to `ROWS_FIRST_BYTES` whatever its activations, and
-# up to `ROWS_FIRST_MOST_BYTES` where they are no more than the data read and the output
-# written (`rows_first`); past that, as ResNet-18's 3×3 layers into 512 (2.3 MB), every block
+# in cache from one block to the next and cost the cores less than the activations they
+# would otherwise pass each other (`rows_first`): up to `ROWS_FIRST_BYTES` whatever its
+# activations, up to `ROWS_FIRST_MOST_BYTES` where they are at most `ROWS_FIRST_RATIO` times
+# its data and output; past that, as ResNet-18's 3×3 layers into 512 (2.3 MB), every block
 # read them from L3 (1.4× their time at 7², one thread), and panel by panel each panel's
 # weights serve all the blocks from L2.
-ROWS_FIRST_BYTES, ROWS_FIRST_MOST_BYTES = 2 ** 17, 2 ** 20
+ROWS_FIRST_BYTES, ROWS_FIRST_MOST_BYTES, ROWS_FIRST_RATIO = 2 ** 17, 2 ** 20, 2
 # Activation codes the requantize pass understands (`Activation.kind`).
 ACTIVATIONS = {None: 0, "relu": 1, "bounded_relu": 2}
 _arenas = threading.local()
@@ -348,7 +349,8 @@ class FusedConv(EpilogueLayer):
                           scales.ctypes.data, filters, count, int(residual.dtype == np.int8),
                           stride, int(sums_fit_int32(self.packed.groups * 4, bias)), second,
                           rescale[0].ctypes.data, rescale[1].ctypes.data, saturation,
-                          rows_first(self.packed, self.data.nbytes + self.out.nbytes)],
+                          int(rows_first(self.packed, self.data.nbytes + self.out.nbytes,
+                                         -(-count // (2 * self.tile_rows))))],
                          np.int64)
         factors = np.array([*act, epilogue.residual_scale, *alone, *summed], np.float32)
         # the job keeps them alive
@@ -402,22 +404,25 @@ def chunk_rows(rows: int, packed: gemm_int8.PackedWeights, block: int | None = N
     return min(rows, blocks * block)
 
 
-def rows_first(packed: gemm_int8.PackedWeights, activation_bytes: int) -> int:
-    """The fewest row blocks a part for a direct product requantized in its epilogue to
-    share out its row blocks rather than its panels (0: by panels). By rows, with two
-    threads, each reads all the weights but only the rows of the data its own part of the
-    layer before wrote (the pool's caller takes parts from the front, its workers from the
-    back), and writes the rows the next layer's same part reads; by panels, each reads half
-    the weights, but every row of the data, and writes a share of every output row, half of
-    it read by the other core next. Rows first where the weights are small or no more than
-    those activations (ResNet-18's 3×3 layers at 28²: 147 KB of weights against 200 KB),
-    within what stays in a core's L2 from block to block (`ROWS_FIRST_MOST_BYTES`); then one
-    row block a part is enough (two threads split 28 blocks 14 and 14)."""
+def rows_first(packed: gemm_int8.PackedWeights, activation_bytes: int, row_blocks: int) -> bool:
+    """Whether a direct product requantized in its epilogue shares out its ``row_blocks``
+    rather than its panels among its parts. By rows, with two threads, each reads all the
+    weights, but only the rows of the data its own part of the layer before wrote (the
+    pool's caller takes parts from the front, its workers from the back), and writes the
+    rows the next layer's same part reads; by panels, each reads half the weights, but every
+    row of the data, and writes a share of every output row, so that about half of the
+    layer's data and output (``activation_bytes``) pass from one core to the other, each
+    line costing more than one read from L3. Rows first where the weights are small, or
+    within `ROWS_FIRST_RATIO` times those activations and what stays in a core's L2 from
+    block to block (ResNet-18's 3×3 layers at 28²: 144 KB of weights against 196 KB;
+    ResNet-50 v2's 1×1 layers at 14²: 256 KB against 245 KB, not its 3×3 ones there, 576 KB
+    against 98 KB), and with two row blocks a core at least, so that the cores' shares of
+    whole blocks stay within a block of each other."""
     weight_bytes = packed.packed.nbytes
-    if weight_bytes <= ROWS_FIRST_BYTES or (weight_bytes <= ROWS_FIRST_MOST_BYTES
-                                            and weight_bytes <= activation_bytes):
-        return 1
-    return 0
+    small = weight_bytes <= ROWS_FIRST_BYTES or (
+        weight_bytes <= ROWS_FIRST_MOST_BYTES
+        and weight_bytes <= ROWS_FIRST_RATIO * activation_bytes)
+    return small and row_blocks >= 2 * spin_pool.cores()
 
 
 def activation_bounds(kind: str | None, high: float) -> tuple[np.float32, np.float32]:
