@@ -42,11 +42,8 @@ BUFFER_WORDS = 32 * COLUMNS  # a fused block's sums: up to 2 · 16 rows of a pan
 # bottom) and the unsigned conversion for a top bound of 255.
 SATURATE_NONE, SATURATE_SIGNED, SATURATE_UNSIGNED = 0, 1, 2
 SATURATIONS = (SATURATE_NONE, SATURATE_SIGNED, SATURATE_UNSIGNED)
-# The most packed weight bytes a requantized product walks block by block (each block reads
-# them all again): past this, as ResNet-18's 3×3 layers into 512 (2.3 MB), every block read
-# them from L3 (1.4× their time at 7², one thread), and panel by panel each panel's weights
-# serve all the blocks from L2.
-BLOCK_MAJOR_BYTES = 2 ** 17
+# The requantize terms' field the task reads for its split (`int8_conv.rows_first`).
+ROWS_FIRST_FIELD = 13
 
 
 def saturation(low: float, top: float) -> int:
@@ -236,7 +233,9 @@ class DirectInt8Kernel:
         every sum plus its bias stays inside int32 (nonzero: they are added in int32, else in
         int64), then a second output's address (0: none; uint8) and its per-channel scales
         and shifts (float32, padded to whole panels; read whether or not there is one), then
-        how the rounded value meets its bounds (`saturation`); ``factors`` (float32): the
+        how the rounded value meets its bounds (`saturation`), then whether the task shares
+        out the row blocks rather than the panels (nonzero: rows; the caller's choice,
+        `int8_conv.rows_first`); ``factors`` (float32): the
         activation's bounds, the residual's scale, and the bounds of the rounded value
         without a residual and with one (`int8_conv.folded_bounds`: the clamps after the last
         sum folded into one).
@@ -463,9 +462,9 @@ class DirectInt8Kernel:
         """``task(context, part, parts)``, context ``[image, row_stride, steps, b, groups, c,
         ldc, offsets, starts, row_blocks, panel_count, config, rows, terms, factors]``: the
         (panel, row block) tiles cut into ``parts`` runs as `gemm_int8_ir.define_task` cuts
-        them; requantized (``terms`` set) over four row blocks a part or more, and weights of
-        at most `BLOCK_MAJOR_BYTES`, the row blocks cut into ``parts`` runs instead, each
-        block's panels together."""
+        them; requantized (``terms`` set) where the terms ask for rows first, the row blocks
+        cut into ``parts`` runs instead (a part may get none where there are fewer blocks than
+        parts), each block's panels together."""
         wide = I64.as_pointer()
         function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [wide, I64, I64]),
                                name="task")
@@ -492,20 +491,21 @@ class DirectInt8Kernel:
                                        config, rows, block, terms, factors])
 
         fused = builder.icmp_unsigned("!=", builder.ptrtoint(terms, I64), I64(0))
-        # requantized with four row blocks or more for each part (shares of whole blocks then
-        # stay within a quarter of each other) and weights that stay in cache from one block
-        # to the next (`BLOCK_MAJOR_BYTES`): a part's share of the row blocks, every panel of
-        # each
-        weight_bytes = builder.mul(builder.mul(groups, I64(COLUMNS * 4)), panels)
-        by_blocks = builder.and_(fused, builder.and_(
-            builder.icmp_signed(">=", row_blocks, builder.mul(parts, I64(4))),
-            builder.icmp_signed("<=", weight_bytes, I64(BLOCK_MAJOR_BYTES))))
-        with builder.if_else(by_blocks) as (requantized, summed):
+        with builder.if_else(fused) as (requantized, summed):
             with requantized:
-                start = builder.sdiv(builder.mul(row_blocks, part), parts)
-                end = builder.sdiv(builder.mul(row_blocks, builder.add(part, I64(1))), parts)
-                with builder.if_then(builder.icmp_signed("<", start, end)):
-                    call(I64(0), start, builder.sub(end, start), panels)
+                # a part's share of the row blocks, every panel of each, where the caller
+                # asks for it (`int8_conv.rows_first`)
+                by_rows = builder.icmp_unsigned("!=", builder.load(
+                    builder.gep(terms, [I64(ROWS_FIRST_FIELD)])), I64(0))
+                with builder.if_else(by_rows) as (rows_first, panels_first):
+                    with rows_first:
+                        start = builder.sdiv(builder.mul(row_blocks, part), parts)
+                        end = builder.sdiv(builder.mul(row_blocks, builder.add(part, I64(1))),
+                                           parts)
+                        with builder.if_then(builder.icmp_signed("<", start, end)):
+                            call(I64(0), start, builder.sub(end, start), panels)
+                    with panels_first:
+                        for_each_run(builder, function, row_blocks, panels, part, parts, call)
             with summed:
                 for_each_run(builder, function, row_blocks, panels, part, parts, call)
         builder.ret_void()

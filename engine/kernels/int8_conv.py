@@ -47,6 +47,15 @@ RESIDUAL, RESIDUAL_CHANNELS_LAST, OUT_CHANNELS_LAST = 1, 2, 4
 # ResNet-18 at batch 1 3.8 → 3.5 ms, ResNet-50 v2 17.0 → 15.6 ms, in turn with 256; MobileNet
 # v2 no change measured through the load).
 AMX_MIN_DEPTH = 64
+# A direct product requantized in its epilogue shares out its row blocks among its parts
+# (each block's panels in turn, `gemm_int8_direct_ir`'s task) where its packed weights stay
+# in cache from one block to the next and cost the cores less than the activations they
+# would otherwise pass each other (`rows_first`): up to `ROWS_FIRST_BYTES` whatever its
+# activations, up to `ROWS_FIRST_MOST_BYTES` where they are at most `ROWS_FIRST_RATIO` times
+# its data and output; past that, as ResNet-18's 3×3 layers into 512 (2.3 MB), every block
+# read them from L3 (1.4× their time at 7², one thread), and panel by panel each panel's
+# weights serve all the blocks from L2.
+ROWS_FIRST_BYTES, ROWS_FIRST_MOST_BYTES, ROWS_FIRST_RATIO = 2 ** 17, 2 ** 20, 2
 # Activation codes the requantize pass understands (`Activation.kind`).
 ACTIVATIONS = {None: 0, "relu": 1, "bounded_relu": 2}
 _arenas = threading.local()
@@ -339,7 +348,9 @@ class FusedConv(EpilogueLayer):
         terms = np.array([out.ctypes.data, residual.ctypes.data, bias.ctypes.data,
                           scales.ctypes.data, filters, count, int(residual.dtype == np.int8),
                           stride, int(sums_fit_int32(self.packed.groups * 4, bias)), second,
-                          rescale[0].ctypes.data, rescale[1].ctypes.data, saturation],
+                          rescale[0].ctypes.data, rescale[1].ctypes.data, saturation,
+                          int(rows_first(self.packed, self.data.nbytes + self.out.nbytes,
+                                         -(-count // (2 * self.tile_rows))))],
                          np.int64)
         factors = np.array([*act, epilogue.residual_scale, *alone, *summed], np.float32)
         # the job keeps them alive
@@ -391,6 +402,27 @@ def chunk_rows(rows: int, packed: gemm_int8.PackedWeights, block: int | None = N
     per_row = (packed.groups * 4 if gathers else 0) + 4 * columns
     blocks = max(1, CHUNK_BYTES // (per_row * block))
     return min(rows, blocks * block)
+
+
+def rows_first(packed: gemm_int8.PackedWeights, activation_bytes: int, row_blocks: int) -> bool:
+    """Whether a direct product requantized in its epilogue shares out its ``row_blocks``
+    rather than its panels among its parts. By rows, with two threads, each reads all the
+    weights, but only the rows of the data its own part of the layer before wrote (the
+    pool's caller takes parts from the front, its workers from the back), and writes the
+    rows the next layer's same part reads; by panels, each reads half the weights, but every
+    row of the data, and writes a share of every output row, so that about half of the
+    layer's data and output (``activation_bytes``) pass from one core to the other, each
+    line costing more than one read from L3. Rows first where the weights are small, or
+    within `ROWS_FIRST_RATIO` times those activations and what stays in a core's L2 from
+    block to block (ResNet-18's 3×3 layers at 28²: 144 KB of weights against 196 KB;
+    ResNet-50 v2's 1×1 layers at 14²: 256 KB against 245 KB, not its 3×3 ones there, 576 KB
+    against 98 KB), and with two row blocks a core at least, so that the cores' shares of
+    whole blocks stay within a block of each other."""
+    weight_bytes = packed.packed.nbytes
+    small = weight_bytes <= ROWS_FIRST_BYTES or (
+        weight_bytes <= ROWS_FIRST_MOST_BYTES
+        and weight_bytes <= ROWS_FIRST_RATIO * activation_bytes)
+    return small and row_blocks >= 2 * spin_pool.cores()
 
 
 def activation_bounds(kind: str | None, high: float) -> tuple[np.float32, np.float32]:

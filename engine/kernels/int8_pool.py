@@ -20,6 +20,11 @@ import numpy as np
 from engine.cpu import compiled, kernel_jobs, spin_pool
 
 _kernels: dict[str, Any] = {}
+# Channels of one image a global average's part sums at a time: a cache line of each position
+# laid channels-last. At batch 1 the job's parts are then blocks of channels, not images, so
+# the head's average runs on every core, each thread summing (the caller from the front) the
+# channels its share of the product before wrote where that product shared out its panels.
+CHANNEL_BLOCK = 64
 
 
 class Window(NamedTuple):
@@ -78,10 +83,11 @@ def global_average_job(values: np.ndarray, factor: np.ndarray, out: np.ndarray,
         raise ValueError(f"int8 global average: {values.dtype} {values.shape} into "
                          f"{out.dtype} {out.shape} with a {factor.dtype} {factor.shape} factor")
     limits = np.iinfo(out.dtype)
+    units = batch * -(-channels // CHANNEL_BLOCK)  # (image, block of channels)
     return kernel_jobs.bind((__name__, "global_average"), (
         values.reshape(-1), channels, height * width, int(data_laid), factor,
-        int(limits.min), int(limits.max), out.reshape(-1)), batch,
-        kernel_jobs.parts_for(batch, values.size))
+        int(limits.min), int(limits.max), out.reshape(-1)), units,
+        kernel_jobs.parts_for(units, values.size))
 
 
 def compiled_kernels() -> dict[str, Any]:
@@ -95,30 +101,35 @@ def compiled_kernels() -> dict[str, Any]:
 def _global_average(values: Any, channels: int, positions: int, laid: int, factor: Any,
                     low: int, high: int, out: Any, first: int,
                     last: int) -> None:  # pragma: no cover - runs compiled
-    """Images [first, last): channels-last, each position's channels added into the sums
-    in one vector pass; NCHW, each channel's positions in turn."""
-    sums = np.zeros(channels, np.int32)
+    """Units [first, last), image by image, each image's channels in blocks of
+    `CHANNEL_BLOCK`: channels-last, each position's run of the block's channels added into
+    the sums in one vector pass; NCHW, each channel's positions in turn."""
+    sums = np.zeros(CHANNEL_BLOCK, np.int32)
     lowest, highest = np.float32(low), np.float32(high)
     depth, count = np.uint64(channels), np.uint64(positions)
-    for image in range(first, last):
+    blocks = (channels + CHANNEL_BLOCK - 1) // CHANNEL_BLOCK
+    for unit in range(first, last):
+        image = unit // blocks
+        start = np.uint64((unit - image * blocks) * CHANNEL_BLOCK)
+        width = min(np.uint64(CHANNEL_BLOCK), depth - start)
         base = np.uint64(image) * depth * count
-        for c in range(depth):
+        for c in range(width):
             sums[c] = 0
         if laid:
             for p in range(count):
-                at = base + p * depth
-                for c in range(depth):
+                at = base + p * depth + start
+                for c in range(width):
                     sums[c] += np.int32(values[at + c])
         else:
-            for c in range(depth):
-                at = base + c * count
+            for c in range(width):
+                at = base + (start + c) * count
                 total = np.int32(0)
                 for p in range(count):
                     total += np.int32(values[at + p])
                 sums[c] = total
         scale = factor[0]
-        target = np.uint64(image) * depth
-        for c in range(depth):
+        target = np.uint64(image) * depth + start
+        for c in range(width):
             value = np.rint(np.float32(sums[c]) * scale)
             out[target + c] = np.int32(min(max(value, lowest), highest))
 

@@ -550,3 +550,51 @@ def test_a_second_output_is_uint8():
                                            np.zeros(20, np.float32))
     with pytest.raises(ValueError, match="second output int8"):
         conv(epilogue)
+
+
+def test_rows_first_where_the_weights_stay_in_cache_and_are_no_more_than_the_activations(
+        monkeypatch):
+    """A requantized direct product shares out its row blocks where its weights are small,
+    or within twice its data and output and a core's L2 share (ResNet-18's 3×3 layers at
+    28²: 144 KB against 196 KB), and it has two row blocks a core at least; else its
+    panels."""
+    monkeypatch.setattr(spin_pool, "cores", lambda: 2)
+
+    def packed(k, n):
+        return gemm_int8.PackedWeights(np.zeros((k, n), np.int8), amx=True)
+
+    assert int8_conv.rows_first(packed(576, 64), 2 * 64 * 56 * 56, 112)  # 36 KB at 56²
+    assert int8_conv.rows_first(packed(1152, 128), 2 * 128 * 28 * 28, 28)  # 144 KB at 28²
+    assert int8_conv.rows_first(packed(128, 256), 128 * 28 * 28 + 256 * 14 * 14, 7)
+    assert not int8_conv.rows_first(packed(128, 256), 10 ** 6, 3)  # 3 blocks: 2 and 1
+    assert int8_conv.rows_first(packed(256, 1024), 256 * 14 * 14 + 1024 * 14 * 14, 7)
+    assert not int8_conv.rows_first(packed(2304, 256), 2 * 256 * 14 * 14, 7)  # 576 KB
+    # ResNet-18's 3×3 layers into 512: 2.3 MB, past a core's L2 share whatever else
+    assert not int8_conv.rows_first(packed(4608, 512), 10 ** 9, 10 ** 3)
+
+
+@pytest.mark.skipif(not gemm_int8.amx_available(), reason="needs AMX-INT8")
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("rows", [False, True])
+@pytest.mark.parametrize("size,row_blocks", [(28, 28), (14, 7)])
+def test_a_direct_product_split_by_rows_or_by_panels_gives_the_same_bytes(
+        monkeypatch, threads, rows, size, row_blocks):
+    """The row blocks shared out among the parts (7 blocks: fewer than the 8 parts, some
+    of which then get none) or the panels: the NumPy path's bytes, with a residual, on one
+    thread and on two."""
+    monkeypatch.setattr(int8_conv, "rows_first", lambda packed, activation_bytes, blocks: rows)
+    shape = (1, 64, (size, size), 96, (3, 3), (1, 1), (1, 1), (1, 1))
+    rng = np.random.default_rng(57)
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, shape, np.uint8, np.int8, None, True)
+    want = _reference(data, weight, geometry, epilogue, residual, storage, np.int8)
+    out = np.zeros_like(want)
+    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight), amx=True)
+    conv = int8_conv.FusedConv(data, weight, packed, geometry, out, _channels_last(residual),
+                               int8_conv.Layouts(out=True, residual=True))
+    assert conv.requantizes_in_product and -(-conv.rows // (2 * conv.tile_rows)) == row_blocks
+    with spin_pool.armed(threads):
+        for _ in range(3):  # the parts taken by either thread differ from run to run
+            out[...] = 0
+            conv(epilogue)
+            np.testing.assert_array_equal(_from_channels_last(out), want)

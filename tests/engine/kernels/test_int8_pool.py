@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from engine.cpu import spin_pool
 from engine.kernels import int8_pool
 from engine.ops.registry import get_op
 
@@ -98,3 +99,25 @@ def test_a_global_average_past_float32s_exact_sums_is_refused():
         int8_pool.global_average_job(np.zeros((1, 2, 300, 300), np.uint8),
                                      np.ones(1, np.float32), np.zeros((1, 2, 1, 1), np.uint8),
                                      False)
+
+
+@pytest.mark.parametrize("batch,channels", [(1, 512), (1, 200), (2, 130)])
+@pytest.mark.parametrize("data_laid", [False, True])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_global_average_is_cut_into_blocks_of_channels(batch, channels, data_laid, threads):
+    """The job's parts are blocks of `CHANNEL_BLOCK` channels of an image (the last one
+    short where the channels are no multiple of it), so that a single image's head runs on
+    every core: NumPy's bytes, on one thread and on two."""
+    values = RNG.integers(0, 256, (batch, channels, 7, 7)).astype(np.uint8)
+    factor = np.array([1 / 49], np.float32)
+    sums = values.reshape(batch, channels, -1).sum(axis=2, dtype=np.int64)
+    want = np.clip(np.rint(sums.astype(np.float32) * factor[0]), 0, 255).astype(np.uint8)
+    out = np.zeros((batch, channels, 1, 1), np.uint8)
+    job = int8_pool.global_average_job(laid(values) if data_laid else values, factor, out,
+                                       data_laid)
+    assert job.args[-1] > 1  # parts: even one image's channels are shared out
+    with spin_pool.armed(threads):
+        for _ in range(3):
+            out[...] = 0
+            job()
+            np.testing.assert_array_equal(out.reshape(batch, channels), want)
