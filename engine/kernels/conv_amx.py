@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from engine.cpu import compiled, host_features, llvm_jit, spin_pool
-from engine.kernels import bf16, bf16_handoff, gemm_bind, gemm_kernel
+from engine.kernels import bf16, bf16_handoff, conv_amx_lines, gemm_bind, gemm_kernel
 
 _state: dict[str, Any] = {}
 # The context's int64s (addresses in bytes, strides in words or floats): the packed weights,
@@ -66,6 +66,12 @@ CHUNK_GRID_BYTES = 512 << 10
 # 0.91-0.98× and 0.83-0.95×, 128 at 28² (36) 0.94-1.0× and 0.92-0.98×; 256 at 14² (72)
 # 1.04-1.11× and 0.99-1.0×, 512 at 7² (144) 1.07-1.11× and 0.91-1.03×.
 GRID_MAX_STEPS = 48
+# Input channels at least of a convolution of stride 1 reading a channels-last grid
+# (`reads_lines`). ResNet-18's 3×3 layers alone, one thread, thread CPU time, with its pass
+# against the grid of pairs with its pairing (warm / with 3 MB written between calls), batch 1:
+# 64 at 56² 0.90 / 1.02, 128 at 28² 0.85 / 0.89, 256 at 14² 0.88 / 0.89, 512 at 7² 0.87 /
+# 0.86; batch 8: 0.89 / 0.96, 0.88 / 0.89, 0.83 / 0.82, 0.66 / 0.67.
+LINES_MIN_CHANNELS = 128
 
 
 def available() -> bool:
@@ -96,6 +102,27 @@ def pays(channels: int, taps: int) -> bool:
     return taps * _words(channels) <= MAX_DEPTH_RATIO * bf16.amx_depth(channels * taps)
 
 
+def reads_lines(shape: Any, geometry: Any,
+                handoff: bf16_handoff.PairedHandoff | None = None) -> bool:
+    """Whether a direct convolution of input ``shape`` reads a channels-last grid
+    (`conv_amx_lines`): stride 1 over `LINES_MIN_CHANNELS` channels or more, unless its
+    input's writer offers ``handoff``, whose grid of pairs it would take as the writer's only
+    reader (the writer then lays it, and no pass runs)."""
+    kernel, stride, dilate, pad = geometry
+    if tuple(stride) != (1, 1) or shape[1] < LINES_MIN_CHANNELS:
+        return False
+    if handoff is None or handoff.readers != 1:
+        return True
+    return not bf16_handoff.offers_grid(handoff, _grid_tag(shape, geometry),
+                                        _Grid(shape, kernel, stride, dilate, pad))
+
+
+def _grid_tag(shape: Any, geometry: Any) -> tuple[Any, ...]:
+    """The tag of the grid of pairs a direct convolution of input ``shape`` reads."""
+    kernel, stride, dilate, pad = geometry
+    return ("bf16 grid", tuple(shape), tuple(kernel), tuple(stride), tuple(dilate), tuple(pad))
+
+
 def bind_chunks(data: Any, weight: Any, out: Any, geometry: Any,
                 workspace: Any) -> list[bf16.PairedProduct]:
     """`bind` over chunks of images whose grid stays within `CHUNK_GRID_BYTES` (one image at
@@ -105,22 +132,28 @@ def bind_chunks(data: Any, weight: Any, out: Any, geometry: Any,
     grid = _Grid((1, *data.shape[1:]), kernel, stride, dilate, pad)
     per_image = _words(data.shape[1]) * grid.image * 4
     chunk = max(1, CHUNK_GRID_BYTES // per_image)
+    handoff = bf16_handoff.offered(workspace, data) if data.shape[0] == 1 else None
+    lines = reads_lines(data.shape, geometry, handoff)
     if data.shape[0] == 1:  # one chunk: the input as its writer may offer it
-        product = bind(data, weight, out, geometry, workspace,
-                       bf16_handoff.offered(workspace, data))
+        product = bind(data, weight, out, geometry, workspace, None if lines else handoff,
+                       lines)
         if out.shape[1] % 2 == 0 and _k_steps(grid, data.shape[1]) <= GRID_MAX_STEPS:
             _offer_grid(product.product, grid.width, workspace, out)
         return [product]
     return [bind(data[start:start + chunk], weight, out[start:start + chunk], geometry,
-                 workspace) for start in range(0, data.shape[0], chunk)]
+                 workspace, lines=lines) for start in range(0, data.shape[0], chunk)]
 
 
 def bind(data: Any, weight: Any, out: Any, geometry: Any, workspace: Any,
-         handoff: bf16_handoff.PairedHandoff | None = None) -> bf16.PairedProduct:
+         handoff: bf16_handoff.PairedHandoff | None = None,
+         lines: bool = False) -> bf16.PairedProduct:
     """``out = conv(data, weight)`` (N, C, H, W) → (N, F, Ho, Wo): the input paired into
     its grid, then the direct product, as one call (see `applies`). ``handoff``: the bf16
-    hand-off the input's writer offered, whose grid the product reads where it may."""
+    hand-off the input's writer offered, whose grid the product reads where it may.
+    ``lines``: the grid channels-last, read as A (`conv_amx_lines`; stride 1 only)."""
     kernel, stride, dilate, pad = geometry
+    if lines:
+        return _bind_lines(data, weight, out, geometry, workspace)
     batch, channels, height, width = data.shape
     filters, out_height, out_width = out.shape[1:]
     grid = _Grid(data.shape, kernel, stride, dilate, pad)
@@ -134,7 +167,7 @@ def bind(data: Any, weight: Any, out: Any, geometry: Any, workspace: Any,
     # Every image's pixels, and reads a tile past the last column, the largest tap on.
     plane = _plane_stride(max(batch * grid.image, (batch - 1) * grid.image
                               + -(-columns // TILE) * TILE + int(offsets.max())))
-    tag = ("bf16 grid", data.shape, tuple(kernel), tuple(stride), tuple(dilate), tuple(pad))
+    tag = _grid_tag(data.shape, geometry)
     handed = None if handoff is None else bf16_handoff.grid_for(
         handoff, (words, plane), tag, grid, workspace)
     words_grid = handed if handed is not None else workspace.zeroed(
@@ -156,10 +189,53 @@ def bind(data: Any, weight: Any, out: Any, geometry: Any, workspace: Any,
     for name, value in values.items():
         context[_FIELD[name]] = value
     context[_FIELD["low"]:_FIELD["high"] + 1].view(np.float64)[:] = -np.inf, np.inf
-    product = _as_product(context, (tiles, words_grid, out, zeros, offsets))
+    product = _as_product(context, (tiles, words_grid, out, zeros, offsets), _compiled())
     pair = pairings[0] if len(pairings) == 1 else partial(_each, tuple(pairings))
     if handed is not None:
         pair = bf16_handoff.take(handoff, pair)
+    return bf16.paired_product(pair, product)
+
+
+def _bind_lines(data: Any, weight: Any, out: Any, geometry: Any,
+               workspace: Any) -> bf16.PairedProduct:
+    """`bind` over a channels-last grid (`conv_amx_lines`): the input rounded and laid into
+    it, then the product reading 16 pixels' channels a tile row as A."""
+    kernel, stride, dilate, pad = geometry
+    if tuple(stride) != (1, 1):
+        raise ValueError(f"a convolution over a channels-last grid has stride 1; got {stride}")
+    batch, channels = data.shape[:2]
+    filters, out_height, out_width = out.shape[1:]
+    grid = _Grid(data.shape, kernel, stride, dilate, pad)
+    if (out_height, out_width) != grid.output:
+        raise ValueError(f"convolution output {out.shape} does not match input {data.shape} "
+                         f"with kernel {kernel}, stride {stride}, dilation {dilate} and "
+                         f"padding {pad}")
+    functions = _compiled_lines()
+    if functions is None:
+        raise ValueError("the channels-last direct convolution did not compile")
+    words = _words(channels)
+    offsets = grid.tap_offsets()
+    columns = (out_height - 1) * grid.width + out_width
+    pixels = max(batch * grid.image, (batch - 1) * grid.image
+                 + -(-columns // TILE) * TILE + int(offsets.max()))
+    cells = workspace.zeroed((pixels, words), np.float32,
+                             ("bf16 lines grid", data.shape, tuple(pad), tuple(dilate)))
+    table = conv_amx_lines.pixel_table(data.shape, grid.width, pad)
+    pair = conv_amx_lines.grid_pass(functions["lines_grid"], data, cells, table, grid.image)
+    tiles = workspace.derived(weight, ("amx direct lines", words),
+                              partial(conv_amx_lines.weight_tiles, words=words))
+    zeros = np.zeros(-(-max(filters, columns) // TILE) * TILE + TILE, np.float32)
+    context = np.zeros(len(_FIELD), np.int64)
+    values = {"a": tiles.ctypes.data, "b": cells.ctypes.data, "ldb": words,
+              "c": out.ctypes.data, "ldc": out_height * out_width,
+              "rows_bias": zeros.ctypes.data, "columns_bias": zeros.ctypes.data,
+              "m": filters, "n": columns, "words": words, "taps": offsets.size,
+              "offsets": offsets.ctypes.data, "grid_width": grid.width, "width": out_width,
+              "batch": batch, "b_batch": grid.image * words * 4, "c_batch": out.strides[0]}
+    for name, value in values.items():
+        context[_FIELD[name]] = value
+    context[_FIELD["low"]:_FIELD["high"] + 1].view(np.float64)[:] = -np.inf, np.inf
+    product = _as_product(context, (tiles, cells, out, zeros, offsets, table), functions)
     return bf16.paired_product(pair, product)
 
 
@@ -269,6 +345,7 @@ class DirectProduct(partial):
 
     context: np.ndarray
     operands: tuple[Any, ...]
+    functions: dict[str, Any]  # the compiled kernel's addresses (`_compiled`, `_compiled_lines`)
     handoff: Any = None  # the `bf16_handoff` its output's readers may take as their grid
     gridded: Any = None  # the job writing the grid, made on the first run that does
     leaves_blas_alone = True  # its tiles run on the spin pool, never in BLAS
@@ -297,7 +374,7 @@ class DirectProduct(partial):
         context[_FIELD["grid_ldb"]] = handoff.words.shape[1]
         context[_FIELD["grid_shift"]] = reader.pad[0] * reader.width + reader.pad[1]
         # the job keeps the context it reads by address alive
-        return spin_pool.job(_compiled()["grid_part"], context, _parts(context),
+        return spin_pool.job(self.functions["grid_part"], context, _parts(context),
                              keep=(handoff.words,))
 
     def with_epilogue(self, bias_rows: Any = None, bias_columns: Any = None,
@@ -317,7 +394,7 @@ class DirectProduct(partial):
             kept.append(bias_rows)
         bounds = context[_FIELD["low"]:_FIELD["high"] + 1].view(np.float64)
         bounds[:] = max(bounds[0], float(low)), min(bounds[1], float(high))
-        return self._carried(_as_product(context, tuple(kept)))
+        return self._carried(_as_product(context, tuple(kept), self.functions))
 
     def _carried(self, product: DirectProduct) -> DirectProduct:
         product.handoff = self.handoff
@@ -333,13 +410,17 @@ class DirectProduct(partial):
         """This product adding ``other`` (laid out as ``out``, which its output lies in)
         before its clamp, after its bias (`gemm_kernel.Product.with_residual`)."""
         return self._carried(_as_product(*gemm_kernel.residual_context(
-            self.context, _FIELD["c"], _FIELD["residual"], out, other, self.operands)))
+            self.context, _FIELD["c"], _FIELD["residual"], out, other, self.operands),
+            self.functions))
 
 
-def _as_product(context: np.ndarray, operands: tuple[Any, ...]) -> DirectProduct:
-    job = spin_pool.job(_compiled()["part"], context, _parts(context))
+def _as_product(context: np.ndarray, operands: tuple[Any, ...],
+                functions: dict[str, Any]) -> DirectProduct:
+    """The product of ``functions`` (`_compiled` or `_compiled_lines`) over ``context``."""
+    job = spin_pool.job(functions["part"], context, _parts(context))
     product = DirectProduct(job.func, *job.args)
     product.context, product.operands = context, (*operands, *job.keep)
+    product.functions = functions
     return product
 
 
@@ -366,5 +447,26 @@ def _compile() -> dict[str, Any] | None:
 
 def _module() -> Any:
     from engine.kernels.conv_amx_ir import module
+
+    return module(_FIELD)
+
+
+def _compiled_lines() -> dict[str, Any] | None:
+    return compiled.made_once(_state, "lines", _compile_lines)
+
+
+def _compile_lines() -> dict[str, Any] | None:
+    """The channels-last kernel and its grid pass for the host (`conv_amx_lines_ir`)."""
+    if not host_features.amx_permitted():
+        return None
+    engine = llvm_jit.compile_for_host(_lines_module)
+    if engine is None:
+        return None
+    return {"engine": engine, **{name: engine.get_function_address(name)
+                                 for name in ("part", "grid_part", "lines_grid")}}
+
+
+def _lines_module() -> Any:
+    from engine.kernels.conv_amx_lines_ir import module
 
     return module(_FIELD)
