@@ -53,11 +53,14 @@ def pixel_table(shape: Any, grid_width: int, pad: Any) -> np.ndarray:
 def grid_pass(task: int, data: Any, grid: Any, table: np.ndarray, image: int) -> Any:
     """A `spin_pool` job of ``task`` (`conv_amx_lines_ir`'s ``lines_grid``) writing ``data``
     (float32 NCHW, C-contiguous) into ``grid`` (float32-viewed words, a row a pixel, images
-    ``image`` pixels apart) at the pixels ``table`` gives."""
+    ``image`` pixels apart, from a 64-byte boundary) at the pixels ``table`` gives."""
     batch, channels, height, width = data.shape
     if grid.ndim != 2 or grid.shape[1] < -(-channels // 32) * 16 or grid.shape[1] % 16:
         raise ValueError(f"a channels-last grid of {grid.shape} words cannot hold "
                          f"{channels} channels a pixel")
+    if grid.ctypes.data % 64 or not grid.flags.c_contiguous:
+        raise ValueError("a channels-last grid must be C-contiguous from a 64-byte boundary: "
+                         "each pixel's lines are stored whole")
     if grid.shape[0] < (batch - 1) * image + int(table.max(initial=0)) + 1:
         raise ValueError(f"a channels-last grid of {grid.shape[0]} pixels is too small for "
                          f"{batch} images of {image}")
