@@ -69,8 +69,9 @@ GRID_MAX_STEPS = 48
 # Input channels at least of a convolution of stride 1 reading a channels-last grid
 # (`reads_lines`). ResNet-18's 3×3 layers alone, one thread, thread CPU time, with its pass
 # against the grid of pairs with its pairing (warm / with 3 MB written between calls), batch 1:
-# 64 at 56² 0.90 / 1.02, 128 at 28² 0.85 / 0.89, 256 at 14² 0.88 / 0.89, 512 at 7² 0.87 /
-# 0.86; batch 8: 0.89 / 0.96, 0.88 / 0.89, 0.83 / 0.82, 0.66 / 0.67.
+# 64 at 56² 0.87-0.90 / 1.02-1.07, 128 at 28² 0.83-0.85 / 0.89-0.90, 256 at 14² 0.87-0.88 /
+# 0.89-0.90, 512 at 7² 0.79-0.87 / 0.82-0.86; batch 8: 0.89-0.91 / 0.94-0.96, 0.82-0.88 /
+# 0.83-0.89, 0.81-0.83 / 0.77-0.82, 0.63-0.66 / 0.61-0.67.
 LINES_MIN_CHANNELS = 128
 
 
