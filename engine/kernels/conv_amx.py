@@ -21,6 +21,12 @@ only on the runs where the writer left the float32 input (not every reader took 
 A direct product of one image and an even number of filters is such a writer for readers
 of stride 1 whose grid rows are as wide as its own (ResNet's 3×3 after a 3×3 of stride 1):
 where every reader took the grid and no residual is added, it writes it (``grid_part``).
+
+At stride 1 over `LINES_MIN_CHANNELS` channels or more (`reads_lines`) the grid is laid
+channels-last instead (`conv_amx_lines`): each pixel's channels in bf16 one after another,
+read as AMX's A, so that a tile row is one aligned cache line whatever pixel a tap starts at,
+where a tile of pairs straddles two lines a row (`conv_amx_lines_ir`). Its pass runs on every
+run; a writer's grid of pairs, laid with no pass, stays the better where one is offered.
 """
 
 from __future__ import annotations
@@ -106,11 +112,12 @@ def pays(channels: int, taps: int) -> bool:
 def reads_lines(shape: Any, geometry: Any,
                 handoff: bf16_handoff.PairedHandoff | None = None) -> bool:
     """Whether a direct convolution of input ``shape`` reads a channels-last grid
-    (`conv_amx_lines`): stride 1 over `LINES_MIN_CHANNELS` channels or more, unless its
-    input's writer offers ``handoff``, whose grid of pairs it would take as the writer's only
-    reader (the writer then lays it, and no pass runs)."""
+    (`conv_amx_lines`, where its kernel compiled): stride 1 over `LINES_MIN_CHANNELS`
+    channels or more, unless its input's writer offers ``handoff``, whose grid of pairs it
+    would take as the writer's only reader (the writer then lays it, and no pass runs)."""
     kernel, stride, dilate, pad = geometry
-    if tuple(stride) != (1, 1) or shape[1] < LINES_MIN_CHANNELS:
+    if (tuple(stride) != (1, 1) or shape[1] < LINES_MIN_CHANNELS
+            or _compiled_lines() is None):
         return False
     if handoff is None or handoff.readers != 1:
         return True

@@ -163,6 +163,7 @@ class Offer:
         self.readers, self.grids, self.layout = readers, grids, None
 
 
+@needs_direct
 @pytest.mark.parametrize(("shape", "stride", "offer", "reads"), [
     ((1, 128, 28, 28), (1, 1), None, True),
     ((8, 512, 7, 7), (1, 1), None, True),
