@@ -6,9 +6,9 @@ tap's tile of 16 word rows starts at the pixel the tap's offset reaches, rarely 
 line, and each of its 64-byte rows straddles two lines. Here the activation is A instead: a
 zero-bordered grid of pixels, each pixel's channels in bf16 one after another (``words``
 pairs a pixel, a multiple of 16), so that a tile of 16 pixels × 32 channels is 16 whole,
-aligned lines ``words`` words apart, whatever pixel a tap starts at. The weights are B, per
-tap and 32 channels a 32 × 32 tile of 16 channel pairs × 16 filters per tile (`conv_amx_lines.
-weight_tiles`), and the sums come out pixels × filters: each 16 × 16 accumulator is
+aligned lines ``words`` words apart, whatever pixel a tap starts at. The weights are B: per
+tap and 32 channels, two tiles of 16 channel pairs × 16 filters
+(`conv_amx_lines.weight_tiles`). The sums come out pixels × filters: each 16 × 16 accumulator is
 transposed as it leaves the tiles (`LinesConvKernel._store_sums`), so that the buffer holds
 filters × grid columns as `conv_amx_ir`'s does and its epilogue (bias, residual, clamp, the
 kept lanes, the reader's grid) runs unchanged.
@@ -34,12 +34,12 @@ from engine.kernels.task_ir import fields, loop, masked_load, splat, task, when
 
 I8 = ir.IntType(8)
 LINE_WORDS = 16
-# The grid pass's context, int64s: the input (float32 NCHW), its channels, pixels a plane
-# (H·W) and images; the grid (pairs viewed as int32 words), its words a pixel and pixels an
-# image; the table of each input pixel's grid pixel (int64, H·W of them).
 # Where tiles 0-3 (pixels 0-15 by filters 0-15, by 16-31; pixels 16-31 by each) are stored
 # in the 32 × 32 buffer of sums (floats, rows of 32): their transposes' places.
 CORNERS = (0, ROWS * TILE_COLUMNS, WORDS, ROWS * TILE_COLUMNS + WORDS)
+# The grid pass's context, int64s: the input (float32 NCHW), its channels, pixels a plane
+# (H·W) and images; the grid (pairs viewed as int32 words), its words a pixel and pixels an
+# image; the table of each input pixel's grid pixel (int64, H·W of them).
 GRID_FIELDS = ("data", "channels", "pixels", "images", "grid", "words", "image", "table")
 
 
@@ -184,15 +184,15 @@ def define_grid_pass(module: ir.Module, name: str) -> None:
                 rows.append(builder.bitcast(builder.shuffle_vector(values[0], values[1],
                                                                    interleave), words_type))
             columns = transposed(builder, rows)
-            full = builder.icmp_signed("==", count, I64(WORDS))
             for lane in range(WORDS):
                 target = builder.bitcast(builder.gep(grid, [builder.add(targets[lane], step)]),
                                          words_type.as_pointer())
                 if lane == 0:
                     builder.store(columns[lane], target, align=64)
                     continue
-                stored = builder.or_(full, builder.icmp_signed("<", I64(lane), count))
-                with when(builder, function, stored, f"pixel{lane}"):
+                # a block's last pixels only where the plane has them
+                with when(builder, function, builder.icmp_signed("<", I64(lane), count),
+                          f"pixel{lane}"):
                     builder.store(columns[lane], target, align=64)
     builder.ret_void()
 
