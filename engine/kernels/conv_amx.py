@@ -159,22 +159,12 @@ def bind(data: Any, weight: Any, out: Any, geometry: Any, workspace: Any,
     its grid, then the direct product, as one call (see `applies`). ``handoff``: the bf16
     hand-off the input's writer offered, whose grid the product reads where it may.
     ``lines``: the grid channels-last, read as A (`conv_amx_lines`; stride 1 only)."""
-    kernel, stride, dilate, pad = geometry
     if lines:
         return _bind_lines(data, weight, out, geometry, workspace)
-    batch, channels, height, width = data.shape
-    filters, out_height, out_width = out.shape[1:]
-    grid = _Grid(data.shape, kernel, stride, dilate, pad)
-    if (out_height, out_width) != grid.output:
-        raise ValueError(f"convolution output {out.shape} does not match input {data.shape} "
-                         f"with kernel {kernel}, stride {stride}, dilation {dilate} and "
-                         f"padding {pad}")
-    words = _words(channels)
-    offsets = grid.tap_offsets()
-    columns = (out_height - 1) * grid.width + out_width  # the last pixel's grid column + 1
-    # Every image's pixels, and reads a tile past the last column, the largest tap on.
-    plane = _plane_stride(max(batch * grid.image, (batch - 1) * grid.image
-                              + -(-columns // TILE) * TILE + int(offsets.max())))
+    kernel, stride, dilate, pad = geometry
+    grid = _output_grid(data, out, geometry)
+    words = _words(data.shape[1])
+    plane = _plane_stride(_grid_extent(grid, out))
     tag = _grid_tag(data.shape, geometry)
     handed = None if handoff is None else bf16_handoff.grid_for(
         handoff, (words, plane), tag, grid, workspace)
@@ -186,18 +176,8 @@ def bind(data: Any, weight: Any, out: Any, geometry: Any, workspace: Any,
         raise ValueError("the bf16 pairing pass did not compile")
     tiles = workspace.derived(weight, ("amx direct", words),
                               partial(_weight_tiles, words=words))
-    zeros = np.zeros(-(-max(filters, columns) // TILE) * TILE + TILE, np.float32)
-    context = np.zeros(len(_FIELD), np.int64)
-    values = {"a": tiles.ctypes.data, "b": words_grid.ctypes.data, "ldb": plane,
-              "c": out.ctypes.data, "ldc": out_height * out_width,
-              "rows_bias": zeros.ctypes.data, "columns_bias": zeros.ctypes.data,
-              "m": filters, "n": columns, "words": words, "taps": offsets.size,
-              "offsets": offsets.ctypes.data, "grid_width": grid.width, "width": out_width,
-              "batch": batch, "b_batch": grid.image * 4, "c_batch": out.strides[0]}
-    for name, value in values.items():
-        context[_FIELD[name]] = value
-    context[_FIELD["low"]:_FIELD["high"] + 1].view(np.float64)[:] = -np.inf, np.inf
-    product = _as_product(context, (tiles, words_grid, out, zeros, offsets), _compiled())
+    product = _bound_product(grid, tiles, words_grid, out, _compiled(), plane,
+                             grid.image * 4)
     pair = pairings[0] if len(pairings) == 1 else partial(_each, tuple(pairings))
     if handed is not None:
         pair = bf16_handoff.take(handoff, pair)
@@ -211,40 +191,66 @@ def _bind_lines(data: Any, weight: Any, out: Any, geometry: Any,
     kernel, stride, dilate, pad = geometry
     if tuple(stride) != (1, 1):
         raise ValueError(f"a convolution over a channels-last grid has stride 1; got {stride}")
-    batch, channels = data.shape[:2]
-    filters, out_height, out_width = out.shape[1:]
-    grid = _Grid(data.shape, kernel, stride, dilate, pad)
-    if (out_height, out_width) != grid.output:
-        raise ValueError(f"convolution output {out.shape} does not match input {data.shape} "
-                         f"with kernel {kernel}, stride {stride}, dilation {dilate} and "
-                         f"padding {pad}")
+    grid = _output_grid(data, out, geometry)
     functions = _compiled_lines()
     if functions is None:
         raise ValueError("the channels-last direct convolution did not compile")
-    words = _words(channels)
-    offsets = grid.tap_offsets()
-    columns = (out_height - 1) * grid.width + out_width
-    pixels = max(batch * grid.image, (batch - 1) * grid.image
-                 + -(-columns // TILE) * TILE + int(offsets.max()))
-    cells = workspace.zeroed((pixels, words), np.float32,
+    words = _words(data.shape[1])
+    cells = workspace.zeroed((_grid_extent(grid, out), words), np.float32,
                              ("bf16 lines grid", data.shape, tuple(pad), tuple(dilate)))
     table = conv_amx_lines.pixel_table(data.shape, grid.width, pad)
     pair = conv_amx_lines.grid_pass(functions["lines_grid"], data, cells, table, grid.image)
     tiles = workspace.derived(weight, ("amx direct lines", words),
                               partial(conv_amx_lines.weight_tiles, words=words))
+    product = _bound_product(grid, tiles, cells, out, functions, words,
+                             grid.image * words * 4)
+    return bf16.paired_product(pair, product)
+
+
+def _output_grid(data: Any, out: Any, geometry: Any) -> _Grid:
+    """The input's grid, checked against the output's shape."""
+    kernel, stride, dilate, pad = geometry
+    grid = _Grid(data.shape, kernel, stride, dilate, pad)
+    if tuple(out.shape[2:]) != grid.output:
+        raise ValueError(f"convolution output {out.shape} does not match input {data.shape} "
+                         f"with kernel {kernel}, stride {stride}, dilation {dilate} and "
+                         f"padding {pad}")
+    return grid
+
+
+def _grid_columns(grid: _Grid, out: Any) -> int:
+    """The grid columns an image's product computes: the last pixel's + 1."""
+    return (out.shape[2] - 1) * grid.width + out.shape[3]
+
+
+def _grid_extent(grid: _Grid, out: Any) -> int:
+    """The grid's columns (words of a plane, or pixels) for every image, and those its last
+    tile reads past the last column, the largest tap on."""
+    batch = out.shape[0]
+    return max(batch * grid.image, (batch - 1) * grid.image
+               + -(-_grid_columns(grid, out) // TILE) * TILE + int(grid.tap_offsets().max()))
+
+
+def _bound_product(grid: _Grid, tiles: np.ndarray, cells: np.ndarray, out: Any,
+                   functions: dict[str, Any], ldb: int, b_batch: int) -> DirectProduct:
+    """The product of ``functions`` over the packed weights ``tiles`` and the grid
+    ``cells`` (``ldb``: words a plane or a pixel; ``b_batch``: bytes an image) into ``out``."""
+    filters, out_height, out_width = out.shape[1:]
+    columns = _grid_columns(grid, out)
+    offsets = grid.tap_offsets()
     zeros = np.zeros(-(-max(filters, columns) // TILE) * TILE + TILE, np.float32)
     context = np.zeros(len(_FIELD), np.int64)
-    values = {"a": tiles.ctypes.data, "b": cells.ctypes.data, "ldb": words,
+    values = {"a": tiles.ctypes.data, "b": cells.ctypes.data, "ldb": ldb,
               "c": out.ctypes.data, "ldc": out_height * out_width,
               "rows_bias": zeros.ctypes.data, "columns_bias": zeros.ctypes.data,
-              "m": filters, "n": columns, "words": words, "taps": offsets.size,
-              "offsets": offsets.ctypes.data, "grid_width": grid.width, "width": out_width,
-              "batch": batch, "b_batch": grid.image * words * 4, "c_batch": out.strides[0]}
+              "m": filters, "n": columns, "words": _words(grid.shape[1]),
+              "taps": offsets.size, "offsets": offsets.ctypes.data,
+              "grid_width": grid.width, "width": out_width, "batch": out.shape[0],
+              "b_batch": b_batch, "c_batch": out.strides[0]}
     for name, value in values.items():
         context[_FIELD[name]] = value
     context[_FIELD["low"]:_FIELD["high"] + 1].view(np.float64)[:] = -np.inf, np.inf
-    product = _as_product(context, (tiles, cells, out, zeros, offsets, table), functions)
-    return bf16.paired_product(pair, product)
+    return _as_product(context, (tiles, cells, out, zeros, offsets), functions)
 
 
 def _k_steps(grid: _Grid, channels: int) -> int:
