@@ -141,14 +141,20 @@ def words_for(handoff: PairedHandoff, shape: tuple[int, int],
     return handoff.words
 
 
+def offers_grid(handoff: PairedHandoff, tag: Any, grid: Any) -> bool:
+    """Whether the writer can write the grid ``tag`` names (``grid``, `conv_amx._Grid`) and
+    no other reader chose another layout: what `grid_for` asks, taking nothing."""
+    writes = handoff.grids(grid) if callable(handoff.grids) else handoff.grids
+    return bool(writes) and handoff.layout in (None, tag)
+
+
 def grid_for(handoff: PairedHandoff, shape: tuple[int, int], tag: Any, grid: Any,
              workspace: Any) -> np.ndarray | None:
     """The zero-bordered grid (``shape``, float32-viewed words, zeroed once) a direct
     convolution reading the hand-off would read, ``tag`` naming its geometry and ``grid``
     (`conv_amx._Grid`) placing an array of the hand-off's shape in it; None where the writer
     cannot write that grid or another reader chose another layout."""
-    writes = handoff.grids(grid) if callable(handoff.grids) else handoff.grids
-    if not writes or handoff.layout not in (None, tag):
+    if not offers_grid(handoff, tag, grid):
         return None
     if handoff.words is None:
         handoff.words = workspace.zeroed(shape, np.float32, (TAG, handoff.slot, tag))

@@ -21,6 +21,12 @@ only on the runs where the writer left the float32 input (not every reader took 
 A direct product of one image and an even number of filters is such a writer for readers
 of stride 1 whose grid rows are as wide as its own (ResNet's 3×3 after a 3×3 of stride 1):
 where every reader took the grid and no residual is added, it writes it (``grid_part``).
+
+At stride 1 over `LINES_MIN_CHANNELS` channels or more (`reads_lines`) the grid is laid
+channels-last instead (`conv_amx_lines`): each pixel's channels in bf16 one after another,
+read as AMX's A, so that a tile row is one aligned cache line whatever pixel a tap starts at,
+where a tile of pairs straddles two lines a row (`conv_amx_lines_ir`). Its pass runs on every
+run; a writer's grid of pairs, laid with no pass, stays the better where one is offered.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from engine.cpu import compiled, host_features, llvm_jit, spin_pool
-from engine.kernels import bf16, bf16_handoff, gemm_bind, gemm_kernel
+from engine.kernels import bf16, bf16_handoff, conv_amx_lines, gemm_bind, gemm_kernel
 
 _state: dict[str, Any] = {}
 # The context's int64s (addresses in bytes, strides in words or floats): the packed weights,
@@ -66,6 +72,13 @@ CHUNK_GRID_BYTES = 512 << 10
 # 0.91-0.98× and 0.83-0.95×, 128 at 28² (36) 0.94-1.0× and 0.92-0.98×; 256 at 14² (72)
 # 1.04-1.11× and 0.99-1.0×, 512 at 7² (144) 1.07-1.11× and 0.91-1.03×.
 GRID_MAX_STEPS = 48
+# Input channels at least of a convolution of stride 1 reading a channels-last grid
+# (`reads_lines`). ResNet-18's 3×3 layers alone, one thread, thread CPU time, with its pass
+# against the grid of pairs with its pairing (warm / with 3 MB written between calls), batch 1:
+# 64 at 56² 0.87-0.90 / 1.02-1.07, 128 at 28² 0.83-0.85 / 0.89-0.90, 256 at 14² 0.87-0.88 /
+# 0.89-0.90, 512 at 7² 0.79-0.87 / 0.82-0.86; batch 8: 0.89-0.91 / 0.94-0.96, 0.82-0.88 /
+# 0.83-0.89, 0.81-0.83 / 0.77-0.82, 0.63-0.66 / 0.61-0.67.
+LINES_MIN_CHANNELS = 128
 
 
 def available() -> bool:
@@ -96,6 +109,28 @@ def pays(channels: int, taps: int) -> bool:
     return taps * _words(channels) <= MAX_DEPTH_RATIO * bf16.amx_depth(channels * taps)
 
 
+def reads_lines(shape: Any, geometry: Any,
+                handoff: bf16_handoff.PairedHandoff | None = None) -> bool:
+    """Whether a direct convolution of input ``shape`` reads a channels-last grid
+    (`conv_amx_lines`, where its kernel compiled): stride 1 over `LINES_MIN_CHANNELS`
+    channels or more, unless its input's writer offers ``handoff``, whose grid of pairs it
+    would take as the writer's only reader (the writer then lays it, and no pass runs)."""
+    kernel, stride, dilate, pad = geometry
+    if (tuple(stride) != (1, 1) or shape[1] < LINES_MIN_CHANNELS
+            or _compiled_lines() is None):
+        return False
+    if handoff is None or handoff.readers != 1:
+        return True
+    return not bf16_handoff.offers_grid(handoff, _grid_tag(shape, geometry),
+                                        _Grid(shape, kernel, stride, dilate, pad))
+
+
+def _grid_tag(shape: Any, geometry: Any) -> tuple[Any, ...]:
+    """The tag of the grid of pairs a direct convolution of input ``shape`` reads."""
+    kernel, stride, dilate, pad = geometry
+    return ("bf16 grid", tuple(shape), tuple(kernel), tuple(stride), tuple(dilate), tuple(pad))
+
+
 def bind_chunks(data: Any, weight: Any, out: Any, geometry: Any,
                 workspace: Any) -> list[bf16.PairedProduct]:
     """`bind` over chunks of images whose grid stays within `CHUNK_GRID_BYTES` (one image at
@@ -105,36 +140,32 @@ def bind_chunks(data: Any, weight: Any, out: Any, geometry: Any,
     grid = _Grid((1, *data.shape[1:]), kernel, stride, dilate, pad)
     per_image = _words(data.shape[1]) * grid.image * 4
     chunk = max(1, CHUNK_GRID_BYTES // per_image)
+    handoff = bf16_handoff.offered(workspace, data) if data.shape[0] == 1 else None
+    lines = reads_lines(data.shape, geometry, handoff)
     if data.shape[0] == 1:  # one chunk: the input as its writer may offer it
-        product = bind(data, weight, out, geometry, workspace,
-                       bf16_handoff.offered(workspace, data))
+        product = bind(data, weight, out, geometry, workspace, None if lines else handoff,
+                       lines)
         if out.shape[1] % 2 == 0 and _k_steps(grid, data.shape[1]) <= GRID_MAX_STEPS:
             _offer_grid(product.product, grid.width, workspace, out)
         return [product]
     return [bind(data[start:start + chunk], weight, out[start:start + chunk], geometry,
-                 workspace) for start in range(0, data.shape[0], chunk)]
+                 workspace, lines=lines) for start in range(0, data.shape[0], chunk)]
 
 
 def bind(data: Any, weight: Any, out: Any, geometry: Any, workspace: Any,
-         handoff: bf16_handoff.PairedHandoff | None = None) -> bf16.PairedProduct:
+         handoff: bf16_handoff.PairedHandoff | None = None,
+         lines: bool = False) -> bf16.PairedProduct:
     """``out = conv(data, weight)`` (N, C, H, W) → (N, F, Ho, Wo): the input paired into
     its grid, then the direct product, as one call (see `applies`). ``handoff``: the bf16
-    hand-off the input's writer offered, whose grid the product reads where it may."""
+    hand-off the input's writer offered, whose grid the product reads where it may.
+    ``lines``: the grid channels-last, read as A (`conv_amx_lines`; stride 1 only)."""
+    if lines:
+        return _bind_lines(data, weight, out, geometry, workspace)
     kernel, stride, dilate, pad = geometry
-    batch, channels, height, width = data.shape
-    filters, out_height, out_width = out.shape[1:]
-    grid = _Grid(data.shape, kernel, stride, dilate, pad)
-    if (out_height, out_width) != grid.output:
-        raise ValueError(f"convolution output {out.shape} does not match input {data.shape} "
-                         f"with kernel {kernel}, stride {stride}, dilation {dilate} and "
-                         f"padding {pad}")
-    words = _words(channels)
-    offsets = grid.tap_offsets()
-    columns = (out_height - 1) * grid.width + out_width  # the last pixel's grid column + 1
-    # Every image's pixels, and reads a tile past the last column, the largest tap on.
-    plane = _plane_stride(max(batch * grid.image, (batch - 1) * grid.image
-                              + -(-columns // TILE) * TILE + int(offsets.max())))
-    tag = ("bf16 grid", data.shape, tuple(kernel), tuple(stride), tuple(dilate), tuple(pad))
+    grid = _output_grid(data, out, geometry)
+    words = _words(data.shape[1])
+    plane = _plane_stride(_grid_extent(grid, out))
+    tag = _grid_tag(data.shape, geometry)
     handed = None if handoff is None else bf16_handoff.grid_for(
         handoff, (words, plane), tag, grid, workspace)
     words_grid = handed if handed is not None else workspace.zeroed(
@@ -145,22 +176,81 @@ def bind(data: Any, weight: Any, out: Any, geometry: Any, workspace: Any,
         raise ValueError("the bf16 pairing pass did not compile")
     tiles = workspace.derived(weight, ("amx direct", words),
                               partial(_weight_tiles, words=words))
-    zeros = np.zeros(-(-max(filters, columns) // TILE) * TILE + TILE, np.float32)
-    context = np.zeros(len(_FIELD), np.int64)
-    values = {"a": tiles.ctypes.data, "b": words_grid.ctypes.data, "ldb": plane,
-              "c": out.ctypes.data, "ldc": out_height * out_width,
-              "rows_bias": zeros.ctypes.data, "columns_bias": zeros.ctypes.data,
-              "m": filters, "n": columns, "words": words, "taps": offsets.size,
-              "offsets": offsets.ctypes.data, "grid_width": grid.width, "width": out_width,
-              "batch": batch, "b_batch": grid.image * 4, "c_batch": out.strides[0]}
-    for name, value in values.items():
-        context[_FIELD[name]] = value
-    context[_FIELD["low"]:_FIELD["high"] + 1].view(np.float64)[:] = -np.inf, np.inf
-    product = _as_product(context, (tiles, words_grid, out, zeros, offsets))
+    product = _bound_product(grid, tiles, words_grid, out, _compiled(), plane,
+                             grid.image * 4)
     pair = pairings[0] if len(pairings) == 1 else partial(_each, tuple(pairings))
     if handed is not None:
         pair = bf16_handoff.take(handoff, pair)
     return bf16.paired_product(pair, product)
+
+
+def _bind_lines(data: Any, weight: Any, out: Any, geometry: Any,
+               workspace: Any) -> bf16.PairedProduct:
+    """`bind` over a channels-last grid (`conv_amx_lines`): the input rounded and laid into
+    it, then the product reading 16 pixels' channels a tile row as A."""
+    kernel, stride, dilate, pad = geometry
+    if tuple(stride) != (1, 1):
+        raise ValueError(f"a convolution over a channels-last grid has stride 1; got {stride}")
+    grid = _output_grid(data, out, geometry)
+    functions = _compiled_lines()
+    if functions is None:
+        raise ValueError("the channels-last direct convolution did not compile")
+    words = _words(data.shape[1])
+    cells = workspace.zeroed((_grid_extent(grid, out), words), np.float32,
+                             ("bf16 lines grid", data.shape, tuple(pad), tuple(dilate)))
+    table = conv_amx_lines.pixel_table(data.shape, grid.width, pad)
+    pair = conv_amx_lines.grid_pass(functions["lines_grid"], data, cells, table, grid.image)
+    tiles = workspace.derived(weight, ("amx direct lines", words),
+                              partial(conv_amx_lines.weight_tiles, words=words))
+    product = _bound_product(grid, tiles, cells, out, functions, words,
+                             grid.image * words * 4)
+    return bf16.paired_product(pair, product)
+
+
+def _output_grid(data: Any, out: Any, geometry: Any) -> _Grid:
+    """The input's grid, checked against the output's shape."""
+    kernel, stride, dilate, pad = geometry
+    grid = _Grid(data.shape, kernel, stride, dilate, pad)
+    if tuple(out.shape[2:]) != grid.output:
+        raise ValueError(f"convolution output {out.shape} does not match input {data.shape} "
+                         f"with kernel {kernel}, stride {stride}, dilation {dilate} and "
+                         f"padding {pad}")
+    return grid
+
+
+def _grid_columns(grid: _Grid, out: Any) -> int:
+    """The grid columns an image's product computes: the last pixel's + 1."""
+    return (out.shape[2] - 1) * grid.width + out.shape[3]
+
+
+def _grid_extent(grid: _Grid, out: Any) -> int:
+    """The grid's columns (words of a plane, or pixels) for every image, and those its last
+    tile reads past the last column, the largest tap on."""
+    batch = out.shape[0]
+    return max(batch * grid.image, (batch - 1) * grid.image
+               + -(-_grid_columns(grid, out) // TILE) * TILE + int(grid.tap_offsets().max()))
+
+
+def _bound_product(grid: _Grid, tiles: np.ndarray, cells: np.ndarray, out: Any,
+                   functions: dict[str, Any], ldb: int, b_batch: int) -> DirectProduct:
+    """The product of ``functions`` over the packed weights ``tiles`` and the grid
+    ``cells`` (``ldb``: words a plane or a pixel; ``b_batch``: bytes an image) into ``out``."""
+    filters, out_height, out_width = out.shape[1:]
+    columns = _grid_columns(grid, out)
+    offsets = grid.tap_offsets()
+    zeros = np.zeros(-(-max(filters, columns) // TILE) * TILE + TILE, np.float32)
+    context = np.zeros(len(_FIELD), np.int64)
+    values = {"a": tiles.ctypes.data, "b": cells.ctypes.data, "ldb": ldb,
+              "c": out.ctypes.data, "ldc": out_height * out_width,
+              "rows_bias": zeros.ctypes.data, "columns_bias": zeros.ctypes.data,
+              "m": filters, "n": columns, "words": _words(grid.shape[1]),
+              "taps": offsets.size, "offsets": offsets.ctypes.data,
+              "grid_width": grid.width, "width": out_width, "batch": out.shape[0],
+              "b_batch": b_batch, "c_batch": out.strides[0]}
+    for name, value in values.items():
+        context[_FIELD[name]] = value
+    context[_FIELD["low"]:_FIELD["high"] + 1].view(np.float64)[:] = -np.inf, np.inf
+    return _as_product(context, (tiles, cells, out, zeros, offsets), functions)
 
 
 def _k_steps(grid: _Grid, channels: int) -> int:
@@ -269,6 +359,7 @@ class DirectProduct(partial):
 
     context: np.ndarray
     operands: tuple[Any, ...]
+    functions: dict[str, Any]  # the compiled kernel's addresses (`_compiled`, `_compiled_lines`)
     handoff: Any = None  # the `bf16_handoff` its output's readers may take as their grid
     gridded: Any = None  # the job writing the grid, made on the first run that does
     leaves_blas_alone = True  # its tiles run on the spin pool, never in BLAS
@@ -297,7 +388,7 @@ class DirectProduct(partial):
         context[_FIELD["grid_ldb"]] = handoff.words.shape[1]
         context[_FIELD["grid_shift"]] = reader.pad[0] * reader.width + reader.pad[1]
         # the job keeps the context it reads by address alive
-        return spin_pool.job(_compiled()["grid_part"], context, _parts(context),
+        return spin_pool.job(self.functions["grid_part"], context, _parts(context),
                              keep=(handoff.words,))
 
     def with_epilogue(self, bias_rows: Any = None, bias_columns: Any = None,
@@ -317,7 +408,7 @@ class DirectProduct(partial):
             kept.append(bias_rows)
         bounds = context[_FIELD["low"]:_FIELD["high"] + 1].view(np.float64)
         bounds[:] = max(bounds[0], float(low)), min(bounds[1], float(high))
-        return self._carried(_as_product(context, tuple(kept)))
+        return self._carried(_as_product(context, tuple(kept), self.functions))
 
     def _carried(self, product: DirectProduct) -> DirectProduct:
         product.handoff = self.handoff
@@ -333,13 +424,17 @@ class DirectProduct(partial):
         """This product adding ``other`` (laid out as ``out``, which its output lies in)
         before its clamp, after its bias (`gemm_kernel.Product.with_residual`)."""
         return self._carried(_as_product(*gemm_kernel.residual_context(
-            self.context, _FIELD["c"], _FIELD["residual"], out, other, self.operands)))
+            self.context, _FIELD["c"], _FIELD["residual"], out, other, self.operands),
+            self.functions))
 
 
-def _as_product(context: np.ndarray, operands: tuple[Any, ...]) -> DirectProduct:
-    job = spin_pool.job(_compiled()["part"], context, _parts(context))
+def _as_product(context: np.ndarray, operands: tuple[Any, ...],
+                functions: dict[str, Any]) -> DirectProduct:
+    """The product of ``functions`` (`_compiled` or `_compiled_lines`) over ``context``."""
+    job = spin_pool.job(functions["part"], context, _parts(context))
     product = DirectProduct(job.func, *job.args)
     product.context, product.operands = context, (*operands, *job.keep)
+    product.functions = functions
     return product
 
 
@@ -366,5 +461,26 @@ def _compile() -> dict[str, Any] | None:
 
 def _module() -> Any:
     from engine.kernels.conv_amx_ir import module
+
+    return module(_FIELD)
+
+
+def _compiled_lines() -> dict[str, Any] | None:
+    return compiled.made_once(_state, "lines", _compile_lines)
+
+
+def _compile_lines() -> dict[str, Any] | None:
+    """The channels-last kernel and its grid pass for the host (`conv_amx_lines_ir`)."""
+    if not host_features.amx_permitted():
+        return None
+    engine = llvm_jit.compile_for_host(_lines_module)
+    if engine is None:
+        return None
+    return {"engine": engine, **{name: engine.get_function_address(name)
+                                 for name in ("part", "grid_part", "lines_grid")}}
+
+
+def _lines_module() -> Any:
+    from engine.kernels.conv_amx_lines_ir import module
 
     return module(_FIELD)

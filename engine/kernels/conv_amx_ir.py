@@ -209,6 +209,11 @@ class DirectConvKernel(AmxTileKernel):
                 if finish_rows is not None:
                     finish_rows(step)
 
+    def _grid_column_bytes(self, builder: ir.IRBuilder, column: Any,
+                           field: dict[str, Any]) -> Any:
+        """A grid column's bytes from the image's first: a word each."""
+        return builder.mul(column, I64(4))
+
     def _kept_lanes(self, builder: ir.IRBuilder, start: Any, grid_width: Any, width: Any,
                     n: Any) -> Any:
         """Which of the 16 columns from ``start`` are pixels: ``x = column mod Wp`` below the
@@ -309,7 +314,8 @@ class DirectConvKernel(AmxTileKernel):
             rows = builder.sub(m, row)
             rows = builder.select(builder.icmp_signed("<", rows, I64(ROWS * 2)), rows,
                                   I64(ROWS * 2))
-            b_at = builder.add(builder.mul(image, field["b_batch"]), builder.mul(column, I64(4)))
+            b_at = builder.add(builder.mul(image, field["b_batch"]),
+                               self._grid_column_bytes(builder, column, field))
             c_at = builder.add(builder.mul(image, field["c_batch"]),
                                builder.mul(builder.mul(row, field["ldc"]), I64(4)))
             builder.call(tile, [

@@ -496,3 +496,13 @@ def test_a_grid_under_eight_pixels_wide_is_not_taken() -> None:
     handoffs: list = []
     served(symbol, params, feed, "bf16", handoffs, halves=True)
     assert not any(handoff.taken for handoff in handoffs if handoff is not None)
+
+
+def test_offers_grid_asks_what_grid_for_takes() -> None:
+    handoff = bf16_handoff.PairedHandoff(1, (16, 32), (32, 0), (1, 32, 4, 4),
+                                         grids=lambda grid: grid == "mine")
+    assert bf16_handoff.offers_grid(handoff, "tag", "mine")
+    assert not bf16_handoff.offers_grid(handoff, "tag", "another")
+    handoff.layout = "words"
+    assert not bf16_handoff.offers_grid(handoff, "tag", "mine")
+    assert handoff.takers == 0 and handoff.words is None
