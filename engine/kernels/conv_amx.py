@@ -449,14 +449,19 @@ def _compiled() -> dict[str, Any] | None:
 
 
 def _compile() -> dict[str, Any] | None:
-    """The direct kernel for the host, or None without AMX (or Linux's grant) or llvmlite."""
+    """The direct kernel for the host (`conv_amx_ir`)."""
+    return _compile_for_host(_module, ("part", "grid_part"))
+
+
+def _compile_for_host(make_module: Any, names: tuple[str, ...]) -> dict[str, Any] | None:
+    """The functions ``names`` of ``make_module()``'s module compiled for the host, by name
+    (with the engine that holds them), or None without AMX (or Linux's grant) or llvmlite."""
     if not host_features.amx_permitted():
         return None
-    engine = llvm_jit.compile_for_host(_module)
+    engine = llvm_jit.compile_for_host(make_module)
     if engine is None:
         return None
-    return {"engine": engine, "part": engine.get_function_address("part"),
-            "grid_part": engine.get_function_address("grid_part")}
+    return {"engine": engine, **{name: engine.get_function_address(name) for name in names}}
 
 
 def _module() -> Any:
@@ -471,13 +476,7 @@ def _compiled_lines() -> dict[str, Any] | None:
 
 def _compile_lines() -> dict[str, Any] | None:
     """The channels-last kernel and its grid pass for the host (`conv_amx_lines_ir`)."""
-    if not host_features.amx_permitted():
-        return None
-    engine = llvm_jit.compile_for_host(_lines_module)
-    if engine is None:
-        return None
-    return {"engine": engine, **{name: engine.get_function_address(name)
-                                 for name in ("part", "grid_part", "lines_grid")}}
+    return _compile_for_host(_lines_module, ("part", "grid_part", "lines_grid"))
 
 
 def _lines_module() -> Any:

@@ -352,10 +352,16 @@ def module(positions: dict[str, int]) -> ir.Module:
     """A module holding ``part`` (and the tile and epilogue it calls), reading its context
     by ``positions``."""
     kernel = DirectConvKernel(AMX_TILE)
+    define_parts(kernel, positions)
+    return kernel.module
+
+
+def define_parts(kernel: DirectConvKernel, positions: dict[str, int]) -> None:
+    """``kernel``'s ``part`` and ``grid_part`` (the latter writing a reader's grid of pairs),
+    with the tiles and epilogues they call, reading their context by ``positions``."""
     epilogue = kernel.define_rows_epilogue("rows_epilogue")
     kernel.define_direct_part("part", kernel.define_tile("tile", epilogue), epilogue,
                               positions)
     pairs = kernel.define_grid_rows_epilogue("grid_rows_epilogue")
     kernel.define_direct_part("grid_part", kernel.define_tile("grid_tile", pairs, True), pairs,
                               positions, grid=True)
-    return kernel.module

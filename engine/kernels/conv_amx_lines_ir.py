@@ -25,7 +25,7 @@ from typing import Any
 
 import llvmlite.ir as ir
 
-from engine.kernels.conv_amx_ir import PREFETCH_WORDS, DirectConvKernel
+from engine.kernels.conv_amx_ir import PREFETCH_WORDS, DirectConvKernel, define_parts
 from engine.kernels.gemm_amx_ir import ROWS, TILE_COLUMNS, WORDS
 from engine.kernels.gemm_bf16_ir import BFloatType
 from engine.kernels.gemm_ir import F32, I32, I64
@@ -201,11 +201,6 @@ def module(positions: dict[str, int]) -> ir.Module:
     """A module holding ``part`` and ``grid_part`` (`conv_amx_ir.module`'s, over the
     channels-last grid) and ``lines_grid``, the pass making that grid."""
     kernel = LinesConvKernel(AMX_TILE)
-    epilogue = kernel.define_rows_epilogue("rows_epilogue")
-    kernel.define_direct_part("part", kernel.define_tile("tile", epilogue), epilogue,
-                              positions)
-    pairs = kernel.define_grid_rows_epilogue("grid_rows_epilogue")
-    kernel.define_direct_part("grid_part", kernel.define_tile("grid_tile", pairs, True), pairs,
-                              positions, grid=True)
+    define_parts(kernel, positions)
     define_grid_pass(kernel.module, "lines_grid")
     return kernel.module
