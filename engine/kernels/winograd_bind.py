@@ -19,8 +19,8 @@ transforms stay for hosts without numba); with tiles enough (`F4_MIN_TILES`) as 
 36 products per 4×4 output tile from 6×6 input tiles, U = G₄ g G₄ᵀ. Its larger coefficients
 (up to 8) did not cost float32 accuracy that shows (ResNet-18 at 224² against the reference
 interpreter: max |diff| 4.6e-4 of outputs up to 688, F(2×2) 5.8e-4; MXNet's own BasicBlockV1
-export within its tolerance). A NaN input reaches every output
-of the 4×4 tiles whose 6×6 input tiles hold it, not only its 3×3 neighbours.
+export within its tolerance). A NaN input reaches every output of the 4×4 tiles whose 6×6
+input tiles hold it, not only its 3×3 neighbours.
 """
 
 from __future__ import annotations
