@@ -422,13 +422,17 @@ def _bind_split_patches(xp: Any, data: Any, matrix: Any, out: Any, geometry: Geo
         start = 0
         for parity in range(2):
             taps = len(range(parity, kernel_x, 2))
-            shape = (channels, kernel_y, taps, rows, out_width)
             taken = channels * kernel_y * taps
+            # Output rows outermost, so that a copy job's parts share out the band by rows:
+            # where its product runs B's column panels outside (`gemm_bind.shares_right`),
+            # each thread's part of the product then reads mostly the patches it copied.
+            shape = (rows, channels, kernel_y, taps, out_width)
             source = np.lib.stride_tricks.as_strided(
                 split[:, top * stride[0]:, parity], shape=shape,
-                strides=(step_c, dilate[0] * step_y, step_x, stride[0] * step_y, step_x))
-            calls.append(partial(np.copyto, patches[start:start + taken].reshape(shape),
-                                 source))
+                strides=(stride[0] * step_y, step_c, dilate[0] * step_y, step_x, step_x))
+            target = patches[start:start + taken].reshape(
+                channels, kernel_y, taps, rows, out_width).transpose(3, 0, 1, 2, 4)
+            calls.append(partial(np.copyto, target, source))
             start += taken
         target = targets[:, top:top + rows].reshape(filters, -1)
         calls.append(_product(xp, weight, patches.reshape(depth, -1), target, workspace))

@@ -1,12 +1,11 @@
 """Strided copies and elementwise sums of views as `spin_pool` jobs.
 
-A plan's large ``np.copyto`` of one view into another (im2col's, the layout changes around
-Winograd) and its ``np.add``/``np.subtract``/``np.multiply`` of views (the channels-last
-Winograd transforms, residual sums) run on one core in NumPy. Here one numba loop runs them,
-cut by blocks (the index over every axis but the last two), so that they run on every core a
-run has armed. On one core numba's loop is slower than NumPy's for some layouts (a stride-2
-copy: 99 µs against 72), so a plan keeps NumPy's call for runs that are not armed
-(`spin_pool.WhenArmed`).
+A plan's large ``np.copyto`` of one view into another (im2col's, layout changes) and its
+``np.add``/``np.subtract``/``np.multiply`` of views (residual sums) run on one core in NumPy.
+Here one numba loop runs them, cut by blocks (the index over every axis but the last two), so
+that they run on every core a run has armed. On one core numba's loop is slower than NumPy's
+for some layouts (a stride-2 copy: 99 µs against 72), so a plan keeps NumPy's call for runs
+that are not armed (`spin_pool.WhenArmed`).
 """
 
 from __future__ import annotations

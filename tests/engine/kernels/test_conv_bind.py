@@ -299,6 +299,39 @@ def test_float32_stride_2_across_copies_patches_from_the_split_input(case: tuple
     assert_runs_twice(calls, out, want)
 
 
+def test_float32_split_patch_copies_share_out_a_band_by_output_rows() -> None:
+    """The stem's patch copies run as jobs whose parts take whole output rows (every K row
+    of them), the first part the first rows: the parts its product's column panels take
+    (B's columns are the band's positions, row by row), so a thread's part of the product
+    reads the patches its own part of the copy wrote."""
+    import ctypes
+
+    from engine.kernels import strided_kernel
+
+    geometry = ((7, 7), (2, 2), (1, 1), (3, 3))
+    data = RNG.standard_normal((1, 3, 96, 96)).astype(np.float32)
+    weight = constant(RNG.standard_normal((16, 3, 7, 7)).astype(np.float32))
+    out = np.empty((1, 16, 48, 48), np.float32)
+    copies = [call for call in float32_bound(data, weight, None, geometry, out)
+              if getattr(call, "func", None) is np.copyto]
+    assert len(copies) == 2  # even taps, odd taps: one band
+    for copy in copies:
+        target = copy.args[0]
+        job = strided_kernel.job(*strided_kernel.operands(copy))
+        task, context, parts = job.args[-3:]
+        assert parts >= 2
+        target[...] = np.nan
+        ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)(task)(
+            context, 0, parts)
+        # The patches are (K, rows, columns): the rows' axis is the one a row of columns apart.
+        rows_axis = target.strides.index(out.shape[3] * 4)
+        by_row = np.isfinite(np.moveaxis(target, rows_axis, 0)).reshape(out.shape[2], -1)
+        whole = by_row.all(axis=1)
+        assert (whole | ~by_row.any(axis=1)).all(), "a part copied some K of an output row"
+        filled = int(whole.sum())
+        assert 0 < filled < out.shape[2] and whole[:filled].all()
+
+
 def test_float32_split_patches_only_where_they_pay() -> None:
     """Windows narrower than `SPLIT_MIN_KERNEL_WIDTH`, and a weight that may change (its
     reordered copy could go stale), read the padded input's strided view as before."""

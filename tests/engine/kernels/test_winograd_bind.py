@@ -1,7 +1,10 @@
 """Stride-1 3×3 convolutions bound as Winograd F(2×2, 3×3) (`engine.kernels.winograd_bind`) agree
-with the reference kernel, and are used only where they apply."""
+with the reference kernel, and are used only where they apply. The transforms here are NumPy's,
+as on a host without numba (`test_winograd_kernel` tests the compiled ones)."""
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -18,7 +21,9 @@ RESNET = [(64, 56), (128, 28), (256, 14), (512, 7)]  # ResNet-18's stride-1 3×3
 
 @pytest.fixture
 def bound(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
-    """Winograd forced on for small shapes; the data shape of every convolution it binds."""
+    """Winograd forced on for small shapes, its transforms NumPy's; the data shape of every
+    convolution it binds."""
+    numpy_transforms(monkeypatch)
     monkeypatch.setattr(winograd_bind, "MIN_CHANNELS", 1)
     monkeypatch.setattr(winograd_bind, "MIN_TILES", 1)
     shapes: list[tuple] = []
@@ -30,6 +35,12 @@ def bound(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
 
     monkeypatch.setattr(winograd_bind, "bind", spy)
     return shapes
+
+
+def numpy_transforms(monkeypatch: pytest.MonkeyPatch) -> None:
+    """numba reported missing to Winograd alone: it binds NumPy's transforms (compiled ones
+    where numba is), the plan's other kernels as they are."""
+    monkeypatch.setattr(winograd_bind, "compiled", SimpleNamespace(available=lambda: False))
 
 
 def two_convs(pad: int, no_bias: bool):
@@ -165,11 +176,12 @@ def test_plans_of_one_model_share_the_transformed_weights(bound: list) -> None:
 
 @pytest.mark.parametrize("spatial", [(8, 8), (7, 7)], ids=["even", "odd"])
 def test_the_sixteen_products_of_a_wide_layer_are_one_call_of_our_kernel(
-        spatial: tuple) -> None:
+        spatial: tuple, monkeypatch: pytest.MonkeyPatch) -> None:
     from engine.kernels import gemm_kernel
 
     if not gemm_kernel.available():
         pytest.skip("llvmlite cannot compile for this CPU")
+    numpy_transforms(monkeypatch)
     channels = winograd_bind.MIN_CHANNELS  # 16 tiles a sample, 64 filters: whole vectors
     conv = sym.Convolution(sym.var("data"), kernel=(3, 3), pad=(1, 1), num_filter=channels,
                            name="conv")

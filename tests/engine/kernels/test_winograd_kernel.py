@@ -26,7 +26,6 @@ def tile(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int
     as F(4×4, 3×3): the output tile's side."""
     monkeypatch.setattr(winograd_bind, "MIN_CHANNELS", 1)
     monkeypatch.setattr(winograd_bind, "MIN_TILES", 1)
-    monkeypatch.setattr(winograd_bind, "COMPILED_MIN_COLUMNS", 1)
     monkeypatch.setattr(winograd_bind, "F4_MIN_TILES", 1 if request.param == 4 else 1 << 30)
     return request.param
 
@@ -131,18 +130,19 @@ def test_compiled_winograd_allocates_nothing_per_run() -> None:
     assert peak < 64 * 1024, f"a run allocated up to {peak} bytes"
 
 
-@pytest.mark.parametrize("columns", [4, 5])
-def test_narrow_layers_keep_the_numpy_transforms(monkeypatch: pytest.MonkeyPatch,
-                                                 columns: int) -> None:
-    # 8 columns padded by 1 are 4 tiles across: compiled from 4, NumPy's below (F(2×2): a
-    # layer with tiles enough for F(4×4) is compiled whatever its width).
-    monkeypatch.setattr(winograd_bind, "COMPILED_MIN_COLUMNS", columns)
-    monkeypatch.setattr(winograd_bind, "F4_MIN_TILES", 1 << 30)
-    net = conv(sym.var("data"), CHANNELS, 1, "conv")
-    shape = (2, CHANNELS, 6, 8)
+def test_narrow_layers_run_compiled_with_the_block_end(tile: int) -> None:
+    # 7 columns padded by 1 are 4 F(2×2) tiles across, as in ResNet's last stage: compiled
+    # too (NumPy's transforms would be 44 passes and the residual sum one more), the block's
+    # residual and ReLU added as the output transform writes.
+    data = sym.var("data")
+    net = sym.elemwise_add(conv(data, CHANNELS, 1, "conv"), data, name="add")
+    net = sym.Activation(net, act_type="relu", name="out")
+    shape = (1, CHANNELS, 7, 7)
     optimized, reference = load_pair(net, shape, RNG)
-    assert (winograd_kernel.convolve in funcs(optimized, shape)) == (columns == 4)
-    assert_agrees(optimized, reference, shape, "conv_output")
+    called = funcs(optimized, shape)
+    assert called.count(winograd_kernel.convolve) == 1
+    assert not {np.add, np.subtract, np.maximum} & set(called)
+    assert_agrees(optimized, reference, shape, "out_output", tile=tile)
 
 
 def test_without_numba_the_numpy_transforms_run(monkeypatch: pytest.MonkeyPatch) -> None:
