@@ -44,17 +44,21 @@ def lay_bf16(calls: list[Any], out: Any, workspace: Any) -> list[Any]:
     """``calls``, where they are one AMX product writing the whole of ``out`` (one sample,
     channels-first, C-contiguous float32) with its epilogue already final (bias taken), with
     that product offering ``out`` as bf16 planes (past `MIN_OUTPUT_BYTES`) or a direct
-    convolution's grid (`HandingProduct`); else as they are."""
+    convolution's grid (`HandingProduct`), and where its activation is small, its runs that
+    write float32 paired by each part of its product (`bf16.PartPairedProduct`); else as they
+    are."""
     if (len(calls) != 1 or not isinstance(calls[0], bf16.PairedProduct)
             or not _writes_whole(calls[0].product, out) or _compiled() is None):
         return calls
+    paired = calls[0]
     handoff = bf16_handoff.offer(workspace, out, grids=_writes_grid, columns=False,
                                  planes=out.nbytes >= MIN_OUTPUT_BYTES)
+    product = paired.product if handoff is None else HandingProduct(paired.product, handoff)
+    if bf16.parts_pair(paired.args[0], paired.product):
+        return [bf16.PartPairedProduct(paired.func, paired.args[0], product, workspace)]
     if handoff is None:
         return calls
-    paired = calls[0]
-    return [bf16.PairedProduct(paired.func, paired.args[0],
-                               HandingProduct(paired.product, handoff))]
+    return [bf16.PairedProduct(paired.func, paired.args[0], product)]
 
 
 def _writes_grid(reader: Any) -> bool:
@@ -99,9 +103,14 @@ class HandingProduct:
     def context(self) -> np.ndarray:
         return self.plain.context
 
+    def lays(self) -> bool:
+        """Whether this run writes its readers' layout: every reader took it, and it adds no
+        residual."""
+        return self.handoff.taken and int(self.plain.context[_FIELD["residual"]]) == 0
+
     def __call__(self) -> None:
         handoff = self.handoff
-        laying = handoff.taken and int(self.plain.context[_FIELD["residual"]]) == 0
+        laying = self.lays()
         if laying:
             if self.handing is None:
                 self.handing = (self._halves_job(handoff.words) if handoff.layout == "planes"
@@ -110,6 +119,11 @@ class HandingProduct:
         else:
             self.plain()
         handoff.laid = laying
+
+    def ran_float32(self) -> None:
+        """Said by a caller that ran the plain product's work in its place
+        (`bf16.PartPairedProduct`): this run wrote the float32 array."""
+        self.handoff.laid = False
 
     def _halves_job(self, planes: np.ndarray) -> Any:
         """The plain product's job with its output the halves (``planes``, uint16): C's
