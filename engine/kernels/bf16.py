@@ -16,7 +16,7 @@ panels, by a numba loop (`pairing`). A `PairedProduct` is that pass followed by 
 
 On several threads that is two jobs, and each thread's share of the product reads the pairs
 every thread wrote: where the activation is small and the product cut by its rows (MobileNet
-v2's expanding 1×1 layers at 28² and below), that crossing cost more than the product's half
+v2's expanding 1×1 layers at 14² and 7²), that crossing cost more than the product's half
 (one 384 × 64 × 196 layer, steady: 20 µs on both cores, 19 on one). A `PartPairedProduct`
 runs instead as one job (`by_parts`) whose parts each pair the whole activation into words of
 their own and multiply their share of the weight's rows by them (10 µs); on one thread it
@@ -325,7 +325,7 @@ class PairedProduct(PartedCall):
 
 
 # Paired activations of this size at most are paired by each part of its product
-# (`PartPairedProduct`): MobileNet v2's expanding layers' at 28² and below (51 KB at most),
+# (`PartPairedProduct`): MobileNet v2's expanding layers' at 14² and 7² (43 KB at most),
 # where pairing twice costs 2-5 µs against a product of 10-40.
 PART_PAIRED_BYTES = 64 << 10
 
@@ -374,7 +374,12 @@ class PartPairedProduct(PairedProduct):
 def parts_pair(pair: Any, product: Any) -> bool:
     """Whether ``pair`` (a `patch_pairing` job) and ``product`` (an AMX `gemm_kernel.Product`
     reading its words, one matrix) may run as `by_parts`: words of `PART_PAIRED_BYTES` at
-    most, two blocks of rows or more, and several threads for the plan's runs."""
+    most, two blocks of rows or more, and several threads for the plan's runs, the product
+    walking its row blocks outside (`gemm_bind._amx_weight_tiles`: its weight larger than its
+    words), so that its parts already cut it by rows and each thread's rows of the output are
+    where they were. A product cut by columns (MobileNet v2's 192 × 32 × 784 at 28²) would be
+    cut by rows instead, and its output then lay elsewhere for its reader: in order, on one
+    thread, such layers took 1.06-1.15× as long parted, on both 0.91-1.13×."""
     from engine.kernels import gemm_kernel
 
     field = gemm_kernel.CONTEXT_FIELDS
@@ -385,6 +390,7 @@ def parts_pair(pair: Any, product: Any) -> bool:
     words = product.operands[1]
     return (int(context[field["kernel"]]) == gemm_kernel.AMX
             and int(context[field["batch"]]) == 1
+            and int(context[field["columns_outside"]]) == 0
             and isinstance(words, np.ndarray) and words.nbytes <= PART_PAIRED_BYTES
             and int(pair.keep[0][_TARGET]) == words.ctypes.data
             and int(context[field["b"]]) == words.ctypes.data

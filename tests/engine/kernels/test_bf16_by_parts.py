@@ -15,7 +15,7 @@ import engine
 from bench import nets
 from engine import sym
 from engine.cpu import spin_pool
-from engine.kernels import bf16, gemm_bind, gemm_kernel
+from engine.kernels import bf16, gemm_amx_handoff, gemm_bind, gemm_kernel
 from engine.kernels.workspace import Workspace
 
 pytestmark = pytest.mark.skipif(
@@ -97,30 +97,34 @@ def test_the_job_armed_on_two_threads_writes_the_plain_output(
         np.testing.assert_array_equal(out, want)
 
 
-def test_large_activations_or_one_block_of_rows_are_not_parted(
+def test_large_activations_products_by_columns_or_one_block_are_not_parted(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Words past `PART_PAIRED_BYTES` (pairing on every part costs more than the crossing),
-    a single block of 32 rows, or runs on one thread: the plain pairing job, then the
-    product."""
+    a product walking column panels outside (its weight smaller than its words: parted, its
+    output's rows would move between threads), a single block of 32 rows, or runs on one
+    thread: the plain pairing job, then the product."""
+    monkeypatch.setattr(spin_pool, "threads", lambda: 2)
     workspace = Workspace(np, 0, precision="bf16")
-    assert bf16.parts_pair(*product(64, 64, 196, workspace)[0].args)
-    assert not bf16.parts_pair(*product(64, 64, 1024, workspace)[0].args)  # 128 KB of words
+    assert bf16.parts_pair(*product(256, 64, 196, workspace)[0].args)
+    assert not bf16.parts_pair(*product(1280, 64, 1024, workspace)[0].args)  # 128 KB words
+    assert not bf16.parts_pair(*product(128, 64, 196, workspace)[0].args)  # by columns
     assert not bf16.parts_pair(*product(32, 64, 196, workspace)[0].args)
     monkeypatch.setattr(spin_pool, "threads", lambda: 1)
-    assert not bf16.parts_pair(*product(64, 64, 196, workspace)[0].args)
+    assert not bf16.parts_pair(*product(256, 64, 196, workspace)[0].args)
 
 
 def expanding(data: Any, reader: str) -> Any:
     """A 1×1 expansion of 24 channels into 96 with relu6, read by a depthwise 3×3
-    (``depthwise``) or by a direct 3×3 convolution (``grid``: the expansion writes that
-    reader's grid of pairs on the runs it lays it); or (``residual``) a 1×1 product of 24
-    into 48 channels adding its input, then read by a 1×1 projection."""
+    (``depthwise``), or into 256 read by a direct 3×3 convolution (``grid``: the expansion
+    writes that reader's grid of pairs); or (``residual``) a 1×1 product of 96
+    into 96 channels adding its input, then read by a 1×1 projection."""
     if reader == "residual":
-        widened = sym.Convolution(data, num_filter=48, kernel=(1, 1), name="widen")
-        expand = sym.Convolution(widened, num_filter=48, kernel=(1, 1), name="expand") + widened
+        widened = sym.Convolution(data, num_filter=96, kernel=(1, 1), name="widen")
+        expand = sym.Convolution(widened, num_filter=96, kernel=(1, 1), name="expand") + widened
         return sym.Convolution(sym.clip(expand, a_min=0.0, a_max=6.0), num_filter=24,
                                kernel=(1, 1), name="project")
-    expand = sym.clip(sym.Convolution(data, num_filter=96, kernel=(1, 1), name="expand"),
+    filters = 256 if reader == "grid" else 96
+    expand = sym.clip(sym.Convolution(data, num_filter=filters, kernel=(1, 1), name="expand"),
                       a_min=0.0, a_max=6.0)
     if reader == "grid":
         return sym.Convolution(expand, num_filter=32, kernel=(3, 3), pad=(1, 1), name="next")
@@ -143,12 +147,13 @@ def answers(symbol: Any, params: dict, feed: dict, precision: str,
     return outputs[0]
 
 
-@pytest.mark.parametrize("reader", ["depthwise", "residual", "grid"])
+@pytest.mark.parametrize("reader,side", [("depthwise", 7), ("residual", 7), ("grid", 14)])
 def test_a_plan_parts_its_small_expansion_and_answers_as_before(
-        monkeypatch: pytest.MonkeyPatch, reader: str) -> None:
-    """Bound in a bf16 plan at batch 1, a 1×1 product of 14² pixels is parted, with its bias,
-    clamp and residual, and the plan answers bit for bit what it answers without, near
-    fp32."""
+        monkeypatch: pytest.MonkeyPatch, reader: str, side: int) -> None:
+    """Bound in a bf16 plan at batch 1, a 1×1 product whose weight outweighs its small
+    activation is parted, with its bias, clamp and residual (and where its reader takes its
+    grid, lays it through the plain pairing), and the plan answers bit for bit what it
+    answers without, near fp32."""
     monkeypatch.setattr(spin_pool, "threads", lambda: 2)
     made: list[Any] = []
     original = bf16.PartPairedProduct.__init__
@@ -158,12 +163,21 @@ def test_a_plan_parts_its_small_expansion_and_answers_as_before(
         made.append(self)
 
     monkeypatch.setattr(bf16.PartPairedProduct, "__init__", counted)
+    laid: list[bool] = []
+    lays = gemm_amx_handoff.HandingProduct.lays
+
+    def watched(self: Any) -> bool:
+        laid.append(lays(self))
+        return laid[-1]
+
+    monkeypatch.setattr(gemm_amx_handoff.HandingProduct, "lays", watched)
     symbol = expanding(sym.var("data"), reader)
-    shape = (1, 24, 14, 14)
+    shape = (1, 24, side, side)
     params = nets.random_params(symbol, shape, seed=6)
     feed = {"data": np.random.default_rng(4).standard_normal(shape).astype(np.float32)}
     got = answers(symbol, params, feed, "bf16", monkeypatch)
     assert made, "no product was parted"
+    assert any(laid) == (reader == "grid")
     np.testing.assert_array_equal(got, answers(symbol, params, feed, "bf16", monkeypatch,
                                                parted=False))
     reference = answers(symbol, params, feed, "fp32", monkeypatch)
