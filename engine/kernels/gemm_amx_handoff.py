@@ -98,19 +98,17 @@ class HandingProduct:
     def __init__(self, plain: Any, handoff: bf16_handoff.PairedHandoff) -> None:
         self.plain, self.handoff = plain, handoff
         self.handing: Any = None  # the job writing the layout, made on the first run that does
+        # Whether any run may lay it: one adding a residual writes float32 on every run (a
+        # `bf16.PartPairedProduct` reads this too).
+        self.lays_ever = int(plain.context[_FIELD["residual"]]) == 0
 
     @property
     def context(self) -> np.ndarray:
         return self.plain.context
 
-    def lays(self) -> bool:
-        """Whether this run writes its readers' layout: every reader took it, and it adds no
-        residual."""
-        return self.handoff.taken and int(self.plain.context[_FIELD["residual"]]) == 0
-
     def __call__(self) -> None:
         handoff = self.handoff
-        laying = self.lays()
+        laying = self.lays_ever and handoff.taken
         if laying:
             if self.handing is None:
                 self.handing = (self._halves_job(handoff.words) if handoff.layout == "planes"
@@ -119,11 +117,6 @@ class HandingProduct:
         else:
             self.plain()
         handoff.laid = laying
-
-    def ran_float32(self) -> None:
-        """Said by a caller that ran the plain product's work in its place
-        (`bf16.PartPairedProduct`): this run wrote the float32 array."""
-        self.handoff.laid = False
 
     def _halves_job(self, planes: np.ndarray) -> Any:
         """The plain product's job with its output the halves (``planes``, uint16): C's

@@ -164,13 +164,13 @@ def test_a_plan_parts_its_small_expansion_and_answers_as_before(
 
     monkeypatch.setattr(bf16.PartPairedProduct, "__init__", counted)
     laid: list[bool] = []
-    lays = gemm_amx_handoff.HandingProduct.lays
+    handing = gemm_amx_handoff.HandingProduct.__call__
 
-    def watched(self: Any) -> bool:
-        laid.append(lays(self))
-        return laid[-1]
+    def watched(self: Any) -> None:
+        handing(self)
+        laid.append(self.handoff.laid)
 
-    monkeypatch.setattr(gemm_amx_handoff.HandingProduct, "lays", watched)
+    monkeypatch.setattr(gemm_amx_handoff.HandingProduct, "__call__", watched)
     symbol = expanding(sym.var("data"), reader)
     shape = (1, 24, side, side)
     params = nets.random_params(symbol, shape, seed=6)
@@ -184,31 +184,39 @@ def test_a_plan_parts_its_small_expansion_and_answers_as_before(
     assert np.abs(got - reference).max() <= 0.03 * np.abs(reference).max()
 
 
-def test_a_handing_product_lays_its_readers_grid_through_the_plain_pairing() -> None:
-    """On runs where every reader took its layout, the parted call pairs once and runs the
-    handing product (which says it laid); otherwise its parts run and it says it did not."""
+@pytest.mark.parametrize("lays_ever", [True, False])
+def test_a_handing_product_lays_its_readers_layout_through_the_plain_pairing(
+        lays_ever: bool) -> None:
+    """On runs where every reader took the hand-off (and the product adds no residual), the
+    parted call pairs once and runs the handing product, which lays the layout; on the others
+    its parts write the float32 output and the hand-off is marked not laid."""
+
+    class Handoff:
+        taken, laid = False, True
 
     class Handing:
-        def __init__(self, laying: bool) -> None:
-            self.laying, self.ran, self.float32 = laying, 0, 0
-
-        def lays(self) -> bool:
-            return self.laying
+        def __init__(self, plain: Any) -> None:
+            self.plain, self.handoff, self.lays_ever, self.ran = plain, Handoff(), lays_ever, 0
 
         def __call__(self) -> None:
             self.ran += 1
-
-        def ran_float32(self) -> None:
-            self.float32 += 1
+            self.handoff.laid = True
 
     workspace = Workspace(np, 0, precision="bf16")
     call, _, _, out = product(384, 64, 196, workspace)
     pair, plain = call.args
-    for laying in (True, False):
-        handing = Handing(laying)
-        handing.plain = plain
-        paired = bf16.PartPairedProduct(call.func, pair, handing, workspace)
+    call()
+    want = out.copy()
+    handing = Handing(plain)
+    paired = bf16.PartPairedProduct(call.func, pair, handing, workspace)
+    for taken in (True, False, True):
+        handing.handoff.taken = taken
         out[...] = np.nan
+        ran = handing.ran
         paired()
-        assert (handing.ran, handing.float32) == ((1, 0) if laying else (0, 1))
-        assert np.isnan(out).all() == laying
+        laying = taken and lays_ever
+        assert handing.ran == ran + laying and handing.handoff.laid is laying
+        if laying:
+            assert np.isnan(out).all()
+        else:
+            np.testing.assert_array_equal(out, want)
