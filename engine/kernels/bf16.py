@@ -416,6 +416,8 @@ def by_parts(pair: Any, product: Any, workspace: Any) -> spin_pool.Job:
     from engine.kernels import gemm_kernel
 
     field = gemm_kernel.CONTEXT_FIELDS
+    # A `spin_pool.Job`'s arguments end with (task, context address, parts), and it keeps
+    # its context array first; a `gemm_kernel.Product` is such a job too.
     pair_task, pair_context = pair.args[-3], pair.keep[0]
     product_task = int(product.args[-3])
     context, words = product.context, product.operands[1]
