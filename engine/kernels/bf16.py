@@ -13,6 +13,14 @@ tile, `amx_pack_rows`). An activation is paired on every run into a buffer of th
 workspace, as a `spin_pool` job: down its columns, from a matrix or straight from an im2col
 view, by `bf16_pair_ir`'s pass (`patch_pairing`); along its rows, or into AVX-512 BF16's
 panels, by a numba loop (`pairing`). A `PairedProduct` is that pass followed by the product.
+
+On several threads that is two jobs, and each thread's share of the product reads the pairs
+every thread wrote: where the activation is small and the product cut by its rows (MobileNet
+v2's expanding 1×1 layers at 14² and 7²), that crossing cost more than the product's half
+(one 384 × 64 × 196 layer, steady: 20 µs on both cores, 19 on one). A `PartPairedProduct`
+runs instead as one job (`by_parts`) whose parts each pair the whole activation into words of
+their own and multiply their share of the weight's rows by them (10 µs); on one thread it
+pairs once.
 """
 
 from __future__ import annotations
@@ -246,6 +254,10 @@ def word_copying(view: Any, target: Any) -> Callable[[], Any] | None:
     return spin_pool.job(task, context, parts, keep=(span, rows, outer, target, into))
 
 
+# Positions in `bf16_pair_ir.FIELDS` that `by_parts` reads and changes.
+_DEPTH, _TARGET = 3, 7
+
+
 def _batchnorm_words(batchnorm: tuple[Any, ...] | None, depth: int) -> list[int]:
     """`bf16_pair_ir.BATCHNORM_FIELDS` of ``batchnorm`` (none without one): the float32
     statistics by address, one per K index, and the floats as float64 bits."""
@@ -310,6 +322,130 @@ class PairedProduct(PartedCall):
     def with_residual(self, out: Any, other: Any) -> PairedProduct:
         """This call with its product adding a residual (`Product.with_residual`)."""
         return PairedProduct(self.func, self.args[0], self.product.with_residual(out, other))
+
+
+# Paired activations of this size at most are paired by each part of its product
+# (`PartPairedProduct`): MobileNet v2's expanding layers' at 14² and 7² (43 KB at most),
+# where pairing twice costs 2-5 µs against a product of 10-40.
+PART_PAIRED_BYTES = 64 << 10
+
+
+class PartPairedProduct(PairedProduct):
+    """A `PairedProduct` that, on the runs where its product writes its float32 output, runs
+    as one job whose parts each pair the activation into words of their own and multiply
+    their share of the weight's rows by them (`by_parts`). Its product may be a
+    `gemm_amx_handoff.HandingProduct` (``handoff``, ``lays_ever``): on runs where every
+    reader took the hand-off, the pairing then that product, which lays the readers' layout;
+    on the others the parts, and the hand-off marked not laid. ``workspace`` gives the parts'
+    words.
+
+    A run reads two attributes and makes one native call: measured in order on one thread
+    (the Python objects then out of cache), each Python frame more in a step cost about a
+    microsecond (the 11 parted layers of MobileNet v2 took 1.07× as long through three
+    frames, 0.93× through none)."""
+
+    parted: spin_pool.Job
+
+    def __new__(cls, func: Any, pair: Any, product: Any, workspace: Any) -> PartPairedProduct:
+        return super().__new__(cls, func, pair, product)
+
+    def __init__(self, func: Any, pair: Any, product: Any, workspace: Any) -> None:
+        super().__init__()
+        self.workspace = workspace
+        self.parted = by_parts(pair, getattr(product, "plain", product), workspace)
+        self.handoff = getattr(product, "handoff", None)
+        self.lays_ever = bool(getattr(product, "lays_ever", False))
+
+    def __call__(self) -> None:
+        handoff = self.handoff
+        if handoff is None:
+            self.parted()
+        elif self.lays_ever and handoff.taken:
+            self.args[0]()
+            self.args[1]()
+        else:
+            self.parted()
+            handoff.laid = False
+
+    def with_epilogue(self, bias_rows: Any = None, bias_columns: Any = None,
+                      low: float = -np.inf, high: float = np.inf) -> PartPairedProduct:
+        """This call with its product adding a bias and clamping (`Product.with_epilogue`)."""
+        return PartPairedProduct(self.func, self.args[0], self.product.with_epilogue(
+            bias_rows, bias_columns, low, high), self.workspace)
+
+    def with_residual(self, out: Any, other: Any) -> PartPairedProduct:
+        """This call with its product adding a residual (`Product.with_residual`)."""
+        return PartPairedProduct(self.func, self.args[0],
+                                 self.product.with_residual(out, other), self.workspace)
+
+
+def parts_pair(pair: Any, product: Any) -> bool:
+    """Whether ``pair`` (a `patch_pairing` job) and ``product`` (an AMX `gemm_kernel.Product`
+    reading its words, one matrix) may run as `by_parts`: words of `PART_PAIRED_BYTES` at
+    most, two blocks of rows or more, and several threads for the plan's runs, the product
+    walking its row blocks outside (`gemm_bind._amx_weight_tiles`: its weight larger than its
+    words), so that its parts already cut it by rows and each thread's rows of the output are
+    where they were. A product cut by columns (MobileNet v2's 192 × 32 × 784 at 28²) would be
+    cut by rows instead, and its output then lay elsewhere for its reader: in order, on one
+    thread, such layers took 1.06-1.15× as long parted, on both 0.91-1.13×."""
+    from engine.kernels import gemm_kernel
+
+    field = gemm_kernel.CONTEXT_FIELDS
+    if (type(pair) is not spin_pool.Job or type(product) is not gemm_kernel.Product
+            or spin_pool.threads() < 2):
+        return False
+    context = product.context
+    words = product.operands[1]
+    return (int(context[field["kernel"]]) == gemm_kernel.AMX
+            and int(context[field["batch"]]) == 1
+            and int(context[field["columns_outside"]]) == 0
+            and isinstance(words, np.ndarray) and words.nbytes <= PART_PAIRED_BYTES
+            and int(pair.keep[0][_TARGET]) == words.ctypes.data
+            and int(context[field["b"]]) == words.ctypes.data
+            and int(context[field["m"]]) > gemm_kernel.AMX_TILE.rows)
+
+
+def by_parts(pair: Any, product: Any, workspace: Any) -> spin_pool.Job:
+    """``pair()`` then ``product()`` (`parts_pair`) as one `bf16_pair_ir` ``each_part`` job:
+    run whole (one thread), the pairing then the product; cut in parts, each part pairs the
+    whole activation into words of its own (the first part into the product's, the others
+    into a workspace buffer kept for their shape and K) and multiplies its share of the
+    product's blocks of 32 rows by them, so that no thread's tiles read pairs another thread
+    wrote. Parts: one per thread a run armed now uses (`spin_pool.threads`: a thread taking
+    two parts pairs twice), at most one per block of rows."""
+    from engine.kernels import gemm_kernel
+
+    field = gemm_kernel.CONTEXT_FIELDS
+    # A `spin_pool.Job`'s arguments end with (task, context address, parts), and it keeps
+    # its context array first; a `gemm_kernel.Product` is such a job too.
+    pair_task, pair_context = pair.args[-3], pair.keep[0]
+    product_task = int(product.args[-3])
+    context, words = product.context, product.operands[1]
+    rows, whole = int(context[field["m"]]), gemm_kernel.AMX_TILE.rows
+    blocks = -(-rows // whole)
+    parts = min(blocks, spin_pool.threads())
+    others = workspace.zeroed((parts - 1, *words.shape), np.float32,
+                              ("bf16 words by part", int(pair_context[_DEPTH])))
+    table = [2, parts, pair_task, pair_context.ctypes.data, product_task, context.ctypes.data]
+    contexts = []
+    for part in range(parts):
+        target = words if part == 0 else others[part - 1]
+        pairs = pair_context.copy()
+        pairs[_TARGET] = target.ctypes.data
+        first = part * blocks // parts * whole
+        last = min(rows, (part + 1) * blocks // parts * whole)
+        share = context.copy()
+        share[field["a"]] += first * int(context[field["row_step"]]) * 4
+        share[field["c"]] += first * int(context[field["ldc"]]) * 4
+        share[field["rows_bias"]] += first * 4
+        if int(context[field["residual"]]):
+            share[field["residual"]] += first * int(context[field["ldc"]]) * 4
+        share[field["m"]] = last - first
+        share[field["b"]] = target.ctypes.data
+        contexts += [pairs, share]
+        table += [pair_task, pairs.ctypes.data, product_task, share.ctypes.data]
+    return spin_pool.job(_pair_task("each_part"), np.array(table, np.int64), parts,
+                         keep=(pair, product, others, *contexts))
 
 
 def paired_product(pair: Callable[[], Any], product: Any) -> PairedProduct:

@@ -24,6 +24,14 @@ per channel; eps and the clamp bounds as float64 bits; fix_gamma), and every flo
 channel as `batchnorm_kernel` does (the same float32 operations in the same order, no fused
 multiply-add, the same NaN-keeping clamp), so that its words are that pass's then paired.
 
+``each_part`` runs other tasks in turn within one part: ``context`` holds the number of tasks
+a group runs and the number of groups laid out for parts, then, group by group, each task's
+(address, context address), each task run as the whole of a job of one part. The first group
+is what the job runs where it runs whole (one part: unarmed); the others are cut among the
+job's parts, a job of fewer parts than groups running several groups a part. `bf16.by_parts`
+lays a product out so: each group pairs the whole activation into words of its own, then
+multiplies its share of the weight's rows by them.
+
 ``copy_words`` takes `FIELDS` too but reads words already paired (a hand-off's, `bf16_handoff`):
 word (r, into[o] + i) is the word at ``rows[r] + outer[o] + i·step``, one K offset per word
 row, its bits kept (the loads, shuffles and gathers move them, nothing rounds). A stride-2 1×1
@@ -60,13 +68,41 @@ BATCHNORM_FIELDS = ("gamma", "beta", "mean", "var", "eps", "fix_gamma", "low", "
 
 
 def module() -> ir.Module:
-    """A module holding ``patch_pairs``, ``batchnorm_pairs`` and ``copy_words``."""
+    """A module holding ``patch_pairs``, ``batchnorm_pairs``, ``copy_words`` and
+    ``each_part``."""
     built = ir.Module(name="hybridserve_bf16_pairs")
     kernel = _PairKernel(built)
     kernel.define(normalised=False)
     kernel.define(normalised=True)
     kernel.define_copy()
+    define_each_part(built)
     return built
+
+
+def define_each_part(built: ir.Module) -> None:
+    """``each_part(context, part, parts)``: where the job runs whole (one part: unarmed), the
+    context's first group of tasks; else the groups after it that part ``part`` of ``parts``
+    covers; each task called as ``task(its context, 0, 1)`` (the layout: the module
+    docstring)."""
+    function, builder, context, part, parts = task(built, "each_part")
+    words = builder.inttoptr(context, I64.as_pointer())
+    steps = builder.load(words, align=8)
+    laid = builder.load(builder.gep(words, [I64(1)]), align=8)
+    whole = builder.icmp_signed("==", parts, I64(1))
+    first = builder.select(whole, I64(0), builder.add(I64(1), builder.sdiv(
+        builder.mul(part, laid), parts)))
+    last = builder.select(whole, I64(1), builder.add(I64(1), builder.sdiv(
+        builder.mul(builder.add(part, I64(1)), laid), parts)))
+    called = ir.FunctionType(ir.VoidType(), [I64] * 3)
+    with loop(builder, function, first, last, "group") as group:
+        with loop(builder, function, I64(0), steps, "step") as step:
+            entry = builder.add(I64(2), builder.mul(I64(2), builder.add(
+                builder.mul(group, steps), step)))
+            address = builder.load(builder.gep(words, [entry]), align=8)
+            argument = builder.load(builder.gep(words, [builder.add(entry, I64(1))]), align=8)
+            builder.call(builder.inttoptr(address, called.as_pointer()),
+                         [argument, I64(0), I64(1)])
+    builder.ret_void()
 
 
 class _PairKernel:

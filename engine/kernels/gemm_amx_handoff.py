@@ -44,17 +44,21 @@ def lay_bf16(calls: list[Any], out: Any, workspace: Any) -> list[Any]:
     """``calls``, where they are one AMX product writing the whole of ``out`` (one sample,
     channels-first, C-contiguous float32) with its epilogue already final (bias taken), with
     that product offering ``out`` as bf16 planes (past `MIN_OUTPUT_BYTES`) or a direct
-    convolution's grid (`HandingProduct`); else as they are."""
+    convolution's grid (`HandingProduct`), and where its activation is small, its runs that
+    write float32 paired by each part of its product (`bf16.PartPairedProduct`); else as they
+    are."""
     if (len(calls) != 1 or not isinstance(calls[0], bf16.PairedProduct)
             or not _writes_whole(calls[0].product, out) or _compiled() is None):
         return calls
+    paired = calls[0]
     handoff = bf16_handoff.offer(workspace, out, grids=_writes_grid, columns=False,
                                  planes=out.nbytes >= MIN_OUTPUT_BYTES)
+    product = paired.product if handoff is None else HandingProduct(paired.product, handoff)
+    if bf16.parts_pair(paired.args[0], paired.product):
+        return [bf16.PartPairedProduct(paired.func, paired.args[0], product, workspace)]
     if handoff is None:
         return calls
-    paired = calls[0]
-    return [bf16.PairedProduct(paired.func, paired.args[0],
-                               HandingProduct(paired.product, handoff))]
+    return [bf16.PairedProduct(paired.func, paired.args[0], product)]
 
 
 def _writes_grid(reader: Any) -> bool:
@@ -94,6 +98,9 @@ class HandingProduct:
     def __init__(self, plain: Any, handoff: bf16_handoff.PairedHandoff) -> None:
         self.plain, self.handoff = plain, handoff
         self.handing: Any = None  # the job writing the layout, made on the first run that does
+        # Whether any run may lay it: one adding a residual writes float32 on every run (a
+        # `bf16.PartPairedProduct` reads this too).
+        self.lays_ever = int(plain.context[_FIELD["residual"]]) == 0
 
     @property
     def context(self) -> np.ndarray:
@@ -101,7 +108,7 @@ class HandingProduct:
 
     def __call__(self) -> None:
         handoff = self.handoff
-        laying = handoff.taken and int(self.plain.context[_FIELD["residual"]]) == 0
+        laying = self.lays_ever and handoff.taken
         if laying:
             if self.handing is None:
                 self.handing = (self._halves_job(handoff.words) if handoff.layout == "planes"

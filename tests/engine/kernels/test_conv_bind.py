@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from engine import sym
-from engine.kernels import bf16, conv_bind, gemm_kernel, parity_split
+from engine.kernels import bf16, conv_bind, gemm_kernel, jobs, parity_split
 from tests.engine.kernels.test_conv_amx import (
     assert_armed_runs_store,
     bf16_workspace,
@@ -252,7 +252,7 @@ def test_a_stem_and_its_relu_are_the_split_copy_and_the_bands_alone() -> None:
     model = engine.load_model(net, params, precision="bf16")
     feed = {"data": RNG.standard_normal((2, 3, 40, 41)).astype(np.float32)}
     plan = model.plan_for(feed)
-    kinds = [getattr(step.call, "func", None) is parity_split.split_into
+    kinds = [getattr(jobs.source(step.call), "func", None) is parity_split.split_into
              or isinstance(step.call, bf16.PairedProduct) for step in plan.steps]
     assert all(kinds), [type(step.call).__name__ for step in plan.steps]
     got, want = model.infer(feed)["relu_output"], model.reference(feed)["relu_output"]
