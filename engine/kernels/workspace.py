@@ -6,7 +6,9 @@ their borders are zeroed once and only the interior is written on each run. Valu
 from a constant once (Winograd's transformed weights) are kept in a cache the plans of one model
 share, so each is computed and held once however many batch sizes are compiled. The plan
 notes what reads each array it binds (`Workspace.readers`), and ops sharing an array can share
-an object about it (`Workspace.shared`: a fused int8 layer's layout hand-off).
+an object about it (`Workspace.shared`: a fused int8 layer's layout hand-off). On the host,
+every array a plan's runs read or write that the workspace makes or keeps lies on transparent
+huge pages (`HugePageArena`), small ones packed together.
 """
 
 from __future__ import annotations
@@ -83,6 +85,58 @@ def _huge_page_bytes(nbytes: int) -> np.ndarray | None:
     return raw[start:start + size]
 
 
+# A `HugePageArena` maps its memory this many bytes at a time, and gives an array of half that
+# or more a mapping of its own (the rest of a shared mapping would be left unused).
+ARENA_CHUNK_BYTES = 2 * HUGE_PAGE_BYTES
+
+
+class HugePageArena:
+    """Host arrays carved one after another, each from a cache line's start, out of memory on
+    transparent huge pages (`_huge_page_bytes`), so that small arrays share huge pages.
+
+    Why: in this VM a 4 KB page's TLB miss is a two-level walk, and a plan whose operands lay
+    on NumPy's 4 KB pages ran up to 15% slower than an identical plan whose operands malloc
+    happened to place on memory NumPy had asked huge pages for (its arrays of 4 MB or more):
+    ResNet-50 v2 bf16 at batch 1, one thread, the sum over steps of each step's quickest time
+    in 30 runs, 17.7–20.3 ms over four plans in one process; with every operand on huge pages
+    17.6–18.6 (docs/benchmarks.md). Arrays share a mapping, which lives as long as any of
+    them does: an arena suits arrays that live and die together (a plan's buffers; values a
+    model derives from its parameters).
+    """
+
+    def __init__(self, chunk_bytes: int = ARENA_CHUNK_BYTES) -> None:
+        self._chunk_bytes = chunk_bytes
+        self._chunk: np.ndarray | None = None
+        self._used = 0
+
+    def empty(self, shape: int | tuple[int, ...], dtype: Any) -> np.ndarray:
+        """An uninitialised C-contiguous array from a cache line's start (`ALIGN`), on huge
+        pages where Linux grants them (elsewhere NumPy's memory, as `empty_aligned`)."""
+        dtype = np.dtype(dtype)
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        nbytes = math.prod(shape) * dtype.itemsize
+        if 2 * nbytes >= self._chunk_bytes:
+            raw = _huge_page_bytes(nbytes)
+            if raw is None:
+                return empty_aligned(np, shape, dtype)
+            return raw[:nbytes].view(dtype).reshape(shape)
+        if self._chunk is None or self._used + nbytes > self._chunk.size:
+            chunk = _huge_page_bytes(self._chunk_bytes)
+            if chunk is None:
+                return empty_aligned(np, shape, dtype)
+            self._chunk, self._used = chunk, 0
+        start = self._used
+        self._used = start + aligned(max(nbytes, 1))
+        return self._chunk[start:start + nbytes].view(dtype).reshape(shape)
+
+    def copy(self, array: np.ndarray) -> np.ndarray:
+        """``array``'s values in a C-contiguous array of this arena, as writeable as it."""
+        copy = self.empty(array.shape, array.dtype)
+        copy[...] = array
+        copy.flags.writeable = bool(array.flags.writeable)
+        return copy
+
+
 def address(array: Any) -> int:
     """The address of ``array``'s first element: host memory for numpy, device for CuPy.
 
@@ -139,7 +193,11 @@ class Workspace:
         self.xp = xp
         self.precision = precision
         self.convolutions = convolutions
-        self.scratch = empty_aligned(xp, scratch_bytes, np.uint8, huge_pages=True)
+        # The plan's own arrays, and (apart, as they may outlive the plan in the model's cache)
+        # the values derived while it binds.
+        self.arena = HugePageArena() if xp is np else None
+        self._derived_arena = HugePageArena() if xp is np else None
+        self.scratch = self.empty(scratch_bytes, np.uint8)
         self._filled: dict[tuple, Any] = {}
         self._derived = {} if derived is None else derived
         # per output array of the plan (by identity; the array kept so its id stays its own)
@@ -174,6 +232,13 @@ class Workspace:
             entry = self._shared[key] = (array, make())
         return entry[1]
 
+    def empty(self, shape: int | tuple[int, ...], dtype: Any) -> Any:
+        """An uninitialised C-contiguous array for the plan: on the host from its arena (huge
+        pages, a cache line's start), on a GPU from CuPy's pool."""
+        if self.arena is None:
+            return self.xp.empty(shape, dtype)
+        return self.arena.empty(shape, dtype)
+
     def region(self, offset: int, shape: tuple[int, ...], dtype: Any) -> Any:
         """The scratch bytes from ``offset`` viewed as a C-contiguous array."""
         nbytes = math.prod(shape) * np.dtype(dtype).itemsize
@@ -192,7 +257,7 @@ class Workspace:
         key = (tuple(shape), np.dtype(dtype).str, tag, fill)
         array = self._filled.get(key)
         if array is None:
-            array = self._filled[key] = empty_aligned(self.xp, shape, dtype, huge_pages=True)
+            array = self._filled[key] = self.empty(shape, dtype)
             array[...] = fill
         return array
 
@@ -204,8 +269,22 @@ class Workspace:
         key = (tag, address(constant), constant.shape, constant.strides, constant.dtype.str)
         entry = self._derived.get(key)
         if entry is None:  # the entry keeps the constant alive, so the address stays its own
-            entry = self._derived[key] = (constant, make(constant))
+            entry = self._derived[key] = (constant, self._on_huge_pages(make(constant),
+                                                                        constant))
         return entry[1]
+
+    def _on_huge_pages(self, value: Any, constant: Any) -> Any:
+        """``value`` (a derived value) with each C-contiguous host array it is, or a tuple of
+        which it is, copied into the derived values' arena: a product streams its weights
+        from there (`HugePageArena`). Views of ``constant`` and other objects stay as made."""
+        if self._derived_arena is None:
+            return value
+        if type(value) is tuple:  # not a named tuple's class
+            return tuple(self._on_huge_pages(item, constant) for item in value)
+        if (type(value) is not np.ndarray or not value.flags.c_contiguous or not value.size
+                or (isinstance(constant, np.ndarray) and np.may_share_memory(value, constant))):
+            return value
+        return self._derived_arena.copy(value)
 
     @property
     def nbytes(self) -> int:

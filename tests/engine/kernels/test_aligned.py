@@ -1,11 +1,14 @@
 """Plans and packed weights start on cache lines (`workspace.empty_aligned`), so a plan's speed
-does not depend on where malloc happened to put its buffers; a plan's large arrays start on huge
-pages."""
+does not depend on where malloc happened to put its buffers; every array a plan's runs read or
+write that the workspace makes or keeps lies on memory asked for huge pages
+(`workspace.HugePageArena`), small arrays packed together."""
 
 from __future__ import annotations
 
 import gc
 import mmap
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,10 +16,36 @@ import pytest
 import engine
 from engine import sym
 from engine.kernels import gemm_kernel, workspace
-from engine.kernels.workspace import ALIGN, address, empty_aligned
+from engine.kernels.packed_weight import PackedWeight
+from engine.kernels.workspace import ALIGN, HugePageArena, address, empty_aligned
 
 huge_pages_asked = pytest.mark.skipif(not hasattr(mmap, "MADV_HUGEPAGE"),
                                       reason="no huge-page request on this system")
+# Where Linux has transparent huge pages, memory asked for them is marked "hg" in smaps.
+huge_pages_marked = pytest.mark.skipif(
+    not hasattr(mmap, "MADV_HUGEPAGE") or not Path("/proc/self/smaps").exists()
+    or not Path("/sys/kernel/mm/transparent_hugepage").exists(),
+    reason="no transparent huge pages here, or no smaps to read where they were asked for")
+
+
+def asked_for_huge_pages(array: np.ndarray) -> bool:
+    """Whether all of ``array``'s memory lies in mappings marked for huge pages (MADV_HUGEPAGE:
+    "hg" among the mapping's VmFlags in /proc/self/smaps)."""
+    start = address(array)
+    end = start + max(array.nbytes, 1)
+    covered = start
+    mapping = None
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        bounds = re.match(r"([0-9a-f]+)-([0-9a-f]+) ", line)
+        if bounds:
+            mapping = (int(bounds[1], 16), int(bounds[2], 16))
+        elif line.startswith("VmFlags:") and mapping is not None:
+            low, high = mapping
+            if low < end and high > start and "hg" not in line.split()[1:]:
+                return False
+            if low <= covered < high:
+                covered = high
+    return covered >= end
 
 
 @pytest.mark.parametrize("shape", [0, 1, 3, (2, 3), (7, 5, 3), 1000])
@@ -89,6 +118,83 @@ def test_a_plans_large_input_starts_on_a_huge_page_and_runs() -> None:
     model = engine.load_model(net, params)
     feed = np.random.default_rng(1).standard_normal((rows, 17)).astype(np.float32)
     plan = model.plan_for({"data": feed})
-    assert address(plan._inputs["data"]) % workspace.HUGE_PAGE_BYTES == 0
+    assert address(plan._inputs["data"]) % ALIGN == 0
+    assert asked_for_huge_pages(plan._inputs["data"])
     (out,) = plan.run({"data": feed})
     np.testing.assert_allclose(out, feed @ weight.T + 1, rtol=1e-4, atol=1e-4)
+
+
+@huge_pages_marked
+def test_an_arena_packs_small_arrays_apart_on_huge_pages() -> None:
+    arena = HugePageArena()
+    shapes = [(3,), (0,), (5, 7), (1000,), (64, 33), (1,), (4096,)]
+    dtypes = [np.uint8, np.float32, np.float16, np.float64, np.float32, np.int8, np.float32]
+    arrays = [arena.empty(shape, dtype) for shape, dtype in zip(shapes, dtypes)]
+    for index, (array, shape, dtype) in enumerate(zip(arrays, shapes, dtypes)):
+        assert array.shape == shape and array.dtype == dtype
+        assert array.flags.c_contiguous and array.flags.writeable
+        assert address(array) % ALIGN == 0 and asked_for_huge_pages(array)
+        array[...] = index
+    for index, array in enumerate(arrays):  # none overlaps another
+        assert (array == index).all()
+    starts = [address(array) for array in arrays]
+    # One after another in one mapping: together on the same huge pages.
+    assert starts == sorted(starts)
+    assert starts[-1] + arrays[-1].nbytes - starts[0] <= workspace.ARENA_CHUNK_BYTES
+
+
+@huge_pages_marked
+def test_an_arena_maps_a_large_array_apart_and_keeps_carving_its_chunk() -> None:
+    arena = HugePageArena()
+    first = arena.empty(100, np.float32)
+    large = arena.empty(workspace.ARENA_CHUNK_BYTES // 8, np.float32)  # half a chunk
+    after = arena.empty(100, np.float32)
+    assert address(large) % workspace.HUGE_PAGE_BYTES == 0 and asked_for_huge_pages(large)
+    assert address(after) == address(first) + workspace.aligned(first.nbytes)
+    # A chunk full: the next array starts another.
+    rest = arena.empty(workspace.ARENA_CHUNK_BYTES // 2 - 1 - 2 * ALIGN, np.uint8)
+    assert address(rest) == address(after) + workspace.aligned(after.nbytes)
+    again = arena.empty(ALIGN, np.uint8)
+    assert asked_for_huge_pages(again) and not (
+        address(first) <= address(again) < address(rest) + rest.nbytes)
+
+
+def test_an_arenas_copy_holds_the_values_and_their_writeability() -> None:
+    arena = HugePageArena()
+    source = np.arange(35, dtype=np.float32).reshape(5, 7)[:, ::2]  # not contiguous
+    source.flags.writeable = False
+    copy = arena.copy(source)
+    np.testing.assert_array_equal(copy, source)
+    assert copy.flags.c_contiguous and not copy.flags.writeable
+    assert address(copy) % ALIGN == 0
+
+
+@huge_pages_marked
+@pytest.mark.skipif(not gemm_kernel.available(), reason="no JIT for the GEMM kernels here")
+def test_every_array_a_plan_keeps_lies_on_huge_pages() -> None:
+    """A small plan (every array far below a huge page): its inputs, buffers, scratch, padded
+    inputs, the values derived from its weights and a dense layer's packed weight all lie on
+    memory asked for huge pages."""
+    data = sym.var("data")
+    net = sym.Convolution(data, num_filter=32, kernel=(3, 3), pad=(1, 1), name="conv")
+    net = sym.FullyConnected(sym.relu(net), num_hidden=64, name="fc")
+    rng = np.random.default_rng(3)
+    params = {"conv_weight": rng.standard_normal((32, 8, 3, 3)).astype(np.float32),
+              "conv_bias": rng.standard_normal(32).astype(np.float32),
+              "fc_weight": rng.standard_normal((64, 32 * 6 * 6)).astype(np.float32),
+              "fc_bias": rng.standard_normal(64).astype(np.float32)}
+    model = engine.load_model(net, params)
+    feed = {"data": rng.standard_normal((2, 8, 6, 6)).astype(np.float32)}
+    (out,) = model.infer(feed).values()
+    plan = model.plan_for(feed)
+    space = plan.workspace
+    kept = [*plan._inputs.values(), *plan._heads, space.scratch, *space._filled.values()]
+    derived = [value for constant, value in space._derived.values()
+               if isinstance(value, np.ndarray) and not np.may_share_memory(value, constant)]
+    packed = [value.panels for value in plan.graph.constants.values()
+              if isinstance(value, PackedWeight)]
+    assert derived and packed and space._filled  # the model has each kind
+    for array in [*kept, *derived, *packed]:
+        assert address(array) % ALIGN == 0 and asked_for_huge_pages(array), array.shape
+    reference = engine.load_model(net, params, optimize=False).infer(feed)
+    np.testing.assert_allclose(out, next(iter(reference.values())), rtol=1e-4, atol=1e-4)
