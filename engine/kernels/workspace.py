@@ -29,41 +29,25 @@ def aligned(nbytes: int) -> int:
     return -(-nbytes // ALIGN) * ALIGN
 
 
-def empty_aligned(xp: Any, shape: int | tuple[int, ...], dtype: Any,
-                  huge_pages: bool = False) -> Any:
+def empty_aligned(xp: Any, shape: int | tuple[int, ...], dtype: Any) -> Any:
     """An uninitialised C-contiguous array whose first byte sits on an `ALIGN`-byte boundary.
 
     NumPy's allocator promises 16 bytes, so without this where a plan's buffers start within a
     cache line is left to malloc, and a plan's speed with it: the seed MLP at batch 1 ran 8%
     slower in one build than in another whose only difference was what had been allocated
-    before. CuPy's pool aligns to 256 bytes already.
-
-    ``huge_pages``: a NumPy array of `HUGE_PAGE_FROM_BYTES` or more starts on a huge page,
-    backed by huge pages where Linux grants them (a plan's activations: see that constant).
+    before. CuPy's pool aligns to 256 bytes already. (A plan's own arrays come from its
+    `HugePageArena`, aligned alike.)
     """
     if xp is not np:
         return xp.empty(shape, dtype)
     dtype = np.dtype(dtype)
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
     nbytes = math.prod(shape) * dtype.itemsize
-    if huge_pages and nbytes >= HUGE_PAGE_FROM_BYTES:
-        raw = _huge_page_bytes(nbytes)
-        if raw is not None:
-            return raw[:nbytes].view(dtype).reshape(shape)
     raw = np.empty(nbytes + ALIGN, np.uint8)
     start = -raw.ctypes.data % ALIGN
     return raw[start:start + nbytes].view(dtype).reshape(shape)
 
 
-# From this size, an array `empty_aligned` makes lies on transparent huge pages where Linux
-# grants them on request (`madvise`). A product reading an activation's rows a page or more
-# apart (a 1×1 convolution's column panels: each step of K reads 128 bytes of a row 12.5 KB
-# on) missed the first-level TLB at every step: one thread, activations on huge pages against
-# 4 KB ones, 64×256×3136 0.94 → 0.80 ms, 256×64×3136 0.89 → 0.79; whole fp32 plans 0.94–0.96×
-# (MobileNet v2 b1), 0.98–0.99× (ResNet-50 v2 b1, ResNet-18 b1), 0.96× (ResNet-18 b8). Packed
-# weights, read in order, gained nothing so. Smaller arrays keep NumPy's allocator (a huge
-# page is 2 MB of memory however little of it is used: 4–8 MB more a plan of these).
-HUGE_PAGE_FROM_BYTES = 1 << 19
 HUGE_PAGE_BYTES = 2 << 20
 
 
@@ -91,17 +75,22 @@ ARENA_CHUNK_BYTES = 2 * HUGE_PAGE_BYTES
 
 
 class HugePageArena:
-    """Host arrays carved one after another, each from a cache line's start, out of memory on
-    transparent huge pages (`_huge_page_bytes`), so that small arrays share huge pages.
+    """Host arrays carved one after another, each from a cache line's start, out of memory
+    asked to be backed by transparent huge pages (`_huge_page_bytes`): small arrays share
+    huge pages, an array of half a chunk or more has a mapping of its own.
 
-    Why: in this VM a 4 KB page's TLB miss is a two-level walk, and a plan whose operands lay
-    on NumPy's 4 KB pages ran up to 15% slower than an identical plan whose operands malloc
-    happened to place on memory NumPy had asked huge pages for (its arrays of 4 MB or more):
-    ResNet-50 v2 bf16 at batch 1, one thread, the sum over steps of each step's quickest time
-    in 30 runs, 17.7–20.3 ms over four plans in one process; with every operand on huge pages
-    17.6–18.6 (docs/benchmarks.md). Arrays share a mapping, which lives as long as any of
-    them does: an arena suits arrays that live and die together (a plan's buffers; values a
-    model derives from its parameters).
+    Why every array a plan's runs touch, small ones too: on the Intel machine (a VM) a step
+    whose operands lie on 4 KB pages misses the TLB often, and each miss walks two levels of
+    page tables. NumPy's memory lies on 4 KB pages, except where malloc reuses memory NumPy
+    had asked huge pages for (its arrays of 4 MB or more), so identical plans ran apart by
+    where malloc put their small arrays: ResNet-50 v2 bf16 at batch 1, one thread, four plans
+    in one process, `plan.run` 18.7–20.0 ms with NumPy's memory, 18.0–18.4 on huge pages; a
+    plan bound with huge pages refused ran 1.08–1.38× one bound beside it with them
+    (docs/benchmarks.md). Large activations gain alike: a product reading rows a page or
+    more apart (a 1×1 convolution's column panels) 64×256×3136 0.94 → 0.80 ms.
+
+    A mapping lives as long as any array in it: an arena suits arrays that live and die
+    together (a plan's buffers; the values a model derives from its parameters).
     """
 
     def __init__(self, chunk_bytes: int = ARENA_CHUNK_BYTES) -> None:

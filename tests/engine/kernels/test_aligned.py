@@ -5,7 +5,6 @@ write that the workspace makes or keeps lies on memory asked for huge pages
 
 from __future__ import annotations
 
-import gc
 import mmap
 import re
 from pathlib import Path
@@ -19,8 +18,6 @@ from engine.kernels import gemm_kernel, workspace
 from engine.kernels.packed_weight import PackedWeight
 from engine.kernels.workspace import ALIGN, HugePageArena, address, empty_aligned
 
-huge_pages_asked = pytest.mark.skipif(not hasattr(mmap, "MADV_HUGEPAGE"),
-                                      reason="no huge-page request on this system")
 # Where Linux has transparent huge pages, memory asked for them is marked "hg" in smaps.
 huge_pages_marked = pytest.mark.skipif(
     not hasattr(mmap, "MADV_HUGEPAGE") or not Path("/proc/self/smaps").exists()
@@ -84,33 +81,9 @@ def test_packed_weights_are_aligned_and_hold_the_matrix() -> None:
     np.testing.assert_array_equal(rows[1][:, 0], matrix[mr])
 
 
-@huge_pages_asked
-@pytest.mark.parametrize("floats", [workspace.HUGE_PAGE_FROM_BYTES // 4,
-                                    workspace.HUGE_PAGE_BYTES // 4 + 3, 3 << 20])
-def test_large_arrays_asked_for_huge_pages_start_on_one(floats: int) -> None:
-    arrays = [empty_aligned(np, (floats,), np.float32, huge_pages=True) for _ in range(3)]
-    gc.collect()  # each array alone keeps its memory mapped
-    for index, array in enumerate(arrays):
-        assert address(array) % workspace.HUGE_PAGE_BYTES == 0
-        assert array.shape == (floats,) and array.dtype == np.float32
-        assert array.flags.c_contiguous and array.flags.writeable
-        array[...] = index
-    for index, array in enumerate(arrays):  # the arrays do not overlap
-        assert (array == index).all()
-
-
-def test_small_arrays_asked_for_huge_pages_keep_numpys_memory() -> None:
-    floats = workspace.HUGE_PAGE_FROM_BYTES // 4 - 1
-    for _ in range(4):
-        array = empty_aligned(np, (floats,), np.float32, huge_pages=True)
-        assert address(array) % ALIGN == 0 and array.nbytes < workspace.HUGE_PAGE_BYTES
-        # NumPy's memory: the array views an array owning its memory, not a mapping's
-        assert array.base.base is None
-
-
-@huge_pages_asked
-def test_a_plans_large_input_starts_on_a_huge_page_and_runs() -> None:
-    rows = workspace.HUGE_PAGE_FROM_BYTES // (4 * 17) + 1
+@huge_pages_marked
+@pytest.mark.parametrize("rows", [3, workspace.ARENA_CHUNK_BYTES // (4 * 17) + 1])
+def test_a_plans_input_lies_on_huge_pages_and_runs(rows: int) -> None:
     data = sym.var("data")
     net = sym.FullyConnected(data, num_hidden=33, name="fc1")
     weight = np.random.default_rng(0).standard_normal((33, 17)).astype(np.float32)
