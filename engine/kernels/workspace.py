@@ -77,7 +77,8 @@ ARENA_CHUNK_BYTES = 2 * HUGE_PAGE_BYTES
 class HugePageArena:
     """Host arrays carved one after another, each from a cache line's start, out of memory
     asked to be backed by transparent huge pages (`_huge_page_bytes`): small arrays share
-    huge pages, an array of half a chunk or more has a mapping of its own.
+    huge pages; an array of half a chunk or more that the chunk has no room for gets a mapping
+    of its own, whose last huge page's rest the arrays after it may take.
 
     Why every array a plan's runs touch, small ones too: on the Intel machine (a VM) a step
     whose operands lie on 4 KB pages misses the TLB often, and each miss walks two levels of
@@ -104,12 +105,16 @@ class HugePageArena:
         dtype = np.dtype(dtype)
         shape = (shape,) if isinstance(shape, int) else tuple(shape)
         nbytes = math.prod(shape) * dtype.itemsize
-        if 2 * nbytes >= self._chunk_bytes:
+        room = 0 if self._chunk is None else self._chunk.size - self._used
+        if 2 * nbytes >= self._chunk_bytes and nbytes > room:
             raw = _huge_page_bytes(nbytes)
             if raw is None:
                 return empty_aligned(np, shape, dtype)
+            end = aligned(nbytes)
+            if raw.size - end > room:  # the rest of its last huge page carves what follows
+                self._chunk, self._used = raw, end
             return raw[:nbytes].view(dtype).reshape(shape)
-        if self._chunk is None or self._used + nbytes > self._chunk.size:
+        if self._chunk is None or nbytes > room:
             chunk = _huge_page_bytes(self._chunk_bytes)
             if chunk is None:
                 return empty_aligned(np, shape, dtype)

@@ -117,19 +117,41 @@ def test_an_arena_packs_small_arrays_apart_on_huge_pages() -> None:
 
 
 @huge_pages_marked
-def test_an_arena_maps_a_large_array_apart_and_keeps_carving_its_chunk() -> None:
+def test_an_arena_maps_a_large_array_apart_where_its_chunk_has_no_room() -> None:
+    chunk = workspace.ARENA_CHUNK_BYTES
     arena = HugePageArena()
     first = arena.empty(100, np.float32)
-    large = arena.empty(workspace.ARENA_CHUNK_BYTES // 8, np.float32)  # half a chunk
+    filler = arena.empty(chunk * 3 // 8, np.uint8)
+    large = arena.empty(chunk * 3 // 4, np.uint8)  # more than the chunk has left
     after = arena.empty(100, np.float32)
     assert address(large) % workspace.HUGE_PAGE_BYTES == 0 and asked_for_huge_pages(large)
-    assert address(after) == address(first) + workspace.aligned(first.nbytes)
-    # A chunk full: the next array starts another.
-    rest = arena.empty(workspace.ARENA_CHUNK_BYTES // 2 - 1 - 2 * ALIGN, np.uint8)
+    assert address(filler) == address(first) + workspace.aligned(first.nbytes)
+    assert address(after) == address(filler) + workspace.aligned(filler.nbytes)
+    # Large, but with room for it: carved too, to the chunk's last byte.
+    used = address(after) + workspace.aligned(after.nbytes) - address(first)
+    rest = arena.empty(chunk - used, np.uint8)
+    assert 2 * rest.nbytes >= chunk
     assert address(rest) == address(after) + workspace.aligned(after.nbytes)
+    # The chunk full: the next array starts another.
     again = arena.empty(ALIGN, np.uint8)
     assert asked_for_huge_pages(again) and not (
         address(first) <= address(again) < address(rest) + rest.nbytes)
+    for index, array in enumerate((first, filler, large, after, rest, again)):
+        array[...] = index
+    for index, array in enumerate((first, filler, large, after, rest, again)):
+        assert (array == index).all()
+
+
+@huge_pages_marked
+def test_an_arena_carves_the_rest_of_a_large_arrays_last_huge_page() -> None:
+    arena = HugePageArena()
+    large = arena.empty(workspace.HUGE_PAGE_BYTES + 1, np.uint8)  # two huge pages mapped
+    small = arena.empty(1000, np.float32)
+    assert address(large) % workspace.HUGE_PAGE_BYTES == 0
+    assert address(small) == address(large) + workspace.aligned(large.nbytes)
+    assert asked_for_huge_pages(small)
+    large[...], small[...] = 7, 3
+    assert (large == 7).all() and (small == 3).all()
 
 
 def test_an_arenas_copy_holds_the_values_and_their_writeability() -> None:
