@@ -69,8 +69,8 @@ def _huge_page_bytes(nbytes: int) -> np.ndarray | None:
     return raw[start:start + size]
 
 
-# A `HugePageArena` maps its memory this many bytes at a time, and gives an array of half that
-# or more a mapping of its own (the rest of a shared mapping would be left unused).
+# A `HugePageArena` maps its memory this many bytes at a time; an array of half that or more
+# that the current mapping has no room for gets a mapping of its own.
 ARENA_CHUNK_BYTES = 2 * HUGE_PAGE_BYTES
 
 
