@@ -14,7 +14,7 @@ from __future__ import annotations
 from engine.compiler.layout_weights import weights_read_only_by
 from engine.graph.ir import Graph, Node
 from engine.kernels import packed_weight
-from engine.kernels.workspace import HugePageArena
+from engine.kernels.workspace import ARENA_FROM_BYTES, HugePageArena
 
 
 def pack_dense_weights(graph: Graph) -> Graph:
@@ -29,11 +29,13 @@ def pack_dense_weights(graph: Graph) -> Graph:
 def packed_dense_weights(graph: Graph) -> dict[str, packed_weight.PackedWeight]:
     """The packed form of each constant dense weight of ``graph`` our GEMM multiplies and
     that is not packed yet, by name: all in one arena on huge pages, in the order the graph's
-    nodes read them (a run's order), as the weights a plan streams (`HugePageArena`)."""
-    arena = HugePageArena()
-    return {name: packed_weight.pack(graph.constants[name], arena)
-            for name in _in_reading_order(graph, dense_weight_names(graph))
-            if packed_weight.packs(graph.constants[name])}
+    nodes read them (a run's order), as the weights a plan streams (`HugePageArena`), where
+    they come to `ARENA_FROM_BYTES` or more."""
+    names = [name for name in _in_reading_order(graph, dense_weight_names(graph))
+             if packed_weight.packs(graph.constants[name])]
+    total = sum(graph.constants[name].nbytes for name in names)
+    arena = HugePageArena() if total >= ARENA_FROM_BYTES else None
+    return {name: packed_weight.pack(graph.constants[name], arena) for name in names}
 
 
 def _in_reading_order(graph: Graph, names: set[str]) -> list[str]:

@@ -72,6 +72,11 @@ def _huge_page_bytes(nbytes: int) -> np.ndarray | None:
 # A `HugePageArena` maps its memory this many bytes at a time; an array of half that or more
 # that the current mapping has no room for gets a mapping of its own.
 ARENA_CHUNK_BYTES = 2 * HUGE_PAGE_BYTES
+# A plan whose buffers and scratch come to less than this (and a model whose packed dense
+# weights do) keeps NumPy's memory: its arrays stay within the caches' and the TLB's reach,
+# and a huge page is 2 MB of memory however little of it is used (the seed MLP's plans for
+# seven batch sizes held 16.2 MB from arenas against 2.3 MB without).
+ARENA_FROM_BYTES = HUGE_PAGE_BYTES
 
 
 class HugePageArena:
@@ -180,17 +185,21 @@ class Workspace:
     the cache of derived values shared with the other plans of a model. On a GPU with cuDNN,
     ``convolutions`` is the plan's cuDNN context (`engine.cuda.cudnn_conv`). ``precision``
     is the plan's (``"fp32"`` or ``"bf16"``): the products that bind here read it
-    (`gemm_bind.bf16_kernel`)."""
+    (`gemm_bind.bf16_kernel`). ``huge_pages``: the host arrays it makes and keeps come from
+    arenas on huge pages (`HugePageArena`; a plan of `ARENA_FROM_BYTES` or more), else from
+    NumPy's memory."""
 
     def __init__(self, xp: Any, scratch_bytes: int, derived: dict | None = None,
-                 convolutions: Any = None, precision: str = "fp32") -> None:
+                 convolutions: Any = None, precision: str = "fp32",
+                 huge_pages: bool = True) -> None:
         self.xp = xp
         self.precision = precision
         self.convolutions = convolutions
         # The plan's own arrays, and (apart, as they may outlive the plan in the model's cache)
         # the values derived while it binds.
-        self.arena = HugePageArena() if xp is np else None
-        self._derived_arena = HugePageArena() if xp is np else None
+        arenas = xp is np and huge_pages
+        self.arena = HugePageArena() if arenas else None
+        self._derived_arena = HugePageArena() if arenas else None
         self.scratch = self.empty(scratch_bytes, np.uint8)
         self._filled: dict[tuple, Any] = {}
         self._derived = {} if derived is None else derived
@@ -227,10 +236,10 @@ class Workspace:
         return entry[1]
 
     def empty(self, shape: int | tuple[int, ...], dtype: Any) -> Any:
-        """An uninitialised C-contiguous array for the plan: on the host from its arena (huge
-        pages, a cache line's start), on a GPU from CuPy's pool."""
+        """An uninitialised C-contiguous array for the plan from a cache line's start: on the
+        host from its arena where it has one (huge pages), on a GPU from CuPy's pool."""
         if self.arena is None:
-            return self.xp.empty(shape, dtype)
+            return empty_aligned(self.xp, shape, dtype)
         return self.arena.empty(shape, dtype)
 
     def region(self, offset: int, shape: tuple[int, ...], dtype: Any) -> Any:

@@ -25,7 +25,7 @@ from engine.graph.infer import infer_dtypes, infer_shapes, specialize_sources
 from engine.graph.ir import Graph, Node
 from engine.kernels import jobs
 from engine.kernels.packed_weight import PackedWeight
-from engine.kernels.workspace import Reader, Workspace
+from engine.kernels.workspace import ARENA_FROM_BYTES, Reader, Workspace
 from engine.ops.shapes import is_known
 from engine.runtime.buffers import fill_rows
 from engine.runtime.floats import quiet_floats, restore_floats
@@ -105,8 +105,10 @@ class Plan:
                  shapes: list, dtypes: list, derived: dict | None, stream: Any) -> None:
         xp = self.xp
         self._convolutions = _device_convolutions(self.device, stream)
-        self.workspace = Workspace(xp, _scratch_bytes(graph, shapes, dtypes), derived,
-                                   self._convolutions, self.precision)
+        scratch_bytes = _scratch_bytes(graph, shapes, dtypes)
+        self.workspace = Workspace(
+            xp, scratch_bytes, derived, self._convolutions, self.precision,
+            huge_pages=sum(self.memory.buffer_sizes) + scratch_bytes >= ARENA_FROM_BYTES)
         # On huge pages, small buffers packed together (`Workspace.empty`).
         buffers = [self.workspace.empty(size, np.uint8) for size in self.memory.buffer_sizes]
         self._inputs = {name: self.workspace.empty(input_shapes[name], input_dtypes[name])

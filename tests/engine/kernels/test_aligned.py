@@ -8,12 +8,14 @@ from __future__ import annotations
 import mmap
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 import engine
 from engine import sym
+from engine.compiler import pack_weights
 from engine.kernels import gemm_kernel, workspace
 from engine.kernels.packed_weight import PackedWeight
 from engine.kernels.workspace import ALIGN, HugePageArena, address, empty_aligned
@@ -83,7 +85,7 @@ def test_packed_weights_are_aligned_and_hold_the_matrix() -> None:
 
 @huge_pages_marked
 @pytest.mark.parametrize("rows", [3, workspace.ARENA_CHUNK_BYTES // (4 * 17) + 1])
-def test_a_plans_input_lies_on_huge_pages_and_runs(rows: int) -> None:
+def test_a_plans_input_lies_on_huge_pages_where_the_plan_is_large_and_runs(rows: int) -> None:
     data = sym.var("data")
     net = sym.FullyConnected(data, num_hidden=33, name="fc1")
     weight = np.random.default_rng(0).standard_normal((33, 17)).astype(np.float32)
@@ -92,7 +94,10 @@ def test_a_plans_input_lies_on_huge_pages_and_runs(rows: int) -> None:
     feed = np.random.default_rng(1).standard_normal((rows, 17)).astype(np.float32)
     plan = model.plan_for({"data": feed})
     assert address(plan._inputs["data"]) % ALIGN == 0
-    assert asked_for_huge_pages(plan._inputs["data"])
+    # 3 rows: a plan of a few hundred bytes keeps NumPy's memory (`ARENA_FROM_BYTES`)
+    assert (plan.workspace.arena is not None) == (rows > 3)
+    if rows > 3:
+        assert asked_for_huge_pages(plan._inputs["data"])
     (out,) = plan.run({"data": feed})
     np.testing.assert_allclose(out, feed @ weight.T + 1, rtol=1e-4, atol=1e-4)
 
@@ -166,21 +171,31 @@ def test_an_arenas_copy_holds_the_values_and_their_writeability() -> None:
 
 @huge_pages_marked
 @pytest.mark.skipif(not gemm_kernel.available(), reason="no JIT for the GEMM kernels here")
-def test_every_array_a_plan_keeps_lies_on_huge_pages() -> None:
-    """A small plan (every array far below a huge page): its inputs, buffers, scratch, padded
-    inputs, the values derived from its weights and a dense layer's packed weight all lie on
-    memory asked for huge pages."""
+def _conv_pool_dense(size: int, hidden: int) -> tuple[Any, dict[str, np.ndarray]]:
+    """A 3×3 convolution over 8 channels of ``size``², a 4×4 pooling and a dense layer of
+    ``hidden`` units, with seeded weights."""
     data = sym.var("data")
     net = sym.Convolution(data, num_filter=32, kernel=(3, 3), pad=(1, 1), name="conv")
-    net = sym.FullyConnected(sym.relu(net), num_hidden=64, name="fc")
+    net = sym.Pooling(sym.relu(net), kernel=(4, 4), stride=(4, 4), pool_type="max")
+    net = sym.FullyConnected(net, num_hidden=hidden, name="fc")
     rng = np.random.default_rng(3)
-    params = {"conv_weight": rng.standard_normal((32, 8, 3, 3)).astype(np.float32),
-              "conv_bias": rng.standard_normal(32).astype(np.float32),
-              "fc_weight": rng.standard_normal((64, 32 * 6 * 6)).astype(np.float32),
-              "fc_bias": rng.standard_normal(64).astype(np.float32)}
+    return net, {"conv_weight": rng.standard_normal((32, 8, 3, 3)).astype(np.float32),
+                 "conv_bias": rng.standard_normal(32).astype(np.float32),
+                 "fc_weight": rng.standard_normal(
+                     (hidden, 32 * (size // 4) ** 2)).astype(np.float32),
+                 "fc_bias": rng.standard_normal(hidden).astype(np.float32)}
+
+
+def _plan_arrays(size: int, hidden: int) -> tuple[list[np.ndarray], ...]:
+    """A plan of `_conv_pool_dense` at batch 2, checked against the reference interpreter:
+    (the arrays it keeps, the values derived from its weights, its packed dense weights)."""
+    net, params = _conv_pool_dense(size, hidden)
     model = engine.load_model(net, params)
-    feed = {"data": rng.standard_normal((2, 8, 6, 6)).astype(np.float32)}
+    feed = {"data": np.random.default_rng(4).standard_normal(
+        (2, 8, size, size)).astype(np.float32)}
     (out,) = model.infer(feed).values()
+    reference = engine.load_model(net, params, optimize=False).infer(feed)
+    np.testing.assert_allclose(out, next(iter(reference.values())), rtol=1e-4, atol=1e-4)
     plan = model.plan_for(feed)
     space = plan.workspace
     kept = [*plan._inputs.values(), *plan._heads, space.scratch, *space._filled.values()]
@@ -189,7 +204,26 @@ def test_every_array_a_plan_keeps_lies_on_huge_pages() -> None:
     packed = [value.panels for value in plan.graph.constants.values()
               if isinstance(value, PackedWeight)]
     assert derived and packed and space._filled  # the model has each kind
+    return kept, derived, packed
+
+
+def test_every_array_a_plan_keeps_lies_on_huge_pages() -> None:
+    """A plan of a few MB (its conv output 2.4 MB, its dense weight 2.4 MB): its inputs,
+    buffers, scratch, padded inputs, the values derived from its weights and the dense layer's
+    packed weight all lie on memory asked for huge pages, small arrays too."""
+    kept, derived, packed = _plan_arrays(96, 32)
     for array in [*kept, *derived, *packed]:
         assert address(array) % ALIGN == 0 and asked_for_huge_pages(array), array.shape
-    reference = engine.load_model(net, params, optimize=False).infer(feed)
-    np.testing.assert_allclose(out, next(iter(reference.values())), rtol=1e-4, atol=1e-4)
+
+
+def test_a_small_plan_keeps_numpys_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plan and packed weights far below a huge page make no arena (an arena's huge page
+    would be 2 MB of memory each: `workspace.ARENA_FROM_BYTES`) and stay aligned. (Whether
+    NumPy's memory lies on huge pages is malloc's: it reuses what NumPy asked huge pages for.)"""
+    made = []
+    monkeypatch.setattr(workspace, "HugePageArena", lambda *args: made.append(args))
+    monkeypatch.setattr(pack_weights, "HugePageArena", lambda *args: made.append(args))
+    kept, derived, packed = _plan_arrays(8, 16)
+    assert not made
+    for array in [*kept, *derived, *packed]:
+        assert address(array) % ALIGN == 0, array.shape
