@@ -24,7 +24,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.kernels.workspace import empty_aligned  # noqa: E402 - this checkout's engine
+from engine.kernels.workspace import HugePageArena, empty_aligned  # noqa: E402 - this checkout's engine
 
 PAGE_BYTES = 4096
 PAUSES = (0.0, 0.1, 0.3)
@@ -47,7 +47,9 @@ def touch_cost(pages: np.ndarray, pause: float, rounds: int = 6) -> tuple[float,
 
 def memory(megabytes: int, huge_pages: bool) -> np.ndarray:
     """``megabytes`` of float64 written once, on huge pages where asked and granted."""
-    array = empty_aligned(np, (megabytes << 20) // 8, np.float64, huge_pages=huge_pages)
+    floats = (megabytes << 20) // 8
+    array = (HugePageArena().empty(floats, np.float64) if huge_pages
+             else empty_aligned(np, floats, np.float64))
     array.fill(1.0)
     return array
 

@@ -2,7 +2,8 @@
 
 Usage: ``python bench/steps_in_order.py [--net resnet18_v1] [--batch 1] [--runs 30]
 [--threads 1] [--top 12] [--precision fp32|bf16|int8] [--node NAME] [--clock wall|thread]
-[--winograd-min-tiles N] [--f4-min-tiles N] [--openvino] [--peer-python PYTHON]``.
+[--winograd-min-tiles N] [--f4-min-tiles N] [--plans N] [--openvino]
+[--peer-python PYTHON]``.
 
 Every run walks ``plan.steps`` once in order, each step timed inside a run made as
 ``plan.run`` makes it (`Plan.walk`: denormals flushed, over the cores `plan.run` would use), so
@@ -12,7 +13,9 @@ report gives per node the median over runs of its steps' summed time, its step c
 of call, the nodes slowest first, and the median of whole ``plan.run`` calls taken in turn with
 the walks (`bench/executor.py`'s step kinds sum the same walks by kind). ``--node`` lists a
 node's steps one by one; ``--winograd-min-tiles`` and ``--f4-min-tiles`` bind a second plan
-with `winograd_bind`'s thresholds changed and time the two in turn. ``--openvino`` then prints
+with `winograd_bind`'s thresholds changed and time the two in turn; ``--plans N`` binds N
+identical plans (a model each) and times them in turn, where one plan differing from another
+shows where their memory lies mattering. ``--openvino`` then prints
 OpenVINO's own time per layer, in its order, for the same network, batch, thread count and
 precision (int8 through NNCF, as `bench/executor.py` quantises it), from the peer environment
 (`bench/quantized_peers.py --layers`). ``--clock thread`` reads
@@ -101,9 +104,11 @@ def report(label: str, plan: Any, per_run: list[list[float]], whole: list[float]
     walks = [sum(times) for times in per_run]
     print(f"{label}{options.net} batch {options.batch}, {options.threads} thread(s), "
           f"{len(plan.steps)} steps, {options.runs} runs")
+    quickest = sum(min(times[index] for times in per_run) for index in range(len(plan.steps)))
     print(f"whole run (plan.run): median {statistics.median(whole) * 1e3:.2f} ms, best "
           f"{min(whole) * 1e3:.2f}; steps walked in order: median "
-          f"{statistics.median(walks) * 1e3:.2f} ms")
+          f"{statistics.median(walks) * 1e3:.2f} ms, each step's quickest summed "
+          f"{quickest * 1e3:.2f} ms")
     for seconds, node, count, kinds in rows[:options.top]:
         listed = ", ".join(f"{kind} {n}" for kind, n in sorted(kinds.items(), key=lambda x: -x[1]))
         print(f"  {seconds * 1e3:7.3f} ms  {node.name} ({node.op}), {count} steps: {listed}")
@@ -131,6 +136,8 @@ def main() -> None:
                         help="the same with winograd_bind.F4_MIN_TILES")
     parser.add_argument("--node", action="append", default=[],
                         help="a node whose steps are listed one by one (repeatable)")
+    parser.add_argument("--plans", type=int, default=1,
+                        help="bind this many identical plans (a model each), walked in turn")
     parser.add_argument("--openvino", action="store_true",
                         help="also print OpenVINO's time per layer on the same case")
     parser.add_argument("--peer-python", default=None,
@@ -145,6 +152,8 @@ def main() -> None:
     parallel.set_threads(options.threads)
     threadpool_limits(options.threads)
     plans = {"": build(options)}
+    for copy in range(1, options.plans):  # identical plans, each of a model of its own
+        plans[f"plan {copy + 1}: "] = build(options)
     from engine.kernels import winograd_bind
 
     changed = {name: value for name, value in (("MIN_TILES", options.winograd_min_tiles),

@@ -14,6 +14,7 @@ from __future__ import annotations
 from engine.compiler.layout_weights import weights_read_only_by
 from engine.graph.ir import Graph, Node
 from engine.kernels import packed_weight
+from engine.kernels.workspace import ARENA_FROM_BYTES, HugePageArena
 
 
 def pack_dense_weights(graph: Graph) -> Graph:
@@ -27,10 +28,25 @@ def pack_dense_weights(graph: Graph) -> Graph:
 
 def packed_dense_weights(graph: Graph) -> dict[str, packed_weight.PackedWeight]:
     """The packed form of each constant dense weight of ``graph`` our GEMM multiplies and
-    that is not packed yet, by name."""
-    return {name: packed_weight.pack(graph.constants[name])
-            for name in sorted(dense_weight_names(graph))
-            if packed_weight.packs(graph.constants[name])}
+    that is not packed yet, by name: all in one arena on huge pages, in the order the graph's
+    nodes read them (a run's order), as the weights a plan streams (`HugePageArena`), where
+    they come to `ARENA_FROM_BYTES` or more."""
+    names = [name for name in _in_reading_order(graph, dense_weight_names(graph))
+             if packed_weight.packs(graph.constants[name])]
+    total = sum(graph.constants[name].nbytes for name in names)
+    arena = HugePageArena() if total >= ARENA_FROM_BYTES else None
+    return {name: packed_weight.pack(graph.constants[name], arena) for name in names}
+
+
+def _in_reading_order(graph: Graph, names: set[str]) -> list[str]:
+    """``names`` (constants of ``graph``) in the order of the first node reading each."""
+    order: dict[str, None] = {}
+    for node in graph.nodes:
+        for entry in node.inputs:
+            name = graph.nodes[entry.node].name
+            if name in names:
+                order.setdefault(name)
+    return [*order, *sorted(names - order.keys())]
 
 
 def dense_weight_names(graph: Graph) -> set[str]:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from engine.kernels import gemm_bind, gemm_kernel
+from engine.kernels.workspace import HugePageArena
 
 
 class PackedWeight:
@@ -73,9 +74,12 @@ def packs(weight: Any) -> bool:
             and gemm_bind.worthwhile(1, weight.shape[0]))
 
 
-def pack(weight: np.ndarray) -> PackedWeight:
-    """``weight`` (units, inputs) held as the column panels of its transpose."""
-    return PackedWeight(gemm_kernel.pack_columns(weight.T), weight.shape)
+def pack(weight: np.ndarray, arena: HugePageArena | None = None) -> PackedWeight:
+    """``weight`` (units, inputs) held as the column panels of its transpose; in ``arena``
+    where given (a model's packed weights on huge pages, one after another:
+    `engine.compiler.pack_weights`)."""
+    panels = gemm_kernel.pack_columns(weight.T)
+    return PackedWeight(panels if arena is None else arena.copy(panels), weight.shape)
 
 
 def product(left: Any, weight: PackedWeight, out: Any) -> Callable[[], Any] | None:

@@ -6,7 +6,9 @@ their borders are zeroed once and only the interior is written on each run. Valu
 from a constant once (Winograd's transformed weights) are kept in a cache the plans of one model
 share, so each is computed and held once however many batch sizes are compiled. The plan
 notes what reads each array it binds (`Workspace.readers`), and ops sharing an array can share
-an object about it (`Workspace.shared`: a fused int8 layer's layout hand-off).
+an object about it (`Workspace.shared`: a fused int8 layer's layout hand-off). On the host,
+every array a plan's runs read or write that the workspace makes or keeps lies on transparent
+huge pages (`HugePageArena`), small ones packed together.
 """
 
 from __future__ import annotations
@@ -27,41 +29,25 @@ def aligned(nbytes: int) -> int:
     return -(-nbytes // ALIGN) * ALIGN
 
 
-def empty_aligned(xp: Any, shape: int | tuple[int, ...], dtype: Any,
-                  huge_pages: bool = False) -> Any:
+def empty_aligned(xp: Any, shape: int | tuple[int, ...], dtype: Any) -> Any:
     """An uninitialised C-contiguous array whose first byte sits on an `ALIGN`-byte boundary.
 
     NumPy's allocator promises 16 bytes, so without this where a plan's buffers start within a
     cache line is left to malloc, and a plan's speed with it: the seed MLP at batch 1 ran 8%
     slower in one build than in another whose only difference was what had been allocated
-    before. CuPy's pool aligns to 256 bytes already.
-
-    ``huge_pages``: a NumPy array of `HUGE_PAGE_FROM_BYTES` or more starts on a huge page,
-    backed by huge pages where Linux grants them (a plan's activations: see that constant).
+    before. CuPy's pool aligns to 256 bytes already. (A plan's own arrays come from its
+    `HugePageArena`, aligned alike.)
     """
     if xp is not np:
         return xp.empty(shape, dtype)
     dtype = np.dtype(dtype)
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
     nbytes = math.prod(shape) * dtype.itemsize
-    if huge_pages and nbytes >= HUGE_PAGE_FROM_BYTES:
-        raw = _huge_page_bytes(nbytes)
-        if raw is not None:
-            return raw[:nbytes].view(dtype).reshape(shape)
     raw = np.empty(nbytes + ALIGN, np.uint8)
     start = -raw.ctypes.data % ALIGN
     return raw[start:start + nbytes].view(dtype).reshape(shape)
 
 
-# From this size, an array `empty_aligned` makes lies on transparent huge pages where Linux
-# grants them on request (`madvise`). A product reading an activation's rows a page or more
-# apart (a 1×1 convolution's column panels: each step of K reads 128 bytes of a row 12.5 KB
-# on) missed the first-level TLB at every step: one thread, activations on huge pages against
-# 4 KB ones, 64×256×3136 0.94 → 0.80 ms, 256×64×3136 0.89 → 0.79; whole fp32 plans 0.94–0.96×
-# (MobileNet v2 b1), 0.98–0.99× (ResNet-50 v2 b1, ResNet-18 b1), 0.96× (ResNet-18 b8). Packed
-# weights, read in order, gained nothing so. Smaller arrays keep NumPy's allocator (a huge
-# page is 2 MB of memory however little of it is used: 4–8 MB more a plan of these).
-HUGE_PAGE_FROM_BYTES = 1 << 19
 HUGE_PAGE_BYTES = 2 << 20
 
 
@@ -81,6 +67,73 @@ def _huge_page_bytes(nbytes: int) -> np.ndarray | None:
     except OSError:  # transparent huge pages off: the memory is as good as NumPy's
         pass
     return raw[start:start + size]
+
+
+# A `HugePageArena` maps its memory this many bytes at a time; an array of half that or more
+# that the current mapping has no room for gets a mapping of its own.
+ARENA_CHUNK_BYTES = 2 * HUGE_PAGE_BYTES
+# A plan whose buffers and scratch come to less than this (and a model whose packed dense
+# weights do) keeps NumPy's memory: its arrays stay within the caches' and the TLB's reach,
+# and a huge page is 2 MB of memory however little of it is used (the seed MLP's plans for
+# seven batch sizes held 16.2 MB from arenas against 2.3 MB without).
+ARENA_FROM_BYTES = HUGE_PAGE_BYTES
+
+
+class HugePageArena:
+    """Host arrays carved one after another, each from a cache line's start, out of memory
+    asked to be backed by transparent huge pages (`_huge_page_bytes`): small arrays share
+    huge pages; an array of half a chunk or more that the chunk has no room for gets a mapping
+    of its own, whose last huge page's rest the arrays after it may take.
+
+    Why every array a plan's runs touch, small ones too: on the Intel machine (a VM) a step
+    whose operands lie on 4 KB pages misses the TLB often, and each miss walks two levels of
+    page tables. NumPy's memory lies on 4 KB pages, except where malloc reuses memory NumPy
+    had asked huge pages for (its arrays of 4 MB or more), so identical plans ran apart by
+    where malloc put their small arrays: ResNet-50 v2 bf16 at batch 1, one thread, four plans
+    in one process, `plan.run` 18.7–20.0 ms with NumPy's memory, 18.0–18.4 on huge pages; a
+    plan bound with huge pages refused ran 1.08–1.38× one bound beside it with them
+    (docs/benchmarks.md). Large activations gain alike: a product reading rows a page or
+    more apart (a 1×1 convolution's column panels) 64×256×3136 0.94 → 0.80 ms.
+
+    A mapping lives as long as any array in it: an arena suits arrays that live and die
+    together (a plan's buffers; the values a model derives from its parameters).
+    """
+
+    def __init__(self, chunk_bytes: int = ARENA_CHUNK_BYTES) -> None:
+        self._chunk_bytes = chunk_bytes
+        self._chunk: np.ndarray | None = None
+        self._used = 0
+
+    def empty(self, shape: int | tuple[int, ...], dtype: Any) -> np.ndarray:
+        """An uninitialised C-contiguous array from a cache line's start (`ALIGN`), on huge
+        pages where Linux grants them (elsewhere NumPy's memory, as `empty_aligned`)."""
+        dtype = np.dtype(dtype)
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        nbytes = math.prod(shape) * dtype.itemsize
+        room = 0 if self._chunk is None else self._chunk.size - self._used
+        if 2 * nbytes >= self._chunk_bytes and nbytes > room:
+            raw = _huge_page_bytes(nbytes)
+            if raw is None:
+                return empty_aligned(np, shape, dtype)
+            end = aligned(nbytes)
+            if raw.size - end > room:  # the rest of its last huge page carves what follows
+                self._chunk, self._used = raw, end
+            return raw[:nbytes].view(dtype).reshape(shape)
+        if self._chunk is None or nbytes > room:
+            chunk = _huge_page_bytes(self._chunk_bytes)
+            if chunk is None:
+                return empty_aligned(np, shape, dtype)
+            self._chunk, self._used = chunk, 0
+        start = self._used
+        self._used = start + aligned(max(nbytes, 1))
+        return self._chunk[start:start + nbytes].view(dtype).reshape(shape)
+
+    def copy(self, array: np.ndarray) -> np.ndarray:
+        """``array``'s values in a C-contiguous array of this arena, as writeable as it."""
+        copy = self.empty(array.shape, array.dtype)
+        copy[...] = array
+        copy.flags.writeable = bool(array.flags.writeable)
+        return copy
 
 
 def address(array: Any) -> int:
@@ -132,14 +185,22 @@ class Workspace:
     the cache of derived values shared with the other plans of a model. On a GPU with cuDNN,
     ``convolutions`` is the plan's cuDNN context (`engine.cuda.cudnn_conv`). ``precision``
     is the plan's (``"fp32"`` or ``"bf16"``): the products that bind here read it
-    (`gemm_bind.bf16_kernel`)."""
+    (`gemm_bind.bf16_kernel`). ``huge_pages``: the host arrays it makes and keeps come from
+    arenas on huge pages (`HugePageArena`; a plan of `ARENA_FROM_BYTES` or more), else from
+    NumPy's memory."""
 
     def __init__(self, xp: Any, scratch_bytes: int, derived: dict | None = None,
-                 convolutions: Any = None, precision: str = "fp32") -> None:
+                 convolutions: Any = None, precision: str = "fp32",
+                 huge_pages: bool = True) -> None:
         self.xp = xp
         self.precision = precision
         self.convolutions = convolutions
-        self.scratch = empty_aligned(xp, scratch_bytes, np.uint8, huge_pages=True)
+        # The plan's own arrays, and (apart, as they may outlive the plan in the model's cache)
+        # the values derived while it binds.
+        arenas = xp is np and huge_pages
+        self.arena = HugePageArena() if arenas else None
+        self._derived_arena = HugePageArena() if arenas else None
+        self.scratch = self.empty(scratch_bytes, np.uint8)
         self._filled: dict[tuple, Any] = {}
         self._derived = {} if derived is None else derived
         # per output array of the plan (by identity; the array kept so its id stays its own)
@@ -174,6 +235,13 @@ class Workspace:
             entry = self._shared[key] = (array, make())
         return entry[1]
 
+    def empty(self, shape: int | tuple[int, ...], dtype: Any) -> Any:
+        """An uninitialised C-contiguous array for the plan from a cache line's start: on the
+        host from its arena where it has one (huge pages), on a GPU from CuPy's pool."""
+        if self.arena is None:
+            return empty_aligned(self.xp, shape, dtype)
+        return self.arena.empty(shape, dtype)
+
     def region(self, offset: int, shape: tuple[int, ...], dtype: Any) -> Any:
         """The scratch bytes from ``offset`` viewed as a C-contiguous array."""
         nbytes = math.prod(shape) * np.dtype(dtype).itemsize
@@ -192,7 +260,7 @@ class Workspace:
         key = (tuple(shape), np.dtype(dtype).str, tag, fill)
         array = self._filled.get(key)
         if array is None:
-            array = self._filled[key] = empty_aligned(self.xp, shape, dtype, huge_pages=True)
+            array = self._filled[key] = self.empty(shape, dtype)
             array[...] = fill
         return array
 
@@ -204,8 +272,22 @@ class Workspace:
         key = (tag, address(constant), constant.shape, constant.strides, constant.dtype.str)
         entry = self._derived.get(key)
         if entry is None:  # the entry keeps the constant alive, so the address stays its own
-            entry = self._derived[key] = (constant, make(constant))
+            entry = self._derived[key] = (constant, self._on_huge_pages(make(constant),
+                                                                        constant))
         return entry[1]
+
+    def _on_huge_pages(self, value: Any, constant: Any) -> Any:
+        """``value`` (a derived value) with each C-contiguous host array it is, or a tuple of
+        which it is, copied into the derived values' arena: a product streams its weights
+        from there (`HugePageArena`). Views of ``constant`` and other objects stay as made."""
+        if self._derived_arena is None:
+            return value
+        if type(value) is tuple:  # not a named tuple's class
+            return tuple(self._on_huge_pages(item, constant) for item in value)
+        if (type(value) is not np.ndarray or not value.flags.c_contiguous or not value.size
+                or (isinstance(constant, np.ndarray) and np.may_share_memory(value, constant))):
+            return value
+        return self._derived_arena.copy(value)
 
     @property
     def nbytes(self) -> int:

@@ -25,7 +25,7 @@ from engine.graph.infer import infer_dtypes, infer_shapes, specialize_sources
 from engine.graph.ir import Graph, Node
 from engine.kernels import jobs
 from engine.kernels.packed_weight import PackedWeight
-from engine.kernels.workspace import Reader, Workspace, empty_aligned
+from engine.kernels.workspace import ARENA_FROM_BYTES, Reader, Workspace
 from engine.ops.shapes import is_known
 from engine.runtime.buffers import fill_rows
 from engine.runtime.floats import quiet_floats, restore_floats
@@ -104,13 +104,14 @@ class Plan:
     def _compile(self, graph: Graph, input_shapes: Mapping, input_dtypes: Mapping,
                  shapes: list, dtypes: list, derived: dict | None, stream: Any) -> None:
         xp = self.xp
-        buffers = [empty_aligned(xp, size, np.uint8, huge_pages=True)
-                   for size in self.memory.buffer_sizes]
         self._convolutions = _device_convolutions(self.device, stream)
-        self.workspace = Workspace(xp, _scratch_bytes(graph, shapes, dtypes), derived,
-                                   self._convolutions, self.precision)
-        self._inputs = {name: empty_aligned(xp, input_shapes[name], input_dtypes[name],
-                                            huge_pages=True)
+        scratch_bytes = _scratch_bytes(graph, shapes, dtypes)
+        self.workspace = Workspace(
+            xp, scratch_bytes, derived, self._convolutions, self.precision,
+            huge_pages=sum(self.memory.buffer_sizes) + scratch_bytes >= ARENA_FROM_BYTES)
+        # On huge pages, small buffers packed together (`Workspace.empty`).
+        buffers = [self.workspace.empty(size, np.uint8) for size in self.memory.buffer_sizes]
+        self._inputs = {name: self.workspace.empty(input_shapes[name], input_dtypes[name])
                         for name in input_shapes}
         self._input_buffers = list(self._inputs.items())
         # bf16 on a GPU: the Convolution and Dense nodes bind with products on bf16 operands.

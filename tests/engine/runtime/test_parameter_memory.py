@@ -9,20 +9,23 @@ import engine
 from engine.graph.params import save_params
 from engine.kernels import gemm_kernel
 from engine.kernels.packed_weight import PackedWeight
+from engine.kernels.workspace import address
 from engine.runtime.binding import own_parameters
 from tests.conformance.fixtures import model_files, model_io_sets
 
 
-def _roots(model: engine.Model) -> set[int]:
-    """The ids of the memory every parameter and plan constant lives in (a packed weight's:
-    its panels)."""
+def _roots(model: engine.Model) -> set[tuple[int, int]]:
+    """Where every parameter and plan constant lives (a packed weight: its panels): the id of
+    the memory it views and its first byte's offset there (packed weights share an arena's
+    memory, each at an offset of its own; a view of a parameter starts where it does)."""
     roots = set()
     for value in (*map(model.params.held, model.params),
                   *model.optimized_graph.constants.values()):
-        array = value.panels if isinstance(value, PackedWeight) else value
-        while isinstance(array.base, np.ndarray):
-            array = array.base
-        roots.add(id(array if array.base is None else array.base))
+        array = root = value.panels if isinstance(value, PackedWeight) else value
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        roots.add((id(root if root.base is None else root.base),
+                   address(array) - address(root)))
     return roots
 
 
