@@ -15,6 +15,7 @@ and 0.3 s, for memory on 4 KB pages and on transparent huge pages where Linux gr
 
 from __future__ import annotations
 
+import mmap
 import statistics
 import sys
 import time
@@ -24,7 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.kernels.workspace import HugePageArena, empty_aligned  # noqa: E402 - this checkout's engine
+from engine.kernels.workspace import HugePageArena  # noqa: E402 - this checkout's engine
 
 PAGE_BYTES = 4096
 PAUSES = (0.0, 0.1, 0.3)
@@ -46,10 +47,17 @@ def touch_cost(pages: np.ndarray, pause: float, rounds: int = 6) -> tuple[float,
 
 
 def memory(megabytes: int, huge_pages: bool) -> np.ndarray:
-    """``megabytes`` of float64 written once, on huge pages where asked and granted."""
+    """``megabytes`` of float64 written once, on huge pages where asked and granted, else on
+    4 KB pages (NumPy's own memory of this size may be on huge pages: it asks for them)."""
     floats = (megabytes << 20) // 8
-    array = (HugePageArena().empty(floats, np.float64) if huge_pages
-             else empty_aligned(np, floats, np.float64))
+    if huge_pages:
+        array = HugePageArena().empty(floats, np.float64)
+    else:
+        mapping = mmap.mmap(-1, floats * 8, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        advice = getattr(mmap, "MADV_NOHUGEPAGE", None)
+        if advice is not None:
+            mapping.madvise(advice)
+        array = np.frombuffer(mapping, np.float64)
     array.fill(1.0)
     return array
 
