@@ -533,7 +533,7 @@ def steady_time(turns: list[list[float]]) -> float:
     return statistics.median(call for calls in turns for call in calls[STEADY_AFTER:])
 
 
-def steady_line(result: dict[str, Any], extras: tuple[str, ...]) -> str:
+def steady_line(result: dict[str, Any]) -> str:
     """The case's steady calls: each runtime's time and ours against the peer of its precision."""
     steady = result["steady"]
     times = ", ".join(f"{PEER_LABELS.get(runtime, runtime)} {ms(seconds)}"
@@ -584,7 +584,7 @@ def peer_lines(name: str, batch: int, threads: int, result: dict[str, Any],
            f"{result['diff']['ours']:.1e} {result['bf16_error']:.1e}"
            + "".join(f" {ms(times[peer][0]):>8} [{ms(times[peer][1])}]" for peer in extras)
            + f"  (outputs up to {result['scale']:.0f}){verdict}")
-    lines = [row, steady_line(result, extras)]
+    lines = [row, steady_line(result)]
     if extras:
         lines.append("    ours fp32 ÷ peer: " + ", ".join(
             f"{PEER_LABELS[peer]} {ours[0] / times[peer][0]:.2f}×" for peer in extras)

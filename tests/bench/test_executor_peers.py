@@ -86,7 +86,7 @@ def test_a_turn_counts_whole_and_its_steady_calls_alone() -> None:
     result = fake_result(("ov-f32", "ov-bf16", "int8", "ov-int8"))
     result["steady"].update({"ours": 0.009, "ort": 0.010, "ov-f32": 0.0075, "bf16": 0.004,
                              "ov-bf16": 0.005, "int8": 0.003, "ov-int8": 0.002})
-    line = executor.steady_line(result, ("ov-f32", "ov-bf16", "int8", "ov-int8"))
+    line = executor.steady_line(result)
     assert "ours 9.000, ours bf16 4.000, ONNX Runtime 10.000" in line
     # fp32 against the faster of ORT and OpenVINO f32; each precision against its own peer.
     assert line.endswith("fp32 ÷ faster float peer 1.20×, bf16 ÷ OpenVINO bf16 0.80×, "
