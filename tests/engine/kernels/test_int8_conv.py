@@ -176,6 +176,16 @@ def _from_channels_last(array):
     return array.reshape(batch, height, width, channels).transpose(0, 3, 1, 2)
 
 
+def _direct_to_channels_last(data, weight, geometry, out, residual=None, residual_laid=False):
+    """The fused layer on the direct AMX product of ``weight``'s packed matrix, writing ``out``
+    channels-last; ``residual`` (NCHW) handed to it channels-last where ``residual_laid``."""
+    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight), amx=True)
+    if residual is not None and residual_laid:
+        residual = _channels_last(residual)
+    return int8_conv.FusedConv(data, weight, packed, geometry, out, residual,
+                               int8_conv.Layouts(out=True, residual=residual_laid))
+
+
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("laid", [
     int8_conv.Layouts(data=True), int8_conv.Layouts(out=True),
@@ -249,10 +259,7 @@ def test_direct_products_requantize_channels_last_in_their_epilogue(
         rng, shape, data_dtype, out_dtype, act, with_residual)
     want = _reference(data, weight, geometry, epilogue, residual, storage, out_dtype)
     out = np.zeros_like(want)
-    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight), amx=True)
-    laid = int8_conv.Layouts(out=True, residual=residual_laid)
-    conv = int8_conv.FusedConv(data, weight, packed, geometry, out, _channels_last(residual)
-                               if residual_laid else residual, laid)
+    conv = _direct_to_channels_last(data, weight, geometry, out, residual, residual_laid)
     assert conv.tile_rows
     with spin_pool.armed(2):
         conv(epilogue)
@@ -273,9 +280,7 @@ def test_a_product_requantized_in_its_epilogue_is_one_job_however_many_rows(monk
         rng, shape, np.uint8, np.uint8, "relu", False)
     want = _reference(data, weight, geometry, epilogue, residual, storage, np.uint8)
     out = np.zeros_like(want)
-    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight), amx=True)
-    conv = int8_conv.FusedConv(data, weight, packed, geometry, out, None,
-                               int8_conv.Layouts(out=True))
+    conv = _direct_to_channels_last(data, weight, geometry, out)
     assert conv.requantizes_in_product
     with spin_pool.armed(threads):
         conv(epilogue)
@@ -333,9 +338,7 @@ def test_direct_epilogue_widens_sums_whose_bias_reaches_past_int32(with_residual
     assert not int8_conv.sums_fit_int32(weight[0].size, epilogue.bias)
     want = _reference(data, weight, geometry, epilogue, residual, storage, np.int8)
     out = np.zeros_like(want)
-    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight), amx=True)
-    conv = int8_conv.FusedConv(data, weight, packed, geometry, out, residual,
-                               int8_conv.Layouts(out=True))
+    conv = _direct_to_channels_last(data, weight, geometry, out, residual)
     assert conv.tile_rows
     conv(epilogue)
     np.testing.assert_array_equal(_from_channels_last(out), want)
@@ -386,10 +389,7 @@ def test_direct_epilogue_saturates_values_past_int32_to_the_bounds(out_dtype, ac
     for end in (top, limits.min if act is None else 0):
         assert (want[:, :2] == np.array(end).astype(out_dtype)).any()
     out = np.zeros_like(want)
-    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight), amx=True)
-    conv = int8_conv.FusedConv(data, weight, packed, geometry, out,
-                               None if residual is None else _channels_last(residual),
-                               int8_conv.Layouts(out=True, residual=True))
+    conv = _direct_to_channels_last(data, weight, geometry, out, residual, residual_laid=True)
     assert conv.requantizes_in_product
     conv(epilogue)
     np.testing.assert_array_equal(_from_channels_last(out), want)
@@ -510,10 +510,7 @@ def test_the_direct_epilogue_writes_a_rescaled_second_output(
     with spin_pool.armed(2):
         int8_affine.affine_job(want, scale, shift, second_want, False, False)()
     out, second = np.zeros_like(want), np.full(want.shape, 7, np.uint8)
-    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight), amx=True)
-    laid = int8_conv.Layouts(out=True, residual=with_residual)
-    conv = int8_conv.FusedConv(data, weight, packed, geometry, out, _channels_last(residual)
-                               if with_residual else None, laid)
+    conv = _direct_to_channels_last(data, weight, geometry, out, residual, with_residual)
     assert conv.requantizes_in_product
     epilogue.rescaled = int8_conv.Rescaled(second, scale, shift)
     with spin_pool.armed(2):
@@ -543,9 +540,7 @@ def test_a_second_output_is_uint8():
         rng, (1, 64, (7, 7), 20, (1, 1), (1, 1), (0, 0), (1, 1)), np.uint8, np.int8, None,
         False)
     out = np.zeros((1, 20, 7, 7), np.int8)
-    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight), amx=True)
-    conv = int8_conv.FusedConv(data, weight, packed, geometry, out, None,
-                               int8_conv.Layouts(out=True))
+    conv = _direct_to_channels_last(data, weight, geometry, out)
     epilogue.rescaled = int8_conv.Rescaled(np.zeros_like(out), np.ones(20, np.float32),
                                            np.zeros(20, np.float32))
     with pytest.raises(ValueError, match="second output int8"):
@@ -589,9 +584,7 @@ def test_a_direct_product_split_by_rows_or_by_panels_gives_the_same_bytes(
         rng, shape, np.uint8, np.int8, None, True)
     want = _reference(data, weight, geometry, epilogue, residual, storage, np.int8)
     out = np.zeros_like(want)
-    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight), amx=True)
-    conv = int8_conv.FusedConv(data, weight, packed, geometry, out, _channels_last(residual),
-                               int8_conv.Layouts(out=True, residual=True))
+    conv = _direct_to_channels_last(data, weight, geometry, out, residual, residual_laid=True)
     assert conv.requantizes_in_product and -(-conv.rows // (2 * conv.tile_rows)) == row_blocks
     with spin_pool.armed(threads):
         for _ in range(3):  # the parts taken by either thread differ from run to run
