@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -61,8 +62,14 @@ class PackedWeights:
     """An int8 matrix ``weights`` (K, N) packed as the kernel reads it, with the column sums
     that signed activations need."""
 
-    def __init__(self, weights: Any, amx: bool = False) -> None:
-        """``amx``: packed for `gemm_int8_amx_ir` (32-column panels, K padded to 64)."""
+    def __init__(self, weights: Any, amx: bool = False,
+                 empty: Callable[[tuple[int, ...], Any], np.ndarray] | None = None) -> None:
+        """``amx``: packed for `gemm_int8_amx_ir` (32-column panels, K padded to 64).
+        ``empty(shape, dtype)``: where the arrays the kernels read are made (a plan's arena
+        on huge pages, `int8_memory`); by default NumPy's memory from a cache line's start."""
+        if empty is None:
+            def empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+                return empty_aligned(np, shape, dtype)
         weights = np.asarray(weights)
         if weights.dtype != np.int8 or weights.ndim != 2:
             raise ValueError(f"int8 GEMM weights must be a 2-d int8 matrix; got "
@@ -82,12 +89,14 @@ class PackedWeights:
         padded[:k, :n] = weights
         # (groups, 4, panels, columns) -> (panels, groups, columns, 4)
         order = padded.reshape(self.groups, 4, self.panels, columns).transpose(2, 0, 3, 1)
-        self.packed = empty_aligned(np, order.shape, np.int8)
+        self.packed = empty(order.shape, np.int8)
         self.packed[...] = order
         sums = np.zeros(self.panels * columns, np.int64)
         sums[:n] = weights.sum(axis=0, dtype=np.int64)
-        self.no_offsets = np.zeros(self.panels * columns, np.int32)
-        self.signed_offsets = (-128 * sums).astype(np.int32)
+        self.no_offsets = empty((self.panels * columns,), np.int32)
+        self.no_offsets[...] = 0
+        self.signed_offsets = empty((self.panels * columns,), np.int32)
+        self.signed_offsets[...] = -128 * sums
         # addresses for the foreign call, read once (each ``.ctypes`` costs a microsecond)
         self.addresses = (self.packed.ctypes.data, self.no_offsets.ctypes.data,
                           self.signed_offsets.ctypes.data)

@@ -18,8 +18,9 @@ products and sums in float32, in the same order, never fused into one rounding; 
 rounded to even), so the outputs are equal bit for bit (`tests/engine/kernels/
 test_int8_conv.py` compares the two).
 
-Scratch (the channels-last copy, the patch rows, the sums) comes from one arena per thread:
-a plan runs its steps one at a time on one thread, so its layers share the arena's buffers.
+Scratch (the channels-last copy, the patch rows, the sums) comes from one `int8_memory.Scratch`
+per thread: a plan runs its steps one at a time on one thread, so its layers share its
+buffers, on huge pages for a layer whose plan is (``huge_pages``).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from engine.cpu import compiled, kernel_jobs, spin_pool
-from engine.kernels import gemm_int8
+from engine.kernels import gemm_int8, int8_memory
 
 _kernels: dict[str, Any] = {}
 # Output positions the requantize pass holds as bytes between its loops: up to TILE, fewer
@@ -58,7 +59,6 @@ AMX_MIN_DEPTH = 64
 ROWS_FIRST_BYTES, ROWS_FIRST_MOST_BYTES, ROWS_FIRST_RATIO = 2 ** 17, 2 ** 20, 2
 # Activation codes the requantize pass understands (`Activation.kind`).
 ACTIVATIONS = {None: 0, "relu": 1, "bounded_relu": 2}
-_arenas = threading.local()
 
 
 @dataclass(frozen=True)
@@ -125,10 +125,13 @@ def supported(data: np.ndarray, weight: np.ndarray, geometry: Geometry, groups: 
 class EpilogueLayer:
     """What a fused int8 layer (`FusedConv`, `int8_depthwise.FusedDepthwise`) shares: its
     output and residual checked, the epilogue's bias and scales in arrays its jobs read, and
-    the jobs bound once per thread (`_bind`) and again when a different `Epilogue` comes."""
+    the jobs bound once per thread (`_bind`) and again when a different `Epilogue` comes.
+    ``huge_pages``: its scratch is carved from huge pages (its plan's arrays are on them,
+    `int8_memory`)."""
 
     def __init__(self, what: str, out: np.ndarray, residual: np.ndarray | None,
-                 shape: tuple[int, ...]) -> None:
+                 shape: tuple[int, ...], huge_pages: bool = False) -> None:
+        self.huge_pages = huge_pages
         if out.shape != shape or out.dtype not in (np.uint8, np.int8):
             raise ValueError(f"{what}: output {out.dtype} {out.shape} is not int8/uint8 "
                              f"{shape}")
@@ -177,16 +180,16 @@ class FusedConv(EpilogueLayer):
     into ``out`` (N, F, OH, OW) int8 or uint8, with ``residual`` (the shape of ``out``) added
     where given; ``laid`` says which arrays hold channels-last bytes instead (`Layouts`).
     The arrays are the plan's buffers: their addresses are bound into the jobs once per
-    thread, and each call reads their contents."""
+    thread, and each call reads their contents. ``huge_pages``: `EpilogueLayer`'s."""
 
     def __init__(self, data: np.ndarray, weight: np.ndarray, packed: gemm_int8.PackedWeights,
                  geometry: Geometry, out: np.ndarray, residual: np.ndarray | None = None,
-                 laid: Layouts | None = None) -> None:
+                 laid: Layouts | None = None, huge_pages: bool = False) -> None:
         batch, channels, height, width = data.shape
         self.laid = laid or Layouts()
         out_h, out_w = geometry.out_size(height, width)
         super().__init__("int8 convolution", out, residual,
-                         (batch, weight.shape[0], out_h, out_w))
+                         (batch, weight.shape[0], out_h, out_w), huge_pages)
         self.data, self.weight, self.geometry = data, weight, geometry
         filters = weight.shape[0]
         self.rows = batch * out_h * out_w
@@ -234,7 +237,8 @@ class FusedConv(EpilogueLayer):
         padded_h, padded_w = self.padded_size
         out_h, out_w = self.out.shape[2:]
         signed = data.dtype == np.int8
-        scratch = arena()
+        scratch = int8_memory.scratch()
+        huge = self.huge_pages
         block = 2 * self.tile_rows if self.tile_rows else packed.rows
         fused = self.requantizes_in_product
         # A product requantized in its epilogue writes no sums and reads no patch rows: one
@@ -248,12 +252,12 @@ class FusedConv(EpilogueLayer):
         if self.tile_rows and channels % 64:  # a tile row reads whole 64-byte steps on
             tail = 64
         padded = scratch.take("channels_last", batch * padded_h * padded_w * channels + tail,
-                              np.uint8)
+                              np.uint8, huge)
         rows = scratch.take("rows", blocks * packed.rows * packed.groups * 4 if self.gathers
-                            else 0, np.uint8)
+                            else 0, np.uint8, huge)
         columns = packed.panels * packed.vectors * gemm_int8.LANES
         sums = scratch.take("sums", (1 if fused else blocks) * block * columns,
-                            np.int32).reshape(-1, columns)
+                            np.int32, huge).reshape(-1, columns)
         flat = data.reshape(-1).view(np.uint8)
         lay = kernel_jobs.bind((__name__, "padded_copy" if self.laid.data else "channels_last"), (
             flat, 128 if signed else 0, channels, height, width, geometry.pad[0],
@@ -484,29 +488,6 @@ def tap_rows_matrix(weight: np.ndarray) -> np.ndarray:
     matrix[:, :kernel_w * channels] = np.moveaxis(weight, 0, -1).transpose(
         1, 2, 0, 3).reshape(kernel_h, kernel_w * channels, filters)
     return matrix.reshape(kernel_h * 64, filters)
-
-
-class _Arena:
-    """Buffers by name, grown as needed (a job bound to an older, smaller one keeps it)."""
-
-    def __init__(self) -> None:
-        self.buffers: dict[str, np.ndarray] = {}
-
-    def take(self, name: str, size: int, dtype: Any) -> np.ndarray:
-        nbytes = max(1, size * np.dtype(dtype).itemsize)
-        buffer = self.buffers.get(name)
-        if buffer is None or buffer.size < nbytes:
-            from engine.kernels.workspace import empty_aligned
-
-            buffer = self.buffers[name] = empty_aligned(np, nbytes, np.uint8)
-        return buffer[:nbytes].view(dtype)
-
-
-def arena() -> _Arena:
-    arena = getattr(_arenas, "arena", None)
-    if arena is None:
-        arena = _arenas.arena = _Arena()
-    return arena
 
 
 def compiled_kernels() -> dict[str, Any]:

@@ -24,7 +24,7 @@ import numpy as np
 
 from engine.cpu import spin_pool
 from engine.errors import ModelFormatError
-from engine.kernels import gemm_int8, int8_conv, int8_depthwise
+from engine.kernels import gemm_int8, int8_conv, int8_depthwise, int8_memory
 from engine.ops.attrs import parse_bool
 from engine.ops.dtypes import FLOAT32, UINT8
 from engine.ops.quantized import handoff, integer, ranges
@@ -278,6 +278,9 @@ class _FusedInt8Conv:
         # (Epilogue, Rescale, the Epilogue with its second output), `_rescaled_epilogue`'s
         self._rescaled: tuple[Any, ...] | None = None
         self._clear_of: tuple[Any, ...] | None = None  # (Rescale, conv, `_clear`'s answer)
+        # where its weights are packed and its scratch lies: said now, packed at the first run
+        self.memory = int8_memory.of(workspace)
+        self.memory.expect(int8_memory.packed_bytes(values["weight"].shape))
         if int8_conv.supported_here():
             spin_pool.expect_split_jobs()  # made at the first run, once the weights are
 
@@ -427,24 +430,24 @@ class _FusedInt8Conv:
         if groups > 1:
             def make(laid: int8_conv.Layouts) -> int8_depthwise.FusedDepthwise:
                 return int8_depthwise.FusedDepthwise(data, weight_q, geometry, out, residual,
-                                                     laid)
+                                                     laid, self.memory.huge_pages)
         else:
             rows = data.shape[0] * math.prod(out.shape[2:])
             packed = integer.packed_weights(weight_q, rows, ("channels_last", 0),
                                             lambda: int8_conv.weight_matrix(weight_q),
-                                            int8_conv.AMX_MIN_DEPTH)
+                                            int8_conv.AMX_MIN_DEPTH, self.memory.empty)
             if int8_conv.has_tap_rows(data.shape[1], geometry, out.shape[3]):
                 # a stem's kernel rows (or a 1×1 kernel's few channels), each one step of
                 # the direct product's K: 64 a kernel row, AMX's whole step, however short
                 # the layer's own K (min_depth 0)
                 taps = integer.packed_weights(
                     weight_q, rows, ("tap_rows", 0),
-                    lambda: int8_conv.tap_rows_matrix(weight_q), 0)
+                    lambda: int8_conv.tap_rows_matrix(weight_q), 0, self.memory.empty)
                 packed = taps if taps.amx else packed
 
             def make(laid: int8_conv.Layouts) -> int8_conv.FusedConv:
                 return int8_conv.FusedConv(data, weight_q, packed, geometry, out, residual,
-                                           laid)
+                                           laid, self.memory.huge_pages)
         filters = terms.weight_q.shape[0]
         self._storage = terms.storage
         limits = np.iinfo(terms.storage)
@@ -583,17 +586,20 @@ def _fc_kernel(xp: Any, attrs: Attrs, *inputs: Any) -> Any:
     return _fc_forward(attrs, values, partial(_fc_weights, attrs, values))
 
 
-def _fc_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any) -> list[Any]:
+def _fc_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
+             workspace: Any = None) -> list[Any]:
     """On the CPU with constant weights and bias (a plan's read-only parameters) the int8
     weights are made once per data scale, and their product runs on the int8 GEMM's kernel
-    into buffers kept between runs (`_BoundFc`); otherwise the kernel runs."""
+    into buffers kept between runs (`_BoundFc`), its weights packed where the plan's are
+    (`int8_memory`); otherwise the kernel runs."""
     values = dict(zip(_fc_inputs(attrs), inputs, strict=True))
     constant = xp is np and attrs.quantized and all(
         not np.asarray(values[name]).flags.writeable for name in ("weight", "bias")
         if name in values)
     if not constant:
         return [partial(SG_FC.compute, xp, attrs, inputs, out)]
-    return [_BoundFc(attrs, values, out if isinstance(out, tuple) else (out,))]
+    return [_BoundFc(attrs, values, out if isinstance(out, tuple) else (out,),
+                     int8_memory.of(workspace))]
 
 
 class _BoundFc:
@@ -605,10 +611,12 @@ class _BoundFc:
     it. Otherwise the NumPy path (`_fc_forward`) runs."""
 
     def __init__(self, attrs: Attrs, values: dict[str, Any],
-                 targets: tuple[np.ndarray, ...]) -> None:
+                 targets: tuple[np.ndarray, ...], memory: int8_memory.PlanMemory) -> None:
         self.attrs, self.values, self.targets = attrs, values, targets
         self.chain = _fc_chain(attrs)  # read once: the subgraph's walk costs microseconds
         self.weights = _FcWeights(attrs, values)
+        self.memory = memory  # where its weights are packed: said now, packed at a run
+        memory.expect(int8_memory.packed_bytes(values["weight"].shape))
         # (weight_q, PackedWeights, rows, bias, a float32 output's factors or None, whether
         # the rows are signed, the kernel's column offsets with the bias or None)
         self._packed: tuple[Any, ...] | None = None
@@ -643,7 +651,7 @@ class _BoundFc:
         signed = rows.dtype == INT8
         if self._packed is None or self._packed[0] is not weight_q or \
                 self._packed[5] != signed:
-            packed = integer.packed_weights(weight_q.T, len(rows))
+            packed = integer.packed_weights(weight_q.T, len(rows), empty=self.memory.empty)
             bias = np.zeros(weight_q.shape[0], np.int64) if bias_q is None else \
                 bias_q.astype(np.int64)
             plain_float = self.attrs.enable_float_output and self.chain.act is None and \
@@ -772,6 +780,7 @@ SG_FC = register(OpDef(
     infer_dtype=_fc_dtypes,
     kernel=ranges.on_host(_fc_kernel),
     bind=_fc_bind,
+    scratch=lambda attrs, shapes, dtype: 0,  # none: declared for the plan's workspace
     uncapturable=ranges.ON_HOST,
     doc="oneDNN's fused FullyConnected (+ activation); int8/uint8 in, int8/uint8, int32 or "
         "float32 out when quantized.",
