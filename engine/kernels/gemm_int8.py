@@ -167,11 +167,16 @@ def multiply_rows(rows: np.ndarray, m: int, weights: PackedWeights, signed: bool
 
 
 def product_job(rows: np.ndarray, m: int, weights: PackedWeights, signed: bool,
-                out: np.ndarray) -> Any:
+                out: np.ndarray, offsets: np.ndarray | None = None) -> Any:
     """`multiply_rows` as a `spin_pool` job writing ``out`` (int32, ``rows``' row count by
     ``weights``' padded columns, C-contiguous): its (panel, row block) tiles shared among the
     parts, so one product spreads over the cores. ``rows`` and ``out`` are read at each run:
-    the caller fills ``rows`` before running the job."""
+    the caller fills ``rows`` before running the job. ``offsets``: as `multiply_rows`'.
+
+    A single row (a classifier at batch 1) runs on the one-row tile, its panels shared
+    among the parts: such a product streams its weights from memory once, so its parts are
+    counted by the weights' bytes, each core streaming its own panels (ResNet-18's 512 ×
+    1000 classifier, 0.5 MB)."""
     from engine.cpu import kernel_jobs, spin_pool
 
     kernels = _compiled()
@@ -188,13 +193,24 @@ def product_job(rows: np.ndarray, m: int, weights: PackedWeights, signed: bool,
         raise ValueError(f"int8 GEMM: result {out.dtype} {out.shape} does not hold "
                          f"{rows.shape[0]} rows of {columns} columns")
     packed, no_offsets, signed_offsets = weights.addresses
+    if offsets is not None:
+        if offsets.dtype != np.int32 or offsets.shape != (columns,) or \
+                not offsets.flags.c_contiguous:
+            raise ValueError(f"int8 GEMM: offsets {offsets.dtype} {offsets.shape} are not "
+                             f"int32 for {columns} columns")
+        no_offsets = signed_offsets = offsets.ctypes.data
+    one_row = m == 1 and not weights.amx
     context = np.array([rows.ctypes.data, rows.shape[1], packed, weights.groups,
                         out.ctypes.data, columns, signed_offsets if signed else no_offsets,
                         blocks, weights.panels], np.int64)
-    task = kernels["task", "amx" if weights.amx else weights.vectors]
-    parts = min(blocks * weights.panels, kernel_jobs.parts_for(
-        blocks * weights.panels, m * weights.k * weights.n // 64))
-    return spin_pool.job(task, context, parts, keep=(rows, out, weights))
+    if one_row:
+        task = kernels["task", "row", weights.vectors]
+        work = weights.k * weights.n  # the weights' bytes, read once
+    else:
+        task = kernels["task", "amx" if weights.amx else weights.vectors]
+        work = m * weights.k * weights.n // 64
+    parts = min(blocks * weights.panels, kernel_jobs.parts_for(blocks * weights.panels, work))
+    return spin_pool.job(task, context, parts, keep=(rows, out, weights, offsets))
 
 
 def direct_tile_rows(width: int) -> int:
@@ -285,13 +301,14 @@ def _compile() -> dict[Any, Any] | None:
             kernel = Int8Kernel(rows, vectors)
             define_task(kernel.module, kernel.define("panels"), rows)
             single = Int8Kernel(1, vectors)
-            single.define("panels")
+            define_task(single.module, single.define("panels"), 1)
             for built in (kernel, single):
                 engines.append(compile_ir(str(built.module), llvm.get_host_cpu_name(),
                                           host.flatten(), level=3, optimise=True))
             kernels[vectors] = _SIGNATURE(engines[-2].get_function_address("panels"))
             kernels["task", vectors] = engines[-2].get_function_address("task")
             kernels["row", vectors] = _SIGNATURE(engines[-1].get_function_address("panels"))
+            kernels["task", "row", vectors] = engines[-1].get_function_address("task")
         if host_features.has("amx_int8") and host_features.amx_permitted():
             from engine.kernels.gemm_int8_amx_ir import AmxInt8Kernel
 

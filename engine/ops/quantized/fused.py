@@ -604,9 +604,10 @@ def _fc_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
 
 class _BoundFc:
     """A bound quantized fully connected layer. Where its data are int8/uint8 rows and the
-    int8 GEMM is here, the product runs on `gemm_int8.multiply_rows` with the weights packed
-    once per data scale and the rows' buffer kept, and the int32 sums plus the bias are made
-    exactly in int64, where `integer.matmul` would go through float64 (the same integers):
+    int8 GEMM is here, the product runs as `gemm_int8.product_job`'s job over the cores,
+    the weights packed once per data scale and the rows' and sums' buffers kept, and the
+    int32 sums plus the bias are made exactly in int64, where `integer.matmul` would go
+    through float64 (the same integers):
     ResNet-18's classifier at batch 1 spent more on the calls around its product than on
     it. Otherwise the NumPy path (`_fc_forward`) runs."""
 
@@ -618,7 +619,8 @@ class _BoundFc:
         self.memory = memory  # where its weights are packed: said now, packed at a run
         memory.expect(int8_memory.packed_bytes(values["weight"].shape))
         # (weight_q, PackedWeights, rows, bias, a float32 output's factors or None, whether
-        # the rows are signed, the kernel's column offsets with the bias or None)
+        # the rows are signed, the kernel's column offsets with the bias or None, the
+        # product's job, its sums)
         self._packed: tuple[Any, ...] | None = None
 
     def __call__(self) -> None:
@@ -658,14 +660,21 @@ class _BoundFc:
                 self.targets[0].dtype == FLOAT32 and self.targets[0].flags.c_contiguous
             factors = (F32(F32(1.0) / data_scale) / scales).astype(np.float32) \
                 if plain_float else None
-            self._packed = (weight_q, packed, gemm_int8.padded_rows(len(rows), packed),
-                            bias, factors, signed, _bias_offsets(packed, bias, signed))
-        _, packed, padded, bias, _, _, offsets = self._packed
+            padded = gemm_int8.padded_rows(len(rows), packed)
+            offsets = _bias_offsets(packed, bias, signed)
+            columns = packed.panels * packed.vectors * gemm_int8.LANES
+            sums = np.empty((len(padded), columns), np.int32)
+            # a job of parts, each streaming its own panels of the weights: on every core a
+            # classifier at batch 1 reads its weights from memory on both
+            job = gemm_int8.product_job(padded, len(rows), packed, signed, sums, offsets)
+            self._packed = (weight_q, packed, padded, bias, factors, signed, offsets, job,
+                            sums[:len(rows), :packed.n])
+        _, packed, padded, bias, _, _, offsets, job, product = self._packed
         if signed:  # + 128: the top bit flipped, as `gemm_int8.multiply` does
             np.bitwise_xor(rows.view(UINT8), np.uint8(0x80), out=padded[:len(rows), :packed.k])
         else:
             padded[:len(rows), :packed.k] = rows
-        product = gemm_int8.multiply_rows(padded, len(rows), packed, signed, offsets)
+        job()
         integer.PATHS["int8_gemm"] += 1
         if offsets is not None:  # the bias added by the kernel, exactly (int32 holds it)
             return product
