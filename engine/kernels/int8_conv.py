@@ -57,6 +57,11 @@ AMX_MIN_DEPTH = 64
 # read them from L3 (1.4× their time at 7², one thread), and panel by panel each panel's
 # weights serve all the blocks from L2.
 ROWS_FIRST_BYTES, ROWS_FIRST_MOST_BYTES, ROWS_FIRST_RATIO = 2 ** 17, 2 ** 20, 2
+# A tile's rows on wide rows (`FusedConv.wide_grid`): AMX's whole 16.
+WIDE_TILE_ROWS = 16
+# The grid width that makes every sum row its own output position (no wide rows): past any
+# row count.
+ONE_ROW = 2 ** 40
 # Activation codes the requantize pass understands (`Activation.kind`).
 ACTIVATIONS = {None: 0, "relu": 1, "bounded_relu": 2}
 
@@ -214,6 +219,37 @@ class FusedConv(EpilogueLayer):
         self.gathers = not (self.tile_rows or (
             geometry.kernel == (1, 1) and geometry.stride == (1, 1) and geometry.pad == (0, 0)
             and channels == packed.groups * 4))
+        # The product's sum rows: one an output position, or on wide rows (`wide_grid`) one
+        # a pixel of the padded image up to the last output position's.
+        self.grid = self.wide_grid()
+        self.sum_rows = self.rows
+        if self.grid is not None:
+            self.tile_rows = WIDE_TILE_ROWS
+            padded_h, padded_w = self.padded_size
+            self.sum_rows = (batch - 1) * padded_h * padded_w + (out_h - 1) * padded_w + out_w
+
+    def wide_grid(self) -> tuple[int, int] | None:
+        """The padded image's (width, height) where a stride-1 layer's product runs on wide
+        rows, else None. A tile's rows need not stay in one output row: at stride 1 the
+        windows of consecutive pixels of the padded image lie one pixel apart, so a tile of
+        16 sum rows reads 16 consecutive pixels whatever rows they cross, and the sums at
+        pixels past the output's columns (the padding's) are computed and dropped by the
+        epilogue. Taken for a kernel wider than 1×1 requantized in its epilogue where it
+        makes a quarter fewer row blocks than tiles within an output row: at 7² a tile of
+        those holds 7 rows of AMX's 16, wide rows 16 (7 of each 9 kept), so each block's K
+        steps multiply twice the rows (ResNet-18's 512-channel 3×3 layers at batch 1:
+        4 row blocks of 14 → 2 of 32)."""
+        geometry = self.geometry
+        if not (self.tile_rows and self.requantizes_in_product and not self.tap_rows
+                and geometry.stride == (1, 1) and geometry.kernel != (1, 1)):
+            return None
+        batch = self.data.shape[0]
+        out_h, out_w = self.out.shape[2:]
+        padded_h, padded_w = self.padded_size
+        rows = (batch - 1) * padded_h * padded_w + (out_h - 1) * padded_w + out_w
+        wide_blocks = -(-rows // (2 * WIDE_TILE_ROWS))
+        blocks = -(-self.rows // (2 * self.tile_rows))
+        return (padded_w, padded_h) if 4 * wide_blocks <= 3 * blocks else None
 
     @property
     def requantizes_in_product(self) -> bool:
@@ -229,7 +265,8 @@ class FusedConv(EpilogueLayer):
         handed over channels-last in whole 64-channel blocks: the copy already), not a
         copy made before the product."""
         return bool(self.tile_rows and self.laid.data and self.geometry.pad == (0, 0)
-                    and self.data.dtype == np.uint8 and self.data.shape[1] % 64 == 0)
+                    and self.data.dtype == np.uint8 and self.data.shape[1] % 64 == 0
+                    and self.grid is None)
 
     def _bind(self, epilogue: Epilogue) -> tuple[Any, ...]:
         data, geometry, packed = self.data, self.geometry, self.packed
@@ -244,15 +281,21 @@ class FusedConv(EpilogueLayer):
         # A product requantized in its epilogue writes no sums and reads no patch rows: one
         # job over every row, not a chunk's each (a job a chunk cost ResNet-18's 64 → 64 3×3
         # at 56², batch 8, one thread, 1.10× its time: 13 calls, each part starting anew)
-        chunk = self.rows if fused else chunk_rows(self.rows, packed, block, self.gathers)
+        total = self.sum_rows if fused else self.rows
+        chunk = total if fused else chunk_rows(self.rows, packed, block, self.gathers)
         blocks = -(-chunk // block)
         # without a gather the GEMM reads the copy's rows, its last row block whole: room for
         # that block's rows past the end (their sums are computed and never read)
         tail = packed.rows * channels if not (self.gathers or self.tile_rows) else 0
-        if self.tile_rows and channels % 64:  # a tile row reads whole 64-byte steps on
-            tail = 64
-        padded = scratch.take("channels_last", batch * padded_h * padded_w * channels + tail,
-                              np.uint8, huge)
+        image_bytes = batch * padded_h * padded_w * channels
+        if self.tile_rows:
+            steps, starts = self._direct_offsets(block)
+            # a tile row reads whole 64-byte steps on, and wide rows' last tiles pixels
+            # past the image's last (their sums dropped)
+            reach = int(starts.max()) + (self.tile_rows - 1) * geometry.stride[1] * channels \
+                + int(steps.max()) + 64
+            tail = max(tail, reach - image_bytes)
+        padded = scratch.take("channels_last", image_bytes + tail, np.uint8, huge)
         rows = scratch.take("rows", blocks * packed.rows * packed.groups * 4 if self.gathers
                             else 0, np.uint8, huge)
         columns = packed.panels * packed.vectors * gemm_int8.LANES
@@ -272,13 +315,11 @@ class FusedConv(EpilogueLayer):
             # unpadded uint8 channels-last data is the copy already: the tiles read it there
             # (where no step passes a pixel's channels, so none passes the data's end)
             jobs, padded = [], flat
-        if self.tile_rows:
-            steps, starts = self._direct_offsets(block)
         if epilogue.rescaled is not None and not fused:
             raise ValueError("int8 convolution: a second output needs the requantize in the "
                              "direct product (channels-last output and residual on AMX)")
-        for first in range(0, self.rows, chunk):
-            count = min(chunk, self.rows - first)
+        for first in range(0, total, chunk):
+            count = min(chunk, total - first)
             used = -(-count // block) * block
             if self.tile_rows:
                 jobs.append(gemm_int8.direct_job(
@@ -349,12 +390,17 @@ class FusedConv(EpilogueLayer):
         alone, summed = folded_bounds((act, post), limits), folded_bounds((post,), limits)
         # the bounds the rounded value meets (after the sum where there is a residual)
         saturation = saturation_of(*(summed if self.residual is not None else alone))
+        # the grid the sum rows run over (`gemm_int8_direct_ir.WIDE_FIELDS`): the padded
+        # image's on wide rows, else one row of every sum row, each its output position
+        out_h, out_w = self.out.shape[2:]
+        grid = (self.grid[0], out_w, self.grid[1], out_h) if self.grid is not None else (
+            ONE_ROW, ONE_ROW, 1, 1)
         terms = np.array([out.ctypes.data, residual.ctypes.data, bias.ctypes.data,
                           scales.ctypes.data, filters, count, int(residual.dtype == np.int8),
                           stride, int(sums_fit_int32(self.packed.groups * 4, bias)), second,
                           rescale[0].ctypes.data, rescale[1].ctypes.data, saturation,
                           int(rows_first(self.packed, self.data.nbytes + self.out.nbytes,
-                                         -(-count // (2 * self.tile_rows))))],
+                                         -(-count // (2 * self.tile_rows)))), *grid],
                          np.int64)
         factors = np.array([*act, epilogue.residual_scale, *alone, *summed], np.float32)
         # the job keeps them alive
@@ -376,12 +422,15 @@ class FusedConv(EpilogueLayer):
             tap_y, tap_x = np.divmod(k // channels, kernel_w)
             steps = ((tap_y * dilate_h * padded_w + tap_x * dilate_w) * channels
                      + k % channels).astype(np.int64)
-        tiles = -(-self.rows // block) * (block // self.tile_rows)
+        tiles = -(-self.sum_rows // block) * (block // self.tile_rows)
         first = np.arange(tiles, dtype=np.int64) * self.tile_rows
-        image, within = np.divmod(first, self.positions)
-        y, x = np.divmod(within, out_w)
-        starts = ((image * padded_h + y * stride_h) * padded_w + x * stride_w) * channels
-        starts[first >= self.rows] = 0
+        if self.grid is not None:  # wide rows: a sum row a pixel of the padded image
+            starts = first * channels
+        else:
+            image, within = np.divmod(first, self.positions)
+            y, x = np.divmod(within, out_w)
+            starts = ((image * padded_h + y * stride_h) * padded_w + x * stride_w) * channels
+        starts[first >= self.sum_rows] = 0
         return steps, starts.astype(np.int64)
 
     def _requantize_flags(self) -> int:
