@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -61,8 +62,14 @@ class PackedWeights:
     """An int8 matrix ``weights`` (K, N) packed as the kernel reads it, with the column sums
     that signed activations need."""
 
-    def __init__(self, weights: Any, amx: bool = False) -> None:
-        """``amx``: packed for `gemm_int8_amx_ir` (32-column panels, K padded to 64)."""
+    def __init__(self, weights: Any, amx: bool = False,
+                 empty: Callable[[tuple[int, ...], Any], np.ndarray] | None = None) -> None:
+        """``amx``: packed for `gemm_int8_amx_ir` (32-column panels, K padded to 64).
+        ``empty(shape, dtype)``: where the arrays the kernels read are made (a plan's arena
+        on huge pages, `int8_memory`); by default NumPy's memory from a cache line's start."""
+        if empty is None:
+            def empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+                return empty_aligned(np, shape, dtype)
         weights = np.asarray(weights)
         if weights.dtype != np.int8 or weights.ndim != 2:
             raise ValueError(f"int8 GEMM weights must be a 2-d int8 matrix; got "
@@ -82,12 +89,14 @@ class PackedWeights:
         padded[:k, :n] = weights
         # (groups, 4, panels, columns) -> (panels, groups, columns, 4)
         order = padded.reshape(self.groups, 4, self.panels, columns).transpose(2, 0, 3, 1)
-        self.packed = empty_aligned(np, order.shape, np.int8)
+        self.packed = empty(order.shape, np.int8)
         self.packed[...] = order
         sums = np.zeros(self.panels * columns, np.int64)
         sums[:n] = weights.sum(axis=0, dtype=np.int64)
-        self.no_offsets = np.zeros(self.panels * columns, np.int32)
-        self.signed_offsets = (-128 * sums).astype(np.int32)
+        self.no_offsets = empty((self.panels * columns,), np.int32)
+        self.no_offsets[...] = 0
+        self.signed_offsets = empty((self.panels * columns,), np.int32)
+        self.signed_offsets[...] = -128 * sums
         # addresses for the foreign call, read once (each ``.ctypes`` costs a microsecond)
         self.addresses = (self.packed.ctypes.data, self.no_offsets.ctypes.data,
                           self.signed_offsets.ctypes.data)
@@ -158,11 +167,16 @@ def multiply_rows(rows: np.ndarray, m: int, weights: PackedWeights, signed: bool
 
 
 def product_job(rows: np.ndarray, m: int, weights: PackedWeights, signed: bool,
-                out: np.ndarray) -> Any:
+                out: np.ndarray, offsets: np.ndarray | None = None) -> Any:
     """`multiply_rows` as a `spin_pool` job writing ``out`` (int32, ``rows``' row count by
     ``weights``' padded columns, C-contiguous): its (panel, row block) tiles shared among the
     parts, so one product spreads over the cores. ``rows`` and ``out`` are read at each run:
-    the caller fills ``rows`` before running the job."""
+    the caller fills ``rows`` before running the job. ``offsets``: as `multiply_rows`'.
+
+    A single row (a classifier at batch 1) runs on the one-row tile, its panels shared
+    among the parts: such a product streams its weights from memory once, so its parts are
+    counted by the weights' bytes, each core streaming its own panels (ResNet-18's 512 ×
+    1000 classifier, 0.5 MB)."""
     from engine.cpu import kernel_jobs, spin_pool
 
     kernels = _compiled()
@@ -179,13 +193,24 @@ def product_job(rows: np.ndarray, m: int, weights: PackedWeights, signed: bool,
         raise ValueError(f"int8 GEMM: result {out.dtype} {out.shape} does not hold "
                          f"{rows.shape[0]} rows of {columns} columns")
     packed, no_offsets, signed_offsets = weights.addresses
+    if offsets is not None:
+        if offsets.dtype != np.int32 or offsets.shape != (columns,) or \
+                not offsets.flags.c_contiguous:
+            raise ValueError(f"int8 GEMM: offsets {offsets.dtype} {offsets.shape} are not "
+                             f"int32 for {columns} columns")
+        no_offsets = signed_offsets = offsets.ctypes.data
+    one_row = m == 1 and not weights.amx
     context = np.array([rows.ctypes.data, rows.shape[1], packed, weights.groups,
                         out.ctypes.data, columns, signed_offsets if signed else no_offsets,
                         blocks, weights.panels], np.int64)
-    task = kernels["task", "amx" if weights.amx else weights.vectors]
-    parts = min(blocks * weights.panels, kernel_jobs.parts_for(
-        blocks * weights.panels, m * weights.k * weights.n // 64))
-    return spin_pool.job(task, context, parts, keep=(rows, out, weights))
+    if one_row:
+        task = kernels["task", "row", weights.vectors]
+        work = weights.k * weights.n  # the weights' bytes, read once
+    else:
+        task = kernels["task", "amx" if weights.amx else weights.vectors]
+        work = m * weights.k * weights.n // 64
+    parts = min(blocks * weights.panels, kernel_jobs.parts_for(blocks * weights.panels, work))
+    return spin_pool.job(task, context, parts, keep=(rows, out, weights, offsets))
 
 
 def direct_tile_rows(width: int) -> int:
@@ -276,13 +301,14 @@ def _compile() -> dict[Any, Any] | None:
             kernel = Int8Kernel(rows, vectors)
             define_task(kernel.module, kernel.define("panels"), rows)
             single = Int8Kernel(1, vectors)
-            single.define("panels")
+            define_task(single.module, single.define("panels"), 1)
             for built in (kernel, single):
                 engines.append(compile_ir(str(built.module), llvm.get_host_cpu_name(),
                                           host.flatten(), level=3, optimise=True))
             kernels[vectors] = _SIGNATURE(engines[-2].get_function_address("panels"))
             kernels["task", vectors] = engines[-2].get_function_address("task")
             kernels["row", vectors] = _SIGNATURE(engines[-1].get_function_address("panels"))
+            kernels["task", "row", vectors] = engines[-1].get_function_address("task")
         if host_features.has("amx_int8") and host_features.amx_permitted():
             from engine.kernels.gemm_int8_amx_ir import AmxInt8Kernel
 

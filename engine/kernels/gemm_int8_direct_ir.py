@@ -29,7 +29,7 @@ import llvmlite.ir as ir
 
 from engine.kernels.gemm_amx_ir import declare_tile_intrinsics, release_tiles_at_returns
 from engine.kernels.gemm_int8_ir import I8, I32, I64, LANES, for_each_run
-from engine.kernels.task_ir import loop, masked_load, masked_store, splat
+from engine.kernels.task_ir import carrying_loop, loop, masked_load, masked_store, splat, when
 
 F32 = ir.FloatType()
 
@@ -44,6 +44,12 @@ SATURATE_NONE, SATURATE_SIGNED, SATURATE_UNSIGNED = 0, 1, 2
 SATURATIONS = (SATURATE_NONE, SATURATE_SIGNED, SATURATE_UNSIGNED)
 # The requantize terms' field the task reads for its split (`int8_conv.rows_first`).
 ROWS_FIRST_FIELD = 13
+# The terms' fields of the grid the sum rows run over: its width and the output's, its
+# height and the output's. Where a stride-1 layer's tiles run on along the padded image's
+# rows ("wide rows", `int8_conv.FusedConv`), a sum row is the window at every pixel of the
+# padded image, and those past the output's columns or rows are computed and dropped;
+# otherwise the grid is one row as wide as the sums (each sum row its output position).
+WIDE_FIELDS = (14, 15, 16, 17)
 
 
 def saturation(low: float, top: float) -> int:
@@ -316,6 +322,11 @@ class DirectInt8Kernel:
         saturating = builder.select(builder.and_(narrow, builder.not_(has_rescaled)),
                                     saturation, I64(SATURATE_NONE))
         choice = builder.add(choice, builder.mul(saturating, I64(32)))
+        # wide rows (the grid wider than the output): loops of their own, so that the
+        # others map no row (on one thread 3-13% of an epilogue-bound layer's time)
+        wide = [builder.load(builder.gep(terms, [I64(index)])) for index in WIDE_FIELDS]
+        on_wide_rows = builder.icmp_signed("!=", wide[0], wide[1])
+        choice = builder.add(choice, builder.mul(builder.zext(on_wide_rows, I64), I64(128)))
         second_half = builder.icmp_signed("<", builder.add(column, I64(LANES)), filters)
         done = function.append_basic_block("rows_done")
         variants = {}
@@ -326,17 +337,28 @@ class DirectInt8Kernel:
                         for second in (True, False):
                             for mode in SATURATIONS if in_int32 and not second else \
                                     (SATURATE_NONE,):
-                                variants[with_residual, in_int32, clamped, signed_summand,
-                                         second, mode] = function.append_basic_block("rows")
+                                for gridded in (False, True):
+                                    variants[with_residual, in_int32, clamped, signed_summand,
+                                             second, mode, gridded] = \
+                                        function.append_basic_block("rows")
         switch = builder.switch(choice, done)
         for key, block in variants.items():
             switch.add_case(I64(key[1] + 2 * key[0] + 4 * key[2] + 8 * key[3] + 16 * key[4]
-                                + 32 * key[5]), block)
-        for (with_residual, in_int32, clamped, signed_summand, second, mode), block in \
-                variants.items():
+                                + 32 * key[5] + 128 * key[6]), block)
+        for (with_residual, in_int32, clamped, signed_summand, second, mode, gridded), block \
+                in variants.items():
             builder.position_at_end(block)
-            with loop(builder, function, first_row, last, "row") as row:
-                line = builder.gep(corner, [builder.mul(builder.sub(row, first_row), ldc)])
+            start = self._first_place(builder, first_row, wide) if gridded else []
+            with carrying_loop(builder, function, first_row, last, "row",
+                               carried=start) as rows:
+                sum_row = row = rows.index
+                kept_row = nullcontext()
+                if gridded:
+                    row, kept, following = self._output_row(builder, rows.carried, wide)
+                    rows.carry(following)
+                    kept_row = when(builder, function, kept, "kept_row")
+                kept_row.__enter__()
+                line = builder.gep(corner, [builder.mul(builder.sub(sum_row, first_row), ldc)])
                 self._prefetch_ahead(builder, row, count, column, out, filters,
                                      residual if with_residual else None, residual_stride)
                 if second:
@@ -391,10 +413,42 @@ class DirectInt8Kernel:
                                     ir.Constant(ir.IntType(16), -1)]),
                                 builder.bitcast(builder.gep(rescaled, [place]),
                                                 self.bytes.as_pointer()), I32(1), mask])
+                kept_row.__exit__(None, None, None)
             builder.branch(done)
         builder.position_at_end(done)
         builder.ret_void()
         return function
+
+    @staticmethod
+    def _first_place(builder: ir.IRBuilder, first_row: ir.Value, wide: list[ir.Value]
+                     ) -> list[ir.Value]:
+        """Where sum row ``first_row`` lies in the grid of wide rows (`WIDE_FIELDS`): its
+        column, row and image there (divisions made once a call, not once a row)."""
+        grid_width, _, grid_height, _ = wide
+        image = builder.sdiv(first_row, builder.mul(grid_width, grid_height))
+        within = builder.sub(first_row, builder.mul(image, builder.mul(grid_width,
+                                                                          grid_height)))
+        y = builder.sdiv(within, grid_width)
+        return [builder.sub(within, builder.mul(y, grid_width)), y, image]
+
+    @staticmethod
+    def _output_row(builder: ir.IRBuilder, place: list[ir.Value], wide: list[ir.Value]
+                    ) -> tuple[ir.Value, ir.Value, list[ir.Value]]:
+        """For a sum row at ``place`` (column, row, image in the grid of wide rows): its
+        output position, whether it is one (not a column or row past the output's), and the
+        next sum row's place."""
+        grid_width, width, grid_height, height = wide
+        x, y, image = place
+        kept = builder.and_(builder.icmp_signed("<", x, width),
+                            builder.icmp_signed("<", y, height))
+        row = builder.add(builder.mul(builder.add(builder.mul(image, height), y), width), x)
+        x = builder.add(x, I64(1))
+        wraps = builder.icmp_signed("==", x, grid_width)
+        x = builder.select(wraps, I64(0), x)
+        y = builder.select(wraps, builder.add(y, I64(1)), y)
+        turns = builder.icmp_signed("==", y, grid_height)
+        return row, kept, [x, builder.select(turns, I64(0), y),
+                           builder.select(turns, builder.add(image, I64(1)), image)]
 
     def _store_saturated(self, builder: ir.IRBuilder, value: ir.Value, low: ir.Value,
                          top: ir.Value, mode: int, target: ir.Value, mask: ir.Value) -> None:

@@ -18,8 +18,9 @@ products and sums in float32, in the same order, never fused into one rounding; 
 rounded to even), so the outputs are equal bit for bit (`tests/engine/kernels/
 test_int8_conv.py` compares the two).
 
-Scratch (the channels-last copy, the patch rows, the sums) comes from one arena per thread:
-a plan runs its steps one at a time on one thread, so its layers share the arena's buffers.
+Scratch (the channels-last copy, the patch rows, the sums) comes from one `int8_memory.Scratch`
+per thread: a plan runs its steps one at a time on one thread, so its layers share its
+buffers, on huge pages for a layer whose plan is (``huge_pages``).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from engine.cpu import compiled, kernel_jobs, spin_pool
-from engine.kernels import gemm_int8
+from engine.kernels import gemm_int8, int8_memory
 
 _kernels: dict[str, Any] = {}
 # Output positions the requantize pass holds as bytes between its loops: up to TILE, fewer
@@ -56,9 +57,13 @@ AMX_MIN_DEPTH = 64
 # read them from L3 (1.4× their time at 7², one thread), and panel by panel each panel's
 # weights serve all the blocks from L2.
 ROWS_FIRST_BYTES, ROWS_FIRST_MOST_BYTES, ROWS_FIRST_RATIO = 2 ** 17, 2 ** 20, 2
+# A tile's rows on wide rows (`FusedConv.wide_grid`): AMX's whole 16.
+WIDE_TILE_ROWS = 16
+# The grid width that makes every sum row its own output position (no wide rows): past any
+# row count.
+ONE_ROW = 2 ** 40
 # Activation codes the requantize pass understands (`Activation.kind`).
 ACTIVATIONS = {None: 0, "relu": 1, "bounded_relu": 2}
-_arenas = threading.local()
 
 
 @dataclass(frozen=True)
@@ -125,10 +130,13 @@ def supported(data: np.ndarray, weight: np.ndarray, geometry: Geometry, groups: 
 class EpilogueLayer:
     """What a fused int8 layer (`FusedConv`, `int8_depthwise.FusedDepthwise`) shares: its
     output and residual checked, the epilogue's bias and scales in arrays its jobs read, and
-    the jobs bound once per thread (`_bind`) and again when a different `Epilogue` comes."""
+    the jobs bound once per thread (`_bind`) and again when a different `Epilogue` comes.
+    ``huge_pages``: its scratch is carved from huge pages (its plan's arrays are on them,
+    `int8_memory`)."""
 
     def __init__(self, what: str, out: np.ndarray, residual: np.ndarray | None,
-                 shape: tuple[int, ...]) -> None:
+                 shape: tuple[int, ...], huge_pages: bool = False) -> None:
+        self.huge_pages = huge_pages
         if out.shape != shape or out.dtype not in (np.uint8, np.int8):
             raise ValueError(f"{what}: output {out.dtype} {out.shape} is not int8/uint8 "
                              f"{shape}")
@@ -177,16 +185,16 @@ class FusedConv(EpilogueLayer):
     into ``out`` (N, F, OH, OW) int8 or uint8, with ``residual`` (the shape of ``out``) added
     where given; ``laid`` says which arrays hold channels-last bytes instead (`Layouts`).
     The arrays are the plan's buffers: their addresses are bound into the jobs once per
-    thread, and each call reads their contents."""
+    thread, and each call reads their contents. ``huge_pages``: `EpilogueLayer`'s."""
 
     def __init__(self, data: np.ndarray, weight: np.ndarray, packed: gemm_int8.PackedWeights,
                  geometry: Geometry, out: np.ndarray, residual: np.ndarray | None = None,
-                 laid: Layouts | None = None) -> None:
+                 laid: Layouts | None = None, huge_pages: bool = False) -> None:
         batch, channels, height, width = data.shape
         self.laid = laid or Layouts()
         out_h, out_w = geometry.out_size(height, width)
         super().__init__("int8 convolution", out, residual,
-                         (batch, weight.shape[0], out_h, out_w))
+                         (batch, weight.shape[0], out_h, out_w), huge_pages)
         self.data, self.weight, self.geometry = data, weight, geometry
         filters = weight.shape[0]
         self.rows = batch * out_h * out_w
@@ -211,6 +219,37 @@ class FusedConv(EpilogueLayer):
         self.gathers = not (self.tile_rows or (
             geometry.kernel == (1, 1) and geometry.stride == (1, 1) and geometry.pad == (0, 0)
             and channels == packed.groups * 4))
+        # The product's sum rows: one an output position, or on wide rows (`wide_grid`) one
+        # a pixel of the padded image up to the last output position's.
+        self.grid = self.wide_grid()
+        self.sum_rows = self.rows
+        if self.grid is not None:
+            self.tile_rows = WIDE_TILE_ROWS
+            padded_h, padded_w = self.padded_size
+            self.sum_rows = (batch - 1) * padded_h * padded_w + (out_h - 1) * padded_w + out_w
+
+    def wide_grid(self) -> tuple[int, int] | None:
+        """The padded image's (width, height) where a stride-1 layer's product runs on wide
+        rows, else None. A tile's rows need not stay in one output row: at stride 1 the
+        windows of consecutive pixels of the padded image lie one pixel apart, so a tile of
+        16 sum rows reads 16 consecutive pixels whatever rows they cross, and the sums at
+        pixels past the output's columns (the padding's) are computed and dropped by the
+        epilogue. Taken for a kernel wider than 1×1 requantized in its epilogue where it
+        makes a quarter fewer row blocks than tiles within an output row: at 7² a tile of
+        those holds 7 rows of AMX's 16, wide rows 16 (7 of each 9 kept), so each block's K
+        steps multiply twice the rows (ResNet-18's 512-channel 3×3 layers at batch 1:
+        4 row blocks of 14 → 2 of 32)."""
+        geometry = self.geometry
+        if not (self.tile_rows and self.requantizes_in_product and not self.tap_rows
+                and geometry.stride == (1, 1) and geometry.kernel != (1, 1)):
+            return None
+        batch = self.data.shape[0]
+        out_h, out_w = self.out.shape[2:]
+        padded_h, padded_w = self.padded_size
+        rows = (batch - 1) * padded_h * padded_w + (out_h - 1) * padded_w + out_w
+        wide_blocks = -(-rows // (2 * WIDE_TILE_ROWS))
+        blocks = -(-self.rows // (2 * self.tile_rows))
+        return (padded_w, padded_h) if 4 * wide_blocks <= 3 * blocks else None
 
     @property
     def requantizes_in_product(self) -> bool:
@@ -226,7 +265,8 @@ class FusedConv(EpilogueLayer):
         handed over channels-last in whole 64-channel blocks: the copy already), not a
         copy made before the product."""
         return bool(self.tile_rows and self.laid.data and self.geometry.pad == (0, 0)
-                    and self.data.dtype == np.uint8 and self.data.shape[1] % 64 == 0)
+                    and self.data.dtype == np.uint8 and self.data.shape[1] % 64 == 0
+                    and self.grid is None)
 
     def _bind(self, epilogue: Epilogue) -> tuple[Any, ...]:
         data, geometry, packed = self.data, self.geometry, self.packed
@@ -234,26 +274,33 @@ class FusedConv(EpilogueLayer):
         padded_h, padded_w = self.padded_size
         out_h, out_w = self.out.shape[2:]
         signed = data.dtype == np.int8
-        scratch = arena()
+        scratch = int8_memory.scratch()
+        huge = self.huge_pages
         block = 2 * self.tile_rows if self.tile_rows else packed.rows
         fused = self.requantizes_in_product
         # A product requantized in its epilogue writes no sums and reads no patch rows: one
         # job over every row, not a chunk's each (a job a chunk cost ResNet-18's 64 → 64 3×3
         # at 56², batch 8, one thread, 1.10× its time: 13 calls, each part starting anew)
-        chunk = self.rows if fused else chunk_rows(self.rows, packed, block, self.gathers)
+        total = self.sum_rows if fused else self.rows
+        chunk = total if fused else chunk_rows(self.rows, packed, block, self.gathers)
         blocks = -(-chunk // block)
         # without a gather the GEMM reads the copy's rows, its last row block whole: room for
         # that block's rows past the end (their sums are computed and never read)
         tail = packed.rows * channels if not (self.gathers or self.tile_rows) else 0
-        if self.tile_rows and channels % 64:  # a tile row reads whole 64-byte steps on
-            tail = 64
-        padded = scratch.take("channels_last", batch * padded_h * padded_w * channels + tail,
-                              np.uint8)
+        image_bytes = batch * padded_h * padded_w * channels
+        if self.tile_rows:
+            steps, starts = self._direct_offsets(block)
+            # a tile row reads whole 64-byte steps on, and wide rows' last tiles pixels
+            # past the image's last (their sums dropped)
+            reach = int(starts.max()) + (self.tile_rows - 1) * geometry.stride[1] * channels \
+                + int(steps.max()) + 64
+            tail = max(tail, reach - image_bytes)
+        padded = scratch.take("channels_last", image_bytes + tail, np.uint8, huge)
         rows = scratch.take("rows", blocks * packed.rows * packed.groups * 4 if self.gathers
-                            else 0, np.uint8)
+                            else 0, np.uint8, huge)
         columns = packed.panels * packed.vectors * gemm_int8.LANES
         sums = scratch.take("sums", (1 if fused else blocks) * block * columns,
-                            np.int32).reshape(-1, columns)
+                            np.int32, huge).reshape(-1, columns)
         flat = data.reshape(-1).view(np.uint8)
         lay = kernel_jobs.bind((__name__, "padded_copy" if self.laid.data else "channels_last"), (
             flat, 128 if signed else 0, channels, height, width, geometry.pad[0],
@@ -268,13 +315,11 @@ class FusedConv(EpilogueLayer):
             # unpadded uint8 channels-last data is the copy already: the tiles read it there
             # (where no step passes a pixel's channels, so none passes the data's end)
             jobs, padded = [], flat
-        if self.tile_rows:
-            steps, starts = self._direct_offsets(block)
         if epilogue.rescaled is not None and not fused:
             raise ValueError("int8 convolution: a second output needs the requantize in the "
                              "direct product (channels-last output and residual on AMX)")
-        for first in range(0, self.rows, chunk):
-            count = min(chunk, self.rows - first)
+        for first in range(0, total, chunk):
+            count = min(chunk, total - first)
             used = -(-count // block) * block
             if self.tile_rows:
                 jobs.append(gemm_int8.direct_job(
@@ -345,12 +390,17 @@ class FusedConv(EpilogueLayer):
         alone, summed = folded_bounds((act, post), limits), folded_bounds((post,), limits)
         # the bounds the rounded value meets (after the sum where there is a residual)
         saturation = saturation_of(*(summed if self.residual is not None else alone))
+        # the grid the sum rows run over (`gemm_int8_direct_ir.WIDE_FIELDS`): the padded
+        # image's on wide rows, else one row of every sum row, each its output position
+        out_h, out_w = self.out.shape[2:]
+        grid = (self.grid[0], out_w, self.grid[1], out_h) if self.grid is not None else (
+            ONE_ROW, ONE_ROW, 1, 1)
         terms = np.array([out.ctypes.data, residual.ctypes.data, bias.ctypes.data,
                           scales.ctypes.data, filters, count, int(residual.dtype == np.int8),
                           stride, int(sums_fit_int32(self.packed.groups * 4, bias)), second,
                           rescale[0].ctypes.data, rescale[1].ctypes.data, saturation,
                           int(rows_first(self.packed, self.data.nbytes + self.out.nbytes,
-                                         -(-count // (2 * self.tile_rows))))],
+                                         -(-count // (2 * self.tile_rows)))), *grid],
                          np.int64)
         factors = np.array([*act, epilogue.residual_scale, *alone, *summed], np.float32)
         # the job keeps them alive
@@ -372,12 +422,15 @@ class FusedConv(EpilogueLayer):
             tap_y, tap_x = np.divmod(k // channels, kernel_w)
             steps = ((tap_y * dilate_h * padded_w + tap_x * dilate_w) * channels
                      + k % channels).astype(np.int64)
-        tiles = -(-self.rows // block) * (block // self.tile_rows)
+        tiles = -(-self.sum_rows // block) * (block // self.tile_rows)
         first = np.arange(tiles, dtype=np.int64) * self.tile_rows
-        image, within = np.divmod(first, self.positions)
-        y, x = np.divmod(within, out_w)
-        starts = ((image * padded_h + y * stride_h) * padded_w + x * stride_w) * channels
-        starts[first >= self.rows] = 0
+        if self.grid is not None:  # wide rows: a sum row a pixel of the padded image
+            starts = first * channels
+        else:
+            image, within = np.divmod(first, self.positions)
+            y, x = np.divmod(within, out_w)
+            starts = ((image * padded_h + y * stride_h) * padded_w + x * stride_w) * channels
+        starts[first >= self.sum_rows] = 0
         return steps, starts.astype(np.int64)
 
     def _requantize_flags(self) -> int:
@@ -484,29 +537,6 @@ def tap_rows_matrix(weight: np.ndarray) -> np.ndarray:
     matrix[:, :kernel_w * channels] = np.moveaxis(weight, 0, -1).transpose(
         1, 2, 0, 3).reshape(kernel_h, kernel_w * channels, filters)
     return matrix.reshape(kernel_h * 64, filters)
-
-
-class _Arena:
-    """Buffers by name, grown as needed (a job bound to an older, smaller one keeps it)."""
-
-    def __init__(self) -> None:
-        self.buffers: dict[str, np.ndarray] = {}
-
-    def take(self, name: str, size: int, dtype: Any) -> np.ndarray:
-        nbytes = max(1, size * np.dtype(dtype).itemsize)
-        buffer = self.buffers.get(name)
-        if buffer is None or buffer.size < nbytes:
-            from engine.kernels.workspace import empty_aligned
-
-            buffer = self.buffers[name] = empty_aligned(np, nbytes, np.uint8)
-        return buffer[:nbytes].view(dtype)
-
-
-def arena() -> _Arena:
-    arena = getattr(_arenas, "arena", None)
-    if arena is None:
-        arena = _arenas.arena = _Arena()
-    return arena
 
 
 def compiled_kernels() -> dict[str, Any]:

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from engine.cpu import compiled, kernel_jobs, llvm_jit, spin_pool
-from engine.kernels import int8_conv
+from engine.kernels import int8_conv, int8_memory
 from engine.kernels.int8_conv import (
     ACTIVATIONS,
     OUT_CHANNELS_LAST,
@@ -62,12 +62,12 @@ class FusedDepthwise(EpilogueLayer):
 
     def __init__(self, data: np.ndarray, weight: np.ndarray, geometry: Geometry,
                  out: np.ndarray, residual: np.ndarray | None = None,
-                 laid: Layouts | None = None) -> None:
+                 laid: Layouts | None = None, huge_pages: bool = False) -> None:
         self.laid = Layouts() if laid is None else laid
         batch, channels, height, width = data.shape
         out_h, out_w = geometry.out_size(height, width)
         super().__init__("int8 depthwise convolution", out, residual,
-                         (batch, channels, out_h, out_w))
+                         (batch, channels, out_h, out_w), huge_pages)
         self.data, self.geometry = data, geometry
         self.rows, self.positions = batch * out_h * out_w, out_h * out_w
         self.out_shape_hw = (out_h, out_w)
@@ -96,10 +96,12 @@ class FusedDepthwise(EpilogueLayer):
             job = self._vector_job(epilogue, data, height, width, 1)
             if job is not None:
                 return (job,)
-        scratch = int8_conv.arena()
-        padded = scratch.take("channels_last", batch * padded_h * padded_w * channels, np.uint8)
+        scratch = int8_memory.scratch()
+        padded = scratch.take("channels_last", batch * padded_h * padded_w * channels, np.uint8,
+                              self.huge_pages)
         chunk = max(1, min(self.rows, CHUNK_BYTES // (4 * channels)))
-        sums = scratch.take("sums", chunk * channels, np.int32).reshape(chunk, channels)
+        sums = scratch.take("sums", chunk * channels, np.int32, self.huge_pages).reshape(
+            chunk, channels)
         lay = kernel_jobs.bind((int8_conv.__name__, "padded_copy" if self.laid.data
                                 else "channels_last"), (
             data.reshape(-1).view(np.uint8), 128 if data.dtype == np.int8 else 0, channels,

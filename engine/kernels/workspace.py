@@ -225,8 +225,9 @@ class Workspace:
 
     def shared(self, array: Any, tag: Any, make: Callable[[], Any] | None = None) -> Any:
         """``make()``, made once per array (by identity) and tag for every op bound here: an
-        object the op writing ``array`` and the ops reading it share (a layout's hand-off).
-        Without ``make``, the one made already, else None."""
+        object the op writing ``array`` and the ops reading it share (a layout's hand-off);
+        ``array`` None: one the whole plan's ops share. Without ``make``, the one made
+        already, else None."""
         key = (id(array), tag)
         entry = self._shared.get(key)
         if entry is None or entry[0] is not array:

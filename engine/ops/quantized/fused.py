@@ -24,7 +24,7 @@ import numpy as np
 
 from engine.cpu import spin_pool
 from engine.errors import ModelFormatError
-from engine.kernels import gemm_int8, int8_conv, int8_depthwise
+from engine.kernels import gemm_int8, int8_conv, int8_depthwise, int8_memory
 from engine.ops.attrs import parse_bool
 from engine.ops.dtypes import FLOAT32, UINT8
 from engine.ops.quantized import handoff, integer, ranges
@@ -278,6 +278,9 @@ class _FusedInt8Conv:
         # (Epilogue, Rescale, the Epilogue with its second output), `_rescaled_epilogue`'s
         self._rescaled: tuple[Any, ...] | None = None
         self._clear_of: tuple[Any, ...] | None = None  # (Rescale, conv, `_clear`'s answer)
+        # where its weights are packed and its scratch lies: said now, packed at the first run
+        self.memory = int8_memory.of(workspace)
+        self.memory.expect(int8_memory.packed_bytes(values["weight"].shape))
         if int8_conv.supported_here():
             spin_pool.expect_split_jobs()  # made at the first run, once the weights are
 
@@ -427,24 +430,24 @@ class _FusedInt8Conv:
         if groups > 1:
             def make(laid: int8_conv.Layouts) -> int8_depthwise.FusedDepthwise:
                 return int8_depthwise.FusedDepthwise(data, weight_q, geometry, out, residual,
-                                                     laid)
+                                                     laid, self.memory.huge_pages)
         else:
             rows = data.shape[0] * math.prod(out.shape[2:])
             packed = integer.packed_weights(weight_q, rows, ("channels_last", 0),
                                             lambda: int8_conv.weight_matrix(weight_q),
-                                            int8_conv.AMX_MIN_DEPTH)
+                                            int8_conv.AMX_MIN_DEPTH, self.memory.empty)
             if int8_conv.has_tap_rows(data.shape[1], geometry, out.shape[3]):
                 # a stem's kernel rows (or a 1×1 kernel's few channels), each one step of
                 # the direct product's K: 64 a kernel row, AMX's whole step, however short
                 # the layer's own K (min_depth 0)
                 taps = integer.packed_weights(
                     weight_q, rows, ("tap_rows", 0),
-                    lambda: int8_conv.tap_rows_matrix(weight_q), 0)
+                    lambda: int8_conv.tap_rows_matrix(weight_q), 0, self.memory.empty)
                 packed = taps if taps.amx else packed
 
             def make(laid: int8_conv.Layouts) -> int8_conv.FusedConv:
                 return int8_conv.FusedConv(data, weight_q, packed, geometry, out, residual,
-                                           laid)
+                                           laid, self.memory.huge_pages)
         filters = terms.weight_q.shape[0]
         self._storage = terms.storage
         limits = np.iinfo(terms.storage)
@@ -583,34 +586,41 @@ def _fc_kernel(xp: Any, attrs: Attrs, *inputs: Any) -> Any:
     return _fc_forward(attrs, values, partial(_fc_weights, attrs, values))
 
 
-def _fc_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any) -> list[Any]:
+def _fc_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
+             workspace: Any = None) -> list[Any]:
     """On the CPU with constant weights and bias (a plan's read-only parameters) the int8
     weights are made once per data scale, and their product runs on the int8 GEMM's kernel
-    into buffers kept between runs (`_BoundFc`); otherwise the kernel runs."""
+    into buffers kept between runs (`_BoundFc`), its weights packed where the plan's are
+    (`int8_memory`); otherwise the kernel runs."""
     values = dict(zip(_fc_inputs(attrs), inputs, strict=True))
     constant = xp is np and attrs.quantized and all(
         not np.asarray(values[name]).flags.writeable for name in ("weight", "bias")
         if name in values)
     if not constant:
         return [partial(SG_FC.compute, xp, attrs, inputs, out)]
-    return [_BoundFc(attrs, values, out if isinstance(out, tuple) else (out,))]
+    return [_BoundFc(attrs, values, out if isinstance(out, tuple) else (out,),
+                     int8_memory.of(workspace))]
 
 
 class _BoundFc:
     """A bound quantized fully connected layer. Where its data are int8/uint8 rows and the
-    int8 GEMM is here, the product runs on `gemm_int8.multiply_rows` with the weights packed
-    once per data scale and the rows' buffer kept, and the int32 sums plus the bias are made
-    exactly in int64, where `integer.matmul` would go through float64 (the same integers):
+    int8 GEMM is here, the product runs as `gemm_int8.product_job`'s job over the cores,
+    the weights packed once per data scale and the rows' and sums' buffers kept, and the
+    int32 sums plus the bias are made exactly in int64, where `integer.matmul` would go
+    through float64 (the same integers):
     ResNet-18's classifier at batch 1 spent more on the calls around its product than on
     it. Otherwise the NumPy path (`_fc_forward`) runs."""
 
     def __init__(self, attrs: Attrs, values: dict[str, Any],
-                 targets: tuple[np.ndarray, ...]) -> None:
+                 targets: tuple[np.ndarray, ...], memory: int8_memory.PlanMemory) -> None:
         self.attrs, self.values, self.targets = attrs, values, targets
         self.chain = _fc_chain(attrs)  # read once: the subgraph's walk costs microseconds
         self.weights = _FcWeights(attrs, values)
+        self.memory = memory  # where its weights are packed: said now, packed at a run
+        memory.expect(int8_memory.packed_bytes(values["weight"].shape))
         # (weight_q, PackedWeights, rows, bias, a float32 output's factors or None, whether
-        # the rows are signed, the kernel's column offsets with the bias or None)
+        # the rows are signed, the kernel's column offsets with the bias or None, the
+        # product's job, its sums)
         self._packed: tuple[Any, ...] | None = None
 
     def __call__(self) -> None:
@@ -643,21 +653,28 @@ class _BoundFc:
         signed = rows.dtype == INT8
         if self._packed is None or self._packed[0] is not weight_q or \
                 self._packed[5] != signed:
-            packed = integer.packed_weights(weight_q.T, len(rows))
+            packed = integer.packed_weights(weight_q.T, len(rows), empty=self.memory.empty)
             bias = np.zeros(weight_q.shape[0], np.int64) if bias_q is None else \
                 bias_q.astype(np.int64)
             plain_float = self.attrs.enable_float_output and self.chain.act is None and \
                 self.targets[0].dtype == FLOAT32 and self.targets[0].flags.c_contiguous
             factors = (F32(F32(1.0) / data_scale) / scales).astype(np.float32) \
                 if plain_float else None
-            self._packed = (weight_q, packed, gemm_int8.padded_rows(len(rows), packed),
-                            bias, factors, signed, _bias_offsets(packed, bias, signed))
-        _, packed, padded, bias, _, _, offsets = self._packed
+            padded = gemm_int8.padded_rows(len(rows), packed)
+            offsets = _bias_offsets(packed, bias, signed)
+            columns = packed.panels * packed.vectors * gemm_int8.LANES
+            sums = np.empty((len(padded), columns), np.int32)
+            # a job of parts, each streaming its own panels of the weights: on every core a
+            # classifier at batch 1 reads its weights from memory on both
+            job = gemm_int8.product_job(padded, len(rows), packed, signed, sums, offsets)
+            self._packed = (weight_q, packed, padded, bias, factors, signed, offsets, job,
+                            sums[:len(rows), :packed.n])
+        _, packed, padded, bias, _, _, offsets, job, product = self._packed
         if signed:  # + 128: the top bit flipped, as `gemm_int8.multiply` does
             np.bitwise_xor(rows.view(UINT8), np.uint8(0x80), out=padded[:len(rows), :packed.k])
         else:
             padded[:len(rows), :packed.k] = rows
-        product = gemm_int8.multiply_rows(padded, len(rows), packed, signed, offsets)
+        job()
         integer.PATHS["int8_gemm"] += 1
         if offsets is not None:  # the bias added by the kernel, exactly (int32 holds it)
             return product
@@ -772,6 +789,7 @@ SG_FC = register(OpDef(
     infer_dtype=_fc_dtypes,
     kernel=ranges.on_host(_fc_kernel),
     bind=_fc_bind,
+    scratch=lambda attrs, shapes, dtype: 0,  # none: declared for the plan's workspace
     uncapturable=ranges.ON_HOST,
     doc="oneDNN's fused FullyConnected (+ activation); int8/uint8 in, int8/uint8, int32 or "
         "float32 out when quantized.",

@@ -227,11 +227,14 @@ def _uses_amx(rows: int, depth: int, min_depth: int | None = None) -> bool:
 
 def packed_weights(source: np.ndarray, rows: int, layout: Any = None,
                    matrix: Callable[[], np.ndarray] | None = None,
-                   min_depth: int | None = None) -> gemm_int8.PackedWeights:
+                   min_depth: int | None = None,
+                   empty: Callable[[tuple[int, ...], Any], np.ndarray] | None = None
+                   ) -> gemm_int8.PackedWeights:
     """The (K, N) int8 matrix ``matrix()`` (``source`` itself without it) packed for a product
     of ``rows`` rows (for AMX or VNNI, `_uses_amx` with ``min_depth``); kept, under
     ``layout``, while the array under ``source`` lives where that array is read-only (the
-    weights of a plan or a bound node), so that each is packed once."""
+    weights of a plan or a bound node), so that each is packed once. ``empty``: where the
+    packing's arrays are made (`gemm_int8.PackedWeights`; a plan's `int8_memory`)."""
     depth = source.shape[0] if matrix is None else source[0].size
     amx = _uses_amx(rows, depth, min_depth)
     layout = (layout, amx)
@@ -239,12 +242,12 @@ def packed_weights(source: np.ndarray, rows: int, layout: Any = None,
     while isinstance(root.base, np.ndarray):
         root = root.base
     if root.flags.writeable:
-        return gemm_int8.PackedWeights(source if matrix is None else matrix(), amx)
+        return gemm_int8.PackedWeights(source if matrix is None else matrix(), amx, empty)
     key = (id(root), source.__array_interface__["data"][0], source.shape, source.strides,
            layout)
     kept = _packed.get(key)
     if kept is not None and kept[0]() is root:
         return kept[1]
-    packed = gemm_int8.PackedWeights(source if matrix is None else matrix(), amx)
+    packed = gemm_int8.PackedWeights(source if matrix is None else matrix(), amx, empty)
     _packed[key] = (weakref.ref(root, lambda _, key=key: _packed.pop(key, None)), packed)
     return packed

@@ -204,3 +204,42 @@ def test_the_product_as_a_pool_job_equals_numpys(amx: bool, m: int, k: int, n: i
     with spin_pool.armed(2):
         job()
     np.testing.assert_array_equal(out[:m, :n], want)
+
+
+@pytest.mark.parametrize("signed", [False, True])
+def test_one_row_as_a_pool_job_runs_its_one_row_tile_over_the_panels(signed: bool) -> None:
+    """A classifier at batch 1 (512 × 1000): the one-row tile, writing no padding rows, its
+    panels cut into parts by the weights' bytes (each core streams its own), the caller's
+    offsets (a bias) added; NumPy's sums on one thread and on two."""
+    from engine.cpu import spin_pool
+
+    rng = np.random.default_rng(512)
+    dtype = np.int8 if signed else np.uint8
+    info = np.iinfo(dtype)
+    a = rng.integers(info.min, info.max + 1, (1, 512)).astype(dtype)
+    w = rng.integers(-128, 128, (512, 1000)).astype(np.int8)
+    bias = rng.integers(-5000, 5000, 1000).astype(np.int64)
+    packed = gemm_int8.PackedWeights(w)
+    columns = packed.panels * packed.vectors * gemm_int8.LANES
+    offsets = (packed.signed_offsets if signed else packed.no_offsets).astype(np.int64)
+    offsets[:1000] += bias
+    rows = gemm_int8.padded_rows(1, packed)
+    rows[:1, :512] = a.view(np.uint8) ^ 0x80 if signed else a
+    out = np.full((rows.shape[0], columns), 7, np.int32)
+    job = gemm_int8.product_job(rows, 1, packed, signed, out, offsets.astype(np.int32))
+    assert job.args[-1] > 1  # parts
+    want = a.astype(np.int64) @ w.astype(np.int64) + bias
+    for threads in (1, 2):
+        out[...] = 7
+        with spin_pool.armed(threads):
+            job()
+        np.testing.assert_array_equal(out[:1, :1000], want)
+        assert (out[1:] == 7).all()  # the padding rows untouched: one row computed
+
+
+def test_a_pool_jobs_offsets_must_be_one_int32_a_column() -> None:
+    packed = gemm_int8.PackedWeights(np.ones((8, 20), np.int8))
+    rows = gemm_int8.padded_rows(1, packed)
+    out = np.zeros((rows.shape[0], packed.panels * packed.vectors * gemm_int8.LANES), np.int32)
+    with pytest.raises(ValueError, match="offsets int64"):
+        gemm_int8.product_job(rows, 1, packed, False, out, np.zeros(out.shape[1], np.int64))

@@ -591,3 +591,84 @@ def test_a_direct_product_split_by_rows_or_by_panels_gives_the_same_bytes(
             out[...] = 0
             conv(epilogue)
             np.testing.assert_array_equal(_from_channels_last(out), want)
+
+
+# (batch, channels, size, filters, kernel, stride, pad, dilate) that run on wide rows:
+# 7-wide outputs (ResNet-18's last stage), a batch of them, a dilated window, 33 filters
+WIDE_SHAPES = [
+    (1, 64, (7, 7), 48, (3, 3), (1, 1), (1, 1), (1, 1)),
+    (3, 128, (7, 7), 33, (3, 3), (1, 1), (1, 1), (1, 1)),
+    (1, 64, (7, 7), 64, (3, 3), (1, 1), (2, 2), (2, 2)),
+    (2, 64, (9, 7), 40, (3, 3), (1, 1), (1, 1), (1, 1)),
+]
+
+
+@pytest.mark.skipif(not gemm_int8.amx_available(), reason="needs AMX-INT8")
+@pytest.mark.parametrize("shape", WIDE_SHAPES)
+@pytest.mark.parametrize("data_dtype,act,with_residual,residual_laid", [
+    (np.uint8, "relu", False, False),
+    (np.int8, "bounded_relu", True, True),
+    (np.uint8, None, True, True),
+])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_wide_rows_drop_the_sums_past_the_outputs_columns_and_rows(
+        shape, data_dtype, act, with_residual, residual_laid, threads):
+    """A stride-1 layer whose 7-wide output rows would fill 7 of a tile's 16 runs its tiles
+    along the padded image's rows (`FusedConv.wide_grid`: half the row blocks), and its
+    epilogue writes only the output's positions: the NumPy path's bytes, the bytes around
+    the output untouched."""
+    rng = np.random.default_rng(shape[3] + shape[0])
+    out_dtype = np.uint8 if act else np.int8
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, shape, data_dtype, out_dtype, act, with_residual)
+    want = _reference(data, weight, geometry, epilogue, residual, storage, out_dtype)
+    room = np.full(want.size + 4096, 77, np.int8 if out_dtype == np.int8 else np.uint8)
+    out = room[:want.size].reshape(want.shape)
+    conv = _direct_to_channels_last(data, weight, geometry, out, residual, residual_laid)
+    assert conv.grid is not None and conv.tile_rows == int8_conv.WIDE_TILE_ROWS
+    assert -(-conv.sum_rows // 32) * 4 <= 3 * -(-conv.rows // (2 * gemm_int8.direct_tile_rows(
+        want.shape[3])))
+    with spin_pool.armed(threads):
+        for _ in range(2):
+            conv(epilogue)
+            np.testing.assert_array_equal(_from_channels_last(out), want)
+    assert (room[want.size:] == 77).all()
+
+
+@pytest.mark.skipif(not gemm_int8.amx_available(), reason="needs AMX-INT8")
+@pytest.mark.parametrize("shape", WIDE_SHAPES[:2])
+def test_wide_rows_write_a_rescaled_second_output_at_the_outputs_positions(shape):
+    rng = np.random.default_rng(shape[3] + 3)
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, shape, np.uint8, np.int8, None, True)
+    want = _reference(data, weight, geometry, epilogue, residual, storage, np.int8)
+    filters = weight.shape[0]
+    scale = rng.uniform(-0.5, 4.0, filters).astype(np.float32)
+    shift = rng.uniform(-200, 200, filters).astype(np.float32)
+    second_want = np.zeros(want.shape, np.uint8)
+    int8_affine.affine_job(want, scale, shift, second_want, False, False)()
+    out, second = np.zeros_like(want), np.full(want.shape, 7, np.uint8)
+    conv = _direct_to_channels_last(data, weight, geometry, out, residual, True)
+    assert conv.grid is not None
+    epilogue.rescaled = int8_conv.Rescaled(second, scale, shift)
+    with spin_pool.armed(2):
+        conv(epilogue)
+    np.testing.assert_array_equal(_from_channels_last(out), want)
+    np.testing.assert_array_equal(_from_channels_last(second), second_want)
+
+
+def test_outputs_wider_than_they_leave_room_for_keep_their_own_tiles():
+    """Where wide rows would not save a quarter of the row blocks (14-wide rows fill 14 of
+    16), or the layer is 1×1 or strided, the tiles stay within an output row."""
+    for shape in [(1, 64, (14, 14), 64, (3, 3), (1, 1), (1, 1), (1, 1)),
+                  (1, 64, (7, 7), 64, (1, 1), (1, 1), (0, 0), (1, 1)),
+                  (1, 64, (14, 14), 64, (3, 3), (2, 2), (1, 1), (1, 1))]:
+        rng = np.random.default_rng(1)
+        data, weight, geometry, _, _, _ = _case(rng, shape, np.uint8, np.uint8, "relu", False)
+        out_h, out_w = geometry.out_size(*shape[2])
+        out = np.zeros((1, shape[3], out_h, out_w), np.uint8)
+        packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight), amx=True)
+        conv = int8_conv.FusedConv(data, weight, packed, geometry, out, None,
+                                   int8_conv.Layouts(out=True))
+        assert conv.grid is None and conv.tile_rows == gemm_int8.direct_tile_rows(out_w)
+        assert conv.sum_rows == conv.rows

@@ -157,3 +157,33 @@ def test_a_bound_fully_connected_layer_at_batch_1_gives_its_kernels_bytes(
         call()
         for got, expected in zip(out, want, strict=True):
             np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize(("name", "index"), fc_cases())
+def test_a_bound_fully_connected_layers_product_is_a_pool_job_over_the_cores(
+        monkeypatch: pytest.MonkeyPatch, name: str, index: int) -> None:
+    """Its product is `gemm_int8.product_job`'s job (bound once, at the first run), and on
+    two threads it writes its NumPy kernel's bytes too."""
+    from engine.cpu import spin_pool
+    from engine.kernels import gemm_int8
+
+    if not (gemm_int8.available() and spin_pool.available()):
+        pytest.skip("needs AVX-512 VNNI and the spin pool")
+    jobs = []
+    real = gemm_int8.product_job
+    monkeypatch.setattr(gemm_int8, "product_job",
+                        lambda *args, **kwargs: jobs.append(real(*args, **kwargs)) or jobs[-1])
+    node = fixtures.graph(name).nodes[index]
+    inputs = read_only_node_inputs(name, index)
+    want = node.opdef.compute(np, node.params, inputs)
+    want = want if isinstance(want, tuple) else (want,)
+    out = tuple(np.empty_like(value) for value in want)
+    (call,) = node.opdef.bind_calls(np, node.params, inputs, out)
+    for threads in (1, 2, 2):
+        for part in out:
+            part[...] = 0
+        with spin_pool.armed(threads):
+            call()
+        for got, expected in zip(out, want, strict=True):
+            np.testing.assert_array_equal(got, expected)
+    assert len(jobs) == 1
