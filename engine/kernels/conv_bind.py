@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.cpu import spin_pool
 from engine.kernels import (
     bf16,
     bf16_handoff,
@@ -42,6 +43,8 @@ from engine.kernels import (
     gemm_bind,
     gemm_kernel,
     parity_split,
+    part_chain,
+    strided_kernel,
 )
 from engine.kernels.gemm_bind import matmul_into
 from engine.kernels.im2col import Ints
@@ -57,6 +60,7 @@ BAND_BYTES = 1 << 20  # one sample's patches past twice this go in bands of outp
 # input float lands in many patches: the stem's 7 taps across, not a 3×3 layer's 3 (ResNet-18,
 # its 64-channel stride-2 layer 347 → 384 µs of copies, its 128-channel one 191 → 263).
 SPLIT_MIN_KERNEL_WIDTH = 5
+CHAIN_PARTS_PER_CORE = 1  # parts a core of a chained stem's job (`_chained_split_patches`)
 
 Geometry = tuple[Ints, Ints, Ints, Ints]  # kernel, stride, dilate, pad
 
@@ -409,34 +413,89 @@ def _bind_split_patches(xp: Any, data: Any, matrix: Any, out: Any, geometry: Geo
             is not None):
         return None
     split, calls = _split_input(data, out.shape[2:], geometry, workspace)
-    channels, (kernel_y, kernel_x) = data.shape[1], kernel
-    filters, (out_height, out_width) = matrix.shape[0], out.shape[2:]
     weight = workspace.derived(matrix, ("parity order", kernel), partial(_parity_order, kernel))
-    step_c, step_y, step_half, step_x = split.strides
-    depth = matrix.shape[1]
+    depth, (out_height, out_width) = matrix.shape[1], out.shape[2:]
+    chained = _chained_split_patches(split, weight, out, geometry, workspace, patches_at)
+    if chained is not None:
+        return [*calls, chained]
     band_rows = _rows_per_band(out_height, depth * out_height * out_width * data.itemsize)
-    targets = out.reshape(filters, out_height, out_width)
+    targets = out.reshape(matrix.shape[0], out_height, out_width)
     for top in range(0, out_height, band_rows):
         rows = min(band_rows, out_height - top)
         patches = workspace.region(patches_at, (depth, rows, out_width), np.float32)
-        start = 0
-        for parity in range(2):
-            taps = len(range(parity, kernel_x, 2))
-            taken = channels * kernel_y * taps
-            # Output rows outermost, so that a copy job's parts share out the band by rows:
-            # where its product runs B's column panels outside (`gemm_bind.shares_right`),
-            # each thread's part of the product then reads mostly the patches it copied.
-            shape = (rows, channels, kernel_y, taps, out_width)
-            source = np.lib.stride_tricks.as_strided(
-                split[:, top * stride[0]:, parity], shape=shape,
-                strides=(stride[0] * step_y, step_c, dilate[0] * step_y, step_x, step_x))
-            target = patches[start:start + taken].reshape(
-                channels, kernel_y, taps, rows, out_width).transpose(3, 0, 1, 2, 4)
-            calls.append(partial(np.copyto, target, source))
-            start += taken
-        target = targets[:, top:top + rows].reshape(filters, -1)
+        calls += [partial(np.copyto, target, source) for target, source in
+                  _split_patch_copies(split, patches, top, geometry)]
+        target = targets[:, top:top + rows].reshape(matrix.shape[0], -1)
         calls.append(_product(xp, weight, patches.reshape(depth, -1), target, workspace))
     return calls
+
+
+def _split_patch_copies(split: Any, patches: Any, top: int,
+                        geometry: Geometry) -> list[tuple[Any, Any]]:
+    """(target, source) of the two copies filling ``patches`` (K, rows, out_width), K in
+    `_parity_order`'s order, with the patches of the output rows from ``top`` read from
+    ``split`` (`_bind_split_patches`): the even taps across, then the odd."""
+    kernel, stride, dilate, _ = geometry
+    (kernel_y, kernel_x), channels = kernel, split.shape[0]
+    _, rows, out_width = patches.shape
+    step_c, step_y, _, step_x = split.strides
+    copies, start = [], 0
+    for parity in range(2):
+        taps = len(range(parity, kernel_x, 2))
+        taken = channels * kernel_y * taps
+        # Output rows outermost, so that a copy job's parts share out the band by rows:
+        # where its product runs B's column panels outside (`gemm_bind.shares_right`),
+        # each thread's part of the product then reads mostly the patches it copied.
+        shape = (rows, channels, kernel_y, taps, out_width)
+        source = np.lib.stride_tricks.as_strided(
+            split[:, top * stride[0]:, parity], shape=shape,
+            strides=(stride[0] * step_y, step_c, dilate[0] * step_y, step_x, step_x))
+        target = patches[start:start + taken].reshape(
+            channels, kernel_y, taps, rows, out_width).transpose(3, 0, 1, 2, 4)
+        copies.append((target, source))
+        start += taken
+    return copies
+
+
+def _chained_split_patches(split: Any, weight: Any, out: Any, geometry: Geometry,
+                           workspace: Any, patches_at: int) -> Any:
+    """`_bind_split_patches`' gathers and products as one job (`part_chain`): the output rows
+    cut into shares of about `BAND_BYTES` of patches (at least `spin_pool.PARTS_PER_CORE` a
+    core), each share's patches copied and then multiplied on one thread with no wait
+    between, where the bands' copies and products are a job each and the cores meet at the
+    end of every one. Armed, the job runs in `CHAIN_PARTS_PER_CORE` parts a core, each part's
+    shares reusing a region of scratch of its own; on one thread every share reuses the
+    first. None where a share's copy or product cannot be a job of its own, or the regions
+    do not fit in the patch array's scratch."""
+    filters, depth = weight.shape
+    out_height, out_width = out.shape[2:]
+    row_bytes = depth * out_width * 4
+    shares = min(out_height, spin_pool.MAX_PARTS, max(
+        spin_pool.PARTS_PER_CORE * spin_pool.cores(), -(-out_height * row_bytes // BAND_BYTES)))
+    parts = max(1, min(shares, CHAIN_PARTS_PER_CORE * spin_pool.cores()))
+    share_bytes = -(-out_height // shares) * row_bytes
+    if parts * share_bytes > out_height * row_bytes:
+        return None
+    packed = workspace.derived(weight, "gemm packed", gemm_kernel.pack)
+    targets = out.reshape(filters, out_height, out_width)
+    in_parts, alone = [], []
+    for share in range(shares):
+        top, bottom = share * out_height // shares, (share + 1) * out_height // shares
+        target = targets[:, top:bottom].reshape(filters, -1)
+        part = next(part for part in range(parts) if share < (part + 1) * shares // parts)
+        for steps, region in ((in_parts, part), (alone, 0)):
+            patches = workspace.region(patches_at + region * share_bytes,
+                                       (depth, bottom - top, out_width), np.float32)
+            columns = patches.reshape(depth, -1)
+            if (not gemm_kernel.applies(weight, columns, target)
+                    or not gemm_bind.worthwhile(*target.shape)):
+                return None
+            copies = [strided_kernel.job(0, copy_to, source, source) for copy_to, source
+                      in _split_patch_copies(split, patches, top, geometry)]
+            steps.append([*copies, gemm_kernel.bind_packed(packed, columns, target)])
+    if any(step is None for steps in in_parts + alone for step in steps):
+        return None
+    return part_chain.chain(in_parts, alone, parts)
 
 
 def _parity_order(kernel: Ints, matrix: Any) -> np.ndarray:
