@@ -60,7 +60,15 @@ BAND_BYTES = 1 << 20  # one sample's patches past twice this go in bands of outp
 # input float lands in many patches: the stem's 7 taps across, not a 3×3 layer's 3 (ResNet-18,
 # its 64-channel stride-2 layer 347 → 384 µs of copies, its 128-channel one 191 → 263).
 SPLIT_MIN_KERNEL_WIDTH = 5
-CHAIN_PARTS_PER_CORE = 1  # parts a core of a chained stem's job (`_chained_split_patches`)
+# A chained convolution's job (`_chained_rows`) runs in this many parts a core: one region of
+# patches each, reused by its shares. ResNet-18's stem on two threads, armed: 4 a core took
+# 1.37× as long as 1 (eight regions of 0.9 MB against two).
+CHAIN_PARTS_PER_CORE = 1
+# Only convolutions over this many input channels or fewer (an image: a stem) chain their
+# copies from the patch view (`_chained_view`): ResNet-18's 64-channel 3×3 stride-2 layer took
+# 1.07× as long chained on one thread (numba's stride-2 copy is slower there than NumPy's)
+# and no less on two.
+CHAIN_MAX_CHANNELS = 4
 
 Geometry = tuple[Ints, Ints, Ints, Ints]  # kernel, stride, dilate, pad
 
@@ -216,6 +224,10 @@ def _bind_bands(xp: Any, view: Any, matrix: Any, out: Any, workspace: Any,
     bf16 hand-off of the data and the data, which one band whole may read (`gemm_bind`)."""
     axis = _rows_axis(view)
     total, rows = view.shape[axis], _band_rows(view)
+    if handed is None and view.ndim == 6:  # a 2-D float32 convolution's: chained where it can
+        chained = _chained_view(xp, view, matrix, out, workspace, patches_at)
+        if chained is not None:
+            return [chained]
     handoff, source = handed if handed is not None and rows >= total else (None, None)
     targets = out.reshape(matrix.shape[0], total, -1)
     calls: list[Callable[[], Any]] = []
@@ -233,6 +245,25 @@ def _bind_bands(xp: Any, view: Any, matrix: Any, out: Any, workspace: Any,
         calls.append(_product(xp, matrix, patches.reshape(matrix.shape[1], -1), target,
                               workspace))
     return calls
+
+
+def _chained_view(xp: Any, view: Any, matrix: Any, out: Any, workspace: Any,
+                  patches_at: int) -> Any:
+    """`_bind_bands`' copies from the patch view ``view`` (C, ky, kx, 1, rows, columns) and
+    their products as one chained job (`_chained_rows`), in a float32 plan, over an input of
+    at most `CHAIN_MAX_CHANNELS` channels (MobileNet v2's stem). None where it does not
+    apply."""
+    if (xp is not np or view.dtype != np.float32 or type(view) is not np.ndarray
+            or view.shape[0] > CHAIN_MAX_CHANNELS
+            or gemm_bind.bf16_kernel(workspace, matrix.shape[0]) is not None):
+        return None
+
+    def share(top: int, bottom: int, at: int) -> tuple[Any, list[tuple[Any, Any]]]:
+        band = view[..., top:bottom, :]
+        patches = workspace.region(patches_at + at, band.shape, np.float32)
+        return patches.reshape(matrix.shape[1], -1), [(patches, band)]
+
+    return _chained_rows(matrix, out, workspace, share)
 
 
 def _bind_split_bands(xp: Any, data: Any, matrix: Any, out: Any, geometry: Geometry,
@@ -459,40 +490,63 @@ def _split_patch_copies(split: Any, patches: Any, top: int,
 
 def _chained_split_patches(split: Any, weight: Any, out: Any, geometry: Geometry,
                            workspace: Any, patches_at: int) -> Any:
-    """`_bind_split_patches`' gathers and products as one job (`part_chain`): the output rows
-    cut into shares of about `BAND_BYTES` of patches (at least `spin_pool.PARTS_PER_CORE` a
-    core), each share's patches copied and then multiplied on one thread with no wait
+    """`_bind_split_patches`' copies and products as one chained job (`_chained_rows`)."""
+    out_height, out_width = out.shape[2:]
+
+    def share(top: int, bottom: int, at: int) -> tuple[Any, list[tuple[Any, Any]]]:
+        patches = workspace.region(patches_at + at, (weight.shape[1], bottom - top, out_width),
+                                   np.float32)
+        return patches.reshape(weight.shape[1], -1), _split_patch_copies(split, patches, top,
+                                                                         geometry)
+
+    return _chained_rows(weight, out, workspace, share)
+
+
+def _chained_rows(weight: Any, out: Any, workspace: Any, share: Any) -> Any:
+    """A one-sample 2-D convolution's patch copies and products as one job (`part_chain`):
+    the output rows cut into shares of about `BAND_BYTES` of patches (at least
+    `spin_pool.PARTS_PER_CORE` a core, fewer where a share's columns would leave the GEMM's
+    lanes empty), each share's patches copied and then multiplied on one thread with no wait
     between, where the bands' copies and products are a job each and the cores meet at the
-    end of every one. Armed, the job runs in `CHAIN_PARTS_PER_CORE` parts a core, each part's
-    shares reusing a region of scratch of its own; on one thread every share reuses the
-    first. None where a share's copy or product cannot be a job of its own, or the regions
-    do not fit in the patch array's scratch."""
+    end of every one. Armed, the job runs in `CHAIN_PARTS_PER_CORE` parts a core, each
+    part's shares reusing a region of scratch of its own; on one thread every share reuses
+    the first. ``share(top, bottom, at)`` gives the patches (K, columns) of output rows
+    [top, bottom) placed ``at`` bytes into the patch array's scratch, and the (target,
+    source) copies filling them. None where a share's copy or product cannot be a job of
+    its own, the regions would not fit in the patch array's scratch, or the weight may
+    change."""
     filters, depth = weight.shape
     out_height, out_width = out.shape[2:]
+    if weight.flags.writeable or not gemm_kernel.available():
+        return None
     row_bytes = depth * out_width * 4
-    shares = min(out_height, spin_pool.MAX_PARTS, max(
+    parts = max(1, min(out_height, CHAIN_PARTS_PER_CORE * spin_pool.cores()))
+    most = min(out_height, spin_pool.MAX_PARTS, max(
         spin_pool.PARTS_PER_CORE * spin_pool.cores(), -(-out_height * row_bytes // BAND_BYTES)))
-    parts = max(1, min(shares, CHAIN_PARTS_PER_CORE * spin_pool.cores()))
-    share_bytes = -(-out_height // shares) * row_bytes
+    for shares in range(most, parts - 1, -1):
+        # every share's columns fill the GEMM's lanes (the shortest share's: fewest rows)
+        if gemm_bind.worthwhile(filters, out_height // shares * out_width):
+            break
+    else:
+        return None
+    share_bytes = -(-out_height // shares) * row_bytes  # the tallest share's patches
     if parts * share_bytes > out_height * row_bytes:
         return None
     packed = workspace.derived(weight, "gemm packed", gemm_kernel.pack)
     targets = out.reshape(filters, out_height, out_width)
-    in_parts, alone = [], []
-    for share in range(shares):
-        top, bottom = share * out_height // shares, (share + 1) * out_height // shares
+    in_parts: list[list[Any]] = []
+    alone: list[list[Any]] = []
+    for index in range(shares):
+        top, bottom = index * out_height // shares, (index + 1) * out_height // shares
         target = targets[:, top:bottom].reshape(filters, -1)
-        part = next(part for part in range(parts) if share < (part + 1) * shares // parts)
+        part = next(part for part in range(parts) if index < (part + 1) * shares // parts)
         for steps, region in ((in_parts, part), (alone, 0)):
-            patches = workspace.region(patches_at + region * share_bytes,
-                                       (depth, bottom - top, out_width), np.float32)
-            columns = patches.reshape(depth, -1)
-            if (not gemm_kernel.applies(weight, columns, target)
-                    or not gemm_bind.worthwhile(*target.shape)):
+            columns, copies = share(top, bottom, region * share_bytes)
+            if not gemm_kernel.applies(weight, columns, target):
                 return None
-            copies = [strided_kernel.job(0, copy_to, source, source) for copy_to, source
-                      in _split_patch_copies(split, patches, top, geometry)]
-            steps.append([*copies, gemm_kernel.bind_packed(packed, columns, target)])
+            steps.append([*(strided_kernel.job(0, copy_to, source, source)
+                            for copy_to, source in copies),
+                          gemm_kernel.bind_packed(packed, columns, target)])
     if any(step is None for steps in in_parts + alone for step in steps):
         return None
     return part_chain.chain(in_parts, alone, parts)

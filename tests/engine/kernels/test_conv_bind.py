@@ -435,3 +435,27 @@ def test_float32_stem_bias_and_relu_fold_into_the_chain() -> None:
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
     with spin_pool.armed(2):
         np.testing.assert_array_equal(model.infer(feed)["relu_output"], got)
+
+
+@pytest.mark.parametrize("channels", [3, conv_bind.CHAIN_MAX_CHANNELS + 1])
+def test_float32_image_convolution_chains_its_copies_from_the_patch_view(channels: int) -> None:
+    """A float32 3×3 stride-2 convolution over an image (MobileNet v2's stem) is its padded
+    copy and one chain whose shares copy their rows of the patch view and multiply them;
+    over more channels it keeps its bands. Either way, alone and armed, it stores the
+    convolution."""
+    geometry = ((3, 3), (2, 2), (1, 1), (1, 1))
+    # each share's copy at least `strided_kernel.MIN_ELEMENTS`, so a job of its own
+    data = RNG.standard_normal((1, channels, 128, 128)).astype(np.float32)
+    weight = constant(RNG.standard_normal((32, channels, 3, 3)).astype(np.float32))
+    bias = constant(RNG.standard_normal(32).astype(np.float32))
+    want = reference(data, weight, (1, 1), (1, 1), (2, 2)) + bias.reshape(1, -1, 1, 1)
+    out = np.full(want.shape, np.nan, np.float32)
+    calls = float32_bound(data, weight, bias, geometry, out)
+    chains = [call for call in calls if isinstance(call, part_chain.Chain)]
+    assert len(chains) == (channels <= conv_bind.CHAIN_MAX_CHANNELS)
+    if chains:
+        assert calls[-1] is chains[0] and len(calls) == 2  # the padded copy, then the chain
+        assert all(len(steps) == 2 for steps in chains[0].in_parts)  # a copy, a product
+    assert_runs_twice(calls, out, want)
+    alone = out.copy()
+    assert_armed_runs_store(out, alone, lambda: [call() for call in calls])
