@@ -64,11 +64,10 @@ SPLIT_MIN_KERNEL_WIDTH = 5
 # patches each, reused by its shares. ResNet-18's stem on two threads, armed: 4 a core took
 # 1.37× as long as 1 (eight regions of 0.9 MB against two).
 CHAIN_PARTS_PER_CORE = 1
-# Only convolutions over this many input channels or fewer (an image: a stem) chain their
-# copies from the patch view (`_chained_view`): ResNet-18's 64-channel 3×3 stride-2 layer took
-# 1.07× as long chained on one thread (numba's stride-2 copy is slower there than NumPy's)
-# and no less on two.
-CHAIN_MAX_CHANNELS = 4
+# An input of this many channels or fewer (an image: MobileNet v2's 3×3 stem) is split by
+# column parity whatever its windows' width: its split copy is small beside its patches (one
+# thread, the stem alone: 18 µs padded copy + 455 chained → 47 µs split copy + 316).
+IMAGE_CHANNELS = 4
 
 Geometry = tuple[Ints, Ints, Ints, Ints]  # kernel, stride, dilate, pad
 
@@ -224,10 +223,6 @@ def _bind_bands(xp: Any, view: Any, matrix: Any, out: Any, workspace: Any,
     bf16 hand-off of the data and the data, which one band whole may read (`gemm_bind`)."""
     axis = _rows_axis(view)
     total, rows = view.shape[axis], _band_rows(view)
-    if handed is None and view.ndim == 6:  # a 2-D float32 convolution's: chained where it can
-        chained = _chained_view(xp, view, matrix, out, workspace, patches_at)
-        if chained is not None:
-            return [chained]
     handoff, source = handed if handed is not None and rows >= total else (None, None)
     targets = out.reshape(matrix.shape[0], total, -1)
     calls: list[Callable[[], Any]] = []
@@ -245,25 +240,6 @@ def _bind_bands(xp: Any, view: Any, matrix: Any, out: Any, workspace: Any,
         calls.append(_product(xp, matrix, patches.reshape(matrix.shape[1], -1), target,
                               workspace))
     return calls
-
-
-def _chained_view(xp: Any, view: Any, matrix: Any, out: Any, workspace: Any,
-                  patches_at: int) -> Any:
-    """`_bind_bands`' copies from the patch view ``view`` (C, ky, kx, 1, rows, columns) and
-    their products as one chained job (`_chained_rows`), in a float32 plan, over an input of
-    at most `CHAIN_MAX_CHANNELS` channels (MobileNet v2's stem). None where it does not
-    apply."""
-    if (xp is not np or view.dtype != np.float32 or type(view) is not np.ndarray
-            or view.shape[0] > CHAIN_MAX_CHANNELS
-            or gemm_bind.bf16_kernel(workspace, matrix.shape[0]) is not None):
-        return None
-
-    def share(top: int, bottom: int, at: int) -> tuple[Any, list[tuple[Any, Any]]]:
-        band = view[..., top:bottom, :]
-        patches = workspace.region(patches_at + at, band.shape, np.float32)
-        return patches.reshape(matrix.shape[1], -1), [(patches, band)]
-
-    return _chained_rows(matrix, out, workspace, share)
 
 
 def _bind_split_bands(xp: Any, data: Any, matrix: Any, out: Any, geometry: Geometry,
@@ -430,16 +406,20 @@ def _split_input(data: Any, size: Ints, geometry: Geometry,
 def _bind_split_patches(xp: Any, data: Any, matrix: Any, out: Any, geometry: Geometry,
                         workspace: Any, patches_at: int) -> list[Callable[[], Any]] | None:
     """One sample of a float32 2-D convolution of stride 2 across with wide windows (ResNet's
-    7×7 stem), its patches copied from the input split by column parity: tap ``kx`` of
-    output ``ox`` is cell ``ox + kx // 2`` of half ``kx % 2``, so a band's patches are two
-    copies (the even taps, then the odd) of runs of adjacent floats, where the strided view
-    reads every other float (ResNet-18's stem, a band of 15 rows: 80 → 54 µs in a run, one
-    thread), and the split copy replaces the padded one. K then runs (tap parity, channel,
-    ky, kx // 2): the weight's columns are put in that order once (`Workspace.derived`).
-    None where it does not apply: windows narrower than `SPLIT_MIN_KERNEL_WIDTH`, a weight
-    that may change, or a plan whose products run in bf16."""
+    7×7 stem) or over an image (MobileNet v2's 3×3 stem), its patches copied from the input
+    split by column parity: tap ``kx`` of output ``ox`` is cell ``ox + kx // 2`` of half
+    ``kx % 2``, so a band's patches are two copies (the even taps, then the odd) of runs of
+    adjacent floats, where the strided view reads every other float (ResNet-18's stem, a
+    band of 15 rows: 80 → 54 µs in a run, one thread), and the split copy replaces the
+    padded one. K then runs (tap parity, channel, ky, kx // 2): the weight's columns are put
+    in that order once (`Workspace.derived`).
+    The copies and products are one chained job where they can be (`_chained_rows`). None
+    where it does not apply: windows narrower than `SPLIT_MIN_KERNEL_WIDTH` over more than
+    `IMAGE_CHANNELS` channels, a weight that may change, or a plan whose products run in
+    bf16."""
     kernel, stride, dilate, _ = geometry
-    if (not _splits(xp, data, geometry) or kernel[1] < SPLIT_MIN_KERNEL_WIDTH
+    if (not _splits(xp, data, geometry)
+            or (kernel[1] < SPLIT_MIN_KERNEL_WIDTH and data.shape[1] > IMAGE_CHANNELS)
             or matrix.flags.writeable or gemm_bind.bf16_kernel(workspace, matrix.shape[0])
             is not None):
         return None
@@ -544,7 +524,8 @@ def _chained_rows(weight: Any, out: Any, workspace: Any, share: Any) -> Any:
             columns, copies = share(top, bottom, region * share_bytes)
             if not gemm_kernel.applies(weight, columns, target):
                 return None
-            steps.append([*(strided_kernel.job(0, copy_to, source, source)
+            # a copy of any size: it is a step of a share, not a job of its own
+            steps.append([*(strided_kernel.job(0, copy_to, source, source, min_elements=1)
                             for copy_to, source in copies),
                           gemm_kernel.bind_packed(packed, columns, target)])
     if any(step is None for steps in in_parts + alone for step in steps):

@@ -339,13 +339,15 @@ def test_float32_split_patch_copies_share_out_a_band_by_output_rows(
 
 
 def test_float32_split_patches_only_where_they_pay() -> None:
-    """Windows narrower than `SPLIT_MIN_KERNEL_WIDTH`, and a weight that may change (its
-    reordered copy could go stale), read the padded input's strided view as before."""
+    """Windows narrower than `SPLIT_MIN_KERNEL_WIDTH` over more channels than an image's,
+    and a weight that may change (its reordered copy could go stale), read the padded
+    input's strided view as before."""
     narrow = conv_bind.SPLIT_MIN_KERNEL_WIDTH - 1
+    channels = conv_bind.IMAGE_CHANNELS + 1
     for width, writeable in ((narrow, False), (7, True)):
         geometry = ((3, width), (2, 2), (1, 1), (1, width // 2))
-        data = RNG.standard_normal((1, 3, 12, 40)).astype(np.float32)
-        weight = RNG.standard_normal((8, 3, 3, width)).astype(np.float32)
+        data = RNG.standard_normal((1, channels, 12, 40)).astype(np.float32)
+        weight = RNG.standard_normal((8, channels, 3, width)).astype(np.float32)
         weight.flags.writeable = writeable
         want = reference(data, weight, (1, width // 2), (1, 1), (2, 2))
         out = np.empty(want.shape, np.float32)
@@ -437,25 +439,22 @@ def test_float32_stem_bias_and_relu_fold_into_the_chain() -> None:
         np.testing.assert_array_equal(model.infer(feed)["relu_output"], got)
 
 
-@pytest.mark.parametrize("channels", [3, conv_bind.CHAIN_MAX_CHANNELS + 1])
-def test_float32_image_convolution_chains_its_copies_from_the_patch_view(channels: int) -> None:
-    """A float32 3×3 stride-2 convolution over an image (MobileNet v2's stem) is its padded
-    copy and one chain whose shares copy their rows of the patch view and multiply them;
-    over more channels it keeps its bands. Either way, alone and armed, it stores the
+@pytest.mark.parametrize("channels", [3, conv_bind.IMAGE_CHANNELS + 1])
+def test_float32_image_convolution_splits_and_chains(channels: int) -> None:
+    """A float32 3×3 stride-2 convolution over an image (MobileNet v2's stem) is its split
+    copy and one chain, though its windows are narrow; over more channels it reads the
+    padded input's strided view in bands. Either way, alone and armed, it stores the
     convolution."""
     geometry = ((3, 3), (2, 2), (1, 1), (1, 1))
-    # each share's copy at least `strided_kernel.MIN_ELEMENTS`, so a job of its own
     data = RNG.standard_normal((1, channels, 128, 128)).astype(np.float32)
     weight = constant(RNG.standard_normal((32, channels, 3, 3)).astype(np.float32))
     bias = constant(RNG.standard_normal(32).astype(np.float32))
     want = reference(data, weight, (1, 1), (1, 1), (2, 2)) + bias.reshape(1, -1, 1, 1)
     out = np.full(want.shape, np.nan, np.float32)
     calls = float32_bound(data, weight, bias, geometry, out)
-    chains = [call for call in calls if isinstance(call, part_chain.Chain)]
-    assert len(chains) == (channels <= conv_bind.CHAIN_MAX_CHANNELS)
-    if chains:
-        assert calls[-1] is chains[0] and len(calls) == 2  # the padded copy, then the chain
-        assert all(len(steps) == 2 for steps in chains[0].in_parts)  # a copy, a product
+    image = channels <= conv_bind.IMAGE_CHANNELS
+    kinds = [type(call) for call in calls]
+    assert (kinds == [parity_split.SplitCopy, part_chain.Chain]) == image, kinds
     assert_runs_twice(calls, out, want)
     alone = out.copy()
     assert_armed_runs_store(out, alone, lambda: [call() for call in calls])
