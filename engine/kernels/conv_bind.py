@@ -64,6 +64,10 @@ SPLIT_MIN_KERNEL_WIDTH = 5
 # patches each, reused by its shares. ResNet-18's stem on two threads, armed: 4 a core took
 # 1.37× as long as 1 (eight regions of 0.9 MB against two).
 CHAIN_PARTS_PER_CORE = 1
+# Patches of a chained convolution's share at most: ResNet-18's stem in shares of 0.5 MB took
+# 0.90× the time of shares of 1 MB, on one thread and on two; shares of 0.25 MB 0.95-0.99×
+# that of 0.5 MB.
+CHAIN_SHARE_BYTES = 1 << 19
 # An input of this many channels or fewer (an image: MobileNet v2's 3×3 stem) is split by
 # column parity whatever its windows' width: its split copy is small beside its patches (one
 # thread, the stem alone: 18 µs padded copy + 455 chained → 47 µs split copy + 316).
@@ -484,25 +488,26 @@ def _chained_split_patches(split: Any, weight: Any, out: Any, geometry: Geometry
 
 def _chained_rows(weight: Any, out: Any, workspace: Any, share: Any) -> Any:
     """A one-sample 2-D convolution's patch copies and products as one job (`part_chain`):
-    the output rows cut into shares of about `BAND_BYTES` of patches (at least
-    `spin_pool.PARTS_PER_CORE` a core, fewer where a share's columns would leave the GEMM's
-    lanes empty), each share's patches copied and then multiplied on one thread with no wait
-    between, where the bands' copies and products are a job each and the cores meet at the
-    end of every one. Armed, the job runs in `CHAIN_PARTS_PER_CORE` parts a core, each
-    part's shares reusing a region of scratch of its own; on one thread every share reuses
-    the first. ``share(top, bottom, at)`` gives the patches (K, columns) of output rows
-    [top, bottom) placed ``at`` bytes into the patch array's scratch, and the (target,
-    source) copies filling them. None where a share's copy or product cannot be a job of
-    its own, the regions would not fit in the patch array's scratch, or the weight may
-    change."""
+    the output rows cut into shares of at most about `CHAIN_SHARE_BYTES` of patches (fewer
+    where a share's columns would leave the GEMM's lanes empty), each share's patches copied
+    and then multiplied on one thread with no wait between, where the bands' copies and
+    products are a job each and the cores meet at the end of every one. Armed, the job runs
+    in `CHAIN_PARTS_PER_CORE` parts a core, each part's shares reusing a region of scratch
+    of its own; on one thread every share reuses the first. ``share(top, bottom, at)`` gives
+    the patches (K, columns) of output rows [top, bottom) placed ``at`` bytes into the patch
+    array's scratch, and the (target, source) copies filling them. None where a share's copy
+    or product cannot be a job of its own, the regions would not fit in the patch array's
+    scratch, or the weight may change."""
     filters, depth = weight.shape
     out_height, out_width = out.shape[2:]
     if weight.flags.writeable or not gemm_kernel.available():
         return None
     row_bytes = depth * out_width * 4
     parts = max(1, min(out_height, CHAIN_PARTS_PER_CORE * spin_pool.cores()))
-    most = min(out_height, spin_pool.MAX_PARTS, max(
-        spin_pool.PARTS_PER_CORE * spin_pool.cores(), -(-out_height * row_bytes // BAND_BYTES)))
+    # whole shares for every part (a part of one share fewer would idle a while), and as
+    # many more as make each share's patches at most `CHAIN_SHARE_BYTES`
+    wanted = -(-out_height * row_bytes // CHAIN_SHARE_BYTES)
+    most = min(out_height, spin_pool.MAX_PARTS, max(1, -(-wanted // parts)) * parts)
     for shares in range(most, parts - 1, -1):
         # every share's columns fill the GEMM's lanes (the shortest share's: fewest rows)
         if gemm_bind.worthwhile(filters, out_height // shares * out_width):

@@ -378,9 +378,12 @@ def test_float32_stem_is_the_split_copy_and_one_chained_job() -> None:
     calls = float32_bound(data, weight, bias, geometry, out)
     assert [type(call) for call in calls] == [parity_split.SplitCopy, part_chain.Chain]
     chain = calls[1]
-    assert len(chain.in_parts) >= spin_pool.PARTS_PER_CORE * spin_pool.cores()
-    assert chain.parts == min(len(chain.in_parts),
-                              conv_bind.CHAIN_PARTS_PER_CORE * spin_pool.cores())
+    # one part a core, each with as many shares, each share's patches (its product's B) at
+    # most `CHAIN_SHARE_BYTES`
+    assert chain.parts == conv_bind.CHAIN_PARTS_PER_CORE * spin_pool.cores()
+    assert len(chain.in_parts) % chain.parts == 0
+    assert all(steps[-1].operands[1].nbytes <= conv_bind.CHAIN_SHARE_BYTES
+               for steps in chain.in_parts)
     assert_runs_twice(calls, out, want)
     alone = out.copy()
     assert_armed_runs_store(out, alone, lambda: [call() for call in calls])
