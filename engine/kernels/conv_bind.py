@@ -20,8 +20,10 @@ image into a padded buffer split by column parity, so that it is paired from run
 floats: with stride 2 down as well, each input row once, an output row's K being the rows of
 its window end to end and every output row one product of a batch (`_bind_split_rows`); else
 in bands of output rows (`_bind_split_bands`). In float32 such a layer with windows 5 or more
-columns wide copies its patches from the same split buffer, two runs-of-floats copies per band
-in place of one that reads every other float (`_bind_split_patches`).
+columns wide, or over an image (MobileNet v2's 3×3 stem), copies its patches from the same
+split buffer, two runs-of-floats copies per band in place of one that reads every other float
+(`_bind_split_patches`), and its copies and products run as one job whose parts each copy the
+patches of their own output rows and multiply them, no wait between (`_chained_rows`).
 """
 
 from __future__ import annotations
