@@ -20,8 +20,10 @@ image into a padded buffer split by column parity, so that it is paired from run
 floats: with stride 2 down as well, each input row once, an output row's K being the rows of
 its window end to end and every output row one product of a batch (`_bind_split_rows`); else
 in bands of output rows (`_bind_split_bands`). In float32 such a layer with windows 5 or more
-columns wide copies its patches from the same split buffer, two runs-of-floats copies per band
-in place of one that reads every other float (`_bind_split_patches`).
+columns wide, or over an image (MobileNet v2's 3×3 stem), copies its patches from the same
+split buffer, two runs-of-floats copies per band in place of one that reads every other float
+(`_bind_split_patches`), and its copies and products run as one job whose parts each copy the
+patches of their own output rows and multiply them, no wait between (`_chained_rows`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.cpu import spin_pool
 from engine.kernels import (
     bf16,
     bf16_handoff,
@@ -42,6 +45,8 @@ from engine.kernels import (
     gemm_bind,
     gemm_kernel,
     parity_split,
+    part_chain,
+    strided_kernel,
 )
 from engine.kernels.gemm_bind import matmul_into
 from engine.kernels.im2col import Ints
@@ -57,6 +62,18 @@ BAND_BYTES = 1 << 20  # one sample's patches past twice this go in bands of outp
 # input float lands in many patches: the stem's 7 taps across, not a 3×3 layer's 3 (ResNet-18,
 # its 64-channel stride-2 layer 347 → 384 µs of copies, its 128-channel one 191 → 263).
 SPLIT_MIN_KERNEL_WIDTH = 5
+# A chained convolution's job (`_chained_rows`) runs in this many parts a core: one region of
+# patches each, reused by its shares. ResNet-18's stem on two threads, armed: 4 a core took
+# 1.37× as long as 1 (eight regions of 0.9 MB against two).
+CHAIN_PARTS_PER_CORE = 1
+# Patches of a chained convolution's share at most: ResNet-18's stem in shares of 0.5 MB took
+# 0.90× the time of shares of 1 MB, on one thread and on two; shares of 0.25 MB 0.95-0.99×
+# that of 0.5 MB.
+CHAIN_SHARE_BYTES = 1 << 19
+# An input of this many channels or fewer (an image: MobileNet v2's 3×3 stem) is split by
+# column parity whatever its windows' width: its split copy is small beside its patches (one
+# thread, the stem alone: 18 µs padded copy + 455 chained → 47 µs split copy + 316).
+IMAGE_CHANNELS = 4
 
 Geometry = tuple[Ints, Ints, Ints, Ints]  # kernel, stride, dilate, pad
 
@@ -395,48 +412,132 @@ def _split_input(data: Any, size: Ints, geometry: Geometry,
 def _bind_split_patches(xp: Any, data: Any, matrix: Any, out: Any, geometry: Geometry,
                         workspace: Any, patches_at: int) -> list[Callable[[], Any]] | None:
     """One sample of a float32 2-D convolution of stride 2 across with wide windows (ResNet's
-    7×7 stem), its patches copied from the input split by column parity: tap ``kx`` of
-    output ``ox`` is cell ``ox + kx // 2`` of half ``kx % 2``, so a band's patches are two
-    copies (the even taps, then the odd) of runs of adjacent floats, where the strided view
-    reads every other float (ResNet-18's stem, a band of 15 rows: 80 → 54 µs in a run, one
-    thread), and the split copy replaces the padded one. K then runs (tap parity, channel,
-    ky, kx // 2): the weight's columns are put in that order once (`Workspace.derived`).
-    None where it does not apply: windows narrower than `SPLIT_MIN_KERNEL_WIDTH`, a weight
-    that may change, or a plan whose products run in bf16."""
+    7×7 stem) or over an image (MobileNet v2's 3×3 stem), its patches copied from the input
+    split by column parity: tap ``kx`` of output ``ox`` is cell ``ox + kx // 2`` of half
+    ``kx % 2``, so a band's patches are two copies (the even taps, then the odd) of runs of
+    adjacent floats, where the strided view reads every other float (ResNet-18's stem, a
+    band of 15 rows: 80 → 54 µs in a run, one thread), and the split copy replaces the
+    padded one. K then runs (tap parity, channel, ky, kx // 2): the weight's columns are put
+    in that order once (`Workspace.derived`).
+    The copies and products are one chained job where they can be (`_chained_rows`). None
+    where it does not apply: windows narrower than `SPLIT_MIN_KERNEL_WIDTH` over more than
+    `IMAGE_CHANNELS` channels, a weight that may change, or a plan whose products run in
+    bf16."""
     kernel, stride, dilate, _ = geometry
-    if (not _splits(xp, data, geometry) or kernel[1] < SPLIT_MIN_KERNEL_WIDTH
+    if (not _splits(xp, data, geometry)
+            or (kernel[1] < SPLIT_MIN_KERNEL_WIDTH and data.shape[1] > IMAGE_CHANNELS)
             or matrix.flags.writeable or gemm_bind.bf16_kernel(workspace, matrix.shape[0])
             is not None):
         return None
     split, calls = _split_input(data, out.shape[2:], geometry, workspace)
-    channels, (kernel_y, kernel_x) = data.shape[1], kernel
-    filters, (out_height, out_width) = matrix.shape[0], out.shape[2:]
     weight = workspace.derived(matrix, ("parity order", kernel), partial(_parity_order, kernel))
-    step_c, step_y, step_half, step_x = split.strides
-    depth = matrix.shape[1]
+    depth, (out_height, out_width) = matrix.shape[1], out.shape[2:]
+    chained = _chained_split_patches(split, weight, out, geometry, workspace, patches_at)
+    if chained is not None:
+        return [*calls, chained]
     band_rows = _rows_per_band(out_height, depth * out_height * out_width * data.itemsize)
-    targets = out.reshape(filters, out_height, out_width)
+    targets = out.reshape(matrix.shape[0], out_height, out_width)
     for top in range(0, out_height, band_rows):
         rows = min(band_rows, out_height - top)
         patches = workspace.region(patches_at, (depth, rows, out_width), np.float32)
-        start = 0
-        for parity in range(2):
-            taps = len(range(parity, kernel_x, 2))
-            taken = channels * kernel_y * taps
-            # Output rows outermost, so that a copy job's parts share out the band by rows:
-            # where its product runs B's column panels outside (`gemm_bind.shares_right`),
-            # each thread's part of the product then reads mostly the patches it copied.
-            shape = (rows, channels, kernel_y, taps, out_width)
-            source = np.lib.stride_tricks.as_strided(
-                split[:, top * stride[0]:, parity], shape=shape,
-                strides=(stride[0] * step_y, step_c, dilate[0] * step_y, step_x, step_x))
-            target = patches[start:start + taken].reshape(
-                channels, kernel_y, taps, rows, out_width).transpose(3, 0, 1, 2, 4)
-            calls.append(partial(np.copyto, target, source))
-            start += taken
-        target = targets[:, top:top + rows].reshape(filters, -1)
+        calls += [partial(np.copyto, target, source) for target, source in
+                  _split_patch_copies(split, patches, top, geometry)]
+        target = targets[:, top:top + rows].reshape(matrix.shape[0], -1)
         calls.append(_product(xp, weight, patches.reshape(depth, -1), target, workspace))
     return calls
+
+
+def _split_patch_copies(split: Any, patches: Any, top: int,
+                        geometry: Geometry) -> list[tuple[Any, Any]]:
+    """(target, source) of the two copies filling ``patches`` (K, rows, out_width), K in
+    `_parity_order`'s order, with the patches of the output rows from ``top`` read from
+    ``split`` (`_bind_split_patches`): the even taps across, then the odd."""
+    kernel, stride, dilate, _ = geometry
+    (kernel_y, kernel_x), channels = kernel, split.shape[0]
+    _, rows, out_width = patches.shape
+    step_c, step_y, _, step_x = split.strides
+    copies, start = [], 0
+    for parity in range(2):
+        taps = len(range(parity, kernel_x, 2))
+        taken = channels * kernel_y * taps
+        # Output rows outermost, so that a copy job's parts share out the band by rows:
+        # where its product runs B's column panels outside (`gemm_bind.shares_right`),
+        # each thread's part of the product then reads mostly the patches it copied.
+        shape = (rows, channels, kernel_y, taps, out_width)
+        source = np.lib.stride_tricks.as_strided(
+            split[:, top * stride[0]:, parity], shape=shape,
+            strides=(stride[0] * step_y, step_c, dilate[0] * step_y, step_x, step_x))
+        target = patches[start:start + taken].reshape(
+            channels, kernel_y, taps, rows, out_width).transpose(3, 0, 1, 2, 4)
+        copies.append((target, source))
+        start += taken
+    return copies
+
+
+def _chained_split_patches(split: Any, weight: Any, out: Any, geometry: Geometry,
+                           workspace: Any, patches_at: int) -> Any:
+    """`_bind_split_patches`' copies and products as one chained job (`_chained_rows`)."""
+    out_height, out_width = out.shape[2:]
+
+    def share(top: int, bottom: int, at: int) -> tuple[Any, list[tuple[Any, Any]]]:
+        patches = workspace.region(patches_at + at, (weight.shape[1], bottom - top, out_width),
+                                   np.float32)
+        return patches.reshape(weight.shape[1], -1), _split_patch_copies(split, patches, top,
+                                                                         geometry)
+
+    return _chained_rows(weight, out, workspace, share)
+
+
+def _chained_rows(weight: Any, out: Any, workspace: Any, share: Any) -> Any:
+    """A one-sample 2-D convolution's patch copies and products as one job (`part_chain`):
+    the output rows cut into shares of at most about `CHAIN_SHARE_BYTES` of patches (fewer
+    where a share's columns would leave the GEMM's lanes empty), each share's patches copied
+    and then multiplied on one thread with no wait between, where the bands' copies and
+    products are a job each and the cores meet at the end of every one. Armed, the job runs
+    in `CHAIN_PARTS_PER_CORE` parts a core, each part's shares reusing a region of scratch
+    of its own; on one thread every share reuses the first. ``share(top, bottom, at)`` gives
+    the patches (K, columns) of output rows [top, bottom) placed ``at`` bytes into the patch
+    array's scratch, and the (target, source) copies filling them. None where a share's copy
+    or product cannot be a job of its own, the regions would not fit in the patch array's
+    scratch, or the weight may change."""
+    filters, depth = weight.shape
+    out_height, out_width = out.shape[2:]
+    if weight.flags.writeable or not gemm_kernel.available():
+        return None
+    row_bytes = depth * out_width * 4
+    parts = max(1, min(out_height, CHAIN_PARTS_PER_CORE * spin_pool.cores()))
+    # whole shares for every part (a part of one share fewer would idle a while), and as
+    # many more as make each share's patches at most `CHAIN_SHARE_BYTES`
+    wanted = -(-out_height * row_bytes // CHAIN_SHARE_BYTES)
+    most = min(out_height, spin_pool.MAX_PARTS, max(1, -(-wanted // parts)) * parts)
+    for shares in range(most, parts - 1, -1):
+        # every share's columns fill the GEMM's lanes (the shortest share's: fewest rows)
+        if gemm_bind.worthwhile(filters, out_height // shares * out_width):
+            break
+    else:
+        return None
+    share_bytes = -(-out_height // shares) * row_bytes  # the tallest share's patches
+    if parts * share_bytes > out_height * row_bytes:
+        return None
+    packed = workspace.derived(weight, "gemm packed", gemm_kernel.pack)
+    targets = out.reshape(filters, out_height, out_width)
+    in_parts: list[list[Any]] = []
+    alone: list[list[Any]] = []
+    for index in range(shares):
+        top, bottom = index * out_height // shares, (index + 1) * out_height // shares
+        target = targets[:, top:bottom].reshape(filters, -1)
+        part = next(part for part in range(parts) if index < (part + 1) * shares // parts)
+        for steps, region in ((in_parts, part), (alone, 0)):
+            columns, copies = share(top, bottom, region * share_bytes)
+            if not gemm_kernel.applies(weight, columns, target):
+                return None
+            # a copy of any size: it is a step of a share, not a job of its own
+            steps.append([*(strided_kernel.job(0, copy_to, source, source, min_elements=1)
+                            for copy_to, source in copies),
+                          gemm_kernel.bind_packed(packed, columns, target)])
+    if any(step is None for steps in in_parts + alone for step in steps):
+        return None
+    return part_chain.chain(in_parts, alone, parts)
 
 
 def _parity_order(kernel: Ints, matrix: Any) -> np.ndarray:

@@ -33,7 +33,14 @@ import numpy as np
 
 from engine.cpu import spin_pool
 from engine.cpu.blas_threads import threads as blas_threads_now
-from engine.kernels import bf16, bf16_handoff, gemm_kernel, parity_split, strided_kernel
+from engine.kernels import (
+    bf16,
+    bf16_handoff,
+    gemm_kernel,
+    parity_split,
+    part_chain,
+    strided_kernel,
+)
 
 # Below this share of computed lanes doing useful work, BLAS runs the product (49 of 64: no).
 MIN_LANE_USE = 0.9
@@ -527,7 +534,7 @@ def _ours_and_copies(calls: list[Callable[[], Any]]) -> bool:
 
 def _is_ours(call: Any) -> bool:
     return isinstance(call, (gemm_kernel.Product, Threaded, Spread, Transposed,
-                             bf16.PairedProduct))
+                             bf16.PairedProduct, part_chain.Chain))
 
 
 def _is_copy(call: Any) -> bool:

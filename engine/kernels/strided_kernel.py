@@ -60,11 +60,13 @@ def operands(call: Any) -> tuple[Any, ...] | None:
     return None
 
 
-def job(operation: int, target: Any, left: Any, right: Any) -> spin_pool.Job | None:
+def job(operation: int, target: Any, left: Any, right: Any,
+        min_elements: int = MIN_ELEMENTS) -> spin_pool.Job | None:
     """``target = left ∘ right`` (or a copy of ``left``) as a job, for arrays of one shape
-    and dtype (no broadcasting, no casting), strides non-negative, at least `MIN_ELEMENTS`,
-    a source either apart from the target or exactly it (in place); else None."""
-    if not _takes(target, left, right):
+    and dtype (no broadcasting, no casting), strides non-negative, at least ``min_elements``
+    (a step of a `part_chain` share may be small), a source either apart from the target or
+    exactly it (in place); else None."""
+    if not _takes(target, left, right, min_elements):
         return None
     arrays = (target, left, right)
     if target.ndim < 2:
@@ -87,12 +89,12 @@ def compiled_kernels() -> dict[str, Any]:
     return compiled_once(_kernels, lambda: {"blocks": compile_kernel(_blocks)})
 
 
-def _takes(target: Any, left: Any, right: Any) -> bool:
+def _takes(target: Any, left: Any, right: Any, min_elements: int = MIN_ELEMENTS) -> bool:
     arrays = (target, left, right)
     return (all(isinstance(array, np.ndarray) for array in arrays)
             and left.shape == right.shape == target.shape
             and left.dtype == right.dtype == target.dtype
-            and target.size >= MIN_ELEMENTS and target.dtype.kind in "fiu"
+            and target.size >= min_elements and target.dtype.kind in "fiu"
             and all(_apart_or_same(target, source) for source in (left, right)))
 
 

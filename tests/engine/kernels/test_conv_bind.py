@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from engine import sym
-from engine.kernels import bf16, conv_bind, gemm_kernel, jobs, parity_split
+from engine.kernels import bf16, conv_bind, gemm_kernel, jobs, parity_split, part_chain
 from tests.engine.kernels.test_conv_amx import (
     assert_armed_runs_store,
     bf16_workspace,
@@ -292,22 +292,28 @@ def test_float32_stride_2_across_copies_patches_from_the_split_input(case: tuple
     calls = float32_bound(data, weight, bias, (kernel, stride, dilate, pad), out)
     splits = [call for call in calls if getattr(call, "func", None) is parity_split.split_into]
     assert len(splits) == batch
-    # No padded copy of the image: every other copy is a band's patches, read from the split.
+    # No padded copy of the image: every other copy is a band's patches, read from the split
+    # (one image's copies and products may be one chained job, `part_chain`).
     sources = [call.args[1] for call in calls if getattr(call, "func", None) is np.copyto]
-    assert sources and all(source.base is not None and source.strides[-1] == 4
-                           for source in sources)
+    assert all(source.base is not None and source.strides[-1] == 4 for source in sources)
+    assert sources or any(isinstance(call, part_chain.Chain) for call in calls)
     assert_runs_twice(calls, out, want)
+    alone = out.copy()
+    assert_armed_runs_store(out, alone, lambda: [call() for call in calls])
 
 
-def test_float32_split_patch_copies_share_out_a_band_by_output_rows() -> None:
-    """The stem's patch copies run as jobs whose parts take whole output rows (every K row
-    of them), the first part the first rows: the parts its product's column panels take
-    (B's columns are the band's positions, row by row), so a thread's part of the product
-    reads the patches its own part of the copy wrote."""
+def test_float32_split_patch_copies_share_out_a_band_by_output_rows(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bound in bands (where no chain is made), the stem's patch copies run as jobs whose
+    parts take whole output rows (every K row of them), the first part the first rows: the
+    parts its product's column panels take (B's columns are the band's positions, row by
+    row), so a thread's part of the product reads the patches its own part of the copy
+    wrote."""
     import ctypes
 
     from engine.kernels import strided_kernel
 
+    monkeypatch.setattr(conv_bind, "_chained_split_patches", lambda *args: None)
     geometry = ((7, 7), (2, 2), (1, 1), (3, 3))
     data = RNG.standard_normal((1, 3, 96, 96)).astype(np.float32)
     weight = constant(RNG.standard_normal((16, 3, 7, 7)).astype(np.float32))
@@ -333,13 +339,15 @@ def test_float32_split_patch_copies_share_out_a_band_by_output_rows() -> None:
 
 
 def test_float32_split_patches_only_where_they_pay() -> None:
-    """Windows narrower than `SPLIT_MIN_KERNEL_WIDTH`, and a weight that may change (its
-    reordered copy could go stale), read the padded input's strided view as before."""
+    """Windows narrower than `SPLIT_MIN_KERNEL_WIDTH` over more channels than an image's,
+    and a weight that may change (its reordered copy could go stale), read the padded
+    input's strided view as before."""
     narrow = conv_bind.SPLIT_MIN_KERNEL_WIDTH - 1
+    channels = conv_bind.IMAGE_CHANNELS + 1
     for width, writeable in ((narrow, False), (7, True)):
         geometry = ((3, width), (2, 2), (1, 1), (1, width // 2))
-        data = RNG.standard_normal((1, 3, 12, 40)).astype(np.float32)
-        weight = RNG.standard_normal((8, 3, 3, width)).astype(np.float32)
+        data = RNG.standard_normal((1, channels, 12, 40)).astype(np.float32)
+        weight = RNG.standard_normal((8, channels, 3, width)).astype(np.float32)
         weight.flags.writeable = writeable
         want = reference(data, weight, (1, width // 2), (1, 1), (2, 2))
         out = np.empty(want.shape, np.float32)
@@ -348,3 +356,108 @@ def test_float32_split_patches_only_where_they_pay() -> None:
         for call in calls:
             call()
         assert relative_error(out, want) < 1e-5
+
+
+def stem_operands(size: tuple[int, int], filters: int) -> tuple[np.ndarray, ...]:
+    data = RNG.standard_normal((1, 3, *size)).astype(np.float32)
+    weight = constant(RNG.standard_normal((filters, 3, 7, 7)).astype(np.float32))
+    bias = constant(RNG.standard_normal(filters).astype(np.float32))
+    want = reference(data, weight, (3, 3), (1, 1), (2, 2)) + bias.reshape(1, -1, 1, 1)
+    return data, weight, bias, want
+
+
+def test_float32_stem_is_the_split_copy_and_one_chained_job() -> None:
+    """One image's float32 stem is two jobs: its split copy, then one chain (`part_chain`)
+    whose shares of output rows each copy their own patches and multiply them, one part a
+    core; run alone and armed over two threads it stores the convolution."""
+    from engine.cpu import spin_pool
+
+    geometry = ((7, 7), (2, 2), (1, 1), (3, 3))
+    data, weight, bias, want = stem_operands((96, 96), 32)
+    out = np.full(want.shape, np.nan, np.float32)
+    calls = float32_bound(data, weight, bias, geometry, out)
+    assert [type(call) for call in calls] == [parity_split.SplitCopy, part_chain.Chain]
+    chain = calls[1]
+    # one part a core, each with as many shares, each share's patches (its product's B) at
+    # most `CHAIN_SHARE_BYTES`
+    assert chain.parts == conv_bind.CHAIN_PARTS_PER_CORE * spin_pool.cores()
+    assert len(chain.in_parts) % chain.parts == 0
+    assert all(steps[-1].operands[1].nbytes <= conv_bind.CHAIN_SHARE_BYTES
+               for steps in chain.in_parts)
+    assert_runs_twice(calls, out, want)
+    alone = out.copy()
+    assert_armed_runs_store(out, alone, lambda: [call() for call in calls])
+
+
+def test_chained_stem_shares_reuse_one_region_per_part() -> None:
+    """Where the chain runs in its parts, the shares of one part reuse one region of patches
+    and those of different parts, which run at once, have regions apart; run as one part,
+    every share reuses the first region, which stays in cache (eight regions took a ResNet-18
+    stem 1.4× as long on one thread)."""
+    geometry = ((7, 7), (2, 2), (1, 1), (3, 3))
+    data, weight, bias, want = stem_operands((96, 96), 32)
+    out = np.empty(want.shape, np.float32)
+    chain = float32_bound(data, weight, bias, geometry, out)[1]
+
+    def patch_regions(table: list) -> list[int]:
+        # each share's product reads its patches as B (`gemm_kernel.bind_packed`)
+        return [steps[-1].operands[1].ctypes.data for steps in table]
+
+    alone = patch_regions(chain.alone)
+    assert len(set(alone)) == 1
+    shares, parts = len(chain.in_parts), chain.parts
+    in_parts = patch_regions(chain.in_parts)
+    by_part = [in_parts[part * shares // parts:(part + 1) * shares // parts]
+               for part in range(parts)]
+    assert all(len(set(regions)) == 1 for regions in by_part)
+    assert len({regions[0] for regions in by_part}) == parts
+    # the regions lie apart: each part's patches end before the next part's begin
+    nbytes = chain.in_parts[0][-1].operands[1].nbytes
+    starts = sorted(regions[0] for regions in by_part)
+    assert all(later - earlier >= nbytes for earlier, later in zip(starts, starts[1:]))
+
+
+def test_float32_stem_bias_and_relu_fold_into_the_chain() -> None:
+    """In a float32 plan the stem's bias and ReLU are added by the chain's products as they
+    store: the plan's steps are the split copy and the chain alone, and its runs, on one
+    thread and armed, match the reference."""
+    import engine
+    from bench import nets
+    from engine.cpu import spin_pool
+
+    net = sym.Activation(sym.Convolution(sym.var("data"), num_filter=32, kernel=(7, 7),
+                                         stride=(2, 2), pad=(3, 3), name="stem"),
+                         act_type="relu", name="relu")
+    params = nets.random_params(net, (1, 3, 96, 96), seed=5)
+    model = engine.load_model(net, params, precision="fp32")
+    feed = {"data": RNG.standard_normal((1, 3, 96, 96)).astype(np.float32)}
+    plan = model.plan_for(feed)
+    kinds = [type(jobs.source(step.call)) for step in plan.steps]
+    assert kinds == [parity_split.SplitCopy, part_chain.Chain], kinds
+    want = model.reference(feed)["relu_output"]
+    got = model.infer(feed)["relu_output"]
+    assert got.min() == 0.0
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    with spin_pool.armed(2):
+        np.testing.assert_array_equal(model.infer(feed)["relu_output"], got)
+
+
+@pytest.mark.parametrize("channels", [3, conv_bind.IMAGE_CHANNELS + 1])
+def test_float32_image_convolution_splits_and_chains(channels: int) -> None:
+    """A float32 3×3 stride-2 convolution over an image (MobileNet v2's stem) is its split
+    copy and one chain, though its windows are narrow; over more channels it reads the
+    padded input's strided view in bands. Either way, alone and armed, it stores the
+    convolution."""
+    geometry = ((3, 3), (2, 2), (1, 1), (1, 1))
+    data = RNG.standard_normal((1, channels, 128, 128)).astype(np.float32)
+    weight = constant(RNG.standard_normal((32, channels, 3, 3)).astype(np.float32))
+    bias = constant(RNG.standard_normal(32).astype(np.float32))
+    want = reference(data, weight, (1, 1), (1, 1), (2, 2)) + bias.reshape(1, -1, 1, 1)
+    out = np.full(want.shape, np.nan, np.float32)
+    calls = float32_bound(data, weight, bias, geometry, out)
+    image = channels <= conv_bind.IMAGE_CHANNELS
+    kinds = [type(call) for call in calls]
+    assert (kinds == [parity_split.SplitCopy, part_chain.Chain]) == image, kinds
+    assert_runs_twice(calls, out, want)
+    alone = out.copy()
+    assert_armed_runs_store(out, alone, lambda: [call() for call in calls])
