@@ -145,8 +145,9 @@ def bind_chunks(data: Any, weight: Any, out: Any, geometry: Any,
     if data.shape[0] == 1:  # one chunk: the input as its writer may offer it
         product = bind(data, weight, out, geometry, workspace, None if lines else handoff,
                        lines)
-        if out.shape[1] % 2 == 0 and _k_steps(grid, data.shape[1]) <= GRID_MAX_STEPS:
-            _offer_grid(product.product, grid.width, workspace, out)
+        if out.shape[1] % 2 == 0:
+            _offer_pairs(product.product, grid.width,
+                         _k_steps(grid, data.shape[1]) <= GRID_MAX_STEPS, workspace, out)
         return [product]
     return [bind(data[start:start + chunk], weight, out[start:start + chunk], geometry,
                  workspace, lines=lines) for start in range(0, data.shape[0], chunk)]
@@ -258,12 +259,14 @@ def _k_steps(grid: _Grid, channels: int) -> int:
     return grid.tap_offsets().size * _words(channels) // WORDS
 
 
-def _offer_grid(product: DirectProduct, width: int, workspace: Any, out: Any) -> None:
-    """The product offering ``out`` to its readers as their grid where each is a direct
-    convolution of stride 1 over grid rows ``width`` words wide (`bf16_handoff.offer`)."""
+def _offer_pairs(product: DirectProduct, width: int, grids: bool, workspace: Any,
+                 out: Any) -> None:
+    """The product offering ``out`` to its readers (`bf16_handoff.offer`) as the words a 1×1
+    product on AMX reads, or, with ``grids``, as their grid where each is a direct
+    convolution of stride 1 over grid rows ``width`` words wide."""
     handoff = bf16_handoff.offer(
         workspace, out,
-        grids=lambda reader: reader.stride == (1, 1) and reader.width == width, columns=False)
+        grids=grids and (lambda reader: reader.stride == (1, 1) and reader.width == width))
     if handoff is not None:
         product.handoff = handoff
 
@@ -365,8 +368,8 @@ class DirectProduct(partial):
     leaves_blas_alone = True  # its tiles run on the spin pool, never in BLAS
 
     def __call__(self) -> None:
-        """The product into the output, or into its readers' grid where every one took it
-        and no residual is added, saying which (``laid``)."""
+        """The product into the output, or into its readers' grid or words where every one
+        took them and no residual is added, saying which (``laid``)."""
         handoff = self.handoff
         if handoff is None:
             return super().__call__()
@@ -381,14 +384,18 @@ class DirectProduct(partial):
         return None
 
     def _grid_job(self, handoff: Any) -> Any:
-        """``grid_part`` over this product's context, its output the hand-off's grid."""
+        """``grid_part`` over this product's context, its output the hand-off's grid; or
+        ``words_part``, its output the words a 1×1 product reads (the pixels where the
+        float32 output has them: no shift), where the takers read those."""
         reader = handoff.grid
         context = self.context.copy()
         context[_FIELD["grid"]] = handoff.words.ctypes.data
         context[_FIELD["grid_ldb"]] = handoff.words.shape[1]
-        context[_FIELD["grid_shift"]] = reader.pad[0] * reader.width + reader.pad[1]
+        function = "words_part" if handoff.layout == "words" else "grid_part"
+        context[_FIELD["grid_shift"]] = 0 if reader is None else (
+            reader.pad[0] * reader.width + reader.pad[1])
         # the job keeps the context it reads by address alive
-        return spin_pool.job(self.functions["grid_part"], context, _parts(context),
+        return spin_pool.job(self.functions[function], context, _parts(context),
                              keep=(handoff.words,))
 
     def with_epilogue(self, bias_rows: Any = None, bias_columns: Any = None,
@@ -450,7 +457,7 @@ def _compiled() -> dict[str, Any] | None:
 
 def _compile() -> dict[str, Any] | None:
     """The direct kernel for the host (`conv_amx_ir`)."""
-    return _compile_for_host(_module, ("part", "grid_part"))
+    return _compile_for_host(_module, ("part", "grid_part", "words_part"))
 
 
 def _compile_for_host(make_module: Any, names: tuple[str, ...]) -> dict[str, Any] | None:
@@ -476,7 +483,7 @@ def _compiled_lines() -> dict[str, Any] | None:
 
 def _compile_lines() -> dict[str, Any] | None:
     """The channels-last kernel and its grid pass for the host (`conv_amx_lines_ir`)."""
-    return _compile_for_host(_lines_module, ("part", "grid_part", "lines_grid"))
+    return _compile_for_host(_lines_module, ("part", "grid_part", "words_part", "lines_grid"))
 
 
 def _lines_module() -> Any:
