@@ -171,8 +171,8 @@ def bind(data: Any, weight: Any, out: Any, geometry: Any, workspace: Any,
         handoff, (words, plane), tag, grid, workspace)
     words_grid = handed if handed is not None else workspace.zeroed(
         (words, plane), np.float32, ("bf16 grid", data.shape, tuple(stride), tuple(pad)))
-    pairings = [bf16.patch_pairing(view, 1, words_grid, into)
-                for view, into in grid.phase_runs(data)]
+    pairings = [bf16.patch_pairing(view, 1, words_grid, into, twin=twin)
+                for view, into, twin in _twinned(grid.phase_runs(data))]
     if any(pair is None for pair in pairings):
         raise ValueError("the bf16 pairing pass did not compile")
     tiles = workspace.derived(weight, ("amx direct", words),
@@ -183,6 +183,30 @@ def bind(data: Any, weight: Any, out: Any, geometry: Any, workspace: Any,
     if handed is not None:
         pair = bf16_handoff.take(handoff, pair)
     return bf16.paired_product(pair, product)
+
+
+def _twinned(runs: list[tuple[Any, np.ndarray]]) -> list[tuple[Any, np.ndarray, int | None]]:
+    """The phase runs (`_Grid.phase_runs`), each of stride 2 along its rows paired with the
+    next column phase's where that is the same pixels one float on, as long, a constant
+    number of words after it in the grid: one pass then reads the input's rows once for both
+    (`bf16.patch_pairing`'s ``twin``). Others as they are (no twin)."""
+    paired: list[tuple[Any, np.ndarray, int | None]] = []
+    index = 0
+    while index < len(runs):
+        view, into = runs[index]
+        if index + 1 < len(runs):
+            other, other_into = runs[index + 1]
+            twin = other_into - into if other_into.shape == into.shape else np.zeros(0)
+            if (view.strides[-1] == 2 * view.itemsize and other.shape == view.shape
+                    and other.strides == view.strides
+                    and other.ctypes.data == view.ctypes.data + view.itemsize
+                    and twin.size and (twin == twin[0]).all()):
+                paired.append((view, into, int(twin[0])))
+                index += 2
+                continue
+        paired.append((view, into, None))
+        index += 1
+    return paired
 
 
 def _bind_lines(data: Any, weight: Any, out: Any, geometry: Any,
