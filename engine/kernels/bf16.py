@@ -484,8 +484,8 @@ def _pair_in_numpy(source: Any, target: Any, along_rows: bool) -> None:
 def _span(array: np.ndarray, beyond: int = 0) -> np.ndarray:
     """A 1-D contiguous view from ``array``'s first element to its last (and ``beyond``
     elements past it)."""
-    extent = 1 + beyond + sum((size - 1) * stride for size, stride in zip(array.shape, array.strides,
-                                                                  strict=True)) // array.itemsize
+    extent = 1 + beyond + sum((size - 1) * stride for size, stride in zip(
+        array.shape, array.strides, strict=True)) // array.itemsize
     return np.lib.stride_tricks.as_strided(array, shape=(extent,), strides=(array.itemsize,))
 
 
