@@ -10,7 +10,8 @@ once per model. It computes ``Wp`` columns per output row of ``W`` and drops the
 stores.
 
 At stride ``s`` the grid is ``s × s`` phase planes, so that each tap still reads one plane at
-stride 1 (`_Grid`). Any padding and dilation, group 1; `DirectProduct` takes a bias per filter,
+stride 1 (`_Grid`); at stride 2 over an even width, one pass pairs both column phases of a
+row phase from one read of its rows (`_twinned`). Any padding and dilation, group 1; `DirectProduct` takes a bias per filter,
 a residual and a clamp as `gemm_kernel.Product` does (`gemm_bind.with_bias`,
 `gemm_bind.with_residual`, `gemm_bind.clamped`). A
 batch binds in chunks of images (`bind_chunks`).
@@ -21,6 +22,10 @@ only on the runs where the writer left the float32 input (not every reader took 
 A direct product of one image and an even number of filters is such a writer for readers
 of stride 1 whose grid rows are as wide as its own (ResNet's 3×3 after a 3×3 of stride 1):
 where every reader took the grid and no residual is added, it writes it (``grid_part``).
+It offers its output as the words a 1×1 product on AMX reads too, whatever its K (ResNet v2's
+bottleneck 3×3, whose one reader is the block's last 1×1 product): then it writes those
+(``words_part``), each pixel's pair where the float32 output has the pixel, and that reader
+pairs nothing.
 
 At stride 1 over `LINES_MIN_CHANNELS` channels or more (`reads_lines`) the grid is laid
 channels-last instead (`conv_amx_lines`): each pixel's channels in bf16 one after another,
@@ -46,7 +51,8 @@ _state: dict[str, Any] = {}
 # float64s), the filters, the grid columns per image, words per tap, the taps and their
 # offsets' address, the grid's and the output's widths, the images and the bytes from one
 # image's grid and output to the next, and where a residual laid out as the output starts
-# (0 for none); for ``grid_part``, the reader's grid, its words a row and the shift.
+# (0 for none); for ``grid_part``, the reader's grid, its words a row and the shift (for
+# ``words_part`` the reader's words, their row, and 0).
 _FIELD = {name: index for index, name in enumerate((
     "a", "b", "ldb", "c", "ldc", "rows_bias", "columns_bias", "low", "high", "m", "n",
     "words", "taps", "offsets", "grid_width", "width", "batch", "b_batch", "c_batch",
@@ -66,7 +72,10 @@ MAX_DEPTH_RATIO = 3
 # 2.62, 4.17).
 CHUNK_GRID_BYTES = 512 << 10
 # Steps of K (taps × channel pairs / 16) at most of a product writing its reader's grid: one
-# whose tiles store between the next tile's steps (`conv_amx_ir.INTERLEAVED_STEPS`).
+# whose tiles store between the next tile's steps (`conv_amx_ir.INTERLEAVED_STEPS`). A 1×1
+# reader's words are offered at any K: that reader's pairing pass reads the whole float32
+# output (ResNet-50 v2 at batch 1, stage 3's 256 at 14², 72 steps: writer 0.98–1.0×, reader
+# 0.92–0.96×).
 # ResNet-18 at batch 1, one thread, the writer and its reader with the grid handed over
 # against the float32 output paired (three interleaved runs): 64 filters at 56² (18 steps)
 # 0.91-0.98× and 0.83-0.95×, 128 at 28² (36) 0.94-1.0× and 0.92-0.98×; 256 at 14² (72)
