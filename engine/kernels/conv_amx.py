@@ -11,10 +11,10 @@ stores.
 
 At stride ``s`` the grid is ``s × s`` phase planes, so that each tap still reads one plane at
 stride 1 (`_Grid`); at stride 2 over an even width, one pass pairs both column phases of a
-row phase from one read of its rows (`_twinned`). Any padding and dilation, group 1; `DirectProduct` takes a bias per filter,
-a residual and a clamp as `gemm_kernel.Product` does (`gemm_bind.with_bias`,
-`gemm_bind.with_residual`, `gemm_bind.clamped`). A
-batch binds in chunks of images (`bind_chunks`).
+row phase from one read of its rows (`_twinned`). Any padding and dilation, group 1;
+`DirectProduct` takes a bias per filter, a residual and a clamp as `gemm_kernel.Product`
+does (`gemm_bind.with_bias`, `gemm_bind.with_residual`, `gemm_bind.clamped`). A batch binds
+in chunks of images (`bind_chunks`).
 
 Where the input's writer offers it as bf16 pairs (`bf16_handoff`: one image, so one chunk),
 the product reads a grid of the hand-off's instead of the shared one, and pairs into it
@@ -22,10 +22,10 @@ only on the runs where the writer left the float32 input (not every reader took 
 A direct product of one image and an even number of filters is such a writer for readers
 of stride 1 whose grid rows are as wide as its own (ResNet's 3×3 after a 3×3 of stride 1):
 where every reader took the grid and no residual is added, it writes it (``grid_part``).
-It offers its output as the words a 1×1 product on AMX reads too, whatever its K (ResNet v2's
-bottleneck 3×3, whose one reader is the block's last 1×1 product): then it writes those
+It offers its output as the words a 1×1 product on AMX reads too (ResNet v2's bottleneck
+3×3, whose one reader is the block's last 1×1 product): then it writes those
 (``words_part``), each pixel's pair where the float32 output has the pixel, and that reader
-pairs nothing.
+pairs nothing. Either only over a short K (`GRID_MAX_STEPS`).
 
 At stride 1 over `LINES_MIN_CHANNELS` channels or more (`reads_lines`) the grid is laid
 channels-last instead (`conv_amx_lines`): each pixel's channels in bf16 one after another,
@@ -72,10 +72,11 @@ MAX_DEPTH_RATIO = 3
 # 2.62, 4.17).
 CHUNK_GRID_BYTES = 512 << 10
 # Steps of K (taps × channel pairs / 16) at most of a product writing its reader's grid: one
-# whose tiles store between the next tile's steps (`conv_amx_ir.INTERLEAVED_STEPS`). A 1×1
-# reader's words are offered at any K: that reader's pairing pass reads the whole float32
-# output (ResNet-50 v2 at batch 1, stage 3's 256 at 14², 72 steps: writer 0.98–1.0×, reader
-# 0.92–0.96×).
+# whose tiles store between the next tile's steps (`conv_amx_ir.INTERLEAVED_STEPS`). The
+# same for a 1×1 reader's words: ResNet-50 v2 at batch 1, one thread, in order, the writer
+# and its reader with the words against the float32 output paired, in both binding orders:
+# 64 at 56² (18 steps) 0.93–1.03× and 0.64–0.94×, 128 at 28² (36) 1.0–1.08× and 0.84–0.93×;
+# 256 at 14² (72) 1.0–1.05× and 0.89–0.97×, 512 at 7² (144) 0.93–1.17× and 0.88–0.97×.
 # ResNet-18 at batch 1, one thread, the writer and its reader with the grid handed over
 # against the float32 output paired (three interleaved runs): 64 filters at 56² (18 steps)
 # 0.91-0.98× and 0.83-0.95×, 128 at 28² (36) 0.94-1.0× and 0.92-0.98×; 256 at 14² (72)
@@ -154,9 +155,8 @@ def bind_chunks(data: Any, weight: Any, out: Any, geometry: Any,
     if data.shape[0] == 1:  # one chunk: the input as its writer may offer it
         product = bind(data, weight, out, geometry, workspace, None if lines else handoff,
                        lines)
-        if out.shape[1] % 2 == 0:
-            _offer_pairs(product.product, grid.width,
-                         _k_steps(grid, data.shape[1]) <= GRID_MAX_STEPS, workspace, out)
+        if out.shape[1] % 2 == 0 and _k_steps(grid, data.shape[1]) <= GRID_MAX_STEPS:
+            _offer_pairs(product.product, grid.width, workspace, out)
         return [product]
     return [bind(data[start:start + chunk], weight, out[start:start + chunk], geometry,
                  workspace, lines=lines) for start in range(0, data.shape[0], chunk)]
@@ -292,14 +292,13 @@ def _k_steps(grid: _Grid, channels: int) -> int:
     return grid.tap_offsets().size * _words(channels) // WORDS
 
 
-def _offer_pairs(product: DirectProduct, width: int, grids: bool, workspace: Any,
-                 out: Any) -> None:
+def _offer_pairs(product: DirectProduct, width: int, workspace: Any, out: Any) -> None:
     """The product offering ``out`` to its readers (`bf16_handoff.offer`) as the words a 1×1
-    product on AMX reads, or, with ``grids``, as their grid where each is a direct
-    convolution of stride 1 over grid rows ``width`` words wide."""
+    product on AMX reads, or as their grid where each is a direct convolution of stride 1
+    over grid rows ``width`` words wide."""
     handoff = bf16_handoff.offer(
         workspace, out,
-        grids=grids and (lambda reader: reader.stride == (1, 1) and reader.width == width))
+        grids=lambda reader: reader.stride == (1, 1) and reader.width == width)
     if handoff is not None:
         product.handoff = handoff
 

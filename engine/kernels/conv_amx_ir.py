@@ -128,13 +128,32 @@ class DirectConvKernel(AmxTileKernel):
         terms = self._epilogue_terms(function, builder, self.shape.vectors, masks)
         words = builder.bitcast(terms["c"], I32.as_pointer())
         order = [lane for index in range(WORDS) for lane in (index, index + WORDS)]
+
+        def line_of(pair: Any) -> Any:
+            row_words = builder.mul(pair, terms["ldc"])
+            return builder.gep(words, [row_words if words_out else builder.add(row_words,
+                                                                              column)])
+
+        def starts() -> list[Any]:
+            return targets if words_out else [I64(j * WORDS) for j in range(self.shape.vectors)]
+
+        # The lines of the next call's row pairs owned before they are stored, as the float32
+        # epilogue owns its output's (`AmxTileKernel._rows_through_epilogue`): in a run of
+        # layers they are rarely in cache.
+        ask_first, ask_last = function.args[14:16]
+        with builder.if_then(builder.icmp_signed(">=", ask_first, last)), loop(
+                builder, function, builder.sdiv(ask_first, I64(2)),
+                builder.sdiv(ask_last, I64(2)), "ask") as pair:
+            line = builder.bitcast(line_of(pair), F32.as_pointer())
+            for start in starts():
+                for offset in (0, WORDS - 1):
+                    builder.call(self.prefetch, [builder.gep(line, [builder.add(
+                        start, I64(offset))]), I32(1), I32(3), I32(1)])
         with loop(builder, function, builder.sdiv(first, I64(2)), builder.sdiv(last, I64(2)),
                   "pair") as pair:
             rows = (builder.mul(pair, I64(2)), builder.add(builder.mul(pair, I64(2)), I64(1)))
             shifts = [self._row_shift(builder, terms, row) for row in rows]
-            row_words = builder.mul(pair, terms["ldc"])
-            line = builder.gep(words, [row_words if words_out else builder.add(row_words,
-                                                                              column)])
+            line = line_of(pair)
             for j in range(self.shape.vectors):
                 halves = []
                 for row, row_shift in zip(rows, shifts, strict=True):
