@@ -107,7 +107,8 @@ def test_a_stride_2_input_pairs_both_column_phases_in_one_read(
         pad: tuple[int, int]) -> None:
     """At stride 2 over an even width each row phase's two column phases are paired from
     one read of the input's rows (`bf16.patch_pairing`'s ``twin``): two passes where there
-    were four, whose words give the output the four's give, bit for bit."""
+    were four, whose words give the output the four's give, bit for bit, on one thread and
+    armed over two."""
     data, weight = operands(1, channels, size, 32, (3, 3))
     geometry = ((3, 3), (2, 2), (1, 1), pad)
     want = reference(bf16.rounded(data), bf16.rounded(weight), pad, (1, 1), (2, 2))
@@ -120,7 +121,8 @@ def test_a_stride_2_input_pairs_both_column_phases_in_one_read(
         call = conv_amx.bind(data, weight, out, geometry, bf16_workspace())
         assert len(call.args[0].args[0]) == passes  # `_each` over the pairing passes
         call()
-        outputs.append(out)
+        outputs.append(out.copy())
+        assert_armed_runs_store(out, outputs[-1], call)
     np.testing.assert_array_equal(outputs[0], outputs[1])
     assert relative_error(outputs[0], want) < 1e-5
 
