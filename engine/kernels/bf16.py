@@ -233,7 +233,8 @@ def patch_pairing(view: Any, k_axes: int, target: Any, into: np.ndarray | None =
                         target.strides[0] // target.itemsize, word_rows, into.ctypes.data,
                         *_batchnorm_words(batchnorm, depth),
                         *(() if twin is None else (twin,))], np.int64)
-    parts = kernel_jobs.parts_for(word_rows, 3 * word_rows * outer.size * run)
+    runs = outer.size * (1 if twin is None else 2)  # a twin run's words too
+    parts = kernel_jobs.parts_for(word_rows, 3 * word_rows * runs * run)
     return spin_pool.job(task, context, parts, keep=(span, rows, outer, target, into,
                                                      batchnorm))
 
