@@ -176,7 +176,8 @@ def pairing(source: Any, target: Any, along_rows: bool) -> Callable[[], Any]:
 
 def patch_pairing(view: Any, k_axes: int, target: Any, into: np.ndarray | None = None,
                   k_offsets: np.ndarray | None = None,
-                  batchnorm: tuple[Any, ...] | None = None) -> Callable[[], Any] | None:
+                  batchnorm: tuple[Any, ...] | None = None,
+                  twin: int | None = None) -> Callable[[], Any] | None:
     """A call writing ``view`` (a strided float32 view whose first ``k_axes`` axes run along
     K and the rest along the columns: an im2col patch view over a padded input) into
     ``target`` (float32-viewed words, (at least ceil(K/2), at least the columns), rows
@@ -189,13 +190,20 @@ def patch_pairing(view: Any, k_axes: int, target: Any, into: np.ndarray | None =
     describe (`conv_bind`'s input split by column parity: tap ``kx`` at half ``kx % 2``, cell
     ``kx // 2``); its K axes then give only K's length. ``batchnorm``: (gamma, beta, mean,
     var, eps, fix_gamma, low, high), K index k being channel k, for the pairs of
-    ``clip(BatchNorm(view), low, high)`` (`bf16_pair_ir`'s ``batchnorm_pairs``). A `spin_pool`
-    job of `bf16_pair_ir`'s pass; None where that cannot compile."""
+    ``clip(BatchNorm(view), low, high)`` (`bf16_pair_ir`'s ``batchnorm_pairs``). ``twin``:
+    where the view's runs step two floats, the words from which each run's twin (the floats
+    one on: the next column phase of a stride-2 grid) goes, ``twin`` words after its own,
+    both from one read of the input (`bf16_pair_ir`'s ``phase_pairs``). A `spin_pool` job of
+    `bf16_pair_ir`'s pass; None where that cannot compile."""
     item = view.itemsize
-    task = _pair_task("patch_pairs" if batchnorm is None else "batchnorm_pairs")
+    task = _pair_task("patch_pairs" if batchnorm is None and twin is None
+                      else "batchnorm_pairs" if twin is None else "phase_pairs")
     if task is None or min(view.strides, default=0) < 0 or any(
             stride % item for stride in view.strides):
         return None
+    if twin is not None and (batchnorm is not None or view.strides[-1] != 2 * item):
+        raise ValueError(f"a twin run pairs the floats one on from a run of stride 2 "
+                         f"floats, no BatchNorm; got strides {view.strides}")
     steps = np.array(view.strides, np.int64) // item
     depth = int(np.prod(view.shape[:k_axes]))
     rows = element_offsets(view.shape[:k_axes], steps[:k_axes]) if k_offsets is None \
@@ -213,15 +221,20 @@ def patch_pairing(view: Any, k_axes: int, target: Any, into: np.ndarray | None =
     if into.shape != (outer.size,):
         raise ValueError(f"pairing needs one target offset per run ({outer.size}); got "
                          f"{into.shape}")
+    starts = into if twin is None else np.concatenate([into, into + twin])
     if (target.shape[0] < word_rows or target.strides[1] != target.itemsize
-            or target.shape[1] < int(into.max(initial=0)) + run or into.min(initial=0) < 0):
+            or target.shape[1] < int(starts.max(initial=0)) + run
+            or starts.min(initial=0) < 0):
         raise ValueError(f"pairing target {target.shape} is too small for {view.shape}")
-    span = _span(view)
+    # the twin reads a float past each run's last
+    span = _span(view) if twin is None else _span(view, 1)
     context = np.array([span.ctypes.data, rows.ctypes.data, outer.ctypes.data, depth,
                         outer.size, run, step, target.ctypes.data,
                         target.strides[0] // target.itemsize, word_rows, into.ctypes.data,
-                        *_batchnorm_words(batchnorm, depth)], np.int64)
-    parts = kernel_jobs.parts_for(word_rows, 3 * word_rows * outer.size * run)
+                        *_batchnorm_words(batchnorm, depth),
+                        *(() if twin is None else (twin,))], np.int64)
+    runs = outer.size * (1 if twin is None else 2)  # a twin run's words too
+    parts = kernel_jobs.parts_for(word_rows, 3 * word_rows * runs * run)
     return spin_pool.job(task, context, parts, keep=(span, rows, outer, target, into,
                                                      batchnorm))
 
@@ -469,10 +482,11 @@ def _pair_in_numpy(source: Any, target: Any, along_rows: bool) -> None:
     target[...] = padded.reshape(depth, panels, width).transpose(1, 0, 2)
 
 
-def _span(array: np.ndarray) -> np.ndarray:
-    """A 1-D contiguous view from ``array``'s first element to its last."""
-    extent = 1 + sum((size - 1) * stride for size, stride in zip(array.shape, array.strides,
-                                                                  strict=True)) // array.itemsize
+def _span(array: np.ndarray, beyond: int = 0) -> np.ndarray:
+    """A 1-D contiguous view from ``array``'s first element to its last (and ``beyond``
+    elements past it)."""
+    extent = 1 + beyond + sum((size - 1) * stride for size, stride in zip(
+        array.shape, array.strides, strict=True)) // array.itemsize
     return np.lib.stride_tricks.as_strided(array, shape=(extent,), strides=(array.itemsize,))
 
 

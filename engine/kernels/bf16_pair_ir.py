@@ -32,6 +32,13 @@ job's parts, a job of fewer parts than groups running several groups a part. `bf
 lays a product out so: each group pairs the whole activation into words of its own, then
 multiplies its share of the weight's rows by them.
 
+``phase_pairs`` is ``patch_pairs`` over runs whose floats lie two apart (a stride-2
+convolution's phase planes, `conv_amx`) writing both column phases at once: ``context`` holds
+`TWIN_FIELDS` past `FIELDS`, and each step reads 32 adjacent floats of each of its two rows
+once, the even ones paired into run ``o``'s words as ``patch_pairs`` pairs them and the odd
+ones into the words ``twin`` on (the next column phase's run, as long). Apart, each phase's
+pass read every line of the rows it pairs: the input's lines were read twice.
+
 ``copy_words`` takes `FIELDS` too but reads words already paired (a hand-off's, `bf16_handoff`):
 word (r, into[o] + i) is the word at ``rows[r] + outer[o] + i·step``, one K offset per word
 row, its bits kept (the loads, shuffles and gathers move them, nothing rounds). A stride-2 1×1
@@ -65,15 +72,17 @@ ADJACENT, EVERY_OTHER, GATHER = "lane", "every_other", "gathered"  # how a run's
 FIELDS = ("source", "rows", "outer", "depth", "runs", "run", "step", "target", "row_words",
           "word_rows", "into")
 BATCHNORM_FIELDS = ("gamma", "beta", "mean", "var", "eps", "fix_gamma", "low", "high")
+TWIN_FIELDS = ("twin",)
 
 
 def module() -> ir.Module:
-    """A module holding ``patch_pairs``, ``batchnorm_pairs``, ``copy_words`` and
-    ``each_part``."""
+    """A module holding ``patch_pairs``, ``batchnorm_pairs``, ``phase_pairs``,
+    ``copy_words`` and ``each_part``."""
     built = ir.Module(name="hybridserve_bf16_pairs")
     kernel = _PairKernel(built)
     kernel.define(normalised=False)
     kernel.define(normalised=True)
+    kernel.define(normalised=False, twinned=True)
     kernel.define_copy()
     define_each_part(built)
     return built
@@ -121,12 +130,14 @@ class _PairKernel:
         self.masked_store = masked_store(built, self.words, "i32")
         self.sqrt = ir.Function(built, ir.FunctionType(F32, [F32]), name="llvm.sqrt.f32")
 
-    def define(self, normalised: bool) -> None:
-        """``batchnorm_pairs`` where ``normalised``, else ``patch_pairs``."""
-        self.normalised = normalised
-        function, builder, context, part, parts = task(
-            self.module, "batchnorm_pairs" if normalised else "patch_pairs")
-        field = fields(builder, context, FIELDS + BATCHNORM_FIELDS if normalised else FIELDS)
+    def define(self, normalised: bool, twinned: bool = False) -> None:
+        """``batchnorm_pairs`` where ``normalised``, ``phase_pairs`` where ``twinned``, else
+        ``patch_pairs``."""
+        self.normalised, self.twinned = normalised, twinned
+        name = "batchnorm_pairs" if normalised else "phase_pairs" if twinned else "patch_pairs"
+        function, builder, context, part, parts = task(self.module, name)
+        field = fields(builder, context, FIELDS + (
+            BATCHNORM_FIELDS if normalised else TWIN_FIELDS if twinned else ()))
         first = builder.sdiv(builder.mul(part, field["word_rows"]), parts)
         last = builder.sdiv(builder.mul(builder.add(part, I64(1)), field["word_rows"]), parts)
         with loop(builder, function, first, last, "row") as row:
@@ -202,19 +213,27 @@ class _PairKernel:
                                                        align=8)])
             start = (builder.gep(source, [builder.add(low_at, base)]),
                      builder.gep(source, [builder.add(high_at, base)]))
-            unit = builder.icmp_signed("==", field["step"], I64(1))
-            halved = builder.icmp_signed("==", field["step"], I64(2))
-            with builder.if_else(unit) as (adjacent, strided):
-                with adjacent, loop(builder, function, I64(0), field["run"], "lane",
-                                     LANES) as lane:
-                    self._step(builder, field, start, into, lane, single, ADJACENT,
-                               affine)
-                with strided, builder.if_else(halved) as (every_other, gathered):
-                    for read, block in ((EVERY_OTHER, every_other), (GATHER, gathered)):
-                        with block, loop(builder, function, I64(0), field["run"], read,
-                                          LANES) as lane:
-                            self._step(builder, field, start, into, lane, single, read,
-                                       affine)
+            if self.twinned:  # floats two apart, both column phases from each read
+                with loop(builder, function, I64(0), field["run"], "twins", LANES) as lane:
+                    self._twin_step(builder, field, start, into, lane, single)
+            else:
+                self._run(builder, function, field, start, into, single, affine)
+
+    def _run(self, builder: ir.IRBuilder, function: ir.Function, field: dict[str, Any],
+             start: tuple[Any, Any], into: Any, single: Any,
+             affine: tuple[Any, Any] | None) -> None:
+        """One run of the two rows' floats, read as its step allows, into its words."""
+        unit = builder.icmp_signed("==", field["step"], I64(1))
+        halved = builder.icmp_signed("==", field["step"], I64(2))
+        with builder.if_else(unit) as (adjacent, strided):
+            with adjacent, loop(builder, function, I64(0), field["run"], "lane",
+                                 LANES) as lane:
+                self._step(builder, field, start, into, lane, single, ADJACENT, affine)
+            with strided, builder.if_else(halved) as (every_other, gathered):
+                for read, block in ((EVERY_OTHER, every_other), (GATHER, gathered)):
+                    with block, loop(builder, function, I64(0), field["run"], read,
+                                      LANES) as lane:
+                        self._step(builder, field, start, into, lane, single, read, affine)
 
     def _scale_shift(self, builder: ir.IRBuilder, field: dict[str, Any],
                      channel: Any) -> tuple[Any, Any]:
@@ -251,6 +270,40 @@ class _PairKernel:
         if affine is not None:
             values = [self._normalise(builder, field, value, scale_shift)
                       for value, scale_shift in zip(values, affine, strict=True)]
+        self._store_pairs(builder, values, into, lane, single, mask)
+
+    def _twin_step(self, builder: ir.IRBuilder, field: dict[str, Any], start: tuple[Any, Any],
+                   into: Any, lane: Any, single: Any) -> None:
+        """16 words of a run and 16 of its twin (``twin`` words on): 32 adjacent floats of
+        each row read once, the even ones this run's, the odd ones the twin's."""
+        indices = ir.VectorType(I64, LANES)
+        left = builder.sub(field["run"], lane)
+        mask = builder.icmp_signed("<", ir.Constant(indices, list(range(LANES))),
+                                   splat(builder, left, indices))
+        # the masks stop at the twin run's last float, 2·left - 1 on
+        wanted = splat(builder, builder.mul(left, I64(2)), indices)
+        zero = ir.Constant(self.floats, [0.0] * LANES)
+        phases: list[list[Any]] = [[], []]
+        for first in start:
+            halves = []
+            for half in range(2):
+                at = builder.gep(first, [builder.add(builder.mul(lane, I64(2)),
+                                                     I64(half * LANES))])
+                inside = builder.icmp_signed("<", ir.Constant(indices, [
+                    half * LANES + j for j in range(LANES)]), wanted)
+                halves.append(builder.call(self.masked_load, [
+                    builder.bitcast(at, self.floats.as_pointer()), I32(4), inside, zero]))
+            for phase in range(2):
+                phases[phase].append(builder.shuffle_vector(halves[0], halves[1], ir.Constant(
+                    ir.VectorType(I32, LANES), list(range(phase, 2 * LANES, 2)))))
+        self._store_pairs(builder, phases[0], into, lane, single, mask)
+        self._store_pairs(builder, phases[1], builder.gep(into, [field["twin"]]), lane, single,
+                          mask)
+
+    def _store_pairs(self, builder: ir.IRBuilder, values: list[Any], into: Any, lane: Any,
+                     single: Any, mask: Any) -> None:
+        """The two rows' 16 floats each (``values``) rounded and paired into 16 words at
+        ``into + lane`` (the second's half zero where K ended), the lanes of ``mask``."""
         halves = [builder.fptrunc(value, self.halves) for value in values]
         order = [lane_of for index in range(LANES) for lane_of in (index, index + LANES)]
         paired = builder.shuffle_vector(halves[0], halves[1],

@@ -10,10 +10,11 @@ once per model. It computes ``Wp`` columns per output row of ``W`` and drops the
 stores.
 
 At stride ``s`` the grid is ``s × s`` phase planes, so that each tap still reads one plane at
-stride 1 (`_Grid`). Any padding and dilation, group 1; `DirectProduct` takes a bias per filter,
-a residual and a clamp as `gemm_kernel.Product` does (`gemm_bind.with_bias`,
-`gemm_bind.with_residual`, `gemm_bind.clamped`). A
-batch binds in chunks of images (`bind_chunks`).
+stride 1 (`_Grid`); at stride 2 over an even width, one pass pairs both column phases of a
+row phase from one read of its rows (`_twinned`). Any padding and dilation, group 1;
+`DirectProduct` takes a bias per filter, a residual and a clamp as `gemm_kernel.Product`
+does (`gemm_bind.with_bias`, `gemm_bind.with_residual`, `gemm_bind.clamped`). A batch binds
+in chunks of images (`bind_chunks`).
 
 Where the input's writer offers it as bf16 pairs (`bf16_handoff`: one image, so one chunk),
 the product reads a grid of the hand-off's instead of the shared one, and pairs into it
@@ -21,6 +22,10 @@ only on the runs where the writer left the float32 input (not every reader took 
 A direct product of one image and an even number of filters is such a writer for readers
 of stride 1 whose grid rows are as wide as its own (ResNet's 3×3 after a 3×3 of stride 1):
 where every reader took the grid and no residual is added, it writes it (``grid_part``).
+It offers its output as the words a 1×1 product on AMX reads too (ResNet v2's bottleneck
+3×3, whose one reader is the block's last 1×1 product): then it writes those
+(``words_part``), each pixel's pair where the float32 output has the pixel, and that reader
+pairs nothing. Either only over a short K (`GRID_MAX_STEPS`).
 
 At stride 1 over `LINES_MIN_CHANNELS` channels or more (`reads_lines`) the grid is laid
 channels-last instead (`conv_amx_lines`): each pixel's channels in bf16 one after another,
@@ -46,7 +51,8 @@ _state: dict[str, Any] = {}
 # float64s), the filters, the grid columns per image, words per tap, the taps and their
 # offsets' address, the grid's and the output's widths, the images and the bytes from one
 # image's grid and output to the next, and where a residual laid out as the output starts
-# (0 for none); for ``grid_part``, the reader's grid, its words a row and the shift.
+# (0 for none); for ``grid_part``, the reader's grid, its words a row and the shift (for
+# ``words_part`` the reader's words, their row, and 0).
 _FIELD = {name: index for index, name in enumerate((
     "a", "b", "ldb", "c", "ldc", "rows_bias", "columns_bias", "low", "high", "m", "n",
     "words", "taps", "offsets", "grid_width", "width", "batch", "b_batch", "c_batch",
@@ -66,7 +72,11 @@ MAX_DEPTH_RATIO = 3
 # 2.62, 4.17).
 CHUNK_GRID_BYTES = 512 << 10
 # Steps of K (taps × channel pairs / 16) at most of a product writing its reader's grid: one
-# whose tiles store between the next tile's steps (`conv_amx_ir.INTERLEAVED_STEPS`).
+# whose tiles store between the next tile's steps (`conv_amx_ir.INTERLEAVED_STEPS`). The
+# same for a 1×1 reader's words: ResNet-50 v2 at batch 1, one thread, in order, the writer
+# and its reader with the words against the float32 output paired, in both binding orders:
+# 64 at 56² (18 steps) 0.93–1.03× and 0.64–0.94×, 128 at 28² (36) 1.0–1.08× and 0.84–0.93×;
+# 256 at 14² (72) 1.0–1.05× and 0.89–0.97×, 512 at 7² (144) 0.93–1.17× and 0.88–0.97×.
 # ResNet-18 at batch 1, one thread, the writer and its reader with the grid handed over
 # against the float32 output paired (three interleaved runs): 64 filters at 56² (18 steps)
 # 0.91-0.98× and 0.83-0.95×, 128 at 28² (36) 0.94-1.0× and 0.92-0.98×; 256 at 14² (72)
@@ -146,7 +156,7 @@ def bind_chunks(data: Any, weight: Any, out: Any, geometry: Any,
         product = bind(data, weight, out, geometry, workspace, None if lines else handoff,
                        lines)
         if out.shape[1] % 2 == 0 and _k_steps(grid, data.shape[1]) <= GRID_MAX_STEPS:
-            _offer_grid(product.product, grid.width, workspace, out)
+            _offer_pairs(product.product, grid.width, workspace, out)
         return [product]
     return [bind(data[start:start + chunk], weight, out[start:start + chunk], geometry,
                  workspace, lines=lines) for start in range(0, data.shape[0], chunk)]
@@ -170,8 +180,8 @@ def bind(data: Any, weight: Any, out: Any, geometry: Any, workspace: Any,
         handoff, (words, plane), tag, grid, workspace)
     words_grid = handed if handed is not None else workspace.zeroed(
         (words, plane), np.float32, ("bf16 grid", data.shape, tuple(stride), tuple(pad)))
-    pairings = [bf16.patch_pairing(view, 1, words_grid, into)
-                for view, into in grid.phase_runs(data)]
+    pairings = [bf16.patch_pairing(view, 1, words_grid, into, twin=twin)
+                for view, into, twin in _twinned(grid.phase_runs(data))]
     if any(pair is None for pair in pairings):
         raise ValueError("the bf16 pairing pass did not compile")
     tiles = workspace.derived(weight, ("amx direct", words),
@@ -182,6 +192,30 @@ def bind(data: Any, weight: Any, out: Any, geometry: Any, workspace: Any,
     if handed is not None:
         pair = bf16_handoff.take(handoff, pair)
     return bf16.paired_product(pair, product)
+
+
+def _twinned(runs: list[tuple[Any, np.ndarray]]) -> list[tuple[Any, np.ndarray, int | None]]:
+    """The phase runs (`_Grid.phase_runs`), each of stride 2 along its rows paired with the
+    next column phase's where that is the same pixels one float on, as long, a constant
+    number of words after it in the grid: one pass then reads the input's rows once for both
+    (`bf16.patch_pairing`'s ``twin``). Others as they are (no twin)."""
+    paired: list[tuple[Any, np.ndarray, int | None]] = []
+    index = 0
+    while index < len(runs):
+        view, into = runs[index]
+        if index + 1 < len(runs):
+            other, other_into = runs[index + 1]
+            twin = other_into - into if other_into.shape == into.shape else np.zeros(0)
+            if (view.strides[-1] == 2 * view.itemsize and other.shape == view.shape
+                    and other.strides == view.strides
+                    and other.ctypes.data == view.ctypes.data + view.itemsize
+                    and twin.size and (twin == twin[0]).all()):
+                paired.append((view, into, int(twin[0])))
+                index += 2
+                continue
+        paired.append((view, into, None))
+        index += 1
+    return paired
 
 
 def _bind_lines(data: Any, weight: Any, out: Any, geometry: Any,
@@ -258,12 +292,13 @@ def _k_steps(grid: _Grid, channels: int) -> int:
     return grid.tap_offsets().size * _words(channels) // WORDS
 
 
-def _offer_grid(product: DirectProduct, width: int, workspace: Any, out: Any) -> None:
-    """The product offering ``out`` to its readers as their grid where each is a direct
-    convolution of stride 1 over grid rows ``width`` words wide (`bf16_handoff.offer`)."""
+def _offer_pairs(product: DirectProduct, width: int, workspace: Any, out: Any) -> None:
+    """The product offering ``out`` to its readers (`bf16_handoff.offer`) as the words a 1×1
+    product on AMX reads, or as their grid where each is a direct convolution of stride 1
+    over grid rows ``width`` words wide."""
     handoff = bf16_handoff.offer(
         workspace, out,
-        grids=lambda reader: reader.stride == (1, 1) and reader.width == width, columns=False)
+        grids=lambda reader: reader.stride == (1, 1) and reader.width == width)
     if handoff is not None:
         product.handoff = handoff
 
@@ -365,8 +400,8 @@ class DirectProduct(partial):
     leaves_blas_alone = True  # its tiles run on the spin pool, never in BLAS
 
     def __call__(self) -> None:
-        """The product into the output, or into its readers' grid where every one took it
-        and no residual is added, saying which (``laid``)."""
+        """The product into the output, or into its readers' grid or words where every one
+        took them and no residual is added, saying which (``laid``)."""
         handoff = self.handoff
         if handoff is None:
             return super().__call__()
@@ -381,14 +416,18 @@ class DirectProduct(partial):
         return None
 
     def _grid_job(self, handoff: Any) -> Any:
-        """``grid_part`` over this product's context, its output the hand-off's grid."""
+        """``grid_part`` over this product's context, its output the hand-off's grid; or
+        ``words_part``, its output the words a 1×1 product reads (the pixels where the
+        float32 output has them: no shift), where the takers read those."""
         reader = handoff.grid
         context = self.context.copy()
         context[_FIELD["grid"]] = handoff.words.ctypes.data
         context[_FIELD["grid_ldb"]] = handoff.words.shape[1]
-        context[_FIELD["grid_shift"]] = reader.pad[0] * reader.width + reader.pad[1]
+        function = "words_part" if handoff.layout == "words" else "grid_part"
+        context[_FIELD["grid_shift"]] = 0 if reader is None else (
+            reader.pad[0] * reader.width + reader.pad[1])
         # the job keeps the context it reads by address alive
-        return spin_pool.job(self.functions["grid_part"], context, _parts(context),
+        return spin_pool.job(self.functions[function], context, _parts(context),
                              keep=(handoff.words,))
 
     def with_epilogue(self, bias_rows: Any = None, bias_columns: Any = None,
@@ -450,7 +489,7 @@ def _compiled() -> dict[str, Any] | None:
 
 def _compile() -> dict[str, Any] | None:
     """The direct kernel for the host (`conv_amx_ir`)."""
-    return _compile_for_host(_module, ("part", "grid_part"))
+    return _compile_for_host(_module, ("part", "grid_part", "words_part"))
 
 
 def _compile_for_host(make_module: Any, names: tuple[str, ...]) -> dict[str, Any] | None:
@@ -476,7 +515,7 @@ def _compiled_lines() -> dict[str, Any] | None:
 
 def _compile_lines() -> dict[str, Any] | None:
     """The channels-last kernel and its grid pass for the host (`conv_amx_lines_ir`)."""
-    return _compile_for_host(_lines_module, ("part", "grid_part", "lines_grid"))
+    return _compile_for_host(_lines_module, ("part", "grid_part", "words_part", "lines_grid"))
 
 
 def _lines_module() -> Any:

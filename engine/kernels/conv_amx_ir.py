@@ -102,29 +102,58 @@ class DirectConvKernel(AmxTileKernel):
         builder.ret_void()
         return function
 
-    def define_grid_rows_epilogue(self, name: str) -> ir.Function:
+    def define_grid_rows_epilogue(self, name: str, words_out: bool = False) -> ir.Function:
         """`define_rows_epilogue`'s function (its arguments alike, rows [first, last) even)
         storing bf16 pairs of filter rows: row pair ``p``'s words at ``c + p·ldc``, column
         ``n``'s at word ``n`` on (``c`` is the tile's row block in the reader's grid, the
         shift added). The values are the float32 epilogue's (biases, then the clamp, in its
-        order), rounded as the pairing pass rounds them (``fptrunc``: to nearest even)."""
+        order), rounded as the pairing pass rounds them (``fptrunc``: to nearest even).
+
+        ``words_out``: the pairs go where the output's pixels lie instead (``y·W + x`` words
+        on from ``c + p·ldc``), each vector's kept lanes packed together as the float32
+        epilogue packs them: the words a 1×1 product's pairing pass makes of the output."""
         words_type = ir.VectorType(I32, WORDS)
         halves_type = ir.VectorType(BFloatType(), WORDS)
-        store_words = masked_store(self.module, words_type, "i32")
+        # declared once a module: the grid's epilogue stores words, the words' floats
+        store_words = None if words_out else masked_store(self.module, words_type, "i32")
         function = ir.Function(self.module, self.define_rows_epilogue_type(), name=name)
         builder = ir.IRBuilder(function.append_basic_block("entry"))
         floats, first, last, column, grid_width, width = function.args[:6]
         n = function.args[13]
         masks = [self._kept_lanes(builder, builder.add(column, I64(j * WORDS)), grid_width,
                                   width, n) for j in range(self.shape.vectors)]
+        targets = [self._pixels_before(builder, builder.add(column, I64(j * WORDS)),
+                                       grid_width, width) for j in range(self.shape.vectors)]
+        leading = [self._leading(builder, mask) for mask in masks]
         terms = self._epilogue_terms(function, builder, self.shape.vectors, masks)
         words = builder.bitcast(terms["c"], I32.as_pointer())
         order = [lane for index in range(WORDS) for lane in (index, index + WORDS)]
+
+        def line_of(pair: Any) -> Any:
+            row_words = builder.mul(pair, terms["ldc"])
+            return builder.gep(words, [row_words if words_out else builder.add(row_words,
+                                                                              column)])
+
+        def starts() -> list[Any]:
+            return targets if words_out else [I64(j * WORDS) for j in range(self.shape.vectors)]
+
+        # The lines of the next call's row pairs owned before they are stored, as the float32
+        # epilogue owns its output's (`AmxTileKernel._rows_through_epilogue`): in a run of
+        # layers they are rarely in cache.
+        ask_first, ask_last = function.args[14:16]
+        with builder.if_then(builder.icmp_signed(">=", ask_first, last)), loop(
+                builder, function, builder.sdiv(ask_first, I64(2)),
+                builder.sdiv(ask_last, I64(2)), "ask") as pair:
+            line = builder.bitcast(line_of(pair), F32.as_pointer())
+            for start in starts():
+                for offset in (0, WORDS - 1):
+                    builder.call(self.prefetch, [builder.gep(line, [builder.add(
+                        start, I64(offset))]), I32(1), I32(3), I32(1)])
         with loop(builder, function, builder.sdiv(first, I64(2)), builder.sdiv(last, I64(2)),
                   "pair") as pair:
             rows = (builder.mul(pair, I64(2)), builder.add(builder.mul(pair, I64(2)), I64(1)))
             shifts = [self._row_shift(builder, terms, row) for row in rows]
-            line = builder.gep(words, [builder.add(builder.mul(pair, terms["ldc"]), column)])
+            line = line_of(pair)
             for j in range(self.shape.vectors):
                 halves = []
                 for row, row_shift in zip(rows, shifts, strict=True):
@@ -136,9 +165,16 @@ class DirectConvKernel(AmxTileKernel):
                 paired = builder.bitcast(builder.shuffle_vector(
                     halves[0], halves[1], ir.Constant(ir.VectorType(I32, 2 * WORDS), order)),
                     words_type)
-                target = builder.bitcast(builder.gep(line, [I64(j * WORDS)]),
-                                         words_type.as_pointer())
-                builder.call(store_words, [paired, target, I32(4), masks[j]])
+                if words_out:  # the kept lanes packed, from their first pixel on
+                    packed = builder.call(self.compress, [
+                        builder.bitcast(paired, self.vector), self.zero, masks[j]])
+                    target = builder.bitcast(builder.gep(line, [targets[j]]),
+                                             self.vector.as_pointer())
+                    builder.call(self.masked_store, [packed, target, I32(4), leading[j]])
+                else:
+                    target = builder.bitcast(builder.gep(line, [I64(j * WORDS)]),
+                                             words_type.as_pointer())
+                    builder.call(store_words, [paired, target, I32(4), masks[j]])
         builder.ret_void()
         return function
 
@@ -357,11 +393,16 @@ def module(positions: dict[str, int]) -> ir.Module:
 
 
 def define_parts(kernel: DirectConvKernel, positions: dict[str, int]) -> None:
-    """``kernel``'s ``part`` and ``grid_part`` (the latter writing a reader's grid of pairs),
-    with the tiles and epilogues they call, reading their context by ``positions``."""
+    """``kernel``'s ``part``, ``grid_part`` (writing a reader's grid of pairs) and
+    ``words_part`` (writing a 1×1 product's words: the grid's pairs placed as the output's
+    pixels, ``grid_shift`` 0), with the tiles and epilogues they call, reading their context
+    by ``positions``."""
     epilogue = kernel.define_rows_epilogue("rows_epilogue")
     kernel.define_direct_part("part", kernel.define_tile("tile", epilogue), epilogue,
                               positions)
     pairs = kernel.define_grid_rows_epilogue("grid_rows_epilogue")
     kernel.define_direct_part("grid_part", kernel.define_tile("grid_tile", pairs, True), pairs,
                               positions, grid=True)
+    words = kernel.define_grid_rows_epilogue("words_rows_epilogue", words_out=True)
+    kernel.define_direct_part("words_part", kernel.define_tile("words_tile", words, True),
+                              words, positions, grid=True)

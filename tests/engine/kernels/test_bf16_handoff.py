@@ -253,9 +253,10 @@ def test_resnet50_v2_hands_its_preactivations_over(monkeypatch: pytest.MonkeyPat
                                                    threads: int) -> None:
     """ResNet-50 v2 (64 × 64) in bf16: the pre-activation of every block hands its 1×1
     readers their pairs (all 16: a downsampling block's strided shortcut copies every other
-    word of every other row), and each block's first 1×1 product its 3×3's grid where that
+    word of every other row), each block's first 1×1 product its 3×3's grid where that
     is of stride 1 over rows of 8 pixels or more (6: stages 1 and 2 but for stage 2's first
-    block); the outputs those of the same plan pairing the float32 arrays, bit for bit, at
+    block), and each block's 3×3 over a short K its last 1×1 product's words (7 more: stages
+    1 and 2); the outputs those of the same plan pairing the float32 arrays, bit for bit, at
     one thread and at two, and near fp32's."""
     symbol = nets.resnet50_v2(classes=10)
     params = nets.random_params(symbol, (1, 3, 64, 64), seed=5)
@@ -264,7 +265,7 @@ def test_resnet50_v2_hands_its_preactivations_over(monkeypatch: pytest.MonkeyPat
         handoffs: list = []
         got = served(symbol, params, feed, "bf16", handoffs, halves=True)
         offered = [handoff for handoff in handoffs if handoff is not None]
-        assert sum(handoff.laid and handoff.layout == "words" for handoff in offered) == 16
+        assert sum(handoff.laid and handoff.layout == "words" for handoff in offered) == 16 + 7
         assert [handoff.source for handoff in offered if handoff.laid
                 and handoff.layout not in ("words", "planes")] == [
             *[(1, 64, 16, 16)] * 3, *[(1, 128, 8, 8)] * 3]
@@ -281,13 +282,14 @@ def test_resnet50_v2_hands_its_preactivations_over(monkeypatch: pytest.MonkeyPat
 def chain(data: Any, second: str) -> Any:
     """A 3×3 convolution and ReLU read by a ``3x3`` convolution (its grid as wide as the
     first's: taken and written), a ``5x5`` (a wider grid), one of ``stride 2`` (phase
-    planes), or a 3×3 after the first convolution adds its input (``residual``: taken, but
-    the product with a residual writes the float32 array)."""
+    planes), a ``1x1`` (its product's words, taken and written), or a 3×3 after the first
+    convolution adds its input (``residual``: taken, but the product with a residual writes
+    the float32 array)."""
     first = sym.Convolution(data, num_filter=64, kernel=(3, 3), pad=(1, 1), name="first")
     if second == "residual":
         first = first + data
     net = sym.Activation(first, act_type="relu")
-    kernel, stride = {"5x5": (5, 1), "stride 2": (3, 2)}.get(second, (3, 1))
+    kernel, stride = {"5x5": (5, 1), "stride 2": (3, 2), "1x1": (1, 1)}.get(second, (3, 1))
     return sym.Convolution(net, num_filter=32, kernel=(kernel, kernel),
                            stride=(stride, stride), pad=(kernel // 2, kernel // 2),
                            name="second")
@@ -295,12 +297,14 @@ def chain(data: Any, second: str) -> Any:
 
 @pytest.mark.parametrize("second,taken,laid", [
     ("3x3", True, True), ("5x5", False, False), ("stride 2", False, False),
-    ("residual", True, False)])
+    ("1x1", True, True), ("residual", True, False)])
 def test_a_direct_convolution_writes_the_next_ones_grid(second: str, taken: bool,
                                                         laid: bool) -> None:
     """A direct 3×3 convolution's product writes its reader's grid where the reader's grid
     rows are as wide as its own (pairs of filters into words, the dropped columns left on
-    the border as zeros): the output that of the plan without the hand-off, bit for bit."""
+    the border as zeros), or a 1×1 reader's words (the kept columns packed where the
+    output's pixels lie, 19 a row of a 21-word grid row): the output that of the plan
+    without the hand-off, bit for bit."""
     symbol = chain(sym.var("data"), second)
     params = nets.random_params(symbol, (1, 64, 13, 19), seed=7)
     feed = {"data": np.random.default_rng(5).standard_normal((1, 64, 13, 19)).astype(
@@ -453,7 +457,7 @@ def bottleneck(data: Any, second: str, filters: int) -> Any:
     if second == "residual":
         first = first + data
     net = sym.Activation(first, act_type="sigmoid" if second == "sigmoid" else "relu")
-    kernel, stride = {"5x5": (5, 1), "stride 2": (3, 2)}.get(second, (3, 1))
+    kernel, stride = {"5x5": (5, 1), "stride 2": (3, 2), "1x1": (1, 1)}.get(second, (3, 1))
     return sym.Convolution(net, num_filter=32, kernel=(kernel, kernel),
                            stride=(stride, stride), pad=(kernel // 2, kernel // 2),
                            name="second")

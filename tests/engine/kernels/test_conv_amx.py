@@ -97,6 +97,37 @@ def test_direct_convolution_matches_the_rounded_reference(
 
 
 @needs_direct
+@pytest.mark.parametrize(("channels", "size", "pad"), [
+    (64, (56, 56), (1, 1)),  # ResNet's stride-2 3×3 over 56²
+    (5, (9, 10), (0, 1)),  # odd C, odd rows, one column of padding
+    (6, (6, 20), (1, 0)),  # no column padding: the even columns are the second phase
+])
+def test_a_stride_2_input_pairs_both_column_phases_in_one_read(
+        monkeypatch: pytest.MonkeyPatch, channels: int, size: tuple[int, int],
+        pad: tuple[int, int]) -> None:
+    """At stride 2 over an even width each row phase's two column phases are paired from
+    one read of the input's rows (`bf16.patch_pairing`'s ``twin``): two passes where there
+    were four, whose words give the output the four's give, bit for bit, on one thread and
+    armed over two."""
+    data, weight = operands(1, channels, size, 32, (3, 3))
+    geometry = ((3, 3), (2, 2), (1, 1), pad)
+    want = reference(bf16.rounded(data), bf16.rounded(weight), pad, (1, 1), (2, 2))
+    outputs = []
+    for passes in (2, 4):
+        if passes == 4:
+            monkeypatch.setattr(conv_amx, "_twinned",
+                                lambda runs: [(view, into, None) for view, into in runs])
+        out = np.full(want.shape, np.nan, np.float32)
+        call = conv_amx.bind(data, weight, out, geometry, bf16_workspace())
+        assert len(call.args[0].args[0]) == passes  # `_each` over the pairing passes
+        call()
+        outputs.append(out.copy())
+        assert_armed_runs_store(out, outputs[-1], call)
+    np.testing.assert_array_equal(outputs[0], outputs[1])
+    assert relative_error(outputs[0], want) < 1e-5
+
+
+@needs_direct
 @pytest.mark.parametrize(("channels", "filters"), [
     (3, 72),  # 9 steps of K for 32 rows: several rows stored after each step
     (100, 40),  # 36 steps: some steps store none; the last block's 8 rows
