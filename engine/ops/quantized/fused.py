@@ -253,17 +253,6 @@ def _conv_terms(attrs: Attrs, weights: _ConvWeights, values: dict[str, Any]) -> 
                       storage, calibrated, (out_low, out_high))
 
 
-class _CopyInto:
-    """A target `_FusedInt8Conv._repeat` writes with ``view[:] = value`` where it has no byte
-    view (not contiguous): NumPy's copy."""
-
-    def __init__(self, target: np.ndarray) -> None:
-        self.target = target
-
-    def __setitem__(self, where: slice, value: np.ndarray) -> None:
-        np.copyto(self.target, value)
-
-
 class _FusedInt8Conv:
     """A bound quantized node run by `int8_conv.FusedConv` (compiled passes, on the spin
     pool), or `int8_depthwise.FusedDepthwise` for one filter per channel, where its terms
@@ -286,6 +275,7 @@ class _FusedInt8Conv:
         self._key: Any = None
         # (`_state` of the last fused run, what that run did): `run`'s steady path
         self._steady: tuple[Any, ...] | None = None
+        self._last_run: tuple[Any, ...] = ()  # what `_decide_and_run` last did: `_repeat`'s
         self._plan: tuple[Any, ...] | None = None  # (make, Epilogue, low, high) or None
         self._convs: dict[int8_conv.Layouts | None, Any] = {}  # by the layouts they take
         self._weight_q: np.ndarray | None = None
@@ -330,7 +320,7 @@ class _FusedInt8Conv:
         self._steady = None
         if not self._decide_and_run():
             return False
-        self._steady = (state, *self._last)
+        self._steady = (state, *self._last_run)
         return True
 
     def _state(self) -> tuple[Any, ...]:
@@ -360,21 +350,8 @@ class _FusedInt8Conv:
         if laid_out:
             integer.PATHS["int8_channels_last_handoff"] += 1
         integer.PATHS["int8_fused_conv"] += 1
-        for view, value in ranges_out:
-            view[:] = value
-
-    def _range_copies(self, low: Any, high: Any) -> tuple[Any, ...]:
-        """The output range's targets as byte views with the bytes `np.copyto` writes
-        there, for `_repeat`; NumPy's copies where a target is not contiguous."""
-        copies = []
-        for target, value in zip(self.targets[1:3], (low, high), strict=True):
-            made = np.empty_like(target)
-            np.copyto(made, value)
-            if target.flags.c_contiguous:
-                copies.append((memoryview(target.reshape(-1)).cast("B"), made.tobytes()))
-            else:
-                copies.append((_CopyInto(target), made))
-        return tuple(copies)
+        for write in ranges_out:
+            write()
 
     def _decide_and_run(self) -> bool:
         out = self.handoffs.get("out")
@@ -421,8 +398,9 @@ class _FusedInt8Conv:
         np.copyto(self.targets[1], low)
         np.copyto(self.targets[2], high)
         written = None if out is None or out.rescale is None else out.rescale.written
-        self._last = (conv, epilogue, rescale, written, out is not None,
-                      self._range_copies(low, high))
+        self._last_run = (conv, epilogue, rescale, written, out is not None,
+                      (ranges.constant_writer(self.targets[1], low),
+                       ranges.constant_writer(self.targets[2], high)))
         return True
 
     def run_follower(self) -> None:
