@@ -18,6 +18,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from functools import partial
+from threading import get_ident
 from typing import Any
 
 import numpy as np
@@ -275,7 +276,9 @@ class _FusedInt8Conv:
         self._key: Any = None
         # (`_state` of the last fused run, what that run did): `run`'s steady path
         self._steady: tuple[Any, ...] | None = None
-        self._last_run: tuple[Any, ...] = ()  # what `_decide_and_run` last did: `_repeat`'s
+        self._last_run: tuple[Any, ...] = ()  # what `_decide_and_run` last did: `run`'s
+        # the hand-offs `_state` reads, found once
+        self._watched = tuple(self.handoffs.get(name) for name in ("data", "sum", "out"))
         self._plan: tuple[Any, ...] | None = None  # (make, Epilogue, low, high) or None
         self._convs: dict[int8_conv.Layouts | None, Any] = {}  # by the layouts they take
         self._weight_q: np.ndarray | None = None
@@ -308,50 +311,51 @@ class _FusedInt8Conv:
 
     def run(self) -> bool:
         """Compute the node on the compiled path; False where it cannot (the NumPy path
-        runs). A run whose `_state` is the last fused run's repeats what that run did
-        without deciding it again: in a plan's run each NumPy call a step makes costs
-        about as much as a small layer (its code and objects evicted from cache by the
-        layers between, ResNet-18 int8 at batch 1, one thread: 12–20 µs a convolution)."""
-        state = self._state()
+        runs). A run that finds what the last fused run decided on unchanged (`_state`) on
+        the same thread repeats that run's jobs and bookkeeping without deciding again: in
+        a plan's run, every NumPy call and object a step touches has been evicted from
+        cache by the layers between (ResNet-18 int8 at batch 1, one thread: deciding cost
+        12–20 µs a convolution)."""
         steady = self._steady
-        if steady is not None and steady[0] == state:
-            self._repeat(*steady[1:])
+        if steady is not None and steady[0] == self._state():
+            state, jobs, out, laid_out, rescale, written, paths, writers = steady
+            for job in jobs:
+                job()
+            if out is not None:
+                out.laid = laid_out
+                if rescale is not None:
+                    rescale.written = written
+            for path in paths:
+                integer.PATHS[path] += 1
+            for write in writers:
+                write()
             return True
         self._steady = None
+        state = self._state()
         if not self._decide_and_run():
             return False
-        self._steady = (state, *self._last_run)
+        conv, epilogue, rescale, written, laid_out, writers = self._last_run
+        jobs = conv.jobs_for(epilogue) if isinstance(conv, int8_conv.EpilogueLayer) else (
+            partial(conv, epilogue),)
+        out = self.handoffs.get("out")
+        paths = ("int8_fused_conv",) + (("int8_channels_last_handoff",) if laid_out else ()) \
+            + (("int8_rescaled_in_product",) if rescale is not None else ())
+        self._steady = (state, jobs, out, laid_out, None if out is None else out.rescale,
+                        written, paths, writers)
         return True
 
     def _state(self) -> tuple[Any, ...]:
         """What `_decide_and_run`'s choices depend on from one run to the next: the range
         inputs' values, the compiled paths' switch, the layouts the inputs' writers laid,
-        and whether the output's readers take it channels-last (and its rescale)."""
-        data, residual = self.handoffs.get("data"), self.handoffs.get("sum")
-        out = self.handoffs.get("out")
+        whether the output's readers take it channels-last (and its rescale), and the
+        thread (a layer's jobs are bound per thread)."""
+        data, residual, out = self._watched
         rescale = None if out is None else out.rescale
         return (tuple([view[0] for view in self._range_views]), integer.fast_path_enabled(),
-                data is not None and data.laid, residual is not None and residual.laid,
-                out is not None and out.taken, rescale,
+                get_ident(), data is not None and data.laid,
+                residual is not None and residual.laid,
+                out is not None and out.takers == out.readers, rescale,
                 rescale is not None and rescale.out_handoff.taken)
-
-    def _repeat(self, conv: Any, epilogue: Any, rescale: Any, written: Any,
-                laid_out: bool, ranges_out: tuple[Any, ...]) -> None:
-        """The last fused run again (`_decide_and_run` with its choices made): the layer,
-        the hand-offs' flags and counts, the output range's bytes."""
-        conv(epilogue)
-        out = self.handoffs.get("out")
-        if out is not None:
-            out.laid = laid_out
-            if out.rescale is not None:
-                out.rescale.written = written
-        if rescale is not None:
-            integer.PATHS["int8_rescaled_in_product"] += 1
-        if laid_out:
-            integer.PATHS["int8_channels_last_handoff"] += 1
-        integer.PATHS["int8_fused_conv"] += 1
-        for write in ranges_out:
-            write()
 
     def _decide_and_run(self) -> bool:
         out = self.handoffs.get("out")
