@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import engine
+from engine.cpu import parallel
 from engine.kernels import int8_conv
 from engine.ops.quantized import fused, integer, ranges
 from tests.engine.ops.quantized.int8_models import numpy_path, paths_taken
@@ -38,7 +39,17 @@ def decisions(monkeypatch):
     return counts
 
 
-def test_steady_runs_repeat_the_first_runs_choices(decisions):
+@pytest.mark.parametrize("threads", [1, 2])
+def test_steady_runs_repeat_the_first_runs_choices(decisions, threads):
+    before = parallel.threads()
+    parallel.set_threads(threads)  # plans bound from here run on these threads
+    try:
+        repeat_the_first_runs_choices(decisions)
+    finally:
+        parallel.set_threads(before)
+
+
+def repeat_the_first_runs_choices(decisions):
     symbol, params = residual_net()
     calibration = RNG.standard_normal((16, 3, 16, 16)).astype(np.float32)
     model = engine.load_model(symbol, params, precision="int8",
