@@ -315,7 +315,7 @@ class _FusedInt8Conv:
         the same thread repeats that run's jobs and bookkeeping without deciding again: in
         a plan's run, every NumPy call and object a step touches has been evicted from
         cache by the layers between (ResNet-18 int8 at batch 1, one thread: deciding cost
-        12–20 µs a convolution)."""
+        about 20 µs a convolution)."""
         steady = self._steady
         if steady is not None and steady[0] == self._state():
             state, jobs, out, laid_out, rescale, written, paths, writers = steady
