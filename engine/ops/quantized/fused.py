@@ -318,7 +318,7 @@ class _FusedInt8Conv:
         about 20 µs a convolution)."""
         steady = self._steady
         if steady is not None and steady[0] == self._state():
-            state, jobs, out, laid_out, rescale, written, paths, writers = steady
+            _, jobs, out, laid_out, rescale, written, paths, writers = steady
             for job in jobs:
                 job()
             if out is not None:
