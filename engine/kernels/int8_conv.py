@@ -153,6 +153,12 @@ class EpilogueLayer:
     def __call__(self, epilogue: Epilogue) -> None:
         """Compute the layer into ``out`` with ``epilogue``'s terms (the jobs are bound
         again when a different `Epilogue` comes: callers keep one per data range)."""
+        for job in self.jobs_for(epilogue):
+            job()
+
+    def jobs_for(self, epilogue: Epilogue) -> tuple[Any, ...]:
+        """The calling thread's jobs computing the layer with ``epilogue``'s terms, called
+        in order: bound at the first ask, valid until another `Epilogue` is asked for."""
         if epilogue is not self._epilogue:
             np.copyto(self.bias, epilogue.bias)
             np.copyto(self.scales, epilogue.scales)
@@ -161,8 +167,7 @@ class EpilogueLayer:
         jobs = self._jobs.get(threading.get_ident())
         if jobs is None:
             jobs = self._jobs[threading.get_ident()] = self._bind(epilogue)
-        for job in jobs:
-            job()
+        return jobs
 
     def _bind(self, epilogue: Epilogue) -> tuple[Any, ...]:
         raise NotImplementedError

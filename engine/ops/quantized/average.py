@@ -80,13 +80,18 @@ class _BoundAverage:
         self.factor = np.zeros(1, np.float32)
         self._key: Any = None
         self._jobs: dict[bool, Any] = {}
+        self._range_writers = tuple(ranges.constant_writer(target, value) for target, value
+                                    in zip(targets[1:3], self.out_range, strict=True))
+        # the data's range as memoryviews: items read without NumPy's indexing
+        self._range_views = tuple(memoryview(np.asarray(value).reshape(-1))
+                                  for value in (self.low, self.high))
 
     def __call__(self) -> None:
         data = self.data
-        key = (float(ranges.scalar(self.low)), float(ranges.scalar(self.high)))
+        key = (self._range_views[0][0], self._range_views[1][0])
         if key != self._key:
-            self.factor[0] = _factor(self.attrs, data.dtype, *key,
-                                     data.shape[2] * data.shape[3])
+            self.factor[0] = _factor(self.attrs, data.dtype, ranges.scalar(self.low),
+                                     ranges.scalar(self.high), data.shape[2] * data.shape[3])
             self._key = key
         laid = self.data_handoff is not None and self.data_handoff.laid
         if laid not in self._jobs:
@@ -94,8 +99,8 @@ class _BoundAverage:
                                                             self.targets[0], laid)
         self._jobs[laid]()
         integer.PATHS["int8_global_average"] += 1
-        np.copyto(self.targets[1], self.out_range[0])
-        np.copyto(self.targets[2], self.out_range[1])
+        for write in self._range_writers:
+            write()
 
 
 def _bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,

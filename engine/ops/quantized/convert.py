@@ -87,7 +87,8 @@ def _quantize_v2_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
     if dtype == INT8:  # int8 reports the symmetric range it covers
         reach = ranges.max_abs(low, high)
         low, high = -reach, reach
-    out_low, out_high = ranges.range_pair(low, high)
+    writers = tuple(ranges.constant_writer(target, value) for target, value in zip(
+        targets[1:3], ranges.range_pair(low, high), strict=True))
 
     def call() -> None:
         if offered is not None and offered.taken:
@@ -98,8 +99,8 @@ def _quantize_v2_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
             job()
             if offered is not None:
                 offered.laid = False
-        np.copyto(targets[1], out_low)
-        np.copyto(targets[2], out_high)
+        for write in writers:
+            write()
 
     return [call]
 

@@ -92,6 +92,8 @@ class _Int8MaxPool:
         self.data_handoff = handoff.take(workspace, self.data)
         self.out_handoff = handoff.offer(workspace, targets[0])
         self._jobs: dict[tuple[bool, bool], Any] = {}
+        self._ranges = (ranges.range_copier(self.low, targets[1]),
+                        ranges.range_copier(self.high, targets[2]))
 
     def __call__(self) -> None:
         data_laid = self.data_handoff is not None and self.data_handoff.laid
@@ -105,8 +107,8 @@ class _Int8MaxPool:
         if self.out_handoff is not None:
             self.out_handoff.laid = out_laid
             integer.PATHS["int8_channels_last_handoff"] += out_laid
-        np.copyto(self.targets[1], ranges.scalar(self.low))
-        np.copyto(self.targets[2], ranges.scalar(self.high))
+        for copy in self._ranges:
+            copy()
 
 
 def _pooling_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
@@ -154,10 +156,21 @@ def _flatten_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
     if xp is not np or len(targets) != 3:
         return [partial(QUANTIZED_FLATTEN.compute, xp, attrs, inputs, out)]
 
+    copies = (ranges.range_copier(low, targets[1]), ranges.range_copier(high, targets[2]))
+    if data.dtype == targets[0].dtype and data.nbytes == targets[0].nbytes and \
+            data.flags.c_contiguous and targets[0].flags.c_contiguous:
+        into, read = memoryview(targets[0]).cast("B"), memoryview(data).cast("B")
+
+        def copy_data() -> None:
+            into[:] = read
+    else:
+        def copy_data() -> None:
+            np.copyto(targets[0], data.reshape(targets[0].shape))
+
     def flatten() -> None:
-        np.copyto(targets[0], data.reshape(targets[0].shape))
-        np.copyto(targets[1], low)
-        np.copyto(targets[2], high)
+        copy_data()
+        for copy in copies:
+            copy()
 
     return [flatten]
 
