@@ -19,8 +19,8 @@ Where numba is installed, `depthwise_kernel`'s compiled kernels replace the patc
 matmul (2-D, float32/64): over the NumPy-filled phases, or reading the input themselves for
 large strided planes (`PLANE_CELLS`) and every 3×3 stride-1 pad-1 one (`SAME_3X3`). Before
 them, float32 3×3 pad-1 layers of stride 1 or 2 take `depthwise_vector`'s kernel (LLVM IR,
-AVX-512; numba not needed), but for the large stride-1 planes `VECTOR_SAME_CELLS` leaves to
-numba's where no AMX product takes the output as bf16 pairs (`bf16_handoff`).
+AVX-512; numba not needed), which also writes the bf16 pairs an AMX product takes in place of
+the output (`bf16_handoff`).
 
 The phases live in a zero-bordered `Workspace` buffer (only input cells are written per run), the
 patches and matmul results in the plan's shared scratch, and all views are made at bind time.
@@ -56,15 +56,14 @@ PLANE_CELLS = 56 * 56
 # 32 × 112² 0.143 ms against 0.209, 144 × 56² 0.166 / 0.241, 192 × 28² 0.065 / 0.105,
 # 384 × 14² 0.047 / 0.086, 960 × 7² 0.072 / 0.099; the whole network 10.3–10.5 → 9.5–9.9 ms.
 SAME_3X3 = ((3, 3), (1, 1), (1, 1), (1, 1))
-# `depthwise_vector`'s kernel runs every 3×3 pad-1 float32 layer it can, but for stride-1
-# planes of this many cells or more whose rows do not fill whole vectors (width not a multiple
-# of 16): numba's `depthwise_same_3x3` sums those as one long flat run, while the vector
-# kernel's rows then end in a part-filled vector (56 = 3.5 vectors). MobileNet v2's layers,
-# one thread, best of 60 alone, numba's against the vector kernel: 144 × 56² 153 / 171 µs,
-# 32 × 112² 128 / 118, 192 × 28² 60 / 34, 960 × 7² 68 / 25; stride 2: 96 × 112² 363 / 244,
-# 576 × 14² 94 / 23. In order in a run (medians of 40): 32 × 112² 247 / 187 (load 4), 144 ×
-# 56² 312 / 330 (load 4), 231 / 240 and 198 / 199 (fp32 and bf16 plans, load 2.5).
-VECTOR_SAME_CELLS = 56 * 56
+# `depthwise_vector`'s kernel runs every 3×3 pad-1 float32 layer it can, the stride-1 planes
+# of 56² too, whose rows end in a part-filled vector (56 = 3.5 vectors), where numba's
+# `depthwise_same_3x3` sums a plane as one long flat run: alone it runs those faster (144 ×
+# 56², one thread, best of 60: 153 against 171 µs), but in a run, reading what the expanding
+# 1×1 product has just written, slower. MobileNet v2 fp32, one thread, steps in order, medians
+# of 30, three runs each in turn with main's: 144 × 56² 185–193 µs against numba's 201–204.
+# Elsewhere, numba's against the vector kernel alone: 32 × 112² 128 / 118, 192 × 28² 60 / 34,
+# 960 × 7² 68 / 25; stride 2: 96 × 112² 363 / 244, 576 × 14² 94 / 23.
 
 
 @dataclass(frozen=True)
@@ -168,23 +167,19 @@ def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometr
     compiled = _compiled_applies(xp, data, weight, bias, axes)
     direct = compiled and data.flags.c_contiguous  # the kernels reading the input view it flat
     if depthwise_vector.applies(data, weight, bias, out, geometry):
-        # Its output may go to AMX products as the bf16 pairs they read (one sample): it
-        # then takes the large stride-1 planes from numba's kernel too, as their pairing
-        # pass costs more than the vector kernel loses there (144 × 56², one thread: pairing
-        # 74 µs; numba's 153 µs against the vector kernel's 171, 148 writing the pairs).
+        # Its output may go to AMX products as the bf16 pairs they read (one sample), in
+        # place of a pairing pass (144 × 56², one thread: pairing 74 µs; the vector kernel
+        # 171 µs writing float32, 148 writing the pairs).
         handoff = bf16_handoff.offer(workspace, out)
         # Its input may come as bf16 planes (one sample): a 1×1 product's AMX epilogue
         # lays them (`gemm_amx_handoff`), half the bytes to read.
         source = bf16_handoff.offered(workspace, data) if batch == 1 else None
         if source is not None and not source.planes:
             source = None
-        if (handoff is not None or source is not None or max(geometry[1]) > 1
-                or math.prod(data.shape[2:]) < VECTOR_SAME_CELLS
-                or data.shape[-1] % depthwise_vector.LANES == 0):
-            if source is not None and bf16_handoff.take_planes(source, workspace) is None:
-                source = None
-            return [depthwise_vector.bind(data, weight, bias, out, geometry[1][0], handoff,
-                                          source)]
+        if source is not None and bf16_handoff.take_planes(source, workspace) is None:
+            source = None
+        return [depthwise_vector.bind(data, weight, bias, out, geometry[1][0], handoff,
+                                      source)]
     if direct and tuple(map(tuple, geometry)) == SAME_3X3:
         return [_same_call(data, weight, bias, out)]
     if direct and max(geometry[1]) > 1 and math.prod(data.shape[2:]) >= PLANE_CELLS:

@@ -376,7 +376,7 @@ def _transposed(weight: Any, right: Any, out: Any, workspace: Any) -> Callable[[
                                lambda constant: gemm_kernel.pack_columns(constant.T))
     scratch = workspace.zeroed(out.shape[::-1], out.dtype, ("gemm transposed",))
     product = _by_panels(right.T, weight.T, panels, scratch)
-    return Transposed(product, strided_kernel.copy_when_armed(out, scratch.T))
+    return Transposed(product, out, scratch.T)
 
 
 def _by_panels(left: Any, right: Any, panels: Any, out: Any) -> Any:
@@ -507,24 +507,70 @@ class Spread:
 
 class Transposed:
     """``out = weight @ right`` run as ``outᵀ``'s product into scratch, then copied into
-    ``out`` transposed (`_transposed`). Like a Product it takes an epilogue: a bias per row of
-    ``out`` is one per column of the product it runs, added with the clamp as the tiles store,
-    where it had been a pass over ``out`` after the copy (MobileNet v2's last 1×1 layers at 7²,
-    ResNet-50 v2's at 7² before their ReLU)."""
+    ``out`` transposed (`_transposed`): ``source`` is the scratch viewed as ``out``. Like a
+    Product it takes an epilogue: a bias per row of ``out`` is one per column of the product
+    it runs, added with the clamp as the tiles store, where it had been a pass over ``out``
+    after the copy (MobileNet v2's last 1×1 layers at 7², ResNet-50 v2's at 7² before their
+    ReLU). It takes a residual too (`with_residual`): added as the copy moves the sums into
+    ``out`` (one strided add in place of the copy), then the clamp, where it had been a pass
+    over ``out`` of its own (MobileNet v2's projections at 7² ending a block)."""
 
-    def __init__(self, product: Any, copy: Callable[[], Any]) -> None:
-        self.product, self.copy = product, copy
+    def __init__(self, product: Any, out: Any, source: Any, residual: Any = None,
+                 bounds: tuple[float, float] = (-np.inf, np.inf)) -> None:
+        self.product, self.out, self.source = product, out, source
+        # without a residual, the product's tiles clamp to ``bounds``; with one, the copy
+        self.residual, self.bounds = residual, bounds
+        if residual is None:
+            self.copy = strided_kernel.copy_when_armed(out, source)
+            self.clamp = None
+            return
+        self.copy = strided_kernel.when_armed(partial(np.add, source, residual, out))
+        low, high = bounds
+        self.clamp = (partial(np.clip, out, low, high, out)
+                      if low > -np.inf or high < np.inf else None)
 
     def __call__(self) -> None:
         self.product()
         self.copy()
+        if self.clamp is not None:
+            self.clamp()
 
     def with_epilogue(self, bias_rows: Any = None, bias_columns: Any = None,
                       low: float = -np.inf, high: float = np.inf) -> Transposed:
         """This product adding a bias per row and/or column of ``out``, clamped to
-        [low, high]."""
-        return Transposed(self.product.with_epilogue(bias_columns, bias_rows, low, high),
-                          self.copy)
+        [low, high] (after the residual where it adds one)."""
+        bounds = (max(self.bounds[0], float(low)), min(self.bounds[1], float(high)))
+        if self.residual is None:
+            return Transposed(self.product.with_epilogue(bias_columns, bias_rows, low, high),
+                              self.out, self.source, bounds=bounds)
+        product = self.product
+        if bias_rows is not None or bias_columns is not None:  # before the residual still
+            product = product.with_epilogue(bias_columns, bias_rows)
+        return Transposed(product, self.out, self.source, self.residual, bounds)
+
+    def writes_within(self, out: Any) -> bool:
+        """Whether ``out`` (C-contiguous) holds this call's output whole, so that a residual
+        laid out as ``out`` lies as it does; and no clamp is set yet, which would come
+        before the residual's sum."""
+        mine = self.out
+        return (mine.flags.c_contiguous and mine.dtype == np.float32
+                and self.residual is None and self.bounds == (-np.inf, np.inf)
+                and gemm_kernel.residual_fits(mine.ctypes.data, mine.nbytes, out))
+
+    def with_residual(self, out: Any, other: Any) -> Transposed:
+        """This product adding ``other`` (an array of ``out``'s shape, float32,
+        C-contiguous) after its biases, before its clamp, as the copy stores each sum;
+        ``out`` holds this call's output (`writes_within`)."""
+        if (type(other) is not np.ndarray or other.dtype != np.float32
+                or other.shape != out.shape or not other.flags.c_contiguous
+                or not self.writes_within(out)):
+            raise ValueError(f"a fused residual must be float32, C-contiguous and of the "
+                             f"output's shape {out.shape}; got "
+                             f"{getattr(other, 'dtype', type(other))} "
+                             f"{getattr(other, 'shape', '')}")
+        start = (self.out.ctypes.data - out.ctypes.data) // out.itemsize
+        residual = other.reshape(-1)[start:start + self.out.size].reshape(self.out.shape)
+        return Transposed(self.product, self.out, self.source, residual)
 
 
 def _ours_and_copies(calls: list[Callable[[], Any]]) -> bool:
