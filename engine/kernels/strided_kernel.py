@@ -61,11 +61,11 @@ def operands(call: Any) -> tuple[Any, ...] | None:
 
 
 def job(operation: int, target: Any, left: Any, right: Any,
-        min_elements: int = MIN_ELEMENTS) -> spin_pool.Job | None:
+        min_elements: int | None = None) -> spin_pool.Job | None:
     """``target = left ∘ right`` (or a copy of ``left``) as a job, for arrays of one shape
     and dtype (no broadcasting, no casting), strides non-negative, at least ``min_elements``
-    (a step of a `part_chain` share may be small), a source either apart from the target or
-    exactly it (in place); else None."""
+    (`MIN_ELEMENTS` where None, read at the call; a step of a `part_chain` share may be
+    small), a source either apart from the target or exactly it (in place); else None."""
     if not _takes(target, left, right, min_elements):
         return None
     arrays = (target, left, right)
@@ -89,7 +89,9 @@ def compiled_kernels() -> dict[str, Any]:
     return compiled_once(_kernels, lambda: {"blocks": compile_kernel(_blocks)})
 
 
-def _takes(target: Any, left: Any, right: Any, min_elements: int = MIN_ELEMENTS) -> bool:
+def _takes(target: Any, left: Any, right: Any, min_elements: int | None = None) -> bool:
+    if min_elements is None:
+        min_elements = MIN_ELEMENTS
     arrays = (target, left, right)
     return (all(isinstance(array, np.ndarray) for array in arrays)
             and left.shape == right.shape == target.shape
