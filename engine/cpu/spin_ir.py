@@ -29,8 +29,8 @@ field on its own cache line, so that spinning readers do not slow the writers of
   ready 1-3 times in 12, polling 6-8); but each poll wakes the worker, thousands of times a
   second, and where another process's armed run keeps the cores busy each wake-up preempts
   one of its threads (on the 2-core VM, a bf16 ResNet-18 call armed beside a process whose
-  worker polled: 33 preemptions against 9 beside one asleep). So the polls are kept to the
-  first tens of milliseconds, where the next run of a burst comes.
+  worker polled: 33 preemptions, against 15 beside one napping and 9 beside none). So the
+  polls are kept to the first tens of milliseconds, where the next run of a burst comes.
 * ``nap_polls``: on Linux, empty polls a worker spins through while armed or sticky, and a
   caller waiting on the workers' parts, before it naps on a futex (at most
   `NAP_NANOSECONDS`): ``sleepers`` and ``wake`` the workers' count and word (the poster of a

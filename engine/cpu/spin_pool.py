@@ -466,9 +466,9 @@ class _Pool:
             self.work(self.address)  # spins without the GIL until disarmed and patient
 
     def _poll_seconds(self) -> float:
-        """How long a doze's poll takes here, in `DOZE_MICROSECONDS` (timed once, unarmed: a
-        sleep of 100 µs took 150-210 on the 2-core VM, so counting them by their nominal
-        length polled for twice as long)."""
+        """How many times its nominal `DOZE_MICROSECONDS` a doze's poll takes here (timed
+        once, unarmed: a sleep of 100 µs took 150–210 on the 2-core VM, so polls counted by
+        their nominal length polled for twice as long as meant)."""
         trial = np.zeros(STATE_SIZE, np.int64)
         took = []
         for _ in range(3):  # the quickest of three: the least disturbed by a busy machine
