@@ -403,7 +403,7 @@ def _compile(cpu: str | None = None, features: str | None = None,
         from engine.cpu.llvm_jit import compile_ir
         from engine.kernels.gemm_amx_ir import AmxTileKernel
         from engine.kernels.gemm_bf16_ir import PairTileKernel
-        from engine.kernels.gemm_ir import TileKernel
+        from engine.kernels.gemm_ir import NarrowEdgeTileKernel
     except ImportError:
         return None
     if kernel != FP32 and not host_features.bf16_dot_product():
@@ -420,7 +420,8 @@ def _compile(cpu: str | None = None, features: str | None = None,
                                if name.startswith("+")})
         if kernel == AMX:
             shape = AMX_TILE
-        tiles = {FP32: TileKernel, BF16: PairTileKernel, AMX: AmxTileKernel}[kernel](shape)
+        kernels = {FP32: NarrowEdgeTileKernel, BF16: PairTileKernel, AMX: AmxTileKernel}
+        tiles = kernels[kernel](shape)
         tiles.define_part("part", tiles.define_full("tile_full"), tiles.define_edge("tile_edge"),
                           CONTEXT_FIELDS)
         engine = compile_ir(str(tiles.module), cpu, features, level=3, optimise=True)

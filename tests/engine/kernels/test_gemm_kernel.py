@@ -150,17 +150,65 @@ def test_the_tiles_of_other_x86_machines(cpu: str, features: str, rows: int) -> 
     kernels = gemm_kernel._compile(cpu, features)
     assert kernels is not None and kernels["tile"].rows == rows
     shape = kernels["tile"]
-    for m, n, k in ((shape.rows, shape.columns, 9), (2 * shape.rows + 1, 37, 50), (1, 3, 1)):
+    part = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(
+        kernels["part"])
+    for m, n, k in ((shape.rows, shape.columns, 9), (2 * shape.rows + 1, 37, 50), (1, 3, 1),
+                    (2 * shape.rows + 1, shape.columns + 1, 20)):
         a, b = random(m, k), random(k, n)
-        c = np.full((m, n), np.nan, np.float32)
-        zeros = np.zeros(max(m, n) + 64, np.float32)
-        context = gemm_kernel._context(shape, a.ctypes.data, k, k, 1, b.ctypes.data, 1, n, c,
-                                       k, False, zeros.ctypes.data)
-        part = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(
-            kernels["part"])
-        for index in range(3):  # a job of three parts, run here in turn
-            part(context.ctypes.data, index, 3)
-        assert_product(c, a, b)
+        blocks = -(-m // shape.rows)
+        # A as it lies, and packed for this tile (unit row step: a narrow edge's columns
+        # take their sums a column to a vector)
+        padded = np.zeros((blocks * shape.rows, k), np.float32)
+        padded[:m] = a
+        packed = np.ascontiguousarray(padded.reshape(blocks, shape.rows, k).transpose(0, 2, 1))
+        for start, row_step, lda, acs in ((a.ctypes.data, k, k, 1),
+                                          (packed.ctypes.data, k, 1, shape.rows)):
+            c = np.full((m, n), np.nan, np.float32)
+            zeros = np.zeros(max(m, n) + 64, np.float32)
+            context = gemm_kernel._context(shape, start, row_step, lda, acs, b.ctypes.data, 1,
+                                           n, c, k, False, zeros.ctypes.data)
+            for index in range(3):  # a job of three parts, run here in turn
+                part(context.ctypes.data, index, 3)
+            assert_product(c, a, b)
+
+
+def test_an_edge_of_few_columns_runs_a_column_to_a_vector() -> None:
+    from engine.kernels.gemm_ir import NarrowEdgeTileKernel, TileKernel
+
+    shape = gemm_kernel.tile()
+    narrow = NarrowEdgeTileKernel(shape)
+    narrow.define_edge("tile_edge")
+    plain = TileKernel(shape)
+    plain.define_edge("tile_edge")
+    text = str(narrow.module)
+    columns = shape.width // 2 if shape.rows <= shape.width else 0
+    assert all(f"columns{count}:" in text for count in range(1, columns + 1))
+    assert f"columns{columns + 1}:" not in text and "columns1:" not in str(plain.module)
+
+
+@pytest.mark.parametrize(("rows", "depth", "columns"),
+                         [(25, 70, 36), (13, 3, 8), (12, 1, 33), (1, 64, 196), (30, 0, 4)])
+def test_a_packed_products_narrow_edge_adds_biases_residual_and_clamp(rows: int, depth: int,
+                                                                      columns: int) -> None:
+    """The last panel of a few columns over a packed A (sums a column to a vector): the
+    epilogue's terms in order, each row's and column's own, the residual read where C's
+    element lies, NaN kept, nothing written outside C."""
+    a, b = random(rows, depth), random(depth, columns)
+    bias_rows, bias_columns = random(rows), random(columns)
+    out = np.full((3, rows, columns), 7.0, np.float32)
+    other = random(3, rows, columns)
+    other[1, rows - 1, columns - 1] = np.nan
+    product = gemm_kernel.bind_packed(gemm_kernel.pack(a), b, out[1])
+    product.with_epilogue(bias_rows=bias_rows, low=-0.5, high=1.0)()
+    want = expected(a, b) + bias_rows[:, None]
+    np.testing.assert_allclose(out[1], np.clip(want, -0.5, 1.0), rtol=1e-4, atol=1e-4)
+    fused = product.with_epilogue(bias_rows=bias_rows, bias_columns=bias_columns) \
+        .with_residual(out, other).with_epilogue(low=-0.5, high=1.0)
+    fused()
+    want = np.clip(want + bias_columns + other[1], -0.5, 1.0)
+    np.testing.assert_allclose(out[1], want, rtol=1e-4, atol=1e-4)
+    assert np.isnan(out[1, rows - 1, columns - 1])
+    assert (out[[0, 2]] == 7.0).all()
 
 
 def test_strided_operands_and_an_output_inside_a_larger_array() -> None:
