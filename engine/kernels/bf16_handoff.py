@@ -68,6 +68,13 @@ class PairedHandoff:
         self.grid: Any = None
         self.laid = False  # whether the writer's last run wrote the words (not the array)
         self.withdrawn = False  # steps after the writer change the array (`withdraw`)
+        self.noted: int | None = None  # the workspace's outputs noted as it was offered
+        # A residual 1×1 product writing the array, and a BatchNorm reader's ask that it
+        # write that reader's words too (`gemm_amx_preact`); ``written_by``: on a reader's
+        # own hand-off, the ask its writer's writer granted.
+        self.residual_writer: Any = None
+        self.preact: Any = None
+        self.written_by: Any = None
 
     @property
     def taken(self) -> bool:
@@ -107,6 +114,7 @@ def offer(workspace: Any, array: Any, grids: bool | Callable[[Any], bool] = Fals
         handoff = PairedHandoff(len(readers), shape, (array.shape[1], slot), array.shape,
                                 grids, columns, planes)
         holders[slot:slot + 1] = [handoff]
+        handoff.noted = getattr(workspace, "noted", None)
         return handoff
 
     return workspace.shared(array, TAG, reserve)

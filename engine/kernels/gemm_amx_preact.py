@@ -1,0 +1,135 @@
+"""A ResNet v2 block's residual 1×1 product writing the next block's pre-activation words.
+
+In a bf16 plan at batch 1, a block's last 1×1 product on AMX (`conv3`, the shortcut added)
+writes the float32 sum the next block's residual reads; the next block's BatchNorm and ReLU
+(`batchnorm_kernel`) read that sum and write the bf16 words its 1×1 readers take
+(`bf16_handoff`). Here the BatchNorm asks the product, as it binds right after it, to write
+those words as well (`ask`): the product's epilogue works them out of the sums it stores
+(`gemm_amx_preact_ir.AmxPreactKernel`), and the BatchNorm's step then runs no pass. The words
+are the BatchNorm pass's to the bit.
+
+The ask is granted only over a short K with the words' rows as C's (stages 1–2 of ResNet-50
+v2, `MAX_DEPTH`), and each run decides: the product writes the words only where every reader
+of the BatchNorm's output took them (its hand-off is `taken`), and says so (``written``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from engine.cpu import compiled, host_features, llvm_jit, spin_pool
+from engine.kernels import bf16_handoff, gemm_kernel
+
+_FIELD = gemm_kernel.CONTEXT_FIELDS
+# K (in bf16 words, two channels each) at most for the ask: ResNet-50 v2's stage-1 and
+# stage-2 products (64 and 128 channels), whose float32 sums stream past L2, so that a pass
+# reading them back reads memory.
+MAX_DEPTH = 64
+_state: dict[str, Any] = {}
+
+
+class PreactAsk:
+    """A BatchNorm's ask of its data's residual product: write ``out_handoff``'s words of
+    ``clip(BatchNorm(sum), low, high)`` too. ``statistics``: the BatchNorm's (gamma, beta,
+    mean, var, eps, fix_gamma); ``bounds``: its clamp, set as its step binds."""
+
+    def __init__(self, out_handoff: bf16_handoff.PairedHandoff, statistics: tuple,
+                 sum_read: bool = True) -> None:
+        self.out_handoff, self.statistics = out_handoff, statistics
+        # whether anything but the BatchNorm reads the sum: else the product stores only
+        # the words (a stage's last block, whose sum only the next block's pre-activation
+        # reads: the downsampling shortcut reads that pre-activation)
+        self.sum_read = sum_read
+        self.bounds: tuple[float, float] | None = None
+        self.written = False  # whether the product's last run wrote the words
+
+    def scale_shift(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each channel's scale and shift, float32, as `batchnorm_kernel` works them."""
+        gamma, beta, mean, var, eps, fix_gamma = self.statistics
+        inverse = np.float32(1) / np.sqrt(var + np.float32(eps))
+        scale = inverse if fix_gamma else gamma * inverse
+        return np.ascontiguousarray(scale, np.float32), \
+            np.ascontiguousarray(beta - mean * scale, np.float32)
+
+
+def ask(workspace: Any, data: Any, out_handoff: bf16_handoff.PairedHandoff,
+        statistics: tuple) -> PreactAsk | None:
+    """The BatchNorm's ask of ``data``'s writer (see the module), where that writer is a
+    residual AMX product that can write the words of ``out_handoff`` and was bound right
+    before the BatchNorm; else None."""
+    writer = bf16_handoff.offered(workspace, data)
+    product = None if writer is None else writer.residual_writer
+    if (product is None or writer.preact is not None or _compiled() is None
+            or writer.noted is None or workspace.noted != writer.noted + 1
+            or not _fits(product.context, out_handoff)):
+        return None
+    writer.preact = PreactAsk(out_handoff, statistics, len(workspace.readers(data)) > 1)
+    return writer.preact
+
+
+def _fits(context: np.ndarray, handoff: bf16_handoff.PairedHandoff) -> bool:
+    """Whether the product's tiles cover the words' rows whole (M a multiple of the
+    tile's 32 rows, one word row per two of C's, each at least as long), its K is short,
+    C's columns fit under the descriptor's alignment, and it adds no column bias (a 1×1
+    convolution's is zeros: the descriptor takes its slot)."""
+    from engine.kernels.gemm_amx_preact_ir import DESCRIPTOR_ALIGNMENT
+
+    m, n, k = (int(context[_FIELD[name]]) for name in ("m", "n", "k"))
+    if (m % 32 or k > MAX_DEPTH or int(context[_FIELD["batch"]]) != 1
+            or handoff.shape[0] != m // 2 or handoff.shape[1] < n
+            or 4 * n >= DESCRIPTOR_ALIGNMENT or handoff.layout not in (None, "words")):
+        return False
+    bias = int(context[_FIELD["columns_bias"]])
+    return bias == 0 or not np.ctypeslib.as_array(
+        ctypes.cast(bias, ctypes.POINTER(ctypes.c_float)), (n,)).any()
+
+
+def preact_job(product: Any, request: PreactAsk) -> Any:
+    """``product``'s job (an AMX `gemm_kernel.Product` adding a residual) writing the ask's
+    words beside C: its column bias's slot the descriptor's (`AmxPreactKernel`)."""
+    from engine.kernels.gemm_amx_preact_ir import DESCRIPTOR_ALIGNMENT, DESCRIPTOR_FIELDS
+
+    words = request.out_handoff.words
+    scale, shift = request.scale_shift()
+    low, high = (np.float32(bound).view(np.uint32) for bound in request.bounds)
+    room = np.zeros(2 * DESCRIPTOR_ALIGNMENT // 8, np.int64)
+    start = (-room.ctypes.data % DESCRIPTOR_ALIGNMENT) // 8
+    descriptor = room[start:start + len(DESCRIPTOR_FIELDS)]
+    context = product.context.copy()
+    descriptor[:] = (words.ctypes.data, words.shape[1], scale.ctypes.data, shift.ctypes.data,
+                     int(context[_FIELD["rows_bias"]]), int(low), int(high))
+    context[_FIELD["columns_bias"]] = descriptor.ctypes.data
+    parts = product.args[-1]  # a `spin_pool.Job`'s arguments end with its parts
+    return spin_pool.job(_compiled()[request.sum_read], context, parts,
+                         keep=(*product.operands, words, scale, shift, room))
+
+
+def _compiled() -> dict[str, Any] | None:
+    return compiled.made_once(_state, "kernel", _compile)
+
+
+def _compile() -> dict[str, Any] | None:
+    """The part for the host, or None without AMX (or Linux's grant) or llvmlite."""
+    if not gemm_kernel.available(gemm_kernel.AMX) or not host_features.amx_permitted():
+        return None
+    built: dict[str, Any] = {"engines": []}
+    for stores_sum in (True, False):
+        engine = llvm_jit.compile_for_host(partial(_module, stores_sum))
+        if engine is None:
+            return None
+        built["engines"].append(engine)  # it owns the machine code
+        built[stores_sum] = engine.get_function_address("part")
+    return built
+
+
+def _module(stores_sum: bool) -> Any:
+    from engine.kernels.gemm_amx_preact_ir import AmxPreactKernel
+
+    kernel = AmxPreactKernel(gemm_kernel.AMX_TILE, stores_sum)
+    kernel.define_part("part", kernel.define_full("tile_full"), kernel.define_edge("tile_edge"),
+                       _FIELD)
+    return kernel.module
