@@ -14,7 +14,10 @@ their bf16 pairs instead (`bf16.patch_pairing` with the statistics: the same val
 so that no pairing pass reads the float32 output again (ResNet v2's pre-activation blocks;
 a downsampling block's stride-2 shortcut copies its share of the words, `gemm_bind`);
 where its readers are direct 3×3 convolutions (`conv_amx`), it writes the pairs into their
-zero-bordered grid (a basic ResNet v2 block's first convolution).
+zero-bordered grid (a basic ResNet v2 block's first convolution). Where its data's writer,
+bound right before it, is a residual 1×1 product on AMX that can write those words itself
+from its epilogue (`gemm_amx_preact`), the pass asks it to, and runs nothing on the runs where
+it did.
 """
 
 from __future__ import annotations

@@ -31,6 +31,11 @@ layer (`depthwise_vector`) reads in place of the float32 array where the writer 
 (`take_planes`). Unlike the pairs, these change what the reader sums: the values rounded to
 bf16, as an AMX product's operands are.
 
+A 1×1 product adding a residual lays nothing of its own hand-off, but names itself on it
+(``residual_writer``) so that a BatchNorm reading its sum may ask it to write that BatchNorm's
+words in its stead (``preact``; `gemm_amx_preact`), the ask kept on the BatchNorm's own
+hand-off too (``written_by``).
+
 A writer that heads a fused chain whose later steps its epilogue could not take (a sigmoid
 after a convolution) has its hand-off withdrawn (`withdraw`): those steps change the float32
 array after it, which its readers then read.

@@ -25,10 +25,11 @@ from engine.cpu import compiled, host_features, llvm_jit, spin_pool
 from engine.kernels import bf16_handoff, gemm_kernel
 
 _FIELD = gemm_kernel.CONTEXT_FIELDS
-# K (in bf16 words, two channels each) at most for the ask: ResNet-50 v2's stage-1 and
-# stage-2 products (64 and 128 channels), whose float32 sums stream past L2, so that a pass
-# reading them back reads memory.
-MAX_DEPTH = 64
+# K (in bf16 words, two channels each) at most for the ask, where the float32 sum is read
+# by more than the BatchNorm (the product then stores both) and where it is not (the words
+# alone). PLACEHOLDER
+MAX_DEPTH = 32
+WORDS_ALONE_MAX_DEPTH = 128
 _state: dict[str, Any] = {}
 
 
@@ -64,14 +65,17 @@ def ask(workspace: Any, data: Any, out_handoff: bf16_handoff.PairedHandoff,
     writer = bf16_handoff.offered(workspace, data)
     product = None if writer is None else writer.residual_writer
     if (product is None or writer.preact is not None or _compiled() is None
-            or writer.noted is None or workspace.noted != writer.noted + 1
-            or not _fits(product.context, out_handoff)):
+            or writer.noted is None or workspace.noted != writer.noted + 1):
         return None
-    writer.preact = PreactAsk(out_handoff, statistics, len(workspace.readers(data)) > 1)
+    sum_read = len(workspace.readers(data)) > 1
+    if not _fits(product.context, out_handoff, sum_read):
+        return None
+    writer.preact = PreactAsk(out_handoff, statistics, sum_read)
     return writer.preact
 
 
-def _fits(context: np.ndarray, handoff: bf16_handoff.PairedHandoff) -> bool:
+def _fits(context: np.ndarray, handoff: bf16_handoff.PairedHandoff,
+          sum_read: bool = True) -> bool:
     """Whether the product's tiles cover the words' rows whole (M a multiple of the
     tile's 32 rows, one word row per two of C's, each at least as long), its K is short,
     C's columns fit under the descriptor's alignment, and it adds no column bias (a 1×1
@@ -79,7 +83,8 @@ def _fits(context: np.ndarray, handoff: bf16_handoff.PairedHandoff) -> bool:
     from engine.kernels.gemm_amx_preact_ir import DESCRIPTOR_ALIGNMENT
 
     m, n, k = (int(context[_FIELD[name]]) for name in ("m", "n", "k"))
-    if (m % 32 or k > MAX_DEPTH or int(context[_FIELD["batch"]]) != 1
+    if (m % 32 or k > (MAX_DEPTH if sum_read else WORDS_ALONE_MAX_DEPTH)
+            or int(context[_FIELD["batch"]]) != 1
             or handoff.shape[0] != m // 2 or handoff.shape[1] < n
             or 4 * n >= DESCRIPTOR_ALIGNMENT or handoff.layout not in (None, "words")):
         return False
