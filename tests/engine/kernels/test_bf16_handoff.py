@@ -517,12 +517,13 @@ def test_offers_grid_asks_what_grid_for_takes() -> None:
 @pytest.mark.parametrize("side", [64, 56])
 def test_resnet50_v2_residual_products_write_the_next_preactivations_words(
         monkeypatch: pytest.MonkeyPatch, threads: int, side: int) -> None:
-    """ResNet-50 v2 in bf16: each residual 1×1 product of stages 1 and 2 (7) writes the next
-    block's pre-activation words from its epilogue, the BatchNorm's step running no pass;
-    the last block of each stage (2), whose sum only that BatchNorm reads, writes the words
-    alone. At 64² the products' columns fill whole tiles, at 56² (14² and 7² pixels) their
-    last tile is an edge. The outputs are those of the same plan with the BatchNorm passes
-    writing the words, bit for bit, at one thread and at two."""
+    """ResNet-50 v2 in bf16: stage 1's residual 1×1 products (3) write the next block's
+    pre-activation words from their epilogue, the BatchNorm's step running no pass; the
+    last block of stages 1-3, whose sum only that BatchNorm reads, writes the words alone
+    (stages 2-4's other products, over longer K, are not asked). At 64² the products'
+    columns fill whole tiles, at 56² (14², 7² and 4² pixels) their last tile is an edge.
+    The outputs are those of the same plan with the BatchNorm passes writing the words,
+    bit for bit, at one thread and at two."""
     symbol = nets.resnet50_v2(classes=10)
     params = nets.random_params(symbol, (1, 3, side, side), seed=5)
     feed = {"data": image(side)}
@@ -538,9 +539,8 @@ def test_resnet50_v2_residual_products_write_the_next_preactivations_words(
         monkeypatch.setattr(gemm_amx_preact, "ask", watched)
         got = served(symbol, params, feed, "bf16", [], halves=True)
         requests = [request for request in granted if request is not None]
-        assert len(requests) == 7 and all(request.written for request in requests)
-        assert [request.sum_read for request in requests] == [True, True, False,
-                                                              True, True, True, False]
+        assert len(requests) == 5 and all(request.written for request in requests)
+        assert [request.sum_read for request in requests] == [True, True, False, False, False]
         assert all(request.out_handoff.laid for request in requests)
         monkeypatch.setattr(gemm_amx_preact, "ask", lambda *args: None)
         np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", [],
@@ -548,13 +548,17 @@ def test_resnet50_v2_residual_products_write_the_next_preactivations_words(
 
 
 def test_the_ask_fits_only_a_short_k_of_one_image() -> None:
-    """A product over a K past `gemm_amx_preact.MAX_DEPTH` words (stages 3 and 4), of a
-    batch, or whose rows the words do not halve, is not asked for the words."""
+    """A product over a K past `gemm_amx_preact.MAX_DEPTH` words (past
+    `WORDS_ALONE_MAX_DEPTH` where it writes the words alone), of a batch, or whose rows the
+    words do not halve, is not asked for the words."""
     context = np.zeros(len(gemm_kernel.CONTEXT_FIELDS), np.int64)
     for name, value in (("m", 1024), ("n", 16), ("k", 128), ("batch", 1)):
         context[gemm_kernel.CONTEXT_FIELDS[name]] = value
     handoff = bf16_handoff.PairedHandoff(1, (512, 32), (1024, 0))
     assert not gemm_amx_preact._fits(context, handoff)
+    assert gemm_amx_preact._fits(context, handoff, sum_read=False)
+    context[gemm_kernel.CONTEXT_FIELDS["k"]] = gemm_amx_preact.WORDS_ALONE_MAX_DEPTH + 16
+    assert not gemm_amx_preact._fits(context, handoff, sum_read=False)
     context[gemm_kernel.CONTEXT_FIELDS["k"]] = gemm_amx_preact.MAX_DEPTH
     assert gemm_amx_preact._fits(context, handoff)
     context[gemm_kernel.CONTEXT_FIELDS["batch"]] = 2
