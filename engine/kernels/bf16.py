@@ -374,7 +374,7 @@ class PartPairedProduct(PairedProduct):
         handoff = self.handoff
         if handoff is None:
             self.parted()
-        elif self.lays_ever and handoff.taken or handoff.preact is not None:
+        elif self.lays_ever and handoff.taken or getattr(handoff, "preact", None) is not None:
             # the pairing then that product, which lays the readers' layout, or adds its
             # residual and writes a BatchNorm's words that asked (`gemm_amx_preact`)
             self.args[0]()
