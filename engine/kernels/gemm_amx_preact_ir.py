@@ -157,7 +157,7 @@ class AmxPreactKernel(AmxTileKernel):
                 target = builder.bitcast(builder.gep(line, [I64(j * WORDS)]),
                                          self.words_type.as_pointer())
                 if masks is None:
-                    builder.store(paired, target, align=64)
+                    builder.store(paired, target, align=4)
                 else:
                     builder.call(self.store_words, [paired, target, I32(4), masks[j]])
 
