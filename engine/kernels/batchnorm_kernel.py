@@ -14,7 +14,10 @@ their bf16 pairs instead (`bf16.patch_pairing` with the statistics: the same val
 so that no pairing pass reads the float32 output again (ResNet v2's pre-activation blocks;
 a downsampling block's stride-2 shortcut copies its share of the words, `gemm_bind`);
 where its readers are direct 3×3 convolutions (`conv_amx`), it writes the pairs into their
-zero-bordered grid (a basic ResNet v2 block's first convolution).
+zero-bordered grid (a basic ResNet v2 block's first convolution). Where its data's writer,
+bound right before it, is a residual 1×1 product on AMX that can write those words itself
+from its epilogue (`gemm_amx_preact`), the pass asks it to, and runs nothing on the runs where
+it did.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import numpy as np
 
 from engine.cpu import compiled, kernel_jobs
 from engine.cpu.compiled import compile_kernel, compiled_once
-from engine.kernels import bf16, bf16_handoff
+from engine.kernels import bf16, bf16_handoff, gemm_amx_preact
 from engine.kernels.epilogue import ClampingCall
 from engine.kernels.workspace import address
 
@@ -58,10 +61,31 @@ class PairingBatchNormCall(BatchNormCall):
         return BatchNormCall(batchnorm_rows, *self.args[:9], *self.args[10:])
 
     def as_job(self, workspace: Any) -> Any:
-        """The float32 pass's job, or the pairing one, as each run finds the hand-off."""
+        """The float32 pass's job, or the pairing one, as each run finds the hand-off; none
+        on the runs where the data's writer wrote the words (`gemm_amx_preact`)."""
         handoff = self.args[9]
-        return bf16_handoff.EitherJob(handoff, lambda: self.plain().as_job(workspace),
-                                      lambda: _pairs(*self.args))
+        either = bf16_handoff.EitherJob(handoff, lambda: self.plain().as_job(workspace),
+                                        lambda: _pairs(*self.args))
+        request = handoff.written_by
+        if request is None:
+            return either
+        request.bounds = (float(self.args[-2]), float(self.args[-1]))
+        return _UnlessWritten(request, either)
+
+
+class _UnlessWritten:
+    """The pass's job, run only where the data's writer did not write the words."""
+
+    leaves_blas_alone = True
+
+    def __init__(self, request: Any, job: Any) -> None:
+        self.request, self.job = request, job
+
+    def __call__(self) -> None:
+        if self.request.written:
+            self.request.out_handoff.laid = True
+        else:
+            self.job()
 
 
 def bind(data: Any, gamma: Any, beta: Any, mean: Any, var: Any, eps: float, fix_gamma: bool,
@@ -95,6 +119,9 @@ def bind(data: Any, gamma: Any, beta: Any, mean: Any, var: Any, eps: float, fix_
     handoff = bf16_handoff.offer(workspace, out, grids=True) if workspace is not None \
         and data.dtype == np.float32 and data.ndim == 4 else None
     if handoff is not None:
+        if data.ndim == 4 and data.shape[0] == 1:
+            handoff.written_by = gemm_amx_preact.ask(
+                workspace, data, handoff, (gamma, beta, mean, var, eps, bool(fix_gamma)))
         return PairingBatchNormCall(batchnorm_or_pairs, *args, handoff, *bounds)
     return BatchNormCall(batchnorm_rows, *args, *bounds)
 

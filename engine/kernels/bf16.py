@@ -348,8 +348,9 @@ class PartPairedProduct(PairedProduct):
     as one job whose parts each pair the activation into words of their own and multiply
     their share of the weight's rows by them (`by_parts`). Its product may be a
     `gemm_amx_handoff.HandingProduct` (``handoff``, ``lays_ever``): on runs where every
-    reader took the hand-off, the pairing then that product, which lays the readers' layout;
-    on the others the parts, and the hand-off marked not laid. ``workspace`` gives the parts'
+    reader took the hand-off, the pairing then that product, which lays the readers' layout
+    (and likewise where a BatchNorm reading its sum asked it for its words); on the others
+    the parts, and the hand-off marked not laid. ``workspace`` gives the parts'
     words.
 
     A run reads two attributes and makes one native call: measured in order on one thread
@@ -373,7 +374,9 @@ class PartPairedProduct(PairedProduct):
         handoff = self.handoff
         if handoff is None:
             self.parted()
-        elif self.lays_ever and handoff.taken:
+        elif self.lays_ever and handoff.taken or getattr(handoff, "preact", None) is not None:
+            # the pairing then that product, which lays the readers' layout, or adds its
+            # residual and writes a BatchNorm's words that asked (`gemm_amx_preact`)
             self.args[0]()
             self.args[1]()
         else:

@@ -31,6 +31,11 @@ layer (`depthwise_vector`) reads in place of the float32 array where the writer 
 (`take_planes`). Unlike the pairs, these change what the reader sums: the values rounded to
 bf16, as an AMX product's operands are.
 
+A 1×1 product adding a residual lays nothing of its own hand-off, but names itself on it
+(``residual_writer``) so that a BatchNorm reading its sum may ask it to write that BatchNorm's
+words in its stead (``preact``; `gemm_amx_preact`), the ask kept on the BatchNorm's own
+hand-off too (``written_by``).
+
 A writer that heads a fused chain whose later steps its epilogue could not take (a sigmoid
 after a convolution) has its hand-off withdrawn (`withdraw`): those steps change the float32
 array after it, which its readers then read.
@@ -68,6 +73,13 @@ class PairedHandoff:
         self.grid: Any = None
         self.laid = False  # whether the writer's last run wrote the words (not the array)
         self.withdrawn = False  # steps after the writer change the array (`withdraw`)
+        self.noted: int | None = None  # the workspace's outputs noted as it was offered
+        # A residual 1×1 product writing the array, and a BatchNorm reader's ask that it
+        # write that reader's words too (`gemm_amx_preact`); ``written_by``: on a reader's
+        # own hand-off, the ask its writer's writer granted.
+        self.residual_writer: Any = None
+        self.preact: Any = None
+        self.written_by: Any = None
 
     @property
     def taken(self) -> bool:
@@ -107,6 +119,7 @@ def offer(workspace: Any, array: Any, grids: bool | Callable[[Any], bool] = Fals
         handoff = PairedHandoff(len(readers), shape, (array.shape[1], slot), array.shape,
                                 grids, columns, planes)
         holders[slot:slot + 1] = [handoff]
+        handoff.noted = getattr(workspace, "noted", None)
         return handoff
 
     return workspace.shared(array, TAG, reserve)

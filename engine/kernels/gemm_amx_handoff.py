@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from engine.cpu import compiled, host_features, llvm_jit, spin_pool
-from engine.kernels import bf16, bf16_handoff, gemm_kernel
+from engine.kernels import bf16, bf16_handoff, gemm_amx_preact, gemm_kernel
 
 # The positions of a `gemm_kernel.Product`'s context that a halves product changes.
 _FIELD = gemm_kernel.CONTEXT_FIELDS
@@ -101,6 +101,8 @@ class HandingProduct:
         # Whether any run may lay it: one adding a residual writes float32 on every run (a
         # `bf16.PartPairedProduct` reads this too).
         self.lays_ever = int(plain.context[_FIELD["residual"]]) == 0
+        if not self.lays_ever:  # the step's product is the last one made: it answers asks
+            handoff.residual_writer = plain
 
     @property
     def context(self) -> np.ndarray:
@@ -108,6 +110,10 @@ class HandingProduct:
 
     def __call__(self) -> None:
         handoff = self.handoff
+        if not self.lays_ever:
+            self._sum_and_preact(handoff.preact)
+            handoff.laid = False
+            return
         laying = self.lays_ever and handoff.taken
         if laying:
             if self.handing is None:
@@ -117,6 +123,20 @@ class HandingProduct:
         else:
             self.plain()
         handoff.laid = laying
+
+    def _sum_and_preact(self, request: Any) -> None:
+        """The residual product, writing the next BatchNorm's words too where that
+        BatchNorm asked (`gemm_amx_preact`) and every reader of its output took them."""
+        writing = (request is not None and request.bounds is not None
+                   and request.out_handoff.taken)
+        if writing:
+            if self.handing is None:
+                self.handing = gemm_amx_preact.preact_job(self.plain, request)
+            self.handing()
+        else:
+            self.plain()
+        if request is not None:
+            request.written = writing
 
     def _halves_job(self, planes: np.ndarray) -> Any:
         """The plain product's job with its output the halves (``planes``, uint16): C's

@@ -22,6 +22,7 @@ from engine.kernels import (
     bf16_handoff,
     depthwise_vector,
     gemm_amx_handoff,
+    gemm_amx_preact,
     gemm_bind,
     gemm_kernel,
 )
@@ -510,3 +511,58 @@ def test_offers_grid_asks_what_grid_for_takes() -> None:
     handoff.layout = "words"
     assert not bf16_handoff.offers_grid(handoff, "tag", "mine")
     assert handoff.takers == 0 and handoff.words is None
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("side", [64, 56])
+def test_resnet50_v2_residual_products_write_the_next_preactivations_words(
+        monkeypatch: pytest.MonkeyPatch, threads: int, side: int) -> None:
+    """ResNet-50 v2 in bf16: stage 1's residual 1×1 products (3) write the next block's
+    pre-activation words from their epilogue, the BatchNorm's step running no pass; the
+    last block of stages 1-3, whose sum only that BatchNorm reads, writes the words alone
+    (stages 2-4's other products, over longer K, are not asked). At 64² the products'
+    columns fill whole tiles, at 56² (14², 7² and 4² pixels) their last tile is an edge.
+    The outputs are those of the same plan with the BatchNorm passes writing the words,
+    bit for bit, at one thread and at two."""
+    symbol = nets.resnet50_v2(classes=10)
+    params = nets.random_params(symbol, (1, 3, side, side), seed=5)
+    feed = {"data": image(side)}
+    ask = gemm_amx_preact.ask
+    granted: list = []
+
+    def watched(*args: Any) -> Any:
+        request = ask(*args)
+        granted.append(request)
+        return request
+
+    with steps_on(threads):
+        monkeypatch.setattr(gemm_amx_preact, "ask", watched)
+        got = served(symbol, params, feed, "bf16", [], halves=True)
+        requests = [request for request in granted if request is not None]
+        assert len(requests) == 5 and all(request.written for request in requests)
+        assert [request.sum_read for request in requests] == [True, True, False, False, False]
+        assert all(request.out_handoff.laid for request in requests)
+        monkeypatch.setattr(gemm_amx_preact, "ask", lambda *args: None)
+        np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", [],
+                                                  halves=True))
+
+
+def test_the_ask_fits_only_a_short_k_of_one_image() -> None:
+    """A product over a K past `gemm_amx_preact.MAX_DEPTH` words (past
+    `WORDS_ALONE_MAX_DEPTH` where it writes the words alone), of a batch, or whose rows the
+    words do not halve, is not asked for the words."""
+    context = np.zeros(len(gemm_kernel.CONTEXT_FIELDS), np.int64)
+    for name, value in (("m", 1024), ("n", 16), ("k", 128), ("batch", 1)):
+        context[gemm_kernel.CONTEXT_FIELDS[name]] = value
+    handoff = bf16_handoff.PairedHandoff(1, (512, 32), (1024, 0))
+    assert not gemm_amx_preact._fits(context, handoff)
+    assert gemm_amx_preact._fits(context, handoff, sum_read=False)
+    context[gemm_kernel.CONTEXT_FIELDS["k"]] = gemm_amx_preact.WORDS_ALONE_MAX_DEPTH + 16
+    assert not gemm_amx_preact._fits(context, handoff, sum_read=False)
+    context[gemm_kernel.CONTEXT_FIELDS["k"]] = gemm_amx_preact.MAX_DEPTH
+    assert gemm_amx_preact._fits(context, handoff)
+    context[gemm_kernel.CONTEXT_FIELDS["batch"]] = 2
+    assert not gemm_amx_preact._fits(context, handoff)
+    context[gemm_kernel.CONTEXT_FIELDS["batch"]] = 1
+    assert not gemm_amx_preact._fits(context, bf16_handoff.PairedHandoff(1, (256, 32),
+                                                                          (512, 0)))

@@ -1,0 +1,147 @@
+"""A ResNet v2 block's residual 1×1 product writing the next block's pre-activation words.
+
+In a bf16 plan at batch 1, a block's last 1×1 product on AMX (`conv3`, the shortcut added)
+writes the float32 sum the next block's residual reads; the next block's BatchNorm and ReLU
+(`batchnorm_kernel`) read that sum and write the bf16 words its 1×1 readers take
+(`bf16_handoff`). Here the BatchNorm asks the product, as it binds right after it, to write
+those words itself (`ask`): the product's epilogue works them out of the sums it stores
+(`gemm_amx_preact_ir.AmxPreactKernel`), and the BatchNorm's step then runs no pass. Where
+nothing but that BatchNorm reads the sum (a stage's last block: the next block's shortcut
+reads the pre-activation), the product stores the words alone. The words are the BatchNorm
+pass's to the bit.
+
+Each run decides: the product writes the words only where every reader of the BatchNorm's
+output took them (its hand-off is `taken`), and says so (``written``). Only over a short K
+(`MAX_DEPTH`, `WORDS_ALONE_MAX_DEPTH`), where the float32 sum streams past L2 and the pass
+reads it back from memory.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from engine.cpu import compiled, host_features, llvm_jit, spin_pool
+from engine.kernels import bf16_handoff, gemm_kernel
+
+_FIELD = gemm_kernel.CONTEXT_FIELDS
+# K (in bf16 words, two channels each) at most for the ask where the float32 sum is read by
+# more than the BatchNorm (the product then stores both), and where it is not (the words
+# alone). ResNet-50 v2 at batch 1, one thread, in the plan's order: storing both, the
+# stage-1 product (K 32) took 0.03-0.29 ms more against its pass's 0.22-0.25 saved, the
+# stage-2 one (K 64) 0.11-0.16 ms more against 0.11-0.12; the words alone, stages 1-3's last
+# products took 0.11-0.16 ms less, 0.02 more and about the same, their passes (0.22, 0.11,
+# 0.07 ms) gone (`docs/benchmarks.md`).
+MAX_DEPTH = 32
+WORDS_ALONE_MAX_DEPTH = 128
+_state: dict[str, Any] = {}
+
+
+class PreactAsk:
+    """A BatchNorm's ask of its data's residual product: write ``out_handoff``'s words of
+    ``clip(BatchNorm(sum), low, high)`` too. ``statistics``: the BatchNorm's (gamma, beta,
+    mean, var, eps, fix_gamma); ``bounds``: its clamp, set as its step binds."""
+
+    def __init__(self, out_handoff: bf16_handoff.PairedHandoff, statistics: tuple,
+                 sum_read: bool = True) -> None:
+        self.out_handoff, self.statistics = out_handoff, statistics
+        # whether anything but the BatchNorm reads the sum: else the product stores only
+        # the words (a stage's last block, whose sum only the next block's pre-activation
+        # reads: the downsampling shortcut reads that pre-activation)
+        self.sum_read = sum_read
+        self.bounds: tuple[float, float] | None = None
+        self.written = False  # whether the product's last run wrote the words
+
+    def scale_shift(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each channel's scale and shift, float32, as `batchnorm_kernel` works them."""
+        gamma, beta, mean, var, eps, fix_gamma = self.statistics
+        inverse = np.float32(1) / np.sqrt(var + np.float32(eps))
+        scale = inverse if fix_gamma else gamma * inverse
+        return np.ascontiguousarray(scale, np.float32), \
+            np.ascontiguousarray(beta - mean * scale, np.float32)
+
+
+def ask(workspace: Any, data: Any, out_handoff: bf16_handoff.PairedHandoff,
+        statistics: tuple) -> PreactAsk | None:
+    """The BatchNorm's ask of ``data``'s writer (see the module), where that writer is a
+    residual AMX product that can write the words of ``out_handoff`` and was bound right
+    before the BatchNorm; else None."""
+    writer = bf16_handoff.offered(workspace, data)
+    product = None if writer is None else writer.residual_writer
+    if (product is None or writer.preact is not None or _compiled() is None
+            or writer.noted is None or workspace.noted != writer.noted + 1):
+        return None
+    sum_read = len(workspace.readers(data)) > 1
+    if not _fits(product.context, out_handoff, sum_read):
+        return None
+    writer.preact = PreactAsk(out_handoff, statistics, sum_read)
+    return writer.preact
+
+
+def _fits(context: np.ndarray, handoff: bf16_handoff.PairedHandoff,
+          sum_read: bool = True) -> bool:
+    """Whether the product's tiles cover the words' rows whole (M a multiple of the
+    tile's 32 rows, one word row per two of C's, each at least as long), its K is short,
+    C's columns fit under the descriptor's alignment, and it adds no column bias (a 1×1
+    convolution's is zeros: the descriptor takes its slot)."""
+    from engine.kernels.gemm_amx_preact_ir import DESCRIPTOR_ALIGNMENT
+
+    m, n, k = (int(context[_FIELD[name]]) for name in ("m", "n", "k"))
+    if (m % 32 or k > (MAX_DEPTH if sum_read else WORDS_ALONE_MAX_DEPTH)
+            or int(context[_FIELD["batch"]]) != 1
+            or handoff.shape[0] != m // 2 or handoff.shape[1] < n
+            or 4 * n >= DESCRIPTOR_ALIGNMENT or handoff.layout not in (None, "words")):
+        return False
+    bias = int(context[_FIELD["columns_bias"]])
+    return bias == 0 or not np.ctypeslib.as_array(
+        ctypes.cast(bias, ctypes.POINTER(ctypes.c_float)), (n,)).any()
+
+
+def preact_job(product: Any, request: PreactAsk) -> Any:
+    """``product``'s job (an AMX `gemm_kernel.Product` adding a residual) writing the ask's
+    words beside C: its column bias's slot the descriptor's (`AmxPreactKernel`)."""
+    from engine.kernels.gemm_amx_preact_ir import DESCRIPTOR_ALIGNMENT, DESCRIPTOR_FIELDS
+
+    words = request.out_handoff.words
+    scale, shift = request.scale_shift()
+    low, high = (np.float32(bound).view(np.uint32) for bound in request.bounds)
+    room = np.zeros(2 * DESCRIPTOR_ALIGNMENT // 8, np.int64)
+    start = (-room.ctypes.data % DESCRIPTOR_ALIGNMENT) // 8
+    descriptor = room[start:start + len(DESCRIPTOR_FIELDS)]
+    context = product.context.copy()
+    descriptor[:] = (words.ctypes.data, words.shape[1], scale.ctypes.data, shift.ctypes.data,
+                     int(context[_FIELD["rows_bias"]]), int(low), int(high))
+    context[_FIELD["columns_bias"]] = descriptor.ctypes.data
+    parts = product.args[-1]  # a `spin_pool.Job`'s arguments end with its parts
+    return spin_pool.job(_compiled()[request.sum_read], context, parts,
+                         keep=(*product.operands, words, scale, shift, room))
+
+
+def _compiled() -> dict[str, Any] | None:
+    return compiled.made_once(_state, "kernel", _compile)
+
+
+def _compile() -> dict[str, Any] | None:
+    """The part for the host, or None without AMX (or Linux's grant) or llvmlite."""
+    if not gemm_kernel.available(gemm_kernel.AMX) or not host_features.amx_permitted():
+        return None
+    built: dict[str, Any] = {"engines": []}
+    for stores_sum in (True, False):
+        engine = llvm_jit.compile_for_host(partial(_module, stores_sum))
+        if engine is None:
+            return None
+        built["engines"].append(engine)  # it owns the machine code
+        built[stores_sum] = engine.get_function_address("part")
+    return built
+
+
+def _module(stores_sum: bool) -> Any:
+    from engine.kernels.gemm_amx_preact_ir import AmxPreactKernel
+
+    kernel = AmxPreactKernel(gemm_kernel.AMX_TILE, stores_sum)
+    kernel.define_part("part", kernel.define_full("tile_full"), kernel.define_edge("tile_edge"),
+                       _FIELD)
+    return kernel.module
