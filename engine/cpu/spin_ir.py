@@ -20,17 +20,9 @@ field on its own cache line, so that spinning readers do not slow the writers of
 * ``sticky``: 1 where a caller wants them spinning until they run out of patience, which
   clears it (a plan too short for arming and disarming around each run to pay).
 * ``patience``: empty polls a worker spins through after ``armed`` drops to 0;
-* ``dozes``: then dozes this many times before it returns, off the CPU, and a job posted
-  meanwhile is found without a Python thread to wake: its first ``doze_polls`` polls each
-  after a sleep of `DOZE_MICROSECONDS` (none where the platform has no ``usleep``), and on
-  Linux the rest naps on the futex (at most `DOZE_NAP_NANOSECONDS` each) that the next job
-  posted wakes it from. A poll finds a job within its sleep, where a vCPU idle longer than
-  that wakes late for the futex (a job posted 0.3 s into a doze of naps found the worker
-  ready 1-3 times in 12, polling 6-8); but each poll wakes the worker, thousands of times a
-  second, and where another process's armed run keeps the cores busy each wake-up preempts
-  one of its threads (on the 2-core VM, a bf16 ResNet-18 call armed beside a process whose
-  worker polled: 33 preemptions, against 15 beside one napping and 9 beside none). So the
-  polls are kept to the first tens of milliseconds, where the next run of a burst comes.
+* ``dozes``: then polls each after a sleep of `DOZE_MICROSECONDS` (off the CPU, and a job
+  posted meanwhile is found within that sleep, no Python thread to wake), before it returns
+  (0 where the platform has no ``usleep``).
 * ``nap_polls``: on Linux, empty polls a worker spins through while armed or sticky, and a
   caller waiting on the workers' parts, before it naps on a futex (at most
   `NAP_NANOSECONDS`): ``sleepers`` and ``wake`` the workers' count and word (the poster of a
@@ -58,11 +50,10 @@ VOID = ir.VoidType()
 
 # Fields of the state, in int64s: 16 apart (128 bytes, a cache-line pair on x86 prefetchers).
 (CLAIMS, TASK, CONTEXT, FINISHED, BUSY, ARMED, PATIENCE, DOZES, STICKY, NAP_POLLS, SLEEPERS,
- WAKE, CALLER_SLEEPERS, CALLER_WAKE, DOZE_POLLS) = (16 * i for i in range(15))
-STATE_SIZE = 16 * 15
+ WAKE, CALLER_SLEEPERS, CALLER_WAKE) = (16 * i for i in range(14))
+STATE_SIZE = 16 * 14
 DOZE_MICROSECONDS = 100
 NAP_NANOSECONDS = 1_000_000  # a nap's longest: a wake missed costs no more than this
-DOZE_NAP_NANOSECONDS = 100_000_000  # a dozing worker's nap's longest (a job posted wakes it)
 TASK_TYPE = ir.FunctionType(VOID, [I64, I64, I64])
 # Linux's futex system call by architecture, and its private wait and wake operations.
 FUTEX_CALLS = {"x86_64": 202, "aarch64": 98}
@@ -91,11 +82,11 @@ class _Futex:
                                    name="syscall")
         self.timespec = ir.LiteralStructType([I64, I64])
 
-    def limit(self, builder: ir.IRBuilder, nanoseconds: int = NAP_NANOSECONDS) -> ir.Value:
-        """A nap's timeout, under a second (made once, in a function's entry block)."""
+    def limit(self, builder: ir.IRBuilder) -> ir.Value:
+        """A nap's timeout, `NAP_NANOSECONDS` (made once, in a function's entry block)."""
         limit = builder.alloca(self.timespec)
         builder.store(ir.Constant(self.timespec, [ir.Constant(I64, 0),
-                                                  ir.Constant(I64, nanoseconds)]), limit)
+                                                  ir.Constant(I64, NAP_NANOSECONDS)]), limit)
         return limit
 
     def wait(self, builder: ir.IRBuilder, word: ir.Value, value: ir.Value,
@@ -114,33 +105,12 @@ class _Futex:
             ir.Constant(I64, FUTEX_WAKE_PRIVATE), ir.Constant(I64, 0x7FFFFFFF)])
 
 
-def dozes(triple: str, polling: float, dozing: float) -> tuple[int, int]:
-    """(``dozes``, ``doze_polls``) for a worker on ``triple`` to doze about ``dozing`` seconds,
-    the first ``polling`` of them polling, the rest napping on the futex; polling throughout
-    where there is no futex, and neither where there is no ``usleep`` either. (Seconds of
-    nominal sleeps: a caller whose sleeps overrun passes ``polling`` scaled down.)"""
-    poll_seconds = DOZE_MICROSECONDS / 1e6
-    if _futex_call(triple) is None:
-        polls = 0 if _no_usleep(triple) else round(dozing / poll_seconds)
-        return polls, polls
-    polls = 0 if _no_usleep(triple) else round(polling / poll_seconds)
-    naps = round((dozing - polls * poll_seconds) * 1e9 / DOZE_NAP_NANOSECONDS)
-    return polls + max(naps, 1), polls
-
-
-def _futex_call(triple: str) -> int | None:
-    architecture = triple.split("-")[0]
-    return FUTEX_CALLS.get(architecture) if "linux" in triple else None
-
-
-def _no_usleep(triple: str) -> bool:
-    return "windows" in triple or "msvc" in triple
-
-
 def _futex(built: ir.Module, triple: str) -> _Futex | None:
     """Naps where the target is Linux on an architecture whose futex call is known."""
-    number = _futex_call(triple)
-    return None if number is None else _Futex(built, number)
+    architecture = triple.split("-")[0]
+    if "linux" not in triple or architecture not in FUTEX_CALLS:
+        return None
+    return _Futex(built, FUTEX_CALLS[architecture])
 
 
 def _nap(builder: ir.IRBuilder, function: ir.Function, futex: _Futex, limit: ir.Value,
@@ -191,7 +161,7 @@ def _pause(built: ir.Module, triple: str):
 
 def _doze(built: ir.Module, triple: str):
     """A function emitting one sleep of `DOZE_MICROSECONDS` (``usleep``), None on Windows."""
-    if _no_usleep(triple):
+    if "windows" in triple or "msvc" in triple:
         return None
     usleep = ir.Function(built, ir.FunctionType(I32, [I32]), name="usleep")
     return lambda builder: builder.call(usleep, [ir.Constant(I32, DOZE_MICROSECONDS)])
@@ -247,15 +217,9 @@ def _define_work(built: ir.Module, pause, doze, futex: _Futex | None) -> None:
     zero, one = ir.Constant(I64, 0), ir.Constant(I64, 1)
     empty_polls, dozes = builder.alloca(I64), builder.alloca(I64)
     limit = None if futex is None else futex.limit(builder)
-    doze_limit = None if futex is None else futex.limit(builder, DOZE_NAP_NANOSECONDS)
     builder.store(zero, empty_polls)
     builder.store(zero, dozes)
     builder.branch(poll)
-
-    def no_part(nap_builder: ir.IRBuilder) -> ir.Value:
-        posted = nap_builder.load_atomic(_field(nap_builder, state, CLAIMS), "seq_cst", 8)
-        front, back, _ = _decode(nap_builder, posted)
-        return nap_builder.icmp_unsigned(">=", front, back)
 
     builder.position_at_end(poll)
     claims = _load(builder, state, CLAIMS)
@@ -282,6 +246,12 @@ def _define_work(built: ir.Module, pause, doze, futex: _Futex | None) -> None:
             builder.icmp_unsigned("<=", waited, patience)),
             builder.icmp_signed(">", wanted, zero)), nap, impatient)
         builder.position_at_end(nap)
+
+        def no_part(nap_builder: ir.IRBuilder) -> ir.Value:
+            posted = nap_builder.load_atomic(_field(nap_builder, state, CLAIMS), "seq_cst", 8)
+            front, back, _ = _decode(nap_builder, posted)
+            return nap_builder.icmp_unsigned(">=", front, back)
+
         before = _load(builder, state, WAKE)
         _nap(builder, function, futex, limit, state, SLEEPERS, WAKE, no_part)
         # Woken by a job posted: patient anew. A nap that ran out counts as half the
@@ -310,27 +280,14 @@ def _define_work(built: ir.Module, pause, doze, futex: _Futex | None) -> None:
 
     builder.position_at_end(dozing)
     slept = builder.load(dozes)
-    if doze is None and futex is None:
+    if doze is None:
         builder.branch(done)
     else:
-        sleep, dozed = (function.append_basic_block(name) for name in ("sleep", "dozed"))
+        sleep = function.append_basic_block("sleep")
         builder.cbranch(builder.icmp_unsigned("<", slept, _load(builder, state, DOZES)),
                         sleep, done)
         builder.position_at_end(sleep)
-        if futex is None:
-            doze(builder)
-        else:  # polls first, then off the CPU until a job is posted (or the nap runs out)
-            polling, napping = (function.append_basic_block(name)
-                                for name in ("doze_poll", "doze_nap"))
-            builder.cbranch(builder.icmp_unsigned("<", slept, _load(builder, state, DOZE_POLLS)),
-                            polling, napping)
-            builder.position_at_end(polling)
-            doze(builder)
-            builder.branch(dozed)
-            builder.position_at_end(napping)
-            _nap(builder, function, futex, doze_limit, state, SLEEPERS, WAKE, no_part)
-        builder.branch(dozed)
-        builder.position_at_end(dozed)
+        doze(builder)
         builder.store(builder.add(slept, one), dozes)
         builder.branch(poll)
 

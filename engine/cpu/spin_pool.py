@@ -12,18 +12,15 @@ itself too, so a job finishes whether or not any worker is awake.
 
 Workers spin only while a run is `armed` (a plan run holds it around its steps) and a few
 milliseconds after (`GRACE_SECONDS`), napping on a futex (Linux) past `NAP_SECONDS` without a
-part, as a caller does waiting on a worker's part; then they doze (`DOZE_SECONDS`), and then
-park on a condition: an idle process costs nothing, a run within the grace finds them
-spinning, and one while they doze finds them without waking a Python thread (which needs the
-GIL from the caller running the plan: a first run after a park took 0.3–4 ms). The doze polls
-between sleeps of 100 µs in native code for its first `POLL_SECONDS` (a run that follows
-within a burst finds them within a sleep), then on Linux naps on the futex the next job
-posted wakes: each poll wakes the worker, thousands of times a second, and preempts a thread
-of any other process's armed run that holds the cores (docs/threads.md). While armed, numpy's
-OpenBLAS is held to one thread (`blas_threads.one_thread`), so that BLAS's spinning threads
-and ours never share the cores (measured: 8 ms against 0.65 for a product after a switch). A
-plan whose steps leave BLAS alone keeps the workers spinning instead (`stick`), and each plan
-keeps to one thread where its armed runs measure slower (`Choice`).
+part, as a caller does waiting on a worker's part; then they doze, polling between sleeps of
+100 µs in native code (`DOZE_SECONDS`), and then park on a condition: an idle process costs
+nothing, a run within the grace finds them spinning, and one while they doze finds them within
+100 µs without waking a Python thread (which needs the GIL from the caller running the plan: a
+first run after a park took 0.3–4 ms). While armed, numpy's OpenBLAS is held to one thread
+(`blas_threads.one_thread`), so that BLAS's spinning threads and ours never share the cores
+(measured: 8 ms against 0.65 for a product after a switch). A plan whose steps leave BLAS
+alone keeps the workers spinning instead (`stick`), and each plan keeps to one thread where
+its armed runs measure slower (`Choice`).
 
 The pool is compiled on first use; `available()` is False where llvmlite cannot JIT for the
 host, and jobs then run every part on the calling thread.
@@ -46,7 +43,6 @@ from engine.cpu import blas_threads, denormals, parts, thread_share
 from engine.cpu.spin_ir import (
     ARMED,
     DOZE_MICROSECONDS,
-    DOZE_POLLS,
     DOZES,
     MAX_PARTS,
     NAP_POLLS,
@@ -56,8 +52,7 @@ from engine.cpu.spin_ir import (
 )
 
 GRACE_SECONDS = 0.002  # workers keep spinning this long after the last run ends,
-DOZE_SECONDS = 0.5  # then doze this long, then park on a condition: of the doze, the first
-POLL_SECONDS = 0.05  # polls between sleeps of 100 µs, the rest naps (Linux), see `spin_ir`
+DOZE_SECONDS = 0.5  # then poll between short sleeps this long, then park on a condition
 # Inside an armed run, a worker with no part, or a caller waiting on a worker's part, spins
 # this long, then naps until woken (Linux: a futex): see `spin_ir`.
 NAP_SECONDS = 50e-6
@@ -410,8 +405,7 @@ class _Pool:
         self.address = self.state.ctypes.data
         self.state[PATIENCE] = self._polls(GRACE_SECONDS)
         self.state[NAP_POLLS] = max(1, self._polls(NAP_SECONDS, at_least=1))
-        self.state[DOZES], self.state[DOZE_POLLS] = functions["dozes"](
-            POLL_SECONDS / self._poll_seconds(), DOZE_SECONDS)
+        self.state[DOZES] = int(DOZE_SECONDS * 1e6 / DOZE_MICROSECONDS)
         self.wake = threading.Condition(threading.Lock())
         self.armed_count = 0  # runs armed now, on any thread
         self.wanted = 0  # workers those runs want spinning
@@ -465,19 +459,6 @@ class _Pool:
                     self.parked -= 1
             self.work(self.address)  # spins without the GIL until disarmed and patient
 
-    def _poll_seconds(self) -> float:
-        """How many times its nominal `DOZE_MICROSECONDS` a doze's poll takes here (timed
-        once, unarmed: a sleep of 100 µs took 150–210 on the 2-core VM, so polls counted by
-        their nominal length polled for twice as long as meant)."""
-        trial = np.zeros(STATE_SIZE, np.int64)
-        took = []
-        for _ in range(3):  # the quickest of three: the least disturbed by a busy machine
-            trial[DOZES] = trial[DOZE_POLLS] = 10
-            start = time.perf_counter()
-            self.work(trial.ctypes.data)
-            took.append(time.perf_counter() - start)
-        return max(1.0, min(took) / 10 / (DOZE_MICROSECONDS / 1e6))
-
     def _polls(self, seconds: float, at_least: int = 1000) -> int:
         """Empty polls that take about ``seconds`` on this CPU (timed once, unarmed)."""
         if "per_poll" not in self.__dict__:
@@ -503,12 +484,11 @@ def _compile() -> dict[str, Any] | None:
         import llvmlite.binding as llvm
 
         from engine.cpu.llvm_jit import compile_ir
-        from engine.cpu.spin_ir import dozes, module
+        from engine.cpu.spin_ir import module
     except ImportError:
         return None
-    triple = llvm.get_default_triple()
     try:
-        engine = compile_ir(str(module(triple)))
+        engine = compile_ir(str(module(llvm.get_default_triple())))
     except (RuntimeError, OSError):
         return None
     int64 = ctypes.c_int64
@@ -516,5 +496,4 @@ def _compile() -> dict[str, Any] | None:
     run = ctypes.CFUNCTYPE(None, int64, int64, int64, int64)(
         engine.get_function_address("pool_run"))
     # The execution engine owns the machine code: it lives as long as the functions.
-    return {"work": work, "run": run, "engine": engine,
-            "dozes": partial(dozes, triple)}
+    return {"work": work, "run": run, "engine": engine}
