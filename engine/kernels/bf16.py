@@ -465,8 +465,9 @@ def by_parts(pair: Any, product: Any, workspace: Any) -> spin_pool.Job:
 
 
 def paired_product(pair: Callable[[], Any], product: Any) -> PairedProduct:
-    """``pair()`` then ``product()``, as one call."""
-    return PairedProduct(_both, pair, product)
+    """``pair()`` then ``product()``, as one call; where ``pair`` says how it runs before a
+    product (``then``: a hand-off reader's, `bf16_handoff.take`), that way, in one frame."""
+    return PairedProduct(getattr(pair, "then", _both), pair, product)
 
 
 def _both(first: Callable[[], Any], second: Callable[[], Any]) -> None:

@@ -80,12 +80,15 @@ class PairedHandoff:
         self.residual_writer: Any = None
         self.preact: Any = None
         self.written_by: Any = None
+        # Whether every reader reads the words: the writer writes them only then. A writer
+        # reads it at each run, in a plan's walk with its objects out of cache, so it is an
+        # attribute kept as binding changes what it is made of (`note`), not worked out then.
+        self.taken = False
 
-    @property
-    def taken(self) -> bool:
-        """Whether every reader reads the words: the writer writes them only then."""
-        return (self.words is not None and self.takers == self.readers
-                and not self.withdrawn)
+    def note(self) -> None:
+        """``taken`` anew, after a reader or `withdraw` changed what it is made of."""
+        self.taken = (self.words is not None and self.takers == self.readers
+                      and not self.withdrawn)
 
 
 def offer(workspace: Any, array: Any, grids: bool | Callable[[Any], bool] = False,
@@ -139,6 +142,7 @@ def withdraw(workspace: Any, array: Any) -> None:
     handoff = offered(workspace, array)
     if handoff is not None:
         handoff.withdrawn = True
+        handoff.note()
 
 
 def words_for(handoff: PairedHandoff, shape: tuple[int, int],
@@ -151,6 +155,7 @@ def words_for(handoff: PairedHandoff, shape: tuple[int, int],
     if handoff.words is None:
         handoff.words = workspace.zeroed(shape, np.float32, (TAG, handoff.slot))
         handoff.layout = "words"
+        handoff.note()
     return handoff.words
 
 
@@ -172,6 +177,7 @@ def grid_for(handoff: PairedHandoff, shape: tuple[int, int], tag: Any, grid: Any
     if handoff.words is None:
         handoff.words = workspace.zeroed(shape, np.float32, (TAG, handoff.slot, tag))
         handoff.layout, handoff.grid = tag, grid
+        handoff.note()
     return handoff.words if handoff.words.shape == tuple(shape) else None
 
 
@@ -188,6 +194,7 @@ def take_planes(handoff: PairedHandoff, workspace: Any) -> np.ndarray | None:
                                          (TAG, handoff.slot, "planes"))
         handoff.layout = "planes"
     handoff.takers += 1
+    handoff.note()
     return handoff.words
 
 
@@ -198,6 +205,7 @@ def take(handoff: PairedHandoff, pair: Callable[[], Any],
     what runs in its place where the writer laid the words, for a reader whose product reads
     a part of them copied out (a stride-2 1×1 convolution: `bf16.word_copying`)."""
     handoff.takers += 1
+    handoff.note()
     return _PairUnlessLaid(handoff, pair, copy)
 
 
@@ -222,7 +230,20 @@ class EitherJob:
         self.handoff.laid = paired
 
 
+def _unless_laid_then(reader: _PairUnlessLaid, product: Callable[[], Any]) -> None:
+    """``reader()`` then ``product()`` in one frame (`bf16.paired_product`): a step in a
+    plan's walk finds its Python objects out of cache, where each frame costs about a
+    microsecond."""
+    if not reader.handoff.laid:
+        reader.pair()
+    elif reader.copy is not None:
+        reader.copy()
+    product()
+
+
 class _PairUnlessLaid:
+    then = staticmethod(_unless_laid_then)  # how `bf16.paired_product` runs it with a product
+
     def __init__(self, handoff: PairedHandoff, pair: Callable[[], Any],
                  copy: Callable[[], Any] | None = None) -> None:
         self.handoff, self.pair, self.copy = handoff, pair, copy

@@ -156,7 +156,7 @@ def bind_chunks(data: Any, weight: Any, out: Any, geometry: Any,
         product = bind(data, weight, out, geometry, workspace, None if lines else handoff,
                        lines)
         if out.shape[1] % 2 == 0 and _k_steps(grid, data.shape[1]) <= GRID_MAX_STEPS:
-            _offer_pairs(product.product, grid.width, workspace, out)
+            product = _offer_pairs(product, grid.width, workspace, out)
         return [product]
     return [bind(data[start:start + chunk], weight, out[start:start + chunk], geometry,
                  workspace, lines=lines) for start in range(0, data.shape[0], chunk)]
@@ -292,24 +292,26 @@ def _k_steps(grid: _Grid, channels: int) -> int:
     return grid.tap_offsets().size * _words(channels) // WORDS
 
 
-def _offer_pairs(product: DirectProduct, width: int, workspace: Any, out: Any) -> None:
+def _offer_pairs(paired: bf16.PairedProduct, width: int, workspace: Any,
+                 out: Any) -> bf16.PairedProduct:
     """The product offering ``out`` to its readers (`bf16_handoff.offer`) as the words a 1×1
     product on AMX reads, or as their grid where each is a direct convolution of stride 1
     over grid rows ``width`` words wide."""
     handoff = bf16_handoff.offer(
         workspace, out,
         grids=lambda reader: reader.stride == (1, 1) and reader.width == width)
-    if handoff is not None:
-        product.handoff = handoff
+    if handoff is None:
+        return paired
+    return bf16.PairedProduct(paired.func, paired.args[0], paired.product.handing(handoff))
 
 
 def withdraw_grid_offers(calls: list[Any]) -> None:
-    """The direct products among ``calls`` write their float32 output whatever their
+    """The direct products among ``calls`` made to write their float32 output whatever their
     readers took: a pass of the same layer runs on that output after them."""
-    for call in calls:
+    for index, call in enumerate(calls):
         product = getattr(call, "product", None)
-        if isinstance(product, DirectProduct):
-            product.handoff = None
+        if isinstance(product, HandingDirectProduct):
+            calls[index] = bf16.PairedProduct(call.func, call.args[0], product.plain())
 
 
 def _words(channels: int) -> int:
@@ -390,45 +392,32 @@ def _weight_tiles(weight: Any, words: int) -> np.ndarray:
 
 class DirectProduct(partial):
     """The direct product bound once: a `spin_pool.Job` over its tiles. Like a
-    `gemm_kernel.Product` it takes a bias per filter and a clamp (`with_epilogue`)."""
+    `gemm_kernel.Product` it takes a bias per filter and a clamp (`with_epilogue`). Called,
+    it is the job itself: no Python frame of its own (`HandingDirectProduct` has one)."""
 
     context: np.ndarray
     operands: tuple[Any, ...]
     functions: dict[str, Any]  # the compiled kernel's addresses (`_compiled`, `_compiled_lines`)
     handoff: Any = None  # the `bf16_handoff` its output's readers may take as their grid
-    gridded: Any = None  # the job writing the grid, made on the first run that does
+    lays_ever: bool  # whether it adds no residual: only then may a run lay its readers' grid
     leaves_blas_alone = True  # its tiles run on the spin pool, never in BLAS
 
-    def __call__(self) -> None:
-        """The product into the output, or into its readers' grid or words where every one
-        took them and no residual is added, saying which (``laid``)."""
-        handoff = self.handoff
-        if handoff is None:
-            return super().__call__()
-        paired = handoff.taken and int(self.context[_FIELD["residual"]]) == 0
-        if not paired:
-            super().__call__()
-        else:
-            if self.gridded is None:
-                self.gridded = self._grid_job(handoff)
-            self.gridded()
-        handoff.laid = paired
-        return None
+    def handing(self, handoff: Any) -> HandingDirectProduct:
+        """This product offering its output to its readers through ``handoff``."""
+        product = self._as(HandingDirectProduct)
+        product.handoff = handoff
+        return product
 
-    def _grid_job(self, handoff: Any) -> Any:
-        """``grid_part`` over this product's context, its output the hand-off's grid; or
-        ``words_part``, its output the words a 1×1 product reads (the pixels where the
-        float32 output has them: no shift), where the takers read those."""
-        reader = handoff.grid
-        context = self.context.copy()
-        context[_FIELD["grid"]] = handoff.words.ctypes.data
-        context[_FIELD["grid_ldb"]] = handoff.words.shape[1]
-        function = "words_part" if handoff.layout == "words" else "grid_part"
-        context[_FIELD["grid_shift"]] = 0 if reader is None else (
-            reader.pad[0] * reader.width + reader.pad[1])
-        # the job keeps the context it reads by address alive
-        return spin_pool.job(self.functions[function], context, _parts(context),
-                             keep=(handoff.words,))
+    def plain(self) -> DirectProduct:
+        """This product writing its float32 output on every run."""
+        return self._as(DirectProduct)
+
+    def _as(self, kind: type[DirectProduct]) -> Any:
+        """This product's job and operands as a ``kind``."""
+        product = kind(self.func, *self.args)
+        product.context, product.operands = self.context, self.operands
+        product.functions, product.lays_ever = self.functions, self.lays_ever
+        return product
 
     def with_epilogue(self, bias_rows: Any = None, bias_columns: Any = None,
                       low: float = -np.inf, high: float = np.inf) -> DirectProduct:
@@ -450,8 +439,8 @@ class DirectProduct(partial):
         return self._carried(_as_product(context, tuple(kept), self.functions))
 
     def _carried(self, product: DirectProduct) -> DirectProduct:
-        product.handoff = self.handoff
-        return product
+        """``product`` (made from this one's context changed) offering what this one does."""
+        return product if self.handoff is None else product.handing(self.handoff)
 
     def writes_within(self, out: Any) -> bool:
         """Whether the output this product writes lies inside ``out`` (C-contiguous)."""
@@ -467,6 +456,42 @@ class DirectProduct(partial):
             self.functions))
 
 
+class HandingDirectProduct(DirectProduct):
+    """A `DirectProduct` whose ``handoff`` its readers may take: each run writes the output,
+    or their grid or words where every one took them and no residual is added, saying which
+    (``laid``). A plan's walk calls it with its objects out of cache, so a run reads two
+    attributes and the hand-off's ``taken`` (whether a residual is added is fixed as it is
+    made: ``lays_ever``), and calls its job through no `super()`."""
+
+    gridded: Any = None  # the job writing the grid, made on the first run that does
+
+    def __call__(self) -> None:
+        handoff = self.handoff
+        paired = self.lays_ever and handoff.taken
+        if not paired:
+            partial.__call__(self)
+        else:
+            if self.gridded is None:
+                self.gridded = self._grid_job(handoff)
+            self.gridded()
+        handoff.laid = paired
+
+    def _grid_job(self, handoff: Any) -> Any:
+        """``grid_part`` over this product's context, its output the hand-off's grid; or
+        ``words_part``, its output the words a 1×1 product reads (the pixels where the
+        float32 output has them: no shift), where the takers read those."""
+        reader = handoff.grid
+        context = self.context.copy()
+        context[_FIELD["grid"]] = handoff.words.ctypes.data
+        context[_FIELD["grid_ldb"]] = handoff.words.shape[1]
+        function = "words_part" if handoff.layout == "words" else "grid_part"
+        context[_FIELD["grid_shift"]] = 0 if reader is None else (
+            reader.pad[0] * reader.width + reader.pad[1])
+        # the job keeps the context it reads by address alive
+        return spin_pool.job(self.functions[function], context, _parts(context),
+                             keep=(handoff.words,))
+
+
 def _as_product(context: np.ndarray, operands: tuple[Any, ...],
                 functions: dict[str, Any]) -> DirectProduct:
     """The product of ``functions`` (`_compiled` or `_compiled_lines`) over ``context``."""
@@ -474,6 +499,7 @@ def _as_product(context: np.ndarray, operands: tuple[Any, ...],
     product = DirectProduct(job.func, *job.args)
     product.context, product.operands = context, (*operands, *job.keep)
     product.functions = functions
+    product.lays_ever = int(context[_FIELD["residual"]]) == 0
     return product
 
 

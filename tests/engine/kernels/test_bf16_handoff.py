@@ -96,6 +96,12 @@ def served(symbol: Any, params: dict, feed: dict, precision: str,
     return first
 
 
+def never_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hand-offs bound from now on never taken, as if a reader had not taken them."""
+    monkeypatch.setattr(bf16_handoff.PairedHandoff, "note",
+                        lambda handoff: setattr(handoff, "taken", False))
+
+
 def assert_one_handoff(symbol: Any, params: dict, feed: dict, taken: bool,
                        laid: bool | None = None) -> None:
     """The bf16 plan's first writer offers a hand-off, taken or not as ``taken`` says and
@@ -180,7 +186,7 @@ def test_mobilenet_v2_hands_its_depthwise_outputs_over(monkeypatch: pytest.Monke
     offered = [handoff for handoff in handoffs if handoff is not None]
     assert len(offered) == 17 and all(handoff.laid for handoff in offered)
     # the same products, each pairing the float32 planes as if a reader had not taken them
-    monkeypatch.setattr(bf16_handoff.PairedHandoff, "taken", property(lambda handoff: False))
+    never_taken(monkeypatch)
     np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", []))
     want = served(symbol, params, feed, "fp32")
     assert np.abs(got - want).max() <= 0.1 * np.abs(want).max()
@@ -271,8 +277,7 @@ def test_resnet50_v2_hands_its_preactivations_over(monkeypatch: pytest.MonkeyPat
                 and handoff.layout not in ("words", "planes")] == [
             *[(1, 64, 16, 16)] * 3, *[(1, 128, 8, 8)] * 3]
         assert all(handoff.laid == handoff.taken for handoff in offered)
-        monkeypatch.setattr(bf16_handoff.PairedHandoff, "taken",
-                            property(lambda handoff: False))
+        never_taken(monkeypatch)
         np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", [],
                                                   halves=True))
         want = served(symbol, params, feed, "fp32")
@@ -344,8 +349,7 @@ def test_resnet18_v1_hands_its_first_convolutions_grids_over(
         offered = [handoff for handoff in handoffs if handoff is not None]
         assert sum(handoff.laid for handoff in offered) == 3  # its 1×1 products: none
         assert all(handoff.laid == handoff.taken for handoff in offered)
-        monkeypatch.setattr(bf16_handoff.PairedHandoff, "taken",
-                            property(lambda handoff: False))
+        never_taken(monkeypatch)
         np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", []))
         want = served(symbol, params, feed, "fp32")
     assert np.abs(got - want).max() <= 0.05 * np.abs(want).max()

@@ -201,6 +201,7 @@ def test_a_taken_handoff_gets_the_pairing_pass_words(shape: tuple, stride: int, 
     handoff = bf16_handoff.PairedHandoff(readers=1, shape=words, slot=(shape[1], 0))
     handoff.words = np.zeros(words, np.float32)
     handoff.takers = 1
+    handoff.note()  # taken anew, as binding a reader does
     call = depthwise_vector.bind(data, weight, bias, out, stride, handoff).clamped(
         np.float32(0), np.float32(6))
     assert call.slabs(2) is None  # the words take every plane's halves
@@ -221,6 +222,7 @@ def test_a_handoff_not_every_reader_took_gets_the_planes(as_job: bool) -> None:
     handoff = bf16_handoff.PairedHandoff(readers=2, shape=(16, 96), slot=(6, 0))
     handoff.words = np.zeros((16, 96), np.float32)
     handoff.takers = 1
+    handoff.note()  # taken anew, as binding a reader does
     call = depthwise_vector.bind(data, weight, bias, out, 1, handoff)
     (call.as_job(None) if as_job else call)()
     assert not handoff.laid and not handoff.words.any()
@@ -268,6 +270,7 @@ def test_bf16_planes_in_and_a_taken_handoff_out(shape: tuple, stride: int) -> No
         handoff = bf16_handoff.PairedHandoff(readers=1, shape=words, slot=(shape[1], 0))
         handoff.words = np.zeros(words, np.float32)
         handoff.takers = 1
+        handoff.note()  # taken anew, as binding a reader does
         depthwise_vector.bind(source, weight, bias, out, stride, handoff)()
         assert handoff.laid
         handoffs.append(handoff.words.view(np.uint32))
