@@ -55,6 +55,20 @@ def compile_for_host(build: Callable[[], Any], optimise: bool = True) -> Any:
         return None
 
 
+
+def compile_variants(builds: dict[Any, Callable[[], Any]], name: str) -> dict[Any, Any] | None:
+    """Each module ``builds[key]()`` makes compiled for the host (`compile_for_host`), and the
+    address of its function ``name`` by ``key``, beside ``"engines"``: the engines, which own
+    the machine code; None where any cannot compile."""
+    built: dict[Any, Any] = {"engines": []}
+    for key, build in builds.items():
+        engine = compile_for_host(build)
+        if engine is None:
+            return None
+        built["engines"].append(engine)
+        built[key] = engine.get_function_address(name)
+    return built
+
 class HostModule:
     """A module compiled for the host the first time one of its functions is asked for, once
     whichever threads ask at the same moment (`compile_for_host` with its module's passes);

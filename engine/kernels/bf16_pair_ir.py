@@ -282,17 +282,9 @@ class _PairKernel:
                                    splat(builder, left, indices))
         # the masks stop at the twin run's last float, 2·left - 1 on
         wanted = splat(builder, builder.mul(left, I64(2)), indices)
-        zero = ir.Constant(self.floats, [0.0] * LANES)
         phases: list[list[Any]] = [[], []]
         for first in start:
-            halves = []
-            for half in range(2):
-                at = builder.gep(first, [builder.add(builder.mul(lane, I64(2)),
-                                                     I64(half * LANES))])
-                inside = builder.icmp_signed("<", ir.Constant(indices, [
-                    half * LANES + j for j in range(LANES)]), wanted)
-                halves.append(builder.call(self.masked_load, [
-                    builder.bitcast(at, self.floats.as_pointer()), I32(4), inside, zero]))
+            halves = self._two_vectors(builder, first, lane, wanted)
             for phase in range(2):
                 phases[phase].append(builder.shuffle_vector(halves[0], halves[1], ir.Constant(
                     ir.VectorType(I32, LANES), list(range(phase, 2 * LANES, 2)))))
@@ -315,6 +307,21 @@ class _PairKernel:
         address = builder.bitcast(builder.gep(into, [lane]), self.words.as_pointer())
         builder.call(self.masked_store, [paired, address, I32(4), mask])
 
+    def _two_vectors(self, builder: ir.IRBuilder, first: Any, lane: Any,
+                     wanted: Any) -> list[Any]:
+        """The 32 floats from ``first + 2·lane`` as two vectors of 16, each float's load
+        masked to those before float ``wanted`` (a splat of int64s) of the 32, zero past it."""
+        indices = ir.VectorType(I64, LANES)
+        zero = ir.Constant(self.floats, [0.0] * LANES)
+        halves = []
+        for half in range(2):
+            at = builder.gep(first, [builder.add(builder.mul(lane, I64(2)), I64(half * LANES))])
+            inside = builder.icmp_signed("<", ir.Constant(indices, [
+                half * LANES + j for j in range(LANES)]), wanted)
+            halves.append(builder.call(self.masked_load, [
+                builder.bitcast(at, self.floats.as_pointer()), I32(4), inside, zero]))
+        return halves
+
     def _read(self, builder: ir.IRBuilder, first: Any, lane: Any, step: Any, left: Any,
               mask: Any, read: str) -> Any:
         """16 floats from ``first + (lane + j)·step`` under the tail's mask (``left`` of them
@@ -329,14 +336,7 @@ class _PairKernel:
             # Floats 2j of the 32 from first + 2·lane; the masks stop at the run's last float
             # wanted, 2·(left - 1), so that no read passes the input's end.
             wanted = splat(builder, builder.sub(builder.mul(left, I64(2)), I64(1)), indices)
-            halves = []
-            for half in range(2):
-                at = builder.gep(first, [builder.add(builder.mul(lane, I64(2)),
-                                                     I64(half * LANES))])
-                inside = builder.icmp_signed("<", ir.Constant(indices, [
-                    half * LANES + j for j in range(LANES)]), wanted)
-                halves.append(builder.call(self.masked_load, [
-                    builder.bitcast(at, self.floats.as_pointer()), I32(4), inside, zero]))
+            halves = self._two_vectors(builder, first, lane, wanted)
             return builder.shuffle_vector(halves[0], halves[1], ir.Constant(
                 ir.VectorType(I32, LANES), list(range(0, 2 * LANES, 2))))
         offsets = builder.mul(builder.add(splat(builder, lane, indices),

@@ -204,14 +204,8 @@ def _compile() -> dict[str, Any] | None:
         return None
     from engine.kernels.gemm_amx_ir import AmxGridKernel, AmxHalvesKernel
 
-    built: dict[str, Any] = {"engines": []}
-    for kind, kernel_type in (("halves", AmxHalvesKernel), ("grid", AmxGridKernel)):
-        engine = llvm_jit.compile_for_host(partial(_module, kernel_type))
-        if engine is None:
-            return None
-        built["engines"].append(engine)  # it owns the machine code
-        built[kind] = engine.get_function_address("part")
-    return built
+    return llvm_jit.compile_variants({"halves": partial(_module, AmxHalvesKernel),
+                                      "grid": partial(_module, AmxGridKernel)}, "part")
 
 
 def _module(kernel_type: Any) -> Any:

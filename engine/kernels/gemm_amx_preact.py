@@ -128,14 +128,8 @@ def _compile() -> dict[str, Any] | None:
     """The part for the host, or None without AMX (or Linux's grant) or llvmlite."""
     if not gemm_kernel.available(gemm_kernel.AMX) or not host_features.amx_permitted():
         return None
-    built: dict[str, Any] = {"engines": []}
-    for stores_sum in (True, False):
-        engine = llvm_jit.compile_for_host(partial(_module, stores_sum))
-        if engine is None:
-            return None
-        built["engines"].append(engine)  # it owns the machine code
-        built[stores_sum] = engine.get_function_address("part")
-    return built
+    return llvm_jit.compile_variants(
+        {stores_sum: partial(_module, stores_sum) for stores_sum in (True, False)}, "part")
 
 
 def _module(stores_sum: bool) -> Any:

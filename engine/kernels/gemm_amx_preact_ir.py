@@ -169,13 +169,7 @@ class AmxPreactKernel(AmxTileKernel):
         line = builder.mul(row, terms["ldc"])
         offset, mask = self._offset(builder, j), None if masks is None else masks[j]
         if adding:
-            residual_at = self._vector_at(builder, builder.gep(terms["residual"], [line]),
-                                          offset)
-            if mask is None:
-                value = builder.fadd(value, builder.load(residual_at, align=4))
-            else:
-                value = builder.fadd(value, builder.call(
-                    self.masked_load, [residual_at, I32(4), mask, self.zero]))
+            value = self._plus_residual(builder, terms, line, offset, mask, value)
         value = self._clamp(builder, terms, value)
         if not self.stores_sum:
             return value

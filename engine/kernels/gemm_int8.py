@@ -137,6 +137,26 @@ def multiply_rows(rows: np.ndarray, m: int, weights: PackedWeights, signed: bool
     ``offsets``: int32, one a padded column (``weights.panels · vectors · LANES``), added to
     every row's sums in place of the signed rows' compensation (a caller's bias folded in
     with it; the sums wrap, so the result is exact wherever it fits int32)."""
+    kernels, blocks, columns, packed, offset_address = _checked(rows, m, weights, signed,
+                                                                offsets)
+    if m == 1 and not weights.amx:
+        # one row (a classifier at batch 1): the one-row tile, not a whole tile of which all
+        # rows but one are padding
+        out = np.empty((1, columns), np.int32)
+        kernel, blocks = kernels["row", weights.vectors], 1
+    else:
+        out = np.empty((rows.shape[0], columns), np.int32)
+        kernel = kernels["amx" if weights.amx else weights.vectors]
+    kernel(rows.ctypes.data, rows.shape[1], packed, weights.groups, out.ctypes.data,
+           out.shape[1], offset_address, blocks, 0, weights.panels)
+    return out[:m, :weights.n]
+
+
+def _checked(rows: np.ndarray, m: int, weights: PackedWeights, signed: bool,
+             offsets: np.ndarray | None) -> tuple[Any, int, int, int, int]:
+    """(the kernels, row blocks, padded columns, the packed weights' address, the column
+    offsets' address) for a product of ``m`` of ``rows`` (`multiply_rows`' arguments),
+    raising where the kernels are missing or ``rows`` or ``offsets`` are not as it needs."""
     kernels = _compiled()
     if kernels is None:
         raise RuntimeError("the int8 GEMM kernels are not available on this machine")
@@ -153,17 +173,7 @@ def multiply_rows(rows: np.ndarray, m: int, weights: PackedWeights, signed: bool
             raise ValueError(f"int8 GEMM: offsets {offsets.dtype} {offsets.shape} are not "
                              f"int32 for {columns} columns")
         no_offsets = signed_offsets = offsets.ctypes.data
-    if m == 1 and not weights.amx:
-        # one row (a classifier at batch 1): the one-row tile, not a whole tile of which all
-        # rows but one are padding
-        out = np.empty((1, columns), np.int32)
-        kernel, blocks = kernels["row", weights.vectors], 1
-    else:
-        out = np.empty((rows.shape[0], columns), np.int32)
-        kernel = kernels["amx" if weights.amx else weights.vectors]
-    kernel(rows.ctypes.data, rows.shape[1], packed, weights.groups, out.ctypes.data,
-           out.shape[1], signed_offsets if signed else no_offsets, blocks, 0, weights.panels)
-    return out[:m, :weights.n]
+    return kernels, blocks, columns, packed, signed_offsets if signed else no_offsets
 
 
 def product_job(rows: np.ndarray, m: int, weights: PackedWeights, signed: bool,
@@ -179,30 +189,16 @@ def product_job(rows: np.ndarray, m: int, weights: PackedWeights, signed: bool,
     1000 classifier, 0.5 MB)."""
     from engine.cpu import kernel_jobs, spin_pool
 
-    kernels = _compiled()
-    if kernels is None:
-        raise RuntimeError("the int8 GEMM kernels are not available on this machine")
-    blocks = -(-m // weights.rows)
-    columns = weights.panels * weights.vectors * LANES
-    if (rows.dtype != np.uint8 or rows.shape != (blocks * weights.rows, weights.groups * 4)
-            or not rows.flags.c_contiguous):
-        raise ValueError(f"int8 GEMM: rows {rows.dtype} {rows.shape} are not padded_rows' "
-                         f"for {m} rows")
+    kernels, blocks, columns, packed, offset_address = _checked(rows, m, weights, signed,
+                                                                offsets)
     if out.dtype != np.int32 or out.shape != (rows.shape[0], columns) or \
             not out.flags.c_contiguous:
         raise ValueError(f"int8 GEMM: result {out.dtype} {out.shape} does not hold "
                          f"{rows.shape[0]} rows of {columns} columns")
-    packed, no_offsets, signed_offsets = weights.addresses
-    if offsets is not None:
-        if offsets.dtype != np.int32 or offsets.shape != (columns,) or \
-                not offsets.flags.c_contiguous:
-            raise ValueError(f"int8 GEMM: offsets {offsets.dtype} {offsets.shape} are not "
-                             f"int32 for {columns} columns")
-        no_offsets = signed_offsets = offsets.ctypes.data
     one_row = m == 1 and not weights.amx
     context = np.array([rows.ctypes.data, rows.shape[1], packed, weights.groups,
-                        out.ctypes.data, columns, signed_offsets if signed else no_offsets,
-                        blocks, weights.panels], np.int64)
+                        out.ctypes.data, columns, offset_address, blocks, weights.panels],
+                       np.int64)
     if one_row:
         task = kernels["task", "row", weights.vectors]
         work = weights.k * weights.n  # the weights' bytes, read once

@@ -424,14 +424,8 @@ class TileKernel:
         line = builder.mul(row, terms["ldc"])
         if adding:
             value, offset, mask = self._placed(builder, value, j, masks)
-            residual_at = self._vector_at(builder, builder.gep(terms["residual"], [line]),
-                                          offset)
-            if mask is None:
-                value = builder.fadd(value, builder.load(residual_at, align=4))
-            else:
-                value = builder.fadd(value, builder.call(
-                    self.masked_load, [residual_at, I32(4), mask, self.zero]))
-            value = self._clamp(builder, terms, value)
+            value = self._clamp(builder, terms, self._plus_residual(
+                builder, terms, line, offset, mask, value))
         else:
             value, offset, mask = self._placed(builder, self._clamp(builder, terms, value), j,
                                                masks)
@@ -477,6 +471,16 @@ class TileKernel:
     def _offset(self, builder: ir.IRBuilder, j: int) -> Any:
         """The row offset of vector ``j``'s first stored element (see `_placed`)."""
         return I64(j * self.shape.width)
+
+    def _plus_residual(self, builder: ir.IRBuilder, terms: dict[str, Any], line: Any,
+                       offset: Any, mask: Any, value: Any) -> Any:
+        """``value`` plus the residual's vector at row offset ``line`` and column ``offset``
+        (under ``mask`` where the tile's edge cuts it)."""
+        residual_at = self._vector_at(builder, builder.gep(terms["residual"], [line]), offset)
+        if mask is None:
+            return builder.fadd(value, builder.load(residual_at, align=4))
+        return builder.fadd(value, builder.call(
+            self.masked_load, [residual_at, I32(4), mask, self.zero]))
 
     def _placed(self, builder: ir.IRBuilder, value: Any, j: int,
                 masks: list[Any] | None) -> tuple[Any, Any, Any]:

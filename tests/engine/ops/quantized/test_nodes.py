@@ -43,6 +43,19 @@ def read_only_node_inputs(name: str, index: int) -> list[np.ndarray]:
     return views
 
 
+def bound_node(name: str, index: int) -> tuple[tuple[np.ndarray, ...],
+                                              tuple[np.ndarray, ...], object]:
+    """(what the node's NumPy kernel computes, empty outputs like it, the node's one call
+    bound on its read-only inputs into those outputs)."""
+    node = fixtures.graph(name).nodes[index]
+    inputs = read_only_node_inputs(name, index)
+    want = node.opdef.compute(np, node.params, inputs)
+    want = want if isinstance(want, tuple) else (want,)
+    out = tuple(np.empty_like(value) for value in want)
+    (call,) = node.opdef.bind_calls(np, node.params, inputs, out)
+    return want, out, call
+
+
 @pytest.mark.parametrize(("name", "index"), node_cases())
 def test_node_matches_mxnet(name: str, index: int) -> None:
     node = fixtures.graph(name).nodes[index]
@@ -124,12 +137,7 @@ def test_a_bound_fully_connected_layer_gives_its_kernels_bytes_on_the_int8_gemm(
     from engine.kernels import gemm_int8
     from engine.ops.quantized import integer
 
-    node = fixtures.graph(name).nodes[index]
-    inputs = read_only_node_inputs(name, index)
-    want = node.opdef.compute(np, node.params, inputs)
-    want = want if isinstance(want, tuple) else (want,)
-    out = tuple(np.empty_like(value) for value in want)
-    (call,) = node.opdef.bind_calls(np, node.params, inputs, out)
+    want, out, call = bound_node(name, index)
     before = integer.PATHS["int8_gemm"]
     for _ in range(2):
         for part in out:
@@ -173,12 +181,7 @@ def test_a_bound_fully_connected_layers_product_is_a_pool_job_over_the_cores(
     real = gemm_int8.product_job
     monkeypatch.setattr(gemm_int8, "product_job",
                         lambda *args, **kwargs: jobs.append(real(*args, **kwargs)) or jobs[-1])
-    node = fixtures.graph(name).nodes[index]
-    inputs = read_only_node_inputs(name, index)
-    want = node.opdef.compute(np, node.params, inputs)
-    want = want if isinstance(want, tuple) else (want,)
-    out = tuple(np.empty_like(value) for value in want)
-    (call,) = node.opdef.bind_calls(np, node.params, inputs, out)
+    want, out, call = bound_node(name, index)
     for threads in (1, 2, 2):
         for part in out:
             part[...] = 0
