@@ -157,15 +157,8 @@ def _flatten_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
         return [partial(QUANTIZED_FLATTEN.compute, xp, attrs, inputs, out)]
 
     copies = (ranges.range_copier(low, targets[1]), ranges.range_copier(high, targets[2]))
-    if data.dtype == targets[0].dtype and data.nbytes == targets[0].nbytes and \
-            data.flags.c_contiguous and targets[0].flags.c_contiguous:
-        into, read = memoryview(targets[0]).cast("B"), memoryview(data).cast("B")
-
-        def copy_data() -> None:
-            into[:] = read
-    else:
-        def copy_data() -> None:
-            np.copyto(targets[0], data.reshape(targets[0].shape))
+    copy_data = ranges.byte_copier(targets[0], data) or partial(
+        np.copyto, targets[0], data.reshape(targets[0].shape))
 
     def flatten() -> None:
         copy_data()

@@ -78,38 +78,39 @@ def range_pair(low: Any, high: Any) -> tuple[np.ndarray, np.ndarray]:
     return np.full((1,), low, dtype=FLOAT32), np.full((1,), high, dtype=FLOAT32)
 
 
+def byte_copier(target: np.ndarray, source: np.ndarray) -> Callable[[], None] | None:
+    """A call copying ``source``'s bytes (read at each call) into ``target`` through
+    memoryviews, where both are C-contiguous arrays of one dtype and size; else None. In a
+    plan's run a bound step's NumPy calls find their code and objects evicted by the layers
+    before it (ResNet-18 int8 at batch 1, one thread: about 5 µs a range copied)."""
+    if not (isinstance(source, np.ndarray) and source.dtype == target.dtype
+            and source.size == target.size and source.flags.c_contiguous
+            and target.flags.c_contiguous):
+        return None
+    into = memoryview(target.reshape(-1)).cast("B")
+    read = memoryview(source.reshape(-1)).cast("B")
+
+    def copy() -> None:
+        into[:] = read
+
+    return copy
+
+
 def constant_writer(target: np.ndarray, value: Any) -> Callable[[], None]:
     """A call writing ``value`` into ``target`` as ``np.copyto(target, value)`` would, its
-    bytes made once: a contiguous target gets them through a memoryview. In a plan's run a
-    bound step's NumPy calls find their code and objects evicted by the layers before it
-    (ResNet-18 int8 at batch 1, one thread: about 5 µs a range copied)."""
-    made = np.empty_like(target)
+    bytes made once (`byte_copier`)."""
+    made = np.empty_like(target, order="C")
     np.copyto(made, value)
-    if not target.flags.c_contiguous:
-        return functools.partial(np.copyto, target, made)
-    view, data = memoryview(target.reshape(-1)).cast("B"), made.tobytes()
-
-    def write() -> None:
-        view[:] = data
-
-    return write
+    return byte_copier(target, made) or functools.partial(np.copyto, target, made)
 
 
 def range_copier(source: Any, target: np.ndarray) -> Callable[[], None]:
     """A call copying the range value in ``source`` (one value, read at each call) into
-    ``target`` as ``np.copyto(target, scalar(source))`` would: bytes through memoryviews where
-    both are contiguous arrays of one dtype and one value (`constant_writer`'s reason)."""
-    if isinstance(source, np.ndarray) and source.dtype == target.dtype == FLOAT32 and \
-            source.size == target.size == 1 and source.flags.c_contiguous and \
-            target.flags.c_contiguous:
-        into = memoryview(target.reshape(-1)).cast("B")
-        read = memoryview(source.reshape(-1)).cast("B")
-
-        def copy() -> None:
-            into[:] = read
-
-        return copy
-    return lambda: np.copyto(target, scalar(source))
+    ``target`` as ``np.copyto(target, scalar(source))`` would: by `byte_copier` where both
+    are float32 arrays of one value."""
+    copy = byte_copier(target, source) if target.dtype == FLOAT32 and target.size == 1 \
+        else None
+    return copy or (lambda: np.copyto(target, scalar(source)))
 
 
 def ranges_of(inputs: Any, first: int, count: int) -> list[tuple[F32, F32]]:
