@@ -477,7 +477,7 @@ def _split_patch_copies(split: Any, patches: Any, top: int,
 def _chained_split_patches(split: Any, weight: Any, out: Any, geometry: Geometry,
                            workspace: Any, patches_at: int) -> Any:
     """`_bind_split_patches`' copies and products as one chained job (`_chained_rows`)."""
-    out_height, out_width = out.shape[2:]
+    out_width = out.shape[3]
 
     def share(top: int, bottom: int, at: int) -> tuple[Any, list[tuple[Any, Any]]]:
         patches = workspace.region(patches_at + at, (weight.shape[1], bottom - top, out_width),
