@@ -317,18 +317,17 @@ class FusedConv(EpilogueLayer):
                             np.int32, huge).reshape(-1, columns)
         flat = data.reshape(-1).view(np.uint8)
         if self.stack > 1:
-            lay = self._stacked_lay(flat, signed, padded, scratch)
+            jobs = self._stacked_lay(flat, signed, padded, scratch)
         else:
-            lay = kernel_jobs.bind(
+            jobs = [kernel_jobs.bind(
                 (__name__, "padded_copy" if self.laid.data else "channels_last"), (
                     flat, 128 if signed else 0, channels, height, width, geometry.pad[0],
                     geometry.pad[1], padded, padded_h, padded_w), batch * padded_h,
-                kernel_jobs.parts_for(batch * padded_h, 2 * padded.size))
+                kernel_jobs.parts_for(batch * padded_h, 2 * padded.size))]
         residual = self.residual
         if residual is None:
             residual = np.zeros(1, np.int8)
         out = self.out.reshape(-1)
-        jobs = list(lay) if isinstance(lay, tuple) else [lay]
         if self.reads_data_in_place:
             # unpadded uint8 channels-last data is the copy already: the tiles read it there
             # (where no step passes a pixel's channels, so none passes the data's end)
@@ -371,7 +370,7 @@ class FusedConv(EpilogueLayer):
         return tuple(jobs)
 
     def _stacked_lay(self, flat: np.ndarray, signed: bool, stacked: np.ndarray,
-                     scratch: int8_memory.Scratch) -> tuple[Any, ...]:
+                     scratch: int8_memory.Scratch) -> list[Any]:
         """The jobs laying the data with `stack` padded rows a pixel into ``stacked``
         (`int8_stack_ir`, which shifts int8 onto uint8): read where it lies channels-last,
         else first copied channels-last (unpadded) into scratch."""
@@ -394,7 +393,7 @@ class FusedConv(EpilogueLayer):
                            np.int64)
         jobs.append(spin_pool.job(address, context, kernel_jobs.parts_for(
             rows, 2 * stacked.size), keep=(source, stacked)))
-        return tuple(jobs)
+        return jobs
 
     def _epilogue_terms(self, epilogue: Epilogue, first: int, count: int,
                         columns: int) -> tuple[Any, ...]:

@@ -24,7 +24,16 @@ from typing import Any
 
 import llvmlite.ir as ir
 
-from engine.kernels.task_ir import I32, I64, fields, loop, masked_load, masked_store, task
+from engine.kernels.task_ir import (
+    I32,
+    I64,
+    fields,
+    loop,
+    masked_load,
+    masked_store,
+    splat,
+    task,
+)
 
 I8, I1 = ir.IntType(8), ir.IntType(1)
 LANES = 64  # a step's vector: AMX's 64 bytes of K
@@ -68,10 +77,7 @@ def _define(built: ir.Module, load: ir.Function, store: ir.Function, channels: i
     padded_h, padded_w, width = field["padded_h"], field["padded_w"], field["width"]
     row_in, row_out = builder.mul(width, I64(channels)), builder.mul(padded_w, I64(pixel))
     zero = ir.Constant(vector, [0] * LANES)
-    fill = builder.insert_element(ir.Constant(vector, ir.Undefined),
-                                  builder.trunc(field["shift"], I8), I32(0))
-    fill = builder.shuffle_vector(fill, ir.Constant(vector, ir.Undefined),
-                                  ir.Constant(ir.VectorType(I32, LANES), [0] * LANES))
+    fill = splat(builder, builder.trunc(field["shift"], I8), vector)
     first = builder.sdiv(builder.mul(part, field["rows"]), parts)
     last = builder.sdiv(builder.mul(builder.add(part, I64(1)), field["rows"]), parts)
     with loop(builder, function, first, last, "row") as row:
