@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.cpu import compiled, kernel_jobs, spin_pool
+from engine.cpu import compiled, kernel_jobs, llvm_jit, spin_pool
 from engine.kernels import gemm_int8, int8_memory
 
 _kernels: dict[str, Any] = {}
@@ -205,10 +205,17 @@ class FusedConv(EpilogueLayer):
         self.rows = batch * out_h * out_w
         self.positions = out_h * out_w
         self.padded_size = (height + 2 * geometry.pad[0], width + 2 * geometry.pad[1])
-        # weights packed from `tap_rows_matrix` (K of 64 a kernel row) where the layer has
-        # rows of taps, else from `weight_matrix`
-        self.tap_rows = has_tap_rows(channels, geometry, out_w) and packed.amx and \
-            packed.k == geometry.kernel[0] * 64
+        # weights packed from `tap_rows_matrix` (K of 64 a group of ``stack`` kernel rows)
+        # where the layer has rows of taps, else from `weight_matrix`; the copy the
+        # product reads then holds ``stack`` padded rows a pixel (`stacked_rows`), or one
+        # where the weights were packed a kernel row a step
+        self.stack = 1
+        self.tap_rows = has_tap_rows(channels, geometry, out_w) and packed.amx
+        if self.tap_rows:
+            stack = stacked_rows(channels, geometry, out_w)
+            if packed.k == -(-geometry.kernel[0] // stack) * 64:
+                self.stack = stack
+            self.tap_rows = packed.k == -(-geometry.kernel[0] // self.stack) * 64
         if (packed.k != weight[0].size and not self.tap_rows) or packed.n != filters:
             raise ValueError(f"int8 convolution: packed weights ({packed.k}, {packed.n}) do "
                              f"not fit {weight.shape}")
@@ -292,12 +299,14 @@ class FusedConv(EpilogueLayer):
         # without a gather the GEMM reads the copy's rows, its last row block whole: room for
         # that block's rows past the end (their sums are computed and never read)
         tail = packed.rows * channels if not (self.gathers or self.tile_rows) else 0
-        image_bytes = batch * padded_h * padded_w * channels
+        # a pixel of the copy: its channels, for each of the ``stack`` rows it holds
+        depth = channels * self.stack
+        image_bytes = batch * padded_h * padded_w * depth
         if self.tile_rows:
             steps, starts = self._direct_offsets(block)
             # a tile row reads whole 64-byte steps on, and wide rows' last tiles pixels
             # past the image's last (their sums dropped)
-            reach = int(starts.max()) + (self.tile_rows - 1) * geometry.stride[1] * channels \
+            reach = int(starts.max()) + (self.tile_rows - 1) * geometry.stride[1] * depth \
                 + int(steps.max()) + 64
             tail = max(tail, reach - image_bytes)
         padded = scratch.take("channels_last", image_bytes + tail, np.uint8, huge)
@@ -307,15 +316,18 @@ class FusedConv(EpilogueLayer):
         sums = scratch.take("sums", (1 if fused else blocks) * block * columns,
                             np.int32, huge).reshape(-1, columns)
         flat = data.reshape(-1).view(np.uint8)
-        lay = kernel_jobs.bind((__name__, "padded_copy" if self.laid.data else "channels_last"), (
-            flat, 128 if signed else 0, channels, height, width, geometry.pad[0],
-            geometry.pad[1], padded, padded_h, padded_w), batch * padded_h,
-            kernel_jobs.parts_for(batch * padded_h, 2 * padded.size))
+        if self.stack > 1:
+            jobs = self._stacked_lay(flat, signed, padded, scratch)
+        else:
+            jobs = [kernel_jobs.bind(
+                (__name__, "padded_copy" if self.laid.data else "channels_last"), (
+                    flat, 128 if signed else 0, channels, height, width, geometry.pad[0],
+                    geometry.pad[1], padded, padded_h, padded_w), batch * padded_h,
+                kernel_jobs.parts_for(batch * padded_h, 2 * padded.size))]
         residual = self.residual
         if residual is None:
             residual = np.zeros(1, np.int8)
         out = self.out.reshape(-1)
-        jobs = [lay]
         if self.reads_data_in_place:
             # unpadded uint8 channels-last data is the copy already: the tiles read it there
             # (where no step passes a pixel's channels, so none passes the data's end)
@@ -328,7 +340,7 @@ class FusedConv(EpilogueLayer):
             used = -(-count // block) * block
             if self.tile_rows:
                 jobs.append(gemm_int8.direct_job(
-                    padded, geometry.stride[1] * channels, steps,
+                    padded, geometry.stride[1] * depth, steps,
                     starts[first // self.tile_rows:], count, packed, signed, self.tile_rows,
                     sums if fused else sums[:used],
                     self._epilogue_terms(epilogue, first, count, columns) if fused else None))
@@ -356,6 +368,32 @@ class FusedConv(EpilogueLayer):
         if any(job is None for job in jobs):
             raise RuntimeError("int8 convolution: a job could not be bound")
         return tuple(jobs)
+
+    def _stacked_lay(self, flat: np.ndarray, signed: bool, stacked: np.ndarray,
+                     scratch: int8_memory.Scratch) -> list[Any]:
+        """The jobs laying the data with `stack` padded rows a pixel into ``stacked``
+        (`int8_stack_ir`, which shifts int8 onto uint8): read where it lies channels-last,
+        else first copied channels-last (unpadded) into scratch."""
+        batch, channels, height, width = self.data.shape
+        padded_h, padded_w = self.padded_size
+        address = stack_task(channels, self.stack)
+        if address is None:
+            raise RuntimeError("int8 convolution: the stacked copy does not compile here")
+        shift = 128 if signed else 0
+        jobs: list[Any] = []
+        source = flat
+        if not self.laid.data:  # the bytes as they are: the stacked copy shifts them
+            source = scratch.take("unstacked", flat.size, np.uint8, self.huge_pages)
+            jobs.append(kernel_jobs.bind((__name__, "channels_last"), (
+                flat, 0, channels, height, width, 0, 0, source, height, width),
+                batch * height, kernel_jobs.parts_for(batch * height, 2 * flat.size)))
+        rows = batch * padded_h
+        context = np.array([source.ctypes.data, stacked.ctypes.data, rows, padded_h, padded_w,
+                            height, width, *self.geometry.pad, self.geometry.dilate[0], shift],
+                           np.int64)
+        jobs.append(spin_pool.job(address, context, kernel_jobs.parts_for(
+            rows, 2 * stacked.size), keep=(source, stacked)))
+        return jobs
 
     def _epilogue_terms(self, epilogue: Epilogue, first: int, count: int,
                         columns: int) -> tuple[Any, ...]:
@@ -415,14 +453,14 @@ class FusedConv(EpilogueLayer):
         """The direct product's byte offsets in the channels-last copy: each K step's (64
         channels of one kernel tap) from a window's first pixel, and each tile's first
         pixel (tiles past the last position start at the first: read, never used)."""
-        channels = self.data.shape[1]
+        channels = self.data.shape[1] * self.stack  # a pixel's bytes in the copy
         padded_h, padded_w = self.padded_size
         out_w = self.out.shape[3]
         (kernel_w, stride_h, stride_w, dilate_h, dilate_w) = (
             self.geometry.kernel[1], *self.geometry.stride, *self.geometry.dilate)
         k = np.arange(0, self.packed.groups * 4, 64)
-        if self.tap_rows:  # a K step a kernel row: its taps' bytes run on in the image
-            steps = (k // 64 * dilate_h * padded_w * channels).astype(np.int64)
+        if self.tap_rows:  # a K step a group of kernel rows: its taps' bytes run on
+            steps = (k // 64 * self.stack * dilate_h * padded_w * channels).astype(np.int64)
         else:
             tap_y, tap_x = np.divmod(k // channels, kernel_w)
             steps = ((tap_y * dilate_h * padded_w + tap_x * dilate_w) * channels
@@ -534,14 +572,48 @@ def has_tap_rows(channels: int, geometry: Geometry, out_width: int) -> bool:
             and gemm_int8.direct_tile_rows(out_width) > 0)
 
 
-def tap_rows_matrix(weight: np.ndarray) -> np.ndarray:
-    """The weights (F, C, kh, kw) as a (64 · kh, F) matrix: kernel row ky's taps at K
-    ``64 · ky + kx · C + c``, zero in the rest of its 64 (`has_tap_rows`)."""
+def stacked_rows(channels: int, geometry: Geometry, out_width: int) -> int:
+    """How many kernel rows one step of the direct product's K takes for a layer of rows
+    of taps (`has_tap_rows`): as many as fit their taps' bytes in 64 where a copy holding
+    that many padded rows a pixel (`int8_stack_ir`) lays them side by side, each pixel's
+    channels for each row in turn (a stem's 7 × 3 channels: 3 rows of 21 bytes, 63, so 3
+    steps for 7 kernel rows in place of 7); 1 where the layer has no rows of taps."""
+    if not has_tap_rows(channels, geometry, out_width):
+        return 1
+    stack = min(geometry.kernel[0], 64 // (geometry.kernel[1] * channels))
+    return stack if stack > 1 and stack_task(channels, stack) is not None else 1
+
+
+def stack_task(channels: int, stack: int) -> int | None:
+    """The address of `int8_stack_ir`'s task stacking ``stack`` rows of ``channels`` a
+    pixel, compiled on first ask; None where it cannot run here."""
+    from engine.kernels import int8_stack_ir
+
+    made = _stack_modules.get((channels, stack))
+    if made is None:
+        made = _stack_modules.setdefault((channels, stack), llvm_jit.HostModule(
+            lambda: int8_stack_ir.module(((channels, stack),)), "avx512vbmi"))
+    return made.address(int8_stack_ir.task_name(channels, stack))
+
+
+# `int8_stack_ir`'s modules, one a (channels, stack), compiled on first use
+_stack_modules: dict[tuple[int, int], Any] = {}
+
+
+def tap_rows_matrix(weight: np.ndarray, stack: int = 1) -> np.ndarray:
+    """The weights (F, C, kh, kw) as a (64 · ⌈kh / stack⌉, F) matrix: kernel row ky = g ·
+    stack + r's taps at K ``64 · g + kx · stack · C + r · C + c`` (the bytes of a copy
+    holding ``stack`` rows a pixel, `stacked_rows`), zero in the rest of each 64 and for
+    rows past the kernel's (`has_tap_rows`)."""
     filters, channels, kernel_h, kernel_w = weight.shape
-    matrix = np.zeros((kernel_h, 64, filters), np.int8)
-    matrix[:, :kernel_w * channels] = np.moveaxis(weight, 0, -1).transpose(
-        1, 2, 0, 3).reshape(kernel_h, kernel_w * channels, filters)
-    return matrix.reshape(kernel_h * 64, filters)
+    groups = -(-kernel_h // stack)
+    taps = np.zeros((groups * stack, kernel_w, channels, filters), np.int8)
+    taps[:kernel_h] = np.moveaxis(weight, 0, -1).transpose(1, 2, 0, 3)  # (kh, kw, C, F)
+    run = kernel_w * stack * channels
+    matrix = np.zeros((groups, 64, filters), np.int8)
+    matrix[:, :run] = taps.reshape(groups, stack, kernel_w, channels, filters).transpose(
+        0, 2, 1, 3, 4).reshape(groups, run, filters)
+    return matrix.reshape(groups * 64, filters)
 
 
 def compiled_kernels() -> dict[str, Any]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.cpu import compiled, kernel_jobs, spin_pool
+from engine.cpu import compiled, kernel_jobs, llvm_jit, spin_pool
 
 _kernels: dict[str, Any] = {}
 
@@ -45,9 +45,38 @@ def quantize_channels_last_job(values: np.ndarray, scale: np.ndarray, low: int, 
         raise ValueError(f"int8 quantize: {values.dtype} {values.shape} channels-last into "
                          f"{out.dtype} {out.shape} with a {scale.dtype} scale")
     batch, channels, height, width = values.shape
+    rows = batch * height
+    task = vector_task(channels)
+    if task is not None and values.flags.c_contiguous and out.flags.c_contiguous:
+        bounds = [np.float64(bound).view(np.int64) for bound in (low, high)]
+        context = np.array([values.ctypes.data, out.ctypes.data, scale.ctypes.data, rows,
+                            height, width, *bounds], np.int64)
+        return spin_pool.job(task, context, kernel_jobs.parts_for(rows, 2 * values.size),
+                             keep=(values, scale, out))
     return kernel_jobs.bind((__name__, "quantize_channels_last"), (
         values.reshape(-1), scale, low, high, channels, height, width, out.reshape(-1)),
-        batch * height, kernel_jobs.parts_for(batch * height, 2 * values.size))
+        rows, kernel_jobs.parts_for(rows, 2 * values.size))
+
+
+def vector_task(channels: int) -> int | None:
+    """The address of `int8_convert_ir`'s channels-last quantize of ``channels`` planes
+    (an image's few: 16 pixels a step, the channels' bytes interleaved by one shuffle);
+    None for more channels, or where it cannot be compiled here (no AVX-512 BW, no
+    llvmlite or no JIT): numba's pass, one pixel's bytes at a time, runs instead."""
+    from engine.kernels import int8_convert_ir
+
+    if not 0 < channels <= int8_convert_ir.MOST_CHANNELS:
+        return None
+    return _vector.address(int8_convert_ir.task_name(channels))
+
+
+def _vector_module() -> Any:
+    from engine.kernels import int8_convert_ir
+
+    return int8_convert_ir.module()
+
+
+_vector = llvm_jit.HostModule(_vector_module, "avx512bw")  # `int8_convert_ir`, compiled once
 
 
 def dequantize_job(values: np.ndarray, step: np.ndarray, out: np.ndarray) -> Any:

@@ -497,12 +497,13 @@ class _FusedInt8Conv:
                                             lambda: int8_conv.weight_matrix(weight_q),
                                             int8_conv.AMX_MIN_DEPTH, self.memory.empty)
             if int8_conv.has_tap_rows(data.shape[1], geometry, out.shape[3]):
-                # a stem's kernel rows (or a 1×1 kernel's few channels), each one step of
-                # the direct product's K: 64 a kernel row, AMX's whole step, however short
-                # the layer's own K (min_depth 0)
+                # a stem's kernel rows (or a 1×1 kernel's few channels), each group of
+                # `stacked_rows` one step of the direct product's K: 64 a group, AMX's
+                # whole step, however short the layer's own K (min_depth 0)
+                stack = int8_conv.stacked_rows(data.shape[1], geometry, out.shape[3])
                 taps = integer.packed_weights(
-                    weight_q, rows, ("tap_rows", 0),
-                    lambda: int8_conv.tap_rows_matrix(weight_q), 0, self.memory.empty)
+                    weight_q, rows, ("tap_rows", stack),
+                    lambda: int8_conv.tap_rows_matrix(weight_q, stack), 0, self.memory.empty)
                 packed = taps if taps.amx else packed
 
             def make(laid: int8_conv.Layouts) -> int8_conv.FusedConv:

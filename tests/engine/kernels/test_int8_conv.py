@@ -312,6 +312,59 @@ def test_kernel_rows_of_few_channels_are_steps_of_the_direct_product(shape, data
     np.testing.assert_array_equal(out, want)
 
 
+@pytest.mark.skipif(not gemm_int8.amx_available(), reason="needs AMX-INT8")
+@pytest.mark.parametrize("shape,stack", [
+    ((2, 3, (23, 21), 64, (7, 7), (2, 2), (3, 3), (1, 1)), 3),  # a stem: 3 rows of 21 bytes
+    ((1, 5, (16, 16), 40, (3, 3), (1, 1), (1, 1), (2, 1)), 3),  # dilated rows of 15 bytes
+    ((3, 3, (11, 30), 20, (5, 5), (1, 2), (2, 0), (1, 1)), 4),  # 5 rows in 2 steps
+])
+@pytest.mark.parametrize("data_dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("laid", [False, True])
+def test_stacked_kernel_rows_share_a_step_of_the_direct_product(shape, stack, data_dtype,
+                                                                laid):
+    """A layer of rows of taps whose weights are packed `stack` kernel rows to a 64-byte
+    step (`tap_rows_matrix(weight, stack)`) reads a copy holding that many padded rows a
+    pixel (`int8_stack_ir`): fewer steps of K, the NumPy path's bytes, from NCHW data or
+    data laid channels-last, on one thread and armed on two."""
+    rng = np.random.default_rng(shape[1] * 10 + stack)
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, shape, data_dtype, np.uint8, "relu", False)
+    want = _reference(data, weight, geometry, epilogue, residual, storage, np.uint8)
+    out = np.zeros_like(want)
+    assert int8_conv.stacked_rows(shape[1], geometry, want.shape[3]) == stack
+    packed = gemm_int8.PackedWeights(int8_conv.tap_rows_matrix(weight, stack), amx=True)
+    assert packed.k == -(-shape[4][0] // stack) * 64
+    conv = int8_conv.FusedConv(_channels_last(data) if laid else data, weight, packed,
+                               geometry, out, None, int8_conv.Layouts(data=laid))
+    assert conv.tap_rows and conv.stack == stack and conv.tile_rows and not conv.gathers
+    conv(epilogue)
+    np.testing.assert_array_equal(out, want)
+    out[...] = 0
+    with spin_pool.armed(2):
+        conv(epilogue)
+    np.testing.assert_array_equal(out, want)
+
+
+def test_tap_rows_matrix_puts_each_kernel_row_in_its_slot_of_a_stacked_pixel():
+    """Kernel row g · stack + r's tap (kx, c) lies at K 64 · g + kx · stack · C + r · C + c;
+    rows past the kernel's, and the rest of each 64, are zero."""
+    weight = np.arange(2 * 3 * 5 * 4).reshape(2, 3, 5, 4).astype(np.int8)
+    matrix = int8_conv.tap_rows_matrix(weight, 2)
+    assert matrix.shape == (3 * 64, 2)
+    for f in range(2):
+        for c in range(3):
+            for ky in range(5):
+                for kx in range(4):
+                    group, slot = divmod(ky, 2)
+                    assert matrix[64 * group + kx * 6 + slot * 3 + c, f] == weight[f, c, ky, kx]
+    expected_nonzero = np.zeros((3, 64), bool)
+    expected_nonzero[:2, :24] = True
+    expected_nonzero[2, :24] = (np.arange(24) // 3) % 2 == 0  # row 5 of 6 is past the kernel
+    assert not matrix.reshape(3, 64, 2)[~expected_nonzero].any()
+    np.testing.assert_array_equal(int8_conv.tap_rows_matrix(weight),
+                                  int8_conv.tap_rows_matrix(weight, 1))
+
+
 def test_sums_fit_int32_counts_the_largest_product_sum_and_bias():
     """Each of ``depth`` products reaches 255 · 128; the bias's magnitude adds to it."""
     depth = 64

@@ -80,6 +80,34 @@ def test_dequantize_reads_channels_last_bytes_into_nchw(dtype):
     np.testing.assert_array_equal(out, values.astype(np.float32) * step[0])
 
 
+@pytest.mark.skipif(int8_convert.vector_task(3) is None,
+                    reason="needs AVX-512 BW and llvmlite's JIT")
+@pytest.mark.parametrize("channels", [1, 2, 3, 4])
+@pytest.mark.parametrize("dtype, low, high", [(np.int8, -128, 127), (np.uint8, 0, 255)])
+def test_an_images_few_channels_quantize_channels_last_in_the_ir_task(channels, dtype, low,
+                                                                      high):
+    """Up to 4 channels run `int8_convert_ir`'s task (16 pixels a step, a row's last step
+    of 7 masked): the bytes of the plain quantize, transposed, halves rounded to even, NaN
+    as zero, infinities and values past the bounds saturated."""
+    values = (RNG.standard_normal((2, channels, 5, 39)) * 3).astype(np.float32)
+    values.reshape(-1)[:8] = [np.nan, np.inf, -np.inf, 1e9, 0.5 / 40, 1.5 / 40, -2.5 / 40,
+                              -1e9]
+    scale = np.array([40.0], np.float32)
+    plain, laid = np.empty(values.shape, dtype), np.full(values.shape, 7, dtype)
+    int8_convert.quantize_job(values, scale, low, high, plain)()
+    job = int8_convert.quantize_channels_last_job(values, scale, low, high, laid)
+    assert int8_convert.vector_task(channels) in job.args  # the IR task, not numba's pass
+    with spin_pool.armed(2):
+        job()
+    np.testing.assert_array_equal(laid.reshape(2, 5, 39, channels),
+                                  plain.transpose(0, 2, 3, 1))
+    scale[0] = 3.0  # read at each run
+    job()
+    int8_convert.quantize_job(values, scale, low, high, plain)()
+    np.testing.assert_array_equal(laid.reshape(2, 5, 39, channels),
+                                  plain.transpose(0, 2, 3, 1))
+
+
 @pytest.mark.parametrize("dtype, low, high", [(np.int8, -128, 127), (np.uint8, 0, 255)])
 def test_quantize_channels_last_writes_the_quantize_bytes_transposed(dtype, low, high):
     values = (RNG.standard_normal((3, 5, 7, 9)) * 3).astype(np.float32)

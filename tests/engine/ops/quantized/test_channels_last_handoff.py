@@ -127,14 +127,15 @@ def test_a_dequantize_reads_the_hand_off():
 @pytest.mark.skipif(not gemm_int8.amx_available(), reason="needs AMX-INT8")
 def test_layers_of_few_channels_per_kernel_row_run_the_direct_product(monkeypatch):
     """The stem (3 channels, 3×3) and the 1×1 down-sampling layer over 16 channels, whose K
-    alone is under AMX's 64: packed as rows of taps, one 64-byte step a kernel row, they run
-    the direct product on AMX; the logits stay the NumPy path's."""
+    alone is under AMX's 64: packed as rows of taps (the stem's three kernel rows stacked in
+    one 64-byte step, the 1×1 layer's one), they run the direct product on AMX; the logits
+    stay the NumPy path's."""
     made = []
     original = int8_conv.FusedConv.__init__
 
     def spy(self, data, weight, *rest, **named):
         original(self, data, weight, *rest, **named)
-        made.append((weight.shape[1:], self.tap_rows, bool(self.tile_rows)))
+        made.append((weight.shape[1:], self.tap_rows, bool(self.tile_rows), self.stack))
 
     monkeypatch.setattr(int8_conv.FusedConv, "__init__", spy)
     symbol, params = residual_net()
@@ -142,8 +143,8 @@ def test_layers_of_few_channels_per_kernel_row_run_the_direct_product(monkeypatc
         "data": RNG.standard_normal((16, 3, 16, 16)).astype(np.float32)})
     images = RNG.standard_normal((3, 3, 16, 16)).astype(np.float32)
     got = model.infer({"data": images})["fc2_output"]
-    assert ((3, 3, 3), True, True) in made  # the stem
-    assert ((16, 1, 1), True, True) in made  # b2d
+    assert ((3, 3, 3), True, True, 3) in made  # the stem: its 3 kernel rows in one step
+    assert ((16, 1, 1), True, True, 1) in made  # b2d
     with numpy_path():
         want = model.infer({"data": images})["fc2_output"]
     np.testing.assert_array_equal(got, want)
