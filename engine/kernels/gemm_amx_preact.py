@@ -82,7 +82,7 @@ def ask(workspace: Any, data: Any, out_handoff: bf16_handoff.PairedHandoff,
 
 
 def _fits(context: np.ndarray, handoff: bf16_handoff.PairedHandoff,
-          sum_read: bool = True) -> bool:
+          sum_read: bool = True, batched: bool = False) -> bool:
     """Whether the product's tiles cover the words' rows whole (M a multiple of the
     tile's 32 rows, one word row per two of C's, each at least as long), its K is short,
     C's columns fit under the descriptor's alignment, and it adds no column bias (a 1×1
@@ -91,7 +91,7 @@ def _fits(context: np.ndarray, handoff: bf16_handoff.PairedHandoff,
 
     m, n, k = (int(context[_FIELD[name]]) for name in ("m", "n", "k"))
     if (m % 32 or k > (MAX_DEPTH if sum_read else WORDS_ALONE_MAX_DEPTH)
-            or int(context[_FIELD["batch"]]) != 1
+            or (int(context[_FIELD["batch"]]) != 1 and not batched)
             or handoff.shape[0] != m // 2 or handoff.shape[1] < n
             or 4 * n >= DESCRIPTOR_ALIGNMENT or handoff.layout not in (None, "words")):
         return False
@@ -103,20 +103,51 @@ def _fits(context: np.ndarray, handoff: bf16_handoff.PairedHandoff,
 def preact_job(product: Any, request: PreactAsk) -> Any:
     """``product``'s job (an AMX `gemm_kernel.Product` adding a residual) writing the ask's
     words beside C: its column bias's slot the descriptor's (`AmxPreactKernel`)."""
+
+    scale, shift = request.scale_shift()
+    return _words_job(product, request.out_handoff.words, scale, shift, request.bounds,
+                      request.sum_read)
+
+
+def writes_words(context: np.ndarray, handoff: bf16_handoff.PairedHandoff) -> bool:
+    """Whether an AMX product (its ``context``: no residual) writing an array its
+    ``handoff`` offers (one sample, every pixel once, C's rows ``ldc`` floats long) can
+    write the words alone of its output for 1×1 readers (`words_job`): a short K, whole
+    tiles of rows, C's columns under the descriptor's alignment, no column bias."""
+    pixels = int(np.prod(handoff.source[2:])) if len(handoff.source) > 2 else 0
+    return (int(context[_FIELD["residual"]]) == 0 and int(context[_FIELD["ldc"]]) == pixels
+            and _fits(context, handoff, sum_read=False, batched=True))
+
+
+def words_job(product: Any, words: np.ndarray) -> Any:
+    """``product``'s job (an AMX `gemm_kernel.Product`, `writes_words`) storing only its
+    output's bf16 words (``words``, a hand-off's, float32-viewed): the values its epilogue
+    would store, rounded as the pairing pass rounds them (× 1, + -0: every float kept, the
+    sign of a zero too), so that a 1×1 reader pairs nothing. MobileNet v2's stem for its
+    first expand."""
+    rows = int(product.context[_FIELD["m"]])
+    scale = np.ones(rows, np.float32)
+    shift = np.full(rows, -0.0, np.float32)
+    return _words_job(product, words, scale, shift, (-np.inf, np.inf), False)
+
+
+def _words_job(product: Any, words: np.ndarray, scale: np.ndarray, shift: np.ndarray,
+               bounds: tuple[float, float], stores_sum: bool) -> Any:
+    """``product``'s job writing ``words`` of ``clip(sum · scale + shift, bounds)`` beside
+    C (or in its stead): its column bias's slot the descriptor's (`AmxPreactKernel`)."""
     from engine.kernels.gemm_amx_preact_ir import DESCRIPTOR_ALIGNMENT, DESCRIPTOR_FIELDS
 
-    words = request.out_handoff.words
-    scale, shift = request.scale_shift()
-    low, high = (np.float32(bound).view(np.uint32) for bound in request.bounds)
+    low, high = (np.float32(bound).view(np.uint32) for bound in bounds)
     room = np.zeros(2 * DESCRIPTOR_ALIGNMENT // 8, np.int64)
     start = (-room.ctypes.data % DESCRIPTOR_ALIGNMENT) // 8
     descriptor = room[start:start + len(DESCRIPTOR_FIELDS)]
     context = product.context.copy()
     descriptor[:] = (words.ctypes.data, words.shape[1], scale.ctypes.data, shift.ctypes.data,
-                     int(context[_FIELD["rows_bias"]]), int(low), int(high))
+                     int(context[_FIELD["rows_bias"]]), int(low), int(high),
+                     int(context[_FIELD["c"]]))
     context[_FIELD["columns_bias"]] = descriptor.ctypes.data
     parts = product.args[-1]  # a `spin_pool.Job`'s arguments end with its parts
-    return spin_pool.job(_compiled()[request.sum_read], context, parts,
+    return spin_pool.job(_compiled()[stores_sum], context, parts,
                          keep=(*product.operands, words, scale, shift, room))
 
 
