@@ -54,7 +54,8 @@ def lay_bf16(calls: list[Any], out: Any, workspace: Any) -> list[Any]:
             or not _writes_whole(calls[0].product, out) or _compiled() is None):
         return calls
     paired = calls[0]
-    handoff = bf16_handoff.offer(workspace, out, grids=_writes_grid, columns=False,
+    handoff = bf16_handoff.offer(workspace, out, grids=_writes_grid,
+                                 columns=_stores_words(paired.product, out),
                                  planes=out.nbytes >= MIN_OUTPUT_BYTES)
     product = paired.product if handoff is None else HandingProduct(paired.product, handoff)
     if bf16.parts_pair(paired.args[0], paired.product):
@@ -69,15 +70,21 @@ def _laying_words(paired: bf16.PairedProduct, out: Any, workspace: Any) -> Any:
     ``out`` as the words its 1×1 readers take, where its product can store them
     (`gemm_amx_preact.writes_words`); else as it is. MobileNet v2's stem (32 filters over K
     27, 1.6 MB of float32 output) for its first expand, which then pairs nothing."""
-    words = (bf16.amx_depth(out.shape[1]), bf16.amx_rows(out.shape[2] * out.shape[3]))
-    would = bf16_handoff.PairedHandoff(1, words, (out.shape[1], 0), out.shape)
-    if not gemm_amx_preact.writes_words(paired.product.context, would):
+    if not _stores_words(paired.product, out):
         return paired
     handoff = bf16_handoff.offer(workspace, out)
     if handoff is None:
         return paired
     return bf16.PairedProduct(paired.func, paired.args[0],
                               HandingProduct(paired.product, handoff))
+
+
+def _stores_words(product: Any, out: Any) -> bool:
+    """Whether ``product`` (writing the whole of ``out``, one sample) can store the words of
+    ``out`` a 1×1 reader takes in place of its float32 output (`gemm_amx_preact`)."""
+    words = (bf16.amx_depth(out.shape[1]), bf16.amx_rows(out.shape[2] * out.shape[3]))
+    would = bf16_handoff.PairedHandoff(1, words, (out.shape[1], 0), out.shape)
+    return gemm_amx_preact.writes_words(product.context, would)
 
 
 def _writes_by_rows(product: Any, out: Any) -> bool:

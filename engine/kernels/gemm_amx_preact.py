@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from engine.cpu import compiled, host_features, llvm_jit, spin_pool
-from engine.kernels import bf16_handoff, gemm_kernel
+from engine.kernels import bf16, bf16_handoff, gemm_kernel
 
 _FIELD = gemm_kernel.CONTEXT_FIELDS
 # K (in bf16 words, two channels each) at most for the ask where the float32 sum is read by
@@ -82,7 +82,7 @@ def ask(workspace: Any, data: Any, out_handoff: bf16_handoff.PairedHandoff,
 
 
 def _fits(context: np.ndarray, handoff: bf16_handoff.PairedHandoff,
-          sum_read: bool = True, batched: bool = False) -> bool:
+          sum_read: bool = True) -> bool:
     """Whether the product's tiles cover the words' rows whole (M a multiple of the
     tile's 32 rows, one word row per two of C's, each at least as long), its K is short,
     C's columns fit under the descriptor's alignment, and it adds no column bias (a 1×1
@@ -91,13 +91,19 @@ def _fits(context: np.ndarray, handoff: bf16_handoff.PairedHandoff,
 
     m, n, k = (int(context[_FIELD[name]]) for name in ("m", "n", "k"))
     if (m % 32 or k > (MAX_DEPTH if sum_read else WORDS_ALONE_MAX_DEPTH)
-            or (int(context[_FIELD["batch"]]) != 1 and not batched)
+            or int(context[_FIELD["batch"]]) != 1
             or handoff.shape[0] != m // 2 or handoff.shape[1] < n
             or 4 * n >= DESCRIPTOR_ALIGNMENT or handoff.layout not in (None, "words")):
         return False
+    return not _column_bias(context, n)
+
+
+def _column_bias(context: np.ndarray, n: int) -> bool:
+    """Whether the product adds a column bias other than zeros (a 1×1 convolution's is
+    zeros: the descriptor takes its slot)."""
     bias = int(context[_FIELD["columns_bias"]])
-    return bias == 0 or not np.ctypeslib.as_array(
-        ctypes.cast(bias, ctypes.POINTER(ctypes.c_float)), (n,)).any()
+    return bias != 0 and bool(np.ctypeslib.as_array(
+        ctypes.cast(bias, ctypes.POINTER(ctypes.c_float)), (n,)).any())
 
 
 def preact_job(product: Any, request: PreactAsk) -> Any:
@@ -112,11 +118,19 @@ def preact_job(product: Any, request: PreactAsk) -> Any:
 def writes_words(context: np.ndarray, handoff: bf16_handoff.PairedHandoff) -> bool:
     """Whether an AMX product (its ``context``: no residual) writing an array its
     ``handoff`` offers (one sample, every pixel once, C's rows ``ldc`` floats long) can
-    write the words alone of its output for 1×1 readers (`words_job`): a short K, whole
-    tiles of rows, C's columns under the descriptor's alignment, no column bias."""
+    write the words alone of its output for 1×1 readers (`words_job`): a short K, an even
+    M, C's columns under the descriptor's alignment, no column bias."""
+    from engine.kernels.gemm_amx_preact_ir import DESCRIPTOR_ALIGNMENT
+
     pixels = int(np.prod(handoff.source[2:])) if len(handoff.source) > 2 else 0
+    m, n, k = (int(context[_FIELD[name]]) for name in ("m", "n", "k"))
+    # An even M: a tile of fewer rows (16 filters) stores its own word rows, the K pad past
+    # them zeros a reader of that K reads (the words are zeroed once).
     return (int(context[_FIELD["residual"]]) == 0 and int(context[_FIELD["ldc"]]) == pixels
-            and _fits(context, handoff, sum_read=False, batched=True))
+            and m % 2 == 0 and handoff.shape[0] == bf16.amx_depth(m)
+            and handoff.shape[1] >= pixels and k <= WORDS_ALONE_MAX_DEPTH
+            and 4 * n < DESCRIPTOR_ALIGNMENT and handoff.layout in (None, "words")
+            and not _column_bias(context, n))
 
 
 def words_job(product: Any, words: np.ndarray) -> Any:
