@@ -13,6 +13,11 @@ writes it in place of the float32 array and says so (``laid``):
   `bf16_handoff.grid_for`; `gemm_amx_ir.AmxGridKernel`): ResNet v2's bottleneck, whose 1×1
   product (its BatchNorm and ReLU folded in) writes the 3×3's input, which that reader then
   does not pair. The words are the pairing pass's, bit for bit.
+- the words a 1×1 product on AMX reads (``columns``, `bf16_handoff.words_for`;
+  `gemm_amx_preact.words_job`), over a short K (`gemm_amx_preact.writes_words`): MobileNet
+  v2's first projection (16 filters) for the expand after it, and its stem, a batch of
+  products one per output row (`conv_bind._bind_split_rows`), for its first expand; that
+  reader then pairs nothing. The words are the pairing pass's, bit for bit.
 
 The values are the float32 epilogue's (biases, clamp) rounded to nearest even, as
 `bf16.round_to_bf16` rounds them. A product adding a residual lays neither.
@@ -43,10 +48,11 @@ _state: dict[str, Any] = {}
 def lay_bf16(calls: list[Any], out: Any, workspace: Any) -> list[Any]:
     """``calls``, where they are one AMX product writing the whole of ``out`` (one sample,
     channels-first, C-contiguous float32) with its epilogue already final (bias taken), with
-    that product offering ``out`` as bf16 planes (past `MIN_OUTPUT_BYTES`) or a direct
-    convolution's grid (`HandingProduct`), and where its activation is small, its runs that
-    write float32 paired by each part of its product (`bf16.PartPairedProduct`); else as they
-    are."""
+    that product offering ``out`` as bf16 planes (past `MIN_OUTPUT_BYTES`), a direct
+    convolution's grid or, over a short K, a 1×1 product's words (`HandingProduct`), and
+    where its activation is small, its runs that write float32 paired by each part of its
+    product (`bf16.PartPairedProduct`); where they end in a stem's batch of row products
+    (`_writes_by_rows`), that product offering the words alone; else as they are."""
     if (calls and type(calls[-1]) is bf16.PairedProduct and _compiled() is not None
             and _writes_by_rows(calls[-1].product, out)):
         return [*calls[:-1], _laying_words(calls[-1], out, workspace)]

@@ -10,6 +10,12 @@ nothing but that BatchNorm reads the sum (a stage's last block: the next block's
 reads the pre-activation), the product stores the words alone. The words are the BatchNorm
 pass's to the bit.
 
+The same kernel stores the words alone of a product's own output, × 1 and + -0 in place of
+a BatchNorm's statistics (`words_job`), for a product whose every reader is a 1×1 AMX product
+(`gemm_amx_handoff`); each tile's words are placed by its C pointer's offset from C's first
+element, so that a batch of products writing an output's rows in turn (a stem's) places
+each row's pixels where they lie.
+
 Each run decides: the product writes the words only where every reader of the BatchNorm's
 output took them (its hand-off is `taken`), and says so (``written``). Only over a short K
 (`MAX_DEPTH`, `WORDS_ALONE_MAX_DEPTH`), where the float32 sum streams past L2 and the pass
