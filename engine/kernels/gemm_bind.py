@@ -528,11 +528,13 @@ class Transposed:
             low, high = bounds
             self.clamp = (partial(np.clip, out, low, high, out)
                           if low > -np.inf or high < np.inf else None)
-        # Armed, the product's tiles and the copy as one job cut by filters, each core
-        # copying the rows it computed (`gemm_transposed`); else both in NumPy's copy.
-        self.run = spin_pool.WhenArmed(
-            partial(gemm_transposed.by_filters, product, out, source, residual),
-            partial(_in_turn, self.product, self.copy))
+        # Armed, a product of ours cut in parts and the copy as one job cut by filters,
+        # each core copying the rows it computed (`gemm_transposed`); else the product,
+        # then NumPy's copy.
+        self.run: Callable[[], Any] = partial(_in_turn, product, self.copy)
+        if type(product) is gemm_kernel.Product and int(product.args[-1]) > 1:
+            self.run = spin_pool.WhenArmed(
+                partial(gemm_transposed.by_filters, product, out, source, residual), self.run)
 
     def __call__(self) -> None:
         self.run()
