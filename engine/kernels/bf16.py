@@ -293,6 +293,13 @@ def _pair_task(name: str = "patch_pairs") -> int | None:
     return None if engine is None else engine.get_function_address(name)
 
 
+def each_part_task() -> int | None:
+    """The address of `bf16_pair_ir`'s ``each_part`` (tasks run in turn within each part of
+    one job: `by_parts`, `gemm_transposed.by_filters`); None where llvmlite cannot compile
+    it."""
+    return _pair_task("each_part")
+
+
 def _compile_pairs() -> Any:
     return llvm_jit.compile_for_host(_pair_module)
 

@@ -25,6 +25,10 @@ layout, the first taker's: a reader wanting another does not take it. A grid is 
 the hand-off's slot, tagged with the reader's geometry, so that layers of one shape never
 share one while a hand-off waits for its reader (the convolution's own grid is shared).
 
+A 1×1 product on AMX, or a stem's batch of row products (`gemm_amx_handoff`), may lay the
+words themselves (``columns``) where only 1×1 products read its output, storing them from
+its epilogue in place of its float32 output (`gemm_amx_preact.words_job`).
+
 A 1×1 product on AMX (`gemm_amx_handoff`) may offer its output as bf16 planes (``planes``):
 the array's planes, each value rounded to bf16 and stored as its 16 bits, which a depthwise
 layer (`depthwise_vector`) reads in place of the float32 array where the writer laid them

@@ -13,6 +13,11 @@ writes it in place of the float32 array and says so (``laid``):
   `bf16_handoff.grid_for`; `gemm_amx_ir.AmxGridKernel`): ResNet v2's bottleneck, whose 1×1
   product (its BatchNorm and ReLU folded in) writes the 3×3's input, which that reader then
   does not pair. The words are the pairing pass's, bit for bit.
+- the words a 1×1 product on AMX reads (``columns``, `bf16_handoff.words_for`;
+  `gemm_amx_preact.words_job`), over a short K (`gemm_amx_preact.writes_words`): MobileNet
+  v2's first projection (16 filters) for the expand after it, and its stem, a batch of
+  products one per output row (`conv_bind._bind_split_rows`), for its first expand; that
+  reader then pairs nothing. The words are the pairing pass's, bit for bit.
 
 The values are the float32 epilogue's (biases, clamp) rounded to nearest even, as
 `bf16.round_to_bf16` rounds them. A product adding a residual lays neither.
@@ -43,15 +48,20 @@ _state: dict[str, Any] = {}
 def lay_bf16(calls: list[Any], out: Any, workspace: Any) -> list[Any]:
     """``calls``, where they are one AMX product writing the whole of ``out`` (one sample,
     channels-first, C-contiguous float32) with its epilogue already final (bias taken), with
-    that product offering ``out`` as bf16 planes (past `MIN_OUTPUT_BYTES`) or a direct
-    convolution's grid (`HandingProduct`), and where its activation is small, its runs that
-    write float32 paired by each part of its product (`bf16.PartPairedProduct`); else as they
-    are."""
+    that product offering ``out`` as bf16 planes (past `MIN_OUTPUT_BYTES`), a direct
+    convolution's grid or, over a short K, a 1×1 product's words (`HandingProduct`), and
+    where its activation is small, its runs that write float32 paired by each part of its
+    product (`bf16.PartPairedProduct`); where they end in a stem's batch of row products
+    (`_writes_by_rows`), that product offering the words alone; else as they are."""
+    if (calls and type(calls[-1]) is bf16.PairedProduct and _compiled() is not None
+            and _writes_by_rows(calls[-1].product, out)):
+        return [*calls[:-1], _laying_words(calls[-1], out, workspace)]
     if (len(calls) != 1 or not isinstance(calls[0], bf16.PairedProduct)
             or not _writes_whole(calls[0].product, out) or _compiled() is None):
         return calls
     paired = calls[0]
-    handoff = bf16_handoff.offer(workspace, out, grids=_writes_grid, columns=False,
+    handoff = bf16_handoff.offer(workspace, out, grids=_writes_grid,
+                                 columns=_stores_words(paired.product, out),
                                  planes=out.nbytes >= MIN_OUTPUT_BYTES)
     product = paired.product if handoff is None else HandingProduct(paired.product, handoff)
     if bf16.parts_pair(paired.args[0], paired.product):
@@ -59,6 +69,45 @@ def lay_bf16(calls: list[Any], out: Any, workspace: Any) -> list[Any]:
     if handoff is None:
         return calls
     return [bf16.PairedProduct(paired.func, paired.args[0], product)]
+
+
+def _laying_words(paired: bf16.PairedProduct, out: Any, workspace: Any) -> Any:
+    """``paired`` (its product writing ``out`` row by row, `_writes_by_rows`) offering
+    ``out`` as the words its 1×1 readers take, where its product can store them
+    (`gemm_amx_preact.writes_words`); else as it is. MobileNet v2's stem (32 filters over K
+    27, 1.6 MB of float32 output) for its first expand, which then pairs nothing."""
+    if not _stores_words(paired.product, out):
+        return paired
+    handoff = bf16_handoff.offer(workspace, out)
+    if handoff is None:
+        return paired
+    return bf16.PairedProduct(paired.func, paired.args[0],
+                              HandingProduct(paired.product, handoff))
+
+
+def _stores_words(product: Any, out: Any) -> bool:
+    """Whether ``product`` (writing the whole of ``out``, one sample) can store the words of
+    ``out`` a 1×1 reader takes in place of its float32 output (`gemm_amx_preact`)."""
+    words = (bf16.amx_depth(out.shape[1]), bf16.amx_rows(out.shape[2] * out.shape[3]))
+    would = bf16_handoff.PairedHandoff(1, words, (out.shape[1], 0), out.shape)
+    return gemm_amx_preact.writes_words(product.context, would)
+
+
+def _writes_by_rows(product: Any, out: Any) -> bool:
+    """Whether ``product`` is a batch of AMX products (`gemm_kernel.bind_tiles_batch`) each
+    writing one row of every plane of ``out`` (1, F, H, W), row after row: C of the first
+    is ``out[0, :, 0]``, C's rows a plane apart, each product one row on."""
+    if (type(product) is not gemm_kernel.Product or getattr(out, "ndim", 0) != 4
+            or out.shape[0] != 1 or out.dtype != np.float32 or not out.flags.c_contiguous):
+        return False
+    context = product.context
+    height, width = out.shape[2:]
+    return (int(context[_FIELD["kernel"]]) == gemm_kernel.AMX
+            and int(context[_FIELD["c"]]) == out.ctypes.data
+            and (int(context[_FIELD["m"]]), int(context[_FIELD["n"]]),
+                 int(context[_FIELD["ldc"]]), int(context[_FIELD["batch"]]),
+                 int(context[_FIELD["c_batch"]]))
+            == (out.shape[1], width, height * width, height, 4 * width))
 
 
 def _writes_grid(reader: Any) -> bool:
@@ -117,8 +166,11 @@ class HandingProduct:
         laying = self.lays_ever and handoff.taken
         if laying:
             if self.handing is None:
-                self.handing = (self._halves_job(handoff.words) if handoff.layout == "planes"
-                                else self._grid_job(handoff.words, handoff.grid))
+                self.handing = (
+                    self._halves_job(handoff.words) if handoff.layout == "planes"
+                    else gemm_amx_preact.words_job(self.plain, handoff.words)
+                    if handoff.layout == "words"
+                    else self._grid_job(handoff.words, handoff.grid))
             self.handing()
         else:
             self.plain()

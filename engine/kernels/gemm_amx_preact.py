@@ -10,6 +10,12 @@ nothing but that BatchNorm reads the sum (a stage's last block: the next block's
 reads the pre-activation), the product stores the words alone. The words are the BatchNorm
 pass's to the bit.
 
+The same kernel stores the words alone of a product's own output, × 1 and + -0 in place of
+a BatchNorm's statistics (`words_job`), for a product whose every reader is a 1×1 AMX product
+(`gemm_amx_handoff`); each tile's words are placed by its C pointer's offset from C's first
+element, so that a batch of products writing an output's rows in turn (a stem's) places
+each row's pixels where they lie.
+
 Each run decides: the product writes the words only where every reader of the BatchNorm's
 output took them (its hand-off is `taken`), and says so (``written``). Only over a short K
 (`MAX_DEPTH`, `WORDS_ALONE_MAX_DEPTH`), where the float32 sum streams past L2 and the pass
@@ -25,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from engine.cpu import compiled, host_features, llvm_jit, spin_pool
-from engine.kernels import bf16_handoff, gemm_kernel
+from engine.kernels import bf16, bf16_handoff, gemm_kernel
 
 _FIELD = gemm_kernel.CONTEXT_FIELDS
 # K (in bf16 words, two channels each) at most for the ask where the float32 sum is read by
@@ -95,28 +101,73 @@ def _fits(context: np.ndarray, handoff: bf16_handoff.PairedHandoff,
             or handoff.shape[0] != m // 2 or handoff.shape[1] < n
             or 4 * n >= DESCRIPTOR_ALIGNMENT or handoff.layout not in (None, "words")):
         return False
+    return not _column_bias(context, n)
+
+
+def _column_bias(context: np.ndarray, n: int) -> bool:
+    """Whether the product adds a column bias other than zeros (a 1×1 convolution's is
+    zeros: the descriptor takes its slot)."""
     bias = int(context[_FIELD["columns_bias"]])
-    return bias == 0 or not np.ctypeslib.as_array(
-        ctypes.cast(bias, ctypes.POINTER(ctypes.c_float)), (n,)).any()
+    return bias != 0 and bool(np.ctypeslib.as_array(
+        ctypes.cast(bias, ctypes.POINTER(ctypes.c_float)), (n,)).any())
 
 
 def preact_job(product: Any, request: PreactAsk) -> Any:
     """``product``'s job (an AMX `gemm_kernel.Product` adding a residual) writing the ask's
     words beside C: its column bias's slot the descriptor's (`AmxPreactKernel`)."""
+
+    scale, shift = request.scale_shift()
+    return _words_job(product, request.out_handoff.words, scale, shift, request.bounds,
+                      request.sum_read)
+
+
+def writes_words(context: np.ndarray, handoff: bf16_handoff.PairedHandoff) -> bool:
+    """Whether an AMX product (its ``context``: no residual) writing an array its
+    ``handoff`` offers (one sample, every pixel once, C's rows ``ldc`` floats long) can
+    write the words alone of its output for 1×1 readers (`words_job`): a short K, an even
+    M, C's columns under the descriptor's alignment, no column bias."""
+    from engine.kernels.gemm_amx_preact_ir import DESCRIPTOR_ALIGNMENT
+
+    pixels = int(np.prod(handoff.source[2:])) if len(handoff.source) > 2 else 0
+    m, n, k = (int(context[_FIELD[name]]) for name in ("m", "n", "k"))
+    # An even M: a tile of fewer rows (16 filters) stores its own word rows, the K pad past
+    # them zeros a reader of that K reads (the words are zeroed once).
+    return (int(context[_FIELD["residual"]]) == 0 and int(context[_FIELD["ldc"]]) == pixels
+            and m % 2 == 0 and handoff.shape[0] == bf16.amx_depth(m)
+            and handoff.shape[1] >= pixels and k <= WORDS_ALONE_MAX_DEPTH
+            and 4 * n < DESCRIPTOR_ALIGNMENT and handoff.layout in (None, "words")
+            and not _column_bias(context, n))
+
+
+def words_job(product: Any, words: np.ndarray) -> Any:
+    """``product``'s job (an AMX `gemm_kernel.Product`, `writes_words`) storing only its
+    output's bf16 words (``words``, a hand-off's, float32-viewed): the values its epilogue
+    would store, rounded as the pairing pass rounds them (× 1, + -0: every float kept, the
+    sign of a zero too), so that a 1×1 reader pairs nothing. MobileNet v2's stem for its
+    first expand."""
+    rows = int(product.context[_FIELD["m"]])
+    scale = np.ones(rows, np.float32)
+    shift = np.full(rows, -0.0, np.float32)
+    return _words_job(product, words, scale, shift, (-np.inf, np.inf), False)
+
+
+def _words_job(product: Any, words: np.ndarray, scale: np.ndarray, shift: np.ndarray,
+               bounds: tuple[float, float], stores_sum: bool) -> Any:
+    """``product``'s job writing ``words`` of ``clip(sum · scale + shift, bounds)`` beside
+    C (or in its stead): its column bias's slot the descriptor's (`AmxPreactKernel`)."""
     from engine.kernels.gemm_amx_preact_ir import DESCRIPTOR_ALIGNMENT, DESCRIPTOR_FIELDS
 
-    words = request.out_handoff.words
-    scale, shift = request.scale_shift()
-    low, high = (np.float32(bound).view(np.uint32) for bound in request.bounds)
+    low, high = (np.float32(bound).view(np.uint32) for bound in bounds)
     room = np.zeros(2 * DESCRIPTOR_ALIGNMENT // 8, np.int64)
     start = (-room.ctypes.data % DESCRIPTOR_ALIGNMENT) // 8
     descriptor = room[start:start + len(DESCRIPTOR_FIELDS)]
     context = product.context.copy()
     descriptor[:] = (words.ctypes.data, words.shape[1], scale.ctypes.data, shift.ctypes.data,
-                     int(context[_FIELD["rows_bias"]]), int(low), int(high))
+                     int(context[_FIELD["rows_bias"]]), int(low), int(high),
+                     int(context[_FIELD["c"]]))
     context[_FIELD["columns_bias"]] = descriptor.ctypes.data
     parts = product.args[-1]  # a `spin_pool.Job`'s arguments end with its parts
-    return spin_pool.job(_compiled()[request.sum_read], context, parts,
+    return spin_pool.job(_compiled()[stores_sum], context, parts,
                          keep=(*product.operands, words, scale, shift, room))
 
 

@@ -39,9 +39,12 @@ from engine.kernels.task_ir import loop, masked_store
 
 # The descriptor's int64 fields: the words' address and word-row length, the per-channel
 # scale and shift (float32 arrays of C's rows), the rows bias's address (a tile's row is
-# its pointer's distance from it), and the clamp after the BatchNorm (float32 bits).
+# its pointer's distance from it), the clamp after the BatchNorm (float32 bits), and the
+# address of C's first element (a tile's row and pixel are its C pointer's distance from it
+# in rows of ``ldc``: a batch of products writing one output's rows in turn, such as a
+# stem's output rows, writes each its own pixels' words).
 DESCRIPTOR_FIELDS = {name: index for index, name in enumerate(
-    ("words", "word_row", "scale", "shift", "rows_bias", "low", "high"))}
+    ("words", "word_row", "scale", "shift", "rows_bias", "low", "high", "c_base"))}
 # A descriptor's address has its low 16 bits clear, so C's columns up to 2¹⁴ fit below.
 DESCRIPTOR_ALIGNMENT = 1 << 16
 
@@ -90,7 +93,6 @@ class AmxPreactKernel(AmxTileKernel):
                  "low": self._splat(builder, low), "high": self._splat(builder, high)}
         pointer = builder.ptrtoint(columns_at, I64)
         base = builder.and_(pointer, I64(-DESCRIPTOR_ALIGNMENT))
-        column = builder.lshr(builder.and_(pointer, I64(DESCRIPTOR_ALIGNMENT - 1)), I64(2))
         fields = builder.inttoptr(base, I64.as_pointer())
 
         def field(name: str) -> Any:
@@ -98,10 +100,12 @@ class AmxPreactKernel(AmxTileKernel):
 
         # bytes from the rows bias's start to the tile's first row: as far into each table
         row_bytes = builder.sub(builder.ptrtoint(rows_at, I64), field("rows_bias"))
-        first_row = builder.lshr(row_bytes, I64(2))
+        # the tile's first row and pixel: its corner's floats from C's first element
+        offset = builder.lshr(builder.sub(builder.ptrtoint(c, I64), field("c_base")), I64(2))
+        first_row, pixel = builder.udiv(offset, ldc), builder.urem(offset, ldc)
         word_row = field("word_row")
         words = builder.add(field("words"), builder.mul(
-            builder.add(builder.mul(builder.lshr(first_row, I64(1)), word_row), column), I64(4)))
+            builder.add(builder.mul(builder.lshr(first_row, I64(1)), word_row), pixel), I64(4)))
         terms.update({
             "words": builder.inttoptr(words, I32.as_pointer()), "word_row": word_row,
             "scale": builder.inttoptr(builder.add(field("scale"), row_bytes), F32.as_pointer()),

@@ -37,9 +37,9 @@ from engine.kernels import (
     bf16,
     bf16_handoff,
     gemm_kernel,
+    gemm_transposed,
     parity_split,
     part_chain,
-    strided_kernel,
 )
 
 # Below this share of computed lanes doing useful work, BLAS runs the product (49 of 64: no).
@@ -521,17 +521,23 @@ class Transposed:
         # without a residual, the product's tiles clamp to ``bounds``; with one, the copy
         self.residual, self.bounds = residual, bounds
         if residual is None:
-            self.copy = strided_kernel.copy_when_armed(out, source)
+            self.copy = partial(np.copyto, out, source)
             self.clamp = None
-            return
-        self.copy = strided_kernel.when_armed(partial(np.add, source, residual, out))
-        low, high = bounds
-        self.clamp = (partial(np.clip, out, low, high, out)
-                      if low > -np.inf or high < np.inf else None)
+        else:
+            self.copy = partial(np.add, source, residual, out)
+            low, high = bounds
+            self.clamp = (partial(np.clip, out, low, high, out)
+                          if low > -np.inf or high < np.inf else None)
+        # Armed, a product of ours cut in parts and the copy as one job cut by filters,
+        # each core copying the rows it computed (`gemm_transposed`); else the product,
+        # then NumPy's copy.
+        self.run: Callable[[], Any] = partial(_in_turn, product, self.copy)
+        if type(product) is gemm_kernel.Product and int(product.args[-1]) > 1:
+            self.run = spin_pool.WhenArmed(
+                partial(gemm_transposed.by_filters, product, out, source, residual), self.run)
 
     def __call__(self) -> None:
-        self.product()
-        self.copy()
+        self.run()
         if self.clamp is not None:
             self.clamp()
 
@@ -571,6 +577,11 @@ class Transposed:
         start = (self.out.ctypes.data - out.ctypes.data) // out.itemsize
         residual = other.reshape(-1)[start:start + self.out.size].reshape(self.out.shape)
         return Transposed(self.product, self.out, self.source, residual)
+
+
+def _in_turn(first: Callable[[], Any], second: Callable[[], Any]) -> None:
+    first()
+    second()
 
 
 def _ours_and_copies(calls: list[Callable[[], Any]]) -> bool:

@@ -156,6 +156,12 @@ def _blocks(operation: int, target: Any, left: Any, right: Any, shape: Any, targ
             elif operation == 0 and into == 1 and step == 2:
                 for j in range(width):
                     out[j] = x[2 * j]
+            elif operation == 0 and into == 1:  # a transposing copy: rows gathered
+                for j in range(width):
+                    out[j] = x[j * step]
+            elif operation == 1 and into == 1:  # the same, adding a residual's row
+                for j in range(width):
+                    out[j] = x[j * step] + z[j * other]
             else:
                 for j in range(width):
                     value = x[j * step]

@@ -519,3 +519,19 @@ def spy_on_choice(plan: Any, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
 
     monkeypatch.setattr(plan, "_run_spinning", spied)
     return chosen
+
+
+@pytest.mark.parametrize("armed", [False, True])
+def test_strided_sums_of_a_transpose_equal_numpy(armed: bool,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A transposed product's scratch added to a residual as it is copied into place (the
+    rows gathered a column of the scratch at a time)."""
+    monkeypatch.setattr(strided_kernel, "MIN_ELEMENTS", 1)
+    scratch = RNG.standard_normal((49, 160)).astype(np.float32)
+    residual = RNG.standard_normal((160, 49)).astype(np.float32)
+    target = np.full((160, 49), np.nan, np.float32)
+    job = strided_kernel.job(1, target, scratch.T, residual)
+    assert job is not None
+    with spin_pool.armed(2 if armed else 1):
+        job()
+    np.testing.assert_array_equal(target, scratch.T + residual)

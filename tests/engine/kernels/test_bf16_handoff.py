@@ -442,7 +442,9 @@ def test_mobilenet_v2_hands_its_expand_outputs_over_as_bf16_planes(
         laid = [handoff for handoff in handoffs if handoff is not None and handoff.laid]
         assert [handoff.source for handoff in laid if handoff.planes] == [
             (1, 32, 112, 112), (1, 96, 112, 112), (1, 144, 56, 56), (1, 144, 56, 56)]
-        assert sum(not handoff.planes for handoff in laid) == 17
+        # the depthwise layers' pairs, and the words of the stem and of the first
+        # projection (16 filters) for the expand after each
+        assert sum(not handoff.planes for handoff in laid) == 19
         with monkeypatch.context() as patched:
             rounding_in_numpy(patched)
             np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", [],
@@ -570,3 +572,123 @@ def test_the_ask_fits_only_a_short_k_of_one_image() -> None:
     context[gemm_kernel.CONTEXT_FIELDS["batch"]] = 1
     assert not gemm_amx_preact._fits(context, bf16_handoff.PairedHandoff(1, (256, 32),
                                                                           (512, 0)))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_mobilenet_v2_s_stem_writes_its_first_expand_s_words(
+        monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
+    """MobileNet v2 in bf16: the stem's product (a batch of products, one per output row,
+    K 27) stores the words its only reader, the first expand's AMX product, takes, in place
+    of its float32 output, and so does the first projection for the expand after it; those
+    readers pair nothing, and the outputs are the same plan's whose products write float32
+    for their readers to pair, bit for bit, at one thread and at two."""
+    symbol = nets.mobilenet_v2()
+    params = nets.random_params(symbol, (1, 3, 96, 96))
+    feed = {"data": image(96)}
+    with steps_on(threads):
+        handoffs: list = []
+        got = served(symbol, params, feed, "bf16", handoffs, halves=True)
+        stem = next(handoff for handoff in handoffs if handoff is not None)
+        assert stem.source == (1, 32, 48, 48) and stem.layout == "words"
+        assert stem.taken and stem.laid
+        # the first projection (16 filters: one tile of half its rows) writes the words of
+        # the expand after it too
+        project = [handoff for handoff in handoffs
+                   if handoff is not None and handoff.source == (1, 16, 48, 48)]
+        assert len(project) == 1 and project[0].layout == "words" and project[0].laid
+        with monkeypatch.context() as patched:
+            patched.setattr(gemm_amx_preact, "writes_words", lambda context, handoff: False)
+            plain: list = []
+            np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", plain,
+                                                      halves=True))
+            offered = [handoff for handoff in handoffs if handoff is not None]
+            assert len([handoff for handoff in plain if handoff is not None]) == \
+                len(offered) - 1  # the stem offered nothing
+            assert not any(handoff.laid for handoff in plain
+                           if handoff is not None and handoff.source == (1, 16, 48, 48))
+        want = served(symbol, params, feed, "fp32")
+    assert np.abs(got - want).max() <= 0.1 * np.abs(want).max()
+
+
+def test_a_batch_of_row_products_writes_the_words_of_its_output() -> None:
+    """The words job of a batch of AMX products each writing one row of every plane (the
+    stem's, `gemm_kernel.bind_tiles_batch`): each output row's pixels land at their place in
+    the words, each value the float32 epilogue's rounded to bf16, filters 2p and 2p+1 in
+    word row p."""
+    rng = np.random.default_rng(21)
+    filters, depth, height, width = 64, 40, 5, 37
+    weight = rng.standard_normal((filters, depth)).astype(np.float32)
+    weight.flags.writeable = False
+    tiles = bf16.amx_pack_rows(bf16.amx_weight_rows(weight))
+    words_depth = bf16.amx_depth(depth)
+    inputs = rng.standard_normal((height, depth, width)).astype(np.float32)
+    pairs = np.zeros((height * words_depth, bf16.amx_rows(width)), np.float32)
+    for row in range(height):
+        pairs[row * words_depth:row * words_depth + depth // 2, :width] = \
+            bf16.pair_columns(inputs[row])
+    out = np.full((1, filters, height, width), np.nan, np.float32)
+    product = gemm_kernel.bind_tiles_batch(tiles, pairs, out[0, :, 0, :], height, words_depth,
+                                           width * 4)
+    bias = rng.standard_normal(filters).astype(np.float32)
+    product = product.with_epilogue(bias, None, 0.0, 6.0)
+    assert gemm_amx_handoff._writes_by_rows(product, out)
+    handoff = bf16_handoff.PairedHandoff(1, (filters // 2, bf16.amx_rows(height * width)),
+                                         (filters, 0), out.shape)
+    assert gemm_amx_preact.writes_words(product.context, handoff)
+    words = np.zeros(handoff.shape, np.float32)
+    gemm_amx_preact.words_job(product, words)()
+    assert np.isnan(out).all()  # the words alone
+    product()
+    flat = out[0].reshape(filters, -1)
+    want = np.zeros_like(words)
+    want[:, :height * width] = bf16.pair_columns(flat)
+    np.testing.assert_array_equal(words.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_mobilenet_v2_in_bf16_near_the_reference_on_one_thread_and_two(batch: int) -> None:
+    """The whole bf16 MobileNet v2 (224 × 224: the stem's words, the expands' planes, the
+    depthwise layers' pairs) near the reference interpreter's float32, at one thread and at
+    two."""
+    from engine.cpu import spin_pool
+
+    symbol = nets.mobilenet_v2()
+    params = nets.random_params(symbol, (batch, 3, 224, 224), seed=9)
+    feed = {"data": np.random.default_rng(2).standard_normal((batch, 3, 224, 224))
+            .astype(np.float32)}
+    want = next(iter(engine.load_model(symbol, params, optimize=False).infer(feed).values()))
+    model = engine.load_model(symbol, params, optimize=True, precision="bf16")
+    for threads in (1, 2):
+        with spin_pool.armed(threads):
+            got = next(iter(model.infer(feed).values()))
+        assert np.abs(got - want).max() <= 0.1 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("filters", [16, 64])
+def test_a_1x1_product_writes_the_words_of_its_output(filters: int) -> None:
+    """The words job of one AMX product writing the whole of its output (a 1×1 layer read
+    only by 1×1 products), 16 filters (a tile of half its rows) as well as whole tiles: each
+    value the float32 epilogue's rounded to bf16, filters 2p and 2p+1 in word row p, the K
+    pad past them left zero."""
+    rng = np.random.default_rng(23)
+    depth, pixels = 40, 7 * 9
+    weight = rng.standard_normal((filters, depth)).astype(np.float32)
+    weight.flags.writeable = False
+    tiles = bf16.amx_pack_rows(bf16.amx_weight_rows(weight))
+    pairs = np.zeros((bf16.amx_depth(depth), bf16.amx_rows(pixels)), np.float32)
+    pairs[:depth // 2, :pixels] = bf16.pair_columns(
+        rng.standard_normal((depth, pixels)).astype(np.float32))
+    out = np.full((1, filters, 7, 9), np.nan, np.float32)
+    product = gemm_kernel.bind_tiles(tiles, pairs, out.reshape(filters, pixels), packed=True)
+    product = product.with_epilogue(rng.standard_normal(filters).astype(np.float32), None,
+                                    0.0, 6.0)
+    handoff = bf16_handoff.PairedHandoff(1, (bf16.amx_depth(filters), bf16.amx_rows(pixels)),
+                                         (filters, 0), out.shape)
+    assert gemm_amx_preact.writes_words(product.context, handoff)
+    words = np.zeros(handoff.shape, np.float32)
+    gemm_amx_preact.words_job(product, words)()
+    assert np.isnan(out).all()  # the words alone
+    product()
+    want = np.zeros_like(words)
+    want[:filters // 2, :pixels] = bf16.pair_columns(out.reshape(filters, pixels))
+    np.testing.assert_array_equal(words.view(np.uint32), want.view(np.uint32))
