@@ -169,7 +169,9 @@ def take(workspace: Any, data: Any, out: Any, window: tuple[int, ...]) -> bool:
                for image in range(data.shape[0])):
         return False
     height, width = data.shape[2:]
-    parts = min(data.shape[1], spin_pool.cores())
+    # as many parts as a band's product has: against one a core for both, ResNet-18 on one
+    # thread, the stem and its pooling took 0.91× (batch 1) and 0.94× (batch 8) CPU time
+    parts = min(data.shape[1], spin_pool.PARTS_PER_CORE * spin_pool.cores())
     band = workspace.zeroed((data.shape[1], BAND_ROWS + 1, width), np.float32, (TAG, width))
     for image, product in enumerate(made.products):
         pooling = product.pooling
