@@ -192,5 +192,14 @@ def _pooled_rows(top: int, height: int, out_height: int) -> tuple[int, int]:
     return top // 2, out_height if last >= height else last // 2
 
 
-def pooled_by_writer() -> None:
-    """A pooling's step where its writer's step pools (`take`): nothing left to do."""
+class _PooledByWriter:
+    """A pooling's step where its writer's step pools (`take`): nothing left to do, and no
+    BLAS (`spin_pool.quiet_for_blas`), as the pooling's own job was."""
+
+    leaves_blas_alone = True
+
+    def __call__(self) -> None:
+        return None
+
+
+pooled_by_writer = _PooledByWriter()
