@@ -47,15 +47,18 @@ class RowPooling:
         self.band: Any = None
         self.bands: list[Any] | None = None
         self.jobs: list[Any] | None = None
+        self.whole: Any = None  # the pooling of the stem's whole output, as its own step was
 
 
 class BandedProduct:
     """An AMX product over a stem's output rows into its output (``whole``) that, where its
     image's pooling took the offer (``pooling.jobs``), runs in bands of rows into the band
     buffer instead (the row above each band first, but for the first band's), each band
-    pooled after it. Like a `gemm_kernel.Product` it takes an epilogue: ``changes`` are
-    those made to ``whole`` so far, made to the bands' products too on the first run that
-    runs them (the pooling binds after the stem)."""
+    pooled after it; armed over the cores, the whole product and then the pooling's whole
+    job, as the two steps ran apart (a band's product and pooling are a job each, and the
+    cores meet at the end of every one). Like a `gemm_kernel.Product` it takes an epilogue:
+    ``changes`` are those made to ``whole`` so far, made to the bands' products too on the
+    first run that runs them (the pooling binds after the stem)."""
 
     leaves_blas_alone = True
 
@@ -69,6 +72,10 @@ class BandedProduct:
         jobs = self.pooling.jobs
         if jobs is None:
             self.whole()
+            return
+        if spin_pool.spinning():  # armed over the cores: one job each, as apart
+            self.whole()
+            self.pooling.whole()
             return
         bands = self.bands
         if bands is None:
@@ -176,6 +183,8 @@ def take(workspace: Any, data: Any, out: Any, window: tuple[int, ...]) -> bool:
     for image, product in enumerate(made.products):
         pooling = product.pooling
         pooling.band, pooling.bands = band, pooling.make_bands(band)
+        pooling.whole = max_pool_vector.job(data[image].reshape(-1, height, width),
+                                            out[image].reshape(-1, *out.shape[2:]))
         pooling.jobs = [
             max_pool_vector.band_job(band[:, int(top == 0):], max(0, top - 1), height,
                                      out[image], _pooled_rows(top, height, out.shape[2]),

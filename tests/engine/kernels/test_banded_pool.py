@@ -13,7 +13,7 @@ import engine
 from bench import nets
 from engine import sym
 from engine.cpu import parallel, spin_pool
-from engine.kernels import banded_pool, gemm_kernel
+from engine.kernels import banded_pool, gemm_kernel, max_pool_vector
 
 pytestmark = pytest.mark.skipif(not gemm_kernel.available(gemm_kernel.AMX),
                                 reason="needs AMX")
@@ -61,6 +61,29 @@ def test_resnet18s_stem_pools_its_bands_as_the_pooling_pass_does(batch: int,
     # the empty step keeps the plan one of steps that leave BLAS alone, as it was
     assert ([spin_pool.quiet_for_blas(call) for call in calls]
             == [spin_pool.quiet_for_blas(call) for call in apart])
+
+
+def test_armed_the_stem_runs_whole_and_then_pools(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run armed over the cores runs the stem's whole product and its pooling's whole job,
+    as the two steps did apart: the same answer."""
+    symbol = nets.resnet18_v1(classes=10)
+    shape = (2, 3, 112, 112)
+    params = nets.random_params(symbol, shape, seed=12)
+    feed = {"data": np.random.default_rng(9).standard_normal(shape).astype(np.float32)}
+    want, _ = answers(symbol, params, feed, "bf16", 1, banded=False)
+    pooled: list[int] = []
+    job = max_pool_vector.job
+
+    def counted(data: np.ndarray, out: np.ndarray) -> Any:
+        made = job(data, out)
+        return lambda: (pooled.append(1), made())
+
+    monkeypatch.setattr(spin_pool, "spinning", lambda: True)
+    monkeypatch.setattr(max_pool_vector, "job", counted)
+    got, calls = answers(symbol, params, feed, "bf16", 1)
+    assert pooled_in_the_stem(calls) == 1
+    assert len(pooled) == 2 * shape[0]  # two runs, each image's whole pooling
+    np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
