@@ -9,8 +9,9 @@ right after the stem and the one reader of its output, the stem's step instead r
 product a band of `BAND_ROWS` output rows at a time into a buffer of a band's rows (and the
 row above it, which the band's first windows read: each band after the first computes it
 again), and pools each band's rows from there while they are in L2; the stem's float32
-output is then never written, and the pooling's own step does nothing. The pooled values are
-the pooling pass's, bit for bit.
+output is then never written, and the pooling's own step does nothing (a run armed over the
+cores runs the whole product and then the pooling's whole job, as the two steps did). The
+pooled values are the pooling pass's, bit for bit.
 
 The stem binds first and learns later whether the pooling takes its offer (`offer`, `take`):
 its step runs the one whole product until then. The offer is withdrawn where steps after the
