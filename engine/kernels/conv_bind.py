@@ -38,6 +38,7 @@ import numpy as np
 
 from engine.cpu import spin_pool
 from engine.kernels import (
+    banded_pool,
     bf16,
     bf16_handoff,
     conv_amx,
@@ -139,7 +140,10 @@ def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometr
         calls.append(partial(xp.add, out, bias.reshape(1, filters, *(1,) * len(size)), out))
         return calls
     # one sample's AMX product may write its output in the bf16 layout its readers take
-    return gemm_amx_handoff.lay_bf16(calls, out, workspace)
+    calls = gemm_amx_handoff.lay_bf16(calls, out, workspace)
+    # a stem's products in bands may pool their rows for the max pooling after them
+    banded_pool.offer(workspace, out, calls)
+    return calls
 
 
 def _bind_direct(xp: Any, matrix: Any, data: Any, out: Any, workspace: Any,
@@ -332,8 +336,8 @@ def _bind_split_rows(xp: Any, data: Any, matrix: Any, out: Any, geometry: Geomet
     tiles = workspace.derived(matrix, ("bf16 row tiles", kernel, channels, words), partial(
         _row_tiles, kernel, channels, words))
     targets = out.reshape(matrix.shape[0], out_height, out_width)
-    product = gemm_kernel.bind_tiles_batch(tiles, pairs, targets[:, 0, :], out_height, period,
-                                           out_width * out.itemsize)
+    # whole, or in bands each pooled after it where a max pooling takes the output
+    product = banded_pool.banded(tiles, pairs, targets, period, (data, split, pairs))
     return [*calls, bf16.paired_product(pair, product)]
 
 

@@ -2,8 +2,11 @@
 
 ``max_pool_3x3_s2`` is a `spin_pool` task ``(context, part, parts)`` over the planes (float32
 ``(planes, H, W)`` into ``(planes, OH, OW)``); ``context`` holds the int64 words `FIELDS`
-names: the input's and output's addresses, the planes, H, W, OH and OW. It is ResNet's pooling
-after the stem (64 × 112² → 56² an image).
+names: the input's and output's addresses, the planes, H, W, OH and OW, the output rows
+[first, last) it writes of each plane, and the floats from one input plane to the next (a
+product writing the input in bands of rows pools each band's rows after it, its planes' rows
+from the band's in a buffer of a few rows: `banded_pool`). It is ResNet's pooling after the
+stem (64 × 112² → 56² an image).
 
 A plane is walked one column of 16 outputs at a time, down its rows. An input row is read as
 32 adjacent floats from column ``2x - 1`` and one more (three masked loads); shuffles keep
@@ -11,9 +14,11 @@ its even lanes (columns ``2x - 1``), its odd ones (``2x``) and the even ones one
 (``2x + 1``), and their maximum is the row's share of the 16 windows. Output row ``y`` takes
 the maximum of input rows ``2y - 1``, ``2y`` and ``2y + 1``'s shares: the last of them is
 carried in a register into output row ``y + 1``, where it is the first, so each input row is
-read and reduced across once. The masks leave out the columns outside the plane and the rows
-below it (the full convention's last windows), which read as -inf, so no padded copy is made
-and no edge is handled apart; a window wholly outside is -inf, as in the other bindings.
+read and reduced across once; a range of rows from ``first`` > 0 reduces input row
+``2·first - 1`` first to start its carry. The masks leave out the columns outside the plane
+and the rows below it (the full convention's last windows), which read as -inf, so no padded
+copy is made and no edge is handled apart; a window wholly outside is -inf, as in the other
+bindings.
 
 NaN wins, as in ``np.maximum``: each maximum of three is an ordered one (``select`` on ``>``,
 a vector max instruction) beside one unordered test of the three, where the three's sum,
@@ -37,7 +42,8 @@ from engine.kernels.task_ir import (
 )
 
 LANES = FloatVectors.LANES
-FIELDS = ("source", "target", "planes", "height", "width", "out_height", "out_width")
+FIELDS = ("source", "target", "planes", "height", "width", "out_height", "out_width",
+          "first_row", "last_row", "source_plane")
 TASK = "max_pool_3x3_s2"
 BLOCKS = (0, LANES, 2 * LANES)  # a read's three loads, in floats from column 2x - 1
 I16 = ir.IntType(16)
@@ -67,13 +73,19 @@ class _Kernel(FloatVectors):
         masks = self._mask_table(builder, function, vectors, width, out_width)
         with loop(builder, function, first, last, "plane") as plane:
             source = builder.gep(builder.inttoptr(field["source"], F32.as_pointer()),
-                                 [builder.mul(plane, builder.mul(height, width))])
+                                 [builder.mul(plane, field["source_plane"])])
             target = builder.gep(builder.inttoptr(field["target"], F32.as_pointer()),
                                  [builder.mul(plane, builder.mul(field["out_height"],
                                                                  out_width))])
+            above = builder.sub(builder.mul(field["first_row"], I64(2)), I64(1))
+            above_row = (builder.gep(source, [builder.sub(builder.mul(above, width), I64(1))]),
+                         self._all_or_none(builder, builder.icmp_signed(">=", above, I64(0))))
+            # the carry into the first row: input row 2·first - 1's share (-inf above row 0)
             with loop(builder, function, I64(0), vectors, "first_row") as vector:
-                builder.store(self.lowest, builder.gep(carried, [vector]))  # row -1: padding
-            with loop(builder, function, I64(0), field["out_height"], "row") as row:
+                builder.store(self._across(builder, *above_row, self._lanes(
+                    builder, masks, vector), builder.mul(vector, I64(LANES))),
+                    builder.gep(carried, [vector]))
+            with loop(builder, function, field["first_row"], field["last_row"], "row") as row:
                 line = builder.mul(row, I64(2))
                 rows = []
                 for offset in (0, 1):  # input rows 2·row and 2·row + 1: their first read
@@ -112,29 +124,36 @@ class _Kernel(FloatVectors):
         ``slot`` of input row 2·row - 1 and those of ``rows`` (2·row and 2·row + 1: the
         address of column -1 and their mask, all lanes or none), the last one carried on."""
         column = builder.mul(vector, I64(LANES))
-        lanes = [builder.load(builder.gep(masks, [builder.add(builder.mul(vector, I64(4)),
-                                                              I64(index))]))
-                 for index in range(4)]
-
-        def across(line: Any, inside: Any) -> Any:
-            """An input row's maximum over each output's three columns (-inf below the
-            plane)."""
-            at = builder.gep(line, [builder.mul(column, I64(2))])
-            first, second, third = [
-                self._load(builder, at, I64(block), builder.bitcast(
-                    builder.and_(bits, inside), self.mask))
-                for block, bits in zip(BLOCKS, lanes, strict=False)]
-            even = builder.shuffle_vector(first, second, _order(range(0, 2 * LANES, 2)))
-            odd = builder.shuffle_vector(first, second, _order(range(1, 2 * LANES, 2)))
-            after = builder.shuffle_vector(even, third, _order(range(1, LANES + 1)))
-            return self._max3(builder, even, odd, after)
-
-        below = across(*rows[1])
-        largest = self._max3(builder, builder.load(slot), across(*rows[0]), below)
+        lanes = self._lanes(builder, masks, vector)
+        below = self._across(builder, *rows[1], lanes, column)
+        largest = self._max3(builder, builder.load(slot),
+                             self._across(builder, *rows[0], lanes, column), below)
         builder.store(below, slot)
         builder.call(self.masked_store, [largest, builder.bitcast(
             builder.gep(written, [column]), self.floats.as_pointer()), I32(4),
             builder.bitcast(lanes[3], self.mask)])
+
+    @staticmethod
+    def _lanes(builder: ir.IRBuilder, masks: Any, vector: Any) -> list[Any]:
+        """Column of vectors ``vector``'s four masks (`_mask_table`)."""
+        return [builder.load(builder.gep(masks, [builder.add(builder.mul(vector, I64(4)),
+                                                             I64(index))]))
+                for index in range(4)]
+
+    def _across(self, builder: ir.IRBuilder, line: Any, inside: Any, lanes: list[Any],
+                column: Any) -> Any:
+        """An input row's maximum over the three columns of each of the 16 outputs from
+        ``column`` (``line``: the row's column -1; -inf where ``inside`` is none: a row
+        outside the plane)."""
+        at = builder.gep(line, [builder.mul(column, I64(2))])
+        first, second, third = [
+            self._load(builder, at, I64(block), builder.bitcast(
+                builder.and_(bits, inside), self.mask))
+            for block, bits in zip(BLOCKS, lanes, strict=False)]
+        even = builder.shuffle_vector(first, second, _order(range(0, 2 * LANES, 2)))
+        odd = builder.shuffle_vector(first, second, _order(range(1, 2 * LANES, 2)))
+        after = builder.shuffle_vector(even, third, _order(range(1, LANES + 1)))
+        return self._max3(builder, even, odd, after)
 
     def _max3(self, builder: ir.IRBuilder, a: Any, b: Any, c: Any) -> Any:
         """The largest of ``a``, ``b`` and ``c`` lane by lane, NaN where any of them is."""

@@ -60,10 +60,33 @@ def job(data: Any, out: Any) -> spin_pool.Job:
                          kernel_jobs.parts_for(planes, data.size + out.size), keep=(data, out))
 
 
+def band_job(band: Any, top: int, height: int, out: Any, rows: tuple[int, int],
+             parts: int) -> spin_pool.Job:
+    """A job of ``parts`` parts over the planes pooling output rows [first, last) of ``out``
+    (P, OH, OW) from ``band`` (P, R, W: contiguous rows, planes any number of floats apart),
+    which holds rows [top, top + R) of each input plane of ``height`` rows: the rows those
+    windows read that lie inside the plane, which ``band`` must hold."""
+    first, last = rows
+    planes, held, width = band.shape
+    reach = (max(0, 2 * first - 1), min(height, 2 * last))
+    if (not 0 <= first < last <= out.shape[1] or reach[0] < top or reach[1] > top + held
+            or out.shape[0] != planes or band.dtype != np.float32 or out.dtype != np.float32
+            or band.strides[1:] != (width * band.itemsize, band.itemsize)
+            or band.strides[0] % band.itemsize or not out.flags.c_contiguous):
+        raise ValueError(f"a band of input rows [{top}, {top + held}) of {band.shape} cannot "
+                         f"give output rows [{first}, {last}) of {out.shape}")
+    context = np.array([band.ctypes.data - top * width * band.itemsize, out.ctypes.data,
+                        planes, height, width, *out.shape[1:], first, last,
+                        band.strides[0] // band.itemsize],
+                       np.int64)
+    return spin_pool.job(_task(), context, parts, keep=(band, out))
+
+
 def _context(data: Any, out: Any) -> np.ndarray:
-    """The int64 words `max_pool_ir.FIELDS` names."""
+    """The int64 words `max_pool_ir.FIELDS` names: every output row."""
     return np.array([data.ctypes.data, out.ctypes.data, data.shape[0], *data.shape[1:],
-                     *out.shape[1:]], np.int64)
+                     *out.shape[1:], 0, out.shape[1], data.shape[1] * data.shape[2]],
+                    np.int64)
 
 
 @functools.cache

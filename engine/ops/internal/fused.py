@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.kernels import bf16_handoff, epilogue
+from engine.kernels import banded_pool, bf16_handoff, epilogue
 from engine.ops.registry import Attrs, MaybeShape, OpDef, Param, register
 
 
@@ -88,6 +88,7 @@ def _bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
     if remaining and workspace is not None:
         # the head's bf16 hand-off would skip the steps left: its readers read ``out``
         bf16_handoff.withdraw(workspace, out)
+        banded_pool.withdraw(workspace, out)
     skipped = len(attrs.steps) - len(remaining)
     for step, extra in zip(remaining, extras[skipped:]):
         args = list(extra)

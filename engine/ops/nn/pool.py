@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import ShapeError
-from engine.kernels import pool_kernel
+from engine.kernels import banded_pool, pool_kernel
 from engine.kernels.im2col import Ints, pad_spatial, spatial_param
 from engine.kernels.workspace import aligned, uploaded
 from engine.ops.attrs import (
@@ -283,6 +283,9 @@ def _pool_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
     if workspace is None or bound is None:
         return [partial(_pooling, xp, attrs, data, out=out)]
     if xp is np and pool_kernel.applies(data, out, attrs.kernel):
+        if attrs.pool_type == "max" and banded_pool.take(
+                workspace, data, out, _window(attrs, data.ndim)):
+            return [banded_pool.pooled_by_writer]  # the stem's step pools its bands
         return [_compiled_call(attrs, data, out)]
     padded_shape, between = bound
     kernel, stride, pad = _pool_geometry(attrs, data.ndim)
@@ -327,13 +330,19 @@ def _global_mean_call(xp: Any, attrs: Attrs, data: Any, out: Any) -> Callable[[]
                    out.reshape(rows))
 
 
+def _window(attrs: Attrs, ndim: int) -> tuple[int, ...]:
+    """The window as the compiled kernels take it: kernel, stride and padding, y then x."""
+    kernel, stride, pad = _pool_geometry(attrs, ndim)
+    return (*kernel, *stride, *pad)
+
+
 def _compiled_call(attrs: Attrs, data: Any, out: Any) -> Callable[[], Any]:
     """The compiled kernel over the (N·C) planes, reading ``data`` itself: no padded copy.
     An average divides by the same per-window counts as the NumPy binding."""
     kernel, stride, pad = _pool_geometry(attrs, data.ndim)
     planes = data.reshape(-1, *data.shape[2:])
     results = out.reshape(-1, *out.shape[2:])
-    window = (*kernel, *stride, *pad)
+    window = _window(attrs, data.ndim)
     if attrs.pool_type == "max":
         return pool_kernel.MaxPoolCall(pool_kernel.max_pool, planes, results, *window)
     if attrs.pool_type == "avg":

@@ -135,3 +135,33 @@ def test_applies_only_to_its_pooling(case: str) -> None:
     assert max_pool_vector.applies(np.zeros((2, 12, 12), np.float32), np.zeros(
         (2, 6, 6), np.float32), WINDOW)
     assert not max_pool_vector.applies(data, out, window)
+
+
+@pytest.mark.parametrize("rows", [2, 4, 16])
+@pytest.mark.parametrize("shape,full", [((4, 112, 112), False), ((3, 11, 9), False),
+                                        ((2, 37, 70), True), ((2, 38, 33), True)])
+def test_bands_of_rows_pool_as_the_whole_plane(shape: tuple[int, int, int], full: bool,
+                                               rows: int) -> None:
+    """Input rows held a band at a time, with the row above each band (`band_job`), give
+    each band's output rows as pooling the whole plane does: NaN, ±inf and the last
+    windows included."""
+    data = special(shape)
+    height = shape[1]
+    out_shape = output_shape(*shape[1:], full)
+    want = numpy_max_pool(data, out_shape)
+    out = np.full((shape[0], *out_shape), 7.0, np.float32)
+    held = np.full((shape[0], rows + 3, shape[2]), np.nan, np.float32)  # planes apart
+    for top in range(0, height, rows):
+        first, last = max(0, top - 1), min(top + rows, height)
+        band = held[:, :last - first]
+        band[...] = data[:, first:last]
+        pooled = (top // 2, out_shape[0] if last == height else last // 2)
+        max_pool_vector.band_job(band, first, height, out, pooled, 1)()
+    np.testing.assert_array_equal(out, want)
+
+
+def test_a_band_missing_rows_its_windows_read_is_refused() -> None:
+    data = np.zeros((2, 8, 16), np.float32)
+    out = np.empty((2, 4, 8), np.float32)
+    with pytest.raises(ValueError, match=r"rows \[2, 6\)"):
+        max_pool_vector.band_job(data[:, 2:6], 2, 8, out, (1, 3), 1)

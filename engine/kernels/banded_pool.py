@@ -1,0 +1,215 @@
+"""A bf16 stem's product in bands of output rows, with the max pooling after it run band by
+band, where the pooling alone reads the stem's output.
+
+ResNet's 7×7 stem writes 3.2 MB of float32 an image (`conv_bind._bind_split_rows`: one AMX
+product over every output row), which the 3×3 stride-2 max pooling after it reads back: the
+stores miss L2 on their way out, and the pooling reads them from L3 (from memory at batch 8,
+where the stem writes 26 MB before the pooling starts). Where the pooling is the node bound
+right after the stem and the one reader of its output, the stem's step instead runs its
+product a band of `BAND_ROWS` output rows at a time into a buffer of a band's rows (and the
+row above it, which the band's first windows read: each band after the first computes it
+again), and pools each band's rows from there while they are in L2; the stem's float32
+output is then never written, and the pooling's own step does nothing (a run armed over the
+cores runs the whole product and then the pooling's whole job, as the two steps did). The
+pooled values are the pooling pass's, bit for bit.
+
+The stem binds first and learns later whether the pooling takes its offer (`offer`, `take`):
+its step runs the one whole product until then. The offer is withdrawn where steps after the
+product change the stem's output (`withdraw`: a fused chain whose epilogue could not take a
+step), and refused where the pooling's output lies on any array the stem's step reads.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from engine.cpu import spin_pool
+from engine.kernels import gemm_kernel, max_pool_vector
+
+TAG = "banded pooling offer"
+# Stem output rows a band: a band's 17 rows of 64 filters × 112 columns (490 KB) stay in L2
+# until the pooling of its 8 rows reads them. ResNet-18 at batch 1, one thread, the stem and
+# its pooling by the thread's CPU time against the whole product and the pooling's own pass
+# (load 11): 8 rows 1.02×, 16 0.92×, 24 0.94×, 32 0.92×, 56 0.91×.
+BAND_ROWS = 16
+WINDOW = (3, 3, 2, 2, 1, 1)  # the pooling taken: 3×3, stride 2, padding 1 (ResNet's)
+
+
+class RowPooling:
+    """One image's pooling, shared by a stem product and every product made from it as its
+    epilogue changes: where the pooling took the offer, the band buffer (``band``), the
+    bands' products into it before any epilogue (``bands``) and the pooling's ``jobs``, one
+    a band; else None."""
+
+    def __init__(self, make_bands: Any) -> None:
+        self.make_bands = make_bands  # the bands' products into a given band buffer
+        self.band: Any = None
+        self.bands: list[Any] | None = None
+        self.jobs: list[Any] | None = None
+        self.whole: Any = None  # the pooling of the stem's whole output, as its own step was
+
+
+class BandedProduct:
+    """An AMX product over a stem's output rows into its output (``whole``) that, where its
+    image's pooling took the offer (``pooling.jobs``), runs in bands of rows into the band
+    buffer instead (the row above each band first, but for the first band's), each band
+    pooled after it; armed over the cores, the whole product and then the pooling's whole
+    job, as the two steps ran apart (a band's product and pooling are a job each, and the
+    cores meet at the end of every one). Like a `gemm_kernel.Product` it takes an epilogue:
+    ``changes`` are those made to ``whole`` so far, made to the bands' products too on the
+    first run that runs them (the pooling binds after the stem)."""
+
+    leaves_blas_alone = True
+
+    def __init__(self, whole: Any, pooling: RowPooling, operands: tuple[Any, ...],
+                 changes: tuple[Any, ...] = ()) -> None:
+        self.whole, self.pooling, self.changes = whole, pooling, changes
+        self.operands = operands  # the arrays the step reads (no pooling output may lie there)
+        self.bands: list[Any] | None = None
+
+    def __call__(self) -> None:
+        jobs = self.pooling.jobs
+        if jobs is None:
+            self.whole()
+            return
+        if spin_pool.spinning():  # armed over the cores: one job each, as apart
+            self.whole()
+            self.pooling.whole()
+            return
+        bands = self.bands
+        if bands is None:
+            bands = self.bands = [self._changed(band) for band in self.pooling.bands or ()]
+        for band, pool in zip(bands, jobs, strict=True):
+            band()
+            pool()
+
+    def _changed(self, product: Any) -> Any:
+        for change in self.changes:
+            product = change(product)
+        return product
+
+    def with_epilogue(self, bias_rows: Any = None, bias_columns: Any = None,
+                      low: float = -np.inf, high: float = np.inf) -> BandedProduct:
+        """This product adding a bias and clamping (`gemm_kernel.Product.with_epilogue`)."""
+        def change(product: Any) -> Any:
+            return product.with_epilogue(bias_rows, bias_columns, low, high)
+
+        return BandedProduct(change(self.whole), self.pooling, self.operands,
+                             (*self.changes, change))
+
+    def writes_within(self, out: Any) -> bool:
+        """Whether the product's output lies inside ``out``, where a residual would be read
+        as it: never taken, as the bands write elsewhere."""
+        return False
+
+
+def banded(tiles: Any, pairs: Any, targets: Any, period: int,
+           operands: tuple[Any, ...]) -> BandedProduct:
+    """`gemm_kernel.bind_tiles_batch` over the output rows of ``targets`` (F, rows, W), row
+    ``y``'s K the word rows of ``pairs`` from ``y · period``: whole, or (once a pooling took
+    it) in bands of `BAND_ROWS` into a band buffer, the row above each band first."""
+    rows = targets.shape[1]
+    whole = gemm_kernel.bind_tiles_batch(tiles, pairs, targets[:, 0, :], rows, period,
+                                         targets.strides[1])
+
+    def make_bands(band: Any) -> list[Any]:
+        made = []
+        for top in range(0, rows, BAND_ROWS):
+            first = max(0, top - 1)
+            made.append(gemm_kernel.bind_tiles_batch(
+                tiles, pairs[first * period:], band[:, first - top + 1, :],
+                min(top + BAND_ROWS, rows) - first, period, band.strides[1]))
+        return made
+
+    return BandedProduct(whole, RowPooling(make_bands), operands)
+
+
+class Offer:
+    """A stem's offer of its output ``out`` (N, F, H, W) to a pooling bound right after it:
+    each image's `BandedProduct` (``products``, in order)."""
+
+    def __init__(self, out: Any, products: list[BandedProduct], noted: int | None) -> None:
+        self.out, self.products, self.noted = out, products, noted
+        self.withdrawn = False
+
+
+def offer(workspace: Any, out: Any, calls: list[Any]) -> None:
+    """Offer ``out`` where ``calls`` (a stem's, final) run one `BandedProduct` per image."""
+    if workspace is None or not hasattr(workspace, "shared") or getattr(out, "ndim", 0) != 4:
+        return
+    products = [getattr(call, "product", None) for call in calls]
+    products = [product for product in products if isinstance(product, BandedProduct)]
+    if len(products) != out.shape[0]:
+        return
+    noted = getattr(workspace, "noted", None)
+    workspace.shared(out, TAG, lambda: Offer(out, products, noted))
+
+
+def withdraw(workspace: Any, out: Any) -> None:
+    """No pooling may take ``out``'s offer: steps after the stem's product change ``out``."""
+    made = None if workspace is None or not hasattr(workspace, "shared") else \
+        workspace.shared(out, TAG)
+    if made is not None:
+        made.withdrawn = True
+
+
+def take(workspace: Any, data: Any, out: Any, window: tuple[int, ...]) -> bool:
+    """Whether a max pooling of ``data`` into ``out`` (N, C, H, W) over ``window`` (kernel,
+    stride and padding, y then x) runs inside the stem's step that writes ``data``: its
+    writer offered it, it is the node bound right after and the one reader of ``data``, the
+    window is `WINDOW`, the vector kernel runs it, and ``out`` shares no memory with what the
+    stem's step reads or writes. Where it does, the stem's products each pool their image's
+    bands from now on, and ``data`` is never written."""
+    made = None if workspace is None or not hasattr(workspace, "shared") else \
+        workspace.shared(data, TAG)
+    readers = None if made is None else workspace.readers(data)
+    if (made is None or made.withdrawn or made.out is not data or tuple(window) != WINDOW
+            or readers is None or len(readers) != 1
+            or made.noted is None or getattr(workspace, "noted", None) != made.noted + 1
+            or getattr(out, "ndim", 0) != 4 or out.shape[:2] != data.shape[:2]
+            or not out.flags.c_contiguous or np.may_share_memory(out, data)
+            or any(np.may_share_memory(out, operand)
+                   for product in made.products for operand in product.operands)):
+        return False
+    if not all(max_pool_vector.applies(data[image], out[image], WINDOW)
+               for image in range(data.shape[0])):
+        return False
+    height, width = data.shape[2:]
+    # as many parts as a band's product has: against one a core for both, ResNet-18 on one
+    # thread, the stem and its pooling took 0.91× (batch 1) and 0.94× (batch 8) CPU time
+    parts = min(data.shape[1], spin_pool.PARTS_PER_CORE * spin_pool.cores())
+    band = workspace.zeroed((data.shape[1], BAND_ROWS + 1, width), np.float32, (TAG, width))
+    for image, product in enumerate(made.products):
+        pooling = product.pooling
+        pooling.band, pooling.bands = band, pooling.make_bands(band)
+        pooling.whole = max_pool_vector.job(data[image].reshape(-1, height, width),
+                                            out[image].reshape(-1, *out.shape[2:]))
+        pooling.jobs = [
+            max_pool_vector.band_job(band[:, int(top == 0):], max(0, top - 1), height,
+                                     out[image], _pooled_rows(top, height, out.shape[2]),
+                                     parts)
+            for top in range(0, height, BAND_ROWS)]
+    return True
+
+
+def _pooled_rows(top: int, height: int, out_height: int) -> tuple[int, int]:
+    """The output rows the band of input rows from ``top`` finishes: row ``y``'s window reads
+    input rows 2y - 1 to 2y + 1, so a band finishes those up to its last row // 2 (every row
+    left at the last band)."""
+    last = top + BAND_ROWS
+    return top // 2, out_height if last >= height else last // 2
+
+
+class _PooledByWriter:
+    """A pooling's step where its writer's step pools (`take`): nothing left to do, and no
+    BLAS (`spin_pool.quiet_for_blas`), as the pooling's own job was."""
+
+    leaves_blas_alone = True
+
+    def __call__(self) -> None:
+        return None
+
+
+pooled_by_writer = _PooledByWriter()
