@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from engine.cpu import compiled, host_features, llvm_jit, spin_pool
-from engine.kernels import bf16, bf16_handoff, gemm_amx_preact, gemm_kernel
+from engine.kernels import banded_pool, bf16, bf16_handoff, gemm_amx_preact, gemm_kernel
 
 # The positions of a `gemm_kernel.Product`'s context that a halves product changes.
 _FIELD = gemm_kernel.CONTEXT_FIELDS
@@ -54,7 +54,7 @@ def lay_bf16(calls: list[Any], out: Any, workspace: Any) -> list[Any]:
     product (`bf16.PartPairedProduct`); where they end in a stem's batch of row products
     (`_writes_by_rows`), that product offering the words alone; else as they are."""
     if (calls and type(calls[-1]) is bf16.PairedProduct and _compiled() is not None
-            and _writes_by_rows(calls[-1].product, out)):
+            and _writes_by_rows(_rows_of(calls[-1].product), out)):
         return [*calls[:-1], _laying_words(calls[-1], out, workspace)]
     if (len(calls) != 1 or not isinstance(calls[0], bf16.PairedProduct)
             or not _writes_whole(calls[0].product, out) or _compiled() is None):
@@ -76,13 +76,22 @@ def _laying_words(paired: bf16.PairedProduct, out: Any, workspace: Any) -> Any:
     ``out`` as the words its 1×1 readers take, where its product can store them
     (`gemm_amx_preact.writes_words`); else as it is. MobileNet v2's stem (32 filters over K
     27, 1.6 MB of float32 output) for its first expand, which then pairs nothing."""
-    if not _stores_words(paired.product, out):
-        return paired
+    rows = _rows_of(paired.product)
+    readers = workspace.readers(out) if hasattr(workspace, "readers") else None
+    if (not _stores_words(rows, out)
+            or any(reader.op == "Pooling" for reader in readers or ())):
+        return paired  # a pooling takes no words (ResNet's stem: `banded_pool` serves it)
     handoff = bf16_handoff.offer(workspace, out)
     if handoff is None:
         return paired
-    return bf16.PairedProduct(paired.func, paired.args[0],
-                              HandingProduct(paired.product, handoff))
+    return bf16.PairedProduct(paired.func, paired.args[0], HandingProduct(rows, handoff))
+
+
+def _rows_of(product: Any) -> Any:
+    """A stem's batch of row products, out of the form that may run it in bands for a max
+    pooling after it (`banded_pool.BandedProduct`): a stem storing its readers' words runs
+    whole, and no pooling reads its float32 output."""
+    return product.whole if isinstance(product, banded_pool.BandedProduct) else product
 
 
 def _stores_words(product: Any, out: Any) -> bool:
