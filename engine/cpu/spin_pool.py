@@ -310,7 +310,11 @@ class Choice:
     each way's last `SAMPLES` runs are weighed by their ratios to the other way's median at
     the same place, where it has samples there (`_ratio`); an exploring run wins against the
     way taken's runs at its place. Where all the samples sit at one place this is the
-    comparison of the medians."""
+    comparison of the medians. And the ways may not rank alike at every place (at load,
+    ResNet-18 int8 armed ran a turn's second call no faster than one thread, its later ones
+    a quarter faster), so a run exploring for staleness alone goes a place further into its
+    burst than the last one did, round the places the last burst reached, and a loss doubles
+    the wait only once the round is done."""
 
     SAMPLES = 3
     EXPLORE = 32
@@ -320,7 +324,8 @@ class Choice:
 
     __slots__ = ("_times", "_tried", "_tried_run", "_runs", "_kind_runs", "_warm", "_again",
                  "_stale_after", "_stale_try", "_clock", "_ended", "_kind", "_basis",
-                 "_places", "_at", "_since_pause", "_place", "_armed_faster")
+                 "_places", "_at", "_since_pause", "_place", "_armed_faster", "_deepest",
+                 "_stale_place")
 
     def __init__(self, clock: Any = time.perf_counter) -> None:
         # [kind][way]: kind 0 back to back, 1 after an idle pause; way 0 armed, 1 one thread
@@ -347,13 +352,21 @@ class Choice:
         self._since_pause = self.PLACES  # runs since the last idle pause, for `_place`
         self._place = self.PLACES  # the run under way's place: at most `PLACES`
         self._armed_faster = True  # the way taken when the run under way was decided
+        # the place the last burst reached, and the place in a burst from which the next
+        # run exploring for staleness alone may go (the first run after the cold one is
+        # seldom like the rest: each such run goes a place further on, round the burst)
+        self._deepest = self.PLACES
+        self._stale_place = 1
 
     def armed(self) -> bool:
         """Whether the next run should be armed."""
         self._runs += 1
         now = self._clock()
         self._kind = int(self._ended is not None and now - self._ended >= self.IDLE_SECONDS)
-        self._since_pause = 0 if self._kind else self._since_pause + 1
+        if self._kind:
+            self._deepest, self._since_pause = self._place, 0
+        else:
+            self._since_pause += 1
         self._place = min(self._since_pause, self.PLACES)
         self._kind_runs[self._kind] += 1
         self._basis = self._decided_by(self._kind)
@@ -365,7 +378,8 @@ class Choice:
         early = runs < self.EXPLORE and runs & (runs - 1) == 0  # runs 4, 8 and 16
         taken = 0 if faster else 1
         other = 1 - taken
-        stale = (self._kind_runs[self._basis] - self._tried_run[self._basis][other]
+        stale = ((self._kind or self._place >= min(self._stale_place, self._deepest))
+                 and self._kind_runs[self._basis] - self._tried_run[self._basis][other]
                  >= self._stale_after[self._basis]
                  and now - self._tried[self._basis][other] > max(
                      self.MIN_STALE_SECONDS,
@@ -376,6 +390,8 @@ class Choice:
             return again == 0
         scheduled = early or runs % self.EXPLORE == 0
         self._stale_try = stale and not scheduled
+        if self._stale_try and not self._kind:  # the next one a place further in a burst
+            self._stale_place = self._place % max(1, self._deepest) + 1
         return faster != (scheduled or stale)
 
     def record(self, armed: bool, seconds: float) -> None:
@@ -392,7 +408,7 @@ class Choice:
             self._again[kind] = way if won else None
             if won:
                 self._stale_after[kind] = self.EXPLORE // 4
-            elif self._stale_try:
+            elif self._stale_try and (kind or self._stale_place == 1):  # every place lost
                 self._stale_after[kind] = min(2 * self._stale_after[kind], self.EXPLORE)
         times, places = self._times[kind][way], self._places[kind][way]
         at_place = self._at[kind][way].setdefault(self._place, [])

@@ -474,6 +474,21 @@ def test_a_way_back_from_one_thread_is_weighed_at_its_place_in_the_turn() -> Non
     assert later.count("o") <= 0.06 * len(later), rows
 
 
+def test_explorations_for_staleness_go_round_the_places_of_a_turn() -> None:
+    """Turns of three runs 2.5 s apart, after a busy start on one thread: armed slower at a
+    turn's second run (its workers' first after the cold run), faster at its third. Tried
+    again for staleness at the second run alone, armed lost each time and never came back
+    (29 of 30 third runs on one thread); tried a place further each time, with the wait
+    doubled only once every place has lost, the third runs go armed."""
+    clock = FakeClock()
+    choice = spin_pool.Choice(clock=clock)
+    ramps = ((1.7,), (1.35,))
+    take_turns(choice, clock, 10, 3, 0.006, 0.004, 0.004, pause=2.5, ramps=ramps)
+    rows = take_turns(choice, clock, 40, 3, 0.0032, 0.004, 0.004, pause=2.5, ramps=ramps)
+    third_runs = "".join(row[2] for row in rows[25:])
+    assert third_runs.count("A") >= 0.8 * len(third_runs), rows
+
+
 def test_back_to_back_runs_explore_no_more_often_than_every_explore_runs() -> None:
     clock = FakeClock()
     choice = spin_pool.Choice(clock=clock)
