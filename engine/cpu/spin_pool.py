@@ -297,35 +297,15 @@ class Choice:
     such exploration of a kind that loses doubles that wait, up to `EXPLORE` runs, and one
     that wins brings it back to `EXPLORE` / 4: in the executor benchmark's turns of four or
     five runs, 2.5 s apart, a one-thread run every other turn cost ResNet-18 fp32 at batch 1
-    about a tenth of a turn (30-41 ms among armed runs of 19-24) where armed kept winning.
-
-    The runs after the cold one speed up for several more runs, and not alike both ways (in
-    the executor's turns, ResNet-18 int8 on one thread ran 5.1, 4.7, 4.5, 4.3, 4.1 ms in a
-    turn's second to sixth calls and 3.6 from about its tenth, armed 2.2 then 1.8 from its
-    third). An exploring run lands early in a burst (the stale rule's at the first run after
-    the cold one), and weighed against the way taken's last runs, the latest and quickest of
-    the burst before, it lost where the other way was the faster one, or won where it was
-    the slower, its ramp shorter. So each sample keeps its place in its burst: runs since
-    the last idle pause, up to `PLACES` (a stream, and a plan's first runs, at `PLACES`), and
-    each way's last `SAMPLES` runs are weighed by their ratios to the other way's median at
-    the same place, where it has samples there (`_ratio`); an exploring run wins against the
-    way taken's runs at its place. Where all the samples sit at one place this is the
-    comparison of the medians. And the ways may not rank alike at every place (at load,
-    ResNet-18 int8 armed ran a turn's second call no faster than one thread, its later ones
-    a quarter faster), so a run exploring for staleness alone goes a place further into its
-    burst than the last one did, round the places the last burst reached, and a loss doubles
-    the wait only once the round is done."""
+    about a tenth of a turn (30-41 ms among armed runs of 19-24) where armed kept winning."""
 
     SAMPLES = 3
     EXPLORE = 32
     IDLE_SECONDS = 0.02
     MIN_STALE_SECONDS = 0.25
-    PLACES = 8
 
     __slots__ = ("_times", "_tried", "_tried_run", "_runs", "_kind_runs", "_warm", "_again",
-                 "_stale_after", "_stale_try", "_clock", "_ended", "_kind", "_basis",
-                 "_places", "_at", "_since_pause", "_place", "_armed_faster", "_deepest",
-                 "_stale_place")
+                 "_stale_after", "_stale_try", "_clock", "_ended", "_kind", "_basis")
 
     def __init__(self, clock: Any = time.perf_counter) -> None:
         # [kind][way]: kind 0 back to back, 1 after an idle pause; way 0 armed, 1 one thread
@@ -345,41 +325,23 @@ class Choice:
         self._ended: float | None = None  # when the last run ended
         self._kind = 0  # the run under way: back to back (0) or after an idle pause (1)
         self._basis: int | None = None  # whose samples decided it (a kind), None: none yet
-        # [kind][way]: each kept sample's place in its burst, beside `_times`; and by place,
-        # the way's last `SAMPLES` samples there
-        self._places: list[list[list[int]]] = [[[], []], [[], []]]
-        self._at: list[list[dict[int, list[float]]]] = [[{}, {}], [{}, {}]]
-        self._since_pause = self.PLACES  # runs since the last idle pause, for `_place`
-        self._place = self.PLACES  # the run under way's place: at most `PLACES`
-        self._armed_faster = True  # the way taken when the run under way was decided
-        # the place the last burst reached, and the place in a burst from which the next
-        # run exploring for staleness alone may go (the first run after the cold one is
-        # seldom like the rest: each such run goes a place further on, round the burst)
-        self._deepest = self.PLACES
-        self._stale_place = 1
 
     def armed(self) -> bool:
         """Whether the next run should be armed."""
         self._runs += 1
         now = self._clock()
         self._kind = int(self._ended is not None and now - self._ended >= self.IDLE_SECONDS)
-        if self._kind:
-            self._deepest, self._since_pause = self._place, 0
-        else:
-            self._since_pause += 1
-        self._place = min(self._since_pause, self.PLACES)
         self._kind_runs[self._kind] += 1
         self._basis = self._decided_by(self._kind)
         if self._basis is None:  # each way in turn, within this kind
             armed, alone = self._times[self._kind]
             return len(armed) <= len(alone)
-        faster = self._armed_faster = self._faster(self._basis)
+        faster = self._faster(self._basis)
         runs = self._runs
         early = runs < self.EXPLORE and runs & (runs - 1) == 0  # runs 4, 8 and 16
         taken = 0 if faster else 1
         other = 1 - taken
-        stale = ((self._kind or self._place >= min(self._stale_place, self._deepest))
-                 and self._kind_runs[self._basis] - self._tried_run[self._basis][other]
+        stale = (self._kind_runs[self._basis] - self._tried_run[self._basis][other]
                  >= self._stale_after[self._basis]
                  and now - self._tried[self._basis][other] > max(
                      self.MIN_STALE_SECONDS,
@@ -390,8 +352,6 @@ class Choice:
             return again == 0
         scheduled = early or runs % self.EXPLORE == 0
         self._stale_try = stale and not scheduled
-        if self._stale_try and not self._kind:  # the next one a place further in a burst
-            self._stale_place = self._place % max(1, self._deepest) + 1
         return faster != (scheduled or stale)
 
     def record(self, armed: bool, seconds: float) -> None:
@@ -402,20 +362,17 @@ class Choice:
             self._warm[way] = True
             return
         kind = self._kind
-        if self._basis == kind and self._armed_faster != armed:  # an exploring run
-            taken = self._at[kind][1 - way].get(self._place) or self._times[kind][1 - way]
-            won = seconds < _median(taken)
+        if self._basis == kind and self._faster(kind) != armed:  # an exploring run
+            won = seconds < _median(self._times[kind][1 - way])
             self._again[kind] = way if won else None
             if won:
                 self._stale_after[kind] = self.EXPLORE // 4
-            elif self._stale_try and (kind or self._stale_place == 1):  # every place lost
+            elif self._stale_try:
                 self._stale_after[kind] = min(2 * self._stale_after[kind], self.EXPLORE)
-        times, places = self._times[kind][way], self._places[kind][way]
-        at_place = self._at[kind][way].setdefault(self._place, [])
-        for kept, value in ((times, seconds), (places, self._place), (at_place, seconds)):
-            kept.append(value)
-            if len(kept) > self.SAMPLES:
-                del kept[0]
+        times = self._times[kind][way]
+        times.append(seconds)
+        if len(times) > self.SAMPLES:
+            del times[0]
         self._tried[kind][way] = self._ended
         self._tried_run[kind][way] = self._kind_runs[kind]
 
@@ -429,24 +386,8 @@ class Choice:
 
     def _faster(self, kind: int) -> bool:
         """Whether armed runs of ``kind`` are the faster way now."""
-        return self._ratio(kind) <= 1.0
-
-    def _ratio(self, kind: int) -> float:
-        """Armed ÷ one thread for runs of ``kind``: the median of each way's last `SAMPLES`
-        runs' ratios to the other way's median at the same place in a burst (a ratio to one
-        thread's, or one thread's to armed's, inverted), leaving out runs at places the other
-        way has no samples at; where no run has, the ratio of the two ways' medians."""
-        ratios = []
-        for way in (0, 1):
-            other = self._at[kind][1 - way]
-            for seconds, place in zip(self._times[kind][way], self._places[kind][way]):
-                if place in other:
-                    ratio = seconds / _median(other[place])
-                    ratios.append(ratio if way == 0 else 1.0 / ratio)
-        if not ratios:
-            armed, alone = self._times[kind]
-            return _median(armed) / _median(alone)
-        return _median(ratios)
+        armed, alone = self._times[kind]
+        return _median(armed) <= _median(alone)
 
 
 def _median(values: list[float]) -> float:

@@ -373,23 +373,18 @@ class FakeClock:
 
 def take_turns(choice: spin_pool.Choice, clock: FakeClock, turns: int, runs: int,
                armed_seconds: float, alone_seconds: float, cold_extra: float,
-               pause: float = 0.5, ramps: tuple[tuple[float, ...], ...] = ((), ())
-               ) -> list[str]:
+               pause: float = 0.5) -> list[str]:
     """Runs in turns as `bench/executor.py` gives them: a pause, then ``runs`` back to back,
-    the first of them ``cold_extra`` slower either way (its data gone from the caches), the
-    next ones, armed and on one thread, times their way's ``ramps`` factors in turn (the
-    runs after them at their plain time). Each turn as a string, "A" for an armed run, "o"
-    for one on one thread."""
+    the first of them ``cold_extra`` slower either way (its data gone from the caches). Each
+    turn as a string, "A" for an armed run, "o" for one on one thread."""
     rows = []
     for _ in range(turns):
         clock.now += pause
         row = ""
         for index in range(runs):
             armed = choice.armed()
-            ramp = ramps[0 if armed else 1]
-            seconds = (armed_seconds if armed else alone_seconds) * (
-                ramp[index - 1] if 0 < index <= len(ramp) else 1.0) + (
-                cold_extra if index == 0 else 0.0)
+            seconds = (armed_seconds if armed else alone_seconds) + (cold_extra if index == 0
+                                                                      else 0.0)
             clock.now += seconds
             choice.record(armed, seconds)
             row += "A" if armed else "o"
@@ -438,55 +433,6 @@ def test_explorations_of_runs_far_apart_back_off_while_the_way_taken_keeps_winni
     rows = take_turns(choice, clock, 12, 5, 0.040, 0.030, 0.010, pause=2.5)
     later = "".join(rows[2:])
     assert later.count("A") <= 0.1 * len(later), rows
-
-
-# Runs after the cold one speed up for several runs, one thread's for longer than armed
-# ones (the executor's turns, ResNet-18 int8: 5.1, 4.7, 4.5, 4.3, 4.1 ms, then 3.6 by the
-# tenth call; armed 2.2, then 1.8).
-SHORT_RAMP = (1.3, 1.08)
-LONG_RAMP = (1.35, 1.2, 1.12, 1.07, 1.04, 1.02)
-
-
-def test_armed_runs_with_a_shorter_ramp_are_weighed_at_their_place_in_the_turn() -> None:
-    """Armed slower at every place of a turn, but early in a turn quicker than one thread's
-    runs at the end of the turn before: weighed against those, an armed exploration late in
-    a turn won and the next turn started armed (23% of the runs armed, turn after turn);
-    weighed at its place, it loses."""
-    clock = FakeClock()
-    choice = spin_pool.Choice(clock=clock)
-    rows = take_turns(choice, clock, 40, 7, 0.0030, 0.0026, 0.004, pause=0.8,
-                      ramps=(SHORT_RAMP, LONG_RAMP))
-    later = "".join(rows[5:])
-    assert later.count("A") <= 0.06 * len(later), rows
-
-
-def test_a_way_back_from_one_thread_is_weighed_at_its_place_in_the_turn() -> None:
-    """Armed faster at every place of a turn, its ramp the longer: after a busy start on one
-    thread, each armed exploration early in a turn, weighed against one thread's runs at the
-    end of the turn before, lost, and a win late in a turn was lost again early in the
-    next: the plan went back and forth turn by turn (45% of the runs on one thread)."""
-    clock = FakeClock()
-    choice = spin_pool.Choice(clock=clock)
-    ramps = ((1.5, 1.3, 1.15, 1.05), (1.3, 1.12))
-    take_turns(choice, clock, 10, 7, 0.004, 0.0024, 0.004, pause=0.8, ramps=ramps)
-    rows = take_turns(choice, clock, 30, 7, 0.0020, 0.0024, 0.004, pause=0.8, ramps=ramps)
-    later = "".join(row[1:] for row in rows[10:])  # a turn's cold run has samples of its own
-    assert later.count("o") <= 0.06 * len(later), rows
-
-
-def test_explorations_for_staleness_go_round_the_places_of_a_turn() -> None:
-    """Turns of three runs 2.5 s apart, after a busy start on one thread: armed slower at a
-    turn's second run (its workers' first after the cold run), faster at its third. Tried
-    again for staleness at the second run alone, armed lost each time and never came back
-    (29 of 30 third runs on one thread); tried a place further each time, with the wait
-    doubled only once every place has lost, the third runs go armed."""
-    clock = FakeClock()
-    choice = spin_pool.Choice(clock=clock)
-    ramps = ((1.7,), (1.35,))
-    take_turns(choice, clock, 10, 3, 0.006, 0.004, 0.004, pause=2.5, ramps=ramps)
-    rows = take_turns(choice, clock, 40, 3, 0.0032, 0.004, 0.004, pause=2.5, ramps=ramps)
-    third_runs = "".join(row[2] for row in rows[25:])
-    assert third_runs.count("A") >= 0.8 * len(third_runs), rows
 
 
 def test_back_to_back_runs_explore_no_more_often_than_every_explore_runs() -> None:
