@@ -332,7 +332,13 @@ def ours_runner(folder: Path, batch: int, threads: int, precision: str = "fp32"
     from engine import sym
 
     if threads:
+        from threadpoolctl import threadpool_limits
+
         parallel.set_threads(threads)
+        # before the model binds: its plans cut their jobs for the threads BLAS has then, as
+        # OpenVINO compiles for INFERENCE_NUM_THREADS (a one-thread plan bound at two threads
+        # runs two parts' work, a bf16 product's pairing pass among them, on one)
+        threadpool_limits(threads, user_api="blas")
     symbol = sym.load(folder / "model-symbol.json")
     with np.load(folder / "params.npz") as stored:
         params = dict(stored)
@@ -343,8 +349,6 @@ def ours_runner(folder: Path, batch: int, threads: int, precision: str = "fp32"
     feed = {"data": np.load(folder / f"data-b{batch}.npy")}
     model.infer(feed)  # first: loading may bring in another BLAS (SciPy's), limited here too
     if threads:
-        from threadpoolctl import threadpool_limits
-
         threadpool_limits(threads, user_api="blas")
     info = {"flops": graph_flops(model, feed["data"].shape), "sgemm": sgemm_flops(3),
             "precision": model.precision,
