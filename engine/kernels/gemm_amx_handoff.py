@@ -156,9 +156,11 @@ class HandingProduct:
     def __init__(self, plain: Any, handoff: bf16_handoff.PairedHandoff) -> None:
         self.plain, self.handoff = plain, handoff
         self.handing: Any = None  # the job writing the layout, made on the first run that does
-        # Whether any run may lay it: one adding a residual writes float32 on every run (a
-        # `bf16.PartPairedProduct` reads this too).
-        self.lays_ever = int(plain.context[_FIELD["residual"]]) == 0
+        # Whether any run may lay it: one adding a residual, or a shortcut's product merged
+        # in (`gemm_amx_shortcut`), writes float32 on every run (a `bf16.PartPairedProduct`
+        # reads this too).
+        self.lays_ever = (int(plain.context[_FIELD["residual"]]) == 0
+                          and not getattr(plain, "sums_always", False))
         if not self.lays_ever:  # the step's product is the last one made: it answers asks
             handoff.residual_writer = plain
 
