@@ -83,17 +83,23 @@ def offer(calls: list[Any], data: Any, matrix: Any, out: Any, stride: tuple[int,
     return [step]
 
 
-def reads_as_sum(reader: Any) -> bool:
-    """Whether ``reader`` (a `workspace.Reader`) is a fused chain headed by a 1×1
-    convolution without a bias whose first step adds the array read."""
-    from engine.kernels.epilogue import RESIDUAL_ADDS
+# Per reading op, whether a reader of that op (a `workspace.Reader`) is a 1×1 product adding
+# the array it reads, which `merge` may take in: the op's module registers it, so that no
+# kernel names an op.
+_SUM_READERS: dict[str, Callable[[Any], bool]] = {}
 
-    attrs = reader.attrs
-    head, steps = getattr(attrs, "head", None), getattr(attrs, "steps", ())
-    return (reader.op == "_fused_elementwise" and head is not None and bool(steps)
-            and head.op.name == "Convolution" and steps[0].op.name in RESIDUAL_ADDS
-            and reader.position == head.arity and head.arity == 2
-            and tuple(head.attrs.kernel) == (1, 1))
+
+def register_reader(op: str, adds: Callable[[Any], bool]) -> None:
+    """Let nodes of ``op`` read a shortcut's output as the sum `merge` binds, where ``adds``
+    says a reader of theirs does."""
+    _SUM_READERS[op] = adds
+
+
+def reads_as_sum(reader: Any) -> bool:
+    """Whether ``reader`` (a `workspace.Reader`) reads the array as a 1×1 product adding it
+    (`register_reader`)."""
+    adds = _SUM_READERS.get(reader.op)
+    return adds is not None and adds(reader)
 
 
 def merge(data: Any, weight: Any, other: Any, out: Any, workspace: Any) -> list[Any] | None:

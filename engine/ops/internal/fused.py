@@ -106,19 +106,31 @@ def _merged_shortcut(xp: Any, attrs: Attrs, head_inputs: list[Any], extras: list
                      out: Any, workspace: Any) -> list[Callable[[], Any]] | None:
     """A 1×1 convolution adding a shortcut's output bound with that shortcut's product as
     one (`gemm_amx_shortcut.merge`: ResNet v2's downsampling blocks in bf16); else None."""
-    head = attrs.head
-    if (xp is not np or workspace is None or head.op.name != "Convolution" or not attrs.steps
-            or attrs.steps[0].op.name not in epilogue.RESIDUAL_ADDS or len(head_inputs) != 2
-            or len(extras[0]) != 1):
-        return None
-    conv = head.attrs
-    if (tuple(conv.kernel) != (1, 1) or conv.num_group != 1
-            or any(value not in (None, 1) for value in (conv.stride or ()))
-            or any(value not in (None, 0) for value in (conv.pad or ()))
-            or any(value not in (None, 1) for value in (conv.dilate or ()))
-            or getattr(conv, "layout", None) not in (None, "NCHW")):
+    if (xp is not np or workspace is None or not _adds_as_1x1_product(attrs)
+            or len(head_inputs) != 2 or len(extras[0]) != 1):
         return None
     return gemm_amx_shortcut.merge(*head_inputs, extras[0][0], out, workspace)
+
+
+def _adds_as_1x1_product(attrs: Attrs) -> bool:
+    """Whether the chain is a 1×1 convolution without a bias (stride 1, no padding, one
+    group, channels first) whose first step adds another array."""
+    head = attrs.head
+    if (head.op.name != "Convolution" or not attrs.steps or head.arity != 2
+            or attrs.steps[0].op.name not in epilogue.RESIDUAL_ADDS):
+        return False
+    conv = head.attrs
+    return (tuple(conv.kernel) == (1, 1) and conv.num_group == 1
+            and all(value == 1 for value in (conv.stride or ()))
+            and not any(conv.pad or ())
+            and all(value == 1 for value in (conv.dilate or ()))
+            and getattr(conv, "layout", None) in (None, "NCHW"))
+
+
+def _reads_as_sum(reader: Any) -> bool:
+    """Whether ``reader`` (a `workspace.Reader` of a fused node) is the add of a 1×1
+    convolution's chain, reading the array as the other operand of its first step."""
+    return _adds_as_1x1_product(reader.attrs) and reader.position == reader.attrs.head.arity
 
 
 def _scratch(attrs: Attrs, shapes: list[Any], dtype: Any) -> int:
@@ -150,3 +162,5 @@ FUSED_ELEMENTWISE = register(OpDef(
     parts=_parts,
     doc="An op followed by elementwise ops applied in place to its output (built by fusion).",
 ))
+# a downsampling shortcut's output this chain adds may be merged into its product
+gemm_amx_shortcut.register_reader(FUSED_ELEMENTWISE.name, _reads_as_sum)
