@@ -243,8 +243,8 @@ class HandingProduct:
         """This product adding a bias and clamping (`gemm_kernel.Product.with_epilogue`)."""
         if bias_columns is not None:
             raise ValueError("a 1×1 convolution takes a bias per filter, not per column")
-        return HandingProduct(self.plain.with_epilogue(bias_rows, None, low, high),
-                              self.handoff)
+        return HandingProduct(_kept(self.plain, self.plain.with_epilogue(bias_rows, None, low,
+                                                                         high)), self.handoff)
 
     def writes_within(self, out: Any) -> bool:
         """Whether its float32 output lies inside ``out`` (`Product.writes_within`)."""
@@ -253,7 +253,17 @@ class HandingProduct:
     def with_residual(self, out: Any, other: Any) -> HandingProduct:
         """This product adding a residual (`Product.with_residual`): it then writes float32
         on every run."""
-        return HandingProduct(self.plain.with_residual(out, other), self.handoff)
+        return HandingProduct(_kept(self.plain, self.plain.with_residual(out, other)),
+                              self.handoff)
+
+
+def _kept(plain: Any, product: Any) -> Any:
+    """``product`` (``plain`` with an epilogue or a residual) saying what ``plain`` said of
+    its sums (a shortcut merged in, `gemm_amx_shortcut`: ``sums_always``, ``ask_depth``)."""
+    for name in ("sums_always", "ask_depth"):
+        if hasattr(plain, name):
+            setattr(product, name, getattr(plain, name))
+    return product
 
 
 def _compiled() -> dict[str, Any] | None:

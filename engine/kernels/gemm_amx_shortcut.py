@@ -111,9 +111,10 @@ def merge(data: Any, weight: Any, other: Any, out: Any, workspace: Any) -> list[
     if (shortcut is None or shortcut.merged or type(data) is not np.ndarray
             or data.ndim != 4 or data.shape[0] != 1 or not data.flags.c_contiguous
             or data.dtype != np.float32 or weight.flags.writeable or weight.ndim != 4
-            or weight.shape[2:] != (1, 1) or out.shape != other.shape
-            or out.shape[1] != weight.shape[0] or out.shape[2:] != data.shape[2:]
-            or not out.flags.c_contiguous
+            or weight.dtype != np.float32 or weight.shape[2:] != (1, 1)
+            or weight.shape[1] != data.shape[1] or out.shape != other.shape
+            or out.dtype != np.float32 or out.shape[1] != weight.shape[0]
+            or out.shape[2:] != data.shape[2:] or not out.flags.c_contiguous
             or gemm_bind.bf16_kernel(workspace, out.shape[1]) != gemm_kernel.AMX):
         return None
     matrix = weight.reshape(weight.shape[0], -1)

@@ -22,11 +22,11 @@ pytestmark = pytest.mark.skipif(not gemm_kernel.available(gemm_kernel.AMX),
 
 
 def downsampling(stride: int, channels: int, mid: int, filters: int,
-                 shared: bool = False) -> Any:
+                 shared: bool = False, clamped: bool = False) -> Any:
     """A ResNet v2 downsampling block: a pre-activation (BatchNorm and ReLU after a sum, so
     that nothing folds it away), a 1×1, a 3×3 of ``stride``, a last 1×1 adding a 1×1
     shortcut of ``stride``; ``shared``: the shortcut's output read once more (a second sum
-    with it), which no merged product can spare."""
+    with it), which no merged product can spare; ``clamped``: a ReLU after the sum."""
     pre = sym.Activation(sym.BatchNorm(sym.var("data") + 1, fix_gamma=False, eps=2e-5,
                                        name="bn"), act_type="relu")
     body = sym.Activation(sym.Convolution(pre, num_filter=mid, kernel=(1, 1), no_bias=True,
@@ -38,6 +38,8 @@ def downsampling(stride: int, channels: int, mid: int, filters: int,
     shortcut = sym.Convolution(pre, num_filter=filters, kernel=(1, 1), stride=(stride, stride),
                                no_bias=True, name="down")
     net = body + shortcut
+    if clamped:
+        net = sym.Activation(net, act_type="relu")
     return net + shortcut if shared else net
 
 
@@ -91,6 +93,23 @@ def test_a_downsampling_blocks_shortcut_runs_inside_the_product_adding_it(
         assert shortcuts[0].handoff is not None and shortcuts[0].handoff.laid is taken
         unmerged, kept = served(symbol, params, feed, merged=False)
         assert len(kept) == 1 and not kept[0].merged
+    assert np.abs(got - unmerged).max() <= 1e-5 * np.abs(unmerged).max()
+    want, _ = served(symbol, params, feed, "fp32")
+    assert np.abs(got - want).max() <= 0.03 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_a_merged_product_clamps_after_the_sum(stride: int) -> None:
+    """A ReLU after the block's sum is the merged product's clamp, applied to the sum of
+    both halves, and its sum is still written on every run."""
+    symbol = downsampling(stride, 64, 32, 128, clamped=True)
+    params = nets.random_params(symbol, (1, 64, 8, 8), seed=7)
+    feed = {"data": np.random.default_rng(3).standard_normal((1, 64, 8, 8)).astype(
+        np.float32)}
+    got, shortcuts = served(symbol, params, feed)
+    assert len(shortcuts) == 1 and shortcuts[0].merged
+    assert got.min() == 0 and got.max() > 0
+    unmerged, _ = served(symbol, params, feed, merged=False)
     assert np.abs(got - unmerged).max() <= 1e-5 * np.abs(unmerged).max()
     want, _ = served(symbol, params, feed, "fp32")
     assert np.abs(got - want).max() <= 0.03 * np.abs(want).max()
