@@ -258,11 +258,10 @@ class HandingProduct:
 
 
 def _kept(plain: Any, product: Any) -> Any:
-    """``product`` (``plain`` with an epilogue or a residual) saying what ``plain`` said of
-    its sums (a shortcut merged in, `gemm_amx_shortcut`: ``sums_always``, ``ask_depth``)."""
-    for name in ("sums_always", "ask_depth"):
-        if hasattr(plain, name):
-            setattr(product, name, getattr(plain, name))
+    """``product`` (``plain`` with an epilogue or a residual) writing its sums on every run
+    where ``plain`` does (a shortcut merged in, `gemm_amx_shortcut`: ``sums_always``)."""
+    if getattr(plain, "sums_always", False):
+        product.sums_always = True
     return product
 
 

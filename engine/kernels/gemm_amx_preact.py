@@ -81,14 +81,14 @@ def ask(workspace: Any, data: Any, out_handoff: bf16_handoff.PairedHandoff,
             or writer.noted is None or workspace.noted != writer.noted + 1):
         return None
     sum_read = len(workspace.readers(data)) > 1
-    if not _fits(product.context, out_handoff, sum_read, getattr(product, "ask_depth", None)):
+    if not _fits(product.context, out_handoff, sum_read):
         return None
     writer.preact = PreactAsk(out_handoff, statistics, sum_read)
     return writer.preact
 
 
 def _fits(context: np.ndarray, handoff: bf16_handoff.PairedHandoff,
-          sum_read: bool = True, depth: int | None = None) -> bool:
+          sum_read: bool = True) -> bool:
     """Whether the product's tiles cover the words' rows whole (M a multiple of the
     tile's 32 rows, one word row per two of C's, each at least as long), its K is short,
     C's columns fit under the descriptor's alignment, and it adds no column bias (a 1×1
@@ -96,9 +96,6 @@ def _fits(context: np.ndarray, handoff: bf16_handoff.PairedHandoff,
     from engine.kernels.gemm_amx_preact_ir import DESCRIPTOR_ALIGNMENT
 
     m, n, k = (int(context[_FIELD[name]]) for name in ("m", "n", "k"))
-    # a shortcut merged in (`gemm_amx_shortcut`) is judged by its own product's K: the
-    # words are what that product's sums would cost to store
-    k = depth if depth is not None else k
     if (m % 32 or k > (MAX_DEPTH if sum_read else WORDS_ALONE_MAX_DEPTH)
             or int(context[_FIELD["batch"]]) != 1
             or handoff.shape[0] != m // 2 or handoff.shape[1] < n

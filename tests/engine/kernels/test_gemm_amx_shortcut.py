@@ -131,9 +131,9 @@ def test_a_shortcut_read_twice_is_not_offered() -> None:
 def test_resnet50_v2_merges_its_four_downsampling_shortcuts(monkeypatch: pytest.MonkeyPatch,
                                                             threads: int) -> None:
     """ResNet-50 v2 (64 × 64) in bf16: each stage's first block runs its shortcut inside
-    its last 1×1 product (4), stage 1's still writing the next pre-activation's words (its
-    ask judged by ``conv3``'s K); the outputs those of the unmerged plan to float32 rounding
-    and near fp32's."""
+    its last 1×1 product (4), which writes its float32 sum on every run and, over twice
+    the K, is not asked for the next pre-activation's words (the others still are: 4); the
+    outputs those of the unmerged plan to float32 rounding and near fp32's."""
     symbol = nets.resnet50_v2(classes=10)
     params = nets.random_params(symbol, (1, 3, 64, 64), seed=5)
     feed = {"data": np.random.default_rng(0).standard_normal((1, 3, 64, 64)).astype(
@@ -151,7 +151,8 @@ def test_resnet50_v2_merges_its_four_downsampling_shortcuts(monkeypatch: pytest.
         assert len(shortcuts) == 4 and all(shortcut.merged for shortcut in shortcuts)
         assert [shortcut.stride for shortcut in shortcuts] == [(1, 1), *[(2, 2)] * 3]
         requests = [request for request in granted if request is not None]
-        assert len(requests) == 5 and all(request.written for request in requests)
+        assert len(requests) == 4 and all(request.written for request in requests)
+        assert [request.sum_read for request in requests] == [True, False, False, False]
         unmerged, _ = served(symbol, params, feed, merged=False)
     assert np.abs(got - unmerged).max() <= 1e-3 * np.abs(unmerged).max()
     want, _ = served(symbol, params, feed, "fp32")
