@@ -149,15 +149,21 @@ def withdraw(workspace: Any, array: Any) -> None:
         handoff.note()
 
 
-def words_for(handoff: PairedHandoff, shape: tuple[int, int],
-              workspace: Any) -> np.ndarray | None:
+def words_for(handoff: PairedHandoff, shape: tuple[int, int], workspace: Any,
+              into: np.ndarray | None = None) -> np.ndarray | None:
     """The words (``shape``, float32-viewed, zeroed once) a reader of the hand-off would
-    read; None where its product reads another shape."""
-    if (shape != handoff.shape or not handoff.columns
+    read; None where its product reads another shape. ``into``: where the first reader
+    wants them (rows of a larger buffer, C-contiguous, zeroed: `gemm_amx_shortcut`'s merged
+    product's); a later reader asking for another place gets None."""
+    if (shape != tuple(handoff.shape) or not handoff.columns
             or handoff.layout not in (None, "words")):
         return None
+    if into is not None and (into.shape != tuple(shape) or not into.flags.c_contiguous
+                             or handoff.words is not None and handoff.words is not into):
+        return None
     if handoff.words is None:
-        handoff.words = workspace.zeroed(shape, np.float32, (TAG, handoff.slot))
+        handoff.words = into if into is not None else workspace.zeroed(
+            shape, np.float32, (TAG, handoff.slot))
         handoff.layout = "words"
         handoff.note()
     return handoff.words

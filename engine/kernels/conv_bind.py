@@ -43,6 +43,7 @@ from engine.kernels import (
     bf16_handoff,
     conv_amx,
     gemm_amx_handoff,
+    gemm_amx_shortcut,
     gemm_bind,
     gemm_kernel,
     parity_split,
@@ -139,6 +140,11 @@ def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometr
         conv_amx.withdraw_grid_offers(calls)
         calls.append(partial(xp.add, out, bias.reshape(1, filters, *(1,) * len(size)), out))
         return calls
+    if bias is None and batch == 1 and max(geometry[0]) == 1 and not any(geometry[3]):
+        # a downsampling block's shortcut, which the product adding it may take in
+        offered = gemm_amx_shortcut.offer(calls, data, matrix, out, geometry[1], workspace)
+        if offered is not calls:
+            return offered
     # one sample's AMX product may write its output in the bf16 layout its readers take
     calls = gemm_amx_handoff.lay_bf16(calls, out, workspace)
     # a stem's products in bands may pool their rows for the max pooling after them

@@ -156,9 +156,11 @@ class HandingProduct:
     def __init__(self, plain: Any, handoff: bf16_handoff.PairedHandoff) -> None:
         self.plain, self.handoff = plain, handoff
         self.handing: Any = None  # the job writing the layout, made on the first run that does
-        # Whether any run may lay it: one adding a residual writes float32 on every run (a
-        # `bf16.PartPairedProduct` reads this too).
-        self.lays_ever = int(plain.context[_FIELD["residual"]]) == 0
+        # Whether any run may lay it: one adding a residual, or a shortcut's product merged
+        # in (`gemm_amx_shortcut`), writes float32 on every run (a `bf16.PartPairedProduct`
+        # reads this too).
+        self.lays_ever = (int(plain.context[_FIELD["residual"]]) == 0
+                          and not getattr(plain, "sums_always", False))
         if not self.lays_ever:  # the step's product is the last one made: it answers asks
             handoff.residual_writer = plain
 
@@ -241,8 +243,8 @@ class HandingProduct:
         """This product adding a bias and clamping (`gemm_kernel.Product.with_epilogue`)."""
         if bias_columns is not None:
             raise ValueError("a 1×1 convolution takes a bias per filter, not per column")
-        return HandingProduct(self.plain.with_epilogue(bias_rows, None, low, high),
-                              self.handoff)
+        return HandingProduct(_kept(self.plain, self.plain.with_epilogue(bias_rows, None, low,
+                                                                         high)), self.handoff)
 
     def writes_within(self, out: Any) -> bool:
         """Whether its float32 output lies inside ``out`` (`Product.writes_within`)."""
@@ -251,7 +253,16 @@ class HandingProduct:
     def with_residual(self, out: Any, other: Any) -> HandingProduct:
         """This product adding a residual (`Product.with_residual`): it then writes float32
         on every run."""
-        return HandingProduct(self.plain.with_residual(out, other), self.handoff)
+        return HandingProduct(_kept(self.plain, self.plain.with_residual(out, other)),
+                              self.handoff)
+
+
+def _kept(plain: Any, product: Any) -> Any:
+    """``product`` (``plain`` with an epilogue or a residual) writing its sums on every run
+    where ``plain`` does (a shortcut merged in, `gemm_amx_shortcut`: ``sums_always``)."""
+    if getattr(plain, "sums_always", False):
+        product.sums_always = True
+    return product
 
 
 def _compiled() -> dict[str, Any] | None:

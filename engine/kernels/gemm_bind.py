@@ -276,7 +276,7 @@ def bf16_patch_product(weight: Any, view: Any, k_axes: int, out: Any, workspace:
     ``view`` (an im2col view whose first ``k_axes`` axes run along K, or K's offsets given as
     ``k_offsets``: `bf16.patch_pairing`) with no patch array copied; None outside a bf16 plan
     on AMX or where it cannot apply. ``handoff``: the one offered for ``source``, the array
-    ``view`` reads (`_copying_handed_words`)."""
+    ``view`` reads (`copying_handed_words`)."""
     if (type(view) is not np.ndarray or type(weight) is not np.ndarray
             or weight.flags.writeable or weight.nbytes > PACK_LIMIT_BYTES
             or {weight.dtype, view.dtype, out.dtype} != {np.dtype(np.float32)}
@@ -289,23 +289,32 @@ def bf16_patch_product(weight: Any, view: Any, k_axes: int, out: Any, workspace:
     if pair is None:
         return None
     if handoff is not None and k_offsets is None:
-        pair = _copying_handed_words(handoff, source, view, k_axes, words, workspace, pair)
+        pair = copying_handed_words(handoff, source, view, k_axes, words, workspace, pair)
     return bf16.paired_product(pair, _amx_weight_tiles(weight, words, out, workspace))
 
 
-def _copying_handed_words(handoff: bf16_handoff.PairedHandoff, source: Any, view: Any,
-                          k_axes: int, words: Any, workspace: Any,
-                          pair: Callable[[], Any]) -> Callable[[], Any]:
-    """``pair``, or where ``view`` reads every channel of ``source`` (the hand-off's array,
-    one sample) in order and its pixels by any strides (a strided 1×1 convolution), the
-    hand-off taken: where its writer laid the words, the view's words copied out of them
-    (`bf16.word_copying`) in place of pairing the float32 array again."""
+def copying_handed_words(handoff: bf16_handoff.PairedHandoff, source: Any, view: Any,
+                         k_axes: int, words: Any, workspace: Any,
+                         pair: Callable[[], Any]) -> Callable[[], Any]:
+    """``pair``, or where the view's words can be copied out of the hand-off's
+    (`handed_copy`), the hand-off taken: where its writer laid the words, that copy runs in
+    place of pairing the float32 array again."""
+    copy = handed_copy(handoff, source, view, k_axes, words, workspace)
+    return pair if copy is None else bf16_handoff.take(handoff, pair, copy)
+
+
+def handed_copy(handoff: bf16_handoff.PairedHandoff, source: Any, view: Any, k_axes: int,
+                words: Any, workspace: Any) -> Callable[[], Any] | None:
+    """Where ``view`` reads every channel of ``source`` (the hand-off's array, one sample)
+    in order and its pixels by any strides (a strided 1×1 convolution), a job copying the
+    view's words out of the hand-off's into ``words`` (`bf16.word_copying`), taking
+    nothing; else None."""
     channels, pixels = (source.shape[1], int(np.prod(source.shape[2:]))) \
         if source is not None and source.ndim >= 3 else (0, 0)
     if (source is None or tuple(source.shape) != tuple(handoff.source)
             or not source.flags.c_contiguous or source.dtype != np.float32
             or int(np.prod(view.shape[:k_axes])) != channels):
-        return pair
+        return None
     steps = np.array(view.strides, np.int64) // view.itemsize
     k_steps = bf16.element_offsets(view.shape[:k_axes], steps[:k_axes])
     base = (view.ctypes.data - source.ctypes.data) // view.itemsize
@@ -313,16 +322,15 @@ def _copying_handed_words(handoff: bf16_handoff.PairedHandoff, source: Any, view
                       zip(view.shape[k_axes:], steps[k_axes:], strict=True))
     if (not np.array_equal(k_steps, np.arange(channels) * pixels) or min(steps[k_axes:]) < 0
             or not 0 <= base <= last < pixels):
-        return pair
+        return None
     handed = bf16_handoff.words_for(handoff, handoff.shape, workspace)
     if handed is None:
-        return pair
+        return None
     rows = -(-channels // 2)
     columns = np.lib.stride_tricks.as_strided(
         handed.reshape(-1)[base:], shape=(rows, *view.shape[k_axes:]),
         strides=(handed.strides[0], *view.strides[k_axes:]))
-    copy = bf16.word_copying(columns, words)
-    return pair if copy is None else bf16_handoff.take(handoff, pair, copy)
+    return bf16.word_copying(columns, words)
 
 
 def takes_bias(calls: list[Callable[[], Any]], bias: Any) -> bool:

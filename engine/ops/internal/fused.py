@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.kernels import banded_pool, bf16_handoff, epilogue
+from engine.kernels import banded_pool, bf16_handoff, epilogue, gemm_amx_shortcut
 from engine.ops.registry import Attrs, MaybeShape, OpDef, Param, register
 
 
@@ -80,21 +80,57 @@ def _bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
     on ``out`` (the first folded into the head's last call where `epilogue` can), on a GPU
     (``xp`` is CuPy) one generated kernel for the whole chain."""
     head_inputs, extras = split_inputs(attrs, inputs)
-    calls = attrs.head.op.bind_calls(xp, attrs.head.attrs, head_inputs, out, workspace)
+    steps = attrs.steps
+    merged = _merged_shortcut(xp, attrs, head_inputs, extras, out, workspace)
+    if merged is not None:  # the head's product and the shortcut it adds, as one
+        calls, steps, extras = merged, steps[1:], extras[1:]
+    else:
+        calls = attrs.head.op.bind_calls(xp, attrs.head.attrs, head_inputs, out, workspace)
     if xp is not np:  # the GPU's array module (`engine.cuda.array_module`) binds the chain
         operands = [value for extra in extras for value in extra]
-        return [*calls, *xp.bind_elementwise_chain(attrs.steps, operands, out)]
-    calls, remaining = epilogue.absorb(calls, attrs.steps, out, extras)
+        return [*calls, *xp.bind_elementwise_chain(steps, operands, out)]
+    calls, remaining = epilogue.absorb(calls, steps, out, extras)
     if remaining and workspace is not None:
         # the head's bf16 hand-off would skip the steps left: its readers read ``out``
         bf16_handoff.withdraw(workspace, out)
         banded_pool.withdraw(workspace, out)
-    skipped = len(attrs.steps) - len(remaining)
+    skipped = len(steps) - len(remaining)
     for step, extra in zip(remaining, extras[skipped:]):
         args = list(extra)
         args.insert(step.position, out)
         calls += step.op.bind_calls(xp, step.attrs, args, out)
     return calls
+
+
+def _merged_shortcut(xp: Any, attrs: Attrs, head_inputs: list[Any], extras: list[list[Any]],
+                     out: Any, workspace: Any) -> list[Callable[[], Any]] | None:
+    """A 1×1 convolution adding a shortcut's output bound with that shortcut's product as
+    one (`gemm_amx_shortcut.merge`: ResNet v2's downsampling blocks in bf16); else None."""
+    if (xp is not np or workspace is None or not _adds_as_1x1_product(attrs)
+            or len(head_inputs) != 2 or len(extras[0]) != 1):
+        return None
+    return gemm_amx_shortcut.merge(*head_inputs, extras[0][0], out, workspace)
+
+
+def _adds_as_1x1_product(attrs: Attrs) -> bool:
+    """Whether the chain is a 1×1 convolution without a bias (stride 1, no padding, one
+    group, channels first) whose first step adds another array."""
+    head = attrs.head
+    if (head.op.name != "Convolution" or not attrs.steps or head.arity != 2
+            or attrs.steps[0].op.name not in epilogue.RESIDUAL_ADDS):
+        return False
+    conv = head.attrs
+    return (tuple(conv.kernel) == (1, 1) and conv.num_group == 1
+            and all(value == 1 for value in (conv.stride or ()))
+            and not any(conv.pad or ())
+            and all(value == 1 for value in (conv.dilate or ()))
+            and getattr(conv, "layout", None) in (None, "NCHW"))
+
+
+def _reads_as_sum(reader: Any) -> bool:
+    """Whether ``reader`` (a `workspace.Reader` of a fused node) is the add of a 1×1
+    convolution's chain, reading the array as the other operand of its first step."""
+    return _adds_as_1x1_product(reader.attrs) and reader.position == reader.attrs.head.arity
 
 
 def _scratch(attrs: Attrs, shapes: list[Any], dtype: Any) -> int:
@@ -126,3 +162,5 @@ FUSED_ELEMENTWISE = register(OpDef(
     parts=_parts,
     doc="An op followed by elementwise ops applied in place to its output (built by fusion).",
 ))
+# a downsampling shortcut's output this chain adds may be merged into its product
+gemm_amx_shortcut.register_reader(FUSED_ELEMENTWISE.name, _reads_as_sum)
