@@ -43,7 +43,14 @@ from typing import Any
 import numpy as np
 
 from engine.cpu import compiled, host_features, llvm_jit, spin_pool
-from engine.kernels import bf16, bf16_handoff, conv_amx_lines, gemm_bind, gemm_kernel
+from engine.kernels import (
+    bf16,
+    bf16_handoff,
+    conv_amx_lines,
+    gemm_bind,
+    gemm_kernel,
+    shortcut_ride,
+)
 
 _state: dict[str, Any] = {}
 # The context's int64s (addresses in bytes, strides in words or floats): the packed weights,
@@ -152,23 +159,34 @@ def bind_chunks(data: Any, weight: Any, out: Any, geometry: Any,
     chunk = max(1, CHUNK_GRID_BYTES // per_image)
     handoff = bf16_handoff.offered(workspace, data) if data.shape[0] == 1 else None
     lines = reads_lines(data.shape, geometry, handoff)
+    chunks: list[shortcut_ride.ChunkGrid] | None = \
+        [] if shortcut_ride.may_offer(data, geometry, lines) else None
     if data.shape[0] == 1:  # one chunk: the input as its writer may offer it
         product = bind(data, weight, out, geometry, workspace, None if lines else handoff,
-                       lines)
+                       lines, chunks)
         if out.shape[1] % 2 == 0 and _k_steps(grid, data.shape[1]) <= GRID_MAX_STEPS:
             product = _offer_pairs(product, grid.width, workspace, out)
-        return [product]
-    return [bind(data[start:start + chunk], weight, out[start:start + chunk], geometry,
-                 workspace, lines=lines) for start in range(0, data.shape[0], chunk)]
+        products = [product]
+    else:
+        products = [bind(data[start:start + chunk], weight, out[start:start + chunk], geometry,
+                         workspace, lines=lines, chunks=chunks)
+                    for start in range(0, data.shape[0], chunk)]
+    if chunks:
+        shortcut_ride.offer(workspace, data, chunks)
+    return products
 
 
 def bind(data: Any, weight: Any, out: Any, geometry: Any, workspace: Any,
          handoff: bf16_handoff.PairedHandoff | None = None,
-         lines: bool = False) -> bf16.PairedProduct:
+         lines: bool = False,
+         chunks: list[shortcut_ride.ChunkGrid] | None = None) -> bf16.PairedProduct:
     """``out = conv(data, weight)`` (N, C, H, W) → (N, F, Ho, Wo): the input paired into
     its grid, then the direct product, as one call (see `applies`). ``handoff``: the bf16
     hand-off the input's writer offered, whose grid the product reads where it may.
-    ``lines``: the grid channels-last, read as A (`conv_amx_lines`; stride 1 only)."""
+    ``lines``: the grid channels-last, read as A (`conv_amx_lines`; stride 1 only).
+    ``chunks``: where given (a stride-2 layer's, `shortcut_ride`), the grid this call pairs
+    is noted in it, and products a 1×1 shortcut adds to its ``riders`` run right after the
+    pairing, before this product."""
     if lines:
         return _bind_lines(data, weight, out, geometry, workspace)
     kernel, stride, dilate, pad = geometry
@@ -191,7 +209,66 @@ def bind(data: Any, weight: Any, out: Any, geometry: Any, workspace: Any,
     pair = pairings[0] if len(pairings) == 1 else partial(_each, tuple(pairings))
     if handed is not None:
         pair = bf16_handoff.take(handoff, pair)
+    elif chunks is not None:
+        riding = shortcut_ride.ChunkGrid(data, grid, words_grid, plane, product.operands)
+        chunks.append(riding)
+        pair = partial(_pair_then_riders, pair, riding.riders)
     return bf16.paired_product(pair, product)
+
+
+def _pair_then_riders(pair: Any, riders: list[Any]) -> None:
+    """The pairing, then the products that read its grid too (`shortcut_ride`)."""
+    pair()
+    for rider in riders:
+        rider()
+
+
+def shortcut_riders(data: Any, weight: Any, bias: Any, out: Any, geometry: Any,
+                    workspace: Any) -> list[Any] | None:
+    """A 1×1 stride-2 convolution ``out = conv(data, weight) + bias`` run inside the step of
+    the stride-2 direct convolution bound just before it over the same ``data``
+    (`shortcut_ride`): per chunk of that one, a direct product of one tap over its grid,
+    the tap reading input pixel (2y, 2x), added to the chunk's ``riders``; the shortcut's
+    own step (returned) then does nothing. None where it does not apply: the shortcut
+    binds as it would alone."""
+    kernel, stride, dilate, pad = geometry
+    if (tuple(kernel) != (1, 1) or tuple(stride) != (2, 2) or any(pad)
+            or type(weight) is not np.ndarray or weight.flags.writeable
+            or weight.dtype != np.float32 or weight.shape[1:] != (data.shape[1], 1, 1)
+            or type(out) is not np.ndarray or out.dtype != np.float32
+            or not out.flags.c_contiguous or out.shape[:2] != (data.shape[0], weight.shape[0])
+            or (bias is not None and (not gemm_kernel.takes_bias(bias.reshape(-1))
+                                      or bias.size != weight.shape[0]))
+            or gemm_bind.bf16_kernel(workspace, out.shape[1]) != gemm_kernel.AMX
+            or _compiled() is None):
+        return None
+    made = shortcut_ride.offered(workspace, data, out)
+    if made is None:
+        return None
+    grid = made.chunks[0].grid
+    (top, left), (rows, columns) = grid.pad, grid.kernel
+    # the 3×3's tap (top, left) reads padded pixel (2y + top, 2x + left): input (2y, 2x)
+    if top >= rows or left >= columns or tuple(out.shape[2:]) != grid.output:
+        return None
+    offsets = grid.tap_offsets()[top * columns + left:][:1].copy()
+    words = _words(data.shape[1])
+    tiles = workspace.derived(weight, ("amx direct", words),
+                              partial(_weight_tiles, words=words))
+    riders, start = [], 0
+    for chunk in made.chunks:
+        count = chunk.data.shape[0]
+        product = _bound_product(chunk.grid, tiles, chunk.words, out[start:start + count],
+                                 _compiled(), chunk.plane, chunk.grid.image * 4, offsets)
+        if bias is not None:
+            product = product.with_epilogue(bias.reshape(-1))
+        riders.append(product)
+        start += count
+    if start != data.shape[0]:
+        return None
+    made.taken = True
+    for chunk, product in zip(made.chunks, riders, strict=True):
+        chunk.riders.append(product)
+    return [shortcut_ride.ridden_by_writer]
 
 
 def _twinned(runs: list[tuple[Any, np.ndarray]]) -> list[tuple[Any, np.ndarray, int | None]]:
@@ -266,12 +343,14 @@ def _grid_extent(grid: _Grid, out: Any) -> int:
 
 
 def _bound_product(grid: _Grid, tiles: np.ndarray, cells: np.ndarray, out: Any,
-                   functions: dict[str, Any], ldb: int, b_batch: int) -> DirectProduct:
+                   functions: dict[str, Any], ldb: int, b_batch: int,
+                   offsets: np.ndarray | None = None) -> DirectProduct:
     """The product of ``functions`` over the packed weights ``tiles`` and the grid
-    ``cells`` (``ldb``: words a plane or a pixel; ``b_batch``: bytes an image) into ``out``."""
+    ``cells`` (``ldb``: words a plane or a pixel; ``b_batch``: bytes an image) into ``out``;
+    ``offsets``: its taps' (the grid's own by default)."""
     filters, out_height, out_width = out.shape[1:]
     columns = _grid_columns(grid, out)
-    offsets = grid.tap_offsets()
+    offsets = grid.tap_offsets() if offsets is None else offsets
     zeros = np.zeros(-(-max(filters, columns) // TILE) * TILE + TILE, np.float32)
     context = np.zeros(len(_FIELD), np.int64)
     values = {"a": tiles.ctypes.data, "b": cells.ctypes.data, "ldb": ldb,

@@ -114,6 +114,10 @@ def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometr
     batch, filters, size = out.shape[0], out.shape[1], out.shape[2:]
     matrix = weight.reshape(filters, -1)
     positions = math.prod(size)
+    # a downsampling shortcut may run inside the stride-2 3×3's step over its grid
+    riding = conv_amx.shortcut_riders(data, weight, bias, out, geometry, workspace)
+    if riding is not None:
+        return riding
     if conv_amx.applies(data, weight, out, geometry, workspace):
         calls = conv_amx.bind_chunks(data, weight, out, geometry, workspace)
     elif is_direct(data.shape, geometry) and data.flags.c_contiguous:
