@@ -8,7 +8,8 @@ writes it in place of the float32 array and says so (``laid``):
   16 bits (`gemm_amx_ir.AmxHalvesKernel`), for a depthwise reader (MobileNet v2's after each
   expand, `depthwise_vector`, `bf16_handoff.take_planes`): the 96 × 112² expand then stores
   2.4 MB where it stored 4.8, and its reader loads as much less. Only for an output past
-  `MIN_OUTPUT_BYTES`.
+  `MIN_OUTPUT_BYTES`; below `IN_PLACE_MAX_BYTES` the planes lie in the output's own float32
+  memory (the 192 × 28² expands), which then stays written for the layers given it next.
 - the zero-bordered grid of bf16 pairs a direct convolution of stride 1 reads (`conv_amx`,
   `bf16_handoff.grid_for`; `gemm_amx_ir.AmxGridKernel`): ResNet v2's bottleneck, whose 1×1
   product (its BatchNorm and ReLU folded in) writes the 3×3's input, which that reader then
