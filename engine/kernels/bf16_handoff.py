@@ -32,8 +32,9 @@ its epilogue in place of its float32 output (`gemm_amx_preact.words_job`).
 A 1×1 product on AMX (`gemm_amx_handoff`) may offer its output as bf16 planes (``planes``):
 the array's planes, each value rounded to bf16 and stored as its 16 bits, which a depthwise
 layer (`depthwise_vector`) reads in place of the float32 array where the writer laid them
-(`take_planes`). Unlike the pairs, these change what the reader sums: the values rounded to
-bf16, as an AMX product's operands are.
+(`take_planes`), in a buffer of the plan's kept for planes of their shape or in the first
+half of the float32 array's own memory. Unlike the pairs, these change what the reader sums:
+the values rounded to bf16, as an AMX product's operands are.
 
 A 1×1 product adding a residual lays nothing of its own hand-off, but names itself on it
 (``residual_writer``) so that a BatchNorm reading its sum may ask it to write that BatchNorm's
@@ -77,6 +78,8 @@ class PairedHandoff:
         self.grid: Any = None
         self.laid = False  # whether the writer's last run wrote the words (not the array)
         self.withdrawn = False  # steps after the writer change the array (`withdraw`)
+        # The array itself where its planes are laid in its own memory (`take_planes`).
+        self.array: Any = None
         self.noted: int | None = None  # the workspace's outputs noted as it was offered
         # A residual 1×1 product writing the array, and a BatchNorm reader's ask that it
         # write that reader's words too (`gemm_amx_preact`); ``written_by``: on a reader's
@@ -96,13 +99,16 @@ class PairedHandoff:
 
 
 def offer(workspace: Any, array: Any, grids: bool | Callable[[Any], bool] = False,
-          columns: bool = True, planes: bool = False) -> PairedHandoff | None:
+          columns: bool = True, planes: bool = False,
+          planes_in_place: bool = False) -> PairedHandoff | None:
     """The writer's hand-off for ``array`` (one sample's planes) in a bf16 plan on AMX whose
     readers the plan noted, none of them the plan's output; else None. ``grids``: whether
     the writer can write a reader's grid (`grid_for`), or which (a test of the reader's
     `conv_amx._Grid`); ``columns``: whether it can write the words down their columns
     (`words_for`: a 1×1 product's); ``planes``: whether it can write the array's planes as
-    bf16 halves (`take_planes`: a depthwise reader's).
+    bf16 halves (`take_planes`: a depthwise reader's); ``planes_in_place``: whether they lie
+    in the first half of ``array``'s own memory rather than in a buffer of the plan's kept
+    for planes of their shape.
 
     The words are a buffer of the plan's kept for hand-offs of their shape and K (the pad
     past K must stay zero: writers of one K write the same cells), one the writer reserves
@@ -125,6 +131,8 @@ def offer(workspace: Any, array: Any, grids: bool | Callable[[Any], bool] = Fals
                      if holder.takers == holder.readers), len(holders))
         handoff = PairedHandoff(len(readers), shape, (array.shape[1], slot), array.shape,
                                 grids, columns, planes)
+        if planes and planes_in_place:
+            handoff.array = array
         holders[slot:slot + 1] = [handoff]
         handoff.noted = getattr(workspace, "noted", None)
         return handoff
@@ -192,20 +200,38 @@ def grid_for(handoff: PairedHandoff, shape: tuple[int, int], tag: Any, grid: Any
 
 
 def take_planes(handoff: PairedHandoff, workspace: Any) -> np.ndarray | None:
-    """The array's planes as bf16 halves (uint16, the array's shape less its batch axis,
-    zeroed once) for a reader that reads them, counted as taken, where the writer can write
-    them and no other reader chose another layout; else None. The halves are the values
+    """The array's planes as bf16 halves (uint16, the array's shape less its batch axis)
+    for a reader that reads them, counted as taken, where the writer can write them and no
+    other reader chose another layout; else None. The halves are the values
     `bf16.round_to_bf16` rounds, not the float32 array's: such a reader's sums are over
-    values rounded to bf16, as an AMX product's are."""
+    values rounded to bf16, as an AMX product's are.
+
+    They lie in the hand-off's slot (a buffer of the plan's for planes of their shape, which
+    the next writer of that shape lays again while it is in cache), or where the writer
+    offered them so (``planes_in_place``), in the first half of the float32 array's own
+    memory: the plan keeps that for the array until its last reader ran, and no one reads it
+    as float32 on the runs the writer lays the planes (every reader took them). The buffer
+    the plan gives a later layer is then one written a step before, not one left unwritten
+    since an earlier layer."""
     if not handoff.planes or handoff.layout not in (None, "planes"):
         return None
     if handoff.words is None:
-        handoff.words = workspace.zeroed(handoff.source[1:], np.uint16,
-                                         (TAG, handoff.slot, "planes"))
+        handoff.words = (workspace.zeroed(handoff.source[1:], np.uint16,
+                                          (TAG, handoff.slot, "planes"))
+                         if handoff.array is None else _planes_in(handoff.array))
         handoff.layout = "planes"
     handoff.takers += 1
     handoff.note()
     return handoff.words
+
+
+def _planes_in(array: Any) -> np.ndarray:
+    """The first half of ``array``'s memory (one sample, C-contiguous float32) as uint16
+    planes of its shape less the batch axis."""
+    if array.dtype != np.float32 or not array.flags.c_contiguous or array.shape[0] != 1:
+        raise ValueError(f"bf16 planes are laid in a C-contiguous float32 array of one "
+                         f"sample; got {array.dtype} {array.shape}")
+    return array.reshape(-1).view(np.uint16)[:array.size].reshape(array.shape[1:])
 
 
 def take(handoff: PairedHandoff, pair: Callable[[], Any],

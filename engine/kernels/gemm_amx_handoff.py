@@ -8,7 +8,8 @@ writes it in place of the float32 array and says so (``laid``):
   16 bits (`gemm_amx_ir.AmxHalvesKernel`), for a depthwise reader (MobileNet v2's after each
   expand, `depthwise_vector`, `bf16_handoff.take_planes`): the 96 × 112² expand then stores
   2.4 MB where it stored 4.8, and its reader loads as much less. Only for an output past
-  `MIN_OUTPUT_BYTES`.
+  `MIN_OUTPUT_BYTES`; below `IN_PLACE_MAX_BYTES` the planes lie in the output's own float32
+  memory (the 192 × 28² expands), which then stays written for the layers given it next.
 - the zero-bordered grid of bf16 pairs a direct convolution of stride 1 reads (`conv_amx`,
   `bf16_handoff.grid_for`; `gemm_amx_ir.AmxGridKernel`): ResNet v2's bottleneck, whose 1×1
   product (its BatchNorm and ReLU folded in) writes the 3×3's input, which that reader then
@@ -35,13 +36,21 @@ from engine.kernels import banded_pool, bf16, bf16_handoff, gemm_amx_preact, gem
 
 # The positions of a `gemm_kernel.Product`'s context that a halves product changes.
 _FIELD = gemm_kernel.CONTEXT_FIELDS
-# A float32 output of this size or more, which streams past half a core's L2, is offered as
-# bf16 planes (`gemm_bind.STREAMED_OUTPUT_BYTES`). MobileNet v2 at batch 1, one thread, in
-# the plan's order, each expand and its depthwise reader with the planes against float32:
-# 32 × 112² 1.02× and 0.91×, 96 × 112² 0.86× and 0.75×, 144 × 56² 1.00× and 0.87× (stride
-# 1), 0.95× and 0.72× (stride 2); at 28² (600 KB, in L2) 0.83–1.10×; at 14² and 7² 1.0–1.5×
-# slower (the widening costs more than the bytes saved; 7² planes lose the stacked task).
-MIN_OUTPUT_BYTES = 1 << 20
+# A float32 output of this size or more is offered as bf16 planes. MobileNet v2 at batch 1,
+# one thread, in the plan's order, each expand and its depthwise reader with the planes
+# against float32: 32 × 112² 1.02× and 0.91×, 96 × 112² 0.86× and 0.75×, 144 × 56² 1.00× and
+# 0.87× (stride 1), 0.95× and 0.72× (stride 2); 192 × 28² (600 KB, laid in place) 0.41–0.68×
+# and 0.79–1.05×, where the float32 output went into lines long out of cache; at 14² and 7²
+# 1.0–1.5× slower (the widening costs more than the bytes saved; 7² planes lose the stacked
+# task).
+MIN_OUTPUT_BYTES = 512 << 10
+# Planes of an output below this size (it fits in half a core's L2) lie in the output's own
+# memory (`bf16_handoff.take_planes`): the plan gives that buffer to a later layer, which
+# then finds it in cache where it would find lines left unwritten since an earlier layer
+# (MobileNet v2's 384 × 14² expand after the 28² ones 0.75–0.79× so). Larger ones lie in
+# the plan's buffer for planes of their shape, which the next expand of that shape (144 ×
+# 56² twice) lays again while it is in cache (1.17× for the second in their own memory).
+IN_PLACE_MAX_BYTES = 1 << 20
 _state: dict[str, Any] = {}
 
 
@@ -62,7 +71,8 @@ def lay_bf16(calls: list[Any], out: Any, workspace: Any) -> list[Any]:
     paired = calls[0]
     handoff = bf16_handoff.offer(workspace, out, grids=_writes_grid,
                                  columns=_stores_words(paired.product, out),
-                                 planes=out.nbytes >= MIN_OUTPUT_BYTES)
+                                 planes=out.nbytes >= MIN_OUTPUT_BYTES,
+                                 planes_in_place=out.nbytes < IN_PLACE_MAX_BYTES)
     product = paired.product if handoff is None else HandingProduct(paired.product, handoff)
     if bf16.parts_pair(paired.args[0], paired.product):
         return [bf16.PartPairedProduct(paired.func, paired.args[0], product, workspace)]
