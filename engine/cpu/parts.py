@@ -45,3 +45,15 @@ def as_job(call: Any, workspace: Any) -> Callable[[], Any] | None:
 def leaves_blas_alone(call: Any) -> bool:
     """Whether ``call`` says it never spreads BLAS over threads."""
     return getattr(call, "leaves_blas_alone", False)
+
+
+class DoneByItsWriter:
+    """The step of a node whose work its writer's step does (a pooling or a shortcut run
+    there while the data is in cache): nothing left to do, and no BLAS. Each kind of hand-over
+    keeps an instance of its own, so that a plan's steps say which took place."""
+
+    leaves_blas_alone = True
+
+    def __call__(self) -> None:
+        return None
+

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.cpu import spin_pool
+from engine.cpu import parts, spin_pool
 from engine.kernels import gemm_kernel, max_pool_vector
 
 TAG = "banded pooling offer"
@@ -202,14 +202,5 @@ def _pooled_rows(top: int, height: int, out_height: int) -> tuple[int, int]:
     return top // 2, out_height if last >= height else last // 2
 
 
-class _PooledByWriter:
-    """A pooling's step where its writer's step pools (`take`): nothing left to do, and no
-    BLAS (`spin_pool.quiet_for_blas`), as the pooling's own job was."""
-
-    leaves_blas_alone = True
-
-    def __call__(self) -> None:
-        return None
-
-
-pooled_by_writer = _PooledByWriter()
+# the pooling's step where the stem's step pools its bands (`take`)
+pooled_by_writer = parts.DoneByItsWriter()

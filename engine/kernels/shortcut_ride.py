@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from engine.cpu import parts
+
 TAG = "stride-2 grid riders"
 
 
@@ -84,14 +86,5 @@ def offered(workspace: Any, data: Any, out: Any) -> Offer | None:
     return made
 
 
-class _RiddenByWriter:
-    """A shortcut's step where the stride-2 convolution's step runs its products: nothing
-    left to do, and no BLAS (`spin_pool.quiet_for_blas`), as its own products would be."""
-
-    leaves_blas_alone = True
-
-    def __call__(self) -> None:
-        return None
-
-
-ridden_by_writer = _RiddenByWriter()
+# the shortcut's step where the stride-2 convolution's step runs its products
+ridden_by_writer = parts.DoneByItsWriter()
