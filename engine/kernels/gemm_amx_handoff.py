@@ -66,7 +66,7 @@ def lay_bf16(calls: list[Any], out: Any, workspace: Any) -> list[Any]:
             and _writes_by_rows(_rows_of(calls[-1].product), out)):
         return [*calls[:-1], _laying_words(calls[-1], out, workspace)]
     if (len(calls) != 1 or not isinstance(calls[0], bf16.PairedProduct)
-            or not _writes_whole(calls[0].product, out) or _compiled() is None):
+            or not writes_whole(calls[0].product, out) or _compiled() is None):
         return calls
     paired = calls[0]
     handoff = bf16_handoff.offer(workspace, out, grids=_writes_grid,
@@ -141,7 +141,7 @@ def _writes_grid(reader: Any) -> bool:
             and reader.pad[0] * reader.width + reader.pad[1] < 1 << 16)
 
 
-def _writes_whole(product: Any, out: Any) -> bool:
+def writes_whole(product: Any, out: Any) -> bool:
     """Whether ``product`` is an AMX product whose C is ``out`` (1, F, H, W) as (F, H·W)."""
     if (type(product) is not gemm_kernel.Product or getattr(out, "ndim", 0) != 4
             or out.shape[0] != 1 or out.dtype != np.float32 or not out.flags.c_contiguous):

@@ -69,7 +69,8 @@ def offer(calls: list[Any], data: Any, matrix: Any, out: Any, stride: tuple[int,
     else as they are."""
     if (len(calls) != 1 or type(calls[0]) is not bf16.PairedProduct
             or type(calls[0].product) is not gemm_kernel.Product
-            or not _writes_whole(calls[0].product, out) or data.ndim != 4
+            or not gemm_amx_handoff.writes_whole(calls[0].product, out)
+            or int(calls[0].product.context[_FIELD["residual"]]) != 0 or data.ndim != 4
             or data.shape[0] != 1 or not data.flags.c_contiguous or len(stride) != 2
             or not hasattr(workspace, "readers")):
         return calls
@@ -171,15 +172,3 @@ def _merged_tiles(matrix: np.ndarray, shortcut: np.ndarray) -> np.ndarray:
     """AMX's A of ``[matrix | shortcut]``, each half's K padded as its words are."""
     return bf16.amx_pack_rows(np.concatenate([bf16.amx_weight_rows(matrix),
                                               bf16.amx_weight_rows(shortcut)], axis=1))
-
-
-def _writes_whole(product: Any, out: Any) -> bool:
-    """Whether ``product`` is an AMX product of one matrix whose C is all of ``out``."""
-    context = product.context
-    return (getattr(out, "ndim", 0) == 4 and out.shape[0] == 1 and out.dtype == np.float32
-            and out.flags.c_contiguous
-            and int(context[_FIELD["kernel"]]) == gemm_kernel.AMX
-            and int(context[_FIELD["batch"]]) == 1 and int(context[_FIELD["residual"]]) == 0
-            and int(context[_FIELD["c"]]) == out.ctypes.data
-            and int(context[_FIELD["m"]]) == out.shape[1]
-            and int(context[_FIELD["n"]]) == out.shape[2] * out.shape[3])
