@@ -55,7 +55,6 @@ def compile_for_host(build: Callable[[], Any], optimise: bool = True) -> Any:
         return None
 
 
-
 def compile_variants(builds: dict[Any, Callable[[], Any]], name: str) -> dict[Any, Any] | None:
     """Each module ``builds[key]()`` makes compiled for the host (`compile_for_host`), and the
     address of its function ``name`` by ``key``, beside ``"engines"``: the engines, which own
@@ -68,6 +67,7 @@ def compile_variants(builds: dict[Any, Callable[[], Any]], name: str) -> dict[An
         built["engines"].append(engine)
         built[key] = engine.get_function_address(name)
     return built
+
 
 class HostModule:
     """A module compiled for the host the first time one of its functions is asked for, once

@@ -115,7 +115,6 @@ def _column_bias(context: np.ndarray, n: int) -> bool:
 def preact_job(product: Any, request: PreactAsk) -> Any:
     """``product``'s job (an AMX `gemm_kernel.Product` adding a residual) writing the ask's
     words beside C: its column bias's slot the descriptor's (`AmxPreactKernel`)."""
-
     scale, shift = request.scale_shift()
     return _words_job(product, request.out_handoff.words, scale, shift, request.bounds,
                       request.sum_read)
