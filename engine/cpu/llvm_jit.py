@@ -28,6 +28,7 @@ def compile_ir(text: str, cpu: str = "", features: str = "", level: int = 2,
         cpu=cpu, features=features, opt=level)
     module = llvm.parse_assembly(text)
     module.verify()
+    _provide_bf16_rounding(llvm)
     if optimise:
         builder = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(level))
         builder.getModulePassManager().run(module, builder)
@@ -67,6 +68,48 @@ def compile_variants(builds: dict[Any, Callable[[], Any]], name: str) -> dict[An
         built["engines"].append(engine)
         built[key] = engine.get_function_address(name)
     return built
+
+
+# Where the CPU has no ``vcvtneps2bf16`` (AVX512-BF16), LLVM lowers ``fptrunc`` to ``bfloat``
+# into calls to compiler-rt's ``__truncsfbf2``, which MCJIT finds nowhere in this process: the
+# call would jump to address 0. `_provide_bf16_rounding` defines it once, from integer
+# operations (round to nearest even, a NaN quieted, denormals kept: `bf16.round_to_bf16`), so
+# that a bf16 kernel runs correctly, if slowly, on any host. The engine runs bf16 models in
+# float32 there (`engine.runtime.precision`); the kernels' tests still run them.
+SOFT_BF16_ROUNDING = "__truncsfbf2"
+_soft_bf16: dict[str, Any] = {}
+
+_BF16_ROUNDING_IR = f"""
+define bfloat @{SOFT_BF16_ROUNDING}(float %value) {{
+  %bits = bitcast float %value to i32
+  %upper = lshr i32 %bits, 16
+  %odd = and i32 %upper, 1
+  %bias = add i32 %odd, 32767
+  %sum = add i32 %bits, %bias
+  %nearest = lshr i32 %sum, 16
+  %quiet = or i32 %upper, 64
+  %magnitude = and i32 %bits, 2147483647
+  %nan = icmp ugt i32 %magnitude, 2139095040
+  %chosen = select i1 %nan, i32 %quiet, i32 %nearest
+  %half = trunc i32 %chosen to i16
+  %result = bitcast i16 %half to bfloat
+  ret bfloat %result
+}}
+"""
+
+
+def _provide_bf16_rounding(llvm: Any) -> None:
+    """Registers `SOFT_BF16_ROUNDING` with the JIT's symbol table, once per process."""
+    compiled.made_once(_soft_bf16, "engine", lambda: _compile_bf16_rounding(llvm))
+
+
+def _compile_bf16_rounding(llvm: Any) -> Any:
+    machine = llvm.Target.from_default_triple().create_target_machine(
+        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=2)
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(_BF16_ROUNDING_IR), machine)
+    engine.finalize_object()
+    llvm.add_symbol(SOFT_BF16_ROUNDING, engine.get_function_address(SOFT_BF16_ROUNDING))
+    return engine  # it owns the machine code
 
 
 class HostModule:

@@ -16,6 +16,9 @@ from tests.engine.kernels.test_conv_amx import (
 )
 from tests.engine.runtime.helpers import load_pair, run_allocation
 
+needs_amx = pytest.mark.skipif(not gemm_kernel.available(gemm_kernel.AMX),
+                               reason="this CPU or kernel lacks AMX-BF16")
+
 RNG = np.random.default_rng(3)
 
 # (kernel, stride, pad, dilate): 2-D, 1-D and 3-D; strided 1x1 and 7x7 stems; dilation.
@@ -130,8 +133,6 @@ SPLIT_CASES = [
 ]
 
 
-@pytest.mark.skipif(not gemm_kernel.available(gemm_kernel.AMX),
-                    reason="this CPU or kernel lacks AMX-BF16")
 def assert_runs_twice(calls: list, out: np.ndarray, want: np.ndarray) -> None:
     """Two runs of the bound calls each fill ``out`` with ``want``: the second finds the
     split copy's border as the first left it."""
@@ -142,6 +143,7 @@ def assert_runs_twice(calls: list, out: np.ndarray, want: np.ndarray) -> None:
         assert relative_error(out, want) < 1e-5
 
 
+@needs_amx
 @pytest.mark.parametrize("case", SPLIT_CASES, ids=str)
 @pytest.mark.parametrize("batch", [1, 3])
 def test_stride_2_across_pairs_from_an_input_split_by_column_parity(case: tuple,
@@ -170,8 +172,7 @@ def test_stride_2_across_pairs_from_an_input_split_by_column_parity(case: tuple,
     assert_runs_twice(calls, out, want)
 
 
-@pytest.mark.skipif(not gemm_kernel.available(gemm_kernel.AMX),
-                    reason="this CPU or kernel lacks AMX-BF16")
+@needs_amx
 @pytest.mark.parametrize("value", [np.inf, np.nan])
 def test_a_non_finite_input_reaches_only_the_windows_holding_it(value: float) -> None:
     """The shared rows' extra words and the taps past a window pair zeros with zero
@@ -195,8 +196,7 @@ def test_a_non_finite_input_reaches_only_the_windows_holding_it(value: float) ->
     assert relative_error(out[finite], want[finite]) < 1e-5
 
 
-@pytest.mark.skipif(not gemm_kernel.available(gemm_kernel.AMX),
-                    reason="this CPU or kernel lacks AMX-BF16")
+@needs_amx
 def test_shared_rows_armed_over_two_threads_store_what_one_thread_does() -> None:
     """The pairing and the batched product run as jobs of parts: over two threads each part
     writes its own rows and tiles, the same bytes as one thread."""
@@ -225,6 +225,7 @@ def test_row_blocks_make_a_window_whole_tiles(real: int, kernel_y: int,
     assert min(got) >= real and (-(-kernel_y // 2) * even + kernel_y // 2 * odd) % 16 == 0
 
 
+@needs_amx
 def test_stride_1_across_or_unpadded_reads_the_strided_view() -> None:
     """No split where the windows do not step two columns, or where no padded copy is made
     anyway (a 1×1 stride-2 shortcut pairs from its input directly)."""
@@ -237,8 +238,7 @@ def test_stride_1_across_or_unpadded_reads_the_strided_view() -> None:
                    for call in calls)
 
 
-@pytest.mark.skipif(not gemm_kernel.available(gemm_kernel.AMX),
-                    reason="this CPU or kernel lacks AMX-BF16")
+@needs_amx
 def test_a_stem_and_its_relu_are_the_split_copy_and_the_bands_alone() -> None:
     """In a bf16 plan the stem's bias and ReLU stay in its products' epilogue: the split copy
     moves values only, so no pass over the output follows the bands."""

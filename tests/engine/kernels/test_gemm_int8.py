@@ -206,6 +206,7 @@ def test_the_product_as_a_pool_job_equals_numpys(amx: bool, m: int, k: int, n: i
     np.testing.assert_array_equal(out[:m, :n], want)
 
 
+@needs_vnni
 @pytest.mark.parametrize("signed", [False, True])
 def test_one_row_as_a_pool_job_runs_its_one_row_tile_over_the_panels(signed: bool) -> None:
     """A classifier at batch 1 (512 × 1000): the one-row tile, writing no padding rows, its
@@ -237,6 +238,7 @@ def test_one_row_as_a_pool_job_runs_its_one_row_tile_over_the_panels(signed: boo
         assert (out[1:] == 7).all()  # the padding rows untouched: one row computed
 
 
+@needs_vnni
 def test_a_pool_jobs_offsets_must_be_one_int32_a_column() -> None:
     packed = gemm_int8.PackedWeights(np.ones((8, 20), np.int8))
     rows = gemm_int8.padded_rows(1, packed)
