@@ -60,8 +60,8 @@ def quantize_channels_last_job(values: np.ndarray, scale: np.ndarray, low: int, 
 
 def vector_task(channels: int) -> int | None:
     """The address of `int8_convert_ir`'s channels-last quantize of ``channels`` planes
-    (an image's few: 16 pixels a step, 8 on an AVX2 host, the channels' bytes interleaved by
-    one shuffle); None for more channels, or where it cannot be compiled here (no AVX2, no
+    (an image's few: 16 pixels a step, the channels' bytes interleaved by one shuffle);
+    None for more channels, or where it cannot be compiled here (no AVX2, no
     llvmlite or no JIT): numba's pass, one pixel's bytes at a time, runs instead."""
     from engine.kernels import int8_convert_ir
 

@@ -5,9 +5,9 @@ at once (a vector along the channels), and `int8_conv`'s requantize pass into th
 output.
 
 A 3×3 window of stride 1 or 2 writing channels-last without a residual is one pass: the
-vector task of `depthwise_int8_ir` where the host has AVX2 (16 channels a vector with AVX-512
-BW, 8 without; uint8 data handed over channels-last with a pad of 1 read where it lies,
-anything else from the padded copy), else numba's `_window_3x3` (MobileNet v2's 17 depthwise
+vector task of `depthwise_int8_ir` where the host has AVX2 (its AVX-512 variant with AVX-512
+BW; uint8 data handed over channels-last with a pad of 1 read where it lies, anything else
+from the padded copy), else numba's `_window_3x3` (MobileNet v2's 17 depthwise
 layers, one thread, alone, with AVX-512: 0.11–0.13 ms at 112² and 56² against numba's
 0.36–0.43 with the padded copy, 0.02–0.04 against 0.04–0.14 from 28² down).
 
