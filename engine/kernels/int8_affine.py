@@ -2,8 +2,9 @@
 and saturated, as one compiled pass (`spin_pool` jobs over the cores): an int8 graph's
 BatchNorm and the relu after it between two quantized layers (ResNet v2's pre-activation),
 reading and writing either layout of the channels-last hand-off. Where data and output share a
-layout it runs as `int8_affine_ir`'s LLVM IR task (16 values to a vector with AVX-512 BW, 8
-on an AVX2 host); a change of layout runs the numba pass.
+layout it runs as `int8_affine_ir`'s LLVM IR task (16 values to a vector; AVX-512 BW's
+conversions and packs, or generic operations on an AVX2 host); a change of layout runs the numba
+pass.
 
 Each value is ``x · scale[c] + shift[c]`` in float32, one product and one sum as NumPy's
 form takes them, so the bytes are the same; a uint8 output's saturation at 0 is the relu.
