@@ -15,7 +15,7 @@ stored as its low byte: `int8_convert`'s numba pass to the bit. A row's last ste
 
 Two variants, chosen when the module is built (`module`): with AVX-512 BW, every step as
 above, its 64 bytes stored through a mask. Without it, a step is 16 pixels too (two ymm of
-float32 a channel: on Zen 3 a tenth faster than one), read with plain loads and its 16 · C
+float32 a channel: on Zen 3 as fast as one), read with plain loads and its 16 · C
 bytes stored with a plain store where the step is whole, and only a row's last step through
 masks (an AVX2 host has no masked byte store: LLVM writes it lane by lane).
 """
