@@ -38,10 +38,11 @@ exact integer, and the int32 round trip is left out.
 Two variants, chosen when the module is built (`module`): with AVX-512 BW, 16 channels to a
 vector and the rounding named in ``vcvtps2dq``, as above. Without it, 16 channels to a
 vector too (two ymm of float32: on Zen 3 up to a third less time than one from 28² down,
-whatever the spills of registers), and the rounding by ``llvm.rint`` in the default rounding mode (half to
-even, as the numba window's own rounding), then ``fptosi``: generic LLVM operations, the same
-bytes. A block of the channels' tail reads its bytes through masks, which LLVM expands lane by
-lane where the host has no masked byte load; the whole blocks read plainly.
+whatever the spills of registers), and the rounding by ``llvm.rint`` in the default rounding
+mode (half to even, as the numba window's own rounding), then ``fptosi``: generic LLVM
+operations, the same bytes. A block of the channels' tail reads its bytes through masks, which
+LLVM expands lane by lane where the host has no masked byte load; the whole blocks read
+plainly.
 """
 
 from __future__ import annotations
