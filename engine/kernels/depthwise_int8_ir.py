@@ -34,6 +34,15 @@ by the conversion to int32 (its rounding named in the instruction), and stored a
 byte. A folded task starts each sum from the shift and bias together, which the bind allows
 only where every partial sum stays below 2²⁴ in magnitude: the float32 sum is then the same
 exact integer, and the int32 round trip is left out.
+
+Two variants, chosen when the module is built (`module`): with AVX-512 BW, 16 channels to a
+vector and the rounding named in ``vcvtps2dq``, as above. Without it, 16 channels to a
+vector too (two ymm of float32: on Zen 3 up to a third less time than one from 28² down,
+whatever the spills of registers), and the rounding by ``llvm.rint`` in the default rounding
+mode (half to even, as the numba window's own rounding), then ``fptosi``: generic LLVM
+operations, the same bytes. A block of the channels' tail reads its bytes through masks, which
+LLVM expands lane by lane where the host has no masked byte load; the whole blocks read
+plainly.
 """
 
 from __future__ import annotations
@@ -59,6 +68,7 @@ from engine.kernels.task_ir import (
 )
 
 LANES = 16
+GENERIC_LANES = 16  # channels a vector without AVX-512: two ymm of float32
 TAPS = 9
 FIELDS = ("source", "target", "taps", "shift", "bias", "scales", "zeros", "images",
           "channels", "height", "width", "pad", "out_h", "out_w", "inside", "low", "high")
@@ -72,11 +82,16 @@ def task_name(stride: int, folded: bool = False) -> str:
     return f"int8_depthwise_3x3_s{stride}" + ("_folded" if folded else "")
 
 
-def module() -> ir.Module:
+def module(avx512: bool | None = None) -> ir.Module:
     """A module holding the task of every stride in `STRIDES`, with the bias added as an
-    int32 and folded into the shift."""
+    int32 and folded into the shift: the AVX-512 variant where ``avx512`` (by default, where
+    the host has AVX-512 BW), else the generic one."""
+    if avx512 is None:
+        from engine.cpu import host_features
+
+        avx512 = host_features.has("avx512bw")
     built = ir.Module(name="hybridserve_int8_depthwise")
-    kernel = _Kernel(built)
+    kernel = _Kernel(built, avx512)
     for stride in STRIDES:
         for folded in (False, True):
             kernel.define(stride, folded)
@@ -84,22 +99,29 @@ def module() -> ir.Module:
 
 
 class _Kernel:
-    def __init__(self, built: ir.Module) -> None:
+    def __init__(self, built: ir.Module, avx512: bool) -> None:
         self.module = built
-        self.floats = ir.VectorType(F32, LANES)
-        self.words = ir.VectorType(I32, LANES)
-        self.bytes = ir.VectorType(I8, LANES)
-        self.indices = ir.VectorType(I64, LANES)
+        self.lanes = lanes = LANES if avx512 else GENERIC_LANES
+        self.floats = ir.VectorType(F32, lanes)
+        self.words = ir.VectorType(I32, lanes)
+        self.bytes = ir.VectorType(I8, lanes)
+        self.indices = ir.VectorType(I64, lanes)
         self.fmuladd = ir.Function(built, ir.FunctionType(self.floats, [self.floats] * 3),
-                                   name=f"llvm.fmuladd.v{LANES}f32")
+                                   name=f"llvm.fmuladd.v{lanes}f32")
         self.load_bytes = masked_load(built, self.bytes, "i8")
         self.store_bytes = masked_store(built, self.bytes, "i8")
         self.load_floats = masked_load(built, self.floats, "f32")
         self.load_words = masked_load(built, self.words, "i32")
-        self.everyone = ir.Constant(ir.VectorType(I1, LANES), [1] * LANES)
-        self.to_nearest = ir.Function(built, ir.FunctionType(
-            self.words, [self.floats, self.words, ir.IntType(16), I32]),
-            name="llvm.x86.avx512.mask.cvtps2dq.512")
+        self.everyone = ir.Constant(ir.VectorType(I1, lanes), [1] * lanes)
+        if avx512:
+            self.to_nearest = ir.Function(built, ir.FunctionType(
+                self.words, [self.floats, self.words, ir.IntType(16), I32]),
+                name="llvm.x86.avx512.mask.cvtps2dq.512")
+            self.rint = None
+        else:
+            self.to_nearest = None
+            self.rint = ir.Function(built, ir.FunctionType(self.floats, [self.floats]),
+                                    name=f"llvm.rint.v{lanes}f32")
 
     def define(self, stride: int, folded: bool = False) -> None:
         function, builder, context, part, parts = task(self.module, task_name(stride, folded))
@@ -139,20 +161,22 @@ class _Kernel:
         written = builder.gep(field["target"], [
             builder.mul(builder.mul(line, field["out_w"]), channels)])
         line_field = dict(field, starts=starts, written=written)
-        whole = builder.sdiv(channels, I64(LANES))
+        block_lanes = I64(self.lanes)
+        whole = builder.sdiv(channels, block_lanes)
         with loop(builder, function, I64(0), whole, "block") as block:
-            self._block(builder, function, line_field, builder.mul(block, I64(LANES)), None,
+            self._block(builder, function, line_field, builder.mul(block, block_lanes), None,
                         stride)
-        tail = builder.sub(channels, builder.mul(whole, I64(LANES)))
+        tail = builder.sub(channels, builder.mul(whole, block_lanes))
         with when(builder, function, builder.icmp_signed(">", tail, I64(0)), "tail"):
-            lanes = builder.icmp_signed("<", ir.Constant(self.indices, list(range(LANES))),
-                                        splat(builder, tail, self.indices))
-            self._block(builder, function, line_field, builder.mul(whole, I64(LANES)), lanes,
-                        stride)
+            in_tail = builder.icmp_signed("<", ir.Constant(self.indices,
+                                                           list(range(self.lanes))),
+                                          splat(builder, tail, self.indices))
+            self._block(builder, function, line_field, builder.mul(whole, block_lanes),
+                        in_tail, stride)
 
     def _block(self, builder: ir.IRBuilder, function: ir.Function, field: dict[str, Any],
                first: Any, mask: Any, stride: int) -> None:
-        """Channels [first, first + 16) of the line (those in ``mask`` where given)."""
+        """Channels [first, first + lanes) of the line (those in ``mask`` where given)."""
         channels = field["channels"]
         taps = [self._vector(builder, field["taps"], builder.add(builder.mul(I64(tap), channels),
                                                                  first), mask, "floats")
@@ -172,7 +196,7 @@ class _Kernel:
         def some(inside: Any) -> Any:
             """``mask`` (every lane where none) where ``inside``, else no lane."""
             return builder.and_(self.everyone if mask is None else mask,
-                                splat(builder, inside, ir.VectorType(I1, LANES)))
+                                splat(builder, inside, ir.VectorType(I1, self.lanes)))
 
         # Column 0 is the left padding where there is one: zeros, read from nowhere.
         unpadded = builder.icmp_signed("==", field["pad"], I64(0))
@@ -196,14 +220,14 @@ class _Kernel:
             x = field["inside"]
             j = builder.mul(x, I64(stride))
             left = column(j, some(builder.or_(unpadded, builder.icmp_signed(">", j, I64(0)))))
-            zero = ir.Constant(self.floats, [0.0] * LANES)
+            zero = ir.Constant(self.floats, [0.0] * self.lanes)
             self._position(builder, terms, x, [left, column(builder.add(j, I64(1)),
                                                             some(I1(1))), [zero] * 3])
 
     def _position(self, builder: ir.IRBuilder, field: dict[str, Any], x: Any,
                   columns: list[list[Any]]) -> None:
-        """Output position ``x``'s 16 channels from its window's three ``columns`` (each the
-        three rows' floats): summed, requantized and stored."""
+        """Output position ``x``'s channels of the block from its window's three ``columns``
+        (each the three rows' floats): summed, requantized and stored."""
         taps, total = field["taps"], field["shift"]
         for r in range(3):
             for k in range(3):
@@ -215,11 +239,14 @@ class _Kernel:
         low, high = field["bounds"]
         value = builder.select(builder.fcmp_ordered("<", value, low), low, value)
         value = builder.select(builder.fcmp_ordered(">", value, high), high, value)
-        # Half to even by the conversion's own rounding, named in the instruction (not the
-        # thread's MXCSR): one instruction where adding and taking off 1.5 · 2²³ and
-        # truncating took three, on the ports the multiply-adds use.
-        rounded = builder.call(self.to_nearest, [value, ir.Constant(self.words, None),
-                                                 ir.IntType(16)(-1), I32(NEAREST)])
+        if self.to_nearest is not None:
+            # Half to even by the conversion's own rounding, named in the instruction (not
+            # the thread's MXCSR): one instruction where adding and taking off 1.5 · 2²³ and
+            # truncating took three, on the ports the multiply-adds use.
+            rounded = builder.call(self.to_nearest, [value, ir.Constant(self.words, None),
+                                                     ir.IntType(16)(-1), I32(NEAREST)])
+        else:  # the clamped value lies inside int32: rounded in place, then converted
+            rounded = builder.fptosi(builder.call(self.rint, [value]), self.words)
         stored = builder.trunc(rounded, self.bytes)
         at = builder.add(builder.mul(x, field["channels"]), field["first"])
         address = builder.bitcast(builder.gep(field["written"], [at]), self.bytes.as_pointer())
@@ -229,7 +256,7 @@ class _Kernel:
             builder.call(self.store_bytes, [stored, address, I32(1), field["mask"]])
 
     def _vector(self, builder: ir.IRBuilder, base: Any, at: Any, mask: Any, kind: str) -> Any:
-        """16 values of ``base`` from ``at`` on: a plain load, or a masked one (lanes out of
+        """A vector of ``base`` from ``at`` on: a plain load, or a masked one (lanes out of
         ``mask`` read as zero, never touched)."""
         vector = {"floats": self.floats, "words": self.words, "bytes": self.bytes}[kind]
         address = builder.bitcast(builder.gep(base, [at]), vector.as_pointer())
@@ -237,4 +264,5 @@ class _Kernel:
             return builder.load(address, align=1)
         masked = {"floats": self.load_floats, "words": self.load_words,
                   "bytes": self.load_bytes}[kind]
-        return builder.call(masked, [address, I32(1), mask, ir.Constant(vector, [0] * LANES)])
+        return builder.call(masked, [address, I32(1), mask,
+                                     ir.Constant(vector, [0] * self.lanes)])

@@ -2,8 +2,9 @@
 and saturated, as one compiled pass (`spin_pool` jobs over the cores): an int8 graph's
 BatchNorm and the relu after it between two quantized layers (ResNet v2's pre-activation),
 reading and writing either layout of the channels-last hand-off. Where data and output share a
-layout it runs as `int8_affine_ir`'s LLVM IR task (16 values to a vector); a change of layout
-runs the numba pass.
+layout it runs as `int8_affine_ir`'s LLVM IR task (16 values to a vector; AVX-512 BW's
+conversions and packs, or generic operations on an AVX2 host); a change of layout runs the numba
+pass.
 
 Each value is ``x · scale[c] + shift[c]`` in float32, one product and one sum as NumPy's
 form takes them, so the bytes are the same; a uint8 output's saturation at 0 is the relu.
@@ -69,7 +70,7 @@ def affine_job(values: np.ndarray, scale: np.ndarray, shift: np.ndarray, out: np
 
 def vector_task(in_signed: bool, out_signed: bool, channels_last: bool) -> int | None:
     """The address of `int8_affine_ir`'s task for these signednesses and the shared layout;
-    None where it cannot be compiled here (no AVX-512 BW, no llvmlite or no JIT)."""
+    None where it cannot be compiled here (no AVX2, no llvmlite or no JIT)."""
     from engine.kernels import int8_affine_ir
 
     return _vector.address(int8_affine_ir.task_name(in_signed, out_signed, channels_last))
@@ -81,7 +82,13 @@ def _vector_module() -> Any:
     return int8_affine_ir.module()
 
 
-_vector = llvm_jit.HostModule(_vector_module, "avx512bw")  # `int8_affine_ir`, compiled once
+# `int8_affine_ir`, compiled once: its AVX-512 variant or its generic one, from AVX2 on
+_vector = llvm_jit.HostModule(_vector_module, "avx2")
+
+
+def vector_available() -> bool:
+    """Whether `int8_affine_ir`'s tasks compiled here."""
+    return vector_task(True, True, True) is not None
 
 
 def compiled_kernels() -> dict[str, Any]:

@@ -18,6 +18,13 @@ roundings, no fused multiply-add: NumPy's ``x · scale + shift``), rounded half 
 (``llvm.rint`` in the default rounding mode), clamped to the output type's bounds and stored
 as its low byte: `int8_affine`'s numba form to the bit. numba ran it at about a third of
 this speed (ResNet-50 v2's BatchNorm + relu at 56², one thread).
+
+Two variants, chosen when the module is built (`module`): with AVX-512 BW, a block of 64
+values rounds in ``vcvtps2dq`` and packs with the 512-bit saturating packs, as above. Without
+it, every step is 16 values (two ymm of float32: on Zen 3, a twentieth faster than one) in
+generic LLVM operations (``llvm.rint``, a clamp by selects, ``fptosi`` and ``trunc``): whole
+vectors with plain loads and stores, then one masked vector for a run's tail (an AVX2 host has
+no masked byte moves, and LLVM expands those lane by lane, so only the tail pays for them).
 """
 
 from __future__ import annotations
@@ -37,11 +44,13 @@ from engine.kernels.task_ir import (
     masked_store,
     splat,
     task,
+    when,
 )
 
 I8 = ir.IntType(8)
 LANES = 16
 BLOCK = 64  # values a whole step takes: one 64-byte load and store
+GENERIC_LANES = 16  # a vector's values without AVX-512: two ymm of float32
 ROUND_NEAREST = 8  # cvtps2dq's embedded rounding: to nearest even, exceptions suppressed
 FIELDS = ("source", "target", "scale", "shift", "rows", "height", "width", "channels",
           "in_n", "in_c", "in_y", "out_n", "out_c", "out_y", "low", "high")
@@ -56,10 +65,15 @@ def task_name(in_signed: bool, out_signed: bool, channels_last: bool) -> str:
             f"{LAYOUTS[0] if channels_last else LAYOUTS[1]}")
 
 
-def module() -> ir.Module:
-    """A module holding every task `task_name` names."""
+def module(avx512: bool | None = None) -> ir.Module:
+    """A module holding every task `task_name` names: the AVX-512 variant where ``avx512``
+    (by default, where the host has AVX-512 BW), else the generic one."""
+    if avx512 is None:
+        from engine.cpu import host_features
+
+        avx512 = host_features.has("avx512bw")
     built = ir.Module(name="hybridserve_int8_affine")
-    kernel = _AffineKernel(built)
+    kernel = _AffineKernel(built, avx512)
     for in_signed in (True, False):
         for out_signed in (True, False):
             for channels_last in (True, False):
@@ -68,22 +82,30 @@ def module() -> ir.Module:
 
 
 class _AffineKernel:
-    def __init__(self, built: ir.Module) -> None:
+    def __init__(self, built: ir.Module, avx512: bool) -> None:
         self.module = built
-        self.bytes = ir.VectorType(I8, LANES)
-        self.floats = ir.VectorType(F32, LANES)
-        self.words = ir.VectorType(I32, LANES)
+        self.avx512 = avx512
+        self.lanes = LANES if avx512 else GENERIC_LANES
+        self.bytes = ir.VectorType(I8, self.lanes)
+        self.floats = ir.VectorType(F32, self.lanes)
+        self.words = ir.VectorType(I32, self.lanes)
         self.load_bytes = masked_load(built, self.bytes, "i8")
         self.store_bytes = masked_store(built, self.bytes, "i8")
         self.load_floats = masked_load(built, self.floats, "f32")
+        if avx512:
+            self._declare_conversions()
+        self.rint = ir.Function(built, ir.FunctionType(self.floats, [self.floats]),
+                                name=f"llvm.rint.v{self.lanes}f32")
+
+    def _declare_conversions(self) -> None:
+        """AVX-512's rounding conversion and its saturating pack of words."""
+        built = self.module
         self.round_to_words = ir.Function(built, ir.FunctionType(self.words, [
             self.floats, self.words, ir.IntType(16), I32]),
             name="llvm.x86.avx512.mask.cvtps2dq.512")
         self.pack_words = ir.Function(built, ir.FunctionType(
             ir.VectorType(ir.IntType(16), 32), [self.words, self.words]),
             name="llvm.x86.avx512.packssdw.512")
-        self.rint = ir.Function(built, ir.FunctionType(self.floats, [self.floats]),
-                                name=f"llvm.rint.v{LANES}f32")
 
     def _pack_bytes(self, out_signed: bool) -> ir.Function:
         name = "packsswb" if out_signed else "packuswb"
@@ -97,7 +119,8 @@ class _AffineKernel:
             self.module, task_name(in_signed, out_signed, channels_last))
         field = fields(builder, context, FIELDS)
         self.in_signed = in_signed
-        self.pack_bytes = self._pack_bytes(out_signed)
+        if self.avx512:
+            self.pack_bytes = self._pack_bytes(out_signed)
         self.source = builder.inttoptr(field["source"], I8.as_pointer())
         self.target = builder.inttoptr(field["target"], I8.as_pointer())
         self.scales = builder.inttoptr(field["scale"], F32.as_pointer())
@@ -113,7 +136,9 @@ class _AffineKernel:
                                  builder.mul(y, field["in_y"]))
             target = builder.add(builder.mul(image, field["out_n"]),
                                  builder.mul(y, field["out_y"]))
-            if channels_last:
+            if not self.avx512:
+                self._generic_row(builder, function, field, source, target, channels_last)
+            elif channels_last:
                 self._pixels(builder, function, field, source, target)
             else:
                 self._planes(builder, function, field, source, target)
@@ -164,6 +189,51 @@ class _AffineKernel:
                 self._step(builder, builder.add(plane_in, position),
                            builder.add(plane_out, position), scale, shift, mask)
 
+    def _generic_row(self, builder: ir.IRBuilder, function: ir.Function,
+                     field: dict[str, Any], source: Any, target: Any,
+                     channels_last: bool) -> None:
+        """A row in the generic variant: channels-last, each pixel's channels as one run
+        (its scales and shifts read beside them); NCHW, each channel's positions as one run
+        (its scale and shift in every lane)."""
+        if channels_last:
+            depth = field["channels"]
+            with loop(builder, function, I64(0), field["width"], "pixel") as pixel:
+                at = builder.mul(pixel, depth)
+
+                def channel_terms(channel: Any, mask: Any) -> tuple[Any, Any]:
+                    return (self._floats(builder, self.scales, channel, mask),
+                            self._floats(builder, self.shifts, channel, mask))
+
+                self._run(builder, function, builder.add(source, at), builder.add(target, at),
+                          depth, channel_terms)
+            return
+        with loop(builder, function, I64(0), field["channels"], "plane") as channel:
+            scale = splat(builder, builder.load(builder.gep(self.scales, [channel])),
+                          self.floats)
+            shift = splat(builder, builder.load(builder.gep(self.shifts, [channel])),
+                          self.floats)
+            self._run(builder, function,
+                      builder.add(source, builder.mul(channel, field["in_c"])),
+                      builder.add(target, builder.mul(channel, field["out_c"])),
+                      field["width"], lambda position, mask: (scale, shift))
+
+    def _run(self, builder: ir.IRBuilder, function: ir.Function, source: Any, target: Any,
+             length: Any, terms: Any) -> None:
+        """``length`` values from element ``source`` into element ``target``: whole
+        vectors unmasked, then the rest under a mask. ``terms(offset, mask)`` gives the
+        scale and shift vectors of the values ``offset`` on."""
+        lanes = self.lanes
+        whole = builder.mul(builder.sdiv(length, I64(lanes)), I64(lanes))
+        with loop(builder, function, I64(0), whole, "vector", lanes) as offset:
+            scale, shift = terms(offset, None)
+            self._step(builder, builder.add(source, offset), builder.add(target, offset),
+                       scale, shift, None)
+        with when(builder, function, builder.icmp_signed("<", whole, length), "tail"):
+            mask = self._mask(builder, builder.sub(length, whole))
+            scale, shift = terms(whole, mask)
+            self._step(builder, builder.add(source, whole), builder.add(target, whole),
+                       scale, shift, mask)
+
     def _block(self, builder: ir.IRBuilder, source: Any, target: Any, scales: list[Any],
                shifts: list[Any]) -> None:
         """64 values at element ``source`` into element ``target``, whole vectors: each 16
@@ -197,8 +267,8 @@ class _AffineKernel:
 
     def _mask(self, builder: ir.IRBuilder, left: Any) -> Any:
         """Lanes below ``left`` (the values that remain in the run)."""
-        indices = ir.VectorType(I64, LANES)
-        return builder.icmp_signed("<", ir.Constant(indices, list(range(LANES))),
+        indices = ir.VectorType(I64, self.lanes)
+        return builder.icmp_signed("<", ir.Constant(indices, list(range(self.lanes))),
                                    splat(builder, left, indices))
 
     def _floats(self, builder: ir.IRBuilder, base: Any, at: Any, mask: Any = None) -> Any:
@@ -206,15 +276,19 @@ class _AffineKernel:
         if mask is None:
             return builder.load(address, align=4)
         return builder.call(self.load_floats, [address, I32(4), mask,
-                                               ir.Constant(self.floats, [0.0] * LANES)])
+                                               ir.Constant(self.floats,
+                                                           [0.0] * self.lanes)])
 
     def _step(self, builder: ir.IRBuilder, source: Any, target: Any, scale: Any, shift: Any,
               mask: Any) -> None:
-        """16 values at element ``source`` scaled, shifted, rounded, clamped and stored at
-        element ``target`` under ``mask``."""
+        """A vector of values at element ``source`` scaled, shifted, rounded, clamped and
+        stored at element ``target`` under ``mask`` (every lane where None)."""
         address = builder.bitcast(builder.gep(self.source, [source]), self.bytes.as_pointer())
-        values = builder.call(self.load_bytes, [address, I32(1), mask,
-                                                ir.Constant(self.bytes, [0] * LANES)])
+        if mask is None:
+            values = builder.load(address, align=1)
+        else:
+            values = builder.call(self.load_bytes, [address, I32(1), mask, ir.Constant(
+                self.bytes, [0] * self.lanes)])
         convert = builder.sitofp if self.in_signed else builder.uitofp
         value = builder.fadd(builder.fmul(convert(values, self.floats), scale), shift)
         value = builder.call(self.rint, [value])
@@ -222,4 +296,7 @@ class _AffineKernel:
         value = builder.select(builder.fcmp_ordered(">", value, self.high), self.high, value)
         stored = builder.trunc(builder.fptosi(value, self.words), self.bytes)
         address = builder.bitcast(builder.gep(self.target, [target]), self.bytes.as_pointer())
-        builder.call(self.store_bytes, [stored, address, I32(1), mask])
+        if mask is None:
+            builder.store(stored, address, align=1)
+        else:
+            builder.call(self.store_bytes, [stored, address, I32(1), mask])

@@ -61,7 +61,7 @@ def quantize_channels_last_job(values: np.ndarray, scale: np.ndarray, low: int, 
 def vector_task(channels: int) -> int | None:
     """The address of `int8_convert_ir`'s channels-last quantize of ``channels`` planes
     (an image's few: 16 pixels a step, the channels' bytes interleaved by one shuffle);
-    None for more channels, or where it cannot be compiled here (no AVX-512 BW, no
+    None for more channels, or where it cannot be compiled here (no AVX2, no
     llvmlite or no JIT): numba's pass, one pixel's bytes at a time, runs instead."""
     from engine.kernels import int8_convert_ir
 
@@ -76,7 +76,13 @@ def _vector_module() -> Any:
     return int8_convert_ir.module()
 
 
-_vector = llvm_jit.HostModule(_vector_module, "avx512bw")  # `int8_convert_ir`, compiled once
+# `int8_convert_ir`, compiled once: its AVX-512 variant or its generic one, from AVX2 on
+_vector = llvm_jit.HostModule(_vector_module, "avx2")
+
+
+def vector_available() -> bool:
+    """Whether `int8_convert_ir`'s tasks compiled here."""
+    return vector_task(1) is not None
 
 
 def dequantize_job(values: np.ndarray, step: np.ndarray, out: np.ndarray) -> Any:

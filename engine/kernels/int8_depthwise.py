@@ -5,11 +5,14 @@ at once (a vector along the channels), and `int8_conv`'s requantize pass into th
 output.
 
 A 3×3 window of stride 1 or 2 writing channels-last without a residual is one pass: the
-vector task of `depthwise_int8_ir` where the host has AVX-512 BW (uint8 data handed over
-channels-last with a pad of 1 read where it lies, anything else from the padded copy), else
-numba's `_window_3x3` (MobileNet v2's 17 depthwise layers, one thread, alone: 0.11–0.13 ms
-at 112² and 56² against numba's 0.36–0.43 with the padded copy, 0.02–0.04 against 0.04–0.14
-from 28² down).
+vector task of `depthwise_int8_ir` where the host has AVX2 (its AVX-512 variant with AVX-512
+BW; uint8 data handed over channels-last with a pad of 1 read where it lies, anything else
+from the padded copy), else numba's `_window_3x3` (MobileNet v2's 17 depthwise
+layers, one thread, alone, with AVX-512: 0.11–0.13 ms at 112² and 56² against numba's
+0.36–0.43 with the padded copy, 0.02–0.04 against 0.04–0.14 from 28² down).
+
+No pass here uses the int8 GEMM: the layer runs wherever numba and the spin pool do
+(`available`), whether or not `int8_conv`'s convolutions can.
 
 Signed data is shifted onto uint8 by the channels-last pass (as for the GEMM); each channel's
 sum gets ``128 · Σ w`` taken back off, so the sums are the exact ones NumPy's int32 path
@@ -45,12 +48,22 @@ BIAS_REACH = 2 ** 31 - 2 ** 24
 FLOAT_EXACT = 2 ** 24  # float32 holds every integer below this in magnitude exactly
 
 
+def available() -> bool:
+    """Whether the layer's passes compile here (numba and the spin pool; no GEMM)."""
+    return compiled.available() and spin_pool.available()
+
+
+def vector_available() -> bool:
+    """Whether `depthwise_int8_ir`'s one-pass 3×3 window compiled here."""
+    return _vector_task(1) is not None
+
+
 def supported(data: np.ndarray, weight: np.ndarray, groups: int) -> bool:
     """Whether this module runs the convolution: int8/uint8 data of 4 axes, one int8 filter
     per channel, and the compiled pieces present."""
     return (data.ndim == 4 and data.dtype in (np.uint8, np.int8) and weight.dtype == np.int8
             and weight.ndim == 4 and groups == data.shape[1] == weight.shape[0]
-            and weight.shape[1] == 1 and int8_conv.supported_here())
+            and weight.shape[1] == 1 and available())
 
 
 class FusedDepthwise(EpilogueLayer):
@@ -185,7 +198,7 @@ class FusedDepthwise(EpilogueLayer):
 
 def _vector_task(stride: int, folded: bool = False) -> int | None:
     """The address of `depthwise_int8_ir`'s task for ``stride`` (``folded``: the bias in the
-    shift); None where it cannot be compiled here (no AVX-512 BW, no llvmlite or no JIT)."""
+    shift); None where it cannot be compiled here (no AVX2, no llvmlite or no JIT)."""
     from engine.kernels import depthwise_int8_ir
 
     return _vector.address(depthwise_int8_ir.task_name(stride, folded))
@@ -197,7 +210,8 @@ def _vector_module() -> Any:
     return depthwise_int8_ir.module()
 
 
-_vector = llvm_jit.HostModule(_vector_module, "avx512bw")  # `depthwise_int8_ir`, compiled once
+# `depthwise_int8_ir`, compiled once: its AVX-512 variant or its generic one, from AVX2 on
+_vector = llvm_jit.HostModule(_vector_module, "avx2")
 
 
 def compiled_kernels() -> dict[str, Any]:

@@ -289,7 +289,8 @@ class _FusedInt8Conv:
         # where its weights are packed and its scratch lies: said now, packed at the first run
         self.memory = int8_memory.of(workspace)
         self.memory.expect(int8_memory.packed_bytes(values["weight"].shape))
-        if int8_conv.supported_here():
+        depthwise = main.num_group > 1 and main.num_group == main.num_filter
+        if int8_conv.supported_here() or (depthwise and int8_depthwise.available()):
             spin_pool.expect_split_jobs()  # made at the first run, once the weights are
 
     def _find_handoffs(self, workspace: Any) -> dict[str, handoff.Handoff]:

@@ -80,8 +80,8 @@ def test_dequantize_reads_channels_last_bytes_into_nchw(dtype):
     np.testing.assert_array_equal(out, values.astype(np.float32) * step[0])
 
 
-@pytest.mark.skipif(int8_convert.vector_task(3) is None,
-                    reason="needs AVX-512 BW and llvmlite's JIT")
+@pytest.mark.skipif(not int8_convert.vector_available(),
+                    reason="needs AVX2 and llvmlite's JIT")
 @pytest.mark.parametrize("channels", [1, 2, 3, 4])
 @pytest.mark.parametrize("dtype, low, high", [(np.int8, -128, 127), (np.uint8, 0, 255)])
 def test_an_images_few_channels_quantize_channels_last_in_the_ir_task(channels, dtype, low,

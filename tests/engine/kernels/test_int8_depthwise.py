@@ -16,8 +16,8 @@ from engine.ops.quantized import integer
 from engine.ops.quantized.requantize import finish
 from engine.ops.quantized.subgraph_attrs import Activation
 
-pytestmark = pytest.mark.skipif(not int8_conv.supported_here(),
-                                reason="needs AVX-512 VNNI, numba and llvmlite's JIT")
+pytestmark = pytest.mark.skipif(not int8_depthwise.available(),
+                                reason="needs numba and the spin pool")
 
 # (batch, channels, size, kernel, stride, pad, dilate): channels off the vector widths
 SHAPES = [(1, 5, (9, 11), (3, 3), (1, 1), (1, 1), (1, 1)),
@@ -154,8 +154,8 @@ def test_vector_window_equals_the_numpy_path(monkeypatch, shape, data_laid, data
                                              act_high):
     """The 3×3 window of stride 1 or 2 as `depthwise_int8_ir`'s task (on the data where it
     lies, or on the padded copy): NumPy's bytes, and the task did run."""
-    if int8_depthwise._vector_task(1) is None:
-        pytest.skip("no AVX-512 BW or no JIT for the vector window")
+    if not int8_depthwise.vector_available():
+        pytest.skip("no AVX2 or no JIT for the vector window")
     taken = []
     vector_job = int8_depthwise.FusedDepthwise._vector_job
 
@@ -193,8 +193,8 @@ def test_vector_window_folds_the_bias_only_where_float32_is_exact(
     """The vector window with the bias folded into its float32 shift, and with it added as
     an int32 where a partial sum could reach 2²⁴: NumPy's bytes either way, and the task
     taken is the one the bias allows."""
-    if int8_depthwise._vector_task(1) is None:
-        pytest.skip("no AVX-512 BW or no JIT for the vector window")
+    if not int8_depthwise.vector_available():
+        pytest.skip("no AVX2 or no JIT for the vector window")
     asked = []
     vector_task = int8_depthwise._vector_task
 

@@ -1,0 +1,48 @@
+"""The int8 path's LLVM IR kernels in their two variants: the AVX-512 one, which only an
+AVX-512 host runs, still compiles for such a CPU; the generic one names no x86 intrinsic and
+compiles for an AVX2 CPU; and a module built for the host takes the variant its features
+call for. (Their results against NumPy are their own tests', on whichever variant the host
+runs.)"""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.cpu import host_features, llvm_jit
+from engine.kernels import depthwise_int8_ir, int8_affine_ir, int8_convert_ir
+
+llvmlite = pytest.importorskip("llvmlite.binding")
+
+MODULES = [int8_affine_ir, int8_convert_ir, depthwise_int8_ir]
+AVX512_FEATURES = "+avx512f,+avx512bw,+avx512vl,+avx512dq,+avx2,+fma"
+AVX2_FEATURES = "+avx2,+fma,-avx512f"
+
+
+def _compiles(text: str, cpu: str, features: str) -> bool:
+    """Whether ``text`` compiles to machine code for ``cpu`` (nothing of it is run)."""
+    try:
+        llvm_jit.compile_ir(text, cpu, features, level=2)
+    except (RuntimeError, OSError):
+        return False
+    return True
+
+
+@pytest.mark.parametrize("kernel", MODULES, ids=lambda kernel: kernel.__name__)
+def test_the_avx512_variant_compiles_for_an_avx512_cpu(kernel):
+    assert _compiles(str(kernel.module(avx512=True)), "skylake-avx512", AVX512_FEATURES)
+
+
+@pytest.mark.parametrize("kernel", MODULES, ids=lambda kernel: kernel.__name__)
+def test_the_generic_variant_names_no_x86_intrinsic_and_compiles_for_avx2(kernel):
+    text = str(kernel.module(avx512=False))
+    assert "llvm.x86" not in text
+    assert _compiles(text, "haswell", AVX2_FEATURES)
+
+
+@pytest.mark.parametrize("kernel", MODULES, ids=lambda kernel: kernel.__name__)
+@pytest.mark.parametrize("has_avx512bw", [True, False])
+def test_the_host_module_takes_the_variant_of_the_hosts_features(monkeypatch, kernel,
+                                                                 has_avx512bw):
+    monkeypatch.setattr(host_features, "has", lambda flag: has_avx512bw and flag == "avx512bw")
+    assert str(kernel.module()) == str(kernel.module(avx512=has_avx512bw))
+    assert str(kernel.module(avx512=True)) != str(kernel.module(avx512=False))
