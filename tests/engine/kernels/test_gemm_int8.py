@@ -185,21 +185,25 @@ def test_a_host_without_vnni_runs_the_avx2_kernel_exactly_and_says_so(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """Without VNNI (on a VNNI host too, its flag hidden), the AVX2 kernel compiles, its
     weights tiled in `AVX2_ROWS` rows, and gives NumPy's sums for every panel width, the
-    extreme values included; the log says which kernel runs, once."""
+    extreme values included, K over two of its chunks of buffered activations; the log says
+    which kernel runs, once."""
+    from engine.kernels.gemm_int8_avx2_ir import CHUNK
+
+    k = 4 * CHUNK + 89  # two chunks, the second partial, K not a multiple of 4
     has = host_features.has
     monkeypatch.setattr(gemm_int8, "_state", {})
     monkeypatch.setattr(host_features, "has", lambda flag: flag != "avx512_vnni" and has(flag))
     rng = np.random.default_rng(2)
     with caplog.at_level(logging.INFO, logger=gemm_int8.__name__):
         for n in (9, 17, 33, 65, 130):
-            w = rng.integers(-128, 128, (301, n)).astype(np.int8)
+            w = rng.integers(-128, 128, (k, n)).astype(np.int8)
             w[:, 0] = -128
             weights = gemm_int8.PackedWeights(w)
             assert weights.rows == gemm_int8.AVX2_ROWS
             for dtype, m in ((np.uint8, 1), (np.uint8, 5), (np.int8, 1), (np.int8, 8)):
                 info = np.iinfo(dtype)
-                a = rng.integers(info.min, info.max + 1, (m, 301)).astype(dtype)
-                a[:, :150] = info.max if dtype == np.uint8 else info.min
+                a = rng.integers(info.min, info.max + 1, (m, k)).astype(dtype)
+                a[:, :k // 2] = info.max if dtype == np.uint8 else info.min
                 np.testing.assert_array_equal(gemm_int8.multiply(a, weights),
                                               a.astype(np.int64) @ w.astype(np.int64))
     assert gemm_int8.available() and not gemm_int8.vnni_available()
