@@ -11,7 +11,11 @@ over, one thread, the same packed weights and tiles of 2 rows by 16-column strip
 Each kernel's ``panels`` is called directly on rows already padded (no copy), the thread's CPU
 time, the best and the median of rounds each taking the best of many calls, in turn.
 
-Usage: python bench/int8_avx2.py [--rounds N]   (a host with AVX2)
+``--instructions`` instead times a loop of ten independent chains of one instruction
+(``vpmaddwd``, ``vpmaddubsw``, ``vfmadd231ps``, ``vpaddd`` on ymm registers): how many of
+each the core starts a second, the rate float32's FMA beside the integer products'.
+
+Usage: python bench/int8_avx2.py [--rounds N] [--instructions]   (a host with AVX2)
 """
 
 from __future__ import annotations
@@ -157,12 +161,90 @@ def bound(panels: Callable[..., None], rows: np.ndarray, packed: gemm_int8.Packe
     return lambda: panels(*arguments)
 
 
+def chains(instruction: str, count: int = 10) -> ir.Module:
+    """``run(steps)``: ``count`` independent chains, each step one ``instruction`` a chain
+    (its own result fed back as an operand), the chains' sum returned so nothing is dropped."""
+    module = ir.Module(name="hybridserve_instruction_rate")
+    floats = ir.VectorType(ir.FloatType(), 8)
+    vector, operand = {"vpmaddwd": (WORDS, WORDS), "vpmaddubsw": (BYTES, BYTES),
+                       "vfmadd231ps": (floats, floats), "vpaddd": (SUMS, SUMS)}[instruction]
+    if instruction == "vpmaddwd":
+        product = ir.Function(module, ir.FunctionType(SUMS, [WORDS, WORDS]),
+                              name="llvm.x86.avx2.pmadd.wd")
+    elif instruction == "vpmaddubsw":
+        product = ir.Function(module, ir.FunctionType(WORDS, [BYTES, BYTES]),
+                              name="llvm.x86.avx2.pmadd.ub.sw")
+    elif instruction == "vfmadd231ps":
+        product = ir.Function(module, ir.FunctionType(floats, [floats] * 3),
+                              name="llvm.fma.v8f32")
+    function = ir.Function(module, ir.FunctionType(I32, [I64]), name="run")
+    builder = ir.IRBuilder(function.append_basic_block("entry"))
+    entry, loop = builder.block, function.append_basic_block("loop")
+    done = function.append_basic_block("done")
+    builder.branch(loop)
+    builder.position_at_end(loop)
+    step = builder.phi(I64)
+    values = [builder.phi(vector) for _ in range(count)]
+    factor = ir.Constant(operand, [1.0001 if vector == floats else 3] * operand.count)
+    following = []
+    for value in values:
+        if instruction == "vfmadd231ps":
+            following.append(builder.call(product, [value, factor, value]))
+        elif instruction == "vpaddd":
+            following.append(builder.add(value, factor))
+        else:
+            following.append(builder.bitcast(builder.call(product, [value, factor]), vector))
+    step_next = builder.add(step, I64(1))
+    builder.cbranch(builder.icmp_signed("<", step_next, function.args[0]), loop, done)
+    step.add_incoming(I64(0), entry)
+    step.add_incoming(step_next, loop)
+    for index, (value, changed) in enumerate(zip(values, following, strict=True)):
+        start = [1.0] * 8 if vector == floats else [index + 1] * vector.count
+        value.add_incoming(ir.Constant(vector, start), entry)
+        value.add_incoming(changed, loop)
+    builder.position_at_end(done)
+    total = builder.bitcast(following[0], SUMS)
+    for changed in following[1:]:
+        total = builder.xor(total, builder.bitcast(changed, SUMS))
+    builder.ret(builder.extract_element(total, I32(0)))
+    return module
+
+
+def instruction_rates(rounds: int) -> None:
+    import ctypes
+
+    import llvmlite.binding as llvm
+
+    from engine.cpu.llvm_jit import compile_ir
+
+    llvm.initialize_native_target()
+    steps, runs, engines = 20_000_000, {}, []
+    for name in ("vpmaddwd", "vpmaddubsw", "vfmadd231ps", "vpaddd"):
+        engines.append(compile_ir(str(chains(name)), llvm.get_host_cpu_name(),
+                                  llvm.get_host_cpu_features().flatten(), level=3))
+        runs[name] = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int64)(
+            engines[-1].get_function_address("run"))
+    rates: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, run in runs.items():
+            start = time.thread_time()
+            run(steps)
+            rates[name].append(10 * steps / (time.thread_time() - start) / 1e9)
+    for name, values in rates.items():
+        print(f"{name:12} {max(values):5.2f} billion a second "
+              f"(median {statistics.median(values):.2f})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=11)
+    parser.add_argument("--instructions", action="store_true")
     options = parser.parse_args()
     if not host_features.has("avx2"):
         raise SystemExit("this host has no AVX2")
+    if options.instructions:
+        instruction_rates(options.rounds)
+        return
     rows_per_tile, keep = gemm_int8.AVX2_ROWS, []
     print(f"one thread, GOP/s best / median of {options.rounds} rounds; {rows_per_tile}-row "
           f"tiles; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
