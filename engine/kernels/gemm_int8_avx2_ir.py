@@ -22,10 +22,9 @@ A panel (16, 32 or 64 columns, as the weights were packed) is computed in strips
 registers (at 3 rows the tile spills), where VNNI's tiles span the panel in 32 zmm registers.
 Where a panel has more than one strip, the row block's activations are widened once per
 `CHUNK` groups into a buffer on the stack (32 bytes a row and group, in L1) that each strip
-reads as it is, so that the strips do not each widen them again: on this project's Zen 3
-development machine, one thread, 4–16% more GOP/s for ResNet's products; a panel of one strip
-is faster without. Each step prefetches its strip's weights `AHEAD_BYTES` on, as the VNNI
-kernel does.
+reads as it is, so that the strips do not each widen them again: on a Zen 3 core, 4–16% more
+GOP/s for ResNet's products (`bench/int8_avx2.py`); a panel of one strip is faster without.
+Each step prefetches its strip's weights `AHEAD_BYTES` on, as the VNNI kernel does.
 """
 
 from __future__ import annotations
