@@ -146,7 +146,7 @@ class Avx2Int8Kernel:
         """Each strip's K loop over groups ``first + [0, count)`` (``activations(g)``: the
         rows' widened activations of the g-th), its sums stored into C with the offsets
         added where ``first_chunk`` is None or true, else added to C."""
-        offsets, column = loops.builder.function.args[6], loops.column
+        offsets, column = function.args[6], loops.column
         for strip in range(self.columns // STRIP):
             b_strip = builder.gep(loops.b_panel, [builder.add(
                 builder.mul(first, I64(self.columns * 4)), I64(strip * STRIP * 4))])
