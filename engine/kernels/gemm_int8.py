@@ -21,8 +21,12 @@ Where the host has AMX-INT8 and Linux grants the tile state, an AMX kernel
 same panel layout at 32 columns, K padded to 64. Callers choose per product (AMX pays for
 long K and many rows, see `engine.ops.quantized.integer`).
 
-`available()` is False where the host lacks AVX-512 VNNI or llvmlite's JIT: callers keep their
-float64 products (logged once).
+Where the host has AVX2 but not AVX-512 VNNI, an AVX2 kernel (`gemm_int8_avx2_ir`:
+``vpmaddwd`` on operands widened to int16) computes the same exact sums from the same packed
+weights, in tiles of `AVX2_ROWS` rows (`tiles`) that fit AVX2's sixteen registers.
+
+`available()` is False where the host has neither or lacks llvmlite's JIT: callers keep their
+float64 products. Which kernel runs, or that none does, is logged once.
 """
 
 from __future__ import annotations
@@ -46,6 +50,10 @@ LANES = 16
 EXACT_DEPTH = (2 ** 31 - 1) // (255 * 128)
 # (zmm vectors per row, rows) of the register tiles: 24 accumulators each, at most 4 of B.
 TILES = ((1, 16), (2, 12), (4, 6))
+# Rows of the AVX2 kernel's tiles, whatever the panel's width: 8 accumulators of a 16-column
+# strip, 4 ymm of widened weights (two rows share each) and the rows' activations fill 14 of
+# the 16 ymm registers; at 3 rows the tile spills (`gemm_int8_avx2_ir`).
+AVX2_ROWS = 2
 
 _state: dict[str, Any] = {}
 _SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
@@ -54,8 +62,24 @@ _SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_vo
 
 
 def available() -> bool:
-    """Whether the VNNI kernels compiled for this CPU (compiled on the first call)."""
+    """Whether an int8 kernel (VNNI's or AVX2's) compiled for this CPU (compiled on the first
+    call)."""
     return _compiled() is not None
+
+
+def vnni_available() -> bool:
+    """Whether the kernels here are AVX-512 VNNI's (the AVX2 kernel runs where they are not)."""
+    return _compiled() is not None and _has_vnni()
+
+
+def tiles() -> tuple[tuple[int, int], ...]:
+    """(vectors of 16 columns in a panel, rows of a tile) for each panel width, as the kernel
+    this host runs tiles them: VNNI's `TILES`, else the AVX2 kernel's `AVX2_ROWS`."""
+    return TILES if _has_vnni() else tuple((vectors, AVX2_ROWS) for vectors, _ in TILES)
+
+
+def _has_vnni() -> bool:
+    return host_features.has("avx512f") and host_features.has("avx512_vnni")
 
 
 class PackedWeights:
@@ -81,7 +105,7 @@ class PackedWeights:
             self.vectors, self.rows = 2, 32
         else:
             self.vectors = next(v for v, _ in TILES if n <= v * LANES) if n <= 4 * LANES else 4
-            self.rows = dict(TILES)[self.vectors]
+            self.rows = dict(tiles())[self.vectors]
         columns = self.vectors * LANES
         self.groups = -(-k // 64) * 16 if amx else -(-k // 4)
         self.panels = -(-n // columns)
@@ -274,7 +298,13 @@ def _compiled() -> dict[Any, Any] | None:
 def _compile_or_say() -> dict[Any, Any] | None:
     kernels = _compile()
     if kernels is None:
-        log.info("int8 products run as float64 BLAS: no AVX-512 VNNI JIT here")
+        log.info("int8 products run as float64 BLAS: no AVX-512 VNNI or AVX2 JIT here")
+    elif "amx" in kernels:
+        log.info("int8 products run on the AVX-512 VNNI and AMX-INT8 kernels")
+    elif _has_vnni():
+        log.info("int8 products run on the AVX-512 VNNI kernel")
+    else:
+        log.info("int8 products run on the AVX2 kernel (vpmaddwd)")
     return kernels
 
 
@@ -287,8 +317,8 @@ def _compile() -> dict[Any, Any] | None:
     except ImportError:
         return None
     try:
-        if not (host_features.has("avx512f") and host_features.has("avx512_vnni")):
-            return None
+        if not _has_vnni():
+            return _compile_avx2() if host_features.has("avx2") else None
         llvm.initialize_native_target()
         host = llvm.get_host_cpu_features()
         kernels: dict[Any, Any] = {}
@@ -323,5 +353,35 @@ def _compile() -> dict[Any, Any] | None:
             kernels["task", "direct"] = engine.get_function_address("task")
     except (RuntimeError, OSError):  # no JIT for this target
         return None
+    _state["engines"] = engines  # the engines own the machine code
+    return kernels
+
+
+def _compile_avx2() -> dict[Any, Any]:
+    """The AVX2 kernels under the keys `_compile` gives VNNI's (no AMX, no direct product):
+    each panel width's tile and its one-row tile, each with its `spin_pool` task. Raises
+    RuntimeError or OSError where there is no JIT for this target."""
+    import llvmlite.binding as llvm
+
+    from engine.cpu.llvm_jit import compile_ir
+    from engine.kernels.gemm_int8_avx2_ir import Avx2Int8Kernel
+    from engine.kernels.gemm_int8_ir import define_task
+
+    llvm.initialize_native_target()
+    features = llvm.get_host_cpu_features().flatten()
+    engines = []
+
+    def compiled_tile(rows: int, vectors: int) -> tuple[Any, int]:
+        kernel = Avx2Int8Kernel(rows, vectors)
+        define_task(kernel.module, kernel.define("panels"), rows)
+        engines.append(compile_ir(str(kernel.module), llvm.get_host_cpu_name(), features,
+                                  level=3, optimise=True))
+        return (_SIGNATURE(engines[-1].get_function_address("panels")),
+                engines[-1].get_function_address("task"))
+
+    kernels: dict[Any, Any] = {}
+    for vectors, rows in tiles():
+        kernels[vectors], kernels["task", vectors] = compiled_tile(rows, vectors)
+        kernels["row", vectors], kernels["task", "row", vectors] = compiled_tile(1, vectors)
     _state["engines"] = engines  # the engines own the machine code
     return kernels

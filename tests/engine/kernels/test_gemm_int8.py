@@ -1,6 +1,6 @@
-"""The int8 GEMM (VNNI, and AMX-INT8 where the host has it) against NumPy's integer matmul:
-exact int32 sums for uint8 and int8 rows, at shapes that leave remainders everywhere (K not a
-multiple of 4 or of 64, partial row blocks and column panels)."""
+"""The int8 GEMM (VNNI, else AVX2; AMX-INT8 where the host has it) against NumPy's integer
+matmul: exact int32 sums for uint8 and int8 rows, at shapes that leave remainders everywhere (K
+not a multiple of 4 or of 64, partial row blocks and column panels)."""
 
 from __future__ import annotations
 
@@ -17,20 +17,27 @@ def _host_has_vnni() -> bool:
     return host_features.has("avx512f") and host_features.has("avx512_vnni")
 
 
-def test_the_kernels_compile_exactly_where_the_host_has_vnni() -> None:
-    assert gemm_int8.available() == _host_has_vnni()
+def _host_has_int8_kernel() -> bool:
+    return _host_has_vnni() or host_features.has("avx2")
 
 
-needs_vnni = pytest.mark.skipif(not _host_has_vnni(), reason="the host has no AVX-512 VNNI")
+def test_the_kernels_compile_exactly_where_the_host_has_vnni_or_avx2() -> None:
+    assert gemm_int8.available() == _host_has_int8_kernel()
+    assert gemm_int8.vnni_available() == _host_has_vnni()
+
+
+needs_kernel = pytest.mark.skipif(not _host_has_int8_kernel(),
+                                  reason="the host has neither AVX-512 VNNI nor AVX2")
 
 SHAPES = [(1, 1, 1), (1, 3, 5), (7, 13, 17), (6, 4, 16), (13, 64, 33), (16, 9, 64),
           (17, 147, 65), (25, 30, 100), (2, 2048, 10), (64, 576, 128), (5, 5, 250),
           (33, 65, 31), (40, 300, 70)]
 
 
-KERNELS = [pytest.param(False, id="vnni"), pytest.param(True, id="amx", marks=pytest.mark.skipif(
-    not (host_features.has("amx_int8") and host_features.amx_permitted()),
-    reason="the host has no AMX-INT8"))]
+KERNELS = [pytest.param(False, id="vector"), pytest.param(
+    True, id="amx", marks=pytest.mark.skipif(
+        not (host_features.has("amx_int8") and host_features.amx_permitted()),
+        reason="the host has no AMX-INT8"))]
 
 
 def test_the_amx_kernel_compiles_where_the_host_has_amx_int8() -> None:
@@ -39,7 +46,7 @@ def test_the_amx_kernel_compiles_where_the_host_has_amx_int8() -> None:
     assert gemm_int8.amx_available() == expected
 
 
-@needs_vnni
+@needs_kernel
 @pytest.mark.parametrize("amx", KERNELS)
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda shape: "x".join(map(str, shape)))
@@ -55,7 +62,7 @@ def test_products_equal_numpys_integer_matmul(shape: tuple[int, int, int], dtype
     np.testing.assert_array_equal(product, a.astype(np.int64) @ w.astype(np.int64))
 
 
-@needs_vnni
+@needs_kernel
 @pytest.mark.parametrize("amx", KERNELS)
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])
 def test_extreme_values_sum_exactly(dtype: type, amx: bool) -> None:
@@ -70,7 +77,7 @@ def test_extreme_values_sum_exactly(dtype: type, amx: bool) -> None:
     np.testing.assert_array_equal(product, a.astype(np.int64) @ w.astype(np.int64))
 
 
-@needs_vnni
+@needs_kernel
 @pytest.mark.parametrize("amx", KERNELS)
 def test_strided_activations_and_one_packing_for_many_calls(amx: bool) -> None:
     rng = np.random.default_rng(3)
@@ -82,7 +89,7 @@ def test_strided_activations_and_one_packing_for_many_calls(amx: bool) -> None:
         np.testing.assert_array_equal(gemm_int8.multiply(a, w), expected)
 
 
-@needs_vnni
+@needs_kernel
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])
 @pytest.mark.parametrize("n", [16, 40, 100, 1000])
 def test_one_row_runs_on_the_one_row_tile_exactly(monkeypatch: pytest.MonkeyPatch, n: int,
@@ -110,7 +117,7 @@ def test_one_row_runs_on_the_one_row_tile_exactly(monkeypatch: pytest.MonkeyPatc
         assert taken == [("row", weights.vectors)]
 
 
-@needs_vnni
+@needs_kernel
 @pytest.mark.parametrize("rows", [1, 7])
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])
 def test_offsets_given_replace_the_compensation_and_sum_exactly(rows: int,
@@ -159,21 +166,54 @@ def test_bad_operands_are_refused_by_name() -> None:
         gemm_int8.multiply(np.zeros((2, 4), np.float32), weights)
 
 
-def test_a_host_without_vnni_keeps_float64_and_says_so_once(
+def test_a_host_without_vnni_or_avx2_keeps_float64_and_says_so_once(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setattr(gemm_int8, "_state", {})
-    monkeypatch.setattr(host_features, "has", lambda flag: flag not in ("avx512_vnni",))
+    monkeypatch.setattr(host_features, "has", lambda flag: flag not in ("avx512_vnni", "avx2"))
     with caplog.at_level(logging.INFO, logger=gemm_int8.__name__):
         assert not gemm_int8.available()
         assert not gemm_int8.available()
     assert [record.getMessage() for record in caplog.records].count(
-        "int8 products run as float64 BLAS: no AVX-512 VNNI JIT here") == 1
+        "int8 products run as float64 BLAS: no AVX-512 VNNI or AVX2 JIT here") == 1
     with pytest.raises(RuntimeError, match="not available"):
         gemm_int8.multiply(np.zeros((1, 4), np.uint8),
                            gemm_int8.PackedWeights(np.zeros((4, 1), np.int8)))
 
 
-@needs_vnni
+@pytest.mark.skipif(not host_features.has("avx2"), reason="the host has no AVX2")
+def test_a_host_without_vnni_runs_the_avx2_kernel_exactly_and_says_so(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Without VNNI (on a VNNI host too, its flag hidden), the AVX2 kernel compiles, its
+    weights tiled in `AVX2_ROWS` rows, and gives NumPy's sums for every panel width, the
+    extreme values included, K over two of its chunks of buffered activations; the log says
+    which kernel runs, once."""
+    from engine.kernels.gemm_int8_avx2_ir import CHUNK
+
+    k = 4 * CHUNK + 89  # two chunks, the second partial, K not a multiple of 4
+    has = host_features.has
+    monkeypatch.setattr(gemm_int8, "_state", {})
+    monkeypatch.setattr(host_features, "has", lambda flag: flag != "avx512_vnni" and has(flag))
+    rng = np.random.default_rng(2)
+    with caplog.at_level(logging.INFO, logger=gemm_int8.__name__):
+        for n in (9, 17, 33, 65, 130):
+            w = rng.integers(-128, 128, (k, n)).astype(np.int8)
+            w[:, 0] = -128
+            weights = gemm_int8.PackedWeights(w)
+            assert weights.rows == gemm_int8.AVX2_ROWS
+            for dtype, m in ((np.uint8, 1), (np.uint8, 5), (np.int8, 1), (np.int8, 8)):
+                info = np.iinfo(dtype)
+                a = rng.integers(info.min, info.max + 1, (m, k)).astype(dtype)
+                a[:, :k // 2] = info.max if dtype == np.uint8 else info.min
+                np.testing.assert_array_equal(gemm_int8.multiply(a, weights),
+                                              a.astype(np.int64) @ w.astype(np.int64))
+    assert gemm_int8.available() and not gemm_int8.vnni_available()
+    assert not gemm_int8.amx_available()
+    assert [record.getMessage() for record in caplog.records
+            if record.name == gemm_int8.__name__] == [
+        "int8 products run on the AVX2 kernel (vpmaddwd)"]
+
+
+@needs_kernel
 @pytest.mark.parametrize("amx", [False, True])
 @pytest.mark.parametrize(("m", "k", "n"), [(1, 3, 5), (49, 300, 520), (200, 65, 31),
                                            (33, 576, 130), (7, 13, 17)])
@@ -206,7 +246,7 @@ def test_the_product_as_a_pool_job_equals_numpys(amx: bool, m: int, k: int, n: i
     np.testing.assert_array_equal(out[:m, :n], want)
 
 
-@needs_vnni
+@needs_kernel
 @pytest.mark.parametrize("signed", [False, True])
 def test_one_row_as_a_pool_job_runs_its_one_row_tile_over_the_panels(signed: bool) -> None:
     """A classifier at batch 1 (512 × 1000): the one-row tile, writing no padding rows, its
@@ -238,7 +278,7 @@ def test_one_row_as_a_pool_job_runs_its_one_row_tile_over_the_panels(signed: boo
         assert (out[1:] == 7).all()  # the padding rows untouched: one row computed
 
 
-@needs_vnni
+@needs_kernel
 def test_a_pool_jobs_offsets_must_be_one_int32_a_column() -> None:
     packed = gemm_int8.PackedWeights(np.ones((8, 20), np.int8))
     rows = gemm_int8.padded_rows(1, packed)

@@ -1,0 +1,290 @@
+"""Benchmark: the AVX2 int8 GEMM (`gemm_int8_avx2_ir`) against the two kernels it was chosen
+over, one thread, the same packed weights and tiles of 2 rows by 16-column strips:
+
+* ``vpmaddwd``: the kernel `gemm_int8` compiles (operands widened to int16, exact), its
+  activations buffered once per row block where a panel has several strips;
+* ``per strip``: the same kernel with each strip widening the activations itself;
+* ``vpmaddubsw``: the bytes multiplied as they are (``vpmaddubsw``, then ``vpmaddwd`` by ones
+  into int32): its int16 pair sums saturate past 32 767, so it is exact only for activations
+  under 128 (checked here on 7-bit and on full 8-bit activations).
+
+Each kernel's ``panels`` is called directly on rows already padded (no copy), the thread's CPU
+time, the best and the median of rounds each taking the best of many calls, in turn.
+
+``--instructions`` instead times a loop of ten independent chains of one instruction
+(``vpmaddwd``, ``vpmaddubsw``, ``vfmadd231ps``, ``vpaddd`` on ymm registers): how many of
+each the core starts a second, the rate float32's FMA beside the integer products'.
+
+Usage: python bench/int8_avx2.py [--rounds N] [--instructions]   (a host with AVX2)
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's engine
+
+import llvmlite.ir as ir  # noqa: E402
+
+from engine.cpu import host_features  # noqa: E402
+from engine.kernels import gemm_int8, gemm_int8_avx2_ir  # noqa: E402
+from engine.kernels.gemm_int8_ir import (  # noqa: E402
+    AHEAD_BYTES,
+    I8,
+    I32,
+    I64,
+    PanelLoops,
+    panels_function,
+)
+
+SHAPES = ((3136, 576, 64), (3136, 64, 256), (784, 1152, 128), (196, 2304, 256),
+          (49, 4608, 512))
+BYTES = ir.VectorType(I8, 32)
+WORDS = gemm_int8_avx2_ir.WORDS
+SUMS = gemm_int8_avx2_ir.SUMS
+
+
+class SaturatingKernel(gemm_int8_avx2_ir.Avx2Int8Kernel):
+    """``panels`` on ``vpmaddubsw``: per step of four K values, a row's four activations
+    repeated over 32 bytes times each 32 bytes (8 columns) of the packed weights, its int16
+    pair sums (saturating) summed by ``vpmaddwd`` with ones into each column's int32."""
+
+    def __init__(self, rows: int, vectors: int) -> None:
+        super().__init__(rows, vectors, buffered=False)
+        self.bytes_product = ir.Function(self.module, ir.FunctionType(WORDS, [BYTES, BYTES]),
+                                         name="llvm.x86.avx2.pmadd.ub.sw")
+
+    def define(self, name: str = "panels") -> ir.Function:
+        function = panels_function(self.module, name)
+        a, lda, _, groups, c, ldc, offsets, _, _, _ = function.args
+        builder = ir.IRBuilder(function.append_basic_block("entry"))
+        loops = PanelLoops(function, builder, self.columns, self.rows)
+        a_rows = [builder.gep(a, [builder.mul(builder.add(loops.row, I64(i)), lda)])
+                  for i in range(self.rows)]
+        c_rows = [builder.gep(c, [builder.add(builder.mul(builder.add(loops.row, I64(i)), ldc),
+                                              loops.column)]) for i in range(self.rows)]
+        for strip in range(self.columns // gemm_int8_avx2_ir.STRIP):
+            sums = self._strip_sums(function, builder, a_rows,
+                                    builder.gep(loops.b_panel, [I64(strip * 64)]), groups)
+            for half in range(2):
+                at = strip * 16 + half * 8
+                offset = builder.load(builder.bitcast(builder.gep(
+                    offsets, [builder.add(loops.column, I64(at))]), SUMS.as_pointer()), align=4)
+                for i in range(self.rows):
+                    target = builder.bitcast(builder.gep(c_rows[i], [I64(at)]),
+                                             SUMS.as_pointer())
+                    builder.store(builder.add(sums[i][half], offset), target, align=4)
+        loops.close()
+        return function
+
+    def _strip_sums(self, function: ir.Function, builder: ir.IRBuilder, a_rows: list,
+                    b_strip: ir.Value, groups: ir.Value) -> list[list[ir.Value]]:
+        ones = ir.Constant(WORDS, [1] * 16)
+        start = builder.block
+        loop = function.append_basic_block("k")
+        after = function.append_basic_block("k_done")
+        builder.cbranch(builder.icmp_signed(">", groups, I64(0)), loop, after)
+        builder.position_at_end(loop)
+        group = builder.phi(I64)
+        tile = [[builder.phi(SUMS) for _ in range(2)] for _ in range(self.rows)]
+        b_run = builder.gep(b_strip, [builder.mul(group, I64(self.columns * 4))])
+        builder.call(self.prefetch, [builder.gep(b_run, [I64(AHEAD_BYTES)]), I32(0), I32(3),
+                                     I32(1)])
+        weights = [builder.load(builder.bitcast(builder.gep(b_run, [I64(half * 32)]),
+                                                BYTES.as_pointer()), align=1)
+                   for half in range(2)]
+        stepped = []
+        for i in range(self.rows):
+            word = builder.load(builder.bitcast(builder.gep(a_rows[i], [builder.mul(
+                group, I64(4))]), I32.as_pointer()), align=1)
+            single = builder.insert_element(ir.Constant(SUMS, ir.Undefined), word, I32(0))
+            repeated = builder.bitcast(builder.shuffle_vector(
+                single, ir.Constant(SUMS, ir.Undefined), ir.Constant(SUMS, [0] * 8)), BYTES)
+            stepped.append([builder.add(tile[i][half], builder.call(self.pairs, [
+                builder.call(self.bytes_product, [repeated, weights[half]]), ones]))
+                for half in range(2)])
+        group_next = builder.add(group, I64(1))
+        builder.cbranch(builder.icmp_signed("<", group_next, groups), loop, after)
+        group.add_incoming(I64(0), start)
+        group.add_incoming(group_next, loop)
+        for i in range(self.rows):
+            for half in range(2):
+                tile[i][half].add_incoming(self.zero, start)
+                tile[i][half].add_incoming(stepped[i][half], loop)
+        builder.position_at_end(after)
+        results = []
+        for i in range(self.rows):
+            row = []
+            for half in range(2):
+                value = builder.phi(SUMS)
+                value.add_incoming(self.zero, start)
+                value.add_incoming(stepped[i][half], loop)
+                row.append(value)
+            results.append(row)
+        return results
+
+
+KERNELS: dict[str, Callable[[int, int], gemm_int8_avx2_ir.Avx2Int8Kernel]] = {
+    "vpmaddwd": lambda rows, vectors: gemm_int8_avx2_ir.Avx2Int8Kernel(rows, vectors),
+    "per strip": lambda rows, vectors: gemm_int8_avx2_ir.Avx2Int8Kernel(rows, vectors,
+                                                                        buffered=False),
+    "vpmaddubsw": SaturatingKernel,
+}
+
+
+def compiled(kernel: gemm_int8_avx2_ir.Avx2Int8Kernel, keep: list) -> Callable[..., None]:
+    import llvmlite.binding as llvm
+
+    from engine.cpu.llvm_jit import compile_ir
+
+    kernel.define("panels")
+    llvm.initialize_native_target()
+    engine = compile_ir(str(kernel.module), llvm.get_host_cpu_name(),
+                        llvm.get_host_cpu_features().flatten(), level=3, optimise=True)
+    keep.append(engine)
+    return gemm_int8._SIGNATURE(engine.get_function_address("panels"))
+
+
+def bound(panels: Callable[..., None], rows: np.ndarray, packed: gemm_int8.PackedWeights,
+          out: np.ndarray) -> Callable[[], None]:
+    """``panels`` over all of ``rows`` (padded) and every panel of ``packed`` into ``out``."""
+    blocks = rows.shape[0] // gemm_int8.AVX2_ROWS
+    arguments = (rows.ctypes.data, rows.shape[1], packed.addresses[0], packed.groups,
+                 out.ctypes.data, out.shape[1], packed.addresses[1], blocks, 0, packed.panels)
+    return lambda: panels(*arguments)
+
+
+def chains(instruction: str, count: int = 10) -> ir.Module:
+    """``run(steps)``: ``count`` independent chains, each step one ``instruction`` a chain
+    (its own result fed back as an operand), the chains' sum returned so nothing is dropped."""
+    module = ir.Module(name="hybridserve_instruction_rate")
+    floats = ir.VectorType(ir.FloatType(), 8)
+    vector, operand = {"vpmaddwd": (WORDS, WORDS), "vpmaddubsw": (BYTES, BYTES),
+                       "vfmadd231ps": (floats, floats), "vpaddd": (SUMS, SUMS)}[instruction]
+    if instruction == "vpmaddwd":
+        product = ir.Function(module, ir.FunctionType(SUMS, [WORDS, WORDS]),
+                              name="llvm.x86.avx2.pmadd.wd")
+    elif instruction == "vpmaddubsw":
+        product = ir.Function(module, ir.FunctionType(WORDS, [BYTES, BYTES]),
+                              name="llvm.x86.avx2.pmadd.ub.sw")
+    elif instruction == "vfmadd231ps":
+        product = ir.Function(module, ir.FunctionType(floats, [floats] * 3),
+                              name="llvm.fma.v8f32")
+    function = ir.Function(module, ir.FunctionType(I32, [I64]), name="run")
+    builder = ir.IRBuilder(function.append_basic_block("entry"))
+    entry, loop = builder.block, function.append_basic_block("loop")
+    done = function.append_basic_block("done")
+    builder.branch(loop)
+    builder.position_at_end(loop)
+    step = builder.phi(I64)
+    values = [builder.phi(vector) for _ in range(count)]
+    factor = ir.Constant(operand, [1.0001 if vector == floats else 3] * operand.count)
+    following = []
+    for value in values:
+        if instruction == "vfmadd231ps":
+            following.append(builder.call(product, [value, factor, value]))
+        elif instruction == "vpaddd":
+            following.append(builder.add(value, factor))
+        else:
+            following.append(builder.bitcast(builder.call(product, [value, factor]), vector))
+    step_next = builder.add(step, I64(1))
+    builder.cbranch(builder.icmp_signed("<", step_next, function.args[0]), loop, done)
+    step.add_incoming(I64(0), entry)
+    step.add_incoming(step_next, loop)
+    for index, (value, changed) in enumerate(zip(values, following, strict=True)):
+        start = [1.0] * 8 if vector == floats else [index + 1] * vector.count
+        value.add_incoming(ir.Constant(vector, start), entry)
+        value.add_incoming(changed, loop)
+    builder.position_at_end(done)
+    total = builder.bitcast(following[0], SUMS)
+    for changed in following[1:]:
+        total = builder.xor(total, builder.bitcast(changed, SUMS))
+    builder.ret(builder.extract_element(total, I32(0)))
+    return module
+
+
+def instruction_rates(rounds: int) -> None:
+    import ctypes
+
+    import llvmlite.binding as llvm
+
+    from engine.cpu.llvm_jit import compile_ir
+
+    llvm.initialize_native_target()
+    steps, runs, engines = 20_000_000, {}, []
+    for name in ("vpmaddwd", "vpmaddubsw", "vfmadd231ps", "vpaddd"):
+        engines.append(compile_ir(str(chains(name)), llvm.get_host_cpu_name(),
+                                  llvm.get_host_cpu_features().flatten(), level=3))
+        runs[name] = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int64)(
+            engines[-1].get_function_address("run"))
+    rates: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, run in runs.items():
+            start = time.thread_time()
+            run(steps)
+            rates[name].append(10 * steps / (time.thread_time() - start) / 1e9)
+    for name, values in rates.items():
+        print(f"{name:12} {max(values):5.2f} billion a second "
+              f"(median {statistics.median(values):.2f})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=11)
+    parser.add_argument("--instructions", action="store_true")
+    options = parser.parse_args()
+    if not host_features.has("avx2"):
+        raise SystemExit("this host has no AVX2")
+    if options.instructions:
+        instruction_rates(options.rounds)
+        return
+    rows_per_tile, keep = gemm_int8.AVX2_ROWS, []
+    print(f"one thread, GOP/s best / median of {options.rounds} rounds; {rows_per_tile}-row "
+          f"tiles; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    print(f"{'M×K×N':>16} " + " ".join(f"{name:>14}" for name in KERNELS))
+    rng = np.random.default_rng(0)
+    exact = {(name, bits): True for name in KERNELS for bits in (7, 8)}
+    for m, k, n in SHAPES:
+        weights = rng.integers(-128, 128, (k, n)).astype(np.int8)
+        packed = gemm_int8.PackedWeights(weights)
+        blocks = -(-m // rows_per_tile)
+        out = np.empty((blocks * rows_per_tile, packed.panels * packed.vectors * gemm_int8.LANES),
+                       np.int32)
+        rows = np.zeros((blocks * rows_per_tile, packed.groups * 4), np.uint8)
+        calls = []
+        for name, make in KERNELS.items():
+            call = bound(compiled(make(rows_per_tile, packed.vectors), keep), rows, packed,
+                         out)
+            for bits in (7, 8):
+                a = rng.integers(0, 1 << bits, (m, k)).astype(np.uint8)
+                rows[:m, :k] = a
+                call()
+                exact[name, bits] &= np.array_equal(
+                    out[:m, :n], a.astype(np.int64) @ weights.astype(np.int64))
+            calls.append(call)
+        repeat = max(5, int(3e7 / (m * k * n)))
+        best: list[list[float]] = [[] for _ in calls]
+        for _ in range(options.rounds):
+            for index, call in enumerate(calls):
+                times = []
+                for _ in range(repeat):
+                    start = time.thread_time()
+                    call()
+                    times.append(time.thread_time() - start)
+                best[index].append(min(times))
+        work = 2 * m * k * n / 1e9
+        print(f"{m:>5}×{k:>4}×{n:>4} " + " ".join(
+            f"{work / min(b):6.0f} / {work / statistics.median(b):5.0f}" for b in best))
+    for name in KERNELS:
+        print(f"{name}: NumPy's sums on 7-bit activations: {'yes' if exact[name, 7] else 'no'}, "
+              f"on 8-bit: {'yes' if exact[name, 8] else 'no'}")
+
+if __name__ == "__main__":
+    main()

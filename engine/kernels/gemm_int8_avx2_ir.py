@@ -1,0 +1,232 @@
+"""The AVX2 form of `gemm_int8_ir`'s ``panels`` function, for hosts without AVX-512 VNNI: the
+same arguments, the same packed weights and the same exact int32 sums, from ``vpmaddwd``.
+
+``vpmaddwd`` multiplies sixteen pairs of int16 and adds each pair into one int32: with uint8
+activations and int8 weights widened to int16 first, every product (at most 255 · 128 in
+magnitude) and every pair sum is exact, and nothing saturates. (``vpmaddubsw``, which takes
+the bytes as they are, sums its pairs into int16 with saturation: 255 · (-128) · 2 does not
+fit, so it is exact only for operands narrower than ours.)
+
+The packed weights (`gemm_int8.PackedWeights`) hold, per step of four K values, 64 bytes for
+16 columns: each column's four K values together. Sign-extended to int16, 16 of those bytes
+(four columns) fill a ymm register in that order, and ``vpmaddwd`` against the row's four
+activations, zero-extended and repeated four times, sums K values 0-1 and 2-3 of each of the
+four columns into two neighbouring int32 lanes. So the accumulators hold two partial sums a
+column, added together once a tile's K loop ends (an even/odd shuffle), and a step of four K
+values by 16 columns is four ``vpmaddwd`` and four ``vpaddd`` a row, the weights' widening
+shared by the tile's rows.
+
+A panel (16, 32 or 64 columns, as the weights were packed) is computed in strips of
+`STRIP` columns, each its own K loop over the row block: a strip of 16 columns at 2 rows keeps
+8 accumulators, 4 ymm of widened weights and the rows' activations in AVX2's sixteen ymm
+registers (at 3 rows the tile spills), where VNNI's tiles span the panel in 32 zmm registers.
+Where a panel has more than one strip, the row block's activations are widened once per
+`CHUNK` groups into a buffer on the stack (32 bytes a row and group, in L1) that each strip
+reads as it is, so that the strips do not each widen them again: on a Zen 3 core, 4–16% more
+GOP/s for ResNet's products (`bench/int8_avx2.py`); a panel of one strip is faster without.
+Each step prefetches its strip's weights `AHEAD_BYTES` on, as the VNNI kernel does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import llvmlite.ir as ir
+
+from engine.kernels.gemm_int8_ir import (
+    AHEAD_BYTES,
+    I8,
+    I32,
+    I64,
+    LANES,
+    PanelLoops,
+    panels_function,
+)
+
+I16 = ir.IntType(16)
+STRIP = 16  # columns a K loop computes: one 64-byte run of a step's weights
+WORDS = ir.VectorType(I16, 16)  # one ymm of int16 operands
+SUMS = ir.VectorType(I32, 8)  # one ymm of int32 accumulators
+QUARTER = 16  # bytes of packed weights (4 columns × 4 K values) widened into one ymm
+CHUNK = 128  # groups of four K values whose widened activations a row block buffers
+
+
+class Avx2Int8Kernel:
+    """A module holding ``panels`` for tiles of ``rows`` rows by a panel of ``vectors`` × 16
+    columns, computed a `STRIP` at a time. ``buffered``: each row block's activations are
+    widened and repeated once per `CHUNK` groups into a buffer on the stack that every strip
+    reads, else each strip widens them itself; by default where a panel has more than one
+    strip."""
+
+    def __init__(self, rows: int, vectors: int, buffered: bool | None = None) -> None:
+        self.rows, self.vectors = rows, vectors
+        self.buffered = vectors * LANES > STRIP if buffered is None else buffered
+        self.module = ir.Module(name="hybridserve_gemm_int8_avx2")
+        self.zero = ir.Constant(SUMS, [0] * 8)
+        self.pairs = ir.Function(self.module, ir.FunctionType(SUMS, [WORDS, WORDS]),
+                                 name="llvm.x86.avx2.pmadd.wd")
+        self.prefetch = ir.Function(self.module, ir.FunctionType(
+            ir.VoidType(), [I8.as_pointer(), I32, I32, I32]), name="llvm.prefetch.p0")
+
+    @property
+    def columns(self) -> int:
+        return self.vectors * LANES
+
+    def define(self, name: str = "panels") -> ir.Function:
+        function = panels_function(self.module, name)
+        a, lda, _, groups, c, ldc, offsets, _, _, _ = function.args
+        builder = ir.IRBuilder(function.append_basic_block("entry"))
+        buffer = None
+        if self.buffered:
+            buffer = builder.alloca(ir.ArrayType(WORDS, self.rows * CHUNK))
+            buffer.align = 32
+            buffer = builder.bitcast(buffer, WORDS.as_pointer())
+        loops = PanelLoops(function, builder, self.columns, self.rows)
+        row, column = loops.row, loops.column
+        a_rows = [builder.gep(a, [builder.mul(builder.add(row, I64(i)), lda)])
+                  for i in range(self.rows)]
+        c_rows = [builder.gep(c, [builder.add(builder.mul(builder.add(row, I64(i)), ldc),
+                                              column)]) for i in range(self.rows)]
+        if buffer is None:
+            self._strips(function, builder, loops, c_rows, I64(0), groups, lambda group: [
+                self._four_repeated(builder, builder.gep(a_row, [builder.mul(group, I64(4))]))
+                for a_row in a_rows], first_chunk=None)
+        else:
+            self._chunks(function, builder, loops, a_rows, c_rows, buffer, groups)
+        loops.close()
+        return function
+
+    def _chunks(self, function: ir.Function, builder: ir.IRBuilder, loops: PanelLoops,
+                a_rows: list, c_rows: list, buffer: ir.Value, groups: ir.Value) -> None:
+        """The row block's strips over K a `CHUNK` of groups at a time (at least one, so
+        that K 0 still writes the offsets): the chunk's activations widened into ``buffer``,
+        then each strip's sums added to what the chunks before stored."""
+        start = builder.block
+        chunk_loop = function.append_basic_block("chunk")
+        builder.branch(chunk_loop)
+        builder.position_at_end(chunk_loop)
+        first = builder.phi(I64)
+        first.add_incoming(I64(0), start)
+        count = builder.sub(groups, first)
+        count = builder.select(builder.icmp_signed("<", count, I64(CHUNK)), count, I64(CHUNK))
+        self._widen(function, builder, a_rows, buffer, first, count)
+        self._strips(function, builder, loops, c_rows, first, count, lambda group: [
+            builder.load(builder.gep(buffer, [builder.add(I64(i * CHUNK), group)]), align=32)
+            for i in range(self.rows)], first_chunk=builder.icmp_signed("==", first, I64(0)))
+        following = builder.add(first, I64(CHUNK))
+        first.add_incoming(following, builder.block)
+        chunk_done = function.append_basic_block("chunk_done")
+        builder.cbranch(builder.icmp_signed("<", following, groups), chunk_loop, chunk_done)
+        builder.position_at_end(chunk_done)
+
+    def _widen(self, function: ir.Function, builder: ir.IRBuilder, a_rows: list,
+               buffer: ir.Value, first: ir.Value, count: ir.Value) -> None:
+        """``buffer[i · CHUNK + g]``: row i's activations of group ``first + g``, widened and
+        repeated (`_four_repeated`), for g in [0, count)."""
+        start = builder.block
+        loop = function.append_basic_block("widen")
+        after = function.append_basic_block("widen_done")
+        builder.cbranch(builder.icmp_signed(">", count, I64(0)), loop, after)
+        builder.position_at_end(loop)
+        group = builder.phi(I64)
+        group.add_incoming(I64(0), start)
+        offset = builder.mul(builder.add(first, group), I64(4))
+        for i, a_row in enumerate(a_rows):
+            builder.store(self._four_repeated(builder, builder.gep(a_row, [offset])),
+                          builder.gep(buffer, [builder.add(I64(i * CHUNK), group)]), align=32)
+        group_next = builder.add(group, I64(1))
+        group.add_incoming(group_next, loop)
+        builder.cbranch(builder.icmp_signed("<", group_next, count), loop, after)
+        builder.position_at_end(after)
+
+    def _strips(self, function: ir.Function, builder: ir.IRBuilder, loops: PanelLoops,
+                c_rows: list, first: ir.Value, count: ir.Value,
+                activations: Callable[[ir.Value], list], first_chunk: ir.Value | None
+                ) -> None:
+        """Each strip's K loop over groups ``first + [0, count)`` (``activations(g)``: the
+        rows' widened activations of the g-th), its sums stored into C with the offsets
+        added where ``first_chunk`` is None or true, else added to C."""
+        offsets, column = function.args[6], loops.column
+        for strip in range(self.columns // STRIP):
+            b_strip = builder.gep(loops.b_panel, [builder.add(
+                builder.mul(first, I64(self.columns * 4)), I64(strip * STRIP * 4))])
+            partial = self._strip(function, builder, activations, b_strip, count)
+            for j in range(STRIP // 8):
+                at = strip * STRIP + j * 8
+                base = builder.load(builder.bitcast(
+                    builder.gep(offsets, [builder.add(column, I64(at))]),
+                    SUMS.as_pointer()), align=4)
+                for i in range(self.rows):
+                    sums = _column_sums(builder, partial[i][2 * j], partial[i][2 * j + 1])
+                    target = builder.bitcast(builder.gep(c_rows[i], [I64(at)]),
+                                             SUMS.as_pointer())
+                    earlier = base
+                    if first_chunk is not None:
+                        earlier = builder.select(first_chunk, base,
+                                                 builder.load(target, align=4))
+                    builder.store(builder.add(sums, earlier), target, align=4)
+
+    def _strip(self, function: ir.Function, builder: ir.IRBuilder,
+               activations: Callable[[ir.Value], list], b_strip: ir.Value,
+               groups: ir.Value) -> list[list[ir.Value]]:
+        """The K loop of one strip from the builder's block; the builder ends after it, the
+        tile's accumulators (``rows`` × 4, each two partial sums of four columns) returned
+        as values there."""
+        quarters = STRIP * 4 // QUARTER
+        start = builder.block
+        loop = function.append_basic_block("k")
+        after = function.append_basic_block("k_done")
+        builder.cbranch(builder.icmp_signed(">", groups, I64(0)), loop, after)
+
+        builder.position_at_end(loop)
+        group = builder.phi(I64)
+        tile = [[builder.phi(SUMS) for _ in range(quarters)] for _ in range(self.rows)]
+        b_run = builder.gep(b_strip, [builder.mul(group, I64(self.columns * 4))])
+        # a read (0), kept in every level of cache (3), of data (1): ``prefetcht0``
+        builder.call(self.prefetch, [builder.gep(b_run, [I64(AHEAD_BYTES)]), I32(0), I32(3),
+                                     I32(1)])
+        weights = [builder.sext(builder.load(builder.bitcast(
+            builder.gep(b_run, [I64(q * QUARTER)]), ir.VectorType(I8, 16).as_pointer()),
+            align=1), WORDS) for q in range(quarters)]
+        stepped = [[builder.add(tile[i][q], builder.call(self.pairs, [row, weights[q]]))
+                    for q in range(quarters)]
+                   for i, row in enumerate(activations(group))]
+        group_next = builder.add(group, I64(1))
+        builder.cbranch(builder.icmp_signed("<", group_next, groups), loop, after)
+        group.add_incoming(I64(0), start)
+        group.add_incoming(group_next, loop)
+        for i in range(self.rows):
+            for q in range(quarters):
+                tile[i][q].add_incoming(self.zero, start)
+                tile[i][q].add_incoming(stepped[i][q], loop)
+
+        builder.position_at_end(after)
+        results = []
+        for i in range(self.rows):
+            row = []
+            for q in range(quarters):
+                value = builder.phi(SUMS)
+                value.add_incoming(self.zero, start)
+                value.add_incoming(stepped[i][q], loop)
+                row.append(value)
+            results.append(row)
+        return results
+
+    def _four_repeated(self, builder: ir.IRBuilder, address: ir.Value) -> ir.Value:
+        """The four uint8 activations at ``address`` as int16, repeated over 16 lanes
+        (``vpbroadcastd`` and ``vpmovzxbw``)."""
+        word = builder.load(builder.bitcast(address, I32.as_pointer()), align=1)
+        words = ir.VectorType(I32, 4)
+        undefined = ir.Constant(words, ir.Undefined)
+        single = builder.insert_element(undefined, word, I32(0))
+        repeated = builder.shuffle_vector(single, undefined,
+                                          ir.Constant(ir.VectorType(I32, 4), [0] * 4))
+        return builder.zext(builder.bitcast(repeated, ir.VectorType(I8, 16)), WORDS)
+
+
+def _column_sums(builder: ir.IRBuilder, low: ir.Value, high: ir.Value) -> ir.Value:
+    """Eight columns' sums from two accumulators of two partial sums a column each (columns
+    0-3 in ``low``, 4-7 in ``high``, a column's two sums in neighbouring lanes)."""
+    even = builder.shuffle_vector(low, high, ir.Constant(SUMS, list(range(0, 16, 2))))
+    odd = builder.shuffle_vector(low, high, ir.Constant(SUMS, list(range(1, 16, 2))))
+    return builder.add(even, odd)
