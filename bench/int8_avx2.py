@@ -135,8 +135,12 @@ KERNELS: dict[str, Callable[[int, int], gemm_int8_avx2_ir.Avx2Int8Kernel]] = {
     "vpmaddwd": lambda rows, vectors: gemm_int8_avx2_ir.Avx2Int8Kernel(rows, vectors),
     "per strip": lambda rows, vectors: gemm_int8_avx2_ir.Avx2Int8Kernel(rows, vectors,
                                                                         buffered=False),
+    "int16 weights": lambda rows, vectors: gemm_int8_avx2_ir.Avx2Int8Kernel(rows, vectors,
+                                                                            wide=True),
     "vpmaddubsw": SaturatingKernel,
 }
+# the kernels reading weights stored as int16 (the same order as the int8 panels)
+WIDE = {"int16 weights"}
 
 
 def compiled(kernel: gemm_int8_avx2_ir.Avx2Int8Kernel, keep: list) -> Callable[..., None]:
@@ -153,10 +157,12 @@ def compiled(kernel: gemm_int8_avx2_ir.Avx2Int8Kernel, keep: list) -> Callable[.
 
 
 def bound(panels: Callable[..., None], rows: np.ndarray, packed: gemm_int8.PackedWeights,
-          out: np.ndarray) -> Callable[[], None]:
-    """``panels`` over all of ``rows`` (padded) and every panel of ``packed`` into ``out``."""
+          out: np.ndarray, weights: np.ndarray | None = None) -> Callable[[], None]:
+    """``panels`` over all of ``rows`` (padded) and every panel of ``packed`` into ``out``;
+    ``weights``: the panels to read in place of ``packed``'s (its int16 copy)."""
     blocks = rows.shape[0] // gemm_int8.AVX2_ROWS
-    arguments = (rows.ctypes.data, rows.shape[1], packed.addresses[0], packed.groups,
+    address = packed.addresses[0] if weights is None else weights.ctypes.data
+    arguments = (rows.ctypes.data, rows.shape[1], address, packed.groups,
                  out.ctypes.data, out.shape[1], packed.addresses[1], blocks, 0, packed.panels)
     return lambda: panels(*arguments)
 
@@ -250,7 +256,7 @@ def main() -> None:
           f"tiles; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print(f"{'M×K×N':>16} " + " ".join(f"{name:>14}" for name in KERNELS))
     rng = np.random.default_rng(0)
-    exact = {(name, bits): True for name in KERNELS for bits in (7, 8)}
+    exact = {(name, bits): True for name in KERNELS for bits in (7, 8, "7-bit weights")}
     for m, k, n in SHAPES:
         weights = rng.integers(-128, 128, (k, n)).astype(np.int8)
         packed = gemm_int8.PackedWeights(weights)
@@ -259,15 +265,22 @@ def main() -> None:
                        np.int32)
         rows = np.zeros((blocks * rows_per_tile, packed.groups * 4), np.uint8)
         calls = []
+        wide = packed.packed.astype(np.int16)
+        narrow_weights = rng.integers(-63, 64, (k, n)).astype(np.int8)
+        narrow = gemm_int8.PackedWeights(narrow_weights)
         for name, make in KERNELS.items():
-            call = bound(compiled(make(rows_per_tile, packed.vectors), keep), rows, packed,
-                         out)
+            panels = compiled(make(rows_per_tile, packed.vectors), keep)
+            call = bound(panels, rows, packed, out, wide if name in WIDE else None)
             for bits in (7, 8):
                 a = rng.integers(0, 1 << bits, (m, k)).astype(np.uint8)
                 rows[:m, :k] = a
                 call()
                 exact[name, bits] &= np.array_equal(
                     out[:m, :n], a.astype(np.int64) @ weights.astype(np.int64))
+            if name not in WIDE:  # full 8-bit activations by 7-bit weights (±63)
+                bound(panels, rows, narrow, out)()
+                exact[name, "7-bit weights"] &= np.array_equal(
+                    out[:m, :n], a.astype(np.int64) @ narrow_weights.astype(np.int64))
             calls.append(call)
         repeat = max(5, int(3e7 / (m * k * n)))
         best: list[list[float]] = [[] for _ in calls]
@@ -284,7 +297,9 @@ def main() -> None:
             f"{work / min(b):6.0f} / {work / statistics.median(b):5.0f}" for b in best))
     for name in KERNELS:
         print(f"{name}: NumPy's sums on 7-bit activations: {'yes' if exact[name, 7] else 'no'}, "
-              f"on 8-bit: {'yes' if exact[name, 8] else 'no'}")
+              f"on 8-bit: {'yes' if exact[name, 8] else 'no'}" + (
+                  "" if name in WIDE else ", on 8-bit activations by 7-bit weights: "
+                  f"{'yes' if exact[name, '7-bit weights'] else 'no'}"))
 
 if __name__ == "__main__":
     main()
