@@ -5,7 +5,8 @@ same arguments, the same packed weights and the same exact int32 sums, from ``vp
 activations and int8 weights widened to int16 first, every product (at most 255 · 128 in
 magnitude) and every pair sum is exact, and nothing saturates. (``vpmaddubsw``, which takes
 the bytes as they are, sums its pairs into int16 with saturation: 255 · (-128) · 2 does not
-fit, so it is exact only for operands narrower than ours.)
+fit, so it is exact only for narrower operands: `NarrowInt8Kernel` runs it on weights within
+±63, where the engine quantizes them so.)
 
 The packed weights (`gemm_int8.PackedWeights`) hold, per step of four K values, 64 bytes for
 16 columns: each column's four K values together. Sign-extended to int16, 16 of those bytes

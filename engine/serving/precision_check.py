@@ -96,9 +96,9 @@ def int8_weights(graph: Any) -> str:
 
     narrowed = narrowed_layers(graph)
     if not narrowed:
-        return "int8 within ±127"
+        return "full-range int8 (±127)"
     return (f"within ±63 in {narrowed} convolution(s), as this host's int8 GEMM (AVX2 without "
-            f"VNNI) multiplies 7-bit weights about 1.5 times as fast; int8 within ±127 "
+            f"VNNI) multiplies 7-bit weights about 1.5 times as fast; full-range int8 (±127) "
             f"elsewhere")
 
 

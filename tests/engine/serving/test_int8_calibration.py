@@ -99,7 +99,7 @@ def test_the_record_says_how_the_weights_were_quantized(tmp_path: Path,
     if narrow:
         assert record["weights"].startswith("within ±63 in 2 convolution(s)")
     else:
-        assert record["weights"] == "int8 within ±127"
+        assert record["weights"] == "full-range int8 (±127)"
     assert rewrite.narrowed_layers(validated.model.run_graph) == (2 if narrow else 0)
     output = record["outputs"]["lenet_dense2_fwd_output"]
     assert output["top1_agreement"] >= 0.99 and output["relative_error"] < 0.05
