@@ -88,8 +88,7 @@ def tiles() -> tuple[tuple[int, int], ...]:
 def narrow_weights_pay() -> bool:
     """Whether weights quantized within ±`NARROW_LIMIT` run faster here:
     the host runs the AVX2 kernels, whose products of such weights take ``vpmaddubsw``."""
-    kernels = _compiled()
-    return kernels is not None and ("narrow", TILES[0][0]) in kernels
+    return _compiled() is not None and not _has_vnni()
 
 
 def _has_vnni() -> bool:
@@ -195,9 +194,12 @@ def multiply_rows(rows: np.ndarray, m: int, weights: PackedWeights, signed: bool
 
 def _kernel(kernels: dict[Any, Any], weights: PackedWeights, *key: Any) -> Any:
     """The kernel under ``key`` for ``weights``: the ``vpmaddubsw`` form where the weights
-    are narrow and the host compiled one (AVX2 without VNNI)."""
-    if weights.narrow and ("narrow", *key) in kernels:
-        return kernels["narrow", *key]
+    are narrow and the host runs the AVX2 kernels (compiled on the first such product, so
+    that a process whose weights are all full-range never spends their compile time)."""
+    if weights.narrow and narrow_weights_pay():
+        narrow = compiled.made_once(_state, "narrow kernels", _compile_narrow)
+        if narrow is not None:
+            kernels = narrow
     return kernels[key if len(key) > 1 else key[0]]
 
 
@@ -384,9 +386,28 @@ def _compile() -> dict[Any, Any] | None:
 
 def _compile_avx2() -> dict[Any, Any]:
     """The AVX2 kernels under the keys `_compile` gives VNNI's (no AMX, no direct product):
-    each panel width's tile and its one-row tile, each with its `spin_pool` task; and the
-    same of the ``vpmaddubsw`` kernel for narrow weights, under those keys after
-    ``"narrow"``. Raises RuntimeError or OSError where there is no JIT for this target."""
+    each panel width's tile and its one-row tile, each with its `spin_pool` task. Raises
+    RuntimeError or OSError where there is no JIT for this target."""
+    kernels, engines = _compiled_avx2(narrow=False)
+    _state["engines"] = engines  # the engines own the machine code
+    return kernels
+
+
+def _compile_narrow() -> dict[Any, Any] | None:
+    """The ``vpmaddubsw`` kernels for narrow weights, under the keys `_kernel` asks with
+    (each panel width's tile and one-row tile, and their tasks); None where they do not
+    compile."""
+    try:
+        kernels, engines = _compiled_avx2(narrow=True)
+    except (RuntimeError, OSError):
+        return None
+    _state["narrow engines"] = engines  # the engines own the machine code
+    return kernels
+
+
+def _compiled_avx2(narrow: bool) -> tuple[dict[Any, Any], list[Any]]:
+    """The AVX2 kernels (``narrow``: the ``vpmaddubsw`` ones) by key, and the engines that
+    own their machine code."""
     import llvmlite.binding as llvm
 
     from engine.cpu.llvm_jit import compile_ir
@@ -397,7 +418,7 @@ def _compile_avx2() -> dict[Any, Any]:
     features = llvm.get_host_cpu_features().flatten()
     engines = []
 
-    def compiled_tile(rows: int, vectors: int, narrow: bool = False) -> tuple[Any, int]:
+    def compiled_tile(rows: int, vectors: int) -> tuple[Any, int]:
         kernel = (NarrowInt8Kernel if narrow else Avx2Int8Kernel)(rows, vectors)
         define_task(kernel.module, kernel.define("panels"), rows)
         engines.append(compile_ir(str(kernel.module), llvm.get_host_cpu_name(), features,
@@ -409,9 +430,4 @@ def _compile_avx2() -> dict[Any, Any]:
     for vectors, rows in tiles():
         kernels[vectors], kernels["task", vectors] = compiled_tile(rows, vectors)
         kernels["row", vectors], kernels["task", "row", vectors] = compiled_tile(1, vectors)
-        kernels["narrow", vectors], kernels["narrow", "task", vectors] = compiled_tile(
-            rows, vectors, narrow=True)
-        kernels["narrow", "row", vectors], kernels["narrow", "task", "row", vectors] = \
-            compiled_tile(1, vectors, narrow=True)
-    _state["engines"] = engines  # the engines own the machine code
-    return kernels
+    return kernels, engines

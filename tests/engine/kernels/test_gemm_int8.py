@@ -295,20 +295,25 @@ def test_narrow_weights_pay_exactly_where_the_avx2_kernel_runs() -> None:
 def test_narrow_weights_run_on_the_vpmaddubsw_kernels_exactly_without_vnni(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Without VNNI (on a VNNI host too, its flag hidden), weights within ±63 take the
-    ``vpmaddubsw`` kernels, the whole tile and the one-row tile, directly and as pool jobs:
-    NumPy's sums where every pair of products reaches 2 · 255 · 63 (each activation 255,
-    its int8 form 127 plus 128), the bound its int16 sums must not pass. A weight of -64
-    keeps the exact ``vpmaddwd`` kernel."""
+    ``vpmaddubsw`` kernels (compiled at the first such product, not before), the whole tile
+    and the one-row tile, directly and as pool jobs: NumPy's sums where every pair of
+    products reaches 2 · 255 · 63 (each activation 255, its int8 form 127 plus 128), the
+    bound its int16 sums must not pass. A weight of -64 keeps the exact ``vpmaddwd``
+    kernel."""
     from engine.cpu import spin_pool
 
     has = host_features.has
     monkeypatch.setattr(gemm_int8, "_state", {})
     monkeypatch.setattr(host_features, "has", lambda flag: flag != "avx512_vnni" and has(flag))
     assert gemm_int8.narrow_weights_pay()
-    kernels = gemm_int8._compiled()
+    full = np.random.default_rng(1).integers(-128, 128, (40, 20)).astype(np.int8)
+    full[0, 0] = -128
+    gemm_int8.multiply(np.ones((3, 40), np.uint8), gemm_int8.PackedWeights(full))
+    assert "narrow kernels" not in gemm_int8._state  # full-range weights compile none
+    gemm_int8.multiply(np.ones((3, 40), np.uint8), gemm_int8.PackedWeights(full // 4))
+    kernels = gemm_int8._state["narrow kernels"]
     taken: list[object] = []
-    for key in [key for key in kernels if isinstance(key, tuple) and key[0] == "narrow"
-                and "task" not in key]:
+    for key in [key for key in kernels if not (isinstance(key, tuple) and "task" in key)]:
         kernel = kernels[key]
         monkeypatch.setitem(kernels, key, lambda *args, kernel=kernel, key=key: (
             taken.append(key), kernel(*args))[1])
@@ -325,15 +330,14 @@ def test_narrow_weights_run_on_the_vpmaddubsw_kernels_exactly_without_vnni(
             want = a.astype(np.int64) @ w.astype(np.int64)
             taken.clear()
             np.testing.assert_array_equal(gemm_int8.multiply(a, weights), want)
-            assert taken == [("narrow", "row", weights.vectors) if m == 1 else
-                             ("narrow", weights.vectors)]
+            assert taken == [("row", weights.vectors) if m == 1 else weights.vectors]
             signed = dtype == np.int8
             rows = gemm_int8.padded_rows(m, weights)
             rows[:m, :k] = a.view(np.uint8) ^ 0x80 if signed else a
             out = np.full((rows.shape[0], weights.panels * weights.vectors * gemm_int8.LANES),
                           7, np.int32)
             job = gemm_int8.product_job(rows, m, weights, signed, out)
-            assert job.args[-3] == kernels["narrow", "task", *(("row",) if m == 1 else ()),
+            assert job.args[-3] == kernels["task", *(("row",) if m == 1 else ()),
                                           weights.vectors]
             with spin_pool.armed(2):
                 job()
