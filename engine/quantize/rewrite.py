@@ -21,9 +21,9 @@ writing the relu's uint8 over its whole range where MXNet's in-place sum would s
 at 127 steps through the int8 residual's buffer.
 
 On a host whose int8 GEMM is the AVX2 kernel (no AVX-512 VNNI), a convolution of one group
-carries ``narrow_weights``: its weights are quantized within ±63 (7 bits and a sign, half the
-steps of MXNet's ±127), which that host multiplies on ``vpmaddubsw`` without saturating, about
-1.5 times as fast as full-range weights (`gemm_int8.narrow_weights_pay`). The model's
+carries ``narrow_weights``: its weights are quantized within ±63 (7 bits with the sign, half
+the steps of MXNet's ±127), which that host multiplies on ``vpmaddubsw`` without saturating,
+about 1.5 times as fast as full-range weights (`gemm_int8.narrow_weights_pay`). The model's
 quantization then depends on the host; the load-time precision check records it
 (`engine.serving.precision_check`). MXNet's own int8 exports keep their full-range weights.
 """

@@ -97,9 +97,8 @@ def int8_weights(graph: Any) -> str:
     narrowed = narrowed_layers(graph)
     if not narrowed:
         return "full-range int8 (±127)"
-    return (f"within ±63 in {narrowed} convolution(s), as this host's int8 GEMM (AVX2 without "
-            f"VNNI) multiplies 7-bit weights about 1.5 times as fast; full-range int8 (±127) "
-            f"elsewhere")
+    return (f"within ±63 in {narrowed} convolution(s), where this host's int8 GEMM (AVX2 "
+            f"without VNNI) multiplies 7-bit weights faster; full-range int8 (±127) elsewhere")
 
 
 def classifier_outputs(config: ModelConfig) -> set[str]:
