@@ -8,7 +8,8 @@ thread.
   (`integer.use_fast_path`), the two paths' outputs checked equal bit for bit first;
 * GEMM: ``C = A @ W`` (uint8 A, int8 W packed once) through `gemm_int8.multiply` as the
   convolutions call it (the copy of A into padded rows included), on VNNI (else AVX2) and,
-  where the host has it, AMX-INT8, best and median of many, beside the float64 BLAS product
+  where the host has it, AMX-INT8, best and median of many (and, on an AVX2 host without
+  VNNI, weights within ±63 on its ``vpmaddubsw`` kernel), beside the float64 BLAS product
   the other path runs (A converted to float64, one thread, median) and float32 products of
   the same shape, one thread, best: ours (`gemm_kernel`, the weights packed as a plan packs
   them) and NumPy's sgemm;
@@ -79,17 +80,23 @@ def models(rounds: int) -> None:
 
 def gemm(repeat: int) -> None:
     amx = gemm_int8.amx_available()
+    narrow = gemm_int8.narrow_weights_pay()
     kernel = "VNNI" if gemm_int8.vnni_available() else "AVX2"
     print(f"\n{'M×K×N':>16} {kernel + ' best':>9} {'median':>7} {'AMX best':>9} {'median':>7} "
-          f"{'float64 BLAS':>12} {'fp32 ours':>9} {'sgemm':>7} {'÷ ours':>6}  shape (GOP/s)")
+          f"{'float64 BLAS':>12} {'fp32 ours':>9} {'sgemm':>7} {'÷ ours':>6}"
+          + (f" {'±63 best':>9} {'median':>7} {'÷ ours':>6}" if narrow else "")
+          + "  shape (GOP/s)")
     rng = np.random.default_rng(0)
     for m, k, n, where in SHAPES:
         a = rng.integers(0, 256, (m, k)).astype(np.uint8)
         matrix = rng.integers(-128, 128, (k, n)).astype(np.int8)
         work = 2 * m * k * n / 1e9
         rates = []
+        # the weights within ±63 last (the ``vpmaddubsw`` kernel), where this host runs them
+        narrow_matrix = (matrix // 2).clip(-63, 63)
         for packed in [gemm_int8.PackedWeights(matrix)] + (
-                [gemm_int8.PackedWeights(matrix, amx=True)] if amx else []):
+                [gemm_int8.PackedWeights(matrix, amx=True)] if amx else []) + (
+                [gemm_int8.PackedWeights(narrow_matrix)] if narrow else []):
             gemm_int8.multiply(a, packed)
             times = []
             for _ in range(repeat):
@@ -98,7 +105,7 @@ def gemm(repeat: int) -> None:
                 times.append(time.perf_counter() - start)
             rates += [work / min(times), work / statistics.median(times)]
         if not amx:
-            rates += [float("nan")] * 2
+            rates[2:2] = [float("nan")] * 2
         blas = []
         w = matrix.astype(np.float64)
         with blas_threads.one_thread():
@@ -109,7 +116,9 @@ def gemm(repeat: int) -> None:
             ours, sgemm = (work / _best(product, repeat) for product in _fp32_products(m, k, n))
         print(f"{m:>5}×{k:>4}×{n:>4} {rates[0]:9.0f} {rates[1]:7.0f} {rates[2]:9.0f} "
               f"{rates[3]:7.0f} {work / statistics.median(blas):12.0f} {ours:9.0f} "
-              f"{sgemm:7.0f} {rates[0] / ours:5.2f}×  {where}")
+              f"{sgemm:7.0f} {rates[0] / ours:5.2f}×"
+              + (f" {rates[4]:9.0f} {rates[5]:7.0f} {rates[4] / ours:5.2f}×" if narrow else "")
+              + f"  {where}")
 
 
 def _fp32_products(m: int, k: int, n: int) -> list:

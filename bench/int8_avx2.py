@@ -4,9 +4,12 @@ over, one thread, the same packed weights and tiles of 2 rows by 16-column strip
 * ``vpmaddwd``: the kernel `gemm_int8` compiles (operands widened to int16, exact), its
   activations buffered once per row block where a panel has several strips;
 * ``per strip``: the same kernel with each strip widening the activations itself;
+* ``int16 weights``: the same kernel reading the packed weights stored as int16 (no
+  widening in the K loop, twice the bytes);
 * ``vpmaddubsw``: the bytes multiplied as they are (``vpmaddubsw``, then ``vpmaddwd`` by ones
-  into int32): its int16 pair sums saturate past 32 767, so it is exact only for activations
-  under 128 (checked here on 7-bit and on full 8-bit activations).
+  into int32, `gemm_int8_avx2_ir.NarrowInt8Kernel`): its int16 pair sums saturate past
+  32 767, so it is exact only for activations under 128 or weights within ±63 (checked here
+  on 7-bit and on full 8-bit activations, and on 8-bit activations by 7-bit weights).
 
 Each kernel's ``panels`` is called directly on rows already padded (no copy), the thread's CPU
 time, the best and the median of rounds each taking the best of many calls, in turn.
@@ -36,12 +39,9 @@ import llvmlite.ir as ir  # noqa: E402
 from engine.cpu import host_features  # noqa: E402
 from engine.kernels import gemm_int8, gemm_int8_avx2_ir  # noqa: E402
 from engine.kernels.gemm_int8_ir import (  # noqa: E402
-    AHEAD_BYTES,
     I8,
     I32,
     I64,
-    PanelLoops,
-    panels_function,
 )
 
 SHAPES = ((3136, 576, 64), (3136, 64, 256), (784, 1152, 128), (196, 2304, 256),
@@ -51,92 +51,16 @@ WORDS = gemm_int8_avx2_ir.WORDS
 SUMS = gemm_int8_avx2_ir.SUMS
 
 
-class SaturatingKernel(gemm_int8_avx2_ir.Avx2Int8Kernel):
-    """``panels`` on ``vpmaddubsw``: per step of four K values, a row's four activations
-    repeated over 32 bytes times each 32 bytes (8 columns) of the packed weights, its int16
-    pair sums (saturating) summed by ``vpmaddwd`` with ones into each column's int32."""
-
-    def __init__(self, rows: int, vectors: int) -> None:
-        super().__init__(rows, vectors, buffered=False)
-        self.bytes_product = ir.Function(self.module, ir.FunctionType(WORDS, [BYTES, BYTES]),
-                                         name="llvm.x86.avx2.pmadd.ub.sw")
-
-    def define(self, name: str = "panels") -> ir.Function:
-        function = panels_function(self.module, name)
-        a, lda, _, groups, c, ldc, offsets, _, _, _ = function.args
-        builder = ir.IRBuilder(function.append_basic_block("entry"))
-        loops = PanelLoops(function, builder, self.columns, self.rows)
-        a_rows = [builder.gep(a, [builder.mul(builder.add(loops.row, I64(i)), lda)])
-                  for i in range(self.rows)]
-        c_rows = [builder.gep(c, [builder.add(builder.mul(builder.add(loops.row, I64(i)), ldc),
-                                              loops.column)]) for i in range(self.rows)]
-        for strip in range(self.columns // gemm_int8_avx2_ir.STRIP):
-            sums = self._strip_sums(function, builder, a_rows,
-                                    builder.gep(loops.b_panel, [I64(strip * 64)]), groups)
-            for half in range(2):
-                at = strip * 16 + half * 8
-                offset = builder.load(builder.bitcast(builder.gep(
-                    offsets, [builder.add(loops.column, I64(at))]), SUMS.as_pointer()), align=4)
-                for i in range(self.rows):
-                    target = builder.bitcast(builder.gep(c_rows[i], [I64(at)]),
-                                             SUMS.as_pointer())
-                    builder.store(builder.add(sums[i][half], offset), target, align=4)
-        loops.close()
-        return function
-
-    def _strip_sums(self, function: ir.Function, builder: ir.IRBuilder, a_rows: list,
-                    b_strip: ir.Value, groups: ir.Value) -> list[list[ir.Value]]:
-        ones = ir.Constant(WORDS, [1] * 16)
-        start = builder.block
-        loop = function.append_basic_block("k")
-        after = function.append_basic_block("k_done")
-        builder.cbranch(builder.icmp_signed(">", groups, I64(0)), loop, after)
-        builder.position_at_end(loop)
-        group = builder.phi(I64)
-        tile = [[builder.phi(SUMS) for _ in range(2)] for _ in range(self.rows)]
-        b_run = builder.gep(b_strip, [builder.mul(group, I64(self.columns * 4))])
-        builder.call(self.prefetch, [builder.gep(b_run, [I64(AHEAD_BYTES)]), I32(0), I32(3),
-                                     I32(1)])
-        weights = [builder.load(builder.bitcast(builder.gep(b_run, [I64(half * 32)]),
-                                                BYTES.as_pointer()), align=1)
-                   for half in range(2)]
-        stepped = []
-        for i in range(self.rows):
-            word = builder.load(builder.bitcast(builder.gep(a_rows[i], [builder.mul(
-                group, I64(4))]), I32.as_pointer()), align=1)
-            single = builder.insert_element(ir.Constant(SUMS, ir.Undefined), word, I32(0))
-            repeated = builder.bitcast(builder.shuffle_vector(
-                single, ir.Constant(SUMS, ir.Undefined), ir.Constant(SUMS, [0] * 8)), BYTES)
-            stepped.append([builder.add(tile[i][half], builder.call(self.pairs, [
-                builder.call(self.bytes_product, [repeated, weights[half]]), ones]))
-                for half in range(2)])
-        group_next = builder.add(group, I64(1))
-        builder.cbranch(builder.icmp_signed("<", group_next, groups), loop, after)
-        group.add_incoming(I64(0), start)
-        group.add_incoming(group_next, loop)
-        for i in range(self.rows):
-            for half in range(2):
-                tile[i][half].add_incoming(self.zero, start)
-                tile[i][half].add_incoming(stepped[i][half], loop)
-        builder.position_at_end(after)
-        results = []
-        for i in range(self.rows):
-            row = []
-            for half in range(2):
-                value = builder.phi(SUMS)
-                value.add_incoming(self.zero, start)
-                value.add_incoming(stepped[i][half], loop)
-                row.append(value)
-            results.append(row)
-        return results
-
-
 KERNELS: dict[str, Callable[[int, int], gemm_int8_avx2_ir.Avx2Int8Kernel]] = {
     "vpmaddwd": lambda rows, vectors: gemm_int8_avx2_ir.Avx2Int8Kernel(rows, vectors),
     "per strip": lambda rows, vectors: gemm_int8_avx2_ir.Avx2Int8Kernel(rows, vectors,
                                                                         buffered=False),
-    "vpmaddubsw": SaturatingKernel,
+    "int16 weights": lambda rows, vectors: gemm_int8_avx2_ir.Avx2Int8Kernel(rows, vectors,
+                                                                            wide=True),
+    "vpmaddubsw": gemm_int8_avx2_ir.NarrowInt8Kernel,
 }
+# the kernels reading weights stored as int16 (the same order as the int8 panels)
+WIDE = {"int16 weights"}
 
 
 def compiled(kernel: gemm_int8_avx2_ir.Avx2Int8Kernel, keep: list) -> Callable[..., None]:
@@ -153,10 +77,12 @@ def compiled(kernel: gemm_int8_avx2_ir.Avx2Int8Kernel, keep: list) -> Callable[.
 
 
 def bound(panels: Callable[..., None], rows: np.ndarray, packed: gemm_int8.PackedWeights,
-          out: np.ndarray) -> Callable[[], None]:
-    """``panels`` over all of ``rows`` (padded) and every panel of ``packed`` into ``out``."""
+          out: np.ndarray, weights: np.ndarray | None = None) -> Callable[[], None]:
+    """``panels`` over all of ``rows`` (padded) and every panel of ``packed`` into ``out``;
+    ``weights``: the panels to read in place of ``packed``'s (its int16 copy)."""
     blocks = rows.shape[0] // gemm_int8.AVX2_ROWS
-    arguments = (rows.ctypes.data, rows.shape[1], packed.addresses[0], packed.groups,
+    address = packed.addresses[0] if weights is None else weights.ctypes.data
+    arguments = (rows.ctypes.data, rows.shape[1], address, packed.groups,
                  out.ctypes.data, out.shape[1], packed.addresses[1], blocks, 0, packed.panels)
     return lambda: panels(*arguments)
 
@@ -250,7 +176,7 @@ def main() -> None:
           f"tiles; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print(f"{'M×K×N':>16} " + " ".join(f"{name:>14}" for name in KERNELS))
     rng = np.random.default_rng(0)
-    exact = {(name, bits): True for name in KERNELS for bits in (7, 8)}
+    exact = {(name, bits): True for name in KERNELS for bits in (7, 8, "7-bit weights")}
     for m, k, n in SHAPES:
         weights = rng.integers(-128, 128, (k, n)).astype(np.int8)
         packed = gemm_int8.PackedWeights(weights)
@@ -259,15 +185,22 @@ def main() -> None:
                        np.int32)
         rows = np.zeros((blocks * rows_per_tile, packed.groups * 4), np.uint8)
         calls = []
+        wide = packed.packed.astype(np.int16)
+        narrow_weights = rng.integers(-63, 64, (k, n)).astype(np.int8)
+        narrow = gemm_int8.PackedWeights(narrow_weights)
         for name, make in KERNELS.items():
-            call = bound(compiled(make(rows_per_tile, packed.vectors), keep), rows, packed,
-                         out)
+            panels = compiled(make(rows_per_tile, packed.vectors), keep)
+            call = bound(panels, rows, packed, out, wide if name in WIDE else None)
             for bits in (7, 8):
                 a = rng.integers(0, 1 << bits, (m, k)).astype(np.uint8)
                 rows[:m, :k] = a
                 call()
                 exact[name, bits] &= np.array_equal(
                     out[:m, :n], a.astype(np.int64) @ weights.astype(np.int64))
+            if name not in WIDE:  # full 8-bit activations by 7-bit weights (±63)
+                bound(panels, rows, narrow, out)()
+                exact[name, "7-bit weights"] &= np.array_equal(
+                    out[:m, :n], a.astype(np.int64) @ narrow_weights.astype(np.int64))
             calls.append(call)
         repeat = max(5, int(3e7 / (m * k * n)))
         best: list[list[float]] = [[] for _ in calls]
@@ -284,7 +217,9 @@ def main() -> None:
             f"{work / min(b):6.0f} / {work / statistics.median(b):5.0f}" for b in best))
     for name in KERNELS:
         print(f"{name}: NumPy's sums on 7-bit activations: {'yes' if exact[name, 7] else 'no'}, "
-              f"on 8-bit: {'yes' if exact[name, 8] else 'no'}")
+              f"on 8-bit: {'yes' if exact[name, 8] else 'no'}" + (
+                  "" if name in WIDE else ", on 8-bit activations by 7-bit weights: "
+                  f"{'yes' if exact[name, '7-bit weights'] else 'no'}"))
 
 if __name__ == "__main__":
     main()

@@ -23,7 +23,10 @@ long K and many rows, see `engine.ops.quantized.integer`).
 
 Where the host has AVX2 but not AVX-512 VNNI, an AVX2 kernel (`gemm_int8_avx2_ir`:
 ``vpmaddwd`` on operands widened to int16) computes the same exact sums from the same packed
-weights, in tiles of `AVX2_ROWS` rows (`tiles`) that fit AVX2's sixteen registers.
+weights, in tiles of `AVX2_ROWS` rows (`tiles`) that fit AVX2's sixteen registers. Weights
+within ±63 (`PackedWeights.narrow`: a float model this engine quantizes on such a host,
+`narrow_weights_pay`) run on ``vpmaddubsw`` instead (`gemm_int8_avx2_ir.NarrowInt8Kernel`),
+which cannot saturate on them: the same exact sums, about 1.5 times as fast.
 
 `available()` is False where the host has neither or lacks llvmlite's JIT: callers keep their
 float64 products. Which kernel runs, or that none does, is logged once.
@@ -50,6 +53,10 @@ LANES = 16
 EXACT_DEPTH = (2 ** 31 - 1) // (255 * 128)
 # (zmm vectors per row, rows) of the register tiles: 24 accumulators each, at most 4 of B.
 TILES = ((1, 16), (2, 12), (4, 6))
+# The largest weight magnitude the AVX2 host's ``vpmaddubsw`` kernel is exact for: it sums two
+# products of a uint8 activation and an int8 weight into int16 with saturation, and
+# 2 · 255 · 63 = 32 130 fits where 2 · 255 · 128 does not.
+NARROW_LIMIT = 63
 # Rows of the AVX2 kernel's tiles, whatever the panel's width: 8 accumulators of a 16-column
 # strip, 4 ymm of widened weights (two rows share each) and the rows' activations fill 14 of
 # the 16 ymm registers; at 3 rows the tile spills (`gemm_int8_avx2_ir`).
@@ -78,6 +85,12 @@ def tiles() -> tuple[tuple[int, int], ...]:
     return TILES if _has_vnni() else tuple((vectors, AVX2_ROWS) for vectors, _ in TILES)
 
 
+def narrow_weights_pay() -> bool:
+    """Whether weights quantized within ±`NARROW_LIMIT` run faster here:
+    the host runs the AVX2 kernels, whose products of such weights take ``vpmaddubsw``."""
+    return _compiled() is not None and not _has_vnni()
+
+
 def _has_vnni() -> bool:
     return host_features.has("avx512f") and host_features.has("avx512_vnni")
 
@@ -101,6 +114,9 @@ class PackedWeights:
         k, n = weights.shape
         self.k, self.n = k, n
         self.amx = amx
+        # within ±63: the AVX2 host's `vpmaddubsw` kernels take them, exactly
+        self.narrow = not amx and int(np.abs(weights, dtype=np.int16).max(initial=0)) <= \
+            NARROW_LIMIT
         if amx:
             self.vectors, self.rows = 2, 32
         else:
@@ -167,13 +183,24 @@ def multiply_rows(rows: np.ndarray, m: int, weights: PackedWeights, signed: bool
         # one row (a classifier at batch 1): the one-row tile, not a whole tile of which all
         # rows but one are padding
         out = np.empty((1, columns), np.int32)
-        kernel, blocks = kernels["row", weights.vectors], 1
+        kernel, blocks = _kernel(kernels, weights, "row", weights.vectors), 1
     else:
         out = np.empty((rows.shape[0], columns), np.int32)
-        kernel = kernels["amx" if weights.amx else weights.vectors]
+        kernel = _kernel(kernels, weights, "amx" if weights.amx else weights.vectors)
     kernel(rows.ctypes.data, rows.shape[1], packed, weights.groups, out.ctypes.data,
            out.shape[1], offset_address, blocks, 0, weights.panels)
     return out[:m, :weights.n]
+
+
+def _kernel(kernels: dict[Any, Any], weights: PackedWeights, *key: Any) -> Any:
+    """The kernel under ``key`` for ``weights``: the ``vpmaddubsw`` form where the weights
+    are narrow and the host runs the AVX2 kernels (compiled on the first such product, so
+    that a process whose weights are all full-range never spends their compile time)."""
+    if weights.narrow and narrow_weights_pay():
+        narrow = compiled.made_once(_state, "narrow kernels", _compile_narrow)
+        if narrow is not None:
+            kernels = narrow
+    return kernels[key if len(key) > 1 else key[0]]
 
 
 def _checked(rows: np.ndarray, m: int, weights: PackedWeights, signed: bool,
@@ -224,10 +251,10 @@ def product_job(rows: np.ndarray, m: int, weights: PackedWeights, signed: bool,
                         out.ctypes.data, columns, offset_address, blocks, weights.panels],
                        np.int64)
     if one_row:
-        task = kernels["task", "row", weights.vectors]
+        task = _kernel(kernels, weights, "task", "row", weights.vectors)
         work = weights.k * weights.n  # the weights' bytes, read once
     else:
-        task = kernels["task", "amx" if weights.amx else weights.vectors]
+        task = _kernel(kernels, weights, "task", "amx" if weights.amx else weights.vectors)
         work = m * weights.k * weights.n // 64
     parts = min(blocks * weights.panels, kernel_jobs.parts_for(blocks * weights.panels, work))
     return spin_pool.job(task, context, parts, keep=(rows, out, weights, offsets))
@@ -361,10 +388,30 @@ def _compile_avx2() -> dict[Any, Any]:
     """The AVX2 kernels under the keys `_compile` gives VNNI's (no AMX, no direct product):
     each panel width's tile and its one-row tile, each with its `spin_pool` task. Raises
     RuntimeError or OSError where there is no JIT for this target."""
+    kernels, engines = _compiled_avx2(narrow=False)
+    _state["engines"] = engines  # the engines own the machine code
+    return kernels
+
+
+def _compile_narrow() -> dict[Any, Any] | None:
+    """The ``vpmaddubsw`` kernels for narrow weights, under the keys `_kernel` asks with
+    (each panel width's tile and one-row tile, and their tasks); None where they do not
+    compile."""
+    try:
+        kernels, engines = _compiled_avx2(narrow=True)
+    except (RuntimeError, OSError):
+        return None
+    _state["narrow engines"] = engines  # the engines own the machine code
+    return kernels
+
+
+def _compiled_avx2(narrow: bool) -> tuple[dict[Any, Any], list[Any]]:
+    """The AVX2 kernels (``narrow``: the ``vpmaddubsw`` ones) by key, and the engines that
+    own their machine code."""
     import llvmlite.binding as llvm
 
     from engine.cpu.llvm_jit import compile_ir
-    from engine.kernels.gemm_int8_avx2_ir import Avx2Int8Kernel
+    from engine.kernels.gemm_int8_avx2_ir import Avx2Int8Kernel, NarrowInt8Kernel
     from engine.kernels.gemm_int8_ir import define_task
 
     llvm.initialize_native_target()
@@ -372,7 +419,7 @@ def _compile_avx2() -> dict[Any, Any]:
     engines = []
 
     def compiled_tile(rows: int, vectors: int) -> tuple[Any, int]:
-        kernel = Avx2Int8Kernel(rows, vectors)
+        kernel = (NarrowInt8Kernel if narrow else Avx2Int8Kernel)(rows, vectors)
         define_task(kernel.module, kernel.define("panels"), rows)
         engines.append(compile_ir(str(kernel.module), llvm.get_host_cpu_name(), features,
                                   level=3, optimise=True))
@@ -383,5 +430,4 @@ def _compile_avx2() -> dict[Any, Any]:
     for vectors, rows in tiles():
         kernels[vectors], kernels["task", vectors] = compiled_tile(rows, vectors)
         kernels["row", vectors], kernels["task", "row", vectors] = compiled_tile(1, vectors)
-    _state["engines"] = engines  # the engines own the machine code
-    return kernels
+    return kernels, engines

@@ -5,7 +5,8 @@ same arguments, the same packed weights and the same exact int32 sums, from ``vp
 activations and int8 weights widened to int16 first, every product (at most 255 · 128 in
 magnitude) and every pair sum is exact, and nothing saturates. (``vpmaddubsw``, which takes
 the bytes as they are, sums its pairs into int16 with saturation: 255 · (-128) · 2 does not
-fit, so it is exact only for operands narrower than ours.)
+fit, so it is exact only for narrower operands: `NarrowInt8Kernel` runs it on weights within
+±63, where the engine quantizes them so.)
 
 The packed weights (`gemm_int8.PackedWeights`) hold, per step of four K values, 64 bytes for
 16 columns: each column's four K values together. Sign-extended to int16, 16 of those bytes
@@ -56,10 +57,15 @@ class Avx2Int8Kernel:
     columns, computed a `STRIP` at a time. ``buffered``: each row block's activations are
     widened and repeated once per `CHUNK` groups into a buffer on the stack that every strip
     reads, else each strip widens them itself; by default where a panel has more than one
-    strip."""
+    strip. ``wide``: the packed weights are stored as int16 (the same order, two bytes a
+    weight), read without widening (`bench/int8_avx2.py` measures it: slower, as each row
+    block reads twice the weight bytes from L2)."""
 
-    def __init__(self, rows: int, vectors: int, buffered: bool | None = None) -> None:
+    def __init__(self, rows: int, vectors: int, buffered: bool | None = None,
+                 wide: bool = False) -> None:
         self.rows, self.vectors = rows, vectors
+        self.wide = wide
+        self.weight_bytes = 2 if wide else 1
         self.buffered = vectors * LANES > STRIP if buffered is None else buffered
         self.module = ir.Module(name="hybridserve_gemm_int8_avx2")
         self.zero = ir.Constant(SUMS, [0] * 8)
@@ -81,7 +87,8 @@ class Avx2Int8Kernel:
             buffer = builder.alloca(ir.ArrayType(WORDS, self.rows * CHUNK))
             buffer.align = 32
             buffer = builder.bitcast(buffer, WORDS.as_pointer())
-        loops = PanelLoops(function, builder, self.columns, self.rows)
+        loops = PanelLoops(function, builder, self.columns, self.rows,
+                           weight_bytes=self.weight_bytes)
         row, column = loops.row, loops.column
         a_rows = [builder.gep(a, [builder.mul(builder.add(row, I64(i)), lda)])
                   for i in range(self.rows)]
@@ -149,7 +156,8 @@ class Avx2Int8Kernel:
         offsets, column = function.args[6], loops.column
         for strip in range(self.columns // STRIP):
             b_strip = builder.gep(loops.b_panel, [builder.add(
-                builder.mul(first, I64(self.columns * 4)), I64(strip * STRIP * 4))])
+                builder.mul(first, I64(self.columns * 4 * self.weight_bytes)),
+                I64(strip * STRIP * 4 * self.weight_bytes))])
             partial = self._strip(function, builder, activations, b_strip, count)
             for j in range(STRIP // 8):
                 at = strip * STRIP + j * 8
@@ -181,13 +189,21 @@ class Avx2Int8Kernel:
         builder.position_at_end(loop)
         group = builder.phi(I64)
         tile = [[builder.phi(SUMS) for _ in range(quarters)] for _ in range(self.rows)]
-        b_run = builder.gep(b_strip, [builder.mul(group, I64(self.columns * 4))])
-        # a read (0), kept in every level of cache (3), of data (1): ``prefetcht0``
-        builder.call(self.prefetch, [builder.gep(b_run, [I64(AHEAD_BYTES)]), I32(0), I32(3),
-                                     I32(1)])
-        weights = [builder.sext(builder.load(builder.bitcast(
-            builder.gep(b_run, [I64(q * QUARTER)]), ir.VectorType(I8, 16).as_pointer()),
-            align=1), WORDS) for q in range(quarters)]
+        b_run = builder.gep(b_strip, [builder.mul(group, I64(self.columns * 4
+                                                             * self.weight_bytes))])
+        # a read (0), kept in every level of cache (3), of data (1): ``prefetcht0``, one a
+        # cache line of the step's weights
+        for line in range(self.weight_bytes):
+            builder.call(self.prefetch, [builder.gep(b_run, [I64(AHEAD_BYTES + 64 * line)]),
+                                         I32(0), I32(3), I32(1)])
+        if self.wide:  # stored as int16 already
+            weights = [builder.load(builder.bitcast(
+                builder.gep(b_run, [I64(q * QUARTER * 2)]), WORDS.as_pointer()), align=1)
+                for q in range(quarters)]
+        else:
+            weights = [builder.sext(builder.load(builder.bitcast(
+                builder.gep(b_run, [I64(q * QUARTER)]), ir.VectorType(I8, 16).as_pointer()),
+                align=1), WORDS) for q in range(quarters)]
         stepped = [[builder.add(tile[i][q], builder.call(self.pairs, [row, weights[q]]))
                     for q in range(quarters)]
                    for i, row in enumerate(activations(group))]
@@ -230,3 +246,97 @@ def _column_sums(builder: ir.IRBuilder, low: ir.Value, high: ir.Value) -> ir.Val
     even = builder.shuffle_vector(low, high, ir.Constant(SUMS, list(range(0, 16, 2))))
     odd = builder.shuffle_vector(low, high, ir.Constant(SUMS, list(range(1, 16, 2))))
     return builder.add(even, odd)
+
+
+BYTES = ir.VectorType(I8, 32)
+
+
+class NarrowInt8Kernel(Avx2Int8Kernel):
+    """``panels`` on ``vpmaddubsw`` for weights within ±63 (`gemm_int8.NARROW_LIMIT`): the
+    bytes multiplied as they are, no widening of either operand. Per step of four K values,
+    a row's four activations repeated over 32 bytes meet 32 bytes of the packed weights (8
+    columns, each column's four K values together); ``vpmaddubsw`` sums K values 0-1 and 2-3 of each
+    column into int16 (exact: no pair sum passes 2 · 255 · 63), and ``vpmaddwd`` by
+    ones adds the two into the column's int32 lane, so each accumulator holds eight columns'
+    sums as they are. The same packed weights and arguments as `Avx2Int8Kernel`; a strip of 16
+    columns at 2 rows keeps 4 accumulators."""
+
+    def __init__(self, rows: int, vectors: int) -> None:
+        super().__init__(rows, vectors, buffered=False)
+        self.bytes_product = ir.Function(self.module, ir.FunctionType(WORDS, [BYTES, BYTES]),
+                                         name="llvm.x86.avx2.pmadd.ub.sw")
+
+    def define(self, name: str = "panels") -> ir.Function:
+        function = panels_function(self.module, name)
+        a, lda, _, groups, c, ldc, offsets, _, _, _ = function.args
+        builder = ir.IRBuilder(function.append_basic_block("entry"))
+        loops = PanelLoops(function, builder, self.columns, self.rows)
+        a_rows = [builder.gep(a, [builder.mul(builder.add(loops.row, I64(i)), lda)])
+                  for i in range(self.rows)]
+        c_rows = [builder.gep(c, [builder.add(builder.mul(builder.add(loops.row, I64(i)), ldc),
+                                              loops.column)]) for i in range(self.rows)]
+        for strip in range(self.columns // STRIP):
+            sums = self._narrow_strip(function, builder, a_rows, builder.gep(
+                loops.b_panel, [I64(strip * STRIP * 4)]), groups)
+            for half in range(STRIP // 8):
+                at = strip * STRIP + half * 8
+                offset = builder.load(builder.bitcast(builder.gep(
+                    offsets, [builder.add(loops.column, I64(at))]), SUMS.as_pointer()), align=4)
+                for i in range(self.rows):
+                    target = builder.bitcast(builder.gep(c_rows[i], [I64(at)]),
+                                             SUMS.as_pointer())
+                    builder.store(builder.add(sums[i][half], offset), target, align=4)
+        loops.close()
+        return function
+
+    def _narrow_strip(self, function: ir.Function, builder: ir.IRBuilder, a_rows: list,
+                      b_strip: ir.Value, groups: ir.Value) -> list[list[ir.Value]]:
+        """One strip's K loop from the builder's block; the builder ends after it, the rows'
+        accumulators (``rows`` × 2, eight columns each) returned as values there."""
+        halves = STRIP // 8
+        ones = ir.Constant(WORDS, [1] * 16)
+        start = builder.block
+        loop = function.append_basic_block("k")
+        after = function.append_basic_block("k_done")
+        builder.cbranch(builder.icmp_signed(">", groups, I64(0)), loop, after)
+
+        builder.position_at_end(loop)
+        group = builder.phi(I64)
+        tile = [[builder.phi(SUMS) for _ in range(halves)] for _ in range(self.rows)]
+        b_run = builder.gep(b_strip, [builder.mul(group, I64(self.columns * 4))])
+        # ``prefetcht0`` of the strip's weights `AHEAD_BYTES` on, as `Avx2Int8Kernel`'s
+        builder.call(self.prefetch, [builder.gep(b_run, [I64(AHEAD_BYTES)]), I32(0), I32(3),
+                                     I32(1)])
+        weights = [builder.load(builder.bitcast(builder.gep(b_run, [I64(half * 32)]),
+                                                BYTES.as_pointer()), align=1)
+                   for half in range(halves)]
+        stepped = []
+        for i, a_row in enumerate(a_rows):
+            word = builder.load(builder.bitcast(builder.gep(a_row, [builder.mul(
+                group, I64(4))]), I32.as_pointer()), align=1)
+            single = builder.insert_element(ir.Constant(SUMS, ir.Undefined), word, I32(0))
+            repeated = builder.bitcast(builder.shuffle_vector(
+                single, ir.Constant(SUMS, ir.Undefined), ir.Constant(SUMS, [0] * 8)), BYTES)
+            stepped.append([builder.add(tile[i][half], builder.call(self.pairs, [
+                builder.call(self.bytes_product, [repeated, weights[half]]), ones]))
+                for half in range(halves)])
+        group_next = builder.add(group, I64(1))
+        builder.cbranch(builder.icmp_signed("<", group_next, groups), loop, after)
+        group.add_incoming(I64(0), start)
+        group.add_incoming(group_next, loop)
+        for i in range(self.rows):
+            for half in range(halves):
+                tile[i][half].add_incoming(self.zero, start)
+                tile[i][half].add_incoming(stepped[i][half], loop)
+
+        builder.position_at_end(after)
+        results = []
+        for i in range(self.rows):
+            row = []
+            for half in range(halves):
+                value = builder.phi(SUMS)
+                value.add_incoming(self.zero, start)
+                value.add_incoming(stepped[i][half], loop)
+                row.append(value)
+            results.append(row)
+        return results

@@ -55,14 +55,15 @@ class PanelLoops:
     the row blocks ``[0, row_blocks)``. Made at the end of the entry block, it leaves the
     builder in a row block's body (``panel``, ``block``, the panel's ``b_panel`` and first
     ``column``, the block's first ``row`` at hand); `close` ends both loops and returns.
-    ``per_panel(builder, column)`` emits what each panel computes once, before its rows."""
+    ``per_panel(builder, column)`` emits what each panel computes once, before its rows.
+    ``weight_bytes``: the bytes of one packed weight (2 where they are stored as int16)."""
 
     def __init__(self, function: ir.Function, builder: ir.IRBuilder, columns: int, rows: int,
-                 per_panel: Callable[[ir.IRBuilder, ir.Value], Any] = lambda *_: None
-                 ) -> None:
+                 per_panel: Callable[[ir.IRBuilder, ir.Value], Any] = lambda *_: None,
+                 weight_bytes: int = 1) -> None:
         _, _, b, groups, _, _, _, self.row_blocks, first, last = function.args
         self.builder, self.last = builder, last
-        panel_bytes = builder.mul(groups, I64(columns * 4))
+        panel_bytes = builder.mul(groups, I64(columns * 4 * weight_bytes))
         entry = builder.block
         self.panel_loop = function.append_basic_block("panel")
         self.done = function.append_basic_block("done")

@@ -19,6 +19,13 @@ Flatten as ``_contrib_quantized_flatten``. A residual sum
 whose other operand is signed keeps its relu fused: the node carries ``out_of_place_sum``,
 writing the relu's uint8 over its whole range where MXNet's in-place sum would saturate it
 at 127 steps through the int8 residual's buffer.
+
+On a host whose int8 GEMM is the AVX2 kernel (no AVX-512 VNNI), a convolution of one group
+carries ``narrow_weights``: its weights are quantized within ±63 (7 bits with the sign, half
+the steps of MXNet's ±127), which that host multiplies on ``vpmaddubsw`` without saturating,
+about 1.5 times as fast as full-range weights (`gemm_int8.narrow_weights_pay`). The model's
+quantization then depends on the host; the load-time precision check records it
+(`engine.serving.precision_check`). MXNet's own int8 exports keep their full-range weights.
 """
 
 from __future__ import annotations
@@ -32,17 +39,35 @@ from engine.quantize.chains import Chain, is_global_average
 Range = tuple[float, float]
 
 
-def quantize_graph(graph: Graph, chains: Sequence[Chain], ranges: Mapping[Entry, Range]
-                   ) -> Graph:
+def quantize_graph(graph: Graph, chains: Sequence[Chain], ranges: Mapping[Entry, Range],
+                   narrow_weights: bool | None = None) -> Graph:
     """``graph`` with ``chains`` quantized over ``ranges`` (by float entry, as
-    `calibrate.watched_entries` lists them)."""
-    return _Rewriter(graph, chains, ranges).run()
+    `calibrate.watched_entries` lists them). ``narrow_weights``: whether convolutions of one
+    group take weights within ±63 (see the module); by default where this host's int8 GEMM
+    runs them faster."""
+    if narrow_weights is None:
+        narrow_weights = narrow_weights_here()
+    return _Rewriter(graph, chains, ranges, narrow_weights).run()
+
+
+def narrow_weights_here() -> bool:
+    """Whether this host's int8 GEMM multiplies weights within ±63 faster than full-range
+    ones (AVX2 without VNNI), so that the rewrite quantizes convolutions' weights so."""
+    from engine.kernels import gemm_int8
+
+    return gemm_int8.narrow_weights_pay()
+
+
+def narrowed_layers(graph: Graph) -> int:
+    """How many of ``graph``'s nodes carry ``narrow_weights`` (weights within ±63)."""
+    return sum(node.attrs.get("narrow_weights") == "True" for node in graph.nodes)
 
 
 class _Rewriter:
     def __init__(self, graph: Graph, chains: Sequence[Chain],
-                 ranges: Mapping[Entry, Range]) -> None:
+                 ranges: Mapping[Entry, Range], narrow_weights: bool = False) -> None:
         self.graph, self.ranges = graph, ranges
+        self.narrow_weights = narrow_weights
         self.by_last = {chain.last: chain for chain in chains}
         self.inside = {index for chain in chains for index in chain.members} - set(self.by_last)
         self.nodes: list[Node] = []
@@ -221,6 +246,8 @@ class _Rewriter:
             summand = self._int8(chain.summand) if chain.summand is not None else None
             inputs = [data[0], *params, *(() if summand is None else (summand[0],)),
                       data[1], data[2], *(() if summand is None else summand[1:])]
+            if self.narrow_weights and main.params.num_group == 1:
+                attrs["narrow_weights"] = "True"
             attrs.update(with_bn=str(chain.batchnorm is not None),
                          with_act=str(chain.act is not None), with_sum=str(summand is not None),
                          with_postsum_act=str(chain.postsum_act is not None))

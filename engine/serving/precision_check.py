@@ -18,6 +18,9 @@ than ``precision_check.min_top1_agreement``, or any other output past
 ``max_relative_error``, refuses the model: a classifier's scores may move while its classes
 stay, and another 2-D output's largest entry (a concatenation's) says nothing. A model that
 runs in fp32 all the same (the host has no bf16 path) records that, and is not compared.
+An int8 model's record says how its weights were quantized (``weights``): within ±127, or
+within ±63 in the convolutions where the host's int8 GEMM multiplies such weights faster
+(AVX2 without VNNI, `engine.quantize.rewrite`), which the comparison then measures.
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ def check_precision(model: Any, config: ModelConfig, inputs: Sequence[TensorConf
     record: dict[str, Any] = {"asked": config.precision, "running": running}
     if calibrated is not None:
         record["calibration"] = calibrated.record
+    if running == "int8" and hasattr(model, "run_graph"):
+        record["weights"] = int8_weights(model.run_graph)
     if running == "fp32":
         return {**record, "ran": False,
                 "reason": f"this host has no {config.precision} path: the model runs in fp32"}
@@ -83,6 +88,17 @@ def check_precision(model: Any, config: ModelConfig, inputs: Sequence[TensorConf
                   thresholds=config.precision_check.model_dump())
     _refuse_past_thresholds(outputs, config, where, record["samples"], record["inputs"])
     return record
+
+
+def int8_weights(graph: Any) -> str:
+    """How an int8 graph's weights were quantized, in words."""
+    from engine.quantize.rewrite import narrowed_layers
+
+    narrowed = narrowed_layers(graph)
+    if not narrowed:
+        return "full-range int8 (±127)"
+    return (f"within ±63 in {narrowed} convolution(s), where this host's int8 GEMM (AVX2 "
+            f"without VNNI) multiplies 7-bit weights faster; full-range int8 (±127) elsewhere")
 
 
 def classifier_outputs(config: ModelConfig) -> set[str]:

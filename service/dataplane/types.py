@@ -191,6 +191,9 @@ class PrecisionCheck(CheckRan):
     asked: str
     running: str
     calibration: CalibrationRecord | None = None
+    weights: str | None = Field(None, description="int8: how the weights were quantized "
+                                "(within ±127, or ±63 in the convolutions where the host's "
+                                "int8 GEMM runs 7-bit weights faster: AVX2 without VNNI)")
     samples: int | None = None
     inputs: str | None = Field(None, description="what the check ran on: random rows, or "
                                "the uploaded calibration inputs")

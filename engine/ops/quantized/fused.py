@@ -55,9 +55,12 @@ def _flags(*names: str) -> tuple[Param, ...]:
 # (``with_relu`` and ``with_postsum_relu`` are the names MXNet 1.5 wrote.) One is ours:
 # ``out_of_place_sum``, an int8 residual under a uint8 output summed into the node's own
 # output over its whole range, not through the residual's int8 buffer (`_conv_terms`), as
-# `engine.quantize.rewrite` writes it.
+# `engine.quantize.rewrite` writes it; and ``narrow_weights``, the weights quantized within
+# ±63 (`requantize.NARROW_LIMIT`), which the rewrite writes on hosts whose int8 GEMM runs such
+# weights faster (AVX2 without VNNI, `gemm_int8.narrow_weights_pay`).
 CONV_PARAMS = (*_flags("quantized", "with_bn", "with_act", "with_sum", "with_postsum_act",
-                       "with_relu", "with_postsum_relu", "out_of_place_sum"), *CALIB_PARAMS)
+                       "with_relu", "with_postsum_relu", "out_of_place_sum", "narrow_weights"),
+               *CALIB_PARAMS)
 FC_PARAMS = (*_flags("quantized", "enable_float_output", "with_eltwise",
                      "channel_wise_quantize", "with_relu"), *CALIB_PARAMS)
 
@@ -116,10 +119,11 @@ def _conv_dtypes(attrs: Attrs, dtypes: list) -> tuple[list, list]:
 class _ConvWeights:
     """A node's weights with BatchNorm folded in, and their int8 form for the last data scale
     asked for (a calibrated node's data scale never changes, so a bound node prepares them
-    once)."""
+    once). ``narrow_weights``: within ±63 (`requantize.NARROW_LIMIT`)."""
 
     def __init__(self, attrs: Attrs, values: dict[str, Any]) -> None:
         self.chain = _conv_chain(attrs)
+        self.narrow = bool(attrs.narrow_weights)
         self.weight, self.bias = fold_batchnorm(
             np.asarray(values["weight"]), values.get("bias"), self.chain,
             [np.asarray(values[name]) for name in BN_INPUTS] if attrs.with_bn else [])
@@ -130,8 +134,10 @@ class _ConvWeights:
         """(scales, int8 weights, int32 bias) for data of ``data_scale``."""
         key = (float(data_scale), per_channel)
         if self._last is None or self._last[0] != key:
-            scales = weight_scales(self.weight, self.bias, data_scale, per_channel)
-            weight_q, bias_q = quantized_weight_bias(self.weight, self.bias, data_scale, scales)
+            scales = weight_scales(self.weight, self.bias, data_scale, per_channel,
+                                   self.narrow)
+            weight_q, bias_q = quantized_weight_bias(self.weight, self.bias, data_scale, scales,
+                                                     self.narrow)
             weight_q.setflags(write=False)  # kept: the int8 GEMM packs it once (`integer`)
             self._last = (key, (scales, weight_q, bias_q))
         return self._last[1]

@@ -7,12 +7,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from engine.kernels import gemm_int8
 from engine.ops.dtypes import FLOAT32, INT32, UINT8
 from engine.ops.quantized import ranges
 from engine.ops.quantized.ranges import F32, INT8
 from engine.ops.quantized.subgraph_attrs import NON_NEGATIVE, Activation
 
 INT32_RANGE = F32(2 ** 31)  # |INT32_MIN|: 2**31 - 1 rounds to it in float32 anyway
+# Narrow weights (a node's ``narrow_weights``): each channel's largest magnitude is 63.5
+# steps, not 127.5, and the weights saturate at ±63, so that the AVX2 kernel for hosts
+# without VNNI multiplies them on ``vpmaddubsw`` exactly.
+NARROW_RANGE, NARROW_LIMIT = F32(63.5), gemm_int8.NARROW_LIMIT
 
 
 @dataclass(frozen=True)
@@ -25,17 +30,18 @@ class Residual:
 
 
 def weight_scales(weight: np.ndarray, bias: np.ndarray | None, data_scale: F32,
-                  per_channel: bool) -> np.ndarray:
+                  per_channel: bool, narrow: bool = False) -> np.ndarray:
     """Integer steps per real unit of each output channel's weights (MXNet's
-    ``GetWeightScales``): 127.5 over the channel's largest magnitude, lowered where the bias
-    would pass half of int32 (oneDNN mishandles biases near INT_MAX); one scale for the whole
-    tensor when ``per_channel`` is off."""
+    ``GetWeightScales``): 127.5 over the channel's largest magnitude (63.5 where
+    ``narrow``), lowered where the bias would pass half of int32 (oneDNN mishandles biases
+    near INT_MAX); one scale for the whole tensor when ``per_channel`` is off."""
+    steps = NARROW_RANGE if narrow else ranges.INT8_RANGE
     rows = weight.reshape(weight.shape[0], -1)
     if not per_channel:
         reach = ranges.max_abs(rows.min(), rows.max())
-        return np.full(weight.shape[0], ranges.INT8_RANGE / reach, dtype=np.float32)
+        return np.full(weight.shape[0], steps / reach, dtype=np.float32)
     reach = np.maximum(np.abs(rows.min(axis=1)), np.abs(rows.max(axis=1))).astype(np.float32)
-    scales = (ranges.INT8_RANGE / reach).astype(np.float32)
+    scales = (steps / reach).astype(np.float32)
     if bias is not None:
         with np.errstate(divide="ignore"):
             limit = np.where(bias > 0, F32(2 ** 31 - 1), F32(-(2 ** 31))).astype(np.float32)
@@ -45,10 +51,15 @@ def weight_scales(weight: np.ndarray, bias: np.ndarray | None, data_scale: F32,
 
 
 def quantized_weight_bias(weight: np.ndarray, bias: np.ndarray | None, data_scale: F32,
-                          scales: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-    """int8 weights and int32 bias: the bias's steps are the data's times the weight's."""
+                          scales: np.ndarray, narrow: bool = False
+                          ) -> tuple[np.ndarray, np.ndarray | None]:
+    """int8 weights and int32 bias: the bias's steps are the data's times the weight's.
+    ``narrow``: the weights saturate at ±`NARROW_LIMIT` (their scales `weight_scales`'
+    narrow ones)."""
     shape = (-1,) + (1,) * (weight.ndim - 1)
     weight_q = ranges.saturate_round(weight * scales.reshape(shape), INT8)
+    if narrow:
+        np.clip(weight_q, -NARROW_LIMIT, NARROW_LIMIT, out=weight_q)
     if bias is None:
         return weight_q, None
     bias_scales = (data_scale * scales).astype(np.float32)

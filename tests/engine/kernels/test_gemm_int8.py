@@ -285,3 +285,63 @@ def test_a_pool_jobs_offsets_must_be_one_int32_a_column() -> None:
     out = np.zeros((rows.shape[0], packed.panels * packed.vectors * gemm_int8.LANES), np.int32)
     with pytest.raises(ValueError, match="offsets int64"):
         gemm_int8.product_job(rows, 1, packed, False, out, np.zeros(out.shape[1], np.int64))
+
+
+def test_narrow_weights_pay_exactly_where_the_avx2_kernel_runs() -> None:
+    assert gemm_int8.narrow_weights_pay() == (host_features.has("avx2") and not _host_has_vnni())
+
+
+@pytest.mark.skipif(not host_features.has("avx2"), reason="the host has no AVX2")
+def test_narrow_weights_run_on_the_vpmaddubsw_kernels_exactly_without_vnni(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without VNNI (on a VNNI host too, its flag hidden), weights within ±63 take the
+    ``vpmaddubsw`` kernels (compiled at the first such product, not before), the whole tile
+    and the one-row tile, directly and as pool jobs: NumPy's sums where every pair of
+    products reaches 2 · 255 · 63 (each activation 255, its int8 form 127 plus 128), the
+    bound its int16 sums must not pass. A weight of -64 keeps the exact ``vpmaddwd``
+    kernel."""
+    from engine.cpu import spin_pool
+
+    has = host_features.has
+    monkeypatch.setattr(gemm_int8, "_state", {})
+    monkeypatch.setattr(host_features, "has", lambda flag: flag != "avx512_vnni" and has(flag))
+    assert gemm_int8.narrow_weights_pay()
+    full = np.random.default_rng(1).integers(-128, 128, (40, 20)).astype(np.int8)
+    full[0, 0] = -128
+    gemm_int8.multiply(np.ones((3, 40), np.uint8), gemm_int8.PackedWeights(full))
+    assert "narrow kernels" not in gemm_int8._state  # full-range weights compile none
+    gemm_int8.multiply(np.ones((3, 40), np.uint8), gemm_int8.PackedWeights(full // 4))
+    kernels = gemm_int8._state["narrow kernels"]
+    taken: list[object] = []
+    for key in [key for key in kernels if not (isinstance(key, tuple) and "task" in key)]:
+        kernel = kernels[key]
+        monkeypatch.setitem(kernels, key, lambda *args, kernel=kernel, key=key: (
+            taken.append(key), kernel(*args))[1])
+    rng = np.random.default_rng(63)
+    k = 1031
+    for n in (9, 33, 130, 1000):
+        w = rng.integers(-63, 64, (k, n)).astype(np.int8)
+        w[:, 0], w[:, -1] = 63, -63
+        weights = gemm_int8.PackedWeights(w)
+        assert weights.narrow
+        for dtype, m in ((np.uint8, 1), (np.uint8, 5), (np.int8, 1), (np.int8, 8)):
+            a = rng.integers(np.iinfo(dtype).min, np.iinfo(dtype).max + 1, (m, k)).astype(dtype)
+            a[:, :k // 2] = np.iinfo(dtype).max
+            want = a.astype(np.int64) @ w.astype(np.int64)
+            taken.clear()
+            np.testing.assert_array_equal(gemm_int8.multiply(a, weights), want)
+            assert taken == [("row", weights.vectors) if m == 1 else weights.vectors]
+            signed = dtype == np.int8
+            rows = gemm_int8.padded_rows(m, weights)
+            rows[:m, :k] = a.view(np.uint8) ^ 0x80 if signed else a
+            out = np.full((rows.shape[0], weights.panels * weights.vectors * gemm_int8.LANES),
+                          7, np.int32)
+            job = gemm_int8.product_job(rows, m, weights, signed, out)
+            assert job.args[-3] == kernels["task", *(("row",) if m == 1 else ()),
+                                          weights.vectors]
+            with spin_pool.armed(2):
+                job()
+            np.testing.assert_array_equal(out[:m, :n], want)
+    w[0, 0] = -64
+    assert not gemm_int8.PackedWeights(w).narrow
+    assert not gemm_int8.PackedWeights(w, amx=True).narrow

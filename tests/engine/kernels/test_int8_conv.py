@@ -725,3 +725,35 @@ def test_outputs_wider_than_they_leave_room_for_keep_their_own_tiles():
                                    int8_conv.Layouts(out=True))
         assert conv.grid is None and conv.tile_rows == gemm_int8.direct_tile_rows(out_w)
         assert conv.sum_rows == conv.rows
+
+
+@pytest.mark.parametrize("avx512dq", [False, True])
+@pytest.mark.parametrize("laid", [int8_conv.Layouts(), int8_conv.Layouts(True, True, True)])
+@pytest.mark.parametrize("with_residual", [False, True])
+@pytest.mark.parametrize("huge_bias", [False, True])
+def test_the_requantize_adds_in_int32_only_where_every_sum_fits(monkeypatch, avx512dq, laid,
+                                                                 with_residual, huge_bias):
+    """Without AVX-512 DQ the requantize adds sums and bias in int32 where every sum fits
+    (`int8_conv.INT32_SUMS`), else in int64 as before: the NumPy path's bytes either way,
+    a bias near int32's limit included."""
+    from engine.cpu import host_features
+
+    has = host_features.has
+    monkeypatch.setattr(host_features, "has",
+                        lambda flag: avx512dq if flag == "avx512dq" else has(flag))
+    rng = np.random.default_rng(int(avx512dq) + 2 * int(huge_bias) + 4 * int(with_residual))
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, SHAPES[2], np.uint8, np.uint8, "relu", with_residual)
+    if huge_bias:
+        epilogue.bias[::2] = 2 ** 31 - 2 ** 20
+    want = _reference(data, weight, geometry, epilogue, residual, storage, np.uint8)
+    out = np.zeros_like(want)
+    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight))
+    conv = int8_conv.FusedConv(_channels_last(data) if laid.data else data, weight, packed,
+                               geometry, out,
+                               _channels_last(residual) if laid.residual and with_residual
+                               else residual, laid)
+    conv(epilogue)
+    np.testing.assert_array_equal(_from_channels_last(out) if laid.out else out, want)
+    assert bool(conv._requantize_flags() & int8_conv.INT32_SUMS) == (
+        not avx512dq and not huge_bias)

@@ -162,3 +162,64 @@ def test_int8_needs_calibration_inputs_it_can_use(net) -> None:  # noqa: ANN001
                           calibration_settings={"mode": "kl"})
     with pytest.raises(ValueError, match="not available on the GPU"):
         engine.runtime.precision.resolve("int8", "gpu")
+
+
+def depthwise_net() -> tuple[sym.Symbol, dict[str, np.ndarray]]:
+    """A convolution of one group, a depthwise one (a group a channel) and a dense layer."""
+    data = sym.var("data")
+    body = sym.Activation(nets._conv_bn(data, "c1", 8, 3), act_type="relu", name="c1_relu")
+    body = sym.Convolution(body, num_filter=8, num_group=8, kernel=(3, 3), pad=(1, 1),
+                           name="dw")
+    body = sym.Activation(body, act_type="relu", name="dw_relu")
+    net = sym.FullyConnected(body, num_hidden=10, name="fc2")
+    return net, nets.random_params(net, (1, 3, 16, 16), seed=7)
+
+
+@pytest.mark.parametrize("narrow", [True, False])
+def test_convolutions_of_one_group_take_narrow_weights_where_the_host_asks(
+        monkeypatch: pytest.MonkeyPatch, narrow: bool) -> None:
+    """Where the host's int8 GEMM runs weights within ±63 faster (`rewrite.
+    narrow_weights_here`), the rewrite marks each convolution of one group so, never a
+    depthwise one nor a dense layer; the model still agrees with float32, and its fused
+    convolutions give the NumPy path's bytes."""
+    from engine.quantize import rewrite
+
+    monkeypatch.setattr(rewrite, "narrow_weights_here", lambda: narrow)
+    symbol, params = depthwise_net()
+    calibration = RNG.standard_normal((32, 3, 16, 16)).astype(np.float32)
+    images = RNG.standard_normal((64, 3, 16, 16)).astype(np.float32)
+    model = engine.load_model(symbol, params, precision="int8",
+                              calibration={"data": calibration})
+    marked = {node.name: node.params.narrow_weights for node in model.run_graph.nodes
+              if node.op == "_sg_mkldnn_conv"}
+    assert marked == {"c1_relu": narrow, "dw_relu": False}
+    assert rewrite.narrowed_layers(model.run_graph) == int(narrow)
+    assert all("narrow_weights" not in node.attrs for node in model.run_graph.nodes
+               if node.op == "_sg_mkldnn_fully_connected")
+    relative, top1 = agreement(model, images)
+    assert relative < 0.05 and top1 >= 0.95
+    with numpy_path():
+        exact = engine.load_model(symbol, params, precision="int8",
+                                  calibration={"data": calibration}).infer(
+            {"data": images})["fc2_output"]
+    np.testing.assert_array_equal(model.infer({"data": images})["fc2_output"], exact)
+
+
+def test_narrow_weights_reach_63_steps_a_channel_and_no_further() -> None:
+    """Narrow weights: each channel's largest magnitude at 63 steps (±63, never 64), the
+    rest rounded on the same scale, within half a step of the float weights; full-range ones
+    reach 127 (or -128: -127.5 rounds to even)."""
+    from engine.ops.quantized.requantize import quantized_weight_bias, weight_scales
+
+    weight = RNG.standard_normal((6, 4, 3, 3)).astype(np.float32)
+    weight[2] *= 40  # channels of very different magnitudes
+    bias = RNG.standard_normal(6).astype(np.float32)
+    data_scale = np.float32(20.0)
+    for narrow, top, reaches in ((True, 63, {63}), (False, 127, {127, 128})):
+        scales = weight_scales(weight, bias, data_scale, True, narrow)
+        weight_q, _ = quantized_weight_bias(weight, bias, data_scale, scales, narrow)
+        reach = np.abs(weight_q.reshape(6, -1).astype(np.int64)).max(axis=1)
+        assert set(reach.tolist()) <= reaches and top in reach
+        steps = weight * scales.reshape(-1, 1, 1, 1)
+        inside = np.abs(steps) < top  # the largest saturate at the top
+        assert np.abs(weight_q[inside] - steps[inside]).max() <= 0.5

@@ -83,3 +83,23 @@ def test_the_calibration_settings_are_checked() -> None:
         parse_config('{"calibration": {"num_bins": 1000}}', "config.json")
     with pytest.raises(InvalidModel, match="mode"):
         parse_config('{"calibration": {"mode": "kl"}}', "config.json")
+
+
+@pytest.mark.parametrize("narrow", [True, False])
+def test_the_record_says_how_the_weights_were_quantized(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch,
+                                                        narrow: bool) -> None:
+    """Where the host's int8 GEMM takes weights within ±63 (AVX2 without VNNI), the record
+    says so and in how many convolutions (LeNet's two), and the check measures that model."""
+    from engine.quantize import rewrite
+
+    monkeypatch.setattr(rewrite, "narrow_weights_here", lambda: narrow)
+    validated = validate(tmp_path, ', "calibration": {"samples": 8, "num_bins": 1001}')
+    record = precision_record(validated)
+    if narrow:
+        assert record["weights"].startswith("within ±63 in 2 convolution(s)")
+    else:
+        assert record["weights"] == "full-range int8 (±127)"
+    assert rewrite.narrowed_layers(validated.model.run_graph) == (2 if narrow else 0)
+    output = record["outputs"]["lenet_dense2_fwd_output"]
+    assert output["top1_agreement"] >= 0.99 and output["relative_error"] < 0.05
