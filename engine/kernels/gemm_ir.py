@@ -325,9 +325,13 @@ class TileKernel:
         builder.position_at_end(after)
 
     def _tile_loop(self, function: ir.Function, builder: ir.IRBuilder, rows: int,
-                   vectors: int, masks: list[Any] | None, stream: str) -> None:
-        """`_tile`'s loop and stores, prefetching operand ``stream`` ("a" or "b")."""
+                   vectors: int, masks: list[Any] | None, stream: str,
+                   a_strides: tuple[Any, Any] | None = None) -> None:
+        """`_tile`'s loop and stores, prefetching operand ``stream`` ("a" or "b"); A's row
+        and column strides ``a_strides`` where given (constants), else the arguments'."""
         k_count, a, lda, acs, b, ldb = function.args[:6]
+        if a_strides is not None:
+            lda, acs = a_strides
         a_ahead, b_ahead, b_next = function.args[RESIDUAL + 1:B_NEXT + 1]
         start = builder.block
         loop = function.append_basic_block("loop")
