@@ -1,15 +1,25 @@
-"""The float32 tile functions for AVX2 hosts: `gemm_ir`'s tiles with A's strides as constants
-where A is packed.
+"""The float32 tile functions for AVX2 hosts: `gemm_ir`'s tiles reading a packed A at constant
+offsets, and B's panels copied where many row blocks read them.
 
 A 6 × 16 tile's step is 12 multiply-adds on 16 ymm registers, half an AVX-512 step's 24, so the
 instructions around them weigh twice as much. Read with A's strides as arguments, each step's
-six broadcasts of A need an address each, computed by a chain of adds from the row stride:
-about 30 instructions a step, where Zen 3's two FMA pipes take 6 cycles over its 12 multiply-
-adds. With A packed (row stride 1, column stride MR: `gemm_kernel.pack`, the layout every
-weight product binds) the broadcasts read at fixed offsets from one pointer that moves MR
-floats a step: about 25. So each tile tests the strides once and runs a loop compiled for the
-packed layout where they match, the general loop elsewhere. One thread on the AMD EPYC (Zen 3)
-of docs/benchmarks.md, the products of `bench/gemm.py`: 0.79–0.94× the general loop's time.
+six broadcasts of A need an address each, computed by a chain of adds from the row stride: about
+30 instructions a step, where Zen 3's two FMA pipes take 6 cycles over its 12 multiply-adds.
+With A packed (row stride 1, column stride MR: `gemm_kernel.pack`, the layout every weight
+product binds) the broadcasts read at fixed offsets from one pointer that moves MR floats a
+step: about 25. So each tile tests the strides once and runs a loop compiled for the packed
+layout where they match, the general loop elsewhere.
+
+The Zen 3 host measured has 512 KB of L2 a core (the AVX-512 ones 1–2 MB) and 32 KB of L1. A
+panel of B read where it lies is 16 floats from each of K rows N floats apart (a page apart from
+N = 1024); past L1 (K over about 400) or with B past L2 every row block reads it again from L2
+or L3, a TLB miss a row, where MLAS reads a packed panel in order. So a part whose product has
+`PANEL_MIN_ROW_BLOCKS` row blocks or more, K up to `PANEL_MAX_DEPTH` and B not already in panels
+walks column panels outside and copies each panel it meets to a buffer on its stack (NR floats a
+row) before the row blocks read it there; a product of few row blocks keeps the product's own
+walk, the copy costing about what it saves. One thread on the AMD EPYC (Zen 3) of
+docs/benchmarks.md, `bench/gemm.py`'s products and ResNet-50's 1 × 1 convolutions, against the
+general loop: the packed A 0.8–0.95× its time, with the copied panels 0.55–0.9×.
 """
 
 from __future__ import annotations
@@ -18,11 +28,31 @@ from typing import Any
 
 import llvmlite.ir as ir
 
-from engine.kernels.gemm_ir import I64, RESIDUAL, NarrowEdgeTileKernel
+from engine.kernels.gemm_ir import (
+    AHEAD_STEPS,
+    B_NEXT,
+    F32,
+    I64,
+    IN_L2,
+    LINE_BYTES,
+    NEAR_STEPS,
+    RESIDUAL,
+    NarrowEdgeTileKernel,
+)
+
+# A part copies each panel of B it walks (NR columns of K rows) into a buffer on its stack
+# where K is at most this (4608 × 64 bytes: 288 KB) ...
+PANEL_MAX_DEPTH = 4608
+# ... and the product has at least this many row blocks to read each copy.
+PANEL_MIN_ROW_BLOCKS = 8
+# How many rows ahead the copy asks for B's rows (each step also asks for the next panel's row
+# into L2, which the next copy reads).
+PACK_AHEAD_ROWS = 64
 
 
 class Avx2TileKernel(NarrowEdgeTileKernel):
-    """`NarrowEdgeTileKernel` whose K loops read a packed A at constant offsets."""
+    """`NarrowEdgeTileKernel` whose K loops read a packed A at constant offsets, and whose
+    parts copy B's panels (see the module docstring)."""
 
     def _tile(self, function: ir.Function, builder: ir.IRBuilder, rows: int, vectors: int,
               masks: list[Any] | None) -> None:
@@ -47,3 +77,68 @@ class Avx2TileKernel(NarrowEdgeTileKernel):
                 self._tile_loop(function, builder, rows, vectors, masks, stream, strides)
                 builder.branch(after)
         builder.position_at_end(after)
+
+    def _part_prologue(self, builder: ir.IRBuilder) -> None:
+        # One panel's copy per part, on the thread's stack (`PANEL_MAX_DEPTH` rows of NR).
+        buffer = builder.alloca(ir.ArrayType(F32, PANEL_MAX_DEPTH * self.shape.columns))
+        buffer.align = LINE_BYTES
+        self._panel = builder.bitcast(buffer, F32.as_pointer())
+
+    def _walk(self, builder: ir.IRBuilder, outside: Any, constant: dict[str, Any],
+              row_blocks: Any, nr: Any) -> Any:
+        """Column panels outside wherever a part packs B's panels (`packs_panels`)."""
+        self._packs = builder.and_(
+            builder.and_(builder.icmp_signed("<=", constant["k"], I64(PANEL_MAX_DEPTH)),
+                         builder.icmp_signed(">=", row_blocks, I64(PANEL_MIN_ROW_BLOCKS))),
+            builder.icmp_signed("!=", constant["ldb"], nr))
+        return builder.or_(outside, self._packs)
+
+    def _panel_arguments(self, function: ir.Function, builder: ir.IRBuilder,
+                         arguments: list[Any], tile: dict[str, Any]) -> list[Any]:
+        """Where the part packs B's panels: the panel copied at its first tile in the part
+        (its first row block, or the part's first tile), and the tile reading the copy
+        (``ldb`` NR), prefetching A ahead as row blocks outside do."""
+        constant, packs = tile["constant"], self._packs
+        fresh = builder.or_(builder.icmp_signed("==", tile["row"], I64(0)),
+                            builder.icmp_signed("==", tile["number"], tile["first"]))
+        with builder.if_then(builder.and_(packs, fresh)):
+            self._copy_panel(function, builder, tile["b_tile"], constant["ldb"],
+                             constant["k"], tile["columns"])
+        nr = self.shape.columns
+        b, ldb, a_ahead, b_ahead, b_next = (arguments[4], arguments[5],
+                                             *arguments[RESIDUAL + 1:B_NEXT + 1])
+        return [*arguments[:4], builder.select(packs, self._panel, b),
+                builder.select(packs, I64(nr), ldb), *arguments[6:RESIDUAL + 1],
+                builder.select(packs, builder.mul(I64(AHEAD_STEPS), constant["acs"]), a_ahead),
+                builder.select(packs, I64(0), b_ahead),
+                builder.select(packs, I64(NEAR_STEPS * nr), b_next)]
+
+    def _copy_panel(self, function: ir.Function, builder: ir.IRBuilder, source: Any,
+                    ldb: Any, k_count: Any, columns: Any) -> None:
+        """The first ``columns`` columns of B's ``k_count`` rows from ``source`` (``ldb``
+        floats apart) into the panel buffer, NR floats a row (past ``columns``: zeros,
+        which the tile's masked loads never read)."""
+        nr, vectors = self.shape.columns, self.shape.vectors
+        masks = self._masks(builder, columns, vectors)
+        start = builder.block
+        loop = function.append_basic_block("pack_panel")
+        done = function.append_basic_block("packed_panel")
+        builder.cbranch(builder.icmp_signed(">", k_count, I64(0)), loop, done)
+        builder.position_at_end(loop)
+        k = builder.phi(I64)
+        row = builder.gep(source, [builder.mul(k, ldb)])
+        ahead = builder.gep(row, [builder.mul(I64(PACK_AHEAD_ROWS), ldb)])
+        for floats in (0, nr - 1):  # the row's first and last line
+            self._prefetch(builder, builder.gep(ahead, [I64(floats)]))
+        following_panel = builder.gep(row, [I64(nr)])  # the next copy's row, into L2
+        for floats in (0, nr - 1):
+            self._prefetch(builder, builder.gep(following_panel, [I64(floats)]), IN_L2)
+        copy = builder.gep(self._panel, [builder.mul(k, I64(nr))])
+        for j in range(vectors):
+            value = self._load(builder, row, j, masks)
+            builder.store(value, self._address(builder, copy, j), align=32)
+        following = builder.add(k, I64(1))
+        k.add_incoming(I64(0), start)
+        k.add_incoming(following, builder.block)
+        builder.cbranch(builder.icmp_signed("<", following, k_count), loop, done)
+        builder.position_at_end(done)

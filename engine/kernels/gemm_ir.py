@@ -201,6 +201,7 @@ class TileKernel:
             builder.icmp_signed("==", walk, I64(1)),
             builder.and_(builder.icmp_signed("==", walk, I64(COLUMNS_WHEN_SPLIT)),
                          builder.icmp_signed(">", parts, I64(1))))
+        outside = self._walk(builder, outside, constant, row_blocks, nr)
         start = builder.block
         loop = function.append_basic_block("loop")
         done = function.append_basic_block("done")
@@ -245,6 +246,9 @@ class TileKernel:
                               builder.sub(m, row), mr)
         columns = builder.select(builder.icmp_signed("<", builder.sub(n, column), nr),
                                  builder.sub(n, column), nr)
+        arguments = self._panel_arguments(function, builder, arguments, {
+            "constant": constant, "first": first, "number": number, "row": row,
+            "column": column, "columns": columns, "b_tile": arguments[4]})
         self._run_tile(function, builder, full, edge, arguments, rows, columns, outside)
         following = builder.add(number, I64(1))
         number.add_incoming(first, start)
@@ -253,6 +257,20 @@ class TileKernel:
         builder.position_at_end(done)
         self._end_part(function, builder)
         builder.ret_void()
+
+    def _walk(self, builder: ir.IRBuilder, outside: Any, constant: dict[str, Any],
+              row_blocks: Any, nr: Any) -> Any:
+        """Whether a part walks column panels outside (an i1), given the product's choice
+        ``outside`` (here that choice; `gemm_avx2_ir` packs B's panels, walked outside)."""
+        return outside
+
+    def _panel_arguments(self, function: ir.Function, builder: ir.IRBuilder,
+                         arguments: list[Any], tile: dict[str, Any]) -> list[Any]:
+        """The tile function's arguments for the tile ``tile`` names (its row, column and
+        columns, the part's tile ``number`` and ``first``, the product's fields), the
+        builder at the tile (here ``arguments`` as they are; `gemm_avx2_ir` points B at a
+        packed copy of its panel)."""
+        return arguments
 
     @staticmethod
     def _b_next(builder: ir.IRBuilder, constant: dict[str, Any], rows: Any, nr: Any,

@@ -1,5 +1,6 @@
-"""The AVX2 tile's K loops (`engine.kernels.gemm_avx2_ir`): A packed, read at constant offsets,
-and any other A, through the general loop, give float64's product."""
+"""The AVX2 tile's parts (`engine.kernels.gemm_avx2_ir`): A packed, read at constant offsets,
+and any other A, through the general loop, B's panels copied or read where they lie, give
+float64's product."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import ctypes
 import numpy as np
 import pytest
 
-from engine.kernels import gemm_kernel
+from engine.kernels import gemm_avx2_ir, gemm_kernel
 
 AVX2 = ("haswell", "+avx,+avx2,+fma,+sse4.2")
 RNG = np.random.default_rng(11)
@@ -42,8 +43,15 @@ def layouts(a: np.ndarray, rows: int) -> dict[str, tuple[np.ndarray, int, int, i
             "transposed": (across, 1, 1, m)}
 
 
-@pytest.mark.parametrize("m", (5, 6, 13))
-@pytest.mark.parametrize("n, k", [(16, 9), (37, 50), (3, 1), (17, 200)])
+# Rows: under a tile, a tile, three row blocks (B read where it lies), and enough row blocks
+# that a part copies B's panels (`PANEL_MIN_ROW_BLOCKS`).
+ROWS = (5, 6, 13, 6 * gemm_avx2_ir.PANEL_MIN_ROW_BLOCKS + 1)
+
+
+@pytest.mark.parametrize("m", ROWS)
+@pytest.mark.parametrize("n, k", [(16, 9), (37, 50), (3, 1), (17, 200),
+                                  (21, gemm_avx2_ir.PANEL_MAX_DEPTH),
+                                  (21, gemm_avx2_ir.PANEL_MAX_DEPTH + 1)])
 @pytest.mark.parametrize("columns_outside", (False, True))
 def test_each_layout_of_a_gives_the_product(kernels: dict, m: int, n: int, k: int,
                                              columns_outside: bool) -> None:
@@ -58,7 +66,9 @@ def test_each_layout_of_a_gives_the_product(kernels: dict, m: int, n: int, k: in
         context = gemm_kernel._context(shape, array.ctypes.data, row_step, lda, acs,
                                        b.ctypes.data, 1, n, c, k, columns_outside,
                                        zeros.ctypes.data)
-        for index in range(2):  # a job of two parts, run here in turn
-            part(context.ctypes.data, index, 2)
+        # A job of four parts, some starting mid-panel, run here last first: a part's first
+        # panel is never the one the part before left in the copy.
+        for index in reversed(range(4)):
+            part(context.ctypes.data, index, 4)
         np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-4,
                                    atol=1e-5 * np.sqrt(k), err_msg=name)
