@@ -192,7 +192,7 @@ class TileKernel:
         constant = {name: field(name) for name in (
             "a", "row_step", "lda", "acs", "b", "column_step", "ldb", "c", "ldc",
             "rows_bias", "columns_bias", "k", "columns_outside", "a_batch", "b_batch",
-            "c_batch", "residual")}
+            "c_batch", "residual", "m")}
         low, high = bound("low"), bound("high")
         # 1: column panels outside; `COLUMNS_WHEN_SPLIT`: so only where the job is cut in
         # several parts (each thread then reads its own columns of B, not all of it).
