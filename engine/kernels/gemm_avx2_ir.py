@@ -26,6 +26,12 @@ own, for each of the weight's panels: a line of L2 a step where a packed block r
 So where the panels are walked outside and A fits the same buffer, a part copies A into packed
 row blocks once, before its first tile.
 
+The K loops ask for nothing ahead (`gemm_ir.AHEAD_STEPS`, `gemm_ir.NEAR_STEPS`, set on the Intel
+machine for 24 multiply-adds a step): here a prefetch is one of about 25 instructions a step,
+and the hardware's prefetchers kept up without them. ResNet-50 v2 at batch 1, one thread, six
+alternated pairs: the steps in order 111–128 ms without (median 119) against 112–134 with
+(median 129); ResNet-18 40.6–45.3 against 42.5–48.1 ms.
+
 One thread on the AMD EPYC (Zen 3) of docs/benchmarks.md, `bench/gemm.py`'s products and
 ResNet-50's 1 × 1 convolutions, against the general loop: the packed A 0.8–0.95× its time, with
 the copied panels 0.55–0.9×, a transposed product with A copied 0.6–0.85×.
@@ -39,12 +45,10 @@ import llvmlite.ir as ir
 
 from engine.kernels.gemm_ir import (
     AHEAD_STEPS,
-    B_NEXT,
     F32,
     I64,
     IN_L2,
     LINE_BYTES,
-    NEAR_STEPS,
     RESIDUAL,
     NarrowEdgeTileKernel,
 )
@@ -66,12 +70,14 @@ class Avx2TileKernel(NarrowEdgeTileKernel):
     """`NarrowEdgeTileKernel` whose K loops read a packed A at constant offsets, and whose
     parts copy B's panels (see the module docstring)."""
 
+    # No prefetch in the K loops: see the module docstring.
+    k_loop_prefetches = False
+
     def _tile(self, function: ir.Function, builder: ir.IRBuilder, rows: int, vectors: int,
               masks: list[Any] | None) -> None:
-        """`TileKernel._tile` twice: for A packed (row stride 1, column stride MR), its
-        strides constants, and for any other A."""
+        """`TileKernel._tile`'s loop twice: for A packed (row stride 1, column stride MR),
+        its strides constants, and for any other A."""
         lda, acs = function.args[2:4]
-        b_ahead = function.args[RESIDUAL + 2]
         packed_strides = (I64(1), I64(self.shape.rows))
         packed = builder.and_(builder.icmp_signed("==", lda, packed_strides[0]),
                               builder.icmp_signed("==", acs, packed_strides[1]))
@@ -81,13 +87,9 @@ class Avx2TileKernel(NarrowEdgeTileKernel):
         builder.cbranch(packed, reads_packed, reads_strided)
         for block, strides in ((reads_packed, packed_strides), (reads_strided, None)):
             builder.position_at_end(block)
-            streams_b = function.append_basic_block("streams_b")
-            streams_a = function.append_basic_block("streams_a")
-            builder.cbranch(builder.icmp_signed("!=", b_ahead, I64(0)), streams_b, streams_a)
-            for stream_block, stream in ((streams_b, "b"), (streams_a, "a")):
-                builder.position_at_end(stream_block)
-                self._tile_loop(function, builder, rows, vectors, masks, stream, strides)
-                builder.branch(after)
+            # Either stream: the loop prefetches neither.
+            self._tile_loop(function, builder, rows, vectors, masks, "a", strides)
+            builder.branch(after)
         builder.position_at_end(after)
 
     def _part_prologue(self, builder: ir.IRBuilder) -> None:
@@ -180,28 +182,27 @@ class Avx2TileKernel(NarrowEdgeTileKernel):
 
     def _panel_arguments(self, function: ir.Function, builder: ir.IRBuilder,
                          arguments: list[Any], tile: dict[str, Any]) -> list[Any]:
-        """Where the part packs B's panels: the panel copied at its first tile in the part
+        """Where the part copies B's panels: the panel copied at its first tile in the part
         (its first row block, or the part's first tile), and the tile reading the copy
-        (``ldb`` NR), prefetching A ahead as row blocks outside do."""
+        (``ldb`` NR; a narrow edge's loop, which prefetches, asks for A's steps ahead, as
+        with row blocks outside). Where it copied A: the tile's block of the copy."""
         constant, packs = tile["constant"], self._packs
         fresh = builder.or_(builder.icmp_signed("==", tile["row"], I64(0)),
                             builder.icmp_signed("==", tile["number"], tile["first"]))
         with builder.if_then(builder.and_(packs, fresh)):
             self._copy_panel(function, builder, tile["b_tile"], constant["ldb"],
                              constant["k"], tile["columns"])
-        nr = self.shape.columns
-        b, ldb, a_ahead, b_ahead, b_next = (arguments[4], arguments[5],
-                                             *arguments[RESIDUAL + 1:B_NEXT + 1])
+        k, a, lda, acs, b, ldb = arguments[:6]
+        a_ahead, b_ahead = arguments[RESIDUAL + 1:RESIDUAL + 3]
         copied = self._copies_rows
         a_rows = builder.gep(self._rows, [builder.mul(tile["row"], constant["k"])])
-        a, acs = arguments[1], arguments[3]
-        return [arguments[0], builder.select(copied, a_rows, a), arguments[2],
+        return [k, builder.select(copied, a_rows, a), lda,
                 builder.select(copied, I64(self.shape.rows), acs),
                 builder.select(packs, self._panel, b),
-                builder.select(packs, I64(nr), ldb), *arguments[6:RESIDUAL + 1],
+                builder.select(packs, I64(self.shape.columns), ldb),
+                *arguments[6:RESIDUAL + 1],
                 builder.select(packs, builder.mul(I64(AHEAD_STEPS), constant["acs"]), a_ahead),
-                builder.select(packs, I64(0), b_ahead),
-                builder.select(packs, I64(NEAR_STEPS * nr), b_next)]
+                builder.select(packs, I64(0), b_ahead), *arguments[RESIDUAL + 3:]]
 
     def _copy_panel(self, function: ir.Function, builder: ir.IRBuilder, source: Any,
                     ldb: Any, k_count: Any, columns: Any) -> None:

@@ -91,6 +91,9 @@ B_NEXT = RESIDUAL + 3  # the tile functions' argument ``b_next`` (see `NEAR_STEP
 class TileKernel:
     """A module holding the tile functions for one register tile (`gemm_kernel.Tile`)."""
 
+    # Whether the K loops prefetch (`AHEAD_STEPS`, `NEAR_STEPS`; not on AVX2: `gemm_avx2_ir`).
+    k_loop_prefetches = True
+
     def __init__(self, shape: Any) -> None:
         self.shape = shape
         self.module = ir.Module(name="hybridserve_gemm")
@@ -363,10 +366,12 @@ class TileKernel:
         b_row = builder.gep(b, [builder.mul(k, ldb)])
         b_values = [self._load(builder, b_row, j, masks) for j in range(vectors)]
         a_column = builder.mul(k, acs)
+        if not self.k_loop_prefetches:
+            stream = "neither"
         if stream == "b":
             self._prefetch_row(builder, builder.gep(b_row, [b_ahead]))
             self._prefetch_row(builder, builder.gep(b_row, [b_next]), IN_L2)
-        else:
+        elif stream == "a":
             self._prefetch(builder, builder.gep(builder.gep(a, [a_column]), [a_ahead]))
             self._prefetch_row(builder, builder.gep(b_row, [b_next]))
         stepped = []
