@@ -105,7 +105,8 @@ class Avx2TileKernel(NarrowEdgeTileKernel):
 
     def _walk(self, builder: ir.IRBuilder, outside: Any, constant: dict[str, Any],
               row_blocks: Any, nr: Any) -> Any:
-        """Column panels outside wherever a part packs B's panels (`packs_panels`)."""
+        """Column panels outside wherever the part copies B's panels: `PANEL_MIN_ROW_BLOCKS`
+        row blocks or more, K up to `PANEL_MAX_DEPTH`, B not already in panels of NR."""
         self._packs = builder.and_(
             builder.and_(builder.icmp_signed("<=", constant["k"], I64(PANEL_MAX_DEPTH)),
                          builder.icmp_signed(">=", row_blocks, I64(PANEL_MIN_ROW_BLOCKS))),

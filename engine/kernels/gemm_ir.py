@@ -272,7 +272,7 @@ class TileKernel:
         """The tile function's arguments for the tile ``tile`` names (its row, column and
         columns, the part's tile ``number`` and ``first``, the product's fields), the
         builder at the tile (here ``arguments`` as they are; `gemm_avx2_ir` points B at a
-        packed copy of its panel)."""
+        copy of its panel, or A at a packed copy of its rows)."""
         return arguments
 
     @staticmethod
@@ -348,8 +348,9 @@ class TileKernel:
     def _tile_loop(self, function: ir.Function, builder: ir.IRBuilder, rows: int,
                    vectors: int, masks: list[Any] | None, stream: str,
                    a_strides: tuple[Any, Any] | None = None) -> None:
-        """`_tile`'s loop and stores, prefetching operand ``stream`` ("a" or "b"); A's row
-        and column strides ``a_strides`` where given (constants), else the arguments'."""
+        """`_tile`'s loop and stores, prefetching operand ``stream`` ("a" or "b"; neither
+        without `k_loop_prefetches`); A's row and column strides ``a_strides`` where given
+        (constants), else the arguments'."""
         k_count, a, lda, acs, b, ldb = function.args[:6]
         if a_strides is not None:
             lda, acs = a_strides

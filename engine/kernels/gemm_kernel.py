@@ -17,8 +17,8 @@ at the benchmark networks' products (`bench/gemm.py`, one thread, Zen 4, warm): 
 1.00–1.05× MLAS's time, OpenBLAS 1.00–1.39×.
 
 Tiles by vector ISA (registers: accumulators + a row of B + the broadcast):
-AVX-512 12 × 32 (24 + 2 + 1 of 32 zmm), AVX2 with FMA 6 × 16 (12 + 2 + 1 of 16 ymm, its K
-loops `gemm_avx2_ir`'s), 64-bit ARM's NEON 6 × 16 (24 + 4 + 1 of 32), else 4 × 8.
+AVX-512 12 × 32 (24 + 2 + 1 of 32 zmm), AVX2 with FMA 6 × 16 (12 + 2 + 1 of 16 ymm, its parts
+`gemm_avx2_ir`'s), 64-bit ARM's NEON 6 × 16 (24 + 4 + 1 of 32), else 4 × 8.
 
 `available()` is False where llvmlite cannot be imported or the JIT fails: callers then keep
 NumPy's matmul.
@@ -54,7 +54,7 @@ class Tile(NamedTuple):
 # bf16 pairs on AMX tiles (`gemm_amx_ir`).
 FP32, BF16, AMX = 0, 1, 2
 AMX_TILE = Tile(32, 16, 2)
-AVX2_TILE = Tile(6, 8, 2)  # its K loops are `gemm_avx2_ir`'s
+AVX2_TILE = Tile(6, 8, 2)  # its parts are `gemm_avx2_ir`'s
 
 
 def available(kernel: int = FP32) -> bool:
