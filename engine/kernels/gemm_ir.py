@@ -91,6 +91,9 @@ B_NEXT = RESIDUAL + 3  # the tile functions' argument ``b_next`` (see `NEAR_STEP
 class TileKernel:
     """A module holding the tile functions for one register tile (`gemm_kernel.Tile`)."""
 
+    # Whether the K loops prefetch (`AHEAD_STEPS`, `NEAR_STEPS`; not on AVX2: `gemm_avx2_ir`).
+    k_loop_prefetches = True
+
     def __init__(self, shape: Any) -> None:
         self.shape = shape
         self.module = ir.Module(name="hybridserve_gemm")
@@ -192,7 +195,7 @@ class TileKernel:
         constant = {name: field(name) for name in (
             "a", "row_step", "lda", "acs", "b", "column_step", "ldb", "c", "ldc",
             "rows_bias", "columns_bias", "k", "columns_outside", "a_batch", "b_batch",
-            "c_batch", "residual")}
+            "c_batch", "residual", "m")}
         low, high = bound("low"), bound("high")
         # 1: column panels outside; `COLUMNS_WHEN_SPLIT`: so only where the job is cut in
         # several parts (each thread then reads its own columns of B, not all of it).
@@ -201,6 +204,7 @@ class TileKernel:
             builder.icmp_signed("==", walk, I64(1)),
             builder.and_(builder.icmp_signed("==", walk, I64(COLUMNS_WHEN_SPLIT)),
                          builder.icmp_signed(">", parts, I64(1))))
+        outside = self._walk(builder, outside, constant, row_blocks, nr)
         start = builder.block
         loop = function.append_basic_block("loop")
         done = function.append_basic_block("done")
@@ -245,6 +249,9 @@ class TileKernel:
                               builder.sub(m, row), mr)
         columns = builder.select(builder.icmp_signed("<", builder.sub(n, column), nr),
                                  builder.sub(n, column), nr)
+        arguments = self._panel_arguments(function, builder, arguments, {
+            "constant": constant, "first": first, "number": number, "row": row,
+            "column": column, "columns": columns, "b_tile": arguments[4]})
         self._run_tile(function, builder, full, edge, arguments, rows, columns, outside)
         following = builder.add(number, I64(1))
         number.add_incoming(first, start)
@@ -253,6 +260,20 @@ class TileKernel:
         builder.position_at_end(done)
         self._end_part(function, builder)
         builder.ret_void()
+
+    def _walk(self, builder: ir.IRBuilder, outside: Any, constant: dict[str, Any],
+              row_blocks: Any, nr: Any) -> Any:
+        """Whether a part walks column panels outside (an i1), given the product's choice
+        ``outside`` (here that choice; `gemm_avx2_ir` packs B's panels, walked outside)."""
+        return outside
+
+    def _panel_arguments(self, function: ir.Function, builder: ir.IRBuilder,
+                         arguments: list[Any], tile: dict[str, Any]) -> list[Any]:
+        """The tile function's arguments for the tile ``tile`` names (its row, column and
+        columns, the part's tile ``number`` and ``first``, the product's fields), the
+        builder at the tile (here ``arguments`` as they are; `gemm_avx2_ir` points B at a
+        copy of its panel, or A at a packed copy of its rows)."""
+        return arguments
 
     @staticmethod
     def _b_next(builder: ir.IRBuilder, constant: dict[str, Any], rows: Any, nr: Any,
@@ -325,9 +346,14 @@ class TileKernel:
         builder.position_at_end(after)
 
     def _tile_loop(self, function: ir.Function, builder: ir.IRBuilder, rows: int,
-                   vectors: int, masks: list[Any] | None, stream: str) -> None:
-        """`_tile`'s loop and stores, prefetching operand ``stream`` ("a" or "b")."""
+                   vectors: int, masks: list[Any] | None, stream: str,
+                   a_strides: tuple[Any, Any] | None = None) -> None:
+        """`_tile`'s loop and stores, prefetching operand ``stream`` ("a" or "b"; neither
+        without `k_loop_prefetches`); A's row and column strides ``a_strides`` where given
+        (constants), else the arguments'."""
         k_count, a, lda, acs, b, ldb = function.args[:6]
+        if a_strides is not None:
+            lda, acs = a_strides
         a_ahead, b_ahead, b_next = function.args[RESIDUAL + 1:B_NEXT + 1]
         start = builder.block
         loop = function.append_basic_block("loop")
@@ -341,10 +367,12 @@ class TileKernel:
         b_row = builder.gep(b, [builder.mul(k, ldb)])
         b_values = [self._load(builder, b_row, j, masks) for j in range(vectors)]
         a_column = builder.mul(k, acs)
+        if not self.k_loop_prefetches:
+            stream = "neither"
         if stream == "b":
             self._prefetch_row(builder, builder.gep(b_row, [b_ahead]))
             self._prefetch_row(builder, builder.gep(b_row, [b_next]), IN_L2)
-        else:
+        elif stream == "a":
             self._prefetch(builder, builder.gep(builder.gep(a, [a_column]), [a_ahead]))
             self._prefetch_row(builder, builder.gep(b_row, [b_next]))
         stepped = []

@@ -17,8 +17,8 @@ at the benchmark networks' products (`bench/gemm.py`, one thread, Zen 4, warm): 
 1.00–1.05× MLAS's time, OpenBLAS 1.00–1.39×.
 
 Tiles by vector ISA (registers: accumulators + a row of B + the broadcast):
-AVX-512 12 × 32 (24 + 2 + 1 of 32 zmm), AVX2 with FMA 6 × 16 (12 + 2 + 1 of 16 ymm), 64-bit
-ARM's NEON 6 × 16 (24 + 4 + 1 of 32), else 4 × 8.
+AVX-512 12 × 32 (24 + 2 + 1 of 32 zmm), AVX2 with FMA 6 × 16 (12 + 2 + 1 of 16 ymm, its parts
+`gemm_avx2_ir`'s), 64-bit ARM's NEON 6 × 16 (24 + 4 + 1 of 32), else 4 × 8.
 
 `available()` is False where llvmlite cannot be imported or the JIT fails: callers then keep
 NumPy's matmul.
@@ -54,6 +54,7 @@ class Tile(NamedTuple):
 # bf16 pairs on AMX tiles (`gemm_amx_ir`).
 FP32, BF16, AMX = 0, 1, 2
 AMX_TILE = Tile(32, 16, 2)
+AVX2_TILE = Tile(6, 8, 2)  # its parts are `gemm_avx2_ir`'s
 
 
 def available(kernel: int = FP32) -> bool:
@@ -402,6 +403,7 @@ def _compile(cpu: str | None = None, features: str | None = None,
 
         from engine.cpu.llvm_jit import compile_ir
         from engine.kernels.gemm_amx_ir import AmxTileKernel
+        from engine.kernels.gemm_avx2_ir import Avx2TileKernel
         from engine.kernels.gemm_bf16_ir import PairTileKernel
         from engine.kernels.gemm_ir import NarrowEdgeTileKernel
     except ImportError:
@@ -420,7 +422,8 @@ def _compile(cpu: str | None = None, features: str | None = None,
                                if name.startswith("+")})
         if kernel == AMX:
             shape = AMX_TILE
-        kernels = {FP32: NarrowEdgeTileKernel, BF16: PairTileKernel, AMX: AmxTileKernel}
+        kernels = {FP32: Avx2TileKernel if shape == AVX2_TILE else NarrowEdgeTileKernel,
+                   BF16: PairTileKernel, AMX: AmxTileKernel}
         tiles = kernels[kernel](shape)
         tiles.define_part("part", tiles.define_full("tile_full"), tiles.define_edge("tile_edge"),
                           CONTEXT_FIELDS)
@@ -436,7 +439,7 @@ def _tile_for(features: Any) -> Tile:
     if features.get("avx512f"):
         return Tile(12, 16, 2)
     if features.get("avx2") and features.get("fma"):
-        return Tile(6, 8, 2)
+        return AVX2_TILE
     if platform.machine().lower() in ("arm64", "aarch64"):
         return Tile(6, 4, 4)
     return Tile(4, 4, 2)

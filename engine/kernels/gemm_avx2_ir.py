@@ -1,0 +1,236 @@
+"""The float32 tile functions for AVX2 hosts: `gemm_ir`'s tiles reading a packed A at constant
+offsets, B's panels copied where many row blocks read them, and a transposed A copied into
+row blocks where every panel reads it.
+
+A 6 × 16 tile's step is 12 multiply-adds on 16 ymm registers, half an AVX-512 step's 24, so the
+instructions around them weigh twice as much. Read with A's strides as arguments, each step's
+six broadcasts of A need an address each, computed by a chain of adds from the row stride: about
+30 instructions a step, where Zen 3's two FMA pipes take 6 cycles over its 12 multiply-adds.
+With A packed (row stride 1, column stride MR: `gemm_kernel.pack`, the layout every weight
+product binds) the broadcasts read at fixed offsets from one pointer that moves MR floats a
+step: about 25. So each tile tests the strides once and runs a loop compiled for the packed
+layout where they match, the general loop elsewhere.
+
+The Zen 3 host measured has 512 KB of L2 a core (the AVX-512 ones 1–2 MB) and 32 KB of L1. A
+panel of B read where it lies is 16 floats from each of K rows N floats apart (a page apart from
+N = 1024); past L1 (K over about 400) or with B past L2 every row block reads it again from L2
+or L3, a TLB miss a row, where MLAS reads a packed panel in order. So a part whose product has
+`PANEL_MIN_ROW_BLOCKS` row blocks or more, K up to `PANEL_MAX_DEPTH` and B not already in panels
+walks column panels outside and copies each panel it meets to a buffer on its stack (NR floats a
+row) before the row blocks read it there; a product of few row blocks keeps the product's own
+walk, the copy costing about what it saves.
+
+A transposed product (`gemm_bind._transposed`: few columns, many filters) reads its activation
+as A with unit row stride and K's steps M floats apart, each step of a row block a line of its
+own, for each of the weight's panels: a line of L2 a step where a packed block reads 24 bytes.
+So where the panels are walked outside and A fits the same buffer, a part copies A into packed
+row blocks once, before its first tile.
+
+The K loops ask for nothing ahead (`gemm_ir.AHEAD_STEPS`, `gemm_ir.NEAR_STEPS`, set on the Intel
+machine for 24 multiply-adds a step): here a prefetch is one of about 25 instructions a step,
+and the hardware's prefetchers kept up without them. ResNet-50 v2 at batch 1, one thread, six
+alternated pairs: the steps in order 111–128 ms without (median 119) against 112–134 with
+(median 129); ResNet-18 40.6–45.3 against 42.5–48.1 ms.
+
+One thread on the AMD EPYC (Zen 3) of docs/benchmarks.md, `bench/gemm.py`'s products and
+ResNet-50's 1 × 1 convolutions, against the general loop: the packed A 0.8–0.95× its time, with
+the copied panels 0.55–0.9×, a transposed product with A copied 0.6–0.85×.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import llvmlite.ir as ir
+
+from engine.kernels.gemm_ir import (
+    AHEAD_STEPS,
+    F32,
+    I64,
+    IN_L2,
+    LINE_BYTES,
+    RESIDUAL,
+    NarrowEdgeTileKernel,
+)
+
+# A part copies each panel of B it walks (NR columns of K rows) into a buffer on its stack
+# where K is at most this (4608 × 64 bytes: 288 KB) ...
+PANEL_MAX_DEPTH = 4608
+# ... and the product has at least this many row blocks to read each copy.
+PANEL_MIN_ROW_BLOCKS = 8
+# A part copies an A of unit row stride into row blocks (`_rows_copied`) where they fit the
+# panel's buffer (its rows padded to whole blocks) and there are at least this many blocks.
+ROWS_COPY_MIN_ROW_BLOCKS = 2
+# How many rows ahead the copy asks for B's rows (each step also asks for the next panel's row
+# into L2, which the next copy reads).
+PACK_AHEAD_ROWS = 64
+
+
+class Avx2TileKernel(NarrowEdgeTileKernel):
+    """`NarrowEdgeTileKernel` whose K loops read a packed A at constant offsets, and whose
+    parts copy B's panels (see the module docstring)."""
+
+    # No prefetch in the K loops: see the module docstring.
+    k_loop_prefetches = False
+
+    def _tile(self, function: ir.Function, builder: ir.IRBuilder, rows: int, vectors: int,
+              masks: list[Any] | None) -> None:
+        """`TileKernel._tile`'s loop twice: for A packed (row stride 1, column stride MR),
+        its strides constants, and for any other A."""
+        lda, acs = function.args[2:4]
+        packed_strides = (I64(1), I64(self.shape.rows))
+        packed = builder.and_(builder.icmp_signed("==", lda, packed_strides[0]),
+                              builder.icmp_signed("==", acs, packed_strides[1]))
+        reads_packed = function.append_basic_block("reads_packed")
+        reads_strided = function.append_basic_block("reads_strided")
+        after = function.append_basic_block("after")
+        builder.cbranch(packed, reads_packed, reads_strided)
+        for block, strides in ((reads_packed, packed_strides), (reads_strided, None)):
+            builder.position_at_end(block)
+            # Either stream: the loop prefetches neither.
+            self._tile_loop(function, builder, rows, vectors, masks, "a", strides)
+            builder.branch(after)
+        builder.position_at_end(after)
+
+    def _part_prologue(self, builder: ir.IRBuilder) -> None:
+        # One buffer on the part's stack: a panel's copy (`PANEL_MAX_DEPTH` rows of NR) or
+        # A's (as many floats, and a vector's slack: see `_copy_rows`), never both.
+        buffer = builder.alloca(ir.ArrayType(F32, self._copy_floats() + self.shape.width))
+        buffer.align = LINE_BYTES
+        self._panel = self._rows = builder.bitcast(buffer, F32.as_pointer())
+
+    def _copy_floats(self) -> int:
+        """The floats the copy buffer holds (a panel of `PANEL_MAX_DEPTH` rows)."""
+        return PANEL_MAX_DEPTH * self.shape.columns
+
+    def _walk(self, builder: ir.IRBuilder, outside: Any, constant: dict[str, Any],
+              row_blocks: Any, nr: Any) -> Any:
+        """Column panels outside wherever the part copies B's panels: `PANEL_MIN_ROW_BLOCKS`
+        row blocks or more, K up to `PANEL_MAX_DEPTH`, B not already in panels of NR."""
+        self._packs = builder.and_(
+            builder.and_(builder.icmp_signed("<=", constant["k"], I64(PANEL_MAX_DEPTH)),
+                         builder.icmp_signed(">=", row_blocks, I64(PANEL_MIN_ROW_BLOCKS))),
+            builder.icmp_signed("!=", constant["ldb"], nr))
+        outside = builder.or_(outside, self._packs)
+        self._copies_rows = self._rows_copied(builder, outside, constant, row_blocks)
+        return outside
+
+    def _rows_copied(self, builder: ir.IRBuilder, outside: Any, constant: dict[str, Any],
+                     row_blocks: Any) -> Any:
+        """Whether the part copies A into row blocks (as `gemm_kernel.pack` lays them) before
+        its first tile, and does so (an i1): with column panels outside, every panel reads
+        all of A, and an A of unit row stride whose steps of K lie a line or more apart (a
+        transposed product's activation, `gemm_bind._transposed`) costs a line of L2 per row
+        block and step, where a packed block reads 24 bytes of one."""
+        mr = self.shape.rows
+        k, acs = constant["k"], constant["acs"]
+        floats = builder.mul(builder.mul(row_blocks, I64(mr)), k)
+        copies = builder.and_(
+            builder.and_(outside, builder.icmp_signed("==", constant["lda"], I64(1))),
+            builder.and_(builder.icmp_signed(">=", acs, I64(LINE_BYTES // 4)),
+                         builder.icmp_signed("==", constant["a_batch"], I64(0))))
+        copies = builder.and_(builder.and_(copies, builder.not_(self._packs)), builder.and_(
+            builder.icmp_signed("<=", floats, I64(self._copy_floats())),
+            builder.icmp_signed(">=", row_blocks, I64(ROWS_COPY_MIN_ROW_BLOCKS))))
+        with builder.if_then(copies):
+            self._copy_rows(builder, constant, row_blocks)
+        return copies
+
+    def _copy_rows(self, builder: ir.IRBuilder, constant: dict[str, Any],
+                   row_blocks: Any) -> None:
+        """A's rows (unit row stride) into the row-block buffer, block by block, each (K,
+        MR): per step a vector of the block's rows (those past M masked off as zeros), its
+        last lanes overwritten by the next step's (the buffer's slack takes the last)."""
+        function = builder.function
+        mr = self.shape.rows
+        k_count, acs, m = constant["k"], constant["acs"], constant["m"]
+        a = builder.inttoptr(constant["a"], F32.as_pointer())
+        start = builder.block
+        blocks = function.append_basic_block("copy_block")
+        steps = function.append_basic_block("copy_step")
+        block_done = function.append_basic_block("copied_block")
+        done = function.append_basic_block("copied_rows")
+        builder.cbranch(builder.icmp_signed(">", k_count, I64(0)), blocks, done)
+
+        builder.position_at_end(blocks)
+        block = builder.phi(I64)
+        first_row = builder.mul(block, I64(mr))
+        left = builder.sub(m, first_row)
+        lanes = self._masks(builder, builder.select(
+            builder.icmp_signed("<", left, I64(mr)), left, I64(mr)), 1)
+        column = builder.gep(a, [first_row])
+        target = builder.gep(self._rows, [builder.mul(first_row, k_count)])
+        builder.branch(steps)
+
+        builder.position_at_end(steps)
+        k = builder.phi(I64)
+        source = builder.gep(column, [builder.mul(k, acs)])
+        self._prefetch(builder, builder.gep(source, [builder.mul(I64(PACK_AHEAD_ROWS), acs)]))
+        value = self._load(builder, source, 0, lanes)
+        at = builder.gep(target, [builder.mul(k, I64(mr))])
+        builder.store(value, self._address(builder, at, 0), align=4)
+        k_next = builder.add(k, I64(1))
+        k.add_incoming(I64(0), blocks)
+        k.add_incoming(k_next, steps)
+        builder.cbranch(builder.icmp_signed("<", k_next, k_count), steps, block_done)
+
+        builder.position_at_end(block_done)
+        block_next = builder.add(block, I64(1))
+        block.add_incoming(I64(0), start)
+        block.add_incoming(block_next, block_done)
+        builder.cbranch(builder.icmp_signed("<", block_next, row_blocks), blocks, done)
+        builder.position_at_end(done)
+
+    def _panel_arguments(self, function: ir.Function, builder: ir.IRBuilder,
+                         arguments: list[Any], tile: dict[str, Any]) -> list[Any]:
+        """Where the part copies B's panels: the panel copied at its first tile in the part
+        (its first row block, or the part's first tile), and the tile reading the copy
+        (``ldb`` NR; a narrow edge's loop, which prefetches, asks for A's steps ahead, as
+        with row blocks outside). Where it copied A: the tile's block of the copy."""
+        constant, packs = tile["constant"], self._packs
+        fresh = builder.or_(builder.icmp_signed("==", tile["row"], I64(0)),
+                            builder.icmp_signed("==", tile["number"], tile["first"]))
+        with builder.if_then(builder.and_(packs, fresh)):
+            self._copy_panel(function, builder, tile["b_tile"], constant["ldb"],
+                             constant["k"], tile["columns"])
+        k, a, lda, acs, b, ldb = arguments[:6]
+        a_ahead, b_ahead = arguments[RESIDUAL + 1:RESIDUAL + 3]
+        copied = self._copies_rows
+        a_rows = builder.gep(self._rows, [builder.mul(tile["row"], constant["k"])])
+        return [k, builder.select(copied, a_rows, a), lda,
+                builder.select(copied, I64(self.shape.rows), acs),
+                builder.select(packs, self._panel, b),
+                builder.select(packs, I64(self.shape.columns), ldb),
+                *arguments[6:RESIDUAL + 1],
+                builder.select(packs, builder.mul(I64(AHEAD_STEPS), constant["acs"]), a_ahead),
+                builder.select(packs, I64(0), b_ahead), *arguments[RESIDUAL + 3:]]
+
+    def _copy_panel(self, function: ir.Function, builder: ir.IRBuilder, source: Any,
+                    ldb: Any, k_count: Any, columns: Any) -> None:
+        """The first ``columns`` columns of B's ``k_count`` rows from ``source`` (``ldb``
+        floats apart) into the panel buffer, NR floats a row (past ``columns``: zeros,
+        which the tile's masked loads never read)."""
+        nr, vectors = self.shape.columns, self.shape.vectors
+        masks = self._masks(builder, columns, vectors)
+        start = builder.block
+        loop = function.append_basic_block("pack_panel")
+        done = function.append_basic_block("packed_panel")
+        builder.cbranch(builder.icmp_signed(">", k_count, I64(0)), loop, done)
+        builder.position_at_end(loop)
+        k = builder.phi(I64)
+        row = builder.gep(source, [builder.mul(k, ldb)])
+        ahead = builder.gep(row, [builder.mul(I64(PACK_AHEAD_ROWS), ldb)])
+        for floats in (0, nr - 1):  # the row's first and last line
+            self._prefetch(builder, builder.gep(ahead, [I64(floats)]))
+        following_panel = builder.gep(row, [I64(nr)])  # the next copy's row, into L2
+        for floats in (0, nr - 1):
+            self._prefetch(builder, builder.gep(following_panel, [I64(floats)]), IN_L2)
+        copy = builder.gep(self._panel, [builder.mul(k, I64(nr))])
+        for j in range(vectors):
+            value = self._load(builder, row, j, masks)
+            builder.store(value, self._address(builder, copy, j), align=32)
+        following = builder.add(k, I64(1))
+        k.add_incoming(I64(0), start)
+        k.add_incoming(following, builder.block)
+        builder.cbranch(builder.icmp_signed("<", following, k_count), loop, done)
+        builder.position_at_end(done)
