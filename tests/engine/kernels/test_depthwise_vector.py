@@ -1,7 +1,8 @@
 """The vector 3×3 depthwise kernel (`engine.kernels.depthwise_vector`, IR in `depthwise_ir`)
-agrees with a float64 NumPy convolution: every width around a vector's 16 lanes, planes of
-one cell, odd channel counts, stride 1 and 2, its clamp and NaNs, its jobs and slabs; it
-writes nothing past its output and stands aside where it does not apply."""
+agrees with a float64 NumPy convolution: every width around a vector's lanes (16 with AVX-512,
+8 with AVX2), planes of one cell, odd channel counts, stride 1 and 2, its clamp and NaNs, its
+jobs and slabs; it writes nothing past its output and stands aside where it does not
+apply."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ RNG = np.random.default_rng(31)
 SENTINEL = np.float32(-12345.0)
 
 pytestmark = pytest.mark.skipif(depthwise_vector._task(1) is None,
-                                reason="no AVX-512 or no llvmlite JIT on this host")
+                                reason="no AVX-512 or AVX2, or no llvmlite JIT on this host")
 
 
 def reference(data: np.ndarray, weight: np.ndarray, bias: np.ndarray, stride: int,
@@ -45,11 +46,12 @@ def operands(shape: tuple, stride: int) -> tuple[np.ndarray, ...]:
     return data, weight, bias, buffer[:-64].reshape(out_shape), buffer
 
 
-# Widths 1-3, around 16 and 32 lanes (15, 16, 17, 31, 33) and MobileNet's 7, 14, 28; heights
+# Widths 1-3, around 8, 16 and 32 lanes (9, 15, 16, 17, 31, 33) and MobileNet's 7, 14, 28,
+# 56 and 112 (AVX2's build reads and writes the columns inside those rows unmasked); heights
 # of 1 and 2 rows (no inside row); one channel and channel counts that are not a multiple of 16.
 SHAPES = [(1, 5, 1, 1), (2, 3, 1, 4), (1, 4, 5, 1), (1, 3, 2, 2), (2, 17, 7, 7),
           (1, 6, 14, 14), (1, 1, 15, 16), (1, 3, 16, 17), (1, 2, 9, 31), (1, 2, 4, 33),
-          (2, 19, 28, 28), (1, 2, 3, 48)]
+          (2, 19, 28, 28), (1, 2, 3, 48), (1, 3, 5, 9), (2, 3, 9, 56), (1, 2, 6, 112)]
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
@@ -65,12 +67,13 @@ def test_kernel_matches_reference_and_writes_only_its_output(shape: tuple, strid
 @pytest.mark.parametrize("width", range(1, 10))
 @pytest.mark.parametrize("height", [1, 2, 3, 5, 9])
 def test_narrow_planes_stack_rows_in_a_vector(width: int, height: int) -> None:
-    """Planes of 8 columns or fewer at stride 1 take the stacked task (two rows or more to a
-    vector; heights that make one vector, two, and first, inner and last ones), clamped,
-    a NaN reaching only its neighbours, and it writes nothing past its output; 9 columns
-    do not."""
-    stacked = depthwise_ir.stacks(width, 1)
-    assert stacked == (width <= 8)
+    """Planes of half a vector's lanes or fewer at stride 1 take the stacked task (two rows
+    or more to a vector; heights that make one vector, two, and first, inner and last ones),
+    clamped, a NaN reaching only its neighbours, and it writes nothing past its output; wider
+    ones do not."""
+    lanes = depthwise_vector.lanes()
+    stacked = depthwise_ir.stacks(width, 1, lanes)
+    assert stacked == (width <= lanes // 2)
     engine = depthwise_vector._compiled["engine"]
     for paired in (False, True):
         assert (depthwise_vector._task(1, paired, width) == engine.get_function_address(
@@ -163,9 +166,9 @@ def test_mismatched_operands_are_refused_by_name() -> None:
                                        np.inf)
 
 
-def test_without_avx512_it_stands_aside(monkeypatch: pytest.MonkeyPatch) -> None:
-    # 16 lanes split in two without AVX-512: the kernel is not compiled, and the bind falls
-    # back to numba's kernels.
+def test_without_avx512_or_avx2_it_stands_aside(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Neither vector width: the kernel is not compiled, and the bind falls back to numba's
+    # kernels.
     monkeypatch.setattr(depthwise_vector, "_compiled", {})
     monkeypatch.setattr("engine.cpu.host_features.has", lambda flag: False)
     data, weight, bias, out, _ = operands((1, 4, 8, 8), 1)
