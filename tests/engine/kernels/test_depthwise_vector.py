@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.cpu import kernel_jobs, spin_pool
+from engine.cpu import host_features, kernel_jobs, spin_pool
 from engine.kernels import bf16, bf16_handoff, depthwise_ir, depthwise_vector
 
 RNG = np.random.default_rng(31)
@@ -61,6 +61,41 @@ def test_kernel_matches_reference_and_writes_only_its_output(shape: tuple, strid
     depthwise_vector.bind(data, weight, bias, out, stride)()
     np.testing.assert_allclose(out, reference(data, weight, bias, stride), rtol=1e-5,
                                atol=1e-5)
+    assert (buffer[out.size:] == SENTINEL).all(), "a store landed past the output"
+
+
+# Each build's engine, compiled once for the tests that run a build other than the host's.
+_BUILDS: dict[int, dict] = {}
+
+
+def use_build(lanes: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run the build of ``lanes``-lane vectors in this test (compiled for this host)."""
+    monkeypatch.setattr(depthwise_vector, "lanes", lambda: lanes)
+    if lanes not in _BUILDS:
+        monkeypatch.setattr(depthwise_vector, "_compiled", {})
+        assert depthwise_vector._task(1) is not None
+        _BUILDS[lanes] = depthwise_vector._compiled
+    monkeypatch.setattr(depthwise_vector, "_compiled", _BUILDS[lanes])
+
+
+@pytest.mark.skipif(not (host_features.has("avx2") and host_features.has("fma")),
+                    reason="no AVX2 and FMA on this host")
+@pytest.mark.parametrize("lanes", [depthwise_vector.AVX2_LANES, depthwise_vector.LANES])
+@pytest.mark.parametrize("shape", [(1, 3, 5, 9), (2, 3, 9, 56), (1, 2, 6, 112), (1, 4, 7, 7),
+                                   (1, 2, 4, 33), (1, 3, 11, 41)], ids=str)
+@pytest.mark.parametrize("stride", [1, 2])
+def test_each_build_matches_reference(lanes: int, shape: tuple, stride: int,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both builds on any host with AVX2: AVX-512's 16 lanes (split in two here) and AVX2's 8
+    lanes with its unmasked inside columns, so that the build a host does not take is
+    checked too; a NaN reaches only the outputs whose taps cover it."""
+    use_build(lanes, monkeypatch)
+    data, weight, bias, out, buffer = operands(shape, stride)
+    data[0, 1, shape[2] // 2, shape[3] // 2] = np.nan
+    depthwise_vector.bind(data, weight, bias, out, stride).clamped(np.float32(-1),
+                                                                   np.float32(4))()
+    np.testing.assert_allclose(out, reference(data, weight, bias, stride, -1.0, 4.0),
+                               rtol=1e-5, atol=1e-5)
     assert (buffer[out.size:] == SENTINEL).all(), "a store landed past the output"
 
 
