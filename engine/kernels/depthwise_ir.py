@@ -1,4 +1,5 @@
-"""The LLVM IR of the 3×3, pad-1 depthwise convolution with each output row in 16-lane vectors.
+"""The LLVM IR of the 3×3, pad-1 depthwise convolution with each output row in vectors of 16
+lanes (8 on a host with AVX2 alone).
 
 ``depthwise_3x3_s1`` and ``depthwise_3x3_s2`` (stride 1 and 2 on both axes),
 ``depthwise_3x3_s1_stacked`` (stride 1 over planes 8 columns wide or less, `stacks`), and
@@ -45,6 +46,17 @@ masks leaving out the columns across a row's end, the rows outside the plane and
 past the vector's rows, made once per task for the vectors between the first and the last
 (whose rows are all inside). A 7 × 7 plane is four vectors, not seven: MobileNet v2's 960 ×
 7² layers alone 0.81× (float32 and paired).
+
+On a host with AVX2 and no AVX-512 the module is built with 8-lane vectors
+(``module(8, plain_inside=True)``): there a masked store is ``vmaskmovps``, many µops on
+AMD's Zen 3, so a column of vectors that its outputs fill stores them plainly, and one whose
+reads all lie inside the plane's rows loads them plainly too; and each input row's three
+taps are summed apart, the three sums added last (three dependent multiply-adds an output
+vector, not nine; the sums round differently from the one chain's, within float32's
+rounding). The stacked task stacks planes of 4 columns or fewer there: 7² planes take the
+column walk, 7 lanes of 8 used. MobileNet v2 fp32 on Zen 3, one thread, the depthwise steps
+timed in order in a run (best of 100, thread time): 2.64 ms under numba's kernels, 1.77 so
+(docs/benchmarks.md).
 
 numba's kernels (`depthwise_kernel`) vectorise a plane's flat runs, whose loops over a 7×7
 or 14×14 plane are mostly remainders, and stride 2 fills a phase grid first; here every row is
@@ -191,34 +203,40 @@ class _Kernel(FloatVectors):
     def _column(self, builder: ir.IRBuilder, function: ir.Function, field: dict[str, Any],
                 column: Any, stride: int) -> None:
         """One column of output vectors, down the plane's rows. With ``plain_inside`` (float32
-        planes), a column whose reads and writes all lie inside the plane's rows takes a walk
-        of plain loads and stores, the others the masked one. Why: without AVX-512, a masked
-        store is ``vmaskmovps``, on AMD's Zen 3 many µops a store, where a plain one is one."""
+        planes), a column whose reads all lie inside the plane's rows reads them by plain
+        loads, and one whose outputs fill its vectors stores them by plain stores; the others
+        take the masked ones. Why: without AVX-512, a masked store is ``vmaskmovps``, on AMD's
+        Zen 3 many µops a store, where a plain one is one."""
         if not self.plain_inside or field["paired"] or field["from_bf16"]:
-            self._walk(builder, function, field, column, stride, False)
+            self._walk(builder, function, field, column, stride, False, False)
             return
         start = builder.sub(builder.mul(column, I64(stride)), I64(1))
         reach = self.lanes + 2 if stride == 1 else 3 * self.lanes  # floats read from start
-        inside = builder.and_(
-            builder.and_(builder.icmp_signed(">=", start, I64(0)), builder.icmp_signed(
-                "<=", builder.add(start, I64(reach)), field["width"])),
-            builder.icmp_signed("<=", builder.add(column, I64(self.lanes)), field["out_width"]))
-        with builder.if_else(inside) as (plain, masked):
+        full = builder.icmp_signed("<=", builder.add(column, I64(self.lanes)), field["out_width"])
+        inside = builder.and_(full, builder.and_(
+            builder.icmp_signed(">=", start, I64(0)),
+            builder.icmp_signed("<=", builder.add(start, I64(reach)), field["width"])))
+        with builder.if_else(inside) as (plain, edge):
             with plain:
-                self._walk(builder, function, field, column, stride, True)
-            with masked:
-                self._walk(builder, function, field, column, stride, False)
+                self._walk(builder, function, field, column, stride, True, True)
+            with edge, builder.if_else(full) as (whole, part):
+                with whole:
+                    self._walk(builder, function, field, column, stride, False, True)
+                with part:
+                    self._walk(builder, function, field, column, stride, False, False)
 
     def _walk(self, builder: ir.IRBuilder, function: ir.Function, field: dict[str, Any],
-              column: Any, stride: int, plain: bool) -> None:
-        """`_column`'s walk down the rows; ``plain``: the column lies inside the plane's rows,
-        read and written without masks (but for the last row's reads below the plane)."""
+              column: Any, stride: int, plain_loads: bool, plain_stores: bool) -> None:
+        """`_column`'s walk down the rows; ``plain_loads``: the column's reads lie inside the
+        plane's rows, made without masks (but for the last row's reads below the plane);
+        ``plain_stores``: its outputs fill their vectors, stored without masks."""
         height, out_width = field["height"], field["out_width"]
         start = builder.sub(builder.mul(column, I64(stride)), I64(1))  # input column of lane 0
         blocks = (0, 1, 2) if stride == 1 else (0, self.lanes, 2 * self.lanes)
-        masks = [None if plain else self._columns_inside(
+        masks = [None if plain_loads else self._columns_inside(
             builder, builder.add(start, I64(block)), field["width"]) for block in blocks]
-        stored = None if plain else self._lanes_below(builder, builder.sub(out_width, column))
+        stored = None if plain_stores else self._lanes_below(builder,
+                                                             builder.sub(out_width, column))
         paired = field["paired"]
         # an output's place: one float, or (paired) one 16-bit half every other unit
         spacing = 2 if paired else 1

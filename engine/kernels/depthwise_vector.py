@@ -1,15 +1,14 @@
 """The 3×3, pad-1, stride-1 or -2 float32 depthwise convolution as `depthwise_ir`'s vector
 kernel: its bound call and the machine code, compiled once per process.
 
-`depthwise_bind` binds it where the host has AVX-512 and llvmlite compiles it, and on a host
-with AVX2 and FMA alone a build of 8-lane vectors (`lanes`) where it runs faster than numba's
-kernels (`NUMBA_ON_AVX2`); elsewhere the numba kernels (`depthwise_kernel`) run. Given a
-`bf16_handoff.PairedHandoff`, a run finding it taken writes the hand-off's bf16 words
+`depthwise_bind` binds it where llvmlite compiles it: vectors of 16 floats with AVX-512, of 8
+with AVX2 and FMA alone (`lanes`); elsewhere the numba kernels (`depthwise_kernel`) run.
+Given a `bf16_handoff.PairedHandoff`, a run finding it taken writes the hand-off's bf16 words
 (`depthwise_ir`'s paired tasks) in place of the float32 planes. Its input may be bf16 planes
 in place of float32 ones (a uint16 array of the bf16 bits, `bf16.round_to_bf16`'s), which
-`depthwise_ir`'s ``_from_bf16`` tasks read.
-Measured on MobileNet v2's 17 depthwise layers at batch 1, one thread, against those kernels
-(steps timed in order in a run): see docs/benchmarks.md.
+`depthwise_ir`'s ``_from_bf16`` tasks read. Measured on MobileNet v2's 17 depthwise layers
+at batch 1, one thread, against those kernels (steps timed in order in a run), on an AVX-512
+host and on an AVX2 one: see docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -26,14 +25,6 @@ from engine.kernels.depthwise_kernel import DepthwiseCall
 STRIDES = (1, 2)  # what `depthwise_ir` generates
 LANES = 16  # outputs per vector: a row of a multiple of this many fills its vectors
 AVX2_LANES = 8  # the same on a host with AVX2 and FMA but no AVX-512
-# Widths of the stride-1 planes that numba's kernels (`depthwise_kernel`) run faster than
-# AVX2's build. MobileNet v2 fp32 on Zen 3, one thread, its steps timed in order in a run
-# (best of 60, thread time, ms, numba against the vector kernel): 144 × 56² 0.242 / 0.282,
-# 192 × 28² 0.093 / 0.105, 384 × 14² 0.074 / 0.086, 576 × 14² 0.110 / 0.128; the vector kernel
-# wins at 32 × 112² (0.210 / 0.171), at 960 × 7² (0.104 / 0.063, 7 of 8 lanes used) and at
-# stride 2, whose planes numba first splits into phases (96 × 112² 0.45 / 0.29, 144 × 56²
-# 0.249 / 0.114, 192 × 28² 0.21 / 0.054, 576 × 14² 0.245 / 0.047).
-NUMBA_ON_AVX2 = range(AVX2_LANES + 1, 57)
 BF16_BITS = np.dtype(np.uint16)  # bf16 planes' dtype: each value's 16 bits
 _compiled: dict[str, Any] = {}  # the LLVM engine (it owns the machine code), once made
 _TASK = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
@@ -49,8 +40,7 @@ def applies(data: Any, weight: Any, bias: Any, out: Any, geometry: Any) -> bool:
             and stride in ((1, 1), (2, 2)) and data.ndim == 4
             and all(isinstance(a, np.ndarray) and a.dtype == np.float32
                     and a.flags.c_contiguous for a in arrays)
-            and _task(stride[0]) is not None
-            and not (lanes() == AVX2_LANES and stride[0] == 1 and data.shape[3] in NUMBA_ON_AVX2))
+            and _task(stride[0]) is not None)
 
 
 def bind(data: Any, weight: Any, bias: Any, out: Any, stride: int,
