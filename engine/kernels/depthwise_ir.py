@@ -55,7 +55,7 @@ taps are summed apart, the three sums added last (three dependent multiply-adds 
 vector, not nine; the sums round differently from the one chain's, within float32's
 rounding). The stacked task stacks planes of 4 columns or fewer there: 7² planes take the
 column walk, 7 lanes of 8 used. MobileNet v2 fp32 on Zen 3, one thread, the depthwise steps
-timed in order in a run (best of 100, thread time): 2.64 ms under numba's kernels, 1.77 so
+timed in order in a run (best of 100, thread time): 2.65 ms under numba's kernels, 1.67 so
 (docs/benchmarks.md).
 
 numba's kernels (`depthwise_kernel`) vectorise a plane's flat runs, whose loops over a 7×7
