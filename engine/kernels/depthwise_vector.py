@@ -112,21 +112,9 @@ class VectorDepthwiseCall(DepthwiseCall):
     def operands(self) -> tuple[tuple[int, ...], tuple[int, ...], None]:
         return (0, 3), (1, 2), None
 
-    def slabs(self, count: int) -> list[Any] | None:
-        """`DepthwiseCall.slabs`, each bound once (`bound`); None with a hand-off."""
+    def slabs(self, count: int) -> list[DepthwiseCall] | None:
         handed = self.args[5] is not None or self.args[6] is not None
-        cut = None if handed else super().slabs(count)
-        return None if cut is None else [slab.bound() for slab in cut]
-
-    def bound(self) -> BoundTask:
-        """This call (no hand-off) as its task's address and context, made once: a call then
-        costs one foreign call, where `depthwise_3x3` makes both anew each time (MobileNet
-        v2's 384 × 14² layer in two slabs, `parallel.SplitCall`, Zen 3: the calling thread's
-        slab took 120 µs of its CPU so, 48 bound; the whole layer on one thread 64)."""
-        data, weights, bias, out, stride, _, _, low, high = self.args
-        return BoundTask(_task(stride, False, data.shape[2]),
-                         _context(data, weights, bias, out, low, high),
-                         (data, weights, bias, out))
+        return None if handed else super().slabs(count)
 
     def as_job(self, workspace: Any) -> Any:
         """A `spin_pool` job over the planes (with a hand-off, the float32 one or the paired
@@ -144,20 +132,6 @@ class VectorDepthwiseCall(DepthwiseCall):
         if handoff is None and source is None:
             return job(data)
         return _EitherWayJob(handoff, source, data, job)
-
-
-class BoundTask:
-    """A task's every part run on the calling thread (the GIL released meanwhile), its
-    address and context made once; ``keep`` holds what the context's addresses point into."""
-
-    __slots__ = ("function", "context", "address", "keep")
-
-    def __init__(self, task: int, context: np.ndarray, keep: tuple[Any, ...]) -> None:
-        self.function, self.context, self.keep = _TASK(task), context, keep
-        self.address = context.ctypes.data
-
-    def __call__(self) -> None:
-        self.function(self.address, 0, 1)
 
 
 class _EitherWayJob:

@@ -153,13 +153,9 @@ def test_job_of_several_parts_and_slabs_match_one_call(stride: int, batch: int,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(kernel_jobs, "PART_ELEMENTS", 1)  # as many parts as there may be
     data, weight, bias, out, _ = operands((batch, 7, 12, 13), stride)
-    # clamped: the jobs and slabs (bound once, `VectorDepthwiseCall.bound`) clamp as it does
-    call = depthwise_vector.bind(data, weight, bias, out, stride).clamped(np.float32(0),
-                                                                          np.float32(6))
+    call = depthwise_vector.bind(data, weight, bias, out, stride)
     call()
     want = out.copy()
-    np.testing.assert_allclose(want, reference(data, weight, bias, stride, 0.0, 6.0),
-                               rtol=1e-5, atol=1e-5)
     out.fill(SENTINEL)
     job = call.as_job(None)
     if spin_pool.available():
