@@ -151,6 +151,8 @@ def test_clamp_keeps_nan_and_padding_reads_zero(stride: int) -> None:
 @pytest.mark.parametrize("batch", [1, 2])  # slabs of channels of one sample, of whole samples
 def test_job_of_several_parts_and_slabs_match_one_call(stride: int, batch: int,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the 16-lane build: AVX2's cuts no slabs (`test_avx2_build_runs_as_its_job_alone`)
+    use_build(depthwise_vector.LANES, monkeypatch)
     monkeypatch.setattr(kernel_jobs, "PART_ELEMENTS", 1)  # as many parts as there may be
     data, weight, bias, out, _ = operands((batch, 7, 12, 13), stride)
     call = depthwise_vector.bind(data, weight, bias, out, stride)
@@ -170,6 +172,20 @@ def test_job_of_several_parts_and_slabs_match_one_call(stride: int, batch: int,
         for slab in slabs:
             slab()
         np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.skipif(not (host_features.has("avx2") and host_features.has("fma")),
+                    reason="no AVX2 and FMA on this host")
+def test_avx2_build_runs_as_its_job_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """AVX2's build cuts no slabs for `parallel`'s threads: its job of parts, armed or on one
+    thread, is the layer's step, and it computes the layer."""
+    use_build(depthwise_vector.AVX2_LANES, monkeypatch)
+    monkeypatch.setattr("engine.kernels.depthwise_kernel.SLAB_MIN_BYTES", 0)
+    data, weight, bias, out, _ = operands((1, 8, 14, 14), 1)
+    call = depthwise_vector.bind(data, weight, bias, out, 1)
+    assert call.slabs(2) is None
+    call.as_job(None)()
+    np.testing.assert_allclose(out, reference(data, weight, bias, 1), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize(("change", "applies"), [
