@@ -116,8 +116,8 @@ class VectorDepthwiseCall(DepthwiseCall):
         """`DepthwiseCall.slabs`; None with a hand-off, and with AVX2's build, whose layers
         run as their job (`as_job`) on several threads too. MobileNet v2 fp32 on both vCPUs of
         Zen 3 (`parallel.set_threads(2)`, steps in order, each node's best of 100, wall): the 17
-        layers in slabs on `parallel`'s threads 2.4–2.7 ms, as jobs 1.2 armed and 1.7 on one
-        thread, as `Choice` took runs."""
+        layers in slabs on `parallel`'s threads 4.6–4.9 ms (2.4–2.7 with each slab's context
+        made once), as jobs 1.2 armed and 1.7 on one thread, as `Choice` took runs."""
         handed = self.args[5] is not None or self.args[6] is not None
         if handed or lanes() == AVX2_LANES:
             return None
