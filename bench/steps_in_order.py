@@ -3,7 +3,7 @@
 Usage: ``python bench/steps_in_order.py [--net resnet18_v1] [--batch 1] [--runs 30]
 [--threads 1] [--top 12] [--precision fp32|bf16|int8] [--node NAME] [--clock wall|thread]
 [--winograd-min-tiles N] [--f4-min-tiles N] [--plans N] [--openvino]
-[--peer-python PYTHON]``.
+[--peer-python PYTHON] [--statistic median|best]``.
 
 Every run walks ``plan.steps`` once in order, each step timed inside a run made as
 ``plan.run`` makes it (`Plan.walk`: denormals flushed, over the cores `plan.run` would use), so
@@ -20,7 +20,8 @@ OpenVINO's own time per layer, in its order, for the same network, batch, thread
 precision (int8 through NNCF, as `bench/executor.py` quantises it), from the peer environment
 (`bench/quantized_peers.py --layers`). ``--clock thread`` reads
 the calling thread's CPU time in place of the wall clock (one thread only), which other
-processes on a busy machine leave out. One thread by default: BLAS's
+processes on a busy machine leave out; ``--statistic best`` gives each node's best run in
+place of its median. One thread by default: BLAS's
 pools through threadpoolctl and the engine's own setting (`parallel.set_threads`).
 """
 
@@ -62,6 +63,9 @@ def call_kind(call: Any) -> str:
 # a busy machine's other processes leave out (one thread only: a product's parts on other
 # threads are not counted).
 CLOCKS = {"wall": time.perf_counter, "thread": time.thread_time}
+# What a node's row gives of its runs: the median, or the best (on a busy machine the best of
+# the thread's CPU time is the steadiest figure of a node's own work).
+STATISTICS = {"median": statistics.median, "best": min}
 
 
 def build(options: argparse.Namespace) -> tuple[Any, dict[str, np.ndarray]]:
@@ -99,7 +103,7 @@ def report(label: str, plan: Any, per_run: list[list[float]], whole: list[float]
         kinds: dict[str, int] = defaultdict(int)
         for i in indices:
             kinds[call_kind(plan.steps[i].call)] += 1
-        rows.append((statistics.median(sums), node, len(indices), dict(kinds)))
+        rows.append((STATISTICS[options.statistic](sums), node, len(indices), dict(kinds)))
     rows.sort(key=lambda row: -row[0])
     walks = [sum(times) for times in per_run]
     print(f"{label}{options.net} batch {options.batch}, {options.threads} thread(s), "
@@ -144,6 +148,8 @@ def main() -> None:
                         help="the peer environment's Python (as bench/executor.py's option)")
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
                         help="thread: the calling thread's CPU time (one thread only)")
+    parser.add_argument("--statistic", choices=sorted(STATISTICS), default="median",
+                        help="what each node's row gives of its runs' times")
     options = parser.parse_args()
     if options.clock == "thread" and options.threads != 1:
         parser.error("--clock thread counts the calling thread alone: use it with --threads 1")

@@ -19,8 +19,8 @@ Where numba is installed, `depthwise_kernel`'s compiled kernels replace the patc
 matmul (2-D, float32/64): over the NumPy-filled phases, or reading the input themselves for
 large strided planes (`PLANE_CELLS`) and every 3×3 stride-1 pad-1 one (`SAME_3X3`). Before
 them, float32 3×3 pad-1 layers of stride 1 or 2 take `depthwise_vector`'s kernel (LLVM IR,
-AVX-512; numba not needed), which also writes the bf16 pairs an AMX product takes in place of
-the output (`bf16_handoff`).
+AVX-512 or AVX2; numba not needed), which also writes the bf16 pairs an AMX product takes in
+place of the output (`bf16_handoff`).
 
 The phases live in a zero-bordered `Workspace` buffer (only input cells are written per run), the
 patches and matmul results in the plan's shared scratch, and all views are made at bind time.

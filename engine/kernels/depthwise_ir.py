@@ -1,4 +1,5 @@
-"""The LLVM IR of the 3×3, pad-1 depthwise convolution with each output row in 16-lane vectors.
+"""The LLVM IR of the 3×3, pad-1 depthwise convolution with each output row in vectors of 16
+lanes (8 on a host with AVX2 alone).
 
 ``depthwise_3x3_s1`` and ``depthwise_3x3_s2`` (stride 1 and 2 on both axes),
 ``depthwise_3x3_s1_stacked`` (stride 1 over planes 8 columns wide or less, `stacks`), and
@@ -45,6 +46,17 @@ masks leaving out the columns across a row's end, the rows outside the plane and
 past the vector's rows, made once per task for the vectors between the first and the last
 (whose rows are all inside). A 7 × 7 plane is four vectors, not seven: MobileNet v2's 960 ×
 7² layers alone 0.81× (float32 and paired).
+
+On a host with AVX2 and no AVX-512 the module is built with 8-lane vectors
+(``module(8, plain_inside=True)``): there a masked store is ``vmaskmovps``, many µops on
+AMD's Zen 3, so a column of vectors that its outputs fill stores them plainly, and one whose
+reads all lie inside the plane's rows loads them plainly too; and each input row's three
+taps are summed apart, the three sums added last (three dependent multiply-adds an output
+vector, not nine; the sums round differently from the one chain's, within float32's
+rounding). The stacked task stacks planes of 4 columns or fewer there: 7² planes take the
+column walk, 7 lanes of 8 used. MobileNet v2 fp32 on Zen 3, one thread, the depthwise steps
+timed in order in a run (best of 100, thread time): 2.65 ms under numba's kernels, 1.67 so
+(docs/benchmarks.md).
 
 numba's kernels (`depthwise_kernel`) vectorise a plane's flat runs, whose loops over a 7×7
 or 14×14 plane are mostly remainders, and stride 2 fills a phase grid first; here every row is
@@ -96,20 +108,24 @@ def task_name(stride: int, paired: bool = False, stacked: bool = False,
             + ("_from_bf16" if from_bf16 else "") + ("_paired" if paired else ""))
 
 
-def stacks(width: int, stride: int) -> bool:
-    """Whether planes ``width`` wide take the stacked task: stride 1, and two rows or more to
-    a vector (a row to a vector would leave most lanes idle: 9 of 16 at 7²)."""
-    return stride == 1 and 0 < 2 * width <= LANES
+def stacks(width: int, stride: int, lanes: int = LANES) -> bool:
+    """Whether planes ``width`` wide take the stacked task of vectors of ``lanes``: stride 1,
+    and two rows or more to a vector (a row to a vector would leave most lanes idle: 9 of 16
+    at 7²)."""
+    return stride == 1 and 0 < 2 * width <= lanes
 
 
-def module() -> ir.Module:
+def module(lanes: int = LANES, plain_inside: bool = False) -> ir.Module:
     """A module holding the tasks of every stride in `STRIDES` and the stacked stride-1 task,
     each writing float32 planes and bf16 pairs; and the tasks of every stride in `STRIDES`
     reading bf16 planes (16-bit halves, a float32's upper half, ``from_bf16``) in place of
     float32 ones, for the wide planes whose float32 input streams from memory (96 × 112² is
-    4.8 MB in float32)."""
+    4.8 MB in float32). Its vectors are ``lanes`` floats wide. ``plain_inside``: the float32
+    tasks' column walk reads and writes the columns of vectors that lie wholly inside the
+    plane by plain loads and stores, the masked ones kept for the edge columns (see
+    `_Kernel._column`)."""
     built = ir.Module(name="hybridserve_depthwise")
-    kernel = _Kernel(built)
+    kernel = _Kernel(built, lanes, plain_inside)
     for stride, stacked in [*((stride, False) for stride in STRIDES), (1, True)]:
         for paired in (False, True):
             kernel.define(stride, paired, stacked)
@@ -120,15 +136,16 @@ def module() -> ir.Module:
 
 
 class _Kernel(FloatVectors):
-    def __init__(self, built: ir.Module) -> None:
-        super().__init__(built)
-        self.bits = ir.VectorType(I16, LANES)
+    def __init__(self, built: ir.Module, lanes: int = LANES, plain_inside: bool = False) -> None:
+        super().__init__(built, lanes)
+        self.plain_inside = plain_inside
+        self.bits = ir.VectorType(I16, self.lanes)
         self.load_halves = masked_load(built, self.bits, "i16")
-        self.halves = ir.VectorType(BFloatType(), LANES)
-        self.spread = ir.VectorType(I16, 2 * LANES)
+        self.halves = ir.VectorType(BFloatType(), self.lanes)
+        self.spread = ir.VectorType(I16, 2 * self.lanes)
         self.store_halves = masked_store(built, self.spread, "i16")
         self.fmuladd = ir.Function(built, ir.FunctionType(self.floats, [self.floats] * 3),
-                                   name=f"llvm.fmuladd.v{LANES}f32")
+                                   name=f"llvm.fmuladd.v{self.lanes}f32")
         self.prefetch = ir.Function(built, ir.FunctionType(
             ir.VoidType(), [F32.as_pointer(), I32, I32, I32]), name="llvm.prefetch.p0")
 
@@ -180,25 +197,54 @@ class _Kernel(FloatVectors):
         # row that reads it (three at stride 1, two at stride 2) from registers, so a vector
         # of outputs costs three or six masked loads, not nine; and the column masks are made
         # once per column.
-        with loop(builder, function, I64(0), field["out_width"], "column", LANES) as column:
+        with loop(builder, function, I64(0), field["out_width"], "column", self.lanes) as column:
             self._column(builder, function, plane_field, column, stride)
 
     def _column(self, builder: ir.IRBuilder, function: ir.Function, field: dict[str, Any],
                 column: Any, stride: int) -> None:
+        """One column of output vectors, down the plane's rows. With ``plain_inside`` (float32
+        planes), a column whose reads all lie inside the plane's rows reads them by plain
+        loads, and one whose outputs fill its vectors stores them by plain stores; the others
+        take the masked ones. Why: without AVX-512, a masked store is ``vmaskmovps``, on AMD's
+        Zen 3 many µops a store, where a plain one is one."""
+        if not self.plain_inside or field["paired"] or field["from_bf16"]:
+            self._walk(builder, function, field, column, stride, False, False)
+            return
+        start = builder.sub(builder.mul(column, I64(stride)), I64(1))
+        reach = self.lanes + 2 if stride == 1 else 3 * self.lanes  # floats read from start
+        full = builder.icmp_signed("<=", builder.add(column, I64(self.lanes)), field["out_width"])
+        inside = builder.and_(full, builder.and_(
+            builder.icmp_signed(">=", start, I64(0)),
+            builder.icmp_signed("<=", builder.add(start, I64(reach)), field["width"])))
+        with builder.if_else(inside) as (plain, edge):
+            with plain:
+                self._walk(builder, function, field, column, stride, True, True)
+            with edge, builder.if_else(full) as (whole, part):
+                with whole:
+                    self._walk(builder, function, field, column, stride, False, True)
+                with part:
+                    self._walk(builder, function, field, column, stride, False, False)
+
+    def _walk(self, builder: ir.IRBuilder, function: ir.Function, field: dict[str, Any],
+              column: Any, stride: int, plain_loads: bool, plain_stores: bool) -> None:
+        """`_column`'s walk down the rows; ``plain_loads``: the column's reads lie inside the
+        plane's rows, made without masks (but for the last row's reads below the plane);
+        ``plain_stores``: its outputs fill their vectors, stored without masks."""
         height, out_width = field["height"], field["out_width"]
         start = builder.sub(builder.mul(column, I64(stride)), I64(1))  # input column of lane 0
-        blocks = (0, 1, 2) if stride == 1 else (0, LANES, 2 * LANES)
-        masks = [self._columns_inside(builder, builder.add(start, I64(block)), field["width"])
-                 for block in blocks]
-        stored = self._lanes_below(builder, builder.sub(out_width, column))
+        blocks = (0, 1, 2) if stride == 1 else (0, self.lanes, 2 * self.lanes)
+        masks = [None if plain_loads else self._columns_inside(
+            builder, builder.add(start, I64(block)), field["width"]) for block in blocks]
+        stored = None if plain_stores else self._lanes_below(builder,
+                                                             builder.sub(out_width, column))
         paired = field["paired"]
         # an output's place: one float, or (paired) one 16-bit half every other unit
         spacing = 2 if paired else 1
         written = builder.gep(field["target"], [builder.mul(column, I64(spacing))])
         if paired:  # every other 16-bit unit of the 16 words: the lanes' mask spread once
-            stored = builder.shuffle_vector(stored, ir.Constant(self.mask, [0] * LANES),
+            stored = builder.shuffle_vector(stored, ir.Constant(self.mask, [0] * self.lanes),
                                             self._spread_order())
-        zero = ir.Constant(self.floats, [0.0] * LANES)
+        zero = ir.Constant(self.floats, [0.0] * self.lanes)
 
         def reads(line: Any, last: bool = False) -> list[Any]:
             """Input row ``line`` under the column masks (the last output row's: and only
@@ -206,12 +252,13 @@ class _Kernel(FloatVectors):
             at = builder.add(builder.mul(line, field["width"]), start)
             if AHEAD_ROWS and not last:
                 ahead = builder.add(at, builder.mul(I64(AHEAD_ROWS), field["width"]))
-                for block in range(0, stride * LANES + 2, LANES):  # each line read
+                for block in range(0, stride * self.lanes + 2, self.lanes):  # each line read
                     self._prefetch(builder, builder.gep(field["source"], [
                         builder.add(ahead, I64(block))]))
             if last:
                 inside = splat(builder, builder.icmp_signed("<", line, height), self.mask)
-                lanes = [builder.and_(mask, inside) for mask in masks]
+                lanes = [inside if mask is None else builder.and_(mask, inside)
+                         for mask in masks]
             else:
                 lanes = masks
             loaded = [self._load(builder, field["source"], builder.add(at, I64(block)), mask)
@@ -221,9 +268,9 @@ class _Kernel(FloatVectors):
             # Input columns 2x - 1 (even lanes of the 32 from `start`), 2x (odd lanes) and
             # 2x + 1 (even lanes from start + 2: the first's last 15 and one more float).
             first, second, third = loaded
-            even = builder.shuffle_vector(first, second, self._order(range(0, 2 * LANES, 2)))
-            odd = builder.shuffle_vector(first, second, self._order(range(1, 2 * LANES, 2)))
-            after = builder.shuffle_vector(even, third, self._order(range(1, LANES + 1)))
+            even = builder.shuffle_vector(first, second, self._order(range(0, 2 * self.lanes, 2)))
+            odd = builder.shuffle_vector(first, second, self._order(range(1, 2 * self.lanes, 2)))
+            after = builder.shuffle_vector(even, third, self._order(range(1, self.lanes + 1)))
             return [even, odd, after]
 
         def output_row(row: Any, carried: list[Any], last: bool) -> list[list[Any]]:
@@ -233,11 +280,7 @@ class _Kernel(FloatVectors):
             else:
                 first = builder.mul(row, I64(2))
                 rows = [carried, reads(first), reads(builder.add(first, I64(1)), last)]
-            total = field["shift"]
-            for above, values in enumerate(rows):
-                for across, value in enumerate(values):
-                    total = builder.call(self.fmuladd, [field["taps"][3 * above + across],
-                                                        value, total])
+            total = self._sum(builder, field, rows)
             low, high = field["bounds"]
             # ``clip``'s order, not min/max: a NaN compares false both ways and stays.
             total = builder.select(builder.fcmp_ordered("<", total, low), low, total)
@@ -245,6 +288,8 @@ class _Kernel(FloatVectors):
             at = builder.gep(written, [builder.mul(builder.mul(row, out_width), I64(spacing))])
             if paired:
                 self._store_halves(builder, total, at, stored)
+            elif stored is None:
+                builder.store(total, builder.bitcast(at, self.floats.as_pointer()), align=4)
             else:
                 builder.call(self.masked_store, [total, builder.bitcast(
                     at, self.floats.as_pointer()), I32(4), stored])
@@ -272,25 +317,46 @@ class _Kernel(FloatVectors):
         with when(builder, function, builder.icmp_signed(">=", final, I64(0)), "last_row"):
             output_row(final, carried, True)
 
+    def _sum(self, builder: ir.IRBuilder, field: dict[str, Any], rows: list[list[Any]]) -> Any:
+        """The bias plus the nine taps' products of the three input ``rows``: one chain of
+        fused multiply-adds, or (``plain_inside``'s build) a chain per input row, added at the
+        end, so that an output vector waits on three dependent multiply-adds, not nine."""
+        if not self.plain_inside:
+            total = field["shift"]
+            for above, values in enumerate(rows):
+                for across, value in enumerate(values):
+                    total = builder.call(self.fmuladd, [field["taps"][3 * above + across],
+                                                        value, total])
+            return total
+        sums = []
+        for above, values in enumerate(rows):
+            total = field["shift"] if above == 0 else builder.fmul(field["taps"][3 * above],
+                                                                   values[0])
+            for across, value in enumerate(values[1:] if above else values, 1 if above else 0):
+                total = builder.call(self.fmuladd, [field["taps"][3 * above + across],
+                                                    value, total])
+            sums.append(total)
+        return builder.fadd(builder.fadd(sums[0], sums[1]), sums[2])
+
     def _lane_places(self, builder: ir.IRBuilder, field: dict[str, Any]) -> dict[str, Any]:
         """Where each lane of a stacked vector sits, made once per task (the lanes' division
         is 16 scalar ones): ``rows`` whole rows of W to a vector, lane ``j`` in row
         ``j // W`` and column ``j % W``; the lanes in those rows (``used``), those with a
         column on their left and on their right (the taps across a row's end), and the
         vectors a plane takes."""
-        lanes = ir.VectorType(I32, LANES)
+        lanes = ir.VectorType(I32, self.lanes)
         width = builder.trunc(field["width"], I32)
         across = splat(builder, width, lanes)
-        lane = ir.Constant(lanes, list(range(LANES)))
+        lane = ir.Constant(lanes, list(range(self.lanes)))
         row = builder.sdiv(lane, across)
         column = builder.sub(lane, builder.mul(row, across))
-        rows = builder.sdiv(I32(LANES), width)
+        rows = builder.sdiv(I32(self.lanes), width)
         wide = builder.sext(rows, I64)
         return {"rows": wide, "lane_row": row, "lanes": lanes,
                 "vectors": builder.sdiv(builder.add(field["height"], builder.sub(wide, I64(1))),
                                         wide),
                 "used": builder.icmp_signed("<", row, splat(builder, rows, lanes)),
-                "left": builder.icmp_signed(">", column, ir.Constant(lanes, [0] * LANES)),
+                "left": builder.icmp_signed(">", column, ir.Constant(lanes, [0] * self.lanes)),
                 "right": builder.icmp_signed("<", column, splat(
                     builder, builder.sub(width, I32(1)), lanes))}
 
@@ -326,7 +392,7 @@ class _Kernel(FloatVectors):
                 line = builder.add(places["lane_row"], splat(
                     builder, builder.trunc(builder.add(first, I64(above - 1)), I32), lanes))
                 inside.append(builder.and_(places["used"], builder.and_(
-                    builder.icmp_signed(">=", line, ir.Constant(lanes, [0] * LANES)),
+                    builder.icmp_signed(">=", line, ir.Constant(lanes, [0] * self.lanes)),
                     builder.icmp_signed("<", line, height))))
         total = field["shift"]
         for above in range(3):
@@ -345,7 +411,7 @@ class _Kernel(FloatVectors):
         if field["paired"]:
             at = builder.gep(field["target"], [builder.mul(start, I64(2))])
             self._store_halves(builder, total, at, builder.shuffle_vector(
-                stored, ir.Constant(self.mask, [0] * LANES), self._spread_order()))
+                stored, ir.Constant(self.mask, [0] * self.lanes), self._spread_order()))
         else:
             builder.call(self.masked_store, [total, builder.bitcast(
                 builder.gep(field["target"], [start]), self.floats.as_pointer()), I32(4),
@@ -357,23 +423,23 @@ class _Kernel(FloatVectors):
         mask): one half of each of 16 words, the other half (the paired channel's) left as
         it is. Each half widened to a word (its upper half zero, never stored) puts it in
         place."""
-        bits = builder.bitcast(builder.fptrunc(total, self.halves), ir.VectorType(I16, LANES))
-        spread = builder.bitcast(builder.zext(bits, ir.VectorType(I32, LANES)), self.spread)
+        bits = builder.bitcast(builder.fptrunc(total, self.halves), ir.VectorType(I16, self.lanes))
+        spread = builder.bitcast(builder.zext(bits, ir.VectorType(I32, self.lanes)), self.spread)
         builder.call(self.store_halves, [spread, builder.bitcast(
             at, self.spread.as_pointer()), I32(2), lanes])
 
-    @staticmethod
-    def _spread_order() -> ir.Constant:
+    def _spread_order(self) -> ir.Constant:
         """Lane ``k`` of the first vector to lane ``2k``, the second's between."""
-        return ir.Constant(ir.VectorType(I32, 2 * LANES),
-                           [lane for index in range(LANES) for lane in (index, index + LANES)])
+        lanes = self.lanes
+        return ir.Constant(ir.VectorType(I32, 2 * lanes),
+                           [lane for index in range(lanes) for lane in (index, index + lanes)])
 
     def _columns_inside(self, builder: ir.IRBuilder, first: Any, width: Any) -> Any:
         """The mask of lanes whose input column ``first + lane`` lies in [0, W)."""
         columns = builder.add(splat(builder, first, self.indices),
-                              ir.Constant(self.indices, list(range(LANES))))
+                              ir.Constant(self.indices, list(range(self.lanes))))
         return builder.and_(
-            builder.icmp_signed(">=", columns, ir.Constant(self.indices, [0] * LANES)),
+            builder.icmp_signed(">=", columns, ir.Constant(self.indices, [0] * self.lanes)),
             builder.icmp_signed("<", columns, splat(builder, width, self.indices)))
 
     def _prefetch(self, builder: ir.IRBuilder, address: Any) -> None:
@@ -382,26 +448,28 @@ class _Kernel(FloatVectors):
                                      I32(3), I32(1)])
 
     def _load(self, builder: ir.IRBuilder, source: Any, at: Any, mask: Any) -> Any:
-        """16 floats from ``source[at]`` on, those outside ``mask`` read as zero (and never
-        touched: a masked lane may lie outside the plane). From bf16 planes (``source`` of
-        16-bit halves), 16 halves each widened to the float32 whose upper half it is: the
-        value itself, as the pairing pass rounded it."""
+        """A vector of floats from ``source[at]`` on, those outside ``mask`` read as zero (and
+        never touched: a masked lane may lie outside the plane); a plain load where ``mask``
+        is None. From bf16 planes (``source`` of 16-bit halves), as many halves each widened
+        to the float32 whose upper half it is: the value itself, as the pairing pass rounded
+        it."""
         if source.type.pointee == I16:
             address = builder.bitcast(builder.gep(source, [at]), self.bits.as_pointer())
             halves = builder.call(self.load_halves, [address, I32(2), mask,
-                                                     ir.Constant(self.bits, [0] * LANES)])
-            wide = builder.shl(builder.zext(halves, ir.VectorType(I32, LANES)),
-                               ir.Constant(ir.VectorType(I32, LANES), [16] * LANES))
+                                                     ir.Constant(self.bits, [0] * self.lanes)])
+            wide = builder.shl(builder.zext(halves, ir.VectorType(I32, self.lanes)),
+                               ir.Constant(ir.VectorType(I32, self.lanes), [16] * self.lanes))
             return builder.bitcast(wide, self.floats)
         address = builder.bitcast(builder.gep(source, [at]), self.floats.as_pointer())
-        zero = ir.Constant(self.floats, [0.0] * LANES)
+        if mask is None:
+            return builder.load(address, align=4)
+        zero = ir.Constant(self.floats, [0.0] * self.lanes)
         return builder.call(self.masked_load, [address, I32(4), mask, zero])
 
     def _lanes_below(self, builder: ir.IRBuilder, count: Any) -> Any:
         """The mask of lanes ``j < count``."""
-        return builder.icmp_signed("<", ir.Constant(self.indices, list(range(LANES))),
+        return builder.icmp_signed("<", ir.Constant(self.indices, list(range(self.lanes))),
                                    splat(builder, count, self.indices))
 
-    @staticmethod
-    def _order(lanes: Any) -> ir.Constant:
-        return ir.Constant(ir.VectorType(I32, LANES), list(lanes))
+    def _order(self, lanes: Any) -> ir.Constant:
+        return ir.Constant(ir.VectorType(I32, self.lanes), list(lanes))

@@ -1,13 +1,14 @@
 """The 3×3, pad-1, stride-1 or -2 float32 depthwise convolution as `depthwise_ir`'s vector
 kernel: its bound call and the machine code, compiled once per process.
 
-`depthwise_bind` binds it where the host has AVX-512 and llvmlite compiles it; elsewhere the
-numba kernels (`depthwise_kernel`) run. Given a `bf16_handoff.PairedHandoff`, a run finding it
-taken writes the hand-off's bf16 words (`depthwise_ir`'s paired tasks) in place of the
-float32 planes. Its input may be bf16 planes in place of float32 ones (a uint16 array of the
-bf16 bits, `bf16.round_to_bf16`'s), which `depthwise_ir`'s ``_from_bf16`` tasks read.
-Measured on MobileNet v2's 17 depthwise layers at batch 1, one thread, against those kernels
-(steps timed in order in a run): see docs/benchmarks.md.
+`depthwise_bind` binds it where llvmlite compiles it: vectors of 16 floats with AVX-512, of 8
+with AVX2 and FMA alone (`lanes`); elsewhere the numba kernels (`depthwise_kernel`) run.
+Given a `bf16_handoff.PairedHandoff`, a run finding it taken writes the hand-off's bf16 words
+(`depthwise_ir`'s paired tasks) in place of the float32 planes. Its input may be bf16 planes
+in place of float32 ones (a uint16 array of the bf16 bits, `bf16.round_to_bf16`'s), which
+`depthwise_ir`'s ``_from_bf16`` tasks read. Measured on MobileNet v2's 17 depthwise layers
+at batch 1, one thread, against those kernels (steps timed in order in a run), on an AVX-512
+host and on an AVX2 one: see docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from engine.kernels.depthwise_kernel import DepthwiseCall
 
 STRIDES = (1, 2)  # what `depthwise_ir` generates
 LANES = 16  # outputs per vector: a row of a multiple of this many fills its vectors
+AVX2_LANES = 8  # the same on a host with AVX2 and FMA but no AVX-512
 BF16_BITS = np.dtype(np.uint16)  # bf16 planes' dtype: each value's 16 bits
 _compiled: dict[str, Any] = {}  # the LLVM engine (it owns the machine code), once made
 _TASK = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
@@ -111,8 +113,15 @@ class VectorDepthwiseCall(DepthwiseCall):
         return (0, 3), (1, 2), None
 
     def slabs(self, count: int) -> list[DepthwiseCall] | None:
+        """`DepthwiseCall.slabs`; None with a hand-off, and with AVX2's build, whose layers
+        run as their job (`as_job`) on several threads too. MobileNet v2 fp32 on both vCPUs of
+        Zen 3 (`parallel.set_threads(2)`, steps in order, each node's best of 100, wall): the 17
+        layers in slabs on `parallel`'s threads 4.6–4.9 ms (2.4–2.7 with each slab's context
+        made once), as jobs 1.2 armed and 1.7 on one thread, as `Choice` took runs."""
         handed = self.args[5] is not None or self.args[6] is not None
-        return None if handed else super().slabs(count)
+        if handed or lanes() == AVX2_LANES:
+            return None
+        return super().slabs(count)
 
     def as_job(self, workspace: Any) -> Any:
         """A `spin_pool` job over the planes (with a hand-off, the float32 one or the paired
@@ -168,14 +177,25 @@ def _task(stride: int, paired: bool = False, width: int = 0,
         return None
     from engine.kernels.depthwise_ir import stacks, task_name
 
-    stacked = stacks(width, stride) and not from_bf16
+    stacked = stacks(width, stride, lanes()) and not from_bf16
     return engine.get_function_address(task_name(stride, paired, stacked, from_bf16))
 
 
+def lanes() -> int | None:
+    """Floats a vector of the host's build holds: 16 with AVX-512, 8 with AVX2 and FMA (16
+    would be split in two there, each masked store two ``vmaskmovps``), else None: no
+    build."""
+    if host_features.has("avx512f"):
+        return LANES
+    if host_features.has("avx2") and host_features.has("fma"):
+        return AVX2_LANES
+    return None
+
+
 def _compile() -> Any:
-    """The module compiled for the host, or None: no AVX-512 (16 lanes would be split in
-    two), no llvmlite, or no JIT for this target."""
-    if not host_features.has("avx512f"):
+    """The module compiled for the host, or None: no AVX-512 or AVX2 (`lanes`), no llvmlite,
+    or no JIT for this target."""
+    if lanes() is None:
         return None
     return llvm_jit.compile_for_host(_module, optimise=False)
 
@@ -183,4 +203,8 @@ def _compile() -> Any:
 def _module() -> Any:
     from engine.kernels.depthwise_ir import module
 
-    return module()
+    if lanes() == LANES:
+        return module()
+    # AVX2: masked stores cost many µops a vector there, so the columns inside a plane take
+    # plain ones (`depthwise_ir.module`'s ``plain_inside``)
+    return module(AVX2_LANES, plain_inside=True)

@@ -130,15 +130,17 @@ def when(builder: ir.IRBuilder, function: ir.Function, condition: Any,
 
 
 class FloatVectors:
-    """What a kernel of 16-lane float32 vectors builds with: the vector, mask and index types,
-    and the masked load and store of float32 vectors, declared in ``built``."""
+    """What a kernel of float32 vectors of ``lanes`` lanes (16 unless told) builds with: the
+    vector, mask and index types, and the masked load and store of float32 vectors, declared
+    in ``built``."""
 
     LANES = 16
 
-    def __init__(self, built: ir.Module) -> None:
+    def __init__(self, built: ir.Module, lanes: int = LANES) -> None:
         self.module = built
-        self.floats = ir.VectorType(F32, self.LANES)
-        self.mask = ir.VectorType(I1, self.LANES)
-        self.indices = ir.VectorType(I64, self.LANES)
+        self.lanes = lanes
+        self.floats = ir.VectorType(F32, lanes)
+        self.mask = ir.VectorType(I1, lanes)
+        self.indices = ir.VectorType(I64, lanes)
         self.masked_load = masked_load(built, self.floats, "f32")
         self.masked_store = masked_store(built, self.floats, "f32")

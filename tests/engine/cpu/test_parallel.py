@@ -9,7 +9,7 @@ import pytest
 
 from engine import sym
 from engine.cpu import parallel
-from engine.kernels import depthwise_bind, depthwise_kernel
+from engine.kernels import depthwise_bind, depthwise_kernel, depthwise_vector
 from tests.engine.runtime.helpers import load_pair
 
 RNG = np.random.default_rng(11)
@@ -111,6 +111,8 @@ def test_depthwise_kernels_cut_into_planes(batch: int, geometry: tuple,
     # needs a grid of its own), the whole-layer phases; whole samples or one sample's channels.
     monkeypatch.setattr(depthwise_bind, "PLANE_CELLS", 0)
     monkeypatch.setattr(depthwise_kernel, "SLAB_MIN_BYTES", 0)
+    # numba's kernels (these slabs are theirs), not the vector kernel the 3x3 ones would take
+    monkeypatch.setattr(depthwise_vector, "applies", lambda *arguments: False)
     kernel, stride, pad = geometry
     data = sym.var("data")
     net = sym.Convolution(data, kernel=kernel, stride=stride, pad=pad, num_filter=7,

@@ -1,21 +1,22 @@
 """The vector 3×3 depthwise kernel (`engine.kernels.depthwise_vector`, IR in `depthwise_ir`)
-agrees with a float64 NumPy convolution: every width around a vector's 16 lanes, planes of
-one cell, odd channel counts, stride 1 and 2, its clamp and NaNs, its jobs and slabs; it
-writes nothing past its output and stands aside where it does not apply."""
+agrees with a float64 NumPy convolution: every width around a vector's lanes (16 with AVX-512,
+8 with AVX2), planes of one cell, odd channel counts, stride 1 and 2, its clamp and NaNs, its
+jobs and slabs; it writes nothing past its output and stands aside where it does not
+apply."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from engine.cpu import kernel_jobs, spin_pool
+from engine.cpu import host_features, kernel_jobs, spin_pool
 from engine.kernels import bf16, bf16_handoff, depthwise_ir, depthwise_vector
 
 RNG = np.random.default_rng(31)
 SENTINEL = np.float32(-12345.0)
 
 pytestmark = pytest.mark.skipif(depthwise_vector._task(1) is None,
-                                reason="no AVX-512 or no llvmlite JIT on this host")
+                                reason="no AVX-512 or AVX2, or no llvmlite JIT on this host")
 
 
 def reference(data: np.ndarray, weight: np.ndarray, bias: np.ndarray, stride: int,
@@ -45,11 +46,12 @@ def operands(shape: tuple, stride: int) -> tuple[np.ndarray, ...]:
     return data, weight, bias, buffer[:-64].reshape(out_shape), buffer
 
 
-# Widths 1-3, around 16 and 32 lanes (15, 16, 17, 31, 33) and MobileNet's 7, 14, 28; heights
+# Widths 1-3, around 8, 16 and 32 lanes (9, 15, 16, 17, 31, 33) and MobileNet's 7, 14, 28,
+# 56 and 112 (AVX2's build reads and writes the columns inside those rows unmasked); heights
 # of 1 and 2 rows (no inside row); one channel and channel counts that are not a multiple of 16.
 SHAPES = [(1, 5, 1, 1), (2, 3, 1, 4), (1, 4, 5, 1), (1, 3, 2, 2), (2, 17, 7, 7),
           (1, 6, 14, 14), (1, 1, 15, 16), (1, 3, 16, 17), (1, 2, 9, 31), (1, 2, 4, 33),
-          (2, 19, 28, 28), (1, 2, 3, 48)]
+          (2, 19, 28, 28), (1, 2, 3, 48), (1, 3, 5, 9), (2, 3, 9, 56), (1, 2, 6, 112)]
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
@@ -62,15 +64,51 @@ def test_kernel_matches_reference_and_writes_only_its_output(shape: tuple, strid
     assert (buffer[out.size:] == SENTINEL).all(), "a store landed past the output"
 
 
+# Each build's engine, compiled once for the tests that run a build other than the host's.
+_BUILDS: dict[int, dict] = {}
+
+
+def use_build(lanes: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run the build of ``lanes``-lane vectors in this test (compiled for this host)."""
+    monkeypatch.setattr(depthwise_vector, "lanes", lambda: lanes)
+    if lanes not in _BUILDS:
+        monkeypatch.setattr(depthwise_vector, "_compiled", {})
+        assert depthwise_vector._task(1) is not None
+        _BUILDS[lanes] = depthwise_vector._compiled
+    monkeypatch.setattr(depthwise_vector, "_compiled", _BUILDS[lanes])
+
+
+@pytest.mark.skipif(not (host_features.has("avx2") and host_features.has("fma")),
+                    reason="no AVX2 and FMA on this host")
+@pytest.mark.parametrize("lanes", [depthwise_vector.AVX2_LANES, depthwise_vector.LANES])
+@pytest.mark.parametrize("shape", [(1, 3, 5, 9), (2, 3, 9, 56), (1, 2, 6, 112), (1, 4, 7, 7),
+                                   (1, 2, 4, 33), (1, 3, 11, 41)], ids=str)
+@pytest.mark.parametrize("stride", [1, 2])
+def test_each_build_matches_reference(lanes: int, shape: tuple, stride: int,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both builds on any host with AVX2: AVX-512's 16 lanes (split in two here) and AVX2's 8
+    lanes with its unmasked inside columns, so that the build a host does not take is
+    checked too; a NaN reaches only the outputs whose taps cover it."""
+    use_build(lanes, monkeypatch)
+    data, weight, bias, out, buffer = operands(shape, stride)
+    data[0, 1, shape[2] // 2, shape[3] // 2] = np.nan
+    depthwise_vector.bind(data, weight, bias, out, stride).clamped(np.float32(-1),
+                                                                   np.float32(4))()
+    np.testing.assert_allclose(out, reference(data, weight, bias, stride, -1.0, 4.0),
+                               rtol=1e-5, atol=1e-5)
+    assert (buffer[out.size:] == SENTINEL).all(), "a store landed past the output"
+
+
 @pytest.mark.parametrize("width", range(1, 10))
 @pytest.mark.parametrize("height", [1, 2, 3, 5, 9])
 def test_narrow_planes_stack_rows_in_a_vector(width: int, height: int) -> None:
-    """Planes of 8 columns or fewer at stride 1 take the stacked task (two rows or more to a
-    vector; heights that make one vector, two, and first, inner and last ones), clamped,
-    a NaN reaching only its neighbours, and it writes nothing past its output; 9 columns
-    do not."""
-    stacked = depthwise_ir.stacks(width, 1)
-    assert stacked == (width <= 8)
+    """Planes of half a vector's lanes or fewer at stride 1 take the stacked task (two rows
+    or more to a vector; heights that make one vector, two, and first, inner and last ones),
+    clamped, a NaN reaching only its neighbours, and it writes nothing past its output; wider
+    ones do not."""
+    lanes = depthwise_vector.lanes()
+    stacked = depthwise_ir.stacks(width, 1, lanes)
+    assert stacked == (width <= lanes // 2)
     engine = depthwise_vector._compiled["engine"]
     for paired in (False, True):
         assert (depthwise_vector._task(1, paired, width) == engine.get_function_address(
@@ -113,6 +151,8 @@ def test_clamp_keeps_nan_and_padding_reads_zero(stride: int) -> None:
 @pytest.mark.parametrize("batch", [1, 2])  # slabs of channels of one sample, of whole samples
 def test_job_of_several_parts_and_slabs_match_one_call(stride: int, batch: int,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the 16-lane build: AVX2's cuts no slabs (`test_avx2_build_runs_as_its_job_alone`)
+    use_build(depthwise_vector.LANES, monkeypatch)
     monkeypatch.setattr(kernel_jobs, "PART_ELEMENTS", 1)  # as many parts as there may be
     data, weight, bias, out, _ = operands((batch, 7, 12, 13), stride)
     call = depthwise_vector.bind(data, weight, bias, out, stride)
@@ -132,6 +172,20 @@ def test_job_of_several_parts_and_slabs_match_one_call(stride: int, batch: int,
         for slab in slabs:
             slab()
         np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.skipif(not (host_features.has("avx2") and host_features.has("fma")),
+                    reason="no AVX2 and FMA on this host")
+def test_avx2_build_runs_as_its_job_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """AVX2's build cuts no slabs for `parallel`'s threads: its job of parts, armed or on one
+    thread, is the layer's step, and it computes the layer."""
+    use_build(depthwise_vector.AVX2_LANES, monkeypatch)
+    monkeypatch.setattr("engine.kernels.depthwise_kernel.SLAB_MIN_BYTES", 0)
+    data, weight, bias, out, _ = operands((1, 8, 14, 14), 1)
+    call = depthwise_vector.bind(data, weight, bias, out, 1)
+    assert call.slabs(2) is None
+    call.as_job(None)()
+    np.testing.assert_allclose(out, reference(data, weight, bias, 1), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize(("change", "applies"), [
@@ -163,9 +217,9 @@ def test_mismatched_operands_are_refused_by_name() -> None:
                                        np.inf)
 
 
-def test_without_avx512_it_stands_aside(monkeypatch: pytest.MonkeyPatch) -> None:
-    # 16 lanes split in two without AVX-512: the kernel is not compiled, and the bind falls
-    # back to numba's kernels.
+def test_without_avx512_or_avx2_it_stands_aside(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Neither vector width: the kernel is not compiled, and the bind falls back to numba's
+    # kernels.
     monkeypatch.setattr(depthwise_vector, "_compiled", {})
     monkeypatch.setattr("engine.cpu.host_features.has", lambda flag: False)
     data, weight, bias, out, _ = operands((1, 4, 8, 8), 1)
