@@ -207,23 +207,32 @@ class Avx2Int8Kernel:
         stepped = [[builder.add(tile[i][q], builder.call(self.pairs, [row, weights[q]]))
                     for q in range(quarters)]
                    for i, row in enumerate(activations(group))]
+        return self._close_k_loop(builder, (start, loop, after), group, groups, tile, stepped)
+
+    def _close_k_loop(self, builder: ir.IRBuilder, blocks: tuple[ir.Block, ir.Block, ir.Block],
+                      group: ir.Value, groups: ir.Value, tile: list[list[ir.Value]],
+                      stepped: list[list[ir.Value]]) -> list[list[ir.Value]]:
+        """Ends a strip's K loop (``blocks``: the block before it, its body and the block
+        after): the group counter steps to ``groups``, the accumulators' phis ``tile`` take
+        zero on entry and ``stepped`` round the loop; the builder ends in the block after,
+        where the sums are returned as values (zero where the loop never ran)."""
+        start, loop, after = blocks
         group_next = builder.add(group, I64(1))
         builder.cbranch(builder.icmp_signed("<", group_next, groups), loop, after)
         group.add_incoming(I64(0), start)
         group.add_incoming(group_next, loop)
-        for i in range(self.rows):
-            for q in range(quarters):
-                tile[i][q].add_incoming(self.zero, start)
-                tile[i][q].add_incoming(stepped[i][q], loop)
-
+        for accumulators, sums in zip(tile, stepped, strict=True):
+            for accumulator, summed in zip(accumulators, sums, strict=True):
+                accumulator.add_incoming(self.zero, start)
+                accumulator.add_incoming(summed, loop)
         builder.position_at_end(after)
         results = []
-        for i in range(self.rows):
+        for sums in stepped:
             row = []
-            for q in range(quarters):
+            for summed in sums:
                 value = builder.phi(SUMS)
                 value.add_incoming(self.zero, start)
-                value.add_incoming(stepped[i][q], loop)
+                value.add_incoming(summed, loop)
                 row.append(value)
             results.append(row)
         return results
@@ -320,23 +329,4 @@ class NarrowInt8Kernel(Avx2Int8Kernel):
             stepped.append([builder.add(tile[i][half], builder.call(self.pairs, [
                 builder.call(self.bytes_product, [repeated, weights[half]]), ones]))
                 for half in range(halves)])
-        group_next = builder.add(group, I64(1))
-        builder.cbranch(builder.icmp_signed("<", group_next, groups), loop, after)
-        group.add_incoming(I64(0), start)
-        group.add_incoming(group_next, loop)
-        for i in range(self.rows):
-            for half in range(halves):
-                tile[i][half].add_incoming(self.zero, start)
-                tile[i][half].add_incoming(stepped[i][half], loop)
-
-        builder.position_at_end(after)
-        results = []
-        for i in range(self.rows):
-            row = []
-            for half in range(halves):
-                value = builder.phi(SUMS)
-                value.add_incoming(self.zero, start)
-                value.add_incoming(stepped[i][half], loop)
-                row.append(value)
-            results.append(row)
-        return results
+        return self._close_k_loop(builder, (start, loop, after), group, groups, tile, stepped)
