@@ -181,14 +181,7 @@ class Avx2Int8Kernel:
         tile's accumulators (``rows`` × 4, each two partial sums of four columns) returned
         as values there."""
         quarters = STRIP * 4 // QUARTER
-        start = builder.block
-        loop = function.append_basic_block("k")
-        after = function.append_basic_block("k_done")
-        builder.cbranch(builder.icmp_signed(">", groups, I64(0)), loop, after)
-
-        builder.position_at_end(loop)
-        group = builder.phi(I64)
-        tile = [[builder.phi(SUMS) for _ in range(quarters)] for _ in range(self.rows)]
+        (start, loop, after), group, tile = self._open_k_loop(function, builder, groups, quarters)
         b_run = builder.gep(b_strip, [builder.mul(group, I64(self.columns * 4
                                                              * self.weight_bytes))])
         # a read (0), kept in every level of cache (3), of data (1): ``prefetcht0``, one a
@@ -208,6 +201,22 @@ class Avx2Int8Kernel:
                     for q in range(quarters)]
                    for i, row in enumerate(activations(group))]
         return self._close_k_loop(builder, (start, loop, after), group, groups, tile, stepped)
+
+    def _open_k_loop(self, function: ir.Function, builder: ir.IRBuilder, groups: ir.Value,
+                     vectors: int) -> tuple[tuple[ir.Block, ir.Block, ir.Block], ir.Value,
+                                            list[list[ir.Value]]]:
+        """Starts a strip's K loop over ``groups`` steps (skipped where there are none): its
+        blocks (the one before, the body, the one after), the group counter and the rows'
+        ``vectors`` accumulators a row, as phis, the builder in the body
+        (`_close_k_loop` ends it)."""
+        start = builder.block
+        loop = function.append_basic_block("k")
+        after = function.append_basic_block("k_done")
+        builder.cbranch(builder.icmp_signed(">", groups, I64(0)), loop, after)
+        builder.position_at_end(loop)
+        group = builder.phi(I64)
+        tile = [[builder.phi(SUMS) for _ in range(vectors)] for _ in range(self.rows)]
+        return (start, loop, after), group, tile
 
     def _close_k_loop(self, builder: ir.IRBuilder, blocks: tuple[ir.Block, ir.Block, ir.Block],
                       group: ir.Value, groups: ir.Value, tile: list[list[ir.Value]],
@@ -304,14 +313,7 @@ class NarrowInt8Kernel(Avx2Int8Kernel):
         accumulators (``rows`` × 2, eight columns each) returned as values there."""
         halves = STRIP // 8
         ones = ir.Constant(WORDS, [1] * 16)
-        start = builder.block
-        loop = function.append_basic_block("k")
-        after = function.append_basic_block("k_done")
-        builder.cbranch(builder.icmp_signed(">", groups, I64(0)), loop, after)
-
-        builder.position_at_end(loop)
-        group = builder.phi(I64)
-        tile = [[builder.phi(SUMS) for _ in range(halves)] for _ in range(self.rows)]
+        (start, loop, after), group, tile = self._open_k_loop(function, builder, groups, halves)
         b_run = builder.gep(b_strip, [builder.mul(group, I64(self.columns * 4))])
         # ``prefetcht0`` of the strip's weights `AHEAD_BYTES` on, as `Avx2Int8Kernel`'s
         builder.call(self.prefetch, [builder.gep(b_run, [I64(AHEAD_BYTES)]), I32(0), I32(3),
