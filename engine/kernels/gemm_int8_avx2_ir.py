@@ -43,6 +43,7 @@ from engine.kernels.gemm_int8_ir import (
     PanelLoops,
     panels_function,
 )
+from engine.kernels.task_ir import loop
 
 I16 = ir.IntType(16)
 STRIP = 16  # columns a K loop computes: one 64-byte run of a step's weights
@@ -130,21 +131,12 @@ class Avx2Int8Kernel:
                buffer: ir.Value, first: ir.Value, count: ir.Value) -> None:
         """``buffer[i · CHUNK + g]``: row i's activations of group ``first + g``, widened and
         repeated (`_four_repeated`), for g in [0, count)."""
-        start = builder.block
-        loop = function.append_basic_block("widen")
-        after = function.append_basic_block("widen_done")
-        builder.cbranch(builder.icmp_signed(">", count, I64(0)), loop, after)
-        builder.position_at_end(loop)
-        group = builder.phi(I64)
-        group.add_incoming(I64(0), start)
-        offset = builder.mul(builder.add(first, group), I64(4))
-        for i, a_row in enumerate(a_rows):
-            builder.store(self._four_repeated(builder, builder.gep(a_row, [offset])),
-                          builder.gep(buffer, [builder.add(I64(i * CHUNK), group)]), align=32)
-        group_next = builder.add(group, I64(1))
-        group.add_incoming(group_next, loop)
-        builder.cbranch(builder.icmp_signed("<", group_next, count), loop, after)
-        builder.position_at_end(after)
+        with loop(builder, function, I64(0), count, "widen") as group:
+            offset = builder.mul(builder.add(first, group), I64(4))
+            for i, a_row in enumerate(a_rows):
+                builder.store(self._four_repeated(builder, builder.gep(a_row, [offset])),
+                              builder.gep(buffer, [builder.add(I64(i * CHUNK), group)]),
+                              align=32)
 
     def _strips(self, function: ir.Function, builder: ir.IRBuilder, loops: PanelLoops,
                 c_rows: list, first: ir.Value, count: ir.Value,
