@@ -1,6 +1,6 @@
 """Benchmark: the compiled CPU executor against hand-written NumPy, ONNX Runtime and the floor.
 
-Usage: ``python bench/executor.py [--quick] [--threads N] [--cases ...] [--peers ...]``.
+Usage: ``python bench/executor.py [--quick] [--threads N] [--cases ...] [--peers ...] [--armed]``.
 Prints, in one run:
 
 * the seed MLP (512 → 256 → 128 → 2) at batch 1 and 64: ``Model.infer``, the plan's own
@@ -25,6 +25,9 @@ Prints, in one run:
   its own process of the peer environment's Python (`bench/quantized_peers.py`,
   ``bench/requirements-peers.txt``), with the precision each runs its layers at and, at the
   first thread setting, every runtime's top-1 on the agreement inputs against ORT fp32's;
+* with ``--armed``, our runs in those processes armed on every core every time, in place of
+  the plan's measured choice between that and one thread (`spin_pool.Choice`), to read what
+  its exploring runs and one-thread spells cost in the every-core columns;
 * bf16 against fp32 on ResNet-18 (random weights): top-1 agreement over 256 random 224×224
   images, and the largest difference relative to the largest logit.
 
@@ -88,6 +91,9 @@ UNTIMED_ROUNDS = 3
 # runtime runs at under continuous load.
 MIN_TURN_CALLS = 4
 STEADY_AFTER = 2
+# Set by ``--armed`` for the processes the benchmark spawns (they inherit the environment):
+# our plans' runs armed every time, `spin_pool.Choice`'s measured choice left out.
+ARMED_VARIABLE = "HYBRIDSERVE_BENCH_ARMED"
 GEMM_SIZE = 2048
 
 
@@ -347,6 +353,8 @@ def ours_runner(folder: Path, batch: int, threads: int, precision: str = "fp32"
     model = engine.load_model(symbol, params, optimize=True, precision=precision,
                               **calibration)
     feed = {"data": np.load(folder / f"data-b{batch}.npy")}
+    if os.environ.get(ARMED_VARIABLE):
+        force_armed(model, feed)
     model.infer(feed)  # first: loading may bring in another BLAS (SciPy's), limited here too
     if threads:
         threadpool_limits(threads, user_api="blas")
@@ -366,6 +374,18 @@ def ours_runner(folder: Path, batch: int, threads: int, precision: str = "fp32"
             for kind, (seconds, flop) in sorted(kinds.items(), key=lambda item: -item[1][0]))
     return (lambda: model.infer(feed),
             lambda x: next(iter(model.infer({"data": x}).values())), info)
+
+
+def force_armed(model: Model, feed: dict[str, np.ndarray]) -> None:
+    """The model's plan for ``feed`` armed on every core at every run (``--armed``), not as
+    its `spin_pool.Choice` measures."""
+    from every_core import Forced
+
+    plan = model.plan_for(feed)
+    if not hasattr(plan, "_spin_choice"):
+        raise SystemExit(f"--armed: the plan ({type(plan).__name__}) makes no armed-or-not "
+                         "choice to force")
+    plan._spin_choice = Forced(True)
 
 
 def ort_runner(folder: Path, batch: int, threads: int
@@ -722,6 +742,10 @@ def parser() -> argparse.ArgumentParser:
                         help=f"peers beside ONNX Runtime fp32: a comma list of "
                              f"{', '.join(EXTRA_PEERS)}, or 'all'; these run in the peer "
                              "environment (bench/requirements-peers.txt)")
+    parser.add_argument("--armed", action="store_true",
+                        help="our runs armed on every core every time, not as "
+                             "spin_pool.Choice decides from its own timings (its exploring "
+                             "runs and one-thread spells left out)")
     parser.add_argument("--peer-python", default=None,
                         help=f"that environment's Python (default: ${PEER_PYTHON_VARIABLE}, "
                              f"else ~/.cache/hybridserve/bench-peers/bin/python)")
@@ -750,6 +774,8 @@ def main() -> None:
     import tempfile
 
     options = parser().parse_args()
+    if options.armed:
+        os.environ[ARMED_VARIABLE] = "1"
     repeat = 3 if options.quick else options.repeat
     cases = tuple(case for case in options.cases
                   if not (options.quick and case[1] > 1 and case[0] != "mlp"))

@@ -228,3 +228,23 @@ def test_the_protocol_survives_a_library_writing_to_stdout(tmp_path: Path) -> No
     assert '"precision": "x2"' in first and len(json.loads(second)) == 2
     assert "progress 100%" in answers.stderr and "native progress" in answers.stderr
     np.testing.assert_array_equal(np.load(folder / "ov-f32-b1-output.npy"), [[2, 2, 2]])
+
+
+def test_armed_option_arms_every_run_of_the_plan_the_model_runs() -> None:
+    # `--armed` swaps the plan's measured choice for one that always arms: the plan `infer`
+    # runs, whose own choice tries one thread among its first runs (each way in turn).
+    import engine
+
+    graph, constants = conv_bn_relu()
+    model = engine.load_model(graph, constants)
+    feed = {"data": np.ones((1, 2, 5, 5), np.float32)}
+    measured, answers = model.plan_for(feed)._spin_choice, []
+    for _ in range(8):
+        answers.append(measured.armed())
+        measured.record(answers[-1], 0.001)
+    assert not all(answers)
+    executor.force_armed(model, feed)
+    for _ in range(40):
+        model.infer(feed)
+        assert model.plan_for(feed)._spin_choice.armed()
+    assert executor.parser().parse_args(["--armed"]).armed
