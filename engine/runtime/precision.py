@@ -11,11 +11,12 @@ float32 inputs and outputs, products and reductions accumulating in float32
 cuBLAS and cuDNN (`engine.cuda.bf16`). ``int8`` runs on the CPU only: the Convolution and
 FullyConnected layers quantized after calibration (`engine.quantize`, `engine.runtime.int8`).
 A host without AVX-512 BF16 runs a bf16 model in float32 on the CPU, and says so once in the
-log; so does a host where our int8 kernels cannot run (`int8_conv.supported_here`: no AVX-512
-VNNI, no JIT or no numba) for a float32 model asked to run in int8, whose int8 layers would
-run on the NumPy path, in float64, several times slower than float32 (ResNet-18 at batch 1,
-one thread on AMD Zen 3: about 200 against 45 ms, docs/benchmarks.md). An int8 export (MXNet's
-quantized operators) has no float32 to fall back to: it runs on that path there. TF32 is no
+log; so does a host where our int8 kernels cannot run (`int8_conv.supported_here`: neither
+AVX2 nor AVX-512 VNNI, no JIT or no numba) for a float32 model asked to run in int8, whose int8
+layers would run on the NumPy path, in float64, several times slower than float32 (ResNet-18
+at batch 1, one thread on AMD Zen 3 with that path forced: 270–340 against 43–55 ms). An int8
+export (MXNet's quantized operators) has no float32 to fall back to: it runs on that path
+there. TF32 is no
 precision here but the GPU device's switch for fp32 products (``get_device("gpu", tf32=True)``).
 """
 
@@ -93,8 +94,8 @@ def _int8_missing() -> str:
     from engine.cpu import compiled, spin_pool
     from engine.kernels import gemm_int8
 
-    if not (host_features.has("avx512f") and host_features.has("avx512_vnni")):
-        gemm = "AVX-512 VNNI"
+    if not (host_features.has("avx2") or host_features.has("avx512_vnni")):
+        gemm = "AVX2 or AVX-512 VNNI"
     else:
         gemm = "the int8 GEMM's JIT (llvmlite)"
     missing = [what for what, present in (("numba", compiled.available()),

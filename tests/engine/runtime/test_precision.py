@@ -145,9 +145,12 @@ def test_the_fallback_names_what_the_host_lacks(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(compiled, "available", lambda: False)
     monkeypatch.setattr(spin_pool, "available", lambda: True)
     monkeypatch.setattr(gemm_int8, "available", lambda: False)
+    monkeypatch.setattr(host_features, "has", lambda flag: flag not in ("avx2", "avx512_vnni"))
+    assert precision.fp32_because("int8") == ("our int8 kernels cannot run on this CPU "
+                                              "(numba, AVX2 or AVX-512 VNNI)")
     monkeypatch.setattr(host_features, "has", lambda flag: flag != "avx512_vnni")
     assert precision.fp32_because("int8") == ("our int8 kernels cannot run on this CPU "
-                                              "(numba, AVX-512 VNNI)")
+                                              "(numba, the int8 GEMM's JIT (llvmlite))")
     monkeypatch.setattr(host_features, "has", lambda flag: flag != "avx512_bf16")
     assert precision.fp32_because("int8") == ("our int8 kernels cannot run on this CPU "
                                               "(numba, the int8 GEMM's JIT (llvmlite))")
