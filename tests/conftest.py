@@ -4,7 +4,8 @@ On a GPU machine set ``HYBRIDSERVE_REQUIRE_GPU=1``: a missing CuPy or GPU then f
 ``gpu`` test (with the same reason) instead of skipping it, so a green run means they ran.
 
 Also the ``gpu_backend`` fixture: the GPU frontend tests run once on a numpy stand-in for CuPy
-(any machine) and once, marked ``gpu``, on the real device.
+(any machine) and once, marked ``gpu``, on the real device; and ``int8_kernels_counted``, for
+tests of int8's semantics on a host without our int8 kernels.
 """
 
 from __future__ import annotations
@@ -84,3 +85,17 @@ def no_cupy(monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setattr(device_module, "_import_cupy", lambda: (None, reason))
     monkeypatch.setattr(placement, "_USED", {})
     return reason
+
+
+@pytest.fixture(scope="module")
+def int8_kernels_counted() -> Iterator[None]:
+    """The host counts as having our int8 kernels: ``precision="int8"`` quantizes a float32
+    model rather than falling back to fp32 (`engine.runtime.precision`). The int8 layers still
+    take the kernels only where they run, else the NumPy path, which computes the same bytes,
+    so a test of int8's semantics holds on any host. Module-wide, so that a module's own
+    fixtures loading int8 models see it too; tests of the fallback leave it out."""
+    from engine.runtime import precision
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(precision, "int8_kernels_here", lambda: True)
+        yield

@@ -23,7 +23,7 @@ from engine.runtime.buffers import BatchBuffers, HostBatch, PlanBatch
 from engine.runtime.compile import CompileReport, CompileTarget, PlanCompiler
 from engine.runtime.floats import quiet_floats, restore_floats
 from engine.runtime.inputs import InputChecker, UnknownShape
-from engine.runtime.int8 import int8_graph
+from engine.runtime.int8 import checked_calibration, int8_graph, is_int8_export
 from engine.runtime.interpreter import evaluate
 from engine.runtime.lru import DEFAULT_CAPACITY, LRUCache
 from engine.runtime.parameters import Parameters
@@ -60,15 +60,19 @@ class Model:
         self.backend: Device = get_device(device)
         self.device = self.backend.kind  # "cpu" or "gpu": what "auto" resolved to
         # What the matrix products compute in: asked for, and run (fp32 where the host has
-        # no bf16 path).
+        # no bf16 path, or a float32 model no int8 kernels).
         self.requested_precision = check_name(precision)
-        self.precision = resolve_precision(precision, self.device)
+        self.precision = resolve_precision(
+            precision, self.device, int8_export=precision == "int8" and is_int8_export(graph))
         self.passes = select_passes(optimize)
         buckets = checked_buckets(batch_buckets)
         binding = Binding(graph, params)
         # What runs: the graph itself, or (int8) its quantized form; `reference` runs `graph`.
         self.run_graph = graph if self.precision != "int8" else int8_graph(
             graph, binding.params, calibration, calibration_settings)
+        if self.requested_precision == "int8" and self.precision != "int8":
+            # Fallen back to fp32: the calibration arguments are still refused as int8 would.
+            checked_calibration(graph, binding.params, calibration, calibration_settings)
         # Why some output shapes depend on the input values (None: the input shapes fix them
         # all). Such a model compiles `StagedPlan`s, never pads a batch up to a bucket (padded
         # rows would change its results) and is not batched across requests by a server.

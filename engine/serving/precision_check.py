@@ -17,10 +17,11 @@ config gives class labels, or a ``softmax`` or ``topk`` postprocess) agreeing on
 than ``precision_check.min_top1_agreement``, or any other output past
 ``max_relative_error``, refuses the model: a classifier's scores may move while its classes
 stay, and another 2-D output's largest entry (a concatenation's) says nothing. A model that
-runs in fp32 all the same (the host has no bf16 path) records that, and is not compared.
-An int8 model's record says how its weights were quantized (``weights``): within ±127, or
-within ±63 in the convolutions where the host's int8 GEMM multiplies such weights faster
-(AVX2 without VNNI, `engine.quantize.rewrite`), which the comparison then measures.
+runs in fp32 all the same (the host has no bf16 path, or a float32 model no int8 kernels)
+records that and why, and is not compared. An int8 model's record says how its weights were
+quantized (``weights``): within ±127, or within ±63 in the convolutions where the host's int8
+GEMM multiplies such weights faster (AVX2 without VNNI, `engine.quantize.rewrite`), which the
+comparison then measures.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import EngineError
+from engine.runtime.precision import fp32_because
 from engine.serving.config import ModelConfig, TensorConfig
 from engine.serving.errors import InvalidModel
 
@@ -53,13 +55,13 @@ def check_precision(model: Any, config: ModelConfig, inputs: Sequence[TensorConf
         return None
     running = getattr(model, "precision", config.precision)
     record: dict[str, Any] = {"asked": config.precision, "running": running}
+    if running == "fp32":  # nothing to compare, and for int8 nothing calibrated
+        because = fp32_because(config.precision) or f"this host has no {config.precision} path"
+        return {**record, "ran": False, "reason": f"{because}: the model runs in fp32"}
     if calibrated is not None:
         record["calibration"] = calibrated.record
     if running == "int8" and hasattr(model, "run_graph"):
         record["weights"] = int8_weights(model.run_graph)
-    if running == "fp32":
-        return {**record, "ran": False,
-                "reason": f"this host has no {config.precision} path: the model runs in fp32"}
     uploaded = calibrated is not None and calibrated.record["source"] != "random sample inputs"
     if sample is None and not uploaded:
         return {**record, "ran": False, "reason": "no input shape known to fit the graph"}

@@ -13,6 +13,9 @@ import pytest
 
 import engine
 
+# int8's semantics, on any host (where our kernels are missing, on the NumPy path).
+pytestmark = pytest.mark.usefixtures("int8_kernels_counted")
+
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "mxnet_quantized" / "ptq"
 
 

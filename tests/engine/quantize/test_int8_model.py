@@ -18,6 +18,9 @@ from engine.quantize import find_chains
 from engine.quantize.thresholds import TensorStats, entropy_range, naive_range
 from tests.engine.ops.quantized.int8_models import numpy_path
 
+# int8's semantics, on any host (where our kernels are missing, on the NumPy path).
+pytestmark = pytest.mark.usefixtures("int8_kernels_counted")
+
 RNG = np.random.default_rng(36)
 
 

@@ -16,6 +16,9 @@ from engine.kernels import int8_conv
 from engine.ops.quantized import integer
 from tests.engine.ops.quantized.int8_models import numpy_path
 
+# int8's semantics, on any host (where our kernels are missing, on the NumPy path).
+pytestmark = pytest.mark.usefixtures("int8_kernels_counted")
+
 RNG = np.random.default_rng(62)
 SIZE = 16
 

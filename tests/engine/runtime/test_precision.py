@@ -1,9 +1,11 @@
-"""A model's precision (`load_model(..., precision=)`): the names, the fallback on a host
-without bf16, and bf16 plans against the float32 reference interpreter and fp32 plans."""
+"""A model's precision (`load_model(..., precision=)`): the names, the fallback to fp32 on a
+host without bf16 or without our int8 kernels (an int8 export's int8 kept), and bf16 plans
+against the float32 reference interpreter and fp32 plans."""
 
 from __future__ import annotations
 
 import logging
+import re
 
 import numpy as np
 import pytest
@@ -11,8 +13,8 @@ import pytest
 import engine
 from bench import nets
 from engine import sym
-from engine.cpu import host_features
-from engine.kernels import bf16, gemm_bind, gemm_kernel, shortcut_ride
+from engine.cpu import compiled, host_features, spin_pool
+from engine.kernels import bf16, gemm_bind, gemm_int8, gemm_kernel, int8_conv, shortcut_ride
 from engine.runtime import precision
 
 needs_bf16 = pytest.mark.skipif(not gemm_kernel.available(gemm_kernel.BF16),
@@ -72,6 +74,90 @@ def test_a_host_without_bf16_runs_fp32_and_says_so_once(monkeypatch: pytest.Monk
         "precision bf16 asked for, but this CPU lacks AVX-512 BF16: running in fp32"]
     fp32 = engine.load_model(symbol, params).infer(feed)["fc_output"]
     np.testing.assert_array_equal(models[0].infer(feed)["fc_output"], fp32)
+
+
+def test_a_host_without_int8_kernels_runs_fp32_and_says_so_once(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(int8_conv, "supported_here", lambda: False)
+    monkeypatch.setattr(gemm_int8, "available", lambda: False)
+    monkeypatch.setattr(precision, "_warned", set())
+    symbol, params = small_cnn()
+    feed = {"data": RNG.standard_normal((2, 5, 12, 12)).astype(np.float32)}
+    with caplog.at_level(logging.WARNING, logger="engine.precision"):
+        models = [engine.load_model(symbol, params, precision="int8", calibration=feed)
+                  for _ in range(2)]
+    assert [model.precision for model in models] == ["fp32", "fp32"]
+    assert models[0].requested_precision == "int8"
+    assert models[0].run_graph is models[0].graph  # nothing quantized
+    (message,) = [record.getMessage() for record in caplog.records]
+    assert re.fullmatch(r"precision int8 asked for, but our int8 kernels cannot run on this "
+                        r"CPU \((AVX-512 VNNI|the int8 GEMM's JIT \(llvmlite\))\): running in "
+                        r"fp32", message), message
+    fp32 = engine.load_model(symbol, params).infer(feed)["fc_output"]
+    np.testing.assert_array_equal(models[0].infer(feed)["fc_output"], fp32)
+
+
+def test_int8_falling_back_still_refuses_what_int8_refuses(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(int8_conv, "supported_here", lambda: False)
+    symbol, params = small_cnn()
+    with pytest.raises(ValueError, match="precision int8 needs calibration inputs"):
+        engine.load_model(symbol, params, precision="int8")
+    with pytest.raises(ValueError, match="calibration input 'image' is not an input"):
+        engine.load_model(symbol, params, precision="int8",
+                          calibration={"image": np.zeros((1, 5, 12, 12), np.float32)})
+    with pytest.raises(ValueError, match="num_bins must be odd"):
+        engine.load_model(symbol, params, precision="int8",
+                          calibration={"data": np.zeros((1, 5, 12, 12), np.float32)},
+                          calibration_settings={"num_bins": 1000})
+
+
+def test_an_int8_export_runs_int8_on_a_host_without_int8_kernels(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """MXNet's int8 export has no float32 layers to fall back to: it runs its int8 operators
+    (on the NumPy path), as it does without the precision asked for."""
+    from tests.engine.ops.quantized import fixtures
+
+    monkeypatch.setattr(int8_conv, "supported_here", lambda: False)
+    monkeypatch.setattr(precision, "_warned", set())
+    name = "plain_symbol_naive"
+    symbol, params = (str(path) for path in fixtures.paths(name))
+    data = fixtures.io(name)["data"]
+    with caplog.at_level(logging.WARNING, logger="engine.precision"):
+        model = engine.load_model(symbol, params, precision="int8", calibration={"data": data})
+    assert not caplog.records
+    assert model.precision == model.requested_precision == "int8"
+    assert model.run_graph is model.graph
+    (got,) = model.infer({"data": data}).values()
+    (as_exported,) = engine.load_model(symbol, params).infer({"data": data}).values()
+    np.testing.assert_array_equal(got, as_exported)
+    assert precision.resolve("int8", "cpu", int8_export=True) == "int8"
+    assert precision.resolve("int8", "cpu") == "fp32"
+
+
+def test_a_host_with_int8_kernels_runs_int8(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(int8_conv, "supported_here", lambda: True)
+    assert precision.resolve("int8", "cpu") == "int8"
+    assert precision.fp32_because("int8") is None
+
+
+def test_the_fallback_names_what_the_host_lacks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(compiled, "available", lambda: False)
+    monkeypatch.setattr(spin_pool, "available", lambda: True)
+    monkeypatch.setattr(gemm_int8, "available", lambda: False)
+    monkeypatch.setattr(host_features, "has", lambda flag: flag not in ("avx2", "avx512_vnni"))
+    assert precision.fp32_because("int8") == ("our int8 kernels cannot run on this CPU "
+                                              "(numba, AVX2 or AVX-512 VNNI)")
+    monkeypatch.setattr(host_features, "has", lambda flag: flag != "avx512_vnni")
+    assert precision.fp32_because("int8") == ("our int8 kernels cannot run on this CPU "
+                                              "(numba, the int8 GEMM's JIT (llvmlite))")
+    monkeypatch.setattr(host_features, "has", lambda flag: flag != "avx512_bf16")
+    assert precision.fp32_because("int8") == ("our int8 kernels cannot run on this CPU "
+                                              "(numba, the int8 GEMM's JIT (llvmlite))")
+    assert precision.fp32_because("bf16") == "this CPU lacks AVX-512 BF16"
+    assert precision.fp32_because("fp32") is None
+    monkeypatch.setattr(host_features, "has", lambda flag: True)
+    assert precision.fp32_because("bf16") is None
 
 
 def bf16_products(model: engine.Model, feed: dict[str, np.ndarray]) -> int:

@@ -15,6 +15,9 @@ from engine.serving.errors import InvalidModel
 from engine.serving.validate import Validated, checks_of, default_loader, load_and_validate
 from tests.conformance.fixtures import model_files
 
+# int8's semantics, on any host (where our kernels are missing, on the NumPy path).
+pytestmark = pytest.mark.usefixtures("int8_kernels_counted")
+
 CLASSIFIER = ('{"precision": "int8", "outputs": [{"name": "lenet_dense2_fwd_output", '
               '"postprocess": "softmax"}]%s}')
 

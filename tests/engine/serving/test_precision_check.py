@@ -1,5 +1,6 @@
 """A bf16 model's load-time check against float32 (`engine.serving.precision_check`): recorded in
-the checks, refused past the config's thresholds, skipped (and said so) where bf16 cannot run."""
+the checks, refused past the config's thresholds, skipped (and said so) where bf16, or int8,
+cannot run."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 from engine.cpu import host_features
-from engine.kernels import gemm_kernel
+from engine.kernels import gemm_kernel, int8_conv
 from engine.serving.config import ModelConfig, PrecisionCheck, TensorConfig, parse_config
 from engine.serving.errors import InvalidModel
 from engine.serving.precision_check import check_precision, compare
@@ -130,7 +131,22 @@ def test_a_host_without_bf16_records_that_it_runs_fp32(monkeypatch: pytest.Monke
     monkeypatch.setattr(host_features, "bf16_dot_product", lambda: False)
     record = precision_record(validate("lenet", ModelConfig(precision="bf16")))
     assert record == {"asked": "bf16", "running": "fp32", "ran": False,
-                      "reason": "this host has no bf16 path: the model runs in fp32"}
+                      "reason": "this CPU lacks AVX-512 BF16: the model runs in fp32"}
+
+
+def test_a_host_without_int8_kernels_records_that_it_runs_fp32(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(int8_conv, "supported_here", lambda: False)
+    config = parse_config('{"precision": "int8", "calibration": {"samples": 4}}', "config.json")
+    validated = validate("lenet", config)
+    assert validated.model.precision == "fp32"
+    record = precision_record(validated)
+    assert record is not None
+    reason = record.pop("reason")
+    # Nothing calibrated it and nothing was compared: no calibration record, no figures.
+    assert record == {"asked": "int8", "running": "fp32", "ran": False}
+    assert reason.startswith("our int8 kernels cannot run on this CPU (")
+    assert reason.endswith("): the model runs in fp32")
 
 
 def test_compare_counts_agreeing_rows_and_the_relative_error() -> None:

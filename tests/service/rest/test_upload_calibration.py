@@ -8,8 +8,12 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tests.service.helpers import AUTH, files_for, run, serving, settings_for
+
+# int8's semantics, on any host (where our kernels are missing, on the NumPy path).
+pytestmark = pytest.mark.usefixtures("int8_kernels_counted")
 
 CONFIG = {"precision": "int8", "calibration": {"num_bins": 1001},
           "outputs": [{"name": "lenet_dense2_fwd_output", "postprocess": "softmax"}]}

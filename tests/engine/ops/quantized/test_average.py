@@ -26,6 +26,9 @@ from tests.engine.ops.quantized.int8_models import (
     preactivation_block,
 )
 
+# int8's semantics, on any host (where our kernels are missing, on the NumPy path).
+pytestmark = pytest.mark.usefixtures("int8_kernels_counted")
+
 RNG = np.random.default_rng(97)
 SHAPE = (3, 12, 14)
 OP = "_quantized_global_average"

@@ -21,6 +21,9 @@ from tests.engine.ops.quantized.int8_models import (
     paths_taken,
 )
 
+# int8's semantics, on any host (where our kernels are missing, on the NumPy path).
+pytestmark = pytest.mark.usefixtures("int8_kernels_counted")
+
 RNG = np.random.default_rng(53)
 SHAPE = (3, 17, 15)  # odd sides: the 3×3 stride 2 windows run past both edges
 

@@ -23,6 +23,9 @@ from tests.engine.ops.quantized.int8_models import (
     preactivation_block,
 )
 
+# int8's semantics, on any host (where our kernels are missing, on the NumPy path).
+pytestmark = pytest.mark.usefixtures("int8_kernels_counted")
+
 RNG = np.random.default_rng(71)
 SHAPE = (3, 13, 11)
 
