@@ -92,6 +92,88 @@ class Avx2TileKernel(NarrowEdgeTileKernel):
             builder.branch(after)
         builder.position_at_end(after)
 
+    def define_full(self, name: str) -> ir.Function:
+        """``name``: one whole tile, inlined into ``name_run``, which runs whole tiles in a
+        row (see `_define_run`); the part calls that alone (`_run_tile`)."""
+        full = super().define_full(name)
+        full.attributes.add("alwaysinline")
+        full.linkage = "internal"
+        self._run = self._define_run(f"{name}_run", full)
+        return full
+
+    def _define_run(self, name: str, tile: ir.Function) -> ir.Function:
+        """``name(count, a_step, b_step, c_step, rows_bias_step, columns_bias_step, *tile's
+        arguments)``: ``tile`` ``count`` times (at least once), each time its operands moved
+        on by the steps, in floats (the residual by C's). Called tile by tile, a short-K
+        tile's call, its part's division of the tile number and its choice of operands took
+        about 10 ns a tile beside its own 2 ns a step of K."""
+        steps = 5
+        types = [I64, *[I64] * steps, *tile.function_type.args]
+        function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), types), name=name)
+        count, a_step, b_step, c_step, rows_step, columns_step = function.args[:steps + 1]
+        arguments = function.args[steps + 1:]
+        builder = ir.IRBuilder(function.append_basic_block("entry"))
+        start = builder.block
+        loop = function.append_basic_block("tile")
+        done = function.append_basic_block("ran")
+        builder.branch(loop)
+        builder.position_at_end(loop)
+        index = builder.phi(I64)
+        moved = list(arguments)
+        c_floats = builder.mul(index, c_step)
+        for position, step in ((1, a_step), (4, b_step), (6, None), (8, rows_step),
+                               (9, columns_step), (RESIDUAL, None)):
+            floats = c_floats if step is None else builder.mul(index, step)
+            moved[position] = builder.gep(arguments[position], [floats])
+        builder.call(tile, moved)
+        following = builder.add(index, I64(1))
+        index.add_incoming(I64(0), start)
+        index.add_incoming(following, builder.block)
+        builder.cbranch(builder.icmp_signed("<", following, count), loop, done)
+        builder.position_at_end(done)
+        builder.ret_void()
+        return function
+
+    def _run_tile(self, function: ir.Function, builder: ir.IRBuilder, full: ir.Function,
+                  edge: ir.Function, arguments: list[Any], rows: Any, columns: Any,
+                  columns_outside: Any) -> Any:
+        """A whole tile and the whole tiles after it in the part's order, as far as the
+        part's last tile and the line of whole tiles it walks (down its column panel with
+        panels outside, else along its row block), in one call of the run function; an edge
+        tile alone. The tiles it ran (an i64)."""
+        tile = self._place
+        constant = tile["constant"]
+        mr, nr = I64(self.shape.rows), I64(self.shape.columns)
+        whole = builder.and_(builder.icmp_signed("==", rows, mr),
+                             builder.icmp_signed("==", columns, nr))
+        down = builder.sub(builder.sdiv(constant["m"], mr), builder.sdiv(tile["row"], mr))
+        along = builder.sub(builder.sdiv(constant["n"], nr),
+                            builder.sdiv(tile["column"], nr))
+        in_line = builder.select(columns_outside, down, along)
+        in_part = builder.sub(tile["last"], tile["number"])
+        count = builder.select(builder.icmp_signed("<", in_line, in_part), in_line, in_part)
+        zero = I64(0)
+        steps = [builder.select(columns_outside, self._a_step, zero),
+                 builder.select(columns_outside, zero, builder.mul(nr, constant["column_step"])),
+                 builder.select(columns_outside, builder.mul(mr, constant["ldc"]), nr),
+                 builder.select(columns_outside, mr, zero),
+                 builder.select(columns_outside, zero, nr)]
+        run = function.append_basic_block("run_whole")
+        alone = function.append_basic_block("edge_alone")
+        after = function.append_basic_block("after_tiles")
+        builder.cbranch(whole, run, alone)
+        builder.position_at_end(run)
+        builder.call(self._run, [count, *steps, *arguments])
+        builder.branch(after)
+        builder.position_at_end(alone)
+        builder.call(edge, [*arguments, rows, columns])
+        builder.branch(after)
+        builder.position_at_end(after)
+        tiles = builder.phi(I64)
+        tiles.add_incoming(count, run)
+        tiles.add_incoming(I64(1), alone)
+        return tiles
+
     def _part_prologue(self, builder: ir.IRBuilder) -> None:
         # One buffer on the part's stack: a panel's copy (`PANEL_MAX_DEPTH` rows of NR) or
         # A's (as many floats, and a vector's slack: see `_copy_rows`), never both.
@@ -188,6 +270,12 @@ class Avx2TileKernel(NarrowEdgeTileKernel):
         (``ldb`` NR; a narrow edge's loop, which prefetches, asks for A's steps ahead, as
         with row blocks outside). Where it copied A: the tile's block of the copy."""
         constant, packs = tile["constant"], self._packs
+        # Kept for `_run_tile`: the tile's place, and A's floats from one row block to the
+        # next (in the copy of A's rows, or in A).
+        self._place = tile
+        mr = I64(self.shape.rows)
+        self._a_step = builder.select(self._copies_rows, builder.mul(mr, constant["k"]),
+                                      builder.mul(mr, constant["row_step"]))
         fresh = builder.or_(builder.icmp_signed("==", tile["row"], I64(0)),
                             builder.icmp_signed("==", tile["number"], tile["first"]))
         with builder.if_then(builder.and_(packs, fresh)):

@@ -195,7 +195,7 @@ class TileKernel:
         constant = {name: field(name) for name in (
             "a", "row_step", "lda", "acs", "b", "column_step", "ldb", "c", "ldc",
             "rows_bias", "columns_bias", "k", "columns_outside", "a_batch", "b_batch",
-            "c_batch", "residual", "m")}
+            "c_batch", "residual", "m", "n")}
         low, high = bound("low"), bound("high")
         # 1: column panels outside; `COLUMNS_WHEN_SPLIT`: so only where the job is cut in
         # several parts (each thread then reads its own columns of B, not all of it).
@@ -251,9 +251,9 @@ class TileKernel:
                                  builder.sub(n, column), nr)
         arguments = self._panel_arguments(function, builder, arguments, {
             "constant": constant, "first": first, "number": number, "row": row,
-            "column": column, "columns": columns, "b_tile": arguments[4]})
-        self._run_tile(function, builder, full, edge, arguments, rows, columns, outside)
-        following = builder.add(number, I64(1))
+            "column": column, "columns": columns, "b_tile": arguments[4], "last": last})
+        tiles = self._run_tile(function, builder, full, edge, arguments, rows, columns, outside)
+        following = builder.add(number, I64(1) if tiles is None else tiles)
         number.add_incoming(first, start)
         number.add_incoming(following, builder.block)
         builder.cbranch(builder.icmp_signed("<", following, last), loop, done)
