@@ -20,6 +20,11 @@ walks column panels outside and copies each panel it meets to a buffer on its st
 row) before the row blocks read it there; a product of few row blocks keeps the product's own
 walk, the copy costing about what it saves.
 
+A part runs each line of whole tiles its walk meets (down a column panel, or along a row
+block) in one call of a loop over them (`_define_run`), the tile inlined: called tile by tile,
+a short-K tile's call and the part's work to place it took about 10 ns of its 50 (96 × 16 ×
+784: the tile's 16 steps about 2 ns each).
+
 A transposed product (`gemm_bind._transposed`: few columns, many filters) reads its activation
 as A with unit row stride and K's steps M floats apart, each step of a row block a line of its
 own, for each of the weight's panels: a line of L2 a step where a packed block reads 24 bytes.
