@@ -204,7 +204,7 @@ class TileKernel:
             builder.icmp_signed("==", walk, I64(1)),
             builder.and_(builder.icmp_signed("==", walk, I64(COLUMNS_WHEN_SPLIT)),
                          builder.icmp_signed(">", parts, I64(1))))
-        outside = self._walk(builder, outside, constant, row_blocks, nr)
+        outside = self._walk(builder, outside, constant, row_blocks, nr, parts)
         start = builder.block
         loop = function.append_basic_block("loop")
         done = function.append_basic_block("done")
@@ -262,9 +262,10 @@ class TileKernel:
         builder.ret_void()
 
     def _walk(self, builder: ir.IRBuilder, outside: Any, constant: dict[str, Any],
-              row_blocks: Any, nr: Any) -> Any:
-        """Whether a part walks column panels outside (an i1), given the product's choice
-        ``outside`` (here that choice; `gemm_avx2_ir` packs B's panels, walked outside)."""
+              row_blocks: Any, nr: Any, parts: Any) -> Any:
+        """Whether a part of a job of ``parts`` walks column panels outside (an i1), given
+        the product's choice ``outside`` (here that choice; `gemm_avx2_ir` packs B's panels,
+        walked outside)."""
         return outside
 
     def _panel_arguments(self, function: ir.Function, builder: ir.IRBuilder,
