@@ -18,7 +18,14 @@ or L3, a TLB miss a row, where MLAS reads a packed panel in order. So a part who
 `PANEL_MIN_ROW_BLOCKS` row blocks or more, K up to `PANEL_MAX_DEPTH` and B not already in panels
 walks column panels outside and copies each panel it meets to a buffer on its stack (NR floats a
 row) before the row blocks read it there; a product of few row blocks keeps the product's own
-walk, the copy costing about what it saves.
+walk on one thread, the copy costing about what it saves, and where its job is cut in several
+parts walks column panels outside, reading B where it lies, each part its own columns of B
+(`SPLIT_MIN_ROW_BLOCKS`).
+
+A part runs each line of whole tiles its walk meets (down a column panel, or along a row
+block) in one call of a loop over them (`_define_run`), the tile inlined: called tile by tile,
+a short-K tile's call and the part's work to place it took about 10 ns of its 50 (96 × 16 ×
+784: the tile's 16 steps about 2 ns each).
 
 A transposed product (`gemm_bind._transposed`: few columns, many filters) reads its activation
 as A with unit row stride and K's steps M floats apart, each step of a row block a line of its
@@ -58,6 +65,15 @@ from engine.kernels.gemm_ir import (
 PANEL_MAX_DEPTH = 4608
 # ... and the product has at least this many row blocks to read each copy.
 PANEL_MIN_ROW_BLOCKS = 8
+# Where a job is cut in several parts, a product of fewer row blocks, from this many, walks
+# column panels outside too, B read where it lies: each part then reads its own columns of B,
+# where with row blocks outside each part read B over all its columns, each thread all of it.
+# Armed over both vCPUs (wall clock, 40 interleaved rounds, best and first quartile, µs): rows
+# → columns outside, MobileNet v2's 32 × 32 × 12544 482 → 418 and 743 → 628, 16 × 32 × 12544
+# 143 → 136 and 283 → 214, 24 × 96 × 3136 116 → 103 and 139 → 128, 12 × 64 × 3136 87 → 79
+# and 98 → 81; one row block (6 × 64 × 3136) 46 against 49. On one thread the rows stay
+# outside: MobileNet v2's 32 → 32 layer at 112² took 0.48 ms there, 0.53–0.57 with columns.
+SPLIT_MIN_ROW_BLOCKS = 2
 # A part copies an A of unit row stride into row blocks (`_rows_copied`) where they fit the
 # panel's buffer (its rows padded to whole blocks) and there are at least this many blocks.
 ROWS_COPY_MIN_ROW_BLOCKS = 2
@@ -92,6 +108,88 @@ class Avx2TileKernel(NarrowEdgeTileKernel):
             builder.branch(after)
         builder.position_at_end(after)
 
+    def define_full(self, name: str) -> ir.Function:
+        """``name``: one whole tile, inlined into ``name_run``, which runs whole tiles in a
+        row (see `_define_run`); the part calls that alone (`_run_tile`)."""
+        full = super().define_full(name)
+        full.attributes.add("alwaysinline")
+        full.linkage = "internal"
+        self._run = self._define_run(f"{name}_run", full)
+        return full
+
+    def _define_run(self, name: str, tile: ir.Function) -> ir.Function:
+        """``name(count, a_step, b_step, c_step, rows_bias_step, columns_bias_step, *tile's
+        arguments)``: ``tile`` ``count`` times (at least once), each time its operands moved
+        on by the steps, in floats (the residual by C's). Called tile by tile, a short-K
+        tile's call, its part's division of the tile number and its choice of operands took
+        about 10 ns a tile beside its own 2 ns a step of K."""
+        steps = 5
+        types = [I64, *[I64] * steps, *tile.function_type.args]
+        function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), types), name=name)
+        count, a_step, b_step, c_step, rows_step, columns_step = function.args[:steps + 1]
+        arguments = function.args[steps + 1:]
+        builder = ir.IRBuilder(function.append_basic_block("entry"))
+        start = builder.block
+        loop = function.append_basic_block("tile")
+        done = function.append_basic_block("ran")
+        builder.branch(loop)
+        builder.position_at_end(loop)
+        index = builder.phi(I64)
+        moved = list(arguments)
+        c_floats = builder.mul(index, c_step)
+        for position, step in ((1, a_step), (4, b_step), (6, None), (8, rows_step),
+                               (9, columns_step), (RESIDUAL, None)):
+            floats = c_floats if step is None else builder.mul(index, step)
+            moved[position] = builder.gep(arguments[position], [floats])
+        builder.call(tile, moved)
+        following = builder.add(index, I64(1))
+        index.add_incoming(I64(0), start)
+        index.add_incoming(following, builder.block)
+        builder.cbranch(builder.icmp_signed("<", following, count), loop, done)
+        builder.position_at_end(done)
+        builder.ret_void()
+        return function
+
+    def _run_tile(self, function: ir.Function, builder: ir.IRBuilder, full: ir.Function,
+                  edge: ir.Function, arguments: list[Any], rows: Any, columns: Any,
+                  columns_outside: Any) -> Any:
+        """A whole tile and the whole tiles after it in the part's order, as far as the
+        part's last tile and the line of whole tiles it walks (down its column panel with
+        panels outside, else along its row block), in one call of the run function; an edge
+        tile alone. The tiles it ran (an i64)."""
+        tile = self._place
+        constant = tile["constant"]
+        mr, nr = I64(self.shape.rows), I64(self.shape.columns)
+        whole = builder.and_(builder.icmp_signed("==", rows, mr),
+                             builder.icmp_signed("==", columns, nr))
+        down = builder.sub(builder.sdiv(constant["m"], mr), builder.sdiv(tile["row"], mr))
+        along = builder.sub(builder.sdiv(constant["n"], nr),
+                            builder.sdiv(tile["column"], nr))
+        in_line = builder.select(columns_outside, down, along)
+        in_part = builder.sub(tile["last"], tile["number"])
+        count = builder.select(builder.icmp_signed("<", in_line, in_part), in_line, in_part)
+        zero = I64(0)
+        steps = [builder.select(columns_outside, self._a_step, zero),
+                 builder.select(columns_outside, zero, builder.mul(nr, constant["column_step"])),
+                 builder.select(columns_outside, builder.mul(mr, constant["ldc"]), nr),
+                 builder.select(columns_outside, mr, zero),
+                 builder.select(columns_outside, zero, nr)]
+        run = function.append_basic_block("run_whole")
+        alone = function.append_basic_block("edge_alone")
+        after = function.append_basic_block("after_tiles")
+        builder.cbranch(whole, run, alone)
+        builder.position_at_end(run)
+        builder.call(self._run, [count, *steps, *arguments])
+        builder.branch(after)
+        builder.position_at_end(alone)
+        builder.call(edge, [*arguments, rows, columns])
+        builder.branch(after)
+        builder.position_at_end(after)
+        tiles = builder.phi(I64)
+        tiles.add_incoming(count, run)
+        tiles.add_incoming(I64(1), alone)
+        return tiles
+
     def _part_prologue(self, builder: ir.IRBuilder) -> None:
         # One buffer on the part's stack: a panel's copy (`PANEL_MAX_DEPTH` rows of NR) or
         # A's (as many floats, and a vector's slack: see `_copy_rows`), never both.
@@ -104,14 +202,19 @@ class Avx2TileKernel(NarrowEdgeTileKernel):
         return PANEL_MAX_DEPTH * self.shape.columns
 
     def _walk(self, builder: ir.IRBuilder, outside: Any, constant: dict[str, Any],
-              row_blocks: Any, nr: Any) -> Any:
-        """Column panels outside wherever the part copies B's panels: `PANEL_MIN_ROW_BLOCKS`
-        row blocks or more, K up to `PANEL_MAX_DEPTH`, B not already in panels of NR."""
+              row_blocks: Any, nr: Any, parts: Any) -> Any:
+        """Column panels outside wherever K is up to `PANEL_MAX_DEPTH` and B is not already
+        in panels of NR, and either the part copies B's panels (`PANEL_MIN_ROW_BLOCKS` row
+        blocks or more) or the job is cut in several parts (`SPLIT_MIN_ROW_BLOCKS` or
+        more)."""
+        panels = builder.and_(builder.icmp_signed("<=", constant["k"], I64(PANEL_MAX_DEPTH)),
+                              builder.icmp_signed("!=", constant["ldb"], nr))
         self._packs = builder.and_(
-            builder.and_(builder.icmp_signed("<=", constant["k"], I64(PANEL_MAX_DEPTH)),
-                         builder.icmp_signed(">=", row_blocks, I64(PANEL_MIN_ROW_BLOCKS))),
-            builder.icmp_signed("!=", constant["ldb"], nr))
-        outside = builder.or_(outside, self._packs)
+            panels, builder.icmp_signed(">=", row_blocks, I64(PANEL_MIN_ROW_BLOCKS)))
+        split = builder.and_(
+            panels, builder.and_(builder.icmp_signed(">", parts, I64(1)), builder.icmp_signed(
+                ">=", row_blocks, I64(SPLIT_MIN_ROW_BLOCKS))))
+        outside = builder.or_(outside, builder.or_(self._packs, split))
         self._copies_rows = self._rows_copied(builder, outside, constant, row_blocks)
         return outside
 
@@ -188,6 +291,12 @@ class Avx2TileKernel(NarrowEdgeTileKernel):
         (``ldb`` NR; a narrow edge's loop, which prefetches, asks for A's steps ahead, as
         with row blocks outside). Where it copied A: the tile's block of the copy."""
         constant, packs = tile["constant"], self._packs
+        # Kept for `_run_tile`: the tile's place, and A's floats from one row block to the
+        # next (in the copy of A's rows, or in A).
+        self._place = tile
+        mr = I64(self.shape.rows)
+        self._a_step = builder.select(self._copies_rows, builder.mul(mr, constant["k"]),
+                                      builder.mul(mr, constant["row_step"]))
         fresh = builder.or_(builder.icmp_signed("==", tile["row"], I64(0)),
                             builder.icmp_signed("==", tile["number"], tile["first"]))
         with builder.if_then(builder.and_(packs, fresh)):

@@ -195,7 +195,7 @@ class TileKernel:
         constant = {name: field(name) for name in (
             "a", "row_step", "lda", "acs", "b", "column_step", "ldb", "c", "ldc",
             "rows_bias", "columns_bias", "k", "columns_outside", "a_batch", "b_batch",
-            "c_batch", "residual", "m")}
+            "c_batch", "residual", "m", "n")}
         low, high = bound("low"), bound("high")
         # 1: column panels outside; `COLUMNS_WHEN_SPLIT`: so only where the job is cut in
         # several parts (each thread then reads its own columns of B, not all of it).
@@ -204,7 +204,7 @@ class TileKernel:
             builder.icmp_signed("==", walk, I64(1)),
             builder.and_(builder.icmp_signed("==", walk, I64(COLUMNS_WHEN_SPLIT)),
                          builder.icmp_signed(">", parts, I64(1))))
-        outside = self._walk(builder, outside, constant, row_blocks, nr)
+        outside = self._walk(builder, outside, constant, row_blocks, nr, parts)
         start = builder.block
         loop = function.append_basic_block("loop")
         done = function.append_basic_block("done")
@@ -251,9 +251,9 @@ class TileKernel:
                                  builder.sub(n, column), nr)
         arguments = self._panel_arguments(function, builder, arguments, {
             "constant": constant, "first": first, "number": number, "row": row,
-            "column": column, "columns": columns, "b_tile": arguments[4]})
-        self._run_tile(function, builder, full, edge, arguments, rows, columns, outside)
-        following = builder.add(number, I64(1))
+            "column": column, "columns": columns, "b_tile": arguments[4], "last": last})
+        tiles = self._run_tile(function, builder, full, edge, arguments, rows, columns, outside)
+        following = builder.add(number, I64(1) if tiles is None else tiles)
         number.add_incoming(first, start)
         number.add_incoming(following, builder.block)
         builder.cbranch(builder.icmp_signed("<", following, last), loop, done)
@@ -262,9 +262,10 @@ class TileKernel:
         builder.ret_void()
 
     def _walk(self, builder: ir.IRBuilder, outside: Any, constant: dict[str, Any],
-              row_blocks: Any, nr: Any) -> Any:
-        """Whether a part walks column panels outside (an i1), given the product's choice
-        ``outside`` (here that choice; `gemm_avx2_ir` packs B's panels, walked outside)."""
+              row_blocks: Any, nr: Any, parts: Any) -> Any:
+        """Whether a part of a job of ``parts`` walks column panels outside (an i1), given
+        the product's choice ``outside`` (here that choice; `gemm_avx2_ir` packs B's panels,
+        walked outside)."""
         return outside
 
     def _panel_arguments(self, function: ir.Function, builder: ir.IRBuilder,
