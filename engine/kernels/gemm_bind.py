@@ -36,6 +36,7 @@ from engine.cpu.blas_threads import threads as blas_threads_now
 from engine.kernels import (
     bf16,
     bf16_handoff,
+    depth_split,
     gemm_kernel,
     gemm_transposed,
     parity_split,
@@ -383,7 +384,12 @@ def _transposed(weight: Any, right: Any, out: Any, workspace: Any) -> Callable[[
     panels = workspace.derived(weight, "gemm panels of the transpose",
                                lambda constant: gemm_kernel.pack_columns(constant.T))
     scratch = workspace.zeroed(out.shape[::-1], out.dtype, ("gemm transposed",))
-    product = _by_panels(right.T, weight.T, panels, scratch)
+    depths = depth_split.runs(*right.T.shape)
+    if len(depths) == 1:
+        product = _by_panels(right.T, weight.T, panels, scratch)
+    else:  # A out of L2 on its own (`depth_split`); few rows: never one BLAS spreads
+        spare = workspace.zeroed(scratch.shape, out.dtype, ("gemm transposed, runs of K",))
+        product = depth_split.bind(right.T, panels, scratch, spare, depths)
     return Transposed(product, out, scratch.T)
 
 
