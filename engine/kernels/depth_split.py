@@ -64,20 +64,22 @@ class DepthSplit:
         return DepthSplit((*self.parts[:-1], last))
 
 
-def bind(a: Any, panels: Any, c: Any, spare: Any,
+def bind(a: Any, panels: Any, frame: Any, spare: Any, columns: int,
          depths: list[tuple[int, int]]) -> gemm_kernel.Product | DepthSplit:
-    """``c = a @ b`` with ``panels = gemm_kernel.pack_columns(b)``, over ``depths`` (`runs`):
-    one product where it is one run, else a `DepthSplit` whose runs before the last write
-    ``c`` and ``spare`` (C's shape, C-contiguous, float32, overlapping no operand) in turn."""
+    """``c = a @ b`` with ``panels = gemm_kernel.pack_columns(b)`` and C the first
+    ``columns`` of each row of ``frame`` (C-contiguous float32, rows as many as A's), over
+    ``depths`` (`runs`): one product where it is one run, else a `DepthSplit` whose runs
+    before the last write into ``frame`` and ``spare`` (``frame``'s shape, overlapping no
+    operand) in turn."""
     if len(depths) == 1:
-        return gemm_kernel.bind_packed_columns(a, panels, c)
+        return gemm_kernel.bind_packed_columns(a, panels, frame[:, :columns])
     # Counted back from the last run, which writes C: the one before it writes the spare.
-    targets = [c if (len(depths) - 1 - index) % 2 == 0 else spare
-               for index in range(len(depths))]
+    frames = [frame if (len(depths) - 1 - index) % 2 == 0 else spare
+              for index in range(len(depths))]
     parts = []
-    for index, (run, target) in enumerate(zip(depths, targets)):
-        part = gemm_kernel.bind_packed_columns(a, panels, target, depths=run)
+    for index, (run, target) in enumerate(zip(depths, frames)):
+        part = gemm_kernel.bind_packed_columns(a, panels, target[:, :columns], depths=run)
         if index:
-            part = part.with_residual(target, targets[index - 1])
+            part = part.with_residual(target, frames[index - 1])
         parts.append(part)
     return DepthSplit(tuple(parts))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.cpu import cache_sizes, host_features
+from engine.cpu import cache_sizes, host_features, spin_pool
 from engine.kernels import depth_split, gemm_bind, gemm_kernel
 
 RNG = np.random.default_rng(5)
@@ -65,27 +65,39 @@ def test_runs_of_k_sum_to_the_product_with_its_epilogue_after_the_sum(depth: int
     a_source, b = random(depth, 49), random(depth, 96)
     a = a_source.T  # A as the transposed products read it: a view of the activation
     panels = gemm_kernel.pack_columns(b)
-    c, spare = np.full((49, 96), np.nan, np.float32), np.zeros((49, 96), np.float32)
+    frame, spare = np.full((49, 112), np.nan, np.float32), np.zeros((49, 112), np.float32)
     runs = depth_split.runs(49, depth, l2_bytes=ZEN3_L2, avx512=False)
-    product = depth_split.bind(a, panels, c, spare, runs)
+    product = depth_split.bind(a, panels, frame, spare, 96, runs)
     assert isinstance(product, depth_split.DepthSplit) and len(product.parts) == len(runs)
     bias = random(96)
     product.with_epilogue(bias_columns=bias, low=0.0, high=3.0)()
     want = np.clip(a.astype(np.float64) @ b.astype(np.float64) + bias, 0.0, 3.0)
-    np.testing.assert_allclose(c, want, rtol=1e-4, atol=2e-3)
+    np.testing.assert_allclose(frame[:, :96], want, rtol=1e-4, atol=2e-3)
+    assert np.isnan(frame[:, 96:]).all()  # past C's columns: left alone
+
+
+@pytest.mark.parametrize(("filters", "avx512", "row"), [(2048, False, 2064), (512, False, 528),
+                                                        (128, False, 144), (960, False, 960),
+                                                        (160, False, 160), (2048, True, 2048)])
+def test_a_scratch_row_of_a_multiple_of_512_bytes_is_a_line_longer_on_avx2(
+        monkeypatch, filters: int, avx512: bool, row: int) -> None:
+    monkeypatch.setattr(host_features, "has", lambda flag: avx512 and flag == "avx512f")
+    assert gemm_bind.scratch_row(filters) == row
 
 
 @needs_kernel
-def test_a_transposed_layer_on_a_small_l2_matches_the_reference(monkeypatch) -> None:
+@pytest.mark.parametrize("filters", [128, 96])  # 512-byte rows of scratch: made longer
+def test_a_transposed_layer_on_a_small_l2_matches_the_reference(monkeypatch,
+                                                                filters: int) -> None:
     monkeypatch.setattr(cache_sizes, "l2_bytes", lambda: ZEN3_L2)
     monkeypatch.setattr(host_features, "has", lambda flag: False)
-    weight, data = random(128, 2048), random(2048, 49)  # 49 columns: run transposed
+    weight, data = random(filters, 2048), random(2048, 49)  # 49 columns: run transposed
     weight.flags.writeable = False
-    out = np.full((128, 49), np.nan, np.float32)
+    out = np.full((filters, 49), np.nan, np.float32)
     call = gemm_bind.weight_product(np, weight, data, out, ScratchWorkspace())
     assert isinstance(call, gemm_bind.Transposed)
     assert isinstance(call.product, depth_split.DepthSplit)
-    bias, other = random(128), random(128, 49)
+    bias, other = random(filters), random(filters, 49)
     call = gemm_bind.with_bias([call], bias_rows=bias)[0].with_residual(out, other)
     call = gemm_bind.clamped([call], 0.0, 4.0)[0]
     call()
@@ -100,3 +112,22 @@ def test_a_run_of_k_must_lie_within_k(run: tuple[int, int]) -> None:
     with pytest.raises(ValueError, match="within 0..64"):
         gemm_kernel.bind_packed_columns(random(6, 64), panels, np.zeros((6, 16), np.float32),
                                         depths=run)
+
+
+@needs_kernel
+@pytest.mark.skipif(not spin_pool.available(), reason="llvmlite cannot compile for this CPU")
+def test_armed_a_transposed_layer_copies_from_the_longer_scratch_rows(monkeypatch) -> None:
+    monkeypatch.setattr(host_features, "has", lambda flag: False)
+    weight, data = random(128, 40), random(40, 49)
+    weight.flags.writeable = False
+    out = np.full((128, 49), np.nan, np.float32)
+    call = gemm_bind.weight_product(np, weight, data, out, ScratchWorkspace())
+    assert call.source.strides == (4, (128 + 16) * 4)  # 512-byte rows made a line longer
+    other = random(128, 49)
+    call = call.with_residual(out, other)
+    with spin_pool.armed(2):
+        call()
+        call()  # the fused job is made at the first armed run
+    assert type(call.run._job) is spin_pool.Job
+    want = weight.astype(np.float64) @ data.astype(np.float64) + other
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
