@@ -131,3 +131,22 @@ def test_armed_a_transposed_layer_copies_from_the_longer_scratch_rows(monkeypatc
     assert type(call.run._job) is spin_pool.Job
     want = weight.astype(np.float64) @ data.astype(np.float64) + other
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+
+
+@needs_kernel
+@pytest.mark.skipif(not spin_pool.available(), reason="llvmlite cannot compile for this CPU")
+def test_armed_a_product_in_runs_of_k_spreads_each_run_and_matches(monkeypatch) -> None:
+    monkeypatch.setattr(cache_sizes, "l2_bytes", lambda: ZEN3_L2)
+    monkeypatch.setattr(host_features, "has", lambda flag: False)
+    weight, data = random(256, 2304), random(2304, 49)  # ResNet-18's stride-2 layer at 7²
+    weight.flags.writeable = False
+    out = np.full((256, 49), np.nan, np.float32)
+    call = gemm_bind.weight_product(np, weight, data, out, ScratchWorkspace())
+    assert len(call.product.parts) == 2
+    bias = random(256)
+    call = gemm_bind.clamped(gemm_bind.with_bias([call], bias_rows=bias), 0.0, 5.0)[0]
+    with spin_pool.armed(2):
+        call()
+        call()
+    want = np.clip(weight.astype(np.float64) @ data.astype(np.float64) + bias[:, None], 0, 5)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=2e-3)
