@@ -18,7 +18,13 @@ time, the best and the median of rounds each taking the best of many calls, in t
 (``vpmaddwd``, ``vpmaddubsw``, ``vfmadd231ps``, ``vpaddd`` on ymm registers): how many of
 each the core starts a second, the rate float32's FMA beside the integer products'.
 
-Usage: python bench/int8_avx2.py [--rounds N] [--instructions]   (a host with AVX2)
+``--narrow-tiles`` instead times the ``vpmaddubsw`` kernel alone at several tiles, rows by
+strip columns (``NarrowInt8Kernel(rows, vectors, strip)``; `gemm_int8.NARROW_ROWS` by 16 is the
+one `gemm_int8` compiles), on weights within ±63 and full 8-bit activations, each checked
+against NumPy's sums, in turn as above.
+
+Usage: python bench/int8_avx2.py [--rounds N] [--instructions | --narrow-tiles]
+(a host with AVX2)
 """
 
 from __future__ import annotations
@@ -77,10 +83,12 @@ def compiled(kernel: gemm_int8_avx2_ir.Avx2Int8Kernel, keep: list) -> Callable[.
 
 
 def bound(panels: Callable[..., None], rows: np.ndarray, packed: gemm_int8.PackedWeights,
-          out: np.ndarray, weights: np.ndarray | None = None) -> Callable[[], None]:
+          out: np.ndarray, weights: np.ndarray | None = None,
+          blocks: int | None = None) -> Callable[[], None]:
     """``panels`` over all of ``rows`` (padded) and every panel of ``packed`` into ``out``;
-    ``weights``: the panels to read in place of ``packed``'s (its int16 copy)."""
-    blocks = rows.shape[0] // gemm_int8.AVX2_ROWS
+    ``weights``: the panels to read in place of ``packed``'s (its int16 copy); ``blocks``:
+    the row blocks, by default of `gemm_int8.AVX2_ROWS` rows."""
+    blocks = blocks or rows.shape[0] // gemm_int8.AVX2_ROWS
     address = packed.addresses[0] if weights is None else weights.ctypes.data
     arguments = (rows.ctypes.data, rows.shape[1], address, packed.groups,
                  out.ctypes.data, out.shape[1], packed.addresses[1], blocks, 0, packed.panels)
@@ -161,15 +169,73 @@ def instruction_rates(rounds: int) -> None:
               f"(median {statistics.median(values):.2f})")
 
 
+# (rows, strip columns) of the ``vpmaddubsw`` tiles `--narrow-tiles` compares
+NARROW_TILES = ((2, 16), (4, 16), (6, 16), (2, 32), (3, 32), (4, 32))
+# `--narrow-tiles`' shapes: the five above, the stem's (7 × 7 × 3 patches, K 148 padded) and
+# a 1×1 layer into 512 filters
+NARROW_SHAPES = (*SHAPES, (12544, 148, 64), (784, 128, 512))
+
+
+def narrow_tiles(rounds: int) -> None:
+    """GOP/s best / median of ``rounds`` of the ``vpmaddubsw`` kernel at each of
+    `NARROW_TILES`, one thread, called on padded rows."""
+    rng, keep = np.random.default_rng(0), []
+    print(f"one thread, vpmaddubsw, GOP/s best / median of {rounds} rounds by rows × strip; "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    print(f"{'M×K×N':>16} " + " ".join(f"{f'{r} × {c}':>11}" for r, c in NARROW_TILES))
+    for m, k, n in NARROW_SHAPES:
+        weights = rng.integers(-63, 64, (k, n)).astype(np.int8)
+        packed = gemm_int8.PackedWeights(weights)
+        a = rng.integers(0, 256, (m, k)).astype(np.uint8)
+        want = a.astype(np.int64) @ weights.astype(np.int64)
+        calls = []
+        for rows_per_tile, strip in NARROW_TILES:
+            panels = compiled(gemm_int8_avx2_ir.NarrowInt8Kernel(rows_per_tile, packed.vectors,
+                                                                 strip), keep)
+            blocks = -(-m // rows_per_tile)
+            rows = np.zeros((blocks * rows_per_tile, packed.groups * 4), np.uint8)
+            rows[:m, :k] = a
+            out = np.empty((len(rows), packed.panels * packed.vectors * gemm_int8.LANES),
+                           np.int32)
+            call = bound(panels, rows, packed, out, blocks=blocks)
+            call()
+            if not np.array_equal(out[:m, :n], want):
+                raise SystemExit(f"{rows_per_tile} × {strip}: not NumPy's sums")
+            calls.append((call, rows, out))
+        best = timed([call for call, *_ in calls], m * k * n, rounds)
+        work = 2 * m * k * n / 1e9
+        print(f"{m:>5}×{k:>4}×{n:>4} " + " ".join(
+            f"{work / min(b):4.0f} / {work / statistics.median(b):4.0f}" for b in best))
+
+
+def timed(calls: list[Callable[[], None]], size: int, rounds: int) -> list[list[float]]:
+    """Each call's best thread CPU time of many, per round, the calls in turn each round."""
+    repeat = max(5, int(3e7 / size))
+    best: list[list[float]] = [[] for _ in calls]
+    for _ in range(rounds):
+        for index, call in enumerate(calls):
+            times = []
+            for _ in range(repeat):
+                start = time.thread_time()
+                call()
+                times.append(time.thread_time() - start)
+            best[index].append(min(times))
+    return best
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=11)
     parser.add_argument("--instructions", action="store_true")
+    parser.add_argument("--narrow-tiles", action="store_true")
     options = parser.parse_args()
     if not host_features.has("avx2"):
         raise SystemExit("this host has no AVX2")
     if options.instructions:
         instruction_rates(options.rounds)
+        return
+    if options.narrow_tiles:
+        narrow_tiles(options.rounds)
         return
     rows_per_tile, keep = gemm_int8.AVX2_ROWS, []
     print(f"one thread, GOP/s best / median of {options.rounds} rounds; {rows_per_tile}-row "
@@ -202,16 +268,7 @@ def main() -> None:
                 exact[name, "7-bit weights"] &= np.array_equal(
                     out[:m, :n], a.astype(np.int64) @ narrow_weights.astype(np.int64))
             calls.append(call)
-        repeat = max(5, int(3e7 / (m * k * n)))
-        best: list[list[float]] = [[] for _ in calls]
-        for _ in range(options.rounds):
-            for index, call in enumerate(calls):
-                times = []
-                for _ in range(repeat):
-                    start = time.thread_time()
-                    call()
-                    times.append(time.thread_time() - start)
-                best[index].append(min(times))
+        best = timed(calls, m * k * n, options.rounds)
         work = 2 * m * k * n / 1e9
         print(f"{m:>5}×{k:>4}×{n:>4} " + " ".join(
             f"{work / min(b):6.0f} / {work / statistics.median(b):5.0f}" for b in best))

@@ -268,11 +268,14 @@ class NarrowInt8Kernel(Avx2Int8Kernel):
     columns, each column's four K values together); ``vpmaddubsw`` sums K values 0-1 and 2-3 of each
     column into int16 (exact: no pair sum passes 2 · 255 · 63), and ``vpmaddwd`` by
     ones adds the two into the column's int32 lane, so each accumulator holds eight columns'
-    sums as they are. The same packed weights and arguments as `Avx2Int8Kernel`; a strip of 16
-    columns at 2 rows keeps 4 accumulators."""
+    sums as they are. The same packed weights and arguments as `Avx2Int8Kernel`; a strip of
+    ``strip`` columns (16 by default, at most the panel's) keeps ``strip / 8`` accumulators a
+    row: at `gemm_int8.NARROW_ROWS` (4) rows of 16 columns, 8 accumulators, 2 ymm of weights,
+    the row's repeated activations and the ones fit AVX2's sixteen registers."""
 
-    def __init__(self, rows: int, vectors: int) -> None:
+    def __init__(self, rows: int, vectors: int, strip: int = STRIP) -> None:
         super().__init__(rows, vectors, buffered=False)
+        self.strip = min(strip, self.columns)
         self.bytes_product = ir.Function(self.module, ir.FunctionType(WORDS, [BYTES, BYTES]),
                                          name="llvm.x86.avx2.pmadd.ub.sw")
 
@@ -285,11 +288,11 @@ class NarrowInt8Kernel(Avx2Int8Kernel):
                   for i in range(self.rows)]
         c_rows = [builder.gep(c, [builder.add(builder.mul(builder.add(loops.row, I64(i)), ldc),
                                               loops.column)]) for i in range(self.rows)]
-        for strip in range(self.columns // STRIP):
+        for strip in range(self.columns // self.strip):
             sums = self._narrow_strip(function, builder, a_rows, builder.gep(
-                loops.b_panel, [I64(strip * STRIP * 4)]), groups)
-            for half in range(STRIP // 8):
-                at = strip * STRIP + half * 8
+                loops.b_panel, [I64(strip * self.strip * 4)]), groups)
+            for half in range(self.strip // 8):
+                at = strip * self.strip + half * 8
                 offset = builder.load(builder.bitcast(builder.gep(
                     offsets, [builder.add(loops.column, I64(at))]), SUMS.as_pointer()), align=4)
                 for i in range(self.rows):
@@ -303,7 +306,7 @@ class NarrowInt8Kernel(Avx2Int8Kernel):
                       b_strip: ir.Value, groups: ir.Value) -> list[list[ir.Value]]:
         """One strip's K loop from the builder's block; the builder ends after it, the rows'
         accumulators (``rows`` × 2, eight columns each) returned as values there."""
-        halves = STRIP // 8
+        halves = self.strip // 8
         ones = ir.Constant(WORDS, [1] * 16)
         (start, loop, after), group, tile = self._open_k_loop(function, builder, groups, halves)
         b_run = builder.gep(b_strip, [builder.mul(group, I64(self.columns * 4))])

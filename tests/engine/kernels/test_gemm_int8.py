@@ -295,8 +295,9 @@ def test_narrow_weights_pay_exactly_where_the_avx2_kernel_runs() -> None:
 def test_narrow_weights_run_on_the_vpmaddubsw_kernels_exactly_without_vnni(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Without VNNI (on a VNNI host too, its flag hidden), weights within ±63 take the
-    ``vpmaddubsw`` kernels (compiled at the first such product, not before), the whole tile
-    and the one-row tile, directly and as pool jobs: NumPy's sums where every pair of
+    ``vpmaddubsw`` kernels (compiled when the first such weights are packed, not before), in
+    tiles of `NARROW_ROWS` rows, the whole tile and the one-row tile, directly and as pool
+    jobs, row counts on either side of a tile's: NumPy's sums where every pair of
     products reaches 2 · 255 · 63 (each activation 255, its int8 form 127 plus 128), the
     bound its int16 sums must not pass. A weight of -64 keeps the exact ``vpmaddwd``
     kernel."""
@@ -310,7 +311,10 @@ def test_narrow_weights_run_on_the_vpmaddubsw_kernels_exactly_without_vnni(
     full[0, 0] = -128
     gemm_int8.multiply(np.ones((3, 40), np.uint8), gemm_int8.PackedWeights(full))
     assert "narrow kernels" not in gemm_int8._state  # full-range weights compile none
-    gemm_int8.multiply(np.ones((3, 40), np.uint8), gemm_int8.PackedWeights(full // 4))
+    assert gemm_int8.PackedWeights(full).rows == gemm_int8.AVX2_ROWS
+    quarter = gemm_int8.PackedWeights(full // 4)
+    assert "narrow kernels" in gemm_int8._state and quarter.rows == gemm_int8.NARROW_ROWS
+    gemm_int8.multiply(np.ones((3, 40), np.uint8), quarter)
     kernels = gemm_int8._state["narrow kernels"]
     taken: list[object] = []
     for key in [key for key in kernels if not (isinstance(key, tuple) and "task" in key)]:
@@ -323,8 +327,9 @@ def test_narrow_weights_run_on_the_vpmaddubsw_kernels_exactly_without_vnni(
         w = rng.integers(-63, 64, (k, n)).astype(np.int8)
         w[:, 0], w[:, -1] = 63, -63
         weights = gemm_int8.PackedWeights(w)
-        assert weights.narrow
-        for dtype, m in ((np.uint8, 1), (np.uint8, 5), (np.int8, 1), (np.int8, 8)):
+        assert weights.narrow and weights.rows == gemm_int8.NARROW_ROWS
+        for dtype, m in ((np.uint8, 1), (np.uint8, 5), (np.int8, 1), (np.int8, 8),
+                         (np.uint8, 3), (np.int8, 13)):
             a = rng.integers(np.iinfo(dtype).min, np.iinfo(dtype).max + 1, (m, k)).astype(dtype)
             a[:, :k // 2] = np.iinfo(dtype).max
             want = a.astype(np.int64) @ w.astype(np.int64)
