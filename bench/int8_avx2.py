@@ -23,8 +23,13 @@ strip columns (``NarrowInt8Kernel(rows, vectors, strip)``; `gemm_int8.NARROW_ROW
 one `gemm_int8` compiles), on weights within ±63 and full 8-bit activations, each checked
 against NumPy's sums, in turn as above.
 
-Usage: python bench/int8_avx2.py [--rounds N] [--instructions | --narrow-tiles]
-(a host with AVX2)
+``--layers`` times whole fused int8 convolutions (`int8_conv.FusedConv`: copy, gather,
+product, requantize) of ResNet's shapes at ``--batch``, weights within ±63, packed once for
+2-row ``vpmaddubsw`` tiles and once for `gemm_int8.NARROW_ROWS` rows, the two in turn each
+round (each the best of 5 calls), and checks that both write the same bytes.
+
+Usage: python bench/int8_avx2.py [--rounds N] [--instructions | --narrow-tiles | --layers
+[--batch B]]   (a host with AVX2)
 """
 
 from __future__ import annotations
@@ -208,6 +213,64 @@ def narrow_tiles(rounds: int) -> None:
             f"{work / min(b):4.0f} / {work / statistics.median(b):4.0f}" for b in best))
 
 
+# `--layers`' convolutions: (name, channels, size, filters, kernel, stride, padding)
+LAYERS = (("stem 3→64 7×7 s2 at 224²", 3, 224, 64, 7, 2, 3),
+          ("3×3 64→64 at 56²", 64, 56, 64, 3, 1, 1),
+          ("3×3 64→128 s2 at 56²", 64, 56, 128, 3, 2, 1),
+          ("3×3 128→128 at 28²", 128, 28, 128, 3, 1, 1),
+          ("3×3 256→256 at 14²", 256, 14, 256, 3, 1, 1),
+          ("3×3 512→512 at 7²", 512, 7, 512, 3, 1, 1),
+          ("1×1 64→256 at 56²", 64, 56, 256, 1, 1, 0),
+          ("1×1 256→64 at 56²", 256, 56, 64, 1, 1, 0),
+          ("1×1 512→128 at 28²", 512, 28, 128, 1, 1, 0),
+          ("1×1 1024→256 at 14²", 1024, 14, 256, 1, 1, 0),
+          ("1×1 2048→512 at 7²", 2048, 7, 512, 1, 1, 0))
+
+
+def layers(rounds: int, batch: int) -> None:
+    """`LAYERS` on 2-row tiles against `gemm_int8.NARROW_ROWS` rows, ms best / median."""
+    from engine.kernels import int8_conv
+
+    if not gemm_int8.narrow_weights_pay():
+        raise SystemExit("this host runs the VNNI kernels: no vpmaddubsw tiles to compare")
+    rng = np.random.default_rng(0)
+    cases = []
+    for name, channels, size, filters, kernel, stride, pad in LAYERS:
+        dtype = np.int8 if channels == 3 else np.uint8  # the stem reads the quantized image
+        info = np.iinfo(dtype)
+        data = rng.integers(info.min, info.max + 1, (batch, channels, size, size)).astype(dtype)
+        weight = rng.integers(-63, 64, (filters, channels, kernel, kernel)).astype(np.int8)
+        cases.append((name, data, weight, int8_conv.Geometry(
+            (kernel, kernel), (stride, stride), (1, 1), (pad, pad))))
+    tiles, keep, made = (2, gemm_int8.NARROW_ROWS), [], {}
+    chosen = gemm_int8.NARROW_ROWS
+    for rows_per_tile in tiles:  # each tile's kernels compiled afresh, their engines kept
+        gemm_int8.NARROW_ROWS = rows_per_tile
+        gemm_int8._state.pop("narrow kernels", None)
+        keep.append(gemm_int8._state.pop("narrow engines", None))
+        for name, data, weight, geometry in cases:
+            packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight))
+            out = np.zeros((batch, len(weight), *geometry.out_size(*data.shape[2:])), np.uint8)
+            conv = int8_conv.FusedConv(data, weight, packed, geometry, out, None,
+                                       int8_conv.Layouts(data=True, out=True))
+            made[name, rows_per_tile] = conv.jobs_for(int8_conv.Epilogue(
+                bias=np.zeros(len(weight), np.int32),
+                scales=np.full(len(weight), 2e-3, np.float32), act="relu", low=0, high=255)), out
+    gemm_int8.NARROW_ROWS = chosen
+    print(f"batch {batch}, one thread, fused int8 convolutions, ms best / median of {rounds} "
+          f"rounds; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    for name, *_ in cases:
+        def run(jobs: tuple) -> Callable[[], None]:
+            return lambda: [job() for job in jobs]
+        best = timed([run(made[name, rows_per_tile][0]) for rows_per_tile in tiles],
+                     10 ** 12, rounds)
+        same = np.array_equal(made[name, tiles[0]][1], made[name, tiles[1]][1])
+        before, after = (statistics.median(b) for b in best)
+        print(f"{name:26} {tiles[0]} rows {min(best[0]) * 1e3:6.3f} / {before * 1e3:6.3f}, "
+              f"{tiles[1]} rows {min(best[1]) * 1e3:6.3f} / {after * 1e3:6.3f}: "
+              f"×{after / before:.2f}{'' if same else ', NOT THE SAME BYTES'}")
+
+
 def timed(calls: list[Callable[[], None]], size: int, rounds: int) -> list[list[float]]:
     """Each call's best thread CPU time of many, per round, the calls in turn each round."""
     repeat = max(5, int(3e7 / size))
@@ -228,6 +291,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=11)
     parser.add_argument("--instructions", action="store_true")
     parser.add_argument("--narrow-tiles", action="store_true")
+    parser.add_argument("--layers", action="store_true")
+    parser.add_argument("--batch", type=int, default=1)
     options = parser.parse_args()
     if not host_features.has("avx2"):
         raise SystemExit("this host has no AVX2")
@@ -236,6 +301,9 @@ def main() -> None:
         return
     if options.narrow_tiles:
         narrow_tiles(options.rounds)
+        return
+    if options.layers:
+        layers(options.rounds, options.batch)
         return
     rows_per_tile, keep = gemm_int8.AVX2_ROWS, []
     print(f"one thread, GOP/s best / median of {options.rounds} rounds; {rows_per_tile}-row "
