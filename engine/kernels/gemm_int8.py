@@ -280,6 +280,49 @@ def product_job(rows: np.ndarray, m: int, weights: PackedWeights, signed: bool,
     return spin_pool.job(task, context, parts, keep=(rows, out, weights, offsets))
 
 
+def table_runs(weights: PackedWeights) -> bool:
+    """Whether `table_job` runs products of ``weights`` here: narrow weights on the AVX2
+    host's ``vpmaddubsw`` kernels."""
+    return weights.narrow and weights.rows == NARROW_ROWS and _narrow_kernels() is not None
+
+
+def table_job(addresses: np.ndarray, group_offsets: np.ndarray, m: int,
+              weights: PackedWeights, signed: bool, out: np.ndarray,
+              source: np.ndarray | None = None) -> Any:
+    """The product of ``m`` rows that lie where ``addresses`` points (int64, one a row, whole
+    row blocks: rows past ``m`` pointing anywhere readable), each row's group of four K
+    values g at its address plus ``group_offsets[g]`` (int64, one a group): a convolution's
+    windows read where they lie in its padded copy, no patch rows gathered. As a
+    `spin_pool` job writing ``out`` as `product_job`'s; narrow weights on the AVX2 host only
+    (`table_runs`). ``signed``: the bytes hold int8 values plus 128. ``source``: the array
+    the addresses point into, kept alive with the job."""
+    from engine.cpu import kernel_jobs, spin_pool
+
+    if not table_runs(weights):
+        raise RuntimeError("the table product needs narrow weights on the vpmaddubsw kernels")
+    blocks = -(-m // weights.rows)
+    columns = weights.panels * weights.vectors * LANES
+    if (addresses.dtype != np.int64 or len(addresses) < blocks * weights.rows
+            or group_offsets.dtype != np.int64 or len(group_offsets) != weights.groups):
+        raise ValueError(f"int8 table product: {len(addresses)} row addresses and "
+                         f"{len(group_offsets)} group offsets do not fit {blocks} blocks "
+                         f"and {weights.groups} groups")
+    if out.dtype != np.int32 or out.ndim != 2 or out.shape[1] != columns or \
+            out.shape[0] < blocks * weights.rows or not out.flags.c_contiguous:
+        raise ValueError(f"int8 table product: result {out.dtype} {out.shape} does not hold "
+                         f"{blocks * weights.rows} rows of {columns} columns")
+    packed, no_offsets, signed_offsets = weights.addresses
+    context = np.array([addresses.ctypes.data, group_offsets.ctypes.data, packed,
+                        weights.groups, out.ctypes.data, columns,
+                        signed_offsets if signed else no_offsets, blocks, weights.panels],
+                       np.int64)
+    task = _narrow_kernels()["task", "table", weights.vectors]
+    parts = min(blocks * weights.panels, kernel_jobs.parts_for(
+        blocks * weights.panels, m * weights.k * weights.n // 64))
+    return spin_pool.job(task, context, parts,
+                         keep=(addresses, group_offsets, out, weights, source))
+
+
 def direct_tile_rows(width: int) -> int:
     """Rows of a direct product's tiles for an output ``width`` wide: its largest divisor up
     to 16, so that a tile never crosses an output row (0 where that is under 7: tiles that
@@ -438,9 +481,11 @@ def _compiled_avx2(narrow: bool) -> tuple[dict[Any, Any], list[Any]]:
     features = llvm.get_host_cpu_features().flatten()
     engines = []
 
-    def compiled_tile(rows: int, vectors: int) -> tuple[Any, int]:
-        kernel = (NarrowInt8Kernel if narrow else Avx2Int8Kernel)(rows, vectors)
-        define_task(kernel.module, kernel.define("panels"), rows)
+    def compiled_tile(rows: int, vectors: int, table: bool = False) -> tuple[Any, int]:
+        kernel = NarrowInt8Kernel(rows, vectors, table=table) if narrow else \
+            Avx2Int8Kernel(rows, vectors)
+        define_task(kernel.module, kernel.define("panels"), rows,
+                    row_bytes=8 if table else None)
         engines.append(compile_ir(str(kernel.module), llvm.get_host_cpu_name(), features,
                                   level=3, optimise=True))
         return (_SIGNATURE(engines[-1].get_function_address("panels")),
@@ -451,4 +496,6 @@ def _compiled_avx2(narrow: bool) -> tuple[dict[Any, Any], list[Any]]:
         rows = NARROW_ROWS if narrow else rows
         kernels[vectors], kernels["task", vectors] = compiled_tile(rows, vectors)
         kernels["row", vectors], kernels["task", "row", vectors] = compiled_tile(1, vectors)
+        if narrow:  # rows read where a table points (`table_job`)
+            _, kernels["task", "table", vectors] = compiled_tile(rows, vectors, table=True)
     return kernels, engines

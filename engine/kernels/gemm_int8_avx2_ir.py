@@ -273,9 +273,11 @@ class NarrowInt8Kernel(Avx2Int8Kernel):
     row: at `gemm_int8.NARROW_ROWS` (4) rows of 16 columns, 8 accumulators, 2 ymm of weights,
     the row's repeated activations and the ones fit AVX2's sixteen registers."""
 
-    def __init__(self, rows: int, vectors: int, strip: int = STRIP) -> None:
+    def __init__(self, rows: int, vectors: int, strip: int = STRIP,
+                 table: bool = False) -> None:
         super().__init__(rows, vectors, buffered=False)
         self.strip = min(strip, self.columns)
+        self.table = table
         self.bytes_product = ir.Function(self.module, ir.FunctionType(WORDS, [BYTES, BYTES]),
                                          name="llvm.x86.avx2.pmadd.ub.sw")
 
@@ -284,8 +286,14 @@ class NarrowInt8Kernel(Avx2Int8Kernel):
         a, lda, _, groups, c, ldc, offsets, _, _, _ = function.args
         builder = ir.IRBuilder(function.append_basic_block("entry"))
         loops = PanelLoops(function, builder, self.columns, self.rows)
-        a_rows = [builder.gep(a, [builder.mul(builder.add(loops.row, I64(i)), lda)])
-                  for i in range(self.rows)]
+        if self.table:  # each row's address read from the table, the groups' offsets at lda
+            addresses = builder.bitcast(a, I64.as_pointer())
+            self.group_offsets = builder.inttoptr(lda, I64.as_pointer())
+            a_rows = [builder.inttoptr(builder.load(builder.gep(addresses, [
+                builder.add(loops.row, I64(i))])), I8.as_pointer()) for i in range(self.rows)]
+        else:
+            a_rows = [builder.gep(a, [builder.mul(builder.add(loops.row, I64(i)), lda)])
+                      for i in range(self.rows)]
         c_rows = [builder.gep(c, [builder.add(builder.mul(builder.add(loops.row, I64(i)), ldc),
                                               loops.column)]) for i in range(self.rows)]
         for strip in range(self.columns // self.strip):
@@ -316,10 +324,13 @@ class NarrowInt8Kernel(Avx2Int8Kernel):
         weights = [builder.load(builder.bitcast(builder.gep(b_run, [I64(half * 32)]),
                                                 BYTES.as_pointer()), align=1)
                    for half in range(halves)]
+        # the group's first byte in each row: 4 a group on, or where the table says
+        at = builder.load(builder.gep(self.group_offsets, [group])) if self.table else \
+            builder.mul(group, I64(4))
         stepped = []
         for i, a_row in enumerate(a_rows):
-            word = builder.load(builder.bitcast(builder.gep(a_row, [builder.mul(
-                group, I64(4))]), I32.as_pointer()), align=1)
+            word = builder.load(builder.bitcast(builder.gep(a_row, [at]), I32.as_pointer()),
+                                align=1)
             single = builder.insert_element(ir.Constant(SUMS, ir.Undefined), word, I32(0))
             repeated = builder.bitcast(builder.shuffle_vector(
                 single, ir.Constant(SUMS, ir.Undefined), ir.Constant(SUMS, [0] * 8)), BYTES)

@@ -235,6 +235,15 @@ class FusedConv(EpilogueLayer):
         self.gathers = not (self.tile_rows or (
             geometry.kernel == (1, 1) and geometry.stride == (1, 1) and geometry.pad == (0, 0)
             and channels == packed.groups * 4))
+        # Else, on the AVX2 host's narrow-weight kernels, where each group of four K values
+        # lies in one pixel's channels (channels a multiple of 4), the product reads each
+        # window where it lies in the channels-last copy, by a table of the windows'
+        # addresses and one of the groups' offsets within a window (`gemm_int8.table_job`):
+        # no gather.
+        self.reads_windows = bool(self.gathers and channels % 4 == 0
+                                  and packed.groups * 4 == weight[0].size
+                                  and gemm_int8.table_runs(packed))
+        self.gathers = self.gathers and not self.reads_windows
         # The product's sum rows: one an output position, or on wide rows (`wide_grid`) one
         # a pixel of the padded image up to the last output position's.
         self.grid = self.wide_grid()
@@ -302,7 +311,8 @@ class FusedConv(EpilogueLayer):
         blocks = -(-chunk // block)
         # without a gather the GEMM reads the copy's rows, its last row block whole: room for
         # that block's rows past the end (their sums are computed and never read)
-        tail = packed.rows * channels if not (self.gathers or self.tile_rows) else 0
+        tail = packed.rows * channels if not (self.gathers or self.tile_rows
+                                              or self.reads_windows) else 0
         # a pixel of the copy: its channels, for each of the ``stack`` rows it holds
         depth = channels * self.stack
         image_bytes = batch * padded_h * padded_w * depth
@@ -339,6 +349,8 @@ class FusedConv(EpilogueLayer):
         if epilogue.rescaled is not None and not fused:
             raise ValueError("int8 convolution: a second output needs the requantize in the "
                              "direct product (channels-last output and residual on AMX)")
+        if self.reads_windows:
+            windows = self._window_table(padded, block)
         for first in range(0, total, chunk):
             count = min(chunk, total - first)
             used = -(-count // block) * block
@@ -350,6 +362,10 @@ class FusedConv(EpilogueLayer):
                     self._epilogue_terms(epilogue, first, count, columns) if fused else None))
                 if fused:
                     continue
+            elif self.reads_windows:
+                addresses, group_offsets = windows
+                jobs.append(gemm_int8.table_job(addresses[first:], group_offsets, count,
+                                                packed, signed, sums[:used], padded))
             else:
                 if self.gathers:
                     patches = rows.reshape(-1, packed.groups * 4)
@@ -479,6 +495,27 @@ class FusedConv(EpilogueLayer):
             starts = ((image * padded_h + y * stride_h) * padded_w + x * stride_w) * channels
         starts[first >= self.sum_rows] = 0
         return steps, starts.astype(np.int64)
+
+    def _window_table(self, padded: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
+        """`gemm_int8.table_job`'s tables for the channels-last copy ``padded``: each output
+        position's window's first byte (its address; rows past the last, up to a whole row
+        block, the copy's first), and each group of four K values' byte offset from there
+        (K ordered kernel row, kernel column, channel, as `weight_matrix`)."""
+        channels = self.data.shape[1]
+        padded_h, padded_w = self.padded_size
+        out_w = self.out.shape[3]
+        kernel_w = self.geometry.kernel[1]
+        (stride_h, stride_w), (dilate_h, dilate_w) = self.geometry.stride, self.geometry.dilate
+        image, within = np.divmod(np.arange(self.rows, dtype=np.int64), self.positions)
+        y, x = np.divmod(within, out_w)
+        addresses = np.full(-(-self.rows // block) * block, padded.ctypes.data, np.int64)
+        addresses[:self.rows] += ((image * padded_h + y * stride_h) * padded_w
+                                  + x * stride_w) * channels
+        tap, channel = np.divmod(np.arange(0, self.packed.groups * 4, 4, dtype=np.int64),
+                                 channels)
+        tap_y, tap_x = np.divmod(tap, kernel_w)
+        offsets = (tap_y * dilate_h * padded_w + tap_x * dilate_w) * channels + channel
+        return addresses, offsets
 
     def _requantize_flags(self) -> int:
         flags = OUT_CHANNELS_LAST if self.laid.out else 0
