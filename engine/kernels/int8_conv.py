@@ -220,7 +220,11 @@ class FusedConv(EpilogueLayer):
             if packed.k == -(-geometry.kernel[0] // stack) * 64:
                 self.stack = stack
             self.tap_rows = packed.k == -(-geometry.kernel[0] // self.stack) * 64
-        if (packed.k != weight[0].size and not self.tap_rows) or packed.n != filters:
+        # weights packed from `run_matrix` (each kernel row's run padded to `run_bytes`)
+        self.run = run_bytes(channels, geometry) if packed.k == geometry.kernel[0] * \
+            (run_bytes(channels, geometry) or 0) and not packed.amx else None
+        if (packed.k != weight[0].size and not (self.tap_rows or self.run)) or \
+                packed.n != filters:
             raise ValueError(f"int8 convolution: packed weights ({packed.k}, {packed.n}) do "
                              f"not fit {weight.shape}")
         self.packed = packed
@@ -240,9 +244,13 @@ class FusedConv(EpilogueLayer):
         # window where it lies in the channels-last copy, by a table of the windows'
         # addresses and one of the groups' offsets within a window (`gemm_int8.table_job`):
         # no gather.
-        self.reads_windows = bool(self.gathers and channels % 4 == 0
-                                  and packed.groups * 4 == weight[0].size
-                                  and gemm_int8.table_runs(packed))
+        # Kernel rows whose runs are not (a stem's 7 × 3 channels) take weights packed
+        # from `run_matrix` instead, each run read as whole groups.
+        self.reads_windows = bool(self.gathers and gemm_int8.table_runs(packed) and (
+            self.run or (channels % 4 == 0 and packed.groups * 4 == weight[0].size)))
+        if self.run and not self.reads_windows:
+            raise ValueError("int8 convolution: weights packed by padded runs need the "
+                             "narrow table product")
         self.gathers = self.gathers and not self.reads_windows
         # The product's sum rows: one an output position, or on wide rows (`wide_grid`) one
         # a pixel of the padded image up to the last output position's.
@@ -313,6 +321,8 @@ class FusedConv(EpilogueLayer):
         # that block's rows past the end (their sums are computed and never read)
         tail = packed.rows * channels if not (self.gathers or self.tile_rows
                                               or self.reads_windows) else 0
+        if self.run:  # a window's last run read on past the image's last pixel
+            tail = self.run
         # a pixel of the copy: its channels, for each of the ``stack`` rows it holds
         depth = channels * self.stack
         image_bytes = batch * padded_h * padded_w * depth
@@ -511,8 +521,11 @@ class FusedConv(EpilogueLayer):
         addresses = np.full(-(-self.rows // block) * block, padded.ctypes.data, np.int64)
         addresses[:self.rows] += ((image * padded_h + y * stride_h) * padded_w
                                   + x * stride_w) * channels
-        tap, channel = np.divmod(np.arange(0, self.packed.groups * 4, 4, dtype=np.int64),
-                                 channels)
+        k = np.arange(0, self.packed.groups * 4, 4, dtype=np.int64)
+        if self.run:  # a kernel row's run, its bytes in order (past its end: zero weights)
+            tap_y, within = np.divmod(k, self.run)
+            return addresses, tap_y * dilate_h * padded_w * channels + within
+        tap, channel = np.divmod(k, channels)
         tap_y, tap_x = np.divmod(tap, kernel_w)
         offsets = (tap_y * dilate_h * padded_w + tap_x * dilate_w) * channels + channel
         return addresses, offsets
@@ -603,6 +616,26 @@ def weight_matrix(weight: np.ndarray) -> np.ndarray:
     """The weights (F, C, kh, kw) as the GEMM's (K, F) matrix, K ordered (kh, kw, C) as the
     gathered rows are (what the caller packs, `gemm_int8.PackedWeights`)."""
     return np.moveaxis(weight, 1, -1).reshape(len(weight), -1).T
+
+
+def run_bytes(channels: int, geometry: Geometry) -> int | None:
+    """The bytes each kernel row's run takes in `run_matrix`'s weights: its ``kernel_w ·
+    C`` rounded up to whole groups of four, where that is not whole already (a stem's 7 × 3
+    channels: 21 → 24) and the run lies in one piece (no dilation across it); else None."""
+    run = geometry.kernel[1] * channels
+    return -(-run // 4) * 4 if run % 4 and geometry.dilate[1] == 1 else None
+
+
+def run_matrix(weight: np.ndarray, run: int) -> np.ndarray:
+    """The weights (F, C, kh, kw) as a (kh · ``run``, F) matrix: kernel row ky's taps at K
+    ``ky · run + kx · C + c``, zero past ``kw · C`` in each run, so that each run of a
+    window's row reads as whole groups of four bytes (the bytes past its end, the next
+    pixel's, meet zeros)."""
+    filters, channels, kernel_h, kernel_w = weight.shape
+    matrix = np.zeros((kernel_h, run, filters), np.int8)
+    matrix[:, :kernel_w * channels] = np.moveaxis(weight, 0, -1).transpose(1, 2, 0, 3).reshape(
+        kernel_h, kernel_w * channels, filters)
+    return matrix.reshape(kernel_h * run, filters)
 
 
 def has_tap_rows(channels: int, geometry: Geometry, out_width: int) -> bool:
