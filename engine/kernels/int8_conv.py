@@ -4,10 +4,13 @@ it where it lies (uint8 handed over channels-last, no padding), then chunk by ch
 positions (all at once where the direct product requantizes in its epilogue): the chunk's
 patches gathered into the int8 GEMM's rows (a 1×1 convolution of stride 1 reads the
 channels-last rows as they are where its channels fill K exactly; on AMX, a layer of whole
-64-channel blocks has its tiles read the windows where they lie, `gemm_int8.direct_job`),
-the GEMM (`gemm_int8.product_job`: VNNI or AMX), and one pass over the chunk's int32 sums that adds
-the bias, scales, applies the activation, adds the residual, applies the activation after the
-sum and rounds to the int8/uint8 output, written straight into the output's NCHW layout. A
+64-channel blocks has its tiles read the windows where they lie, `gemm_int8.direct_job`;
+on an AVX2 host's narrow-weight kernels, the product reads the windows where they lie through
+a table of their addresses, `gemm_int8.table_job`, a stem's short kernel rows as runs padded
+to whole groups, `run_matrix`), the GEMM (`gemm_int8.product_job`: VNNI, AVX2 or AMX), and
+one pass over the chunk's int32 sums that adds the bias, scales, applies the activation, adds
+the residual, applies the activation after the sum and rounds to the int8/uint8 output,
+written straight into the output's NCHW layout. A
 chunk's rows and sums fit in L2 (`CHUNK_BYTES`), so each pass reads the last one's writes from
 cache.
 
