@@ -271,7 +271,10 @@ class NarrowInt8Kernel(Avx2Int8Kernel):
     sums as they are. The same packed weights and arguments as `Avx2Int8Kernel`; a strip of
     ``strip`` columns (16 by default, at most the panel's) keeps ``strip / 8`` accumulators a
     row: at `gemm_int8.NARROW_ROWS` (4) rows of 16 columns, 8 accumulators, 2 ymm of weights,
-    the row's repeated activations and the ones fit AVX2's sixteen registers."""
+    the row's repeated activations and the ones fit AVX2's sixteen registers. ``table``: ``a``
+    holds each row's address (int64, `gemm_int8.table_job`) and ``lda`` is the address of each
+    group of four K values' byte offset from there (int64), so that a convolution's windows
+    are read where they lie; its task steps 8 bytes of ``a`` a row."""
 
     def __init__(self, rows: int, vectors: int, strip: int = STRIP,
                  table: bool = False) -> None:
@@ -313,7 +316,8 @@ class NarrowInt8Kernel(Avx2Int8Kernel):
     def _narrow_strip(self, function: ir.Function, builder: ir.IRBuilder, a_rows: list,
                       b_strip: ir.Value, groups: ir.Value) -> list[list[ir.Value]]:
         """One strip's K loop from the builder's block; the builder ends after it, the rows'
-        accumulators (``rows`` × 2, eight columns each) returned as values there."""
+        accumulators (``rows`` × ``strip / 8``, eight columns each) returned as values
+        there."""
         halves = self.strip // 8
         ones = ir.Constant(WORDS, [1] * 16)
         (start, loop, after), group, tile = self._open_k_loop(function, builder, groups, halves)
