@@ -28,8 +28,13 @@ product, requantize) of ResNet's shapes at ``--batch``, weights within ±63, pac
 2-row ``vpmaddubsw`` tiles and once for `gemm_int8.NARROW_ROWS` rows, the two in turn each
 round (each the best of 5 calls), and checks that both write the same bytes.
 
-Usage: python bench/int8_avx2.py [--rounds N] [--instructions | --narrow-tiles | --layers
-[--batch B]]   (a host with AVX2)
+``--windows`` times the same convolutions at `gemm_int8.NARROW_ROWS` rows with their patches
+gathered (`gemm_int8.table_runs` answering False while they bind) against the form a plan
+binds now (windows read where they lie, `gemm_int8.table_job`; the stem packed by
+`int8_conv.run_matrix`), in turn, and checks the bytes.
+
+Usage: python bench/int8_avx2.py [--rounds N] [--instructions | --narrow-tiles | --layers |
+--windows] [--batch B]   (a host with AVX2)
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -227,12 +233,12 @@ LAYERS = (("stem 3→64 7×7 s2 at 224²", 3, 224, 64, 7, 2, 3),
           ("1×1 2048→512 at 7²", 2048, 7, 512, 1, 1, 0))
 
 
-def layers(rounds: int, batch: int) -> None:
-    """`LAYERS` on 2-row tiles against `gemm_int8.NARROW_ROWS` rows, ms best / median."""
+def layer_cases(batch: int) -> list[tuple[str, np.ndarray, np.ndarray, Any]]:
+    """`LAYERS` as (name, data, weights within ±63, geometry) at ``batch``."""
     from engine.kernels import int8_conv
 
     if not gemm_int8.narrow_weights_pay():
-        raise SystemExit("this host runs the VNNI kernels: no vpmaddubsw tiles to compare")
+        raise SystemExit("this host runs the VNNI kernels: no vpmaddubsw kernels to compare")
     rng = np.random.default_rng(0)
     cases = []
     for name, channels, size, filters, kernel, stride, pad in LAYERS:
@@ -242,6 +248,60 @@ def layers(rounds: int, batch: int) -> None:
         weight = rng.integers(-63, 64, (filters, channels, kernel, kernel)).astype(np.int8)
         cases.append((name, data, weight, int8_conv.Geometry(
             (kernel, kernel), (stride, stride), (1, 1), (pad, pad))))
+    return cases
+
+
+def bound_layer(data: np.ndarray, weight: np.ndarray, geometry: Any,
+                packed: gemm_int8.PackedWeights) -> tuple[tuple, np.ndarray]:
+    """A fused convolution's jobs (channels-last data and output, relu) and its output."""
+    from engine.kernels import int8_conv
+
+    out = np.zeros((len(data), len(weight), *geometry.out_size(*data.shape[2:])), np.uint8)
+    conv = int8_conv.FusedConv(data, weight, packed, geometry, out, None,
+                               int8_conv.Layouts(data=True, out=True))
+    return conv.jobs_for(int8_conv.Epilogue(
+        bias=np.zeros(len(weight), np.int32), scales=np.full(len(weight), 2e-3, np.float32),
+        act="relu", low=0, high=255)), out
+
+
+def compare(made: dict, names: list[str], forms: tuple[str, str], rounds: int) -> None:
+    """Each layer's two forms' jobs in turn, ms best / median, and whether their bytes agree."""
+    for name in names:
+        def run(jobs: tuple) -> Callable[[], None]:
+            return lambda: [job() for job in jobs]
+        best = timed([run(made[name, form][0]) for form in forms], 10 ** 12, rounds)
+        same = np.array_equal(made[name, forms[0]][1], made[name, forms[1]][1])
+        before, after = (statistics.median(b) for b in best)
+        print(f"{name:26} {forms[0]} {min(best[0]) * 1e3:6.3f} / {before * 1e3:6.3f}, "
+              f"{forms[1]} {min(best[1]) * 1e3:6.3f} / {after * 1e3:6.3f}: "
+              f"×{after / before:.2f}{'' if same else ', NOT THE SAME BYTES'}")
+
+
+def windows(rounds: int, batch: int) -> None:
+    """`LAYERS` gathered against read in place, ms best / median."""
+    from engine.kernels import int8_conv
+
+    cases, made = layer_cases(batch), {}
+    runs = gemm_int8.table_runs
+    for form in ("gathered", "in place"):
+        gemm_int8.table_runs = runs if form == "in place" else lambda weights: False
+        for name, data, weight, geometry in cases:
+            run = int8_conv.run_bytes(data.shape[1], geometry)
+            matrix = int8_conv.run_matrix(weight, run) if run and form == "in place" else \
+                int8_conv.weight_matrix(weight)
+            made[name, form] = bound_layer(data, weight, geometry,
+                                           gemm_int8.PackedWeights(matrix))
+    gemm_int8.table_runs = runs
+    print(f"batch {batch}, one thread, fused int8 convolutions, ms best / median of {rounds} "
+          f"rounds; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    compare(made, [name for name, *_ in cases], ("gathered", "in place"), rounds)
+
+
+def layers(rounds: int, batch: int) -> None:
+    """`LAYERS` on 2-row tiles against `gemm_int8.NARROW_ROWS` rows, ms best / median."""
+    from engine.kernels import int8_conv
+
+    cases = layer_cases(batch)
     tiles, keep, made = (2, gemm_int8.NARROW_ROWS), [], {}
     chosen = gemm_int8.NARROW_ROWS
     for rows_per_tile in tiles:  # each tile's kernels compiled afresh, their engines kept
@@ -249,26 +309,13 @@ def layers(rounds: int, batch: int) -> None:
         gemm_int8._state.pop("narrow kernels", None)
         keep.append(gemm_int8._state.pop("narrow engines", None))
         for name, data, weight, geometry in cases:
-            packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight))
-            out = np.zeros((batch, len(weight), *geometry.out_size(*data.shape[2:])), np.uint8)
-            conv = int8_conv.FusedConv(data, weight, packed, geometry, out, None,
-                                       int8_conv.Layouts(data=True, out=True))
-            made[name, rows_per_tile] = conv.jobs_for(int8_conv.Epilogue(
-                bias=np.zeros(len(weight), np.int32),
-                scales=np.full(len(weight), 2e-3, np.float32), act="relu", low=0, high=255)), out
+            made[name, f"{rows_per_tile} rows"] = bound_layer(
+                data, weight, geometry,
+                gemm_int8.PackedWeights(int8_conv.weight_matrix(weight)))
     gemm_int8.NARROW_ROWS = chosen
     print(f"batch {batch}, one thread, fused int8 convolutions, ms best / median of {rounds} "
           f"rounds; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    for name, *_ in cases:
-        def run(jobs: tuple) -> Callable[[], None]:
-            return lambda: [job() for job in jobs]
-        best = timed([run(made[name, rows_per_tile][0]) for rows_per_tile in tiles],
-                     10 ** 12, rounds)
-        same = np.array_equal(made[name, tiles[0]][1], made[name, tiles[1]][1])
-        before, after = (statistics.median(b) for b in best)
-        print(f"{name:26} {tiles[0]} rows {min(best[0]) * 1e3:6.3f} / {before * 1e3:6.3f}, "
-              f"{tiles[1]} rows {min(best[1]) * 1e3:6.3f} / {after * 1e3:6.3f}: "
-              f"×{after / before:.2f}{'' if same else ', NOT THE SAME BYTES'}")
+    compare(made, [name for name, *_ in cases], tuple(f"{rows} rows" for rows in tiles), rounds)
 
 
 def timed(calls: list[Callable[[], None]], size: int, rounds: int) -> list[list[float]]:
@@ -292,6 +339,7 @@ def main() -> None:
     parser.add_argument("--instructions", action="store_true")
     parser.add_argument("--narrow-tiles", action="store_true")
     parser.add_argument("--layers", action="store_true")
+    parser.add_argument("--windows", action="store_true")
     parser.add_argument("--batch", type=int, default=1)
     options = parser.parse_args()
     if not host_features.has("avx2"):
@@ -304,6 +352,9 @@ def main() -> None:
         return
     if options.layers:
         layers(options.rounds, options.batch)
+        return
+    if options.windows:
+        windows(options.rounds, options.batch)
         return
     rows_per_tile, keep = gemm_int8.AVX2_ROWS, []
     print(f"one thread, GOP/s best / median of {options.rounds} rounds; {rows_per_tile}-row "
