@@ -221,6 +221,7 @@ def narrow_tiles(rounds: int) -> None:
 
 # `--layers`' convolutions: (name, channels, size, filters, kernel, stride, padding)
 LAYERS = (("stem 3→64 7×7 s2 at 224²", 3, 224, 64, 7, 2, 3),
+          ("stem 3→32 3×3 s2 at 224²", 3, 224, 32, 3, 2, 1),
           ("3×3 64→64 at 56²", 64, 56, 64, 3, 1, 1),
           ("3×3 64→128 s2 at 56²", 64, 56, 128, 3, 2, 1),
           ("3×3 128→128 at 28²", 128, 28, 128, 3, 1, 1),
