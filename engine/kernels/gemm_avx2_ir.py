@@ -33,6 +33,13 @@ own, for each of the weight's panels: a line of L2 a step where a packed block r
 So where the panels are walked outside and A fits the same buffer, a part copies A into packed
 row blocks once, before its first tile.
 
+An edge tile of a row or two has 2 or 4 sums, each step's multiply-add waiting on the last
+(Zen 3: 4 cycles' latency, two pipes): a 7² transposed product's 49th row (49 = 8 × 6 + 1) took
+about two thirds of a full tile's time, and a product of one row (the classifier) ran every tile
+so. Such a tile keeps `SUMS_IN_FLIGHT` sums in flight (`split_chains`, `_chained_tile_loop`):
+one thread, warm, 49 × 320 × 1280 436 → 418 µs, 49 × 160 × 960 170 → 163, 1 × 1280 × 1000
+107–112 → 83–99.
+
 The K loops ask for nothing ahead (`gemm_ir.AHEAD_STEPS`, `gemm_ir.NEAR_STEPS`, set on the Intel
 machine for 24 multiply-adds a step): here a prefetch is one of about 25 instructions a step,
 and the hardware's prefetchers kept up without them. ResNet-50 v2 at batch 1, one thread, six
