@@ -18,7 +18,23 @@ time, the best and the median of rounds each taking the best of many calls, in t
 (``vpmaddwd``, ``vpmaddubsw``, ``vfmadd231ps``, ``vpaddd`` on ymm registers): how many of
 each the core starts a second, the rate float32's FMA beside the integer products'.
 
-Usage: python bench/int8_avx2.py [--rounds N] [--instructions]   (a host with AVX2)
+``--narrow-tiles`` instead times the ``vpmaddubsw`` kernel alone at several tiles, rows by
+strip columns (``NarrowInt8Kernel(rows, vectors, strip)``; `gemm_int8.NARROW_ROWS` by 16 is the
+one `gemm_int8` compiles), on weights within ±63 and full 8-bit activations, each checked
+against NumPy's sums, in turn as above.
+
+``--layers`` times whole fused int8 convolutions (`int8_conv.FusedConv`: copy, gather,
+product, requantize) of ResNet's shapes at ``--batch``, weights within ±63, packed once for
+2-row ``vpmaddubsw`` tiles and once for `gemm_int8.NARROW_ROWS` rows, the two in turn each
+round (each the best of 5 calls), and checks that both write the same bytes.
+
+``--windows`` times the same convolutions at `gemm_int8.NARROW_ROWS` rows with their patches
+gathered (`gemm_int8.table_runs` answering False while they bind) against the form a plan
+binds now (windows read where they lie, `gemm_int8.table_job`; the stem packed by
+`int8_conv.run_matrix`), in turn, and checks the bytes.
+
+Usage: python bench/int8_avx2.py [--rounds N] [--instructions | --narrow-tiles | --layers |
+--windows] [--batch B]   (a host with AVX2)
 """
 
 from __future__ import annotations
@@ -29,6 +45,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -77,10 +94,12 @@ def compiled(kernel: gemm_int8_avx2_ir.Avx2Int8Kernel, keep: list) -> Callable[.
 
 
 def bound(panels: Callable[..., None], rows: np.ndarray, packed: gemm_int8.PackedWeights,
-          out: np.ndarray, weights: np.ndarray | None = None) -> Callable[[], None]:
+          out: np.ndarray, weights: np.ndarray | None = None,
+          blocks: int | None = None) -> Callable[[], None]:
     """``panels`` over all of ``rows`` (padded) and every panel of ``packed`` into ``out``;
-    ``weights``: the panels to read in place of ``packed``'s (its int16 copy)."""
-    blocks = rows.shape[0] // gemm_int8.AVX2_ROWS
+    ``weights``: the panels to read in place of ``packed``'s (its int16 copy); ``blocks``:
+    the row blocks, by default of `gemm_int8.AVX2_ROWS` rows."""
+    blocks = blocks or rows.shape[0] // gemm_int8.AVX2_ROWS
     address = packed.addresses[0] if weights is None else weights.ctypes.data
     arguments = (rows.ctypes.data, rows.shape[1], address, packed.groups,
                  out.ctypes.data, out.shape[1], packed.addresses[1], blocks, 0, packed.panels)
@@ -161,15 +180,182 @@ def instruction_rates(rounds: int) -> None:
               f"(median {statistics.median(values):.2f})")
 
 
+# (rows, strip columns) of the ``vpmaddubsw`` tiles `--narrow-tiles` compares
+NARROW_TILES = ((2, 16), (4, 16), (6, 16), (2, 32), (3, 32), (4, 32))
+# `--narrow-tiles`' shapes: the five above, the stem's (7 × 7 × 3 patches, K 148 padded) and
+# a 1×1 layer into 512 filters
+NARROW_SHAPES = (*SHAPES, (12544, 148, 64), (784, 128, 512))
+
+
+def narrow_tiles(rounds: int) -> None:
+    """GOP/s best / median of ``rounds`` of the ``vpmaddubsw`` kernel at each of
+    `NARROW_TILES`, one thread, called on padded rows."""
+    rng, keep = np.random.default_rng(0), []
+    print(f"one thread, vpmaddubsw, GOP/s best / median of {rounds} rounds by rows × strip; "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    print(f"{'M×K×N':>16} " + " ".join(f"{f'{r} × {c}':>11}" for r, c in NARROW_TILES))
+    for m, k, n in NARROW_SHAPES:
+        weights = rng.integers(-63, 64, (k, n)).astype(np.int8)
+        packed = gemm_int8.PackedWeights(weights)
+        a = rng.integers(0, 256, (m, k)).astype(np.uint8)
+        want = a.astype(np.int64) @ weights.astype(np.int64)
+        calls = []
+        for rows_per_tile, strip in NARROW_TILES:
+            panels = compiled(gemm_int8_avx2_ir.NarrowInt8Kernel(rows_per_tile, packed.vectors,
+                                                                 strip), keep)
+            blocks = -(-m // rows_per_tile)
+            rows = np.zeros((blocks * rows_per_tile, packed.groups * 4), np.uint8)
+            rows[:m, :k] = a
+            out = np.empty((len(rows), packed.panels * packed.vectors * gemm_int8.LANES),
+                           np.int32)
+            call = bound(panels, rows, packed, out, blocks=blocks)
+            call()
+            if not np.array_equal(out[:m, :n], want):
+                raise SystemExit(f"{rows_per_tile} × {strip}: not NumPy's sums")
+            calls.append((call, rows, out))
+        best = timed([call for call, *_ in calls], m * k * n, rounds)
+        work = 2 * m * k * n / 1e9
+        print(f"{m:>5}×{k:>4}×{n:>4} " + " ".join(
+            f"{work / min(b):4.0f} / {work / statistics.median(b):4.0f}" for b in best))
+
+
+# `--layers`' convolutions: (name, channels, size, filters, kernel, stride, padding)
+LAYERS = (("stem 3→64 7×7 s2 at 224²", 3, 224, 64, 7, 2, 3),
+          ("stem 3→32 3×3 s2 at 224²", 3, 224, 32, 3, 2, 1),
+          ("3×3 64→64 at 56²", 64, 56, 64, 3, 1, 1),
+          ("3×3 64→128 s2 at 56²", 64, 56, 128, 3, 2, 1),
+          ("3×3 128→128 at 28²", 128, 28, 128, 3, 1, 1),
+          ("3×3 256→256 at 14²", 256, 14, 256, 3, 1, 1),
+          ("3×3 512→512 at 7²", 512, 7, 512, 3, 1, 1),
+          ("1×1 64→256 at 56²", 64, 56, 256, 1, 1, 0),
+          ("1×1 256→64 at 56²", 256, 56, 64, 1, 1, 0),
+          ("1×1 512→128 at 28²", 512, 28, 128, 1, 1, 0),
+          ("1×1 1024→256 at 14²", 1024, 14, 256, 1, 1, 0),
+          ("1×1 2048→512 at 7²", 2048, 7, 512, 1, 1, 0))
+
+
+def layer_cases(batch: int) -> list[tuple[str, np.ndarray, np.ndarray, Any]]:
+    """`LAYERS` as (name, data, weights within ±63, geometry) at ``batch``."""
+    from engine.kernels import int8_conv
+
+    if not gemm_int8.narrow_weights_pay():
+        raise SystemExit("this host runs the VNNI kernels: no vpmaddubsw kernels to compare")
+    rng = np.random.default_rng(0)
+    cases = []
+    for name, channels, size, filters, kernel, stride, pad in LAYERS:
+        dtype = np.int8 if channels == 3 else np.uint8  # the stem reads the quantized image
+        info = np.iinfo(dtype)
+        data = rng.integers(info.min, info.max + 1, (batch, channels, size, size)).astype(dtype)
+        weight = rng.integers(-63, 64, (filters, channels, kernel, kernel)).astype(np.int8)
+        cases.append((name, data, weight, int8_conv.Geometry(
+            (kernel, kernel), (stride, stride), (1, 1), (pad, pad))))
+    return cases
+
+
+def bound_layer(data: np.ndarray, weight: np.ndarray, geometry: Any,
+                packed: gemm_int8.PackedWeights) -> tuple[tuple, np.ndarray]:
+    """A fused convolution's jobs (channels-last data and output, relu) and its output."""
+    from engine.kernels import int8_conv
+
+    out = np.zeros((len(data), len(weight), *geometry.out_size(*data.shape[2:])), np.uint8)
+    conv = int8_conv.FusedConv(data, weight, packed, geometry, out, None,
+                               int8_conv.Layouts(data=True, out=True))
+    return conv.jobs_for(int8_conv.Epilogue(
+        bias=np.zeros(len(weight), np.int32), scales=np.full(len(weight), 2e-3, np.float32),
+        act="relu", low=0, high=255)), out
+
+
+def compare(made: dict, names: list[str], forms: tuple[str, str], rounds: int) -> None:
+    """Each layer's two forms' jobs in turn, ms best / median, and whether their bytes agree."""
+    for name in names:
+        def run(jobs: tuple) -> Callable[[], None]:
+            return lambda: [job() for job in jobs]
+        best = timed([run(made[name, form][0]) for form in forms], 10 ** 12, rounds)
+        same = np.array_equal(made[name, forms[0]][1], made[name, forms[1]][1])
+        before, after = (statistics.median(b) for b in best)
+        print(f"{name:26} {forms[0]} {min(best[0]) * 1e3:6.3f} / {before * 1e3:6.3f}, "
+              f"{forms[1]} {min(best[1]) * 1e3:6.3f} / {after * 1e3:6.3f}: "
+              f"×{after / before:.2f}{'' if same else ', NOT THE SAME BYTES'}")
+
+
+def windows(rounds: int, batch: int) -> None:
+    """`LAYERS` gathered against read in place, ms best / median."""
+    from engine.kernels import int8_conv
+
+    cases, made = layer_cases(batch), {}
+    runs = gemm_int8.table_runs
+    for form in ("gathered", "in place"):
+        gemm_int8.table_runs = runs if form == "in place" else lambda weights: False
+        for name, data, weight, geometry in cases:
+            run = int8_conv.run_bytes(data.shape[1], geometry)
+            matrix = int8_conv.run_matrix(weight, run) if run and form == "in place" else \
+                int8_conv.weight_matrix(weight)
+            made[name, form] = bound_layer(data, weight, geometry,
+                                           gemm_int8.PackedWeights(matrix))
+    gemm_int8.table_runs = runs
+    print(f"batch {batch}, one thread, fused int8 convolutions, ms best / median of {rounds} "
+          f"rounds; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    compare(made, [name for name, *_ in cases], ("gathered", "in place"), rounds)
+
+
+def layers(rounds: int, batch: int) -> None:
+    """`LAYERS` on 2-row tiles against `gemm_int8.NARROW_ROWS` rows, ms best / median."""
+    from engine.kernels import int8_conv
+
+    cases = layer_cases(batch)
+    tiles, keep, made = (2, gemm_int8.NARROW_ROWS), [], {}
+    chosen = gemm_int8.NARROW_ROWS
+    for rows_per_tile in tiles:  # each tile's kernels compiled afresh, their engines kept
+        gemm_int8.NARROW_ROWS = rows_per_tile
+        gemm_int8._state.pop("narrow kernels", None)
+        keep.append(gemm_int8._state.pop("narrow engines", None))
+        for name, data, weight, geometry in cases:
+            made[name, f"{rows_per_tile} rows"] = bound_layer(
+                data, weight, geometry,
+                gemm_int8.PackedWeights(int8_conv.weight_matrix(weight)))
+    gemm_int8.NARROW_ROWS = chosen
+    print(f"batch {batch}, one thread, fused int8 convolutions, ms best / median of {rounds} "
+          f"rounds; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    compare(made, [name for name, *_ in cases], tuple(f"{rows} rows" for rows in tiles), rounds)
+
+
+def timed(calls: list[Callable[[], None]], size: int, rounds: int) -> list[list[float]]:
+    """Each call's best thread CPU time of many, per round, the calls in turn each round."""
+    repeat = max(5, int(3e7 / size))
+    best: list[list[float]] = [[] for _ in calls]
+    for _ in range(rounds):
+        for index, call in enumerate(calls):
+            times = []
+            for _ in range(repeat):
+                start = time.thread_time()
+                call()
+                times.append(time.thread_time() - start)
+            best[index].append(min(times))
+    return best
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=11)
     parser.add_argument("--instructions", action="store_true")
+    parser.add_argument("--narrow-tiles", action="store_true")
+    parser.add_argument("--layers", action="store_true")
+    parser.add_argument("--windows", action="store_true")
+    parser.add_argument("--batch", type=int, default=1)
     options = parser.parse_args()
     if not host_features.has("avx2"):
         raise SystemExit("this host has no AVX2")
     if options.instructions:
         instruction_rates(options.rounds)
+        return
+    if options.narrow_tiles:
+        narrow_tiles(options.rounds)
+        return
+    if options.layers:
+        layers(options.rounds, options.batch)
+        return
+    if options.windows:
+        windows(options.rounds, options.batch)
         return
     rows_per_tile, keep = gemm_int8.AVX2_ROWS, []
     print(f"one thread, GOP/s best / median of {options.rounds} rounds; {rows_per_tile}-row "
@@ -202,16 +388,7 @@ def main() -> None:
                 exact[name, "7-bit weights"] &= np.array_equal(
                     out[:m, :n], a.astype(np.int64) @ narrow_weights.astype(np.int64))
             calls.append(call)
-        repeat = max(5, int(3e7 / (m * k * n)))
-        best: list[list[float]] = [[] for _ in calls]
-        for _ in range(options.rounds):
-            for index, call in enumerate(calls):
-                times = []
-                for _ in range(repeat):
-                    start = time.thread_time()
-                    call()
-                    times.append(time.thread_time() - start)
-                best[index].append(min(times))
+        best = timed(calls, m * k * n, options.rounds)
         work = 2 * m * k * n / 1e9
         print(f"{m:>5}×{k:>4}×{n:>4} " + " ".join(
             f"{work / min(b):6.0f} / {work / statistics.median(b):5.0f}" for b in best))

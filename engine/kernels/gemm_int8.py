@@ -26,7 +26,8 @@ Where the host has AVX2 but not AVX-512 VNNI, an AVX2 kernel (`gemm_int8_avx2_ir
 weights, in tiles of `AVX2_ROWS` rows (`tiles`) that fit AVX2's sixteen registers. Weights
 within ±63 (`PackedWeights.narrow`: a float model this engine quantizes on such a host,
 `narrow_weights_pay`) run on ``vpmaddubsw`` instead (`gemm_int8_avx2_ir.NarrowInt8Kernel`),
-which cannot saturate on them: the same exact sums, about 1.5 times as fast.
+which cannot saturate on them: the same exact sums, about 1.5 times as fast, in tiles of
+`NARROW_ROWS` rows (the weights' `PackedWeights.rows`).
 
 `available()` is False where the host has neither or lacks llvmlite's JIT: callers keep their
 float64 products. Which kernel runs, or that none does, is logged once.
@@ -61,6 +62,12 @@ NARROW_LIMIT = 63
 # strip, 4 ymm of widened weights (two rows share each) and the rows' activations fill 14 of
 # the 16 ymm registers; at 3 rows the tile spills (`gemm_int8_avx2_ir`).
 AVX2_ROWS = 2
+# Rows of the ``vpmaddubsw`` kernel's tiles (narrow weights): its 16-column strip keeps 2
+# accumulators a row and 2 ymm of weights as they are, so 4 rows fit AVX2's registers (8
+# accumulators), each step's two loads of weights serving 8 multiplies, not 4. On a Zen 3 core,
+# one thread, 1.05–1.2× the GOP/s of 2 rows on ResNet's shapes (`bench/int8_avx2.py
+# --narrow-tiles`); 2 rows of 32 columns, 3 or 4 of 32 (spilled) and 6 of 16 were slower.
+NARROW_ROWS = 4
 
 _state: dict[str, Any] = {}
 _SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
@@ -121,7 +128,11 @@ class PackedWeights:
             self.vectors, self.rows = 2, 32
         else:
             self.vectors = next(v for v, _ in TILES if n <= v * LANES) if n <= 4 * LANES else 4
-            self.rows = dict(tiles())[self.vectors]
+            # the ``vpmaddubsw`` kernels' rows where they run these weights (`_kernel`): they
+            # compile now, at the first narrow weights packed, so that the rows always match
+            # the kernel that runs
+            self.rows = NARROW_ROWS if self.narrow and _narrow_kernels() is not None else \
+                dict(tiles())[self.vectors]
         columns = self.vectors * LANES
         self.groups = -(-k // 64) * 16 if amx else -(-k // 4)
         self.panels = -(-n // columns)
@@ -194,13 +205,22 @@ def multiply_rows(rows: np.ndarray, m: int, weights: PackedWeights, signed: bool
 
 def _kernel(kernels: dict[Any, Any], weights: PackedWeights, *key: Any) -> Any:
     """The kernel under ``key`` for ``weights``: the ``vpmaddubsw`` form where the weights
-    are narrow and the host runs the AVX2 kernels (compiled on the first such product, so
-    that a process whose weights are all full-range never spends their compile time)."""
-    if weights.narrow and narrow_weights_pay():
-        narrow = compiled.made_once(_state, "narrow kernels", _compile_narrow)
+    are narrow and the host runs the AVX2 kernels (compiled when the first such weights are
+    packed, so that a process whose weights are all full-range never spends their compile
+    time)."""
+    if weights.narrow:
+        narrow = _narrow_kernels()
         if narrow is not None:
             kernels = narrow
     return kernels[key if len(key) > 1 else key[0]]
+
+
+def _narrow_kernels() -> dict[Any, Any] | None:
+    """The ``vpmaddubsw`` kernels where narrow weights run on them here (compiled on the
+    first ask), else None."""
+    if not narrow_weights_pay():
+        return None
+    return compiled.made_once(_state, "narrow kernels", _compile_narrow)
 
 
 def _checked(rows: np.ndarray, m: int, weights: PackedWeights, signed: bool,
@@ -258,6 +278,49 @@ def product_job(rows: np.ndarray, m: int, weights: PackedWeights, signed: bool,
         work = m * weights.k * weights.n // 64
     parts = min(blocks * weights.panels, kernel_jobs.parts_for(blocks * weights.panels, work))
     return spin_pool.job(task, context, parts, keep=(rows, out, weights, offsets))
+
+
+def table_runs(weights: PackedWeights) -> bool:
+    """Whether `table_job` runs products of ``weights`` here: narrow weights on the AVX2
+    host's ``vpmaddubsw`` kernels."""
+    return weights.narrow and weights.rows == NARROW_ROWS and _narrow_kernels() is not None
+
+
+def table_job(addresses: np.ndarray, group_offsets: np.ndarray, m: int,
+              weights: PackedWeights, signed: bool, out: np.ndarray,
+              source: np.ndarray | None = None) -> Any:
+    """The product of ``m`` rows that lie where ``addresses`` points (int64, one a row, whole
+    row blocks: rows past ``m`` pointing anywhere readable), each row's group of four K
+    values g at its address plus ``group_offsets[g]`` (int64, one a group): a convolution's
+    windows read where they lie in its padded copy, no patch rows gathered. As a
+    `spin_pool` job writing ``out`` as `product_job`'s; narrow weights on the AVX2 host only
+    (`table_runs`). ``signed``: the bytes hold int8 values plus 128. ``source``: the array
+    the addresses point into, kept alive with the job."""
+    from engine.cpu import kernel_jobs, spin_pool
+
+    if not table_runs(weights):
+        raise RuntimeError("the table product needs narrow weights on the vpmaddubsw kernels")
+    blocks = -(-m // weights.rows)
+    columns = weights.panels * weights.vectors * LANES
+    if (addresses.dtype != np.int64 or len(addresses) < blocks * weights.rows
+            or group_offsets.dtype != np.int64 or len(group_offsets) != weights.groups):
+        raise ValueError(f"int8 table product: {len(addresses)} row addresses and "
+                         f"{len(group_offsets)} group offsets do not fit {blocks} blocks "
+                         f"and {weights.groups} groups")
+    if out.dtype != np.int32 or out.ndim != 2 or out.shape[1] != columns or \
+            out.shape[0] < blocks * weights.rows or not out.flags.c_contiguous:
+        raise ValueError(f"int8 table product: result {out.dtype} {out.shape} does not hold "
+                         f"{blocks * weights.rows} rows of {columns} columns")
+    packed, no_offsets, signed_offsets = weights.addresses
+    context = np.array([addresses.ctypes.data, group_offsets.ctypes.data, packed,
+                        weights.groups, out.ctypes.data, columns,
+                        signed_offsets if signed else no_offsets, blocks, weights.panels],
+                       np.int64)
+    task = _narrow_kernels()["task", "table", weights.vectors]
+    parts = min(blocks * weights.panels, kernel_jobs.parts_for(
+        blocks * weights.panels, m * weights.k * weights.n // 64))
+    return spin_pool.job(task, context, parts,
+                         keep=(addresses, group_offsets, out, weights, source))
 
 
 def direct_tile_rows(width: int) -> int:
@@ -418,9 +481,11 @@ def _compiled_avx2(narrow: bool) -> tuple[dict[Any, Any], list[Any]]:
     features = llvm.get_host_cpu_features().flatten()
     engines = []
 
-    def compiled_tile(rows: int, vectors: int) -> tuple[Any, int]:
-        kernel = (NarrowInt8Kernel if narrow else Avx2Int8Kernel)(rows, vectors)
-        define_task(kernel.module, kernel.define("panels"), rows)
+    def compiled_tile(rows: int, vectors: int, table: bool = False) -> tuple[Any, int]:
+        kernel = NarrowInt8Kernel(rows, vectors, table=table) if narrow else \
+            Avx2Int8Kernel(rows, vectors)
+        define_task(kernel.module, kernel.define("panels"), rows,
+                    row_bytes=8 if table else None)
         engines.append(compile_ir(str(kernel.module), llvm.get_host_cpu_name(), features,
                                   level=3, optimise=True))
         return (_SIGNATURE(engines[-1].get_function_address("panels")),
@@ -428,6 +493,9 @@ def _compiled_avx2(narrow: bool) -> tuple[dict[Any, Any], list[Any]]:
 
     kernels: dict[Any, Any] = {}
     for vectors, rows in tiles():
+        rows = NARROW_ROWS if narrow else rows
         kernels[vectors], kernels["task", vectors] = compiled_tile(rows, vectors)
         kernels["row", vectors], kernels["task", "row", vectors] = compiled_tile(1, vectors)
+        if narrow:  # rows read where a table points (`table_job`)
+            _, kernels["task", "table", vectors] = compiled_tile(rows, vectors, table=True)
     return kernels, engines

@@ -268,11 +268,19 @@ class NarrowInt8Kernel(Avx2Int8Kernel):
     columns, each column's four K values together); ``vpmaddubsw`` sums K values 0-1 and 2-3 of each
     column into int16 (exact: no pair sum passes 2 · 255 · 63), and ``vpmaddwd`` by
     ones adds the two into the column's int32 lane, so each accumulator holds eight columns'
-    sums as they are. The same packed weights and arguments as `Avx2Int8Kernel`; a strip of 16
-    columns at 2 rows keeps 4 accumulators."""
+    sums as they are. The same packed weights and arguments as `Avx2Int8Kernel`; a strip of
+    ``strip`` columns (16 by default, at most the panel's) keeps ``strip / 8`` accumulators a
+    row: at `gemm_int8.NARROW_ROWS` (4) rows of 16 columns, 8 accumulators, 2 ymm of weights,
+    the row's repeated activations and the ones fit AVX2's sixteen registers. ``table``: ``a``
+    holds each row's address (int64, `gemm_int8.table_job`) and ``lda`` is the address of each
+    group of four K values' byte offset from there (int64), so that a convolution's windows
+    are read where they lie; its task steps 8 bytes of ``a`` a row."""
 
-    def __init__(self, rows: int, vectors: int) -> None:
+    def __init__(self, rows: int, vectors: int, strip: int = STRIP,
+                 table: bool = False) -> None:
         super().__init__(rows, vectors, buffered=False)
+        self.strip = min(strip, self.columns)
+        self.table = table
         self.bytes_product = ir.Function(self.module, ir.FunctionType(WORDS, [BYTES, BYTES]),
                                          name="llvm.x86.avx2.pmadd.ub.sw")
 
@@ -281,15 +289,21 @@ class NarrowInt8Kernel(Avx2Int8Kernel):
         a, lda, _, groups, c, ldc, offsets, _, _, _ = function.args
         builder = ir.IRBuilder(function.append_basic_block("entry"))
         loops = PanelLoops(function, builder, self.columns, self.rows)
-        a_rows = [builder.gep(a, [builder.mul(builder.add(loops.row, I64(i)), lda)])
-                  for i in range(self.rows)]
+        if self.table:  # each row's address read from the table, the groups' offsets at lda
+            addresses = builder.bitcast(a, I64.as_pointer())
+            self.group_offsets = builder.inttoptr(lda, I64.as_pointer())
+            a_rows = [builder.inttoptr(builder.load(builder.gep(addresses, [
+                builder.add(loops.row, I64(i))])), I8.as_pointer()) for i in range(self.rows)]
+        else:
+            a_rows = [builder.gep(a, [builder.mul(builder.add(loops.row, I64(i)), lda)])
+                      for i in range(self.rows)]
         c_rows = [builder.gep(c, [builder.add(builder.mul(builder.add(loops.row, I64(i)), ldc),
                                               loops.column)]) for i in range(self.rows)]
-        for strip in range(self.columns // STRIP):
+        for strip in range(self.columns // self.strip):
             sums = self._narrow_strip(function, builder, a_rows, builder.gep(
-                loops.b_panel, [I64(strip * STRIP * 4)]), groups)
-            for half in range(STRIP // 8):
-                at = strip * STRIP + half * 8
+                loops.b_panel, [I64(strip * self.strip * 4)]), groups)
+            for half in range(self.strip // 8):
+                at = strip * self.strip + half * 8
                 offset = builder.load(builder.bitcast(builder.gep(
                     offsets, [builder.add(loops.column, I64(at))]), SUMS.as_pointer()), align=4)
                 for i in range(self.rows):
@@ -302,8 +316,9 @@ class NarrowInt8Kernel(Avx2Int8Kernel):
     def _narrow_strip(self, function: ir.Function, builder: ir.IRBuilder, a_rows: list,
                       b_strip: ir.Value, groups: ir.Value) -> list[list[ir.Value]]:
         """One strip's K loop from the builder's block; the builder ends after it, the rows'
-        accumulators (``rows`` × 2, eight columns each) returned as values there."""
-        halves = STRIP // 8
+        accumulators (``rows`` × ``strip / 8``, eight columns each) returned as values
+        there."""
+        halves = self.strip // 8
         ones = ir.Constant(WORDS, [1] * 16)
         (start, loop, after), group, tile = self._open_k_loop(function, builder, groups, halves)
         b_run = builder.gep(b_strip, [builder.mul(group, I64(self.columns * 4))])
@@ -313,10 +328,13 @@ class NarrowInt8Kernel(Avx2Int8Kernel):
         weights = [builder.load(builder.bitcast(builder.gep(b_run, [I64(half * 32)]),
                                                 BYTES.as_pointer()), align=1)
                    for half in range(halves)]
+        # the group's first byte in each row: 4 a group on, or where the table says
+        at = builder.load(builder.gep(self.group_offsets, [group])) if self.table else \
+            builder.mul(group, I64(4))
         stepped = []
         for i, a_row in enumerate(a_rows):
-            word = builder.load(builder.bitcast(builder.gep(a_row, [builder.mul(
-                group, I64(4))]), I32.as_pointer()), align=1)
+            word = builder.load(builder.bitcast(builder.gep(a_row, [at]), I32.as_pointer()),
+                                align=1)
             single = builder.insert_element(ir.Constant(SUMS, ir.Undefined), word, I32(0))
             repeated = builder.bitcast(builder.shuffle_vector(
                 single, ir.Constant(SUMS, ir.Undefined), ir.Constant(SUMS, [0] * 8)), BYTES)

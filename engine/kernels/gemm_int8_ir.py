@@ -204,13 +204,15 @@ class Int8Kernel:
 
 
 def define_task(module: ir.Module, panels: ir.Function, rows: int,
-                name: str = "task") -> ir.Function:
+                name: str = "task", row_bytes: int | None = None) -> ir.Function:
     """A `spin_pool` task over ``panels`` (either kernel's): ``task(context, part, parts)``
     with the context ``[a, lda, b, groups, c, ldc, offsets, row_blocks, panel_count]`` (the
     addresses as integers). The (panel, row block) tiles, panel by panel, are cut into
     ``parts`` contiguous runs; a part computes its run as at most one call per panel it
     touches, so a layer of few rows (batch 1's last stages) still spreads over the cores
-    by its panels, and one of many rows by its row blocks."""
+    by its panels, and one of many rows by its row blocks. ``row_bytes``: the bytes of ``a``
+    a row takes where that is fixed (a table of rows' addresses, 8), ``lda`` then passed as
+    it is; by default ``lda``."""
     word_pointer = I64.as_pointer()
     function = ir.Function(module, ir.FunctionType(ir.VoidType(), [word_pointer, I64, I64]),
                            name=name)
@@ -222,7 +224,7 @@ def define_task(module: ir.Module, panels: ir.Function, rows: int,
     a, b = builder.inttoptr(a, byte_pointer), builder.inttoptr(b, byte_pointer)
     c = builder.inttoptr(c, I32.as_pointer())
     offsets = builder.inttoptr(offsets, I32.as_pointer())
-    row_bytes = builder.mul(lda, I64(rows))
+    row_bytes = builder.mul(lda, I64(rows)) if row_bytes is None else I64(row_bytes * rows)
     c_rows = builder.mul(ldc, I64(rows))
 
     def call(panel: ir.Value, block: ir.Value, count: ir.Value) -> None:

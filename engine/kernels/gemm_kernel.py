@@ -256,15 +256,21 @@ def bind_packed(packed: Any, b: Any, c: Any, kernel: int = FP32,
                     1, b.strides[0] // 4, c, k, walk, kernel=kernel)
 
 
-def bind_packed_columns(a: Any, packed: Any, c: Any, kernel: int = FP32) -> Product:
+def bind_packed_columns(a: Any, packed: Any, c: Any, kernel: int = FP32,
+                        depths: tuple[int, int] | None = None) -> Product:
     """``c = a @ b`` with ``packed = pack_columns(b)`` (``c`` has b's true width): column
     panels outside (each panel of B, read once, meets every row of A in cache). ``kernel``:
-    as in `bind_packed`."""
+    as in `bind_packed`. ``depths`` (first, end): the product over that run of K alone,
+    ``c = a[:, first:end] @ b[first:end]`` (`depth_split`)."""
     item = 4
     k = packed.shape[1]
-    return _product((a, packed, c), a.ctypes.data, a.strides[0] // item, a.strides[0] // item,
-                    a.strides[1] // item, packed.ctypes.data, k, packed.shape[2], c, k, True,
-                    kernel=kernel)
+    first, end = (0, k) if depths is None else depths
+    if not 0 <= first < end <= k:
+        raise ValueError(f"a run of K must lie within 0..{k}; got {first}..{end}")
+    return _product((a, packed, c), a.ctypes.data + first * a.strides[1],
+                    a.strides[0] // item, a.strides[0] // item, a.strides[1] // item,
+                    packed.ctypes.data + first * packed.strides[1], k, packed.shape[2], c,
+                    end - first, True, kernel=kernel)
 
 
 def bind_both_packed(packed: Any, panels: Any, c: Any, kernel: int = FP32) -> Product:

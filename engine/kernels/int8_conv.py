@@ -4,10 +4,13 @@ it where it lies (uint8 handed over channels-last, no padding), then chunk by ch
 positions (all at once where the direct product requantizes in its epilogue): the chunk's
 patches gathered into the int8 GEMM's rows (a 1×1 convolution of stride 1 reads the
 channels-last rows as they are where its channels fill K exactly; on AMX, a layer of whole
-64-channel blocks has its tiles read the windows where they lie, `gemm_int8.direct_job`),
-the GEMM (`gemm_int8.product_job`: VNNI or AMX), and one pass over the chunk's int32 sums that adds
-the bias, scales, applies the activation, adds the residual, applies the activation after the
-sum and rounds to the int8/uint8 output, written straight into the output's NCHW layout. A
+64-channel blocks has its tiles read the windows where they lie, `gemm_int8.direct_job`;
+on an AVX2 host's narrow-weight kernels, the product reads the windows where they lie through
+a table of their addresses, `gemm_int8.table_job`, a stem's short kernel rows as runs padded
+to whole groups, `run_matrix`), the GEMM (`gemm_int8.product_job`: VNNI, AVX2 or AMX), and
+one pass over the chunk's int32 sums that adds the bias, scales, applies the activation, adds
+the residual, applies the activation after the sum and rounds to the int8/uint8 output,
+written straight into the output's NCHW layout. A
 chunk's rows and sums fit in L2 (`CHUNK_BYTES`), so each pass reads the last one's writes from
 cache.
 
@@ -220,7 +223,11 @@ class FusedConv(EpilogueLayer):
             if packed.k == -(-geometry.kernel[0] // stack) * 64:
                 self.stack = stack
             self.tap_rows = packed.k == -(-geometry.kernel[0] // self.stack) * 64
-        if (packed.k != weight[0].size and not self.tap_rows) or packed.n != filters:
+        # weights packed from `run_matrix` (each kernel row's run padded to `run_bytes`)
+        self.run = run_bytes(channels, geometry) if packed.k == geometry.kernel[0] * \
+            (run_bytes(channels, geometry) or 0) and not packed.amx else None
+        if (packed.k != weight[0].size and not (self.tap_rows or self.run)) or \
+                packed.n != filters:
             raise ValueError(f"int8 convolution: packed weights ({packed.k}, {packed.n}) do "
                              f"not fit {weight.shape}")
         self.packed = packed
@@ -235,6 +242,19 @@ class FusedConv(EpilogueLayer):
         self.gathers = not (self.tile_rows or (
             geometry.kernel == (1, 1) and geometry.stride == (1, 1) and geometry.pad == (0, 0)
             and channels == packed.groups * 4))
+        # Else, on the AVX2 host's narrow-weight kernels, where each group of four K values
+        # lies in one pixel's channels (channels a multiple of 4), the product reads each
+        # window where it lies in the channels-last copy, by a table of the windows'
+        # addresses and one of the groups' offsets within a window (`gemm_int8.table_job`):
+        # no gather.
+        # Kernel rows whose runs are not (a stem's 7 × 3 channels) take weights packed
+        # from `run_matrix` instead, each run read as whole groups.
+        self.reads_windows = bool(self.gathers and gemm_int8.table_runs(packed) and (
+            self.run or (channels % 4 == 0 and packed.groups * 4 == weight[0].size)))
+        if self.run and not self.reads_windows:
+            raise ValueError("int8 convolution: weights packed by padded runs need the "
+                             "narrow table product")
+        self.gathers = self.gathers and not self.reads_windows
         # The product's sum rows: one an output position, or on wide rows (`wide_grid`) one
         # a pixel of the padded image up to the last output position's.
         self.grid = self.wide_grid()
@@ -302,7 +322,10 @@ class FusedConv(EpilogueLayer):
         blocks = -(-chunk // block)
         # without a gather the GEMM reads the copy's rows, its last row block whole: room for
         # that block's rows past the end (their sums are computed and never read)
-        tail = packed.rows * channels if not (self.gathers or self.tile_rows) else 0
+        tail = packed.rows * channels if not (self.gathers or self.tile_rows
+                                              or self.reads_windows) else 0
+        if self.run:  # a window's last run read on past the image's last pixel
+            tail = self.run
         # a pixel of the copy: its channels, for each of the ``stack`` rows it holds
         depth = channels * self.stack
         image_bytes = batch * padded_h * padded_w * depth
@@ -339,6 +362,8 @@ class FusedConv(EpilogueLayer):
         if epilogue.rescaled is not None and not fused:
             raise ValueError("int8 convolution: a second output needs the requantize in the "
                              "direct product (channels-last output and residual on AMX)")
+        if self.reads_windows:
+            windows = self._window_table(padded, block)
         for first in range(0, total, chunk):
             count = min(chunk, total - first)
             used = -(-count // block) * block
@@ -350,6 +375,10 @@ class FusedConv(EpilogueLayer):
                     self._epilogue_terms(epilogue, first, count, columns) if fused else None))
                 if fused:
                     continue
+            elif self.reads_windows:
+                addresses, group_offsets = windows
+                jobs.append(gemm_int8.table_job(addresses[first:], group_offsets, count,
+                                                packed, signed, sums[:used], padded))
             else:
                 if self.gathers:
                     patches = rows.reshape(-1, packed.groups * 4)
@@ -480,6 +509,30 @@ class FusedConv(EpilogueLayer):
         starts[first >= self.sum_rows] = 0
         return steps, starts.astype(np.int64)
 
+    def _window_table(self, padded: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
+        """`gemm_int8.table_job`'s tables for the channels-last copy ``padded``: each output
+        position's window's first byte (its address; rows past the last, up to a whole row
+        block, the copy's first), and each group of four K values' byte offset from there
+        (K ordered kernel row, kernel column, channel, as `weight_matrix`)."""
+        channels = self.data.shape[1]
+        padded_h, padded_w = self.padded_size
+        out_w = self.out.shape[3]
+        kernel_w = self.geometry.kernel[1]
+        (stride_h, stride_w), (dilate_h, dilate_w) = self.geometry.stride, self.geometry.dilate
+        image, within = np.divmod(np.arange(self.rows, dtype=np.int64), self.positions)
+        y, x = np.divmod(within, out_w)
+        addresses = np.full(-(-self.rows // block) * block, padded.ctypes.data, np.int64)
+        addresses[:self.rows] += ((image * padded_h + y * stride_h) * padded_w
+                                  + x * stride_w) * channels
+        k = np.arange(0, self.packed.groups * 4, 4, dtype=np.int64)
+        if self.run:  # a kernel row's run, its bytes in order (past its end: zero weights)
+            tap_y, within = np.divmod(k, self.run)
+            return addresses, tap_y * dilate_h * padded_w * channels + within
+        tap, channel = np.divmod(k, channels)
+        tap_y, tap_x = np.divmod(tap, kernel_w)
+        offsets = (tap_y * dilate_h * padded_w + tap_x * dilate_w) * channels + channel
+        return addresses, offsets
+
     def _requantize_flags(self) -> int:
         flags = OUT_CHANNELS_LAST if self.laid.out else 0
         if not host_features.has("avx512dq") and sums_fit_int32(self.packed.groups * 4,
@@ -566,6 +619,26 @@ def weight_matrix(weight: np.ndarray) -> np.ndarray:
     """The weights (F, C, kh, kw) as the GEMM's (K, F) matrix, K ordered (kh, kw, C) as the
     gathered rows are (what the caller packs, `gemm_int8.PackedWeights`)."""
     return np.moveaxis(weight, 1, -1).reshape(len(weight), -1).T
+
+
+def run_bytes(channels: int, geometry: Geometry) -> int | None:
+    """The bytes each kernel row's run takes in `run_matrix`'s weights: its ``kernel_w ·
+    C`` rounded up to whole groups of four, where that is not whole already (a stem's 7 × 3
+    channels: 21 → 24) and the run lies in one piece (no dilation across it); else None."""
+    run = geometry.kernel[1] * channels
+    return -(-run // 4) * 4 if run % 4 and geometry.dilate[1] == 1 else None
+
+
+def run_matrix(weight: np.ndarray, run: int) -> np.ndarray:
+    """The weights (F, C, kh, kw) as a (kh · ``run``, F) matrix: kernel row ky's taps at K
+    ``ky · run + kx · C + c``, zero past ``kw · C`` in each run, so that each run of a
+    window's row reads as whole groups of four bytes (the bytes past its end, the next
+    pixel's, meet zeros)."""
+    filters, channels, kernel_h, kernel_w = weight.shape
+    matrix = np.zeros((kernel_h, run, filters), np.int8)
+    matrix[:, :kernel_w * channels] = np.moveaxis(weight, 0, -1).transpose(1, 2, 0, 3).reshape(
+        kernel_h, kernel_w * channels, filters)
+    return matrix.reshape(kernel_h * run, filters)
 
 
 def has_tap_rows(channels: int, geometry: Geometry, out_width: int) -> bool:

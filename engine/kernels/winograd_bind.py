@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.cpu import compiled
+from engine.cpu import compiled, host_features
 from engine.kernels import conv_bind, gemm_bind, gemm_kernel, winograd_kernel
 from engine.kernels.conv_bind import Geometry
 from engine.kernels.im2col import Ints
@@ -65,6 +65,15 @@ CHUNK_TILES = 128
 # 4 one thread 110 → 101, two 58.7 → 52.4 (from 49 tiles); from 16 (adds 256 × 14² at batch 1,
 # 512 × 7² at 4) 2–5% more; from 4 (512 × 7² at batch 1, U 38 MB) 17% slower.
 F4_MIN_TILES = 16
+# The input transform writes its α² ξ rows of tiles side by side. On a host with an 8-way L1
+# (AMD Zen 3, AVX2), rows a multiple of 1 KiB apart fall into 4 or fewer of the L1's 64 sets
+# and evict each other. There the rows lie an odd number of lines apart, every row in a set of
+# its own (`tiles_row`). ResNet-50 v2 at batch 1, one thread, one process, interleaved (best of
+# 30): F(4×4) input transform of 256 × 14² (rows 4096 cells, one set) 0.36 → 0.27 ms, F(2×2)
+# of 512 × 7² 0.21 → 0.15, 64 × 56² 0.59-0.68 → 0.55-0.57 (its GEMM and output transform
+# 0.02-0.06 slower: even), 128 × 28² (8 sets) unchanged. AVX-512 hosts keep the rows unpadded
+# (Zen 4, 12-way L1: the input transform measured 0.40 ms unpadded and 0.47 padded).
+LINE_CELLS = 16  # float32 cells in a 64-byte cache line
 
 
 @dataclass(frozen=True)
@@ -189,7 +198,18 @@ def _compiled_layout(data_shape: Ints, filters: int, pad: Ints,
     """(samples per chunk, cells per ξ row of the tiles, of the products) when compiled."""
     chunk = _layout(data_shape, filters, pad).chunk
     cells = chunk * math.prod(_tile_counts(data_shape, pad, m))
-    return chunk, cells * data_shape[1], cells * filters + winograd_kernel.PRODUCTS_PAD
+    return (chunk, tiles_row(cells * data_shape[1]),
+            cells * filters + winograd_kernel.PRODUCTS_PAD)
+
+
+def tiles_row(cells: int) -> int:
+    """The cells from one ξ row of the compiled transforms' tiles to the next, for ``cells``
+    a row: on an AVX2 host, an odd number of cache lines (`TILES_ROW_LINES_ODD`); else
+    ``cells`` (AVX-512 hosts keep the layout measured there)."""
+    if host_features.has("avx512f"):
+        return cells
+    lines = -(-cells // LINE_CELLS)
+    return (lines + 1 - lines % 2) * LINE_CELLS
 
 
 def _compiled_bytes(data_shape: Ints, filters: int, pad: Ints, itemsize: int) -> int:

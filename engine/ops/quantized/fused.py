@@ -512,6 +512,15 @@ class _FusedInt8Conv:
                     weight_q, rows, ("tap_rows", stack),
                     lambda: int8_conv.tap_rows_matrix(weight_q, stack), 0, self.memory.empty)
                 packed = taps if taps.amx else packed
+            run = int8_conv.run_bytes(data.shape[1], geometry)
+            if run is not None and not packed.amx and gemm_int8.table_runs(packed):
+                # kernel rows of runs not in whole groups (a stem's 7 × 3 channels), read
+                # where they lie as runs padded to whole groups (`int8_conv.run_matrix`)
+                # rather than gathered
+                packed = integer.packed_weights(
+                    weight_q, rows, ("runs", run),
+                    lambda: int8_conv.run_matrix(weight_q, run), int8_conv.AMX_MIN_DEPTH,
+                    self.memory.empty)
 
             def make(laid: int8_conv.Layouts) -> int8_conv.FusedConv:
                 return int8_conv.FusedConv(data, weight_q, packed, geometry, out, residual,

@@ -295,8 +295,9 @@ def test_narrow_weights_pay_exactly_where_the_avx2_kernel_runs() -> None:
 def test_narrow_weights_run_on_the_vpmaddubsw_kernels_exactly_without_vnni(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Without VNNI (on a VNNI host too, its flag hidden), weights within ±63 take the
-    ``vpmaddubsw`` kernels (compiled at the first such product, not before), the whole tile
-    and the one-row tile, directly and as pool jobs: NumPy's sums where every pair of
+    ``vpmaddubsw`` kernels (compiled when the first such weights are packed, not before), in
+    tiles of `NARROW_ROWS` rows, the whole tile and the one-row tile, directly and as pool
+    jobs, row counts on either side of a tile's: NumPy's sums where every pair of
     products reaches 2 · 255 · 63 (each activation 255, its int8 form 127 plus 128), the
     bound its int16 sums must not pass. A weight of -64 keeps the exact ``vpmaddwd``
     kernel."""
@@ -310,7 +311,10 @@ def test_narrow_weights_run_on_the_vpmaddubsw_kernels_exactly_without_vnni(
     full[0, 0] = -128
     gemm_int8.multiply(np.ones((3, 40), np.uint8), gemm_int8.PackedWeights(full))
     assert "narrow kernels" not in gemm_int8._state  # full-range weights compile none
-    gemm_int8.multiply(np.ones((3, 40), np.uint8), gemm_int8.PackedWeights(full // 4))
+    assert gemm_int8.PackedWeights(full).rows == gemm_int8.AVX2_ROWS
+    quarter = gemm_int8.PackedWeights(full // 4)
+    assert "narrow kernels" in gemm_int8._state and quarter.rows == gemm_int8.NARROW_ROWS
+    gemm_int8.multiply(np.ones((3, 40), np.uint8), quarter)
     kernels = gemm_int8._state["narrow kernels"]
     taken: list[object] = []
     for key in [key for key in kernels if not (isinstance(key, tuple) and "task" in key)]:
@@ -323,8 +327,9 @@ def test_narrow_weights_run_on_the_vpmaddubsw_kernels_exactly_without_vnni(
         w = rng.integers(-63, 64, (k, n)).astype(np.int8)
         w[:, 0], w[:, -1] = 63, -63
         weights = gemm_int8.PackedWeights(w)
-        assert weights.narrow
-        for dtype, m in ((np.uint8, 1), (np.uint8, 5), (np.int8, 1), (np.int8, 8)):
+        assert weights.narrow and weights.rows == gemm_int8.NARROW_ROWS
+        for dtype, m in ((np.uint8, 1), (np.uint8, 5), (np.int8, 1), (np.int8, 8),
+                         (np.uint8, 3), (np.int8, 13)):
             a = rng.integers(np.iinfo(dtype).min, np.iinfo(dtype).max + 1, (m, k)).astype(dtype)
             a[:, :k // 2] = np.iinfo(dtype).max
             want = a.astype(np.int64) @ w.astype(np.int64)
@@ -345,3 +350,82 @@ def test_narrow_weights_run_on_the_vpmaddubsw_kernels_exactly_without_vnni(
     w[0, 0] = -64
     assert not gemm_int8.PackedWeights(w).narrow
     assert not gemm_int8.PackedWeights(w, amx=True).narrow
+
+
+needs_narrow = pytest.mark.skipif(not gemm_int8.narrow_weights_pay(),
+                                  reason="the host runs the VNNI kernels or no AVX2")
+
+
+@needs_narrow
+@pytest.mark.parametrize("signed", [False, True])
+@pytest.mark.parametrize(("m", "k", "n"), [(1, 8, 5), (13, 576, 64), (49, 256, 130),
+                                           (6, 1028, 33)])
+def test_the_table_product_reads_each_row_where_its_address_points(m: int, k: int, n: int,
+                                                                   signed: bool) -> None:
+    """`table_job` reads row r's group g of four K values at ``addresses[r] +
+    group_offsets[g]``: rows out of order in a larger array, groups out of order within a
+    row (each read as the weights' K values 4g to 4g + 3), rows past ``m`` pointing
+    anywhere; NumPy's sums of the bytes so read, on one thread and on two."""
+    from engine.cpu import spin_pool
+
+    rng = np.random.default_rng(m + k + n)
+    w = rng.integers(-63, 64, (k, n)).astype(np.int8)
+    w[0, :] = 63
+    weights = gemm_int8.PackedWeights(w)
+    assert gemm_int8.table_runs(weights) and weights.rows == gemm_int8.NARROW_ROWS
+    source = rng.integers(0, 256, (m + 5, k + 12)).astype(np.uint8)
+    order = rng.permutation(m + 5)[:m]
+    group_offsets = 4 * rng.permutation((k + 12) // 4)[:k // 4].astype(np.int64)
+    blocks = -(-m // weights.rows)
+    addresses = np.full(blocks * weights.rows, source.ctypes.data, np.int64)
+    addresses[:m] = source.ctypes.data + order * source.shape[1]
+    read = source[order][:, (group_offsets[:, None] + np.arange(4)).reshape(-1)]
+    # signed: the bytes hold int8 values plus 128, and the sums are the int8 values'
+    want = (read.astype(np.int64) - (128 if signed else 0)) @ w.astype(np.int64)
+    out = np.full((blocks * weights.rows, weights.panels * weights.vectors * gemm_int8.LANES),
+                  7, np.int32)
+    job = gemm_int8.table_job(addresses, group_offsets, m, weights, signed, out, source)
+    job()
+    np.testing.assert_array_equal(out[:m, :n], want)
+    out[...] = 7
+    with spin_pool.armed(2):
+        job()
+    np.testing.assert_array_equal(out[:m, :n], want)
+
+
+@needs_narrow
+def test_the_table_product_refuses_what_it_cannot_run() -> None:
+    narrow = gemm_int8.PackedWeights(np.ones((8, 4), np.int8))
+    out = np.zeros((gemm_int8.NARROW_ROWS, 16), np.int32)
+    addresses = np.zeros(gemm_int8.NARROW_ROWS, np.int64)
+    with pytest.raises(ValueError, match="group offsets"):
+        gemm_int8.table_job(addresses, np.zeros(3, np.int64), 1, narrow, False, out)
+    with pytest.raises(ValueError, match="result"):
+        gemm_int8.table_job(addresses, np.zeros(2, np.int64), 1, narrow, False, out[:1])
+    full = gemm_int8.PackedWeights(np.full((8, 4), -128, np.int8))
+    with pytest.raises(RuntimeError, match="narrow weights"):
+        gemm_int8.table_job(addresses, np.zeros(2, np.int64), 1, full, False, out)
+
+
+# sha-256 of the VNNI kernels' modules (each tile and its one-row tile, with their tasks) and
+# the AMX kernel's, as `_compile` builds them: `define_task` serves the AVX2 table kernels too,
+# and its default leaves those builds unchanged
+VNNI_AND_AMX_IR = "c0d645ae1516e9a6872486735a888f290a62c4d2ec5e4796343a70d5dfafda91"
+
+
+def test_the_vnni_and_amx_kernels_ir_is_unchanged() -> None:
+    import hashlib
+
+    from engine.kernels.gemm_int8_amx_ir import AmxInt8Kernel
+    from engine.kernels.gemm_int8_ir import Int8Kernel, define_task
+
+    texts = []
+    for vectors, rows in gemm_int8.TILES:
+        for tile_rows in (rows, 1):
+            kernel = Int8Kernel(tile_rows, vectors)
+            define_task(kernel.module, kernel.define("panels"), tile_rows)
+            texts.append(str(kernel.module))
+    amx = AmxInt8Kernel()
+    define_task(amx.module, amx.define("panels"), amx.rows)
+    texts.append(str(amx.module))
+    assert hashlib.sha256("\n".join(texts).encode()).hexdigest() == VNNI_AND_AMX_IR

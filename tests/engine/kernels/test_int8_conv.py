@@ -757,3 +757,99 @@ def test_the_requantize_adds_in_int32_only_where_every_sum_fits(monkeypatch, avx
     np.testing.assert_array_equal(_from_channels_last(out) if laid.out else out, want)
     assert bool(conv._requantize_flags() & int8_conv.INT32_SUMS) == (
         not avx512dq and not huge_bias)
+
+
+# (batch, channels, size, filters, kernel, stride, pad, dilate): channels a multiple of 4
+WINDOW_SHAPES = [
+    (1, 64, (12, 12), 64, (3, 3), (1, 1), (1, 1), (1, 1)),
+    (2, 8, (11, 9), 33, (3, 3), (2, 2), (1, 1), (1, 1)),
+    (3, 12, (12, 13), 20, (3, 3), (1, 2), (2, 1), (2, 2)),
+    (1, 4, (15, 15), 17, (5, 5), (2, 2), (2, 2), (1, 1)),
+    (2, 16, (9, 9), 24, (1, 1), (2, 2), (0, 0), (1, 1)),
+]
+
+
+@pytest.mark.skipif(not gemm_int8.narrow_weights_pay(),
+                    reason="the host runs the VNNI kernels: no vpmaddubsw table product")
+@pytest.mark.parametrize("shape", WINDOW_SHAPES)
+@pytest.mark.parametrize("data_dtype,out_dtype,act,with_residual", [
+    (np.uint8, np.uint8, "relu", False),
+    (np.int8, np.uint8, "bounded_relu", True),
+])
+@pytest.mark.parametrize("chunk_bytes", [1, int8_conv.CHUNK_BYTES])
+def test_narrow_weights_read_the_windows_where_they_lie(monkeypatch, shape, data_dtype,
+                                                        out_dtype, act, with_residual,
+                                                        chunk_bytes):
+    """On the AVX2 host, weights within ±63 of a layer whose channels are a multiple of 4
+    take the table product (`gemm_int8.table_job`): no patch rows gathered, each window
+    read in the channels-last copy, in chunks of one row block or whole; the NumPy path's
+    bytes on one thread and on two, and again after the data changes."""
+    monkeypatch.setattr(int8_conv, "CHUNK_BYTES", chunk_bytes)
+    rng = np.random.default_rng(hash((shape, act, chunk_bytes)) % 2 ** 32)
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, shape, data_dtype, out_dtype, act, with_residual)
+    weight = np.clip(weight, -63, 63)
+    want = _reference(data, weight, geometry, epilogue, residual, storage, out_dtype)
+    out = np.full(want.shape, 77, out_dtype)
+    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight))
+    conv = int8_conv.FusedConv(data, weight, packed, geometry, out, residual)
+    assert conv.reads_windows and not conv.gathers
+    conv(epilogue)
+    np.testing.assert_array_equal(out, want)
+    out[...] = 77
+    with spin_pool.armed(2):
+        conv(epilogue)
+    np.testing.assert_array_equal(out, want)
+    data[...] = np.flip(data, axis=3).copy()
+    conv(epilogue)
+    np.testing.assert_array_equal(
+        out, _reference(data, weight, geometry, epilogue, residual, storage, out_dtype))
+
+
+# (batch, channels, size, filters, kernel, stride, pad, dilate): kernel rows whose runs are
+# not whole groups of four bytes (a stem's 7 × 3 channels: 21), one reaching the image's last
+# pixel
+RUN_SHAPES = [
+    (1, 3, (23, 21), 65, (7, 7), (2, 2), (3, 3), (1, 1)),
+    (2, 5, (9, 11), 7, (3, 3), (1, 1), (1, 1), (1, 1)),
+    (1, 1, (10, 10), 20, (5, 3), (1, 2), (0, 0), (2, 1)),
+    (2, 3, (8, 9), 16, (3, 3), (1, 1), (0, 0), (1, 1)),
+]
+
+
+@pytest.mark.skipif(not gemm_int8.narrow_weights_pay(),
+                    reason="the host runs the VNNI kernels: no vpmaddubsw table product")
+@pytest.mark.parametrize("shape", RUN_SHAPES)
+@pytest.mark.parametrize("data_dtype", [np.int8, np.uint8])
+def test_runs_padded_to_whole_groups_read_the_windows_where_they_lie(shape, data_dtype):
+    """Weights within ±63 packed from `run_matrix` (each kernel row's run padded to whole
+    groups, zero weights past it): the table product reads each window's runs where they
+    lie, on past their ends (the next pixel's bytes, times zero); the NumPy path's bytes on
+    one thread and on two. Packed from `weight_matrix`, the same layer still gathers."""
+    rng = np.random.default_rng(hash(shape) % 2 ** 32)
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, shape, data_dtype, np.uint8, "relu", False)
+    weight = np.clip(weight, -63, 63)
+    want = _reference(data, weight, geometry, epilogue, residual, storage, np.uint8)
+    run = int8_conv.run_bytes(shape[1], geometry)
+    assert run is not None and run % 4 == 0 and run > shape[1] * geometry.kernel[1]
+    packed = gemm_int8.PackedWeights(int8_conv.run_matrix(weight, run))
+    out = np.full(want.shape, 77, np.uint8)
+    conv = int8_conv.FusedConv(data, weight, packed, geometry, out, residual)
+    assert conv.run == run and conv.reads_windows and not conv.gathers
+    conv(epilogue)
+    np.testing.assert_array_equal(out, want)
+    out[...] = 77
+    with spin_pool.armed(2):
+        conv(epilogue)
+    np.testing.assert_array_equal(out, want)
+    plain = int8_conv.FusedConv(data, weight, gemm_int8.PackedWeights(
+        int8_conv.weight_matrix(weight)), geometry, out, residual)
+    assert plain.run is None and plain.gathers
+
+
+def test_run_bytes_pads_only_runs_off_whole_groups():
+    stem = int8_conv.Geometry((7, 7), (2, 2), (1, 1), (3, 3))
+    assert int8_conv.run_bytes(3, stem) == 24
+    assert int8_conv.run_bytes(4, stem) is None  # 28: whole groups already
+    assert int8_conv.run_bytes(3, int8_conv.Geometry((7, 7), (2, 2), (1, 2), (3, 3))) is None

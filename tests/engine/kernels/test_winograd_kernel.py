@@ -8,7 +8,7 @@ import pytest
 
 import engine
 from engine import sym
-from engine.cpu import compiled, spin_pool
+from engine.cpu import compiled, host_features, spin_pool
 from engine.kernels import jobs, winograd_bind, winograd_kernel
 from engine.kernels.workspace import Workspace
 from tests.conformance.fixtures import assert_close, model_files, model_io_sets, model_meta
@@ -175,6 +175,33 @@ def test_resnet_layers_bind_compiled_within_their_scratch(layer: tuple) -> None:
         assert region.ctypes.data + region.nbytes <= scratch.ctypes.data + scratch.nbytes
     assert not np.shares_memory(tiles, products)
     assert products.shape[1] % 1024 != 0
+
+
+@pytest.mark.parametrize(("cells", "avx512", "row"), [(4096, False, 4112), (12544, False, 12560),
+                                                     (6272, False, 6288), (100, False, 112),
+                                                     (4096, True, 4096), (100, True, 100)])
+def test_avx2_hosts_lay_the_tiles_rows_an_odd_number_of_lines_apart(
+        monkeypatch: pytest.MonkeyPatch, cells: int, avx512: bool, row: int) -> None:
+    monkeypatch.setattr(host_features, "has", lambda flag: avx512 and flag == "avx512f")
+    assert winograd_bind.tiles_row(cells) == row
+
+
+@pytest.mark.parametrize("avx512", [False, True], ids=["avx2", "avx512"])
+def test_a_layer_on_either_tiles_layout_matches_reference(monkeypatch: pytest.MonkeyPatch,
+                                                          avx512: bool, tile: int) -> None:
+    monkeypatch.setattr(host_features, "has", lambda flag: avx512 and flag == "avx512f")
+    net = conv(sym.var("data"), 16, 1, "conv")
+    shape = (1, 16, 16, 16)  # the tiles' rows 16 · 64 or 16 · 16 cells: whole KiBs unpadded
+    bound = []
+    bind = winograd_bind._bind_compiled
+    monkeypatch.setattr(winograd_bind, "_bind_compiled",
+                        lambda *args: bound.append(bind(*args)) or bound[-1])
+    optimized, reference = load_pair(net, shape, RNG)
+    assert winograd_kernel.convolve in funcs(optimized, shape)
+    tiles = bound[-1].args[4]
+    lines = tiles.shape[1] // 16
+    assert tiles.shape[1] % 16 == 0 and (lines % 2 == 1) != avx512
+    assert_agrees(optimized, reference, shape, "conv_output", tile=tile)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
