@@ -33,12 +33,12 @@ own, for each of the weight's panels: a line of L2 a step where a packed block r
 So where the panels are walked outside and A fits the same buffer, a part copies A into packed
 row blocks once, before its first tile.
 
-An edge tile of a row or two has 2 or 4 sums, each step's multiply-add waiting on the last
-(Zen 3: 4 cycles' latency, two pipes): a 7² transposed product's 49th row (49 = 8 × 6 + 1) took
-about two thirds of a full tile's time, and a product of one row (the classifier) ran every tile
-so. Such a tile keeps `SUMS_IN_FLIGHT` sums in flight (`split_chains`, `_chained_tile_loop`):
-one thread, warm, 49 × 320 × 1280 436 → 418 µs, 49 × 160 × 960 170 → 163, 1 × 1280 × 1000
-107–112 → 83–99.
+An edge tile of one row has 1 or 2 sums, each step's multiply-add waiting on the last (Zen 3:
+4 cycles' latency, two pipes): a 7² transposed product's 49th row (49 = 8 × 6 + 1) took about
+two thirds of a full tile's time, and a product of one row (the classifier) ran every tile so.
+Such a tile keeps `SUMS_IN_FLIGHT` sums in flight (`split_chains`, `_chained_tile_loop`); see
+docs/benchmarks.md, "MobileNet v2 fp32 on an AVX2 host: the stem's shares and the edges'
+chains".
 
 The K loops ask for nothing ahead (`gemm_ir.AHEAD_STEPS`, `gemm_ir.NEAR_STEPS`, set on the Intel
 machine for 24 multiply-adds a step): here a prefetch is one of about 25 instructions a step,
@@ -89,12 +89,14 @@ ROWS_COPY_MIN_ROW_BLOCKS = 2
 PACK_AHEAD_ROWS = 64
 
 
-# A tile of at most this many sums (rows × vectors) runs its K loop as several chains
-# (`split_chains`) ...
-CHAINED_MAX_SUMS = 4
-# ... enough that about this many multiply-adds are in flight (Zen 3: two FMA pipes of four
-# cycles' latency).
-SUMS_IN_FLIGHT = 8
+# A tile of at most this many sums (rows × vectors: a 1-row edge) runs its K loop as several
+# chains (`split_chains`) ...
+CHAINED_MAX_SUMS = 2
+# ... so that this many multiply-adds are in flight. Two FMA pipes of four cycles' latency
+# would take 8, but a 1-row step's three loads bound it near there already, and with 8 the
+# classifier (one row, its weight read from memory) took 0.38–0.43 ms in the network against
+# 0.36–0.40 with 4 or with one chain; the 7² products gained alike with 4 and 8.
+SUMS_IN_FLIGHT = 4
 
 
 def split_chains(rows: int, vectors: int) -> int:

@@ -108,17 +108,17 @@ def test_whole_tiles_in_a_row_each_add_their_own_biases_and_residual(
 
 
 def test_tiles_of_few_sums_run_several_chains() -> None:
-    """Edge tiles of a row or two (a 7² product's 49th row, a 2-row edge of 32 filters) keep
-    several chains of sums in flight; the full tile and the wide edges keep one."""
+    """Edge tiles of one row (a 7² product's 49th row, the classifier's every tile) keep
+    several chains of sums in flight; the full tile and the wider edges keep one."""
     shape = gemm_kernel.AVX2_TILE
     assert gemm_avx2_ir.split_chains(shape.rows, shape.vectors) == 1
-    assert gemm_avx2_ir.split_chains(3, shape.vectors) == 1
-    assert gemm_avx2_ir.split_chains(1, shape.vectors) == 4
-    assert gemm_avx2_ir.split_chains(2, shape.vectors) == 2
-    assert gemm_avx2_ir.split_chains(1, 1) == 8
+    assert gemm_avx2_ir.split_chains(2, shape.vectors) == 1
+    assert gemm_avx2_ir.split_chains(1, shape.vectors) == 2
+    assert gemm_avx2_ir.split_chains(1, 1) == 4
+    assert gemm_avx2_ir.split_chains(2, 1) == 2
 
 
-# Rows of one or two (under a tile, and after whole row blocks), K under, at and past a round
+# Rows of one to four (under a tile, and after whole row blocks), K under, at and past a round
 # of chains, columns a vector, a vector and a few (masked), and two vectors.
 @pytest.mark.parametrize("m", (1, 2, 3, 4, 13, 14))
 @pytest.mark.parametrize("k", (1, 2, 3, 4, 7, 8, 9, 27, 320))
