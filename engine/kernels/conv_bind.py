@@ -72,6 +72,11 @@ CHAIN_PARTS_PER_CORE = 1
 # 0.90× the time of shares of 1 MB, on one thread and on two; shares of 0.25 MB 0.95-0.99×
 # that of 0.5 MB.
 CHAIN_SHARE_BYTES = 1 << 19
+# ... and positions (output columns) at most about this many: the patches of a short K (the
+# 3×3 stem over an image's 3 channels, K 27: 12 KB an output row of 112) then come in shares
+# that stay in L2 with their outputs. MobileNet v2's stem on one thread, shares of 0.5 MB (4
+# shares, 28 rows) against 0.125 MB (12): 412–525 against 376–483 µs best.
+CHAIN_SHARE_POSITIONS = 1024
 # An input of this many channels or fewer (an image: MobileNet v2's 3×3 stem) is split by
 # column parity whatever its windows' width: its split copy is small beside its patches (one
 # thread, the stem alone: 18 µs padded copy + 455 chained → 47 µs split copy + 316).
@@ -521,8 +526,10 @@ def _chained_rows(weight: Any, out: Any, workspace: Any, share: Any) -> Any:
     row_bytes = depth * out_width * 4
     parts = max(1, min(out_height, CHAIN_PARTS_PER_CORE * spin_pool.cores()))
     # whole shares for every part (a part of one share fewer would idle a while), and as
-    # many more as make each share's patches at most `CHAIN_SHARE_BYTES`
-    wanted = -(-out_height * row_bytes // CHAIN_SHARE_BYTES)
+    # many more as make each share's patches at most `CHAIN_SHARE_BYTES` and its positions
+    # at most about `CHAIN_SHARE_POSITIONS`
+    wanted = max(-(-out_height * row_bytes // CHAIN_SHARE_BYTES),
+                 out_height * out_width // CHAIN_SHARE_POSITIONS)
     most = min(out_height, spin_pool.MAX_PARTS, max(1, -(-wanted // parts)) * parts)
     for shares in range(most, parts - 1, -1):
         # every share's columns fill the GEMM's lanes (the shortest share's: fewest rows)

@@ -417,6 +417,30 @@ def test_chained_stem_shares_reuse_one_region_per_part() -> None:
     assert all(later - earlier >= nbytes for earlier, later in zip(starts, starts[1:]))
 
 
+def test_image_stem_shares_hold_at_most_about_a_share_of_positions() -> None:
+    """A stem over an image's three channels (K 27) has small patches an output row: its
+    shares are cut by positions (`CHAIN_SHARE_POSITIONS`, whole output rows), not only by
+    bytes, and still store the convolution."""
+    geometry = ((3, 3), (2, 2), (1, 1), (1, 1))
+    data = RNG.standard_normal((1, 3, 128, 128)).astype(np.float32)
+    weight = constant(RNG.standard_normal((32, 3, 3, 3)).astype(np.float32))
+    want = reference(data, weight, (1, 1), (1, 1), (2, 2))
+    out = np.full(want.shape, np.nan, np.float32)
+    calls = float32_bound(data, weight, None, geometry, out)
+    chain = calls[-1]
+    assert isinstance(chain, part_chain.Chain)
+    positions = out.shape[2] * out.shape[3]
+    # by bytes alone (27 × 4096 floats, under `CHAIN_SHARE_BYTES`) one share a part
+    assert 27 * positions * 4 <= conv_bind.CHAIN_SHARE_BYTES
+    assert len(chain.alone) >= positions // conv_bind.CHAIN_SHARE_POSITIONS
+    # each share's product reads its patches as B, whole output rows
+    widths = [steps[-1].operands[1].shape[1] for steps in chain.alone]
+    assert sum(widths) == positions
+    assert all(width % out.shape[3] == 0 for width in widths)
+    assert max(widths) <= conv_bind.CHAIN_SHARE_POSITIONS + out.shape[3]
+    assert_runs_twice(calls, out, want)
+
+
 def test_float32_stem_bias_and_relu_fold_into_the_chain() -> None:
     """In a float32 plan the stem's bias and ReLU are added by the chain's products as they
     store: the plan's steps are the split copy and the chain alone, and its runs, on one
