@@ -766,6 +766,37 @@ def test_the_requantize_adds_in_int32_only_where_every_sum_fits(monkeypatch, avx
         not avx512dq and not huge_bias)
 
 
+@pytest.mark.parametrize("postsum", [(None, 0.0), ("relu", 0.0), ("bounded_relu", 40.5),
+                                     ("bounded_relu", 300.0)])
+@pytest.mark.parametrize("out_dtype", [np.int8, np.uint8])
+@pytest.mark.parametrize("int32_sums", [False, True])
+def test_a_channels_last_residual_folds_the_activation_after_it_into_the_saturation(
+        monkeypatch, postsum, out_dtype, int32_sums):
+    """Output and residual both channels-last: the activation after the sum and the
+    saturation applied as one clamp before the rounding give the NumPy path's bytes, a
+    bound between two integers and one past the output's range included."""
+    from engine.cpu import host_features
+
+    has = host_features.has
+    monkeypatch.setattr(host_features, "has",
+                        lambda flag: not int32_sums if flag == "avx512dq" else has(flag))
+    rng = np.random.default_rng(_seed(postsum, np.dtype(out_dtype).name, int32_sums))
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, SHAPES[2], np.uint8, out_dtype, "relu", True)
+    epilogue.postsum_act, epilogue.postsum_high = postsum
+    epilogue.residual_scale = 1.9  # residuals alone reach past the output's range
+    want = _reference(data, weight, geometry, epilogue, residual, storage, out_dtype)
+    out = np.zeros_like(want)
+    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight))
+    conv = int8_conv.FusedConv(data, weight, packed, geometry, out, _channels_last(residual),
+                               int8_conv.Layouts(out=True, residual=True))
+    conv(epilogue)
+    np.testing.assert_array_equal(_from_channels_last(out), want)
+    assert bool(conv._requantize_flags() & int8_conv.INT32_SUMS) == int32_sums
+    if postsum[1] == 40.5:  # the bound between two integers is reached
+        assert (want == 40).any()
+
+
 # (batch, channels, size, filters, kernel, stride, pad, dilate): channels a multiple of 4
 WINDOW_SHAPES = [
     (1, 64, (12, 12), 64, (3, 3), (1, 1), (1, 1), (1, 1)),
