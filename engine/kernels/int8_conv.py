@@ -871,7 +871,7 @@ def _requantize(sums: Any, bias: Any, scales: Any, act: int, act_high: Any, resi
         # Both channels-last: each row's filters in one straight loop, the sums' width chosen
         # once outside it. The activation after the sum and the saturation are one clamp, as
         # above (rounding to the integer saturation bounds commutes with clamping to them):
-        # 2.0 → 3.7 G sums a second, 64 and 256 filters at 56², one thread, Zen 3.
+        # 0.082 → 0.057 ms for 64 filters at 56², 0.30 → 0.22 ms for 256 (one thread, Zen 3).
         post_bottom, post_top = max(post_low, lowest), min(post_top, highest)
         for row in range(first, last):
             laid = np.uint64(offset + row) * depth
