@@ -344,7 +344,9 @@ TWENTY_CALLS = 1_500_000
 def requantize_jobs(module: Any, name: str, residual_added: bool,
                     batch: int) -> tuple[list[tuple[str, Any]], np.ndarray]:
     """A `REQUANTIZED` layer's jobs bound by ``module`` (an `int8_conv`), each with its
-    kernel's name ("product" where `kernel_jobs` binds none), run once; and the output."""
+    kernel's name ("product" where `kernel_jobs` binds none), run once; and a copy of the
+    output then (rerun alone, a layer's requantize jobs of several chunks read the last
+    chunk's sums: its bytes no longer the layer's)."""
     from engine.cpu import kernel_jobs
 
     _, channels, size, filters, kernel, stride, pad = next(
@@ -373,6 +375,14 @@ def requantize_jobs(module: Any, name: str, residual_added: bool,
         return job
 
     kernel_jobs.bind = named
+    vector = getattr(conv, "_vector_requantize", None)  # `int8_requantize_ir`'s job, if any
+    if vector is not None:
+        def named_vector(*args: Any) -> Any:
+            job = vector(*args)
+            names.append((job, "requantize"))
+            return job
+
+        conv._vector_requantize = named_vector
     try:
         jobs = conv.jobs_for(epilogue)
     finally:
@@ -380,7 +390,7 @@ def requantize_jobs(module: Any, name: str, residual_added: bool,
     for job in jobs:
         job()
     return [(next((kind for bound, kind in names if bound is job), "product"), job)
-            for job in jobs], out
+            for job in jobs], out.copy()
 
 
 def requantize(rounds: int, batch: int, against: str | None) -> None:
