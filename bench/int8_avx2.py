@@ -33,13 +33,21 @@ gathered (`gemm_int8.table_runs` answering False while they bind) against the fo
 binds now (windows read where they lie, `gemm_int8.table_job`; the stem packed by
 `int8_conv.run_matrix`), in turn, and checks the bytes.
 
+``--requantize`` times the requantize jobs alone (`int8_conv._requantize`) of ResNet's
+convolutions as a plan binds them (channels-last data and output, relu; with a channels-last
+int8 residual and relu after the sum, and without), the sums the layer's product wrote, against
+the same jobs of another ``int8_conv.py`` (``--requantize-against FILE``, e.g. an earlier
+commit's through ``git show``) in turn, and checks that both write the same bytes; without
+one it prints each layer's jobs by kind and the requantize pass's share of the layer.
+
 Usage: python bench/int8_avx2.py [--rounds N] [--instructions | --narrow-tiles | --layers |
---windows] [--batch B]   (a host with AVX2)
+--windows | --requantize [--requantize-against FILE]] [--batch B]   (a host with AVX2)
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import statistics
 import sys
 import time
@@ -319,6 +327,116 @@ def layers(rounds: int, batch: int) -> None:
     compare(made, [name for name, *_ in cases], tuple(f"{rows} rows" for rows in tiles), rounds)
 
 
+# ResNet-18's convolutions (its stem's patches gathered, where a plan reads them in place), and
+# ResNet-50's 1×1 into 256 filters
+REQUANTIZED = (("stem 3→64 7×7 s2 at 224²", 3, 224, 64, 7, 2, 3),
+               ("3×3 64→64 at 56²", 64, 56, 64, 3, 1, 1),
+               ("3×3 128→128 at 28²", 128, 28, 128, 3, 1, 1),
+               ("3×3 256→256 at 14²", 256, 14, 256, 3, 1, 1),
+               ("3×3 512→512 at 7²", 512, 7, 512, 3, 1, 1),
+               ("1×1 64→256 at 56²", 64, 56, 256, 1, 1, 0))
+
+
+# `timed`'s size for 20 calls a round
+TWENTY_CALLS = 1_500_000
+
+
+def requantize_jobs(module: Any, name: str, residual_added: bool,
+                    batch: int) -> tuple[list[tuple[str, Any]], np.ndarray]:
+    """A `REQUANTIZED` layer's jobs bound by ``module`` (an `int8_conv`), each with its
+    kernel's name ("product" where `kernel_jobs` binds none), run once; and a copy of the
+    output then (rerun alone, a layer's requantize jobs of several chunks read the last
+    chunk's sums: its bytes no longer the layer's)."""
+    from engine.cpu import kernel_jobs
+
+    _, channels, size, filters, kernel, stride, pad = next(
+        layer for layer in REQUANTIZED if layer[0] == name)
+    rng = np.random.default_rng(channels * 7 + filters)
+    dtype = np.int8 if channels == 3 else np.uint8
+    info = np.iinfo(dtype)
+    data = rng.integers(info.min, info.max + 1, (batch, channels, size, size)).astype(dtype)
+    weight = rng.integers(-63, 64, (filters, channels, kernel, kernel)).astype(np.int8)
+    geometry = module.Geometry((kernel, kernel), (stride, stride), (1, 1), (pad, pad))
+    shape = (batch, filters, *geometry.out_size(size, size))
+    out = np.zeros(shape, np.int8 if residual_added else np.uint8)
+    residual = rng.integers(-128, 128, shape).astype(np.int8) if residual_added else None
+    conv = module.FusedConv(data, weight, gemm_int8.PackedWeights(module.weight_matrix(weight)),
+                            geometry, out, residual,
+                            module.Layouts(data=True, out=True, residual=residual_added))
+    bounds = {"residual_scale": 0.5, "postsum_act": "relu", "low": -128, "high": 127} \
+        if residual_added else {"low": 0, "high": 255}
+    epilogue = module.Epilogue(bias=rng.integers(-2000, 2000, filters).astype(np.int32),
+                               scales=np.full(filters, 2e-3, np.float32), act="relu", **bounds)
+    names, bind = [], kernel_jobs.bind
+
+    def named(kernel: tuple[str, str], *args: Any, **keywords: Any) -> Any:
+        job = bind(kernel, *args, **keywords)
+        names.append((job, kernel[1]))
+        return job
+
+    kernel_jobs.bind = named
+    vector = getattr(conv, "_vector_requantize", None)  # `int8_requantize_ir`'s job, if any
+    if vector is not None:
+        def named_vector(*args: Any) -> Any:
+            job = vector(*args)
+            names.append((job, "requantize"))
+            return job
+
+        conv._vector_requantize = named_vector
+    try:
+        jobs = conv.jobs_for(epilogue)
+    finally:
+        kernel_jobs.bind = bind
+    for job in jobs:
+        job()
+    return [(next((kind for bound, kind in names if bound is job), "product"), job)
+            for job in jobs], out.copy()
+
+
+def requantize(rounds: int, batch: int, against: str | None) -> None:
+    """`REQUANTIZED`'s requantize jobs: their share of each layer, or against ``against``."""
+    from engine.kernels import int8_conv
+
+    modules = [int8_conv]
+    if against:
+        spec = importlib.util.spec_from_file_location("int8_conv_against", against)
+        other = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = other  # `kernel_jobs` finds the kernels by module name
+        spec.loader.exec_module(other)
+        modules.insert(0, other)
+    print(f"batch {batch}, one thread, requantize jobs alone, ms best / median of {rounds} "
+          f"rounds (each the best of 20 calls); "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    for residual_added in (False, True):
+        for name, channels, *_ in REQUANTIZED:
+            if residual_added and channels == 3:  # a stem adds no residual
+                continue
+            made = [requantize_jobs(module, name, residual_added, batch) for module in modules]
+            label = f"{name:22} {'residual' if residual_added else 'no residual':11}"
+            if not against:
+                kinds: dict[str, list[Any]] = {}
+                for kind, job in made[0][0]:
+                    kinds.setdefault(kind, []).append(job)
+                took = {kind: statistics.median(timed(
+                    [lambda jobs=jobs: [job() for job in jobs]], TWENTY_CALLS, rounds)[0])
+                    for kind, jobs in kinds.items()}
+                share = took["requantize"] / sum(took.values())
+                print(f"{label} " + ", ".join(f"{kind} {seconds * 1e3:.3f}"
+                                              for kind, seconds in took.items())
+                      + f": requantize {share:.0%}")
+                continue
+            calls = [lambda jobs=jobs: [job() for kind, job in jobs if kind == "requantize"]
+                     for jobs, _ in made]
+            best = timed(calls, TWENTY_CALLS, rounds)
+            same = np.array_equal(made[0][1], made[1][1])
+            before, after = (statistics.median(b) for b in best)
+            sums = made[1][1].size
+            print(f"{label} {min(best[0]) * 1e3:6.3f} / {before * 1e3:6.3f} → "
+                  f"{min(best[1]) * 1e3:6.3f} / {after * 1e3:6.3f}: ×{after / before:.2f}, "
+                  f"{sums / before / 1e9:.1f} → {sums / after / 1e9:.1f} G sums/s"
+                  f"{'' if same else ', NOT THE SAME BYTES'}")
+
+
 def timed(calls: list[Callable[[], None]], size: int, rounds: int) -> list[list[float]]:
     """Each call's best thread CPU time of many, per round, the calls in turn each round."""
     repeat = max(5, int(3e7 / size))
@@ -341,6 +459,8 @@ def main() -> None:
     parser.add_argument("--narrow-tiles", action="store_true")
     parser.add_argument("--layers", action="store_true")
     parser.add_argument("--windows", action="store_true")
+    parser.add_argument("--requantize", action="store_true")
+    parser.add_argument("--requantize-against", metavar="FILE")
     parser.add_argument("--batch", type=int, default=1)
     options = parser.parse_args()
     if not host_features.has("avx2"):
@@ -356,6 +476,9 @@ def main() -> None:
         return
     if options.windows:
         windows(options.rounds, options.batch)
+        return
+    if options.requantize:
+        requantize(options.rounds, options.batch, options.requantize_against)
         return
     rows_per_tile, keep = gemm_int8.AVX2_ROWS, []
     print(f"one thread, GOP/s best / median of {options.rounds} rounds; {rows_per_tile}-row "

@@ -10,7 +10,8 @@ a table of their addresses, `gemm_int8.table_job`, a stem's short kernel rows as
 to whole groups, `run_matrix`), the GEMM (`gemm_int8.product_job`: VNNI, AVX2 or AMX), and
 one pass over the chunk's int32 sums that adds the bias, scales, applies the activation, adds
 the residual, applies the activation after the sum and rounds to the int8/uint8 output,
-written straight into the output's NCHW layout. A
+written straight into the output's NCHW layout (on an AVX2 host, output and residual
+channels-last, `int8_requantize_ir`'s pass in LLVM IR). A
 chunk's rows and sums fit in L2 (`CHUNK_BYTES`), so each pass reads the last one's writes from
 cache.
 
@@ -35,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from engine.cpu import compiled, host_features, kernel_jobs, llvm_jit, spin_pool
-from engine.kernels import gemm_int8, int8_memory
+from engine.kernels import gemm_int8, int8_memory, int8_requantize_ir
 
 _kernels: dict[str, Any] = {}
 # Output positions the requantize pass holds as bytes between its loops: up to TILE, fewer
@@ -391,13 +392,15 @@ class FusedConv(EpilogueLayer):
                         used, channels)
                 jobs.append(gemm_int8.product_job(patches[:used], count, packed, signed,
                                                   sums[:used]))
-            jobs.append(kernel_jobs.bind((__name__, "requantize"), (
-                sums, self.bias, self.scales, ACTIVATIONS[epilogue.act], np.float32(
-                    epilogue.act_high), residual.reshape(-1), self._requantize_flags(),
-                np.float32(epilogue.residual_scale), ACTIVATIONS[epilogue.postsum_act],
-                np.float32(epilogue.postsum_high), epilogue.low, epilogue.high, out,
-                self.weight.shape[0], self.positions, first), count,
-                kernel_jobs.parts_for(count, 3 * count * self.weight.shape[0])))
+            jobs.append(self._vector_requantize(epilogue, sums, first, count) or
+                        kernel_jobs.bind((__name__, "requantize"), (
+                            sums, self.bias, self.scales, ACTIVATIONS[epilogue.act],
+                            np.float32(epilogue.act_high), residual.reshape(-1),
+                            self._requantize_flags(), np.float32(epilogue.residual_scale),
+                            ACTIVATIONS[epilogue.postsum_act],
+                            np.float32(epilogue.postsum_high), epilogue.low, epilogue.high,
+                            out, self.weight.shape[0], self.positions, first), count,
+                            kernel_jobs.parts_for(count, 3 * count * self.weight.shape[0])))
         if any(job is None for job in jobs):
             raise RuntimeError("int8 convolution: a job could not be bound")
         return tuple(jobs)
@@ -532,6 +535,38 @@ class FusedConv(EpilogueLayer):
         tap_y, tap_x = np.divmod(tap, kernel_w)
         offsets = (tap_y * dilate_h * padded_w + tap_x * dilate_w) * channels + channel
         return addresses, offsets
+
+    def _vector_requantize(self, epilogue: Epilogue, sums: np.ndarray, first: int,
+                           count: int) -> Any:
+        """`int8_requantize_ir`'s job for the sums of output positions [first, first +
+        count), where it covers the layer: int32 sums (`INT32_SUMS`, an AVX2 host's), the
+        output and any residual channels-last, whole steps of filters; else None."""
+        flags = self._requantize_flags()
+        filters = self.weight.shape[0]
+        laid = OUT_CHANNELS_LAST | INT32_SUMS
+        if flags & laid != laid or flags & RESIDUAL and not flags & RESIDUAL_CHANNELS_LAST \
+                or not int8_requantize_ir.supported(filters):
+            return None
+        residual = self.residual
+        address = _requantize_vector.address(int8_requantize_ir.task_name(
+            epilogue.low < 0, None if residual is None else residual.dtype == np.int8))
+        if address is None:
+            return None
+        act_low, act_top = activation_bounds(epilogue.act, epilogue.act_high)
+        post_low, post_top = activation_bounds(epilogue.postsum_act, epilogue.postsum_high)
+        # one clamp before the rounding, as `_requantize` folds them
+        low, high = max(post_low, np.float32(epilogue.low)), min(post_top, np.float32(
+            epilogue.high))
+        if residual is None:
+            low, high = max(low, act_low), min(high, act_top)
+            residual = np.zeros(1, np.int8)
+        arrays = (sums, self.bias, self.scales, self.out, residual)
+        context = np.array([array.ctypes.data for array in arrays] + [
+            count, filters, sums.shape[1], first] + [
+            int(np.float64(bound).view(np.int64)) for bound in (
+                act_low, act_top, epilogue.residual_scale, low, high)], np.int64)
+        return spin_pool.job(address, context, kernel_jobs.parts_for(
+            count, 3 * count * filters), keep=arrays)
 
     def _requantize_flags(self) -> int:
         flags = OUT_CHANNELS_LAST if self.laid.out else 0
@@ -694,6 +729,14 @@ def tap_rows_matrix(weight: np.ndarray, stack: int = 1) -> np.ndarray:
     matrix[:, :run] = taps.reshape(groups, stack, kernel_w, channels, filters).transpose(
         0, 2, 1, 3, 4).reshape(groups, run, filters)
     return matrix.reshape(groups * 64, filters)
+
+
+def _requantize_vector_module() -> Any:
+    return int8_requantize_ir.module()
+
+
+# `int8_requantize_ir`, compiled once where the host has AVX2
+_requantize_vector = llvm_jit.HostModule(_requantize_vector_module, "avx2")
 
 
 def compiled_kernels() -> dict[str, Any]:
@@ -866,6 +909,29 @@ def _requantize(sums: Any, bias: Any, scales: Any, act: int, act_high: Any, resi
             for f in range(depth):
                 value = np.float32(np.int64(sums[row, f]) + np.int64(bias[f])) * scales[f]
                 out[laid + f] = np.uint8(np.int32(np.rint(min(max(value, bottom), top))) & 255)
+        return
+    if out_laid and residual_laid:
+        # Both channels-last: each row's filters in one straight loop, the sums' width chosen
+        # once outside it. The activation after the sum and the saturation are one clamp, as
+        # above (rounding to the integer saturation bounds commutes with clamping to them):
+        # 0.082 → 0.057 ms for 64 filters at 56², 0.30 → 0.22 ms for 256 (one thread, Zen 3).
+        post_bottom, post_top = max(post_low, lowest), min(post_top, highest)
+        for row in range(first, last):
+            laid = np.uint64(offset + row) * depth
+            if int32_sums:
+                for f in range(depth):
+                    value = np.float32(np.int32(sums[row, f] + bias[f])) * scales[f]
+                    value = min(max(value, act_low), act_top) + residual_scale * np.float32(
+                        residual[laid + f])
+                    value = np.rint(min(max(value, post_bottom), post_top))
+                    out[laid + f] = np.uint8(np.int32(value) & 255)
+                continue
+            for f in range(depth):
+                value = np.float32(np.int64(sums[row, f]) + np.int64(bias[f])) * scales[f]
+                value = min(max(value, act_low), act_top) + residual_scale * np.float32(
+                    residual[laid + f])
+                value = np.rint(min(max(value, post_bottom), post_top))
+                out[laid + f] = np.uint8(np.int32(value) & 255)
         return
     size = max(16, min(TILE, TILE_BYTES // filters))
     codes = np.empty(1 if out_laid else filters * size, np.uint8)

@@ -8,7 +8,7 @@ import zlib
 import numpy as np
 import pytest
 
-from engine.cpu import spin_pool
+from engine.cpu import host_features, spin_pool
 from engine.kernels import gemm_int8, int8_affine, int8_conv
 from engine.ops.quantized import integer
 from engine.ops.quantized.requantize import finish
@@ -764,6 +764,89 @@ def test_the_requantize_adds_in_int32_only_where_every_sum_fits(monkeypatch, avx
     np.testing.assert_array_equal(_from_channels_last(out) if laid.out else out, want)
     assert bool(conv._requantize_flags() & int8_conv.INT32_SUMS) == (
         not avx512dq and not huge_bias)
+
+
+@pytest.mark.parametrize("postsum", [(None, 0.0), ("relu", 0.0), ("bounded_relu", 40.5),
+                                     ("bounded_relu", 300.0)])
+@pytest.mark.parametrize("out_dtype", [np.int8, np.uint8])
+@pytest.mark.parametrize("int32_sums", [False, True])
+def test_a_channels_last_residual_folds_the_activation_after_it_into_the_saturation(
+        monkeypatch, postsum, out_dtype, int32_sums):
+    """Output and residual both channels-last: the activation after the sum and the
+    saturation applied as one clamp before the rounding give the NumPy path's bytes, a
+    bound between two integers and one past the output's range included."""
+    from engine.cpu import host_features
+
+    has = host_features.has
+    monkeypatch.setattr(host_features, "has",
+                        lambda flag: not int32_sums if flag == "avx512dq" else has(flag))
+    rng = np.random.default_rng(_seed(postsum, np.dtype(out_dtype).name, int32_sums))
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, SHAPES[2], np.uint8, out_dtype, "relu", True)
+    epilogue.postsum_act, epilogue.postsum_high = postsum
+    epilogue.residual_scale = 1.9  # residuals alone reach past the output's range
+    want = _reference(data, weight, geometry, epilogue, residual, storage, out_dtype)
+    out = np.zeros_like(want)
+    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight))
+    conv = int8_conv.FusedConv(data, weight, packed, geometry, out, _channels_last(residual),
+                               int8_conv.Layouts(out=True, residual=True))
+    conv(epilogue)
+    np.testing.assert_array_equal(_from_channels_last(out), want)
+    assert bool(conv._requantize_flags() & int8_conv.INT32_SUMS) == int32_sums
+    if postsum[1] == 40.5:  # the bound between two integers is reached
+        assert (want == 40).any()
+
+
+@pytest.mark.skipif(not host_features.has("avx2"), reason="needs AVX2")
+@pytest.mark.parametrize("filters", [8, 40, 96])
+@pytest.mark.parametrize("out_dtype", [np.int8, np.uint8])
+@pytest.mark.parametrize("residual_dtype", [None, np.int8, np.uint8])
+def test_the_vector_requantize_gives_the_numpy_paths_bytes(monkeypatch, filters, out_dtype,
+                                                          residual_dtype):
+    """`int8_requantize_ir`'s tasks (int32 sums, channels-last output and residual, filters
+    32 and 8 at a time) replace the compiled loop and write the NumPy path's bytes, for
+    either output type and a residual of either type or none."""
+    from engine.cpu import kernel_jobs
+
+    has = host_features.has
+    monkeypatch.setattr(host_features, "has",
+                        lambda flag: False if flag == "avx512dq" else has(flag))
+    bound = []
+    bind = kernel_jobs.bind
+    monkeypatch.setattr(kernel_jobs, "bind",
+                        lambda kernel, *args, **keywords: bound.append(kernel[1]) or bind(
+                            kernel, *args, **keywords))
+    shape = (2, 24, (9, 10), filters, (3, 3), (1, 1), (1, 1), (1, 1))
+    rng = np.random.default_rng(_seed(filters, np.dtype(out_dtype).name, str(residual_dtype)))
+    with_residual = residual_dtype is not None
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, shape, np.uint8, out_dtype, "bounded_relu", with_residual)
+    if with_residual:
+        residual = rng.integers(*(0, 256) if residual_dtype == np.uint8 else (-128, 128),
+                                residual.shape).astype(residual_dtype)
+        epilogue.postsum_act, epilogue.postsum_high = "bounded_relu", 100.5
+    want = _reference(data, weight, geometry, epilogue, residual, storage, out_dtype)
+    out = np.zeros_like(want)
+    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight))
+    conv = int8_conv.FusedConv(data, weight, packed, geometry, out,
+                               None if residual is None else _channels_last(residual),
+                               int8_conv.Layouts(out=True, residual=with_residual))
+    conv(epilogue)
+    np.testing.assert_array_equal(_from_channels_last(out), want)
+    assert bound and "requantize" not in bound
+    assert 0 < np.count_nonzero(want) < want.size
+
+
+def test_the_vector_requantize_compiles_for_an_avx2_cpu_without_avx512():
+    """`int8_requantize_ir`'s module (AVX2's packs, nothing of AVX-512) compiles for an AVX2
+    CPU, whatever this host has (nothing of it runs)."""
+    pytest.importorskip("llvmlite.binding")
+    from engine.cpu import llvm_jit
+    from engine.kernels import int8_requantize_ir
+
+    engine = llvm_jit.compile_ir(str(int8_requantize_ir.module()), "haswell",
+                                 "+avx2,+fma,-avx512f", level=2)
+    assert engine.get_function_address(int8_requantize_ir.task_name(False, True))
 
 
 # (batch, channels, size, filters, kernel, stride, pad, dilate): channels a multiple of 4
