@@ -52,8 +52,8 @@ def load_model(symbol: Any, params: Any = None, *, device: str | Device | Any = 
             between float32 inputs and outputs, float32 accumulation); ``"int8"`` on the CPU
             (the Convolution and FullyConnected layers in int8, ranges calibrated on
             ``calibration``; a CPU without our int8 kernels, neither AVX2 nor AVX-512 VNNI,
-            runs a float32 model in fp32 and logs it once, an int8 export as it is). ``"int8"`` on a GPU, and
-            ``"fp16"`` on the CPU, are refused.
+            runs a float32 model in fp32 and logs it once, an int8 export as it is).
+            ``"int8"`` on a GPU, and ``"fp16"`` on the CPU, are refused.
         calibration: for int8, input arrays by name (rows along axis 0) whose float32 run
             gives each quantized tensor its range.
         calibration_settings: for int8, an `engine.quantize.CalibrationSettings` or a dict of
