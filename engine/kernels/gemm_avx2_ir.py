@@ -33,13 +33,6 @@ own, for each of the weight's panels: a line of L2 a step where a packed block r
 So where the panels are walked outside and A fits the same buffer, a part copies A into packed
 row blocks once, before its first tile.
 
-An edge tile of one row has 1 or 2 sums, each step's multiply-add waiting on the last (Zen 3:
-4 cycles' latency, two pipes): a 7² transposed product's 49th row (49 = 8 × 6 + 1) took about
-two thirds of a full tile's time, and a product of one row (the classifier) ran every tile so.
-Such a tile keeps `SUMS_IN_FLIGHT` sums in flight (`split_chains`, `_chained_tile_loop`); see
-docs/benchmarks.md, "MobileNet v2 fp32 on an AVX2 host: the stem's shares and the edges'
-chains".
-
 The K loops ask for nothing ahead (`gemm_ir.AHEAD_STEPS`, `gemm_ir.NEAR_STEPS`, set on the Intel
 machine for 24 multiply-adds a step): here a prefetch is one of about 25 instructions a step,
 and the hardware's prefetchers kept up without them. ResNet-50 v2 at batch 1, one thread, six
@@ -89,24 +82,6 @@ ROWS_COPY_MIN_ROW_BLOCKS = 2
 PACK_AHEAD_ROWS = 64
 
 
-# A tile of at most this many sums (rows × vectors: a 1-row edge) runs its K loop as several
-# chains (`split_chains`) ...
-CHAINED_MAX_SUMS = 2
-# ... so that this many multiply-adds are in flight. Two FMA pipes of four cycles' latency
-# would take 8, but a 1-row step's three loads bound it near there already, and with 8 the
-# classifier (one row, its weight read from memory) took 0.38–0.43 ms in the network against
-# 0.36–0.40 with 4 or with one chain; the 7² products gained alike with 4 and 8.
-SUMS_IN_FLIGHT = 4
-
-
-def split_chains(rows: int, vectors: int) -> int:
-    """How many chains of sums a ``rows × vectors`` tile's K loop runs
-    (`Avx2TileKernel._chained_tile_loop`): one for a tile of more than `CHAINED_MAX_SUMS`
-    sums, else enough for `SUMS_IN_FLIGHT` multiply-adds in flight."""
-    sums = rows * vectors
-    return 1 if sums > CHAINED_MAX_SUMS else SUMS_IN_FLIGHT // sums
-
-
 class Avx2TileKernel(NarrowEdgeTileKernel):
     """`NarrowEdgeTileKernel` whose K loops read a packed A at constant offsets, and whose
     parts copy B's panels (see the module docstring)."""
@@ -126,106 +101,12 @@ class Avx2TileKernel(NarrowEdgeTileKernel):
         reads_strided = function.append_basic_block("reads_strided")
         after = function.append_basic_block("after")
         builder.cbranch(packed, reads_packed, reads_strided)
-        chains = split_chains(rows, vectors)
         for block, strides in ((reads_packed, packed_strides), (reads_strided, None)):
             builder.position_at_end(block)
-            if chains > 1:
-                self._chained_tile_loop(function, builder, rows, vectors, masks, strides,
-                                        chains)
-            else:
-                # Either stream: the loop prefetches neither.
-                self._tile_loop(function, builder, rows, vectors, masks, "a", strides)
+            # Either stream: the loop prefetches neither.
+            self._tile_loop(function, builder, rows, vectors, masks, "a", strides)
             builder.branch(after)
         builder.position_at_end(after)
-
-    def _chained_tile_loop(self, function: ir.Function, builder: ir.IRBuilder, rows: int,
-                           vectors: int, masks: list[Any] | None,
-                           a_strides: tuple[Any, Any] | None, chains: int) -> None:
-        """`_tile_loop` for a tile of few sums (`split_chains`): each round of the K loop
-        takes ``chains`` steps, each into sums of its own, so that ``chains`` times as many
-        multiply-adds are in flight; the sums are added up after the rounds, and the steps
-        left over (K modulo ``chains``) run one at a time into the total."""
-        k_count, a, lda, acs, b, ldb = function.args[:6]
-        if a_strides is not None:
-            lda, acs = a_strides
-        row_offsets = [builder.mul(I64(i), lda) for i in range(rows)]
-
-        def step(k: Any, sums: list[list[Any]]) -> list[list[Any]]:
-            b_row = builder.gep(b, [builder.mul(k, ldb)])
-            b_values = [self._load(builder, b_row, j, masks) for j in range(vectors)]
-            a_column = builder.mul(k, acs)
-            stepped = []
-            for i in range(rows):
-                scalar = builder.load(
-                    builder.gep(a, [builder.add(row_offsets[i], a_column)]), align=4)
-                broadcast = self._splat(builder, scalar)
-                stepped.append([self._multiply_add(builder, broadcast, b_values[j],
-                                                   sums[i][j]) for j in range(vectors)])
-            return stepped
-
-        def phis(incoming: list[tuple[Any, Any]]) -> list[list[Any]]:
-            """A tile of phis, each from ``(value or tile of values, block)`` pairs."""
-            tile = [[builder.phi(self.vector) for _ in range(vectors)] for _ in range(rows)]
-            for values, block in incoming:
-                for i in range(rows):
-                    for j in range(vectors):
-                        value = values if not isinstance(values, list) else values[i][j]
-                        tile[i][j].add_incoming(value, block)
-            return tile
-
-        start = builder.block
-        rounds_loop = function.append_basic_block("chained_rounds")
-        rounds_done = function.append_basic_block("chained_sums")
-        left_loop = function.append_basic_block("chained_left")
-        done = function.append_basic_block("chained_done")
-        rounds = builder.sdiv(k_count, I64(chains))
-        in_rounds = builder.mul(rounds, I64(chains))
-        builder.cbranch(builder.icmp_signed(">", rounds, I64(0)), rounds_loop, rounds_done)
-
-        builder.position_at_end(rounds_loop)
-        round_ = builder.phi(I64)
-        sums = [phis([(self.zero, start)]) for _ in range(chains)]
-        first = builder.mul(round_, I64(chains))
-        stepped = [step(builder.add(first, I64(chain)), sums[chain])
-                   for chain in range(chains)]
-        round_next = builder.add(round_, I64(1))
-        rounds_latch = builder.block
-        builder.cbranch(builder.icmp_signed("<", round_next, rounds), rounds_loop,
-                        rounds_done)
-        round_.add_incoming(I64(0), start)
-        round_.add_incoming(round_next, rounds_latch)
-        for chain in range(chains):
-            for i in range(rows):
-                for j in range(vectors):
-                    sums[chain][i][j].add_incoming(stepped[chain][i][j], rounds_latch)
-
-        builder.position_at_end(rounds_done)
-        chain_sums = [phis([(self.zero, start), (stepped[chain], rounds_latch)])
-                      for chain in range(chains)]
-        while len(chain_sums) > 1:  # pairwise, so each add waits on one level
-            chain_sums = [[[builder.fadd(x, y) for x, y in zip(first_row, second_row)]
-                           for first_row, second_row in zip(first_sums, second_sums)]
-                          for first_sums, second_sums in zip(chain_sums[0::2],
-                                                             chain_sums[1::2])]
-        total = chain_sums[0]
-        builder.cbranch(builder.icmp_signed("<", in_rounds, k_count), left_loop, done)
-
-        builder.position_at_end(left_loop)
-        k = builder.phi(I64)
-        left_sums = phis([(total, rounds_done)])
-        left_stepped = step(k, left_sums)
-        k_next = builder.add(k, I64(1))
-        left_latch = builder.block
-        builder.cbranch(builder.icmp_signed("<", k_next, k_count), left_loop, done)
-        k.add_incoming(in_rounds, rounds_done)
-        k.add_incoming(k_next, left_latch)
-        for i in range(rows):
-            for j in range(vectors):
-                left_sums[i][j].add_incoming(left_stepped[i][j], left_latch)
-
-        builder.position_at_end(done)
-        results = phis([(total, rounds_done), (left_stepped, left_latch)])
-        self._store_tile(function, builder, results, vectors, masks)
 
     def define_full(self, name: str) -> ir.Function:
         """``name``: one whole tile, inlined into ``name_run``, which runs whole tiles in a

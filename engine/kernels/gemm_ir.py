@@ -403,12 +403,6 @@ class TileKernel:
                 value.add_incoming(stepped[i][j], latch)
                 row.append(value)
             results.append(row)
-        self._store_tile(function, builder, results, vectors, masks)
-
-    def _store_tile(self, function: ir.Function, builder: ir.IRBuilder,
-                    results: list[list[Any]], vectors: int, masks: list[Any] | None) -> None:
-        """The epilogue and stores of a tile's sums ``results`` (rows of vectors)."""
-        rows = len(results)
         terms = self._epilogue_terms(function, builder, vectors, masks)
 
         def store(adding: bool) -> None:

@@ -107,51 +107,6 @@ def test_whole_tiles_in_a_row_each_add_their_own_biases_and_residual(
     np.testing.assert_allclose(c, np.clip(expected, -1.0, 2.0), rtol=1e-4, atol=1e-4)
 
 
-def test_tiles_of_few_sums_run_several_chains() -> None:
-    """Edge tiles of one row (a 7² product's 49th row, the classifier's every tile) keep
-    several chains of sums in flight; the full tile and the wider edges keep one."""
-    shape = gemm_kernel.AVX2_TILE
-    assert gemm_avx2_ir.split_chains(shape.rows, shape.vectors) == 1
-    assert gemm_avx2_ir.split_chains(2, shape.vectors) == 1
-    assert gemm_avx2_ir.split_chains(1, shape.vectors) == 2
-    assert gemm_avx2_ir.split_chains(1, 1) == 4
-    assert gemm_avx2_ir.split_chains(2, 1) == 2
-
-
-# Rows of one to four (under a tile, and after whole row blocks), K under, at and past a round
-# of chains, columns a vector, a vector and a few (masked), and two vectors.
-@pytest.mark.parametrize("m", (1, 2, 3, 4, 13, 14))
-@pytest.mark.parametrize("k", (1, 2, 3, 4, 7, 8, 9, 27, 320))
-@pytest.mark.parametrize("n", (8, 16, 21, 32))
-def test_chained_edges_add_up_every_step_and_the_epilogue(kernels: dict, m: int, k: int,
-                                                          n: int) -> None:
-    """A chained edge tile's sums (`Avx2TileKernel._chained_tile_loop`) take every step of K
-    once, the rounds' chains and the steps left over, before the biases, residual and
-    clamp, for a packed A and a transposed one."""
-    shape = kernels["tile"]
-    part = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(
-        kernels["part"])
-    a = RNG.standard_normal((m, k), dtype=np.float32)
-    b = RNG.standard_normal((k, n), dtype=np.float32)
-    rows_bias = RNG.standard_normal(m + shape.rows, dtype=np.float32)
-    columns_bias = RNG.standard_normal(n + shape.columns, dtype=np.float32)
-    residual = RNG.standard_normal((m, n), dtype=np.float32)
-    expected = (a.astype(np.float64) @ b.astype(np.float64) + rows_bias[:m, None]
-                + columns_bias[None, :n] + residual)
-    for name in ("packed", "transposed"):
-        array, row_step, lda, acs = layouts(a, shape.rows)[name]
-        c = np.full((m, n), np.nan, np.float32)
-        context = gemm_kernel._context(shape, array.ctypes.data, row_step, lda, acs,
-                                       b.ctypes.data, 1, n, c, k, False, rows_bias.ctypes.data)
-        fields = gemm_kernel.CONTEXT_FIELDS
-        context[fields["columns_bias"]] = columns_bias.ctypes.data
-        context[fields["residual"]] = residual.ctypes.data
-        context[fields["low"]:fields["high"] + 1].view(np.float64)[:] = -3.0, 3.0
-        part(context.ctypes.data, 0, 1)
-        np.testing.assert_allclose(c, np.clip(expected, -3.0, 3.0), rtol=1e-4,
-                                   atol=1e-5 * np.sqrt(k), err_msg=name)
-
-
 # The other tiles' modules, pinned by the SHA-256 of their IR text: `gemm_ir`'s part loop is
 # shared with the AVX2 tile, and what the AVX2 tile needs of it must leave the AVX-512 and AMX
 # modules as they are (hosts this project cannot always measure on). A change meant for them
