@@ -204,8 +204,8 @@ def _compiled_layout(data_shape: Ints, filters: int, pad: Ints,
 
 def tiles_row(cells: int) -> int:
     """The cells from one ξ row of the compiled transforms' tiles to the next, for ``cells``
-    a row: on an AVX2 host, an odd number of cache lines (`TILES_ROW_LINES_ODD`); else
-    ``cells`` (AVX-512 hosts keep the layout measured there)."""
+    a row: on an AVX2 host, ``cells`` rounded up to an odd number of cache lines
+    (`LINE_CELLS` cells each); else ``cells`` (AVX-512 hosts keep the layout measured there)."""
     if host_features.has("avx512f"):
         return cells
     lines = -(-cells // LINE_CELLS)
