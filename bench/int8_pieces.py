@@ -14,12 +14,19 @@ at batch 1 (interleaved rounds, medians of the thread's CPU time).
 
 Each variant's bytes are checked equal to NumPy's before timing.
 
+``--depthwise-against FILE`` instead times the depthwise IR task (the variant the host builds)
+of this checkout beside the one another ``depthwise_int8_ir.py`` builds (an earlier commit's),
+on the same layer's context, in turn (the order reversed each round): each shape's best and
+median µs, and the ratio of the summed bests.
+
 Usage: python bench/int8_pieces.py [--rounds N] [--only affine|quantize|depthwise]
+[--depthwise-against FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import statistics
 import sys
 import time
@@ -31,8 +38,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's engine
 
-from engine.cpu import blas_threads, host_features  # noqa: E402
-from engine.kernels import int8_affine, int8_conv, int8_convert, int8_depthwise  # noqa: E402
+from engine.cpu import blas_threads, host_features, llvm_jit, spin_pool  # noqa: E402
+from engine.kernels import (  # noqa: E402
+    depthwise_int8_ir,
+    int8_affine,
+    int8_conv,
+    int8_convert,
+    int8_depthwise,
+)
 from engine.ops.quantized import integer, ranges  # noqa: E402
 from engine.ops.quantized.requantize import finish  # noqa: E402
 
@@ -178,6 +191,63 @@ def depthwise(rounds: int) -> None:
             {"ir": run(ir_jobs), "numba": run(numba_jobs), "numpy": numpy_form}, rounds))
 
 
+def depthwise_against(rounds: int, against: str) -> None:
+    """`DEPTHWISE_SHAPES` on this checkout's depthwise IR task and on ``against``'s."""
+    spec = importlib.util.spec_from_file_location("depthwise_int8_ir_against", against)
+    other = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(other)
+    engine = llvm_jit.compile_for_host(other.module)  # the variant the host calls for
+    if engine is None or not int8_depthwise.vector_available():
+        raise SystemExit("the depthwise IR task does not compile here")
+    print(f"depthwise IR task: this checkout against {against}, µs best / median:")
+    summed = {"this": 0.0, "against": 0.0}
+    asked: list[bool] = []  # whether the bind took the folded task
+    vector_task = int8_depthwise._vector_task
+
+    def spied(stride: int, folded: bool = False) -> int | None:
+        asked.append(folded)
+        return vector_task(stride, folded)
+
+    for channels, height, width, stride in DEPTHWISE_SHAPES:
+        data = RNG.integers(0, 256, (1, channels, height, width)).astype(np.uint8)
+        weight = RNG.integers(-127, 128, (channels, 1, 3, 3)).astype(np.int8)
+        geometry = int8_conv.Geometry((3, 3), (stride, stride), (1, 1), (1, 1))
+        out = np.empty((1, channels, *geometry.out_size(height, width)), np.uint8)
+        epilogue = int8_conv.Epilogue(
+            bias=RNG.integers(-3000, 3000, channels).astype(np.int32),
+            scales=np.full(channels, 128 / (3 * 127 * 60), np.float32), act="bounded_relu",
+            act_high=200.5, low=0, high=255)
+        layer = int8_depthwise.FusedDepthwise(laid(data), weight, geometry, out, None,
+                                              int8_conv.Layouts(data=True, out=True))
+        int8_depthwise._vector_task = spied
+        try:
+            (job,) = layer.jobs_for(epilogue)
+        finally:
+            int8_depthwise._vector_task = vector_task
+        task = engine.get_function_address(depthwise_int8_ir.task_name(stride, asked[-1]))
+        jobs = {"this": job, "against": spin_pool.job(task, job.keep[0], 1, keep=job.keep)}
+        outputs = []
+        for call in jobs.values():
+            out[...] = 0
+            call()
+            outputs.append(out.copy())
+        np.testing.assert_array_equal(outputs[0], outputs[1])
+        times: dict[str, list[float]] = {name: [] for name in jobs}
+        for round_number in range(rounds):
+            for name in list(jobs)[::1 if round_number % 2 == 0 else -1]:
+                start = time.thread_time()
+                jobs[name]()
+                times[name].append(time.thread_time() - start)
+        for name in summed:
+            summed[name] += min(times[name])
+        print(f"  {str((channels, height, width, f's{stride}')):24s}" + "".join(
+            f"  {name} {1e6 * min(values):7.1f} / {1e6 * statistics.median(values):7.1f}"
+            for name, values in times.items())
+            + f"   best ratio {min(times['this']) / min(times['against']):.3f}")
+    print(f"  summed bests: this {1e6 * summed['this']:.1f} µs, against "
+          f"{1e6 * summed['against']:.1f} µs, ratio {summed['this'] / summed['against']:.3f}")
+
+
 def report(shape: tuple, medians: dict[str, float]) -> None:
     print(f"  {str(shape):24s}" + "".join(f"  {name} {value:8.3f}"
                                            for name, value in medians.items())
@@ -189,11 +259,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--only", choices=("affine", "quantize", "depthwise"))
+    parser.add_argument("--depthwise-against", metavar="FILE",
+                        help="time the depthwise IR task against another depthwise_int8_ir.py")
     args = parser.parse_args()
     print("host:", ", ".join(name for name, present in host_features.summary().items()
                              if present) or "no AVX-512", "| IR variant:",
           "AVX-512" if host_features.has("avx512bw") else "generic")
     with blas_threads.one_thread():
+        if args.depthwise_against:
+            depthwise_against(args.rounds, args.depthwise_against)
+            return
         for name, bench in (("affine", affine), ("quantize", quantize),
                             ("depthwise", depthwise)):
             if args.only in (None, name):

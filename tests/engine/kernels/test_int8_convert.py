@@ -64,6 +64,27 @@ def test_bound_quantize_v2_equals_its_kernel(low, high):
     assert out[0].dtype == (np.uint8 if low >= 0 else np.int8)
 
 
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int32])
+def test_bound_dequantize_follows_its_range_from_run_to_run(dtype):
+    """The bound node makes its step once per range: a run after the range inputs changed
+    in place (or turned to NaN, which equals nothing) gives the kernel's floats for the new
+    range, one with the range unchanged the same floats again."""
+    op = get_op("_contrib_dequantize")
+    attrs = op.parse_attrs({})
+    info = np.iinfo(dtype)
+    data = np.random.default_rng(4).integers(info.min, info.max, (2, 3, 4, 5),
+                                             endpoint=True).astype(dtype)
+    low, high = np.array([-1.5], np.float32), np.array([2.5], np.float32)
+    out = np.zeros(data.shape, np.float32)
+    (call,) = op.bind(np, attrs, [data, low, high], out)
+    for new_low, new_high in [(-1.5, 2.5), (-1.5, 2.5), (-3.25, 0.5), (-3.25, 7.0),
+                              (np.nan, 1.0), (-0.75, 0.25)]:
+        low[0], high[0] = new_low, new_high
+        call()
+        (want,) = op.compute(np, attrs, [data, low, high])
+        np.testing.assert_array_equal(out, want)
+
+
 @pytest.mark.parametrize("dtype", [np.int8, np.uint8])
 def test_dequantize_reads_channels_last_bytes_into_nchw(dtype):
     """Bytes laid N, H, W, C in an (N, C, H, W) array (a fused convolution's hand-off) come

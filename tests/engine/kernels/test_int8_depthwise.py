@@ -228,6 +228,35 @@ def test_vector_window_folds_the_bias_only_where_float32_is_exact(
     assert asked and asked[-1] == folded
 
 
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("data_laid", [True, False])
+def test_vector_window_puts_each_product_in_its_own_output(monkeypatch, stride, data_laid):
+    """Small data and taps with a scale of 1: each output is its window's exact sum plus the
+    bias, so a product of the wrong tap, pixel or padding (a chain of the sum mislaid) shows
+    as a wrong byte, whichever order the task adds the products in."""
+    if not int8_depthwise.vector_available():
+        pytest.skip("no AVX2 or no JIT for the vector window")
+    rng = np.random.default_rng(11 + stride)
+    shape = (2, 35, (9, 10), (3, 3), (stride, stride), (1, 1), (1, 1))
+    geometry, data, weight, _, out_shape, _, epilogue, _ = layer(
+        shape, rng, np.uint8, None, 0.0, False, lambda weight: np.ones(len(weight), np.float32))
+    data[:] = rng.integers(0, 3, data.shape)
+    # nine taps of distinct values, both signs: a product of the wrong tap changes the sum
+    weight[:] = np.array([1, 2, 4, -1, -2, -4, 3, -3, 5], np.int8).reshape(1, 1, 3, 3)
+    epilogue.bias[:] = rng.integers(-20, 21, 35)
+    sums = integer.conv(data, weight, (3, 3), (stride, stride), (1, 1), (1, 1), 35)
+    want = (sums + epilogue.bias.astype(np.float64).reshape(1, -1, 1, 1)).astype(np.int8)
+    assert np.abs(sums + epilogue.bias.reshape(1, -1, 1, 1)).max() <= 127  # none saturates
+    held = np.ascontiguousarray(np.moveaxis(data, 1, -1)).reshape(data.shape) \
+        if data_laid else data
+    out = np.zeros(out_shape, np.int8)
+    conv = int8_depthwise.FusedDepthwise(held, weight, geometry, out, None,
+                                         int8_conv.Layouts(data=data_laid, out=True))
+    for got in outputs_armed_and_alone(conv, epilogue, out):
+        got = np.moveaxis(got.reshape(out_shape[0], *out_shape[2:], 35), -1, 1)
+        np.testing.assert_array_equal(got, want)
+
+
 def test_a_bias_past_the_vector_reach_equals_the_numpy_path():
     """A bias the vector window's int32 addition could overflow with: the numba window, still
     NumPy's bytes."""

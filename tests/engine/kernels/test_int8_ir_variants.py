@@ -46,3 +46,15 @@ def test_the_host_module_takes_the_variant_of_the_hosts_features(monkeypatch, ke
     monkeypatch.setattr(host_features, "has", lambda flag: has_avx512bw and flag == "avx512bw")
     assert str(kernel.module()) == str(kernel.module(avx512=has_avx512bw))
     assert str(kernel.module(avx512=True)) != str(kernel.module(avx512=False))
+
+
+# sha-256 of the AVX-512 depthwise module's IR: the generic variant sums its products in
+# chains of its own (`depthwise_int8_ir.GENERIC_CHAINS`), and leaves this build unchanged
+DEPTHWISE_AVX512_IR = "82cdc5adcb8d52c10f33623eb01fecec90f4ab3cdc1eb50842252ad11171c45c"
+
+
+def test_the_depthwise_avx512_variant_is_unchanged():
+    import hashlib
+
+    text = str(depthwise_int8_ir.module(avx512=True))
+    assert hashlib.sha256(text.encode()).hexdigest() == DEPTHWISE_AVX512_IR
