@@ -110,12 +110,13 @@ class Epilogue:
 
 @dataclass(frozen=True, eq=False)
 class Rescaled:
-    """A second output of a layer whose requantize runs in the direct product's epilogue
-    (`FusedConv.requantizes_in_product`): ``out`` (uint8, the first output's shape, laid
-    channels-last) = saturate(rint(x · scale[f] + shift[f])) for each byte x of the first
-    output as its dtype reads it, in float32, one product and one sum, as `int8_affine`'s
-    pass makes it from the first (ResNet v2's next pre-activation BatchNorm and relu of a
-    residual sum), so that pass does not read the first output again."""
+    """A second output of a layer that writes one (`FusedConv.writes_rescaled`: its
+    requantize in the direct product's epilogue, or `int8_requantize_ir`'s pass): ``out``
+    (uint8, the first output's shape, laid channels-last) = saturate(rint(x · scale[f] +
+    shift[f])) for each byte x of the first output as its dtype reads it, in float32, one
+    product and one sum, as `int8_affine`'s pass makes it from the first (ResNet v2's next
+    pre-activation BatchNorm and relu of a residual sum), so that pass does not read the
+    first output again."""
 
     out: np.ndarray  # uint8, (N, F, OH, OW), written N, OH, OW, F
     scale: np.ndarray  # float32 (F,)
@@ -291,10 +292,30 @@ class FusedConv(EpilogueLayer):
     @property
     def requantizes_in_product(self) -> bool:
         """Whether the direct product requantizes each block in its epilogue: a
-        channels-last output (and residual) on AMX's direct tiles. Only then can the layer
-        write an `Epilogue`'s second output (`Rescaled`)."""
+        channels-last output (and residual) on AMX's direct tiles."""
         return bool(self.tile_rows and self.laid.out and (self.residual is None
                                                           or self.laid.residual))
+
+    @property
+    def writes_rescaled(self) -> bool:
+        """Whether the layer can write an `Epilogue`'s second output (`Rescaled`): where
+        its requantize runs in the direct product's epilogue, or as `int8_requantize_ir`'s
+        pass (an AVX2 host's, `vector_requantizes`), each from the codes in registers."""
+        return self.requantizes_in_product or self.vector_requantizes
+
+    @property
+    def vector_requantizes(self) -> bool:
+        """Whether the requantize runs as `int8_requantize_ir`'s pass: int32 sums
+        (`INT32_SUMS`, an AVX2 host's), the output and any residual channels-last, whole
+        steps of filters, the pass compiled here."""
+        if self.requantizes_in_product:
+            return False
+        flags = self._requantize_flags()
+        laid = OUT_CHANNELS_LAST | INT32_SUMS
+        if flags & laid != laid or flags & RESIDUAL and not flags & RESIDUAL_CHANNELS_LAST \
+                or not int8_requantize_ir.supported(self.weight.shape[0]):
+            return False
+        return _requantize_vector.address(int8_requantize_ir.task_name(False)) is not None
 
     @property
     def reads_data_in_place(self) -> bool:
@@ -360,9 +381,10 @@ class FusedConv(EpilogueLayer):
             # unpadded uint8 channels-last data is the copy already: the tiles read it there
             # (where no step passes a pixel's channels, so none passes the data's end)
             jobs, padded = [], flat
-        if epilogue.rescaled is not None and not fused:
+        if epilogue.rescaled is not None and not self.writes_rescaled:
             raise ValueError("int8 convolution: a second output needs the requantize in the "
-                             "direct product (channels-last output and residual on AMX)")
+                             "direct product (channels-last output and residual on AMX) or "
+                             "in `int8_requantize_ir`'s pass")
         if self.reads_windows:
             windows = self._window_table(padded, block)
         for first in range(0, total, chunk):
@@ -452,12 +474,7 @@ class FusedConv(EpilogueLayer):
         rescaled = epilogue.rescaled
         second = 0
         if rescaled is not None:
-            if rescaled.out.shape != self.out.shape or rescaled.out.dtype != np.uint8 or \
-                    rescaled.scale.shape != (filters,) or \
-                    rescaled.shift.shape != (filters,):
-                raise ValueError(f"int8 convolution: second output {rescaled.out.dtype} "
-                                 f"{rescaled.out.shape} with {rescaled.scale.shape} scales "
-                                 f"does not fit the output {self.out.shape}")
+            _check_rescaled(rescaled, self.out)
             rescale[0, :filters], rescale[1, :filters] = rescaled.scale, rescaled.shift
             second_out = rescaled.out.reshape(-1)[first * filters:]
             second = second_out.ctypes.data
@@ -539,17 +556,15 @@ class FusedConv(EpilogueLayer):
     def _vector_requantize(self, epilogue: Epilogue, sums: np.ndarray, first: int,
                            count: int) -> Any:
         """`int8_requantize_ir`'s job for the sums of output positions [first, first +
-        count), where it covers the layer: int32 sums (`INT32_SUMS`, an AVX2 host's), the
-        output and any residual channels-last, whole steps of filters; else None."""
-        flags = self._requantize_flags()
-        filters = self.weight.shape[0]
-        laid = OUT_CHANNELS_LAST | INT32_SUMS
-        if flags & laid != laid or flags & RESIDUAL and not flags & RESIDUAL_CHANNELS_LAST \
-                or not int8_requantize_ir.supported(filters):
+        count), where it covers the layer (`vector_requantizes`), writing ``epilogue``'s
+        second output too where it has one; else None."""
+        if not self.vector_requantizes:
             return None
-        residual = self.residual
+        filters = self.weight.shape[0]
+        residual, rescaled = self.residual, epilogue.rescaled
         address = _requantize_vector.address(int8_requantize_ir.task_name(
-            epilogue.low < 0, None if residual is None else residual.dtype == np.int8))
+            epilogue.low < 0, None if residual is None else residual.dtype == np.int8,
+            rescaled is not None))
         if address is None:
             return None
         act_low, act_top = activation_bounds(epilogue.act, epilogue.act_high)
@@ -561,12 +576,18 @@ class FusedConv(EpilogueLayer):
             low, high = max(low, act_low), min(high, act_top)
             residual = np.zeros(1, np.int8)
         arrays = (sums, self.bias, self.scales, self.out, residual)
+        second: tuple[np.ndarray, ...] = ()
+        if rescaled is not None:
+            _check_rescaled(rescaled, self.out)
+            second = (rescaled.out, np.ascontiguousarray(rescaled.scale, np.float32),
+                      np.ascontiguousarray(rescaled.shift, np.float32))
         context = np.array([array.ctypes.data for array in arrays] + [
             count, filters, sums.shape[1], first] + [
             int(np.float64(bound).view(np.int64)) for bound in (
-                act_low, act_top, epilogue.residual_scale, low, high)], np.int64)
+                act_low, act_top, epilogue.residual_scale, low, high)]
+            + [array.ctypes.data for array in second], np.int64)
         return spin_pool.job(address, context, kernel_jobs.parts_for(
-            count, 3 * count * filters), keep=arrays)
+            count, 3 * count * filters), keep=arrays + second)
 
     def _requantize_flags(self) -> int:
         flags = OUT_CHANNELS_LAST if self.laid.out else 0
@@ -576,6 +597,18 @@ class FusedConv(EpilogueLayer):
         if self.residual is not None:
             flags |= RESIDUAL | (RESIDUAL_CHANNELS_LAST if self.laid.residual else 0)
         return flags
+
+
+def _check_rescaled(rescaled: Rescaled, out: np.ndarray) -> None:
+    """Refuse a second output that does not fit the layer's output ``out``: uint8 of its
+    shape, contiguous, with a scale and a shift a filter."""
+    filters = out.shape[1]
+    if rescaled.out.shape != out.shape or rescaled.out.dtype != np.uint8 or \
+            not rescaled.out.flags.c_contiguous or rescaled.scale.shape != (filters,) or \
+            rescaled.shift.shape != (filters,):
+        raise ValueError(f"int8 convolution: second output {rescaled.out.dtype} "
+                         f"{rescaled.out.shape} with {rescaled.scale.shape} scales "
+                         f"does not fit the output {out.shape}")
 
 
 # Bytes of patch rows and sums one chunk of a layer holds: with a panel of weights, well
