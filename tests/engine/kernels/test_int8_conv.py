@@ -173,6 +173,33 @@ def test_one_by_one_layers_read_the_channels_last_rows(isa, batch, channels, siz
     np.testing.assert_array_equal(out, want)
 
 
+@pytest.mark.parametrize("batch,size,in_place", [
+    (1, (8, 8), True),  # 64 rows: whole row blocks of any packing
+    (1, (5, 7), False),  # 35 rows: the last block would read past the data's end
+])
+def test_one_by_one_layers_read_uint8_rows_handed_over_where_they_lie(batch, size, in_place):
+    """Unpadded uint8 data handed over channels-last is the copy's bytes already: a 1×1
+    product of stride 1 in whole row blocks reads its rows there (no copy job), one whose
+    last row block would pass the data's end copies them; both write the NumPy path's
+    bytes."""
+    rng = np.random.default_rng(size[0])
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, (batch, 64, size, 40, (1, 1), (1, 1), (0, 0), (1, 1)), np.uint8, np.int8, None,
+        True)
+    want = _reference(data, weight, geometry, epilogue, residual, storage, np.int8)
+    out = np.zeros_like(want)
+    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight))
+    conv = int8_conv.FusedConv(_channels_last(data), weight, packed, geometry, out,
+                               _channels_last(residual), int8_conv.Layouts(True, True, True))
+    assert conv.reads_rows_in_place == conv.reads_data_in_place == in_place
+    assert (conv.rows % packed.rows == 0) == in_place
+    chunks = -(-conv.rows // int8_conv.chunk_rows(conv.rows, packed, gathers=False))
+    assert len(conv.jobs_for(epilogue)) == 2 * chunks + (0 if in_place else 1)
+    with spin_pool.armed(2):
+        conv(epilogue)
+    np.testing.assert_array_equal(_from_channels_last(out), want)
+
+
 def _channels_last(array):
     """``array``'s values laid N, H, W, C in an array of its own (N, C, H, W) shape."""
     return np.ascontiguousarray(array.transpose(0, 2, 3, 1)).reshape(array.shape)
