@@ -330,15 +330,20 @@ class FusedConv(EpilogueLayer):
 
     @property
     def reads_rows_in_place(self) -> bool:
-        """Whether the GEMM reads a 1×1 product's rows as they lie in its data: a layer that
-        neither gathers, nor reads windows or tiles (a 1×1 kernel of stride 1 whose channels
-        fill K exactly) of unpadded uint8 data handed over channels-last, in whole row
-        blocks of the packing, so that no block reads past the data's end. The copy would
-        be the same bytes (ResNet-50 v2's 1×1 layers: 0.01–0.07 ms a layer on an AVX2
-        host)."""
-        return bool(not (self.gathers or self.tile_rows or self.reads_windows)
-                    and self.laid.data and self.geometry.pad == (0, 0)
-                    and self.data.dtype == np.uint8 and self.rows % self.packed.rows == 0)
+        """Whether the GEMM reads its rows where they lie in unpadded uint8 data handed over
+        channels-last, whose copy would be the same bytes: a 1×1 product of stride 1 whose
+        channels fill K exactly, in whole row blocks of the packing (no block reads past the
+        data's end), or a product reading windows by their addresses (`table_job`, where
+        no window passes the data's end) of kernel rows in whole groups of four (a 1×1
+        layer of stride 2). ResNet-50 v2's 1×1 layers: 0.01–0.07 ms of copy a layer on an
+        AVX2 host."""
+        if self.gathers or self.tile_rows or not (
+                self.laid.data and self.geometry.pad == (0, 0)
+                and self.data.dtype == np.uint8):
+            return False
+        if self.reads_windows:
+            return not self.run
+        return self.rows % self.packed.rows == 0
 
     def _bind(self, epilogue: Epilogue) -> tuple[Any, ...]:
         data, geometry, packed = self.data, self.geometry, self.packed

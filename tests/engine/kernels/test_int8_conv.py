@@ -996,6 +996,39 @@ def test_narrow_weights_read_the_windows_where_they_lie(monkeypatch, shape, data
         out, _reference(data, weight, geometry, epilogue, residual, storage, out_dtype))
 
 
+@pytest.mark.skipif(not gemm_int8.narrow_weights_pay(),
+                    reason="the host runs the VNNI kernels: no vpmaddubsw table product")
+@pytest.mark.parametrize("shape,in_place", [
+    ((2, 16, (9, 9), 24, (1, 1), (2, 2), (0, 0), (1, 1)), True),  # a stride-2 shortcut
+    ((1, 8, (11, 9), 33, (3, 3), (2, 2), (1, 1), (1, 1)), False),  # padded: copied
+])
+def test_windows_of_uint8_data_handed_over_are_read_where_they_lie(shape, in_place):
+    """The table product of an unpadded layer reads its windows in the uint8 data handed
+    over channels-last (no copy job); a padded one reads them in the padded copy. Both
+    write the NumPy path's bytes, again after the data change."""
+    rng = np.random.default_rng(_seed("in place", shape))
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, shape, np.uint8, np.uint8, "relu", False)
+    weight = np.clip(weight, -63, 63)
+    want = _reference(data, weight, geometry, epilogue, residual, storage, np.uint8)
+    out = np.full(want.shape, 77, np.uint8)
+    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight))
+    laid = _channels_last(data)
+    conv = int8_conv.FusedConv(laid, weight, packed, geometry, out, None,
+                               int8_conv.Layouts(data=True, out=True))
+    assert conv.reads_windows and conv.reads_rows_in_place == conv.reads_data_in_place \
+        == in_place
+    chunks = -(-conv.rows // int8_conv.chunk_rows(conv.rows, packed, gathers=False))
+    assert len(conv.jobs_for(epilogue)) == 2 * chunks + (0 if in_place else 1)
+    conv(epilogue)
+    np.testing.assert_array_equal(_from_channels_last(out), want)
+    laid[...] = _channels_last(np.flip(data, axis=3))
+    with spin_pool.armed(2):
+        conv(epilogue)
+    np.testing.assert_array_equal(_from_channels_last(out), _reference(
+        np.flip(data, axis=3), weight, geometry, epilogue, residual, storage, np.uint8))
+
+
 # (batch, channels, size, filters, kernel, stride, pad, dilate): kernel rows whose runs are
 # not whole groups of four bytes (a stem's 7 × 3 channels: 21), one reaching the image's last
 # pixel
