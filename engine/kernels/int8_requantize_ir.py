@@ -115,9 +115,10 @@ class _RequantizeKernel:
             line = builder.mul(row, field["columns"])
             laid = builder.mul(builder.add(row, field["offset"]), filters)
             with loop(builder, function, I64(0), whole, "step", STEP) as at:
-                starts = [builder.add(at, I64(quarter * LANES))
-                          for quarter in range(STEP // LANES)]
-                codes = [self._codes(line, laid, start) for start in starts]
+                starts, codes = [], []
+                for quarter in range(STEP // LANES):
+                    starts.append(builder.add(at, I64(quarter * LANES)))
+                    codes.append(self._codes(line, laid, starts[-1]))
                 self._store(self._pack(codes[:2], codes[2:], out_signed), self.out, laid, at,
                             STEP)
                 if rescaled:
