@@ -1,6 +1,8 @@
 """A quantized 2-d convolution as `spin_pool` jobs over the cores, every pass compiled: the
-data laid channels-last (padded, shifted onto uint8) once, unless the direct product can read
-it where it lies (uint8 handed over channels-last, no padding), then chunk by chunk of output
+data laid channels-last (padded, shifted onto uint8) once, unless the product can read it
+where it lies (uint8 handed over channels-last, no padding: the direct product's tiles, a 1×1
+product's rows, a table product's windows; `FusedConv.reads_data_in_place`), then chunk by
+chunk of output
 positions (all at once where the direct product requantizes in its epilogue): the chunk's
 patches gathered into the int8 GEMM's rows (a 1×1 convolution of stride 1 reads the
 channels-last rows as they are where its channels fill K exactly; on AMX, a layer of whole
@@ -11,7 +13,8 @@ to whole groups, `run_matrix`), the GEMM (`gemm_int8.product_job`: VNNI, AVX2 or
 one pass over the chunk's int32 sums that adds the bias, scales, applies the activation, adds
 the residual, applies the activation after the sum and rounds to the int8/uint8 output,
 written straight into the output's NCHW layout (on an AVX2 host, output and residual
-channels-last, `int8_requantize_ir`'s pass in LLVM IR). A
+channels-last, `int8_requantize_ir`'s pass in LLVM IR, which writes the next pre-activation
+beside it where asked, `Rescaled`). A
 chunk's rows and sums fit in L2 (`CHUNK_BYTES`), so each pass reads the last one's writes from
 cache.
 
