@@ -1,6 +1,8 @@
 """A quantized 2-d convolution as `spin_pool` jobs over the cores, every pass compiled: the
-data laid channels-last (padded, shifted onto uint8) once, unless the direct product can read
-it where it lies (uint8 handed over channels-last, no padding), then chunk by chunk of output
+data laid channels-last (padded, shifted onto uint8) once, unless the product can read it
+where it lies (uint8 handed over channels-last, no padding: the direct product's tiles, a 1×1
+product's rows, a table product's windows; `FusedConv.reads_data_in_place`), then chunk by
+chunk of output
 positions (all at once where the direct product requantizes in its epilogue): the chunk's
 patches gathered into the int8 GEMM's rows (a 1×1 convolution of stride 1 reads the
 channels-last rows as they are where its channels fill K exactly; on AMX, a layer of whole
@@ -11,7 +13,8 @@ to whole groups, `run_matrix`), the GEMM (`gemm_int8.product_job`: VNNI, AVX2 or
 one pass over the chunk's int32 sums that adds the bias, scales, applies the activation, adds
 the residual, applies the activation after the sum and rounds to the int8/uint8 output,
 written straight into the output's NCHW layout (on an AVX2 host, output and residual
-channels-last, `int8_requantize_ir`'s pass in LLVM IR). A
+channels-last, `int8_requantize_ir`'s pass in LLVM IR, which writes the next pre-activation
+beside it where asked, `Rescaled`). A
 chunk's rows and sums fit in L2 (`CHUNK_BYTES`), so each pass reads the last one's writes from
 cache.
 
@@ -110,12 +113,13 @@ class Epilogue:
 
 @dataclass(frozen=True, eq=False)
 class Rescaled:
-    """A second output of a layer whose requantize runs in the direct product's epilogue
-    (`FusedConv.requantizes_in_product`): ``out`` (uint8, the first output's shape, laid
-    channels-last) = saturate(rint(x · scale[f] + shift[f])) for each byte x of the first
-    output as its dtype reads it, in float32, one product and one sum, as `int8_affine`'s
-    pass makes it from the first (ResNet v2's next pre-activation BatchNorm and relu of a
-    residual sum), so that pass does not read the first output again."""
+    """A second output of a layer that writes one (`FusedConv.writes_rescaled`: its
+    requantize in the direct product's epilogue, or `int8_requantize_ir`'s pass): ``out``
+    (uint8, the first output's shape, laid channels-last) = saturate(rint(x · scale[f] +
+    shift[f])) for each byte x of the first output as its dtype reads it, in float32, one
+    product and one sum, as `int8_affine`'s pass makes it from the first (ResNet v2's next
+    pre-activation BatchNorm and relu of a residual sum), so that pass does not read the
+    first output again."""
 
     out: np.ndarray  # uint8, (N, F, OH, OW), written N, OH, OW, F
     scale: np.ndarray  # float32 (F,)
@@ -291,19 +295,58 @@ class FusedConv(EpilogueLayer):
     @property
     def requantizes_in_product(self) -> bool:
         """Whether the direct product requantizes each block in its epilogue: a
-        channels-last output (and residual) on AMX's direct tiles. Only then can the layer
-        write an `Epilogue`'s second output (`Rescaled`)."""
+        channels-last output (and residual) on AMX's direct tiles."""
         return bool(self.tile_rows and self.laid.out and (self.residual is None
                                                           or self.laid.residual))
 
     @property
+    def writes_rescaled(self) -> bool:
+        """Whether the layer can write an `Epilogue`'s second output (`Rescaled`): where
+        its requantize runs in the direct product's epilogue, or as `int8_requantize_ir`'s
+        pass (an AVX2 host's, `vector_requantizes`), each from the codes in registers."""
+        return self.requantizes_in_product or self.vector_requantizes
+
+    @property
+    def vector_requantizes(self) -> bool:
+        """Whether the requantize runs as `int8_requantize_ir`'s pass: int32 sums
+        (`INT32_SUMS`, an AVX2 host's), the output and any residual channels-last, whole
+        steps of filters, the pass compiled here."""
+        if self.requantizes_in_product:
+            return False
+        flags = self._requantize_flags()
+        laid = OUT_CHANNELS_LAST | INT32_SUMS
+        if flags & laid != laid or flags & RESIDUAL and not flags & RESIDUAL_CHANNELS_LAST \
+                or not int8_requantize_ir.supported(self.weight.shape[0]):
+            return False
+        return _requantize_vector.address(int8_requantize_ir.task_name(False)) is not None
+
+    @property
     def reads_data_in_place(self) -> bool:
-        """Whether the direct product's tiles read the data where they lie (unpadded uint8
-        handed over channels-last in whole 64-channel blocks: the copy already), not a
-        copy made before the product."""
-        return bool(self.tile_rows and self.laid.data and self.geometry.pad == (0, 0)
-                    and self.data.dtype == np.uint8 and self.data.shape[1] % 64 == 0
-                    and self.grid is None)
+        """Whether the product reads the data where they lie, not a copy made before it:
+        unpadded uint8 handed over channels-last (the copy's bytes already), read by the
+        direct product's tiles in whole 64-channel blocks, or as a 1×1 product's rows
+        (`reads_rows_in_place`)."""
+        unpadded = self.laid.data and self.geometry.pad == (0, 0) and \
+            self.data.dtype == np.uint8
+        return bool(unpadded and (self.tile_rows and self.data.shape[1] % 64 == 0
+                                  and self.grid is None or self.reads_rows_in_place))
+
+    @property
+    def reads_rows_in_place(self) -> bool:
+        """Whether the GEMM reads its rows where they lie in unpadded uint8 data handed over
+        channels-last, whose copy would be the same bytes: a 1×1 product of stride 1 whose
+        channels fill K exactly, in whole row blocks of the packing (no block reads past the
+        data's end), or a product reading windows by their addresses (`table_job`, where
+        no window passes the data's end) of kernel rows in whole groups of four (a 1×1
+        layer of stride 2). ResNet-50 v2's 1×1 layers: 0.01–0.07 ms of copy a layer on an
+        AVX2 host."""
+        if self.gathers or self.tile_rows or not (
+                self.laid.data and self.geometry.pad == (0, 0)
+                and self.data.dtype == np.uint8):
+            return False
+        if self.reads_windows:
+            return not self.run
+        return self.rows % self.packed.rows == 0
 
     def _bind(self, epilogue: Epilogue) -> tuple[Any, ...]:
         data, geometry, packed = self.data, self.geometry, self.packed
@@ -357,12 +400,14 @@ class FusedConv(EpilogueLayer):
             residual = np.zeros(1, np.int8)
         out = self.out.reshape(-1)
         if self.reads_data_in_place:
-            # unpadded uint8 channels-last data is the copy already: the tiles read it there
-            # (where no step passes a pixel's channels, so none passes the data's end)
+            # unpadded uint8 channels-last data is the copy already: the tiles or the GEMM
+            # read it there (where no step passes a pixel's channels, and no row block the
+            # data's end, so none reads past it)
             jobs, padded = [], flat
-        if epilogue.rescaled is not None and not fused:
+        if epilogue.rescaled is not None and not self.writes_rescaled:
             raise ValueError("int8 convolution: a second output needs the requantize in the "
-                             "direct product (channels-last output and residual on AMX)")
+                             "direct product (channels-last output and residual on AMX) or "
+                             "in `int8_requantize_ir`'s pass")
         if self.reads_windows:
             windows = self._window_table(padded, block)
         for first in range(0, total, chunk):
@@ -452,12 +497,7 @@ class FusedConv(EpilogueLayer):
         rescaled = epilogue.rescaled
         second = 0
         if rescaled is not None:
-            if rescaled.out.shape != self.out.shape or rescaled.out.dtype != np.uint8 or \
-                    rescaled.scale.shape != (filters,) or \
-                    rescaled.shift.shape != (filters,):
-                raise ValueError(f"int8 convolution: second output {rescaled.out.dtype} "
-                                 f"{rescaled.out.shape} with {rescaled.scale.shape} scales "
-                                 f"does not fit the output {self.out.shape}")
+            _check_rescaled(rescaled, self.out)
             rescale[0, :filters], rescale[1, :filters] = rescaled.scale, rescaled.shift
             second_out = rescaled.out.reshape(-1)[first * filters:]
             second = second_out.ctypes.data
@@ -539,17 +579,15 @@ class FusedConv(EpilogueLayer):
     def _vector_requantize(self, epilogue: Epilogue, sums: np.ndarray, first: int,
                            count: int) -> Any:
         """`int8_requantize_ir`'s job for the sums of output positions [first, first +
-        count), where it covers the layer: int32 sums (`INT32_SUMS`, an AVX2 host's), the
-        output and any residual channels-last, whole steps of filters; else None."""
-        flags = self._requantize_flags()
-        filters = self.weight.shape[0]
-        laid = OUT_CHANNELS_LAST | INT32_SUMS
-        if flags & laid != laid or flags & RESIDUAL and not flags & RESIDUAL_CHANNELS_LAST \
-                or not int8_requantize_ir.supported(filters):
+        count), where it covers the layer (`vector_requantizes`), writing ``epilogue``'s
+        second output too where it has one; else None."""
+        if not self.vector_requantizes:
             return None
-        residual = self.residual
+        filters = self.weight.shape[0]
+        residual, rescaled = self.residual, epilogue.rescaled
         address = _requantize_vector.address(int8_requantize_ir.task_name(
-            epilogue.low < 0, None if residual is None else residual.dtype == np.int8))
+            epilogue.low < 0, None if residual is None else residual.dtype == np.int8,
+            rescaled is not None))
         if address is None:
             return None
         act_low, act_top = activation_bounds(epilogue.act, epilogue.act_high)
@@ -561,12 +599,18 @@ class FusedConv(EpilogueLayer):
             low, high = max(low, act_low), min(high, act_top)
             residual = np.zeros(1, np.int8)
         arrays = (sums, self.bias, self.scales, self.out, residual)
+        second: tuple[np.ndarray, ...] = ()
+        if rescaled is not None:
+            _check_rescaled(rescaled, self.out)
+            second = (rescaled.out, np.ascontiguousarray(rescaled.scale, np.float32),
+                      np.ascontiguousarray(rescaled.shift, np.float32))
         context = np.array([array.ctypes.data for array in arrays] + [
             count, filters, sums.shape[1], first] + [
             int(np.float64(bound).view(np.int64)) for bound in (
-                act_low, act_top, epilogue.residual_scale, low, high)], np.int64)
+                act_low, act_top, epilogue.residual_scale, low, high)]
+            + [array.ctypes.data for array in second], np.int64)
         return spin_pool.job(address, context, kernel_jobs.parts_for(
-            count, 3 * count * filters), keep=arrays)
+            count, 3 * count * filters), keep=arrays + second)
 
     def _requantize_flags(self) -> int:
         flags = OUT_CHANNELS_LAST if self.laid.out else 0
@@ -576,6 +620,18 @@ class FusedConv(EpilogueLayer):
         if self.residual is not None:
             flags |= RESIDUAL | (RESIDUAL_CHANNELS_LAST if self.laid.residual else 0)
         return flags
+
+
+def _check_rescaled(rescaled: Rescaled, out: np.ndarray) -> None:
+    """Refuse a second output that does not fit the layer's output ``out``: uint8 of its
+    shape, contiguous, with a scale and a shift a filter."""
+    filters = out.shape[1]
+    if rescaled.out.shape != out.shape or rescaled.out.dtype != np.uint8 or \
+            not rescaled.out.flags.c_contiguous or rescaled.scale.shape != (filters,) or \
+            rescaled.shift.shape != (filters,):
+        raise ValueError(f"int8 convolution: second output {rescaled.out.dtype} "
+                         f"{rescaled.out.shape} with {rescaled.scale.shape} scales "
+                         f"does not fit the output {out.shape}")
 
 
 # Bytes of patch rows and sums one chunk of a layer holds: with a panel of weights, well

@@ -346,7 +346,7 @@ class _FusedInt8Conv:
             partial(conv, epilogue),)
         out = self.handoffs.get("out")
         paths = ("int8_fused_conv",) + (("int8_channels_last_handoff",) if laid_out else ()) \
-            + (("int8_rescaled_in_product",) if rescale is not None else ())
+            + ((_rescaled_path(conv),) if rescale is not None else ())
         self._steady = (state, jobs, out, laid_out, None if out is None else out.rescale,
                         written, paths, writers)
         return True
@@ -393,7 +393,7 @@ class _FusedInt8Conv:
             conv = self._convs[laid] = make(laid)
         if out is not None and rescale is not None and rescale.out_handoff.taken and \
                 rescale.out.dtype == UINT8 and \
-                getattr(conv, "requantizes_in_product", False) and \
+                getattr(conv, "writes_rescaled", False) and \
                 self.targets[0].dtype == self._storage and self._clear(rescale, conv):
             epilogue = self._rescaled_epilogue(epilogue, rescale, low, high)
         else:
@@ -401,7 +401,7 @@ class _FusedInt8Conv:
         conv(epilogue)
         if rescale is not None:
             rescale.written = (float(low[0]), float(high[0]))
-            integer.PATHS["int8_rescaled_in_product"] += 1
+            integer.PATHS[_rescaled_path(conv)] += 1
         if out is not None:
             out.laid = True
             integer.PATHS["int8_channels_last_handoff"] += 1
@@ -540,6 +540,13 @@ class _FusedInt8Conv:
             low=int(limits.min), high=int(limits.max))
         low, high = ranges.range_pair(*terms.out_range)
         return make, epilogue, low, high
+
+
+def _rescaled_path(conv: int8_conv.FusedConv) -> str:
+    """The `integer.PATHS` name of a run whose layer wrote its reader's rescaled output: in
+    the direct product's epilogue, or in `int8_requantize_ir`'s pass."""
+    return "int8_rescaled_in_product" if conv.requantizes_in_product else \
+        "int8_rescaled_in_requantize"
 
 
 def _conv_forward(attrs: Attrs, weights: _ConvWeights, values: dict[str, Any]) -> Any:

@@ -12,8 +12,9 @@ have, and says at each run which layout it wrote (a writer on the NumPy path wri
 A reader that rescales the array per channel into an array of its own (`rescale`: ResNet v2's
 pre-activation BatchNorm and relu of a residual sum) may ask its writer, through the same
 hand-off, to write that rescaled array too (`Rescale`): a fused convolution whose requantize
-runs in its product's epilogue writes both at once, and says at each run whether it did; the
-reader then runs no pass of its own, and nothing reads the array again for it.
+runs in its product's epilogue, or as an AVX2 host's vector pass, writes both at once, and
+says at each run whether it did; the reader then runs no pass of its own, and nothing reads
+the array again for it.
 """
 
 from __future__ import annotations

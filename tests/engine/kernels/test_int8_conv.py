@@ -173,6 +173,33 @@ def test_one_by_one_layers_read_the_channels_last_rows(isa, batch, channels, siz
     np.testing.assert_array_equal(out, want)
 
 
+@pytest.mark.parametrize("batch,size,in_place", [
+    (1, (8, 8), True),  # 64 rows: whole row blocks of any packing
+    (1, (5, 7), False),  # 35 rows: the last block would read past the data's end
+])
+def test_one_by_one_layers_read_uint8_rows_handed_over_where_they_lie(batch, size, in_place):
+    """Unpadded uint8 data handed over channels-last is the copy's bytes already: a 1×1
+    product of stride 1 in whole row blocks reads its rows there (no copy job), one whose
+    last row block would pass the data's end copies them; both write the NumPy path's
+    bytes."""
+    rng = np.random.default_rng(size[0])
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, (batch, 64, size, 40, (1, 1), (1, 1), (0, 0), (1, 1)), np.uint8, np.int8, None,
+        True)
+    want = _reference(data, weight, geometry, epilogue, residual, storage, np.int8)
+    out = np.zeros_like(want)
+    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight))
+    conv = int8_conv.FusedConv(_channels_last(data), weight, packed, geometry, out,
+                               _channels_last(residual), int8_conv.Layouts(True, True, True))
+    assert conv.reads_rows_in_place == conv.reads_data_in_place == in_place
+    assert (conv.rows % packed.rows == 0) == in_place
+    chunks = -(-conv.rows // int8_conv.chunk_rows(conv.rows, packed, gathers=False))
+    assert len(conv.jobs_for(epilogue)) == 2 * chunks + (0 if in_place else 1)
+    with spin_pool.armed(2):
+        conv(epilogue)
+    np.testing.assert_array_equal(_from_channels_last(out), want)
+
+
 def _channels_last(array):
     """``array``'s values laid N, H, W, C in an array of its own (N, C, H, W) shape."""
     return np.ascontiguousarray(array.transpose(0, 2, 3, 1)).reshape(array.shape)
@@ -837,6 +864,79 @@ def test_the_vector_requantize_gives_the_numpy_paths_bytes(monkeypatch, filters,
     assert 0 < np.count_nonzero(want) < want.size
 
 
+@pytest.mark.skipif(not host_features.has("avx2"), reason="needs AVX2")
+@pytest.mark.parametrize("filters", [8, 40, 96])
+@pytest.mark.parametrize("out_dtype,residual_dtype,over_residual", [
+    (np.int8, np.int8, False),  # ResNet v2: a signed sum, then BatchNorm and relu
+    (np.int8, np.int8, True),
+    (np.uint8, np.uint8, True),
+    (np.uint8, None, False),
+])
+def test_the_vector_requantize_writes_a_rescaled_second_output(
+        monkeypatch, filters, out_dtype, residual_dtype, over_residual):
+    """A second output (`int8_conv.Rescaled`) written by `int8_requantize_ir`'s pass has the
+    bytes `int8_affine`'s pass makes from the first output, and the first output keeps the
+    NumPy path's bytes, in chunks of rows and with the second output in the residual's own
+    buffer (as a plan may give it, `fused._FusedInt8Conv._clear`)."""
+    has = host_features.has
+    monkeypatch.setattr(host_features, "has",
+                        lambda flag: False if flag == "avx512dq" else has(flag))
+    monkeypatch.setattr(int8_conv, "CHUNK_BYTES", 1)  # a chunk a row block: several jobs
+    shape = (2, 24, (9, 10), filters, (3, 3), (1, 1), (1, 1), (1, 1))
+    rng = np.random.default_rng(_seed("rescaled", filters, np.dtype(out_dtype).name,
+                                      str(residual_dtype), over_residual))
+    with_residual = residual_dtype is not None
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, shape, np.uint8, out_dtype, "relu" if out_dtype == np.uint8 else None,
+        with_residual)
+    if with_residual:
+        residual = rng.integers(*(0, 256) if residual_dtype == np.uint8 else (-128, 128),
+                                residual.shape).astype(residual_dtype)
+    want = _reference(data, weight, geometry, epilogue, residual, storage, out_dtype)
+    # scales and shifts that take codes below 0, past 255 and far past both
+    scale = rng.uniform(-0.5, 4.0, filters).astype(np.float32)
+    scale[:2] = (-3e9, 3e9)
+    shift = rng.uniform(-200, 200, filters).astype(np.float32)
+    second_want = np.zeros(want.shape, np.uint8)
+    int8_affine.affine_job(want, scale, shift, second_want, False, False)()
+    laid_residual = None if residual is None else _channels_last(residual)
+    second = laid_residual.view(np.uint8) if over_residual else np.full(want.shape, 7,
+                                                                          np.uint8)
+    out = np.zeros_like(want)
+    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight))
+    conv = int8_conv.FusedConv(data, weight, packed, geometry, out, laid_residual,
+                               int8_conv.Layouts(out=True, residual=with_residual))
+    assert conv.writes_rescaled and not conv.requantizes_in_product
+    epilogue.rescaled = int8_conv.Rescaled(second, scale, shift)
+    with spin_pool.armed(2):
+        conv(epilogue)
+    np.testing.assert_array_equal(_from_channels_last(out), want)
+    np.testing.assert_array_equal(_from_channels_last(second), second_want)
+    assert 0 < np.count_nonzero(second_want) < second_want.size
+    assert (second_want == 255).any()
+
+
+def test_a_second_output_needs_whole_steps_of_filters_on_the_vector_requantize(monkeypatch):
+    """Filters not in whole steps of eight take the compiled loop, which writes no second
+    output: the layer refuses one."""
+    has = host_features.has
+    monkeypatch.setattr(host_features, "has",
+                        lambda flag: False if flag == "avx512dq" else has(flag))
+    rng = np.random.default_rng(8)
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, (1, 24, (9, 10), 20, (3, 3), (1, 1), (1, 1), (1, 1)), np.uint8, np.int8,
+        None, False)
+    out = np.zeros((1, 20, 9, 10), np.int8)
+    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight))
+    conv = int8_conv.FusedConv(data, weight, packed, geometry, out, None,
+                               int8_conv.Layouts(out=True))
+    assert not conv.writes_rescaled
+    epilogue.rescaled = int8_conv.Rescaled(np.zeros_like(out, np.uint8), np.ones(
+        20, np.float32), np.zeros(20, np.float32))
+    with pytest.raises(ValueError, match="second output"):
+        conv(epilogue)
+
+
 def test_the_vector_requantize_compiles_for_an_avx2_cpu_without_avx512():
     """`int8_requantize_ir`'s module (AVX2's packs, nothing of AVX-512) compiles for an AVX2
     CPU, whatever this host has (nothing of it runs)."""
@@ -894,6 +994,39 @@ def test_narrow_weights_read_the_windows_where_they_lie(monkeypatch, shape, data
     conv(epilogue)
     np.testing.assert_array_equal(
         out, _reference(data, weight, geometry, epilogue, residual, storage, out_dtype))
+
+
+@pytest.mark.skipif(not gemm_int8.narrow_weights_pay(),
+                    reason="the host runs the VNNI kernels: no vpmaddubsw table product")
+@pytest.mark.parametrize("shape,in_place", [
+    ((2, 16, (9, 9), 24, (1, 1), (2, 2), (0, 0), (1, 1)), True),  # a stride-2 shortcut
+    ((1, 8, (11, 9), 33, (3, 3), (2, 2), (1, 1), (1, 1)), False),  # padded: copied
+])
+def test_windows_of_uint8_data_handed_over_are_read_where_they_lie(shape, in_place):
+    """The table product of an unpadded layer reads its windows in the uint8 data handed
+    over channels-last (no copy job); a padded one reads them in the padded copy. Both
+    write the NumPy path's bytes, again after the data change."""
+    rng = np.random.default_rng(_seed("in place", shape))
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, shape, np.uint8, np.uint8, "relu", False)
+    weight = np.clip(weight, -63, 63)
+    want = _reference(data, weight, geometry, epilogue, residual, storage, np.uint8)
+    out = np.full(want.shape, 77, np.uint8)
+    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight))
+    laid = _channels_last(data)
+    conv = int8_conv.FusedConv(laid, weight, packed, geometry, out, None,
+                               int8_conv.Layouts(data=True, out=True))
+    assert conv.reads_windows and conv.reads_rows_in_place == conv.reads_data_in_place \
+        == in_place
+    chunks = -(-conv.rows // int8_conv.chunk_rows(conv.rows, packed, gathers=False))
+    assert len(conv.jobs_for(epilogue)) == 2 * chunks + (0 if in_place else 1)
+    conv(epilogue)
+    np.testing.assert_array_equal(_from_channels_last(out), want)
+    laid[...] = _channels_last(np.flip(data, axis=3))
+    with spin_pool.armed(2):
+        conv(epilogue)
+    np.testing.assert_array_equal(_from_channels_last(out), _reference(
+        np.flip(data, axis=3), weight, geometry, epilogue, residual, storage, np.uint8))
 
 
 # (batch, channels, size, filters, kernel, stride, pad, dilate): kernel rows whose runs are
