@@ -86,14 +86,20 @@ class Avx2TileKernel(NarrowEdgeTileKernel):
     """`NarrowEdgeTileKernel` whose K loops read a packed A at constant offsets, and whose
     parts copy B's panels (see the module docstring)."""
 
-    # No prefetch in the K loops: see the module docstring.
-    k_loop_prefetches = False
+    # The K loops prefetch B's panels where they stream them, nothing else: see the module
+    # docstring.
+    k_loop_streams = ("b",)
 
     def _tile(self, function: ir.Function, builder: ir.IRBuilder, rows: int, vectors: int,
               masks: list[Any] | None) -> None:
-        """`TileKernel._tile`'s loop twice: for A packed (row stride 1, column stride MR),
-        its strides constants, and for any other A."""
-        lda, acs = function.args[2:4]
+        """`TileKernel._tile`'s loop for A packed (row stride 1, column stride MR), its
+        strides constants, and for any other A; each twice: prefetching B where the part
+        streams it (``b_ahead`` not 0) from panels read where they lie (``ldb`` NR: a
+        transposed product's weight, `gemm_kernel.pack_columns`), and prefetching nothing."""
+        lda, acs, _, ldb = function.args[2:6]
+        b_ahead = function.args[RESIDUAL + 2]
+        streams_panels = builder.and_(builder.icmp_signed("!=", b_ahead, I64(0)),
+                                      builder.icmp_signed("==", ldb, I64(self.shape.columns)))
         packed_strides = (I64(1), I64(self.shape.rows))
         packed = builder.and_(builder.icmp_signed("==", lda, packed_strides[0]),
                               builder.icmp_signed("==", acs, packed_strides[1]))
@@ -103,9 +109,13 @@ class Avx2TileKernel(NarrowEdgeTileKernel):
         builder.cbranch(packed, reads_packed, reads_strided)
         for block, strides in ((reads_packed, packed_strides), (reads_strided, None)):
             builder.position_at_end(block)
-            # Either stream: the loop prefetches neither.
-            self._tile_loop(function, builder, rows, vectors, masks, "a", strides)
-            builder.branch(after)
+            streams_b = function.append_basic_block(f"{block.name}_streams_b")
+            quiet = function.append_basic_block(f"{block.name}_quiet")
+            builder.cbranch(streams_panels, streams_b, quiet)
+            for loop_block, stream in ((streams_b, "b"), (quiet, "a")):  # "a": no prefetch
+                builder.position_at_end(loop_block)
+                self._tile_loop(function, builder, rows, vectors, masks, stream, strides)
+                builder.branch(after)
         builder.position_at_end(after)
 
     def define_full(self, name: str) -> ir.Function:
