@@ -38,9 +38,9 @@ import numpy as np
 from engine.cpu import compiled, llvm_jit, spin_pool
 
 _state: dict[str, Any] = {}
-# The context's first words: steps per share, shares, the next share to claim, the parts that
-# found none left; then per table (run alone, then part 0's, part 1's, …), per share, per
-# step: its task's address, then its context's.
+# The context's first words: steps per share, shares, the claim word, the parts that found no
+# share left; then per table (run alone, then part 0's, part 1's, …), per share, per step: its
+# task's address, then its context's.
 HEADER_WORDS = 4
 CLAIMED, LEFT = 2, 3
 HALF_BITS = 32  # the claim word: shares taken from the front, low; from the back, high
@@ -52,13 +52,13 @@ Shares = list[list[Any]]
 
 def chain(by_part: Sequence[Sequence[Sequence[Any]]], alone: Sequence[Sequence[Any]],
           parts: int) -> Chain | None:
-    """The job of ``parts`` parts, each claiming shares one at a time (of ``S``, in order)
-    and running share ``s``'s steps from ``by_part[p][s]`` in order, ``p`` the part; run as
-    one part (unarmed), every share's steps from ``alone``. A step is a bound
-    `spin_pool.Job`, or a call wrapping one, as a `gemm_kernel.Product` is. None where the
-    chain cannot run here (no JIT, no pool, a step that is no job, shares of unequal steps,
-    a table per part missing or not shaped as ``alone``, more parts than shares or than a
-    job may have)."""
+    """The job of ``parts`` parts, each claiming shares one at a time (of ``S``: part 0 from
+    the first on, the others from the last back) and running share ``s``'s steps from
+    ``by_part[p][s]`` in order, ``p`` the part; run as one part (unarmed), every share's
+    steps from ``alone``. A step is a bound `spin_pool.Job`, or a call wrapping one, as a
+    `gemm_kernel.Product` is. None where the chain cannot run here (no JIT, no pool, a step
+    that is no job, shares of unequal steps, a table per part missing or not shaped as
+    ``alone``, more parts than shares or than a job may have)."""
     single = [list(steps) for steps in alone]
     tables = [[list(steps) for steps in table] for table in by_part]
     every = [steps for table in (single, *tables) for steps in table]
