@@ -513,10 +513,11 @@ def _chained_rows(weight: Any, out: Any, workspace: Any, share: Any) -> Any:
     where a share's columns would leave the GEMM's lanes empty), each share's patches copied
     and then multiplied on one thread with no wait between, where the bands' copies and
     products are a job each and the cores meet at the end of every one. Armed, the job runs
-    in `CHAIN_PARTS_PER_CORE` parts a core, each part's shares reusing a region of scratch
-    of its own; on one thread every share reuses the first. ``share(top, bottom, at)`` gives
-    the patches (K, columns) of output rows [top, bottom) placed ``at`` bytes into the patch
-    array's scratch, and the (target, source) copies filling them. None where a share's copy
+    in `CHAIN_PARTS_PER_CORE` parts a core, each claiming shares as it comes to them and
+    reusing a region of scratch of its own; on one thread every share reuses the first.
+    ``share(top, bottom, at)`` gives the patches (K, columns) of output rows [top, bottom)
+    placed ``at`` bytes into the patch array's scratch, and the (target, source) copies
+    filling them. None where a share's copy
     or product cannot be a job of its own, the regions would not fit in the patch array's
     scratch, or the weight may change."""
     filters, depth = weight.shape
@@ -542,23 +543,22 @@ def _chained_rows(weight: Any, out: Any, workspace: Any, share: Any) -> Any:
         return None
     packed = workspace.derived(weight, "gemm packed", gemm_kernel.pack)
     targets = out.reshape(filters, out_height, out_width)
-    in_parts: list[list[Any]] = []
-    alone: list[list[Any]] = []
+    # each share bound over each part's region (any part may claim it) and over the first
+    tables: list[list[list[Any]]] = [[] for _ in range(parts + 1)]
     for index in range(shares):
         top, bottom = index * out_height // shares, (index + 1) * out_height // shares
         target = targets[:, top:bottom].reshape(filters, -1)
-        part = next(part for part in range(parts) if index < (part + 1) * shares // parts)
-        for steps, region in ((in_parts, part), (alone, 0)):
+        for table, region in zip(tables, (0, *range(parts)), strict=True):
             columns, copies = share(top, bottom, region * share_bytes)
             if not gemm_kernel.applies(weight, columns, target):
                 return None
             # a copy of any size: it is a step of a share, not a job of its own
-            steps.append([*(strided_kernel.job(0, copy_to, source, source, min_elements=1)
+            table.append([*(strided_kernel.job(0, copy_to, source, source, min_elements=1)
                             for copy_to, source in copies),
                           gemm_kernel.bind_packed(packed, columns, target)])
-    if any(step is None for steps in in_parts + alone for step in steps):
+    if any(step is None for table in tables for steps in table for step in steps):
         return None
-    return part_chain.chain(in_parts, alone, parts)
+    return part_chain.chain(tables[1:], tables[0], parts)
 
 
 def _parity_order(kernel: Ints, matrix: Any) -> np.ndarray:

@@ -34,10 +34,16 @@ So where the panels are walked outside and A fits the same buffer, a part copies
 row blocks once, before its first tile.
 
 The K loops ask for nothing ahead (`gemm_ir.AHEAD_STEPS`, `gemm_ir.NEAR_STEPS`, set on the Intel
-machine for 24 multiply-adds a step): here a prefetch is one of about 25 instructions a step,
-and the hardware's prefetchers kept up without them. ResNet-50 v2 at batch 1, one thread, six
-alternated pairs: the steps in order 111–128 ms without (median 119) against 112–134 with
-(median 129); ResNet-18 40.6–45.3 against 42.5–48.1 ms.
+machine for 24 multiply-adds a step) except where a single product streams B from panels read
+where they lie (a transposed product's weight, `gemm_kernel.pack_columns`): each step there
+reads the next line of one panel, and asking for it `AHEAD_STEPS` steps on (and for the next
+panel's row, into L2) took MobileNet v2's classifier (one row, 1280 × 1000: 5 MB of panels
+from L3) from 0.36 to 0.28 ms on one thread, and its 7² products 2–6% less. Elsewhere a
+prefetch is one of about 25 instructions a step, and the hardware's prefetchers kept up
+without them. ResNet-50 v2 at batch 1, one thread, six alternated pairs, every loop asking:
+the steps in order 111–128 ms without (median 119) against 112–134 with (median 129);
+ResNet-18 40.6–45.3 against 42.5–48.1 ms. A batch of products over panels (Winograd's) asks
+for nothing: ResNet-18's and ResNet-50 v2's layers moved within their noise either way.
 
 One thread on the AMD EPYC (Zen 3) of docs/benchmarks.md, `bench/gemm.py`'s products and
 ResNet-50's 1 × 1 convolutions, against the general loop: the packed A 0.8–0.95× its time, with
@@ -86,14 +92,21 @@ class Avx2TileKernel(NarrowEdgeTileKernel):
     """`NarrowEdgeTileKernel` whose K loops read a packed A at constant offsets, and whose
     parts copy B's panels (see the module docstring)."""
 
-    # No prefetch in the K loops: see the module docstring.
-    k_loop_prefetches = False
+    # The K loops prefetch B's panels where they stream them, nothing else: see the module
+    # docstring.
+    k_loop_streams = ("b",)
 
     def _tile(self, function: ir.Function, builder: ir.IRBuilder, rows: int, vectors: int,
               masks: list[Any] | None) -> None:
-        """`TileKernel._tile`'s loop twice: for A packed (row stride 1, column stride MR),
-        its strides constants, and for any other A."""
-        lda, acs = function.args[2:4]
+        """`TileKernel._tile`'s loop for A packed (row stride 1, column stride MR), its
+        strides constants, and for any other A; each twice: prefetching B where the part
+        streams it (``b_ahead`` not 0: a single product's, `_panel_arguments`) from panels
+        read where they lie (``ldb`` NR: a transposed product's weight,
+        `gemm_kernel.pack_columns`), and prefetching nothing."""
+        lda, acs, _, ldb = function.args[2:6]
+        b_ahead = function.args[RESIDUAL + 2]
+        streams_panels = builder.and_(builder.icmp_signed("!=", b_ahead, I64(0)),
+                                      builder.icmp_signed("==", ldb, I64(self.shape.columns)))
         packed_strides = (I64(1), I64(self.shape.rows))
         packed = builder.and_(builder.icmp_signed("==", lda, packed_strides[0]),
                               builder.icmp_signed("==", acs, packed_strides[1]))
@@ -103,9 +116,13 @@ class Avx2TileKernel(NarrowEdgeTileKernel):
         builder.cbranch(packed, reads_packed, reads_strided)
         for block, strides in ((reads_packed, packed_strides), (reads_strided, None)):
             builder.position_at_end(block)
-            # Either stream: the loop prefetches neither.
-            self._tile_loop(function, builder, rows, vectors, masks, "a", strides)
-            builder.branch(after)
+            streams_b = function.append_basic_block(f"{block.name}_streams_b")
+            quiet = function.append_basic_block(f"{block.name}_quiet")
+            builder.cbranch(streams_panels, streams_b, quiet)
+            for loop_block, stream in ((streams_b, "b"), (quiet, "a")):  # "a": no prefetch
+                builder.position_at_end(loop_block)
+                self._tile_loop(function, builder, rows, vectors, masks, stream, strides)
+                builder.branch(after)
         builder.position_at_end(after)
 
     def define_full(self, name: str) -> ir.Function:
@@ -289,7 +306,8 @@ class Avx2TileKernel(NarrowEdgeTileKernel):
         """Where the part copies B's panels: the panel copied at its first tile in the part
         (its first row block, or the part's first tile), and the tile reading the copy
         (``ldb`` NR; a narrow edge's loop, which prefetches, asks for A's steps ahead, as
-        with row blocks outside). Where it copied A: the tile's block of the copy."""
+        with row blocks outside). Where it copied A: the tile's block of the copy. In a
+        batch of products, no B ahead (``b_ahead`` 0)."""
         constant, packs = tile["constant"], self._packs
         # Kept for `_run_tile`: the tile's place, and A's floats from one row block to the
         # next (in the copy of A's rows, or in A).
@@ -305,6 +323,10 @@ class Avx2TileKernel(NarrowEdgeTileKernel):
         k, a, lda, acs, b, ldb = arguments[:6]
         a_ahead, b_ahead = arguments[RESIDUAL + 1:RESIDUAL + 3]
         copied = self._copies_rows
+        # B's panels are asked for ahead (`_tile`) in a single product; a batch of products
+        # (Winograd's, `gemm_kernel.bind_packed_columns_batch`) keeps its loops unasked, as
+        # measured before (ResNet-18 and ResNet-50 v2 moved within their noise either way)
+        batched = builder.icmp_signed("!=", constant["b_batch"], I64(0))
         a_rows = builder.gep(self._rows, [builder.mul(tile["row"], constant["k"])])
         return [k, builder.select(copied, a_rows, a), lda,
                 builder.select(copied, I64(self.shape.rows), acs),
@@ -312,7 +334,8 @@ class Avx2TileKernel(NarrowEdgeTileKernel):
                 builder.select(packs, I64(self.shape.columns), ldb),
                 *arguments[6:RESIDUAL + 1],
                 builder.select(packs, builder.mul(I64(AHEAD_STEPS), constant["acs"]), a_ahead),
-                builder.select(packs, I64(0), b_ahead), *arguments[RESIDUAL + 3:]]
+                builder.select(builder.or_(packs, batched), I64(0), b_ahead),
+                *arguments[RESIDUAL + 3:]]
 
     def _copy_panel(self, function: ir.Function, builder: ir.IRBuilder, source: Any,
                     ldb: Any, k_count: Any, columns: Any) -> None:

@@ -91,8 +91,9 @@ B_NEXT = RESIDUAL + 3  # the tile functions' argument ``b_next`` (see `NEAR_STEP
 class TileKernel:
     """A module holding the tile functions for one register tile (`gemm_kernel.Tile`)."""
 
-    # Whether the K loops prefetch (`AHEAD_STEPS`, `NEAR_STEPS`; not on AVX2: `gemm_avx2_ir`).
-    k_loop_prefetches = True
+    # The streamed operands ("a", "b") whose K loops prefetch (`AHEAD_STEPS`, `NEAR_STEPS`;
+    # on AVX2 B's panels alone: `gemm_avx2_ir`).
+    k_loop_streams: tuple[str, ...] = ("a", "b")
 
     def __init__(self, shape: Any) -> None:
         self.shape = shape
@@ -350,7 +351,7 @@ class TileKernel:
                    vectors: int, masks: list[Any] | None, stream: str,
                    a_strides: tuple[Any, Any] | None = None) -> None:
         """`_tile`'s loop and stores, prefetching operand ``stream`` ("a" or "b"; neither
-        without `k_loop_prefetches`); A's row and column strides ``a_strides`` where given
+        where `k_loop_streams` leaves it out); A's row and column strides ``a_strides`` where given
         (constants), else the arguments'."""
         k_count, a, lda, acs, b, ldb = function.args[:6]
         if a_strides is not None:
@@ -368,7 +369,7 @@ class TileKernel:
         b_row = builder.gep(b, [builder.mul(k, ldb)])
         b_values = [self._load(builder, b_row, j, masks) for j in range(vectors)]
         a_column = builder.mul(k, acs)
-        if not self.k_loop_prefetches:
+        if stream not in self.k_loop_streams:
             stream = "neither"
         if stream == "b":
             self._prefetch_row(builder, builder.gep(b_row, [b_ahead]))

@@ -3,22 +3,28 @@
 A layer bound as two jobs (im2col's gather, then the product reading it) waits at the end of
 the first until every core's part is done, and a part of the second reads patches another core
 gathered. Where the work cuts into independent shares (a convolution's runs of output rows:
-each share's patches, then their product), a chain runs it as one job: each part runs its
-shares' steps one after the other on one thread (each step a job bound over that share alone,
-run whole), so a gather's output is still in its core's cache when its product reads it, and
-the layer waits once, at the end.
+each share's patches, then their product), a chain runs it as one job: each part runs shares'
+steps one after the other on one thread (each step a job bound over that share alone, run
+whole), so a gather's output is still in its core's cache when its product reads it, and the
+layer waits once, at the end.
 
-The shares' steps are bound twice: once for the job run in its parts (armed: the shares of
-one part may reuse one scratch region, those of different parts may not, as they run at once)
-and once for the job run as one part on one thread (unarmed, the pool runs every job so),
-where every share may reuse the same region, which then stays in cache: a ResNet-18 stem
-whose eight shares each had a region of their own took 1.4× as long on one thread as the
+Armed, the parts claim the shares one at a time from a word in the job's context (part 0 from
+the first share on, the others from the last back), so that a core that starts late (a worker
+woken from its nap, a vCPU the host lent elsewhere for a while) takes fewer shares, where a
+fixed run of shares per part kept the other core waiting for it: MobileNet v2's stem on two
+vCPUs shared with other work ran 0.57× its one-thread time at best but 0.90× at the median with
+a part of six shares each. Each share's steps are therefore bound once per part, over that
+part's scratch region (the shares one part runs reuse its region; parts running at once never
+share one), and once more for the job run as one part on one thread (unarmed, the pool runs
+every job so), where every share reuses the same region, which then stays in cache: a ResNet-18
+stem whose eight shares each had a region of their own took 1.4× as long on one thread as the
 bands reusing one.
 
-The chain's task is a few lines of LLVM IR (`_module`): its context holds the steps' task and
-context addresses, share by share, for both ways, and a part calls each of its shares' steps
-in order as ``task(context, 0, 1)`` (every step's task runs all of its own work when asked for
-part 0 of 1).
+The chain's task is a few lines of LLVM IR (`_module`): its context holds the claim word
+and, table by table (run alone, then each part's), share by share, the steps' task and
+context addresses; a part calls each step of a share in order as ``task(context, 0, 1)``
+(every step's task runs all of its own work when asked for part 0 of 1). The last part to
+find no share left puts the word back to 0 for the next run.
 """
 
 from __future__ import annotations
@@ -32,33 +38,40 @@ import numpy as np
 from engine.cpu import compiled, llvm_jit, spin_pool
 
 _state: dict[str, Any] = {}
-# The context's first words: steps per share, shares; then per way (in parts, then as one
-# part), per share, per step: its task's address, then its context's.
-HEADER_WORDS = 2
+# The context's first words: steps per share, shares, the claim word, the parts that found no
+# share left; then per table (run alone, then part 0's, part 1's, …), per share, per step: its
+# task's address, then its context's.
+HEADER_WORDS = 4
+CLAIMED, LEFT = 2, 3
+HALF_BITS = 32  # the claim word: shares taken from the front, low; from the back, high
+HALF_MASK = (1 << HALF_BITS) - 1
 WORDS_PER_STEP = 2
 
 Shares = list[list[Any]]
 
 
-def chain(in_parts: Sequence[Sequence[Any]], alone: Sequence[Sequence[Any]],
+def chain(by_part: Sequence[Sequence[Sequence[Any]]], alone: Sequence[Sequence[Any]],
           parts: int) -> Chain | None:
-    """The job of ``parts`` parts, part ``p`` running the steps of shares ``p · S // parts``
-    up to ``(p + 1) · S // parts`` (of ``S``) from ``in_parts``, each share's in order; run as
-    one part (unarmed), every share's steps from ``alone``. A step is a bound
-    `spin_pool.Job`, or a call wrapping one, as a `gemm_kernel.Product` is. None where the
-    chain cannot run here (no JIT, no pool, a step that is no job, shares of unequal steps,
-    ``alone`` not shaped as ``in_parts``, more parts than shares or than a job may have)."""
-    shares = [list(steps) for steps in in_parts]
+    """The job of ``parts`` parts, each claiming shares one at a time (of ``S``: part 0 from
+    the first on, the others from the last back) and running share ``s``'s steps from
+    ``by_part[p][s]`` in order, ``p`` the part; run as one part (unarmed), every share's
+    steps from ``alone``. A step is a bound `spin_pool.Job`, or a call wrapping one, as a
+    `gemm_kernel.Product` is. None where the chain cannot run here (no JIT, no pool, a step
+    that is no job, shares of unequal steps, a table per part missing or not shaped as
+    ``alone``, more parts than shares or than a job may have)."""
     single = [list(steps) for steps in alone]
-    if (not shares or not shares[0] or not 1 <= parts <= min(len(shares), spin_pool.MAX_PARTS)
-            or {len(steps) for steps in shares + single} != {len(shares[0])}
-            or len(single) != len(shares) or not spin_pool.available()
-            or any(_task_of(step) is None for steps in shares + single for step in steps)):
+    tables = [[list(steps) for steps in table] for table in by_part]
+    every = [steps for table in (single, *tables) for steps in table]
+    if (not single or not single[0] or not 1 <= parts <= min(len(single), spin_pool.MAX_PARTS)
+            or len(tables) != parts or {len(table) for table in tables} != {len(single)}
+            or {len(steps) for steps in every} != {len(single[0])}
+            or not spin_pool.available()
+            or any(_task_of(step) is None for steps in every for step in steps)):
         return None
     task = _task()
     if task is None:
         return None
-    return Chain.of(shares, single, parts, task)
+    return Chain.of(tables, single, task)
 
 
 class Chain(partial):
@@ -67,24 +80,26 @@ class Chain(partial):
     the new steps (`with_epilogue`, `with_residual`), so that the chain stands where the
     products stood in a layer's calls (`gemm_bind`)."""
 
-    in_parts: Shares
+    by_part: list[Shares]
     alone: Shares
     keep: tuple[Any, ...]
     leaves_blas_alone = True  # native steps on the pool's threads (`cpu.parts`)
 
     @classmethod
-    def of(cls, in_parts: Shares, alone: Shares, parts: int, task: int) -> Chain:
-        shares, steps = len(in_parts), len(in_parts[0])
-        context = np.zeros(HEADER_WORDS + 2 * shares * steps * WORDS_PER_STEP, np.int64)
-        context[:HEADER_WORDS] = steps, shares
-        words = context[HEADER_WORDS:].reshape(2, shares, steps, WORDS_PER_STEP)
-        for way, table in enumerate((in_parts, alone)):
+    def of(cls, by_part: list[Shares], alone: Shares, task: int) -> Chain:
+        tables = [alone, *by_part]
+        shares, steps = len(alone), len(alone[0])
+        context = np.zeros(HEADER_WORDS + len(tables) * shares * steps * WORDS_PER_STEP,
+                           np.int64)
+        context[:2] = steps, shares
+        words = context[HEADER_WORDS:].reshape(len(tables), shares, steps, WORDS_PER_STEP)
+        for way, table in enumerate(tables):
             for share, share_steps in enumerate(table):
                 for index, step in enumerate(share_steps):
                     words[way, share, index] = _task_of(step)
-        job = spin_pool.job(task, context, parts, keep=(in_parts, alone))
+        job = spin_pool.job(task, context, len(by_part), keep=(by_part, alone))
         bound = cls(job.func, *job.args)
-        bound.in_parts, bound.alone, bound.keep = in_parts, alone, job.keep
+        bound.by_part, bound.alone, bound.keep = by_part, alone, job.keep
         return bound
 
     @property
@@ -97,7 +112,8 @@ class Chain(partial):
             return [[change(step) if _is_product(step) else step for step in steps]
                     for steps in table]
 
-        return Chain.of(changed(self.in_parts), changed(self.alone), self.parts, _task())
+        return Chain.of([changed(table) for table in self.by_part], changed(self.alone),
+                        _task())
 
     def with_epilogue(self, bias_rows: Any = None, bias_columns: Any = None,
                       low: float = -np.inf, high: float = np.inf) -> Chain:
@@ -117,8 +133,8 @@ class Chain(partial):
         return self._rebound(lambda step: step.with_residual(out, other))
 
     def products(self) -> list[Any]:
-        """The chain's products, both ways, share by share."""
-        return [step for table in (self.in_parts, self.alone) for steps in table
+        """The chain's products, every table, share by share."""
+        return [step for table in (*self.by_part, self.alone) for steps in table
                 for step in steps if _is_product(step)]
 
 
@@ -142,9 +158,11 @@ def _task() -> int | None:
 
 
 def _module() -> Any:
-    """``chain(context, part, parts)``: for each share of part ``part`` of ``parts``, for each
-    of its steps in order, ``task(step_context, 0, 1)``, from the second table where the job
-    runs as one part."""
+    """``chain(context, part, parts)``: run as one part, every share's steps in order from
+    the first table; in parts, share after share claimed from the context's claim word (part
+    0 from the front, the others from the back, so that each core's outputs are mostly a run
+    of rows, as the pool's parts of the next step are), each share's steps in order from part
+    ``part``'s table, the last part to leave putting the words back to 0."""
     import llvmlite.ir as ir
 
     from engine.kernels.task_ir import I64, loop, task
@@ -154,20 +172,63 @@ def _module() -> Any:
     words = builder.inttoptr(context, I64.as_pointer())
     steps = builder.load(words, align=8)
     shares = builder.load(builder.gep(words, [I64(1)]), align=8)
-    first = builder.sdiv(builder.mul(part, shares), parts)
-    last = builder.sdiv(builder.mul(builder.add(part, I64(1)), shares), parts)
+    claimed = builder.gep(words, [I64(CLAIMED)])
+    left = builder.gep(words, [I64(LEFT)])
     per_share = builder.mul(steps, I64(WORDS_PER_STEP))
-    table = builder.select(builder.icmp_signed("==", parts, I64(1)),
-                           builder.mul(shares, per_share), I64(0))
     step_type = ir.FunctionType(ir.VoidType(), [I64] * 3)
-    with loop(builder, function, first, last, "shares") as share:
-        start = builder.add(builder.add(I64(HEADER_WORDS), table),
-                            builder.mul(share, per_share))
+
+    def run_share(before: Any, share: Any) -> None:
+        """Share ``share``'s steps from the table that follows ``before`` shares."""
+        start = builder.add(I64(HEADER_WORDS), builder.mul(builder.add(before, share), per_share))
         with loop(builder, function, I64(0), steps, "steps") as step:
             at = builder.add(start, builder.mul(step, I64(WORDS_PER_STEP)))
             address = builder.load(builder.gep(words, [at]), align=8)
             step_context = builder.load(builder.gep(words, [builder.add(at, I64(1))]), align=8)
             builder.call(builder.inttoptr(address, step_type.as_pointer()),
                          [step_context, I64(0), I64(1)])
+
+    alone, claim, attempt, free, run, leave, reset, done = (
+        function.append_basic_block(name)
+        for name in ("alone", "claim", "attempt", "free", "run", "leave", "reset", "done"))
+    builder.cbranch(builder.icmp_signed("==", parts, I64(1)), alone, claim)
+
+    builder.position_at_end(alone)
+    with loop(builder, function, I64(0), shares, "shares") as share:
+        run_share(I64(0), share)
+    builder.branch(done)
+
+    # The claim word: shares taken from the front (low half), from the back (high half).
+    builder.position_at_end(claim)
+    first = builder.load_atomic(claimed, "monotonic", 8)
+    builder.branch(attempt)
+    builder.position_at_end(attempt)
+    word = builder.phi(I64)
+    word.add_incoming(first, claim)
+    front = builder.and_(word, I64(HALF_MASK))
+    back = builder.lshr(word, I64(HALF_BITS))
+    builder.cbranch(builder.icmp_signed(">=", builder.add(front, back), shares), leave, free)
+    builder.position_at_end(free)
+    leading = builder.icmp_signed("==", part, I64(0))
+    share = builder.select(leading, front, builder.sub(builder.sub(shares, back), I64(1)))
+    taken = builder.add(word, builder.select(leading, I64(1), I64(1 << HALF_BITS)))
+    swapped = builder.cmpxchg(claimed, word, taken, "monotonic", "monotonic")
+    word.add_incoming(builder.extract_value(swapped, 0), builder.block)
+    builder.cbranch(builder.extract_value(swapped, 1), run, attempt)
+    builder.position_at_end(run)
+    # tables: the one run alone, then part 0's, part 1's, …
+    run_share(builder.mul(builder.add(part, I64(1)), shares), share)
+    builder.branch(claim)
+
+    builder.position_at_end(leave)
+    # every part has made its last claim once all have left: the words go back to 0,
+    # before the job is finished for the pool (its finish is a release)
+    gone = builder.atomic_rmw("add", left, I64(1), "acq_rel")
+    builder.cbranch(builder.icmp_signed("==", gone, builder.sub(parts, I64(1))), reset, done)
+    builder.position_at_end(reset)
+    builder.atomic_rmw("xchg", claimed, I64(0), "monotonic")
+    builder.atomic_rmw("xchg", left, I64(0), "monotonic")
+    builder.branch(done)
+
+    builder.position_at_end(done)
     builder.ret_void()
     return module

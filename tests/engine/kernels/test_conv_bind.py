@@ -381,19 +381,20 @@ def test_float32_stem_is_the_split_copy_and_one_chained_job() -> None:
     # one part a core, each with as many shares, each share's patches (its product's B) at
     # most `CHAIN_SHARE_BYTES`
     assert chain.parts == conv_bind.CHAIN_PARTS_PER_CORE * spin_pool.cores()
-    assert len(chain.in_parts) % chain.parts == 0
+    assert len(chain.by_part) == chain.parts
+    assert len(chain.alone) % chain.parts == 0
     assert all(steps[-1].operands[1].nbytes <= conv_bind.CHAIN_SHARE_BYTES
-               for steps in chain.in_parts)
+               for table in chain.by_part for steps in table)
     assert_runs_twice(calls, out, want)
     alone = out.copy()
     assert_armed_runs_store(out, alone, lambda: [call() for call in calls])
 
 
 def test_chained_stem_shares_reuse_one_region_per_part() -> None:
-    """Where the chain runs in its parts, the shares of one part reuse one region of patches
-    and those of different parts, which run at once, have regions apart; run as one part,
-    every share reuses the first region, which stays in cache (eight regions took a ResNet-18
-    stem 1.4× as long on one thread)."""
+    """Where the chain runs in its parts, each part's table has every share reuse one region
+    of patches, and the parts, which run at once, have regions apart; run as one part, every
+    share reuses the first region, which stays in cache (eight regions took a ResNet-18 stem
+    1.4× as long on one thread)."""
     geometry = ((7, 7), (2, 2), (1, 1), (3, 3))
     data, weight, bias, want = stem_operands((96, 96), 32)
     out = np.empty(want.shape, np.float32)
@@ -405,14 +406,12 @@ def test_chained_stem_shares_reuse_one_region_per_part() -> None:
 
     alone = patch_regions(chain.alone)
     assert len(set(alone)) == 1
-    shares, parts = len(chain.in_parts), chain.parts
-    in_parts = patch_regions(chain.in_parts)
-    by_part = [in_parts[part * shares // parts:(part + 1) * shares // parts]
-               for part in range(parts)]
-    assert all(len(set(regions)) == 1 for regions in by_part)
-    assert len({regions[0] for regions in by_part}) == parts
+    by_part = [patch_regions(table) for table in chain.by_part]
+    assert len(by_part) == chain.parts
+    assert all(len(regions) == len(alone) and len(set(regions)) == 1 for regions in by_part)
+    assert len({regions[0] for regions in by_part}) == chain.parts
     # the regions lie apart: each part's patches end before the next part's begin
-    nbytes = chain.in_parts[0][-1].operands[1].nbytes
+    nbytes = max(steps[-1].operands[1].nbytes for steps in chain.alone)
     starts = sorted(regions[0] for regions in by_part)
     assert all(later - earlier >= nbytes for earlier, later in zip(starts, starts[1:]))
 

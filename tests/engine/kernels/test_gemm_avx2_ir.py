@@ -131,3 +131,54 @@ def test_the_other_tiles_modules_are_unchanged() -> None:
                            kernel.define_edge("tile_edge"), gemm_kernel.CONTEXT_FIELDS)
         digest = hashlib.sha256(str(kernel.module).encode()).hexdigest()
         assert digest == OTHER_MODULES[name], name
+
+
+def prefetches(kernel: gemm_avx2_ir.Avx2TileKernel) -> tuple[int, int]:
+    """The prefetches in a kernel's whole-tile module's text: all, and those into L2."""
+    kernel.define_full("tile_full")
+    text = str(kernel.module)
+    return text.count('call void @"llvm.prefetch.p0"'), text.count("i32 0, i32 2, i32 1)")
+
+
+def test_the_k_loops_prefetch_b_panels_alone() -> None:
+    """The whole tile's K loops ask for B ahead (each line of its row, and the next panel's
+    row into L2) in one loop per layout of A, the one run where B streams from panels;
+    nothing else in the loops asks for anything."""
+
+    class Quiet(gemm_avx2_ir.Avx2TileKernel):
+        k_loop_streams = ()
+
+    shape = gemm_kernel.AVX2_TILE
+    lines = -(-shape.columns * 4 // 64)
+    (every, into_l2), (quiet, quiet_l2) = (prefetches(kernel(shape)) for kernel in
+                                            (gemm_avx2_ir.Avx2TileKernel, Quiet))
+    assert quiet_l2 == 0
+    assert into_l2 == 2  # two layouts of A
+    assert every - quiet == 2 * (lines + 1)
+
+
+@pytest.mark.parametrize("m", (1, 49))
+@pytest.mark.parametrize("parts", (1, 3))
+def test_panels_streamed_with_their_prefetches_give_the_product(kernels: dict, m: int,
+                                                                parts: int) -> None:
+    """B in panels (`gemm_kernel.pack_columns`), read where they lie with column panels
+    outside (a transposed product's weight: the K loops that prefetch), a row of A or 49
+    (eight row blocks and a one-row edge), strided or transposed as the 7² layers' are."""
+    shape = kernels["tile"]
+    part = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(
+        kernels["part"])
+    n, k = 5 * shape.columns + 3, 300
+    a = RNG.standard_normal((m, k), dtype=np.float32)
+    b = RNG.standard_normal((k, n), dtype=np.float32)
+    panels = gemm_kernel.pack_columns(b)
+    assert panels.shape[2] == shape.columns
+    for name, (array, row_step, lda, acs) in layouts(a, shape.rows).items():
+        c = np.full((m, n), np.nan, np.float32)
+        zeros = np.zeros(max(m, n) + 64, np.float32)
+        context = gemm_kernel._context(shape, array.ctypes.data, row_step, lda, acs,
+                                       panels.ctypes.data, k, shape.columns, c, k, True,
+                                       zeros.ctypes.data)
+        for index in reversed(range(parts)):
+            part(context.ctypes.data, index, parts)
+        np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-4,
+                                   atol=1e-5 * np.sqrt(k), err_msg=name)
