@@ -476,8 +476,8 @@ class FusedConv(EpilogueLayer):
         them and reusing a region of sums of its own, so that every share is bound once over
         each part's region; on one thread every share reuses the first. None where the
         layer's weights are better shared among the cores by panels than its rows are
-        (`rows_first`: ResNet-18's stages 3 and 4 at batch 1, stage 4's 3×3 layers at batch
-        8), where the host has one core, or where the chain cannot run here."""
+        (`rows_first`: ResNet-18's 3×3 layers of stages 3 and 4 at batch 1, of stage 4 at
+        batch 8), where the host has one core, or where the chain cannot run here."""
         packed, block = self.packed, self.packed.rows
         parts = spin_pool.cores()
         row_blocks = -(-self.rows // block)
