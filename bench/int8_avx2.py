@@ -23,6 +23,10 @@ strip columns (``NarrowInt8Kernel(rows, vectors, strip)``; `gemm_int8.NARROW_ROW
 one `gemm_int8` compiles), on weights within ±63 and full 8-bit activations, each checked
 against NumPy's sums, in turn as above.
 
+``--classifier`` instead times the one-row ``vpmaddubsw`` tile (a classifier at batch 1) on
+MobileNet v2's and ResNet's classifiers, 16-column strips against a strip of the whole panel
+(the one `gemm_int8` compiles), each call after a pass over ``--evict`` MB and once warm.
+
 ``--layers`` times whole fused int8 convolutions (`int8_conv.FusedConv`: copy, gather,
 product, requantize) of ResNet's shapes at ``--batch``, weights within ±63, packed once for
 2-row ``vpmaddubsw`` tiles and once for `gemm_int8.NARROW_ROWS` rows, the two in turn each
@@ -41,7 +45,8 @@ commit's through ``git show``) in turn, and checks that both write the same byte
 one it prints each layer's jobs by kind and the requantize pass's share of the layer.
 
 Usage: python bench/int8_avx2.py [--rounds N] [--instructions | --narrow-tiles | --layers |
---windows | --requantize [--requantize-against FILE]] [--batch B]   (a host with AVX2)
+--windows | --requantize [--requantize-against FILE] | --classifier [--evict MB]] [--batch B]
+(a host with AVX2)
 """
 
 from __future__ import annotations
@@ -437,6 +442,52 @@ def requantize(rounds: int, batch: int, against: str | None) -> None:
                   f"{'' if same else ', NOT THE SAME BYTES'}")
 
 
+# `--classifier`'s products of one row: (K, N, name)
+CLASSIFIERS = ((1280, 1000, "MobileNet v2"), (512, 1000, "ResNet-18"), (2048, 1000, "ResNet-50 v2"))
+# (label, strip columns) of the one-row ``vpmaddubsw`` tiles `--classifier` compares
+CLASSIFIER_STRIPS = (("16-column strips", gemm_int8_avx2_ir.STRIP), ("the whole panel", 64))
+
+
+def classifier(rounds: int, evict_mb: int) -> None:
+    """The one-row ``vpmaddubsw`` tile on the classifiers' shapes (weights within ±63), a
+    16-column strip against a strip of the whole panel, in turn: each call after a pass over
+    ``evict_mb`` MB (the weights out of L2, or out of L3 past its size: as a network's walk
+    leaves them), then once more at once (warm). Each checked against NumPy's sums."""
+    rng, keep = np.random.default_rng(0), []
+    evict = np.ones(evict_mb << 20, np.uint8)
+    print(f"one thread, one row, vpmaddubsw, µs median (best) of {rounds} calls after "
+          f"{evict_mb} MB evicted | warm; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    for k, n, name in CLASSIFIERS:
+        weights = rng.integers(-63, 64, (k, n)).astype(np.int8)
+        packed = gemm_int8.PackedWeights(weights)
+        a = rng.integers(0, 256, (1, k)).astype(np.uint8)
+        rows = np.zeros((1, packed.groups * 4), np.uint8)
+        rows[:, :k] = a
+        calls = []
+        for label, strip in CLASSIFIER_STRIPS:
+            panels = compiled(gemm_int8_avx2_ir.NarrowInt8Kernel(1, packed.vectors, strip), keep)
+            out = np.empty((1, packed.panels * packed.vectors * gemm_int8.LANES), np.int32)
+            call = bound(panels, rows, packed, out, blocks=1)
+            call()
+            if not np.array_equal(out[:, :n], a.astype(np.int64) @ weights.astype(np.int64)):
+                raise SystemExit(f"{name}, {label}: not NumPy's sums")
+            calls.append((label, call))
+        cold: dict[str, list[float]] = {label: [] for label, _ in calls}
+        warm: dict[str, list[float]] = {label: [] for label, _ in calls}
+        for _ in range(rounds):
+            for label, call in calls:
+                np.add(evict, 1, out=evict)
+                for times in (cold, warm):
+                    start = time.thread_time()
+                    call()
+                    times[label].append(time.thread_time() - start)
+        print(f"{name}'s classifier, {k} × {n} ({packed.packed.nbytes / 1e6:.2f} MB):")
+        for label, _ in calls:
+            print(f"  {label:17} {statistics.median(cold[label]) * 1e6:6.1f} "
+                  f"({min(cold[label]) * 1e6:5.1f}) | {statistics.median(warm[label]) * 1e6:5.1f} "
+                  f"({min(warm[label]) * 1e6:5.1f})")
+
+
 def timed(calls: list[Callable[[], None]], size: int, rounds: int) -> list[list[float]]:
     """Each call's best thread CPU time of many, per round, the calls in turn each round."""
     repeat = max(5, int(3e7 / size))
@@ -462,11 +513,16 @@ def main() -> None:
     parser.add_argument("--requantize", action="store_true")
     parser.add_argument("--requantize-against", metavar="FILE")
     parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--classifier", action="store_true")
+    parser.add_argument("--evict", type=int, default=64, help="--classifier's MB evicted")
     options = parser.parse_args()
     if not host_features.has("avx2"):
         raise SystemExit("this host has no AVX2")
     if options.instructions:
         instruction_rates(options.rounds)
+        return
+    if options.classifier:
+        classifier(options.rounds, options.evict)
         return
     if options.narrow_tiles:
         narrow_tiles(options.rounds)

@@ -474,7 +474,7 @@ def _compiled_avx2(narrow: bool) -> tuple[dict[Any, Any], list[Any]]:
     import llvmlite.binding as llvm
 
     from engine.cpu.llvm_jit import compile_ir
-    from engine.kernels.gemm_int8_avx2_ir import Avx2Int8Kernel, NarrowInt8Kernel
+    from engine.kernels.gemm_int8_avx2_ir import STRIP, Avx2Int8Kernel, NarrowInt8Kernel
     from engine.kernels.gemm_int8_ir import define_task
 
     llvm.initialize_native_target()
@@ -482,7 +482,10 @@ def _compiled_avx2(narrow: bool) -> tuple[dict[Any, Any], list[Any]]:
     engines = []
 
     def compiled_tile(rows: int, vectors: int, table: bool = False) -> tuple[Any, int]:
-        kernel = NarrowInt8Kernel(rows, vectors, table=table) if narrow else \
+        # one row streams its weights once: a strip of the whole panel walks them in the
+        # order they lie, each step asking for all its lines ahead (`NarrowInt8Kernel`)
+        strip = vectors * LANES if rows == 1 else STRIP
+        kernel = NarrowInt8Kernel(rows, vectors, strip, table=table) if narrow else \
             Avx2Int8Kernel(rows, vectors)
         define_task(kernel.module, kernel.define("panels"), rows,
                     row_bytes=8 if table else None)
