@@ -500,7 +500,7 @@ def _compiled_avx2(narrow: bool) -> tuple[dict[Any, Any], list[Any]]:
         # order they lie, each step asking for all its lines ahead (`NarrowInt8Kernel`)
         strip = vectors * LANES if rows == 1 else STRIP
         kernel = NarrowInt8Kernel(rows, vectors, strip, table=table) if narrow else \
-            Avx2Int8Kernel(rows, vectors)
+            Avx2Int8Kernel(rows, vectors, buffered=False if rows == 1 else None, strip=strip)
         # the narrow tiles' tasks finish a short last block on the one-row tile
         define_task(kernel.module, kernel.define("panels"), rows,
                     row_bytes=8 if table else None, edge=narrow and rows > 1)
