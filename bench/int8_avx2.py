@@ -23,9 +23,10 @@ strip columns (``NarrowInt8Kernel(rows, vectors, strip)``; `gemm_int8.NARROW_ROW
 one `gemm_int8` compiles), on weights within ±63 and full 8-bit activations, each checked
 against NumPy's sums, in turn as above.
 
-``--classifier`` instead times the one-row ``vpmaddubsw`` tile (a classifier at batch 1) on
-MobileNet v2's and ResNet's classifiers, 16-column strips against a strip of the whole panel
-(the one `gemm_int8` compiles), each call after a pass over ``--evict`` MB and once warm.
+``--classifier`` instead times the one-row tiles (a classifier at batch 1), ``vpmaddubsw`` on
+weights within ±63 and ``vpmaddwd`` on full-range ones, on MobileNet v2's and ResNet's
+classifiers, 16-column strips against a strip of the whole panel (the one `gemm_int8`
+compiles), each call after a pass over ``--evict`` MB and once warm.
 
 ``--edge`` instead times 49 rows (ResNet's 7² layers) on the ``vpmaddubsw`` tiles: 13 tiles
 of `gemm_int8.NARROW_ROWS` rows against 12 and the last row on the one-row tile.
@@ -447,48 +448,62 @@ def requantize(rounds: int, batch: int, against: str | None) -> None:
 
 # `--classifier`'s products of one row: (K, N, name)
 CLASSIFIERS = ((1280, 1000, "MobileNet v2"), (512, 1000, "ResNet-18"), (2048, 1000, "ResNet-50 v2"))
-# (label, strip columns) of the one-row ``vpmaddubsw`` tiles `--classifier` compares
-CLASSIFIER_STRIPS = (("16-column strips", gemm_int8_avx2_ir.STRIP), ("the whole panel", 64))
+# (label, one-row kernel) `--classifier` compares for each weights' range: 16-column strips
+# against a strip of the whole panel (the ones `gemm_int8` compiles), for narrow weights
+# (``vpmaddubsw``) and full-range ones (``vpmaddwd``, which fully connected layers keep)
+CLASSIFIER_KERNELS: dict[int, tuple[tuple[str, Callable[[int], Any]], ...]] = {
+    63: (("vpmaddubsw, 16-column strips", lambda vectors: gemm_int8_avx2_ir.NarrowInt8Kernel(
+            1, vectors)),
+         ("vpmaddubsw, the whole panel", lambda vectors: gemm_int8_avx2_ir.NarrowInt8Kernel(
+            1, vectors, vectors * gemm_int8.LANES))),
+    127: (("vpmaddwd, 16-column strips", lambda vectors: gemm_int8_avx2_ir.Avx2Int8Kernel(
+             1, vectors)),
+          ("vpmaddwd, the whole panel", lambda vectors: gemm_int8_avx2_ir.Avx2Int8Kernel(
+             1, vectors, buffered=False, strip=vectors * gemm_int8.LANES)))}
 
 
 def classifier(rounds: int, evict_mb: int) -> None:
-    """The one-row ``vpmaddubsw`` tile on the classifiers' shapes (weights within ±63), a
+    """The one-row tiles on the classifiers' shapes, weights within ±63 and full range, a
     16-column strip against a strip of the whole panel, in turn: each call after a pass over
     ``evict_mb`` MB (the weights out of L2, or out of L3 past its size: as a network's walk
     leaves them), then once more at once (warm). Each checked against NumPy's sums."""
     rng, keep = np.random.default_rng(0), []
     evict = np.ones(evict_mb << 20, np.uint8)
-    print(f"one thread, one row, vpmaddubsw, µs median (best) of {rounds} calls after "
-          f"{evict_mb} MB evicted | warm; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    print(f"one thread, one row, µs median (best) of {rounds} calls after {evict_mb} MB "
+          f"evicted | warm; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     for k, n, name in CLASSIFIERS:
-        weights = rng.integers(-63, 64, (k, n)).astype(np.int8)
-        packed = gemm_int8.PackedWeights(weights)
-        a = rng.integers(0, 256, (1, k)).astype(np.uint8)
-        rows = np.zeros((1, packed.groups * 4), np.uint8)
-        rows[:, :k] = a
-        calls = []
-        for label, strip in CLASSIFIER_STRIPS:
-            panels = compiled(gemm_int8_avx2_ir.NarrowInt8Kernel(1, packed.vectors, strip), keep)
-            out = np.empty((1, packed.panels * packed.vectors * gemm_int8.LANES), np.int32)
-            call = bound(panels, rows, packed, out, blocks=1)
-            call()
-            if not np.array_equal(out[:, :n], a.astype(np.int64) @ weights.astype(np.int64)):
-                raise SystemExit(f"{name}, {label}: not NumPy's sums")
-            calls.append((label, call, out))  # ``out`` kept alive: the call writes there
-        cold: dict[str, list[float]] = {label: [] for label, *_ in calls}
-        warm: dict[str, list[float]] = {label: [] for label, *_ in calls}
-        for _ in range(rounds):
-            for label, call, _ in calls:
-                np.add(evict, 1, out=evict)
-                for times in (cold, warm):
-                    start = time.thread_time()
-                    call()
-                    times[label].append(time.thread_time() - start)
-        print(f"{name}'s classifier, {k} × {n} ({packed.packed.nbytes / 1e6:.2f} MB):")
-        for label, *_ in calls:
-            print(f"  {label:17} {statistics.median(cold[label]) * 1e6:6.1f} "
-                  f"({min(cold[label]) * 1e6:5.1f}) | {statistics.median(warm[label]) * 1e6:5.1f} "
-                  f"({min(warm[label]) * 1e6:5.1f})")
+        for limit, kernels in CLASSIFIER_KERNELS.items():
+            weights = rng.integers(-limit - 1 if limit == 127 else -limit, limit + 1,
+                                   (k, n)).astype(np.int8)
+            packed = gemm_int8.PackedWeights(weights)
+            a = rng.integers(0, 256, (1, k)).astype(np.uint8)
+            rows = np.zeros((1, packed.groups * 4), np.uint8)
+            rows[:, :k] = a
+            calls = []
+            for label, make in kernels:
+                panels = compiled(make(packed.vectors), keep)
+                out = np.empty((1, packed.panels * packed.vectors * gemm_int8.LANES), np.int32)
+                call = bound(panels, rows, packed, out, blocks=1)
+                call()
+                if not np.array_equal(out[:, :n],
+                                      a.astype(np.int64) @ weights.astype(np.int64)):
+                    raise SystemExit(f"{name}, {label}: not NumPy's sums")
+                calls.append((label, call, out))  # ``out`` kept alive: the call writes there
+            cold: dict[str, list[float]] = {label: [] for label, *_ in calls}
+            warm: dict[str, list[float]] = {label: [] for label, *_ in calls}
+            for _ in range(rounds):
+                for label, call, _ in calls:
+                    np.add(evict, 1, out=evict)
+                    for times in (cold, warm):
+                        start = time.thread_time()
+                        call()
+                        times[label].append(time.thread_time() - start)
+            print(f"{name}'s classifier, {k} × {n} ({packed.packed.nbytes / 1e6:.2f} MB):")
+            for label, *_ in calls:
+                print(f"  {label:29} {statistics.median(cold[label]) * 1e6:6.1f} "
+                      f"({min(cold[label]) * 1e6:5.1f}) | "
+                      f"{statistics.median(warm[label]) * 1e6:5.1f} "
+                      f"({min(warm[label]) * 1e6:5.1f})")
 
 
 # `--edge`'s products of 49 rows (ResNet's 7² layers): (K, N, name)
