@@ -23,6 +23,14 @@ strip columns (``NarrowInt8Kernel(rows, vectors, strip)``; `gemm_int8.NARROW_ROW
 one `gemm_int8` compiles), on weights within ±63 and full 8-bit activations, each checked
 against NumPy's sums, in turn as above.
 
+``--classifier`` instead times the one-row tiles (a classifier at batch 1), ``vpmaddubsw`` on
+weights within ±63 and ``vpmaddwd`` on full-range ones, on MobileNet v2's and ResNet's
+classifiers, 16-column strips against a strip of the whole panel (the one `gemm_int8`
+compiles), each call after a pass over ``--evict`` MB and once warm.
+
+``--edge`` instead times 49 rows (ResNet's 7² layers) on the ``vpmaddubsw`` tiles: 13 tiles
+of `gemm_int8.NARROW_ROWS` rows against 12 and the last row on the one-row tile.
+
 ``--layers`` times whole fused int8 convolutions (`int8_conv.FusedConv`: copy, gather,
 product, requantize) of ResNet's shapes at ``--batch``, weights within ±63, packed once for
 2-row ``vpmaddubsw`` tiles and once for `gemm_int8.NARROW_ROWS` rows, the two in turn each
@@ -45,8 +53,8 @@ one it prints each layer's jobs by kind and the requantize pass's share of the l
 `int8_conv.chunk_bytes` (a quarter of a small L2), in turn, and checks the bytes.
 
 Usage: python bench/int8_avx2.py [--rounds N] [--instructions | --narrow-tiles | --layers |
---windows | --chunks | --requantize [--requantize-against FILE]] [--batch B]   (a host with
-AVX2)
+--windows | --chunks | --requantize [--requantize-against FILE] | --classifier [--evict MB] |
+--edge] [--batch B]   (a host with AVX2)
 """
 
 from __future__ import annotations
@@ -463,6 +471,122 @@ def requantize(rounds: int, batch: int, against: str | None) -> None:
                   f"{'' if same else ', NOT THE SAME BYTES'}")
 
 
+# `--classifier`'s products of one row: (K, N, name)
+CLASSIFIERS = ((1280, 1000, "MobileNet v2"), (512, 1000, "ResNet-18"), (2048, 1000, "ResNet-50 v2"))
+# (label, one-row kernel) `--classifier` compares for each weights' range: 16-column strips
+# against a strip of the whole panel (the ones `gemm_int8` compiles), for narrow weights
+# (``vpmaddubsw``) and full-range ones (``vpmaddwd``, which fully connected layers keep)
+CLASSIFIER_KERNELS: dict[int, tuple[tuple[str, Callable[[int], Any]], ...]] = {
+    63: (("vpmaddubsw, 16-column strips", lambda vectors: gemm_int8_avx2_ir.NarrowInt8Kernel(
+            1, vectors)),
+         ("vpmaddubsw, the whole panel", lambda vectors: gemm_int8_avx2_ir.NarrowInt8Kernel(
+            1, vectors, vectors * gemm_int8.LANES))),
+    127: (("vpmaddwd, 16-column strips", lambda vectors: gemm_int8_avx2_ir.Avx2Int8Kernel(
+             1, vectors)),
+          ("vpmaddwd, the whole panel", lambda vectors: gemm_int8_avx2_ir.Avx2Int8Kernel(
+             1, vectors, buffered=False, strip=vectors * gemm_int8.LANES)))}
+
+
+def classifier(rounds: int, evict_mb: int) -> None:
+    """The one-row tiles on the classifiers' shapes, weights within ±63 and full range, a
+    16-column strip against a strip of the whole panel, in turn: each call after a pass over
+    ``evict_mb`` MB (the weights out of L2, or out of L3 past its size: as a network's walk
+    leaves them), then once more at once (warm). Each checked against NumPy's sums."""
+    rng, keep = np.random.default_rng(0), []
+    evict = np.ones(evict_mb << 20, np.uint8)
+    print(f"one thread, one row, µs median (best) of {rounds} calls after {evict_mb} MB "
+          f"evicted | warm; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    for k, n, name in CLASSIFIERS:
+        for limit, kernels in CLASSIFIER_KERNELS.items():
+            weights = rng.integers(-limit - 1 if limit == 127 else -limit, limit + 1,
+                                   (k, n)).astype(np.int8)
+            packed = gemm_int8.PackedWeights(weights)
+            a = rng.integers(0, 256, (1, k)).astype(np.uint8)
+            rows = np.zeros((1, packed.groups * 4), np.uint8)
+            rows[:, :k] = a
+            calls = []
+            for label, make in kernels:
+                panels = compiled(make(packed.vectors), keep)
+                out = np.empty((1, packed.panels * packed.vectors * gemm_int8.LANES), np.int32)
+                call = bound(panels, rows, packed, out, blocks=1)
+                call()
+                if not np.array_equal(out[:, :n],
+                                      a.astype(np.int64) @ weights.astype(np.int64)):
+                    raise SystemExit(f"{name}, {label}: not NumPy's sums")
+                calls.append((label, call, out))  # ``out`` kept alive: the call writes there
+            cold: dict[str, list[float]] = {label: [] for label, *_ in calls}
+            warm: dict[str, list[float]] = {label: [] for label, *_ in calls}
+            for _ in range(rounds):
+                for label, call, _ in calls:
+                    np.add(evict, 1, out=evict)
+                    for times in (cold, warm):
+                        start = time.thread_time()
+                        call()
+                        times[label].append(time.thread_time() - start)
+            print(f"{name}'s classifier, {k} × {n} ({packed.packed.nbytes / 1e6:.2f} MB):")
+            for label, *_ in calls:
+                print(f"  {label:29} {statistics.median(cold[label]) * 1e6:6.1f} "
+                      f"({min(cold[label]) * 1e6:5.1f}) | "
+                      f"{statistics.median(warm[label]) * 1e6:5.1f} "
+                      f"({min(warm[label]) * 1e6:5.1f})")
+
+
+# `--edge`'s products of 49 rows (ResNet's 7² layers): (K, N, name)
+EDGE_SHAPES = ((4608, 512, "3×3 512→512"), (2048, 512, "1×1 2048→512"),
+               (512, 2048, "1×1 512→2048"))
+
+
+def edge(rounds: int) -> None:
+    """49 rows on the ``vpmaddubsw`` tiles (weights within ±63): 13 tiles of
+    `gemm_int8.NARROW_ROWS` rows (52 rows computed) against 12 tiles and the 49th row on the
+    one-row tile (as `gemm_int8`'s jobs run a short last block), in turn, each checked against
+    NumPy's sums."""
+    rng, keep, tile = np.random.default_rng(0), [], gemm_int8.NARROW_ROWS
+    m = 49
+    print(f"one thread, {m} rows, vpmaddubsw, µs median (range) of {rounds} rounds, each the "
+          f"best of 10 calls; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    for k, n, name in EDGE_SHAPES:
+        weights = rng.integers(-63, 64, (k, n)).astype(np.int8)
+        packed = gemm_int8.PackedWeights(weights)
+        whole = compiled(gemm_int8_avx2_ir.NarrowInt8Kernel(tile, packed.vectors), keep)
+        one = compiled(gemm_int8_avx2_ir.NarrowInt8Kernel(
+            1, packed.vectors, packed.vectors * gemm_int8.LANES), keep)
+        blocks = -(-m // tile)
+        rows = np.zeros((blocks * tile, packed.groups * 4), np.uint8)
+        rows[:m, :k] = rng.integers(0, 256, (m, k))
+        want = rows[:m, :k].astype(np.int64) @ weights.astype(np.int64)
+        out = np.empty((blocks * tile, packed.panels * packed.vectors * gemm_int8.LANES),
+                       np.int32)
+        tiles_only = bound(whole, rows, packed, out, blocks=blocks)
+        short = m - (blocks - 1) * tile
+        first = bound(whole, rows, packed, out, blocks=blocks - 1)
+        last = bound(one, rows[m - short:], packed, out[m - short:], blocks=short)
+
+        def with_edge(first: Callable[[], None] = first,
+                      last: Callable[[], None] = last) -> None:
+            first()
+            last()
+
+        calls = {f"{blocks} tiles": tiles_only, f"{blocks - 1} tiles + {short} row": with_edge}
+        for label, call in calls.items():
+            out[...] = 0
+            call()
+            if not np.array_equal(out[:m, :n], want):
+                raise SystemExit(f"{name}, {label}: not NumPy's sums")
+        times: dict[str, list[float]] = {label: [] for label in calls}
+        for _ in range(rounds):
+            for label, call in calls.items():
+                best = float("inf")
+                for _ in range(10):
+                    start = time.thread_time()
+                    call()
+                    best = min(best, time.thread_time() - start)
+                times[label].append(best)
+        print(f"{m}×{k}×{n} ({name}): " + "; ".join(
+            f"{label} {statistics.median(t) * 1e6:.0f} ({min(t) * 1e6:.0f}–{max(t) * 1e6:.0f})"
+            for label, t in times.items()))
+
+
 def timed(calls: list[Callable[[], None]], size: int, rounds: int) -> list[list[float]]:
     """Each call's best thread CPU time of many, per round, the calls in turn each round."""
     repeat = max(5, int(3e7 / size))
@@ -489,11 +613,20 @@ def main() -> None:
     parser.add_argument("--chunks", action="store_true")
     parser.add_argument("--requantize-against", metavar="FILE")
     parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--classifier", action="store_true")
+    parser.add_argument("--edge", action="store_true")
+    parser.add_argument("--evict", type=int, default=64, help="--classifier's MB evicted")
     options = parser.parse_args()
     if not host_features.has("avx2"):
         raise SystemExit("this host has no AVX2")
     if options.instructions:
         instruction_rates(options.rounds)
+        return
+    if options.edge:
+        edge(options.rounds)
+        return
+    if options.classifier:
+        classifier(options.rounds, options.evict)
         return
     if options.narrow_tiles:
         narrow_tiles(options.rounds)

@@ -27,7 +27,10 @@ weights, in tiles of `AVX2_ROWS` rows (`tiles`) that fit AVX2's sixteen register
 within ±63 (`PackedWeights.narrow`: a float model this engine quantizes on such a host,
 `narrow_weights_pay`) run on ``vpmaddubsw`` instead (`gemm_int8_avx2_ir.NarrowInt8Kernel`),
 which cannot saturate on them: the same exact sums, about 1.5 times as fast, in tiles of
-`NARROW_ROWS` rows (the weights' `PackedWeights.rows`).
+`NARROW_ROWS` rows (the weights' `PackedWeights.rows`). Their jobs compute a short last row
+block's rows on the one-row tile (`_edge`): 49 rows, ResNet's 7² layers, take 12 whole tiles
+and one row, not 13 tiles (on a Zen 3 core, one thread, 2–7% less of a 3×3 512 → 512
+product, `bench/int8_avx2.py --edge`).
 
 `available()` is False where the host has neither or lacks llvmlite's JIT: callers keep their
 float64 products. Which kernel runs, or that none does, is logged once.
@@ -268,8 +271,8 @@ def product_job(rows: np.ndarray, m: int, weights: PackedWeights, signed: bool,
                          f"{rows.shape[0]} rows of {columns} columns")
     one_row = m == 1 and not weights.amx
     context = np.array([rows.ctypes.data, rows.shape[1], packed, weights.groups,
-                        out.ctypes.data, columns, offset_address, blocks, weights.panels],
-                       np.int64)
+                        out.ctypes.data, columns, offset_address, blocks, weights.panels,
+                        *_edge(weights, m, "edge", weights.vectors)], np.int64)
     if one_row:
         task = _kernel(kernels, weights, "task", "row", weights.vectors)
         work = weights.k * weights.n  # the weights' bytes, read once
@@ -278,6 +281,17 @@ def product_job(rows: np.ndarray, m: int, weights: PackedWeights, signed: bool,
         work = m * weights.k * weights.n // 64
     parts = min(blocks * weights.panels, kernel_jobs.parts_for(blocks * weights.panels, work))
     return spin_pool.job(task, context, parts, keep=(rows, out, weights, offsets))
+
+
+def _edge(weights: PackedWeights, m: int, *key: Any) -> tuple[int, int]:
+    """The context's last two fields for a product of ``m`` rows of ``weights``
+    (`gemm_int8_ir.define_task`'s ``edge``): the address of the one-row ``panels`` under
+    ``key`` that finishes a short last row block, and the rows of that block that hold
+    data; (0, a whole block) where no task reads them (the tiles without an edge)."""
+    narrow = _narrow_kernels() if weights.narrow and weights.rows == NARROW_ROWS else None
+    if narrow is None:
+        return 0, weights.rows
+    return narrow[key], m - (-(-m // weights.rows) - 1) * weights.rows
 
 
 def table_runs(weights: PackedWeights) -> bool:
@@ -314,8 +328,8 @@ def table_job(addresses: np.ndarray, group_offsets: np.ndarray, m: int,
     packed, no_offsets, signed_offsets = weights.addresses
     context = np.array([addresses.ctypes.data, group_offsets.ctypes.data, packed,
                         weights.groups, out.ctypes.data, columns,
-                        signed_offsets if signed else no_offsets, blocks, weights.panels],
-                       np.int64)
+                        signed_offsets if signed else no_offsets, blocks, weights.panels,
+                        *_edge(weights, m, "edge", "table", weights.vectors)], np.int64)
     task = _narrow_kernels()["task", "table", weights.vectors]
     parts = min(blocks * weights.panels, kernel_jobs.parts_for(
         blocks * weights.panels, m * weights.k * weights.n // 64))
@@ -474,28 +488,35 @@ def _compiled_avx2(narrow: bool) -> tuple[dict[Any, Any], list[Any]]:
     import llvmlite.binding as llvm
 
     from engine.cpu.llvm_jit import compile_ir
-    from engine.kernels.gemm_int8_avx2_ir import Avx2Int8Kernel, NarrowInt8Kernel
+    from engine.kernels.gemm_int8_avx2_ir import STRIP, Avx2Int8Kernel, NarrowInt8Kernel
     from engine.kernels.gemm_int8_ir import define_task
 
     llvm.initialize_native_target()
     features = llvm.get_host_cpu_features().flatten()
     engines = []
 
-    def compiled_tile(rows: int, vectors: int, table: bool = False) -> tuple[Any, int]:
-        kernel = NarrowInt8Kernel(rows, vectors, table=table) if narrow else \
-            Avx2Int8Kernel(rows, vectors)
+    def compiled_tile(rows: int, vectors: int, table: bool = False) -> tuple[Any, int, int]:
+        """(``panels`` callable, its task's address, the address of ``panels`` itself)."""
+        # one row streams its weights once: a strip of the whole panel walks them in the
+        # order they lie, each step asking for all its lines ahead (`NarrowInt8Kernel`)
+        strip = vectors * LANES if rows == 1 else STRIP
+        kernel = NarrowInt8Kernel(rows, vectors, strip, table=table) if narrow else \
+            Avx2Int8Kernel(rows, vectors, buffered=False if rows == 1 else None, strip=strip)
+        # the narrow tiles' tasks finish a short last block on the one-row tile
         define_task(kernel.module, kernel.define("panels"), rows,
-                    row_bytes=8 if table else None)
+                    row_bytes=8 if table else None, edge=narrow and rows > 1)
         engines.append(compile_ir(str(kernel.module), llvm.get_host_cpu_name(), features,
                                   level=3, optimise=True))
-        return (_SIGNATURE(engines[-1].get_function_address("panels")),
-                engines[-1].get_function_address("task"))
+        panels = engines[-1].get_function_address("panels")
+        return _SIGNATURE(panels), engines[-1].get_function_address("task"), panels
 
     kernels: dict[Any, Any] = {}
     for vectors, rows in tiles():
         rows = NARROW_ROWS if narrow else rows
-        kernels[vectors], kernels["task", vectors] = compiled_tile(rows, vectors)
-        kernels["row", vectors], kernels["task", "row", vectors] = compiled_tile(1, vectors)
-        if narrow:  # rows read where a table points (`table_job`)
-            _, kernels["task", "table", vectors] = compiled_tile(rows, vectors, table=True)
+        kernels[vectors], kernels["task", vectors], _ = compiled_tile(rows, vectors)
+        kernels["row", vectors], kernels["task", "row", vectors], kernels["edge", vectors] = \
+            compiled_tile(1, vectors)
+        if narrow:  # rows read where a table points (`table_job`), and its one-row tile
+            _, kernels["task", "table", vectors], _ = compiled_tile(rows, vectors, table=True)
+            *_, kernels["edge", "table", vectors] = compiled_tile(1, vectors, table=True)
     return kernels, engines

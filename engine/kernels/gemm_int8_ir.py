@@ -204,7 +204,8 @@ class Int8Kernel:
 
 
 def define_task(module: ir.Module, panels: ir.Function, rows: int,
-                name: str = "task", row_bytes: int | None = None) -> ir.Function:
+                name: str = "task", row_bytes: int | None = None,
+                edge: bool = False) -> ir.Function:
     """A `spin_pool` task over ``panels`` (either kernel's): ``task(context, part, parts)``
     with the context ``[a, lda, b, groups, c, ldc, offsets, row_blocks, panel_count]`` (the
     addresses as integers). The (panel, row block) tiles, panel by panel, are cut into
@@ -212,14 +213,21 @@ def define_task(module: ir.Module, panels: ir.Function, rows: int,
     touches, so a layer of few rows (batch 1's last stages) still spreads over the cores
     by its panels, and one of many rows by its row blocks. ``row_bytes``: the bytes of ``a``
     a row takes where that is fixed (a table of rows' addresses, 8), ``lda`` then passed as
-    it is; by default ``lda``."""
+    it is; by default ``lda``.
+
+    ``edge``: the context goes on with ``[edge, last_rows]``: the address of a one-row
+    ``panels`` of the same arguments and the rows of the last row block that hold data
+    (1 to ``rows``). Where the last block is short, a run reaching it computes that block's
+    rows on the one-row tile, not the whole tile: ResNet's 7² layers (49 rows) compute 49
+    rows, not 52."""
     word_pointer = I64.as_pointer()
     function = ir.Function(module, ir.FunctionType(ir.VoidType(), [word_pointer, I64, I64]),
                            name=name)
     context, part, parts = function.args
     builder = ir.IRBuilder(function.append_basic_block("entry"))
-    fields = [builder.load(builder.gep(context, [I64(index)])) for index in range(9)]
-    a, lda, b, groups, c, ldc, offsets, row_blocks, panel_count = fields
+    fields = [builder.load(builder.gep(context, [I64(index)]))
+              for index in range(11 if edge else 9)]
+    a, lda, b, groups, c, ldc, offsets, row_blocks, panel_count = fields[:9]
     byte_pointer = I8.as_pointer()
     a, b = builder.inttoptr(a, byte_pointer), builder.inttoptr(b, byte_pointer)
     c = builder.inttoptr(c, I32.as_pointer())
@@ -232,7 +240,24 @@ def define_task(module: ir.Module, panels: ir.Function, rows: int,
                               builder.gep(c, [builder.mul(block, c_rows)]), ldc, offsets,
                               count, panel, builder.add(panel, I64(1))])
 
-    for_each_run(builder, function, row_blocks, panel_count, part, parts, call)
+    def call_with_edge(panel: ir.Value, block: ir.Value, count: ir.Value) -> None:
+        edge_panels = builder.inttoptr(fields[9], panels.type)
+        last_rows = fields[10]
+        end = builder.add(block, count)
+        short = builder.and_(builder.icmp_signed("==", end, row_blocks),
+                             builder.icmp_signed("<", last_rows, I64(rows)))
+        whole = builder.sub(count, builder.zext(short, I64))
+        with builder.if_then(builder.icmp_signed(">", whole, I64(0))):
+            call(panel, block, whole)
+        with builder.if_then(short):  # the short block's rows one at a time
+            last = builder.sub(end, I64(1))
+            builder.call(edge_panels, [
+                builder.gep(a, [builder.mul(last, row_bytes)]), lda, b, groups,
+                builder.gep(c, [builder.mul(last, c_rows)]), ldc, offsets, last_rows, panel,
+                builder.add(panel, I64(1))])
+
+    for_each_run(builder, function, row_blocks, panel_count, part, parts,
+                 call_with_edge if edge else call)
     builder.ret_void()
     return function
 

@@ -297,7 +297,8 @@ def test_narrow_weights_run_on_the_vpmaddubsw_kernels_exactly_without_vnni(
     """Without VNNI (on a VNNI host too, its flag hidden), weights within ±63 take the
     ``vpmaddubsw`` kernels (compiled when the first such weights are packed, not before), in
     tiles of `NARROW_ROWS` rows, the whole tile and the one-row tile, directly and as pool
-    jobs, row counts on either side of a tile's: NumPy's sums where every pair of
+    jobs (a short last block's rows on the one-row tile, the padding rows left as they
+    were), row counts on either side of a tile's: NumPy's sums where every pair of
     products reaches 2 · 255 · 63 (each activation 255, its int8 form 127 plus 128), the
     bound its int16 sums must not pass. A weight of -64 keeps the exact ``vpmaddwd``
     kernel."""
@@ -317,7 +318,8 @@ def test_narrow_weights_run_on_the_vpmaddubsw_kernels_exactly_without_vnni(
     gemm_int8.multiply(np.ones((3, 40), np.uint8), quarter)
     kernels = gemm_int8._state["narrow kernels"]
     taken: list[object] = []
-    for key in [key for key in kernels if not (isinstance(key, tuple) and "task" in key)]:
+    for key in [key for key in kernels
+                if not (isinstance(key, tuple) and ("task" in key or "edge" in key))]:
         kernel = kernels[key]
         monkeypatch.setitem(kernels, key, lambda *args, kernel=kernel, key=key: (
             taken.append(key), kernel(*args))[1])
@@ -347,6 +349,8 @@ def test_narrow_weights_run_on_the_vpmaddubsw_kernels_exactly_without_vnni(
             with spin_pool.armed(2):
                 job()
             np.testing.assert_array_equal(out[:m, :n], want)
+            # a short last block's rows on the one-row tile: the padding rows not computed
+            assert (out[m:] == 7).all()
     w[0, 0] = -64
     assert not gemm_int8.PackedWeights(w).narrow
     assert not gemm_int8.PackedWeights(w, amx=True).narrow
@@ -365,7 +369,8 @@ def test_the_table_product_reads_each_row_where_its_address_points(m: int, k: in
     """`table_job` reads row r's group g of four K values at ``addresses[r] +
     group_offsets[g]``: rows out of order in a larger array, groups out of order within a
     row (each read as the weights' K values 4g to 4g + 3), rows past ``m`` pointing
-    anywhere; NumPy's sums of the bytes so read, on one thread and on two."""
+    anywhere (and no sums written for them); NumPy's sums of the bytes so read, on one
+    thread and on two."""
     from engine.cpu import spin_pool
 
     rng = np.random.default_rng(m + k + n)
@@ -387,10 +392,12 @@ def test_the_table_product_reads_each_row_where_its_address_points(m: int, k: in
     job = gemm_int8.table_job(addresses, group_offsets, m, weights, signed, out, source)
     job()
     np.testing.assert_array_equal(out[:m, :n], want)
+    assert (out[m:] == 7).all()  # a short last block's rows only, on the one-row tile
     out[...] = 7
     with spin_pool.armed(2):
         job()
     np.testing.assert_array_equal(out[:m, :n], want)
+    assert (out[m:] == 7).all()
 
 
 @needs_narrow

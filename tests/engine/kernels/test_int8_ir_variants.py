@@ -58,3 +58,28 @@ def test_the_depthwise_avx512_variant_is_unchanged():
 
     text = str(depthwise_int8_ir.module(avx512=True))
     assert hashlib.sha256(text.encode()).hexdigest() == DEPTHWISE_AVX512_IR
+
+
+# sha-256 of the VNNI GEMM's modules (each `gemm_int8.TILES` tile and its one-row tile) and
+# the AMX one's, each with its task: the AVX2 tiles' tasks finish a short last row block on
+# the one-row tile (`gemm_int8_ir.define_task`'s ``edge``), and leave these builds unchanged
+VNNI_AMX_GEMM_IR = "81c801ba51070349f056e365c227922f8d5cc658f0ccba1475101fc45d72a713"
+
+
+def test_the_vnni_and_amx_gemm_tasks_are_unchanged():
+    import hashlib
+
+    from engine.kernels.gemm_int8 import TILES
+    from engine.kernels.gemm_int8_amx_ir import AmxInt8Kernel
+    from engine.kernels.gemm_int8_ir import Int8Kernel, define_task
+
+    text = ""
+    for vectors, rows in TILES:
+        for tile_rows in (rows, 1):
+            kernel = Int8Kernel(tile_rows, vectors)
+            define_task(kernel.module, kernel.define("panels"), tile_rows)
+            text += str(kernel.module)
+    amx = AmxInt8Kernel()
+    define_task(amx.module, amx.define("panels"), amx.rows)
+    text += str(amx.module)
+    assert hashlib.sha256(text.encode()).hexdigest() == VNNI_AMX_GEMM_IR
