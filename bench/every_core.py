@@ -1,7 +1,7 @@
-"""Benchmark: a batch-1 plan on every core against one thread, per node, in one process.
+"""Benchmark: a plan on every core against one thread, per node, in one process.
 
 Usage: ``python bench/every_core.py [--net resnet18_v1] [--precision fp32|bf16|int8]
-[--rounds 30] [--naps]``.
+[--batch 1] [--rounds 30] [--naps]``.
 
 One plan, its runs made in turn on every core (armed, or for a plan whose steps leave BLAS
 alone, its workers stuck spinning: as `plan.run` makes them with BLAS at every core) and on one
@@ -154,16 +154,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--net", choices=sorted(steps_in_order.NETWORKS), default="resnet18_v1")
     parser.add_argument("--precision", choices=("fp32", "bf16", "int8"), default="fp32")
+    parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--naps", action="store_true",
                         help="whole runs with the spin pool's naps, without, and on one thread")
     options = parser.parse_args()
     if spin_pool.threads() < 2:
         parser.error("one core or one BLAS thread: nothing runs on every core")
-    options.batch = 1
     options.threads = spin_pool.threads()
     plan, feed = steps_in_order.build(options)  # BLAS at options.threads: every core
-    print(f"{options.net} {options.precision} batch 1, {spin_pool.threads()} threads, "
+    print(f"{options.net} {options.precision} batch {options.batch}, {spin_pool.threads()} "
+          f"threads, "
           f"{len(plan.steps)} steps, {options.rounds} rounds")
     (naps if options.naps else per_node)(plan, feed, options.rounds)
 

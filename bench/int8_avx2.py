@@ -48,9 +48,13 @@ the same jobs of another ``int8_conv.py`` (``--requantize-against FILE``, e.g. a
 commit's through ``git show``) in turn, and checks that both write the same bytes; without
 one it prints each layer's jobs by kind and the requantize pass's share of the layer.
 
+``--chunks`` times the same convolutions bound with a chained layer's shares
+(`int8_conv.FusedConv._window_chain`) of `int8_conv.CHUNK_BYTES` of sums and of
+`int8_conv.chunk_bytes` (a quarter of a small L2), in turn, and checks the bytes.
+
 Usage: python bench/int8_avx2.py [--rounds N] [--instructions | --narrow-tiles | --layers |
---windows | --requantize [--requantize-against FILE] | --classifier [--evict MB] | --edge]
-[--batch B]   (a host with AVX2)
+--windows | --chunks | --requantize [--requantize-against FILE] | --classifier [--evict MB] |
+--edge] [--batch B]   (a host with AVX2)
 """
 
 from __future__ import annotations
@@ -313,6 +317,27 @@ def windows(rounds: int, batch: int) -> None:
     print(f"batch {batch}, one thread, fused int8 convolutions, ms best / median of {rounds} "
           f"rounds; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     compare(made, [name for name, *_ in cases], ("gathered", "in place"), rounds)
+
+
+def chunks(rounds: int, batch: int) -> None:
+    """`LAYERS` bound with a chained layer's shares of `int8_conv.CHUNK_BYTES` of sums
+    against shares of `int8_conv.chunk_bytes` (the host's L2 share), ms best / median."""
+    from engine.kernels import int8_conv
+
+    cases, made = layer_cases(batch), {}
+    host = int8_conv.chunk_bytes()
+    forms = (f"{int8_conv.CHUNK_BYTES >> 10} KB", f"{host >> 10} KB")
+    for form, size in zip(forms, (int8_conv.CHUNK_BYTES, host), strict=True):
+        int8_conv.chunk_bytes = lambda size=size: size
+        for name, data, weight, geometry in cases:
+            run = int8_conv.run_bytes(data.shape[1], geometry)
+            matrix = int8_conv.run_matrix(weight, run) if run else int8_conv.weight_matrix(
+                weight)
+            made[name, form] = bound_layer(data, weight, geometry,
+                                           gemm_int8.PackedWeights(matrix))
+    print(f"batch {batch}, one thread, fused int8 convolutions by shares of sums, ms best / "
+          f"median of {rounds} rounds; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    compare(made, [name for name, *_ in cases], forms, rounds)
 
 
 def layers(rounds: int, batch: int) -> None:
@@ -585,6 +610,7 @@ def main() -> None:
     parser.add_argument("--layers", action="store_true")
     parser.add_argument("--windows", action="store_true")
     parser.add_argument("--requantize", action="store_true")
+    parser.add_argument("--chunks", action="store_true")
     parser.add_argument("--requantize-against", metavar="FILE")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--classifier", action="store_true")
@@ -610,6 +636,9 @@ def main() -> None:
         return
     if options.windows:
         windows(options.rounds, options.batch)
+        return
+    if options.chunks:
+        chunks(options.rounds, options.batch)
         return
     if options.requantize:
         requantize(options.rounds, options.batch, options.requantize_against)

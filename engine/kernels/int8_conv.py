@@ -16,7 +16,8 @@ written straight into the output's NCHW layout (on an AVX2 host, output and resi
 channels-last, `int8_requantize_ir`'s pass in LLVM IR, which writes the next pre-activation
 beside it where asked, `Rescaled`). A
 chunk's rows and sums fit in L2 (`CHUNK_BYTES`), so each pass reads the last one's writes from
-cache.
+cache. A layer whose table product reads its windows where they lie runs its products and
+requantize passes as one chained job instead, share by share (`FusedConv._window_chain`).
 
 The NumPy path (`engine.ops.quantized.integer.conv` then `requantize.finish`) makes about
 ten passes over each layer's values, most in float64, on one core. The arithmetic here is
@@ -38,8 +39,8 @@ from typing import Any
 
 import numpy as np
 
-from engine.cpu import compiled, host_features, kernel_jobs, llvm_jit, spin_pool
-from engine.kernels import gemm_int8, int8_memory, int8_requantize_ir
+from engine.cpu import cache_sizes, compiled, host_features, kernel_jobs, llvm_jit, spin_pool
+from engine.kernels import gemm_int8, int8_memory, int8_requantize_ir, part_chain
 
 _kernels: dict[str, Any] = {}
 # Output positions the requantize pass holds as bytes between its loops: up to TILE, fewer
@@ -410,6 +411,11 @@ class FusedConv(EpilogueLayer):
                              "in `int8_requantize_ir`'s pass")
         if self.reads_windows:
             windows = self._window_table(padded, block)
+            chained = self._window_chain(epilogue, windows, padded, signed, residual, out,
+                                         scratch)
+            if chained is not None:
+                jobs.append(chained)
+                total = 0  # no chunk's jobs of their own
         for first in range(0, total, chunk):
             count = min(chunk, total - first)
             used = -(-count // block) * block
@@ -437,18 +443,69 @@ class FusedConv(EpilogueLayer):
                         used, channels)
                 jobs.append(gemm_int8.product_job(patches[:used], count, packed, signed,
                                                   sums[:used]))
-            jobs.append(self._vector_requantize(epilogue, sums, first, count) or
-                        kernel_jobs.bind((__name__, "requantize"), (
-                            sums, self.bias, self.scales, ACTIVATIONS[epilogue.act],
-                            np.float32(epilogue.act_high), residual.reshape(-1),
-                            self._requantize_flags(), np.float32(epilogue.residual_scale),
-                            ACTIVATIONS[epilogue.postsum_act],
-                            np.float32(epilogue.postsum_high), epilogue.low, epilogue.high,
-                            out, self.weight.shape[0], self.positions, first), count,
-                            kernel_jobs.parts_for(count, 3 * count * self.weight.shape[0])))
+            jobs.append(self._requantize_job(epilogue, sums, first, count, residual, out))
         if any(job is None for job in jobs):
             raise RuntimeError("int8 convolution: a job could not be bound")
         return tuple(jobs)
+
+    def _requantize_job(self, epilogue: Epilogue, sums: np.ndarray, first: int, count: int,
+                        residual: np.ndarray, out: np.ndarray) -> Any:
+        """The requantize pass over ``sums``' first ``count`` rows, output positions [first,
+        first + count): `int8_requantize_ir`'s where it covers the layer (writing the
+        epilogue's second output too where it has one), else `_requantize`'s; None where
+        neither binds."""
+        return self._vector_requantize(epilogue, sums, first, count) or kernel_jobs.bind(
+            (__name__, "requantize"), (
+                sums, self.bias, self.scales, ACTIVATIONS[epilogue.act],
+                np.float32(epilogue.act_high), residual.reshape(-1), self._requantize_flags(),
+                np.float32(epilogue.residual_scale), ACTIVATIONS[epilogue.postsum_act],
+                np.float32(epilogue.postsum_high), epilogue.low, epilogue.high, out,
+                self.weight.shape[0], self.positions, first), count,
+            kernel_jobs.parts_for(count, 3 * count * self.weight.shape[0]))
+
+    def _window_chain(self, epilogue: Epilogue, windows: tuple[np.ndarray, np.ndarray],
+                      padded: np.ndarray, signed: bool, residual: np.ndarray, out: np.ndarray,
+                      scratch: int8_memory.Scratch) -> Any:
+        """A layer reading its windows where they lie (`reads_windows`) as one job over the
+        cores (`part_chain`): its output positions cut into shares of at most about
+        `chunk_bytes` of sums, as many for each part, each share's table product and then its
+        requantize pass (`_requantize_job`, the chunks' own) run on one thread with no wait
+        between, where the chunks' products and passes were a job each and the cores met at
+        the end of every one (ResNet-18 at batch 8: 13 chunks of a 3×3 layer at 56², 27
+        jobs). Armed, the job runs in one part a core, each claiming shares as it comes to
+        them and reusing a region of sums of its own, so that every share is bound once over
+        each part's region; on one thread every share reuses the first. None where the
+        layer's weights are better shared among the cores by panels than its rows are
+        (`rows_first`: ResNet-18's 3×3 layers of stages 3 and 4 at batch 1, of stage 4 at
+        batch 8), where the host has one core, or where the chain cannot run here."""
+        packed, block = self.packed, self.packed.rows
+        parts = spin_pool.cores()
+        row_blocks = -(-self.rows // block)
+        if parts < 2 or not rows_first(packed, self.data.nbytes + self.out.nbytes, row_blocks):
+            return None
+        columns = packed.panels * packed.vectors * gemm_int8.LANES
+        # as many shares for each part, each about a chunk of sums at most (rows_first leaves
+        # two row blocks a part at least, so whole blocks make as many shares as parts)
+        shares = parts * max(1, -(-self.rows * 4 * columns // (parts * chunk_bytes())))
+        share_blocks = -(-row_blocks // shares)
+        shares = -(-row_blocks // share_blocks)
+        share_rows = share_blocks * block
+        sums = scratch.take("sums", parts * share_rows * columns, np.int32,
+                            self.huge_pages).reshape(parts, share_rows, columns)
+        addresses, group_offsets = windows
+        # each share bound over the region run alone (the first), then over each part's
+        tables: list[list[list[Any]]] = [[] for _ in range(parts + 1)]
+        for index in range(shares):
+            first = index * share_rows
+            count = min(share_rows, self.rows - first)
+            for table, region in zip(tables, (sums[0], *sums), strict=True):
+                table.append([
+                    gemm_int8.table_job(addresses[first:], group_offsets, count, packed,
+                                        signed, region, padded),
+                    self._requantize_job(epilogue, region, first, count, residual, out)])
+        if any(step is None for table in tables for steps in table for step in steps):
+            return None
+        return part_chain.chain(tables[1:], tables[0], parts)
 
     def _stacked_lay(self, flat: np.ndarray, signed: bool, stacked: np.ndarray,
                      scratch: int8_memory.Scratch) -> list[Any]:
@@ -636,8 +693,17 @@ def _check_rescaled(rescaled: Rescaled, out: np.ndarray) -> None:
 
 # Bytes of patch rows and sums one chunk of a layer holds: with a panel of weights, well
 # inside a core's L2 (2 MB here), so the GEMM reads the rows the gather just wrote, and the
-# requantize pass the sums the GEMM just wrote, from cache rather than memory.
-CHUNK_BYTES = 2 ** 19
+# requantize pass the sums the GEMM just wrote, from cache rather than memory. A chained
+# layer's shares (`FusedConv._window_chain`) hold at most `chunk_bytes` of sums: as much, or
+# a `CHUNK_L2_SHARE` of a smaller L2 (128 KB of Zen 3's 512 KB), the share a 2 MB L2 gives.
+CHUNK_BYTES, CHUNK_L2_SHARE = 2 ** 19, 4
+
+
+def chunk_bytes() -> int:
+    """A chained layer's bytes of sums a share on this host: `CHUNK_BYTES`, or a
+    `CHUNK_L2_SHARE` of the core's L2 where that is less."""
+    l2 = cache_sizes.l2_bytes()
+    return min(CHUNK_BYTES, l2 // CHUNK_L2_SHARE) if l2 else CHUNK_BYTES
 
 
 def chunk_rows(rows: int, packed: gemm_int8.PackedWeights, block: int | None = None,

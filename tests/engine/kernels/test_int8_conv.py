@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from engine.cpu import host_features, spin_pool
-from engine.kernels import gemm_int8, int8_affine, int8_conv
+from engine.kernels import gemm_int8, int8_affine, int8_conv, part_chain
 from engine.ops.quantized import integer
 from engine.ops.quantized.requantize import finish
 from engine.ops.quantized.subgraph_attrs import Activation
@@ -1019,7 +1019,10 @@ def test_windows_of_uint8_data_handed_over_are_read_where_they_lie(shape, in_pla
     assert conv.reads_windows and conv.reads_rows_in_place == conv.reads_data_in_place \
         == in_place
     chunks = -(-conv.rows // int8_conv.chunk_rows(conv.rows, packed, gathers=False))
-    assert len(conv.jobs_for(epilogue)) == 2 * chunks + (0 if in_place else 1)
+    jobs = conv.jobs_for(epilogue)
+    # the products and requantize passes: a job each a chunk, or one chain on several cores
+    chained = isinstance(jobs[-1], part_chain.Chain)
+    assert len(jobs) == (1 if chained else 2 * chunks) + (0 if in_place else 1)
     conv(epilogue)
     np.testing.assert_array_equal(_from_channels_last(out), want)
     laid[...] = _channels_last(np.flip(data, axis=3))
@@ -1027,6 +1030,131 @@ def test_windows_of_uint8_data_handed_over_are_read_where_they_lie(shape, in_pla
         conv(epilogue)
     np.testing.assert_array_equal(_from_channels_last(out), _reference(
         np.flip(data, axis=3), weight, geometry, epilogue, residual, storage, np.uint8))
+
+
+@pytest.mark.skipif(not gemm_int8.narrow_weights_pay(),
+                    reason="the host runs the VNNI kernels: no vpmaddubsw table product")
+@pytest.mark.parametrize("shape", [WINDOW_SHAPES[0], WINDOW_SHAPES[2], WINDOW_SHAPES[3]])
+@pytest.mark.parametrize("share_blocks", [1, 3])
+def test_a_layer_reading_its_windows_is_one_chain_of_shares(monkeypatch, shape, share_blocks):
+    """A layer of small weights that reads its windows where they lie runs its products and
+    requantize passes as one chained job after its copy, in shares of at most `chunk_bytes`
+    of sums (a row block each, or three), one part a core: the NumPy path's bytes on one
+    thread, armed on two (twice: the claim word starts again at 0), and again after the
+    data change."""
+    monkeypatch.setattr(spin_pool, "cores", lambda: 2)
+    rng = np.random.default_rng(_seed(shape, share_blocks))
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, shape, np.int8, np.uint8, "bounded_relu", True)
+    weight = np.clip(weight, -63, 63)
+    want = _reference(data, weight, geometry, epilogue, residual, storage, np.uint8)
+    out = np.full(want.shape, 77, np.uint8)
+    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight))
+    block_bytes = packed.rows * packed.panels * packed.vectors * gemm_int8.LANES * 4
+    monkeypatch.setattr(int8_conv, "chunk_bytes", lambda: share_blocks * block_bytes)
+    conv = int8_conv.FusedConv(data, weight, packed, geometry, out, residual)
+    jobs = conv.jobs_for(epilogue)
+    assert conv.reads_windows and len(jobs) == 2
+    chain = jobs[1]
+    assert isinstance(chain, part_chain.Chain) and chain.parts == len(chain.by_part) == 2
+    row_blocks = -(-conv.rows // packed.rows)
+    assert row_blocks > 2 * share_blocks
+    assert -(-row_blocks // share_blocks) <= len(chain.alone) <= row_blocks // share_blocks + 1
+    conv(epilogue)
+    np.testing.assert_array_equal(out, want)
+    for _ in range(2):
+        out[...] = 77
+        with spin_pool.armed(2):
+            conv(epilogue)
+        np.testing.assert_array_equal(out, want)
+    data[...] = np.flip(data, axis=3).copy()
+    conv(epilogue)
+    np.testing.assert_array_equal(
+        out, _reference(data, weight, geometry, epilogue, residual, storage, np.uint8))
+
+
+@pytest.mark.skipif(not gemm_int8.narrow_weights_pay(),
+                    reason="the host runs the VNNI kernels: no vpmaddubsw table product")
+@pytest.mark.parametrize("shape", [
+    (2, 16, (17, 17), 24, (1, 1), (2, 2), (0, 0), (1, 1)),  # a stride-2 shortcut: in place
+    (1, 8, (16, 16), 16, (3, 3), (1, 1), (1, 1), (1, 1)),  # padded: read in the copy
+])
+def test_chained_shares_read_handed_over_data_in_place_and_write_a_second_output(
+        monkeypatch, shape):
+    """A chained layer's shares run the requantize pass the chunks run: with a second output
+    (`int8_conv.Rescaled`) it has the bytes `int8_affine`'s pass makes from the first, and an
+    unpadded layer's windows are read in the uint8 data handed over (no copy job); on one
+    thread and armed on two."""
+    has = host_features.has
+    monkeypatch.setattr(host_features, "has",
+                        lambda flag: False if flag == "avx512dq" else has(flag))
+    monkeypatch.setattr(int8_conv, "chunk_bytes", lambda: 1)
+    monkeypatch.setattr(spin_pool, "cores", lambda: 2)
+    rng = np.random.default_rng(_seed("chained rescaled", shape))
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, shape, np.uint8, np.int8, None, True)
+    weight = np.clip(weight, -63, 63)
+    want = _reference(data, weight, geometry, epilogue, residual, storage, np.int8)
+    filters = shape[3]
+    scale = rng.uniform(-0.5, 4.0, filters).astype(np.float32)
+    shift = rng.uniform(-200, 200, filters).astype(np.float32)
+    second_want = np.zeros(want.shape, np.uint8)
+    int8_affine.affine_job(want, scale, shift, second_want, False, False)()
+    laid = _channels_last(data)
+    out = np.zeros_like(want)
+    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight))
+    conv = int8_conv.FusedConv(laid, weight, packed, geometry, out, _channels_last(residual),
+                               int8_conv.Layouts(data=True, out=True, residual=True))
+    epilogue.rescaled = int8_conv.Rescaled(np.full(want.shape, 7, np.uint8), scale, shift)
+    in_place = geometry.pad == (0, 0)
+    assert conv.reads_windows and conv.writes_rescaled and conv.reads_data_in_place == in_place
+    jobs = conv.jobs_for(epilogue)
+    assert len(jobs) == (1 if in_place else 2) and isinstance(jobs[-1], part_chain.Chain)
+    for armed in (False, True):
+        out[...] = 0
+        epilogue.rescaled.out[...] = 7
+        if armed:
+            with spin_pool.armed(2):
+                conv(epilogue)
+        else:
+            conv(epilogue)
+        np.testing.assert_array_equal(_from_channels_last(out), want)
+        np.testing.assert_array_equal(_from_channels_last(epilogue.rescaled.out), second_want)
+    assert 0 < np.count_nonzero(second_want) < second_want.size
+
+
+@pytest.mark.skipif(not gemm_int8.narrow_weights_pay(),
+                    reason="the host runs the VNNI kernels: no vpmaddubsw table product")
+def test_a_layer_whose_weights_outweigh_its_rows_keeps_its_chunks_jobs(monkeypatch):
+    """Where the cores had better share a layer's weights by panels than its rows
+    (`int8_conv.rows_first`: 1.2 MB of weights against 0.1 MB of activations), its chunks
+    stay a product job and a requantize job each, their tiles shared among the cores."""
+    monkeypatch.setattr(spin_pool, "cores", lambda: 2)
+    rng = np.random.default_rng(5)
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, (2, 512, (7, 7), 256, (3, 3), (1, 1), (1, 1), (1, 1)), np.uint8, np.uint8,
+        "relu", False)
+    weight = np.clip(weight, -63, 63)
+    out = np.zeros((2, 256, 7, 7), np.uint8)
+    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight))
+    conv = int8_conv.FusedConv(data, weight, packed, geometry, out, residual)
+    jobs = conv.jobs_for(epilogue)
+    assert conv.reads_windows and not any(isinstance(job, part_chain.Chain) for job in jobs)
+    assert len(jobs) == 1 + 2 * -(-conv.rows // int8_conv.chunk_rows(conv.rows, packed,
+                                                                      gathers=False))
+    conv(epilogue)
+    np.testing.assert_array_equal(
+        out, _reference(data, weight, geometry, epilogue, residual, storage, np.uint8))
+
+
+@pytest.mark.parametrize("l2,chunk", [(None, 2 ** 19), (2 ** 21, 2 ** 19), (2 ** 19, 2 ** 17)])
+def test_chained_shares_take_a_share_of_the_l2_where_it_is_small(monkeypatch, l2, chunk):
+    """A chained layer's share of sums: `CHUNK_BYTES` where the L2 is unknown or 2 MB, a
+    quarter of Zen 3's 512 KB."""
+    from engine.cpu import cache_sizes
+
+    monkeypatch.setattr(cache_sizes, "l2_bytes", lambda: l2)
+    assert int8_conv.chunk_bytes() == chunk
 
 
 # (batch, channels, size, filters, kernel, stride, pad, dilate): kernel rows whose runs are
