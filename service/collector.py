@@ -1,0 +1,53 @@
+"""What the garbage collector's full passes scan in the server process, kept small.
+
+A full pass (generation 2) holds the GIL from its first object to its last, on whichever thread
+triggered it, so the event loop answers nothing meanwhile: health probes and requests of other
+models wait for it. Its length is that of the objects it scans, so what lives as long as the
+process is frozen out of them (`gc.freeze`): the imports and the models loaded at start
+(`Runtime.start`), and numba's compiler, which the first load would otherwise set up in its
+middle and leave to every later pass (about 90,000 objects: 40-50 ms a pass on the 2-core VM,
+several passes a ResNet-18 upload). A loaded model's own objects stay unfrozen, so that the
+collection after an unload (`engine.serving.control.reclaim_memory`) frees its cycles.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+from typing import Any
+
+from engine.cpu import compiled
+from engine.serving.validate import Loader, ServableModel
+
+
+def freeze_lasting() -> None:
+    """Keep every object alive now out of the collector's later passes (for what lives as
+    long as the process)."""
+    gc.freeze()
+
+
+class CompilerFrozenFirst:
+    """A loader that, on its first call for the CPU, sets up numba's compiler
+    (`compiled.prepare`) and freezes it, before the model's own objects exist.
+
+    The young generations are collected first (the set-up's leftovers; its older garbage went
+    in the full passes it triggered itself), not the whole heap: that pass is what the freeze
+    spares. Loads run one at a time on the repository's I/O thread; the lock is for a caller
+    that loads on others.
+    """
+
+    def __init__(self, loader: Loader) -> None:
+        self.loader = loader
+        self._lock = threading.Lock()
+        self._frozen = False
+
+    def __call__(self, symbol: Any, params: Any, *, device: str = "cpu",
+                 **options: Any) -> ServableModel:
+        if not self._frozen and device != "gpu":
+            with self._lock:
+                if not self._frozen:
+                    if compiled.prepare():
+                        gc.collect(1)
+                        freeze_lasting()
+                    self._frozen = True
+        return self.loader(symbol, params, device=device, **options)
