@@ -25,6 +25,7 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 MIB = 1 << 20
 PROBE_INTERVAL_S = 0.02  # the client keeps up with this even on a busy machine
 IDLE_PROBES_S = 2.0  # the baseline before each upload: 100 probes
+UPLOAD_TRIES = 5  # a stall of the event loop's own shows in every one
 
 
 def _resnet18(directory: Path) -> tuple[Path, Path, dict]:
@@ -144,12 +145,13 @@ def test_health_answers_within_50_ms_p99_while_a_resnet_is_uploaded(
     # curl sends the upload, so that this process only probes (its own collector paused). On
     # a quiet machine the probes' p99 stays far under 50 ms; on a busy one (the test machines
     # are shared) other processes delay probes too, so what the upload adds is measured
-    # against the p99 of the probes of the two seconds just before it, and the best of three
-    # uploads counts. Work on the server's event loop (compiling the batch-32 plan: 0.5 s)
-    # adds hundreds of ms in every one; full collections over numba's objects, unfrozen, added
+    # against the p99 of the probes of the two seconds just before it, and the best of up to
+    # UPLOAD_TRIES uploads counts (one upload's p99 swung 10-230 ms on the shared 2-core VM at
+    # load 3-6). Work on the server's event loop (compiling the batch-32 plan: 0.5 s) adds
+    # hundreds of ms to every one; full collections over numba's objects, unfrozen, added
     # 40-100 ms a pass, several an upload.
     added = []
-    for _ in range(3):
+    for _ in range(UPLOAD_TRIES):
         idle = float(np.percentile(_probe(server), 99))
         upload = _upload_with_curl(server, symbol, params, tmp_path / "config.json")
         latencies = _probe(server, upload)
@@ -162,7 +164,7 @@ def test_health_answers_within_50_ms_p99_while_a_resnet_is_uploaded(
               f"{created['version']}: p50 {np.percentile(latencies, 50) * 1e3:.1f} ms, "
               f"p99 {busy * 1e3:.1f} ms (idle just before: {idle * 1e3:.1f} ms), "
               f"max {latencies.max() * 1e3:.1f} ms")
-        if busy < 0.050 and len(latencies) >= 20:
+        if min(busy, busy - idle) < 0.050 and len(latencies) >= 20:
             break
     extra, busy, count = min(added)
     assert count >= 20, "too few probes during the upload to measure a p99"
