@@ -13,11 +13,14 @@ collection after an unload (`engine.serving.control.reclaim_memory`) frees its c
 from __future__ import annotations
 
 import gc
+import logging
 import threading
 from typing import Any
 
 from engine.cpu import compiled
 from engine.serving.validate import Loader, ServableModel
+
+log = logging.getLogger(__name__)
 
 
 def freeze_lasting() -> None:
@@ -46,8 +49,18 @@ class CompilerFrozenFirst:
         if not self._frozen and device != "gpu":
             with self._lock:
                 if not self._frozen:
-                    if compiled.prepare():
+                    if _prepared():
                         gc.collect(1)
                         freeze_lasting()
                     self._frozen = True
         return self.loader(symbol, params, device=device, **options)
+
+
+def _prepared() -> bool:
+    """`compiled.prepare`, whose failure leaves the loads as they were (each kernel then meets
+    what failed where it compiles, as without this step)."""
+    try:
+        return compiled.prepare()
+    except Exception:  # noqa: BLE001 - numba's errors have no common base worth naming
+        log.warning("setting up numba's compiler before the first load failed", exc_info=True)
+        return False

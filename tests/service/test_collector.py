@@ -22,7 +22,13 @@ pytestmark = pytest.mark.skipif(not compiled.available(), reason="numba is not i
 
 SCRIPT = """
 import gc, json, sys, weakref
+from engine.cpu import compiled
 from service.collector import CompilerFrozenFirst
+
+if sys.argv[2] == "broken":
+    def prepare():
+        raise RuntimeError("no LLVM target for this host")
+    compiled.prepare = prepare
 
 class Model:
     pass
@@ -50,8 +56,8 @@ print(json.dumps({"counts": counts, "calls": calls,
 """
 
 
-def _run(device: str) -> dict:
-    done = subprocess.run([sys.executable, "-c", SCRIPT, device], cwd=ROOT, check=True,
+def _run(device: str, compiler: str = "working") -> dict:
+    done = subprocess.run([sys.executable, "-c", SCRIPT, device, compiler], cwd=ROOT, check=True,
                           timeout=300, capture_output=True, text=True)
     return json.loads(done.stdout.splitlines()[-1])
 
@@ -73,3 +79,11 @@ def test_a_gpu_load_sets_up_no_cpu_compiler() -> None:
     # The CPU load after it is the first for the CPU: it freezes then.
     assert seen["counts"]["second"] - seen["counts"]["first"] > 20_000, seen["counts"]
     assert seen["calls"][0][2] == "gpu"
+
+
+def test_a_compiler_that_cannot_be_set_up_leaves_the_loads_as_they_were() -> None:
+    seen = _run("cpu", "broken")
+    counts = seen["counts"]
+    assert counts["first"] == counts["second"] == counts["start"], "nothing frozen"
+    assert [call[2] for call in seen["calls"]] == ["cpu", "cpu"]
+    assert seen["collected"] == [True, True]
