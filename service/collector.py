@@ -4,15 +4,14 @@ A full pass (generation 2) holds the GIL from its first object to its last, on w
 triggered it, so the event loop answers nothing meanwhile: health probes and requests of other
 models wait for it. Its length is that of the objects it scans, so what lives as long as the
 process is frozen out of them (`gc.freeze`): the imports and the models loaded at start
-(`Runtime.start`). A loaded model's own objects stay unfrozen, so that the collection after an
-unload (`engine.serving.control.reclaim_memory`) frees its cycles.
-
-numba's compiler, set up by the first load that compiles a kernel, stays unfrozen: about 90,000
-objects in every later pass (with ResNet-18 loaded a pass took 51 ms of CPU, 5 ms with them
-frozen first, `bench/full_collection.py`; an upload triggers several). `CompilerFrozenFirst`
-freezes it before the first load, but it is not the server's loader: it sets numba up in full
-for models that never compile with it, 50-67 MiB more for the process (the MLPs of
-`tests/e2e/test_model_control.py` peaked 450 MiB over the baseline against 400).
+(`Runtime.start`), and numba's compiler, which the first load that compiles a kernel would
+otherwise set up in its middle and leave in every later pass: about 90,000 objects (with
+ResNet-18 loaded a pass took 51 ms of CPU, 5 ms with them frozen first,
+`bench/full_collection.py`; an upload triggers several). The server's loader is therefore
+`CompilerFrozenFirst`, which sets numba up and freezes it before the first CPU load. The price
+falls on servers whose models never compile with numba (MLPs): numba set up in full, 50-67 MiB
+more for the process. A loaded model's own objects stay unfrozen, so that the collection after
+an unload (`engine.serving.control.reclaim_memory`) frees its cycles.
 """
 
 from __future__ import annotations

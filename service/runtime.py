@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from engine.serving.repository import ModelRepository
 from engine.serving.validate import default_loader
 from service.admin_token import AdminAccess
-from service.collector import freeze_lasting
+from service.collector import CompilerFrozenFirst, freeze_lasting
 from service.dataplane.drain import DrainState
 from service.dataplane.inference import InferenceService
 from service.dataplane.metrics import Metrics
@@ -58,7 +58,8 @@ class Runtime:
         (`service.tracing.from_environment`, which raises `TracingUnavailable`).
         """
         tracing = tracing or from_environment(settings.trace)
-        loader = functools.partial(default_loader, plan_cache_size=settings.plan_cache_size)
+        loader = CompilerFrozenFirst(functools.partial(default_loader,
+                                                       plan_cache_size=settings.plan_cache_size))
         repository = repository or ModelRepository(
             settings.model_repository, loader=loader, device=settings.device,
             memory_budget_bytes=settings.memory_budget_bytes,
