@@ -4,13 +4,13 @@ services (inference, metrics, upload slots, drain), readiness and the admin acce
 from __future__ import annotations
 
 import functools
-import gc
 import logging
 from dataclasses import dataclass, field
 
 from engine.serving.repository import ModelRepository
 from engine.serving.validate import default_loader
 from service.admin_token import AdminAccess
+from service.collector import CompilerFrozenFirst, freeze_lasting
 from service.dataplane.drain import DrainState
 from service.dataplane.inference import InferenceService
 from service.dataplane.metrics import Metrics
@@ -58,7 +58,8 @@ class Runtime:
         (`service.tracing.from_environment`, which raises `TracingUnavailable`).
         """
         tracing = tracing or from_environment(settings.trace)
-        loader = functools.partial(default_loader, plan_cache_size=settings.plan_cache_size)
+        loader = CompilerFrozenFirst(functools.partial(default_loader,
+                                                       plan_cache_size=settings.plan_cache_size))
         repository = repository or ModelRepository(
             settings.model_repository, loader=loader, device=settings.device,
             memory_budget_bytes=settings.memory_budget_bytes,
@@ -80,7 +81,7 @@ class Runtime:
         await self.repository.start()
         # What exists now (modules, models) lives as long as the process: keep it out of the
         # collector's full passes, which otherwise scan it all and stall requests (tail latency).
-        gc.freeze()
+        freeze_lasting()
         self.ready = True
         log.info("model repository %s ready: %d version(s), model control mode %s",
                  self.settings.model_repository, len(self.repository.index()),

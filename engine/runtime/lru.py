@@ -68,6 +68,11 @@ class LRUCache(Generic[K, V]):
                 if self._on_evict is not None:
                     self._on_evict(old_key, old_value)
 
+    def pop(self, key: K) -> V | None:
+        """Remove `key` and give its value (None when it is not cached); not an eviction."""
+        with self._lock:
+            return self._items.pop(key, None)
+
     def touch(self, key: K) -> bool:
         """Mark `key` as just used; False when it is not (or no longer) cached."""
         try:

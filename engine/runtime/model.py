@@ -369,6 +369,12 @@ class Model:
         """Input shapes of the plans cached now, each as sorted (name, shape) pairs."""
         return self._cache.signatures()
 
+    def release_plans(self) -> None:
+        """Forget every compiled plan and the values derived for them, a plan at a time, so
+        that other threads (a server's event loop) run between (`PlanCache.release`): for a
+        model leaving service. A later `infer` compiles its plans again."""
+        self._cache.release()
+
     def cache_stats(self) -> dict[str, dict[str, int]]:
         """Entries, capacity and evictions of the plan and shape caches (each LRU-bounded)."""
         return self._stats.cache_stats()

@@ -732,16 +732,18 @@ class ModelRepository:
                 record.drained(old)
 
         task = asyncio.get_running_loop().create_task(drain())
-        # Once the task (and with it the last reference to `old`) is done, and unless the
-        # repository is closing: collect and trim what the copy held.
-        task.add_done_callback(lambda _: self._reclaim_soon())
+        # Once the task is done, and unless the repository is closing: free the copy's plans
+        # one at a time, then collect and trim what it held. The model goes in a list that
+        # the tear-down empties: the executor keeps its arguments until the call returns, and
+        # the collection must find the model unreachable.
+        task.add_done_callback(lambda _: self._reclaim_soon([old.model]))
         record.draining[old] = task
 
-    def _reclaim_soon(self) -> None:
+    def _reclaim_soon(self, retired: list[Any]) -> None:
         if self._closing:
             return
         with contextlib.suppress(RuntimeError):  # the event loop is closing
-            asyncio.get_running_loop().run_in_executor(self._io, control.reclaim_memory)
+            asyncio.get_running_loop().run_in_executor(self._io, _tear_down, retired)
 
     async def _place(self, name: str, staging: Path, validated: Validated, identity: Identity,
                      number: int | None, replace: bool, where: str) -> LoadedVersion:
@@ -788,6 +790,18 @@ class ModelRepository:
 
     def _reason(self, name: str, version: int) -> str:
         return self._peek(name, version).reason
+
+
+def _tear_down(retired: list[Any]) -> None:
+    """The retired copies' models, taken out of `retired`: their plans freed a plan at a time
+    where they have them (`Model.release_plans`: in one collection they held the GIL, and the
+    event loop, for tens of ms at a stretch), then the cycles collected and the heap trimmed."""
+    while retired:
+        release = getattr(retired.pop(), "release_plans", None)
+        if release is not None:
+            release()
+        del release  # the bound method holds the model
+    control.reclaim_memory()
 
 
 def _sizes(copies: list[LoadedVersion]) -> list[tuple[LoadedVersion, int]]:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -22,6 +24,8 @@ pytestmark = pytest.mark.e2e
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 MIB = 1 << 20
 PROBE_INTERVAL_S = 0.02  # the client keeps up with this even on a busy machine
+IDLE_PROBES_S = 2.0  # the baseline before each upload: 100 probes
+UPLOAD_TRIES = 5  # a stall of the event loop's own shows in every one
 
 
 def _resnet18(directory: Path) -> tuple[Path, Path, dict]:
@@ -92,8 +96,23 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         yield running
 
 
+@contextmanager
+def _own_collector_paused() -> Iterator[None]:
+    """This process's garbage collector off while it probes: a full pass over the test
+    process's heap (the ResNet built here, and in a whole run every module's objects) stops
+    the probing thread too (0.57 s measured on the busy 2-core VM in a process that had built
+    the ResNet), and would read as the server's stall. What probing allocates is freed by
+    reference counting."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 def _probe(server: Server, busy: subprocess.Popen[bytes] | None = None,
-           seconds: float = 1.0) -> np.ndarray:
+           seconds: float = IDLE_PROBES_S) -> np.ndarray:
     """Latencies of /v2/health/live probes due every PROBE_INTERVAL_S while `busy` runs (or
     for `seconds` when there is none).
 
@@ -101,7 +120,7 @@ def _probe(server: Server, busy: subprocess.Popen[bytes] | None = None,
     delays, not only in the one it holds up.
     """
     latencies = []
-    with httpx.Client(base_url=server.url, timeout=10) as client:
+    with _own_collector_paused(), httpx.Client(base_url=server.url, timeout=10) as client:
         due = started = time.perf_counter()
         while busy.poll() is None if busy is not None else due < started + seconds:
             time.sleep(max(0.0, due - time.perf_counter()))
@@ -123,13 +142,16 @@ def test_health_answers_within_50_ms_p99_while_a_resnet_is_uploaded(
         server: Server, tmp_path: Path) -> None:
     symbol, params, config = _resnet18(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps(config))
-    # curl sends the upload, so that this process only probes. On a quiet machine the probes'
-    # p99 stays far under 50 ms; on a busy one (the test machines are shared) other processes
-    # delay probes too, so what the upload adds is measured against the p99 of probes just
-    # before it, and the best of three uploads counts. Work on the server's event loop
-    # (compiling the batch-32 plan: 0.5 s) would add hundreds of ms in every one.
+    # curl sends the upload, so that this process only probes (its own collector paused). On
+    # a quiet machine the probes' p99 stays far under 50 ms; on a busy one (the test machines
+    # are shared) other processes delay probes too, so what the upload adds is measured
+    # against the p99 of the probes of the two seconds just before it, and the best of up to
+    # UPLOAD_TRIES uploads counts (one upload's p99 swung 10-230 ms on the shared 2-core VM at
+    # load 3-6). Work on the server's event loop (compiling the batch-32 plan: 0.5 s) adds
+    # hundreds of ms to every one; full collections over numba's objects, unfrozen, added
+    # 40-100 ms a pass, several an upload.
     added = []
-    for _ in range(3):
+    for _ in range(UPLOAD_TRIES):
         idle = float(np.percentile(_probe(server), 99))
         upload = _upload_with_curl(server, symbol, params, tmp_path / "config.json")
         latencies = _probe(server, upload)
@@ -142,7 +164,7 @@ def test_health_answers_within_50_ms_p99_while_a_resnet_is_uploaded(
               f"{created['version']}: p50 {np.percentile(latencies, 50) * 1e3:.1f} ms, "
               f"p99 {busy * 1e3:.1f} ms (idle just before: {idle * 1e3:.1f} ms), "
               f"max {latencies.max() * 1e3:.1f} ms")
-        if busy < 0.050 and len(latencies) >= 20:
+        if min(busy, busy - idle) < 0.050 and len(latencies) >= 20:
             break
     extra, busy, count = min(added)
     assert count >= 20, "too few probes during the upload to measure a p99"

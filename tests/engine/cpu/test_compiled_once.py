@@ -1,11 +1,21 @@
-"""`compiled.compiled_once`: kernels compiled once, whatever threads ask at once."""
+"""`compiled.compiled_once`: kernels compiled once, whatever threads ask at once; `prepare`
+sets up numba's compiler once."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
+import pytest
+
+from engine.cpu import compiled
 from engine.cpu.compiled import compiled_once
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_threads_asking_at_once_compile_once_and_all_see_every_kernel() -> None:
@@ -30,3 +40,26 @@ def test_threads_asking_at_once_compile_once_and_all_see_every_kernel() -> None:
         thread.join()
     assert len(builds) == 1
     assert seen == [{"first": 1, "second": 2}] * 8  # never a half-filled dict
+
+
+PREPARE = """
+import gc, json
+from engine.cpu import compiled
+gc.collect()
+counts = [len(gc.get_objects())]
+for _ in range(2):
+    assert compiled.prepare()
+    gc.collect()
+    counts.append(len(gc.get_objects()))
+print(json.dumps(counts))
+"""
+
+
+@pytest.mark.skipif(not compiled.available(), reason="numba is not installed")
+def test_prepare_sets_up_numbas_compiler_in_its_first_call_only() -> None:
+    # A process of its own: this one may have compiled kernels already.
+    done = subprocess.run([sys.executable, "-c", PREPARE], cwd=ROOT, check=True, timeout=300,
+                          capture_output=True, text=True)
+    start, first, second = json.loads(done.stdout.splitlines()[-1])
+    assert first - start > 20_000  # the import, the typing and target registries
+    assert second - first < 100

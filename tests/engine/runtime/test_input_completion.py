@@ -180,3 +180,15 @@ def test_lru_cache_evicts_least_recently_used_and_reports_it() -> None:
     assert cache.get("missing") is None
     with pytest.raises(ValueError, match="at least 1"):
         LRUCache(0)
+
+
+def test_lru_pop_removes_an_entry_without_counting_an_eviction() -> None:
+    evicted: list[tuple[str, int]] = []
+    cache: LRUCache[str, int] = LRUCache(2, on_evict=lambda key, value: evicted.append(
+        (key, value)))
+    cache.put("a", 1)
+    cache.put("b", 2)
+    assert cache.pop("a") == 1
+    assert cache.pop("a") is None
+    assert cache.keys() == ["b"]
+    assert (cache.evictions, evicted) == (0, [])

@@ -196,3 +196,22 @@ def test_walk_times_every_step_of_a_run_made_as_run_makes_it() -> None:
     # Flushed as `run`'s steps are (a step called apart would not be).
     assert calls == [denormals.available()] * len(calls)
     assert not denormals.flushing_here()
+
+
+def test_released_plans_are_forgotten_and_compiled_again_on_the_next_call() -> None:
+    from tests.engine.runtime.helpers import load_pair
+
+    data = sym.var("data")
+    net = sym.Activation(sym.Convolution(data, kernel=(3, 3), pad=(1, 1), num_filter=32,
+                                         name="conv"), act_type="relu")
+    model, _ = load_pair(net, (2, 16, 24, 24), np.random.default_rng(5))
+    feed = {"data": np.random.default_rng(6).normal(size=(2, 16, 24, 24)).astype(np.float32)}
+    before = model.infer(feed)
+    assert model.plan_signatures()
+    model.release_plans()
+    assert model.plan_signatures() == []
+    assert model.derived_bytes == 0
+    after = model.infer(feed)
+    for name, value in before.items():
+        np.testing.assert_allclose(after[name], value, rtol=1e-5, atol=1e-5)
+    assert model.plan_signatures()

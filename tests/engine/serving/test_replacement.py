@@ -74,3 +74,32 @@ def test_replacing_under_load_fails_no_request(tmp_path: Path, in_place: bool) -
     assert len(shifts) > 2 * CLIENTS
     assert len(set(shifts)) > 1  # clients saw the switches happen
     assert sorted(set(shifts)) == sorted(set(shifts) & set(range(REPLACEMENTS + 1)))
+
+
+def test_a_replaced_version_gives_up_its_plans_once_drained(tmp_path: Path) -> None:
+    symbol, params = seed_mlp()
+    data = np.random.default_rng(4).normal(size=(2, 512)).astype(np.float32)
+
+    async def main() -> tuple[list, list, np.ndarray]:
+        repo = ModelRepository(tmp_path)
+        await repo.start()
+        await repo.add_version("mlp", symbol, params, config=SEED_MLP_CONFIG)
+        first = repo.get("mlp")
+        await repo.infer("mlp", {"data": data})
+        compiled = first.model.plan_signatures()
+        await repo.add_version("mlp", symbol, seed_mlp_shifted(1))
+        record = repo.records("mlp")[1]
+        while record.draining:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # the drain's done callback queues the tear-down
+        await repo._thread(lambda: None)  # the I/O thread ran what was queued before it
+        released = first.model.plan_signatures()
+        served = (await repo.infer("mlp", {"data": data}))[OUTPUT]
+        await repo.close()
+        return compiled, released, served
+
+    compiled, released, served = run(main())
+    assert compiled, "the first version compiled plans while it served"
+    assert released == []
+    reference = engine.load_model(symbol, seed_mlp_shifted(1)).infer({"data": data})[OUTPUT]
+    np.testing.assert_allclose(served, reference, rtol=1e-5, atol=1e-5)
