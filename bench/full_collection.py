@@ -54,19 +54,6 @@ def measure(frozen_first: bool, directory: Path) -> dict:
             "pass_ms_median": round(statistics.median(times), 1), "objects_scanned": scanned}
 
 
-def export_resnet(directory: Path) -> None:
-    from engine import nd
-    from engine.gluon.model_zoo.vision import get_model
-
-    net = get_model("resnet18_v1", classes=1000)
-    net.initialize()
-    net.hybridize()
-    net(nd.zeros((1, 3, 64, 64)))
-    net.export(str(directory / "resnet"))
-    (directory / "config.json").write_text(json.dumps({"max_batch_size": 32, "inputs": [
-        {"name": "data", "datatype": "FP32", "shape": [-1, 3, 64, 64]}]}))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -77,7 +64,11 @@ def main() -> None:
         print(json.dumps(measure(args.child == "frozen", args.directory)))
         return
     directory = Path(tempfile.mkdtemp(prefix="full-collection-"))
-    export_resnet(directory)  # here: the measurements are children's
+    # the same export the health benchmark uploads (the sibling module, on the path as this
+    # script's folder); here, not in the children, whose imports are what is measured
+    from health_during_upload import export_resnet
+
+    export_resnet(directory)
     rows: dict[str, list[dict]] = {"unfrozen": [], "frozen": []}
     for _ in range(args.rounds):
         for kind in rows:
