@@ -40,7 +40,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("engine",),
     ("service",),
     ("service.settings", "service.errors", "service.tracing"),
-    ("service.admin_token", "service.startup"),
+    ("service.admin_token", "service.startup", "service.collector"),
     ("service.tensors",),
     ("service.dataplane",),
     ("service.runtime",),
