@@ -459,10 +459,12 @@ def requantize(rounds: int, batch: int, against: str | None) -> None:
                 took = {kind: statistics.median(timed(
                     [lambda jobs=jobs: [job() for job in jobs]], TWENTY_CALLS, rounds)[0])
                     for kind, jobs in kinds.items()}
-                share = took["requantize"] / sum(took.values())
+                # a chained layer's passes run inside its one job, after each share's product
+                share = f"requantize {took['requantize'] / sum(took.values()):.0%}" \
+                    if "requantize" in took else "no requantize job of its own (chained)"
                 print(f"{label} " + ", ".join(f"{kind} {seconds * 1e3:.3f}"
                                               for kind, seconds in took.items())
-                      + f": requantize {share:.0%}")
+                      + f": {share}")
                 continue
             calls = [lambda jobs=jobs: [job() for kind, job in jobs if kind == "requantize"]
                      for jobs, _ in made]
