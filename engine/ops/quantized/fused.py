@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from functools import partial
 from operator import itemgetter
 from threading import get_ident
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -47,6 +48,8 @@ DEQUANTIZE_OP = "_contrib_dequantize"
 FC = "_sg_mkldnn_fully_connected"
 BN_INPUTS = ("gamma", "beta", "moving_mean", "moving_var")
 _FIRST = itemgetter(0)  # a range input's value through its memoryview (`_state`)
+# an input of a fused convolution without a hand-off: its bytes are never laid channels-last
+_NOT_LAID = SimpleNamespace(laid=False)
 
 
 def _flags(*names: str) -> tuple[Param, ...]:
@@ -288,8 +291,8 @@ class _FusedInt8Conv:
         # (`_state` of the last fused run, what that run did): `run`'s steady path
         self._steady: tuple[Any, ...] | None = None
         self._last_run: tuple[Any, ...] = ()  # what `_decide_and_run` last did: `run`'s
-        # the hand-offs `_state` reads, found once
-        self._watched = tuple(self.handoffs.get(name) for name in ("data", "sum", "out"))
+        # the hand-offs `_state` reads, found once (an input without one: never laid)
+        self._watched = tuple(self.handoffs.get(name, _NOT_LAID) for name in ("data", "sum"))
         self._plan: tuple[Any, ...] | None = None  # (make, Epilogue, low, high) or None
         self._convs: dict[int8_conv.Layouts | None, Any] = {}  # by the layouts they take
         self._weight_q: np.ndarray | None = None
@@ -365,16 +368,14 @@ class _FusedInt8Conv:
 
     def _state(self) -> tuple[Any, ...]:
         """What `_decide_and_run`'s choices depend on from one run to the next: the range
-        inputs' values, the compiled paths' switch, the layouts the inputs' writers laid,
-        whether the output's readers take it channels-last (and its rescale), and the
-        thread (a layer's jobs are bound per thread)."""
-        data, residual, out = self._watched
-        rescale = None if out is None else out.rescale
-        return (*map(_FIRST, self._range_views), integer.fast_path_enabled(),
-                get_ident(), data is not None and data.laid,
-                residual is not None and residual.laid,
-                out is not None and out.takers == out.readers, rescale,
-                rescale is not None and rescale.out_handoff.taken)
+        inputs' values, the compiled paths' switch, the thread (a layer's jobs are bound per
+        thread) and the layouts the inputs' writers laid. What else they read (whether the
+        output's readers take it channels-last, a reader's rescale and whether its output is
+        taken) is settled when the plan binds its readers, before any run: not read again
+        (in a plan's run each object read here is a cache miss or more)."""
+        data, residual = self._watched
+        return (*map(_FIRST, self._range_views), integer.fast_path_enabled(), get_ident(),
+                data.laid, residual.laid)
 
     def _decide_and_run(self) -> bool:
         out = self.handoffs.get("out")
