@@ -18,9 +18,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from functools import partial
-from operator import itemgetter
 from threading import get_ident
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -31,7 +29,6 @@ from engine.kernels import gemm_int8, int8_conv, int8_depthwise, int8_memory
 from engine.ops.attrs import parse_bool
 from engine.ops.dtypes import FLOAT32, UINT8
 from engine.ops.quantized import handoff, integer, ranges
-from engine.ops.quantized.integer import PATHS
 from engine.ops.quantized.ranges import CALIB_PARAMS, F32, INT8, RANGE_OUTPUTS
 from engine.ops.quantized.requantize import (
     finish,
@@ -47,9 +44,6 @@ CONV = "_sg_mkldnn_conv"
 DEQUANTIZE_OP = "_contrib_dequantize"
 FC = "_sg_mkldnn_fully_connected"
 BN_INPUTS = ("gamma", "beta", "moving_mean", "moving_var")
-_FIRST = itemgetter(0)  # a range input's value through its memoryview (`_state`)
-# an input of a fused convolution without a hand-off: its bytes are never laid channels-last
-_NOT_LAID = SimpleNamespace(laid=False)
 
 
 def _flags(*names: str) -> tuple[Param, ...]:
@@ -172,8 +166,6 @@ def _conv_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
         if attrs.quantized else None
 
     def call() -> None:
-        if fused is not None and fused.repeat():
-            return
         if fused is None or not fused.run():
             results = _conv_forward(attrs, weights,
                                     values if fused is None else fused.nchw_values())
@@ -286,13 +278,13 @@ class _FusedInt8Conv:
         self.range_values = [np.asarray(values[name]).reshape(-1) for name in (
             "min_data", "max_data", "min_sum", "max_sum") if name in values]
         # ... and as memoryviews, whose items read without NumPy's indexing (`_state`)
-        self._range_views = tuple(memoryview(value) for value in self.range_values)
+        self._range_views = [memoryview(value) for value in self.range_values]
         self._key: Any = None
         # (`_state` of the last fused run, what that run did): `run`'s steady path
         self._steady: tuple[Any, ...] | None = None
         self._last_run: tuple[Any, ...] = ()  # what `_decide_and_run` last did: `run`'s
-        # the hand-offs `_state` reads, found once (an input without one: never laid)
-        self._watched = tuple(self.handoffs.get(name, _NOT_LAID) for name in ("data", "sum"))
+        # the hand-offs `_state` reads, found once
+        self._watched = tuple(self.handoffs.get(name) for name in ("data", "sum", "out"))
         self._plan: tuple[Any, ...] | None = None  # (make, Epilogue, low, high) or None
         self._convs: dict[int8_conv.Layouts | None, Any] = {}  # by the layouts they take
         self._weight_q: np.ndarray | None = None
@@ -324,34 +316,27 @@ class _FusedInt8Conv:
                 handoffs["out"] = offered
         return handoffs
 
-    def repeat(self) -> bool:
-        """The node's step where what the last fused run decided on is unchanged (`_state`)
-        on the same thread: that run's jobs and bookkeeping repeated without deciding again,
-        then the follower (`run_follower`); False, having done nothing, otherwise. In a
-        plan's run, every NumPy call and object a step touches has been evicted from cache
-        by the layers between (ResNet-18 int8 at batch 1, one thread: deciding cost about
-        20 µs a convolution), so the steady path is one call reading few objects."""
-        steady = self._steady
-        if steady is None or steady[0] != self._state():
-            return False
-        _, jobs, out, laid_out, rescale, written, paths, writers = steady
-        for job in jobs:
-            job()
-        if out is not None:
-            out.laid = laid_out
-            if rescale is not None:
-                rescale.written = written
-                if rescale.follow is not None:
-                    rescale.follow()
-        for path in paths:
-            PATHS[path] += 1
-        for write in writers:
-            write()
-        return True
-
     def run(self) -> bool:
-        """Compute the node on the compiled path, deciding how (`repeat` runs a decided
-        step again); False where it cannot (the NumPy path runs)."""
+        """Compute the node on the compiled path; False where it cannot (the NumPy path
+        runs). A run that finds what the last fused run decided on unchanged (`_state`) on
+        the same thread repeats that run's jobs and bookkeeping without deciding again: in
+        a plan's run, every NumPy call and object a step touches has been evicted from
+        cache by the layers between (ResNet-18 int8 at batch 1, one thread: deciding cost
+        about 20 µs a convolution)."""
+        steady = self._steady
+        if steady is not None and steady[0] == self._state():
+            _, jobs, out, laid_out, rescale, written, paths, writers = steady
+            for job in jobs:
+                job()
+            if out is not None:
+                out.laid = laid_out
+                if rescale is not None:
+                    rescale.written = written
+            for path in paths:
+                integer.PATHS[path] += 1
+            for write in writers:
+                write()
+            return True
         self._steady = None
         state = self._state()
         if not self._decide_and_run():
@@ -368,14 +353,16 @@ class _FusedInt8Conv:
 
     def _state(self) -> tuple[Any, ...]:
         """What `_decide_and_run`'s choices depend on from one run to the next: the range
-        inputs' values, the compiled paths' switch, the thread (a layer's jobs are bound per
-        thread) and the layouts the inputs' writers laid. What else they read (whether the
-        output's readers take it channels-last, a reader's rescale and whether its output is
-        taken) is settled when the plan binds its readers, before any run: not read again
-        (in a plan's run each object read here is a cache miss or more)."""
-        data, residual = self._watched
-        return (*map(_FIRST, self._range_views), integer.fast_path_enabled(), get_ident(),
-                data.laid, residual.laid)
+        inputs' values, the compiled paths' switch, the layouts the inputs' writers laid,
+        whether the output's readers take it channels-last (and its rescale), and the
+        thread (a layer's jobs are bound per thread)."""
+        data, residual, out = self._watched
+        rescale = None if out is None else out.rescale
+        return (tuple([view[0] for view in self._range_views]), integer.fast_path_enabled(),
+                get_ident(), data is not None and data.laid,
+                residual is not None and residual.laid,
+                out is not None and out.takers == out.readers, rescale,
+                rescale is not None and rescale.out_handoff.taken)
 
     def _decide_and_run(self) -> bool:
         out = self.handoffs.get("out")

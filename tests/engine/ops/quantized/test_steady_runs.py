@@ -1,5 +1,5 @@
 """Bound int8 steps decide their path at their first run and repeat it while nothing they
-decided on changes: a fused convolution (`fused._FusedInt8Conv.repeat`) and a dense layer into
+decided on changes: a fused convolution (`fused._FusedInt8Conv.run`) and a dense layer into
 float32 (`fused._BoundFc`). The logits stay the NumPy path's bit for bit, each run takes the
 same compiled paths, and a change (the compiled paths off and on again, another data range)
 makes them decide anew. The range outputs they copy through memoryviews
