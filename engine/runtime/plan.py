@@ -111,6 +111,10 @@ class Plan:
             huge_pages=sum(self.memory.buffer_sizes) + scratch_bytes >= ARENA_FROM_BYTES)
         # On huge pages, small buffers packed together (`Workspace.empty`).
         buffers = [self.workspace.empty(size, np.uint8) for size in self.memory.buffer_sizes]
+        # where they lie: an array of the caller's inside one (an output of the last run,
+        # returned uncopied) is copied in, not read in place while steps write there
+        self._spans = [(buffer.ctypes.data, buffer.ctypes.data + buffer.nbytes)
+                       for buffer in buffers] if xp is np else []
         self._inputs = {name: self.workspace.empty(input_shapes[name], input_dtypes[name])
                         for name in input_shapes}
         # bf16 on a GPU: the Convolution and Dense nodes bind with products on bf16 operands.
@@ -252,13 +256,16 @@ class Plan:
         """``feed`` into the input buffers; an input whose readers read where they are
         pointed (`_pointers`) and whose array is one they can read (`_readable_in_place`) is
         not copied: they are pointed at it (ResNet-18 int8 at batch 1 copied 600 KB, about
-        65 µs of its run, before its quantize read them). Returns the (buffer, pointers)
-        pointed away, for `_point_back` after the run."""
+        65 µs of its run, before its quantize read them), unless it lies in one of the plan's
+        own buffers (`_spans`). Returns the (buffer, pointers) pointed away, for
+        `_point_back` after the run."""
         pointed = []
         for name, buffer, pointers in self._input_buffers:
             array = feed[name]
-            if pointers and _readable_in_place(array, buffer):
-                address = array.ctypes.data
+            address = array.ctypes.data if pointers and _readable_in_place(array, buffer) \
+                else None
+            if address is not None and not any(start < address + array.nbytes and address < end
+                                               for start, end in self._spans):
                 for point in pointers:
                     point(address)
                 pointed.append((buffer, pointers))

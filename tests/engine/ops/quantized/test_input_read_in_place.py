@@ -1,10 +1,12 @@
 """A plan's input read only by a calibrated quantize is read where the caller's array lies
 (`Plan._fill_inputs`, `Workspace.reads_where_pointed`): no copy into the plan's buffer, the
 logits the NumPy path's bit for bit; an array the quantize cannot read as it is (another
-dtype, strided, fewer rows) is copied in as before, and after a run the quantize reads the
-plan's own buffer again."""
+dtype, strided, fewer rows, one lying in the plan's own buffers) is copied in as before, and
+after a run the quantize reads the plan's own buffer again."""
 
 from __future__ import annotations
+
+import ctypes
 
 import numpy as np
 import pytest
@@ -80,6 +82,19 @@ def test_an_array_not_readable_as_it_is_is_copied_in(model, form):
     want[:len(fed)] = fed
     np.testing.assert_array_equal(input_buffer(plan), want)
     np.testing.assert_array_equal(got[:len(fed)], exact_logits(model, want)[:len(fed)])
+
+
+def test_an_array_inside_the_plans_own_buffers_is_copied_in(model):
+    plan = plan_of(model)
+    data = images()
+    start, end = max(plan._spans, key=lambda span: span[1] - span[0])
+    assert end - start >= data.nbytes
+    inside = np.ctypeslib.as_array(ctypes.cast(start, ctypes.POINTER(ctypes.c_float)),
+                                   (data.size,)).reshape(SHAPE)
+    np.copyto(inside, data)  # as an output of the last run fed back uncopied would lie
+    got = plan.run({"data": inside})[0]
+    np.testing.assert_array_equal(input_buffer(plan), data)
+    np.testing.assert_array_equal(got, exact_logits(model, data))
 
 
 def test_after_a_run_the_steps_read_the_plans_buffer_again(model):
