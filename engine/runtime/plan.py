@@ -111,9 +111,12 @@ class Plan:
             huge_pages=sum(self.memory.buffer_sizes) + scratch_bytes >= ARENA_FROM_BYTES)
         # On huge pages, small buffers packed together (`Workspace.empty`).
         buffers = [self.workspace.empty(size, np.uint8) for size in self.memory.buffer_sizes]
+        # where they lie: an array of the caller's inside one (an output of the last run,
+        # returned uncopied) is copied in, not read in place while steps write there
+        self._spans = [(buffer.ctypes.data, buffer.ctypes.data + buffer.nbytes)
+                       for buffer in buffers] if xp is np else []
         self._inputs = {name: self.workspace.empty(input_shapes[name], input_dtypes[name])
                         for name in input_shapes}
-        self._input_buffers = list(self._inputs.items())
         # bf16 on a GPU: the Convolution and Dense nodes bind with products on bf16 operands.
         products = Bf16Products(xp, self._constants, {} if derived is None else derived,
                                 staging_elements(graph, shapes)) \
@@ -143,6 +146,24 @@ class Plan:
                          for call in calls]
             self.steps.extend(Step(call, node) for call in calls)
         self._heads = [arrays[(entry.node, entry.index)] for entry in graph.heads]
+        self._input_buffers = [(name, buffer, self._pointers(graph, readers, name, buffer))
+                               for name, buffer in self._inputs.items()]
+
+    def _pointers(self, graph: Graph, readers: dict[tuple[int, int], list[Reader]], name: str,
+                  buffer: Any) -> tuple[Callable[[int], None], ...]:
+        """The calls pointing the readers of input ``name`` at another array
+        (`Workspace.reads_where_pointed`), where every reader of it has one and no output of
+        the plan is the input itself; else none, and a run copies the input in."""
+        if self.xp is not np:
+            return ()
+        pointers = self.workspace.pointers(buffer)
+        index = next((index for index, node in enumerate(graph.nodes) if node.name == name
+                      and node.is_variable), None)
+        read = readers.get((index, 0), [])
+        if index is None or not pointers or len(pointers) != len(read) \
+                or any(reader.op is None for reader in read):
+            return ()
+        return pointers
 
     def _variable(self, node: Node) -> Any:
         if node.name in self._inputs:
@@ -193,9 +214,11 @@ class Plan:
             with self._lock:
                 if self._gpu is not None:
                     return self._gpu.run(feed, copy_outputs)
-                for name, buffer in self._input_buffers:
-                    fill_rows(buffer, feed[name])
-                self._run_on_cpu(self._run_steps)
+                pointed = self._fill_inputs(feed)
+                try:
+                    self._run_on_cpu(self._run_steps)
+                finally:
+                    _point_back(pointed)
                 return [head.copy() for head in self._heads] if copy_outputs else \
                     list(self._heads)
         finally:
@@ -220,12 +243,35 @@ class Plan:
         token = quiet_floats()
         try:
             with self._lock:
-                for name, buffer in self._input_buffers:
-                    fill_rows(buffer, feed[name])
-                self._run_on_cpu(timed_steps, record=False)
+                pointed = self._fill_inputs(feed)
+                try:
+                    self._run_on_cpu(timed_steps, record=False)
+                finally:
+                    _point_back(pointed)
         finally:
             restore_floats(token)
         return seconds
+
+    def _fill_inputs(self, feed: Mapping[str, Any]) -> list[tuple[Any, tuple[Any, ...]]]:
+        """``feed`` into the input buffers; an input whose readers read where they are
+        pointed (`_pointers`) and whose array is one they can read (`_readable_in_place`) is
+        not copied: they are pointed at it (ResNet-18 int8 at batch 1 copied 600 KB, about
+        65 µs of its run, before its quantize read them), unless it lies in one of the plan's
+        own buffers (`_spans`). Returns the (buffer, pointers) pointed away, for
+        `_point_back` after the run."""
+        pointed = []
+        for name, buffer, pointers in self._input_buffers:
+            array = feed[name]
+            address = array.ctypes.data if pointers and _readable_in_place(array, buffer) \
+                else None
+            if address is not None and not any(start < address + array.nbytes and address < end
+                                               for start, end in self._spans):
+                for point in pointers:
+                    point(address)
+                pointed.append((buffer, pointers))
+            else:
+                fill_rows(buffer, array)
+        return pointed
 
     def _run_on_cpu(self, run_steps: Callable[[], None], record: bool = True) -> None:
         """``run_steps`` with denormals flushed, over the cores this plan's runs use."""
@@ -353,6 +399,23 @@ def _infer(graph: Graph, input_shapes: Mapping, input_dtypes: Mapping) -> tuple[
             if dtype is None:
                 raise ShapeError(f"{node.describe()}: dtype of output {slot} is unknown")
     return shapes, dtypes
+
+
+def _readable_in_place(array: Any, buffer: np.ndarray) -> bool:
+    """Whether ``array`` can stand for the input ``buffer`` for readers pointed at it: a
+    NumPy array of its shape and dtype, C-contiguous and aligned (the caller's batch as it
+    is, no rows padded, nothing converted)."""
+    return type(array) is np.ndarray and array.shape == buffer.shape and \
+        array.dtype == buffer.dtype and array.flags.c_contiguous and array.flags.aligned
+
+
+def _point_back(pointed: list[tuple[Any, tuple[Any, ...]]]) -> None:
+    """The readers `Plan._fill_inputs` pointed away pointed at their buffers again: a
+    step called outside a run reads the plan's own input."""
+    for buffer, pointers in pointed:
+        address = buffer.ctypes.data
+        for point in pointers:
+            point(address)
 
 
 def _readers(graph: Graph) -> dict[tuple[int, int], list[Reader]]:
