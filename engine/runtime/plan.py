@@ -23,7 +23,7 @@ from engine.device import CPU, Device, on_stream
 from engine.errors import EngineError, ExecutionError, ShapeError
 from engine.graph.infer import infer_dtypes, infer_shapes, specialize_sources
 from engine.graph.ir import Graph, Node
-from engine.kernels import jobs
+from engine.kernels import expansion_chain, jobs
 from engine.kernels.packed_weight import PackedWeight
 from engine.kernels.workspace import ARENA_FROM_BYTES, Reader, Workspace
 from engine.ops.shapes import is_known
@@ -142,6 +142,8 @@ class Plan:
                 calls = [jobs.pooled(parallel.split(call, spread), self.workspace)
                          for call in calls]
             self.steps.extend(Step(call, node) for call in calls)
+        if xp is np:
+            self.steps = _chain_expansions(self.steps)
         self._heads = [arrays[(entry.node, entry.index)] for entry in graph.heads]
 
     def _variable(self, node: Node) -> Any:
@@ -366,6 +368,20 @@ def _readers(graph: Graph) -> dict[tuple[int, int], list[Reader]]:
     for position, entry in enumerate(graph.heads):
         readers.setdefault((entry.node, entry.index), []).append(Reader(None, None, position))
     return readers
+
+
+def _chain_expansions(steps: list[Step]) -> list[Step]:
+    """The steps with each 1×1 expansion and the depthwise step after it that reads it made
+    one step where they chain (`expansion_chain`): one job of the cores in place of two,
+    named by the depthwise node."""
+    chained: list[Step] = []
+    for step in steps:
+        call = expansion_chain.chain(chained[-1].call, step.call) if chained else None
+        if call is None:
+            chained.append(step)
+        else:
+            chained[-1] = Step(call, step.node)
+    return chained
 
 
 def _buffer_view(buffer: Any, shape: tuple[int, ...], dtype: np.dtype) -> Any:

@@ -1,0 +1,142 @@
+"""A 1×1 expansion and the depthwise layer reading it as one `part_chain` job, by channels.
+
+An inverted-residual block (MobileNet v2's) expands its input with a 1×1 product and runs a
+3×3 depthwise layer over the expansion: a job each, and on every core the cores meet at the
+end of both. The depthwise layer reads each channel's plane alone, which its filter's row of
+the product writes, so a run of channels needs no other share's work: each share here is a
+run of the product's filters (whole row blocks of the GEMM's tile; at 7², where the product
+runs transposed, whole column panels and their copy out) and then the depthwise layer over
+those planes, on one thread with no wait between, the expansion's planes still in that
+core's cache when the depthwise layer reads them. The cores meet once a block pair, not
+twice, and no core reads planes the other wrote. Every share computes its channels as the
+whole product does (each sum over K in the same order), so the outputs are the same to
+the bit.
+
+A share's product reads the whole of the product's input (B: every position of every input
+channel), so the pair is chained only where that input stays in a core's L2 between shares
+(`RIGHT_L2_SHARE`): MobileNet v2's blocks at 28², 14² and 7², not those at 112² and 56²,
+whose inputs of 0.3–1.6 MB would be read again from L3 by every share.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from engine.cpu import cache_sizes, spin_pool
+from engine.kernels import gemm_bind, gemm_kernel, gemm_transposed, jobs, part_chain
+
+_FIELD = gemm_kernel.CONTEXT_FIELDS
+# A share's output of the product at most (its planes and the depthwise layer's fit in L1 and
+# L2 beside the input); shares whole row blocks or panels, at least `SHARES_PER_CORE` a core.
+SHARE_BYTES = 48 << 10
+SHARES_PER_CORE = 4
+# The product's input at most this share of L2 (or `RIGHT_BYTES` where the L2 is unknown).
+RIGHT_L2_SHARE = 2
+RIGHT_BYTES = 256 << 10
+
+
+def chain(expansion: Any, depthwise: Any) -> part_chain.Chain | None:
+    """``expansion()`` then ``depthwise()`` as one job of the cores, share by share of
+    channels; None where they do not chain: the host has one core, the depthwise step is
+    not `depthwise_vector`'s job over the planes the product writes (one sample, no
+    hand-off), the product is not ours over one matrix (or, run transposed, has a residual),
+    its input passes `right_bytes`, or the depthwise output overlaps an operand of the
+    product."""
+    parts = spin_pool.cores()
+    planes = _depthwise_call(depthwise)
+    if parts < 2 or planes is None:
+        return None
+    data, out = planes.args[0], planes.args[3]
+    transposed = type(expansion) is gemm_bind.Transposed
+    product = expansion.product if transposed else expansion.ours if type(expansion) in (
+        gemm_bind.Threaded, gemm_bind.Spread) else expansion
+    if type(product) is not gemm_kernel.Product or int(product.context[_FIELD["batch"]]) != 1:
+        return None
+    context = product.context
+    if transposed:
+        if expansion.residual is not None or not _holds(expansion.out, data):
+            return None
+        channels, unit = int(context[_FIELD["n"]]), int(context[_FIELD["nr"]])
+        right = int(context[_FIELD["m"]]) * int(context[_FIELD["k"]]) * 4
+        written = (*product.operands, expansion.out, expansion.source)
+    else:
+        channels, unit = int(context[_FIELD["m"]]), int(context[_FIELD["mr"]])
+        columns = int(context[_FIELD["n"]])
+        right = int(context[_FIELD["k"]]) * columns * 4
+        if (int(context[_FIELD["c"]]) != data.ctypes.data or int(context[_FIELD["ldc"]])
+                != columns or data.shape[0] != channels or data[0].size != columns):
+            return None
+        written = product.operands
+    if channels != data.shape[0] or right > right_bytes() or any(
+            isinstance(array, np.ndarray) and np.may_share_memory(array, out)
+            for array in written):
+        return None
+    shares = _shares(channels, unit, data[0].nbytes, parts)
+    steps = []
+    for first, last in shares:
+        if transposed:
+            product_step = spin_pool.job(int(product.args[-3]), gemm_transposed.product_share(
+                context, first, last), 1, keep=(product,))
+            copy = gemm_transposed.copy_share(expansion.out, expansion.source, None, first,
+                                              last)
+            share = [product_step, copy]
+        else:
+            share = [spin_pool.job(int(product.args[-3]), _row_share(context, first, last), 1,
+                                   keep=(product,))]
+        share.append(planes.planes_job(first, last))
+        if any(step is None for step in share):
+            return None
+        steps.append(share)
+    return part_chain.chain([steps] * parts, steps, parts)
+
+
+def right_bytes() -> int:
+    """The product's input a chained pair reads at most: `RIGHT_L2_SHARE` of the L2, or
+    `RIGHT_BYTES` where its size is unknown."""
+    l2 = cache_sizes.l2_bytes()
+    return l2 // RIGHT_L2_SHARE if l2 else RIGHT_BYTES
+
+
+def _depthwise_call(step: Any) -> Any:
+    """The `VectorDepthwiseCall` a depthwise step's job runs, over one sample without a
+    hand-off; else None."""
+    from engine.kernels.depthwise_vector import VectorDepthwiseCall
+
+    if not isinstance(step, spin_pool.Job):
+        return None
+    call = jobs.source(step)
+    if type(call) is not VectorDepthwiseCall or call.args[5] is not None \
+            or call.args[6] is not None or call.args[1].shape[0] != call.args[0].shape[0]:
+        return None
+    return call
+
+
+def _holds(out: Any, data: Any) -> bool:
+    """Whether ``out`` (channels, positions) is ``data`` (channels, height, width)."""
+    return (out.ctypes.data == data.ctypes.data and out.shape[0] == data.shape[0]
+            and out.flags.c_contiguous and out.size == data.size)
+
+
+def _shares(channels: int, unit: int, plane_bytes: int, parts: int) -> list[tuple[int, int]]:
+    """Runs of channels in whole ``unit``s, each about `SHARE_BYTES` of planes at most, at
+    least `SHARES_PER_CORE` for each of ``parts`` where there are units enough."""
+    units = -(-channels // unit)
+    wanted = max(SHARES_PER_CORE * parts, -(-channels * plane_bytes // SHARE_BYTES))
+    per_share = max(1, units // min(units, wanted))
+    return [(first * unit, min(channels, (first + per_share) * unit))
+            for first in range(0, units, per_share)]
+
+
+def _row_share(context: np.ndarray, first: int, last: int) -> np.ndarray:
+    """A product's context narrowed to its rows [first, last) (``first`` a whole row block
+    in): A's block, C's and the row bias's (and a residual's) addresses moved on, M cut."""
+    share = context.copy()
+    share[_FIELD["a"]] += first * int(context[_FIELD["row_step"]]) * 4
+    share[_FIELD["c"]] += first * int(context[_FIELD["ldc"]]) * 4
+    share[_FIELD["rows_bias"]] += first * 4
+    if int(context[_FIELD["residual"]]):
+        share[_FIELD["residual"]] += first * int(context[_FIELD["ldc"]]) * 4
+    share[_FIELD["m"]] = last - first
+    return share

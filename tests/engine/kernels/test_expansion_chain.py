@@ -1,0 +1,132 @@
+"""A 1×1 expansion and the depthwise layer reading it as one chained job, share by share of
+channels (`engine.kernels.expansion_chain`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.cpu import cache_sizes, spin_pool
+from engine.kernels import (
+    depthwise_vector,
+    expansion_chain,
+    gemm_bind,
+    gemm_kernel,
+    jobs,
+    part_chain,
+)
+
+pytestmark = pytest.mark.skipif(
+    not gemm_kernel.available() or not spin_pool.available() or part_chain._task() is None
+    or depthwise_vector._task(1) is None,
+    reason="llvmlite cannot compile the GEMM, the pool, the chain or the depthwise kernel here")
+
+
+class ScratchWorkspace:
+    def derived(self, constant, tag, make):
+        return make(constant)
+
+    def zeroed(self, shape, dtype, tag):
+        return np.zeros(shape, dtype)
+
+
+def block(rng, channels: int, depth: int, size: int, stride: int):
+    """An inverted residual block's expansion (bias, clamp to [0, 6]) and its depthwise
+    step (`jobs.pooled`, as a plan binds it), the expansion's input, its planes and the
+    depthwise output."""
+    workspace = ScratchWorkspace()
+    weight = rng.standard_normal((channels, depth), dtype=np.float32)
+    weight.flags.writeable = False
+    right = rng.standard_normal((depth, size * size), dtype=np.float32)
+    planes = np.full((channels, size * size), np.nan, np.float32)
+    expansion = gemm_bind.weight_product(np, weight, right, planes, workspace)
+    bias = rng.standard_normal(channels, dtype=np.float32)
+    expansion = gemm_bind.clamped(gemm_bind.with_bias([expansion], bias_rows=bias), 0, 6)[0]
+    filters = rng.standard_normal((channels, 1, 3, 3), dtype=np.float32)
+    out_size = (size - 1) // stride + 1
+    out = np.full((1, channels, out_size, out_size), np.nan, np.float32)
+    call = depthwise_vector.bind(planes.reshape(1, channels, size, size), filters,
+                                 rng.standard_normal(channels, dtype=np.float32), out,
+                                 stride).clamped(0, 6)
+    return expansion, jobs.pooled(call, workspace), right, planes, out
+
+
+@pytest.mark.parametrize("channels,depth,size,stride,kind", [
+    (192, 32, 28, 1, gemm_kernel.Product),  # MobileNet v2 at 28²
+    (100, 24, 12, 2, gemm_kernel.Product),  # channels off whole row blocks: a short last one
+    (576, 96, 14, 2, gemm_bind.Threaded),  # at 14², a product BLAS could run
+    (960, 160, 7, 1, gemm_bind.Transposed),  # at 7²: transposed, its copy out a step too
+    (200, 40, 7, 1, gemm_bind.Transposed),  # filters off whole panels
+])
+def test_the_chain_writes_the_two_steps_bytes(monkeypatch, channels, depth, size, stride,
+                                              kind):
+    """The chain writes the expansion's planes and the depthwise output to the bit as the
+    two steps in turn do (a `Threaded` expansion as ours): on one thread, armed on two
+    (twice: the claim word starts again at 0), and again after the input changes. Its
+    shares are runs of whole row blocks (whole column panels, run transposed), at least
+    `SHARES_PER_CORE` a core."""
+    monkeypatch.setattr(spin_pool, "cores", lambda: 2)
+    rng = np.random.default_rng(channels + size)
+    expansion, depthwise, right, planes, out = block(rng, channels, depth, size, stride)
+    assert type(expansion) is kind
+    chain = expansion_chain.chain(expansion, depthwise)
+    assert isinstance(chain, part_chain.Chain) and chain.parts == 2
+    shares = len(chain.alone)
+    assert expansion_chain.SHARES_PER_CORE * 2 <= shares <= channels
+    # (a plan runs a `Threaded` on ours: BLAS held to one thread, or the pool armed)
+    ours = expansion.ours if kind is gemm_bind.Threaded else expansion
+    for _ in range(2):
+        ours()
+        depthwise()
+        want = planes.copy(), out.copy()
+        assert not np.isnan(want[1]).any()
+        for armed in (False, True, True):
+            planes[...], out[...] = np.nan, np.nan
+            if armed:
+                with spin_pool.armed(2):
+                    chain()
+            else:
+                chain()
+            np.testing.assert_array_equal(planes, want[0])
+            np.testing.assert_array_equal(out, want[1])
+        right[...] = rng.standard_normal(right.shape, dtype=np.float32)
+
+
+def test_shares_are_whole_units_covering_every_channel():
+    for channels, unit, plane, parts in [(192, 6, 3136, 2), (100, 6, 576, 2), (960, 16, 196, 2),
+                                         (12, 6, 4, 4), (7, 6, 100_000, 2)]:
+        shares = expansion_chain._shares(channels, unit, plane, parts)
+        assert shares[0][0] == 0 and shares[-1][1] == channels
+        assert all(last == first for (_, last), (first, _) in zip(shares, shares[1:]))
+        assert all(first % unit == 0 for first, _ in shares)
+        units = -(-channels // unit)
+        assert len(shares) >= min(units, expansion_chain.SHARES_PER_CORE * parts)
+        largest = max(last - first for first, last in shares)
+        assert largest * plane <= expansion_chain.SHARE_BYTES or largest <= unit
+
+
+def test_pairs_that_cannot_chain_stay_apart(monkeypatch):
+    """No chain where the depthwise output overwrites the expansion's input (a buffer the
+    plan reuses), where it reads other planes than the expansion writes, where the
+    expansion's input would not stay in L2 from share to share, or on one core."""
+    monkeypatch.setattr(spin_pool, "cores", lambda: 2)
+    rng = np.random.default_rng(3)
+    expansion, depthwise, right, planes, out = block(rng, 48, 24, 14, 1)
+    assert expansion_chain.chain(expansion, depthwise) is not None
+    # the depthwise layer writing over the expansion's input
+    _, over_input, _, _, _ = block(rng, 48, 24, 14, 1)
+    source = jobs.source(over_input)
+    overwriting = depthwise_vector.bind(
+        planes.reshape(1, 48, 14, 14), source.args[1].reshape(48, 1, 3, 3), source.args[2],
+        right.reshape(-1)[:48 * 7 * 7].reshape(1, 48, 7, 7), 2)
+    assert expansion_chain.chain(expansion, jobs.pooled(overwriting, ScratchWorkspace())) \
+        is None
+    # the depthwise layer reading another block's planes
+    assert expansion_chain.chain(expansion, over_input) is None
+    # the expansion's input past the L2's share
+    monkeypatch.setattr(cache_sizes, "l2_bytes", lambda: 2 * right.nbytes - 8)
+    assert expansion_chain.chain(expansion, depthwise) is None
+    monkeypatch.setattr(cache_sizes, "l2_bytes", lambda: 2 * right.nbytes)
+    assert expansion_chain.chain(expansion, depthwise) is not None
+    monkeypatch.setattr(spin_pool, "cores", lambda: 1)
+    assert expansion_chain.chain(expansion, depthwise) is None
