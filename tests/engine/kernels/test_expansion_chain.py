@@ -130,3 +130,34 @@ def test_pairs_that_cannot_chain_stay_apart(monkeypatch):
     assert expansion_chain.chain(expansion, depthwise) is not None
     monkeypatch.setattr(spin_pool, "cores", lambda: 1)
     assert expansion_chain.chain(expansion, depthwise) is None
+
+
+def test_a_mobilenet_v2_plan_chains_its_blocks_to_the_same_bytes(monkeypatch):
+    """A MobileNet v2 plan (64 × 64: every block's input stays in L2) runs each block's
+    expansion and depthwise layer as one step, the last block of each stage too (the memory
+    plan keeps the depthwise output off the expansion's input); its scores are those of the
+    plan without chains to the bit, on one thread and armed over two, and the reference
+    interpreter's within float32 sums' rounding."""
+    import engine
+    from bench import nets
+
+    monkeypatch.setattr(spin_pool, "cores", lambda: 2)
+    symbol = nets.mobilenet_v2()
+    params = nets.random_params(symbol, (1, 3, 64, 64), seed=7)
+    feed = {"data": np.random.default_rng(7).standard_normal((1, 3, 64, 64),
+                                                            dtype=np.float32)}
+    want = engine.load_model(symbol, params, optimize=False).infer(feed)
+    chained = engine.load_model(symbol, params, optimize=True)
+    steps = chained.plan_for(feed).steps
+    real = expansion_chain.chain
+    monkeypatch.setattr(expansion_chain, "chain", lambda expansion, depthwise: None)
+    apart = engine.load_model(symbol, params, optimize=True)
+    assert len(apart.plan_for(feed).steps) == len(steps) + 17
+    monkeypatch.setattr(expansion_chain, "chain", real)
+    for threads in (1, 2, 2):
+        with spin_pool.armed(threads):
+            got, alone = chained.infer(feed), apart.infer(feed)
+        for name in want:
+            np.testing.assert_array_equal(got[name], alone[name])
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-4,
+                                       atol=1e-4 * np.abs(want[name]).max())
