@@ -12,10 +12,14 @@ twice, and no core reads planes the other wrote. Every share computes its channe
 whole product does (each sum over K in the same order), so the outputs are the same to
 the bit.
 
-A share's product reads the whole of the product's input (B: every position of every input
-channel), so the pair is chained only where that input stays in a core's L2 between shares
-(`RIGHT_L2_SHARE`): MobileNet v2's blocks at 28², 14² and 7², not those at 112² and 56²,
-whose inputs of 0.3–1.6 MB would be read again from L3 by every share.
+A share's product walks its row blocks as the whole product does, each block reading all of
+the input (or, transposed, each panel all of A), so shares read it no more often; only a
+product streaming B's columns outside, read once, would read it once a share, and chains
+only where that input stays in a core's L2 (`right_bytes`). Each share's calls cost about
+2 µs more than one call over all of them (MobileNet v2's 576 × 96 × 196 expansion and its
+depthwise layer, one thread: 332 µs as two steps, 335 as a chain of 2 shares, 359 of 11),
+so the pair runs chained only where the pool is armed (`pair`), and as its two steps on
+one thread.
 """
 
 from __future__ import annotations
@@ -24,17 +28,44 @@ from typing import Any
 
 import numpy as np
 
-from engine.cpu import cache_sizes, spin_pool
+from engine.cpu import cache_sizes, parts, spin_pool
 from engine.kernels import gemm_bind, gemm_kernel, gemm_transposed, jobs, part_chain
 
 _FIELD = gemm_kernel.CONTEXT_FIELDS
-# A share's output of the product at most (its planes and the depthwise layer's fit in L1 and
-# L2 beside the input); shares whole row blocks or panels, at least `SHARES_PER_CORE` a core.
-SHARE_BYTES = 48 << 10
-SHARES_PER_CORE = 4
-# The product's input at most this share of L2 (or `RIGHT_BYTES` where the L2 is unknown).
+# A share's output of the product at most about this (its planes and the depthwise layer's
+# stay in L2 beside the input), in whole row blocks or panels, and `SHARES_PER_CORE` shares a
+# core at least, so that a core that comes late takes fewer (`part_chain`'s claims), but no
+# more: each share's calls cost about 2 µs (see above).
+SHARE_BYTES = 128 << 10
+SHARES_PER_CORE = 2
+# A product streaming its input: that input at most this share of L2 (or `RIGHT_BYTES` where
+# the L2 is unknown).
 RIGHT_L2_SHARE = 2
 RIGHT_BYTES = 256 << 10
+
+
+class Pair:
+    """The expansion and the depthwise step as their chain where the pool is armed (or its
+    workers kept spinning), else the two in turn (`spin_pool.WhenArmed`)."""
+
+    def __init__(self, chained: part_chain.Chain, expansion: Any, depthwise: Any) -> None:
+        self.chain, self.expansion, self.depthwise = chained, expansion, depthwise
+        # a `Threaded` expansion runs BLAS's product on one thread unless BLAS is held
+        self.leaves_blas_alone = parts.leaves_blas_alone(expansion)
+        self.run = spin_pool.WhenArmed(lambda: chained, self._apart)
+
+    def __call__(self) -> None:
+        self.run()
+
+    def _apart(self) -> None:
+        self.expansion()
+        self.depthwise()
+
+
+def pair(expansion: Any, depthwise: Any) -> Pair | None:
+    """`chain`'s job as a `Pair` with the two steps; None where they do not chain."""
+    chained = chain(expansion, depthwise)
+    return None if chained is None else Pair(chained, expansion, depthwise)
 
 
 def chain(expansion: Any, depthwise: Any) -> part_chain.Chain | None:
@@ -42,11 +73,11 @@ def chain(expansion: Any, depthwise: Any) -> part_chain.Chain | None:
     channels; None where they do not chain: the host has one core, the depthwise step is
     not `depthwise_vector`'s job over the planes the product writes (one sample, no
     hand-off), the product is not ours over one matrix (or, run transposed, has a residual),
-    its input passes `right_bytes`, or the depthwise output overlaps an operand of the
-    product."""
-    parts = spin_pool.cores()
+    it streams an input past `right_bytes`, or the depthwise output overlaps an operand of
+    the product."""
+    cores = spin_pool.cores()
     planes = _depthwise_call(depthwise)
-    if parts < 2 or planes is None:
+    if cores < 2 or planes is None:
         return None
     data, out = planes.args[0], planes.args[3]
     transposed = type(expansion) is gemm_bind.Transposed
@@ -69,11 +100,12 @@ def chain(expansion: Any, depthwise: Any) -> part_chain.Chain | None:
                 != columns or data.shape[0] != channels or data[0].size != columns):
             return None
         written = product.operands
-    if channels != data.shape[0] or right > right_bytes() or any(
+    streams = not transposed and int(context[_FIELD["columns_outside"]]) == 1
+    if channels != data.shape[0] or streams and right > right_bytes() or any(
             isinstance(array, np.ndarray) and np.may_share_memory(array, out)
             for array in written):
         return None
-    shares = _shares(channels, unit, data[0].nbytes, parts)
+    shares = _shares(channels, unit, data[0].nbytes, cores)
     steps = []
     for first, last in shares:
         if transposed:
@@ -89,12 +121,12 @@ def chain(expansion: Any, depthwise: Any) -> part_chain.Chain | None:
         if any(step is None for step in share):
             return None
         steps.append(share)
-    return part_chain.chain([steps] * parts, steps, parts)
+    return part_chain.chain([steps] * cores, steps, cores)
 
 
 def right_bytes() -> int:
-    """The product's input a chained pair reads at most: `RIGHT_L2_SHARE` of the L2, or
-    `RIGHT_BYTES` where its size is unknown."""
+    """The input a chained product streaming B's columns outside reads at most:
+    `RIGHT_L2_SHARE` of the L2, or `RIGHT_BYTES` where its size is unknown."""
     l2 = cache_sizes.l2_bytes()
     return l2 // RIGHT_L2_SHARE if l2 else RIGHT_BYTES
 
@@ -120,11 +152,12 @@ def _holds(out: Any, data: Any) -> bool:
 
 
 def _shares(channels: int, unit: int, plane_bytes: int, parts: int) -> list[tuple[int, int]]:
-    """Runs of channels in whole ``unit``s, each about `SHARE_BYTES` of planes at most, at
-    least `SHARES_PER_CORE` for each of ``parts`` where there are units enough."""
+    """Runs of channels in whole ``unit``s, as many as `SHARES_PER_CORE` for each of
+    ``parts`` or as hold about `SHARE_BYTES` of planes each, whichever are more, at most
+    one a unit: all of one size but the last."""
     units = -(-channels // unit)
     wanted = max(SHARES_PER_CORE * parts, -(-channels * plane_bytes // SHARE_BYTES))
-    per_share = max(1, units // min(units, wanted))
+    per_share = -(-units // wanted)
     return [(first * unit, min(channels, (first + per_share) * unit))
             for first in range(0, units, per_share)]
 

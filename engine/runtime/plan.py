@@ -372,11 +372,11 @@ def _readers(graph: Graph) -> dict[tuple[int, int], list[Reader]]:
 
 def _chain_expansions(steps: list[Step]) -> list[Step]:
     """The steps with each 1×1 expansion and the depthwise step after it that reads it made
-    one step where they chain (`expansion_chain`): one job of the cores in place of two,
-    named by the depthwise node."""
+    one step where they chain (`expansion_chain.pair`): armed, one job of the cores in place
+    of two; named by the depthwise node."""
     chained: list[Step] = []
     for step in steps:
-        call = expansion_chain.chain(chained[-1].call, step.call) if chained else None
+        call = expansion_chain.pair(chained[-1].call, step.call) if chained else None
         if call is None:
             chained.append(step)
         else:

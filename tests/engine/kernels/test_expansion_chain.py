@@ -92,23 +92,25 @@ def test_the_chain_writes_the_two_steps_bytes(monkeypatch, channels, depth, size
         right[...] = rng.standard_normal(right.shape, dtype=np.float32)
 
 
-def test_shares_are_whole_units_covering_every_channel():
-    for channels, unit, plane, parts in [(192, 6, 3136, 2), (100, 6, 576, 2), (960, 16, 196, 2),
-                                         (12, 6, 4, 4), (7, 6, 100_000, 2)]:
-        shares = expansion_chain._shares(channels, unit, plane, parts)
-        assert shares[0][0] == 0 and shares[-1][1] == channels
-        assert all(last == first for (_, last), (first, _) in zip(shares, shares[1:]))
-        assert all(first % unit == 0 for first, _ in shares)
-        units = -(-channels // unit)
-        assert len(shares) >= min(units, expansion_chain.SHARES_PER_CORE * parts)
-        largest = max(last - first for first, last in shares)
-        assert largest * plane <= expansion_chain.SHARE_BYTES or largest <= unit
+@pytest.mark.parametrize("channels,unit,plane,shares", [
+    (576, 6, 784, [144] * 4),  # 14²: 441 KB of planes, `SHARES_PER_CORE` a core
+    (144, 6, 12544, [12] * 12),  # 56²: 1.8 MB, 128 KB a share at most
+    (96, 6, 50176, [6] * 16),  # 112²: a row block a share, more than 128 KB each
+    (960, 16, 196, [240] * 4),  # 7², transposed: whole panels of 16 filters
+    (100, 6, 576, [30, 30, 30, 10]),  # a short last share
+    (7, 6, 100, [6, 1]),  # fewer units than shares wanted
+])
+def test_shares_are_runs_of_whole_units(channels, unit, plane, shares):
+    runs = expansion_chain._shares(channels, unit, plane, 2)
+    assert [last - first for first, last in runs] == shares
+    assert runs[0][0] == 0 and all(
+        last == first for (_, last), (first, _) in zip(runs, runs[1:]))
 
 
 def test_pairs_that_cannot_chain_stay_apart(monkeypatch):
     """No chain where the depthwise output overwrites the expansion's input (a buffer the
-    plan reuses), where it reads other planes than the expansion writes, where the
-    expansion's input would not stay in L2 from share to share, or on one core."""
+    plan reuses), where it reads other planes than the expansion writes, where a product
+    streaming its input once would read it from past L2 once a share, or on one core."""
     monkeypatch.setattr(spin_pool, "cores", lambda: 2)
     rng = np.random.default_rng(3)
     expansion, depthwise, right, planes, out = block(rng, 48, 24, 14, 1)
@@ -123,11 +125,18 @@ def test_pairs_that_cannot_chain_stay_apart(monkeypatch):
         is None
     # the depthwise layer reading another block's planes
     assert expansion_chain.chain(expansion, over_input) is None
-    # the expansion's input past the L2's share
+    # a product walking its row blocks outside reads all of its input a block either way;
+    # one streaming its input's columns outside chains only where that input stays in L2
     monkeypatch.setattr(cache_sizes, "l2_bytes", lambda: 2 * right.nbytes - 8)
-    assert expansion_chain.chain(expansion, depthwise) is None
-    monkeypatch.setattr(cache_sizes, "l2_bytes", lambda: 2 * right.nbytes)
+    assert not expansion.columns_outside
     assert expansion_chain.chain(expansion, depthwise) is not None
+    streaming = gemm_kernel.bind_packed(expansion.operands[0], right, planes,
+                                        columns_outside=True).with_epilogue(
+        np.zeros(48, np.float32), None, 0, 6)
+    assert streaming.columns_outside
+    assert expansion_chain.chain(streaming, depthwise) is None
+    monkeypatch.setattr(cache_sizes, "l2_bytes", lambda: 2 * right.nbytes)
+    assert expansion_chain.chain(streaming, depthwise) is not None
     monkeypatch.setattr(spin_pool, "cores", lambda: 1)
     assert expansion_chain.chain(expansion, depthwise) is None
 
@@ -161,3 +170,25 @@ def test_a_mobilenet_v2_plan_chains_its_blocks_to_the_same_bytes(monkeypatch):
             np.testing.assert_array_equal(got[name], alone[name])
             np.testing.assert_allclose(got[name], want[name], rtol=1e-4,
                                        atol=1e-4 * np.abs(want[name]).max())
+
+
+def test_a_pair_runs_its_chain_armed_and_its_two_steps_on_one_thread(monkeypatch):
+    """`expansion_chain.pair`: on one thread the two steps in turn (a chain's share costs
+    its calls' setup), armed the chain (made at the first armed run), the same bytes."""
+    monkeypatch.setattr(spin_pool, "cores", lambda: 2)
+    rng = np.random.default_rng(9)
+    expansion, depthwise, right, planes, out = block(rng, 192, 32, 28, 1)
+    expansion()
+    depthwise()
+    want = out.copy()
+    pair = expansion_chain.pair(expansion, depthwise)
+    assert pair.leaves_blas_alone
+    out[...] = np.nan
+    pair()
+    assert pair.run._job is None
+    np.testing.assert_array_equal(out, want)
+    out[...] = np.nan
+    with spin_pool.armed(2):
+        pair()
+    assert isinstance(pair.run._job, part_chain.Chain)
+    np.testing.assert_array_equal(out, want)
