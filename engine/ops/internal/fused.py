@@ -127,19 +127,6 @@ def _adds_as_1x1_product(attrs: Attrs) -> bool:
             and getattr(conv, "layout", None) in (None, "NCHW"))
 
 
-def _expands(attrs: Attrs) -> bool:
-    """Whether the chain is a 1×1 convolution of stride 1 (one group, channels first) with
-    no other array added: a step that may run chained with the depthwise layer reading its
-    output (`expansion_chain`), which then writes its output while the product still reads
-    its input."""
-    head = attrs.head
-    conv = head.attrs
-    return (head.op.name == "Convolution" and tuple(conv.kernel) == (1, 1)
-            and conv.num_group == 1 and all(value == 1 for value in (conv.stride or ()))
-            and not any(conv.pad or ()) and getattr(conv, "layout", None) in (None, "NCHW")
-            and all(step.arity == 1 for step in attrs.steps))
-
-
 def _reads_as_sum(reader: Any) -> bool:
     """Whether ``reader`` (a `workspace.Reader` of a fused node) is the add of a 1×1
     convolution's chain, reading the array as the other operand of its first step."""
@@ -170,7 +157,6 @@ FUSED_ELEMENTWISE = register(OpDef(
     infer_dtype=_infer("infer_dtype"),
     kernel=_kernel,
     writes_out=True,
-    writes_ahead=_expands,
     bind=_bind,
     scratch=_scratch,
     parts=_parts,

@@ -142,11 +142,11 @@ def test_pairs_that_cannot_chain_stay_apart(monkeypatch):
 
 
 def test_a_mobilenet_v2_plan_chains_its_blocks_to_the_same_bytes(monkeypatch):
-    """A MobileNet v2 plan (64 × 64: every block's input stays in L2) runs each block's
-    expansion and depthwise layer as one step, the last block of each stage too (the memory
-    plan keeps the depthwise output off the expansion's input); its scores are those of the
-    plan without chains to the bit, on one thread and armed over two, and the reference
-    interpreter's within float32 sums' rounding."""
+    """A MobileNet v2 plan (64 × 64) runs each block's expansion and depthwise layer as one
+    step, but where the memory plan gives the depthwise output the expansion's input's
+    buffer (a block whose input no shortcut reads: the first of each stage); its scores
+    are those of the plan without chains to the bit, on one thread and armed over two, and
+    the reference interpreter's within float32 sums' rounding."""
     import engine
     from bench import nets
 
@@ -158,11 +158,24 @@ def test_a_mobilenet_v2_plan_chains_its_blocks_to_the_same_bytes(monkeypatch):
     want = engine.load_model(symbol, params, optimize=False).infer(feed)
     chained = engine.load_model(symbol, params, optimize=True)
     steps = chained.plan_for(feed).steps
+    pairs = [step.call for step in steps if isinstance(step.call, expansion_chain.Pair)]
     real = expansion_chain.chain
     monkeypatch.setattr(expansion_chain, "chain", lambda expansion, depthwise: None)
     apart = engine.load_model(symbol, params, optimize=True)
-    assert len(apart.plan_for(feed).steps) == len(steps) + 17
+    unchained = apart.plan_for(feed).steps
     monkeypatch.setattr(expansion_chain, "chain", real)
+    assert len(unchained) == len(steps) + len(pairs)
+    # the 17 blocks: the 7 first blocks of a stage write their depthwise output over the
+    # expansion's input, the other 10 chain
+    depthwise = [(before.call, step.call) for before, step in zip(unchained, unchained[1:])
+                 if type(jobs.source(step.call)).__name__ == "VectorDepthwiseCall"]
+    assert len(depthwise) == 17 and len(pairs) == 10
+    refused = [pair for pair in depthwise if real(*pair) is None]
+    assert len(refused) == 7
+    for expansion, step in refused:  # the input: B, or run transposed, A
+        right = expansion.product.operands[0] if isinstance(
+            expansion, gemm_bind.Transposed) else getattr(expansion, "ours", expansion).operands[1]
+        assert np.may_share_memory(right, jobs.source(step).args[3])
     for threads in (1, 2, 2):
         with spin_pool.armed(threads):
             got, alone = chained.infer(feed), apart.infer(feed)
