@@ -74,7 +74,10 @@ class Plan:
         self.graph = graph
         self._constants = {} if constants is None else constants
         shapes, dtypes = _infer(graph, input_shapes, input_dtypes)
-        self.memory: MemoryPlan = plan_memory(graph, shapes, dtypes, reuse_memory)
+        # the expansions whose depthwise reader may write while they read (`expansion_chain`)
+        ahead = () if self.device.is_gpu else expansion_chain.writes_ahead(graph.nodes, shapes,
+                                                                           dtypes)
+        self.memory: MemoryPlan = plan_memory(graph, shapes, dtypes, reuse_memory, ahead)
         self._lock = threading.Lock()
         self.signature = tuple((name, tuple(input_shapes[name]), np.dtype(input_dtypes[name]))
                                for name in input_shapes)

@@ -141,16 +141,19 @@ def test_pairs_that_cannot_chain_stay_apart(monkeypatch):
     assert expansion_chain.chain(expansion, depthwise) is None
 
 
-def test_a_mobilenet_v2_plan_chains_its_blocks_to_the_same_bytes(monkeypatch):
+@pytest.mark.parametrize("l2,refused", [(1 << 20, 0), (2 * 100_000, 1)])
+def test_a_mobilenet_v2_plan_chains_its_blocks_to_the_same_bytes(monkeypatch, l2, refused):
     """A MobileNet v2 plan (64 × 64) runs each block's expansion and depthwise layer as one
-    step, but where the memory plan gives the depthwise output the expansion's input's
-    buffer (a block whose input no shortcut reads: the first of each stage); its scores
-    are those of the plan without chains to the bit, on one thread and armed over two, and
-    the reference interpreter's within float32 sums' rounding."""
+    step: the memory plan keeps the depthwise output off the expansion's input where that
+    input is at most `right_bytes` (with a 200 KB L2, all but the first block's 32 × 32²,
+    128 KB), and a block whose depthwise output takes that input's buffer stays apart. Its
+    scores are those of the plan without chains to the bit, on one thread and armed over
+    two, and the reference interpreter's within float32 sums' rounding."""
     import engine
     from bench import nets
 
     monkeypatch.setattr(spin_pool, "cores", lambda: 2)
+    monkeypatch.setattr(cache_sizes, "l2_bytes", lambda: l2)
     symbol = nets.mobilenet_v2()
     params = nets.random_params(symbol, (1, 3, 64, 64), seed=7)
     feed = {"data": np.random.default_rng(7).standard_normal((1, 3, 64, 64),
@@ -165,16 +168,13 @@ def test_a_mobilenet_v2_plan_chains_its_blocks_to_the_same_bytes(monkeypatch):
     unchained = apart.plan_for(feed).steps
     monkeypatch.setattr(expansion_chain, "chain", real)
     assert len(unchained) == len(steps) + len(pairs)
-    # the 17 blocks: the 7 first blocks of a stage write their depthwise output over the
-    # expansion's input, the other 10 chain
     depthwise = [(before.call, step.call) for before, step in zip(unchained, unchained[1:])
                  if type(jobs.source(step.call)).__name__ == "VectorDepthwiseCall"]
-    assert len(depthwise) == 17 and len(pairs) == 10
-    refused = [pair for pair in depthwise if real(*pair) is None]
-    assert len(refused) == 7
-    for expansion, step in refused:  # the input: B, or run transposed, A
-        right = expansion.product.operands[0] if isinstance(
-            expansion, gemm_bind.Transposed) else getattr(expansion, "ours", expansion).operands[1]
+    assert len(depthwise) == 17 and len(pairs) == 17 - refused
+    for expansion, step in depthwise[:refused]:  # the first block, over 32 × 32²
+        assert real(expansion, step) is None
+        right = getattr(expansion, "ours", expansion).operands[1]
+        assert right.nbytes == 32 * 32 * 32 * 4
         assert np.may_share_memory(right, jobs.source(step).args[3])
     for threads in (1, 2, 2):
         with spin_pool.armed(threads):
