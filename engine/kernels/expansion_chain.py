@@ -13,13 +13,14 @@ whole product does (each sum over K in the same order), so the outputs are the s
 the bit.
 
 A share's product walks its row blocks as the whole product does, each block reading all of
-the input (or, transposed, each panel all of A), so shares read it no more often; only a
-product streaming B's columns outside, read once, would read it once a share, and chains
-only where that input stays in a core's L2 (`right_bytes`). Each share's calls cost about
-2 µs more than one call over all of them (MobileNet v2's 576 × 96 × 196 expansion and its
-depthwise layer, one thread: 332 µs as two steps, 335 as a chain of 2 shares, 359 of 11),
-so the pair runs chained only where the pool is armed (`pair`), and as its two steps on
-one thread.
+the input (or, transposed, each panel all of A), so shares read it no more often. But each
+share's calls cost about 2 µs more than one call over all of them (MobileNet v2's 576 × 96 ×
+196 expansion and its depthwise layer, one thread: 332 µs as two steps, 335 as a chain of
+2 shares, 359 of 11), so the pair runs chained only where the pool is armed (`pair`), and
+as its two steps on one thread; and only where the expansion's input stays in a core's L2
+(`right_bytes`): MobileNet v2's blocks at 28² and below. At 56² (144 × 24 × 3136, an input
+of 301 KB, 12 shares) the chain armed took 651 µs at the first quartile against 608 as two
+jobs, on two vCPUs shared with other work; at 14² (384 × 64 × 196) 236 against 237.
 """
 
 from __future__ import annotations
@@ -39,8 +40,7 @@ _FIELD = gemm_kernel.CONTEXT_FIELDS
 # more: each share's calls cost about 2 µs (see above).
 SHARE_BYTES = 128 << 10
 SHARES_PER_CORE = 2
-# A product streaming its input: that input at most this share of L2 (or `RIGHT_BYTES` where
-# the L2 is unknown).
+# The expansion's input at most this share of L2 (or `RIGHT_BYTES` where the L2 is unknown).
 RIGHT_L2_SHARE = 2
 RIGHT_BYTES = 256 << 10
 
@@ -51,9 +51,10 @@ def writes_ahead(nodes: Sequence[Any], shapes: Sequence[Sequence[tuple[int, ...]
     them the memory plan must give another buffer than the expansion's input, so that the
     pair chains (`chain` refuses a depthwise output over the product's input): a 1×1
     convolution of stride 1 adding no other array, one sample, float32, its input at most
-    `right_bytes` (MobileNet v2's blocks at 28² and below). Larger blocks keep the buffers
-    they share: a third buffer rotating through the 112² layers cost the first block
-    0.13 ms a run on one thread (Zen 3). None on one core, where nothing chains."""
+    `right_bytes` (where `chain` takes it: MobileNet v2's blocks at 28² and below). Larger
+    blocks keep the buffers they share: a third buffer rotating through the 112² layers
+    cost the first block 0.13 ms a run on one thread (Zen 3). None on one core, where
+    nothing chains."""
     if spin_pool.cores() < 2:
         return set()
     ahead = set()
@@ -130,8 +131,8 @@ def chain(expansion: Any, depthwise: Any) -> part_chain.Chain | None:
     channels; None where they do not chain: the host has one core, the depthwise step is
     not `depthwise_vector`'s job over the planes the product writes (one sample, no
     hand-off), the product is not ours over one matrix (or, run transposed, has a residual),
-    it streams an input past `right_bytes`, or the depthwise output overlaps an operand of
-    the product."""
+    its input passes `right_bytes`, or the depthwise output overlaps an operand of the
+    product."""
     cores = spin_pool.cores()
     planes = _depthwise_call(depthwise)
     if cores < 2 or planes is None:
@@ -157,8 +158,7 @@ def chain(expansion: Any, depthwise: Any) -> part_chain.Chain | None:
                 != columns or data.shape[0] != channels or data[0].size != columns):
             return None
         written = product.operands
-    streams = not transposed and int(context[_FIELD["columns_outside"]]) == 1
-    if channels != data.shape[0] or streams and right > right_bytes() or any(
+    if channels != data.shape[0] or right > right_bytes() or any(
             isinstance(array, np.ndarray) and np.may_share_memory(array, out)
             for array in written):
         return None
@@ -182,8 +182,8 @@ def chain(expansion: Any, depthwise: Any) -> part_chain.Chain | None:
 
 
 def right_bytes() -> int:
-    """The input a chained product streaming B's columns outside reads at most:
-    `RIGHT_L2_SHARE` of the L2, or `RIGHT_BYTES` where its size is unknown."""
+    """The input a chained expansion reads at most: `RIGHT_L2_SHARE` of the L2, or
+    `RIGHT_BYTES` where its size is unknown."""
     l2 = cache_sizes.l2_bytes()
     return l2 // RIGHT_L2_SHARE if l2 else RIGHT_BYTES
 

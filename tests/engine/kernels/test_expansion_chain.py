@@ -109,8 +109,8 @@ def test_shares_are_runs_of_whole_units(channels, unit, plane, shares):
 
 def test_pairs_that_cannot_chain_stay_apart(monkeypatch):
     """No chain where the depthwise output overwrites the expansion's input (a buffer the
-    plan reuses), where it reads other planes than the expansion writes, where a product
-    streaming its input once would read it from past L2 once a share, or on one core."""
+    plan reuses), where it reads other planes than the expansion writes, where the
+    expansion's input would not stay in L2, or on one core."""
     monkeypatch.setattr(spin_pool, "cores", lambda: 2)
     rng = np.random.default_rng(3)
     expansion, depthwise, right, planes, out = block(rng, 48, 24, 14, 1)
@@ -125,18 +125,11 @@ def test_pairs_that_cannot_chain_stay_apart(monkeypatch):
         is None
     # the depthwise layer reading another block's planes
     assert expansion_chain.chain(expansion, over_input) is None
-    # a product walking its row blocks outside reads all of its input a block either way;
-    # one streaming its input's columns outside chains only where that input stays in L2
+    # the expansion's input past the L2's share
     monkeypatch.setattr(cache_sizes, "l2_bytes", lambda: 2 * right.nbytes - 8)
-    assert not expansion.columns_outside
-    assert expansion_chain.chain(expansion, depthwise) is not None
-    streaming = gemm_kernel.bind_packed(expansion.operands[0], right, planes,
-                                        columns_outside=True).with_epilogue(
-        np.zeros(48, np.float32), None, 0, 6)
-    assert streaming.columns_outside
-    assert expansion_chain.chain(streaming, depthwise) is None
+    assert expansion_chain.chain(expansion, depthwise) is None
     monkeypatch.setattr(cache_sizes, "l2_bytes", lambda: 2 * right.nbytes)
-    assert expansion_chain.chain(streaming, depthwise) is not None
+    assert expansion_chain.chain(expansion, depthwise) is not None
     monkeypatch.setattr(spin_pool, "cores", lambda: 1)
     assert expansion_chain.chain(expansion, depthwise) is None
 
