@@ -21,6 +21,7 @@ as its two steps on one thread; and only where the expansion's input stays in a 
 (`right_bytes`): MobileNet v2's blocks at 28² and below. At 56² (144 × 24 × 3136, an input
 of 301 KB, 12 shares) the chain armed took 651 µs at the first quartile against 608 as two
 jobs, on two vCPUs shared with other work; at 14² (384 × 64 × 196) 236 against 237.
+Measured on an AVX2 host only: AVX-512 hosts keep their plans (`applies`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.cpu import cache_sizes, parts, spin_pool
+from engine.cpu import cache_sizes, host_features, parts, spin_pool
 from engine.kernels import gemm_bind, gemm_kernel, gemm_transposed, jobs, part_chain
 
 _FIELD = gemm_kernel.CONTEXT_FIELDS
@@ -45,6 +46,11 @@ RIGHT_L2_SHARE = 2
 RIGHT_BYTES = 256 << 10
 
 
+def applies() -> bool:
+    """Whether pairs chain here: several cores, and no AVX-512 (measured on AVX2 hosts)."""
+    return spin_pool.cores() >= 2 and not host_features.has("avx512f")
+
+
 def writes_ahead(nodes: Sequence[Any], shapes: Sequence[Sequence[tuple[int, ...]]],
                  dtypes: Sequence[Sequence[Any]]) -> set[int]:
     """The graph's expansions (by index in ``nodes``) whose depthwise reader right after
@@ -54,8 +60,8 @@ def writes_ahead(nodes: Sequence[Any], shapes: Sequence[Sequence[tuple[int, ...]
     `right_bytes` (where `chain` takes it: MobileNet v2's blocks at 28² and below). Larger
     blocks keep the buffers they share: a third buffer rotating through the 112² layers
     cost the first block 0.13 ms a run on one thread (Zen 3). None on one core, where
-    nothing chains."""
-    if spin_pool.cores() < 2:
+    nothing chains (`applies`)."""
+    if not applies():
         return set()
     ahead = set()
     before = None
@@ -128,14 +134,14 @@ def pair(expansion: Any, depthwise: Any) -> Pair | None:
 
 def chain(expansion: Any, depthwise: Any) -> part_chain.Chain | None:
     """``expansion()`` then ``depthwise()`` as one job of the cores, share by share of
-    channels; None where they do not chain: the host has one core, the depthwise step is
-    not `depthwise_vector`'s job over the planes the product writes (one sample, no
-    hand-off), the product is not ours over one matrix (or, run transposed, has a residual),
-    its input passes `right_bytes`, or the depthwise output overlaps an operand of the
-    product."""
+    channels; None where they do not chain: not here (`applies`: one core, AVX-512), the
+    depthwise step is not `depthwise_vector`'s job over the planes the product writes (one
+    sample, no hand-off), the product is not ours over one matrix (or, run transposed, has
+    a residual), its input passes `right_bytes`, or the depthwise output overlaps an
+    operand of the product."""
     cores = spin_pool.cores()
     planes = _depthwise_call(depthwise)
-    if cores < 2 or planes is None:
+    if not applies() or planes is None:
         return None
     data, out = planes.args[0], planes.args[3]
     transposed = type(expansion) is gemm_bind.Transposed

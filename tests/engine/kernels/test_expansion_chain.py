@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.cpu import cache_sizes, spin_pool
+from engine.cpu import cache_sizes, host_features, spin_pool
 from engine.kernels import (
     depthwise_vector,
     expansion_chain,
@@ -16,10 +16,14 @@ from engine.kernels import (
     part_chain,
 )
 
-pytestmark = pytest.mark.skipif(
-    not gemm_kernel.available() or not spin_pool.available() or part_chain._task() is None
-    or depthwise_vector._task(1) is None,
-    reason="llvmlite cannot compile the GEMM, the pool, the chain or the depthwise kernel here")
+pytestmark = [
+    pytest.mark.skipif(
+        not gemm_kernel.available() or not spin_pool.available() or part_chain._task() is None
+        or depthwise_vector._task(1) is None,
+        reason="llvmlite cannot compile the GEMM, the pool, the chain or the depthwise kernel"),
+    pytest.mark.skipif(host_features.has("avx512f"),
+                       reason="an AVX-512 host keeps its expansions and depthwise steps apart"),
+]
 
 
 class ScratchWorkspace:
@@ -110,7 +114,7 @@ def test_shares_are_runs_of_whole_units(channels, unit, plane, shares):
 def test_pairs_that_cannot_chain_stay_apart(monkeypatch):
     """No chain where the depthwise output overwrites the expansion's input (a buffer the
     plan reuses), where it reads other planes than the expansion writes, where the
-    expansion's input would not stay in L2, or on one core."""
+    expansion's input would not stay in L2, on one core, or on an AVX-512 host."""
     monkeypatch.setattr(spin_pool, "cores", lambda: 2)
     rng = np.random.default_rng(3)
     expansion, depthwise, right, planes, out = block(rng, 48, 24, 14, 1)
@@ -131,6 +135,12 @@ def test_pairs_that_cannot_chain_stay_apart(monkeypatch):
     monkeypatch.setattr(cache_sizes, "l2_bytes", lambda: 2 * right.nbytes)
     assert expansion_chain.chain(expansion, depthwise) is not None
     monkeypatch.setattr(spin_pool, "cores", lambda: 1)
+    assert expansion_chain.chain(expansion, depthwise) is None
+    # an AVX-512 host keeps its plans as they were measured there
+    monkeypatch.setattr(spin_pool, "cores", lambda: 2)
+    has = host_features.has
+    monkeypatch.setattr(host_features, "has", lambda flag: flag == "avx512f" or has(flag))
+    assert not expansion_chain.applies()
     assert expansion_chain.chain(expansion, depthwise) is None
 
 
