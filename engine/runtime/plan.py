@@ -23,7 +23,7 @@ from engine.device import CPU, Device, on_stream
 from engine.errors import EngineError, ExecutionError, ShapeError
 from engine.graph.infer import infer_dtypes, infer_shapes, specialize_sources
 from engine.graph.ir import Graph, Node
-from engine.kernels import jobs
+from engine.kernels import expansion_chain, jobs
 from engine.kernels.packed_weight import PackedWeight
 from engine.kernels.workspace import ARENA_FROM_BYTES, Reader, Workspace
 from engine.ops.shapes import is_known
@@ -74,7 +74,10 @@ class Plan:
         self.graph = graph
         self._constants = {} if constants is None else constants
         shapes, dtypes = _infer(graph, input_shapes, input_dtypes)
-        self.memory: MemoryPlan = plan_memory(graph, shapes, dtypes, reuse_memory)
+        # the expansions whose depthwise reader may write while they read (`expansion_chain`)
+        ahead = () if self.device.is_gpu else expansion_chain.writes_ahead(graph.nodes, shapes,
+                                                                           dtypes)
+        self.memory: MemoryPlan = plan_memory(graph, shapes, dtypes, reuse_memory, ahead)
         self._lock = threading.Lock()
         self.signature = tuple((name, tuple(input_shapes[name]), np.dtype(input_dtypes[name]))
                                for name in input_shapes)
@@ -145,6 +148,8 @@ class Plan:
                 calls = [jobs.pooled(parallel.split(call, spread), self.workspace)
                          for call in calls]
             self.steps.extend(Step(call, node) for call in calls)
+        if xp is np:
+            self.steps = _chain_expansions(self.steps)
         self._heads = [arrays[(entry.node, entry.index)] for entry in graph.heads]
         self._input_buffers = [(name, buffer, self._pointers(graph, readers, name, buffer))
                                for name, buffer in self._inputs.items()]
@@ -429,6 +434,20 @@ def _readers(graph: Graph) -> dict[tuple[int, int], list[Reader]]:
     for position, entry in enumerate(graph.heads):
         readers.setdefault((entry.node, entry.index), []).append(Reader(None, None, position))
     return readers
+
+
+def _chain_expansions(steps: list[Step]) -> list[Step]:
+    """The steps with each 1×1 expansion and the depthwise step after it that reads it made
+    one step where they chain (`expansion_chain.pair`): armed, one job of the cores in place
+    of two; named by the depthwise node."""
+    chained: list[Step] = []
+    for step in steps:
+        call = expansion_chain.pair(chained[-1].call, step.call) if chained else None
+        if call is None:
+            chained.append(step)
+        else:
+            chained[-1] = Step(call, step.node)
+    return chained
 
 
 def _buffer_view(buffer: Any, shape: tuple[int, ...], dtype: np.dtype) -> Any:
