@@ -1,7 +1,7 @@
 """Benchmark: a plan on every core against one thread, per node, in one process.
 
 Usage: ``python bench/every_core.py [--net resnet18_v1] [--precision fp32|bf16|int8]
-[--batch 1] [--rounds 30] [--naps]``.
+[--batch 1] [--rounds 30] [--naps | --meetings]``.
 
 One plan, its runs made in turn on every core (armed, or for a plan whose steps leave BLAS
 alone, its workers stuck spinning: as `plan.run` makes them with BLAS at every core) and on one
@@ -14,6 +14,10 @@ and their ratio: the layers that scale worse than the rest.
 ``--naps`` instead times whole runs on every core with the spin pool's naps (`spin_ir`) and with
 them turned off (its workers and callers spinning however long they wait), and on one thread,
 in turn, with each way's process CPU time.
+
+``--meetings`` instead counts the jobs of several parts a run forced armed posts to the spin
+pool (each one a meeting of the cores: posted, its parts claimed, waited for) and times each,
+per node and in all: a count that holds however busy the machine is, where the times do not.
 """
 
 from __future__ import annotations
@@ -150,23 +154,87 @@ def naps(plan: Any, feed: dict[str, np.ndarray], rounds: int) -> None:
               f"quartiles {quartiles([a / b for a, b in zip(walls, spinning, strict=True)])})")
 
 
+class Posted:
+    """The pool's ``run`` wrapped: each job of several parts posted through it is timed and
+    put down under the step running it (``step``, set by `meetings`' walk)."""
+
+    def __init__(self, run: Callable[..., Any]) -> None:
+        self.run = run
+        self.step = -1
+        self.jobs: list[tuple[int, float]] = []
+
+    def __call__(self, state: int, task: int, context: int, parts: int) -> None:
+        if parts < 2:
+            self.run(state, task, context, parts)
+            return
+        start = time.perf_counter()
+        self.run(state, task, context, parts)
+        self.jobs.append((self.step, time.perf_counter() - start))
+
+
+def meetings(plan: Any, feed: dict[str, np.ndarray], rounds: int, posted: Posted) -> None:
+    """Jobs of several parts per run forced armed, per node and in all, with their times."""
+    plan._spin_choice = Forced(True)
+    steps = plan.steps
+
+    def walk_steps() -> None:
+        for index, step in enumerate(steps):
+            posted.step = index
+            step.call()
+
+    runs = []
+    for round_number in range(rounds + 2):
+        posted.jobs = []
+        plan._run_on_cpu(walk_steps, record=False)
+        if round_number >= 2:  # the first runs make jobs bound at first use
+            runs.append(posted.jobs)
+    counts = [len(jobs) for jobs in runs]
+    lengths = sorted(seconds for jobs in runs for _, seconds in jobs)
+    print(f"jobs of several parts a run: {statistics.median(counts)} (runs: {min(counts)}–"
+          f"{max(counts)}); each one's µs: quartiles "
+          f"{quartiles([seconds * 1e6 for seconds in lengths])}, "
+          f"{sum(seconds < 100e-6 for seconds in lengths) / len(runs):.1f} a run under 100")
+    by_node: dict[int, list[int]] = defaultdict(list)
+    for index, step in enumerate(steps):
+        by_node[id(step.node)].append(index)
+    print("node, op: jobs a run, median µs each; step kinds")
+    for indices in by_node.values():
+        node = steps[indices[0]].node
+        mine = [[seconds for step, seconds in jobs if step in indices] for jobs in runs]
+        count = statistics.median(len(jobs) for jobs in mine)
+        each = [seconds for jobs in mine for seconds in jobs]
+        kinds = ", ".join(steps_in_order.call_kind(steps[index].call) for index in indices)
+        median = f"{statistics.median(each) * 1e6:7.1f}" if each else "      -"
+        print(f"  {node.name:28s} {node.op:18s} {count:4.1f} {median}  {kinds}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--net", choices=sorted(steps_in_order.NETWORKS), default="resnet18_v1")
     parser.add_argument("--precision", choices=("fp32", "bf16", "int8"), default="fp32")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=30)
-    parser.add_argument("--naps", action="store_true",
-                        help="whole runs with the spin pool's naps, without, and on one thread")
+    ways = parser.add_mutually_exclusive_group()
+    ways.add_argument("--naps", action="store_true",
+                      help="whole runs with the spin pool's naps, without, and on one thread")
+    ways.add_argument("--meetings", action="store_true",
+                      help="jobs of several parts a run armed posts, per node, and their times")
     options = parser.parse_args()
     if spin_pool.threads() < 2:
         parser.error("one core or one BLAS thread: nothing runs on every core")
     options.threads = spin_pool.threads()
+    posted = None
+    if options.meetings:  # before the plan binds: its jobs keep the pool's ``run`` they find
+        pool = spin_pool._pool()
+        pool.run = posted = Posted(pool.run)
     plan, feed = steps_in_order.build(options)  # BLAS at options.threads: every core
     print(f"{options.net} {options.precision} batch {options.batch}, {spin_pool.threads()} "
           f"threads, "
           f"{len(plan.steps)} steps, {options.rounds} rounds")
-    (naps if options.naps else per_node)(plan, feed, options.rounds)
+    if posted is not None:
+        meetings(plan, feed, options.rounds, posted)
+    else:
+        (naps if options.naps else per_node)(plan, feed, options.rounds)
 
 
 if __name__ == "__main__":

@@ -16,8 +16,9 @@ written straight into the output's NCHW layout (on an AVX2 host, output and resi
 channels-last, `int8_requantize_ir`'s pass in LLVM IR, which writes the next pre-activation
 beside it where asked, `Rescaled`). A
 chunk's rows and sums fit in L2 (`CHUNK_BYTES`), so each pass reads the last one's writes from
-cache. A layer whose table product reads its windows where they lie runs its products and
-requantize passes as one chained job instead, share by share (`FusedConv._window_chain`).
+cache. A layer whose table product reads its windows where they lie, or whose 1×1 product reads its
+rows in the copy, runs its products and requantize passes as one chained job instead, share
+by share (`FusedConv._window_chain`).
 
 The NumPy path (`engine.ops.quantized.integer.conv` then `requantize.finish`) makes about
 ten passes over each layer's values, most in float64, on one core. The arithmetic here is
@@ -34,7 +35,9 @@ buffers, on huge pages for a layer whose plan is (``huge_pages``).
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -409,13 +412,20 @@ class FusedConv(EpilogueLayer):
             raise ValueError("int8 convolution: a second output needs the requantize in the "
                              "direct product (channels-last output and residual on AMX) or "
                              "in `int8_requantize_ir`'s pass")
+        chained = None
         if self.reads_windows:
             windows = self._window_table(padded, block)
-            chained = self._window_chain(epilogue, windows, padded, signed, residual, out,
-                                         scratch)
-            if chained is not None:
-                jobs.append(chained)
-                total = 0  # no chunk's jobs of their own
+            addresses, group_offsets = windows
+            chained = self._window_chain(epilogue, partial(
+                self._table_share, addresses, group_offsets, signed, padded), residual, out,
+                scratch)
+        elif not (self.tile_rows or self.gathers or fused or host_features.has("avx512f")):
+            # (measured on AVX2 hosts; AVX-512 ones keep their chunks' jobs)
+            chained = self._window_chain(epilogue, partial(
+                self._rows_share, padded, signed), residual, out, scratch)
+        if chained is not None:
+            jobs.append(chained)
+            total = 0  # no chunk's jobs of their own
         for first in range(0, total, chunk):
             count = min(chunk, total - first)
             used = -(-count // block) * block
@@ -463,21 +473,40 @@ class FusedConv(EpilogueLayer):
                 self.weight.shape[0], self.positions, first), count,
             kernel_jobs.parts_for(count, 3 * count * self.weight.shape[0]))
 
-    def _window_chain(self, epilogue: Epilogue, windows: tuple[np.ndarray, np.ndarray],
-                      padded: np.ndarray, signed: bool, residual: np.ndarray, out: np.ndarray,
+    def _table_share(self, addresses: np.ndarray, group_offsets: np.ndarray, signed: bool,
+                     padded: np.ndarray, first: int, count: int, region: np.ndarray) -> Any:
+        """The product of a share reading its windows where they lie (`reads_windows`)."""
+        return gemm_int8.table_job(addresses[first:], group_offsets, count, self.packed,
+                                   signed, region, padded)
+
+    def _rows_share(self, padded: np.ndarray, signed: bool, first: int, count: int,
+                    region: np.ndarray) -> Any:
+        """The product of a share whose patch rows lie in ``padded`` (a 1×1 layer of stride
+        1), each position's channels one row: whole row blocks, the last read past the
+        layer's end into the copy's tail, as the chunks' products read it."""
+        channels = self.data.shape[1]
+        used = -(-count // self.packed.rows) * self.packed.rows
+        patches = padded[first * channels:(first + used) * channels].reshape(used, channels)
+        return gemm_int8.product_job(patches, count, self.packed, signed, region[:used])
+
+    def _window_chain(self, epilogue: Epilogue, product: Callable[[int, int, np.ndarray], Any],
+                      residual: np.ndarray, out: np.ndarray,
                       scratch: int8_memory.Scratch) -> Any:
-        """A layer reading its windows where they lie (`reads_windows`) as one job over the
-        cores (`part_chain`): its output positions cut into shares of at most about
-        `chunk_bytes` of sums, as many for each part, each share's table product and then its
-        requantize pass (`_requantize_job`, the chunks' own) run on one thread with no wait
-        between, where the chunks' products and passes were a job each and the cores met at
-        the end of every one (ResNet-18 at batch 8: 13 chunks of a 3×3 layer at 56², 27
-        jobs). Armed, the job runs in one part a core, each claiming shares as it comes to
-        them and reusing a region of sums of its own, so that every share is bound once over
-        each part's region; on one thread every share reuses the first. None where the
-        layer's weights are better shared among the cores by panels than its rows are
-        (`rows_first`: ResNet-18's 3×3 layers of stages 3 and 4 at batch 1, of stage 4 at
-        batch 8), where the host has one core, or where the chain cannot run here."""
+        """A layer reading its windows where they lie (`reads_windows`), or its patch rows in
+        the copy (`_rows_share`: a 1×1 layer of stride 1), as one job over the cores
+        (`part_chain`): its output positions cut into shares of at most about `chunk_bytes`
+        of sums, as many for each part, each share's product (``product(first, count,
+        region)``) and then its requantize pass (`_requantize_job`, the chunks' own) run on
+        one thread with no wait between, where the chunks' products and passes were a job
+        each and the cores met at the end of every one (ResNet-18 at batch 8: 13 chunks of a
+        3×3 layer at 56², 27 jobs; MobileNet v2's 1×1 expansion 16 → 96 at 112², batch 1,
+        13 chunks, 26 jobs). Armed, the job runs in one part a core, each claiming shares as
+        it comes to them and reusing a region of sums of its own, so that every share is
+        bound once over each part's region; on one thread every share reuses the first.
+        None where the layer's weights are better shared among the cores by panels than its
+        rows are (`rows_first`: ResNet-18's 3×3 layers of stages 3 and 4 at batch 1, of
+        stage 4 at batch 8), where the host has one core, or where the chain cannot run
+        here."""
         packed, block = self.packed, self.packed.rows
         parts = spin_pool.cores()
         row_blocks = -(-self.rows // block)
@@ -492,7 +521,6 @@ class FusedConv(EpilogueLayer):
         share_rows = share_blocks * block
         sums = scratch.take("sums", parts * share_rows * columns, np.int32,
                             self.huge_pages).reshape(parts, share_rows, columns)
-        addresses, group_offsets = windows
         # each share bound over the region run alone (the first), then over each part's
         tables: list[list[list[Any]]] = [[] for _ in range(parts + 1)]
         for index in range(shares):
@@ -500,8 +528,7 @@ class FusedConv(EpilogueLayer):
             count = min(share_rows, self.rows - first)
             for table, region in zip(tables, (sums[0], *sums), strict=True):
                 table.append([
-                    gemm_int8.table_job(addresses[first:], group_offsets, count, packed,
-                                        signed, region, padded),
+                    product(first, count, region),
                     self._requantize_job(epilogue, region, first, count, residual, out)])
         if any(step is None for table in tables for steps in table for step in steps):
             return None

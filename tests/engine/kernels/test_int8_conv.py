@@ -194,10 +194,66 @@ def test_one_by_one_layers_read_uint8_rows_handed_over_where_they_lie(batch, siz
     assert conv.reads_rows_in_place == conv.reads_data_in_place == in_place
     assert (conv.rows % packed.rows == 0) == in_place
     chunks = -(-conv.rows // int8_conv.chunk_rows(conv.rows, packed, gathers=False))
-    assert len(conv.jobs_for(epilogue)) == 2 * chunks + (0 if in_place else 1)
+    jobs = conv.jobs_for(epilogue)
+    # the products and requantize passes: a job each a chunk, or one chain on several cores
+    chained = isinstance(jobs[-1], part_chain.Chain)
+    assert len(jobs) == (1 if chained else 2 * chunks) + (0 if in_place else 1)
     with spin_pool.armed(2):
         conv(epilogue)
     np.testing.assert_array_equal(_from_channels_last(out), want)
+
+
+@pytest.mark.skipif(host_features.has("avx512f"),
+                    reason="an AVX-512 host keeps a 1×1 layer's chunks' jobs")
+@pytest.mark.parametrize("laid,channels,size", [
+    (False, 16, (15, 16)),  # NCHW: copied channels-last, the last block read in its tail
+    (True, 64, (16, 16)),  # handed over channels-last: the rows read where they lie
+])
+@pytest.mark.parametrize("share_blocks", [1, 3])
+def test_a_one_by_one_layer_reading_its_rows_is_one_chain_of_shares(monkeypatch, laid,
+                                                                    channels, size,
+                                                                    share_blocks):
+    """A 1×1 layer of stride 1 that reads its patch rows in the copy (or in the data handed
+    over) runs its products and requantize passes as one chained job, in shares of
+    `chunk_bytes` of sums at most, one part a core: the NumPy path's bytes on one thread,
+    armed on two (twice: the claim word starts again at 0), and again after the data
+    change."""
+    monkeypatch.setattr(spin_pool, "cores", lambda: 2)
+    rng = np.random.default_rng(_seed("one by one", channels, share_blocks))
+    shape = (1, channels, size, 24, (1, 1), (1, 1), (0, 0), (1, 1))
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, shape, np.uint8, np.uint8, "bounded_relu", True)
+    want = _reference(data, weight, geometry, epilogue, residual, storage, np.uint8)
+    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight))
+    block_bytes = packed.rows * packed.panels * packed.vectors * gemm_int8.LANES * 4
+    monkeypatch.setattr(int8_conv, "chunk_bytes", lambda: share_blocks * block_bytes)
+    layouts = int8_conv.Layouts(laid, laid, laid)
+    arrange = _channels_last if laid else np.ascontiguousarray
+    out = np.full(arrange(want).shape, 77, np.uint8)
+    conv = int8_conv.FusedConv(arrange(data), weight, packed, geometry, out, arrange(residual),
+                               layouts)
+    assert not (conv.gathers or conv.reads_windows or conv.tile_rows)
+    assert conv.reads_data_in_place == laid
+    jobs = conv.jobs_for(epilogue)
+    assert len(jobs) == (1 if laid else 2)  # the copy, then the chain
+    chain = jobs[-1]
+    assert isinstance(chain, part_chain.Chain) and chain.parts == len(chain.by_part) == 2
+    row_blocks = -(-conv.rows // packed.rows)
+    assert row_blocks > 2 * share_blocks
+    assert len(chain.alone) == -(-row_blocks // share_blocks)
+    restore = _from_channels_last if laid else np.asarray
+    conv(epilogue)
+    np.testing.assert_array_equal(restore(out), want)
+    for _ in range(2):
+        out[...] = 77
+        with spin_pool.armed(2):
+            conv(epilogue)
+        np.testing.assert_array_equal(restore(out), want)
+    data = np.flip(data, axis=3).copy()
+    conv.data[...] = arrange(data)
+    conv(epilogue)
+    np.testing.assert_array_equal(
+        restore(out), _reference(data, weight, geometry, epilogue, residual, storage, np.uint8))
 
 
 def _channels_last(array):
