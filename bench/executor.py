@@ -1,6 +1,7 @@
 """Benchmark: the compiled CPU executor against hand-written NumPy, ONNX Runtime and the floor.
 
-Usage: ``python bench/executor.py [--quick] [--threads N] [--cases ...] [--peers ...] [--armed]``.
+Usage: ``python bench/executor.py [--quick] [--threads N] [--cases ...] [--peers ...] [--armed]
+[--clock process]``.
 Prints, in one run:
 
 * the seed MLP (512 → 256 → 128 → 2) at batch 1 and 64: ``Model.infer``, the plan's own
@@ -28,6 +29,9 @@ Prints, in one run:
 * with ``--armed``, our runs in those processes armed on every core every time, in place of
   the plan's measured choice between that and one thread (`spin_pool.Choice`), to read what
   its exploring runs and one-thread spells cost in the every-core columns;
+* with ``--clock process`` (and ``--threads 1``), the peer table's calls timed by each
+  runtime's process CPU time rather than the wall clock: on a machine other jobs share, what
+  each runtime's own work takes, the time those jobs held the core left out;
 * bf16 against fp32 on ResNet-18 (random weights): top-1 agreement over 256 random 224×224
   images, and the largest difference relative to the largest logit.
 
@@ -407,10 +411,10 @@ def ort_runner(folder: Path, batch: int, threads: int
 
 
 def peer_worker(connection: Any, runtime: str, folder: Path, batch: int, threads: int,
-                agreement: bool) -> None:
+                agreement: bool, clock: str = "wall") -> None:
     """A process serving timed rounds of ours (fp32 or bf16) or ONNX Runtime fp32: writes its
     outputs as `quantized_peers.serve` does, then receives a call count and sends back each
-    call's seconds; None ends it."""
+    call's seconds by the ``clock`` named (`quantized_peers.CLOCKS`); None ends it."""
     if runtime == "ort":
         action, run, info = ort_runner(folder, batch, threads)
     else:
@@ -425,20 +429,21 @@ def peer_worker(connection: Any, runtime: str, folder: Path, batch: int, threads
     info["call_seconds"] = min(_once(action) for _ in range(3))
     connection.send(info)
     while (calls := connection.recv()) is not None:
-        connection.send(quantized_peers.timed_calls(action, calls))
+        connection.send(quantized_peers.timed_calls(action, calls,
+                                                    quantized_peers.CLOCKS[clock]))
 
 
 class LocalPeer:
     """Ours (fp32 or bf16) or ONNX Runtime fp32 in a spawned process of this Python."""
 
     def __init__(self, runtime: str, folder: Path, batch: int, threads: int,
-                 agreement: bool) -> None:
+                 agreement: bool, clock: str = "wall") -> None:
         import multiprocessing
 
         context = multiprocessing.get_context("spawn")
         self.connection, theirs = context.Pipe()
         self.process = context.Process(target=peer_worker, args=(
-            theirs, runtime, folder, batch, threads, agreement))
+            theirs, runtime, folder, batch, threads, agreement, clock))
         self.process.start()
 
     def send(self, calls: int | None) -> None:
@@ -455,14 +460,14 @@ class ExternalPeer:
     """A `quantized_peers` runtime in the peer environment's Python, over stdin and stdout."""
 
     def __init__(self, python: str, runtime: str, folder: Path, batch: int, threads: int,
-                 agreement: bool) -> None:
+                 agreement: bool, clock: str = "wall") -> None:
         import subprocess
 
         self.runtime = runtime
         script = Path(__file__).resolve().with_name("quantized_peers.py")
         self.process = subprocess.Popen(
             [python, str(script), runtime, str(folder), "--batch", str(batch), "--threads",
-             str(threads), *(["--agreement"] if agreement else [])],
+             str(threads), "--clock", clock, *(["--agreement"] if agreement else [])],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def send(self, calls: int | None) -> None:
@@ -496,15 +501,17 @@ def top1_agreement(reference: np.ndarray, other: np.ndarray, centred: bool = Fal
 
 
 def compare_peers(folder: Path, batch: int, threads: int, repeat: int,
-                  runtimes: tuple[str, ...], python: str, agreement: bool) -> dict[str, Any]:
+                  runtimes: tuple[str, ...], python: str, agreement: bool,
+                  clock: str = "wall") -> dict[str, Any]:
     """Ours (fp32 and bf16) and every peer, each in its own process, taking turns round by
-    round."""
+    round, each timing its calls by the ``clock`` named (`quantized_peers.CLOCKS`)."""
     write_case_input(folder, batch)
     workers: dict[str, LocalPeer | ExternalPeer] = {}
     for runtime in ("ours", "bf16", *runtimes):
-        workers[runtime] = (LocalPeer(runtime, folder, batch, threads, agreement)
+        workers[runtime] = (LocalPeer(runtime, folder, batch, threads, agreement, clock)
                             if runtime in LOCAL_RUNTIMES else
-                            ExternalPeer(python, runtime, folder, batch, threads, agreement))
+                            ExternalPeer(python, runtime, folder, batch, threads, agreement,
+                                         clock))
     infos = {runtime: worker.recv() for runtime, worker in workers.items()}
     slowest = max(info.pop("call_seconds") for info in infos.values())
     is_mlp = folder.name == "mlp"
@@ -630,20 +637,23 @@ def peer_lines(name: str, batch: int, threads: int, result: dict[str, Any],
 
 
 def bench_peer(threads: int, repeat: int, cases: tuple[tuple[str, int], ...],
-               runtimes: tuple[str, ...], python: str, root: Path, agreement: int) -> None:
+               runtimes: tuple[str, ...], python: str, root: Path, agreement: int,
+               clock: str = "wall") -> None:
     """The peer table at one thread setting (0: each runtime at its default); ``agreement``
-    inputs (0: none) compared by top-1 where the batch divides their count."""
+    inputs (0: none) compared by top-1 where the batch divides their count; each call timed
+    by the ``clock`` named (`quantized_peers.CLOCKS`)."""
     label = "every core (each runtime's default)" if not threads else f"{threads} thread(s) each"
     extras = runtimes[1:]
     names = ", ".join(PEER_LABELS[runtime] for runtime in runtimes)
-    print(f"\nours (fp32, bf16) vs {names}, {label}; ms per call, median of interleaved "
+    unit = "each process's CPU ms per call" if clock == "process" else "ms per call"
+    print(f"\nours (fp32, bf16) vs {names}, {label}; {unit}, median of interleaved "
           "rounds [best]; floor = FLOPs / sgemm at this thread count")
     print(peer_header(extras))
     for name, batch in cases:
         before = vcpus.cross_read_ratio() if not threads else None
         folder = prepare_network(name, root, agreement or AGREEMENT_INPUTS)
         result = compare_peers(folder, batch, threads, repeat, runtimes, python,
-                               agreement > 0 and agreement % batch == 0)
+                               agreement > 0 and agreement % batch == 0, clock)
         after = vcpus.cross_read_ratio() if not threads else None
         for line in peer_lines(name, batch, threads, result, extras):
             print(line)
@@ -746,6 +756,11 @@ def parser() -> argparse.ArgumentParser:
                         help="our runs armed on every core every time, not as "
                              "spin_pool.Choice decides from its own timings (its exploring "
                              "runs and one-thread spells left out)")
+    parser.add_argument("--clock", choices=("wall", "process"), default="wall",
+                        help="what the peer table's calls are timed by; process: each "
+                             "runtime's process CPU time (all its threads), which leaves out "
+                             "the time a loaded machine's other jobs held the cores; with "
+                             "--threads 1 only (on more, it adds the threads' times)")
     parser.add_argument("--peer-python", default=None,
                         help=f"that environment's Python (default: ${PEER_PYTHON_VARIABLE}, "
                              f"else ~/.cache/hybridserve/bench-peers/bin/python)")
@@ -774,6 +789,8 @@ def main() -> None:
     import tempfile
 
     options = parser().parse_args()
+    if options.clock == "process" and options.threads != 1:
+        parser().error("--clock process times one thread's calls: give --threads 1 too")
     if options.armed:
         os.environ[ARMED_VARIABLE] = "1"
     repeat = 3 if options.quick else options.repeat
@@ -803,7 +820,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="executor-bench-") as root:
         for index, threads in enumerate(settings):
             bench_peer(threads, repeat, cases, runtimes, python, Path(root),
-                       agreement if index == 0 else 0)
+                       agreement if index == 0 else 0, options.clock)
     if not options.quick:
         bf16_agreement()
     print(f"\nload average at the end {os.getloadavg()[0]:.2f}")

@@ -52,9 +52,14 @@ one it prints each layer's jobs by kind and the requantize pass's share of the l
 (`int8_conv.FusedConv._window_chain`) of `int8_conv.CHUNK_BYTES` of sums and of
 `int8_conv.chunk_bytes` (a quarter of a small L2), in turn, and checks the bytes.
 
+``--panels`` times the table product (`gemm_int8.table_job`) of a 3×3 512 → 512 layer at 7²
+(its windows read where they lie in a padded copy) over one panel of 64 filters against all
+eight, in turn, as GOP/s: the one panel's weights (295 KB) stay in a core's L2 from call to
+call, the eight (2.4 MB) are read from L3 or memory each call, as a plan reads them.
+
 Usage: python bench/int8_avx2.py [--rounds N] [--instructions | --narrow-tiles | --layers |
 --windows | --chunks | --requantize [--requantize-against FILE] | --classifier [--evict MB] |
---edge] [--batch B]   (a host with AVX2)
+--edge | --panels] [--batch B]   (a host with AVX2)
 """
 
 from __future__ import annotations
@@ -454,10 +459,12 @@ def requantize(rounds: int, batch: int, against: str | None) -> None:
                 took = {kind: statistics.median(timed(
                     [lambda jobs=jobs: [job() for job in jobs]], TWENTY_CALLS, rounds)[0])
                     for kind, jobs in kinds.items()}
-                share = took["requantize"] / sum(took.values())
+                # a chained layer's passes run inside its one job, after each share's product
+                share = f"requantize {took['requantize'] / sum(took.values()):.0%}" \
+                    if "requantize" in took else "no requantize job of its own (chained)"
                 print(f"{label} " + ", ".join(f"{kind} {seconds * 1e3:.3f}"
                                               for kind, seconds in took.items())
-                      + f": requantize {share:.0%}")
+                      + f": {share}")
                 continue
             calls = [lambda jobs=jobs: [job() for kind, job in jobs if kind == "requantize"]
                      for jobs, _ in made]
@@ -587,6 +594,51 @@ def edge(rounds: int) -> None:
             for label, t in times.items()))
 
 
+def panel_residency(rounds: int, batch: int) -> None:
+    """The table product of a 3×3 512 → 512 layer at 7² (``batch`` images, weights within
+    ±63) over 64 filters and over 512, GOP/s best / median of ``rounds`` rounds in turn, each
+    the best of a few calls, each checked against NumPy's sums."""
+    if not gemm_int8.narrow_weights_pay():
+        raise SystemExit("this host runs the VNNI kernels: no table product to time")
+    rng = np.random.default_rng(0)
+    channels, size, taps = 512, 7, 3
+    padded_size = size + 2
+    padded = rng.integers(0, 256, (batch, padded_size, padded_size, channels)).astype(np.uint8)
+    m, k = batch * size * size, taps * taps * channels
+    image, y, x = (axis.ravel() for axis in np.meshgrid(
+        np.arange(batch), np.arange(size), np.arange(size), indexing="ij"))
+    # each window's first byte, then each group of four K values' offset from it: a kernel
+    # row's 3 × 512 bytes lie together, the next kernel row a padded row on
+    starts = ((image * padded_size + y) * padded_size + x) * channels
+    within = np.arange(0, k, 4)
+    offsets = (within // (taps * channels)) * padded_size * channels + within % (taps * channels)
+    windows = np.stack([padded.reshape(-1)[start + np.arange(k) // (taps * channels)
+                                           * padded_size * channels
+                                           + np.arange(k) % (taps * channels)]
+                        for start in starts])
+    calls = {}
+    for filters in (64, 512):
+        weights = rng.integers(-63, 64, (k, filters)).astype(np.int8)
+        packed = gemm_int8.PackedWeights(weights)
+        blocks = -(-m // packed.rows)
+        addresses = np.full(blocks * packed.rows, padded.ctypes.data, np.int64)
+        addresses[:m] += starts
+        out = np.empty((blocks * packed.rows, packed.panels * packed.vectors * gemm_int8.LANES),
+                       np.int32)
+        job = gemm_int8.table_job(addresses, offsets.astype(np.int64), m, packed, False, out,
+                                  padded)
+        job()
+        if not np.array_equal(out[:m, :filters],
+                              windows.astype(np.int64) @ weights.astype(np.int64)):
+            raise SystemExit(f"{filters} filters: not NumPy's sums")
+        calls[f"{filters} filters"] = (job, 2 * m * k * filters / 1e9)
+    best = timed([job for job, _ in calls.values()], 10 ** 12, rounds)
+    print(f"one thread, table product {m}×{k}×N (3×3 512 → N at 7², batch {batch}), GOP/s "
+          f"best / median of {rounds} rounds; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    print("; ".join(f"{label} {work / min(times):.0f} / {work / statistics.median(times):.0f}"
+                    for (label, (_, work)), times in zip(calls.items(), best, strict=True)))
+
+
 def timed(calls: list[Callable[[], None]], size: int, rounds: int) -> list[list[float]]:
     """Each call's best thread CPU time of many, per round, the calls in turn each round."""
     repeat = max(5, int(3e7 / size))
@@ -615,6 +667,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--classifier", action="store_true")
     parser.add_argument("--edge", action="store_true")
+    parser.add_argument("--panels", action="store_true")
     parser.add_argument("--evict", type=int, default=64, help="--classifier's MB evicted")
     options = parser.parse_args()
     if not host_features.has("avx2"):
@@ -624,6 +677,9 @@ def main() -> None:
         return
     if options.edge:
         edge(options.rounds)
+        return
+    if options.panels:
+        panel_residency(options.rounds, options.batch)
         return
     if options.classifier:
         classifier(options.rounds, options.evict)

@@ -11,6 +11,7 @@ reads its own input 0) takes no buffer of that op's input 0, though it be free b
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,8 +51,10 @@ def naive_bytes(graph: Graph, shapes: list[list[tuple[int, ...]]],
 
 
 def plan_memory(graph: Graph, shapes: list[list[tuple[int, ...]]], dtypes: list[list[np.dtype]],
-                reuse: bool = True) -> MemoryPlan:
-    """Assign every non-view, non-variable output a buffer; reuse buffers when ``reuse``."""
+                reuse: bool = True, writes_ahead: Collection[int] = ()) -> MemoryPlan:
+    """Assign every non-view, non-variable output a buffer; reuse buffers when ``reuse``.
+    ``writes_ahead``: nodes whose step may write the next node's outputs while it still
+    reads its input 0, as ops that say so (`OpDef.writes_ahead`) may."""
     root = _view_roots(graph)
     last_use = _last_uses(graph, root)
     sizes: list[int] = []
@@ -61,7 +64,8 @@ def plan_memory(graph: Graph, shapes: list[list[tuple[int, ...]]], dtypes: list[
     for index, node in enumerate(graph.nodes):
         if node.is_variable or node.opdef.view:
             continue
-        apart = _writers_first_inputs(graph, index, root, buffer_of) if reuse else set()
+        apart = _writers_first_inputs(graph, index, root, buffer_of, writes_ahead) \
+            if reuse else set()
         for slot in range(len(shapes[index])):
             size = nbytes(shapes[index][slot], dtypes[index][slot])
             buffer = _inplace_buffer(graph, index, root, last_use, buffer_of, sizes, size) \
@@ -124,7 +128,8 @@ def _inplace_buffer(graph: Graph, index: int, root: dict, last_use: dict, buffer
 
 
 def _writers_first_inputs(graph: Graph, index: int, root: dict[EntryKey, EntryKey],
-                          buffer_of: dict[EntryKey, int]) -> set[int]:
+                          buffer_of: dict[EntryKey, int],
+                          writes_ahead: Collection[int] = ()) -> set[int]:
     """The buffer of input 0 of the ``writes_ahead`` op just before node ``index`` (no op
     between), where this node reads its output: that op's step may write this node's
     outputs while it still reads that input. A node further on writes its own."""
@@ -133,8 +138,8 @@ def _writers_first_inputs(graph: Graph, index: int, root: dict[EntryKey, EntryKe
     apart = set()
     for entry in graph.nodes[index].inputs:
         writer = graph.nodes[entry.node]
-        if entry.node != previous or not writer.inputs or \
-                not writer.opdef.may_write_ahead(writer.params):
+        if entry.node != previous or not writer.inputs or not (
+                entry.node in writes_ahead or writer.opdef.may_write_ahead(writer.params)):
             continue
         first = writer.inputs[0]
         buffer = buffer_of.get(root.get((first.node, first.index), (first.node, first.index)))

@@ -141,6 +141,17 @@ class VectorDepthwiseCall(DepthwiseCall):
         return _EitherWayJob(handoff, source, data, job)
 
 
+    def planes_job(self, start: int, stop: int) -> Any:
+        """A job of one part over planes [start, stop) of one sample: a step of a chain's
+        share (`expansion_chain`); None with a hand-off or a source."""
+        if self.args[5] is not None or self.args[6] is not None:
+            return None
+        data, weights, bias, out, stride, _, _, low, high = self.slab(start, stop).args
+        return spin_pool.job(_task(stride, False, data.shape[2]),
+                             _context(data, weights, bias, out, low, high), 1,
+                             keep=(data, weights, bias, out))
+
+
 class _EitherWayJob:
     """A depthwise layer's job whose input may come as bf16 planes (``source`` laid) and
     whose output may go as bf16 pairs (``handoff`` taken), found at each run, each job made

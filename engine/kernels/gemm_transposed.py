@@ -47,8 +47,8 @@ def by_filters(product: Any, out: Any, source: Any, residual: Any = None) -> Any
     table = [2, groups]
     keep: list[Any] = [product]
     for first, last in shares:
-        share = _product_share(context, first, last)
-        copy = _copy_share(out, source, residual, first, last)
+        share = product_share(context, first, last)
+        copy = copy_share(out, source, residual, first, last)
         if copy is None:
             return None
         table += [product_task, share.ctypes.data, int(copy.args[-3]), int(copy.args[-2])]
@@ -56,7 +56,7 @@ def by_filters(product: Any, out: Any, source: Any, residual: Any = None) -> Any
     return spin_pool.job(task, np.array(table, np.int64), groups, keep=tuple(keep))
 
 
-def _product_share(context: np.ndarray, first: int, last: int) -> np.ndarray:
+def product_share(context: np.ndarray, first: int, last: int) -> np.ndarray:
     """The product's context narrowed to its columns [first, last): B's panels, C's and the
     column bias's (and a residual's) addresses moved on, N cut."""
     share = context.copy()
@@ -69,7 +69,7 @@ def _product_share(context: np.ndarray, first: int, last: int) -> np.ndarray:
     return share
 
 
-def _copy_share(out: Any, source: Any, residual: Any, first: int, last: int) -> Any:
+def copy_share(out: Any, source: Any, residual: Any, first: int, last: int) -> Any:
     """The job copying (or adding the residual into) ``out``'s rows [first, last)."""
     rows = slice(first, last)
     if residual is None:

@@ -58,6 +58,14 @@ def quantize_channels_last_job(values: np.ndarray, scale: np.ndarray, low: int, 
         rows, kernel_jobs.parts_for(rows, 2 * values.size))
 
 
+def point_at(job: spin_pool.Job, address: int) -> None:
+    """``job`` (`quantize_job`'s or `quantize_channels_last_job`'s) reading its values at
+    ``address`` from now on: an array of the values' shape and dtype, C-contiguous (a plan's
+    input read where the caller's array lies). The values' address is its context's first
+    word in either form."""
+    job.keep[0][0] = address
+
+
 def vector_task(channels: int) -> int | None:
     """The address of `int8_convert_ir`'s channels-last quantize of ``channels`` planes
     (an image's few: 16 pixels a step, the channels' bytes interleaved by one shuffle);

@@ -206,6 +206,8 @@ class Workspace:
         # per output array of the plan (by identity; the array kept so its id stays its own)
         self._readers: dict[int, tuple[Any, tuple[Reader, ...]]] = {}
         self._shared: dict[tuple[int, Any], tuple[Any, Any]] = {}
+        # per plan input (by identity): the steps' calls pointing their reads elsewhere
+        self._pointers: dict[int, tuple[Any, list[Callable[[int], None]]]] = {}
         # outputs noted so far: the plan notes each node's before binding it, so this counts
         # the nodes bound, in the order their steps run
         self.noted = 0
@@ -222,6 +224,21 @@ class Workspace:
         workspace made outside a plan)."""
         noted = self._readers.get(id(array))
         return None if noted is None or noted[0] is not array else noted[1]
+
+    def reads_where_pointed(self, array: Any, point: Callable[[int], None]) -> None:
+        """Record that a step reads ``array`` (a plan input) only through native jobs that
+        ``point(address)`` sends to another array of its shape and dtype, C-contiguous, at
+        ``address``: where every reader of the input says so, a run points them at the
+        caller's array instead of copying it into ``array`` (`pointers`)."""
+        entry = self._pointers.get(id(array))
+        if entry is None or entry[0] is not array:
+            entry = self._pointers[id(array)] = (array, [])
+        entry[1].append(point)
+
+    def pointers(self, array: Any) -> tuple[Callable[[int], None], ...]:
+        """The calls recorded by `reads_where_pointed` for ``array``, one a reader."""
+        entry = self._pointers.get(id(array))
+        return () if entry is None or entry[0] is not array else tuple(entry[1])
 
     def shared(self, array: Any, tag: Any, make: Callable[[], Any] | None = None) -> Any:
         """``make()``, made once per array (by identity) and tag for every op bound here: an

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -228,6 +229,54 @@ def test_the_protocol_survives_a_library_writing_to_stdout(tmp_path: Path) -> No
     assert '"precision": "x2"' in first and len(json.loads(second)) == 2
     assert "progress 100%" in answers.stderr and "native progress" in answers.stderr
     np.testing.assert_array_equal(np.load(folder / "ov-f32-b1-output.npy"), [[2, 2, 2]])
+
+
+def test_process_clock_counts_the_cpu_a_call_spends_not_its_sleep() -> None:
+    # A call that sleeps 50 ms and spins 20 ms: the wall clock reads both, the process's CPU
+    # time only the spin.
+    def call() -> None:
+        time.sleep(0.05)
+        end = time.process_time() + 0.02
+        while time.process_time() < end:
+            pass
+
+    (wall,) = quantized_peers.timed_calls(call, 1, quantized_peers.CLOCKS["wall"])
+    (cpu,) = quantized_peers.timed_calls(call, 1, quantized_peers.CLOCKS["process"])
+    assert wall >= 0.07 and 0.02 <= cpu < 0.05
+
+
+def test_process_clock_needs_one_thread(capsys: pytest.CaptureFixture[str],
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    assert executor.parser().parse_args([]).clock == "wall"
+    monkeypatch.setattr(sys, "argv", ["executor.py", "--clock", "process", "--threads", "2"])
+    with pytest.raises(SystemExit):
+        executor.main()
+    assert "--threads 1" in capsys.readouterr().err
+
+
+def test_the_peer_protocol_times_calls_by_the_clock_asked_for(tmp_path: Path) -> None:
+    # A peer whose call sleeps answers near-zero seconds with --clock process.
+    script = tmp_path / "sleepy.py"
+    script.write_text(
+        "import sys, time\n"
+        f"sys.path.insert(0, {str(Path(quantized_peers.__file__).parent)!r})\n"
+        "import quantized_peers\n"
+        "def sleepy(*args):\n"
+        "    return (lambda x: time.sleep(0.05) or x), {'precision': 'same'}\n"
+        "quantized_peers.build = sleepy\n"
+        "quantized_peers.main()\n")
+    folder = tmp_path / "net"
+    folder.mkdir()
+    np.save(folder / "data-b1.npy", np.ones((1, 3), np.float32))
+    seconds = {}
+    for clock in ("wall", "process"):
+        answers = subprocess.run(
+            [sys.executable, str(script), "ov-f32", str(folder), "--batch", "1", "--clock",
+             clock], input="2\n\n", capture_output=True, text=True, timeout=120,
+            env={**os.environ, "PYTHONPATH": ""})
+        assert answers.returncode == 0, answers.stderr
+        seconds[clock] = json.loads(answers.stdout.splitlines()[1])
+    assert min(seconds["wall"]) >= 0.045 and max(seconds["process"]) < 0.02
 
 
 def test_armed_option_arms_every_run_of_the_plan_the_model_runs() -> None:

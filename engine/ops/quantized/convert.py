@@ -11,6 +11,7 @@ import numpy as np
 
 from engine.errors import ShapeError
 from engine.kernels import int8_convert
+from engine.kernels.workspace import Workspace
 from engine.ops.attrs import choice
 from engine.ops.dtypes import FLOAT32, INT32, UINT8
 from engine.ops.quantized import handoff, integer, ranges
@@ -90,6 +91,8 @@ def _quantize_v2_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
         low, high = -reach, reach
     writers = tuple(ranges.constant_writer(target, value) for target, value in zip(
         targets[1:3], ranges.range_pair(low, high), strict=True))
+    if isinstance(workspace, Workspace):  # a plan's input read where the caller's array lies
+        workspace.reads_where_pointed(data, partial(_point_jobs, (job, laid_job)))
 
     def call() -> None:
         if offered is not None and offered.taken:
@@ -104,6 +107,12 @@ def _quantize_v2_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
             write()
 
     return [call]
+
+
+def _point_jobs(jobs: tuple[Any, ...], address: int) -> None:
+    for job in jobs:
+        if job is not None:
+            int8_convert.point_at(job, address)
 
 
 QUANTIZE_V2 = register(OpDef(

@@ -29,8 +29,9 @@ def _test_ops(monkeypatch):
     monkeypatch.setitem(registry._REGISTRY, AHEAD, ahead)
 
 
-def _chain(writer: str, ahead: bool = True):
-    """data → first → writer → reader → last, every value (64,) float32."""
+def _chain(writer: str, ahead: bool = True, writes_ahead: tuple[int, ...] = ()):
+    """data → first → writer → reader → last, every value (64,) float32; ``writes_ahead``:
+    the nodes the caller says write ahead."""
     nodes = (make_node("null", "data"),
              make_node(PLAIN, "first", {}, (Entry(0),)),
              make_node(writer, "writer", {"ahead": str(ahead)}, (Entry(1),)),
@@ -39,7 +40,7 @@ def _chain(writer: str, ahead: bool = True):
     graph = Graph(nodes, (Entry(4),))
     shapes = [[(64,)]] * len(nodes)
     dtypes = [[np.dtype(np.float32)]] * len(nodes)
-    return plan_memory(graph, shapes, dtypes).buffer_of
+    return plan_memory(graph, shapes, dtypes, writes_ahead=writes_ahead).buffer_of
 
 
 def test_a_plain_writers_reader_takes_the_buffer_its_input_freed():
@@ -52,6 +53,12 @@ def test_the_reader_of_a_writer_ahead_keeps_apart_from_the_writers_input():
     assert buffer_of[(3, 0)] not in (buffer_of[(1, 0)], buffer_of[(2, 0)])
     # the rule binds only that reader: the next node takes the freed buffer again
     assert buffer_of[(4, 0)] == buffer_of[(1, 0)]
+
+
+def test_a_node_the_caller_names_writes_ahead_as_an_op_saying_so_does():
+    """A plan's caller may name nodes of any op that write ahead (`expansion_chain`'s
+    expansions): their readers keep apart from their input as a ``writes_ahead`` op's do."""
+    assert _chain(PLAIN, writes_ahead=(2,)) == _chain(AHEAD)
 
 
 def test_a_node_of_the_op_whose_attrs_say_no_leaves_the_plan_as_it_was():
