@@ -339,18 +339,19 @@ class FusedConv(EpilogueLayer):
     def reads_rows_in_place(self) -> bool:
         """Whether the GEMM reads its rows where they lie in unpadded uint8 data handed over
         channels-last, whose copy would be the same bytes: a 1×1 product of stride 1 whose
-        channels fill K exactly, in whole row blocks of the packing (no block reads past the
-        data's end), or a product reading windows by their addresses (`table_job`, where
-        no window passes the data's end) of kernel rows in whole groups of four (a 1×1
-        layer of stride 2). ResNet-50 v2's 1×1 layers: 0.01–0.07 ms of copy a layer on an
-        AVX2 host."""
+        channels fill K exactly, in whole row blocks of the packing or with a short last block
+        computed a row at a time (`gemm_int8.reads_rows_only`: no block reads past the data's
+        end; ResNet-50 v2's 7² layers, 49 rows), or a product reading windows by their
+        addresses (`table_job`, where no window passes the data's end) of kernel rows in
+        whole groups of four (a 1×1 layer of stride 2). ResNet-50 v2's 1×1 layers:
+        0.01–0.07 ms of copy a layer on an AVX2 host."""
         if self.gathers or self.tile_rows or not (
                 self.laid.data and self.geometry.pad == (0, 0)
                 and self.data.dtype == np.uint8):
             return False
         if self.reads_windows:
             return not self.run
-        return self.rows % self.packed.rows == 0
+        return gemm_int8.reads_rows_only(self.packed, self.rows)
 
     def _bind(self, epilogue: Epilogue) -> tuple[Any, ...]:
         data, geometry, packed = self.data, self.geometry, self.packed
@@ -449,10 +450,9 @@ class FusedConv(EpilogueLayer):
                         *geometry.stride, *geometry.dilate, first, patches), count,
                         kernel_jobs.parts_for(count, 2 * count * packed.k)))
                 else:
-                    patches = padded[first * channels:(first + used) * channels].reshape(
-                        used, channels)
+                    patches = self._rows_from(padded, first, used)
                 jobs.append(gemm_int8.product_job(patches[:used], count, packed, signed,
-                                                  sums[:used]))
+                                                  sums[:min(used, len(patches))]))
             jobs.append(self._requantize_job(epilogue, sums, first, count, residual, out))
         if any(job is None for job in jobs):
             raise RuntimeError("int8 convolution: a job could not be bound")
@@ -483,11 +483,22 @@ class FusedConv(EpilogueLayer):
                     region: np.ndarray) -> Any:
         """The product of a share whose patch rows lie in ``padded`` (a 1×1 layer of stride
         1), each position's channels one row: whole row blocks, the last read past the
-        layer's end into the copy's tail, as the chunks' products read it."""
-        channels = self.data.shape[1]
+        layer's end into the copy's tail, as the chunks' products read it, or, read in the
+        data handed over, ending at its end (`_rows_from`)."""
         used = -(-count // self.packed.rows) * self.packed.rows
-        patches = padded[first * channels:(first + used) * channels].reshape(used, channels)
-        return gemm_int8.product_job(patches, count, self.packed, signed, region[:used])
+        patches = self._rows_from(padded, first, used)
+        return gemm_int8.product_job(patches, count, self.packed, signed,
+                                     region[:len(patches)])
+
+    def _rows_from(self, padded: np.ndarray, first: int, used: int) -> np.ndarray:
+        """The GEMM's rows from position ``first`` on in ``padded`` (the copy, or the data
+        where its rows are read in place), one a position's channels: ``used`` of them (whole
+        row blocks), or those that lie before the data's end where a short last block is
+        read in place (`gemm_int8.reads_rows_only`: computed a row at a time, nothing past
+        the data read)."""
+        channels = self.data.shape[1]
+        rows = min(used, padded.size // channels - first)
+        return padded[first * channels:(first + rows) * channels].reshape(rows, channels)
 
     def _window_chain(self, epilogue: Epilogue, product: Callable[[int, int, np.ndarray], Any],
                       residual: np.ndarray, out: np.ndarray,

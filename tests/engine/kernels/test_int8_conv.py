@@ -256,6 +256,88 @@ def test_a_one_by_one_layer_reading_its_rows_is_one_chain_of_shares(monkeypatch,
         restore(out), _reference(data, weight, geometry, epilogue, residual, storage, np.uint8))
 
 
+@pytest.mark.skipif(not gemm_int8.narrow_weights_pay(),
+                    reason="the host runs the VNNI kernels: no one-row tile for a short block")
+@pytest.mark.parametrize("cores", [1, 2])
+@pytest.mark.parametrize("batch,size,filters", [
+    (1, (7, 7), 48),  # 49 rows: the last block's one row on the one-row tile
+    (2, (3, 5), 40),  # 30 rows: two
+])
+def test_one_by_one_rows_of_a_short_last_block_are_read_where_they_lie(monkeypatch, batch, size,
+                                                                      filters, cores):
+    """A 1×1 layer of stride 1 handed unpadded uint8 rows channels-last, whose last row block
+    is short, reads them where they lie (no copy job), the short block a row at a time on
+    the one-row tile, so no row past the data's end is read: the NumPy path's
+    bytes, with the second output `int8_requantize_ir`'s pass writes, in chunks' jobs (one
+    core) or chained (two), on one thread and armed on two, and again after the data
+    change. The data ends where a page that may not be read begins."""
+    monkeypatch.setattr(spin_pool, "cores", lambda: cores)
+    has = host_features.has
+    monkeypatch.setattr(host_features, "has",
+                        lambda flag: False if flag == "avx512dq" else has(flag))
+    rng = np.random.default_rng(_seed("short block in place", batch, size))
+    shape = (batch, 64, size, filters, (1, 1), (1, 1), (0, 0), (1, 1))
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, shape, np.uint8, np.int8, None, True)
+    weight = np.clip(weight, -63, 63)
+    want = _reference(data, weight, geometry, epilogue, residual, storage, np.int8)
+    scale = rng.uniform(-0.5, 4.0, filters).astype(np.float32)
+    shift = rng.uniform(-200, 200, filters).astype(np.float32)
+    second_want = np.zeros(want.shape, np.uint8)
+    int8_affine.affine_job(want, scale, shift, second_want, False, False)()
+    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight))
+    laid = _at_a_page_end(_channels_last(data))
+    out = np.zeros_like(want)
+    conv = int8_conv.FusedConv(laid, weight, packed, geometry, out, _channels_last(residual),
+                               int8_conv.Layouts(True, True, True))
+    assert conv.rows % packed.rows and not (conv.reads_windows or conv.gathers)
+    assert gemm_int8.reads_rows_only(packed, conv.rows)
+    assert conv.reads_data_in_place and conv.writes_rescaled
+    epilogue.rescaled = int8_conv.Rescaled(np.zeros(want.shape, np.uint8), scale, shift)
+    jobs = conv.jobs_for(epilogue)
+    # the chain, or the one chunk's product and pass: no copy
+    assert len(jobs) == (1 if cores > 1 else 2)
+    assert isinstance(jobs[-1], part_chain.Chain) == (cores > 1)
+    for armed in (False, True):
+        out[...] = 0
+        if armed:
+            with spin_pool.armed(2):
+                conv(epilogue)
+        else:
+            conv(epilogue)
+        np.testing.assert_array_equal(_from_channels_last(out), want)
+        np.testing.assert_array_equal(_from_channels_last(epilogue.rescaled.out), second_want)
+    flipped = np.flip(data, axis=3).copy()
+    laid[...] = _channels_last(flipped)
+    conv(epilogue)
+    np.testing.assert_array_equal(_from_channels_last(out), _reference(
+        flipped, weight, geometry, epilogue, residual, storage, np.int8))
+
+
+def _at_a_page_end(array):
+    """A copy of ``array`` whose last byte is the last of a page followed by one that may not
+    be read (`mmap` with no access), so that a read past the end faults."""
+    import ctypes
+    import mmap
+
+    page = mmap.PAGESIZE
+    pages = -(-array.nbytes // page) + 1
+    mapped = mmap.mmap(-1, pages * page, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    buffer = np.frombuffer(mapped, np.uint8)
+    guard = buffer[(pages - 1) * page:]
+    libc = ctypes.CDLL(None)
+    libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    assert libc.mprotect(guard.ctypes.data, page, 0) == 0
+    start = (pages - 1) * page - array.nbytes
+    copy = buffer[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
+    copy[...] = array
+    _guarded.append(mapped)  # the mapping outlives the test's arrays
+    return copy
+
+
+_guarded = []
+
+
 def _channels_last(array):
     """``array``'s values laid N, H, W, C in an array of its own (N, C, H, W) shape."""
     return np.ascontiguousarray(array.transpose(0, 2, 3, 1)).reshape(array.shape)
