@@ -421,8 +421,12 @@ class FusedConv(EpilogueLayer):
                 scratch)
         elif not (self.tile_rows or self.gathers or fused or host_features.has("avx512f")):
             # (measured on AVX2 hosts; AVX-512 ones keep their chunks' jobs)
+            lay = partial(self._copy_share, flat, signed, padded) if (
+                jobs and self.laid.data and self.stack == 1) else None
             chained = self._window_chain(epilogue, partial(
-                self._rows_share, padded, signed), residual, out, scratch)
+                self._rows_share, padded, signed), residual, out, scratch, lay)
+            if chained is not None and lay is not None:
+                jobs = []  # each share copies its own rows first
         if chained is not None:
             jobs.append(chained)
             total = 0  # no chunk's jobs of their own
@@ -489,9 +493,22 @@ class FusedConv(EpilogueLayer):
         patches = padded[first * channels:(first + used) * channels].reshape(used, channels)
         return gemm_int8.product_job(patches, count, self.packed, signed, region[:used])
 
+    def _copy_share(self, flat: np.ndarray, signed: bool, padded: np.ndarray, first: int,
+                    count: int) -> Any:
+        """The copy of output positions [first, first + count) of a 1×1 layer of stride 1
+        whose data come channels-last without padding (int8 shifted onto uint8): one
+        contiguous run of bytes, laid as `_padded_copy`'s one row of ``count`` pixels, in
+        one part. The rows past the layer's end that a share's last row block reads stay as
+        the copy made by the whole layer left them (their sums are never read)."""
+        channels = self.data.shape[1]
+        start, stop = first * channels, (first + count) * channels
+        return kernel_jobs.bind((__name__, "padded_copy"), (
+            flat[start:stop], 128 if signed else 0, channels, 1, count, 0, 0,
+            padded[start:stop], 1, count), 1, 1)
+
     def _window_chain(self, epilogue: Epilogue, product: Callable[[int, int, np.ndarray], Any],
-                      residual: np.ndarray, out: np.ndarray,
-                      scratch: int8_memory.Scratch) -> Any:
+                      residual: np.ndarray, out: np.ndarray, scratch: int8_memory.Scratch,
+                      lay: Callable[[int, int], Any] | None = None) -> Any:
         """A layer reading its windows where they lie (`reads_windows`), or its patch rows in
         the copy (`_rows_share`: a 1×1 layer of stride 1), as one job over the cores
         (`part_chain`): its output positions cut into shares of at most about `chunk_bytes`
@@ -506,7 +523,10 @@ class FusedConv(EpilogueLayer):
         None where the layer's weights are better shared among the cores by panels than its
         rows are (`rows_first`: ResNet-18's 3×3 layers of stages 3 and 4 at batch 1, of
         stage 4 at batch 8), where the host has one core, or where the chain cannot run
-        here."""
+        here. ``lay(first, count)``: a step copying a share's data before its product (the
+        channels-last copy of a 1×1 layer's int8 data, folded into the chain: the cores
+        meet once a layer, not twice, and a share's product reads the rows its core has
+        just written)."""
         packed, block = self.packed, self.packed.rows
         parts = spin_pool.cores()
         row_blocks = -(-self.rows // block)
@@ -526,9 +546,10 @@ class FusedConv(EpilogueLayer):
         for index in range(shares):
             first = index * share_rows
             count = min(share_rows, self.rows - first)
+            copy = [] if lay is None else [lay(first, count)]
             for table, region in zip(tables, (sums[0], *sums), strict=True):
                 table.append([
-                    product(first, count, region),
+                    *copy, product(first, count, region),
                     self._requantize_job(epilogue, region, first, count, residual, out)])
         if any(step is None for table in tables for steps in table for step in steps):
             return None
