@@ -18,7 +18,8 @@ beside it where asked, `Rescaled`). A
 chunk's rows and sums fit in L2 (`CHUNK_BYTES`), so each pass reads the last one's writes from
 cache. A layer whose table product reads its windows where they lie, or whose 1×1 product reads its
 rows in the copy, runs its products and requantize passes as one chained job instead, share
-by share (`FusedConv._window_chain`).
+by share (`FusedConv._window_chain`), a share's rows copied first in it where the 1×1 layer's
+data come channels-last.
 
 The NumPy path (`engine.ops.quantized.integer.conv` then `requantize.finish`) makes about
 ten passes over each layer's values, most in float64, on one core. The arithmetic here is
@@ -530,7 +531,8 @@ class FusedConv(EpilogueLayer):
         packed, block = self.packed, self.packed.rows
         parts = spin_pool.cores()
         row_blocks = -(-self.rows // block)
-        if parts < 2 or not rows_first(packed, self.data.nbytes + self.out.nbytes, row_blocks):
+        if parts < 2 or not chain_rows_first(packed, self.data.nbytes + self.out.nbytes,
+                                             row_blocks):
             return None
         columns = packed.panels * packed.vectors * gemm_int8.LANES
         # as many shares for each part, each about a chunk of sums at most (rows_first leaves
@@ -745,6 +747,8 @@ def _check_rescaled(rescaled: Rescaled, out: np.ndarray) -> None:
 # layer's shares (`FusedConv._window_chain`) hold at most `chunk_bytes` of sums: as much, or
 # a `CHUNK_L2_SHARE` of a smaller L2 (128 KB of Zen 3's 512 KB), the share a 2 MB L2 gives.
 CHUNK_BYTES, CHUNK_L2_SHARE = 2 ** 19, 4
+# A chained layer's weights at most this share of a core's L2 (`chain_rows_first`).
+CHAIN_WEIGHT_L2_SHARE = 2
 
 
 def chunk_bytes() -> int:
@@ -784,6 +788,20 @@ def rows_first(packed: gemm_int8.PackedWeights, activation_bytes: int, row_block
         weight_bytes <= ROWS_FIRST_MOST_BYTES
         and weight_bytes <= ROWS_FIRST_RATIO * activation_bytes)
     return small and row_blocks >= 2 * spin_pool.cores()
+
+
+def chain_rows_first(packed: gemm_int8.PackedWeights, activation_bytes: int,
+                     row_blocks: int) -> bool:
+    """Whether a layer runs as a chain of shares of rows (`FusedConv._window_chain`):
+    `rows_first`, or weights of at most `CHAIN_WEIGHT_L2_SHARE` of a core's L2 with two row
+    blocks a core. Panel by panel such a layer is three jobs (the copy, the product, the
+    requantize pass) and the cores meet at the end of each; as a chain they meet once, each
+    core reading all the weights (MobileNet v2's 1×1 layers at 7², 150–180 KB) where it
+    read half."""
+    l2 = cache_sizes.l2_bytes() or CHUNK_BYTES
+    return rows_first(packed, activation_bytes, row_blocks) or (
+        packed.packed.nbytes <= l2 // CHAIN_WEIGHT_L2_SHARE
+        and row_blocks >= 2 * spin_pool.cores())
 
 
 def activation_bounds(kind: str | None, high: float) -> tuple[np.float32, np.float32]:

@@ -720,6 +720,68 @@ def test_rows_first_where_the_weights_stay_in_cache_and_are_no_more_than_the_act
     assert not int8_conv.rows_first(packed(4608, 512), 10 ** 9, 10 ** 3)
 
 
+def test_a_chain_takes_rows_first_also_where_the_weights_stay_in_half_the_l2(monkeypatch):
+    """A chained layer shares out its rows where `rows_first` does, and also where its
+    weights take at most half a core's L2 with two row blocks a core (MobileNet v2's 1×1
+    layers at 7², 150–180 KB against 55 KB of activations); not past half the L2."""
+    from engine.cpu import cache_sizes
+
+    monkeypatch.setattr(spin_pool, "cores", lambda: 2)
+    monkeypatch.setattr(cache_sizes, "l2_bytes", lambda: 512 << 10)
+
+    def packed(k, n):
+        return gemm_int8.PackedWeights(np.zeros((k, n), np.int8))
+
+    for k, n in ((160, 960), (960, 160)):
+        activations = 49 * (k + n)
+        assert not int8_conv.rows_first(packed(k, n), activations, 13)
+        assert int8_conv.chain_rows_first(packed(k, n), activations, 13)
+        assert not int8_conv.chain_rows_first(packed(k, n), activations, 3)  # 2 and 1
+    assert not int8_conv.chain_rows_first(packed(320, 1280), 49 * 1600, 13)  # 410 KB
+    monkeypatch.setattr(cache_sizes, "l2_bytes", lambda: 256 << 10)
+    assert not int8_conv.chain_rows_first(packed(160, 960), 49 * 1120, 13)
+
+
+@pytest.mark.skipif(host_features.has("avx512f"),
+                    reason="an AVX-512 host keeps a 1×1 layer's chunks' jobs")
+def test_a_one_by_one_layer_at_seven_squared_is_one_chain_copying_its_own_rows(monkeypatch):
+    """MobileNet v2's 160 → 960 expansion at 7², int8 data handed over channels-last (49
+    rows: the last row block read in the copy's tail), on two cores: one chained job whose
+    shares each copy, multiply and requantize their rows; the NumPy path's bytes on one
+    thread and armed, again after the data change."""
+    from engine.cpu import cache_sizes
+
+    monkeypatch.setattr(spin_pool, "cores", lambda: 2)
+    monkeypatch.setattr(cache_sizes, "l2_bytes", lambda: 512 << 10)
+    rng = np.random.default_rng(_seed("seven squared"))
+    shape = (1, 160, (7, 7), 960, (1, 1), (1, 1), (0, 0), (1, 1))
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, shape, np.int8, np.uint8, "bounded_relu", False)
+    want = _reference(data, weight, geometry, epilogue, residual, storage, np.uint8)
+    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight))
+    out = np.full(want.shape, 77, np.uint8)
+    laid = _channels_last(data)
+    conv = int8_conv.FusedConv(laid, weight, packed, geometry, out, None,
+                               int8_conv.Layouts(data=True, out=True))
+    assert not int8_conv.rows_first(packed, laid.nbytes + out.nbytes, 13)
+    jobs = conv.jobs_for(epilogue)
+    assert len(jobs) == 1 and isinstance(jobs[0], part_chain.Chain)
+    assert {len(steps) for steps in jobs[0].alone} == {3}
+    conv(epilogue)
+    np.testing.assert_array_equal(_from_channels_last(out), want)
+    for _ in range(2):
+        out[...] = 77
+        with spin_pool.armed(2):
+            conv(epilogue)
+        np.testing.assert_array_equal(_from_channels_last(out), want)
+    data = np.flip(data, axis=2).copy()
+    laid[...] = _channels_last(data)
+    with spin_pool.armed(2):
+        conv(epilogue)
+    np.testing.assert_array_equal(_from_channels_last(out), _reference(
+        data, weight, geometry, epilogue, residual, storage, np.uint8))
+
+
 @pytest.mark.skipif(not gemm_int8.amx_available(), reason="needs AMX-INT8")
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("rows", [False, True])
