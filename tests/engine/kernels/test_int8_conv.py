@@ -720,10 +720,10 @@ def test_rows_first_where_the_weights_stay_in_cache_and_are_no_more_than_the_act
     assert not int8_conv.rows_first(packed(4608, 512), 10 ** 9, 10 ** 3)
 
 
-def test_a_chain_takes_rows_first_also_where_the_weights_stay_in_half_the_l2(monkeypatch):
+def test_a_chain_takes_rows_first_also_where_the_weights_stay_in_the_l2(monkeypatch):
     """A chained layer shares out its rows where `rows_first` does, and also where its
-    weights take at most half a core's L2 with two row blocks a core (MobileNet v2's 1×1
-    layers at 7², 150–180 KB against 55 KB of activations); not past half the L2."""
+    weights fit a core's L2 with two row blocks a core (MobileNet v2's 1×1 layers at 7²,
+    150–410 KB against 55–80 KB of activations); not past the L2."""
     from engine.cpu import cache_sizes
 
     monkeypatch.setattr(spin_pool, "cores", lambda: 2)
@@ -732,14 +732,15 @@ def test_a_chain_takes_rows_first_also_where_the_weights_stay_in_half_the_l2(mon
     def packed(k, n):
         return gemm_int8.PackedWeights(np.zeros((k, n), np.int8))
 
-    for k, n in ((160, 960), (960, 160)):
+    for k, n in ((160, 960), (960, 160), (960, 320), (320, 1280)):
         activations = 49 * (k + n)
         assert not int8_conv.rows_first(packed(k, n), activations, 13)
         assert int8_conv.chain_rows_first(packed(k, n), activations, 13)
         assert not int8_conv.chain_rows_first(packed(k, n), activations, 3)  # 2 and 1
-    assert not int8_conv.chain_rows_first(packed(320, 1280), 49 * 1600, 13)  # 410 KB
+    # ResNet's 3×3 layers into 256 at 14² (576 KB): past the L2
+    assert not int8_conv.chain_rows_first(packed(2304, 256), 2 * 256 * 14 * 14, 7)
     monkeypatch.setattr(cache_sizes, "l2_bytes", lambda: 256 << 10)
-    assert not int8_conv.chain_rows_first(packed(160, 960), 49 * 1120, 13)
+    assert not int8_conv.chain_rows_first(packed(320, 1280), 49 * 1600, 13)
 
 
 @pytest.mark.skipif(host_features.has("avx512f"),
