@@ -522,7 +522,7 @@ class FusedConv(EpilogueLayer):
         it comes to them and reusing a region of sums of its own, so that every share is
         bound once over each part's region; on one thread every share reuses the first.
         None where the layer's weights are better shared among the cores by panels than its
-        rows are (`rows_first`: ResNet-18's 3×3 layers of stages 3 and 4 at batch 1, of
+        rows are (`chain_rows_first`: ResNet-18's 3×3 layers of stages 3 and 4 at batch 1, of
         stage 4 at batch 8), where the host has one core, or where the chain cannot run
         here. ``lay(first, count)``: a step copying a share's data before its product (the
         channels-last copy of a 1×1 layer's int8 data, folded into the chain: the cores
