@@ -18,7 +18,8 @@ beside it where asked, `Rescaled`). A
 chunk's rows and sums fit in L2 (`CHUNK_BYTES`), so each pass reads the last one's writes from
 cache. A layer whose table product reads its windows where they lie, or whose 1×1 product reads its
 rows in the copy, runs its products and requantize passes as one chained job instead, share
-by share (`FusedConv._window_chain`).
+by share (`FusedConv._window_chain`), a share's rows copied first in it where the 1×1 layer's
+data come channels-last.
 
 The NumPy path (`engine.ops.quantized.integer.conv` then `requantize.finish`) makes about
 ten passes over each layer's values, most in float64, on one core. The arithmetic here is
@@ -422,8 +423,12 @@ class FusedConv(EpilogueLayer):
                 scratch)
         elif not (self.tile_rows or self.gathers or fused or host_features.has("avx512f")):
             # (measured on AVX2 hosts; AVX-512 ones keep their chunks' jobs)
+            lay = partial(self._copy_share, flat, signed, padded) if (
+                jobs and self.laid.data and self.stack == 1) else None
             chained = self._window_chain(epilogue, partial(
-                self._rows_share, padded, signed), residual, out, scratch)
+                self._rows_share, padded, signed), residual, out, scratch, lay)
+            if chained is not None and lay is not None:
+                jobs = []  # each share copies its own rows first
         if chained is not None:
             jobs.append(chained)
             total = 0  # no chunk's jobs of their own
@@ -500,9 +505,22 @@ class FusedConv(EpilogueLayer):
         rows = min(used, padded.size // channels - first)
         return padded[first * channels:(first + rows) * channels].reshape(rows, channels)
 
+    def _copy_share(self, flat: np.ndarray, signed: bool, padded: np.ndarray, first: int,
+                    count: int) -> Any:
+        """The copy of output positions [first, first + count) of a 1×1 layer of stride 1
+        whose data come channels-last without padding (int8 shifted onto uint8): one
+        contiguous run of bytes, laid as `_padded_copy`'s one row of ``count`` pixels, in
+        one part. The rows past the layer's end that a share's last row block reads stay as
+        the copy made by the whole layer left them (their sums are never read)."""
+        channels = self.data.shape[1]
+        start, stop = first * channels, (first + count) * channels
+        return kernel_jobs.bind((__name__, "padded_copy"), (
+            flat[start:stop], 128 if signed else 0, channels, 1, count, 0, 0,
+            padded[start:stop], 1, count), 1, 1)
+
     def _window_chain(self, epilogue: Epilogue, product: Callable[[int, int, np.ndarray], Any],
-                      residual: np.ndarray, out: np.ndarray,
-                      scratch: int8_memory.Scratch) -> Any:
+                      residual: np.ndarray, out: np.ndarray, scratch: int8_memory.Scratch,
+                      lay: Callable[[int, int], Any] | None = None) -> Any:
         """A layer reading its windows where they lie (`reads_windows`), or its patch rows in
         the copy (`_rows_share`: a 1×1 layer of stride 1), as one job over the cores
         (`part_chain`): its output positions cut into shares of at most about `chunk_bytes`
@@ -515,13 +533,17 @@ class FusedConv(EpilogueLayer):
         it comes to them and reusing a region of sums of its own, so that every share is
         bound once over each part's region; on one thread every share reuses the first.
         None where the layer's weights are better shared among the cores by panels than its
-        rows are (`rows_first`: ResNet-18's 3×3 layers of stages 3 and 4 at batch 1, of
+        rows are (`chain_rows_first`: ResNet-18's 3×3 layers of stages 3 and 4 at batch 1, of
         stage 4 at batch 8), where the host has one core, or where the chain cannot run
-        here."""
+        here. ``lay(first, count)``: a step copying a share's data before its product (the
+        channels-last copy of a 1×1 layer's int8 data, folded into the chain: the cores
+        meet once a layer, not twice, and a share's product reads the rows its core has
+        just written)."""
         packed, block = self.packed, self.packed.rows
         parts = spin_pool.cores()
         row_blocks = -(-self.rows // block)
-        if parts < 2 or not rows_first(packed, self.data.nbytes + self.out.nbytes, row_blocks):
+        if parts < 2 or not chain_rows_first(packed, self.data.nbytes + self.out.nbytes,
+                                             row_blocks):
             return None
         columns = packed.panels * packed.vectors * gemm_int8.LANES
         # as many shares for each part, each about a chunk of sums at most (rows_first leaves
@@ -537,9 +559,10 @@ class FusedConv(EpilogueLayer):
         for index in range(shares):
             first = index * share_rows
             count = min(share_rows, self.rows - first)
+            copy = [] if lay is None else [lay(first, count)]
             for table, region in zip(tables, (sums[0], *sums), strict=True):
                 table.append([
-                    product(first, count, region),
+                    *copy, product(first, count, region),
                     self._requantize_job(epilogue, region, first, count, residual, out)])
         if any(step is None for table in tables for steps in table for step in steps):
             return None
@@ -735,6 +758,9 @@ def _check_rescaled(rescaled: Rescaled, out: np.ndarray) -> None:
 # layer's shares (`FusedConv._window_chain`) hold at most `chunk_bytes` of sums: as much, or
 # a `CHUNK_L2_SHARE` of a smaller L2 (128 KB of Zen 3's 512 KB), the share a 2 MB L2 gives.
 CHUNK_BYTES, CHUNK_L2_SHARE = 2 ** 19, 4
+# A chained layer's weights at most this share of a core's L2 (`chain_rows_first`): all of
+# it (MobileNet v2's 320 → 1280 layer at 7², 410 KB, one thread as fast chained).
+CHAIN_WEIGHT_L2_SHARE = 1
 
 
 def chunk_bytes() -> int:
@@ -774,6 +800,20 @@ def rows_first(packed: gemm_int8.PackedWeights, activation_bytes: int, row_block
         weight_bytes <= ROWS_FIRST_MOST_BYTES
         and weight_bytes <= ROWS_FIRST_RATIO * activation_bytes)
     return small and row_blocks >= 2 * spin_pool.cores()
+
+
+def chain_rows_first(packed: gemm_int8.PackedWeights, activation_bytes: int,
+                     row_blocks: int) -> bool:
+    """Whether a layer runs as a chain of shares of rows (`FusedConv._window_chain`):
+    `rows_first`, or weights of at most `CHAIN_WEIGHT_L2_SHARE` of a core's L2 with two row
+    blocks a core. Panel by panel such a layer is three jobs (the copy, the product, the
+    requantize pass) and the cores meet at the end of each; as a chain they meet once, each
+    core reading all the weights (MobileNet v2's 1×1 layers at 7², 150–410 KB) where it
+    read half."""
+    l2 = cache_sizes.l2_bytes() or CHUNK_BYTES
+    return rows_first(packed, activation_bytes, row_blocks) or (
+        packed.packed.nbytes <= l2 // CHAIN_WEIGHT_L2_SHARE
+        and row_blocks >= 2 * spin_pool.cores())
 
 
 def activation_bounds(kind: str | None, high: float) -> tuple[np.float32, np.float32]:
