@@ -227,16 +227,20 @@ def _narrow_kernels() -> dict[Any, Any] | None:
 
 
 def _checked(rows: np.ndarray, m: int, weights: PackedWeights, signed: bool,
-             offsets: np.ndarray | None) -> tuple[Any, int, int, int, int]:
+             offsets: np.ndarray | None,
+             only_m: bool = False) -> tuple[Any, int, int, int, int]:
     """(the kernels, row blocks, padded columns, the packed weights' address, the column
     offsets' address) for a product of ``m`` of ``rows`` (`multiply_rows`' arguments),
-    raising where the kernels are missing or ``rows`` or ``offsets`` are not as it needs."""
+    raising where the kernels are missing or ``rows`` or ``offsets`` are not as it needs.
+    ``only_m``: ``rows`` may also hold just the ``m`` rows where the product reads no
+    others (`reads_rows_only`)."""
     kernels = _compiled()
     if kernels is None:
         raise RuntimeError("the int8 GEMM kernels are not available on this machine")
     blocks = -(-m // weights.rows)
-    if (rows.dtype != np.uint8 or rows.shape != (blocks * weights.rows, weights.groups * 4)
-            or not rows.flags.c_contiguous):
+    held = {blocks * weights.rows, m if only_m and reads_rows_only(weights, m) else 0}
+    if (rows.dtype != np.uint8 or rows.ndim != 2 or rows.shape[0] not in held
+            or rows.shape[1] != weights.groups * 4 or not rows.flags.c_contiguous):
         raise ValueError(f"int8 GEMM: rows {rows.dtype} {rows.shape} are not padded_rows' "
                          f"for {m} rows")
     packed, no_offsets, signed_offsets = weights.addresses
@@ -264,7 +268,7 @@ def product_job(rows: np.ndarray, m: int, weights: PackedWeights, signed: bool,
     from engine.cpu import kernel_jobs, spin_pool
 
     kernels, blocks, columns, packed, offset_address = _checked(rows, m, weights, signed,
-                                                                offsets)
+                                                                offsets, only_m=True)
     if out.dtype != np.int32 or out.shape != (rows.shape[0], columns) or \
             not out.flags.c_contiguous:
         raise ValueError(f"int8 GEMM: result {out.dtype} {out.shape} does not hold "
@@ -281,6 +285,15 @@ def product_job(rows: np.ndarray, m: int, weights: PackedWeights, signed: bool,
         work = m * weights.k * weights.n // 64
     parts = min(blocks * weights.panels, kernel_jobs.parts_for(blocks * weights.panels, work))
     return spin_pool.job(task, context, parts, keep=(rows, out, weights, offsets))
+
+
+def reads_rows_only(weights: PackedWeights, m: int) -> bool:
+    """Whether `product_job` of ``m`` rows of ``weights`` reads and writes those rows and no
+    others: whole row blocks, a one-row product, or a short last block its task computes a
+    row at a time on the one-row tile (`_edge`), so that its rows and result may end at
+    row ``m`` (a layer's rows read where they lie, up to the data's end)."""
+    return m % weights.rows == 0 or (not weights.amx and (
+        m == 1 or _edge(weights, m, "edge", weights.vectors)[0] != 0))
 
 
 def _edge(weights: PackedWeights, m: int, *key: Any) -> tuple[int, int]:

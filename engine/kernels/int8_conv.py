@@ -18,7 +18,8 @@ beside it where asked, `Rescaled`). A
 chunk's rows and sums fit in L2 (`CHUNK_BYTES`), so each pass reads the last one's writes from
 cache. A layer whose table product reads its windows where they lie, or whose 1×1 product reads its
 rows in the copy, runs its products and requantize passes as one chained job instead, share
-by share (`FusedConv._window_chain`).
+by share (`FusedConv._window_chain`), a share's rows copied first in it where the 1×1 layer's
+data come channels-last.
 
 The NumPy path (`engine.ops.quantized.integer.conv` then `requantize.finish`) makes about
 ten passes over each layer's values, most in float64, on one core. The arithmetic here is
@@ -339,18 +340,19 @@ class FusedConv(EpilogueLayer):
     def reads_rows_in_place(self) -> bool:
         """Whether the GEMM reads its rows where they lie in unpadded uint8 data handed over
         channels-last, whose copy would be the same bytes: a 1×1 product of stride 1 whose
-        channels fill K exactly, in whole row blocks of the packing (no block reads past the
-        data's end), or a product reading windows by their addresses (`table_job`, where
-        no window passes the data's end) of kernel rows in whole groups of four (a 1×1
-        layer of stride 2). ResNet-50 v2's 1×1 layers: 0.01–0.07 ms of copy a layer on an
-        AVX2 host."""
+        channels fill K exactly, in whole row blocks of the packing or with a short last block
+        computed a row at a time (`gemm_int8.reads_rows_only`: no block reads past the data's
+        end; ResNet-50 v2's 7² layers, 49 rows), or a product reading windows by their
+        addresses (`table_job`, where no window passes the data's end) of kernel rows in
+        whole groups of four (a 1×1 layer of stride 2). ResNet-50 v2's 1×1 layers:
+        0.01–0.07 ms of copy a layer on an AVX2 host."""
         if self.gathers or self.tile_rows or not (
                 self.laid.data and self.geometry.pad == (0, 0)
                 and self.data.dtype == np.uint8):
             return False
         if self.reads_windows:
             return not self.run
-        return self.rows % self.packed.rows == 0
+        return gemm_int8.reads_rows_only(self.packed, self.rows)
 
     def _bind(self, epilogue: Epilogue) -> tuple[Any, ...]:
         data, geometry, packed = self.data, self.geometry, self.packed
@@ -421,8 +423,12 @@ class FusedConv(EpilogueLayer):
                 scratch)
         elif not (self.tile_rows or self.gathers or fused or host_features.has("avx512f")):
             # (measured on AVX2 hosts; AVX-512 ones keep their chunks' jobs)
+            lay = partial(self._copy_share, flat, signed, padded) if (
+                jobs and self.laid.data and self.stack == 1) else None
             chained = self._window_chain(epilogue, partial(
-                self._rows_share, padded, signed), residual, out, scratch)
+                self._rows_share, padded, signed), residual, out, scratch, lay)
+            if chained is not None and lay is not None:
+                jobs = []  # each share copies its own rows first
         if chained is not None:
             jobs.append(chained)
             total = 0  # no chunk's jobs of their own
@@ -449,10 +455,9 @@ class FusedConv(EpilogueLayer):
                         *geometry.stride, *geometry.dilate, first, patches), count,
                         kernel_jobs.parts_for(count, 2 * count * packed.k)))
                 else:
-                    patches = padded[first * channels:(first + used) * channels].reshape(
-                        used, channels)
+                    patches = self._rows_from(padded, first, used)
                 jobs.append(gemm_int8.product_job(patches[:used], count, packed, signed,
-                                                  sums[:used]))
+                                                  sums[:min(used, len(patches))]))
             jobs.append(self._requantize_job(epilogue, sums, first, count, residual, out))
         if any(job is None for job in jobs):
             raise RuntimeError("int8 convolution: a job could not be bound")
@@ -483,15 +488,39 @@ class FusedConv(EpilogueLayer):
                     region: np.ndarray) -> Any:
         """The product of a share whose patch rows lie in ``padded`` (a 1×1 layer of stride
         1), each position's channels one row: whole row blocks, the last read past the
-        layer's end into the copy's tail, as the chunks' products read it."""
-        channels = self.data.shape[1]
+        layer's end into the copy's tail, as the chunks' products read it, or, read in the
+        data handed over, ending at its end (`_rows_from`)."""
         used = -(-count // self.packed.rows) * self.packed.rows
-        patches = padded[first * channels:(first + used) * channels].reshape(used, channels)
-        return gemm_int8.product_job(patches, count, self.packed, signed, region[:used])
+        patches = self._rows_from(padded, first, used)
+        return gemm_int8.product_job(patches, count, self.packed, signed,
+                                     region[:len(patches)])
+
+    def _rows_from(self, padded: np.ndarray, first: int, used: int) -> np.ndarray:
+        """The GEMM's rows from position ``first`` on in ``padded`` (the copy, or the data
+        where its rows are read in place), one a position's channels: ``used`` of them (whole
+        row blocks), or those that lie before the data's end where a short last block is
+        read in place (`gemm_int8.reads_rows_only`: computed a row at a time, nothing past
+        the data read)."""
+        channels = self.data.shape[1]
+        rows = min(used, padded.size // channels - first)
+        return padded[first * channels:(first + rows) * channels].reshape(rows, channels)
+
+    def _copy_share(self, flat: np.ndarray, signed: bool, padded: np.ndarray, first: int,
+                    count: int) -> Any:
+        """The copy of output positions [first, first + count) of a 1×1 layer of stride 1
+        whose data come channels-last without padding (int8 shifted onto uint8): one
+        contiguous run of bytes, laid as `_padded_copy`'s one row of ``count`` pixels, in
+        one part. The rows past the layer's end that a share's last row block reads stay as
+        the copy made by the whole layer left them (their sums are never read)."""
+        channels = self.data.shape[1]
+        start, stop = first * channels, (first + count) * channels
+        return kernel_jobs.bind((__name__, "padded_copy"), (
+            flat[start:stop], 128 if signed else 0, channels, 1, count, 0, 0,
+            padded[start:stop], 1, count), 1, 1)
 
     def _window_chain(self, epilogue: Epilogue, product: Callable[[int, int, np.ndarray], Any],
-                      residual: np.ndarray, out: np.ndarray,
-                      scratch: int8_memory.Scratch) -> Any:
+                      residual: np.ndarray, out: np.ndarray, scratch: int8_memory.Scratch,
+                      lay: Callable[[int, int], Any] | None = None) -> Any:
         """A layer reading its windows where they lie (`reads_windows`), or its patch rows in
         the copy (`_rows_share`: a 1×1 layer of stride 1), as one job over the cores
         (`part_chain`): its output positions cut into shares of at most about `chunk_bytes`
@@ -504,13 +533,17 @@ class FusedConv(EpilogueLayer):
         it comes to them and reusing a region of sums of its own, so that every share is
         bound once over each part's region; on one thread every share reuses the first.
         None where the layer's weights are better shared among the cores by panels than its
-        rows are (`rows_first`: ResNet-18's 3×3 layers of stages 3 and 4 at batch 1, of
+        rows are (`chain_rows_first`: ResNet-18's 3×3 layers of stages 3 and 4 at batch 1, of
         stage 4 at batch 8), where the host has one core, or where the chain cannot run
-        here."""
+        here. ``lay(first, count)``: a step copying a share's data before its product (the
+        channels-last copy of a 1×1 layer's int8 data, folded into the chain: the cores
+        meet once a layer, not twice, and a share's product reads the rows its core has
+        just written)."""
         packed, block = self.packed, self.packed.rows
         parts = spin_pool.cores()
         row_blocks = -(-self.rows // block)
-        if parts < 2 or not rows_first(packed, self.data.nbytes + self.out.nbytes, row_blocks):
+        if parts < 2 or not chain_rows_first(packed, self.data.nbytes + self.out.nbytes,
+                                             row_blocks):
             return None
         columns = packed.panels * packed.vectors * gemm_int8.LANES
         # as many shares for each part, each about a chunk of sums at most (rows_first leaves
@@ -526,9 +559,10 @@ class FusedConv(EpilogueLayer):
         for index in range(shares):
             first = index * share_rows
             count = min(share_rows, self.rows - first)
+            copy = [] if lay is None else [lay(first, count)]
             for table, region in zip(tables, (sums[0], *sums), strict=True):
                 table.append([
-                    product(first, count, region),
+                    *copy, product(first, count, region),
                     self._requantize_job(epilogue, region, first, count, residual, out)])
         if any(step is None for table in tables for steps in table for step in steps):
             return None
@@ -724,6 +758,9 @@ def _check_rescaled(rescaled: Rescaled, out: np.ndarray) -> None:
 # layer's shares (`FusedConv._window_chain`) hold at most `chunk_bytes` of sums: as much, or
 # a `CHUNK_L2_SHARE` of a smaller L2 (128 KB of Zen 3's 512 KB), the share a 2 MB L2 gives.
 CHUNK_BYTES, CHUNK_L2_SHARE = 2 ** 19, 4
+# A chained layer's weights at most this share of a core's L2 (`chain_rows_first`): all of
+# it (MobileNet v2's 320 → 1280 layer at 7², 410 KB, one thread as fast chained).
+CHAIN_WEIGHT_L2_SHARE = 1
 
 
 def chunk_bytes() -> int:
@@ -763,6 +800,20 @@ def rows_first(packed: gemm_int8.PackedWeights, activation_bytes: int, row_block
         weight_bytes <= ROWS_FIRST_MOST_BYTES
         and weight_bytes <= ROWS_FIRST_RATIO * activation_bytes)
     return small and row_blocks >= 2 * spin_pool.cores()
+
+
+def chain_rows_first(packed: gemm_int8.PackedWeights, activation_bytes: int,
+                     row_blocks: int) -> bool:
+    """Whether a layer runs as a chain of shares of rows (`FusedConv._window_chain`):
+    `rows_first`, or weights of at most `CHAIN_WEIGHT_L2_SHARE` of a core's L2 with two row
+    blocks a core. Panel by panel such a layer is three jobs (the copy, the product, the
+    requantize pass) and the cores meet at the end of each; as a chain they meet once, each
+    core reading all the weights (MobileNet v2's 1×1 layers at 7², 150–410 KB) where it
+    read half."""
+    l2 = cache_sizes.l2_bytes() or CHUNK_BYTES
+    return rows_first(packed, activation_bytes, row_blocks) or (
+        packed.packed.nbytes <= l2 // CHAIN_WEIGHT_L2_SHARE
+        and row_blocks >= 2 * spin_pool.cores())
 
 
 def activation_bounds(kind: str | None, high: float) -> tuple[np.float32, np.float32]:

@@ -436,3 +436,34 @@ def test_the_vnni_and_amx_kernels_ir_is_unchanged() -> None:
     define_task(amx.module, amx.define("panels"), amx.rows)
     texts.append(str(amx.module))
     assert hashlib.sha256("\n".join(texts).encode()).hexdigest() == VNNI_AND_AMX_IR
+
+
+@needs_narrow
+@pytest.mark.parametrize(("m", "k", "n"), [(49, 256, 130), (6, 64, 33), (8, 64, 16)])
+def test_a_product_job_of_narrow_weights_takes_just_its_rows(m: int, k: int, n: int) -> None:
+    """Narrow weights' `product_job` computes a short last row block a row at a time
+    (`reads_rows_only`), so its rows and result may hold just the ``m`` rows: NumPy's
+    sums on one thread and on two. Full-range weights' jobs, whose tiles read and write the
+    whole last block, still refuse such rows."""
+    from engine.cpu import spin_pool
+
+    rng = np.random.default_rng(m + k + n)
+    w = rng.integers(-63, 64, (k, n)).astype(np.int8)
+    weights = gemm_int8.PackedWeights(w)
+    assert gemm_int8.reads_rows_only(weights, m)
+    rows = rng.integers(0, 256, (m, k)).astype(np.uint8)
+    columns = weights.panels * weights.vectors * gemm_int8.LANES
+    out = np.full((m, columns), 7, np.int32)
+    job = gemm_int8.product_job(rows, m, weights, False, out)
+    want = rows.astype(np.int64) @ w.astype(np.int64)
+    job()
+    np.testing.assert_array_equal(out[:, :n], want)
+    out[...] = 7
+    with spin_pool.armed(2):
+        job()
+    np.testing.assert_array_equal(out[:, :n], want)
+    wide = gemm_int8.PackedWeights(np.full((k, n), 100, np.int8))
+    assert gemm_int8.reads_rows_only(wide, m) == (m % wide.rows == 0)
+    if m % wide.rows:
+        with pytest.raises(ValueError, match="padded_rows"):
+            gemm_int8.product_job(rows, m, wide, False, out)

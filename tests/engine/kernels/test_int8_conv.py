@@ -195,9 +195,10 @@ def test_one_by_one_layers_read_uint8_rows_handed_over_where_they_lie(batch, siz
     assert (conv.rows % packed.rows == 0) == in_place
     chunks = -(-conv.rows // int8_conv.chunk_rows(conv.rows, packed, gathers=False))
     jobs = conv.jobs_for(epilogue)
-    # the products and requantize passes: a job each a chunk, or one chain on several cores
+    # the copy where one is made and the products and requantize passes: a job each a
+    # chunk, or on several cores one chain whose shares copy their own rows
     chained = isinstance(jobs[-1], part_chain.Chain)
-    assert len(jobs) == (1 if chained else 2 * chunks) + (0 if in_place else 1)
+    assert len(jobs) == (1 if chained else 2 * chunks + (0 if in_place else 1))
     with spin_pool.armed(2):
         conv(epilogue)
     np.testing.assert_array_equal(_from_channels_last(out), want)
@@ -205,24 +206,30 @@ def test_one_by_one_layers_read_uint8_rows_handed_over_where_they_lie(batch, siz
 
 @pytest.mark.skipif(host_features.has("avx512f"),
                     reason="an AVX-512 host keeps a 1×1 layer's chunks' jobs")
-@pytest.mark.parametrize("laid,channels,size", [
-    (False, 16, (15, 16)),  # NCHW: copied channels-last, the last block read in its tail
-    (True, 64, (16, 16)),  # handed over channels-last: the rows read where they lie
+@pytest.mark.parametrize("laid,channels,size,data_dtype", [
+    # NCHW: copied channels-last, the last block read in its tail
+    (False, 16, (15, 16), np.uint8),
+    # handed over channels-last: the rows read where they lie
+    (True, 64, (16, 16), np.uint8),
+    # int8 handed over channels-last: each share shifts its own rows onto uint8 first, the
+    # last block read in the copy's tail
+    (True, 32, (15, 15), np.int8),
 ])
 @pytest.mark.parametrize("share_blocks", [1, 3])
 def test_a_one_by_one_layer_reading_its_rows_is_one_chain_of_shares(monkeypatch, laid,
                                                                     channels, size,
-                                                                    share_blocks):
+                                                                    data_dtype, share_blocks):
     """A 1×1 layer of stride 1 that reads its patch rows in the copy (or in the data handed
     over) runs its products and requantize passes as one chained job, in shares of
-    `chunk_bytes` of sums at most, one part a core: the NumPy path's bytes on one thread,
+    `chunk_bytes` of sums at most, one part a core (data handed over channels-last but
+    copied, each share's copy first in its steps): the NumPy path's bytes on one thread,
     armed on two (twice: the claim word starts again at 0), and again after the data
     change."""
     monkeypatch.setattr(spin_pool, "cores", lambda: 2)
     rng = np.random.default_rng(_seed("one by one", channels, share_blocks))
     shape = (1, channels, size, 24, (1, 1), (1, 1), (0, 0), (1, 1))
     data, weight, geometry, epilogue, residual, storage = _case(
-        rng, shape, np.uint8, np.uint8, "bounded_relu", True)
+        rng, shape, data_dtype, np.uint8, "bounded_relu", True)
     want = _reference(data, weight, geometry, epilogue, residual, storage, np.uint8)
     packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight))
     block_bytes = packed.rows * packed.panels * packed.vectors * gemm_int8.LANES * 4
@@ -233,7 +240,8 @@ def test_a_one_by_one_layer_reading_its_rows_is_one_chain_of_shares(monkeypatch,
     conv = int8_conv.FusedConv(arrange(data), weight, packed, geometry, out, arrange(residual),
                                layouts)
     assert not (conv.gathers or conv.reads_windows or conv.tile_rows)
-    assert conv.reads_data_in_place == laid
+    copies_in_shares = laid and data_dtype == np.int8
+    assert conv.reads_data_in_place == (laid and not copies_in_shares)
     jobs = conv.jobs_for(epilogue)
     assert len(jobs) == (1 if laid else 2)  # the copy, then the chain
     chain = jobs[-1]
@@ -241,6 +249,7 @@ def test_a_one_by_one_layer_reading_its_rows_is_one_chain_of_shares(monkeypatch,
     row_blocks = -(-conv.rows // packed.rows)
     assert row_blocks > 2 * share_blocks
     assert len(chain.alone) == -(-row_blocks // share_blocks)
+    assert {len(steps) for steps in chain.alone} == {3 if copies_in_shares else 2}
     restore = _from_channels_last if laid else np.asarray
     conv(epilogue)
     np.testing.assert_array_equal(restore(out), want)
@@ -254,6 +263,88 @@ def test_a_one_by_one_layer_reading_its_rows_is_one_chain_of_shares(monkeypatch,
     conv(epilogue)
     np.testing.assert_array_equal(
         restore(out), _reference(data, weight, geometry, epilogue, residual, storage, np.uint8))
+
+
+@pytest.mark.skipif(not gemm_int8.narrow_weights_pay(),
+                    reason="the host runs the VNNI kernels: no one-row tile for a short block")
+@pytest.mark.parametrize("cores", [1, 2])
+@pytest.mark.parametrize("batch,size,filters", [
+    (1, (7, 7), 48),  # 49 rows: the last block's one row on the one-row tile
+    (2, (3, 5), 40),  # 30 rows: two
+])
+def test_one_by_one_rows_of_a_short_last_block_are_read_where_they_lie(monkeypatch, batch, size,
+                                                                      filters, cores):
+    """A 1×1 layer of stride 1 handed unpadded uint8 rows channels-last, whose last row block
+    is short, reads them where they lie (no copy job), the short block a row at a time on
+    the one-row tile, so no row past the data's end is read: the NumPy path's
+    bytes, with the second output `int8_requantize_ir`'s pass writes, in chunks' jobs (one
+    core) or chained (two), on one thread and armed on two, and again after the data
+    change. The data ends where a page that may not be read begins."""
+    monkeypatch.setattr(spin_pool, "cores", lambda: cores)
+    has = host_features.has
+    monkeypatch.setattr(host_features, "has",
+                        lambda flag: False if flag == "avx512dq" else has(flag))
+    rng = np.random.default_rng(_seed("short block in place", batch, size))
+    shape = (batch, 64, size, filters, (1, 1), (1, 1), (0, 0), (1, 1))
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, shape, np.uint8, np.int8, None, True)
+    weight = np.clip(weight, -63, 63)
+    want = _reference(data, weight, geometry, epilogue, residual, storage, np.int8)
+    scale = rng.uniform(-0.5, 4.0, filters).astype(np.float32)
+    shift = rng.uniform(-200, 200, filters).astype(np.float32)
+    second_want = np.zeros(want.shape, np.uint8)
+    int8_affine.affine_job(want, scale, shift, second_want, False, False)()
+    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight))
+    laid = _at_a_page_end(_channels_last(data))
+    out = np.zeros_like(want)
+    conv = int8_conv.FusedConv(laid, weight, packed, geometry, out, _channels_last(residual),
+                               int8_conv.Layouts(True, True, True))
+    assert conv.rows % packed.rows and not (conv.reads_windows or conv.gathers)
+    assert gemm_int8.reads_rows_only(packed, conv.rows)
+    assert conv.reads_data_in_place and conv.writes_rescaled
+    epilogue.rescaled = int8_conv.Rescaled(np.zeros(want.shape, np.uint8), scale, shift)
+    jobs = conv.jobs_for(epilogue)
+    # the chain, or the one chunk's product and pass: no copy
+    assert len(jobs) == (1 if cores > 1 else 2)
+    assert isinstance(jobs[-1], part_chain.Chain) == (cores > 1)
+    for armed in (False, True):
+        out[...] = 0
+        if armed:
+            with spin_pool.armed(2):
+                conv(epilogue)
+        else:
+            conv(epilogue)
+        np.testing.assert_array_equal(_from_channels_last(out), want)
+        np.testing.assert_array_equal(_from_channels_last(epilogue.rescaled.out), second_want)
+    flipped = np.flip(data, axis=3).copy()
+    laid[...] = _channels_last(flipped)
+    conv(epilogue)
+    np.testing.assert_array_equal(_from_channels_last(out), _reference(
+        flipped, weight, geometry, epilogue, residual, storage, np.int8))
+
+
+def _at_a_page_end(array):
+    """A copy of ``array`` whose last byte is the last of a page followed by one that may not
+    be read (`mmap` with no access), so that a read past the end faults."""
+    import ctypes
+    import mmap
+
+    page = mmap.PAGESIZE
+    pages = -(-array.nbytes // page) + 1
+    mapped = mmap.mmap(-1, pages * page, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    buffer = np.frombuffer(mapped, np.uint8)
+    guard = buffer[(pages - 1) * page:]
+    libc = ctypes.CDLL(None)
+    libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    assert libc.mprotect(guard.ctypes.data, page, 0) == 0
+    start = (pages - 1) * page - array.nbytes
+    copy = buffer[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
+    copy[...] = array
+    _guarded.append(mapped)  # the mapping outlives the test's arrays
+    return copy
+
+
+_guarded = []
 
 
 def _channels_last(array):
@@ -709,6 +800,69 @@ def test_rows_first_where_the_weights_stay_in_cache_and_are_no_more_than_the_act
     assert not int8_conv.rows_first(packed(2304, 256), 2 * 256 * 14 * 14, 7)  # 576 KB
     # ResNet-18's 3×3 layers into 512: 2.3 MB, past a core's L2 share whatever else
     assert not int8_conv.rows_first(packed(4608, 512), 10 ** 9, 10 ** 3)
+
+
+def test_a_chain_takes_rows_first_also_where_the_weights_stay_in_the_l2(monkeypatch):
+    """A chained layer shares out its rows where `rows_first` does, and also where its
+    weights fit a core's L2 with two row blocks a core (MobileNet v2's 1×1 layers at 7²,
+    150–410 KB against 55–80 KB of activations); not past the L2."""
+    from engine.cpu import cache_sizes
+
+    monkeypatch.setattr(spin_pool, "cores", lambda: 2)
+    monkeypatch.setattr(cache_sizes, "l2_bytes", lambda: 512 << 10)
+
+    def packed(k, n):
+        return gemm_int8.PackedWeights(np.zeros((k, n), np.int8))
+
+    for k, n in ((160, 960), (960, 160), (960, 320), (320, 1280)):
+        activations = 49 * (k + n)
+        assert not int8_conv.rows_first(packed(k, n), activations, 13)
+        assert int8_conv.chain_rows_first(packed(k, n), activations, 13)
+        assert not int8_conv.chain_rows_first(packed(k, n), activations, 3)  # 2 and 1
+    # ResNet's 3×3 layers into 256 at 14² (576 KB): past the L2
+    assert not int8_conv.chain_rows_first(packed(2304, 256), 2 * 256 * 14 * 14, 7)
+    monkeypatch.setattr(cache_sizes, "l2_bytes", lambda: 256 << 10)
+    assert not int8_conv.chain_rows_first(packed(320, 1280), 49 * 1600, 13)
+
+
+@pytest.mark.skipif(host_features.has("avx512f"),
+                    reason="an AVX-512 host keeps a 1×1 layer's chunks' jobs")
+def test_a_one_by_one_layer_at_seven_squared_is_one_chain_copying_its_own_rows(monkeypatch):
+    """MobileNet v2's 160 → 960 expansion at 7², int8 data handed over channels-last (49
+    rows: the last row block read in the copy's tail), on two cores: one chained job whose
+    shares each copy, multiply and requantize their rows; the NumPy path's bytes on one
+    thread and armed, again after the data change."""
+    from engine.cpu import cache_sizes
+
+    monkeypatch.setattr(spin_pool, "cores", lambda: 2)
+    monkeypatch.setattr(cache_sizes, "l2_bytes", lambda: 512 << 10)
+    rng = np.random.default_rng(_seed("seven squared"))
+    shape = (1, 160, (7, 7), 960, (1, 1), (1, 1), (0, 0), (1, 1))
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, shape, np.int8, np.uint8, "bounded_relu", False)
+    want = _reference(data, weight, geometry, epilogue, residual, storage, np.uint8)
+    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight))
+    out = np.full(want.shape, 77, np.uint8)
+    laid = _channels_last(data)
+    conv = int8_conv.FusedConv(laid, weight, packed, geometry, out, None,
+                               int8_conv.Layouts(data=True, out=True))
+    assert not int8_conv.rows_first(packed, laid.nbytes + out.nbytes, 13)
+    jobs = conv.jobs_for(epilogue)
+    assert len(jobs) == 1 and isinstance(jobs[0], part_chain.Chain)
+    assert {len(steps) for steps in jobs[0].alone} == {3}
+    conv(epilogue)
+    np.testing.assert_array_equal(_from_channels_last(out), want)
+    for _ in range(2):
+        out[...] = 77
+        with spin_pool.armed(2):
+            conv(epilogue)
+        np.testing.assert_array_equal(_from_channels_last(out), want)
+    data = np.flip(data, axis=2).copy()
+    laid[...] = _channels_last(data)
+    with spin_pool.armed(2):
+        conv(epilogue)
+    np.testing.assert_array_equal(_from_channels_last(out), _reference(
+        data, weight, geometry, epilogue, residual, storage, np.uint8))
 
 
 @pytest.mark.skipif(not gemm_int8.amx_available(), reason="needs AMX-INT8")

@@ -129,6 +129,10 @@ def _outputs_both_ways(model: engine.Model, images: dict[str, np.ndarray]) -> li
     two threads."""
     plan = model.plan_for(images)
     (one,) = plan.run(images)
+    # `Plan.run` lets the quantize read the caller's images where they lie: steps called
+    # outside a run read the plan's own input buffers, so they are filled here
+    for name, array in images.items():
+        plan._inputs[name][...] = array
     with spin_pool.armed(2):
         for step in plan.steps:
             step.call()
