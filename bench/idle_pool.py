@@ -1,21 +1,15 @@
-"""Benchmark: the spin pool after an idle pause, each way it can idle, in one process.
+"""Benchmark: the spin pool after an idle pause, a long doze against the short one.
 
 Usage: ``python bench/idle_pool.py [--net mobilenet_v2] [--precision fp32] [--rounds 8]
 [--pauses 0.01,0.03,0.1,0.3,1]``.
 
 After a run the pool's workers spin `spin_pool.GRACE_SECONDS`, doze (a poll after each sleep
-of 100 µs) and then wait where a run has to wake them. How long they doze, and whether they then
-park on the futex an arm wakes from native code or on the Python condition (which needs the
-GIL of the caller running the plan), are fields of the pool's live state, so the ways are
-compared in one process, in turn, reversed every round:
-
-* ``doze 0.5 s, condition``: a long doze, then the condition;
-* ``doze 0.05 s, condition``: the short doze alone;
-* ``doze 0.05 s, futex``: the short doze, then the futex (`spin_pool`'s defaults).
-
-For each pause the report gives, per way, the median time of the first run after the pause and
-of the second, and the process CPU the pause itself cost (the workers' polls). The plan is
-forced armed on every core (`every_core.Forced`), so that each run wants the workers.
+of 100 µs), then park on a condition a run's arm notifies. How long they doze is a field of the
+pool's live state, so a doze of 0.5 s and `spin_pool.DOZE_SECONDS` are compared in one
+process, in turn, reversed every round. For each pause the report gives, per way, the median
+time of the first run after the pause and of the second, and the process CPU the pause itself
+cost (the workers' polls). The plan is forced armed on every core (`every_core.Forced`), so
+that each run wants the workers.
 """
 
 from __future__ import annotations
@@ -34,22 +28,20 @@ from every_core import Forced, in_turn  # noqa: E402
 
 from engine.cpu import spin_ir, spin_pool  # noqa: E402
 
-# (doze seconds, futex park) per way.
-WAYS = {"doze 0.5 s, condition": (0.5, False), "doze 0.05 s, condition": (0.05, False),
-        "doze 0.05 s, futex": (spin_pool.DOZE_SECONDS, True)}
+# Doze seconds per way.
+WAYS = {"doze 0.5 s": 0.5, f"doze {spin_pool.DOZE_SECONDS:g} s": spin_pool.DOZE_SECONDS}
 
 
-def idle_way(state, doze_seconds: float, futex: bool):
-    """A context setting the pool's doze and park for a way (the state is read live)."""
+def idle_way(state, doze_seconds: float):
+    """A context setting the pool's doze for a way (the state is read live)."""
     @contextlib.contextmanager
     def way():
-        before = int(state[spin_ir.DOZES]), int(state[spin_ir.PARKS])
+        before = int(state[spin_ir.DOZES])
         state[spin_ir.DOZES] = int(doze_seconds * 1e6 / spin_ir.DOZE_MICROSECONDS)
-        state[spin_ir.PARKS] = before[1] if futex else 0
         try:
             yield
         finally:
-            state[spin_ir.DOZES], state[spin_ir.PARKS] = before
+            state[spin_ir.DOZES] = before
 
     return way
 
@@ -71,7 +63,7 @@ def main() -> None:
     for _ in range(5):
         plan.run(feed, copy_outputs=False)
     state = spin_pool._pool().state
-    ways = {name: idle_way(state, *setting) for name, setting in WAYS.items()}
+    ways = {name: idle_way(state, seconds) for name, seconds in WAYS.items()}
     pauses = [float(pause) for pause in options.pauses.split(",")]
     print(f"{options.net} {options.precision} batch {options.batch}, {options.threads} threads, "
           f"{options.rounds} rounds; ms: first run after the pause, second run, the pause's "

@@ -21,12 +21,8 @@ field on its own cache line, so that spinning readers do not slow the writers of
   clears it (a plan too short for arming and disarming around each run to pay).
 * ``patience``: empty polls a worker spins through after ``armed`` drops to 0;
 * ``dozes``: then polls each after a sleep of `DOZE_MICROSECONDS` (off the CPU, and a job
-  posted meanwhile is found within that sleep, no Python thread to wake; 0 where the
-  platform has no ``usleep``).
-* ``parks``: then, on Linux, waits on the futex of ``wake`` this many times (each at most
-  `PARK_NANOSECONDS`) while nothing is armed and no part posted, before it returns: an
-  ``arm`` (``pool_wake``) or a job posted wakes it in native code, with no Python thread to
-  wake and no CPU spent meanwhile.
+  posted meanwhile is found within that sleep, no Python thread to wake), before it returns
+  (0 where the platform has no ``usleep``).
 * ``nap_polls``: on Linux, empty polls a worker spins through while armed or sticky, and a
   caller waiting on the workers' parts, before it naps on a futex (at most
   `NAP_NANOSECONDS`): ``sleepers`` and ``wake`` the workers' count and word (the poster of a
@@ -38,8 +34,7 @@ field on its own cache line, so that spinning readers do not slow the writers of
 ``pool_work(state)`` is a worker's loop: it claims and runs parts while there are any, spins
 (a CPU pause per poll) while none, naps past ``nap_polls`` (Linux), and once ``armed`` is 0
 and ``patience`` polls went by empty (a nap that runs out counts as half of them), dozes,
-parks, then returns. ``pool_wake(state)`` wakes the parked and napping workers (an ``arm``'s
-call, after it sets ``armed``). ``pool_run(state, task, context, parts)`` posts a job, runs parts
+then returns. ``pool_run(state, task, context, parts)`` posts a job, runs parts
 itself until none is left, then waits for the parts the workers took: it never waits on a
 worker that has not started a part, so a sleeping or late worker costs parallelism, never
 progress. Where nothing is armed it runs the job itself as one part (part 0 of 1).
@@ -55,11 +50,10 @@ VOID = ir.VoidType()
 
 # Fields of the state, in int64s: 16 apart (128 bytes, a cache-line pair on x86 prefetchers).
 (CLAIMS, TASK, CONTEXT, FINISHED, BUSY, ARMED, PATIENCE, DOZES, STICKY, NAP_POLLS, SLEEPERS,
- WAKE, CALLER_SLEEPERS, CALLER_WAKE, PARKS) = (16 * i for i in range(15))
-STATE_SIZE = 16 * 15
+ WAKE, CALLER_SLEEPERS, CALLER_WAKE) = (16 * i for i in range(14))
+STATE_SIZE = 16 * 14
 DOZE_MICROSECONDS = 100
 NAP_NANOSECONDS = 1_000_000  # a nap's longest: a wake missed costs no more than this
-PARK_NANOSECONDS = 100_000_000  # a park's longest, the same bound for a dozed-out worker
 TASK_TYPE = ir.FunctionType(VOID, [I64, I64, I64])
 # Linux's futex system call by architecture, and its private wait and wake operations.
 FUTEX_CALLS = {"x86_64": 202, "aarch64": 98}
@@ -75,7 +69,6 @@ def module(triple: str) -> ir.Module:
     futex = _futex(built, triple)
     _define_work(built, pause, _doze(built, triple), futex)
     _define_run(built, pause, futex)
-    _define_wake(built, futex)
     return built
 
 
@@ -89,12 +82,11 @@ class _Futex:
                                    name="syscall")
         self.timespec = ir.LiteralStructType([I64, I64])
 
-    def limit(self, builder: ir.IRBuilder, nanoseconds: int = NAP_NANOSECONDS) -> ir.Value:
-        """A wait's timeout, a nap's by default (made once, in a function's entry block)."""
+    def limit(self, builder: ir.IRBuilder) -> ir.Value:
+        """A nap's timeout, `NAP_NANOSECONDS` (made once, in a function's entry block)."""
         limit = builder.alloca(self.timespec)
-        seconds, rest = divmod(nanoseconds, 1_000_000_000)
-        builder.store(ir.Constant(self.timespec, [ir.Constant(I64, seconds),
-                                                  ir.Constant(I64, rest)]), limit)
+        builder.store(ir.Constant(self.timespec, [ir.Constant(I64, 0),
+                                                  ir.Constant(I64, NAP_NANOSECONDS)]), limit)
         return limit
 
     def wait(self, builder: ir.IRBuilder, word: ir.Value, value: ir.Value,
@@ -154,17 +146,6 @@ def _wake_nappers(builder: ir.IRBuilder, function: ir.Function, futex: _Futex,
     futex.wake(builder, _field(builder, state, wake))
     builder.branch(after)
     builder.position_at_end(after)
-
-
-def _define_wake(built: ir.Module, futex: _Futex | None) -> None:
-    """``pool_wake(state)``: wake the workers napping or parked on the futex (nothing where
-    there is none: they doze in polls and find ``armed`` themselves)."""
-    function = ir.Function(built, ir.FunctionType(VOID, [I64.as_pointer()]), name="pool_wake")
-    state, = function.args
-    builder = ir.IRBuilder(function.append_basic_block("entry"))
-    if futex is not None:
-        _wake_nappers(builder, function, futex, state, SLEEPERS, WAKE)
-    builder.ret_void()
 
 
 def _pause(built: ir.Module, triple: str):
@@ -234,12 +215,10 @@ def _define_work(built: ir.Module, pause, doze, futex: _Futex | None) -> None:
         ("entry", "poll", "take", "claimed", "idle", "patient", "dozing", "rest", "done"))
     builder = ir.IRBuilder(entry)
     zero, one = ir.Constant(I64, 0), ir.Constant(I64, 1)
-    empty_polls, dozes, parks = builder.alloca(I64), builder.alloca(I64), builder.alloca(I64)
+    empty_polls, dozes = builder.alloca(I64), builder.alloca(I64)
     limit = None if futex is None else futex.limit(builder)
-    park_limit = None if futex is None else futex.limit(builder, PARK_NANOSECONDS)
     builder.store(zero, empty_polls)
     builder.store(zero, dozes)
-    builder.store(zero, parks)
     builder.branch(poll)
 
     builder.position_at_end(poll)
@@ -250,7 +229,6 @@ def _define_work(built: ir.Module, pause, doze, futex: _Futex | None) -> None:
     builder.position_at_end(take)  # a claim from the back (won or lost): work is about
     builder.store(zero, empty_polls)
     builder.store(zero, dozes)
-    builder.store(zero, parks)
     _claim_and_run(builder, state, claims, builder.sub(claims, one), builder.sub(back, one),
                    parts, claimed, poll, None if futex is None else (function, futex))
     builder.branch(poll)
@@ -298,39 +276,19 @@ def _define_work(built: ir.Module, pause, doze, futex: _Futex | None) -> None:
     builder.position_at_end(spin_again)
     builder.store(zero, empty_polls)
     builder.store(zero, dozes)
-    builder.store(zero, parks)
     builder.branch(rest)
 
     builder.position_at_end(dozing)
-    dozed_out = done if futex is None else function.append_basic_block("parking")
     slept = builder.load(dozes)
     if doze is None:
-        builder.branch(dozed_out)
+        builder.branch(done)
     else:
         sleep = function.append_basic_block("sleep")
         builder.cbranch(builder.icmp_unsigned("<", slept, _load(builder, state, DOZES)),
-                        sleep, dozed_out)
+                        sleep, done)
         builder.position_at_end(sleep)
         doze(builder)
         builder.store(builder.add(slept, one), dozes)
-        builder.branch(poll)
-    if futex is not None:  # dozed out: wait on the futex an arm or a job posted wakes
-        builder.position_at_end(dozed_out)
-        parked = builder.load(parks)
-        park = function.append_basic_block("park")
-        builder.cbranch(builder.icmp_unsigned("<", parked, _load(builder, state, PARKS)),
-                        park, done)
-        builder.position_at_end(park)
-
-        def idle_and_unarmed(park_builder: ir.IRBuilder) -> ir.Value:
-            posted = park_builder.load_atomic(_field(park_builder, state, CLAIMS), "seq_cst", 8)
-            front, back, _ = _decode(park_builder, posted)
-            armed_now = park_builder.load_atomic(_field(park_builder, state, ARMED), "seq_cst", 8)
-            return park_builder.and_(park_builder.icmp_unsigned(">=", front, back),
-                                     park_builder.icmp_signed("<=", armed_now, zero))
-
-        _nap(builder, function, futex, park_limit, state, SLEEPERS, WAKE, idle_and_unarmed)
-        builder.store(builder.add(parked, one), parks)
         builder.branch(poll)
 
     builder.position_at_end(rest)

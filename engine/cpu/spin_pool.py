@@ -13,20 +13,18 @@ itself too, so a job finishes whether or not any worker is awake.
 Workers spin only while a run is `armed` (a plan run holds it around its steps) and a few
 milliseconds after (`GRACE_SECONDS`), napping on a futex (Linux) past `NAP_SECONDS` without a
 part, as a caller does waiting on a worker's part; then they doze, polling between sleeps of
-100 µs in native code (`DOZE_SECONDS`), then park on that futex (Linux, `PARK_SECONDS`), and
-then park on a condition. A run within the grace finds them spinning, one while they doze
-finds them within 100 µs, one while they park wakes them from native code (the arm's
-`pool_wake`), none of the three waking a Python thread (which needs the GIL from the caller
-running the plan: a first run after a park on the condition took 0.3–4 ms). The doze is
-short: each sleep's wake costs about a quarter of its 100 µs in CPU on a VM, taken from
-whatever else runs there (the other runtimes' turns in `bench/executor.py` ran 20–40% faster
-beside a doze of 0.02 s than of 0.5 s); a parked worker costs nothing.
-
-While armed, numpy's OpenBLAS is held to one thread (`blas_threads.one_thread`), so that
-BLAS's spinning threads and ours never share the cores (measured: 8 ms against 0.65 for a
-product after a switch). A plan whose steps leave BLAS alone keeps the workers spinning
-instead (`stick`), and each plan keeps to one thread where its armed runs measure slower
-(`Choice`).
+100 µs in native code (`DOZE_SECONDS`), and then park on a condition: an idle process costs
+nothing, a run within the grace finds them spinning, and one while they doze finds them within
+100 µs without waking a Python thread (which needs the GIL from the caller running the plan: a
+first run after a park took 0.3–4 ms). The doze is short: each of its polls costs about 30 µs
+of CPU on a VM, a third of a vCPU, taken from whatever else runs there (in
+`bench/executor.py`'s turns the other runtimes ran 40–90% faster beside a doze of 0.05 s than
+of 0.5 s), while a run after a pause of 0.1 s or more found the caches cold either way
+(`bench/idle_pool.py`). While armed, numpy's OpenBLAS is held to one thread
+(`blas_threads.one_thread`), so that BLAS's spinning threads and ours never share the cores
+(measured: 8 ms against 0.65 for a product after a switch). A plan whose steps leave BLAS
+alone keeps the workers spinning instead (`stick`), and each plan keeps to one thread where
+its armed runs measure slower (`Choice`).
 
 The pool is compiled on first use; `available()` is False where llvmlite cannot JIT for the
 host, and jobs then run every part on the calling thread.
@@ -52,8 +50,6 @@ from engine.cpu.spin_ir import (
     DOZES,
     MAX_PARTS,
     NAP_POLLS,
-    PARK_NANOSECONDS,
-    PARKS,
     PATIENCE,
     STATE_SIZE,
     STICKY,
@@ -62,7 +58,7 @@ from engine.cpu.spin_ir import (
 GRACE_SECONDS = 0.002  # workers keep spinning this long after the last run ends,
 DOZE_SECONDS = 0.05  # then poll between short sleeps this long (shorter than a pause in
 # `bench/executor.py`'s turns, so that a dozing worker never runs into another runtime's turn),
-PARK_SECONDS = 10.0  # then wait this long on a futex an arm wakes, then on a condition
+# then park on a condition
 # Inside an armed run, a worker with no part, or a caller waiting on a worker's part, spins
 # this long, then naps until woken (Linux: a futex): see `spin_ir`.
 NAP_SECONDS = 50e-6
@@ -410,14 +406,12 @@ class _Pool:
 
     def __init__(self, functions: dict[str, Any]) -> None:
         self.functions = functions
-        self.work, self.run, self.wake_workers = (functions["work"], functions["run"],
-                                                  functions["wake"])
+        self.work, self.run = functions["work"], functions["run"]
         self.state = np.zeros(STATE_SIZE, np.int64)
         self.address = self.state.ctypes.data
         self.state[PATIENCE] = self._polls(GRACE_SECONDS)
         self.state[NAP_POLLS] = max(1, self._polls(NAP_SECONDS, at_least=1))
         self.state[DOZES] = int(DOZE_SECONDS * 1e6 / DOZE_MICROSECONDS)
-        self.state[PARKS] = max(1, int(PARK_SECONDS * 1e9 / PARK_NANOSECONDS))
         self.wake = threading.Condition(threading.Lock())
         self.armed_count = 0  # runs armed now, on any thread
         self.wanted = 0  # workers those runs want spinning
@@ -432,7 +426,6 @@ class _Pool:
         with self.wake:
             self.armed_count += 1
             self.state[ARMED] = 1
-            self.wake_workers(self.address)  # those parked on the futex (a read where none)
             self._release(workers)
 
     def wake_for(self, workers: int) -> None:
@@ -508,6 +501,5 @@ def _compile() -> dict[str, Any] | None:
     work = ctypes.CFUNCTYPE(None, int64)(engine.get_function_address("pool_work"))
     run = ctypes.CFUNCTYPE(None, int64, int64, int64, int64)(
         engine.get_function_address("pool_run"))
-    wake = ctypes.CFUNCTYPE(None, int64)(engine.get_function_address("pool_wake"))
     # The execution engine owns the machine code: it lives as long as the functions.
-    return {"work": work, "run": run, "wake": wake, "engine": engine}
+    return {"work": work, "run": run, "engine": engine}

@@ -16,7 +16,7 @@ import pytest
 
 import engine
 from engine import sym
-from engine.cpu import blas_threads, kernel_jobs, spin_ir, spin_pool
+from engine.cpu import blas_threads, kernel_jobs, spin_pool
 from engine.kernels import gemm_kernel, strided_kernel
 from engine.runtime import plan as plan_module
 
@@ -146,44 +146,10 @@ def test_idle_workers_doze_then_park_off_the_cpu() -> None:
     with spin_pool.armed(2):  # a run while they doze finds them
         job()
     pool = spin_pool._pool()
-    pool.state[spin_ir.PARKS] = 1  # the futex's park cut to one wait, for the test's sake
-    try:
-        deadline = time.monotonic() + 60
-        while pool.parked < len(pool.workers) and time.monotonic() < deadline:
-            time.sleep(0.05)
-    finally:
-        pool.state[spin_ir.PARKS] = int(spin_pool.PARK_SECONDS * 1e9 / spin_ir.PARK_NANOSECONDS)
+    deadline = time.monotonic() + 60  # a busy machine's sleeps overrun their 100 µs
+    while pool.parked < len(pool.workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert pool.parked == len(pool.workers)  # on the condition, off the CPU
-
-
-def test_dozed_out_workers_park_on_the_futex_and_an_arm_wakes_them() -> None:
-    """Past the doze a worker waits on the futex (Linux) without the CPU, and the next run's
-    arm wakes it from native code: no Python thread woken, so it does not wait for the GIL
-    the caller holds while it runs its plan."""
-    if spin_pool.cores() < 2 or "linux" not in sys.platform:
-        pytest.skip("the park is Linux's futex, among two cores or more")
-    job, threads, _ = record_job(64, 16, work=2000)
-
-    def threads_seen() -> int:
-        """Armed runs of the job until a worker takes a part (a worker parked on the
-        condition may miss a short run: it needs the GIL to leave it)."""
-        seen: set[int] = set()
-        deadline = time.monotonic() + 10
-        while len(seen) < 2 and time.monotonic() < deadline:
-            with spin_pool.armed(2):
-                job()
-            seen |= set(threads.tolist())
-        return len(seen)
-
-    assert threads_seen() >= 2  # a worker in native code
-    time.sleep(spin_pool.GRACE_SECONDS + 3 * spin_pool.DOZE_SECONDS)  # dozed out, parked
-    start = time.process_time()
-    time.sleep(0.3)
-    assert time.process_time() - start < 0.02  # no polls: a wake each `PARK_NANOSECONDS`
-    pool = spin_pool._pool()
-    assert pool.parked == 0  # not on the condition: `PARK_SECONDS` has not run out
-    assert threads_seen() >= 2, "no parked worker woke for an armed run"
-    assert pool.parked == 0
 
 
 def test_armed_workers_without_parts_nap_off_the_cpu_and_wake_for_a_job() -> None:
@@ -217,6 +183,8 @@ def test_armed_workers_without_parts_nap_off_the_cpu_and_wake_for_a_job() -> Non
 def test_the_pool_builds_for_each_target_napping_only_on_a_known_linux_futex(
         triple: str, naps: bool) -> None:
     import llvmlite.binding as llvm
+
+    from engine.cpu import spin_ir
 
     built = llvm.parse_assembly(str(spin_ir.module(triple)))
     built.verify()
