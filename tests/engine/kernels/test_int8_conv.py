@@ -251,13 +251,7 @@ def test_a_one_by_one_layer_reading_its_rows_is_one_chain_of_shares(monkeypatch,
     assert len(chain.alone) == -(-row_blocks // share_blocks)
     assert {len(steps) for steps in chain.alone} == {3 if copies_in_shares else 2}
     restore = _from_channels_last if laid else np.asarray
-    conv(epilogue)
-    np.testing.assert_array_equal(restore(out), want)
-    for _ in range(2):
-        out[...] = 77
-        with spin_pool.armed(2):
-            conv(epilogue)
-        np.testing.assert_array_equal(restore(out), want)
+    _alone_then_armed(conv, epilogue, out, want, restore)
     data = np.flip(data, axis=3).copy()
     conv.data[...] = arrange(data)
     conv(epilogue)
@@ -350,6 +344,19 @@ _guarded = []
 def _channels_last(array):
     """``array``'s values laid N, H, W, C in an array of its own (N, C, H, W) shape."""
     return np.ascontiguousarray(array.transpose(0, 2, 3, 1)).reshape(array.shape)
+
+
+def _alone_then_armed(conv, epilogue, out: np.ndarray, want: np.ndarray,
+                      restore=np.asarray) -> None:
+    """``conv`` writes ``want`` (read back through ``restore``) on the caller alone, then twice
+    armed over two threads, its output spoiled before each."""
+    conv(epilogue)
+    np.testing.assert_array_equal(restore(out), want)
+    for _ in range(2):
+        out[...] = 77
+        with spin_pool.armed(2):
+            conv(epilogue)
+        np.testing.assert_array_equal(restore(out), want)
 
 
 def _from_channels_last(array):
@@ -850,13 +857,7 @@ def test_a_one_by_one_layer_at_seven_squared_is_one_chain_copying_its_own_rows(m
     jobs = conv.jobs_for(epilogue)
     assert len(jobs) == 1 and isinstance(jobs[0], part_chain.Chain)
     assert {len(steps) for steps in jobs[0].alone} == {3}
-    conv(epilogue)
-    np.testing.assert_array_equal(_from_channels_last(out), want)
-    for _ in range(2):
-        out[...] = 77
-        with spin_pool.armed(2):
-            conv(epilogue)
-        np.testing.assert_array_equal(_from_channels_last(out), want)
+    _alone_then_armed(conv, epilogue, out, want, _from_channels_last)
     data = np.flip(data, axis=2).copy()
     laid[...] = _channels_last(data)
     with spin_pool.armed(2):
@@ -1270,13 +1271,7 @@ def test_a_layer_reading_its_windows_is_one_chain_of_shares(monkeypatch, shape, 
     row_blocks = -(-conv.rows // packed.rows)
     assert row_blocks > 2 * share_blocks
     assert -(-row_blocks // share_blocks) <= len(chain.alone) <= row_blocks // share_blocks + 1
-    conv(epilogue)
-    np.testing.assert_array_equal(out, want)
-    for _ in range(2):
-        out[...] = 77
-        with spin_pool.armed(2):
-            conv(epilogue)
-        np.testing.assert_array_equal(out, want)
+    _alone_then_armed(conv, epilogue, out, want)
     data[...] = np.flip(data, axis=3).copy()
     conv(epilogue)
     np.testing.assert_array_equal(
