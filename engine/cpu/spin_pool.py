@@ -18,10 +18,10 @@ nothing, a run within the grace finds them spinning, and one while they doze fin
 100 µs without waking a Python thread (which needs the GIL from the caller running the plan: a
 first run after a park took 0.3–4 ms). The doze is short: each of its polls costs about 30 µs
 of CPU on a VM, a third of a vCPU, taken from whatever else runs there (in
-`bench/executor.py`'s turns the other runtimes ran 40–90% faster beside a doze of 0.05 s than
-of 0.5 s), while a run after a pause of 0.1 s or more found the caches cold either way
-(`bench/idle_pool.py`). While armed, numpy's OpenBLAS is held to one thread
-(`blas_threads.one_thread`), so that BLAS's spinning threads and ours never share the cores
+`bench/executor.py`'s turns the other runtimes ran MobileNet v2 1.5–2.1× as fast beside a
+doze of 0.05 s as beside one of 0.5 s), while a run after a pause of 0.1 s or more found the
+caches cold either way (`bench/idle_pool.py`). While armed, numpy's OpenBLAS is held to one
+thread (`blas_threads.one_thread`), so that BLAS's spinning threads and ours never share the cores
 (measured: 8 ms against 0.65 for a product after a switch). A plan whose steps leave BLAS
 alone keeps the workers spinning instead (`stick`), and each plan keeps to one thread where
 its armed runs measure slower (`Choice`).

@@ -302,5 +302,6 @@ def test_armed_option_arms_every_run_of_the_plan_the_model_runs() -> None:
 def test_our_idle_workers_are_off_the_cpu_before_the_next_runtimes_turn() -> None:
     """After a run our pool's workers spin, then doze (polling, about a third of a vCPU on a
     VM); both end within the pause before another runtime's turn, so that no runtime's turn
-    pays for our idle workers (a 0.5 s doze slowed the others' MobileNet v2 by 40-90%)."""
+    pays for our idle workers (beside a 0.5 s doze the others took 1.5-2.1x as long on
+    MobileNet v2)."""
     assert spin_pool.GRACE_SECONDS + spin_pool.DOZE_SECONDS < executor.SETTLE_SECONDS
