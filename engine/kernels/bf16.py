@@ -457,13 +457,7 @@ def by_parts(pair: Any, product: Any, workspace: Any) -> spin_pool.Job:
         pairs[_TARGET] = target.ctypes.data
         first = part * blocks // parts * whole
         last = min(rows, (part + 1) * blocks // parts * whole)
-        share = context.copy()
-        share[field["a"]] += first * int(context[field["row_step"]]) * 4
-        share[field["c"]] += first * int(context[field["ldc"]]) * 4
-        share[field["rows_bias"]] += first * 4
-        if int(context[field["residual"]]):
-            share[field["residual"]] += first * int(context[field["ldc"]]) * 4
-        share[field["m"]] = last - first
+        share = gemm_kernel.row_share(context, first, last)
         share[field["b"]] = target.ctypes.data
         contexts += [pairs, share]
         table += [pair_task, pairs.ctypes.data, product_task, share.ctypes.data]

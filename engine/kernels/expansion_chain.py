@@ -178,7 +178,8 @@ def chain(expansion: Any, depthwise: Any) -> part_chain.Chain | None:
                                               last)
             share = [product_step, copy]
         else:
-            share = [spin_pool.job(int(product.args[-3]), _row_share(context, first, last), 1,
+            share = [spin_pool.job(int(product.args[-3]),
+                                   gemm_kernel.row_share(context, first, last), 1,
                                    keep=(product,))]
         share.append(planes.planes_job(first, last))
         if any(step is None for step in share):
@@ -224,15 +225,3 @@ def _shares(channels: int, unit: int, plane_bytes: int, parts: int) -> list[tupl
     return [(first * unit, min(channels, (first + per_share) * unit))
             for first in range(0, units, per_share)]
 
-
-def _row_share(context: np.ndarray, first: int, last: int) -> np.ndarray:
-    """A product's context narrowed to its rows [first, last) (``first`` a whole row block
-    in): A's block, C's and the row bias's (and a residual's) addresses moved on, M cut."""
-    share = context.copy()
-    share[_FIELD["a"]] += first * int(context[_FIELD["row_step"]]) * 4
-    share[_FIELD["c"]] += first * int(context[_FIELD["ldc"]]) * 4
-    share[_FIELD["rows_bias"]] += first * 4
-    if int(context[_FIELD["residual"]]):
-        share[_FIELD["residual"]] += first * int(context[_FIELD["ldc"]]) * 4
-    share[_FIELD["m"]] = last - first
-    return share

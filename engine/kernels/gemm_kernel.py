@@ -225,6 +225,20 @@ CONTEXT_FIELDS = {name: index for index, name in enumerate((
  _COLUMNS_BIAS, _LOW, _HIGH, _M, _N, _K, _COLUMNS_OUTSIDE, _BATCH, _A_BATCH, _B_BATCH,
  _C_BATCH, _KERNEL, _RESIDUAL) = CONTEXT_FIELDS.values()
 _BOUNDS = slice(_LOW, _HIGH + 1)
+
+
+def row_share(context: np.ndarray, first: int, last: int) -> np.ndarray:
+    """A copy of a product's ``context`` narrowed to its rows [first, last) (``first`` at a
+    whole row block): A's block, C's and the row bias's (and a residual's) starts moved on, M
+    cut."""
+    share = context.copy()
+    share[_A] += first * int(context[_ROW_STEP]) * 4
+    share[_C] += first * int(context[_LDC]) * 4
+    share[_ROWS_BIAS] += first * 4
+    if int(context[_RESIDUAL]):
+        share[_RESIDUAL] += first * int(context[_LDC]) * 4
+    share[_M] = last - first
+    return share
 # Multiply-adds per part of a job at least (about 2 µs at 50 GMAC/s: the hand-off costs well
 # under 1 µs).
 PART_MACS = 1 << 17
