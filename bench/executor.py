@@ -520,10 +520,13 @@ def compare_peers(folder: Path, batch: int, threads: int, repeat: int,
     # runtime that adapts to what it measures (ours: `spin_pool.Choice`) would otherwise
     # start its timed turns on samples taken while the others were still loading.
     for _ in range(UNTIMED_ROUNDS):
-        for worker in workers.values():
+        untimed = {}
+        for runtime, worker in workers.items():
             time.sleep(SETTLE_SECONDS)
             worker.send(calls)
-            worker.recv()
+            untimed[runtime] = worker.recv()
+    if not is_mlp:
+        calls = turn_calls(untimed)
     rounds: dict[str, list[list[float]]] = {runtime: [] for runtime in workers}
     for turn in range(max(repeat, MLP_ROUNDS) if is_mlp else repeat):
         order = list(workers.items())
@@ -536,7 +539,7 @@ def compare_peers(folder: Path, batch: int, threads: int, repeat: int,
         worker.join()
     outputs = {runtime: np.load(folder / f"{runtime}-b{batch}-output.npy") for runtime in workers}
     result: dict[str, Any] = {
-        "infos": infos, "scale": float(np.abs(outputs["ort"]).max()),
+        "infos": infos, "calls": calls, "scale": float(np.abs(outputs["ort"]).max()),
         "bf16_error": float(np.abs(outputs["bf16"] - outputs["ours"]).max()
                             / np.abs(outputs["ours"]).max()),
         "diff": {runtime: float(np.abs(output - outputs["ort"]).max())
@@ -559,6 +562,17 @@ def turn_times(turns: list[list[float]]) -> tuple[float, float]:
     return statistics.median(means), min(means)
 
 
+def turn_calls(last_turns: dict[str, list[float]]) -> int:
+    """Calls a CNN's turn runs: about `ROUND_SECONDS` of the slowest runtime's steady calls
+    in the last untimed round. (The first estimate, each runtime's best of three calls timed
+    while every process loaded at once, ran two or three times slow on two vCPUs: turns of
+    five calls of MobileNet v2, the steady median then taking in the calls that follow a
+    turn's pause.)"""
+    slowest = max(statistics.median(calls[STEADY_AFTER:] or calls)
+                  for calls in last_turns.values())
+    return max(MIN_TURN_CALLS, round(ROUND_SECONDS / slowest))
+
+
 def steady_time(turns: list[list[float]]) -> float:
     """The median seconds of a runtime's calls that follow its turns' first `STEADY_AFTER`."""
     return statistics.median(call for calls in turns for call in calls[STEADY_AFTER:])
@@ -574,7 +588,8 @@ def steady_line(result: dict[str, Any]) -> str:
     for ours, peer in (("bf16", "ov-bf16"), ("int8", "ov-int8")):
         if ours in steady and peer in steady:
             ratios.append(f"{ours} ÷ {PEER_LABELS[peer]} {steady[ours] / steady[peer]:.2f}×")
-    return (f"    steady calls (each turn's from call {STEADY_AFTER + 1} on, median): {times}; "
+    return (f"    steady calls (each turn's {result['calls']} calls from call "
+            f"{STEADY_AFTER + 1} on, median): {times}; "
             + ", ".join(ratios))
 
 

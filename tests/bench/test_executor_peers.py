@@ -55,7 +55,8 @@ def test_centred_agreement_sees_what_the_shared_top_class_hides() -> None:
 def fake_result(extras: tuple[str, ...]) -> dict:
     times = {"ours": (0.012, 0.010), "bf16": (0.006, 0.005), "ort": (0.010, 0.009),
              **{peer: (0.004, 0.003) for peer in extras}}
-    return {"infos": {"ours": {"flops": 3.6e9, "sgemm": 1.2e11}, "bf16": {}}, "scale": 688.0,
+    return {"infos": {"ours": {"flops": 3.6e9, "sgemm": 1.2e11}, "bf16": {}}, "calls": 7,
+            "scale": 688.0,
             "bf16_error": 2e-3,
             "diff": {runtime: 1e-4 for runtime in times}, "times": times, "classes": 1,
             "steady": {runtime: best for runtime, (_, best) in times.items()},
@@ -90,9 +91,19 @@ def test_a_turn_counts_whole_and_its_steady_calls_alone() -> None:
                              "ov-bf16": 0.005, "int8": 0.003, "ov-int8": 0.002})
     line = executor.steady_line(result)
     assert "ours 9.000, ours bf16 4.000, ONNX Runtime 10.000" in line
+    assert "each turn's 7 calls from call 3 on" in line
     # fp32 against the faster of ORT and OpenVINO f32; each precision against its own peer.
     assert line.endswith("fp32 ÷ faster float peer 1.20×, bf16 ÷ OpenVINO bf16 0.80×, "
                          "int8 ÷ OpenVINO int8 1.50×")
+
+
+def test_a_turn_runs_about_round_seconds_of_the_slowest_runtimes_steady_calls() -> None:
+    # The last untimed turns: the slowest runtime's steady calls (after the first two, which
+    # follow the pause) take 20 ms, so a turn of 0.15 s is 7-8 calls of it; a slow first call
+    # does not shorten the turns, and fast runtimes never take them under the minimum.
+    last = {"ours": [0.090, 0.030, 0.020, 0.020, 0.021], "ort": [0.040, 0.012, 0.010, 0.010]}
+    assert executor.turn_calls(last) == round(executor.ROUND_SECONDS / 0.020)
+    assert executor.turn_calls({"ours": [0.5, 0.4, 0.3, 0.3]}) == executor.MIN_TURN_CALLS
 
 
 def test_bf16_against_openvino_uses_the_measured_peer_where_the_run_has_it() -> None:
