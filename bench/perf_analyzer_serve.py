@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
 import subprocess
 import sys
 import tempfile
@@ -32,6 +33,9 @@ from tests.e2e import perf_analyzer  # noqa: E402
 # is seldom reached on a shared 2-vCPU machine, where it then gives up after MAX_TRIALS).
 STABILITY_PERCENT = 25
 MAX_TRIALS = 6
+# Triton's own environment (bench/requirements-triton.txt), never the project's.
+TRITON_PYTHON_VARIABLE = "HYBRIDSERVE_BENCH_TRITON_PYTHON"
+DEFAULT_TRITON_PYTHON = Path.home() / ".cache" / "hybridserve" / "triton-peer" / "bin" / "python"
 
 
 def measure(argv: list[str], protocol: str, where: str, concurrency: int, seconds: float,
@@ -54,36 +58,108 @@ def measure(argv: list[str], protocol: str, where: str, concurrency: int, second
             "p99_ms": float(row["p99 latency"]) / 1000}
 
 
+def start_triton(python: str, work: Path, image: int
+                 ) -> tuple[subprocess.Popen[str], dict[str, str]]:
+    """Triton (`triton_peer.py` in its own environment) serving the uploaded ResNet-18's own
+    weights, exported by our ONNX exporter; its HTTP and gRPC addresses once it is ready."""
+    from engine.onnx import export
+
+    plain = work / "plain" / "resnet18"
+    onnx_file = export((plain / "model-symbol.json", plain / "model-0000.params"),
+                       work / "resnet18.onnx", input_shapes={"data": (1, 3, image, image)})
+    ports = [serve.free_port() for _ in range(3)]
+    process = subprocess.Popen(
+        [python, str(Path(__file__).with_name("triton_peer.py")), str(onnx_file),
+         "--http-port", str(ports[0]), "--grpc-port", str(ports[1]), "--metrics-port",
+         str(ports[2])], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
+    assert process.stdout is not None
+    # Triton's log comes first, then the peer's "ready" (or the end, where it failed); the
+    # log past that line is left in the pipe, a few lines at the server's stop.
+    lines = []
+    for line in process.stdout:
+        if line.strip() == "ready":
+            return process, {"http": f"127.0.0.1:{ports[0]}", "grpc": f"127.0.0.1:{ports[1]}"}
+        lines.append(line)
+    raise RuntimeError(f"Triton did not start (exit status {process.wait()}):\n"
+                       + "".join(lines[-40:]))
+
+
+def stop_triton(process: subprocess.Popen[str]) -> None:
+    assert process.stdin is not None
+    process.stdin.close()  # the peer's signal to stop
+    try:
+        process.wait(60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(5)
+
+
+def triton_python(option: str | None) -> str | None:
+    """The Triton environment's Python: the option, the environment variable, or the default
+    folder where it exists (None: no Triton columns)."""
+    if option:
+        return option
+    found = os.environ.get(TRITON_PYTHON_VARIABLE)
+    if found:
+        return found
+    return str(DEFAULT_TRITON_PYTHON) if DEFAULT_TRITON_PYTHON.exists() else None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--concurrency", default="1,4",
                         type=lambda text: [int(n) for n in text.split(",")])
     parser.add_argument("--seconds", type=float, default=8.0, help="each measurement window")
     parser.add_argument("--image", type=int, default=224, help="ResNet-18 input side")
+    parser.add_argument("--triton", metavar="PYTHON", default=None,
+                        help="the Triton environment's Python (default: "
+                             f"${TRITON_PYTHON_VARIABLE}, else {DEFAULT_TRITON_PYTHON} where it "
+                             "exists); 'none' leaves Triton out")
     args = parser.parse_args()
+    python = None if args.triton == "none" else triton_python(args.triton)
     argv = perf_analyzer.command()
     with tempfile.TemporaryDirectory() as scratch:
         work = Path(scratch)
         port, grpc_port = serve.free_port(), serve.free_port()
         command = [sys.executable, "-m", "service", *serve.service_args(work, port, grpc_port)]
         server = serve.start_process(command, work, "hybridserve")
+        triton = None
         try:
             url = f"http://127.0.0.1:{port}"
             serve.wait_until_up(url, "/v2/health/live", server)
             models = serve.build_models(work, args.image)
             serve.upload(url, {"resnet18": models["resnet18"]})
+            servers = {"ours": {"http": f"127.0.0.1:{port}", "grpc": f"127.0.0.1:{grpc_port}"}}
+            if python:
+                triton, servers["triton"] = start_triton(python, work, args.image)
             print(f"ResNet-18 v1 {args.image}x{args.image}, batch 1, perf_analyzer "
-                  f"{perf_analyzer.VERSION}, {args.seconds:g} s windows")
-            print("| protocol | concurrency | inferences/s | p50 ms | p99 ms |")
-            print("|---|---|---|---|---|")
-            for protocol, where in (("http", f"127.0.0.1:{port}"),
-                                    ("grpc", f"127.0.0.1:{grpc_port}")):
-                for concurrency in args.concurrency:
-                    found = measure(argv, protocol, where, concurrency, args.seconds,
-                                    work / f"{protocol}-{concurrency}.csv")
-                    print(f"| {protocol} | {concurrency} | {found['throughput']:.1f} | "
-                          f"{found['p50_ms']:.1f} | {found['p99_ms']:.1f} |", flush=True)
+                  f"{perf_analyzer.VERSION}, {args.seconds:g} s windows"
+                  + ("; Triton: ONNX Runtime behind its dynamic batcher (PyTriton), the same "
+                     "weights through our exporter" if python else "; Triton left out"))
+            print("| protocol | concurrency | server | inferences/s | p50 ms | p99 ms | "
+                  "ours ÷ Triton |")
+            print("|---|---|---|---|---|---|---|")
+            for protocol in ("http", "grpc"):
+                for turn, concurrency in enumerate(args.concurrency):
+                    # Side by side, in turn: each row's servers measured one after the other,
+                    # the first of them alternating, so that a change in the machine's load
+                    # falls on both.
+                    names = list(servers) if turn % 2 == 0 else list(servers)[::-1]
+                    found = {name: measure(argv, protocol, servers[name][protocol], concurrency,
+                                           args.seconds,
+                                           work / f"{name}-{protocol}-{concurrency}.csv")
+                             for name in names}
+                    rates = {name: found[name]["throughput"] for name in found}
+                    for name in servers:
+                        ratio = (f"{rates['ours'] / rates['triton']:.2f}"
+                                 if name == "ours" and "triton" in rates else "")
+                        print(f"| {protocol} | {concurrency} | {name} | "
+                              f"{found[name]['throughput']:.1f} | {found[name]['p50_ms']:.1f} | "
+                              f"{found[name]['p99_ms']:.1f} | {ratio} |", flush=True)
         finally:
+            if triton is not None:
+                stop_triton(triton)
             serve.stop_process(server)
 
 
