@@ -7,11 +7,13 @@ a 2 ms batching window) uploaded. perf_analyzer 2.60 (prepared by
 batch 1 at each concurrency over HTTP (binary tensors) and gRPC, with its default random
 input bytes (NaN, infinities and denormals among them: the server flushes denormals), and
 this prints its throughput and p50/p99 latency. These are the figures Triton's users read off
-the same tool; issue #36 gives Triton's on this machine type (ResNet-18 through ONNX Runtime,
-batch 1, concurrency 4: 48.5 inferences/s over HTTP, 52 over gRPC), measured on another day.
+the same tool. Where Triton's environment is at hand (`bench/requirements-triton.txt`,
+``--triton``), Triton serves the same weights in the same run (`triton_peer.py`: our ONNX
+export through ONNX Runtime behind its dynamic batcher), each row measured on both servers
+in turn, with ours ÷ Triton.
 
     .venv/bin/python bench/perf_analyzer_serve.py
-    .venv/bin/python bench/perf_analyzer_serve.py --concurrency 1,4,8 --seconds 10
+    .venv/bin/python bench/perf_analyzer_serve.py --concurrency 1,4,8 --seconds 10 --triton none
 """
 
 from __future__ import annotations
@@ -73,7 +75,7 @@ def start_triton(python: str, work: Path, image: int
          "--http-port", str(ports[0]), "--grpc-port", str(ports[1]), "--metrics-port",
          str(ports[2])], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True)
-    assert process.stdout is not None
+    assert process.stdin is not None and process.stdout is not None
     # Triton's log comes first, then the peer's "ready" (or the end, where it failed); the
     # log past that line is left in the pipe, a few lines at the server's stop.
     lines = []
@@ -81,8 +83,10 @@ def start_triton(python: str, work: Path, image: int
         if line.strip() == "ready":
             return process, {"http": f"127.0.0.1:{ports[0]}", "grpc": f"127.0.0.1:{ports[1]}"}
         lines.append(line)
-    raise RuntimeError(f"Triton did not start (exit status {process.wait()}):\n"
-                       + "".join(lines[-40:]))
+    status = process.wait()
+    for pipe in (process.stdin, process.stdout):
+        pipe.close()
+    raise RuntimeError(f"Triton did not start (exit status {status}):\n" + "".join(lines[-40:]))
 
 
 def stop_triton(process: subprocess.Popen[str]) -> None:
@@ -93,6 +97,8 @@ def stop_triton(process: subprocess.Popen[str]) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait(5)
+    if process.stdout is not None:
+        process.stdout.close()
 
 
 def triton_python(option: str | None) -> str | None:

@@ -12,7 +12,8 @@ ONNX Runtime backend runs it inside the server: that hop is part of this peer's 
 
 Prints ``ready`` once the server answers, then serves until its standard input closes.
 
-    python bench/triton_peer.py model.onnx --http-port 8000 --grpc-port 8001
+    python bench/triton_peer.py model.onnx --http-port 8000 --grpc-port 8001 \
+        --metrics-port 8002
 """
 
 from __future__ import annotations

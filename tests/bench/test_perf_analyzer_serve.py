@@ -1,0 +1,41 @@
+"""How `bench/perf_analyzer_serve.py` finds Triton's environment (the peer itself needs that
+environment and perf_analyzer, so its runs are the benchmark's, not the tests')."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import perf_analyzer_serve  # noqa: E402
+
+
+def test_the_option_wins_then_the_variable_then_the_default_folder_where_it_exists(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv(perf_analyzer_serve.TRITON_PYTHON_VARIABLE, "/from/variable")
+    assert perf_analyzer_serve.triton_python("/given") == "/given"
+    assert perf_analyzer_serve.triton_python(None) == "/from/variable"
+    monkeypatch.delenv(perf_analyzer_serve.TRITON_PYTHON_VARIABLE)
+    absent = tmp_path / "triton-peer" / "bin" / "python"
+    monkeypatch.setattr(perf_analyzer_serve, "DEFAULT_TRITON_PYTHON", absent)
+    assert perf_analyzer_serve.triton_python(None) is None  # no Triton columns
+    absent.parent.mkdir(parents=True)
+    absent.touch()
+    assert perf_analyzer_serve.triton_python(None) == str(absent)
+
+
+def test_a_peer_that_ends_before_ready_is_reported_with_its_log(tmp_path: Path) -> None:
+    # The uploaded ResNet-18's files exported as the benchmark exports them; a "Python" that
+    # prints a line of log and exits stands in for a Triton that fails to load the model.
+    perf_analyzer_serve.serve.build_models(tmp_path, 32)
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho 'E1130 model_lifecycle: failed to load resnet18'\nexit 3\n")
+    fake.chmod(0o755)
+    with pytest.raises(RuntimeError) as failed:
+        perf_analyzer_serve.start_triton(str(fake), tmp_path, 32)
+    assert "exit status 3" in str(failed.value)
+    assert "failed to load resnet18" in str(failed.value)
+    assert (tmp_path / "resnet18.onnx").stat().st_size > 1_000_000  # ResNet-18's weights
