@@ -519,13 +519,13 @@ def compare_peers(folder: Path, batch: int, threads: int, repeat: int,
     # Untimed rounds of turns first: every process loaded and warmed up at once, so a
     # runtime that adapts to what it measures (ours: `spin_pool.Choice`) would otherwise
     # start its timed turns on samples taken while the others were still loading.
+    untimed: dict[str, list[float]] = {}  # each runtime's calls in the last untimed round
     for _ in range(UNTIMED_ROUNDS):
-        untimed = {}
         for runtime, worker in workers.items():
             time.sleep(SETTLE_SECONDS)
             worker.send(calls)
             untimed[runtime] = worker.recv()
-    if not is_mlp:
+    if untimed and not is_mlp:
         calls = turn_calls(untimed)
     rounds: dict[str, list[list[float]]] = {runtime: [] for runtime in workers}
     for turn in range(max(repeat, MLP_ROUNDS) if is_mlp else repeat):

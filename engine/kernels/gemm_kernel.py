@@ -226,6 +226,10 @@ CONTEXT_FIELDS = {name: index for index, name in enumerate((
  _C_BATCH, _KERNEL, _RESIDUAL) = CONTEXT_FIELDS.values()
 _BOUNDS = slice(_LOW, _HIGH + 1)
 
+# Multiply-adds per part of a job at least (about 2 µs at 50 GMAC/s: the hand-off costs well
+# under 1 µs).
+PART_MACS = 1 << 17
+
 
 def row_share(context: np.ndarray, first: int, last: int) -> np.ndarray:
     """A copy of a product's ``context`` narrowed to its rows [first, last) (``first`` at a
@@ -239,9 +243,6 @@ def row_share(context: np.ndarray, first: int, last: int) -> np.ndarray:
         share[_RESIDUAL] += first * int(context[_LDC]) * 4
     share[_M] = last - first
     return share
-# Multiply-adds per part of a job at least (about 2 µs at 50 GMAC/s: the hand-off costs well
-# under 1 µs).
-PART_MACS = 1 << 17
 
 
 def bind(a: Any, b: Any, c: Any) -> Product:
