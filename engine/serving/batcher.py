@@ -27,6 +27,7 @@ import numpy as np
 
 from engine.errors import ExecutionError, InputError
 from engine.runtime.buffers import BatchBuffers, HostBatch, join_rows
+from engine.serving.caller_returns import CallerReturns
 from engine.serving.config import ModelConfig
 from engine.serving.cores import CoreShare
 from engine.serving.errors import ModelNotReady, Overloaded, QueueTimedOut, TimedOut
@@ -172,6 +173,7 @@ class DynamicBatcher:
         self._closing = False
         self._last_rows = 1  # rows of the last batch dispatched: the load seen most recently
         self._slot_freed = 0.0  # monotonic time a running batch last finished
+        self._returns = CallerReturns()  # whether a finished batch's callers come back
 
     @property
     def queue_depth(self) -> int:
@@ -274,6 +276,7 @@ class DynamicBatcher:
         group.append(request)
         self._queued += 1
         self._level_sizes[request.level] = waiting + 1
+        self._returns.arrived(request.enqueued)
         self.stats.requests += 1
         self.stats.rows += request.rows
         self._wake.set()
@@ -401,6 +404,7 @@ class DynamicBatcher:
             ready: list[tuple[tuple[int, bool, float], Hashable, int]] = []
             wake_at = None
             idle = self.policy.dispatch_when_idle and not self._running
+            returned_by = self._returns.wait_until(now, self._queued)
             for key, group in self._groups.items():
                 count, rows, full = self._plan(group)
                 due = group.oldest() + self.policy.max_queue_delay_s
@@ -408,8 +412,12 @@ class DynamicBatcher:
                     # Its delay ran out while every slot was busy: that was no wait for
                     # company. Dispatching it the moment a long batch ends, before that batch's
                     # callers can come back, would settle a steady load into alternating
-                    # small and large batches; it gets one delay from the free slot instead.
+                    # small and large batches; it gets one delay from the free slot instead,
+                    # or, where a batch's callers lately came back, until they have
+                    # (`CallerReturns`).
                     due = self._slot_freed + self.policy.max_queue_delay_s
+                    if returned_by is not None:
+                        due = max(due, returned_by)
                 if full or due <= now or self._closing or (idle and rows >= self._last_rows):
                     # The highest priority level first, then the request waiting longest.
                     front = group.front()
@@ -457,6 +465,7 @@ class DynamicBatcher:
         return batch
 
     async def _execute(self, batch: Sequence[_Request]) -> None:
+        started = time.monotonic()
         try:
             live = [request for request in batch if not request.future.done()]
             if live:
@@ -464,6 +473,8 @@ class DynamicBatcher:
         finally:
             self._computing -= len(batch)
             self._slot_freed = time.monotonic()
+            self._returns.batch_finished(self._slot_freed, len(batch), self._queued,
+                                         self._slot_freed - started)
             self._slots.release()
 
     async def _run_batch(self, batch: Sequence[_Request]) -> None:

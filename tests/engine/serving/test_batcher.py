@@ -439,3 +439,31 @@ def test_batch_buffers_that_refuse_fail_only_that_batch() -> None:
     assert all(isinstance(result, InputError) and "on purpose" in str(result)
                for result in results)
     assert not model.batches
+
+
+def test_a_load_split_in_two_joins_again_where_callers_come_back_after_the_delay() -> None:
+    # Four callers that each come back 10 ms after their answer, with a 2 ms queue delay; two
+    # of them start during the first batch, so the load starts split in two batches that take
+    # turns: each part's callers come back while the other part computes. Given one delay from
+    # the free slot the queued part would go alone for good (a batch per part per round); it
+    # waits for the part that comes back instead, and the four run together.
+    model = FakeModel(delay_s=0.1)
+    rounds = 10
+
+    async def caller(batcher: DynamicBatcher, index: int, start_after: float) -> None:
+        await asyncio.sleep(start_after)
+        for _ in range(rounds):
+            await batcher.submit({"data": rows(1, seed=index)})
+            await asyncio.sleep(0.01)
+
+    async def main() -> None:
+        policy = BatchingPolicy(max_batch_size=16, max_queue_delay_s=0.002)
+        async with DynamicBatcher(model.infer, policy) as batcher:
+            await asyncio.gather(*(caller(batcher, index, 0.0 if index < 2 else 0.03)
+                                   for index in range(4)))
+
+    run(main())
+    sizes = [shape[0] for shape, _ in model.batches]
+    assert sum(sizes) == 4 * rounds
+    assert sizes[-1] == 4
+    assert len(sizes) <= rounds + 3, sizes  # split for good: 2 * rounds
