@@ -446,6 +446,10 @@ class LocalPeer:
             theirs, runtime, folder, batch, threads, agreement, clock))
         self.process.start()
 
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid
+
     def send(self, calls: int | None) -> None:
         self.connection.send(calls)
 
@@ -469,6 +473,10 @@ class ExternalPeer:
             [python, str(script), runtime, str(folder), "--batch", str(batch), "--threads",
              str(threads), "--clock", clock, *(["--agreement"] if agreement else [])],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid
 
     def send(self, calls: int | None) -> None:
         assert self.process.stdin is not None
@@ -528,12 +536,20 @@ def compare_peers(folder: Path, batch: int, threads: int, repeat: int,
     if untimed and not is_mlp:
         calls = turn_calls(untimed)
     rounds: dict[str, list[list[float]]] = {runtime: [] for runtime in workers}
+    # Each runtime's turns: their wall seconds, its own CPU seconds and the others' in them.
+    cpu = {runtime: [0.0, 0.0, 0.0] for runtime in workers}
     for turn in range(max(repeat, MLP_ROUNDS) if is_mlp else repeat):
         order = list(workers.items())
         for runtime, worker in order if turn % 2 == 0 else order[::-1]:
             time.sleep(SETTLE_SECONDS)
+            before, started = processes_cpu(workers), time.perf_counter()
             worker.send(calls)
             rounds[runtime].append(worker.recv())
+            spent, after = time.perf_counter() - started, processes_cpu(workers)
+            own = after[runtime] - before[runtime]
+            cpu[runtime][0] += spent
+            cpu[runtime][1] += own
+            cpu[runtime][2] += sum(after.values()) - sum(before.values()) - own
     for worker in workers.values():
         worker.send(None)
         worker.join()
@@ -545,7 +561,9 @@ def compare_peers(folder: Path, batch: int, threads: int, repeat: int,
         "diff": {runtime: float(np.abs(output - outputs["ort"]).max())
                  for runtime, output in outputs.items()},
         "times": {runtime: turn_times(turns) for runtime, turns in rounds.items()},
-        "steady": {runtime: steady_time(turns) for runtime, turns in rounds.items()}}
+        "steady": {runtime: steady_time(turns) for runtime, turns in rounds.items()},
+        "turn_cpu": {runtime: (own / spent, others / spent)
+                     for runtime, (spent, own, others) in cpu.items()}}
     if agreement:
         logits = {runtime: np.load(folder / f"{runtime}-b{batch}-agreement.npy")
                   for runtime in workers}
@@ -554,6 +572,28 @@ def compare_peers(folder: Path, batch: int, threads: int, repeat: int,
                                          top1_agreement(logits["ort"], output, centred=True))
                                for runtime, output in logits.items() if runtime != "ort"}
     return result
+
+
+def processes_cpu(workers: dict[str, Any]) -> dict[str, float]:
+    """Each worker process's CPU seconds so far, all its threads (Linux's /proc; 0 where a
+    process cannot be read)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    seconds = {}
+    for runtime, worker in workers.items():
+        try:
+            fields = Path(f"/proc/{worker.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            seconds[runtime] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+        except (OSError, IndexError, ValueError):
+            seconds[runtime] = 0.0
+    return seconds
+
+
+def turn_cpu_line(result: dict[str, Any]) -> str:
+    """The CPU each runtime's process used in its own turns, and the other processes in them:
+    a peer whose threads go on spinning after its turn shows in the others' column."""
+    return "    CPU in each runtime's turns, cores (its own / the other processes'): " + ", ".join(
+        f"{PEER_LABELS.get(runtime, runtime)} {own:.2f} / {others:.2f}"
+        for runtime, (own, others) in result["turn_cpu"].items())
 
 
 def turn_times(turns: list[list[float]]) -> tuple[float, float]:
@@ -631,6 +671,8 @@ def peer_lines(name: str, batch: int, threads: int, result: dict[str, Any],
            + "".join(f" {ms(times[peer][0]):>8} [{ms(times[peer][1])}]" for peer in extras)
            + f"  (outputs up to {result['scale']:.0f}){verdict}")
     lines = [row, steady_line(result)]
+    if "turn_cpu" in result:
+        lines.append(turn_cpu_line(result))
     if extras:
         lines.append("    ours fp32 ÷ peer: " + ", ".join(
             f"{PEER_LABELS[peer]} {ours[0] / times[peer][0]:.2f}×" for peer in extras)

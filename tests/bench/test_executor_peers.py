@@ -316,3 +316,24 @@ def test_our_idle_workers_are_off_the_cpu_before_the_next_runtimes_turn() -> Non
     pays for our idle workers (beside a 0.5 s doze the others took 1.5-2.1x as long on
     MobileNet v2)."""
     assert spin_pool.GRACE_SECONDS + spin_pool.DOZE_SECONDS < executor.SETTLE_SECONDS
+
+
+def test_the_cpu_in_each_turn_is_read_per_process_and_said_per_runtime() -> None:
+    # This process's own CPU time, as /proc gives it, grows by the work it does; a process that
+    # is gone reads 0; the line names each runtime's own and the others' cores.
+    class Worker:
+        def __init__(self, pid: int) -> None:
+            self.pid = pid
+
+    workers = {"ours": Worker(os.getpid()), "ort": Worker(2**22 + 1)}
+    before = executor.processes_cpu(workers)
+    deadline = time.process_time() + 0.1
+    while time.process_time() < deadline:
+        pass
+    after = executor.processes_cpu(workers)
+    assert after["ours"] - before["ours"] >= 0.05 and after["ort"] == before["ort"] == 0.0
+    result = fake_result(())
+    result["turn_cpu"] = {"ours": (1.92, 0.04), "ort": (1.85, 0.61)}
+    lines = executor.peer_lines("resnet18_v1", 1, 0, result, ())
+    assert lines[2] == ("    CPU in each runtime's turns, cores (its own / the other "
+                        "processes'): ours 1.92 / 0.04, ONNX Runtime 1.85 / 0.61")
