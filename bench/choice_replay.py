@@ -71,14 +71,15 @@ def replay(make: Callable[[Clock], Choice | Armed], runs: list[Run]) -> list[boo
     return ways
 
 
-def jitter(rng: random.Random, seconds: float) -> float:
-    return seconds * (1.0 + rng.expovariate(1.0 / JITTER))
+def jitter(rng: random.Random, seconds: float, mean: float = JITTER) -> float:
+    return seconds * (1.0 + rng.expovariate(1.0 / mean))
 
 
-def stream(rng: random.Random, count: int, armed_share: float = ARMED_SHARE) -> list[Run]:
-    """Back-to-back runs."""
-    return [Run(0.0, jitter(rng, armed_share * ALONE_SECONDS), jitter(rng, ALONE_SECONDS))
-            for _ in range(count)]
+def stream(rng: random.Random, count: int, armed_share: float = ARMED_SHARE,
+           noise: float = JITTER) -> list[Run]:
+    """Back-to-back runs, each slowed by one-sided jitter of mean ``noise``."""
+    return [Run(0.0, jitter(rng, armed_share * ALONE_SECONDS, noise),
+                jitter(rng, ALONE_SECONDS, noise)) for _ in range(count)]
 
 
 def turns(rng: random.Random, count: int) -> list[Run]:
@@ -124,6 +125,8 @@ def synthetic(rng: random.Random) -> dict[str, tuple[list[Run], int | None]]:
         "turns, bursts both ways": (with_bursts(rng, in_turns, turn_bursts, False), None),
         "turns, bursts armed only": (with_bursts(rng, in_turns, turn_bursts, True), None),
         "turns, armed to 1.3x": (in_turns_slower, change),
+        "noisy (mean +30%), armed 0.85x": (stream(rng, 3000, 0.85, 0.3), None),
+        "noisy (mean +30%), armed 1.1x": (stream(rng, 3000, 1.1, 0.3), None),
     }
 
 
@@ -189,6 +192,32 @@ class InARow(Choice):
         return self.taken[kind]
 
 
+class Sticky(Choice):
+    """The way taken stands for its `RANK`-th fastest kept sample, the other way for the
+    median of its newest `SAMPLES`: the other way's samples, one an exploration, span far
+    more time than the way taken's, and the fastest of a longer time is the faster by luck."""
+
+    def __init__(self, clock: Clock) -> None:
+        super().__init__(clock)
+        self.way: list[int | None] = [None, None]
+
+    def armed(self) -> bool:
+        answer = super().armed()
+        if self._basis is not None:
+            self.way[self._basis] = 0 if self._faster(self._basis) else 1
+        return answer
+
+    def _faster(self, kind: int) -> bool:
+        def time(way: int) -> float:
+            times = self._times[kind][way]
+            if self.way[kind] in (None, way):
+                return self._typical(times)
+            newest = sorted(times[-self.SAMPLES:])
+            return newest[(len(newest) - 1) // 2]
+
+        return time(0) <= time(1)
+
+
 class Armed:
     """Every run armed: a reference, no rule."""
 
@@ -217,6 +246,7 @@ CANDIDATES: dict[str, Callable[[Clock], Choice | Armed]] = {
     "2nd best of 9": rule(Choice, KEPT=(9, 9), RANK=1),
     "3rd best of 9": rule(Choice, KEPT=(9, 9), RANK=2),
     "2nd best of 8 + cold median of 3": rule(Choice, KEPT=(8, 3), RANK=1),
+    "taken 2nd best of 8 + other median of 3": rule(Sticky, KEPT=(8, 3), RANK=1),
     "median of 3 + margin 10%": rule(Margin, KEPT=(3, 3), MARGIN=0.1),
     "median of 3 + margin 3%": rule(Margin, KEPT=(3, 3), MARGIN=0.03),
     "median of 3 + 3 wins running": rule(InARow, KEPT=(3, 3), WINS=3),
