@@ -284,10 +284,10 @@ class Choice:
     the plan to one thread for its last two turns. Back to back, a way kept by eight samples
     is left only when seven of them are slower than the other way's: a burst of up to six
     slow runs leaves the choice as it was, and after a lasting change (armed at 30 ms against
-    29) the eighth run goes the other way. Replayed over bursts of 3–6 runs at 1.5–3× in a stream
-    where armed runs at 0.6× one thread (`bench/choice_replay.py`), the median of three put
-    9–17% of runs on the slower way, this rule 3–7%, against 3% (the explorations) without
-    bursts. An exploring run that beats the way taken explores again at once (unless its
+    29) the eighth run goes the other way. Replayed over bursts of 3–6 runs at 1.5–3× in a
+    stream where armed runs at 0.6× one thread (`bench/choice_replay.py`), the median of
+    three put 9–17% of runs on the slower way, this rule 3–7%, against 3% (the explorations)
+    without bursts. An exploring run that beats the way taken explores again at once (unless its
     sample has already made its way the one taken: a follow-up run the other way would then
     be a run on the losing way), so a burst that left the other way's samples slow is
     forgotten within `RANK` + 1 runs, not as many explorations
