@@ -271,14 +271,26 @@ class Choice:
     second vCPU may help little (on the 2-core VM these numbers come from, for seconds at a
     time, ResNet-18 at batch 1 ran 30 ms armed against 29 on one thread, where it usually
     runs 17: the steps that read what the other thread wrote ran 2–3× slower), and then the
-    spinning costs more than it brings. So each plan times its runs
-    both ways: the median of the last `SAMPLES` runs each way decides (the first run each way
-    left out: it makes the jobs of `WhenArmed` steps), and every `EXPLORE` runs one goes the
-    other way, to notice when the machine changes (on ResNet-18 where armed wins, that run
-    costs 12 ms in 32 runs of 17: 2%). An exploring run that beats the way taken explores
-    again at once (unless its sample has already made its way the one taken: a follow-up run
-    the other way would then be a run on the losing way), so a burst that left the other
-    way's samples slow is forgotten within `SAMPLES` runs, not `SAMPLES` explorations
+    spinning costs more than it brings. So each plan times its runs both ways (the first run
+    each way left out: it makes the jobs of `WhenArmed` steps) and takes the faster, and
+    every `EXPLORE` runs one goes the other way, to notice when the machine changes (on
+    ResNet-18 where armed wins, that run costs 12 ms in 32 runs of 17: 2%).
+
+    A way's time is the `RANK`-th fastest (the second) of its newest `KEPT` samples, once each
+    way has `SAMPLES`: noise on a shared host only ever slows a run, and comes in bursts. In
+    the executor benchmark's turns every run of ours ran about 1.5× slower than alone, armed
+    runs spiking to 9–20 ms, and with the median of three samples a way, three armed runs of
+    one turn at 14–20 ms (fp32 MobileNet v2, armed about 10 ms against 14 on one thread) sent
+    the plan to one thread for its last two turns. Back to back, a way kept by eight samples
+    is left only when seven of them are slower than the other way's: a burst of up to six
+    slow runs leaves the choice as it was, and after a lasting change (armed at 30 ms against
+    29) the eighth run goes the other way. Replayed over bursts of 3–6 runs at 1.5–3× in a
+    stream where armed runs at 0.6× one thread (`bench/choice_replay.py`), the median of
+    three put 9–17% of runs on the slower way, this rule 3–7%, against 3% (the explorations)
+    without bursts. An exploring run that beats the way taken explores again at once (unless its
+    sample has already made its way the one taken: a follow-up run the other way would then
+    be a run on the losing way), so a burst that left the other way's samples slow is
+    forgotten within `RANK` + 1 runs, not as many explorations
     (MobileNet v2 on two cores ran a bench round's median at its one-thread 10 ms where armed
     runs took 6). The first samples are the likeliest to mislead, taken while the process is
     still starting or its neighbours are (ResNet-18's first armed runs in the executor
@@ -292,12 +304,14 @@ class Choice:
     way (ResNet-18 bf16 on one thread: the first run after 0.1 s idle 9.7 ms, the next ones
     6.9, back to back 5.9; docs/benchmarks.md), so such "cold" runs are compared only with
     cold runs: each kind keeps its own samples, and a run is decided by its own kind's where
-    both ways have them.
+    both ways have them. Cold runs keep three a way (`KEPT`'s second entry): a burst of noise
+    within a turn slows one of them at most, and with eight a change of the machine took
+    eight turns to show in them.
     And counting runs is no clock where they are sparse: two runs a turn, turns seconds
     apart, and a choice made among the neighbours' start-up held for the whole benchmark
     (MobileNet v2 on one thread throughout, its armed samples taken while seven other
     runtimes loaded). So the other way is also tried after `EXPLORE` / 4 runs of a kind where
-    its newest sample of that kind is older than `EXPLORE` runs take (the taken way's median
+    its newest sample of that kind is older than `EXPLORE` runs take (the taken way's time
     each, at least `MIN_STALE_SECONDS`): never in a steady stream, where `EXPLORE` runs come
     first, and one run of a kind in `EXPLORE` / 4 at most where runs are far apart. Each
     such exploration of a kind that loses doubles that wait, up to `EXPLORE` runs, and one
@@ -305,7 +319,9 @@ class Choice:
     five runs, 2.5 s apart, a one-thread run every other turn cost ResNet-18 fp32 at batch 1
     about a tenth of a turn (30-41 ms among armed runs of 19-24) where armed kept winning."""
 
-    SAMPLES = 3
+    SAMPLES = 3  # each way has as many before its samples decide
+    KEPT = (8, 3)  # newest samples kept a way: back to back, after an idle pause
+    RANK = 1  # the sample that stands for a way: 0 the fastest, 1 the second
     EXPLORE = 32
     IDLE_SECONDS = 0.02
     MIN_STALE_SECONDS = 0.25
@@ -351,7 +367,7 @@ class Choice:
                  >= self._stale_after[self._basis]
                  and now - self._tried[self._basis][other] > max(
                      self.MIN_STALE_SECONDS,
-                     self.EXPLORE * _median(self._times[self._basis][taken])))
+                     self.EXPLORE * self._typical(self._times[self._basis][taken])))
         again, self._again[self._kind] = self._again[self._kind], None
         self._stale_try = False
         if again is not None and again != taken:
@@ -369,7 +385,7 @@ class Choice:
             return
         kind = self._kind
         if self._basis == kind and self._faster(kind) != armed:  # an exploring run
-            won = seconds < _median(self._times[kind][1 - way])
+            won = seconds < self._typical(self._times[kind][1 - way])
             self._again[kind] = way if won else None
             if won:
                 self._stale_after[kind] = self.EXPLORE // 4
@@ -377,7 +393,7 @@ class Choice:
                 self._stale_after[kind] = min(2 * self._stale_after[kind], self.EXPLORE)
         times = self._times[kind][way]
         times.append(seconds)
-        if len(times) > self.SAMPLES:
+        if len(times) > self.KEPT[kind]:
             del times[0]
         self._tried[kind][way] = self._ended
         self._tried_run[kind][way] = self._kind_runs[kind]
@@ -393,12 +409,12 @@ class Choice:
     def _faster(self, kind: int) -> bool:
         """Whether armed runs of ``kind`` are the faster way now."""
         armed, alone = self._times[kind]
-        return _median(armed) <= _median(alone)
+        return self._typical(armed) <= self._typical(alone)
 
-
-def _median(values: list[float]) -> float:
-    """The middle value (of two, the smaller)."""
-    return sorted(values)[(len(values) - 1) // 2]
+    def _typical(self, values: list[float]) -> float:
+        """The time that stands for a way's kept samples: the `RANK`-th fastest (0 the
+        fastest), or the slowest where fewer are kept."""
+        return sorted(values)[min(self.RANK, len(values) - 1)]
 
 
 class _Pool:
