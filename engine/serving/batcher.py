@@ -404,6 +404,8 @@ class DynamicBatcher:
             ready: list[tuple[tuple[int, bool, float], Hashable, int]] = []
             wake_at = None
             idle = self.policy.dispatch_when_idle and not self._running
+            # Where the last batch's callers lately came back, its company is still to come
+            # (`CallerReturns`): every group waits for it, up to a share of that batch's time.
             returned_by = self._returns.wait_until(now, self._queued)
             for key, group in self._groups.items():
                 count, rows, full = self._plan(group)
@@ -412,13 +414,12 @@ class DynamicBatcher:
                     # Its delay ran out while every slot was busy: that was no wait for
                     # company. Dispatching it the moment a long batch ends, before that batch's
                     # callers can come back, would settle a steady load into alternating
-                    # small and large batches; it gets one delay from the free slot instead,
-                    # or, where a batch's callers lately came back, until they have
-                    # (`CallerReturns`).
+                    # small and large batches; it gets one delay from the free slot instead.
                     due = self._slot_freed + self.policy.max_queue_delay_s
-                    if returned_by is not None:
-                        due = max(due, returned_by)
-                if full or due <= now or self._closing or (idle and rows >= self._last_rows):
+                if returned_by is not None:
+                    due = max(due, returned_by)
+                if full or due <= now or self._closing or (
+                        idle and rows >= self._last_rows and returned_by is None):
                     # The highest priority level first, then the request waiting longest.
                     front = group.front()
                     ready.append(((front.level, front.delayed, front.enqueued), key, count))
@@ -460,6 +461,7 @@ class DynamicBatcher:
         for request in batch:
             self._level_sizes[request.level] -= 1
         self._last_rows = sum(request.rows for request in batch)
+        self._returns.dispatched()
         if not group:
             del self._groups[key]
         return batch

@@ -2,24 +2,22 @@
 
 Clients that send a request as soon as the last one is answered (perf_analyzer, Triton's and
 our own load tools, a pipeline calling a model in a loop) come back a few milliseconds after
-their batch ends. A request that queued while that batch ran has waited past its queue delay,
-and dispatching it alone the moment the batch ends splits a steady load into two batches that
-take turns for good: each part's callers come back while the other part computes, so neither
-ever waits for the other. The batcher gives such a request one queue delay from the free slot
-to be joined. That is enough where the callers come back within it (ResNet-18's 602 KB
-requests over HTTP: 2.5–4.5 ms after their batch, within a 2 ms window of each other); over
-gRPC they came back 4.5–8 ms after it, and once a straggler split the load it stayed split
-(2.1–2.3 requests a batch at concurrency 4 where HTTP made 3.8: docs/benchmarks.md,
-"Triton beside ours under perf_analyzer").
+their batch ends, not all at once. Where the last of them comes more than a queue delay after
+the first, the batch goes without it; the late ones then queue while that batch runs and go
+together once it ends, while the first batch's callers come back during the second's compute:
+a steady load split into two batches that take turns for good, neither ever waiting for the
+other. ResNet-18's 602 KB requests over gRPC come back 4.5–8 ms after their batch, and at
+concurrency 4 with a 2 ms delay the server ran 2.1–2.3 requests a batch where HTTP's, back
+within 2.5–4.5 ms, made 3.8 (docs/benchmarks.md, "Triton beside ours under perf_analyzer").
 
 So when a batch ends, the requests it answered and those queued make the company the next
-batch can expect, and a queued request whose delay ran out waits until that many are queued,
-but no longer than `WAIT_FRACTION` of the finished batch's compute time, so that waiting adds at
-most that share to a request's latency. It waits only where, after most of the last `HISTORY`
-batches, as many requests arrived within that bound as the batch answered (whether or not any
-waited for them: a load already split shows its callers coming back too). Callers that do not
-come back (independent clients, a caller that has left) are misses, and a batcher that sees
-mostly misses dispatches as it would without this.
+batch can expect, and the next batch waits until that many requests are queued, but no longer
+than `WAIT_FRACTION` of the finished batch's compute time, so that waiting adds at most that
+share to a request's latency. It waits only where, after most of the last `HISTORY` batches, as
+many requests arrived within that bound as the batch answered (whether or not a batch waited
+for them: a load already split shows its callers coming back too). Callers that do not come
+back (independent clients, a caller that has left) are misses, and a batcher that sees mostly
+misses dispatches as it would without this.
 """
 
 from __future__ import annotations
@@ -42,6 +40,7 @@ class _Watch:
     until: float  # monotonic seconds
     arrived: int = 0
     settled: bool = False  # its callers came back, or its time is up: in the history
+    open: bool = True  # no batch has gone since: the next one may wait for the company
 
 
 class CallerReturns:
@@ -68,11 +67,18 @@ class CallerReturns:
                 watch.settled = True
                 self._returned.append(True)
 
+    def dispatched(self) -> None:
+        """A batch went: the next waits for no company until another batch ends (its
+        callers' arrivals still count towards the history)."""
+        if self._watch is not None:
+            self._watch.open = False
+
     def wait_until(self, now: float, queued: int) -> float | None:
         """Until when requests queued now should wait for the company (monotonic seconds), or
-        None: it is there, its time is up, or lately callers seldom came back."""
+        None: it is there, its time is up, a batch went since, or lately callers seldom came
+        back."""
         watch = self._watch
-        if watch is None or queued >= watch.company or now > watch.until:
+        if watch is None or not watch.open or queued >= watch.company or now > watch.until:
             return None
         if 2 * sum(self._returned) <= len(self._returned):
             return None

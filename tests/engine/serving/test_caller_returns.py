@@ -47,3 +47,13 @@ def test_a_later_arrival_than_the_bound_is_a_miss() -> None:
     returns.arrived(1.02)
     returns.batch_finished(1.1, answered=1, queued=1, compute_s=0.04)
     assert returns.wait_until(1.1, 1) is None
+
+
+def test_once_a_batch_goes_the_next_waits_for_no_company() -> None:
+    returns = CallerReturns()
+    returns.batch_finished(1.0, answered=1, queued=0, compute_s=0.1)
+    returns.arrived(1.01)
+    returns.batch_finished(1.1, answered=3, queued=1, compute_s=0.1)
+    assert returns.wait_until(1.101, 1) is not None
+    returns.dispatched()
+    assert returns.wait_until(1.102, 1) is None
