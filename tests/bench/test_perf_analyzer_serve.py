@@ -39,3 +39,27 @@ def test_a_peer_that_ends_before_ready_is_reported_with_its_log(tmp_path: Path) 
     assert "exit status 3" in str(failed.value)
     assert "failed to load resnet18" in str(failed.value)
     assert (tmp_path / "resnet18.onnx").stat().st_size > 1_000_000  # ResNet-18's weights
+
+
+def test_an_unstable_measurement_is_run_once_more_then_reported(tmp_path: Path) -> None:
+    # A perf_analyzer stand-in that gives up on stability the first time it runs and writes
+    # its report the second; another that never settles fails with perf_analyzer's words.
+    calls = tmp_path / "calls"
+    settles = tmp_path / "settles"
+    settles.write_text(
+        "#!/bin/sh\necho run >> " + str(calls) + "\n"
+        "if [ $(wc -l < " + str(calls) + ") -lt 2 ]; then\n"
+        "  echo 'Failed to obtain stable measurement.'; exit 1\nfi\n"
+        "while [ $# -gt 1 ]; do [ \"$1\" = -f ] && out=$2; shift; done\n"
+        "printf 'Inferences/Second,p50 latency,p99 latency\\n40.5,90000,120000\\n' > $out\n")
+    settles.chmod(0o755)
+    found = perf_analyzer_serve.measure([str(settles)], "grpc", "127.0.0.1:1", 4, 1.0,
+                                        tmp_path / "report.csv")
+    assert found == {"throughput": 40.5, "p50_ms": 90.0, "p99_ms": 120.0}
+    assert calls.read_text().count("run") == 2
+    never = tmp_path / "never"
+    never.write_text("#!/bin/sh\necho 'Failed to obtain stable measurement.'\nexit 1\n")
+    never.chmod(0o755)
+    with pytest.raises(RuntimeError, match="stable measurement"):
+        perf_analyzer_serve.measure([str(never)], "http", "127.0.0.1:1", 4, 1.0,
+                                    tmp_path / "other.csv")
