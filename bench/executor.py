@@ -590,9 +590,10 @@ def processes_cpu(workers: dict[str, Any]) -> dict[str, float]:
 
 def turn_cpu_line(result: dict[str, Any]) -> str:
     """The CPU each runtime's process used in its own turns, and the other processes in them:
-    a peer whose threads go on spinning after its turn shows in the others' column."""
+    a peer whose threads go on spinning after its turn shows in the others' column (which
+    the clock's ticks can leave a hair below zero: shown as 0)."""
     return "    CPU in each runtime's turns, cores (its own / the other processes'): " + ", ".join(
-        f"{PEER_LABELS.get(runtime, runtime)} {own:.2f} / {others:.2f}"
+        f"{PEER_LABELS.get(runtime, runtime)} {own:.2f} / {max(0.0, others):.2f}"
         for runtime, (own, others) in result["turn_cpu"].items())
 
 
