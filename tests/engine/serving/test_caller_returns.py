@@ -57,3 +57,28 @@ def test_once_a_batch_goes_the_next_waits_for_no_company() -> None:
     assert returns.wait_until(1.101, 1) is not None
     returns.dispatched()
     assert returns.wait_until(1.102, 1) is None
+
+
+def test_a_caller_that_leaves_costs_one_bounded_wait() -> None:
+    # Two callers in a loop, each back 5 ms after its answer, batches of 100 ms; then one
+    # leaves. The batch after its last answer waits for it until the bound, once: the next
+    # batch answered only the one that stays, which is all the company it expects.
+    returns = CallerReturns()
+    now = 1.0
+    for _ in range(4):
+        returns.batch_finished(now, answered=2, queued=0, compute_s=0.1)
+        returns.arrived(now + 0.005)
+        returns.arrived(now + 0.005)
+        assert returns.wait_until(now + 0.005, 2) is None  # both back: go
+        returns.dispatched()
+        now += 0.105
+    returns.batch_finished(now, answered=2, queued=0, compute_s=0.1)  # the last of the pair
+    returns.arrived(now + 0.005)
+    until = returns.wait_until(now + 0.005, 1)
+    assert until == now + WAIT_FRACTION * 0.1  # waits for the one who left, to the bound
+    assert returns.wait_until(until + 0.001, 1) is None
+    returns.dispatched()
+    now = until + 0.1
+    returns.batch_finished(now, answered=1, queued=0, compute_s=0.1)
+    returns.arrived(now + 0.005)
+    assert returns.wait_until(now + 0.005, 1) is None  # alone now: no wait
