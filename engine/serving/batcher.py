@@ -405,8 +405,10 @@ class DynamicBatcher:
             wake_at = None
             idle = self.policy.dispatch_when_idle and not self._running
             # Where the last batch's callers lately came back, its company is still to come
-            # (`CallerReturns`): every group waits for it, up to a share of that batch's time.
-            returned_by = self._returns.wait_until(now, self._queued)
+            # (`CallerReturns`): every group waits for it, up to a share of that batch's time
+            # (not where the config asks for no delay at all).
+            returned_by = (self._returns.wait_until(now, self._queued)
+                           if self.policy.max_queue_delay_s > 0 else None)
             for key, group in self._groups.items():
                 count, rows, full = self._plan(group)
                 due = group.oldest() + self.policy.max_queue_delay_s

@@ -441,14 +441,11 @@ def test_batch_buffers_that_refuse_fail_only_that_batch() -> None:
     assert not model.batches
 
 
-def test_a_load_split_in_two_joins_again_where_callers_come_back_after_the_delay() -> None:
-    # Four callers that each come back 10 ms after their answer, with a 2 ms queue delay; two
-    # of them start during the first batch, so the load starts split in two batches that take
-    # turns: each part's callers come back while the other part computes. Given one delay from
-    # the free slot the queued part would go alone for good (a batch per part per round); it
-    # waits for the part that comes back instead, and the four run together.
+def split_load(delay_s: float, rounds: int) -> list[int]:
+    """The batch sizes of four callers that each come back 10 ms after their answer, two of
+    them starting during the first batch (of 100 ms), so that the load starts split in two
+    batches that take turns: each part's callers come back while the other part computes."""
     model = FakeModel(delay_s=0.1)
-    rounds = 10
 
     async def caller(batcher: DynamicBatcher, index: int, start_after: float) -> None:
         await asyncio.sleep(start_after)
@@ -457,7 +454,7 @@ def test_a_load_split_in_two_joins_again_where_callers_come_back_after_the_delay
             await asyncio.sleep(0.01)
 
     async def main() -> None:
-        policy = BatchingPolicy(max_batch_size=16, max_queue_delay_s=0.002)
+        policy = BatchingPolicy(max_batch_size=16, max_queue_delay_s=delay_s)
         async with DynamicBatcher(model.infer, policy) as batcher:
             await asyncio.gather(*(caller(batcher, index, 0.0 if index < 2 else 0.03)
                                    for index in range(4)))
@@ -465,5 +462,19 @@ def test_a_load_split_in_two_joins_again_where_callers_come_back_after_the_delay
     run(main())
     sizes = [shape[0] for shape, _ in model.batches]
     assert sum(sizes) == 4 * rounds
+    return sizes
+
+
+def test_a_load_split_in_two_joins_again_where_callers_come_back_after_the_delay() -> None:
+    # With a 2 ms queue delay and one delay from the free slot, the queued part would go
+    # alone for good (a batch per part per round); it waits for the part that comes back
+    # instead, and the four run together.
+    rounds = 10
+    sizes = split_load(0.002, rounds)
     assert sizes[-1] == 4
     assert len(sizes) <= rounds + 3, sizes  # split for good: 2 * rounds
+
+
+def test_a_zero_queue_delay_never_holds_a_request_for_company() -> None:
+    rounds = 4
+    assert split_load(0.0, rounds) == [2] * (2 * rounds)
