@@ -17,6 +17,10 @@ With ``--layers`` (OpenVINO only) it serves nothing: it prints OpenVINO's own ti
 its layers in the order it runs them (the plugin's performance counters, median over calls),
 which `bench/steps_in_order.py --openvino` sets beside ours.
 
+With ``--scaling`` (OpenVINO only) it serves nothing either: it builds the runtime on every
+core and on one thread in this one process and times them in turn, round after round, for
+the every-core ÷ one-thread ratio that `bench/every_core.py` gives ours.
+
 With ``--clock process`` the seconds are the process's CPU time over each call (every thread
 of it), not the wall clock's: on a machine other jobs share, the time they held the cores is
 left out.
@@ -245,6 +249,32 @@ def print_layer_times(runtime: str, folder: Path, batch: int, threads: int, runs
             print(f"  {seconds * 1e3:7.3f} ms  {name} ({kind}, {implementation})")
 
 
+def print_scaling(runtime: str, folder: Path, batch: int, rounds: int,
+                  calls: int = 8) -> None:
+    """OpenVINO on every core against one thread, each compiled in this process and called
+    ``calls`` times in turn for ``rounds`` rounds (the median of each turn's calls from the
+    third on), so that a busy machine's load falls on both alike."""
+    if not runtime.startswith("ov-"):
+        raise SystemExit(f"--scaling compiles OpenVINO's models; {runtime} is not one")
+    precision = runtime.removeprefix("ov-")
+    data = np.load(folder / f"data-b{batch}.npy")
+    every, _ = openvino(folder, batch, 0, precision)
+    alone, _ = openvino(folder, batch, 1, precision)
+    for run in (every, alone):
+        timed_calls(lambda run=run: run(data), 5)
+    turns: dict[str, list[float]] = {"every": [], "alone": []}
+    for _ in range(rounds):
+        for name, run in (("every", every), ("alone", alone)):
+            turns[name].append(float(np.median(timed_calls(lambda run=run: run(data),
+                                                           calls)[2:])))
+    ratios = np.array(turns["every"]) / np.array(turns["alone"])
+    every_ms, alone_ms = (float(np.median(turns[name])) * 1e3 for name in ("every", "alone"))
+    quartiles = " ".join(f"{value:.3f}" for value in np.quantile(ratios, [0.25, 0.5, 0.75]))
+    print(f"OpenVINO {precision}, batch {batch}: every core {every_ms:.2f} ms, one thread "
+          f"{alone_ms:.2f} ms, ratio {every_ms / alone_ms:.3f} (per-round quartiles "
+          f"{quartiles})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runtime", choices=RUNTIMES)
@@ -258,7 +288,13 @@ def main() -> None:
                              "process's CPU time, every thread of it)")
     parser.add_argument("--layers", type=int, metavar="RUNS", default=0,
                         help="print OpenVINO's time per layer over RUNS calls instead of serving")
+    parser.add_argument("--scaling", type=int, metavar="ROUNDS", default=0,
+                        help="time OpenVINO on every core against one thread in turn for "
+                             "ROUNDS rounds instead of serving")
     options = parser.parse_args()
+    if options.scaling:
+        print_scaling(options.runtime, options.folder, options.batch, options.scaling)
+        return
     if options.layers:
         print_layer_times(options.runtime, options.folder, options.batch, options.threads,
                           options.layers)
