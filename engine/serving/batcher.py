@@ -3,7 +3,9 @@
 Requests whose inputs have the same names, non-batch shapes and dtypes form a group; a group is
 dispatched when its rows reach `max_batch_size` or a preferred size, or when its oldest request
 has waited `max_queue_delay` (a delay that ran out while every batch slot was busy starts again
-when one frees). Each caller gets exactly its own rows back. Rows are joined and split along
+when one frees); where the last batch's callers have lately come back for their next requests,
+the next batch also waits for them, up to a share of that batch's time (`CallerReturns`). Each
+caller gets exactly its own rows back. Rows are joined and split along
 each tensor's batch axis: axis 0 unless `batch_axes` says otherwise (a time-major model's
 ``[steps, batch]`` along axis 1); with `batch_axes` None, tensors have no batch dimension and
 every request runs alone, as it is.
