@@ -5,10 +5,10 @@ dispatched when its rows reach `max_batch_size` or a preferred size, or when its
 has waited `max_queue_delay` (a delay that ran out while every batch slot was busy starts again
 when one frees); where the last batch's callers have lately come back for their next requests,
 the next batch also waits for them, up to a share of that batch's time (`CallerReturns`). Each
-caller gets exactly its own rows back. Rows are joined and split along
-each tensor's batch axis: axis 0 unless `batch_axes` says otherwise (a time-major model's
-``[steps, batch]`` along axis 1); with `batch_axes` None, tensors have no batch dimension and
-every request runs alone, as it is.
+caller gets exactly its own rows back. Rows are joined and split along each tensor's batch axis:
+axis 0 unless `batch_axes` says otherwise (a time-major model's ``[steps, batch]`` along axis
+1); with `batch_axes` None, tensors have no batch dimension and every request runs alone, as it
+is.
 
 With Triton's priority levels (`engine.serving.priority_queue`), batches take the highest
 level first (1), each level queued and bounded by its own policy.
