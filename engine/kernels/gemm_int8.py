@@ -350,6 +350,49 @@ def table_job(addresses: np.ndarray, group_offsets: np.ndarray, m: int,
                          keep=(addresses, group_offsets, out, weights, source))
 
 
+def taps_job(entries: np.ndarray, m: int, weights: PackedWeights, out: np.ndarray,
+             keep: tuple[Any, ...]) -> Any:
+    """The product of ``m`` rows each listed with its own K steps: ``entries`` (int64, a
+    row of `gemm_int8_avx2_ir.TAP_ENTRY`, whole row blocks) holds each row's window
+    address, the row of ``out`` its sums go to, and the address and count of its K steps
+    (int64 pairs: the group's byte offset in the window, its weights' byte offset in a
+    panel, `weight_offset`), every row of a block taking its first row's steps. So a
+    convolution's tiles at an image's border walk only the taps inside it
+    (`int8_conv.FusedConv`). Unsigned rows only: a skipped tap must hold zeros. As a
+    `spin_pool` job writing ``out`` as `product_job`'s; narrow weights on the AVX2 host only
+    (`table_runs`). ``keep``: the arrays ``entries`` points into (windows, steps), kept
+    alive with the job."""
+    from engine.cpu import kernel_jobs, spin_pool
+
+    if not table_runs(weights):
+        raise RuntimeError("the taps product needs narrow weights on the vpmaddubsw kernels")
+    blocks = -(-m // weights.rows)
+    columns = weights.panels * weights.vectors * LANES
+    if entries.dtype != np.int64 or entries.ndim != 2 or entries.shape[1] != 4 or \
+            len(entries) < blocks * weights.rows or not entries.flags.c_contiguous:
+        raise ValueError(f"int8 taps product: entries {entries.dtype} {entries.shape} do not "
+                         f"list {blocks} blocks of {weights.rows} rows")
+    if out.dtype != np.int32 or out.ndim != 2 or out.shape[1] != columns or \
+            not out.flags.c_contiguous or not 0 <= entries[:m, 1].min() <= \
+            entries[:m, 1].max() < out.shape[0]:
+        raise ValueError(f"int8 taps product: result {out.dtype} {out.shape} does not hold "
+                         f"the rows of {columns} columns its entries name")
+    packed, no_offsets, _ = weights.addresses
+    context = np.array([entries.ctypes.data, 0, packed, weights.groups, out.ctypes.data,
+                        columns, no_offsets, blocks, weights.panels,
+                        *_edge(weights, m, "edge", "taps", weights.vectors)], np.int64)
+    task = _narrow_kernels()["task", "taps", weights.vectors]
+    parts = min(blocks * weights.panels, kernel_jobs.parts_for(
+        blocks * weights.panels, m * weights.k * weights.n // 64))
+    return spin_pool.job(task, context, parts, keep=(entries, out, weights, *keep))
+
+
+def weight_offset(weights: PackedWeights, group: Any) -> Any:
+    """The byte offset of K group ``group``'s weights within a panel of ``weights``, as the
+    taps product's steps give it."""
+    return group * weights.vectors * LANES * 4
+
+
 def direct_tile_rows(width: int) -> int:
     """Rows of a direct product's tiles for an output ``width`` wide: its largest divisor up
     to 16, so that a tile never crosses an output row (0 where that is under 7: tiles that
@@ -501,23 +544,31 @@ def _compiled_avx2(narrow: bool) -> tuple[dict[Any, Any], list[Any]]:
     import llvmlite.binding as llvm
 
     from engine.cpu.llvm_jit import compile_ir
-    from engine.kernels.gemm_int8_avx2_ir import STRIP, Avx2Int8Kernel, NarrowInt8Kernel
+    from engine.kernels.gemm_int8_avx2_ir import (
+        STRIP,
+        TAP_ENTRY,
+        Avx2Int8Kernel,
+        NarrowInt8Kernel,
+    )
     from engine.kernels.gemm_int8_ir import define_task
 
     llvm.initialize_native_target()
     features = llvm.get_host_cpu_features().flatten()
     engines = []
 
-    def compiled_tile(rows: int, vectors: int, table: bool = False) -> tuple[Any, int, int]:
+    def compiled_tile(rows: int, vectors: int, table: bool = False,
+                      taps: bool = False) -> tuple[Any, int, int]:
         """(``panels`` callable, its task's address, the address of ``panels`` itself)."""
         # one row streams its weights once: a strip of the whole panel walks them in the
         # order they lie, each step asking for all its lines ahead (`NarrowInt8Kernel`)
         strip = vectors * LANES if rows == 1 else STRIP
-        kernel = NarrowInt8Kernel(rows, vectors, strip, table=table) if narrow else \
-            Avx2Int8Kernel(rows, vectors, buffered=False if rows == 1 else None, strip=strip)
+        kernel = NarrowInt8Kernel(rows, vectors, strip, table=table, taps=taps) if narrow \
+            else Avx2Int8Kernel(rows, vectors, buffered=False if rows == 1 else None,
+                                strip=strip)
         # the narrow tiles' tasks finish a short last block on the one-row tile
         define_task(kernel.module, kernel.define("panels"), rows,
-                    row_bytes=8 if table else None, edge=narrow and rows > 1)
+                    row_bytes=8 if table else TAP_ENTRY * 8 if taps else None,
+                    edge=narrow and rows > 1, rows_placed=taps)
         engines.append(compile_ir(str(kernel.module), llvm.get_host_cpu_name(), features,
                                   level=3, optimise=True))
         panels = engines[-1].get_function_address("panels")
@@ -532,4 +583,7 @@ def _compiled_avx2(narrow: bool) -> tuple[dict[Any, Any], list[Any]]:
         if narrow:  # rows read where a table points (`table_job`), and its one-row tile
             _, kernels["task", "table", vectors], _ = compiled_tile(rows, vectors, table=True)
             *_, kernels["edge", "table", vectors] = compiled_tile(1, vectors, table=True)
+            # and each listing its own taps (`taps_job`)
+            _, kernels["task", "taps", vectors], _ = compiled_tile(rows, vectors, taps=True)
+            *_, kernels["edge", "taps", vectors] = compiled_tile(1, vectors, taps=True)
     return kernels, engines

@@ -50,6 +50,7 @@ STRIP = 16  # columns a K loop computes: one 64-byte run of a step's weights
 WORDS = ir.VectorType(I16, 16)  # one ymm of int16 operands
 SUMS = ir.VectorType(I32, 8)  # one ymm of int32 accumulators
 QUARTER = 16  # bytes of packed weights (4 columns × 4 K values) widened into one ymm
+TAP_ENTRY = 4  # int64 of a row's entry in `NarrowInt8Kernel`'s taps mode
 CHUNK = 128  # groups of four K values whose widened activations a row block buffers
 
 
@@ -282,8 +283,15 @@ class NarrowInt8Kernel(Avx2Int8Kernel):
     the row's repeated activations and the ones fit AVX2's sixteen registers. ``table``: ``a``
     holds each row's address (int64, `gemm_int8.table_job`) and ``lda`` is the address of each
     group of four K values' byte offset from there (int64), so that a convolution's windows
-    are read where they lie; its task steps 8 bytes of ``a`` a row. Each step prefetches
-    every cache line of the strip's weights ``ahead`` bytes on.
+    are read where they lie; its task steps 8 bytes of ``a`` a row. ``taps``: ``a`` holds an
+    entry of `TAP_ENTRY` int64 a row (`gemm_int8.taps_job`): its window's address, the row of
+    C its sums go to, and the address and count of its K steps, each step two int64: the
+    group's byte offset in the window and its weights' byte offset in a panel. A block's
+    rows share its first row's steps, so that a tile of windows at an image's border walks
+    only the taps inside the image, where ``table`` multiplies the padding's zeros too
+    (ResNet's 3×3 layers at 7²: 19² of 21² taps). ``lda`` goes unused; ``groups`` gives the
+    panels' stride alone. Each step prefetches every cache line of the strip's weights
+    ``ahead`` bytes on.
 
     One row (a classifier at batch 1) takes a strip of the whole panel (`gemm_int8` binds
     it so): 8 accumulators at 64 columns, and the K loop walks the panel's weights in the
@@ -293,10 +301,11 @@ class NarrowInt8Kernel(Avx2Int8Kernel):
     (`bench/int8_avx2.py --classifier`)."""
 
     def __init__(self, rows: int, vectors: int, strip: int = STRIP,
-                 table: bool = False, ahead: int = AHEAD_BYTES) -> None:
+                 table: bool = False, ahead: int = AHEAD_BYTES, taps: bool = False) -> None:
         super().__init__(rows, vectors, buffered=False)
         self.strip = min(strip, self.columns)
         self.table = table
+        self.taps = taps
         self.ahead = ahead
         self.bytes_product = ir.Function(self.module, ir.FunctionType(WORDS, [BYTES, BYTES]),
                                          name="llvm.x86.avx2.pmadd.ub.sw")
@@ -306,7 +315,19 @@ class NarrowInt8Kernel(Avx2Int8Kernel):
         a, lda, _, groups, c, ldc, offsets, _, _, _ = function.args
         builder = ir.IRBuilder(function.append_basic_block("entry"))
         loops = PanelLoops(function, builder, self.columns, self.rows)
-        if self.table:  # each row's address read from the table, the groups' offsets at lda
+        self.steps = None
+        if self.taps:
+            entries = builder.bitcast(a, I64.as_pointer())
+
+            def field(i: int, index: int) -> ir.Value:
+                entry = builder.mul(builder.add(loops.row, I64(i)), I64(TAP_ENTRY))
+                return builder.load(builder.gep(entries, [builder.add(entry, I64(index))]))
+            a_rows = [builder.inttoptr(field(i, 0), I8.as_pointer()) for i in range(self.rows)]
+            c_rows = [builder.gep(c, [builder.add(builder.mul(field(i, 1), ldc), loops.column)])
+                      for i in range(self.rows)]
+            self.steps = builder.inttoptr(field(0, 2), I64.as_pointer())
+            groups = field(0, 3)
+        elif self.table:  # each row's address read from the table, the groups' offsets at lda
             addresses = builder.bitcast(a, I64.as_pointer())
             self.group_offsets = builder.inttoptr(lda, I64.as_pointer())
             a_rows = [builder.inttoptr(builder.load(builder.gep(addresses, [
@@ -314,8 +335,10 @@ class NarrowInt8Kernel(Avx2Int8Kernel):
         else:
             a_rows = [builder.gep(a, [builder.mul(builder.add(loops.row, I64(i)), lda)])
                       for i in range(self.rows)]
-        c_rows = [builder.gep(c, [builder.add(builder.mul(builder.add(loops.row, I64(i)), ldc),
-                                              loops.column)]) for i in range(self.rows)]
+        if not self.taps:
+            c_rows = [builder.gep(c, [builder.add(builder.mul(builder.add(loops.row, I64(i)),
+                                                              ldc), loops.column)])
+                      for i in range(self.rows)]
         for strip in range(self.columns // self.strip):
             sums = self._narrow_strip(function, builder, a_rows, builder.gep(
                 loops.b_panel, [I64(strip * self.strip * 4)]), groups)
@@ -338,7 +361,11 @@ class NarrowInt8Kernel(Avx2Int8Kernel):
         halves = self.strip // 8
         ones = ir.Constant(WORDS, [1] * 16)
         (start, loop, after), group, tile = self._open_k_loop(function, builder, groups, halves)
-        b_run = builder.gep(b_strip, [builder.mul(group, I64(self.columns * 4))])
+        if self.steps is not None:  # the step's group offset and weights where it says
+            step = builder.gep(self.steps, [builder.mul(group, I64(2))])
+            b_run = builder.gep(b_strip, [builder.load(builder.gep(step, [I64(1)]))])
+        else:
+            b_run = builder.gep(b_strip, [builder.mul(group, I64(self.columns * 4))])
         # ``prefetcht0`` of each cache line of the strip's step ``ahead`` bytes on
         for line in range(self.strip * 4 // 64):
             builder.call(self.prefetch, [builder.gep(b_run, [I64(self.ahead + 64 * line)]),
@@ -347,8 +374,12 @@ class NarrowInt8Kernel(Avx2Int8Kernel):
                                                 BYTES.as_pointer()), align=1)
                    for half in range(halves)]
         # the group's first byte in each row: 4 a group on, or where the table says
-        at = builder.load(builder.gep(self.group_offsets, [group])) if self.table else \
-            builder.mul(group, I64(4))
+        if self.steps is not None:
+            at = builder.load(step)
+        elif self.table:
+            at = builder.load(builder.gep(self.group_offsets, [group]))
+        else:
+            at = builder.mul(group, I64(4))
         stepped = []
         for i, a_row in enumerate(a_rows):
             word = builder.load(builder.bitcast(builder.gep(a_row, [at]), I32.as_pointer()),

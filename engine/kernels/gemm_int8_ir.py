@@ -205,7 +205,7 @@ class Int8Kernel:
 
 def define_task(module: ir.Module, panels: ir.Function, rows: int,
                 name: str = "task", row_bytes: int | None = None,
-                edge: bool = False) -> ir.Function:
+                edge: bool = False, rows_placed: bool = False) -> ir.Function:
     """A `spin_pool` task over ``panels`` (either kernel's): ``task(context, part, parts)``
     with the context ``[a, lda, b, groups, c, ldc, offsets, row_blocks, panel_count]`` (the
     addresses as integers). The (panel, row block) tiles, panel by panel, are cut into
@@ -219,7 +219,8 @@ def define_task(module: ir.Module, panels: ir.Function, rows: int,
     ``panels`` of the same arguments and the rows of the last row block that hold data
     (1 to ``rows``). Where the last block is short, a run reaching it computes that block's
     rows on the one-row tile, not the whole tile: ResNet's 7² layers (49 rows) compute 49
-    rows, not 52."""
+    rows, not 52. ``rows_placed``: ``a``'s rows name the rows of ``c`` their sums go to (the
+    narrow kernel's taps mode), so every call gets ``c`` as it is."""
     word_pointer = I64.as_pointer()
     function = ir.Function(module, ir.FunctionType(ir.VoidType(), [word_pointer, I64, I64]),
                            name=name)
@@ -233,7 +234,7 @@ def define_task(module: ir.Module, panels: ir.Function, rows: int,
     c = builder.inttoptr(c, I32.as_pointer())
     offsets = builder.inttoptr(offsets, I32.as_pointer())
     row_bytes = builder.mul(lda, I64(rows)) if row_bytes is None else I64(row_bytes * rows)
-    c_rows = builder.mul(ldc, I64(rows))
+    c_rows = I64(0) if rows_placed else builder.mul(ldc, I64(rows))
 
     def call(panel: ir.Value, block: ir.Value, count: ir.Value) -> None:
         builder.call(panels, [builder.gep(a, [builder.mul(block, row_bytes)]), lda, b, groups,

@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from engine.cpu import cache_sizes, compiled, host_features, kernel_jobs, llvm_jit, spin_pool
-from engine.kernels import gemm_int8, int8_memory, int8_requantize_ir, part_chain
+from engine.kernels import border_taps, gemm_int8, int8_memory, int8_requantize_ir, part_chain
 
 _kernels: dict[str, Any] = {}
 # Output positions the requantize pass holds as bytes between its loops: up to TILE, fewer
@@ -326,6 +326,16 @@ class FusedConv(EpilogueLayer):
         return _requantize_vector.address(int8_requantize_ir.task_name(False)) is not None
 
     @property
+    def skips_padding(self) -> bool:
+        """Whether the product walks only the taps of each window inside the image
+        (`gemm_int8.taps_job`, `border_taps`): windows read where they lie in whole groups
+        of channels (`reads_windows`, no runs), padding to skip, and uint8 data, whose
+        padding holds zeros that add nothing (int8 data's holds 128, which the column
+        offsets take out over every tap)."""
+        return bool(self.reads_windows and not self.run and self.stack == 1
+                    and any(self.geometry.pad) and self.data.dtype == np.uint8)
+
+    @property
     def reads_data_in_place(self) -> bool:
         """Whether the product reads the data where they lie, not a copy made before it:
         unpadded uint8 handed over channels-last (the copy's bytes already), read by the
@@ -416,11 +426,13 @@ class FusedConv(EpilogueLayer):
                              "in `int8_requantize_ir`'s pass")
         chained = None
         if self.reads_windows:
-            windows = self._window_table(padded, block)
-            addresses, group_offsets = windows
-            chained = self._window_chain(epilogue, partial(
-                self._table_share, addresses, group_offsets, signed, padded), residual, out,
-                scratch)
+            addresses, group_offsets = self._window_table(padded, block)
+            windows = partial(self._table_share, addresses, group_offsets, signed, padded)
+            if self.skips_padding:
+                windows = partial(self._taps_share, border_taps.TapRows(
+                    addresses, group_offsets, packed, geometry, (height, width),
+                    (out_h, out_w)), padded, {})
+            chained = self._window_chain(epilogue, windows, residual, out, scratch)
         elif not (self.tile_rows or self.gathers or fused or host_features.has("avx512f")):
             # (measured on AVX2 hosts; AVX-512 ones keep their chunks' jobs)
             lay = partial(self._copy_share, flat, signed, padded) if (
@@ -444,9 +456,7 @@ class FusedConv(EpilogueLayer):
                 if fused:
                     continue
             elif self.reads_windows:
-                addresses, group_offsets = windows
-                jobs.append(gemm_int8.table_job(addresses[first:], group_offsets, count,
-                                                packed, signed, sums[:used], padded))
+                jobs.append(windows(first, count, sums[:used]))
             else:
                 if self.gathers:
                     patches = rows.reshape(-1, packed.groups * 4)
@@ -483,6 +493,17 @@ class FusedConv(EpilogueLayer):
         """The product of a share reading its windows where they lie (`reads_windows`)."""
         return gemm_int8.table_job(addresses[first:], group_offsets, count, self.packed,
                                    signed, region, padded)
+
+    def _taps_share(self, taps: border_taps.TapRows, padded: np.ndarray,
+                    made: dict[tuple[int, int], Any], first: int, count: int,
+                    region: np.ndarray) -> Any:
+        """The product of a share walking only its windows' taps inside the image
+        (`skips_padding`); ``made`` keeps each share's entries, bound once for every
+        region."""
+        if (first, count) not in made:
+            made[first, count] = taps.entries(first, count)
+        entries, steps = made[first, count]
+        return gemm_int8.taps_job(entries, count, self.packed, region, (padded, *steps))
 
     def _rows_share(self, padded: np.ndarray, signed: bool, first: int, count: int,
                     region: np.ndarray) -> Any:

@@ -414,6 +414,66 @@ def test_the_table_product_refuses_what_it_cannot_run() -> None:
         gemm_int8.table_job(addresses, np.zeros(2, np.int64), 1, full, False, out)
 
 
+@needs_narrow
+@pytest.mark.parametrize(("m", "k", "n"), [(1, 8, 5), (13, 576, 64), (49, 256, 130),
+                                           (6, 1028, 33)])
+def test_the_taps_product_walks_each_blocks_own_steps(m: int, k: int, n: int) -> None:
+    """`taps_job` reads each row's window where its entry points, walks the K steps its
+    block's first row lists (any subset of K's groups, in any order, none at all) and
+    writes its sums to the row of ``out`` its entry names; a short last block runs a row at
+    a time, each on its own steps. NumPy's sums of the bytes so read, on one thread and on
+    two; the rows of ``out`` no entry names stay as they were."""
+    from engine.cpu import spin_pool
+
+    rng = np.random.default_rng(m + k + n)
+    w = rng.integers(-63, 64, (k, n)).astype(np.int8)
+    weights = gemm_int8.PackedWeights(w)
+    rows, groups = weights.rows, k // 4
+    source = rng.integers(0, 256, (m + 5, k + 12)).astype(np.uint8)
+    windows = rng.permutation(m + 5)[:m]
+    group_offsets = 4 * rng.permutation((k + 12) // 4)[:groups].astype(np.int64)
+    sums_rows = rng.permutation(m + 3)[:m]  # where each row's sums go, some rows left out
+    blocks = -(-m // rows)
+    short = m % rows
+    lists, entries = [], np.zeros((blocks * rows, 4), np.int64)
+    want = np.full((m + 3, n), 7, np.int64)
+    for row in range(m):
+        if row % rows == 0 or (short and row >= m - short):
+            taken = rng.permutation(groups)[:rng.integers(0, groups + 1)]
+            steps = np.zeros((max(len(taken), 1), 2), np.int64)
+            steps[:len(taken), 0] = group_offsets[taken]
+            steps[:len(taken), 1] = gemm_int8.weight_offset(weights, taken)
+            lists.append(steps)
+        entries[row] = (source.ctypes.data + windows[row] * source.shape[1], sums_rows[row],
+                        steps.ctypes.data, len(taken))
+        k_values = (4 * taken[:, None] + np.arange(4)).reshape(-1)
+        read = source[windows[row], (group_offsets[taken, None] + np.arange(4)).reshape(-1)]
+        want[sums_rows[row]] = read.astype(np.int64) @ w[k_values].astype(np.int64)
+    out = np.full((m + 3, weights.panels * weights.vectors * gemm_int8.LANES), 7, np.int32)
+    job = gemm_int8.taps_job(entries, m, weights, out, (source, *lists))
+    job()
+    np.testing.assert_array_equal(out[:, :n], want)
+    out[...] = 7
+    with spin_pool.armed(2):
+        job()
+    np.testing.assert_array_equal(out[:, :n], want)
+
+
+@needs_narrow
+def test_the_taps_product_refuses_what_it_cannot_run() -> None:
+    narrow = gemm_int8.PackedWeights(np.ones((8, 4), np.int8))
+    out = np.zeros((gemm_int8.NARROW_ROWS, 16), np.int32)
+    entries = np.zeros((gemm_int8.NARROW_ROWS, 4), np.int64)
+    with pytest.raises(ValueError, match="entries"):
+        gemm_int8.taps_job(entries[:, :3].copy(), 1, narrow, out, ())
+    entries[0, 1] = gemm_int8.NARROW_ROWS  # a sums row past the result's
+    with pytest.raises(ValueError, match="result"):
+        gemm_int8.taps_job(entries, 1, narrow, out, ())
+    full = gemm_int8.PackedWeights(np.full((8, 4), -128, np.int8))
+    with pytest.raises(RuntimeError, match="narrow weights"):
+        gemm_int8.taps_job(entries, 1, full, out, ())
+
+
 # sha-256 of the VNNI kernels' modules (each tile and its one-row tile, with their tasks) and
 # the AMX kernel's, as `_compile` builds them: `define_task` serves the AVX2 table kernels too,
 # and its default leaves those builds unchanged
