@@ -5,6 +5,7 @@ not a multiple of 4 or of 64, partial row blocks and column panels)."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import numpy as np
 import pytest
@@ -414,6 +415,18 @@ def test_the_table_product_refuses_what_it_cannot_run() -> None:
         gemm_int8.table_job(addresses, np.zeros(2, np.int64), 1, full, False, out)
 
 
+def writes_on_one_thread_and_two(job: Any, out: np.ndarray, n: int, want: np.ndarray) -> None:
+    """``job`` writes ``want`` into ``out``'s first ``n`` columns (its rows as ``want``'s,
+    7 where it writes nothing), run on one thread and again on two."""
+    from engine.cpu import spin_pool
+
+    for threads in (1, 2):
+        out[...] = 7
+        with spin_pool.armed(threads):
+            job()
+        np.testing.assert_array_equal(out[:len(want), :n], want)
+
+
 @needs_narrow
 @pytest.mark.parametrize(("m", "k", "n"), [(1, 8, 5), (13, 576, 64), (49, 256, 130),
                                            (6, 1028, 33)])
@@ -423,7 +436,6 @@ def test_the_taps_product_walks_each_blocks_own_steps(m: int, k: int, n: int) ->
     writes its sums to the row of ``out`` its entry names; a short last block runs a row at
     a time, each on its own steps. NumPy's sums of the bytes so read, on one thread and on
     two; the rows of ``out`` no entry names stay as they were."""
-    from engine.cpu import spin_pool
 
     rng = np.random.default_rng(m + k + n)
     w = rng.integers(-63, 64, (k, n)).astype(np.int8)
@@ -449,14 +461,9 @@ def test_the_taps_product_walks_each_blocks_own_steps(m: int, k: int, n: int) ->
         k_values = (4 * taken[:, None] + np.arange(4)).reshape(-1)
         read = source[windows[row], (group_offsets[taken, None] + np.arange(4)).reshape(-1)]
         want[sums_rows[row]] = read.astype(np.int64) @ w[k_values].astype(np.int64)
-    out = np.full((m + 3, weights.panels * weights.vectors * gemm_int8.LANES), 7, np.int32)
+    out = np.empty((m + 3, weights.panels * weights.vectors * gemm_int8.LANES), np.int32)
     job = gemm_int8.taps_job(entries, m, weights, out, (source, *lists))
-    job()
-    np.testing.assert_array_equal(out[:, :n], want)
-    out[...] = 7
-    with spin_pool.armed(2):
-        job()
-    np.testing.assert_array_equal(out[:, :n], want)
+    writes_on_one_thread_and_two(job, out, n, want)
 
 
 @needs_narrow
@@ -505,7 +512,6 @@ def test_a_product_job_of_narrow_weights_takes_just_its_rows(m: int, k: int, n: 
     (`reads_rows_only`), so its rows and result may hold just the ``m`` rows: NumPy's
     sums on one thread and on two. Full-range weights' jobs, whose tiles read and write the
     whole last block, still refuse such rows."""
-    from engine.cpu import spin_pool
 
     rng = np.random.default_rng(m + k + n)
     w = rng.integers(-63, 64, (k, n)).astype(np.int8)
@@ -513,15 +519,9 @@ def test_a_product_job_of_narrow_weights_takes_just_its_rows(m: int, k: int, n: 
     assert gemm_int8.reads_rows_only(weights, m)
     rows = rng.integers(0, 256, (m, k)).astype(np.uint8)
     columns = weights.panels * weights.vectors * gemm_int8.LANES
-    out = np.full((m, columns), 7, np.int32)
+    out = np.empty((m, columns), np.int32)
     job = gemm_int8.product_job(rows, m, weights, False, out)
-    want = rows.astype(np.int64) @ w.astype(np.int64)
-    job()
-    np.testing.assert_array_equal(out[:, :n], want)
-    out[...] = 7
-    with spin_pool.armed(2):
-        job()
-    np.testing.assert_array_equal(out[:, :n], want)
+    writes_on_one_thread_and_two(job, out, n, rows.astype(np.int64) @ w.astype(np.int64))
     wide = gemm_int8.PackedWeights(np.full((k, n), 100, np.int8))
     assert gemm_int8.reads_rows_only(wide, m) == (m % wide.rows == 0)
     if m % wide.rows:
