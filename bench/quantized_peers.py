@@ -15,7 +15,10 @@ hold it): everything it needs is in the network's folder the benchmark wrote:
 
 With ``--layers`` (OpenVINO only) it serves nothing: it prints OpenVINO's own time for each of
 its layers in the order it runs them (the plugin's performance counters, median over calls),
-which `bench/steps_in_order.py --openvino` sets beside ours.
+which `bench/steps_in_order.py --openvino` sets beside ours. With ``--layer-turns`` it times
+the same calls in turns another process paces over stdin (a count a line, each answered
+``DONE`` once run), so that ours and OpenVINO's layers take the host's slow spells alike, and
+prints the table at the end of input.
 
 With ``--scaling`` (OpenVINO only) it serves nothing either: it builds the runtime on every
 core and on one thread in this one process and times them in turn, round after round, for
@@ -46,6 +49,7 @@ import numpy as np
 
 RUNTIMES = ("ort-int8", "ov-f32", "ov-bf16", "ov-int8")
 CALIBRATION_INPUTS = 32  # the issue's calibration set size, for both quantisers
+TURNS_READY, TURN_DONE = "READY", "DONE"  # `serve_layer_turns`' answers
 # What a timed call's seconds are read from: the wall clock, or the process's CPU time (all its
 # threads), which leaves out the time a loaded machine's other jobs held the cores.
 CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter,
@@ -216,9 +220,9 @@ def timed_calls(action: Callable[[], object], count: int,
     return seconds
 
 
-def print_layer_times(runtime: str, folder: Path, batch: int, threads: int, runs: int) -> None:
-    """OpenVINO's time per layer (``PERF_COUNT``), median of ``runs`` calls after 10 of
-    warm-up, in the order its runtime model runs them."""
+def profiled_request(runtime: str, folder: Path, batch: int, threads: int) -> tuple[Any, Any]:
+    """An OpenVINO infer request with its performance counters on (``PERF_COUNT``), warmed
+    by 10 calls, and the case's input."""
     import openvino
 
     if not runtime.startswith("ov-"):
@@ -235,18 +239,56 @@ def print_layer_times(runtime: str, folder: Path, batch: int, threads: int, runs
     request = openvino.Core().compile_model(model, "CPU", config).create_infer_request()
     for _ in range(10):
         request.infer({0: data})
-    layers: dict[tuple[str, str, str], list[float]] = {}
+    return request, data
+
+
+def layer_times(request: Any, data: Any, runs: int,
+                layers: dict[tuple[str, str, str], list[float]]) -> None:
+    """``runs`` calls, each layer's time (its counter's ``real_time``) appended to
+    ``layers`` under (name, type, implementation)."""
     for _ in range(runs):
         request.infer({0: data})
         for layer in request.profiling_info:
             key = (layer.node_name, layer.node_type, layer.exec_type)
             layers.setdefault(key, []).append(layer.real_time.total_seconds())
+
+
+def print_layer_table(label: str, layers: dict[tuple[str, str, str], list[float]],
+                      runs: int) -> None:
+    """Each layer's median time, in the order OpenVINO runs them."""
     medians = {key: float(np.median(times)) for key, times in layers.items()}
-    print(f"OpenVINO {precision}, batch {batch}, {threads or 'default'} thread(s): layers "
-          f"sum to {sum(medians.values()) * 1e3:.2f} ms (median of {runs} calls each)")
+    print(f"{label}: layers sum to {sum(medians.values()) * 1e3:.2f} ms (median of {runs} "
+          f"calls each)")
     for (name, kind, implementation), seconds in medians.items():
         if seconds > 0:
             print(f"  {seconds * 1e3:7.3f} ms  {name} ({kind}, {implementation})")
+
+
+def print_layer_times(runtime: str, folder: Path, batch: int, threads: int, runs: int) -> None:
+    """OpenVINO's time per layer (``PERF_COUNT``), median of ``runs`` calls after 10 of
+    warm-up, in the order its runtime model runs them."""
+    request, data = profiled_request(runtime, folder, batch, threads)
+    layers: dict[tuple[str, str, str], list[float]] = {}
+    layer_times(request, data, runs, layers)
+    print_layer_table(f"OpenVINO {runtime.removeprefix('ov-')}, batch {batch}, "
+                      f"{threads or 'default'} thread(s)", layers, runs)
+
+
+def serve_layer_turns(runtime: str, folder: Path, batch: int, threads: int) -> None:
+    """`print_layer_times` in turns another process paces: once warm, ``READY`` on stdout;
+    then each line of stdin holding a count runs that many calls and answers ``DONE``; at the
+    end of stdin, the table of every call's layers (so that a benchmark times ours and
+    OpenVINO's layers in alternate turns, the host's slow spells falling on both)."""
+    request, data = profiled_request(runtime, folder, batch, threads)
+    layers: dict[tuple[str, str, str], list[float]] = {}
+    print(TURNS_READY, flush=True)
+    runs = 0
+    for line in sys.stdin:
+        layer_times(request, data, int(line), layers)
+        runs += int(line)
+        print(TURN_DONE, flush=True)
+    print_layer_table(f"OpenVINO {runtime.removeprefix('ov-')}, batch {batch}, "
+                      f"{threads or 'default'} thread(s), in turns with ours", layers, runs)
 
 
 def print_scaling(runtime: str, folder: Path, batch: int, rounds: int,
@@ -288,12 +330,17 @@ def main() -> None:
                              "process's CPU time, every thread of it)")
     parser.add_argument("--layers", type=int, metavar="RUNS", default=0,
                         help="print OpenVINO's time per layer over RUNS calls instead of serving")
+    parser.add_argument("--layer-turns", action="store_true",
+                        help="--layers in turns paced on stdin (`serve_layer_turns`)")
     parser.add_argument("--scaling", type=int, metavar="ROUNDS", default=0,
                         help="time OpenVINO on every core against one thread in turn for "
                              "ROUNDS rounds instead of serving")
     options = parser.parse_args()
     if options.scaling:
         print_scaling(options.runtime, options.folder, options.batch, options.scaling)
+        return
+    if options.layer_turns:
+        serve_layer_turns(options.runtime, options.folder, options.batch, options.threads)
         return
     if options.layers:
         print_layer_times(options.runtime, options.folder, options.batch, options.threads,

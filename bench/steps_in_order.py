@@ -18,7 +18,8 @@ identical plans (a model each) and times them in turn, where one plan differing 
 shows where their memory lies mattering. ``--openvino`` then prints
 OpenVINO's own time per layer, in its order, for the same network, batch, thread count and
 precision (int8 through NNCF, as `bench/executor.py` quantises it), from the peer environment
-(`bench/quantized_peers.py --layers`). ``--clock thread`` reads
+(`bench/quantized_peers.py --layer-turns`), its calls timed in turns with our runs, `TURN`
+of each at a time. ``--clock thread`` reads
 the calling thread's CPU time in place of the wall clock (one thread only), which other
 processes on a busy machine leave out; ``--statistic best`` gives each node's best run in
 place of its median. One thread by default: BLAS's
@@ -41,6 +42,7 @@ import numpy as np
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
 
 import nets  # noqa: E402 - found through the path set just above
+import quantized_peers  # noqa: E402 - the same
 
 import engine  # noqa: E402
 from engine.cpu import parallel  # noqa: E402
@@ -66,6 +68,7 @@ CLOCKS = {"wall": time.perf_counter, "thread": time.thread_time}
 # What a node's row gives of its runs: the median, or the best (on a busy machine the best of
 # the thread's CPU time is the steadiest figure of a node's own work).
 STATISTICS = {"median": statistics.median, "best": min}
+TURN = 5  # our runs, then as many of OpenVINO's calls, in turn (``--openvino``)
 
 
 def build(options: argparse.Namespace) -> tuple[Any, dict[str, np.ndarray]]:
@@ -173,35 +176,68 @@ def main() -> None:
     per_run: dict[str, list[list[float]]] = {label: [] for label in plans}
     whole: dict[str, list[float]] = {label: [] for label in plans}
     clock = CLOCKS[options.clock]
-    for _ in range(options.runs):
+    peer = OpenVinoTurns(options) if options.openvino else None
+    for run in range(options.runs):
         for label, (plan, feed) in plans.items():
             per_run[label].append(plan.walk(feed, clock))
             start = clock()
             plan.run(feed, copy_outputs=False)
             whole[label].append(clock() - start)
+        if peer is not None and ((run + 1) % TURN == 0 or run + 1 == options.runs):
+            peer.turn(run % TURN + 1)  # as many calls as our runs since its last turn
     for label, (plan, _) in plans.items():
         report(label, plan, per_run[label], whole[label], options)
-    if options.openvino:
-        openvino_layers(options)
+    if peer is not None:
+        print(peer.finish(), end="")
 
 
-def openvino_layers(options: argparse.Namespace) -> None:
-    """OpenVINO's per-layer times on this case, run by `quantized_peers` in the peer
-    environment on the ONNX file our exporter writes (a folder as `bench/executor.py` makes)."""
-    import subprocess
-    import tempfile
+class OpenVinoTurns:
+    """OpenVINO's per-layer times on this case, from `quantized_peers --layer-turns` in the
+    peer environment on the ONNX file our exporter writes (a folder as `bench/executor.py`
+    makes), its calls in turns with our walks (`turn`), so that the host's slow spells fall
+    on both: its counters, timed after ours, read 1.09–1.27 ms on ResNet-18's 3×3 int8
+    layers against 1.26–1.43 in another run, and only in turns did its per-layer lead at 7²
+    show at our tenth percentile too."""
 
-    import executor
+    def __init__(self, options: argparse.Namespace) -> None:
+        import subprocess
+        import tempfile
 
-    name = {"mobilenet_v2": "mobilenetv2_1.0"}.get(options.net, options.net)
-    runtime = {"fp32": "ov-f32"}.get(options.precision, f"ov-{options.precision}")
-    with tempfile.TemporaryDirectory() as root:
-        folder = executor.prepare_network(name, Path(root), 0)
+        import executor
+
+        name = {"mobilenet_v2": "mobilenetv2_1.0"}.get(options.net, options.net)
+        runtime = {"fp32": "ov-f32"}.get(options.precision, f"ov-{options.precision}")
+        self.root = tempfile.TemporaryDirectory()
+        folder = executor.prepare_network(name, Path(self.root.name), 0)
         executor.write_case_input(folder, options.batch)
-        subprocess.run([executor.peer_python(options.peer_python),
-                        str(Path(__file__).with_name("quantized_peers.py")), runtime,
-                        str(folder), "--batch", str(options.batch), "--threads",
-                        str(options.threads), "--layers", str(options.runs)], check=True)
+        self.process = subprocess.Popen(
+            [executor.peer_python(options.peer_python),
+             str(Path(__file__).with_name("quantized_peers.py")), runtime, str(folder),
+             "--batch", str(options.batch), "--threads", str(options.threads),
+             "--layer-turns"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self._until(quantized_peers.TURNS_READY)
+
+    def _until(self, answer: str) -> None:
+        """Reads the peer's output up to the line ``answer`` (NNCF's progress before it)."""
+        for line in self.process.stdout:
+            if line.strip() == answer:
+                return
+        raise RuntimeError(f"the OpenVINO peer ended before {answer} (exit "
+                           f"{self.process.wait()})")
+
+    def turn(self, calls: int) -> None:
+        """``calls`` of OpenVINO's calls, timed layer by layer, while ours wait."""
+        self.process.stdin.write(f"{calls}\n")
+        self.process.stdin.flush()
+        self._until(quantized_peers.TURN_DONE)
+
+    def finish(self) -> str:
+        """The peer's table of every turn's calls."""
+        self.process.stdin.close()
+        table = self.process.stdout.read()
+        self.process.wait()
+        self.root.cleanup()
+        return table
 
 
 if __name__ == "__main__":

@@ -242,6 +242,39 @@ def test_the_protocol_survives_a_library_writing_to_stdout(tmp_path: Path) -> No
     np.testing.assert_array_equal(np.load(folder / "ov-f32-b1-output.npy"), [[2, 2, 2]])
 
 
+def test_layer_turns_run_the_calls_each_turn_asks_and_tabulate_them_all(
+        tmp_path: Path) -> None:
+    """``--layer-turns``: ready once warm, each count run and answered, then at the end of
+    input one table over every turn's calls, each layer's median in OpenVINO's order."""
+    script = tmp_path / "turns.py"
+    script.write_text(
+        "import datetime, sys, types\n"
+        f"sys.path.insert(0, {str(Path(quantized_peers.__file__).parent)!r})\n"
+        "import quantized_peers\n"
+        "calls = []\n"
+        "def layer(name, ms):\n"
+        "    return types.SimpleNamespace(node_name=name, node_type='Convolution',\n"
+        "        exec_type='jit', real_time=datetime.timedelta(milliseconds=ms))\n"
+        "class Request:\n"
+        "    def infer(self, inputs):\n"
+        "        calls.append(1)\n"
+        "        self.profiling_info = [layer('b', len(calls)), layer('a', 1.0)]\n"
+        "quantized_peers.profiled_request = lambda *args: (Request(), None)\n"
+        "quantized_peers.main()\n")
+    answers = subprocess.run([sys.executable, str(script), "ov-int8", str(tmp_path),
+                              "--batch", "1", "--layer-turns"], input="2\n3\n",
+                             capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "PYTHONPATH": ""})
+    assert answers.returncode == 0, answers.stderr
+    lines = answers.stdout.splitlines()
+    assert lines[:3] == [quantized_peers.TURNS_READY, quantized_peers.TURN_DONE,
+                         quantized_peers.TURN_DONE]
+    assert "in turns with ours" in lines[3] and "median of 5 calls" in lines[3]
+    # layer b took 1..5 ms over the five calls: median 3; a, 1 ms each; in that order
+    assert [line.split()[0] for line in lines[4:]] == ["3.000", "1.000"]
+    assert lines[4].split()[2] == "b"
+
+
 def test_process_clock_counts_the_cpu_a_call_spends_not_its_sleep() -> None:
     # A call that sleeps 50 ms and spins 20 ms: the wall clock reads both, the process's CPU
     # time only the spin.
