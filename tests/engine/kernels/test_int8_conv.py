@@ -1209,6 +1209,32 @@ def test_narrow_weights_read_the_windows_where_they_lie(monkeypatch, shape, data
 
 @pytest.mark.skipif(not gemm_int8.narrow_weights_pay(),
                     reason="the host runs the VNNI kernels: no vpmaddubsw table product")
+@pytest.mark.parametrize("shape,data_dtype,skips", [
+    (WINDOW_SHAPES[0], np.uint8, True),
+    (WINDOW_SHAPES[2], np.uint8, True),  # dilated, strides and padding differing by axis
+    ((2, 8, (3, 4), 16, (3, 3), (1, 1), (4, 3), (1, 1)), np.uint8, True),  # windows all padding
+    (WINDOW_SHAPES[0], np.int8, False),  # its padding holds 128, taken out over every tap
+    (WINDOW_SHAPES[4], np.uint8, False),  # no padding
+])
+def test_uint8_windows_at_the_border_walk_only_the_taps_inside(shape, data_dtype, skips):
+    """uint8 data with padding take the taps product (`border_taps`): each tile walks the
+    taps its windows have inside the image, down to none for a window wholly in the
+    padding; the NumPy path's bytes on one thread and on two. int8 data, or no padding,
+    keep the table product."""
+    rng = np.random.default_rng(_seed("taps", shape, np.dtype(data_dtype).str))
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, shape, data_dtype, np.uint8, "relu", False)
+    weight = np.clip(weight, -63, 63)
+    want = _reference(data, weight, geometry, epilogue, residual, storage, np.uint8)
+    out = np.full(want.shape, 77, np.uint8)
+    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight))
+    conv = int8_conv.FusedConv(data, weight, packed, geometry, out, residual)
+    assert conv.reads_windows and conv.skips_padding == skips
+    _alone_then_armed(conv, epilogue, out, want)
+
+
+@pytest.mark.skipif(not gemm_int8.narrow_weights_pay(),
+                    reason="the host runs the VNNI kernels: no vpmaddubsw table product")
 @pytest.mark.parametrize("shape,in_place", [
     ((2, 16, (9, 9), 24, (1, 1), (2, 2), (0, 0), (1, 1)), True),  # a stride-2 shortcut
     ((1, 8, (11, 9), 33, (3, 3), (2, 2), (1, 1), (1, 1)), False),  # padded: copied
