@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -528,19 +529,51 @@ def _compile_avx2() -> dict[Any, Any]:
 
 def _compile_narrow() -> dict[Any, Any] | None:
     """The ``vpmaddubsw`` kernels for narrow weights, under the keys `_kernel` asks with
-    (each panel width's tile and one-row tile, and their tasks); None where they do not
-    compile."""
+    (each panel width's tile and one-row tile, their tasks, and the table and taps
+    products'), each width's kernels of a kind compiled at the first key asked of them
+    (`NarrowKernels`); None where they do not compile (tried on the widest panels' tiles)."""
+    kernels = NarrowKernels()
     try:
-        kernels, engines = _compiled_avx2(narrow=True)
+        kernels[NARROW_FIRST]
     except (RuntimeError, OSError):
         return None
-    _state["narrow engines"] = engines  # the engines own the machine code
     return kernels
 
 
-def _compiled_avx2(narrow: bool) -> tuple[dict[Any, Any], list[Any]]:
+# the kernels `_compile_narrow` compiles first: the widest panels' tiles, which most layers
+# take (N of 64 and more)
+NARROW_FIRST = 4
+
+
+class NarrowKernels(dict):
+    """The narrow-weight kernels by key, compiled a group at a time at the first key asked of
+    the group: a panel width's tiles (``vectors``, ``("task", vectors)``, its one-row tile
+    ``("row", vectors)`` with its task, and ``("edge", vectors)``), its table product's tasks
+    (``("task", "table", vectors)``, ``("edge", "table", vectors)``) or its taps product's.
+    All of them at once took 2.6–3.0 s of a Zen 3 core where ResNets use one panel width in
+    most of their layers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+
+    def __missing__(self, key: Any) -> Any:
+        vectors = key if isinstance(key, int) else key[-1]
+        kind = next((kind for kind in ("table", "taps") if kind in key), "tiles") \
+            if isinstance(key, tuple) else "tiles"
+        with self._lock:
+            if key not in self:
+                kernels, engines = _compiled_avx2(narrow=True, groups=((kind, vectors),))
+                _state.setdefault("narrow engines", []).extend(engines)  # own the code
+                self.update(kernels)
+        return dict.__getitem__(self, key)
+
+
+def _compiled_avx2(narrow: bool, groups: Any = None) -> tuple[dict[Any, Any], list[Any]]:
     """The AVX2 kernels (``narrow``: the ``vpmaddubsw`` ones) by key, and the engines that
-    own their machine code."""
+    own their machine code: ``groups`` (kind, vectors) of them, a kind ``"tiles"`` (a panel
+    width's tile and one-row tile), ``"table"`` or ``"taps"`` (narrow only); by default every
+    panel width's tiles."""
     import llvmlite.binding as llvm
 
     from engine.cpu.llvm_jit import compile_ir
@@ -575,15 +608,16 @@ def _compiled_avx2(narrow: bool) -> tuple[dict[Any, Any], list[Any]]:
         return _SIGNATURE(panels), engines[-1].get_function_address("task"), panels
 
     kernels: dict[Any, Any] = {}
-    for vectors, rows in tiles():
-        rows = NARROW_ROWS if narrow else rows
-        kernels[vectors], kernels["task", vectors], _ = compiled_tile(rows, vectors)
-        kernels["row", vectors], kernels["task", "row", vectors], kernels["edge", vectors] = \
-            compiled_tile(1, vectors)
-        if narrow:  # rows read where a table points (`table_job`), and its one-row tile
-            _, kernels["task", "table", vectors], _ = compiled_tile(rows, vectors, table=True)
-            *_, kernels["edge", "table", vectors] = compiled_tile(1, vectors, table=True)
-            # and each listing its own taps (`taps_job`)
-            _, kernels["task", "taps", vectors], _ = compiled_tile(rows, vectors, taps=True)
-            *_, kernels["edge", "taps", vectors] = compiled_tile(1, vectors, taps=True)
+    rows_of = dict(tiles())
+    for kind, vectors in groups or (("tiles", vectors) for vectors, _ in TILES):
+        rows = NARROW_ROWS if narrow else rows_of[vectors]
+        if kind == "tiles":
+            kernels[vectors], kernels["task", vectors], _ = compiled_tile(rows, vectors)
+            kernels["row", vectors], kernels["task", "row", vectors], \
+                kernels["edge", vectors] = compiled_tile(1, vectors)
+        else:  # rows read where a table points (`table_job`), or each listing its own taps
+            # (`taps_job`), and the one-row tile finishing a short last block
+            flag = {kind: True}
+            _, kernels["task", kind, vectors], _ = compiled_tile(rows, vectors, **flag)
+            *_, kernels["edge", kind, vectors] = compiled_tile(1, vectors, **flag)
     return kernels, engines

@@ -318,6 +318,8 @@ def test_narrow_weights_run_on_the_vpmaddubsw_kernels_exactly_without_vnni(
     assert "narrow kernels" in gemm_int8._state and quarter.rows == gemm_int8.NARROW_ROWS
     gemm_int8.multiply(np.ones((3, 40), np.uint8), quarter)
     kernels = gemm_int8._state["narrow kernels"]
+    for vectors, _ in gemm_int8.TILES:  # every width's tiles compiled (each on its first ask)
+        kernels[vectors]
     taken: list[object] = []
     for key in [key for key in kernels
                 if not (isinstance(key, tuple) and ("task" in key or "edge" in key))]:
@@ -464,6 +466,22 @@ def test_the_taps_product_walks_each_blocks_own_steps(m: int, k: int, n: int) ->
     out = np.empty((m + 3, weights.panels * weights.vectors * gemm_int8.LANES), np.int32)
     job = gemm_int8.taps_job(entries, m, weights, out, (source, *lists))
     writes_on_one_thread_and_two(job, out, n, want)
+
+
+@needs_narrow
+def test_narrow_kernels_compile_a_width_and_kind_at_its_first_ask() -> None:
+    """The narrow kernels start as the widest panels' tiles alone; a key of another width or
+    kind compiles that group only (ResNets run one width in most layers: the rest is load
+    time spent for nothing)."""
+    kernels = gemm_int8._compile_narrow()
+    widest = gemm_int8.NARROW_FIRST
+    assert set(kernels) == {widest, ("task", widest), ("row", widest),
+                            ("task", "row", widest), ("edge", widest)}
+    task = kernels["task", "taps", 1]
+    assert task and set(kernels) - {widest, ("task", widest), ("row", widest),
+                                    ("task", "row", widest), ("edge", widest)} == {
+        ("task", "taps", 1), ("edge", "taps", 1)}
+    assert kernels["task", "taps", 1] == task  # compiled once
 
 
 @needs_narrow
