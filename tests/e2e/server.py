@@ -19,15 +19,21 @@ ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "e2e-token"
 
 
-def free_port() -> int:
-    """A loopback port nobody listens on right now."""
-    return _unused_port()
+def free_port(*taken: int) -> int:
+    """A loopback port nobody listens on right now, none of ``taken``."""
+    return _unused_port(*taken)
 
 
-def _unused_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+def _unused_port(*taken: int) -> int:
+    """A port the kernel hands out for a probe bound and closed, none of ``taken``: two
+    probes in a row can be handed the same port, and a server whose HTTP and gRPC ports
+    came out equal exited, its second listener refused."""
+    while True:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = int(probe.getsockname()[1])
+        if port not in taken:
+            return port
 
 
 @dataclass(frozen=True)
@@ -61,11 +67,11 @@ def running_server(repository: Path, extra: Sequence[str] = (), *, admin_port: b
     grpc = ""
     if "--grpc-port" not in extra:  # never the default 8001: servers run side by side
         # Not `free_port`: a test pins that one to restart a replica on its old HTTP port.
-        grpc = f"127.0.0.1:{_unused_port()}"
+        grpc = f"127.0.0.1:{_unused_port(port)}"
         args += ["--grpc-port", grpc.rsplit(":", 1)[1]]
     admin = port
     if admin_port:
-        admin = free_port()
+        admin = _unused_port(port, *([int(grpc.rsplit(":", 1)[1])] if grpc else []))
         args += ["--admin-port", str(admin)]
     environment = {key: value for key, value in os.environ.items()
                    if not key.startswith("HYBRIDSERVE_")}

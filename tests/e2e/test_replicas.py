@@ -126,7 +126,8 @@ def nginx(nginx_binary: str, tmp_path: Path, replicas: tuple[list[Server], ExitS
     prefix.mkdir()
     ports = [int(server.url.rsplit(":", 1)[1]) for server in replicas[0]]
     grpc_ports = [int(server.grpc.rsplit(":", 1)[1]) for server in replicas[0]]
-    listen, grpc_listen = free_port(), free_port()
+    listen = free_port()
+    grpc_listen = free_port(listen)
     config, fail_timeout = replica_config(prefix, listen, grpc_listen, ports, grpc_ports)
     (prefix / "nginx.conf").write_text(config)
     output = (prefix / "stdout.log").open("wb")
