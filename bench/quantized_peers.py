@@ -14,11 +14,11 @@ hold it): everything it needs is in the network's folder the benchmark wrote:
 * ``data-b{batch}.npy``: the timed input.
 
 With ``--layers`` (OpenVINO only) it serves nothing: it prints OpenVINO's own time for each of
-its layers in the order it runs them (the plugin's performance counters, median over calls),
-which `bench/steps_in_order.py --openvino` sets beside ours. With ``--layer-turns`` it times
-the same calls in turns another process paces over stdin (a count a line, each answered
-``DONE`` once run), so that ours and OpenVINO's layers take the host's slow spells alike, and
-prints the table at the end of input.
+its layers in the order it runs them (the plugin's performance counters, median over calls).
+With ``--layer-turns`` it times the same calls in turns another process paces over stdin (a
+count a line, each answered ``DONE`` once run), so that ours and OpenVINO's layers take the
+host's slow spells alike, and prints the table at the end of input: `bench/steps_in_order.py
+--openvino` sets it beside ours so.
 
 With ``--scaling`` (OpenVINO only) it serves nothing either: it builds the runtime on every
 core and on one thread in this one process and times them in turn, round after round, for
@@ -226,7 +226,7 @@ def profiled_request(runtime: str, folder: Path, batch: int, threads: int) -> tu
     import openvino
 
     if not runtime.startswith("ov-"):
-        raise SystemExit(f"--layers reads OpenVINO's counters; {runtime} has none")
+        raise SystemExit(f"per-layer times are OpenVINO's counters; {runtime} has none")
     precision = runtime.removeprefix("ov-")
     model = openvino_model(folder, precision)
     data = np.load(folder / f"data-b{batch}.npy")

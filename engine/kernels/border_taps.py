@@ -65,6 +65,7 @@ class TapRows:
         self.rows_range = np.stack([rows_first, rows_stop], 1)
         self.columns_range = np.stack([columns_first, columns_stop], 1)
         self._steps: dict[tuple[int, ...], tuple[np.ndarray, int]] = {}
+        self._entries: dict[tuple[int, int], tuple[np.ndarray, list[np.ndarray]]] = {}
 
     def classes(self, positions: np.ndarray) -> np.ndarray:
         """Each position's class: its taps' (first row, row stop, first column, column
@@ -91,7 +92,13 @@ class TapRows:
 
     def entries(self, first: int, count: int) -> tuple[np.ndarray, list[np.ndarray]]:
         """The entries for output positions ``[first, first + count)`` (sums rows counted
-        from ``first``), whole blocks, and the step arrays they point into."""
+        from ``first``), whole blocks, and the step arrays they point into; made once a
+        share (a chained layer binds each share's product over every core's region)."""
+        if (first, count) not in self._entries:
+            self._entries[first, count] = self._laid(first, count)
+        return self._entries[first, count]
+
+    def _laid(self, first: int, count: int) -> tuple[np.ndarray, list[np.ndarray]]:
         rows = self.packed.rows
         positions = np.arange(first, first + count)
         classes = self.classes(positions)

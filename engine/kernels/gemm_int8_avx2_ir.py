@@ -326,7 +326,7 @@ class NarrowInt8Kernel(Avx2Int8Kernel):
             c_rows = [builder.gep(c, [builder.add(builder.mul(field(i, 1), ldc), loops.column)])
                       for i in range(self.rows)]
             self.steps = builder.inttoptr(field(0, 2), I64.as_pointer())
-            groups = field(0, 3)
+            groups = field(0, 3)  # the K loop's count (the argument gave the panels' stride)
         elif self.table:  # each row's address read from the table, the groups' offsets at lda
             addresses = builder.bitcast(a, I64.as_pointer())
             self.group_offsets = builder.inttoptr(lda, I64.as_pointer())

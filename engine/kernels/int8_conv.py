@@ -431,7 +431,7 @@ class FusedConv(EpilogueLayer):
             if self.skips_padding:
                 windows = partial(self._taps_share, border_taps.TapRows(
                     addresses, group_offsets, packed, geometry, (height, width),
-                    (out_h, out_w)), padded, {})
+                    (out_h, out_w)), padded)
             chained = self._window_chain(epilogue, windows, residual, out, scratch)
         elif not (self.tile_rows or self.gathers or fused or host_features.has("avx512f")):
             # (measured on AVX2 hosts; AVX-512 ones keep their chunks' jobs)
@@ -494,15 +494,11 @@ class FusedConv(EpilogueLayer):
         return gemm_int8.table_job(addresses[first:], group_offsets, count, self.packed,
                                    signed, region, padded)
 
-    def _taps_share(self, taps: border_taps.TapRows, padded: np.ndarray,
-                    made: dict[tuple[int, int], Any], first: int, count: int,
-                    region: np.ndarray) -> Any:
+    def _taps_share(self, taps: border_taps.TapRows, padded: np.ndarray, first: int,
+                    count: int, region: np.ndarray) -> Any:
         """The product of a share walking only its windows' taps inside the image
-        (`skips_padding`); ``made`` keeps each share's entries, bound once for every
-        region."""
-        if (first, count) not in made:
-            made[first, count] = taps.entries(first, count)
-        entries, steps = made[first, count]
+        (`skips_padding`)."""
+        entries, steps = taps.entries(first, count)
         return gemm_int8.taps_job(entries, count, self.packed, region, (padded, *steps))
 
     def _rows_share(self, padded: np.ndarray, signed: bool, first: int, count: int,
