@@ -36,12 +36,27 @@ MIN_BYTES = 512 << 10
 _settings: dict[str, Any] = {"threads": None, "pool": None}
 
 
+def _process_cpus() -> list[int]:
+    """The cores this process may run on, read once as the engine loads: the spin pool holds
+    a running plan's caller to one core (`spin_pool._Pool._place`), whose own mask then
+    says 1. Empty where the platform has no mask."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return []
+
+
+_CPUS = _process_cpus()
+
+
+def allowed_cpus() -> list[int]:
+    """The cores this process may run on (`_process_cpus`)."""
+    return list(_CPUS)
+
+
 def cores() -> int:
     """Cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS has no affinity mask
-        return os.cpu_count() or 1
+    return len(_CPUS) or os.cpu_count() or 1
 
 
 def threads() -> int:

@@ -5,6 +5,7 @@ the calls they replace."""
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
 import threading
 import time
@@ -16,7 +17,7 @@ import pytest
 
 import engine
 from engine import sym
-from engine.cpu import blas_threads, kernel_jobs, spin_pool
+from engine.cpu import blas_threads, kernel_jobs, parallel, spin_pool
 from engine.kernels import gemm_kernel, strided_kernel
 from engine.runtime import plan as plan_module
 
@@ -133,6 +134,31 @@ def test_armed_holds_blas_to_one_thread_and_gives_it_back() -> None:
         if count == 2:
             assert blas_threads.threads() == 1
     assert blas_threads.threads() == before
+
+
+def test_an_armed_run_holds_its_caller_and_each_worker_to_cores_of_their_own() -> None:
+    """While a run is armed its caller runs on the core it armed on alone, and every worker
+    on another core, one each; disarmed, the caller may run anywhere again. Left free, the
+    kernel woke a worker on the caller's core after an idle pause (or the caller on the
+    worker's), and the two shared it for a run or two."""
+    if spin_pool.cores() < 2 or "linux" not in sys.platform or not spin_pool.available():
+        pytest.skip("cores are held on Linux, among two cores or more")
+    job, _, _ = record_job(100, 4)
+    everywhere = set(parallel.allowed_cpus())
+    for _ in range(3):
+        with spin_pool.armed(2):
+            job()
+            caller = os.sched_getaffinity(0)
+            pool = spin_pool._pool()
+            deadline = time.monotonic() + 60  # the worker notes its id once it runs
+            while None in pool.native_ids and time.monotonic() < deadline:
+                time.sleep(0.01)
+            workers = [os.sched_getaffinity(thread) for thread in pool.native_ids]
+        assert len(caller) == 1 and caller <= everywhere
+        assert all(len(held) == 1 and held <= everywhere - caller for held in workers)
+        assert len(set().union(*workers)) == len(workers)  # a core each
+        assert os.sched_getaffinity(0) == everywhere
+        time.sleep(0.1)  # an idle pause: the workers park, the caller may move
 
 
 def test_idle_workers_doze_then_park_off_the_cpu() -> None:
