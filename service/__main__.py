@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import uvicorn
 
+from engine.cpu import usable_cores  # standard library only: numpy loads after BLAS is set
 from service.settings import Settings, load_settings
 from service.startup import (
     LISTEN_BACKLOG,
@@ -169,11 +170,7 @@ def blas_threads_for(settings: Settings) -> int:
     compute threads (every core for one batch at a time)."""
     if settings.blas_threads is not None:
         return settings.blas_threads
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS has no affinity mask
-        cores = os.cpu_count() or 1
-    return max(1, cores // settings.compute_threads)
+    return max(1, usable_cores.count() // settings.compute_threads)
 
 
 def limit_blas_threads(threads: int) -> None:

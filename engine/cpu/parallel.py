@@ -19,7 +19,6 @@ the core it was meant to use. On an idle machine `set_threads(os.cpu_count())` i
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -27,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.cpu import denormals
+from engine.cpu import denormals, usable_cores
 
 # Below this many bytes read and written, handing a slab to another thread (~10-20 µs with a
 # busy machine's wake-ups) costs more than it saves.
@@ -36,27 +35,10 @@ MIN_BYTES = 512 << 10
 _settings: dict[str, Any] = {"threads": None, "pool": None}
 
 
-def _process_cpus() -> list[int]:
-    """The cores this process may run on, read once as the engine loads: the spin pool holds
-    a running plan's caller to one core (`spin_pool._Pool._place`), whose own mask then
-    says 1. Empty where the platform has no mask."""
-    try:
-        return sorted(os.sched_getaffinity(0))
-    except AttributeError:  # macOS, Windows
-        return []
-
-
-_CPUS = _process_cpus()
-
-
-def allowed_cpus() -> list[int]:
-    """The cores this process may run on (`_process_cpus`)."""
-    return list(_CPUS)
-
-
 def cores() -> int:
-    """Cores this process may run on."""
-    return len(_CPUS) or os.cpu_count() or 1
+    """Cores this process may keep busy (`usable_cores.count`: its mask's, at most what a
+    container's CPU limit pays for)."""
+    return usable_cores.count()
 
 
 def threads() -> int:

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.cpu import blas_threads, denormals, parallel, parts, thread_share
+from engine.cpu import blas_threads, denormals, parts, thread_share, usable_cores
 from engine.cpu.spin_ir import (
     ARMED,
     DOZE_MICROSECONDS,
@@ -75,8 +75,8 @@ def available() -> bool:
 
 
 def cores() -> int:
-    """CPUs this process may run on (`parallel.cores`)."""
-    return parallel.cores()
+    """Cores this process may keep busy (`usable_cores.count`)."""
+    return usable_cores.count()
 
 
 def threads() -> int:
@@ -484,15 +484,15 @@ class _Pool:
         after an idle pause of 0.5 s the kernel woke a worker on the caller's vCPU, or the
         caller on the worker's (a futex wake pulls its sleeper to the waker's core), and
         the two shared one core until its balancer parted them a run or two later:
-        ResNet-18 int8 at batch 1 on two vCPUs ran the first two runs of a turn at 21–25 ms
-        against 15 (held, 15.5–16.4; OpenVINO, which holds its threads likewise, 13.8–14.5
-        against 13.3). Nothing is held where the process has fewer cores than threads, or
-        the platform says no core."""
-        allowed = parallel.allowed_cpus()
+        ResNet-18 int8 at batch 1 on two vCPUs ran the first two runs of a turn at 21–22 ms
+        against 15 steady; held, 14.3–15.2 (OpenVINO holds its threads likewise). Nothing
+        is held where the threads do not fill every core the mask names: with fewer, or
+        under a container's CPU limit, processes would be held to the same cores."""
+        allowed = usable_cores.cpus()
         if caller is None or caller not in allowed:
             return
         others = [cpu for cpu in allowed if cpu != caller]
-        if len(others) < len(self.workers):
+        if len(others) != len(self.workers):  # a core each, every core the mask names
             return
         own = os.sched_getaffinity(0)
         if own != {caller}:

@@ -64,11 +64,10 @@ def test_the_cache_directory_reaches_the_engine(monkeypatch: pytest.MonkeyPatch,
 
 
 def test_one_batch_at_a_time_gets_every_core(monkeypatch: pytest.MonkeyPatch) -> None:
-    import os
-
+    from engine.cpu import usable_cores
     from service.__main__ import blas_threads_for
 
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    monkeypatch.setattr(usable_cores, "count", lambda: 4)
     assert load_settings([]).compute_threads == 1
     assert blas_threads_for(load_settings([])) == 4  # one batch on every core
     assert blas_threads_for(load_settings(["--compute-threads", "2"])) == 2  # a share each

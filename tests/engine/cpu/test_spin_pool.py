@@ -17,7 +17,7 @@ import pytest
 
 import engine
 from engine import sym
-from engine.cpu import blas_threads, kernel_jobs, parallel, spin_pool
+from engine.cpu import blas_threads, kernel_jobs, spin_pool, usable_cores
 from engine.kernels import gemm_kernel, strided_kernel
 from engine.runtime import plan as plan_module
 
@@ -144,7 +144,7 @@ def test_an_armed_run_holds_its_caller_and_each_worker_to_cores_of_their_own() -
     if spin_pool.cores() < 2 or "linux" not in sys.platform or not spin_pool.available():
         pytest.skip("cores are held on Linux, among two cores or more")
     job, _, _ = record_job(100, 4)
-    everywhere = set(parallel.allowed_cpus())
+    everywhere = set(usable_cores.cpus())
     for _ in range(3):
         with spin_pool.armed(2):
             job()
