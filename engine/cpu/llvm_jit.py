@@ -10,29 +10,40 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from engine.cpu import compiled
+from engine.cpu import compiled, jit_objects
 
 
 def compile_ir(text: str, cpu: str = "", features: str = "", level: int = 2,
-               optimise: bool = False) -> Any:
+               optimise: bool = False, kept: bool = False) -> Any:
     """An execution engine holding ``text`` compiled for ``cpu`` with ``features`` (the host's
     defaults where empty) at optimisation ``level``; with ``optimise``, the module's passes run
-    first (the IR's own loops unrolled and vectorised). The engine owns the machine code: keep
-    it as long as its functions. Raises RuntimeError or OSError where there is no JIT for this
-    target, ImportError without llvmlite."""
+    first (the IR's own loops unrolled and vectorised). With ``kept``, the machine code is
+    taken from, or else kept in, the cache directory (`jit_objects`). The engine owns the
+    machine code: keep it as long as its functions. Raises RuntimeError or OSError where there
+    is no JIT for this target, ImportError without llvmlite."""
+    import llvmlite
     import llvmlite.binding as llvm
 
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
-    machine = llvm.Target.from_default_triple().create_target_machine(
+    triple = llvm.get_default_triple()
+    machine = llvm.Target.from_triple(triple).create_target_machine(
         cpu=cpu, features=features, opt=level)
     module = llvm.parse_assembly(text)
     module.verify()
     _provide_bf16_rounding(llvm)
-    if optimise:
+    path = None if not kept else jit_objects.path_for(
+        (triple, cpu, features, level, optimise, llvmlite.__version__, llvm.llvm_version_info),
+        text)
+    code = None if path is None else jit_objects.load(path)
+    if optimise and code is None:
         builder = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(level))
         builder.getModulePassManager().run(module, builder)
     engine = llvm.create_mcjit_compiler(module, machine)
+    if path is not None:  # MCJIT links ``code`` where there is one, else hands over its own
+        engine.set_object_cache(
+            notify_func=lambda _module, generated: jit_objects.store(path, generated),
+            getbuffer_func=lambda _module: code)
     engine.finalize_object()
     return engine
 
@@ -40,7 +51,8 @@ def compile_ir(text: str, cpu: str = "", features: str = "", level: int = 2,
 def compile_for_host(build: Callable[[], Any], optimise: bool = True) -> Any:
     """An execution engine holding the module ``build()`` makes (it imports llvmlite's IR
     itself), compiled for the host CPU and its features at level 3, the module's passes run
-    first with ``optimise``; None where llvmlite or its JIT is missing. The engine owns the
+    first with ``optimise``, its machine code kept on disk for the next process
+    (`jit_objects`); None where llvmlite or its JIT is missing. The engine owns the
     machine code: keep it as long as its functions."""
     try:
         import llvmlite.binding as llvm
@@ -51,7 +63,7 @@ def compile_for_host(build: Callable[[], Any], optimise: bool = True) -> Any:
     try:
         llvm.initialize_native_target()
         return compile_ir(text, llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(),
-                          level=3, optimise=optimise)
+                          level=3, optimise=optimise, kept=True)
     except (RuntimeError, OSError):
         return None
 

@@ -491,7 +491,7 @@ def _compile() -> dict[Any, Any] | None:
             define_task(single.module, single.define("panels"), 1)
             for built in (kernel, single):
                 engines.append(compile_ir(str(built.module), llvm.get_host_cpu_name(),
-                                          host.flatten(), level=3, optimise=True))
+                                          host.flatten(), level=3, optimise=True, kept=True))
             kernels[vectors] = _SIGNATURE(engines[-2].get_function_address("panels"))
             kernels["task", vectors] = engines[-2].get_function_address("task")
             kernels["row", vectors] = _SIGNATURE(engines[-1].get_function_address("panels"))
@@ -502,14 +502,14 @@ def _compile() -> dict[Any, Any] | None:
             kernel = AmxInt8Kernel()
             define_task(kernel.module, kernel.define("panels"), kernel.rows)
             engine = compile_ir(str(kernel.module), llvm.get_host_cpu_name(), host.flatten(),
-                                level=3, optimise=True)
+                                level=3, optimise=True, kept=True)
             engines.append(engine)
             kernels["amx"] = _SIGNATURE(engine.get_function_address("panels"))
             kernels["task", "amx"] = engine.get_function_address("task")
             from engine.kernels.gemm_int8_direct_ir import DirectInt8Kernel
 
             engine = compile_ir(str(DirectInt8Kernel().module), llvm.get_host_cpu_name(),
-                                host.flatten(), level=3, optimise=True)
+                                host.flatten(), level=3, optimise=True, kept=True)
             engines.append(engine)
             kernels["task", "direct"] = engine.get_function_address("task")
     except (RuntimeError, OSError):  # no JIT for this target
@@ -603,7 +603,7 @@ def _compiled_avx2(narrow: bool, groups: Any = None) -> tuple[dict[Any, Any], li
                     row_bytes=8 if table else TAP_ENTRY * 8 if taps else None,
                     edge=narrow and rows > 1, rows_placed=taps)
         engines.append(compile_ir(str(kernel.module), llvm.get_host_cpu_name(), features,
-                                  level=3, optimise=True))
+                                  level=3, optimise=True, kept=True))
         panels = engines[-1].get_function_address("panels")
         return _SIGNATURE(panels), engines[-1].get_function_address("task"), panels
 

@@ -448,7 +448,8 @@ def _compile(cpu: str | None = None, features: str | None = None,
         tiles = kernels[kernel](shape)
         tiles.define_part("part", tiles.define_full("tile_full"), tiles.define_edge("tile_edge"),
                           CONTEXT_FIELDS)
-        engine = compile_ir(str(tiles.module), cpu, features, level=3, optimise=True)
+        engine = compile_ir(str(tiles.module), cpu, features, level=3, optimise=True,
+                            kept=True)
     except (RuntimeError, OSError, ValueError):  # no JIT for this target, or no bf16 tile
         return None
     # The execution engine owns the machine code: it lives as long as the kernels.
