@@ -37,13 +37,17 @@ def v1_mount(root: str, point: Path, options: str) -> str:
     return f"32 31 0:29 {root} {point} rw,relatime shared:9 - cgroup cgroup rw,{options}\n"
 
 
-def test_a_v2_container_in_its_own_namespace_reads_its_cpu_max(tmp_path: Path) -> None:
-    """Docker with a cgroup namespace (``--cpus 2.5``): the group is "/" and the mount's root."""
+@pytest.mark.parametrize(("cpu_max", "quota", "cores"), [("250000 100000", 2.5, 2),
+                                                         ("50000 100000", 0.5, 1)])
+def test_a_v2_container_in_its_own_namespace_reads_its_cpu_max(
+        tmp_path: Path, cpu_max: str, quota: float, cores: int) -> None:
+    """Docker with a cgroup namespace (``--cpus 2.5``, ``--cpus 0.5``): the group is "/" and
+    the mount's root; whole cores rounded down, and a quota under one core still one."""
     mount = tmp_path / "sys/fs/cgroup"
-    write(mount / "cpu.max", "250000 100000\n")
+    write(mount / "cpu.max", f"{cpu_max}\n")
     proc = fake_proc(tmp_path, "0::/\n", v2_mount("/", mount))
-    assert usable_cores.quota(proc) == pytest.approx(2.5)
-    assert usable_cores.quota_cores(proc) == 2
+    assert usable_cores.quota(proc) == pytest.approx(quota)
+    assert usable_cores.quota_cores(proc) == cores
 
 
 def test_the_smallest_limit_from_the_group_up_to_the_mount(tmp_path: Path) -> None:
@@ -85,14 +89,6 @@ def test_v1_without_a_quota_and_an_unlimited_host_say_none(tmp_path: Path) -> No
     write(v2 / "cgroup/cpu.max", "max 100000\n")
     proc = fake_proc(v2, "0::/user.slice\n", v2_mount("/", v2 / "cgroup"))
     assert usable_cores.quota_cores(proc) is None  # the group has no cpu.max: the root's says max
-
-
-def test_a_quota_under_one_core_still_runs_one_thread(tmp_path: Path) -> None:
-    mount = tmp_path / "cgroup"
-    write(mount / "cpu.max", "50000 100000\n")
-    proc = fake_proc(tmp_path, "0::/\n", v2_mount("/", mount))
-    assert usable_cores.quota(proc) == pytest.approx(0.5)
-    assert usable_cores.quota_cores(proc) == 1
 
 
 def test_what_cannot_be_read_is_no_limit(tmp_path: Path) -> None:
