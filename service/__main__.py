@@ -196,6 +196,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # One infer uses as many cores as BLAS's thread count (its rows split, or its steps spread
     # over the spin pool, docs/threads.md): the compute threads' share of the cores.
     limit_blas_threads(blas_threads_for(settings))
+    logging.getLogger(__name__).info("CPU: %s; BLAS threads %s", usable_cores.describe(),
+                                     blas_threads_for(settings) or "as the library chooses")
     from engine.cpu import blas_threads, cache  # imports numpy: after `limit_blas_threads`
 
     # OpenBLAS started its threads as numpy loaded; start them anew flushing denormals, as

@@ -166,3 +166,13 @@ def count() -> int:
     """Cores this process may keep busy: its mask's, at most the quota's."""
     named = len(_CPUS) or os.cpu_count() or 1
     return named if _QUOTA is None else min(named, _QUOTA)
+
+
+def describe() -> str:
+    """`count` in words, with what set it: "2 cores", "2 of 64 cores (the container's CPU
+    limit, 2.5)"."""
+    named = len(_CPUS) or os.cpu_count() or 1
+    cores = count()
+    if cores == named:
+        return f"{cores} core{'s' if cores != 1 else ''}"
+    return f"{cores} of {named} cores (the container's CPU limit, {quota():g})"

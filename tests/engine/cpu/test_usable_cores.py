@@ -109,6 +109,17 @@ def test_the_count_is_the_mask_at_most_the_quota(monkeypatch: pytest.MonkeyPatch
     assert usable_cores.cpus() == [0, 1, 2, 3]
 
 
+def test_the_count_in_words_says_what_set_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(usable_cores, "_CPUS", list(range(64)))
+    monkeypatch.setattr(usable_cores, "_QUOTA", None)
+    assert usable_cores.describe() == "64 cores"
+    monkeypatch.setattr(usable_cores, "_QUOTA", 2)
+    monkeypatch.setattr(usable_cores, "quota", lambda: 2.5)
+    assert usable_cores.describe() == "2 of 64 cores (the container's CPU limit, 2.5)"
+    monkeypatch.setattr(usable_cores, "_CPUS", [3])
+    assert usable_cores.describe() == "1 core"
+
+
 class CountedBlas:
     """Stands in for numpy's OpenBLAS: the count it was set to."""
 
