@@ -69,13 +69,13 @@ def numpy_openblas() -> OpenBlas | None:
     if not _found:
         blas = _find()
         if blas is not None:
-            fit_to_limit(blas, usable_cores.quota_cores())
+            fit_to_limit(blas, usable_cores.limit_cores())
         _found.append(blas)
     return _found[0]
 
 
 def fit_to_limit(blas: OpenBlas, limit: int | None) -> None:
-    """``blas`` set to ``limit`` threads (a container's CPU limit, `usable_cores.quota_cores`)
+    """``blas`` set to ``limit`` threads (a container's CPU limit, `usable_cores.limit_cores`)
     where it counts more and no thread variable chose its count. Under a limit of one CPU on
     two vCPUs, ResNet-18 fp32 at batch 1 on one thread took 80 ms a run with OpenBLAS's two
     threads beside it and 38 with one (docs/threads.md)."""

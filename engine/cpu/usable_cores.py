@@ -40,7 +40,10 @@ def quota_cores(proc: Path = PROC_SELF) -> int | None:
     """Whole cores the quota is worth, at least 1; None where no quota is set or none can be
     read. Rounded down: a run on one thread more than the quota pays for stalls every thread
     until the period ends, where one fewer only leaves part of a core unused."""
-    limit = quota(proc)
+    return _whole_cores(quota(proc))
+
+
+def _whole_cores(limit: float | None) -> int | None:
     return None if limit is None else max(1, math.floor(limit + 1e-9))
 
 
@@ -154,7 +157,9 @@ def _unescape(field: str) -> str:
 
 
 _CPUS = _mask()
-_QUOTA = quota_cores()
+_NAMED = len(_CPUS) or os.cpu_count() or 1
+_LIMIT = quota()
+_QUOTA = _whole_cores(_LIMIT)
 
 
 def cpus() -> list[int]:
@@ -162,17 +167,20 @@ def cpus() -> list[int]:
     return list(_CPUS)
 
 
+def limit_cores() -> int | None:
+    """`quota_cores` as read when the module loaded."""
+    return _QUOTA
+
+
 def count() -> int:
     """Cores this process may keep busy: its mask's, at most the quota's."""
-    named = len(_CPUS) or os.cpu_count() or 1
-    return named if _QUOTA is None else min(named, _QUOTA)
+    return _NAMED if _QUOTA is None else min(_NAMED, _QUOTA)
 
 
 def describe() -> str:
     """`count` in words, with what set it: "2 cores", "2 of 64 cores (the container's CPU
     limit, 2.5)"."""
-    named = len(_CPUS) or os.cpu_count() or 1
     cores = count()
-    if cores == named:
+    if cores == _NAMED:
         return f"{cores} core{'s' if cores != 1 else ''}"
-    return f"{cores} of {named} cores (the container's CPU limit, {quota():g})"
+    return f"{cores} of {_NAMED} cores (the container's CPU limit, {_LIMIT:g})"

@@ -103,6 +103,7 @@ def test_what_cannot_be_read_is_no_limit(tmp_path: Path) -> None:
 
 def test_the_count_is_the_mask_at_most_the_quota(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(usable_cores, "_CPUS", [0, 1, 2, 3])
+    monkeypatch.setattr(usable_cores, "_NAMED", 4)
     for quota, count in ((None, 4), (2, 2), (1, 1), (8, 4)):
         monkeypatch.setattr(usable_cores, "_QUOTA", quota)
         assert usable_cores.count() == count
@@ -110,13 +111,13 @@ def test_the_count_is_the_mask_at_most_the_quota(monkeypatch: pytest.MonkeyPatch
 
 
 def test_the_count_in_words_says_what_set_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(usable_cores, "_CPUS", list(range(64)))
+    monkeypatch.setattr(usable_cores, "_NAMED", 64)
     monkeypatch.setattr(usable_cores, "_QUOTA", None)
     assert usable_cores.describe() == "64 cores"
     monkeypatch.setattr(usable_cores, "_QUOTA", 2)
-    monkeypatch.setattr(usable_cores, "quota", lambda: 2.5)
+    monkeypatch.setattr(usable_cores, "_LIMIT", 2.5)
     assert usable_cores.describe() == "2 of 64 cores (the container's CPU limit, 2.5)"
-    monkeypatch.setattr(usable_cores, "_CPUS", [3])
+    monkeypatch.setattr(usable_cores, "_NAMED", 1)
     assert usable_cores.describe() == "1 core"
 
 
@@ -179,7 +180,7 @@ def test_a_process_in_a_real_cgroup_runs_the_threads_its_quota_pays_for() -> Non
     script = ("import os\n"
               "from engine.cpu import blas_threads, parallel, spin_pool, usable_cores\n"
               "blas = blas_threads.numpy_openblas()\n"
-              "print(usable_cores.quota_cores(), usable_cores.count(), parallel.cores(),\n"
+              "print(usable_cores.limit_cores(), usable_cores.count(), parallel.cores(),\n"
               "      spin_pool.cores(), 1 if blas is None else blas.count(),\n"
               "      len(usable_cores.cpus()) == len(os.sched_getaffinity(0)))")
     try:
