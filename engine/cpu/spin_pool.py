@@ -60,8 +60,12 @@ DOZE_SECONDS = 0.05  # then poll between short sleeps this long (shorter than a 
 # `bench/executor.py`'s turns, so that a dozing worker never runs into another runtime's turn),
 # then park on a condition
 # Inside an armed run, a worker with no part, or a caller waiting on a worker's part, spins
-# this long, then naps until woken (Linux: a futex): see `spin_ir`.
-NAP_SECONDS = 50e-6
+# this long, then naps until woken (Linux: a futex): see `spin_ir`. On a 2-vCPU Zen 3 VM,
+# against 50 µs, whole batch-1 runs in one process: 0.98–0.99× quiet and 0.94–0.98× in the
+# host's slower spells (a futex wake costs the next job its worker), 0.92× beside two busy
+# loops; two processes of ours sharing the cores ran as fast as with 50 µs, where 500 µs cost
+# them 10–15% (docs/benchmarks.md, "The spin pool's naps").
+NAP_SECONDS = 200e-6
 # Parts of a job per core at most: a late worker leaves only a small part to wait for.
 PARTS_PER_CORE = 4
 
