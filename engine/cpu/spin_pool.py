@@ -316,12 +316,25 @@ class Choice:
     such exploration of a kind that loses doubles that wait, up to `EXPLORE` runs, and one
     that wins brings it back to `EXPLORE` / 4: in the executor benchmark's turns of four or
     five runs, 2.5 s apart, a one-thread run every other turn cost ResNet-18 fp32 at batch 1
-    about a tenth of a turn (30-41 ms among armed runs of 19-24) where armed kept winning."""
+    about a tenth of a turn (30-41 ms among armed runs of 19-24) where armed kept winning.
+
+    Where the way not taken is `WIDE_MARGIN` times slower or more, both its scheduled and its
+    stale explorations come `WIDE_SPACING` times as far apart: such an exploration is dear
+    (ResNet-18 int8 at batch 1 on two vCPUs, 9.9 ms armed, 19.5 on one thread: the executor
+    benchmark's turns of seven runs held an exploring run often enough to lift the median of
+    their means from 9.9 to 11.4 ms, where OpenVINO's read 10.2), and it cannot be what
+    notices the change: for the other way to win, the taken one must slow to near the other's
+    sample, which its own samples show, and then the margin narrows and the spacing is back
+    to `EXPLORE`."""
 
     SAMPLES = 3  # each way has as many before its samples decide
     KEPT = (8, 3)  # newest samples kept a way: back to back, after an idle pause
     RANK = 1  # the sample that stands for a way: 0 the fastest, 1 the second
     EXPLORE = 32
+    # Where the way not taken is this much slower, it is tried `WIDE_SPACING` times as far
+    # apart (see the class).
+    WIDE_MARGIN = 1.5
+    WIDE_SPACING = 4
     IDLE_SECONDS = 0.02
     MIN_STALE_SECONDS = 0.25
 
@@ -362,16 +375,18 @@ class Choice:
         early = runs < self.EXPLORE and runs & (runs - 1) == 0  # runs 4, 8 and 16
         taken = 0 if faster else 1
         other = 1 - taken
+        spacing = self._spacing(self._basis, taken)
+        explore = self.EXPLORE * spacing
         stale = (self._kind_runs[self._basis] - self._tried_run[self._basis][other]
-                 >= self._stale_after[self._basis]
+                 >= min(self._stale_after[self._basis] * spacing, explore)
                  and now - self._tried[self._basis][other] > max(
                      self.MIN_STALE_SECONDS,
-                     self.EXPLORE * self._typical(self._times[self._basis][taken])))
+                     explore * self._typical(self._times[self._basis][taken])))
         again, self._again[self._kind] = self._again[self._kind], None
         self._stale_try = False
         if again is not None and again != taken:
             return again == 0
-        scheduled = early or runs % self.EXPLORE == 0
+        scheduled = early or runs % explore == 0
         self._stale_try = stale and not scheduled
         return faster != (scheduled or stale)
 
@@ -404,6 +419,14 @@ class Choice:
             if all(len(times) >= self.SAMPLES for times in self._times[basis]):
                 return basis
         return None
+
+    def _spacing(self, kind: int, taken: int) -> int:
+        """How many `EXPLORE`s apart the other way is tried, decided by ``kind``'s samples
+        with way ``taken`` (0 armed, 1 one thread) the faster: `WIDE_SPACING` where the other
+        way's time is `WIDE_MARGIN` times the taken one's or more, else 1."""
+        times = self._times[kind]
+        wide = self._typical(times[1 - taken]) >= self.WIDE_MARGIN * self._typical(times[taken])
+        return self.WIDE_SPACING if wide else 1
 
     def _faster(self, kind: int) -> bool:
         """Whether armed runs of ``kind`` are the faster way now."""

@@ -469,6 +469,31 @@ def test_back_to_back_runs_explore_no_more_often_than_every_explore_runs() -> No
     assert 0 < later.count("o") <= len(later) / spin_pool.Choice.EXPLORE + 1, later
 
 
+def test_a_way_far_slower_is_tried_less_often_until_the_taken_way_slows_toward_it() -> None:
+    """Armed at 9.9 ms, one thread at 19.5: one thread is tried every `EXPLORE` ·
+    `WIDE_SPACING` runs, not every `EXPLORE`, back to back and in turns alike. Where the margin
+    is narrow (17 against 21 ms) the spacing stays `EXPLORE`; and once the armed runs slow
+    to 19 ms the margin narrows, and the choice goes to one thread (now 15 ms) within one
+    ordinary spacing."""
+    spacing = spin_pool.Choice.EXPLORE * spin_pool.Choice.WIDE_SPACING
+    clock = FakeClock()
+    choice = spin_pool.Choice(clock=clock)
+    stream = take_turns(choice, clock, 1, 12 * spacing, 0.0099, 0.0195, 0.0)[0]
+    later = stream[2 * spacing:]
+    assert 0 < later.count("o") <= len(later) / spacing + 1, later
+    narrow = spin_pool.Choice(clock=clock)
+    stream = take_turns(narrow, clock, 1, 12 * spacing, 0.017, 0.021, 0.0)[0]
+    later = stream[2 * spacing:]
+    assert later.count("o") >= len(later) / spin_pool.Choice.EXPLORE - 1, later
+    turns = take_turns(choice, clock, 120, 7, 0.0099, 0.0195, 0.001, pause=1.0)
+    later = "".join(turns[20:])
+    assert later.count("o") <= len(later) / spacing + 2, turns
+    # The armed way slows (the second vCPU lent elsewhere) and one thread speeds up.
+    stream = take_turns(choice, clock, 1, 2 * spin_pool.Choice.EXPLORE + 8, 0.019, 0.015,
+                        0.0)[0]
+    assert stream.endswith("o" * 8), stream
+
+
 def run_stream(choice: spin_pool.Choice, clock: FakeClock, runs: int, armed_seconds: float,
                alone_seconds: float, burst: int = 0, armed_factor: float = 1.0,
                alone_factor: float = 1.0) -> str:
