@@ -90,12 +90,13 @@ def pack(a: Any) -> np.ndarray:
     return _aligned_copy(packed.reshape(blocks, rows, k).transpose(0, 2, 1))
 
 
-def pack_columns(b: Any) -> np.ndarray:
-    """``b`` (K, N) float32 as the micro-kernel reads B: panels of NR columns, each (K, NR)
-    contiguous, the last padded with zero columns. A panel streams from memory in order, where
-    an unpacked one is NR floats from each of K rows far apart (the 16 products of ResNet-18's
-    512-channel Winograd layer, weights cold: 3.67 ms unpacked, 1.60 packed, BLAS 2.62)."""
-    columns = tile().columns
+def pack_columns(b: Any, columns: int | None = None) -> np.ndarray:
+    """``b`` (K, N) float32 as the micro-kernel reads B: panels of NR columns (``columns``,
+    else the host's tile's), each (K, NR) contiguous, the last padded with zero columns. A
+    panel streams from memory in order, where an unpacked one is NR floats from each of K rows
+    far apart (the 16 products of ResNet-18's 512-channel Winograd layer, weights cold: 3.67
+    ms unpacked, 1.60 packed, BLAS 2.62)."""
+    columns = columns or tile().columns
     k, n = b.shape
     panels = -(-n // columns)
     packed = np.zeros((k, panels * columns), b.dtype)

@@ -170,7 +170,7 @@ def test_panels_streamed_with_their_prefetches_give_the_product(kernels: dict, m
     n, k = 5 * shape.columns + 3, 300
     a = RNG.standard_normal((m, k), dtype=np.float32)
     b = RNG.standard_normal((k, n), dtype=np.float32)
-    panels = gemm_kernel.pack_columns(b)
+    panels = gemm_kernel.pack_columns(b, shape.columns)
     assert panels.shape[2] == shape.columns
     for name, (array, row_step, lda, acs) in layouts(a, shape.rows).items():
         c = np.full((m, n), np.nan, np.float32)

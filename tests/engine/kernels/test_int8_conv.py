@@ -174,7 +174,7 @@ def test_one_by_one_layers_read_the_channels_last_rows(isa, batch, channels, siz
 
 
 @pytest.mark.parametrize("batch,size,in_place", [
-    (1, (8, 8), True),  # 64 rows: whole row blocks of any packing
+    (1, (8, 12), True),  # 96 rows: whole row blocks of any packing (2 to 32 rows)
     (1, (5, 7), False),  # 35 rows: the last block would read past the data's end
 ])
 def test_one_by_one_layers_read_uint8_rows_handed_over_where_they_lie(batch, size, in_place):
