@@ -27,6 +27,7 @@ NumPy's matmul.
 from __future__ import annotations
 
 import platform
+import time
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -61,6 +62,42 @@ def available(kernel: int = FP32) -> bool:
     """Whether ``kernel`` compiled for this CPU (compiled on the first call): the bf16 ones
     need AVX-512 BF16, AMX also Linux's grant of the tile state."""
     return _compiled(kernel) is not None
+
+
+def bf16_tile_pays() -> bool:
+    """Whether the AVX-512 BF16 tile multiplies clearly faster than the float32 tile here,
+    timed once per process on a product in cache (96 × 256 × 256, both operands packed, the
+    quickest of `BF16_TIMING_RUNS` runs each way, in turn): by `BF16_TILE_MARGIN` or more.
+    ``vdpbf16ps`` does two multiply-adds a lane, but at what rate depends on the core: on
+    the Intel Xeon of docs/benchmarks.md the bf16 tile ran at 112 GFLOP/s against 186, on
+    AMD Zen 5 at 510 against 255. Where it pays, a bf16 plan runs its 3×3 convolutions as
+    bf16 products rather than float32 Winograd (`winograd_bind.bind`)."""
+    return compiled.made_once(_state, "bf16 tile pays", _time_bf16_tile)
+
+
+BF16_TIMING_RUNS = 7
+BF16_TILE_MARGIN = 1.3
+
+
+def _time_bf16_tile() -> bool:
+    if not available(BF16):
+        return False
+    from engine.kernels import bf16
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((96, 256), dtype=np.float32)
+    b = rng.standard_normal((256, 256), dtype=np.float32)
+    out = np.zeros((96, 256), np.float32)
+    products = (bind_both_packed(pack(a), pack_columns(b), out),
+                bind_both_packed(pack(bf16.pair_rows(a)), pack_columns(bf16.pair_columns(b)),
+                                 out, kernel=BF16))
+    best = [float("inf"), float("inf")]
+    for _ in range(BF16_TIMING_RUNS):
+        for way, product in enumerate(products):
+            start = time.perf_counter()
+            product()
+            best[way] = min(best[way], time.perf_counter() - start)
+    return best[0] >= BF16_TILE_MARGIN * best[1]
 
 
 def tile() -> Tile:

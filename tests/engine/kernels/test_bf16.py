@@ -83,6 +83,45 @@ needs_pair_ir = pytest.mark.skipif(bf16._pair_task() is None,
 
 
 @needs_pair_ir
+@pytest.mark.parametrize("shape", [(6, 64), (7, 33), (1, 5), (64, 130), (576, 49)])
+def test_panel_pairing_writes_the_numpy_words_panel_by_panel(shape: tuple[int, int]) -> None:
+    """The AVX-512 BF16 kernel's activation panels from the vector pass: whole panels as one
+    job, a narrower last panel as another (its padding columns left zero), any strides, an
+    odd K's last word half zero, NaN kept."""
+    source = RNG.standard_normal(shape).astype(np.float32) * 100
+    source[0, 0] = np.nan
+    source[-1, -1] = np.inf
+    for view in (source, np.asfortranarray(source), source[:, ::-1][:, ::-1]):
+        target = np.zeros(bf16.paired_shape(shape, False, 32), np.float32)
+        expected = np.zeros_like(target)
+        call = bf16.panel_pairing(view, target)
+        assert call is not None
+        call()
+        bf16._pair_in_numpy(view, expected, False)
+        np.testing.assert_array_equal(target.view(np.uint32), expected.view(np.uint32))
+        assert bf16.pairing(view, target, False).func is call.func  # what products use
+
+
+@needs_pair_ir
+def test_panel_pairing_flushes_denormals_to_zero_as_the_conversion_does() -> None:
+    """``vcvtneps2bf16`` reads denormal floats as zero of their sign, as the compute threads'
+    float32 arithmetic does (FTZ/DAZ): the words hold zeros where NumPy's rounding keeps
+    bf16 denormals."""
+    source = np.array([[1e-39, -3e-40, 2.0]] * 2, np.float32)
+    target = np.zeros(bf16.paired_shape(source.shape, False, 32), np.float32)
+    bf16.panel_pairing(source, target)()
+    words = target.view(np.uint32)[0, 0, :3]
+    assert words.tolist() == [0, 0x80008000, int(bf16.round_to_bf16(np.float32(2.0))) * 0x10001]
+
+
+@needs_pair_ir
+def test_panel_pairing_refuses_a_target_of_another_shape() -> None:
+    source = RNG.standard_normal((8, 40)).astype(np.float32)
+    assert bf16.panel_pairing(source, np.zeros((1, 4, 32), np.float32)) is None
+    assert bf16.panel_pairing(source, np.zeros((2, 5, 32), np.float32)) is None
+
+
+@needs_pair_ir
 @pytest.mark.parametrize("channels", [3, 4])
 @pytest.mark.parametrize("stride", [1, 2, 3])  # adjacent floats, every other one, a gather
 @pytest.mark.parametrize("width", [11, 42, 43])  # runs of one partial vector, or two

@@ -8,6 +8,7 @@ import pytest
 
 from engine.cpu import host_features, spin_pool
 from engine.kernels import bf16, gemm_bind, gemm_kernel
+from engine.kernels.conv_bind import _patch_view
 from engine.kernels.workspace import Workspace
 
 RNG = np.random.default_rng(5)
@@ -147,6 +148,33 @@ def test_the_bf16_kernels_are_there_exactly_where_the_host_has_the_instructions(
         gemm_kernel.available() and host_features.bf16_dot_product())
     if gemm_kernel.available(gemm_kernel.AMX):
         assert host_features.amx_permitted()
+
+
+@needs_bf16
+@pytest.mark.parametrize(("filters", "channels", "size", "outside"), [
+    (64, 64, (56, 56), True),  # the weight's pairs smaller than the patches': column panels
+    (512, 512, (7, 7), False),  # the patches' smaller: the weight's row blocks outside
+    (13, 5, (9, 11), True),  # an odd K (45), a short row block, a last narrow panel
+])
+def test_a_3x3_product_on_avx512_bf16_pairs_the_patches_straight_from_the_input(
+        filters: int, channels: int, size: tuple[int, int], outside: bool,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without AMX (or with it refused), a bf16 plan's 3×3 product pairs its patches from the
+    padded input into word rows (no im2col copy) that the AVX-512 BF16 tile reads where they
+    lie, re-reading the smaller operand; the sums are those of the rounded operands."""
+    monkeypatch.setattr(gemm_bind, "AMX_MIN_ROWS", 1 << 30)
+    padded = random(1, channels, size[0] + 2, size[1] + 2)
+    view = _patch_view(np, padded, (3, 3), (1, 1), (1, 1), size)
+    weight = random(filters, channels * 9)
+    weight.flags.writeable = False  # a plan constant
+    out = np.full((filters, size[0] * size[1]), np.nan, np.float32)
+    call = gemm_bind.bf16_patch_product(weight, view, 3, out,
+                                        Workspace(np, 0, precision="bf16"))
+    assert isinstance(call, bf16.PairedProduct)
+    assert call.product.columns_outside is outside
+    call()
+    patches = np.ascontiguousarray(view).reshape(channels * 9, -1)
+    assert_product(out, weight, patches)
 
 
 @needs_amx

@@ -196,6 +196,26 @@ def test_bf16_plans_stay_within_bf16_error_of_the_reference(
     assert bf16_products(model, feed) == 4 + dense_in_bf16
 
 
+@needs_bf16
+@pytest.mark.parametrize("tile_pays", [True, False])
+def test_a_bf16_3x3_runs_bf16_products_where_the_bf16_tile_beats_float32s(
+        tile_pays: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without AMX, a stride-1 3×3 in a bf16 plan runs as bf16 products where the AVX-512
+    BF16 tile is the faster (`gemm_kernel.bf16_tile_pays`), else as float32 Winograd; both
+    within bf16's error of the reference, Winograd within float32's."""
+    monkeypatch.setattr(gemm_bind, "AMX_MIN_ROWS", 1 << 30)
+    monkeypatch.setattr(gemm_kernel, "bf16_tile_pays", lambda: tile_pays)
+    net = sym.Convolution(sym.var("data"), num_filter=64, kernel=(3, 3), pad=(1, 1),
+                          name="conv")
+    params = nets.random_params(net, (1, 64, 28, 28), seed=3)
+    model = engine.load_model(net, params, precision="bf16")
+    feed = {"data": RNG.standard_normal((1, 64, 28, 28)).astype(np.float32)}
+    got, want = model.infer(feed)["conv_output"], model.reference(feed)["conv_output"]
+    assert (bf16_products(model, feed) == 1) is tile_pays
+    error = relative_error(got, want)
+    assert 1e-4 < error < 2e-2 if tile_pays else error < 1e-5
+
+
 needs_amx = pytest.mark.skipif(not gemm_kernel.available(gemm_kernel.AMX),
                                reason="this CPU or kernel lacks AMX-BF16")
 
@@ -290,11 +310,11 @@ def test_a_resnet18_picks_the_fp32_class_in_bf16() -> None:
         assert relative_error(got, want) < 3e-2
         agree.extend(np.argmax(got, axis=1) == np.argmax(want, axis=1))
     assert np.mean(agree) >= 0.99
-    # On AMX every product but the thinnest; on AVX-512 BF16 alone the stride-1 3×3s stay
-    # Winograd in float32 (`winograd_bind.bind`), leaving the stem, the stride-2 3×3s, the
-    # downsampling shortcuts and the classifier.
+    # On AMX, or where the AVX-512 BF16 tile is faster than float32's, every product but the
+    # thinnest; elsewhere the stride-1 3×3s stay Winograd in float32 (`winograd_bind.bind`),
+    # leaving the stem, the stride-2 3×3s, the downsampling shortcuts and the classifier.
     products = bf16_products(reduced, feed)
-    if gemm_kernel.available(gemm_kernel.AMX):
+    if gemm_kernel.available(gemm_kernel.AMX) or gemm_kernel.bf16_tile_pays():
         assert products >= 20
     else:
         assert products == 8
