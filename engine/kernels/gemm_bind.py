@@ -310,8 +310,8 @@ def _bf16_patch_words_product(weight: Any, view: Any, k_axes: int, out: Any, wor
                               k_offsets: Any = None) -> Callable[[], Any] | None:
     """``out = weight @ patches`` on AVX-512 BF16, the patches paired straight from ``view``
     into word rows end to end (`bf16.patch_pairing`), which the tile reads where they lie
-    (im2col's copy and a second pass pairing it took ResNet-18's 3×3 layers 1.5-2× the
-    product's time on a Zen 5 core). The smaller operand is the one re-read from cache: the
+    (ResNet-18 in bf16 at batch 1 on one Zen 5 core: 12.2 ms, against 14.7 with im2col's
+    copy then a pass pairing it). The smaller operand is the one re-read from cache: the
     words' column panels outside where the weight's pairs are smaller (64 filters at 56²),
     its row blocks where the words are (512 × 4608 × 49: 0.66 ms against 1.07)."""
     depth = int(np.prod(view.shape[:k_axes]))
