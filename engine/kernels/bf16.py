@@ -147,8 +147,12 @@ def amx_weight_columns(matrix: Any) -> np.ndarray:
 def pairing(source: Any, target: Any, along_rows: bool) -> Callable[[], Any]:
     """A call writing ``source`` (a float32 matrix, any non-negative strides) into
     ``target`` (float32-viewed words of its `paired_shape`, C-contiguous, zeroed once) as
-    bf16 pairs along its rows or down its columns (a 3-D target: in panels): a `spin_pool`
-    job where numba runs it, else NumPy."""
+    bf16 pairs along its rows or down its columns (a 3-D target: in panels, by
+    `panel_pairing` where that compiles): a `spin_pool` job where numba runs it, else NumPy."""
+    if target.ndim == 3 and not along_rows:
+        panels = panel_pairing(source, target)
+        if panels is not None:
+            return panels
     rows, columns = source.shape
     item = source.itemsize
     row_step, column_step = (stride // item for stride in source.strides)
@@ -162,10 +166,6 @@ def pairing(source: Any, target: Any, along_rows: bool) -> Callable[[], Any]:
     # Word (r, c) lies at (c // width) * panel_step + r * width + c % width.
     width, panel_step = (target.shape[2], target.shape[1] * target.shape[2]) \
         if target.ndim == 3 else (target.shape[1], 0)
-    if target.ndim == 3 and not along_rows:
-        panels = panel_pairing(source, target)
-        if panels is not None:
-            return panels
     words = target.reshape(-1).view(np.uint32)
     job = None
     if compiled.available() and min(source.strides) >= 0 and not source.strides[0] % item:

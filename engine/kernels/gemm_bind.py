@@ -217,12 +217,18 @@ def _bf16_weight_product(weight: Any, right: Any, out: Any, workspace: Any,
             if handed is not None:
                 pair = bf16_handoff.take(handoff, pair)
             return bf16.paired_product(pair, _amx_weight_tiles(weight, words, out, workspace))
-    packed = workspace.derived(weight, "bf16 packed",
-                               lambda constant: gemm_kernel.pack(bf16.pair_rows(constant)))
+    packed = _bf16_packed(weight, workspace)
     words = workspace.zeroed(bf16.paired_shape(right.shape, False, gemm_kernel.tile().columns),
                              np.float32, ("bf16 panels", right.shape))
     product = gemm_kernel.bind_both_packed(packed, words, out, kernel=gemm_kernel.BF16)
     return bf16.paired_product(bf16.pairing(right, words, False), product)
+
+
+def _bf16_packed(weight: Any, workspace: Any) -> Any:
+    """The constant ``weight`` rounded, paired along its rows and packed as the AVX-512 BF16
+    tile's A, once for the model's plans."""
+    return workspace.derived(weight, "bf16 packed",
+                             lambda constant: gemm_kernel.pack(bf16.pair_rows(constant)))
 
 
 def _amx_words(weight: Any, out: Any, workspace: Any) -> Any:
@@ -321,8 +327,7 @@ def _bf16_patch_words_product(weight: Any, view: Any, k_axes: int, out: Any, wor
     pair = bf16.patch_pairing(view, k_axes, words, k_offsets=k_offsets)
     if pair is None:
         return None
-    packed = workspace.derived(weight, "bf16 packed",
-                               lambda constant: gemm_kernel.pack(bf16.pair_rows(constant)))
+    packed = _bf16_packed(weight, workspace)
     product = gemm_kernel.bind_packed(packed, words, out, kernel=gemm_kernel.BF16,
                                       columns_outside=packed.nbytes <= words.nbytes)
     return bf16.paired_product(pair, product)

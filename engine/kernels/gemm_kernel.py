@@ -64,6 +64,11 @@ def available(kernel: int = FP32) -> bool:
     return _compiled(kernel) is not None
 
 
+# `bf16_tile_pays`: runs timed each way, and how much faster the bf16 tile must be.
+BF16_TIMING_RUNS = 7
+BF16_TILE_MARGIN = 1.3
+
+
 def bf16_tile_pays() -> bool:
     """Whether the AVX-512 BF16 tile multiplies clearly faster than the float32 tile here,
     timed once per process on a product in cache (96 × 256 × 256, both operands packed, the
@@ -73,10 +78,6 @@ def bf16_tile_pays() -> bool:
     AMD Zen 5 at 510 against 255. Where it pays, a bf16 plan runs its 3×3 convolutions as
     bf16 products rather than float32 Winograd (`winograd_bind.bind`)."""
     return compiled.made_once(_state, "bf16 tile pays", _time_bf16_tile)
-
-
-BF16_TIMING_RUNS = 7
-BF16_TILE_MARGIN = 1.3
 
 
 def _time_bf16_tile() -> bool:
