@@ -32,6 +32,9 @@ block's rows on the one-row tile (`_edge`): 49 rows, ResNet's 7² layers, take 1
 and one row, not 13 tiles (on a Zen 3 core, one thread, 2–7% less of a 3×3 512 → 512
 product, `bench/int8_avx2.py --edge`).
 
+A convolution's windows are read where they lie in its channels-last copy, by a table of
+their addresses (`table_job`), on VNNI's tiles and on the narrow-weight AVX2 kernels.
+
 `available()` is False where the host has neither or lacks llvmlite's JIT: callers keep their
 float64 products. Which kernel runs, or that none does, is logged once.
 """
@@ -310,8 +313,44 @@ def _edge(weights: PackedWeights, m: int, *key: Any) -> tuple[int, int]:
 
 def table_runs(weights: PackedWeights) -> bool:
     """Whether `table_job` runs products of ``weights`` here: narrow weights on the AVX2
+    host's ``vpmaddubsw`` kernels, or any weights not packed for AMX on VNNI's."""
+    if not weights.amx and vnni_available():
+        return True
+    return taps_run(weights)
+
+
+def taps_run(weights: PackedWeights) -> bool:
+    """Whether `taps_job` runs products of ``weights`` here: narrow weights on the AVX2
     host's ``vpmaddubsw`` kernels."""
     return weights.narrow and weights.rows == NARROW_ROWS and _narrow_kernels() is not None
+
+
+def _table_task(weights: PackedWeights) -> int:
+    """The address of the `spin_pool` task of `table_job` for ``weights``: the
+    ``vpmaddubsw`` kernels' or VNNI's (compiled at the first table product of a panel
+    width)."""
+    if taps_run(weights):
+        return _narrow_kernels()["task", "table", weights.vectors]
+    return compiled.made_once(_state, ("vnni table", weights.vectors),
+                              lambda: _compile_vnni_table(weights.vectors))
+
+
+def _compile_vnni_table(vectors: int) -> int:
+    """VNNI's tile of ``vectors`` reading its rows where a table points, as its task's
+    address (its engine kept with the others)."""
+    import llvmlite.binding as llvm
+
+    from engine.cpu.llvm_jit import compile_ir
+    from engine.kernels.gemm_int8_ir import Int8Kernel, define_task
+
+    rows = dict(TILES)[vectors]
+    kernel = Int8Kernel(rows, vectors, table=True)
+    define_task(kernel.module, kernel.define("panels"), rows, row_bytes=8)
+    engine = compile_ir(str(kernel.module), llvm.get_host_cpu_name(),
+                        llvm.get_host_cpu_features().flatten(), level=3, optimise=True,
+                        kept=True)
+    _state.setdefault("table engines", []).append(engine)  # owns the machine code
+    return engine.get_function_address("task")
 
 
 def table_job(addresses: np.ndarray, group_offsets: np.ndarray, m: int,
@@ -321,13 +360,14 @@ def table_job(addresses: np.ndarray, group_offsets: np.ndarray, m: int,
     row blocks: rows past ``m`` pointing anywhere readable), each row's group of four K
     values g at its address plus ``group_offsets[g]`` (int64, one a group): a convolution's
     windows read where they lie in its padded copy, no patch rows gathered. As a
-    `spin_pool` job writing ``out`` as `product_job`'s; narrow weights on the AVX2 host only
-    (`table_runs`). ``signed``: the bytes hold int8 values plus 128. ``source``: the array
-    the addresses point into, kept alive with the job."""
+    `spin_pool` job writing ``out`` as `product_job`'s; where `table_runs` (VNNI, or narrow
+    weights on the AVX2 host). ``signed``: the bytes hold int8 values plus 128. ``source``:
+    the array the addresses point into, kept alive with the job."""
     from engine.cpu import kernel_jobs, spin_pool
 
     if not table_runs(weights):
-        raise RuntimeError("the table product needs narrow weights on the vpmaddubsw kernels")
+        raise RuntimeError("the table product needs the VNNI kernels, or narrow weights on "
+                           "the vpmaddubsw kernels")
     blocks = -(-m // weights.rows)
     columns = weights.panels * weights.vectors * LANES
     if (addresses.dtype != np.int64 or len(addresses) < blocks * weights.rows
@@ -344,7 +384,7 @@ def table_job(addresses: np.ndarray, group_offsets: np.ndarray, m: int,
                         weights.groups, out.ctypes.data, columns,
                         signed_offsets if signed else no_offsets, blocks, weights.panels,
                         *_edge(weights, m, "edge", "table", weights.vectors)], np.int64)
-    task = _narrow_kernels()["task", "table", weights.vectors]
+    task = _table_task(weights)
     parts = min(blocks * weights.panels, kernel_jobs.parts_for(
         blocks * weights.panels, m * weights.k * weights.n // 64))
     return spin_pool.job(task, context, parts,
@@ -361,11 +401,11 @@ def taps_job(entries: np.ndarray, m: int, weights: PackedWeights, out: np.ndarra
     convolution's tiles at an image's border walk only the taps inside it
     (`int8_conv.FusedConv`). Unsigned rows only: a skipped tap must hold zeros. As a
     `spin_pool` job writing ``out`` as `product_job`'s; narrow weights on the AVX2 host only
-    (`table_runs`). ``keep``: the arrays ``entries`` points into (windows, steps), kept
+    (`taps_run`). ``keep``: the arrays ``entries`` points into (windows, steps), kept
     alive with the job."""
     from engine.cpu import kernel_jobs, spin_pool
 
-    if not table_runs(weights):
+    if not taps_run(weights):
         raise RuntimeError("the taps product needs narrow weights on the vpmaddubsw kernels")
     blocks = -(-m // weights.rows)
     columns = weights.panels * weights.vectors * LANES

@@ -19,6 +19,10 @@ into ``vpdpbusd``'s ``{1to16}`` memory operand). Every product of a uint8 and an
 and every sum of four fit int32, and ``vpdpbusd`` does not saturate, so the sums are exact
 wherever the whole sum fits int32 (a layer's K up to 66 000 at the extreme values).
 
+With ``table``, ``a`` holds each row's address instead (int64) and ``lda`` the address of each
+group of four K values' byte offset from there (int64): a convolution's windows read where
+they lie in its channels-last copy, no patch rows gathered (`gemm_int8.table_job`).
+
 Each step also prefetches B `AHEAD_BYTES` on: a product of few rows (a classifier at batch 1)
 reads its packed weights once, from memory, and its K loop asks for them faster than the
 hardware prefetchers bring them.
@@ -102,10 +106,11 @@ class PanelLoops:
 
 
 class Int8Kernel:
-    """A module holding ``panels`` for a tile of ``rows`` rows by ``vectors`` zmm vectors."""
+    """A module holding ``panels`` for a tile of ``rows`` rows by ``vectors`` zmm vectors;
+    ``table``: its rows read where a table of addresses points (the module's docstring)."""
 
-    def __init__(self, rows: int, vectors: int) -> None:
-        self.rows, self.vectors = rows, vectors
+    def __init__(self, rows: int, vectors: int, table: bool = False) -> None:
+        self.rows, self.vectors, self.table = rows, vectors, table
         self.module = ir.Module(name="hybridserve_gemm_int8")
         self.vector = ir.VectorType(I32, LANES)
         self.zero = ir.Constant(self.vector, [0] * LANES)
@@ -124,9 +129,16 @@ class Int8Kernel:
         builder = ir.IRBuilder(function.append_basic_block("entry"))
         loops = PanelLoops(function, builder, self.columns, self.rows, self._column_offsets)
         shifts, row, column = loops.per_panel, loops.row, loops.column
-        a_rows = [builder.gep(a, [builder.mul(builder.add(row, I64(i)), lda)])
-                  for i in range(self.rows)]
-        sums = self._tile(function, builder, a_rows, loops.b_panel, groups)
+        if self.table:  # each row's address from the table, the groups' offsets at lda
+            addresses = builder.bitcast(a, I64.as_pointer())
+            group_offsets = builder.inttoptr(lda, I64.as_pointer())
+            a_rows = [builder.inttoptr(builder.load(builder.gep(addresses, [
+                builder.add(row, I64(i))])), I8.as_pointer()) for i in range(self.rows)]
+        else:
+            group_offsets = None
+            a_rows = [builder.gep(a, [builder.mul(builder.add(row, I64(i)), lda)])
+                      for i in range(self.rows)]
+        sums = self._tile(function, builder, a_rows, loops.b_panel, groups, group_offsets)
         for i in range(self.rows):
             c_row = builder.gep(c, [builder.add(builder.mul(builder.add(row, I64(i)), ldc),
                                                 column)])
@@ -145,9 +157,11 @@ class Int8Kernel:
             self.vector.as_pointer()), align=4) for j in range(self.vectors)]
 
     def _tile(self, function: ir.Function, builder: ir.IRBuilder, a_rows: list,
-              b_panel: ir.Value, groups: ir.Value) -> list[list[ir.Value]]:
+              b_panel: ir.Value, groups: ir.Value,
+              group_offsets: ir.Value | None = None) -> list[list[ir.Value]]:
         """The K loop of one tile from the builder's block; the builder ends after it, the
-        tile's sums returned as values there."""
+        tile's sums returned as values there. ``group_offsets``: each group's byte offset in
+        a row (int64), else 4 a group."""
         start = builder.block
         loop = function.append_basic_block("k")
         after = function.append_basic_block("k_done")
@@ -167,7 +181,8 @@ class Int8Kernel:
             # the last panel it touches nothing (a prefetch never faults)
             builder.call(self.prefetch, [builder.gep(ahead, [I64(j * LANES * 4)]), I32(0),
                                          I32(3), I32(1)])
-        offset = builder.mul(group, I64(4))
+        offset = builder.mul(group, I64(4)) if group_offsets is None else \
+            builder.load(builder.gep(group_offsets, [group]))
         stepped = []
         for i in range(self.rows):
             word = builder.load(builder.bitcast(builder.gep(a_rows[i], [offset]),

@@ -7,9 +7,9 @@ positions (all at once where the direct product requantizes in its epilogue): th
 patches gathered into the int8 GEMM's rows (a 1×1 convolution of stride 1 reads the
 channels-last rows as they are where its channels fill K exactly; on AMX, a layer of whole
 64-channel blocks has its tiles read the windows where they lie, `gemm_int8.direct_job`;
-on an AVX2 host's narrow-weight kernels, the product reads the windows where they lie through
-a table of their addresses, `gemm_int8.table_job`, a stem's short kernel rows as runs padded
-to whole groups, `run_matrix`), the GEMM (`gemm_int8.product_job`: VNNI, AVX2 or AMX), and
+on VNNI's kernels, or an AVX2 host's narrow-weight ones, the product reads the windows where
+they lie through a table of their addresses, `gemm_int8.table_job`, a stem's short kernel
+rows as runs padded to whole groups, `run_matrix`), the GEMM (`gemm_int8.product_job`: VNNI, AVX2 or AMX), and
 one pass over the chunk's int32 sums that adds the bias, scales, applies the activation, adds
 the residual, applies the activation after the sum and rounds to the int8/uint8 output,
 written straight into the output's NCHW layout (on an AVX2 host, output and residual
@@ -252,11 +252,13 @@ class FusedConv(EpilogueLayer):
         self.gathers = not (self.tile_rows or (
             geometry.kernel == (1, 1) and geometry.stride == (1, 1) and geometry.pad == (0, 0)
             and channels == packed.groups * 4))
-        # Else, on the AVX2 host's narrow-weight kernels, where each group of four K values
-        # lies in one pixel's channels (channels a multiple of 4), the product reads each
-        # window where it lies in the channels-last copy, by a table of the windows'
-        # addresses and one of the groups' offsets within a window (`gemm_int8.table_job`):
-        # no gather.
+        # Else, on VNNI's kernels or the AVX2 host's narrow-weight ones, where each group of
+        # four K values lies in one pixel's channels (channels a multiple of 4), the product
+        # reads each window where it lies in the channels-last copy, by a table of the
+        # windows' addresses and one of the groups' offsets within a window
+        # (`gemm_int8.table_job`): no gather. (On a Zen 5 core, ResNet-18's int8 layers at
+        # batch 1: 4.9 → 4.7 ms one thread, 3.8 → 2.5 ms on two, mostly from the chain of
+        # shares this allows, `_window_chain`.)
         # Kernel rows whose runs are not (a stem's 7 × 3 channels) take weights packed
         # from `run_matrix` instead, each run read as whole groups.
         self.reads_windows = bool(self.gathers and gemm_int8.table_runs(packed) and (
@@ -333,7 +335,8 @@ class FusedConv(EpilogueLayer):
         padding holds zeros that add nothing (int8 data's holds 128, which the column
         offsets take out over every tap)."""
         return bool(self.reads_windows and not self.run and self.stack == 1
-                    and any(self.geometry.pad) and self.data.dtype == np.uint8)
+                    and any(self.geometry.pad) and self.data.dtype == np.uint8
+                    and gemm_int8.taps_run(self.packed))
 
     @property
     def reads_data_in_place(self) -> bool:

@@ -1170,21 +1170,25 @@ WINDOW_SHAPES = [
 ]
 
 
-@pytest.mark.skipif(not gemm_int8.narrow_weights_pay(),
-                    reason="the host runs the VNNI kernels: no vpmaddubsw table product")
+# a table product (`gemm_int8.table_job`) runs here: VNNI's, or the AVX2 host's on narrow weights
+needs_table = pytest.mark.skipif(
+    not (gemm_int8.narrow_weights_pay() or gemm_int8.vnni_available()),
+    reason="the host runs no table product (neither VNNI nor AVX2)")
+
+
+@needs_table
 @pytest.mark.parametrize("shape", WINDOW_SHAPES)
 @pytest.mark.parametrize("data_dtype,out_dtype,act,with_residual", [
     (np.uint8, np.uint8, "relu", False),
     (np.int8, np.uint8, "bounded_relu", True),
 ])
 @pytest.mark.parametrize("chunk_bytes", [1, int8_conv.CHUNK_BYTES])
-def test_narrow_weights_read_the_windows_where_they_lie(monkeypatch, shape, data_dtype,
-                                                        out_dtype, act, with_residual,
-                                                        chunk_bytes):
-    """On the AVX2 host, weights within ±63 of a layer whose channels are a multiple of 4
-    take the table product (`gemm_int8.table_job`): no patch rows gathered, each window
-    read in the channels-last copy, in chunks of one row block or whole; the NumPy path's
-    bytes on one thread and on two, and again after the data changes."""
+def test_windows_are_read_where_they_lie(monkeypatch, shape, data_dtype,
+                                           out_dtype, act, with_residual, chunk_bytes):
+    """On VNNI, or on the AVX2 host with weights within ±63, a layer whose channels are a
+    multiple of 4 takes the table product (`gemm_int8.table_job`): no patch rows gathered,
+    each window read in the channels-last copy, in chunks of one row block or whole; the
+    NumPy path's bytes on one thread and on two, and again after the data changes."""
     monkeypatch.setattr(int8_conv, "CHUNK_BYTES", chunk_bytes)
     rng = np.random.default_rng(_seed(shape, act, chunk_bytes))
     data, weight, geometry, epilogue, residual, storage = _case(
@@ -1208,7 +1212,7 @@ def test_narrow_weights_read_the_windows_where_they_lie(monkeypatch, shape, data
 
 
 @pytest.mark.skipif(not gemm_int8.narrow_weights_pay(),
-                    reason="the host runs the VNNI kernels: no vpmaddubsw table product")
+                    reason="the host runs the VNNI kernels: no vpmaddubsw taps product")
 @pytest.mark.parametrize("shape,data_dtype,skips", [
     (WINDOW_SHAPES[0], np.uint8, True),
     (WINDOW_SHAPES[2], np.uint8, True),  # dilated, strides and padding differing by axis
@@ -1233,8 +1237,7 @@ def test_uint8_windows_at_the_border_walk_only_the_taps_inside(shape, data_dtype
     _alone_then_armed(conv, epilogue, out, want)
 
 
-@pytest.mark.skipif(not gemm_int8.narrow_weights_pay(),
-                    reason="the host runs the VNNI kernels: no vpmaddubsw table product")
+@needs_table
 @pytest.mark.parametrize("shape,in_place", [
     ((2, 16, (9, 9), 24, (1, 1), (2, 2), (0, 0), (1, 1)), True),  # a stride-2 shortcut
     ((1, 8, (11, 9), 33, (3, 3), (2, 2), (1, 1), (1, 1)), False),  # padded: copied
@@ -1269,14 +1272,13 @@ def test_windows_of_uint8_data_handed_over_are_read_where_they_lie(shape, in_pla
         np.flip(data, axis=3), weight, geometry, epilogue, residual, storage, np.uint8))
 
 
-@pytest.mark.skipif(not gemm_int8.narrow_weights_pay(),
-                    reason="the host runs the VNNI kernels: no vpmaddubsw table product")
+@needs_table
 @pytest.mark.parametrize("shape", [WINDOW_SHAPES[0], WINDOW_SHAPES[2], WINDOW_SHAPES[3]])
-@pytest.mark.parametrize("share_blocks", [1, 3])
+@pytest.mark.parametrize("share_blocks", [1, 2])
 def test_a_layer_reading_its_windows_is_one_chain_of_shares(monkeypatch, shape, share_blocks):
     """A layer of small weights that reads its windows where they lie runs its products and
     requantize passes as one chained job after its copy, in shares of at most `chunk_bytes`
-    of sums (a row block each, or three), one part a core: the NumPy path's bytes on one
+    of sums (a row block each, or two), one part a core: the NumPy path's bytes on one
     thread, armed on two (twice: the claim word starts again at 0), and again after the
     data change."""
     monkeypatch.setattr(spin_pool, "cores", lambda: 2)
@@ -1304,8 +1306,7 @@ def test_a_layer_reading_its_windows_is_one_chain_of_shares(monkeypatch, shape, 
         out, _reference(data, weight, geometry, epilogue, residual, storage, np.uint8))
 
 
-@pytest.mark.skipif(not gemm_int8.narrow_weights_pay(),
-                    reason="the host runs the VNNI kernels: no vpmaddubsw table product")
+@needs_table
 @pytest.mark.parametrize("shape", [
     (2, 16, (17, 17), 24, (1, 1), (2, 2), (0, 0), (1, 1)),  # a stride-2 shortcut: in place
     (1, 8, (16, 16), 16, (3, 3), (1, 1), (1, 1), (1, 1)),  # padded: read in the copy
@@ -1354,8 +1355,7 @@ def test_chained_shares_read_handed_over_data_in_place_and_write_a_second_output
     assert 0 < np.count_nonzero(second_want) < second_want.size
 
 
-@pytest.mark.skipif(not gemm_int8.narrow_weights_pay(),
-                    reason="the host runs the VNNI kernels: no vpmaddubsw table product")
+@needs_table
 def test_a_layer_whose_weights_outweigh_its_rows_keeps_its_chunks_jobs(monkeypatch):
     """Where the cores had better share a layer's weights by panels than its rows
     (`int8_conv.rows_first`: 1.2 MB of weights against 0.1 MB of activations), its chunks
@@ -1399,8 +1399,7 @@ RUN_SHAPES = [
 ]
 
 
-@pytest.mark.skipif(not gemm_int8.narrow_weights_pay(),
-                    reason="the host runs the VNNI kernels: no vpmaddubsw table product")
+@needs_table
 @pytest.mark.parametrize("shape", RUN_SHAPES)
 @pytest.mark.parametrize("data_dtype", [np.int8, np.uint8])
 def test_runs_padded_to_whole_groups_read_the_windows_where_they_lie(shape, data_dtype):
