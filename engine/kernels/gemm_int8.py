@@ -391,6 +391,71 @@ def table_job(addresses: np.ndarray, group_offsets: np.ndarray, m: int,
                          keep=(addresses, group_offsets, out, weights, source))
 
 
+def fused_runs(weights: PackedWeights) -> bool:
+    """Whether `fused_job` runs products of ``weights`` here: VNNI's tiles (not AMX's)."""
+    return not weights.amx and vnni_available()
+
+
+def fused_job(a: np.ndarray, lda: np.ndarray | int, m: int, weights: PackedWeights,
+              signed: bool, requantize: tuple[Any, ...], source: np.ndarray | None = None
+              ) -> Any:
+    """The product of ``m`` rows requantized in its tiles' epilogue
+    (`gemm_int8_fused_ir`): no int32 sums written, each tile's bytes written where
+    ``requantize`` (`gemm_int8_direct_ir`'s terms and factors, then anything the job keeps
+    alive) says. ``a``: the rows (uint8, whole row blocks of ``weights.groups · 4`` bytes),
+    ``lda`` then ignored; or a table of the rows' addresses (int64, whole row blocks: rows
+    past ``m`` pointing anywhere readable) with ``lda`` each group's byte offset in a row
+    (int64, `table_job`'s). As a `spin_pool` job, its tiles shared among the parts as the
+    terms ask (rows first, or panels). ``signed``: the bytes hold int8 values plus 128.
+    ``source``: an array the addresses point into, kept alive with the job."""
+    from engine.cpu import kernel_jobs, spin_pool
+
+    if not fused_runs(weights):
+        raise RuntimeError("the int8 product requantized in its epilogue needs the VNNI "
+                           "kernels and weights not packed for AMX")
+    blocks = -(-m // weights.rows)
+    table = isinstance(lda, np.ndarray)
+    if table:
+        if (a.dtype != np.int64 or len(a) < blocks * weights.rows or lda.dtype != np.int64
+                or len(lda) != weights.groups):
+            raise ValueError(f"int8 fused product: {len(a)} row addresses and {len(lda)} "
+                             f"group offsets do not fit {blocks} blocks and "
+                             f"{weights.groups} groups")
+        stride = lda.ctypes.data
+    else:
+        if (a.dtype != np.uint8 or a.ndim != 2 or a.shape[0] < blocks * weights.rows
+                or a.shape[1] != weights.groups * 4 or not a.flags.c_contiguous):
+            raise ValueError(f"int8 fused product: rows {a.dtype} {a.shape} are not "
+                             f"{blocks} whole blocks of {weights.groups * 4} bytes")
+        stride = a.shape[1]
+    packed, no_offsets, signed_offsets = weights.addresses
+    context = np.array([a.ctypes.data, stride, packed, weights.groups,
+                        requantize[0].ctypes.data, requantize[1].ctypes.data,
+                        signed_offsets if signed else no_offsets, blocks, weights.panels],
+                       np.int64)
+    task = compiled.made_once(_state, ("fused", weights.vectors, table),
+                              lambda: _compile_fused(weights.vectors, table))
+    parts = min(blocks * weights.panels, kernel_jobs.parts_for(
+        blocks * weights.panels, m * weights.k * weights.n // 64))
+    return spin_pool.job(task, context, parts, keep=(a, lda, weights, requantize, source))
+
+
+def _compile_fused(vectors: int, table: bool) -> int:
+    """VNNI's tile of ``vectors`` with the requantize in its epilogue (reading its rows
+    where a table points, or as rows), as its task's address."""
+    import llvmlite.binding as llvm
+
+    from engine.cpu.llvm_jit import compile_ir
+    from engine.kernels.gemm_int8_fused_ir import FusedInt8Kernel
+
+    kernel = FusedInt8Kernel(dict(TILES)[vectors], vectors, table)
+    engine = compile_ir(str(kernel.module), llvm.get_host_cpu_name(),
+                        llvm.get_host_cpu_features().flatten(), level=3, optimise=True,
+                        kept=True)
+    _state.setdefault("fused engines", []).append(engine)  # owns the machine code
+    return engine.get_function_address("task")
+
+
 def taps_job(entries: np.ndarray, m: int, weights: PackedWeights, out: np.ndarray,
              keep: tuple[Any, ...]) -> Any:
     """The product of ``m`` rows each listed with its own K steps: ``entries`` (int64, a

@@ -1,25 +1,31 @@
-"""A quantized 2-d convolution as `spin_pool` jobs over the cores, every pass compiled: the
-data laid channels-last (padded, shifted onto uint8) once, unless the product can read it
-where it lies (uint8 handed over channels-last, no padding: the direct product's tiles, a 1×1
-product's rows, a table product's windows; `FusedConv.reads_data_in_place`), then chunk by
-chunk of output
-positions (all at once where the direct product requantizes in its epilogue): the chunk's
-patches gathered into the int8 GEMM's rows (a 1×1 convolution of stride 1 reads the
-channels-last rows as they are where its channels fill K exactly; on AMX, a layer of whole
-64-channel blocks has its tiles read the windows where they lie, `gemm_int8.direct_job`;
-on VNNI's kernels, or an AVX2 host's narrow-weight ones, the product reads the windows where
-they lie through a table of their addresses, `gemm_int8.table_job`, a stem's short kernel
-rows as runs padded to whole groups, `run_matrix`), the GEMM (`gemm_int8.product_job`: VNNI, AVX2 or AMX), and
-one pass over the chunk's int32 sums that adds the bias, scales, applies the activation, adds
-the residual, applies the activation after the sum and rounds to the int8/uint8 output,
-written straight into the output's NCHW layout (on an AVX2 host, output and residual
+"""A quantized 2-d convolution as `spin_pool` jobs over the cores, every pass compiled.
+
+The data are laid channels-last (padded, shifted onto uint8) once, unless the product can read
+them where they lie (uint8 handed over channels-last without padding: the direct product's
+tiles, a 1×1 product's rows, a table product's windows; `FusedConv.reads_data_in_place`).
+The int8 GEMM then takes its rows in one of four ways:
+
+* on AMX, a layer of whole 64-channel blocks has its tiles read the windows where they lie
+  (`gemm_int8.direct_job`);
+* on VNNI's kernels, or an AVX2 host's narrow-weight ones, the product reads the windows
+  where they lie through a table of their addresses (`gemm_int8.table_job`), a stem's short
+  kernel rows as runs padded to whole groups (`run_matrix`);
+* a 1×1 convolution of stride 1 whose channels fill K exactly reads the channels-last rows
+  as they are;
+* else each chunk of output positions has its patches gathered into the GEMM's rows.
+
+The requantize adds the bias, scales, applies the activation, adds the residual, applies the
+activation after the sum and rounds to the int8/uint8 output. Where the output goes
+channels-last on AMX's direct tiles or VNNI's fused ones, it runs in the product's epilogue
+(`FusedConv.requantizes_in_product`: one job over every row, no int32 sums written). Else it
+is one pass over each chunk's sums after the chunk's product (`gemm_int8.product_job`),
+written into the output's NCHW layout or channels-last (on an AVX2 host, output and residual
 channels-last, `int8_requantize_ir`'s pass in LLVM IR, which writes the next pre-activation
-beside it where asked, `Rescaled`). A
-chunk's rows and sums fit in L2 (`CHUNK_BYTES`), so each pass reads the last one's writes from
-cache. A layer whose table product reads its windows where they lie, or whose 1×1 product reads its
-rows in the copy, runs its products and requantize passes as one chained job instead, share
-by share (`FusedConv._window_chain`), a share's rows copied first in it where the 1×1 layer's
-data come channels-last.
+beside it where asked, `Rescaled`). A chunk's rows and sums fit in L2 (`CHUNK_BYTES`), so each
+pass reads the last one's writes from cache. A layer whose table product reads its windows
+where they lie, or whose 1×1 product reads its rows in the copy, runs its products and
+requantize passes as one chained job instead, share by share (`FusedConv._window_chain`), a
+share's rows copied first in it where the 1×1 layer's data come channels-last.
 
 The NumPy path (`engine.ops.quantized.integer.conv` then `requantize.finish`) makes about
 ten passes over each layer's values, most in float64, on one core. The arithmetic here is
@@ -45,6 +51,7 @@ import numpy as np
 
 from engine.cpu import cache_sizes, compiled, host_features, kernel_jobs, llvm_jit, spin_pool
 from engine.kernels import border_taps, gemm_int8, int8_memory, int8_requantize_ir, part_chain
+from engine.kernels.gemm_int8_fused_ir import REQUANTIZED_COLUMNS
 
 _kernels: dict[str, Any] = {}
 # Output positions the requantize pass holds as bytes between its loops: up to TILE, fewer
@@ -267,6 +274,12 @@ class FusedConv(EpilogueLayer):
             raise ValueError("int8 convolution: weights packed by padded runs need the "
                              "narrow table product")
         self.gathers = self.gathers and not self.reads_windows
+        # On VNNI's tiles, a product reading its rows without a gather (windows by their
+        # table, or a 1×1 layer's rows) can requantize each tile in its epilogue
+        # (`gemm_int8.fused_job`) where the output goes channels-last: no sums written, no
+        # pass of their own (`requantizes_in_product`).
+        self.vnni_epilogue = not (self.tile_rows or self.gathers) and \
+            gemm_int8.fused_runs(packed)
         # The product's sum rows: one an output position, or on wide rows (`wide_grid`) one
         # a pixel of the padded image up to the last output position's.
         self.grid = self.wide_grid()
@@ -301,10 +314,11 @@ class FusedConv(EpilogueLayer):
 
     @property
     def requantizes_in_product(self) -> bool:
-        """Whether the direct product requantizes each block in its epilogue: a
-        channels-last output (and residual) on AMX's direct tiles."""
-        return bool(self.tile_rows and self.laid.out and (self.residual is None
-                                                          or self.laid.residual))
+        """Whether the product requantizes each block in its epilogue: a channels-last
+        output (and residual) on AMX's direct tiles or VNNI's fused ones
+        (`vnni_epilogue`)."""
+        return bool((self.tile_rows or self.vnni_epilogue) and self.laid.out
+                    and (self.residual is None or self.laid.residual))
 
     @property
     def writes_rescaled(self) -> bool:
@@ -430,6 +444,14 @@ class FusedConv(EpilogueLayer):
         chained = None
         if self.reads_windows:
             addresses, group_offsets = self._window_table(padded, block)
+        if fused and not self.tile_rows:  # VNNI's tiles requantizing in their epilogue
+            rows_or_table = (addresses, group_offsets) if self.reads_windows else (
+                self._rows_from(padded, 0, blocks * block), 0)
+            jobs.append(gemm_int8.fused_job(
+                *rows_or_table, total, packed, signed,
+                self._epilogue_terms(epilogue, 0, total, columns), padded))
+            total = 0  # one job over every row
+        elif self.reads_windows:
             windows = partial(self._table_share, addresses, group_offsets, signed, padded)
             if self.skips_padding:
                 windows = partial(self._taps_share, border_taps.TapRows(
@@ -616,10 +638,12 @@ class FusedConv(EpilogueLayer):
 
     def _epilogue_terms(self, epilogue: Epilogue, first: int, count: int,
                         columns: int) -> tuple[Any, ...]:
-        """`gemm_int8_direct_ir`'s requantize terms for output positions [first, first +
+        """`int8_epilogue_ir`'s requantize terms for output positions [first, first +
         count): the same arithmetic as `_requantize` (its bounds as numbers, infinite where
         an activation has none), into the channels-last output."""
         filters = self.weight.shape[0]
+        # whole calls of the requantize's columns (a 16-column panel's reads 32 of each)
+        columns = -(-columns // REQUANTIZED_COLUMNS) * REQUANTIZED_COLUMNS
         bias = np.zeros(columns, np.int32)
         bias[:filters] = self.bias
         scales = np.zeros(columns, np.float32)
@@ -639,7 +663,9 @@ class FusedConv(EpilogueLayer):
             rescale[0, :filters], rescale[1, :filters] = rescaled.scale, rescaled.shift
             second_out = rescaled.out.reshape(-1)[first * filters:]
             second = second_out.ctypes.data
-        from engine.kernels.gemm_int8_direct_ir import saturation as saturation_of
+        from engine.kernels.int8_epilogue_ir import saturation as saturation_of
+
+        block = 2 * self.tile_rows if self.tile_rows else self.packed.rows
 
         act = activation_bounds(epilogue.act, epilogue.act_high)
         post = activation_bounds(epilogue.postsum_act, epilogue.postsum_high)
@@ -647,7 +673,7 @@ class FusedConv(EpilogueLayer):
         alone, summed = folded_bounds((act, post), limits), folded_bounds((post,), limits)
         # the bounds the rounded value meets (after the sum where there is a residual)
         saturation = saturation_of(*(summed if self.residual is not None else alone))
-        # the grid the sum rows run over (`gemm_int8_direct_ir.WIDE_FIELDS`): the padded
+        # the grid the sum rows run over (`int8_epilogue_ir.WIDE_FIELDS`): the padded
         # image's on wide rows, else one row of every sum row, each its output position
         out_h, out_w = self.out.shape[2:]
         grid = (self.grid[0], out_w, self.grid[1], out_h) if self.grid is not None else (
@@ -657,7 +683,7 @@ class FusedConv(EpilogueLayer):
                           stride, int(sums_fit_int32(self.packed.groups * 4, bias)), second,
                           rescale[0].ctypes.data, rescale[1].ctypes.data, saturation,
                           int(rows_first(self.packed, self.data.nbytes + self.out.nbytes,
-                                         -(-count // (2 * self.tile_rows)))), *grid],
+                                         -(-count // block))), *grid],
                          np.int64)
         factors = np.array([*act, epilogue.residual_scale, *alone, *summed], np.float32)
         # the job keeps them alive

@@ -196,9 +196,12 @@ def test_one_by_one_layers_read_uint8_rows_handed_over_where_they_lie(batch, siz
     chunks = -(-conv.rows // int8_conv.chunk_rows(conv.rows, packed, gathers=False))
     jobs = conv.jobs_for(epilogue)
     # the copy where one is made and the products and requantize passes: a job each a
-    # chunk, or on several cores one chain whose shares copy their own rows
+    # chunk, on several cores one chain whose shares copy their own rows, or on VNNI's
+    # tiles one job requantizing in their epilogue
     chained = isinstance(jobs[-1], part_chain.Chain)
-    assert len(jobs) == (1 if chained else 2 * chunks + (0 if in_place else 1))
+    copy = 0 if in_place else 1
+    assert len(jobs) == (1 + copy if conv.vnni_epilogue else 1 if chained
+                         else 2 * chunks + copy)
     with spin_pool.armed(2):
         conv(epilogue)
     np.testing.assert_array_equal(_from_channels_last(out), want)
@@ -278,6 +281,8 @@ def test_one_by_one_rows_of_a_short_last_block_are_read_where_they_lie(monkeypat
     has = host_features.has
     monkeypatch.setattr(host_features, "has",
                         lambda flag: False if flag == "avx512dq" else has(flag))
+    # the vector pass's case: VNNI's tiles would requantize in their epilogue instead
+    monkeypatch.setattr(gemm_int8, "fused_runs", lambda weights: False)
     rng = np.random.default_rng(_seed("short block in place", batch, size))
     shape = (batch, 64, size, filters, (1, 1), (1, 1), (0, 0), (1, 1))
     data, weight, geometry, epilogue, residual, storage = _case(
@@ -594,15 +599,15 @@ def test_direct_epilogue_widens_sums_whose_bias_reaches_past_int32(with_residual
 def test_saturation_names_the_bound_a_conversion_to_bytes_meets(low, top, kind):
     """The direct epilogue's saturating conversions stand in for a clamp only at their own
     bound: -128 (signed) under a top of 127 at most, 255 (unsigned) over a bottom of 0."""
-    from engine.kernels import gemm_int8_direct_ir as direct_ir
+    from engine.kernels import int8_epilogue_ir as epilogue_ir
 
-    names = {"signed": direct_ir.SATURATE_SIGNED, "unsigned": direct_ir.SATURATE_UNSIGNED,
-             "none": direct_ir.SATURATE_NONE}
+    names = {"signed": epilogue_ir.SATURATE_SIGNED, "unsigned": epilogue_ir.SATURATE_UNSIGNED,
+             "none": epilogue_ir.SATURATE_NONE}
     # a top past 127 with -128 below is no uint8 or int8 range: no conversion fits it
     if (low, top) == (-128, 255):
-        assert direct_ir.saturation(low, top) == direct_ir.SATURATE_NONE
+        assert epilogue_ir.saturation(low, top) == epilogue_ir.SATURATE_NONE
         return
-    assert direct_ir.saturation(low, top) == names[kind]
+    assert epilogue_ir.saturation(low, top) == names[kind]
 
 
 @pytest.mark.skipif(not gemm_int8.amx_available(), reason="needs AMX-INT8")
@@ -1049,6 +1054,8 @@ def test_the_vector_requantize_gives_the_numpy_paths_bytes(monkeypatch, filters,
     has = host_features.has
     monkeypatch.setattr(host_features, "has",
                         lambda flag: False if flag == "avx512dq" else has(flag))
+    # the vector pass's case: VNNI's tiles would requantize in their epilogue instead
+    monkeypatch.setattr(gemm_int8, "fused_runs", lambda weights: False)
     bound = []
     bind = kernel_jobs.bind
     monkeypatch.setattr(kernel_jobs, "bind",
@@ -1092,6 +1099,8 @@ def test_the_vector_requantize_writes_a_rescaled_second_output(
     has = host_features.has
     monkeypatch.setattr(host_features, "has",
                         lambda flag: False if flag == "avx512dq" else has(flag))
+    # the vector pass's case: VNNI's tiles would requantize in their epilogue instead
+    monkeypatch.setattr(gemm_int8, "fused_runs", lambda weights: False)
     monkeypatch.setattr(int8_conv, "CHUNK_BYTES", 1)  # a chunk a row block: several jobs
     shape = (2, 24, (9, 10), filters, (3, 3), (1, 1), (1, 1), (1, 1))
     rng = np.random.default_rng(_seed("rescaled", filters, np.dtype(out_dtype).name,
@@ -1133,6 +1142,8 @@ def test_a_second_output_needs_whole_steps_of_filters_on_the_vector_requantize(m
     has = host_features.has
     monkeypatch.setattr(host_features, "has",
                         lambda flag: False if flag == "avx512dq" else has(flag))
+    # the vector pass's case: VNNI's tiles would requantize in their epilogue instead
+    monkeypatch.setattr(gemm_int8, "fused_runs", lambda weights: False)
     rng = np.random.default_rng(8)
     data, weight, geometry, epilogue, residual, storage = _case(
         rng, (1, 24, (9, 10), 20, (3, 3), (1, 1), (1, 1), (1, 1)), np.uint8, np.int8,
@@ -1260,9 +1271,11 @@ def test_windows_of_uint8_data_handed_over_are_read_where_they_lie(shape, in_pla
         == in_place
     chunks = -(-conv.rows // int8_conv.chunk_rows(conv.rows, packed, gathers=False))
     jobs = conv.jobs_for(epilogue)
-    # the products and requantize passes: a job each a chunk, or one chain on several cores
+    # the products and requantize passes: a job each a chunk, one chain on several cores,
+    # or one job on VNNI's tiles requantizing in their epilogue
     chained = isinstance(jobs[-1], part_chain.Chain)
-    assert len(jobs) == (1 if chained else 2 * chunks) + (0 if in_place else 1)
+    assert len(jobs) == (1 if chained or conv.vnni_epilogue else 2 * chunks) + (
+        0 if in_place else 1)
     conv(epilogue)
     np.testing.assert_array_equal(_from_channels_last(out), want)
     laid[...] = _channels_last(np.flip(data, axis=3))
@@ -1320,6 +1333,8 @@ def test_chained_shares_read_handed_over_data_in_place_and_write_a_second_output
     has = host_features.has
     monkeypatch.setattr(host_features, "has",
                         lambda flag: False if flag == "avx512dq" else has(flag))
+    # the vector pass's case: VNNI's tiles would requantize in their epilogue instead
+    monkeypatch.setattr(gemm_int8, "fused_runs", lambda weights: False)
     monkeypatch.setattr(int8_conv, "chunk_bytes", lambda: 1)
     monkeypatch.setattr(spin_pool, "cores", lambda: 2)
     rng = np.random.default_rng(_seed("chained rescaled", shape))
@@ -1386,6 +1401,91 @@ def test_chained_shares_take_a_share_of_the_l2_where_it_is_small(monkeypatch, l2
 
     monkeypatch.setattr(cache_sizes, "l2_bytes", lambda: l2)
     assert int8_conv.chunk_bytes() == chunk
+
+
+needs_fused = pytest.mark.skipif(
+    not gemm_int8.vnni_available(),
+    reason="the host runs no VNNI tiles to requantize in their epilogue")
+
+
+@needs_fused
+@pytest.mark.parametrize("shape", [
+    *WINDOW_SHAPES,
+    (1, 16, (14, 14), 96, (1, 1), (1, 1), (0, 0), (1, 1)),  # an expansion: rows, 2 panels
+    (2, 24, (5, 7), 144, (1, 1), (1, 1), (0, 0), (1, 1)),  # 70 rows: a short last block
+    (1, 32, (7, 7), 8, (1, 1), (1, 1), (0, 0), (1, 1)),  # 8 filters: a 16-column panel
+    (1, 3, (23, 21), 65, (7, 7), (2, 2), (3, 3), (1, 1)),  # a stem's runs of 7 × 3
+])
+@pytest.mark.parametrize("data_dtype,out_dtype,act,with_residual,rescaled", [
+    (np.uint8, np.uint8, "relu", False, False),
+    (np.int8, np.uint8, "bounded_relu", True, False),
+    (np.uint8, np.int8, None, True, True),
+    (np.int8, np.int8, None, False, True),
+])
+def test_vnni_tiles_requantize_in_their_epilogue(shape, data_dtype, out_dtype, act,
+                                                 with_residual, rescaled):
+    """On VNNI, a layer reading its rows without a gather (windows by their table, a 1×1
+    layer's rows, a stem's runs) into a channels-last output is one job whose tiles
+    requantize in their epilogue (`gemm_int8.fused_job`): the NumPy path's bytes, with a
+    residual and a second output (`int8_conv.Rescaled`: `int8_affine`'s pass over the
+    first), for panels of 16 to 64 columns, filters past a panel's, a short last row
+    block, int8 data shifted onto uint8; on one thread, armed on two, and again after the
+    data change."""
+    rng = np.random.default_rng(_seed("fused", shape, np.dtype(data_dtype).str,
+                                      np.dtype(out_dtype).str, act, with_residual, rescaled))
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, shape, data_dtype, out_dtype, act, with_residual)
+    want = _reference(data, weight, geometry, epilogue, residual, storage, out_dtype)
+    run = int8_conv.run_bytes(shape[1], geometry)
+    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight) if run is None
+                                     else int8_conv.run_matrix(weight, run))
+    out = np.full(want.shape, 77, out_dtype)
+    conv = int8_conv.FusedConv(
+        data, weight, packed, geometry, out,
+        None if residual is None else _channels_last(residual),
+        int8_conv.Layouts(data=False, out=True, residual=residual is not None))
+    assert conv.vnni_epilogue and conv.requantizes_in_product and not conv.gathers
+    filters = shape[3]
+    second_want = None
+    if rescaled:
+        scale = rng.uniform(-0.5, 4.0, filters).astype(np.float32)
+        shift = rng.uniform(-200, 200, filters).astype(np.float32)
+        second_want = np.zeros(want.shape, np.uint8)
+        int8_affine.affine_job(want, scale, shift, second_want, False, False)()
+        epilogue.rescaled = int8_conv.Rescaled(np.zeros(want.shape, np.uint8), scale, shift)
+    jobs = conv.jobs_for(epilogue)
+    assert len(jobs) == 2  # the channels-last copy, then the one product
+    for armed in (False, True, True):
+        out[...] = 77
+        if armed:
+            with spin_pool.armed(2):
+                conv(epilogue)
+        else:
+            conv(epilogue)
+        np.testing.assert_array_equal(_from_channels_last(out), want)
+        if rescaled:
+            np.testing.assert_array_equal(_from_channels_last(epilogue.rescaled.out),
+                                          second_want)
+    data[...] = np.flip(data, axis=3).copy()
+    conv(epilogue)
+    np.testing.assert_array_equal(_from_channels_last(out), _reference(
+        data, weight, geometry, epilogue, residual, storage, out_dtype))
+
+
+@needs_fused
+def test_the_fused_product_refuses_what_it_cannot_run():
+    """Rows or tables that do not fit the weights are refused, and AMX-packed weights."""
+    weights = gemm_int8.PackedWeights(np.ones((8, 20), np.int8))
+    terms = (np.zeros(18, np.int64), np.zeros(7, np.float32))
+    rows = np.zeros((weights.rows, 8), np.uint8)
+    with pytest.raises(ValueError, match="rows"):
+        gemm_int8.fused_job(rows[:1], 0, 2, weights, False, terms)
+    with pytest.raises(ValueError, match="group offsets"):
+        gemm_int8.fused_job(np.zeros(weights.rows, np.int64), np.zeros(3, np.int64), 1,
+                            weights, False, terms)
+    with pytest.raises(RuntimeError, match="AMX"):
+        gemm_int8.fused_job(rows, 0, 1, gemm_int8.PackedWeights(np.ones((8, 20), np.int8),
+                                                                amx=True), False, terms)
 
 
 # (batch, channels, size, filters, kernel, stride, pad, dilate): kernel rows whose runs are

@@ -33,10 +33,10 @@ SHAPE = (3, 13, 11)
 
 def rescaling_path() -> str | None:
     """The `integer.PATHS` name of a layer writing its reader's rescaled output on this host:
-    in the direct product's epilogue (AMX), in the vector requantize pass (an AVX2 host
-    without AVX-512 DQ, whose sums the pass adds in int32), or None (the reader's own
-    pass runs)."""
-    if gemm_int8.amx_available():
+    in the product's epilogue (AMX's direct tiles, VNNI's fused ones), in the vector
+    requantize pass (an AVX2 host without AVX-512 DQ, whose sums the pass adds in int32), or
+    None (the reader's own pass runs)."""
+    if gemm_int8.amx_available() or gemm_int8.vnni_available():
         return "int8_rescaled_in_product"
     if host_features.has("avx2") and not host_features.has("avx512dq"):
         return "int8_rescaled_in_requantize"

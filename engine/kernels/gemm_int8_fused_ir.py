@@ -1,0 +1,122 @@
+"""VNNI's int8 tiles (`gemm_int8_ir`) with the requantize in their epilogue: each tile's int32
+sums, made in registers, are stored to a buffer on the stack (in L1) and requantized from
+there into the layer's channels-last bytes (`int8_epilogue_ir.BlockRequantize`) before the
+next tile runs. No sums reach memory and no requantize pass reads them back: where a layer's
+K is short (MobileNet v2's expansions, 16 and 24 channels in), that pass and the sums'
+traffic were most of its time.
+
+``fused(a, lda, b, groups, terms, factors, offsets, row_blocks, first, last, first_row)``:
+column panels ``[first, last)`` of ``row_blocks`` blocks of the tile's rows, each block's
+panels in turn, the block's sum rows numbered from ``first_row``; ``a``, ``lda`` as the tile
+reads them (rows, or a table of rows' addresses with ``lda`` the groups' offsets), ``b``,
+``groups`` and ``offsets`` as in ``panels``; ``terms`` and ``factors`` the requantize's
+(`int8_conv.FusedConv._epilogue_terms`). The task's context is ``[a, lda, b, groups, terms,
+factors, offsets, row_blocks, panel_count]``: where the terms ask for rows first
+(`int8_epilogue_ir.ROWS_FIRST_FIELD`) a part takes a run of row blocks, every panel of each;
+else the (panel, row block) tiles are cut as `gemm_int8_ir.define_task` cuts them.
+"""
+
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from engine.kernels.gemm_int8_ir import I8, I32, I64, LANES, Int8Kernel, for_each_run
+from engine.kernels.int8_epilogue_ir import F32, ROWS_FIRST_FIELD, BlockRequantize
+from engine.kernels.task_ir import loop
+
+REQUANTIZED_COLUMNS = 32  # the columns one call of the requantize takes (two vectors)
+CONTEXT = 9  # int64 fields of the task's context
+
+
+class FusedInt8Kernel(Int8Kernel):
+    """A module holding ``fused`` for tiles of ``rows`` by ``vectors`` zmm vectors, and its
+    `spin_pool` task ``task``; ``table``: rows read where a table points (`Int8Kernel`)."""
+
+    def __init__(self, rows: int, vectors: int, table: bool = False) -> None:
+        super().__init__(rows, vectors, table)
+        self.requantize = BlockRequantize(self.module).function
+        self.fused = self._define_fused()
+        self.task = self._define_task()
+
+    def _define_fused(self) -> ir.Function:
+        byte, word, wide = I8.as_pointer(), I32.as_pointer(), I64.as_pointer()
+        kind = ir.FunctionType(ir.VoidType(), [byte, I64, byte, I64, wide, F32.as_pointer(),
+                                               word, I64, I64, I64, I64])
+        function = ir.Function(self.module, kind, name="fused")
+        function.linkage = "internal"
+        (a, lda, b, groups, terms, factors, offsets, row_blocks, first, last,
+         first_row) = function.args
+        builder = ir.IRBuilder(function.append_basic_block("entry"))
+        columns = self.columns
+        buffer = builder.alloca(ir.ArrayType(I32, self.rows * columns))
+        buffer.align = 64
+        buffer = builder.bitcast(buffer, word)
+        panel_bytes = builder.mul(groups, I64(columns * 4))
+        group_offsets = builder.inttoptr(lda, wide) if self.table else None
+        with loop(builder, function, I64(0), row_blocks, "block") as block:
+            row = builder.mul(block, I64(self.rows))
+            if self.table:
+                addresses = builder.bitcast(a, wide)
+                a_rows = [builder.inttoptr(builder.load(builder.gep(addresses, [
+                    builder.add(row, I64(i))])), byte) for i in range(self.rows)]
+            else:
+                a_rows = [builder.gep(a, [builder.mul(builder.add(row, I64(i)), lda)])
+                          for i in range(self.rows)]
+            with loop(builder, function, first, last, "panel") as panel:
+                sums = self._tile(function, builder, a_rows,
+                                  builder.gep(b, [builder.mul(panel, panel_bytes)]), groups,
+                                  group_offsets)
+                for i in range(self.rows):
+                    for j in range(self.vectors):
+                        target = builder.gep(buffer, [I64(i * columns + j * LANES)])
+                        builder.store(sums[i][j], builder.bitcast(
+                            target, self.vector.as_pointer()), align=64)
+                column = builder.mul(panel, I64(columns))
+                for part in range(max(1, columns // REQUANTIZED_COLUMNS)):
+                    at = builder.add(column, I64(part * REQUANTIZED_COLUMNS))
+                    # a 16-column panel's second vector lies past every filter: the
+                    # requantize leaves it alone, so its offsets are the first's again
+                    shifts = [builder.load(builder.bitcast(builder.gep(offsets, [
+                        builder.add(at, I64(min(half, self.vectors - 1) * LANES))]),
+                        self.vector.as_pointer()), align=4) for half in range(2)]
+                    builder.call(self.requantize, [
+                        builder.gep(buffer, [I64(part * REQUANTIZED_COLUMNS)]), I64(columns),
+                        at, builder.add(first_row, row), I64(self.rows), terms, factors,
+                        *shifts])
+        builder.ret_void()
+        return function
+
+    def _define_task(self) -> ir.Function:
+        wide = I64.as_pointer()
+        function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [wide, I64, I64]),
+                               name="task")
+        context, part, parts = function.args
+        builder = ir.IRBuilder(function.append_basic_block("entry"))
+        (a, lda, b, groups, terms, factors, offsets, row_blocks, panels) = (
+            builder.load(builder.gep(context, [I64(index)])) for index in range(CONTEXT))
+        byte = I8.as_pointer()
+        a, b = builder.inttoptr(a, byte), builder.inttoptr(b, byte)
+        terms = builder.inttoptr(terms, wide)
+        factors = builder.inttoptr(factors, F32.as_pointer())
+        offsets = builder.inttoptr(offsets, I32.as_pointer())
+        row_bytes = I64(8 * self.rows) if self.table else builder.mul(lda, I64(self.rows))
+
+        def call(panel: ir.Value, block: ir.Value, count: ir.Value,
+                 panel_end: ir.Value | None = None) -> None:
+            builder.call(self.fused, [
+                builder.gep(a, [builder.mul(block, row_bytes)]), lda, b, groups, terms,
+                factors, offsets, count, panel, panel_end or builder.add(panel, I64(1)),
+                builder.mul(block, I64(self.rows))])
+
+        by_rows = builder.icmp_unsigned("!=", builder.load(
+            builder.gep(terms, [I64(ROWS_FIRST_FIELD)])), I64(0))
+        with builder.if_else(by_rows) as (rows_first, panels_first):
+            with rows_first:
+                start = builder.sdiv(builder.mul(row_blocks, part), parts)
+                end = builder.sdiv(builder.mul(row_blocks, builder.add(part, I64(1))), parts)
+                with builder.if_then(builder.icmp_signed("<", start, end)):
+                    call(I64(0), start, builder.sub(end, start), panels)
+            with panels_first:
+                for_each_run(builder, function, row_blocks, panels, part, parts, call)
+        builder.ret_void()
+        return function
