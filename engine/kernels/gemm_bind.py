@@ -45,6 +45,12 @@ from engine.kernels import (
 
 # Below this share of computed lanes doing useful work, BLAS runs the product (49 of 64: no).
 MIN_LANE_USE = 0.9
+# The most columns (positions) of a bf16 product on the AVX-512 BF16 tile run transposed
+# (`_bf16_transposed`). One Zen 5 core, warm, medians, µs, as it is against transposed:
+# 1000 × 1280 × N (MobileNet v2's classifier, a 1×1 convolution, at batch N): N 1 104 / 39,
+# 4 101 / 43, 8 101 / 73, 12 104 / 77, 16 105 / 115; 512 × 4608 × 16 190 / 222; at 49
+# columns the plain form stays ahead (1280 × 320 × 49 110 / 120, 512 × 4608 × 49 616 / 654).
+BF16_TRANSPOSED_COLUMNS = 12
 # A packed copy of a weight is memory beside the weight itself where the plain weight stays
 # (`Workspace.derived`, counted in a model's memory; a dense weight a model holds packed alone,
 # `packed_weight`): past this size, where a product streams its weight from memory anyway,
@@ -217,11 +223,31 @@ def _bf16_weight_product(weight: Any, right: Any, out: Any, workspace: Any,
             if handed is not None:
                 pair = bf16_handoff.take(handoff, pair)
             return bf16.paired_product(pair, _amx_weight_tiles(weight, words, out, workspace))
+    if out.shape[1] <= BF16_TRANSPOSED_COLUMNS and worthwhile(*out.shape[::-1]):
+        return _bf16_transposed(weight, right, out, workspace)
     packed = _bf16_packed(weight, workspace)
     words = workspace.zeroed(bf16.paired_shape(right.shape, False, gemm_kernel.tile().columns),
                              np.float32, ("bf16 panels", right.shape))
     product = gemm_kernel.bind_both_packed(packed, words, out, kernel=gemm_kernel.BF16)
     return bf16.paired_product(bf16.pairing(right, words, False), product)
+
+
+def _bf16_transposed(weight: Any, right: Any, out: Any, workspace: Any) -> Transposed:
+    """``out = weight @ right`` on the AVX-512 BF16 tile as ``outᵀ = rightᵀ @ weightᵀ`` into
+    scratch, then copied out transposed (`Transposed`, as `_transposed` in float32), where
+    its few columns (positions; `BF16_TRANSPOSED_COLUMNS`) would leave the tile's vector
+    lanes empty the other way."""
+    panels = workspace.derived(weight, "bf16 panels of the transpose", lambda constant:
+                               gemm_kernel.pack_columns(bf16.pair_columns(constant.T)))
+    left = right.T
+    words = workspace.zeroed(bf16.paired_shape(left.shape, True), np.float32,
+                             ("bf16 rows", left.shape))
+    rows, columns = out.shape[::-1]
+    scratch = workspace.zeroed((rows, scratch_row(columns)), out.dtype,
+                               ("gemm transposed",))[:, :columns]
+    product = gemm_kernel.bind_packed_columns(words, panels, scratch, kernel=gemm_kernel.BF16)
+    return Transposed(bf16.paired_product(bf16.pairing(left, words, True), product), out,
+                      scratch.T)
 
 
 def _bf16_packed(weight: Any, workspace: Any) -> Any:

@@ -177,6 +177,39 @@ def test_a_3x3_product_on_avx512_bf16_pairs_the_patches_straight_from_the_input(
     assert_product(out, weight, patches)
 
 
+@needs_bf16
+@pytest.mark.parametrize("columns", [1, 5, gemm_bind.BF16_TRANSPOSED_COLUMNS])
+@pytest.mark.parametrize("armed", [False, True])
+def test_a_bf16_product_of_few_columns_runs_transposed(monkeypatch, columns: int,
+                                                       armed: bool) -> None:
+    """On the AVX-512 BF16 tile, a weight's product over a few columns (a classifier as a
+    1×1 convolution at batch 1) runs as its transpose into scratch, copied back
+    (`gemm_bind.Transposed`): the rounded operands' product with the filters' bias, a
+    residual and the clamp, on one thread and armed on two; past
+    `BF16_TRANSPOSED_COLUMNS` columns it runs as it is."""
+    monkeypatch.setattr(gemm_kernel, "available", lambda kernel=None: kernel != gemm_kernel.AMX)
+    rows, depth = 80, 200
+    weight, data = random(rows, depth), random(depth, columns)
+    weight.flags.writeable = False  # a plan constant
+    bias, residual = random(rows), random(rows, columns)
+    out = np.full((rows, columns), np.nan, np.float32)
+    workspace = Workspace(np, 0, precision="bf16")
+    call = gemm_bind.weight_product(np, weight, data, out, workspace)
+    assert isinstance(call, gemm_bind.Transposed)
+    (call,) = gemm_bind.with_residual(gemm_bind.with_bias([call], bias_rows=bias), out, residual)
+    (call,) = gemm_bind.clamped([call], -1.0, 1.5)
+    if armed:
+        with spin_pool.armed(2):
+            call()
+    else:
+        call()
+    want = np.clip(expected(weight, data) + bias[:, None] + residual, -1.0, 1.5)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * np.sqrt(depth))
+    wide = np.zeros((rows, gemm_bind.BF16_TRANSPOSED_COLUMNS + 1), np.float32)
+    plain = gemm_bind.weight_product(np, weight, random(depth, wide.shape[1]), wide, workspace)
+    assert not isinstance(plain, gemm_bind.Transposed)
+
+
 @needs_amx
 @pytest.mark.parametrize(("rows", "depth", "columns", "outside"), [
     (256, 64, 3136, False),  # an output past the cache from small activations: row blocks
