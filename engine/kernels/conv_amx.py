@@ -27,6 +27,13 @@ It offers its output as the words a 1×1 product on AMX reads too (ResNet v2's b
 (``words_part``), each pixel's pair where the float32 output has the pixel, and that reader
 pairs nothing. Either only over a short K (`GRID_MAX_STEPS`).
 
+On AVX-512 BF16 without AMX the same grid and bind run a product of register tiles instead
+(`conv_bf16_ir`: ``vdpbf16ps``, the weights packed by `weight_rows`), with no hand-offs, no
+channels-last grid and no shortcut riding, where few grid columns are dropped
+(`BF16_MAX_COLUMNS_RATIO`): there the im2col form pairs nine copies of each input word, and
+on one Zen 5 core ResNet-18's 64-channel 3×3 layers at 56² take 0.50 ms this way against
+0.62–0.69 (OpenVINO bf16: 0.46).
+
 At stride 1 over `LINES_MIN_CHANNELS` channels or more (`reads_lines`) the grid is laid
 channels-last instead (`conv_amx_lines`): each pixel's channels in bf16 one after another,
 read as AMX's A, so that a tile row is one aligned cache line whatever pixel a tap starts at,
@@ -98,15 +105,39 @@ GRID_MAX_STEPS = 48
 LINES_MIN_CHANNELS = 128
 
 
+# On AVX-512 BF16, the grid columns a direct product computes per output pixel at most
+# (`_direct_kernel`). ResNet-18's 3×3 layers in bf16 at batch 1, one Zen 5 core, ms, direct
+# against im2col's patch words (`gemm_bind._bf16_patch_words_product`) and the ratio: 64 at
+# 56² 0.50 against 0.62–0.69 (1.04), stride 2 into 28² 0.30 against 0.33 (1.06), 128 at 28²
+# 0.52 against 0.57–0.61 (1.10); 256 at 14² 0.57 against 0.54–0.60 (1.14), stride 2 into 14²
+# 0.32 against 0.30 (1.14), 512 at 7² 0.92 against 0.65 (1.31), stride 2 into 7² 0.48
+# against 0.35 (1.31). Where a tile's K runs over 256 channels and more, its grid words no
+# longer stay in L1 from one step to the next as well.
+BF16_MAX_COLUMNS_RATIO = 1.12
+
+
 def available() -> bool:
     """Whether the direct kernel compiled for this host (AMX permitted, llvmlite present)."""
     return _compiled() is not None
 
 
+def bf16_tiles_available() -> bool:
+    """Whether the AVX-512 BF16 form's kernel compiled for this host (`conv_bf16_ir`)."""
+    return _compiled_bf16() is not None
+
+
+def _functions(kernel: int) -> dict[str, Any] | None:
+    """The compiled direct kernel for ``kernel`` (`gemm_kernel.AMX` or ``BF16``), or None
+    (for any other: an fp32 plan's None among them)."""
+    if kernel == gemm_kernel.AMX:
+        return _compiled()
+    return _compiled_bf16() if kernel == gemm_kernel.BF16 else None
+
+
 def applies(data: Any, weight: Any, out: Any, geometry: Any, workspace: Any) -> bool:
-    """Whether `bind` takes this convolution: a bf16 plan on AMX, float32 NumPy arrays, the
-    input C-contiguous, the weight a read-only constant, a 2-D kernel of several taps over
-    enough channels (`pays`)."""
+    """Whether `bind` takes this convolution: a bf16 plan on AMX or AVX-512 BF16, float32
+    NumPy arrays, the input C-contiguous, the weight a read-only constant, a 2-D kernel of
+    several taps over enough channels (`pays`)."""
     kernel, stride, dilate, pad = geometry
     return (all(type(x) is np.ndarray and x.dtype == np.float32 for x in (data, weight, out))
             and data.ndim == 4 and out.ndim == 4 and data.flags.c_contiguous
@@ -115,8 +146,22 @@ def applies(data: Any, weight: Any, out: Any, geometry: Any, workspace: Any) -> 
             and math.prod(kernel) > 1 and weight.shape[1] == data.shape[1]
             and pays(data.shape[1], math.prod(kernel))
             and not np.may_share_memory(out, data)
-            and gemm_bind.bf16_kernel(workspace, out.shape[1]) == gemm_kernel.AMX
-            and available())
+            and _direct_kernel(data, out, geometry, workspace) is not None)
+
+
+def _direct_kernel(data: Any, out: Any, geometry: Any, workspace: Any) -> dict[str, Any] | None:
+    """The compiled direct kernel a bf16 plan binds this convolution to: AMX's, or on
+    AVX-512 BF16 the register tiles' where the grid columns its tiles compute (the padding's
+    past each output row's end, the last tile's past the image) are at most
+    `BF16_MAX_COLUMNS_RATIO` times the output's pixels; else None."""
+    kernel = gemm_bind.bf16_kernel(workspace, out.shape[1])
+    if kernel == gemm_kernel.BF16:
+        kernel_shape, stride, dilate, pad = geometry
+        grid = _Grid((1, *data.shape[1:]), kernel_shape, stride, dilate, pad)
+        computed = -(-_grid_columns(grid, out[:1]) // TILE) * TILE
+        if computed > BF16_MAX_COLUMNS_RATIO * math.prod(out.shape[2:]):
+            return None
+    return _functions(kernel)
 
 
 def pays(channels: int, taps: int) -> bool:
@@ -157,6 +202,11 @@ def bind_chunks(data: Any, weight: Any, out: Any, geometry: Any,
     grid = _Grid((1, *data.shape[1:]), kernel, stride, dilate, pad)
     per_image = _words(data.shape[1]) * grid.image * 4
     chunk = max(1, CHUNK_GRID_BYTES // per_image)
+    if gemm_bind.bf16_kernel(workspace, out.shape[1]) == gemm_kernel.BF16:
+        # AVX-512 BF16's tiles: the grid of pairs alone, nothing handed over or riding
+        return [bind(data[start:start + chunk], weight, out[start:start + chunk], geometry,
+                     workspace, isa=gemm_kernel.BF16)
+                for start in range(0, data.shape[0], chunk)]
     handoff = bf16_handoff.offered(workspace, data) if data.shape[0] == 1 else None
     lines = reads_lines(data.shape, geometry, handoff)
     chunks: list[shortcut_ride.ChunkGrid] | None = \
@@ -179,14 +229,17 @@ def bind_chunks(data: Any, weight: Any, out: Any, geometry: Any,
 def bind(data: Any, weight: Any, out: Any, geometry: Any, workspace: Any,
          handoff: bf16_handoff.PairedHandoff | None = None,
          lines: bool = False,
-         chunks: list[shortcut_ride.ChunkGrid] | None = None) -> bf16.PairedProduct:
+         chunks: list[shortcut_ride.ChunkGrid] | None = None,
+         isa: int = gemm_kernel.AMX) -> bf16.PairedProduct:
     """``out = conv(data, weight)`` (N, C, H, W) → (N, F, Ho, Wo): the input paired into
     its grid, then the direct product, as one call (see `applies`). ``handoff``: the bf16
     hand-off the input's writer offered, whose grid the product reads where it may.
     ``lines``: the grid channels-last, read as A (`conv_amx_lines`; stride 1 only).
     ``chunks``: where given (a stride-2 layer's, `shortcut_ride`), the grid this call pairs
     is noted in it, and products a 1×1 shortcut adds to its ``riders`` run right after the
-    pairing, before this product."""
+    pairing, before this product. ``isa``: the product's kernel, `gemm_kernel.AMX`, or
+    ``BF16`` for AVX-512 BF16's register tiles (`conv_bf16_ir`; no hand-off, lines or
+    chunks)."""
     if lines:
         return _bind_lines(data, weight, out, geometry, workspace)
     kernel, stride, dilate, pad = geometry
@@ -202,10 +255,16 @@ def bind(data: Any, weight: Any, out: Any, geometry: Any, workspace: Any,
                 for view, into, twin in _twinned(grid.phase_runs(data))]
     if any(pair is None for pair in pairings):
         raise ValueError("the bf16 pairing pass did not compile")
-    tiles = workspace.derived(weight, ("amx direct", words),
-                              partial(_weight_tiles, words=words))
-    product = _bound_product(grid, tiles, words_grid, out, _compiled(), plane,
-                             grid.image * 4)
+    if isa == gemm_kernel.AMX:
+        tiles = workspace.derived(weight, ("amx direct", words),
+                                  partial(_weight_tiles, words=words))
+    else:
+        tiles = workspace.derived(weight, ("bf16 direct", words),
+                                  partial(weight_rows, words=words))
+    functions = _functions(isa)
+    if functions is None:
+        raise ValueError("the direct bf16 convolution did not compile for this host")
+    product = _bound_product(grid, tiles, words_grid, out, functions, plane, grid.image * 4)
     pair = pairings[0] if len(pairings) == 1 else partial(_each, tuple(pairings))
     if handed is not None:
         pair = bf16_handoff.take(handoff, pair)
@@ -469,6 +528,20 @@ def _weight_tiles(weight: Any, words: int) -> np.ndarray:
     return bf16.amx_pack_rows(bf16.amx_weight_rows(ordered.reshape(filters, -1)))
 
 
+def weight_rows(weight: Any, words: int) -> np.ndarray:
+    """The weight (F, C, kh, kw) as `conv_bf16_ir`'s tiles read it: bf16 pairs of channels
+    (each tap's padded to ``words`` pairs with zeros), laid [filter block][tap][pair][filter]
+    with the filters padded to a whole block with zero rows."""
+    from engine.kernels.conv_bf16_ir import ROWS
+
+    filters, channels = weight.shape[:2]
+    taps = math.prod(weight.shape[2:])
+    ordered = np.zeros((-(-filters // ROWS) * ROWS, taps, 2 * words), np.float32)
+    ordered[:filters, :, :channels] = weight.reshape(filters, channels, taps).transpose(0, 2, 1)
+    pairs = bf16.pair_rows(ordered.reshape(-1, 2 * words)).reshape(-1, ROWS, taps, words)
+    return np.ascontiguousarray(pairs.transpose(0, 2, 3, 1))
+
+
 class DirectProduct(partial):
     """The direct product bound once: a `spin_pool.Job` over its tiles. Like a
     `gemm_kernel.Product` it takes a bias per filter and a clamp (`with_epilogue`). Called,
@@ -610,6 +683,26 @@ def _compile_for_host(make_module: Any, names: tuple[str, ...]) -> dict[str, Any
 
 def _module() -> Any:
     from engine.kernels.conv_amx_ir import module
+
+    return module(_FIELD)
+
+
+def _compiled_bf16() -> dict[str, Any] | None:
+    return compiled.made_once(_state, "bf16", _compile_bf16)
+
+
+def _compile_bf16() -> dict[str, Any] | None:
+    """AVX-512 BF16's direct kernel for the host (`conv_bf16_ir`), or None without it (or
+    llvmlite)."""
+    if not (host_features.has("avx512f") and host_features.has("avx512_bf16")):
+        return None
+    engine = llvm_jit.compile_for_host(_bf16_module)
+    return None if engine is None else {"engine": engine,
+                                         "part": engine.get_function_address("part")}
+
+
+def _bf16_module() -> Any:
+    from engine.kernels.conv_bf16_ir import module
 
     return module(_FIELD)
 

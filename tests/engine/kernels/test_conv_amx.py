@@ -1,6 +1,6 @@
-"""The direct bf16 convolution on AMX (`engine.kernels.conv_amx`): against a float64
-convolution of the bf16-rounded operands, its epilogue, where a plan takes it, and a whole
-ResNet-18 against the im2col form."""
+"""The direct bf16 convolution on AMX and on AVX-512 BF16's register tiles
+(`engine.kernels.conv_amx`): against a float64 convolution of the bf16-rounded operands, its
+epilogue, where a plan takes it, and a whole ResNet-18 against the im2col form."""
 
 from __future__ import annotations
 
@@ -12,11 +12,22 @@ import pytest
 import engine
 from bench import nets
 from engine.cpu import spin_pool
-from engine.kernels import bf16, conv_amx, conv_bind, gemm_bind
+from engine.kernels import bf16, conv_amx, conv_bind, gemm_bind, gemm_kernel
 from engine.kernels.workspace import Workspace
 
 needs_direct = pytest.mark.skipif(not conv_amx.available(),
                                   reason="this CPU or kernel lacks AMX-BF16")
+needs_tiles = pytest.mark.skipif(not conv_amx.bf16_tiles_available(),
+                                 reason="this CPU lacks AVX-512 BF16")
+SHAPES = [
+    (1, 64, (56, 56), 64, (3, 3), (1, 1), (1, 1)),  # ResNet's first stage
+    (2, 5, (7, 9), 33, (3, 3), (1, 1), (1, 1)),  # odd C, rows past a tile, two images
+    (1, 3, (1, 20), 40, (3, 3), (1, 0), (1, 1)),  # one row, W not a multiple of 16
+    (1, 7, (5, 5), 16, (3, 3), (0, 0), (1, 1)),  # no padding
+    (3, 66, (7, 7), 96, (3, 3), (1, 1), (1, 1)),  # C past one step of K, three images
+    (1, 8, (11, 13), 20, (3, 3), (2, 2), (2, 2)),  # dilated
+    (2, 6, (9, 10), 32, (2, 3), (0, 1), (1, 1)),  # a non-square kernel
+]
 RNG = np.random.default_rng(17)
 
 
@@ -67,15 +78,8 @@ def assert_armed_runs_store(out: np.ndarray, alone: np.ndarray, run: Callable[[]
 
 
 @needs_direct
-@pytest.mark.parametrize(("batch", "channels", "size", "filters", "kernel", "pad", "dilate"), [
-    (1, 64, (56, 56), 64, (3, 3), (1, 1), (1, 1)),  # ResNet's first stage
-    (2, 5, (7, 9), 33, (3, 3), (1, 1), (1, 1)),  # odd C, rows past a tile, two images
-    (1, 3, (1, 20), 40, (3, 3), (1, 0), (1, 1)),  # one row, W not a multiple of 16
-    (1, 7, (5, 5), 16, (3, 3), (0, 0), (1, 1)),  # no padding
-    (3, 66, (7, 7), 96, (3, 3), (1, 1), (1, 1)),  # C past one step of K, three images
-    (1, 8, (11, 13), 20, (3, 3), (2, 2), (2, 2)),  # dilated
-    (2, 6, (9, 10), 32, (2, 3), (0, 1), (1, 1)),  # a non-square kernel
-])
+@pytest.mark.parametrize(("batch", "channels", "size", "filters", "kernel", "pad", "dilate"),
+                         SHAPES)
 @pytest.mark.parametrize("stride", [(1, 1), (2, 2)])
 def test_direct_convolution_matches_the_rounded_reference(
         batch: int, channels: int, size: tuple[int, int], filters: int,
@@ -94,6 +98,67 @@ def test_direct_convolution_matches_the_rounded_reference(
     call()
     want = reference(bf16.rounded(data), bf16.rounded(weight), pad, dilate, stride)
     assert relative_error(out, want) < 1e-5
+
+
+@needs_tiles
+@pytest.mark.parametrize(("batch", "channels", "size", "filters", "kernel", "pad", "dilate"),
+                         SHAPES)
+@pytest.mark.parametrize("stride", [(1, 1), (2, 2)])
+def test_avx512_bf16_tiles_match_the_rounded_reference(
+        batch: int, channels: int, size: tuple[int, int], filters: int,
+        kernel: tuple[int, int], pad: tuple[int, int], dilate: tuple[int, int],
+        stride: tuple[int, int]) -> None:
+    """The AVX-512 BF16 form (`conv_bf16_ir`: tiles of 8 filters, filters past a whole
+    block, grid columns past a row's width dropped) over the same grid: the rounded
+    operands' convolution with a bias, a residual and a clamp, on one thread, armed over
+    two, and again for a new input."""
+    data, weight = operands(batch, channels, size, filters, kernel)
+    summed = reference(bf16.rounded(data), bf16.rounded(weight), pad, dilate, stride)
+    bias = constant(RNG.standard_normal(filters).astype(np.float32))
+    other = RNG.standard_normal(summed.shape).astype(np.float32)
+    out = np.full(summed.shape, np.nan, np.float32)  # every pixel must be written
+    call = conv_amx.bind(data, weight, out, (kernel, stride, dilate, pad), bf16_workspace(),
+                         isa=gemm_kernel.BF16)
+    call = call.with_epilogue(bias_rows=bias, low=-1.0, high=2.5).with_residual(out, other)
+    call()
+    want = np.clip(summed + bias[None, :, None, None] + other, -1.0, 2.5)
+    # Both operands are exactly bf16, so only float32 accumulation differs.
+    assert relative_error(out, want) < 1e-5
+    assert_armed_runs_store(out, out.copy(), call)
+    data[...] = RNG.standard_normal(data.shape)  # a second run pairs the new input
+    call()
+    summed = reference(bf16.rounded(data), bf16.rounded(weight), pad, dilate, stride)
+    want = np.clip(summed + bias[None, :, None, None] + other, -1.0, 2.5)
+    assert relative_error(out, want) < 1e-5
+
+
+@needs_tiles
+@pytest.mark.parametrize(("channels", "size", "stride", "direct"), [
+    (64, (56, 56), (1, 1), True),  # 3264 grid columns computed for 3136 pixels
+    (64, (56, 56), (2, 2), True),  # 832 for 784
+    (128, (28, 28), (1, 1), True),  # 864 for 784
+    (256, (14, 14), (1, 1), False),  # 224 for 196: past `BF16_MAX_COLUMNS_RATIO`
+    (512, (7, 7), (1, 1), False),  # 64 for 49
+])
+def test_a_plan_on_avx512_bf16_takes_the_tiles_where_few_grid_columns_are_dropped(
+        monkeypatch: pytest.MonkeyPatch, channels: int, size: tuple[int, int],
+        stride: tuple[int, int], direct: bool) -> None:
+    """Without AMX, a bf16 plan's 3×3 convolution runs on the register tiles where the grid
+    columns they compute stay within `BF16_MAX_COLUMNS_RATIO` of the output's pixels, else
+    as im2col's patch words; both give the rounded operands' convolution."""
+    monkeypatch.setattr(gemm_kernel, "available",
+                        lambda kernel=None: kernel != gemm_kernel.AMX)
+    data, weight = operands(1, channels, size, 32, (3, 3))
+    geometry = ((3, 3), stride, (1, 1), (1, 1))
+    want = reference(bf16.rounded(data), bf16.rounded(weight), (1, 1), (1, 1), stride)
+    out = np.full(want.shape, np.nan, np.float32)
+    calls = conv_bind.bind(np, data, weight, None, out, geometry, bf16_workspace())
+    assert isinstance(getattr(calls[0], "product", None), conv_amx.DirectProduct) == direct
+    for call in calls:
+        call()
+    assert relative_error(out, want) < 1e-5
+    # an fp32 plan's convolution stays float32 whatever the host offers
+    assert not conv_amx.applies(data, weight, out, geometry, Workspace(np, 0))
 
 
 @needs_direct

@@ -1,0 +1,234 @@
+"""The LLVM IR of `conv_amx`'s direct convolution on AVX-512 BF16 (no AMX): register tiles of
+``vdpbf16ps`` over the same zero-bordered grid of bf16 words.
+
+The input is paired once into planes of words (channel pairs) over its zero-bordered grid
+(`conv_amx`: ``Wp`` words a grid row, a plane per channel pair). A tile is `ROWS` filters by
+`VECTORS` vectors of 16 grid columns: per tap and channel pair, it loads its columns' words
+from the plane shifted by the tap's offset (no patch array exists) and each filter's weight
+word, broadcast, and adds the pairs' products into float32 sums with one ``vdpbf16ps`` per
+filter and vector. The weights are packed as ``[filter block][tap][channel pair][filter]``
+words (`weight_rows`), so a step reads one run of `ROWS` words.
+
+Grid column ``n = y·Wp + x`` is output pixel ``y·W + x`` where ``x < W``; columns past the
+output's width are computed and dropped. The epilogue packs each vector's kept lanes together
+(``vcompressps``): their pixels lie one after another in the output, from the pixels before
+the vector's first column on. It adds the filter's bias, then the residual (read through a
+mask of as many leading lanes), clamps, and stores through that mask: `gemm_ir`'s terms in its
+order, so a residual block's add and its ReLU cost no pass of their own.
+
+``part(context, part, parts)`` is a `spin_pool` task over every (filter block, image, column
+tile), filter blocks outside, so that a block's weights stay in cache while they meet each
+image's columns; ``context`` is `conv_amx`'s (its `_FIELD` names the words).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import llvmlite.ir as ir
+
+from engine.kernels.gemm_bf16_ir import DOT_PRODUCT, BFloatType
+from engine.kernels.task_ir import F64, as_float, fields, loop, masked_load, masked_store, splat
+from engine.kernels.task_ir import task as define_task
+
+F32, I1, I16, I32, I64 = (ir.FloatType(), ir.IntType(1), ir.IntType(16), ir.IntType(32),
+                          ir.IntType(64))
+LANES = 16
+# Filters and 16-column vectors of a tile: 16 accumulators (``vdpbf16ps``'s latency covered
+# twice over at two a cycle), two loads of grid words for eight broadcast weights a step,
+# and 32 grid columns, `conv_amx.TILE`, whose grid extent and parts it shares.
+ROWS, VECTORS = 8, 2
+TILE_COLUMNS = VECTORS * LANES
+
+
+def module(field: dict[str, int]) -> ir.Module:
+    """The module holding ``part`` over a context laid out as ``field`` names it."""
+    return DirectBf16Kernel(field).module
+
+
+class DirectBf16Kernel:
+    """The module: ``tile`` (one tile's sums and epilogue) and the task ``part``."""
+
+    def __init__(self, field: dict[str, int]) -> None:
+        self.module = ir.Module(name="hybridserve_conv_bf16_direct")
+        self.vector = ir.VectorType(F32, LANES)
+        self.zero = ir.Constant(self.vector, [0.0] * LANES)
+        self.pairs = ir.VectorType(BFloatType(), 2 * LANES)
+        self.mask = ir.VectorType(I1, LANES)
+        self.dot = ir.Function(self.module, ir.FunctionType(
+            self.vector, [self.vector, self.pairs, self.pairs]), name=DOT_PRODUCT)
+        self.compress = ir.Function(self.module, ir.FunctionType(
+            self.vector, [self.vector, self.vector, self.mask]),
+            name=f"llvm.x86.avx512.mask.compress.v{LANES}f32")
+        self.count = ir.Function(self.module, ir.FunctionType(I16, [I16]), name="llvm.ctpop.i16")
+        self.lanes = ir.VectorType(F64, LANES)
+        self.floor = ir.Function(self.module, ir.FunctionType(self.lanes, [self.lanes]),
+                                 name=f"llvm.floor.v{LANES}f64")
+        self.masked_load = masked_load(self.module, self.vector, "f32")
+        self.masked_store = masked_store(self.module, self.vector, "f32")
+        self.tile = self._define_tile()
+        self._define_part(field)
+
+    def _define_tile(self) -> ir.Function:
+        """``tile(a, b, column, ldb, words, taps, offsets, c, ldc, bias, rows, residual, low,
+        high, grid_width, width, n)``: the tile from grid column ``column`` of the image
+        whose grid starts at ``b`` (a plane every ``ldb`` words), its filter block's packed
+        weights at ``a``, its first filter's output row at ``c`` (``ldc`` floats a filter),
+        bias at ``bias`` and residual at ``residual`` (null: none); ``rows`` of its filters
+        are real."""
+        pointer, wide = F32.as_pointer(), I64.as_pointer()
+        kind = ir.FunctionType(ir.VoidType(), [pointer, pointer, I64, I64, I64, I64, wide,
+                                               pointer, I64, pointer, I64, pointer, F32, F32,
+                                               I64, I64, I64])
+        function = ir.Function(self.module, kind, name="tile")
+        function.linkage = "internal"
+        (a, b, column, ldb, words, taps, offsets, c, ldc, bias, rows, residual, low, high,
+         grid_width, width, n) = function.args
+        builder = ir.IRBuilder(function.append_basic_block("entry"))
+        # the sums live in a stack array that LLVM's passes promote to registers
+        sums = builder.alloca(ir.ArrayType(self.vector, ROWS * VECTORS))
+        cells = [builder.gep(sums, [I32(0), I32(index)]) for index in range(ROWS * VECTORS)]
+        for cell in cells:
+            builder.store(self.zero, cell)
+        b_column = builder.gep(b, [column])
+        with loop(builder, function, I64(0), taps, "tap") as tap:
+            b_tap = builder.gep(b_column, [builder.load(builder.gep(offsets, [tap]))])
+            a_tap = builder.gep(a, [builder.mul(builder.mul(tap, words), I64(ROWS))])
+            with loop(builder, function, I64(0), words, "pair") as pair:
+                b_row = builder.gep(b_tap, [builder.mul(pair, ldb)])
+                grid_words = [builder.bitcast(builder.load(builder.bitcast(
+                    builder.gep(b_row, [I64(j * LANES)]), self.vector.as_pointer()), align=4),
+                    self.pairs) for j in range(VECTORS)]
+                a_step = builder.gep(a_tap, [builder.mul(pair, I64(ROWS))])
+                for i in range(ROWS):
+                    weight = builder.bitcast(splat(builder, builder.load(
+                        builder.gep(a_step, [I64(i)])), self.vector), self.pairs)
+                    for j in range(VECTORS):
+                        cell = cells[i * VECTORS + j]
+                        builder.store(builder.call(self.dot, [builder.load(cell), weight,
+                                                              grid_words[j]]), cell)
+        self._epilogue(builder, function, [builder.load(cell) for cell in cells])
+        builder.ret_void()
+        return function
+
+    def _epilogue(self, builder: ir.IRBuilder, function: ir.Function, sums: list[Any]) -> None:
+        """The tile's sums into C: each vector's kept lanes packed from its first pixel on,
+        plus the bias, plus the residual where there is one, clamped, for each real filter
+        (one loop with a residual, one without, chosen once a tile)."""
+        column, residual, low, high, grid_width, width, n = (
+            function.args[index] for index in (2, 11, 12, 13, 14, 15, 16))
+        low, high = splat(builder, low, self.vector), splat(builder, high, self.vector)
+        placed = []
+        for j in range(VECTORS):
+            start = builder.add(column, I64(j * LANES))
+            kept = self._kept_lanes(builder, start, grid_width, width, n)
+            placed.append((kept, self._leading(builder, kept),
+                           self._pixels_before(builder, start, grid_width, width)))
+        has_residual = builder.icmp_unsigned("!=", builder.ptrtoint(residual, I64), I64(0))
+        with builder.if_else(has_residual) as (summed, alone):
+            with summed:
+                self._store_rows(builder, function, sums, placed, (low, high), True)
+            with alone:
+                self._store_rows(builder, function, sums, placed, (low, high), False)
+
+    def _store_rows(self, builder: ir.IRBuilder, function: ir.Function, sums: list[Any],
+                    placed: list[tuple[Any, Any, Any]], bounds: tuple[Any, Any],
+                    with_residual: bool) -> None:
+        """Each real filter's row of the tile stored (`_epilogue`)."""
+        c, ldc, bias, rows, residual = (function.args[index] for index in (7, 8, 9, 10, 11))
+        low, high = bounds
+        for i in range(ROWS):
+            with builder.if_then(builder.icmp_signed("<", I64(i), rows)):
+                row_shift = splat(builder, builder.load(builder.gep(bias, [I64(i)])),
+                                  self.vector)
+                line = builder.mul(I64(i), ldc)
+                for j, (kept, leading, pixel) in enumerate(placed):
+                    at = builder.add(line, pixel)
+                    value = builder.call(self.compress, [sums[i * VECTORS + j], self.zero, kept])
+                    value = builder.fadd(value, row_shift)
+                    if with_residual:
+                        value = builder.fadd(value, builder.call(self.masked_load, [
+                            builder.bitcast(builder.gep(residual, [at]),
+                                            self.vector.as_pointer()),
+                            I32(4), leading, self.zero]))
+                    # ``np.clip``'s: NaN stays NaN
+                    value = builder.select(builder.fcmp_ordered("<", value, low), low, value)
+                    value = builder.select(builder.fcmp_ordered(">", value, high), high, value)
+                    builder.call(self.masked_store, [value, builder.bitcast(
+                        builder.gep(c, [at]), self.vector.as_pointer()), I32(4), leading])
+
+    def _kept_lanes(self, builder: ir.IRBuilder, start: Any, grid_width: Any, width: Any,
+                    n: Any) -> Any:
+        """Which of the 16 columns from ``start`` are pixels: ``x = column mod Wp`` below the
+        output width and the column below ``n`` (the remainder by a float64 floor, exact
+        here: a vector has no integer division)."""
+        indices = ir.VectorType(I64, LANES)
+        columns = builder.add(splat(builder, start, indices),
+                              ir.Constant(indices, list(range(LANES))))
+        as_float = builder.sitofp(columns, self.lanes)
+        grid = splat(builder, builder.sitofp(grid_width, F64), self.lanes)
+        half = ir.Constant(self.lanes, [0.5] * LANES)
+        grid_rows = builder.call(self.floor, [builder.fdiv(builder.fadd(as_float, half), grid)])
+        x = builder.fsub(as_float, builder.fmul(grid_rows, grid))
+        inside = builder.fcmp_ordered("<", x, splat(builder, builder.sitofp(width, F64),
+                                                    self.lanes))
+        return builder.and_(inside, builder.icmp_signed("<", columns,
+                                                        splat(builder, n, indices)))
+
+    def _leading(self, builder: ir.IRBuilder, kept: Any) -> Any:
+        """The first as many lanes as ``kept`` has set: where the packed values lie."""
+        count = builder.call(self.count, [builder.bitcast(kept, I16)])
+        indices = ir.VectorType(I64, LANES)
+        return builder.icmp_signed("<", ir.Constant(indices, list(range(LANES))),
+                                   splat(builder, builder.zext(count, I64), indices))
+
+    @staticmethod
+    def _pixels_before(builder: ir.IRBuilder, start: Any, grid_width: Any, width: Any) -> Any:
+        """The output pixels before grid column ``start``: ``y·W + min(x, W)``."""
+        y = builder.sdiv(start, grid_width)
+        x = builder.sub(start, builder.mul(y, grid_width))
+        x = builder.select(builder.icmp_signed("<", x, width), x, width)
+        return builder.add(builder.mul(y, width), x)
+
+    def _define_part(self, positions: dict[str, int]) -> None:
+        """``part(context, part, parts)``: part ``part``'s run of the tiles, filter blocks
+        outside the images and their column tiles."""
+        function, builder, context, part, parts = define_task(self.module, "part")
+        field = fields(builder, context, positions)
+        pointer = F32.as_pointer()
+
+        def address(name: str, offset_bytes: Any) -> Any:
+            return builder.inttoptr(builder.add(field[name], offset_bytes), pointer)
+
+        low, high = (as_float(builder, field[name]) for name in ("low", "high"))
+        m, n, words, taps = field["m"], field["n"], field["words"], field["taps"]
+        blocks = builder.sdiv(builder.add(m, I64(ROWS - 1)), I64(ROWS))
+        columns = builder.sdiv(builder.add(n, I64(TILE_COLUMNS - 1)), I64(TILE_COLUMNS))
+        per_block = builder.mul(field["batch"], columns)
+        total = builder.mul(blocks, per_block)
+        first = builder.sdiv(builder.mul(part, total), parts)
+        last = builder.sdiv(builder.mul(builder.add(part, I64(1)), total), parts)
+        offsets = builder.inttoptr(field["offsets"], I64.as_pointer())
+        block_words = builder.mul(builder.mul(taps, words), I64(ROWS * 4))
+        with loop(builder, function, first, last, "tile") as index:
+            block = builder.sdiv(index, per_block)
+            within = builder.sub(index, builder.mul(block, per_block))
+            image = builder.sdiv(within, columns)
+            column = builder.mul(builder.sub(within, builder.mul(image, columns)),
+                                 I64(TILE_COLUMNS))
+            filter_bytes = builder.mul(builder.mul(block, I64(ROWS)),
+                                       builder.mul(field["ldc"], I64(4)))
+            output_bytes = builder.add(builder.mul(image, field["c_batch"]), filter_bytes)
+            residual = builder.select(
+                builder.icmp_unsigned("!=", field["residual"], I64(0)),
+                address("residual", output_bytes), ir.Constant(pointer, None))
+            first_filter = builder.mul(block, I64(ROWS))
+            rows = builder.sub(m, first_filter)
+            rows = builder.select(builder.icmp_signed("<", rows, I64(ROWS)), rows, I64(ROWS))
+            builder.call(self.tile, [
+                address("a", builder.mul(block, block_words)),
+                address("b", builder.mul(image, field["b_batch"])), column, field["ldb"],
+                words, taps, offsets, address("c", output_bytes), field["ldc"],
+                address("rows_bias", builder.mul(first_filter, I64(4))), rows, residual,
+                low, high, field["grid_width"], field["width"], n])
+        builder.ret_void()
