@@ -47,7 +47,8 @@ from engine.kernels.gemm_amx_ir import (
 from engine.kernels.gemm_bf16_ir import BFloatType
 from engine.kernels.gemm_ir import F32, I32, I64
 from engine.kernels.gemm_kernel import AMX_TILE
-from engine.kernels.task_ir import F64, as_float, fields, loop, masked_store, splat, task
+from engine.kernels.grid_lanes_ir import GridLanes
+from engine.kernels.task_ir import as_float, fields, loop, masked_store, task
 
 I8 = ir.IntType(8)
 LINE_WORDS = 16
@@ -66,12 +67,7 @@ class DirectConvKernel(AmxTileKernel):
         self.compress = ir.Function(self.module, ir.FunctionType(
             self.vector, [self.vector, self.vector, lanes_mask]),
             name=f"llvm.x86.avx512.mask.compress.v{WORDS}f32")
-        self.count = ir.Function(self.module, ir.FunctionType(ir.IntType(WORDS),
-                                                              [ir.IntType(WORDS)]),
-                                 name=f"llvm.ctpop.i{WORDS}")
-        self.lanes = ir.VectorType(F64, WORDS)
-        self.floor = ir.Function(self.module, ir.FunctionType(self.lanes, [self.lanes]),
-                                 name=f"llvm.floor.v{WORDS}f64")
+        self.grid_lanes = GridLanes(self.module)
         self._targets: list[Any] = []
         self._kept: list[tuple[Any, Any]] = []
 
@@ -94,9 +90,9 @@ class DirectConvKernel(AmxTileKernel):
         masks, self._targets, self._kept = [], [], []
         for j in range(self.shape.vectors):
             start = builder.add(column, I64(j * WORDS))
-            masks.append(self._kept_lanes(builder, start, grid_width, width, n))
-            self._kept.append((masks[-1], self._leading(builder, masks[-1])))
-            self._targets.append(self._pixels_before(builder, start, grid_width, width))
+            masks.append(self.grid_lanes.kept(builder, start, grid_width, width, n))
+            self._kept.append((masks[-1], self.grid_lanes.leading(builder, masks[-1])))
+            self._targets.append(self.grid_lanes.pixels_before(builder, start, grid_width, width))
         self._rows_through_epilogue(function, builder, floats, first, last, masks,
                                     *function.args[14:16])
         builder.ret_void()
@@ -120,11 +116,11 @@ class DirectConvKernel(AmxTileKernel):
         builder = ir.IRBuilder(function.append_basic_block("entry"))
         floats, first, last, column, grid_width, width = function.args[:6]
         n = function.args[13]
-        masks = [self._kept_lanes(builder, builder.add(column, I64(j * WORDS)), grid_width,
+        masks = [self.grid_lanes.kept(builder, builder.add(column, I64(j * WORDS)), grid_width,
                                   width, n) for j in range(self.shape.vectors)]
-        targets = [self._pixels_before(builder, builder.add(column, I64(j * WORDS)),
+        targets = [self.grid_lanes.pixels_before(builder, builder.add(column, I64(j * WORDS)),
                                        grid_width, width) for j in range(self.shape.vectors)]
-        leading = [self._leading(builder, mask) for mask in masks]
+        leading = [self.grid_lanes.leading(builder, mask) for mask in masks]
         terms = self._epilogue_terms(function, builder, self.shape.vectors, masks)
         words = builder.bitcast(terms["c"], I32.as_pointer())
         order = [lane for index in range(WORDS) for lane in (index, index + WORDS)]
@@ -250,32 +246,6 @@ class DirectConvKernel(AmxTileKernel):
         """A grid column's bytes from the image's first: a word each."""
         return builder.mul(column, I64(4))
 
-    def _kept_lanes(self, builder: ir.IRBuilder, start: Any, grid_width: Any, width: Any,
-                    n: Any) -> Any:
-        """Which of the 16 columns from ``start`` are pixels: ``x = column mod Wp`` below the
-        output width and the column below ``n``. The remainder in float64 (exact here, and
-        a vector has no integer division): floor((column + ½) / Wp)."""
-        indices = ir.VectorType(I64, WORDS)
-        columns = builder.add(splat(builder, start, indices),
-                              ir.Constant(indices, list(range(WORDS))))
-        as_float = builder.sitofp(columns, self.lanes)
-        grid = splat(builder, builder.sitofp(grid_width, F64), self.lanes)
-        half = ir.Constant(self.lanes, [0.5] * WORDS)
-        grid_rows = builder.call(self.floor, [builder.fdiv(builder.fadd(as_float, half), grid)])
-        x = builder.fsub(as_float, builder.fmul(grid_rows, grid))
-        inside = builder.fcmp_ordered("<", x, splat(builder, builder.sitofp(
-            width, F64), self.lanes))
-        return builder.and_(inside, builder.icmp_signed("<", columns,
-                                                        splat(builder, n, indices)))
-
-    @staticmethod
-    def _pixels_before(builder: ir.IRBuilder, start: Any, grid_width: Any, width: Any) -> Any:
-        """The output pixels before grid column ``start``: ``y·W + min(x, W)``."""
-        y = builder.sdiv(start, grid_width)
-        x = builder.sub(start, builder.mul(y, grid_width))
-        x = builder.select(builder.icmp_signed("<", x, width), x, width)
-        return builder.add(builder.mul(y, width), x)
-
     def _offset(self, builder: ir.IRBuilder, j: int) -> Any:
         """Vector ``j``'s first pixel: where its kept lanes lie."""
         return self._targets[j]
@@ -287,14 +257,6 @@ class DirectConvKernel(AmxTileKernel):
         kept, leading = self._kept[j]
         packed = builder.call(self.compress, [value, self.zero, kept])
         return packed, self._offset(builder, j), leading
-
-    def _leading(self, builder: ir.IRBuilder, kept: Any) -> Any:
-        """The first as many lanes as ``kept`` has set: where a compressed vector's values
-        lie."""
-        count = builder.call(self.count, [builder.bitcast(kept, ir.IntType(WORDS))])
-        indices = ir.VectorType(I64, WORDS)
-        return builder.icmp_signed("<", ir.Constant(indices, list(range(WORDS))),
-                                   splat(builder, builder.zext(count, I64), indices))
 
     def define_direct_part(self, name: str, tile: ir.Function, epilogue: ir.Function,
                            positions: dict[str, int], grid: bool = False) -> None:

@@ -11,10 +11,10 @@ words (`weight_rows`), so a step reads one run of `ROWS` words.
 
 Grid column ``n = y·Wp + x`` is output pixel ``y·W + x`` where ``x < W``; columns past the
 output's width are computed and dropped. The epilogue packs each vector's kept lanes together
-(``vcompressps``): their pixels lie one after another in the output, from the pixels before
-the vector's first column on. It adds the filter's bias, then the residual (read through a
-mask of as many leading lanes), clamps, and stores through that mask: `gemm_ir`'s terms in its
-order, so a residual block's add and its ReLU cost no pass of their own.
+(``vcompressps``, `grid_lanes_ir`): their pixels lie one after another in the output. It
+adds the filter's bias, then the residual (read through a mask of as many leading lanes),
+clamps, and stores through that mask: `gemm_ir`'s terms in its order, so a residual block's
+add and its ReLU cost no pass of their own.
 
 ``part(context, part, parts)`` is a `spin_pool` task over every (filter block, image, column
 tile), filter blocks outside, so that a block's weights stay in cache while they meet each
@@ -28,11 +28,11 @@ from typing import Any
 import llvmlite.ir as ir
 
 from engine.kernels.gemm_bf16_ir import DOT_PRODUCT, BFloatType
-from engine.kernels.task_ir import F64, as_float, fields, loop, masked_load, masked_store, splat
+from engine.kernels.grid_lanes_ir import GridLanes
+from engine.kernels.task_ir import as_float, fields, loop, masked_load, masked_store, splat
 from engine.kernels.task_ir import task as define_task
 
-F32, I1, I16, I32, I64 = (ir.FloatType(), ir.IntType(1), ir.IntType(16), ir.IntType(32),
-                          ir.IntType(64))
+F32, I1, I32, I64 = ir.FloatType(), ir.IntType(1), ir.IntType(32), ir.IntType(64)
 LANES = 16
 # Filters and 16-column vectors of a tile: 16 accumulators (``vdpbf16ps``'s latency covered
 # twice over at two a cycle), two loads of grid words for eight broadcast weights a step,
@@ -60,10 +60,7 @@ class DirectBf16Kernel:
         self.compress = ir.Function(self.module, ir.FunctionType(
             self.vector, [self.vector, self.vector, self.mask]),
             name=f"llvm.x86.avx512.mask.compress.v{LANES}f32")
-        self.count = ir.Function(self.module, ir.FunctionType(I16, [I16]), name="llvm.ctpop.i16")
-        self.lanes = ir.VectorType(F64, LANES)
-        self.floor = ir.Function(self.module, ir.FunctionType(self.lanes, [self.lanes]),
-                                 name=f"llvm.floor.v{LANES}f64")
+        self.grid_lanes = GridLanes(self.module)
         self.masked_load = masked_load(self.module, self.vector, "f32")
         self.masked_store = masked_store(self.module, self.vector, "f32")
         self.tile = self._define_tile()
@@ -121,9 +118,9 @@ class DirectBf16Kernel:
         placed = []
         for j in range(VECTORS):
             start = builder.add(column, I64(j * LANES))
-            kept = self._kept_lanes(builder, start, grid_width, width, n)
-            placed.append((kept, self._leading(builder, kept),
-                           self._pixels_before(builder, start, grid_width, width)))
+            kept = self.grid_lanes.kept(builder, start, grid_width, width, n)
+            placed.append((kept, self.grid_lanes.leading(builder, kept),
+                           self.grid_lanes.pixels_before(builder, start, grid_width, width)))
         has_residual = builder.icmp_unsigned("!=", builder.ptrtoint(residual, I64), I64(0))
         with builder.if_else(has_residual) as (summed, alone):
             with summed:
@@ -156,39 +153,6 @@ class DirectBf16Kernel:
                     value = builder.select(builder.fcmp_ordered(">", value, high), high, value)
                     builder.call(self.masked_store, [value, builder.bitcast(
                         builder.gep(c, [at]), self.vector.as_pointer()), I32(4), leading])
-
-    def _kept_lanes(self, builder: ir.IRBuilder, start: Any, grid_width: Any, width: Any,
-                    n: Any) -> Any:
-        """Which of the 16 columns from ``start`` are pixels: ``x = column mod Wp`` below the
-        output width and the column below ``n`` (the remainder by a float64 floor, exact
-        here: a vector has no integer division)."""
-        indices = ir.VectorType(I64, LANES)
-        columns = builder.add(splat(builder, start, indices),
-                              ir.Constant(indices, list(range(LANES))))
-        as_float = builder.sitofp(columns, self.lanes)
-        grid = splat(builder, builder.sitofp(grid_width, F64), self.lanes)
-        half = ir.Constant(self.lanes, [0.5] * LANES)
-        grid_rows = builder.call(self.floor, [builder.fdiv(builder.fadd(as_float, half), grid)])
-        x = builder.fsub(as_float, builder.fmul(grid_rows, grid))
-        inside = builder.fcmp_ordered("<", x, splat(builder, builder.sitofp(width, F64),
-                                                    self.lanes))
-        return builder.and_(inside, builder.icmp_signed("<", columns,
-                                                        splat(builder, n, indices)))
-
-    def _leading(self, builder: ir.IRBuilder, kept: Any) -> Any:
-        """The first as many lanes as ``kept`` has set: where the packed values lie."""
-        count = builder.call(self.count, [builder.bitcast(kept, I16)])
-        indices = ir.VectorType(I64, LANES)
-        return builder.icmp_signed("<", ir.Constant(indices, list(range(LANES))),
-                                   splat(builder, builder.zext(count, I64), indices))
-
-    @staticmethod
-    def _pixels_before(builder: ir.IRBuilder, start: Any, grid_width: Any, width: Any) -> Any:
-        """The output pixels before grid column ``start``: ``y·W + min(x, W)``."""
-        y = builder.sdiv(start, grid_width)
-        x = builder.sub(start, builder.mul(y, grid_width))
-        x = builder.select(builder.icmp_signed("<", x, width), x, width)
-        return builder.add(builder.mul(y, width), x)
 
     def _define_part(self, positions: dict[str, int]) -> None:
         """``part(context, part, parts)``: part ``part``'s run of the tiles, filter blocks

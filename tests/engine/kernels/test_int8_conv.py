@@ -48,6 +48,16 @@ def _seed(*case) -> int:
     return zlib.crc32(repr(case).encode())
 
 
+def _second_output(rng, want, filters):
+    """A second output's per-channel (scale, shift) and its bytes: `int8_affine`'s pass over
+    ``want``, as a reader's pre-activation asks the writer for them (`int8_conv.Rescaled`)."""
+    scale = rng.uniform(-0.5, 4.0, filters).astype(np.float32)
+    shift = rng.uniform(-200, 200, filters).astype(np.float32)
+    second_want = np.zeros(want.shape, np.uint8)
+    int8_affine.affine_job(want, scale, shift, second_want, False, False)()
+    return scale, shift, second_want
+
+
 def _case(rng, shape, data_dtype, out_dtype, act, with_residual):
     batch, channels, size, filters, kernel, stride, pad, dilate = shape
     geometry = int8_conv.Geometry(kernel, stride, dilate, pad)
@@ -289,10 +299,7 @@ def test_one_by_one_rows_of_a_short_last_block_are_read_where_they_lie(monkeypat
         rng, shape, np.uint8, np.int8, None, True)
     weight = np.clip(weight, -63, 63)
     want = _reference(data, weight, geometry, epilogue, residual, storage, np.int8)
-    scale = rng.uniform(-0.5, 4.0, filters).astype(np.float32)
-    shift = rng.uniform(-200, 200, filters).astype(np.float32)
-    second_want = np.zeros(want.shape, np.uint8)
-    int8_affine.affine_job(want, scale, shift, second_want, False, False)()
+    scale, shift, second_want = _second_output(rng, want, filters)
     packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight))
     laid = _at_a_page_end(_channels_last(data))
     out = np.zeros_like(want)
@@ -946,10 +953,7 @@ def test_wide_rows_write_a_rescaled_second_output_at_the_outputs_positions(shape
         rng, shape, np.uint8, np.int8, None, True)
     want = _reference(data, weight, geometry, epilogue, residual, storage, np.int8)
     filters = weight.shape[0]
-    scale = rng.uniform(-0.5, 4.0, filters).astype(np.float32)
-    shift = rng.uniform(-200, 200, filters).astype(np.float32)
-    second_want = np.zeros(want.shape, np.uint8)
-    int8_affine.affine_job(want, scale, shift, second_want, False, False)()
+    scale, shift, second_want = _second_output(rng, want, filters)
     out, second = np.zeros_like(want), np.full(want.shape, 7, np.uint8)
     conv = _direct_to_channels_last(data, weight, geometry, out, residual, True)
     assert conv.grid is not None
@@ -1343,10 +1347,7 @@ def test_chained_shares_read_handed_over_data_in_place_and_write_a_second_output
     weight = np.clip(weight, -63, 63)
     want = _reference(data, weight, geometry, epilogue, residual, storage, np.int8)
     filters = shape[3]
-    scale = rng.uniform(-0.5, 4.0, filters).astype(np.float32)
-    shift = rng.uniform(-200, 200, filters).astype(np.float32)
-    second_want = np.zeros(want.shape, np.uint8)
-    int8_affine.affine_job(want, scale, shift, second_want, False, False)()
+    scale, shift, second_want = _second_output(rng, want, filters)
     laid = _channels_last(data)
     out = np.zeros_like(want)
     packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight))
@@ -1448,10 +1449,7 @@ def test_vnni_tiles_requantize_in_their_epilogue(shape, data_dtype, out_dtype, a
     filters = shape[3]
     second_want = None
     if rescaled:
-        scale = rng.uniform(-0.5, 4.0, filters).astype(np.float32)
-        shift = rng.uniform(-200, 200, filters).astype(np.float32)
-        second_want = np.zeros(want.shape, np.uint8)
-        int8_affine.affine_job(want, scale, shift, second_want, False, False)()
+        scale, shift, second_want = _second_output(rng, want, filters)
         epilogue.rescaled = int8_conv.Rescaled(np.zeros(want.shape, np.uint8), scale, shift)
     jobs = conv.jobs_for(epilogue)
     assert len(jobs) == 2  # the channels-last copy, then the one product
