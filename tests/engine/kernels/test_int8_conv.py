@@ -313,15 +313,7 @@ def test_one_by_one_rows_of_a_short_last_block_are_read_where_they_lie(monkeypat
     # the chain, or the one chunk's product and pass: no copy
     assert len(jobs) == (1 if cores > 1 else 2)
     assert isinstance(jobs[-1], part_chain.Chain) == (cores > 1)
-    for armed in (False, True):
-        out[...] = 0
-        if armed:
-            with spin_pool.armed(2):
-                conv(epilogue)
-        else:
-            conv(epilogue)
-        np.testing.assert_array_equal(_from_channels_last(out), want)
-        np.testing.assert_array_equal(_from_channels_last(epilogue.rescaled.out), second_want)
+    _alone_then_armed(conv, epilogue, out, want, _from_channels_last, second_want)
     flipped = np.flip(data, axis=3).copy()
     laid[...] = _channels_last(flipped)
     conv(epilogue)
@@ -359,16 +351,23 @@ def _channels_last(array):
 
 
 def _alone_then_armed(conv, epilogue, out: np.ndarray, want: np.ndarray,
-                      restore=np.asarray) -> None:
+                      restore=np.asarray, second_want: np.ndarray | None = None) -> None:
     """``conv`` writes ``want`` (read back through ``restore``) on the caller alone, then twice
-    armed over two threads, its output spoiled before each."""
-    conv(epilogue)
-    np.testing.assert_array_equal(restore(out), want)
-    for _ in range(2):
-        out[...] = 77
-        with spin_pool.armed(2):
+    armed over two threads, its output spoiled before each; and ``second_want`` into the
+    epilogue's second output (`int8_conv.Rescaled`) where given."""
+    second = None if second_want is None else epilogue.rescaled.out
+    for armed in (False, True, True):
+        if armed:
+            out[...] = 77
+            if second is not None:
+                second[...] = 7
+            with spin_pool.armed(2):
+                conv(epilogue)
+        else:
             conv(epilogue)
         np.testing.assert_array_equal(restore(out), want)
+        if second is not None:
+            np.testing.assert_array_equal(restore(second), second_want)
 
 
 def _from_channels_last(array):
@@ -1453,17 +1452,7 @@ def test_vnni_tiles_requantize_in_their_epilogue(shape, data_dtype, out_dtype, a
         epilogue.rescaled = int8_conv.Rescaled(np.zeros(want.shape, np.uint8), scale, shift)
     jobs = conv.jobs_for(epilogue)
     assert len(jobs) == 2  # the channels-last copy, then the one product
-    for armed in (False, True, True):
-        out[...] = 77
-        if armed:
-            with spin_pool.armed(2):
-                conv(epilogue)
-        else:
-            conv(epilogue)
-        np.testing.assert_array_equal(_from_channels_last(out), want)
-        if rescaled:
-            np.testing.assert_array_equal(_from_channels_last(epilogue.rescaled.out),
-                                          second_want)
+    _alone_then_armed(conv, epilogue, out, want, _from_channels_last, second_want)
     data[...] = np.flip(data, axis=3).copy()
     conv(epilogue)
     np.testing.assert_array_equal(_from_channels_last(out), _reference(
