@@ -137,8 +137,8 @@ def test_avx512_bf16_tiles_match_the_rounded_reference(
     (64, (56, 56), (1, 1), True),  # 3264 grid columns computed for 3136 pixels
     (64, (56, 56), (2, 2), True),  # 832 for 784
     (128, (28, 28), (1, 1), True),  # 864 for 784
-    (256, (14, 14), (1, 1), False),  # 224 for 196: past `BF16_MAX_COLUMNS_RATIO`
-    (512, (7, 7), (1, 1), False),  # 64 for 49
+    (512, (7, 7), (1, 1), True),  # 64 for 49
+    (16, (2, 2), (1, 1), False),  # 32 for 4: past `BF16_MAX_COLUMNS_RATIO`
 ])
 def test_a_plan_on_avx512_bf16_takes_the_tiles_where_few_grid_columns_are_dropped(
         monkeypatch: pytest.MonkeyPatch, channels: int, size: tuple[int, int],
