@@ -105,15 +105,17 @@ GRID_MAX_STEPS = 48
 LINES_MIN_CHANNELS = 128
 
 
-# On AVX-512 BF16, the grid columns a direct product computes per output pixel at most
-# (`_direct_kernel`). ResNet-18's 3×3 layers in bf16 at batch 1 in the plan's walk, one Zen 5
-# core, ms, direct against im2col's patch words (`gemm_bind._bf16_patch_words_product`) and
-# the ratio: 64 at 56² 0.50 against 0.62–0.69 (1.04), stride 2 into 28² 0.28 against 0.33
-# (1.06), 128 at 28² 0.51 against 0.57–0.61 (1.10), 256 at 14² 0.53 against 0.54–0.58
-# (1.14), stride 2 into 14² 0.29 against 0.31 (1.14), 512 at 7² 0.66–0.67 against 0.65–0.67
-# (1.31), stride 2 into 7² 0.35 against 0.35 (1.31). Smaller outputs drop more of what they
-# compute (a 2 × 2 output: 32 columns for 4 pixels).
-BF16_MAX_COLUMNS_RATIO = 1.35
+# On AVX-512 BF16, the grid columns a direct product computes at most, against the columns
+# the im2col form's product computes (its pixels in whole vectors; `_direct_kernel`).
+# ResNet-18's 3×3 layers in bf16 at batch 1 in the plan's walk, one Zen 5 core, ms, direct
+# against im2col's patch words (`gemm_bind._bf16_patch_words_product`) and the ratio: 64 at
+# 56² 0.50 against 0.62–0.69 (1.04), stride 2 into 28² 0.28 against 0.33 (1.06), 128 at 28²
+# 0.51 against 0.57–0.61 (1.10), 256 at 14² 0.53 against 0.54–0.58 (1.08), stride 2 into
+# 14² 0.29 against 0.31 (1.08), 512 at 7² 0.66–0.67 against 0.65–0.67 (1.0), stride 2 into
+# 7² 0.35 against 0.35 (1.0). At batch 8 the im2col form's columns fill their vectors where
+# each image's grid still drops its padding (7²: 1.28), and the whole network took 84.3 ms
+# with the direct form down to 7² against 79.8 with it down to 28².
+BF16_MAX_COLUMNS_RATIO = 1.12
 
 
 def available() -> bool:
@@ -151,15 +153,17 @@ def applies(data: Any, weight: Any, out: Any, geometry: Any, workspace: Any) -> 
 
 def _direct_kernel(data: Any, out: Any, geometry: Any, workspace: Any) -> dict[str, Any] | None:
     """The compiled direct kernel a bf16 plan binds this convolution to: AMX's, or on
-    AVX-512 BF16 the register tiles' where the grid columns its tiles compute (the padding's
-    past each output row's end, the last tile's past the image) are at most
-    `BF16_MAX_COLUMNS_RATIO` times the output's pixels; else None."""
+    AVX-512 BF16 the register tiles' where the grid columns they compute (the padding's past
+    each output row's end, each image's last tile's past it) are at most
+    `BF16_MAX_COLUMNS_RATIO` times those the im2col form computes; else None."""
     kernel = gemm_bind.bf16_kernel(workspace, out.shape[1])
     if kernel == gemm_kernel.BF16:
         kernel_shape, stride, dilate, pad = geometry
         grid = _Grid((1, *data.shape[1:]), kernel_shape, stride, dilate, pad)
-        computed = -(-_grid_columns(grid, out[:1]) // TILE) * TILE
-        if computed > BF16_MAX_COLUMNS_RATIO * math.prod(out.shape[2:]):
+        direct = out.shape[0] * -(-_grid_columns(grid, out[:1]) // TILE) * TILE
+        lanes = gemm_kernel.tile().width
+        patches = -(-out.shape[0] * math.prod(out.shape[2:]) // lanes) * lanes
+        if direct > BF16_MAX_COLUMNS_RATIO * patches:
             return None
     return _functions(kernel)
 

@@ -133,26 +133,31 @@ def test_avx512_bf16_tiles_match_the_rounded_reference(
 
 
 @needs_tiles
-@pytest.mark.parametrize(("channels", "size", "stride", "direct"), [
-    (64, (56, 56), (1, 1), True),  # 3264 grid columns computed for 3136 pixels
-    (64, (56, 56), (2, 2), True),  # 832 for 784
-    (128, (28, 28), (1, 1), True),  # 864 for 784
-    (512, (7, 7), (1, 1), True),  # 64 for 49
-    (16, (2, 2), (1, 1), False),  # 32 for 4: past `BF16_MAX_COLUMNS_RATIO`
+@pytest.mark.parametrize(("batch", "channels", "size", "stride", "direct"), [
+    (1, 64, (56, 56), (1, 1), True),  # 3264 grid columns computed against 3136
+    (1, 64, (56, 56), (2, 2), True),  # 832 against 784
+    (1, 128, (28, 28), (1, 1), True),  # 864 against 784
+    (1, 512, (7, 7), (1, 1), True),  # 64 against 64 (49 pixels in whole vectors)
+    (8, 512, (7, 7), (1, 1), False),  # 8 × 64 against 400: past `BF16_MAX_COLUMNS_RATIO`
+    (1, 16, (2, 2), (1, 1), False),  # 32 against 16
 ])
 def test_a_plan_on_avx512_bf16_takes_the_tiles_where_few_grid_columns_are_dropped(
-        monkeypatch: pytest.MonkeyPatch, channels: int, size: tuple[int, int],
+        monkeypatch: pytest.MonkeyPatch, batch: int, channels: int, size: tuple[int, int],
         stride: tuple[int, int], direct: bool) -> None:
     """Without AMX, a bf16 plan's 3×3 convolution runs on the register tiles where the grid
-    columns they compute stay within `BF16_MAX_COLUMNS_RATIO` of the output's pixels, else
-    as im2col's patch words; both give the rounded operands' convolution."""
+    columns they compute stay within `BF16_MAX_COLUMNS_RATIO` of those the im2col form's
+    product computes, else as im2col's patch words; both give the rounded operands'
+    convolution."""
     monkeypatch.setattr(gemm_kernel, "available",
                         lambda kernel=None: kernel != gemm_kernel.AMX)
-    data, weight = operands(1, channels, size, 32, (3, 3))
+    data, weight = operands(batch, channels, size, 32, (3, 3))
     geometry = ((3, 3), stride, (1, 1), (1, 1))
     want = reference(bf16.rounded(data), bf16.rounded(weight), (1, 1), (1, 1), stride)
     out = np.full(want.shape, np.nan, np.float32)
-    calls = conv_bind.bind(np, data, weight, None, out, geometry, bf16_workspace())
+    # the plan's scratch the im2col form takes over several images
+    scratch = conv_bind.scratch_bytes(data.shape, 32, want.shape[2:], geometry, 4)
+    calls = conv_bind.bind(np, data, weight, None, out, geometry,
+                           Workspace(np, scratch, precision="bf16"))
     assert isinstance(getattr(calls[0], "product", None), conv_amx.DirectProduct) == direct
     for call in calls:
         call()
