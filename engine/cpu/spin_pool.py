@@ -325,7 +325,11 @@ class Choice:
     their means from 9.9 to 11.4 ms, where OpenVINO's read 10.2), and it cannot be what
     notices the change: for the other way to win, the taken one must slow to near the other's
     sample, which its own samples show, and then the margin narrows and the spacing is back
-    to `EXPLORE`."""
+    to `EXPLORE`. Only where armed is the way taken: armed runs far slower than one thread's
+    are a spell of the other vCPU lent elsewhere, which ends without one thread slowing, so
+    they are tried at the ordinary spacing (ResNet-50 v2 in the executor benchmark's turns on
+    two Zen 5 vCPUs ran its every-core case on one thread throughout, 36.9 ms a call where
+    armed runs took 21.8 in the run before, its armed samples left from a slow spell)."""
 
     SAMPLES = 3  # each way has as many before its samples decide
     KEPT = (8, 3)  # newest samples kept a way: back to back, after an idle pause
@@ -422,10 +426,12 @@ class Choice:
 
     def _spacing(self, kind: int, taken: int) -> int:
         """How many `EXPLORE`s apart the other way is tried, decided by ``kind``'s samples
-        with way ``taken`` (0 armed, 1 one thread) the faster: `WIDE_SPACING` where the other
-        way's time is `WIDE_MARGIN` times the taken one's or more, else 1."""
-        times = self._times[kind]
-        wide = self._typical(times[1 - taken]) >= self.WIDE_MARGIN * self._typical(times[taken])
+        with way ``taken`` (0 armed, 1 one thread) the faster: `WIDE_SPACING` where armed is
+        taken and one thread's time is `WIDE_MARGIN` times armed's or more, else 1."""
+        if taken != 0:
+            return 1
+        armed, alone = self._times[kind]
+        wide = self._typical(alone) >= self.WIDE_MARGIN * self._typical(armed)
         return self.WIDE_SPACING if wide else 1
 
     def _faster(self, kind: int) -> bool:

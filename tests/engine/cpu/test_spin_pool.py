@@ -494,6 +494,18 @@ def test_a_way_far_slower_is_tried_less_often_until_the_taken_way_slows_toward_i
     assert stream.endswith("o" * 8), stream
 
 
+def test_armed_runs_far_slower_than_one_threads_are_tried_at_the_ordinary_spacing() -> None:
+    """A slow spell of armed runs (30 ms against one thread's 15: the other vCPU lent
+    elsewhere) sends the plan to one thread; once armed runs take 8 ms again the plan is back
+    on them within one `EXPLORE` spacing, not `WIDE_SPACING` of them."""
+    clock = FakeClock()
+    choice = spin_pool.Choice(clock=clock)
+    slow = take_turns(choice, clock, 1, 4 * spin_pool.Choice.EXPLORE + 4, 0.030, 0.015, 0.0)[0]
+    assert slow[-spin_pool.Choice.EXPLORE:].count("o") >= spin_pool.Choice.EXPLORE - 1, slow
+    stream = take_turns(choice, clock, 1, spin_pool.Choice.EXPLORE + 8, 0.008, 0.015, 0.0)[0]
+    assert stream.endswith("A" * 8), stream
+
+
 def run_stream(choice: spin_pool.Choice, clock: FakeClock, runs: int, armed_seconds: float,
                alone_seconds: float, burst: int = 0, armed_factor: float = 1.0,
                alone_factor: float = 1.0) -> str:
