@@ -328,8 +328,9 @@ class Choice:
     to `EXPLORE`. Only where armed is the way taken: armed runs far slower than one thread's
     are a spell of the other vCPU lent elsewhere, which ends without one thread slowing, so
     they are tried at the ordinary spacing (ResNet-50 v2 in the executor benchmark's turns on
-    two Zen 5 vCPUs ran its every-core case on one thread throughout, 36.9 ms a call where
-    armed runs took 21.8 in the run before, its armed samples left from a slow spell)."""
+    two Zen 5 vCPUs ran its every-core case on one thread throughout, 0.99 cores in its turns
+    and 36.9 ms a call where armed runs took 21.8 in the run before: most likely held there by
+    armed samples from such a spell)."""
 
     SAMPLES = 3  # each way has as many before its samples decide
     KEPT = (8, 3)  # newest samples kept a way: back to back, after an idle pause
