@@ -263,9 +263,9 @@ class FusedConv(EpilogueLayer):
         # four K values lies in one pixel's channels (channels a multiple of 4), the product
         # reads each window where it lies in the channels-last copy, by a table of the
         # windows' addresses and one of the groups' offsets within a window
-        # (`gemm_int8.table_job`): no gather. (On a Zen 5 core, ResNet-18's int8 layers at
-        # batch 1: 4.9 → 4.7 ms one thread, 3.8 → 2.5 ms on two, mostly from the chain of
-        # shares this allows, `_window_chain`.)
+        # (`gemm_int8.table_job`): no gather. (ResNet-18 int8 at batch 1 on Zen 5, before
+        # VNNI's tiles requantized in their epilogue: 4.9 → 4.7 ms on one core, 3.8 → 2.5 on
+        # two, where the cores then met once a layer, `_window_chain`.)
         # Kernel rows whose runs are not (a stem's 7 × 3 channels) take weights packed
         # from `run_matrix` instead, each run read as whole groups.
         self.reads_windows = bool(self.gathers and gemm_int8.table_runs(packed) and (
