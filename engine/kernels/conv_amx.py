@@ -706,8 +706,10 @@ def _compile_bf16() -> dict[str, Any] | None:
 
 
 def _bf16_module() -> Any:
-    from engine.kernels.conv_bf16_ir import module
+    from engine.kernels.conv_bf16_ir import TILE_COLUMNS, module
 
+    # its tiles' columns are AMX's, whose grid extent (`_grid_extent`) they read within
+    assert TILE_COLUMNS == TILE
     return module(_FIELD)
 
 

@@ -34,9 +34,9 @@ from engine.kernels.task_ir import task as define_task
 
 F32, I1, I32, I64 = ir.FloatType(), ir.IntType(1), ir.IntType(32), ir.IntType(64)
 LANES = 16
-# Filters and 16-column vectors of a tile: 16 accumulators (``vdpbf16ps``'s latency covered
-# twice over at two a cycle), two loads of grid words for eight broadcast weights a step,
-# and 32 grid columns, `conv_amx.TILE`, whose grid extent and parts it shares.
+# Filters and 16-column vectors of a tile: 16 accumulators, two loads of grid words for
+# eight broadcast weights a step, and 32 grid columns, `conv_amx.TILE`, whose grid extent
+# and parts it shares.
 ROWS, VECTORS = 8, 2
 TILE_COLUMNS = VECTORS * LANES
 # How far ahead of its step the K loop asks for the weights, in words (64 steps): a layer's
