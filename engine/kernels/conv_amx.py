@@ -157,6 +157,10 @@ def _direct_kernel(data: Any, out: Any, geometry: Any, workspace: Any) -> dict[s
     each output row's end, each image's last tile's past it) are at most
     `BF16_MAX_COLUMNS_RATIO` times those the im2col form computes; else None."""
     kernel = gemm_bind.bf16_kernel(workspace, out.shape[1])
+    if kernel == gemm_kernel.BF16 and gemm_kernel.available(gemm_kernel.AMX):
+        # a layer of few filters on an AMX host: the tiles are measured only on hosts
+        # without AMX, whose AVX-512 BF16 tile runs at twice float32's
+        return None
     if kernel == gemm_kernel.BF16:
         kernel_shape, stride, dilate, pad = geometry
         grid = _Grid((1, *data.shape[1:]), kernel_shape, stride, dilate, pad)
