@@ -272,7 +272,7 @@ class FusedConv(EpilogueLayer):
             self.run or (channels % 4 == 0 and packed.groups * 4 == weight[0].size)))
         if self.run and not self.reads_windows:
             raise ValueError("int8 convolution: weights packed by padded runs need the "
-                             "narrow table product")
+                             "table product (VNNI, or narrow weights on AVX2)")
         self.gathers = self.gathers and not self.reads_windows
         # On VNNI's tiles, a product reading its rows without a gather (windows by their
         # table, or a 1×1 layer's rows) can requantize each tile in its epilogue
