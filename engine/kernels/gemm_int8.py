@@ -401,7 +401,7 @@ def fused_job(a: np.ndarray, lda: np.ndarray | int, m: int, weights: PackedWeigh
               ) -> Any:
     """The product of ``m`` rows requantized in its tiles' epilogue
     (`gemm_int8_fused_ir`): no int32 sums written, each tile's bytes written where
-    ``requantize`` (`gemm_int8_direct_ir`'s terms and factors, then anything the job keeps
+    ``requantize`` (`int8_epilogue_ir`'s terms and factors, then anything the job keeps
     alive) says. ``a``: the rows (uint8, whole row blocks of ``weights.groups · 4`` bytes),
     ``lda`` then ignored; or a table of the rows' addresses (int64, whole row blocks: rows
     past ``m`` pointing anywhere readable) with ``lda`` each group's byte offset in a row
@@ -515,7 +515,7 @@ def direct_job(image: np.ndarray, row_stride: int, steps: np.ndarray, starts: np
     ``2 · tile_rows`` rows) plus ``steps`` (a byte offset per 64 values of K), its rows
     ``row_stride`` bytes apart (`gemm_int8_direct_ir`), as a `spin_pool` job writing ``out``
     (int32, rows of the padded columns); AMX-packed weights only. ``requantize``: the
-    terms and factors of `gemm_int8_direct_ir`'s ``requantize`` (then anything the job
+    terms and factors of `int8_epilogue_ir`'s ``requantize`` (then anything the job
     keeps alive, the arrays ``terms`` holds the addresses of), run on each block's sums as
     soon as they are made (the bytes written channels-last where ``terms`` says); ``out``
     is then not written."""
