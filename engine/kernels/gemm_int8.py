@@ -337,19 +337,28 @@ def _table_task(weights: PackedWeights) -> int:
 
 def _compile_vnni_table(vectors: int) -> int:
     """VNNI's tile of ``vectors`` reading its rows where a table points, as its task's
-    address (its engine kept with the others)."""
-    import llvmlite.binding as llvm
-
-    from engine.cpu.llvm_jit import compile_ir
+    address."""
     from engine.kernels.gemm_int8_ir import Int8Kernel, define_task
 
-    rows = dict(TILES)[vectors]
-    kernel = Int8Kernel(rows, vectors, table=True)
-    define_task(kernel.module, kernel.define("panels"), rows, row_bytes=8)
-    engine = compile_ir(str(kernel.module), llvm.get_host_cpu_name(),
-                        llvm.get_host_cpu_features().flatten(), level=3, optimise=True,
-                        kept=True)
-    _state.setdefault("table engines", []).append(engine)  # owns the machine code
+    def module() -> Any:
+        rows = dict(TILES)[vectors]
+        kernel = Int8Kernel(rows, vectors, table=True)
+        define_task(kernel.module, kernel.define("panels"), rows, row_bytes=8)
+        return kernel.module
+
+    return _task_address(module)
+
+
+def _task_address(module: Callable[[], Any]) -> int:
+    """The address of the task ``module()``'s module defines, compiled for the host (its
+    engine kept with the others, which own the machine code); RuntimeError where it does not
+    compile."""
+    from engine.cpu import llvm_jit
+
+    engine = llvm_jit.compile_for_host(module)
+    if engine is None:
+        raise RuntimeError("an int8 kernel did not compile for this host")
+    _state.setdefault("task engines", []).append(engine)
     return engine.get_function_address("task")
 
 
@@ -443,17 +452,9 @@ def fused_job(a: np.ndarray, lda: np.ndarray | int, m: int, weights: PackedWeigh
 def _compile_fused(vectors: int, table: bool) -> int:
     """VNNI's tile of ``vectors`` with the requantize in its epilogue (reading its rows
     where a table points, or as rows), as its task's address."""
-    import llvmlite.binding as llvm
-
-    from engine.cpu.llvm_jit import compile_ir
     from engine.kernels.gemm_int8_fused_ir import FusedInt8Kernel
 
-    kernel = FusedInt8Kernel(dict(TILES)[vectors], vectors, table)
-    engine = compile_ir(str(kernel.module), llvm.get_host_cpu_name(),
-                        llvm.get_host_cpu_features().flatten(), level=3, optimise=True,
-                        kept=True)
-    _state.setdefault("fused engines", []).append(engine)  # owns the machine code
-    return engine.get_function_address("task")
+    return _task_address(lambda: FusedInt8Kernel(dict(TILES)[vectors], vectors, table).module)
 
 
 def taps_job(entries: np.ndarray, m: int, weights: PackedWeights, out: np.ndarray,

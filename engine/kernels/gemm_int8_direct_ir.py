@@ -28,7 +28,7 @@ import llvmlite.ir as ir
 
 from engine.kernels.gemm_amx_ir import declare_tile_intrinsics, release_tiles_at_returns
 from engine.kernels.gemm_int8_ir import I8, I32, I64, LANES, for_each_run
-from engine.kernels.int8_epilogue_ir import ROWS_FIRST_FIELD, BlockRequantize
+from engine.kernels.int8_epilogue_ir import BlockRequantize, for_each_share
 from engine.kernels.task_ir import loop
 
 F32 = ir.FloatType()
@@ -232,19 +232,7 @@ class DirectInt8Kernel:
         fused = builder.icmp_unsigned("!=", builder.ptrtoint(terms, I64), I64(0))
         with builder.if_else(fused) as (requantized, summed):
             with requantized:
-                # a part's share of the row blocks, every panel of each, where the caller
-                # asks for it (`int8_conv.rows_first`)
-                by_rows = builder.icmp_unsigned("!=", builder.load(
-                    builder.gep(terms, [I64(ROWS_FIRST_FIELD)])), I64(0))
-                with builder.if_else(by_rows) as (rows_first, panels_first):
-                    with rows_first:
-                        start = builder.sdiv(builder.mul(row_blocks, part), parts)
-                        end = builder.sdiv(builder.mul(row_blocks, builder.add(part, I64(1))),
-                                           parts)
-                        with builder.if_then(builder.icmp_signed("<", start, end)):
-                            call(I64(0), start, builder.sub(end, start), panels)
-                    with panels_first:
-                        for_each_run(builder, function, row_blocks, panels, part, parts, call)
+                for_each_share(builder, function, terms, row_blocks, panels, part, parts, call)
             with summed:
                 for_each_run(builder, function, row_blocks, panels, part, parts, call)
         builder.ret_void()

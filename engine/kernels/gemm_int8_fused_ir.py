@@ -12,16 +12,16 @@ reads them (rows, or a table of rows' addresses with ``lda`` the groups' offsets
 ``groups`` and ``offsets`` as in ``panels``; ``terms`` and ``factors`` the requantize's
 (`int8_conv.FusedConv._epilogue_terms`). The task's context is ``[a, lda, b, groups, terms,
 factors, offsets, row_blocks, panel_count]``: where the terms ask for rows first
-(`int8_epilogue_ir.ROWS_FIRST_FIELD`) a part takes a run of row blocks, every panel of each;
-else the (panel, row block) tiles are cut as `gemm_int8_ir.define_task` cuts them.
+a part takes a run of row blocks, every panel of each, else a run of the (panel, row
+block) tiles (`int8_epilogue_ir.for_each_share`).
 """
 
 from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from engine.kernels.gemm_int8_ir import I8, I32, I64, LANES, Int8Kernel, for_each_run
-from engine.kernels.int8_epilogue_ir import F32, ROWS_FIRST_FIELD, BlockRequantize
+from engine.kernels.gemm_int8_ir import I8, I32, I64, LANES, Int8Kernel
+from engine.kernels.int8_epilogue_ir import F32, BlockRequantize, for_each_share
 from engine.kernels.task_ir import loop
 
 REQUANTIZED_COLUMNS = 32  # the columns one call of the requantize takes (two vectors)
@@ -52,16 +52,10 @@ class FusedInt8Kernel(Int8Kernel):
         buffer.align = 64
         buffer = builder.bitcast(buffer, word)
         panel_bytes = builder.mul(groups, I64(columns * 4))
-        group_offsets = builder.inttoptr(lda, wide) if self.table else None
+        group_offsets = self.group_offsets(builder, lda)
         with loop(builder, function, I64(0), row_blocks, "block") as block:
             row = builder.mul(block, I64(self.rows))
-            if self.table:
-                addresses = builder.bitcast(a, wide)
-                a_rows = [builder.inttoptr(builder.load(builder.gep(addresses, [
-                    builder.add(row, I64(i))])), byte) for i in range(self.rows)]
-            else:
-                a_rows = [builder.gep(a, [builder.mul(builder.add(row, I64(i)), lda)])
-                          for i in range(self.rows)]
+            a_rows = self.rows_at(builder, a, lda, row)
             with loop(builder, function, first, last, "panel") as panel:
                 sums = self._tile(function, builder, a_rows,
                                   builder.gep(b, [builder.mul(panel, panel_bytes)]), groups,
@@ -108,15 +102,6 @@ class FusedInt8Kernel(Int8Kernel):
                 factors, offsets, count, panel, panel_end or builder.add(panel, I64(1)),
                 builder.mul(block, I64(self.rows))])
 
-        by_rows = builder.icmp_unsigned("!=", builder.load(
-            builder.gep(terms, [I64(ROWS_FIRST_FIELD)])), I64(0))
-        with builder.if_else(by_rows) as (rows_first, panels_first):
-            with rows_first:
-                start = builder.sdiv(builder.mul(row_blocks, part), parts)
-                end = builder.sdiv(builder.mul(row_blocks, builder.add(part, I64(1))), parts)
-                with builder.if_then(builder.icmp_signed("<", start, end)):
-                    call(I64(0), start, builder.sub(end, start), panels)
-            with panels_first:
-                for_each_run(builder, function, row_blocks, panels, part, parts, call)
+        for_each_share(builder, function, terms, row_blocks, panels, part, parts, call)
         builder.ret_void()
         return function

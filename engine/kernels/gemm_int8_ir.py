@@ -129,16 +129,8 @@ class Int8Kernel:
         builder = ir.IRBuilder(function.append_basic_block("entry"))
         loops = PanelLoops(function, builder, self.columns, self.rows, self._column_offsets)
         shifts, row, column = loops.per_panel, loops.row, loops.column
-        if self.table:  # each row's address from the table, the groups' offsets at lda
-            addresses = builder.bitcast(a, I64.as_pointer())
-            group_offsets = builder.inttoptr(lda, I64.as_pointer())
-            a_rows = [builder.inttoptr(builder.load(builder.gep(addresses, [
-                builder.add(row, I64(i))])), I8.as_pointer()) for i in range(self.rows)]
-        else:
-            group_offsets = None
-            a_rows = [builder.gep(a, [builder.mul(builder.add(row, I64(i)), lda)])
-                      for i in range(self.rows)]
-        sums = self._tile(function, builder, a_rows, loops.b_panel, groups, group_offsets)
+        sums = self._tile(function, builder, self.rows_at(builder, a, lda, row),
+                          loops.b_panel, groups, self.group_offsets(builder, lda))
         for i in range(self.rows):
             c_row = builder.gep(c, [builder.add(builder.mul(builder.add(row, I64(i)), ldc),
                                                 column)])
@@ -148,6 +140,22 @@ class Int8Kernel:
                 builder.store(builder.add(sums[i][j], shifts[j]), target, align=4)
         loops.close()
         return function
+
+    def rows_at(self, builder: ir.IRBuilder, a: ir.Value, lda: ir.Value,
+                row: ir.Value) -> list[ir.Value]:
+        """The tile's rows of A from ``row`` on: ``lda`` bytes apart from ``a``, or with
+        ``table`` where the addresses at ``a`` point."""
+        if self.table:
+            addresses = builder.bitcast(a, I64.as_pointer())
+            return [builder.inttoptr(builder.load(builder.gep(addresses, [
+                builder.add(row, I64(i))])), I8.as_pointer()) for i in range(self.rows)]
+        return [builder.gep(a, [builder.mul(builder.add(row, I64(i)), lda)])
+                for i in range(self.rows)]
+
+    def group_offsets(self, builder: ir.IRBuilder, lda: ir.Value) -> ir.Value | None:
+        """With ``table``, each group's byte offset in a row (int64s at ``lda``), else None:
+        4 a group."""
+        return builder.inttoptr(lda, I64.as_pointer()) if self.table else None
 
     def _column_offsets(self, builder: ir.IRBuilder, column: ir.Value) -> list[ir.Value]:
         """The panel's ``offsets`` from ``column`` on, as vectors (loaded once a panel)."""

@@ -8,11 +8,12 @@ float32, so the bytes are the NumPy path's.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import nullcontext
 
 import llvmlite.ir as ir
 
-from engine.kernels.gemm_int8_ir import I8, I32, I64, LANES
+from engine.kernels.gemm_int8_ir import I8, I32, I64, LANES, for_each_run
 from engine.kernels.task_ir import carrying_loop, masked_load, masked_store, splat, when
 
 F32 = ir.FloatType()
@@ -44,6 +45,26 @@ def saturation(low: float, top: float) -> int:
         return SATURATE_UNSIGNED
     return SATURATE_NONE
 
+
+
+def for_each_share(builder: ir.IRBuilder, function: ir.Function, terms: ir.Value,
+                   row_blocks: ir.Value, panels: ir.Value, part: ir.Value, parts: ir.Value,
+                   call: Callable[..., None]) -> None:
+    """Emit part ``part``'s calls over a requantizing product's (panel, row block) tiles as
+    its ``terms`` ask (`ROWS_FIRST_FIELD`, the caller's choice: `int8_conv.rows_first`): a
+    run of the row blocks, every panel of each (``call(0, first block, blocks, panels)``;
+    a part may get none where there are fewer blocks than parts), else a run of the tiles
+    cut panel by panel as `gemm_int8_ir.for_each_run` cuts them."""
+    by_rows = builder.icmp_unsigned("!=", builder.load(
+        builder.gep(terms, [I64(ROWS_FIRST_FIELD)])), I64(0))
+    with builder.if_else(by_rows) as (rows_first, panels_first):
+        with rows_first:
+            start = builder.sdiv(builder.mul(row_blocks, part), parts)
+            end = builder.sdiv(builder.mul(row_blocks, builder.add(part, I64(1))), parts)
+            with builder.if_then(builder.icmp_signed("<", start, end)):
+                call(I64(0), start, builder.sub(end, start), panels)
+        with panels_first:
+            for_each_run(builder, function, row_blocks, panels, part, parts, call)
 
 class BlockRequantize:
     """``requantize`` defined in ``module`` (`function`), with the intrinsics it calls."""
