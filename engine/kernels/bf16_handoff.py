@@ -15,6 +15,12 @@ its pairing, and pairs the float32 array otherwise (a pooled writer: `EitherJob`
 are the pairing pass's to the bit: the same clamped float32 values, rounded to bf16 the same
 way.
 
+On a host with the AVX-512 BF16 tile and no AMX, the depthwise kernel alone offers
+(``bf16_tile``) and only 1×1 products on that tile take it (`gemm_bind`): they read the same
+words, as AMX lays them, their rows where they lie, where their own pairing pass would lay
+the tile's panels (MobileNet v2 in bf16 at batch 1, one Zen 5 core: 3.03 ms against 3.30–3.43
+with each projection pairing the float32 planes). There are no grids or planes there.
+
 A writer that can lay its pairs in a grid (`offer` with ``grids``: the BatchNorm pass, any
 grid; a direct convolution's product, one as wide as its own; a 1×1 product on AMX,
 `gemm_amx_handoff`, one of stride 1) may instead hand a direct 3×3
@@ -100,7 +106,7 @@ class PairedHandoff:
 
 def offer(workspace: Any, array: Any, grids: bool | Callable[[Any], bool] = False,
           columns: bool = True, planes: bool = False,
-          planes_in_place: bool = False) -> PairedHandoff | None:
+          planes_in_place: bool = False, bf16_tile: bool = False) -> PairedHandoff | None:
     """The writer's hand-off for ``array`` (one sample's planes) in a bf16 plan on AMX whose
     readers the plan noted, none of them the plan's output; else None. ``grids``: whether
     the writer can write a reader's grid (`grid_for`), or which (a test of the reader's
@@ -108,7 +114,9 @@ def offer(workspace: Any, array: Any, grids: bool | Callable[[Any], bool] = Fals
     (`words_for`: a 1×1 product's); ``planes``: whether it can write the array's planes as
     bf16 halves (`take_planes`: a depthwise reader's); ``planes_in_place``: whether they lie
     in the first half of ``array``'s own memory rather than in a buffer of the plan's kept
-    for planes of their shape.
+    for planes of their shape. ``bf16_tile``: whether it offers the words to 1×1 products on
+    the AVX-512 BF16 tile too, on a host with that tile and no AMX, where only they take it
+    (`gemm_bind`; no grids, no planes there).
 
     The words are a buffer of the plan's kept for hand-offs of their shape and K (the pad
     past K must stay zero: writers of one K write the same cells), one the writer reserves
@@ -116,21 +124,21 @@ def offer(workspace: Any, array: Any, grids: bool | Callable[[Any], bool] = Fals
     hand-off every reader took (all bound, so all run before this writer) is free, and
     another is made where none is."""
     if (getattr(workspace, "precision", "fp32") != "bf16" or not hasattr(workspace, "readers")
-            or getattr(array, "ndim", 0) != 4 or array.shape[0] != 1
-            or not gemm_kernel.available(gemm_kernel.AMX)):
+            or getattr(array, "ndim", 0) != 4 or array.shape[0] != 1):
         return None
+    shape = words_shape(array.shape, bf16_tile)
     readers = workspace.readers(array)
-    if not readers or any(reader.op is None for reader in readers):
+    if shape is None or not readers or any(reader.op is None for reader in readers):
         return None
+    on_amx = gemm_kernel.available(gemm_kernel.AMX)
 
     def reserve() -> PairedHandoff:
-        shape = (bf16.amx_depth(array.shape[1]), bf16.amx_rows(array.shape[2] * array.shape[3]))
         kind = (shape, array.shape[1])
         holders = workspace.shared(workspace.scratch, TAG, dict).setdefault(kind, [])
         slot = next((slot for slot, holder in enumerate(holders)
                      if holder.takers == holder.readers), len(holders))
         handoff = PairedHandoff(len(readers), shape, (array.shape[1], slot), array.shape,
-                                grids, columns, planes)
+                                grids if on_amx else False, columns, planes and on_amx)
         if planes and planes_in_place:
             handoff.array = array
         holders[slot:slot + 1] = [handoff]
@@ -138,6 +146,16 @@ def offer(workspace: Any, array: Any, grids: bool | Callable[[Any], bool] = Fals
         return handoff
 
     return workspace.shared(array, TAG, reserve)
+
+
+def words_shape(source: tuple[int, ...], bf16_tile: bool = False) -> tuple[int, int] | None:
+    """The words (float32-viewed) of a hand-off of one sample's planes ``source``, as AMX
+    reads them: where the process may use AMX, or where it has the AVX-512 BF16 tile alone
+    and the writer offers them to that tile's 1×1 products (``bf16_tile``); else None."""
+    if gemm_kernel.available(gemm_kernel.AMX) or (
+            bf16_tile and gemm_kernel.available(gemm_kernel.BF16)):
+        return bf16.amx_depth(source[1]), bf16.amx_rows(int(np.prod(source[2:])))
+    return None
 
 
 def offered(workspace: Any, array: Any) -> PairedHandoff | None:

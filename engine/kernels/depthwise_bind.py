@@ -167,10 +167,11 @@ def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometr
     compiled = _compiled_applies(xp, data, weight, bias, axes)
     direct = compiled and data.flags.c_contiguous  # the kernels reading the input view it flat
     if depthwise_vector.applies(data, weight, bias, out, geometry):
-        # Its output may go to AMX products as the bf16 pairs they read (one sample), in
-        # place of a pairing pass (144 × 56², one thread: pairing 74 µs; the vector kernel
-        # 171 µs writing float32, 148 writing the pairs).
-        handoff = bf16_handoff.offer(workspace, out)
+        # Its output may go to 1×1 products (on AMX or the AVX-512 BF16 tile) as the bf16
+        # pairs they read (one sample), in place of a pairing pass (144 × 56², one thread,
+        # AMX host: pairing 74 µs; the vector kernel 171 µs writing float32, 148 writing the
+        # pairs).
+        handoff = bf16_handoff.offer(workspace, out, bf16_tile=True)
         # Its input may come as bf16 planes (one sample): a 1×1 product's AMX epilogue
         # lays them (`gemm_amx_handoff`), half the bytes to read.
         source = bf16_handoff.offered(workspace, data) if batch == 1 else None

@@ -76,10 +76,11 @@ def served(symbol: Any, params: dict, feed: dict, precision: str,
     offer, lay_bf16 = bf16_handoff.offer, gemm_amx_handoff.lay_bf16
 
     def watched(workspace: Any, array: Any, grids: Any = False, columns: bool = True,
-                planes: bool = False, planes_in_place: bool = False) -> Any:
+                planes: bool = False, planes_in_place: bool = False,
+                bf16_tile: bool = False) -> Any:
         if handoffs is None:
             return None
-        handoff = offer(workspace, array, grids, columns, planes, planes_in_place)
+        handoff = offer(workspace, array, grids, columns, planes, planes_in_place, bf16_tile)
         handoffs.append(handoff)
         return handoff
 

@@ -1,0 +1,101 @@
+"""The bf16 hand-off on a host with the AVX-512 BF16 tile and no AMX (`bf16_handoff`'s
+``bf16_tile``): a depthwise layer at batch 1 writes the pairs its 1×1 readers' products on
+that tile read in place, as AMX would read them; nothing else offers or takes one there; the
+outputs are the plan's pairing the float32 planes, bit for bit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bench import nets
+from engine import sym
+from engine.kernels import bf16, bf16_handoff, depthwise_vector, gemm_bind, gemm_kernel
+from engine.kernels.workspace import Reader, Workspace
+from tests.engine.kernels.test_bf16_handoff import block, image, never_taken, served
+
+pytestmark = pytest.mark.skipif(
+    not gemm_kernel.available(gemm_kernel.BF16) or depthwise_vector._task(1) is None,
+    reason="needs the AVX-512 BF16 tile and the vector depthwise kernel")
+
+
+@pytest.fixture(autouse=True)
+def without_amx(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host as one with the AVX-512 BF16 tile alone (an AMX host has it too)."""
+    monkeypatch.setattr(gemm_kernel, "available", lambda kernel=None: kernel != gemm_kernel.AMX)
+
+
+def test_mobilenet_v2_hands_its_depthwise_outputs_to_the_tile(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """MobileNet v2 (96 × 96) in bf16: every depthwise layer offers its projection the
+    pairs it reads; those over more than `BF16_TRANSPOSED_COLUMNS` pixels take them, laid on
+    every run (at 3² the projections run transposed, reading the float32 planes), and the
+    outputs are the same plan's whose readers pair the float32 planes, bit for bit, and
+    near fp32's."""
+    symbol = nets.mobilenet_v2()
+    params = nets.random_params(symbol, (1, 3, 96, 96))
+    feed = {"data": image(96)}
+    handoffs: list = []
+    got = served(symbol, params, feed, "bf16", handoffs)
+    offered = [handoff for handoff in handoffs if handoff is not None]
+    assert len(offered) == 17
+    for handoff in offered:
+        wide = handoff.source[2] * handoff.source[3] > gemm_bind.BF16_TRANSPOSED_COLUMNS
+        assert handoff.taken is wide and handoff.laid is wide
+    assert sum(handoff.laid for handoff in offered) == 13
+    never_taken(monkeypatch)
+    np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", []))
+    want = served(symbol, params, feed, "fp32")
+    assert np.abs(got - want).max() <= 0.1 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("readers,taken", [("one", True), ("two", True), ("pooled", False)])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_the_depthwise_layer_hands_the_tile_its_pairs(readers: str, taken: bool,
+                                                      stride: int) -> None:
+    """Every 1×1 reader takes the words, and the layer lays them; a pooling reader takes
+    none, and the layer writes its float32 planes: the outputs are those of the plan with
+    no hand-off, bit for bit, either way."""
+    symbol = block(sym.var("data"), readers, stride)
+    params = nets.random_params(symbol, (1, 24, 14, 14), seed=4)
+    feed = {"data": np.random.default_rng(2).standard_normal((1, 24, 14, 14)).astype(
+        np.float32)}
+    handoffs: list = []
+    got = served(symbol, params, feed, "bf16", handoffs)
+    offered = [handoff for handoff in handoffs if handoff is not None]
+    assert len(offered) == 1 and offered[0].taken is taken and offered[0].laid is taken
+    np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16"))
+
+
+def test_only_a_writer_offering_the_tile_its_words_offers_and_no_grids_or_planes() -> None:
+    """Without AMX, a writer that does not offer its words to the tile (a BatchNorm pass,
+    whose readers there read float32) offers nothing; one that does offers words alone,
+    as AMX lays them, whatever grids or planes it could write."""
+    workspace = Workspace(np, 0, precision="bf16")
+    array = np.zeros((1, 40, 7, 7), np.float32)
+    workspace.note_readers(array, (Reader("Convolution", None, 0),))
+    assert bf16_handoff.offer(workspace, array, grids=True) is None
+    handoff = bf16_handoff.offer(workspace, array, grids=True, planes=True, bf16_tile=True)
+    assert handoff.shape == (bf16.amx_depth(40), bf16.amx_rows(49))
+    assert not handoff.grids and not handoff.planes and handoff.columns
+    assert bf16_handoff.take_planes(handoff, workspace) is None
+
+
+def test_the_tiles_product_reads_the_handed_words_where_they_lie() -> None:
+    """A 1×1 product on the tile taking a hand-off reads the handed words (paired there on
+    a run its writer left the float32 array) and gives the rounded operands' product."""
+    workspace = Workspace(np, 0, precision="bf16")
+    rng = np.random.default_rng(3)
+    right = rng.standard_normal((1, 45, 9, 9)).astype(np.float32)
+    workspace.note_readers(right, (Reader("Convolution", None, 0),))
+    handoff = bf16_handoff.offer(workspace, right, bf16_tile=True)
+    weight = rng.standard_normal((24, 45)).astype(np.float32)
+    weight.flags.writeable = False
+    out = np.full((24, 81), np.nan, np.float32)
+    call = gemm_bind.weight_product(np, weight, right.reshape(45, 81), out, workspace, handoff)
+    assert handoff.taken and handoff.layout == "words"
+    handoff.laid = False  # the writer left the float32 array: the reader pairs it
+    call()
+    want = bf16.rounded(weight).astype(np.float64) @ bf16.rounded(right.reshape(45, 81))
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+    assert handoff.words[:23, :81].any()
