@@ -9,7 +9,8 @@ same float operations, in the same order, as the NumPy kernel: the result is the
 writes ``clip(x * scale + shift, low, high)``. The clamp after it folds into the call
 (`epilogue.ClampingCall`), and the rows are cut into jobs of the spin pool.
 
-In a bf16 plan whose AMX 1×1 products all read the output (`bf16_handoff`), the pass writes
+In a bf16 plan whose 1×1 products (on AMX, or on the AVX-512 BF16 tile where there is no
+AMX) all read the output (`bf16_handoff`), the pass writes
 their bf16 pairs instead (`bf16.patch_pairing` with the statistics: the same values, rounded),
 so that no pairing pass reads the float32 output again (ResNet v2's pre-activation blocks;
 a downsampling block's stride-2 shortcut copies its share of the words, `gemm_bind`);
@@ -94,7 +95,7 @@ def bind(data: Any, gamma: Any, beta: Any, mean: Any, var: Any, eps: float, fix_
     None where it does not apply: not float32/float64 NumPy arrays, statistics of another
     dtype or not one per channel, non-contiguous arrays, an output that overlaps the data
     without being it, too few elements, or no numba. With the plan's ``workspace``, one that
-    may hand its output to AMX products as bf16 pairs (`bf16_handoff.offer`)."""
+    may hand its output to bf16 products as their pairs (`bf16_handoff.offer`)."""
     arrays = (data, gamma, beta, mean, var, out)
     if not all(isinstance(array, np.ndarray) for array in arrays):
         return None
@@ -116,8 +117,8 @@ def bind(data: Any, gamma: Any, beta: Any, mean: Any, var: Any, eps: float, fix_
     args = (data.reshape(rows, -1), gamma, beta, mean, var, kind(eps), kind(1),
             int(bool(fix_gamma)), out.reshape(rows, -1))
     bounds = (kind(-np.inf), kind(np.inf))
-    handoff = bf16_handoff.offer(workspace, out, grids=True) if workspace is not None \
-        and data.dtype == np.float32 and data.ndim == 4 else None
+    handoff = bf16_handoff.offer(workspace, out, grids=True, bf16_tile=True) \
+        if workspace is not None and data.dtype == np.float32 and data.ndim == 4 else None
     if handoff is not None:
         if data.ndim == 4 and data.shape[0] == 1:
             handoff.written_by = gemm_amx_preact.ask(

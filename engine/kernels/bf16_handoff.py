@@ -15,11 +15,12 @@ its pairing, and pairs the float32 array otherwise (a pooled writer: `EitherJob`
 are the pairing pass's to the bit: the same clamped float32 values, rounded to bf16 the same
 way.
 
-On a host with the AVX-512 BF16 tile and no AMX, the depthwise kernel alone offers
-(``bf16_tile``) and only 1×1 products on that tile take it (`gemm_bind`): they read the same
-words, as AMX lays them, their rows where they lie, where their own pairing pass would lay
-the tile's panels (MobileNet v2 in bf16 at batch 1, one Zen 5 core: 3.03 ms against 3.30–3.43
-with each projection pairing the float32 planes). There are no grids or planes there.
+On a host with the AVX-512 BF16 tile and no AMX, the depthwise kernel and the BatchNorm pass
+alone offer (``bf16_tile``) and only 1×1 products on that tile take (`gemm_bind`): they read
+the same words, as AMX lays them, their rows where they lie, where their own pairing pass
+would lay the tile's panels (in bf16 at batch 1, one Zen 5 core, against each reader pairing
+the float32 array: MobileNet v2 3.03 ms against 3.30–3.43, ResNet-50 v2 23.1–23.6 against
+24.4–24.7). There are no grids or planes there.
 
 A writer that can lay its pairs in a grid (`offer` with ``grids``: the BatchNorm pass, any
 grid; a direct convolution's product, one as wide as its own; a 1×1 product on AMX,

@@ -1,7 +1,7 @@
 """The bf16 hand-off on a host with the AVX-512 BF16 tile and no AMX (`bf16_handoff`'s
-``bf16_tile``): a depthwise layer at batch 1 writes the pairs its 1×1 readers' products on
-that tile read in place, as AMX would read them; nothing else offers or takes one there; the
-outputs are the plan's pairing the float32 planes, bit for bit."""
+``bf16_tile``): a depthwise layer or a pre-activation BatchNorm at batch 1 writes the pairs
+its 1×1 readers' products on that tile read in place, as AMX would read them; no grids or
+planes there; the outputs are the plan's pairing the float32 planes, bit for bit."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from bench import nets
 from engine import sym
 from engine.kernels import bf16, bf16_handoff, depthwise_vector, gemm_bind, gemm_kernel
 from engine.kernels.workspace import Reader, Workspace
-from tests.engine.kernels.test_bf16_handoff import block, image, never_taken, served
+from tests.engine.kernels.test_bf16_handoff import block, image, never_taken, served, steps_on
 
 pytestmark = pytest.mark.skipif(
     not gemm_kernel.available(gemm_kernel.BF16) or depthwise_vector._task(1) is None,
@@ -68,9 +68,9 @@ def test_the_depthwise_layer_hands_the_tile_its_pairs(readers: str, taken: bool,
 
 
 def test_only_a_writer_offering_the_tile_its_words_offers_and_no_grids_or_planes() -> None:
-    """Without AMX, a writer that does not offer its words to the tile (a BatchNorm pass,
-    whose readers there read float32) offers nothing; one that does offers words alone,
-    as AMX lays them, whatever grids or planes it could write."""
+    """Without AMX, a writer that does not offer its words to the tile (an AMX product's
+    grid or planes) offers nothing; one that does offers words alone, as AMX lays them,
+    whatever grids or planes it could write."""
     workspace = Workspace(np, 0, precision="bf16")
     array = np.zeros((1, 40, 7, 7), np.float32)
     workspace.note_readers(array, (Reader("Convolution", None, 0),))
@@ -99,3 +99,25 @@ def test_the_tiles_product_reads_the_handed_words_where_they_lie() -> None:
     want = bf16.rounded(weight).astype(np.float64) @ bf16.rounded(right.reshape(45, 81))
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
     assert handoff.words[:23, :81].any()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_resnet50_v2_hands_its_preactivations_to_the_tile(monkeypatch: pytest.MonkeyPatch,
+                                                          threads: int) -> None:
+    """ResNet-50 v2 (64 × 64) in bf16: a block's pre-activation BatchNorm hands its 1×1
+    readers their pairs where all of them take (11 blocks: not where a strided shortcut
+    reads it too, nor at 2², whose products run transposed); the outputs those of the plan
+    pairing the float32 arrays, bit for bit, at one thread and at two."""
+    symbol = nets.resnet50_v2(classes=10)
+    params = nets.random_params(symbol, (1, 3, 64, 64), seed=5)
+    feed = {"data": image(64)}
+    with steps_on(threads):
+        handoffs: list = []
+        got = served(symbol, params, feed, "bf16", handoffs)
+        offered = [handoff for handoff in handoffs if handoff is not None]
+        laid = [handoff.source for handoff in offered if handoff.laid]
+        assert laid == [(1, 64, 16, 16), *[(1, 256, 16, 16)] * 2, *[(1, 512, 8, 8)] * 3,
+                        *[(1, 1024, 4, 4)] * 5]
+        assert all(handoff.laid == handoff.taken for handoff in offered)
+        never_taken(monkeypatch)
+        np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", []))
