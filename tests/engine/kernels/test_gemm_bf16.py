@@ -178,6 +178,32 @@ def test_a_3x3_product_on_avx512_bf16_pairs_the_patches_straight_from_the_input(
 
 
 @needs_bf16
+@pytest.mark.parametrize(("rows", "depth", "columns", "weight_streams"), [
+    (200, 96, 49, True),  # a 1×1 layer at 7²: its weight outweighs its activation
+    (24, 144, 300, False),  # a projection at 56² (fewer columns here): the activation does
+    (13, 65, 14, True),  # odd K and rows: the pad word and the edge tiles
+])
+def test_a_bf16_weight_product_reads_the_larger_operand_once(
+        monkeypatch: pytest.MonkeyPatch, rows: int, depth: int, columns: int,
+        weight_streams: bool) -> None:
+    """On the AVX-512 BF16 tile, a weight whose pairs outweigh the activation's is read
+    once, row blocks outside, the activation paired into word rows the blocks re-read from
+    cache; a smaller one meets the activation's column panels, each read once: either way
+    the rounded operands' product, with a residual."""
+    monkeypatch.setattr(gemm_kernel, "available", lambda kernel=None: kernel != gemm_kernel.AMX)
+    weight, data, residual = random(rows, depth), random(depth, columns), random(rows, columns)
+    weight.flags.writeable = False  # a plan constant
+    out = np.full((rows, columns), np.nan, np.float32)
+    call = gemm_bind.weight_product(np, weight, data, out, Workspace(np, 0, precision="bf16"))
+    field = gemm_kernel.CONTEXT_FIELDS
+    assert int(call.product.context[field["columns_outside"]]) == (not weight_streams)
+    (call,) = gemm_bind.with_residual([call], out, residual)
+    call()
+    np.testing.assert_allclose(out, expected(weight, data) + residual, rtol=1e-5,
+                               atol=1e-5 * np.sqrt(depth))
+
+
+@needs_bf16
 @pytest.mark.parametrize("columns", [1, 5, gemm_bind.BF16_TRANSPOSED_COLUMNS])
 @pytest.mark.parametrize("armed", [False, True])
 def test_a_bf16_product_of_few_columns_runs_transposed(monkeypatch, columns: int,
