@@ -32,7 +32,11 @@ On AVX-512 BF16 without AMX the same grid and bind run a product of register til
 channels-last grid and no shortcut riding, where few grid columns are dropped
 (`BF16_MAX_COLUMNS_RATIO`): there the im2col form pairs nine copies of each input word, and
 on one Zen 5 core ResNet-18's 64-channel 3×3 layers at 56² take 0.50 ms this way against
-0.62–0.69 (OpenVINO bf16: 0.46).
+0.62–0.69 (OpenVINO bf16: 0.46). Over a deep K with output rows a multiple of 7 pixels
+(`by_pixels`: ResNet's layers from 28² on) its tiles hold filters in their lanes and pixels
+in their broadcasts (`conv_bf16_pixels_ir`), computing no grid column they drop, whatever
+the batch: ResNet-18 in bf16 at batch 1 in the plan's walk on one Zen 5 core, 9.70 ms
+against 9.27, its 512-channel layers at 7² 0.70 against 0.66, at 14² 0.55 against 0.50.
 
 At stride 1 over `LINES_MIN_CHANNELS` channels or more (`reads_lines`) the grid is laid
 channels-last instead (`conv_amx_lines`): each pixel's channels in bf16 one after another,
@@ -58,6 +62,7 @@ from engine.kernels import (
     gemm_kernel,
     shortcut_ride,
 )
+from engine.kernels.workspace import empty_aligned
 
 _state: dict[str, Any] = {}
 # The context's int64s (addresses in bytes, strides in words or floats): the packed weights,
@@ -116,6 +121,14 @@ LINES_MIN_CHANNELS = 128
 # each image's grid still drops its padding (7²: 1.28), and the whole network took 84.3 ms
 # with the direct form down to 7² against 79.8 with it down to 28².
 BF16_MAX_COLUMNS_RATIO = 1.12
+# On AVX-512 BF16, the K (taps × channels) at least of a direct product run by pixel tiles
+# (`by_pixels`). One Zen 5 core, warm, µs, tiles of grid columns against pixel tiles, batch 1
+# but where said: ResNet's 3×3 layers, 64 channels at 56² (K 576) 506 against 541, 64 into
+# 28² at stride 2 279 against 284; 128 at 28² (1152) 524 against 505, 128 into 14² 280
+# against 256; 256 at 14² 531 against 477 (batch 8: 4627 against 4188), 256 into 7² 313
+# against 249, 512 at 7² 613 against 479 (batch 8: 5123 against 4115); 960 at 7² 2350
+# against 2149.
+PIXELS_MIN_DEPTH = 1152
 
 
 def available() -> bool:
@@ -153,15 +166,16 @@ def applies(data: Any, weight: Any, out: Any, geometry: Any, workspace: Any) -> 
 
 def _direct_kernel(data: Any, out: Any, geometry: Any, workspace: Any) -> dict[str, Any] | None:
     """The compiled direct kernel a bf16 plan binds this convolution to: AMX's, or on
-    AVX-512 BF16 the register tiles' where the grid columns they compute (the padding's past
-    each output row's end, each image's last tile's past it) are at most
-    `BF16_MAX_COLUMNS_RATIO` times those the im2col form computes; else None."""
+    AVX-512 BF16 the register tiles': by pixels (`by_pixels`), or of grid columns where the
+    columns they compute (the padding's past each output row's end, each image's last
+    tile's past it) are at most `BF16_MAX_COLUMNS_RATIO` times those the im2col form
+    computes; else None."""
     kernel = gemm_bind.bf16_kernel(workspace, out.shape[1])
     if kernel == gemm_kernel.BF16 and gemm_kernel.available(gemm_kernel.AMX):
         # a layer of few filters on an AMX host: the tiles are measured only on hosts
         # without AMX, whose AVX-512 BF16 tile runs at twice float32's
         return None
-    if kernel == gemm_kernel.BF16:
+    if kernel == gemm_kernel.BF16 and not by_pixels(data, out, geometry):
         kernel_shape, stride, dilate, pad = geometry
         grid = _Grid((1, *data.shape[1:]), kernel_shape, stride, dilate, pad)
         direct = out.shape[0] * -(-_grid_columns(grid, out[:1]) // TILE) * TILE
@@ -170,6 +184,18 @@ def _direct_kernel(data: Any, out: Any, geometry: Any, workspace: Any) -> dict[s
         if direct > BF16_MAX_COLUMNS_RATIO * patches:
             return None
     return _functions(kernel)
+
+
+def by_pixels(data: Any, out: Any, geometry: Any) -> bool:
+    """Whether AVX-512 BF16's direct product of ``out`` runs its pixel tiles
+    (`conv_bf16_pixels_ir`: filters in the lanes, no grid column computed and dropped) rather
+    than tiles of grid columns: output rows a whole number of the tiles' runs of pixels, and
+    a K (taps × channels) of `PIXELS_MIN_DEPTH` or more, over which a tile's scattered
+    stores cost little."""
+    from engine.kernels.conv_bf16_pixels_ir import SEGMENT
+
+    return (out.shape[3] % SEGMENT == 0
+            and math.prod(geometry[0]) * data.shape[1] >= PIXELS_MIN_DEPTH)
 
 
 def pays(channels: int, taps: int) -> bool:
@@ -263,15 +289,21 @@ def bind(data: Any, weight: Any, out: Any, geometry: Any, workspace: Any,
                 for view, into, twin in _twinned(grid.phase_runs(data))]
     if any(pair is None for pair in pairings):
         raise ValueError("the bf16 pairing pass did not compile")
-    if isa == gemm_kernel.AMX:
-        tiles = workspace.derived(weight, ("amx direct", words),
-                                  partial(_weight_tiles, words=words))
-    else:
-        tiles = workspace.derived(weight, ("bf16 direct", words),
-                                  partial(weight_rows, words=words))
     functions = _functions(isa)
     if functions is None:
         raise ValueError("the direct bf16 convolution did not compile for this host")
+    if isa == gemm_kernel.AMX:
+        tiles = workspace.derived(weight, ("amx direct", words),
+                                  partial(_weight_tiles, words=words))
+    elif by_pixels(data, out, geometry):
+        from engine.kernels.conv_bf16_pixels_ir import FILTERS
+
+        tiles = workspace.derived(weight, ("bf16 direct pixels", words),
+                                  partial(weight_rows, words=words, block=FILTERS))
+        functions = {**functions, "part": functions["pixels_part"]}
+    else:
+        tiles = workspace.derived(weight, ("bf16 direct", words),
+                                  partial(weight_rows, words=words))
     product = _bound_product(grid, tiles, words_grid, out, functions, plane, grid.image * 4)
     pair = pairings[0] if len(pairings) == 1 else partial(_each, tuple(pairings))
     if handed is not None:
@@ -536,18 +568,22 @@ def _weight_tiles(weight: Any, words: int) -> np.ndarray:
     return bf16.amx_pack_rows(bf16.amx_weight_rows(ordered.reshape(filters, -1)))
 
 
-def weight_rows(weight: Any, words: int) -> np.ndarray:
-    """The weight (F, C, kh, kw) as `conv_bf16_ir`'s tiles read it: bf16 pairs of channels
-    (each tap's padded to ``words`` pairs with zeros), laid [filter block][tap][pair][filter]
-    with the filters padded to a whole block with zero rows."""
+def weight_rows(weight: Any, words: int, block: int | None = None) -> np.ndarray:
+    """The weight (F, C, kh, kw) as `conv_bf16_ir`'s tiles read it (``block`` filters a
+    block: its `ROWS` by default; `conv_bf16_pixels_ir.FILTERS` for the pixel tiles): bf16
+    pairs of channels (each tap's padded to ``words`` pairs with zeros), laid [filter
+    block][tap][pair][filter] with the filters padded to a whole block with zero rows."""
     from engine.kernels.conv_bf16_ir import ROWS
 
+    block = ROWS if block is None else block
     filters, channels = weight.shape[:2]
     taps = math.prod(weight.shape[2:])
-    ordered = np.zeros((-(-filters // ROWS) * ROWS, taps, 2 * words), np.float32)
+    ordered = np.zeros((-(-filters // block) * block, taps, 2 * words), np.float32)
     ordered[:filters, :, :channels] = weight.reshape(filters, channels, taps).transpose(0, 2, 1)
-    pairs = bf16.pair_rows(ordered.reshape(-1, 2 * words)).reshape(-1, ROWS, taps, words)
-    return np.ascontiguousarray(pairs.transpose(0, 2, 3, 1))
+    pairs = bf16.pair_rows(ordered.reshape(-1, 2 * words)).reshape(-1, block, taps, words)
+    laid = empty_aligned(np, (pairs.shape[0], taps, words, block), np.float32)
+    laid[...] = pairs.transpose(0, 2, 3, 1)
+    return laid
 
 
 class DirectProduct(partial):
@@ -705,8 +741,9 @@ def _compile_bf16() -> dict[str, Any] | None:
     if not (host_features.has("avx512f") and host_features.has("avx512_bf16")):
         return None
     engine = llvm_jit.compile_for_host(_bf16_module)
-    return None if engine is None else {"engine": engine,
-                                         "part": engine.get_function_address("part")}
+    return None if engine is None else {
+        "engine": engine, **{name: engine.get_function_address(name)
+                             for name in ("part", "pixels_part")}}
 
 
 def _bf16_module() -> Any:

@@ -46,8 +46,13 @@ AHEAD_WORDS = 64 * ROWS
 
 
 def module(field: dict[str, int]) -> ir.Module:
-    """The module holding ``part`` over a context laid out as ``field`` names it."""
-    return DirectBf16Kernel(field).module
+    """The module holding ``part``, and `conv_bf16_pixels_ir`'s ``pixels_part``, over a
+    context laid out as ``field`` names it."""
+    from engine.kernels import conv_bf16_pixels_ir
+
+    built = DirectBf16Kernel(field).module
+    conv_bf16_pixels_ir.add_to(built, field)
+    return built
 
 
 class DirectBf16Kernel:

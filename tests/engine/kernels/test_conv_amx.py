@@ -133,12 +133,61 @@ def test_avx512_bf16_tiles_match_the_rounded_reference(
 
 
 @needs_tiles
+@pytest.mark.parametrize(("batch", "channels", "size", "filters", "kernel", "pad", "dilate",
+                          "stride"), [
+    (1, 128, (14, 14), 70, (3, 3), (1, 1), (1, 1), (1, 1)),  # filters past a whole block
+    (1, 256, (7, 7), 64, (3, 3), (1, 1), (1, 1), (1, 1)),  # 49 pixels: 3 tiles of 2 runs, 1 of 1
+    (2, 130, (14, 28), 33, (3, 3), (1, 1), (1, 1), (2, 2)),  # phase planes, odd C, 2 images
+    (1, 64, (14, 14), 40, (5, 5), (2, 2), (1, 1), (1, 1)),  # 25 taps
+    (1, 128, (14, 14), 32, (3, 3), (2, 2), (2, 2), (1, 1)),  # dilated
+])
+def test_avx512_bf16_pixel_tiles_match_the_grid_columns_tiles(
+        monkeypatch: pytest.MonkeyPatch, batch: int, channels: int, size: tuple[int, int],
+        filters: int, kernel: tuple[int, int], pad: tuple[int, int], dilate: tuple[int, int],
+        stride: tuple[int, int]) -> None:
+    """The pixel tiles (`conv_bf16_pixels_ir`: filters in the lanes, runs of 7 pixels) over a
+    K of `PIXELS_MIN_DEPTH` or more: the rounded operands' convolution with a bias, a
+    residual and a clamp, on one thread and armed over two, again for a new input, and the
+    grid-column tiles' sums bit for bit (each sums K in the same order)."""
+    data, weight = operands(batch, channels, size, filters, kernel)
+    summed = reference(bf16.rounded(data), bf16.rounded(weight), pad, dilate, stride)
+    bias = constant(RNG.standard_normal(filters).astype(np.float32))
+    other = RNG.standard_normal(summed.shape).astype(np.float32)
+    geometry = (kernel, stride, dilate, pad)
+
+    def bound(out: np.ndarray) -> Callable[[], object]:
+        call = conv_amx.bind(data, weight, out, geometry, bf16_workspace(),
+                             isa=gemm_kernel.BF16)
+        return call.with_epilogue(bias_rows=bias, low=-1.0, high=2.5).with_residual(out, other)
+
+    out = np.full(summed.shape, np.nan, np.float32)  # every pixel must be written
+    assert conv_amx.by_pixels(data, out, geometry)
+    call = bound(out)
+    call()
+    want = np.clip(summed + bias[None, :, None, None] + other, -1.0, 2.5)
+    # float32 sums of K terms: their rounding is relative to the sums, not to the clamp
+    assert np.abs(out - want).max() < 1e-5 * np.abs(summed).max()
+    assert_armed_runs_store(out, out.copy(), call)
+    monkeypatch.setattr(conv_amx, "PIXELS_MIN_DEPTH", 1 << 30)
+    columns = np.full(summed.shape, np.nan, np.float32)
+    bound(columns)()
+    np.testing.assert_array_equal(out, columns)
+    data[...] = RNG.standard_normal(data.shape)  # a second run pairs the new input
+    call()
+    summed = reference(bf16.rounded(data), bf16.rounded(weight), pad, dilate, stride)
+    want = np.clip(summed + bias[None, :, None, None] + other, -1.0, 2.5)
+    assert np.abs(out - want).max() < 1e-5 * np.abs(summed).max()
+
+
+@needs_tiles
 @pytest.mark.parametrize(("batch", "channels", "size", "stride", "direct"), [
     (1, 64, (56, 56), (1, 1), True),  # 3264 grid columns computed against 3136
     (1, 64, (56, 56), (2, 2), True),  # 832 against 784
     (1, 128, (28, 28), (1, 1), True),  # 864 against 784
     (1, 512, (7, 7), (1, 1), True),  # 64 against 64 (49 pixels in whole vectors)
-    (8, 512, (7, 7), (1, 1), False),  # 8 × 64 against 400: past `BF16_MAX_COLUMNS_RATIO`
+    (8, 512, (7, 7), (1, 1), True),  # 8 × 64 against 400, but by pixels: none dropped
+    (8, 64, (7, 7), (1, 1), False),  # the same past `BF16_MAX_COLUMNS_RATIO`, K too short
+    # for pixels
     (1, 16, (2, 2), (1, 1), False),  # 32 against 16
 ])
 def test_a_plan_on_avx512_bf16_takes_the_tiles_where_few_grid_columns_are_dropped(

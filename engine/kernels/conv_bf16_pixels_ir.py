@@ -1,0 +1,260 @@
+"""The LLVM IR of `conv_amx`'s direct convolution on AVX-512 BF16 with its filters in the
+vector lanes: register tiles of `PIXELS` output pixels by `FILTER_VECTORS` vectors of 16
+filters, over the same zero-bordered grid of bf16 words `conv_bf16_ir` reads.
+
+`conv_bf16_ir`'s tiles put 32 grid columns in their lanes, and a grid row is the output row
+and its padding: at 14² (16 grid columns a row) they compute 224 columns for 196 pixels, at 7²
+64 for 49, and drop the rest. Here the lanes hold filters, and each step broadcasts one grid
+word per pixel: a tile computes the pixels it names and no other. Its pixels are `SEGMENTS`
+runs of `SEGMENT` pixels, each within one output row (`conv_amx.by_pixels` takes rows a
+whole number of runs long), so a run's grid words lie side by side and each broadcast is an
+address plus a constant. Per tap and channel pair a tile loads its filters' weight words (a
+vector a 16 filters; the weights packed ``[filter block][tap][channel pair][filter]``,
+`conv_amx.weight_rows` with `FILTERS`) and, for each pixel, the grid word the tap puts under
+it, broadcast, with one ``vdpbf16ps`` per pixel and vector. A pixel's grid column is ``y·Wp
++ x`` for output pixel ``y·W + x``, as in `conv_bf16_ir`, whose sums these are bit for bit
+(K in the same order), so stride, dilation and padding are the grid's (`conv_amx._Grid`).
+A plane's last tile runs one run where only one is left (7²: three tiles of two runs and
+one of one).
+
+The epilogue adds each filter's bias, then the residual (read as the output lies, by a
+gather), clamps, and scatters each vector's 16 filters into their planes of the output at the
+pixel's place; lanes past the last filter, and pixels past the last, are masked off.
+
+``pixels_part(context, part, parts)`` is a `spin_pool` task over every (filter block, image,
+pixel tile), filter blocks outside, so that a block's weights stay in L2 while every pixel of
+each image meets them. The K loop asks for the next block's weights too, into L2, so that
+a layer's weights stream from memory while every tile computes (ResNet-18's 512-channel 3×3
+at 7², in bf16 in the plan's walk on one Zen 5 core: 0.74 ms without, 0.66 with), not while
+a block's first tile alone does. ``context`` is `conv_amx`'s (its `_FIELD` names the words).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import llvmlite.ir as ir
+
+from engine.kernels.gemm_bf16_ir import DOT_PRODUCT, BFloatType
+from engine.kernels.task_ir import as_float, fields, loop, masked_load, splat
+from engine.kernels.task_ir import task as define_task
+
+F32, I1, I32, I64 = ir.FloatType(), ir.IntType(1), ir.IntType(32), ir.IntType(64)
+LANES = 16
+# A tile's pixels: `SEGMENTS` runs of `SEGMENT` pixels of one output row each (a plane's
+# width a multiple of `SEGMENT`: `by_pixels`), so that a run's grid words lie side by side
+# from one address; and its 16-filter vectors. 28 accumulators, two weight vectors a step
+# and a broadcast grid word: 31 of the 32 vector registers.
+SEGMENT, SEGMENTS, FILTER_VECTORS = 7, 2, 2
+PIXELS = SEGMENT * SEGMENTS
+FILTERS = FILTER_VECTORS * LANES
+# How far ahead of its step the K loop asks for the weights, in words (64 steps).
+AHEAD_WORDS = 64 * FILTERS
+
+
+def add_to(module: ir.Module, field: dict[str, int]) -> None:
+    """``pixels_part`` defined in ``module``, over a context laid out as ``field`` names it."""
+    PixelBf16Kernel(module, field)
+
+
+class PixelBf16Kernel:
+    """``pixel_tile2`` and ``pixel_tile1`` (a tile's sums and epilogue, of two runs and of
+    one) and the task ``pixels_part``."""
+
+    def __init__(self, module: ir.Module, field: dict[str, int]) -> None:
+        self.module = module
+        self.vector = ir.VectorType(F32, LANES)
+        self.zero = ir.Constant(self.vector, [0.0] * LANES)
+        self.pairs = ir.VectorType(BFloatType(), 2 * LANES)
+        self.mask = ir.VectorType(I1, LANES)
+        self.indices = ir.VectorType(I64, LANES)
+        self.pointers = ir.VectorType(F32.as_pointer(), LANES)
+        self.dot = module.globals.get(DOT_PRODUCT) or ir.Function(module, ir.FunctionType(
+            self.vector, [self.vector, self.pairs, self.pairs]), name=DOT_PRODUCT)
+        self.prefetch = module.globals.get("llvm.prefetch.p0") or ir.Function(
+            module, ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), I32, I32, I32]),
+            name="llvm.prefetch.p0")
+        self.masked_load = module.globals.get("llvm.masked.load.v16f32.p0") or masked_load(
+            module, self.vector, "f32")
+        self.gather = ir.Function(module, ir.FunctionType(
+            self.vector, [self.pointers, I32, self.mask, self.vector]),
+            name=f"llvm.masked.gather.v{LANES}f32.v{LANES}p0")
+        self.scatter = ir.Function(module, ir.FunctionType(
+            ir.VoidType(), [self.vector, self.pointers, I32, self.mask]),
+            name=f"llvm.masked.scatter.v{LANES}f32.v{LANES}p0")
+        # a tile of `SEGMENTS` runs, and one of a run: a plane's last, where one run is
+        # left (7² planes: three tiles of two and one of one, no pixel computed twice)
+        self.tiles = {count: self._define_tile(count) for count in (SEGMENTS, 1)}
+        self._define_part(field)
+
+    def _define_tile(self, segments: int) -> ir.Function:
+        """``pixel_tile<segments>(a, b, ldb, words, taps, offsets, c, ldc, bias, filters,
+        residual, low, high, grid_width, width, first, block_words)``: the tile of
+        ``segments`` runs of output pixels ``first`` on (of ``ldc`` an image) of the image
+        whose grid starts at ``b`` (a plane every ``ldb`` words), its filter block's packed
+        weights at ``a`` (``block_words`` of them), the block's first filter's plane of the
+        output at ``c`` and of the residual at ``residual`` (null: none), its bias at
+        ``bias``; ``filters`` of the block's filters are real."""
+        pointer, wide = F32.as_pointer(), I64.as_pointer()
+        kind = ir.FunctionType(ir.VoidType(), [pointer, pointer, I64, I64, I64, wide, pointer,
+                                               I64, pointer, I64, pointer, F32, F32, I64, I64,
+                                               I64, I64])
+        function = ir.Function(self.module, kind, name=f"pixel_tile{segments}")
+        function.linkage = "internal"
+        (a, b, ldb, words, taps, offsets, c, ldc, bias, filters, residual, low, high,
+         grid_width, width, first, block_words) = function.args
+        builder = ir.IRBuilder(function.append_basic_block("entry"))
+        pixels, columns = [], []
+        for k in range(segments):
+            # a run past the image's last pixel reads the first run's words (and stores
+            # nothing)
+            start = builder.add(first, I64(k * SEGMENT))
+            start = builder.select(builder.icmp_signed("<", start, ldc), start, first)
+            row = builder.sdiv(start, width)
+            columns.append(builder.add(builder.mul(row, grid_width),
+                                       builder.sub(start, builder.mul(row, width))))
+            pixels += [builder.add(start, I64(j)) for j in range(SEGMENT)]
+        # the sums live in a stack array that LLVM's passes promote to registers
+        sums = builder.alloca(ir.ArrayType(self.vector, len(pixels) * FILTER_VECTORS))
+        cells = [builder.gep(sums, [I32(0), I32(index)])
+                 for index in range(len(pixels) * FILTER_VECTORS)]
+        for cell in cells:
+            builder.store(self.zero, cell)
+        with loop(builder, function, I64(0), taps, "tap") as tap:
+            shift = builder.load(builder.gep(offsets, [tap]))
+            b_tap = [builder.gep(b, [builder.add(column, shift)]) for column in columns]
+            a_tap = builder.gep(a, [builder.mul(builder.mul(tap, words), I64(FILTERS))])
+            with loop(builder, function, I64(0), words, "pair") as pair:
+                a_step = builder.gep(a_tap, [builder.mul(pair, I64(FILTERS))])
+                # the weights' line `AHEAD_WORDS` on: a read (0), kept in every level (3), of
+                # data (1); past the block's end it touches nothing (a prefetch never faults)
+                builder.call(self.prefetch, [builder.bitcast(builder.gep(
+                    a_step, [I64(AHEAD_WORDS)]), ir.IntType(8).as_pointer()), I32(0), I32(3),
+                    I32(1)])
+                # and the next block's line at this step's place, into L2 (2): its first tile
+                # then finds it there, where it would stream it alone
+                builder.call(self.prefetch, [builder.bitcast(builder.gep(
+                    a_step, [block_words]), ir.IntType(8).as_pointer()), I32(0), I32(2),
+                    I32(1)])
+                weights = [builder.bitcast(builder.load(builder.bitcast(
+                    builder.gep(a_step, [I64(v * LANES)]), self.vector.as_pointer()), align=4),
+                    self.pairs) for v in range(FILTER_VECTORS)]
+                plane = builder.mul(pair, ldb)
+                runs = [builder.gep(run, [plane]) for run in b_tap]
+                for j in range(len(pixels)):
+                    word = builder.bitcast(splat(builder, builder.load(builder.gep(
+                        runs[j // SEGMENT], [I64(j % SEGMENT)]), align=4), self.vector),
+                        self.pairs)
+                    for v in range(FILTER_VECTORS):
+                        cell = cells[j * FILTER_VECTORS + v]
+                        builder.store(builder.call(self.dot, [builder.load(cell), weights[v],
+                                                              word]), cell)
+        totals = [builder.load(cell) for cell in cells]
+        self._epilogue(builder, function, totals, pixels)
+        builder.ret_void()
+        return function
+
+    def _epilogue(self, builder: ir.IRBuilder, function: ir.Function, totals: list[Any],
+                  pixels: list[Any]) -> None:
+        """Each real pixel's sums plus the filters' bias, plus the residual where there is
+        one (one loop with a residual, one without, chosen once a tile), clamped, scattered
+        to the filters' planes."""
+        c, ldc, bias, filters, residual, low, high, first = (
+            function.args[index] for index in (6, 7, 8, 9, 10, 11, 12, 15))
+        low, high = splat(builder, low, self.vector), splat(builder, high, self.vector)
+        lane = ir.Constant(self.indices, list(range(LANES)))
+        masks, shifts, planes = [], [], []
+        for v in range(FILTER_VECTORS):
+            index = builder.add(lane, splat(builder, I64(v * LANES), self.indices))
+            mask = builder.icmp_signed("<", index, splat(builder, filters, self.indices))
+            masks.append(mask)
+            shifts.append(builder.call(self.masked_load, [builder.bitcast(
+                builder.gep(bias, [I64(v * LANES)]), self.vector.as_pointer()), I32(4), mask,
+                self.zero]))
+            # each lane's filter plane, in bytes from the block's first
+            planes.append(builder.mul(index, splat(builder, builder.mul(ldc, I64(4)),
+                                                   self.indices)))
+        has_residual = builder.icmp_unsigned("!=", builder.ptrtoint(residual, I64), I64(0))
+        with builder.if_else(has_residual) as (summed, alone):
+            with summed:
+                self._store_pixels(builder, totals, pixels, (first, ldc), (masks, shifts,
+                                   planes), (low, high), (c, residual))
+            with alone:
+                self._store_pixels(builder, totals, pixels, (first, ldc), (masks, shifts,
+                                   planes), (low, high), (c, None))
+
+    def _store_pixels(self, builder: ir.IRBuilder, totals: list[Any], pixels: list[Any],
+                      span: tuple[Any, Any], lanes: tuple[list[Any], list[Any], list[Any]],
+                      bounds: tuple[Any, Any], targets: tuple[Any, Any]) -> None:
+        """`_epilogue`'s stores, with or without the residual (``targets``: C and the
+        residual or None)."""
+        (first, ldc), (masks, shifts, planes), (low, high), (c, residual) = (
+            span, lanes, bounds, targets)
+        for j in range(len(pixels)):
+            inside = builder.icmp_signed("<", builder.add(first, I64(j)), ldc)
+            with builder.if_then(inside):
+                at = builder.mul(pixels[j], I64(4))
+                for v in range(FILTER_VECTORS):
+                    value = builder.fadd(totals[j * FILTER_VECTORS + v], shifts[v])
+                    if residual is not None:
+                        value = builder.fadd(value, builder.call(self.gather, [
+                            self._addresses(builder, residual, at, planes[v]), I32(4),
+                            masks[v], self.zero]))
+                    # ``np.clip``'s: NaN stays NaN
+                    value = builder.select(builder.fcmp_ordered("<", value, low), low, value)
+                    value = builder.select(builder.fcmp_ordered(">", value, high), high, value)
+                    builder.call(self.scatter, [value, self._addresses(builder, c, at,
+                                                                       planes[v]),
+                                                I32(4), masks[v]])
+
+    def _addresses(self, builder: ir.IRBuilder, base: Any, at: Any, planes: Any) -> Any:
+        """Each lane's address: ``base`` plus ``at`` bytes plus its filter plane's."""
+        start = builder.add(builder.ptrtoint(base, I64), at)
+        return builder.inttoptr(builder.add(splat(builder, start, self.indices), planes),
+                                self.pointers)
+
+    def _define_part(self, positions: dict[str, int]) -> None:
+        """``pixels_part(context, part, parts)``: part ``part``'s run of the tiles, filter
+        blocks outside the images and their pixel tiles."""
+        function, builder, context, part, parts = define_task(self.module, "pixels_part")
+        field = fields(builder, context, positions)
+        pointer = F32.as_pointer()
+
+        def address(name: str, offset_bytes: Any) -> Any:
+            return builder.inttoptr(builder.add(field[name], offset_bytes), pointer)
+
+        low, high = (as_float(builder, field[name]) for name in ("low", "high"))
+        m, ldc, words, taps = field["m"], field["ldc"], field["words"], field["taps"]
+        blocks = builder.sdiv(builder.add(m, I64(FILTERS - 1)), I64(FILTERS))
+        tiles = builder.sdiv(builder.add(ldc, I64(PIXELS - 1)), I64(PIXELS))
+        per_block = builder.mul(field["batch"], tiles)
+        total = builder.mul(blocks, per_block)
+        first = builder.sdiv(builder.mul(part, total), parts)
+        last = builder.sdiv(builder.mul(builder.add(part, I64(1)), total), parts)
+        offsets = builder.inttoptr(field["offsets"], I64.as_pointer())
+        block_bytes = builder.mul(builder.mul(taps, words), I64(FILTERS * 4))
+        with loop(builder, function, first, last, "tile") as index:
+            block = builder.sdiv(index, per_block)
+            within = builder.sub(index, builder.mul(block, per_block))
+            image = builder.sdiv(within, tiles)
+            pixel = builder.mul(builder.sub(within, builder.mul(image, tiles)), I64(PIXELS))
+            first_filter = builder.mul(block, I64(FILTERS))
+            filter_bytes = builder.mul(first_filter, builder.mul(ldc, I64(4)))
+            output_bytes = builder.add(builder.mul(image, field["c_batch"]), filter_bytes)
+            residual = builder.select(
+                builder.icmp_unsigned("!=", field["residual"], I64(0)),
+                address("residual", output_bytes), ir.Constant(pointer, None))
+            arguments = [
+                address("a", builder.mul(block, block_bytes)),
+                address("b", builder.mul(image, field["b_batch"])), field["ldb"], words,
+                taps, offsets, address("c", output_bytes), ldc,
+                address("rows_bias", builder.mul(first_filter, I64(4))),
+                builder.sub(m, first_filter), residual, low, high, field["grid_width"],
+                field["width"], pixel, builder.sdiv(block_bytes, I64(4))]
+            whole = builder.icmp_signed(">", builder.sub(ldc, pixel), I64(SEGMENT))
+            with builder.if_else(whole) as (runs, run):
+                with runs:
+                    builder.call(self.tiles[SEGMENTS], arguments)
+                with run:
+                    builder.call(self.tiles[1], arguments)
+        builder.ret_void()
