@@ -15,12 +15,13 @@ its pairing, and pairs the float32 array otherwise (a pooled writer: `EitherJob`
 are the pairing pass's to the bit: the same clamped float32 values, rounded to bf16 the same
 way.
 
-On a host with the AVX-512 BF16 tile and no AMX, the depthwise kernel and the BatchNorm pass
-alone offer (``bf16_tile``) and only 1×1 products on that tile take (`gemm_bind`): they read
-the same words, as AMX lays them, their rows where they lie, where their own pairing pass
-would lay the tile's panels (in bf16 at batch 1, one Zen 5 core, against each reader pairing
-the float32 array: MobileNet v2 3.03 ms against 3.30–3.43, ResNet-50 v2 23.1–23.6 against
-24.4–24.7). There are no grids or planes there.
+On a host with the AVX-512 BF16 tile and no AMX, the writers that say so offer (``bf16_tile``):
+the depthwise kernel and the BatchNorm pass their words, which only 1×1 products on that tile
+take (`gemm_bind`), reading them as AMX lays them, their rows where they lie, where their own
+pairing pass would lay the tile's panels (in bf16 at batch 1, one Zen 5 core, against each
+reader pairing the float32 array: MobileNet v2 3.03 ms against 3.30–3.43, ResNet-50 v2
+23.1–23.6 against 24.4–24.7); a 1×1 product on a register tile its planes, for a depthwise
+reader (`gemm_tile_handoff`). There are no grids there.
 
 A writer that can lay its pairs in a grid (`offer` with ``grids``: the BatchNorm pass, any
 grid; a direct convolution's product, one as wide as its own; a 1×1 product on AMX,
@@ -115,9 +116,9 @@ def offer(workspace: Any, array: Any, grids: bool | Callable[[Any], bool] = Fals
     (`words_for`: a 1×1 product's); ``planes``: whether it can write the array's planes as
     bf16 halves (`take_planes`: a depthwise reader's); ``planes_in_place``: whether they lie
     in the first half of ``array``'s own memory rather than in a buffer of the plan's kept
-    for planes of their shape. ``bf16_tile``: whether it offers the words to 1×1 products on
-    the AVX-512 BF16 tile too, on a host with that tile and no AMX, where only they take it
-    (`gemm_bind`; no grids, no planes there).
+    for planes of their shape. ``bf16_tile``: whether it offers its output on a host with
+    the AVX-512 BF16 tile and no AMX too: there the words to that tile's 1×1 products
+    (`gemm_bind`), and the planes to a depthwise reader, but no grids.
 
     The words are a buffer of the plan's kept for hand-offs of their shape and K (the pad
     past K must stay zero: writers of one K write the same cells), one the writer reserves
@@ -139,7 +140,7 @@ def offer(workspace: Any, array: Any, grids: bool | Callable[[Any], bool] = Fals
         slot = next((slot for slot, holder in enumerate(holders)
                      if holder.takers == holder.readers), len(holders))
         handoff = PairedHandoff(len(readers), shape, (array.shape[1], slot), array.shape,
-                                grids if on_amx else False, columns, planes and on_amx)
+                                grids if on_amx else False, columns, planes)
         if planes and planes_in_place:
             handoff.array = array
         holders[slot:slot + 1] = [handoff]

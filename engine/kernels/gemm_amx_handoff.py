@@ -253,8 +253,8 @@ class HandingProduct:
         """This product adding a bias and clamping (`gemm_kernel.Product.with_epilogue`)."""
         if bias_columns is not None:
             raise ValueError("a 1×1 convolution takes a bias per filter, not per column")
-        return HandingProduct(_kept(self.plain, self.plain.with_epilogue(bias_rows, None, low,
-                                                                         high)), self.handoff)
+        return type(self)(_kept(self.plain, self.plain.with_epilogue(bias_rows, None, low,
+                                                                     high)), self.handoff)
 
     def writes_within(self, out: Any) -> bool:
         """Whether its float32 output lies inside ``out`` (`Product.writes_within`)."""
@@ -263,8 +263,8 @@ class HandingProduct:
     def with_residual(self, out: Any, other: Any) -> HandingProduct:
         """This product adding a residual (`Product.with_residual`): it then writes float32
         on every run."""
-        return HandingProduct(_kept(self.plain, self.plain.with_residual(out, other)),
-                              self.handoff)
+        return type(self)(_kept(self.plain, self.plain.with_residual(out, other)),
+                          self.handoff)
 
 
 def _kept(plain: Any, product: Any) -> Any:

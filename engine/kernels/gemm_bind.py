@@ -37,6 +37,7 @@ from engine.kernels import (
     bf16,
     bf16_handoff,
     depth_split,
+    gemm_amx_handoff,
     gemm_kernel,
     gemm_transposed,
     parity_split,
@@ -94,6 +95,11 @@ BF16_MIN_DEPTH = 32  # shallower products stay float32 (`amx_pays`)
 # (`amx_pays`): MobileNet v2's expand layers over 16 and 24 channels.
 AMX_SHORT_DEPTH = 16
 BF16_MIN_WEIGHTS = 1 << 18  # smaller weights stay float32 on AVX-512 BF16 (`bf16_kernel`)
+# Shallower products stay float32 on AVX-512 BF16 (`bf16_kernel`). MobileNet v2 in bf16 at
+# batch 1, one Zen 5 core, in the plan's walk, its expands over 24 channels at 56² (144
+# filters) float32 against bf16 with their input paired: 0.111 against 0.078–0.087 ms; the
+# whole run 2.91 against 2.83.
+BF16_TILE_MIN_DEPTH = 16
 # An AMX product's output past this is written row block by row block (`rows_outside`): more
 # than half a core's L2 (2 MiB on the Xeons measured), so it streams to memory.
 STREAMED_OUTPUT_BYTES = 1 << 20
@@ -180,16 +186,20 @@ def bf16_kernel(workspace: Any, rows: int, depth: int | None = None,
     products of fewer rows whose weight (``weights`` values) streams from memory, where half
     its bytes pay (a dense layer at batch 1: 1×512×1000 20 µs against 47 in float32 and 56 on
     AMX; the seed MLP's 512×256 took longer paired, its weight in cache); None for an fp32
-    plan, a host with neither, or a thin or small product. ``paired``: the activation may
+    plan, a host with neither, or a thin or small product; without AMX, AVX-512 BF16 from
+    `BF16_TILE_MIN_DEPTH` whatever the rows. ``paired``: the activation may
     come paired by the step before (`bf16_handoff`), so AMX pays from `BF16_MIN_DEPTH`
     whatever the rows (MobileNet v2's K 32, 16-row layer at 112²: 55 µs on AMX with the pairs
     handed over, against 160 in float32)."""
     if getattr(workspace, "precision", "fp32") != "bf16":
         return None
-    if rows >= AMX_MIN_ROWS and gemm_kernel.available(gemm_kernel.AMX):
+    amx = gemm_kernel.available(gemm_kernel.AMX)
+    if rows >= AMX_MIN_ROWS and amx:
         pays = depth is None or amx_pays(rows, depth) or (paired and depth >= BF16_MIN_DEPTH)
         return gemm_kernel.AMX if pays else None
-    if ((depth is None or depth >= BF16_MIN_DEPTH)
+    # the tile's own floor where it runs at twice float32's rate (no AMX: AMD's Zen 5)
+    shallowest = BF16_MIN_DEPTH if amx else BF16_TILE_MIN_DEPTH
+    if ((depth is None or depth >= shallowest)
             and (weights is None or weights >= BF16_MIN_WEIGHTS)
             and gemm_kernel.available(gemm_kernel.BF16)):
         return gemm_kernel.BF16
@@ -702,8 +712,10 @@ def _ours_and_copies(calls: list[Callable[[], Any]]) -> bool:
 
 
 def _is_ours(call: Any) -> bool:
+    # a float32 register tile's product offering bf16 planes (`gemm_tile_handoff`) is one
     return isinstance(call, (gemm_kernel.Product, Threaded, Spread, Transposed,
-                             bf16.PairedProduct, part_chain.Chain))
+                             bf16.PairedProduct, part_chain.Chain,
+                             gemm_amx_handoff.HandingProduct))
 
 
 def _is_copy(call: Any) -> bool:

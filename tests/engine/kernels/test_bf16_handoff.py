@@ -25,6 +25,7 @@ from engine.kernels import (
     gemm_amx_preact,
     gemm_bind,
     gemm_kernel,
+    gemm_tile_handoff,
 )
 from engine.kernels.workspace import Reader, Workspace
 
@@ -70,10 +71,12 @@ def steps_on(threads: int) -> Iterator[None]:
 def served(symbol: Any, params: dict, feed: dict, precision: str,
            handoffs: list | None = None, halves: bool = False) -> np.ndarray:
     """The plan's output, twice run; ``handoffs`` collects what the writers offered (None:
-    no writer offers one); ``halves``: whether a 1×1 product on AMX may offer its output in
-    bf16 (`gemm_amx_handoff`: as planes, its depthwise reader's sums are then over rounded
-    values, not the float32 plan's bit for bit; as a grid, bit for bit)."""
-    offer, lay_bf16 = bf16_handoff.offer, gemm_amx_handoff.lay_bf16
+    no writer offers one); ``halves``: whether a 1×1 product may offer its output in bf16
+    (on AMX, `gemm_amx_handoff`; on a register tile, `gemm_tile_handoff`: as planes, its
+    depthwise reader's sums are then over rounded values, not the float32 plan's bit for
+    bit; as a grid, bit for bit)."""
+    offer, lay_bf16, lay_planes = (bf16_handoff.offer, gemm_amx_handoff.lay_bf16,
+                                   gemm_tile_handoff.lay_planes)
 
     def watched(workspace: Any, array: Any, grids: Any = False, columns: bool = True,
                 planes: bool = False, planes_in_place: bool = False,
@@ -87,12 +90,14 @@ def served(symbol: Any, params: dict, feed: dict, precision: str,
     bf16_handoff.offer = watched
     if not halves:
         gemm_amx_handoff.lay_bf16 = lambda calls, out, workspace: calls
+        gemm_tile_handoff.lay_planes = lambda calls, out, workspace: calls
     try:
         model = engine.load_model(symbol, params, optimize=True, precision=precision)
         first = np.asarray(next(iter(model.infer(feed).values()))).copy()
         second = np.asarray(next(iter(model.infer(feed).values())))
     finally:
         bf16_handoff.offer, gemm_amx_handoff.lay_bf16 = offer, lay_bf16
+        gemm_tile_handoff.lay_planes = lay_planes
     np.testing.assert_array_equal(first, second)
     return first
 

@@ -1,7 +1,9 @@
 """The bf16 hand-off on a host with the AVX-512 BF16 tile and no AMX (`bf16_handoff`'s
 ``bf16_tile``): a depthwise layer or a pre-activation BatchNorm at batch 1 writes the pairs
-its 1×1 readers' products on that tile read in place, as AMX would read them; no grids or
-planes there; the outputs are the plan's pairing the float32 planes, bit for bit."""
+its 1×1 readers' products on that tile read in place, as AMX would read them, the outputs
+the plan's pairing the float32 planes, bit for bit; a 1×1 product on a register tile writes
+its depthwise reader's bf16 planes (`gemm_tile_handoff`), the outputs the plan's rounding
+the float32 output into them in NumPy, bit for bit; no grids there."""
 
 from __future__ import annotations
 
@@ -10,9 +12,24 @@ import pytest
 
 from bench import nets
 from engine import sym
-from engine.kernels import bf16, bf16_handoff, depthwise_vector, gemm_bind, gemm_kernel
+from engine.kernels import (
+    bf16,
+    bf16_handoff,
+    depthwise_vector,
+    gemm_bind,
+    gemm_kernel,
+    gemm_tile_handoff,
+)
 from engine.kernels.workspace import Reader, Workspace
-from tests.engine.kernels.test_bf16_handoff import block, image, never_taken, served, steps_on
+from tests.engine.kernels.test_bf16_handoff import (
+    block,
+    expand_block,
+    image,
+    never_taken,
+    rounding_in_numpy,
+    served,
+    steps_on,
+)
 
 pytestmark = pytest.mark.skipif(
     not gemm_kernel.available(gemm_kernel.BF16) or depthwise_vector._task(1) is None,
@@ -67,18 +84,17 @@ def test_the_depthwise_layer_hands_the_tile_its_pairs(readers: str, taken: bool,
     np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16"))
 
 
-def test_only_a_writer_offering_the_tile_its_words_offers_and_no_grids_or_planes() -> None:
-    """Without AMX, a writer that does not offer its words to the tile (an AMX product's
-    grid or planes) offers nothing; one that does offers words alone, as AMX lays them,
-    whatever grids or planes it could write."""
+def test_only_a_writer_offering_the_tile_its_output_offers_and_never_grids() -> None:
+    """Without AMX, a writer that does not offer its output there (an AMX product's grid)
+    offers nothing; one that does offers its words as AMX lays them and its planes where
+    it writes them, but no grid: no direct convolution there reads one."""
     workspace = Workspace(np, 0, precision="bf16")
     array = np.zeros((1, 40, 7, 7), np.float32)
     workspace.note_readers(array, (Reader("Convolution", None, 0),))
     assert bf16_handoff.offer(workspace, array, grids=True) is None
     handoff = bf16_handoff.offer(workspace, array, grids=True, planes=True, bf16_tile=True)
     assert handoff.shape == (bf16.amx_depth(40), bf16.amx_rows(49))
-    assert not handoff.grids and not handoff.planes and handoff.columns
-    assert bf16_handoff.take_planes(handoff, workspace) is None
+    assert not handoff.grids and handoff.planes and handoff.columns
 
 
 def test_the_tiles_product_reads_the_handed_words_where_they_lie() -> None:
@@ -121,3 +137,66 @@ def test_resnet50_v2_hands_its_preactivations_to_the_tile(monkeypatch: pytest.Mo
         assert all(handoff.laid == handoff.taken for handoff in offered)
         never_taken(monkeypatch)
         np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", []))
+
+
+@pytest.mark.parametrize("readers,taken,laid", [
+    ("depthwise", True, True), ("pooled", False, False), ("residual", True, False),
+    ("sigmoid", False, False)])
+def test_a_tile_product_hands_its_depthwise_reader_bf16_planes(
+        monkeypatch: pytest.MonkeyPatch, readers: str, taken: bool, laid: bool) -> None:
+    """A 1×1 product on the AVX-512 BF16 tile (K 48, 48 filters at 29 × 35: edge tiles both
+    ways) writes its output as bf16 planes where its depthwise reader alone reads it and no
+    residual is added: the output that of the plan rounding the float32 output in NumPy
+    into the planes, bit for bit, and near fp32's; else float32, bit for bit the plan's
+    with no planes."""
+    monkeypatch.setattr(gemm_tile_handoff, "MIN_OUTPUT_BYTES", 0)  # 190 KB: offered too
+    symbol = expand_block(sym.var("data"), readers)
+    params = nets.random_params(symbol, (1, 48, 29, 35), seed=8)
+    feed = {"data": np.random.default_rng(6).standard_normal((1, 48, 29, 35)).astype(
+        np.float32)}
+    handoffs: list = []
+    got = served(symbol, params, feed, "bf16", handoffs, halves=True)
+    planes = [handoff for handoff in handoffs if handoff is not None and handoff.planes]
+    assert planes[0].taken is taken and planes[0].laid is laid  # the expand's: bound first
+    assert planes[0].layout == "planes" and planes[0].takers == 1  # the depthwise layer
+    # an output under IN_PLACE_MAX_BYTES: its planes lie in its own float32 memory
+    assert planes[0].array is not None and np.shares_memory(planes[0].words, planes[0].array)
+    with monkeypatch.context() as patched:
+        rounding_in_numpy(patched)
+        np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", [],
+                                                  halves=True))
+    if not laid:
+        np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", []))
+    want = served(symbol, params, feed, "fp32")
+    assert np.abs(got - want).max() <= 0.03 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_mobilenet_v2_hands_its_expand_outputs_to_the_depthwise_layers(
+        monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
+    """MobileNet v2 (224 × 224) in bf16: each expand (on the AVX-512 BF16 tile from K 16,
+    `gemm_bind.BF16_TILE_MIN_DEPTH`) whose float32 output is
+    `gemm_tile_handoff.MIN_OUTPUT_BYTES` or more writes its depthwise reader's bf16 planes,
+    the 28² ones in their own float32 memory, and each depthwise layer its projection's
+    pairs; the outputs those of the plan rounding in NumPy, bit for bit, at one thread and
+    at two, and near fp32's."""
+    symbol = nets.mobilenet_v2()
+    params = nets.random_params(symbol, (1, 3, 224, 224))
+    feed = {"data": image(224)}
+    with steps_on(threads):
+        handoffs: list = []
+        got = served(symbol, params, feed, "bf16", handoffs, halves=True)
+        laid = [handoff for handoff in handoffs if handoff is not None and handoff.laid]
+        planes = [handoff for handoff in laid if handoff.layout == "planes"]
+        assert [handoff.source for handoff in planes] == [
+            (1, 32, 112, 112), (1, 96, 112, 112), (1, 144, 56, 56), (1, 144, 56, 56),
+            (1, 192, 28, 28), (1, 192, 28, 28), (1, 192, 28, 28)]
+        assert [handoff.array is not None and np.shares_memory(handoff.words, handoff.array)
+                for handoff in planes] == [False] * 4 + [True] * 3
+        assert len(laid) - len(planes) == 17  # the depthwise layers' pairs
+        with monkeypatch.context() as patched:
+            rounding_in_numpy(patched)
+            np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", [],
+                                                      halves=True))
+        want = served(symbol, params, feed, "fp32")
+    assert np.abs(got - want).max() <= 0.1 * np.abs(want).max()

@@ -1,0 +1,114 @@
+"""A bf16 1×1 convolution's product on our register tiles (a host with AVX-512 BF16 and no
+AMX) writing its output as bf16 planes for its depthwise reader.
+
+In a bf16 plan at batch 1, where one product of ours (the float32 tile, or the AVX-512 BF16
+tile) writes a 1×1 convolution's whole output of `MIN_OUTPUT_BYTES` or more, it offers that
+output through `bf16_handoff` as bf16 planes (the array's planes, each value rounded to bf16
+and stored as its 16 bits: `gemm_halves_ir`), which a depthwise reader (`depthwise_vector`)
+reads in place of the float32 array: MobileNet v2's expands at 112² and 56², whose outputs
+stream through memory, store half the bytes, and their readers load half. Where every reader
+took them, each run's product writes them and says so (``laid``), as AMX's product does
+(`gemm_amx_handoff.HandingProduct`, whose runs and epilogue this one shares). Below
+`IN_PLACE_MAX_BYTES` the planes lie in the output's own float32 memory.
+
+Unlike the pairs a 1×1 reader takes, the planes change what the reader sums: the values
+rounded to bf16, as an AMX host's are.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from engine.cpu import compiled, llvm_jit, spin_pool
+from engine.kernels import bf16, bf16_handoff, gemm_kernel
+from engine.kernels.gemm_amx_handoff import HandingProduct
+
+_FIELD = gemm_kernel.CONTEXT_FIELDS
+# A float32 output of this size or more is offered as bf16 planes. MobileNet v2 at batch 1 in
+# bf16, one Zen 5 core, in the plan's walk, float32 outputs against planes from this size
+# on: 3.07 against 2.84 ms (from 256 KB, which takes the 14² expands too: 3.06 against 2.84;
+# from 1 MB, which leaves out the 28² ones: 3.16 against 2.99). Its 96 × 112² expand 0.31
+# against 0.22 ms and its depthwise reader 0.14 against 0.10; 144 × 56² before the stride-2
+# layer 0.135 against 0.077.
+MIN_OUTPUT_BYTES = 512 << 10
+# Planes of an output below this size lie in the output's own memory
+# (`bf16_handoff.take_planes`), as on AMX (`gemm_amx_handoff.IN_PLACE_MAX_BYTES`).
+IN_PLACE_MAX_BYTES = 1 << 20
+_state: dict[str, Any] = {}
+
+
+def lay_planes(calls: list[Any], out: Any, workspace: Any) -> list[Any]:
+    """``calls``, where they are one product of ours on a register tile writing the whole of
+    ``out`` (one sample, channels-first, C-contiguous float32, past `MIN_OUTPUT_BYTES`)
+    with its epilogue already final (bias taken) in a bf16 plan on a host without AMX, with
+    that product offering ``out`` as bf16 planes (`TileHalvesProduct`); else as they are."""
+    if (len(calls) != 1 or gemm_kernel.available(gemm_kernel.AMX)
+            or getattr(out, "nbytes", 0) < MIN_OUTPUT_BYTES):
+        return calls
+    call = calls[0]
+    paired = isinstance(call, bf16.PairedProduct)
+    product = call.product if paired else call
+    if not writes_whole(product, out) or _compiled() is None:
+        return calls
+    handoff = bf16_handoff.offer(workspace, out, columns=False, planes=True,
+                                 planes_in_place=out.nbytes < IN_PLACE_MAX_BYTES,
+                                 bf16_tile=True)
+    if handoff is None:
+        return calls
+    handing = TileHalvesProduct(product, handoff)
+    return [bf16.PairedProduct(call.func, call.args[0], handing) if paired else handing]
+
+
+def writes_whole(product: Any, out: Any) -> bool:
+    """Whether ``product`` is a register tile's product (float32 or AVX-512 BF16) whose C is
+    ``out`` (1, F, H, W) as (F, H·W), adding no residual."""
+    if (type(product) is not gemm_kernel.Product or getattr(out, "ndim", 0) != 4
+            or out.shape[0] != 1 or out.dtype != np.float32 or not out.flags.c_contiguous):
+        return False
+    context = product.context
+    pixels = out.shape[2] * out.shape[3]
+    return (int(context[_FIELD["kernel"]]) in (gemm_kernel.FP32, gemm_kernel.BF16)
+            and int(context[_FIELD["batch"]]) == 1
+            and int(context[_FIELD["c"]]) == out.ctypes.data
+            and int(context[_FIELD["residual"]]) == 0
+            and (int(context[_FIELD["m"]]), int(context[_FIELD["n"]]),
+                 int(context[_FIELD["ldc"]])) == (out.shape[1], pixels, pixels))
+
+
+class TileHalvesProduct(HandingProduct):
+    """`gemm_amx_handoff.HandingProduct` over a register tile's product: its halves job is
+    the tile's own kernel storing halves (`gemm_halves_ir`)."""
+
+    def _job(self, kind: str, context: np.ndarray, target: np.ndarray) -> Any:
+        if kind != "halves":
+            raise ValueError(f"a register tile's product lays bf16 planes alone; asked for "
+                             f"{kind}")
+        parts = self.plain.args[-1]  # a `spin_pool.Job`'s arguments end with its parts
+        return spin_pool.job(_compiled()[int(context[_FIELD["kernel"]])], context, parts,
+                             keep=(*self.plain.operands, target))
+
+
+def _compiled() -> dict[Any, Any] | None:
+    return compiled.made_once(_state, "kernels", _compile)
+
+
+def _compile() -> dict[Any, Any] | None:
+    """The float32 and AVX-512 BF16 tiles' halves parts for the host, or None where either
+    kernel is missing (or llvmlite)."""
+    if not (gemm_kernel.available() and gemm_kernel.available(gemm_kernel.BF16)):
+        return None
+    from engine.kernels.gemm_halves_ir import FloatHalvesKernel, PairHalvesKernel
+
+    return llvm_jit.compile_variants({gemm_kernel.FP32: partial(_module, FloatHalvesKernel),
+                                      gemm_kernel.BF16: partial(_module, PairHalvesKernel)},
+                                     "part")
+
+
+def _module(kernel_type: Any) -> Any:
+    kernel = kernel_type(gemm_kernel.tile())
+    kernel.define_part("part", kernel.define_full("tile_full"), kernel.define_edge("tile_edge"),
+                       _FIELD)
+    return kernel.module
