@@ -35,8 +35,9 @@ on one Zen 5 core ResNet-18's 64-channel 3×3 layers at 56² take 0.50 ms this w
 0.62–0.69 (OpenVINO bf16: 0.46). Over a deep K with output rows a multiple of 7 pixels
 (`by_pixels`: ResNet's layers from 28² on) its tiles hold filters in their lanes and pixels
 in their broadcasts (`conv_bf16_pixels_ir`), computing no grid column they drop, whatever
-the batch: ResNet-18 in bf16 at batch 1 in the plan's walk on one Zen 5 core, 9.70 ms
-against 9.27, its 512-channel layers at 7² 0.70 against 0.66, at 14² 0.55 against 0.50.
+the batch: in bf16 at batch 1 in the plan's walk on one Zen 5 core, ResNet-18 9.85 ms
+against 9.04 (its 512-channel layers at 7² 0.71 against 0.53, at 14² 0.56 against 0.50),
+ResNet-50 v2 22.2 against 21.2.
 
 At stride 1 over `LINES_MIN_CHANNELS` channels or more (`reads_lines`) the grid is laid
 channels-last instead (`conv_amx_lines`): each pixel's channels in bf16 one after another,

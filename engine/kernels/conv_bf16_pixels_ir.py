@@ -23,10 +23,13 @@ pixel's place; lanes past the last filter, and pixels past the last, are masked 
 
 ``pixels_part(context, part, parts)`` is a `spin_pool` task over every (filter block, image,
 pixel tile), filter blocks outside, so that a block's weights stay in L2 while every pixel of
-each image meets them. The K loop asks for the next block's weights too, into L2, so that
-a layer's weights stream from memory while every tile computes (ResNet-18's 512-channel 3×3
-at 7², in bf16 in the plan's walk on one Zen 5 core: 0.74 ms without, 0.66 with), not while
-a block's first tile alone does. ``context`` is `conv_amx`'s (its `_FIELD` names the words).
+each image meets them. The K loop asks for the next block's weights too, into L2, each of
+the block's tiles its share of them at its share of the pace, so that a layer's weights
+stream from memory while every tile computes, not while a block's first tile alone does
+(ResNet-18's 512-channel 3×3 layers at 7², 4.7 MB of weights each, in bf16 in the plan's
+walk on one Zen 5 core: 0.74 ms asking for none, 0.64–0.68 each tile asking for all of the
+next block, 0.50–0.52 each its share; OpenVINO bf16: 0.53–0.55). ``context`` is
+`conv_amx`'s (its `_FIELD` names the words).
 """
 
 from __future__ import annotations
@@ -89,20 +92,22 @@ class PixelBf16Kernel:
 
     def _define_tile(self, segments: int) -> ir.Function:
         """``pixel_tile<segments>(a, b, ldb, words, taps, offsets, c, ldc, bias, filters,
-        residual, low, high, grid_width, width, first, block_words)``: the tile of
-        ``segments`` runs of output pixels ``first`` on (of ``ldc`` an image) of the image
-        whose grid starts at ``b`` (a plane every ``ldb`` words), its filter block's packed
-        weights at ``a`` (``block_words`` of them), the block's first filter's plane of the
-        output at ``c`` and of the residual at ``residual`` (null: none), its bias at
-        ``bias``; ``filters`` of the block's filters are real."""
+        residual, low, high, grid_width, width, first, block_words, share, pace)``: the
+        tile of ``segments`` runs of output pixels ``first`` on (of ``ldc`` an image) of the
+        image whose grid starts at ``b`` (a plane every ``ldb`` words), its filter block's
+        packed weights at ``a`` (``block_words`` of them), the block's first filter's plane
+        of the output at ``c`` and of the residual at ``residual`` (null: none), its bias at
+        ``bias``; ``filters`` of the block's filters are real. It asks for the next block's
+        weights from ``share`` words into it on, a line a step, each ``pace`` halving the
+        pace."""
         pointer, wide = F32.as_pointer(), I64.as_pointer()
         kind = ir.FunctionType(ir.VoidType(), [pointer, pointer, I64, I64, I64, wide, pointer,
                                                I64, pointer, I64, pointer, F32, F32, I64, I64,
-                                               I64, I64])
+                                               I64, I64, I64, I64])
         function = ir.Function(self.module, kind, name=f"pixel_tile{segments}")
         function.linkage = "internal"
         (a, b, ldb, words, taps, offsets, c, ldc, bias, filters, residual, low, high,
-         grid_width, width, first, block_words) = function.args
+         grid_width, width, first, block_words, share, pace) = function.args
         builder = ir.IRBuilder(function.append_basic_block("entry"))
         pixels, columns = [], []
         for k in range(segments):
@@ -121,8 +126,8 @@ class PixelBf16Kernel:
         for cell in cells:
             builder.store(self.zero, cell)
         with loop(builder, function, I64(0), taps, "tap") as tap:
-            shift = builder.load(builder.gep(offsets, [tap]))
-            b_tap = [builder.gep(b, [builder.add(column, shift)]) for column in columns]
+            tap_offset = builder.load(builder.gep(offsets, [tap]))
+            b_tap = [builder.gep(b, [builder.add(column, tap_offset)]) for column in columns]
             a_tap = builder.gep(a, [builder.mul(builder.mul(tap, words), I64(FILTERS))])
             with loop(builder, function, I64(0), words, "pair") as pair:
                 a_step = builder.gep(a_tap, [builder.mul(pair, I64(FILTERS))])
@@ -131,11 +136,13 @@ class PixelBf16Kernel:
                 builder.call(self.prefetch, [builder.bitcast(builder.gep(
                     a_step, [I64(AHEAD_WORDS)]), ir.IntType(8).as_pointer()), I32(0), I32(3),
                     I32(1)])
-                # and the next block's line at this step's place, into L2 (2): its first tile
-                # then finds it there, where it would stream it alone
+                # and, into L2 (2), a line of this tile's share of the next block's weights
+                # (`_define_part`), as far into it as the step is into this block, paced
+                step = builder.add(builder.mul(builder.mul(tap, words), I64(FILTERS)),
+                                   builder.mul(pair, I64(FILTERS)))
+                ahead = builder.add(builder.add(block_words, share), builder.lshr(step, pace))
                 builder.call(self.prefetch, [builder.bitcast(builder.gep(
-                    a_step, [block_words]), ir.IntType(8).as_pointer()), I32(0), I32(2),
-                    I32(1)])
+                    a, [ahead]), ir.IntType(8).as_pointer()), I32(0), I32(2), I32(1)])
                 weights = [builder.bitcast(builder.load(builder.bitcast(
                     builder.gep(a_step, [I64(v * LANES)]), self.vector.as_pointer()), align=4),
                     self.pairs) for v in range(FILTER_VECTORS)]
@@ -232,7 +239,15 @@ class PixelBf16Kernel:
         first = builder.sdiv(builder.mul(part, total), parts)
         last = builder.sdiv(builder.mul(builder.add(part, I64(1)), total), parts)
         offsets = builder.inttoptr(field["offsets"], I64.as_pointer())
-        block_bytes = builder.mul(builder.mul(taps, words), I64(FILTERS * 4))
+        block_words = builder.mul(builder.mul(taps, words), I64(FILTERS))
+        block_bytes = builder.mul(block_words, I64(4))
+        # A block's tiles share the asking for the next block's weights: the block's tiles
+        # (``per_block``, rounded up to 2^pace) each ask for a 2^-pace share of them, one
+        # line a step at a 2^-pace rate, so that they stream from memory through every tile
+        # of the block, not at the pace of its first tile's steps.
+        ctlz = ir.Function(self.module, ir.FunctionType(I64, [I64, I1]), name="llvm.ctlz.i64")
+        pace = builder.sub(I64(64), builder.call(ctlz, [builder.sub(per_block, I64(1)),
+                                                         ir.Constant(I1, 0)]))
         with loop(builder, function, first, last, "tile") as index:
             block = builder.sdiv(index, per_block)
             within = builder.sub(index, builder.mul(block, per_block))
@@ -250,7 +265,8 @@ class PixelBf16Kernel:
                 taps, offsets, address("c", output_bytes), ldc,
                 address("rows_bias", builder.mul(first_filter, I64(4))),
                 builder.sub(m, first_filter), residual, low, high, field["grid_width"],
-                field["width"], pixel, builder.sdiv(block_bytes, I64(4))]
+                field["width"], pixel, block_words,
+                builder.mul(within, builder.lshr(block_words, pace)), pace]
             whole = builder.icmp_signed(">", builder.sub(ldc, pixel), I64(SEGMENT))
             with builder.if_else(whole) as (runs, run):
                 with runs:
