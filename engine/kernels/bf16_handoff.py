@@ -109,8 +109,9 @@ class PairedHandoff:
 def offer(workspace: Any, array: Any, grids: bool | Callable[[Any], bool] = False,
           columns: bool = True, planes: bool = False,
           planes_in_place: bool = False, bf16_tile: bool = False) -> PairedHandoff | None:
-    """The writer's hand-off for ``array`` (one sample's planes) in a bf16 plan on AMX whose
-    readers the plan noted, none of them the plan's output; else None. ``grids``: whether
+    """The writer's hand-off for ``array`` (one sample's planes) in a bf16 plan on AMX (or,
+    with ``bf16_tile``, on the AVX-512 BF16 tile alone) whose readers the plan noted, none of
+    them the plan's output; else None. ``grids``: whether
     the writer can write a reader's grid (`grid_for`), or which (a test of the reader's
     `conv_amx._Grid`); ``columns``: whether it can write the words down their columns
     (`words_for`: a 1×1 product's); ``planes``: whether it can write the array's planes as

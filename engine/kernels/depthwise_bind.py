@@ -172,8 +172,8 @@ def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometr
         # AMX host: pairing 74 µs; the vector kernel 171 µs writing float32, 148 writing the
         # pairs).
         handoff = bf16_handoff.offer(workspace, out, bf16_tile=True)
-        # Its input may come as bf16 planes (one sample): a 1×1 product's AMX epilogue
-        # lays them (`gemm_amx_handoff`), half the bytes to read.
+        # Its input may come as bf16 planes (one sample): a 1×1 product's epilogue lays
+        # them (`gemm_amx_handoff`, `gemm_tile_handoff`), half the bytes to read.
         source = bf16_handoff.offered(workspace, data) if batch == 1 else None
         if source is not None and not source.planes:
             source = None

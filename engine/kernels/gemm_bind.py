@@ -356,7 +356,7 @@ def bf16_patch_product(weight: Any, view: Any, k_axes: int, out: Any, workspace:
             or np.may_share_memory(out, view)):
         return None
     kernel = bf16_kernel(workspace, out.shape[0])
-    if kernel == gemm_kernel.BF16:  # a hand-off's panels are a 1×1 product's alone
+    if kernel == gemm_kernel.BF16:  # hand-offs' words there go to 1×1 products alone
         return _bf16_patch_words_product(weight, view, k_axes, out, workspace, k_offsets)
     if kernel != gemm_kernel.AMX:
         return None
