@@ -29,7 +29,15 @@ import llvmlite.ir as ir
 
 from engine.kernels.gemm_bf16_ir import DOT_PRODUCT, BFloatType
 from engine.kernels.grid_lanes_ir import GridLanes
-from engine.kernels.task_ir import as_float, fields, loop, masked_load, masked_store, splat
+from engine.kernels.task_ir import (
+    BlockTiles,
+    as_float,
+    fields,
+    loop,
+    masked_load,
+    masked_store,
+    splat,
+)
 from engine.kernels.task_ir import task as define_task
 
 F32, I1, I32, I64 = ir.FloatType(), ir.IntType(1), ir.IntType(32), ir.IntType(64)
@@ -184,18 +192,11 @@ class DirectBf16Kernel:
         m, n, words, taps = field["m"], field["n"], field["words"], field["taps"]
         blocks = builder.sdiv(builder.add(m, I64(ROWS - 1)), I64(ROWS))
         columns = builder.sdiv(builder.add(n, I64(TILE_COLUMNS - 1)), I64(TILE_COLUMNS))
-        per_block = builder.mul(field["batch"], columns)
-        total = builder.mul(blocks, per_block)
-        first = builder.sdiv(builder.mul(part, total), parts)
-        last = builder.sdiv(builder.mul(builder.add(part, I64(1)), total), parts)
+        tiles = BlockTiles(builder, blocks, field["batch"], columns, part, parts)
         offsets = builder.inttoptr(field["offsets"], I64.as_pointer())
         block_words = builder.mul(builder.mul(taps, words), I64(ROWS * 4))
-        with loop(builder, function, first, last, "tile") as index:
-            block = builder.sdiv(index, per_block)
-            within = builder.sub(index, builder.mul(block, per_block))
-            image = builder.sdiv(within, columns)
-            column = builder.mul(builder.sub(within, builder.mul(image, columns)),
-                                 I64(TILE_COLUMNS))
+        with tiles.each(function) as (block, _, image, tile):
+            column = builder.mul(tile, I64(TILE_COLUMNS))
             filter_bytes = builder.mul(builder.mul(block, I64(ROWS)),
                                        builder.mul(field["ldc"], I64(4)))
             output_bytes = builder.add(builder.mul(image, field["c_batch"]), filter_bytes)

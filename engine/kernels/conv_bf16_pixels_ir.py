@@ -39,7 +39,7 @@ from typing import Any
 import llvmlite.ir as ir
 
 from engine.kernels.gemm_bf16_ir import DOT_PRODUCT, BFloatType
-from engine.kernels.task_ir import as_float, fields, loop, masked_load, splat
+from engine.kernels.task_ir import BlockTiles, as_float, fields, loop, masked_load, splat
 from engine.kernels.task_ir import task as define_task
 
 F32, I1, I32, I64 = ir.FloatType(), ir.IntType(1), ir.IntType(32), ir.IntType(64)
@@ -233,26 +233,21 @@ class PixelBf16Kernel:
         low, high = (as_float(builder, field[name]) for name in ("low", "high"))
         m, ldc, words, taps = field["m"], field["ldc"], field["words"], field["taps"]
         blocks = builder.sdiv(builder.add(m, I64(FILTERS - 1)), I64(FILTERS))
-        tiles = builder.sdiv(builder.add(ldc, I64(PIXELS - 1)), I64(PIXELS))
-        per_block = builder.mul(field["batch"], tiles)
-        total = builder.mul(blocks, per_block)
-        first = builder.sdiv(builder.mul(part, total), parts)
-        last = builder.sdiv(builder.mul(builder.add(part, I64(1)), total), parts)
+        tiles = BlockTiles(builder, blocks, field["batch"],
+                           builder.sdiv(builder.add(ldc, I64(PIXELS - 1)), I64(PIXELS)),
+                           part, parts)
         offsets = builder.inttoptr(field["offsets"], I64.as_pointer())
         block_words = builder.mul(builder.mul(taps, words), I64(FILTERS))
         block_bytes = builder.mul(block_words, I64(4))
         # A block's tiles share the asking for the next block's weights: the block's tiles
-        # (``per_block``, rounded up to 2^pace) each ask for a 2^-pace share of them, one
+        # (``tiles.per_block``, rounded up to 2^pace) each ask for a 2^-pace share of them, one
         # line a step at a 2^-pace rate, so that they stream from memory through every tile
         # of the block, not at the pace of its first tile's steps.
         ctlz = ir.Function(self.module, ir.FunctionType(I64, [I64, I1]), name="llvm.ctlz.i64")
-        pace = builder.sub(I64(64), builder.call(ctlz, [builder.sub(per_block, I64(1)),
+        pace = builder.sub(I64(64), builder.call(ctlz, [builder.sub(tiles.per_block, I64(1)),
                                                          ir.Constant(I1, 0)]))
-        with loop(builder, function, first, last, "tile") as index:
-            block = builder.sdiv(index, per_block)
-            within = builder.sub(index, builder.mul(block, per_block))
-            image = builder.sdiv(within, tiles)
-            pixel = builder.mul(builder.sub(within, builder.mul(image, tiles)), I64(PIXELS))
+        with tiles.each(function) as (block, within, image, tile):
+            pixel = builder.mul(tile, I64(PIXELS))
             first_filter = builder.mul(block, I64(FILTERS))
             filter_bytes = builder.mul(first_filter, builder.mul(ldc, I64(4)))
             output_bytes = builder.add(builder.mul(image, field["c_batch"]), filter_bytes)

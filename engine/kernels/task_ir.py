@@ -116,6 +116,33 @@ class carrying_loop(loop):  # noqa: N801 - a context manager, as `loop`
         return self
 
 
+class BlockTiles:
+    """A task's share of a direct convolution's tiles, each a (filter block, image, tile of
+    the image), numbered filter blocks outside, so that a block's weights stay in cache while
+    every image's tiles meet them: ``blocks`` blocks of ``per_block`` tiles (``batch`` images
+    of ``image_tiles``), part ``part`` of ``parts`` taking a run of them (`each`)."""
+
+    def __init__(self, builder: ir.IRBuilder, blocks: Any, batch: Any, image_tiles: Any,
+                 part: Any, parts: Any) -> None:
+        self.builder, self.image_tiles = builder, image_tiles
+        self.per_block = builder.mul(batch, image_tiles)
+        total = builder.mul(blocks, self.per_block)
+        self.first = builder.sdiv(builder.mul(part, total), parts)
+        self.last = builder.sdiv(builder.mul(builder.add(part, I64(1)), total), parts)
+
+    @contextmanager
+    def each(self, function: ir.Function) -> Iterator[tuple[Any, Any, Any, Any]]:
+        """The loop over the share: entering gives a tile's block, its number within the
+        block, its image and its number within the image."""
+        builder = self.builder
+        with loop(builder, function, self.first, self.last, "tile") as index:
+            block = builder.sdiv(index, self.per_block)
+            within = builder.sub(index, builder.mul(block, self.per_block))
+            image = builder.sdiv(within, self.image_tiles)
+            yield block, within, image, builder.sub(within,
+                                                    builder.mul(image, self.image_tiles))
+
+
 @contextmanager
 def when(builder: ir.IRBuilder, function: ir.Function, condition: Any,
          name: str) -> Iterator[None]:

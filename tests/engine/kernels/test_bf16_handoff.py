@@ -407,9 +407,18 @@ def test_a_1x1_product_hands_its_depthwise_reader_bf16_planes(
         monkeypatch: pytest.MonkeyPatch, readers: str, taken: bool, laid: bool) -> None:
     """An AMX 1×1 product (K 48, 48 filters at 29 × 35: edge tiles both ways) writes its
     output as bf16 planes where its depthwise reader alone reads it and no residual is
-    added: the output that of the plan rounding the float32 output in NumPy into the
-    planes, bit for bit, and near fp32's."""
-    monkeypatch.setattr(gemm_amx_handoff, "MIN_OUTPUT_BYTES", 0)  # 190 KB: offered too
+    added (`assert_expand_lays_planes`)."""
+    assert_expand_lays_planes(monkeypatch, gemm_amx_handoff, readers, taken, laid)
+
+
+def assert_expand_lays_planes(monkeypatch: pytest.MonkeyPatch, writer: Any, readers: str,
+                              taken: bool, laid: bool) -> None:
+    """`expand_block` with ``readers`` in bf16, its expand offering bf16 planes whatever
+    their size (``writer``: the module whose products lay them): taken and laid as said,
+    the depthwise layer their one taker, in the output's own memory; the output that of the
+    plan rounding the float32 output in NumPy into the planes, bit for bit (where not laid,
+    the plan's with no planes), and near fp32's."""
+    monkeypatch.setattr(writer, "MIN_OUTPUT_BYTES", 0)  # 190 KB: offered too
     symbol = expand_block(sym.var("data"), readers)
     params = nets.random_params(symbol, (1, 48, 29, 35), seed=8)
     feed = {"data": np.random.default_rng(6).standard_normal((1, 48, 29, 35)).astype(
@@ -435,12 +444,19 @@ def test_a_1x1_product_hands_its_depthwise_reader_bf16_planes(
 @pytest.mark.parametrize("threads", [1, 2])
 def test_mobilenet_v2_hands_its_expand_outputs_over_as_bf16_planes(
         monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
-    """MobileNet v2 (224 × 224) in bf16: each expand 1×1 product on AMX whose float32 output
-    is `gemm_amx_handoff.MIN_OUTPUT_BYTES` or more (32 and 96 × 112², 144 × 56² twice, 192 ×
-    28² three times) writes its depthwise reader's bf16 planes, the 28² ones in their own
-    float32 memory (`gemm_amx_handoff.IN_PLACE_MAX_BYTES`), the smaller expands float32, and
-    each depthwise layer its projection's pairs; the outputs those of the plan rounding in
-    NumPy, bit for bit, at one thread and at two, and near fp32's."""
+    """MobileNet v2 on AMX (`assert_mobilenet_v2_lays_planes`): beside the depthwise layers'
+    pairs, the words of the stem and of the first projection (16 filters) for the expand
+    after each."""
+    assert_mobilenet_v2_lays_planes(monkeypatch, threads, words=17 + 2)
+
+
+def assert_mobilenet_v2_lays_planes(monkeypatch: pytest.MonkeyPatch, threads: int,
+                                    words: int) -> None:
+    """MobileNet v2 (224 × 224) in bf16: each expand whose float32 output is 512 KB or more
+    (32 and 96 × 112², 144 × 56² twice, 192 × 28² three times) writes its depthwise
+    reader's bf16 planes, the 28² ones in their own float32 memory (under 1 MB), the
+    smaller expands float32, and ``words`` writers their readers' words; the outputs those
+    of the plan rounding in NumPy, bit for bit, at ``threads`` threads, and near fp32's."""
     symbol = nets.mobilenet_v2()
     params = nets.random_params(symbol, (1, 3, 224, 224))
     feed = {"data": image(224)}
@@ -454,9 +470,7 @@ def test_mobilenet_v2_hands_its_expand_outputs_over_as_bf16_planes(
             (1, 192, 28, 28), (1, 192, 28, 28), (1, 192, 28, 28)]
         assert [handoff.array is not None and np.shares_memory(handoff.words, handoff.array)
                 for handoff in planes] == [False] * 4 + [True] * 3
-        # the depthwise layers' pairs, and the words of the stem and of the first
-        # projection (16 filters) for the expand after each
-        assert len(laid) - len(planes) == 19
+        assert len(laid) - len(planes) == words
         with monkeypatch.context() as patched:
             rounding_in_numpy(patched)
             np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", [],

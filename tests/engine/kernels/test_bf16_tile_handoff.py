@@ -22,11 +22,11 @@ from engine.kernels import (
 )
 from engine.kernels.workspace import Reader, Workspace
 from tests.engine.kernels.test_bf16_handoff import (
+    assert_expand_lays_planes,
+    assert_mobilenet_v2_lays_planes,
     block,
-    expand_block,
     image,
     never_taken,
-    rounding_in_numpy,
     served,
     steps_on,
 )
@@ -146,57 +146,14 @@ def test_a_tile_product_hands_its_depthwise_reader_bf16_planes(
         monkeypatch: pytest.MonkeyPatch, readers: str, taken: bool, laid: bool) -> None:
     """A 1×1 product on the AVX-512 BF16 tile (K 48, 48 filters at 29 × 35: edge tiles both
     ways) writes its output as bf16 planes where its depthwise reader alone reads it and no
-    residual is added: the output that of the plan rounding the float32 output in NumPy
-    into the planes, bit for bit, and near fp32's; else float32, bit for bit the plan's
-    with no planes."""
-    monkeypatch.setattr(gemm_tile_handoff, "MIN_OUTPUT_BYTES", 0)  # 190 KB: offered too
-    symbol = expand_block(sym.var("data"), readers)
-    params = nets.random_params(symbol, (1, 48, 29, 35), seed=8)
-    feed = {"data": np.random.default_rng(6).standard_normal((1, 48, 29, 35)).astype(
-        np.float32)}
-    handoffs: list = []
-    got = served(symbol, params, feed, "bf16", handoffs, halves=True)
-    planes = [handoff for handoff in handoffs if handoff is not None and handoff.planes]
-    assert planes[0].taken is taken and planes[0].laid is laid  # the expand's: bound first
-    assert planes[0].layout == "planes" and planes[0].takers == 1  # the depthwise layer
-    # an output under IN_PLACE_MAX_BYTES: its planes lie in its own float32 memory
-    assert planes[0].array is not None and np.shares_memory(planes[0].words, planes[0].array)
-    with monkeypatch.context() as patched:
-        rounding_in_numpy(patched)
-        np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", [],
-                                                  halves=True))
-    if not laid:
-        np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", []))
-    want = served(symbol, params, feed, "fp32")
-    assert np.abs(got - want).max() <= 0.03 * np.abs(want).max()
+    residual is added, as AMX's does (`assert_expand_lays_planes`)."""
+    assert_expand_lays_planes(monkeypatch, gemm_tile_handoff, readers, taken, laid)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_mobilenet_v2_hands_its_expand_outputs_to_the_depthwise_layers(
         monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
-    """MobileNet v2 (224 × 224) in bf16: each expand (on the AVX-512 BF16 tile from K 16,
-    `gemm_bind.BF16_TILE_MIN_DEPTH`) whose float32 output is
-    `gemm_tile_handoff.MIN_OUTPUT_BYTES` or more writes its depthwise reader's bf16 planes,
-    the 28² ones in their own float32 memory, and each depthwise layer its projection's
-    pairs; the outputs those of the plan rounding in NumPy, bit for bit, at one thread and
-    at two, and near fp32's."""
-    symbol = nets.mobilenet_v2()
-    params = nets.random_params(symbol, (1, 3, 224, 224))
-    feed = {"data": image(224)}
-    with steps_on(threads):
-        handoffs: list = []
-        got = served(symbol, params, feed, "bf16", handoffs, halves=True)
-        laid = [handoff for handoff in handoffs if handoff is not None and handoff.laid]
-        planes = [handoff for handoff in laid if handoff.layout == "planes"]
-        assert [handoff.source for handoff in planes] == [
-            (1, 32, 112, 112), (1, 96, 112, 112), (1, 144, 56, 56), (1, 144, 56, 56),
-            (1, 192, 28, 28), (1, 192, 28, 28), (1, 192, 28, 28)]
-        assert [handoff.array is not None and np.shares_memory(handoff.words, handoff.array)
-                for handoff in planes] == [False] * 4 + [True] * 3
-        assert len(laid) - len(planes) == 17  # the depthwise layers' pairs
-        with monkeypatch.context() as patched:
-            rounding_in_numpy(patched)
-            np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", [],
-                                                      halves=True))
-        want = served(symbol, params, feed, "fp32")
-    assert np.abs(got - want).max() <= 0.1 * np.abs(want).max()
+    """MobileNet v2 on the AVX-512 BF16 tile (its expands on the tile from K 16,
+    `gemm_bind.BF16_TILE_MIN_DEPTH`) lays its depthwise readers' planes as on AMX
+    (`assert_mobilenet_v2_lays_planes`), and each depthwise layer its projection's words."""
+    assert_mobilenet_v2_lays_planes(monkeypatch, threads, words=17)
