@@ -254,19 +254,25 @@ def _bind_bands(xp: Any, view: Any, matrix: Any, out: Any, workspace: Any,
     handoff, source = handed if handed is not None and rows >= total else (None, None)
     targets = out.reshape(matrix.shape[0], total, -1)
     calls: list[Callable[[], Any]] = []
-    for first in range(0, total, rows):
+    tops = list(range(0, total, rows))
+    for first in tops:
         last = min(first + rows, total)
         band = view[(slice(None),) * axis + (slice(first, last),)]
         target = targets[:, first:last].reshape(matrix.shape[0], -1)
         fused = gemm_bind.bf16_patch_product(matrix, band, axis - 1, target, workspace,
                                              handoff=handoff, source=source)
-        if fused is not None:  # bf16 on AMX: the patches paired straight from the input
+        if fused is not None:  # bf16: the patches paired straight from the input
             calls.append(fused)
             continue
         patches = workspace.region(patches_at, band.shape, view.dtype)
         calls.append(partial(xp.copyto, patches, band))
         calls.append(_product(xp, matrix, patches.reshape(matrix.shape[1], -1), target,
                               workspace))
+    if len(calls) == len(tops) > 1 and all(type(call) is bf16.PairedProduct for call in calls):
+        # bf16 products a band each: a max pooling after them may run band by band
+        # (`banded_pool`), each band's rows pooled while they are in L2
+        calls = banded_pool.pooling_after_bands(calls, tops, (view, *(
+            operand for call in calls for operand in getattr(call.product, "operands", ()))))
     return calls
 
 
