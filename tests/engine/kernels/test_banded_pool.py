@@ -121,8 +121,13 @@ def stem(readers: str) -> Any:
                                            ("sigmoid", False)])
 def test_the_stem_pools_only_where_the_pooling_alone_reads_its_final_output(
         readers: str, taken: bool) -> None:
+    assert_pools_only_where_alone(readers, taken, (2, 3, 64, 80))
+
+
+def assert_pools_only_where_alone(readers: str, taken: bool, shape: tuple[int, ...]) -> None:
+    """`stem` with ``readers`` over ``shape``: the pooling taken into the stem's step as
+    ``taken`` says, the answer the same bits as apart, and near fp32's."""
     symbol = stem(readers)
-    shape = (2, 3, 64, 80)
     params = nets.random_params(symbol, shape, seed=3)
     feed = {"data": np.random.default_rng(8).standard_normal(shape).astype(np.float32)}
     got, calls = answers(symbol, params, feed, "bf16", 1)

@@ -11,7 +11,11 @@ import pytest
 from bench import nets
 from engine.cpu import spin_pool
 from engine.kernels import banded_pool, gemm_kernel
-from tests.engine.kernels.test_banded_pool import answers, pooled_in_the_stem, stem
+from tests.engine.kernels.test_banded_pool import (
+    answers,
+    assert_pools_only_where_alone,
+    pooled_in_the_stem,
+)
 
 pytestmark = pytest.mark.skipif(not gemm_kernel.available(gemm_kernel.BF16),
                                 reason="needs the AVX-512 BF16 tile")
@@ -49,13 +53,5 @@ def test_resnet18s_stem_pools_each_band_after_it(batch: int, threads: int) -> No
                                            ("sigmoid", False)])
 def test_the_tile_stem_pools_only_where_the_pooling_alone_reads_its_final_output(
         readers: str, taken: bool) -> None:
-    symbol = stem(readers)
-    shape = (2, 3, 224, 160)
-    params = nets.random_params(symbol, shape, seed=3)
-    feed = {"data": np.random.default_rng(8).standard_normal(shape).astype(np.float32)}
-    got, calls = answers(symbol, params, feed, "bf16", 1)
-    assert pooled_in_the_stem(calls) == int(taken)
-    want, _ = answers(symbol, params, feed, "bf16", 1, banded=False)
-    np.testing.assert_array_equal(got, want)
-    reference, _ = answers(symbol, params, feed, "fp32", 1)
-    assert np.abs(got - reference).max() <= 0.03 * np.abs(reference).max()
+    """As on AMX (`assert_pools_only_where_alone`), over images whose stem runs in bands."""
+    assert_pools_only_where_alone(readers, taken, (2, 3, 224, 160))
