@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from engine.cpu import parts, spin_pool
-from engine.kernels import gemm_kernel, max_pool_vector
+from engine.kernels import bf16, gemm_kernel, max_pool_vector
 
 TAG = "banded pooling offer"
 # Stem output rows a band: a band's 17 rows of 64 filters × 112 columns (490 KB) stay in L2
@@ -57,7 +57,6 @@ class RowPooling:
         self.bands: list[Any] | None = None
         self.jobs: list[Any] | None = None
         self.whole: Any = None  # the pooling of the stem's whole output, as its own step was
-
 
     def attach(self, data: Any, out: Any, parts: int, band: Any) -> None:
         """The pooling of ``data`` (one image's stem output, F × H × W) into ``out`` taken:
@@ -126,8 +125,6 @@ def pooling_after_bands(calls: list[Any], tops: list[int],
     """``calls`` (one image's stem products, one a band of output rows from ``tops``, each a
     `bf16.PairedProduct`) each pooling its band's rows after it where a pooling takes the
     image's output (`RowBands`); ``operands``: what the stem's step reads."""
-    from engine.kernels import bf16
-
     pooling = RowBands(tops, operands)
     return [bf16.PairedProduct(call.func, call.args[0], BandThenPool(call.product, pooling,
                                                                      index))
@@ -227,15 +224,14 @@ def offer(workspace: Any, out: Any, calls: list[Any]) -> None:
         return
     products = [getattr(call, "product", None) for call in calls]
     banded = [product for product in products if isinstance(product, BandedProduct)]
-    poolings: list[Any] = [product.pooling for product in banded]
-    for product in products:
-        if isinstance(product, BandThenPool) and product.pooling not in poolings:
-            poolings.append(product.pooling)
-    if len(poolings) != out.shape[0] or (banded and len(banded) != len(poolings)):
+    # each image's products in bands share its pooling: one of them a pooling, in order
+    bands = list({id(product.pooling): product for product in products
+                  if isinstance(product, BandThenPool)}.values())
+    made = banded or bands
+    if len(made) != out.shape[0] or (banded and bands):
         return
-    operands = tuple(operand for product in banded for operand in product.operands) + tuple(
-        operand for pooling in poolings if isinstance(pooling, RowBands)
-        for operand in pooling.operands)
+    poolings = [product.pooling for product in made]
+    operands = tuple(operand for product in made for operand in product.operands)
     noted = getattr(workspace, "noted", None)
     workspace.shared(out, TAG, lambda: Offer(out, poolings, operands, noted))
 

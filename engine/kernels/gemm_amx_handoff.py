@@ -245,8 +245,12 @@ class HandingProduct:
 
     def _job(self, kind: str, context: np.ndarray, target: np.ndarray) -> Any:
         parts = self.plain.args[-1]  # a `spin_pool.Job`'s arguments end with its parts
-        return spin_pool.job(_compiled()[kind], context, parts,
+        return spin_pool.job(self._part(kind, context), context, parts,
                              keep=(*self.plain.operands, target))
+
+    def _part(self, kind: str, context: np.ndarray) -> int:
+        """The address of the compiled part writing layout ``kind`` over ``context``."""
+        return _compiled()[kind]
 
     def with_epilogue(self, bias_rows: Any = None, bias_columns: Any = None,
                       low: float = -np.inf, high: float = np.inf) -> HandingProduct:

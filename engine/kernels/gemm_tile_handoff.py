@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.cpu import compiled, llvm_jit, spin_pool
+from engine.cpu import compiled, llvm_jit
 from engine.kernels import bf16, bf16_handoff, gemm_kernel
 from engine.kernels.gemm_amx_handoff import HandingProduct
 
@@ -82,13 +82,11 @@ class TileHalvesProduct(HandingProduct):
     """`gemm_amx_handoff.HandingProduct` over a register tile's product: its halves job is
     the tile's own kernel storing halves (`gemm_halves_ir`)."""
 
-    def _job(self, kind: str, context: np.ndarray, target: np.ndarray) -> Any:
+    def _part(self, kind: str, context: np.ndarray) -> int:
         if kind != "halves":
             raise ValueError(f"a register tile's product lays bf16 planes alone; asked for "
                              f"{kind}")
-        parts = self.plain.args[-1]  # a `spin_pool.Job`'s arguments end with its parts
-        return spin_pool.job(_compiled()[int(context[_FIELD["kernel"]])], context, parts,
-                             keep=(*self.plain.operands, target))
+        return _compiled()[int(context[_FIELD["kernel"]])]
 
 
 def _compiled() -> dict[Any, Any] | None:
