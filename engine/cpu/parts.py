@@ -57,3 +57,7 @@ class DoneByItsWriter:
     def __call__(self) -> None:
         return None
 
+    def replayable(self) -> bool:
+        """Nothing to replay (`steady_walk`)."""
+        return True
+

@@ -23,6 +23,10 @@ field on its own cache line, so that spinning readers do not slow the writers of
 * ``dozes``: then polls each after a sleep of `DOZE_MICROSECONDS` (off the CPU, and a job
   posted meanwhile is found within that sleep, no Python thread to wake), before it returns
   (0 where the platform has no ``usleep``).
+* ``log``, ``log_count``, ``log_capacity``: while ``log`` holds an address (0: off), every
+  job posted is also written there, `LOG_WORDS` int64s each, at the slot ``log_count`` gave
+  (counted up atomically: callers on other threads log too, each entry names its thread);
+  past ``log_capacity`` entries only the count goes on (`engine.cpu.steady_walk`).
 * ``nap_polls``: on Linux, empty polls a worker spins through while armed or sticky, and a
   caller waiting on the workers' parts, before it naps on a futex (at most
   `NAP_NANOSECONDS`): ``sleepers`` and ``wake`` the workers' count and word (the poster of a
@@ -38,6 +42,11 @@ then returns. ``pool_run(state, task, context, parts)`` posts a job, runs parts
 itself until none is left, then waits for the parts the workers took: it never waits on a
 worker that has not started a part, so a sleeping or late worker costs parallelism, never
 progress. Where nothing is armed it runs the job itself as one part (part 0 of 1).
+``copy_bytes(context, part, parts)`` is a task copying ``context[2]`` bytes from address
+``context[1]`` to ``context[0]`` (a job writing a few bytes, as int8 layers write their
+ranges, posted like any other). ``pool_sequence(state, table, count)`` runs ``count`` jobs
+in order, each as ``pool_run`` would, from a table of (task, context, parts) triples: a
+plan's steady run replayed in one native call (`engine.cpu.steady_walk`).
 """
 
 from __future__ import annotations
@@ -50,8 +59,9 @@ VOID = ir.VoidType()
 
 # Fields of the state, in int64s: 16 apart (128 bytes, a cache-line pair on x86 prefetchers).
 (CLAIMS, TASK, CONTEXT, FINISHED, BUSY, ARMED, PATIENCE, DOZES, STICKY, NAP_POLLS, SLEEPERS,
- WAKE, CALLER_SLEEPERS, CALLER_WAKE) = (16 * i for i in range(14))
-STATE_SIZE = 16 * 14
+ WAKE, CALLER_SLEEPERS, CALLER_WAKE, LOG, LOG_COUNT, LOG_CAPACITY) = (16 * i for i in range(17))
+STATE_SIZE = 16 * 17
+LOG_WORDS = 4  # a logged job: the caller's thread (``pthread_self``), task, context, parts
 DOZE_MICROSECONDS = 100
 NAP_NANOSECONDS = 1_000_000  # a nap's longest: a wake missed costs no more than this
 TASK_TYPE = ir.FunctionType(VOID, [I64, I64, I64])
@@ -68,7 +78,8 @@ def module(triple: str) -> ir.Module:
     pause = _pause(built, triple)
     futex = _futex(built, triple)
     _define_work(built, pause, _doze(built, triple), futex)
-    _define_run(built, pause, futex)
+    _define_sequence(built, _define_run(built, pause, futex))
+    _define_copy_bytes(built)
     return built
 
 
@@ -299,7 +310,70 @@ def _define_work(built: ir.Module, pause, doze, futex: _Futex | None) -> None:
     builder.ret_void()
 
 
-def _define_run(built: ir.Module, pause, futex: _Futex | None) -> None:
+def _log_job(built: ir.Module, function: ir.Function, builder: ir.IRBuilder,
+             state: ir.Value, job: tuple[ir.Value, ...]) -> None:
+    """Where the state's ``log`` is set, the job written at the next slot (its thread
+    first); the builder continues after."""
+    log = builder.load(_field(builder, state, LOG))
+    write, after = (function.append_basic_block(name) for name in ("log", "logged"))
+    builder.cbranch(builder.icmp_unsigned("!=", log, ir.Constant(I64, 0)), write, after)
+    builder.position_at_end(write)
+    slot = builder.atomic_rmw("add", _field(builder, state, LOG_COUNT), ir.Constant(I64, 1),
+                              "monotonic")
+    store = function.append_basic_block("log_store")
+    builder.cbranch(builder.icmp_unsigned("<", slot, builder.load(
+        _field(builder, state, LOG_CAPACITY))), store, after)
+    builder.position_at_end(store)
+    thread = builder.call(ir.Function(built, ir.FunctionType(I64, []), name="pthread_self"),
+                          [])
+    entry = builder.gep(builder.inttoptr(log, I64.as_pointer()),
+                        [builder.mul(slot, ir.Constant(I64, LOG_WORDS))])
+    for index, value in enumerate((thread, *job)):
+        builder.store(value, builder.gep(entry, [ir.Constant(I64, index)]))
+    builder.branch(after)
+    builder.position_at_end(after)
+
+
+def _define_copy_bytes(built: ir.Module) -> None:
+    function = ir.Function(built, TASK_TYPE, name="copy_bytes")
+    context = function.args[0]
+    builder = ir.IRBuilder(function.append_basic_block("entry"))
+    words = builder.inttoptr(context, I64.as_pointer())
+    target, source, count = (builder.load(builder.gep(words, [ir.Constant(I64, index)]))
+                             for index in range(3))
+    bytes_pointer = ir.IntType(8).as_pointer()
+    memcpy = built.declare_intrinsic("llvm.memcpy", [bytes_pointer, bytes_pointer, I64])
+    builder.call(memcpy, [builder.inttoptr(target, bytes_pointer),
+                          builder.inttoptr(source, bytes_pointer), count,
+                          ir.Constant(ir.IntType(1), 0)])
+    builder.ret_void()
+
+
+def _define_sequence(built: ir.Module, run: ir.Function) -> None:
+    function = ir.Function(built, ir.FunctionType(VOID, [I64.as_pointer(), I64, I64]),
+                           name="pool_sequence")
+    state, table, count = function.args
+    entry, loop, body, done = (function.append_basic_block(name)
+                               for name in ("entry", "loop", "body", "done"))
+    builder = ir.IRBuilder(entry)
+    index = builder.alloca(I64)
+    builder.store(ir.Constant(I64, 0), index)
+    builder.branch(loop)
+    builder.position_at_end(loop)
+    at = builder.load(index)
+    builder.cbranch(builder.icmp_signed("<", at, count), body, done)
+    builder.position_at_end(body)
+    triple = builder.gep(builder.inttoptr(table, I64.as_pointer()),
+                         [builder.mul(at, ir.Constant(I64, 3))])
+    builder.call(run, [state, *(builder.load(builder.gep(triple, [ir.Constant(I64, word)]))
+                                for word in range(3))])
+    builder.store(builder.add(at, ir.Constant(I64, 1)), index)
+    builder.branch(loop)
+    builder.position_at_end(done)
+    builder.ret_void()
+
+
+def _define_run(built: ir.Module, pause, futex: _Futex | None) -> ir.Function:
     function = ir.Function(built, ir.FunctionType(VOID, [I64.as_pointer(), I64, I64, I64]),
                            name="pool_run")
     state, task, context, parts = function.args
@@ -308,6 +382,7 @@ def _define_run(built: ir.Module, pause, futex: _Futex | None) -> None:
         ("entry", "alone", "posted", "poll", "take", "claimed", "wait", "done"))
     builder = ir.IRBuilder(entry)
     zero, one = ir.Constant(I64, 0), ir.Constant(I64, 1)
+    _log_job(built, function, builder, state, (task, context, parts))
     waits = builder.alloca(I64)  # polls waiting on the workers' parts, since the last nap
     builder.store(zero, waits)
     limit = None if futex is None else futex.limit(builder)
@@ -389,3 +464,4 @@ def _define_run(built: ir.Module, pause, futex: _Futex | None) -> None:
 
     builder.position_at_end(done)
     builder.ret_void()
+    return function

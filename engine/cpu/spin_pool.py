@@ -48,6 +48,10 @@ from engine.cpu.spin_ir import (
     ARMED,
     DOZE_MICROSECONDS,
     DOZES,
+    LOG,
+    LOG_CAPACITY,
+    LOG_COUNT,
+    LOG_WORDS,
     MAX_PARTS,
     NAP_POLLS,
     PATIENCE,
@@ -176,10 +180,97 @@ class WhenArmed:
             self._job = self.make_job() or self.alone
         self._job()
 
+    def replayable(self) -> bool:
+        """Whether the way it runs now, armed or alone, posts jobs alone (`steady_walk`)."""
+        from engine.cpu.steady_walk import replayable
+
+        if wanted():
+            return self._job is not None and replayable(self._job)
+        return replayable(self.alone)
+
 
 def _alone(task: int, context: int, parts: int) -> None:
     """A job without the pool: all of it as one part, as `pool_run` runs it unarmed."""
     ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)(task)(context, 0, 1)
+
+
+def runs_jobs(func: Any) -> bool:
+    """Whether ``func`` is the pool's own ``pool_run``: a `partial` of it (a `Job`, a
+    `gemm_kernel.Product`, ...) is a job and nothing else."""
+    pool = _state.get("pool")
+    return pool is not None and func is pool.run
+
+
+def wanted() -> bool:
+    """Whether jobs posted now take the workers (a run armed, or the workers stuck)."""
+    pool = _state.get("pool")
+    return pool is not None and bool(pool.state[ARMED] or pool.state[STICKY])
+
+
+# Jobs a log holds at most (4 int64s each): a ResNet-50 at batch 32 posts about 3,000 a run.
+LOG_ENTRIES = 1 << 15
+
+
+class JobLog:
+    """``with JobLog() as log:`` every job posted inside, on any thread, is logged natively
+    (`spin_ir`'s ``log``); ``log.position()`` marks a point, ``log.since(start)`` gives the
+    (task, context, parts) of this thread's jobs from there (to ``stop``), in order (None
+    where the log ran out of room). Logs may nest and overlap across threads: logging stays
+    on while any is open."""
+
+    __slots__ = ("_pool", "_thread")
+
+    def __enter__(self) -> JobLog:
+        self._pool = _pool()
+        self._thread = threading.get_ident()
+        if self._pool is not None:
+            self._pool.open_log()
+        return self
+
+    def __exit__(self, *exception: object) -> None:
+        if self._pool is not None:
+            self._pool.close_log()
+
+    def position(self) -> int:
+        return 0 if self._pool is None else int(self._pool.state[LOG_COUNT])
+
+    def since(self, start: int, stop: int | None = None) -> np.ndarray | None:
+        """This thread's jobs logged from position ``start`` to ``stop`` (default: now), an
+        int64 array of (task, context, parts) rows; None where some were not kept (the log
+        full) or the pool is off."""
+        pool = self._pool
+        if pool is None:
+            return None
+        if stop is None:
+            stop = int(pool.state[LOG_COUNT])
+        if stop > LOG_ENTRIES:
+            return None
+        entries = pool.log[start:stop]
+        return np.ascontiguousarray(entries[entries[:, 0] == np.int64(
+            np.uint64(self._thread).astype(np.int64)), 1:])
+
+
+def byte_copy(target: np.ndarray, source: np.ndarray) -> Job | None:
+    """A job copying ``source``'s bytes (read at each run) into ``target``, both
+    C-contiguous and as large; None where the pool is unavailable."""
+    pool = _pool()
+    if pool is None:
+        return None
+    context = np.array([target.ctypes.data, source.ctypes.data, target.nbytes], np.int64)
+    return job(pool.copy_bytes, context, 1, keep=(target, source))
+
+
+def sequence(table: np.ndarray) -> Job | None:
+    """The jobs of ``table`` (an int64 array of (task, context, parts) rows, as a `JobLog`
+    gives) run in order in one native call, each as its own call would run it; None where
+    the pool is unavailable. The caller keeps alive what the contexts point into."""
+    pool = _pool()
+    if pool is None:
+        return None
+    table = np.ascontiguousarray(table, np.int64)
+    bound = Job(pool.sequence, pool.address, table.ctypes.data, len(table))
+    bound.keep = (table,)
+    return bound
 
 
 def spinning() -> bool:
@@ -452,8 +543,13 @@ class _Pool:
     def __init__(self, functions: dict[str, Any]) -> None:
         self.functions = functions
         self.work, self.run = functions["work"], functions["run"]
+        self.sequence = functions["sequence"]
+        self.copy_bytes = functions["copy_bytes"]
         self.state = np.zeros(STATE_SIZE, np.int64)
         self.address = self.state.ctypes.data
+        self.log = np.zeros((LOG_ENTRIES, LOG_WORDS), np.int64)
+        self.state[LOG_CAPACITY] = LOG_ENTRIES
+        self.logs_open = 0
         self.state[PATIENCE] = self._polls(GRACE_SECONDS)
         self.state[NAP_POLLS] = max(1, self._polls(NAP_SECONDS, at_least=1))
         self.state[DOZES] = int(DOZE_SECONDS * 1e6 / DOZE_MICROSECONDS)
@@ -468,6 +564,19 @@ class _Pool:
         self.caller_cpu: int | None = None
         # the first armed caller's thread id and own mask, given back when the last disarms
         self.caller_held: tuple[int, set[int]] | None = None
+
+    def open_log(self) -> None:
+        with self.wake:
+            if not self.logs_open:
+                self.state[LOG_COUNT] = 0
+                self.state[LOG] = self.log.ctypes.data
+            self.logs_open += 1
+
+    def close_log(self) -> None:
+        with self.wake:
+            self.logs_open -= 1
+            if not self.logs_open:
+                self.state[LOG] = 0
 
     def arm(self, workers: int) -> None:
         """A run wants ``workers`` workers spinning and BLAS held to one thread (while it is
@@ -611,5 +720,8 @@ def _compile() -> dict[str, Any] | None:
     work = ctypes.CFUNCTYPE(None, int64)(engine.get_function_address("pool_work"))
     run = ctypes.CFUNCTYPE(None, int64, int64, int64, int64)(
         engine.get_function_address("pool_run"))
+    sequence = ctypes.CFUNCTYPE(None, int64, int64, int64)(
+        engine.get_function_address("pool_sequence"))
     # The execution engine owns the machine code: it lives as long as the functions.
-    return {"work": work, "run": run, "engine": engine}
+    return {"work": work, "run": run, "sequence": sequence, "engine": engine,
+            "copy_bytes": engine.get_function_address("copy_bytes")}

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.cpu import parts, spin_pool
+from engine.cpu import parts, spin_pool, steady_walk
 from engine.kernels import bf16, gemm_kernel, max_pool_vector
 
 TAG = "banded pooling offer"
@@ -108,6 +108,12 @@ class BandThenPool:
         jobs = self.pooling.jobs
         if jobs is not None:
             jobs[self.index]()
+
+    def replayable(self) -> bool:
+        """Its product and its band's pooling are jobs (`steady_walk`)."""
+        jobs = self.pooling.jobs
+        return steady_walk.all_replayable(self.product,
+                                          None if jobs is None else jobs[self.index])
 
     def with_epilogue(self, bias_rows: Any = None, bias_columns: Any = None,
                       low: float = -np.inf, high: float = np.inf) -> BandThenPool:

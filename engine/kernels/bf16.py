@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.cpu import compiled, kernel_jobs, llvm_jit, spin_pool
+from engine.cpu import compiled, kernel_jobs, llvm_jit, spin_pool, steady_walk
 from engine.cpu.parts import PartedCall
 from engine.kernels.workspace import empty_aligned
 
@@ -434,6 +434,10 @@ class PartPairedProduct(PairedProduct):
             self.parted()
             handoff.laid = False
 
+    def replayable(self) -> bool:
+        """Whichever way it runs, jobs alone (`steady_walk`)."""
+        return steady_walk.all_replayable(self.parted, *self.args)
+
     def with_epilogue(self, bias_rows: Any = None, bias_columns: Any = None,
                       low: float = -np.inf, high: float = np.inf) -> PartPairedProduct:
         """This call with its product adding a bias and clamping (`Product.with_epilogue`)."""
@@ -515,6 +519,7 @@ def paired_product(pair: Callable[[], Any], product: Any) -> PairedProduct:
     return PairedProduct(getattr(pair, "then", _both), pair, product)
 
 
+@steady_walk.in_turn
 def _both(first: Callable[[], Any], second: Callable[[], Any]) -> None:
     first()
     second()

@@ -61,6 +61,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.cpu import steady_walk
 from engine.kernels import bf16, gemm_kernel
 
 TAG = "bf16 paired hand-off"
@@ -286,7 +287,13 @@ class EitherJob:
         job()
         self.handoff.laid = paired
 
+    def replayable(self) -> bool:
+        """Its jobs post nothing but themselves (`steady_walk`)."""
+        return steady_walk.all_replayable(*self.jobs.values())
 
+
+# it calls the reader's pairing or copy, which the reader answers for (`replayable`)
+@steady_walk.in_turn
 def _unless_laid_then(reader: _PairUnlessLaid, product: Callable[[], Any]) -> None:
     """``reader()`` then ``product()`` in one frame (`bf16.paired_product`): a step in a
     plan's walk finds its Python objects out of cache, where each frame costs about a
@@ -304,6 +311,10 @@ class _PairUnlessLaid:
     def __init__(self, handoff: PairedHandoff, pair: Callable[[], Any],
                  copy: Callable[[], Any] | None = None) -> None:
         self.handoff, self.pair, self.copy = handoff, pair, copy
+
+    def replayable(self) -> bool:
+        """Its pairing and its copy are jobs (`steady_walk`)."""
+        return steady_walk.all_replayable(self.pair, self.copy)
 
     def __call__(self) -> None:
         if not self.handoff.laid:

@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.cpu import compiled, host_features, llvm_jit, spin_pool
+from engine.cpu import compiled, host_features, llvm_jit, spin_pool, steady_walk
 from engine.kernels import (
     bf16,
     bf16_handoff,
@@ -672,6 +672,10 @@ class HandingDirectProduct(DirectProduct):
                 self.gridded = self._grid_job(handoff)
             self.gridded()
         handoff.laid = paired
+
+    def replayable(self) -> bool:
+        """Itself a job, and its grid's job (`steady_walk`)."""
+        return spin_pool.runs_jobs(self.func) and steady_walk.all_replayable(self.gridded)
 
     def _grid_job(self, handoff: Any) -> Any:
         """``grid_part`` over this product's context, its output the hand-off's grid; or

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.cpu import compiled, host_features, kernel_jobs, llvm_jit, spin_pool
+from engine.cpu import compiled, host_features, kernel_jobs, llvm_jit, spin_pool, steady_walk
 from engine.kernels import bf16_handoff
 from engine.kernels.depthwise_kernel import DepthwiseCall
 
@@ -175,6 +175,10 @@ class _EitherWayJob:
         job()
         if handoff is not None:
             handoff.laid = paired
+
+    def replayable(self) -> bool:
+        """Its jobs, whichever it runs, post nothing but themselves (`steady_walk`)."""
+        return steady_walk.all_replayable(*self.jobs.values())
 
 
 def _task(stride: int, paired: bool = False, width: int = 0,

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.cpu import compiled, host_features, llvm_jit, spin_pool
+from engine.cpu import compiled, host_features, llvm_jit, spin_pool, steady_walk
 from engine.kernels import banded_pool, bf16, bf16_handoff, gemm_amx_preact, gemm_kernel
 
 # The positions of a `gemm_kernel.Product`'s context that a halves product changes.
@@ -196,6 +196,10 @@ class HandingProduct:
         else:
             self.plain()
         handoff.laid = laying
+
+    def replayable(self) -> bool:
+        """Its product and the job laying its readers' layout are jobs (`steady_walk`)."""
+        return steady_walk.all_replayable(self.plain, self.handing)
 
     def _sum_and_preact(self, request: Any) -> None:
         """The residual product, writing the next BatchNorm's words too where that

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.cpu import host_features, spin_pool
+from engine.cpu import host_features, spin_pool, steady_walk
 from engine.cpu.blas_threads import threads as blas_threads_now
 from engine.kernels import (
     bf16,
@@ -663,6 +663,10 @@ class Transposed:
         if self.clamp is not None:
             self.clamp()
 
+    def replayable(self) -> bool:
+        """Where it runs as one job, armed, with no NumPy clamp after (`steady_walk`)."""
+        return self.clamp is None and steady_walk.replayable(self.run)
+
     def with_epilogue(self, bias_rows: Any = None, bias_columns: Any = None,
                       low: float = -np.inf, high: float = np.inf) -> Transposed:
         """This product adding a bias per row and/or column of ``out``, clamped to
@@ -701,6 +705,7 @@ class Transposed:
         return Transposed(self.product, self.out, self.source, residual)
 
 
+@steady_walk.in_turn
 def _in_turn(first: Callable[[], Any], second: Callable[[], Any]) -> None:
     first()
     second()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +17,7 @@ import numpy as np
 
 from engine.compiler.plan_memory import MemoryPlan, plan_memory
 from engine.cpu import blas_threads, denormals, parallel, spin_pool
+from engine.cpu.steady_walk import SteadyWalk
 from engine.cuda.bf16 import Bf16Products, product_op, staging_elements
 from engine.cuda.half import HALF_PRECISIONS, half_graph
 from engine.device import CPU, Device, on_stream
@@ -26,6 +27,7 @@ from engine.graph.ir import Graph, Node
 from engine.kernels import expansion_chain, jobs
 from engine.kernels.packed_weight import PackedWeight
 from engine.kernels.workspace import ARENA_FROM_BYTES, Reader, Workspace
+from engine.ops.quantized import ranges
 from engine.ops.shapes import is_known
 from engine.runtime.buffers import fill_rows
 from engine.runtime.floats import quiet_floats, restore_floats
@@ -112,6 +114,8 @@ class Plan:
         self.workspace = Workspace(
             xp, scratch_bytes, derived, self._convolutions, self.precision,
             huge_pages=sum(self.memory.buffer_sizes) + scratch_bytes >= ARENA_FROM_BYTES)
+        # whether the int8 steps' ranges are constants, so their steady runs may be replayed
+        self.workspace.constant_ranges = ranges.constant_in(graph.nodes)
         # On huge pages, small buffers packed together (`Workspace.empty`).
         buffers = [self.workspace.empty(size, np.uint8) for size in self.memory.buffer_sizes]
         # where they lie: an array of the caller's inside one (an output of the last run,
@@ -150,6 +154,8 @@ class Plan:
             self.steps.extend(Step(call, node) for call in calls)
         if xp is np:
             self.steps = _chain_expansions(self.steps)
+        # steady runs replayed natively (`steady_walk`), where the pool runs jobs
+        self._steady = SteadyWalk() if xp is np and spin_pool.available() else None
         self._heads = [arrays[(entry.node, entry.index)] for entry in graph.heads]
         self._input_buffers = [(name, buffer, self._pointers(graph, readers, name, buffer))
                                for name, buffer in self._inputs.items()]
@@ -221,7 +227,7 @@ class Plan:
                     return self._gpu.run(feed, copy_outputs)
                 pointed = self._fill_inputs(feed)
                 try:
-                    self._run_on_cpu(self._run_steps)
+                    self._run_on_cpu(self._run_cpu_steps)
                 finally:
                     _point_back(pointed)
                 return [head.copy() for head in self._heads] if copy_outputs else \
@@ -248,6 +254,8 @@ class Plan:
         token = quiet_floats()
         try:
             with self._lock:
+                if self._steady is not None:
+                    self._steady.disturbed()  # its steps' objects touched outside a run
                 pointed = self._fill_inputs(feed)
                 try:
                     self._run_on_cpu(timed_steps, record=False)
@@ -319,8 +327,19 @@ class Plan:
         if record:
             self._spin_choice.record(armed, time.perf_counter() - start)
 
+    def _run_cpu_steps(self) -> None:
+        """The steps, or their steady run replayed (`steady_walk`)."""
+        if self._steady is None:
+            self._call_steps(self.steps)
+        else:
+            self._steady.run(self.steps, self._call_steps)
+
     def _run_steps(self) -> None:
-        for step in self.steps:
+        self._call_steps(self.steps)
+
+    @staticmethod
+    def _call_steps(steps: Iterable[Step]) -> None:
+        for step in steps:
             try:
                 step.call()
             except EngineError as error:

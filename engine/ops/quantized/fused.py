@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.cpu import spin_pool
+from engine.cpu import spin_pool, steady_walk
 from engine.errors import ModelFormatError
 from engine.kernels import gemm_int8, int8_conv, int8_depthwise, int8_memory
 from engine.ops.attrs import parse_bool
@@ -175,6 +175,8 @@ def _conv_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
         if fused is not None:
             fused.run_follower()
 
+    if fused is not None:
+        call.replayable = fused.replayable  # type: ignore[attr-defined]
     return [call]
 
 
@@ -294,6 +296,8 @@ class _FusedInt8Conv:
         self._clear_of: tuple[Any, ...] | None = None  # (Rescale, conv, `_clear`'s answer)
         # where its weights are packed and its scratch lies: said now, packed at the first run
         self.memory = int8_memory.of(workspace)
+        # ranges that never change (all calibrated): a steady run may be replayed
+        self._constant_ranges = bool(getattr(workspace, "constant_ranges", False))
         self.memory.expect(int8_memory.packed_bytes(values["weight"].shape))
         depthwise = main.num_group > 1 and main.num_group == main.num_filter
         if int8_conv.supported_here() or (depthwise and int8_depthwise.available()):
@@ -350,6 +354,18 @@ class _FusedInt8Conv:
         self._steady = (state, jobs, out, laid_out, None if out is None else out.rescale,
                         written, paths, writers)
         return True
+
+    def replayable(self) -> bool:
+        """Whether its last run took the steady path as jobs alone (its products, its range
+        writes, the follower's pass) in a plan whose ranges never change: what decides its
+        run is then the same at every run of one thread (`steady_walk`)."""
+        steady = self._steady
+        if steady is None or not self._constant_ranges:
+            return False
+        _, jobs, out, _, _, _, _, writers = steady
+        rescale = None if out is None else out.rescale
+        follow = None if rescale is None else rescale.follow
+        return steady_walk.all_replayable(*jobs, *writers, follow)
 
     def _state(self) -> tuple[Any, ...]:
         """What `_decide_and_run`'s choices depend on from one run to the next: the range

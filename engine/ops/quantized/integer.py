@@ -27,10 +27,12 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from engine.cpu import steady_walk
 from engine.errors import ShapeError
 from engine.kernels import gemm_int8
 
 PATHS: Counter = Counter()
+steady_walk.counters(PATHS)  # a replayed run counts its steps' paths as recorded
 # Below this many multiply-adds a product's fixed cost on the VNNI path (about 10 µs: the
 # padded copy, the result's allocation, the foreign call) exceeds float64 BLAS's whole time.
 MIN_WORK = 2 ** 19
@@ -50,6 +52,9 @@ def use_fast_path(enabled: bool, min_work: int = MIN_WORK) -> None:
 def fast_path_enabled() -> bool:
     """Whether `use_fast_path` left the compiled int8 paths on."""
     return _settings["fast"]
+
+
+steady_walk.switch(fast_path_enabled)  # a plan's steady runs differ with it
 
 
 def _fast(data: Any, weight: Any, work: int, depth: int) -> bool:

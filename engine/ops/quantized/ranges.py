@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.cpu import spin_pool
 from engine.errors import ShapeError
 from engine.ops.attrs import optional, parse_float
 from engine.ops.dtypes import FLOAT32, INT32, UINT8
@@ -40,6 +41,16 @@ CALIB_PARAMS = (
 def has_calib(attrs: Attrs) -> bool:
     """Whether the node carries a calibrated output range (the requantize is fused in)."""
     return attrs.min_calib_range is not None and attrs.max_calib_range is not None
+
+
+def constant_in(nodes: Any) -> bool:
+    """Whether every range among ``nodes`` (a graph's) is the same at every run: none takes
+    its range from the data at hand (an uncalibrated quantize or requantize, `range_from_batch`)
+    or from ranges the graph computes (``_contrib_quantize``'s inputs). Steps reading ranges
+    then decide the same way at every run (`engine.cpu.steady_walk`)."""
+    return not any(node.op == "_contrib_quantize" or (
+        node.op in ("_contrib_quantize_v2", "_contrib_requantize")
+        and not has_calib(node.params)) for node in nodes if not node.is_variable)
 
 
 def range_from_batch(attrs: Attrs) -> str:
@@ -87,6 +98,9 @@ def byte_copier(target: np.ndarray, source: np.ndarray) -> Callable[[], None] | 
             and source.size == target.size and source.flags.c_contiguous
             and target.flags.c_contiguous):
         return None
+    job = spin_pool.byte_copy(target, source)  # a job: a steady run replays it natively
+    if job is not None:
+        return job
     into = memoryview(target.reshape(-1)).cast("B")
     read = memoryview(source.reshape(-1)).cast("B")
 
