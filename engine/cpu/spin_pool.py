@@ -180,13 +180,10 @@ class WhenArmed:
             self._job = self.make_job() or self.alone
         self._job()
 
-    def replayable(self) -> bool:
-        """Whether the way it runs now, armed or alone, posts jobs alone (`steady_walk`)."""
-        from engine.cpu.steady_walk import replayable
-
-        if wanted():
-            return self._job is not None and replayable(self._job)
-        return replayable(self.alone)
+    def runs_now(self) -> Any:
+        """The call it makes now: its job (None until made) where the workers are wanted,
+        else ``alone`` (`steady_walk`)."""
+        return self._job if wanted() else self.alone
 
 
 def _alone(task: int, context: int, parts: int) -> None:

@@ -21,8 +21,9 @@ runs (int8's `integer.PATHS`, `counters`) get the recorded run's increments at e
 
 A step is replayable where `replayable` can tell from its call: a `partial` of the pool's
 ``pool_run`` (a job: `spin_pool.Job`, `gemm_kernel.Product`, ...), a `partial` of a function
-marked `in_turn` (it calls its arguments in order, nothing else) over replayable calls, or an
-object whose ``replayable()`` says so (each such class answers for the calls it may make).
+marked `in_turn` (it calls its arguments in order, nothing else) over replayable calls, an
+object whose ``replayable()`` says so (each such class answers for the calls it may make),
+or one whose ``runs_now()`` names the one call it makes now (`spin_pool.WhenArmed`).
 """
 
 from __future__ import annotations
@@ -70,6 +71,10 @@ def replayable(call: Any) -> bool:
     answer = getattr(call, "replayable", None)
     if answer is not None:
         return bool(answer())
+    now = getattr(call, "runs_now", None)  # a step that makes one of several calls
+    if now is not None:
+        made = now()
+        return made is not None and replayable(made)
     if isinstance(call, partial) and type(call).__call__ is partial.__call__:
         if spin_pool.runs_jobs(call.func):
             return True

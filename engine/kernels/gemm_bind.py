@@ -566,6 +566,11 @@ class Threaded:
         if low > -np.inf or high < np.inf:
             np.clip(self.out, low, high, out=self.out)
 
+    def replayable(self) -> bool:
+        """Where it runs on ours, a job (`steady_walk`); on BLAS, NumPy's passes after."""
+        return (spin_pool.spinning() or blas_threads() < 2) and steady_walk.replayable(
+            self.ours)
+
     def with_epilogue(self, bias_rows: Any = None, bias_columns: Any = None,
                       low: float = -np.inf, high: float = np.inf) -> Threaded:
         """This product adding a bias per row and/or column, clamped to [low, high]."""

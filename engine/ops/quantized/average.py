@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.cpu import steady_walk
 from engine.errors import ShapeError
 from engine.kernels import int8_pool
 from engine.ops.dtypes import FLOAT32, UINT8
@@ -85,6 +86,13 @@ class _BoundAverage:
         # the data's range as memoryviews: items read without NumPy's indexing
         self._range_views = tuple(memoryview(np.asarray(value).reshape(-1))
                                   for value in (self.low, self.high))
+        self._constant_ranges = ranges.constant_here(workspace)
+
+    def replayable(self) -> bool:
+        """Where its data's range is the same at every run (its factor made once): its pass
+        and its range writes are jobs (`steady_walk`)."""
+        return self._constant_ranges and steady_walk.all_replayable(
+            *self._jobs.values(), *self._range_writers)
 
     def __call__(self) -> None:
         data = self.data

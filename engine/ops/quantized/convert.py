@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.cpu import steady_walk
 from engine.errors import ShapeError
 from engine.kernels import int8_convert
 from engine.kernels.workspace import Workspace
@@ -106,6 +107,8 @@ def _quantize_v2_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
         for write in writers:
             write()
 
+    # its passes and its range writes are jobs (`steady_walk`)
+    call.replayable = partial(steady_walk.all_replayable, job, laid_job, *writers)
     return [call]
 
 
@@ -181,6 +184,15 @@ def _dequantize_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
         else:
             job()
 
+    constant = ranges.constant_here(workspace)
+
+    def replayable() -> bool:
+        """Where its range is the same at every run, its step is made once: its passes are
+        jobs (`steady_walk`)."""
+        return constant and made_for[0] is not None and steady_walk.all_replayable(
+            job, laid_job)
+
+    call.replayable = replayable
     return [call]
 
 

@@ -176,7 +176,7 @@ def _conv_bind(xp: Any, attrs: Attrs, inputs: list[Any], out: Any,
             fused.run_follower()
 
     if fused is not None:
-        call.replayable = fused.replayable  # type: ignore[attr-defined]
+        call.replayable = fused.replayable
     return [call]
 
 
@@ -297,7 +297,7 @@ class _FusedInt8Conv:
         # where its weights are packed and its scratch lies: said now, packed at the first run
         self.memory = int8_memory.of(workspace)
         # ranges that never change (all calibrated): a steady run may be replayed
-        self._constant_ranges = bool(getattr(workspace, "constant_ranges", False))
+        self._constant_ranges = ranges.constant_here(workspace)
         self.memory.expect(int8_memory.packed_bytes(values["weight"].shape))
         depthwise = main.num_group > 1 and main.num_group == main.num_filter
         if int8_conv.supported_here() or (depthwise and int8_depthwise.available()):

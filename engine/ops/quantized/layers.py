@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.cpu import steady_walk
 from engine.errors import ShapeError
 from engine.kernels import int8_pool
 from engine.kernels.im2col import spatial_param
@@ -94,6 +95,10 @@ class _Int8MaxPool:
         self._jobs: dict[tuple[bool, bool], Any] = {}
         self._ranges = (ranges.range_copier(self.low, targets[1]),
                         ranges.range_copier(self.high, targets[2]))
+
+    def replayable(self) -> bool:
+        """Its passes and its ranges' copies are jobs (`steady_walk`)."""
+        return steady_walk.all_replayable(*self._jobs.values(), *self._ranges)
 
     def __call__(self) -> None:
         data_laid = self.data_handoff is not None and self.data_handoff.laid

@@ -53,6 +53,12 @@ def constant_in(nodes: Any) -> bool:
         and not has_calib(node.params)) for node in nodes if not node.is_variable)
 
 
+def constant_here(workspace: Any) -> bool:
+    """Whether the plan ``workspace`` belongs to has constant ranges (`constant_in`, said
+    as the plan compiles); False outside a plan."""
+    return bool(getattr(workspace, "constant_ranges", False))
+
+
 def range_from_batch(attrs: Attrs) -> str:
     """`OpDef.batch_positions` of a node that, uncalibrated, takes its range from the data at
     hand: every row's scale then depends on the other rows of the batch."""

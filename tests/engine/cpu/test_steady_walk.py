@@ -12,6 +12,7 @@ import engine
 from bench import nets
 from engine.cpu import spin_pool, steady_walk
 from engine.graph.ir import make_node
+from engine.kernels import int8_conv
 from engine.ops.quantized import integer, ranges
 from tests.engine.ops.quantized import fixtures
 
@@ -59,6 +60,18 @@ def test_replayed_runs_give_the_bytes_of_runs_calling_every_step(precision: str)
     replays_jobs = [segment for record in records(plan) for segment in record.segments
                     if isinstance(segment, spin_pool.Job)]
     assert replays_jobs, "no stretch of steps was replayed natively"
+
+
+@pytest.mark.skipif(not int8_conv.supported_here(), reason="needs the int8 kernels")
+def test_a_calibrated_int8_mobilenet_replays_every_step_in_one_call() -> None:
+    """Its quantize, fused layers, global average and dequantize all post jobs alone, range
+    writes included: one native call a run."""
+    model, feeds = mobilenet_plan("int8")
+    plan = model.plan_for(feeds[0])
+    for _ in range(3):
+        plan.run(feeds[0])
+    record, = (record for record in records(plan) if record.steady)
+    assert len(record.segments) == 1 and isinstance(record.segments[0], spin_pool.Job)
 
 
 def test_a_replay_runs_the_steps_it_cannot_replay_as_they_are() -> None:
