@@ -46,6 +46,17 @@ def records(plan: engine.runtime.plan.Plan) -> list[steady_walk._Record]:
     return list(plan._steady._records.values())
 
 
+def steady_record(plan: engine.runtime.plan.Plan, feed: dict) -> steady_walk._Record:
+    """The plan's first steady record, run for (a way of running needs two runs, and the
+    first runs go armed and on one thread in turn: `spin_pool.Choice`)."""
+    for _ in range(16):
+        plan.run(feed)
+        made = [record for record in records(plan) if record.steady]
+        if made:
+            return made[0]
+    raise AssertionError("no way of running settled in 16 runs")
+
+
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "int8"])
 def test_replayed_runs_give_the_bytes_of_runs_calling_every_step(precision: str) -> None:
     model, feeds = mobilenet_plan(precision)
@@ -68,18 +79,14 @@ def test_a_calibrated_int8_mobilenet_replays_every_step_in_one_call() -> None:
     writes included: one native call a run."""
     model, feeds = mobilenet_plan("int8")
     plan = model.plan_for(feeds[0])
-    for _ in range(3):
-        plan.run(feeds[0])
-    record, = (record for record in records(plan) if record.steady)
+    record = steady_record(plan, feeds[0])
     assert len(record.segments) == 1 and isinstance(record.segments[0], spin_pool.Job)
 
 
 def test_a_replay_runs_the_steps_it_cannot_replay_as_they_are() -> None:
     model, feeds = mobilenet_plan("bf16")
     plan = model.plan_for(feeds[0])
-    for _ in range(3):
-        plan.run(feeds[0])
-    record, = (record for record in records(plan) if record.steady)
+    record = steady_record(plan, feeds[0])
     called = [segment for segment in record.segments if not isinstance(segment, spin_pool.Job)]
     pooling = next(step for step in plan.steps if step.node.op == "Pooling")
     assert not steady_walk.replayable(pooling.call)  # NumPy's mean: called, not replayed
@@ -89,21 +96,21 @@ def test_a_replay_runs_the_steps_it_cannot_replay_as_they_are() -> None:
 def test_a_walk_or_new_steps_make_the_next_run_record_again() -> None:
     model, feeds = mobilenet_plan("fp32")
     plan = model.plan_for(feeds[0])
-    for _ in range(3):
-        plan.run(feeds[0])
-    record, = (record for record in records(plan) if record.steady)
-    replays = record.replays
+    steady_record(plan, feeds[0])
+    replays = sum(record.replays for record in records(plan))
     plan.walk(feeds[0])
     plan.run(feeds[0])
-    assert record.replays == replays  # recorded, not replayed
+    assert sum(record.replays for record in records(plan)) == replays  # it recorded
     plan.steps[:] = list(plan.steps)  # the same steps: still steady
-    plan.run(feeds[0])
-    assert sum(r.replays for r in records(plan)) == replays + 1
+    for _ in range(4):
+        plan.run(feeds[0])
+    assert sum(record.replays for record in records(plan)) > replays
 
 
 def test_every_check_every_replays_a_run_records_and_must_match(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(steady_walk, "CHECK_EVERY", 2)
+    monkeypatch.setattr(spin_pool.Choice, "armed", lambda self: True)  # one way of running
     model, feeds = mobilenet_plan("fp32")
     plan = model.plan_for(feeds[0])
     for _ in range(3):  # the first runs make their steps' jobs: a record steady by the third
