@@ -1,7 +1,7 @@
 """Benchmark: the compiled CPU executor against hand-written NumPy, ONNX Runtime and the floor.
 
 Usage: ``python bench/executor.py [--quick] [--threads N] [--cases ...] [--peers ...] [--armed]
-[--clock process]``.
+[--every-step] [--clock process]``.
 Prints, in one run:
 
 * the seed MLP (512 → 256 → 128 → 2) at batch 1 and 64: ``Model.infer``, the plan's own
@@ -29,6 +29,8 @@ Prints, in one run:
 * with ``--armed``, our runs in those processes armed on every core every time, in place of
   the plan's measured choice between that and one thread (`spin_pool.Choice`), to read what
   its exploring runs and one-thread spells cost in the every-core columns;
+* with ``--every-step``, our plans call every step at every run, their steady runs not
+  replayed (`engine.cpu.steady_walk.use`), to read what the replay brings;
 * with ``--clock process`` (and ``--threads 1``), the peer table's calls timed by each
   runtime's process CPU time rather than the wall clock: on a machine other jobs share, what
   each runtime's own work takes, the time those jobs held the core left out;
@@ -98,6 +100,8 @@ STEADY_AFTER = 2
 # Set by ``--armed`` for the processes the benchmark spawns (they inherit the environment):
 # our plans' runs armed every time, `spin_pool.Choice`'s measured choice left out.
 ARMED_VARIABLE = "HYBRIDSERVE_BENCH_ARMED"
+# Set by ``--every-step``: our plans call every step at every run, none replayed.
+EVERY_STEP_VARIABLE = "HYBRIDSERVE_BENCH_EVERY_STEP"
 GEMM_SIZE = 2048
 
 
@@ -357,6 +361,10 @@ def ours_runner(folder: Path, batch: int, threads: int, precision: str = "fp32"
     model = engine.load_model(symbol, params, optimize=True, precision=precision,
                               **calibration)
     feed = {"data": np.load(folder / f"data-b{batch}.npy")}
+    if os.environ.get(EVERY_STEP_VARIABLE):
+        from engine.cpu import steady_walk
+
+        steady_walk.use(False)
     if os.environ.get(ARMED_VARIABLE):
         force_armed(model, feed)
     model.infer(feed)  # first: loading may bring in another BLAS (SciPy's), limited here too
@@ -814,6 +822,9 @@ def parser() -> argparse.ArgumentParser:
                         help="our runs armed on every core every time, not as "
                              "spin_pool.Choice decides from its own timings (its exploring "
                              "runs and one-thread spells left out)")
+    parser.add_argument("--every-step", action="store_true",
+                        help="our plans call every step at every run: their steady runs "
+                             "not replayed (engine.cpu.steady_walk)")
     parser.add_argument("--clock", choices=("wall", "process"), default="wall",
                         help="what the peer table's calls are timed by; process: each "
                              "runtime's process CPU time (all its threads), which leaves out "
@@ -851,6 +862,8 @@ def main() -> None:
         parser().error("--clock process times one thread's calls: give --threads 1 too")
     if options.armed:
         os.environ[ARMED_VARIABLE] = "1"
+    if options.every_step:
+        os.environ[EVERY_STEP_VARIABLE] = "1"
     repeat = 3 if options.quick else options.repeat
     cases = tuple(case for case in options.cases
                   if not (options.quick and case[1] > 1 and case[0] != "mlp"))

@@ -43,9 +43,16 @@ CHECK_EVERY = 64  # replays between two recorded runs that must match the record
 # dropped first.
 MAX_RECORDS = 8
 
+_settings = {"on": True}
 _IN_TURN: set[Any] = set()
 _SWITCHES: list[Callable[[], Any]] = []
 _COUNTERS: list[Counter] = []
+
+
+def use(enabled: bool) -> None:
+    """Replay steady runs (the default), or call every step at every run (a benchmark's
+    comparison, or to rule the replay out)."""
+    _settings["on"] = enabled
 
 
 def in_turn(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -125,6 +132,10 @@ class SteadyWalk:
     def run(self, steps: list[Any], call_steps: Callable[[Iterable[Any]], None]) -> None:
         """One run of ``steps``: replayed, or called (through ``call_steps``, which takes
         steps in order) and recorded."""
+        if not _settings["on"]:
+            self._disturbed = True  # its steps' objects may change meanwhile
+            call_steps(steps)
+            return
         way = (spin_pool.wanted(), threading.get_ident(), *(read() for read in _SWITCHES))
         record = self._records.get(way)
         if record is not None and record.steady and not self._disturbed \

@@ -35,11 +35,11 @@ def mobilenet_plan(precision: str) -> tuple[engine.Model, list[dict[str, np.ndar
 
 def python_outputs(plan: engine.runtime.plan.Plan, feeds: list[dict]) -> list[list]:
     """Each feed's outputs with every step called (no replay)."""
-    walk, plan._steady = plan._steady, None
+    steady_walk.use(False)
     try:
         return [plan.run(feed) for feed in feeds]
     finally:
-        plan._steady = walk
+        steady_walk.use(True)
 
 
 def records(plan: engine.runtime.plan.Plan) -> list[steady_walk._Record]:
