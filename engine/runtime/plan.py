@@ -2,7 +2,9 @@
 
 Compilation infers every shape and dtype, plans memory, allocates all buffers and binds each
 step to its input and output arrays, so `Plan.run` is a copy of the inputs, a plain loop of
-zero-argument calls and a copy of the outputs: no graph walking, look-ups or allocation.
+zero-argument calls and a copy of the outputs: no graph walking, look-ups or allocation. On
+the CPU, once its runs settle, the loop's calls that only post jobs are replayed as those jobs
+in one native call (`engine.cpu.steady_walk`).
 """
 
 from __future__ import annotations
