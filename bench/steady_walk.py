@@ -73,7 +73,7 @@ def native_steps(plan: Any) -> str:
     steady = [record for record in plan._steady._records.values() if record.steady]
     if not steady:
         return f"0/{len(plan.steps)}"
-    replayed = max(sum(jobs is not None for jobs in record.jobs) for record in steady)
+    replayed = max(sum(count >= 0 for count in record.counts_of_jobs) for record in steady)
     return f"{replayed}/{len(plan.steps)}"
 
 

@@ -382,10 +382,11 @@ def _define_run(built: ir.Module, pause, futex: _Futex | None) -> ir.Function:
         ("entry", "alone", "posted", "poll", "take", "claimed", "wait", "done"))
     builder = ir.IRBuilder(entry)
     zero, one = ir.Constant(I64, 0), ir.Constant(I64, 1)
-    _log_job(built, function, builder, state, (task, context, parts))
     waits = builder.alloca(I64)  # polls waiting on the workers' parts, since the last nap
     builder.store(zero, waits)
     limit = None if futex is None else futex.limit(builder)
+    # after the stack slots, which stay in the entry block (where LLVM keeps them in registers)
+    _log_job(built, function, builder, state, (task, context, parts))
     # Alone where no worker is meant to spin, for one part, or while another caller's job
     # is posted.
     armed = builder.or_(_load(builder, state, ARMED), _load(builder, state, STICKY))

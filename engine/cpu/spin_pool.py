@@ -238,13 +238,21 @@ class JobLog:
         pool = self._pool
         if pool is None:
             return None
-        if stop is None:
-            stop = int(pool.state[LOG_COUNT])
-        if stop > LOG_ENTRIES:
+        found = self.between([start, int(pool.state[LOG_COUNT]) if stop is None else stop])
+        return None if found is None else found[0]
+
+    def between(self, marks: list[int]) -> list[np.ndarray] | None:
+        """This thread's jobs between each two positions of ``marks`` (ascending), as
+        `since` gives them, from one pass over the log."""
+        pool = self._pool
+        if pool is None or marks[-1] > LOG_ENTRIES:
             return None
-        entries = pool.log[start:stop]
-        return np.ascontiguousarray(entries[entries[:, 0] == np.int64(
-            np.uint64(self._thread).astype(np.int64)), 1:])
+        entries = pool.log[marks[0]:marks[-1]]
+        mine = entries[:, 0] == np.int64(np.uint64(self._thread).astype(np.int64))
+        kept = np.ascontiguousarray(entries[mine, 1:])
+        # each mark's place among this thread's entries
+        places = np.concatenate(([0], np.cumsum(mine)))[np.asarray(marks) - marks[0]]
+        return [kept[first:last] for first, last in zip(places, places[1:])]
 
 
 def byte_copy(target: np.ndarray, source: np.ndarray) -> Job | None:

@@ -98,22 +98,22 @@ def all_replayable(*calls: Any) -> bool:
 
 class _Record:
     """One way of running's record: the steps it was made from, the segments a replay runs (a
-    `spin_pool.sequence` job, or a call of one step), the jobs each step posted (None for a
-    step called as it is), and the counters' increments from the replayed steps."""
+    `spin_pool.sequence` job, or a call of one step), the jobs the replayed steps posted, end
+    to end, and how many each (-1 for a step called as it is), and the counters' increments
+    from the replayed steps."""
 
-    __slots__ = ("steps", "segments", "jobs", "counts", "steady", "replays")
+    __slots__ = ("steps", "segments", "jobs", "counts_of_jobs", "counts", "steady", "replays")
 
-    def __init__(self, steps: tuple[Any, ...], segments: list[Any], jobs: list[Any],
-                 counts: list[Counter]) -> None:
-        self.steps, self.segments, self.jobs, self.counts = steps, segments, jobs, counts
+    def __init__(self, steps: tuple[Any, ...], segments: list[Any], jobs: np.ndarray,
+                 counts_of_jobs: tuple[int, ...], counts: list[Counter]) -> None:
+        self.steps, self.segments, self.jobs = steps, segments, jobs
+        self.counts_of_jobs, self.counts = counts_of_jobs, counts
         self.steady = False
         self.replays = 0
 
     def same_as(self, other: _Record) -> bool:
-        return self.steps == other.steps and all(
-            (mine is None) == (theirs is None)
-            and (mine is None or np.array_equal(mine, theirs))
-            for mine, theirs in zip(self.jobs, other.jobs, strict=True))
+        return (self.counts_of_jobs == other.counts_of_jobs and self.steps == other.steps
+                and np.array_equal(self.jobs, other.jobs))
 
 
 class SteadyWalk:
@@ -165,31 +165,32 @@ def _recorded(steps: tuple[Any, ...], call_steps: Callable[[Iterable[Any]], None
     """``steps`` called with their jobs logged, made into a record; None where the log lost
     some."""
     marks: list[int] = []
-    increments: list[list[Counter]] = []
+    counted: list[list[dict]] = []  # the counters before each step, and after the last
     with spin_pool.JobLog() as log:
 
         def marked() -> Iterable[Any]:
             for step in steps:
                 marks.append(log.position())
-                before = [Counter(counts) for counts in _COUNTERS]
+                counted.append([dict(counts) for counts in _COUNTERS])
                 yield step
-                increments.append([counts - earlier for counts, earlier
-                                   in zip(_COUNTERS, before, strict=True)])
 
         call_steps(marked())
         marks.append(log.position())
-        logged = [log.since(start, stop) for start, stop in zip(marks, marks[1:])]
-    if any(jobs is None for jobs in logged):
+        counted.append([dict(counts) for counts in _COUNTERS])
+        logged = log.between(marks)
+    if logged is None:
         return None
-    return _made(steps, logged, increments, call_steps)
+    return _made(steps, logged, counted, call_steps)
 
 
-def _made(steps: tuple[Any, ...], logged: list[np.ndarray], increments: list[list[Counter]],
+def _made(steps: tuple[Any, ...], logged: list[np.ndarray], counted: list[list[dict]],
           call_steps: Callable[[Iterable[Any]], None]) -> _Record:
-    """The record of a run of ``steps`` that posted ``logged`` (each step's jobs) and added
-    ``increments`` to the counters: each stretch of replayable steps one native sequence."""
+    """The record of a run of ``steps`` that posted ``logged`` (each step's jobs), the
+    counters ``counted`` before each step and after the last: each stretch of replayable
+    steps one native sequence."""
     segments: list[Any] = []
-    jobs: list[Any] = []
+    jobs: list[np.ndarray] = []
+    counts_of_jobs: list[int] = []
     counts = [Counter() for _ in _COUNTERS]
     stretch: list[np.ndarray] = []
 
@@ -200,17 +201,22 @@ def _made(steps: tuple[Any, ...], logged: list[np.ndarray], increments: list[lis
                 segments.append(spin_pool.sequence(table))
             stretch.clear()
 
-    for step, step_jobs, step_increments in zip(steps, logged, increments, strict=True):
+    for index, (step, step_jobs) in enumerate(zip(steps, logged, strict=True)):
         if replayable(step.call):
             # the contexts these address are kept by the step's objects, which a steady
             # record's comparison shows have not changed
             jobs.append(step_jobs)
+            counts_of_jobs.append(len(step_jobs))
             stretch.append(step_jobs)
-            for total, added in zip(counts, step_increments, strict=True):
-                total.update(added)
+            for total, before, after in zip(counts, counted[index], counted[index + 1],
+                                            strict=True):
+                if after != before:
+                    total.update({key: value - before.get(key, 0)
+                                  for key, value in after.items()})
         else:
             close_stretch()
-            jobs.append(None)
+            counts_of_jobs.append(-1)
             segments.append(partial(call_steps, (step,)))
     close_stretch()
-    return _Record(steps, segments, jobs, [+total for total in counts])
+    return _Record(steps, segments, np.concatenate(jobs) if jobs else np.zeros((0, 3), np.int64),
+                   tuple(counts_of_jobs), [+total for total in counts])
