@@ -14,10 +14,12 @@ whether the step is *replayable*: all it does is post jobs, beyond bookkeeping o
 the runs after replay it: the replayable steps' jobs in one native call
 (`spin_pool.sequence`) per stretch of them, the other steps called as they are. Every
 `CHECK_EVERY` replays a run records again and must match, and a record is kept per way of
-running (armed or not, the thread, switches such as int8's compiled paths: `switches`): a
+running (armed or not, the thread, switches such as int8's compiled paths: `switch`): a
 run whose way has no steady record records. Anything that runs the steps outside `run`
-(`Plan.walk`) calls `disturbed`, and the next run records. Counters a step adds to as it
-runs (int8's `integer.PATHS`, `counters`) get the recorded run's increments at each replay.
+(`Plan.walk`) calls `disturbed`, and every way records anew; so does a recorded run that
+posts other jobs than its way's record (objects another record names may be gone).
+Counters a step adds to as it runs (int8's `integer.PATHS`, `counters`) get the recorded
+run's increments at each replay.
 
 A step is replayable where `replayable` can tell from its call: a `partial` of the pool's
 ``pool_run`` (a job: `spin_pool.Job`, `gemm_kernel.Product`, ...), a `partial` of a function
@@ -122,24 +124,23 @@ class SteadyWalk:
 
     def __init__(self) -> None:
         self._records: dict[tuple[Any, ...], _Record] = {}
-        self._disturbed = True
 
     def disturbed(self) -> None:
-        """The steps ran outside `run` (their objects may have changed): the next run
-        records."""
-        self._disturbed = True
+        """The steps ran outside `run` (their objects may have changed, and with them the
+        jobs a record names): every way of running records anew."""
+        self._records.clear()
 
     def run(self, steps: list[Any], call_steps: Callable[[Iterable[Any]], None]) -> None:
         """One run of ``steps``: replayed, or called (through ``call_steps``, which takes
         steps in order) and recorded."""
         if not _settings["on"]:
-            self._disturbed = True  # its steps' objects may change meanwhile
+            self.disturbed()  # its steps' objects may change meanwhile
             call_steps(steps)
             return
         way = (spin_pool.wanted(), threading.get_ident(), *(read() for read in _SWITCHES))
         record = self._records.get(way)
-        if record is not None and record.steady and not self._disturbed \
-                and record.replays < CHECK_EVERY and record.steps == tuple(steps):
+        if record is not None and record.steady and record.replays < CHECK_EVERY \
+                and record.steps == tuple(steps):
             record.replays += 1
             for segment in record.segments:
                 segment()
@@ -147,17 +148,17 @@ class SteadyWalk:
                 if increments:
                     counts.update(increments)
             return
-        self._disturbed = True  # until this recorded run ends
+        self._records.pop(way, None)  # until this recorded run ends
         made = _recorded(tuple(steps), call_steps)
         if made is None:
-            self._records.pop(way, None)
             return
         made.steady = record is not None and made.same_as(record)
-        self._records.pop(way, None)
+        if record is not None and not made.steady:
+            # what the steps post changed: objects another way's record names may be gone
+            self._records.clear()
         if len(self._records) >= MAX_RECORDS:
             del self._records[next(iter(self._records))]
         self._records[way] = made
-        self._disturbed = False
 
 
 def _recorded(steps: tuple[Any, ...], call_steps: Callable[[Iterable[Any]], None]

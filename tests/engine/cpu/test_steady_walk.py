@@ -14,6 +14,7 @@ from engine.cpu import spin_pool, steady_walk
 from engine.graph.ir import make_node
 from engine.kernels import int8_conv
 from engine.ops.quantized import integer, ranges
+from engine.runtime.plan import Step
 from tests.engine.ops.quantized import fixtures
 
 pytestmark = pytest.mark.skipif(not spin_pool.available(), reason="needs the spin pool")
@@ -93,18 +94,46 @@ def test_a_replay_runs_the_steps_it_cannot_replay_as_they_are() -> None:
     assert any(segment.args[0] == (pooling,) for segment in called)
 
 
-def test_a_walk_or_new_steps_make_the_next_run_record_again() -> None:
+def test_a_walk_makes_every_way_record_anew_and_the_same_steps_stay_steady(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(spin_pool.Choice, "armed", lambda self: True)  # one way of running
     model, feeds = mobilenet_plan("fp32")
     plan = model.plan_for(feeds[0])
-    steady_record(plan, feeds[0])
-    replays = sum(record.replays for record in records(plan))
-    plan.walk(feeds[0])
+    record = steady_record(plan, feeds[0])
     plan.run(feeds[0])
-    assert sum(record.replays for record in records(plan)) == replays  # it recorded
-    plan.steps[:] = list(plan.steps)  # the same steps: still steady
-    for _ in range(4):
-        plan.run(feeds[0])
-    assert sum(record.replays for record in records(plan)) > replays
+    plan.run(feeds[0])
+    assert record.replays == 2
+    plan.walk(feeds[0])  # the steps called outside a run: no record kept
+    assert records(plan) == []
+    plan.run(feeds[0])
+    assert [r.steady for r in records(plan)] == [False]  # recorded, not replayed
+    plan.steps[:] = list(plan.steps)  # the same steps
+    plan.run(feeds[0])
+    plan.run(feeds[0])
+    assert [(r.steady, r.replays) for r in records(plan)] == [(True, 1)]
+
+
+def test_a_way_posting_other_jobs_drops_every_ways_record(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Jobs another way's record names may belong to objects the change let go."""
+    monkeypatch.setattr(spin_pool.Choice, "armed", lambda self: True)
+    way = {"value": 0}
+    monkeypatch.setattr(steady_walk, "_SWITCHES", [*steady_walk._SWITCHES, lambda: way["value"]])
+    model, feeds = mobilenet_plan("fp32")
+    plan = model.plan_for(feeds[0])
+    wanted = python_outputs(plan, feeds[:1])[0]
+    for value in (0, 1):
+        way["value"] = value
+        for _ in range(3):
+            plan.run(feeds[0])
+    assert [r.steady for r in records(plan)] == [True, True]
+    index, step = next((index, step) for index, step in enumerate(plan.steps)
+                       if isinstance(step.call, partial) and spin_pool.runs_jobs(step.call.func))
+    plan.steps[index] = Step(partial(step.call.func, *step.call.args), step.node)  # a new call
+    got = plan.run(feeds[0])
+    assert [r.steady for r in records(plan)] == [False]  # way 0's record dropped too
+    for mine, theirs in zip(got, wanted, strict=True):
+        np.testing.assert_array_equal(mine, theirs)
 
 
 def test_every_check_every_replays_a_run_records_and_must_match(
