@@ -21,10 +21,11 @@ def load_pair(symbol: Any, data_shape: tuple, rng: np.random.Generator) -> tuple
 
 
 def run_allocation(plan: Any, feed: dict[str, np.ndarray], runs: int,
-                   warm_runs: int = 3) -> tuple[int, int]:
+                   warm_runs: int = 8) -> tuple[int, int]:
     """(peak, kept) bytes Python allocated over ``runs`` runs of a plan run ``warm_runs``
-    times first (by default past the first two, which record the jobs its steady runs
-    replay: `engine.cpu.steady_walk`)."""
+    times first: by default past the runs that make each way of running's jobs and record
+    them (armed and on one thread in turn at first, `spin_pool.Choice`; two recorded runs
+    each before its steady runs replay, `engine.cpu.steady_walk`)."""
     for _ in range(warm_runs):
         plan.run(feed, copy_outputs=False)
     tracemalloc.start()
