@@ -284,6 +284,7 @@ class _FusedInt8Conv:
         self._key: Any = None
         # (`_state` of the last fused run, what that run did): `run`'s steady path
         self._steady: tuple[Any, ...] | None = None
+        self._ran_steady = False  # whether the last run took that path
         self._last_run: tuple[Any, ...] = ()  # what `_decide_and_run` last did: `run`'s
         # the hand-offs `_state` reads, found once
         self._watched = tuple(self.handoffs.get(name) for name in ("data", "sum", "out"))
@@ -328,7 +329,8 @@ class _FusedInt8Conv:
         cache by the layers between (ResNet-18 int8 at batch 1, one thread: deciding cost
         about 20 µs a convolution)."""
         steady = self._steady
-        if steady is not None and steady[0] == self._state():
+        self._ran_steady = steady is not None and steady[0] == self._state()
+        if self._ran_steady:
             _, jobs, out, laid_out, rescale, written, paths, writers = steady
             for job in jobs:
                 job()
@@ -358,9 +360,10 @@ class _FusedInt8Conv:
     def replayable(self) -> bool:
         """Whether its last run took the steady path as jobs alone (its products, its range
         writes, the follower's pass) in a plan whose ranges never change: what decides its
-        run is then the same at every run of one thread (`steady_walk`)."""
+        run is then the same at every run of one thread (`steady_walk`). Not a run that
+        decided (its ranges written by NumPy): runs from threads in turn decide each time."""
         steady = self._steady
-        if steady is None or not self._constant_ranges:
+        if steady is None or not self._ran_steady or not self._constant_ranges:
             return False
         _, jobs, out, _, _, _, _, writers = steady
         rescale = None if out is None else out.rescale

@@ -187,6 +187,30 @@ def test_turning_int8_paths_off_records_a_way_of_its_own() -> None:
     assert len(records(plan)) >= 2
 
 
+def test_callers_on_several_threads_each_replay_their_own_record() -> None:
+    """A plan's runs from two threads at once, each a way of running of its own (an int8
+    layer's jobs are its thread's; where the threads take turns each run decides anew and
+    its layers are called, not replayed): every output is the one every step gives."""
+    model, feeds = mobilenet_plan("int8")
+    plan = model.plan_for(feeds[0])
+    wanted = python_outputs(plan, feeds)
+    failures: list[str] = []
+
+    def caller(offset: int) -> None:
+        for run in range(12):
+            index = (run + offset) % 3
+            for mine, theirs in zip(plan.run(feeds[index]), wanted[index], strict=True):
+                if not np.array_equal(mine, theirs):
+                    failures.append(f"caller {offset}, run {run}")
+
+    threads = [threading.Thread(target=caller, args=(offset,)) for offset in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+
+
 def test_ranges_taken_from_the_data_are_not_constant() -> None:
     calibrated = make_node("_contrib_quantize_v2", "q", {"min_calib_range": "-1",
                                                         "max_calib_range": "1"})
