@@ -10,7 +10,8 @@ Every run walks ``plan.steps`` once in order, each step timed inside a run made 
 a step finds the caches as the step before left them: ResNet-18's 512-channel 3×3 layers took
 about 2.7× as long in order as called three times in a row, their weights then in cache. The
 report gives per node the median over runs of its steps' summed time, its step count and kinds
-of call, the nodes slowest first, and the median of whole ``plan.run`` calls taken in turn with
+of call, the nodes slowest first, and the median of whole ``plan.run`` calls (steady runs,
+replayed: `engine.cpu.steady_walk`, after the two a walk makes record) taken in turn with
 the walks (`bench/executor.py`'s step kinds sum the same walks by kind). ``--node`` lists a
 node's steps one by one; ``--winograd-min-tiles`` and ``--f4-min-tiles`` bind a second plan
 with `winograd_bind`'s thresholds changed and time the two in turn; ``--plans N`` binds N
@@ -180,6 +181,8 @@ def main() -> None:
     for run in range(options.runs):
         for label, (plan, feed) in plans.items():
             per_run[label].append(plan.walk(feed, clock))
+            for _ in range(2):  # the walk dropped the plan's records: two runs record first
+                plan.run(feed, copy_outputs=False)
             start = clock()
             plan.run(feed, copy_outputs=False)
             whole[label].append(clock() - start)
