@@ -210,8 +210,8 @@ LOG_ENTRIES = 1 << 15
 
 class JobLog:
     """``with JobLog() as log:`` every job posted inside, on any thread, is logged natively
-    (`spin_ir`'s ``log``); ``log.position()`` marks a point, ``log.since(start)`` gives the
-    (task, context, parts) of this thread's jobs from there (to ``stop``), in order (None
+    (`spin_ir`'s ``log``); ``log.position()`` marks a point, ``log.between(marks)`` gives
+    the (task, context, parts) of this thread's jobs between each two marks, in order (None
     where the log ran out of room). Logs may nest and overlap across threads: logging stays
     on while any is open."""
 
@@ -231,19 +231,10 @@ class JobLog:
     def position(self) -> int:
         return 0 if self._pool is None else int(self._pool.state[LOG_COUNT])
 
-    def since(self, start: int, stop: int | None = None) -> np.ndarray | None:
-        """This thread's jobs logged from position ``start`` to ``stop`` (default: now), an
-        int64 array of (task, context, parts) rows; None where some were not kept (the log
-        full) or the pool is off."""
-        pool = self._pool
-        if pool is None:
-            return None
-        found = self.between([start, int(pool.state[LOG_COUNT]) if stop is None else stop])
-        return None if found is None else found[0]
-
     def between(self, marks: list[int]) -> list[np.ndarray] | None:
-        """This thread's jobs between each two positions of ``marks`` (ascending), as
-        `since` gives them, from one pass over the log."""
+        """This thread's jobs between each two positions of ``marks`` (ascending), each an
+        int64 array of (task, context, parts) rows, from one pass over the log; None where
+        some were not kept (the log full) or the pool is off."""
         pool = self._pool
         if pool is None or marks[-1] > LOG_ENTRIES:
             return None

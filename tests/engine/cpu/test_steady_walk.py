@@ -252,7 +252,7 @@ def test_the_job_log_keeps_each_threads_jobs_and_a_sequence_runs_them() -> None:
         other = threading.Thread(target=elsewhere)
         other.start()
         other.join()
-        logged = log.since(start)
+        logged, = log.between([start, log.position()])
     assert logged.shape == (2, 3)  # the other thread's copy is not this thread's
     assert [int(row[1]) for row in logged] == [copy.args[2] for copy in copies]  # contexts
     first[:], second[:] = 0, 0
