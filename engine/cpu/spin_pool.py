@@ -87,6 +87,16 @@ def cores() -> int:
     return usable_cores.count()
 
 
+def balanced(parts: int) -> int:
+    """``parts`` rounded up to a multiple of the cores where it is more than they are: the
+    threads claim parts as they come, so parts of equal work in a number the cores do not
+    divide leave one thread a part more than the others. ResNet-50 v2's 3×3 products at 14²
+    in bf16 (7 parts), two Zen 5 cores, warm: 253 µs in 7 parts, 223 in 8 (one thread: 419);
+    in the plan's walk 0.26-0.27 → 0.235-0.24 ms, the whole walk 10.5-10.8 → 10.4-10.7 ms."""
+    count = cores()
+    return parts if parts <= count else -(-parts // count) * count
+
+
 def threads() -> int:
     """Threads a run armed now would use, the caller's included: BLAS's thread count (the
     process's one setting for how many cores a call may use, see docs/threads.md), at most the

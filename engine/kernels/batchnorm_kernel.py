@@ -17,7 +17,7 @@ a downsampling block's stride-2 shortcut copies its share of the words, `gemm_bi
 where its readers are direct 3×3 convolutions (`conv_amx`), it writes the pairs into their
 zero-bordered grid (a basic ResNet v2 block's first convolution). Where its data's writer,
 bound right before it, is a residual 1×1 product on AMX that can write those words itself
-from its epilogue (`gemm_amx_preact`), the pass asks it to, and runs nothing on the runs where
+from its epilogue (`gemm_preact`), the pass asks it to, and runs nothing on the runs where
 it did.
 """
 
@@ -30,7 +30,7 @@ import numpy as np
 
 from engine.cpu import compiled, kernel_jobs
 from engine.cpu.compiled import compile_kernel, compiled_once
-from engine.kernels import bf16, bf16_handoff, gemm_amx_preact
+from engine.kernels import bf16, bf16_handoff, gemm_preact
 from engine.kernels.epilogue import ClampingCall
 from engine.kernels.workspace import address
 
@@ -63,7 +63,7 @@ class PairingBatchNormCall(BatchNormCall):
 
     def as_job(self, workspace: Any) -> Any:
         """The float32 pass's job, or the pairing one, as each run finds the hand-off; none
-        on the runs where the data's writer wrote the words (`gemm_amx_preact`)."""
+        on the runs where the data's writer wrote the words (`gemm_preact`)."""
         handoff = self.args[9]
         either = bf16_handoff.EitherJob(handoff, lambda: self.plain().as_job(workspace),
                                         lambda: _pairs(*self.args))
@@ -121,7 +121,7 @@ def bind(data: Any, gamma: Any, beta: Any, mean: Any, var: Any, eps: float, fix_
         if workspace is not None and data.dtype == np.float32 and data.ndim == 4 else None
     if handoff is not None:
         if data.ndim == 4 and data.shape[0] == 1:
-            handoff.written_by = gemm_amx_preact.ask(
+            handoff.written_by = gemm_preact.ask(
                 workspace, data, handoff, (gamma, beta, mean, var, eps, bool(fix_gamma)))
         return PairingBatchNormCall(batchnorm_or_pairs, *args, handoff, *bounds)
     return BatchNormCall(batchnorm_rows, *args, *bounds)
@@ -151,7 +151,7 @@ def _pairs(data: Any, gamma: Any, beta: Any, mean: Any, var: Any, eps: Any, one:
            fix_gamma: int, out: Any, handoff: Any, low: Any, high: Any) -> Any:
     """A job writing ``clip(BatchNorm(data), low, high)`` (one sample's channels as rows) as
     the hand-off's bf16 words, paired down their columns, or into its reader's grid."""
-    statistics = (gamma, beta, mean, var, eps, fix_gamma, low, high)
+    statistics = (*gemm_preact.scale_shift(gamma, beta, mean, var, eps, fix_gamma), low, high)
     if handoff.grid is None:
         return bf16.patch_pairing(data, 1, handoff.words, batchnorm=statistics)
     jobs = tuple(bf16.patch_pairing(view, 1, handoff.words, into, batchnorm=statistics)

@@ -232,9 +232,10 @@ def patch_pairing(view: Any, k_axes: int, target: Any, into: np.ndarray | None =
     zero-bordered grid). ``k_offsets`` (int64, one per K index, in floats from the view's
     first element) replaces the offsets the K axes' strides give, for a source no strides
     describe (`conv_bind`'s input split by column parity: tap ``kx`` at half ``kx % 2``, cell
-    ``kx // 2``); its K axes then give only K's length. ``batchnorm``: (gamma, beta, mean,
-    var, eps, fix_gamma, low, high), K index k being channel k, for the pairs of
-    ``clip(BatchNorm(view), low, high)`` (`bf16_pair_ir`'s ``batchnorm_pairs``). ``twin``:
+    ``kx // 2``); its K axes then give only K's length. ``batchnorm``: (scale, shift, low,
+    high), K index k being channel k, for the pairs of ``clip(view · scale + shift, low,
+    high)``: a BatchNorm's (`gemm_preact.scale_shift`; `bf16_pair_ir`'s
+    ``batchnorm_pairs``). ``twin``:
     where the view's runs step two floats, the words from which each run's twin (the floats
     one on: the next column phase of a stride-2 grid) goes, ``twin`` words after its own,
     both from one read of the input (`bf16_pair_ir`'s ``phase_pairs``). A `spin_pool` job of
@@ -317,16 +318,16 @@ _DEPTH, _TARGET = 3, 7
 
 def _batchnorm_words(batchnorm: tuple[Any, ...] | None, depth: int) -> list[int]:
     """`bf16_pair_ir.BATCHNORM_FIELDS` of ``batchnorm`` (none without one): the float32
-    statistics by address, one per K index, and the floats as float64 bits."""
+    scale and shift by address, one per K index, and the bounds as float64 bits."""
     if batchnorm is None:
         return []
-    *statistics, eps, fix_gamma, low, high = batchnorm
+    *affine, low, high = batchnorm
     if any(not isinstance(value, np.ndarray) or value.dtype != np.float32
-           or value.shape != (depth,) or not value.flags.c_contiguous for value in statistics):
-        raise ValueError(f"BatchNorm pairing needs float32 statistics, one per K index "
-                         f"({depth}); got {[getattr(v, 'shape', v) for v in statistics]}")
-    eps, low, high = (int(np.float64(value).view(np.int64)) for value in (eps, low, high))
-    return [*(value.ctypes.data for value in statistics), eps, int(fix_gamma), low, high]
+           or value.shape != (depth,) or not value.flags.c_contiguous for value in affine):
+        raise ValueError(f"BatchNorm pairing needs a float32 scale and shift, one per K "
+                         f"index ({depth}); got {[getattr(v, 'shape', v) for v in affine]}")
+    low, high = (int(np.float64(value).view(np.int64)) for value in (low, high))
+    return [*(value.ctypes.data for value in affine), low, high]
 
 
 def _pair_task(name: str = "patch_pairs") -> int | None:
@@ -427,7 +428,7 @@ class PartPairedProduct(PairedProduct):
             self.parted()
         elif self.lays_ever and handoff.taken or getattr(handoff, "preact", None) is not None:
             # the pairing then that product, which lays the readers' layout, or adds its
-            # residual and writes a BatchNorm's words that asked (`gemm_amx_preact`)
+            # residual and writes a BatchNorm's words that asked (`gemm_preact`)
             self.args[0]()
             self.args[1]()
         else:

@@ -35,7 +35,7 @@ share one while a hand-off waits for its reader (the convolution's own grid is s
 
 A 1×1 product on AMX, or a stem's batch of row products (`gemm_amx_handoff`), may lay the
 words themselves (``columns``) where only 1×1 products read its output, storing them from
-its epilogue in place of its float32 output (`gemm_amx_preact.words_job`).
+its epilogue in place of its float32 output (`gemm_preact.words_job`).
 
 A 1×1 product on AMX (`gemm_amx_handoff`) may offer its output as bf16 planes (``planes``):
 the array's planes, each value rounded to bf16 and stored as its 16 bits, which a depthwise
@@ -46,7 +46,7 @@ the values rounded to bf16, as an AMX product's operands are.
 
 A 1×1 product adding a residual lays nothing of its own hand-off, but names itself on it
 (``residual_writer``) so that a BatchNorm reading its sum may ask it to write that BatchNorm's
-words in its stead (``preact``; `gemm_amx_preact`), the ask kept on the BatchNorm's own
+words in its stead (``preact``; `gemm_preact`), the ask kept on the BatchNorm's own
 hand-off too (``written_by``).
 
 A writer that heads a fused chain whose later steps its epilogue could not take (a sigmoid
@@ -91,7 +91,7 @@ class PairedHandoff:
         self.array: Any = None
         self.noted: int | None = None  # the workspace's outputs noted as it was offered
         # A residual 1×1 product writing the array, and a BatchNorm reader's ask that it
-        # write that reader's words too (`gemm_amx_preact`); ``written_by``: on a reader's
+        # write that reader's words too (`gemm_preact`); ``written_by``: on a reader's
         # own hand-off, the ask its writer's writer granted.
         self.residual_writer: Any = None
         self.preact: Any = None

@@ -18,11 +18,12 @@ a shuffle: its gathers took twice the stride-2 product's time (ResNet-18's 7×7 
 numba cannot name bf16, and its integer rounding ran at a quarter of this speed.
 
 ``batchnorm_pairs`` is the same pass reading a BatchNorm's input, K index k being channel k:
-``context`` holds `BATCHNORM_FIELDS` past `FIELDS` (the statistics' addresses, float32, one
-per channel; eps and the clamp bounds as float64 bits; fix_gamma), and every float is
-``clip(x * scale + shift, low, high)`` before it is rounded, scale and shift worked out per
-channel as `batchnorm_kernel` does (the same float32 operations in the same order, no fused
-multiply-add, the same NaN-keeping clamp), so that its words are that pass's then paired.
+``context`` holds `BATCHNORM_FIELDS` past `FIELDS` (the addresses of each channel's scale
+and shift, float32, worked out once as `batchnorm_kernel` works them; the clamp bounds as
+float64 bits), and every float is ``clip(x * scale + shift, low, high)`` before it is
+rounded (no fused multiply-add, the same NaN-keeping clamp), so that its words are that
+pass's then paired. Worked out on every run, each pair of channels' ``sqrt`` and division
+took a third of the pass at 7² (2048 channels).
 
 ``each_part`` runs other tasks in turn within one part: ``context`` holds the number of tasks
 a group runs and the number of groups laid out for parts, then, group by group, each task's
@@ -71,7 +72,7 @@ LANES = 16
 ADJACENT, EVERY_OTHER, GATHER = "lane", "every_other", "gathered"  # how a run's floats are read
 FIELDS = ("source", "rows", "outer", "depth", "runs", "run", "step", "target", "row_words",
           "word_rows", "into")
-BATCHNORM_FIELDS = ("gamma", "beta", "mean", "var", "eps", "fix_gamma", "low", "high")
+BATCHNORM_FIELDS = ("scale", "shift", "low", "high")
 TWIN_FIELDS = ("twin",)
 
 
@@ -128,7 +129,6 @@ class _PairKernel:
             self.floats, [self.pointers, I32, self.mask, self.floats]),
             name=f"llvm.masked.gather.v{LANES}f32.v{LANES}p0")
         self.masked_store = masked_store(built, self.words, "i32")
-        self.sqrt = ir.Function(built, ir.FunctionType(F32, [F32]), name="llvm.sqrt.f32")
 
     def define(self, normalised: bool, twinned: bool = False) -> None:
         """``batchnorm_pairs`` where ``normalised``, ``phase_pairs`` where ``twinned``, else
@@ -226,27 +226,28 @@ class _PairKernel:
         unit = builder.icmp_signed("==", field["step"], I64(1))
         halved = builder.icmp_signed("==", field["step"], I64(2))
         with builder.if_else(unit) as (adjacent, strided):
-            with adjacent, loop(builder, function, I64(0), field["run"], "lane",
-                                 LANES) as lane:
-                self._step(builder, field, start, into, lane, single, ADJACENT, affine)
+            with adjacent:
+                # whole vectors with plain loads and stores, the tail's lanes masked: a
+                # mask worked out every step cost the pass a third of its time
+                whole = builder.sub(field["run"], builder.srem(field["run"], I64(LANES)))
+                with loop(builder, function, I64(0), whole, "lane", LANES) as lane:
+                    self._step(builder, field, start, into, lane, single, ADJACENT, affine,
+                               masked=False)
+                with builder.if_then(builder.icmp_signed("<", whole, field["run"])):
+                    self._step(builder, field, start, into, whole, single, ADJACENT, affine)
             with strided, builder.if_else(halved) as (every_other, gathered):
                 for read, block in ((EVERY_OTHER, every_other), (GATHER, gathered)):
                     with block, loop(builder, function, I64(0), field["run"], read,
                                       LANES) as lane:
                         self._step(builder, field, start, into, lane, single, read, affine)
 
-    def _scale_shift(self, builder: ir.IRBuilder, field: dict[str, Any],
+    @staticmethod
+    def _scale_shift(builder: ir.IRBuilder, field: dict[str, Any],
                      channel: Any) -> tuple[Any, Any]:
-        """Channel ``channel``'s BatchNorm scale and shift, as `batchnorm_kernel` works them:
-        ``1 / sqrt(var + eps)``, times gamma unless fix_gamma; ``beta - mean * scale``."""
-        gamma, beta, mean, var = (builder.load(builder.gep(builder.inttoptr(
-            field[name], F32.as_pointer()), [channel]), align=4)
-            for name in ("gamma", "beta", "mean", "var"))
-        root = builder.call(self.sqrt, [builder.fadd(var, as_float(builder, field["eps"]))])
-        inverse = builder.fdiv(ir.Constant(F32, 1.0), root)
-        fixed = builder.icmp_signed("!=", field["fix_gamma"], I64(0))
-        scale = builder.select(fixed, inverse, builder.fmul(gamma, inverse))
-        return scale, builder.fsub(beta, builder.fmul(mean, scale))
+        """Channel ``channel``'s BatchNorm scale and shift."""
+        return tuple(builder.load(builder.gep(builder.inttoptr(field[name], F32.as_pointer()),
+                                              [channel]), align=4)
+                     for name in ("scale", "shift"))  # type: ignore[return-value]
 
     def _normalise(self, builder: ir.IRBuilder, field: dict[str, Any], values: Any,
                    scale_shift: tuple[Any, Any]) -> Any:
@@ -260,11 +261,13 @@ class _PairKernel:
 
     def _step(self, builder: ir.IRBuilder, field: dict[str, Any], start: tuple[Any, Any],
               into: Any, lane: Any, single: Any, read: str,
-              affine: tuple[Any, Any] | None = None) -> None:
+              affine: tuple[Any, Any] | None = None, masked: bool = True) -> None:
+        """16 words of a run from ``lane`` on; ``masked``: only those before the run's end
+        (else all 16 lie inside it)."""
         indices = ir.VectorType(I64, LANES)
         left = builder.sub(field["run"], lane)
-        mask = builder.icmp_signed("<", ir.Constant(indices, list(range(LANES))),
-                                   splat(builder, left, indices))
+        mask = None if not masked else builder.icmp_signed(
+            "<", ir.Constant(indices, list(range(LANES))), splat(builder, left, indices))
         values = [self._read(builder, first, lane, field["step"], left, mask, read)
                   for first in start]
         if affine is not None:
@@ -305,7 +308,10 @@ class _PairKernel:
         paired = builder.select(single, builder.and_(paired, ir.Constant(
             self.words, [0xFFFF] * LANES)), paired)
         address = builder.bitcast(builder.gep(into, [lane]), self.words.as_pointer())
-        builder.call(self.masked_store, [paired, address, I32(4), mask])
+        if mask is None:
+            builder.store(paired, address, align=4)
+        else:
+            builder.call(self.masked_store, [paired, address, I32(4), mask])
 
     def _two_vectors(self, builder: ir.IRBuilder, first: Any, lane: Any,
                      wanted: Any) -> list[Any]:
@@ -330,6 +336,8 @@ class _PairKernel:
         zero = ir.Constant(self.floats, [0.0] * LANES)
         if read == ADJACENT:
             contiguous = builder.bitcast(builder.gep(first, [lane]), self.floats.as_pointer())
+            if mask is None:
+                return builder.load(contiguous, align=4)
             return builder.call(self.masked_load, [contiguous, I32(4), mask, zero])
         indices = ir.VectorType(I64, LANES)
         if read == EVERY_OTHER:

@@ -705,9 +705,12 @@ def _as_product(context: np.ndarray, operands: tuple[Any, ...],
 
 
 def _parts(context: np.ndarray) -> int:
+    """The product's parts: `PART_TILES` of work each, at most `spin_pool.PARTS_PER_CORE` a
+    core, in a number the cores divide (`spin_pool.balanced`)."""
     batch, filters, columns = (int(context[_FIELD[name]]) for name in ("batch", "m", "n"))
     tiles = batch * -(-filters // TILE) * -(-columns // TILE)
-    return min(max(1, tiles // PART_TILES), spin_pool.PARTS_PER_CORE * spin_pool.cores())
+    return spin_pool.balanced(min(max(1, tiles // PART_TILES),
+                                  spin_pool.PARTS_PER_CORE * spin_pool.cores()))
 
 
 def _compiled() -> dict[str, Any] | None:

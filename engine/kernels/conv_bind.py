@@ -158,7 +158,7 @@ def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometr
     # one sample's AMX product may write its output in the bf16 layout its readers take,
     # or, without AMX, a register tile's its bf16 planes for a depthwise reader
     calls = gemm_amx_handoff.lay_bf16(calls, out, workspace)
-    calls = gemm_tile_handoff.lay_planes(calls, out, workspace)
+    calls = gemm_tile_handoff.lay_bf16(calls, out, workspace)
     # a stem's products in bands may pool their rows for the max pooling after them
     banded_pool.offer(workspace, out, calls)
     return calls

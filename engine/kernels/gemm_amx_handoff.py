@@ -15,7 +15,7 @@ writes it in place of the float32 array and says so (``laid``):
   product (its BatchNorm and ReLU folded in) writes the 3×3's input, which that reader then
   does not pair. The words are the pairing pass's, bit for bit.
 - the words a 1×1 product on AMX reads (``columns``, `bf16_handoff.words_for`;
-  `gemm_amx_preact.words_job`), over a short K (`gemm_amx_preact.writes_words`): MobileNet
+  `gemm_preact.words_job`), over a short K (`gemm_preact.writes_words`): MobileNet
   v2's first projection (16 filters) for the expand after it, and its stem, a batch of
   products one per output row (`conv_bind._bind_split_rows`), for its first expand; that
   reader then pairs nothing. The words are the pairing pass's, bit for bit.
@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from engine.cpu import compiled, host_features, llvm_jit, spin_pool, steady_walk
-from engine.kernels import banded_pool, bf16, bf16_handoff, gemm_amx_preact, gemm_kernel
+from engine.kernels import banded_pool, bf16, bf16_handoff, gemm_kernel, gemm_preact
 
 # The positions of a `gemm_kernel.Product`'s context that a halves product changes.
 _FIELD = gemm_kernel.CONTEXT_FIELDS
@@ -70,7 +70,7 @@ def lay_bf16(calls: list[Any], out: Any, workspace: Any) -> list[Any]:
         return calls
     paired = calls[0]
     handoff = bf16_handoff.offer(workspace, out, grids=_writes_grid,
-                                 columns=_stores_words(paired.product, out),
+                                 columns=gemm_preact.stores_words(paired.product, out),
                                  planes=out.nbytes >= MIN_OUTPUT_BYTES,
                                  planes_in_place=out.nbytes < IN_PLACE_MAX_BYTES)
     product = paired.product if handoff is None else HandingProduct(paired.product, handoff)
@@ -84,11 +84,11 @@ def lay_bf16(calls: list[Any], out: Any, workspace: Any) -> list[Any]:
 def _laying_words(paired: bf16.PairedProduct, out: Any, workspace: Any) -> Any:
     """``paired`` (its product writing ``out`` row by row, `_writes_by_rows`) offering
     ``out`` as the words its 1×1 readers take, where its product can store them
-    (`gemm_amx_preact.writes_words`); else as it is. MobileNet v2's stem (32 filters over K
+    (`gemm_preact.writes_words`); else as it is. MobileNet v2's stem (32 filters over K
     27, 1.6 MB of float32 output) for its first expand, which then pairs nothing."""
     rows = _rows_of(paired.product)
     readers = workspace.readers(out) if hasattr(workspace, "readers") else None
-    if (not _stores_words(rows, out)
+    if (not gemm_preact.stores_words(rows, out)
             or any(reader.op == "Pooling" for reader in readers or ())):
         return paired  # a pooling takes no words (ResNet's stem: `banded_pool` serves it)
     handoff = bf16_handoff.offer(workspace, out)
@@ -102,14 +102,6 @@ def _rows_of(product: Any) -> Any:
     pooling after it (`banded_pool.BandedProduct`): a stem storing its readers' words runs
     whole, and no pooling reads its float32 output."""
     return product.whole if isinstance(product, banded_pool.BandedProduct) else product
-
-
-def _stores_words(product: Any, out: Any) -> bool:
-    """Whether ``product`` (writing the whole of ``out``, one sample) can store the words of
-    ``out`` a 1×1 reader takes in place of its float32 output (`gemm_amx_preact`)."""
-    words = (bf16.amx_depth(out.shape[1]), bf16.amx_rows(out.shape[2] * out.shape[3]))
-    would = bf16_handoff.PairedHandoff(1, words, (out.shape[1], 0), out.shape)
-    return gemm_amx_preact.writes_words(product.context, would)
 
 
 def _writes_by_rows(product: Any, out: Any) -> bool:
@@ -189,7 +181,7 @@ class HandingProduct:
             if self.handing is None:
                 self.handing = (
                     self._halves_job(handoff.words) if handoff.layout == "planes"
-                    else gemm_amx_preact.words_job(self.plain, handoff.words)
+                    else gemm_preact.words_job(self.plain, handoff.words)
                     if handoff.layout == "words"
                     else self._grid_job(handoff.words, handoff.grid))
             self.handing()
@@ -203,12 +195,12 @@ class HandingProduct:
 
     def _sum_and_preact(self, request: Any) -> None:
         """The residual product, writing the next BatchNorm's words too where that
-        BatchNorm asked (`gemm_amx_preact`) and every reader of its output took them."""
+        BatchNorm asked (`gemm_preact`) and every reader of its output took them."""
         writing = (request is not None and request.bounds is not None
                    and request.out_handoff.taken)
         if writing:
             if self.handing is None:
-                self.handing = gemm_amx_preact.preact_job(self.plain, request)
+                self.handing = gemm_preact.preact_job(self.plain, request)
             self.handing()
         else:
             self.plain()

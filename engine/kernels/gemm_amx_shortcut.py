@@ -143,12 +143,12 @@ def merge(data: Any, weight: Any, other: Any, out: Any, workspace: Any) -> list[
     tiles = workspace.derived(matrix, (TAG, address(shortcut.matrix)),
                               lambda constant: _merged_tiles(constant, shortcut.matrix))
     out_matrix = out.reshape(out.shape[1], pixels)
-    columns_outside = tiles.nbytes <= words.nbytes and not gemm_bind.rows_outside(words,
+    columns_outside = tiles.nbytes <= words.nbytes and not gemm_bind.rows_outside(words.nbytes,
                                                                                   out_matrix)
     product = gemm_kernel.bind_tiles(tiles, words, out_matrix, columns_outside=columns_outside,
                                      packed=True)
     # It writes the float32 sum on every run, as a residual product does; a BatchNorm reading
-    # that sum asks it for its words by its K (`gemm_amx_preact`), which the merged K passes:
+    # that sum asks it for its words by its K (`gemm_preact`), which the merged K passes:
     # stage 1's, asked, took 0.90 ms against 0.32 and the BatchNorm's pass 0.30 (in order).
     product.sums_always = True
     shortcut.pair, shortcut.copy, shortcut.merged = shortcut_pair, shortcut_copy, True

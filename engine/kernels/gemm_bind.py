@@ -100,8 +100,8 @@ BF16_MIN_WEIGHTS = 1 << 18  # smaller weights stay float32 on AVX-512 BF16 (`bf1
 # filters) float32 against bf16 with their input paired: 0.111 against 0.078–0.087 ms; the
 # whole run 2.91 against 2.83.
 BF16_TILE_MIN_DEPTH = 16
-# An AMX product's output past this is written row block by row block (`rows_outside`): more
-# than half a core's L2 (2 MiB on the Xeons measured), so it streams to memory.
+# A bf16 product's output past this is written row block by row block (`rows_outside`): half
+# a core's L2 on the Xeons measured (2 MiB), all of it on Zen 5: it streams to memory.
 STREAMED_OUTPUT_BYTES = 1 << 20
 
 
@@ -241,13 +241,15 @@ def _bf16_weight_product(weight: Any, right: Any, out: Any, workspace: Any,
         bf16.amx_depth(weight.shape[1]), bf16.amx_rows(out.shape[1])), workspace)
     # Word rows the tile reads where they lie, row blocks outside (each block of the weight
     # read once, the words re-read from cache): the words a depthwise layer or a BatchNorm
-    # may have written, as AMX reads them, or an activation whose pairs are smaller than the
-    # weight's, which column panels outside would read once per panel. In a plan's walk,
+    # may have written, as AMX reads them, an activation whose pairs are smaller than the
+    # weight's, which column panels outside would read once per panel, or an output that
+    # streams to memory (`rows_outside`). In a plan's walk,
     # ResNet-50 v2 at batch 1 in bf16, one Zen 5 core: 22.8 → 21.9 ms, its 2048 × 512 × 49
     # residual products 0.47 → 0.29 ms; MobileNet v2 2.91 → 2.76. Warm, the word rows run
     # as fast as the panels (µs, panels / words: MobileNet v2's 24 × 144 × 3136 46.0 / 47.4,
     # 32 × 192 × 784 21.0 / 20.9, 96 × 576 × 196 47.8 / 47.9, 320 × 960 × 49 79.8 / 79.4).
-    if handed is not None or packed.nbytes > right.nbytes // 2:
+    if (handed is not None or packed.nbytes > right.nbytes // 2
+            or rows_outside(right.nbytes // 2, out)):
         words = handed if handed is not None else workspace.zeroed(
             bf16.paired_shape(right.shape, False), np.float32, ("bf16 words", right.shape))
         pair = bf16.patch_pairing(right, 1, words)  # a matrix: a view with one K axis
@@ -305,22 +307,25 @@ def _amx_weight_tiles(weight: Any, words: Any, out: Any, workspace: Any) -> Any:
     (`rows_outside`)."""
     tiles = workspace.derived(weight, "amx tiles", lambda constant: bf16.amx_pack_rows(
         bf16.amx_weight_rows(constant)))
-    columns_outside = tiles.nbytes <= words.nbytes and not rows_outside(words, out)
+    columns_outside = tiles.nbytes <= words.nbytes and not rows_outside(words.nbytes, out)
     return gemm_kernel.bind_tiles(tiles, words, out, columns_outside=columns_outside,
                                   packed=True)
 
 
-def rows_outside(words: Any, out: Any) -> bool:
-    """Whether an AMX product writing ``out`` walks it row block by row block whatever its
-    weight's size: an output too large for the core's cache, from activations that stay in
-    it while each row block re-reads them. Column blocks outside, a tile's 32 rows lie a whole
-    output row apart, every row of the output a stream of its own, and each line is read from
-    memory before it is written; row blocks outside, 32 rows are written end to end. One
-    thread, µs, column blocks then row blocks outside: 256 × 64 × 3136 (ResNet-50's 56²
-    shortcut) 336 → 220, with a residual added 572 → 408; 512 × 128 × 784 with a residual
-    243 → 200; but 128 × 256 × 3136 (activations as large as the output) 299 → 411, and
-    1024 × 256 × 196 (output in cache) 92 → 100."""
-    return out.nbytes > STREAMED_OUTPUT_BYTES and 4 * words.nbytes <= out.nbytes
+def rows_outside(words_bytes: int, out: Any) -> bool:
+    """Whether a bf16 product writing ``out`` from ``words_bytes`` of paired activations
+    walks it row block by row block whatever its weight's size: an output too large for the
+    core's cache, from activations that stay in it while each row block re-reads them.
+    Column blocks outside, a tile's rows lie a whole output row apart, every row of the
+    output a stream of its own, and each line is read from memory before it is written; row
+    blocks outside, a tile's rows are written end to end. AMX, one thread, µs, column blocks
+    then row blocks outside: 256 × 64 × 3136 (ResNet-50's 56² shortcut) 336 → 220, with a
+    residual added 572 → 408; 512 × 128 × 784 with a residual 243 → 200; but 128 × 256 ×
+    3136 (activations as large as the output) 299 → 411, and 1024 × 256 × 196 (output in
+    cache) 92 → 100. The AVX-512 BF16 tile's 12 rows likewise, ResNet-50 v2 in bf16 at batch
+    1 in the plan's walk, one Zen 5 core: its 56² residual products 0.32 → 0.25-0.27 ms, the
+    28² ones 0.22-0.23 → 0.21; whole runs 19.5 → 18.8 ms (every core 11.2 → 10.9)."""
+    return out.nbytes > STREAMED_OUTPUT_BYTES and 4 * words_bytes <= out.nbytes
 
 
 def _bf16_product_with_weight(left: Any, weight: Any, out: Any, workspace: Any) -> Any:

@@ -405,14 +405,18 @@ class TileKernel:
                 row.append(value)
             results.append(row)
         terms = self._epilogue_terms(function, builder, vectors, masks)
+        self._either_epilogue(
+            function, builder, terms, rows, vectors,
+            lambda adding: self._store_tile(builder, terms, results, masks, adding))
 
-        def store(adding: bool) -> None:
-            for i, values in enumerate(results):
-                row_shift = self._row_shift(builder, terms, I64(i))
-                for j, value in enumerate(values):
-                    self._finish(builder, terms, I64(i), row_shift, value, j, masks, adding)
-
-        self._either_epilogue(function, builder, terms, rows, vectors, store)
+    def _store_tile(self, builder: ir.IRBuilder, terms: dict[str, Any], results: list[list[Any]],
+                    masks: list[Any] | None, adding: bool) -> None:
+        """The tile's sums (``results[i][j]``: vector ``j`` of row ``i``) through the
+        epilogue, row by row (a subclass may store rows in pairs: `gemm_preact_ir`)."""
+        for i, values in enumerate(results):
+            row_shift = self._row_shift(builder, terms, I64(i))
+            for j, value in enumerate(values):
+                self._finish(builder, terms, I64(i), row_shift, value, j, masks, adding)
 
     def _epilogue_terms(self, function: ir.Function, builder: ir.IRBuilder, vectors: int,
                         masks: list[Any] | None) -> dict[str, Any]:

@@ -75,6 +75,15 @@ def record_job(size: int, parts: int, work: int = 0) -> tuple:
     return job, threads, counts
 
 
+@pytest.mark.parametrize(("cores", "parts", "balanced"), [
+    (2, 1, 1), (2, 2, 2), (2, 7, 8), (2, 8, 8), (3, 4, 6), (4, 3, 3)])
+def test_balanced_parts_are_a_multiple_of_the_cores_past_them(
+        monkeypatch: pytest.MonkeyPatch, cores: int, parts: int, balanced: int) -> None:
+    """More parts than cores come in a number the cores divide (rounded up); fewer stay."""
+    monkeypatch.setattr(spin_pool, "cores", lambda: cores)
+    assert spin_pool.balanced(parts) == balanced
+
+
 def test_a_job_runs_every_part_once_alone_and_armed() -> None:
     job, threads, counts = record_job(1000, 7)
     job()
@@ -273,12 +282,27 @@ def test_strided_copies_equal_numpy(armed: bool, monkeypatch: pytest.MonkeyPatch
         np.testing.assert_array_equal(target, source)
 
 
+def test_rows_of_one_buffer_copy_into_each_other(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two rows of every plane of one buffer: their spans interleave, their elements are
+    apart, so the copy is a job (a band buffer's rows above, `banded_pool`)."""
+    monkeypatch.setattr(strided_kernel, "MIN_ELEMENTS", 1)
+    buffer = RNG.standard_normal((64, 17, 112)).astype(np.float32)
+    want = buffer.copy()
+    want[:, 0:2] = buffer[:, 15:17]
+    job = strided_kernel.job(0, buffer[:, 0:2], buffer[:, 15:17], buffer[:, 15:17])
+    assert job is not None
+    job()
+    np.testing.assert_array_equal(buffer, want)
+
+
 def test_copies_not_taken() -> None:
     data = np.arange(40000, dtype=np.float32)
     def copy(target, source):
         return strided_kernel.job(0, target, source, source)
 
     assert copy(data[1:], data[:-1]) is None  # overlapping
+    rows = data.reshape(100, 4, 100)
+    assert copy(rows[:, 0:2], rows[:, 1:3]) is None  # the same rows of one buffer, shifted
     assert copy(np.empty(39999, np.float32), data[::-1][1:]) is None  # negative
     assert copy(np.empty(100, np.float32), data[:100]) is None  # too small
     assert copy(np.empty(40000, np.float64), data) is None  # a cast

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from engine.cpu import compiled
-from engine.kernels import bf16
+from engine.kernels import bf16, gemm_preact
 from engine.kernels.conv_bind import _patch_view
 
 RNG = np.random.default_rng(11)
@@ -177,6 +177,35 @@ def test_patch_pairing_refuses_a_target_too_small() -> None:
     view = RNG.standard_normal((4, 10)).astype(np.float32)
     with pytest.raises(ValueError, match="too small"):
         bf16.patch_pairing(view, 1, np.zeros((1, 10), np.float32))
+
+
+@needs_pair_ir
+@pytest.mark.parametrize("channels", [6, 7])  # an odd K: the last word's high half zero
+@pytest.mark.parametrize("width", [16, 32, 5, 49])  # whole vectors, or a tail after them
+@pytest.mark.parametrize("fix_gamma", [False, True])
+def test_patch_pairing_with_a_batchnorm_writes_the_pairs_of_its_clamped_output(
+        channels: int, width: int, fix_gamma: bool) -> None:
+    """With a BatchNorm's scale and shift (`gemm_preact.scale_shift`) and a clamp, the
+    words are the NumPy pass's output paired, bit for bit, a NaN kept; nothing is written
+    past the run's end."""
+    data = RNG.standard_normal((channels, width)).astype(np.float32) * 3
+    data[1, -1] = np.nan
+    gamma, beta, mean = (RNG.uniform(-1, 1, channels).astype(np.float32) for _ in range(3))
+    var = RNG.uniform(0.5, 2, channels).astype(np.float32)
+    scale, shift = gemm_preact.scale_shift(gamma, beta, mean, var, np.float32(1e-3),
+                                                fix_gamma)
+    target = np.zeros((bf16.amx_depth(channels), bf16.amx_rows(width)), np.float32)
+    call = bf16.patch_pairing(data, 1, target,
+                              batchnorm=(scale, shift, np.float32(0), np.float32(6)))
+    call()
+    inverse = np.float32(1) / np.sqrt(var + np.float32(1e-3))
+    applied = (inverse if fix_gamma else gamma * inverse)[:, None]
+    want = np.clip(data * applied + (beta[:, None] - mean[:, None] * applied), 0, 6)
+    want[1, -1] = np.nan  # np.clip keeps it too; the pass's compares keep it
+    expected = bf16.pair_columns(want)
+    words = target.view(np.uint32)
+    np.testing.assert_array_equal(words[:expected.shape[0], :width], expected.view(np.uint32))
+    assert not words[:, width:].any()
 
 
 @needs_pair_ir

@@ -22,9 +22,9 @@ from engine.kernels import (
     bf16_handoff,
     depthwise_vector,
     gemm_amx_handoff,
-    gemm_amx_preact,
     gemm_bind,
     gemm_kernel,
+    gemm_preact,
     gemm_tile_handoff,
 )
 from engine.kernels.workspace import Reader, Workspace
@@ -75,8 +75,8 @@ def served(symbol: Any, params: dict, feed: dict, precision: str,
     (on AMX, `gemm_amx_handoff`; on a register tile, `gemm_tile_handoff`: as planes, its
     depthwise reader's sums are then over rounded values, not the float32 plan's bit for
     bit; as a grid, bit for bit)."""
-    offer, lay_bf16, lay_planes = (bf16_handoff.offer, gemm_amx_handoff.lay_bf16,
-                                   gemm_tile_handoff.lay_planes)
+    offer, lay_bf16, lay_tile = (bf16_handoff.offer, gemm_amx_handoff.lay_bf16,
+                                   gemm_tile_handoff.lay_bf16)
 
     def watched(workspace: Any, array: Any, grids: Any = False, columns: bool = True,
                 planes: bool = False, planes_in_place: bool = False,
@@ -90,14 +90,14 @@ def served(symbol: Any, params: dict, feed: dict, precision: str,
     bf16_handoff.offer = watched
     if not halves:
         gemm_amx_handoff.lay_bf16 = lambda calls, out, workspace: calls
-        gemm_tile_handoff.lay_planes = lambda calls, out, workspace: calls
+        gemm_tile_handoff.lay_bf16 = lambda calls, out, workspace: calls
     try:
         model = engine.load_model(symbol, params, optimize=True, precision=precision)
         first = np.asarray(next(iter(model.infer(feed).values()))).copy()
         second = np.asarray(next(iter(model.infer(feed).values())))
     finally:
         bf16_handoff.offer, gemm_amx_handoff.lay_bf16 = offer, lay_bf16
-        gemm_tile_handoff.lay_planes = lay_planes
+        gemm_tile_handoff.lay_bf16 = lay_tile
     np.testing.assert_array_equal(first, second)
     return first
 
@@ -561,7 +561,7 @@ def test_resnet50_v2_residual_products_write_the_next_preactivations_words(
     symbol = nets.resnet50_v2(classes=10)
     params = nets.random_params(symbol, (1, 3, side, side), seed=5)
     feed = {"data": image(side)}
-    ask = gemm_amx_preact.ask
+    ask = gemm_preact.ask
     granted: list = []
 
     def watched(*args: Any) -> Any:
@@ -570,50 +570,59 @@ def test_resnet50_v2_residual_products_write_the_next_preactivations_words(
         return request
 
     with steps_on(threads):
-        monkeypatch.setattr(gemm_amx_preact, "ask", watched)
+        monkeypatch.setattr(gemm_preact, "ask", watched)
         got = served(symbol, params, feed, "bf16", [], halves=True)
         requests = [request for request in granted if request is not None]
         assert len(requests) == 4 and all(request.written for request in requests)
         assert [request.sum_read for request in requests] == [True, False, False, False]
         assert all(request.out_handoff.laid for request in requests)
-        monkeypatch.setattr(gemm_amx_preact, "ask", lambda *args: None)
+        monkeypatch.setattr(gemm_preact, "ask", lambda *args: None)
         np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", [],
                                                   halves=True))
 
 
 def test_the_ask_fits_only_a_short_k_of_one_image() -> None:
-    """A product over a K past `gemm_amx_preact.MAX_DEPTH` words (past
+    """A product over a K past `gemm_preact.MAX_DEPTH` words (past
     `WORDS_ALONE_MAX_DEPTH` where it writes the words alone), of a batch, or whose rows the
     words do not halve, is not asked for the words."""
     context = np.zeros(len(gemm_kernel.CONTEXT_FIELDS), np.int64)
     for name, value in (("m", 1024), ("n", 16), ("k", 128), ("batch", 1)):
         context[gemm_kernel.CONTEXT_FIELDS[name]] = value
     handoff = bf16_handoff.PairedHandoff(1, (512, 32), (1024, 0))
-    assert not gemm_amx_preact._fits(context, handoff)
-    assert gemm_amx_preact._fits(context, handoff, sum_read=False)
-    context[gemm_kernel.CONTEXT_FIELDS["k"]] = gemm_amx_preact.WORDS_ALONE_MAX_DEPTH + 16
-    assert not gemm_amx_preact._fits(context, handoff, sum_read=False)
-    context[gemm_kernel.CONTEXT_FIELDS["k"]] = gemm_amx_preact.MAX_DEPTH
-    assert gemm_amx_preact._fits(context, handoff)
+    assert not gemm_preact._fits(context, handoff)
+    assert gemm_preact._fits(context, handoff, sum_read=False)
+    context[gemm_kernel.CONTEXT_FIELDS["k"]] = gemm_preact.WORDS_ALONE_MAX_DEPTH + 16
+    assert not gemm_preact._fits(context, handoff, sum_read=False)
+    context[gemm_kernel.CONTEXT_FIELDS["k"]] = gemm_preact.MAX_DEPTH
+    assert gemm_preact._fits(context, handoff)
     context[gemm_kernel.CONTEXT_FIELDS["batch"]] = 2
-    assert not gemm_amx_preact._fits(context, handoff)
+    assert not gemm_preact._fits(context, handoff)
     context[gemm_kernel.CONTEXT_FIELDS["batch"]] = 1
-    assert not gemm_amx_preact._fits(context, bf16_handoff.PairedHandoff(1, (256, 32),
+    assert not gemm_preact._fits(context, bf16_handoff.PairedHandoff(1, (256, 32),
                                                                           (512, 0)))
 
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_mobilenet_v2_s_stem_writes_its_first_expand_s_words(
         monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
-    """MobileNet v2 in bf16: the stem's product (a batch of products, one per output row,
-    K 27) stores the words its only reader, the first expand's AMX product, takes, in place
-    of its float32 output, and so does the first projection for the expand after it; those
-    readers pair nothing, and the outputs are the same plan's whose products write float32
-    for their readers to pair, bit for bit, at one thread and at two."""
+    """MobileNet v2 in bf16 on AMX: the stem's product (a batch of products, one per output
+    row, K 27) and the first projection (16 filters: one tile of half its rows) store their
+    expand's words (`assert_stem_and_projection_write_words`)."""
+    assert_stem_and_projection_write_words(monkeypatch, threads, gemm_amx_handoff, 1)
+
+
+def assert_stem_and_projection_write_words(monkeypatch: pytest.MonkeyPatch, threads: int,
+                                           handing: Any, unoffered: int) -> None:
+    """MobileNet v2 (96 × 96) in bf16: the stem stores the words its only reader, the first
+    expand's product, takes, in place of its float32 output, and so does the first
+    projection for the expand after it; those readers pair nothing, and the outputs are the
+    same plan's whose products write float32 for their readers to pair (where ``unoffered``
+    writers offer nothing), bit for bit, at ``threads`` threads. ``handing``: the module of
+    the products' hand-offs (`gemm_amx_handoff`, `gemm_tile_handoff`)."""
     # No expand's planes (96 × 48², 884 KB, would be): their rounding, checked against
     # NumPy's above, moves this random network's output from fp32's by 0.12 of its largest
     # (0.08 with none or every expand's), past the bound below, which is about the words.
-    monkeypatch.setattr(gemm_amx_handoff, "MIN_OUTPUT_BYTES", 1 << 20)
+    monkeypatch.setattr(handing, "MIN_OUTPUT_BYTES", 1 << 20)
     symbol = nets.mobilenet_v2()
     params = nets.random_params(symbol, (1, 3, 96, 96))
     feed = {"data": image(96)}
@@ -623,19 +632,17 @@ def test_mobilenet_v2_s_stem_writes_its_first_expand_s_words(
         stem = next(handoff for handoff in handoffs if handoff is not None)
         assert stem.source == (1, 32, 48, 48) and stem.layout == "words"
         assert stem.taken and stem.laid
-        # the first projection (16 filters: one tile of half its rows) writes the words of
-        # the expand after it too
         project = [handoff for handoff in handoffs
                    if handoff is not None and handoff.source == (1, 16, 48, 48)]
         assert len(project) == 1 and project[0].layout == "words" and project[0].laid
         with monkeypatch.context() as patched:
-            patched.setattr(gemm_amx_preact, "writes_words", lambda context, handoff: False)
+            patched.setattr(gemm_preact, "writes_words", lambda context, handoff: False)
             plain: list = []
             np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", plain,
                                                       halves=True))
             offered = [handoff for handoff in handoffs if handoff is not None]
             assert len([handoff for handoff in plain if handoff is not None]) == \
-                len(offered) - 1  # the stem offered nothing
+                len(offered) - unoffered
             assert not any(handoff.laid for handoff in plain
                            if handoff is not None and handoff.source == (1, 16, 48, 48))
         want = served(symbol, params, feed, "fp32")
@@ -666,9 +673,9 @@ def test_a_batch_of_row_products_writes_the_words_of_its_output() -> None:
     assert gemm_amx_handoff._writes_by_rows(product, out)
     handoff = bf16_handoff.PairedHandoff(1, (filters // 2, bf16.amx_rows(height * width)),
                                          (filters, 0), out.shape)
-    assert gemm_amx_preact.writes_words(product.context, handoff)
+    assert gemm_preact.writes_words(product.context, handoff)
     words = np.zeros(handoff.shape, np.float32)
-    gemm_amx_preact.words_job(product, words)()
+    gemm_preact.words_job(product, words)()
     assert np.isnan(out).all()  # the words alone
     product()
     flat = out[0].reshape(filters, -1)
@@ -716,11 +723,20 @@ def test_a_1x1_product_writes_the_words_of_its_output(filters: int) -> None:
                                     0.0, 6.0)
     handoff = bf16_handoff.PairedHandoff(1, (bf16.amx_depth(filters), bf16.amx_rows(pixels)),
                                          (filters, 0), out.shape)
-    assert gemm_amx_preact.writes_words(product.context, handoff)
-    words = np.zeros(handoff.shape, np.float32)
-    gemm_amx_preact.words_job(product, words)()
+    assert gemm_preact.writes_words(product.context, handoff)
+    assert_words_of_output(product, product, out)
+
+
+def assert_words_of_output(product: Any, call: Any, out: np.ndarray) -> None:
+    """``product``'s words job (its ``out``, (1, F, H, W), NaN before) stores only the
+    words a reader takes, NaN left in ``out``; each the float32 value ``call`` (the
+    product's whole call) then writes, rounded: filters 2p and 2p+1 in word row p, the
+    pad past them zero."""
+    filters, pixels = out.shape[1], out.shape[2] * out.shape[3]
+    words = np.zeros((bf16.amx_depth(filters), bf16.amx_rows(pixels)), np.float32)
+    gemm_preact.words_job(product, words)()
     assert np.isnan(out).all()  # the words alone
-    product()
+    call()
     want = np.zeros_like(words)
     want[:filters // 2, :pixels] = bf16.pair_columns(out.reshape(filters, pixels))
     np.testing.assert_array_equal(words.view(np.uint32), want.view(np.uint32))

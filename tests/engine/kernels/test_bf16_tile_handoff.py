@@ -18,12 +18,15 @@ from engine.kernels import (
     depthwise_vector,
     gemm_bind,
     gemm_kernel,
+    gemm_preact,
     gemm_tile_handoff,
 )
 from engine.kernels.workspace import Reader, Workspace
 from tests.engine.kernels.test_bf16_handoff import (
     assert_expand_lays_planes,
     assert_mobilenet_v2_lays_planes,
+    assert_stem_and_projection_write_words,
+    assert_words_of_output,
     block,
     image,
     never_taken,
@@ -155,5 +158,41 @@ def test_mobilenet_v2_hands_its_expand_outputs_to_the_depthwise_layers(
         monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
     """MobileNet v2 on the AVX-512 BF16 tile (its expands on the tile from K 16,
     `gemm_bind.BF16_TILE_MIN_DEPTH`) lays its depthwise readers' planes as on AMX
-    (`assert_mobilenet_v2_lays_planes`), and each depthwise layer its projection's words."""
-    assert_mobilenet_v2_lays_planes(monkeypatch, threads, words=17)
+    (`assert_mobilenet_v2_lays_planes`), each depthwise layer its projection's words, and
+    the stem, the first projection, the last and each stage's last block (its residual
+    added: 5) their 1×1 reader's words (8 more)."""
+    assert_mobilenet_v2_lays_planes(monkeypatch, threads, words=17 + 8)
+
+
+@pytest.mark.parametrize("filters", [16, 26])
+def test_a_tile_product_writes_the_words_of_its_output(filters: int) -> None:
+    """The words job of one product on the AVX-512 BF16 tile writing the whole of its output
+    (a 1×1 layer read only by 1×1 products), whole tiles of 12 filters and an edge of 4 or
+    2, 63 pixels (an edge of 31 columns): each value the float32 epilogue's rounded to bf16,
+    filters 2p and 2p+1 in word row p, the K pad past them left zero, C untouched."""
+    rng = np.random.default_rng(23)
+    depth, pixels = 40, 7 * 9
+    weight = rng.standard_normal((filters, depth)).astype(np.float32)
+    weight.flags.writeable = False
+    data = rng.standard_normal((depth, pixels)).astype(np.float32)
+    out = np.full((1, filters, 7, 9), np.nan, np.float32)
+    product = gemm_bind.weight_product(np, weight, data, out.reshape(filters, pixels),
+                                       Workspace(np, 0, precision="bf16"))
+    (product,) = gemm_bind.clamped(gemm_bind.with_bias(
+        [product], bias_rows=rng.standard_normal(filters).astype(np.float32)), 0.0, 6.0)
+    pair, plain = product.args
+    assert int(plain.context[gemm_kernel.CONTEXT_FIELDS["kernel"]]) == gemm_kernel.BF16
+    assert gemm_preact.stores_words(plain, out)
+    pair()
+    assert_words_of_output(plain, product, out)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_mobilenet_v2_s_stem_and_first_projection_write_their_expands_words(
+        monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
+    """MobileNet v2 in bf16 on the tile: the stem's product (one over its im2col words, K
+    27) and the first projection store their expand's words, as on AMX
+    (`assert_stem_and_projection_write_words`); without the words, neither they nor the
+    last block of stages 1-4 (their residual added) offer anything: their outputs are under
+    `gemm_tile_handoff.MIN_OUTPUT_BYTES`."""
+    assert_stem_and_projection_write_words(monkeypatch, threads, gemm_tile_handoff, 2 + 4)

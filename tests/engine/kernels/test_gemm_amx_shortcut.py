@@ -13,7 +13,7 @@ import pytest
 import engine
 from bench import nets
 from engine import sym
-from engine.kernels import bf16_handoff, gemm_amx_preact, gemm_amx_shortcut, gemm_kernel, jobs
+from engine.kernels import bf16_handoff, gemm_amx_shortcut, gemm_kernel, gemm_preact, jobs
 from engine.kernels.workspace import Workspace
 from tests.engine.kernels.test_bf16_handoff import steps_on
 
@@ -138,7 +138,7 @@ def test_resnet50_v2_merges_its_four_downsampling_shortcuts(monkeypatch: pytest.
     params = nets.random_params(symbol, (1, 3, 64, 64), seed=5)
     feed = {"data": np.random.default_rng(0).standard_normal((1, 3, 64, 64)).astype(
         np.float32)}
-    ask, granted = gemm_amx_preact.ask, []
+    ask, granted = gemm_preact.ask, []
 
     def watched(*args: Any) -> Any:
         request = ask(*args)
@@ -146,7 +146,7 @@ def test_resnet50_v2_merges_its_four_downsampling_shortcuts(monkeypatch: pytest.
         return request
 
     with steps_on(threads):
-        monkeypatch.setattr(gemm_amx_preact, "ask", watched)
+        monkeypatch.setattr(gemm_preact, "ask", watched)
         got, shortcuts = served(symbol, params, feed)
         assert len(shortcuts) == 4 and all(shortcut.merged for shortcut in shortcuts)
         assert [shortcut.stride for shortcut in shortcuts] == [(1, 1), *[(2, 2)] * 3]

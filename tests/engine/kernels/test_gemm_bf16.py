@@ -182,14 +182,17 @@ def test_a_3x3_product_on_avx512_bf16_pairs_the_patches_straight_from_the_input(
     (200, 96, 49, True),  # a 1×1 layer at 7²: its weight outweighs its activation
     (24, 144, 300, False),  # a projection at 56² (fewer columns here): the activation does
     (13, 65, 14, True),  # odd K and rows: the pad word and the edge tiles
+    (256, 64, 3136, True),  # an output past the cache from small activations: row blocks
+    (128, 256, 3136, False),  # activations as large as the output: column panels
 ])
 def test_a_bf16_weight_product_reads_the_larger_operand_once(
         monkeypatch: pytest.MonkeyPatch, rows: int, depth: int, columns: int,
         weight_streams: bool) -> None:
     """On the AVX-512 BF16 tile, a weight whose pairs outweigh the activation's is read
     once, row blocks outside, the activation paired into word rows the blocks re-read from
-    cache; a smaller one meets the activation's column panels, each read once: either way
-    the rounded operands' product, with a residual."""
+    cache, as it is where the output would stream to memory (`gemm_bind.rows_outside`); a
+    smaller one meets the activation's column panels, each read once: either way the
+    rounded operands' product, with a residual."""
     monkeypatch.setattr(gemm_kernel, "available", lambda kernel=None: kernel != gemm_kernel.AMX)
     weight, data, residual = random(rows, depth), random(depth, columns), random(rows, columns)
     weight.flags.writeable = False  # a plan constant
