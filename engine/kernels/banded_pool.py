@@ -13,13 +13,16 @@ output is then never written, and the pooling's own step does nothing (a run arm
 cores runs the whole product and then the pooling's whole job, as the two steps did). The
 pooled values are the pooling pass's, bit for bit.
 
-A stem whose products already write its output a band of rows at a time (`conv_bind`'s
-bands of patches: the AVX-512 BF16 tile's products, which have no band buffer) offers the
-same (`BandThenPool`): where the pooling takes it, each band's step pools the output rows its
-band finishes, reading them from the output while they are in L2. ResNet-18 in bf16 on a
-Zen 5 VM, the stem and its pooling in the plan's walk, apart against band by band: 1.16
-against 1.08 ms at batch 1 on one core, 0.95 against 0.81 on both, 11.9 against 9.1 at batch
-8 on one (whole runs 83.8 against 81.3 ms), the answers the same bits.
+A stem whose products each compute a band of output rows (`conv_bind`'s bands of patches:
+the AVX-512 BF16 tile's products) offers the same (`BandThenPool`): where the pooling takes
+it, each band's product stores its rows into a band buffer below `ROWS_ABOVE` rows copied
+from the band before's last, and its step pools the output rows the band finishes from there,
+so that here too the stem's output is never written. ResNet-18 in bf16 on a Zen 5 VM, the
+stem and its pooling in the plan's walk on one core: apart 1.16 ms at batch 1 and 11.9 at
+batch 8, pooled band by band from the stem's output 1.08 and 9.1; through the band buffer
+(by the thread's CPU time, two processes each way in turn) batch 8 8.8–11.2 against
+10.8–12.8 from the output, batch 1 1.08–1.13 either way, both cores the same within the
+host's swing. The answers are the same bits.
 
 The stem binds first and learns later whether the pooling takes its offer (`offer`, `take`):
 its step runs the one whole product until then. The offer is withdrawn where steps after the
@@ -29,12 +32,13 @@ step), and refused where the pooling's output lies on any array the stem's step 
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from engine.cpu import parts, spin_pool, steady_walk
-from engine.kernels import bf16, gemm_kernel, max_pool_vector
+from engine.kernels import bf16, gemm_kernel, max_pool_vector, strided_kernel
 
 TAG = "banded pooling offer"
 # Stem output rows a band: a band's 17 rows of 64 filters × 112 columns (490 KB) stay in L2
@@ -43,6 +47,10 @@ TAG = "banded pooling offer"
 # (load 11): 8 rows 1.02×, 16 0.92×, 24 0.94×, 32 0.92×, 56 0.91×.
 BAND_ROWS = 16
 WINDOW = (3, 3, 2, 2, 1, 1)  # the pooling taken: 3×3, stride 2, padding 1 (ResNet's)
+# Rows a band buffer holds above a band of the tile's products: the windows of the first
+# output row a band finishes reach two rows above it where the band starts at an odd row
+# (ResNet's stems in bands of 15 rows), one where at an even one.
+ROWS_ABOVE = 2
 
 
 class RowPooling:
@@ -72,29 +80,68 @@ class RowPooling:
 
 class RowBands:
     """One image's pooling where its stem's products each write a band of its output rows
-    in place (`BandThenPool`): the bands' first rows and the stem's ``operands`` (what its
-    step reads); where the pooling took the offer, its ``jobs``, one a band, each pooling the
-    output rows its band finishes from the stem's output itself."""
+    (`BandThenPool`): the bands' first rows and the stem's ``operands`` (what its step
+    reads). Where the pooling took the offer, the bands' products move their rows into
+    ``band``, a buffer of a band's rows below `ROWS_ABOVE` rows, which stays in L2 (in place
+    the rows went to the stem's output, 3.2 MB an image whose lines came from memory); each
+    band's step first copies the band before's last rows to the top (``copies``, the first
+    band's None), then runs its product into the buffer and its pooling job (``jobs``), which
+    pools the output rows the band finishes from there."""
 
     def __init__(self, tops: list[int], operands: tuple[Any, ...]) -> None:
         self.tops, self.operands = tops, operands
         self.jobs: list[Any] | None = None
+        self.copies: list[Any] = []
+        self.counts: list[int] = []  # each band's output rows, once taken
+        self.band: Any = None
 
     def attach(self, data: Any, out: Any, parts: int, band: Any = None) -> None:
-        """The pooling of ``data`` (F × H × W) into ``out`` taken: a job a band."""
+        """The pooling of ``data`` (F × H × W) into ``out`` taken, through ``band`` (F ×
+        `ROWS_ABOVE` + rows × W, rows the most a band has): a copy, a product and a job a
+        band."""
         height = data.shape[1]
-        ends = [*self.tops[1:], height]
-        self.jobs = [max_pool_vector.band_job(data, 0, height, out, _pooled_rows(
-            top, end, height, out.shape[1]), parts)
-            for top, end in zip(self.tops, ends, strict=True)]
+        self.counts = band_rows(self.tops, height)
+        self.band = band
+        self.jobs = [max_pool_vector.band_job(band[:, 0 if top else ROWS_ABOVE:
+                                                   ROWS_ABOVE + count],
+                                              max(0, top - ROWS_ABOVE), height, out,
+                                              _pooled_rows(top, top + count, height,
+                                                           out.shape[1]), parts)
+                     for top, count in zip(self.tops, self.counts, strict=True)]
+        self.copies = [None] + [_rows_copy(band[:, :ROWS_ABOVE],
+                                           band[:, count:count + ROWS_ABOVE])
+                                for count in self.counts[:-1]]
+
+    def into_band(self, product: Any, index: int) -> Any:
+        """Band ``index``'s product (a `gemm_kernel.Product` over its rows, F × rows·W)
+        writing them below the buffer's rows above."""
+        band = self.band
+        rows = np.lib.stride_tricks.as_strided(
+            band[:, ROWS_ABOVE:], (band.shape[0], self.counts[index] * band.shape[2]),
+            (band.strides[0], band.itemsize))
+        return product.writing(rows)
+
+
+def band_rows(tops: list[int], height: int) -> list[int]:
+    """Each band's rows, the bands starting at ``tops`` of ``height`` rows."""
+    return [end - top for top, end in zip(tops, [*tops[1:], height], strict=True)]
+
+
+def _rows_copy(target: Any, source: Any) -> Any:
+    """``source``'s rows into ``target``'s, as a job where one can run it."""
+    made = strided_kernel.job(0, target, source, source, min_elements=1)
+    return partial(np.copyto, target, source) if made is None else made
 
 
 class BandThenPool:
-    """A product writing band ``index`` of a stem's output rows in place (its ``product``),
-    then, where the image's pooling took the offer (``pooling.jobs``), the pooling of the
-    rows that band finishes. Like a `gemm_kernel.Product` it takes an epilogue."""
+    """A product writing band ``index`` of a stem's output rows in place (its ``product``);
+    where the image's pooling took the offer (``pooling.jobs``), the band before's last rows
+    copied to the band buffer's top, the product into the buffer below them (made on the
+    first run so: ``banded``), then the pooling of the rows that band finishes. Like a
+    `gemm_kernel.Product` it takes an epilogue."""
 
     leaves_blas_alone = True
+    banded: Any = None
 
     def __init__(self, product: Any, pooling: RowBands, index: int) -> None:
         self.product, self.pooling, self.index = product, pooling, index
@@ -104,16 +151,28 @@ class BandThenPool:
         return self.pooling.operands
 
     def __call__(self) -> None:
-        self.product()
-        jobs = self.pooling.jobs
-        if jobs is not None:
-            jobs[self.index]()
+        pooling = self.pooling
+        jobs = pooling.jobs
+        if jobs is None:
+            self.product()
+            return
+        banded = self.banded
+        if banded is None:
+            banded = self.banded = pooling.into_band(self.product, self.index)
+        copy = pooling.copies[self.index]
+        if copy is not None:
+            copy()
+        banded()
+        jobs[self.index]()
 
     def replayable(self) -> bool:
-        """Its product and its band's pooling are jobs (`steady_walk`)."""
+        """Its product (or the copy, its product into the band buffer and its band's
+        pooling) are jobs (`steady_walk`)."""
         jobs = self.pooling.jobs
-        return steady_walk.all_replayable(self.product,
-                                          None if jobs is None else jobs[self.index])
+        if jobs is None:
+            return steady_walk.replayable(self.product)
+        return steady_walk.all_replayable(self.pooling.copies[self.index], self.banded,
+                                          jobs[self.index])
 
     def with_epilogue(self, bias_rows: Any = None, bias_columns: Any = None,
                       low: float = -np.inf, high: float = np.inf) -> BandThenPool:
@@ -131,6 +190,8 @@ def pooling_after_bands(calls: list[Any], tops: list[int],
     """``calls`` (one image's stem products, one a band of output rows from ``tops``, each a
     `bf16.PairedProduct`) each pooling its band's rows after it where a pooling takes the
     image's output (`RowBands`); ``operands``: what the stem's step reads."""
+    if not all(type(call.product) is gemm_kernel.Product for call in calls):
+        return calls  # its products' rows cannot move into a band buffer
     pooling = RowBands(tops, operands)
     return [bf16.PairedProduct(call.func, call.args[0], BandThenPool(call.product, pooling,
                                                                      index))
@@ -271,14 +332,20 @@ def take(workspace: Any, data: Any, out: Any, window: tuple[int, ...]) -> bool:
                for image in range(data.shape[0])):
         return False
     height, width = data.shape[2:]
+    if any(isinstance(pooling, RowBands)
+           and min(band_rows(pooling.tops, height)[:-1], default=ROWS_ABOVE) < ROWS_ABOVE
+           for pooling in made.poolings):
+        return False  # a band too short to hold the rows above the next
     # as many parts as a band's product has: against one a core for both, ResNet-18 on one
     # thread, the stem and its pooling took 0.91× (batch 1) and 0.94× (batch 8) CPU time
     parts = min(data.shape[1], spin_pool.PARTS_PER_CORE * spin_pool.cores())
     band = None
     for image, pooling in enumerate(made.poolings):
-        if isinstance(pooling, RowPooling) and band is None:
-            band = workspace.zeroed((data.shape[1], BAND_ROWS + 1, width), np.float32,
-                                    (TAG, width))
+        if band is None:  # one buffer for every image's bands: their steps run in turn
+            rows = BAND_ROWS + 1 if isinstance(pooling, RowPooling) else \
+                ROWS_ABOVE + max(band_rows(pooling.tops, height))
+            band = workspace.zeroed((data.shape[1], rows, width), np.float32,
+                                    (TAG, rows, width))
         pooling.attach(data[image].reshape(-1, height, width),
                        out[image].reshape(-1, *out.shape[2:]), parts, band)
     return True

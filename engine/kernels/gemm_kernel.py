@@ -220,6 +220,21 @@ class Product(partial):
         return _as_product(*residual_context(self.context, _C, _RESIDUAL, out, other,
                                              self.operands))
 
+    def writing(self, c: Any) -> Product:
+        """This product, its epilogue included, storing C into ``c`` in place of its own: a
+        float32 (m, n) array with contiguous rows. One product of one C, adding no residual
+        (laid out as the C it replaces)."""
+        context = self.context.copy()
+        shape = (int(context[_M]), int(context[_N]))
+        if (type(c) is not np.ndarray or c.dtype != np.float32 or c.shape != shape
+                or c.strides[1] != c.itemsize or c.strides[0] % c.itemsize
+                or int(context[_BATCH]) != 1 or int(context[_RESIDUAL]) != 0):
+            raise ValueError(f"a product's C moves to a float32 array of its shape {shape} "
+                             f"with contiguous rows, for one product adding no residual; got "
+                             f"{getattr(c, 'dtype', type(c))} {getattr(c, 'shape', '')}")
+        context[_C], context[_LDC] = c.ctypes.data, c.strides[0] // c.itemsize
+        return _as_product(context, (*self.operands, c))
+
 
 def residual_fits(start: int, extent: int, out: Any) -> bool:
     """Whether ``extent`` bytes from address ``start`` lie inside ``out``."""

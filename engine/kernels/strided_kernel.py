@@ -21,6 +21,8 @@ from engine.kernels.workspace import address
 
 MIN_ELEMENTS = 8192  # smaller ones take a few microseconds: left to NumPy
 MIN_BLOCKS = 64  # fewer blocks than this (a 2-D array has one): one row per block
+# How hard NumPy may work to prove two views of one buffer share no element (else: shared).
+OVERLAP_WORK = 1 << 12
 # The operations, in the kernel's numbering.
 OPERATIONS = (np.copyto, np.add, np.subtract, np.multiply)
 _kernels: dict[str, Any] = {}
@@ -101,8 +103,16 @@ def _takes(target: Any, left: Any, right: Any, min_elements: int | None = None) 
 
 
 def _apart_or_same(target: np.ndarray, source: np.ndarray) -> bool:
-    return not np.may_share_memory(target, source) or (
-        address(target) == address(source) and target.strides == source.strides)
+    """Whether ``source`` shares no element with ``target`` (two rows of one buffer, whose
+    spans interleave, share none), or is exactly it."""
+    if address(target) == address(source) and target.strides == source.strides:
+        return True
+    if not np.may_share_memory(target, source):
+        return True
+    try:
+        return not np.shares_memory(target, source, max_work=OVERLAP_WORK)
+    except np.exceptions.TooHardError:
+        return False
 
 
 def _span(array: np.ndarray) -> np.ndarray:

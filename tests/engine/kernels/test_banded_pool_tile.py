@@ -30,9 +30,10 @@ def without_amx(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("batch", [1, 2])
 def test_resnet18s_stem_pools_each_band_after_it(batch: int, threads: int) -> None:
-    """ResNet-18's stem at 224×224 (its products 8 bands of 14 rows an image) and its max
-    pooling: the pooling's step left empty, each band's step pooling the rows it finishes,
-    the answer the same bits as apart."""
+    """ResNet-18's stem at 224×224 (its products 8 bands an image) and its max pooling: the
+    pooling's step left empty, each band's product writing its rows into the band buffer
+    (every image's the same), the band before's last rows copied above them, and its step
+    pooling the rows it finishes, the answer the same bits as apart."""
     symbol = nets.resnet18_v1(classes=10)
     shape = (batch, 3, 224, 224)
     params = nets.random_params(symbol, shape, seed=11)
@@ -42,6 +43,13 @@ def test_resnet18s_stem_pools_each_band_after_it(batch: int, threads: int) -> No
     bands = [call for call in calls
              if isinstance(getattr(call, "product", None), banded_pool.BandThenPool)]
     assert len(bands) == 8 * batch and all(band.product.pooling.jobs for band in bands)
+    buffer = bands[0].product.pooling.band
+    c = gemm_kernel.CONTEXT_FIELDS["c"]
+    for band in bands:
+        tile = band.product
+        assert tile.pooling.band is buffer
+        assert gemm_kernel.residual_fits(int(tile.banded.context[c]), 4, buffer)
+        assert (tile.pooling.copies[tile.index] is None) == (tile.index == 0)
     want, apart = answers(symbol, params, feed, "bf16", threads, banded=False)
     assert pooled_in_the_stem(apart) == 0
     np.testing.assert_array_equal(got, want)

@@ -288,6 +288,28 @@ def test_a_residual_is_added_after_the_biases_and_before_the_clamp(rows: int,
         product.with_residual(out, other[:, :, :-1])
 
 
+def test_a_product_moved_to_another_c_keeps_its_epilogue_and_leaves_its_own_c() -> None:
+    """`Product.writing`: the same sums, biases and clamp stored into rows of another array
+    (a band buffer's, rows a plane apart), the product it came from still writing its own;
+    a C of another shape, or a product adding a residual, refused."""
+    a, b, bias = random(24, 20), random(20, 35), random(24)
+    c = np.full((24, 35), 7.0, np.float32)
+    product = gemm_kernel.bind(a, b, c).with_epilogue(bias_rows=bias, low=-0.5, high=1.0)
+    buffer = np.full((24, 2, 40), 5.0, np.float32)
+    moved = product.writing(buffer[:, 1, :35])
+    moved()
+    want = np.clip(expected(a, b) + bias[:, None], -0.5, 1.0)
+    np.testing.assert_allclose(buffer[:, 1, :35], want, rtol=1e-4, atol=1e-4)
+    assert (buffer[:, 0] == 5.0).all() and (buffer[:, 1, 35:] == 5.0).all()
+    assert (c == 7.0).all()
+    product()
+    np.testing.assert_array_equal(c, buffer[:, 1, :35])
+    with pytest.raises(ValueError, match="of its shape"):
+        product.writing(buffer[:, 1, :34])
+    with pytest.raises(ValueError, match="no residual"):
+        product.with_residual(c, random(24, 35)).writing(buffer[:, 1, :35])
+
+
 def test_operands_it_does_not_take() -> None:
     a, b, c = random(20, 10), random(10, 30), np.empty((20, 30), np.float32)
     assert gemm_kernel.applies(a, b, c)
