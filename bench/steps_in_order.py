@@ -23,8 +23,10 @@ precision (int8 through NNCF, as `bench/executor.py` quantises it), from the pee
 of each at a time. ``--clock thread`` reads
 the calling thread's CPU time in place of the wall clock (one thread only), which other
 processes on a busy machine leave out; ``--statistic best`` gives each node's best run in
-place of its median. One thread by default: BLAS's
-pools through threadpoolctl and the engine's own setting (`parallel.set_threads`).
+place of its median. One thread by default. ``--threads`` sets BLAS's pools through
+threadpoolctl, the count a plan's jobs are cut for and run on, as `bench/executor.py` and the
+server set it; the engine's slabs over Python threads (`parallel.set_threads`) stay off, as
+they are there.
 """
 
 from __future__ import annotations
@@ -46,7 +48,6 @@ import nets  # noqa: E402 - found through the path set just above
 import quantized_peers  # noqa: E402 - the same
 
 import engine  # noqa: E402
-from engine.cpu import parallel  # noqa: E402
 
 NETWORKS = {"resnet18_v1": (nets.resnet18_v1, (3, 224, 224)),
             "resnet50_v2": (nets.resnet50_v2, (3, 224, 224)),
@@ -159,7 +160,6 @@ def main() -> None:
         parser.error("--clock thread counts the calling thread alone: use it with --threads 1")
     from threadpoolctl import threadpool_limits
 
-    parallel.set_threads(options.threads)
     threadpool_limits(options.threads)
     plans = {"": build(options)}
     for copy in range(1, options.plans):  # identical plans, each of a model of its own
