@@ -8,7 +8,7 @@ import zlib
 import numpy as np
 import pytest
 
-from engine.cpu import host_features, spin_pool
+from engine.cpu import cache_sizes, host_features, spin_pool
 from engine.kernels import gemm_int8, int8_affine, int8_conv, part_chain
 from engine.ops.quantized import integer
 from engine.ops.quantized.requantize import finish
@@ -824,8 +824,6 @@ def test_a_chain_takes_rows_first_also_where_the_weights_stay_in_the_l2(monkeypa
     """A chained layer shares out its rows where `rows_first` does, and also where its
     weights fit a core's L2 with two row blocks a core (MobileNet v2's 1×1 layers at 7²,
     150–410 KB against 55–80 KB of activations); not past the L2."""
-    from engine.cpu import cache_sizes
-
     monkeypatch.setattr(spin_pool, "cores", lambda: 2)
     monkeypatch.setattr(cache_sizes, "l2_bytes", lambda: 512 << 10)
 
@@ -850,8 +848,6 @@ def test_a_one_by_one_layer_at_seven_squared_is_one_chain_copying_its_own_rows(m
     rows: the last row block read in the copy's tail), on two cores: one chained job whose
     shares each copy, multiply and requantize their rows; the NumPy path's bytes on one
     thread and armed, again after the data change."""
-    from engine.cpu import cache_sizes
-
     monkeypatch.setattr(spin_pool, "cores", lambda: 2)
     monkeypatch.setattr(cache_sizes, "l2_bytes", lambda: 512 << 10)
     rng = np.random.default_rng(_seed("seven squared"))
@@ -1373,9 +1369,11 @@ def test_chained_shares_read_handed_over_data_in_place_and_write_a_second_output
 @needs_table
 def test_a_layer_whose_weights_outweigh_its_rows_keeps_its_chunks_jobs(monkeypatch):
     """Where the cores had better share a layer's weights by panels than its rows
-    (`int8_conv.rows_first`: 1.2 MB of weights against 0.1 MB of activations), its chunks
-    stay a product job and a requantize job each, their tiles shared among the cores."""
+    (`int8_conv.rows_first`: 1.2 MB of weights against 0.1 MB of activations) and they
+    outweigh a core's L2 (1 MB here, `chain_rows_first`), its chunks stay a product job and
+    a requantize job each, their tiles shared among the cores."""
     monkeypatch.setattr(spin_pool, "cores", lambda: 2)
+    monkeypatch.setattr(cache_sizes, "l2_bytes", lambda: 2 ** 20)
     rng = np.random.default_rng(5)
     data, weight, geometry, epilogue, residual, storage = _case(
         rng, (2, 512, (7, 7), 256, (3, 3), (1, 1), (1, 1), (1, 1)), np.uint8, np.uint8,
@@ -1397,8 +1395,6 @@ def test_a_layer_whose_weights_outweigh_its_rows_keeps_its_chunks_jobs(monkeypat
 def test_chained_shares_take_a_share_of_the_l2_where_it_is_small(monkeypatch, l2, chunk):
     """A chained layer's share of sums: `CHUNK_BYTES` where the L2 is unknown or 2 MB, a
     quarter of Zen 3's 512 KB."""
-    from engine.cpu import cache_sizes
-
     monkeypatch.setattr(cache_sizes, "l2_bytes", lambda: l2)
     assert int8_conv.chunk_bytes() == chunk
 
