@@ -2,7 +2,8 @@
 
 Usage: ``python bench/steps_in_order.py [--net resnet18_v1] [--batch 1] [--runs 30]
 [--threads 1] [--top 12] [--precision fp32|bf16|int8] [--node NAME] [--clock wall|thread]
-[--winograd-min-tiles N] [--f4-min-tiles N] [--plans N] [--openvino]
+[--winograd-min-tiles N] [--f4-min-tiles N] [--bf16-grid-max-steps N] [--plans N]
+[--openvino]
 [--peer-python PYTHON] [--statistic median|best]``.
 
 Every run walks ``plan.steps`` once in order, each step timed inside a run made as
@@ -14,7 +15,9 @@ of call, the nodes slowest first, and the median of whole ``plan.run`` calls (st
 replayed: `engine.cpu.steady_walk`, after the two a walk makes record) taken in turn with
 the walks (`bench/executor.py`'s step kinds sum the same walks by kind). ``--node`` lists a
 node's steps one by one; ``--winograd-min-tiles`` and ``--f4-min-tiles`` bind a second plan
-with `winograd_bind`'s thresholds changed and time the two in turn; ``--plans N`` binds N
+with `winograd_bind`'s thresholds changed, ``--bf16-grid-max-steps`` with `conv_amx`'s
+limit on the direct products handing their readers bf16 on the AVX-512 BF16 tile, and time
+the two in turn; ``--plans N`` binds N
 identical plans (a model each) and times them in turn, where one plan differing from another
 shows where their memory lies mattering. ``--openvino`` then prints
 OpenVINO's own time per layer, in its order, for the same network, batch, thread count and
@@ -143,6 +146,10 @@ def main() -> None:
                              "the two in turn")
     parser.add_argument("--f4-min-tiles", type=int, default=None,
                         help="the same with winograd_bind.F4_MIN_TILES")
+    parser.add_argument("--bf16-grid-max-steps", type=int, default=None,
+                        help="bind a second plan with conv_amx.BF16_GRID_MAX_STEPS at N "
+                             "(0: no direct product on the AVX-512 BF16 tile hands its "
+                             "readers bf16)")
     parser.add_argument("--node", action="append", default=[],
                         help="a node whose steps are listed one by one (repeatable)")
     parser.add_argument("--plans", type=int, default=1,
@@ -164,15 +171,16 @@ def main() -> None:
     plans = {"": build(options)}
     for copy in range(1, options.plans):  # identical plans, each of a model of its own
         plans[f"plan {copy + 1}: "] = build(options)
-    from engine.kernels import winograd_bind
+    from engine.kernels import conv_amx, winograd_bind
 
-    changed = {name: value for name, value in (("MIN_TILES", options.winograd_min_tiles),
-                                               ("F4_MIN_TILES", options.f4_min_tiles))
-               if value is not None}
+    changed = {(module, name): value for module, name, value in (
+        (winograd_bind, "MIN_TILES", options.winograd_min_tiles),
+        (winograd_bind, "F4_MIN_TILES", options.f4_min_tiles),
+        (conv_amx, "BF16_GRID_MAX_STEPS", options.bf16_grid_max_steps)) if value is not None}
     if changed:
-        for name, value in changed.items():
-            setattr(winograd_bind, name, value)
-        label = ", ".join(f"{name} {value}" for name, value in changed.items())
+        for (module, name), value in changed.items():
+            setattr(module, name, value)
+        label = ", ".join(f"{name} {value}" for (_, name), value in changed.items())
         plans[f"{label}: "] = build(options)
     per_run: dict[str, list[list[float]]] = {label: [] for label in plans}
     whole: dict[str, list[float]] = {label: [] for label in plans}

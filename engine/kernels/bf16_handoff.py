@@ -21,7 +21,8 @@ take (`gemm_bind`), reading them as AMX lays them, their rows where they lie, wh
 pairing pass would lay the tile's panels (in bf16 at batch 1, one Zen 5 core, against each
 reader pairing the float32 array: MobileNet v2 3.03 ms against 3.30–3.43, ResNet-50 v2
 23.1–23.6 against 24.4–24.7); a 1×1 product on a register tile its planes, for a depthwise
-reader (`gemm_tile_handoff`). There are no grids there.
+reader (`gemm_tile_handoff`); and a direct convolution's product on that tile, or the
+BatchNorm pass, a direct reader's grid (`conv_amx`).
 
 A writer that can lay its pairs in a grid (`offer` with ``grids``: the BatchNorm pass, any
 grid; a direct convolution's product, one as wide as its own; a 1×1 product on AMX,
@@ -120,7 +121,8 @@ def offer(workspace: Any, array: Any, grids: bool | Callable[[Any], bool] = Fals
     in the first half of ``array``'s own memory rather than in a buffer of the plan's kept
     for planes of their shape. ``bf16_tile``: whether it offers its output on a host with
     the AVX-512 BF16 tile and no AMX too: there the words to that tile's 1×1 products
-    (`gemm_bind`), and the planes to a depthwise reader, but no grids.
+    (`gemm_bind`), the grids to its direct convolutions, and the planes to a depthwise
+    reader.
 
     The words are a buffer of the plan's kept for hand-offs of their shape and K (the pad
     past K must stay zero: writers of one K write the same cells), one the writer reserves
@@ -142,7 +144,7 @@ def offer(workspace: Any, array: Any, grids: bool | Callable[[Any], bool] = Fals
         slot = next((slot for slot, holder in enumerate(holders)
                      if holder.takers == holder.readers), len(holders))
         handoff = PairedHandoff(len(readers), shape, (array.shape[1], slot), array.shape,
-                                grids if on_amx else False, columns, planes)
+                                grids if on_amx or bf16_tile else False, columns, planes)
         if planes and planes_in_place:
             handoff.array = array
         holders[slot:slot + 1] = [handoff]

@@ -28,8 +28,9 @@ It offers its output as the words a 1×1 product on AMX reads too (ResNet v2's b
 pairs nothing. Either only over a short K (`GRID_MAX_STEPS`).
 
 On AVX-512 BF16 without AMX the same grid and bind run a product of register tiles instead
-(`conv_bf16_ir`: ``vdpbf16ps``, the weights packed by `weight_rows`), with no hand-offs, no
-channels-last grid and no shortcut riding, where few grid columns are dropped
+(`conv_bf16_ir`: ``vdpbf16ps``, the weights packed by `weight_rows`), with the same
+hand-offs at batch 1 (`BF16_GRID_MAX_STEPS`) but no channels-last grid and no shortcut
+riding, where few grid columns are dropped
 (`BF16_MAX_COLUMNS_RATIO`): there the im2col form pairs nine copies of each input word, and
 on one Zen 5 core ResNet-18's 64-channel 3×3 layers at 56² take 0.50 ms this way against
 0.62–0.69 (OpenVINO bf16: 0.46). Over a deep K with output rows a multiple of 7 pixels
@@ -102,6 +103,8 @@ CHUNK_GRID_BYTES = 512 << 10
 # 0.91-0.98× and 0.83-0.95×, 128 at 28² (36) 0.94-1.0× and 0.92-0.98×; 256 at 14² (72)
 # 1.04-1.11× and 0.99-1.0×, 512 at 7² (144) 1.07-1.11× and 0.91-1.03×.
 GRID_MAX_STEPS = 48
+# The same on the AVX-512 BF16 tile (`conv_bf16_ir`, `conv_bf16_pixels_ir`).
+BF16_GRID_MAX_STEPS = 1 << 20
 # Input channels at least of a convolution of stride 1 reading a channels-last grid
 # (`reads_lines`). ResNet-18's 3×3 layers alone, one thread, thread CPU time, with its pass
 # against the grid of pairs with its pairing (warm / with 3 MB written between calls), batch 1:
@@ -238,7 +241,16 @@ def bind_chunks(data: Any, weight: Any, out: Any, geometry: Any,
     per_image = _words(data.shape[1]) * grid.image * 4
     chunk = max(1, CHUNK_GRID_BYTES // per_image)
     if gemm_bind.bf16_kernel(workspace, out.shape[1]) == gemm_kernel.BF16:
-        # AVX-512 BF16's tiles: the grid of pairs alone, nothing handed over or riding
+        # AVX-512 BF16's tiles: the grid of pairs (at batch 1 its writer's, where it hands
+        # it over), and the output offered to its readers in bf16 likewise; no lines, no
+        # shortcut riding
+        if data.shape[0] == 1:
+            product = bind(data, weight, out, geometry, workspace,
+                           bf16_handoff.offered(workspace, data), isa=gemm_kernel.BF16)
+            if (out.shape[1] % 2 == 0
+                    and _k_steps(grid, data.shape[1]) <= BF16_GRID_MAX_STEPS):
+                product = _offer_pairs(product, grid.width, workspace, out, bf16_tile=True)
+            return [product]
         return [bind(data[start:start + chunk], weight, out[start:start + chunk], geometry,
                      workspace, isa=gemm_kernel.BF16)
                 for start in range(0, data.shape[0], chunk)]
@@ -301,7 +313,8 @@ def bind(data: Any, weight: Any, out: Any, geometry: Any, workspace: Any,
 
         tiles = workspace.derived(weight, ("bf16 direct pixels", words),
                                   partial(weight_rows, words=words, block=FILTERS))
-        functions = {**functions, "part": functions["pixels_part"]}
+        functions = {**functions, **{name: functions[f"pixels_{name}"]
+                                     for name in ("part", "grid_part", "words_part")}}
     else:
         tiles = workspace.derived(weight, ("bf16 direct", words),
                                   partial(weight_rows, words=words))
@@ -472,13 +485,14 @@ def _k_steps(grid: _Grid, channels: int) -> int:
 
 
 def _offer_pairs(paired: bf16.PairedProduct, width: int, workspace: Any,
-                 out: Any) -> bf16.PairedProduct:
+                 out: Any, bf16_tile: bool = False) -> bf16.PairedProduct:
     """The product offering ``out`` to its readers (`bf16_handoff.offer`) as the words a 1×1
-    product on AMX reads, or as their grid where each is a direct convolution of stride 1
-    over grid rows ``width`` words wide."""
+    product on AMX (or, ``bf16_tile``, on the AVX-512 BF16 tile) reads, or as their grid
+    where each is a direct convolution of stride 1 over grid rows ``width`` words wide."""
     handoff = bf16_handoff.offer(
         workspace, out,
-        grids=lambda reader: reader.stride == (1, 1) and reader.width == width)
+        grids=lambda reader: reader.stride == (1, 1) and reader.width == width,
+        bf16_tile=bf16_tile)
     if handoff is None:
         return paired
     return bf16.PairedProduct(paired.func, paired.args[0], paired.product.handing(handoff))
@@ -748,18 +762,24 @@ def _compile_bf16() -> dict[str, Any] | None:
     llvmlite)."""
     if not (host_features.has("avx512f") and host_features.has("avx512_bf16")):
         return None
+    from engine.kernels import conv_bf16_ir, conv_bf16_pixels_ir
+
     engine = llvm_jit.compile_for_host(_bf16_module)
+    names = (*conv_bf16_ir.PARTS.values(), *conv_bf16_pixels_ir.PARTS.values())
     return None if engine is None else {
-        "engine": engine, **{name: engine.get_function_address(name)
-                             for name in ("part", "pixels_part")}}
+        "engine": engine, **{name: engine.get_function_address(name) for name in names}}
 
 
 def _bf16_module() -> Any:
+    """`conv_bf16_ir`'s tasks and `conv_bf16_pixels_ir`'s in one module."""
+    from engine.kernels import conv_bf16_pixels_ir
     from engine.kernels.conv_bf16_ir import TILE_COLUMNS, module
 
     # its tiles' columns are AMX's, whose grid extent (`_grid_extent`) they read within
     assert TILE_COLUMNS == TILE
-    return module(_FIELD)
+    built = module(_FIELD)
+    conv_bf16_pixels_ir.add_to(built, _FIELD)
+    return built
 
 
 def _compiled_lines() -> dict[str, Any] | None:

@@ -16,6 +16,15 @@ adds the filter's bias, then the residual (read through a mask of as many leadin
 clamps, and stores through that mask: `gemm_ir`'s terms in its order, so a residual block's
 add and its ReLU cost no pass of their own.
 
+``grid_part`` and ``words_part`` are ``part`` writing its output in bf16 for its readers
+(`bf16_handoff`), as AMX's do (`conv_amx_ir`): each pair of filters' values, the float32
+epilogue's (bias, then the clamp; no residual), rounded to bf16 as the pairing pass rounds
+them and paired into one row of words; ``grid_part`` stores the grid columns' words where a
+direct reader's zero-bordered grid has them (the same grid width, ``grid_shift`` on, the
+dropped columns masked off: they fall on its border), ``words_part`` the kept lanes packed
+where the output's pixels lie (a 1×1 reader's words). The context's ``grid`` and
+``grid_ldb`` say where; one image, an even number of filters.
+
 ``part(context, part, parts)`` is a `spin_pool` task over every (filter block, image, column
 tile), filter blocks outside, so that a block's weights stay in cache while they meet each
 image's columns; ``context`` is `conv_amx`'s (its `_FIELD` names the words).
@@ -51,20 +60,21 @@ TILE_COLUMNS = VECTORS * LANES
 # weights come from memory in a plan's walk (ResNet-18's 512-channel layer at 7², 4.7 MB, one
 # Zen 5 core: 0.92 ms without, 0.66 with).
 AHEAD_WORDS = 64 * ROWS
+# Where a product stores its output: as float32, as a reader's grid of pairs, as a 1×1
+# reader's words; and the task of each.
+OUTPUT, GRID, WORDS_OUT = "output", "grid", "words"
+PARTS = {OUTPUT: "part", GRID: "grid_part", WORDS_OUT: "words_part"}
 
 
 def module(field: dict[str, int]) -> ir.Module:
-    """The module holding ``part``, and `conv_bf16_pixels_ir`'s ``pixels_part``, over a
-    context laid out as ``field`` names it."""
-    from engine.kernels import conv_bf16_pixels_ir
-
-    built = DirectBf16Kernel(field).module
-    conv_bf16_pixels_ir.add_to(built, field)
-    return built
+    """The module holding ``part``, ``grid_part`` and ``words_part`` over a context laid out
+    as ``field`` names it (`conv_bf16_pixels_ir.add_to` adds its tasks to it)."""
+    return DirectBf16Kernel(field).module
 
 
 class DirectBf16Kernel:
-    """The module: ``tile`` (one tile's sums and epilogue) and the task ``part``."""
+    """The module: a tile (one tile's sums and epilogue) and the task for each store
+    (`PARTS`)."""
 
     def __init__(self, field: dict[str, int]) -> None:
         self.module = ir.Module(name="hybridserve_conv_bf16_direct")
@@ -82,21 +92,25 @@ class DirectBf16Kernel:
             ir.VoidType(), [ir.IntType(8).as_pointer(), I32, I32, I32]), name="llvm.prefetch.p0")
         self.masked_load = masked_load(self.module, self.vector, "f32")
         self.masked_store = masked_store(self.module, self.vector, "f32")
-        self.tile = self._define_tile()
-        self._define_part(field)
+        self.words = ir.VectorType(I32, LANES)
+        self.store_words = masked_store(self.module, self.words, "i32")
+        self.halves = ir.VectorType(BFloatType(), LANES)
+        for store, name in PARTS.items():
+            self._define_part(field, name, self._define_tile(store))
 
-    def _define_tile(self) -> ir.Function:
+    def _define_tile(self, store: str) -> ir.Function:
         """``tile(a, b, column, ldb, words, taps, offsets, c, ldc, bias, rows, residual, low,
         high, grid_width, width, n)``: the tile from grid column ``column`` of the image
         whose grid starts at ``b`` (a plane every ``ldb`` words), its filter block's packed
         weights at ``a``, its first filter's output row at ``c`` (``ldc`` floats a filter),
         bias at ``bias`` and residual at ``residual`` (null: none); ``rows`` of its filters
-        are real."""
+        are real. Storing the ``store`` of `PARTS` other than the output, ``c`` is its first
+        pair of filters' row of words (``ldc`` words a row) and no residual is added."""
         pointer, wide = F32.as_pointer(), I64.as_pointer()
         kind = ir.FunctionType(ir.VoidType(), [pointer, pointer, I64, I64, I64, I64, wide,
                                                pointer, I64, pointer, I64, pointer, F32, F32,
                                                I64, I64, I64])
-        function = ir.Function(self.module, kind, name="tile")
+        function = ir.Function(self.module, kind, name=f"{store}_tile")
         function.linkage = "internal"
         (a, b, column, ldb, words, taps, offsets, c, ldc, bias, rows, residual, low, high,
          grid_width, width, n) = function.args
@@ -128,7 +142,11 @@ class DirectBf16Kernel:
                         cell = cells[i * VECTORS + j]
                         builder.store(builder.call(self.dot, [builder.load(cell), weight,
                                                               grid_words[j]]), cell)
-        self._epilogue(builder, function, [builder.load(cell) for cell in cells])
+        sums = [builder.load(cell) for cell in cells]
+        if store == OUTPUT:
+            self._epilogue(builder, function, sums)
+        else:
+            self._pairs_epilogue(builder, function, sums, store == WORDS_OUT)
         builder.ret_void()
         return function
 
@@ -136,21 +154,30 @@ class DirectBf16Kernel:
         """The tile's sums into C: each vector's kept lanes packed from its first pixel on,
         plus the bias, plus the residual where there is one, clamped, for each real filter
         (one loop with a residual, one without, chosen once a tile)."""
-        column, residual, low, high, grid_width, width, n = (
-            function.args[index] for index in (2, 11, 12, 13, 14, 15, 16))
+        residual, low, high = (function.args[index] for index in (11, 12, 13))
         low, high = splat(builder, low, self.vector), splat(builder, high, self.vector)
-        placed = []
-        for j in range(VECTORS):
-            start = builder.add(column, I64(j * LANES))
-            kept = self.grid_lanes.kept(builder, start, grid_width, width, n)
-            placed.append((kept, self.grid_lanes.leading(builder, kept),
-                           self.grid_lanes.pixels_before(builder, start, grid_width, width)))
+        placed = self._placed(builder, function, True)
         has_residual = builder.icmp_unsigned("!=", builder.ptrtoint(residual, I64), I64(0))
         with builder.if_else(has_residual) as (summed, alone):
             with summed:
                 self._store_rows(builder, function, sums, placed, (low, high), True)
             with alone:
                 self._store_rows(builder, function, sums, placed, (low, high), False)
+
+    def _placed(self, builder: ir.IRBuilder, function: ir.Function,
+                packed: bool) -> list[tuple[Any, Any, Any]]:
+        """For each vector of the tile's grid columns: which lanes are pixels, as many
+        leading lanes, and where the vector's values go: its first pixel where they go
+        ``packed`` together, else its first grid column."""
+        column, grid_width, width, n = (function.args[index] for index in (2, 14, 15, 16))
+        placed = []
+        for j in range(VECTORS):
+            start = builder.add(column, I64(j * LANES))
+            kept = self.grid_lanes.kept(builder, start, grid_width, width, n)
+            placed.append((kept, self.grid_lanes.leading(builder, kept),
+                           self.grid_lanes.pixels_before(builder, start, grid_width, width)
+                           if packed else start))
+        return placed
 
     def _store_rows(self, builder: ir.IRBuilder, function: ir.Function, sums: list[Any],
                     placed: list[tuple[Any, Any, Any]], bounds: tuple[Any, Any],
@@ -172,16 +199,49 @@ class DirectBf16Kernel:
                             builder.bitcast(builder.gep(residual, [at]),
                                             self.vector.as_pointer()),
                             I32(4), leading, self.zero]))
-                    # ``np.clip``'s: NaN stays NaN
-                    value = builder.select(builder.fcmp_ordered("<", value, low), low, value)
-                    value = builder.select(builder.fcmp_ordered(">", value, high), high, value)
-                    builder.call(self.masked_store, [value, builder.bitcast(
-                        builder.gep(c, [at]), self.vector.as_pointer()), I32(4), leading])
+                    target = builder.bitcast(builder.gep(c, [at]), self.vector.as_pointer())
+                    builder.call(self.masked_store, [clamped(builder, value, low, high),
+                                                     target, I32(4), leading])
 
-    def _define_part(self, positions: dict[str, int]) -> None:
-        """``part(context, part, parts)``: part ``part``'s run of the tiles, filter blocks
-        outside the images and their column tiles."""
-        function, builder, context, part, parts = define_task(self.module, "part")
+    def _pairs_epilogue(self, builder: ir.IRBuilder, function: ir.Function, sums: list[Any],
+                        words_out: bool) -> None:
+        """The tile's sums as bf16 words, filters ``2p`` and ``2p + 1`` (the even one's half
+        low) into word row ``p`` from ``c``: each value the float32 epilogue's (`_store_rows`
+        with no residual), rounded to nearest even (``fptrunc``, the pairing pass's
+        rounding). The grid's words go at the tile's grid columns through the kept lanes'
+        mask; the words' (``words_out``) packed where the output's pixels lie."""
+        c, ldc, bias, rows, low, high = (function.args[index] for index in (7, 8, 9, 10, 12, 13))
+        low, high = splat(builder, low, self.vector), splat(builder, high, self.vector)
+        words = builder.bitcast(c, I32.as_pointer())
+        order = ir.Constant(ir.VectorType(I32, 2 * LANES),
+                            [lane for index in range(LANES) for lane in (index, index + LANES)])
+        placed = self._placed(builder, function, words_out)
+        for pair in range(ROWS // 2):
+            with builder.if_then(builder.icmp_signed("<", I64(2 * pair), rows)):
+                shifts = [splat(builder, builder.load(builder.gep(bias, [I64(row)])),
+                                self.vector) for row in (2 * pair, 2 * pair + 1)]
+                line = builder.gep(words, [builder.mul(I64(pair), ldc)])
+                for j, (kept, leading, at) in enumerate(placed):
+                    halves = [builder.fptrunc(clamped(builder, builder.fadd(
+                        sums[row * VECTORS + j], shift), low, high), self.halves)
+                        for row, shift in zip((2 * pair, 2 * pair + 1), shifts, strict=True)]
+                    paired = builder.bitcast(builder.shuffle_vector(*halves, order),
+                                             self.words)
+                    target = builder.gep(line, [at])
+                    if words_out:  # the kept lanes packed, from their first pixel on
+                        packed = builder.call(self.compress, [
+                            builder.bitcast(paired, self.vector), self.zero, kept])
+                        builder.call(self.masked_store, [packed, builder.bitcast(
+                            target, self.vector.as_pointer()), I32(4), leading])
+                    else:
+                        builder.call(self.store_words, [paired, builder.bitcast(
+                            target, self.words.as_pointer()), I32(4), kept])
+
+    def _define_part(self, positions: dict[str, int], name: str, run: ir.Function) -> None:
+        """``name(context, part, parts)``: part ``part``'s run of ``run``'s tiles, filter blocks
+        outside the images and their column tiles; into the output, or (``grid_part``,
+        ``words_part``) into the words at ``grid``, ``grid_ldb`` a row, ``grid_shift`` on."""
+        function, builder, context, part, parts = define_task(self.module, name)
         field = fields(builder, context, positions)
         pointer = F32.as_pointer()
 
@@ -206,10 +266,28 @@ class DirectBf16Kernel:
             first_filter = builder.mul(block, I64(ROWS))
             rows = builder.sub(m, first_filter)
             rows = builder.select(builder.icmp_signed("<", rows, I64(ROWS)), rows, I64(ROWS))
-            builder.call(self.tile, [
+            c, ldc = address("c", output_bytes), field["ldc"]
+            if name != PARTS[OUTPUT]:  # the block's first pair row of words, the shift on
+                c, ldc = pair_rows(builder, field, first_filter), field["grid_ldb"]
+            builder.call(run, [
                 address("a", builder.mul(block, block_words)),
                 address("b", builder.mul(image, field["b_batch"])), column, field["ldb"],
-                words, taps, offsets, address("c", output_bytes), field["ldc"],
+                words, taps, offsets, c, ldc,
                 address("rows_bias", builder.mul(first_filter, I64(4))), rows, residual,
                 low, high, field["grid_width"], field["width"], n])
         builder.ret_void()
+
+
+def pair_rows(builder: ir.IRBuilder, field: dict[str, Any], first_filter: Any) -> Any:
+    """Where filter ``first_filter`` (even) and the next one's words start: their word row
+    of the reader's words at ``grid`` (``grid_ldb`` words a row), ``grid_shift`` words on."""
+    row = builder.mul(builder.sdiv(first_filter, I64(2)), field["grid_ldb"])
+    words = builder.add(row, field["grid_shift"])
+    return builder.inttoptr(builder.add(field["grid"], builder.mul(words, I64(4))),
+                            F32.as_pointer())
+
+
+def clamped(builder: ir.IRBuilder, value: Any, low: Any, high: Any) -> Any:
+    """``value`` clamped to [low, high] as ``np.clip`` clamps: NaN stays NaN."""
+    value = builder.select(builder.fcmp_ordered("<", value, low), low, value)
+    return builder.select(builder.fcmp_ordered(">", value, high), high, value)

@@ -21,6 +21,12 @@ The epilogue adds each filter's bias, then the residual (read as the output lies
 gather), clamps, and scatters each vector's 16 filters into their planes of the output at the
 pixel's place; lanes past the last filter, and pixels past the last, are masked off.
 
+``pixels_grid_part`` and ``pixels_words_part`` store the output in bf16 for its readers, as
+`conv_bf16_ir`'s ``grid_part`` and ``words_part`` do: each pixel's 32 filters' values (the
+float32 epilogue's, no residual) rounded and paired into 16 words, filters ``2q`` and
+``2q + 1`` into word row ``q``, scattered at the pixel's grid column (``grid_shift`` on) or
+at the pixel itself.
+
 ``pixels_part(context, part, parts)`` is a `spin_pool` task over every (filter block, image,
 pixel tile), filter blocks outside, so that a block's weights stay in L2 while every pixel of
 each image meets them. The K loop asks for the next block's weights too, into L2, each of
@@ -38,6 +44,7 @@ from typing import Any
 
 import llvmlite.ir as ir
 
+from engine.kernels.conv_bf16_ir import GRID, OUTPUT, WORDS_OUT, clamped, pair_rows
 from engine.kernels.gemm_bf16_ir import DOT_PRODUCT, BFloatType
 from engine.kernels.task_ir import BlockTiles, as_float, fields, loop, masked_load, splat
 from engine.kernels.task_ir import task as define_task
@@ -53,16 +60,19 @@ PIXELS = SEGMENT * SEGMENTS
 FILTERS = FILTER_VECTORS * LANES
 # How far ahead of its step the K loop asks for the weights, in words (64 steps).
 AHEAD_WORDS = 64 * FILTERS
+# The task for each store (`conv_bf16_ir.PARTS`'s).
+PARTS = {OUTPUT: "pixels_part", GRID: "pixels_grid_part", WORDS_OUT: "pixels_words_part"}
 
 
 def add_to(module: ir.Module, field: dict[str, int]) -> None:
-    """``pixels_part`` defined in ``module``, over a context laid out as ``field`` names it."""
+    """``pixels_part`` and its like (`PARTS`) defined in ``module``, over a context laid out
+    as ``field`` names it."""
     PixelBf16Kernel(module, field)
 
 
 class PixelBf16Kernel:
-    """``pixel_tile2`` and ``pixel_tile1`` (a tile's sums and epilogue, of two runs and of
-    one) and the task ``pixels_part``."""
+    """For each store, its tiles of two runs and of one (a tile's sums and epilogue) and its
+    task (`PARTS`)."""
 
     def __init__(self, module: ir.Module, field: dict[str, int]) -> None:
         self.module = module
@@ -85,29 +95,36 @@ class PixelBf16Kernel:
         self.scatter = ir.Function(module, ir.FunctionType(
             ir.VoidType(), [self.vector, self.pointers, I32, self.mask]),
             name=f"llvm.masked.scatter.v{LANES}f32.v{LANES}p0")
-        # a tile of `SEGMENTS` runs, and one of a run: a plane's last, where one run is
-        # left (7² planes: three tiles of two and one of one, no pixel computed twice)
-        self.tiles = {count: self._define_tile(count) for count in (SEGMENTS, 1)}
-        self._define_part(field)
+        self.words = ir.VectorType(I32, LANES)
+        self.scatter_words = ir.Function(module, ir.FunctionType(
+            ir.VoidType(), [self.words, self.pointers, I32, self.mask]),
+            name=f"llvm.masked.scatter.v{LANES}i32.v{LANES}p0")
+        self.halves = ir.VectorType(BFloatType(), LANES)
+        for store, name in PARTS.items():
+            # a tile of `SEGMENTS` runs, and one of a run: a plane's last, where one run is
+            # left (7² planes: three tiles of two and one of one, no pixel computed twice)
+            self._define_part(field, name, {count: self._define_tile(count, store)
+                                            for count in (SEGMENTS, 1)})
 
-    def _define_tile(self, segments: int) -> ir.Function:
-        """``pixel_tile<segments>(a, b, ldb, words, taps, offsets, c, ldc, bias, filters,
-        residual, low, high, grid_width, width, first, block_words, share, pace)``: the
-        tile of ``segments`` runs of output pixels ``first`` on (of ``ldc`` an image) of the
-        image whose grid starts at ``b`` (a plane every ``ldb`` words), its filter block's
-        packed weights at ``a`` (``block_words`` of them), the block's first filter's plane
-        of the output at ``c`` and of the residual at ``residual`` (null: none), its bias at
-        ``bias``; ``filters`` of the block's filters are real. It asks for the next block's
-        weights from ``share`` words into it on, a line a step, each ``pace`` halving the
-        pace."""
+    def _define_tile(self, segments: int, store: str) -> ir.Function:
+        """``<store>_pixel_tile<segments>(a, b, ldb, words, taps, offsets, c, ldc, bias,
+        filters, residual, low, high, grid_width, width, first, block_words, share, pace,
+        word_row)``: the tile of ``segments`` runs of output pixels ``first`` on (of ``ldc``
+        an image) of the image whose grid starts at ``b`` (a plane every ``ldb`` words), its
+        filter block's packed weights at ``a`` (``block_words`` of them), the block's first
+        filter's plane of the output at ``c`` and of the residual at ``residual`` (null:
+        none), its bias at ``bias``; ``filters`` of the block's filters are real. It asks
+        for the next block's weights from ``share`` words into it on, a line a step, each
+        ``pace`` halving the pace. Storing words (``store`` not the output), ``c`` is the
+        block's first word row, ``word_row`` words a row, and no residual is added."""
         pointer, wide = F32.as_pointer(), I64.as_pointer()
         kind = ir.FunctionType(ir.VoidType(), [pointer, pointer, I64, I64, I64, wide, pointer,
                                                I64, pointer, I64, pointer, F32, F32, I64, I64,
-                                               I64, I64, I64, I64])
-        function = ir.Function(self.module, kind, name=f"pixel_tile{segments}")
+                                               I64, I64, I64, I64, I64])
+        function = ir.Function(self.module, kind, name=f"{store}_pixel_tile{segments}")
         function.linkage = "internal"
         (a, b, ldb, words, taps, offsets, c, ldc, bias, filters, residual, low, high,
-         grid_width, width, first, block_words, share, pace) = function.args
+         grid_width, width, first, block_words, share, pace, _) = function.args
         builder = ir.IRBuilder(function.append_basic_block("entry"))
         pixels, columns = [], []
         for k in range(segments):
@@ -157,9 +174,42 @@ class PixelBf16Kernel:
                         builder.store(builder.call(self.dot, [builder.load(cell), weights[v],
                                                               word]), cell)
         totals = [builder.load(cell) for cell in cells]
-        self._epilogue(builder, function, totals, pixels)
+        if store == OUTPUT:
+            self._epilogue(builder, function, totals, pixels)
+        else:
+            places = pixels if store == WORDS_OUT else [
+                builder.add(columns[j // SEGMENT], I64(j % SEGMENT)) for j in range(len(pixels))]
+            self._pairs_epilogue(builder, function, totals, places)
         builder.ret_void()
         return function
+
+    def _pairs_epilogue(self, builder: ir.IRBuilder, function: ir.Function,
+                        totals: list[Any], places: list[Any]) -> None:
+        """Each real pixel's sums plus the filters' bias, clamped (`_store_pixels` with no
+        residual), rounded to bf16 (``fptrunc``: to nearest even, as the pairing pass
+        rounds) and paired, filters ``2q`` and ``2q + 1`` into word ``q``, scattered to word
+        row ``q`` from ``c`` at word ``places[j]`` of pixel ``j``."""
+        c, ldc, bias, filters, low, high, first, word_row = (
+            function.args[index] for index in (6, 7, 8, 9, 11, 12, 15, 19))
+        low, high = splat(builder, low, self.vector), splat(builder, high, self.vector)
+        _, _, shifts = self._filter_lanes(builder, bias, filters)
+        lane = ir.Constant(self.indices, list(range(LANES)))
+        # word q holds filters 2q and 2q + 1: those of an even count of real filters
+        pairs = builder.icmp_signed("<", builder.mul(lane, splat(builder, I64(2),
+                                                                  self.indices)),
+                                    splat(builder, filters, self.indices))
+        rows = builder.mul(lane, splat(builder, builder.mul(word_row, I64(4)), self.indices))
+        concatenated = ir.Constant(ir.VectorType(I32, 2 * LANES), list(range(2 * LANES)))
+        for j, place in enumerate(places):
+            inside = builder.icmp_signed("<", builder.add(first, I64(j)), ldc)
+            with builder.if_then(inside):
+                halves = [builder.fptrunc(clamped(builder, builder.fadd(
+                    totals[j * FILTER_VECTORS + v], shifts[v]), low, high), self.halves)
+                    for v in range(FILTER_VECTORS)]
+                paired = builder.bitcast(builder.shuffle_vector(*halves, concatenated),
+                                         self.words)
+                builder.call(self.scatter_words, [paired, self._addresses(
+                    builder, c, builder.mul(place, I64(4)), rows), I32(4), pairs])
 
     def _epilogue(self, builder: ir.IRBuilder, function: ir.Function, totals: list[Any],
                   pixels: list[Any]) -> None:
@@ -169,18 +219,10 @@ class PixelBf16Kernel:
         c, ldc, bias, filters, residual, low, high, first = (
             function.args[index] for index in (6, 7, 8, 9, 10, 11, 12, 15))
         low, high = splat(builder, low, self.vector), splat(builder, high, self.vector)
-        lane = ir.Constant(self.indices, list(range(LANES)))
-        masks, shifts, planes = [], [], []
-        for v in range(FILTER_VECTORS):
-            index = builder.add(lane, splat(builder, I64(v * LANES), self.indices))
-            mask = builder.icmp_signed("<", index, splat(builder, filters, self.indices))
-            masks.append(mask)
-            shifts.append(builder.call(self.masked_load, [builder.bitcast(
-                builder.gep(bias, [I64(v * LANES)]), self.vector.as_pointer()), I32(4), mask,
-                self.zero]))
-            # each lane's filter plane, in bytes from the block's first
-            planes.append(builder.mul(index, splat(builder, builder.mul(ldc, I64(4)),
-                                                   self.indices)))
+        indices, masks, shifts = self._filter_lanes(builder, bias, filters)
+        # each lane's filter plane, in bytes from the block's first
+        planes = [builder.mul(index, splat(builder, builder.mul(ldc, I64(4)), self.indices))
+                  for index in indices]
         has_residual = builder.icmp_unsigned("!=", builder.ptrtoint(residual, I64), I64(0))
         with builder.if_else(has_residual) as (summed, alone):
             with summed:
@@ -207,12 +249,25 @@ class PixelBf16Kernel:
                         value = builder.fadd(value, builder.call(self.gather, [
                             self._addresses(builder, residual, at, planes[v]), I32(4),
                             masks[v], self.zero]))
-                    # ``np.clip``'s: NaN stays NaN
-                    value = builder.select(builder.fcmp_ordered("<", value, low), low, value)
-                    value = builder.select(builder.fcmp_ordered(">", value, high), high, value)
-                    builder.call(self.scatter, [value, self._addresses(builder, c, at,
-                                                                       planes[v]),
+                    builder.call(self.scatter, [clamped(builder, value, low, high),
+                                                self._addresses(builder, c, at, planes[v]),
                                                 I32(4), masks[v]])
+
+    def _filter_lanes(self, builder: ir.IRBuilder, bias: Any,
+                      filters: Any) -> tuple[list[Any], list[Any], list[Any]]:
+        """For each vector of the block's filters: each lane's filter, whether it is real
+        (one of ``filters``), and its bias (zero past them)."""
+        lane = ir.Constant(self.indices, list(range(LANES)))
+        indices, masks, shifts = [], [], []
+        for v in range(FILTER_VECTORS):
+            index = builder.add(lane, splat(builder, I64(v * LANES), self.indices))
+            mask = builder.icmp_signed("<", index, splat(builder, filters, self.indices))
+            indices.append(index)
+            masks.append(mask)
+            shifts.append(builder.call(self.masked_load, [builder.bitcast(
+                builder.gep(bias, [I64(v * LANES)]), self.vector.as_pointer()), I32(4), mask,
+                self.zero]))
+        return indices, masks, shifts
 
     def _addresses(self, builder: ir.IRBuilder, base: Any, at: Any, planes: Any) -> Any:
         """Each lane's address: ``base`` plus ``at`` bytes plus its filter plane's."""
@@ -220,10 +275,12 @@ class PixelBf16Kernel:
         return builder.inttoptr(builder.add(splat(builder, start, self.indices), planes),
                                 self.pointers)
 
-    def _define_part(self, positions: dict[str, int]) -> None:
-        """``pixels_part(context, part, parts)``: part ``part``'s run of the tiles, filter
-        blocks outside the images and their pixel tiles."""
-        function, builder, context, part, parts = define_task(self.module, "pixels_part")
+    def _define_part(self, positions: dict[str, int], name: str,
+                     tiles: dict[int, ir.Function]) -> None:
+        """``name(context, part, parts)``: part ``part``'s run of ``tiles`` (by their runs),
+        filter blocks outside the images and their pixel tiles; into the output, or into the
+        words at ``grid`` (``grid_ldb`` a row, ``grid_shift`` on)."""
+        function, builder, context, part, parts = define_task(self.module, name)
         field = fields(builder, context, positions)
         pointer = F32.as_pointer()
 
@@ -233,7 +290,7 @@ class PixelBf16Kernel:
         low, high = (as_float(builder, field[name]) for name in ("low", "high"))
         m, ldc, words, taps = field["m"], field["ldc"], field["words"], field["taps"]
         blocks = builder.sdiv(builder.add(m, I64(FILTERS - 1)), I64(FILTERS))
-        tiles = BlockTiles(builder, blocks, field["batch"],
+        share = BlockTiles(builder, blocks, field["batch"],
                            builder.sdiv(builder.add(ldc, I64(PIXELS - 1)), I64(PIXELS)),
                            part, parts)
         offsets = builder.inttoptr(field["offsets"], I64.as_pointer())
@@ -243,10 +300,11 @@ class PixelBf16Kernel:
         # (``tiles.per_block``, rounded up to 2^pace) each ask for a 2^-pace share of them, one
         # line a step at a 2^-pace rate, so that they stream from memory through every tile
         # of the block, not at the pace of its first tile's steps.
-        ctlz = ir.Function(self.module, ir.FunctionType(I64, [I64, I1]), name="llvm.ctlz.i64")
-        pace = builder.sub(I64(64), builder.call(ctlz, [builder.sub(tiles.per_block, I64(1)),
+        ctlz = self.module.globals.get("llvm.ctlz.i64") or ir.Function(
+            self.module, ir.FunctionType(I64, [I64, I1]), name="llvm.ctlz.i64")
+        pace = builder.sub(I64(64), builder.call(ctlz, [builder.sub(share.per_block, I64(1)),
                                                          ir.Constant(I1, 0)]))
-        with tiles.each(function) as (block, within, image, tile):
+        with share.each(function) as (block, within, image, tile):
             pixel = builder.mul(tile, I64(PIXELS))
             first_filter = builder.mul(block, I64(FILTERS))
             filter_bytes = builder.mul(first_filter, builder.mul(ldc, I64(4)))
@@ -254,18 +312,21 @@ class PixelBf16Kernel:
             residual = builder.select(
                 builder.icmp_unsigned("!=", field["residual"], I64(0)),
                 address("residual", output_bytes), ir.Constant(pointer, None))
+            c = address("c", output_bytes)
+            if name != PARTS[OUTPUT]:  # the block's first word row, the shift on
+                c = pair_rows(builder, field, first_filter)
             arguments = [
                 address("a", builder.mul(block, block_bytes)),
                 address("b", builder.mul(image, field["b_batch"])), field["ldb"], words,
-                taps, offsets, address("c", output_bytes), ldc,
+                taps, offsets, c, ldc,
                 address("rows_bias", builder.mul(first_filter, I64(4))),
                 builder.sub(m, first_filter), residual, low, high, field["grid_width"],
                 field["width"], pixel, block_words,
-                builder.mul(within, builder.lshr(block_words, pace)), pace]
+                builder.mul(within, builder.lshr(block_words, pace)), pace, field["grid_ldb"]]
             whole = builder.icmp_signed(">", builder.sub(ldc, pixel), I64(SEGMENT))
             with builder.if_else(whole) as (runs, run):
                 with runs:
-                    builder.call(self.tiles[SEGMENTS], arguments)
+                    builder.call(tiles[SEGMENTS], arguments)
                 with run:
-                    builder.call(self.tiles[1], arguments)
+                    builder.call(tiles[1], arguments)
         builder.ret_void()

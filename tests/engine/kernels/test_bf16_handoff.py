@@ -291,13 +291,13 @@ def test_resnet50_v2_hands_its_preactivations_over(monkeypatch: pytest.MonkeyPat
     assert got.argmax() == want.argmax()
 
 
-def chain(data: Any, second: str) -> Any:
-    """A 3×3 convolution and ReLU read by a ``3x3`` convolution (its grid as wide as the
-    first's: taken and written), a ``5x5`` (a wider grid), one of ``stride 2`` (phase
-    planes), a ``1x1`` (its product's words, taken and written), or a 3×3 after the first
-    convolution adds its input (``residual``: taken, but the product with a residual writes
-    the float32 array)."""
-    first = sym.Convolution(data, num_filter=64, kernel=(3, 3), pad=(1, 1), name="first")
+def chain(data: Any, second: str, filters: int = 64) -> Any:
+    """A 3×3 convolution of ``filters`` and ReLU read by a ``3x3`` convolution (its grid as
+    wide as the first's: taken and written), a ``5x5`` (a wider grid), one of ``stride 2``
+    (phase planes), a ``1x1`` (its product's words, taken and written), or a 3×3 after the
+    first convolution adds its input (``residual``: taken, but the product with a residual
+    writes the float32 array)."""
+    first = sym.Convolution(data, num_filter=filters, kernel=(3, 3), pad=(1, 1), name="first")
     if second == "residual":
         first = first + data
     net = sym.Activation(first, act_type="relu")

@@ -3,7 +3,8 @@
 its 1×1 readers' products on that tile read in place, as AMX would read them, the outputs
 the plan's pairing the float32 planes, bit for bit; a 1×1 product on a register tile writes
 its depthwise reader's bf16 planes (`gemm_tile_handoff`), the outputs the plan's rounding
-the float32 output into them in NumPy, bit for bit; no grids there."""
+the float32 output into them in NumPy, bit for bit; a direct 3×3 convolution on the tile
+writes its 3×3 reader's grid or its 1×1 reader's words (`conv_amx`), bit for bit."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from engine import sym
 from engine.kernels import (
     bf16,
     bf16_handoff,
+    conv_amx,
     depthwise_vector,
     gemm_bind,
     gemm_kernel,
@@ -25,11 +27,14 @@ from engine.kernels.workspace import Reader, Workspace
 from tests.engine.kernels.test_bf16_handoff import (
     assert_expand_lays_planes,
     assert_mobilenet_v2_lays_planes,
+    assert_one_handoff,
     assert_stem_and_projection_write_words,
     assert_words_of_output,
     block,
+    chain,
     image,
     never_taken,
+    preactivation,
     served,
     steps_on,
 )
@@ -87,17 +92,17 @@ def test_the_depthwise_layer_hands_the_tile_its_pairs(readers: str, taken: bool,
     np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16"))
 
 
-def test_only_a_writer_offering_the_tile_its_output_offers_and_never_grids() -> None:
-    """Without AMX, a writer that does not offer its output there (an AMX product's grid)
-    offers nothing; one that does offers its words as AMX lays them and its planes where
-    it writes them, but no grid: no direct convolution there reads one."""
+def test_only_a_writer_offering_the_tile_its_output_offers() -> None:
+    """Without AMX, a writer that does not offer its output there (an AMX 1×1 product's)
+    offers nothing; one that does offers its words as AMX lays them, and its grids and
+    planes where it writes them."""
     workspace = Workspace(np, 0, precision="bf16")
     array = np.zeros((1, 40, 7, 7), np.float32)
     workspace.note_readers(array, (Reader("Convolution", None, 0),))
     assert bf16_handoff.offer(workspace, array, grids=True) is None
     handoff = bf16_handoff.offer(workspace, array, grids=True, planes=True, bf16_tile=True)
     assert handoff.shape == (bf16.amx_depth(40), bf16.amx_rows(49))
-    assert not handoff.grids and handoff.planes and handoff.columns
+    assert handoff.grids and handoff.planes and handoff.columns
 
 
 def test_the_tiles_product_reads_the_handed_words_where_they_lie() -> None:
@@ -196,3 +201,65 @@ def test_mobilenet_v2_s_stem_and_first_projection_write_their_expands_words(
     last block of stages 1-4 (their residual added) offer anything: their outputs are under
     `gemm_tile_handoff.MIN_OUTPUT_BYTES`."""
     assert_stem_and_projection_write_words(monkeypatch, threads, gemm_tile_handoff, 2 + 4)
+
+
+@pytest.mark.parametrize("second,taken,laid", [
+    ("3x3", True, True), ("5x5", False, False), ("stride 2", False, False),
+    ("1x1", True, True), ("residual", True, False)])
+@pytest.mark.parametrize("channels,shape", [
+    (66, (12, 30)),  # tiles of grid columns (K 594), a last block of 2 filters
+    (128, (14, 21)),  # pixel tiles (K 1152), rows of 3 runs
+    (130, (7, 14))])  # pixel tiles, a last block of 2 filters
+def test_a_direct_convolution_on_the_tile_writes_the_next_ones_grid(
+        second: str, taken: bool, laid: bool, channels: int, shape: tuple[int, int]) -> None:
+    """On the AVX-512 BF16 tile, a direct 3×3 convolution's product (of grid columns, or of
+    pixels: `conv_amx.by_pixels`) writes its reader's grid where the reader's grid rows are
+    as wide as its own, or a 1×1 reader's words, as AMX's does: the output that of the
+    plan without the hand-off, bit for bit."""
+    symbol = chain(sym.var("data"), second, channels)
+    params = nets.random_params(symbol, (1, channels, *shape), seed=7)
+    feed = {"data": np.random.default_rng(5).standard_normal((1, channels, *shape)).astype(
+        np.float32)}
+    assert conv_amx.by_pixels(feed["data"], np.empty((1, channels, *shape)),
+                              ((3, 3), (1, 1), (1, 1), (1, 1))) is (channels >= 128)
+    assert_one_handoff(symbol, params, feed, taken, laid)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_resnet18_v1_on_the_tile_hands_its_first_convolutions_grids_over(
+        monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
+    """ResNet-18 v1 (112 × 112) in bf16 on the tile: each block's first 3×3 of stride 1
+    writes its second 3×3's grid where both run direct products (4 of 8: at 28² tiles of
+    grid columns, at 14² and 7² pixel tiles; a strided first one's grid is phase planes of
+    another width, and at 4² the layers run as im2col products), the outputs those of the
+    same plan pairing the float32 arrays, bit for bit, and near fp32's."""
+    symbol = nets.resnet18_v1(classes=10)
+    params = nets.random_params(symbol, (1, 3, 112, 112), seed=5)
+    feed = {"data": image(112)}
+    with steps_on(threads):
+        handoffs: list = []
+        got = served(symbol, params, feed, "bf16", handoffs)
+        laid = [handoff.source for handoff in handoffs if handoff is not None and handoff.laid]
+        assert laid == [(1, 64, 28, 28)] * 2 + [(1, 128, 14, 14), (1, 256, 7, 7)]
+        assert all(handoff.laid == handoff.taken for handoff in handoffs if handoff is not None)
+        never_taken(monkeypatch)
+        np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", []))
+        want = served(symbol, params, feed, "fp32")
+    assert np.abs(got - want).max() <= 0.05 * np.abs(want).max()
+    assert got.argmax() == want.argmax()
+
+
+@pytest.mark.parametrize("readers,taken", [
+    ("3x3", True), ("3x3 s2", True), ("3x3 twice", True), ("grid", False)])
+def test_a_preactivation_batchnorm_hands_the_tiles_direct_convolutions_their_grid(
+        readers: str, taken: bool) -> None:
+    """On the tile, a pre-activation BatchNorm read by direct 3×3 convolutions alike writes
+    their grid (of stride 1, or phase planes at stride 2), as on AMX; read by a 1×1 and a
+    3×3, the first reader's layout is not the other's, and it writes the float32 array:
+    the outputs those of the plan without a hand-off, bit for bit."""
+    symbol = preactivation(sym.var("data"), readers)
+    params = nets.random_params(symbol, (1, 64, 12, 30), seed=6)
+    params["bn_moving_mean"] = np.random.default_rng(3).standard_normal(64).astype(np.float32)
+    feed = {"data": np.random.default_rng(2).standard_normal((1, 64, 12, 30)).astype(
+        np.float32)}
+    assert_one_handoff(symbol, params, feed, taken)
