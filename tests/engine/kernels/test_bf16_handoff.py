@@ -271,24 +271,12 @@ def test_resnet50_v2_hands_its_preactivations_over(monkeypatch: pytest.MonkeyPat
     block), and each block's 3×3 over a short K its last 1×1 product's words (7 more: stages
     1 and 2); the outputs those of the same plan pairing the float32 arrays, bit for bit, at
     one thread and at two, and near fp32's."""
-    symbol = nets.resnet50_v2(classes=10)
-    params = nets.random_params(symbol, (1, 3, 64, 64), seed=5)
-    feed = {"data": image(64)}
-    with steps_on(threads):
-        handoffs: list = []
-        got = served(symbol, params, feed, "bf16", handoffs, halves=True)
-        offered = [handoff for handoff in handoffs if handoff is not None]
-        assert sum(handoff.laid and handoff.layout == "words" for handoff in offered) == 16 + 7
-        assert [handoff.source for handoff in offered if handoff.laid
-                and handoff.layout not in ("words", "planes")] == [
-            *[(1, 64, 16, 16)] * 3, *[(1, 128, 8, 8)] * 3]
-        assert all(handoff.laid == handoff.taken for handoff in offered)
-        never_taken(monkeypatch)
-        np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", [],
-                                                  halves=True))
-        want = served(symbol, params, feed, "fp32")
-    assert np.abs(got - want).max() <= 0.05 * np.abs(want).max()
-    assert got.argmax() == want.argmax()
+    offered = assert_laid_bit_for_bit(monkeypatch, nets.resnet50_v2(classes=10), 64, threads,
+                                      halves=True)
+    assert sum(handoff.laid and handoff.layout == "words" for handoff in offered) == 16 + 7
+    assert [handoff.source for handoff in offered if handoff.laid
+            and handoff.layout not in ("words", "planes")] == [
+        *[(1, 64, 16, 16)] * 3, *[(1, 128, 8, 8)] * 3]
 
 
 def chain(data: Any, second: str, filters: int = 64) -> Any:
@@ -346,20 +334,33 @@ def test_resnet18_v1_hands_its_first_convolutions_grids_over(
     channels writes its second 3×3's grid (3 of 8: a strided first one's grid is phase planes
     of another width; over a longer K writing the grid did not pay), the outputs those of the
     same plan pairing the float32 arrays, bit for bit, and near fp32's."""
-    symbol = nets.resnet18_v1(classes=10)
-    params = nets.random_params(symbol, (1, 3, 64, 64), seed=5)
-    feed = {"data": image(64)}
+    offered = assert_laid_bit_for_bit(monkeypatch, nets.resnet18_v1(classes=10), 64, threads,
+                                      halves=True)
+    assert sum(handoff.laid for handoff in offered) == 3  # its 1×1 products: none
+
+
+def assert_laid_bit_for_bit(monkeypatch: pytest.MonkeyPatch, symbol: Any, side: int,
+                            threads: int, halves: bool = False,
+                            near_fp32: bool = True) -> list[bf16_handoff.PairedHandoff]:
+    """The hand-offs ``symbol``'s bf16 plan (random weights, a ``side``² image, its steps on
+    ``threads`` threads) offers, each laid where taken; its answers those of the same plan
+    pairing its float32 arrays (with ``halves``: its 1×1 products' halves still laid), bit
+    for bit, and (``near_fp32``) near fp32's with the same top class."""
+    params = nets.random_params(symbol, (1, 3, side, side), seed=5)
+    feed = {"data": image(side)}
     with steps_on(threads):
         handoffs: list = []
-        got = served(symbol, params, feed, "bf16", handoffs, halves=True)
+        got = served(symbol, params, feed, "bf16", handoffs, halves=halves)
         offered = [handoff for handoff in handoffs if handoff is not None]
-        assert sum(handoff.laid for handoff in offered) == 3  # its 1×1 products: none
         assert all(handoff.laid == handoff.taken for handoff in offered)
         never_taken(monkeypatch)
-        np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", []))
-        want = served(symbol, params, feed, "fp32")
-    assert np.abs(got - want).max() <= 0.05 * np.abs(want).max()
-    assert got.argmax() == want.argmax()
+        np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", [],
+                                                  halves=halves))
+        if near_fp32:
+            want = served(symbol, params, feed, "fp32")
+            assert np.abs(got - want).max() <= 0.05 * np.abs(want).max()
+            assert got.argmax() == want.argmax()
+    return offered
 
 
 def rounding_in_numpy(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -26,6 +26,7 @@ from engine.kernels import (
 from engine.kernels.workspace import Reader, Workspace
 from tests.engine.kernels.test_bf16_handoff import (
     assert_expand_lays_planes,
+    assert_laid_bit_for_bit,
     assert_mobilenet_v2_lays_planes,
     assert_one_handoff,
     assert_stem_and_projection_write_words,
@@ -36,7 +37,6 @@ from tests.engine.kernels.test_bf16_handoff import (
     never_taken,
     preactivation,
     served,
-    steps_on,
 )
 
 pytestmark = pytest.mark.skipif(
@@ -132,19 +132,11 @@ def test_resnet50_v2_hands_its_preactivations_to_the_tile(monkeypatch: pytest.Mo
     readers their pairs where all of them take (11 blocks: not where a strided shortcut
     reads it too, nor at 2², whose products run transposed); the outputs those of the plan
     pairing the float32 arrays, bit for bit, at one thread and at two."""
-    symbol = nets.resnet50_v2(classes=10)
-    params = nets.random_params(symbol, (1, 3, 64, 64), seed=5)
-    feed = {"data": image(64)}
-    with steps_on(threads):
-        handoffs: list = []
-        got = served(symbol, params, feed, "bf16", handoffs)
-        offered = [handoff for handoff in handoffs if handoff is not None]
-        laid = [handoff.source for handoff in offered if handoff.laid]
-        assert laid == [(1, 64, 16, 16), *[(1, 256, 16, 16)] * 2, *[(1, 512, 8, 8)] * 3,
-                        *[(1, 1024, 4, 4)] * 5]
-        assert all(handoff.laid == handoff.taken for handoff in offered)
-        never_taken(monkeypatch)
-        np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", []))
+    offered = assert_laid_bit_for_bit(monkeypatch, nets.resnet50_v2(classes=10), 64, threads,
+                                      near_fp32=False)
+    assert [handoff.source for handoff in offered if handoff.laid] == [
+        (1, 64, 16, 16), *[(1, 256, 16, 16)] * 2, *[(1, 512, 8, 8)] * 3,
+        *[(1, 1024, 4, 4)] * 5]
 
 
 @pytest.mark.parametrize("readers,taken,laid", [
@@ -233,20 +225,9 @@ def test_resnet18_v1_on_the_tile_hands_its_first_convolutions_grids_over(
     grid columns, at 14² and 7² pixel tiles; a strided first one's grid is phase planes of
     another width, and at 4² the layers run as im2col products), the outputs those of the
     same plan pairing the float32 arrays, bit for bit, and near fp32's."""
-    symbol = nets.resnet18_v1(classes=10)
-    params = nets.random_params(symbol, (1, 3, 112, 112), seed=5)
-    feed = {"data": image(112)}
-    with steps_on(threads):
-        handoffs: list = []
-        got = served(symbol, params, feed, "bf16", handoffs)
-        laid = [handoff.source for handoff in handoffs if handoff is not None and handoff.laid]
-        assert laid == [(1, 64, 28, 28)] * 2 + [(1, 128, 14, 14), (1, 256, 7, 7)]
-        assert all(handoff.laid == handoff.taken for handoff in handoffs if handoff is not None)
-        never_taken(monkeypatch)
-        np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", []))
-        want = served(symbol, params, feed, "fp32")
-    assert np.abs(got - want).max() <= 0.05 * np.abs(want).max()
-    assert got.argmax() == want.argmax()
+    offered = assert_laid_bit_for_bit(monkeypatch, nets.resnet18_v1(classes=10), 112, threads)
+    assert [handoff.source for handoff in offered if handoff.laid] == [
+        *[(1, 64, 28, 28)] * 2, (1, 128, 14, 14), (1, 256, 7, 7)]
 
 
 @pytest.mark.parametrize("readers,taken", [
