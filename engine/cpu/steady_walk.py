@@ -15,7 +15,11 @@ the runs after replay it: the replayable steps' jobs in one native call
 (`spin_pool.sequence`) per stretch of them, the other steps called as they are. Every
 `CHECK_EVERY` replays a run records again and must match, and a record is kept per way of
 running (armed or not, the thread, switches such as int8's compiled paths: `switch`): a
-run whose way has no steady record records. Anything that runs the steps outside `run`
+run whose way has no steady record records, and drops every other thread's records: its
+steps may replace what those name (MobileNet v2 int8 run by two threads in turn, each
+replaying its own record, crashed in one test run of six, the other thread's run having
+rebound the jobs it named). Threads that take turns on a plan so record and replay nothing;
+one thread's stream of runs replays as before. Anything that runs the steps outside `run`
 (`Plan.walk`) calls `disturbed`, and every way records anew; so does a recorded run that
 posts other jobs than its way's record (objects another record names may be gone).
 Counters a step adds to as it runs (int8's `integer.PATHS`, `counters`) get the recorded
@@ -41,8 +45,8 @@ import numpy as np
 from engine.cpu import spin_pool
 
 CHECK_EVERY = 64  # replays between two recorded runs that must match the record
-# Records a plan keeps (ways of running: a server's threads each have theirs), the oldest
-# dropped first.
+# Records a plan keeps (ways of running of one thread: armed or not, the switches), the
+# oldest dropped first.
 MAX_RECORDS = 8
 
 _settings = {"on": True}
@@ -149,6 +153,13 @@ class SteadyWalk:
                     counts.update(increments)
             return
         self._records.pop(way, None)  # until this recorded run ends
+        # A run that calls its steps may replace objects another thread's record names (an
+        # int8 layer rebinds every thread's jobs for another epilogue; its jobs are each
+        # thread's): those records go, so that a record replays only the objects its own
+        # thread's runs left (kept, one thread's stream of runs replays unchanged).
+        thread = way[1]
+        for other in [key for key in self._records if key[1] != thread]:
+            del self._records[other]
         made = _recorded(tuple(steps), call_steps)
         if made is None:
             return

@@ -190,7 +190,8 @@ def test_turning_int8_paths_off_records_a_way_of_its_own() -> None:
 def test_callers_on_several_threads_each_replay_their_own_record() -> None:
     """A plan's runs from two threads at once, each a way of running of its own (an int8
     layer's jobs are its thread's; where the threads take turns each run decides anew and
-    its layers are called, not replayed): every output is the one every step gives."""
+    its layers are called, not replayed): every output is the one every step gives, and
+    no run replays a record the other thread's run may have left dangling (it crashed)."""
     model, feeds = mobilenet_plan("int8")
     plan = model.plan_for(feeds[0])
     wanted = python_outputs(plan, feeds)
@@ -209,6 +210,29 @@ def test_callers_on_several_threads_each_replay_their_own_record() -> None:
     for thread in threads:
         thread.join()
     assert failures == []
+
+
+def test_a_run_another_thread_records_drops_this_threads_records(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run whose steps are called on another thread may replace what this thread's
+    record names (an int8 layer rebinds every thread's jobs): this thread's records go, and
+    its next runs record anew, their outputs those every step gives."""
+    monkeypatch.setattr(spin_pool.Choice, "armed", lambda self: True)
+    model, feeds = mobilenet_plan("fp32")
+    plan = model.plan_for(feeds[0])
+    wanted = python_outputs(plan, feeds[:1])[0]
+    steady_record(plan, feeds[0])
+    mine = threading.get_ident()
+    assert {key[1] for key in plan._steady._records} == {mine}
+    other = threading.Thread(target=plan.run, args=(feeds[0],))
+    other.start()
+    other.join()
+    assert {key[1] for key in plan._steady._records} == {other.ident}
+    got = plan.run(feeds[0])
+    assert {key[1] for key in plan._steady._records} == {mine}
+    assert not any(record.steady for record in records(plan))
+    for mine_out, theirs in zip(got, wanted, strict=True):
+        np.testing.assert_array_equal(mine_out, theirs)
 
 
 def test_ranges_taken_from_the_data_are_not_constant() -> None:
