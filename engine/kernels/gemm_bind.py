@@ -351,9 +351,9 @@ def bf16_patch_product(weight: Any, view: Any, k_axes: int, out: Any, workspace:
     """``out = weight @ patches`` in bf16, the patches paired into bf16 words straight from
     ``view`` (an im2col view whose first ``k_axes`` axes run along K, or K's offsets given as
     ``k_offsets``: `bf16.patch_pairing`) with no patch array copied: on AMX, or on AVX-512
-    BF16 (`_bf16_patch_words_product`, taking no hand-off); None outside a bf16
-    plan or where it cannot apply. ``handoff``: the one offered for ``source``, the array
-    ``view`` reads (`copying_handed_words`)."""
+    BF16 (`_bf16_patch_words_product`); None outside a bf16 plan or where it cannot apply.
+    ``handoff``: the one offered for ``source``, the array ``view`` reads
+    (`copying_handed_words`)."""
     if (type(view) is not np.ndarray or type(weight) is not np.ndarray
             or weight.flags.writeable or weight.nbytes > PACK_LIMIT_BYTES
             or {weight.dtype, view.dtype, out.dtype} != {np.dtype(np.float32)}
@@ -361,8 +361,9 @@ def bf16_patch_product(weight: Any, view: Any, k_axes: int, out: Any, workspace:
             or np.may_share_memory(out, view)):
         return None
     kernel = bf16_kernel(workspace, out.shape[0])
-    if kernel == gemm_kernel.BF16:  # hand-offs' words there go to 1×1 products alone
-        return _bf16_patch_words_product(weight, view, k_axes, out, workspace, k_offsets)
+    if kernel == gemm_kernel.BF16:
+        return _bf16_patch_words_product(weight, view, k_axes, out, workspace, k_offsets,
+                                         handoff, source)
     if kernel != gemm_kernel.AMX:
         return None
     words = _amx_words(weight, out, workspace)
@@ -375,13 +376,17 @@ def bf16_patch_product(weight: Any, view: Any, k_axes: int, out: Any, workspace:
 
 
 def _bf16_patch_words_product(weight: Any, view: Any, k_axes: int, out: Any, workspace: Any,
-                              k_offsets: Any = None) -> Callable[[], Any] | None:
+                              k_offsets: Any = None, handoff: Any = None,
+                              source: Any = None) -> Callable[[], Any] | None:
     """``out = weight @ patches`` on AVX-512 BF16, the patches paired straight from ``view``
     into word rows end to end (`bf16.patch_pairing`), which the tile reads where they lie
     (ResNet-18 in bf16 at batch 1 on one Zen 5 core: 12.2 ms, against 14.7 with im2col's
     copy then a pass pairing it). The smaller operand is the one re-read from cache: the
     words' column panels outside where the weight's pairs are smaller (64 filters at 56²),
-    its row blocks where the words are (512 × 4608 × 49: 0.66 ms against 1.07)."""
+    its row blocks where the words are (512 × 4608 × 49: 0.66 ms against 1.07).
+    ``handoff``: the one offered for ``source``, which a strided 1×1 convolution (ResNet's
+    downsampling shortcut) takes by copying its pixels' words out of the writer's
+    (`copying_handed_words`), so that the writer lays words for both its readers."""
     depth = int(np.prod(view.shape[:k_axes]))
     columns = out.shape[1]
     words = workspace.zeroed((-(-depth // 2), columns), np.float32,
@@ -389,6 +394,8 @@ def _bf16_patch_words_product(weight: Any, view: Any, k_axes: int, out: Any, wor
     pair = bf16.patch_pairing(view, k_axes, words, k_offsets=k_offsets)
     if pair is None:
         return None
+    if handoff is not None and k_offsets is None:
+        pair = copying_handed_words(handoff, source, view, k_axes, words, workspace, pair)
     packed = _bf16_packed(weight, workspace)
     product = gemm_kernel.bind_packed(packed, words, out, kernel=gemm_kernel.BF16,
                                       columns_outside=packed.nbytes <= words.nbytes)

@@ -129,14 +129,15 @@ def test_the_tiles_product_reads_the_handed_words_where_they_lie() -> None:
 def test_resnet50_v2_hands_its_preactivations_to_the_tile(monkeypatch: pytest.MonkeyPatch,
                                                           threads: int) -> None:
     """ResNet-50 v2 (64 × 64) in bf16: a block's pre-activation BatchNorm hands its 1×1
-    readers their pairs where all of them take (11 blocks: not where a strided shortcut
-    reads it too, nor at 2², whose products run transposed); the outputs those of the plan
-    pairing the float32 arrays, bit for bit, at one thread and at two."""
+    readers their pairs where all of them take (14 blocks: a downsampling block's strided
+    shortcut copies its pixels' words out of them; not at 2², whose products run
+    transposed); the outputs those of the plan pairing the float32 arrays, bit for bit, at
+    one thread and at two."""
     offered = assert_laid_bit_for_bit(monkeypatch, nets.resnet50_v2(classes=10), 64, threads,
                                       near_fp32=False)
     assert [handoff.source for handoff in offered if handoff.laid] == [
-        (1, 64, 16, 16), *[(1, 256, 16, 16)] * 2, *[(1, 512, 8, 8)] * 3,
-        *[(1, 1024, 4, 4)] * 5]
+        (1, 64, 16, 16), *[(1, 256, 16, 16)] * 3, *[(1, 512, 8, 8)] * 4,
+        *[(1, 1024, 4, 4)] * 6]
 
 
 @pytest.mark.parametrize("readers,taken,laid", [
@@ -231,13 +232,14 @@ def test_resnet18_v1_on_the_tile_hands_its_first_convolutions_grids_over(
 
 
 @pytest.mark.parametrize("readers,taken", [
-    ("3x3", True), ("3x3 s2", True), ("3x3 twice", True), ("grid", False)])
+    ("3x3", True), ("3x3 s2", True), ("3x3 twice", True), ("grid", False), ("strided", True)])
 def test_a_preactivation_batchnorm_hands_the_tiles_direct_convolutions_their_grid(
         readers: str, taken: bool) -> None:
     """On the tile, a pre-activation BatchNorm read by direct 3×3 convolutions alike writes
     their grid (of stride 1, or phase planes at stride 2), as on AMX; read by a 1×1 and a
-    3×3, the first reader's layout is not the other's, and it writes the float32 array:
-    the outputs those of the plan without a hand-off, bit for bit."""
+    3×3, the first reader's layout is not the other's, and it writes the float32 array;
+    read by a 1×1 and a strided 1×1 shortcut, their words, the shortcut copying its
+    pixels' out of them: the outputs those of the plan without a hand-off, bit for bit."""
     symbol = preactivation(sym.var("data"), readers)
     params = nets.random_params(symbol, (1, 64, 12, 30), seed=6)
     params["bn_moving_mean"] = np.random.default_rng(3).standard_normal(64).astype(np.float32)
