@@ -142,6 +142,8 @@ class PixelBf16Kernel:
                  for index in range(len(pixels) * FILTER_VECTORS)]
         for cell in cells:
             builder.store(self.zero, cell)
+        if store == OUTPUT:
+            self._ask_residual(builder, function, residual, ldc, pixels[::SEGMENT])
         with loop(builder, function, I64(0), taps, "tap") as tap:
             tap_offset = builder.load(builder.gep(offsets, [tap]))
             b_tap = [builder.gep(b, [builder.add(column, tap_offset)]) for column in columns]
@@ -182,6 +184,24 @@ class PixelBf16Kernel:
             self._pairs_epilogue(builder, function, totals, places)
         builder.ret_void()
         return function
+
+    def _ask_residual(self, builder: ir.IRBuilder, function: ir.Function, residual: Any,
+                      ldc: Any, runs: list[Any]) -> None:
+        """The residual's lines the tile's epilogue gathers (each run's `SEGMENT` pixels in
+        each of the block's filter planes), asked for as the tile starts, so that they arrive
+        while its K loop runs (`conv_bf16_ir.DirectBf16Kernel._ask_residual`: ResNet-18's
+        blocks' second 3×3 at batch 8)."""
+        with builder.if_then(builder.icmp_unsigned("!=", builder.ptrtoint(residual, I64),
+                                                   I64(0))):
+            # past the real filters: a prefetch never faults
+            with loop(builder, function, I64(0), I64(FILTERS), "ask") as plane:
+                line = builder.gep(residual, [builder.mul(plane, ldc)])
+                for start in runs:
+                    for pixel in (0, SEGMENT - 1):
+                        # a read (0), kept in every level (3), of data (1)
+                        builder.call(self.prefetch, [builder.bitcast(builder.gep(
+                            line, [builder.add(start, I64(pixel))]),
+                            ir.IntType(8).as_pointer()), I32(0), I32(3), I32(1)])
 
     def _pairs_epilogue(self, builder: ir.IRBuilder, function: ir.Function,
                         totals: list[Any], places: list[Any]) -> None:
