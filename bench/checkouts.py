@@ -99,7 +99,11 @@ def turn(root: Path, folder: Path, options: argparse.Namespace) -> dict[str, Any
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode:
         raise SystemExit(f"{root}: the worker failed:\n{done.stderr[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    if Path(got["engine"]).resolve() != root / "engine":
+        # an installed engine found before the checkout's would time one engine twice
+        raise SystemExit(f"{root}: the worker imported the engine from {got['engine']}")
+    return got
 
 
 def compare(options: argparse.Namespace) -> None:
