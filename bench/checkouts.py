@@ -56,7 +56,8 @@ def worker(root: Path, folder: Path, batch: int, precision: str, threads: int,
            calls: int) -> None:
     """In a fresh process: the network loaded by ``root``'s engine (int8 calibrated on the
     folder's calibration inputs), its answer saved, then ``calls`` timed calls; prints their
-    milliseconds as JSON."""
+    milliseconds as JSON. It loads the model as `bench/executor.py`'s ``ours_runner`` does,
+    not through it: that module puts its own checkout's engine first on the path."""
     sys.path.insert(0, str(root))
     import numpy as np
 
