@@ -38,7 +38,9 @@ on one Zen 5 core ResNet-18's 64-channel 3×3 layers at 56² take 0.50 ms this w
 in their broadcasts (`conv_bf16_pixels_ir`), computing no grid column they drop, whatever
 the batch: in bf16 at batch 1 in the plan's walk on one Zen 5 core, ResNet-18 9.85 ms
 against 9.04 (its 512-channel layers at 7² 0.71 against 0.53, at 14² 0.56 against 0.50),
-ResNet-50 v2 22.2 against 21.2.
+ResNet-50 v2 22.2 against 21.2. A 1×1 convolution of one image whose positions fill the
+GEMM's vectors badly (7²: 49 of 64 lanes) runs there too, as a product of one tap over the
+input's planes of pairs (`narrow_pointwise`): ResNet-50 v2's deep layers at 7².
 
 At stride 1 over `LINES_MIN_CHANNELS` channels or more (`reads_lines`) the grid is laid
 channels-last instead (`conv_amx_lines`): each pixel's channels in bf16 one after another,
@@ -136,6 +138,18 @@ BF16_MAX_COLUMNS_RATIO = 1.12
 # against 249, 512 at 7² 613 against 479 (batch 8: 5123 against 4115); 960 at 7² 2350
 # against 2149.
 PIXELS_MIN_DEPTH = 1152
+# On AVX-512 BF16 at batch 1, a 1×1 convolution whose positions would leave the GEMM's
+# vectors of 16 positions emptier than `gemm_bind.MIN_LANE_USE` (7²: 49 of 64 lanes) runs as
+# a direct product of one tap on the pixel tiles (`narrow_pointwise`), which compute no
+# position they drop, from this many input channels. ResNet-50 v2 in bf16 at batch 1, one
+# Zen 4 core / both, in the plan's walk, the GEMM against the pixel tiles (two plans bound
+# in one process, walked in turn), ms: 2048 → 512 at 7² 0.58 → 0.46 / 0.30 → 0.25,
+# 1024 → 2048 at stride 2 into 7² 1.19 → 1.00 / 0.60 → 0.56, the outputs bit for bit the
+# same. From 512 channels its 512 → 2048 layers adding the residual took 0.62 → 0.55–0.57 on
+# one core but 0.32–0.37 → 0.33–0.48 on both (the last block's the worst), MobileNet v2's
+# 960 → 160 and 960 → 320 at 7² 56 → 64–68 and 180 → 155 µs; at 14² (196 of 208 lanes,
+# left to the GEMM) 1024 → 256 read 0.48–0.52 either way.
+POINTWISE_MIN_DEPTH = 1024
 
 
 def available() -> bool:
@@ -159,16 +173,33 @@ def _functions(kernel: int) -> dict[str, Any] | None:
 def applies(data: Any, weight: Any, out: Any, geometry: Any, workspace: Any) -> bool:
     """Whether `bind` takes this convolution: a bf16 plan on AMX or AVX-512 BF16, float32
     NumPy arrays, the input C-contiguous, the weight a read-only constant, a 2-D kernel of
-    several taps over enough channels (`pays`)."""
+    several taps over enough channels (`pays`), or a 1×1 kernel the GEMM's lanes would fit
+    badly (`narrow_pointwise`)."""
     kernel, stride, dilate, pad = geometry
     return (all(type(x) is np.ndarray and x.dtype == np.float32 for x in (data, weight, out))
             and data.ndim == 4 and out.ndim == 4 and data.flags.c_contiguous
             and out.flags.c_contiguous and not weight.flags.writeable
             and weight.nbytes <= gemm_bind.PACK_LIMIT_BYTES and len(kernel) == 2
-            and math.prod(kernel) > 1 and weight.shape[1] == data.shape[1]
-            and pays(data.shape[1], math.prod(kernel))
+            and weight.shape[1] == data.shape[1]
+            and ((math.prod(kernel) > 1 and pays(data.shape[1], math.prod(kernel)))
+                 or narrow_pointwise(data, out, geometry, workspace))
             and not np.may_share_memory(out, data)
             and _direct_kernel(data, out, geometry, workspace) is not None)
+
+
+def narrow_pointwise(data: Any, out: Any, geometry: Any, workspace: Any) -> bool:
+    """Whether a 1×1 convolution (no padding) runs as a direct product on AVX-512 BF16's
+    pixel tiles (`POINTWISE_MIN_DEPTH`): one image whose output positions fill the GEMM's
+    vectors of 16 lanes below `gemm_bind.MIN_LANE_USE`, rows a whole number of the tiles'
+    runs of pixels, and that many input channels."""
+    from engine.kernels.conv_bf16_pixels_ir import LANES, SEGMENT
+
+    kernel, stride, dilate, pad = geometry
+    positions = math.prod(out.shape[2:])
+    return (math.prod(kernel) == 1 and not any(pad) and out.shape[0] == 1
+            and out.shape[3] % SEGMENT == 0 and data.shape[1] >= POINTWISE_MIN_DEPTH
+            and positions < gemm_bind.MIN_LANE_USE * -(-positions // LANES) * LANES
+            and gemm_bind.bf16_kernel(workspace, out.shape[1]) == gemm_kernel.BF16)
 
 
 def _direct_kernel(data: Any, out: Any, geometry: Any, workspace: Any) -> dict[str, Any] | None:
@@ -198,11 +229,13 @@ def by_pixels(data: Any, out: Any, geometry: Any) -> bool:
     (`conv_bf16_pixels_ir`: filters in the lanes, no grid column computed and dropped) rather
     than tiles of grid columns: output rows a whole number of the tiles' runs of pixels, and
     a K (taps × channels) of `PIXELS_MIN_DEPTH` or more, over which a tile's scattered
-    stores cost little."""
+    stores cost little; a 1×1 kernel from `POINTWISE_MIN_DEPTH` channels (`applies` takes
+    only those `narrow_pointwise` names)."""
     from engine.kernels.conv_bf16_pixels_ir import SEGMENT
 
-    return (out.shape[3] % SEGMENT == 0
-            and math.prod(geometry[0]) * data.shape[1] >= PIXELS_MIN_DEPTH)
+    taps = math.prod(geometry[0])
+    least = POINTWISE_MIN_DEPTH if taps == 1 else PIXELS_MIN_DEPTH
+    return out.shape[3] % SEGMENT == 0 and taps * data.shape[1] >= least
 
 
 def pays(channels: int, taps: int) -> bool:

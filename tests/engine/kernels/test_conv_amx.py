@@ -215,6 +215,53 @@ def test_a_plan_on_avx512_bf16_takes_the_tiles_where_few_grid_columns_are_droppe
     assert not conv_amx.applies(data, weight, out, geometry, Workspace(np, 0))
 
 
+@needs_tiles
+@pytest.mark.parametrize(("channels", "size", "stride", "direct"), [
+    (2048, (7, 7), (1, 1), True),  # ResNet-50 v2's 2048 → 512 at 7²: 49 of 64 lanes
+    (1024, (14, 14), (2, 2), True),  # its downsampling shortcut into 7²
+    (512, (7, 7), (1, 1), False),  # fewer channels than `POINTWISE_MIN_DEPTH`
+    (1024, (14, 14), (1, 1), False),  # 196 positions fill 196 of 208 lanes: the GEMM's
+])
+def test_a_plan_on_avx512_bf16_runs_narrow_1x1_layers_on_the_pixel_tiles(
+        monkeypatch: pytest.MonkeyPatch, channels: int, size: tuple[int, int],
+        stride: tuple[int, int], direct: bool) -> None:
+    """Without AMX, a bf16 plan's 1×1 convolution of one image over enough channels, whose
+    positions would leave the GEMM's vectors emptier than `gemm_bind.MIN_LANE_USE`, runs as
+    a direct product of one tap on the pixel tiles (`conv_amx.narrow_pointwise`); with a
+    bias, a residual and a clamp, on one thread and armed over two, it stores what the GEMM
+    stores, bit for bit (each sums the channel pairs in the same order)."""
+    monkeypatch.setattr(gemm_kernel, "available",
+                        lambda kernel=None: kernel != gemm_kernel.AMX)
+    data, weight = operands(1, channels, size, 96, (1, 1))
+    geometry = ((1, 1), stride, (1, 1), (0, 0))
+    summed = reference(bf16.rounded(data), bf16.rounded(weight), (0, 0), (1, 1), stride)
+    bias = constant(RNG.standard_normal(96).astype(np.float32))
+    other = RNG.standard_normal(summed.shape).astype(np.float32)
+
+    def bound(out: np.ndarray) -> list[Callable[[], object]]:
+        scratch = conv_bind.scratch_bytes(data.shape, 96, out.shape[2:], geometry, 4)
+        calls = conv_bind.bind(np, data, weight, bias, out, geometry,
+                               Workspace(np, scratch, precision="bf16"))
+        return [call.with_epilogue(low=-1.0, high=2.5)
+                for call in gemm_bind.with_residual(calls, out, other)]
+
+    out = np.full(summed.shape, np.nan, np.float32)  # every pixel must be written
+    calls = bound(out)
+    assert isinstance(getattr(calls[0], "product", None), conv_amx.DirectProduct) == direct
+    for call in calls:
+        call()
+    want = np.clip(summed + bias[None, :, None, None] + other, -1.0, 2.5)
+    assert np.abs(out - want).max() < 1e-5 * np.abs(summed).max()
+    assert_armed_runs_store(out, out.copy(), lambda: [call() for call in calls])
+    monkeypatch.setattr(conv_amx, "POINTWISE_MIN_DEPTH", 1 << 30)
+    product = np.full(summed.shape, np.nan, np.float32)
+    gemm_calls = bound(product)
+    assert not isinstance(getattr(gemm_calls[0], "product", None), conv_amx.DirectProduct)
+    for call in gemm_calls:
+        call()
+    np.testing.assert_array_equal(out, product)
+
+
 @needs_direct
 @pytest.mark.parametrize(("channels", "size", "pad"), [
     (64, (56, 56), (1, 1)),  # ResNet's stride-2 3×3 over 56²
