@@ -3,7 +3,7 @@
 Usage: ``python bench/steps_in_order.py [--net resnet18_v1] [--batch 1] [--runs 30]
 [--threads 1] [--top 12] [--precision fp32|bf16|int8] [--node NAME] [--clock wall|thread]
 [--winograd-min-tiles N] [--f4-min-tiles N] [--bf16-grid-max-steps N]
-[--pixels-min-depth N] [--plans N]
+[--pixels-min-depth N] [--pointwise-min-depth N] [--plans N]
 [--openvino]
 [--peer-python PYTHON] [--statistic median|best]``.
 
@@ -18,7 +18,8 @@ the walks (`bench/executor.py`'s step kinds sum the same walks by kind). ``--nod
 node's steps one by one; ``--winograd-min-tiles`` and ``--f4-min-tiles`` bind a second plan
 with `winograd_bind`'s thresholds changed, ``--bf16-grid-max-steps`` with `conv_amx`'s
 limit on the direct products handing their readers bf16 on the AVX-512 BF16 tile,
-``--pixels-min-depth`` with the K from which that tile's direct products run pixel tiles, and
+``--pixels-min-depth`` with the K from which that tile's direct products run pixel tiles,
+``--pointwise-min-depth`` with the channels from which a 1×1 layer at 7² runs on them, and
 time the two in turn; ``--plans N`` binds N
 identical plans (a model each) and times them in turn, where one plan differing from another
 shows where their memory lies mattering. ``--openvino`` then prints
@@ -155,6 +156,9 @@ def main() -> None:
     parser.add_argument("--pixels-min-depth", type=int, default=None,
                         help="the same with conv_amx.PIXELS_MIN_DEPTH (the K from which the "
                              "AVX-512 BF16 tile's direct products run pixel tiles)")
+    parser.add_argument("--pointwise-min-depth", type=int, default=None,
+                        help="the same with conv_amx.POINTWISE_MIN_DEPTH (the channels from "
+                             "which a 1×1 layer at 7² runs on those pixel tiles)")
     parser.add_argument("--node", action="append", default=[],
                         help="a node whose steps are listed one by one (repeatable)")
     parser.add_argument("--plans", type=int, default=1,
@@ -182,7 +186,8 @@ def main() -> None:
         (winograd_bind, "MIN_TILES", options.winograd_min_tiles),
         (winograd_bind, "F4_MIN_TILES", options.f4_min_tiles),
         (conv_amx, "BF16_GRID_MAX_STEPS", options.bf16_grid_max_steps),
-        (conv_amx, "PIXELS_MIN_DEPTH", options.pixels_min_depth)) if value is not None}
+        (conv_amx, "PIXELS_MIN_DEPTH", options.pixels_min_depth),
+        (conv_amx, "POINTWISE_MIN_DEPTH", options.pointwise_min_depth)) if value is not None}
     if changed:
         for (module, name), value in changed.items():
             setattr(module, name, value)
