@@ -3,7 +3,7 @@
 Usage: ``python bench/steps_in_order.py [--net resnet18_v1] [--batch 1] [--runs 30]
 [--threads 1] [--top 12] [--precision fp32|bf16|int8] [--node NAME] [--clock wall|thread]
 [--winograd-min-tiles N] [--f4-min-tiles N] [--bf16-grid-max-steps N]
-[--pixels-min-depth N] [--pointwise-min-depth N] [--plans N]
+[--pixels-min-depth N] [--pointwise-min-depth N] [--plans N] [--warm N]
 [--openvino]
 [--peer-python PYTHON] [--statistic median|best]``.
 
@@ -22,7 +22,8 @@ limit on the direct products handing their readers bf16 on the AVX-512 BF16 tile
 ``--pointwise-min-depth`` with the channels from which a 1×1 layer at 7² runs on them, and
 time the two in turn; ``--plans N`` binds N
 identical plans (a model each) and times them in turn, where one plan differing from another
-shows where their memory lies mattering. ``--openvino`` then prints
+shows where their memory lies mattering. ``--warm N`` (one thread) adds each node's best of N
+calls of its steps in a row, its weights and data then in cache. ``--openvino`` then prints
 OpenVINO's own time per layer, in its order, for the same network, batch, thread count and
 precision (int8 through NNCF, as `bench/executor.py` quantises it), from the peer environment
 (`bench/quantized_peers.py --layer-turns`), its calls timed in turns with our runs, `TURN`
@@ -124,15 +125,35 @@ def report(label: str, plan: Any, per_run: list[list[float]], whole: list[float]
           f"{min(whole) * 1e3:.2f}; steps walked in order: median "
           f"{statistics.median(walks) * 1e3:.2f} ms, each step's quickest summed "
           f"{quickest * 1e3:.2f} ms")
+    warm = warm_times(plan, options.warm) if options.warm else {}
     for seconds, node, count, kinds in rows[:options.top]:
         listed = ", ".join(f"{kind} {n}" for kind, n in sorted(kinds.items(), key=lambda x: -x[1]))
-        print(f"  {seconds * 1e3:7.3f} ms  {node.name} ({node.op}), {count} steps: {listed}")
+        alone = f", warm alone {warm[id(node)] * 1e3:.3f} ms" if warm else ""
+        print(f"  {seconds * 1e3:7.3f} ms  {node.name} ({node.op}), {count} steps: {listed}"
+              f"{alone}")
     for name in options.node:
         print(f"{name}, step by step (median µs):")
         for index, step in enumerate(plan.steps):
             if step.node.name == name:
                 median = statistics.median(times[index] for times in per_run)
                 print(f"  {index:4d} {median * 1e6:9.1f}  {call_kind(step.call)}")
+
+
+def warm_times(plan: Any, calls: int) -> dict[int, float]:
+    """Per node (by id), the best of ``calls`` calls of its steps in a row, each call right
+    after the last: the node's own time with its weights and data in cache, against which its
+    time in the walk shows what finding them out of cache costs. One thread: the steps are
+    called outside a run, as a run on one thread calls them."""
+    clock = time.thread_time
+    best: dict[int, float] = {}
+    for step in plan.steps:
+        times = []
+        for _ in range(calls):
+            start = clock()
+            step.call()
+            times.append(clock() - start)
+        best[id(step.node)] = best.get(id(step.node), 0.0) + min(times)
+    return best
 
 
 def main() -> None:
@@ -159,6 +180,9 @@ def main() -> None:
     parser.add_argument("--pointwise-min-depth", type=int, default=None,
                         help="the same with conv_amx.POINTWISE_MIN_DEPTH (the channels from "
                              "which a 1×1 layer at 7² runs on those pixel tiles)")
+    parser.add_argument("--warm", type=int, default=0,
+                        help="also call each step this many times in a row after the walks "
+                             "and give each node's best (one thread)")
     parser.add_argument("--node", action="append", default=[],
                         help="a node whose steps are listed one by one (repeatable)")
     parser.add_argument("--plans", type=int, default=1,
@@ -174,6 +198,8 @@ def main() -> None:
     options = parser.parse_args()
     if options.clock == "thread" and options.threads != 1:
         parser.error("--clock thread counts the calling thread alone: use it with --threads 1")
+    if options.warm and options.threads != 1:
+        parser.error("--warm calls steps outside a run: use it with --threads 1")
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(options.threads)

@@ -19,3 +19,17 @@ def test_the_loop_adds_each_product_to_every_accumulator(kind: str) -> None:
         pytest.skip("no LLVM JIT here")
     assert made[1](10, 0.5) == 156.0
     assert dot_peak.rate(kind, 4, 1000, rounds=1) > 0
+
+
+def test_the_tile_loop_adds_each_weight_word_times_each_grid_vector() -> None:
+    """Two rows by two vectors, ten steps of 1.5 × 2.5 (each float's upper half, its lower
+    half zero): each of the four accumulators' lane 0 gains 3.75 a step, 150 in all; the
+    rate of a longer loop is positive."""
+    made = dot_peak.compiled_tile(2, 2)
+    if made is None:
+        pytest.skip("the host has no AVX512_BF16 or no LLVM JIT")
+    a, b = dot_peak.tile_buffers(2, 2)
+    assert made[1](10, a.ctypes.data, b.ctypes.data) == 150.0
+    a, b = dot_peak.tile_buffers(2, 2, weight=0.0)
+    assert made[1](10, a.ctypes.data, b.ctypes.data) == 0.0
+    assert dot_peak.tile_rate(2, 2, 1000, rounds=1) > 0
