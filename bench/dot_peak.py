@@ -80,9 +80,22 @@ def build(kind: str, accumulators: int) -> Any:
         added = [builder.call(step, [cell, x, y]) for cell in sums]
     else:
         added = [builder.call(step, [x, y, cell]) for cell in sums]
+    close_loop(builder, (body, done), count, iterations, sums, added)
+    return module
+
+
+def close_loop(builder: Any, blocks: tuple[Any, Any], count: Any, iterations: Any,
+               sums: list[Any], added: list[Any]) -> None:
+    """The end of a loop ``body`` (``blocks``: it and the block after it): each accumulator
+    phi in ``sums`` takes its ``added`` value, ``count`` its successor, the loop runs again
+    while that is below ``iterations``, and after it the sum of the accumulators' lanes 0 is
+    returned, so that nothing is optimised away."""
+    import llvmlite.ir as ir
+
+    body, done = blocks
     for cell, value in zip(sums, added, strict=True):
         cell.add_incoming(value, body)
-    following = builder.add(count, i64(1))
+    following = builder.add(count, ir.IntType(64)(1))
     count.add_incoming(following, body)
     builder.cbranch(builder.icmp_signed("<", following, iterations), body, done)
     builder = ir.IRBuilder(done)
@@ -90,7 +103,6 @@ def build(kind: str, accumulators: int) -> Any:
     for value in added[1:]:
         total = builder.fadd(total, value)
     builder.ret(builder.extract_element(total, ir.Constant(ir.IntType(32), 0)))
-    return module
 
 
 @cache
@@ -168,16 +180,7 @@ def build_tile(rows: int, vectors: int) -> Any:
                                        vector), operand)
         added += [builder.call(step, [sums[i * vectors + j], weight, words[j]])
                   for j in range(vectors)]
-    for cell, value in zip(sums, added, strict=True):
-        cell.add_incoming(value, body)
-    following = builder.add(count, i64(1))
-    count.add_incoming(following, body)
-    builder.cbranch(builder.icmp_signed("<", following, iterations), body, done)
-    builder = ir.IRBuilder(done)
-    total = added[0]
-    for value in added[1:]:
-        total = builder.fadd(total, value)
-    builder.ret(builder.extract_element(total, ir.Constant(ir.IntType(32), 0)))
+    close_loop(builder, (body, done), count, iterations, sums, added)
     return module
 
 
