@@ -80,7 +80,8 @@ def upload(url: str, name: str, symbol: bytes, params: bytes, config: dict[str, 
         files["calibration"] = ("calibration.npz", buffer.getvalue())
     response = httpx.post(f"{url}/models/{name}", files=files, timeout=600,
                           headers={"Authorization": f"Bearer {serve.TOKEN}"})
-    response.raise_for_status()
+    if response.is_error:  # the server's answer says why (a failed precision check)
+        raise RuntimeError(f"upload answered {response.status_code}: {response.text}")
     return response.json()
 
 

@@ -27,7 +27,8 @@ host's swing. The answers are the same bits.
 The stem binds first and learns later whether the pooling takes its offer (`offer`, `take`):
 its step runs the one whole product until then. The offer is withdrawn where steps after the
 product change the stem's output (`withdraw`: a fused chain whose epilogue could not take a
-step), and refused where the pooling's output lies on any array the stem's step reads.
+step), and refused where the pooling's output lies on any array the stem's step reads, or
+where an image's pooled rows lie on a later image's input (`pools_onto_later_input`).
 """
 
 from __future__ import annotations
@@ -276,17 +277,19 @@ def banded(tiles: Any, pairs: Any, targets: Any, period: int,
 class Offer:
     """A stem's offer of its output ``out`` (N, F, H, W) to a pooling bound right after it:
     each image's pooling (``poolings``, in order: a `BandedProduct`'s `RowPooling`, or the
-    `RowBands` of its products in bands) and what the stem's step reads (``operands``)."""
+    `RowBands` of its products in bands), what the stem's step reads (``operands``) and the
+    stem's input (``data``, N × …), whose images the step reads in turn."""
 
     def __init__(self, out: Any, poolings: list[Any], operands: tuple[Any, ...],
-                 noted: int | None) -> None:
+                 noted: int | None, data: Any = None) -> None:
         self.out, self.poolings, self.operands, self.noted = out, poolings, operands, noted
+        self.data = data
         self.withdrawn = False
 
 
-def offer(workspace: Any, out: Any, calls: list[Any]) -> None:
-    """Offer ``out`` where ``calls`` (a stem's, final) run one `BandedProduct` per image, or
-    each image's products in bands (`BandThenPool`)."""
+def offer(workspace: Any, out: Any, calls: list[Any], data: Any = None) -> None:
+    """Offer ``out`` where ``calls`` (a stem's, final, over its input ``data``) run one
+    `BandedProduct` per image, or each image's products in bands (`BandThenPool`)."""
     if workspace is None or not hasattr(workspace, "shared") or getattr(out, "ndim", 0) != 4:
         return
     products = [getattr(call, "product", None) for call in calls]
@@ -300,7 +303,7 @@ def offer(workspace: Any, out: Any, calls: list[Any]) -> None:
     poolings = [product.pooling for product in made]
     operands = tuple(operand for product in made for operand in product.operands)
     noted = getattr(workspace, "noted", None)
-    workspace.shared(out, TAG, lambda: Offer(out, poolings, operands, noted))
+    workspace.shared(out, TAG, lambda: Offer(out, poolings, operands, noted, data))
 
 
 def withdraw(workspace: Any, out: Any) -> None:
@@ -326,7 +329,8 @@ def take(workspace: Any, data: Any, out: Any, window: tuple[int, ...]) -> bool:
             or made.noted is None or getattr(workspace, "noted", None) != made.noted + 1
             or getattr(out, "ndim", 0) != 4 or out.shape[:2] != data.shape[:2]
             or not out.flags.c_contiguous or np.may_share_memory(out, data)
-            or any(np.may_share_memory(out, operand) for operand in made.operands)):
+            or any(np.may_share_memory(out, operand) for operand in made.operands)
+            or pools_onto_later_input(out, made.data)):
         return False
     if not all(max_pool_vector.applies(data[image], out[image], WINDOW)
                for image in range(data.shape[0])):
@@ -349,6 +353,19 @@ def take(workspace: Any, data: Any, out: Any, window: tuple[int, ...]) -> bool:
         pooling.attach(data[image].reshape(-1, height, width),
                        out[image].reshape(-1, *out.shape[2:]), parts, band)
     return True
+
+
+def pools_onto_later_input(out: Any, data: Any) -> bool:
+    """Whether an image's pooled rows (``out``, N × …) would land on the stem's input of a
+    later image (``data``, N × …), which the stem's step reads only after it has pooled that
+    image: the plan lays out the pooling's output as written after the stem's whole step, so
+    it may share memory with the stem's input where that is a buffer of the plan's (ResNet
+    v2's input BatchNorm before its stem; at batch 3 the second and third images' inputs
+    were overwritten so). An image's own input is read before its bands pool."""
+    if data is None or getattr(data, "ndim", 0) < 1 or data.shape[0] != out.shape[0]:
+        return data is not None and np.may_share_memory(out, data)
+    return any(np.may_share_memory(out[image], data[image + 1:])
+               for image in range(out.shape[0] - 1))
 
 
 def _pooled_rows(top: int, end: int, height: int, out_height: int) -> tuple[int, int]:

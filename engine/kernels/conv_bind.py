@@ -160,7 +160,7 @@ def bind(xp: Any, data: Any, weight: Any, bias: Any, out: Any, geometry: Geometr
     calls = gemm_amx_handoff.lay_bf16(calls, out, workspace)
     calls = gemm_tile_handoff.lay_bf16(calls, out, workspace)
     # a stem's products in bands may pool their rows for the max pooling after them
-    banded_pool.offer(workspace, out, calls)
+    banded_pool.offer(workspace, out, calls, data)
     return calls
 
 
