@@ -124,13 +124,18 @@ def rate(kind: str, accumulators: int, iterations: int, rounds: int = 5) -> floa
     made = compiled(kind, accumulators)
     if made is None:
         return None
-    peak = made[1]
+    best = quickest(lambda: made[1](iterations, 0.5), rounds)
+    return iterations * accumulators * FLOPS[kind] / best / 1e9
+
+
+def quickest(call: Any, rounds: int) -> float:
+    """The best of ``rounds`` calls of ``call``, in seconds."""
     best = float("inf")
     for _ in range(rounds):
         start = time.perf_counter()
-        peak(iterations, 0.5)
+        call()
         best = min(best, time.perf_counter() - start)
-    return iterations * accumulators * FLOPS[kind] / best / 1e9
+    return best
 
 
 # The grid words a tile step loads: 64 steps' rows, ``STEP_WORDS`` words apart, read from
@@ -214,11 +219,7 @@ def tile_rate(rows: int, vectors: int, iterations: int, rounds: int = 5) -> floa
     if made is None:
         return None
     a, b = tile_buffers(rows, vectors)
-    best = float("inf")
-    for _ in range(rounds):
-        start = time.perf_counter()
-        made[1](iterations, a.ctypes.data, b.ctypes.data)
-        best = min(best, time.perf_counter() - start)
+    best = quickest(lambda: made[1](iterations, a.ctypes.data, b.ctypes.data), rounds)
     return iterations * rows * vectors * FLOPS["bf16"] / best / 1e9
 
 

@@ -281,13 +281,13 @@ class Offer:
     stem's input (``data``, N × …), whose images the step reads in turn."""
 
     def __init__(self, out: Any, poolings: list[Any], operands: tuple[Any, ...],
-                 noted: int | None, data: Any = None) -> None:
+                 noted: int | None, data: Any) -> None:
         self.out, self.poolings, self.operands, self.noted = out, poolings, operands, noted
         self.data = data
         self.withdrawn = False
 
 
-def offer(workspace: Any, out: Any, calls: list[Any], data: Any = None) -> None:
+def offer(workspace: Any, out: Any, calls: list[Any], data: Any) -> None:
     """Offer ``out`` where ``calls`` (a stem's, final, over its input ``data``) run one
     `BandedProduct` per image, or each image's products in bands (`BandThenPool`)."""
     if workspace is None or not hasattr(workspace, "shared") or getattr(out, "ndim", 0) != 4:
@@ -362,8 +362,6 @@ def pools_onto_later_input(out: Any, data: Any) -> bool:
     it may share memory with the stem's input where that is a buffer of the plan's (ResNet
     v2's input BatchNorm before its stem; at batch 3 the second and third images' inputs
     were overwritten so). An image's own input is read before its bands pool."""
-    if data is None or getattr(data, "ndim", 0) < 1 or data.shape[0] != out.shape[0]:
-        return data is not None and np.may_share_memory(out, data)
     return any(np.may_share_memory(out[image], data[image + 1:])
                for image in range(out.shape[0] - 1))
 
