@@ -4,7 +4,7 @@ Usage: ``python bench/steps_in_order.py [--net resnet18_v1] [--batch 1] [--runs 
 [--threads 1] [--top 12] [--precision fp32|bf16|int8] [--node NAME] [--clock wall|thread]
 [--winograd-min-tiles N] [--f4-min-tiles N] [--bf16-grid-max-steps N]
 [--pixels-min-depth N] [--pointwise-min-depth N] [--plans N] [--warm N]
-[--openvino]
+[--again] [--openvino]
 [--peer-python PYTHON] [--statistic median|best]``.
 
 Every run walks ``plan.steps`` once in order, each step timed inside a run made as
@@ -23,7 +23,12 @@ limit on the direct products handing their readers bf16 on the AVX-512 BF16 tile
 time the two in turn; ``--plans N`` binds N
 identical plans (a model each) and times them in turn, where one plan differing from another
 shows where their memory lies mattering. ``--warm N`` (one thread) adds each node's best of N
-calls of its steps in a row, its weights and data then in cache. ``--openvino`` then prints
+calls of its steps in a row, its weights and data then in cache. ``--again`` (one thread)
+walks each run calling every step twice, the second call right after the first, and gives
+each node's second call beside its first: what a step pays for the state the steps before it
+left (its data, weights and code out of cache), all else as in the walk. A step whose work
+depends on what ran before it may do less the second time (a pairing a hand-off already
+did); the node's kinds of call say which. ``--openvino`` then prints
 OpenVINO's own time per layer, in its order, for the same network, batch, thread count and
 precision (int8 through NNCF, as `bench/executor.py` quantises it), from the peer environment
 (`bench/quantized_peers.py --layer-turns`), its calls timed in turns with our runs, `TURN`
@@ -39,6 +44,7 @@ they are there.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import sys
 import time
@@ -103,8 +109,9 @@ def build(options: argparse.Namespace) -> tuple[Any, dict[str, np.ndarray]]:
 
 
 def report(label: str, plan: Any, per_run: list[list[float]], whole: list[float],
-           options: argparse.Namespace) -> None:
-    """The per-node table of one plan's walks, slowest first."""
+           options: argparse.Namespace, again: list[list[float]] | None = None) -> None:
+    """The per-node table of one plan's walks, slowest first; ``again``: each walk's second
+    calls (`walk_twice`), given beside the first."""
     nodes: dict[int, list[int]] = defaultdict(list)
     for index, step in enumerate(plan.steps):
         nodes[id(step.node)].append(index)
@@ -115,7 +122,10 @@ def report(label: str, plan: Any, per_run: list[list[float]], whole: list[float]
         kinds: dict[str, int] = defaultdict(int)
         for i in indices:
             kinds[call_kind(plan.steps[i].call)] += 1
-        rows.append((STATISTICS[options.statistic](sums), node, len(indices), dict(kinds)))
+        repeated = None if again is None else STATISTICS[options.statistic](
+            [sum(times[i] for i in indices) for times in again])
+        rows.append((STATISTICS[options.statistic](sums), node, len(indices), dict(kinds),
+                     repeated))
     rows.sort(key=lambda row: -row[0])
     walks = [sum(times) for times in per_run]
     print(f"{label}{options.net} batch {options.batch}, {options.threads} thread(s), "
@@ -125,10 +135,17 @@ def report(label: str, plan: Any, per_run: list[list[float]], whole: list[float]
           f"{min(whole) * 1e3:.2f}; steps walked in order: median "
           f"{statistics.median(walks) * 1e3:.2f} ms, each step's quickest summed "
           f"{quickest * 1e3:.2f} ms")
+    if again is not None:
+        statistic = STATISTICS[options.statistic]
+        print(f"every step called twice: first calls summed {statistic(walks) * 1e3:.2f} ms "
+              f"({options.statistic} of runs), second calls "
+              f"{statistic([sum(times) for times in again]) * 1e3:.2f}")
     warm = warm_times(plan, options.warm) if options.warm else {}
-    for seconds, node, count, kinds in rows[:options.top]:
+    for seconds, node, count, kinds, repeated in rows[:options.top]:
         listed = ", ".join(f"{kind} {n}" for kind, n in sorted(kinds.items(), key=lambda x: -x[1]))
         alone = f", warm alone {warm[id(node)] * 1e3:.3f} ms" if warm else ""
+        if repeated is not None:
+            alone += f", again {repeated * 1e3:.3f} ms"
         print(f"  {seconds * 1e3:7.3f} ms  {node.name} ({node.op}), {count} steps: {listed}"
               f"{alone}")
     for name in options.node:
@@ -137,6 +154,33 @@ def report(label: str, plan: Any, per_run: list[list[float]], whole: list[float]
             if step.node.name == name:
                 median = statistics.median(times[index] for times in per_run)
                 print(f"  {index:4d} {median * 1e6:9.1f}  {call_kind(step.call)}")
+
+
+def walk_twice(plan: Any, feed: dict[str, np.ndarray],
+               clock: Any = time.perf_counter) -> tuple[list[float], list[float]]:
+    """One walk (`Plan.walk`) calling each step twice, the second call right after the
+    first: each step's first and second call's seconds, in order. The plan's steps are as
+    they were after it."""
+    first: list[float] = []
+    second: list[float] = []
+
+    def twice(call: Any) -> Any:
+        def both() -> None:
+            start = clock()
+            call()
+            middle = clock()
+            call()
+            first.append(middle - start)
+            second.append(clock() - middle)
+        return both
+
+    steps = list(plan.steps)
+    plan.steps[:] = [dataclasses.replace(step, call=twice(step.call)) for step in steps]
+    try:
+        plan.walk(feed, clock)
+    finally:
+        plan.steps[:] = steps
+    return first, second
 
 
 def warm_times(plan: Any, calls: int) -> dict[int, float]:
@@ -183,6 +227,9 @@ def main() -> None:
     parser.add_argument("--warm", type=int, default=0,
                         help="also call each step this many times in a row after the walks "
                              "and give each node's best (one thread)")
+    parser.add_argument("--again", action="store_true",
+                        help="call every step twice in each walk and give each node's second "
+                             "call beside its first (one thread)")
     parser.add_argument("--node", action="append", default=[],
                         help="a node whose steps are listed one by one (repeatable)")
     parser.add_argument("--plans", type=int, default=1,
@@ -200,6 +247,9 @@ def main() -> None:
         parser.error("--clock thread counts the calling thread alone: use it with --threads 1")
     if options.warm and options.threads != 1:
         parser.error("--warm calls steps outside a run: use it with --threads 1")
+    if options.again and options.threads != 1:
+        parser.error("--again times a step's parts on the calling thread: use it with "
+                     "--threads 1")
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(options.threads)
@@ -221,11 +271,17 @@ def main() -> None:
         plans[f"{label}: "] = build(options)
     per_run: dict[str, list[list[float]]] = {label: [] for label in plans}
     whole: dict[str, list[float]] = {label: [] for label in plans}
+    again: dict[str, list[list[float]]] = {label: [] for label in plans}
     clock = CLOCKS[options.clock]
     peer = OpenVinoTurns(options) if options.openvino else None
     for run in range(options.runs):
         for label, (plan, feed) in plans.items():
-            per_run[label].append(plan.walk(feed, clock))
+            if options.again:
+                first, second = walk_twice(plan, feed, clock)
+                per_run[label].append(first)
+                again[label].append(second)
+            else:
+                per_run[label].append(plan.walk(feed, clock))
             for _ in range(2):  # the walk dropped the plan's records: two runs record first
                 plan.run(feed, copy_outputs=False)
             start = clock()
@@ -234,7 +290,8 @@ def main() -> None:
         if peer is not None and ((run + 1) % TURN == 0 or run + 1 == options.runs):
             peer.turn(run % TURN + 1)  # as many calls as our runs since its last turn
     for label, (plan, _) in plans.items():
-        report(label, plan, per_run[label], whole[label], options)
+        report(label, plan, per_run[label], whole[label], options,
+               again[label] if options.again else None)
     if peer is not None:
         print(peer.finish(), end="")
 
