@@ -23,12 +23,13 @@ limit on the direct products handing their readers bf16 on the AVX-512 BF16 tile
 time the two in turn; ``--plans N`` binds N
 identical plans (a model each) and times them in turn, where one plan differing from another
 shows where their memory lies mattering. ``--warm N`` (one thread) adds each node's best of N
-calls of its steps in a row, its weights and data then in cache. ``--again`` (one thread)
-walks each run calling every step twice, the second call right after the first, and gives
-each node's second call beside its first: what a step pays for the state the steps before it
-left (its data, weights and code out of cache), all else as in the walk. A step whose work
-depends on what ran before it may do less the second time (a pairing a hand-off already
-did); the node's kinds of call say which. ``--openvino`` then prints
+calls of its steps in a row, its weights and data then in cache. ``--again`` walks each run
+calling every step twice, the second call right after the first, and gives each node's second
+call beside its first: what a step pays for the state the steps before it left (its data,
+weights and code out of cache), all else as in the walk. A step whose work depends on what
+ran before it may take another path the second time: less work (a pairing a hand-off already
+did) or more (a hand-off the first call consumed, ResNet-50 v2's int8 residual products then
+on the NumPy path). ``--openvino`` then prints
 OpenVINO's own time per layer, in its order, for the same network, batch, thread count and
 precision (int8 through NNCF, as `bench/executor.py` quantises it), from the peer environment
 (`bench/quantized_peers.py --layer-turns`), its calls timed in turns with our runs, `TURN`
@@ -229,7 +230,7 @@ def main() -> None:
                              "and give each node's best (one thread)")
     parser.add_argument("--again", action="store_true",
                         help="call every step twice in each walk and give each node's second "
-                             "call beside its first (one thread)")
+                             "call beside its first")
     parser.add_argument("--node", action="append", default=[],
                         help="a node whose steps are listed one by one (repeatable)")
     parser.add_argument("--plans", type=int, default=1,
@@ -247,9 +248,6 @@ def main() -> None:
         parser.error("--clock thread counts the calling thread alone: use it with --threads 1")
     if options.warm and options.threads != 1:
         parser.error("--warm calls steps outside a run: use it with --threads 1")
-    if options.again and options.threads != 1:
-        parser.error("--again times a step's parts on the calling thread: use it with "
-                     "--threads 1")
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(options.threads)

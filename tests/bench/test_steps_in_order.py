@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import pytest
 from numpy.testing import assert_allclose
 
 from bench import steps_in_order
@@ -39,13 +37,6 @@ def test_walking_twice_calls_each_step_twice_and_leaves_the_plan_as_it_was() -> 
     plan.steps[:] = steps
     for name, values in model.infer(feed).items():
         assert_allclose(values, expected[name], rtol=1e-6, atol=1e-6)
-
-
-def test_again_is_refused_on_more_than_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
-    # a step's parts on other threads are not on the calling thread's clock
-    monkeypatch.setattr(sys, "argv", ["steps_in_order.py", "--again", "--threads", "2"])
-    with pytest.raises(SystemExit):
-        steps_in_order.main()
 
 
 def _counting(call: Callable[[], Any], index: int, calls: list[int]) -> Callable[[], None]:
