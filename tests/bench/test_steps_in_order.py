@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
@@ -23,7 +24,7 @@ def test_walking_twice_calls_each_step_twice_and_leaves_the_plan_as_it_was() -> 
     plan = model.plan_for(feed)
     steps = list(plan.steps)
     calls: list[int] = []
-    counted = [steps_in_order.dataclasses.replace(step, call=_counting(step.call, index, calls))
+    counted = [dataclasses.replace(step, call=_counting(step.call, index, calls))
                for index, step in enumerate(steps)]
     plan.steps[:] = counted
 
