@@ -24,6 +24,9 @@ With ``--scaling`` (OpenVINO only) it serves nothing either: it builds the runti
 core and on one thread in this one process and times them in turn, round after round, for
 the every-core ÷ one-thread ratio that `bench/every_core.py` gives ours.
 
+With ``--footprint`` it serves nothing: it prints, as JSON, the memory one call touches (every
+page of the process read or written, `touched_memory`), for `bench/footprint.py`.
+
 With ``--clock process`` the seconds are the process's CPU time over each call (every thread
 of it), not the wall clock's: on a machine other jobs share, the time they held the cores is
 left out.
@@ -50,6 +53,7 @@ import numpy as np
 RUNTIMES = ("ort-int8", "ov-f32", "ov-bf16", "ov-int8")
 CALIBRATION_INPUTS = 32  # the issue's calibration set size, for both quantisers
 TURNS_READY, TURN_DONE = "READY", "DONE"  # `serve_layer_turns`' answers
+FOOTPRINT_WARM_CALLS = 5  # calls before the one `print_footprint` counts
 # What a timed call's seconds are read from: the wall clock, or the process's CPU time (all its
 # threads), which leaves out the time a loaded machine's other jobs held the cores.
 CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter,
@@ -291,6 +295,22 @@ def serve_layer_turns(runtime: str, folder: Path, batch: int, threads: int) -> N
                       f"{threads or 'default'} thread(s), in turns with ours", layers, runs)
 
 
+def print_footprint(runtime: str, folder: Path, batch: int, threads: int) -> None:
+    """The megabytes one warm call touches, the process's every mapping (OpenVINO's code and
+    its JIT kernels included), as JSON (`touched_memory`)."""
+    import touched_memory
+
+    touched_memory.no_huge_pages()  # before the runtime allocates anything
+    run, info = build(runtime, folder, batch, threads)
+    data = np.load(folder / f"data-b{batch}.npy")
+    for _ in range(FOOTPRINT_WARM_CALLS):
+        run(data)
+    mappings = touched_memory.touched_by(lambda: run(data))
+    # the last line of the output (NNCF's progress may come before it)
+    print(json.dumps({"runtime": runtime, **info,
+                      "touched_mb": sum(touched for *_, touched in mappings) / 2**20}))
+
+
 def print_scaling(runtime: str, folder: Path, batch: int, rounds: int,
                   calls: int = 8) -> None:
     """OpenVINO on every core against one thread, each compiled in this process and called
@@ -332,10 +352,15 @@ def main() -> None:
                         help="print OpenVINO's time per layer over RUNS calls instead of serving")
     parser.add_argument("--layer-turns", action="store_true",
                         help="--layers in turns paced on stdin (`serve_layer_turns`)")
+    parser.add_argument("--footprint", action="store_true",
+                        help="print the memory one call touches instead of serving")
     parser.add_argument("--scaling", type=int, metavar="ROUNDS", default=0,
                         help="time OpenVINO on every core against one thread in turn for "
                              "ROUNDS rounds instead of serving")
     options = parser.parse_args()
+    if options.footprint:
+        print_footprint(options.runtime, options.folder, options.batch, options.threads)
+        return
     if options.scaling:
         print_scaling(options.runtime, options.folder, options.batch, options.scaling)
         return

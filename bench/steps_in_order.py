@@ -1,8 +1,8 @@
 """Benchmark: a plan's steps timed one by one in the order a run takes them, per node.
 
 Usage: ``python bench/steps_in_order.py [--net resnet18_v1] [--batch 1] [--runs 30]
-[--threads 1] [--top 12] [--precision fp32|bf16|int8] [--node NAME] [--clock wall|thread]
-[--winograd-min-tiles N] [--f4-min-tiles N] [--bf16-grid-max-steps N]
+[--threads 1] [--top 12] [--in-order] [--precision fp32|bf16|int8] [--node NAME]
+[--clock wall|thread] [--winograd-min-tiles N] [--f4-min-tiles N] [--bf16-grid-max-steps N]
 [--pixels-min-depth N] [--pointwise-min-depth N] [--plans N] [--warm N]
 [--again] [--openvino]
 [--peer-python PYTHON] [--statistic median|best]``.
@@ -12,7 +12,8 @@ Every run walks ``plan.steps`` once in order, each step timed inside a run made 
 a step finds the caches as the step before left them: ResNet-18's 512-channel 3×3 layers took
 about 2.7× as long in order as called three times in a row, their weights then in cache. The
 report gives per node the median over runs of its steps' summed time, its step count and kinds
-of call, the nodes slowest first, and the median of whole ``plan.run`` calls (steady runs,
+of call, the nodes slowest first (``--in-order``: in the order a run reaches them, to read
+beside OpenVINO's layers), and the median of whole ``plan.run`` calls (steady runs,
 replayed: `engine.cpu.steady_walk`, after the two a walk makes record) taken in turn with
 the walks (`bench/executor.py`'s step kinds sum the same walks by kind). ``--node`` lists a
 node's steps one by one; ``--winograd-min-tiles`` and ``--f4-min-tiles`` bind a second plan
@@ -111,8 +112,9 @@ def build(options: argparse.Namespace) -> tuple[Any, dict[str, np.ndarray]]:
 
 def report(label: str, plan: Any, per_run: list[list[float]], whole: list[float],
            options: argparse.Namespace, again: list[list[float]] | None = None) -> None:
-    """The per-node table of one plan's walks, slowest first; ``again``: each walk's second
-    calls (`walk_twice`), given beside the first."""
+    """The per-node table of one plan's walks, slowest first (``options.in_order``: in the
+    order of each node's first step); ``again``: each walk's second calls (`walk_twice`),
+    given beside the first."""
     nodes: dict[int, list[int]] = defaultdict(list)
     for index, step in enumerate(plan.steps):
         nodes[id(step.node)].append(index)
@@ -127,7 +129,8 @@ def report(label: str, plan: Any, per_run: list[list[float]], whole: list[float]
             [sum(times[i] for i in indices) for times in again])
         rows.append((STATISTICS[options.statistic](sums), node, len(indices), dict(kinds),
                      repeated))
-    rows.sort(key=lambda row: -row[0])
+    if not options.in_order:  # (else the nodes' order of first steps, as `nodes` holds them)
+        rows.sort(key=lambda row: -row[0])
     walks = [sum(times) for times in per_run]
     print(f"{label}{options.net} batch {options.batch}, {options.threads} thread(s), "
           f"{len(plan.steps)} steps, {options.runs} runs")
@@ -208,6 +211,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--top", type=int, default=12)
+    parser.add_argument("--in-order", action="store_true",
+                        help="list the nodes in the order a run reaches them (to read beside "
+                             "--openvino's layers), not slowest first")
     parser.add_argument("--precision", choices=("fp32", "bf16", "int8"), default="fp32",
                         help="the model's precision setting (int8: calibrated on 8 random images)")
     parser.add_argument("--winograd-min-tiles", type=int, default=None,
@@ -294,6 +300,17 @@ def main() -> None:
         print(peer.finish(), end="")
 
 
+def openvino_case(options: argparse.Namespace, root: Path) -> tuple[Path, str]:
+    """The network's folder for the peer environment (as `bench/executor.py` writes it, under
+    ``root``, with the case's input) and OpenVINO's runtime name for the precision."""
+    import executor
+
+    name = {"mobilenet_v2": "mobilenetv2_1.0"}.get(options.net, options.net)
+    folder = executor.prepare_network(name, root, 0)
+    executor.write_case_input(folder, options.batch)
+    return folder, {"fp32": "ov-f32"}.get(options.precision, f"ov-{options.precision}")
+
+
 class OpenVinoTurns:
     """OpenVINO's per-layer times on this case, from `quantized_peers --layer-turns` in the
     peer environment on the ONNX file our exporter writes (a folder as `bench/executor.py`
@@ -308,11 +325,8 @@ class OpenVinoTurns:
 
         import executor
 
-        name = {"mobilenet_v2": "mobilenetv2_1.0"}.get(options.net, options.net)
-        runtime = {"fp32": "ov-f32"}.get(options.precision, f"ov-{options.precision}")
         self.root = tempfile.TemporaryDirectory()
-        folder = executor.prepare_network(name, Path(self.root.name), 0)
-        executor.write_case_input(folder, options.batch)
+        folder, runtime = openvino_case(options, Path(self.root.name))
         self.process = subprocess.Popen(
             [executor.peer_python(options.peer_python),
              str(Path(__file__).with_name("quantized_peers.py")), runtime, str(folder),

@@ -103,6 +103,14 @@ class HugePageArena:
         self._chunk_bytes = chunk_bytes
         self._chunk: np.ndarray | None = None
         self._used = 0
+        self.spans: list[tuple[int, int]] = []  # (address, bytes) of each mapping it made
+
+    def _mapped(self, nbytes: int) -> np.ndarray | None:
+        """`_huge_page_bytes`, its span noted."""
+        raw = _huge_page_bytes(nbytes)
+        if raw is not None:
+            self.spans.append((raw.ctypes.data, raw.size))
+        return raw
 
     def empty(self, shape: int | tuple[int, ...], dtype: Any) -> np.ndarray:
         """An uninitialised C-contiguous array from a cache line's start (`ALIGN`), on huge
@@ -112,7 +120,7 @@ class HugePageArena:
         nbytes = math.prod(shape) * dtype.itemsize
         room = 0 if self._chunk is None else self._chunk.size - self._used
         if 2 * nbytes >= self._chunk_bytes and nbytes > room:
-            raw = _huge_page_bytes(nbytes)
+            raw = self._mapped(nbytes)
             if raw is None:
                 return empty_aligned(np, shape, dtype)
             end = aligned(nbytes)
@@ -120,7 +128,7 @@ class HugePageArena:
                 self._chunk, self._used = raw, end
             return raw[:nbytes].view(dtype).reshape(shape)
         if self._chunk is None or nbytes > room:
-            chunk = _huge_page_bytes(self._chunk_bytes)
+            chunk = self._mapped(self._chunk_bytes)
             if chunk is None:
                 return empty_aligned(np, shape, dtype)
             self._chunk, self._used = chunk, 0
@@ -211,6 +219,14 @@ class Workspace:
         # outputs noted so far: the plan notes each node's before binding it, so this counts
         # the nodes bound, in the order their steps run
         self.noted = 0
+
+    def arena_spans(self) -> dict[str, list[tuple[int, int]]]:
+        """(address, bytes) of the memory its arenas mapped: ``"plan"`` the plan's buffers,
+        scratch and padded copies, ``"derived"`` the values derived from constants while it
+        bound (weights as its products read them); empty where it keeps NumPy's memory
+        (`bench/footprint.py` counts what a run touches of each)."""
+        return {"plan": [] if self.arena is None else list(self.arena.spans),
+                "derived": [] if self._derived_arena is None else list(self._derived_arena.spans)}
 
     def note_readers(self, array: Any, readers: tuple[Reader, ...]) -> None:
         """Record what reads ``array``, a node's output the plan binds (the plan calls this

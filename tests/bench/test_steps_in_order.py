@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import pytest
 from numpy.testing import assert_allclose
 
 from bench import steps_in_order
@@ -45,3 +47,30 @@ def _counting(call: Callable[[], Any], index: int, calls: list[int]) -> Callable
         calls.append(index)
         call()
     return counted
+
+
+def test_the_report_lists_nodes_slowest_first_or_in_the_order_a_run_reaches_them(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import engine
+
+    graph, constants = conv_bn_relu()
+    model = engine.load_model(graph, constants)
+    feed = {"data": np.zeros((1, 2, 5, 5), np.float32)}
+    model.infer(feed)
+    plan = model.plan_for(feed)
+    steps = len(plan.steps)
+    names = list(dict.fromkeys(step.node.name for step in plan.steps))
+    # each step slower than all before it together: the later a node's last step, the slower
+    per_run = [[2.0 ** index for index in range(steps)]] * 3
+    listed = {}
+    for in_order in (False, True):
+        options = argparse.Namespace(net="n", batch=1, threads=1, runs=3, statistic="median",
+                                     warm=0, top=len(names), node=[], in_order=in_order)
+        steps_in_order.report("", plan, per_run, [1.0], options)
+        rows = [line.split()[2] for line in capsys.readouterr().out.splitlines()
+                if " ms  " in line]
+        listed[in_order] = rows
+    assert listed[True] == names
+    last_step = {step.node.name: index for index, step in enumerate(plan.steps)}
+    assert listed[False] == sorted(names, key=lambda name: -last_step[name])
+    assert len(names) > 1

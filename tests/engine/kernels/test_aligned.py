@@ -145,6 +145,11 @@ def test_an_arena_maps_a_large_array_apart_where_its_chunk_has_no_room() -> None
         array[...] = index
     for index, array in enumerate((first, filler, large, after, rest, again)):
         assert (array == index).all()
+    # Three mappings, each noted once, each holding the arrays made in it.
+    assert len(arena.spans) == 3
+    for array in (first, filler, large, after, rest, again):
+        start, end = address(array), address(array) + array.nbytes
+        assert sum(low <= start and end <= low + size for low, size in arena.spans) == 1
 
 
 @huge_pages_marked
