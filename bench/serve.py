@@ -41,6 +41,12 @@ each count's median requests/s, latencies and range:
 
     .venv/bin/python bench/serve.py --instances 1,2 --rounds 5
 
+Served against in process in turns: ``--turns N`` serves ResNet-18 at concurrency 4 and runs
+the executor at batch 4 in this process one after the other, N times, and prints each served
+turn against the mean of the executor's turns on either side, and the median ratio:
+
+    .venv/bin/python bench/serve.py --turns 7 --resnet-seconds 6
+
 ``--no-grpc`` leaves the gRPC rows out and ``--resnet-seconds 0`` ResNet-18: the seed MLP and
 the floor alone, in a third of the time.
 """
@@ -489,15 +495,17 @@ def load_plain(model_dir: Path) -> Any:
     return engine.load_model(model_dir / "model-symbol.json", model_dir / "model-0000.params")
 
 
-def executor_images(model: Any, image: int) -> dict[int, float]:
-    """ResNet-18's images/s through `Model.infer` in this process, per batch size.
+def executor_images(model: Any, image: int,
+                    batches: tuple[int, ...] = EXECUTOR_BATCHES) -> dict[int, float]:
+    """ResNet-18's images/s through `Model.infer` in this process, per batch size, each over
+    2 s at least.
 
     The library's defaults (every core), as the server's one compute thread runs a batch: the
     same batch size is the reference for the served images/s at concurrency 4, the best one
     for concurrency 8.
     """
     images = {}
-    for batch in EXECUTOR_BATCHES:
+    for batch in batches:
         feed = {"data": np.random.default_rng(batch).random((batch, 3, image, image),
                                                             np.float32)}
         model.infer(feed)
@@ -507,6 +515,50 @@ def executor_images(model: Any, image: int) -> dict[int, float]:
             runs += 1
         images[batch] = runs * batch / (time.perf_counter() - started)
     return images
+
+
+def turn_ratios(served: list[float], alone: list[float]) -> list[float]:
+    """Each served turn's rate against the mean of the in-process rates measured just before
+    and just after it (``alone`` has one more, the first before the first turn)."""
+    if len(alone) != len(served) + 1:
+        raise ValueError(f"{len(served)} served turns need {len(served) + 1} in-process ones")
+    return [rate / ((before + after) / 2) for rate, before, after in zip(served, alone, alone[1:])]
+
+
+def served_in_turns(turns: int, seconds: float, image: int) -> None:
+    """ResNet-18 served at concurrency `REFERENCE_CONCURRENCY` and the executor at that batch
+    in this process, in turns, `turns` times (the executor before the first and after each):
+    each turn's served images/s against the mean of the executor's on either side, so that
+    the machine's drift over minutes falls on both. Prints each turn and the median ratio."""
+    batch = REFERENCE_CONCURRENCY
+    with tempfile.TemporaryDirectory() as directory:
+        work = Path(directory)
+        models = build_models(work, image)
+        request = work / "resnet18.http"
+        request.write_bytes(requests_for(image)["hybridserve/resnet18"])
+        port = free_port()
+        server = start_process([sys.executable, "-m", "service", *service_args(work, port)],
+                               work, "hybridserve")
+        try:
+            url = f"http://127.0.0.1:{port}"
+            wait_until_up(url, "/v2/health/ready", server)
+            upload(url, {"resnet18": models["resnet18"]})
+            model = load_plain(work / "plain" / "resnet18")
+            alone = [executor_images(model, image, (batch,))[batch]]
+            served = []
+            for turn in range(turns):
+                served.append(run_load(url, request, batch, seconds, min(2.0, seconds / 2)))
+                alone.append(executor_images(model, image, (batch,))[batch])
+                ratio = turn_ratios([served[-1]["rps"]], alone[-2:])[0]
+                print(f"turn {turn + 1}: served {served[-1]['rps']:.1f} images/s (p99 "
+                      f"{served[-1]['p99_ms']:.1f} ms), executor b{batch} {alone[-2]:.1f} and "
+                      f"{alone[-1]:.1f}: {100 * ratio:.0f}%", flush=True)
+        finally:
+            stop_process(server)
+    ratios = turn_ratios([row["rps"] for row in served], alone)
+    print(f"ResNet-18 at concurrency {batch} against the executor at b{batch}, {turns} turns: "
+          f"median {100 * float(np.median(ratios)):.0f}% (range {100 * min(ratios):.0f}-"
+          f"{100 * max(ratios):.0f}%; target >= 90%): {_met(float(np.median(ratios)) >= 0.9)}")
 
 
 def executor_rows(before: dict[int, float], after: dict[int, float]) -> list[dict[str, Any]]:
@@ -629,9 +681,15 @@ def main() -> None:
                         "interleaved rounds at --concurrency, REST only")
     parser.add_argument("--concurrency", type=int, default=8,
                         help="ResNet-18's concurrency for --instances")
+    parser.add_argument("--turns", type=int, default=0,
+                        help="ResNet-18 served at concurrency 4 and the executor at batch 4 "
+                        "in turns, this many times (--resnet-seconds each served turn)")
     args = parser.parse_args()
     print(f"machine: nproc {os.cpu_count()}, {platform.processor() or platform.machine()}, "
           f"Python {platform.python_version()}, NumPy {np.__version__}")
+    if args.turns:
+        served_in_turns(args.turns, args.resnet_seconds, args.image)
+        return
     print("| target                 |   c |     req/s |  p50 ms  |  p99 ms  | fail |")
     print("|------------------------|-----|-----------|----------|----------|------|")
     if args.instances:
