@@ -4,9 +4,11 @@ the caches between runs costs a run.
 A run that touches more memory than the caches keep finds more of it out of cache, the next
 run too. This counts what one warm ``plan.run`` reads or writes, by the page
 (`touched_memory`: Linux's page tables, no hardware counters), split into the plan's
-weights (the values its products read, derived while it bound), its own arrays (buffers,
-scratch, padded copies, the bf16 hand-offs between layers) and the rest of the process (the
-input, code, Python's heap). ``--openvino`` counts one call of OpenVINO's on the same case in
+weights (the values its products read, derived while it bound; an int8 plan's packed
+weights), its own arrays (buffers, scratch, padded copies, the bf16 hand-offs between
+layers) and everything else the process touched (the input, code, Python's heap, and the
+arrays a plan keeps in NumPy's memory: all of a plan's below `workspace.ARENA_FROM_BYTES`,
+an int8 plan's per-thread scratch). ``--openvino`` counts one call of OpenVINO's on the same case in
 the peer environment (`bench/quantized_peers.py --footprint`), its whole process.
 ``--between 0,8,32`` first times runs (one thread: thread time; else wall) with that many MB
 of another array read between each run and the next, interleaved, so that what a run pays
@@ -39,19 +41,19 @@ import steps_in_order  # noqa: E402 - found through the path set just above
 import touched_memory  # noqa: E402 - the same
 
 MB = 1 << 20
-PARTS = ("weights", "plan", "process")  # `attribute`'s labels
+PARTS = ("weights", "plan", "elsewhere")  # `attribute`'s labels
 
 
 def attribute(mappings: list[tuple[int, int, int]],
               spans: dict[str, list[tuple[int, int]]]) -> dict[str, int]:
     """Bytes touched by part: a mapping holding a span of the workspace's ``"derived"`` arena
     counts as ``weights``, one holding a ``"plan"`` span as ``plan``, any other as
-    ``process`` (`Workspace.arena_spans`: each span is a mapping of its own)."""
+    ``elsewhere`` (`Workspace.arena_spans`: each span is a mapping of its own)."""
     owners = [(address, part) for key, part in (("derived", "weights"), ("plan", "plan"))
               for address, _ in spans[key]]
     totals = dict.fromkeys(PARTS, 0)
     for start, end, touched in mappings:
-        part = next((part for address, part in owners if start <= address < end), "process")
+        part = next((part for address, part in owners if start <= address < end), "elsewhere")
         totals[part] += touched
     return totals
 
@@ -78,7 +80,19 @@ def ours_touched(options: argparse.Namespace) -> dict[str, int]:
     for _ in range(3):
         plan.run(feed, copy_outputs=False)
     mappings = touched_memory.touched_by(lambda: plan.run(feed, copy_outputs=False))
-    return attribute(mappings, plan.workspace.arena_spans())
+    return attribute(mappings, arena_spans(plan))
+
+
+def arena_spans(plan: Any) -> dict[str, list[tuple[int, int]]]:
+    """`Workspace.arena_spans` of ``plan``, an int8 plan's packed weights (`int8_memory`,
+    an arena of their own) counted with its derived values."""
+    from engine.kernels import int8_memory
+
+    spans = plan.workspace.arena_spans()
+    packed = plan.workspace.shared(None, int8_memory.TAG)
+    if packed is not None:
+        spans["derived"] += packed.spans
+    return spans
 
 
 def openvino_touched(options: argparse.Namespace) -> dict[str, Any]:
@@ -124,8 +138,8 @@ def main() -> None:
     touched_memory.no_huge_pages()
     parts = ours_touched(options)
     print(f"{case}: one run touches {sum(parts.values()) / MB:.1f} MB: weights "
-          f"{parts['weights'] / MB:.1f}, the plan's arrays {parts['plan'] / MB:.1f}, the rest "
-          f"of the process {parts['process'] / MB:.1f}")
+          f"{parts['weights'] / MB:.1f}, the plan's arrays {parts['plan'] / MB:.1f}, elsewhere "
+          f"in the process {parts['elsewhere'] / MB:.1f}")
     if options.openvino:
         peer = openvino_touched(options)
         print(f"OpenVINO ({peer['precision']}): one call touches {peer['touched_mb']:.1f} MB, "

@@ -48,6 +48,11 @@ class PlanMemory:
         """Whether the plan's packed weights and its layers' scratch lie on huge pages."""
         return self._plan_on_huge_pages or self.expected >= ARENA_FROM_BYTES
 
+    @property
+    def spans(self) -> list[tuple[int, int]]:
+        """(address, bytes) of each mapping its arena made (none on NumPy's memory)."""
+        return [] if self._arena is None else list(self._arena.spans)
+
     def empty(self, shape: int | tuple[int, ...], dtype: Any) -> np.ndarray:
         """An uninitialised C-contiguous array from a cache line's start for the plan's
         packed weights: from its arena where `huge_pages`, else NumPy's memory."""

@@ -43,6 +43,6 @@ def test_touched_bytes_go_to_the_part_whose_arena_mapped_them() -> None:
     mappings = [(0x1000, 0x5000, 300), (0x8000, 0x9000, 20), (0x9000, 0xA000, 1),
                 (0x20000, 0x30000, 4000)]
     spans = {"derived": [(0x8040, 100)], "plan": [(0x1000, 0x4000), (0x9000, 10)]}
-    assert footprint.attribute(mappings, spans) == {"weights": 20, "plan": 301, "process": 4000}
+    assert footprint.attribute(mappings, spans) == {"weights": 20, "plan": 301, "elsewhere": 4000}
     assert footprint.attribute(mappings, {"derived": [], "plan": []}) == {
-        "weights": 0, "plan": 0, "process": 4321}
+        "weights": 0, "plan": 0, "elsewhere": 4321}

@@ -48,10 +48,14 @@ def test_a_plans_weights_of_a_huge_page_or_more_come_from_one_arena(monkeypatch)
     memory = int8_memory.PlanMemory()
     memory.expect(ARENA_FROM_BYTES // 2)
     memory.expect(ARENA_FROM_BYTES // 2)  # the layers' bytes add up
+    assert memory.spans == []  # nothing mapped yet
     first, second = memory.empty((100, 64), np.int8), memory.empty(7, np.int32)
     assert memory.huge_pages and len(made) == 1
     for array in (first, second):
         assert address(array) % ALIGN == 0 and asked_for_huge_pages(array)
+        # in its arena's one mapping, which `bench/footprint.py` counts as the plan's weights
+        (start, size), = memory.spans
+        assert start <= address(array) and address(array) + array.nbytes <= start + size
 
 
 @huge_pages_marked
