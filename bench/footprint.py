@@ -12,18 +12,22 @@ an int8 plan's per-thread scratch). ``--openvino`` counts one call of OpenVINO's
 the peer environment (`bench/quantized_peers.py --footprint`), its whole process.
 ``--between 0,8,32`` first times runs (one thread: thread time; else wall) with that many MB
 of another array read between each run and the next, interleaved, so that what a run pays
-for the caches its predecessor left shows as a slope.
+for the caches its predecessor left shows as a slope. ``--models N`` does neither: it gives
+the process's resident memory after each of N models of the case loaded and run once (a
+server holding several), OpenVINO's after each of N compiled with ``--openvino``.
 
 The counting process runs without transparent huge pages (a huge page is accessed or not as
 one 2 MB page), so its plan is built again after the timing, which keeps them.
 
     .venv/bin/python bench/footprint.py --net mobilenet_v2 --precision bf16 --openvino
     .venv/bin/python bench/footprint.py --net resnet50_v2 --precision bf16 --between 0,8,16,32
+    .venv/bin/python bench/footprint.py --net resnet18_v1 --precision fp32 --models 3 --openvino
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import subprocess
@@ -95,8 +99,23 @@ def arena_spans(plan: Any) -> dict[str, list[tuple[int, int]]]:
     return spans
 
 
-def openvino_touched(options: argparse.Namespace) -> dict[str, Any]:
-    """OpenVINO's answer to `bench/quantized_peers.py --footprint` on the same case."""
+def ours_resident(options: argparse.Namespace, count: int) -> list[float]:
+    """The process's resident MB with the network's weights made, then after each of
+    ``count`` models of it loaded and run once (each its plan compiled)."""
+    load, feed = steps_in_order.network(options)
+    resident = [touched_memory.resident_bytes() / MB]
+    models = []
+    for _ in range(count):
+        models.append(load())
+        models[-1].infer(feed)
+        gc.collect()
+        resident.append(touched_memory.resident_bytes() / MB)
+    return resident
+
+
+def openvino_answer(options: argparse.Namespace, *asked: str) -> dict[str, Any]:
+    """OpenVINO's answer to `bench/quantized_peers.py --footprint` (with ``asked``) on the
+    same case."""
     import executor
 
     with tempfile.TemporaryDirectory() as root:
@@ -104,8 +123,8 @@ def openvino_touched(options: argparse.Namespace) -> dict[str, Any]:
         done = subprocess.run(
             [executor.peer_python(options.peer_python),
              str(Path(__file__).with_name("quantized_peers.py")), runtime, str(folder),
-             "--batch", str(options.batch), "--threads", str(options.threads), "--footprint"],
-            capture_output=True, text=True, check=True)
+             "--batch", str(options.batch), "--threads", str(options.threads), "--footprint",
+             *asked], capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -119,6 +138,9 @@ def main() -> None:
                         help="MB read between runs, comma-separated (e.g. 0,8,32): time runs "
                              "after each")
     parser.add_argument("--rounds", type=int, default=60, help="runs per --between size")
+    parser.add_argument("--models", type=int, default=0,
+                        help="instead: the resident memory after each of this many models of "
+                             "the case loaded and run once")
     parser.add_argument("--openvino", action="store_true",
                         help="also count one call of OpenVINO's on the same case")
     parser.add_argument("--peer-python", default=None,
@@ -127,6 +149,17 @@ def main() -> None:
     from threadpoolctl import threadpool_limits
 
     case = f"{options.net} batch {options.batch}, {options.precision}, {options.threads} thread(s)"
+    if options.models:
+        threadpool_limits(options.threads)
+        resident = ours_resident(options, options.models)
+        print(f"{case}: resident {resident[0]:.0f} MB with the weights made, then after each "
+              f"model loaded and run: " + ", ".join(f"{mb:.0f}" for mb in resident[1:]))
+        if options.openvino:
+            peer = openvino_answer(options, "--models", str(options.models))
+            print(f"OpenVINO ({peer['precision']}): resident {peer['resident_mb'][0]:.0f} MB "
+                  f"with the runtime imported, then after each model compiled and run: "
+                  + ", ".join(f"{mb:.0f}" for mb in peer["resident_mb"][1:]))
+        return
     if options.between:
         sizes = [int(size) for size in options.between.split(",")]
         plan, feed = steps_in_order.build(options)
@@ -141,7 +174,7 @@ def main() -> None:
           f"{parts['weights'] / MB:.1f}, the plan's arrays {parts['plan'] / MB:.1f}, elsewhere "
           f"in the process {parts['elsewhere'] / MB:.1f}")
     if options.openvino:
-        peer = openvino_touched(options)
+        peer = openvino_answer(options)
         print(f"OpenVINO ({peer['precision']}): one call touches {peer['touched_mb']:.1f} MB, "
               f"its whole process")
 

@@ -25,7 +25,8 @@ core and on one thread in this one process and times them in turn, round after r
 the every-core ÷ one-thread ratio that `bench/every_core.py` gives ours.
 
 With ``--footprint`` it serves nothing: it prints, as JSON, the memory one call touches (every
-page of the process read or written, `touched_memory`), for `bench/footprint.py`.
+page of the process read or written, `touched_memory`), or with ``--models N`` the resident
+memory after each of N models built and run once, for `bench/footprint.py`.
 
 With ``--clock process`` the seconds are the process's CPU time over each call (every thread
 of it), not the wall clock's: on a machine other jobs share, the time they held the cores is
@@ -295,14 +296,26 @@ def serve_layer_turns(runtime: str, folder: Path, batch: int, threads: int) -> N
                       f"{threads or 'default'} thread(s), in turns with ours", layers, runs)
 
 
-def print_footprint(runtime: str, folder: Path, batch: int, threads: int) -> None:
+def print_footprint(runtime: str, folder: Path, batch: int, threads: int,
+                    models: int = 0) -> None:
     """The megabytes one warm call touches, the process's every mapping (OpenVINO's code and
-    its JIT kernels included), as JSON (`touched_memory`)."""
+    its JIT kernels included), as JSON (`touched_memory`); with ``models``, instead the
+    resident megabytes with the runtime imported, then after each of that many models built
+    and run once."""
     import touched_memory
 
+    data = np.load(folder / f"data-b{batch}.npy")
+    if models:
+        __import__({"ort-int8": "onnxruntime"}.get(runtime, "openvino"))
+        resident, kept = [touched_memory.resident_bytes() / 2**20], []
+        for _ in range(models):
+            kept.append(build(runtime, folder, batch, threads))
+            kept[-1][0](data)
+            resident.append(touched_memory.resident_bytes() / 2**20)
+        print(json.dumps({"runtime": runtime, **kept[0][1], "resident_mb": resident}))
+        return
     touched_memory.no_huge_pages()  # before the runtime allocates anything
     run, info = build(runtime, folder, batch, threads)
-    data = np.load(folder / f"data-b{batch}.npy")
     for _ in range(FOOTPRINT_WARM_CALLS):
         run(data)
     mappings = touched_memory.touched_by(lambda: run(data))
@@ -354,12 +367,16 @@ def main() -> None:
                         help="--layers in turns paced on stdin (`serve_layer_turns`)")
     parser.add_argument("--footprint", action="store_true",
                         help="print the memory one call touches instead of serving")
+    parser.add_argument("--models", type=int, default=0,
+                        help="with --footprint: the resident memory after each of this many "
+                             "models built")
     parser.add_argument("--scaling", type=int, metavar="ROUNDS", default=0,
                         help="time OpenVINO on every core against one thread in turn for "
                              "ROUNDS rounds instead of serving")
     options = parser.parse_args()
     if options.footprint:
-        print_footprint(options.runtime, options.folder, options.batch, options.threads)
+        print_footprint(options.runtime, options.folder, options.batch, options.threads,
+                        options.models)
         return
     if options.scaling:
         print_scaling(options.runtime, options.folder, options.batch, options.scaling)

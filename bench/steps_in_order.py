@@ -51,6 +51,8 @@ import statistics
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -88,10 +90,9 @@ STATISTICS = {"median": statistics.median, "best": min}
 TURN = 5  # our runs, then as many of OpenVINO's calls, in turn (``--openvino``)
 
 
-def build(options: argparse.Namespace) -> tuple[Any, dict[str, np.ndarray]]:
-    """A warm plan of the network and its feed."""
-    from threadpoolctl import threadpool_limits
-
+def network(options: argparse.Namespace) -> tuple[Callable[[], Any], dict[str, np.ndarray]]:
+    """A loader of the network as ``options`` name it (each call a model of its own, on the
+    same random weights) and its feed."""
     build_network, shape = NETWORKS[options.net]
     symbol = build_network()
     params = nets.random_params(symbol, (options.batch, *shape))
@@ -99,10 +100,18 @@ def build(options: argparse.Namespace) -> tuple[Any, dict[str, np.ndarray]]:
     if options.precision == "int8":  # calibrated as bench/int8_ptq.py does: random images
         images = np.random.default_rng(36).standard_normal((8, *shape), dtype=np.float32)
         extra = {"calibration": {"data": images}}
-    model = engine.load_model(symbol, params, optimize=True, precision=options.precision,
-                              **extra)
     feed = {"data": np.random.default_rng(0).standard_normal((options.batch, *shape),
                                                               dtype=np.float32)}
+    return partial(engine.load_model, symbol, params, optimize=True,
+                   precision=options.precision, **extra), feed
+
+
+def build(options: argparse.Namespace) -> tuple[Any, dict[str, np.ndarray]]:
+    """A warm plan of the network and its feed."""
+    from threadpoolctl import threadpool_limits
+
+    load, feed = network(options)
+    model = load()
     model.infer(feed)
     threadpool_limits(options.threads)  # loading may have brought in another BLAS
     plan = model.plan_for(feed)

@@ -45,6 +45,15 @@ def referenced() -> list[tuple[int, int, int]]:
     return mappings
 
 
+def resident_bytes() -> int:
+    """The process's resident memory now (``VmRSS``)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise OSError("no VmRSS in /proc/self/status")
+
+
 def touched_by(call: Callable[[], object]) -> list[tuple[int, int, int]]:
     """`referenced` over one ``call``: what it read or wrote, mapping by mapping."""
     forget()

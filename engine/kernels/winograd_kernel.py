@@ -64,11 +64,27 @@ def convolve(data: Any, pad_y: int, pad_x: int, columns: int, tiles: Any, weight
     kernels = _compiled()
     channels, filters, xis = data.shape[1], out.shape[1], len(tiles)
     names = TRANSFORMS[xis]
+    if weights.ndim == 4:  # packed for our GEMM (`products_packed`), whose job runs it
+        weights = unpacked(weights, filters)
     for samples, used, residual in _chunks(columns, xis, other, out, chunk):
         kernels[names[0]](data[samples], pad_y, pad_x, columns, tiles, 0, channels)
         np.matmul(weights, tiles[:, :channels * used].reshape(xis, channels, used),
                   products[:, :filters * used].reshape(xis, filters, used))
         kernels[names[1]](products, bias, residual, out[samples], low, high, 0, filters)
+
+
+def products_packed(dtype: Any) -> bool:
+    """Whether a layer of ``dtype`` runs its α² products on our GEMM (`WinogradCall.as_job`),
+    so that U is bound as that GEMM reads it (`gemm_kernel.pack_each`)."""
+    return gemm_kernel.available() and np.dtype(dtype) == np.float32
+
+
+def unpacked(packed: Any, filters: int) -> np.ndarray:
+    """U (α², F, C) from its form packed for our GEMM (α², blocks, C, MR): a copy, for a call
+    run whole in place of its job."""
+    xis, blocks, channels, rows = packed.shape
+    return np.ascontiguousarray(
+        packed.transpose(0, 1, 3, 2).reshape(xis, blocks * rows, channels)[:, :filters])
 
 
 def tile(xis: int) -> int:
@@ -100,11 +116,12 @@ class WinogradCall(ClampingCall):
         transform by filters. None where the arrays cannot be passed so."""
         (data, pad_y, pad_x, columns, tiles, weights, products, bias, other, out, chunk, low,
          high) = self.args
-        if not gemm_kernel.available() or weights.dtype != np.float32:
+        if not products_packed(weights.dtype):
             return None
         channels, filters, xis = data.shape[1], out.shape[1], len(tiles)
         names = TRANSFORMS[xis]
-        packed = workspace.derived(weights, "gemm packed, each", gemm_kernel.pack_each)
+        packed = weights if weights.ndim == 4 else workspace.derived(
+            weights, "gemm packed, each", gemm_kernel.pack_each)
         steps = []
         for samples, used, residual in _chunks(columns, xis, other, out, chunk):
             source, target = data[samples], out[samples]

@@ -218,3 +218,32 @@ def test_mxnets_own_resnet_block_export_matches_mxnet(tile: int, threads: int) -
         products = {len(call.args[4]) for call in calls
                     if getattr(call, "func", None) is winograd_kernel.convolve}
         assert products == {(tile + 2) ** 2}  # the two blocks' four 3×3 layers, one variant
+
+
+def test_u_is_held_once_as_our_gemm_reads_it_and_a_whole_call_still_runs(tile: int) -> None:
+    """Where our GEMM runs the products, the model derives U packed for it and in no other
+    form (its derived bytes are that array's), and the layer's call run whole, as where no
+    job is made, unpacks it and writes what the job writes."""
+    from engine.kernels import gemm_kernel
+
+    if not winograd_kernel.products_packed(np.float32):
+        pytest.skip("our GEMM cannot compile for this CPU")
+    net = sym.Activation(conv(sym.var("data"), 16, 1, "conv"), act_type="relu", name="relu")
+    shape = (2, 16, 12, 12)
+    optimized, reference = load_pair(net, shape, RNG)
+    feed = {"data": RNG.normal(size=shape).astype(np.float32)}
+    plan = optimized.plan_for(feed)
+    (call,) = [jobs.source(step.call) for step in plan.steps
+               if getattr(jobs.source(step.call), "func", None) is winograd_kernel.convolve]
+    weights = call.args[5]
+    xis = (tile + 2) ** 2
+    rows = gemm_kernel.tile().rows
+    assert weights.shape == (xis, -(-16 // rows), 16, rows)
+    assert optimized.derived_bytes == weights.nbytes
+    want = optimized.infer(feed)["relu_output"]
+    np.testing.assert_allclose(want, reference.infer(feed)["relu_output"], rtol=1e-4,
+                               atol=1e-4 * np.abs(want).max())
+    out = call.args[9]
+    out[...] = np.nan
+    call()  # whole: `convolve` with U unpacked
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
