@@ -24,6 +24,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent)]
@@ -36,6 +37,10 @@ from tests.e2e import perf_analyzer  # noqa: E402
 STABILITY_PERCENT = 25
 MAX_TRIALS = 6
 UNSTABLE = "Failed to obtain stable measurement"  # what perf_analyzer says when it gives up
+# Triton loads ResNet-18 in seconds: a peer not ready past this is stuck (once, a fresh
+# environment's server answered nothing for 16 minutes), and its log is the report.
+STARTUP_SECONDS = 300
+STARTUP_POLL_SECONDS = 0.2  # how often its log is read for "ready" meanwhile
 # Triton's own environment (bench/requirements-triton.txt), never the project's.
 TRITON_PYTHON_VARIABLE = "HYBRIDSERVE_BENCH_TRITON_PYTHON"
 DEFAULT_TRITON_PYTHON = Path.home() / ".cache" / "hybridserve" / "triton-peer" / "bin" / "python"
@@ -70,42 +75,53 @@ def measure(argv: list[str], protocol: str, where: str, concurrency: int, second
 def start_triton(python: str, work: Path, image: int
                  ) -> tuple[subprocess.Popen[str], dict[str, str]]:
     """Triton (`triton_peer.py` in its own environment) serving the uploaded ResNet-18's own
-    weights, exported by our ONNX exporter; its HTTP and gRPC addresses once it is ready."""
+    weights, exported by our ONNX exporter; its HTTP and gRPC addresses once it is ready.
+
+    Its output goes to ``work``'s ``triton.log``, never to a pipe nobody reads once it is
+    up: Triton's log lines during the measurements would fill the pipe and stall the server
+    that writes them. A peer that says neither ``ready`` nor goodbye within
+    `STARTUP_SECONDS` is stopped and reported with its log."""
     from engine.onnx import export
 
     plain = work / "plain" / "resnet18"
     onnx_file = export((plain / "model-symbol.json", plain / "model-0000.params"),
                        work / "resnet18.onnx", input_shapes={"data": (1, 3, image, image)})
     ports = [serve.free_port() for _ in range(3)]
-    process = subprocess.Popen(
-        [python, str(Path(__file__).with_name("triton_peer.py")), str(onnx_file),
-         "--http-port", str(ports[0]), "--grpc-port", str(ports[1]), "--metrics-port",
-         str(ports[2])], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True)
-    assert process.stdin is not None and process.stdout is not None
-    # Triton's log comes first, then the peer's "ready" (or the end, where it failed); the
-    # log past that line is left in the pipe, a few lines at the server's stop.
-    lines = []
-    for line in process.stdout:
-        if line.strip() == "ready":
+    log_path = work / "triton.log"
+    with log_path.open("w") as log:
+        process = subprocess.Popen(
+            [python, str(Path(__file__).with_name("triton_peer.py")), str(onnx_file),
+             "--http-port", str(ports[0]), "--grpc-port", str(ports[1]), "--metrics-port",
+             str(ports[2])], stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+            text=True)
+    # Triton's log comes first, then the peer's "ready" (or the end, where it failed).
+    deadline = time.monotonic() + STARTUP_SECONDS
+    while True:
+        lines = log_path.read_text(errors="replace").splitlines()
+        if "ready" in (line.strip() for line in lines):
             return process, {"http": f"127.0.0.1:{ports[0]}", "grpc": f"127.0.0.1:{ports[1]}"}
-        lines.append(line)
-    status = process.wait()
-    for pipe in (process.stdin, process.stdout):
-        pipe.close()
-    raise RuntimeError(f"Triton did not start (exit status {status}):\n" + "".join(lines[-40:]))
+        status = process.poll()
+        if status is None and time.monotonic() < deadline:
+            time.sleep(STARTUP_POLL_SECONDS)
+            continue
+        if status is None:
+            stop_triton(process, wait=0)
+            reason = f"said nothing of being ready within {STARTUP_SECONDS} s"
+        else:
+            reason = f"did not start (exit status {status})"
+            stop_triton(process)
+        raise RuntimeError(f"Triton {reason}:\n" + "\n".join(lines[-40:]))
 
 
-def stop_triton(process: subprocess.Popen[str]) -> None:
+def stop_triton(process: subprocess.Popen[str], wait: float = 60) -> None:
+    """Closes the peer's standard input, its signal to stop; kills it past ``wait`` s."""
     assert process.stdin is not None
-    process.stdin.close()  # the peer's signal to stop
+    process.stdin.close()
     try:
-        process.wait(60)
+        process.wait(wait)
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait(5)
-    if process.stdout is not None:
-        process.stdout.close()
 
 
 def triton_python(option: str | None) -> str | None:

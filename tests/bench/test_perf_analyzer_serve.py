@@ -41,6 +41,35 @@ def test_a_peer_that_ends_before_ready_is_reported_with_its_log(tmp_path: Path) 
     assert (tmp_path / "resnet18.onnx").stat().st_size > 1_000_000  # ResNet-18's weights
 
 
+def test_a_silent_peer_is_stopped_and_reported_after_the_startup_limit(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    perf_analyzer_serve.serve.build_models(tmp_path, 32)
+    monkeypatch.setattr(perf_analyzer_serve, "STARTUP_SECONDS", 1)
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho 'I1203 server: loading'\nexec sleep 600\n")
+    fake.chmod(0o755)
+    with pytest.raises(RuntimeError, match="nothing of being ready within 1 s") as failed:
+        perf_analyzer_serve.start_triton(str(fake), tmp_path, 32)
+    assert "loading" in str(failed.value)
+
+
+def test_a_ready_peer_logs_to_a_file_and_never_stalls_on_a_full_pipe(tmp_path: Path) -> None:
+    # A "Python" that says ready, then writes 1 MB of log (a pipe holds 64 KB) and leaves a
+    # mark, then waits for its standard input to close, as the peer does.
+    perf_analyzer_serve.serve.build_models(tmp_path, 32)
+    mark = tmp_path / "logged"
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho ready\n"
+                    "head -c 1048576 /dev/zero | tr '\\0' 'w'\n"
+                    f"touch {mark}\ncat > /dev/null\n")
+    fake.chmod(0o755)
+    process, addresses = perf_analyzer_serve.start_triton(str(fake), tmp_path, 32)
+    assert set(addresses) == {"http", "grpc"}
+    perf_analyzer_serve.stop_triton(process)  # closes its input: it ends on its own
+    assert process.returncode == 0 and mark.exists()
+    assert (tmp_path / "triton.log").stat().st_size > 1_048_576
+
+
 def test_an_unstable_measurement_is_run_once_more_then_reported(tmp_path: Path) -> None:
     # A perf_analyzer stand-in that gives up on stability the first time it runs and writes
     # its report the second; another that never settles fails with perf_analyzer's words.
