@@ -100,13 +100,15 @@ def arena_spans(plan: Any) -> dict[str, list[tuple[int, int]]]:
 
 
 def ours_resident(options: argparse.Namespace, count: int) -> list[float]:
-    """The process's resident MB with the network's weights made, then after each of
-    ``count`` models of it loaded and run once (each its plan compiled)."""
+    """The process's resident MB before, then after each of ``count`` models of the network
+    loaded (each with a copy of the weights of its own, as a model read from its files has)
+    and run once (its plan compiled)."""
     load, feed = steps_in_order.network(options)
+    gc.collect()
     resident = [touched_memory.resident_bytes() / MB]
     models = []
     for _ in range(count):
-        models.append(load())
+        models.append(load(own_weights=True))
         models[-1].infer(feed)
         gc.collect()
         resident.append(touched_memory.resident_bytes() / MB)
@@ -152,8 +154,8 @@ def main() -> None:
     if options.models:
         threadpool_limits(options.threads)
         resident = ours_resident(options, options.models)
-        print(f"{case}: resident {resident[0]:.0f} MB with the weights made, then after each "
-              f"model loaded and run: " + ", ".join(f"{mb:.0f}" for mb in resident[1:]))
+        print(f"{case}: resident {resident[0]:.0f} MB, then after each model loaded (its own "
+              f"weights) and run: " + ", ".join(f"{mb:.0f}" for mb in resident[1:]))
         if options.openvino:
             peer = openvino_answer(options, "--models", str(options.models))
             print(f"OpenVINO ({peer['precision']}): resident {peer['resident_mb'][0]:.0f} MB "

@@ -52,7 +52,6 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -90,9 +89,11 @@ STATISTICS = {"median": statistics.median, "best": min}
 TURN = 5  # our runs, then as many of OpenVINO's calls, in turn (``--openvino``)
 
 
-def network(options: argparse.Namespace) -> tuple[Callable[[], Any], dict[str, np.ndarray]]:
-    """A loader of the network as ``options`` name it (each call a model of its own, on the
-    same random weights) and its feed."""
+def network(options: argparse.Namespace
+            ) -> tuple[Callable[..., Any], dict[str, np.ndarray]]:
+    """A loader of the network as ``options`` name it and its feed: each call a model of its
+    own, on the same random weights (``own_weights=True``: a copy of them of its own, as a
+    model loaded from its files has)."""
     build_network, shape = NETWORKS[options.net]
     symbol = build_network()
     params = nets.random_params(symbol, (options.batch, *shape))
@@ -102,8 +103,14 @@ def network(options: argparse.Namespace) -> tuple[Callable[[], Any], dict[str, n
         extra = {"calibration": {"data": images}}
     feed = {"data": np.random.default_rng(0).standard_normal((options.batch, *shape),
                                                               dtype=np.float32)}
-    return partial(engine.load_model, symbol, params, optimize=True,
-                   precision=options.precision, **extra), feed
+
+    def load(own_weights: bool = False) -> Any:
+        weights = {name: value.copy() for name, value in params.items()} if own_weights \
+            else params
+        return engine.load_model(symbol, weights, optimize=True, precision=options.precision,
+                                 **extra)
+
+    return load, feed
 
 
 def build(options: argparse.Namespace) -> tuple[Any, dict[str, np.ndarray]]:
