@@ -8,13 +8,14 @@ weights (the values its products read, derived while it bound; an int8 plan's pa
 weights), its own arrays (buffers, scratch, padded copies, the bf16 hand-offs between
 layers) and everything else the process touched (the input, code, Python's heap, and the
 arrays a plan keeps in NumPy's memory: all of a plan's below `workspace.ARENA_FROM_BYTES`,
-an int8 plan's per-thread scratch). ``--openvino`` counts one call of OpenVINO's on the same case in
-the peer environment (`bench/quantized_peers.py --footprint`), its whole process.
-``--between 0,8,32`` first times runs (one thread: thread time; else wall) with that many MB
-of another array read between each run and the next, interleaved, so that what a run pays
-for the caches its predecessor left shows as a slope. ``--models N`` does neither: it gives
-the process's resident memory after each of N models of the case loaded and run once (a
-server holding several), OpenVINO's after each of N compiled with ``--openvino``.
+an int8 plan's per-thread scratch). ``--openvino`` counts one call of OpenVINO's on the
+same case in the peer environment (`bench/quantized_peers.py --footprint`), its whole
+process. ``--between 0,8,32`` first times runs (one thread: thread time; else wall) with
+that many MB of another array read between each run and the next, interleaved, so that what
+a run pays for the caches its predecessor left shows as a slope. ``--models N`` does
+neither: it gives the process's resident memory after each of N models of the case loaded
+and run once (a server holding several), OpenVINO's after each of N compiled with
+``--openvino``.
 
 The counting process runs without transparent huge pages (a huge page is accessed or not as
 one 2 MB page), so its plan is built again after the timing, which keeps them.

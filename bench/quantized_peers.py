@@ -306,6 +306,7 @@ def print_footprint(runtime: str, folder: Path, batch: int, threads: int,
 
     data = np.load(folder / f"data-b{batch}.npy")
     if models:
+        # the runtime's library loaded before the first count, as ours is
         __import__({"ort-int8": "onnxruntime"}.get(runtime, "openvino"))
         resident, kept = [touched_memory.resident_bytes() / 2**20], []
         for _ in range(models):

@@ -181,9 +181,9 @@ def _bind_compiled(data: Any, weight: Any, bias: Any, out: Any, geometry: Geomet
     xis = (m + 2) ** 2
     tiles = workspace.region(0, (xis, tiles_cells), data.dtype)
     products = workspace.region(aligned(tiles.nbytes), (xis, products_cells), data.dtype)
-    # Where our GEMM runs the products (`WinogradCall.as_job`), U is kept as it reads it and
-    # in no other form: kept filters first too, as its source, it doubled what a model holds
-    # (ResNet-18 in fp32: 84 MB of 176 never read by a run).
+    # Where our GEMM runs the products (`WinogradCall.as_job`), U is kept only as it reads
+    # it: the filters-first form, kept too as the packed one's source, would hold as much
+    # again that no run reads (ResNet-18 in fp32: 84 MB a model).
     if winograd_kernel.products_packed(data.dtype):
         weights = workspace.derived(weight, f"winograd F({m}×{m}), packed for our GEMM",
                                     partial(_packed_weight_rows, m=m))
