@@ -116,12 +116,10 @@ class WinogradCall(ClampingCall):
         transform by filters. None where the arrays cannot be passed so."""
         (data, pad_y, pad_x, columns, tiles, weights, products, bias, other, out, chunk, low,
          high) = self.args
-        if not products_packed(weights.dtype):
+        if weights.ndim != 4:  # bound filters first: no GEMM of ours here (`products_packed`)
             return None
         channels, filters, xis = data.shape[1], out.shape[1], len(tiles)
         names = TRANSFORMS[xis]
-        packed = weights if weights.ndim == 4 else workspace.derived(
-            weights, "gemm packed, each", gemm_kernel.pack_each)
         steps = []
         for samples, used, residual in _chunks(columns, xis, other, out, chunk):
             source, target = data[samples], out[samples]
@@ -134,7 +132,7 @@ class WinogradCall(ClampingCall):
             if None in transforms:
                 return None
             product = gemm_kernel.bind_packed_batch(
-                packed, tiles[:, :channels * used].reshape(xis, channels, used),
+                weights, tiles[:, :channels * used].reshape(xis, channels, used),
                 products[:, :filters * used].reshape(xis, filters, used))
             steps += [transforms[0], product, transforms[1]]
         return partial(_in_turn, tuple(steps))
