@@ -75,11 +75,12 @@ _state: dict[str, Any] = {}
 # offsets' address, the grid's and the output's widths, the images and the bytes from one
 # image's grid and output to the next, and where a residual laid out as the output starts
 # (0 for none); for ``grid_part``, the reader's grid, its words a row and the shift (for
-# ``words_part`` the reader's words, their row, and 0).
+# ``words_part`` the reader's words, their row, and 0); for the pixel tiles, where each tap's
+# output rows and columns reading inside the input lie (`_Grid.tap_bounds`; 0: everywhere).
 _FIELD = {name: index for index, name in enumerate((
     "a", "b", "ldb", "c", "ldc", "rows_bias", "columns_bias", "low", "high", "m", "n",
     "words", "taps", "offsets", "grid_width", "width", "batch", "b_batch", "c_batch",
-    "residual", "grid", "grid_ldb", "grid_shift"))}
+    "residual", "grid", "grid_ldb", "grid_shift", "tap_bounds"))}
 TILE = 32  # filters and grid columns per AMX tile (`gemm_amx_ir`)
 WORDS = 16  # channel pairs per step of K
 # Work per part at least, in tiles: a tile over a 64-channel 3×3 layer is about 1 µs.
@@ -354,7 +355,10 @@ def bind(data: Any, weight: Any, out: Any, geometry: Any, workspace: Any,
     else:
         tiles = workspace.derived(weight, ("bf16 direct", words),
                                   partial(weight_rows, words=words))
-    product = _bound_product(grid, tiles, words_grid, out, functions, plane, grid.image * 4)
+    bounds = grid.tap_bounds() if isa == gemm_kernel.BF16 and by_pixels(
+        data, out, geometry) else None
+    product = _bound_product(grid, tiles, words_grid, out, functions, plane, grid.image * 4,
+                             bounds=bounds)
     pair = pairings[0] if len(pairings) == 1 else partial(_each, tuple(pairings))
     if handed is not None:
         pair = bf16_handoff.take(handoff, pair)
@@ -493,10 +497,12 @@ def _grid_extent(grid: _Grid, out: Any) -> int:
 
 def _bound_product(grid: _Grid, tiles: np.ndarray, cells: np.ndarray, out: Any,
                    functions: dict[str, Any], ldb: int, b_batch: int,
-                   offsets: np.ndarray | None = None) -> DirectProduct:
+                   offsets: np.ndarray | None = None,
+                   bounds: np.ndarray | None = None) -> DirectProduct:
     """The product of ``functions`` over the packed weights ``tiles`` and the grid
     ``cells`` (``ldb``: words a plane or a pixel; ``b_batch``: bytes an image) into ``out``;
-    ``offsets``: its taps' (the grid's own by default)."""
+    ``offsets``: its taps' (the grid's own by default); ``bounds``: where each tap reads
+    inside the input (`_Grid.tap_bounds`), for the pixel tiles to skip the rest."""
     filters, out_height, out_width = out.shape[1:]
     columns = _grid_columns(grid, out)
     offsets = grid.tap_offsets() if offsets is None else offsets
@@ -508,11 +514,12 @@ def _bound_product(grid: _Grid, tiles: np.ndarray, cells: np.ndarray, out: Any,
               "m": filters, "n": columns, "words": _words(grid.shape[1]),
               "taps": offsets.size, "offsets": offsets.ctypes.data,
               "grid_width": grid.width, "width": out_width, "batch": out.shape[0],
-              "b_batch": b_batch, "c_batch": out.strides[0]}
+              "b_batch": b_batch, "c_batch": out.strides[0],
+              "tap_bounds": 0 if bounds is None else bounds.ctypes.data}
     for name, value in values.items():
         context[_FIELD[name]] = value
     context[_FIELD["low"]:_FIELD["high"] + 1].view(np.float64)[:] = -np.inf, np.inf
-    return _as_product(context, (tiles, cells, out, zeros, offsets), functions)
+    return _as_product(context, (tiles, cells, out, zeros, offsets, bounds), functions)
 
 
 def _k_steps(grid: _Grid, channels: int) -> int:
@@ -582,6 +589,26 @@ class _Grid:
                 offsets.append(phase * self.plane + down // rows * self.width
                                + across // columns)
         return np.array(offsets, np.int64)
+
+    def tap_bounds(self) -> np.ndarray:
+        """Per tap (in `tap_offsets`' order), the first and last output row, then column,
+        whose pixel it reads inside the input, not in the padding: (taps, 4) int64s. Past
+        them a tap reads the grid's zeros, which a product may skip."""
+        bounds = []
+        for row in range(self.kernel[0]):
+            for column in range(self.kernel[1]):
+                bounds.append([limit for axis, tap in ((0, row), (1, column))
+                               for limit in self._inside(axis, tap)])
+        return np.array(bounds, np.int64).reshape(-1, 4)
+
+    def _inside(self, axis: int, tap: int) -> tuple[int, int]:
+        """The first and last output position along ``axis`` whose tap ``tap`` reads
+        inside the input: ``0 <= position·stride + tap·dilation - pad < size``."""
+        size, stride = self.shape[2 + axis], self.stride[axis]
+        shift = tap * self.dilate[axis] - self.pad[axis]
+        first = max(0, -(shift // stride))  # the least position with position·stride ≥ -shift
+        last = min(self.output[axis] - 1, (size - 1 - shift) // stride)
+        return first, last
 
     def phase_runs(self, data: Any) -> list[tuple[Any, np.ndarray]]:
         """Per phase of the input's rows and columns (one at stride 1): the view (C, N, rows,

@@ -40,6 +40,7 @@ next block, 0.50–0.52 each its share; OpenVINO bf16: 0.53–0.55). ``context``
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import llvmlite.ir as ir
@@ -60,6 +61,14 @@ PIXELS = SEGMENT * SEGMENTS
 FILTERS = FILTER_VECTORS * LANES
 # How far ahead of its step the K loop asks for the weights, in words (64 steps).
 AHEAD_WORDS = 64 * FILTERS
+# What a run's pixels read inside the input at a tap, where the rest read the grid's zero
+# border (`PixelBf16Kernel._reading`), and which of them the tile's steps then compute: none
+# (its row reads the padding), all, all but the first, all but the last, all but both ends.
+# A tap reading the border only a few pixels in from a run's end (a wide kernel's, or a
+# dilated one's) computes them all: their products with the border's zeros add nothing.
+RUN_PIXELS = ((), tuple(range(SEGMENT)), tuple(range(1, SEGMENT)), tuple(range(SEGMENT - 1)),
+              tuple(range(1, SEGMENT - 1)))
+OFF, ALL, BUT_FIRST, BUT_LAST, BUT_ENDS = range(len(RUN_PIXELS))
 # The task for each store (`conv_bf16_ir.PARTS`'s).
 PARTS = {OUTPUT: "pixels_part", GRID: "pixels_grid_part", WORDS_OUT: "pixels_words_part"}
 
@@ -120,21 +129,22 @@ class PixelBf16Kernel:
         pointer, wide = F32.as_pointer(), I64.as_pointer()
         kind = ir.FunctionType(ir.VoidType(), [pointer, pointer, I64, I64, I64, wide, pointer,
                                                I64, pointer, I64, pointer, F32, F32, I64, I64,
-                                               I64, I64, I64, I64, I64])
+                                               I64, I64, I64, I64, I64, wide])
         function = ir.Function(self.module, kind, name=f"{store}_pixel_tile{segments}")
         function.linkage = "internal"
         (a, b, ldb, words, taps, offsets, c, ldc, bias, filters, residual, low, high,
-         grid_width, width, first, block_words, share, pace, _) = function.args
+         grid_width, width, first, block_words, share, pace, _, bounds) = function.args
         builder = ir.IRBuilder(function.append_basic_block("entry"))
-        pixels, columns = [], []
+        pixels, columns, run_starts = [], [], []
         for k in range(segments):
             # a run past the image's last pixel reads the first run's words (and stores
             # nothing)
             start = builder.add(first, I64(k * SEGMENT))
             start = builder.select(builder.icmp_signed("<", start, ldc), start, first)
             row = builder.sdiv(start, width)
-            columns.append(builder.add(builder.mul(row, grid_width),
-                                       builder.sub(start, builder.mul(row, width))))
+            across = builder.sub(start, builder.mul(row, width))
+            columns.append(builder.add(builder.mul(row, grid_width), across))
+            run_starts.append((row, across))
             pixels += [builder.add(start, I64(j)) for j in range(SEGMENT)]
         # the sums live in a stack array that LLVM's passes promote to registers
         sums = builder.alloca(ir.ArrayType(self.vector, len(pixels) * FILTER_VECTORS))
@@ -148,33 +158,19 @@ class PixelBf16Kernel:
             tap_offset = builder.load(builder.gep(offsets, [tap]))
             b_tap = [builder.gep(b, [builder.add(column, tap_offset)]) for column in columns]
             a_tap = builder.gep(a, [builder.mul(builder.mul(tap, words), I64(FILTERS))])
-            with loop(builder, function, I64(0), words, "pair") as pair:
-                a_step = builder.gep(a_tap, [builder.mul(pair, I64(FILTERS))])
-                # the weights' line `AHEAD_WORDS` on: a read (0), kept in every level (3), of
-                # data (1); past the block's end it touches nothing (a prefetch never faults)
-                builder.call(self.prefetch, [builder.bitcast(builder.gep(
-                    a_step, [I64(AHEAD_WORDS)]), ir.IntType(8).as_pointer()), I32(0), I32(3),
-                    I32(1)])
-                # and, into L2 (2), a line of this tile's share of the next block's weights
-                # (`_define_part`), as far into it as the step is into this block, paced
-                step = builder.add(builder.mul(builder.mul(tap, words), I64(FILTERS)),
-                                   builder.mul(pair, I64(FILTERS)))
-                ahead = builder.add(builder.add(block_words, share), builder.lshr(step, pace))
-                builder.call(self.prefetch, [builder.bitcast(builder.gep(
-                    a, [ahead]), ir.IntType(8).as_pointer()), I32(0), I32(2), I32(1)])
-                weights = [builder.bitcast(builder.load(builder.bitcast(
-                    builder.gep(a_step, [I64(v * LANES)]), self.vector.as_pointer()), align=4),
-                    self.pairs) for v in range(FILTER_VECTORS)]
-                plane = builder.mul(pair, ldb)
-                runs = [builder.gep(run, [plane]) for run in b_tap]
-                for j in range(len(pixels)):
-                    word = builder.bitcast(splat(builder, builder.load(builder.gep(
-                        runs[j // SEGMENT], [I64(j % SEGMENT)]), align=4), self.vector),
-                        self.pairs)
-                    for v in range(FILTER_VECTORS):
-                        cell = cells[j * FILTER_VECTORS + v]
-                        builder.store(builder.call(self.dot, [builder.load(cell), weights[v],
-                                                              word]), cell)
+            done = function.append_basic_block("tap_done")
+            choice = builder.switch(self._reading(builder, bounds, tap, run_starts), done)
+            for variant, active in enumerate(itertools.product(RUN_PIXELS, repeat=segments)):
+                pixels_read = [k * SEGMENT + j for k, run in enumerate(active) for j in run]
+                if not pixels_read:
+                    continue  # no pixel of the tile reads inside the input at this tap
+                block = function.append_basic_block(f"variant{variant}")
+                choice.add_case(I64(variant), block)
+                builder.position_at_end(block)
+                self._k_steps(builder, function, (a, a_tap, b_tap, ldb, words, block_words,
+                                                  share, pace, tap), pixels_read, cells)
+                builder.branch(done)
+            builder.position_at_end(done)
         totals = [builder.load(cell) for cell in cells]
         if store == OUTPUT:
             self._epilogue(builder, function, totals, pixels)
@@ -184,6 +180,77 @@ class PixelBf16Kernel:
             self._pairs_epilogue(builder, function, totals, places)
         builder.ret_void()
         return function
+
+    def _k_steps(self, builder: ir.IRBuilder, function: ir.Function, operands: tuple[Any, ...],
+                 pixels: list[int], cells: list[Any]) -> None:
+        """One tap's steps of K, over its channel pairs, for the tile's ``pixels`` (by their
+        place in it): the filters' weight vectors and each pixel's grid word broadcast, one
+        ``vdpbf16ps`` a pixel and vector."""
+        a, a_tap, b_tap, ldb, words, block_words, share, pace, tap = operands
+        with loop(builder, function, I64(0), words, "pair") as pair:
+            a_step = builder.gep(a_tap, [builder.mul(pair, I64(FILTERS))])
+            # the weights' line `AHEAD_WORDS` on: a read (0), kept in every level (3), of
+            # data (1); past the block's end it touches nothing (a prefetch never faults)
+            builder.call(self.prefetch, [builder.bitcast(builder.gep(
+                a_step, [I64(AHEAD_WORDS)]), ir.IntType(8).as_pointer()), I32(0), I32(3),
+                I32(1)])
+            # and, into L2 (2), a line of this tile's share of the next block's weights
+            # (`_define_part`), as far into it as the step is into this block, paced
+            step = builder.add(builder.mul(builder.mul(tap, words), I64(FILTERS)),
+                               builder.mul(pair, I64(FILTERS)))
+            ahead = builder.add(builder.add(block_words, share), builder.lshr(step, pace))
+            builder.call(self.prefetch, [builder.bitcast(builder.gep(
+                a, [ahead]), ir.IntType(8).as_pointer()), I32(0), I32(2), I32(1)])
+            weights = [builder.bitcast(builder.load(builder.bitcast(
+                builder.gep(a_step, [I64(v * LANES)]), self.vector.as_pointer()), align=4),
+                self.pairs) for v in range(FILTER_VECTORS)]
+            plane = builder.mul(pair, ldb)
+            runs = [builder.gep(run, [plane]) for run in b_tap]
+            for j in pixels:
+                word = builder.bitcast(splat(builder, builder.load(builder.gep(
+                    runs[j // SEGMENT], [I64(j % SEGMENT)]), align=4), self.vector),
+                    self.pairs)
+                for v in range(FILTER_VECTORS):
+                    cell = cells[j * FILTER_VECTORS + v]
+                    builder.store(builder.call(self.dot, [builder.load(cell), weights[v],
+                                                          word]), cell)
+
+    def _reading(self, builder: ir.IRBuilder, bounds: Any, tap: Any,
+                 run_starts: list[tuple[Any, Any]]) -> Any:
+        """Which of `RUN_PIXELS` each run of the tile (its row and first column,
+        ``run_starts``)
+        computes at ``tap``, as the variant's index (the runs' in `RUN_PIXELS`' base, the
+        first run's the highest digit); every pixel where ``bounds`` is null."""
+        everything = sum(ALL * len(RUN_PIXELS) ** k for k in range(len(run_starts)))
+        given = builder.icmp_unsigned("!=", builder.ptrtoint(bounds, I64), I64(0))
+        before = builder.block
+        with builder.if_then(given):
+            row_first, row_last, column_first, column_last = (
+                builder.load(builder.gep(bounds, [builder.add(builder.mul(tap, I64(4)),
+                                                              I64(i))]))
+                for i in range(4))
+            chosen = I64(0)
+            for row, across in run_starts:
+                last = builder.add(across, I64(SEGMENT - 1))
+                reads = builder.and_(builder.icmp_signed(">=", row, row_first),
+                                     builder.icmp_signed("<=", row, row_last))
+                # an end pixel left out only where the next one in reads inside
+                but_first = builder.and_(builder.icmp_signed("<", across, column_first),
+                                         builder.icmp_signed(">=", builder.add(across, I64(1)),
+                                                             column_first))
+                but_last = builder.and_(builder.icmp_signed(">", last, column_last),
+                                        builder.icmp_signed("<=", builder.sub(last, I64(1)),
+                                                            column_last))
+                state = builder.add(I64(ALL), builder.add(
+                    builder.zext(but_first, I64),
+                    builder.mul(builder.zext(but_last, I64), I64(BUT_LAST - ALL))))
+                state = builder.select(reads, state, I64(OFF))
+                chosen = builder.add(builder.mul(chosen, I64(len(RUN_PIXELS))), state)
+            computed = builder.block
+        variant = builder.phi(I64)
+        variant.add_incoming(I64(everything), before)
+        variant.add_incoming(chosen, computed)
+        return variant
 
     def _ask_residual(self, builder: ir.IRBuilder, function: ir.Function, residual: Any,
                       ldc: Any, runs: list[Any]) -> None:
@@ -342,7 +409,8 @@ class PixelBf16Kernel:
                 address("rows_bias", builder.mul(first_filter, I64(4))),
                 builder.sub(m, first_filter), residual, low, high, field["grid_width"],
                 field["width"], pixel, block_words,
-                builder.mul(within, builder.lshr(block_words, pace)), pace, field["grid_ldb"]]
+                builder.mul(within, builder.lshr(block_words, pace)), pace, field["grid_ldb"],
+                builder.inttoptr(field["tap_bounds"], I64.as_pointer())]
             whole = builder.icmp_signed(">", builder.sub(ldc, pixel), I64(SEGMENT))
             with builder.if_else(whole) as (runs, run):
                 with runs:

@@ -179,6 +179,64 @@ def test_avx512_bf16_pixel_tiles_match_the_grid_columns_tiles(
     assert np.abs(out - want).max() < 1e-5 * np.abs(summed).max()
 
 
+@pytest.mark.parametrize(("size", "kernel", "stride", "dilate", "pad"), [
+    ((7, 7), (3, 3), (1, 1), (1, 1), (1, 1)),
+    ((14, 28), (3, 3), (2, 2), (1, 1), (1, 1)),  # stride 2: no right border read
+    ((11, 13), (3, 3), (1, 1), (2, 2), (2, 2)),  # dilated
+    ((9, 10), (5, 2), (1, 1), (1, 1), (2, 0)),
+    ((5, 5), (3, 3), (1, 1), (1, 1), (0, 0)),  # no padding: every tap reads inside
+    ((2, 9), (5, 5), (1, 1), (1, 1), (2, 2)),  # taps reading no row inside
+])
+def test_tap_bounds_are_the_output_rows_and_columns_each_tap_reads_inside_the_input(
+        size: tuple[int, int], kernel: tuple[int, int], stride: tuple[int, int],
+        dilate: tuple[int, int], pad: tuple[int, int]) -> None:
+    """`_Grid.tap_bounds`, per tap in `tap_offsets`' order: the first and last output row,
+    then column, whose pixel the tap reads inside the input, as counted pixel by pixel (an
+    empty range where none does)."""
+    grid = conv_amx._Grid((1, 1, *size), kernel, stride, dilate, pad)
+    bounds = grid.tap_bounds()
+    assert bounds.shape == (kernel[0] * kernel[1], 4)
+    for tap, (row_first, row_last, column_first, column_last) in enumerate(bounds):
+        for axis, tap_along, first, last in ((0, tap // kernel[1], row_first, row_last),
+                                             (1, tap % kernel[1], column_first, column_last)):
+            read = np.arange(grid.output[axis]) * stride[axis] + tap_along * dilate[axis] \
+                - pad[axis]
+            inside = np.flatnonzero((read >= 0) & (read < size[axis]))
+            if inside.size:
+                assert (first, last) == (inside[0], inside[-1])
+            else:
+                assert first > last
+
+
+@needs_tiles
+@pytest.mark.parametrize(("channels", "size", "filters"), [
+    (256, (7, 7), 64),  # a run a whole row: both ends left out at the side taps
+    (128, (14, 14), 40),  # two runs a row
+    (128, (28, 28), 32),  # four runs a row: a tile's inner ends read inside
+])
+def test_avx512_bf16_pixel_tiles_skip_the_taps_that_read_the_grid_border(
+        monkeypatch: pytest.MonkeyPatch, channels: int, size: tuple[int, int],
+        filters: int) -> None:
+    """A pixel tile computes no tap of a pixel whose input lies in the padding: with the
+    grid's border words NaN in place of zeros the output is the rounded operands'
+    convolution still, where the grid-column tiles, which read the border, give NaN."""
+    data, weight = operands(1, channels, size, filters, (3, 3))
+    summed = reference(bf16.rounded(data), bf16.rounded(weight), (1, 1), (1, 1))
+    geometry = ((3, 3), (1, 1), (1, 1), (1, 1))
+
+    def bordered_with_nan() -> np.ndarray:
+        out = np.full(summed.shape, np.nan, np.float32)
+        call = conv_amx.bind(data, weight, out, geometry, bf16_workspace(),
+                             isa=gemm_kernel.BF16)
+        call.product.operands[1][...] = np.nan  # the grid: the pairing fills its inside
+        call()
+        return out
+
+    assert np.abs(bordered_with_nan() - summed).max() < 1e-5 * np.abs(summed).max()
+    monkeypatch.setattr(conv_amx, "PIXELS_MIN_DEPTH", 1 << 30)
+    assert np.isnan(bordered_with_nan()).any()
+
+
 @needs_tiles
 @pytest.mark.parametrize(("batch", "channels", "size", "stride", "direct"), [
     (1, 64, (56, 56), (1, 1), True),  # 3264 grid columns computed against 3136
