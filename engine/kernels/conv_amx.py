@@ -38,7 +38,8 @@ on one Zen 5 core ResNet-18's 64-channel 3×3 layers at 56² take 0.50 ms this w
 in their broadcasts (`conv_bf16_pixels_ir`), computing no grid column they drop, whatever
 the batch: in bf16 at batch 1 in the plan's walk on one Zen 5 core, ResNet-18 9.85 ms
 against 9.04 (its 512-channel layers at 7² 0.71 against 0.53, at 14² 0.56 against 0.50),
-ResNet-50 v2 22.2 against 21.2. A 1×1 convolution of one image whose positions fill the
+ResNet-50 v2 22.2 against 21.2. Nor do they compute a tap of a pixel that reads the padding
+(`_Grid.tap_bounds`). A 1×1 convolution of one image whose positions fill the
 GEMM's vectors badly (7²: 49 of 64 lanes) runs there too, as a product of one tap over the
 input's planes of pairs (`narrow_pointwise`): ResNet-50 v2's deep layers at 7².
 
