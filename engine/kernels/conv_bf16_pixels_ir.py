@@ -25,7 +25,7 @@ one of `RUN_PIXELS`' variants of the tap's steps, each a K loop over its pixels 
 skipped products are those of the grid's zero border, so the sums are the same bit for bit.
 A 3×3 layer of stride 1 reads the padding at 18% of its taps at 7², 9% at 14², 5% at 28²
 (ResNet-18 in bf16 at batch 1 on one Zen 4 core, each layer's best: 1.03–1.04 → 0.88–0.89 ms
-at 7², 1.03–1.06 → 0.95–0.97 at 14², 1.04–1.11 → 1.01–1.07 at 28²).
+at 7², 1.03–1.06 → 0.95–0.98 at 14², 1.04–1.11 → 1.01–1.07 at 28²).
 
 The epilogue adds each filter's bias, then the residual (read as the output lies, by a
 gather), clamps, and scatters each vector's 16 filters into their planes of the output at the
