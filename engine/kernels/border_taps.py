@@ -38,6 +38,25 @@ def inside(positions: np.ndarray, size: int, kernel: int, stride: int, dilate: i
     return first, np.maximum(stop, first)
 
 
+
+def tap_bounds(size: tuple[int, int], out: tuple[int, int], kernel: tuple[int, int],
+               stride: tuple[int, int], dilate: tuple[int, int],
+               pad: tuple[int, int]) -> np.ndarray:
+    """Per tap (kernel row, then column), the first and last output row, then column, whose
+    input it reads inside the image of ``size`` (height, width), not in the padding: (taps,
+    4) int64s, a first past the last where none does (`run_taps_ir`'s table)."""
+    along = []
+    for axis in range(2):
+        taps = np.arange(kernel[axis])[:, None]
+        read = np.arange(out[axis])[None, :] * stride[axis] + taps * dilate[axis] - pad[axis]
+        inside = (read >= 0) & (read < size[axis])
+        first = np.where(inside.any(1), inside.argmax(1), out[axis])
+        last = np.where(inside.any(1), out[axis] - 1 - inside[:, ::-1].argmax(1), -1)
+        along.append(np.stack([first, last], 1))
+    rows, columns = along
+    return np.concatenate([np.repeat(rows, kernel[1], axis=0),
+                           np.tile(columns, (kernel[0], 1))], 1).astype(np.int64)
+
 class TapRows:
     """The taps product's row entries for a convolution reading its windows where they lie
     in a padded channels-last copy: ``addresses`` (each output position's window, as

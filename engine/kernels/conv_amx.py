@@ -62,6 +62,7 @@ from engine.cpu import compiled, host_features, llvm_jit, spin_pool, steady_walk
 from engine.kernels import (
     bf16,
     bf16_handoff,
+    border_taps,
     conv_amx_lines,
     gemm_bind,
     gemm_kernel,
@@ -593,23 +594,10 @@ class _Grid:
 
     def tap_bounds(self) -> np.ndarray:
         """Per tap (in `tap_offsets`' order), the first and last output row, then column,
-        whose pixel it reads inside the input, not in the padding: (taps, 4) int64s. Past
-        them a tap reads the grid's zeros, which a product may skip."""
-        bounds = []
-        for row in range(self.kernel[0]):
-            for column in range(self.kernel[1]):
-                bounds.append([limit for axis, tap in ((0, row), (1, column))
-                               for limit in self._inside(axis, tap)])
-        return np.array(bounds, np.int64).reshape(-1, 4)
-
-    def _inside(self, axis: int, tap: int) -> tuple[int, int]:
-        """The first and last output position along ``axis`` whose tap ``tap`` reads
-        inside the input: ``0 <= position·stride + tap·dilation - pad < size``."""
-        size, stride = self.shape[2 + axis], self.stride[axis]
-        shift = tap * self.dilate[axis] - self.pad[axis]
-        first = max(0, -(shift // stride))  # the least position with position·stride ≥ -shift
-        last = min(self.output[axis] - 1, (size - 1 - shift) // stride)
-        return first, last
+        whose pixel it reads inside the input (`border_taps.tap_bounds`): past them it reads
+        the grid's zeros, which a product may skip."""
+        return border_taps.tap_bounds(self.shape[2:], self.output, self.kernel, self.stride,
+                                      self.dilate, self.pad)
 
     def phase_runs(self, data: Any) -> list[tuple[Any, np.ndarray]]:
         """Per phase of the input's rows and columns (one at stride 1): the view (C, N, rows,

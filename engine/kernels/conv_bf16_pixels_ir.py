@@ -18,11 +18,9 @@ A plane's last tile runs one run where only one is left (7²: three tiles of two
 one of one).
 
 A tile computes no tap of a pixel whose input lies in the padding, as OpenVINO's
-convolutions do: the context's ``tap_bounds`` (`conv_amx._Grid.tap_bounds`) give each tap's
-output rows and columns reading inside the input, and at each tap every run of the tile
-computes all its pixels, all but an end one or both, or none (its row reads the padding):
-one of `RUN_PIXELS`' variants of the tap's steps, each a K loop over its pixels alone. The
-skipped products are those of the grid's zero border, so the sums are the same bit for bit.
+convolutions do (`run_taps_ir`: the context's ``tap_bounds``, each tap's K loop built for
+every choice of its runs' pixels): the products left out are those of the grid's zero
+border, so the sums are the same bit for bit.
 A 3×3 layer of stride 1 reads the padding at 18% of its taps at 7², 9% at 14², 5% at 28²
 (ResNet-18 in bf16 at batch 1 on one Zen 4 core, each layer's best: 1.03–1.04 → 0.88–0.89 ms
 at 7², 1.03–1.06 → 0.95–0.98 at 14², 1.04–1.11 → 1.01–1.07 at 28²).
@@ -50,11 +48,11 @@ next block, 0.50–0.52 each its share; OpenVINO bf16: 0.53–0.55). ``context``
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import llvmlite.ir as ir
 
+from engine.kernels import run_taps_ir
 from engine.kernels.conv_bf16_ir import GRID, OUTPUT, WORDS_OUT, clamped, pair_rows
 from engine.kernels.gemm_bf16_ir import DOT_PRODUCT, BFloatType
 from engine.kernels.task_ir import BlockTiles, as_float, fields, loop, masked_load, splat
@@ -66,19 +64,11 @@ LANES = 16
 # width a multiple of `SEGMENT`: `by_pixels`), so that a run's grid words lie side by side
 # from one address; and its 16-filter vectors. 28 accumulators, two weight vectors a step
 # and a broadcast grid word: 31 of the 32 vector registers.
-SEGMENT, SEGMENTS, FILTER_VECTORS = 7, 2, 2
+SEGMENT, SEGMENTS, FILTER_VECTORS = run_taps_ir.SEGMENT, 2, 2
 PIXELS = SEGMENT * SEGMENTS
 FILTERS = FILTER_VECTORS * LANES
 # How far ahead of its step the K loop asks for the weights, in words (64 steps).
 AHEAD_WORDS = 64 * FILTERS
-# What a run's pixels read inside the input at a tap, where the rest read the grid's zero
-# border (`PixelBf16Kernel._reading`), and which of them the tile's steps then compute: none
-# (its row reads the padding), all, all but the first, all but the last, all but both ends.
-# A tap reading the border only a few pixels in from a run's end (a wide kernel's, or a
-# dilated one's) computes them all: their products with the border's zeros add nothing.
-RUN_PIXELS = ((), tuple(range(SEGMENT)), tuple(range(1, SEGMENT)), tuple(range(SEGMENT - 1)),
-              tuple(range(1, SEGMENT - 1)))
-OFF, ALL, BUT_FIRST, BUT_LAST, BUT_ENDS = range(len(RUN_PIXELS))
 # The task for each store (`conv_bf16_ir.PARTS`'s).
 PARTS = {OUTPUT: "pixels_part", GRID: "pixels_grid_part", WORDS_OUT: "pixels_words_part"}
 
@@ -168,19 +158,11 @@ class PixelBf16Kernel:
             tap_offset = builder.load(builder.gep(offsets, [tap]))
             b_tap = [builder.gep(b, [builder.add(column, tap_offset)]) for column in columns]
             a_tap = builder.gep(a, [builder.mul(builder.mul(tap, words), I64(FILTERS))])
-            done = function.append_basic_block("tap_done")
-            choice = builder.switch(self._reading(builder, bounds, tap, run_starts), done)
-            for variant, active in enumerate(itertools.product(RUN_PIXELS, repeat=segments)):
-                pixels_read = [k * SEGMENT + j for k, run in enumerate(active) for j in run]
-                if not pixels_read:
-                    continue  # no pixel of the tile reads inside the input at this tap
-                block = function.append_basic_block(f"variant{variant}")
-                choice.add_case(I64(variant), block)
-                builder.position_at_end(block)
-                self._k_steps(builder, function, (a, a_tap, b_tap, ldb, words, block_words,
-                                                  share, pace, tap), pixels_read, cells)
-                builder.branch(done)
-            builder.position_at_end(done)
+            run_taps_ir.each_variant(
+                builder, function, run_taps_ir.variant(builder, bounds, tap, run_starts),
+                segments, lambda computed: self._k_steps(
+                    builder, function, (a, a_tap, b_tap, ldb, words, block_words, share, pace,
+                                        tap), computed, cells))
         totals = [builder.load(cell) for cell in cells]
         if store == OUTPUT:
             self._epilogue(builder, function, totals, pixels)
@@ -224,43 +206,6 @@ class PixelBf16Kernel:
                     cell = cells[j * FILTER_VECTORS + v]
                     builder.store(builder.call(self.dot, [builder.load(cell), weights[v],
                                                           word]), cell)
-
-    def _reading(self, builder: ir.IRBuilder, bounds: Any, tap: Any,
-                 run_starts: list[tuple[Any, Any]]) -> Any:
-        """Which of `RUN_PIXELS` each run of the tile (its row and first column,
-        ``run_starts``)
-        computes at ``tap``, as the variant's index (the runs' in `RUN_PIXELS`' base, the
-        first run's the highest digit); every pixel where ``bounds`` is null."""
-        everything = sum(ALL * len(RUN_PIXELS) ** k for k in range(len(run_starts)))
-        given = builder.icmp_unsigned("!=", builder.ptrtoint(bounds, I64), I64(0))
-        before = builder.block
-        with builder.if_then(given):
-            row_first, row_last, column_first, column_last = (
-                builder.load(builder.gep(bounds, [builder.add(builder.mul(tap, I64(4)),
-                                                              I64(i))]))
-                for i in range(4))
-            chosen = I64(0)
-            for row, across in run_starts:
-                last = builder.add(across, I64(SEGMENT - 1))
-                reads = builder.and_(builder.icmp_signed(">=", row, row_first),
-                                     builder.icmp_signed("<=", row, row_last))
-                # an end pixel left out only where the next one in reads inside
-                but_first = builder.and_(builder.icmp_signed("<", across, column_first),
-                                         builder.icmp_signed(">=", builder.add(across, I64(1)),
-                                                             column_first))
-                but_last = builder.and_(builder.icmp_signed(">", last, column_last),
-                                        builder.icmp_signed("<=", builder.sub(last, I64(1)),
-                                                            column_last))
-                state = builder.add(I64(ALL), builder.add(
-                    builder.zext(but_first, I64),
-                    builder.mul(builder.zext(but_last, I64), I64(BUT_LAST - ALL))))
-                state = builder.select(reads, state, I64(OFF))
-                chosen = builder.add(builder.mul(chosen, I64(len(RUN_PIXELS))), state)
-            computed = builder.block
-        variant = builder.phi(I64)
-        variant.add_incoming(I64(everything), before)
-        variant.add_incoming(chosen, computed)
-        return variant
 
     def _ask_residual(self, builder: ir.IRBuilder, function: ir.Function, residual: Any,
                       ldc: Any, runs: list[Any]) -> None:

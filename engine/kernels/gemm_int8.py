@@ -45,11 +45,13 @@ import ctypes
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from engine.cpu import compiled, host_features
+from engine.kernels import run_taps_ir
 from engine.kernels.workspace import empty_aligned
 
 log = logging.getLogger(__name__)
@@ -61,6 +63,8 @@ LANES = 16
 EXACT_DEPTH = (2 ** 31 - 1) // (255 * 128)
 # (zmm vectors per row, rows) of the register tiles: 24 accumulators each, at most 4 of B.
 TILES = ((1, 16), (2, 12), (4, 6))
+# Rows of `fused_job`'s run tiles: two runs of output positions.
+RUN_ROWS = 2 * run_taps_ir.SEGMENT
 # The largest weight magnitude the AVX2 host's ``vpmaddubsw`` kernel is exact for: it sums two
 # products of a uint8 activation and an int8 weight into int16 with saturation, and
 # 2 · 255 · 63 = 32 130 fits where 2 · 255 · 128 does not.
@@ -107,6 +111,17 @@ def narrow_weights_pay() -> bool:
 
 def _has_vnni() -> bool:
     return host_features.has("avx512f") and host_features.has("avx512_vnni")
+
+
+@dataclass(frozen=True)
+class TapRuns:
+    """What `fused_job`'s run tiles know of a convolution: each tap's output rows and
+    columns reading inside the image (`border_taps.tap_bounds`), the output's width and its
+    positions an image (a whole number of runs a row)."""
+
+    bounds: np.ndarray
+    width: int
+    positions: int
 
 
 class PackedWeights:
@@ -406,8 +421,8 @@ def fused_runs(weights: PackedWeights) -> bool:
 
 
 def fused_job(a: np.ndarray, lda: np.ndarray | int, m: int, weights: PackedWeights,
-              signed: bool, requantize: tuple[Any, ...], source: np.ndarray | None = None
-              ) -> Any:
+              signed: bool, requantize: tuple[Any, ...], source: np.ndarray | None = None,
+              runs: TapRuns | None = None) -> Any:
     """The product of ``m`` rows requantized in its tiles' epilogue
     (`gemm_int8_fused_ir`): no int32 sums written, each tile's bytes written where
     ``requantize`` (`int8_epilogue_ir`'s terms and factors, then anything the job keeps
@@ -416,16 +431,24 @@ def fused_job(a: np.ndarray, lda: np.ndarray | int, m: int, weights: PackedWeigh
     past ``m`` pointing anywhere readable) with ``lda`` each group's byte offset in a row
     (int64, `table_job`'s). As a `spin_pool` job, its tiles shared among the parts as the
     terms ask (rows first, or panels). ``signed``: the bytes hold int8 values plus 128.
-    ``source``: an array the addresses point into, kept alive with the job."""
+    ``source``: an array the addresses point into, kept alive with the job. ``runs``: the
+    rows are a convolution's output positions, read by their table from a zero-padded
+    copy of unsigned data, in runs of `run_taps_ir.SEGMENT` within output rows: tiles of
+    two runs (`RunsFusedInt8Kernel`, `RUN_ROWS` rows a block) leave out each tap of a
+    window in the padding."""
     from engine.cpu import kernel_jobs, spin_pool
 
     if not fused_runs(weights):
         raise RuntimeError("the int8 product requantized in its epilogue needs the VNNI "
                            "kernels and weights not packed for AMX")
-    blocks = -(-m // weights.rows)
+    rows = weights.rows if runs is None else RUN_ROWS
+    blocks = -(-m // rows)
     table = isinstance(lda, np.ndarray)
+    if runs is not None and (not table or signed or weights.vectors % 2):
+        raise ValueError("int8 fused product: run tiles read unsigned windows by their "
+                         "table, panels of 2 or 4 vectors")
     if table:
-        if (a.dtype != np.int64 or len(a) < blocks * weights.rows or lda.dtype != np.int64
+        if (a.dtype != np.int64 or len(a) < blocks * rows or lda.dtype != np.int64
                 or len(lda) != weights.groups):
             raise ValueError(f"int8 fused product: {len(a)} row addresses and {len(lda)} "
                              f"group offsets do not fit {blocks} blocks and "
@@ -438,15 +461,21 @@ def fused_job(a: np.ndarray, lda: np.ndarray | int, m: int, weights: PackedWeigh
                              f"{blocks} whole blocks of {weights.groups * 4} bytes")
         stride = a.shape[1]
     packed, no_offsets, signed_offsets = weights.addresses
-    context = np.array([a.ctypes.data, stride, packed, weights.groups,
-                        requantize[0].ctypes.data, requantize[1].ctypes.data,
-                        signed_offsets if signed else no_offsets, blocks, weights.panels],
-                       np.int64)
-    task = compiled.made_once(_state, ("fused", weights.vectors, table),
-                              lambda: _compile_fused(weights.vectors, table))
+    fields = [a.ctypes.data, stride, packed, weights.groups, requantize[0].ctypes.data,
+              requantize[1].ctypes.data, signed_offsets if signed else no_offsets, blocks,
+              weights.panels]
+    if runs is None:
+        task = compiled.made_once(_state, ("fused", weights.vectors, table),
+                                  lambda: _compile_fused(weights.vectors, table))
+    else:
+        fields += [runs.bounds.ctypes.data, runs.width, runs.positions,
+                   weights.groups // len(runs.bounds), m]
+        task = compiled.made_once(_state, ("fused runs", weights.vectors),
+                                  lambda: _compile_fused_runs(weights.vectors))
     parts = min(blocks * weights.panels, kernel_jobs.parts_for(
         blocks * weights.panels, m * weights.k * weights.n // 64))
-    return spin_pool.job(task, context, parts, keep=(a, lda, weights, requantize, source))
+    return spin_pool.job(task, np.array(fields, np.int64), parts,
+                         keep=(a, lda, weights, requantize, source, runs))
 
 
 def _compile_fused(vectors: int, table: bool) -> int:
@@ -455,6 +484,13 @@ def _compile_fused(vectors: int, table: bool) -> int:
     from engine.kernels.gemm_int8_fused_ir import FusedInt8Kernel
 
     return _task_address(lambda: FusedInt8Kernel(dict(TILES)[vectors], vectors, table).module)
+
+
+def _compile_fused_runs(vectors: int) -> int:
+    """`fused_job`'s run tiles over panels of ``vectors``, as their task's address."""
+    from engine.kernels.gemm_int8_fused_ir import RunsFusedInt8Kernel
+
+    return _task_address(lambda: RunsFusedInt8Kernel(vectors).module)
 
 
 def taps_job(entries: np.ndarray, m: int, weights: PackedWeights, out: np.ndarray,

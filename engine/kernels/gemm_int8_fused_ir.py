@@ -18,14 +18,19 @@ block) tiles (`int8_epilogue_ir.for_each_share`).
 
 from __future__ import annotations
 
+from functools import partial
+from typing import Any
+
 import llvmlite.ir as ir
 
-from engine.kernels.gemm_int8_ir import I8, I32, I64, LANES, Int8Kernel
+from engine.kernels import run_taps_ir
+from engine.kernels.gemm_int8_ir import AHEAD_BYTES, I8, I32, I64, LANES, Int8Kernel
 from engine.kernels.int8_epilogue_ir import F32, BlockRequantize, for_each_share
 from engine.kernels.task_ir import loop
 
 REQUANTIZED_COLUMNS = 32  # the columns one call of the requantize takes (two vectors)
 CONTEXT = 9  # int64 fields of the task's context
+RUNS_CONTEXT = CONTEXT + 5  # and `RunsFusedInt8Kernel`'s
 
 
 class FusedInt8Kernel(Int8Kernel):
@@ -101,6 +106,141 @@ class FusedInt8Kernel(Int8Kernel):
                 builder.gep(a, [builder.mul(block, row_bytes)]), lda, b, groups, terms,
                 factors, offsets, count, panel, panel_end or builder.add(panel, I64(1)),
                 builder.mul(block, I64(self.rows))])
+
+        for_each_share(builder, function, terms, row_blocks, panels, part, parts, call)
+        builder.ret_void()
+        return function
+
+
+class RunsFusedInt8Kernel(FusedInt8Kernel):
+    """`FusedInt8Kernel` over runs of output pixels, computing no tap of a pixel whose window
+    reads the padding (`run_taps_ir`): a tile is two runs of `run_taps_ir.SEGMENT` output
+    positions (each within an output row, the table's rows in order) by `HALF` vectors of a
+    panel of ``vectors`` (2 or 4; a 4-vector panel in two halves), read where the table
+    points, each tap's K groups over the pixels whose window reads inside the image at it.
+    The padding's bytes are zeros (uint8 data), so the sums are the same.
+
+    ``fused`` takes, after `FusedInt8Kernel`'s arguments, the tap table
+    (`border_taps.tap_bounds`), the output's width, its positions an image, the K groups a
+    tap and the rows in all (rows past them compute nothing). The task's context goes on
+    with those five."""
+
+    HALF = 2  # vectors a tile: 28 accumulators, two weight vectors and a broadcast
+
+    def __init__(self, vectors: int) -> None:
+        if vectors % self.HALF:
+            raise ValueError(f"run tiles take panels of 2 or 4 vectors; got {vectors}")
+        super().__init__(2 * run_taps_ir.SEGMENT, vectors, table=True)
+
+    def _define_fused(self) -> ir.Function:
+        byte, word, wide = I8.as_pointer(), I32.as_pointer(), I64.as_pointer()
+        kind = ir.FunctionType(ir.VoidType(), [byte, I64, byte, I64, wide, F32.as_pointer(),
+                                               word, I64, I64, I64, I64, wide, I64, I64, I64,
+                                               I64])
+        function = ir.Function(self.module, kind, name="fused")
+        function.linkage = "internal"
+        (a, lda, b, groups, terms, factors, offsets, row_blocks, first, last, first_row,
+         bounds, width, positions, tap_groups, total) = function.args
+        builder = ir.IRBuilder(function.append_basic_block("entry"))
+        half_columns = self.HALF * LANES
+        buffer = builder.alloca(ir.ArrayType(I32, self.rows * half_columns))
+        buffer.align = 64
+        buffer = builder.bitcast(buffer, word)
+        sums = builder.alloca(ir.ArrayType(self.vector, self.rows * self.HALF))
+        cells = [builder.gep(sums, [I32(0), I32(index)])
+                 for index in range(self.rows * self.HALF)]
+        panel_bytes = builder.mul(groups, I64(self.columns * 4))
+        group_offsets = self.group_offsets(builder, lda)
+        taps = builder.sdiv(groups, tap_groups)
+        with loop(builder, function, I64(0), row_blocks, "block") as block:
+            row = builder.mul(block, I64(self.rows))
+            a_rows = self.rows_at(builder, a, lda, row)
+            runs = []
+            for k in range(2):
+                position = builder.add(builder.add(first_row, row),
+                                       I64(k * run_taps_ir.SEGMENT))
+                within = builder.srem(position, positions)
+                y = builder.sdiv(within, width)
+                runs.append((builder.select(builder.icmp_signed("<", position, total), y,
+                                            I64(-1)),
+                             builder.sub(within, builder.mul(y, width))))
+            with loop(builder, function, first, last, "panel") as panel:
+                for half in range(self.vectors // self.HALF):
+                    for cell in cells:
+                        builder.store(self.zero, cell)
+                    b_half = builder.gep(b, [builder.add(builder.mul(panel, panel_bytes),
+                                                         I64(half * half_columns * 4))])
+                    with loop(builder, function, I64(0), taps, "tap") as tap:
+                        run_taps_ir.each_variant(
+                            builder, function, run_taps_ir.variant(builder, bounds, tap, runs),
+                            2, partial(self._tap_steps, builder, function,
+                                       (b_half, group_offsets, a_rows, tap, tap_groups),
+                                       cells=cells))
+                    for index, cell in enumerate(cells):
+                        builder.store(builder.load(cell), builder.bitcast(
+                            builder.gep(buffer, [I64(index * LANES)]),
+                            self.vector.as_pointer()), align=64)
+                    at = builder.add(builder.mul(panel, I64(self.columns)),
+                                     I64(half * half_columns))
+                    shifts = [builder.load(builder.bitcast(builder.gep(offsets, [
+                        builder.add(at, I64(j * LANES))]), self.vector.as_pointer()), align=4)
+                        for j in range(self.HALF)]
+                    builder.call(self.requantize, [
+                        buffer, I64(half_columns), at, builder.add(first_row, row),
+                        I64(self.rows), terms, factors, *shifts])
+        builder.ret_void()
+        return function
+
+    def _tap_steps(self, builder: ir.IRBuilder, function: ir.Function,
+                   operands: tuple[Any, ...], rows: list[int], *, cells: list[Any]) -> None:
+        """A tap's K groups for the tile's ``rows`` (by their place in it): each group's
+        two weight vectors of the half panel and each row's four bytes broadcast, one
+        ``vpdpbusd`` a row and vector."""
+        b_half, group_offsets, a_rows, tap, tap_groups = operands
+        start = builder.mul(tap, tap_groups)
+        with loop(builder, function, start, builder.add(start, tap_groups), "group") as group:
+            b_run = builder.gep(b_half, [builder.mul(group, I64(self.columns * 4))])
+            b_values = [builder.load(builder.bitcast(builder.gep(b_run, [I64(j * LANES * 4)]),
+                                                     self.vector.as_pointer()), align=1)
+                        for j in range(self.HALF)]
+            ahead = builder.gep(b_run, [I64(AHEAD_BYTES)])
+            for j in range(self.HALF):
+                # ``prefetcht0`` (a read, every level, data); past the end it touches nothing
+                builder.call(self.prefetch, [builder.gep(ahead, [I64(j * LANES * 4)]), I32(0),
+                                             I32(3), I32(1)])
+            offset = builder.load(builder.gep(group_offsets, [group]))
+            for i in rows:
+                word = builder.load(builder.bitcast(builder.gep(a_rows[i], [offset]),
+                                                    I32.as_pointer()), align=1)
+                broadcast = self._splat(builder, word)
+                for j in range(self.HALF):
+                    cell = cells[i * self.HALF + j]
+                    builder.store(builder.call(self.dot, [builder.load(cell), broadcast,
+                                                          b_values[j]]), cell)
+
+    def _define_task(self) -> ir.Function:
+        wide = I64.as_pointer()
+        function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [wide, I64, I64]),
+                               name="task")
+        context, part, parts = function.args
+        builder = ir.IRBuilder(function.append_basic_block("entry"))
+        (a, lda, b, groups, terms, factors, offsets, row_blocks, panels, bounds, width,
+         positions, tap_groups, total) = (builder.load(builder.gep(context, [I64(index)]))
+                                          for index in range(RUNS_CONTEXT))
+        byte = I8.as_pointer()
+        a, b = builder.inttoptr(a, byte), builder.inttoptr(b, byte)
+        terms = builder.inttoptr(terms, wide)
+        factors = builder.inttoptr(factors, F32.as_pointer())
+        offsets = builder.inttoptr(offsets, I32.as_pointer())
+        bounds = builder.inttoptr(bounds, wide)
+
+        def call(panel: ir.Value, block: ir.Value, count: ir.Value,
+                 panel_end: ir.Value | None = None) -> None:
+            builder.call(self.fused, [
+                builder.gep(a, [builder.mul(block, I64(8 * self.rows))]), lda, b, groups,
+                terms, factors, offsets, count, panel,
+                panel_end or builder.add(panel, I64(1)), builder.mul(block, I64(self.rows)),
+                bounds, width, positions, tap_groups, total])
 
         for_each_share(builder, function, terms, row_blocks, panels, part, parts, call)
         builder.ret_void()

@@ -50,7 +50,14 @@ from typing import Any
 import numpy as np
 
 from engine.cpu import cache_sizes, compiled, host_features, kernel_jobs, llvm_jit, spin_pool
-from engine.kernels import border_taps, gemm_int8, int8_memory, int8_requantize_ir, part_chain
+from engine.kernels import (
+    border_taps,
+    gemm_int8,
+    int8_memory,
+    int8_requantize_ir,
+    part_chain,
+    run_taps_ir,
+)
 from engine.kernels.gemm_int8_fused_ir import REQUANTIZED_COLUMNS
 
 _kernels: dict[str, Any] = {}
@@ -353,6 +360,19 @@ class FusedConv(EpilogueLayer):
                     and gemm_int8.taps_run(self.packed))
 
     @property
+    def skips_padding_in_runs(self) -> bool:
+        """Whether VNNI's tiles requantizing in their epilogue run over runs of output
+        positions, leaving out each tap of a window in the padding (`gemm_int8.fused_job`'s
+        ``runs``): windows read by their table in whole groups of channels (no runs of
+        kernel rows), uint8 data (the padding's bytes zeros), padding to skip, output rows a
+        whole number of runs, and panels of 2 or 4 vectors."""
+        return bool(self.reads_windows and self.requantizes_in_product and not self.tile_rows
+                    and not self.run and self.stack == 1 and any(self.geometry.pad)
+                    and self.data.dtype == np.uint8
+                    and self.out.shape[3] % run_taps_ir.SEGMENT == 0
+                    and self.packed.vectors % 2 == 0)
+
+    @property
     def reads_data_in_place(self) -> bool:
         """Whether the product reads the data where they lie, not a copy made before it:
         unpadded uint8 handed over channels-last (the copy's bytes already), read by the
@@ -389,7 +409,14 @@ class FusedConv(EpilogueLayer):
         signed = data.dtype == np.int8
         scratch = int8_memory.scratch()
         huge = self.huge_pages
-        block = 2 * self.tile_rows if self.tile_rows else packed.rows
+        runs = None
+        if self.skips_padding_in_runs:
+            block = gemm_int8.RUN_ROWS
+            runs = gemm_int8.TapRuns(border_taps.tap_bounds(
+                (height, width), (out_h, out_w), geometry.kernel, geometry.stride,
+                geometry.dilate, geometry.pad), out_w, out_h * out_w)
+        else:
+            block = 2 * self.tile_rows if self.tile_rows else packed.rows
         fused = self.requantizes_in_product
         # A product requantized in its epilogue writes no sums and reads no patch rows: one
         # job over every row, not a chunk's each (a job a chunk cost ResNet-18's 64 → 64 3×3
@@ -449,7 +476,7 @@ class FusedConv(EpilogueLayer):
                 self._rows_from(padded, 0, blocks * block), 0)
             jobs.append(gemm_int8.fused_job(
                 *rows_or_table, total, packed, signed,
-                self._epilogue_terms(epilogue, 0, total, columns), padded))
+                self._epilogue_terms(epilogue, 0, total, columns), padded, runs))
             total = 0  # one job over every row
         elif self.reads_windows:
             windows = partial(self._table_share, addresses, group_offsets, signed, padded)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from engine.cpu import cache_sizes, host_features, spin_pool
-from engine.kernels import gemm_int8, int8_affine, int8_conv, part_chain
+from engine.kernels import border_taps, gemm_int8, int8_affine, int8_conv, part_chain
 from engine.ops.quantized import integer
 from engine.ops.quantized.requantize import finish
 from engine.ops.quantized.subgraph_attrs import Activation
@@ -1517,3 +1517,65 @@ def test_run_bytes_pads_only_runs_off_whole_groups():
     assert int8_conv.run_bytes(3, stem) == 24
     assert int8_conv.run_bytes(4, stem) is None  # 28: whole groups already
     assert int8_conv.run_bytes(3, int8_conv.Geometry((7, 7), (2, 2), (1, 2), (3, 3))) is None
+
+
+needs_vnni = pytest.mark.skipif(not gemm_int8.vnni_available(), reason="needs AVX-512 VNNI")
+
+
+@needs_vnni
+@pytest.mark.parametrize("shape,with_residual", [
+    ((1, 64, (14, 14), 64, (3, 3), (1, 1), (1, 1), (1, 1)), False),  # 4-vector panels
+    ((2, 32, (7, 7), 32, (3, 3), (1, 1), (1, 1), (1, 1)), True),  # tiles across two images
+    ((1, 16, (28, 14), 40, (3, 3), (2, 2), (1, 1), (1, 1)), False),  # stride 2, filters off 16
+    ((1, 8, (14, 14), 24, (3, 3), (1, 1), (2, 2), (2, 2)), True),  # dilated: two pixels a side
+    ((1, 4, (14, 21), 17, (5, 5), (1, 1), (2, 2), (1, 1)), False),
+])
+def test_vnni_run_tiles_leave_out_the_taps_in_the_padding(shape, with_residual):
+    """On VNNI, a padded layer of uint8 data whose output rows are whole runs of 7 and whose
+    product requantizes in its epilogue runs the run tiles (`gemm_int8.fused_job`'s
+    ``runs``): the NumPy path's bytes, on one thread and armed over two."""
+    rng = np.random.default_rng(_seed("runs", shape))
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, shape, np.uint8, np.uint8, "relu", with_residual)
+    want = _reference(data, weight, geometry, epilogue, residual, storage, storage)
+    out = np.zeros(want.shape, storage)
+    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight))
+    laid = None if residual is None else _channels_last(residual)
+    conv = int8_conv.FusedConv(data, weight, packed, geometry, out, laid,
+                               int8_conv.Layouts(out=True, residual=with_residual))
+    assert conv.skips_padding_in_runs
+    _alone_then_armed(conv, epilogue, out, want, restore=_from_channels_last)
+
+
+@needs_vnni
+def test_vnni_run_tiles_compute_only_the_taps_their_table_says_read_inside(monkeypatch):
+    """The run tiles read which taps each run computes from `border_taps.tap_bounds`: told
+    that the middle tap reads inside nowhere, they leave its products out everywhere. Signed
+    data, whose padding holds 128, and a layer with no padding keep the tiles of every tap."""
+    shape = (1, 32, (14, 14), 32, (3, 3), (1, 1), (1, 1), (1, 1))
+    rng = np.random.default_rng(_seed("runs table", shape))
+    data, weight, geometry, epilogue, residual, storage = _case(
+        rng, shape, np.uint8, np.uint8, None, False)
+    middle_less = weight.copy()
+    middle_less[:, :, 1, 1] = 0
+    want = _reference(data, middle_less, geometry, epilogue, residual, storage, storage)
+    true_bounds = border_taps.tap_bounds
+
+    def middle_nowhere(*args):
+        bounds = true_bounds(*args)
+        bounds[4] = (0, -1, 0, -1)
+        return bounds
+
+    monkeypatch.setattr(border_taps, "tap_bounds", middle_nowhere)
+    out = np.zeros(want.shape, storage)
+    packed = gemm_int8.PackedWeights(int8_conv.weight_matrix(weight))
+    conv = int8_conv.FusedConv(data, weight, packed, geometry, out, None,
+                               int8_conv.Layouts(out=True))
+    conv(epilogue)
+    np.testing.assert_array_equal(_from_channels_last(out), want)
+    signed = int8_conv.FusedConv(data.view(np.int8), weight, packed, geometry, out, None,
+                                 int8_conv.Layouts(out=True))
+    unpadded = int8_conv.FusedConv(data, weight, packed, int8_conv.Geometry(
+        (3, 3), (1, 1), (1, 1), (0, 0)), np.zeros((1, 32, 12, 12), np.uint8), None,
+        int8_conv.Layouts(out=True))
+    assert not signed.skips_padding_in_runs and not unpadded.skips_padding_in_runs
