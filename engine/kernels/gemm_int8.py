@@ -117,11 +117,13 @@ def _has_vnni() -> bool:
 class TapRuns:
     """What `fused_job`'s run tiles know of a convolution: each tap's output rows and
     columns reading inside the image (`border_taps.tap_bounds`), the output's width and its
-    positions an image (a whole number of runs a row)."""
+    positions an image (a whole number of runs a row), and the bytes from a window to the
+    next one along an output row."""
 
     bounds: np.ndarray
     width: int
     positions: int
+    step: int
 
 
 class PackedWeights:
@@ -469,7 +471,7 @@ def fused_job(a: np.ndarray, lda: np.ndarray | int, m: int, weights: PackedWeigh
                                   lambda: _compile_fused(weights.vectors, table))
     else:
         fields += [runs.bounds.ctypes.data, runs.width, runs.positions,
-                   weights.groups // len(runs.bounds), m]
+                   weights.groups // len(runs.bounds), m, runs.step]
         task = compiled.made_once(_state, ("fused runs", weights.vectors),
                                   lambda: _compile_fused_runs(weights.vectors))
     parts = min(blocks * weights.panels, kernel_jobs.parts_for(

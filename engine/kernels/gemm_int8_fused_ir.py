@@ -30,7 +30,7 @@ from engine.kernels.task_ir import loop
 
 REQUANTIZED_COLUMNS = 32  # the columns one call of the requantize takes (two vectors)
 CONTEXT = 9  # int64 fields of the task's context
-RUNS_CONTEXT = CONTEXT + 5  # and `RunsFusedInt8Kernel`'s
+RUNS_CONTEXT = CONTEXT + 6  # and `RunsFusedInt8Kernel`'s
 
 
 class FusedInt8Kernel(Int8Kernel):
@@ -122,8 +122,10 @@ class RunsFusedInt8Kernel(FusedInt8Kernel):
 
     ``fused`` takes, after `FusedInt8Kernel`'s arguments, the tap table
     (`border_taps.tap_bounds`), the output's width, its positions an image, the K groups a
-    tap and the rows in all (rows past them compute nothing). The task's context goes on
-    with those five."""
+    tap, the rows in all (rows past them compute nothing) and the bytes from one window of a
+    run to the next (the stride times the channels): a run's windows are read from its
+    first's address in the table, not each from its own. The task's context goes on with
+    those six."""
 
     HALF = 2  # vectors a tile: 28 accumulators, two weight vectors and a broadcast
 
@@ -136,11 +138,11 @@ class RunsFusedInt8Kernel(FusedInt8Kernel):
         byte, word, wide = I8.as_pointer(), I32.as_pointer(), I64.as_pointer()
         kind = ir.FunctionType(ir.VoidType(), [byte, I64, byte, I64, wide, F32.as_pointer(),
                                                word, I64, I64, I64, I64, wide, I64, I64, I64,
-                                               I64])
+                                               I64, I64])
         function = ir.Function(self.module, kind, name="fused")
         function.linkage = "internal"
         (a, lda, b, groups, terms, factors, offsets, row_blocks, first, last, first_row,
-         bounds, width, positions, tap_groups, total) = function.args
+         bounds, width, positions, tap_groups, total, step) = function.args
         builder = ir.IRBuilder(function.append_basic_block("entry"))
         half_columns = self.HALF * LANES
         buffer = builder.alloca(ir.ArrayType(I32, self.rows * half_columns))
@@ -154,7 +156,11 @@ class RunsFusedInt8Kernel(FusedInt8Kernel):
         taps = builder.sdiv(groups, tap_groups)
         with loop(builder, function, I64(0), row_blocks, "block") as block:
             row = builder.mul(block, I64(self.rows))
-            a_rows = self.rows_at(builder, a, lda, row)
+            # each run's first window (the table's), the others ``step`` bytes apart
+            addresses = builder.bitcast(a, I64.as_pointer())
+            starts = [builder.inttoptr(builder.load(builder.gep(addresses, [
+                builder.add(row, I64(k * run_taps_ir.SEGMENT))])), I8.as_pointer())
+                for k in range(2)]
             runs = []
             for k in range(2):
                 position = builder.add(builder.add(first_row, row),
@@ -174,7 +180,7 @@ class RunsFusedInt8Kernel(FusedInt8Kernel):
                         run_taps_ir.each_variant(
                             builder, function, run_taps_ir.variant(builder, bounds, tap, runs),
                             2, partial(self._tap_steps, builder, function,
-                                       (b_half, group_offsets, a_rows, tap, tap_groups),
+                                       (b_half, group_offsets, starts, step, tap, tap_groups),
                                        cells=cells))
                     for index, cell in enumerate(cells):
                         builder.store(builder.load(cell), builder.bitcast(
@@ -195,8 +201,9 @@ class RunsFusedInt8Kernel(FusedInt8Kernel):
                    operands: tuple[Any, ...], rows: list[int], *, cells: list[Any]) -> None:
         """A tap's K groups for the tile's ``rows`` (by their place in it): each group's
         two weight vectors of the half panel and each row's four bytes broadcast, one
-        ``vpdpbusd`` a row and vector."""
-        b_half, group_offsets, a_rows, tap, tap_groups = operands
+        ``vpdpbusd`` a row and vector; a row's window lies its place in the run times
+        ``step`` bytes on from the run's first."""
+        b_half, group_offsets, starts, step, tap, tap_groups = operands
         start = builder.mul(tap, tap_groups)
         with loop(builder, function, start, builder.add(start, tap_groups), "group") as group:
             b_run = builder.gep(b_half, [builder.mul(group, I64(self.columns * 4))])
@@ -209,9 +216,11 @@ class RunsFusedInt8Kernel(FusedInt8Kernel):
                 builder.call(self.prefetch, [builder.gep(ahead, [I64(j * LANES * 4)]), I32(0),
                                              I32(3), I32(1)])
             offset = builder.load(builder.gep(group_offsets, [group]))
+            bases = [builder.gep(start, [offset]) for start in starts]
             for i in rows:
-                word = builder.load(builder.bitcast(builder.gep(a_rows[i], [offset]),
-                                                    I32.as_pointer()), align=1)
+                run, place = divmod(i, run_taps_ir.SEGMENT)
+                word = builder.load(builder.bitcast(builder.gep(bases[run], [
+                    builder.mul(step, I64(place))]), I32.as_pointer()), align=1)
                 broadcast = self._splat(builder, word)
                 for j in range(self.HALF):
                     cell = cells[i * self.HALF + j]
@@ -225,8 +234,8 @@ class RunsFusedInt8Kernel(FusedInt8Kernel):
         context, part, parts = function.args
         builder = ir.IRBuilder(function.append_basic_block("entry"))
         (a, lda, b, groups, terms, factors, offsets, row_blocks, panels, bounds, width,
-         positions, tap_groups, total) = (builder.load(builder.gep(context, [I64(index)]))
-                                          for index in range(RUNS_CONTEXT))
+         positions, tap_groups, total, step) = (builder.load(builder.gep(context, [I64(index)]))
+                                                for index in range(RUNS_CONTEXT))
         byte = I8.as_pointer()
         a, b = builder.inttoptr(a, byte), builder.inttoptr(b, byte)
         terms = builder.inttoptr(terms, wide)
@@ -240,7 +249,7 @@ class RunsFusedInt8Kernel(FusedInt8Kernel):
                 builder.gep(a, [builder.mul(block, I64(8 * self.rows))]), lda, b, groups,
                 terms, factors, offsets, count, panel,
                 panel_end or builder.add(panel, I64(1)), builder.mul(block, I64(self.rows)),
-                bounds, width, positions, tap_groups, total])
+                bounds, width, positions, tap_groups, total, step])
 
         for_each_share(builder, function, terms, row_blocks, panels, part, parts, call)
         builder.ret_void()

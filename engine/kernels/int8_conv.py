@@ -414,7 +414,8 @@ class FusedConv(EpilogueLayer):
             block = gemm_int8.RUN_ROWS
             runs = gemm_int8.TapRuns(border_taps.tap_bounds(
                 (height, width), (out_h, out_w), geometry.kernel, geometry.stride,
-                geometry.dilate, geometry.pad), out_w, out_h * out_w)
+                geometry.dilate, geometry.pad), out_w, out_h * out_w,
+                geometry.stride[1] * channels)
         else:
             block = 2 * self.tile_rows if self.tile_rows else packed.rows
         fused = self.requantizes_in_product
