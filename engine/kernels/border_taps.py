@@ -5,7 +5,9 @@ walk those taps alone.
 A window at the image's border reaches into the padding, whose zeros add nothing to an
 unsigned product: ResNet's 3×3 layers at 7² have 19² of their 21² taps inside the image a
 side, so a product over every tap multiplies 18% zeros (9% at 14², 5% at 28²). OpenVINO's
-convolutions skip them; `table_job`'s tiles, which share one list of K steps, cannot.
+convolutions skip them; `table_job`'s tiles, which share one list of K steps, cannot. Tiles
+of runs of output pixels (`run_taps_ir`: VNNI's requantizing tiles, the bf16 pixel tiles)
+read each tap's output rows and columns inside the image from `tap_bounds`.
 
 The positions inside the image on the same kernel rows and columns form a class (at 7², the
 25 middle ones, four edges of 5 and four corners). A tile of `gemm_int8.NARROW_ROWS` rows

@@ -14,6 +14,9 @@ reads them (rows, or a table of rows' addresses with ``lda`` the groups' offsets
 factors, offsets, row_blocks, panel_count]``: where the terms ask for rows first
 a part takes a run of row blocks, every panel of each, else a run of the (panel, row
 block) tiles (`int8_epilogue_ir.for_each_share`).
+
+`RunsFusedInt8Kernel` is the same over tiles of two runs of 7 output pixels, leaving out
+the taps of windows in the padding (`run_taps_ir`).
 """
 
 from __future__ import annotations
