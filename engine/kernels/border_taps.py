@@ -40,7 +40,6 @@ def inside(positions: np.ndarray, size: int, kernel: int, stride: int, dilate: i
     return first, np.maximum(stop, first)
 
 
-
 def tap_bounds(size: tuple[int, int], out: tuple[int, int], kernel: tuple[int, int],
                stride: tuple[int, int], dilate: tuple[int, int],
                pad: tuple[int, int]) -> np.ndarray:
@@ -58,6 +57,7 @@ def tap_bounds(size: tuple[int, int], out: tuple[int, int], kernel: tuple[int, i
     rows, columns = along
     return np.concatenate([np.repeat(rows, kernel[1], axis=0),
                            np.tile(columns, (kernel[0], 1))], 1).astype(np.int64)
+
 
 class TapRows:
     """The taps product's row entries for a convolution reading its windows where they lie

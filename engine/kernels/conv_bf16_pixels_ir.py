@@ -20,10 +20,10 @@ one of one).
 A tile computes no tap of a pixel whose input lies in the padding, as OpenVINO's
 convolutions do (`run_taps_ir`: the context's ``tap_bounds``, each tap's K loop built for
 every choice of its runs' pixels): the products left out are those of the grid's zero
-border, so the sums are the same bit for bit.
-A 3×3 layer of stride 1 reads the padding at 18% of its taps at 7², 9% at 14², 5% at 28²
-(ResNet-18 in bf16 at batch 1 on one Zen 4 core, each layer's best: 1.03–1.04 → 0.88–0.89 ms
-at 7², 1.03–1.06 → 0.95–0.98 at 14², 1.04–1.11 → 1.01–1.07 at 28²).
+border, so the sums are the same bit for bit. A 3×3 layer of stride 1 reads the padding at
+18% of its taps at 7², 9% at 14², 5% at 28² (ResNet-18 in bf16 at batch 1 on one Zen 4 core,
+each layer's best: 1.03–1.04 → 0.88–0.89 ms at 7², 1.03–1.06 → 0.95–0.98 at 14², 1.04–1.11
+→ 1.01–1.07 at 28²).
 
 The epilogue adds each filter's bias, then the residual (read as the output lies, by a
 gather), clamps, and scatters each vector's 16 filters into their planes of the output at the
@@ -118,14 +118,16 @@ class PixelBf16Kernel:
     def _define_tile(self, segments: int, store: str) -> ir.Function:
         """``<store>_pixel_tile<segments>(a, b, ldb, words, taps, offsets, c, ldc, bias,
         filters, residual, low, high, grid_width, width, first, block_words, share, pace,
-        word_row)``: the tile of ``segments`` runs of output pixels ``first`` on (of ``ldc``
-        an image) of the image whose grid starts at ``b`` (a plane every ``ldb`` words), its
+        word_row, bounds)``: the tile of ``segments`` runs of output pixels ``first`` on (of
+        ``ldc`` an image) of the image whose grid starts at ``b`` (a plane every ``ldb`` words), its
         filter block's packed weights at ``a`` (``block_words`` of them), the block's first
         filter's plane of the output at ``c`` and of the residual at ``residual`` (null:
         none), its bias at ``bias``; ``filters`` of the block's filters are real. It asks
         for the next block's weights from ``share`` words into it on, a line a step, each
         ``pace`` halving the pace. Storing words (``store`` not the output), ``c`` is the
-        block's first word row, ``word_row`` words a row, and no residual is added."""
+        block's first word row, ``word_row`` words a row, and no residual is added. At each
+        tap it computes the pixels reading inside the input by ``bounds`` (`run_taps_ir`'s
+        table; null: every pixel)."""
         pointer, wide = F32.as_pointer(), I64.as_pointer()
         kind = ir.FunctionType(ir.VoidType(), [pointer, pointer, I64, I64, I64, wide, pointer,
                                                I64, pointer, I64, pointer, F32, F32, I64, I64,
