@@ -40,6 +40,8 @@ class FusedInt8Kernel(Int8Kernel):
     """A module holding ``fused`` for tiles of ``rows`` by ``vectors`` zmm vectors, and its
     `spin_pool` task ``task``; ``table``: rows read where a table points (`Int8Kernel`)."""
 
+    context_fields = CONTEXT  # the task's context words
+
     def __init__(self, rows: int, vectors: int, table: bool = False) -> None:
         super().__init__(rows, vectors, table)
         self.requantize = BlockRequantize(self.module).function
@@ -94,25 +96,32 @@ class FusedInt8Kernel(Int8Kernel):
                                name="task")
         context, part, parts = function.args
         builder = ir.IRBuilder(function.append_basic_block("entry"))
-        (a, lda, b, groups, terms, factors, offsets, row_blocks, panels) = (
-            builder.load(builder.gep(context, [I64(index)])) for index in range(CONTEXT))
+        words = [builder.load(builder.gep(context, [I64(index)]))
+                 for index in range(self.context_fields)]
+        (a, lda, b, groups, terms, factors, offsets, row_blocks, panels) = words[:CONTEXT]
         byte = I8.as_pointer()
         a, b = builder.inttoptr(a, byte), builder.inttoptr(b, byte)
         terms = builder.inttoptr(terms, wide)
         factors = builder.inttoptr(factors, F32.as_pointer())
         offsets = builder.inttoptr(offsets, I32.as_pointer())
         row_bytes = I64(8 * self.rows) if self.table else builder.mul(lda, I64(self.rows))
+        more = self._more_arguments(builder, words[CONTEXT:])
 
         def call(panel: ir.Value, block: ir.Value, count: ir.Value,
                  panel_end: ir.Value | None = None) -> None:
             builder.call(self.fused, [
                 builder.gep(a, [builder.mul(block, row_bytes)]), lda, b, groups, terms,
                 factors, offsets, count, panel, panel_end or builder.add(panel, I64(1)),
-                builder.mul(block, I64(self.rows))])
+                builder.mul(block, I64(self.rows)), *more])
 
         for_each_share(builder, function, terms, row_blocks, panels, part, parts, call)
         builder.ret_void()
         return function
+
+    def _more_arguments(self, builder: ir.IRBuilder, words: list[Any]) -> list[Any]:
+        """``fused``'s arguments past `FusedInt8Kernel`'s, from the context's words past
+        `CONTEXT`: none."""
+        return []
 
 
 class RunsFusedInt8Kernel(FusedInt8Kernel):
@@ -131,6 +140,7 @@ class RunsFusedInt8Kernel(FusedInt8Kernel):
     those six."""
 
     HALF = 2  # vectors a tile: 28 accumulators, two weight vectors and a broadcast
+    context_fields = RUNS_CONTEXT
 
     def __init__(self, vectors: int) -> None:
         if vectors % self.HALF:
@@ -230,30 +240,8 @@ class RunsFusedInt8Kernel(FusedInt8Kernel):
                     builder.store(builder.call(self.dot, [builder.load(cell), broadcast,
                                                           b_values[j]]), cell)
 
-    def _define_task(self) -> ir.Function:
-        wide = I64.as_pointer()
-        function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [wide, I64, I64]),
-                               name="task")
-        context, part, parts = function.args
-        builder = ir.IRBuilder(function.append_basic_block("entry"))
-        (a, lda, b, groups, terms, factors, offsets, row_blocks, panels, bounds, width,
-         positions, tap_groups, total, step) = (builder.load(builder.gep(context, [I64(index)]))
-                                                for index in range(RUNS_CONTEXT))
-        byte = I8.as_pointer()
-        a, b = builder.inttoptr(a, byte), builder.inttoptr(b, byte)
-        terms = builder.inttoptr(terms, wide)
-        factors = builder.inttoptr(factors, F32.as_pointer())
-        offsets = builder.inttoptr(offsets, I32.as_pointer())
-        bounds = builder.inttoptr(bounds, wide)
-
-        def call(panel: ir.Value, block: ir.Value, count: ir.Value,
-                 panel_end: ir.Value | None = None) -> None:
-            builder.call(self.fused, [
-                builder.gep(a, [builder.mul(block, I64(8 * self.rows))]), lda, b, groups,
-                terms, factors, offsets, count, panel,
-                panel_end or builder.add(panel, I64(1)), builder.mul(block, I64(self.rows)),
-                bounds, width, positions, tap_groups, total, step])
-
-        for_each_share(builder, function, terms, row_blocks, panels, part, parts, call)
-        builder.ret_void()
-        return function
+    def _more_arguments(self, builder: ir.IRBuilder, words: list[Any]) -> list[Any]:
+        """The tap table's pointer, then the output's width, its positions an image, the K
+        groups a tap, the rows in all and the step from one window to the next."""
+        bounds, *rest = words
+        return [builder.inttoptr(bounds, I64.as_pointer()), *rest]
