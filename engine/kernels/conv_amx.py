@@ -344,6 +344,7 @@ def bind(data: Any, weight: Any, out: Any, geometry: Any, workspace: Any,
     functions = _functions(isa)
     if functions is None:
         raise ValueError("the direct bf16 convolution did not compile for this host")
+    bounds = None  # every tap computed, but on the pixel tiles
     if isa == gemm_kernel.AMX:
         tiles = workspace.derived(weight, ("amx direct", words),
                                   partial(_weight_tiles, words=words))
@@ -354,11 +355,10 @@ def bind(data: Any, weight: Any, out: Any, geometry: Any, workspace: Any,
                                   partial(weight_rows, words=words, block=FILTERS))
         functions = {**functions, **{name: functions[f"pixels_{name}"]
                                      for name in ("part", "grid_part", "words_part")}}
+        bounds = grid.tap_bounds()
     else:
         tiles = workspace.derived(weight, ("bf16 direct", words),
                                   partial(weight_rows, words=words))
-    bounds = grid.tap_bounds() if isa == gemm_kernel.BF16 and by_pixels(
-        data, out, geometry) else None
     product = _bound_product(grid, tiles, words_grid, out, functions, plane, grid.image * 4,
                              bounds=bounds)
     pair = pairings[0] if len(pairings) == 1 else partial(_each, tuple(pairings))
