@@ -94,6 +94,9 @@ class TileKernel:
     # The streamed operands ("a", "b") whose K loops prefetch (`AHEAD_STEPS`, `NEAR_STEPS`;
     # on AVX2 B's panels alone: `gemm_avx2_ir`).
     k_loop_streams: tuple[str, ...] = ("a", "b")
+    # Whether a tile asks for its epilogue's lines of C and the residual as it starts
+    # (`_ask_epilogue_lines`).
+    asks_at_start = False
 
     def __init__(self, shape: Any) -> None:
         self.shape = shape
@@ -336,6 +339,8 @@ class TileKernel:
         """The K loop of a ``rows × vectors`` tile from the builder's block, then its stores;
         the builder ends in a block after them. One loop prefetching B, one prefetching A,
         chosen by which offset the part passes (not 0), so no step tests it."""
+        if self.asks_at_start:
+            self._ask_epilogue_lines(function, builder, rows, vectors)
         b_ahead = function.args[RESIDUAL + 2]
         streams_b = function.append_basic_block("streams_b")
         streams_a = function.append_basic_block("streams_a")
@@ -501,6 +506,22 @@ class TileKernel:
         row.add_incoming(following, builder.block)
         builder.cbranch(builder.icmp_signed("<", following, count), body, asked)
         builder.position_at_end(asked)
+
+    def _ask_epilogue_lines(self, function: ir.Function, builder: ir.IRBuilder, rows: Any,
+                            vectors: int) -> None:
+        """C's lines under the tile asked for writing, and the residual's for reading, as
+        the tile starts: its K loop runs while they come. (Where none is added the
+        residual's address is C's: its lines are asked twice.)"""
+        c, ldc, residual = function.args[6], function.args[7], function.args[RESIDUAL]
+        for i in range(rows if isinstance(rows, int) else self.shape.rows):
+            line = builder.mul(I64(i), ldc)
+            for j in range(vectors):
+                offset = self._offset(builder, j)
+                for base, write in ((c, 1), (residual, 0)):
+                    first = builder.gep(builder.gep(base, [line]), [offset])
+                    for floats in (0, self.shape.width - 1):
+                        builder.call(self.prefetch, [builder.gep(first, [I64(floats)]),
+                                                     I32(write), I32(3), I32(1)])
 
     def _offset(self, builder: ir.IRBuilder, j: int) -> Any:
         """The row offset of vector ``j``'s first stored element (see `_placed`)."""
