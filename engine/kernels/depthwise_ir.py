@@ -28,7 +28,7 @@ Stride 2 reads 32 adjacent floats per input row (and one more) and keeps the eve
 ones by shuffles. The walk
 prefetches the input rows `AHEAD_ROWS` ahead, which it reads 448 bytes apart at 112², a
 pattern the hardware prefetchers follow poorly (32 × 112² from out of cache, one thread: 128
-→ 118 µs). The sum is clamped as ``clip`` does (NaN stays NaN) and stored under the row's
+→ 118 µs); a paired task asks for its words' lines as far ahead, for writing. The sum is clamped as ``clip`` does (NaN stays NaN) and stored under the row's
 tail mask.
 
 A ``_from_bf16`` task reads its input planes as bf16 (16-bit halves, uint16 arrays: a
