@@ -25,11 +25,11 @@ at stride 1, and the column masks are made once per column. Only the last output
 a row below the plane: it is built apart, after the loop over the others, whose loads take the
 column masks alone (no test of the row in each vector; 14² layers 0.84–0.86× in float32).
 Stride 2 reads 32 adjacent floats per input row (and one more) and keeps the even and the odd
-ones by shuffles. The walk
-prefetches the input rows `AHEAD_ROWS` ahead, which it reads 448 bytes apart at 112², a
-pattern the hardware prefetchers follow poorly (32 × 112² from out of cache, one thread: 128
-→ 118 µs); a paired task asks for its words' lines as far ahead, for writing. The sum is clamped as ``clip`` does (NaN stays NaN) and stored under the row's
-tail mask.
+ones by shuffles. The walk prefetches the input rows `AHEAD_ROWS` ahead, which it reads 448
+bytes apart at 112², a pattern the hardware prefetchers follow poorly (32 × 112² from out of
+cache, one thread: 128 → 118 µs); a paired task asks for its words' lines as far ahead, for
+writing. The sum is clamped as ``clip`` does (NaN stays NaN) and stored under the row's tail
+mask.
 
 A ``_from_bf16`` task reads its input planes as bf16 (16-bit halves, uint16 arrays: a
 float32's upper half, as a writer rounding to bf16 lays them) in place of float32: the same
