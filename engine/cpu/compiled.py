@@ -75,8 +75,24 @@ def made_once(made: dict, key: Any, make: Callable[[], Any]) -> Any:
     if key not in made:
         with _making:
             if key not in made:
+                _every_made.setdefault(id(made), made)
                 made[key] = make()
     return made[key]
+
+
+def make_anew() -> None:
+    """Everything `made_once` made so far made again on its next use, what was made kept
+    alive: a plan bound before runs the machine code it bound (a kernel whose address a call
+    looks up as it runs takes the new one). For a benchmark binding a plan of a kernel's
+    variant beside one of the kernel as it was, in one process (`bench/variants.py`)."""
+    with _making:
+        for made in _every_made.values():
+            _retired.append(dict(made))
+            made.clear()
+
+
+_every_made: dict[int, dict] = {}  # each dict `made_once` has filled, by id
+_retired: list[dict] = []  # what `make_anew` cleared, alive for the plans bound to it
 
 
 def compile_kernel(function: Any, **options: Any) -> Any:

@@ -60,6 +60,11 @@ TILE_COLUMNS = VECTORS * LANES
 # weights come from memory in a plan's walk (ResNet-18's 512-channel layer at 7², 4.7 MB, one
 # Zen 5 core: 0.92 ms without, 0.66 with).
 AHEAD_WORDS = 64 * ROWS
+# Whether a tile storing float32 asks for its output's lines (for writing) as it starts, as
+# it asks for the residual's. ResNet-18 bf16 on one Zen 4 core (`bench/variants.py`): its
+# blocks' second 3×3 at 56² (residual added, float32 stored) 0.95-0.96× at batch 1, every
+# 56² layer 0.96-0.97× an image at batch 8. (A constant so that a benchmark can turn it off.)
+ASKS_OUTPUT = True
 # Where a product stores its output: as float32, as a reader's grid of pairs, as a 1×1
 # reader's words; and the task of each.
 OUTPUT, GRID, WORDS_OUT = "output", "grid", "words"
@@ -122,11 +127,8 @@ class DirectBf16Kernel:
             builder.store(self.zero, cell)
         if store == OUTPUT:
             self._ask_residual(builder, function)
-            # C's lines asked for writing too: ResNet-18 bf16 on one Zen 4 core, plans with
-            # and without in one process, in turns: its blocks' second 3×3 at 56² (residual
-            # added, float32 stored) 0.95-0.96× at batch 1, every 56² layer 0.96-0.97× an
-            # image at batch 8
-            self._ask_lines(builder, function, function.args[7], 1)
+            if ASKS_OUTPUT:
+                self._ask_lines(builder, function, function.args[7], 1)
         b_column = builder.gep(b, [column])
         with loop(builder, function, I64(0), taps, "tap") as tap:
             b_tap = builder.gep(b_column, [builder.load(builder.gep(offsets, [tap]))])

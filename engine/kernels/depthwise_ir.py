@@ -94,6 +94,11 @@ FIELDS = ("source", "target", "weights", "bias", "planes", "channels", "height",
           "out_height", "out_width", "low", "high", "word_stride")
 STRIDES = (1, 2)
 AHEAD_ROWS = 8  # how many input rows ahead a column's walk prefetches
+# Whether a paired task asks for its words' lines `AHEAD_ROWS` rows on, for writing: a 16-bit
+# store into half of each word must have its line first. MobileNet v2 bf16 at batch 1 on one
+# Zen 4 core (`bench/variants.py`): its layers at 112², 56² and 28² 0.92-0.97×; float32 planes,
+# stored whole, 0.93-1.09×, are not asked for. (A constant so that a benchmark can turn it off.)
+ASKS_WORDS_AHEAD = True
 
 
 I16 = ir.IntType(16)
@@ -286,12 +291,8 @@ class _Kernel(FloatVectors):
             total = builder.select(builder.fcmp_ordered("<", total, low), low, total)
             total = builder.select(builder.fcmp_ordered(">", total, high), high, total)
             at = builder.gep(written, [builder.mul(builder.mul(row, out_width), I64(spacing))])
-            if paired and not last:
-                # the words' lines `AHEAD_ROWS` rows on asked for writing (a write (1), kept
-                # in every level (3), of data (1)): a 16-bit store into half of each word must
-                # have its line first. MobileNet v2 bf16 at batch 1 on one Zen 4 core, plans
-                # with and without in one process, in turns: its layers at 112², 56² and 28²
-                # 0.92-0.97×; float32 planes, stored whole, 0.93-1.09× and not asked for.
+            if paired and ASKS_WORDS_AHEAD and not last:
+                # a write (1), kept in every level (3), of data (1)
                 ahead = builder.gep(at, [builder.mul(I64(AHEAD_ROWS * spacing), out_width)])
                 for unit in (0, (self.lanes - 1) * spacing):
                     builder.call(self.prefetch, [builder.bitcast(builder.gep(

@@ -1,5 +1,5 @@
 """`compiled.compiled_once`: kernels compiled once, whatever threads ask at once; `prepare`
-sets up numba's compiler once."""
+sets up numba's compiler once; `made_once` makes a thing once until `make_anew`."""
 
 from __future__ import annotations
 
@@ -40,6 +40,19 @@ def test_threads_asking_at_once_compile_once_and_all_see_every_kernel() -> None:
         thread.join()
     assert len(builds) == 1
     assert seen == [{"first": 1, "second": 2}] * 8  # never a half-filled dict
+
+
+def test_make_anew_makes_each_thing_again_and_keeps_what_was_made() -> None:
+    made: dict = {}
+    first = compiled.made_once(made, "kernel", lambda: object())
+    assert compiled.made_once(made, "kernel", lambda: object()) is first
+
+    compiled.make_anew()
+
+    second = compiled.made_once(made, "kernel", lambda: object())
+    assert second is not first
+    assert any(kept.get("kernel") is first for kept in compiled._retired)  # still alive
+    assert compiled.made_once(made, "kernel", lambda: object()) is second
 
 
 PREPARE = """
