@@ -62,8 +62,8 @@ TILE_COLUMNS = VECTORS * LANES
 AHEAD_WORDS = 64 * ROWS
 # Whether a tile storing float32 asks for its output's lines (for writing) as it starts, as
 # it asks for the residual's. ResNet-18 bf16 on one Zen 4 core (`bench/variants.py`, three
-# runs): its blocks' second 3×3 at 56² (residual added, float32 stored) 0.93-0.97× at batch 1;
-# at batch 8 0.96-1.02×, within the runs' scatter. (A constant so that a benchmark can turn it
+# runs): its blocks' second 3×3 at 56² (residual added, float32 stored) 0.92-0.97× at batch 1;
+# at batch 8 0.93-1.02×, within the runs' scatter. (A constant so that a benchmark can turn it
 # off.)
 ASKS_OUTPUT = True
 # Where a product stores its output: as float32, as a reader's grid of pairs, as a 1×1

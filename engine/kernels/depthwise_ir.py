@@ -96,7 +96,7 @@ STRIDES = (1, 2)
 AHEAD_ROWS = 8  # how many input rows ahead a column's walk prefetches
 # Whether a paired task asks for its words' lines `AHEAD_ROWS` rows on, for writing: a 16-bit
 # store into half of each word must have its line first. MobileNet v2 bf16 at batch 1 on one
-# Zen 4 core (`bench/variants.py`): its layers at 112², 56² and 28² 0.92-0.97×; float32 planes,
+# Zen 4 core (`bench/variants.py`): its layers at 112², 56² and 28² 0.89-0.99×; float32 planes,
 # stored whole, 0.93-1.09×, are not asked for. (A constant so that a benchmark can turn it off.)
 ASKS_WORDS_AHEAD = True
 

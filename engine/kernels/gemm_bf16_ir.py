@@ -53,9 +53,8 @@ class PairTileKernel(TileKernel):
 
     # A short K loop (ResNet-50 v2's 1×1 layers at 56²: 32 pairs) ends before lines of C or
     # the residual asked for after it arrive. Asked as the tile starts, on one Zen 4 core,
-    # bf16 at batch 1, plans with and without in one process, in turns: its residual 1×1
-    # products 0.80-0.87× at 56², 0.83-0.90× at 28², the 56² shortcut 0.70×, whole runs
-    # 0.96×; ResNet-18 and MobileNet v2 0.99-1.00×.
+    # bf16 at batch 1 (`bench/variants.py`): its residual 1×1 products 0.80-0.93× at 56²,
+    # 0.83-0.97× at 28², the 56² shortcut 0.70-1.0×; ResNet-18 and MobileNet v2 0.99-1.00×.
     asks_at_start = True
 
     def __init__(self, shape: Any) -> None:
