@@ -9,9 +9,10 @@ those words itself (`ask`): the product's epilogue works them out of the sums it
 (`gemm_preact_ir`), and the BatchNorm's step then runs no pass. Where nothing but that
 BatchNorm reads the sum (a stage's last block: the next block's shortcut reads the
 pre-activation), the product stores the words alone. The words are the BatchNorm pass's to
-the bit. On the AVX-512 BF16 tile the same epilogue cost about what the pass it saved did,
-and the pass reads its sum faster than the epilogue stores it: no ask is granted there
-(docs/benchmarks.md).
+the bit. On the AVX-512 BF16 tile the same epilogue storing both cost about what the pass it
+saved did, and the pass reads its sum faster than the epilogue stores it: there only a
+stage's last block, whose sum nothing else reads, is asked, and stores the words alone
+(`TILE_WORDS_ALONE`; docs/benchmarks.md).
 
 The same kernels store the words alone of a product's own output, × 1 and + -0 in place of
 a BatchNorm's statistics (`words_job`), for a product whose every reader is a 1×1 product
@@ -46,6 +47,12 @@ _FIELD = gemm_kernel.CONTEXT_FIELDS
 # 0.07 ms) gone (`docs/benchmarks.md`).
 MAX_DEPTH = 32
 WORDS_ALONE_MAX_DEPTH = 128
+# Whether a product on the AVX-512 BF16 tile whose sum only the BatchNorm reads (a stage's
+# last block) is asked to store the words alone. ResNet-50 v2 bf16 at batch 1 on one Zen 4
+# core (`bench/variants.py`): stage 1's BatchNorm pass 0.16 ms gone for 0.02-0.04 more in the
+# product, stage 2's 0.07 for 0.02-0.07; the nodes summed 0.984×. (A constant so that a
+# benchmark can turn it off.)
+TILE_WORDS_ALONE = True
 _state: dict[str, Any] = {}
 
 
@@ -88,27 +95,31 @@ def ask(workspace: Any, data: Any, out_handoff: bf16_handoff.PairedHandoff,
     writer = bf16_handoff.offered(workspace, data)
     product = None if writer is None else writer.residual_writer
     if (product is None or writer.preact is not None
-            or int(product.context[_FIELD["kernel"]]) != gemm_kernel.AMX
             or writer.noted is None or workspace.noted != writer.noted + 1):
         return None
     sum_read = len(workspace.readers(data)) > 1
-    if (_part(product.context, sum_read) is None
-            or not _fits(product.context, out_handoff, sum_read)):
+    kernel = int(product.context[_FIELD["kernel"]])
+    on_tile = kernel == gemm_kernel.BF16 and TILE_WORDS_ALONE and not sum_read
+    if ((kernel != gemm_kernel.AMX and not on_tile) or _part(product.context, sum_read) is None
+            or not _fits(product.context, out_handoff, sum_read, on_tile)):
         return None
     writer.preact = PreactAsk(out_handoff, statistics, sum_read)
     return writer.preact
 
 
 def _fits(context: np.ndarray, handoff: bf16_handoff.PairedHandoff,
-          sum_read: bool = True) -> bool:
+          sum_read: bool = True, on_tile: bool = False) -> bool:
     """Whether the AMX product's tiles cover the words' rows whole (M a multiple of the
     tile's 32 rows, one word row per two of C's, each at least as long), its K is short,
     C's columns fit under the descriptor's alignment, and it adds no column bias (a 1×1
-    convolution's is zeros: the descriptor takes its slot)."""
+    convolution's is zeros: the descriptor takes its slot). On the tile (``on_tile``), an
+    even M (a tile's first row is even) at any K."""
     from engine.kernels.gemm_preact_ir import DESCRIPTOR_ALIGNMENT
 
     m, n, k = (int(context[_FIELD[name]]) for name in ("m", "n", "k"))
-    if (m % 32 or k > (MAX_DEPTH if sum_read else WORDS_ALONE_MAX_DEPTH)
+    rows_whole = m % 2 == 0 if on_tile else m % 32 == 0
+    deep = not on_tile and k > (MAX_DEPTH if sum_read else WORDS_ALONE_MAX_DEPTH)
+    if (not rows_whole or deep
             or int(context[_FIELD["batch"]]) != 1
             or handoff.shape[0] != m // 2 or handoff.shape[1] < n
             or 4 * n >= DESCRIPTOR_ALIGNMENT or handoff.layout not in (None, "words")):

@@ -112,13 +112,15 @@ class TileHalvesProduct(HandingProduct):
     the tile's own kernel storing halves (`gemm_halves_ir`), its words job `gemm_preact`'s.
     One adding a residual lays the words too where every reader took them, its epilogue
     adding the residual before it rounds (MobileNet v2's last block of a stage, read by the
-    next stage's first expand alone); never the planes, whose epilogue adds none."""
+    next stage's first expand alone), or the next pre-activation's words where that
+    BatchNorm asked (`gemm_preact.TILE_WORDS_ALONE`: ResNet v2's last block of a stage);
+    never the planes, whose epilogue adds none."""
 
     def __call__(self) -> None:
-        if self.lays_ever:
+        handoff = self.handoff
+        if self.lays_ever or handoff.preact is not None:
             super().__call__()
             return
-        handoff = self.handoff
         laying = handoff.taken and handoff.layout == "words"
         if laying:
             if self.handing is None:

@@ -8,6 +8,8 @@ writes its 3×3 reader's grid or its 1×1 reader's words (`conv_amx`), bit for b
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -37,6 +39,7 @@ from tests.engine.kernels.test_bf16_handoff import (
     never_taken,
     preactivation,
     served,
+    steps_on,
 )
 
 pytestmark = pytest.mark.skipif(
@@ -138,6 +141,41 @@ def test_resnet50_v2_hands_its_preactivations_to_the_tile(monkeypatch: pytest.Mo
     assert [handoff.source for handoff in offered if handoff.laid] == [
         (1, 64, 16, 16), *[(1, 256, 16, 16)] * 3, *[(1, 512, 8, 8)] * 4,
         *[(1, 1024, 4, 4)] * 6]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("side", [128, 136])
+def test_resnet50_v2_last_blocks_write_the_next_preactivations_words_on_the_tile(
+        monkeypatch: pytest.MonkeyPatch, threads: int, side: int) -> None:
+    """ResNet-50 v2 in bf16 on the tile: the last block of stages 1 and 2, whose sum only
+    the next pre-activation BatchNorm reads, writes that BatchNorm's words alone from its
+    residual product's epilogue (`gemm_preact.TILE_WORDS_ALONE`), the BatchNorm's step
+    running no pass; no block whose sum the next block's shortcut reads too is asked, nor
+    one whose output is too small to offer its words (stage 3's, under
+    `gemm_tile_handoff.MIN_OUTPUT_BYTES`). At 128² the products' columns fill whole tiles, at
+    136² (34² and 17² pixels) their last tile is an edge. The outputs are those of the same
+    plan with the BatchNorm passes writing the words, bit for bit, at one thread and at
+    two."""
+    symbol = nets.resnet50_v2(classes=10)
+    params = nets.random_params(symbol, (1, 3, side, side), seed=5)
+    feed = {"data": image(side)}
+    ask = gemm_preact.ask
+    granted: list = []
+
+    def watched(*args: Any) -> Any:
+        request = ask(*args)
+        granted.append(request)
+        return request
+
+    with steps_on(threads):
+        monkeypatch.setattr(gemm_preact, "ask", watched)
+        got = served(symbol, params, feed, "bf16", [], halves=True)
+        requests = [request for request in granted if request is not None]
+        assert len(requests) == 2 and not any(request.sum_read for request in requests)
+        assert all(request.written and request.out_handoff.laid for request in requests)
+        monkeypatch.setattr(gemm_preact, "ask", lambda *args: None)
+        np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", [],
+                                                  halves=True))
 
 
 @pytest.mark.parametrize("readers,taken,laid", [
