@@ -49,9 +49,9 @@ MAX_DEPTH = 32
 WORDS_ALONE_MAX_DEPTH = 128
 # Whether a product on the AVX-512 BF16 tile whose sum only the BatchNorm reads (a stage's
 # last block) is asked to store the words alone. ResNet-50 v2 bf16 at batch 1 on one Zen 4
-# core (`bench/variants.py`): stage 1's BatchNorm pass 0.16 ms gone for 0.02-0.04 more in the
-# product, stage 2's 0.07 for 0.02-0.07; the nodes summed 0.984×. (A constant so that a
-# benchmark can turn it off.)
+# core (`bench/variants.py`, two runs): stage 1's BatchNorm pass, 0.16-0.19 ms, gone for
+# 0.00-0.02 more in the product, stage 2's 0.07-0.09 for 0.05-0.07 more; the nodes summed
+# 0.98-0.99×. (A constant so that a benchmark can turn it off.)
 TILE_WORDS_ALONE = True
 _state: dict[str, Any] = {}
 
