@@ -511,7 +511,8 @@ class TileKernel:
                             vectors: int) -> None:
         """C's lines under the tile asked for writing, and the residual's for reading, as
         the tile starts: its K loop runs while they come. (Where none is added the
-        residual's address is C's: its lines are asked twice.)"""
+        residual's address is C's: its lines are asked twice. An edge tile asks for every
+        row of a whole one: a prefetch past its rows never faults.)"""
         c, ldc, residual = function.args[6], function.args[7], function.args[RESIDUAL]
         for i in range(rows if isinstance(rows, int) else self.shape.rows):
             line = builder.mul(I64(i), ldc)
