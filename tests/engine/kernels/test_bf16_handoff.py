@@ -559,27 +559,42 @@ def test_resnet50_v2_residual_products_write_the_next_preactivations_words(
     tile is an edge.
     The outputs are those of the same plan with the BatchNorm passes writing the words,
     bit for bit, at one thread and at two."""
-    symbol = nets.resnet50_v2(classes=10)
-    params = nets.random_params(symbol, (1, 3, side, side), seed=5)
-    feed = {"data": image(side)}
-    ask = gemm_preact.ask
-    granted: list = []
+    requests = preactivation_requests(monkeypatch, side, threads)
+    assert len(requests) == 4 and all(request.written for request in requests)
+    assert [request.sum_read for request in requests] == [True, False, False, False]
+    assert all(request.out_handoff.laid for request in requests)
+
+
+def watch_asks(monkeypatch: pytest.MonkeyPatch) -> list:
+    """`gemm_preact.ask` watched from now on: what it answers each BatchNorm's ask (None
+    where it grants none), in the order they came."""
+    ask, granted = gemm_preact.ask, []
 
     def watched(*args: Any) -> Any:
         request = ask(*args)
         granted.append(request)
         return request
 
+    monkeypatch.setattr(gemm_preact, "ask", watched)
+    return granted
+
+
+def preactivation_requests(monkeypatch: pytest.MonkeyPatch, side: int,
+                           threads: int) -> list[gemm_preact.PreactAsk]:
+    """The pre-activation asks ResNet-50 v2's bf16 plan (a ``side``² image, its steps on
+    ``threads`` threads) grants; its outputs those of the same plan with no ask granted (the
+    BatchNorm passes writing the words), bit for bit."""
+    symbol = nets.resnet50_v2(classes=10)
+    params = nets.random_params(symbol, (1, 3, side, side), seed=5)
+    feed = {"data": image(side)}
     with steps_on(threads):
-        monkeypatch.setattr(gemm_preact, "ask", watched)
+        granted = watch_asks(monkeypatch)
         got = served(symbol, params, feed, "bf16", [], halves=True)
         requests = [request for request in granted if request is not None]
-        assert len(requests) == 4 and all(request.written for request in requests)
-        assert [request.sum_read for request in requests] == [True, False, False, False]
-        assert all(request.out_handoff.laid for request in requests)
         monkeypatch.setattr(gemm_preact, "ask", lambda *args: None)
         np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", [],
                                                   halves=True))
+    return requests
 
 
 def test_the_ask_fits_only_a_short_k_of_one_image() -> None:

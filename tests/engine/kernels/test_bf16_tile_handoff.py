@@ -8,8 +8,6 @@ writes its 3×3 reader's grid or its 1×1 reader's words (`conv_amx`), bit for b
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pytest
 
@@ -38,8 +36,8 @@ from tests.engine.kernels.test_bf16_handoff import (
     image,
     never_taken,
     preactivation,
+    preactivation_requests,
     served,
-    steps_on,
 )
 
 pytestmark = pytest.mark.skipif(
@@ -156,26 +154,9 @@ def test_resnet50_v2_last_blocks_write_the_next_preactivations_words_on_the_tile
     136² (34² and 17² pixels) their last tile is an edge. The outputs are those of the same
     plan with the BatchNorm passes writing the words, bit for bit, at one thread and at
     two."""
-    symbol = nets.resnet50_v2(classes=10)
-    params = nets.random_params(symbol, (1, 3, side, side), seed=5)
-    feed = {"data": image(side)}
-    ask = gemm_preact.ask
-    granted: list = []
-
-    def watched(*args: Any) -> Any:
-        request = ask(*args)
-        granted.append(request)
-        return request
-
-    with steps_on(threads):
-        monkeypatch.setattr(gemm_preact, "ask", watched)
-        got = served(symbol, params, feed, "bf16", [], halves=True)
-        requests = [request for request in granted if request is not None]
-        assert len(requests) == 2 and not any(request.sum_read for request in requests)
-        assert all(request.written and request.out_handoff.laid for request in requests)
-        monkeypatch.setattr(gemm_preact, "ask", lambda *args: None)
-        np.testing.assert_array_equal(got, served(symbol, params, feed, "bf16", [],
-                                                  halves=True))
+    requests = preactivation_requests(monkeypatch, side, threads)
+    assert len(requests) == 2 and not any(request.sum_read for request in requests)
+    assert all(request.written and request.out_handoff.laid for request in requests)
 
 
 @pytest.mark.parametrize("readers,taken,laid", [

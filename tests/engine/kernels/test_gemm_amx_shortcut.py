@@ -13,9 +13,9 @@ import pytest
 import engine
 from bench import nets
 from engine import sym
-from engine.kernels import bf16_handoff, gemm_amx_shortcut, gemm_kernel, gemm_preact, jobs
+from engine.kernels import bf16_handoff, gemm_amx_shortcut, gemm_kernel, jobs
 from engine.kernels.workspace import Workspace
-from tests.engine.kernels.test_bf16_handoff import steps_on
+from tests.engine.kernels.test_bf16_handoff import steps_on, watch_asks
 
 pytestmark = pytest.mark.skipif(not gemm_kernel.available(gemm_kernel.AMX),
                                 reason="needs AMX")
@@ -138,15 +138,8 @@ def test_resnet50_v2_merges_its_four_downsampling_shortcuts(monkeypatch: pytest.
     params = nets.random_params(symbol, (1, 3, 64, 64), seed=5)
     feed = {"data": np.random.default_rng(0).standard_normal((1, 3, 64, 64)).astype(
         np.float32)}
-    ask, granted = gemm_preact.ask, []
-
-    def watched(*args: Any) -> Any:
-        request = ask(*args)
-        granted.append(request)
-        return request
-
     with steps_on(threads):
-        monkeypatch.setattr(gemm_preact, "ask", watched)
+        granted = watch_asks(monkeypatch)
         got, shortcuts = served(symbol, params, feed)
         assert len(shortcuts) == 4 and all(shortcut.merged for shortcut in shortcuts)
         assert [shortcut.stride for shortcut in shortcuts] == [(1, 1), *[(2, 2)] * 3]
