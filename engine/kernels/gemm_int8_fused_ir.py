@@ -27,7 +27,7 @@ from typing import Any
 import llvmlite.ir as ir
 
 from engine.kernels import run_taps_ir
-from engine.kernels.gemm_int8_ir import AHEAD_BYTES, I8, I32, I64, LANES, Int8Kernel
+from engine.kernels.gemm_int8_ir import I8, I32, I64, LANES, Int8Kernel
 from engine.kernels.int8_epilogue_ir import F32, BlockRequantize, for_each_share
 from engine.kernels.task_ir import loop
 
@@ -219,15 +219,7 @@ class RunsFusedInt8Kernel(FusedInt8Kernel):
         b_half, group_offsets, starts, step, tap, tap_groups = operands
         start = builder.mul(tap, tap_groups)
         with loop(builder, function, start, builder.add(start, tap_groups), "group") as group:
-            b_run = builder.gep(b_half, [builder.mul(group, I64(self.columns * 4))])
-            b_values = [builder.load(builder.bitcast(builder.gep(b_run, [I64(j * LANES * 4)]),
-                                                     self.vector.as_pointer()), align=1)
-                        for j in range(self.HALF)]
-            ahead = builder.gep(b_run, [I64(AHEAD_BYTES)])
-            for j in range(self.HALF):
-                # ``prefetcht0`` (a read, every level, data); past the end it touches nothing
-                builder.call(self.prefetch, [builder.gep(ahead, [I64(j * LANES * 4)]), I32(0),
-                                             I32(3), I32(1)])
+            b_values = self._group_weights(builder, b_half, group, self.HALF)
             offset = builder.load(builder.gep(group_offsets, [group]))
             bases = [builder.gep(start, [offset]) for start in starts]
             for i in rows:

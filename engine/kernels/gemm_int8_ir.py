@@ -164,6 +164,22 @@ class Int8Kernel:
             builder.gep(offsets, [builder.add(column, I64(j * LANES))]),
             self.vector.as_pointer()), align=4) for j in range(self.vectors)]
 
+    def _group_weights(self, builder: ir.IRBuilder, b_panel: ir.Value, group: ir.Value,
+                       vectors: int) -> list[ir.Value]:
+        """K group ``group``'s first ``vectors`` vectors of the panel at ``b_panel``, and
+        the same vectors `AHEAD_BYTES` on asked for."""
+        b_run = builder.gep(b_panel, [builder.mul(group, I64(self.columns * 4))])
+        b_values = [builder.load(builder.bitcast(builder.gep(b_run, [I64(j * LANES * 4)]),
+                                                 self.vector.as_pointer()), align=1)
+                    for j in range(vectors)]
+        ahead = builder.gep(b_run, [I64(AHEAD_BYTES)])
+        for j in range(vectors):
+            # a read (0), kept in every level of cache (3), of data (1): ``prefetcht0``; past
+            # the last panel it touches nothing (a prefetch never faults)
+            builder.call(self.prefetch, [builder.gep(ahead, [I64(j * LANES * 4)]), I32(0),
+                                         I32(3), I32(1)])
+        return b_values
+
     def _tile(self, function: ir.Function, builder: ir.IRBuilder, a_rows: list,
               b_panel: ir.Value, groups: ir.Value,
               group_offsets: ir.Value | None = None) -> list[list[ir.Value]]:
@@ -179,16 +195,7 @@ class Int8Kernel:
         group = builder.phi(I64)
         tile = [[builder.phi(self.vector) for _ in range(self.vectors)]
                 for _ in range(self.rows)]
-        b_run = builder.gep(b_panel, [builder.mul(group, I64(self.columns * 4))])
-        b_values = [builder.load(builder.bitcast(builder.gep(b_run, [I64(j * LANES * 4)]),
-                                                 self.vector.as_pointer()), align=1)
-                    for j in range(self.vectors)]
-        ahead = builder.gep(b_run, [I64(AHEAD_BYTES)])
-        for j in range(self.vectors):
-            # a read (0), kept in every level of cache (3), of data (1): ``prefetcht0``; past
-            # the last panel it touches nothing (a prefetch never faults)
-            builder.call(self.prefetch, [builder.gep(ahead, [I64(j * LANES * 4)]), I32(0),
-                                         I32(3), I32(1)])
+        b_values = self._group_weights(builder, b_panel, group, self.vectors)
         offset = builder.mul(group, I64(4)) if group_offsets is None else \
             builder.load(builder.gep(group_offsets, [group]))
         stepped = []
