@@ -9,7 +9,8 @@ keep their NumPy binding then. Compiled code is cached under `cache.cache_dir`.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -89,6 +90,26 @@ def make_anew() -> None:
         for made in _every_made.values():
             _retired.append(dict(made))
             made.clear()
+
+
+@contextmanager
+def remade(*made: dict) -> Iterator[None]:
+    """Within, each of the dicts ``made`` (filled by `made_once`) starts empty, so what it
+    held is made again on its next use; after, it holds what it held before, what was made
+    within kept alive as `make_anew` keeps it. For a test comparing a plan bound to a kernel's
+    variant with one bound to the kernel as it is, without making every other kernel again."""
+    with _making:
+        before = [dict(each) for each in made]
+        for each in made:
+            each.clear()
+    try:
+        yield
+    finally:
+        with _making:
+            for each, held in zip(made, before, strict=True):
+                _retired.append(dict(each))
+                each.clear()
+                each.update(held)
 
 
 _every_made: dict[int, dict] = {}  # each dict `made_once` has filled, by id

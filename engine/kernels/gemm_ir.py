@@ -33,7 +33,10 @@ In the float32 kernel (`NarrowEdgeTileKernel`) an edge of up to half a vector of
 over an A whose rows lie one float apart (a packed A, or a transposed product's
 activation) has a loop per column count instead, its sums a column to a vector: N = 196
 leaves 4 columns past 6 panels of 32, which the row-wise loop took about as long over as
-over a whole panel.
+over a whole panel. A kernel may instead keep up to `TileKernel.side_columns` columns past
+an edge's whole vectors a column to a vector in the same loop (the bf16 tile: at 7², 49
+columns, a panel of 32 and then one vector and a column), laid in a row's last vector
+before the epilogue, which every kernel's edge then shares.
 """
 
 from __future__ import annotations
@@ -97,6 +100,10 @@ class TileKernel:
     # Whether a tile asks for its epilogue's lines of C and the residual as it starts
     # (`_ask_epilogue_lines`).
     asks_at_start = False
+    # Up to how many columns past its whole vectors an edge tile of whole rows over an A
+    # whose rows lie one float apart keeps a column to a vector (`_tile_loop`'s ``side``);
+    # 0: none.
+    side_columns = 0
 
     def __init__(self, shape: Any) -> None:
         self.shape = shape
@@ -151,6 +158,8 @@ class TileKernel:
             block = function.append_basic_block(f"rows{count}")
             cases.add_case(I64(count), block)
             builder.position_at_end(block)
+            if count == self.shape.rows and self.side_columns:
+                self._side_tiles(function, builder, columns, finish)
             narrow = function.append_basic_block(f"rows{count}_narrow")
             wide = function.append_basic_block(f"rows{count}_wide")
             builder.cbranch(builder.icmp_signed("<=", columns, I64(self.shape.width)),
@@ -167,6 +176,28 @@ class TileKernel:
     def _narrow_columns(self) -> int:
         """Up to how many columns an edge tile runs as `_column_tile` (0: never)."""
         return 0
+
+    def _side_tiles(self, function: ir.Function, builder: ir.IRBuilder, columns: Any,
+                    finish: ir.Block) -> None:
+        """An edge tile of whole rows whose columns run up to `side_columns` past whole
+        vectors, over an A whose rows lie one float apart: its whole vectors row by row,
+        the columns past them a column to a vector (`_tile_loop`'s ``side``); the builder
+        ends in the block for every other edge tile of whole rows."""
+        rows, width = self.shape.rows, self.shape.width
+        sides = function.append_basic_block("side_columns")
+        others = function.append_basic_block("no_side_columns")
+        builder.cbranch(builder.icmp_signed("==", function.args[2], I64(1)), sides, others)
+        builder.position_at_end(sides)
+        cases = builder.switch(columns, others)
+        for vectors in range(self.shape.vectors):
+            for side in range(1, self.side_columns + 1):
+                block = function.append_basic_block(f"vectors{vectors}_side{side}")
+                cases.add_case(I64(vectors * width + side), block)
+                builder.position_at_end(block)
+                self._tile(function, builder, rows, vectors,
+                           self._masks(builder, columns, vectors + 1), side)
+                builder.branch(finish)
+        builder.position_at_end(others)
 
     def _column_tile(self, function: ir.Function, builder: ir.IRBuilder, columns: int,
                      rows: Any) -> None:
@@ -335,12 +366,13 @@ class TileKernel:
         return function, ir.IRBuilder(function.append_basic_block("entry"))
 
     def _tile(self, function: ir.Function, builder: ir.IRBuilder, rows: int, vectors: int,
-              masks: list[Any] | None) -> None:
-        """The K loop of a ``rows × vectors`` tile from the builder's block, then its stores;
-        the builder ends in a block after them. One loop prefetching B, one prefetching A,
-        chosen by which offset the part passes (not 0), so no step tests it."""
+              masks: list[Any] | None, side: int = 0) -> None:
+        """The K loop of a ``rows × vectors`` tile from the builder's block (and ``side``
+        columns after them, `_tile_loop`), then its stores; the builder ends in a block after
+        them. One loop prefetching B, one prefetching A, chosen by which offset the part
+        passes (not 0), so no step tests it."""
         if self.asks_at_start:
-            self._ask_epilogue_lines(function, builder, rows, vectors)
+            self._ask_epilogue_lines(function, builder, rows, vectors + (1 if side else 0))
         b_ahead = function.args[RESIDUAL + 2]
         streams_b = function.append_basic_block("streams_b")
         streams_a = function.append_basic_block("streams_a")
@@ -348,16 +380,24 @@ class TileKernel:
         builder.cbranch(builder.icmp_signed("!=", b_ahead, I64(0)), streams_b, streams_a)
         for block, stream in ((streams_b, "b"), (streams_a, "a")):
             builder.position_at_end(block)
-            self._tile_loop(function, builder, rows, vectors, masks, stream)
+            self._tile_loop(function, builder, rows, vectors, masks, stream, side=side)
             builder.branch(after)
         builder.position_at_end(after)
 
     def _tile_loop(self, function: ir.Function, builder: ir.IRBuilder, rows: int,
                    vectors: int, masks: list[Any] | None, stream: str,
-                   a_strides: tuple[Any, Any] | None = None) -> None:
+                   a_strides: tuple[Any, Any] | None = None, side: int = 0) -> None:
         """`_tile`'s loop and stores, prefetching operand ``stream`` ("a" or "b"; neither
         where `k_loop_streams` leaves it out); A's row and column strides ``a_strides`` where given
-        (constants), else the arguments'."""
+        (constants), else the arguments'.
+
+        ``side``: that many columns after the ``vectors`` whole ones, each summed in a vector
+        of its own with the tile's rows in its lanes (A's rows one float apart: per step one
+        load of A's column and a broadcast of B's element per column), then laid in a row's
+        last vector for the epilogue. A whole vector holding them would sum every row over
+        all its lanes: at 7² (49 columns, a panel of 32 and one of 17) the tile's second
+        panel took as long as its first. Each lane adds the same products in the same order
+        as a row's vector would, so the sums are the same to the bit."""
         k_count, a, lda, acs, b, ldb = function.args[:6]
         if a_strides is not None:
             lda, acs = a_strides
@@ -371,6 +411,7 @@ class TileKernel:
         builder.position_at_end(loop)
         k = builder.phi(I64)
         tile = [[builder.phi(self.vector) for _ in range(vectors)] for _ in range(rows)]
+        columns = [builder.phi(self.vector) for _ in range(side)]
         b_row = builder.gep(b, [builder.mul(k, ldb)])
         b_values = [self._load(builder, b_row, j, masks) for j in range(vectors)]
         a_column = builder.mul(k, acs)
@@ -389,6 +430,16 @@ class TileKernel:
             broadcast = self._splat(builder, scalar)
             stepped.append([self._multiply_add(builder, broadcast, b_values[j], tile[i][j])
                             for j in range(vectors)])
+        if side:
+            lanes = ir.Constant(ir.VectorType(I1, self.shape.width),
+                                [lane < rows for lane in range(self.shape.width)])
+            a_rows = builder.call(self.masked_load, [
+                self._vector_at(builder, builder.gep(a, [a_column]), I64(0)), I32(4), lanes,
+                self.zero])
+            first = vectors * self.shape.width
+            stepped_columns = [self._multiply_add(builder, a_rows, self._splat(
+                builder, builder.load(builder.gep(b_row, [I64(first + j)]), align=4)),
+                columns[j]) for j in range(side)]
         k_next = builder.add(k, I64(1))
         latch = builder.block
         builder.cbranch(builder.icmp_signed("<", k_next, k_count), loop, done)
@@ -398,17 +449,28 @@ class TileKernel:
             for j in range(vectors):
                 tile[i][j].add_incoming(self.zero, start)
                 tile[i][j].add_incoming(stepped[i][j], latch)
+        for j in range(side):
+            columns[j].add_incoming(self.zero, start)
+            columns[j].add_incoming(stepped_columns[j], latch)
 
         builder.position_at_end(done)
-        results = []
-        for i in range(rows):
-            row = []
-            for j in range(vectors):
-                value = builder.phi(self.vector)
-                value.add_incoming(self.zero, start)
-                value.add_incoming(stepped[i][j], latch)
-                row.append(value)
-            results.append(row)
+
+        def summed(after: Any) -> Any:
+            value = builder.phi(self.vector)
+            value.add_incoming(self.zero, start)
+            value.add_incoming(after, latch)
+            return value
+
+        results = [[summed(stepped[i][j]) for j in range(vectors)] for i in range(rows)]
+        if side:
+            sums = [summed(after) for after in stepped_columns]
+            for i, row in enumerate(results):
+                last = self.zero
+                for j, column in enumerate(sums):
+                    last = builder.insert_element(
+                        last, builder.extract_element(column, I32(i)), I32(j))
+                row.append(last)
+            vectors += 1
         terms = self._epilogue_terms(function, builder, vectors, masks)
         self._either_epilogue(
             function, builder, terms, rows, vectors,

@@ -55,6 +55,20 @@ def test_make_anew_makes_each_thing_again_and_keeps_what_was_made() -> None:
     assert compiled.made_once(made, "kernel", lambda: object()) is second
 
 
+def test_remade_makes_its_dicts_things_again_within_and_gives_the_old_ones_back_after() -> None:
+    remade, other = {}, {}
+    first = compiled.made_once(remade, "kernel", lambda: object())
+    kept = compiled.made_once(other, "kernel", lambda: object())
+
+    with compiled.remade(remade):
+        within = compiled.made_once(remade, "kernel", lambda: object())
+        assert within is not first
+        assert compiled.made_once(other, "kernel", lambda: object()) is kept  # not named
+
+    assert compiled.made_once(remade, "kernel", lambda: object()) is first
+    assert any(held.get("kernel") is within for held in compiled._retired)  # still alive
+
+
 PREPARE = """
 import gc, json
 from engine.cpu import compiled

@@ -6,9 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.cpu import host_features, spin_pool
-from engine.kernels import bf16, gemm_bind, gemm_kernel
+import engine
+from bench import nets
+from engine.cpu import compiled, host_features, spin_pool
+from engine.kernels import bf16, gemm_bind, gemm_kernel, gemm_preact, gemm_tile_handoff
 from engine.kernels.conv_bind import _patch_view
+from engine.kernels.gemm_bf16_ir import PairTileKernel
 from engine.kernels.workspace import Workspace
 
 RNG = np.random.default_rng(5)
@@ -311,3 +314,83 @@ def test_an_amx_part_runs_its_tiles_through_the_interleaved_tile() -> None:
     assert any(getattr(instruction, "callee", None) is tiles.module.get_global(
         "part_rows_epilogue") for block in interleaved.blocks
         for instruction in block.instructions)
+
+
+def whole_vectors_product(weight: np.ndarray, data: np.ndarray, bias: np.ndarray,
+                          residual: np.ndarray) -> np.ndarray:
+    """``clip(weight @ data + bias + residual, -1, 1.5)`` on the AVX-512 BF16 tile, its
+    output's columns a whole number of the tile's panels (32): ``data`` and ``residual``
+    padded with zero columns, the padding dropped."""
+    rows, columns = weight.shape[0], data.shape[1]
+    padded = -(-columns // gemm_kernel.tile().columns) * gemm_kernel.tile().columns
+    out = np.full((rows, padded), np.nan, np.float32)
+    wide = [np.zeros((array.shape[0], padded), np.float32) for array in (data, residual)]
+    for array, original in zip(wide, (data, residual), strict=True):
+        array[:, :columns] = original
+    call = gemm_bind.weight_product(np, weight, wide[0], out, Workspace(np, 0,
+                                                                        precision="bf16"))
+    (call,) = gemm_bind.with_residual(gemm_bind.with_bias([call], bias_rows=bias), out,
+                                      wide[1])
+    (call,) = gemm_bind.clamped([call], -1.0, 1.5)
+    call()
+    return out[:, :columns]
+
+
+@needs_bf16
+@pytest.mark.parametrize(("rows", "depth", "columns"), [
+    (160, 960, 49),  # MobileNet v2's projection at 7²: a panel of 32, then 16 and 1 column
+    (36, 576, 196),  # 14²: six panels, then 4 columns
+    (12, 64, 17), (13, 65, 20), (25, 40, 3), (24, 32, 1), (12, 16, 36)])
+def test_an_edges_columns_past_its_whole_vectors_sum_to_the_bits_of_whole_vectors(
+        monkeypatch: pytest.MonkeyPatch, rows: int, depth: int, columns: int) -> None:
+    """On the AVX-512 BF16 tile, an edge tile of whole rows whose columns run up to
+    `PairTileKernel.side_columns` past its whole vectors sums those columns a column to a
+    vector: with the filters' bias, a residual and the clamp, its output is that of the same
+    product over whole panels (the columns past the edge zero), bit for bit, and the rounded
+    operands' product."""
+    monkeypatch.setattr(gemm_kernel, "available", lambda kernel=None: kernel != gemm_kernel.AMX)
+    weight, data = random(rows, depth), random(depth, columns)
+    weight.flags.writeable = False  # a plan constant
+    bias, residual = random(rows), random(rows, columns)
+    out = np.full((rows, columns), np.nan, np.float32)
+    call = gemm_bind.weight_product(np, weight, data, out, Workspace(np, 0, precision="bf16"))
+    (call,) = gemm_bind.with_residual(gemm_bind.with_bias([call], bias_rows=bias), out, residual)
+    (call,) = gemm_bind.clamped([call], -1.0, 1.5)
+    call()
+    whole = whole_vectors_product(weight, data, bias, residual)
+    assert np.array_equal(out.view(np.uint32), whole.view(np.uint32))
+    want = np.clip(expected(weight, data) + bias[:, None] + residual, -1.0, 1.5)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * np.sqrt(depth))
+
+
+@needs_bf16
+@pytest.mark.parametrize(("network", "side"), [("mobilenet_v2", 112), ("resnet50_v2", 72)])
+def test_networks_give_the_same_bits_with_their_edge_columns_summed_a_column_to_a_vector(
+        monkeypatch: pytest.MonkeyPatch, network: str, side: int) -> None:
+    """MobileNet v2 at 224² (its 1×1 layers at 14² and 7²: 196 and 49 pixels) and ResNet-50
+    v2 at 136² (34², 17², 9²) in bf16 on the AVX-512 BF16 tile, whose edge tiles' last
+    columns then run a column to a vector through every epilogue those networks bind (bf16
+    halves for a depthwise reader, words for a 1×1 reader, a pre-activation's words, a
+    residual): the outputs are those of the kernels summing every column in whole vectors
+    (`side_columns` 0), bit for bit."""
+    monkeypatch.setattr(gemm_kernel, "available", lambda kernel=None: kernel != gemm_kernel.AMX)
+    symbol = getattr(nets, network)(classes=10)
+    params = nets.random_params(symbol, (1, 3, side, side))
+    feed = {"data": np.random.default_rng(3).standard_normal((1, 3, side, side),
+                                                             dtype=np.float32)}
+
+    def output() -> np.ndarray:
+        model = engine.load_model(symbol, params, optimize=True, precision="bf16")
+        return np.asarray(next(iter(model.infer(feed).values()))).copy()
+
+    assert PairTileKernel.side_columns > 0
+    with_sides = output()
+    # The modules holding the tile's functions (the products', the bf16 halves' and the
+    # pre-activation words') made again with none summed a column to a vector.
+    with compiled.remade(gemm_kernel._state, gemm_tile_handoff._state, gemm_preact._state):
+        kept, PairTileKernel.side_columns = PairTileKernel.side_columns, 0
+        try:
+            whole_vectors = output()
+        finally:
+            PairTileKernel.side_columns = kept
+    assert np.array_equal(with_sides.view(np.uint32), whole_vectors.view(np.uint32))
