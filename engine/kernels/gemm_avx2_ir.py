@@ -95,6 +95,8 @@ class Avx2TileKernel(NarrowEdgeTileKernel):
     # The K loops prefetch B's panels where they stream them, nothing else: see the module
     # docstring.
     k_loop_streams = ("b",)
+    # Its own `_tile` (A packed at constant offsets) keeps every column in whole vectors.
+    side_columns = 0
 
     def _tile(self, function: ir.Function, builder: ir.IRBuilder, rows: int, vectors: int,
               masks: list[Any] | None) -> None:

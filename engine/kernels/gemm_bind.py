@@ -118,7 +118,11 @@ def worthwhile(rows: int, columns: int) -> bool:
     if not gemm_kernel.available():
         return False
     shape = gemm_kernel.tile()
-    lanes = -(-columns // shape.width) * shape.width
+    past = columns % shape.width
+    # An edge tile of whole rows sums its few columns past whole vectors a column to a vector
+    # (`gemm_kernel.side_columns`): they fill its lanes.
+    sides = rows >= shape.rows and columns > shape.width and past <= gemm_kernel.side_columns()
+    lanes = columns if sides else -(-columns // shape.width) * shape.width
     return rows >= 1 and columns / lanes >= MIN_LANE_USE
 
 

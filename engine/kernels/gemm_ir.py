@@ -158,7 +158,7 @@ class TileKernel:
             block = function.append_basic_block(f"rows{count}")
             cases.add_case(I64(count), block)
             builder.position_at_end(block)
-            if count == self.shape.rows and self.side_columns:
+            if count == self.shape.rows and self.sides():
                 self._side_tiles(function, builder, columns, finish)
             narrow = function.append_basic_block(f"rows{count}_narrow")
             wide = function.append_basic_block(f"rows{count}_wide")
@@ -177,20 +177,28 @@ class TileKernel:
         """Up to how many columns an edge tile runs as `_column_tile` (0: never)."""
         return 0
 
+    def sides(self) -> int:
+        """`side_columns` where the tile's rows fit in one vector's lanes (not NEON's 6 rows
+        by 4 lanes), fewer than a vector; else 0."""
+        if self.shape.rows > self.shape.width:
+            return 0
+        return min(self.side_columns, self.shape.width - 1)
+
     def _side_tiles(self, function: ir.Function, builder: ir.IRBuilder, columns: Any,
                     finish: ir.Block) -> None:
         """An edge tile of whole rows whose columns run up to `side_columns` past whole
         vectors, over an A whose rows lie one float apart: its whole vectors row by row,
         the columns past them a column to a vector (`_tile_loop`'s ``side``); the builder
         ends in the block for every other edge tile of whole rows."""
-        rows, width = self.shape.rows, self.shape.width
+        rows, width, most = self.shape.rows, self.shape.width, self.sides()
         sides = function.append_basic_block("side_columns")
         others = function.append_basic_block("no_side_columns")
         builder.cbranch(builder.icmp_signed("==", function.args[2], I64(1)), sides, others)
         builder.position_at_end(sides)
         cases = builder.switch(columns, others)
-        for vectors in range(self.shape.vectors):
-            for side in range(1, self.side_columns + 1):
+        # An edge of no whole vector and as few columns the narrow loop takes first.
+        for vectors in range(1 if self._narrow_columns() >= most else 0, self.shape.vectors):
+            for side in range(1, most + 1):
                 block = function.append_basic_block(f"vectors{vectors}_side{side}")
                 cases.add_case(I64(vectors * width + side), block)
                 builder.position_at_end(block)
@@ -665,6 +673,13 @@ class NarrowEdgeTileKernel(TileKernel):
     per column. The row-wise edge reads a broadcast per row for one vector of mostly idle
     lanes: over N = 196 (6 panels of 32, then 4 columns) the last 4 columns took about as
     long as a full panel (384 × 64 × 4 alone 8.0 µs, now 5.1; 384 × 64 × 32 11.8)."""
+
+    # One Zen 4 core, float32 at batch 1 (`bench/variants.py`), keeping every column in
+    # whole vectors (the 1×1 layers at 7² then run transposed, `gemm_bind.worthwhile`)
+    # against this: MobileNet v2's 1×1 layers at 7² 1.08-1.45×, its nodes summed 1.035×;
+    # ResNet-50 v2's at 7² 1.10-1.40×; ResNet-18's 3×3 layers at 28² 1.10-1.17×, its
+    # shortcut at 7² 1.31×, its nodes summed 1.035×.
+    side_columns = 4
 
     def _narrow_columns(self) -> int:
         # The tile's rows must fit in one vector's lanes (not NEON's 6 rows by 4 lanes).

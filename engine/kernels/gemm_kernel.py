@@ -107,6 +107,15 @@ def tile() -> Tile:
     return kernels["tile"]
 
 
+def side_columns() -> int:
+    """Up to how many columns past an edge's whole vectors the float32 kernel sums a column
+    to a vector (`gemm_ir.TileKernel.side_columns`)."""
+    kernels = _compiled()
+    if kernels is None:
+        raise RuntimeError("the GEMM kernels are not available on this machine")
+    return kernels["side_columns"]
+
+
 def pack_each(a: Any) -> np.ndarray:
     """`pack` of each matrix of ``a`` (batch, M, K), as one array (batch, blocks, K, MR)."""
     packed = [pack(matrix) for matrix in a]
@@ -505,7 +514,8 @@ def _compile(cpu: str | None = None, features: str | None = None,
     except (RuntimeError, OSError, ValueError):  # no JIT for this target, or no bf16 tile
         return None
     # The execution engine owns the machine code: it lives as long as the kernels.
-    return {"tile": shape, "engine": engine, "part": engine.get_function_address("part")}
+    return {"tile": shape, "side_columns": tiles.sides(), "engine": engine,
+            "part": engine.get_function_address("part")}
 
 
 def _tile_for(features: Any) -> Tile:

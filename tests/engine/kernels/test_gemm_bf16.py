@@ -316,53 +316,6 @@ def test_an_amx_part_runs_its_tiles_through_the_interleaved_tile() -> None:
         for instruction in block.instructions)
 
 
-def whole_vectors_product(weight: np.ndarray, data: np.ndarray, bias: np.ndarray,
-                          residual: np.ndarray) -> np.ndarray:
-    """``clip(weight @ data + bias + residual, -1, 1.5)`` on the AVX-512 BF16 tile, its
-    output's columns a whole number of the tile's panels (32): ``data`` and ``residual``
-    padded with zero columns, the padding dropped."""
-    rows, columns = weight.shape[0], data.shape[1]
-    padded = -(-columns // gemm_kernel.tile().columns) * gemm_kernel.tile().columns
-    out = np.full((rows, padded), np.nan, np.float32)
-    wide = [np.zeros((array.shape[0], padded), np.float32) for array in (data, residual)]
-    for array, original in zip(wide, (data, residual), strict=True):
-        array[:, :columns] = original
-    call = gemm_bind.weight_product(np, weight, wide[0], out, Workspace(np, 0,
-                                                                        precision="bf16"))
-    (call,) = gemm_bind.with_residual(gemm_bind.with_bias([call], bias_rows=bias), out,
-                                      wide[1])
-    (call,) = gemm_bind.clamped([call], -1.0, 1.5)
-    call()
-    return out[:, :columns]
-
-
-@needs_bf16
-@pytest.mark.parametrize(("rows", "depth", "columns"), [
-    (160, 960, 49),  # MobileNet v2's projection at 7²: a panel of 32, then 16 and 1 column
-    (36, 576, 196),  # 14²: six panels, then 4 columns
-    (12, 64, 17), (13, 65, 20), (25, 40, 3), (24, 32, 1), (12, 16, 36)])
-def test_an_edges_columns_past_its_whole_vectors_sum_to_the_bits_of_whole_vectors(
-        monkeypatch: pytest.MonkeyPatch, rows: int, depth: int, columns: int) -> None:
-    """On the AVX-512 BF16 tile, an edge tile of whole rows whose columns run up to
-    `PairTileKernel.side_columns` past its whole vectors sums those columns a column to a
-    vector: with the filters' bias, a residual and the clamp, its output is that of the same
-    product over whole panels (the columns past the edge zero), bit for bit, and the rounded
-    operands' product."""
-    monkeypatch.setattr(gemm_kernel, "available", lambda kernel=None: kernel != gemm_kernel.AMX)
-    weight, data = random(rows, depth), random(depth, columns)
-    weight.flags.writeable = False  # a plan constant
-    bias, residual = random(rows), random(rows, columns)
-    out = np.full((rows, columns), np.nan, np.float32)
-    call = gemm_bind.weight_product(np, weight, data, out, Workspace(np, 0, precision="bf16"))
-    (call,) = gemm_bind.with_residual(gemm_bind.with_bias([call], bias_rows=bias), out, residual)
-    (call,) = gemm_bind.clamped([call], -1.0, 1.5)
-    call()
-    whole = whole_vectors_product(weight, data, bias, residual)
-    assert np.array_equal(out.view(np.uint32), whole.view(np.uint32))
-    want = np.clip(expected(weight, data) + bias[:, None] + residual, -1.0, 1.5)
-    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * np.sqrt(depth))
-
-
 @needs_bf16
 @pytest.mark.parametrize(("network", "side"), [("mobilenet_v2", 112), ("resnet50_v2", 72)])
 def test_networks_give_the_same_bits_with_their_edge_columns_summed_a_column_to_a_vector(

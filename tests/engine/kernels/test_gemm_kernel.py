@@ -12,7 +12,8 @@ import engine
 from engine import sym
 from engine.cpu import spin_pool
 from engine.cpu.llvm_jit import compile_ir
-from engine.kernels import gemm_bind, gemm_kernel, winograd_bind
+from engine.kernels import bf16, gemm_bind, gemm_kernel, winograd_bind
+from engine.kernels.workspace import Workspace
 
 pytestmark = pytest.mark.skipif(not gemm_kernel.available(),
                                 reason="llvmlite cannot compile for this CPU")
@@ -211,6 +212,65 @@ def test_a_packed_products_narrow_edge_adds_biases_residual_and_clamp(rows: int,
     assert (out[[0, 2]] == 7.0).all()
 
 
+def epilogue_product(weight: np.ndarray, data: np.ndarray, bias: np.ndarray,
+                     residual: np.ndarray, precision: str, whole_panels: bool) -> np.ndarray:
+    """``clip(weight @ data + bias + residual, -1, 1.5)`` as a plan binds it in
+    ``precision``; with ``whole_panels``, over columns a whole number of the tile's panels
+    (``data`` and ``residual`` padded with zero columns, the padding dropped)."""
+    rows, columns = weight.shape[0], data.shape[1]
+    panel = gemm_kernel.tile().columns
+    padded = -(-columns // panel) * panel if whole_panels else columns
+    wide = [np.zeros((array.shape[0], padded), np.float32) for array in (data, residual)]
+    for array, original in zip(wide, (data, residual), strict=True):
+        array[:, :columns] = original
+    out = np.full((rows, padded), np.nan, np.float32)
+    call = gemm_bind.weight_product(np, weight, wide[0], out,
+                                    Workspace(np, 0, precision=precision))
+    assert type(call) is not gemm_bind.Transposed  # the tile itself, its columns as they lie
+    (call,) = gemm_bind.with_residual(gemm_bind.with_bias([call], bias_rows=bias), out,
+                                      wide[1])
+    (call,) = gemm_bind.clamped([call], -1.0, 1.5)
+    call()
+    return out[:, :columns]
+
+
+# Products whose last panel is an edge of whole rows and a few columns past whole vectors:
+# MobileNet v2's projection at 7² (a panel of 32, then 16 and 1 column), a layer at 14² (six
+# panels, then 4 columns), and others; under a vector's columns (bf16's alone: float32's go
+# to BLAS there).
+EDGE_COLUMNS = [(160, 960, 49), (36, 576, 196), (12, 64, 17), (13, 65, 20), (12, 16, 36)]
+NARROW_COLUMNS = [(25, 40, 3), (24, 32, 1)]
+
+
+@pytest.mark.parametrize(("precision", "rows", "depth", "columns"), [
+    *[("fp32", *shape) for shape in EDGE_COLUMNS],
+    *[("bf16", *shape) for shape in EDGE_COLUMNS + NARROW_COLUMNS]])
+def test_an_edges_columns_past_its_whole_vectors_sum_to_the_bits_of_whole_vectors(
+        monkeypatch: pytest.MonkeyPatch, precision: str, rows: int, depth: int,
+        columns: int) -> None:
+    """An edge tile of whole rows whose columns run up to the kernel's `side_columns` past
+    its whole vectors (AVX-512's float32 and AVX-512 BF16 tiles) sums those columns a column
+    to a vector: with the filters' bias, a residual and the clamp, the output is that of the
+    same product over whole panels (the columns past the edge zero), bit for bit, and the
+    product of the operands (bf16's rounded)."""
+    if precision == "fp32" and gemm_kernel.side_columns() == 0:
+        pytest.skip("this host's float32 tile keeps every column in whole vectors (AVX2)")
+    if precision == "bf16":
+        if not gemm_kernel.available(gemm_kernel.BF16):
+            pytest.skip("this CPU lacks AVX-512 BF16")
+        monkeypatch.setattr(gemm_kernel, "available",
+                            lambda kernel=None: kernel != gemm_kernel.AMX)
+    weight, data = read_only(random(rows, depth)), random(depth, columns)
+    bias, residual = random(rows), random(rows, columns)
+    got = epilogue_product(weight, data, bias, residual, precision, whole_panels=False)
+    whole = epilogue_product(weight, data, bias, residual, precision, whole_panels=True)
+    assert np.array_equal(got.view(np.uint32), whole.view(np.uint32))
+    if precision == "bf16":
+        weight, data = bf16.rounded(weight), bf16.rounded(data)
+    want = np.clip(expected(weight, data) + bias[:, None] + residual, -1.0, 1.5)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.sqrt(depth))
+
+
 def test_strided_operands_and_an_output_inside_a_larger_array() -> None:
     a = np.asfortranarray(random(40, 90))  # column-major A
     b = random(90, 200)[:, 30:130]  # rows 200 floats apart
@@ -327,7 +387,10 @@ def test_worthwhile_wants_whole_vectors_of_columns() -> None:
     assert gemm_bind.worthwhile(tile.rows, 4 * tile.width)
     assert gemm_bind.worthwhile(tile.rows - 1, 4 * tile.width)  # fewer rows than a tile
     assert gemm_bind.worthwhile(1, 256)  # a matrix-vector product (weights packed)
-    assert not gemm_bind.worthwhile(64, 3 * tile.width + 1)  # a vector nearly empty
+    side = gemm_kernel.side_columns()  # an edge's columns past whole vectors fill its lanes
+    assert gemm_bind.worthwhile(64, 3 * tile.width + side)
+    assert not gemm_bind.worthwhile(tile.rows - 1, 3 * tile.width + 1)  # no whole row block
+    assert not gemm_bind.worthwhile(64, 3 * tile.width + side + 1)  # a vector nearly empty
     assert not gemm_bind.worthwhile(1, 2)  # the seed MLP's last layer: BLAS
 
 
@@ -447,8 +510,9 @@ class ScratchWorkspace(FakeWorkspace):
 
 
 def test_few_columns_run_transposed_and_land_in_place() -> None:
-    weight, data = read_only(random(64, 40)), random(40, 49)  # 49 columns: lanes left empty
-    frame = np.zeros((70, 49), np.float32)
+    # 57 columns: 9 past 3 whole vectors, more than an edge sums a column to a vector
+    weight, data = read_only(random(64, 40)), random(40, 57)
+    frame = np.zeros((70, 57), np.float32)
     out = frame[3:67]
     call = gemm_bind.weight_product(np, weight, data, out, ScratchWorkspace())
     assert isinstance(call, gemm_bind.Transposed)
@@ -470,14 +534,14 @@ def test_few_columns_run_transposed_and_land_in_place() -> None:
     # either way: BLAS.
     filters = gemm_kernel.tile().width // 2
     thin = gemm_bind.weight_product(np, read_only(random(filters, 40)), data,
-                                    np.empty((filters, 49), np.float32), ScratchWorkspace())
+                                    np.empty((filters, 57), np.float32), ScratchWorkspace())
     assert thin is None
 
 
 def test_a_transposed_product_adds_a_residual_as_it_copies_then_clamps() -> None:
-    weight, data = read_only(random(64, 40)), random(40, 49)
-    frame = np.zeros((70, 49), np.float32)
-    out, other, bias = frame[3:67], random(70, 49), random(64)
+    weight, data = read_only(random(64, 40)), random(40, 57)
+    frame = np.zeros((70, 57), np.float32)
+    out, other, bias = frame[3:67], random(70, 57), random(64)
     call = gemm_bind.weight_product(np, weight, data, out, ScratchWorkspace())
     assert isinstance(call, gemm_bind.Transposed)
     fused = gemm_bind.with_residual(gemm_bind.with_bias([call], bias_rows=bias), frame, other)
