@@ -677,8 +677,8 @@ class NarrowEdgeTileKernel(TileKernel):
     # One Zen 4 core, float32 at batch 1 (`bench/variants.py`), keeping every column in
     # whole vectors (the 1×1 layers at 7² then run transposed, `gemm_bind.worthwhile`)
     # against this: MobileNet v2's 1×1 layers at 7² 1.08-1.45×, its nodes summed 1.035×;
-    # ResNet-50 v2's at 7² 1.10-1.40×; ResNet-18's 3×3 layers at 28² 1.10-1.17×, its
-    # shortcut at 7² 1.31×, its nodes summed 1.035×.
+    # ResNet-50 v2's at 7² 1.10-1.40×; ResNet-18's 3×3 layers at 28² 1.11-1.17× and
+    # into 7² 1.13×, its shortcut at 7² 1.31-1.34×, its nodes summed 1.015-1.035×.
     side_columns = 4
 
     def _narrow_columns(self) -> int:
