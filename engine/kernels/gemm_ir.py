@@ -33,10 +33,10 @@ In the float32 kernel (`NarrowEdgeTileKernel`) an edge of up to half a vector of
 over an A whose rows lie one float apart (a packed A, or a transposed product's
 activation) has a loop per column count instead, its sums a column to a vector: N = 196
 leaves 4 columns past 6 panels of 32, which the row-wise loop took about as long over as
-over a whole panel. A kernel may instead keep up to `TileKernel.side_columns` columns past
-an edge's whole vectors a column to a vector in the same loop (the bf16 tile: at 7², 49
-columns, a panel of 32 and then one vector and a column), laid in a row's last vector
-before the epilogue, which every kernel's edge then shares.
+over a whole panel. An edge tile of whole rows keeps up to `TileKernel.side_columns`
+columns past its whole vectors a column to a vector in the same loop (AVX-512's float32 and
+bf16 tiles: at 7², 49 columns, a panel of 32 and then one vector and a column), laid in its
+rows' last vector before the epilogue, which every kernel's edge then shares.
 """
 
 from __future__ import annotations
