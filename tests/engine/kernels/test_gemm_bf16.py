@@ -320,12 +320,12 @@ def test_an_amx_part_runs_its_tiles_through_the_interleaved_tile() -> None:
 @pytest.mark.parametrize(("network", "side"), [("mobilenet_v2", 112), ("resnet50_v2", 72)])
 def test_networks_give_the_same_bits_with_their_edge_columns_summed_a_column_to_a_vector(
         monkeypatch: pytest.MonkeyPatch, network: str, side: int) -> None:
-    """MobileNet v2 at 224² (its 1×1 layers at 14² and 7²: 196 and 49 pixels) and ResNet-50
-    v2 at 136² (34², 17², 9²) in bf16 on the AVX-512 BF16 tile, whose edge tiles' last
-    columns then run a column to a vector through every epilogue those networks bind (bf16
-    halves for a depthwise reader, words for a 1×1 reader, a pre-activation's words, a
-    residual): the outputs are those of the kernels summing every column in whole vectors
-    (`side_columns` 0), bit for bit."""
+    """MobileNet v2 at 112² (its 1×1 layers at 14² and 7²: 196 and 49 pixels) and ResNet-50
+    v2 at 72² (18² and 9²: 324 and 81) in bf16 on the AVX-512 BF16 tile, whose edge tiles'
+    last columns then run a column to a vector through the epilogues those networks bind
+    (bf16 halves for a depthwise reader, words for a 1×1 reader, a residual): the outputs
+    are those of the kernels summing every column in whole vectors (`side_columns` 0), bit
+    for bit."""
     monkeypatch.setattr(gemm_kernel, "available", lambda kernel=None: kernel != gemm_kernel.AMX)
     symbol = getattr(nets, network)(classes=10)
     params = nets.random_params(symbol, (1, 3, side, side))

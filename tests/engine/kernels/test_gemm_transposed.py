@@ -14,8 +14,9 @@ pytestmark = pytest.mark.skipif(not gemm_kernel.available() or not spin_pool.ava
                                 reason="llvmlite cannot compile for this CPU")
 
 RNG = np.random.default_rng(11)
-# A product's columns that run transposed: past 3 whole vectors of AVX-512's 16 lanes (7 of
-# AVX2's 8) 9 more (1), too many for an edge to sum a column to a vector, filling 57 of 64.
+# A product's columns that run transposed: 3 whole vectors of AVX-512's 16 lanes and 9 more
+# (7 of AVX2's 8 and 1 more), too many past whole vectors for an edge to sum a column to a
+# vector: 57 of 64 lanes filled.
 COLUMNS = 57
 TASK = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
 
