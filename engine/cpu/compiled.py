@@ -88,8 +88,7 @@ def make_anew() -> None:
     variant beside one of the kernel as it was, in one process (`bench/variants.py`)."""
     with _making:
         for made in _every_made.values():
-            _retired.append(dict(made))
-            made.clear()
+            _set_aside(made)
 
 
 @contextmanager
@@ -107,9 +106,14 @@ def remade(*made: dict) -> Iterator[None]:
     finally:
         with _making:
             for each, held in zip(made, before, strict=True):
-                _retired.append(dict(each))
-                each.clear()
+                _set_aside(each)
                 each.update(held)
+
+
+def _set_aside(made: dict) -> None:
+    """``made`` emptied, what it held kept alive for the plans bound to it (`_retired`)."""
+    _retired.append(dict(made))
+    made.clear()
 
 
 _every_made: dict[int, dict] = {}  # each dict `made_once` has filled, by id
