@@ -139,7 +139,10 @@ BF16_MAX_COLUMNS_RATIO = 1.12
 # 28² at stride 2 279 against 284; 128 at 28² (1152) 524 against 505, 128 into 14² 280
 # against 256; 256 at 14² 531 against 477 (batch 8: 4627 against 4188), 256 into 7² 313
 # against 249, 512 at 7² 613 against 479 (batch 8: 5123 against 4115); 960 at 7² 2350
-# against 2149.
+# against 2149. With the pixel tiles storing runs of a filter's plane in place of scattering
+# each pixel's filters, from 576 on one Zen 4 core, in the walk, pixel tiles ÷ grid columns
+# (`bench/variants.py`): the 56² layers writing their reader's grid 0.96–0.98, those adding
+# the residual 1.04–1.05, 64 into 28² at stride 2 0.95; the network 1.001.
 PIXELS_MIN_DEPTH = 1152
 # On AVX-512 BF16 at batch 1, a 1×1 convolution whose positions would leave the GEMM's
 # vectors of 16 positions emptier than `gemm_bind.MIN_LANE_USE` (7²: 49 of 64 lanes) runs as
@@ -231,8 +234,8 @@ def by_pixels(data: Any, out: Any, geometry: Any) -> bool:
     """Whether AVX-512 BF16's direct product of ``out`` runs its pixel tiles
     (`conv_bf16_pixels_ir`: filters in the lanes, no grid column computed and dropped) rather
     than tiles of grid columns: output rows a whole number of the tiles' runs of pixels, and
-    a K (taps × channels) of `PIXELS_MIN_DEPTH` or more, over which a tile's scattered
-    stores cost little; a 1×1 kernel from `POINTWISE_MIN_DEPTH` channels (`applies` takes
+    a K (taps × channels) of `PIXELS_MIN_DEPTH` or more, over which a tile's stores of
+    7-pixel runs cost little; a 1×1 kernel from `POINTWISE_MIN_DEPTH` channels (`applies` takes
     only those `narrow_pointwise` names)."""
     from engine.kernels.conv_bf16_pixels_ir import SEGMENT
 

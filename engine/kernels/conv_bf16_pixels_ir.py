@@ -25,15 +25,20 @@ border, so the sums are the same bit for bit. A 3×3 layer of stride 1 reads the
 each layer's best: 1.03–1.04 → 0.88–0.89 ms at 7², 1.03–1.06 → 0.95–0.98 at 14², 1.04–1.11
 → 1.01–1.07 at 28²).
 
-The epilogue adds each filter's bias, then the residual (read as the output lies, by a
-gather), clamps, and scatters each vector's 16 filters into their planes of the output at the
-pixel's place; lanes past the last filter, and pixels past the last, are masked off.
+The epilogue lays each run's sums by filter (`run_rows`: 7 pixels' vectors of 16 filters into
+8 vectors of two filters' runs), adds each filter's bias, then the residual (read from the
+two filters' planes by two masked loads), clamps, and stores each half vector as a run of its
+filter's plane; filters past the last are masked off. Each pixel's 16 filters scattered to
+their planes, and the residual gathered likewise, made ResNet-18's 3×3 layers from 28² down
+3–6% slower in bf16 at batch 1 on one Zen 4 core, and 3–9% at batch 8 (`bench/variants.py`,
+docs/benchmarks.md): there a 16-lane scatter or gather takes about 30 cycles.
 
 ``pixels_grid_part`` and ``pixels_words_part`` store the output in bf16 for its readers, as
 `conv_bf16_ir`'s ``grid_part`` and ``words_part`` do: each pixel's 32 filters' values (the
 float32 epilogue's, no residual) rounded and paired into 16 words, filters ``2q`` and
-``2q + 1`` into word row ``q``, scattered at the pixel's grid column (``grid_shift`` on) or
-at the pixel itself.
+``2q + 1`` into word ``q``, each run's words laid by word row as the float32 epilogue lays
+its sums, and stored to word row ``q`` from the run's first pixel's grid column
+(``grid_shift`` on) or from the pixel itself.
 
 ``pixels_part(context, part, parts)`` is a `spin_pool` task over every (filter block, image,
 pixel tile), filter blocks outside, so that a block's weights stay in L2 while every pixel of
@@ -55,7 +60,15 @@ import llvmlite.ir as ir
 from engine.kernels import run_taps_ir
 from engine.kernels.conv_bf16_ir import GRID, OUTPUT, WORDS_OUT, clamped, pair_rows
 from engine.kernels.gemm_bf16_ir import DOT_PRODUCT, BFloatType
-from engine.kernels.task_ir import BlockTiles, as_float, fields, loop, masked_load, splat
+from engine.kernels.task_ir import (
+    BlockTiles,
+    as_float,
+    fields,
+    loop,
+    masked_load,
+    masked_store,
+    splat,
+)
 from engine.kernels.task_ir import task as define_task
 
 F32, I1, I32, I64 = ir.FloatType(), ir.IntType(1), ir.IntType(32), ir.IntType(64)
@@ -66,11 +79,46 @@ LANES = 16
 # and a broadcast grid word: 31 of the 32 vector registers.
 SEGMENT, SEGMENTS, FILTER_VECTORS = run_taps_ir.SEGMENT, 2, 2
 PIXELS = SEGMENT * SEGMENTS
+# Half a vector's lanes: a run's pixels in either half of a vector `run_rows` lays.
+HALF = LANES // 2
 FILTERS = FILTER_VECTORS * LANES
 # How far ahead of its step the K loop asks for the weights, in words (64 steps).
 AHEAD_WORDS = 64 * FILTERS
 # The task for each store (`conv_bf16_ir.PARTS`'s).
 PARTS = {OUTPUT: "pixels_part", GRID: "pixels_grid_part", WORDS_OUT: "pixels_words_part"}
+
+
+def run_rows(builder: ir.IRBuilder, vectors: list[Any]) -> list[Any]:
+    """A run's vectors of 16 lanes (one a pixel, at most `HALF` of them) laid by lane, an
+    8 × 16 transpose: `HALF` vectors, vector ``i`` holding lane ``2i``'s values in its low
+    half and lane ``2i + 1``'s in its high half, pixel ``p`` at place ``p`` of each (places
+    past the run's pixels zero), so that each half is one row's run, stored by one masked
+    store. Four rounds of eight two-vector shuffles, each round gathering twice as many
+    pixels of a lane side by side."""
+    zero = ir.Constant(vectors[0].type, None)
+    x = list(vectors) + [zero] * (HALF - len(vectors))
+
+    def shuffle(first: Any, second: Any, lanes: list[int]) -> Any:
+        return builder.shuffle_vector(first, second, ir.Constant(ir.VectorType(I32, LANES),
+                                                                 lanes))
+
+    # pairs of pixels: a[k][h] holds lanes 2t + h of pixels 2k and 2k + 1, t by t
+    a = [[shuffle(x[2 * k], x[2 * k + 1], [s * LANES + 2 * t + h for t in range(HALF)
+                                           for s in range(2)]) for h in range(2)]
+         for k in range(HALF // 2)]
+    # fours: b[m][h][g] holds lanes 2(4g + t) + h of pixels 4m to 4m + 3, t by t
+    b = [[[shuffle(a[2 * m][h], a[2 * m + 1][h], [u // 2 * LANES + 8 * g + 2 * t + u % 2
+                                                  for t in range(4) for u in range(4)])
+           for g in range(2)] for h in range(2)] for m in range(2)]
+    # eights: c[h][g][pair] holds lanes 2(4g + 2·pair + w) + h of every pixel, w by w
+    c = [[[shuffle(b[0][h][g], b[1][h][g], [m * LANES + 8 * pair + 4 * w + u
+                                            for w in range(2) for m in range(2)
+                                            for u in range(4)])
+           for pair in range(2)] for g in range(2)] for h in range(2)]
+    # rows: i = 4g + 2·pair + w takes lane 2i (h 0) and lane 2i + 1 (h 1)
+    return [shuffle(c[0][i // 4][i // 2 % 2], c[1][i // 4][i // 2 % 2],
+                    [h * LANES + 8 * (i % 2) + p for h in range(2) for p in range(HALF)])
+            for i in range(HALF)]
 
 
 def add_to(module: ir.Module, field: dict[str, int]) -> None:
@@ -90,7 +138,6 @@ class PixelBf16Kernel:
         self.pairs = ir.VectorType(BFloatType(), 2 * LANES)
         self.mask = ir.VectorType(I1, LANES)
         self.indices = ir.VectorType(I64, LANES)
-        self.pointers = ir.VectorType(F32.as_pointer(), LANES)
         self.dot = module.globals.get(DOT_PRODUCT) or ir.Function(module, ir.FunctionType(
             self.vector, [self.vector, self.pairs, self.pairs]), name=DOT_PRODUCT)
         self.prefetch = module.globals.get("llvm.prefetch.p0") or ir.Function(
@@ -98,16 +145,11 @@ class PixelBf16Kernel:
             name="llvm.prefetch.p0")
         self.masked_load = module.globals.get("llvm.masked.load.v16f32.p0") or masked_load(
             module, self.vector, "f32")
-        self.gather = ir.Function(module, ir.FunctionType(
-            self.vector, [self.pointers, I32, self.mask, self.vector]),
-            name=f"llvm.masked.gather.v{LANES}f32.v{LANES}p0")
-        self.scatter = ir.Function(module, ir.FunctionType(
-            ir.VoidType(), [self.vector, self.pointers, I32, self.mask]),
-            name=f"llvm.masked.scatter.v{LANES}f32.v{LANES}p0")
+        self.masked_store = module.globals.get("llvm.masked.store.v16f32.p0") or masked_store(
+            module, self.vector, "f32")
         self.words = ir.VectorType(I32, LANES)
-        self.scatter_words = ir.Function(module, ir.FunctionType(
-            ir.VoidType(), [self.words, self.pointers, I32, self.mask]),
-            name=f"llvm.masked.scatter.v{LANES}i32.v{LANES}p0")
+        self.store_words = module.globals.get("llvm.masked.store.v16i32.p0") or masked_store(
+            module, self.words, "i32")
         self.halves = ir.VectorType(BFloatType(), LANES)
         for store, name in PARTS.items():
             # a tile of `SEGMENTS` runs, and one of a run: a plane's last, where one run is
@@ -229,95 +271,139 @@ class PixelBf16Kernel:
 
     def _pairs_epilogue(self, builder: ir.IRBuilder, function: ir.Function,
                         totals: list[Any], places: list[Any]) -> None:
-        """Each real pixel's sums plus the filters' bias, clamped (`_store_pixels` with no
+        """Each real pixel's sums plus the filters' bias, clamped (`_store_runs` with no
         residual), rounded to bf16 (``fptrunc``: to nearest even, as the pairing pass
-        rounds) and paired, filters ``2q`` and ``2q + 1`` into word ``q``, scattered to word
-        row ``q`` from ``c`` at word ``places[j]`` of pixel ``j``."""
+        rounds) and paired, filters ``2q`` and ``2q + 1`` into word ``q``; each run's words
+        laid by word row (`run_rows`) and stored to word row ``q`` from ``c`` at the run's
+        first pixel's word ``places[j]`` on."""
         c, ldc, bias, filters, low, high, first, word_row = (
             function.args[index] for index in (6, 7, 8, 9, 11, 12, 15, 19))
         low, high = splat(builder, low, self.vector), splat(builder, high, self.vector)
-        _, _, shifts = self._filter_lanes(builder, bias, filters)
-        lane = ir.Constant(self.indices, list(range(LANES)))
-        # word q holds filters 2q and 2q + 1: those of an even count of real filters
-        pairs = builder.icmp_signed("<", builder.mul(lane, splat(builder, I64(2),
-                                                                  self.indices)),
-                                    splat(builder, filters, self.indices))
-        rows = builder.mul(lane, splat(builder, builder.mul(word_row, I64(4)), self.indices))
+        shifts = self._biases(builder, bias, filters)
         concatenated = ir.Constant(ir.VectorType(I32, 2 * LANES), list(range(2 * LANES)))
-        for j, place in enumerate(places):
-            inside = builder.icmp_signed("<", builder.add(first, I64(j)), ldc)
+        words = builder.bitcast(c, I32.as_pointer())
+        for run in range(len(places) // SEGMENT):
+            inside = builder.icmp_signed("<", builder.add(first, I64(run * SEGMENT)), ldc)
             with builder.if_then(inside):
-                halves = [builder.fptrunc(clamped(builder, builder.fadd(
-                    totals[j * FILTER_VECTORS + v], shifts[v]), low, high), self.halves)
-                    for v in range(FILTER_VECTORS)]
-                paired = builder.bitcast(builder.shuffle_vector(*halves, concatenated),
-                                         self.words)
-                builder.call(self.scatter_words, [paired, self._addresses(
-                    builder, c, builder.mul(place, I64(4)), rows), I32(4), pairs])
+                paired = []
+                for j in range(run * SEGMENT, (run + 1) * SEGMENT):
+                    halves = [builder.fptrunc(clamped(builder, builder.fadd(
+                        totals[j * FILTER_VECTORS + v], shifts[v]), low, high), self.halves)
+                        for v in range(FILTER_VECTORS)]
+                    paired.append(builder.bitcast(builder.shuffle_vector(*halves, concatenated),
+                                                  self.words))
+                for i, row in enumerate(run_rows(builder, paired)):
+                    # word rows 2i and 2i + 1: those of an even count of real filters
+                    real = [builder.icmp_signed("<", I64(4 * i + 2 * half), filters)
+                            for half in range(2)]
+                    self._store_row_pair(builder, self.store_words, row, words, word_row,
+                                         2 * i, places[run * SEGMENT], real)
 
     def _epilogue(self, builder: ir.IRBuilder, function: ir.Function, totals: list[Any],
                   pixels: list[Any]) -> None:
         """Each real pixel's sums plus the filters' bias, plus the residual where there is
-        one (one loop with a residual, one without, chosen once a tile), clamped, scattered
-        to the filters' planes."""
+        one (one loop with a residual, one without, chosen once a tile), clamped, stored to
+        the filters' planes run by run (`_store_runs`)."""
         c, ldc, bias, filters, residual, low, high, first = (
             function.args[index] for index in (6, 7, 8, 9, 10, 11, 12, 15))
-        low, high = splat(builder, low, self.vector), splat(builder, high, self.vector)
-        indices, masks, shifts = self._filter_lanes(builder, bias, filters)
-        # each lane's filter plane, in bytes from the block's first
-        planes = [builder.mul(index, splat(builder, builder.mul(ldc, I64(4)), self.indices))
-                  for index in indices]
+        bounds = (splat(builder, low, self.vector), splat(builder, high, self.vector))
+        shifts = self._biases(builder, bias, filters)
         has_residual = builder.icmp_unsigned("!=", builder.ptrtoint(residual, I64), I64(0))
         with builder.if_else(has_residual) as (summed, alone):
             with summed:
-                self._store_pixels(builder, totals, pixels, (first, ldc), (masks, shifts,
-                                   planes), (low, high), (c, residual))
+                self._store_runs(builder, totals, pixels, (first, ldc, filters), shifts,
+                                 bounds, (c, residual))
             with alone:
-                self._store_pixels(builder, totals, pixels, (first, ldc), (masks, shifts,
-                                   planes), (low, high), (c, None))
+                self._store_runs(builder, totals, pixels, (first, ldc, filters), shifts,
+                                 bounds, (c, None))
 
-    def _store_pixels(self, builder: ir.IRBuilder, totals: list[Any], pixels: list[Any],
-                      span: tuple[Any, Any], lanes: tuple[list[Any], list[Any], list[Any]],
-                      bounds: tuple[Any, Any], targets: tuple[Any, Any]) -> None:
+    def _store_runs(self, builder: ir.IRBuilder, totals: list[Any], pixels: list[Any],
+                    span: tuple[Any, Any, Any], shifts: list[Any], bounds: tuple[Any, Any],
+                    targets: tuple[Any, Any]) -> None:
         """`_epilogue`'s stores, with or without the residual (``targets``: C and the
-        residual or None)."""
-        (first, ldc), (masks, shifts, planes), (low, high), (c, residual) = (
-            span, lanes, bounds, targets)
-        for j in range(len(pixels)):
-            inside = builder.icmp_signed("<", builder.add(first, I64(j)), ldc)
+        residual or None): each run's sums laid by filter (`run_rows`), then, two filters a
+        vector, the bias added, the residual read from those filters' planes and added,
+        clamped and stored there. The same values, added in the same order, as a pixel's
+        vector of filters would take."""
+        (first, ldc, filters), (low, high), (c, residual) = span, bounds, targets
+        for run in range(len(pixels) // SEGMENT):
+            inside = builder.icmp_signed("<", builder.add(first, I64(run * SEGMENT)), ldc)
             with builder.if_then(inside):
-                at = builder.mul(pixels[j], I64(4))
+                start = pixels[run * SEGMENT]
                 for v in range(FILTER_VECTORS):
-                    value = builder.fadd(totals[j * FILTER_VECTORS + v], shifts[v])
-                    if residual is not None:
-                        value = builder.fadd(value, builder.call(self.gather, [
-                            self._addresses(builder, residual, at, planes[v]), I32(4),
-                            masks[v], self.zero]))
-                    builder.call(self.scatter, [clamped(builder, value, low, high),
-                                                self._addresses(builder, c, at, planes[v]),
-                                                I32(4), masks[v]])
+                    rows = run_rows(builder, [totals[j * FILTER_VECTORS + v] for j in range(
+                        run * SEGMENT, (run + 1) * SEGMENT)])
+                    for i, row in enumerate(rows):
+                        filter_ = v * LANES + 2 * i
+                        real = [builder.icmp_signed("<", I64(filter_ + half), filters)
+                                for half in range(2)]
+                        value = builder.fadd(row, builder.shuffle_vector(
+                            shifts[v], shifts[v], ir.Constant(ir.VectorType(I32, LANES), [
+                                2 * i + half for half in range(2) for _ in range(HALF)])))
+                        if residual is not None:
+                            value = builder.fadd(value, self._load_row_pair(
+                                builder, residual, ldc, filter_, start, real))
+                        self._store_row_pair(builder, self.masked_store,
+                                             clamped(builder, value, low, high), c, ldc,
+                                             filter_, start, real)
 
-    def _filter_lanes(self, builder: ir.IRBuilder, bias: Any,
-                      filters: Any) -> tuple[list[Any], list[Any], list[Any]]:
-        """For each vector of the block's filters: each lane's filter, whether it is real
-        (one of ``filters``), and its bias (zero past them)."""
+    def _row_masks(self, builder: ir.IRBuilder, real: list[Any]) -> list[Any]:
+        """The lanes of a vector `run_rows` lays holding a run's pixels of its two rows:
+        the low half's first `SEGMENT` where the first row is ``real``, the high half's
+        where the second is."""
+        masks = []
+        for half, is_real in enumerate(real):
+            lanes = ir.Constant(self.mask, [half * HALF <= lane < half * HALF + SEGMENT
+                                            for lane in range(LANES)])
+            masks.append(builder.select(is_real, lanes, ir.Constant(self.mask, [0] * LANES)))
+        return masks
+
+    def _row_pair_addresses(self, builder: ir.IRBuilder, base: Any, row_length: Any,
+                            row: int, start: Any) -> list[Any]:
+        """Where the vector of rows ``row`` and ``row + 1`` goes, from ``base`` (rows
+        ``row_length`` apart, the run from ``start`` on): its low half at the first row's
+        run, its high half (`HALF` lanes on) at the second's."""
+        addresses = []
+        for half in range(2):
+            at = builder.add(builder.mul(I64(row + half), row_length),
+                             builder.sub(start, I64(half * HALF)))
+            addresses.append(builder.gep(base, [at]))
+        return addresses
+
+    def _load_row_pair(self, builder: ir.IRBuilder, base: Any, row_length: Any, row: int,
+                       start: Any, real: list[Any]) -> Any:
+        """Rows ``row`` and ``row + 1``'s runs from ``start`` read into one vector, as
+        `run_rows` lays them (the lanes past the runs zero)."""
+        value = self.zero
+        for address, mask in zip(self._row_pair_addresses(builder, base, row_length, row,
+                                                          start),
+                                 self._row_masks(builder, real), strict=True):
+            value = builder.call(self.masked_load, [
+                builder.bitcast(address, self.vector.as_pointer()), I32(4), mask, value])
+        return value
+
+    def _store_row_pair(self, builder: ir.IRBuilder, store: Any, value: Any, base: Any,
+                        row_length: Any, row: int, start: Any, real: list[Any]) -> None:
+        """A vector `run_rows` laid stored to rows ``row`` and ``row + 1`` of ``base`` (their
+        runs from ``start`` on, only the ``real`` rows) through ``store`` (a masked store of
+        the vector's type)."""
+        for address, mask in zip(self._row_pair_addresses(builder, base, row_length, row,
+                                                          start),
+                                 self._row_masks(builder, real), strict=True):
+            builder.call(store, [value, builder.bitcast(address, value.type.as_pointer()),
+                                 I32(4), mask])
+
+    def _biases(self, builder: ir.IRBuilder, bias: Any, filters: Any) -> list[Any]:
+        """For each vector of the block's filters, their biases (zero past the real ones)."""
         lane = ir.Constant(self.indices, list(range(LANES)))
-        indices, masks, shifts = [], [], []
+        shifts = []
         for v in range(FILTER_VECTORS):
             index = builder.add(lane, splat(builder, I64(v * LANES), self.indices))
             mask = builder.icmp_signed("<", index, splat(builder, filters, self.indices))
-            indices.append(index)
-            masks.append(mask)
             shifts.append(builder.call(self.masked_load, [builder.bitcast(
                 builder.gep(bias, [I64(v * LANES)]), self.vector.as_pointer()), I32(4), mask,
                 self.zero]))
-        return indices, masks, shifts
-
-    def _addresses(self, builder: ir.IRBuilder, base: Any, at: Any, planes: Any) -> Any:
-        """Each lane's address: ``base`` plus ``at`` bytes plus its filter plane's."""
-        start = builder.add(builder.ptrtoint(base, I64), at)
-        return builder.inttoptr(builder.add(splat(builder, start, self.indices), planes),
-                                self.pointers)
+        return shifts
 
     def _define_part(self, positions: dict[str, int], name: str,
                      tiles: dict[int, ir.Function]) -> None:
