@@ -14,7 +14,13 @@ A step converts 16 floats of each of the two rows with ``fptrunc`` to ``bfloat``
 (one shuffle) and stores 16 words. A run's tail goes through lane masks. A run whose floats
 lie two apart (a stride-2 convolution) is read as 32 adjacent floats, every other one kept by
 a shuffle: its gathers took twice the stride-2 product's time (ResNet-18's 7×7 stem at batch
-1, one thread: pairing 0.43 ms, the product 0.22; read so, 0.30). Other steps are gathered.
+1, one thread: pairing 0.43 ms, the product 0.22; read so, 0.30). Where a word's second K
+index is the float after its first's (a stride-2 stem's taps (kx, kx + 1) of one kernel row:
+three of ResNet's 7×7 stem's four words a kernel row), the 32 adjacent floats from a run's
+first are both rows' floats side by side: rounded in order they are the words, with no
+shuffle, whole vectors unmasked (ResNet-18's stem with its pooling in bf16 at batch 1, one Zen
+4 core, in the plan's walk: 2.00 → 1.80 ms; 1.98 → 1.90 with each step masked as a run's
+tail is). Other steps are gathered.
 numba cannot name bf16, and its integer rounding ran at a quarter of this speed.
 
 ``batchnorm_pairs`` is the same pass reading a BatchNorm's input, K index k being channel k:
@@ -217,12 +223,15 @@ class _PairKernel:
                 with loop(builder, function, I64(0), field["run"], "twins", LANES) as lane:
                     self._twin_step(builder, field, start, into, lane, single)
             else:
-                self._run(builder, function, field, start, into, single, affine)
+                self._run(builder, function, field, start, into, single, affine,
+                          builder.icmp_signed("==", builder.sub(high_at, low_at), I64(1)))
 
     def _run(self, builder: ir.IRBuilder, function: ir.Function, field: dict[str, Any],
              start: tuple[Any, Any], into: Any, single: Any,
-             affine: tuple[Any, Any] | None) -> None:
-        """One run of the two rows' floats, read as its step allows, into its words."""
+             affine: tuple[Any, Any] | None, side_by_side: Any) -> None:
+        """One run of the two rows' floats, read as its step allows, into its words;
+        ``side_by_side``: whether the second row's floats lie each one after the first's (a
+        stride-2 stem's pair of taps of one kernel row: `_side_by_side_step`)."""
         unit = builder.icmp_signed("==", field["step"], I64(1))
         halved = builder.icmp_signed("==", field["step"], I64(2))
         with builder.if_else(unit) as (adjacent, strided):
@@ -236,10 +245,59 @@ class _PairKernel:
                 with builder.if_then(builder.icmp_signed("<", whole, field["run"])):
                     self._step(builder, field, start, into, whole, single, ADJACENT, affine)
             with strided, builder.if_else(halved) as (every_other, gathered):
-                for read, block in ((EVERY_OTHER, every_other), (GATHER, gathered)):
-                    with block, loop(builder, function, I64(0), field["run"], read,
-                                      LANES) as lane:
-                        self._step(builder, field, start, into, lane, single, read, affine)
+                with every_other:
+                    self._every_other(builder, function, field, start, into, single, affine,
+                                      side_by_side)
+                with gathered, loop(builder, function, I64(0), field["run"], GATHER,
+                                    LANES) as lane:
+                    self._step(builder, field, start, into, lane, single, GATHER, affine)
+
+    def _every_other(self, builder: ir.IRBuilder, function: ir.Function,
+                     field: dict[str, Any], start: tuple[Any, Any], into: Any, single: Any,
+                     affine: tuple[Any, Any] | None, side_by_side: Any) -> None:
+        """A run of floats two apart in each row: where the second row's lie between the
+        first's, both read at once (`_side_by_side_step`), else each row's every other
+        float."""
+        with builder.if_else(side_by_side if affine is None else ir.Constant(I1, 0)) as (
+                paired, apart):
+            with paired:
+                # whole vectors unmasked, the tail's lanes masked (`_run`'s adjacent floats)
+                whole = builder.sub(field["run"], builder.srem(field["run"], I64(LANES)))
+                with loop(builder, function, I64(0), whole, "side_by_side", LANES) as lane:
+                    self._side_by_side_step(builder, field, start[0], into, lane, False)
+                with builder.if_then(builder.icmp_signed("<", whole, field["run"])):
+                    self._side_by_side_step(builder, field, start[0], into, whole, True)
+            with apart, loop(builder, function, I64(0), field["run"], EVERY_OTHER,
+                             LANES) as lane:
+                self._step(builder, field, start, into, lane, single, EVERY_OTHER, affine)
+
+    def _side_by_side_step(self, builder: ir.IRBuilder, field: dict[str, Any], first: Any,
+                           into: Any, lane: Any, masked: bool) -> None:
+        """16 words of a run whose rows' floats alternate (the second row's each one after
+        the first's, the run stepping two): the 32 adjacent floats from ``first + 2·lane``
+        rounded in order are the words, each pair's first float its low half, with no
+        shuffle (a stride-2 stem's taps (kx, kx + 1): ResNet's 7×7 pairs three of its four
+        words a kernel row so). ``masked``: only the words before the run's end (else all 16
+        lie inside it)."""
+        indices = ir.VectorType(I64, LANES)
+        left = builder.sub(field["run"], lane)
+        if masked:  # the floats before the run's end: two a column
+            halves = self._two_vectors(builder, first, lane, splat(builder, builder.mul(
+                left, I64(2)), indices))
+        else:
+            halves = [builder.load(builder.bitcast(builder.gep(first, [builder.add(
+                builder.mul(lane, I64(2)), I64(half * LANES))]), self.floats.as_pointer()),
+                align=4) for half in range(2)]
+        rounded = [builder.fptrunc(half, self.halves) for half in halves]
+        words = builder.bitcast(builder.shuffle_vector(*rounded, ir.Constant(
+            ir.VectorType(I32, 2 * LANES), list(range(2 * LANES)))), self.words)
+        address = builder.bitcast(builder.gep(into, [lane]), self.words.as_pointer())
+        if not masked:
+            builder.store(words, address, align=4)
+            return
+        mask = builder.icmp_signed("<", ir.Constant(indices, list(range(LANES))),
+                                   splat(builder, left, indices))
+        builder.call(self.masked_store, [words, address, I32(4), mask])
 
     @staticmethod
     def _scale_shift(builder: ir.IRBuilder, field: dict[str, Any],

@@ -145,6 +145,28 @@ def test_patch_pairing_reads_the_im2col_view_straight(channels: int, stride: int
 
 
 @needs_pair_ir
+@pytest.mark.parametrize("width", [229, 233])  # 112 columns: whole vectors; 114: and a tail
+def test_a_stride_2_stems_taps_side_by_side_pair_as_their_floats_lie(width: int) -> None:
+    """ResNet's 7×7 stride-2 stem over 3 channels: a word pairing taps (kx, kx + 1) of one
+    kernel row reads its 32 floats side by side, the others every other float of each tap's;
+    every word as the im2col matrix's pairs, bit for bit."""
+    padded = RNG.standard_normal((1, 3, 9, width)).astype(np.float32)
+    padded[0, 2, 4, 101] = np.nan
+    size = (2, (width - 7) // 2 + 1)
+    view = _patch_view(np, padded, (7, 7), (2, 2), (1, 1), size)
+    depth, columns = 3 * 49, size[0] * size[1]
+    target = np.zeros((bf16.amx_depth(depth), bf16.amx_rows(columns)), np.float32)
+    call = bf16.patch_pairing(view, 3, target)
+    assert call is not None
+    call()
+    expected = bf16.pair_columns(np.ascontiguousarray(view).reshape(depth, columns))
+    words = target.view(np.uint32)
+    np.testing.assert_array_equal(words[:expected.shape[0], :columns],
+                                  expected.view(np.uint32))
+    assert not words[expected.shape[0]:].any() and not words[:, columns:].any()
+
+
+@needs_pair_ir
 @pytest.mark.parametrize("stride", [1, 2, 3])  # adjacent words, every other one, a gather
 @pytest.mark.parametrize("width", [11, 42, 43])  # runs of one partial vector, or two
 def test_word_copying_copies_the_strided_words_bit_for_bit(stride: int, width: int) -> None:
