@@ -9,10 +9,10 @@ sample falls in that code, the function is found by matching its bytes against t
 objects the engine keeps (`engine.cpu.jit_objects`: ELF files with a symbol for each function
 left after inlining, the tasks such as ``pixels_part`` and the internal ones they call, such
 as int8's ``requantize``); elsewhere `perf`'s own symbol (Python, NumPy, libc). Code of a
-module compiled without keeping its object counts as "[JIT code of no kept object]". ``--annotate N`` disassembles the N hottest JIT functions
-(`objdump` over the copied bytes) and lists each one's hottest instructions. A sample lands
-on the instruction after the one that stalled as often as on it (skid): read a hot
-instruction as "around here".
+module compiled without keeping its object counts as "[JIT code of no kept object]".
+``--annotate N`` disassembles the N hottest JIT functions (`objdump` over the copied bytes)
+and lists each one's hottest instructions. A sample lands on the instruction after the one
+that stalled as often as on it (skid): read a hot instruction as "around here".
 
 Needs `perf` (and a ``perf_event_paranoid`` that lets a user sample its own process) and
 binutils' `objdump`.
