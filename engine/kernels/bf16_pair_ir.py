@@ -55,6 +55,8 @@ every other word of every other row, where it paired the float32 array again.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import llvmlite.ir as ir
@@ -236,14 +238,9 @@ class _PairKernel:
         halved = builder.icmp_signed("==", field["step"], I64(2))
         with builder.if_else(unit) as (adjacent, strided):
             with adjacent:
-                # whole vectors with plain loads and stores, the tail's lanes masked: a
-                # mask worked out every step cost the pass a third of its time
-                whole = builder.sub(field["run"], builder.srem(field["run"], I64(LANES)))
-                with loop(builder, function, I64(0), whole, "lane", LANES) as lane:
-                    self._step(builder, field, start, into, lane, single, ADJACENT, affine,
-                               masked=False)
-                with builder.if_then(builder.icmp_signed("<", whole, field["run"])):
-                    self._step(builder, field, start, into, whole, single, ADJACENT, affine)
+                self._each_step(builder, function, field["run"], "lane", partial(
+                    self._step, builder, field, start, into, single=single, read=ADJACENT,
+                    affine=affine))
             with strided, builder.if_else(halved) as (every_other, gathered):
                 with every_other:
                     self._every_other(builder, function, field, start, into, single, affine,
@@ -251,6 +248,18 @@ class _PairKernel:
                 with gathered, loop(builder, function, I64(0), field["run"], GATHER,
                                     LANES) as lane:
                     self._step(builder, field, start, into, lane, single, GATHER, affine)
+
+    @staticmethod
+    def _each_step(builder: ir.IRBuilder, function: ir.Function, run: Any, name: str,
+                   step: Callable[..., None]) -> None:
+        """``step(lane, masked)`` over a run of ``run`` columns, 16 a step: whole vectors with
+        plain loads and stores, then the tail's lanes masked (a mask worked out every step
+        cost the pass a third of its time)."""
+        whole = builder.sub(run, builder.srem(run, I64(LANES)))
+        with loop(builder, function, I64(0), whole, name, LANES) as lane:
+            step(lane, masked=False)
+        with builder.if_then(builder.icmp_signed("<", whole, run)):
+            step(whole, masked=True)
 
     def _every_other(self, builder: ir.IRBuilder, function: ir.Function,
                      field: dict[str, Any], start: tuple[Any, Any], into: Any, single: Any,
@@ -261,12 +270,8 @@ class _PairKernel:
         with builder.if_else(side_by_side if affine is None else ir.Constant(I1, 0)) as (
                 paired, apart):
             with paired:
-                # whole vectors unmasked, the tail's lanes masked (`_run`'s adjacent floats)
-                whole = builder.sub(field["run"], builder.srem(field["run"], I64(LANES)))
-                with loop(builder, function, I64(0), whole, "side_by_side", LANES) as lane:
-                    self._side_by_side_step(builder, field, start[0], into, lane, False)
-                with builder.if_then(builder.icmp_signed("<", whole, field["run"])):
-                    self._side_by_side_step(builder, field, start[0], into, whole, True)
+                self._each_step(builder, function, field["run"], "side_by_side", partial(
+                    self._side_by_side_step, builder, field, start[0], into))
             with apart, loop(builder, function, I64(0), field["run"], EVERY_OTHER,
                              LANES) as lane:
                 self._step(builder, field, start, into, lane, single, EVERY_OTHER, affine)

@@ -320,19 +320,22 @@ def test_a_plan_on_avx512_bf16_runs_narrow_1x1_layers_on_the_pixel_tiles(
     np.testing.assert_array_equal(out, product)
 
 
-@needs_direct
+@pytest.mark.parametrize("isa", [
+    pytest.param(gemm_kernel.AMX, marks=needs_direct),
+    pytest.param(gemm_kernel.BF16, marks=needs_tiles),
+])
 @pytest.mark.parametrize(("channels", "size", "pad"), [
-    (64, (56, 56), (1, 1)),  # ResNet's stride-2 3×3 over 56²
+    (64, (56, 56), (1, 1)),  # ResNet's stride-2 3×3 over 56²: runs of whole vectors, a tail
     (5, (9, 10), (0, 1)),  # odd C, odd rows, one column of padding
     (6, (6, 20), (1, 0)),  # no column padding: the even columns are the second phase
 ])
 def test_a_stride_2_input_pairs_both_column_phases_in_one_read(
-        monkeypatch: pytest.MonkeyPatch, channels: int, size: tuple[int, int],
+        monkeypatch: pytest.MonkeyPatch, isa: int, channels: int, size: tuple[int, int],
         pad: tuple[int, int]) -> None:
     """At stride 2 over an even width each row phase's two column phases are paired from
     one read of the input's rows (`bf16.patch_pairing`'s ``twin``): two passes where there
     were four, whose words give the output the four's give, bit for bit, on one thread and
-    armed over two."""
+    armed over two (AMX's product, and the AVX-512 BF16 tile's)."""
     data, weight = operands(1, channels, size, 32, (3, 3))
     geometry = ((3, 3), (2, 2), (1, 1), pad)
     want = reference(bf16.rounded(data), bf16.rounded(weight), pad, (1, 1), (2, 2))
@@ -342,7 +345,7 @@ def test_a_stride_2_input_pairs_both_column_phases_in_one_read(
             monkeypatch.setattr(conv_amx, "_twinned",
                                 lambda runs: [(view, into, None) for view, into in runs])
         out = np.full(want.shape, np.nan, np.float32)
-        call = conv_amx.bind(data, weight, out, geometry, bf16_workspace())
+        call = conv_amx.bind(data, weight, out, geometry, bf16_workspace(), isa=isa)
         assert len(call.args[0].args[0]) == passes  # `_each` over the pairing passes
         call()
         outputs.append(out.copy())
