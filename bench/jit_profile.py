@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import bisect
 import collections
-import os
 import re
 import shutil
 import subprocess
@@ -264,5 +263,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("PYTHONUNBUFFERED", "1")
     main()

@@ -286,13 +286,9 @@ class _PairKernel:
         lie inside it)."""
         indices = ir.VectorType(I64, LANES)
         left = builder.sub(field["run"], lane)
-        if masked:  # the floats before the run's end: two a column
-            halves = self._two_vectors(builder, first, lane, splat(builder, builder.mul(
-                left, I64(2)), indices))
-        else:
-            halves = [builder.load(builder.bitcast(builder.gep(first, [builder.add(
-                builder.mul(lane, I64(2)), I64(half * LANES))]), self.floats.as_pointer()),
-                align=4) for half in range(2)]
+        # masked: the floats before the run's end, two a column
+        halves = self._two_vectors(builder, first, lane, splat(builder, builder.mul(
+            left, I64(2)), indices) if masked else None)
         rounded = [builder.fptrunc(half, self.halves) for half in halves]
         words = builder.bitcast(builder.shuffle_vector(*rounded, ir.Constant(
             ir.VectorType(I32, 2 * LANES), list(range(2 * LANES)))), self.words)
@@ -379,12 +375,17 @@ class _PairKernel:
     def _two_vectors(self, builder: ir.IRBuilder, first: Any, lane: Any,
                      wanted: Any) -> list[Any]:
         """The 32 floats from ``first + 2·lane`` as two vectors of 16, each float's load
-        masked to those before float ``wanted`` (a splat of int64s) of the 32, zero past it."""
+        masked to those before float ``wanted`` (a splat of int64s) of the 32, zero past it;
+        plain loads where ``wanted`` is None (all 32 lie inside)."""
         indices = ir.VectorType(I64, LANES)
         zero = ir.Constant(self.floats, [0.0] * LANES)
         halves = []
         for half in range(2):
             at = builder.gep(first, [builder.add(builder.mul(lane, I64(2)), I64(half * LANES))])
+            if wanted is None:
+                halves.append(builder.load(builder.bitcast(at, self.floats.as_pointer()),
+                                           align=4))
+                continue
             inside = builder.icmp_signed("<", ir.Constant(indices, [
                 half * LANES + j for j in range(LANES)]), wanted)
             halves.append(builder.call(self.masked_load, [
