@@ -142,8 +142,19 @@ BF16_MAX_COLUMNS_RATIO = 1.12
 # against 2149. With the pixel tiles storing runs of a filter's plane in place of scattering
 # each pixel's filters, from 576 on one Zen 4 core, in the walk, pixel tiles ÷ grid columns
 # (`bench/variants.py`): the 56² layers writing their reader's grid 0.96–0.98, those adding
-# the residual 1.04–1.05, 64 into 28² at stride 2 0.95; the network 1.001.
+# the residual 1.04–1.05, 64 into 28² at stride 2 0.95; the network 1.001. Hence a second
+# threshold, `PIXELS_ALONE_MIN_DEPTH`, for a product of one image adding no residual. Measured
+# so against `PIXELS_MIN_DEPTH` for every product (Zen 4, one thread, in the walk, the
+# latter's time ÷ the former's): ResNet-18 at batch 1, the blocks' first 3×3 at 56² 1.021 and
+# 1.029, 64 into 28² at stride 2 1.049, the layers adding a residual unchanged, the nodes
+# summed 1.006; ResNet-50 v2's 3×3 layers at 56² 1.030–1.048. At batch 8, where no product
+# hands its readers bf16 and every one stores float32, the 56² layers read 0.968–0.986: the
+# second threshold is for one image. A product binds before the plan knows whether a residual
+# will be added (`epilogue` fuses it afterwards): one bound on the pixel tiles below
+# `PIXELS_MIN_DEPTH` moves to the grid columns' tiles when given a residual
+# (`DirectProduct.with_residual`).
 PIXELS_MIN_DEPTH = 1152
+PIXELS_ALONE_MIN_DEPTH = 576
 # On AVX-512 BF16 at batch 1, a 1×1 convolution whose positions would leave the GEMM's
 # vectors of 16 positions emptier than `gemm_bind.MIN_LANE_USE` (7²: 49 of 64 lanes) runs as
 # a direct product of one tap on the pixel tiles (`narrow_pointwise`), which compute no
@@ -230,17 +241,23 @@ def _direct_kernel(data: Any, out: Any, geometry: Any, workspace: Any) -> dict[s
     return _functions(kernel)
 
 
-def by_pixels(data: Any, out: Any, geometry: Any) -> bool:
+def by_pixels(data: Any, out: Any, geometry: Any, residual: bool = True) -> bool:
     """Whether AVX-512 BF16's direct product of ``out`` runs its pixel tiles
     (`conv_bf16_pixels_ir`: filters in the lanes, no grid column computed and dropped) rather
     than tiles of grid columns: output rows a whole number of the tiles' runs of pixels, and
-    a K (taps × channels) of `PIXELS_MIN_DEPTH` or more, over which a tile's stores of
-    7-pixel runs cost little; a 1×1 kernel from `POINTWISE_MIN_DEPTH` channels (`applies` takes
-    only those `narrow_pointwise` names)."""
+    a K (taps × channels) of `PIXELS_MIN_DEPTH` or more (`PIXELS_ALONE_MIN_DEPTH` for a
+    product of one image adding no ``residual``), over which a tile's stores of 7-pixel runs
+    cost little; a 1×1 kernel from `POINTWISE_MIN_DEPTH` channels (`applies` takes only
+    those `narrow_pointwise` names)."""
     from engine.kernels.conv_bf16_pixels_ir import SEGMENT
 
     taps = math.prod(geometry[0])
-    least = POINTWISE_MIN_DEPTH if taps == 1 else PIXELS_MIN_DEPTH
+    if taps == 1:
+        least = POINTWISE_MIN_DEPTH
+    elif residual or out.shape[0] > 1:
+        least = PIXELS_MIN_DEPTH
+    else:
+        least = min(PIXELS_MIN_DEPTH, PIXELS_ALONE_MIN_DEPTH)
     return out.shape[3] % SEGMENT == 0 and taps * data.shape[1] >= least
 
 
@@ -348,22 +365,25 @@ def bind(data: Any, weight: Any, out: Any, geometry: Any, workspace: Any,
     if functions is None:
         raise ValueError("the direct bf16 convolution did not compile for this host")
     bounds = None  # every tap computed, but on the pixel tiles
+    columns_form = None  # where the pixel tiles hold only while no residual is added
     if isa == gemm_kernel.AMX:
         tiles = workspace.derived(weight, ("amx direct", words),
                                   partial(_weight_tiles, words=words))
-    elif by_pixels(data, out, geometry):
+    elif by_pixels(data, out, geometry, residual=False):
         from engine.kernels.conv_bf16_pixels_ir import FILTERS
 
         tiles = workspace.derived(weight, ("bf16 direct pixels", words),
                                   partial(weight_rows, words=words, block=FILTERS))
+        if not by_pixels(data, out, geometry):
+            columns_form = partial(_columns_form, weight, words, workspace, functions)
         functions = {**functions, **{name: functions[f"pixels_{name}"]
                                      for name in ("part", "grid_part", "words_part")}}
         bounds = grid.tap_bounds()
     else:
-        tiles = workspace.derived(weight, ("bf16 direct", words),
-                                  partial(weight_rows, words=words))
+        tiles = _columns_form(weight, words, workspace, functions)[0]
     product = _bound_product(grid, tiles, words_grid, out, functions, plane, grid.image * 4,
                              bounds=bounds)
+    product.columns_form = columns_form
     pair = pairings[0] if len(pairings) == 1 else partial(_each, tuple(pairings))
     if handed is not None:
         pair = bf16_handoff.take(handoff, pair)
@@ -621,6 +641,13 @@ class _Grid:
         return runs
 
 
+def _columns_form(weight: Any, words: int, workspace: Any,
+                  functions: dict[str, Any]) -> tuple[np.ndarray, dict[str, Any]]:
+    """The weights packed for AVX-512 BF16's tiles of grid columns, and their functions."""
+    return workspace.derived(weight, ("bf16 direct", words),
+                             partial(weight_rows, words=words)), functions
+
+
 def _plane_stride(words: int) -> int:
     """A plane's words: ``words`` rounded up to a cache line, and an odd number of lines,
     so that a tile's 16 rows of B do not all fall in one cache set."""
@@ -667,6 +694,9 @@ class DirectProduct(partial):
     handoff: Any = None  # the `bf16_handoff` its output's readers may take as their grid
     lays_ever: bool  # whether it adds no residual: only then may a run lay its readers' grid
     leaves_blas_alone = True  # its tiles run on the spin pool, never in BLAS
+    # on the pixel tiles below `PIXELS_MIN_DEPTH`: the grid columns' packed weights and
+    # functions, which it takes when given a residual (`with_residual`); else None
+    columns_form: Any = None
 
     def handing(self, handoff: Any) -> HandingDirectProduct:
         """This product offering its output to its readers through ``handoff``."""
@@ -683,6 +713,7 @@ class DirectProduct(partial):
         product = kind(self.func, *self.args)
         product.context, product.operands = self.context, self.operands
         product.functions, product.lays_ever = self.functions, self.lays_ever
+        product.columns_form = self.columns_form
         return product
 
     def with_epilogue(self, bias_rows: Any = None, bias_columns: Any = None,
@@ -705,7 +736,9 @@ class DirectProduct(partial):
         return self._carried(_as_product(context, tuple(kept), self.functions))
 
     def _carried(self, product: DirectProduct) -> DirectProduct:
-        """``product`` (made from this one's context changed) offering what this one does."""
+        """``product`` (made from this one's context changed) offering what this one does,
+        and taking the grid columns' tiles with a residual where this one would."""
+        product.columns_form = self.columns_form
         return product if self.handoff is None else product.handing(self.handoff)
 
     def writes_within(self, out: Any) -> bool:
@@ -716,10 +749,17 @@ class DirectProduct(partial):
 
     def with_residual(self, out: Any, other: Any) -> DirectProduct:
         """This product adding ``other`` (laid out as ``out``, which its output lies in)
-        before its clamp, after its bias (`gemm_kernel.Product.with_residual`)."""
-        return self._carried(_as_product(*gemm_kernel.residual_context(
-            self.context, _FIELD["c"], _FIELD["residual"], out, other, self.operands),
-            self.functions))
+        before its clamp, after its bias (`gemm_kernel.Product.with_residual`); on the tiles
+        of grid columns where its pixel tiles pay only without one (`columns_form`)."""
+        context, operands, functions = self.context, self.operands, self.functions
+        if self.columns_form is not None:
+            tiles, functions = self.columns_form()
+            context = context.copy()
+            context[_FIELD["a"]], context[_FIELD["tap_bounds"]] = tiles.ctypes.data, 0
+            operands = (*operands, tiles)
+        added = _as_product(*gemm_kernel.residual_context(
+            context, _FIELD["c"], _FIELD["residual"], out, other, operands), functions)
+        return added if self.handoff is None else added.handing(self.handoff)
 
 
 class HandingDirectProduct(DirectProduct):

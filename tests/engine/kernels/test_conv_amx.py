@@ -233,8 +233,61 @@ def test_avx512_bf16_pixel_tiles_skip_the_taps_that_read_the_grid_border(
         return out
 
     assert np.abs(bordered_with_nan() - summed).max() < 1e-5 * np.abs(summed).max()
-    monkeypatch.setattr(conv_amx, "PIXELS_MIN_DEPTH", 1 << 30)
+    grid_columns_only(monkeypatch)
     assert np.isnan(bordered_with_nan()).any()
+
+
+def grid_columns_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every direct product on the AVX-512 BF16 tile bound from now on runs the tiles of
+    grid columns, with or without a residual."""
+    monkeypatch.setattr(conv_amx, "PIXELS_MIN_DEPTH", 1 << 30)
+    monkeypatch.setattr(conv_amx, "PIXELS_ALONE_MIN_DEPTH", 1 << 30)
+
+
+@needs_tiles
+def test_avx512_bf16_pixel_tiles_that_pay_only_alone_give_way_to_grid_columns_for_a_residual(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A product of one image whose K lies from `PIXELS_ALONE_MIN_DEPTH` up to
+    `PIXELS_MIN_DEPTH` binds the pixel tiles (of two images, the tiles of grid columns), and
+    given a residual moves to the tiles of grid columns, keeping its bias and clamp: each the
+    rounded operands' convolution, bit for bit the grid columns' tiles' answer (both sum K in
+    the same order)."""
+    data, weight = operands(1, 64, (14, 14), 24, (3, 3))  # K 576
+    geometry = ((3, 3), (1, 1), (1, 1), (1, 1))
+    summed = reference(bf16.rounded(data), bf16.rounded(weight), (1, 1), (1, 1))
+    bias = constant(RNG.standard_normal(24).astype(np.float32))
+    other = RNG.standard_normal(summed.shape).astype(np.float32)
+    functions = conv_amx._compiled_bf16()
+    assert not conv_amx.by_pixels(data, summed, geometry)
+    assert conv_amx.by_pixels(data, summed, geometry, residual=False)
+    assert not conv_amx.by_pixels(np.concatenate([data] * 2), np.concatenate([summed] * 2),
+                                  geometry, residual=False)
+
+    def bound(out: np.ndarray) -> Callable[[], object]:
+        return conv_amx.bind(data, weight, out, geometry, bf16_workspace(),
+                             isa=gemm_kernel.BF16).with_epilogue(bias_rows=bias, low=-1.0,
+                                                                 high=2.5)
+
+    out = np.full(summed.shape, np.nan, np.float32)
+    alone = bound(out)
+    assert alone.product.functions["part"] == functions["pixels_part"]
+    alone()
+    want = np.clip(summed + bias[None, :, None, None], -1.0, 2.5)
+    assert np.abs(out - want).max() < 1e-5 * np.abs(summed).max()
+    alone_answer = out.copy()
+    added = alone.with_residual(out, other)
+    assert added.product.functions["part"] == functions["part"]
+    added()
+    want = np.clip(summed + bias[None, :, None, None] + other, -1.0, 2.5)
+    assert np.abs(out - want).max() < 1e-5 * np.abs(summed).max()
+    grid_columns_only(monkeypatch)
+    columns = np.full(summed.shape, np.nan, np.float32)
+    on_columns = bound(columns)
+    assert on_columns.product.functions["part"] == functions["part"]
+    on_columns()
+    np.testing.assert_array_equal(alone_answer, columns)
+    on_columns.with_residual(columns, other)()
+    np.testing.assert_array_equal(out, columns)
 
 
 @needs_tiles
