@@ -34,6 +34,7 @@ class HalvesEpilogue:
     # expanding products at 112² to 28², a K of 8 to 16 pairs, ran 1.03-1.05× as long asking
     # for their halves' lines (`bench/variants.py`, one Zen 4 core).
     asks_at_start = False
+    asks_with_residual = False
 
     def __init__(self, shape: Any) -> None:
         super().__init__(shape)  # type: ignore[call-arg]

@@ -83,6 +83,13 @@ NEXT_PANEL_MAX_DEPTH = 128
 # long asking, ResNet-18's stride-2 layer at 14² and batch 8 (256 × 1152 × 392, 1.5 MB)
 # 1.10-1.29×; ResNet-50 v2's 49 × 2048 × 512 (1.0 MB) took 0.89-1.00×.
 NEXT_PANEL_L2_BYTES = 1 << 20
+# C's bytes at least of a product adding a residual whose part asks for each tile's lines of
+# C and the residual as the tile starts (`TileKernel.asks_with_residual`): a C past L2, whose
+# lines come from memory. One Zen 4 core, float32 at batch 1, in the walk
+# (`bench/variants.py`), without ÷ with, asking for every product adding one: ResNet-50 v2's
+# residual products at 56² (C 3.2 MB) 1.11-1.17, 28² (1.6 MB) 1.08-1.13, 14² (0.8 MB)
+# 1.01-1.04, 7² 1.00-1.01; MobileNet v2's (C 0.03-0.3 MB) 0.98-0.99.
+ASKS_MIN_C_BYTES = 512 << 10
 # A product's ``columns_outside`` field at this: B's column panels outside where the job runs
 # in several parts, row blocks outside where it runs whole (`gemm_bind.streams_right`).
 COLUMNS_WHEN_SPLIT = 2
@@ -98,8 +105,10 @@ class TileKernel:
     # on AVX2 B's panels alone: `gemm_avx2_ir`).
     k_loop_streams: tuple[str, ...] = ("a", "b")
     # Whether a tile asks for its epilogue's lines of C and the residual as it starts
-    # (`_ask_epilogue_lines`).
+    # (`_ask_epilogue_lines`); or, where the product adds a residual and C holds
+    # `ASKS_MIN_C_BYTES` or more, its part asks so for each tile (`_ask_lines`).
     asks_at_start = False
+    asks_with_residual = False
     # Up to how many columns past its whole vectors an edge tile of whole rows over an A
     # whose rows lie one float apart keeps a column to a vector (`_tile_loop`'s ``side``);
     # 0: none.
@@ -248,6 +257,11 @@ class TileKernel:
             builder.and_(builder.icmp_signed("==", walk, I64(COLUMNS_WHEN_SPLIT)),
                          builder.icmp_signed(">", parts, I64(1))))
         outside = self._walk(builder, outside, constant, row_blocks, nr, parts)
+        # a residual added to a C larger than L2 (whose lines come from memory)
+        asks = None if not self.asks_with_residual else builder.and_(
+            builder.icmp_signed("!=", constant["residual"], I64(0)),
+            builder.icmp_signed(">=", builder.mul(builder.mul(m, constant["ldc"]), I64(4)),
+                                I64(ASKS_MIN_C_BYTES)))
         start = builder.block
         loop = function.append_basic_block("loop")
         done = function.append_basic_block("done")
@@ -292,6 +306,10 @@ class TileKernel:
                               builder.sub(m, row), mr)
         columns = builder.select(builder.icmp_signed("<", builder.sub(n, column), nr),
                                  builder.sub(n, column), nr)
+        if asks is not None:
+            with builder.if_then(asks):
+                self._ask_lines(builder, c_tile, constant["ldc"], residual, self.shape.rows,
+                                self.shape.vectors + (1 if self.side_columns else 0))
         arguments = self._panel_arguments(function, builder, arguments, {
             "constant": constant, "first": first, "number": number, "row": row,
             "column": column, "columns": columns, "b_tile": arguments[4], "last": last})
@@ -583,8 +601,15 @@ class TileKernel:
         the tile starts: its K loop runs while they come. (Where none is added the
         residual's address is C's: its lines are asked twice. An edge tile asks for every
         row of a whole one: a prefetch past its rows never faults.)"""
-        c, ldc, residual = function.args[6], function.args[7], function.args[RESIDUAL]
-        for i in range(rows if isinstance(rows, int) else self.shape.rows):
+        self._ask_lines(builder, function.args[6], function.args[7], function.args[RESIDUAL],
+                        rows if isinstance(rows, int) else self.shape.rows, vectors)
+
+    def _ask_lines(self, builder: ir.IRBuilder, c: Any, ldc: Any, residual: Any, rows: int,
+                   vectors: int) -> None:
+        """The lines of ``rows`` rows of C from ``c`` (``ldc`` floats a row) under
+        ``vectors`` vectors, asked for writing, and the residual's at ``residual`` (laid as
+        C) for reading."""
+        for i in range(rows):
             line = builder.mul(I64(i), ldc)
             for j in range(vectors):
                 offset = self._offset(builder, j)
@@ -673,6 +698,12 @@ class NarrowEdgeTileKernel(TileKernel):
     per column. The row-wise edge reads a broadcast per row for one vector of mostly idle
     lanes: over N = 196 (6 panels of 32, then 4 columns) the last 4 columns took about as
     long as a full panel (384 × 64 × 4 alone 8.0 µs, now 5.1; 384 × 64 × 32 11.8)."""
+
+    # A tile adding a residual to a large C asks for its lines as it starts
+    # (`ASKS_MIN_C_BYTES`). Every tile asking (`asks_at_start`) read ResNet-18 0.989 (its
+    # stem and its 56² Winograd products 0.91-0.97, its 28² and 14² ones 1.02-1.05 slower)
+    # and MobileNet v2 1.028 (slower), one Zen 4 core, float32 at batch 1.
+    asks_with_residual = True
 
     # One Zen 4 core, float32 at batch 1 (`bench/variants.py`), keeping every column in
     # whole vectors (the 1×1 layers at 7² then run transposed, `gemm_bind.worthwhile`)

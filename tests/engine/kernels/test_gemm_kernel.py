@@ -188,12 +188,14 @@ def test_an_edge_of_few_columns_runs_a_column_to_a_vector() -> None:
 
 
 @pytest.mark.parametrize(("rows", "depth", "columns"),
-                         [(25, 70, 36), (13, 3, 8), (12, 1, 33), (1, 64, 196), (30, 0, 4)])
+                         [(25, 70, 36), (13, 3, 8), (12, 1, 33), (1, 64, 196), (30, 0, 4),
+                          (40, 64, 3300)])  # C past `gemm_ir.ASKS_MIN_C_BYTES`
 def test_a_packed_products_narrow_edge_adds_biases_residual_and_clamp(rows: int, depth: int,
                                                                       columns: int) -> None:
     """The last panel of a few columns over a packed A (sums a column to a vector): the
     epilogue's terms in order, each row's and column's own, the residual read where C's
-    element lies, NaN kept, nothing written outside C."""
+    element lies, NaN kept, nothing written outside C; over a C large enough that the part
+    asks for each tile's lines of C and the residual as the tile starts too."""
     a, b = random(rows, depth), random(depth, columns)
     bias_rows, bias_columns = random(rows), random(columns)
     out = np.full((3, rows, columns), 7.0, np.float32)
@@ -210,6 +212,27 @@ def test_a_packed_products_narrow_edge_adds_biases_residual_and_clamp(rows: int,
     np.testing.assert_allclose(out[1], want, rtol=1e-4, atol=1e-4)
     assert np.isnan(out[1, rows - 1, columns - 1])
     assert (out[[0, 2]] == 7.0).all()
+
+
+def test_the_float32_part_asks_for_the_lines_of_a_residual_product() -> None:
+    """The float32 tile's part asks for each tile's lines of C and the residual
+    (``llvm.prefetch``) where `gemm_ir.TileKernel.asks_with_residual` holds, under its test
+    of the product (a residual added, C of `gemm_ir.ASKS_MIN_C_BYTES` or more); the AVX2
+    tile, measured on no host so, does not."""
+    from engine.kernels import gemm_avx2_ir, gemm_ir
+
+    def prefetches(asks: bool) -> int:
+        tiles = gemm_ir.NarrowEdgeTileKernel(gemm_kernel.Tile(12, 16, 2))
+        tiles.asks_with_residual = asks
+        tiles.define_part("part", tiles.define_full("tile_full"),
+                          tiles.define_edge("tile_edge"), gemm_kernel.CONTEXT_FIELDS)
+        text = str(tiles.module)
+        start = text.index('define void @"part"')
+        return text[start:text.index("\n}\n", start)].count("llvm.prefetch")
+
+    assert gemm_ir.NarrowEdgeTileKernel.asks_with_residual
+    assert prefetches(True) > prefetches(False) == 0
+    assert not gemm_avx2_ir.Avx2TileKernel.asks_with_residual
 
 
 def epilogue_product(weight: np.ndarray, data: np.ndarray, bias: np.ndarray,
