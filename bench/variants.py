@@ -3,7 +3,7 @@ alternation, node by node.
 
 Usage: ``python bench/variants.py --set MODULE:ATTRIBUTE=VALUE [--net resnet50_v2] [--batch 1]
 [--precision bf16] [--rounds 20]``, e.g. ``--set
-engine.kernels.gemm_bf16_ir:PairTileKernel.asks_at_start=False``.
+engine.kernels.gemm_bf16_ir:PairTileKernel.asks_large_c=False``.
 
 The first plan binds with the engine as it is; then each ``--set`` (``module:attribute=value``,
 the value a Python literal, the attribute a dotted path from the module) is applied, every

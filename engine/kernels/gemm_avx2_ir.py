@@ -97,8 +97,8 @@ class Avx2TileKernel(NarrowEdgeTileKernel):
     k_loop_streams = ("b",)
     # Its own `_tile` (A packed at constant offsets) keeps every column in whole vectors.
     side_columns = 0
-    # Measured on AVX-512 hosts only (`ASKS_MIN_C_BYTES`).
-    asks_with_residual = False
+    # Measured on AVX-512 hosts only (`gemm_ir.ASKS_MIN_C_BYTES`).
+    asks_large_c = False
 
     def _tile(self, function: ir.Function, builder: ir.IRBuilder, rows: int, vectors: int,
               masks: list[Any] | None) -> None:

@@ -30,11 +30,10 @@ class HalvesEpilogue:
 
     shape: Any
     module: ir.Module
-    # No lines of C asked for as a tile starts (`TileKernel.asks_at_start`): MobileNet v2's
+    # No lines of C asked for as a tile starts (`TileKernel.asks_large_c`): MobileNet v2's
     # expanding products at 112² to 28², a K of 8 to 16 pairs, ran 1.03-1.05× as long asking
     # for their halves' lines (`bench/variants.py`, one Zen 4 core).
-    asks_at_start = False
-    asks_with_residual = False
+    asks_large_c = False
 
     def __init__(self, shape: Any) -> None:
         super().__init__(shape)  # type: ignore[call-arg]

@@ -83,12 +83,13 @@ NEXT_PANEL_MAX_DEPTH = 128
 # long asking, ResNet-18's stride-2 layer at 14² and batch 8 (256 × 1152 × 392, 1.5 MB)
 # 1.10-1.29×; ResNet-50 v2's 49 × 2048 × 512 (1.0 MB) took 0.89-1.00×.
 NEXT_PANEL_L2_BYTES = 1 << 20
-# C's bytes at least of a product adding a residual whose part asks for each tile's lines of
-# C and the residual as the tile starts (`TileKernel.asks_with_residual`): a C past L2, whose
-# lines come from memory. One Zen 4 core, float32 at batch 1, in the walk
-# (`bench/variants.py`), without ÷ with, asking for every product adding one: ResNet-50 v2's
-# residual products at 56² (C 3.2 MB) 1.11-1.17, 28² (1.6 MB) 1.08-1.13, 14² (0.8 MB)
-# 1.01-1.04, 7² 1.00-1.01; MobileNet v2's (C 0.03-0.3 MB) 0.98-0.99.
+# C's bytes at least of a product whose part asks for each tile's lines of C and the
+# residual as the tile starts (`TileKernel.asks_large_c`): a C past L2, whose lines come from
+# memory, and which a short K loop ends long before they arrive. One Zen 4 core, float32 at
+# batch 1, in the walk (`bench/variants.py`), without ÷ with, asking for every product
+# adding a residual: ResNet-50 v2's residual products at 56² (C 3.2 MB) 1.11-1.17, 28² (1.6
+# MB) 1.08-1.13, 14² (0.8 MB) 1.01-1.04, 7² 1.00-1.01; MobileNet v2's (C 0.03-0.3 MB)
+# 0.98-0.99.
 ASKS_MIN_C_BYTES = 512 << 10
 # A product's ``columns_outside`` field at this: B's column panels outside where the job runs
 # in several parts, row blocks outside where it runs whole (`gemm_bind.streams_right`).
@@ -104,11 +105,12 @@ class TileKernel:
     # The streamed operands ("a", "b") whose K loops prefetch (`AHEAD_STEPS`, `NEAR_STEPS`;
     # on AVX2 B's panels alone: `gemm_avx2_ir`).
     k_loop_streams: tuple[str, ...] = ("a", "b")
-    # Whether a tile asks for its epilogue's lines of C and the residual as it starts
-    # (`_ask_epilogue_lines`); or, where the product adds a residual and C holds
-    # `ASKS_MIN_C_BYTES` or more, its part asks so for each tile (`_ask_lines`).
-    asks_at_start = False
-    asks_with_residual = False
+    # Whether a part asks for each tile's lines of C (for writing) and the residual's as the
+    # tile starts (`_ask_lines`), its K loop running while they come, where C holds
+    # `ASKS_MIN_C_BYTES` or more and the product adds a residual; with
+    # ``asks_large_c_alone``, whether it adds one or not.
+    asks_large_c = False
+    asks_large_c_alone = False
     # Up to how many columns past its whole vectors an edge tile of whole rows over an A
     # whose rows lie one float apart keeps a column to a vector (`_tile_loop`'s ``side``);
     # 0: none.
@@ -258,10 +260,13 @@ class TileKernel:
                          builder.icmp_signed(">", parts, I64(1))))
         outside = self._walk(builder, outside, constant, row_blocks, nr, parts)
         # a residual added to a C larger than L2 (whose lines come from memory)
-        asks = None if not self.asks_with_residual else builder.and_(
-            builder.icmp_signed("!=", constant["residual"], I64(0)),
-            builder.icmp_signed(">=", builder.mul(builder.mul(m, constant["ldc"]), I64(4)),
-                                I64(ASKS_MIN_C_BYTES)))
+        asks = None
+        if self.asks_large_c:
+            asks = builder.icmp_signed(">=", builder.mul(builder.mul(m, constant["ldc"]),
+                                                         I64(4)), I64(ASKS_MIN_C_BYTES))
+            if not self.asks_large_c_alone:
+                asks = builder.and_(asks, builder.icmp_signed("!=", constant["residual"],
+                                                              I64(0)))
         start = builder.block
         loop = function.append_basic_block("loop")
         done = function.append_basic_block("done")
@@ -397,8 +402,6 @@ class TileKernel:
         columns after them, `_tile_loop`), then its stores; the builder ends in a block after
         them. One loop prefetching B, one prefetching A, chosen by which offset the part
         passes (not 0), so no step tests it."""
-        if self.asks_at_start:
-            self._ask_epilogue_lines(function, builder, rows, vectors + (1 if side else 0))
         b_ahead = function.args[RESIDUAL + 2]
         streams_b = function.append_basic_block("streams_b")
         streams_a = function.append_basic_block("streams_a")
@@ -595,15 +598,6 @@ class TileKernel:
         builder.cbranch(builder.icmp_signed("<", following, count), body, asked)
         builder.position_at_end(asked)
 
-    def _ask_epilogue_lines(self, function: ir.Function, builder: ir.IRBuilder, rows: Any,
-                            vectors: int) -> None:
-        """C's lines under the tile asked for writing, and the residual's for reading, as
-        the tile starts: its K loop runs while they come. (Where none is added the
-        residual's address is C's: its lines are asked twice. An edge tile asks for every
-        row of a whole one: a prefetch past its rows never faults.)"""
-        self._ask_lines(builder, function.args[6], function.args[7], function.args[RESIDUAL],
-                        rows if isinstance(rows, int) else self.shape.rows, vectors)
-
     def _ask_lines(self, builder: ir.IRBuilder, c: Any, ldc: Any, residual: Any, rows: int,
                    vectors: int) -> None:
         """The lines of ``rows`` rows of C from ``c`` (``ldc`` floats a row) under
@@ -699,11 +693,13 @@ class NarrowEdgeTileKernel(TileKernel):
     lanes: over N = 196 (6 panels of 32, then 4 columns) the last 4 columns took about as
     long as a full panel (384 × 64 × 4 alone 8.0 µs, now 5.1; 384 × 64 × 32 11.8)."""
 
-    # A tile adding a residual to a large C asks for its lines as it starts
-    # (`ASKS_MIN_C_BYTES`). Every tile asking (`asks_at_start`) read ResNet-18 0.989 (its
-    # stem and its 56² Winograd products 0.91-0.97, its 28² and 14² ones 1.02-1.05 slower)
-    # and MobileNet v2 1.028 (slower), one Zen 4 core, float32 at batch 1.
-    asks_with_residual = True
+    # A product adding a residual to a large C asks for its tiles' lines
+    # (`ASKS_MIN_C_BYTES`). Every tile asking as it starts, whatever its product, read
+    # ResNet-18 0.989 (its stem and its 56² Winograd products 0.91-0.97, its 28² and 14²
+    # ones 1.02-1.05 slower) and MobileNet v2 1.028 (slower), one Zen 4 core, float32 at
+    # batch 1; so did every product with a C of 1 MB or more (ResNet-18 1.012, ResNet-50 v2
+    # 1.006, MobileNet v2 0.999).
+    asks_large_c = True
 
     # One Zen 4 core, float32 at batch 1 (`bench/variants.py`), keeping every column in
     # whole vectors (the 1×1 layers at 7² then run transposed, `gemm_bind.worthwhile`)

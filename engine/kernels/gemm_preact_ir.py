@@ -51,9 +51,9 @@ class PreactEpilogue:
     module: ir.Module
     vector: Any
     masked_store: Any
-    # No lines asked for as a tile starts (`TileKernel.asks_at_start`): the words go where
+    # No lines asked for as a tile starts (`TileKernel.asks_large_c`): the words go where
     # the descriptor says, not at C's rows.
-    asks_at_start = False
+    asks_large_c = False
 
     def __init__(self, shape: Any, stores_sum: bool = True) -> None:
         super().__init__(shape)  # type: ignore[call-arg]

@@ -216,23 +216,23 @@ def test_a_packed_products_narrow_edge_adds_biases_residual_and_clamp(rows: int,
 
 def test_the_float32_part_asks_for_the_lines_of_a_residual_product() -> None:
     """The float32 tile's part asks for each tile's lines of C and the residual
-    (``llvm.prefetch``) where `gemm_ir.TileKernel.asks_with_residual` holds, under its test
-    of the product (a residual added, C of `gemm_ir.ASKS_MIN_C_BYTES` or more); the AVX2
-    tile, measured on no host so, does not."""
+    (``llvm.prefetch``) where `gemm_ir.TileKernel.asks_large_c` holds, under its test of
+    the product (a residual added, C of `gemm_ir.ASKS_MIN_C_BYTES` or more); the AVX2 tile,
+    measured on no host so, does not."""
     from engine.kernels import gemm_avx2_ir, gemm_ir
 
     def prefetches(asks: bool) -> int:
         tiles = gemm_ir.NarrowEdgeTileKernel(gemm_kernel.Tile(12, 16, 2))
-        tiles.asks_with_residual = asks
+        tiles.asks_large_c = asks
         tiles.define_part("part", tiles.define_full("tile_full"),
                           tiles.define_edge("tile_edge"), gemm_kernel.CONTEXT_FIELDS)
         text = str(tiles.module)
         start = text.index('define void @"part"')
         return text[start:text.index("\n}\n", start)].count("llvm.prefetch")
 
-    assert gemm_ir.NarrowEdgeTileKernel.asks_with_residual
+    assert gemm_ir.NarrowEdgeTileKernel.asks_large_c
     assert prefetches(True) > prefetches(False) == 0
-    assert not gemm_avx2_ir.Avx2TileKernel.asks_with_residual
+    assert not gemm_avx2_ir.Avx2TileKernel.asks_large_c
 
 
 def epilogue_product(weight: np.ndarray, data: np.ndarray, bias: np.ndarray,
