@@ -55,11 +55,11 @@ class PairTileKernel(TileKernel):
     # the residual asked for after it arrive. Asked as each tile starts, on one Zen 4 core,
     # bf16 at batch 1 (`bench/variants.py`): its residual 1×1 products 0.80-0.93× at 56²,
     # 0.83-0.97× at 28², the 56² shortcut 0.70-1.0×; ResNet-18 and MobileNet v2 0.99-1.00×.
-    # Asked only for a large C (`gemm_ir.ASKS_MIN_C_BYTES`), residual or not, against for
-    # every tile: MobileNet v2 0.988 (its 1×1 layers at 14² and 7², C in L2, 0.93-0.97),
-    # whole runs 0.973; ResNet-50 v2 1.000, ResNet-18 0.998.
+    # Asked only where a residual is added to a large C (`gemm_ir.ASKS_MIN_C_BYTES`),
+    # against at every tile's start: MobileNet v2 0.988 (its 1×1 layers at 14² and 7², C in
+    # L2, 0.93-0.97), whole runs 0.973; ResNet-50 v2 1.000, ResNet-18 0.998. Its shortcuts
+    # (C 0.8-3.2 MB, no residual) asking too read 1.006-1.03.
     asks_large_c = True
-    asks_large_c_alone = True
     # An edge's last columns a column to a vector (`TileKernel._side_tiles`). One Zen 4 core,
     # bf16 at batch 1 (`bench/variants.py`), the products summing them in whole vectors
     # against this: MobileNet v2's 1×1 layers at 7² 1.15-1.17×, at 14² 1.02-1.07×;

@@ -106,11 +106,9 @@ class TileKernel:
     # on AVX2 B's panels alone: `gemm_avx2_ir`).
     k_loop_streams: tuple[str, ...] = ("a", "b")
     # Whether a part asks for each tile's lines of C (for writing) and the residual's as the
-    # tile starts (`_ask_lines`), its K loop running while they come, where C holds
-    # `ASKS_MIN_C_BYTES` or more and the product adds a residual; with
-    # ``asks_large_c_alone``, whether it adds one or not.
+    # tile starts (`_ask_lines`), its K loop running while they come, where the product adds
+    # a residual and C holds `ASKS_MIN_C_BYTES` or more.
     asks_large_c = False
-    asks_large_c_alone = False
     # Up to how many columns past its whole vectors an edge tile of whole rows over an A
     # whose rows lie one float apart keeps a column to a vector (`_tile_loop`'s ``side``);
     # 0: none.
@@ -260,13 +258,10 @@ class TileKernel:
                          builder.icmp_signed(">", parts, I64(1))))
         outside = self._walk(builder, outside, constant, row_blocks, nr, parts)
         # a residual added to a C larger than L2 (whose lines come from memory)
-        asks = None
-        if self.asks_large_c:
-            asks = builder.icmp_signed(">=", builder.mul(builder.mul(m, constant["ldc"]),
-                                                         I64(4)), I64(ASKS_MIN_C_BYTES))
-            if not self.asks_large_c_alone:
-                asks = builder.and_(asks, builder.icmp_signed("!=", constant["residual"],
-                                                              I64(0)))
+        asks = None if not self.asks_large_c else builder.and_(
+            builder.icmp_signed("!=", constant["residual"], I64(0)),
+            builder.icmp_signed(">=", builder.mul(builder.mul(m, constant["ldc"]), I64(4)),
+                                I64(ASKS_MIN_C_BYTES)))
         start = builder.block
         loop = function.append_basic_block("loop")
         done = function.append_basic_block("done")
