@@ -690,10 +690,10 @@ class NarrowEdgeTileKernel(TileKernel):
 
     # A product adding a residual to a large C asks for its tiles' lines
     # (`ASKS_MIN_C_BYTES`). Every tile asking as it starts, whatever its product, read
-    # ResNet-18 0.989 (its stem and its 56² Winograd products 0.91-0.97, its 28² and 14²
-    # ones 1.02-1.05 slower) and MobileNet v2 1.028 (slower), one Zen 4 core, float32 at
-    # batch 1; so did every product with a C of 1 MB or more (ResNet-18 1.012, ResNet-50 v2
-    # 1.006, MobileNet v2 0.999).
+    # (asking ÷ not, one Zen 4 core, float32 at batch 1) ResNet-18 0.989 (its stem and its
+    # 56² Winograd products 0.91-0.97, its 28² and 14² ones 1.02-1.05), ResNet-50 v2 0.989
+    # and MobileNet v2 1.028; every product with a C of 1 MB or more asking, ResNet-18 1.012,
+    # ResNet-50 v2 1.006 and MobileNet v2 0.999.
     asks_large_c = True
 
     # One Zen 4 core, float32 at batch 1 (`bench/variants.py`), keeping every column in
