@@ -56,9 +56,10 @@ class PairTileKernel(TileKernel):
     # bf16 at batch 1 (`bench/variants.py`): its residual 1×1 products 0.80-0.93× at 56²,
     # 0.83-0.97× at 28², the 56² shortcut 0.70-1.0×; ResNet-18 and MobileNet v2 0.99-1.00×.
     # Asked only where a residual is added to a large C (`gemm_ir.ASKS_MIN_C_BYTES`), that
-    # ÷ asked at every tile's start: MobileNet v2 0.988 (its 1×1 layers at 14² and 7², C in
-    # L2, 0.93-0.97), whole runs 0.973; ResNet-50 v2 1.000, ResNet-18 0.998. ResNet-50 v2's
-    # shortcuts (C 0.8-3.2 MB, no residual) took 1.006-1.03× as long asking too.
+    # ÷ asked at every tile's start: MobileNet v2 0.988-0.996 (its 1×1 layers at 14² and 7²,
+    # C in L2, 0.93-0.97), ResNet-50 v2 1.000, ResNet-18 0.998, within what two identical
+    # plans read on that busy host (MobileNet v2 0.987-1.014); ResNet-50 v2's shortcuts (C
+    # 0.8-3.2 MB, no residual) took 1.006-1.03× as long asking too.
     asks_large_c = True
     # An edge's last columns a column to a vector (`TileKernel._side_tiles`). One Zen 4 core,
     # bf16 at batch 1 (`bench/variants.py`), the products summing them in whole vectors
